@@ -1,0 +1,1 @@
+// Lets a library target exist before its folder has sources (a new folder during bring-up).

@@ -1,0 +1,38 @@
+// troupe: serve, generate, tokenize, make-model, complete, chat ... one binary for every role.
+
+#include <exception>
+#include <memory>
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/cli/command_registry.hpp"
+
+namespace troupe::cli {
+std::vector<command_factory>& command_factories() {
+  static std::vector<command_factory> factories;
+  return factories;
+}
+}  // namespace troupe::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"troupe: serves large language models, one actor per stage of inference"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "troupe 0.1.0");
+  std::vector<troupe::cli::command> commands;
+  for (auto& factory : troupe::cli::command_factories()) commands.push_back(factory(app));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto& command : commands) {
+    if (!command.app->parsed()) continue;
+    try {
+      return command.run();
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      return 1;
+    }
+  }
+  return 0;
+}
