@@ -1,0 +1,81 @@
+// llama.cpp (through node-llama-cpp's prebuilt CPU binaries, fully offline) as an independent
+// reference for greedy decoding of a GGUF model.
+//
+// Usage:
+//   node llama_cpp_oracle.mjs --model FILE.gguf --prompt-ids 1,403,407 [--steps N] [--logits K]
+//
+//   --model       GGUF file to load (any architecture llama.cpp supports)
+//   --prompt-ids  comma-separated prompt token ids, BOS included if wanted (nothing is added)
+//   --steps       number of new tokens to generate greedily (default 16)
+//   --logits K    also print, per step, the top K (id, logit) pairs (default 0: none)
+//
+// Prints one JSON object on stdout:
+//   {"model": "...", "prompt_ids": [...], "generated_ids": [...],
+//    "margins": [...],            // per step: logit(top-1) - logit(top-2), raw logits
+//    "top": [[[id, logit], ...]]  // only with --logits K
+//   }
+// Greedy is the argmax of the raw logits (ties go to the lower id); no sampler, no seed, no
+// repeat penalty. Generation does not stop at EOS: exactly --steps tokens are produced.
+// Exit status 0 on success; on failure an error message on stderr and status 1.
+
+import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+
+function parse_args(argv) {
+  const args = { steps: 16, logits: 0 };
+  for (let i = 0; i < argv.length; ++i) {
+    const flag = argv[i];
+    const value = argv[i + 1];
+    if (flag === "--model") args.model = value;
+    else if (flag === "--prompt-ids") args.prompt_ids = value.split(",").filter((s) => s.length).map(Number);
+    else if (flag === "--steps") args.steps = Number(value);
+    else if (flag === "--logits") args.logits = Number(value);
+    else throw new Error(`unknown argument '${flag}'`);
+    ++i;
+  }
+  if (!args.model) throw new Error("--model FILE.gguf is required");
+  if (!args.prompt_ids || args.prompt_ids.length === 0) throw new Error("--prompt-ids is required");
+  if (args.prompt_ids.some((id) => !Number.isInteger(id) || id < 0)) throw new Error("--prompt-ids must be non-negative integers");
+  return args;
+}
+
+// Top-k of a logits Map<token, logit> (or Float32Array), ties broken by the lower id.
+function top_k(logits, k) {
+  const entries = logits instanceof Map ? [...logits.entries()] : [...logits].map((v, i) => [i, v]);
+  entries.sort((a, b) => (b[1] - a[1]) || (a[0] - b[0]));
+  return entries.slice(0, k);
+}
+
+async function main() {
+  const args = parse_args(process.argv.slice(2));
+  // build: "never" keeps it offline: only the prebuilt binaries shipped in node_modules are used.
+  const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, progressLogs: false });
+  const model = await llama.loadModel({ modelPath: args.model, gpuLayers: 0 });
+  const context_size = args.prompt_ids.length + args.steps + 8;
+  const context = await model.createContext({ contextSize: context_size, batchSize: context_size, sequences: 1 });
+  const sequence = context.getSequence();
+
+  const generated = [];
+  const margins = [];
+  const tops = [];
+  let input = args.prompt_ids;
+  for (let step = 0; step < args.steps; ++step) {
+    const items = input.map((id, i) => (i === input.length - 1 ? [id, { generateNext: { logits: true } }] : id));
+    const results = await sequence.controlledEvaluate(items);
+    const last = results[input.length - 1];
+    if (!last || !last.next || !last.next.logits) throw new Error(`no logits returned at step ${step}`);
+    const best = top_k(last.next.logits, Math.max(2, args.logits));
+    generated.push(best[0][0]);
+    margins.push(best[0][1] - best[1][1]);
+    if (args.logits > 0) tops.push(best.slice(0, args.logits));
+    input = [best[0][0]];
+  }
+  process.stdout.write(JSON.stringify({ model: args.model, prompt_ids: args.prompt_ids, generated_ids: generated, margins, ...(args.logits > 0 ? { top: tops } : {}) }) + "\n");
+  await context.dispose();
+  await model.dispose();
+  await llama.dispose();
+}
+
+main().catch((error) => {
+  process.stderr.write(`llama_cpp_oracle: ${error && error.message ? error.message : error}\n`);
+  process.exit(1);
+});
