@@ -1,0 +1,51 @@
+#pragma once
+// Gives sequences the KV slots they need and takes them back. Every check (`can_*`) is separate
+// from its change, and a change either happens whole or throws before touching anything.
+
+#include <cstdint>
+#include <span>
+
+#include "kvcache/block_pool.hpp"
+#include "kvcache/block_table.hpp"
+
+namespace troupe {
+
+class kv_cache_manager {
+ public:
+  kv_cache_manager(int num_blocks, int block_size, bool enable_prefix_caching);
+
+  int block_size() const { return pool_.block_size(); }
+  int num_blocks() const { return pool_.num_blocks(); }
+  int num_free_blocks() const { return pool_.num_free_blocks(); }
+  const block_pool& pool() const { return pool_; }
+
+  // Blocks needed to hold `num_tokens` tokens.
+  int blocks_for(int num_tokens) const { return (num_tokens + block_size() - 1) / block_size(); }
+
+  // The longest run of cached full blocks that starts `token_ids`. It never covers the last
+  // token: that token must be computed again so the model yields logits for it.
+  prefix_hit find_cached_prefix(std::span<const int32_t> token_ids) const;
+
+  // Admission of a sequence that holds no blocks yet: room for `num_tokens` slots in all,
+  // of which `hit` already provides the first hit.num_tokens.
+  bool can_allocate(const prefix_hit& hit, int num_tokens) const;
+  void allocate(block_table& table, const prefix_hit& hit, int num_tokens);
+
+  // Growth of a running sequence's table to cover `num_tokens` slots in all.
+  bool can_append(const block_table& table, int num_tokens) const;
+  void append(block_table& table, int num_tokens);
+
+  // Registers the table's full blocks whose tokens are all computed (the first
+  // `num_computed_tokens` of `token_ids`) in the prefix cache.
+  void cache_computed_blocks(block_table& table, std::span<const int32_t> token_ids,
+                             int num_computed_tokens);
+
+  // Drops the table's references, last block first so a sequence's tail is evicted before its
+  // (more shareable) head, and empties the table.
+  void free(block_table& table);
+
+ private:
+  block_pool pool_;
+};
+
+}  // namespace troupe
