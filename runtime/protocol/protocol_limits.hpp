@@ -1,0 +1,23 @@
+#pragma once
+// Bounds on everything a client can make the server allocate or loop over. A frame that breaks
+// one is answered with an error naming the bound; nothing from the network is trusted unbounded.
+
+#include <cstddef>
+
+namespace troupe {
+
+struct protocol_limits {
+  size_t max_frame_bytes = 4u << 20;      // one msgpack request
+  size_t max_frames_per_message = 3;      // routing id [+ empty delimiter] + payload
+  size_t max_id_bytes = 256;              // request ids
+  size_t max_string_bytes = 1u << 20;     // prompt text, message content
+  size_t max_prompt_token_ids = 1u << 17;
+  size_t max_messages = 1024;             // chat turns
+  size_t max_stop_token_ids = 64;
+  size_t max_map_entries = 64;            // fields of any one map
+  size_t max_depth = 6;                   // request -> messages -> message -> content
+  int max_tokens_limit = 1 << 20;         // above this max_tokens is refused as absurd
+  int max_logprobs = 20;
+};
+
+}  // namespace troupe

@@ -1,0 +1,72 @@
+#pragma once
+// What the server sends back on the ZeroMQ plane (docs/protocol.md).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace troupe {
+
+struct token_logprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // the n most likely tokens when asked for
+};
+
+struct usage_info {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+// Seconds. tpot is the mean time per output token after the first.
+struct timing_info {
+  double queue = 0.0;  // arrival -> first scheduled
+  double ttft = 0.0;   // arrival -> first token
+  double tpot = 0.0;
+  double e2e = 0.0;    // arrival -> finish
+};
+
+// A piece of a completion; the last one carries finish_reason, usage and timings.
+struct delta_reply {
+  std::string id;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::optional<std::vector<token_logprob>> logprobs;
+  std::optional<std::string> finish_reason;  // "stop", "length", "abort"
+  std::optional<usage_info> usage;
+  std::optional<timing_info> timings;
+};
+
+enum class error_code {
+  bad_request,       // malformed frame, wrong type, unknown field, out-of-range value
+  unauthorized,      // missing or wrong api_key
+  prompt_too_long,   // prompt plus max_tokens cannot fit the context
+  overloaded,        // the waiting queue is full
+  duplicate_id,      // a request with this id is still running for this client
+  not_found,         // abort of an unknown id
+  internal,          // the server failed; the request is gone
+};
+
+const char* error_code_name(error_code code);
+std::optional<error_code> error_code_from_name(const std::string& name);
+
+struct error_reply {
+  std::string id;  // empty when the request's id could not be read
+  error_code code = error_code::bad_request;
+  std::string message;
+};
+
+struct stats_reply {
+  std::string id;
+  int num_free_blocks = 0;
+  int num_total_blocks = 0;
+  int num_running = 0;
+  int num_waiting = 0;
+  int num_requests_in_flight = 0;  // requests the server holds in any stage
+};
+
+using server_reply = std::variant<delta_reply, error_reply, stats_reply>;
+
+}  // namespace troupe

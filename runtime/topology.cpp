@@ -1,0 +1,139 @@
+#include "runtime/topology.hpp"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <toml++/toml.h>
+
+namespace troupe {
+
+namespace {
+
+// Reads the keys of one table, refusing keys it does not know (a typo must not pass silently).
+class table_reader {
+ public:
+  table_reader(const toml::table* table, std::string name, const std::string& source)
+      : table_(table), name_(std::move(name)), source_(source) {}
+
+  template <class T>
+  void read(const char* key, T& out) {
+    known_.insert(key);
+    if (!table_) return;
+    const toml::node* node = table_->get(key);
+    if (!node) return;
+    if constexpr (std::is_same_v<T, std::string>) {
+      auto value = node->value<std::string>();
+      if (!node->is_string() || !value) bad(key, "a string");
+      out = *value;
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!node->is_integer()) bad(key, "an integer");
+      int64_t value = *node->value<int64_t>();
+      if (value < 0 || value > int64_t(1) << 40) bad(key, "a non-negative integer");
+      out = static_cast<T>(value);
+    }
+  }
+
+  void finish() const {
+    if (!table_) return;
+    for (const auto& [key, value] : *table_) {
+      if (!known_.count(std::string(key.str()))) {
+        throw std::runtime_error(source_ + ": unknown key '" + std::string(key.str()) + "' in [" +
+                                 name_ + "]");
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] void bad(const char* key, const char* expected) const {
+    throw std::runtime_error(source_ + ": [" + name_ + "] " + key + " must be " + expected);
+  }
+
+  const toml::table* table_;
+  std::string name_;
+  const std::string& source_;
+  std::set<std::string> known_;
+};
+
+}  // namespace
+
+void topology::validate() const {
+  auto positive = [](int value, const char* name) {
+    if (value <= 0) throw std::runtime_error(std::string(name) + " must be positive, got " + std::to_string(value));
+  };
+  if (device != "cpu" && device != "cuda") {
+    throw std::runtime_error("device must be \"cpu\" or \"cuda\", got \"" + device + "\"");
+  }
+  if (load_format != "auto" && load_format != "safetensors" && load_format != "gguf" &&
+      load_format != "dummy") {
+    throw std::runtime_error("load_format must be auto, safetensors, gguf or dummy, got \"" +
+                             load_format + "\"");
+  }
+  if (zmq_endpoint.empty()) throw std::runtime_error("zmq_endpoint is empty");
+  positive(tokenizer_pool_size, "tokenizer pool_size");
+  positive(max_num_batched_tokens, "max_num_batched_tokens");
+  positive(max_num_seqs, "max_num_seqs");
+  positive(max_waiting_requests, "max_waiting_requests");
+  positive(block_size, "block_size");
+  if (num_kv_blocks == 0) positive(kv_memory_mb, "kv_memory_mb (when num_kv_blocks is 0)");
+  if (max_frame_bytes < 1024) throw std::runtime_error("max_frame_bytes must be at least 1024");
+}
+
+topology parse_topology(std::string_view toml_text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream message;
+    message << source << ": " << e.description() << " at line " << e.source().begin.line;
+    throw std::runtime_error(message.str());
+  }
+  static const std::set<std::string> sections = {"model", "node", "frontend", "tokenizer", "scheduler"};
+  for (const auto& [key, value] : root) {
+    if (!sections.count(std::string(key.str())) || !value.is_table()) {
+      throw std::runtime_error(source + ": unknown section or top-level key '" +
+                               std::string(key.str()) + "' (expected [model], [node], [frontend], "
+                               "[tokenizer], [scheduler])");
+    }
+  }
+  topology t;
+  table_reader model(root["model"].as_table(), "model", source);
+  model.read("path", t.model_path);
+  model.read("load_format", t.load_format);
+  model.finish();
+  table_reader node(root["node"].as_table(), "node", source);
+  node.read("name", t.node_name);
+  node.read("device", t.device);
+  node.read("threads", t.threads);
+  node.finish();
+  table_reader frontend(root["frontend"].as_table(), "frontend", source);
+  frontend.read("zmq_endpoint", t.zmq_endpoint);
+  frontend.read("api_key", t.api_key);
+  frontend.read("max_frame_bytes", t.max_frame_bytes);
+  frontend.finish();
+  table_reader tokenizer(root["tokenizer"].as_table(), "tokenizer", source);
+  tokenizer.read("pool_size", t.tokenizer_pool_size);
+  tokenizer.finish();
+  table_reader scheduler(root["scheduler"].as_table(), "scheduler", source);
+  scheduler.read("max_num_batched_tokens", t.max_num_batched_tokens);
+  scheduler.read("max_num_seqs", t.max_num_seqs);
+  scheduler.read("max_waiting_requests", t.max_waiting_requests);
+  scheduler.read("num_kv_blocks", t.num_kv_blocks);
+  scheduler.read("kv_memory_mb", t.kv_memory_mb);
+  scheduler.read("block_size", t.block_size);
+  scheduler.read("max_model_len", t.max_model_len);
+  scheduler.finish();
+  t.validate();
+  return t;
+}
+
+topology load_topology(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open topology file " + path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_topology(text.str(), path.string());
+}
+
+}  // namespace troupe

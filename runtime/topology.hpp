@@ -1,0 +1,42 @@
+#pragma once
+// A node's topology: which model, on which device, the stages it runs and their limits.
+// Read from a TOML file (config/colocated.toml), then overridden by command-line flags.
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace troupe {
+
+struct topology {
+  // [model]
+  std::string model_path;           // HF directory, .gguf file; relative paths are from the cwd
+  std::string load_format = "auto";  // auto | safetensors | gguf | dummy
+  // [node]
+  std::string node_name = "node0";
+  std::string device = "cpu";
+  int threads = 0;  // compute threads of the worker; 0: every hardware thread
+  // [frontend]
+  std::string zmq_endpoint = "tcp://127.0.0.1:5557";
+  std::string api_key;  // empty: no key is asked for
+  size_t max_frame_bytes = 4u << 20;
+  // [tokenizer]
+  int tokenizer_pool_size = 2;
+  // [scheduler]
+  int max_num_batched_tokens = 2048;
+  int max_num_seqs = 128;
+  int max_waiting_requests = 4096;
+  int num_kv_blocks = 0;     // 0: size the pool from kv_memory_mb
+  int kv_memory_mb = 512;
+  int block_size = 16;
+  int max_model_len = 0;     // 0: the model's max_position_embeddings
+
+  // Throws std::runtime_error naming the bad setting.
+  void validate() const;
+};
+
+// `source` names the text in error messages (the file's path).
+topology parse_topology(std::string_view toml_text, const std::string& source = "topology");
+topology load_topology(const std::filesystem::path& path);
+
+}  // namespace troupe

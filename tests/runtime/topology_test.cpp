@@ -1,0 +1,75 @@
+#include <gtest/gtest.h>
+
+#include "runtime/topology.hpp"
+
+namespace troupe {
+namespace {
+
+TEST(topology, the_shipped_colocated_file_parses) {
+  auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
+  EXPECT_EQ(t.device, "cpu");
+  EXPECT_EQ(t.model_path, "../shared/models/stories260K/hf");
+  EXPECT_EQ(t.zmq_endpoint, "tcp://127.0.0.1:5557");
+  EXPECT_GT(t.max_num_batched_tokens, 0);
+  EXPECT_GT(t.tokenizer_pool_size, 0);
+}
+
+TEST(topology, reads_every_section) {
+  auto t = parse_topology(R"(
+[model]
+path = "/m"
+load_format = "dummy"
+[node]
+device = "cpu"
+threads = 3
+[frontend]
+zmq_endpoint = "tcp://0.0.0.0:9000"
+api_key = "k"
+[tokenizer]
+pool_size = 4
+[scheduler]
+max_num_batched_tokens = 256
+max_num_seqs = 8
+max_waiting_requests = 10
+num_kv_blocks = 33
+block_size = 32
+)");
+  EXPECT_EQ(t.model_path, "/m");
+  EXPECT_EQ(t.load_format, "dummy");
+  EXPECT_EQ(t.threads, 3);
+  EXPECT_EQ(t.zmq_endpoint, "tcp://0.0.0.0:9000");
+  EXPECT_EQ(t.api_key, "k");
+  EXPECT_EQ(t.tokenizer_pool_size, 4);
+  EXPECT_EQ(t.max_num_batched_tokens, 256);
+  EXPECT_EQ(t.max_num_seqs, 8);
+  EXPECT_EQ(t.max_waiting_requests, 10);
+  EXPECT_EQ(t.num_kv_blocks, 33);
+  EXPECT_EQ(t.block_size, 32);
+}
+
+TEST(topology, defaults_when_sections_are_missing) {
+  auto t = parse_topology("[model]\npath = \"x\"\n");
+  EXPECT_EQ(t.max_num_seqs, topology{}.max_num_seqs);
+}
+
+void expect_error(const std::string& text, const std::string& needle) {
+  try {
+    parse_topology(text, "t.toml");
+    FAIL() << "no error for: " << text;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(topology, errors_name_the_problem) {
+  expect_error("[scheduler]\nmax_num_seq = 3\n", "unknown key 'max_num_seq' in [scheduler]");
+  expect_error("[schedular]\n", "unknown section");
+  expect_error("[scheduler]\nmax_num_seqs = \"many\"\n", "max_num_seqs must be an integer");
+  expect_error("[scheduler]\nmax_num_seqs = 0\n", "max_num_seqs must be positive");
+  expect_error("[scheduler]\nmax_num_seqs = -2\n", "non-negative");
+  expect_error("[node]\ndevice = \"tpu\"\n", "device must be");
+  expect_error("[model\n", "t.toml");
+}
+
+}  // namespace
+}  // namespace troupe
