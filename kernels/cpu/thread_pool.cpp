@@ -91,7 +91,7 @@ void thread_pool::parallel_for_dynamic(int64_t begin, int64_t end, int64_t chunk
 
 void thread_pool::run(int64_t begin, int64_t end, int64_t chunk, const range_fn& fn) {
   if (num_threads_ == 1 || chunk >= end - begin) {
-    fn(begin, end, 0);
+    for (int64_t b = begin; b < end; b += chunk) fn(b, std::min(end, b + chunk), 0);
     return;
   }
   fn_ = &fn;
