@@ -1,0 +1,49 @@
+#include "kernels/loader/rope_permutation.hpp"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace troupe {
+namespace {
+
+void check(int64_t num_rows, int num_heads) {
+  if (num_heads <= 0 || num_rows % num_heads != 0 || (num_rows / num_heads) % 2 != 0) {
+    throw std::runtime_error("cannot permute " + std::to_string(num_rows) + " rows into " + std::to_string(num_heads) +
+                             " heads of even size");
+  }
+}
+
+}  // namespace
+
+void permute_rows_hf_to_gguf(const std::byte* src, std::byte* dst, int64_t num_rows, size_t row_bytes, int num_heads) {
+  check(num_rows, num_heads);
+  const int64_t head_dim = num_rows / num_heads;
+  const int64_t half = head_dim / 2;
+  for (int64_t head = 0; head < num_heads; ++head) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t j = 0; j < half; ++j) {
+        int64_t hf_row = head * head_dim + h * half + j;
+        int64_t gguf_row = head * head_dim + 2 * j + h;
+        std::memcpy(dst + gguf_row * row_bytes, src + hf_row * row_bytes, row_bytes);
+      }
+    }
+  }
+}
+
+void permute_rows_gguf_to_hf(const std::byte* src, std::byte* dst, int64_t num_rows, size_t row_bytes, int num_heads) {
+  check(num_rows, num_heads);
+  const int64_t head_dim = num_rows / num_heads;
+  const int64_t half = head_dim / 2;
+  for (int64_t head = 0; head < num_heads; ++head) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t j = 0; j < half; ++j) {
+        int64_t hf_row = head * head_dim + h * half + j;
+        int64_t gguf_row = head * head_dim + 2 * j + h;
+        std::memcpy(dst + hf_row * row_bytes, src + gguf_row * row_bytes, row_bytes);
+      }
+    }
+  }
+}
+
+}  // namespace troupe
