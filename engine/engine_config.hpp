@@ -1,0 +1,35 @@
+#pragma once
+// Limits of one engine: the KV pool's shape and the scheduler's budgets.
+
+#include <stdexcept>
+#include <string>
+
+namespace troupe {
+
+struct engine_config {
+  int block_size = 16;                 // tokens per KV block
+  int num_kv_blocks = 0;               // 0: take the model's KV pool size
+  int max_num_batched_tokens = 2048;   // token budget of one step (prefill chunks + decodes)
+  int max_num_seqs = 256;              // sequences running at once
+  int max_waiting_requests = 1024;     // beyond this, add_request answers `overloaded`
+  int max_model_len = 2048;            // prompt + generated tokens of one sequence
+  bool enable_prefix_caching = true;
+
+  // Throws std::runtime_error naming the first bad field.
+  void validate() const {
+    auto positive = [](const char* name, int value) {
+      if (value <= 0) {
+        throw std::runtime_error(std::string("engine_config: ") + name + " must be positive, got " +
+                                 std::to_string(value));
+      }
+    };
+    positive("block_size", block_size);
+    positive("num_kv_blocks", num_kv_blocks);
+    positive("max_num_batched_tokens", max_num_batched_tokens);
+    positive("max_num_seqs", max_num_seqs);
+    positive("max_waiting_requests", max_waiting_requests);
+    positive("max_model_len", max_model_len);
+  }
+};
+
+}  // namespace troupe

@@ -1,0 +1,71 @@
+#include "engine/model_runner.hpp"
+
+#include <span>
+#include <stdexcept>
+#include <string>
+
+namespace troupe {
+
+model_runner::model_runner(model& m, uint64_t sampler_seed) : model_(m), sampler_(sampler_seed) {}
+
+void model_runner::build_batch(const step_plan& plan, int block_size, forward_batch& batch) {
+  batch = forward_batch{};
+  const size_t num_tokens = static_cast<size_t>(plan.num_tokens());
+  batch.token_ids.reserve(num_tokens);
+  batch.positions.reserve(num_tokens);
+  batch.slot_mapping.reserve(num_tokens);
+  batch.query_start.push_back(0);
+  batch.block_table_start.push_back(0);
+  for (const scheduled_sequence& s : plan.sequences) {
+    const int context = s.num_computed_tokens + s.num_new_tokens();
+    const int blocks_needed = (context + block_size - 1) / block_size;
+    if (static_cast<int>(s.block_table.size()) < blocks_needed) {
+      throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) + " has " +
+                               std::to_string(s.block_table.size()) + " KV blocks for " +
+                               std::to_string(context) + " tokens, expected at least " +
+                               std::to_string(blocks_needed));
+    }
+    for (int i = 0; i < s.num_new_tokens(); ++i) {
+      const int position = s.num_computed_tokens + i;
+      batch.token_ids.push_back(s.new_token_ids[i]);
+      batch.positions.push_back(position);
+      batch.slot_mapping.push_back(static_cast<int64_t>(s.block_table[position / block_size]) * block_size +
+                                   position % block_size);
+    }
+    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+    batch.context_lengths.push_back(context);
+    batch.block_tables.insert(batch.block_tables.end(), s.block_table.begin(),
+                              s.block_table.begin() + blocks_needed);
+    batch.block_table_start.push_back(static_cast<int32_t>(batch.block_tables.size()));
+    if (s.sample) batch.logits_rows.push_back(batch.query_start.back() - 1);
+  }
+}
+
+step_result model_runner::run(const step_plan& plan) {
+  step_result result;
+  result.step_id = plan.step_id;
+  if (plan.empty()) return result;
+  const kv_cache_shape shape = model_.kv_shape();
+  build_batch(plan, shape.block_size, batch_);
+  for (int32_t block : batch_.block_tables) {
+    if (block < 0 || block >= shape.num_blocks) {
+      throw std::runtime_error("model_runner: block id " + std::to_string(block) + " outside the model's pool of " +
+                               std::to_string(shape.num_blocks) + " blocks");
+    }
+  }
+  const int vocab = model_.config().vocab_size;
+  logits_.resize(static_cast<size_t>(batch_.num_logits()) * vocab);
+  model_.forward(batch_, logits_.data());
+
+  result.tokens.reserve(static_cast<size_t>(batch_.num_logits()));
+  size_t row = 0;
+  for (const scheduled_sequence& s : plan.sequences) {
+    if (!s.sample) continue;
+    std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
+    result.tokens.push_back(sampler_.sample(logits, s));
+    ++row;
+  }
+  return result;
+}
+
+}  // namespace troupe

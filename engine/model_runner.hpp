@@ -1,0 +1,35 @@
+#pragma once
+// Runs a step plan on a model: flattens it into one varlen forward_batch (no padding), runs the
+// forward pass, samples every row that wants a token, and returns the step_result.
+
+#include <vector>
+
+#include "engine/sampler.hpp"
+#include "engine/step_plan.hpp"
+#include "kernels/forward_batch.hpp"
+#include "kernels/model.hpp"
+
+namespace troupe {
+
+class model_runner {
+ public:
+  // `m` must outlive the runner.
+  explicit model_runner(model& m, uint64_t sampler_seed = std::random_device{}());
+
+  step_result run(const step_plan& plan);
+
+  // The batch the last run() sent to the model (for tests and tracing).
+  const forward_batch& last_batch() const { return batch_; }
+
+  // Flattens `plan` into `batch` for KV blocks of `block_size` tokens. Throws when a sequence's
+  // block table does not cover its tokens.
+  static void build_batch(const step_plan& plan, int block_size, forward_batch& batch);
+
+ private:
+  model& model_;
+  sampler sampler_;
+  forward_batch batch_;
+  std::vector<float> logits_;  // [num_logits, vocab_size]
+};
+
+}  // namespace troupe

@@ -1,0 +1,184 @@
+#include "engine/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+namespace troupe {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) from the top 53 bits.
+double to_unit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+
+int32_t argmax(const std::vector<float>& values) {
+  // First maximum wins, as in the reference implementations.
+  return static_cast<int32_t>(std::max_element(values.begin(), values.end()) - values.begin());
+}
+
+}  // namespace
+
+std::string check_sampling_params(const sampling_params& p) {
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) return "temperature must be >= 0";
+  if (p.top_k < 0) return "top_k must be >= 0 (0: off)";
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return "top_p must be in (0, 1]";
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return "min_p must be in [0, 1]";
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) return "repetition_penalty must be > 0";
+  if (!std::isfinite(p.presence_penalty)) return "presence_penalty must be finite";
+  if (!std::isfinite(p.frequency_penalty)) return "frequency_penalty must be finite";
+  if (p.max_tokens < 1) return "max_tokens must be >= 1";
+  if (p.logprobs < -1) return "logprobs must be >= -1 (-1: none)";
+  return {};
+}
+
+bool uses_penalties(const sampling_params& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+sampler::sampler(uint64_t unseeded_seed) : rng_(unseeded_seed) {}
+
+sampled_token sampler::sample(std::span<const float> logits, const scheduled_sequence& seq) {
+  sample_context context{seq.request_id, seq.output_index, seq.penalty_token_ids, seq.num_prompt_tokens};
+  return sample(logits, seq.params, context);
+}
+
+sampled_token sampler::sample(std::span<const float> logits, const sampling_params& params,
+                              const sample_context& context) {
+  if (logits.empty()) throw std::runtime_error("sampler: empty logits row");
+  work_.assign(logits.begin(), logits.end());
+  if (uses_penalties(params)) apply_penalties(params, context);
+
+  sampled_token out;
+  out.request_id = context.request_id;
+  if (params.temperature == 0.0f || params.top_k == 1) {
+    out.token_id = argmax(work_);
+  } else {
+    double uniform = params.seed
+                         ? to_unit(splitmix64(*params.seed ^ splitmix64(static_cast<uint64_t>(context.output_index))))
+                         : to_unit(rng_());
+    out.token_id = sample_filtered(params, uniform);
+  }
+  if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
+  return out;
+}
+
+void sampler::apply_penalties(const sampling_params& params, const sample_context& context) {
+  const size_t vocab = work_.size();
+  if (counts_.size() != vocab) {
+    counts_.assign(vocab, 0);
+    seen_.assign(vocab, 0);
+  }
+  touched_.clear();
+  for (size_t i = 0; i < context.penalty_token_ids.size(); ++i) {
+    int32_t t = context.penalty_token_ids[i];
+    if (t < 0 || static_cast<size_t>(t) >= vocab) {
+      throw std::runtime_error("sampler: token id " + std::to_string(t) + " of request " +
+                               std::to_string(context.request_id) + " is outside the vocabulary of " +
+                               std::to_string(vocab));
+    }
+    if (!seen_[t]) {
+      seen_[t] = 1;
+      touched_.push_back(t);
+    }
+    if (static_cast<int32_t>(i) >= context.num_prompt_tokens) ++counts_[t];
+  }
+  const float rp = params.repetition_penalty;
+  for (int32_t t : touched_) {
+    float l = work_[t];
+    // Dividing a positive logit and multiplying a negative one both make the token less likely.
+    if (rp != 1.0f) l = l > 0.0f ? l / rp : l * rp;
+    if (counts_[t] > 0) l -= params.presence_penalty + params.frequency_penalty * static_cast<float>(counts_[t]);
+    work_[t] = l;
+    seen_[t] = 0;
+    counts_[t] = 0;
+  }
+}
+
+// Order of filters: top-k, then top-p over what is left, then min-p (relative to the most
+// likely token, which the first two always keep). No full sort of the vocabulary.
+int32_t sampler::sample_filtered(const sampling_params& params, double uniform) {
+  const int vocab = static_cast<int>(work_.size());
+  const float inv_t = 1.0f / params.temperature;
+  const float max_logit = *std::max_element(work_.begin(), work_.end());
+  // Subtracting the max before scaling keeps tiny temperatures from overflowing.
+  for (float& l : work_) l = std::exp((l - max_logit) * inv_t);  // unnormalized probabilities, max 1
+
+  order_.resize(static_cast<size_t>(vocab));
+  std::iota(order_.begin(), order_.end(), 0);
+  auto more_likely = [this](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
+  int n = vocab;
+  if (params.top_k > 0 && params.top_k < vocab) {
+    std::nth_element(order_.begin(), order_.begin() + params.top_k, order_.end(), more_likely);
+    n = params.top_k;
+  }
+  if (params.top_p < 1.0f) {
+    double total = 0.0;
+    for (int i = 0; i < n; ++i) total += work_[order_[i]];
+    const double target = params.top_p * total;
+    // Sort a growing head until it holds the wanted mass: O(V log m) for a head of m tokens.
+    int head = std::min(n, 64);
+    for (;;) {
+      std::partial_sort(order_.begin(), order_.begin() + head, order_.begin() + n, more_likely);
+      double mass = 0.0;
+      int keep = 0;
+      while (keep < head && mass < target) mass += work_[order_[keep++]];
+      if (mass >= target || head == n) {
+        n = std::max(keep, 1);
+        break;
+      }
+      head = std::min(n, head * 4);
+    }
+  }
+  if (params.min_p > 0.0f) {
+    float best = 0.0f;
+    for (int i = 0; i < n; ++i) best = std::max(best, work_[order_[i]]);
+    const float threshold = params.min_p * best;
+    int kept = 0;
+    for (int i = 0; i < n; ++i) {
+      if (work_[order_[i]] >= threshold) order_[kept++] = order_[i];
+    }
+    n = kept;
+  }
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) total += work_[order_[i]];
+  const double point = uniform * total;
+  double cumulative = 0.0;
+  for (int i = 0; i < n; ++i) {
+    cumulative += work_[order_[i]];
+    if (point < cumulative) return order_[i];
+  }
+  return order_[n - 1];
+}
+
+void sampler::fill_logprobs(std::span<const float> logits, int top_n, sampled_token& out) {
+  const int vocab = static_cast<int>(logits.size());
+  float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - max_logit));
+  const double log_z = max_logit + std::log(sum);
+  out.logprob = static_cast<float>(logits[out.token_id] - log_z);
+  top_n = std::min(top_n, vocab);
+  out.top_token_ids.clear();
+  out.top_logprobs.clear();
+  if (top_n <= 0) return;
+  order_.resize(static_cast<size_t>(vocab));
+  std::iota(order_.begin(), order_.end(), 0);
+  std::partial_sort(order_.begin(), order_.begin() + top_n, order_.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int i = 0; i < top_n; ++i) {
+    out.top_token_ids.push_back(order_[i]);
+    out.top_logprobs.push_back(static_cast<float>(logits[order_[i]] - log_z));
+  }
+}
+
+}  // namespace troupe

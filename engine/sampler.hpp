@@ -1,0 +1,53 @@
+#pragma once
+// Turns one row of logits into a token, per request: penalties, then greedy or temperature
+// sampling with top-k, top-p and min-p, and the logprobs the request asked for.
+//
+// A seeded request draws its k-th output token from a generator keyed by (seed, k), so the same
+// request samples the same tokens whatever else shares its batch.
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.hpp"
+#include "engine/step_plan.hpp"
+
+namespace troupe {
+
+// What the sampler needs of the sequence besides its logits.
+struct sample_context {
+  int64_t request_id = 0;
+  int32_t output_index = 0;                    // which output token is being sampled
+  std::span<const int32_t> penalty_token_ids;  // prompt then outputs; may be empty without penalties
+  int32_t num_prompt_tokens = 0;
+};
+
+// An empty string when `params` are usable, otherwise what is wrong with them.
+std::string check_sampling_params(const sampling_params& params);
+bool uses_penalties(const sampling_params& params);
+
+class sampler {
+ public:
+  explicit sampler(uint64_t unseeded_seed = std::random_device{}());
+
+  // logits: [vocab_size] the model's raw logits for the row (left untouched).
+  sampled_token sample(std::span<const float> logits, const sampling_params& params,
+                       const sample_context& context);
+  sampled_token sample(std::span<const float> logits, const scheduled_sequence& seq);
+
+ private:
+  void apply_penalties(const sampling_params& params, const sample_context& context);
+  int32_t sample_filtered(const sampling_params& params, double uniform);
+  void fill_logprobs(std::span<const float> logits, int top_n, sampled_token& out);
+
+  std::vector<float> work_;     // [vocab_size] processed logits, then unnormalized probabilities
+  std::vector<int32_t> order_;  // [vocab_size] candidate token ids
+  std::vector<int32_t> counts_;  // [vocab_size] output occurrences (penalties), kept zeroed
+  std::vector<uint8_t> seen_;    // [vocab_size] in prompt or output (penalties), kept zeroed
+  std::vector<int32_t> touched_;
+  std::mt19937_64 rng_;  // for requests without a seed
+};
+
+}  // namespace troupe

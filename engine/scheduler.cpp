@@ -1,0 +1,234 @@
+#include "engine/scheduler.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "engine/sampler.hpp"
+
+namespace troupe {
+
+scheduler::scheduler(const engine_config& config, std::vector<int32_t> eos_token_ids)
+    : config_(config),
+      eos_token_ids_(std::move(eos_token_ids)),
+      kv_((config.validate(), config.num_kv_blocks), config.block_size, config.enable_prefix_caching) {}
+
+std::optional<request_error> scheduler::check_request(int64_t request_id, int num_prompt_tokens,
+                                                      const sampling_params& params) const {
+  auto invalid = [&](std::string why) {
+    return request_error{request_error_code::invalid_request,
+                         "request " + std::to_string(request_id) + ": " + std::move(why)};
+  };
+  if (sequences_.count(request_id) != 0) {
+    return request_error{request_error_code::duplicate_id,
+                         "request " + std::to_string(request_id) + " is already live"};
+  }
+  if (num_prompt_tokens == 0) return invalid("the prompt is empty");
+  if (num_prompt_tokens >= config_.max_model_len) {
+    return invalid("the prompt has " + std::to_string(num_prompt_tokens) +
+                   " tokens, leaving no room to generate within max_model_len " +
+                   std::to_string(config_.max_model_len));
+  }
+  if (std::string why = check_sampling_params(params); !why.empty()) return invalid(why);
+  // A sequence must fit the pool alone, or it could be preempted forever.
+  const int64_t most_tokens =
+      std::min<int64_t>(static_cast<int64_t>(num_prompt_tokens) + params.max_tokens, config_.max_model_len);
+  const int blocks = kv_.blocks_for(static_cast<int>(most_tokens));
+  if (blocks > kv_.num_blocks()) {
+    return invalid("prompt + max_tokens need up to " + std::to_string(blocks) + " KV blocks, the pool has " +
+                   std::to_string(kv_.num_blocks()));
+  }
+  if (num_waiting() >= config_.max_waiting_requests) {
+    return request_error{request_error_code::overloaded,
+                         "request " + std::to_string(request_id) + ": the waiting queue is full (" +
+                             std::to_string(config_.max_waiting_requests) + " requests)"};
+  }
+  return std::nullopt;
+}
+
+std::optional<request_error> scheduler::add_request(int64_t request_id, std::vector<int32_t> prompt_ids,
+                                                    sampling_params params, int priority,
+                                                    engine_clock::time_point arrival) {
+  if (auto error = check_request(request_id, static_cast<int>(prompt_ids.size()), params)) return error;
+  auto seq = std::make_unique<sequence>(request_id, std::move(prompt_ids), std::move(params), priority,
+                                        next_arrival_order_++, arrival);
+  waiting_.insert(seq.get());
+  sequences_.emplace(request_id, std::move(seq));
+  return std::nullopt;
+}
+
+step_plan scheduler::schedule() {
+  step_plan plan;
+  plan.step_id = next_step_id_++;
+  int budget = config_.max_num_batched_tokens;
+  bool preempted_any = false;
+
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    sequence* seq = running_[i];
+    const int num_new = std::min(seq->num_uncomputed_tokens(), budget);
+    if (num_new <= 0) {
+      ++i;
+      continue;
+    }
+    const int needed = seq->num_computed_tokens + num_new;
+    bool preempted_self = false;
+    while (!kv_.can_append(seq->blocks, needed)) {
+      sequence* victim = running_.back();
+      preempt(victim, plan);
+      preempted_any = true;
+      if (victim == seq) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;
+    kv_.append(seq->blocks, needed);
+    plan.sequences.push_back(plan_entry(*seq, num_new));
+    budget -= num_new;
+    ++i;
+  }
+
+  // Admitting while preempting would only swap one sequence's blocks for another's.
+  const auto now = engine_clock::now();
+  while (!preempted_any && !waiting_.empty() && budget > 0 && num_running() < config_.max_num_seqs) {
+    sequence* seq = *waiting_.begin();
+    prefix_hit hit = kv_.find_cached_prefix(seq->token_ids());
+    const int num_new = std::min(seq->num_tokens() - hit.num_tokens, budget);
+    const int needed = hit.num_tokens + num_new;
+    if (!kv_.can_allocate(hit, needed)) break;  // strict order: nobody jumps the head
+    kv_.allocate(seq->blocks, hit, needed);
+    seq->num_computed_tokens = hit.num_tokens;
+    if (!seq->timeline.scheduled) {
+      seq->timeline.scheduled = true;
+      seq->timeline.first_scheduled = now;
+      seq->num_cached_tokens = hit.num_tokens;
+    }
+    seq->status = sequence_status::running;
+    waiting_.erase(waiting_.begin());
+    insert_running(seq);
+    plan.sequences.push_back(plan_entry(*seq, num_new));
+    budget -= num_new;
+  }
+  return plan;
+}
+
+scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens) const {
+  scheduled_sequence s;
+  s.request_id = seq.request_id();
+  s.num_computed_tokens = seq.num_computed_tokens;
+  auto tokens = seq.token_ids().subspan(static_cast<size_t>(seq.num_computed_tokens),
+                                        static_cast<size_t>(num_new_tokens));
+  s.new_token_ids.assign(tokens.begin(), tokens.end());
+  s.block_table = seq.blocks.block_ids;
+  s.sample = seq.num_computed_tokens + num_new_tokens == seq.num_tokens();
+  s.output_index = seq.num_output_tokens();
+  s.params = seq.params();
+  if (s.sample && uses_penalties(seq.params())) {
+    s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
+    s.num_prompt_tokens = seq.num_prompt_tokens();
+  }
+  return s;
+}
+
+void scheduler::insert_running(sequence* seq) {
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), seq, by_priority{}), seq);
+}
+
+void scheduler::remove_running(sequence* seq) {
+  auto it = std::find(running_.begin(), running_.end(), seq);
+  if (it != running_.end()) running_.erase(it);
+}
+
+void scheduler::preempt(sequence* seq, step_plan& plan) {
+  remove_running(seq);
+  kv_.free(seq->blocks);
+  seq->reset_for_recompute();
+  waiting_.insert(seq);
+  plan.preempted_ids.push_back(seq->request_id());
+}
+
+sequence_status scheduler::stop_status(const sequence& seq, int32_t token_id) const {
+  const sampling_params& p = seq.params();
+  auto contains = [token_id](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token_id) != ids.end();
+  };
+  if (!p.ignore_eos && contains(eos_token_ids_)) return sequence_status::finished_stopped;
+  if (contains(p.stop_token_ids)) return sequence_status::finished_stopped;
+  if (seq.num_output_tokens() >= p.max_tokens) return sequence_status::finished_length;
+  if (seq.num_tokens() >= config_.max_model_len) return sequence_status::finished_length;
+  return sequence_status::running;
+}
+
+std::vector<token_delta> scheduler::update(const step_plan& plan, const step_result& result) {
+  std::vector<token_delta> deltas;
+  const auto now = engine_clock::now();
+  size_t next_token = 0;
+  for (const scheduled_sequence& s : plan.sequences) {
+    const sampled_token* token = nullptr;
+    if (s.sample) {
+      if (next_token >= result.tokens.size() || result.tokens[next_token].request_id != s.request_id) {
+        throw std::runtime_error("scheduler: step " + std::to_string(result.step_id) +
+                                 " has no sampled token for request " + std::to_string(s.request_id) +
+                                 " in plan order");
+      }
+      token = &result.tokens[next_token++];
+    }
+    auto it = sequences_.find(s.request_id);
+    if (it == sequences_.end()) continue;  // aborted since the plan
+    sequence& seq = *it->second;
+    if (seq.status != sequence_status::running || seq.num_computed_tokens != s.num_computed_tokens) continue;
+    seq.num_computed_tokens += s.num_new_tokens();
+    kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
+    if (token == nullptr) continue;
+
+    seq.append_token(token->token_id, now);
+    token_delta delta;
+    delta.request_id = s.request_id;
+    delta.token_ids.push_back(token->token_id);
+    if (seq.params().logprobs >= 0) {
+      delta.logprobs.push_back({token->logprob, token->top_token_ids, token->top_logprobs});
+    }
+    const sequence_status status = stop_status(seq, token->token_id);
+    if (is_finished(status)) {
+      token_delta last = finish(seq, status, now);  // destroys seq
+      delta.finish = last.finish;
+      delta.metrics = last.metrics;
+    }
+    deltas.push_back(std::move(delta));
+  }
+  if (next_token != result.tokens.size()) {
+    throw std::runtime_error("scheduler: step " + std::to_string(result.step_id) + " returned " +
+                             std::to_string(result.tokens.size()) + " tokens, the plan sampled " +
+                             std::to_string(next_token));
+  }
+  return deltas;
+}
+
+std::optional<token_delta> scheduler::abort(int64_t request_id) {
+  auto it = sequences_.find(request_id);
+  if (it == sequences_.end()) return std::nullopt;
+  return finish(*it->second, sequence_status::finished_aborted, engine_clock::now());
+}
+
+token_delta scheduler::finish(sequence& seq, sequence_status status, engine_clock::time_point now) {
+  if (seq.status == sequence_status::running) {
+    remove_running(&seq);
+  } else {
+    waiting_.erase(&seq);
+  }
+  kv_.free(seq.blocks);
+  seq.finish(status, now);
+  token_delta delta;
+  delta.request_id = seq.request_id();
+  delta.finish = finish_reason_of(status);
+  delta.metrics = seq.metrics();
+  sequences_.erase(seq.request_id());
+  return delta;
+}
+
+const sequence* scheduler::find(int64_t request_id) const {
+  auto it = sequences_.find(request_id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace troupe

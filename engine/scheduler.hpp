@@ -1,0 +1,81 @@
+#pragma once
+// The token-budget scheduler. Each step hands out at most max_num_batched_tokens tokens:
+// running sequences first (a decode token, or the next chunk of a prompt), then waiting ones
+// by priority and arrival, each given min(what it still needs, what is left of the budget).
+// When KV blocks run out, the lowest-priority, newest running sequence is preempted and later
+// recomputed from its tokens (cheap when its blocks are still in the prefix cache).
+//
+// Use: schedule() -> run the plan -> update(plan, result) -> schedule() ... Plain class, not
+// thread-safe: the scheduler actor owns it.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine_config.hpp"
+#include "engine/request_error.hpp"
+#include "engine/sequence.hpp"
+#include "engine/step_plan.hpp"
+#include "engine/token_delta.hpp"
+#include "kvcache/kv_cache_manager.hpp"
+
+namespace troupe {
+
+class scheduler {
+ public:
+  // `eos_token_ids` end a sequence unless its params say ignore_eos.
+  scheduler(const engine_config& config, std::vector<int32_t> eos_token_ids);
+
+  // Queues a request. Refuses (and keeps nothing) when the waiting queue is full (overloaded),
+  // the id is live already, or the request could never run in this engine.
+  std::optional<request_error> add_request(int64_t request_id, std::vector<int32_t> prompt_ids,
+                                           sampling_params params, int priority = 0,
+                                           engine_clock::time_point arrival = engine_clock::now());
+
+  step_plan schedule();
+  // Applies a step's outcome: advances computed tokens, appends sampled tokens, finishes and
+  // frees sequences. Entries for requests aborted or preempted since the plan are ignored.
+  std::vector<token_delta> update(const step_plan& plan, const step_result& result);
+  // Ends a request now and frees its blocks; its final delta, or nothing for an unknown id.
+  std::optional<token_delta> abort(int64_t request_id);
+
+  bool has_unfinished() const { return !sequences_.empty(); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_free_blocks() const { return kv_.num_free_blocks(); }
+  const kv_cache_manager& kv_cache() const { return kv_; }
+  const engine_config& config() const { return config_; }
+  // The live request with this id, or nullptr.
+  const sequence* find(int64_t request_id) const;
+
+ private:
+  struct by_priority {
+    bool operator()(const sequence* a, const sequence* b) const {
+      if (a->priority() != b->priority()) return a->priority() < b->priority();
+      return a->arrival_order() < b->arrival_order();
+    }
+  };
+
+  std::optional<request_error> check_request(int64_t request_id, int num_prompt_tokens,
+                                             const sampling_params& params) const;
+  scheduled_sequence plan_entry(const sequence& seq, int num_new_tokens) const;
+  void insert_running(sequence* seq);
+  void remove_running(sequence* seq);
+  void preempt(sequence* seq, step_plan& plan);
+  sequence_status stop_status(const sequence& seq, int32_t token_id) const;
+  token_delta finish(sequence& seq, sequence_status status, engine_clock::time_point now);
+
+  engine_config config_;
+  std::vector<int32_t> eos_token_ids_;
+  kv_cache_manager kv_;
+  std::unordered_map<int64_t, std::unique_ptr<sequence>> sequences_;  // every live request
+  std::set<sequence*, by_priority> waiting_;
+  std::vector<sequence*> running_;  // sorted by priority, then arrival: the back is preempted first
+  uint64_t next_arrival_order_ = 0;
+  uint64_t next_step_id_ = 0;
+};
+
+}  // namespace troupe

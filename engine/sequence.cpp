@@ -1,0 +1,65 @@
+#include "engine/sequence.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace troupe {
+
+namespace {
+double seconds(engine_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+sequence::sequence(int64_t request_id, std::vector<int32_t> prompt_ids, sampling_params params, int priority,
+                   uint64_t arrival_order, engine_clock::time_point arrival)
+    : request_id_(request_id),
+      token_ids_(std::move(prompt_ids)),
+      num_prompt_tokens_(static_cast<int>(token_ids_.size())),
+      params_(std::move(params)),
+      priority_(priority),
+      arrival_order_(arrival_order) {
+  if (token_ids_.empty()) {
+    throw std::runtime_error("sequence: request " + std::to_string(request_id) + " has an empty prompt");
+  }
+  timeline.arrival = arrival;
+  timeline.token_times.reserve(static_cast<size_t>(std::max(params_.max_tokens, 0)));
+}
+
+void sequence::append_token(int32_t token_id, engine_clock::time_point now) {
+  if (num_output_tokens() == 0) timeline.first_token = now;
+  token_ids_.push_back(token_id);
+  timeline.token_times.push_back(now);
+}
+
+void sequence::finish(sequence_status finished_status, engine_clock::time_point now) {
+  if (!is_finished(finished_status)) {
+    throw std::runtime_error("sequence: finish needs a finished_* status");
+  }
+  status = finished_status;
+  timeline.finish = now;
+}
+
+void sequence::reset_for_recompute() {
+  num_computed_tokens = 0;
+  ++num_preemptions;
+  status = sequence_status::preempted;
+}
+
+request_metrics sequence::metrics() const {
+  request_metrics m;
+  m.num_prompt_tokens = num_prompt_tokens_;
+  m.num_output_tokens = num_output_tokens();
+  m.num_cached_tokens = num_cached_tokens;
+  m.num_preemptions = num_preemptions;
+  if (timeline.scheduled) m.queue_time = seconds(timeline.first_scheduled - timeline.arrival);
+  if (m.num_output_tokens > 0) {
+    m.ttft = seconds(timeline.first_token - timeline.arrival);
+    if (m.num_output_tokens > 1) {
+      m.tpot = seconds(timeline.token_times.back() - timeline.first_token) / (m.num_output_tokens - 1);
+    }
+  }
+  if (is_finished(status)) m.e2e = seconds(timeline.finish - timeline.arrival);
+  return m;
+}
+
+}  // namespace troupe

@@ -1,0 +1,74 @@
+#pragma once
+// Everything the engine knows about one request: its tokens, how many of them the KV cache
+// holds, its blocks, its sampling parameters and its timeline.
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/request_status.hpp"
+#include "engine/sampling_params.hpp"
+#include "engine/token_delta.hpp"
+#include "kvcache/block_table.hpp"
+
+namespace troupe {
+
+using engine_clock = std::chrono::steady_clock;
+
+struct sequence_timeline {
+  engine_clock::time_point arrival;
+  engine_clock::time_point first_scheduled;  // first admission (not re-admissions)
+  engine_clock::time_point first_token;
+  engine_clock::time_point finish;
+  std::vector<engine_clock::time_point> token_times;  // [num_output_tokens] when each arrived
+  bool scheduled = false;
+};
+
+class sequence {
+ public:
+  sequence(int64_t request_id, std::vector<int32_t> prompt_ids, sampling_params params, int priority,
+           uint64_t arrival_order, engine_clock::time_point arrival = engine_clock::now());
+
+  int64_t request_id() const { return request_id_; }
+  const sampling_params& params() const { return params_; }
+  // Lower runs first; equal priorities run in arrival order.
+  int priority() const { return priority_; }
+  uint64_t arrival_order() const { return arrival_order_; }
+
+  // The prompt followed by every generated token.
+  std::span<const int32_t> token_ids() const { return token_ids_; }
+  std::span<const int32_t> prompt_ids() const { return std::span(token_ids_).first(num_prompt_tokens_); }
+  std::span<const int32_t> output_ids() const { return std::span(token_ids_).subspan(num_prompt_tokens_); }
+  int num_tokens() const { return static_cast<int>(token_ids_.size()); }
+  int num_prompt_tokens() const { return num_prompt_tokens_; }
+  int num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
+  // Tokens not yet in the KV cache.
+  int num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
+
+  void append_token(int32_t token_id, engine_clock::time_point now);
+  // True once the sequence may stop growing: status becomes finished_* and the reason is kept.
+  void finish(sequence_status status, engine_clock::time_point now);
+  // Gives up its KV: it will be recomputed from its first token when readmitted.
+  void reset_for_recompute();
+
+  request_metrics metrics() const;
+
+  // State the scheduler owns.
+  sequence_status status = sequence_status::waiting;
+  int num_computed_tokens = 0;
+  int num_cached_tokens = 0;  // served by the prefix cache at first admission
+  int num_preemptions = 0;
+  block_table blocks;
+  sequence_timeline timeline;
+
+ private:
+  int64_t request_id_;
+  std::vector<int32_t> token_ids_;
+  int num_prompt_tokens_;
+  sampling_params params_;
+  int priority_;
+  uint64_t arrival_order_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,60 @@
+#pragma once
+// What the scheduler asks a worker to run in one step, and what comes back. Plain data only
+// (ints, floats, vectors; no pointers) so the plan and the result can cross actor and process
+// boundaries as they are.
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/sampling_params.hpp"
+
+namespace troupe {
+
+// One sequence's share of a step: its next tokens, computed on top of what its KV cache holds.
+struct scheduled_sequence {
+  int64_t request_id = 0;
+  int32_t num_computed_tokens = 0;     // tokens already in the KV cache: new positions start here
+  std::vector<int32_t> new_token_ids;  // [num_new_tokens] tokens whose K/V this step computes
+  std::vector<int32_t> block_table;    // block ids covering num_computed + num_new tokens
+  // True when the chunk reaches the sequence's last known token: its logits are sampled.
+  bool sample = false;
+  int32_t output_index = 0;  // index of the token being sampled among the outputs (seeded RNG)
+  sampling_params params;
+  // Only when `sample` and the params use penalties: the prompt followed by every generated
+  // token so far, of which the first num_prompt_tokens are the prompt.
+  std::vector<int32_t> penalty_token_ids;
+  int32_t num_prompt_tokens = 0;
+
+  int num_new_tokens() const { return static_cast<int>(new_token_ids.size()); }
+};
+
+struct step_plan {
+  uint64_t step_id = 0;
+  std::vector<scheduled_sequence> sequences;
+  // Requests that lost their blocks in this step (their KV is gone; they will be recomputed).
+  std::vector<int64_t> preempted_ids;
+
+  bool empty() const { return sequences.empty(); }
+  int num_tokens() const {
+    int n = 0;
+    for (const auto& s : sequences) n += s.num_new_tokens();
+    return n;
+  }
+};
+
+struct sampled_token {
+  int64_t request_id = 0;
+  int32_t token_id = 0;
+  // Filled when the request asked for logprobs (of the model's raw distribution).
+  float logprob = 0.0f;
+  std::vector<int32_t> top_token_ids;  // [top_n] most likely tokens, most likely first
+  std::vector<float> top_logprobs;     // [top_n]
+};
+
+struct step_result {
+  uint64_t step_id = 0;
+  // One per scheduled sequence with `sample` set, in the plan's order.
+  std::vector<sampled_token> tokens;
+};
+
+}  // namespace troupe

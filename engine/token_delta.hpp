@@ -1,0 +1,41 @@
+#pragma once
+// What a step produced for one request: new tokens and, at the end, why and how fast.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "engine/request_status.hpp"
+
+namespace troupe {
+
+struct token_logprobs {
+  float logprob = 0.0f;                // of the sampled token
+  std::vector<int32_t> top_token_ids;  // [top_n]
+  std::vector<float> top_logprobs;     // [top_n]
+};
+
+// Seconds, from the request's own timeline.
+struct request_metrics {
+  double queue_time = 0.0;  // arrival -> first scheduled
+  double ttft = 0.0;        // arrival -> first token
+  double tpot = 0.0;        // mean time between output tokens after the first (0 with one token)
+  double e2e = 0.0;         // arrival -> finish
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;
+  int num_cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
+  int num_preemptions = 0;
+};
+
+struct token_delta {
+  int64_t request_id = 0;
+  // New tokens. When finished by `stop`, the last one is the EOS or stop token that ended it.
+  std::vector<int32_t> token_ids;
+  std::vector<token_logprobs> logprobs;  // one per token when the request asked for logprobs
+  finish_reason finish = finish_reason::none;
+  std::optional<request_metrics> metrics;  // set when finished
+
+  bool finished() const { return finish != finish_reason::none; }
+};
+
+}  // namespace troupe
