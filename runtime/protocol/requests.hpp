@@ -24,7 +24,7 @@ struct generate_request {
   std::optional<std::vector<chat_message>> messages;
   sampling_params sampling;
   bool stream = true;  // false: one reply with the whole completion
-  int priority = 0;    // higher first among waiting requests
+  int priority = 0;    // lower runs first among waiting requests; ties in arrival order
   std::string api_key;
 };
 

@@ -1,0 +1,236 @@
+#pragma once
+// Every message that travels between stages, one struct each, with an `inspect` overload so CAF
+// can serialize it and the receiving stage could live on another node. Included only by the
+// translation units that build actors (it pulls in a small piece of CAF).
+//
+//   frontend ─tokenize_request▶ tokenizer ─schedule_request▶ scheduler ─step_plan▶ worker
+//   worker ─step_done▶ scheduler ─token_batch▶ detokenizer ─text_batch▶ frontend
+//   frontend ─abort_request_msg / stats_query▶ scheduler ─stats_answer▶ frontend
+//   any stage ─request_failed▶ frontend
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "engine/sampling_params.hpp"
+#include "engine/step_plan.hpp"
+#include "engine/token_delta.hpp"
+#include "runtime/protocol/replies.hpp"
+#include "runtime/protocol/requests.hpp"
+
+namespace troupe {
+
+// Nanoseconds of std::chrono::steady_clock; all stages of a node share the clock.
+using timestamp_ns = int64_t;
+
+enum class prompt_kind : uint8_t { text, token_ids, messages };
+
+struct tokenize_request {
+  int64_t request_id = 0;
+  prompt_kind kind = prompt_kind::text;
+  std::string prompt;
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<chat_message> messages;
+  sampling_params sampling;
+  int32_t priority = 0;
+  timestamp_ns arrival = 0;
+};
+
+struct schedule_request {
+  int64_t request_id = 0;
+  std::vector<int32_t> prompt_ids;
+  sampling_params sampling;
+  int32_t priority = 0;
+  timestamp_ns arrival = 0;
+  timestamp_ns tokenized = 0;
+};
+
+// The worker's answer to a step_plan; `error` non-empty when the step failed.
+struct step_done {
+  step_result result;
+  timestamp_ns begin = 0;
+  timestamp_ns end = 0;
+  std::string error;
+};
+
+// The per-request timeline the scheduler keeps; attached to a request's final delta.
+struct request_timeline {
+  timestamp_ns arrival = 0;
+  timestamp_ns tokenized = 0;
+  timestamp_ns first_scheduled = 0;
+  timestamp_ns first_step_begin = 0;
+  timestamp_ns first_step_end = 0;
+  timestamp_ns last_step_end = 0;
+  int32_t num_steps = 0;
+};
+
+// One step's deltas, for the detokenizer. timelines[i] is set for finished deltas[i].
+struct token_batch {
+  std::vector<token_delta> deltas;
+  std::vector<request_timeline> timelines;  // [deltas.size()]
+};
+
+struct text_delta {
+  token_delta delta;
+  std::string text;
+  request_timeline timeline;  // meaningful when delta.finished()
+};
+
+struct text_batch {
+  std::vector<text_delta> deltas;
+};
+
+struct abort_request_msg {
+  int64_t request_id = 0;
+};
+
+struct stats_query {
+  uint64_t tag = 0;
+};
+
+struct stats_answer {
+  uint64_t tag = 0;
+  int32_t num_free_blocks = 0;
+  int32_t num_total_blocks = 0;
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+};
+
+struct request_failed {
+  int64_t request_id = 0;
+  error_code code = error_code::internal;
+  std::string message;
+};
+
+// -- inspect overloads ----------------------------------------------------------------------------
+
+// std::optional has no inspect in CAF 0.17: optional fields travel as a flag and a value,
+// restored by a load callback.
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chat_message& x) {
+  return f(caf::meta::type_name("chat_message"), x.role, x.content);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
+  bool has_seed = x.seed.has_value();
+  uint64_t seed = x.seed.value_or(0);
+  return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p,
+           x.repetition_penalty, x.presence_penalty, x.frequency_penalty, has_seed, seed,
+           x.max_tokens, x.stop_token_ids, x.ignore_eos, x.logprobs,
+           caf::meta::load_callback([&]() -> caf::error {
+             if (has_seed) x.seed = seed; else x.seed.reset();
+             return caf::none;
+           }));
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
+  return f(caf::meta::type_name("scheduled_sequence"), x.request_id, x.num_computed_tokens,
+           x.new_token_ids, x.block_table, x.sample, x.output_index, x.params, x.penalty_token_ids,
+           x.num_prompt_tokens);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
+  return f(caf::meta::type_name("step_plan"), x.step_id, x.sequences, x.preempted_ids);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
+  return f(caf::meta::type_name("sampled_token"), x.request_id, x.token_id, x.logprob,
+           x.top_token_ids, x.top_logprobs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_result& x) {
+  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
+  return f(caf::meta::type_name("token_logprobs"), x.logprob, x.top_token_ids, x.top_logprobs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_metrics& x) {
+  return f(caf::meta::type_name("request_metrics"), x.queue_time, x.ttft, x.tpot, x.e2e,
+           x.num_prompt_tokens, x.num_output_tokens, x.num_cached_tokens, x.num_preemptions);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
+  bool has_metrics = x.metrics.has_value();
+  request_metrics metrics = x.metrics.value_or(request_metrics{});
+  return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish,
+           has_metrics, metrics, caf::meta::load_callback([&]() -> caf::error {
+             if (has_metrics) x.metrics = metrics; else x.metrics.reset();
+             return caf::none;
+           }));
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tokenize_request& x) {
+  return f(caf::meta::type_name("tokenize_request"), x.request_id, x.kind, x.prompt,
+           x.prompt_token_ids, x.messages, x.sampling, x.priority, x.arrival);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
+  return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling,
+           x.priority, x.arrival, x.tokenized);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_done& x) {
+  return f(caf::meta::type_name("step_done"), x.result, x.begin, x.end, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_timeline& x) {
+  return f(caf::meta::type_name("request_timeline"), x.arrival, x.tokenized, x.first_scheduled,
+           x.first_step_begin, x.first_step_end, x.last_step_end, x.num_steps);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_batch& x) {
+  return f(caf::meta::type_name("token_batch"), x.deltas, x.timelines);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, text_delta& x) {
+  return f(caf::meta::type_name("text_delta"), x.delta, x.text, x.timeline);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, text_batch& x) {
+  return f(caf::meta::type_name("text_batch"), x.deltas);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, abort_request_msg& x) {
+  return f(caf::meta::type_name("abort_request_msg"), x.request_id);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stats_query& x) {
+  return f(caf::meta::type_name("stats_query"), x.tag);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
+  return f(caf::meta::type_name("stats_answer"), x.tag, x.num_free_blocks, x.num_total_blocks,
+           x.num_running, x.num_waiting);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_failed& x) {
+  return f(caf::meta::type_name("request_failed"), x.request_id, x.code, x.message);
+}
+
+}  // namespace troupe

@@ -1,0 +1,69 @@
+#include "runtime/tokenize_stage.hpp"
+
+#include <chrono>
+
+namespace troupe {
+
+tokenize_stage::tokenize_stage(tokenizer tok, int vocab_size, int max_model_len)
+    : tokenizer_(std::move(tok)), vocab_size_(vocab_size), max_model_len_(max_model_len) {}
+
+std::string tokenize_stage::render_chat(const std::vector<chat_message>& messages) const {
+  // A plain transcript, ending where the assistant speaks next: models without a chat template
+  // (base models such as stories260K) continue it as text.
+  std::string text;
+  for (const auto& m : messages) text += m.role + ": " + m.content + "\n";
+  text += "assistant:";
+  return text;
+}
+
+std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_request request) const {
+  auto fail = [&](error_code code, std::string message) {
+    return request_failed{request.request_id, code, std::move(message)};
+  };
+  schedule_request out;
+  out.request_id = request.request_id;
+  out.priority = request.priority;
+  out.arrival = request.arrival;
+  const char* field = "prompt";
+  try {
+    switch (request.kind) {
+      case prompt_kind::text:
+        out.prompt_ids = tokenizer_.encode(request.prompt);
+        break;
+      case prompt_kind::token_ids:
+        field = "prompt_token_ids";
+        for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
+          if (request.prompt_token_ids[i] >= vocab_size_) {
+            return fail(error_code::bad_request,
+                        "field 'prompt_token_ids[" + std::to_string(i) + "]': " +
+                            std::to_string(request.prompt_token_ids[i]) +
+                            " is outside the vocabulary of " + std::to_string(vocab_size_));
+          }
+        }
+        out.prompt_ids = std::move(request.prompt_token_ids);
+        break;
+      case prompt_kind::messages:
+        field = "messages";
+        out.prompt_ids = tokenizer_.encode(render_chat(request.messages));
+        break;
+    }
+  } catch (const std::exception& e) {
+    return fail(error_code::bad_request, std::string("field '") + field + "': cannot tokenize: " + e.what());
+  }
+  if (out.prompt_ids.empty()) {
+    return fail(error_code::bad_request, std::string("field '") + field + "': encodes to no tokens");
+  }
+  if (static_cast<int64_t>(out.prompt_ids.size()) >= max_model_len_) {
+    return fail(error_code::prompt_too_long,
+                std::string("field '") + field + "': the prompt has " + std::to_string(out.prompt_ids.size()) +
+                    " tokens, leaving no room to generate within the context of " +
+                    std::to_string(max_model_len_) + " tokens");
+  }
+  out.sampling = std::move(request.sampling);
+  out.tokenized = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count();
+  return out;
+}
+
+}  // namespace troupe

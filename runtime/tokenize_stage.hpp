@@ -1,0 +1,28 @@
+#pragma once
+// The tokenizer stage's work, without the actor: text, token ids or chat messages in, checked
+// prompt ids out (or the error the client gets). Thread-safe (const), so a pool shares one.
+
+#include <variant>
+
+#include "runtime/messages.hpp"
+#include "runtime/text/tokenizer.hpp"
+
+namespace troupe {
+
+class tokenize_stage {
+ public:
+  // vocab_size: the model's; max_model_len: prompt + output tokens of one sequence.
+  tokenize_stage(tokenizer tok, int vocab_size, int max_model_len);
+
+  std::variant<schedule_request, request_failed> run(tokenize_request request) const;
+
+  // The text a chat is turned into before encoding.
+  std::string render_chat(const std::vector<chat_message>& messages) const;
+
+ private:
+  tokenizer tokenizer_;
+  int vocab_size_;
+  int max_model_len_;
+};
+
+}  // namespace troupe
