@@ -124,19 +124,19 @@ int32_t sampler::sample_filtered(const sampling_params& params, double uniform) 
     double total = 0.0;
     for (int i = 0; i < n; ++i) total += work_[order_[i]];
     const double target = params.top_p * total;
-    // Sort a growing head until it holds the wanted mass: O(V log m) for a head of m tokens.
-    int head = std::min(n, 64);
-    for (;;) {
-      std::partial_sort(order_.begin(), order_.begin() + head, order_.begin() + n, more_likely);
-      double mass = 0.0;
-      int keep = 0;
-      while (keep < head && mass < target) mass += work_[order_[keep++]];
-      if (mass >= target || head == n) {
-        n = std::max(keep, 1);
-        break;
-      }
-      head = std::min(n, head * 4);
+    // Sort a growing head until it holds the wanted mass, each round selecting (nth_element)
+    // and sorting only the next slice: O(V + m log m) for a head of m tokens.
+    int sorted = 0;
+    int keep = 0;
+    double mass = 0.0;
+    while (mass < target && keep < n) {
+      const int head = std::min(n, std::max(64, sorted * 4));
+      std::nth_element(order_.begin() + sorted, order_.begin() + head - 1, order_.begin() + n, more_likely);
+      std::sort(order_.begin() + sorted, order_.begin() + head, more_likely);
+      sorted = head;
+      while (keep < sorted && mass < target) mass += work_[order_[keep++]];
     }
+    n = std::max(keep, 1);
   }
   if (params.min_p > 0.0f) {
     float best = 0.0f;
