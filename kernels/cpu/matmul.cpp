@@ -17,6 +17,8 @@ std::atomic<int> gemm_min_rows{8};
 
 // Converted weight slabs are at most this many floats (64 MiB), so that a large vocabulary's
 // lm_head never needs a full f32 copy.
+constexpr int64_t min_macs_per_chunk = 64 * 1024;
+
 constexpr int64_t max_slab_floats = int64_t{16} << 20;
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -63,7 +65,9 @@ void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, 
     const dot_rows_fn dot = kernels.dot_rows[static_cast<int>(w.type)];
     // Contiguous row ranges, a multiple of 16 rows each so threads never share a cache line of y.
     const int64_t per_thread = (m + pool.num_threads() - 1) / pool.num_threads();
-    const int64_t grain = std::max<int64_t>(16, (per_thread + 15) / 16 * 16);
+    // A chunk is worth a thread only with enough multiply-adds to pay for the hand-off.
+    const int64_t min_rows = std::max<int64_t>(16, min_macs_per_chunk / std::max<int64_t>(1, n * k));
+    const int64_t grain = std::max<int64_t>(min_rows, (per_thread + 15) / 16 * 16);
     pool.parallel_for(0, m, grain, [&](int64_t begin, int64_t end, int) {
       dot(x, n, k, w.data + begin * stride, k, end - begin, y + begin, m);
     });

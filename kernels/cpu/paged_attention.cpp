@@ -86,7 +86,12 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const float
   const row_kernels& kernels = active_kernels();
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
-  pool.parallel_for_dynamic(0, static_cast<int64_t>(workspace.items.size()), 1,
+  // Tiny batches (short contexts, few heads) are cheaper on one thread than handed out.
+  int64_t total_keys = 0;
+  for (int s = 0; s < batch.num_seqs(); ++s) total_keys += int64_t{batch.context_lengths[s]} * (batch.query_start[s + 1] - batch.query_start[s]);
+  const int64_t num_items = static_cast<int64_t>(workspace.items.size());
+  const int64_t chunk = total_keys * shape.num_heads * head_dim < 64 * 1024 ? num_items : 1;
+  pool.parallel_for_dynamic(0, num_items, chunk,
                             [&](int64_t begin, int64_t end, int thread_index) {
     float* scores = workspace.per_thread.data() + tile_floats * thread_index;  // [tile, block_size]
     float* acc = scores + query_tile * block_size;                              // [tile, head_dim]

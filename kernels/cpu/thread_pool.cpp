@@ -15,7 +15,7 @@ inline void cpu_relax() {
 
 // How long a worker polls for the next job before it sleeps. Long enough to bridge the gap
 // between two ops of one forward step, short enough not to steal a shared core for long.
-constexpr int spin_iterations = 20000;
+constexpr int spin_iterations = 4000;
 
 }  // namespace
 
@@ -72,7 +72,7 @@ void thread_pool::worker_loop(int thread_index) {
     seen = now;
     if (stop_.load()) return;
     run_chunks(thread_index);
-    num_busy_.fetch_sub(1, std::memory_order_acq_rel);
+    if (num_busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) num_busy_.notify_one();
   }
 }
 
@@ -105,7 +105,16 @@ void thread_pool::run(int64_t begin, int64_t end, int64_t chunk, const range_fn&
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   run_chunks(0);
-  while (num_busy_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Spin for the stragglers, then sleep: on an oversubscribed machine a worker may be off its
+  // core, and spinning would only keep it off longer.
+  for (int i = 0; i < spin_iterations; ++i) {
+    if (num_busy_.load(std::memory_order_acquire) == 0) break;
+    cpu_relax();
+  }
+  for (int busy = num_busy_.load(std::memory_order_acquire); busy != 0;
+       busy = num_busy_.load(std::memory_order_acquire)) {
+    num_busy_.wait(busy, std::memory_order_acquire);
+  }
   fn_ = nullptr;
   if (has_error_.load()) std::rethrow_exception(error_);
 }

@@ -1,0 +1,57 @@
+#pragma once
+// Greedy decoding of one sequence through troupe::model, the way a scheduler would drive it:
+// the whole prompt in one forward, then one token per forward, K/V in the blocks given.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/forward_batch.hpp"
+#include "kernels/model.hpp"
+
+namespace troupe::test {
+
+inline int argmax(const float* values, int count) {
+  return static_cast<int>(std::max_element(values, values + count) - values);
+}
+
+struct greedy_result {
+  std::vector<int32_t> generated;
+  std::vector<float> first_logits;  // [vocab] logits after the prompt
+};
+
+// Blocks 0, 1, 2, ... unless `blocks` names others.
+inline greedy_result greedy_generate(model& m, const std::vector<int32_t>& prompt, int steps,
+                                     std::vector<int32_t> blocks = {}) {
+  const int block_size = m.kv_shape().block_size;
+  const int vocab = m.config().vocab_size;
+  const int needed = (static_cast<int>(prompt.size()) + steps + block_size - 1) / block_size;
+  for (int b = static_cast<int>(blocks.size()); b < needed; ++b) blocks.push_back(b);
+  std::vector<int32_t> tokens = prompt;
+  greedy_result result;
+  std::vector<float> logits(vocab);
+  int computed = 0;
+  while (static_cast<int>(result.generated.size()) < steps) {
+    forward_batch batch;
+    const int total = static_cast<int>(tokens.size());
+    for (int t = computed; t < total; ++t) {
+      batch.token_ids.push_back(tokens[t]);
+      batch.positions.push_back(t);
+      batch.slot_mapping.push_back(int64_t{blocks[t / block_size]} * block_size + t % block_size);
+    }
+    batch.query_start = {0, total - computed};
+    batch.context_lengths = {total};
+    batch.block_table_start = {0, static_cast<int32_t>(blocks.size())};
+    batch.block_tables = blocks;
+    batch.logits_rows = {total - computed - 1};
+    m.forward(batch, logits.data());
+    if (result.first_logits.empty()) result.first_logits = logits;
+    computed = total;
+    const int next = argmax(logits.data(), vocab);
+    result.generated.push_back(next);
+    tokens.push_back(next);
+  }
+  return result;
+}
+
+}  // namespace troupe::test
