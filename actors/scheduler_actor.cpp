@@ -1,0 +1,39 @@
+#include <caf/event_based_actor.hpp>
+
+#include "actors/stage_actors.hpp"
+#include "runtime/messages.hpp"
+#include "runtime/scheduler_stage.hpp"
+
+namespace troupe {
+
+caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
+                              std::vector<int32_t> eos_token_ids, caf::actor worker,
+                              caf::actor detokenizer, caf::actor frontend) {
+  auto stage = std::make_shared<scheduler_stage>(config, std::move(eos_token_ids));
+  // Delivers a stage call's outputs: the next plan first, so the worker starts computing while
+  // the deltas travel to the detokenizer.
+  auto deliver = std::make_shared<std::function<void(scheduler_stage::outputs)>>();
+  *deliver = [=](scheduler_stage::outputs out) {
+    if (out.plan) {
+      const uint64_t step_id = out.plan->step_id;
+      self->request(worker, caf::infinite, std::move(*out.plan)).then(
+          [=](step_done& done) { (*deliver)(stage->step_finished(done)); },
+          [=](caf::error& error) {
+            step_done failed;
+            failed.result.step_id = step_id;
+            failed.error = "worker unreachable: " + self->system().render(error);
+            (*deliver)(stage->step_finished(failed));
+          });
+    }
+    if (!out.tokens.deltas.empty()) self->send(detokenizer, std::move(out.tokens));
+    for (auto& failure : out.failures) self->send(frontend, std::move(failure));
+  };
+  self->attach_functor([deliver] { *deliver = nullptr; });  // breaks the self-reference cycle
+  return {
+      [=](schedule_request& request) { (*deliver)(stage->add(std::move(request))); },
+      [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id)); },
+      [=](stats_query& query) { self->send(frontend, stage->stats(query.tag)); },
+  };
+}
+
+}  // namespace troupe

@@ -1,0 +1,72 @@
+// troupe serve: one node with every stage, from a topology file and flags that override it.
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/cli/command_registry.hpp"
+#include "runtime/node.hpp"
+
+namespace troupe::cli {
+namespace {
+
+struct serve_flags {
+  std::string config;
+  std::string model;
+  std::string load_format;
+  std::string zmq_endpoint;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  int max_num_seqs = 0;
+  int max_num_batched_tokens = 0;
+  int max_waiting_requests = 0;
+  int num_kv_blocks = 0;
+  int kv_memory_mb = 0;
+  int max_model_len = 0;
+  int threads = -1;
+  int tokenizer_pool_size = 0;
+  std::string api_key;
+  std::string log_level = "info";
+};
+
+const bool registered = register_command([](CLI::App& parent) {
+  auto flags = std::make_shared<serve_flags>();
+  auto* app = parent.add_subcommand("serve", "serve a model on the ZeroMQ client plane");
+  app->add_option("--config", flags->config, "topology file (TOML), e.g. config/colocated.toml");
+  app->add_option("--model", flags->model, "HF model directory or .gguf file");
+  app->add_option("--load-format", flags->load_format, "auto | safetensors | gguf | dummy");
+  app->add_option("--zmq-endpoint", flags->zmq_endpoint, "ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:5557");
+  app->add_option("--host", flags->host, "host for --port");
+  app->add_option("--port", flags->port, "TCP port (binds tcp://HOST:PORT)");
+  app->add_option("--max-num-seqs", flags->max_num_seqs, "sequences running at once");
+  app->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "token budget of one step");
+  app->add_option("--max-waiting-requests", flags->max_waiting_requests, "queue bound; beyond it: overloaded");
+  app->add_option("--num-kv-blocks", flags->num_kv_blocks, "KV blocks in the pool");
+  app->add_option("--kv-memory-mb", flags->kv_memory_mb, "KV pool budget when --num-kv-blocks is not given");
+  app->add_option("--max-model-len", flags->max_model_len, "prompt + output tokens of one request");
+  app->add_option("--threads", flags->threads, "worker compute threads (0: all)");
+  app->add_option("--tokenizer-pool-size", flags->tokenizer_pool_size, "tokenizer actors");
+  app->add_option("--api-key", flags->api_key, "require this key on every request");
+  app->add_option("--log-level", flags->log_level, "trace | debug | info | warn | error");
+  return command{app, [flags] {
+    spdlog::set_level(spdlog::level::from_str(flags->log_level));
+    topology t = flags->config.empty() ? topology{} : load_topology(flags->config);
+    if (!flags->model.empty()) t.model_path = flags->model;
+    if (!flags->load_format.empty()) t.load_format = flags->load_format;
+    if (flags->port > 0) t.zmq_endpoint = "tcp://" + flags->host + ":" + std::to_string(flags->port);
+    if (!flags->zmq_endpoint.empty()) t.zmq_endpoint = flags->zmq_endpoint;
+    if (flags->max_num_seqs > 0) t.max_num_seqs = flags->max_num_seqs;
+    if (flags->max_num_batched_tokens > 0) t.max_num_batched_tokens = flags->max_num_batched_tokens;
+    if (flags->max_waiting_requests > 0) t.max_waiting_requests = flags->max_waiting_requests;
+    if (flags->num_kv_blocks > 0) t.num_kv_blocks = flags->num_kv_blocks;
+    if (flags->kv_memory_mb > 0) t.kv_memory_mb = flags->kv_memory_mb;
+    if (flags->max_model_len > 0) t.max_model_len = flags->max_model_len;
+    if (flags->threads >= 0) t.threads = flags->threads;
+    if (flags->tokenizer_pool_size > 0) t.tokenizer_pool_size = flags->tokenizer_pool_size;
+    if (!flags->api_key.empty()) t.api_key = flags->api_key;
+    t.validate();
+    serve_until_signal(t);
+    return 0;
+  }};
+});
+
+}  // namespace
+}  // namespace troupe::cli
