@@ -1,0 +1,127 @@
+// 64 concurrent clients with mixed prompt lengths and max_tokens at temperature 0: every output
+// equals the same request served alone, nothing is lost, every KV block is free afterwards.
+// A tiny KV pool forces preemption, and a prompt longer than the step budget is chunked: both
+// give the same outputs again.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "tests/e2e/serve_process.hpp"
+
+namespace troupe::test {
+namespace {
+
+const std::vector<std::string> prompts = {
+    "Once upon a time",
+    "Zoo",
+    "Lily wanted",
+    "The little dog ran to the park and saw a big red ball. He wanted to",
+    "Tom and Sam were best friends. One day they found a box in the garden. Inside the box",
+    "A",
+    "She looked at the sky",
+    "Once upon a time, there was a big tree in the forest. The tree was very old and had many birds living in it",
+};
+
+std::vector<generate_request> mixed_requests(int count) {
+  const int lengths[] = {4, 9, 17, 33, 60};
+  std::vector<generate_request> requests;
+  for (int i = 0; i < count; ++i) {
+    requests.push_back(greedy(prompts[i % prompts.size()], lengths[(i * 7) % 5]));
+    requests.back().id = "req-" + std::to_string(i);
+  }
+  return requests;
+}
+
+std::vector<completion> serve_alone(const serve_process& server, const std::vector<generate_request>& requests) {
+  client c = server.make_client();
+  std::vector<completion> outputs;
+  for (const auto& r : requests) outputs.push_back(c.generate(r));
+  return outputs;
+}
+
+std::vector<completion> serve_together(const serve_process& server, const std::vector<generate_request>& requests) {
+  std::vector<completion> outputs(requests.size());
+  std::vector<std::string> errors(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        client c = server.make_client();
+        c.set_timeout(std::chrono::seconds(30));
+        outputs[i] = c.generate(requests[i]);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < errors.size(); ++i) EXPECT_EQ(errors[i], "") << "request " << i;
+  return outputs;
+}
+
+void expect_same(const std::vector<completion>& alone, const std::vector<completion>& together) {
+  ASSERT_EQ(alone.size(), together.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    EXPECT_EQ(together[i].token_ids, alone[i].token_ids) << "request " << i;
+    EXPECT_EQ(together[i].text, alone[i].text) << "request " << i;
+    EXPECT_EQ(together[i].finish_reason, alone[i].finish_reason) << "request " << i;
+  }
+}
+
+TEST(serve_concurrency, sixty_four_clients_match_serving_alone) {
+  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  serve_process server({"--max-num-seqs", "64"});
+  auto requests = mixed_requests(64);
+  auto alone = serve_alone(server, requests);
+  // The reference continuation of "Once upon a time" (README of stories260K, 60 greedy tokens).
+  ASSERT_EQ(requests[32].sampling.max_tokens, 60);
+  EXPECT_EQ(alone[32].text,
+            ", there was a little girl named Lily. She loved to play outside in the park. One day, "
+            "she saw a big, red ball. She wanted to play with it, but it was too high.\nLily");
+  auto together = serve_together(server, requests);
+  expect_same(alone, together);
+  for (size_t i = 0; i < together.size(); ++i) {
+    EXPECT_EQ(together[i].usage.completion_tokens, static_cast<int>(together[i].token_ids.size()));
+    EXPECT_GT(together[i].timings.e2e, 0.0);
+    EXPECT_LE(together[i].timings.ttft, together[i].timings.e2e);
+  }
+  client c = server.make_client();
+  auto stats = wait_until_idle(c);
+  EXPECT_EQ(stats.num_free_blocks, stats.num_total_blocks);
+  EXPECT_EQ(stats.num_requests_in_flight, 0);
+}
+
+TEST(serve_concurrency, a_tiny_kv_pool_preempts_and_gives_the_same_outputs) {
+  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  // 12 blocks of 16 tokens: one request of up to ~130 tokens fits alone, 16 at once cannot.
+  serve_process server({"--num-kv-blocks", "12", "--max-num-seqs", "16"});
+  auto requests = mixed_requests(16);
+  for (auto& r : requests) r.sampling.max_tokens = 60;
+  auto alone = serve_alone(server, requests);
+  auto together = serve_together(server, requests);
+  expect_same(alone, together);
+  client c = server.make_client();
+  auto stats = wait_until_idle(c);
+  EXPECT_EQ(stats.num_free_blocks, 12);
+  EXPECT_EQ(stats.num_total_blocks, 12);
+}
+
+TEST(serve_concurrency, a_prompt_longer_than_the_step_budget_completes) {
+  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  std::string long_prompt;
+  for (int i = 0; i < 12; ++i) long_prompt += "The cat sat on the mat and looked at the sun. ";
+  serve_process chunked({"--max-num-batched-tokens", "32"});
+  client c = chunked.make_client();
+  auto out = c.generate(greedy(long_prompt, 20));
+  EXPECT_GT(out.usage.prompt_tokens, 32 * 4);
+  EXPECT_EQ(out.usage.completion_tokens, 20);
+  EXPECT_EQ(out.finish_reason, "length");
+  serve_process whole({});
+  client w = whole.make_client();
+  EXPECT_EQ(w.generate(greedy(long_prompt, 20)).token_ids, out.token_ids);
+}
+
+}  // namespace
+}  // namespace troupe::test
