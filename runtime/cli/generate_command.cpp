@@ -1,0 +1,189 @@
+// troupe generate: one prompt through the engine on the CPU, the text streamed to stdout as it
+// is generated, then a timing line on stderr. No actors: the plain llm_engine, step by step.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/llm_engine.hpp"
+#include "kernels/cpu/cpu_model.hpp"
+#include "kernels/loader/model_loader.hpp"
+#include "kernels/loader/tokenizer_sources.hpp"
+#include "runtime/cli/command_registry.hpp"
+#include "runtime/text/chat_template.hpp"
+#include "runtime/text/tokenizer.hpp"
+
+namespace troupe::cli {
+namespace {
+
+struct generate_flags {
+  std::string model_path;
+  std::string load_format = "auto";
+  std::string prompt;
+  std::string chat;
+  std::string system;
+  int max_tokens = 128;
+  float temperature = 1.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;
+  std::vector<int32_t> stop_ids;
+  int threads = 0;
+  int logprobs = -1;
+  bool ignore_eos = false;
+};
+
+// The tokenizer lives beside the weights; for dummy weights `path` may name a config.json.
+std::filesystem::path tokenizer_path(const std::filesystem::path& model_path) {
+  if (std::filesystem::is_regular_file(model_path) && model_path.extension() == ".json") {
+    return model_path.parent_path();
+  }
+  return model_path;
+}
+
+std::vector<int32_t> prompt_ids(const generate_flags& flags, const tokenizer& tok) {
+  if (flags.chat.empty()) return tok.encode(flags.prompt, true);
+  if (tok.chat_template_source().empty()) {
+    throw std::runtime_error("--chat: the model at " + flags.model_path + " has no chat_template");
+  }
+  nlohmann::json messages = nlohmann::json::array();
+  if (!flags.system.empty()) messages.push_back({{"role", "system"}, {"content", flags.system}});
+  messages.push_back({{"role", "user"}, {"content", flags.chat}});
+  const std::string text = chat_template(tok.chat_template_source()).apply(messages, true, tok.bos_token(), tok.eos_token());
+  // The template writes BOS itself where the model wants one.
+  return tok.encode(text, false);
+}
+
+sampling_params to_params(const generate_flags& flags) {
+  sampling_params p;
+  p.temperature = flags.temperature;
+  p.top_k = flags.top_k;
+  p.top_p = flags.top_p;
+  p.min_p = flags.min_p;
+  p.repetition_penalty = flags.repetition_penalty;
+  p.presence_penalty = flags.presence_penalty;
+  p.frequency_penalty = flags.frequency_penalty;
+  p.seed = flags.seed;
+  p.max_tokens = flags.max_tokens;
+  p.stop_token_ids = flags.stop_ids;
+  p.ignore_eos = flags.ignore_eos;
+  p.logprobs = flags.logprobs;
+  return p;
+}
+
+void print_logprobs(const tokenizer& tok, const std::vector<int32_t>& ids, const std::vector<token_logprobs>& lps) {
+  for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+    std::string line = fmt::format("logprob {:>6} {:<16} {:9.4f}", ids[i], nlohmann::json(tok.id_to_token(ids[i])).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), lps[i].logprob);
+    for (size_t k = 0; k < lps[i].top_token_ids.size(); ++k) {
+      line += fmt::format("  {}:{:.4f}", lps[i].top_token_ids[k], lps[i].top_logprobs[k]);
+    }
+    std::cerr << line << "\n";
+  }
+}
+
+int run(const generate_flags& flags) {
+  if (flags.prompt.empty() == flags.chat.empty()) {
+    throw std::runtime_error("give exactly one of --prompt TEXT or --chat TEXT");
+  }
+  const tokenizer_sources sources = load_tokenizer_sources(tokenizer_path(flags.model_path));
+  const tokenizer tok = tokenizer::from_json(sources.tokenizer_json, sources.tokenizer_config);
+  std::vector<int32_t> ids = prompt_ids(flags, tok);
+  const int num_prompt_tokens = static_cast<int>(ids.size());
+
+  load_options options;
+  options.path = flags.model_path;
+  options.format = parse_load_format(flags.load_format);
+  const loaded_model loaded = load_model(options);
+
+  engine_config config;
+  const int max_len = num_prompt_tokens + flags.max_tokens;
+  config.max_model_len = loaded.config.max_position_embeddings > 0 ? std::min(max_len, loaded.config.max_position_embeddings) : max_len;
+  config.num_kv_blocks = (config.max_model_len + config.block_size - 1) / config.block_size;
+  config.max_num_seqs = 1;
+  auto m = make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{config.num_kv_blocks, config.block_size}, flags.threads);
+
+  // The model's EOS ids (config / generation_config) and the tokenizer's (chat turn ends).
+  std::vector<int32_t> eos(loaded.config.eos_token_ids.begin(), loaded.config.eos_token_ids.end());
+  for (int32_t id : tok.eos_token_ids()) {
+    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  }
+  llm_engine engine(std::move(m), config, eos);
+  add_request_result added = engine.add_request(ids, to_params(flags));
+  if (!added.ok()) throw std::runtime_error(added.error->message);
+
+  // Detokenize with the prompt as context so the first token's leading space survives.
+  incremental_detokenizer detok(tok, true);
+  for (int32_t id : ids) detok.push(id);
+  std::vector<int32_t> generated;
+  std::vector<token_logprobs> logprobs;
+  std::optional<token_delta> last;
+  while (engine.has_unfinished()) {
+    for (token_delta& out : engine.step()) {
+      size_t printable = out.token_ids.size();
+      if (out.finish == finish_reason::stop && printable > 0) --printable;  // the stop token itself
+      for (size_t i = 0; i < printable; ++i) std::cout << detok.push(out.token_ids[i]);
+      std::cout.flush();
+      generated.insert(generated.end(), out.token_ids.begin(), out.token_ids.end());
+      logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+      if (out.finished()) last = std::move(out);
+    }
+  }
+  std::cout << detok.finish();
+  if (isatty(STDOUT_FILENO)) std::cout << "\n";
+  std::cout.flush();
+
+  if (flags.logprobs >= 0) print_logprobs(tok, generated, logprobs);
+  if (last && last->metrics) {
+    const request_metrics& mt = *last->metrics;
+    const double decode_time = mt.e2e - mt.ttft;
+    const double prompt_rate = mt.ttft > 0 ? mt.num_prompt_tokens / mt.ttft : 0.0;
+    const double gen_rate = mt.num_output_tokens > 1 && decode_time > 0 ? (mt.num_output_tokens - 1) / decode_time : 0.0;
+    std::cerr << fmt::format(
+        "prompt tokens: {}, prompt tokens/s: {:.1f}, generated tokens: {}, generated tokens/s: {:.1f}, "
+        "finish: {}, TTFT: {:.1f} ms, TPOT: {:.2f} ms, backend: {}\n",
+        mt.num_prompt_tokens, prompt_rate, mt.num_output_tokens, gen_rate, finish_reason_name(last->finish),
+        mt.ttft * 1e3, mt.tpot * 1e3, engine.get_model().backend_name());
+  }
+  return 0;
+}
+
+const bool registered = register_command([](CLI::App& parent) {
+  auto f = std::make_shared<generate_flags>();
+  auto* app = parent.add_subcommand("generate", "generate text from a prompt on the CPU, streamed to stdout");
+  app->add_option("--model", f->model_path, "HF model directory, .gguf file (or config.json for dummy weights)")->required();
+  app->add_option("--load-format", f->load_format, "auto | safetensors | gguf | dummy")->capture_default_str();
+  auto* prompt = app->add_option("--prompt", f->prompt, "the prompt text (BOS added as the tokenizer says)");
+  auto* chat = app->add_option("--chat", f->chat, "a user message, rendered with the model's chat template");
+  prompt->excludes(chat);
+  app->add_option("--system", f->system, "a system message for --chat")->needs(chat);
+  app->add_option("--max-tokens", f->max_tokens, "tokens to generate at most")->capture_default_str();
+  app->add_option("--temperature", f->temperature, "0: greedy")->capture_default_str();
+  app->add_option("--top-k", f->top_k, "0: off")->capture_default_str();
+  app->add_option("--top-p", f->top_p, "1: off")->capture_default_str();
+  app->add_option("--min-p", f->min_p, "0: off")->capture_default_str();
+  app->add_option("--repetition-penalty", f->repetition_penalty, "1: off")->capture_default_str();
+  app->add_option("--presence-penalty", f->presence_penalty, "0: off")->capture_default_str();
+  app->add_option("--frequency-penalty", f->frequency_penalty, "0: off")->capture_default_str();
+  app->add_option("--seed", f->seed, "makes sampling reproducible");
+  app->add_option("--stop-id", f->stop_ids, "token id that ends generation (repeatable)");
+  app->add_option("--threads", f->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
+  app->add_option("--logprobs", f->logprobs, "print each token's logprob and the top N on stderr");
+  app->add_flag("--ignore-eos", f->ignore_eos, "keep generating past EOS");
+  return command{app, [f] { return run(*f); }};
+});
+
+}  // namespace
+}  // namespace troupe::cli

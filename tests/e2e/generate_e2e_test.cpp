@@ -1,0 +1,129 @@
+// `troupe generate` as a user runs it: the real binary, the real stories260K model (HF and
+// GGUF), greedy, compared with the reference continuations in refs.json.
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+const std::filesystem::path troupe_binary = std::filesystem::path(TROUPE_BINARY_DIR) / "bin" / "troupe";
+const std::filesystem::path stories_dir = std::filesystem::path(TROUPE_SHARED_DIR) / "models" / "stories260K";
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+struct run_result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+run_result run_troupe(const std::string& args) {
+  const auto err_path = std::filesystem::temp_directory_path() /
+                        ("troupe_generate_e2e_" + std::to_string(::getpid()) + ".err");
+  const std::string command = shell_quote(troupe_binary.string()) + " " + args + " 2>" + shell_quote(err_path.string());
+  run_result r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = slurp(err_path);
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+nlohmann::json references() {
+  std::ifstream in(stories_dir / "refs.json");
+  return nlohmann::json::parse(in).at("references");
+}
+
+class generate_e2e : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
+    if (!std::filesystem::exists(stories_dir / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_dir;
+  }
+  std::string model_arg() const { return "--model " + shell_quote((stories_dir / GetParam()).string()); }
+};
+
+TEST_P(generate_e2e, greedy_text_matches_the_references) {
+  for (const auto& ref : references()) {
+    const std::string prompt = ref.at("prompt").get<std::string>();
+    const int max_new = ref.at("max_new_tokens").get<int>();
+    run_result r = run_troupe("generate " + model_arg() + " --prompt " + shell_quote(prompt) +
+                              " --temperature 0 --threads 1 --max-tokens " + std::to_string(max_new));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, ref.at("completion").get<std::string>()) << "prompt " << prompt;
+    const size_t num_prompt = ref.at("input_ids").size();
+    EXPECT_NE(r.err.find("prompt tokens: " + std::to_string(num_prompt) + ","), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("generated tokens: " + std::to_string(max_new) + ","), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("prompt tokens/s: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("generated tokens/s: "), std::string::npos) << r.err;
+  }
+}
+
+TEST_P(generate_e2e, seeded_sampling_is_reproducible) {
+  const std::string base = "generate " + model_arg() + " --prompt 'Once upon a time' --temperature 1.0 --top-p 0.95 "
+                           "--max-tokens 40 --threads 1 --seed ";
+  run_result a = run_troupe(base + "7");
+  run_result b = run_troupe(base + "7");
+  run_result c = run_troupe(base + "8");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+  EXPECT_FALSE(a.out.empty());
+}
+
+TEST_P(generate_e2e, stop_id_ends_generation_without_printing_it) {
+  // The greedy "Zoo" continuation's 4th token is 298 ("gir", of " girl"); stop there.
+  run_result r = run_troupe("generate " + model_arg() + " --prompt Zoo --temperature 0 --stop-id 298 --threads 1 --max-tokens 60");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, " was a little");
+  EXPECT_NE(r.err.find("generated tokens: 4,"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("finish: stop"), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(formats, generate_e2e, ::testing::Values("hf", "gguf/stories260K-f32.gguf"),
+                         [](const auto& info) { return info.param == "hf" ? std::string("hf") : std::string("gguf"); });
+
+// spdlog (which reports the error) may write to either stream.
+std::string all_output(const run_result& r) { return r.out + r.err; }
+
+TEST(generate_cli, refuses_bad_usage_with_a_message) {
+  if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
+  const std::string model = "--model " + shell_quote((stories_dir / "hf").string());
+  run_result none = run_troupe("generate " + model);
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(all_output(none).find("--prompt"), std::string::npos) << all_output(none);
+  run_result chat = run_troupe("generate " + model + " --chat hello");
+  EXPECT_NE(chat.exit_code, 0);
+  EXPECT_NE(all_output(chat).find("chat_template"), std::string::npos) << all_output(chat);
+  run_result bad = run_troupe("generate " + model + " --prompt hi --top-p 0");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(all_output(bad).find("top_p"), std::string::npos) << all_output(bad);
+}
+
+}  // namespace
