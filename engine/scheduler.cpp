@@ -8,10 +8,17 @@
 
 namespace troupe {
 
+namespace {
+const engine_config& validated(const engine_config& config) {
+  config.validate();
+  return config;
+}
+}  // namespace
+
 scheduler::scheduler(const engine_config& config, std::vector<int32_t> eos_token_ids)
-    : config_(config),
+    : config_(validated(config)),
       eos_token_ids_(std::move(eos_token_ids)),
-      kv_((config.validate(), config.num_kv_blocks), config.block_size, config.enable_prefix_caching) {}
+      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching) {}
 
 std::optional<request_error> scheduler::check_request(int64_t request_id, int num_prompt_tokens,
                                                       const sampling_params& params) const {
