@@ -46,8 +46,13 @@ bpe_model::bpe_model(const nlohmann::json& model) {
     byte_fallback_ids_[b] = token_to_id(name).value_or(-1);
   }
 
+  for (int c = 0; c < 128; ++c) ascii_ids_[c] = token_to_id(std::string(1, static_cast<char>(c))).value_or(-1);
+
   const auto& merges = model.at("merges");
-  merges_.reserve(merges.size() * 2);
+  std::size_t capacity = 16;
+  while (capacity < merges.size() * 2) capacity *= 2;
+  merge_table_.assign(capacity, merge_slot{});
+  merge_mask_ = capacity - 1;
   std::int32_t rank = 0;
   for (const auto& entry : merges) {
     std::string left, right;
@@ -65,8 +70,19 @@ bpe_model::bpe_model(const nlohmann::json& model) {
     }
     const auto left_id = token_to_id(left), right_id = token_to_id(right), merged_id = token_to_id(left + right);
     // A merge whose parts or result are outside the vocabulary can never fire on vocabulary ids.
-    if (left_id && right_id && merged_id) merges_.emplace(pair_key(*left_id, *right_id), merge{rank, *merged_id});
+    if (left_id && right_id && merged_id) insert_merge(pair_key(*left_id, *right_id), merge{rank, *merged_id});
     ++rank;
+  }
+}
+
+void bpe_model::insert_merge(std::uint64_t key, merge value) {
+  for (std::uint64_t i = (key * 0x9E3779B97F4A7C15ull) >> 20 & merge_mask_;; i = (i + 1) & merge_mask_) {
+    merge_slot& slot = merge_table_[i];
+    // A pair listed twice keeps its last rank, as the reference implementations' maps do.
+    if (slot.key == key || slot.key == ~std::uint64_t{0}) {
+      slot = {key, value};
+      return;
+    }
   }
 }
 
@@ -144,8 +160,10 @@ void bpe_model::merge_symbols(std::string_view piece, bool byte_level, std::vect
   } else {
     for (std::size_t pos = 0; pos < piece.size();) {
       const std::size_t begin = pos;
-      pos += utf8::sequence_length(static_cast<unsigned char>(piece[pos]));
-      symbols.push_back({token_to_id(piece.substr(begin, pos - begin)).value_or(-1), static_cast<std::uint32_t>(begin),
+      const auto lead = static_cast<unsigned char>(piece[pos]);
+      pos += utf8::sequence_length(lead);
+      const std::int32_t id = lead < 0x80 ? ascii_ids_[lead] : token_to_id(piece.substr(begin, pos - begin)).value_or(-1);
+      symbols.push_back({id, static_cast<std::uint32_t>(begin),
                          static_cast<std::uint32_t>(pos), 0, 0});
     }
   }
@@ -161,14 +179,16 @@ void bpe_model::merge_symbols(std::string_view piece, bool byte_level, std::vect
     std::int32_t merged_id;
     bool operator>(const candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
-  std::priority_queue<candidate, std::vector<candidate>, std::greater<>> queue;
+  std::vector<candidate> storage;
+  storage.reserve(symbols.size());
+  std::priority_queue<candidate, std::vector<candidate>, std::greater<>> queue(std::greater<>{}, std::move(storage));
   auto consider = [&](std::int32_t left) {
     if (left < 0) return;
     const std::int32_t right = symbols[left].next;
     if (right < 0 || symbols[left].id < 0 || symbols[right].id < 0) return;
-    const auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
-    if (it == merges_.end()) return;
-    queue.push({it->second.rank, left, right, symbols[left].id, symbols[right].id, it->second.id});
+    const merge* m = find_merge(pair_key(symbols[left].id, symbols[right].id));
+    if (m == nullptr) return;
+    queue.push({m->rank, left, right, symbols[left].id, symbols[right].id, m->id});
   };
   for (std::int32_t i = 0; i + 1 < n; ++i) consider(i);
 

