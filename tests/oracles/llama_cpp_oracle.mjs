@@ -4,16 +4,19 @@
 // Usage:
 //   node llama_cpp_oracle.mjs --model FILE.gguf --prompt-ids 1,403,407 [--steps N] [--logits K]
 //
-//   --model       GGUF file to load (any architecture llama.cpp supports)
+//   --model       GGUF file to load (any architecture llama.cpp supports); may be repeated to
+//                 run several models in one process (llama.cpp starts once: much faster)
 //   --prompt-ids  comma-separated prompt token ids, BOS included if wanted (nothing is added)
 //   --steps       number of new tokens to generate greedily (default 16)
 //   --logits K    also print, per step, the top K (id, logit) pairs (default 0: none)
 //
-// Prints one JSON object on stdout:
+// Prints one JSON object per model on stdout, one line each, in --model order:
 //   {"model": "...", "prompt_ids": [...], "generated_ids": [...],
 //    "margins": [...],            // per step: logit(top-1) - logit(top-2), raw logits
 //    "top": [[[id, logit], ...]]  // only with --logits K
 //   }
+// llama.cpp runs on one CPU thread: the models checked are tiny, and idle spinning threads on
+// a shared machine cost seconds per model.
 // Greedy is the argmax of the raw logits (ties go to the lower id); no sampler, no seed, no
 // repeat penalty. Generation does not stop at EOS: exactly --steps tokens are produced.
 // Exit status 0 on success; on failure an error message on stderr and status 1.
@@ -21,18 +24,18 @@
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
 function parse_args(argv) {
-  const args = { steps: 16, logits: 0 };
+  const args = { models: [], steps: 16, logits: 0 };
   for (let i = 0; i < argv.length; ++i) {
     const flag = argv[i];
     const value = argv[i + 1];
-    if (flag === "--model") args.model = value;
+    if (flag === "--model") args.models.push(value);
     else if (flag === "--prompt-ids") args.prompt_ids = value.split(",").filter((s) => s.length).map(Number);
     else if (flag === "--steps") args.steps = Number(value);
     else if (flag === "--logits") args.logits = Number(value);
     else throw new Error(`unknown argument '${flag}'`);
     ++i;
   }
-  if (!args.model) throw new Error("--model FILE.gguf is required");
+  if (args.models.length === 0) throw new Error("--model FILE.gguf is required");
   if (!args.prompt_ids || args.prompt_ids.length === 0) throw new Error("--prompt-ids is required");
   if (args.prompt_ids.some((id) => !Number.isInteger(id) || id < 0)) throw new Error("--prompt-ids must be non-negative integers");
   return args;
@@ -45,13 +48,10 @@ function top_k(logits, k) {
   return entries.slice(0, k);
 }
 
-async function main() {
-  const args = parse_args(process.argv.slice(2));
-  // build: "never" keeps it offline: only the prebuilt binaries shipped in node_modules are used.
-  const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, progressLogs: false });
-  const model = await llama.loadModel({ modelPath: args.model, gpuLayers: 0 });
+async function run_model(llama, model_path, args) {
+  const model = await llama.loadModel({ modelPath: model_path, gpuLayers: 0 });
   const context_size = args.prompt_ids.length + args.steps + 8;
-  const context = await model.createContext({ contextSize: context_size, batchSize: context_size, sequences: 1 });
+  const context = await model.createContext({ contextSize: context_size, batchSize: context_size, sequences: 1, threads: 1 });
   const sequence = context.getSequence();
 
   const generated = [];
@@ -69,9 +69,16 @@ async function main() {
     if (args.logits > 0) tops.push(best.slice(0, args.logits));
     input = [best[0][0]];
   }
-  process.stdout.write(JSON.stringify({ model: args.model, prompt_ids: args.prompt_ids, generated_ids: generated, margins, ...(args.logits > 0 ? { top: tops } : {}) }) + "\n");
+  process.stdout.write(JSON.stringify({ model: model_path, prompt_ids: args.prompt_ids, generated_ids: generated, margins, ...(args.logits > 0 ? { top: tops } : {}) }) + "\n");
   await context.dispose();
   await model.dispose();
+}
+
+async function main() {
+  const args = parse_args(process.argv.slice(2));
+  // build: "never" keeps it offline: only the prebuilt binaries shipped in node_modules are used.
+  const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, progressLogs: false });
+  for (const model_path of args.models) await run_model(llama, model_path, args);
   await llama.dispose();
 }
 
