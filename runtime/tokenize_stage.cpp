@@ -5,9 +5,19 @@
 namespace troupe {
 
 tokenize_stage::tokenize_stage(tokenizer tok, int vocab_size, int max_model_len)
-    : tokenizer_(std::move(tok)), vocab_size_(vocab_size), max_model_len_(max_model_len) {}
+    : tokenizer_(std::move(tok)), vocab_size_(vocab_size), max_model_len_(max_model_len) {
+  if (!tokenizer_.chat_template_source().empty()) {
+    chat_template_ = std::make_shared<const chat_template>(tokenizer_.chat_template_source());
+  }
+}
 
 std::string tokenize_stage::render_chat(const std::vector<chat_message>& messages) const {
+  if (chat_template_) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+    return chat_template_->apply(list, /*add_generation_prompt=*/true, tokenizer_.bos_token(),
+                                 tokenizer_.eos_token());
+  }
   // A plain transcript, ending where the assistant speaks next: models without a chat template
   // (base models such as stories260K) continue it as text.
   std::string text;
@@ -44,7 +54,8 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
         break;
       case prompt_kind::messages:
         field = "messages";
-        out.prompt_ids = tokenizer_.encode(render_chat(request.messages));
+        // A template writes BOS and the like itself (as Hugging Face's apply_chat_template).
+        out.prompt_ids = tokenizer_.encode(render_chat(request.messages), /*add_special_tokens=*/!chat_template_);
         break;
     }
   } catch (const std::exception& e) {
