@@ -49,7 +49,7 @@ std::vector<completion> serve_together(const serve_process& server, const std::v
     threads.emplace_back([&, i] {
       try {
         client c = server.make_client();
-        c.set_timeout(std::chrono::seconds(30));
+        c.set_timeout(std::chrono::seconds(60));  // generous: 2 cores shared with builds
         outputs[i] = c.generate(requests[i]);
       } catch (const std::exception& e) {
         errors[i] = e.what();

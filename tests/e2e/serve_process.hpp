@@ -112,7 +112,7 @@ inline generate_request greedy(const std::string& prompt, int max_tokens) {
 }
 
 // Waits until the server holds no request and every KV block is free again.
-inline stats_reply wait_until_idle(client& c, std::chrono::milliseconds within = std::chrono::seconds(5)) {
+inline stats_reply wait_until_idle(client& c, std::chrono::milliseconds within = std::chrono::seconds(10)) {
   const auto deadline = std::chrono::steady_clock::now() + within;
   stats_reply s = c.stats();
   while ((s.num_running != 0 || s.num_waiting != 0 || s.num_free_blocks != s.num_total_blocks) &&
