@@ -15,7 +15,6 @@ namespace troupe {
 namespace {
 
 using json = nlohmann::json;
-using ordered_json = nlohmann::ordered_json;
 
 // Splits UTF-8 text into code points (as byte strings); HF splits pieces by character.
 std::vector<std::string> utf8_characters(const std::string& text) {
@@ -139,7 +138,7 @@ tokenizer_sources tokenizer_sources_from_gguf(const gguf_file& file) {
   const bool add_bos = file.find_bool("tokenizer.ggml.add_bos_token").value_or(model == "llama") && bos >= 0;
   const bool add_eos = file.find_bool("tokenizer.ggml.add_eos_token").value_or(false) && eos >= 0;
 
-  ordered_json vocab = ordered_json::object();
+  json vocab = json::object();  // std::map-backed: an ordered_json object would be quadratic here
   std::unordered_map<std::string, int> ids;
   for (int id = 0; id < vocab_size; ++id) {
     if (ids.emplace(tokens[id], id).second) vocab[tokens[id]] = id;
