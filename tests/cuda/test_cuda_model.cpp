@@ -82,6 +82,13 @@ class batch_driver {
   std::vector<int> logits_seqs_;
 };
 
+// The shared models folder; TROUPE_SHARED_DIR in the environment overrides the build's path
+// (a GPU machine that received a copy of the tree keeps the models somewhere else).
+std::string shared_dir() {
+  const char* env = std::getenv("TROUPE_SHARED_DIR");
+  return env ? env : TROUPE_SHARED_DIR;
+}
+
 int argmax_row(const float* row, int vocab) { return static_cast<int>(std::max_element(row, row + vocab) - row); }
 
 struct reference_prompt {
@@ -90,7 +97,7 @@ struct reference_prompt {
 };
 
 std::vector<reference_prompt> stories_references() {
-  std::ifstream in(std::string(TROUPE_SHARED_DIR) + "/models/stories260K/refs.json");
+  std::ifstream in(shared_dir() + "/models/stories260K/refs.json");
   const nlohmann::json refs = nlohmann::json::parse(in);
   std::vector<reference_prompt> out;
   for (const auto& r : refs.at("references")) {
@@ -102,7 +109,7 @@ std::vector<reference_prompt> stories_references() {
 // All prompts together: one varlen prefill step, then batched decode steps (3 sequences pad to
 // a graph bucket of 4; graphs are captured on the first decode step and replayed after).
 void expect_stories_greedy(bool graphs, int prefill_chunk) {
-  const loaded_model loaded = load_model(load_options{std::string(TROUPE_SHARED_DIR) + "/models/stories260K/hf"});
+  const loaded_model loaded = load_model(load_options{shared_dir() + "/models/stories260K/hf"});
   cuda_options options;
   options.activation = dtype::f32;
   options.cuda_graphs = graphs;
