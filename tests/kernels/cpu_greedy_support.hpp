@@ -3,6 +3,7 @@
 // the whole prompt in one forward, then one token per forward, K/V in the blocks given.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +19,7 @@ inline int argmax(const float* values, int count) {
 struct greedy_result {
   std::vector<int32_t> generated;
   std::vector<float> first_logits;  // [vocab] logits after the prompt
+  std::vector<float> margins;       // per step: top-1 minus top-2 logit
 };
 
 // Blocks 0, 1, 2, ... unless `blocks` names others.
@@ -48,6 +50,10 @@ inline greedy_result greedy_generate(model& m, const std::vector<int32_t>& promp
     if (result.first_logits.empty()) result.first_logits = logits;
     computed = total;
     const int next = argmax(logits.data(), vocab);
+    float second = -INFINITY;
+    for (int i = 0; i < vocab; ++i)
+      if (i != next) second = std::max(second, logits[i]);
+    result.margins.push_back(logits[next] - second);
     result.generated.push_back(next);
     tokens.push_back(next);
   }
