@@ -6,6 +6,9 @@
 //
 //   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0] [--threads N] [--prompt 512] [--decode 64]
 //                    [--reps 3] [--model HF_DIR]
+//   troupe_bench_cpu --make OUT_DIR --tokenizer TOKENIZER [--dtype f32|f16]
+//       writes the benchmark shape with the model maker (HF + model.gguf, same weights) so
+//       bench/llama_cpp_bench.mjs can time llama.cpp on it; needs a 32000-token tokenizer.
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +25,7 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/loader/dummy_weights.hpp"
 #include "kernels/loader/model_loader.hpp"
+#include "kernels/loader/model_maker.hpp"
 
 namespace {
 
@@ -40,7 +44,7 @@ double seconds_since(clock_type::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string dtype_arg = "f32", model_path;
+  std::string dtype_arg = "f32", model_path, make_dir, tokenizer;
   int threads = 0, prompt = 512, decode = 64, reps = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -52,9 +56,26 @@ int main(int argc, char** argv) try {
     else if (flag == "--decode") decode = std::stoi(value);
     else if (flag == "--reps") reps = std::stoi(value);
     else if (flag == "--model") model_path = value;
+    else if (flag == "--make") make_dir = value;
+    else if (flag == "--tokenizer") tokenizer = value;
     else throw std::runtime_error("unknown flag " + flag);
   }
   if (threads <= 0) threads = troupe::cpu::hardware_threads();
+  if (!make_dir.empty()) {
+    troupe::model_maker_options options;
+    options.arch = "llama";
+    options.hidden_size = 768;
+    options.intermediate_size = 3072;
+    options.num_layers = 12;
+    options.num_heads = 12;
+    options.num_kv_heads = 12;
+    options.type = parse_dtype(dtype_arg);
+    options.tokenizer = tokenizer;
+    options.out = make_dir;
+    const troupe::made_model made = troupe::make_model(options);
+    std::printf("wrote %s and %s (vocab %d)\n", made.hf_dir.c_str(), made.gguf_path.c_str(), made.config.vocab_size);
+    return 0;
+  }
 
   troupe::model_config config;
   troupe::weight_store weights;
