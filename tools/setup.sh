@@ -35,6 +35,10 @@ if [[ "${1:-}" == "--with-oracles" ]]; then
   oracle_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/oracles"
   if [[ ! -d "$oracle_dir/node_modules" || "$oracle_dir/package-lock.json" -nt "$oracle_dir/node_modules/.package-lock.json" ]]; then
     echo "setup: installing npm test oracles in $oracle_dir"
-    (cd "$oracle_dir" && npm ci --no-audit --no-fund --loglevel=error)
+    # `npm install`, not `npm ci`: node-llama-cpp lists prebuilt binaries for every platform as
+    # optional dependencies, and the registry here lacks some of them (win-x64 3.22.1, ...), so
+    # the lock cannot name them and `npm ci` refuses the lock as out of sync. `npm install`
+    # keeps the locked versions of everything it can resolve and skips the rest.
+    (cd "$oracle_dir" && npm install --no-audit --no-fund --loglevel=error)
   fi
 fi
