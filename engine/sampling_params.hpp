@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace troupe {
@@ -18,6 +19,9 @@ struct sampling_params {
   std::optional<uint64_t> seed;     // set: the request's samples are reproducible
   int max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
+  // Stop strings: the text ends just before the first match, matched across token boundaries
+  // by the detokenizer (the only stage that sees text); the stop string itself is never emitted.
+  std::vector<std::string> stop;
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; 0: the sampled token's; n: also the top n
 };

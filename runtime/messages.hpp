@@ -122,7 +122,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   uint64_t seed = x.seed.value_or(0);
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p,
            x.repetition_penalty, x.presence_penalty, x.frequency_penalty, has_seed, seed,
-           x.max_tokens, x.stop_token_ids, x.ignore_eos, x.logprobs,
+           x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs,
            caf::meta::load_callback([&]() -> caf::error {
              if (has_seed) x.seed = seed; else x.seed.reset();
              return caf::none;

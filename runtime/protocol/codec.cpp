@@ -184,6 +184,27 @@ std::vector<chat_message> read_messages(const msgpack::object& o, const protocol
   return messages;
 }
 
+// `stop`: one string or an array of them (OpenAI's shape), none empty, all bounded.
+std::vector<std::string> read_stop_strings(const msgpack::object& o, const protocol_limits& limits) {
+  std::vector<std::string> stop;
+  if (o.type == msgpack::type::STR) {
+    stop.push_back(read_string(o, "stop", limits.max_stop_string_bytes));
+  } else if (o.type == msgpack::type::ARRAY) {
+    if (o.via.array.size > limits.max_stop_strings) {
+      fail("stop", "more than " + std::to_string(limits.max_stop_strings) + " entries");
+    }
+    for (uint32_t i = 0; i < o.via.array.size; ++i) {
+      stop.push_back(read_string(o.via.array.ptr[i], "stop[" + std::to_string(i) + "]", limits.max_stop_string_bytes));
+    }
+  } else {
+    fail("stop", std::string("expected a string or an array of strings, got ") + type_name(o));
+  }
+  for (size_t i = 0; i < stop.size(); ++i) {
+    if (stop[i].empty()) fail("stop[" + std::to_string(i) + "]", "is empty");
+  }
+  return stop;
+}
+
 void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits& limits) {
   if (const auto* v = fields.take("temperature")) s.temperature = float(read_number(*v, "temperature", 0, 100));
   if (const auto* v = fields.take("top_k")) s.top_k = int(read_int(*v, "top_k", 0, 1 << 20));
@@ -207,6 +228,7 @@ void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits
   }
   if (const auto* v = fields.take("max_tokens")) s.max_tokens = int(read_int(*v, "max_tokens", 1, limits.max_tokens_limit));
   if (const auto* v = fields.take("stop_token_ids")) s.stop_token_ids = read_token_ids(*v, "stop_token_ids", limits.max_stop_token_ids);
+  if (const auto* v = fields.take("stop")) s.stop = read_stop_strings(*v, limits);
   if (const auto* v = fields.take("ignore_eos")) s.ignore_eos = read_bool(*v, "ignore_eos");
   if (const auto* v = fields.take("logprobs")) {
     if (v->type == msgpack::type::BOOLEAN) {
@@ -329,7 +351,7 @@ std::string encode_request(const client_request& request) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, generate_request>) {
           const auto& s = r.sampling;
-          uint32_t n = 16 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1);
+          uint32_t n = 17 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1);
           p.pack_map(n);
           pack_str(p, "type"); pack_str(p, "generate");
           pack_str(p, "id"); pack_str(p, r.id);
@@ -356,6 +378,9 @@ std::string encode_request(const client_request& request) {
           pack_str(p, "frequency_penalty"); p.pack(s.frequency_penalty);
           pack_str(p, "max_tokens"); p.pack(s.max_tokens);
           pack_str(p, "stop_token_ids"); pack_ids(p, s.stop_token_ids);
+          pack_str(p, "stop");
+          p.pack_array(static_cast<uint32_t>(s.stop.size()));
+          for (const auto& text : s.stop) pack_str(p, text);
           pack_str(p, "ignore_eos"); p.pack(s.ignore_eos);
           pack_str(p, "logprobs"); p.pack(s.logprobs);
           pack_str(p, "stream"); p.pack(r.stream);

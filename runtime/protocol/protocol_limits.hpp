@@ -14,6 +14,8 @@ struct protocol_limits {
   size_t max_prompt_token_ids = 1u << 17;
   size_t max_messages = 1024;             // chat turns
   size_t max_stop_token_ids = 64;
+  size_t max_stop_strings = 16;
+  size_t max_stop_string_bytes = 256;
   size_t max_map_entries = 64;            // fields of any one map
   size_t max_depth = 6;                   // request -> messages -> message -> content
   int max_tokens_limit = 1 << 20;         // above this max_tokens is refused as absurd
