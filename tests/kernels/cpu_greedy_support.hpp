@@ -60,4 +60,37 @@ inline greedy_result greedy_generate(model& m, const std::vector<int32_t>& promp
   return result;
 }
 
+// Teacher forcing: the logits after `prompt` and after each of `forced` but the last, one decode
+// forward per step on the same KV blocks (0, 1, 2, ...), whatever the model itself would pick.
+// [forced.size()][vocab]
+inline std::vector<std::vector<float>> teacher_forced_logits(model& m, const std::vector<int32_t>& prompt,
+                                                             const std::vector<int32_t>& forced) {
+  const int block_size = m.kv_shape().block_size;
+  const int vocab = m.config().vocab_size;
+  std::vector<int32_t> tokens = prompt;
+  tokens.insert(tokens.end(), forced.begin(), forced.end());
+  std::vector<int32_t> blocks;
+  for (int b = 0; b * block_size < static_cast<int>(tokens.size()); ++b) blocks.push_back(b);
+  std::vector<std::vector<float>> steps;
+  int computed = 0;
+  for (size_t step = 0; step < forced.size(); ++step) {
+    const int total = static_cast<int>(prompt.size() + step);
+    forward_batch batch;
+    for (int t = computed; t < total; ++t) {
+      batch.token_ids.push_back(tokens[t]);
+      batch.positions.push_back(t);
+      batch.slot_mapping.push_back(int64_t{blocks[t / block_size]} * block_size + t % block_size);
+    }
+    batch.query_start = {0, total - computed};
+    batch.context_lengths = {total};
+    batch.block_table_start = {0, static_cast<int32_t>(blocks.size())};
+    batch.block_tables = blocks;
+    batch.logits_rows = {total - computed - 1};
+    steps.emplace_back(vocab);
+    m.forward(batch, steps.back().data());
+    computed = total;
+  }
+  return steps;
+}
+
 }  // namespace troupe::test

@@ -9,6 +9,12 @@
 //   --prompt-ids  comma-separated prompt token ids, BOS included if wanted (nothing is added)
 //   --steps       number of new tokens to generate greedily (default 16)
 //   --logits K    also print, per step, the top K (id, logit) pairs (default 0: none)
+//   --f32-kv-cache  K/V cache in F32 and flash attention off. llama.cpp's defaults (F16 cache,
+//                 flash attention on the CPU) round queries, keys, values and attention weights
+//                 to f16, which moves the logits of the architecture tests' models by ~1e-2;
+//                 with this flag they stay within ~1e-5 of a float64 forward pass
+//   --forced-ids  teacher forcing: feed these ids instead of each step's argmax (one step per
+//                 id; --steps is ignored); generated_ids still reports each step's argmax
 //
 // Prints one JSON object per model on stdout, one line each, in --model order:
 //   {"model": "...", "prompt_ids": [...], "generated_ids": [...],
@@ -32,12 +38,22 @@ function parse_args(argv) {
     else if (flag === "--prompt-ids") args.prompt_ids = value.split(",").filter((s) => s.length).map(Number);
     else if (flag === "--steps") args.steps = Number(value);
     else if (flag === "--logits") args.logits = Number(value);
+    else if (flag === "--f32-kv-cache") {
+      args.f32_kv_cache = true;
+      continue;
+    } else if (flag === "--forced-ids") args.forced_ids = value.split(",").filter((s) => s.length).map(Number);
     else throw new Error(`unknown argument '${flag}'`);
     ++i;
   }
   if (args.models.length === 0) throw new Error("--model FILE.gguf is required");
   if (!args.prompt_ids || args.prompt_ids.length === 0) throw new Error("--prompt-ids is required");
   if (args.prompt_ids.some((id) => !Number.isInteger(id) || id < 0)) throw new Error("--prompt-ids must be non-negative integers");
+  if (args.forced_ids) {
+    if (args.forced_ids.length === 0 || args.forced_ids.some((id) => !Number.isInteger(id) || id < 0)) {
+      throw new Error("--forced-ids must be non-negative integers");
+    }
+    args.steps = args.forced_ids.length;
+  }
   return args;
 }
 
@@ -51,7 +67,10 @@ function top_k(logits, k) {
 async function run_model(llama, model_path, args) {
   const model = await llama.loadModel({ modelPath: model_path, gpuLayers: 0 });
   const context_size = args.prompt_ids.length + args.steps + 8;
-  const context = await model.createContext({ contextSize: context_size, batchSize: context_size, sequences: 1, threads: 1 });
+  const precision = args.f32_kv_cache
+    ? { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", flashAttention: false }
+    : {};
+  const context = await model.createContext({ contextSize: context_size, batchSize: context_size, sequences: 1, threads: 1, ...precision });
   const sequence = context.getSequence();
 
   const generated = [];
@@ -67,7 +86,7 @@ async function run_model(llama, model_path, args) {
     generated.push(best[0][0]);
     margins.push(best[0][1] - best[1][1]);
     if (args.logits > 0) tops.push(best.slice(0, args.logits));
-    input = [best[0][0]];
+    input = [args.forced_ids ? args.forced_ids[step] : best[0][0]];
   }
   process.stdout.write(JSON.stringify({ model: model_path, prompt_ids: args.prompt_ids, generated_ids: generated, margins, ...(args.logits > 0 ? { top: tops } : {}) }) + "\n");
   await context.dispose();
