@@ -3,6 +3,7 @@
 #include <exception>
 #include <memory>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "runtime/cli/command_registry.hpp"
@@ -15,6 +16,9 @@ std::vector<command_factory>& command_factories() {
 }  // namespace troupe::cli
 
 int main(int argc, char** argv) {
+  // Logs go to stderr: stdout carries only a command's output (ids, generated text), so it can
+  // be piped or compared.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
   CLI::App app{"troupe: serves large language models, one actor per stage of inference"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "troupe 0.1.0");

