@@ -7,6 +7,8 @@
 
 #include <toml++/toml.h>
 
+#include "engine/backend_selection.hpp"
+
 namespace troupe {
 
 namespace {
@@ -23,7 +25,13 @@ class table_reader {
     if (!table_) return;
     const toml::node* node = table_->get(key);
     if (!node) return;
-    if constexpr (std::is_same_v<T, std::string>) {
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!node->is_boolean()) bad(key, "true or false");
+      out = *node->value<bool>();
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!node->is_number()) bad(key, "a number");
+      out = static_cast<T>(*node->value<double>());
+    } else if constexpr (std::is_same_v<T, std::string>) {
       auto value = node->value<std::string>();
       if (!node->is_string() || !value) bad(key, "a string");
       out = *value;
@@ -62,9 +70,7 @@ void topology::validate() const {
   auto positive = [](int value, const char* name) {
     if (value <= 0) throw std::runtime_error(std::string(name) + " must be positive, got " + std::to_string(value));
   };
-  if (device != "cpu" && device != "cuda") {
-    throw std::runtime_error("device must be \"cpu\" or \"cuda\", got \"" + device + "\"");
-  }
+  validate_backend_settings(device, gpu_memory_utilization, dtype);
   if (load_format != "auto" && load_format != "safetensors" && load_format != "gguf" &&
       load_format != "dummy") {
     throw std::runtime_error("load_format must be auto, safetensors, gguf or dummy, got \"" +
@@ -114,6 +120,8 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   frontend.finish();
   table_reader tokenizer(root["tokenizer"].as_table(), "tokenizer", source);
   tokenizer.read("pool_size", t.tokenizer_pool_size);
+  node.read("gpu_memory_utilization", t.gpu_memory_utilization);
+  node.read("dtype", t.dtype);
   tokenizer.finish();
   table_reader scheduler(root["scheduler"].as_table(), "scheduler", source);
   scheduler.read("max_num_batched_tokens", t.max_num_batched_tokens);
@@ -137,3 +145,4 @@ topology load_topology(const std::filesystem::path& path) {
 }
 
 }  // namespace troupe
+  scheduler.read("async_scheduling", t.async_scheduling);

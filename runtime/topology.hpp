@@ -14,8 +14,10 @@ struct topology {
   std::string load_format = "auto";  // auto | safetensors | gguf | dummy
   // [node]
   std::string node_name = "node0";
-  std::string device = "cpu";
+  std::string device = "cpu";  // cpu | cuda | auto (cuda when a GPU answers); no GPU: the CPU, logged
   int threads = 0;  // compute threads of the worker; 0: every hardware thread
+  float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU the weights + KV pool may take
+  std::string dtype = "bf16";           // CUDA activations and KV pool: f32 | f16 | bf16
   // [frontend]
   std::string zmq_endpoint = "tcp://127.0.0.1:5557";
   std::string api_key;  // empty: no key is asked for
@@ -37,6 +39,8 @@ struct topology {
 
 // `source` names the text in error messages (the file's path).
 topology parse_topology(std::string_view toml_text, const std::string& source = "topology");
+  // Plan step N+1 while the worker runs step N (docs/architecture.md, "Overlapped scheduling").
+  bool async_scheduling = false;
 topology load_topology(const std::filesystem::path& path);
 
 }  // namespace troupe

@@ -263,7 +263,8 @@ class cuda_model final : public model {
                                  std::to_string(free_bytes >> 20) + " MiB free of " +
                                  std::to_string(total_bytes >> 20) + " MiB)");
       }
-      kv_shape_.num_blocks = static_cast<int>(std::min<int64_t>(blocks, 1 << 30));
+      const int64_t cap = options_.max_kv_blocks > 0 ? options_.max_kv_blocks : int64_t(1) << 30;
+      kv_shape_.num_blocks = static_cast<int>(std::min<int64_t>(blocks, cap));
     }
     kv_pool_.allocate(2 * config_.num_layers * kv_layer_bytes(kv_shape_.num_blocks));
   }

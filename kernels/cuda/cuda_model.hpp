@@ -20,6 +20,9 @@ struct cuda_options {
   float gpu_memory_utilization = 0.9f;  // share of the GPU's memory the model may hold (KV sizing)
   bool cuda_graphs = true;              // replay captured graphs for decode steps
   int max_graph_batch = 256;            // decode batches above this run kernel by kernel
+  // When the pool is sized from memory: no more blocks than this (0: no cap). A small model on a
+  // big GPU would otherwise get millions of blocks that no scheduler limit lets it use.
+  int max_kv_blocks = 0;
 };
 
 // True when a CUDA device answers; otherwise `why` (if given) says what the runtime reported.

@@ -1,4 +1,4 @@
-// troupe generate: one prompt through the engine on the CPU, the text streamed to stdout as it
+// troupe generate: one prompt through the engine (CPU or CUDA), the text streamed to stdout as it
 // is generated, then a timing line on stderr. No actors: the plain llm_engine, step by step.
 
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/llm_engine.hpp"
-#include "kernels/cpu/cpu_model.hpp"
+#include "engine/backend_selection.hpp"
 #include "kernels/loader/model_loader.hpp"
 #include "kernels/loader/tokenizer_sources.hpp"
 #include "runtime/cli/command_registry.hpp"
@@ -43,6 +43,9 @@ struct generate_flags {
   std::vector<int32_t> stop_ids;
   int threads = 0;
   int logprobs = -1;
+  std::string device = "cpu";
+  float gpu_memory_utilization = 0.9f;
+  std::string dtype = "bf16";
   bool ignore_eos = false;
 };
 
@@ -113,9 +116,22 @@ int run(const generate_flags& flags) {
   config.max_model_len = loaded.config.max_position_embeddings > 0 ? std::min(max_len, loaded.config.max_position_embeddings) : max_len;
   config.num_kv_blocks = (config.max_model_len + config.block_size - 1) / config.block_size;
   config.max_num_seqs = 1;
-  auto m = make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{config.num_kv_blocks, config.block_size}, flags.threads);
+  kv_pool_request kv;
+  kv.num_blocks = config.num_kv_blocks;  // one sequence: exactly the blocks it can fill
+  kv.block_size = config.block_size;
+  backend_options backend;
+  backend.threads = flags.threads;
+  backend.gpu_memory_utilization = flags.gpu_memory_utilization;
+  backend.cuda_dtype = flags.dtype;
+  auto m = make_backend_model(loaded.config, loaded.weights, device.kind, kv, backend);
 
   // The model's EOS ids (config / generation_config) and the tokenizer's (chat turn ends).
+  validate_backend_settings(flags.device, flags.gpu_memory_utilization, flags.dtype);
+  const device_choice device = choose_device(flags.device);
+  // stdout carries only the generated text: the fallback's reason goes to stderr.
+  if (!device.fallback_reason.empty()) {
+    std::cerr << (flags.device == "cuda" ? "warning: " : "note: ") << device.fallback_reason << "\n";
+  }
   std::vector<int32_t> eos(loaded.config.eos_token_ids.begin(), loaded.config.eos_token_ids.end());
   for (int32_t id : tok.eos_token_ids()) {
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
@@ -162,7 +178,7 @@ int run(const generate_flags& flags) {
 
 const bool registered = register_command([](CLI::App& parent) {
   auto f = std::make_shared<generate_flags>();
-  auto* app = parent.add_subcommand("generate", "generate text from a prompt on the CPU, streamed to stdout");
+  auto* app = parent.add_subcommand("generate", "generate text from a prompt (CPU or CUDA), streamed to stdout");
   app->add_option("--model", f->model_path, "HF model directory, .gguf file (or config.json for dummy weights)")->required();
   app->add_option("--load-format", f->load_format, "auto | safetensors | gguf | dummy")->capture_default_str();
   auto* prompt = app->add_option("--prompt", f->prompt, "the prompt text (BOS added as the tokenizer says)");
@@ -187,3 +203,9 @@ const bool registered = register_command([](CLI::App& parent) {
 
 }  // namespace
 }  // namespace troupe::cli
+  app->add_option("--device", f->device, "cpu | cuda | auto (cuda when a GPU answers; else the CPU, with a warning)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
+  app->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "CUDA: share of the GPU's memory to use")
+      ->capture_default_str();
+  app->add_option("--dtype", f->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();

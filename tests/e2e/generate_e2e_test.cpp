@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend_selection.hpp"
+
 namespace {
 
 const std::filesystem::path troupe_binary = std::filesystem::path(TROUPE_BINARY_DIR) / "bin" / "troupe";
@@ -106,6 +108,26 @@ TEST_P(generate_e2e, stop_id_ends_generation_without_printing_it) {
   EXPECT_NE(r.err.find("finish: stop"), std::string::npos) << r.err;
 }
 
+TEST_P(generate_e2e, device_cuda_reproduces_the_references_on_whatever_device_answers) {
+  // Without a GPU (or without CUDA compiled) --device cuda falls back to the CPU and says so on
+  // stderr; with one, f32 on the GPU must still give the greedy references.
+  const bool gpu = troupe::choose_device("auto").kind == troupe::device_kind::cuda;
+  const auto refs = references();
+  const auto& ref = refs.at(0);
+  run_result r = run_troupe("generate " + model_arg() + " --device cuda --dtype f32 --prompt " +
+                            shell_quote(ref.at("prompt").get<std::string>()) + " --temperature 0 --threads 1 --max-tokens " +
+                            std::to_string(ref.at("max_new_tokens").get<int>()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, ref.at("completion").get<std::string>());
+  if (gpu) {
+    EXPECT_NE(r.err.find("backend: cuda"), std::string::npos) << r.err;
+  } else {
+    EXPECT_NE(r.err.find("--device cuda was asked for but CUDA is unavailable"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("running on the CPU"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("backend: cpu"), std::string::npos) << r.err;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(formats, generate_e2e, ::testing::Values("hf", "gguf/stories260K-f32.gguf"),
                          [](const auto& info) { return info.param == "hf" ? std::string("hf") : std::string("gguf"); });
 
@@ -124,6 +146,9 @@ TEST(generate_cli, refuses_bad_usage_with_a_message) {
   run_result bad = run_troupe("generate " + model + " --prompt hi --top-p 0");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(all_output(bad).find("top_p"), std::string::npos) << all_output(bad);
+  run_result device = run_troupe("generate " + model + " --prompt hi --device tpu");
+  EXPECT_NE(device.exit_code, 0);
+  EXPECT_NE(all_output(device).find("--device"), std::string::npos) << all_output(device);
 }
 
 }  // namespace

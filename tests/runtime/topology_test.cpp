@@ -7,7 +7,8 @@ namespace {
 
 TEST(topology, the_shipped_colocated_file_parses) {
   auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
-  EXPECT_EQ(t.device, "cpu");
+  EXPECT_EQ(t.device, "auto");  // cuda when a GPU answers, else the CPU
+  EXPECT_FALSE(t.async_scheduling);
   EXPECT_EQ(t.model_path, "../shared/models/stories260K/hf");
   EXPECT_EQ(t.zmq_endpoint, "tcp://127.0.0.1:5557");
   EXPECT_GT(t.max_num_batched_tokens, 0);
@@ -52,6 +53,22 @@ TEST(topology, defaults_when_sections_are_missing) {
   EXPECT_EQ(t.max_num_seqs, topology{}.max_num_seqs);
 }
 
+TEST(topology, reads_the_device_and_scheduling_switches) {
+  auto t = parse_topology(R"(
+[node]
+device = "cuda"
+gpu_memory_utilization = 0.5
+dtype = "f32"
+[scheduler]
+async_scheduling = true
+)");
+  EXPECT_EQ(t.device, "cuda");
+  EXPECT_FLOAT_EQ(t.gpu_memory_utilization, 0.5f);
+  EXPECT_EQ(t.dtype, "f32");
+  EXPECT_TRUE(t.async_scheduling);
+  EXPECT_EQ(parse_topology("[node]\ndevice = \"auto\"\ngpu_memory_utilization = 1\n").gpu_memory_utilization, 1.0f);
+}
+
 void expect_error(const std::string& text, const std::string& needle) {
   try {
     parse_topology(text, "t.toml");
@@ -68,6 +85,10 @@ TEST(topology, errors_name_the_problem) {
   expect_error("[scheduler]\nmax_num_seqs = 0\n", "max_num_seqs must be positive");
   expect_error("[scheduler]\nmax_num_seqs = -2\n", "non-negative");
   expect_error("[node]\ndevice = \"tpu\"\n", "device must be");
+  expect_error("[node]\ngpu_memory_utilization = 1.5\n", "gpu_memory_utilization must be in (0, 1]");
+  expect_error("[node]\ngpu_memory_utilization = \"most\"\n", "gpu_memory_utilization must be a number");
+  expect_error("[node]\ndtype = \"f8\"\n", "dtype must be f32, f16 or bf16");
+  expect_error("[scheduler]\nasync_scheduling = 1\n", "async_scheduling must be true or false");
   expect_error("[model\n", "t.toml");
 }
 
