@@ -32,6 +32,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
   return {
       [=](schedule_request& request) { (*deliver)(stage->add(std::move(request))); },
       [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id)); },
+      [=](stop_request_msg& stop) { (*deliver)(stage->stop(stop.request_id)); },
       [=](stats_query& query) { self->send(frontend, stage->stats(query.tag)); },
   };
 }

@@ -6,8 +6,9 @@
 //   frontend     | text_batch, request_failed, stats_answer         | (ZeroMQ replies)
 //   tokenizer    | tokenize_request                                 | schedule_request / request_failed
 //   scheduler    | schedule_request, abort_request_msg, stats_query | step_plan, token_batch, request_failed, stats_answer
+//                | stop_request_msg                                 |
 //   worker       | step_plan                                        | step_done (the response)
-//   detokenizer  | token_batch                                      | text_batch
+//   detokenizer  | token_batch                                      | text_batch, stop_request_msg (to the batch's sender)
 
 #include <cstdint>
 #include <memory>

@@ -55,6 +55,13 @@ bool llm_engine::abort(int64_t request_id) {
   return true;
 }
 
+bool llm_engine::stop(int64_t request_id) {
+  std::optional<token_delta> last = scheduler_.stop(request_id);
+  if (!last) return false;
+  pending_.push_back(std::move(*last));
+  return true;
+}
+
 std::vector<request_output> llm_engine::step() {
   std::vector<request_output> outputs = std::move(pending_);
   pending_.clear();

@@ -39,6 +39,10 @@ class llm_engine {
   add_request_result add_request(std::vector<int32_t> prompt_ids, sampling_params params, int priority = 0);
   // False for an unknown (or already finished) id; the abort's output comes with the next step.
   bool abort(int64_t request_id);
+  // Ends a request whose text matched one of its stop strings (the caller turns ids into text,
+  // see stop_string_matcher) and frees its blocks. False for an unknown or finished id; the
+  // final output (finish stop, no new tokens) comes with the next step.
+  bool stop(int64_t request_id);
   std::vector<request_output> step();
   bool has_unfinished() const { return scheduler_.has_unfinished() || !pending_.empty(); }
 
@@ -53,7 +57,7 @@ class llm_engine {
   scheduler scheduler_;
   model_runner runner_;
   int64_t next_request_id_ = 0;
-  std::vector<request_output> pending_;  // abort outputs not yet returned
+  std::vector<request_output> pending_;  // abort and stop outputs not yet returned
 };
 
 }  // namespace troupe

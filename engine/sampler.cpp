@@ -37,6 +37,10 @@ std::string check_sampling_params(const sampling_params& p) {
   if (!std::isfinite(p.frequency_penalty)) return "frequency_penalty must be finite";
   if (p.max_tokens < 1) return "max_tokens must be >= 1";
   if (p.logprobs < -1) return "logprobs must be >= -1 (-1: none)";
+  // An empty stop string would end every request before its first character.
+  for (size_t i = 0; i < p.stop.size(); ++i) {
+    if (p.stop[i].empty()) return "stop[" + std::to_string(i) + "] is empty";
+  }
   return {};
 }
 

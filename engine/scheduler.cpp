@@ -192,6 +192,7 @@ std::vector<token_delta> scheduler::update(const step_plan& plan, const step_res
     token_delta delta;
     delta.request_id = s.request_id;
     delta.token_ids.push_back(token->token_id);
+    if (seq.num_output_tokens() == 1) delta.stop = seq.params().stop;  // for the detokenizer
     if (seq.params().logprobs >= 0) {
       delta.logprobs.push_back({token->logprob, token->top_token_ids, token->top_logprobs});
     }
@@ -215,6 +216,12 @@ std::optional<token_delta> scheduler::abort(int64_t request_id) {
   auto it = sequences_.find(request_id);
   if (it == sequences_.end()) return std::nullopt;
   return finish(*it->second, sequence_status::finished_aborted, engine_clock::now());
+}
+
+std::optional<token_delta> scheduler::stop(int64_t request_id) {
+  auto it = sequences_.find(request_id);
+  if (it == sequences_.end()) return std::nullopt;
+  return finish(*it->second, sequence_status::finished_stopped, engine_clock::now());
 }
 
 token_delta scheduler::finish(sequence& seq, sequence_status status, engine_clock::time_point now) {

@@ -41,6 +41,10 @@ class scheduler {
   std::vector<token_delta> update(const step_plan& plan, const step_result& result);
   // Ends a request now and frees its blocks; its final delta, or nothing for an unknown id.
   std::optional<token_delta> abort(int64_t request_id);
+  // Ends a request whose text matched one of its stop strings (only the detokenizer sees text)
+  // and frees its blocks; its final delta (finish stop, no new tokens), or nothing for an id that
+  // is no longer live. Tokens that steps in flight sample for it are dropped, like an abort's.
+  std::optional<token_delta> stop(int64_t request_id);
 
   bool has_unfinished() const { return !sequences_.empty(); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }

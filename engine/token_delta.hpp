@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/request_status.hpp"
@@ -34,6 +35,9 @@ struct token_delta {
   std::vector<token_logprobs> logprobs;  // one per token when the request asked for logprobs
   finish_reason finish = finish_reason::none;
   std::optional<request_metrics> metrics;  // set when finished
+  // The request's stop strings, on its first delta only: they ride with the tokens so the stage
+  // that turns ids into text (the detokenizer) can match them without a side channel.
+  std::vector<std::string> stop;
 
   bool finished() const { return finish != finish_reason::none; }
 };

@@ -6,6 +6,7 @@
 //   frontend ─tokenize_request▶ tokenizer ─schedule_request▶ scheduler ─step_plan▶ worker
 //   worker ─step_done▶ scheduler ─token_batch▶ detokenizer ─text_batch▶ frontend
 //   frontend ─abort_request_msg / stats_query▶ scheduler ─stats_answer▶ frontend
+//   detokenizer ─stop_request_msg▶ scheduler (a stop string matched)
 //   any stage ─request_failed▶ frontend
 
 #include <cstdint>
@@ -85,6 +86,12 @@ struct text_batch {
 };
 
 struct abort_request_msg {
+  int64_t request_id = 0;
+};
+
+// From the detokenizer: the request's text matched a stop string. The scheduler finishes it and
+// frees its blocks; the client still gets exactly one final delta, from the detokenizer.
+struct stop_request_msg {
   int64_t request_id = 0;
 };
 
@@ -168,7 +175,7 @@ typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
   bool has_metrics = x.metrics.has_value();
   request_metrics metrics = x.metrics.value_or(request_metrics{});
   return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish,
-           has_metrics, metrics, caf::meta::load_callback([&]() -> caf::error {
+           has_metrics, metrics, x.stop, caf::meta::load_callback([&]() -> caf::error {
              if (has_metrics) x.metrics = metrics; else x.metrics.reset();
              return caf::none;
            }));
@@ -215,6 +222,11 @@ typename Inspector::result_type inspect(Inspector& f, text_batch& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, abort_request_msg& x) {
   return f(caf::meta::type_name("abort_request_msg"), x.request_id);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stop_request_msg& x) {
+  return f(caf::meta::type_name("stop_request_msg"), x.request_id);
 }
 
 template <class Inspector>

@@ -45,6 +45,7 @@ class node_config : public caf::actor_system_config {
     add_message_type<text_delta>("text_delta");
     add_message_type<text_batch>("text_batch");
     add_message_type<abort_request_msg>("abort_request_msg");
+    add_message_type<stop_request_msg>("stop_request_msg");
     add_message_type<stats_query>("stats_query");
     add_message_type<stats_answer>("stats_answer");
     add_message_type<request_failed>("request_failed");

@@ -80,6 +80,14 @@ scheduler_stage::outputs scheduler_stage::abort(int64_t request_id) {
   return out;
 }
 
+scheduler_stage::outputs scheduler_stage::stop(int64_t request_id) {
+  outputs out;
+  // An unknown id already finished (its final delta is on its way to the detokenizer).
+  if (auto delta = scheduler_.stop(request_id)) emit(out, std::move(*delta));
+  plan_next(out);
+  return out;
+}
+
 scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
   outputs out;
   if (!in_flight_ || in_flight_->step_id != done.result.step_id) return out;

@@ -25,6 +25,9 @@ class scheduler_stage {
 
   outputs add(schedule_request request);
   outputs abort(int64_t request_id);
+  // The detokenizer matched a stop string: finish the request now so its blocks are free for
+  // the next step. Its final delta goes to the detokenizer, which holds the truncated text.
+  outputs stop(int64_t request_id);
   outputs step_finished(const step_done& done);
   stats_answer stats(uint64_t tag) const;
 

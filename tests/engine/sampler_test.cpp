@@ -234,6 +234,9 @@ TEST(sampler, checks_parameters) {
   p = {};
   p.repetition_penalty = 0.0f;
   EXPECT_NE(check_sampling_params(p), "");
+  p = {};
+  p.stop = {"ok", ""};
+  EXPECT_EQ(check_sampling_params(p), "stop[1] is empty");
 }
 
 }  // namespace
