@@ -1,14 +1,14 @@
 #include "actors/stage_actors.hpp"
-#include "runtime/frontend.hpp"
 #include "runtime/messages.hpp"
+#include "runtime/reply_router.hpp"
 
 namespace troupe {
 
-caf::behavior frontend_actor(caf::event_based_actor* self, frontend* door) {
+caf::behavior frontend_actor(caf::event_based_actor* self, reply_router* router) {
   return {
-      [door](text_batch& batch) { door->post(std::move(batch)); },
-      [door](request_failed& failed) { door->post(std::move(failed)); },
-      [door](stats_answer& stats) { door->post(std::move(stats)); },
+      [router](text_batch& batch) { router->route(std::move(batch)); },
+      [router](request_failed& failed) { router->route(std::move(failed)); },
+      [router](stats_answer& stats) { router->route(std::move(stats)); },
   };
 }
 

@@ -3,7 +3,7 @@
 // is made, messages go out. Included only by the actor files and the node (it pulls in CAF).
 //
 //   stage        | receives                                         | sends
-//   frontend     | text_batch, request_failed, stats_answer         | (ZeroMQ replies)
+//   frontend     | text_batch, request_failed, stats_answer         | (to the door of each request)
 //   tokenizer    | tokenize_request                                 | schedule_request / request_failed
 //   scheduler    | schedule_request, abort_request_msg, stats_query | step_plan, token_batch, request_failed, stats_answer
 //                | stop_request_msg                                 |
@@ -22,13 +22,13 @@
 
 namespace troupe {
 
-class frontend;
+class reply_router;
 class tokenize_stage;
 class detokenize_stage;
 struct served_model;
 
-// Hands replies to the frontend's ZeroMQ thread.
-caf::behavior frontend_actor(caf::event_based_actor* self, frontend* door);
+// Hands replies to the door (ZeroMQ or HTTP) their request came through.
+caf::behavior frontend_actor(caf::event_based_actor* self, reply_router* router);
 
 caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<const tokenize_stage> stage,
                               caf::actor scheduler, caf::actor frontend);

@@ -55,8 +55,6 @@ struct frontend::state {
   std::unordered_map<std::string, std::unordered_set<int64_t>> by_routing_id;
   std::unordered_map<int, std::unordered_set<std::string>> routing_ids_by_fd;
   std::unordered_map<uint64_t, std::pair<std::string, std::string>> stats_waiters;  // tag -> (routing id, id)
-  uint64_t next_stats_tag = 1;
-  int64_t next_request_id = 1;
 
   ~state() {
     if (wake_fd >= 0) ::close(wake_fd);
@@ -74,8 +72,11 @@ struct frontend::state {
   }
 };
 
-frontend::frontend(frontend_options options, frontend_downstream& downstream)
-    : options_(std::move(options)), downstream_(downstream), state_(std::make_unique<state>()) {}
+frontend::frontend(frontend_options options, frontend_downstream& downstream, request_admission& admission)
+    : options_(std::move(options)),
+      downstream_(downstream),
+      admission_(admission),
+      state_(std::make_unique<state>()) {}
 
 frontend::~frontend() { stop(); }
 
@@ -167,7 +168,7 @@ void frontend::loop() {
       if (by_peer->second.empty()) s.by_routing_id.erase(by_peer);
     }
     s.requests.erase(it);
-    --num_in_flight_;
+    admission_.release();
   };
 
   auto on_request = [&](const std::string& routing_id, std::string_view frame) {
@@ -196,7 +197,7 @@ void frontend::loop() {
       return;
     }
     if (auto* stats = std::get_if<stats_request>(&request)) {
-      uint64_t tag = s.next_stats_tag++;
+      uint64_t tag = admission_.next_stats_tag(client_door::zmq);
       if (s.stats_waiters.size() >= 1024) {
         s.send_error(routing_id, stats->id, error_code::overloaded, "too many stats requests pending");
         return;
@@ -206,12 +207,6 @@ void frontend::loop() {
       return;
     }
     auto& generate = std::get<generate_request>(request);
-    if (num_in_flight_ >= options_.max_requests_in_flight) {
-      s.send_error(routing_id, generate.id, error_code::overloaded,
-                   "the server holds " + std::to_string(options_.max_requests_in_flight) +
-                       " requests already; retry later");
-      return;
-    }
     if (s.by_client_id.count({routing_id, generate.id})) {
       s.send_error(routing_id, generate.id, error_code::duplicate_id,
                    "field 'id': request '" + generate.id + "' is still in flight for this client");
@@ -225,7 +220,14 @@ void frontend::loop() {
                        std::to_string(options_.max_prompt_tokens) + " tokens");
       return;
     }
-    const int64_t request_id = s.next_request_id++;
+    const auto admitted = admission_.admit(client_door::zmq);
+    if (!admitted) {
+      s.send_error(routing_id, generate.id, error_code::overloaded,
+                   "the server holds " + std::to_string(admission_.max_in_flight()) +
+                       " requests already; retry later");
+      return;
+    }
+    const int64_t request_id = *admitted;
     state::live_request live;
     live.routing_id = routing_id;
     live.client_id = generate.id;
@@ -235,7 +237,6 @@ void frontend::loop() {
     s.requests.emplace(request_id, std::move(live));
     s.by_client_id[{routing_id, generate.id}] = request_id;
     s.by_routing_id[routing_id].insert(request_id);
-    ++num_in_flight_;
 
     tokenize_request job;
     job.request_id = request_id;
@@ -310,7 +311,7 @@ void frontend::loop() {
       s.send_reply(it->second.first,
                    stats_reply{it->second.second, stats->num_free_blocks, stats->num_total_blocks,
                                stats->num_running, stats->num_waiting,
-                               static_cast<int>(num_in_flight_.load())});
+                               static_cast<int>(admission_.num_in_flight())});
       s.stats_waiters.erase(it);
     }
   };

@@ -14,8 +14,10 @@
 #include <thread>
 #include <variant>
 
+#include "runtime/door_events.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/protocol/protocol_limits.hpp"
+#include "runtime/request_admission.hpp"
 
 namespace troupe {
 
@@ -23,24 +25,14 @@ struct frontend_options {
   std::string endpoint = "tcp://127.0.0.1:5557";
   std::string api_key;  // empty: none asked for
   protocol_limits limits;
-  int max_requests_in_flight = 8192;  // beyond: `overloaded`, before anything is allocated
   int max_prompt_tokens = 1 << 20;    // from the model's context; a token-id prompt this long is refused early
 };
 
-// Where the frontend sends work. Called from the frontend's thread only.
-class frontend_downstream {
+class frontend : public door_inbox {
  public:
-  virtual ~frontend_downstream() = default;
-  virtual void submit(tokenize_request request) = 0;
-  virtual void abort(int64_t request_id) = 0;
-  virtual void query_stats(uint64_t tag) = 0;
-};
-
-using frontend_event = std::variant<text_batch, request_failed, stats_answer>;
-
-class frontend {
- public:
-  frontend(frontend_options options, frontend_downstream& downstream);
+  // `admission` (shared with the other doors) hands out request ids and bounds the requests in
+  // flight: beyond it, `overloaded`, before anything is allocated.
+  frontend(frontend_options options, frontend_downstream& downstream, request_admission& admission);
   ~frontend();
   frontend(const frontend&) = delete;
   frontend& operator=(const frontend&) = delete;
@@ -50,9 +42,7 @@ class frontend {
   void start();
   void stop();
   // Thread-safe: replies from the stages, sent on by the frontend's thread.
-  void post(frontend_event event);
-
-  int64_t num_requests_in_flight() const { return num_in_flight_.load(); }
+  void post(frontend_event event) override;
 
  private:
   struct state;
@@ -60,10 +50,10 @@ class frontend {
 
   frontend_options options_;
   frontend_downstream& downstream_;
+  request_admission& admission_;
   std::unique_ptr<state> state_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> num_in_flight_{0};
 };
 
 }  // namespace troupe

@@ -12,7 +12,10 @@
 #include "actors/stage_actors.hpp"
 #include "runtime/detokenize_stage.hpp"
 #include "runtime/frontend.hpp"
+#include "runtime/http/http_frontend.hpp"
 #include "runtime/messages.hpp"
+#include "runtime/reply_router.hpp"
+#include "runtime/request_admission.hpp"
 #include "runtime/served_model.hpp"
 #include "runtime/tokenize_stage.hpp"
 
@@ -52,18 +55,19 @@ class node_config : public caf::actor_system_config {
   }
 };
 
-// The frontend's way into the actor system: anonymous sends from its ZeroMQ thread.
+// The doors' way into the actor system: anonymous sends from the ZeroMQ thread and from the
+// HTTP connection threads.
 class actor_downstream : public frontend_downstream {
  public:
   void submit(tokenize_request request) override {
-    caf::anon_send(tokenizers[next_tokenizer++ % tokenizers.size()], std::move(request));
+    caf::anon_send(tokenizers[next_tokenizer.fetch_add(1) % tokenizers.size()], std::move(request));
   }
   void abort(int64_t request_id) override { caf::anon_send(scheduler, abort_request_msg{request_id}); }
   void query_stats(uint64_t tag) override { caf::anon_send(scheduler, stats_query{tag}); }
 
   std::vector<caf::actor> tokenizers;
   caf::actor scheduler;
-  size_t next_tokenizer = 0;
+  std::atomic<size_t> next_tokenizer{0};
 };
 
 }  // namespace
@@ -73,7 +77,10 @@ struct node::impl {
   node_config config;
   caf::actor_system system;
   actor_downstream downstream;
+  std::unique_ptr<request_admission> admission;
+  reply_router router;
   std::unique_ptr<frontend> door;
+  std::unique_ptr<http_frontend> http_door;  // null when [http] is not enabled
   std::vector<caf::actor> actors;
 
   explicit impl(std::shared_ptr<served_model> model, int num_threads)
@@ -86,13 +93,29 @@ node::node(const topology& t) {
   impl_ = std::make_unique<impl>(served, std::max(2, t.tokenizer_pool_size + 1));
   auto& s = *impl_;
 
+  // One bound on requests in flight for both doors: what the scheduler can run and queue.
+  s.admission = std::make_unique<request_admission>(int64_t(t.max_waiting_requests) + t.max_num_seqs);
   frontend_options options;
   options.endpoint = t.zmq_endpoint;
   options.api_key = t.api_key;
   options.limits.max_frame_bytes = t.max_frame_bytes;
-  options.max_requests_in_flight = t.max_waiting_requests + t.max_num_seqs;
   options.max_prompt_tokens = served->max_model_len;
-  s.door = std::make_unique<frontend>(options, s.downstream);
+  s.door = std::make_unique<frontend>(options, s.downstream, *s.admission);
+  s.router.set_door(client_door::zmq, s.door.get());
+  if (t.http_enabled) {
+    http_options web;
+    web.host = t.http_host;
+    web.port = t.http_port;
+    web.api_key = t.api_key;
+    web.max_body_bytes = t.http_max_body_bytes;
+    web.max_connections = t.http_max_connections;
+    web.model_name = t.served_model_name.empty() ? t.model_path : t.served_model_name;
+    web.limits.max_model_len = served->max_model_len;
+    const tokenizer* tok = served->tok.get();
+    s.http_door = std::make_unique<http_frontend>(web, s.downstream, *s.admission, s.router.counters(),
+                                                  [tok](int32_t id) { return tok->decode(std::span(&id, 1)); });
+    s.router.set_door(client_door::http, s.http_door.get());
+  }
 
   engine_config config;
   config.block_size = t.block_size;
@@ -105,7 +128,7 @@ node::node(const topology& t) {
   std::vector<int32_t> eos(served->loaded.config.eos_token_ids.begin(), served->loaded.config.eos_token_ids.end());
   if (eos.empty()) eos = served->tok->eos_token_ids();
 
-  auto front = s.system.spawn(frontend_actor, s.door.get());
+  auto front = s.system.spawn(frontend_actor, &s.router);
   auto detokenizer = s.system.spawn(detokenizer_actor, std::make_shared<detokenize_stage>(*served->tok), front);
   auto worker = s.system.spawn<caf::detached>(worker_actor, served);
   auto scheduler = s.system.spawn(scheduler_actor, config, eos, worker, detokenizer, front);
@@ -118,6 +141,11 @@ node::node(const topology& t) {
   s.actors = {front, detokenizer, worker, scheduler};
   s.actors.insert(s.actors.end(), s.downstream.tokenizers.begin(), s.downstream.tokenizers.end());
   s.door->start();
+  if (s.http_door) {
+    s.http_door->start();
+    spdlog::info("OpenAI-compatible HTTP API on http://{}:{}/v1 (model '{}')", t.http_host, s.http_door->port(),
+                 t.served_model_name.empty() ? t.model_path : t.served_model_name);
+  }
   spdlog::info("serving on {} (scheduler: {} batched tokens, {} seqs, {} waiting; {} tokenizers)",
                t.zmq_endpoint, t.max_num_batched_tokens, t.max_num_seqs, t.max_waiting_requests,
                t.tokenizer_pool_size);
@@ -125,6 +153,7 @@ node::node(const topology& t) {
 
 node::~node() {
   if (!impl_) return;
+  if (impl_->http_door) impl_->http_door->stop();
   impl_->door->stop();
   for (auto& actor : impl_->actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   impl_->system.await_all_actors_done();

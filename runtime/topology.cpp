@@ -84,6 +84,14 @@ void topology::validate() const {
   positive(block_size, "block_size");
   if (num_kv_blocks == 0) positive(kv_memory_mb, "kv_memory_mb (when num_kv_blocks is 0)");
   if (max_frame_bytes < 1024) throw std::runtime_error("max_frame_bytes must be at least 1024");
+  if (http_enabled) {
+    if (http_host.empty()) throw std::runtime_error("[http] host is empty");
+    if (http_port > 65535) throw std::runtime_error("[http] port must be in 0..65535, got " + std::to_string(http_port));
+    if (http_max_body_bytes < 1024) throw std::runtime_error("[http] max_body_bytes must be at least 1024");
+    if (http_max_connections < 16) {
+      throw std::runtime_error("[http] max_connections must be at least 16, got " + std::to_string(http_max_connections));
+    }
+  }
 }
 
 topology parse_topology(std::string_view toml_text, const std::string& source) {
@@ -95,12 +103,12 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
     message << source << ": " << e.description() << " at line " << e.source().begin.line;
     throw std::runtime_error(message.str());
   }
-  static const std::set<std::string> sections = {"model", "node", "frontend", "tokenizer", "scheduler"};
+  static const std::set<std::string> sections = {"model", "node", "frontend", "http", "tokenizer", "scheduler"};
   for (const auto& [key, value] : root) {
     if (!sections.count(std::string(key.str())) || !value.is_table()) {
       throw std::runtime_error(source + ": unknown section or top-level key '" +
                                std::string(key.str()) + "' (expected [model], [node], [frontend], "
-                               "[tokenizer], [scheduler])");
+                               "[http], [tokenizer], [scheduler])");
     }
   }
   topology t;
@@ -118,6 +126,14 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   frontend.read("api_key", t.api_key);
   frontend.read("max_frame_bytes", t.max_frame_bytes);
   frontend.finish();
+  table_reader http(root["http"].as_table(), "http", source);
+  http.read("enabled", t.http_enabled);
+  http.read("host", t.http_host);
+  http.read("port", t.http_port);
+  http.read("max_body_bytes", t.http_max_body_bytes);
+  http.read("max_connections", t.http_max_connections);
+  http.read("served_model_name", t.served_model_name);
+  http.finish();
   table_reader tokenizer(root["tokenizer"].as_table(), "tokenizer", source);
   tokenizer.read("pool_size", t.tokenizer_pool_size);
   node.read("gpu_memory_utilization", t.gpu_memory_utilization);

@@ -22,6 +22,13 @@ struct topology {
   std::string zmq_endpoint = "tcp://127.0.0.1:5557";
   std::string api_key;  // empty: no key is asked for
   size_t max_frame_bytes = 4u << 20;
+  // [http]: the OpenAI-compatible API (docs/http_api.md), guarded by the same api_key.
+  bool http_enabled = false;  // config/colocated.toml turns it on; so does --http-port
+  std::string http_host = "127.0.0.1";
+  int http_port = 8000;       // 0: any free port (logged)
+  size_t http_max_body_bytes = 4u << 20;
+  int http_max_connections = 256;  // connections served at once; each open stream holds one
+  std::string served_model_name;   // the `model` requests name; empty: the model path as given
   // [tokenizer]
   int tokenizer_pool_size = 2;
   // [scheduler]

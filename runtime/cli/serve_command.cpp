@@ -1,5 +1,9 @@
 // troupe serve: one node with every stage, from a topology file and flags that override it.
 
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
 #include <spdlog/spdlog.h>
 
 #include "runtime/cli/command_registry.hpp"
@@ -7,6 +11,21 @@
 
 namespace troupe::cli {
 namespace {
+
+// The key file's content without surrounding whitespace (a trailing newline is usual); an empty
+// key would silently turn authentication off, so it is refused.
+std::string read_api_key_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("--api-key-file: cannot open " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string key = text.str();
+  const auto first = key.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) throw std::runtime_error("--api-key-file: " + path + " holds no key");
+  key = key.substr(first, key.find_last_not_of(" \t\r\n") - first + 1);
+  if (key.size() > 1024) throw std::runtime_error("--api-key-file: the key in " + path + " is longer than 1024 bytes");
+  return key;
+}
 
 struct serve_flags {
   std::string config;
@@ -24,12 +43,19 @@ struct serve_flags {
   int threads = -1;
   int tokenizer_pool_size = 0;
   std::string api_key;
+  std::string api_key_file;
+  std::string http;  // on | off
+  std::string http_host;
+  int http_port = -1;
+  size_t http_max_body_bytes = 0;
+  int http_max_connections = 0;
+  std::string served_model_name;
   std::string log_level = "info";
 };
 
 const bool registered = register_command([](CLI::App& parent) {
   auto flags = std::make_shared<serve_flags>();
-  auto* app = parent.add_subcommand("serve", "serve a model on the ZeroMQ client plane");
+  auto* app = parent.add_subcommand("serve", "serve a model on the ZeroMQ client plane and the OpenAI-compatible HTTP API");
   app->add_option("--config", flags->config, "topology file (TOML), e.g. config/colocated.toml");
   app->add_option("--model", flags->model, "HF model directory or .gguf file");
   app->add_option("--load-format", flags->load_format, "auto | safetensors | gguf | dummy");
@@ -48,7 +74,14 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--max-model-len", flags->max_model_len, "prompt + output tokens of one request");
   app->add_option("--threads", flags->threads, "worker compute threads (0: all)");
   app->add_option("--tokenizer-pool-size", flags->tokenizer_pool_size, "tokenizer actors");
-  app->add_option("--api-key", flags->api_key, "require this key on every request");
+  app->add_option("--api-key", flags->api_key, "require this key on every request (both doors)");
+  app->add_option("--api-key-file", flags->api_key_file, "read the key from this file (surrounding whitespace ignored)");
+  app->add_option("--http", flags->http, "the OpenAI-compatible HTTP API: on | off")->check(CLI::IsMember({"on", "off"}));
+  app->add_option("--http-host", flags->http_host, "host the HTTP API binds");
+  app->add_option("--http-port", flags->http_port, "HTTP API port (turns the API on; 0: any free port)");
+  app->add_option("--http-max-body-bytes", flags->http_max_body_bytes, "larger request bodies get 413");
+  app->add_option("--http-max-connections", flags->http_max_connections, "HTTP connections served at once");
+  app->add_option("--served-model-name", flags->served_model_name, "the model name the HTTP API answers to");
   app->add_option("--log-level", flags->log_level, "trace | debug | info | warn | error");
   return command{app, [flags] {
     spdlog::set_level(spdlog::level::from_str(flags->log_level));
@@ -66,6 +99,19 @@ const bool registered = register_command([](CLI::App& parent) {
     if (flags->threads >= 0) t.threads = flags->threads;
     if (flags->tokenizer_pool_size > 0) t.tokenizer_pool_size = flags->tokenizer_pool_size;
     if (!flags->api_key.empty()) t.api_key = flags->api_key;
+    if (!flags->api_key_file.empty()) {
+      if (!flags->api_key.empty()) throw std::runtime_error("give --api-key or --api-key-file, not both");
+      t.api_key = read_api_key_file(flags->api_key_file);
+    }
+    if (!flags->http.empty()) t.http_enabled = flags->http == "on";
+    if (flags->http_port >= 0) {
+      t.http_port = flags->http_port;
+      t.http_enabled = true;
+    }
+    if (!flags->http_host.empty()) t.http_host = flags->http_host;
+    if (flags->http_max_body_bytes > 0) t.http_max_body_bytes = flags->http_max_body_bytes;
+    if (flags->http_max_connections > 0) t.http_max_connections = flags->http_max_connections;
+    if (!flags->served_model_name.empty()) t.served_model_name = flags->served_model_name;
     t.validate();
     serve_until_signal(t);
     return 0;
