@@ -2,6 +2,7 @@
 // an HF directory, a tokenizer.json or a GGUF file; --chat prints a conversation rendered through
 // the model's chat template (--json: with its ids).
 
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -42,7 +43,11 @@ std::vector<std::int32_t> parse_ids(const std::string& text) {
   std::vector<std::int32_t> ids;
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[') {
-    for (const auto& id : nlohmann::json::parse(text)) ids.push_back(id.get<std::int32_t>());
+    for (const auto& id : nlohmann::json::parse(text)) {
+      if (!id.is_number_integer() || id.get<long long>() < INT32_MIN || id.get<long long>() > INT32_MAX)
+        throw std::runtime_error("--decode expects token ids (integers), got " + id.dump());
+      ids.push_back(static_cast<std::int32_t>(id.get<long long>()));
+    }
     return ids;
   }
   std::string cleaned = text;
@@ -53,8 +58,8 @@ std::vector<std::int32_t> parse_ids(const std::string& text) {
   while (in >> word) {
     try {
       std::size_t used = 0;
-      const long value = std::stol(word, &used);
-      if (used != word.size()) throw std::invalid_argument(word);
+      const long long value = std::stoll(word, &used);
+      if (used != word.size() || value < INT32_MIN || value > INT32_MAX) throw std::invalid_argument(word);
       ids.push_back(static_cast<std::int32_t>(value));
     } catch (const std::exception&) {
       throw std::runtime_error("--decode expects token ids (integers), got '" + word + "'");
@@ -75,6 +80,15 @@ nlohmann::json read_messages(const std::string& path) {
   // Either a list of messages or an OpenAI-style request body with "messages".
   if (doc.is_object() && doc.contains("messages")) doc = doc["messages"];
   if (!doc.is_array()) throw std::runtime_error("chat file " + path + " must hold a JSON array of {role, content} messages");
+  // Checked here, so a malformed message is named instead of failing deep inside a template.
+  for (std::size_t i = 0; i < doc.size(); ++i) {
+    const auto& message = doc[i];
+    const std::string where = "chat file " + path + ", message " + std::to_string(i);
+    if (!message.is_object()) throw std::runtime_error(where + ": expected an object {role, content}");
+    if (!message.contains("role") || !message["role"].is_string()) throw std::runtime_error(where + ": needs a string \"role\"");
+    if (!message.contains("content") && !message.contains("tool_calls"))
+      throw std::runtime_error(where + ": needs \"content\" (or \"tool_calls\")");
+  }
   return doc;
 }
 
@@ -84,6 +98,11 @@ int run(const tokenize_flags& flags) {
 
   if (flags.decode) {
     const auto ids = parse_ids(flags.text.empty() ? read_stdin() : join(flags.text));
+    for (std::int32_t id : ids) {
+      if (id < 0 || id >= tok.vocab_size())
+        throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                 std::to_string(tok.vocab_size() - 1) + ")");
+    }
     const std::string text = tok.decode(ids, flags.no_special);
     if (flags.json) std::cout << nlohmann::json{{"text", text}, {"ids", ids}}.dump() << "\n";
     else std::cout << text << "\n";

@@ -188,6 +188,27 @@ TEST(tokenize_e2e_errors, name_the_missing_or_bad_input) {
   const run_result not_ids = run_tokenize(stories + " --decode 12 twelve");
   EXPECT_NE(not_ids.exit_code, 0);
   EXPECT_NE(not_ids.err.find("twelve"), std::string::npos) << not_ids.err;
+  // stories260K has 512 tokens.
+  for (const std::string bad : {"512", "-3", "4294967297"}) {
+    const run_result out_of_range = run_tokenize(stories + " --decode 5 " + bad);
+    EXPECT_NE(out_of_range.exit_code, 0) << bad;
+    EXPECT_TRUE(out_of_range.out.empty()) << out_of_range.out;
+    EXPECT_NE(out_of_range.err.find(bad), std::string::npos) << out_of_range.err;
+  }
+  const run_result json_out_of_range = run_tokenize(stories + " --decode", "[5, 600]");
+  EXPECT_NE(json_out_of_range.exit_code, 0);
+  EXPECT_NE(json_out_of_range.err.find("600"), std::string::npos) << json_out_of_range.err;
+
+  if (std::filesystem::exists(qwen3_dir / "tokenizer_config.json")) {
+    const auto chat_path = std::filesystem::temp_directory_path() / ("troupe_tokenize_bad_chat_" + std::to_string(::getpid()) + ".json");
+    std::ofstream(chat_path) << R"([{"role": "user", "content": "hi"}, {"role": "assistant"}])";
+    const run_result no_content =
+        run_tokenize("--tokenizer " + shell_quote(qwen3_dir.string()) + " --chat " + shell_quote(chat_path.string()));
+    EXPECT_NE(no_content.exit_code, 0);
+    EXPECT_NE(no_content.err.find("message 1"), std::string::npos) << no_content.err;
+    EXPECT_NE(no_content.err.find("content"), std::string::npos) << no_content.err;
+    std::filesystem::remove(chat_path);
+  }
 }
 
 }  // namespace
