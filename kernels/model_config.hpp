@@ -10,7 +10,7 @@ namespace troupe {
 
 enum class architecture {
   llama,    // Llama 2 / 3.x (LlamaForCausalLM)
-  mistral,  // MistralForCausalLM (Llama shape; sliding window ignored for context <= window)
+  mistral,  // MistralForCausalLM (Llama shape; a sliding window caps the context, see hf_config.cpp)
   qwen2,    // Qwen2ForCausalLM: q/k/v projections carry a bias
   qwen3,    // Qwen3ForCausalLM: RMSNorm on q and k per head, before RoPE
 };

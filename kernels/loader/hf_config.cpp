@@ -129,6 +129,17 @@ model_config parse_hf_config(const nlohmann::json& config, const nlohmann::json&
                              " is not a multiple of num_key_value_heads " + std::to_string(result.num_kv_heads));
   }
   result.max_position_embeddings = value_or<int>(config, "max_position_embeddings", 2048);
+  // Sliding-window attention is not implemented. Inside the window it equals full attention, so
+  // a model whose window is shorter than its context gets the window as its context (Mistral 7B
+  // v0.1: 4096 of 32768) instead of silently attending further than it was trained to. Qwen2/3
+  // configs name a window that applies only with use_sliding_window.
+  const bool window_applies = result.arch == architecture::mistral ||
+                              ((result.arch == architecture::qwen2 || result.arch == architecture::qwen3) &&
+                               value_or<bool>(config, "use_sliding_window", false));
+  if (window_applies && config.contains("sliding_window") && !config["sliding_window"].is_null()) {
+    const int window = required_int(config, "sliding_window");
+    if (window < result.max_position_embeddings) result.max_position_embeddings = window;
+  }
   result.rms_norm_eps = value_or<float>(config, "rms_norm_eps", 1e-6f);
   result.rope_theta = value_or<float>(config, "rope_theta", 10000.0f);
   result.rope_scaling = parse_rope_scaling(config);

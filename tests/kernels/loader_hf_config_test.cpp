@@ -83,6 +83,29 @@ TEST(loader_hf_config, qwen2_has_bias_qwen3_has_qk_norm_and_explicit_head_dim) {
   EXPECT_EQ(mistral.head_dim, 8);
 }
 
+// Sliding-window attention is not implemented: a window shorter than the context caps it.
+TEST(loader_hf_config, a_sliding_window_caps_the_context_where_it_applies) {
+  json config = llama_config();
+  config["architectures"] = {"MistralForCausalLM"};
+  config["max_position_embeddings"] = 32768;
+  config["sliding_window"] = 4096;
+  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 4096);
+  config["sliding_window"] = nullptr;  // Mistral v0.2+: no window
+  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 32768);
+  config["sliding_window"] = 65536;  // wider than the context: nothing to cap
+  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 32768);
+
+  config["architectures"] = {"Qwen2ForCausalLM"};
+  config["sliding_window"] = 4096;
+  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 32768);  // use_sliding_window absent: off
+  config["use_sliding_window"] = true;
+  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 4096);
+
+  config["architectures"] = {"MistralForCausalLM"};
+  config["sliding_window"] = "wide";
+  expect_error([&] { parse_hf_config(config); }, {"sliding_window"});
+}
+
 TEST(loader_hf_config, unknown_architecture_names_it_and_the_supported_ones) {
   json config = llama_config();
   config["architectures"] = {"GPTNeoXForCausalLM"};
