@@ -14,9 +14,10 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
   // the deltas travel to the detokenizer.
   auto deliver = std::make_shared<std::function<void(scheduler_stage::outputs)>>();
   *deliver = [=](scheduler_stage::outputs out) {
-    if (out.plan) {
-      const uint64_t step_id = out.plan->step_id;
-      self->request(worker, caf::infinite, std::move(*out.plan)).then(
+    // With async scheduling two plans may go out; the worker answers them in order.
+    for (step_plan& plan : out.plans) {
+      const uint64_t step_id = plan.step_id;
+      self->request(worker, caf::infinite, std::move(plan)).then(
           [=](step_done& done) { (*deliver)(stage->step_finished(done)); },
           [=](caf::error& error) {
             step_done failed;

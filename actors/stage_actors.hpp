@@ -33,8 +33,8 @@ caf::behavior frontend_actor(caf::event_based_actor* self, reply_router* router)
 caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<const tokenize_stage> stage,
                               caf::actor scheduler, caf::actor frontend);
 
-// Owns the engine's scheduler; keeps exactly one step in flight and plans the next one as soon
-// as a result arrives. Never blocks.
+// Owns the engine's scheduler; keeps one step in flight (two with async_scheduling) and plans
+// the next one as soon as a result arrives. Never blocks.
 caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
                               std::vector<int32_t> eos_token_ids, caf::actor worker,
                               caf::actor detokenizer, caf::actor frontend);

@@ -14,6 +14,9 @@ struct engine_config {
   int max_waiting_requests = 1024;     // beyond this, add_request answers `overloaded`
   int max_model_len = 2048;            // prompt + generated tokens of one sequence
   bool enable_prefix_caching = true;
+  // The scheduler stage keeps two steps in flight: it plans step N+1 while the worker runs step N
+  // (docs/architecture.md, "Overlapped scheduling"). The synchronous llm_engine ignores it.
+  bool async_scheduling = false;
 
   // Throws std::runtime_error naming the first bad field.
   void validate() const {

@@ -41,12 +41,30 @@ void model_runner::build_batch(const step_plan& plan, int block_size, forward_ba
   }
 }
 
+void model_runner::fill_previous_samples(const step_plan& plan,
+                                         const std::unordered_map<int64_t, int32_t>& previous) {
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const scheduled_sequence& s = plan.sequences[i];
+    if (!s.input_from_previous_sample) continue;
+    auto it = previous.find(s.request_id);
+    if (it == previous.end() || s.new_token_ids.empty()) {
+      throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " asks for the token request " +
+                               std::to_string(s.request_id) + " sampled in the previous step, which sampled none");
+    }
+    batch_.token_ids[static_cast<size_t>(batch_.query_start[i + 1] - 1)] = it->second;
+  }
+}
+
 step_result model_runner::run(const step_plan& plan) {
   step_result result;
   result.step_id = plan.step_id;
+  // Only the run right before may be referred to; after a failed run nothing may be.
+  std::unordered_map<int64_t, int32_t> previous;
+  previous.swap(last_samples_);
   if (plan.empty()) return result;
   const kv_cache_shape shape = model_.kv_shape();
   build_batch(plan, shape.block_size, batch_);
+  fill_previous_samples(plan, previous);
   for (int32_t block : batch_.block_tables) {
     if (block < 0 || block >= shape.num_blocks) {
       throw std::runtime_error("model_runner: block id " + std::to_string(block) + " outside the model's pool of " +
@@ -62,9 +80,18 @@ step_result model_runner::run(const step_plan& plan) {
   for (const scheduled_sequence& s : plan.sequences) {
     if (!s.sample) continue;
     std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
-    result.tokens.push_back(sampler_.sample(logits, s));
+    if (s.input_from_previous_sample && !s.penalty_token_ids.empty()) {
+      // The penalties must count the token the scheduler has not seen yet.
+      scheduled_sequence completed = s;
+      completed.penalty_token_ids.push_back(previous.at(s.request_id));
+      result.tokens.push_back(sampler_.sample(logits, completed));
+    } else {
+      result.tokens.push_back(sampler_.sample(logits, s));
+    }
     ++row;
   }
+  last_samples_.reserve(result.tokens.size());
+  for (const sampled_token& t : result.tokens) last_samples_[t.request_id] = t.token_id;
   return result;
 }
 

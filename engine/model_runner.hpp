@@ -1,7 +1,11 @@
 #pragma once
 // Runs a step plan on a model: flattens it into one varlen forward_batch (no padding), runs the
 // forward pass, samples every row that wants a token, and returns the step_result.
+// For overlapped scheduling it remembers the tokens it sampled in its last run: an entry marked
+// input_from_previous_sample gets its last input token from there, so the scheduler can plan a
+// step before it has seen the previous step's result.
 
+#include <unordered_map>
 #include <vector>
 
 #include "engine/sampler.hpp"
@@ -26,8 +30,12 @@ class model_runner {
   static void build_batch(const step_plan& plan, int block_size, forward_batch& batch);
 
  private:
+  // Writes the previous run's samples into the batch where the plan asks for them.
+  void fill_previous_samples(const step_plan& plan, const std::unordered_map<int64_t, int32_t>& previous);
+
   model& model_;
   sampler sampler_;
+  std::unordered_map<int64_t, int32_t> last_samples_;  // request id -> token sampled by the last run
   forward_batch batch_;
   std::vector<float> logits_;  // [num_logits, vocab_size]
 };

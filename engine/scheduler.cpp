@@ -72,12 +72,14 @@ step_plan scheduler::schedule() {
 
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     sequence* seq = running_[i];
-    const int num_new = std::min(seq->num_uncomputed_tokens(), budget);
+    // At most one input may be unknown (a placeholder for the step in flight's sample).
+    const int plannable = std::min(seq->num_unscheduled_tokens(), seq->num_tokens() + 1 - seq->num_scheduled_tokens());
+    const int num_new = ends_with_pending_sample(*seq) ? 0 : std::min(plannable, budget);
     if (num_new <= 0) {
       ++i;
       continue;
     }
-    const int needed = seq->num_computed_tokens + num_new;
+    const int needed = seq->num_scheduled_tokens() + num_new;
     bool preempted_self = false;
     while (!kv_.can_append(seq->blocks, needed)) {
       sequence* victim = running_.back();
@@ -91,6 +93,7 @@ step_plan scheduler::schedule() {
     if (preempted_self) break;
     kv_.append(seq->blocks, needed);
     plan.sequences.push_back(plan_entry(*seq, num_new));
+    mark_scheduled(*seq, plan.sequences.back());
     budget -= num_new;
     ++i;
   }
@@ -111,30 +114,52 @@ step_plan scheduler::schedule() {
       seq->num_cached_tokens = hit.num_tokens;
     }
     seq->status = sequence_status::running;
+    seq->admitted_step = plan.step_id;
     waiting_.erase(waiting_.begin());
     insert_running(seq);
     plan.sequences.push_back(plan_entry(*seq, num_new));
+    mark_scheduled(*seq, plan.sequences.back());
     budget -= num_new;
   }
   return plan;
 }
 
+bool scheduler::ends_with_pending_sample(const sequence& seq) const {
+  // The step in flight samples this sequence's last token: a further token would only be
+  // thrown away, and could need a block beyond what the request was admitted for.
+  if (seq.num_pending_samples == 0) return false;
+  return seq.num_output_tokens() + seq.num_pending_samples >= seq.params().max_tokens ||
+         seq.num_expected_tokens() >= config_.max_model_len;
+}
+
 scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens) const {
   scheduled_sequence s;
   s.request_id = seq.request_id();
-  s.num_computed_tokens = seq.num_computed_tokens;
-  auto tokens = seq.token_ids().subspan(static_cast<size_t>(seq.num_computed_tokens),
-                                        static_cast<size_t>(num_new_tokens));
+  s.num_computed_tokens = seq.num_scheduled_tokens();
+  const int begin = seq.num_scheduled_tokens();
+  const int end = begin + num_new_tokens;
+  // Tokens past the known ones are being sampled by the step in flight (at most one, the last).
+  const int known_end = std::min(end, seq.num_tokens());
+  auto tokens = seq.token_ids().subspan(static_cast<size_t>(begin), static_cast<size_t>(known_end - begin));
   s.new_token_ids.assign(tokens.begin(), tokens.end());
+  if (end > known_end) {
+    s.new_token_ids.push_back(-1);
+    s.input_from_previous_sample = true;
+  }
   s.block_table = seq.blocks.block_ids;
-  s.sample = seq.num_computed_tokens + num_new_tokens == seq.num_tokens();
-  s.output_index = seq.num_output_tokens();
+  s.sample = end == seq.num_expected_tokens();
+  s.output_index = seq.num_output_tokens() + seq.num_pending_samples;
   s.params = seq.params();
   if (s.sample && uses_penalties(seq.params())) {
     s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
     s.num_prompt_tokens = seq.num_prompt_tokens();
   }
   return s;
+}
+
+void scheduler::mark_scheduled(sequence& seq, const scheduled_sequence& entry) {
+  seq.num_inflight_tokens += entry.num_new_tokens();
+  if (entry.sample) ++seq.num_pending_samples;
 }
 
 void scheduler::insert_running(sequence* seq) {
@@ -183,8 +208,14 @@ std::vector<token_delta> scheduler::update(const step_plan& plan, const step_res
     auto it = sequences_.find(s.request_id);
     if (it == sequences_.end()) continue;  // aborted since the plan
     sequence& seq = *it->second;
-    if (seq.status != sequence_status::running || seq.num_computed_tokens != s.num_computed_tokens) continue;
+    // An entry from before the sequence's preemption (or from an aborted namesake) is stale.
+    if (seq.status != sequence_status::running || plan.step_id < seq.admitted_step ||
+        seq.num_computed_tokens != s.num_computed_tokens) {
+      continue;
+    }
     seq.num_computed_tokens += s.num_new_tokens();
+    seq.num_inflight_tokens -= s.num_new_tokens();
+    if (token != nullptr) --seq.num_pending_samples;
     kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
     if (token == nullptr) continue;
 

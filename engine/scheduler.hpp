@@ -7,6 +7,11 @@
 //
 // Use: schedule() -> run the plan -> update(plan, result) -> schedule() ... Plain class, not
 // thread-safe: the scheduler actor owns it.
+//
+// Overlapped (async) use: schedule() may be called again while one plan is still out, before
+// its update(). The new plan continues each sequence where the earlier plan left it: a decode's
+// input is then "the token sampled in the previous step" (input_from_previous_sample), filled in
+// by the model_runner. Results must be applied in plan order; at most two plans may be out.
 
 #include <cstdint>
 #include <memory>
@@ -66,6 +71,8 @@ class scheduler {
   std::optional<request_error> check_request(int64_t request_id, int num_prompt_tokens,
                                              const sampling_params& params) const;
   scheduled_sequence plan_entry(const sequence& seq, int num_new_tokens) const;
+  static void mark_scheduled(sequence& seq, const scheduled_sequence& entry);
+  bool ends_with_pending_sample(const sequence& seq) const;
   void insert_running(sequence* seq);
   void remove_running(sequence* seq);
   void preempt(sequence* seq, step_plan& plan);

@@ -41,6 +41,8 @@ void sequence::finish(sequence_status finished_status, engine_clock::time_point 
 
 void sequence::reset_for_recompute() {
   num_computed_tokens = 0;
+  num_inflight_tokens = 0;  // what steps in flight compute for it is discarded
+  num_pending_samples = 0;
   ++num_preemptions;
   status = sequence_status::preempted;
 }

@@ -45,6 +45,12 @@ class sequence {
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
   // Tokens not yet in the KV cache.
   int num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
+  // Tokens whose K/V is computed or being computed by a step in flight.
+  int num_scheduled_tokens() const { return num_computed_tokens + num_inflight_tokens; }
+  // Known tokens plus the ones steps in flight are sampling (not yet known to the scheduler).
+  int num_expected_tokens() const { return num_tokens() + num_pending_samples; }
+  // What the next step may still compute: known or pending tokens not yet scheduled.
+  int num_unscheduled_tokens() const { return num_expected_tokens() - num_scheduled_tokens(); }
 
   void append_token(int32_t token_id, engine_clock::time_point now);
   // True once the sequence may stop growing: status becomes finished_* and the reason is kept.
@@ -59,6 +65,11 @@ class sequence {
   int num_computed_tokens = 0;
   int num_cached_tokens = 0;  // served by the prefix cache at first admission
   int num_preemptions = 0;
+  // Overlapped scheduling: tokens handed to steps still in flight, the samples those steps will
+  // return, and the step that (re)admitted the sequence: results of older steps are stale.
+  int num_inflight_tokens = 0;
+  int num_pending_samples = 0;
+  uint64_t admitted_step = 0;
   block_table blocks;
   sequence_timeline timeline;
 

@@ -15,6 +15,10 @@ struct scheduled_sequence {
   int64_t request_id = 0;
   int32_t num_computed_tokens = 0;     // tokens already in the KV cache: new positions start here
   std::vector<int32_t> new_token_ids;  // [num_new_tokens] tokens whose K/V this step computes
+  // Overlapped scheduling: the last of new_token_ids (a -1 placeholder here) is the token this
+  // request sampled in the step just before this one, which the worker fills in from its own
+  // results; the penalty list then lacks that token too and the worker appends it.
+  bool input_from_previous_sample = false;
   std::vector<int32_t> block_table;    // block ids covering num_computed + num_new tokens
   // True when the chunk reaches the sequence's last known token: its logits are sampled.
   bool sample = false;

@@ -139,8 +139,8 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
   return f(caf::meta::type_name("scheduled_sequence"), x.request_id, x.num_computed_tokens,
-           x.new_token_ids, x.block_table, x.sample, x.output_index, x.params, x.penalty_token_ids,
-           x.num_prompt_tokens);
+           x.new_token_ids, x.input_from_previous_sample, x.block_table, x.sample, x.output_index, x.params,
+           x.penalty_token_ids, x.num_prompt_tokens);
 }
 
 template <class Inspector>

@@ -124,6 +124,7 @@ node::node(const topology& t) {
   config.max_num_seqs = t.max_num_seqs;
   config.max_waiting_requests = t.max_waiting_requests;
   config.max_model_len = served->max_model_len;
+  config.async_scheduling = t.async_scheduling;
   config.validate();
   std::vector<int32_t> eos(served->loaded.config.eos_token_ids.begin(), served->loaded.config.eos_token_ids.end());
   if (eos.empty()) eos = served->tok->eos_token_ids();
@@ -146,9 +147,9 @@ node::node(const topology& t) {
     spdlog::info("OpenAI-compatible HTTP API on http://{}:{}/v1 (model '{}')", t.http_host, s.http_door->port(),
                  t.served_model_name.empty() ? t.model_path : t.served_model_name);
   }
-  spdlog::info("serving on {} (scheduler: {} batched tokens, {} seqs, {} waiting; {} tokenizers)",
+  spdlog::info("serving on {} (scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers)",
                t.zmq_endpoint, t.max_num_batched_tokens, t.max_num_seqs, t.max_waiting_requests,
-               t.tokenizer_pool_size);
+               t.async_scheduling ? "on" : "off", t.tokenizer_pool_size);
 }
 
 node::~node() {

@@ -26,7 +26,7 @@ constexpr size_t max_early_aborts = 4096;
 }  // namespace
 
 scheduler_stage::scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids)
-    : scheduler_(config, std::move(eos_token_ids)) {}
+    : scheduler_(config, std::move(eos_token_ids)), max_in_flight_(config.async_scheduling ? 2 : 1) {}
 
 void scheduler_stage::emit(outputs& out, token_delta delta) {
   request_timeline timeline;
@@ -90,9 +90,10 @@ scheduler_stage::outputs scheduler_stage::stop(int64_t request_id) {
 
 scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
   outputs out;
-  if (!in_flight_ || in_flight_->step_id != done.result.step_id) return out;
-  step_plan plan = std::move(*in_flight_);
-  in_flight_.reset();
+  // The worker answers in plan order; anything else is a stale or foreign reply.
+  if (in_flight_.empty() || in_flight_.front().step_id != done.result.step_id) return out;
+  step_plan plan = std::move(in_flight_.front());
+  in_flight_.pop_front();
   for (const auto& seq : plan.sequences) {
     auto it = timelines_.find(seq.request_id);
     if (it == timelines_.end()) continue;
@@ -120,16 +121,17 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
 }
 
 void scheduler_stage::plan_next(outputs& out) {
-  if (in_flight_ || !scheduler_.has_unfinished()) return;
-  step_plan plan = scheduler_.schedule();
-  if (plan.empty()) return;
-  const timestamp_ns now = now_ns();
-  for (const auto& seq : plan.sequences) {
-    auto it = timelines_.find(seq.request_id);
-    if (it != timelines_.end() && it->second.first_scheduled == 0) it->second.first_scheduled = now;
+  while (in_flight_.size() < max_in_flight_ && scheduler_.has_unfinished()) {
+    step_plan plan = scheduler_.schedule();
+    if (plan.empty()) return;
+    const timestamp_ns now = now_ns();
+    for (const auto& seq : plan.sequences) {
+      auto it = timelines_.find(seq.request_id);
+      if (it != timelines_.end() && it->second.first_scheduled == 0) it->second.first_scheduled = now;
+    }
+    in_flight_.push_back(plan);
+    out.plans.push_back(std::move(plan));
   }
-  in_flight_ = plan;
-  out.plan = std::move(plan);
 }
 
 stats_answer scheduler_stage::stats(uint64_t tag) const {

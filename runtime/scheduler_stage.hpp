@@ -1,7 +1,8 @@
 #pragma once
-// The scheduler stage's work, without the actor: keeps one step in flight, turns results into
-// token deltas, answers aborts and stats, and keeps each request's timeline. Every call returns
-// what must be sent on; the actor only delivers it.
+// The scheduler stage's work, without the actor: keeps one step in flight (two with
+// async_scheduling: step N+1 is planned and sent while the worker runs step N), turns results
+// into token deltas, answers aborts and stats, and keeps each request's timeline. Every call
+// returns what must be sent on; the actor only delivers it.
 
 #include <deque>
 #include <optional>
@@ -16,7 +17,7 @@ namespace troupe {
 class scheduler_stage {
  public:
   struct outputs {
-    std::optional<step_plan> plan;  // to the worker
+    std::vector<step_plan> plans;   // to the worker, in this order
     token_batch tokens;             // to the detokenizer (when not empty)
     std::vector<request_failed> failures;  // to the frontend
   };
@@ -31,7 +32,8 @@ class scheduler_stage {
   outputs step_finished(const step_done& done);
   stats_answer stats(uint64_t tag) const;
 
-  bool step_in_flight() const { return in_flight_.has_value(); }
+  bool step_in_flight() const { return !in_flight_.empty(); }
+  int num_steps_in_flight() const { return static_cast<int>(in_flight_.size()); }
   const scheduler& engine_scheduler() const { return scheduler_; }
 
  private:
@@ -39,7 +41,8 @@ class scheduler_stage {
   void emit(outputs& out, token_delta delta);
 
   scheduler scheduler_;
-  std::optional<step_plan> in_flight_;
+  std::deque<step_plan> in_flight_;  // oldest first: results come back in this order
+  size_t max_in_flight_;
   std::unordered_map<int64_t, request_timeline> timelines_;
   // Aborts that overtook their request (still being tokenized): applied when it arrives.
   std::unordered_set<int64_t> early_aborts_;

@@ -39,6 +39,8 @@ struct topology {
   int kv_memory_mb = 512;
   int block_size = 16;
   int max_model_len = 0;     // 0: the model's max_position_embeddings
+  // Plan step N+1 while the worker runs step N (docs/architecture.md, "Overlapped scheduling").
+  bool async_scheduling = true;
 
   // Throws std::runtime_error naming the bad setting.
   void validate() const;
@@ -46,8 +48,6 @@ struct topology {
 
 // `source` names the text in error messages (the file's path).
 topology parse_topology(std::string_view toml_text, const std::string& source = "topology");
-  // Plan step N+1 while the worker runs step N (docs/architecture.md, "Overlapped scheduling").
-  bool async_scheduling = false;
 topology load_topology(const std::filesystem::path& path);
 
 }  // namespace troupe

@@ -42,10 +42,10 @@ step_done answer(const step_plan& plan) {
 TEST(scheduler_stage, keeps_one_step_in_flight_and_frees_every_block) {
   scheduler_stage stage(small_config(), {2});
   auto out = stage.add(make_request(1, 3));
-  ASSERT_TRUE(out.plan);
-  EXPECT_TRUE(stage.add(make_request(2, 3)).plan == std::nullopt);  // a step is in flight
+  ASSERT_EQ(out.plans.size(), 1u);
+  EXPECT_TRUE(stage.add(make_request(2, 3)).plans.empty());  // a step is in flight
   std::vector<token_delta> finished;
-  std::optional<step_plan> plan = out.plan;
+  std::optional<step_plan> plan = out.plans.front();
   int steps = 0;
   while (plan && steps++ < 20) {
     auto next = stage.step_finished(answer(*plan));
@@ -55,7 +55,9 @@ TEST(scheduler_stage, keeps_one_step_in_flight_and_frees_every_block) {
         EXPECT_GT(next.tokens.timelines[i].num_steps, 0);
       }
     }
-    plan = next.plan;
+    ASSERT_LE(next.plans.size(), 1u);
+    plan.reset();
+    if (!next.plans.empty()) plan = next.plans.front();
   }
   ASSERT_EQ(finished.size(), 2u);
   for (const auto& d : finished) EXPECT_EQ(d.finish, finish_reason::length);
@@ -70,7 +72,7 @@ TEST(scheduler_stage, an_abort_that_overtakes_its_request_ends_it_on_arrival) {
   auto early = stage.abort(5);
   EXPECT_TRUE(early.tokens.deltas.empty());
   auto out = stage.add(make_request(5, 3));
-  EXPECT_FALSE(out.plan);
+  EXPECT_TRUE(out.plans.empty());
   ASSERT_EQ(out.tokens.deltas.size(), 1u);
   EXPECT_EQ(out.tokens.deltas[0].finish, finish_reason::abort);
   EXPECT_EQ(stage.stats(0).num_waiting, 0);
@@ -79,9 +81,9 @@ TEST(scheduler_stage, an_abort_that_overtakes_its_request_ends_it_on_arrival) {
 TEST(scheduler_stage, a_failed_step_fails_its_requests_and_frees_their_blocks) {
   scheduler_stage stage(small_config(), {2});
   auto out = stage.add(make_request(1, 10));
-  ASSERT_TRUE(out.plan);
+  ASSERT_EQ(out.plans.size(), 1u);
   step_done failed;
-  failed.result.step_id = out.plan->step_id;
+  failed.result.step_id = out.plans.front().step_id;
   failed.error = "device lost";
   auto next = stage.step_finished(failed);
   ASSERT_EQ(next.failures.size(), 1u);

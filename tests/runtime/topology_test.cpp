@@ -8,7 +8,7 @@ namespace {
 TEST(topology, the_shipped_colocated_file_parses) {
   auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
   EXPECT_EQ(t.device, "auto");  // cuda when a GPU answers, else the CPU
-  EXPECT_FALSE(t.async_scheduling);
+  EXPECT_TRUE(t.async_scheduling);
   EXPECT_EQ(t.model_path, "../shared/models/stories260K/hf");
   EXPECT_EQ(t.zmq_endpoint, "tcp://127.0.0.1:5557");
   EXPECT_GT(t.max_num_batched_tokens, 0);
