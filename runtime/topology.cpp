@@ -120,6 +120,8 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   node.read("name", t.node_name);
   node.read("device", t.device);
   node.read("threads", t.threads);
+  node.read("gpu_memory_utilization", t.gpu_memory_utilization);
+  node.read("dtype", t.dtype);
   node.finish();
   table_reader frontend(root["frontend"].as_table(), "frontend", source);
   frontend.read("zmq_endpoint", t.zmq_endpoint);
@@ -136,8 +138,6 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   http.finish();
   table_reader tokenizer(root["tokenizer"].as_table(), "tokenizer", source);
   tokenizer.read("pool_size", t.tokenizer_pool_size);
-  node.read("gpu_memory_utilization", t.gpu_memory_utilization);
-  node.read("dtype", t.dtype);
   tokenizer.finish();
   table_reader scheduler(root["scheduler"].as_table(), "scheduler", source);
   scheduler.read("max_num_batched_tokens", t.max_num_batched_tokens);
@@ -147,6 +147,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   scheduler.read("kv_memory_mb", t.kv_memory_mb);
   scheduler.read("block_size", t.block_size);
   scheduler.read("max_model_len", t.max_model_len);
+  scheduler.read("async_scheduling", t.async_scheduling);
   scheduler.finish();
   t.validate();
   return t;
@@ -161,4 +162,3 @@ topology load_topology(const std::filesystem::path& path) {
 }
 
 }  // namespace troupe
-  scheduler.read("async_scheduling", t.async_scheduling);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make serve`: serves stories260K from ../shared when it is there, otherwise a small random
 # Llama made here with `troupe make-model` (Llama 2 tokenizer from the npm oracles). The first
-# log line says which. Extra arguments go to `troupe serve` (e.g. --port 6000).
+# log line says which, and the next where it answers (ZeroMQ and HTTP). Extra arguments go to
+# `troupe serve` (e.g. --port 6000 --http-port 8080).
 set -euo pipefail
 troupe="${1:?usage: tools/serve.sh path/to/troupe [serve flags...]}"
 shift
@@ -25,4 +26,7 @@ else
   fi
   echo "serve.sh: no stories260K in ../shared; serving a small random Llama (random text!) from $model"
 fi
+# The doors, as config/colocated.toml sets them (flags such as --port or --http-port move them;
+# the server logs where it listens).
+echo "serve.sh: ZeroMQ on tcp://127.0.0.1:5557, OpenAI-compatible HTTP API on http://127.0.0.1:8000/v1 (model name: $model)"
 exec "$troupe" serve --config "$repo/config/colocated.toml" --model "$model" "$@"

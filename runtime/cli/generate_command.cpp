@@ -109,6 +109,12 @@ int run(const generate_flags& flags) {
   load_options options;
   options.path = flags.model_path;
   options.format = parse_load_format(flags.load_format);
+  validate_backend_settings(flags.device, flags.gpu_memory_utilization, flags.dtype);
+  const device_choice device = choose_device(flags.device);
+  // stdout carries only the generated text: the fallback's reason goes to stderr.
+  if (!device.fallback_reason.empty()) {
+    std::cerr << (flags.device == "cuda" ? "warning: " : "note: ") << device.fallback_reason << "\n";
+  }
   const loaded_model loaded = load_model(options);
 
   engine_config config;
@@ -126,12 +132,6 @@ int run(const generate_flags& flags) {
   auto m = make_backend_model(loaded.config, loaded.weights, device.kind, kv, backend);
 
   // The model's EOS ids (config / generation_config) and the tokenizer's (chat turn ends).
-  validate_backend_settings(flags.device, flags.gpu_memory_utilization, flags.dtype);
-  const device_choice device = choose_device(flags.device);
-  // stdout carries only the generated text: the fallback's reason goes to stderr.
-  if (!device.fallback_reason.empty()) {
-    std::cerr << (flags.device == "cuda" ? "warning: " : "note: ") << device.fallback_reason << "\n";
-  }
   std::vector<int32_t> eos(loaded.config.eos_token_ids.begin(), loaded.config.eos_token_ids.end());
   for (int32_t id : tok.eos_token_ids()) {
     if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
@@ -196,6 +196,12 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--seed", f->seed, "makes sampling reproducible");
   app->add_option("--stop-id", f->stop_ids, "token id that ends generation (repeatable)");
   app->add_option("--threads", f->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
+  app->add_option("--device", f->device, "cpu | cuda | auto (cuda when a GPU answers; else the CPU, with a warning)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
+  app->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "CUDA: share of the GPU's memory to use")
+      ->capture_default_str();
+  app->add_option("--dtype", f->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
   app->add_option("--logprobs", f->logprobs, "print each token's logprob and the top N on stderr");
   app->add_flag("--ignore-eos", f->ignore_eos, "keep generating past EOS");
   return command{app, [f] { return run(*f); }};
@@ -203,9 +209,3 @@ const bool registered = register_command([](CLI::App& parent) {
 
 }  // namespace
 }  // namespace troupe::cli
-  app->add_option("--device", f->device, "cpu | cuda | auto (cuda when a GPU answers; else the CPU, with a warning)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
-  app->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "CUDA: share of the GPU's memory to use")
-      ->capture_default_str();
-  app->add_option("--dtype", f->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();

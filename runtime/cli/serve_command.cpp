@@ -41,6 +41,10 @@ struct serve_flags {
   int kv_memory_mb = 0;
   int max_model_len = 0;
   int threads = -1;
+  std::string device;
+  float gpu_memory_utilization = 0.0f;
+  std::string dtype;
+  std::string async_scheduling;
   int tokenizer_pool_size = 0;
   std::string api_key;
   std::string api_key_file;
@@ -67,12 +71,17 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--max-waiting-requests", flags->max_waiting_requests, "queue bound; beyond it: overloaded");
   app->add_option("--num-kv-blocks", flags->num_kv_blocks, "KV blocks in the pool");
   app->add_option("--kv-memory-mb", flags->kv_memory_mb, "KV pool budget when --num-kv-blocks is not given");
-  std::string device;
-  float gpu_memory_utilization = 0.0f;
-  std::string dtype;
-  std::string async_scheduling;
   app->add_option("--max-model-len", flags->max_model_len, "prompt + output tokens of one request");
   app->add_option("--threads", flags->threads, "worker compute threads (0: all)");
+  app->add_option("--device", flags->device, "cpu | cuda | auto (cuda when a GPU answers; else the CPU, logged)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app->add_option("--gpu-memory-utilization", flags->gpu_memory_utilization,
+                  "CUDA: share of the GPU's memory the weights and KV pool may take (0, 1]");
+  app->add_option("--dtype", flags->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app->add_option("--async-scheduling", flags->async_scheduling,
+                  "on: plan step N+1 while the worker runs step N")
+      ->check(CLI::IsMember({"on", "off"}));
   app->add_option("--tokenizer-pool-size", flags->tokenizer_pool_size, "tokenizer actors");
   app->add_option("--api-key", flags->api_key, "require this key on every request (both doors)");
   app->add_option("--api-key-file", flags->api_key_file, "read the key from this file (surrounding whitespace ignored)");
@@ -97,6 +106,10 @@ const bool registered = register_command([](CLI::App& parent) {
     if (flags->kv_memory_mb > 0) t.kv_memory_mb = flags->kv_memory_mb;
     if (flags->max_model_len > 0) t.max_model_len = flags->max_model_len;
     if (flags->threads >= 0) t.threads = flags->threads;
+    if (!flags->device.empty()) t.device = flags->device;
+    if (flags->gpu_memory_utilization != 0.0f) t.gpu_memory_utilization = flags->gpu_memory_utilization;
+    if (!flags->dtype.empty()) t.dtype = flags->dtype;
+    if (!flags->async_scheduling.empty()) t.async_scheduling = flags->async_scheduling == "on";
     if (flags->tokenizer_pool_size > 0) t.tokenizer_pool_size = flags->tokenizer_pool_size;
     if (!flags->api_key.empty()) t.api_key = flags->api_key;
     if (!flags->api_key_file.empty()) {
@@ -119,17 +132,4 @@ const bool registered = register_command([](CLI::App& parent) {
 });
 
 }  // namespace
-  app->add_option("--device", flags->device, "cpu | cuda | auto (cuda when a GPU answers; else the CPU, logged)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  app->add_option("--gpu-memory-utilization", flags->gpu_memory_utilization,
-                  "CUDA: share of the GPU's memory the weights and KV pool may take (0, 1]");
-  app->add_option("--dtype", flags->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
-  app->add_option("--async-scheduling", flags->async_scheduling,
-                  "on: plan step N+1 while the worker runs step N")
-      ->check(CLI::IsMember({"on", "off"}));
 }  // namespace troupe::cli
-    if (!flags->device.empty()) t.device = flags->device;
-    if (flags->gpu_memory_utilization != 0.0f) t.gpu_memory_utilization = flags->gpu_memory_utilization;
-    if (!flags->dtype.empty()) t.dtype = flags->dtype;
-    if (!flags->async_scheduling.empty()) t.async_scheduling = flags->async_scheduling == "on";

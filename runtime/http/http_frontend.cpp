@@ -2,7 +2,11 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <mutex>
@@ -55,6 +59,14 @@ api_error make_error(int status, std::string type, std::string message, std::str
   return e;
 }
 
+// cpp-httplib 0.11 listens with a backlog of 5 (a compile-time constant of the packaged
+// library): a burst of clients connecting at once overflows it, and the dropped SYNs are retried
+// only after a second. listen() on a listening socket raises the backlog in place.
+class openai_server : public httplib::Server {
+ public:
+  bool raise_listen_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+};
+
 // The engine events of one HTTP request, handed from post() to its connection thread.
 struct event_queue {
   std::mutex mutex;
@@ -86,7 +98,7 @@ struct http_frontend::impl {
   const serving_counters& counters;
   token_text_fn token_text;
 
-  httplib::Server server;
+  openai_server server;
   std::thread listener;
   int bound_port = 0;
   std::atomic<bool> stopping{false};
@@ -410,6 +422,9 @@ void http_frontend::start() {
   s.server.new_task_queue = [num_threads] { return new httplib::ThreadPool(static_cast<size_t>(num_threads)); };
   s.server.set_payload_max_length(s.options.max_body_bytes);
   s.server.set_tcp_nodelay(true);  // a stream's small events go out as they are written
+  // A client keeps its connection for as many requests as it likes (httplib's default is 5,
+  // and every reconnection is a handshake and a trip through the accept queue).
+  s.server.set_keep_alive_max_count(1u << 20);
   s.install_routes();
   if (s.options.port == 0) {
     s.bound_port = s.server.bind_to_any_port(s.options.host);
@@ -418,6 +433,9 @@ void http_frontend::start() {
   }
   if (s.bound_port <= 0) {
     throw std::runtime_error("http: cannot bind " + s.options.host + ":" + std::to_string(s.options.port));
+  }
+  if (!s.server.raise_listen_backlog(std::max(128, s.options.max_connections))) {
+    spdlog::warn("http: cannot raise the listen backlog: {}", std::strerror(errno));
   }
   s.listener = std::thread([&s] { s.server.listen_after_bind(); });
 }
