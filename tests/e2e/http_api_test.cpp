@@ -380,6 +380,56 @@ TEST(http_api, bad_requests_get_their_status_and_the_server_keeps_serving) {
   EXPECT_EQ(m["troupe_kv_blocks_free"], m["troupe_kv_blocks_total"]);
 }
 
+TEST(http_api, the_key_from_a_key_file_guards_both_doors) {
+  if (!fs::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  const std::string troupe = TROUPE_BINARY_DIR "/bin/troupe";
+  const fs::path key_file = fs::temp_directory_path() / ("troupe-key-" + std::to_string(::getpid()));
+  std::ofstream(key_file) << "  file-k3y\n";
+  // Refused at start: an empty key file, a missing one, and a key given twice.
+  const fs::path empty_file = key_file.string() + "-empty";
+  std::ofstream(empty_file) << "\n";
+  EXPECT_NE(run(troupe + " serve --model " + stories_dir + " --api-key-file " + empty_file.string() + " 2>&1").find("holds no key"),
+            std::string::npos);
+  EXPECT_NE(run(troupe + " serve --model " + stories_dir + " --api-key-file /nonexistent/key 2>&1").find("cannot open"),
+            std::string::npos);
+  EXPECT_NE(run(troupe + " serve --model " + stories_dir + " --api-key x --api-key-file " + key_file.string() + " 2>&1")
+                .find("not both"),
+            std::string::npos);
+  fs::remove(empty_file);
+
+  const int zmq_port = free_tcp_port(), http_port = free_tcp_port();
+  std::vector<std::string> args = {troupe, "serve", "--model", stories_dir, "--port", std::to_string(zmq_port),
+                                   "--http-port", std::to_string(http_port), "--threads", "1", "--log-level", "warn",
+                                   "--api-key-file", key_file.string()};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  httplib::Client c("127.0.0.1", http_port);
+  bool up = false;
+  for (int i = 0; i < 200 && !up; ++i) {
+    auto res = c.Get("/health");
+    up = res && res->status == 200;
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(up);
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  c.set_bearer_token_auth("file-k3y");  // surrounding whitespace of the file is not the key
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
+  client with_key("tcp://127.0.0.1:" + std::to_string(zmq_port), "file-k3y");
+  EXPECT_FALSE(with_key.generate(greedy("Once upon a time", 4)).text.empty());
+  client without_key("tcp://127.0.0.1:" + std::to_string(zmq_port));
+  EXPECT_THROW(without_key.generate(greedy("Once upon a time", 4)), client_error);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  fs::remove(key_file);
+}
+
 TEST(http_api, overload_is_429_while_the_shared_bound_is_full) {
   REQUIRE_FIXTURES();
   // At most 2 requests in flight over both doors (1 running + 1 waiting).
