@@ -191,19 +191,21 @@ void http_frontend::impl::forget_routes(const generation_session& session) {
 
 void http_frontend::impl::generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                                    const httplib::ContentReader& reader) {
-  // The body, bounded: httplib refuses a larger Content-Length itself; a chunked body is cut here.
+  // The body, bounded: httplib skips a larger Content-Length itself; the rest of a chunked body
+  // too large is read and dropped, so that the connection stays usable for the next request,
+  // up to a point where draining costs more than the connection is worth.
   std::string body;
-  bool too_large = false;
+  size_t num_dropped = 0;
   const bool read = reader([&](const char* data, size_t length) {
-    if (body.size() + length > options.max_body_bytes) {
-      too_large = true;
-      return false;
+    if (num_dropped == 0 && body.size() + length <= options.max_body_bytes) {
+      body.append(data, length);
+      return true;
     }
-    body.append(data, length);
-    return true;
+    num_dropped += length;
+    body.clear();
+    return num_dropped <= 16 * options.max_body_bytes;
   });
-  if (too_large || res.status == 413) {
-    res.set_header("Connection", "close");
+  if (num_dropped > 0 || res.status == 413) {
     respond(res, make_error(413, "invalid_request_error",
                             "the request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"));
     return;
