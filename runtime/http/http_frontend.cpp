@@ -121,7 +121,6 @@ struct http_frontend::impl {
   void generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                 const httplib::ContentReader& reader);
   std::optional<stats_answer> query_stats(std::chrono::milliseconds timeout);
-  void forget_routes(const generation_session& session);
   void abort_unfinished(const generation_session& session) {
     for (int64_t id : session.unfinished_request_ids()) downstream.abort(id);
   }
@@ -180,13 +179,6 @@ std::optional<stats_answer> http_frontend::impl::query_stats(std::chrono::millis
   std::lock_guard lock(stats_mutex);
   stats_waiters.erase(tag);
   return std::nullopt;
-}
-
-void http_frontend::impl::forget_routes(const generation_session& session) {
-  std::lock_guard lock(routes_mutex);
-  for (int choice = 0; choice < session.num_choices(); ++choice) {
-    if (routes.erase(session.request_id(choice))) admission.release();
-  }
 }
 
 void http_frontend::impl::generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
