@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "runtime/http/connection_watch.hpp"
 #include "runtime/http/generation_session.hpp"
 #include "runtime/http/metrics_text.hpp"
 #include "runtime/http/server_sent_events.hpp"
@@ -250,27 +251,42 @@ void http_frontend::impl::generate(openai_endpoint endpoint, const httplib::Requ
   }
   for (auto& job : session->engine_requests(steady_now_ns())) downstream.submit(std::move(job));
 
+  // Nothing is written to the client while these waits last: after the first second its socket
+  // is looked at now and then, so a client that gave up is noticed and its work aborted.
+  const auto waiting_since = std::chrono::steady_clock::now();
+  std::optional<connection_watch> watch;
+  auto client_gone = [&] {
+    if (std::chrono::steady_clock::now() - waiting_since < 1s) return false;
+    if (!watch) watch = connection_watch::find(req.remote_addr, req.remote_port, bound_port);
+    return watch->client_gone();
+  };
+  // False when the wait was given up: the server is stopping or the client went away.
+  auto wait_until = [&](auto&& ready) {
+    while (!ready() && !session->failure()) {
+      if (stopping || client_gone()) return false;
+      for (auto& event : queue->take(200ms)) session->apply(std::move(event));
+    }
+    return true;
+  };
+  auto give_up = [&] {
+    abort_unfinished(*session);
+    respond(res, stopping ? make_error(503, "overloaded_error", "the server is shutting down")
+                          : make_error(400, "invalid_request_error", "the client closed the connection"));
+  };
+
   // The status line waits for every choice's first event: a prompt the tokenizer refuses or a
   // full scheduler queue is still an HTTP error, not an error inside a 200 stream.
-  auto pump = [&](std::chrono::milliseconds timeout) {
-    for (auto& event : queue->take(timeout)) session->apply(std::move(event));
-  };
-  while (!session->all_started() && !session->failure() && !stopping) pump(200ms);
-  if (stopping) {
-    abort_unfinished(*session);
-    return respond(res, make_error(503, "overloaded_error", "the server is shutting down"));
-  }
+  if (!wait_until([&] { return session->all_started(); })) return give_up();
   if (session->failure()) {
     abort_unfinished(*session);
     return respond(res, *session->failure());
   }
 
   if (!session->request().stream) {
-    while (!session->all_finished() && !session->failure() && !stopping) pump(200ms);
-    if (session->failure() || stopping) {
+    if (!wait_until([&] { return session->all_finished(); })) return give_up();
+    if (session->failure()) {
       abort_unfinished(*session);
-      return respond(res, session->failure() ? *session->failure()
-                                             : make_error(503, "overloaded_error", "the server is shutting down"));
+      return respond(res, *session->failure());
     }
     res.set_content(session->full_body(), "application/json");
     return;

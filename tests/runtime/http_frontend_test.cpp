@@ -209,6 +209,25 @@ TEST(http_frontend, a_client_gone_mid_stream_aborts_its_request) {
   EXPECT_EQ(f.admission.num_in_flight(), 0);  // freed once the engine's abort arrived
 }
 
+TEST(http_frontend, a_client_gone_while_waiting_for_a_whole_completion_aborts_it) {
+  door_fixture f;
+  f.downstream.num_pieces = 1000;
+  f.downstream.piece_gap = 5ms;  // 5 s in all
+  {
+    httplib::Client c = f.client();
+    c.set_read_timeout(1, 200000);  // gives up, and closes its connection, long before that
+    auto res = c.Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":60})", "application/json");
+    EXPECT_FALSE(res);
+  }
+  std::vector<int64_t> aborted;
+  for (int i = 0; i < 300 && aborted.empty(); ++i) {
+    std::this_thread::sleep_for(10ms);
+    aborted = f.downstream.aborted();
+  }
+  ASSERT_EQ(aborted.size(), 1u);
+  EXPECT_EQ(aborted[0], f.downstream.submitted().at(0).request_id);
+}
+
 TEST(http_frontend, keys_health_metrics_and_unknown_paths) {
   door_fixture f("k");
   httplib::Client c = f.client();
