@@ -124,7 +124,9 @@ node::node(const topology& t) {
   config.max_num_seqs = t.max_num_seqs;
   config.max_waiting_requests = t.max_waiting_requests;
   config.max_model_len = served->max_model_len;
-  config.async_scheduling = t.async_scheduling;
+  // Overlap pays where the forward runs on a device of its own; on the CPU it competes for cores.
+  config.async_scheduling =
+      t.async_scheduling == "on" || (t.async_scheduling == "auto" && served->device == device_kind::cuda);
   config.validate();
   std::vector<int32_t> eos(served->loaded.config.eos_token_ids.begin(), served->loaded.config.eos_token_ids.end());
   if (eos.empty()) eos = served->tok->eos_token_ids();
@@ -149,7 +151,7 @@ node::node(const topology& t) {
   }
   spdlog::info("serving on {} (scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers)",
                t.zmq_endpoint, t.max_num_batched_tokens, t.max_num_seqs, t.max_waiting_requests,
-               t.async_scheduling ? "on" : "off", t.tokenizer_pool_size);
+               config.async_scheduling ? "on" : "off", t.tokenizer_pool_size);
 }
 
 node::~node() {

@@ -37,6 +37,7 @@ std::shared_ptr<served_model> load_served_model(const topology& t) {
   backend.gpu_memory_utilization = t.gpu_memory_utilization;
   backend.cuda_dtype = t.dtype;
   served->backend_model = make_backend_model(config, served->loaded.weights, device.kind, kv, backend);
+  served->device = device.kind;
   const int num_blocks = served->backend_model->kv_shape().num_blocks;
 
   auto sources = load_tokenizer_sources(t.model_path);

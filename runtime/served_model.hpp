@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "engine/backend_selection.hpp"
 #include "kernels/loader/model_loader.hpp"
 #include "kernels/model.hpp"
 #include "runtime/text/tokenizer.hpp"
@@ -14,6 +15,7 @@ namespace troupe {
 struct served_model {
   loaded_model loaded;            // must outlive `model`
   std::unique_ptr<troupe::model> backend_model;
+  device_kind device = device_kind::cpu;  // where backend_model runs (after any fallback)
   std::unique_ptr<tokenizer> tok;
   int max_model_len = 0;
 };

@@ -43,6 +43,23 @@ class table_reader {
     }
   }
 
+  // A switch: true / false, or "on" / "off" / "auto", kept as on | off | auto.
+  void read_switch(const char* key, std::string& out) {
+    known_.insert(key);
+    if (!table_) return;
+    const toml::node* node = table_->get(key);
+    if (!node) return;
+    if (node->is_boolean()) {
+      out = *node->value<bool>() ? "on" : "off";
+      return;
+    }
+    auto value = node->value<std::string>();
+    if (!node->is_string() || !value || (*value != "on" && *value != "off" && *value != "auto")) {
+      bad(key, "true, false, \"on\", \"off\" or \"auto\"");
+    }
+    out = *value;
+  }
+
   void finish() const {
     if (!table_) return;
     for (const auto& [key, value] : *table_) {
@@ -71,6 +88,9 @@ void topology::validate() const {
     if (value <= 0) throw std::runtime_error(std::string(name) + " must be positive, got " + std::to_string(value));
   };
   validate_backend_settings(device, gpu_memory_utilization, dtype);
+  if (async_scheduling != "on" && async_scheduling != "off" && async_scheduling != "auto") {
+    throw std::runtime_error("async_scheduling must be on, off or auto, got \"" + async_scheduling + "\"");
+  }
   if (load_format != "auto" && load_format != "safetensors" && load_format != "gguf" &&
       load_format != "dummy") {
     throw std::runtime_error("load_format must be auto, safetensors, gguf or dummy, got \"" +
@@ -147,7 +167,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   scheduler.read("kv_memory_mb", t.kv_memory_mb);
   scheduler.read("block_size", t.block_size);
   scheduler.read("max_model_len", t.max_model_len);
-  scheduler.read("async_scheduling", t.async_scheduling);
+  scheduler.read_switch("async_scheduling", t.async_scheduling);
   scheduler.finish();
   t.validate();
   return t;

@@ -39,8 +39,10 @@ struct topology {
   int kv_memory_mb = 512;
   int block_size = 16;
   int max_model_len = 0;     // 0: the model's max_position_embeddings
-  // Plan step N+1 while the worker runs step N (docs/architecture.md, "Overlapped scheduling").
-  bool async_scheduling = true;
+  // Plan step N+1 while the worker runs step N (docs/architecture.md, "Overlapped scheduling"):
+  // on | off | auto (on when the node runs on CUDA; on the CPU the scheduler would take cores
+  // from the very forward pass it overlaps). TOML also takes true / false.
+  std::string async_scheduling = "auto";
 
   // Throws std::runtime_error naming the bad setting.
   void validate() const;

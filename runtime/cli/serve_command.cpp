@@ -80,8 +80,8 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--dtype", flags->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app->add_option("--async-scheduling", flags->async_scheduling,
-                  "on: plan step N+1 while the worker runs step N")
-      ->check(CLI::IsMember({"on", "off"}));
+                  "on: plan step N+1 while the worker runs step N; auto: on for CUDA, off on the CPU")
+      ->check(CLI::IsMember({"on", "off", "auto"}));
   app->add_option("--tokenizer-pool-size", flags->tokenizer_pool_size, "tokenizer actors");
   app->add_option("--api-key", flags->api_key, "require this key on every request (both doors)");
   app->add_option("--api-key-file", flags->api_key_file, "read the key from this file (surrounding whitespace ignored)");
@@ -109,7 +109,7 @@ const bool registered = register_command([](CLI::App& parent) {
     if (!flags->device.empty()) t.device = flags->device;
     if (flags->gpu_memory_utilization != 0.0f) t.gpu_memory_utilization = flags->gpu_memory_utilization;
     if (!flags->dtype.empty()) t.dtype = flags->dtype;
-    if (!flags->async_scheduling.empty()) t.async_scheduling = flags->async_scheduling == "on";
+    if (!flags->async_scheduling.empty()) t.async_scheduling = flags->async_scheduling;
     if (flags->tokenizer_pool_size > 0) t.tokenizer_pool_size = flags->tokenizer_pool_size;
     if (!flags->api_key.empty()) t.api_key = flags->api_key;
     if (!flags->api_key_file.empty()) {

@@ -70,9 +70,20 @@ void expect_same(const std::vector<completion>& alone, const std::vector<complet
   }
 }
 
-TEST(serve_concurrency, sixty_four_clients_match_serving_alone) {
+// Every scenario runs with one step in flight and with overlapped scheduling (two in flight):
+// the outputs must not depend on it.
+class serve_concurrency : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::vector<std::string> with_mode(std::vector<std::string> args) const {
+    args.push_back("--async-scheduling");
+    args.push_back(GetParam());
+    return args;
+  }
+};
+
+TEST_P(serve_concurrency, sixty_four_clients_match_serving_alone) {
   if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
-  serve_process server({"--max-num-seqs", "64"});
+  serve_process server(with_mode({"--max-num-seqs", "64"}));
   auto requests = mixed_requests(64);
   auto alone = serve_alone(server, requests);
   // The reference continuation of "Once upon a time" (README of stories260K, 60 greedy tokens).
@@ -93,10 +104,10 @@ TEST(serve_concurrency, sixty_four_clients_match_serving_alone) {
   EXPECT_EQ(stats.num_requests_in_flight, 0);
 }
 
-TEST(serve_concurrency, a_tiny_kv_pool_preempts_and_gives_the_same_outputs) {
+TEST_P(serve_concurrency, a_tiny_kv_pool_preempts_and_gives_the_same_outputs) {
   if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
   // 12 blocks of 16 tokens: one request of up to ~130 tokens fits alone, 16 at once cannot.
-  serve_process server({"--num-kv-blocks", "12", "--max-num-seqs", "16"});
+  serve_process server(with_mode({"--num-kv-blocks", "12", "--max-num-seqs", "16"}));
   auto requests = mixed_requests(16);
   for (auto& r : requests) r.sampling.max_tokens = 60;
   auto alone = serve_alone(server, requests);
@@ -108,20 +119,23 @@ TEST(serve_concurrency, a_tiny_kv_pool_preempts_and_gives_the_same_outputs) {
   EXPECT_EQ(stats.num_total_blocks, 12);
 }
 
-TEST(serve_concurrency, a_prompt_longer_than_the_step_budget_completes) {
+TEST_P(serve_concurrency, a_prompt_longer_than_the_step_budget_completes) {
   if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
   std::string long_prompt;
   for (int i = 0; i < 12; ++i) long_prompt += "The cat sat on the mat and looked at the sun. ";
-  serve_process chunked({"--max-num-batched-tokens", "32"});
+  serve_process chunked(with_mode({"--max-num-batched-tokens", "32"}));
   client c = chunked.make_client();
   auto out = c.generate(greedy(long_prompt, 20));
   EXPECT_GT(out.usage.prompt_tokens, 32 * 4);
   EXPECT_EQ(out.usage.completion_tokens, 20);
   EXPECT_EQ(out.finish_reason, "length");
-  serve_process whole({});
+  serve_process whole(with_mode({}));
   client w = whole.make_client();
   EXPECT_EQ(w.generate(greedy(long_prompt, 20)).token_ids, out.token_ids);
 }
+
+INSTANTIATE_TEST_SUITE_P(async_scheduling, serve_concurrency, ::testing::Values("off", "on"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace troupe::test

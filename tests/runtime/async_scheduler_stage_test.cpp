@@ -173,3 +173,49 @@ TEST(async_scheduler_stage, a_reply_out_of_order_is_ignored) {
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// Requests arriving at any moment between results, as they do from the tokenizers: every one
+// must finish with exactly its max_tokens, and every block must come back.
+TEST(async_scheduler_stage, requests_arriving_between_any_two_results_all_finish) {
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    engine_config c = async_config();
+    c.num_kv_blocks = 256;
+    c.max_num_seqs = 16;
+    c.max_num_batched_tokens = 64;
+    scheduler_stage stage(c, {2});
+    fake_worker worker;
+    std::deque<step_plan> sent;
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    std::map<int64_t, finish_reason> finishes;
+    uint32_t state = seed;
+    auto next_random = [&] { return state = state * 1664525u + 1013904223u; };
+    int next_id = 0;
+    const int num_requests = 40;
+    for (int turn = 0; turn < 5000 && (next_id < num_requests || !sent.empty()); ++turn) {
+      scheduler_stage::outputs out;
+      if (next_id < num_requests && (sent.empty() || next_random() % 3 == 0)) {
+        auto r = make_request(next_id, 1 + static_cast<int>(next_random() % 9));
+        r.prompt_ids.assign(1 + next_random() % 20, 5);
+        ++next_id;
+        out = stage.add(std::move(r));
+      } else {
+        step_plan plan = std::move(sent.front());
+        sent.pop_front();
+        out = stage.step_finished(worker.run(plan));
+      }
+      append(tokens, finishes, out);
+      for (auto& p : out.plans) sent.push_back(p);
+      ASSERT_LE(stage.num_steps_in_flight(), 2);
+    }
+    EXPECT_EQ(finishes.size(), static_cast<size_t>(num_requests)) << "seed " << seed;
+    for (const auto& [id, f] : finishes) EXPECT_EQ(f, finish_reason::length) << "seed " << seed << " request " << id;
+    EXPECT_EQ(stage.stats(0).num_free_blocks, 256) << "seed " << seed;
+    EXPECT_FALSE(stage.engine_scheduler().has_unfinished()) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace troupe

@@ -8,7 +8,7 @@ namespace {
 TEST(topology, the_shipped_colocated_file_parses) {
   auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
   EXPECT_EQ(t.device, "auto");  // cuda when a GPU answers, else the CPU
-  EXPECT_TRUE(t.async_scheduling);
+  EXPECT_EQ(t.async_scheduling, "auto");
   EXPECT_EQ(t.model_path, "../shared/models/stories260K/hf");
   EXPECT_EQ(t.zmq_endpoint, "tcp://127.0.0.1:5557");
   EXPECT_GT(t.max_num_batched_tokens, 0);
@@ -65,7 +65,9 @@ async_scheduling = true
   EXPECT_EQ(t.device, "cuda");
   EXPECT_FLOAT_EQ(t.gpu_memory_utilization, 0.5f);
   EXPECT_EQ(t.dtype, "f32");
-  EXPECT_TRUE(t.async_scheduling);
+  EXPECT_EQ(t.async_scheduling, "on");
+  EXPECT_EQ(parse_topology("[scheduler]\nasync_scheduling = false\n").async_scheduling, "off");
+  EXPECT_EQ(parse_topology("[scheduler]\nasync_scheduling = \"auto\"\n").async_scheduling, "auto");
   EXPECT_EQ(parse_topology("[node]\ndevice = \"auto\"\ngpu_memory_utilization = 1\n").gpu_memory_utilization, 1.0f);
 }
 
@@ -88,7 +90,8 @@ TEST(topology, errors_name_the_problem) {
   expect_error("[node]\ngpu_memory_utilization = 1.5\n", "gpu_memory_utilization must be in (0, 1]");
   expect_error("[node]\ngpu_memory_utilization = \"most\"\n", "gpu_memory_utilization must be a number");
   expect_error("[node]\ndtype = \"f8\"\n", "dtype must be f32, f16 or bf16");
-  expect_error("[scheduler]\nasync_scheduling = 1\n", "async_scheduling must be true or false");
+  expect_error("[scheduler]\nasync_scheduling = 1\n", "async_scheduling must be true, false");
+  expect_error("[scheduler]\nasync_scheduling = \"sometimes\"\n", "async_scheduling must be true, false");
   expect_error("[model\n", "t.toml");
 }
 
