@@ -19,6 +19,7 @@ struct complete_flags {
   int64_t seed = -1;
   bool ignore_eos = false;
   bool show_usage = false;
+  std::vector<std::string> stop;
 };
 
 const bool registered = register_command([](CLI::App& parent) {
@@ -32,6 +33,7 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--top-k", flags->top_k, "0: off");
   app->add_option("--top-p", flags->top_p, "1: off");
   app->add_option("--seed", flags->seed, "sampling seed (reproducible samples)");
+  app->add_option("--stop", flags->stop, "text that ends the completion, not printed (repeatable)");
   app->add_flag("--ignore-eos", flags->ignore_eos, "keep going past end of text");
   app->add_flag("--usage", flags->show_usage, "print token counts and timings to stderr");
   return command{app, [flags] {
@@ -43,6 +45,7 @@ const bool registered = register_command([](CLI::App& parent) {
     request.sampling.top_k = flags->top_k;
     request.sampling.top_p = flags->top_p;
     request.sampling.ignore_eos = flags->ignore_eos;
+    request.sampling.stop = flags->stop;
     if (flags->seed >= 0) request.sampling.seed = static_cast<uint64_t>(flags->seed);
     auto result = c.generate(std::move(request), [](const delta_reply& delta) {
       std::cout << delta.text << std::flush;

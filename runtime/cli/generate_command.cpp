@@ -20,6 +20,7 @@
 #include "kernels/loader/tokenizer_sources.hpp"
 #include "runtime/cli/command_registry.hpp"
 #include "runtime/text/chat_template.hpp"
+#include "runtime/text/stop_string_matcher.hpp"
 #include "runtime/text/tokenizer.hpp"
 
 namespace troupe::cli {
@@ -47,6 +48,7 @@ struct generate_flags {
   float gpu_memory_utilization = 0.9f;
   std::string dtype = "bf16";
   bool ignore_eos = false;
+  std::vector<std::string> stop;
 };
 
 // The tokenizer lives beside the weights; for dummy weights `path` may name a config.json.
@@ -83,6 +85,7 @@ sampling_params to_params(const generate_flags& flags) {
   p.max_tokens = flags.max_tokens;
   p.stop_token_ids = flags.stop_ids;
   p.ignore_eos = flags.ignore_eos;
+  p.stop = flags.stop;
   p.logprobs = flags.logprobs;
   return p;
 }
@@ -104,6 +107,13 @@ int run(const generate_flags& flags) {
   const tokenizer_sources sources = load_tokenizer_sources(tokenizer_path(flags.model_path));
   const tokenizer tok = tokenizer::from_json(sources.tokenizer_json, sources.tokenizer_config);
   std::vector<int32_t> ids = prompt_ids(flags, tok);
+  std::optional<stop_string_matcher> checked_stop;  // refused before the model loads
+  try {
+    checked_stop.emplace(flags.stop);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("--stop: ") + e.what());
+  }
+  stop_string_matcher& matcher = *checked_stop;
   const int num_prompt_tokens = static_cast<int>(ids.size());
 
   load_options options;
@@ -150,14 +160,29 @@ int run(const generate_flags& flags) {
     for (token_delta& out : engine.step()) {
       size_t printable = out.token_ids.size();
       if (out.finish == finish_reason::stop && printable > 0) --printable;  // the stop token itself
-      for (size_t i = 0; i < printable; ++i) std::cout << detok.push(out.token_ids[i]);
+      size_t kept = matcher.matched() ? 0 : out.token_ids.size();  // nothing after a match
+      for (size_t i = 0; i < printable && !matcher.matched(); ++i) {
+        auto step = matcher.push(detok.push(out.token_ids[i]));
+        std::cout << step.text;
+        if (step.matched) {
+          kept = i + 1;  // the token that completed the stop string is the last one counted
+          engine.stop(added.request_id);  // false when this very step finished it anyway
+        }
+      }
       std::cout.flush();
-      generated.insert(generated.end(), out.token_ids.begin(), out.token_ids.end());
-      logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+      generated.insert(generated.end(), out.token_ids.begin(), out.token_ids.begin() + kept);
+      logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.begin() + std::min(kept, out.logprobs.size()));
       if (out.finished()) last = std::move(out);
     }
   }
-  std::cout << detok.finish();
+  if (!matcher.matched()) {
+    auto step = matcher.push(detok.finish());
+    std::cout << step.text << matcher.finish();  // the held tail, when no stop string completed
+  }
+  if (matcher.matched() && last) {
+    last->finish = finish_reason::stop;
+    if (last->metrics) last->metrics->num_output_tokens = static_cast<int>(generated.size());
+  }
   if (isatty(STDOUT_FILENO)) std::cout << "\n";
   std::cout.flush();
 
@@ -195,6 +220,7 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--frequency-penalty", f->frequency_penalty, "0: off")->capture_default_str();
   app->add_option("--seed", f->seed, "makes sampling reproducible");
   app->add_option("--stop-id", f->stop_ids, "token id that ends generation (repeatable)");
+  app->add_option("--stop", f->stop, "text that ends generation, not printed (repeatable)");
   app->add_option("--threads", f->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
   app->add_option("--device", f->device, "cpu | cuda | auto (cuda when a GPU answers; else the CPU, with a warning)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
