@@ -432,9 +432,10 @@ std::string encode_reply(const server_reply& reply) {
           if (r.finish_reason) { pack_str(p, "finish_reason"); pack_str(p, *r.finish_reason); }
           if (r.usage) {
             pack_str(p, "usage");
-            p.pack_map(2);
+            p.pack_map(3);
             pack_str(p, "prompt_tokens"); p.pack(r.usage->prompt_tokens);
             pack_str(p, "completion_tokens"); p.pack(r.usage->completion_tokens);
+            pack_str(p, "num_preemptions"); p.pack(r.usage->num_preemptions);
           }
           if (r.timings) {
             pack_str(p, "timings");
@@ -518,6 +519,8 @@ server_reply decode_reply(std::string_view frame) {
       if (const auto* v = find(o, "finish_reason")) r.finish_reason = as_string(*v);
       if (const auto* v = find(o, "usage")) {
         r.usage = usage_info{need(*v, "prompt_tokens").as<int>(), need(*v, "completion_tokens").as<int>()};
+        // Servers before num_preemptions existed do not send it.
+        if (const auto* n = find(*v, "num_preemptions")) r.usage->num_preemptions = n->as<int>();
       }
       if (const auto* v = find(o, "timings")) {
         r.timings = timing_info{need(*v, "queue").as<double>(), need(*v, "ttft").as<double>(),

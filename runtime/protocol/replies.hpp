@@ -18,6 +18,7 @@ struct token_logprob {
 struct usage_info {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int num_preemptions = 0;  // times the request lost its KV blocks to others and was recomputed
 };
 
 // Seconds. tpot is the mean time per output token after the first.

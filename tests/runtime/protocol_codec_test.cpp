@@ -218,7 +218,7 @@ TEST(protocol_codec, replies_round_trip) {
   delta.token_ids = {5, 6};
   delta.logprobs = std::vector<token_logprob>{{5, -0.5f, {{5, -0.5f}, {7, -1.5f}}}};
   delta.finish_reason = "length";
-  delta.usage = usage_info{3, 2};
+  delta.usage = usage_info{3, 2, 1};
   delta.timings = timing_info{0.001, 0.01, 0.002, 0.02};
   auto got = std::get<delta_reply>(decode_reply(encode_reply(delta)));
   EXPECT_EQ(got.text, "hello");
@@ -227,6 +227,7 @@ TEST(protocol_codec, replies_round_trip) {
   EXPECT_EQ((*got.logprobs)[0].top[1].first, 7);
   EXPECT_EQ(*got.finish_reason, "length");
   EXPECT_EQ(got.usage->completion_tokens, 2);
+  EXPECT_EQ(got.usage->num_preemptions, 1);
   EXPECT_DOUBLE_EQ(got.timings->ttft, 0.01);
   auto error = std::get<error_reply>(decode_reply(encode_reply(error_reply{"q", error_code::overloaded, "full"})));
   EXPECT_EQ(error.code, error_code::overloaded);
