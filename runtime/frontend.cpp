@@ -142,7 +142,7 @@ delta_reply to_reply(const std::string& client_id, const text_delta& d, bool wan
     r.finish_reason = std::string(finish_reason_name(d.delta.finish));
     if (d.delta.metrics) {
       const auto& m = *d.delta.metrics;
-      r.usage = usage_info{m.num_prompt_tokens, m.num_output_tokens};
+      r.usage = usage_info{m.num_prompt_tokens, m.num_output_tokens, m.num_preemptions};
       r.timings = timing_info{m.queue_time, m.ttft, m.tpot, m.e2e};
     } else {
       r.usage = usage_info{};
@@ -333,6 +333,22 @@ void frontend::loop() {
     s.routing_ids_by_fd.erase(it);
   };
 
+  // Handles every disconnect event queued so far.
+  auto drain_monitor = [&] {
+    for (;;) {
+      zmq::message_t event_frame, address_frame;
+      if (!s.monitor.recv(event_frame, zmq::recv_flags::dontwait)) return;
+      if (event_frame.more()) (void)s.monitor.recv(address_frame, zmq::recv_flags::dontwait);
+      if (event_frame.size() >= 6) {
+        uint16_t event_id;
+        uint32_t value;
+        std::memcpy(&event_id, event_frame.data(), 2);
+        std::memcpy(&value, static_cast<const char*>(event_frame.data()) + 2, 4);
+        if (event_id == ZMQ_EVENT_DISCONNECTED) on_disconnect(static_cast<int>(value));
+      }
+    }
+  };
+
   zmq::pollitem_t items[3] = {
       {s.router.handle(), 0, ZMQ_POLLIN, 0},
       {s.monitor.handle(), 0, ZMQ_POLLIN, 0},
@@ -356,19 +372,7 @@ void frontend::loop() {
       }
       for (auto& event : events) on_event(event);
     }
-    if (items[1].revents & ZMQ_POLLIN) {
-      zmq::message_t event_frame, address_frame;
-      if (s.monitor.recv(event_frame, zmq::recv_flags::dontwait)) {
-        if (event_frame.more()) (void)s.monitor.recv(address_frame, zmq::recv_flags::dontwait);
-        if (event_frame.size() >= 6) {
-          uint16_t event_id;
-          uint32_t value;
-          std::memcpy(&event_id, event_frame.data(), 2);
-          std::memcpy(&value, static_cast<const char*>(event_frame.data()) + 2, 4);
-          if (event_id == ZMQ_EVENT_DISCONNECTED) on_disconnect(static_cast<int>(value));
-        }
-      }
-    }
+    if (items[1].revents & ZMQ_POLLIN) drain_monitor();
     if (items[0].revents & ZMQ_POLLIN) {
       // A bounded batch per wakeup, so replies and disconnects are never starved by a flood.
       for (int n = 0; n < 256; ++n) {
@@ -389,7 +393,14 @@ void frontend::loop() {
         const std::string routing_id = parts[0].to_string();
         if (parts.size() < 2) continue;  // a peer with nothing to say
         int fd = parts.back().get(ZMQ_SRCFD);
-        if (fd >= 0) s.routing_ids_by_fd[fd].insert(routing_id);
+        if (fd >= 0 && !s.routing_ids_by_fd[fd].count(routing_id)) {
+          // A peer new on this descriptor, which may be a closed connection's, reused. That
+          // connection's disconnect event was queued before this peer could even connect, but
+          // may not be handled yet: handle it now, or it would later be taken for this peer's
+          // and silently abort its requests (a client then waits forever for its reply).
+          drain_monitor();
+          s.routing_ids_by_fd[fd].insert(routing_id);
+        }
         if (num_parts > limits.max_frames_per_message ||
             (num_parts == 3 && parts[1].size() != 0)) {
           s.send_error(routing_id, "", error_code::bad_request,

@@ -113,6 +113,13 @@ TEST_P(serve_concurrency, a_tiny_kv_pool_preempts_and_gives_the_same_outputs) {
   auto alone = serve_alone(server, requests);
   auto together = serve_together(server, requests);
   expect_same(alone, together);
+  // Each request fits the pool alone; sixteen at once cannot all grow to 60 tokens, so some
+  // must have lost their blocks and been recomputed, and the final deltas say so.
+  int preempted_alone = 0, preempted_together = 0;
+  for (const auto& out : alone) preempted_alone += out.usage.num_preemptions;
+  for (const auto& out : together) preempted_together += out.usage.num_preemptions;
+  EXPECT_EQ(preempted_alone, 0);
+  EXPECT_GT(preempted_together, 0);
   client c = server.make_client();
   auto stats = wait_until_idle(c);
   EXPECT_EQ(stats.num_free_blocks, 12);
