@@ -6,7 +6,12 @@
 
 namespace troupe {
 
-model_runner::model_runner(model& m, uint64_t sampler_seed) : model_(m), sampler_(sampler_seed) {}
+model_runner::model_runner(model& m, uint64_t sampler_seed, bool device_sampling)
+    : model_(m), sampler_(sampler_seed), device_sampling_(device_sampling), device_rng_(~sampler_seed) {}
+
+bool model_runner::samples_plainly(const sampling_params& p) {
+  return !uses_penalties(p) && p.min_p == 0.0f && p.logprobs < 0;
+}
 
 void model_runner::build_batch(const step_plan& plan, int block_size, forward_batch& batch) {
   batch = forward_batch{};
@@ -71,6 +76,59 @@ step_result model_runner::run(const step_plan& plan) {
                                std::to_string(shape.num_blocks) + " blocks");
     }
   }
+  last_on_device_ = can_sample_on_device(plan);
+  if (last_on_device_) {
+    sample_on_device(plan, result);
+  } else {
+    sample_on_host(plan, previous, result);
+  }
+  last_samples_.reserve(result.tokens.size());
+  for (const sampled_token& t : result.tokens) last_samples_[t.request_id] = t.token_id;
+  return result;
+}
+
+bool model_runner::can_sample_on_device(const step_plan& plan) const {
+  if (!device_sampling_ || !model_.can_sample_on_device() || batch_.num_logits() == 0) return false;
+  for (const scheduled_sequence& s : plan.sequences) {
+    if (s.sample && !samples_plainly(s.params)) return false;
+  }
+  return true;
+}
+
+void model_runner::sample_on_device(const step_plan& plan, step_result& result) {
+  rows_.clear();
+  for (const scheduled_sequence& s : plan.sequences) {
+    if (!s.sample) continue;
+    device_sampling_row row;
+    row.temperature = s.params.temperature;
+    row.top_k = s.params.top_k;
+    row.top_p = s.params.top_p;
+    // A seeded request draws uniform(seed, output_index), the very number the host sampler draws.
+    row.seed = s.params.seed ? *s.params.seed : device_rng_();
+    row.offset = s.params.seed ? static_cast<uint64_t>(s.output_index) : 0;
+    rows_.push_back(row);
+  }
+  device_tokens_.assign(rows_.size(), -1);
+  model_.forward_sample(batch_, rows_, device_tokens_.data());
+  const int vocab = model_.config().vocab_size;
+  result.tokens.reserve(rows_.size());
+  size_t row = 0;
+  for (const scheduled_sequence& s : plan.sequences) {
+    if (!s.sample) continue;
+    const int32_t token = device_tokens_[row++];
+    if (token < 0 || token >= vocab) {
+      throw std::runtime_error("model_runner: the device sampled token " + std::to_string(token) + " for request " +
+                               std::to_string(s.request_id) + ", outside the vocabulary of " + std::to_string(vocab));
+    }
+    sampled_token t;
+    t.request_id = s.request_id;
+    t.token_id = token;
+    result.tokens.push_back(std::move(t));
+  }
+}
+
+void model_runner::sample_on_host(const step_plan& plan, const std::unordered_map<int64_t, int32_t>& previous,
+                                  step_result& result) {
   const int vocab = model_.config().vocab_size;
   logits_.resize(static_cast<size_t>(batch_.num_logits()) * vocab);
   model_.forward(batch_, logits_.data());
@@ -90,9 +148,6 @@ step_result model_runner::run(const step_plan& plan) {
     }
     ++row;
   }
-  last_samples_.reserve(result.tokens.size());
-  for (const sampled_token& t : result.tokens) last_samples_[t.request_id] = t.token_id;
-  return result;
 }
 
 }  // namespace troupe

@@ -4,7 +4,11 @@
 // For overlapped scheduling it remembers the tokens it sampled in its last run: an entry marked
 // input_from_previous_sample gets its last input token from there, so the scheduler can plan a
 // step before it has seen the previous step's result.
+// On a backend that can sample where its logits are (CUDA), a step whose sampled rows are all
+// plain (greedy / temperature with top-k and top-p; no penalties, min_p or logprobs) is sampled
+// there, and only one token id per row crosses to the host.
 
+#include <random>
 #include <unordered_map>
 #include <vector>
 
@@ -18,12 +22,18 @@ namespace troupe {
 class model_runner {
  public:
   // `m` must outlive the runner.
-  explicit model_runner(model& m, uint64_t sampler_seed = std::random_device{}());
+  // device_sampling: let a backend that can sample on its device do so for plain steps.
+  explicit model_runner(model& m, uint64_t sampler_seed = std::random_device{}(), bool device_sampling = true);
 
   step_result run(const step_plan& plan);
 
   // The batch the last run() sent to the model (for tests and tracing).
   const forward_batch& last_batch() const { return batch_; }
+  // Whether the last run() sampled on the model's device (for tests and tracing).
+  bool last_run_sampled_on_device() const { return last_on_device_; }
+
+  // True when `params` need nothing but the logits row, temperature, top-k and top-p.
+  static bool samples_plainly(const sampling_params& params);
 
   // Flattens `plan` into `batch` for KV blocks of `block_size` tokens. Throws when a sequence's
   // block table does not cover its tokens.
@@ -32,12 +42,20 @@ class model_runner {
  private:
   // Writes the previous run's samples into the batch where the plan asks for them.
   void fill_previous_samples(const step_plan& plan, const std::unordered_map<int64_t, int32_t>& previous);
+  bool can_sample_on_device(const step_plan& plan) const;
+  void sample_on_device(const step_plan& plan, step_result& result);
+  void sample_on_host(const step_plan& plan, const std::unordered_map<int64_t, int32_t>& previous, step_result& result);
 
   model& model_;
   sampler sampler_;
   std::unordered_map<int64_t, int32_t> last_samples_;  // request id -> token sampled by the last run
   forward_batch batch_;
   std::vector<float> logits_;  // [num_logits, vocab_size]
+  bool device_sampling_;
+  bool last_on_device_ = false;
+  std::mt19937_64 device_rng_;              // seeds for unseeded rows sampled on the device
+  std::vector<device_sampling_row> rows_;   // [num_logits]
+  std::vector<int32_t> device_tokens_;      // [num_logits]
 };
 
 }  // namespace troupe

@@ -37,6 +37,7 @@ namespace {
 
 using cuda::check;
 using cuda::device_buffer;
+using cuda::pinned_buffer;
 
 size_t dtype_size(dtype type) { return type == dtype::f32 ? 4 : 2; }
 
@@ -104,6 +105,48 @@ class cuda_model final : public model {
     validate_batch(batch);
     check(cudaSetDevice(options_.device), "cudaSetDevice");
     if (batch.num_tokens() == 0) return;
+    compute_logits(batch);
+    check(cudaMemcpyAsync(logits, logits_.get(), static_cast<size_t>(batch.num_logits()) * config_.vocab_size * 4,
+                          cudaMemcpyDeviceToHost, stream_),
+          "download logits");
+    check(cudaStreamSynchronize(stream_), "forward");
+  }
+
+  bool can_sample_on_device() const override { return true; }
+
+  // The logits stay on the GPU: only the sampling parameters go up and one id per row comes down.
+  void forward_sample(const forward_batch& batch, std::span<const device_sampling_row> rows,
+                      int32_t* tokens) override {
+    validate_batch(batch);
+    if (rows.size() != static_cast<size_t>(batch.num_logits())) {
+      throw std::runtime_error("cuda model: " + std::to_string(rows.size()) + " sampling rows for " +
+                               std::to_string(batch.num_logits()) + " logits rows");
+    }
+    check(cudaSetDevice(options_.device), "cudaSetDevice");
+    if (batch.num_tokens() == 0 || rows.empty()) return;
+    compute_logits(batch);
+    const size_t params_bytes = rows.size() * sizeof(cuda::sampling_row);
+    if (sample_params_host_.size() < params_bytes) {
+      sample_params_host_.allocate(params_bytes);
+      sample_params_.allocate(params_bytes);
+      sampled_.allocate(rows.size() * sizeof(int32_t));
+    }
+    auto* params = sample_params_host_.as<cuda::sampling_row>();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      params[i] = cuda::sampling_row{rows[i].temperature, rows[i].top_k, rows[i].top_p, rows[i].seed, rows[i].offset};
+    }
+    check(cudaMemcpyAsync(sample_params_.get(), params, params_bytes, cudaMemcpyHostToDevice, stream_),
+          "upload sampling rows");
+    cuda::sample(logits_.as<float>(), static_cast<int>(rows.size()), config_.vocab_size,
+                 sample_params_.as<cuda::sampling_row>(), sampled_.as<int32_t>(), stream_);
+    check(cudaMemcpyAsync(tokens, sampled_.get(), rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+          "download sampled tokens");
+    check(cudaStreamSynchronize(stream_), "forward_sample");
+  }
+
+ private:
+  // Everything up to the logits [num_logits, vocab] in logits_, queued on stream_.
+  void compute_logits(const forward_batch& batch) {
     const int num_seqs = batch.num_seqs();
     bool decode = options_.cuda_graphs && batch.num_tokens() == num_seqs && batch.num_logits() == num_seqs &&
                   num_seqs <= options_.max_graph_batch;
@@ -141,13 +184,8 @@ class cuda_model final : public model {
     } else {
       run_step(rows, seqs, logits_rows, plan);
     }
-    check(cudaMemcpyAsync(logits, logits_.get(), static_cast<size_t>(batch.num_logits()) * config_.vocab_size * 4,
-                          cudaMemcpyDeviceToHost, stream_),
-          "download logits");
-    check(cudaStreamSynchronize(stream_), "forward");
   }
 
- private:
   void validate_config() const {
     const model_config& c = config_;
     if (c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 ||
@@ -545,6 +583,9 @@ class cuda_model final : public model {
   device_buffer act_;        // [tokens, intermediate]
   device_buffer gathered_;   // [logits, hidden]
   device_buffer logits_;     // [logits, vocab] f32
+  pinned_buffer sample_params_host_;  // [logits] cuda::sampling_row
+  device_buffer sample_params_;       // [logits] cuda::sampling_row
+  device_buffer sampled_;             // [logits] int32 token ids
   device_buffer workspace_;  // attention split partials
   std::map<int, cudaGraphExec_t> graphs_;  // decode bucket -> captured step
 };
