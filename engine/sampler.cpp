@@ -20,9 +20,25 @@ uint64_t splitmix64(uint64_t x) {
 // Uniform in [0, 1) from the top 53 bits.
 double to_unit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
 
-int32_t argmax(const std::vector<float>& values) {
-  // First maximum wins, as in the reference implementations.
-  return static_cast<int32_t>(std::max_element(values.begin(), values.end()) - values.begin());
+// First maximum wins, as in the reference implementations. Greedy decoding runs this over the
+// whole vocabulary for every sequence of every step: eight independent running maxima let the
+// compiler vectorize the scan (std::max_element's branch per element does not), then one more
+// pass finds the first index holding the maximum. NaNs are never chosen unless all are NaN.
+int32_t argmax(std::span<const float> values) {
+  constexpr size_t lanes = 8;
+  float lane_max[lanes];
+  std::fill(lane_max, lane_max + lanes, -std::numeric_limits<float>::infinity());
+  const size_t n = values.size();
+  const size_t blocked = n - n % lanes;
+  for (size_t i = 0; i < blocked; i += lanes) {
+    for (size_t j = 0; j < lanes; ++j) lane_max[j] = values[i + j] > lane_max[j] ? values[i + j] : lane_max[j];
+  }
+  float best = *std::max_element(lane_max, lane_max + lanes);
+  for (size_t i = blocked; i < n; ++i) best = values[i] > best ? values[i] : best;
+  for (size_t i = 0; i < n; ++i) {
+    if (values[i] == best) return static_cast<int32_t>(i);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -58,12 +74,19 @@ sampled_token sampler::sample(std::span<const float> logits, const scheduled_seq
 sampled_token sampler::sample(std::span<const float> logits, const sampling_params& params,
                               const sample_context& context) {
   if (logits.empty()) throw std::runtime_error("sampler: empty logits row");
-  work_.assign(logits.begin(), logits.end());
-  if (uses_penalties(params)) apply_penalties(params, context);
-
   sampled_token out;
   out.request_id = context.request_id;
-  if (params.temperature == 0.0f || params.top_k == 1) {
+  const bool greedy = params.temperature == 0.0f || params.top_k == 1;
+  const bool penalties = uses_penalties(params);
+  if (greedy && !penalties) {
+    out.token_id = argmax(logits);  // the common case: no copy of the row
+    if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
+    return out;
+  }
+  work_.assign(logits.begin(), logits.end());
+  if (penalties) apply_penalties(params, context);
+
+  if (greedy) {
     out.token_id = argmax(work_);
   } else {
     double uniform = params.seed
