@@ -21,6 +21,11 @@ constexpr int64_t min_macs_per_chunk = 64 * 1024;
 
 constexpr int64_t max_slab_floats = int64_t{16} << 20;
 
+// Below this many activation rows, non-f32 weights are converted and multiplied slab by slab on
+// each thread; slabs of about 256 KiB of f32 stay in a core's L2.
+constexpr int64_t max_rows_for_cached_slabs = 128;
+constexpr int64_t cached_slab_floats = int64_t{64} << 10;
+
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -82,9 +87,30 @@ void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, 
                 static_cast<int>(m));
     return;
   }
+  const to_f32_fn convert = kernels.to_f32[static_cast<int>(w.type)];
+  if (n < max_rows_for_cached_slabs) {
+    // Decode batches: converting the whole matrix first would write it out to memory as f32 and
+    // read it back, which costs as much as the product itself at these sizes. Instead each
+    // thread converts a slab small enough to stay in its cache and multiplies it right away
+    // with a single-threaded sgemm.
+    set_blas_threads(1);
+    const int64_t slab_rows = std::clamp<int64_t>(cached_slab_floats / k, 16, std::max<int64_t>(16, m));
+    const size_t per_thread = static_cast<size_t>(slab_rows * k);
+    if (scratch.size() < per_thread * pool.num_threads()) scratch.resize(per_thread * pool.num_threads());
+    pool.parallel_for_dynamic(0, m, slab_rows, [&](int64_t begin, int64_t end, int thread_index) {
+      float* slab_f32 = scratch.data() + per_thread * thread_index;  // [slab_rows, k]
+      for (int64_t row = begin; row < end; row += slab_rows) {
+        const int64_t rows = std::min(slab_rows, end - row);
+        convert(w.data + row * stride, rows * k, slab_f32);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+                    static_cast<int>(k), 1.0f, x, static_cast<int>(k), slab_f32, static_cast<int>(k), 0.0f,
+                    y + row, static_cast<int>(m));
+      }
+    });
+    return;
+  }
   const int64_t slab_rows = std::max<int64_t>(1, std::min(m, max_slab_floats / k));
   if (scratch.size() < static_cast<size_t>(slab_rows * k)) scratch.resize(slab_rows * k);
-  const to_f32_fn convert = kernels.to_f32[static_cast<int>(w.type)];
   for (int64_t slab = 0; slab < m; slab += slab_rows) {
     const int64_t rows = std::min(slab_rows, m - slab);
     float* slab_f32 = scratch.data();  // [rows, k]

@@ -123,6 +123,31 @@ TEST(cpu_matmul, matches_naive_reference_for_every_dtype_and_path) {
   cpu::set_matmul_gemm_min_rows(saved_switch);
 }
 
+// Decode batches of f16 weights go through per-thread slabs of converted rows: more rows than
+// one slab holds (a remainder slab too), handed out over the pool, give the reference products.
+TEST(cpu_matmul, sgemm_over_per_thread_slabs_covers_every_row) {
+  cpu::thread_pool pool(3);
+  const int64_t m = 300, k = 512, n = 12;  // slabs of 128 rows: 128 + 128 + 44
+  const int saved_switch = cpu::matmul_gemm_min_rows();
+  cpu::set_matmul_gemm_min_rows(1);
+  const auto w_bytes = test::encode(test::random_floats(m * k, 5), dtype::f16);
+  const auto w_ref = test::decode_naive(w_bytes, dtype::f16, m * k);
+  const auto x = test::random_floats(n * k, 6);
+  std::vector<float> y(n * m, -1.0f), scratch;
+  cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data()}, y.data(), scratch);
+  cpu::set_matmul_gemm_min_rows(saved_switch);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t r = 0; r < m; ++r) {
+      double expected = 0, magnitude = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        expected += x[j * k + i] * w_ref[r * k + i];
+        magnitude += std::fabs(x[j * k + i] * w_ref[r * k + i]);
+      }
+      ASSERT_NEAR(y[j * m + r], expected, 2e-6 * magnitude + 1e-6) << "row " << r << " of activation " << j;
+    }
+  }
+}
+
 TEST(cpu_matmul, view_of_rejects_wrong_shapes) {
   weight_store store;
   test::add_tensor(store, "w", {4, 8}, test::random_floats(32, 1), dtype::f32);
