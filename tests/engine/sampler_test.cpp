@@ -51,6 +51,26 @@ TEST(sampler, greedy_takes_the_first_largest_logit) {
   EXPECT_EQ(s.sample(logits, p, {}).token_id, 1);
 }
 
+// The greedy scan goes several floats at a time: the maximum may sit in any lane, in the tail
+// after the last whole group, or be tied across groups; NaNs are never taken.
+TEST(sampler, greedy_finds_the_first_maximum_anywhere_in_a_long_row) {
+  sampler s(1);
+  sampling_params p;
+  p.temperature = 0.0f;
+  for (size_t vocab : {1u, 3u, 8u, 13u, 37u, 512u}) {
+    for (size_t at = 0; at < vocab; ++at) {
+      std::vector<float> logits(vocab);
+      for (size_t i = 0; i < vocab; ++i) logits[i] = -static_cast<float>((i * 7) % 11);
+      logits[at] = 5.0f;
+      if (at + 9 < vocab) logits[at + 9] = 5.0f;  // a later tie loses
+      if (at > 0) logits[at - 1] = std::nanf("");
+      ASSERT_EQ(s.sample(logits, p, {}).token_id, static_cast<int32_t>(at)) << "vocab " << vocab;
+    }
+  }
+  std::vector<float> all_nan(20, std::nanf(""));
+  EXPECT_EQ(s.sample(all_nan, p, {}).token_id, 0);
+}
+
 TEST(sampler, seeded_requests_reproduce_whatever_else_is_sampled) {
   std::mt19937 gen(3);
   std::normal_distribution<float> normal;
