@@ -12,6 +12,7 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
       [=](token_batch& batch) {
         auto out = stage->run(std::move(batch));
         if (!out.texts.deltas.empty()) self->send(frontend, std::move(out.texts));
+        for (auto& failure : out.failures) self->send(frontend, std::move(failure));
         if (out.stopped_ids.empty()) return;
         // The batch came from the scheduler that owns these requests; its final delta for each
         // releases the text the stage holds.

@@ -26,8 +26,8 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
             (*deliver)(stage->step_finished(failed));
           });
     }
-    if (!out.tokens.deltas.empty()) self->send(detokenizer, std::move(out.tokens));
-    for (auto& failure : out.failures) self->send(frontend, std::move(failure));
+    if (!out.tokens.empty()) self->send(detokenizer, std::move(out.tokens));
+    for (auto& refusal : out.refusals) self->send(frontend, std::move(refusal));
   };
   self->attach_functor([deliver] { *deliver = nullptr; });  // breaks the self-reference cycle
   return {

@@ -8,7 +8,8 @@
 //   scheduler    | schedule_request, abort_request_msg, stats_query | step_plan, token_batch, request_failed, stats_answer
 //                | stop_request_msg                                 |
 //   worker       | step_plan                                        | step_done (the response)
-//   detokenizer  | token_batch                                      | text_batch, stop_request_msg (to the batch's sender)
+//   detokenizer  | token_batch                                      | text_batch, request_failed,
+//                |                                                  | stop_request_msg (to the batch's sender)
 
 #include <cstdint>
 #include <memory>

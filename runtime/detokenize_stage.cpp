@@ -72,6 +72,12 @@ detokenize_stage::outputs detokenize_stage::run(token_batch batch) {
     text.delta = std::move(delta);
     out.texts.deltas.push_back(std::move(text));
   }
+  // A failed request gets no final delta, and a text held after a stop-string match is dropped:
+  // the client's one reply is the error.
+  for (request_failed& failure : batch.failures) {
+    live_.erase(failure.request_id);
+    out.failures.push_back(std::move(failure));
+  }
   return out;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The detokenizer stage's work, without the actor: token deltas in, text deltas out, with one
-// incremental detokenizer per live request (dropped when the request finishes).
+// incremental detokenizer per live request, dropped however the request ends: its final delta
+// (finished, aborted, stopped) or a failure of its step, which the batch carries after the deltas.
 //
 // Stop strings are matched here, the only stage that sees text. On a match the request's final
 // delta (text cut before the stop string, finish "stop") is held back and the scheduler is asked
@@ -23,12 +24,14 @@ class detokenize_stage {
  public:
   struct outputs {
     text_batch texts;                  // to the frontend (when not empty)
+    std::vector<request_failed> failures;  // to the frontend, after the texts
     std::vector<int64_t> stopped_ids;  // matched a stop string: the scheduler must finish them
   };
 
   explicit detokenize_stage(tokenizer tok) : tokenizer_(std::move(tok)) {}
 
   outputs run(token_batch batch);
+  // Requests whose state the stage holds: each is dropped when the request ends, whichever way.
   size_t num_live() const { return live_.size(); }
 
  private:

@@ -7,7 +7,7 @@
 //   worker ─step_done▶ scheduler ─token_batch▶ detokenizer ─text_batch▶ frontend
 //   frontend ─abort_request_msg / stats_query▶ scheduler ─stats_answer▶ frontend
 //   detokenizer ─stop_request_msg▶ scheduler (a stop string matched)
-//   any stage ─request_failed▶ frontend
+//   tokenizer, scheduler (a refusal), detokenizer (a failed step) ─request_failed▶ frontend
 
 #include <cstdint>
 #include <string>
@@ -69,10 +69,21 @@ struct request_timeline {
   int32_t num_steps = 0;
 };
 
-// One step's deltas, for the detokenizer. timelines[i] is set for finished deltas[i].
+struct request_failed {
+  int64_t request_id = 0;
+  error_code code = error_code::internal;
+  std::string message;
+};
+
+// One step's deltas, for the detokenizer. timelines[i] is set for finished deltas[i]. A request
+// the step ended in error has no final delta: it comes in `failures`, after the deltas, so the
+// detokenizer drops its state before it tells the frontend.
 struct token_batch {
   std::vector<token_delta> deltas;
   std::vector<request_timeline> timelines;  // [deltas.size()]
+  std::vector<request_failed> failures;
+
+  bool empty() const { return deltas.empty() && failures.empty(); }
 };
 
 struct text_delta {
@@ -105,12 +116,6 @@ struct stats_answer {
   int32_t num_total_blocks = 0;
   int32_t num_running = 0;
   int32_t num_waiting = 0;
-};
-
-struct request_failed {
-  int64_t request_id = 0;
-  error_code code = error_code::internal;
-  std::string message;
 };
 
 // -- inspect overloads ----------------------------------------------------------------------------
@@ -206,7 +211,7 @@ typename Inspector::result_type inspect(Inspector& f, request_timeline& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_batch& x) {
-  return f(caf::meta::type_name("token_batch"), x.deltas, x.timelines);
+  return f(caf::meta::type_name("token_batch"), x.deltas, x.timelines, x.failures);
 }
 
 template <class Inspector>

@@ -56,7 +56,7 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
   const auto arrival = engine_clock::time_point(std::chrono::nanoseconds(request.arrival));
   if (auto error = scheduler_.add_request(request.request_id, std::move(request.prompt_ids),
                                           std::move(request.sampling), request.priority, arrival)) {
-    out.failures.push_back(request_failed{request.request_id, to_error_code(error->code), error->message});
+    out.refusals.push_back(request_failed{request.request_id, to_error_code(error->code), error->message});
     return out;
   }
   request_timeline& timeline = timelines_[request.request_id];
@@ -109,8 +109,8 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
     for (const auto& seq : plan.sequences) {
       if (scheduler_.abort(seq.request_id)) {
         timelines_.erase(seq.request_id);
-        out.failures.push_back(request_failed{seq.request_id, error_code::internal,
-                                              "the worker failed a step: " + done.error});
+        out.tokens.failures.push_back(request_failed{seq.request_id, error_code::internal,
+                                                     "the worker failed a step: " + done.error});
       }
     }
   } else {

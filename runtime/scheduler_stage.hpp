@@ -18,8 +18,12 @@ class scheduler_stage {
  public:
   struct outputs {
     std::vector<step_plan> plans;   // to the worker, in this order
-    token_batch tokens;             // to the detokenizer (when not empty)
-    std::vector<request_failed> failures;  // to the frontend
+    // To the detokenizer (when not empty): deltas, and the requests a failed step ended, which
+    // the detokenizer must forget before it tells the frontend.
+    token_batch tokens;
+    // To the frontend: requests never admitted, so the detokenizer never saw them (a duplicate
+    // id must not make it forget the live request of that id).
+    std::vector<request_failed> refusals;
   };
 
   scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids);

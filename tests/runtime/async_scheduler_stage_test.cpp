@@ -147,15 +147,15 @@ TEST(async_scheduler_stage, a_failed_step_ends_its_requests_and_the_step_after_i
   failed.result.step_id = out.plans[0].step_id;
   failed.error = "device lost";
   auto next = stage.step_finished(failed);
-  ASSERT_EQ(next.failures.size(), 1u);
-  EXPECT_NE(next.failures[0].message.find("device lost"), std::string::npos);
+  ASSERT_EQ(next.tokens.failures.size(), 1u);
+  EXPECT_NE(next.tokens.failures[0].message.find("device lost"), std::string::npos);
   EXPECT_EQ(stage.stats(0).num_free_blocks, 16);
   // The worker cannot fill the second step's placeholder after a failure: it fails as well.
   step_done also_failed;
   also_failed.result.step_id = out.plans[1].step_id;
   also_failed.error = "no previous sample";
   auto after = stage.step_finished(also_failed);
-  EXPECT_TRUE(after.failures.empty()) << "the request was failed once already";
+  EXPECT_TRUE(after.tokens.failures.empty()) << "the request was failed once already";
   EXPECT_FALSE(stage.step_in_flight());
 }
 

@@ -1,16 +1,19 @@
 // The detokenizer stage without actors, on the stories260K tokenizer and its reference greedy
 // continuation of "Once upon a time": plain text, stop strings spanning tokens, the held final
 // delta and the scheduler's confirmation, deltas dropped after a match, the tail released at a
-// finish, and the whole loop with the engine's scheduler freeing every block.
+// finish, the whole loop with the engine's scheduler freeing every block, and requests whose step
+// failed forgotten (they have no final delta).
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "engine/scheduler.hpp"
 #include "runtime/detokenize_stage.hpp"
+#include "runtime/scheduler_stage.hpp"
 
 namespace troupe {
 namespace {
@@ -325,6 +328,113 @@ TEST_F(detokenize_stage_test, with_the_engine_scheduler_the_stop_frees_every_blo
   EXPECT_EQ(client.metrics->num_output_tokens, static_cast<int>(client.ids.size()));
   EXPECT_EQ(client.metrics->num_prompt_tokens, static_cast<int>(prompt_ids.size()));
   EXPECT_EQ(stage.num_live(), 0u);
+}
+
+
+// The scheduler and detokenizer stages wired as their actors wire them: the scheduler's token
+// batches (deltas, then the requests a failed step ended) go to the detokenizer, whose texts and
+// failures go to the client; its stop requests wait in `stops` until a test delivers them.
+class wired_stages {
+ public:
+  wired_stages(const engine_config& config, const tokenizer& tok) : scheduler_(config, {2}), detokenizer_(tok) {}
+
+  void deliver(scheduler_stage::outputs out) {
+    for (auto& plan : out.plans) plans_.push_back(std::move(plan));
+    for (auto& refusal : out.refusals) errors.push_back(std::move(refusal));
+    if (out.tokens.empty()) return;
+    auto texts = detokenizer_.run(std::move(out.tokens));
+    client.take(texts.texts);
+    for (auto& failure : texts.failures) errors.push_back(std::move(failure));
+    stops.insert(stops.end(), texts.stopped_ids.begin(), texts.stopped_ids.end());
+  }
+
+  // The worker answers the oldest plan with the reference tokens, or fails it.
+  void answer_next() {
+    step_done done;
+    done.result = reference_answer(take_plan());
+    deliver(scheduler_.step_finished(done));
+  }
+  void fail_next(const std::string& why) {
+    step_done done;
+    done.result.step_id = take_plan().step_id;
+    done.error = why;
+    deliver(scheduler_.step_finished(done));
+  }
+
+  bool step_in_flight() const { return !plans_.empty(); }
+  scheduler_stage& scheduler() { return scheduler_; }
+  const detokenize_stage& detokenizer() const { return detokenizer_; }
+
+  client_view client;
+  std::vector<request_failed> errors;  // what the client got instead of a final delta
+  std::vector<int64_t> stops;
+
+ private:
+  step_plan take_plan() {
+    EXPECT_FALSE(plans_.empty()) << "no step in flight";
+    step_plan plan = std::move(plans_.front());
+    plans_.pop_front();
+    return plan;
+  }
+
+  scheduler_stage scheduler_;
+  detokenize_stage detokenizer_;
+  std::deque<step_plan> plans_;
+};
+
+engine_config wired_config() {
+  engine_config config;
+  config.block_size = 4;
+  config.num_kv_blocks = 32;
+  config.max_num_batched_tokens = 16;
+  config.max_num_seqs = 2;
+  config.max_model_len = 128;
+  return config;
+}
+
+schedule_request wired_request(int64_t id, std::vector<std::string> stop) {
+  schedule_request request;
+  request.request_id = id;
+  request.prompt_ids = prompt_ids;
+  request.sampling.temperature = 0.0f;
+  request.sampling.max_tokens = 50;
+  request.sampling.stop = std::move(stop);
+  return request;
+}
+
+TEST_F(detokenize_stage_test, a_failed_step_ends_the_request_in_the_detokenizer_too) {
+  wired_stages stages(wired_config(), *tok_);
+  stages.deliver(stages.scheduler().add(wired_request(21, {"zebra"})));
+  for (int i = 0; i < 3; ++i) stages.answer_next();
+  EXPECT_EQ(stages.client.text, ", there was");
+  EXPECT_EQ(stages.detokenizer().num_live(), 1u);
+  stages.fail_next("device lost");
+  EXPECT_EQ(stages.detokenizer().num_live(), 0u) << "the failed request's detokenizer and matcher leak";
+  ASSERT_EQ(stages.errors.size(), 1u);
+  EXPECT_EQ(stages.errors[0].request_id, 21);
+  EXPECT_EQ(stages.errors[0].code, error_code::internal);
+  EXPECT_NE(stages.errors[0].message.find("device lost"), std::string::npos);
+  EXPECT_EQ(stages.client.num_finals, 0) << "the error is the request's one end";
+  EXPECT_EQ(stages.scheduler().stats(0).num_free_blocks, wired_config().num_kv_blocks);
+}
+
+TEST_F(detokenize_stage_test, a_failed_step_after_a_stop_match_drops_the_held_final) {
+  wired_stages stages(wired_config(), *tok_);
+  stages.deliver(stages.scheduler().add(wired_request(22, {"outside in"})));
+  for (int steps = 0; stages.stops.empty() && steps < 60; ++steps) stages.answer_next();
+  ASSERT_EQ(stages.stops, std::vector<int64_t>{22});
+  EXPECT_EQ(stages.detokenizer().num_live(), 1u) << "the final delta is held for the scheduler";
+  // The step planned before the scheduler heard of the stop fails: the held final must go too.
+  ASSERT_TRUE(stages.step_in_flight());
+  stages.fail_next("device lost");
+  EXPECT_EQ(stages.detokenizer().num_live(), 0u);
+  ASSERT_EQ(stages.errors.size(), 1u);
+  EXPECT_EQ(stages.errors[0].request_id, 22);
+  // The stop request arrives after the failure: the scheduler no longer knows the request.
+  stages.deliver(stages.scheduler().stop(22));
+  EXPECT_EQ(stages.client.num_finals, 0);
+  EXPECT_EQ(stages.errors.size(), 1u);
+  EXPECT_EQ(stages.detokenizer().num_live(), 0u);
 }
 
 }  // namespace

@@ -86,20 +86,24 @@ TEST(scheduler_stage, a_failed_step_fails_its_requests_and_frees_their_blocks) {
   failed.result.step_id = out.plans.front().step_id;
   failed.error = "device lost";
   auto next = stage.step_finished(failed);
-  ASSERT_EQ(next.failures.size(), 1u);
-  EXPECT_EQ(next.failures[0].code, error_code::internal);
-  EXPECT_NE(next.failures[0].message.find("device lost"), std::string::npos);
+  // Through the detokenizer, which must forget the request before the frontend hears.
+  EXPECT_TRUE(next.refusals.empty());
+  ASSERT_EQ(next.tokens.failures.size(), 1u);
+  EXPECT_EQ(next.tokens.failures[0].request_id, 1);
+  EXPECT_EQ(next.tokens.failures[0].code, error_code::internal);
+  EXPECT_NE(next.tokens.failures[0].message.find("device lost"), std::string::npos);
   EXPECT_EQ(stage.stats(0).num_free_blocks, 16);
 }
 
-TEST(scheduler_stage, refusals_become_failures) {
+TEST(scheduler_stage, refusals_go_straight_to_the_frontend) {
   auto config = small_config();
   scheduler_stage stage(config, {2});
   auto r = make_request(1, 3);
   r.prompt_ids.assign(70, 5);  // longer than max_model_len
   auto out = stage.add(r);
-  ASSERT_EQ(out.failures.size(), 1u);
-  EXPECT_EQ(out.failures[0].code, error_code::bad_request);
+  ASSERT_EQ(out.refusals.size(), 1u);
+  EXPECT_EQ(out.refusals[0].code, error_code::bad_request);
+  EXPECT_TRUE(out.tokens.empty()) << "the detokenizer never saw the request";
 }
 
 }  // namespace
