@@ -27,9 +27,11 @@
 #include <future>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -80,11 +82,25 @@ class timed_model : public troupe::model {
   std::string backend_name() const override { return inner_->backend_name(); }
 
   void forward(const troupe::forward_batch& batch, float* logits) override {
+    timed(batch, [&] { inner_->forward(batch, logits); });
+  }
+  // A backend that samples on its device does so inside the timed call (counted as the model's).
+  bool can_sample_on_device() const override { return inner_->can_sample_on_device(); }
+  void forward_sample(const troupe::forward_batch& batch, std::span<const troupe::device_sampling_row> rows,
+                      int32_t* tokens) override {
+    timed(batch, [&] { inner_->forward_sample(batch, rows, tokens); });
+  }
+
+  std::vector<forward_record> take_records() { return std::exchange(records_, {}); }
+
+ private:
+  template <class Run>
+  void timed(const troupe::forward_batch& batch, Run run) {
     forward_record r;
     r.process_cpu_at_begin = cpu_ns(CLOCK_PROCESS_CPUTIME_ID);
     const timestamp_ns thread_begin = cpu_ns(CLOCK_THREAD_CPUTIME_ID);
     r.begin = wall_ns();
-    inner_->forward(batch, logits);
+    run();
     r.end = wall_ns();
     r.thread_cpu = cpu_ns(CLOCK_THREAD_CPUTIME_ID) - thread_begin;
     r.num_tokens = static_cast<int>(batch.token_ids.size());
@@ -92,9 +108,6 @@ class timed_model : public troupe::model {
     records_.push_back(r);
   }
 
-  std::vector<forward_record> take_records() { return std::exchange(records_, {}); }
-
- private:
   std::unique_ptr<troupe::model> inner_;
   std::vector<forward_record> records_;
 };
