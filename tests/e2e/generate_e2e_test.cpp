@@ -3,76 +3,26 @@
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/backend_selection.hpp"
+#include "tests/e2e/e2e_support.hpp"
 
+namespace troupe::test {
 namespace {
-
-const std::filesystem::path troupe_binary = std::filesystem::path(TROUPE_BINARY_DIR) / "bin" / "troupe";
-const std::filesystem::path stories_dir = std::filesystem::path(TROUPE_SHARED_DIR) / "models" / "stories260K";
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-struct run_result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-run_result run_troupe(const std::string& args) {
-  const auto err_path = std::filesystem::temp_directory_path() /
-                        ("troupe_generate_e2e_" + std::to_string(::getpid()) + ".err");
-  const std::string command = shell_quote(troupe_binary.string()) + " " + args + " 2>" + shell_quote(err_path.string());
-  run_result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = slurp(err_path);
-  std::filesystem::remove(err_path);
-  return r;
-}
-
-nlohmann::json references() {
-  std::ifstream in(stories_dir / "refs.json");
-  return nlohmann::json::parse(in).at("references");
-}
 
 class generate_e2e : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
-    if (!std::filesystem::exists(stories_dir / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_dir;
+    if (!std::filesystem::exists(stories_root / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_root;
   }
-  std::string model_arg() const { return "--model " + shell_quote((stories_dir / GetParam()).string()); }
+  std::string model_arg() const { return "--model " + shell_quote((stories_root / GetParam()).string()); }
 };
 
 TEST_P(generate_e2e, greedy_text_matches_the_references) {
-  for (const auto& ref : references()) {
+  for (const auto& ref : stories_references()) {
     const std::string prompt = ref.at("prompt").get<std::string>();
     const int max_new = ref.at("max_new_tokens").get<int>();
     run_result r = run_troupe("generate " + model_arg() + " --prompt " + shell_quote(prompt) +
@@ -111,8 +61,8 @@ TEST_P(generate_e2e, stop_id_ends_generation_without_printing_it) {
 TEST_P(generate_e2e, device_cuda_reproduces_the_references_on_whatever_device_answers) {
   // Without a GPU (or without CUDA compiled) --device cuda falls back to the CPU and says so on
   // stderr; with one, f32 on the GPU must still give the greedy references.
-  const bool gpu = troupe::choose_device("auto").kind == troupe::device_kind::cuda;
-  const auto refs = references();
+  const bool gpu = choose_device("auto").kind == device_kind::cuda;
+  const auto refs = stories_references();
   const auto& ref = refs.at(0);
   run_result r = run_troupe("generate " + model_arg() + " --device cuda --dtype f32 --prompt " +
                             shell_quote(ref.at("prompt").get<std::string>()) + " --temperature 0 --threads 1 --max-tokens " +
@@ -136,7 +86,7 @@ std::string all_output(const run_result& r) { return r.out + r.err; }
 
 TEST(generate_cli, refuses_bad_usage_with_a_message) {
   if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
-  const std::string model = "--model " + shell_quote((stories_dir / "hf").string());
+  const std::string model = "--model " + shell_quote(stories_dir);
   run_result none = run_troupe("generate " + model);
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(all_output(none).find("--prompt"), std::string::npos) << all_output(none);
@@ -152,3 +102,4 @@ TEST(generate_cli, refuses_bad_usage_with_a_message) {
 }
 
 }  // namespace
+}  // namespace troupe::test

@@ -27,17 +27,6 @@ const std::string oracle = TROUPE_ORACLE_DIR "/openai_client.mjs";
 
 bool have_openai_client() { return fs::exists(TROUPE_ORACLE_DIR "/node_modules/openai/package.json"); }
 
-std::string run(const std::string& command) {
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return out;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  ::pclose(pipe);
-  return out;
-}
-
 // `troupe serve` with both doors: ZeroMQ on serve_process's port, HTTP on another.
 struct http_server {
   int http_port = free_tcp_port();
@@ -75,12 +64,12 @@ struct http_server {
                                                            std::to_string(http_port) + ".json"))
                                  .string();
     std::ofstream(path) << plan.dump();
-    std::string out = run("node " + oracle + " @" + path);
+    const run_result node = run_command("node " + oracle + " @" + path);
     fs::remove(path);
     try {
-      return json::parse(out);
+      return json::parse(node.out);
     } catch (const std::exception& e) {
-      ADD_FAILURE() << "openai_client.mjs printed no JSON: " << out;
+      ADD_FAILURE() << "openai_client.mjs printed no JSON: " << node.out << node.err;
       return json::array();
     }
   }
@@ -382,33 +371,24 @@ TEST(http_api, bad_requests_get_their_status_and_the_server_keeps_serving) {
 
 TEST(http_api, the_key_from_a_key_file_guards_both_doors) {
   if (!fs::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
-  const std::string troupe = TROUPE_BINARY_DIR "/bin/troupe";
   const fs::path key_file = fs::temp_directory_path() / ("troupe-key-" + std::to_string(::getpid()));
   std::ofstream(key_file) << "  file-k3y\n";
   // Refused at start: an empty key file, a missing one, and a key given twice.
   const fs::path empty_file = key_file.string() + "-empty";
   std::ofstream(empty_file) << "\n";
-  EXPECT_NE(run(troupe + " serve --model " + stories_dir + " --api-key-file " + empty_file.string() + " 2>&1").find("holds no key"),
+  const std::string serve = "serve --model " + shell_quote(stories_dir);
+  auto refusal = [](const run_result& r) { return r.out + r.err; };
+  EXPECT_NE(refusal(run_troupe(serve + " --api-key-file " + shell_quote(empty_file.string()))).find("holds no key"),
             std::string::npos);
-  EXPECT_NE(run(troupe + " serve --model " + stories_dir + " --api-key-file /nonexistent/key 2>&1").find("cannot open"),
-            std::string::npos);
-  EXPECT_NE(run(troupe + " serve --model " + stories_dir + " --api-key x --api-key-file " + key_file.string() + " 2>&1")
-                .find("not both"),
+  EXPECT_NE(refusal(run_troupe(serve + " --api-key-file /nonexistent/key")).find("cannot open"), std::string::npos);
+  EXPECT_NE(refusal(run_troupe(serve + " --api-key x --api-key-file " + shell_quote(key_file.string()))).find("not both"),
             std::string::npos);
   fs::remove(empty_file);
 
   const int zmq_port = free_tcp_port(), http_port = free_tcp_port();
-  std::vector<std::string> args = {troupe, "serve", "--model", stories_dir, "--port", std::to_string(zmq_port),
-                                   "--http-port", std::to_string(http_port), "--threads", "1", "--log-level", "warn",
-                                   "--api-key-file", key_file.string()};
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    _exit(127);
-  }
+  child_process server({troupe_binary.string(), "serve", "--model", stories_dir, "--port", std::to_string(zmq_port),
+                        "--http-port", std::to_string(http_port), "--threads", "1", "--log-level", "warn",
+                        "--api-key-file", key_file.string()});
   httplib::Client c("127.0.0.1", http_port);
   bool up = false;
   for (int i = 0; i < 200 && !up; ++i) {
@@ -416,7 +396,7 @@ TEST(http_api, the_key_from_a_key_file_guards_both_doors) {
     up = res && res->status == 200;
     if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_TRUE(up);
+  ASSERT_TRUE(up);
   EXPECT_EQ(c.Get("/v1/models")->status, 401);
   c.set_bearer_token_auth("file-k3y");  // surrounding whitespace of the file is not the key
   EXPECT_EQ(c.Get("/v1/models")->status, 200);
@@ -424,9 +404,7 @@ TEST(http_api, the_key_from_a_key_file_guards_both_doors) {
   EXPECT_FALSE(with_key.generate(greedy("Once upon a time", 4)).text.empty());
   client without_key("tcp://127.0.0.1:" + std::to_string(zmq_port));
   EXPECT_THROW(without_key.generate(greedy("Once upon a time", 4)), client_error);
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  server.stop();
   fs::remove(key_file);
 }
 

@@ -3,8 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 
 #include "tests/e2e/serve_process.hpp"
@@ -12,35 +10,21 @@
 namespace troupe::test {
 namespace {
 
-// The first 60 greedy tokens after "Once upon a time" (stories260K README).
-const std::string reference =
-    ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
-    "a big, red ball. She wanted to play with it, but it was too high.\nLily";
-
-std::string run(const std::string& command) {
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return out;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  ::pclose(pipe);
-  return out;
-}
-
 TEST(serve_clients, python_example_and_troupe_complete_stream_the_reference) {
-  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  if (!std::filesystem::exists(stories_root / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_root;
+  // The first 60 greedy tokens after "Once upon a time".
+  const std::string reference = stories_reference("Once upon a time").at("completion").get<std::string>();
   serve_process server({}, "k3y");
-  std::string python = run("/usr/bin/python3 " TROUPE_SOURCE_DIR "/examples/python/client.py --endpoint " +
-                           server.endpoint() + " --api-key k3y --prompt 'Once upon a time' --max-tokens 60 2>/dev/null");
-  EXPECT_EQ(python, reference + "\n");
-  std::string complete = run(TROUPE_BINARY_DIR "/bin/troupe complete --endpoint " + server.endpoint() +
-                             " --api-key k3y --prompt 'Once upon a time' --max-tokens 60");
-  EXPECT_EQ(complete, reference + "\n");
+  const run_result python = run_command("/usr/bin/python3 " TROUPE_SOURCE_DIR "/examples/python/client.py --endpoint " +
+                                        server.endpoint() + " --api-key k3y --prompt 'Once upon a time' --max-tokens 60");
+  EXPECT_EQ(python.out, reference + "\n") << python.err;
+  const run_result complete = run_troupe("complete --endpoint " + server.endpoint() +
+                                         " --api-key k3y --prompt 'Once upon a time' --max-tokens 60");
+  EXPECT_EQ(complete.out, reference + "\n") << complete.err;
   // Without the key the server refuses, and the CLI says why.
-  std::string refused = run(TROUPE_BINARY_DIR "/bin/troupe complete --endpoint " + server.endpoint() +
-                            " --prompt hi 2>&1");
-  EXPECT_NE(refused.find("unauthorized"), std::string::npos) << refused;
+  const run_result refused = run_troupe("complete --endpoint " + server.endpoint() + " --prompt hi");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE((refused.out + refused.err).find("unauthorized"), std::string::npos) << refused.out << refused.err;
 }
 
 }  // namespace

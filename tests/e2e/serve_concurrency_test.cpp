@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <thread>
 
 #include "tests/e2e/serve_process.hpp"
 
@@ -38,26 +37,6 @@ std::vector<completion> serve_alone(const serve_process& server, const std::vect
   client c = server.make_client();
   std::vector<completion> outputs;
   for (const auto& r : requests) outputs.push_back(c.generate(r));
-  return outputs;
-}
-
-std::vector<completion> serve_together(const serve_process& server, const std::vector<generate_request>& requests) {
-  std::vector<completion> outputs(requests.size());
-  std::vector<std::string> errors(requests.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] {
-      try {
-        client c = server.make_client();
-        c.set_timeout(std::chrono::seconds(60));  // generous: 2 cores shared with builds
-        outputs[i] = c.generate(requests[i]);
-      } catch (const std::exception& e) {
-        errors[i] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < errors.size(); ++i) EXPECT_EQ(errors[i], "") << "request " << i;
   return outputs;
 }
 

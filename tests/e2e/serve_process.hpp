@@ -1,23 +1,23 @@
 #pragma once
-// Starts a real `troupe serve` process on a free port for end-to-end tests and stops it after.
+// Starts a real `troupe serve` process on a free port for end-to-end tests and stops it after,
+// and the client-side helpers the serve tests share.
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "runtime/client/client.hpp"
+#include "tests/e2e/e2e_support.hpp"
 
 namespace troupe::test {
-
-inline const std::string stories_dir = TROUPE_SHARED_DIR "/models/stories260K/hf";
 
 inline int free_tcp_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -36,9 +36,8 @@ inline int free_tcp_port() {
 class serve_process {
  public:
   explicit serve_process(std::vector<std::string> extra_args, std::string api_key = {})
-      : api_key_(std::move(api_key)) {
-    port_ = free_tcp_port();
-    std::vector<std::string> args = {TROUPE_BINARY_DIR "/bin/troupe", "serve", "--model", stories_dir,
+      : api_key_(std::move(api_key)), port_(free_tcp_port()) {
+    std::vector<std::string> args = {troupe_binary.string(), "serve", "--model", stories_dir,
                                      "--port", std::to_string(port_), "--threads", "1",
                                      "--log-level", "warn"};
     if (!api_key_.empty()) {
@@ -46,14 +45,7 @@ class serve_process {
       args.push_back(api_key_);
     }
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      _exit(127);
-    }
+    process_.emplace(std::move(args));
     // Ready when it answers a stats request.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < deadline) {
@@ -69,38 +61,20 @@ class serve_process {
     stop();
     throw std::runtime_error("troupe serve did not come up on " + endpoint());
   }
-  ~serve_process() { stop(); }
 
   std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
   const std::string& api_key() const { return api_key_; }
   client make_client() const { return client(endpoint(), api_key_); }
 
-  bool alive() const {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    return ::waitpid(pid_, &status, WNOHANG) == 0;
-  }
-
+  bool alive() const { return process_ && process_->alive(); }
   void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 100; ++i) {
-      if (::waitpid(pid_, &status, WNOHANG) != 0) {
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
+    if (process_) process_->stop();
   }
 
  private:
   std::string api_key_;
   int port_ = 0;
-  pid_t pid_ = -1;
+  std::optional<child_process> process_;
 };
 
 inline generate_request greedy(const std::string& prompt, int max_tokens) {
@@ -121,6 +95,29 @@ inline stats_reply wait_until_idle(client& c, std::chrono::milliseconds within =
     s = c.stats();
   }
   return s;
+}
+
+// Sends each request from its own client thread, all at once; a request that fails is a test
+// failure naming it, and leaves its completion empty.
+inline std::vector<completion> serve_together(const serve_process& server,
+                                              const std::vector<generate_request>& requests) {
+  std::vector<completion> outputs(requests.size());
+  std::vector<std::string> errors(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        client c = server.make_client();
+        c.set_timeout(std::chrono::seconds(60));  // generous: 2 cores shared with builds
+        outputs[i] = c.generate(requests[i]);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < errors.size(); ++i) EXPECT_EQ(errors[i], "") << "request " << i;
+  return outputs;
 }
 
 }  // namespace troupe::test

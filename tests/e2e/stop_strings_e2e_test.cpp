@@ -4,69 +4,20 @@
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/e2e/serve_process.hpp"
 
 namespace troupe::test {
 namespace {
 
-const std::filesystem::path refs_path = TROUPE_SHARED_DIR "/models/stories260K/refs.json";
+const std::filesystem::path refs_path = stories_root / "refs.json";
 
-// The reference greedy continuation of `prompt` (60 tokens, no EOS): its text or its ids.
-nlohmann::json reference(const std::string& prompt) {
-  std::ifstream in(refs_path);
-  const nlohmann::json refs = nlohmann::json::parse(in);
-  for (const auto& ref : refs.at("references")) {
-    if (ref.at("prompt") == prompt) return ref;
-  }
-  throw std::runtime_error("no reference for " + prompt);
-}
+// The reference greedy continuation of `prompt` (60 tokens, no EOS).
 std::string reference_completion(const std::string& prompt) {
-  return reference(prompt).at("completion").get<std::string>();
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
-struct run_result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-// The troupe binary run through a shell: its stdout, stderr and exit code.
-run_result run_troupe(const std::string& args) {
-  const auto err_path = std::filesystem::temp_directory_path() /
-                        ("troupe_stop_e2e_" + std::to_string(::getpid()) + ".err");
-  const std::string command = shell_quote(TROUPE_BINARY_DIR "/bin/troupe") + " " + args + " 2>" + shell_quote(err_path.string());
-  run_result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  std::filesystem::remove(err_path);
-  return r;
+  return stories_reference(prompt).at("completion").get<std::string>();
 }
 
 // Each case against a server with one step in flight and one with two (overlapped scheduling,
@@ -104,7 +55,7 @@ TEST_P(stop_strings_serve, text_ends_before_a_stop_string_from_the_middle_and_th
   EXPECT_EQ(out.finish_reason, "stop");
   // The ids are those up to "e" (the 21st: " play", " ", "out", "s", "id", "e"), which completed
   // the match; tokens sampled after it never reach the client nor the count.
-  const auto ids = reference("Once upon a time").at("generated_ids").get<std::vector<int32_t>>();
+  const auto ids = stories_reference("Once upon a time").at("generated_ids").get<std::vector<int32_t>>();
   EXPECT_EQ(out.token_ids, std::vector<int32_t>(ids.begin(), ids.begin() + 21));
   EXPECT_EQ(out.usage.completion_tokens, 21);
   EXPECT_EQ(out.usage.prompt_tokens, 5);

