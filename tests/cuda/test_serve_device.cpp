@@ -5,33 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <thread>
 
 #include "tests/cuda/cuda_test_util.hpp"
 #include "tests/e2e/serve_process.hpp"
 
 namespace troupe::test {
 namespace {
-
-std::vector<completion> serve_together(const serve_process& server, const std::vector<generate_request>& requests) {
-  std::vector<completion> outputs(requests.size());
-  std::vector<std::string> errors(requests.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] {
-      try {
-        client c = server.make_client();
-        c.set_timeout(std::chrono::seconds(60));
-        outputs[i] = c.generate(requests[i]);
-      } catch (const std::exception& e) {
-        errors[i] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (size_t i = 0; i < errors.size(); ++i) EXPECT_EQ(errors[i], "") << "request " << i;
-  return outputs;
-}
 
 TEST(serve_device, cuda_f32_serves_what_the_cpu_serves) {
   TROUPE_REQUIRE_GPU();
