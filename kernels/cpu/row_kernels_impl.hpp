@@ -9,8 +9,8 @@
 
 #include <cstring>
 
-#include "kernels/cpu/half_float.hpp"
 #include "kernels/cpu/row_kernels.hpp"
+#include "kernels/half_float.hpp"
 
 namespace troupe::cpu {
 namespace {

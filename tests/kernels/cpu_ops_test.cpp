@@ -66,20 +66,20 @@ TEST(cpu_thread_pool, rethrows_errors_and_stays_usable) {
 TEST(cpu_half_float, round_trips_every_f16_and_bf16_value) {
   for (uint32_t bits = 0; bits < 65536; ++bits) {
     const uint16_t h = static_cast<uint16_t>(bits);
-    const float f = cpu::f16_to_f32(h);
+    const float f = f16_to_f32(h);
     if (std::isnan(f)) continue;
-    ASSERT_EQ(cpu::f32_to_f16(f), h) << "f16 bits " << bits;
-    const float b = cpu::bf16_to_f32(h);
+    ASSERT_EQ(f32_to_f16(f), h) << "f16 bits " << bits;
+    const float b = bf16_to_f32(h);
     if (std::isnan(b)) continue;
-    ASSERT_EQ(cpu::f32_to_bf16(b), h) << "bf16 bits " << bits;
+    ASSERT_EQ(f32_to_bf16(b), h) << "bf16 bits " << bits;
   }
-  EXPECT_EQ(cpu::f32_to_f16(1.0f), 0x3c00);
-  EXPECT_EQ(cpu::f32_to_f16(65504.0f), 0x7bff);
-  EXPECT_EQ(cpu::f32_to_f16(1e6f), 0x7c00);
-  EXPECT_EQ(cpu::f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(cpu::f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
-  EXPECT_EQ(cpu::f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);   // tie to even
-  EXPECT_FLOAT_EQ(cpu::f16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);   // tie to even
+  EXPECT_FLOAT_EQ(f16_to_f32(0xc000), -2.0f);
 }
 
 // y = x · wᵀ against double sums, for every dtype, SIMD level, path (row dots / sgemm) and

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/half_float.hpp"
 #include "kernels/cpu/simd_level.hpp"
 #include "kernels/dtype.hpp"
+#include "kernels/half_float.hpp"
 #include "kernels/weight_store.hpp"
 
 namespace troupe::test {
@@ -47,7 +47,7 @@ inline std::vector<std::byte> encode(const std::vector<float>& values, dtype typ
   } else if (type == dtype::f16 || type == dtype::bf16) {
     bytes.resize(values.size() * 2);
     for (size_t i = 0; i < values.size(); ++i) {
-      uint16_t bits = type == dtype::f16 ? cpu::f32_to_f16(values[i]) : cpu::f32_to_bf16(values[i]);
+      uint16_t bits = type == dtype::f16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
       std::memcpy(bytes.data() + 2 * i, &bits, 2);
     }
   } else {
@@ -57,7 +57,7 @@ inline std::vector<std::byte> encode(const std::vector<float>& values, dtype typ
       float max_abs = 0.0f;
       for (int i = 0; i < q8_0_block_size; ++i) max_abs = std::max(max_abs, std::fabs(values[b * 32 + i]));
       const float scale = max_abs / 127.0f;
-      const uint16_t scale_bits = cpu::f32_to_f16(scale);
+      const uint16_t scale_bits = f32_to_f16(scale);
       std::memcpy(bytes.data() + b * q8_0_block_bytes, &scale_bits, 2);
       for (int i = 0; i < q8_0_block_size; ++i) {
         const float q = scale == 0.0f ? 0.0f : std::round(values[b * 32 + i] / scale);
@@ -83,18 +83,18 @@ inline std::vector<double> decode_naive(const std::vector<std::byte>& bytes, dty
       }
       case dtype::f16:
         std::memcpy(&bits, bytes.data() + 2 * i, 2);
-        values[i] = cpu::f16_to_f32(bits);
+        values[i] = f16_to_f32(bits);
         break;
       case dtype::bf16:
         std::memcpy(&bits, bytes.data() + 2 * i, 2);
-        values[i] = cpu::bf16_to_f32(bits);
+        values[i] = bf16_to_f32(bits);
         break;
       case dtype::q8_0: {
         const size_t block = i / 32;
         std::memcpy(&bits, bytes.data() + block * q8_0_block_bytes, 2);
         int8_t q;
         std::memcpy(&q, bytes.data() + block * q8_0_block_bytes + 2 + i % 32, 1);
-        values[i] = static_cast<double>(cpu::f16_to_f32(bits)) * q;
+        values[i] = static_cast<double>(f16_to_f32(bits)) * q;
         break;
       }
     }

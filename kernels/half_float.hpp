@@ -1,12 +1,13 @@
 #pragma once
-// Scalar conversions between f32 and the 16-bit float formats (IEEE half, bfloat16).
+// Scalar conversions between f32 and the 16-bit float formats (IEEE half, bfloat16), the one
+// copy for the project: the CPU kernels' tails and scales, the loaders, the model maker, tests.
 // `static` on purpose: SIMD files compiled with -mavx2/-mavx512f include this too, and their
 // copies must never be the ones a portable caller links against.
 
 #include <cstdint>
 #include <cstring>
 
-namespace troupe::cpu {
+namespace troupe {
 
 static inline float bf16_to_f32(uint16_t bits) {
   uint32_t wide = static_cast<uint32_t>(bits) << 16;
@@ -74,4 +75,4 @@ static inline uint16_t f32_to_f16(float value) {
   return sign | static_cast<uint16_t>(((rounded >> 13) - ((127 - 15) << 10)) & 0x7fffu);
 }
 
-}  // namespace troupe::cpu
+}  // namespace troupe
