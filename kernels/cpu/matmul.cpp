@@ -79,34 +79,41 @@ void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, 
     return;
   }
 
+  const to_f32_fn convert = kernels.to_f32[static_cast<int>(w.type)];
+  if (n < max_rows_for_cached_slabs) {
+    // Decode batches: each pool thread multiplies slabs of rows with a single-threaded sgemm.
+    // Weights stored in another dtype are converted a slab at a time into a buffer small enough
+    // to stay in the thread's cache (converting the whole matrix first would write it out to
+    // memory as f32 and read it back, as costly as the product itself at these sizes), and
+    // OpenBLAS's own threads never run beside the pool's (on few cores they only take turns).
+    set_blas_threads(1);
+    const bool convert_slabs = w.type != dtype::f32;
+    const int64_t slab_rows = std::clamp<int64_t>(cached_slab_floats / k, 16, std::max<int64_t>(16, m));
+    const size_t per_thread = convert_slabs ? static_cast<size_t>(slab_rows * k) : 0;
+    if (scratch.size() < per_thread * pool.num_threads()) scratch.resize(per_thread * pool.num_threads());
+    pool.parallel_for_dynamic(0, m, slab_rows, [&](int64_t begin, int64_t end, int thread_index) {
+      float* slab_f32 = scratch.data() + per_thread * thread_index;  // [slab_rows, k]
+      for (int64_t row = begin; row < end; row += slab_rows) {
+        const int64_t rows = std::min(slab_rows, end - row);
+        const float* w_rows = reinterpret_cast<const float*>(w.data + row * stride);  // f32 only
+        if (convert_slabs) {
+          convert(w.data + row * stride, rows * k, slab_f32);
+          w_rows = slab_f32;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+                    static_cast<int>(k), 1.0f, x, static_cast<int>(k), w_rows, static_cast<int>(k), 0.0f,
+                    y + row, static_cast<int>(m));
+      }
+    });
+    return;
+  }
+
   set_blas_threads(pool.num_threads());
   if (w.type == dtype::f32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(m),
                 static_cast<int>(k), 1.0f, x, static_cast<int>(k),
                 reinterpret_cast<const float*>(w.data), static_cast<int>(k), 0.0f, y,
                 static_cast<int>(m));
-    return;
-  }
-  const to_f32_fn convert = kernels.to_f32[static_cast<int>(w.type)];
-  if (n < max_rows_for_cached_slabs) {
-    // Decode batches: converting the whole matrix first would write it out to memory as f32 and
-    // read it back, which costs as much as the product itself at these sizes. Instead each
-    // thread converts a slab small enough to stay in its cache and multiplies it right away
-    // with a single-threaded sgemm.
-    set_blas_threads(1);
-    const int64_t slab_rows = std::clamp<int64_t>(cached_slab_floats / k, 16, std::max<int64_t>(16, m));
-    const size_t per_thread = static_cast<size_t>(slab_rows * k);
-    if (scratch.size() < per_thread * pool.num_threads()) scratch.resize(per_thread * pool.num_threads());
-    pool.parallel_for_dynamic(0, m, slab_rows, [&](int64_t begin, int64_t end, int thread_index) {
-      float* slab_f32 = scratch.data() + per_thread * thread_index;  // [slab_rows, k]
-      for (int64_t row = begin; row < end; row += slab_rows) {
-        const int64_t rows = std::min(slab_rows, end - row);
-        convert(w.data + row * stride, rows * k, slab_f32);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
-                    static_cast<int>(k), 1.0f, x, static_cast<int>(k), slab_f32, static_cast<int>(k), 0.0f,
-                    y + row, static_cast<int>(m));
-      }
-    });
     return;
   }
   const int64_t slab_rows = std::max<int64_t>(1, std::min(m, max_slab_floats / k));
