@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 #include "runtime/text/jinja_error.hpp"
 #include "runtime/text/jinja_strings.hpp"
@@ -16,9 +17,7 @@ const jinja_value* jinja_object::find(const std::string& key) const {
 }
 
 jinja_value* jinja_object::find(const std::string& key) {
-  for (auto& [k, v] : entries)
-    if (k == key) return &v;
-  return nullptr;
+  return const_cast<jinja_value*>(std::as_const(*this).find(key));
 }
 
 void jinja_object::set(const std::string& key, jinja_value value) {
@@ -35,71 +34,31 @@ const jinja_value* jinja_call_args::kwarg(const std::string& name) const {
   return nullptr;
 }
 
-jinja_value jinja_value::none() {
-  jinja_value v;
-  v.kind_ = jinja_kind::none;
-  return v;
-}
-
-jinja_value jinja_value::boolean(bool b) {
-  jinja_value v;
-  v.kind_ = jinja_kind::boolean;
-  v.data_ = b;
-  return v;
-}
-
-jinja_value jinja_value::integer(std::int64_t i) {
-  jinja_value v;
-  v.kind_ = jinja_kind::integer;
-  v.data_ = i;
-  return v;
-}
-
-jinja_value jinja_value::floating(double f) {
-  jinja_value v;
-  v.kind_ = jinja_kind::floating;
-  v.data_ = f;
-  return v;
-}
-
-jinja_value jinja_value::string(std::string s) {
-  jinja_value v;
-  v.kind_ = jinja_kind::string;
-  v.data_ = std::move(s);
-  return v;
-}
+jinja_value jinja_value::none() { return {jinja_kind::none, std::monostate{}}; }
+jinja_value jinja_value::boolean(bool b) { return {jinja_kind::boolean, b}; }
+jinja_value jinja_value::integer(std::int64_t i) { return {jinja_kind::integer, i}; }
+jinja_value jinja_value::floating(double f) { return {jinja_kind::floating, f}; }
+jinja_value jinja_value::string(std::string s) { return {jinja_kind::string, std::move(s)}; }
 
 jinja_value jinja_value::array(jinja_array items) {
-  jinja_value v;
-  v.kind_ = jinja_kind::array;
-  v.data_ = std::make_shared<jinja_array>(std::move(items));
-  return v;
+  return {jinja_kind::array, std::make_shared<jinja_array>(std::move(items))};
 }
 
+// A tuple and a namespace share an array's and an object's representation; only the kind differs.
 jinja_value jinja_value::tuple(jinja_array items) {
-  jinja_value v = array(std::move(items));
-  v.kind_ = jinja_kind::tuple;
-  return v;
+  return {jinja_kind::tuple, std::make_shared<jinja_array>(std::move(items))};
 }
 
 jinja_value jinja_value::object(jinja_object fields) {
-  jinja_value v;
-  v.kind_ = jinja_kind::object;
-  v.data_ = std::make_shared<jinja_object>(std::move(fields));
-  return v;
+  return {jinja_kind::object, std::make_shared<jinja_object>(std::move(fields))};
 }
 
 jinja_value jinja_value::ns(jinja_object fields) {
-  jinja_value v = object(std::move(fields));
-  v.kind_ = jinja_kind::ns;
-  return v;
+  return {jinja_kind::ns, std::make_shared<jinja_object>(std::move(fields))};
 }
 
 jinja_value jinja_value::function(jinja_function fn) {
-  jinja_value v;
-  v.kind_ = jinja_kind::function;
-  v.data_ = std::make_shared<jinja_function>(std::move(fn));
-  return v;
+  return {jinja_kind::function, std::make_shared<jinja_function>(std::move(fn))};
 }
 
 namespace {

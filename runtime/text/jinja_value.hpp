@@ -111,10 +111,14 @@ class jinja_value {
   bool loose_equals(const jinja_value& other) const;
 
  private:
+  using data_type = std::variant<std::monostate, bool, std::int64_t, double, std::string, std::shared_ptr<jinja_array>,
+                                 std::shared_ptr<jinja_object>, std::shared_ptr<jinja_function>>;
+
+  // For the named constructors above, which pair each kind with its one representation.
+  jinja_value(jinja_kind kind, data_type data) : kind_(kind), data_(std::move(data)) {}
+
   jinja_kind kind_ = jinja_kind::undefined;
-  std::variant<std::monostate, bool, std::int64_t, double, std::string, std::shared_ptr<jinja_array>,
-               std::shared_ptr<jinja_object>, std::shared_ptr<jinja_function>>
-      data_;
+  data_type data_;
 };
 
 struct jinja_json_options {
