@@ -21,9 +21,7 @@ class table_reader {
 
   template <class T>
   void read(const char* key, T& out) {
-    known_.insert(key);
-    if (!table_) return;
-    const toml::node* node = table_->get(key);
+    const toml::node* node = find(key);
     if (!node) return;
     if constexpr (std::is_same_v<T, bool>) {
       if (!node->is_boolean()) bad(key, "true or false");
@@ -45,9 +43,7 @@ class table_reader {
 
   // A switch: true / false, or "on" / "off" / "auto", kept as on | off | auto.
   void read_switch(const char* key, std::string& out) {
-    known_.insert(key);
-    if (!table_) return;
-    const toml::node* node = table_->get(key);
+    const toml::node* node = find(key);
     if (!node) return;
     if (node->is_boolean()) {
       out = *node->value<bool>() ? "on" : "off";
@@ -71,6 +67,12 @@ class table_reader {
   }
 
  private:
+  // The key's value, or null when the table or the key is absent; either way the key is known.
+  const toml::node* find(const char* key) {
+    known_.insert(key);
+    return table_ ? table_->get(key) : nullptr;
+  }
+
   [[noreturn]] void bad(const char* key, const char* expected) const {
     throw std::runtime_error(source_ + ": [" + name_ + "] " + key + " must be " + expected);
   }
