@@ -1,33 +1,24 @@
-#include <chrono>
-
 #include "actors/stage_actors.hpp"
 #include "engine/model_runner.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/served_model.hpp"
+#include "runtime/stage_clock.hpp"
 
 namespace troupe {
-
-namespace {
-timestamp_ns now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served) {
   auto runner = std::make_shared<model_runner>(*served->backend_model);
   return {
       [served, runner](step_plan& plan) -> step_done {
         step_done done;
-        done.begin = now_ns();
+        done.begin = steady_now_ns();
         try {
           done.result = runner->run(plan);
         } catch (const std::exception& e) {
           done.error = e.what();
           done.result.step_id = plan.step_id;
         }
-        done.end = now_ns();
+        done.end = steady_now_ns();
         return done;
       },
   };

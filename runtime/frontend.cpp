@@ -15,16 +15,11 @@
 #include <zmq.hpp>
 
 #include "runtime/protocol/codec.hpp"
+#include "runtime/stage_clock.hpp"
 
 namespace troupe {
 
 namespace {
-
-timestamp_ns now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 double ms_between(timestamp_ns from, timestamp_ns to) {
   return from == 0 || to == 0 ? -1.0 : (to - from) / 1e6;
@@ -240,7 +235,7 @@ void frontend::loop() {
 
     tokenize_request job;
     job.request_id = request_id;
-    job.arrival = now_ns();
+    job.arrival = steady_now_ns();
     if (generate.prompt) {
       job.kind = prompt_kind::text;
       job.prompt = std::move(*generate.prompt);

@@ -22,11 +22,9 @@
 #include "engine/token_delta.hpp"
 #include "runtime/protocol/replies.hpp"
 #include "runtime/protocol/requests.hpp"
+#include "runtime/stage_clock.hpp"
 
 namespace troupe {
-
-// Nanoseconds of std::chrono::steady_clock; all stages of a node share the clock.
-using timestamp_ns = int64_t;
 
 enum class prompt_kind : uint8_t { text, token_ids, messages };
 

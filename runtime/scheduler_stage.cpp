@@ -2,15 +2,11 @@
 
 #include <chrono>
 
+#include "runtime/stage_clock.hpp"
+
 namespace troupe {
 
 namespace {
-
-timestamp_ns now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 error_code to_error_code(request_error_code code) {
   switch (code) {
@@ -124,7 +120,7 @@ void scheduler_stage::plan_next(outputs& out) {
   while (in_flight_.size() < max_in_flight_ && scheduler_.has_unfinished()) {
     step_plan plan = scheduler_.schedule();
     if (plan.empty()) return;
-    const timestamp_ns now = now_ns();
+    const timestamp_ns now = steady_now_ns();
     for (const auto& seq : plan.sequences) {
       auto it = timelines_.find(seq.request_id);
       if (it != timelines_.end() && it->second.first_scheduled == 0) it->second.first_scheduled = now;

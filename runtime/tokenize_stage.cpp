@@ -1,6 +1,6 @@
 #include "runtime/tokenize_stage.hpp"
 
-#include <chrono>
+#include "runtime/stage_clock.hpp"
 
 namespace troupe {
 
@@ -71,9 +71,7 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
                     std::to_string(max_model_len_) + " tokens");
   }
   out.sampling = std::move(request.sampling);
-  out.tokenized = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count();
+  out.tokenized = steady_now_ns();
   return out;
 }
 

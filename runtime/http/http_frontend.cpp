@@ -22,6 +22,7 @@
 #include "runtime/http/generation_session.hpp"
 #include "runtime/http/metrics_text.hpp"
 #include "runtime/http/server_sent_events.hpp"
+#include "runtime/stage_clock.hpp"
 
 namespace troupe {
 
@@ -29,11 +30,6 @@ namespace {
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
-
-int64_t steady_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
