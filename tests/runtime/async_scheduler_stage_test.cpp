@@ -9,29 +9,12 @@
 #include <map>
 
 #include "runtime/scheduler_stage.hpp"
+#include "tests/runtime/scheduler_stage_support.hpp"
 
-namespace troupe {
+namespace troupe::test {
 namespace {
 
-engine_config async_config() {
-  engine_config c;
-  c.block_size = 4;
-  c.num_kv_blocks = 16;
-  c.max_num_batched_tokens = 8;
-  c.max_num_seqs = 4;
-  c.max_model_len = 64;
-  c.async_scheduling = true;
-  return c;
-}
-
-schedule_request make_request(int64_t id, int max_tokens) {
-  schedule_request r;
-  r.request_id = id;
-  r.prompt_ids = {1, 5, 6, 7, 8};
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_tokens = max_tokens;
-  return r;
-}
+engine_config async_config() { return small_stage_config(/*async_scheduling=*/true); }
 
 // Samples `input + 1` for each sampled row; a placeholder input is its own previous sample.
 class fake_worker {
@@ -172,9 +155,9 @@ TEST(async_scheduler_stage, a_reply_out_of_order_is_ignored) {
 }
 
 }  // namespace
-}  // namespace troupe
+}  // namespace troupe::test
 
-namespace troupe {
+namespace troupe::test {
 namespace {
 
 // Requests arriving at any moment between results, as they do from the tokenizers: every one
@@ -218,4 +201,4 @@ TEST(async_scheduler_stage, requests_arriving_between_any_two_results_all_finish
 }
 
 }  // namespace
-}  // namespace troupe
+}  // namespace troupe::test

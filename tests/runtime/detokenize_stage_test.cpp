@@ -285,13 +285,19 @@ step_result reference_answer(const step_plan& plan) {
   return result;
 }
 
-TEST_F(detokenize_stage_test, with_the_engine_scheduler_the_stop_frees_every_block_and_ends_once) {
+// A pool of 32 blocks of 4 tokens: room for the reference continuation of one request.
+engine_config small_engine_config() {
   engine_config config;
   config.block_size = 4;
   config.num_kv_blocks = 32;
   config.max_num_batched_tokens = 16;
   config.max_num_seqs = 2;
   config.max_model_len = 128;
+  return config;
+}
+
+TEST_F(detokenize_stage_test, with_the_engine_scheduler_the_stop_frees_every_block_and_ends_once) {
+  const engine_config config = small_engine_config();
   scheduler sched(config, {2});
   sampling_params params;
   params.temperature = 0.0f;
@@ -382,16 +388,6 @@ class wired_stages {
   std::deque<step_plan> plans_;
 };
 
-engine_config wired_config() {
-  engine_config config;
-  config.block_size = 4;
-  config.num_kv_blocks = 32;
-  config.max_num_batched_tokens = 16;
-  config.max_num_seqs = 2;
-  config.max_model_len = 128;
-  return config;
-}
-
 schedule_request wired_request(int64_t id, std::vector<std::string> stop) {
   schedule_request request;
   request.request_id = id;
@@ -403,7 +399,7 @@ schedule_request wired_request(int64_t id, std::vector<std::string> stop) {
 }
 
 TEST_F(detokenize_stage_test, a_failed_step_ends_the_request_in_the_detokenizer_too) {
-  wired_stages stages(wired_config(), *tok_);
+  wired_stages stages(small_engine_config(), *tok_);
   stages.deliver(stages.scheduler().add(wired_request(21, {"zebra"})));
   for (int i = 0; i < 3; ++i) stages.answer_next();
   EXPECT_EQ(stages.client.text, ", there was");
@@ -415,11 +411,11 @@ TEST_F(detokenize_stage_test, a_failed_step_ends_the_request_in_the_detokenizer_
   EXPECT_EQ(stages.errors[0].code, error_code::internal);
   EXPECT_NE(stages.errors[0].message.find("device lost"), std::string::npos);
   EXPECT_EQ(stages.client.num_finals, 0) << "the error is the request's one end";
-  EXPECT_EQ(stages.scheduler().stats(0).num_free_blocks, wired_config().num_kv_blocks);
+  EXPECT_EQ(stages.scheduler().stats(0).num_free_blocks, small_engine_config().num_kv_blocks);
 }
 
 TEST_F(detokenize_stage_test, a_failed_step_after_a_stop_match_drops_the_held_final) {
-  wired_stages stages(wired_config(), *tok_);
+  wired_stages stages(small_engine_config(), *tok_);
   stages.deliver(stages.scheduler().add(wired_request(22, {"outside in"})));
   for (int steps = 0; stages.stops.empty() && steps < 60; ++steps) stages.answer_next();
   ASSERT_EQ(stages.stops, std::vector<int64_t>{22});

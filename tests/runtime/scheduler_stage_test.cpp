@@ -4,28 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "runtime/scheduler_stage.hpp"
+#include "tests/runtime/scheduler_stage_support.hpp"
 
-namespace troupe {
+namespace troupe::test {
 namespace {
 
-engine_config small_config() {
-  engine_config c;
-  c.block_size = 4;
-  c.num_kv_blocks = 16;
-  c.max_num_batched_tokens = 8;
-  c.max_num_seqs = 4;
-  c.max_model_len = 64;
-  return c;
-}
-
-schedule_request make_request(int64_t id, int max_tokens) {
-  schedule_request r;
-  r.request_id = id;
-  r.prompt_ids = {1, 5, 6, 7, 8};
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_tokens = max_tokens;
-  return r;
-}
+engine_config small_config() { return small_stage_config(/*async_scheduling=*/false); }
 
 // Answers every sampled row with token 9.
 step_done answer(const step_plan& plan) {
@@ -107,4 +91,4 @@ TEST(scheduler_stage, refusals_go_straight_to_the_frontend) {
 }
 
 }  // namespace
-}  // namespace troupe
+}  // namespace troupe::test
