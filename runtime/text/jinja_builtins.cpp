@@ -7,6 +7,7 @@
 #include "runtime/text/jinja_error.hpp"
 #include "runtime/text/jinja_interpreter.hpp"
 #include "runtime/text/jinja_strings.hpp"
+#include "runtime/text/utf8.hpp"
 
 namespace troupe {
 
@@ -53,14 +54,14 @@ jinja_value split(const std::string& self, const jinja_call_args& args) {
     const auto cps = js::decode_utf8(js::trim_start(self));
     std::size_t i = 0;
     while (i < cps.size()) {
-      while (i < cps.size() && js::is_js_space(cps[i])) ++i;
+      while (i < cps.size() && utf8::is_js_whitespace(cps[i])) ++i;
       if (i >= cps.size()) break;
       if (maxsplit != -1 && static_cast<std::int64_t>(parts.size()) >= maxsplit) {
         parts.push_back(jinja_value::string(js::encode_utf8(cps, i, cps.size())));
         break;
       }
       std::size_t j = i;
-      while (j < cps.size() && !js::is_js_space(cps[j])) ++j;
+      while (j < cps.size() && !utf8::is_js_whitespace(cps[j])) ++j;
       parts.push_back(jinja_value::string(js::encode_utf8(cps, i, j)));
       i = j;
     }
@@ -119,7 +120,7 @@ jinja_value replace(const std::string& self, const jinja_call_args& args) {
         out += to;
         --remaining;
       }
-      if (i < cps.size()) js::append_utf8(out, cps[i]);
+      if (i < cps.size()) utf8::append(out, cps[i]);
     }
     return jinja_value::string(std::move(out));
   }

@@ -5,6 +5,7 @@
 #include "runtime/text/jinja_builtins.hpp"
 #include "runtime/text/jinja_error.hpp"
 #include "runtime/text/jinja_strings.hpp"
+#include "runtime/text/utf8.hpp"
 
 namespace troupe {
 
@@ -244,7 +245,7 @@ jinja_value jinja_interpreter::evaluate_slice(const jinja_value& object, const j
   }
   const auto cps = js::decode_utf8(object.as_string());
   std::string out;
-  for (std::size_t i : slice_indices(cps.size(), parts[0], parts[1], parts[2])) js::append_utf8(out, cps[i]);
+  for (std::size_t i : slice_indices(cps.size(), parts[0], parts[1], parts[2])) utf8::append(out, cps[i]);
   return jinja_value::string(std::move(out));
 }
 
@@ -280,7 +281,7 @@ jinja_value jinja_interpreter::evaluate_member(const jinja_node& node, jinja_sco
       if (index < 0) index += n;
       if (index < 0 || index >= n) return {};
       std::string ch;
-      js::append_utf8(ch, cps[static_cast<std::size_t>(index)]);
+      utf8::append(ch, cps[static_cast<std::size_t>(index)]);
       return jinja_value::string(std::move(ch));
     }
     if (property.is_string()) return member_builtin(object, property.as_string());

@@ -6,6 +6,7 @@
 
 #include "runtime/text/jinja_error.hpp"
 #include "runtime/text/jinja_strings.hpp"
+#include "runtime/text/utf8.hpp"
 
 namespace troupe {
 
@@ -78,7 +79,7 @@ std::size_t space_at(const std::string& s, std::size_t i) {
   const std::size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
   if (i + len > s.size()) return 0;
   const auto cps = jinja_strings::decode_utf8(std::string_view(s).substr(i, len));
-  return cps.size() == 1 && jinja_strings::is_js_space(cps[0]) ? len : 0;
+  return cps.size() == 1 && utf8::is_js_whitespace(cps[0]) ? len : 0;
 }
 
 // Byte length of the JS whitespace character ending just before `end`, or 0.
@@ -401,7 +402,7 @@ class lexer {
           bool ok = hex.size() == len;
           for (char h : hex) ok = ok && std::isxdigit(static_cast<unsigned char>(h));
           if (!ok) fail(std::string("Invalid hexadecimal escape sequence: \\") + e + hex, pos_ - 2);
-          jinja_strings::append_utf8(out, static_cast<char32_t>(std::stoul(hex, nullptr, 16)));
+          utf8::append(out, static_cast<char32_t>(std::stoul(hex, nullptr, 16)));
           pos_ += len;
           continue;
         }

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "runtime/text/utf8.hpp"
+
 namespace troupe::jinja_strings {
 
 std::vector<char32_t> decode_utf8(std::string_view text) {
@@ -55,38 +57,10 @@ std::vector<char32_t> decode_utf8(std::string_view text) {
   return out;
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 std::string encode_utf8(const std::vector<char32_t>& cps, std::size_t begin, std::size_t end) {
   std::string out;
-  for (std::size_t i = begin; i < end; ++i) append_utf8(out, cps[i]);
+  for (std::size_t i = begin; i < end; ++i) utf8::append(out, cps[i]);
   return out;
-}
-
-bool is_js_space(char32_t cp) {
-  switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0xA0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000: case 0xFEFF:
-      return true;
-    default:
-      return cp >= 0x2000 && cp <= 0x200A;
-  }
 }
 
 namespace {
@@ -97,14 +71,14 @@ std::size_t leading_space_bytes(std::string_view text) {
   while (i < text.size()) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c < 0x80) {
-      if (!is_js_space(c)) break;
+      if (!utf8::is_js_whitespace(c)) break;
       ++i;
       continue;
     }
     const std::size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
     if (i + len > text.size()) break;
     const auto cps = decode_utf8(text.substr(i, len));
-    if (cps.size() != 1 || !is_js_space(cps[0])) break;
+    if (cps.size() != 1 || !utf8::is_js_whitespace(cps[0])) break;
     i += len;
   }
   return i;
@@ -116,7 +90,7 @@ std::size_t trailing_space_start(std::string_view text) {
     std::size_t begin = end - 1;
     while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80 && end - begin < 4) --begin;
     const auto cps = decode_utf8(text.substr(begin, end - begin));
-    if (cps.size() != 1 || !is_js_space(cps[0])) break;
+    if (cps.size() != 1 || !utf8::is_js_whitespace(cps[0])) break;
     end = begin;
   }
   return end;
@@ -211,7 +185,7 @@ std::string json_quote(std::string_view text, bool ensure_ascii) {
         out += hex;
       }
     } else {
-      append_utf8(out, cp);
+      utf8::append(out, cp);
     }
   }
   out += '"';
@@ -266,7 +240,7 @@ std::string to_upper(std::string_view text) {
       out += "SS";  // what String.prototype.toUpperCase does with ß
       continue;
     }
-    append_utf8(out, upper_of(c));
+    utf8::append(out, upper_of(c));
   }
   return out;
 }
@@ -274,7 +248,7 @@ std::string to_upper(std::string_view text) {
 std::string to_lower(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (char32_t c : decode_utf8(text)) append_utf8(out, lower_of(c));
+  for (char32_t c : decode_utf8(text)) utf8::append(out, lower_of(c));
   return out;
 }
 

@@ -12,12 +12,12 @@
 namespace troupe::jinja_strings {
 
 // UTF-8 -> code points. Invalid bytes decode to U+FFFD one byte at a time (never throws).
+// Code points -> UTF-8 one at a time is utf8::append.
 std::vector<char32_t> decode_utf8(std::string_view text);
-void append_utf8(std::string& out, char32_t cp);
 std::string encode_utf8(const std::vector<char32_t>& cps, std::size_t begin, std::size_t end);
 
-// ECMAScript WhiteSpace + LineTerminator (what String.prototype.trim and /\s/ remove).
-bool is_js_space(char32_t cp);
+// Without ECMAScript WhiteSpace + LineTerminator at either end (utf8::is_js_whitespace), as
+// String.prototype.trim does; unlike utf8::trim_start_js, the text may be ill-formed UTF-8.
 std::string trim(std::string_view text);
 std::string trim_start(std::string_view text);
 std::string trim_end(std::string_view text);
