@@ -16,6 +16,24 @@ inline int argmax(const float* values, int count) {
   return static_cast<int>(std::max_element(values, values + count) - values);
 }
 
+// One sequence's forward: tokens [computed, total) on top of the K/V already in `blocks`, with
+// the logits of the last one.
+inline forward_batch one_sequence_batch(const std::vector<int32_t>& tokens, int computed, int total,
+                                        const std::vector<int32_t>& blocks, int block_size) {
+  forward_batch batch;
+  for (int t = computed; t < total; ++t) {
+    batch.token_ids.push_back(tokens[t]);
+    batch.positions.push_back(t);
+    batch.slot_mapping.push_back(int64_t{blocks[t / block_size]} * block_size + t % block_size);
+  }
+  batch.query_start = {0, total - computed};
+  batch.context_lengths = {total};
+  batch.block_table_start = {0, static_cast<int32_t>(blocks.size())};
+  batch.block_tables = blocks;
+  batch.logits_rows = {total - computed - 1};
+  return batch;
+}
+
 struct greedy_result {
   std::vector<int32_t> generated;
   std::vector<float> first_logits;  // [vocab] logits after the prompt
@@ -34,18 +52,8 @@ inline greedy_result greedy_generate(model& m, const std::vector<int32_t>& promp
   std::vector<float> logits(vocab);
   int computed = 0;
   while (static_cast<int>(result.generated.size()) < steps) {
-    forward_batch batch;
     const int total = static_cast<int>(tokens.size());
-    for (int t = computed; t < total; ++t) {
-      batch.token_ids.push_back(tokens[t]);
-      batch.positions.push_back(t);
-      batch.slot_mapping.push_back(int64_t{blocks[t / block_size]} * block_size + t % block_size);
-    }
-    batch.query_start = {0, total - computed};
-    batch.context_lengths = {total};
-    batch.block_table_start = {0, static_cast<int32_t>(blocks.size())};
-    batch.block_tables = blocks;
-    batch.logits_rows = {total - computed - 1};
+    const forward_batch batch = one_sequence_batch(tokens, computed, total, blocks, block_size);
     m.forward(batch, logits.data());
     if (result.first_logits.empty()) result.first_logits = logits;
     computed = total;
@@ -75,17 +83,7 @@ inline std::vector<std::vector<float>> teacher_forced_logits(model& m, const std
   int computed = 0;
   for (size_t step = 0; step < forced.size(); ++step) {
     const int total = static_cast<int>(prompt.size() + step);
-    forward_batch batch;
-    for (int t = computed; t < total; ++t) {
-      batch.token_ids.push_back(tokens[t]);
-      batch.positions.push_back(t);
-      batch.slot_mapping.push_back(int64_t{blocks[t / block_size]} * block_size + t % block_size);
-    }
-    batch.query_start = {0, total - computed};
-    batch.context_lengths = {total};
-    batch.block_table_start = {0, static_cast<int32_t>(blocks.size())};
-    batch.block_tables = blocks;
-    batch.logits_rows = {total - computed - 1};
+    const forward_batch batch = one_sequence_batch(tokens, computed, total, blocks, block_size);
     steps.emplace_back(vocab);
     m.forward(batch, steps.back().data());
     computed = total;
