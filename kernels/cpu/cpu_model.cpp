@@ -20,6 +20,7 @@
 #include "kernels/cpu/silu_mul.hpp"
 #include "kernels/cpu/simd_level.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "kernels/rope_frequencies.hpp"
 
 namespace troupe {
 
@@ -99,7 +100,7 @@ class cpu_model final : public model {
         layer.k_norm = small_tensor_f32(tensor("self_attn.k_norm.weight"), c.head_dim);
       }
     }
-    inv_freq_ = cpu::rope_inv_freq(c);
+    inv_freq_ = rope_inv_freq(c);
     attention_shape_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
                         kv_shape.num_blocks, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   }

@@ -1,6 +1,7 @@
 #pragma once
 // Rotary position embedding in the Hugging Face "rotate half" layout: dimension i of a head
-// pairs with dimension i + head_dim/2 and turns by position · inv_freq[i].
+// pairs with dimension i + head_dim/2 and turns by position · inv_freq[i]
+// (kernels/rope_frequencies.hpp).
 
 #include <cstdint>
 #include <vector>
@@ -9,12 +10,6 @@
 #include "kernels/model_config.hpp"
 
 namespace troupe::cpu {
-
-// inv_freq[i] = rope_theta^(-2i/head_dim), i < head_dim/2, rescaled by Llama 3's
-// "rope_scaling" when the config has one: long wavelengths (beyond
-// original_max_position_embeddings / low_freq_factor) are slowed by `factor`, short ones (below
-// original / high_freq_factor) kept, and the band between interpolated smoothly.
-std::vector<float> rope_inv_freq(const model_config& config);
 
 // Rotates q [num_tokens, num_heads, head_dim] and k [num_tokens, num_kv_heads, head_dim] in
 // place (rows ldq / ldk floats apart) for each token's position.

@@ -14,7 +14,7 @@
 #include "kernels/cuda/matmul.hpp"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/paged_attention.hpp"
-#include "kernels/cuda/rope_frequencies.hpp"
+#include "kernels/rope_frequencies.hpp"
 
 namespace troupe {
 
@@ -79,7 +79,7 @@ class cuda_model final : public model {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     matmul_ = std::make_unique<cuda::matmul>();
     upload_weights(weights);
-    const std::vector<float> inv_freq = cuda::rope_inv_freq(config_);
+    const std::vector<float> inv_freq = rope_inv_freq(config_);
     inv_freq_.allocate(inv_freq.size() * sizeof(float));
     check(cudaMemcpy(inv_freq_.get(), inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice),
           "upload inv_freq");

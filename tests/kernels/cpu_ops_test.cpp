@@ -18,6 +18,7 @@
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/silu_mul.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "kernels/rope_frequencies.hpp"
 #include "tests/kernels/cpu_test_support.hpp"
 
 namespace troupe {
@@ -176,37 +177,12 @@ TEST(cpu_rms_norm, matches_naive_reference) {
   }
 }
 
-TEST(cpu_rope, inverse_frequencies_follow_llama3_scaling) {
-  model_config config;
-  config.head_dim = 128;
-  config.rope_theta = 500000.0f;
-  auto plain = cpu::rope_inv_freq(config);
-  config.rope_scaling = rope_scaling_config{8.0f, 1.0f, 4.0f, 8192};
-  auto scaled = cpu::rope_inv_freq(config);
-  ASSERT_EQ(scaled.size(), 64u);
-  for (int i = 0; i < 64; ++i) {
-    const double base = std::pow(500000.0, -2.0 * i / 128.0);
-    ASSERT_NEAR(plain[i], base, 1e-6 * base);
-    const double wavelen = 2 * std::numbers::pi / base;
-    double want = base;
-    if (wavelen > 8192.0) {
-      want = base / 8.0;  // slower than the original context: interpolated by the factor
-    } else if (wavelen >= 8192.0 / 4.0) {
-      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
-      want = (1 - smooth) * base / 8.0 + smooth * base;
-    }
-    ASSERT_NEAR(scaled[i], want, 1e-5 * want) << i;
-  }
-  EXPECT_EQ(scaled[0], plain[0]);                   // high frequencies untouched
-  EXPECT_NEAR(scaled[63], plain[63] / 8.0f, 1e-12);  // the lowest divided by the factor
-}
-
 TEST(cpu_rope, rotates_halves_by_position) {
   cpu::thread_pool pool(2);
   model_config config;
   config.head_dim = 16;
   config.rope_theta = 10000.0f;
-  const auto inv_freq = cpu::rope_inv_freq(config);
+  const auto inv_freq = rope_inv_freq(config);
   const int tokens = 3, heads = 4, kv_heads = 2, hd = 16;
   auto q = test::random_floats(tokens * heads * hd, 5);
   auto k = test::random_floats(tokens * kv_heads * hd, 6);
