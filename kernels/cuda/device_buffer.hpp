@@ -1,5 +1,6 @@
 #pragma once
-// Owning device allocation (cudaMalloc), movable, freed on destruction.
+// Owning CUDA allocations, movable, freed on destruction: device memory (device_buffer) and
+// page-locked host memory (pinned_buffer), one class for both.
 
 #include <cstddef>
 #include <utility>
@@ -8,16 +9,32 @@
 
 namespace troupe::cuda {
 
-class device_buffer {
+// Where an allocation lives: how to get it, how to give it back, and the name an error gives.
+struct device_memory {
+  static cudaError_t allocate(void** data, size_t num_bytes) { return cudaMalloc(data, num_bytes); }
+  static void release(void* data) { cudaFree(data); }
+  static constexpr const char* allocator = "cudaMalloc";
+};
+
+// Page-locked host memory: the only kind an asynchronous copy (and a CUDA graph) can overlap.
+struct pinned_host_memory {
+  static cudaError_t allocate(void** data, size_t num_bytes) { return cudaMallocHost(data, num_bytes); }
+  static void release(void* data) { cudaFreeHost(data); }
+  static constexpr const char* allocator = "cudaMallocHost";
+};
+
+// One owning allocation of `Memory`, movable, freed on destruction.
+template <class Memory>
+class cuda_allocation {
  public:
-  device_buffer() = default;
-  explicit device_buffer(size_t num_bytes) { allocate(num_bytes); }
-  ~device_buffer() { release(); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  device_buffer(device_buffer&& other) noexcept
+  cuda_allocation() = default;
+  explicit cuda_allocation(size_t num_bytes) { allocate(num_bytes); }
+  ~cuda_allocation() { release(); }
+  cuda_allocation(const cuda_allocation&) = delete;
+  cuda_allocation& operator=(const cuda_allocation&) = delete;
+  cuda_allocation(cuda_allocation&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), num_bytes_(std::exchange(other.num_bytes_, 0)) {}
-  device_buffer& operator=(device_buffer&& other) noexcept {
+  cuda_allocation& operator=(cuda_allocation&& other) noexcept {
     if (this != &other) {
       release();
       data_ = std::exchange(other.data_, nullptr);
@@ -29,11 +46,11 @@ class device_buffer {
   void allocate(size_t num_bytes) {
     release();
     if (num_bytes == 0) return;
-    check(cudaMalloc(&data_, num_bytes), "cudaMalloc");
+    check(Memory::allocate(&data_, num_bytes), Memory::allocator);
     num_bytes_ = num_bytes;
   }
   void release() {
-    if (data_) cudaFree(data_);
+    if (data_) Memory::release(data_);
     data_ = nullptr;
     num_bytes_ = 0;
   }
@@ -49,33 +66,7 @@ class device_buffer {
   size_t num_bytes_ = 0;
 };
 
-// Page-locked host memory: the only kind an asynchronous copy (and a CUDA graph) can overlap.
-class pinned_buffer {
- public:
-  pinned_buffer() = default;
-  ~pinned_buffer() { release(); }
-  pinned_buffer(const pinned_buffer&) = delete;
-  pinned_buffer& operator=(const pinned_buffer&) = delete;
-
-  void allocate(size_t num_bytes) {
-    release();
-    if (num_bytes == 0) return;
-    check(cudaMallocHost(&data_, num_bytes), "cudaMallocHost");
-    num_bytes_ = num_bytes;
-  }
-  void release() {
-    if (data_) cudaFreeHost(data_);
-    data_ = nullptr;
-    num_bytes_ = 0;
-  }
-  void* get() const { return data_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
-  size_t size() const { return num_bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t num_bytes_ = 0;
-};
+using device_buffer = cuda_allocation<device_memory>;
+using pinned_buffer = cuda_allocation<pinned_host_memory>;
 
 }  // namespace troupe::cuda
