@@ -6,6 +6,21 @@
 
 namespace troupe {
 
+namespace {
+
+// The token `request_id` got in `samples`, or nullptr. `cursor` starts where the previous lookup
+// ended: plans list running sequences in one order, so the search usually ends at once.
+template <class Samples>
+const int32_t* find_sample(const Samples& samples, int64_t request_id, size_t& cursor) {
+  for (size_t n = 0; n < samples.size(); ++n, ++cursor) {
+    if (cursor >= samples.size()) cursor = 0;
+    if (samples[cursor].first == request_id) return &samples[cursor++].second;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 model_runner::model_runner(model& m, uint64_t sampler_seed, bool device_sampling)
     : model_(m), sampler_(sampler_seed), device_sampling_(device_sampling), device_rng_(~sampler_seed) {}
 
@@ -46,17 +61,17 @@ void model_runner::build_batch(const step_plan& plan, int block_size, forward_ba
   }
 }
 
-void model_runner::fill_previous_samples(const step_plan& plan,
-                                         const std::unordered_map<int64_t, int32_t>& previous) {
+void model_runner::fill_previous_samples(const step_plan& plan, const sample_list& previous) {
+  size_t cursor = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const scheduled_sequence& s = plan.sequences[i];
     if (!s.input_from_previous_sample) continue;
-    auto it = previous.find(s.request_id);
-    if (it == previous.end() || s.new_token_ids.empty()) {
+    const int32_t* token = find_sample(previous, s.request_id, cursor);
+    if (token == nullptr || s.new_token_ids.empty()) {
       throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " asks for the token request " +
                                std::to_string(s.request_id) + " sampled in the previous step, which sampled none");
     }
-    batch_.token_ids[static_cast<size_t>(batch_.query_start[i + 1] - 1)] = it->second;
+    batch_.token_ids[static_cast<size_t>(batch_.query_start[i + 1] - 1)] = *token;
   }
 }
 
@@ -64,8 +79,9 @@ step_result model_runner::run(const step_plan& plan) {
   step_result result;
   result.step_id = plan.step_id;
   // Only the run right before may be referred to; after a failed run nothing may be.
-  std::unordered_map<int64_t, int32_t> previous;
-  previous.swap(last_samples_);
+  previous_samples_.swap(last_samples_);
+  last_samples_.clear();
+  const sample_list& previous = previous_samples_;
   if (plan.empty()) return result;
   const kv_cache_shape shape = model_.kv_shape();
   build_batch(plan, shape.block_size, batch_);
@@ -83,7 +99,7 @@ step_result model_runner::run(const step_plan& plan) {
     sample_on_host(plan, previous, result);
   }
   last_samples_.reserve(result.tokens.size());
-  for (const sampled_token& t : result.tokens) last_samples_[t.request_id] = t.token_id;
+  for (const sampled_token& t : result.tokens) last_samples_.emplace_back(t.request_id, t.token_id);
   return result;
 }
 
@@ -127,21 +143,22 @@ void model_runner::sample_on_device(const step_plan& plan, step_result& result) 
   }
 }
 
-void model_runner::sample_on_host(const step_plan& plan, const std::unordered_map<int64_t, int32_t>& previous,
-                                  step_result& result) {
+void model_runner::sample_on_host(const step_plan& plan, const sample_list& previous, step_result& result) {
   const int vocab = model_.config().vocab_size;
   logits_.resize(static_cast<size_t>(batch_.num_logits()) * vocab);
   model_.forward(batch_, logits_.data());
 
   result.tokens.reserve(static_cast<size_t>(batch_.num_logits()));
   size_t row = 0;
+  size_t cursor = 0;
   for (const scheduled_sequence& s : plan.sequences) {
     if (!s.sample) continue;
     std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
     if (s.input_from_previous_sample && !s.penalty_token_ids.empty()) {
       // The penalties must count the token the scheduler has not seen yet.
       scheduled_sequence completed = s;
-      completed.penalty_token_ids.push_back(previous.at(s.request_id));
+      // fill_previous_samples has checked that the token is there.
+      completed.penalty_token_ids.push_back(*find_sample(previous, s.request_id, cursor));
       result.tokens.push_back(sampler_.sample(logits, completed));
     } else {
       result.tokens.push_back(sampler_.sample(logits, s));

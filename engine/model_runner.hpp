@@ -9,7 +9,7 @@
 // there, and only one token id per row crosses to the host.
 
 #include <random>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/sampler.hpp"
@@ -40,15 +40,20 @@ class model_runner {
   static void build_batch(const step_plan& plan, int block_size, forward_batch& batch);
 
  private:
+  // (request id, token) for each row a run sampled, in its plan's order. A flat list, not a map:
+  // it is rebuilt every step, and the next plan asks for the requests in nearly the same order.
+  using sample_list = std::vector<std::pair<int64_t, int32_t>>;
+
   // Writes the previous run's samples into the batch where the plan asks for them.
-  void fill_previous_samples(const step_plan& plan, const std::unordered_map<int64_t, int32_t>& previous);
+  void fill_previous_samples(const step_plan& plan, const sample_list& previous);
   bool can_sample_on_device(const step_plan& plan) const;
   void sample_on_device(const step_plan& plan, step_result& result);
-  void sample_on_host(const step_plan& plan, const std::unordered_map<int64_t, int32_t>& previous, step_result& result);
+  void sample_on_host(const step_plan& plan, const sample_list& previous, step_result& result);
 
   model& model_;
   sampler sampler_;
-  std::unordered_map<int64_t, int32_t> last_samples_;  // request id -> token sampled by the last run
+  sample_list last_samples_;      // what the last run sampled
+  sample_list previous_samples_;  // the run before's, kept for its capacity
   forward_batch batch_;
   std::vector<float> logits_;  // [num_logits, vocab_size]
   bool device_sampling_;

@@ -67,6 +67,10 @@ std::optional<request_error> scheduler::add_request(int64_t request_id, std::vec
 step_plan scheduler::schedule() {
   step_plan plan;
   plan.step_id = next_step_id_++;
+  // Room for every running sequence and every admission max_num_seqs allows, so the entries
+  // are never moved while the plan grows.
+  const int admissible = std::min(num_waiting(), std::max(0, config_.max_num_seqs - num_running()));
+  plan.sequences.reserve(static_cast<size_t>(num_running() + admissible));
   int budget = config_.max_num_batched_tokens;
   bool preempted_any = false;
 
@@ -191,11 +195,12 @@ sequence_status scheduler::stop_status(const sequence& seq, int32_t token_id) co
   return sequence_status::running;
 }
 
-std::vector<token_delta> scheduler::update(const step_plan& plan, const step_result& result) {
+std::vector<token_delta> scheduler::update(const step_outline& plan, const step_result& result) {
   std::vector<token_delta> deltas;
+  deltas.reserve(result.tokens.size());
   const auto now = engine_clock::now();
   size_t next_token = 0;
-  for (const scheduled_sequence& s : plan.sequences) {
+  for (const planned_sequence& s : plan.sequences) {
     const sampled_token* token = nullptr;
     if (s.sample) {
       if (next_token >= result.tokens.size() || result.tokens[next_token].request_id != s.request_id) {
@@ -213,8 +218,8 @@ std::vector<token_delta> scheduler::update(const step_plan& plan, const step_res
         seq.num_computed_tokens != s.num_computed_tokens) {
       continue;
     }
-    seq.num_computed_tokens += s.num_new_tokens();
-    seq.num_inflight_tokens -= s.num_new_tokens();
+    seq.num_computed_tokens += s.num_new_tokens;
+    seq.num_inflight_tokens -= s.num_new_tokens;
     if (token != nullptr) --seq.num_pending_samples;
     kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
     if (token == nullptr) continue;

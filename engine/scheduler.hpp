@@ -43,7 +43,10 @@ class scheduler {
   step_plan schedule();
   // Applies a step's outcome: advances computed tokens, appends sampled tokens, finishes and
   // frees sequences. Entries for requests aborted or preempted since the plan are ignored.
-  std::vector<token_delta> update(const step_plan& plan, const step_result& result);
+  std::vector<token_delta> update(const step_outline& step, const step_result& result);
+  std::vector<token_delta> update(const step_plan& plan, const step_result& result) {
+    return update(outline_of(plan), result);
+  }
   // Ends a request now and frees its blocks; its final delta, or nothing for an unknown id.
   std::optional<token_delta> abort(int64_t request_id);
   // Ends a request whose text matched one of its stop strings (only the detokenizer sees text)

@@ -46,6 +46,30 @@ struct step_plan {
   }
 };
 
+// What applying a step's result needs of its plan (scheduler::update): whoever sends a plan keeps
+// this instead of a copy, which would duplicate every sequence's tokens, block table and params.
+struct planned_sequence {
+  int64_t request_id = 0;
+  int32_t num_computed_tokens = 0;
+  int32_t num_new_tokens = 0;
+  bool sample = false;
+};
+
+struct step_outline {
+  uint64_t step_id = 0;
+  std::vector<planned_sequence> sequences;  // in the plan's order
+};
+
+inline step_outline outline_of(const step_plan& plan) {
+  step_outline outline;
+  outline.step_id = plan.step_id;
+  outline.sequences.reserve(plan.sequences.size());
+  for (const scheduled_sequence& s : plan.sequences) {
+    outline.sequences.push_back({s.request_id, s.num_computed_tokens, s.num_new_tokens(), s.sample});
+  }
+  return outline;
+}
+
 struct sampled_token {
   int64_t request_id = 0;
   int32_t token_id = 0;

@@ -88,7 +88,7 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
   outputs out;
   // The worker answers in plan order; anything else is a stale or foreign reply.
   if (in_flight_.empty() || in_flight_.front().step_id != done.result.step_id) return out;
-  step_plan plan = std::move(in_flight_.front());
+  step_outline plan = std::move(in_flight_.front());
   in_flight_.pop_front();
   for (const auto& seq : plan.sequences) {
     auto it = timelines_.find(seq.request_id);
@@ -125,7 +125,7 @@ void scheduler_stage::plan_next(outputs& out) {
       auto it = timelines_.find(seq.request_id);
       if (it != timelines_.end() && it->second.first_scheduled == 0) it->second.first_scheduled = now;
     }
-    in_flight_.push_back(plan);
+    in_flight_.push_back(outline_of(plan));
     out.plans.push_back(std::move(plan));
   }
 }

@@ -45,7 +45,9 @@ class scheduler_stage {
   void emit(outputs& out, token_delta delta);
 
   scheduler scheduler_;
-  std::deque<step_plan> in_flight_;  // oldest first: results come back in this order
+  // What the steps sent to the worker need for update(), oldest first: results come back in
+  // this order. An outline, not a copy of the plan, which would duplicate every sequence.
+  std::deque<step_outline> in_flight_;
   size_t max_in_flight_;
   std::unordered_map<int64_t, request_timeline> timelines_;
   // Aborts that overtook their request (still being tokenized): applied when it arrives.
