@@ -89,7 +89,10 @@ inline generate_request greedy(const std::string& prompt, int max_tokens) {
 inline stats_reply wait_until_idle(client& c, std::chrono::milliseconds within = std::chrono::seconds(10)) {
   const auto deadline = std::chrono::steady_clock::now() + within;
   stats_reply s = c.stats();
-  while ((s.num_running != 0 || s.num_waiting != 0 || s.num_free_blocks != s.num_total_blocks) &&
+  // The scheduler frees a request's blocks before its final delta has passed the detokenizer
+  // and the frontend, which release its in-flight slot, so all four are waited for.
+  while ((s.num_running != 0 || s.num_waiting != 0 || s.num_free_blocks != s.num_total_blocks ||
+          s.num_requests_in_flight != 0) &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     s = c.stats();
