@@ -19,6 +19,42 @@ const int32_t* find_sample(const Samples& samples, int64_t request_id, size_t& c
   return nullptr;
 }
 
+// Flattens `plan` into `batch`; table_of(i) is entry i's whole block table.
+template <class TableOf>
+void flatten_plan(const step_plan& plan, int block_size, TableOf table_of, forward_batch& batch) {
+  batch = forward_batch{};
+  const size_t num_tokens = static_cast<size_t>(plan.num_tokens());
+  batch.token_ids.reserve(num_tokens);
+  batch.positions.reserve(num_tokens);
+  batch.slot_mapping.reserve(num_tokens);
+  batch.query_start.push_back(0);
+  batch.block_table_start.push_back(0);
+  for (size_t entry = 0; entry < plan.sequences.size(); ++entry) {
+    const scheduled_sequence& s = plan.sequences[entry];
+    const std::vector<int32_t>& block_table = table_of(entry);
+    const int context = s.num_computed_tokens + s.num_new_tokens();
+    const int blocks_needed = (context + block_size - 1) / block_size;
+    if (static_cast<int>(block_table.size()) < blocks_needed) {
+      throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) + " has " +
+                               std::to_string(block_table.size()) + " KV blocks for " +
+                               std::to_string(context) + " tokens, expected at least " +
+                               std::to_string(blocks_needed));
+    }
+    for (int i = 0; i < s.num_new_tokens(); ++i) {
+      const int position = s.num_computed_tokens + i;
+      batch.token_ids.push_back(s.new_token_ids[i]);
+      batch.positions.push_back(position);
+      batch.slot_mapping.push_back(static_cast<int64_t>(block_table[position / block_size]) * block_size +
+                                   position % block_size);
+    }
+    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
+    batch.context_lengths.push_back(context);
+    batch.block_tables.insert(batch.block_tables.end(), block_table.begin(), block_table.begin() + blocks_needed);
+    batch.block_table_start.push_back(static_cast<int32_t>(batch.block_tables.size()));
+    if (s.sample) batch.logits_rows.push_back(batch.query_start.back() - 1);
+  }
+}
+
 }  // namespace
 
 model_runner::model_runner(model& m, uint64_t sampler_seed, bool device_sampling)
@@ -29,35 +65,39 @@ bool model_runner::samples_plainly(const sampling_params& p) {
 }
 
 void model_runner::build_batch(const step_plan& plan, int block_size, forward_batch& batch) {
-  batch = forward_batch{};
-  const size_t num_tokens = static_cast<size_t>(plan.num_tokens());
-  batch.token_ids.reserve(num_tokens);
-  batch.positions.reserve(num_tokens);
-  batch.slot_mapping.reserve(num_tokens);
-  batch.query_start.push_back(0);
-  batch.block_table_start.push_back(0);
   for (const scheduled_sequence& s : plan.sequences) {
-    const int context = s.num_computed_tokens + s.num_new_tokens();
-    const int blocks_needed = (context + block_size - 1) / block_size;
-    if (static_cast<int>(s.block_table.size()) < blocks_needed) {
-      throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) + " has " +
-                               std::to_string(s.block_table.size()) + " KV blocks for " +
-                               std::to_string(context) + " tokens, expected at least " +
-                               std::to_string(blocks_needed));
+    if (s.block_table_start != 0) {
+      throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) +
+                               " sends its block table from block " + std::to_string(s.block_table_start) +
+                               "; build_batch takes whole tables only");
     }
-    for (int i = 0; i < s.num_new_tokens(); ++i) {
-      const int position = s.num_computed_tokens + i;
-      batch.token_ids.push_back(s.new_token_ids[i]);
-      batch.positions.push_back(position);
-      batch.slot_mapping.push_back(static_cast<int64_t>(s.block_table[position / block_size]) * block_size +
-                                   position % block_size);
+  }
+  flatten_plan(plan, block_size, [&](size_t i) -> const std::vector<int32_t>& { return plan.sequences[i].block_table; },
+               batch);
+}
+
+void model_runner::apply_block_tables(const step_plan& plan) {
+  for (int64_t id : plan.finished_ids) block_tables_.erase(id);
+  for (int64_t id : plan.preempted_ids) block_tables_.erase(id);
+  entry_tables_.clear();
+  for (const scheduled_sequence& s : plan.sequences) {
+    std::vector<int32_t>* table = nullptr;
+    if (s.block_table_start == 0) {
+      table = &block_tables_[s.request_id];
+      table->assign(s.block_table.begin(), s.block_table.end());
+    } else {
+      auto it = block_tables_.find(s.request_id);
+      const size_t held = it == block_tables_.end() ? 0 : it->second.size();
+      if (s.block_table_start < 0 || held != static_cast<size_t>(s.block_table_start)) {
+        throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " continues request " +
+                                 std::to_string(s.request_id) + "'s block table at block " +
+                                 std::to_string(s.block_table_start) + ", but the worker holds " +
+                                 std::to_string(held) + " blocks for it");
+      }
+      table = &it->second;
+      table->insert(table->end(), s.block_table.begin(), s.block_table.end());
     }
-    batch.query_start.push_back(static_cast<int32_t>(batch.token_ids.size()));
-    batch.context_lengths.push_back(context);
-    batch.block_tables.insert(batch.block_tables.end(), s.block_table.begin(),
-                              s.block_table.begin() + blocks_needed);
-    batch.block_table_start.push_back(static_cast<int32_t>(batch.block_tables.size()));
-    if (s.sample) batch.logits_rows.push_back(batch.query_start.back() - 1);
+    entry_tables_.push_back(table);  // unordered_map values stay where they are on insertion
   }
 }
 
@@ -82,9 +122,11 @@ step_result model_runner::run(const step_plan& plan) {
   previous_samples_.swap(last_samples_);
   last_samples_.clear();
   const sample_list& previous = previous_samples_;
+  apply_block_tables(plan);
   if (plan.empty()) return result;
   const kv_cache_shape shape = model_.kv_shape();
-  build_batch(plan, shape.block_size, batch_);
+  flatten_plan(plan, shape.block_size, [&](size_t i) -> const std::vector<int32_t>& { return *entry_tables_[i]; },
+               batch_);
   fill_previous_samples(plan, previous);
   for (int32_t block : batch_.block_tables) {
     if (block < 0 || block >= shape.num_blocks) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/sampler.hpp"
 
@@ -125,6 +126,8 @@ step_plan scheduler::schedule() {
     mark_scheduled(*seq, plan.sequences.back());
     budget -= num_new;
   }
+  // An empty plan is not sent: the ids wait for the next one.
+  if (!plan.sequences.empty()) plan.finished_ids = std::exchange(finished_since_plan_, {});
   return plan;
 }
 
@@ -150,7 +153,9 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
     s.new_token_ids.push_back(-1);
     s.input_from_previous_sample = true;
   }
-  s.block_table = seq.blocks.block_ids;
+  const auto& blocks = seq.blocks.block_ids;
+  s.block_table_start = std::min(seq.num_blocks_on_worker, static_cast<int>(blocks.size()));
+  s.block_table.assign(blocks.begin() + s.block_table_start, blocks.end());
   s.sample = end == seq.num_expected_tokens();
   s.output_index = seq.num_output_tokens() + seq.num_pending_samples;
   s.params = seq.params();
@@ -163,6 +168,8 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
 
 void scheduler::mark_scheduled(sequence& seq, const scheduled_sequence& entry) {
   seq.num_inflight_tokens += entry.num_new_tokens();
+  seq.num_blocks_on_worker = entry.block_table_start + static_cast<int>(entry.block_table.size());
+  seq.known_to_worker = true;
   if (entry.sample) ++seq.num_pending_samples;
 }
 
@@ -267,6 +274,7 @@ token_delta scheduler::finish(sequence& seq, sequence_status status, engine_cloc
     waiting_.erase(&seq);
   }
   kv_.free(seq.blocks);
+  if (seq.known_to_worker) finished_since_plan_.push_back(seq.request_id());
   seq.finish(status, now);
   token_delta delta;
   delta.request_id = seq.request_id();

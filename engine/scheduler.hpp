@@ -90,6 +90,8 @@ class scheduler {
   std::vector<sequence*> running_;  // sorted by priority, then arrival: the back is preempted first
   uint64_t next_arrival_order_ = 0;
   uint64_t next_step_id_ = 0;
+  // Requests the worker knows that ended since the last non-empty plan (which carries them).
+  std::vector<int64_t> finished_since_plan_;
 };
 
 }  // namespace troupe

@@ -43,6 +43,7 @@ void sequence::reset_for_recompute() {
   num_computed_tokens = 0;
   num_inflight_tokens = 0;  // what steps in flight compute for it is discarded
   num_pending_samples = 0;
+  num_blocks_on_worker = 0;  // its blocks are freed: the next plan sends the new table whole
   ++num_preemptions;
   status = sequence_status::preempted;
 }

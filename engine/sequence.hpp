@@ -71,6 +71,10 @@ class sequence {
   int num_pending_samples = 0;
   uint64_t admitted_step = 0;
   block_table blocks;
+  // How many of `blocks` the worker holds (plans send only the rest; 0 after preemption), and
+  // whether a plan ever named the sequence (the worker must then hear that it ended).
+  int num_blocks_on_worker = 0;
+  bool known_to_worker = false;
   sequence_timeline timeline;
 
  private:

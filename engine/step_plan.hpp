@@ -19,7 +19,11 @@ struct scheduled_sequence {
   // request sampled in the step just before this one, which the worker fills in from its own
   // results; the penalty list then lacks that token too and the worker appends it.
   bool input_from_previous_sample = false;
-  std::vector<int32_t> block_table;    // block ids covering num_computed + num_new tokens
+  // The block ids covering num_computed + num_new tokens, from index block_table_start on: the
+  // worker keeps each request's table and appends these (a decode step mostly sends none). A
+  // start of 0 (a request new to the worker, or back after preemption) replaces the table.
+  int32_t block_table_start = 0;
+  std::vector<int32_t> block_table;
   // True when the chunk reaches the sequence's last known token: its logits are sampled.
   bool sample = false;
   int32_t output_index = 0;  // index of the token being sampled among the outputs (seeded RNG)
@@ -37,6 +41,9 @@ struct step_plan {
   std::vector<scheduled_sequence> sequences;
   // Requests that lost their blocks in this step (their KV is gone; they will be recomputed).
   std::vector<int64_t> preempted_ids;
+  // Requests that ended since the previous plan: the worker drops the block tables it keeps for
+  // them before it applies this plan's entries (an id may be reused by a new request).
+  std::vector<int64_t> finished_ids;
 
   bool empty() const { return sequences.empty(); }
   int num_tokens() const {

@@ -142,13 +142,14 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
   return f(caf::meta::type_name("scheduled_sequence"), x.request_id, x.num_computed_tokens,
-           x.new_token_ids, x.input_from_previous_sample, x.block_table, x.sample, x.output_index, x.params,
+           x.new_token_ids, x.input_from_previous_sample, x.block_table_start, x.block_table, x.sample, x.output_index, x.params,
            x.penalty_token_ids, x.num_prompt_tokens);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
-  return f(caf::meta::type_name("step_plan"), x.step_id, x.sequences, x.preempted_ids);
+  return f(caf::meta::type_name("step_plan"), x.step_id, x.sequences, x.preempted_ids,
+           x.finished_ids);
 }
 
 template <class Inspector>
