@@ -6,9 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+#include "engine/argmax.hpp"
 
 namespace troupe {
 
@@ -23,43 +21,6 @@ uint64_t splitmix64(uint64_t x) {
 
 // Uniform in [0, 1) from the top 53 bits.
 double to_unit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
-
-// First maximum wins, as in the reference implementations. Greedy decoding runs this over the
-// whole vocabulary for every sequence of every step, so both passes (the maximum, then the first
-// index holding it) go four floats at a time with SSE2, which every x86-64 CPU has. NaNs are
-// never chosen unless all are NaN.
-int32_t argmax(std::span<const float> values) {
-  const size_t n = values.size();
-  const float* v = values.data();
-  float best = -std::numeric_limits<float>::infinity();
-  size_t i = 0;
-#if defined(__SSE2__)
-  __m128 lane_max0 = _mm_set1_ps(best), lane_max1 = lane_max0;
-  for (; i + 8 <= n; i += 8) {
-    // maxps returns its second operand when either is NaN: a NaN never replaces a maximum.
-    lane_max0 = _mm_max_ps(_mm_loadu_ps(v + i), lane_max0);
-    lane_max1 = _mm_max_ps(_mm_loadu_ps(v + i + 4), lane_max1);
-  }
-  float lanes[8];
-  _mm_storeu_ps(lanes, lane_max0);
-  _mm_storeu_ps(lanes + 4, lane_max1);
-  for (float lane : lanes) best = lane > best ? lane : best;
-#endif
-  for (; i < n; ++i) best = v[i] > best ? v[i] : best;
-  i = 0;
-#if defined(__SSE2__)
-  const __m128 target = _mm_set1_ps(best);
-  for (; i + 4 <= n; i += 4) {
-    if (int mask = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(v + i), target))) {
-      return static_cast<int32_t>(i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(mask))));
-    }
-  }
-#endif
-  for (; i < n; ++i) {
-    if (v[i] == best) return static_cast<int32_t>(i);
-  }
-  return 0;
-}
 
 }  // namespace
 
