@@ -15,6 +15,7 @@
 // forward is short and the runtime's share stands out; sampling is counted as the runtime's.
 //
 //   troupe_bench_runtime [--model HF_DIR] [--seqs 1,16,64] [--steps 200] [--reps 3] [--async off|on]
+//                        [--policy sharing|stealing]
 //
 // With --async on (two steps in flight) the scheduler's work leaves the critical path, so the
 // gap shrinks to the worker's own hand-offs while the CPU figure stays the runtime's whole cost.
@@ -113,10 +114,12 @@ class timed_model : public troupe::model {
 };
 
 // Set up like the node's actor system (runtime/node.cpp): `sharing` policy, a small pool.
+// `--policy stealing` swaps in CAF's work-stealing pool, whose idle threads poll before they
+// sleep: it shows how much of the gap is the wake-up of a sleeping pool thread.
 class bench_config : public caf::actor_system_config {
  public:
-  explicit bench_config(int num_threads) {
-    set("scheduler.policy", caf::atom("sharing"));
+  bench_config(int num_threads, const std::string& policy) {
+    set("scheduler.policy", caf::atom_from_string(policy));
     set("scheduler.max-threads", static_cast<size_t>(num_threads));
     set("logger.console", caf::atom("none"));
   }
@@ -215,6 +218,7 @@ int main(int argc, char** argv) try {
   std::vector<int> seq_counts = {1, 16, 64};
   int steps = 200, reps = 3, prompt_len = 8;
   bool async_scheduling = false;
+  std::string policy = "sharing";
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
@@ -225,8 +229,9 @@ int main(int argc, char** argv) try {
     else if (flag == "--reps") reps = std::stoi(value);
     else if (flag == "--prompt") prompt_len = std::stoi(value);
     else if (flag == "--async" && (value == "on" || value == "off")) async_scheduling = value == "on";
+    else if (flag == "--policy" && (value == "sharing" || value == "stealing")) policy = value;
     else throw std::runtime_error("unknown flag or value: " + flag + " " + value +
-                                  " (expected --model DIR, --seqs N,N, --steps N, --reps N, --prompt N, --async on|off)");
+                                  " (expected --model DIR, --seqs N,N, --steps N, --reps N, --prompt N, --async on|off, --policy sharing|stealing)");
   }
   if (steps < 4 || reps < 1 || prompt_len < 1) throw std::runtime_error("--steps >= 4, --reps >= 1, --prompt >= 1");
   const int max_seqs = *std::max_element(seq_counts.begin(), seq_counts.end());
@@ -252,11 +257,11 @@ int main(int argc, char** argv) try {
   config.async_scheduling = async_scheduling;
   config.validate();
 
-  std::printf("model %s (vocab %d), %d decode steps per run, best of %d, async scheduling %s, load average %.2f\n",
-              model_path.c_str(), vocab, steps, reps, async_scheduling ? "on" : "off", load_average());
+  std::printf("model %s (vocab %d), %d decode steps per run, best of %d, async scheduling %s, %s pool, load average %.2f\n",
+              model_path.c_str(), vocab, steps, reps, async_scheduling ? "on" : "off", policy.c_str(), load_average());
   std::printf("%6s %8s %11s %11s %10s %12s %10s\n", "seqs", "steps", "step (us)", "model (us)", "gap (us)",
               "gap med (us)", "cpu (us)");
-  bench_config cfg(std::max(2, t.tokenizer_pool_size + 1));
+  bench_config cfg(std::max(2, t.tokenizer_pool_size + 1), policy);
   caf::actor_system system(cfg);
   auto worker = system.spawn<caf::detached>(troupe::worker_actor, served);
   int64_t next_id = 1;
