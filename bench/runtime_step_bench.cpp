@@ -43,6 +43,7 @@
 #include <caf/send.hpp>
 
 #include "actors/stage_actors.hpp"
+#include "bench/bench_support.hpp"
 #include "runtime/detokenize_stage.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/served_model.hpp"
@@ -195,21 +196,8 @@ step_figures figures_of(const std::vector<forward_record>& records, int num_seqs
   return f;
 }
 
-std::vector<int> parse_list(const std::string& text) {
-  std::vector<int> values;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) values.push_back(std::stoi(item));
-  return values;
-}
-
-double load_average() {
-  double load = -1;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
-    std::fclose(f);
-  }
-  return load;
-}
+using troupe::bench::load_average;
+using troupe::bench::parse_list;
 
 }  // namespace
 

@@ -18,27 +18,15 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_support.hpp"
 #include "runtime/client/client.hpp"
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-std::vector<int> parse_list(const std::string& text) {
-  std::vector<int> values;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) values.push_back(std::stoi(item));
-  return values;
-}
-
-double load_average() {
-  double load = -1;
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
-    std::fclose(f);
-  }
-  return load;
-}
+using troupe::bench::load_average;
+using troupe::bench::parse_list;
 
 struct stream_result {
   int num_tokens = 0;
