@@ -86,7 +86,7 @@ std::size_t space_at(const std::string& s, std::size_t i) {
 std::size_t space_before(const std::string& s, std::size_t end) {
   if (end == 0) return 0;
   std::size_t begin = end - 1;
-  while (begin > 0 && (static_cast<unsigned char>(s[begin]) & 0xC0) == 0x80 && end - begin < 4) --begin;
+  while (begin > 0 && utf8::is_continuation_byte(static_cast<unsigned char>(s[begin])) && end - begin < 4) --begin;
   return space_at(s, begin) == end - begin ? end - begin : 0;
 }
 

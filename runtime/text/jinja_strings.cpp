@@ -88,7 +88,7 @@ std::size_t trailing_space_start(std::string_view text) {
   std::size_t end = text.size();
   while (end > 0) {
     std::size_t begin = end - 1;
-    while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80 && end - begin < 4) --begin;
+    while (begin > 0 && utf8::is_continuation_byte(static_cast<unsigned char>(text[begin])) && end - begin < 4) --begin;
     const auto cps = decode_utf8(text.substr(begin, end - begin));
     if (cps.size() != 1 || !utf8::is_js_whitespace(cps[0])) break;
     end = begin;
@@ -112,7 +112,7 @@ std::size_t utf16_length(std::string_view text) {
   std::size_t n = 0;
   for (char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte
+    if (utf8::is_continuation_byte(c)) continue;
     n += (c & 0xF8) == 0xF0 ? 2 : 1;   // astral characters take a surrogate pair
   }
   return n;

@@ -4,12 +4,13 @@
 #include <stdexcept>
 #include <utility>
 
+#include "runtime/text/utf8.hpp"
+
 namespace troupe {
 
 namespace {
 
-// A UTF-8 continuation byte (10xxxxxx) never starts a character.
-bool starts_character(char byte) { return (static_cast<unsigned char>(byte) & 0xC0u) != 0x80u; }
+bool starts_character(char byte) { return !utf8::is_continuation_byte(static_cast<unsigned char>(byte)); }
 
 }  // namespace
 

@@ -134,7 +134,7 @@ std::string_view trim_end_js(std::string_view text) {
   std::size_t end = text.size();
   while (end > 0) {
     std::size_t start = end - 1;
-    while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+    while (start > 0 && is_continuation_byte(static_cast<unsigned char>(text[start]))) --start;
     std::size_t pos = start;
     if (!is_js_whitespace(next(text, pos))) break;
     end = start;

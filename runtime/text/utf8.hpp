@@ -43,6 +43,9 @@ inline std::size_t sequence_length(unsigned char lead) {
   return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
 }
 
+// A continuation byte (10xxxxxx) never starts a character.
+inline bool is_continuation_byte(unsigned char byte) { return (byte & 0xC0u) == 0x80u; }
+
 void append(std::string& out, char32_t cp);
 
 bool is_valid(std::string_view text);
