@@ -6,9 +6,11 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/argmax.hpp"
+#include "kernels/cpu/simd_level.hpp"
 
 namespace troupe {
 namespace {
@@ -22,7 +24,17 @@ int32_t reference_argmax(const std::vector<float>& v) {
   return 0;
 }
 
-TEST(argmax, matches_the_first_maximum_of_the_plain_loop) {
+// Runs the body at every SIMD level this CPU supports (SSE2 path at `scalar`, AVX2 above).
+class argmax_at_level : public ::testing::TestWithParam<cpu::simd_level> {
+ protected:
+  void SetUp() override {
+    if (!cpu::simd_level_supported(GetParam())) GTEST_SKIP() << "this CPU lacks " << cpu::simd_level_name(GetParam());
+    cpu::force_simd_level(GetParam());
+  }
+  void TearDown() override { cpu::clear_forced_simd_level(); }
+};
+
+TEST_P(argmax_at_level, matches_the_first_maximum_of_the_plain_loop) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> value(-4.0f, 4.0f);
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -41,7 +53,7 @@ TEST(argmax, matches_the_first_maximum_of_the_plain_loop) {
   }
 }
 
-TEST(argmax, a_row_of_nans_gives_zero_and_minus_infinity_is_found) {
+TEST_P(argmax_at_level, a_row_of_nans_gives_zero_and_minus_infinity_is_found) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(argmax(std::vector<float>(37, nan)), 0);
   std::vector<float> row(37, nan);
@@ -49,6 +61,10 @@ TEST(argmax, a_row_of_nans_gives_zero_and_minus_infinity_is_found) {
   EXPECT_EQ(argmax(row), 29);
   EXPECT_EQ(argmax(std::vector<float>(512, 1.5f)), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(levels, argmax_at_level,
+                         ::testing::Values(cpu::simd_level::scalar, cpu::simd_level::avx2),
+                         [](const auto& info) { return std::string(cpu::simd_level_name(info.param)); });
 
 }  // namespace
 }  // namespace troupe
