@@ -24,6 +24,7 @@
 // tolerance below is ~8x the largest error either engine showed.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -70,6 +71,13 @@ struct oracle_result {
 
 const std::vector<std::string> archs = {"llama3", "mistral", "qwen2", "qwen3"};
 
+// ctest runs each test of this suite in its own process, two at a time, and every process sets
+// the whole suite up: each writes its models and oracle requests in a folder of its own, or one
+// process's remove_all pulls the models from under another.
+std::filesystem::path work_dir() {
+  return std::filesystem::path(TROUPE_BINARY_DIR) / "cpu_arch_models" / std::to_string(getpid());
+}
+
 model_maker_options small_model(const std::string& arch, uint64_t seed) {
   model_maker_options options;
   options.arch = arch;
@@ -81,7 +89,7 @@ model_maker_options small_model(const std::string& arch, uint64_t seed) {
   options.seed = seed;
   options.init_stddev = 0.15f;  // peaked logits: few near-ties between random tokens
   options.tokenizer = std::string(TROUPE_SHARED_DIR) + "/models/stories260K/hf";
-  options.out = std::filesystem::path(TROUPE_BINARY_DIR) / "cpu_arch_models" / arch;
+  options.out = work_dir() / arch;
   if (arch == "llama3") options.max_position_embeddings = 131072;
   if (arch == "qwen2") options.tie_word_embeddings = true;
   if (arch == "qwen3") options.head_dim = 32;  // q_dim 256 != hidden 128, as Qwen3 allows
@@ -147,7 +155,7 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
                                    {"forced_ids", oracle_[arch][p].generated}});
       }
     }
-    const auto request_path = std::filesystem::path(TROUPE_BINARY_DIR) / "cpu_arch_models" / "reference_request.json";
+    const auto request_path = work_dir() / "reference_request.json";
     std::ofstream(request_path) << request.dump();
     const std::string command =
         "node " + std::string(TROUPE_ORACLE_DIR) + "/llama_reference.mjs '" + request_path.string() + "'";
@@ -164,6 +172,11 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
         }
       }
     }
+  }
+
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    std::filesystem::remove_all(work_dir(), ignored);
   }
 
   void expect_agreement(const std::string& arch) {
