@@ -24,7 +24,7 @@ int32_t reference_argmax(const std::vector<float>& v) {
   return 0;
 }
 
-// Runs the body at every SIMD level this CPU supports (SSE2 path at `scalar`, AVX2 above).
+// Runs the body at every SIMD level this CPU supports (the SSE2 path at `scalar`).
 class argmax_at_level : public ::testing::TestWithParam<cpu::simd_level> {
  protected:
   void SetUp() override {
@@ -63,7 +63,7 @@ TEST_P(argmax_at_level, a_row_of_nans_gives_zero_and_minus_infinity_is_found) {
 }
 
 INSTANTIATE_TEST_SUITE_P(levels, argmax_at_level,
-                         ::testing::Values(cpu::simd_level::scalar, cpu::simd_level::avx2),
+                         ::testing::Values(cpu::simd_level::scalar, cpu::simd_level::avx2, cpu::simd_level::avx512),
                          [](const auto& info) { return std::string(cpu::simd_level_name(info.param)); });
 
 }  // namespace
