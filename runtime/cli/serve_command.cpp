@@ -80,7 +80,7 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--dtype", flags->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app->add_option("--async-scheduling", flags->async_scheduling,
-                  "on: plan step N+1 while the worker runs step N; auto: on for CUDA, off on the CPU")
+                  "on: plan step N+1 while the worker runs step N; auto (the default): on")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   app->add_option("--tokenizer-pool-size", flags->tokenizer_pool_size, "tokenizer actors");
   app->add_option("--api-key", flags->api_key, "require this key on every request (both doors)");
