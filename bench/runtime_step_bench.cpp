@@ -14,8 +14,14 @@
 // The default model is stories260K (real weights and tokenizer, vocabulary 512) so that the
 // forward is short and the runtime's share stands out; sampling is counted as the runtime's.
 //
+// --forward null takes the model's time out altogether: the forward writes logits whose argmax
+// is a fixed token and computes nothing, so the steps follow each other as fast as the runtime
+// plans, runs, samples and applies them, and `step` is the runtime's own cost per step. With a
+// real forward the threads the runtime hands work to have slept through it, and on a VM waking
+// a halted vCPU costs its waker 15-50 us (docs/benchmarks.md): `gap` then includes that cost.
+//
 //   troupe_bench_runtime [--model HF_DIR] [--seqs 1,16,64] [--steps 200] [--reps 3] [--async off|on]
-//                        [--policy sharing|stealing]
+//                        [--forward real|null] [--policy node|sharing|stealing]
 //
 // With --async on (two steps in flight) the scheduler's work leaves the critical path, so the
 // gap shrinks to the worker's own hand-offs while the CPU figure stays the runtime's whole cost.
@@ -44,6 +50,7 @@
 
 #include "actors/stage_actors.hpp"
 #include "bench/bench_support.hpp"
+#include "runtime/actor_pool.hpp"
 #include "runtime/detokenize_stage.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/served_model.hpp"
@@ -77,17 +84,29 @@ struct forward_record {
 // The served model, timed. Runs on the worker's thread only; read after the run is over.
 class timed_model : public troupe::model {
  public:
-  explicit timed_model(std::unique_ptr<troupe::model> inner) : inner_(std::move(inner)) { records_.reserve(1 << 16); }
+  // null_forward: the forward computes nothing and writes logits whose argmax is a fixed token,
+  // so the steps follow each other as fast as the runtime can plan, run and apply them.
+  timed_model(std::unique_ptr<troupe::model> inner, bool null_forward)
+      : inner_(std::move(inner)), null_forward_(null_forward) {
+    records_.reserve(1 << 16);
+  }
 
   const troupe::model_config& config() const override { return inner_->config(); }
   troupe::kv_cache_shape kv_shape() const override { return inner_->kv_shape(); }
   std::string backend_name() const override { return inner_->backend_name(); }
 
   void forward(const troupe::forward_batch& batch, float* logits) override {
-    timed(batch, [&] { inner_->forward(batch, logits); });
+    timed(batch, [&] {
+      if (!null_forward_) return inner_->forward(batch, logits);
+      const size_t vocab = static_cast<size_t>(config().vocab_size);
+      for (size_t row = 0; row < static_cast<size_t>(batch.num_logits()); ++row) {
+        std::fill_n(logits + row * vocab, vocab, 0.0f);
+        logits[row * vocab + 3 + row % (vocab - 3)] = 1.0f;
+      }
+    });
   }
   // A backend that samples on its device does so inside the timed call (counted as the model's).
-  bool can_sample_on_device() const override { return inner_->can_sample_on_device(); }
+  bool can_sample_on_device() const override { return !null_forward_ && inner_->can_sample_on_device(); }
   void forward_sample(const troupe::forward_batch& batch, std::span<const troupe::device_sampling_row> rows,
                       int32_t* tokens) override {
     timed(batch, [&] { inner_->forward_sample(batch, rows, tokens); });
@@ -111,16 +130,19 @@ class timed_model : public troupe::model {
   }
 
   std::unique_ptr<troupe::model> inner_;
+  bool null_forward_;
   std::vector<forward_record> records_;
 };
 
-// Set up like the node's actor system (runtime/node.cpp): `sharing` policy, a small pool.
-// `--policy stealing` swaps in CAF's work-stealing pool, whose idle threads poll before they
-// sleep: it shows how much of the gap is the wake-up of a sleeping pool thread.
+// Set up like the node's actor system (runtime/node.cpp): its pool policy, a small pool.
+// `--policy sharing` runs CAF's own work-sharing pool instead (two wake-ups per hand-off to an
+// idle pool, runtime/actor_pool.hpp), `--policy stealing` CAF's work-stealing pool, whose idle
+// threads poll before they sleep: together they show what the wake-ups cost.
 class bench_config : public caf::actor_system_config {
  public:
   bench_config(int num_threads, const std::string& policy) {
-    set("scheduler.policy", caf::atom_from_string(policy));
+    if (policy == "node") troupe::use_wake_after_unlock_pool(*this);
+    else set("scheduler.policy", caf::atom_from_string(policy));
     set("scheduler.max-threads", static_cast<size_t>(num_threads));
     set("logger.console", caf::atom("none"));
   }
@@ -206,7 +228,8 @@ int main(int argc, char** argv) try {
   std::vector<int> seq_counts = {1, 16, 64};
   int steps = 200, reps = 3, prompt_len = 8;
   bool async_scheduling = false;
-  std::string policy = "sharing";
+  std::string policy = "node";
+  bool null_forward = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
@@ -216,10 +239,11 @@ int main(int argc, char** argv) try {
     else if (flag == "--steps") steps = std::stoi(value);
     else if (flag == "--reps") reps = std::stoi(value);
     else if (flag == "--prompt") prompt_len = std::stoi(value);
+    else if (flag == "--forward" && (value == "real" || value == "null")) null_forward = value == "null";
     else if (flag == "--async" && (value == "on" || value == "off")) async_scheduling = value == "on";
-    else if (flag == "--policy" && (value == "sharing" || value == "stealing")) policy = value;
+    else if (flag == "--policy" && (value == "node" || value == "sharing" || value == "stealing")) policy = value;
     else throw std::runtime_error("unknown flag or value: " + flag + " " + value +
-                                  " (expected --model DIR, --seqs N,N, --steps N, --reps N, --prompt N, --async on|off, --policy sharing|stealing)");
+                                  " (expected --model DIR, --seqs N,N, --steps N, --reps N, --prompt N, --forward real|null, --async on|off, --policy node|sharing|stealing)");
   }
   if (steps < 4 || reps < 1 || prompt_len < 1) throw std::runtime_error("--steps >= 4, --reps >= 1, --prompt >= 1");
   const int max_seqs = *std::max_element(seq_counts.begin(), seq_counts.end());
@@ -231,7 +255,7 @@ int main(int argc, char** argv) try {
   t.max_num_batched_tokens = std::max(2048, max_seqs * prompt_len);
   t.num_kv_blocks = max_seqs * ((prompt_len + steps + 2 + t.block_size - 1) / t.block_size + 1);
   auto served = troupe::load_served_model(t);
-  auto timed = std::make_unique<timed_model>(std::move(served->backend_model));
+  auto timed = std::make_unique<timed_model>(std::move(served->backend_model), null_forward);
   timed_model* timing = timed.get();
   served->backend_model = std::move(timed);
   const int vocab = served->loaded.config.vocab_size;
@@ -245,8 +269,10 @@ int main(int argc, char** argv) try {
   config.async_scheduling = async_scheduling;
   config.validate();
 
-  std::printf("model %s (vocab %d), %d decode steps per run, best of %d, async scheduling %s, %s pool, load average %.2f\n",
-              model_path.c_str(), vocab, steps, reps, async_scheduling ? "on" : "off", policy.c_str(), load_average());
+  std::printf("model %s (vocab %d), %s forward, %d decode steps per run, best of %d, async scheduling %s, %s pool, "
+              "load average %.2f\n",
+              model_path.c_str(), vocab, null_forward ? "null" : "real", steps, reps, async_scheduling ? "on" : "off",
+              policy.c_str(), load_average());
   std::printf("%6s %8s %11s %11s %10s %12s %10s\n", "seqs", "steps", "step (us)", "model (us)", "gap (us)",
               "gap med (us)", "cpu (us)");
   bench_config cfg(std::max(2, t.tokenizer_pool_size + 1), policy);
