@@ -19,14 +19,29 @@ const int32_t* find_sample(const Samples& samples, int64_t request_id, size_t& c
   return nullptr;
 }
 
+// Empties `batch` but keeps its vectors' capacity: the runner flattens a plan of about the same
+// shape every step, and allocating a dozen vectors anew each time is on the critical path.
+void clear_keeping_capacity(forward_batch& batch) {
+  for (auto* v : {&batch.token_ids, &batch.positions, &batch.query_start, &batch.context_lengths,
+                  &batch.block_table_start, &batch.block_tables, &batch.logits_rows}) {
+    v->clear();
+  }
+  batch.slot_mapping.clear();
+}
+
 // Flattens `plan` into `batch`; table_of(i) is entry i's whole block table.
 template <class TableOf>
 void flatten_plan(const step_plan& plan, int block_size, TableOf table_of, forward_batch& batch) {
-  batch = forward_batch{};
+  clear_keeping_capacity(batch);
   const size_t num_tokens = static_cast<size_t>(plan.num_tokens());
+  const size_t num_seqs = plan.sequences.size();
   batch.token_ids.reserve(num_tokens);
   batch.positions.reserve(num_tokens);
   batch.slot_mapping.reserve(num_tokens);
+  batch.query_start.reserve(num_seqs + 1);
+  batch.context_lengths.reserve(num_seqs);
+  batch.block_table_start.reserve(num_seqs + 1);
+  batch.logits_rows.reserve(num_seqs);
   batch.query_start.push_back(0);
   batch.block_table_start.push_back(0);
   for (size_t entry = 0; entry < plan.sequences.size(); ++entry) {
