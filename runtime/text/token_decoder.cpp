@@ -119,7 +119,9 @@ void token_decoder::push(state& s, std::string_view token, bool is_added, std::s
     }
     case kind::pieces: {
       std::string text(token);
-      for (const auto& [from, to] : replacements_) text = replace_all(text, from, to);
+      for (const auto& [from, to] : replacements_) {
+        if (text.find(from) != std::string::npos) text = replace_all(text, from, to);
+      }
       if (metaspace_ && first && !text.empty() && text[0] == ' ') text.erase(0, 1);
       if (!token_strip_content_.empty()) text = strip_token(std::move(text), token_strip_content_, token_strip_start_, token_strip_stop_);
       if (byte_fallback_ && text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>') {
@@ -139,6 +141,10 @@ void token_decoder::push(state& s, std::string_view token, bool is_added, std::s
 }
 
 void token_decoder::push_text(state& s, std::string_view text, std::string& out) const {
+  if (!s.bytes.pending()) {  // the common case: no byte run to end first
+    after_strip(s, text, out);
+    return;
+  }
   std::string flushed;
   s.bytes.flush(flushed);
   flushed.append(text);
