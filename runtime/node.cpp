@@ -10,7 +10,6 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/stage_actors.hpp"
-#include "runtime/actor_pool.hpp"
 #include "runtime/detokenize_stage.hpp"
 #include "runtime/frontend.hpp"
 #include "runtime/http/http_frontend.hpp"
@@ -28,9 +27,8 @@ namespace {
 class node_config : public caf::actor_system_config {
  public:
   explicit node_config(int num_threads) {
-    // Work sharing halves small-message round trips against `stealing` on few cores; this
-    // variant wakes an idle pool thread once per message instead of twice (runtime/actor_pool.hpp).
-    use_wake_after_unlock_pool(*this);
+    // `sharing` halves small-message round trips against `stealing` on few cores.
+    set("scheduler.policy", caf::atom("sharing"));
     set("scheduler.max-threads", static_cast<size_t>(num_threads));
     set("logger.console", caf::atom("none"));
     add_message_type<chat_message>("chat_message");
@@ -126,9 +124,9 @@ node::node(const topology& t) {
   config.max_num_seqs = t.max_num_seqs;
   config.max_waiting_requests = t.max_waiting_requests;
   config.max_model_len = served->max_model_len;
-  // `auto` is on for both backends: on the CPU, too, overlap halves the runtime's cost per step
-  // at 64 sequences and serves at least as many tokens/s (docs/benchmarks.md).
-  config.async_scheduling = t.async_scheduling != "off";
+  // Overlap pays where the forward runs on a device of its own; on the CPU it competes for cores.
+  config.async_scheduling =
+      t.async_scheduling == "on" || (t.async_scheduling == "auto" && served->device == device_kind::cuda);
   config.validate();
   std::vector<int32_t> eos(served->loaded.config.eos_token_ids.begin(), served->loaded.config.eos_token_ids.end());
   if (eos.empty()) eos = served->tok->eos_token_ids();
