@@ -20,8 +20,8 @@
 // real forward the threads the runtime hands work to have slept through it, and on a VM waking
 // a halted vCPU costs its waker 15-50 us (docs/benchmarks.md): `gap` then includes that cost.
 //
-//   troupe_bench_runtime [--model HF_DIR] [--seqs 1,16,64] [--steps 200] [--reps 3] [--async off|on]
-//                        [--forward real|null] [--policy node|sharing|stealing]
+//   troupe_bench_runtime [--model HF_DIR] [--seqs 1,16,64] [--steps 200] [--reps 3] [--async on|off]
+//                        [--forward real|null] [--policy sharing|stealing]
 //
 // With --async on (two steps in flight) the scheduler's work leaves the critical path, so the
 // gap shrinks to the worker's own hand-offs while the CPU figure stays the runtime's whole cost.
@@ -50,7 +50,6 @@
 
 #include "actors/stage_actors.hpp"
 #include "bench/bench_support.hpp"
-#include "runtime/actor_pool.hpp"
 #include "runtime/detokenize_stage.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/served_model.hpp"
@@ -134,15 +133,13 @@ class timed_model : public troupe::model {
   std::vector<forward_record> records_;
 };
 
-// Set up like the node's actor system (runtime/node.cpp): its pool policy, a small pool.
-// `--policy sharing` runs CAF's own work-sharing pool instead (two wake-ups per hand-off to an
-// idle pool, runtime/actor_pool.hpp), `--policy stealing` CAF's work-stealing pool, whose idle
-// threads poll before they sleep: together they show what the wake-ups cost.
+// Set up like the node's actor system (runtime/node.cpp): `sharing` policy, a small pool.
+// `--policy stealing` swaps in CAF's work-stealing pool, whose idle threads poll before they
+// sleep: it shows how much of the gap is the wake-up of a sleeping pool thread.
 class bench_config : public caf::actor_system_config {
  public:
   bench_config(int num_threads, const std::string& policy) {
-    if (policy == "node") troupe::use_wake_after_unlock_pool(*this);
-    else set("scheduler.policy", caf::atom_from_string(policy));
+    set("scheduler.policy", caf::atom_from_string(policy));
     set("scheduler.max-threads", static_cast<size_t>(num_threads));
     set("logger.console", caf::atom("none"));
   }
@@ -227,8 +224,8 @@ int main(int argc, char** argv) try {
   std::string model_path = TROUPE_SHARED_DIR "/models/stories260K/hf";
   std::vector<int> seq_counts = {1, 16, 64};
   int steps = 200, reps = 3, prompt_len = 8;
-  bool async_scheduling = false;
-  std::string policy = "node";
+  bool async_scheduling = true;  // as a node runs by default
+  std::string policy = "sharing";
   bool null_forward = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -241,9 +238,9 @@ int main(int argc, char** argv) try {
     else if (flag == "--prompt") prompt_len = std::stoi(value);
     else if (flag == "--forward" && (value == "real" || value == "null")) null_forward = value == "null";
     else if (flag == "--async" && (value == "on" || value == "off")) async_scheduling = value == "on";
-    else if (flag == "--policy" && (value == "node" || value == "sharing" || value == "stealing")) policy = value;
+    else if (flag == "--policy" && (value == "sharing" || value == "stealing")) policy = value;
     else throw std::runtime_error("unknown flag or value: " + flag + " " + value +
-                                  " (expected --model DIR, --seqs N,N, --steps N, --reps N, --prompt N, --forward real|null, --async on|off, --policy node|sharing|stealing)");
+                                  " (expected --model DIR, --seqs N,N, --steps N, --reps N, --prompt N, --forward real|null, --async on|off, --policy sharing|stealing)");
   }
   if (steps < 4 || reps < 1 || prompt_len < 1) throw std::runtime_error("--steps >= 4, --reps >= 1, --prompt >= 1");
   const int max_seqs = *std::max_element(seq_counts.begin(), seq_counts.end());
