@@ -91,28 +91,33 @@ void model_runner::build_batch(const step_plan& plan, int block_size, forward_ba
                batch);
 }
 
-void model_runner::apply_block_tables(const step_plan& plan) {
-  for (int64_t id : plan.finished_ids) block_tables_.erase(id);
-  for (int64_t id : plan.preempted_ids) block_tables_.erase(id);
-  entry_tables_.clear();
+void model_runner::apply_entries(const step_plan& plan) {
+  for (int64_t id : plan.finished_ids) requests_.erase(id);
+  for (int64_t id : plan.preempted_ids) requests_.erase(id);
+  entry_states_.clear();
   for (const scheduled_sequence& s : plan.sequences) {
-    std::vector<int32_t>* table = nullptr;
+    request_state* state = nullptr;
     if (s.block_table_start == 0) {
-      table = &block_tables_[s.request_id];
-      table->assign(s.block_table.begin(), s.block_table.end());
+      if (!s.params) {
+        throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
+                                 std::to_string(s.request_id) + " on the worker without its sampling parameters");
+      }
+      state = &requests_[s.request_id];
+      state->block_table.assign(s.block_table.begin(), s.block_table.end());
+      state->params = *s.params;
     } else {
-      auto it = block_tables_.find(s.request_id);
-      const size_t held = it == block_tables_.end() ? 0 : it->second.size();
+      auto it = requests_.find(s.request_id);
+      const size_t held = it == requests_.end() ? 0 : it->second.block_table.size();
       if (s.block_table_start < 0 || held != static_cast<size_t>(s.block_table_start)) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " continues request " +
                                  std::to_string(s.request_id) + "'s block table at block " +
                                  std::to_string(s.block_table_start) + ", but the worker holds " +
                                  std::to_string(held) + " blocks for it");
       }
-      table = &it->second;
-      table->insert(table->end(), s.block_table.begin(), s.block_table.end());
+      state = &it->second;
+      state->block_table.insert(state->block_table.end(), s.block_table.begin(), s.block_table.end());
     }
-    entry_tables_.push_back(table);  // unordered_map values stay where they are on insertion
+    entry_states_.push_back(state);  // unordered_map values stay where they are on insertion
   }
 }
 
@@ -137,11 +142,11 @@ step_result model_runner::run(const step_plan& plan) {
   previous_samples_.swap(last_samples_);
   last_samples_.clear();
   const sample_list& previous = previous_samples_;
-  apply_block_tables(plan);
+  apply_entries(plan);
   if (plan.empty()) return result;
   const kv_cache_shape shape = model_.kv_shape();
-  flatten_plan(plan, shape.block_size, [&](size_t i) -> const std::vector<int32_t>& { return *entry_tables_[i]; },
-               batch_);
+  flatten_plan(plan, shape.block_size,
+               [&](size_t i) -> const std::vector<int32_t>& { return entry_states_[i]->block_table; }, batch_);
   fill_previous_samples(plan, previous);
   for (int32_t block : batch_.block_tables) {
     if (block < 0 || block >= shape.num_blocks) {
@@ -162,23 +167,25 @@ step_result model_runner::run(const step_plan& plan) {
 
 bool model_runner::can_sample_on_device(const step_plan& plan) const {
   if (!device_sampling_ || !model_.can_sample_on_device() || batch_.num_logits() == 0) return false;
-  for (const scheduled_sequence& s : plan.sequences) {
-    if (s.sample && !samples_plainly(s.params)) return false;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    if (plan.sequences[i].sample && !samples_plainly(entry_states_[i]->params)) return false;
   }
   return true;
 }
 
 void model_runner::sample_on_device(const step_plan& plan, step_result& result) {
   rows_.clear();
-  for (const scheduled_sequence& s : plan.sequences) {
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const scheduled_sequence& s = plan.sequences[i];
     if (!s.sample) continue;
+    const sampling_params& params = entry_states_[i]->params;
     device_sampling_row row;
-    row.temperature = s.params.temperature;
-    row.top_k = s.params.top_k;
-    row.top_p = s.params.top_p;
+    row.temperature = params.temperature;
+    row.top_k = params.top_k;
+    row.top_p = params.top_p;
     // A seeded request draws uniform(seed, output_index), the very number the host sampler draws.
-    row.seed = s.params.seed ? *s.params.seed : device_rng_();
-    row.offset = s.params.seed ? static_cast<uint64_t>(s.output_index) : 0;
+    row.seed = params.seed ? *params.seed : device_rng_();
+    row.offset = params.seed ? static_cast<uint64_t>(s.output_index) : 0;
     rows_.push_back(row);
   }
   device_tokens_.assign(rows_.size(), -1);
@@ -208,18 +215,20 @@ void model_runner::sample_on_host(const step_plan& plan, const sample_list& prev
   result.tokens.reserve(static_cast<size_t>(batch_.num_logits()));
   size_t row = 0;
   size_t cursor = 0;
-  for (const scheduled_sequence& s : plan.sequences) {
+  std::vector<int32_t> completed_penalty_ids;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const scheduled_sequence& s = plan.sequences[i];
     if (!s.sample) continue;
     std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
+    sample_context context{s.request_id, s.output_index, s.penalty_token_ids, s.num_prompt_tokens};
     if (s.input_from_previous_sample && !s.penalty_token_ids.empty()) {
-      // The penalties must count the token the scheduler has not seen yet.
-      scheduled_sequence completed = s;
-      // fill_previous_samples has checked that the token is there.
-      completed.penalty_token_ids.push_back(*find_sample(previous, s.request_id, cursor));
-      result.tokens.push_back(sampler_.sample(logits, completed));
-    } else {
-      result.tokens.push_back(sampler_.sample(logits, s));
+      // The penalties must count the token the scheduler has not seen yet; fill_previous_samples
+      // has checked that it is there.
+      completed_penalty_ids.assign(s.penalty_token_ids.begin(), s.penalty_token_ids.end());
+      completed_penalty_ids.push_back(*find_sample(previous, s.request_id, cursor));
+      context.penalty_token_ids = completed_penalty_ids;
     }
+    result.tokens.push_back(sampler_.sample(logits, entry_states_[i]->params, context));
     ++row;
   }
 }

@@ -4,8 +4,9 @@
 // For overlapped scheduling it remembers the tokens it sampled in its last run: an entry marked
 // input_from_previous_sample gets its last input token from there, so the scheduler can plan a
 // step before it has seen the previous step's result.
-// It also keeps each request's KV block table: a plan sends only the blocks appended since the
-// previous one (scheduled_sequence::block_table_start) and the ids of requests that ended.
+// It also keeps each request's KV block table and sampling parameters: a plan sends only the
+// blocks appended since the previous one (scheduled_sequence::block_table_start), the parameters
+// once (with the entry that starts the table), and the ids of requests that ended.
 // On a backend that can sample where its logits are (CUDA), a step whose sampled rows are all
 // plain (greedy / temperature with top-k and top-p; no penalties, min_p or logprobs) is sampled
 // there, and only one token id per row crosses to the host.
@@ -43,17 +44,24 @@ class model_runner {
   // its tokens.
   static void build_batch(const step_plan& plan, int block_size, forward_batch& batch);
 
-  // The block tables kept for requests (for tests).
-  size_t num_block_tables() const { return block_tables_.size(); }
+  // The requests whose block table and parameters the runner keeps (for tests).
+  size_t num_block_tables() const { return requests_.size(); }
 
  private:
   // (request id, token) for each row a run sampled, in its plan's order. A flat list, not a map:
   // it is rebuilt every step, and the next plan asks for the requests in nearly the same order.
   using sample_list = std::vector<std::pair<int64_t, int32_t>>;
 
-  // Drops the tables of requests that ended or were preempted, applies each entry's blocks,
-  // and points entry_tables_ at each entry's whole table.
-  void apply_block_tables(const step_plan& plan);
+  // What the runner keeps of a request between plans.
+  struct request_state {
+    std::vector<int32_t> block_table;  // the whole table
+    sampling_params params;
+  };
+
+  // Drops the state of requests that ended or were preempted, applies each entry's blocks (and
+  // parameters, on the entry that starts a request) and points entry_states_ at each entry's
+  // request.
+  void apply_entries(const step_plan& plan);
   // Writes the previous run's samples into the batch where the plan asks for them.
   void fill_previous_samples(const step_plan& plan, const sample_list& previous);
   bool can_sample_on_device(const step_plan& plan) const;
@@ -62,8 +70,8 @@ class model_runner {
 
   model& model_;
   sampler sampler_;
-  std::unordered_map<int64_t, std::vector<int32_t>> block_tables_;  // request id -> whole table
-  std::vector<const std::vector<int32_t>*> entry_tables_;           // [plan entries] of this run
+  std::unordered_map<int64_t, request_state> requests_;  // by request id
+  std::vector<const request_state*> entry_states_;        // [plan entries] of this run
   sample_list last_samples_;      // what the last run sampled
   sample_list previous_samples_;  // the run before's, kept for its capacity
   forward_batch batch_;

@@ -47,11 +47,6 @@ bool uses_penalties(const sampling_params& p) {
 
 sampler::sampler(uint64_t unseeded_seed) : rng_(unseeded_seed) {}
 
-sampled_token sampler::sample(std::span<const float> logits, const scheduled_sequence& seq) {
-  sample_context context{seq.request_id, seq.output_index, seq.penalty_token_ids, seq.num_prompt_tokens};
-  return sample(logits, seq.params, context);
-}
-
 sampled_token sampler::sample(std::span<const float> logits, const sampling_params& params,
                               const sample_context& context) {
   if (logits.empty()) throw std::runtime_error("sampler: empty logits row");

@@ -35,7 +35,6 @@ class sampler {
   // logits: [vocab_size] the model's raw logits for the row (left untouched).
   sampled_token sample(std::span<const float> logits, const sampling_params& params,
                        const sample_context& context);
-  sampled_token sample(std::span<const float> logits, const scheduled_sequence& seq);
 
  private:
   void apply_penalties(const sampling_params& params, const sample_context& context);

@@ -4,6 +4,7 @@
 // boundaries as they are.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/sampling_params.hpp"
@@ -27,7 +28,10 @@ struct scheduled_sequence {
   // True when the chunk reaches the sequence's last known token: its logits are sampled.
   bool sample = false;
   int32_t output_index = 0;  // index of the token being sampled among the outputs (seeded RNG)
-  sampling_params params;
+  // The request's sampling parameters, on the entry that starts its state on the worker
+  // (block_table_start 0: new to the worker, or back after preemption) and on no other: the
+  // worker keeps them with the block table, so a decode step does not carry them again.
+  std::optional<sampling_params> params;
   // Only when `sample` and the params use penalties: the prompt followed by every generated
   // token so far, of which the first num_prompt_tokens are the prompt.
   std::vector<int32_t> penalty_token_ids;

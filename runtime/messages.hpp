@@ -141,9 +141,15 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
+  bool has_params = x.params.has_value();
+  sampling_params params = x.params.value_or(sampling_params{});
   return f(caf::meta::type_name("scheduled_sequence"), x.request_id, x.num_computed_tokens,
-           x.new_token_ids, x.input_from_previous_sample, x.block_table_start, x.block_table, x.sample, x.output_index, x.params,
-           x.penalty_token_ids, x.num_prompt_tokens);
+           x.new_token_ids, x.input_from_previous_sample, x.block_table_start, x.block_table, x.sample, x.output_index,
+           has_params, params, x.penalty_token_ids, x.num_prompt_tokens,
+           caf::meta::load_callback([&]() -> caf::error {
+             if (has_params) x.params = std::move(params); else x.params.reset();
+             return caf::none;
+           }));
 }
 
 template <class Inspector>

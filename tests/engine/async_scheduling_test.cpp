@@ -218,6 +218,7 @@ TEST(async_scheduling, the_runner_fills_in_its_previous_samples_and_refuses_unkn
   s.new_token_ids = {5, 6, 7};
   s.block_table = {0};
   s.sample = true;
+  s.params = sampling_params{};
   first.sequences.push_back(s);
   const step_result r0 = runner.run(first);
   ASSERT_EQ(r0.tokens.size(), 1u);

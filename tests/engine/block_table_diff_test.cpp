@@ -136,5 +136,52 @@ TEST(block_table_diff, the_runner_keeps_tables_until_the_request_ends_and_checks
   EXPECT_THROW(runner.run(wrong), std::runtime_error);
 }
 
+TEST(block_table_diff, the_runner_keeps_the_sampling_params_from_the_entry_that_starts_a_request) {
+  kv_echo_model m(16, 4, 32);
+  model_runner runner(m, 1);
+  scheduled_sequence s;
+  s.request_id = 7;
+  s.new_token_ids = {3, 4, 5};
+  s.block_table = {1};
+  s.sample = true;
+  s.params = greedy(8);
+  s.params->logprobs = 2;  // visible in every result the runner samples with these params
+  step_plan prefill;
+  prefill.sequences = {s};
+  const sampled_token first = runner.run(prefill).tokens.at(0);
+  EXPECT_EQ(first.top_token_ids.size(), 2u);
+
+  // A decode entry carries no params: the runner samples with the ones it kept.
+  step_plan decode;
+  decode.step_id = 1;
+  s.num_computed_tokens = 3;
+  s.new_token_ids = {first.token_id};
+  s.block_table_start = 1;
+  s.block_table = {};
+  s.output_index = 1;
+  s.params.reset();
+  decode.sequences = {s};
+  const sampled_token second = runner.run(decode).tokens.at(0);
+  EXPECT_EQ(second.top_token_ids.size(), 2u);
+  EXPECT_EQ(second.token_id, kv_echo_model::next_token({3, 4, 5, first.token_id}, 32));
+
+  // An entry that starts a request on the worker must bring them.
+  step_plan bare;
+  bare.step_id = 2;
+  scheduled_sequence fresh;
+  fresh.request_id = 8;
+  fresh.new_token_ids = {3};
+  fresh.block_table = {2};
+  fresh.sample = true;
+  bare.sequences = {fresh};
+  try {
+    runner.run(bare);
+    FAIL() << "a request started without sampling parameters was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("request 8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sampling parameters"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace troupe
