@@ -124,9 +124,9 @@ node::node(const topology& t) {
   config.max_num_seqs = t.max_num_seqs;
   config.max_waiting_requests = t.max_waiting_requests;
   config.max_model_len = served->max_model_len;
-  // Overlap pays where the forward runs on a device of its own; on the CPU it competes for cores.
-  config.async_scheduling =
-      t.async_scheduling == "on" || (t.async_scheduling == "auto" && served->device == device_kind::cuda);
+  // `auto` is on for both backends: on the CPU, too, overlap halves the runtime's cost per step
+  // at 64 sequences and serves at least as many tokens/s (docs/benchmarks.md).
+  config.async_scheduling = t.async_scheduling != "off";
   config.validate();
   std::vector<int32_t> eos(served->loaded.config.eos_token_ids.begin(), served->loaded.config.eos_token_ids.end());
   if (eos.empty()) eos = served->tok->eos_token_ids();
