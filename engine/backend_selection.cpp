@@ -63,6 +63,7 @@ std::unique_ptr<model> make_backend_model(const model_config& config, const weig
     cuda.gpu_memory_utilization = options.gpu_memory_utilization;
     cuda.activation = options.cuda_dtype == "f32" ? dtype::f32 : options.cuda_dtype == "f16" ? dtype::f16 : dtype::bf16;
     cuda.max_kv_blocks = kv.max_useful_blocks;
+    cuda.nano_batches = options.nano_batches;
     // num_blocks 0 lets the CUDA model size its pool from the free memory left after the weights.
     return make_cuda_model(config, weights, kv_cache_shape{kv.num_blocks, kv.block_size}, cuda);
 #else

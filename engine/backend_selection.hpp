@@ -34,6 +34,7 @@ struct backend_options {
   int threads = 0;                      // CPU compute threads; 0: every hardware thread
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory model + KV pool may take
   std::string cuda_dtype = "bf16";      // CUDA activations and KV pool: f32 | f16 | bf16
+  int nano_batches = 1;  // CUDA: streams a kernel-by-kernel step is spread over (1: one stream)
 };
 
 // The KV pool: `num_blocks` blocks of `block_size` tokens, or when num_blocks is 0, as many as

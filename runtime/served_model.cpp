@@ -36,6 +36,7 @@ std::shared_ptr<served_model> load_served_model(const topology& t) {
   backend.threads = t.threads;
   backend.gpu_memory_utilization = t.gpu_memory_utilization;
   backend.cuda_dtype = t.dtype;
+  backend.nano_batches = t.nano_batches;
   served->backend_model = make_backend_model(config, served->loaded.weights, device.kind, kv, backend);
   served->device = device.kind;
   const int num_blocks = served->backend_model->kv_shape().num_blocks;

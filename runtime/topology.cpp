@@ -90,6 +90,9 @@ void topology::validate() const {
     if (value <= 0) throw std::runtime_error(std::string(name) + " must be positive, got " + std::to_string(value));
   };
   validate_backend_settings(device, gpu_memory_utilization, dtype);
+  if (nano_batches < 1 || nano_batches > 4) {
+    throw std::runtime_error("nano_batches must be 1 to 4, got " + std::to_string(nano_batches));
+  }
   if (async_scheduling != "on" && async_scheduling != "off" && async_scheduling != "auto") {
     throw std::runtime_error("async_scheduling must be on, off or auto, got \"" + async_scheduling + "\"");
   }
@@ -144,6 +147,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   node.read("threads", t.threads);
   node.read("gpu_memory_utilization", t.gpu_memory_utilization);
   node.read("dtype", t.dtype);
+  node.read("nano_batches", t.nano_batches);
   node.finish();
   table_reader frontend(root["frontend"].as_table(), "frontend", source);
   frontend.read("zmq_endpoint", t.zmq_endpoint);

@@ -18,6 +18,7 @@ struct topology {
   int threads = 0;  // compute threads of the worker; 0: every hardware thread
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU the weights + KV pool may take
   std::string dtype = "bf16";           // CUDA activations and KV pool: f32 | f16 | bf16
+  int nano_batches = 1;  // CUDA: prefill/mixed steps spread over this many streams (1 to 4)
   // [frontend]
   std::string zmq_endpoint = "tcp://127.0.0.1:5557";
   std::string api_key;  // empty: no key is asked for

@@ -14,6 +14,7 @@
 #include "kernels/cuda/matmul.hpp"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/paged_attention.hpp"
+#include "kernels/nano_batches.hpp"
 #include "kernels/rope_frequencies.hpp"
 
 namespace troupe {
@@ -40,6 +41,9 @@ using cuda::device_buffer;
 using cuda::pinned_buffer;
 
 size_t dtype_size(dtype type) { return type == dtype::f32 ? 4 : 2; }
+
+// Streams a step may be spread over (cuda_options::nano_batches).
+constexpr int max_nano_batches = 4;
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -78,6 +82,16 @@ class cuda_model final : public model {
     num_sms_ = properties.multiProcessorCount;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     matmul_ = std::make_unique<cuda::matmul>();
+    // Nano-batch 0 runs on stream_; each further one gets a stream, and a cuBLASLt workspace of
+    // its own (two matrix products in flight must not share one), and an event to join on.
+    for (int i = 1; i < options_.nano_batches; ++i) {
+      side_lanes_.emplace_back();
+      side_lane& lane = side_lanes_.back();
+      check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      check(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming), "cudaEventCreate");
+      lane.matmul = std::make_unique<cuda::matmul>();
+    }
+    if (!side_lanes_.empty()) check(cudaEventCreateWithFlags(&step_ready_, cudaEventDisableTiming), "cudaEventCreate");
     upload_weights(weights);
     const std::vector<float> inv_freq = rope_inv_freq(config_);
     inv_freq_.allocate(inv_freq.size() * sizeof(float));
@@ -92,6 +106,11 @@ class cuda_model final : public model {
 
   ~cuda_model() override {
     clear_graphs();
+    for (side_lane& lane : side_lanes_) {
+      if (lane.done) cudaEventDestroy(lane.done);
+      if (lane.stream) cudaStreamDestroy(lane.stream);
+    }
+    if (step_ready_) cudaEventDestroy(step_ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -171,18 +190,23 @@ class cuda_model final : public model {
     check(cudaMemcpyAsync(meta_device_.get(), meta_host_.get(), meta_bytes, cudaMemcpyHostToDevice, stream_),
           "upload step metadata");
 
+    const std::vector<nano_batch> whole{nano_batch{0, seqs, 0, rows}};
     if (decode) {
       auto it = graphs_.find(rows);
       if (it == graphs_.end()) {
         // First step of this size runs kernel by kernel (settling cuBLASLt's algorithm choice and
         // kernel attributes), then is captured for the steps after it.
-        run_step(rows, seqs, logits_rows, plan);
-        capture(rows, seqs, logits_rows, plan);
+        run_step(rows, logits_rows, plan, whole);
+        capture(rows, logits_rows, plan);
       } else {
         check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
       }
+    } else if (side_lanes_.empty()) {
+      run_step(rows, logits_rows, plan, whole);
     } else {
-      run_step(rows, seqs, logits_rows, plan);
+      const std::vector<nano_batch> parts =
+          plan_nano_batches(query_start, options_.nano_batches, options_.min_nano_batch_rows);
+      run_step(rows, logits_rows, plan, parts.empty() ? whole : parts);
     }
   }
 
@@ -208,6 +232,11 @@ class cuda_model final : public model {
       throw std::runtime_error("cuda model: kv block_size must be > 0 and num_blocks >= 0");
     }
     if (options_.max_graph_batch < 1) throw std::runtime_error("cuda model: max_graph_batch must be >= 1");
+    if (options_.nano_batches < 1 || options_.nano_batches > max_nano_batches) {
+      throw std::runtime_error("cuda model: nano_batches must be in [1, " + std::to_string(max_nano_batches) + "], got " +
+                               std::to_string(options_.nano_batches));
+    }
+    if (options_.min_nano_batch_rows < 1) throw std::runtime_error("cuda model: min_nano_batch_rows must be >= 1");
   }
 
   // ---- weights ----
@@ -456,67 +485,130 @@ class cuda_model final : public model {
 
   // ---- the forward pass ----
 
-  void run_step(int rows, int seqs, int logits_rows, const cuda::paged_attention_plan& plan) {
+  // Row `row` of an activation buffer `width` elements wide.
+  template <class T = void>
+  T* row_of(const device_buffer& buffer, int row, int width) const {
+    return reinterpret_cast<T*>(buffer.as<char>() + static_cast<size_t>(row) * width * dtype_size(type_));
+  }
+
+  // Queues the step: every layer for each nano-batch in `parts` (contiguous row ranges, cut
+  // between sequences), part 0 on stream_ and part i on side lane i - 1, then the final norm
+  // and the logits on stream_ once every part is done. Ops are row-wise except attention, which
+  // reads only its own sequences' rows: the parts share the activation buffers without overlap.
+  void run_step(int rows, int logits_rows, const cuda::paged_attention_plan& plan,
+                const std::vector<nano_batch>& parts) {
     const model_config& c = config_;
     const int hidden = c.hidden_size, inter = c.intermediate_size;
     const int q_width = c.num_heads * c.head_dim, kv_width = c.num_kv_heads * c.head_dim;
     const int qkv_width = q_width + 2 * kv_width;
     const float eps = c.rms_norm_eps;
     const int32_t* tokens = device_at<int32_t>(off_tokens_);
+    const int32_t* positions = device_at<int32_t>(off_positions_);
+    const int64_t* slots = device_at<int64_t>(off_slots_);
+    if (parts.size() > side_lanes_.size() + 1) throw std::runtime_error("cuda model: more nano-batches than streams");
 
-    cuda::paged_attention_params attention;
-    attention.q = qkv_.get();
-    attention.q_row_stride = qkv_width;
-    attention.out = attn_out_.get();
-    attention.query_start = device_at<int32_t>(off_query_start_);
-    attention.context_lengths = device_at<int32_t>(off_context_);
-    attention.block_table_start = device_at<int32_t>(off_table_start_);
-    attention.block_tables = device_at<int32_t>(off_tables_);
-    attention.work_items = device_at<int32_t>(off_work_);
-    attention.num_work = plan.num_work();
-    attention.num_splits = plan.num_splits;
-    attention.rows_per_cta = plan.rows_per_cta;
-    attention.num_heads = c.num_heads;
-    attention.num_kv_heads = c.num_kv_heads;
-    attention.head_dim = c.head_dim;
-    attention.block_size = kv_shape_.block_size;
-    attention.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    cuda::paged_attention_params whole;
+    whole.q = qkv_.get();
+    whole.q_row_stride = qkv_width;
+    whole.out = attn_out_.get();
+    whole.query_start = device_at<int32_t>(off_query_start_);
+    whole.context_lengths = device_at<int32_t>(off_context_);
+    whole.block_table_start = device_at<int32_t>(off_table_start_);
+    whole.block_tables = device_at<int32_t>(off_tables_);
+    whole.work_items = device_at<int32_t>(off_work_);
+    whole.num_work = plan.num_work();
+    whole.num_splits = plan.num_splits;
+    whole.rows_per_cta = plan.rows_per_cta;
+    whole.num_heads = c.num_heads;
+    whole.num_kv_heads = c.num_kv_heads;
+    whole.head_dim = c.head_dim;
+    whole.block_size = kv_shape_.block_size;
+    whole.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     if (plan.num_splits > 1) {
       const size_t partial_rows =
           static_cast<size_t>(plan.num_work()) * c.num_kv_heads * plan.num_splits * plan.rows_per_cta;
-      attention.partial_out = workspace_.as<float>();
-      attention.partial_max = attention.partial_out + partial_rows * c.head_dim;
-      attention.partial_sum = attention.partial_max + partial_rows;
+      whole.partial_out = workspace_.as<float>();
+      whole.partial_max = whole.partial_out + partial_rows * c.head_dim;
+      whole.partial_sum = whole.partial_max + partial_rows;
     }
 
-    cuda::embedding(embed_.get(), tokens, residual_.get(), rows, hidden, type_, stream_);
+    // What each part needs: its stream and matmul, and its share of the attention work items.
+    // Work items are in sequence order, so a part's are a contiguous run; its split partials are
+    // the same run of the workspace (the kernels index them by work item).
+    struct lane_view {
+      cudaStream_t stream;
+      cuda::matmul* mm;
+      cuda::paged_attention_params attention;
+      int first_row, num_rows;
+    };
+    std::vector<lane_view> lanes;
+    int work = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      lane_view lane{p == 0 ? stream_ : side_lanes_[p - 1].stream, p == 0 ? matmul_.get() : side_lanes_[p - 1].matmul.get(),
+                     whole, parts[p].first_row, parts[p].num_rows()};
+      int end_work = work;
+      while (end_work < plan.num_work() && plan.work_items[2 * end_work] < parts[p].end_seq) ++end_work;
+      const size_t skipped = static_cast<size_t>(work) * c.num_kv_heads * plan.num_splits * plan.rows_per_cta;
+      lane.attention.work_items = whole.work_items + 2 * work;
+      lane.attention.num_work = end_work - work;
+      if (plan.num_splits > 1) {
+        lane.attention.partial_out = whole.partial_out + skipped * c.head_dim;
+        lane.attention.partial_max = whole.partial_max + skipped;
+        lane.attention.partial_sum = whole.partial_sum + skipped;
+      }
+      work = end_work;
+      lanes.push_back(lane);
+    }
+    if (work != plan.num_work()) throw std::runtime_error("cuda model: nano-batches do not cover the attention plan");
+
+    // The side lanes start once the step's metadata (uploaded on stream_) is there.
+    if (lanes.size() > 1) {
+      check(cudaEventRecord(step_ready_, stream_), "cudaEventRecord");
+      for (size_t p = 1; p < lanes.size(); ++p) check(cudaStreamWaitEvent(lanes[p].stream, step_ready_, 0), "cudaStreamWaitEvent");
+    }
+
+    for (const lane_view& lane : lanes) {
+      cuda::embedding(embed_.get(), tokens + lane.first_row, row_of(residual_, lane.first_row, hidden), lane.num_rows,
+                      hidden, type_, lane.stream);
+    }
     for (int i = 0; i < c.num_layers; ++i) {
       const layer_weights& l = layers_[i];
-      // Layer 0 normalizes the embeddings; later layers first add the previous MLP's output.
-      if (i == 0) {
-        cuda::rms_norm(residual_.get(), nullptr, l.input_norm.get(), normed_.get(), rows, hidden, eps, type_, stream_);
-      } else {
-        cuda::rms_norm(block_out_.get(), residual_.get(), l.input_norm.get(), normed_.get(), rows, hidden, eps, type_,
-                       stream_);
+      // One layer of every part before the next layer of any, so each stream always has work
+      // queued and the GPU can run one part's matrix products beside another's attention.
+      for (lane_view& lane : lanes) {
+        const int r0 = lane.first_row, n = lane.num_rows;
+        cudaStream_t s = lane.stream;
+        void* residual = row_of(residual_, r0, hidden);
+        void* normed = row_of(normed_, r0, hidden);
+        void* block_out = row_of(block_out_, r0, hidden);
+        void* qkv = row_of(qkv_, r0, qkv_width);
+        // Layer 0 normalizes the embeddings; later layers first add the previous MLP's output.
+        if (i == 0) {
+          cuda::rms_norm(residual, nullptr, l.input_norm.get(), normed, n, hidden, eps, type_, s);
+        } else {
+          cuda::rms_norm(block_out, residual, l.input_norm.get(), normed, n, hidden, eps, type_, s);
+        }
+        lane.mm->run(normed, l.qkv.get(), l.qkv_bias.get(), qkv, n, hidden, qkv_width, type_, type_, s);
+        cuda::rope(qkv, qkv_width, positions + r0, inv_freq_.as<float>(), l.q_norm.get(), l.k_norm.get(), eps, n,
+                   c.num_heads, c.num_kv_heads, c.head_dim, type_, s);
+        const char* k = static_cast<const char*>(qkv) + static_cast<size_t>(q_width) * dtype_size(type_);
+        const char* v = k + static_cast<size_t>(kv_width) * dtype_size(type_);
+        cuda::kv_cache_store(k, v, qkv_width, slots + r0, k_cache(i), v_cache(i), n, c.num_kv_heads, c.head_dim,
+                             type_, s);
+        lane.attention.k_cache = k_cache(i);
+        lane.attention.v_cache = v_cache(i);
+        cuda::paged_attention(lane.attention, type_, s);
+        lane.mm->run(row_of(attn_out_, r0, q_width), l.o.get(), nullptr, block_out, n, q_width, hidden, type_, type_, s);
+        cuda::rms_norm(block_out, residual, l.post_attn_norm.get(), normed, n, hidden, eps, type_, s);
+        lane.mm->run(normed, l.gate_up.get(), nullptr, row_of(gate_up_, r0, 2 * inter), n, hidden, 2 * inter, type_,
+                     type_, s);
+        cuda::silu_and_mul(row_of(gate_up_, r0, 2 * inter), row_of(act_, r0, inter), n, inter, type_, s);
+        lane.mm->run(row_of(act_, r0, inter), l.down.get(), nullptr, block_out, n, inter, hidden, type_, type_, s);
       }
-      matmul_->run(normed_.get(), l.qkv.get(), l.qkv_bias.get(), qkv_.get(), rows, hidden, qkv_width, type_, type_,
-                   stream_);
-      cuda::rope(qkv_.get(), qkv_width, device_at<int32_t>(off_positions_), inv_freq_.as<float>(), l.q_norm.get(),
-                 l.k_norm.get(), eps, rows, c.num_heads, c.num_kv_heads, c.head_dim, type_, stream_);
-      const char* k = qkv_.as<char>() + static_cast<size_t>(q_width) * dtype_size(type_);
-      const char* v = k + static_cast<size_t>(kv_width) * dtype_size(type_);
-      cuda::kv_cache_store(k, v, qkv_width, device_at<int64_t>(off_slots_), k_cache(i), v_cache(i), rows,
-                           c.num_kv_heads, c.head_dim, type_, stream_);
-      attention.k_cache = k_cache(i);
-      attention.v_cache = v_cache(i);
-      cuda::paged_attention(attention, type_, stream_);
-      matmul_->run(attn_out_.get(), l.o.get(), nullptr, block_out_.get(), rows, q_width, hidden, type_, type_, stream_);
-      cuda::rms_norm(block_out_.get(), residual_.get(), l.post_attn_norm.get(), normed_.get(), rows, hidden, eps, type_,
-                     stream_);
-      matmul_->run(normed_.get(), l.gate_up.get(), nullptr, gate_up_.get(), rows, hidden, 2 * inter, type_, type_,
-                   stream_);
-      cuda::silu_and_mul(gate_up_.get(), act_.get(), rows, inter, type_, stream_);
-      matmul_->run(act_.get(), l.down.get(), nullptr, block_out_.get(), rows, inter, hidden, type_, type_, stream_);
+    }
+    for (size_t p = 1; p < lanes.size(); ++p) {
+      check(cudaEventRecord(side_lanes_[p - 1].done, lanes[p].stream), "cudaEventRecord");
+      check(cudaStreamWaitEvent(stream_, side_lanes_[p - 1].done, 0), "cudaStreamWaitEvent");
     }
     cuda::rms_norm(block_out_.get(), residual_.get(), final_norm_.get(), normed_.get(), rows, hidden, eps, type_,
                    stream_);
@@ -525,14 +617,13 @@ class cuda_model final : public model {
     const void* lm_head = lm_head_ ? lm_head_.get() : embed_.get();
     matmul_->run(gathered_.get(), lm_head, nullptr, logits_.get(), logits_rows, hidden, c.vocab_size, type_, dtype::f32,
                  stream_);
-    (void)seqs;
   }
 
-  void capture(int rows, int seqs, int logits_rows, const cuda::paged_attention_plan& plan) {
+  void capture(int rows, int logits_rows, const cuda::paged_attention_plan& plan) {
     cudaGraph_t graph = nullptr;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
-      run_step(rows, seqs, logits_rows, plan);
+      run_step(rows, logits_rows, plan, {nano_batch{0, rows, 0, rows}});
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -559,6 +650,14 @@ class cuda_model final : public model {
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::matmul> matmul_;
+  // Nano-batches 1.. run on these (nano-batch 0 on stream_ and matmul_).
+  struct side_lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done = nullptr;  // recorded after the lane's last layer; stream_ waits on it
+    std::unique_ptr<cuda::matmul> matmul;
+  };
+  std::vector<side_lane> side_lanes_;
+  cudaEvent_t step_ready_ = nullptr;  // recorded on stream_ after the metadata upload
 
   device_buffer embed_;       // [vocab, hidden]
   device_buffer lm_head_;     // [vocab, hidden], empty when tied to embed_

@@ -23,6 +23,11 @@ struct cuda_options {
   // When the pool is sized from memory: no more blocks than this (0: no cap). A small model on a
   // big GPU would otherwise get millions of blocks that no scheduler limit lets it use.
   int max_kv_blocks = 0;
+  // Steps run kernel by kernel (prefill and mixed batches, decode batches above max_graph_batch)
+  // are cut into up to this many nano-batches of at least min_nano_batch_rows rows, each on a
+  // stream of its own, so one's matrix products overlap another's attention (kernels/nano_batches).
+  int nano_batches = 1;
+  int min_nano_batch_rows = 256;
 };
 
 // True when a CUDA device answers; otherwise `why` (if given) says what the runtime reported.

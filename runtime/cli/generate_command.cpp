@@ -47,6 +47,7 @@ struct generate_flags {
   std::string device = "cpu";
   float gpu_memory_utilization = 0.9f;
   std::string dtype = "bf16";
+  int nano_batches = 1;
   bool ignore_eos = false;
   std::vector<std::string> stop;
 };
@@ -139,6 +140,7 @@ int run(const generate_flags& flags) {
   backend.threads = flags.threads;
   backend.gpu_memory_utilization = flags.gpu_memory_utilization;
   backend.cuda_dtype = flags.dtype;
+  backend.nano_batches = flags.nano_batches;
   auto m = make_backend_model(loaded.config, loaded.weights, device.kind, kv, backend);
 
   // The model's EOS ids (config / generation_config) and the tokenizer's (chat turn ends).
@@ -228,6 +230,8 @@ const bool registered = register_command([](CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--dtype", f->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  app->add_option("--nano-batches", f->nano_batches, "CUDA: spread the prompt's steps over this many streams (1 to 4)")
+      ->check(CLI::Range(1, 4))->capture_default_str();
   app->add_option("--logprobs", f->logprobs, "print each token's logprob and the top N on stderr");
   app->add_flag("--ignore-eos", f->ignore_eos, "keep generating past EOS");
   return command{app, [f] { return run(*f); }};

@@ -44,6 +44,7 @@ struct serve_flags {
   std::string device;
   float gpu_memory_utilization = 0.0f;
   std::string dtype;
+  int nano_batches = 0;
   std::string async_scheduling;
   int tokenizer_pool_size = 0;
   std::string api_key;
@@ -79,6 +80,9 @@ const bool registered = register_command([](CLI::App& parent) {
                   "CUDA: share of the GPU's memory the weights and KV pool may take (0, 1]");
   app->add_option("--dtype", flags->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app->add_option("--nano-batches", flags->nano_batches,
+                  "CUDA: spread prefill and mixed steps over this many streams (1 to 4; 1: off)")
+      ->check(CLI::Range(1, 4));
   app->add_option("--async-scheduling", flags->async_scheduling,
                   "on: plan step N+1 while the worker runs step N; auto (the default): on")
       ->check(CLI::IsMember({"on", "off", "auto"}));
@@ -109,6 +113,7 @@ const bool registered = register_command([](CLI::App& parent) {
     if (!flags->device.empty()) t.device = flags->device;
     if (flags->gpu_memory_utilization != 0.0f) t.gpu_memory_utilization = flags->gpu_memory_utilization;
     if (!flags->dtype.empty()) t.dtype = flags->dtype;
+    if (flags->nano_batches > 0) t.nano_batches = flags->nano_batches;
     if (!flags->async_scheduling.empty()) t.async_scheduling = flags->async_scheduling;
     if (flags->tokenizer_pool_size > 0) t.tokenizer_pool_size = flags->tokenizer_pool_size;
     if (!flags->api_key.empty()) t.api_key = flags->api_key;

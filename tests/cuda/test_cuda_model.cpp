@@ -203,40 +203,50 @@ model_config tiny_config(architecture arch) {
   return c;
 }
 
-// Prefill two prompts (one in two chunks), then decode a few steps in a batch, comparing every
-// step's logits with the CPU backend fed the same batches.
-void compare_with_cpu(architecture arch, dtype weight_type, dtype activation, double allowed) {
-  const model_config config = tiny_config(arch);
+using step_list = std::vector<std::pair<std::vector<int>, std::vector<int>>>;  // (sequences, new tokens)
+
+// Feeds `prompts` to the GPU model (with `options`) and the CPU backend through the same
+// batches, `steps` over sequence indices, and compares every step's logits.
+void compare_steps_with_cpu(const model_config& config, uint32_t weight_seed, dtype weight_type,
+                            const cuda_options& options, const std::vector<int>& prompt_lengths, const step_list& steps,
+                            double allowed, const std::string& label) {
   dummy_init init;
   init.stddev = 0.08f;
   init.norm_jitter = 0.3f;
-  const weight_store weights = make_dummy_weights(config, weight_type, 17, init);
-  cuda_options options;
-  options.activation = activation;
-  auto gpu = make_cuda_model(config, weights, kv_cache_shape{40, 8}, options);
-  auto cpu = make_cpu_model(config, weights, kv_cache_shape{40, 8}, 2);
+  const weight_store weights = make_dummy_weights(config, weight_type, weight_seed, init);
+  auto gpu = make_cuda_model(config, weights, kv_cache_shape{64, 8}, options);
+  auto cpu = make_cpu_model(config, weights, kv_cache_shape{64, 8}, 2);
   std::mt19937 rng(23);
   std::uniform_int_distribution<int> token(2, config.vocab_size - 1);
-  std::vector<int32_t> a(29), b(11);
-  for (auto& t : a) t = token(rng);
-  for (auto& t : b) t = token(rng);
-  batch_driver driver(8, 40, 3);
-  const int sa = driver.add(a), sb = driver.add(b);
-  std::vector<std::pair<std::vector<int>, std::vector<int>>> steps{{{sa, sb}, {17, 11}}, {{sa}, {12}}};
-  for (int i = 0; i < 6; ++i) steps.push_back({{sa, sb}, {1, 1}});
+  batch_driver driver(8, 64, 3);
+  for (int length : prompt_lengths) {
+    std::vector<int32_t> prompt(length);
+    for (auto& t : prompt) t = token(rng);
+    driver.add(prompt);
+  }
   const int vocab = config.vocab_size;
   for (size_t s = 0; s < steps.size(); ++s) {
     const forward_batch batch = driver.step(steps[s].first, steps[s].second);
     std::vector<float> gpu_logits(batch.num_logits() * vocab), cpu_logits(batch.num_logits() * vocab);
     gpu->forward(batch, gpu_logits.data());
     cpu->forward(batch, cpu_logits.data());
-    EXPECT_LT(normalized_error(gpu_logits, cpu_logits), allowed)
-        << config.architecture_name << " " << dtype_name(activation) << " step " << s;
+    EXPECT_LT(normalized_error(gpu_logits, cpu_logits), allowed) << config.architecture_name << " " << label << " step " << s;
     // Both continue with the CPU's greedy choice so the batches stay identical.
     for (int r = 0; r < batch.num_logits(); ++r) {
       driver.tokens(driver.logits_seqs()[r]).push_back(argmax_row(&cpu_logits[r * vocab], vocab));
     }
   }
+}
+
+// Prefill two prompts (one in two chunks), then decode a few steps in a batch, comparing every
+// step's logits with the CPU backend fed the same batches.
+void compare_with_cpu(architecture arch, dtype weight_type, dtype activation, double allowed) {
+  cuda_options options;
+  options.activation = activation;
+  step_list steps{{{0, 1}, {17, 11}}, {{0}, {12}}};
+  for (int i = 0; i < 6; ++i) steps.push_back({{0, 1}, {1, 1}});
+  compare_steps_with_cpu(tiny_config(arch), 17, weight_type, options, {29, 11}, steps, allowed,
+                         std::string(dtype_name(activation)));
 }
 
 TEST(cuda_model, random_models_match_the_cpu_backend_in_f32) {
@@ -252,6 +262,37 @@ TEST(cuda_model, random_bf16_models_match_the_cpu_backend_within_bf16_tolerance)
     compare_with_cpu(arch, dtype::bf16, dtype::bf16, 3e-2);
     compare_with_cpu(arch, dtype::bf16, dtype::f16, 1e-2);
   }
+}
+
+// Nano-batches: a step cut between sequences into pieces on separate streams must compute what
+// one stream does. The minimum piece is tiny so that these small batches are cut (into up to 2
+// or 3 pieces); prefill, mixed chunk + decode steps and decode-only steps (graphs, never cut).
+TEST(cuda_model, nano_batches_on_separate_streams_match_the_cpu_backend) {
+  TROUPE_REQUIRE_GPU();
+  step_list steps{
+      {{0, 1, 2, 3}, {20, 11, 9, 6}},  // two prompts whole, two chunked
+      {{1, 3, 0, 2}, {1, 1, 9, 8}},    // decodes beside the last chunks
+  };
+  for (int i = 0; i < 3; ++i) steps.push_back({{0, 1, 2, 3}, {1, 1, 1, 1}});
+  for (int pieces : {2, 3}) {
+    cuda_options options;
+    options.activation = dtype::f32;
+    options.nano_batches = pieces;
+    options.min_nano_batch_rows = 4;
+    for (architecture arch : {architecture::llama, architecture::qwen2, architecture::qwen3}) {
+      compare_steps_with_cpu(tiny_config(arch), 29, dtype::f32, options, {29, 11, 17, 6}, steps, 1e-4,
+                             std::to_string(pieces) + " nano-batches");
+    }
+  }
+}
+
+TEST(cuda_model, refuses_nano_batches_outside_one_to_four) {
+  TROUPE_REQUIRE_GPU();
+  const model_config config = tiny_config(architecture::llama);
+  const weight_store weights = make_dummy_weights(config, dtype::f32, 1);
+  cuda_options options;
+  options.nano_batches = 5;
+  EXPECT_THROW(make_cuda_model(config, weights, kv_cache_shape{4, 8}, options), std::runtime_error);
 }
 
 TEST(cuda_model, rejects_bad_batches_with_a_clear_error) {

@@ -62,12 +62,14 @@ TEST(topology, reads_the_device_and_scheduling_switches) {
 device = "cuda"
 gpu_memory_utilization = 0.5
 dtype = "f32"
+nano_batches = 2
 [scheduler]
 async_scheduling = true
 )");
   EXPECT_EQ(t.device, "cuda");
   EXPECT_FLOAT_EQ(t.gpu_memory_utilization, 0.5f);
   EXPECT_EQ(t.dtype, "f32");
+  EXPECT_EQ(t.nano_batches, 2);
   EXPECT_EQ(t.async_scheduling, "on");
   EXPECT_EQ(parse_topology("[scheduler]\nasync_scheduling = false\n").async_scheduling, "off");
   EXPECT_EQ(parse_topology("[scheduler]\nasync_scheduling = \"auto\"\n").async_scheduling, "auto");
@@ -93,6 +95,8 @@ TEST(topology, errors_name_the_problem) {
   expect_error("[node]\ngpu_memory_utilization = 1.5\n", "gpu_memory_utilization must be in (0, 1]");
   expect_error("[node]\ngpu_memory_utilization = \"most\"\n", "gpu_memory_utilization must be a number");
   expect_error("[node]\ndtype = \"f8\"\n", "dtype must be f32, f16 or bf16");
+  expect_error("[node]\nnano_batches = 0\n", "nano_batches must be 1 to 4, got 0");
+  expect_error("[node]\nnano_batches = 5\n", "nano_batches must be 1 to 4, got 5");
   expect_error("[scheduler]\nasync_scheduling = 1\n", "async_scheduling must be true, false");
   expect_error("[scheduler]\nasync_scheduling = \"sometimes\"\n", "async_scheduling must be true, false");
   expect_error("[model\n", "t.toml");
