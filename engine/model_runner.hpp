@@ -45,7 +45,7 @@ class model_runner {
   static void build_batch(const step_plan& plan, int block_size, forward_batch& batch);
 
   // The requests whose block table and parameters the runner keeps (for tests).
-  size_t num_block_tables() const { return requests_.size(); }
+  size_t num_requests_held() const { return requests_.size(); }
 
  private:
   // (request id, token) for each row a run sampled, in its plan's order. A flat list, not a map:

@@ -99,7 +99,7 @@ TEST(block_table_diff, the_runner_keeps_tables_until_the_request_ends_and_checks
   s.params = greedy(8);
   prefill.sequences = {s};
   const int32_t first = runner.run(prefill).tokens.at(0).token_id;
-  EXPECT_EQ(runner.num_block_tables(), 1u);
+  EXPECT_EQ(runner.num_requests_held(), 1u);
 
   // The fifth token needs a second block: only that block is sent.
   step_plan decode;
@@ -130,7 +130,7 @@ TEST(block_table_diff, the_runner_keeps_tables_until_the_request_ends_and_checks
   ended.step_id = 3;
   ended.finished_ids = {5};
   runner.run(ended);
-  EXPECT_EQ(runner.num_block_tables(), 0u);
+  EXPECT_EQ(runner.num_requests_held(), 0u);
   wrong.step_id = 4;
   wrong.sequences[0].block_table_start = 2;
   EXPECT_THROW(runner.run(wrong), std::runtime_error);
