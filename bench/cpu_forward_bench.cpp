@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_model.hpp"
-#include "kernels/cpu/simd_level.hpp"
-#include "kernels/cpu/thread_pool.hpp"
-#include "kernels/loader/dummy_weights.hpp"
-#include "kernels/loader/model_loader.hpp"
-#include "kernels/loader/model_maker.hpp"
+#include "backends/cpu/cpu_model.hpp"
+#include "backends/cpu/simd_level.hpp"
+#include "backends/cpu/thread_pool.hpp"
+#include "model/loader/dummy_weights.hpp"
+#include "model/loader/model_loader.hpp"
+#include "model/model_maker.hpp"
 
 namespace {
 

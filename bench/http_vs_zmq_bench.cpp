@@ -22,7 +22,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/client/client.hpp"
+#include "client/client.hpp"
 
 namespace {
 

@@ -17,10 +17,10 @@
 #include <string>
 #include <thread>
 
+#include "backends/cpu/cpu_model.hpp"
 #include "engine/model_runner.hpp"
-#include "kernels/cpu/cpu_model.hpp"
-#include "kernels/loader/model_loader.hpp"
-#include "runtime/scheduler_stage.hpp"
+#include "model/loader/model_loader.hpp"
+#include "stages/scheduler_stage.hpp"
 
 namespace troupe {
 namespace {

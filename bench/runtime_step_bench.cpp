@@ -49,12 +49,12 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
-#include "actors/stage_actors.hpp"
 #include "bench/bench_support.hpp"
-#include "runtime/detokenize_stage.hpp"
-#include "runtime/messages.hpp"
-#include "runtime/served_model.hpp"
-#include "runtime/topology.hpp"
+#include "engine/served_model.hpp"
+#include "node/topology.hpp"
+#include "stages/detokenize_stage.hpp"
+#include "stages/message_inspect.hpp"
+#include "stages/stage_actors.hpp"
 
 namespace {
 
@@ -134,7 +134,7 @@ class timed_model : public troupe::model {
   std::vector<forward_record> records_;
 };
 
-// Set up like the node's actor system (runtime/node.cpp): `sharing` policy, a small pool.
+// Set up like the node's actor system (node/node.cpp): `sharing` policy, a small pool.
 // `--policy stealing` swaps in CAF's work-stealing pool, whose idle threads poll before they
 // sleep: it shows how much of the gap is the wake-up of a sleeping pool thread.
 class bench_config : public caf::actor_system_config {
@@ -248,24 +248,20 @@ int main(int argc, char** argv) try {
   if (steps < 4 || reps < 1 || prompt_len < 1) throw std::runtime_error("--steps >= 4, --reps >= 1, --prompt >= 1");
   const int max_seqs = *std::max_element(seq_counts.begin(), seq_counts.end());
 
-  troupe::topology t;
-  t.model_path = model_path;
-  t.threads = 1;  // the forward stays on the worker's thread, so its thread CPU time is all of it
-  t.max_num_seqs = max_seqs;
-  t.max_num_batched_tokens = std::max(2048, max_seqs * prompt_len);
-  t.num_kv_blocks = max_seqs * ((prompt_len + steps + 2 + t.block_size - 1) / t.block_size + 1);
-  auto served = troupe::load_served_model(t);
+  troupe::model_spec spec;
+  spec.path = model_path;
+  spec.backend.threads = 1;  // the forward stays on the worker's thread, so its thread CPU time is all of it
+  spec.max_num_seqs = max_seqs;
+  spec.num_kv_blocks = max_seqs * ((prompt_len + steps + 2 + spec.block_size - 1) / spec.block_size + 1);
+  auto served = troupe::load_served_model(spec);
   auto timed = std::make_unique<timed_model>(std::move(served->backend_model), null_forward);
   timed_model* timing = timed.get();
   served->backend_model = std::move(timed);
   const int vocab = served->loaded.config.vocab_size;
 
-  troupe::engine_config config;
-  config.block_size = t.block_size;
-  config.num_kv_blocks = t.num_kv_blocks;
-  config.max_num_batched_tokens = t.max_num_batched_tokens;
+  troupe::engine_config config = served->base_engine_config();
+  config.max_num_batched_tokens = std::max(2048, max_seqs * prompt_len);
   config.max_num_seqs = max_seqs;
-  config.max_model_len = served->max_model_len;
   config.async_scheduling = async_scheduling;
   config.validate();
 
@@ -275,7 +271,7 @@ int main(int argc, char** argv) try {
               policy.c_str(), load_average());
   std::printf("%6s %8s %11s %11s %10s %12s %10s\n", "seqs", "steps", "step (us)", "model (us)", "gap (us)",
               "gap med (us)", "cpu (us)");
-  bench_config cfg(std::max(2, t.tokenizer_pool_size + 1), policy);
+  bench_config cfg(3, policy);  // as a node with its default two tokenizers
   caf::actor_system system(cfg);
   auto worker = system.spawn<caf::detached>(troupe::worker_actor, served);
   int64_t next_id = 1;

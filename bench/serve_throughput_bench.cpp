@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "bench/bench_support.hpp"
-#include "runtime/client/client.hpp"
+#include "client/client.hpp"
 
 namespace {
 

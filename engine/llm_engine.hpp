@@ -13,7 +13,7 @@
 #include "engine/request_error.hpp"
 #include "engine/scheduler.hpp"
 #include "engine/token_delta.hpp"
-#include "kernels/model.hpp"
+#include "model/model.hpp"
 
 namespace troupe {
 

@@ -18,8 +18,8 @@
 
 #include "engine/sampler.hpp"
 #include "engine/step_plan.hpp"
-#include "kernels/forward_batch.hpp"
-#include "kernels/model.hpp"
+#include "model/forward_batch.hpp"
+#include "model/model.hpp"
 
 namespace troupe {
 

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "engine/argmax.hpp"
+#include "backends/cpu/argmax.hpp"
 
 namespace troupe {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling_params.hpp"
 #include "engine/step_plan.hpp"
+#include "protocol/sampling_params.hpp"
 
 namespace troupe {
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "engine/request_status.hpp"
-#include "engine/sampling_params.hpp"
 #include "engine/token_delta.hpp"
 #include "kvcache/block_table.hpp"
+#include "protocol/sampling_params.hpp"
 
 namespace troupe {
 

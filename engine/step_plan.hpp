@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "engine/sampling_params.hpp"
+#include "protocol/sampling_params.hpp"
 
 namespace troupe {
 

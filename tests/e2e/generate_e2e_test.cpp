@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include "engine/backend_selection.hpp"
+#include "backends/backend_selection.hpp"
 #include "tests/e2e/e2e_support.hpp"
 
 namespace troupe::test {
@@ -61,7 +61,7 @@ TEST_P(generate_e2e, stop_id_ends_generation_without_printing_it) {
 TEST_P(generate_e2e, device_cuda_reproduces_the_references_on_whatever_device_answers) {
   // Without a GPU (or without CUDA compiled) --device cuda falls back to the CPU and says so on
   // stderr; with one, f32 on the GPU must still give the greedy references.
-  const bool gpu = choose_device("auto").kind == device_kind::cuda;
+  const bool gpu = choose_device(device_request::auto_detect).kind == device_kind::cuda;
   const auto refs = stories_references();
   const auto& ref = refs.at(0);
   run_result r = run_troupe("generate " + model_arg() + " --device cuda --dtype f32 --prompt " +

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/client/client.hpp"
+#include "client/client.hpp"
 #include "tests/e2e/e2e_support.hpp"
 
 namespace troupe::test {

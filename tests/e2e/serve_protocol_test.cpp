@@ -10,7 +10,7 @@
 
 #include <msgpack.hpp>
 
-#include "runtime/protocol/codec.hpp"
+#include "protocol/codec.hpp"
 #include "tests/e2e/serve_process.hpp"
 
 namespace troupe::test {

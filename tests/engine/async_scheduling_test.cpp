@@ -12,7 +12,7 @@
 
 #include "engine/model_runner.hpp"
 #include "engine/scheduler.hpp"
-#include "engine_test_support.hpp"
+#include "tests/engine/engine_test_support.hpp"
 
 namespace troupe {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "engine/model_runner.hpp"
-#include "engine_test_support.hpp"
+#include "tests/engine/engine_test_support.hpp"
 
 namespace troupe {
 namespace {

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "engine/model_runner.hpp"
-#include "engine_test_support.hpp"
+#include "tests/engine/engine_test_support.hpp"
 
 namespace troupe {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/scheduler.hpp"
-#include "kernels/model.hpp"
+#include "model/model.hpp"
 
 namespace troupe::testing {
 

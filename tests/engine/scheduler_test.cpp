@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "engine_test_support.hpp"
+#include "tests/engine/engine_test_support.hpp"
 
 namespace troupe {
 namespace {

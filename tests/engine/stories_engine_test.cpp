@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/cpu_model.hpp"
 #include "engine/llm_engine.hpp"
-#include "kernels/cpu/cpu_model.hpp"
-#include "kernels/loader/model_loader.hpp"
+#include "model/loader/model_loader.hpp"
 
 namespace troupe {
 namespace {

@@ -9,8 +9,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "runtime/text/chat_template.hpp"
 #include "tests/text/jinja_test_support.hpp"
+#include "text/chat_template.hpp"
 
 namespace troupe {
 namespace {

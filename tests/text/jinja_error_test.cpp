@@ -3,9 +3,9 @@
 // reference's message (the unknown filter's name, the template's own raise_exception text).
 #include <gtest/gtest.h>
 
-#include "runtime/text/chat_template.hpp"
-#include "runtime/text/jinja_error.hpp"
-#include "runtime/text/jinja_template.hpp"
+#include "text/chat_template.hpp"
+#include "text/jinja/error.hpp"
+#include "text/jinja/template.hpp"
 
 namespace troupe {
 namespace {

@@ -2,8 +2,8 @@
 // (tests/oracles/jinja_oracle.mjs) and compared byte for byte, error messages included.
 #include <gtest/gtest.h>
 
-#include "runtime/text/jinja_template.hpp"
 #include "tests/text/jinja_test_support.hpp"
+#include "text/jinja/template.hpp"
 
 namespace troupe {
 namespace {

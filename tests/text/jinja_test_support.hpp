@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/text/jinja_template.hpp"
 #include "tests/text/jinja_oracle.hpp"
+#include "text/jinja/template.hpp"
 
 namespace troupe::testing {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/text/stop_string_matcher.hpp"
+#include "text/stop_string_matcher.hpp"
 
 namespace troupe {
 namespace {

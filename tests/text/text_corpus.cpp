@@ -1,9 +1,9 @@
-#include "text_corpus.hpp"
+#include "tests/text/text_corpus.hpp"
 
 #include <random>
 #include <utility>
 
-#include "runtime/text/utf8.hpp"
+#include "text/unicode/utf8.hpp"
 
 namespace troupe::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "tokenizer_oracle.hpp"
+#include "tests/text/tokenizer_oracle.hpp"
 
 #include <unistd.h>
 

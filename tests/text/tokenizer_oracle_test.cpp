@@ -8,12 +8,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/text/tokenizer.hpp"
-#include "runtime/text/unicode_nfc.hpp"
-#include "runtime/text/utf8.hpp"
-#include "test_tokenizers.hpp"
-#include "text_corpus.hpp"
-#include "tokenizer_oracle.hpp"
+#include "tests/text/text_corpus.hpp"
+#include "tests/text/tokenizer_fixtures.hpp"
+#include "tests/text/tokenizer_oracle.hpp"
+#include "text/tokenizer.hpp"
+#include "text/unicode/nfc.hpp"
+#include "text/unicode/utf8.hpp"
 
 namespace troupe {
 namespace {

@@ -6,11 +6,11 @@
 #include <chrono>
 #include <fstream>
 
-#include "runtime/text/tokenizer.hpp"
-#include "runtime/text/utf8.hpp"
-#include "test_tokenizers.hpp"
-#include "text_corpus.hpp"
-#include "tokenizer_oracle.hpp"
+#include "tests/text/text_corpus.hpp"
+#include "tests/text/tokenizer_fixtures.hpp"
+#include "tests/text/tokenizer_oracle.hpp"
+#include "text/tokenizer.hpp"
+#include "text/unicode/utf8.hpp"
 
 namespace troupe {
 namespace {

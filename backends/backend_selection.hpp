@@ -1,0 +1,69 @@
+#pragma once
+// Which backend a model runs on (`--device cpu|cuda|auto`, `[node] device`) and building it.
+// The CUDA backend is optional: this file is the one place that knows whether it was compiled
+// (TROUPE_HAVE_CUDA, defined by the troupe_cuda library) and whether a GPU answers; everything
+// else asks here. Without CUDA the caller falls back to the CPU and is told why, in one line.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "model/dtype.hpp"
+#include "model/model.hpp"
+#include "model/model_config.hpp"
+#include "model/weight_store.hpp"
+
+namespace troupe {
+
+enum class device_kind { cpu, cuda };
+
+// What a user asked for: a device, or `auto` (CUDA when a GPU answers, else the CPU).
+enum class device_request { cpu, cuda, auto_detect };
+
+// "cpu", "cuda", "auto"; throws std::runtime_error naming the bad value.
+device_request parse_device_request(std::string_view name);
+std::string_view device_request_name(device_request request);
+
+// The CUDA backend's activation and KV dtype: "f32", "f16", "bf16"; throws naming the bad value.
+dtype parse_activation_dtype(std::string_view name);
+
+struct device_choice {
+  device_kind kind = device_kind::cpu;
+  // Non-empty when the request could not be honoured as asked (the fallback's reason), for a log line.
+  std::string fallback_reason;
+};
+
+// True when this build carries the CUDA backend.
+bool cuda_backend_compiled();
+
+// Explicit cuda without a GPU or without CUDA compiled falls back to the CPU with a reason that
+// says it was asked for; auto falls back with a note.
+device_choice choose_device(device_request requested);
+
+struct backend_options {
+  int threads = 0;                      // CPU compute threads; 0: every hardware thread
+  float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory model + KV pool may take
+  dtype cuda_dtype = dtype::bf16;       // CUDA activations and KV pool: f32 | f16 | bf16
+  int nano_batches = 1;  // CUDA: streams a kernel-by-kernel step is spread over (1 to 4)
+
+  // Throws std::runtime_error naming the first bad field.
+  void validate() const;
+};
+
+// The KV pool: `num_blocks` blocks of `block_size` tokens, or when num_blocks is 0, as many as
+// fit: in `cpu_budget_bytes` on the CPU, under gpu_memory_utilization of free memory on CUDA.
+struct kv_pool_request {
+  int num_blocks = 0;
+  int block_size = 16;
+  size_t cpu_budget_bytes = 512u << 20;
+  int max_useful_blocks = 0;  // sized from memory: never more than this (0: no cap)
+};
+
+// Builds the model on `device`. Throws std::runtime_error naming what is wrong (a bad dtype, a
+// budget that holds no block, a model the backend cannot run).
+std::unique_ptr<model> make_backend_model(const model_config& config, const weight_store& weights,
+                                          device_kind device, const kv_pool_request& kv,
+                                          const backend_options& options);
+
+}  // namespace troupe

@@ -1,0 +1,272 @@
+// One forward step of a Llama-family model on the CPU: a straight loop over layers, every
+// intermediate named, all buffers owned by the model and reused from step to step.
+
+#include "backends/cpu/cpu_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/embedding.hpp"
+#include "backends/cpu/kv_pool.hpp"
+#include "backends/cpu/matmul.hpp"
+#include "backends/cpu/paged_attention.hpp"
+#include "backends/cpu/rms_norm.hpp"
+#include "backends/cpu/rope.hpp"
+#include "backends/cpu/row_kernels.hpp"
+#include "backends/cpu/silu_mul.hpp"
+#include "backends/cpu/simd_level.hpp"
+#include "backends/cpu/thread_pool.hpp"
+#include "model/rope_frequencies.hpp"
+
+namespace troupe {
+
+namespace {
+
+using cpu::weight_view;
+
+// A small tensor (norm weight, bias) of any dtype as f32, checked to hold `size` elements.
+std::vector<float> small_tensor_f32(const weight_tensor& tensor, int64_t size) {
+  if (tensor.num_elements() != size) {
+    throw std::runtime_error("tensor '" + tensor.name + "' has " +
+                             std::to_string(tensor.num_elements()) + " elements, expected " +
+                             std::to_string(size));
+  }
+  std::vector<float> values(size);
+  cpu::scalar_row_kernels().to_f32[static_cast<int>(tensor.type)](tensor.data, size, values.data());
+  return values;
+}
+
+void check_config(const model_config& c) {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw std::runtime_error("model config: " + what);
+  };
+  require(c.hidden_size > 0, "hidden_size must be positive");
+  require(c.intermediate_size > 0, "intermediate_size must be positive");
+  require(c.num_layers > 0, "num_layers must be positive");
+  require(c.num_heads > 0 && c.num_kv_heads > 0, "num_heads and num_kv_heads must be positive");
+  require(c.num_heads % c.num_kv_heads == 0,
+          "num_heads (" + std::to_string(c.num_heads) + ") must be a multiple of num_kv_heads (" +
+              std::to_string(c.num_kv_heads) + ")");
+  require(c.head_dim > 0 && c.head_dim % 2 == 0, "head_dim must be positive and even");
+  require(c.vocab_size > 0, "vocab_size must be positive");
+}
+
+class cpu_model final : public model {
+ public:
+  cpu_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
+            int num_threads)
+      : config_(with_head_dim(config)), pool_(num_threads), kv_(config_, kv_shape) {
+    check_config(config_);
+    const model_config& c = config_;
+    const int64_t hidden = c.hidden_size;
+    const int64_t q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+
+    embed_tokens_ = cpu::view_of(weights.get("model.embed_tokens.weight"), c.vocab_size, hidden);
+    const weight_tensor* lm_head = weights.find("lm_head.weight");
+    lm_head_ = lm_head ? cpu::view_of(*lm_head, c.vocab_size, hidden) : embed_tokens_;
+    final_norm_ = small_tensor_f32(weights.get("model.norm.weight"), hidden);
+
+    const bool needs_bias = c.attention_bias || c.arch == architecture::qwen2;
+    const bool needs_qk_norm = c.qk_norm || c.arch == architecture::qwen3;
+    layers_.resize(c.num_layers);
+    for (int i = 0; i < c.num_layers; ++i) {
+      const std::string prefix = "model.layers." + std::to_string(i) + ".";
+      auto tensor = [&](const std::string& name) -> const weight_tensor& {
+        return weights.get(prefix + name);
+      };
+      layer_weights& layer = layers_[i];
+      layer.input_norm = small_tensor_f32(tensor("input_layernorm.weight"), hidden);
+      layer.post_attention_norm = small_tensor_f32(tensor("post_attention_layernorm.weight"), hidden);
+      layer.q_proj = cpu::view_of(tensor("self_attn.q_proj.weight"), q_dim, hidden);
+      layer.k_proj = cpu::view_of(tensor("self_attn.k_proj.weight"), kv_dim, hidden);
+      layer.v_proj = cpu::view_of(tensor("self_attn.v_proj.weight"), kv_dim, hidden);
+      layer.o_proj = cpu::view_of(tensor("self_attn.o_proj.weight"), hidden, q_dim);
+      layer.gate_proj = cpu::view_of(tensor("mlp.gate_proj.weight"), c.intermediate_size, hidden);
+      layer.up_proj = cpu::view_of(tensor("mlp.up_proj.weight"), c.intermediate_size, hidden);
+      layer.down_proj = cpu::view_of(tensor("mlp.down_proj.weight"), hidden, c.intermediate_size);
+      // Biases: required where the architecture has them, used wherever the file has them.
+      if (needs_bias || weights.contains(prefix + "self_attn.q_proj.bias")) {
+        layer.q_bias = small_tensor_f32(tensor("self_attn.q_proj.bias"), q_dim);
+        layer.k_bias = small_tensor_f32(tensor("self_attn.k_proj.bias"), kv_dim);
+        layer.v_bias = small_tensor_f32(tensor("self_attn.v_proj.bias"), kv_dim);
+      }
+      if (needs_qk_norm || weights.contains(prefix + "self_attn.q_norm.weight")) {
+        layer.q_norm = small_tensor_f32(tensor("self_attn.q_norm.weight"), c.head_dim);
+        layer.k_norm = small_tensor_f32(tensor("self_attn.k_norm.weight"), c.head_dim);
+      }
+    }
+    inv_freq_ = rope_inv_freq(c);
+    attention_shape_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
+                        kv_shape.num_blocks, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  }
+
+  const model_config& config() const override { return config_; }
+  kv_cache_shape kv_shape() const override { return kv_.shape(); }
+  std::string backend_name() const override {
+    return "cpu (" + std::string(cpu::simd_level_name(cpu::active_simd_level())) + ", " +
+           std::to_string(pool_.num_threads()) + " threads)";
+  }
+
+  void forward(const forward_batch& batch, float* logits) override {
+    check_batch(batch);
+    const model_config& c = config_;
+    const int64_t n = batch.num_tokens();
+    const int64_t hidden = c.hidden_size;
+    const int64_t q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+    const int64_t inter = c.intermediate_size;
+    reserve(n, batch.num_logits());
+    float* x = x_.data();        // [n, hidden] the residual stream
+    float* h = h_.data();        // [n, hidden] normed input of a block; then its output
+    float* q = q_.data();        // [n, num_heads, head_dim]
+    float* k = k_.data();        // [n, num_kv_heads, head_dim]
+    float* v = v_.data();        // [n, num_kv_heads, head_dim]
+    float* attn = attn_.data();  // [n, num_heads, head_dim]
+    float* gate = gate_.data();  // [n, intermediate]
+    float* up = up_.data();      // [n, intermediate]
+
+    if (n > 0) cpu::embedding_lookup(pool_, embed_tokens_, batch.token_ids.data(), n, x);
+    for (int i = 0; i < c.num_layers; ++i) {
+      const layer_weights& layer = layers_[i];
+      // Attention block.
+      cpu::rms_norm(pool_, x, n, hidden, layer.input_norm.data(), c.rms_norm_eps, h);
+      cpu::matmul(pool_, h, n, layer.q_proj, q, scratch_);
+      cpu::matmul(pool_, h, n, layer.k_proj, k, scratch_);
+      cpu::matmul(pool_, h, n, layer.v_proj, v, scratch_);
+      if (!layer.q_bias.empty()) {
+        add_bias(q, n, layer.q_bias);
+        add_bias(k, n, layer.k_bias);
+        add_bias(v, n, layer.v_bias);
+      }
+      if (!layer.q_norm.empty()) {  // Qwen3: RMSNorm over each head's head_dim, before RoPE
+        cpu::rms_norm(pool_, q, n * c.num_heads, c.head_dim, layer.q_norm.data(), c.rms_norm_eps, q);
+        cpu::rms_norm(pool_, k, n * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.rms_norm_eps, k);
+      }
+      cpu::apply_rope(pool_, q, q_dim, c.num_heads, k, kv_dim, c.num_kv_heads, n, c.head_dim,
+                      batch.positions.data(), inv_freq_);
+      kv_.write(i, k, v, kv_dim, batch.slot_mapping.data(), n);
+      cpu::paged_attention(pool_, q, q_dim, kv_.keys(i), kv_.values(i), batch, attention_shape_,
+                           attn, q_dim, attention_workspace_);
+      cpu::matmul(pool_, attn, n, layer.o_proj, h, scratch_);  // h: [n, hidden]
+      add_in_place(x, h, n * hidden);
+
+      // MLP block (SwiGLU).
+      cpu::rms_norm(pool_, x, n, hidden, layer.post_attention_norm.data(), c.rms_norm_eps, h);
+      cpu::matmul(pool_, h, n, layer.gate_proj, gate, scratch_);
+      cpu::matmul(pool_, h, n, layer.up_proj, up, scratch_);
+      cpu::silu_mul(pool_, gate, up, inter, n, inter, gate, inter);  // gate: silu(gate) * up
+      cpu::matmul(pool_, gate, n, layer.down_proj, h, scratch_);     // h: [n, hidden]
+      add_in_place(x, h, n * hidden);
+    }
+
+    // Logits only for the rows asked for.
+    const int64_t num_logits = batch.num_logits();
+    if (num_logits == 0) return;
+    float* last = logits_hidden_.data();  // [num_logits, hidden]
+    for (int64_t r = 0; r < num_logits; ++r) {
+      std::memcpy(last + r * hidden, x + static_cast<int64_t>(batch.logits_rows[r]) * hidden,
+                  hidden * sizeof(float));
+    }
+    cpu::rms_norm(pool_, last, num_logits, hidden, final_norm_.data(), c.rms_norm_eps, last);
+    cpu::matmul(pool_, last, num_logits, lm_head_, logits, scratch_);  // [num_logits, vocab]
+  }
+
+ private:
+  struct layer_weights {
+    std::vector<float> input_norm, post_attention_norm;  // [hidden]
+    weight_view q_proj, k_proj, v_proj, o_proj;
+    weight_view gate_proj, up_proj, down_proj;
+    std::vector<float> q_bias, k_bias, v_bias;  // [q_dim], [kv_dim], [kv_dim]; empty if none
+    std::vector<float> q_norm, k_norm;          // [head_dim]; empty if none
+  };
+
+  static model_config with_head_dim(model_config config) {
+    if (config.head_dim == 0 && config.num_heads > 0) config.head_dim = config.hidden_size / config.num_heads;
+    return config;
+  }
+
+  void check_batch(const forward_batch& batch) const {
+    const size_t n = batch.token_ids.size();
+    if (batch.positions.size() != n || batch.slot_mapping.size() != n) {
+      throw std::runtime_error("forward_batch: token_ids, positions and slot_mapping have " +
+                               std::to_string(n) + ", " + std::to_string(batch.positions.size()) +
+                               " and " + std::to_string(batch.slot_mapping.size()) +
+                               " entries, expected the same count");
+    }
+    for (int32_t row : batch.logits_rows) {
+      if (row < 0 || row >= static_cast<int32_t>(n)) {
+        throw std::runtime_error("forward_batch: logits row " + std::to_string(row) +
+                                 " is outside the batch of " + std::to_string(n) + " tokens");
+      }
+    }
+    cpu::check_attention_batch(batch, attention_shape_);
+  }
+
+  // Grows the step buffers to n tokens; capacity is kept, so steady-state steps never allocate.
+  void reserve(int64_t n, int64_t num_logits) {
+    const model_config& c = config_;
+    auto grow = [](std::vector<float>& buffer, int64_t size) {
+      if (buffer.size() < static_cast<size_t>(size)) buffer.resize(size);
+    };
+    const int64_t q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+    grow(x_, n * c.hidden_size);
+    grow(h_, n * c.hidden_size);
+    grow(q_, n * q_dim);
+    grow(k_, n * kv_dim);
+    grow(v_, n * kv_dim);
+    grow(attn_, n * q_dim);
+    grow(gate_, n * c.intermediate_size);
+    grow(up_, n * c.intermediate_size);
+    grow(logits_hidden_, num_logits * c.hidden_size);
+  }
+
+  static void add_bias(float* rows, int64_t n, const std::vector<float>& bias) {
+    const int64_t dim = static_cast<int64_t>(bias.size());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < dim; ++i) rows[r * dim + i] += bias[i];
+  }
+
+  static void add_in_place(float* x, const float* y, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+  }
+
+  model_config config_;
+  cpu::thread_pool pool_;
+  cpu::kv_pool kv_;
+  weight_view embed_tokens_;  // [vocab, hidden]
+  weight_view lm_head_;       // [vocab, hidden]; embed_tokens_ when tied
+  std::vector<float> final_norm_;  // [hidden]
+  std::vector<layer_weights> layers_;
+  std::vector<float> inv_freq_;    // [head_dim / 2]
+  cpu::attention_shape attention_shape_;
+
+  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, logits_hidden_;
+  std::vector<float> scratch_;  // converted weight slabs for sgemm
+  cpu::attention_workspace attention_workspace_;
+};
+
+}  // namespace
+
+std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights,
+                                      kv_cache_shape kv_shape, int num_threads) {
+  return std::make_unique<cpu_model>(config, weights, kv_shape, num_threads);
+}
+
+int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size) {
+  if (block_size <= 0) {
+    throw std::runtime_error("block_size must be positive, got " + std::to_string(block_size));
+  }
+  model_config c = config;
+  if (c.head_dim == 0 && c.num_heads > 0) c.head_dim = c.hidden_size / c.num_heads;
+  const size_t per_block = cpu::kv_pool::bytes_per_block(c, block_size);
+  if (per_block == 0) throw std::runtime_error("model config has an empty KV cache per block");
+  return static_cast<int>(std::min<size_t>(bytes / per_block, INT32_MAX));
+}
+
+}  // namespace troupe

@@ -1,0 +1,23 @@
+#pragma once
+// The Llama family (llama, mistral, qwen2, qwen3; tied or untied embeddings; GQA) on the CPU
+// backend, implementing model/model.hpp over a weight_store with HF canonical names.
+
+#include <cstddef>
+#include <memory>
+
+#include "model/model.hpp"
+#include "model/model_config.hpp"
+#include "model/weight_store.hpp"
+
+namespace troupe {
+
+// `weights` must outlive the model (it is viewed, not copied; only norm weights and biases are
+// converted to f32 copies). num_threads <= 0: one per hardware thread. Throws
+// std::runtime_error naming the tensor or config field that does not fit.
+std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights,
+                                      kv_cache_shape kv_shape, int num_threads = 0);
+
+// How many KV blocks of `block_size` tokens fit in `bytes` of the CPU backend's f32 KV pool.
+int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size);
+
+}  // namespace troupe

@@ -1,0 +1,133 @@
+#include "backends/cpu/matmul.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#include "backends/cpu/row_kernels.hpp"
+
+namespace troupe::cpu {
+
+namespace {
+
+std::atomic<int> gemm_min_rows{8};
+
+// Converted weight slabs are at most this many floats (64 MiB), so that a large vocabulary's
+// lm_head never needs a full f32 copy.
+constexpr int64_t min_macs_per_chunk = 64 * 1024;
+
+constexpr int64_t max_slab_floats = int64_t{16} << 20;
+
+// Below this many activation rows, non-f32 weights are converted and multiplied slab by slab on
+// each thread; slabs of about 256 KiB of f32 stay in a core's L2.
+constexpr int64_t max_rows_for_cached_slabs = 128;
+constexpr int64_t cached_slab_floats = int64_t{64} << 10;
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+void set_blas_threads(int num_threads) {
+  if (openblas_get_num_threads() != num_threads) openblas_set_num_threads(num_threads);
+}
+
+}  // namespace
+
+weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
+  if (tensor.shape.size() != 2 || tensor.shape[0] != rows || tensor.shape[1] != cols) {
+    throw std::runtime_error("tensor '" + tensor.name + "' has shape " +
+                             shape_string(tensor.shape) + ", expected [" + std::to_string(rows) +
+                             ", " + std::to_string(cols) + "]");
+  }
+  if (tensor.type == dtype::q8_0 && cols % q8_0_block_size != 0) {
+    throw std::runtime_error("tensor '" + tensor.name + "' is Q8_0 with " + std::to_string(cols) +
+                             " columns, expected a multiple of 32");
+  }
+  if (tensor.num_bytes < row_bytes(tensor.type, cols) * static_cast<size_t>(rows)) {
+    throw std::runtime_error("tensor '" + tensor.name + "' holds " +
+                             std::to_string(tensor.num_bytes) + " bytes, too few for its shape");
+  }
+  return weight_view{tensor.type, rows, cols, tensor.data};
+}
+
+int matmul_gemm_min_rows() { return gemm_min_rows.load(std::memory_order_relaxed); }
+void set_matmul_gemm_min_rows(int rows) { gemm_min_rows.store(std::max(1, rows)); }
+
+void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
+            std::vector<float>& scratch) {
+  if (n <= 0 || w.rows <= 0) return;
+  const int64_t m = w.rows;
+  const int64_t k = w.cols;
+  const size_t stride = row_bytes(w.type, k);
+  const row_kernels& kernels = active_kernels();
+
+  if (n < matmul_gemm_min_rows()) {
+    const dot_rows_fn dot = kernels.dot_rows[static_cast<int>(w.type)];
+    // Contiguous row ranges, a multiple of 16 rows each so threads never share a cache line of y.
+    const int64_t per_thread = (m + pool.num_threads() - 1) / pool.num_threads();
+    // A chunk is worth a thread only with enough multiply-adds to pay for the hand-off.
+    const int64_t min_rows = std::max<int64_t>(16, min_macs_per_chunk / std::max<int64_t>(1, n * k));
+    const int64_t grain = std::max<int64_t>(min_rows, (per_thread + 15) / 16 * 16);
+    pool.parallel_for(0, m, grain, [&](int64_t begin, int64_t end, int) {
+      dot(x, n, k, w.data + begin * stride, k, end - begin, y + begin, m);
+    });
+    return;
+  }
+
+  const to_f32_fn convert = kernels.to_f32[static_cast<int>(w.type)];
+  if (n < max_rows_for_cached_slabs) {
+    // Decode batches: each pool thread multiplies slabs of rows with a single-threaded sgemm.
+    // Weights stored in another dtype are converted a slab at a time into a buffer small enough
+    // to stay in the thread's cache (converting the whole matrix first would write it out to
+    // memory as f32 and read it back, as costly as the product itself at these sizes), and
+    // OpenBLAS's own threads never run beside the pool's (on few cores they only take turns).
+    set_blas_threads(1);
+    const bool convert_slabs = w.type != dtype::f32;
+    const int64_t slab_rows = std::clamp<int64_t>(cached_slab_floats / k, 16, std::max<int64_t>(16, m));
+    const size_t per_thread = convert_slabs ? static_cast<size_t>(slab_rows * k) : 0;
+    if (scratch.size() < per_thread * pool.num_threads()) scratch.resize(per_thread * pool.num_threads());
+    pool.parallel_for_dynamic(0, m, slab_rows, [&](int64_t begin, int64_t end, int thread_index) {
+      float* slab_f32 = scratch.data() + per_thread * thread_index;  // [slab_rows, k]
+      for (int64_t row = begin; row < end; row += slab_rows) {
+        const int64_t rows = std::min(slab_rows, end - row);
+        const float* w_rows = reinterpret_cast<const float*>(w.data + row * stride);  // f32 only
+        if (convert_slabs) {
+          convert(w.data + row * stride, rows * k, slab_f32);
+          w_rows = slab_f32;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+                    static_cast<int>(k), 1.0f, x, static_cast<int>(k), w_rows, static_cast<int>(k), 0.0f,
+                    y + row, static_cast<int>(m));
+      }
+    });
+    return;
+  }
+
+  set_blas_threads(pool.num_threads());
+  if (w.type == dtype::f32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(m),
+                static_cast<int>(k), 1.0f, x, static_cast<int>(k),
+                reinterpret_cast<const float*>(w.data), static_cast<int>(k), 0.0f, y,
+                static_cast<int>(m));
+    return;
+  }
+  const int64_t slab_rows = std::max<int64_t>(1, std::min(m, max_slab_floats / k));
+  if (scratch.size() < static_cast<size_t>(slab_rows * k)) scratch.resize(slab_rows * k);
+  for (int64_t slab = 0; slab < m; slab += slab_rows) {
+    const int64_t rows = std::min(slab_rows, m - slab);
+    float* slab_f32 = scratch.data();  // [rows, k]
+    pool.parallel_for(0, rows, 8, [&](int64_t begin, int64_t end, int) {
+      convert(w.data + (slab + begin) * stride, (end - begin) * k, slab_f32 + begin * k);
+    });
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
+                static_cast<int>(rows), static_cast<int>(k), 1.0f, x, static_cast<int>(k),
+                slab_f32, static_cast<int>(k), 0.0f, y + slab, static_cast<int>(m));
+  }
+}
+
+}  // namespace troupe::cpu

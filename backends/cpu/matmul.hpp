@@ -1,0 +1,41 @@
+#pragma once
+// y = x · wᵀ for f32 activations and a linear layer's weight in any weight dtype.
+//
+// Two strategies, chosen by the number of activation rows n:
+// - few rows (decode): every thread takes a contiguous range of weight rows and streams them
+//   once, dotting each row with all n activations (memory-bandwidth bound, as it must be);
+// - many rows (prefill): the weight is converted to f32 a slab at a time (no conversion for f32
+//   weights) and multiplied with OpenBLAS sgemm (compute bound; the conversion is O(m·k)
+//   against O(n·m·k) of arithmetic).
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/thread_pool.hpp"
+#include "model/dtype.hpp"
+#include "model/weight_store.hpp"
+
+namespace troupe::cpu {
+
+// A weight matrix [rows, cols] in its stored dtype (rows contiguous, row_bytes(type, cols) apart).
+struct weight_view {
+  dtype type = dtype::f32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const std::byte* data = nullptr;
+};
+
+// Views a 2-D weight tensor; throws std::runtime_error when it is not 2-D or not [rows, cols].
+weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols);
+
+// Below this many activation rows matmul uses the row-streaming path, from it on sgemm.
+int matmul_gemm_min_rows();
+// Tests and benchmarks move the switch point (e.g. 1 forces sgemm, INT32_MAX forces dots).
+void set_matmul_gemm_min_rows(int rows);
+
+// y [n, w.rows] = x [n, w.cols] · wᵀ. `scratch` holds converted weight slabs between calls
+// (grown on demand, so steady-state steps do not allocate).
+void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
+            std::vector<float>& scratch);
+
+}  // namespace troupe::cpu

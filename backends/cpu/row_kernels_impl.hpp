@@ -1,0 +1,237 @@
+#pragma once
+// The row kernels written once over a SIMD "vector traits" type and instantiated by each
+// row_kernels_<level>.cpp with its own compiler flags. Everything here has internal linkage (an
+// anonymous namespace), so the differently-compiled copies never meet at link time.
+//
+// A traits type V provides: reg, width, zero(), load(const float*), load_f16(const uint16_t*),
+// load_bf16(const uint16_t*), load_q8(const int8_t*) (width int8 → f32), set1(float),
+// add/mul/fma(a, b, c) = a*b + c, store(float*, reg), hsum(reg).
+
+#include <cstring>
+
+#include "backends/cpu/row_kernels.hpp"
+#include "model/half_float.hpp"
+
+namespace troupe::cpu {
+namespace {
+
+// Reads `count` weights starting at element i as a register, for each plain dtype.
+template <class V>
+struct load_f32_weights {
+  static typename V::reg load(const std::byte* w, int64_t i) {
+    return V::load(reinterpret_cast<const float*>(w) + i);
+  }
+  static float scalar(const std::byte* w, int64_t i) {
+    float value;
+    std::memcpy(&value, w + i * 4, 4);
+    return value;
+  }
+};
+template <class V>
+struct load_f16_weights {
+  static typename V::reg load(const std::byte* w, int64_t i) {
+    return V::load_f16(reinterpret_cast<const uint16_t*>(w) + i);
+  }
+  static float scalar(const std::byte* w, int64_t i) {
+    uint16_t bits;
+    std::memcpy(&bits, w + i * 2, 2);
+    return f16_to_f32(bits);
+  }
+};
+template <class V>
+struct load_bf16_weights {
+  static typename V::reg load(const std::byte* w, int64_t i) {
+    return V::load_bf16(reinterpret_cast<const uint16_t*>(w) + i);
+  }
+  static float scalar(const std::byte* w, int64_t i) {
+    uint16_t bits;
+    std::memcpy(&bits, w + i * 2, 2);
+    return bf16_to_f32(bits);
+  }
+};
+
+// out[j] = dot(x_j, w) for N activation rows: each weight register is loaded once and used N
+// times, so a small decode batch costs about one pass over the weights.
+template <class V, class L, int N, int U>
+inline void dot_tile(const float* x, int64_t ldx, const std::byte* w, int64_t k, float* out) {
+  constexpr int64_t W = V::width;
+  typename V::reg acc[N][U];
+  for (int j = 0; j < N; ++j)
+    for (int u = 0; u < U; ++u) acc[j][u] = V::zero();
+  int64_t i = 0;
+  for (; i + W * U <= k; i += W * U) {
+    for (int u = 0; u < U; ++u) {
+      typename V::reg wv = L::load(w, i + u * W);
+      for (int j = 0; j < N; ++j) acc[j][u] = V::fma(wv, V::load(x + j * ldx + i + u * W), acc[j][u]);
+    }
+  }
+  for (; i + W <= k; i += W) {
+    typename V::reg wv = L::load(w, i);
+    for (int j = 0; j < N; ++j) acc[j][0] = V::fma(wv, V::load(x + j * ldx + i), acc[j][0]);
+  }
+  float tail[N] = {};
+  for (; i < k; ++i) {
+    float wi = L::scalar(w, i);
+    for (int j = 0; j < N; ++j) tail[j] += wi * x[j * ldx + i];
+  }
+  for (int j = 0; j < N; ++j) {
+    typename V::reg sum = acc[j][0];
+    for (int u = 1; u < U; ++u) sum = V::add(sum, acc[j][u]);
+    out[j] = V::hsum(sum) + tail[j];
+  }
+}
+
+// Q8_0: blocks of [f16 scale, 32 x int8]. The scale multiplies the converted block once, and
+// the scaled weights are then shared by the N activation rows.
+template <class V, int N>
+inline void dot_tile_q8_0(const float* x, int64_t ldx, const std::byte* w, int64_t k, float* out) {
+  constexpr int64_t W = V::width;
+  constexpr int64_t chunks = q8_0_block_size / W;
+  typename V::reg acc[N][2];
+  for (int j = 0; j < N; ++j) acc[j][0] = acc[j][1] = V::zero();
+  const int64_t num_blocks = k / q8_0_block_size;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const std::byte* block = w + b * q8_0_block_bytes;
+    uint16_t scale_bits;
+    std::memcpy(&scale_bits, block, 2);
+    const typename V::reg scale = V::set1(f16_to_f32(scale_bits));
+    const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2);
+    const float* xb = x + b * q8_0_block_size;
+    for (int64_t c = 0; c < chunks; ++c) {
+      typename V::reg wv = V::mul(V::load_q8(qs + c * W), scale);
+      for (int j = 0; j < N; ++j) acc[j][c & 1] = V::fma(wv, V::load(xb + j * ldx + c * W), acc[j][c & 1]);
+    }
+  }
+  for (int j = 0; j < N; ++j) out[j] = V::hsum(V::add(acc[j][0], acc[j][1]));
+}
+
+template <class V, int N>
+inline void dot_tile_for(dtype type, const float* x, int64_t ldx, const std::byte* w, int64_t k,
+                         float* out) {
+  // Two accumulators per activation row whatever N is, so a row's sum is formed in the same
+  // order whether it is dotted alone or beside others (batch invariance); two chains of FMAs
+  // already stream weights faster than one core's share of memory bandwidth.
+  constexpr int U = 2;
+  switch (type) {
+    case dtype::f32: return dot_tile<V, load_f32_weights<V>, N, U>(x, ldx, w, k, out);
+    case dtype::f16: return dot_tile<V, load_f16_weights<V>, N, U>(x, ldx, w, k, out);
+    case dtype::bf16: return dot_tile<V, load_bf16_weights<V>, N, U>(x, ldx, w, k, out);
+    case dtype::q8_0: return dot_tile_q8_0<V, N>(x, ldx, w, k, out);
+  }
+}
+
+template <class V>
+inline void dot_rows_strided(dtype type, const float* x, int64_t n, int64_t ldx,
+                             const std::byte* w, size_t row_stride, int64_t k, int64_t num_rows,
+                             float* y, int64_t ldy) {
+  float out[4];
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const std::byte* row = w + r * row_stride;
+    for (int64_t j0 = 0; j0 < n; j0 += 4) {
+      const float* xj = x + j0 * ldx;
+      const int64_t count = n - j0 < 4 ? n - j0 : 4;
+      switch (count) {
+        case 1: dot_tile_for<V, 1>(type, xj, ldx, row, k, out); break;
+        case 2: dot_tile_for<V, 2>(type, xj, ldx, row, k, out); break;
+        case 3: dot_tile_for<V, 3>(type, xj, ldx, row, k, out); break;
+        default: dot_tile_for<V, 4>(type, xj, ldx, row, k, out); break;
+      }
+      for (int64_t j = 0; j < count; ++j) y[(j0 + j) * ldy + r] = out[j];
+    }
+  }
+}
+
+// row_bytes() from dtype.hpp is an inline function with external linkage; calling it from here
+// could make the linker keep this file's AVX-compiled copy for everyone.
+constexpr size_t row_stride_of(dtype type, int64_t k) {
+  return type == dtype::f32    ? static_cast<size_t>(k) * 4
+         : type == dtype::q8_0 ? static_cast<size_t>(k / q8_0_block_size * q8_0_block_bytes)
+                               : static_cast<size_t>(k) * 2;
+}
+
+template <class V, dtype T>
+void dot_rows(const float* x, int64_t n, int64_t ldx, const std::byte* w, int64_t k,
+              int64_t num_rows, float* y, int64_t ldy) {
+  dot_rows_strided<V>(T, x, n, ldx, w, row_stride_of(T, k), k, num_rows, y, ldy);
+}
+
+template <class V>
+void f32_to_f32(const std::byte* src, int64_t count, float* dst) {
+  std::memcpy(dst, src, static_cast<size_t>(count) * 4);
+}
+
+template <class V>
+void f16_to_f32_rows(const std::byte* src, int64_t count, float* dst) {
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + V::width <= count; i += V::width) V::store(dst + i, V::load_f16(s + i));
+  for (; i < count; ++i) dst[i] = f16_to_f32(s[i]);
+}
+
+template <class V>
+void bf16_to_f32_rows(const std::byte* src, int64_t count, float* dst) {
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + V::width <= count; i += V::width) V::store(dst + i, V::load_bf16(s + i));
+  for (; i < count; ++i) dst[i] = bf16_to_f32(s[i]);
+}
+
+template <class V>
+void q8_0_to_f32_rows(const std::byte* src, int64_t count, float* dst) {
+  for (int64_t b = 0; b < count / q8_0_block_size; ++b) {
+    const std::byte* block = src + b * q8_0_block_bytes;
+    uint16_t scale_bits;
+    std::memcpy(&scale_bits, block, 2);
+    const typename V::reg scale = V::set1(f16_to_f32(scale_bits));
+    const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2);
+    for (int64_t c = 0; c < q8_0_block_size; c += V::width)
+      V::store(dst + b * q8_0_block_size + c, V::mul(V::load_q8(qs + c), scale));
+  }
+}
+
+template <class V>
+void attention_scores(const float* queries, int64_t num_queries, int64_t ldq, const float* keys,
+                      int64_t num_keys, int64_t ldk, int64_t head_dim, float scale,
+                      float* scores) {
+  dot_rows_strided<V>(dtype::f32, queries, num_queries, ldq,
+                      reinterpret_cast<const std::byte*>(keys), static_cast<size_t>(ldk) * 4,
+                      head_dim, num_keys, scores, num_keys);
+  for (int64_t i = 0; i < num_queries * num_keys; ++i) scores[i] *= scale;
+}
+
+template <class V>
+void attention_values(const float* probs, int64_t num_queries, int64_t num_keys,
+                      const float* values, int64_t ldv, int64_t head_dim, float* out,
+                      int64_t ldo) {
+  for (int64_t q = 0; q < num_queries; ++q) {
+    float* o = out + q * ldo;
+    for (int64_t t = 0; t < num_keys; ++t) {
+      const typename V::reg p = V::set1(probs[q * num_keys + t]);
+      const float* v = values + t * ldv;
+      int64_t d = 0;
+      for (; d + V::width <= head_dim; d += V::width)
+        V::store(o + d, V::fma(p, V::load(v + d), V::load(o + d)));
+      const float ps = probs[q * num_keys + t];
+      for (; d < head_dim; ++d) o[d] += ps * v[d];
+    }
+  }
+}
+
+template <class V>
+row_kernels make_row_kernels() {
+  row_kernels table{};
+  table.dot_rows[static_cast<int>(dtype::f32)] = &dot_rows<V, dtype::f32>;
+  table.dot_rows[static_cast<int>(dtype::f16)] = &dot_rows<V, dtype::f16>;
+  table.dot_rows[static_cast<int>(dtype::bf16)] = &dot_rows<V, dtype::bf16>;
+  table.dot_rows[static_cast<int>(dtype::q8_0)] = &dot_rows<V, dtype::q8_0>;
+  table.to_f32[static_cast<int>(dtype::f32)] = &f32_to_f32<V>;
+  table.to_f32[static_cast<int>(dtype::f16)] = &f16_to_f32_rows<V>;
+  table.to_f32[static_cast<int>(dtype::bf16)] = &bf16_to_f32_rows<V>;
+  table.to_f32[static_cast<int>(dtype::q8_0)] = &q8_0_to_f32_rows<V>;
+  table.attention_scores = &attention_scores<V>;
+  table.attention_values = &attention_values<V>;
+  return table;
+}
+
+}  // namespace
+}  // namespace troupe::cpu

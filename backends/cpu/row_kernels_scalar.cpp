@@ -1,0 +1,40 @@
+// Portable row kernels: one float at a time, for CPUs without AVX2 and as the tests' reference
+// for the SIMD paths' structure.
+#include "backends/cpu/row_kernels_impl.hpp"
+
+namespace troupe::cpu {
+namespace {
+
+struct scalar_vec {
+  using reg = float;
+  static constexpr int64_t width = 1;
+  static reg zero() { return 0.0f; }
+  static reg load(const float* p) { return *p; }
+  static reg load_f16(const uint16_t* p) { return f16_to_f32(*p); }
+  static reg load_bf16(const uint16_t* p) { return bf16_to_f32(*p); }
+  static reg load_q8(const int8_t* p) { return static_cast<float>(*p); }
+  static reg set1(float v) { return v; }
+  static reg add(reg a, reg b) { return a + b; }
+  static reg mul(reg a, reg b) { return a * b; }
+  static reg fma(reg a, reg b, reg c) { return a * b + c; }
+  static void store(float* p, reg v) { *p = v; }
+  static float hsum(reg v) { return v; }
+};
+
+}  // namespace
+
+const row_kernels& scalar_row_kernels() {
+  static const row_kernels table = make_row_kernels<scalar_vec>();
+  return table;
+}
+
+const row_kernels& kernels_for(simd_level level) {
+  switch (level) {
+    case simd_level::avx512: return avx512_row_kernels();
+    case simd_level::avx2: return avx2_row_kernels();
+    case simd_level::scalar: break;
+  }
+  return scalar_row_kernels();
+}
+
+}  // namespace troupe::cpu

@@ -1,0 +1,701 @@
+#include "backends/cuda/cuda_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/device_buffer.hpp"
+#include "backends/cuda/matmul.hpp"
+#include "backends/cuda/nano_batches.hpp"
+#include "backends/cuda/ops.hpp"
+#include "backends/cuda/paged_attention.hpp"
+#include "model/rope_frequencies.hpp"
+
+namespace troupe {
+
+bool cuda_device_available(std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    if (why) *why = std::string("no CUDA device: ") + cudaGetErrorString(status);
+    cudaGetLastError();  // clear the sticky error so later calls report their own
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA device: the runtime found none";
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+using cuda::check;
+using cuda::device_buffer;
+using cuda::pinned_buffer;
+
+size_t dtype_size(dtype type) { return type == dtype::f32 ? 4 : 2; }
+
+// Streams a step may be spread over (cuda_options::nano_batches).
+constexpr int max_nano_batches = 4;
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+struct layer_weights {
+  device_buffer qkv;       // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]
+  device_buffer qkv_bias;  // [(num_heads + 2 * num_kv_heads) * head_dim] (Qwen2) or empty
+  device_buffer o;         // [hidden, num_heads * head_dim]
+  device_buffer gate_up;   // [2 * intermediate, hidden]
+  device_buffer down;      // [hidden, intermediate]
+  device_buffer input_norm;      // [hidden]
+  device_buffer post_attn_norm;  // [hidden]
+  device_buffer q_norm;  // [head_dim] (Qwen3) or empty
+  device_buffer k_norm;  // [head_dim] (Qwen3) or empty
+};
+
+// Device-side copy of one step's forward_batch plus the attention plan, at fixed offsets so a
+// captured graph keeps reading the right places.
+struct step_capacity {
+  int tokens = 0, seqs = 0, block_ids = 0, work = 0, logits = 0;
+};
+
+class cuda_model final : public model {
+ public:
+  cuda_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
+             const cuda_options& options)
+      : config_(config), kv_shape_(kv_shape), options_(options), type_(options.activation) {
+    validate_config();
+    check(cudaSetDevice(options_.device), "cudaSetDevice");
+    cudaDeviceProp properties{};
+    check(cudaGetDeviceProperties(&properties, options_.device), "cudaGetDeviceProperties");
+    device_name_ = properties.name;
+    num_sms_ = properties.multiProcessorCount;
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    matmul_ = std::make_unique<cuda::matmul>();
+    // Nano-batch 0 runs on stream_; each further one gets a stream, and a cuBLASLt workspace of
+    // its own (two matrix products in flight must not share one), and an event to join on.
+    for (int i = 1; i < options_.nano_batches; ++i) {
+      side_lanes_.emplace_back();
+      side_lane& lane = side_lanes_.back();
+      check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      check(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming), "cudaEventCreate");
+      lane.matmul = std::make_unique<cuda::matmul>();
+    }
+    if (!side_lanes_.empty()) check(cudaEventCreateWithFlags(&step_ready_, cudaEventDisableTiming), "cudaEventCreate");
+    upload_weights(weights);
+    const std::vector<float> inv_freq = rope_inv_freq(config_);
+    inv_freq_.allocate(inv_freq.size() * sizeof(float));
+    check(cudaMemcpy(inv_freq_.get(), inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice),
+          "upload inv_freq");
+    // Activations for a typical step before the KV pool takes what is left.
+    ensure_capacity(step_capacity{std::max(2048, options_.max_graph_batch), options_.max_graph_batch, 4096,
+                                  options_.max_graph_batch, options_.max_graph_batch},
+                    0);
+    allocate_kv_pool();
+  }
+
+  ~cuda_model() override {
+    clear_graphs();
+    for (side_lane& lane : side_lanes_) {
+      if (lane.done) cudaEventDestroy(lane.done);
+      if (lane.stream) cudaStreamDestroy(lane.stream);
+    }
+    if (step_ready_) cudaEventDestroy(step_ready_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  const model_config& config() const override { return config_; }
+  kv_cache_shape kv_shape() const override { return kv_shape_; }
+  std::string backend_name() const override {
+    return "cuda:" + std::to_string(options_.device) + " " + device_name_ + " (" + std::string(dtype_name(type_)) + ")";
+  }
+
+  void forward(const forward_batch& batch, float* logits) override {
+    validate_batch(batch);
+    check(cudaSetDevice(options_.device), "cudaSetDevice");
+    if (batch.num_tokens() == 0) return;
+    compute_logits(batch);
+    check(cudaMemcpyAsync(logits, logits_.get(), static_cast<size_t>(batch.num_logits()) * config_.vocab_size * 4,
+                          cudaMemcpyDeviceToHost, stream_),
+          "download logits");
+    check(cudaStreamSynchronize(stream_), "forward");
+  }
+
+  bool can_sample_on_device() const override { return true; }
+
+  // The logits stay on the GPU: only the sampling parameters go up and one id per row comes down.
+  void forward_sample(const forward_batch& batch, std::span<const device_sampling_row> rows,
+                      int32_t* tokens) override {
+    validate_batch(batch);
+    if (rows.size() != static_cast<size_t>(batch.num_logits())) {
+      throw std::runtime_error("cuda model: " + std::to_string(rows.size()) + " sampling rows for " +
+                               std::to_string(batch.num_logits()) + " logits rows");
+    }
+    check(cudaSetDevice(options_.device), "cudaSetDevice");
+    if (batch.num_tokens() == 0 || rows.empty()) return;
+    compute_logits(batch);
+    const size_t params_bytes = rows.size() * sizeof(cuda::sampling_row);
+    if (sample_params_host_.size() < params_bytes) {
+      sample_params_host_.allocate(params_bytes);
+      sample_params_.allocate(params_bytes);
+      sampled_.allocate(rows.size() * sizeof(int32_t));
+    }
+    auto* params = sample_params_host_.as<cuda::sampling_row>();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      params[i] = cuda::sampling_row{rows[i].temperature, rows[i].top_k, rows[i].top_p, rows[i].seed, rows[i].offset};
+    }
+    check(cudaMemcpyAsync(sample_params_.get(), params, params_bytes, cudaMemcpyHostToDevice, stream_),
+          "upload sampling rows");
+    cuda::sample(logits_.as<float>(), static_cast<int>(rows.size()), config_.vocab_size,
+                 sample_params_.as<cuda::sampling_row>(), sampled_.as<int32_t>(), stream_);
+    check(cudaMemcpyAsync(tokens, sampled_.get(), rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+          "download sampled tokens");
+    check(cudaStreamSynchronize(stream_), "forward_sample");
+  }
+
+ private:
+  // Everything up to the logits [num_logits, vocab] in logits_, queued on stream_.
+  void compute_logits(const forward_batch& batch) {
+    const int num_seqs = batch.num_seqs();
+    bool decode = options_.cuda_graphs && batch.num_tokens() == num_seqs && batch.num_logits() == num_seqs &&
+                  num_seqs <= options_.max_graph_batch;
+    for (int i = 0; decode && i < num_seqs; ++i) decode = batch.logits_rows[i] == i;
+
+    // Decode batches are padded to a bucket (padding rows write no KV and see no context).
+    const int rows = decode ? graph_bucket(num_seqs) : batch.num_tokens();
+    const int seqs = decode ? rows : num_seqs;
+    std::vector<int32_t> query_start(batch.query_start);
+    for (int i = num_seqs; i < seqs; ++i) query_start.push_back(i + 1);
+    int max_context = 0;
+    for (int length : batch.context_lengths) max_context = std::max(max_context, length);
+    const cuda::paged_attention_plan plan = cuda::plan_paged_attention(
+        query_start, config_.num_heads, config_.num_kv_heads, config_.head_dim, decode ? -1 : max_context, num_sms_);
+
+    const int logits_rows = decode ? rows : batch.num_logits();
+    const bool grew = ensure_capacity(
+        step_capacity{rows, seqs, static_cast<int>(batch.block_tables.size()), plan.num_work(), logits_rows},
+        cuda::paged_attention_workspace_floats(plan, config_.num_kv_heads, config_.head_dim));
+    if (grew) clear_graphs();
+    const size_t meta_bytes = pack_step(batch, rows, seqs, query_start, plan, logits_rows);
+    check(cudaMemcpyAsync(meta_device_.get(), meta_host_.get(), meta_bytes, cudaMemcpyHostToDevice, stream_),
+          "upload step metadata");
+
+    const std::vector<nano_batch> whole{nano_batch{0, seqs, 0, rows}};
+    if (decode) {
+      auto it = graphs_.find(rows);
+      if (it == graphs_.end()) {
+        // First step of this size runs kernel by kernel (settling cuBLASLt's algorithm choice and
+        // kernel attributes), then is captured for the steps after it.
+        run_step(rows, logits_rows, plan, whole);
+        capture(rows, logits_rows, plan);
+      } else {
+        check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+      }
+    } else if (side_lanes_.empty()) {
+      run_step(rows, logits_rows, plan, whole);
+    } else {
+      const std::vector<nano_batch> parts =
+          plan_nano_batches(query_start, options_.nano_batches, options_.min_nano_batch_rows);
+      run_step(rows, logits_rows, plan, parts.empty() ? whole : parts);
+    }
+  }
+
+  void validate_config() const {
+    const model_config& c = config_;
+    if (c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 ||
+        c.vocab_size <= 0 || c.intermediate_size <= 0) {
+      throw std::runtime_error("cuda model: config has a non-positive size (hidden, layers, heads, head_dim, vocab, "
+                               "intermediate must all be > 0)");
+    }
+    if (c.num_heads % c.num_kv_heads != 0) {
+      throw std::runtime_error("cuda model: num_heads " + std::to_string(c.num_heads) +
+                               " is not a multiple of num_kv_heads " + std::to_string(c.num_kv_heads));
+    }
+    if (c.head_dim % 8 != 0) {
+      throw std::runtime_error("cuda model: head_dim " + std::to_string(c.head_dim) + " is not a multiple of 8");
+    }
+    if (type_ != dtype::f32 && type_ != dtype::f16 && type_ != dtype::bf16) {
+      throw std::runtime_error("cuda model: activation dtype " + std::string(dtype_name(type_)) +
+                               " is not supported (expected f32, f16 or bf16)");
+    }
+    if (kv_shape_.block_size <= 0 || kv_shape_.num_blocks < 0) {
+      throw std::runtime_error("cuda model: kv block_size must be > 0 and num_blocks >= 0");
+    }
+    if (options_.max_graph_batch < 1) throw std::runtime_error("cuda model: max_graph_batch must be >= 1");
+    if (options_.nano_batches < 1 || options_.nano_batches > max_nano_batches) {
+      throw std::runtime_error("cuda model: nano_batches must be in [1, " + std::to_string(max_nano_batches) + "], got " +
+                               std::to_string(options_.nano_batches));
+    }
+    if (options_.min_nano_batch_rows < 1) throw std::runtime_error("cuda model: min_nano_batch_rows must be >= 1");
+  }
+
+  // ---- weights ----
+
+  const weight_tensor& expect(const weight_store& weights, const std::string& name, std::vector<int64_t> shape) const {
+    const weight_tensor& tensor = weights.get(name);
+    if (tensor.shape != shape) {
+      throw std::runtime_error("cuda model: tensor '" + name + "' has shape " + shape_string(tensor.shape) +
+                               ", expected " + shape_string(shape));
+    }
+    return tensor;
+  }
+
+  // Converts `tensor` into the activation dtype at `destination` (device).
+  void upload_into(void* destination, const weight_tensor& tensor) {
+    if (tensor.type == type_) {
+      check(cudaMemcpy(destination, tensor.data, tensor.num_bytes, cudaMemcpyHostToDevice), "upload weight");
+      return;
+    }
+    if (staging_.size() < tensor.num_bytes) staging_.allocate(tensor.num_bytes);
+    check(cudaMemcpy(staging_.get(), tensor.data, tensor.num_bytes, cudaMemcpyHostToDevice), "upload weight");
+    cuda::convert(staging_.get(), tensor.type, destination, type_, tensor.num_elements(), stream_);
+    check(cudaStreamSynchronize(stream_), "convert weight");
+  }
+
+  device_buffer upload(const std::vector<const weight_tensor*>& parts) {
+    int64_t elements = 0;
+    for (const weight_tensor* part : parts) elements += part->num_elements();
+    device_buffer buffer(static_cast<size_t>(elements) * dtype_size(type_));
+    char* cursor = buffer.as<char>();
+    for (const weight_tensor* part : parts) {
+      upload_into(cursor, *part);
+      cursor += part->num_elements() * dtype_size(type_);
+    }
+    return buffer;
+  }
+
+  void upload_weights(const weight_store& weights) {
+    const model_config& c = config_;
+    const int64_t hidden = c.hidden_size, q_width = int64_t{c.num_heads} * c.head_dim,
+                  kv_width = int64_t{c.num_kv_heads} * c.head_dim, inter = c.intermediate_size;
+    embed_ = upload({&expect(weights, "model.embed_tokens.weight", {c.vocab_size, hidden})});
+    final_norm_ = upload({&expect(weights, "model.norm.weight", {hidden})});
+    if (!c.tie_word_embeddings && weights.contains("lm_head.weight")) {
+      lm_head_ = upload({&expect(weights, "lm_head.weight", {c.vocab_size, hidden})});
+    }
+    layers_.resize(c.num_layers);
+    for (int i = 0; i < c.num_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      layer_weights& l = layers_[i];
+      l.qkv = upload({&expect(weights, p + "self_attn.q_proj.weight", {q_width, hidden}),
+                      &expect(weights, p + "self_attn.k_proj.weight", {kv_width, hidden}),
+                      &expect(weights, p + "self_attn.v_proj.weight", {kv_width, hidden})});
+      if (c.attention_bias || weights.contains(p + "self_attn.q_proj.bias")) {
+        l.qkv_bias = upload({&expect(weights, p + "self_attn.q_proj.bias", {q_width}),
+                             &expect(weights, p + "self_attn.k_proj.bias", {kv_width}),
+                             &expect(weights, p + "self_attn.v_proj.bias", {kv_width})});
+      }
+      l.o = upload({&expect(weights, p + "self_attn.o_proj.weight", {hidden, q_width})});
+      l.gate_up = upload({&expect(weights, p + "mlp.gate_proj.weight", {inter, hidden}),
+                          &expect(weights, p + "mlp.up_proj.weight", {inter, hidden})});
+      l.down = upload({&expect(weights, p + "mlp.down_proj.weight", {hidden, inter})});
+      l.input_norm = upload({&expect(weights, p + "input_layernorm.weight", {hidden})});
+      l.post_attn_norm = upload({&expect(weights, p + "post_attention_layernorm.weight", {hidden})});
+      if (c.qk_norm || weights.contains(p + "self_attn.q_norm.weight")) {
+        l.q_norm = upload({&expect(weights, p + "self_attn.q_norm.weight", {c.head_dim})});
+        l.k_norm = upload({&expect(weights, p + "self_attn.k_norm.weight", {c.head_dim})});
+      }
+    }
+    staging_.release();
+  }
+
+  // ---- KV pool ----
+
+  size_t kv_layer_bytes(int num_blocks) const {
+    return static_cast<size_t>(num_blocks) * kv_shape_.block_size * config_.num_kv_heads * config_.head_dim *
+           dtype_size(type_);
+  }
+
+  void allocate_kv_pool() {
+    if (kv_shape_.num_blocks == 0) {
+      size_t free_bytes = 0, total_bytes = 0;
+      check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+      const double reserved = (1.0 - options_.gpu_memory_utilization) * static_cast<double>(total_bytes);
+      const double budget = static_cast<double>(free_bytes) - reserved;
+      const double per_block = 2.0 * config_.num_layers * static_cast<double>(kv_layer_bytes(1));
+      const int64_t blocks = budget > 0 ? static_cast<int64_t>(budget / per_block) : 0;
+      if (blocks < 1) {
+        throw std::runtime_error("cuda model: no memory left for the KV pool under gpu_memory_utilization " +
+                                 std::to_string(options_.gpu_memory_utilization) + " (" +
+                                 std::to_string(free_bytes >> 20) + " MiB free of " +
+                                 std::to_string(total_bytes >> 20) + " MiB)");
+      }
+      const int64_t cap = options_.max_kv_blocks > 0 ? options_.max_kv_blocks : int64_t(1) << 30;
+      kv_shape_.num_blocks = static_cast<int>(std::min<int64_t>(blocks, cap));
+    }
+    kv_pool_.allocate(2 * config_.num_layers * kv_layer_bytes(kv_shape_.num_blocks));
+  }
+
+  void* k_cache(int layer) const { return kv_pool_.as<char>() + (2 * layer) * kv_layer_bytes(kv_shape_.num_blocks); }
+  void* v_cache(int layer) const {
+    return kv_pool_.as<char>() + (2 * layer + 1) * kv_layer_bytes(kv_shape_.num_blocks);
+  }
+
+  // ---- per-step buffers ----
+
+  // Grows buffers to hold `need` (geometrically); true when anything moved (graphs go stale).
+  bool ensure_capacity(step_capacity need, size_t workspace_floats) {
+    bool grew = false;
+    auto grow = [](int& have, int want) {
+      if (want <= have) return false;
+      have = std::max(want, have + have / 2);
+      return true;
+    };
+    step_capacity& cap = capacity_;
+    const bool meta_grew = grow(cap.tokens, need.tokens) | grow(cap.seqs, need.seqs) |
+                           grow(cap.block_ids, need.block_ids) | grow(cap.work, need.work) |
+                           grow(cap.logits, need.logits);
+    if (meta_grew || !meta_device_) {
+      layout_meta();
+      meta_device_.allocate(meta_bytes_);
+      meta_host_.allocate(meta_bytes_);
+      const model_config& c = config_;
+      const size_t t = dtype_size(type_), n = cap.tokens;
+      residual_.allocate(n * c.hidden_size * t);
+      block_out_.allocate(n * c.hidden_size * t);
+      normed_.allocate(n * c.hidden_size * t);
+      qkv_.allocate(n * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim * t);
+      attn_out_.allocate(n * c.num_heads * c.head_dim * t);
+      gate_up_.allocate(n * 2 * c.intermediate_size * t);
+      act_.allocate(n * c.intermediate_size * t);
+      gathered_.allocate(static_cast<size_t>(cap.logits) * c.hidden_size * t);
+      logits_.allocate(static_cast<size_t>(cap.logits) * c.vocab_size * 4);
+      grew = true;
+    }
+    if (workspace_floats * sizeof(float) > workspace_.size()) {
+      workspace_.allocate(std::max(workspace_floats * sizeof(float), workspace_.size() * 3 / 2));
+      grew = true;
+    }
+    return grew;
+  }
+
+  void layout_meta() {
+    const step_capacity& cap = capacity_;
+    size_t offset = 0;
+    auto place = [&](size_t& field, size_t bytes) {
+      field = offset;
+      offset += (bytes + 15) / 16 * 16;
+    };
+    place(off_slots_, cap.tokens * sizeof(int64_t));
+    place(off_tokens_, cap.tokens * 4);
+    place(off_positions_, cap.tokens * 4);
+    place(off_query_start_, (cap.seqs + 1) * 4);
+    place(off_context_, cap.seqs * 4);
+    place(off_table_start_, (cap.seqs + 1) * 4);
+    place(off_work_, cap.work * 2 * 4);
+    place(off_logits_rows_, cap.logits * 4);
+    place(off_tables_, cap.block_ids * 4);  // last: a step copies only what it uses of it
+    meta_bytes_ = offset;
+  }
+
+  template <typename T>
+  T* host_at(size_t offset) { return reinterpret_cast<T*>(meta_host_.as<char>() + offset); }
+  template <typename T>
+  T* device_at(size_t offset) const { return reinterpret_cast<T*>(meta_device_.as<char>() + offset); }
+
+  // Writes the step into pinned memory; returns how many bytes to upload.
+  size_t pack_step(const forward_batch& b, int rows, int seqs, const std::vector<int32_t>& query_start,
+                   const cuda::paged_attention_plan& plan, int logits_rows) {
+    const int real = b.num_tokens(), real_seqs = b.num_seqs();
+    int64_t* slots = host_at<int64_t>(off_slots_);
+    int32_t* tokens = host_at<int32_t>(off_tokens_);
+    int32_t* positions = host_at<int32_t>(off_positions_);
+    for (int i = 0; i < rows; ++i) {
+      const bool padding = i >= real;
+      slots[i] = padding ? -1 : b.slot_mapping[i];
+      tokens[i] = padding ? 0 : b.token_ids[i];
+      positions[i] = padding ? 0 : b.positions[i];
+    }
+    std::memcpy(host_at<int32_t>(off_query_start_), query_start.data(), (seqs + 1) * 4);
+    int32_t* context = host_at<int32_t>(off_context_);
+    int32_t* table_start = host_at<int32_t>(off_table_start_);
+    for (int s = 0; s < seqs; ++s) {
+      context[s] = s < real_seqs ? b.context_lengths[s] : 0;
+      table_start[s] = s < real_seqs ? b.block_table_start[s] : b.block_table_start[real_seqs];
+    }
+    table_start[seqs] = b.block_table_start[real_seqs];
+    std::memcpy(host_at<int32_t>(off_work_), plan.work_items.data(), plan.work_items.size() * 4);
+    int32_t* logits_rows_host = host_at<int32_t>(off_logits_rows_);
+    for (int i = 0; i < logits_rows; ++i) logits_rows_host[i] = i < b.num_logits() ? b.logits_rows[i] : i;
+    std::memcpy(host_at<int32_t>(off_tables_), b.block_tables.data(), b.block_tables.size() * 4);
+    return off_tables_ + b.block_tables.size() * 4;
+  }
+
+  void validate_batch(const forward_batch& b) const {
+    const int n = b.num_tokens(), seqs = b.num_seqs();
+    auto fail = [](const std::string& what) { throw std::runtime_error("cuda model forward: " + what); };
+    if (static_cast<int>(b.positions.size()) != n || static_cast<int>(b.slot_mapping.size()) != n) {
+      fail("positions and slot_mapping must have one entry per token (" + std::to_string(n) + ")");
+    }
+    if (static_cast<int>(b.query_start.size()) != seqs + 1 || static_cast<int>(b.block_table_start.size()) != seqs + 1) {
+      fail("query_start and block_table_start must have num_seqs + 1 = " + std::to_string(seqs + 1) + " entries");
+    }
+    if (b.query_start[0] != 0 || b.query_start[seqs] != n) fail("query_start must run from 0 to num_tokens");
+    if (b.block_table_start[0] != 0 || b.block_table_start[seqs] != static_cast<int>(b.block_tables.size())) {
+      fail("block_table_start must run from 0 to block_tables.size()");
+    }
+    const int64_t num_slots = int64_t{kv_shape_.num_blocks} * kv_shape_.block_size;
+    for (int s = 0; s < seqs; ++s) {
+      const int q_len = b.query_start[s + 1] - b.query_start[s];
+      const int blocks = b.block_table_start[s + 1] - b.block_table_start[s];
+      if (q_len < 0 || blocks < 0) fail("query_start and block_table_start must not decrease");
+      if (b.context_lengths[s] < q_len) {
+        fail("sequence " + std::to_string(s) + " has context length " + std::to_string(b.context_lengths[s]) +
+             " shorter than its " + std::to_string(q_len) + " new tokens");
+      }
+      if (int64_t{blocks} * kv_shape_.block_size < b.context_lengths[s]) {
+        fail("sequence " + std::to_string(s) + " has " + std::to_string(blocks) + " blocks for context length " +
+             std::to_string(b.context_lengths[s]));
+      }
+    }
+    for (int32_t block : b.block_tables) {
+      if (block < 0 || block >= kv_shape_.num_blocks) {
+        fail("block id " + std::to_string(block) + " outside the pool of " + std::to_string(kv_shape_.num_blocks));
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      if (b.token_ids[i] < 0 || b.token_ids[i] >= config_.vocab_size) {
+        fail("token id " + std::to_string(b.token_ids[i]) + " outside the vocabulary of " +
+             std::to_string(config_.vocab_size));
+      }
+      if (b.slot_mapping[i] >= num_slots) {
+        fail("slot " + std::to_string(b.slot_mapping[i]) + " outside the pool of " + std::to_string(num_slots));
+      }
+    }
+    for (int32_t row : b.logits_rows) {
+      if (row < 0 || row >= n) fail("logits row " + std::to_string(row) + " outside the batch of " + std::to_string(n));
+    }
+  }
+
+  static int graph_bucket(int num_seqs) {
+    int bucket = 1;
+    while (bucket < num_seqs) bucket *= 2;
+    return bucket;
+  }
+
+  // ---- the forward pass ----
+
+  // Row `row` of an activation buffer `width` elements wide.
+  template <class T = void>
+  T* row_of(const device_buffer& buffer, int row, int width) const {
+    return reinterpret_cast<T*>(buffer.as<char>() + static_cast<size_t>(row) * width * dtype_size(type_));
+  }
+
+  // Queues the step: every layer for each nano-batch in `parts` (contiguous row ranges, cut
+  // between sequences), part 0 on stream_ and part i on side lane i - 1, then the final norm
+  // and the logits on stream_ once every part is done. Ops are row-wise except attention, which
+  // reads only its own sequences' rows: the parts share the activation buffers without overlap.
+  void run_step(int rows, int logits_rows, const cuda::paged_attention_plan& plan,
+                const std::vector<nano_batch>& parts) {
+    const model_config& c = config_;
+    const int hidden = c.hidden_size, inter = c.intermediate_size;
+    const int q_width = c.num_heads * c.head_dim, kv_width = c.num_kv_heads * c.head_dim;
+    const int qkv_width = q_width + 2 * kv_width;
+    const float eps = c.rms_norm_eps;
+    const int32_t* tokens = device_at<int32_t>(off_tokens_);
+    const int32_t* positions = device_at<int32_t>(off_positions_);
+    const int64_t* slots = device_at<int64_t>(off_slots_);
+    if (parts.size() > side_lanes_.size() + 1) throw std::runtime_error("cuda model: more nano-batches than streams");
+
+    cuda::paged_attention_params whole;
+    whole.q = qkv_.get();
+    whole.q_row_stride = qkv_width;
+    whole.out = attn_out_.get();
+    whole.query_start = device_at<int32_t>(off_query_start_);
+    whole.context_lengths = device_at<int32_t>(off_context_);
+    whole.block_table_start = device_at<int32_t>(off_table_start_);
+    whole.block_tables = device_at<int32_t>(off_tables_);
+    whole.work_items = device_at<int32_t>(off_work_);
+    whole.num_work = plan.num_work();
+    whole.num_splits = plan.num_splits;
+    whole.rows_per_cta = plan.rows_per_cta;
+    whole.num_heads = c.num_heads;
+    whole.num_kv_heads = c.num_kv_heads;
+    whole.head_dim = c.head_dim;
+    whole.block_size = kv_shape_.block_size;
+    whole.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    if (plan.num_splits > 1) {
+      const size_t partial_rows =
+          static_cast<size_t>(plan.num_work()) * c.num_kv_heads * plan.num_splits * plan.rows_per_cta;
+      whole.partial_out = workspace_.as<float>();
+      whole.partial_max = whole.partial_out + partial_rows * c.head_dim;
+      whole.partial_sum = whole.partial_max + partial_rows;
+    }
+
+    // What each part needs: its stream and matmul, and its share of the attention work items.
+    // Work items are in sequence order, so a part's are a contiguous run; its split partials are
+    // the same run of the workspace (the kernels index them by work item).
+    struct lane_view {
+      cudaStream_t stream;
+      cuda::matmul* mm;
+      cuda::paged_attention_params attention;
+      int first_row, num_rows;
+    };
+    std::vector<lane_view> lanes;
+    int work = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      lane_view lane{p == 0 ? stream_ : side_lanes_[p - 1].stream, p == 0 ? matmul_.get() : side_lanes_[p - 1].matmul.get(),
+                     whole, parts[p].first_row, parts[p].num_rows()};
+      int end_work = work;
+      while (end_work < plan.num_work() && plan.work_items[2 * end_work] < parts[p].end_seq) ++end_work;
+      const size_t skipped = static_cast<size_t>(work) * c.num_kv_heads * plan.num_splits * plan.rows_per_cta;
+      lane.attention.work_items = whole.work_items + 2 * work;
+      lane.attention.num_work = end_work - work;
+      if (plan.num_splits > 1) {
+        lane.attention.partial_out = whole.partial_out + skipped * c.head_dim;
+        lane.attention.partial_max = whole.partial_max + skipped;
+        lane.attention.partial_sum = whole.partial_sum + skipped;
+      }
+      work = end_work;
+      lanes.push_back(lane);
+    }
+    if (work != plan.num_work()) throw std::runtime_error("cuda model: nano-batches do not cover the attention plan");
+
+    // The side lanes start once the step's metadata (uploaded on stream_) is there.
+    if (lanes.size() > 1) {
+      check(cudaEventRecord(step_ready_, stream_), "cudaEventRecord");
+      for (size_t p = 1; p < lanes.size(); ++p) check(cudaStreamWaitEvent(lanes[p].stream, step_ready_, 0), "cudaStreamWaitEvent");
+    }
+
+    for (const lane_view& lane : lanes) {
+      cuda::embedding(embed_.get(), tokens + lane.first_row, row_of(residual_, lane.first_row, hidden), lane.num_rows,
+                      hidden, type_, lane.stream);
+    }
+    for (int i = 0; i < c.num_layers; ++i) {
+      const layer_weights& l = layers_[i];
+      // One layer of every part before the next layer of any, so each stream always has work
+      // queued and the GPU can run one part's matrix products beside another's attention.
+      for (lane_view& lane : lanes) {
+        const int r0 = lane.first_row, n = lane.num_rows;
+        cudaStream_t s = lane.stream;
+        void* residual = row_of(residual_, r0, hidden);
+        void* normed = row_of(normed_, r0, hidden);
+        void* block_out = row_of(block_out_, r0, hidden);
+        void* qkv = row_of(qkv_, r0, qkv_width);
+        // Layer 0 normalizes the embeddings; later layers first add the previous MLP's output.
+        if (i == 0) {
+          cuda::rms_norm(residual, nullptr, l.input_norm.get(), normed, n, hidden, eps, type_, s);
+        } else {
+          cuda::rms_norm(block_out, residual, l.input_norm.get(), normed, n, hidden, eps, type_, s);
+        }
+        lane.mm->run(normed, l.qkv.get(), l.qkv_bias.get(), qkv, n, hidden, qkv_width, type_, type_, s);
+        cuda::rope(qkv, qkv_width, positions + r0, inv_freq_.as<float>(), l.q_norm.get(), l.k_norm.get(), eps, n,
+                   c.num_heads, c.num_kv_heads, c.head_dim, type_, s);
+        const char* k = static_cast<const char*>(qkv) + static_cast<size_t>(q_width) * dtype_size(type_);
+        const char* v = k + static_cast<size_t>(kv_width) * dtype_size(type_);
+        cuda::kv_cache_store(k, v, qkv_width, slots + r0, k_cache(i), v_cache(i), n, c.num_kv_heads, c.head_dim,
+                             type_, s);
+        lane.attention.k_cache = k_cache(i);
+        lane.attention.v_cache = v_cache(i);
+        cuda::paged_attention(lane.attention, type_, s);
+        lane.mm->run(row_of(attn_out_, r0, q_width), l.o.get(), nullptr, block_out, n, q_width, hidden, type_, type_, s);
+        cuda::rms_norm(block_out, residual, l.post_attn_norm.get(), normed, n, hidden, eps, type_, s);
+        lane.mm->run(normed, l.gate_up.get(), nullptr, row_of(gate_up_, r0, 2 * inter), n, hidden, 2 * inter, type_,
+                     type_, s);
+        cuda::silu_and_mul(row_of(gate_up_, r0, 2 * inter), row_of(act_, r0, inter), n, inter, type_, s);
+        lane.mm->run(row_of(act_, r0, inter), l.down.get(), nullptr, block_out, n, inter, hidden, type_, type_, s);
+      }
+    }
+    for (size_t p = 1; p < lanes.size(); ++p) {
+      check(cudaEventRecord(side_lanes_[p - 1].done, lanes[p].stream), "cudaEventRecord");
+      check(cudaStreamWaitEvent(stream_, side_lanes_[p - 1].done, 0), "cudaStreamWaitEvent");
+    }
+    cuda::rms_norm(block_out_.get(), residual_.get(), final_norm_.get(), normed_.get(), rows, hidden, eps, type_,
+                   stream_);
+    cuda::embedding(normed_.get(), device_at<int32_t>(off_logits_rows_), gathered_.get(), logits_rows, hidden, type_,
+                    stream_);
+    const void* lm_head = lm_head_ ? lm_head_.get() : embed_.get();
+    matmul_->run(gathered_.get(), lm_head, nullptr, logits_.get(), logits_rows, hidden, c.vocab_size, type_, dtype::f32,
+                 stream_);
+  }
+
+  void capture(int rows, int logits_rows, const cuda::paged_attention_plan& plan) {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      run_step(rows, logits_rows, plan, {nano_batch{0, rows, 0, rows}});
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(status, "cudaGraphInstantiate");
+    graphs_.emplace(rows, exec);
+  }
+
+  void clear_graphs() {
+    for (auto& [rows, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
+  model_config config_;
+  kv_cache_shape kv_shape_;
+  cuda_options options_;
+  dtype type_;
+  std::string device_name_;
+  int num_sms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::matmul> matmul_;
+  // Nano-batches 1.. run on these (nano-batch 0 on stream_ and matmul_).
+  struct side_lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done = nullptr;  // recorded after the lane's last layer; stream_ waits on it
+    std::unique_ptr<cuda::matmul> matmul;
+  };
+  std::vector<side_lane> side_lanes_;
+  cudaEvent_t step_ready_ = nullptr;  // recorded on stream_ after the metadata upload
+
+  device_buffer embed_;       // [vocab, hidden]
+  device_buffer lm_head_;     // [vocab, hidden], empty when tied to embed_
+  device_buffer final_norm_;  // [hidden]
+  std::vector<layer_weights> layers_;
+  device_buffer inv_freq_;  // [head_dim / 2] f32
+  device_buffer staging_;   // upload staging for weights in another dtype
+  device_buffer kv_pool_;   // per layer: K then V, each [num_blocks, block_size, num_kv_heads, head_dim]
+
+  step_capacity capacity_;
+  size_t meta_bytes_ = 0;
+  size_t off_slots_ = 0, off_tokens_ = 0, off_positions_ = 0, off_query_start_ = 0, off_context_ = 0,
+         off_table_start_ = 0, off_work_ = 0, off_logits_rows_ = 0, off_tables_ = 0;
+  device_buffer meta_device_;
+  cuda::pinned_buffer meta_host_;
+  device_buffer residual_;   // [tokens, hidden]
+  device_buffer block_out_;  // [tokens, hidden] output of o_proj / down_proj
+  device_buffer normed_;     // [tokens, hidden]
+  device_buffer qkv_;        // [tokens, (num_heads + 2 * num_kv_heads) * head_dim]
+  device_buffer attn_out_;   // [tokens, num_heads * head_dim]
+  device_buffer gate_up_;    // [tokens, 2 * intermediate]
+  device_buffer act_;        // [tokens, intermediate]
+  device_buffer gathered_;   // [logits, hidden]
+  device_buffer logits_;     // [logits, vocab] f32
+  pinned_buffer sample_params_host_;  // [logits] cuda::sampling_row
+  device_buffer sample_params_;       // [logits] cuda::sampling_row
+  device_buffer sampled_;             // [logits] int32 token ids
+  device_buffer workspace_;  // attention split partials
+  std::map<int, cudaGraphExec_t> graphs_;  // decode bucket -> captured step
+};
+
+}  // namespace
+
+std::unique_ptr<model> make_cuda_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
+                                       const cuda_options& options) {
+  std::string why;
+  if (!cuda_device_available(&why)) throw std::runtime_error("make_cuda_model: " + why);
+  return std::make_unique<cuda_model>(config, weights, kv_shape, options);
+}
+
+}  // namespace troupe

@@ -1,0 +1,109 @@
+#include "backends/cuda/matmul.hpp"
+
+#include <memory>
+#include <string>
+
+#include "backends/cuda/cuda_check.hpp"
+
+namespace troupe::cuda {
+
+namespace {
+
+constexpr size_t workspace_bytes = 32u << 20;
+
+cudaDataType_t cuda_type(dtype type) {
+  switch (type) {
+    case dtype::f32: return CUDA_R_32F;
+    case dtype::f16: return CUDA_R_16F;
+    case dtype::bf16: return CUDA_R_16BF;
+    default: break;
+  }
+  throw std::runtime_error("CUDA matmul: dtype " + std::string(dtype_name(type)) +
+                           " is not supported (expected f32, f16 or bf16)");
+}
+
+}  // namespace
+
+struct matmul::plan {
+  cublasLtMatmulDesc_t operation = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  ~plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (operation) cublasLtMatmulDescDestroy(operation);
+  }
+};
+
+matmul::matmul() : workspace_(workspace_bytes) { check(cublasLtCreate(&handle_), "cublasLtCreate"); }
+
+matmul::~matmul() {
+  for (auto& [k, p] : plans_) delete p;
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+matmul::plan& matmul::plan_for(int tokens, int in_features, int out_features, dtype in_type, dtype out_type,
+                               bool bias) {
+  const key k{tokens, in_features, out_features, static_cast<int>(in_type), static_cast<int>(out_type), bias};
+  if (auto it = plans_.find(k); it != plans_.end()) return *it->second;
+
+  auto owned = std::make_unique<plan>();
+  plan& p = *owned;
+  check(cublasLtMatmulDescCreate(&p.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
+        "set TRANSA");
+  check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)), "set TRANSB");
+  if (bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+          "set EPILOGUE");
+    const cudaDataType_t bias_type = cuda_type(out_type);
+    check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                         sizeof(bias_type)),
+          "set BIAS_DATA_TYPE");
+  }
+  // Column-major views: A = W^T stored [in, out] (ld in), B = x^T [in, tokens], C = y^T [out, tokens].
+  check(cublasLtMatrixLayoutCreate(&p.a, cuda_type(in_type), in_features, out_features, in_features), "layout A");
+  check(cublasLtMatrixLayoutCreate(&p.b, cuda_type(in_type), in_features, tokens, in_features), "layout B");
+  check(cublasLtMatrixLayoutCreate(&p.c, cuda_type(out_type), out_features, tokens, out_features), "layout C");
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  const uint64_t max_workspace = workspace_bytes;
+  check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+                                             sizeof(max_workspace)),
+        "set MAX_WORKSPACE_BYTES");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.operation, p.a, p.b, p.c, p.c, preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    throw cuda_error("cuBLASLt has no algorithm for a " + std::string(dtype_name(in_type)) + " matmul of " +
+                     std::to_string(tokens) + " tokens x " + std::to_string(in_features) + " -> " +
+                     std::to_string(out_features) + " (" + std::string(dtype_name(out_type)) + " out" +
+                     (bias ? ", bias" : "") + "), status " + std::to_string(static_cast<int>(status)));
+  }
+  p.algo = result.algo;
+  plans_.emplace(k, owned.get());
+  return *owned.release();
+}
+
+void matmul::run(const void* x, const void* weight, const void* bias, void* y, int tokens, int in_features,
+                 int out_features, dtype in_type, dtype out_type, cudaStream_t stream) {
+  if (tokens == 0) return;
+  plan& p = plan_for(tokens, in_features, out_features, in_type, out_type, bias != nullptr);
+  if (bias) {
+    check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+          "set BIAS_POINTER");
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasLtMatmul(handle_, p.operation, &alpha, weight, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                       workspace_.get(), workspace_.size(), stream),
+        "cublasLtMatmul");
+}
+
+}  // namespace troupe::cuda

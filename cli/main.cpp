@@ -1,0 +1,42 @@
+// troupe: serve, generate, tokenize, make-model, complete, chat ... one binary for every role.
+
+#include <exception>
+#include <memory>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/command_registry.hpp"
+
+namespace troupe::cli {
+std::vector<command_factory>& command_factories() {
+  static std::vector<command_factory> factories;
+  return factories;
+}
+}  // namespace troupe::cli
+
+int main(int argc, char** argv) {
+  // Logs go to stderr: stdout carries only a command's output (ids, generated text), so it can
+  // be piped or compared.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
+  CLI::App app{"troupe: serves large language models, one actor per stage of inference"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "troupe 0.1.0");
+  std::vector<troupe::cli::command> commands;
+  for (auto& factory : troupe::cli::command_factories()) commands.push_back(factory(app));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto& command : commands) {
+    if (!command.app->parsed()) continue;
+    try {
+      return command.run();
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      return 1;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,16 @@
+#include "doors/door_actor.hpp"
+
+#include "doors/reply_router.hpp"
+#include "stages/message_inspect.hpp"
+
+namespace troupe {
+
+caf::behavior door_actor(caf::event_based_actor* self, reply_router* router) {
+  return {
+      [router](text_batch& batch) { router->route(std::move(batch)); },
+      [router](request_failed& failed) { router->route(std::move(failed)); },
+      [router](stats_answer& stats) { router->route(std::move(stats)); },
+  };
+}
+
+}  // namespace troupe

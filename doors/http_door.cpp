@@ -1,0 +1,457 @@
+#include "doors/http_door.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "doors/http/connection_watch.hpp"
+#include "doors/http/generation_session.hpp"
+#include "doors/http/metrics_text.hpp"
+#include "doors/http/server_sent_events.hpp"
+#include "stages/stage_clock.hpp"
+
+namespace troupe {
+
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Compares without an early exit, so response times do not tell how much of a key was right.
+bool same_key(std::string_view given, std::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
+  return diff == 0;
+}
+
+void respond(httplib::Response& res, const api_error& error) {
+  res.status = error.status;
+  res.set_content(error.to_json(), "application/json");
+}
+
+api_error make_error(int status, std::string type, std::string message, std::string code = {}) {
+  api_error e;
+  e.status = status;
+  e.type = std::move(type);
+  e.message = std::move(message);
+  e.code = std::move(code);
+  return e;
+}
+
+// cpp-httplib 0.11 listens with a backlog of 5 (a compile-time constant of the packaged
+// library): a burst of clients connecting at once overflows it, and the dropped SYNs are retried
+// only after a second. listen() on a listening socket raises the backlog in place.
+class openai_server : public httplib::Server {
+ public:
+  bool raise_listen_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+};
+
+// The engine events of one HTTP request, handed from post() to its connection thread.
+struct event_queue {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<engine_event> events;
+
+  void push(engine_event event) {
+    {
+      std::lock_guard lock(mutex);
+      events.push_back(std::move(event));
+    }
+    changed.notify_one();
+  }
+
+  // Waits at most `timeout` for events; returns what there is.
+  std::deque<engine_event> take(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex);
+    changed.wait_for(lock, timeout, [&] { return !events.empty(); });
+    return std::exchange(events, {});
+  }
+};
+
+}  // namespace
+
+struct http_door::impl {
+  http_options options;
+  door_downstream& downstream;
+  request_admission& admission;
+  const serving_counters& counters;
+  token_text_fn token_text;
+
+  openai_server server;
+  std::thread listener;
+  int bound_port = 0;
+  std::atomic<bool> stopping{false};
+
+  // Engine request id -> the queue of the HTTP request it belongs to, and its choice there.
+  std::mutex routes_mutex;
+  std::unordered_map<int64_t, std::pair<std::shared_ptr<event_queue>, int>> routes;
+
+  std::mutex stats_mutex;
+  std::unordered_map<uint64_t, std::promise<stats_answer>> stats_waiters;
+
+  std::atomic<int> num_generating{0};
+  std::atomic<int64_t> num_streams_open{0};
+  std::array<std::atomic<uint64_t>, 6> num_responses_by_class{};  // [status / 100]
+
+  impl(http_options o, door_downstream& d, request_admission& a, const serving_counters& c, token_text_fn t)
+      : options(std::move(o)), downstream(d), admission(a), counters(c), token_text(std::move(t)) {}
+
+  void install_routes();
+  void generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
+                const httplib::ContentReader& reader);
+  std::optional<stats_answer> query_stats(std::chrono::milliseconds timeout);
+  void abort_unfinished(const generation_session& session) {
+    for (int64_t id : session.unfinished_request_ids()) downstream.abort(id);
+  }
+};
+
+http_door::http_door(http_options options, door_downstream& downstream, request_admission& admission,
+                             const serving_counters& counters, token_text_fn token_text)
+    : impl_(std::make_unique<impl>(std::move(options), downstream, admission, counters, std::move(token_text))) {}
+
+http_door::~http_door() { stop(); }
+
+int http_door::port() const { return impl_->bound_port; }
+
+void http_door::post(door_event event) {
+  auto& s = *impl_;
+  if (auto* batch = std::get_if<text_batch>(&event)) {
+    std::lock_guard lock(s.routes_mutex);
+    for (auto& d : batch->deltas) {
+      auto it = s.routes.find(d.delta.request_id);
+      if (it == s.routes.end()) continue;
+      auto [queue, choice] = it->second;
+      if (d.delta.finished()) {
+        // The engine is done with it: its slot is free whether or not a client still listens.
+        s.routes.erase(it);
+        s.admission.release();
+      }
+      queue->push(engine_event{choice, std::move(d)});
+    }
+  } else if (auto* failed = std::get_if<request_failed>(&event)) {
+    std::lock_guard lock(s.routes_mutex);
+    auto it = s.routes.find(failed->request_id);
+    if (it == s.routes.end()) return;
+    auto [queue, choice] = it->second;
+    s.routes.erase(it);
+    s.admission.release();
+    queue->push(engine_event{choice, std::move(*failed)});
+  } else if (auto* stats = std::get_if<stats_answer>(&event)) {
+    std::lock_guard lock(s.stats_mutex);
+    auto it = s.stats_waiters.find(stats->tag);
+    if (it == s.stats_waiters.end()) return;
+    it->second.set_value(*stats);
+    s.stats_waiters.erase(it);
+  }
+}
+
+std::optional<stats_answer> http_door::impl::query_stats(std::chrono::milliseconds timeout) {
+  const uint64_t tag = admission.next_stats_tag(client_door::http);
+  std::future<stats_answer> answer;
+  {
+    std::lock_guard lock(stats_mutex);
+    if (stats_waiters.size() >= 256) return std::nullopt;
+    answer = stats_waiters[tag].get_future();
+  }
+  downstream.query_stats(tag);
+  if (answer.wait_for(timeout) == std::future_status::ready) return answer.get();
+  std::lock_guard lock(stats_mutex);
+  stats_waiters.erase(tag);
+  return std::nullopt;
+}
+
+void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& reader) {
+  // The body, bounded: httplib skips a larger Content-Length itself; the rest of a chunked body
+  // too large is read and dropped, so that the connection stays usable for the next request,
+  // up to a point where draining costs more than the connection is worth.
+  std::string body;
+  size_t num_dropped = 0;
+  const bool read = reader([&](const char* data, size_t length) {
+    if (num_dropped == 0 && body.size() + length <= options.max_body_bytes) {
+      body.append(data, length);
+      return true;
+    }
+    num_dropped += length;
+    body.clear();
+    return num_dropped <= 16 * options.max_body_bytes;
+  });
+  if (num_dropped > 0 || res.status == 413) {
+    respond(res, make_error(413, "invalid_request_error",
+                            "the request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"));
+    return;
+  }
+  if (!read) {
+    respond(res, make_error(400, "invalid_request_error", "the request body could not be read"));
+    return;
+  }
+  auto parsed = parse_openai_request(endpoint, body, options.limits);
+  if (auto* error = std::get_if<api_error>(&parsed)) return respond(res, *error);
+  auto& request = std::get<openai_request>(parsed);
+  if (request.model != options.model_name) {
+    api_error e = make_error(404, "invalid_request_error",
+                             "the model '" + request.model + "' does not exist; this server serves '" +
+                                 options.model_name + "' (GET /v1/models)",
+                             "model_not_found");
+    e.param = "model";
+    return respond(res, e);
+  }
+
+  // Each open stream holds a connection thread; keep some for /health and /metrics.
+  const int max_generating = std::max(1, options.max_connections - options.reserved_connections);
+  if (num_generating.fetch_add(1) >= max_generating) {
+    --num_generating;
+    res.set_header("Retry-After", "1");
+    return respond(res, make_error(503, "overloaded_error",
+                                   "all " + std::to_string(max_generating) +
+                                       " generation connections of this server are busy; retry later"));
+  }
+  struct generating_slot {
+    std::atomic<int>& count;
+    ~generating_slot() { --count; }
+  };
+  auto slot = std::make_shared<generating_slot>(generating_slot{num_generating});
+
+  const int num_choices = request.num_choices();
+  const auto first_id = admission.admit(client_door::http, num_choices);
+  if (!first_id) {
+    res.set_header("Retry-After", "1");
+    return respond(res, make_error(429, "rate_limit_error",
+                                   "the server holds its maximum of " + std::to_string(admission.max_in_flight()) +
+                                       " requests in flight; retry later",
+                                   "too_many_requests"));
+  }
+  auto session = std::make_shared<generation_session>(std::move(request), *first_id, unix_seconds(), token_text);
+  auto queue = std::make_shared<event_queue>();
+  {
+    std::lock_guard lock(routes_mutex);
+    for (int choice = 0; choice < num_choices; ++choice) routes[session->request_id(choice)] = {queue, choice};
+  }
+  for (auto& job : session->engine_requests(steady_now_ns())) downstream.submit(std::move(job));
+
+  // Nothing is written to the client while these waits last: after the first second its socket
+  // is looked at now and then, so a client that gave up is noticed and its work aborted.
+  const auto waiting_since = std::chrono::steady_clock::now();
+  std::optional<connection_watch> watch;
+  auto client_gone = [&] {
+    if (std::chrono::steady_clock::now() - waiting_since < 1s) return false;
+    if (!watch) watch = connection_watch::find(req.remote_addr, req.remote_port, bound_port);
+    return watch->client_gone();
+  };
+  // False when the wait was given up: the server is stopping or the client went away.
+  auto wait_until = [&](auto&& ready) {
+    while (!ready() && !session->failure()) {
+      if (stopping || client_gone()) return false;
+      for (auto& event : queue->take(200ms)) session->apply(std::move(event));
+    }
+    return true;
+  };
+  auto give_up = [&] {
+    abort_unfinished(*session);
+    respond(res, stopping ? make_error(503, "overloaded_error", "the server is shutting down")
+                          : make_error(400, "invalid_request_error", "the client closed the connection"));
+  };
+
+  // The status line waits for every choice's first event: a prompt the tokenizer refuses or a
+  // full scheduler queue is still an HTTP error, not an error inside a 200 stream.
+  if (!wait_until([&] { return session->all_started(); })) return give_up();
+  if (session->failure()) {
+    abort_unfinished(*session);
+    return respond(res, *session->failure());
+  }
+
+  if (!session->request().stream) {
+    if (!wait_until([&] { return session->all_finished(); })) return give_up();
+    if (session->failure()) {
+      abort_unfinished(*session);
+      return respond(res, *session->failure());
+    }
+    res.set_content(session->full_body(), "application/json");
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  ++num_streams_open;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, session, queue, slot](size_t, httplib::DataSink& sink) {
+        std::string text = session->take_stream_text();
+        if (text.empty() && !session->stream_ended()) {
+          auto events = queue->take(1000ms);
+          const bool idle = events.empty();
+          for (auto& event : events) session->apply(std::move(event));
+          text = session->take_stream_text();
+          if (text.empty()) {
+            if (!idle) return !stopping.load();  // events that made no chunk: wait again
+            // Idle for a second: a comment line, so a client that has gone is noticed anyway.
+            text = sse::keep_alive;
+          }
+        }
+        if (stopping) return false;
+        if (!sink.write(text.data(), text.size())) return false;
+        if (session->stream_ended()) sink.done();
+        return true;
+      },
+      [this, session](bool) {
+        // Runs once the stream ends, written whole or cut off: whatever still runs is aborted,
+        // and its KV freed, within a step.
+        --num_streams_open;
+        abort_unfinished(*session);
+      });
+}
+
+void http_door::impl::install_routes() {
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string header = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (header.empty()) {
+      respond(res, make_error(401, "invalid_request_error",
+                              "missing API key: send the header 'Authorization: Bearer <key>'", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (header.rfind(prefix, 0) != 0 || !same_key(std::string_view(header).substr(prefix.size()), options.api_key)) {
+      respond(res, make_error(401, "invalid_request_error", "incorrect API key provided", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) {
+    generate(openai_endpoint::completions, req, res, reader);
+  });
+  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                             const httplib::ContentReader& reader) {
+    generate(openai_endpoint::chat_completions, req, res, reader);
+  });
+  auto model_card = [this] {
+    return json{{"id", options.model_name}, {"object", "model"}, {"created", unix_seconds()},
+                {"owned_by", "troupe"}, {"max_model_len", options.limits.max_model_len}};
+  };
+  server.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_json(json{{"object", "list"}, {"data", json::array({model_card()})}}), "application/json");
+  });
+  server.Get("/v1/models/(.+)", [this, model_card](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != options.model_name) {
+      api_error e = make_error(404, "invalid_request_error", "the model '" + std::string(req.matches[1]) + "' does not exist",
+                               "model_not_found");
+      e.param = "model";
+      return respond(res, e);
+    }
+    res.set_content(dump_json(model_card()), "application/json");
+  });
+  // Healthy when the scheduler answers, not merely when this thread does.
+  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (query_stats(2000ms)) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    } else {
+      respond(res, make_error(503, "server_error", "the scheduler did not answer within 2 s"));
+    }
+  });
+  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    metrics_snapshot m;
+    m.num_requests_zmq = admission.num_admitted(client_door::zmq);
+    m.num_requests_http = admission.num_admitted(client_door::http);
+    m.num_refused_zmq = admission.num_refused(client_door::zmq);
+    m.num_refused_http = admission.num_refused(client_door::http);
+    m.num_requests_in_flight = admission.num_in_flight();
+    m.max_requests_in_flight = admission.max_in_flight();
+    m.num_prompt_tokens = counters.num_prompt_tokens;
+    m.num_generation_tokens = counters.num_generation_tokens;
+    m.num_finished_stop = counters.num_finished_stop;
+    m.num_finished_length = counters.num_finished_length;
+    m.num_finished_abort = counters.num_finished_abort;
+    m.num_failed = counters.num_failed;
+    m.num_http_responses_2xx = num_responses_by_class[2];
+    m.num_http_responses_4xx = num_responses_by_class[4];
+    m.num_http_responses_5xx = num_responses_by_class[5];
+    m.num_http_streams_open = num_streams_open;
+    if (auto stats = query_stats(2000ms)) {
+      m.scheduler = metrics_snapshot::scheduler_gauges{stats->num_free_blocks, stats->num_total_blocks,
+                                                       stats->num_running, stats->num_waiting};
+    }
+    res.set_content(render_metrics(m), "text/plain; version=0.0.4");
+  });
+  // Statuses httplib decides itself (unknown path, 413 before the handler) get OpenAI's shape.
+  server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 404) {
+      respond(res, make_error(404, "not_found_error", "no such endpoint: " + req.method + " " + req.path));
+    } else if (res.status == 413) {
+      respond(res, make_error(413, "invalid_request_error", "the request body is too large"));
+    } else {
+      respond(res, make_error(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+                              "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    respond(res, make_error(500, "server_error", "internal error: " + what));
+  });
+  server.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    const int status_class = res.status / 100;
+    if (status_class >= 0 && status_class < 6) ++num_responses_by_class[static_cast<size_t>(status_class)];
+  });
+}
+
+void http_door::start() {
+  auto& s = *impl_;
+  // A client gone mid-write must cost an error return, not the process.
+  std::signal(SIGPIPE, SIG_IGN);
+  const int num_threads = std::max(4, s.options.max_connections);
+  s.server.new_task_queue = [num_threads] { return new httplib::ThreadPool(static_cast<size_t>(num_threads)); };
+  s.server.set_payload_max_length(s.options.max_body_bytes);
+  s.server.set_tcp_nodelay(true);  // a stream's small events go out as they are written
+  // A client keeps its connection for as many requests as it likes (httplib's default is 5,
+  // and every reconnection is a handshake and a trip through the accept queue).
+  s.server.set_keep_alive_max_count(1u << 20);
+  s.install_routes();
+  if (s.options.port == 0) {
+    s.bound_port = s.server.bind_to_any_port(s.options.host);
+  } else if (s.server.bind_to_port(s.options.host, s.options.port)) {
+    s.bound_port = s.options.port;
+  }
+  if (s.bound_port <= 0) {
+    throw std::runtime_error("http: cannot bind " + s.options.host + ":" + std::to_string(s.options.port));
+  }
+  if (!s.server.raise_listen_backlog(std::max(128, s.options.max_connections))) {
+    spdlog::warn("http: cannot raise the listen backlog: {}", std::strerror(errno));
+  }
+  s.listener = std::thread([&s] { s.server.listen_after_bind(); });
+}
+
+void http_door::stop() {
+  auto& s = *impl_;
+  if (!s.listener.joinable()) return;
+  s.stopping = true;
+  s.server.stop();
+  s.listener.join();
+}
+
+}  // namespace troupe

@@ -1,0 +1,57 @@
+#pragma once
+// The OpenAI-compatible HTTP door (docs/http_api.md): POST /v1/completions,
+// POST /v1/chat/completions (streamed as server-sent events or whole), GET /v1/models,
+// GET /health, GET /metrics. Plain class over cpp-httplib: each connection is served on one of a
+// fixed pool of threads, which blocks on the request's own queue of engine events; the actor
+// system reaches it through post(), the stages through door_downstream, as the ZeroMQ door.
+//
+// A client that goes away mid-stream is noticed when a write fails (a token or, when idle, an SSE
+// comment each second); its requests are then aborted, which frees their KV blocks.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "doors/door_events.hpp"
+#include "doors/http/openai_request.hpp"
+#include "doors/http/openai_response.hpp"
+#include "doors/reply_router.hpp"
+#include "doors/request_admission.hpp"
+
+namespace troupe {
+
+struct http_options {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (port() says which)
+  std::string api_key;  // empty: none asked for; else `Authorization: Bearer <key>` on /v1/*
+  size_t max_body_bytes = 4u << 20;  // larger bodies: 413
+  // Connections served at once (each open stream holds one). Generation requests beyond
+  // max_connections - reserved_connections get 503, keeping room for /health and /metrics.
+  int max_connections = 256;
+  int reserved_connections = 8;
+  std::string model_name;  // what /v1/models lists and requests must name
+  openai_limits limits;
+};
+
+class http_door : public door_inbox {
+ public:
+  http_door(http_options options, door_downstream& downstream, request_admission& admission,
+                const serving_counters& counters, token_text_fn token_text);
+  ~http_door() override;
+  http_door(const http_door&) = delete;
+  http_door& operator=(const http_door&) = delete;
+
+  // Binds (throws std::runtime_error naming host and port when it cannot) and starts serving.
+  void start();
+  void stop();
+  int port() const;
+
+  // Thread-safe: engine events for this door's requests, handed to the waiting connections.
+  void post(door_event event) override;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe

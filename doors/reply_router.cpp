@@ -1,0 +1,44 @@
+#include "doors/reply_router.hpp"
+
+namespace troupe {
+
+void reply_router::count(const text_delta& d) {
+  if (!d.delta.finished()) return;
+  if (d.delta.metrics) {
+    counters_.num_prompt_tokens += static_cast<uint64_t>(d.delta.metrics->num_prompt_tokens);
+    counters_.num_generation_tokens += static_cast<uint64_t>(d.delta.metrics->num_output_tokens);
+  }
+  switch (d.delta.finish) {
+    case finish_reason::stop: ++counters_.num_finished_stop; break;
+    case finish_reason::length: ++counters_.num_finished_length; break;
+    case finish_reason::abort: ++counters_.num_finished_abort; break;
+    default: break;
+  }
+}
+
+void reply_router::route(text_batch batch) {
+  // The common case, one door's requests only, moves the batch on whole.
+  std::array<text_batch, num_client_doors> by_door;
+  for (auto& d : batch.deltas) {
+    count(d);
+    by_door[static_cast<int>(request_admission::door_of(d.delta.request_id))].deltas.push_back(std::move(d));
+  }
+  for (int door = 0; door < num_client_doors; ++door) {
+    if (!by_door[door].deltas.empty() && doors_[door]) doors_[door]->post(std::move(by_door[door]));
+  }
+}
+
+void reply_router::route(request_failed failed) {
+  ++counters_.num_failed;
+  if (auto* inbox = doors_[static_cast<int>(request_admission::door_of(failed.request_id))]) {
+    inbox->post(std::move(failed));
+  }
+}
+
+void reply_router::route(stats_answer stats) {
+  if (auto* inbox = doors_[static_cast<int>(request_admission::door_of_tag(stats.tag))]) {
+    inbox->post(std::move(stats));
+  }
+}
+
+}  // namespace troupe

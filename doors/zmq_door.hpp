@@ -1,0 +1,59 @@
+#pragma once
+// The client plane's door: owns the ZeroMQ ROUTER socket on its own thread, decodes and checks
+// every frame, hands valid requests downstream and sends replies back. Plain class: the actor
+// system reaches it through door_downstream (out) and post() (in), so it is testable alone.
+//
+// Client-gone detection: libzmq's ROUTER_NOTIFY is a draft API (absent from Debian's build), so
+// the frontend watches the ROUTER's socket monitor for DISCONNECTED events, which name the file
+// descriptor, and maps descriptors to routing ids from each message's ZMQ_SRCFD.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include "doors/door_events.hpp"
+#include "doors/request_admission.hpp"
+#include "protocol/protocol_limits.hpp"
+#include "stages/messages.hpp"
+
+namespace troupe {
+
+struct zmq_door_options {
+  std::string endpoint = "tcp://127.0.0.1:5557";
+  std::string api_key;  // empty: none asked for
+  protocol_limits limits;
+  int max_prompt_tokens = 1 << 20;    // from the model's context; a token-id prompt this long is refused early
+};
+
+class zmq_door : public door_inbox {
+ public:
+  // `admission` (shared with the other doors) hands out request ids and bounds the requests in
+  // flight: beyond it, `overloaded`, before anything is allocated.
+  zmq_door(zmq_door_options options, door_downstream& downstream, request_admission& admission);
+  ~zmq_door();
+  zmq_door(const zmq_door&) = delete;
+  zmq_door& operator=(const zmq_door&) = delete;
+
+  // Binds the socket (throws std::runtime_error naming the endpoint when it cannot) and starts
+  // the thread.
+  void start();
+  void stop();
+  // Thread-safe: replies from the stages, sent on by the frontend's thread.
+  void post(door_event event) override;
+
+ private:
+  struct state;
+  void loop();
+
+  zmq_door_options options_;
+  door_downstream& downstream_;
+  request_admission& admission_;
+  std::unique_ptr<state> state_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace troupe

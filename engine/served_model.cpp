@@ -1,0 +1,93 @@
+#include "engine/served_model.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "model/loader/tokenizer_sources.hpp"
+
+namespace troupe {
+
+void model_spec::validate() const {
+  if (path.empty()) throw std::runtime_error("no model given (set [model] path or --model)");
+  validate_settings();
+}
+
+void model_spec::validate_settings() const {
+  backend.validate();
+  auto positive = [](int value, const char* name) {
+    if (value <= 0) throw std::runtime_error(std::string(name) + " must be positive, got " + std::to_string(value));
+  };
+  positive(block_size, "block_size");
+  positive(max_num_seqs, "max_num_seqs");
+  if (num_kv_blocks < 0) throw std::runtime_error("num_kv_blocks must be 0 (from memory) or positive");
+  if (num_kv_blocks == 0) positive(kv_memory_mb, "kv_memory_mb (when num_kv_blocks is 0)");
+  if (max_model_len < 0) throw std::runtime_error("max_model_len must be 0 (the model's) or positive");
+}
+
+engine_config served_model::base_engine_config() const {
+  engine_config config;
+  config.block_size = backend_model->kv_shape().block_size;
+  config.num_kv_blocks = backend_model->kv_shape().num_blocks;
+  config.max_model_len = max_model_len;
+  return config;
+}
+
+std::unique_ptr<tokenizer> load_model_tokenizer(const std::string& model_path) {
+  std::filesystem::path path = model_path;
+  // Dummy weights may be given as a config.json: the tokenizer lives beside it.
+  if (std::filesystem::is_regular_file(path) && path.extension() == ".json" && path.filename() != "tokenizer.json") {
+    path = path.parent_path();
+  }
+  auto sources = load_tokenizer_sources(path);
+  return std::make_unique<tokenizer>(tokenizer::from_json(sources.tokenizer_json, sources.tokenizer_config));
+}
+
+std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::unique_ptr<tokenizer> tok) {
+  spec.validate();
+  auto served = std::make_shared<served_model>();
+  served->tok = tok ? std::move(tok) : load_model_tokenizer(spec.path);
+
+  load_options options;
+  options.path = spec.path;
+  options.format = spec.format;
+  options.show_progress = false;
+  served->loaded = load_model(options);
+  const model_config& config = served->loaded.config;
+
+  const device_choice device = choose_device(spec.device);
+  served->device_note = device.fallback_reason;
+  served->max_model_len = config.max_position_embeddings > 0 ? config.max_position_embeddings : 4096;
+  if (spec.max_model_len > 0) served->max_model_len = std::min(served->max_model_len, spec.max_model_len);
+
+  kv_pool_request kv;
+  kv.num_blocks = spec.num_kv_blocks;  // 0: CPU from kv_memory_mb, CUDA from gpu_memory_utilization
+  kv.block_size = spec.block_size;
+  kv.cpu_budget_bytes = static_cast<size_t>(spec.kv_memory_mb) << 20;
+  // Every running sequence at full length is all a pool sized from memory can be used for.
+  const int64_t blocks_per_sequence = (served->max_model_len + spec.block_size - 1) / spec.block_size;
+  kv.max_useful_blocks = static_cast<int>(std::min<int64_t>(int64_t(spec.max_num_seqs) * blocks_per_sequence, 1 << 30));
+  served->backend_model = make_backend_model(config, served->loaded.weights, device.kind, kv, spec.backend);
+  served->device = device.kind;
+
+  for (int id : config.eos_token_ids) served->eos_token_ids.push_back(id);
+  for (int32_t id : served->tok->eos_token_ids()) {
+    if (std::find(served->eos_token_ids.begin(), served->eos_token_ids.end(), id) == served->eos_token_ids.end()) {
+      served->eos_token_ids.push_back(id);
+    }
+  }
+  return served;
+}
+
+std::string describe(const served_model& served) {
+  const model_config& config = served.loaded.config;
+  const kv_cache_shape shape = served.backend_model->kv_shape();
+  return fmt::format("model {} ({}, {} layers, hidden {}, vocab {}) on {}: {} KV blocks of {} tokens, context {}",
+                     served.loaded.source.string(), config.architecture_name, config.num_layers, config.hidden_size,
+                     config.vocab_size, served.backend_model->backend_name(), shape.num_blocks, shape.block_size,
+                     served.max_model_len);
+}
+
+}  // namespace troupe

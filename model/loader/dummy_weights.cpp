@@ -1,0 +1,74 @@
+#include "model/loader/dummy_weights.hpp"
+
+#include <cmath>
+#include <memory>
+#include <numbers>
+#include <stdexcept>
+
+#include "model/loader/float_conversion.hpp"
+
+namespace troupe {
+namespace {
+
+// splitmix64: tiny, portable and identical everywhere (std:: distributions are not).
+uint64_t next_random(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in (0, 1).
+double next_uniform(uint64_t& state) { return (static_cast<double>(next_random(state) >> 11) + 0.5) * 0x1.0p-53; }
+
+uint64_t hash_name(const std::string& name, uint64_t seed) {
+  uint64_t h = 0xcbf29ce484222325ull ^ seed;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
+std::vector<float> dummy_tensor_values(const tensor_spec& spec, uint64_t seed, const dummy_init& init) {
+  int64_t count = 1;
+  for (int64_t d : spec.shape) count *= d;
+  std::vector<float> values(static_cast<size_t>(count));
+  uint64_t state = hash_name(spec.name, seed);
+  if (spec.role == tensor_role::norm) {
+    for (auto& v : values) v = 1.0f + init.norm_jitter * static_cast<float>(2 * next_uniform(state) - 1);
+    return values;
+  }
+  for (size_t i = 0; i < values.size(); i += 2) {  // Box-Muller gives two normals per draw
+    double radius = std::sqrt(-2.0 * std::log(next_uniform(state)));
+    double angle = 2 * std::numbers::pi * next_uniform(state);
+    values[i] = static_cast<float>(init.stddev * radius * std::cos(angle));
+    if (i + 1 < values.size()) values[i + 1] = static_cast<float>(init.stddev * radius * std::sin(angle));
+  }
+  return values;
+}
+
+weight_store make_dummy_weights(const model_config& config, dtype type, uint64_t seed, const dummy_init& init) {
+  weight_store store;
+  for (const auto& spec : expected_tensors(config)) {
+    std::vector<float> values = dummy_tensor_values(spec, seed, init);
+    // Norms and biases stay f32 when quantizing, as in GGUF files; a row that is not a whole
+    // number of Q8_0 blocks falls back to f16.
+    dtype tensor_type = type;
+    if (type == dtype::q8_0 && (spec.shape.size() < 2 || spec.shape.back() % q8_0_block_size != 0)) {
+      tensor_type = spec.shape.size() < 2 ? dtype::f32 : dtype::f16;
+    }
+    auto buffer = std::make_shared<std::vector<std::byte>>(row_bytes(tensor_type, static_cast<int64_t>(values.size())));
+    convert_from_f32(values, tensor_type, buffer->data());
+    weight_tensor tensor;
+    tensor.name = spec.name;
+    tensor.type = tensor_type;
+    tensor.shape = spec.shape;
+    tensor.data = buffer->data();
+    tensor.num_bytes = buffer->size();
+    store.keep_alive(buffer);
+    store.add(std::move(tensor));
+  }
+  return store;
+}
+
+}  // namespace troupe

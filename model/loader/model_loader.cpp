@@ -1,0 +1,94 @@
+#include "model/loader/model_loader.hpp"
+
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "model/loader/dummy_weights.hpp"
+#include "model/loader/gguf_file.hpp"
+#include "model/loader/gguf_model_loader.hpp"
+#include "model/loader/hf_config.hpp"
+#include "model/loader/progress_bar.hpp"
+#include "model/loader/safetensors_file.hpp"
+#include "model/model_tensors.hpp"
+
+namespace troupe {
+namespace {
+
+// Bigger models get a progress bar even when stderr is not a terminal.
+constexpr uint64_t big_model_bytes = uint64_t{1} << 30;
+constexpr size_t page_bytes = 4096;
+
+load_format detect_format(const std::filesystem::path& path) {
+  if (!std::filesystem::exists(path)) throw std::runtime_error("model path '" + path.string() + "' does not exist");
+  if (std::filesystem::is_directory(path)) {
+    if (std::filesystem::exists(path / "model.safetensors") || std::filesystem::exists(path / "model.safetensors.index.json")) {
+      return load_format::safetensors;
+    }
+    for (const auto& entry : std::filesystem::directory_iterator(path)) {
+      if (entry.path().extension() == ".gguf") {
+        throw std::runtime_error("model directory '" + path.string() + "' has no safetensors weights; to load the GGUF file pass it directly: '" +
+                                 entry.path().string() + "'");
+      }
+    }
+    throw std::runtime_error("model directory '" + path.string() + "' has neither model.safetensors nor model.safetensors.index.json");
+  }
+  if (path.extension() == ".gguf") return load_format::gguf;
+  throw std::runtime_error("cannot tell the format of '" + path.string() + "': expected an HF directory or a .gguf file");
+}
+
+// Reads one byte per page so the weights are resident before the first step, with a bar.
+void prefault(const weight_store& weights, bool show_progress) {
+  const uint64_t total = weights.total_bytes();
+  progress_bar bar("loading weights", total, show_progress && total >= big_model_bytes);
+  volatile unsigned char sink = 0;
+  for (const auto& [name, tensor] : weights.tensors()) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(tensor.data);
+    for (size_t offset = 0; offset < tensor.num_bytes; offset += page_bytes) sink = sink + bytes[offset];
+    bar.advance(tensor.num_bytes);
+  }
+  bar.finish();
+}
+
+}  // namespace
+
+load_format parse_load_format(std::string_view name) {
+  if (name == "auto") return load_format::auto_detect;
+  if (name == "safetensors") return load_format::safetensors;
+  if (name == "gguf") return load_format::gguf;
+  if (name == "dummy") return load_format::dummy;
+  throw std::runtime_error("unknown load format '" + std::string(name) + "' (expected auto, safetensors, gguf or dummy)");
+}
+
+loaded_model load_model(const load_options& options) {
+  loaded_model model;
+  model.source = options.path;
+  load_format format = options.format == load_format::auto_detect ? detect_format(options.path) : options.format;
+  switch (format) {
+    case load_format::dummy: {
+      model.config = load_hf_config(options.path);
+      model.weights = make_dummy_weights(model.config, options.dummy_dtype, options.dummy_seed);
+      break;
+    }
+    case load_format::safetensors: {
+      model.config = load_hf_config(options.path);
+      load_safetensors_directory(options.path, model.weights);
+      validate_weights(model.config, model.weights, (options.path / "config.json").string());
+      break;
+    }
+    case load_format::gguf: {
+      gguf_file file = gguf_file::open(options.path);
+      model.config = gguf_model_config(file);
+      load_gguf_weights(file, model.config, model.weights);
+      validate_weights(model.config, model.weights, "the metadata of " + options.path.string());
+      break;
+    }
+    case load_format::auto_detect: break;
+  }
+  prefault(model.weights, options.show_progress);
+  spdlog::debug("loaded {} tensors ({} bytes) from '{}'", model.weights.tensors().size(), model.weights.total_bytes(),
+                options.path.string());
+  return model;
+}
+
+}  // namespace troupe

@@ -1,0 +1,38 @@
+#pragma once
+// One entry point for every model source: an HF directory, a GGUF file, or random weights of
+// a config's shape. The result always has canonical HF tensor names and layouts.
+
+#include <cstdint>
+#include <filesystem>
+#include <string_view>
+
+#include "model/dtype.hpp"
+#include "model/model_config.hpp"
+#include "model/weight_store.hpp"
+
+namespace troupe {
+
+enum class load_format { auto_detect, safetensors, gguf, dummy };
+
+struct load_options {
+  std::filesystem::path path;  // HF directory or .gguf file; for dummy an HF directory or config.json
+  load_format format = load_format::auto_detect;
+  dtype dummy_dtype = dtype::f32;
+  uint64_t dummy_seed = 0;
+  bool show_progress = true;  // drawn only on a terminal or for big models
+};
+
+struct loaded_model {
+  model_config config;
+  weight_store weights;
+  std::filesystem::path source;
+};
+
+// Throws std::runtime_error naming the path and the problem (missing files, bad headers,
+// unsupported architecture or dtype, "tensor X has shape [a,b], expected [c,d] from config.json").
+loaded_model load_model(const load_options& options);
+
+// "auto", "safetensors", "gguf", "dummy" (throws naming the bad value).
+load_format parse_load_format(std::string_view name);
+
+}  // namespace troupe

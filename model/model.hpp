@@ -1,0 +1,50 @@
+#pragma once
+// A model ready to run on one backend: owns its (device-side) weights view and its paged KV pool.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "model/forward_batch.hpp"
+#include "model/model_config.hpp"
+
+namespace troupe {
+
+struct kv_cache_shape {
+  int num_blocks = 0;
+  int block_size = 16;
+};
+
+// How one row of logits is turned into a token by a backend that samples where the logits are
+// (plain requests only: no penalties, min_p or logprobs, which the host sampler applies).
+struct device_sampling_row {
+  float temperature = 0.0f;  // 0: greedy (argmax, first index on ties)
+  int top_k = 0;             // 0: off
+  float top_p = 1.0f;        // 1: off
+  uint64_t seed = 0;         // the draw is uniform(seed, offset), as the host sampler's seeded draw
+  uint64_t offset = 0;
+};
+
+class model {
+ public:
+  virtual ~model() = default;
+
+  virtual const model_config& config() const = 0;
+  virtual kv_cache_shape kv_shape() const = 0;
+  virtual std::string backend_name() const = 0;
+
+  // Runs the batch, writes its K/V into the pool, and fills `logits` [num_logits, vocab_size].
+  virtual void forward(const forward_batch& batch, float* logits) = 0;
+
+  // True when forward_sample works: the logits then never leave the device.
+  virtual bool can_sample_on_device() const { return false; }
+  // Runs the batch like forward, then samples logits row i with rows[i] into tokens[i]
+  // (rows.size() == batch.num_logits()).
+  virtual void forward_sample(const forward_batch& batch, std::span<const device_sampling_row> rows, int32_t* tokens) {
+    throw std::runtime_error("model: backend " + backend_name() + " cannot sample on its device");
+  }
+};
+
+}  // namespace troupe

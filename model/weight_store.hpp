@@ -1,0 +1,51 @@
+#pragma once
+// The weights of one model: named, typed views into memory-mapped files or owned buffers.
+// Names are canonical Hugging Face names ("model.layers.3.self_attn.q_proj.weight") whatever
+// the file format, and q/k projections are always in the HF rotate-half layout.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/dtype.hpp"
+
+namespace troupe {
+
+struct weight_tensor {
+  std::string name;
+  dtype type = dtype::f32;
+  std::vector<int64_t> shape;  // row-major, outermost first: a linear layer is [out_features, in_features]
+  const std::byte* data = nullptr;
+  size_t num_bytes = 0;
+
+  int64_t num_elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  int64_t rows() const { return shape.empty() ? 1 : num_elements() / shape.back(); }
+  int64_t cols() const { return shape.empty() ? 1 : shape.back(); }
+};
+
+class weight_store {
+ public:
+  // Keeps `owner` (a mapping or a buffer) alive as long as the store.
+  void keep_alive(std::shared_ptr<const void> owner) { owners_.push_back(std::move(owner)); }
+  void add(weight_tensor tensor);
+
+  const weight_tensor* find(const std::string& name) const;
+  // Throws std::runtime_error naming the missing tensor.
+  const weight_tensor& get(const std::string& name) const;
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  const std::map<std::string, weight_tensor>& tensors() const { return tensors_; }
+  size_t total_bytes() const;
+
+ private:
+  std::map<std::string, weight_tensor> tensors_;
+  std::vector<std::shared_ptr<const void>> owners_;
+};
+
+}  // namespace troupe

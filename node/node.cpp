@@ -1,0 +1,177 @@
+#include "node/node.hpp"
+
+#include <csignal>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "doors/door_actor.hpp"
+#include "doors/http_door.hpp"
+#include "doors/reply_router.hpp"
+#include "doors/request_admission.hpp"
+#include "doors/zmq_door.hpp"
+#include "stages/detokenize_stage.hpp"
+#include "stages/message_inspect.hpp"
+#include "stages/stage_actors.hpp"
+#include "stages/tokenize_stage.hpp"
+
+namespace troupe {
+
+namespace {
+
+// Every message type of the stages, registered by name so any node can (de)serialize them.
+class node_config : public caf::actor_system_config {
+ public:
+  explicit node_config(int num_threads) {
+    // `sharing` halves small-message round trips against `stealing` on few cores.
+    set("scheduler.policy", caf::atom("sharing"));
+    set("scheduler.max-threads", static_cast<size_t>(num_threads));
+    set("logger.console", caf::atom("none"));
+    add_message_type<chat_message>("chat_message");
+    add_message_type<sampling_params>("sampling_params");
+    add_message_type<scheduled_sequence>("scheduled_sequence");
+    add_message_type<step_plan>("step_plan");
+    add_message_type<sampled_token>("sampled_token");
+    add_message_type<step_result>("step_result");
+    add_message_type<token_logprobs>("token_logprobs");
+    add_message_type<request_metrics>("request_metrics");
+    add_message_type<token_delta>("token_delta");
+    add_message_type<tokenize_request>("tokenize_request");
+    add_message_type<schedule_request>("schedule_request");
+    add_message_type<step_done>("step_done");
+    add_message_type<request_timeline>("request_timeline");
+    add_message_type<token_batch>("token_batch");
+    add_message_type<text_delta>("text_delta");
+    add_message_type<text_batch>("text_batch");
+    add_message_type<abort_request_msg>("abort_request_msg");
+    add_message_type<stop_request_msg>("stop_request_msg");
+    add_message_type<stats_query>("stats_query");
+    add_message_type<stats_answer>("stats_answer");
+    add_message_type<request_failed>("request_failed");
+  }
+};
+
+// The doors' way into the actor system: anonymous sends from the ZeroMQ thread and from the
+// HTTP connection threads.
+class actor_downstream : public door_downstream {
+ public:
+  void submit(tokenize_request request) override {
+    caf::anon_send(tokenizers[next_tokenizer.fetch_add(1) % tokenizers.size()], std::move(request));
+  }
+  void abort(int64_t request_id) override { caf::anon_send(scheduler, abort_request_msg{request_id}); }
+  void query_stats(uint64_t tag) override { caf::anon_send(scheduler, stats_query{tag}); }
+
+  std::vector<caf::actor> tokenizers;
+  caf::actor scheduler;
+  std::atomic<size_t> next_tokenizer{0};
+};
+
+}  // namespace
+
+struct node::impl {
+  std::shared_ptr<served_model> served;
+  node_config config;
+  caf::actor_system system;
+  actor_downstream downstream;
+  std::unique_ptr<request_admission> admission;
+  reply_router router;
+  std::unique_ptr<zmq_door> door;
+  std::unique_ptr<troupe::http_door> web_door;  // null when [http] is not enabled
+  std::vector<caf::actor> actors;
+
+  explicit impl(std::shared_ptr<served_model> model, int num_threads)
+      : served(std::move(model)), config(num_threads), system(config) {}
+};
+
+node::node(const topology& t) {
+  t.validate();
+  auto served = load_served_model(t.model);
+  if (!served->device_note.empty()) {
+    spdlog::log(t.model.device == device_request::cuda ? spdlog::level::warn : spdlog::level::info, "{}", served->device_note);
+  }
+  spdlog::info("{}", describe(*served));
+  impl_ = std::make_unique<impl>(served, std::max(2, t.tokenizer_pool_size + 1));
+  auto& s = *impl_;
+
+  // One bound on requests in flight for both doors: what the scheduler can run and queue.
+  s.admission = std::make_unique<request_admission>(int64_t(t.max_waiting_requests) + t.model.max_num_seqs);
+  zmq_door_options options;
+  options.endpoint = t.zmq_endpoint;
+  options.api_key = t.api_key;
+  options.limits.max_frame_bytes = t.max_frame_bytes;
+  options.max_prompt_tokens = served->max_model_len;
+  s.door = std::make_unique<zmq_door>(options, s.downstream, *s.admission);
+  s.router.set_door(client_door::zmq, s.door.get());
+  if (t.http_enabled) {
+    http_options web;
+    web.host = t.http_host;
+    web.port = t.http_port;
+    web.api_key = t.api_key;
+    web.max_body_bytes = t.http_max_body_bytes;
+    web.max_connections = t.http_max_connections;
+    web.model_name = t.served_model_name.empty() ? t.model.path : t.served_model_name;
+    web.limits.max_model_len = served->max_model_len;
+    const tokenizer* tok = served->tok.get();
+    s.web_door = std::make_unique<http_door>(web, s.downstream, *s.admission, s.router.counters(),
+                                                  [tok](int32_t id) { return tok->decode(std::span(&id, 1)); });
+    s.router.set_door(client_door::http, s.web_door.get());
+  }
+
+  engine_config config = served->base_engine_config();
+  config.max_num_batched_tokens = t.max_num_batched_tokens;
+  config.max_num_seqs = t.model.max_num_seqs;
+  config.max_waiting_requests = t.max_waiting_requests;
+  config.async_scheduling = t.async_scheduling;
+  config.validate();
+  const std::vector<int32_t>& eos = served->eos_token_ids;
+
+  auto front = s.system.spawn(door_actor, &s.router);
+  auto detokenizer = s.system.spawn(detokenizer_actor, std::make_shared<detokenize_stage>(*served->tok), front);
+  auto worker = s.system.spawn<caf::detached>(worker_actor, served);
+  auto scheduler = s.system.spawn(scheduler_actor, config, eos, worker, detokenizer, front);
+  auto stage = std::make_shared<const tokenize_stage>(*served->tok, served->loaded.config.vocab_size,
+                                                      served->max_model_len);
+  for (int i = 0; i < t.tokenizer_pool_size; ++i) {
+    s.downstream.tokenizers.push_back(s.system.spawn(tokenizer_actor, stage, scheduler, front));
+  }
+  s.downstream.scheduler = scheduler;
+  s.actors = {front, detokenizer, worker, scheduler};
+  s.actors.insert(s.actors.end(), s.downstream.tokenizers.begin(), s.downstream.tokenizers.end());
+  s.door->start();
+  if (s.web_door) {
+    s.web_door->start();
+    spdlog::info("OpenAI-compatible HTTP API on http://{}:{}/v1 (model '{}')", t.http_host, s.web_door->port(),
+                 t.served_model_name.empty() ? t.model.path : t.served_model_name);
+  }
+  spdlog::info("serving on {} (scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers)",
+               t.zmq_endpoint, t.max_num_batched_tokens, t.model.max_num_seqs, t.max_waiting_requests,
+               config.async_scheduling ? "on" : "off", t.tokenizer_pool_size);
+}
+
+node::~node() {
+  if (!impl_) return;
+  if (impl_->web_door) impl_->web_door->stop();
+  impl_->door->stop();
+  for (auto& actor : impl_->actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  impl_->system.await_all_actors_done();
+}
+
+void serve_until_signal(const topology& t) {
+  // Block the signals before any thread starts, so every thread inherits the mask and only
+  // sigwait below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  node n(t);
+  int received = 0;
+  sigwait(&signals, &received);
+  spdlog::info("signal {}: shutting down", received);
+}
+
+}  // namespace troupe

@@ -1,0 +1,191 @@
+#include "node/topology.hpp"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <toml++/toml.h>
+
+#include "backends/backend_selection.hpp"
+
+namespace troupe {
+
+namespace {
+
+// Reads the keys of one table, refusing keys it does not know (a typo must not pass silently).
+class table_reader {
+ public:
+  table_reader(const toml::table* table, std::string name, const std::string& source)
+      : table_(table), name_(std::move(name)), source_(source) {}
+
+  template <class T>
+  void read(const char* key, T& out) {
+    const toml::node* node = find(key);
+    if (!node) return;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!node->is_boolean()) bad(key, "true or false");
+      out = *node->value<bool>();
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!node->is_number()) bad(key, "a number");
+      out = static_cast<T>(*node->value<double>());
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      auto value = node->value<std::string>();
+      if (!node->is_string() || !value) bad(key, "a string");
+      out = *value;
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!node->is_integer()) bad(key, "an integer");
+      int64_t value = *node->value<int64_t>();
+      if (value < 0 || value > int64_t(1) << 40) bad(key, "a non-negative integer");
+      out = static_cast<T>(value);
+    }
+  }
+
+  // A string turned into what `parse` makes of it (an enum); parse throws naming the value.
+  template <class T, class Parse>
+  void read_parsed(const char* key, T& out, Parse parse) {
+    std::string text;
+    read(key, text);
+    if (known_value(key)) {
+      try {
+        out = parse(text);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(source_ + ": [" + name_ + "] " + key + ": " + e.what());
+      }
+    }
+  }
+
+  // A switch: true / false, or "on" / "off" / "auto" (auto is on).
+  void read_switch(const char* key, bool& out) {
+    const toml::node* node = find(key);
+    if (!node) return;
+    if (node->is_boolean()) {
+      out = *node->value<bool>();
+      return;
+    }
+    auto value = node->value<std::string>();
+    if (!node->is_string() || !value || (*value != "on" && *value != "off" && *value != "auto")) {
+      bad(key, "true, false, \"on\", \"off\" or \"auto\"");
+    }
+    out = *value != "off";
+  }
+
+  void finish() const {
+    if (!table_) return;
+    for (const auto& [key, value] : *table_) {
+      if (!known_.count(std::string(key.str()))) {
+        throw std::runtime_error(source_ + ": unknown key '" + std::string(key.str()) + "' in [" +
+                                 name_ + "]");
+      }
+    }
+  }
+
+ private:
+  bool known_value(const char* key) const { return table_ && table_->get(key); }
+
+  // The key's value, or null when the table or the key is absent; either way the key is known.
+  const toml::node* find(const char* key) {
+    known_.insert(key);
+    return table_ ? table_->get(key) : nullptr;
+  }
+
+  [[noreturn]] void bad(const char* key, const char* expected) const {
+    throw std::runtime_error(source_ + ": [" + name_ + "] " + key + " must be " + expected);
+  }
+
+  const toml::table* table_;
+  std::string name_;
+  const std::string& source_;
+  std::set<std::string> known_;
+};
+
+}  // namespace
+
+void topology::validate() const {
+  auto positive = [](int value, const char* name) {
+    if (value <= 0) throw std::runtime_error(std::string(name) + " must be positive, got " + std::to_string(value));
+  };
+  model.validate_settings();  // the path may come later, from --model; loading checks it
+  if (zmq_endpoint.empty()) throw std::runtime_error("zmq_endpoint is empty");
+  positive(tokenizer_pool_size, "tokenizer pool_size");
+  positive(max_num_batched_tokens, "max_num_batched_tokens");
+  positive(max_waiting_requests, "max_waiting_requests");
+  if (max_frame_bytes < 1024) throw std::runtime_error("max_frame_bytes must be at least 1024");
+  if (http_enabled) {
+    if (http_host.empty()) throw std::runtime_error("[http] host is empty");
+    if (http_port > 65535) throw std::runtime_error("[http] port must be in 0..65535, got " + std::to_string(http_port));
+    if (http_max_body_bytes < 1024) throw std::runtime_error("[http] max_body_bytes must be at least 1024");
+    if (http_max_connections < 16) {
+      throw std::runtime_error("[http] max_connections must be at least 16, got " + std::to_string(http_max_connections));
+    }
+  }
+}
+
+topology parse_topology(std::string_view toml_text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream message;
+    message << source << ": " << e.description() << " at line " << e.source().begin.line;
+    throw std::runtime_error(message.str());
+  }
+  static const std::set<std::string> sections = {"model", "node", "frontend", "http", "tokenizer", "scheduler"};
+  for (const auto& [key, value] : root) {
+    if (!sections.count(std::string(key.str())) || !value.is_table()) {
+      throw std::runtime_error(source + ": unknown section or top-level key '" +
+                               std::string(key.str()) + "' (expected [model], [node], [frontend], "
+                               "[http], [tokenizer], [scheduler])");
+    }
+  }
+  topology t;
+  table_reader model(root["model"].as_table(), "model", source);
+  model.read("path", t.model.path);
+  model.read_parsed("load_format", t.model.format, parse_load_format);
+  model.finish();
+  table_reader node(root["node"].as_table(), "node", source);
+  node.read_parsed("device", t.model.device, parse_device_request);
+  node.read("threads", t.model.backend.threads);
+  node.read("gpu_memory_utilization", t.model.backend.gpu_memory_utilization);
+  node.read_parsed("dtype", t.model.backend.cuda_dtype, parse_activation_dtype);
+  node.read("nano_batches", t.model.backend.nano_batches);
+  node.finish();
+  table_reader frontend(root["frontend"].as_table(), "frontend", source);
+  frontend.read("zmq_endpoint", t.zmq_endpoint);
+  frontend.read("api_key", t.api_key);
+  frontend.read("max_frame_bytes", t.max_frame_bytes);
+  frontend.finish();
+  table_reader http(root["http"].as_table(), "http", source);
+  http.read("enabled", t.http_enabled);
+  http.read("host", t.http_host);
+  http.read("port", t.http_port);
+  http.read("max_body_bytes", t.http_max_body_bytes);
+  http.read("max_connections", t.http_max_connections);
+  http.read("served_model_name", t.served_model_name);
+  http.finish();
+  table_reader tokenizer(root["tokenizer"].as_table(), "tokenizer", source);
+  tokenizer.read("pool_size", t.tokenizer_pool_size);
+  tokenizer.finish();
+  table_reader scheduler(root["scheduler"].as_table(), "scheduler", source);
+  scheduler.read("max_num_batched_tokens", t.max_num_batched_tokens);
+  scheduler.read("max_num_seqs", t.model.max_num_seqs);
+  scheduler.read("max_waiting_requests", t.max_waiting_requests);
+  scheduler.read("num_kv_blocks", t.model.num_kv_blocks);
+  scheduler.read("kv_memory_mb", t.model.kv_memory_mb);
+  scheduler.read("block_size", t.model.block_size);
+  scheduler.read("max_model_len", t.model.max_model_len);
+  scheduler.read_switch("async_scheduling", t.async_scheduling);
+  scheduler.finish();
+  t.validate();
+  return t;
+}
+
+topology load_topology(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open topology file " + path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_topology(text.str(), path.string());
+}
+
+}  // namespace troupe

@@ -1,0 +1,47 @@
+#pragma once
+// A node's topology: which model, on which device, the stages it runs and their limits.
+// Every setting is parsed and checked here, where it is read: enums, not strings, go on.
+// Read from a TOML file (config/colocated.toml), then overridden by command-line flags.
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "engine/served_model.hpp"
+
+namespace troupe {
+
+struct topology {
+  // [model] path, load_format; [node] device, threads, gpu_memory_utilization, dtype, nano_batches;
+  // [scheduler] num_kv_blocks, kv_memory_mb, block_size, max_model_len, max_num_seqs.
+  model_spec model;
+  // [frontend]
+  std::string zmq_endpoint = "tcp://127.0.0.1:5557";
+  std::string api_key;  // empty: no key is asked for
+  size_t max_frame_bytes = 4u << 20;
+  // [http]: the OpenAI-compatible API (docs/http_api.md), guarded by the same api_key.
+  bool http_enabled = false;  // config/colocated.toml turns it on; so does --http-port
+  std::string http_host = "127.0.0.1";
+  int http_port = 8000;       // 0: any free port (logged)
+  size_t http_max_body_bytes = 4u << 20;
+  int http_max_connections = 256;  // connections served at once; each open stream holds one
+  std::string served_model_name;   // the `model` requests name; empty: the model path as given
+  // [tokenizer]
+  int tokenizer_pool_size = 2;
+  // [scheduler] (and model.max_num_seqs, model.num_kv_blocks, ...)
+  int max_num_batched_tokens = 2048;
+  int max_waiting_requests = 4096;
+  // Plan step N+1 while the worker runs step N (docs/architecture.md, "Overlapped scheduling").
+  // Read from true | false | "on" | "off" | "auto"; auto is on for both backends (measured in
+  // docs/benchmarks.md: on the CPU too it halves the runtime's cost per step).
+  bool async_scheduling = true;
+
+  // Throws std::runtime_error naming the bad setting.
+  void validate() const;
+};
+
+// `source` names the text in error messages (the file's path).
+topology parse_topology(std::string_view toml_text, const std::string& source = "topology");
+topology load_topology(const std::filesystem::path& path);
+
+}  // namespace troupe

@@ -1,0 +1,555 @@
+#include "protocol/codec.hpp"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include <msgpack.hpp>
+
+namespace troupe {
+
+const char* error_code_name(error_code code) {
+  switch (code) {
+    case error_code::bad_request: return "bad_request";
+    case error_code::unauthorized: return "unauthorized";
+    case error_code::prompt_too_long: return "prompt_too_long";
+    case error_code::overloaded: return "overloaded";
+    case error_code::duplicate_id: return "duplicate_id";
+    case error_code::not_found: return "not_found";
+    case error_code::internal: return "internal";
+  }
+  return "internal";
+}
+
+std::optional<error_code> error_code_from_name(const std::string& name) {
+  for (auto code : {error_code::bad_request, error_code::unauthorized, error_code::prompt_too_long,
+                    error_code::overloaded, error_code::duplicate_id, error_code::not_found,
+                    error_code::internal}) {
+    if (name == error_code_name(code)) return code;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Thrown inside the decoder only; turned into a protocol_error at its boundary.
+struct field_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const char* type_name(const msgpack::object& o) {
+  switch (o.type) {
+    case msgpack::type::NIL: return "nil";
+    case msgpack::type::BOOLEAN: return "bool";
+    case msgpack::type::POSITIVE_INTEGER:
+    case msgpack::type::NEGATIVE_INTEGER: return "integer";
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: return "float";
+    case msgpack::type::STR: return "string";
+    case msgpack::type::BIN: return "binary";
+    case msgpack::type::ARRAY: return "array";
+    case msgpack::type::MAP: return "map";
+    case msgpack::type::EXT: return "extension";
+  }
+  return "unknown";
+}
+
+[[noreturn]] void fail(const std::string& field, const std::string& problem) {
+  throw field_error("field '" + field + "': " + problem);
+}
+
+// The fields of one msgpack map by name, remembering which were read so that leftovers can be
+// reported as unknown.
+class map_fields {
+ public:
+  map_fields(const msgpack::object& o, const std::string& where, const protocol_limits& limits) {
+    if (o.type != msgpack::type::MAP) fail(where, std::string("expected a map, got ") + type_name(o));
+    if (o.via.map.size > limits.max_map_entries) fail(where, "too many entries");
+    for (uint32_t i = 0; i < o.via.map.size; ++i) {
+      const auto& kv = o.via.map.ptr[i];
+      if (kv.key.type != msgpack::type::STR) {
+        fail(where, std::string("keys must be strings, got ") + type_name(kv.key));
+      }
+      std::string key(kv.key.via.str.ptr, kv.key.via.str.size);
+      if (!fields_.emplace(key, &kv.val).second) fail(key, "given twice");
+    }
+    where_ = where;
+  }
+
+  const msgpack::object* take(const std::string& key) {
+    auto it = fields_.find(key);
+    if (it == fields_.end()) return nullptr;
+    const msgpack::object* value = it->second;
+    fields_.erase(it);
+    // nil means "not given", so clients may send explicit defaults.
+    return value->type == msgpack::type::NIL ? nullptr : value;
+  }
+
+  void reject_unknown() const {
+    if (!fields_.empty()) {
+      throw field_error("unknown field '" + fields_.begin()->first + "'" +
+                        (where_.empty() ? std::string() : " in " + where_));
+    }
+  }
+
+ private:
+  std::map<std::string, const msgpack::object*> fields_;
+  std::string where_;
+};
+
+std::string read_string(const msgpack::object& o, const std::string& field, size_t max_bytes) {
+  if (o.type != msgpack::type::STR) fail(field, std::string("expected a string, got ") + type_name(o));
+  if (o.via.str.size > max_bytes) {
+    fail(field, "longer than " + std::to_string(max_bytes) + " bytes");
+  }
+  return std::string(o.via.str.ptr, o.via.str.size);
+}
+
+int64_t read_int(const msgpack::object& o, const std::string& field, int64_t lo, int64_t hi) {
+  int64_t value = 0;
+  if (o.type == msgpack::type::POSITIVE_INTEGER) {
+    if (o.via.u64 > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      fail(field, "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    value = static_cast<int64_t>(o.via.u64);
+  } else if (o.type == msgpack::type::NEGATIVE_INTEGER) {
+    value = o.via.i64;
+  } else {
+    fail(field, std::string("expected an integer, got ") + type_name(o));
+  }
+  if (value < lo || value > hi) {
+    fail(field, std::to_string(value) + " is out of range [" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "]");
+  }
+  return value;
+}
+
+double read_number(const msgpack::object& o, const std::string& field, double lo, double hi) {
+  double value = 0.0;
+  switch (o.type) {
+    case msgpack::type::POSITIVE_INTEGER: value = static_cast<double>(o.via.u64); break;
+    case msgpack::type::NEGATIVE_INTEGER: value = static_cast<double>(o.via.i64); break;
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: value = o.via.f64; break;
+    default: fail(field, std::string("expected a number, got ") + type_name(o));
+  }
+  if (!std::isfinite(value) || value < lo || value > hi) {
+    fail(field, "value out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return value;
+}
+
+bool read_bool(const msgpack::object& o, const std::string& field) {
+  if (o.type != msgpack::type::BOOLEAN) fail(field, std::string("expected a bool, got ") + type_name(o));
+  return o.via.boolean;
+}
+
+std::vector<int32_t> read_token_ids(const msgpack::object& o, const std::string& field,
+                                    size_t max_count) {
+  if (o.type != msgpack::type::ARRAY) fail(field, std::string("expected an array, got ") + type_name(o));
+  if (o.via.array.size > max_count) {
+    fail(field, "more than " + std::to_string(max_count) + " entries");
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(o.via.array.size);
+  for (uint32_t i = 0; i < o.via.array.size; ++i) {
+    ids.push_back(static_cast<int32_t>(read_int(o.via.array.ptr[i], field + "[" + std::to_string(i) + "]",
+                                                0, std::numeric_limits<int32_t>::max())));
+  }
+  return ids;
+}
+
+std::vector<chat_message> read_messages(const msgpack::object& o, const protocol_limits& limits) {
+  if (o.type != msgpack::type::ARRAY) fail("messages", std::string("expected an array, got ") + type_name(o));
+  if (o.via.array.size == 0) fail("messages", "is empty");
+  if (o.via.array.size > limits.max_messages) {
+    fail("messages", "more than " + std::to_string(limits.max_messages) + " entries");
+  }
+  std::vector<chat_message> messages;
+  for (uint32_t i = 0; i < o.via.array.size; ++i) {
+    std::string where = "messages[" + std::to_string(i) + "]";
+    map_fields fields(o.via.array.ptr[i], where, limits);
+    chat_message message;
+    const auto* role = fields.take("role");
+    const auto* content = fields.take("content");
+    if (!role) fail(where + ".role", "missing");
+    if (!content) fail(where + ".content", "missing");
+    message.role = read_string(*role, where + ".role", 64);
+    if (message.role.empty()) fail(where + ".role", "is empty");
+    message.content = read_string(*content, where + ".content", limits.max_string_bytes);
+    fields.reject_unknown();
+    messages.push_back(std::move(message));
+  }
+  return messages;
+}
+
+// `stop`: one string or an array of them (OpenAI's shape), none empty, all bounded.
+std::vector<std::string> read_stop_strings(const msgpack::object& o, const protocol_limits& limits) {
+  std::vector<std::string> stop;
+  if (o.type == msgpack::type::STR) {
+    stop.push_back(read_string(o, "stop", limits.max_stop_string_bytes));
+  } else if (o.type == msgpack::type::ARRAY) {
+    if (o.via.array.size > limits.max_stop_strings) {
+      fail("stop", "more than " + std::to_string(limits.max_stop_strings) + " entries");
+    }
+    for (uint32_t i = 0; i < o.via.array.size; ++i) {
+      stop.push_back(read_string(o.via.array.ptr[i], "stop[" + std::to_string(i) + "]", limits.max_stop_string_bytes));
+    }
+  } else {
+    fail("stop", std::string("expected a string or an array of strings, got ") + type_name(o));
+  }
+  for (size_t i = 0; i < stop.size(); ++i) {
+    if (stop[i].empty()) fail("stop[" + std::to_string(i) + "]", "is empty");
+  }
+  return stop;
+}
+
+void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits& limits) {
+  if (const auto* v = fields.take("temperature")) s.temperature = float(read_number(*v, "temperature", 0, 100));
+  if (const auto* v = fields.take("top_k")) s.top_k = int(read_int(*v, "top_k", 0, 1 << 20));
+  if (const auto* v = fields.take("top_p")) {
+    s.top_p = float(read_number(*v, "top_p", 0, 1));
+    if (s.top_p <= 0.0f) fail("top_p", "must be greater than 0");
+  }
+  if (const auto* v = fields.take("min_p")) s.min_p = float(read_number(*v, "min_p", 0, 1));
+  if (const auto* v = fields.take("repetition_penalty")) {
+    s.repetition_penalty = float(read_number(*v, "repetition_penalty", 0, 100));
+    if (s.repetition_penalty <= 0.0f) fail("repetition_penalty", "must be greater than 0");
+  }
+  if (const auto* v = fields.take("presence_penalty")) s.presence_penalty = float(read_number(*v, "presence_penalty", -2, 2));
+  if (const auto* v = fields.take("frequency_penalty")) s.frequency_penalty = float(read_number(*v, "frequency_penalty", -2, 2));
+  if (const auto* v = fields.take("seed")) {
+    if (v->type != msgpack::type::POSITIVE_INTEGER) {
+      fail("seed", std::string("expected a non-negative integer, got ") +
+                       (v->type == msgpack::type::NEGATIVE_INTEGER ? "a negative integer" : type_name(*v)));
+    }
+    s.seed = v->via.u64;
+  }
+  if (const auto* v = fields.take("max_tokens")) s.max_tokens = int(read_int(*v, "max_tokens", 1, limits.max_tokens_limit));
+  if (const auto* v = fields.take("stop_token_ids")) s.stop_token_ids = read_token_ids(*v, "stop_token_ids", limits.max_stop_token_ids);
+  if (const auto* v = fields.take("stop")) s.stop = read_stop_strings(*v, limits);
+  if (const auto* v = fields.take("ignore_eos")) s.ignore_eos = read_bool(*v, "ignore_eos");
+  if (const auto* v = fields.take("logprobs")) {
+    if (v->type == msgpack::type::BOOLEAN) {
+      s.logprobs = v->via.boolean ? 0 : -1;
+    } else {
+      s.logprobs = int(read_int(*v, "logprobs", -1, limits.max_logprobs));
+    }
+  }
+}
+
+client_request decode_fields(map_fields& fields, const std::string& type, std::string id,
+                             const protocol_limits& limits) {
+  std::string api_key;
+  if (const auto* v = fields.take("api_key")) api_key = read_string(*v, "api_key", 1024);
+  if (type == "abort") {
+    fields.reject_unknown();
+    return abort_request{std::move(id), std::move(api_key)};
+  }
+  if (type == "stats") {
+    fields.reject_unknown();
+    return stats_request{std::move(id), std::move(api_key)};
+  }
+  generate_request request;
+  request.id = std::move(id);
+  request.api_key = std::move(api_key);
+  int num_inputs = 0;
+  if (const auto* v = fields.take("prompt")) {
+    request.prompt = read_string(*v, "prompt", limits.max_string_bytes);
+    if (request.prompt->empty()) fail("prompt", "is empty");
+    ++num_inputs;
+  }
+  if (const auto* v = fields.take("prompt_token_ids")) {
+    request.prompt_token_ids = read_token_ids(*v, "prompt_token_ids", limits.max_prompt_token_ids);
+    if (request.prompt_token_ids->empty()) fail("prompt_token_ids", "is empty");
+    ++num_inputs;
+  }
+  if (const auto* v = fields.take("messages")) {
+    request.messages = read_messages(*v, limits);
+    ++num_inputs;
+  }
+  if (num_inputs != 1) {
+    throw field_error(num_inputs == 0
+                          ? "one of 'prompt', 'prompt_token_ids' or 'messages' is required"
+                          : "give only one of 'prompt', 'prompt_token_ids' and 'messages'");
+  }
+  read_sampling(fields, request.sampling, limits);
+  if (const auto* v = fields.take("stream")) request.stream = read_bool(*v, "stream");
+  if (const auto* v = fields.take("priority")) request.priority = int(read_int(*v, "priority", -1000000, 1000000));
+  fields.reject_unknown();
+  return request;
+}
+
+// -- encoding helpers ---------------------------------------------------------------------------
+
+using packer = msgpack::packer<msgpack::sbuffer>;
+
+void pack_str(packer& p, std::string_view s) {
+  p.pack_str(static_cast<uint32_t>(s.size()));
+  p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+void pack_ids(packer& p, const std::vector<int32_t>& ids) {
+  p.pack_array(static_cast<uint32_t>(ids.size()));
+  for (int32_t id : ids) p.pack(id);
+}
+
+}  // namespace
+
+std::variant<client_request, protocol_error> decode_request(std::string_view frame,
+                                                            const protocol_limits& limits) {
+  if (frame.size() > limits.max_frame_bytes) {
+    return protocol_error{{}, error_code::bad_request,
+                          "frame of " + std::to_string(frame.size()) + " bytes exceeds the limit of " +
+                              std::to_string(limits.max_frame_bytes)};
+  }
+  if (frame.empty()) return protocol_error{{}, error_code::bad_request, "empty frame"};
+  msgpack::object_handle handle;
+  try {
+    size_t offset = 0;
+    // The limits stop a small frame from announcing huge containers (msgpack reserves for them).
+    msgpack::unpack_limit unpack_limits(limits.max_prompt_token_ids, limits.max_map_entries,
+                                        limits.max_string_bytes, 0, 0, limits.max_depth);
+    handle = msgpack::unpack(frame.data(), frame.size(), offset, nullptr, nullptr, unpack_limits);
+    if (offset != frame.size()) {
+      return protocol_error{{}, error_code::bad_request,
+                            "malformed msgpack: " + std::to_string(frame.size() - offset) +
+                                " trailing bytes after the request map"};
+    }
+  } catch (const msgpack::size_overflow& e) {
+    return protocol_error{{}, error_code::bad_request,
+                          std::string("malformed msgpack: a container, string or nesting exceeds "
+                                      "the server's limits (") + e.what() + ")"};
+  } catch (const std::exception& e) {
+    return protocol_error{{}, error_code::bad_request, std::string("malformed msgpack: ") + e.what()};
+  }
+  std::string id;
+  try {
+    map_fields fields(handle.get(), "request", limits);
+    if (const auto* v = fields.take("id")) {
+      id = read_string(*v, "id", limits.max_id_bytes);
+    }
+    const auto* type_field = fields.take("type");
+    if (!type_field) fail("type", "missing (expected \"generate\", \"abort\" or \"stats\")");
+    std::string type = read_string(*type_field, "type", 16);
+    if (type != "generate" && type != "abort" && type != "stats") {
+      fail("type", "unknown request type '" + type + "' (expected generate, abort or stats)");
+    }
+    if (id.empty() && type != "stats") fail("id", "missing or empty");
+    return decode_fields(fields, type, id, limits);
+  } catch (const field_error& e) {
+    return protocol_error{id, error_code::bad_request, e.what()};
+  }
+}
+
+std::string encode_request(const client_request& request) {
+  msgpack::sbuffer buffer;
+  packer p(buffer);
+  std::visit(
+      [&](const auto& r) {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, generate_request>) {
+          const auto& s = r.sampling;
+          uint32_t n = 17 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1);
+          p.pack_map(n);
+          pack_str(p, "type"); pack_str(p, "generate");
+          pack_str(p, "id"); pack_str(p, r.id);
+          if (r.prompt) {
+            pack_str(p, "prompt"); pack_str(p, *r.prompt);
+          } else if (r.prompt_token_ids) {
+            pack_str(p, "prompt_token_ids"); pack_ids(p, *r.prompt_token_ids);
+          } else {
+            pack_str(p, "messages");
+            const auto& messages = r.messages ? *r.messages : std::vector<chat_message>{};
+            p.pack_array(static_cast<uint32_t>(messages.size()));
+            for (const auto& m : messages) {
+              p.pack_map(2);
+              pack_str(p, "role"); pack_str(p, m.role);
+              pack_str(p, "content"); pack_str(p, m.content);
+            }
+          }
+          pack_str(p, "temperature"); p.pack(s.temperature);
+          pack_str(p, "top_k"); p.pack(s.top_k);
+          pack_str(p, "top_p"); p.pack(s.top_p);
+          pack_str(p, "min_p"); p.pack(s.min_p);
+          pack_str(p, "repetition_penalty"); p.pack(s.repetition_penalty);
+          pack_str(p, "presence_penalty"); p.pack(s.presence_penalty);
+          pack_str(p, "frequency_penalty"); p.pack(s.frequency_penalty);
+          pack_str(p, "max_tokens"); p.pack(s.max_tokens);
+          pack_str(p, "stop_token_ids"); pack_ids(p, s.stop_token_ids);
+          pack_str(p, "stop");
+          p.pack_array(static_cast<uint32_t>(s.stop.size()));
+          for (const auto& text : s.stop) pack_str(p, text);
+          pack_str(p, "ignore_eos"); p.pack(s.ignore_eos);
+          pack_str(p, "logprobs"); p.pack(s.logprobs);
+          pack_str(p, "stream"); p.pack(r.stream);
+          pack_str(p, "priority"); p.pack(r.priority);
+          if (s.seed) { pack_str(p, "seed"); p.pack(*s.seed); }
+          if (!r.api_key.empty()) { pack_str(p, "api_key"); pack_str(p, r.api_key); }
+        } else {
+          p.pack_map(r.api_key.empty() ? 2 : 3);
+          pack_str(p, "type");
+          pack_str(p, std::is_same_v<T, abort_request> ? "abort" : "stats");
+          pack_str(p, "id"); pack_str(p, r.id);
+          if (!r.api_key.empty()) { pack_str(p, "api_key"); pack_str(p, r.api_key); }
+        }
+      },
+      request);
+  return std::string(buffer.data(), buffer.size());
+}
+
+std::string encode_reply(const server_reply& reply) {
+  msgpack::sbuffer buffer;
+  packer p(buffer);
+  std::visit(
+      [&](const auto& r) {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, delta_reply>) {
+          uint32_t n = 4 + (r.logprobs ? 1 : 0) + (r.finish_reason ? 1 : 0) + (r.usage ? 1 : 0) +
+                       (r.timings ? 1 : 0);
+          p.pack_map(n);
+          pack_str(p, "type"); pack_str(p, "delta");
+          pack_str(p, "id"); pack_str(p, r.id);
+          pack_str(p, "text"); pack_str(p, r.text);
+          pack_str(p, "token_ids"); pack_ids(p, r.token_ids);
+          if (r.logprobs) {
+            pack_str(p, "logprobs");
+            p.pack_array(static_cast<uint32_t>(r.logprobs->size()));
+            for (const auto& lp : *r.logprobs) {
+              p.pack_map(3);
+              pack_str(p, "token_id"); p.pack(lp.token_id);
+              pack_str(p, "logprob"); p.pack(lp.logprob);
+              pack_str(p, "top");
+              p.pack_array(static_cast<uint32_t>(lp.top.size()));
+              for (const auto& [id, value] : lp.top) {
+                p.pack_array(2);
+                p.pack(id);
+                p.pack(value);
+              }
+            }
+          }
+          if (r.finish_reason) { pack_str(p, "finish_reason"); pack_str(p, *r.finish_reason); }
+          if (r.usage) {
+            pack_str(p, "usage");
+            p.pack_map(3);
+            pack_str(p, "prompt_tokens"); p.pack(r.usage->prompt_tokens);
+            pack_str(p, "completion_tokens"); p.pack(r.usage->completion_tokens);
+            pack_str(p, "num_preemptions"); p.pack(r.usage->num_preemptions);
+          }
+          if (r.timings) {
+            pack_str(p, "timings");
+            p.pack_map(4);
+            pack_str(p, "queue"); p.pack(r.timings->queue);
+            pack_str(p, "ttft"); p.pack(r.timings->ttft);
+            pack_str(p, "tpot"); p.pack(r.timings->tpot);
+            pack_str(p, "e2e"); p.pack(r.timings->e2e);
+          }
+        } else if constexpr (std::is_same_v<T, error_reply>) {
+          p.pack_map(4);
+          pack_str(p, "type"); pack_str(p, "error");
+          pack_str(p, "id"); pack_str(p, r.id);
+          pack_str(p, "code"); pack_str(p, error_code_name(r.code));
+          pack_str(p, "message"); pack_str(p, r.message);
+        } else {
+          p.pack_map(7);
+          pack_str(p, "type"); pack_str(p, "stats");
+          pack_str(p, "id"); pack_str(p, r.id);
+          pack_str(p, "num_free_blocks"); p.pack(r.num_free_blocks);
+          pack_str(p, "num_total_blocks"); p.pack(r.num_total_blocks);
+          pack_str(p, "num_running"); p.pack(r.num_running);
+          pack_str(p, "num_waiting"); p.pack(r.num_waiting);
+          pack_str(p, "num_requests_in_flight"); p.pack(r.num_requests_in_flight);
+        }
+      },
+      reply);
+  return std::string(buffer.data(), buffer.size());
+}
+
+namespace {
+
+std::string as_string(const msgpack::object& o) { return o.as<std::string>(); }
+
+const msgpack::object* find(const msgpack::object& map, std::string_view key) {
+  for (uint32_t i = 0; i < map.via.map.size; ++i) {
+    const auto& kv = map.via.map.ptr[i];
+    if (kv.key.type == msgpack::type::STR &&
+        std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key) {
+      return &kv.val;
+    }
+  }
+  return nullptr;
+}
+
+const msgpack::object& need(const msgpack::object& map, std::string_view key) {
+  const auto* value = find(map, key);
+  if (!value) throw std::runtime_error("server reply lacks field '" + std::string(key) + "'");
+  return *value;
+}
+
+}  // namespace
+
+server_reply decode_reply(std::string_view frame) {
+  msgpack::object_handle handle;
+  try {
+    handle = msgpack::unpack(frame.data(), frame.size());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("server reply is not msgpack: ") + e.what());
+  }
+  const auto& o = handle.get();
+  if (o.type != msgpack::type::MAP) throw std::runtime_error("server reply is not a map");
+  try {
+    std::string type = as_string(need(o, "type"));
+    if (type == "delta") {
+      delta_reply r;
+      r.id = as_string(need(o, "id"));
+      r.text = as_string(need(o, "text"));
+      r.token_ids = need(o, "token_ids").as<std::vector<int32_t>>();
+      if (const auto* v = find(o, "logprobs")) {
+        r.logprobs.emplace();
+        for (uint32_t i = 0; i < v->via.array.size; ++i) {
+          const auto& e = v->via.array.ptr[i];
+          token_logprob lp;
+          lp.token_id = need(e, "token_id").as<int32_t>();
+          lp.logprob = need(e, "logprob").as<float>();
+          lp.top = need(e, "top").as<std::vector<std::pair<int32_t, float>>>();
+          r.logprobs->push_back(std::move(lp));
+        }
+      }
+      if (const auto* v = find(o, "finish_reason")) r.finish_reason = as_string(*v);
+      if (const auto* v = find(o, "usage")) {
+        r.usage = usage_info{need(*v, "prompt_tokens").as<int>(), need(*v, "completion_tokens").as<int>()};
+        // Servers before num_preemptions existed do not send it.
+        if (const auto* n = find(*v, "num_preemptions")) r.usage->num_preemptions = n->as<int>();
+      }
+      if (const auto* v = find(o, "timings")) {
+        r.timings = timing_info{need(*v, "queue").as<double>(), need(*v, "ttft").as<double>(),
+                                need(*v, "tpot").as<double>(), need(*v, "e2e").as<double>()};
+      }
+      return r;
+    }
+    if (type == "error") {
+      error_reply r;
+      r.id = as_string(need(o, "id"));
+      std::string code = as_string(need(o, "code"));
+      r.code = error_code_from_name(code).value_or(error_code::internal);
+      r.message = as_string(need(o, "message"));
+      return r;
+    }
+    if (type == "stats") {
+      stats_reply r;
+      r.id = as_string(need(o, "id"));
+      r.num_free_blocks = need(o, "num_free_blocks").as<int>();
+      r.num_total_blocks = need(o, "num_total_blocks").as<int>();
+      r.num_running = need(o, "num_running").as<int>();
+      r.num_waiting = need(o, "num_waiting").as<int>();
+      r.num_requests_in_flight = need(o, "num_requests_in_flight").as<int>();
+      return r;
+    }
+    throw std::runtime_error("server reply has unknown type '" + type + "'");
+  } catch (const msgpack::type_error&) {
+    throw std::runtime_error("server reply has a field of the wrong type");
+  }
+}
+
+}  // namespace troupe

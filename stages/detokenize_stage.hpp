@@ -1,0 +1,56 @@
+#pragma once
+// The detokenizer stage's work, without the actor: token deltas in, text deltas out, with one
+// incremental detokenizer per live request, dropped however the request ends: its final delta
+// (finished, aborted, stopped) or a failure of its step, which the batch carries after the deltas.
+//
+// Stop strings are matched here, the only stage that sees text. On a match the request's final
+// delta (text cut before the stop string, finish "stop") is held back and the scheduler is asked
+// to finish the request; its own final delta, which follows every token it sent before, releases
+// the held one with the request's metrics. Deltas in between (tokens sampled before the scheduler
+// heard) are dropped. So the client gets exactly one final delta, and by then the request's KV
+// blocks are free.
+
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "stages/messages.hpp"
+#include "text/stop_string_matcher.hpp"
+#include "text/tokenizer.hpp"
+
+namespace troupe {
+
+class detokenize_stage {
+ public:
+  struct outputs {
+    text_batch texts;                  // to the frontend (when not empty)
+    std::vector<request_failed> failures;  // to the frontend, after the texts
+    std::vector<int64_t> stopped_ids;  // matched a stop string: the scheduler must finish them
+  };
+
+  explicit detokenize_stage(tokenizer tok) : tokenizer_(std::move(tok)) {}
+
+  outputs run(token_batch batch);
+  // Requests whose state the stage holds: each is dropped when the request ends, whichever way.
+  size_t num_live() const { return live_.size(); }
+
+ private:
+  struct live_request {
+    live_request(const tokenizer& tok, std::vector<std::string> stop)
+        : detokenizer(tok, /*skip_special_tokens=*/true), matcher(std::move(stop)) {}
+
+    incremental_detokenizer detokenizer;
+    stop_string_matcher matcher;
+    int num_output_tokens = 0;               // tokens passed on so far
+    std::optional<text_delta> stopped_final;  // after a match: waits for the scheduler's final
+  };
+
+  // The text of the delta's tokens, cut at a stop string when one completes; the delta's ids
+  // and logprobs are cut to the tokens that produced that text.
+  std::string spell(live_request& request, token_delta& delta, bool& matched);
+
+  tokenizer tokenizer_;
+  std::unordered_map<int64_t, live_request> live_;
+};
+
+}  // namespace troupe

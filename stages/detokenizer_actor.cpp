@@ -1,0 +1,29 @@
+#include <spdlog/spdlog.h>
+
+#include "stages/detokenize_stage.hpp"
+#include "stages/message_inspect.hpp"
+#include "stages/stage_actors.hpp"
+
+namespace troupe {
+
+caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,
+                                caf::actor frontend) {
+  return {
+      [=](token_batch& batch) {
+        auto out = stage->run(std::move(batch));
+        if (!out.texts.deltas.empty()) self->send(frontend, std::move(out.texts));
+        for (auto& failure : out.failures) self->send(frontend, std::move(failure));
+        if (out.stopped_ids.empty()) return;
+        // The batch came from the scheduler that owns these requests; its final delta for each
+        // releases the text the stage holds.
+        auto scheduler = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!scheduler) {
+          spdlog::error("detokenizer: a token batch without a sender matched stop strings; its requests cannot finish");
+          return;
+        }
+        for (int64_t id : out.stopped_ids) self->send(scheduler, stop_request_msg{id});
+      },
+  };
+}
+
+}  // namespace troupe

@@ -1,0 +1,154 @@
+#pragma once
+// CAF `inspect` overloads for every message in stages/messages.hpp and the engine types they
+// carry, so that CAF can serialize them and any stage can live on another node. Included only by
+// actors and nodes. Every type here is registered by name in node/node.cpp and round-trips
+// CAF's binary serializer in tests/stages/message_serialization_test.cpp.
+
+#include <caf/error.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "stages/messages.hpp"
+
+namespace troupe {
+
+// -- inspect overloads ----------------------------------------------------------------------------
+
+// std::optional has no inspect in CAF 0.17: optional fields travel as a flag and a value,
+// restored by a load callback.
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chat_message& x) {
+  return f(caf::meta::type_name("chat_message"), x.role, x.content);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
+  bool has_seed = x.seed.has_value();
+  uint64_t seed = x.seed.value_or(0);
+  return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p,
+           x.repetition_penalty, x.presence_penalty, x.frequency_penalty, has_seed, seed,
+           x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs,
+           caf::meta::load_callback([&]() -> caf::error {
+             if (has_seed) x.seed = seed; else x.seed.reset();
+             return caf::none;
+           }));
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
+  bool has_params = x.params.has_value();
+  sampling_params params = x.params.value_or(sampling_params{});
+  return f(caf::meta::type_name("scheduled_sequence"), x.request_id, x.num_computed_tokens,
+           x.new_token_ids, x.input_from_previous_sample, x.block_table_start, x.block_table, x.sample, x.output_index,
+           has_params, params, x.penalty_token_ids, x.num_prompt_tokens,
+           caf::meta::load_callback([&]() -> caf::error {
+             if (has_params) x.params = std::move(params); else x.params.reset();
+             return caf::none;
+           }));
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
+  return f(caf::meta::type_name("step_plan"), x.step_id, x.sequences, x.preempted_ids,
+           x.finished_ids);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
+  return f(caf::meta::type_name("sampled_token"), x.request_id, x.token_id, x.logprob,
+           x.top_token_ids, x.top_logprobs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_result& x) {
+  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
+  return f(caf::meta::type_name("token_logprobs"), x.logprob, x.top_token_ids, x.top_logprobs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_metrics& x) {
+  return f(caf::meta::type_name("request_metrics"), x.queue_time, x.ttft, x.tpot, x.e2e,
+           x.num_prompt_tokens, x.num_output_tokens, x.num_cached_tokens, x.num_preemptions);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
+  bool has_metrics = x.metrics.has_value();
+  request_metrics metrics = x.metrics.value_or(request_metrics{});
+  return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish,
+           has_metrics, metrics, x.stop, caf::meta::load_callback([&]() -> caf::error {
+             if (has_metrics) x.metrics = metrics; else x.metrics.reset();
+             return caf::none;
+           }));
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tokenize_request& x) {
+  return f(caf::meta::type_name("tokenize_request"), x.request_id, x.kind, x.prompt,
+           x.prompt_token_ids, x.messages, x.sampling, x.priority, x.arrival);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
+  return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling,
+           x.priority, x.arrival, x.tokenized);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_done& x) {
+  return f(caf::meta::type_name("step_done"), x.result, x.begin, x.end, x.error);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_timeline& x) {
+  return f(caf::meta::type_name("request_timeline"), x.arrival, x.tokenized, x.first_scheduled,
+           x.first_step_begin, x.first_step_end, x.last_step_end, x.num_steps);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_batch& x) {
+  return f(caf::meta::type_name("token_batch"), x.deltas, x.timelines, x.failures);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, text_delta& x) {
+  return f(caf::meta::type_name("text_delta"), x.delta, x.text, x.timeline);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, text_batch& x) {
+  return f(caf::meta::type_name("text_batch"), x.deltas);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, abort_request_msg& x) {
+  return f(caf::meta::type_name("abort_request_msg"), x.request_id);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stop_request_msg& x) {
+  return f(caf::meta::type_name("stop_request_msg"), x.request_id);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stats_query& x) {
+  return f(caf::meta::type_name("stats_query"), x.tag);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
+  return f(caf::meta::type_name("stats_answer"), x.tag, x.num_free_blocks, x.num_total_blocks,
+           x.num_running, x.num_waiting);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_failed& x) {
+  return f(caf::meta::type_name("request_failed"), x.request_id, x.code, x.message);
+}
+
+}  // namespace troupe

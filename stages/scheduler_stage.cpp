@@ -1,0 +1,138 @@
+#include "stages/scheduler_stage.hpp"
+
+#include <chrono>
+
+#include "stages/stage_clock.hpp"
+
+namespace troupe {
+
+namespace {
+
+error_code to_error_code(request_error_code code) {
+  switch (code) {
+    case request_error_code::overloaded: return error_code::overloaded;
+    case request_error_code::duplicate_id: return error_code::duplicate_id;
+    case request_error_code::invalid_request: return error_code::bad_request;
+  }
+  return error_code::internal;
+}
+
+constexpr size_t max_early_aborts = 4096;
+
+}  // namespace
+
+scheduler_stage::scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids)
+    : scheduler_(config, std::move(eos_token_ids)), max_in_flight_(config.async_scheduling ? 2 : 1) {}
+
+void scheduler_stage::emit(outputs& out, token_delta delta) {
+  request_timeline timeline;
+  if (delta.finished()) {
+    auto it = timelines_.find(delta.request_id);
+    if (it != timelines_.end()) {
+      timeline = it->second;
+      timelines_.erase(it);
+    }
+  }
+  out.tokens.deltas.push_back(std::move(delta));
+  out.tokens.timelines.push_back(timeline);
+}
+
+scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
+  outputs out;
+  if (early_aborts_.erase(request.request_id)) {
+    token_delta aborted;
+    aborted.request_id = request.request_id;
+    aborted.finish = finish_reason::abort;
+    request_metrics metrics;
+    metrics.num_prompt_tokens = static_cast<int>(request.prompt_ids.size());
+    aborted.metrics = metrics;
+    emit(out, std::move(aborted));
+    return out;
+  }
+  const auto arrival = engine_clock::time_point(std::chrono::nanoseconds(request.arrival));
+  if (auto error = scheduler_.add_request(request.request_id, std::move(request.prompt_ids),
+                                          std::move(request.sampling), request.priority, arrival)) {
+    out.refusals.push_back(request_failed{request.request_id, to_error_code(error->code), error->message});
+    return out;
+  }
+  request_timeline& timeline = timelines_[request.request_id];
+  timeline.arrival = request.arrival;
+  timeline.tokenized = request.tokenized;
+  plan_next(out);
+  return out;
+}
+
+scheduler_stage::outputs scheduler_stage::abort(int64_t request_id) {
+  outputs out;
+  if (auto delta = scheduler_.abort(request_id)) {
+    emit(out, std::move(*delta));
+  } else if (early_aborts_.insert(request_id).second) {
+    early_abort_order_.push_back(request_id);
+    while (early_abort_order_.size() > max_early_aborts) {
+      early_aborts_.erase(early_abort_order_.front());
+      early_abort_order_.pop_front();
+    }
+  }
+  return out;
+}
+
+scheduler_stage::outputs scheduler_stage::stop(int64_t request_id) {
+  outputs out;
+  // An unknown id already finished (its final delta is on its way to the detokenizer).
+  if (auto delta = scheduler_.stop(request_id)) emit(out, std::move(*delta));
+  plan_next(out);
+  return out;
+}
+
+scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
+  outputs out;
+  // The worker answers in plan order; anything else is a stale or foreign reply.
+  if (in_flight_.empty() || in_flight_.front().step_id != done.result.step_id) return out;
+  step_outline plan = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  for (const auto& seq : plan.sequences) {
+    auto it = timelines_.find(seq.request_id);
+    if (it == timelines_.end()) continue;
+    auto& t = it->second;
+    if (t.num_steps++ == 0) {
+      t.first_step_begin = done.begin;
+      t.first_step_end = done.end;
+    }
+    t.last_step_end = done.end;
+  }
+  if (!done.error.empty()) {
+    // The step's requests cannot trust their KV any more: end them with the reason.
+    for (const auto& seq : plan.sequences) {
+      if (scheduler_.abort(seq.request_id)) {
+        timelines_.erase(seq.request_id);
+        out.tokens.failures.push_back(request_failed{seq.request_id, error_code::internal,
+                                                     "the worker failed a step: " + done.error});
+      }
+    }
+  } else {
+    for (auto& delta : scheduler_.update(plan, done.result)) emit(out, std::move(delta));
+  }
+  plan_next(out);
+  return out;
+}
+
+void scheduler_stage::plan_next(outputs& out) {
+  while (in_flight_.size() < max_in_flight_ && scheduler_.has_unfinished()) {
+    step_plan plan = scheduler_.schedule();
+    if (plan.empty()) return;
+    const timestamp_ns now = steady_now_ns();
+    for (const auto& seq : plan.sequences) {
+      auto it = timelines_.find(seq.request_id);
+      if (it != timelines_.end() && it->second.first_scheduled == 0) it->second.first_scheduled = now;
+    }
+    in_flight_.push_back(outline_of(plan));
+    out.plans.push_back(std::move(plan));
+  }
+}
+
+stats_answer scheduler_stage::stats(uint64_t tag) const {
+  return stats_answer{tag, scheduler_.num_free_blocks(), scheduler_.kv_cache().num_blocks(),
+                      scheduler_.num_running(), scheduler_.num_waiting()};
+}
+
+}  // namespace troupe

@@ -1,0 +1,58 @@
+#pragma once
+// The scheduler stage's work, without the actor: keeps one step in flight (two with
+// async_scheduling: step N+1 is planned and sent while the worker runs step N), turns results
+// into token deltas, answers aborts and stats, and keeps each request's timeline. Every call
+// returns what must be sent on; the actor only delivers it.
+
+#include <deque>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/scheduler.hpp"
+#include "stages/messages.hpp"
+
+namespace troupe {
+
+class scheduler_stage {
+ public:
+  struct outputs {
+    std::vector<step_plan> plans;   // to the worker, in this order
+    // To the detokenizer (when not empty): deltas, and the requests a failed step ended, which
+    // the detokenizer must forget before it tells the frontend.
+    token_batch tokens;
+    // To the frontend: requests never admitted, so the detokenizer never saw them (a duplicate
+    // id must not make it forget the live request of that id).
+    std::vector<request_failed> refusals;
+  };
+
+  scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids);
+
+  outputs add(schedule_request request);
+  outputs abort(int64_t request_id);
+  // The detokenizer matched a stop string: finish the request now so its blocks are free for
+  // the next step. Its final delta goes to the detokenizer, which holds the truncated text.
+  outputs stop(int64_t request_id);
+  outputs step_finished(const step_done& done);
+  stats_answer stats(uint64_t tag) const;
+
+  bool step_in_flight() const { return !in_flight_.empty(); }
+  int num_steps_in_flight() const { return static_cast<int>(in_flight_.size()); }
+  const scheduler& engine_scheduler() const { return scheduler_; }
+
+ private:
+  void plan_next(outputs& out);
+  void emit(outputs& out, token_delta delta);
+
+  scheduler scheduler_;
+  // What the steps sent to the worker need for update(), oldest first: results come back in
+  // this order. An outline, not a copy of the plan, which would duplicate every sequence.
+  std::deque<step_outline> in_flight_;
+  size_t max_in_flight_;
+  std::unordered_map<int64_t, request_timeline> timelines_;
+  // Aborts that overtook their request (still being tokenized): applied when it arrives.
+  std::unordered_set<int64_t> early_aborts_;
+  std::deque<int64_t> early_abort_order_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,78 @@
+#include "stages/tokenize_stage.hpp"
+
+#include "stages/stage_clock.hpp"
+
+namespace troupe {
+
+tokenize_stage::tokenize_stage(tokenizer tok, int vocab_size, int max_model_len)
+    : tokenizer_(std::move(tok)), vocab_size_(vocab_size), max_model_len_(max_model_len) {
+  if (!tokenizer_.chat_template_source().empty()) {
+    chat_template_ = std::make_shared<const chat_template>(tokenizer_.chat_template_source());
+  }
+}
+
+std::string tokenize_stage::render_chat(const std::vector<chat_message>& messages) const {
+  if (chat_template_) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+    return chat_template_->apply(list, /*add_generation_prompt=*/true, tokenizer_.bos_token(),
+                                 tokenizer_.eos_token());
+  }
+  // A plain transcript, ending where the assistant speaks next: models without a chat template
+  // (base models such as stories260K) continue it as text.
+  std::string text;
+  for (const auto& m : messages) text += m.role + ": " + m.content + "\n";
+  text += "assistant:";
+  return text;
+}
+
+std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_request request) const {
+  auto fail = [&](error_code code, std::string message) {
+    return request_failed{request.request_id, code, std::move(message)};
+  };
+  schedule_request out;
+  out.request_id = request.request_id;
+  out.priority = request.priority;
+  out.arrival = request.arrival;
+  const char* field = "prompt";
+  try {
+    switch (request.kind) {
+      case prompt_kind::text:
+        out.prompt_ids = tokenizer_.encode(request.prompt);
+        break;
+      case prompt_kind::token_ids:
+        field = "prompt_token_ids";
+        for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
+          if (request.prompt_token_ids[i] >= vocab_size_) {
+            return fail(error_code::bad_request,
+                        "field 'prompt_token_ids[" + std::to_string(i) + "]': " +
+                            std::to_string(request.prompt_token_ids[i]) +
+                            " is outside the vocabulary of " + std::to_string(vocab_size_));
+          }
+        }
+        out.prompt_ids = std::move(request.prompt_token_ids);
+        break;
+      case prompt_kind::messages:
+        field = "messages";
+        // A template writes BOS and the like itself (as Hugging Face's apply_chat_template).
+        out.prompt_ids = tokenizer_.encode(render_chat(request.messages), /*add_special_tokens=*/!chat_template_);
+        break;
+    }
+  } catch (const std::exception& e) {
+    return fail(error_code::bad_request, std::string("field '") + field + "': cannot tokenize: " + e.what());
+  }
+  if (out.prompt_ids.empty()) {
+    return fail(error_code::bad_request, std::string("field '") + field + "': encodes to no tokens");
+  }
+  if (static_cast<int64_t>(out.prompt_ids.size()) >= max_model_len_) {
+    return fail(error_code::prompt_too_long,
+                std::string("field '") + field + "': the prompt has " + std::to_string(out.prompt_ids.size()) +
+                    " tokens, leaving no room to generate within the context of " +
+                    std::to_string(max_model_len_) + " tokens");
+  }
+  out.sampling = std::move(request.sampling);
+  out.tokenized = steady_now_ns();
+  return out;
+}
+
+}  // namespace troupe

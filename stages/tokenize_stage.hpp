@@ -1,0 +1,33 @@
+#pragma once
+// The tokenizer stage's work, without the actor: text, token ids or chat messages in, checked
+// prompt ids out (or the error the client gets). Thread-safe (const), so a pool shares one.
+
+#include <memory>
+#include <variant>
+
+#include "stages/messages.hpp"
+#include "text/chat_template.hpp"
+#include "text/tokenizer.hpp"
+
+namespace troupe {
+
+class tokenize_stage {
+ public:
+  // vocab_size: the model's; max_model_len: prompt + output tokens of one sequence.
+  tokenize_stage(tokenizer tok, int vocab_size, int max_model_len);
+
+  std::variant<schedule_request, request_failed> run(tokenize_request request) const;
+
+  // The text a chat is turned into before encoding: the model's chat template (with the
+  // generation prompt) when it has one, else a plain `role: content` transcript.
+  std::string render_chat(const std::vector<chat_message>& messages) const;
+  bool has_chat_template() const { return chat_template_ != nullptr; }
+
+ private:
+  tokenizer tokenizer_;
+  std::shared_ptr<const chat_template> chat_template_;  // null: the model has none
+  int vocab_size_;
+  int max_model_len_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,27 @@
+#include "engine/model_runner.hpp"
+#include "engine/served_model.hpp"
+#include "stages/message_inspect.hpp"
+#include "stages/stage_actors.hpp"
+#include "stages/stage_clock.hpp"
+
+namespace troupe {
+
+caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served) {
+  auto runner = std::make_shared<model_runner>(*served->backend_model);
+  return {
+      [served, runner](step_plan& plan) -> step_done {
+        step_done done;
+        done.begin = steady_now_ns();
+        try {
+          done.result = runner->run(plan);
+        } catch (const std::exception& e) {
+          done.error = e.what();
+          done.result.step_id = plan.step_id;
+        }
+        done.end = steady_now_ns();
+        return done;
+      },
+  };
+}
+
+}  // namespace troupe

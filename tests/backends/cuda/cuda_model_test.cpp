@@ -1,0 +1,328 @@
+// The whole model on the GPU: stories260K greedy decoding in f32 equals the reference outputs,
+// and random models of every architecture agree with the CPU backend step by step (batched
+// prefill, chunked prefill, padded decode batches that replay CUDA graphs).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/cpu_model.hpp"
+#include "model/loader/dummy_weights.hpp"
+#include "model/loader/model_loader.hpp"
+#include "tests/backends/cuda/cuda_test_util.hpp"
+
+namespace troupe {
+namespace {
+
+using namespace troupe::cuda::testing;
+
+// Sequences fed to a model step by step, the way the engine's model_runner flattens them.
+class batch_driver {
+ public:
+  batch_driver(int block_size, int num_blocks, uint32_t seed) : block_size_(block_size) {
+    free_.resize(num_blocks);
+    std::iota(free_.begin(), free_.end(), 0);
+    std::mt19937 rng(seed);
+    std::shuffle(free_.begin(), free_.end(), rng);  // block tables far from the identity
+  }
+
+  int add(std::vector<int32_t> prompt) {
+    sequences_.push_back({std::move(prompt), 0, {}});
+    return static_cast<int>(sequences_.size()) - 1;
+  }
+  std::vector<int32_t>& tokens(int seq) { return sequences_[seq].tokens; }
+  // The sequences whose logits the last step asked for, in logits order.
+  const std::vector<int>& logits_seqs() const { return logits_seqs_; }
+
+  // One step: `chunks[i]` new tokens of sequence ids[i]. Logits are asked for every sequence
+  // whose tokens are all computed after the step.
+  forward_batch step(const std::vector<int>& ids, const std::vector<int>& chunks) {
+    forward_batch b;
+    logits_seqs_.clear();
+    b.query_start.push_back(0);
+    b.block_table_start.push_back(0);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      sequence& s = sequences_[ids[i]];
+      const int begin = s.computed, end = s.computed + chunks[i];
+      while (static_cast<int>(s.blocks.size()) * block_size_ < end) {
+        s.blocks.push_back(free_.back());
+        free_.pop_back();
+      }
+      for (int t = begin; t < end; ++t) {
+        b.token_ids.push_back(s.tokens[t]);
+        b.positions.push_back(t);
+        b.slot_mapping.push_back(int64_t{s.blocks[t / block_size_]} * block_size_ + t % block_size_);
+      }
+      b.query_start.push_back(b.num_tokens());
+      b.context_lengths.push_back(end);
+      b.block_tables.insert(b.block_tables.end(), s.blocks.begin(), s.blocks.end());
+      b.block_table_start.push_back(static_cast<int32_t>(b.block_tables.size()));
+      if (end == static_cast<int>(s.tokens.size())) {
+        b.logits_rows.push_back(b.num_tokens() - 1);
+        logits_seqs_.push_back(ids[i]);
+      }
+      s.computed = end;
+    }
+    return b;
+  }
+
+ private:
+  struct sequence {
+    std::vector<int32_t> tokens;
+    int computed;
+    std::vector<int32_t> blocks;
+  };
+  int block_size_;
+  std::vector<int32_t> free_;
+  std::vector<sequence> sequences_;
+  std::vector<int> logits_seqs_;
+};
+
+// The shared models folder; TROUPE_SHARED_DIR in the environment overrides the build's path
+// (a GPU machine that received a copy of the tree keeps the models somewhere else).
+std::string shared_dir() {
+  const char* env = std::getenv("TROUPE_SHARED_DIR");
+  return env ? env : TROUPE_SHARED_DIR;
+}
+
+int argmax_row(const float* row, int vocab) { return static_cast<int>(std::max_element(row, row + vocab) - row); }
+
+struct reference_prompt {
+  std::vector<int32_t> input_ids;
+  std::vector<int32_t> generated_ids;
+};
+
+std::vector<reference_prompt> stories_references() {
+  std::ifstream in(shared_dir() + "/models/stories260K/refs.json");
+  const nlohmann::json refs = nlohmann::json::parse(in);
+  std::vector<reference_prompt> out;
+  for (const auto& r : refs.at("references")) {
+    out.push_back({r.at("input_ids").get<std::vector<int32_t>>(), r.at("generated_ids").get<std::vector<int32_t>>()});
+  }
+  return out;
+}
+
+// All prompts together: one varlen prefill step, then batched decode steps (3 sequences pad to
+// a graph bucket of 4; graphs are captured on the first decode step and replayed after).
+void expect_stories_greedy(bool graphs, int prefill_chunk) {
+  const loaded_model loaded = load_model(load_options{shared_dir() + "/models/stories260K/hf"});
+  cuda_options options;
+  options.activation = dtype::f32;
+  options.cuda_graphs = graphs;
+  auto gpu = make_cuda_model(loaded.config, loaded.weights, kv_cache_shape{64, 16}, options);
+  const std::vector<reference_prompt> refs = stories_references();
+  batch_driver driver(16, 64, 5);
+  std::vector<int> ids;
+  for (const auto& r : refs) ids.push_back(driver.add(r.input_ids));
+  const int vocab = loaded.config.vocab_size;
+  std::vector<float> logits(refs.size() * vocab);
+
+  // Prefill, in chunks of `prefill_chunk` tokens per sequence per step.
+  std::vector<int> done(refs.size(), 0);
+  for (bool prefilling = true; prefilling;) {
+    std::vector<int> chunk_ids, chunks;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      const int left = static_cast<int>(refs[i].input_ids.size()) - done[i];
+      if (left == 0) continue;
+      chunk_ids.push_back(ids[i]);
+      chunks.push_back(std::min(left, prefill_chunk));
+      done[i] += chunks.back();
+    }
+    prefilling = !chunk_ids.empty();
+    if (!prefilling) break;
+    const forward_batch b = driver.step(chunk_ids, chunks);
+    gpu->forward(b, logits.data());
+    for (int r = 0; r < b.num_logits(); ++r) {
+      driver.tokens(driver.logits_seqs()[r]).push_back(argmax_row(&logits[r * vocab], vocab));
+    }
+  }
+  for (size_t step = 1; step < refs[0].generated_ids.size(); ++step) {
+    const forward_batch b = driver.step(ids, std::vector<int>(ids.size(), 1));
+    gpu->forward(b, logits.data());
+    for (size_t i = 0; i < refs.size(); ++i) driver.tokens(ids[i]).push_back(argmax_row(&logits[i * vocab], vocab));
+  }
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const std::vector<int32_t>& all = driver.tokens(ids[i]);
+    const std::vector<int32_t> generated(all.begin() + refs[i].input_ids.size(), all.end());
+    EXPECT_EQ(generated, refs[i].generated_ids) << "prompt " << i << " graphs " << graphs << " chunk " << prefill_chunk;
+  }
+}
+
+TEST(cuda_model, stories260k_greedy_f32_matches_references_with_graphs) {
+  TROUPE_REQUIRE_GPU();
+  expect_stories_greedy(true, 1000);
+}
+
+TEST(cuda_model, stories260k_greedy_f32_chunked_prefill_without_graphs) {
+  TROUPE_REQUIRE_GPU();
+  expect_stories_greedy(false, 2);
+}
+
+model_config tiny_config(architecture arch) {
+  model_config c;
+  c.arch = arch;
+  c.hidden_size = 128;
+  c.intermediate_size = 256;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 32;
+  c.vocab_size = 320;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 10000.0f;
+  c.bos_token_id = 1;
+  switch (arch) {
+    case architecture::llama:
+      c.architecture_name = "LlamaForCausalLM";
+      c.rope_theta = 500000.0f;
+      c.rope_scaling = rope_scaling_config{8.0f, 1.0f, 4.0f, 64};  // short original context: every band scaled
+      c.tie_word_embeddings = false;
+      break;
+    case architecture::mistral:
+      c.architecture_name = "MistralForCausalLM";
+      c.num_kv_heads = 1;
+      c.tie_word_embeddings = false;
+      break;
+    case architecture::qwen2:
+      c.architecture_name = "Qwen2ForCausalLM";
+      c.attention_bias = true;
+      c.tie_word_embeddings = true;
+      break;
+    case architecture::qwen3:
+      c.architecture_name = "Qwen3ForCausalLM";
+      c.qk_norm = true;
+      c.head_dim = 64;  // wider than hidden / heads, as Qwen3 does
+      c.tie_word_embeddings = true;
+      break;
+  }
+  return c;
+}
+
+using step_list = std::vector<std::pair<std::vector<int>, std::vector<int>>>;  // (sequences, new tokens)
+
+// Feeds `prompts` to the GPU model (with `options`) and the CPU backend through the same
+// batches, `steps` over sequence indices, and compares every step's logits.
+void compare_steps_with_cpu(const model_config& config, uint32_t weight_seed, dtype weight_type,
+                            const cuda_options& options, const std::vector<int>& prompt_lengths, const step_list& steps,
+                            double allowed, const std::string& label) {
+  dummy_init init;
+  init.stddev = 0.08f;
+  init.norm_jitter = 0.3f;
+  const weight_store weights = make_dummy_weights(config, weight_type, weight_seed, init);
+  auto gpu = make_cuda_model(config, weights, kv_cache_shape{64, 8}, options);
+  auto cpu = make_cpu_model(config, weights, kv_cache_shape{64, 8}, 2);
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int> token(2, config.vocab_size - 1);
+  batch_driver driver(8, 64, 3);
+  for (int length : prompt_lengths) {
+    std::vector<int32_t> prompt(length);
+    for (auto& t : prompt) t = token(rng);
+    driver.add(prompt);
+  }
+  const int vocab = config.vocab_size;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const forward_batch batch = driver.step(steps[s].first, steps[s].second);
+    std::vector<float> gpu_logits(batch.num_logits() * vocab), cpu_logits(batch.num_logits() * vocab);
+    gpu->forward(batch, gpu_logits.data());
+    cpu->forward(batch, cpu_logits.data());
+    EXPECT_LT(normalized_error(gpu_logits, cpu_logits), allowed) << config.architecture_name << " " << label << " step " << s;
+    // Both continue with the CPU's greedy choice so the batches stay identical.
+    for (int r = 0; r < batch.num_logits(); ++r) {
+      driver.tokens(driver.logits_seqs()[r]).push_back(argmax_row(&cpu_logits[r * vocab], vocab));
+    }
+  }
+}
+
+// Prefill two prompts (one in two chunks), then decode a few steps in a batch, comparing every
+// step's logits with the CPU backend fed the same batches.
+void compare_with_cpu(architecture arch, dtype weight_type, dtype activation, double allowed) {
+  cuda_options options;
+  options.activation = activation;
+  step_list steps{{{0, 1}, {17, 11}}, {{0}, {12}}};
+  for (int i = 0; i < 6; ++i) steps.push_back({{0, 1}, {1, 1}});
+  compare_steps_with_cpu(tiny_config(arch), 17, weight_type, options, {29, 11}, steps, allowed,
+                         std::string(dtype_name(activation)));
+}
+
+TEST(cuda_model, random_models_match_the_cpu_backend_in_f32) {
+  TROUPE_REQUIRE_GPU();
+  for (architecture arch : {architecture::llama, architecture::mistral, architecture::qwen2, architecture::qwen3}) {
+    compare_with_cpu(arch, dtype::f32, dtype::f32, 1e-4);
+  }
+}
+
+TEST(cuda_model, random_bf16_models_match_the_cpu_backend_within_bf16_tolerance) {
+  TROUPE_REQUIRE_GPU();
+  for (architecture arch : {architecture::llama, architecture::qwen2, architecture::qwen3}) {
+    compare_with_cpu(arch, dtype::bf16, dtype::bf16, 3e-2);
+    compare_with_cpu(arch, dtype::bf16, dtype::f16, 1e-2);
+  }
+}
+
+// Nano-batches: a step cut between sequences into pieces on separate streams must compute what
+// one stream does. The minimum piece is tiny so that these small batches are cut (into up to 2
+// or 3 pieces); prefill, mixed chunk + decode steps and decode-only steps (graphs, never cut).
+TEST(cuda_model, nano_batches_on_separate_streams_match_the_cpu_backend) {
+  TROUPE_REQUIRE_GPU();
+  step_list steps{
+      {{0, 1, 2, 3}, {20, 11, 9, 6}},  // two prompts whole, two chunked
+      {{1, 3, 0, 2}, {1, 1, 9, 8}},    // decodes beside the last chunks
+  };
+  for (int i = 0; i < 3; ++i) steps.push_back({{0, 1, 2, 3}, {1, 1, 1, 1}});
+  for (int pieces : {2, 3}) {
+    cuda_options options;
+    options.activation = dtype::f32;
+    options.nano_batches = pieces;
+    options.min_nano_batch_rows = 4;
+    for (architecture arch : {architecture::llama, architecture::qwen2, architecture::qwen3}) {
+      compare_steps_with_cpu(tiny_config(arch), 29, dtype::f32, options, {29, 11, 17, 6}, steps, 1e-4,
+                             std::to_string(pieces) + " nano-batches");
+    }
+  }
+}
+
+TEST(cuda_model, refuses_nano_batches_outside_one_to_four) {
+  TROUPE_REQUIRE_GPU();
+  const model_config config = tiny_config(architecture::llama);
+  const weight_store weights = make_dummy_weights(config, dtype::f32, 1);
+  cuda_options options;
+  options.nano_batches = 5;
+  EXPECT_THROW(make_cuda_model(config, weights, kv_cache_shape{4, 8}, options), std::runtime_error);
+}
+
+TEST(cuda_model, rejects_bad_batches_with_a_clear_error) {
+  TROUPE_REQUIRE_GPU();
+  const model_config config = tiny_config(architecture::llama);
+  const weight_store weights = make_dummy_weights(config, dtype::f32, 1);
+  auto gpu = make_cuda_model(config, weights, kv_cache_shape{4, 8}, cuda_options{});
+  batch_driver driver(8, 4, 1);
+  driver.add({5, 6, 7});
+  forward_batch batch = driver.step({0}, {3});
+  batch.block_tables[0] = 99;
+  std::vector<float> logits(config.vocab_size);
+  EXPECT_THROW(gpu->forward(batch, logits.data()), std::runtime_error);
+}
+
+TEST(cuda_model, sizes_the_kv_pool_from_free_memory) {
+  TROUPE_REQUIRE_GPU();
+  const model_config config = tiny_config(architecture::qwen2);
+  const weight_store weights = make_dummy_weights(config, dtype::bf16, 1);
+  cuda_options options;
+  options.gpu_memory_utilization = 0.05f;
+  auto gpu = make_cuda_model(config, weights, kv_cache_shape{0, 16}, options);
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const double pool = 2.0 * config.num_layers * gpu->kv_shape().num_blocks * 16 * config.num_kv_heads *
+                      config.head_dim * 2;
+  EXPECT_GT(gpu->kv_shape().num_blocks, 0);
+  EXPECT_LE(pool, 0.05 * total_bytes);
+  EXPECT_NE(gpu->backend_name().find("cuda"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe

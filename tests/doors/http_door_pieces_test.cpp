@@ -1,0 +1,259 @@
+// The HTTP door's plain pieces: shared admission (ids carry their door, all-or-nothing slots),
+// the reply router, a generation session turning engine events into OpenAI bodies and SSE, and
+// the metrics text.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "doors/http/generation_session.hpp"
+#include "doors/http/metrics_text.hpp"
+#include "doors/reply_router.hpp"
+#include "doors/request_admission.hpp"
+
+namespace troupe {
+namespace {
+
+using json = nlohmann::json;
+
+TEST(request_admission, ids_carry_their_door_and_never_collide) {
+  request_admission admission(100);
+  std::set<int64_t> seen;
+  for (int i = 0; i < 10; ++i) {
+    for (auto door : {client_door::zmq, client_door::http}) {
+      auto first = admission.admit(door, 3);
+      ASSERT_TRUE(first);
+      for (int k = 0; k < 3; ++k) {
+        const int64_t id = request_admission::nth_id(*first, k);
+        EXPECT_EQ(request_admission::door_of(id), door);
+        EXPECT_TRUE(seen.insert(id).second) << id;
+      }
+    }
+  }
+  EXPECT_EQ(admission.num_in_flight(), 60);
+  EXPECT_EQ(admission.num_admitted(client_door::http), 30u);
+  EXPECT_EQ(request_admission::door_of_tag(admission.next_stats_tag(client_door::http)), client_door::http);
+  EXPECT_EQ(request_admission::door_of_tag(admission.next_stats_tag(client_door::zmq)), client_door::zmq);
+}
+
+TEST(request_admission, the_bound_is_shared_and_all_or_nothing) {
+  request_admission admission(4);
+  ASSERT_TRUE(admission.admit(client_door::zmq, 3));
+  EXPECT_FALSE(admission.admit(client_door::http, 2));  // would need 5
+  EXPECT_EQ(admission.num_in_flight(), 3);
+  EXPECT_EQ(admission.num_refused(client_door::http), 1u);
+  ASSERT_TRUE(admission.admit(client_door::http, 1));
+  EXPECT_FALSE(admission.admit(client_door::zmq));
+  admission.release(2);
+  EXPECT_TRUE(admission.admit(client_door::http, 2));
+}
+
+struct recording_inbox : door_inbox {
+  std::vector<door_event> events;
+  void post(door_event event) override { events.push_back(std::move(event)); }
+};
+
+text_delta delta(int64_t id, std::string text, finish_reason finish = finish_reason::none, int prompt = 0, int output = 0) {
+  text_delta d;
+  d.delta.request_id = id;
+  d.text = std::move(text);
+  d.delta.token_ids = {1};
+  d.delta.finish = finish;
+  if (finish != finish_reason::none) {
+    request_metrics m;
+    m.num_prompt_tokens = prompt;
+    m.num_output_tokens = output;
+    d.delta.metrics = m;
+  }
+  return d;
+}
+
+TEST(reply_router, splits_a_batch_by_door_and_counts_finished_requests) {
+  request_admission admission(10);
+  const int64_t zmq_id = *admission.admit(client_door::zmq);
+  const int64_t http_id = *admission.admit(client_door::http);
+  recording_inbox zmq, http;
+  reply_router router;
+  router.set_door(client_door::zmq, &zmq);
+  router.set_door(client_door::http, &http);
+  text_batch batch;
+  batch.deltas = {delta(zmq_id, "a"), delta(http_id, "b", finish_reason::length, 5, 7)};
+  router.route(std::move(batch));
+  ASSERT_EQ(zmq.events.size(), 1u);
+  ASSERT_EQ(http.events.size(), 1u);
+  EXPECT_EQ(std::get<text_batch>(zmq.events[0]).deltas[0].text, "a");
+  EXPECT_EQ(std::get<text_batch>(http.events[0]).deltas[0].text, "b");
+  router.route(request_failed{zmq_id, error_code::internal, "x"});
+  router.route(stats_answer{admission.next_stats_tag(client_door::http), 1, 2, 3, 4});
+  EXPECT_EQ(zmq.events.size(), 2u);
+  EXPECT_EQ(http.events.size(), 2u);
+  EXPECT_EQ(router.counters().num_prompt_tokens.load(), 5u);
+  EXPECT_EQ(router.counters().num_generation_tokens.load(), 7u);
+  EXPECT_EQ(router.counters().num_finished_length.load(), 1u);
+  EXPECT_EQ(router.counters().num_failed.load(), 1u);
+}
+
+openai_request two_prompts_two_samples(openai_endpoint endpoint, bool stream) {
+  openai_request r;
+  r.endpoint = endpoint;
+  r.model = "m";
+  openai_prompt a, b;
+  a.text = "A";
+  b.text = "B";
+  r.prompts = {a, b};
+  r.n = 2;
+  r.stream = stream;
+  r.sampling.seed = 10;
+  return r;
+}
+
+std::string token_text(int32_t id) { return "t" + std::to_string(id); }
+
+TEST(generation_session, fans_out_choices_with_seeds_and_merges_them_by_index) {
+  request_admission admission(10);
+  const int64_t first = *admission.admit(client_door::http, 4);
+  generation_session session(two_prompts_two_samples(openai_endpoint::completions, false), first, 1000, token_text);
+  auto jobs = session.engine_requests(5);
+  ASSERT_EQ(jobs.size(), 4u);
+  EXPECT_EQ(jobs[0].prompt, "A");
+  EXPECT_EQ(jobs[1].prompt, "A");
+  EXPECT_EQ(jobs[2].prompt, "B");
+  EXPECT_EQ(*jobs[0].sampling.seed, 10u);
+  EXPECT_EQ(*jobs[1].sampling.seed, 11u);
+  EXPECT_EQ(*jobs[2].sampling.seed, 10u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(jobs[static_cast<size_t>(i)].request_id, session.request_id(i));
+  // Events arrive interleaved; choices are put together by index.
+  session.apply({3, delta(jobs[3].request_id, "b2")});
+  session.apply({0, delta(jobs[0].request_id, "a1")});
+  EXPECT_FALSE(session.all_started());
+  session.apply({1, delta(jobs[1].request_id, "a2", finish_reason::stop, 4, 1)});
+  session.apply({2, delta(jobs[2].request_id, "b1", finish_reason::length, 6, 1)});
+  EXPECT_TRUE(session.all_started());
+  EXPECT_EQ(session.unfinished_request_ids(), (std::vector<int64_t>{jobs[0].request_id, jobs[3].request_id}));
+  session.apply({0, delta(jobs[0].request_id, "!", finish_reason::length, 4, 2)});
+  session.apply({3, delta(jobs[3].request_id, "", finish_reason::stop, 6, 2)});
+  ASSERT_TRUE(session.all_finished());
+  json body = json::parse(session.full_body());
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], "m");
+  ASSERT_EQ(body["choices"].size(), 4u);
+  EXPECT_EQ(body["choices"][0]["text"], "a1!");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][1]["text"], "a2");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(body["choices"][3]["index"], 3);
+  // Each prompt's tokens count once; every sample's output counts.
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 10);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(body["usage"]["total_tokens"], 16);
+}
+
+std::vector<json> sse_payloads(const std::string& text, bool& saw_done) {
+  std::vector<json> out;
+  saw_done = false;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos);
+    std::string event = text.substr(at, end - at);
+    at = end + 2;
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    if (event == "data: [DONE]") {
+      saw_done = true;
+    } else {
+      out.push_back(json::parse(event.substr(6)));
+    }
+  }
+  return out;
+}
+
+TEST(generation_session, streams_chat_chunks_role_first_then_usage_and_done) {
+  openai_request r;
+  r.endpoint = openai_endpoint::chat_completions;
+  r.model = "m";
+  openai_prompt chat;
+  chat.kind = prompt_kind::messages;
+  chat.messages = {{"user", "hi"}};
+  r.prompts = {chat};
+  r.stream = true;
+  r.include_usage = true;
+  generation_session session(r, 2, 1000, token_text);
+  session.apply({0, delta(session.request_id(0), "Hel")});
+  bool done = false;
+  auto first = sse_payloads(session.take_stream_text(), done);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_FALSE(done);
+  EXPECT_EQ(first[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(first[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(first[0]["choices"][0]["delta"]["content"], "Hel");
+  EXPECT_TRUE(first[0]["usage"].is_null());
+  session.apply({0, delta(session.request_id(0), "")});  // nothing to say: no chunk
+  EXPECT_EQ(session.take_stream_text(), "");
+  session.apply({0, delta(session.request_id(0), "lo", finish_reason::stop, 3, 4)});
+  auto rest = sse_payloads(session.take_stream_text(), done);
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(session.stream_ended());
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_FALSE(rest[0]["choices"][0]["delta"].contains("role"));
+  EXPECT_EQ(rest[0]["choices"][0]["delta"]["content"], "lo");
+  EXPECT_EQ(rest[0]["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(rest[1]["choices"].empty());
+  EXPECT_EQ(rest[1]["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(rest[1]["usage"]["completion_tokens"], 4);
+}
+
+TEST(generation_session, a_failed_choice_fails_the_request_with_its_status) {
+  generation_session session(two_prompts_two_samples(openai_endpoint::completions, false), 2, 1000, token_text);
+  session.apply({1, request_failed{session.request_id(1), error_code::prompt_too_long, "too long"}});
+  ASSERT_TRUE(session.failure());
+  EXPECT_EQ(session.failure()->status, 400);
+  EXPECT_EQ(session.failure()->code, "context_length_exceeded");
+  EXPECT_EQ(session.failure()->param, "prompt");
+  EXPECT_EQ(session.unfinished_request_ids().size(), 3u);
+  generation_session overloaded(two_prompts_two_samples(openai_endpoint::completions, true), 2, 1000, token_text);
+  overloaded.apply({0, request_failed{overloaded.request_id(0), error_code::overloaded, "queue full"}});
+  EXPECT_EQ(overloaded.failure()->status, 503);
+  bool done = false;
+  auto events = sse_payloads(overloaded.take_stream_text(), done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["error"]["message"], "queue full");
+}
+
+TEST(generation_session, completion_logprobs_name_tokens_and_offsets) {
+  openai_request r = two_prompts_two_samples(openai_endpoint::completions, false);
+  r.prompts.resize(1);
+  r.n = 1;
+  r.logprobs = 1;
+  generation_session session(r, 2, 1000, token_text);
+  text_delta d = delta(session.request_id(0), "xy", finish_reason::length, 1, 2);
+  d.delta.token_ids = {5, 12};
+  d.delta.logprobs = {token_logprobs{-0.5f, {5, 6}, {-0.5f, -1.0f}}, token_logprobs{-0.25f, {12}, {-0.25f}}};
+  session.apply({0, d});
+  json body = json::parse(session.full_body());
+  const auto& lp = body["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"t5", "t12"}));
+  EXPECT_EQ(lp["token_logprobs"], json({-0.5, -0.25}));
+  EXPECT_EQ(lp["top_logprobs"][0], json({{"t5", -0.5}}));  // top 1 asked for
+  EXPECT_EQ(lp["text_offset"], json({0, 2}));
+}
+
+TEST(metrics_text, prometheus_exposition) {
+  metrics_snapshot m;
+  m.num_requests_http = 3;
+  m.num_requests_in_flight = 2;
+  m.scheduler = metrics_snapshot::scheduler_gauges{10, 20, 1, 2};
+  std::string text = render_metrics(m);
+  EXPECT_NE(text.find("# TYPE troupe_requests_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("troupe_requests_total{door=\"http\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("troupe_requests_in_flight 2\n"), std::string::npos);
+  EXPECT_NE(text.find("troupe_kv_blocks_free 10\n"), std::string::npos);
+  EXPECT_NE(text.find("troupe_kv_blocks_total 20\n"), std::string::npos);
+  EXPECT_NE(text.find("troupe_sequences_running 1\n"), std::string::npos);
+  EXPECT_NE(text.find("troupe_sequences_waiting 2\n"), std::string::npos);
+  m.scheduler.reset();
+  EXPECT_EQ(render_metrics(m).find("troupe_kv_blocks_free"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,249 @@
+// The HTTP door as a plain class, without an actor system: a scripted downstream answers each
+// submitted request by posting text deltas back, as the stages would.
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "doors/http_door.hpp"
+
+namespace troupe {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+// Answers every request with `num_pieces` deltas "w0 ", "w1 ", ... (the last finishes it), or
+// with the failure it was told to give. Replies come from a thread of their own, as from an actor.
+class scripted_downstream : public door_downstream {
+ public:
+  int num_pieces = 3;
+  std::chrono::milliseconds piece_gap{0};
+  std::optional<request_failed> fail_with;
+  http_door* door = nullptr;
+
+  ~scripted_downstream() override {
+    for (auto& t : threads_) t.join();
+  }
+
+  void submit(tokenize_request request) override {
+    std::lock_guard lock(mutex_);
+    submitted_.push_back(request);
+    threads_.emplace_back([this, request] { answer(request); });
+  }
+  void abort(int64_t request_id) override {
+    std::lock_guard lock(mutex_);
+    aborted_.push_back(request_id);
+  }
+  void query_stats(uint64_t tag) override { door->post(stats_answer{tag, 90, 100, 1, 0}); }
+
+  std::vector<tokenize_request> submitted() {
+    std::lock_guard lock(mutex_);
+    return submitted_;
+  }
+  std::vector<int64_t> aborted() {
+    std::lock_guard lock(mutex_);
+    return aborted_;
+  }
+
+ private:
+  bool was_aborted(int64_t id) {
+    std::lock_guard lock(mutex_);
+    return std::find(aborted_.begin(), aborted_.end(), id) != aborted_.end();
+  }
+
+  void answer(const tokenize_request& request) {
+    if (fail_with) {
+      request_failed failed = *fail_with;
+      failed.request_id = request.request_id;
+      door->post(std::move(failed));
+      return;
+    }
+    for (int i = 0; i < num_pieces; ++i) {
+      text_delta d;
+      d.delta.request_id = request.request_id;
+      d.delta.token_ids = {i};
+      d.text = "w" + std::to_string(i) + " ";
+      const bool last = i + 1 == num_pieces || was_aborted(request.request_id);
+      if (last) {
+        d.delta.finish = i + 1 == num_pieces ? finish_reason::length : finish_reason::abort;
+        request_metrics m;
+        m.num_prompt_tokens = 4;
+        m.num_output_tokens = i + 1;
+        d.delta.metrics = m;
+      }
+      door->post(text_batch{{d}});
+      if (last) return;
+      std::this_thread::sleep_for(piece_gap);
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<tokenize_request> submitted_;
+  std::vector<int64_t> aborted_;
+  std::vector<std::thread> threads_;
+};
+
+struct door_fixture {
+  scripted_downstream downstream;
+  request_admission admission{8};
+  serving_counters counters;
+  std::unique_ptr<http_door> door;
+
+  explicit door_fixture(std::string api_key = {}) {
+    http_options options;
+    options.port = 0;
+    options.api_key = std::move(api_key);
+    options.model_name = "tiny";
+    options.max_connections = 16;
+    options.limits.max_model_len = 64;
+    door = std::make_unique<http_door>(options, downstream, admission, counters,
+                                           [](int32_t id) { return "t" + std::to_string(id); });
+    downstream.door = door.get();
+    door->start();
+  }
+  ~door_fixture() { door->stop(); }
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", door->port());
+    c.set_read_timeout(10, 0);
+    return c;
+  }
+};
+
+TEST(http_door, a_completion_is_submitted_answered_and_its_slot_freed) {
+  door_fixture f;
+  auto res = f.client().Post("/v1/completions", R"({"model":"tiny","prompt":"hi","max_tokens":3,"seed":5,"n":2})",
+                             "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json body = json::parse(res->body);
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][0]["text"], "w0 w1 w2 ");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 6);
+  auto submitted = f.downstream.submitted();
+  ASSERT_EQ(submitted.size(), 2u);
+  EXPECT_EQ(submitted[0].kind, prompt_kind::text);
+  EXPECT_EQ(submitted[0].prompt, "hi");
+  EXPECT_EQ(*submitted[0].sampling.seed, 5u);
+  EXPECT_EQ(*submitted[1].sampling.seed, 6u);
+  EXPECT_EQ(request_admission::door_of(submitted[0].request_id), client_door::http);
+  EXPECT_EQ(f.admission.num_in_flight(), 0);
+}
+
+TEST(http_door, streams_chunks_then_done) {
+  door_fixture f;
+  auto res = f.client().Post("/v1/chat/completions",
+                             R"({"model":"tiny","messages":[{"role":"user","content":"hi"}],"stream":true})",
+                             "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  EXPECT_EQ(f.downstream.submitted().at(0).kind, prompt_kind::messages);
+  std::string content;
+  size_t at = 0;
+  int num_events = 0;
+  while ((at = res->body.find("data: {", at)) != std::string::npos) {
+    auto end = res->body.find("\n\n", at);
+    json chunk = json::parse(res->body.substr(at + 6, end - at - 6));
+    content += chunk["choices"][0]["delta"].value("content", "");
+    ++num_events;
+    at = end;
+  }
+  EXPECT_EQ(num_events, 3);
+  EXPECT_EQ(content, "w0 w1 w2 ");
+  EXPECT_NE(res->body.find("data: [DONE]\n\n"), std::string::npos);
+}
+
+TEST(http_door, engine_failures_and_the_shared_bound_become_statuses) {
+  door_fixture f;
+  f.downstream.fail_with = request_failed{0, error_code::prompt_too_long, "the prompt has 99 tokens"};
+  auto res = f.client().Post("/v1/completions", R"({"model":"tiny","prompt":"long"})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "context_length_exceeded");
+  f.downstream.fail_with = request_failed{0, error_code::overloaded, "queue full"};
+  res = f.client().Post("/v1/completions", R"({"model":"tiny","prompt":"x","stream":true})", "application/json");
+  EXPECT_EQ(res->status, 503);
+  // The ZeroMQ door holds 7 of the 8 slots: a request of 2 choices does not fit.
+  f.downstream.fail_with.reset();
+  ASSERT_TRUE(f.admission.admit(client_door::zmq, 7));
+  res = f.client().Post("/v1/completions", R"({"model":"tiny","prompt":"x","n":2})", "application/json");
+  EXPECT_EQ(res->status, 429);
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  res = f.client().Post("/v1/completions", R"({"model":"tiny","prompt":"x"})", "application/json");
+  EXPECT_EQ(res->status, 200);
+  f.admission.release(7);
+}
+
+TEST(http_door, a_client_gone_mid_stream_aborts_its_request) {
+  door_fixture f;
+  f.downstream.num_pieces = 1000;
+  f.downstream.piece_gap = 2ms;
+  {
+    httplib::Client c = f.client();
+    int num_chunks = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"model":"tiny","prompt":"x","max_tokens":60,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++num_chunks < 3; };
+    (void)c.send(req);  // the receiver's `false` closes the connection
+  }
+  std::vector<int64_t> aborted;
+  for (int i = 0; i < 500 && aborted.empty(); ++i) {
+    std::this_thread::sleep_for(10ms);
+    aborted = f.downstream.aborted();
+  }
+  ASSERT_EQ(aborted.size(), 1u);
+  EXPECT_EQ(aborted[0], f.downstream.submitted().at(0).request_id);
+  for (int i = 0; i < 500 && f.admission.num_in_flight() != 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(f.admission.num_in_flight(), 0);  // freed once the engine's abort arrived
+}
+
+TEST(http_door, a_client_gone_while_waiting_for_a_whole_completion_aborts_it) {
+  door_fixture f;
+  f.downstream.num_pieces = 1000;
+  f.downstream.piece_gap = 5ms;  // 5 s in all
+  {
+    httplib::Client c = f.client();
+    c.set_read_timeout(1, 200000);  // gives up, and closes its connection, long before that
+    auto res = c.Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":60})", "application/json");
+    EXPECT_FALSE(res);
+  }
+  std::vector<int64_t> aborted;
+  for (int i = 0; i < 300 && aborted.empty(); ++i) {
+    std::this_thread::sleep_for(10ms);
+    aborted = f.downstream.aborted();
+  }
+  ASSERT_EQ(aborted.size(), 1u);
+  EXPECT_EQ(aborted[0], f.downstream.submitted().at(0).request_id);
+}
+
+TEST(http_door, keys_health_metrics_and_unknown_paths) {
+  door_fixture f("k");
+  httplib::Client c = f.client();
+  EXPECT_EQ(c.Get("/v1/models")->status, 401);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  auto metrics = c.Get("/metrics");
+  EXPECT_NE(metrics->body.find("troupe_kv_blocks_free 90\n"), std::string::npos) << metrics->body;
+  c.set_bearer_token_auth("k");
+  auto models = c.Get("/v1/models");
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+  EXPECT_EQ(c.Get("/v1/models/tiny")->status, 200);
+  EXPECT_EQ(c.Get("/v1/models/other")->status, 404);
+  auto unknown = c.Get("/v2/anything");
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(json::parse(unknown->body)["error"]["type"], "not_found_error");
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,190 @@
+// OpenAI request bodies: what is accepted, what each field becomes, and the 400 (naming the
+// parameter) for each kind of bad input.
+
+#include <gtest/gtest.h>
+
+#include "doors/http/openai_request.hpp"
+
+namespace troupe {
+namespace {
+
+openai_limits limits() {
+  openai_limits l;
+  l.max_model_len = 512;
+  return l;
+}
+
+openai_request parse_ok(openai_endpoint endpoint, const std::string& body) {
+  auto result = parse_openai_request(endpoint, body, limits());
+  if (auto* error = std::get_if<api_error>(&result)) ADD_FAILURE() << body << " -> " << error->message;
+  return std::get<openai_request>(result);
+}
+
+api_error parse_error(openai_endpoint endpoint, const std::string& body) {
+  auto result = parse_openai_request(endpoint, body, limits());
+  EXPECT_TRUE(std::holds_alternative<api_error>(result)) << body << " was accepted";
+  return std::holds_alternative<api_error>(result) ? std::get<api_error>(result) : api_error{};
+}
+
+constexpr auto completions = openai_endpoint::completions;
+constexpr auto chat = openai_endpoint::chat_completions;
+
+TEST(openai_request, completion_fields_map_to_sampling_params) {
+  auto r = parse_ok(completions, R"({"model":"m","prompt":"Once","max_tokens":60,"temperature":0.5,
+      "top_p":0.9,"top_k":40,"min_p":0.05,"presence_penalty":0.5,"frequency_penalty":-0.5,
+      "repetition_penalty":1.1,"seed":7,"stop":["\n\n","The end"],"n":3,"logprobs":2,
+      "stream":true,"stream_options":{"include_usage":true},"user":"someone"})");
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].kind, prompt_kind::text);
+  EXPECT_EQ(r.prompts[0].text, "Once");
+  EXPECT_EQ(r.sampling.max_tokens, 60);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.sampling.seed, 7u);
+  EXPECT_EQ(r.sampling.stop, (std::vector<std::string>{"\n\n", "The end"}));
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.num_choices(), 3);
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_EQ(r.sampling.logprobs, 2);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+}
+
+TEST(openai_request, defaults_follow_openai) {
+  auto c = parse_ok(completions, R"({"model":"m","prompt":"x"})");
+  EXPECT_EQ(c.sampling.max_tokens, 16);
+  EXPECT_FALSE(c.stream);
+  EXPECT_EQ(c.logprobs, -1);
+  EXPECT_FALSE(c.sampling.seed);
+  // A chat runs until it stops or the context is full.
+  auto h = parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(h.sampling.max_tokens, 512);
+  // null means "not given".
+  auto n = parse_ok(completions, R"({"model":"m","prompt":"x","max_tokens":null,"stop":null,"seed":null})");
+  EXPECT_EQ(n.sampling.max_tokens, 16);
+}
+
+TEST(openai_request, prompts_as_string_ids_and_batches) {
+  auto ids = parse_ok(completions, R"({"model":"m","prompt":[1,2,3]})");
+  ASSERT_EQ(ids.prompts.size(), 1u);
+  EXPECT_EQ(ids.prompts[0].kind, prompt_kind::token_ids);
+  EXPECT_EQ(ids.prompts[0].token_ids, (std::vector<int32_t>{1, 2, 3}));
+  auto batch = parse_ok(completions, R"({"model":"m","prompt":["a",[5,6]],"n":2})");
+  ASSERT_EQ(batch.prompts.size(), 2u);
+  EXPECT_EQ(batch.prompts[1].kind, prompt_kind::token_ids);
+  EXPECT_EQ(batch.num_choices(), 4);
+}
+
+TEST(openai_request, chat_messages_with_content_parts) {
+  auto r = parse_ok(chat, R"({"model":"m","messages":[{"role":"system","content":"be brief"},
+      {"role":"user","content":[{"type":"text","text":"Hello "},{"type":"text","text":"there"}]},
+      {"role":"assistant","content":null},{"role":"user","content":"go on","name":"ann"}],
+      "max_completion_tokens":20,"logprobs":true,"top_logprobs":3,"stop":"END"})");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  const auto& m = r.prompts[0].messages;
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_EQ(r.prompts[0].kind, prompt_kind::messages);
+  EXPECT_EQ(m[1].content, "Hello there");
+  EXPECT_EQ(m[2].role, "assistant");
+  EXPECT_EQ(m[2].content, "");
+  EXPECT_EQ(r.sampling.max_tokens, 20);
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"END"});
+  auto plain = parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true})");
+  EXPECT_EQ(plain.logprobs, 0);
+}
+
+struct bad_case {
+  openai_endpoint endpoint;
+  const char* body;
+  const char* param;  // "" when no single parameter is at fault
+};
+
+TEST(openai_request, each_bad_input_names_its_parameter) {
+  const bad_case cases[] = {
+      {completions, R"({"prompt":"x"})", "model"},
+      {completions, R"({"model":5,"prompt":"x"})", "model"},
+      {completions, R"({"model":"m"})", "prompt"},
+      {completions, R"({"model":"m","prompt":5})", "prompt"},
+      {completions, R"({"model":"m","prompt":""})", "prompt"},
+      {completions, R"({"model":"m","prompt":[]})", "prompt"},
+      {completions, R"({"model":"m","prompt":["a",5]})", "prompt[1]"},
+      {completions, R"({"model":"m","prompt":[1,-2]})", "prompt[1]"},
+      {completions, R"({"model":"m","prompt":"x","temperature":"hot"})", "temperature"},
+      {completions, R"({"model":"m","prompt":"x","temperature":-1})", "temperature"},
+      {completions, R"({"model":"m","prompt":"x","top_p":0})", "top_p"},
+      {completions, R"({"model":"m","prompt":"x","top_p":1.5})", "top_p"},
+      {completions, R"({"model":"m","prompt":"x","top_k":1.5})", "top_k"},
+      {completions, R"({"model":"m","prompt":"x","min_p":2})", "min_p"},
+      {completions, R"({"model":"m","prompt":"x","presence_penalty":3})", "presence_penalty"},
+      {completions, R"({"model":"m","prompt":"x","frequency_penalty":true})", "frequency_penalty"},
+      {completions, R"({"model":"m","prompt":"x","repetition_penalty":0})", "repetition_penalty"},
+      {completions, R"({"model":"m","prompt":"x","seed":"7"})", "seed"},
+      {completions, R"({"model":"m","prompt":"x","max_tokens":0})", "max_tokens"},
+      {completions, R"({"model":"m","prompt":"x","max_tokens":"16"})", "max_tokens"},
+      {completions, R"({"model":"m","prompt":"x","max_tokens":1000000000000})", "max_tokens"},
+      {completions, R"({"model":"m","prompt":"x","max_tokens":513})", "max_tokens"},
+      {completions, R"({"model":"m","prompt":"x","stop":5})", "stop"},
+      {completions, R"({"model":"m","prompt":"x","stop":["a",""]})", "stop[1]"},
+      {completions, R"({"model":"m","prompt":"x","stop":["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"]})", "stop"},
+      {completions, R"({"model":"m","prompt":"x","n":0})", "n"},
+      {completions, R"({"model":"m","prompt":"x","n":100})", "n"},
+      {completions, R"({"model":"m","prompt":["a","b","c","d","e"],"n":16})", "n"},
+      {completions, R"({"model":"m","prompt":"x","logprobs":21})", "logprobs"},
+      {completions, R"({"model":"m","prompt":"x","logprobs":true})", "logprobs"},
+      {completions, R"({"model":"m","prompt":"x","stream":"yes"})", "stream"},
+      {completions, R"({"model":"m","prompt":"x","stream_options":{"include_usage":true}})", "stream_options"},
+      {completions, R"({"model":"m","prompt":"x","stream":true,"stream_options":{"bogus":1}})", "stream_options.bogus"},
+      {completions, R"({"model":"m","prompt":"x","echo":true})", "echo"},
+      {completions, R"({"model":"m","prompt":"x","best_of":3})", "best_of"},
+      {completions, R"({"model":"m","prompt":"x","logit_bias":{"5":1}})", "logit_bias"},
+      {completions, R"({"model":"m","prompt":"x","temprature":0})", "temprature"},
+      {chat, R"({"model":"m"})", "messages"},
+      {chat, R"({"model":"m","messages":[]})", "messages"},
+      {chat, R"({"model":"m","messages":"hi"})", "messages"},
+      {chat, R"({"model":"m","messages":[{"content":"hi"}]})", "messages[0].role"},
+      {chat, R"({"model":"m","messages":[{"role":"wizard","content":"hi"}]})", "messages[0].role"},
+      {chat, R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content[0].type"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x","extra":1}]})", "messages[0].extra"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})", "max_completion_tokens"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", "response_format"},
+  };
+  for (const auto& c : cases) {
+    api_error e = parse_error(c.endpoint, c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
+    EXPECT_NE(e.message.find(c.param), std::string::npos) << e.message;
+  }
+}
+
+TEST(openai_request, malformed_bodies) {
+  for (const char* body : {"", "{", "{bad", "[1,2]", "\"text\"", "{\"model\":\"m\",\"prompt\":\"x\"} trailing"}) {
+    api_error e = parse_error(completions, body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_TRUE(e.param.empty()) << body;
+  }
+  // Deep nesting is refused before it costs more than its bytes.
+  std::string deep = "{\"model\":\"m\",\"prompt\":\"x\",\"user\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  api_error e = parse_error(completions, deep);
+  EXPECT_NE(e.message.find("nests deeper"), std::string::npos) << e.message;
+}
+
+TEST(openai_request, error_json_has_openai_shape) {
+  api_error e = bad_parameter("temperature", "'temperature': bad");
+  EXPECT_EQ(e.to_json(),
+            R"({"error":{"code":null,"message":"'temperature': bad","param":"temperature","type":"invalid_request_error"}})");
+}
+
+}  // namespace
+}  // namespace troupe

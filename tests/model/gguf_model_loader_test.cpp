@@ -1,0 +1,89 @@
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "model/loader/gguf_model_loader.hpp"
+#include "model/loader/gguf_tensor_names.hpp"
+#include "model/loader/hf_config.hpp"
+#include "model/loader/model_loader.hpp"
+#include "model/loader/rope_permutation.hpp"
+#include "tests/model/loader_test_util.hpp"
+
+namespace troupe {
+namespace {
+
+bool same_bytes(const weight_tensor& a, const weight_tensor& b) {
+  return a.num_bytes == b.num_bytes && std::memcmp(a.data, b.data, a.num_bytes) == 0;
+}
+
+TEST(gguf_model_loader, stories260k_gguf_equals_hf_after_unpermuting_q_and_k) {
+  loaded_model hf = load_model({testing::shared_model_dir() / "hf"});
+  loaded_model gguf = load_model({testing::shared_model_dir() / "gguf/stories260K-f32.gguf"});
+  EXPECT_EQ(gguf.config.hidden_size, hf.config.hidden_size);
+  EXPECT_EQ(gguf.config.num_kv_heads, hf.config.num_kv_heads);
+  EXPECT_EQ(gguf.config.head_dim, hf.config.head_dim);
+  EXPECT_EQ(gguf.config.vocab_size, hf.config.vocab_size);
+  EXPECT_EQ(gguf.config.bos_token_id, 1);
+  EXPECT_EQ(gguf.config.eos_token_ids, std::vector<int>{2});
+  EXPECT_FALSE(gguf.config.tie_word_embeddings);  // the GGUF carries an explicit output.weight
+  int compared = 0;
+  for (const auto& [name, tensor] : hf.weights.tensors()) {
+    const weight_tensor& other = gguf.weights.get(name);
+    EXPECT_EQ(other.shape, tensor.shape) << name;
+    EXPECT_TRUE(same_bytes(tensor, other)) << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 47);
+  EXPECT_TRUE(same_bytes(gguf.weights.get("lm_head.weight"), hf.weights.get("model.embed_tokens.weight")));
+
+  // The GGUF's raw q rows really are in another order: the un-permutation did the work.
+  gguf_file raw = gguf_file::open(testing::shared_model_dir() / "gguf/stories260K-f32.gguf");
+  const weight_tensor& hf_q = hf.weights.get("model.layers.0.self_attn.q_proj.weight");
+  EXPECT_NE(std::memcmp(raw.find_tensor("blk.0.attn_q.weight")->data, hf_q.data, hf_q.num_bytes), 0);
+}
+
+TEST(gguf_model_loader, permutation_round_trips_and_matches_the_hf_rule) {
+  // 2 heads of head_dim 4, rows tagged by their HF index.
+  std::vector<float> hf_rows = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<float> gguf_rows(8), back(8);
+  permute_rows_hf_to_gguf(reinterpret_cast<const std::byte*>(hf_rows.data()), reinterpret_cast<std::byte*>(gguf_rows.data()), 8, 4, 2);
+  // Interleaved pairs: per head, HF rows (0,2),(1,3) become adjacent.
+  EXPECT_EQ(gguf_rows, (std::vector<float>{0, 2, 1, 3, 4, 6, 5, 7}));
+  permute_rows_gguf_to_hf(reinterpret_cast<const std::byte*>(gguf_rows.data()), reinterpret_cast<std::byte*>(back.data()), 8, 4, 2);
+  EXPECT_EQ(back, hf_rows);
+}
+
+TEST(gguf_model_loader, tensor_names_map_both_ways) {
+  EXPECT_EQ(hf_name_from_gguf("blk.12.attn_q.bias"), "model.layers.12.self_attn.q_proj.bias");
+  EXPECT_EQ(hf_name_from_gguf("blk.0.attn_k_norm.weight"), "model.layers.0.self_attn.k_norm.weight");
+  EXPECT_EQ(hf_name_from_gguf("output.weight"), "lm_head.weight");
+  EXPECT_EQ(hf_name_from_gguf("rope_freqs.weight"), std::nullopt);
+  EXPECT_EQ(gguf_name_from_hf("model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
+  EXPECT_EQ(gguf_name_from_hf("model.embed_tokens.weight"), "token_embd.weight");
+  testing::expect_error([] { gguf_name_from_hf("model.layers.0.mystery.weight"); }, {"model.layers.0.mystery.weight"});
+}
+
+TEST(gguf_model_loader, llama3_rope_factors_follow_the_three_bands) {
+  model_config config;
+  config.head_dim = 128;
+  config.rope_theta = 500000.0f;
+  config.rope_scaling = rope_scaling_config{8.0f, 1.0f, 4.0f, 8192};
+  std::vector<float> factors = llama3_rope_factors(config);
+  ASSERT_EQ(factors.size(), 64u);
+  EXPECT_EQ(factors.front(), 1.0f);  // highest frequency: unscaled
+  EXPECT_EQ(factors.back(), 8.0f);   // lowest frequency: scaled by the factor
+  for (size_t i = 1; i < factors.size(); ++i) EXPECT_GE(factors[i], factors[i - 1]);
+}
+
+TEST(gguf_model_loader, unknown_gguf_architecture_is_named) {
+  testing::scratch_dir dir;
+  std::string whole = testing::read_text(testing::shared_model_dir() / "gguf/stories260K-f32.gguf");
+  // Same length as "llama" so the rest of the file stays valid.
+  size_t at = whole.find("llama");
+  whole.replace(at, 5, "gpt_x");
+  testing::write_text(dir / "arch.gguf", whole);
+  testing::expect_error([&] { load_model({dir / "arch.gguf"}); }, {"arch.gguf", "unsupported architecture 'gpt_x'", "llama, qwen2, qwen3"});
+}
+
+}  // namespace
+}  // namespace troupe

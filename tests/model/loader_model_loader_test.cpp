@@ -1,0 +1,141 @@
+#include <cmath>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "model/loader/float_conversion.hpp"
+#include "model/loader/hf_config.hpp"
+#include "model/loader/model_loader.hpp"
+#include "model/loader/safetensors_file.hpp"
+#include "model/loader/safetensors_writer.hpp"
+#include "model/model_tensors.hpp"
+#include "tests/model/loader_test_util.hpp"
+
+namespace troupe {
+namespace {
+
+using testing::expect_error;
+
+std::vector<weight_tensor> sorted_tensors(const weight_store& store) {
+  std::vector<weight_tensor> tensors;
+  for (const auto& [name, tensor] : store.tensors()) tensors.push_back(tensor);
+  return tensors;
+}
+
+void copy_configs(const std::filesystem::path& to) {
+  for (const char* name : {"config.json", "generation_config.json"}) {
+    std::filesystem::copy_file(testing::shared_model_dir() / "hf" / name, to / name);
+  }
+}
+
+TEST(loader_model_loader, sharded_round_trip_equals_single_file) {
+  testing::scratch_dir dir;
+  loaded_model single = load_model({testing::shared_model_dir() / "hf"});
+  const int shards = write_sharded_safetensors(dir.path(), sorted_tensors(single.weights), 300'000);
+  EXPECT_GE(shards, 3);
+  copy_configs(dir.path());
+  loaded_model sharded = load_model({dir.path()});
+  ASSERT_EQ(sharded.weights.tensors().size(), single.weights.tensors().size());
+  for (const auto& [name, tensor] : single.weights.tensors()) {
+    const weight_tensor& other = sharded.weights.get(name);
+    EXPECT_EQ(other.shape, tensor.shape);
+    EXPECT_EQ(std::memcmp(other.data, tensor.data, tensor.num_bytes), 0) << name;
+  }
+  // A shard that went missing is named.
+  std::filesystem::remove(dir / ("model-00002-of-0000" + std::to_string(shards) + ".safetensors"));
+  expect_error([&] { load_model({dir.path()}); }, {"model-00002-of-", "does not exist"});
+}
+
+TEST(loader_model_loader, shape_mismatch_names_tensor_and_both_shapes) {
+  testing::scratch_dir dir;
+  loaded_model model = load_model({testing::shared_model_dir() / "hf"});
+  std::vector<weight_tensor> tensors = sorted_tensors(model.weights);
+  std::vector<float> wrong(64 * 16, 0.0f);
+  for (auto& t : tensors) {
+    if (t.name == "model.layers.2.self_attn.k_proj.weight") {
+      t.shape = {16, 64};
+      t.data = reinterpret_cast<const std::byte*>(wrong.data());
+      t.num_bytes = wrong.size() * 4;
+    }
+  }
+  write_safetensors(dir / "model.safetensors", tensors);
+  copy_configs(dir.path());
+  expect_error([&] { load_model({dir.path()}); },
+               {"tensor model.layers.2.self_attn.k_proj.weight has shape [16,64], expected [32,64] from", "config.json"});
+}
+
+TEST(loader_model_loader, missing_tensor_and_missing_weights_are_named) {
+  testing::scratch_dir dir;
+  copy_configs(dir.path());
+  expect_error([&] { load_model({dir.path()}); }, {dir.path().string(), "model.safetensors"});
+  loaded_model model = load_model({testing::shared_model_dir() / "hf"});
+  std::vector<weight_tensor> tensors;
+  for (const auto& t : sorted_tensors(model.weights)) {
+    if (t.name != "model.norm.weight") tensors.push_back(t);
+  }
+  write_safetensors(dir / "model.safetensors", tensors);
+  expect_error([&] { load_model({dir.path()}); }, {"model.norm.weight", "missing"});
+  expect_error([&] { load_model({dir / "nothing_here"}); }, {"nothing_here", "does not exist"});
+}
+
+TEST(loader_model_loader, dummy_weights_have_the_config_shapes_and_are_deterministic) {
+  // A Qwen3-shaped config with GQA, biases off, q/k norms on, untied.
+  testing::scratch_dir dir;
+  model_config config;
+  config.arch = architecture::qwen3;
+  config.architecture_name = "Qwen3ForCausalLM";
+  config.hidden_size = 64;
+  config.intermediate_size = 96;
+  config.num_layers = 2;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 32;
+  config.vocab_size = 100;
+  config.max_position_embeddings = 128;
+  config.qk_norm = true;
+  testing::write_text(dir / "config.json", to_hf_config(config).dump());
+
+  load_options options{dir / "config.json", load_format::dummy, dtype::bf16, 7, false};
+  loaded_model a = load_model(options);
+  loaded_model b = load_model(options);
+  options.dummy_seed = 8;
+  loaded_model c = load_model(options);
+  validate_weights(a.config, a.weights, "test");
+  EXPECT_EQ(a.weights.get("model.layers.1.self_attn.q_proj.weight").shape, (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(a.weights.get("model.layers.1.self_attn.q_norm.weight").shape, (std::vector<int64_t>{32}));
+  EXPECT_EQ(a.weights.get("lm_head.weight").type, dtype::bf16);
+  const weight_tensor& wa = a.weights.get("model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(std::memcmp(wa.data, b.weights.get(wa.name).data, wa.num_bytes), 0);
+  EXPECT_NE(std::memcmp(wa.data, c.weights.get(wa.name).data, wa.num_bytes), 0);
+  // Small normal values: mean ~0, standard deviation ~0.02; norms exactly 1.
+  std::vector<float> values(wa.num_elements());
+  convert_to_f32(wa.data, dtype::bf16, values);
+  double sum = 0, sum_sq = 0;
+  for (float v : values) {
+    sum += v;
+    sum_sq += double(v) * v;
+  }
+  const double mean = sum / values.size();
+  EXPECT_NEAR(mean, 0.0, 0.002);
+  EXPECT_NEAR(std::sqrt(sum_sq / values.size() - mean * mean), 0.02, 0.002);
+  std::vector<float> norm(64);
+  convert_to_f32(a.weights.get("model.norm.weight").data, dtype::bf16, norm);
+  for (float v : norm) EXPECT_EQ(v, 1.0f);
+}
+
+TEST(loader_model_loader, dummy_q8_0_keeps_norms_f32) {
+  loaded_model model = load_model({testing::shared_model_dir() / "hf", load_format::dummy, dtype::q8_0, 1, false});
+  EXPECT_EQ(model.weights.get("model.layers.0.self_attn.q_proj.weight").type, dtype::q8_0);
+  EXPECT_EQ(model.weights.get("model.layers.0.input_layernorm.weight").type, dtype::f32);
+  // down_proj rows are 172 values: not whole Q8_0 blocks, so f16.
+  EXPECT_EQ(model.weights.get("model.layers.0.mlp.down_proj.weight").type, dtype::f16);
+}
+
+TEST(loader_model_loader, format_names_parse) {
+  EXPECT_EQ(parse_load_format("dummy"), load_format::dummy);
+  EXPECT_EQ(parse_load_format("auto"), load_format::auto_detect);
+  expect_error([] { parse_load_format("pickle"); }, {"pickle"});
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,149 @@
+// Topology files: every section and key read, the shipped files, and errors that name the bad
+// setting.
+
+#include <gtest/gtest.h>
+
+#include "node/topology.hpp"
+
+namespace troupe {
+namespace {
+
+TEST(topology, the_shipped_colocated_file_parses) {
+  auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
+  EXPECT_EQ(t.model.device, device_request::auto_detect);  // cuda when a GPU answers, else the CPU
+  EXPECT_TRUE(t.async_scheduling);  // "auto" is on
+  EXPECT_EQ(t.model.path, "../shared/models/stories260K/hf");
+  EXPECT_EQ(t.zmq_endpoint, "tcp://127.0.0.1:5557");
+  EXPECT_GT(t.max_num_batched_tokens, 0);
+  EXPECT_GT(t.tokenizer_pool_size, 0);
+}
+
+TEST(topology, reads_every_section) {
+  auto t = parse_topology(R"(
+[model]
+path = "/m"
+load_format = "dummy"
+[node]
+device = "cpu"
+threads = 3
+[frontend]
+zmq_endpoint = "tcp://0.0.0.0:9000"
+api_key = "k"
+[tokenizer]
+pool_size = 4
+[scheduler]
+max_num_batched_tokens = 256
+max_num_seqs = 8
+max_waiting_requests = 10
+num_kv_blocks = 33
+block_size = 32
+)");
+  EXPECT_EQ(t.model.path, "/m");
+  EXPECT_EQ(t.model.format, load_format::dummy);
+  EXPECT_EQ(t.model.backend.threads, 3);
+  EXPECT_EQ(t.zmq_endpoint, "tcp://0.0.0.0:9000");
+  EXPECT_EQ(t.api_key, "k");
+  EXPECT_EQ(t.tokenizer_pool_size, 4);
+  EXPECT_EQ(t.max_num_batched_tokens, 256);
+  EXPECT_EQ(t.model.max_num_seqs, 8);
+  EXPECT_EQ(t.max_waiting_requests, 10);
+  EXPECT_EQ(t.model.num_kv_blocks, 33);
+  EXPECT_EQ(t.model.block_size, 32);
+}
+
+TEST(topology, defaults_when_sections_are_missing) {
+  auto t = parse_topology("[model]\npath = \"x\"\n");
+  EXPECT_EQ(t.model.max_num_seqs, topology{}.model.max_num_seqs);
+}
+
+TEST(topology, reads_the_device_and_scheduling_switches) {
+  auto t = parse_topology(R"(
+[node]
+device = "cuda"
+gpu_memory_utilization = 0.5
+dtype = "f32"
+nano_batches = 2
+[scheduler]
+async_scheduling = true
+)");
+  EXPECT_EQ(t.model.device, device_request::cuda);
+  EXPECT_FLOAT_EQ(t.model.backend.gpu_memory_utilization, 0.5f);
+  EXPECT_EQ(t.model.backend.cuda_dtype, dtype::f32);
+  EXPECT_EQ(t.model.backend.nano_batches, 2);
+  EXPECT_TRUE(t.async_scheduling);
+  EXPECT_EQ(parse_topology("[scheduler]\nasync_scheduling = false\n").async_scheduling, false);
+  EXPECT_EQ(parse_topology("[scheduler]\nasync_scheduling = \"auto\"\n").async_scheduling, true);
+  EXPECT_EQ(parse_topology("[node]\ndevice = \"auto\"\ngpu_memory_utilization = 1\n").model.backend.gpu_memory_utilization, 1.0f);
+}
+
+void expect_error(const std::string& text, const std::string& needle) {
+  try {
+    parse_topology(text, "t.toml");
+    FAIL() << "no error for: " << text;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(topology, errors_name_the_problem) {
+  expect_error("[scheduler]\nmax_num_seq = 3\n", "unknown key 'max_num_seq' in [scheduler]");
+  expect_error("[schedular]\n", "unknown section");
+  expect_error("[scheduler]\nmax_num_seqs = \"many\"\n", "max_num_seqs must be an integer");
+  expect_error("[scheduler]\nmax_num_seqs = 0\n", "max_num_seqs must be positive");
+  expect_error("[scheduler]\nmax_num_seqs = -2\n", "non-negative");
+  expect_error("[node]\ndevice = \"tpu\"\n", "device must be");
+  expect_error("[node]\ngpu_memory_utilization = 1.5\n", "gpu_memory_utilization must be in (0, 1]");
+  expect_error("[node]\ngpu_memory_utilization = \"most\"\n", "gpu_memory_utilization must be a number");
+  expect_error("[node]\ndtype = \"f8\"\n", "dtype must be f32, f16 or bf16");
+  expect_error("[node]\nnano_batches = 0\n", "nano_batches must be 1 to 4, got 0");
+  expect_error("[node]\nnano_batches = 5\n", "nano_batches must be 1 to 4, got 5");
+  expect_error("[scheduler]\nasync_scheduling = 1\n", "async_scheduling must be true, false");
+  expect_error("[scheduler]\nasync_scheduling = \"sometimes\"\n", "async_scheduling must be true, false");
+  expect_error("[model\n", "t.toml");
+}
+
+// The [http] section: the shipped file turns the API on; bad values are named.
+
+TEST(topology_http, the_shipped_file_serves_http_on_8000) {
+  auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
+  EXPECT_TRUE(t.http_enabled);
+  EXPECT_EQ(t.http_host, "127.0.0.1");
+  EXPECT_EQ(t.http_port, 8000);
+  EXPECT_EQ(t.http_max_body_bytes, 4u << 20);
+  EXPECT_EQ(t.served_model_name, "");
+}
+
+TEST(topology_http, off_unless_asked_for) {
+  // Without a file nothing binds a fixed port (tests start many servers side by side).
+  EXPECT_FALSE(topology{}.http_enabled);
+  EXPECT_FALSE(parse_topology("[model]\npath = \"m\"\n").http_enabled);
+}
+
+TEST(topology_http, reads_every_key) {
+  auto t = parse_topology(R"(
+[http]
+enabled = true
+host = "0.0.0.0"
+port = 9001
+max_body_bytes = 65536
+max_connections = 64
+served_model_name = "tiny"
+)");
+  EXPECT_TRUE(t.http_enabled);
+  EXPECT_EQ(t.http_host, "0.0.0.0");
+  EXPECT_EQ(t.http_port, 9001);
+  EXPECT_EQ(t.http_max_body_bytes, 65536u);
+  EXPECT_EQ(t.http_max_connections, 64);
+  EXPECT_EQ(t.served_model_name, "tiny");
+}
+
+TEST(topology_http, errors_name_the_setting) {
+  expect_error("[http]\nenabled = \"yes\"\n", "enabled must be true or false");
+  expect_error("[http]\nenabled = true\nport = 70000\n", "port must be in 0..65535");
+  expect_error("[http]\nenabled = true\nmax_body_bytes = 10\n", "max_body_bytes must be at least 1024");
+  expect_error("[http]\nenabled = true\nmax_connections = 2\n", "max_connections must be at least 16");
+  expect_error("[http]\nprot = 1\n", "unknown key 'prot' in [http]");
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,94 @@
+// The scheduler stage without actors: one step in flight, aborts that overtake their request,
+// failed steps ending their requests, and every block free at the end.
+
+#include <gtest/gtest.h>
+
+#include "stages/scheduler_stage.hpp"
+#include "tests/stages/scheduler_stage_support.hpp"
+
+namespace troupe::test {
+namespace {
+
+engine_config small_config() { return small_stage_config(/*async_scheduling=*/false); }
+
+// Answers every sampled row with token 9.
+step_done answer(const step_plan& plan) {
+  step_done done;
+  done.result.step_id = plan.step_id;
+  for (const auto& s : plan.sequences) {
+    if (s.sample) done.result.tokens.push_back(sampled_token{s.request_id, 9, 0.0f, {}, {}});
+  }
+  done.begin = 1;
+  done.end = 2;
+  return done;
+}
+
+TEST(scheduler_stage, keeps_one_step_in_flight_and_frees_every_block) {
+  scheduler_stage stage(small_config(), {2});
+  auto out = stage.add(make_request(1, 3));
+  ASSERT_EQ(out.plans.size(), 1u);
+  EXPECT_TRUE(stage.add(make_request(2, 3)).plans.empty());  // a step is in flight
+  std::vector<token_delta> finished;
+  std::optional<step_plan> plan = out.plans.front();
+  int steps = 0;
+  while (plan && steps++ < 20) {
+    auto next = stage.step_finished(answer(*plan));
+    for (size_t i = 0; i < next.tokens.deltas.size(); ++i) {
+      if (next.tokens.deltas[i].finished()) {
+        finished.push_back(next.tokens.deltas[i]);
+        EXPECT_GT(next.tokens.timelines[i].num_steps, 0);
+      }
+    }
+    ASSERT_LE(next.plans.size(), 1u);
+    plan.reset();
+    if (!next.plans.empty()) plan = next.plans.front();
+  }
+  ASSERT_EQ(finished.size(), 2u);
+  for (const auto& d : finished) EXPECT_EQ(d.finish, finish_reason::length);
+  auto stats = stage.stats(7);
+  EXPECT_EQ(stats.tag, 7u);
+  EXPECT_EQ(stats.num_free_blocks, 16);
+  EXPECT_EQ(stats.num_running, 0);
+}
+
+TEST(scheduler_stage, an_abort_that_overtakes_its_request_ends_it_on_arrival) {
+  scheduler_stage stage(small_config(), {2});
+  auto early = stage.abort(5);
+  EXPECT_TRUE(early.tokens.deltas.empty());
+  auto out = stage.add(make_request(5, 3));
+  EXPECT_TRUE(out.plans.empty());
+  ASSERT_EQ(out.tokens.deltas.size(), 1u);
+  EXPECT_EQ(out.tokens.deltas[0].finish, finish_reason::abort);
+  EXPECT_EQ(stage.stats(0).num_waiting, 0);
+}
+
+TEST(scheduler_stage, a_failed_step_fails_its_requests_and_frees_their_blocks) {
+  scheduler_stage stage(small_config(), {2});
+  auto out = stage.add(make_request(1, 10));
+  ASSERT_EQ(out.plans.size(), 1u);
+  step_done failed;
+  failed.result.step_id = out.plans.front().step_id;
+  failed.error = "device lost";
+  auto next = stage.step_finished(failed);
+  // Through the detokenizer, which must forget the request before the frontend hears.
+  EXPECT_TRUE(next.refusals.empty());
+  ASSERT_EQ(next.tokens.failures.size(), 1u);
+  EXPECT_EQ(next.tokens.failures[0].request_id, 1);
+  EXPECT_EQ(next.tokens.failures[0].code, error_code::internal);
+  EXPECT_NE(next.tokens.failures[0].message.find("device lost"), std::string::npos);
+  EXPECT_EQ(stage.stats(0).num_free_blocks, 16);
+}
+
+TEST(scheduler_stage, refusals_go_straight_to_the_frontend) {
+  auto config = small_config();
+  scheduler_stage stage(config, {2});
+  auto r = make_request(1, 3);
+  r.prompt_ids.assign(70, 5);  // longer than max_model_len
+  auto out = stage.add(r);
+  ASSERT_EQ(out.refusals.size(), 1u);
+  EXPECT_EQ(out.refusals[0].code, error_code::bad_request);
+  EXPECT_TRUE(out.tokens.empty()) << "the detokenizer never saw the request";
+}
+
+}  // namespace
+}  // namespace troupe::test

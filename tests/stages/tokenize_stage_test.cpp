@@ -1,0 +1,49 @@
+// The tokenizer stage without actors, on the stories260K tokenizer (reference ids in its README).
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "stages/tokenize_stage.hpp"
+
+namespace troupe {
+namespace {
+
+const std::string stories = TROUPE_SHARED_DIR "/models/stories260K/hf";
+
+TEST(tokenize_stage, text_ids_and_errors) {
+  if (!std::filesystem::exists(stories)) GTEST_SKIP() << "no " << stories;
+  tokenize_stage stage(tokenizer::from_directory(stories), 512, 16);
+  tokenize_request r;
+  r.request_id = 3;
+  r.prompt = "Once upon a time";
+  r.priority = 2;
+  auto ok = stage.run(r);
+  ASSERT_TRUE(std::holds_alternative<schedule_request>(ok));
+  EXPECT_EQ(std::get<schedule_request>(ok).prompt_ids, (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(std::get<schedule_request>(ok).priority, 2);
+  EXPECT_GT(std::get<schedule_request>(ok).tokenized, 0);
+
+  tokenize_request ids;
+  ids.kind = prompt_kind::token_ids;
+  ids.prompt_token_ids = {1, 600};
+  auto bad = stage.run(ids);
+  ASSERT_TRUE(std::holds_alternative<request_failed>(bad));
+  EXPECT_NE(std::get<request_failed>(bad).message.find("prompt_token_ids[1]"), std::string::npos);
+
+  tokenize_request long_prompt;
+  long_prompt.prompt = "Once upon a time there was a little girl named Lily who loved the park";
+  auto too_long = stage.run(long_prompt);
+  ASSERT_TRUE(std::holds_alternative<request_failed>(too_long));
+  EXPECT_EQ(std::get<request_failed>(too_long).code, error_code::prompt_too_long);
+}
+
+TEST(tokenize_stage, chat_without_a_template_is_a_transcript) {
+  if (!std::filesystem::exists(stories)) GTEST_SKIP() << "no " << stories;
+  tokenize_stage stage(tokenizer::from_directory(stories), 512, 512);
+  EXPECT_FALSE(stage.has_chat_template());
+  EXPECT_EQ(stage.render_chat({{"user", "hi"}}), "user: hi\nassistant:");
+}
+
+}  // namespace
+}  // namespace troupe
