@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
@@ -105,6 +106,18 @@ void zmq_door::loop() {
     if (out.stats_query) downstream_.query_stats(*out.stats_query);
   };
 
+  // Nothing a peer sends may end this thread, which would end the process: a failure while
+  // handling one message or event ends with that message, logged.
+  auto contained = [](const char* what, auto&& handle) {
+    try {
+      handle();
+    } catch (const std::exception& e) {
+      spdlog::error("zmq door: {} failed: {}", what, e.what());
+    } catch (...) {
+      spdlog::error("zmq door: {} failed", what);
+    }
+  };
+
   auto on_request = [&](const std::string& routing_id, std::string_view frame) {
     auto decoded = decode_request(frame, limits);
     if (auto* error = std::get_if<protocol_error>(&decoded)) {
@@ -165,7 +178,10 @@ void zmq_door::loop() {
   auto on_message = [&] {
     const std::string routing_id = parts[0].to_string();
     if (parts.size() < 2) return;  // a peer with nothing to say
-    int fd = parts.back().get(ZMQ_SRCFD);
+    // The descriptor the message came in on, to notice when its connection closes. A peer
+    // speaking ZMTP/1.0 sends no metadata, so its messages carry none (-1): its disconnect then
+    // goes unnoticed, but its requests are served.
+    const int fd = zmq_msg_get(parts.back().handle(), ZMQ_SRCFD);
     if (fd >= 0 && !s.table.knows_peer(fd, routing_id)) {
       // A peer new on this descriptor, which may be a closed connection's, reused. That
       // connection's disconnect event was queued before this peer could even connect, but
@@ -193,8 +209,11 @@ void zmq_door::loop() {
     try {
       zmq::poll(items, 3, std::chrono::milliseconds(200));
     } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
-      throw;
+      if (e.num() != EINTR) {
+        spdlog::error("zmq door: poll failed: {}", e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // not a busy loop if it persists
+      }
+      continue;
     }
     if (items[2].revents & ZMQ_POLLIN) {
       uint64_t count = 0;
@@ -204,14 +223,16 @@ void zmq_door::loop() {
         std::lock_guard lock(s.inbox_mutex);
         events.swap(s.inbox);
       }
-      for (auto& event : events) deliver(s.table.on_event(event));
+      for (auto& event : events) contained("a reply event", [&] { deliver(s.table.on_event(event)); });
     }
-    if (items[1].revents & ZMQ_POLLIN) drain_monitor();
+    if (items[1].revents & ZMQ_POLLIN) contained("a disconnect event", drain_monitor);
     if (items[0].revents & ZMQ_POLLIN) {
       // A bounded batch per wakeup, so replies and disconnects are never starved by a flood.
       for (int n = 0; n < 256; ++n) {
-        if (!receive_message()) break;
-        on_message();
+        bool received = false;
+        contained("receiving a message", [&] { received = receive_message(); });
+        if (!received) break;
+        contained("a client's message", on_message);
       }
     }
   }

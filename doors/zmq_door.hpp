@@ -6,7 +6,10 @@
 //
 // Client-gone detection: libzmq's ROUTER_NOTIFY is a draft API (absent from Debian's build), so
 // the door watches the ROUTER's socket monitor for DISCONNECTED events, which name the file
-// descriptor, and maps descriptors to routing ids from each message's ZMQ_SRCFD.
+// descriptor, and maps descriptors to routing ids from each message's ZMQ_SRCFD (absent from a
+// ZMTP/1.0 peer's messages: such a peer is served, but its disconnect goes unnoticed).
+//
+// Nothing a peer sends ends the door's thread: a failure is contained to its message, logged.
 
 #include <atomic>
 #include <cstdint>
