@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -17,6 +18,21 @@
 #include "stages/stage_clock.hpp"
 
 namespace troupe {
+
+namespace {
+
+// Linux silently caps a listen backlog at net.core.somaxconn; say so rather than let the
+// configured value mislead.
+void warn_if_backlog_capped(int backlog) {
+  std::ifstream in("/proc/sys/net/core/somaxconn");
+  int somaxconn = 0;
+  if (in >> somaxconn && somaxconn > 0 && somaxconn < backlog) {
+    spdlog::warn("zmq door: listen_backlog {} is capped by the kernel at net.core.somaxconn = {}", backlog,
+                 somaxconn);
+  }
+}
+
+}  // namespace
 
 struct zmq_door::state {
   state(request_admission& admission, int max_prompt_tokens) : table(admission, max_prompt_tokens) {}
@@ -59,6 +75,10 @@ void zmq_door::start() {
   s.router.set(zmq::sockopt::linger, 0);
   s.router.set(zmq::sockopt::rcvhwm, 100000);
   s.router.set(zmq::sockopt::sndhwm, 100000);
+  // Connections the kernel queues before the door accepts them: a burst of clients beyond it
+  // has its SYNs dropped and waits a second for the retry (docs/protocol.md, "Bursts of connections").
+  s.router.set(zmq::sockopt::backlog, options_.listen_backlog);
+  warn_if_backlog_capped(options_.listen_backlog);
   // Frames above max_frame_bytes get an error reply; frames far above it cost the peer its
   // connection, before libzmq buffers them whole.
   s.router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.limits.max_frame_bytes) * 4);

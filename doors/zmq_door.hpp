@@ -30,6 +30,7 @@ struct zmq_door_options {
   std::string api_key;  // empty: none asked for
   protocol_limits limits;
   int max_prompt_tokens = 1 << 20;    // from the model's context; a token-id prompt this long is refused early
+  int listen_backlog = 4096;          // TCP connections queued before accept (capped by net.core.somaxconn)
 };
 
 class zmq_door : public door_inbox {
