@@ -37,6 +37,7 @@ struct serve_flags {
   int max_num_seqs = 0;
   int max_num_batched_tokens = 0;
   int max_waiting_requests = 0;
+  int listen_backlog = 0;
   int num_kv_blocks = 0;
   int kv_memory_mb = 0;
   int max_model_len = 0;
@@ -67,6 +68,9 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--zmq-endpoint", flags->zmq_endpoint, "ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:5557");
   app->add_option("--host", flags->host, "host for --port");
   app->add_option("--port", flags->port, "TCP port (binds tcp://HOST:PORT)");
+  app->add_option("--listen-backlog", flags->listen_backlog,
+                  "TCP connections queued for the ZeroMQ door (capped by net.core.somaxconn)")
+      ->check(CLI::Range(1, 65535));
   app->add_option("--max-num-seqs", flags->max_num_seqs, "sequences running at once");
   app->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "token budget of one step");
   app->add_option("--max-waiting-requests", flags->max_waiting_requests, "queue bound; beyond it: overloaded");
@@ -104,6 +108,7 @@ const bool registered = register_command([](CLI::App& parent) {
     if (!flags->load_format.empty()) m.format = parse_load_format(flags->load_format);
     if (flags->port > 0) t.zmq_endpoint = "tcp://" + flags->host + ":" + std::to_string(flags->port);
     if (!flags->zmq_endpoint.empty()) t.zmq_endpoint = flags->zmq_endpoint;
+    if (flags->listen_backlog > 0) t.listen_backlog = flags->listen_backlog;
     if (flags->max_num_seqs > 0) m.max_num_seqs = flags->max_num_seqs;
     if (flags->max_num_batched_tokens > 0) t.max_num_batched_tokens = flags->max_num_batched_tokens;
     if (flags->max_waiting_requests > 0) t.max_waiting_requests = flags->max_waiting_requests;

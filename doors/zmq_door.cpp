@@ -5,15 +5,15 @@
 
 #include <chrono>
 #include <cstring>
-#include <map>
+#include <fstream>
 #include <mutex>
 #include <stdexcept>
-#include <unordered_map>
-#include <unordered_set>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "doors/zmq_request_table.hpp"
 #include "protocol/codec.hpp"
 #include "stages/stage_clock.hpp"
 
@@ -21,21 +21,21 @@ namespace troupe {
 
 namespace {
 
-double ms_between(timestamp_ns from, timestamp_ns to) {
-  return from == 0 || to == 0 ? -1.0 : (to - from) / 1e6;
+// Linux silently caps a listen backlog at net.core.somaxconn; say so rather than let the
+// configured value mislead.
+void warn_if_backlog_capped(int backlog) {
+  std::ifstream in("/proc/sys/net/core/somaxconn");
+  int somaxconn = 0;
+  if (in >> somaxconn && somaxconn > 0 && somaxconn < backlog) {
+    spdlog::warn("zmq door: listen_backlog {} is capped by the kernel at net.core.somaxconn = {}", backlog,
+                 somaxconn);
+  }
 }
 
 }  // namespace
 
 struct zmq_door::state {
-  struct live_request {
-    std::string routing_id;
-    std::string client_id;
-    bool stream = true;
-    bool want_logprobs = false;
-    bool client_gone = false;
-    delta_reply pending;  // the whole completion so far when not streaming
-  };
+  state(request_admission& admission, int max_prompt_tokens) : table(admission, max_prompt_tokens) {}
 
   zmq::context_t context{1};
   zmq::socket_t router{context, zmq::socket_type::router};
@@ -45,11 +45,7 @@ struct zmq_door::state {
   std::mutex inbox_mutex;
   std::vector<door_event> inbox;
 
-  std::unordered_map<int64_t, live_request> requests;
-  std::map<std::pair<std::string, std::string>, int64_t> by_client_id;
-  std::unordered_map<std::string, std::unordered_set<int64_t>> by_routing_id;
-  std::unordered_map<int, std::unordered_set<std::string>> routing_ids_by_fd;
-  std::unordered_map<uint64_t, std::pair<std::string, std::string>> stats_waiters;  // tag -> (routing id, id)
+  zmq_request_table table;
 
   ~state() {
     if (wake_fd >= 0) ::close(wake_fd);
@@ -70,8 +66,7 @@ struct zmq_door::state {
 zmq_door::zmq_door(zmq_door_options options, door_downstream& downstream, request_admission& admission)
     : options_(std::move(options)),
       downstream_(downstream),
-      admission_(admission),
-      state_(std::make_unique<state>()) {}
+      state_(std::make_unique<state>(admission, options_.max_prompt_tokens)) {}
 
 zmq_door::~zmq_door() { stop(); }
 
@@ -80,6 +75,10 @@ void zmq_door::start() {
   s.router.set(zmq::sockopt::linger, 0);
   s.router.set(zmq::sockopt::rcvhwm, 100000);
   s.router.set(zmq::sockopt::sndhwm, 100000);
+  // Connections the kernel queues before the door accepts them: a burst of clients beyond it
+  // has its SYNs dropped and waits a second for the retry (docs/protocol.md, "Bursts of connections").
+  s.router.set(zmq::sockopt::backlog, options_.listen_backlog);
+  warn_if_backlog_capped(options_.listen_backlog);
   // Frames above max_frame_bytes get an error reply; frames far above it cost the peer its
   // connection, before libzmq buffers them whole.
   s.router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.limits.max_frame_bytes) * 4);
@@ -88,7 +87,7 @@ void zmq_door::start() {
   } catch (const zmq::error_t& e) {
     throw std::runtime_error("zmq door: cannot bind " + options_.endpoint + ": " + e.what());
   }
-  std::string monitor_endpoint = "inproc://troupe-frontend-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  std::string monitor_endpoint = "inproc://troupe-zmq-door-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
   if (zmq_socket_monitor(s.router.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
     throw std::runtime_error("zmq door: cannot monitor the ROUTER socket: " + std::string(zmq_strerror(zmq_errno())));
   }
@@ -115,55 +114,28 @@ void zmq_door::post(door_event event) {
   (void)::write(state_->wake_fd, &one, sizeof one);
 }
 
-namespace {
-
-delta_reply to_reply(const std::string& client_id, const text_delta& d, bool want_logprobs) {
-  delta_reply r;
-  r.id = client_id;
-  r.text = d.text;
-  r.token_ids = d.delta.token_ids;
-  if (want_logprobs) {
-    r.logprobs.emplace();
-    for (size_t i = 0; i < d.delta.token_ids.size() && i < d.delta.logprobs.size(); ++i) {
-      const auto& lp = d.delta.logprobs[i];
-      token_logprob out{d.delta.token_ids[i], lp.logprob, {}};
-      for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size(); ++k) {
-        out.top.emplace_back(lp.top_token_ids[k], lp.top_logprobs[k]);
-      }
-      r.logprobs->push_back(std::move(out));
-    }
-  }
-  if (d.delta.finished()) {
-    r.finish_reason = std::string(finish_reason_name(d.delta.finish));
-    if (d.delta.metrics) {
-      const auto& m = *d.delta.metrics;
-      r.usage = usage_info{m.num_prompt_tokens, m.num_output_tokens, m.num_preemptions};
-      r.timings = timing_info{m.queue_time, m.ttft, m.tpot, m.e2e};
-    } else {
-      r.usage = usage_info{};
-      r.timings = timing_info{};
-    }
-  }
-  return r;
-}
-
-}  // namespace
-
 void zmq_door::loop() {
   auto& s = *state_;
   const auto& limits = options_.limits;
 
-  auto forget = [&](int64_t request_id) {
-    auto it = s.requests.find(request_id);
-    if (it == s.requests.end()) return;
-    s.by_client_id.erase({it->second.routing_id, it->second.client_id});
-    auto by_peer = s.by_routing_id.find(it->second.routing_id);
-    if (by_peer != s.by_routing_id.end()) {
-      by_peer->second.erase(request_id);
-      if (by_peer->second.empty()) s.by_routing_id.erase(by_peer);
+  // Sends what the table asks for: replies to clients, work to the stages.
+  auto deliver = [&](zmq_request_table::outputs out) {
+    for (const auto& r : out.replies) s.send_reply(r.routing_id, r.reply);
+    if (out.submit) downstream_.submit(std::move(*out.submit));
+    for (int64_t request_id : out.aborts) downstream_.abort(request_id);
+    if (out.stats_query) downstream_.query_stats(*out.stats_query);
+  };
+
+  // Nothing a peer sends may end this thread, which would end the process: a failure while
+  // handling one message or event ends with that message, logged.
+  auto contained = [](const char* what, auto&& handle) {
+    try {
+      handle();
+    } catch (const std::exception& e) {
+      spdlog::error("zmq door: {} failed: {}", what, e.what());
+    } catch (...) {
+      spdlog::error("zmq door: {} failed", what);
     }
-    s.requests.erase(it);
-    admission_.release();
   };
 
   auto on_request = [&](const std::string& routing_id, std::string_view frame) {
@@ -181,151 +153,7 @@ void zmq_door::loop() {
                                    : "field 'api_key': wrong key");
       return;
     }
-    if (auto* abort = std::get_if<abort_request>(&request)) {
-      auto it = s.by_client_id.find({routing_id, abort->id});
-      if (it == s.by_client_id.end()) {
-        s.send_error(routing_id, abort->id, error_code::not_found,
-                     "abort: no request '" + abort->id + "' is in flight for this client");
-        return;
-      }
-      downstream_.abort(it->second);
-      return;
-    }
-    if (auto* stats = std::get_if<stats_request>(&request)) {
-      uint64_t tag = admission_.next_stats_tag(client_door::zmq);
-      if (s.stats_waiters.size() >= 1024) {
-        s.send_error(routing_id, stats->id, error_code::overloaded, "too many stats requests pending");
-        return;
-      }
-      s.stats_waiters[tag] = {routing_id, stats->id};
-      downstream_.query_stats(tag);
-      return;
-    }
-    auto& generate = std::get<generate_request>(request);
-    if (s.by_client_id.count({routing_id, generate.id})) {
-      s.send_error(routing_id, generate.id, error_code::duplicate_id,
-                   "field 'id': request '" + generate.id + "' is still in flight for this client");
-      return;
-    }
-    if (generate.prompt_token_ids &&
-        generate.prompt_token_ids->size() >= static_cast<size_t>(options_.max_prompt_tokens)) {
-      s.send_error(routing_id, generate.id, error_code::prompt_too_long,
-                   "field 'prompt_token_ids': " + std::to_string(generate.prompt_token_ids->size()) +
-                       " tokens leave no room to generate within the context of " +
-                       std::to_string(options_.max_prompt_tokens) + " tokens");
-      return;
-    }
-    const auto admitted = admission_.admit(client_door::zmq);
-    if (!admitted) {
-      s.send_error(routing_id, generate.id, error_code::overloaded,
-                   "the server holds " + std::to_string(admission_.max_in_flight()) +
-                       " requests already; retry later");
-      return;
-    }
-    const int64_t request_id = *admitted;
-    state::live_request live;
-    live.routing_id = routing_id;
-    live.client_id = generate.id;
-    live.stream = generate.stream;
-    live.want_logprobs = generate.sampling.logprobs >= 0;
-    live.pending.id = generate.id;
-    s.requests.emplace(request_id, std::move(live));
-    s.by_client_id[{routing_id, generate.id}] = request_id;
-    s.by_routing_id[routing_id].insert(request_id);
-
-    tokenize_request job;
-    job.request_id = request_id;
-    job.arrival = steady_now_ns();
-    if (generate.prompt) {
-      job.kind = prompt_kind::text;
-      job.prompt = std::move(*generate.prompt);
-    } else if (generate.prompt_token_ids) {
-      job.kind = prompt_kind::token_ids;
-      job.prompt_token_ids = std::move(*generate.prompt_token_ids);
-    } else {
-      job.kind = prompt_kind::messages;
-      job.messages = std::move(*generate.messages);
-    }
-    job.sampling = std::move(generate.sampling);
-    job.priority = generate.priority;
-    downstream_.submit(std::move(job));
-  };
-
-  auto on_text = [&](const text_delta& d) {
-    auto it = s.requests.find(d.delta.request_id);
-    if (it == s.requests.end()) return;
-    auto& live = it->second;
-    const bool finished = d.delta.finished();
-    if (!live.client_gone) {
-      delta_reply reply = to_reply(live.client_id, d, live.want_logprobs);
-      if (live.stream) {
-        if (finished || !reply.token_ids.empty() || !reply.text.empty()) s.send_reply(live.routing_id, reply);
-      } else {
-        auto& all = live.pending;
-        all.text += reply.text;
-        all.token_ids.insert(all.token_ids.end(), reply.token_ids.begin(), reply.token_ids.end());
-        if (reply.logprobs) {
-          if (!all.logprobs) all.logprobs.emplace();
-          all.logprobs->insert(all.logprobs->end(), reply.logprobs->begin(), reply.logprobs->end());
-        }
-        if (finished) {
-          all.finish_reason = reply.finish_reason;
-          all.usage = reply.usage;
-          all.timings = reply.timings;
-          s.send_reply(live.routing_id, all);
-        }
-      }
-    }
-    if (finished) {
-      const auto& t = d.timeline;
-      spdlog::debug(
-          "request {} ('{}') {}: tokenized +{:.3f} ms, first scheduled +{:.3f} ms, first step "
-          "+{:.3f}..+{:.3f} ms, last step end +{:.3f} ms, {} steps, ttft {:.3f} ms, e2e {:.3f} ms",
-          d.delta.request_id, live.client_id, finish_reason_name(d.delta.finish),
-          ms_between(t.arrival, t.tokenized), ms_between(t.arrival, t.first_scheduled),
-          ms_between(t.arrival, t.first_step_begin), ms_between(t.arrival, t.first_step_end),
-          ms_between(t.arrival, t.last_step_end), t.num_steps,
-          d.delta.metrics ? d.delta.metrics->ttft * 1e3 : -1.0, d.delta.metrics ? d.delta.metrics->e2e * 1e3 : -1.0);
-      forget(d.delta.request_id);
-    }
-  };
-
-  auto on_event = [&](door_event& event) {
-    if (auto* batch = std::get_if<text_batch>(&event)) {
-      for (const auto& d : batch->deltas) on_text(d);
-    } else if (auto* failed = std::get_if<request_failed>(&event)) {
-      auto it = s.requests.find(failed->request_id);
-      if (it == s.requests.end()) return;
-      if (!it->second.client_gone) {
-        s.send_error(it->second.routing_id, it->second.client_id, failed->code, failed->message);
-      }
-      forget(failed->request_id);
-    } else if (auto* stats = std::get_if<stats_answer>(&event)) {
-      auto it = s.stats_waiters.find(stats->tag);
-      if (it == s.stats_waiters.end()) return;
-      s.send_reply(it->second.first,
-                   stats_reply{it->second.second, stats->num_free_blocks, stats->num_total_blocks,
-                               stats->num_running, stats->num_waiting,
-                               static_cast<int>(admission_.num_in_flight())});
-      s.stats_waiters.erase(it);
-    }
-  };
-
-  auto on_disconnect = [&](int fd) {
-    auto it = s.routing_ids_by_fd.find(fd);
-    if (it == s.routing_ids_by_fd.end()) return;
-    for (const auto& routing_id : it->second) {
-      auto by_peer = s.by_routing_id.find(routing_id);
-      if (by_peer == s.by_routing_id.end()) continue;
-      for (int64_t request_id : by_peer->second) {
-        auto& live = s.requests.at(request_id);
-        if (live.client_gone) continue;
-        live.client_gone = true;
-        spdlog::debug("client of request {} ('{}') disconnected: aborting", request_id, live.client_id);
-        downstream_.abort(request_id);
-      }
-    }
-    s.routing_ids_by_fd.erase(it);
+    deliver(s.table.on_request(routing_id, std::move(request), steady_now_ns()));
   };
 
   // Handles every disconnect event queued so far.
@@ -339,9 +167,57 @@ void zmq_door::loop() {
         uint32_t value;
         std::memcpy(&event_id, event_frame.data(), 2);
         std::memcpy(&value, static_cast<const char*>(event_frame.data()) + 2, 4);
-        if (event_id == ZMQ_EVENT_DISCONNECTED) on_disconnect(static_cast<int>(value));
+        if (event_id == ZMQ_EVENT_DISCONNECTED) deliver(s.table.on_disconnected(static_cast<int>(value)));
       }
     }
+  };
+
+  // One whole message from the ROUTER: its parts (the first few kept in `parts`) and how many
+  // there were. False when none is waiting.
+  std::vector<zmq::message_t> parts;
+  size_t num_parts = 0;
+  auto receive_message = [&] {
+    parts.clear();
+    num_parts = 0;
+    zmq::message_t part;
+    if (!s.router.recv(part, zmq::recv_flags::dontwait)) return false;
+    bool more = part.more();
+    parts.push_back(std::move(part));
+    num_parts = 1;
+    while (more) {
+      zmq::message_t next;
+      (void)s.router.recv(next, zmq::recv_flags::none);
+      more = next.more();
+      ++num_parts;
+      // Keep only the first few parts: a message of thousands of parts costs nothing here.
+      if (parts.size() <= limits.max_frames_per_message) parts.push_back(std::move(next));
+    }
+    return true;
+  };
+
+  auto on_message = [&] {
+    const std::string routing_id = parts[0].to_string();
+    if (parts.size() < 2) return;  // a peer with nothing to say
+    // The descriptor the message came in on, to notice when its connection closes. A peer
+    // speaking ZMTP/1.0 sends no metadata, so its messages carry none (-1): its disconnect then
+    // goes unnoticed, but its requests are served.
+    const int fd = zmq_msg_get(parts.back().handle(), ZMQ_SRCFD);
+    if (fd >= 0 && !s.table.knows_peer(fd, routing_id)) {
+      // A peer new on this descriptor, which may be a closed connection's, reused. That
+      // connection's disconnect event was queued before this peer could even connect, but
+      // may not be handled yet: handle it now, or it would later be taken for this peer's
+      // and silently abort its requests (a client then waits forever for its reply).
+      drain_monitor();
+      s.table.add_peer(fd, routing_id);
+    }
+    if (num_parts > limits.max_frames_per_message || (num_parts == 3 && parts[1].size() != 0)) {
+      s.send_error(routing_id, "", error_code::bad_request,
+                   "a request is one msgpack frame (optionally after an empty delimiter), got " +
+                       std::to_string(num_parts - 1) + " frames");
+      return;
+    }
+    const auto& payload = parts.back();
+    on_request(routing_id, std::string_view(static_cast<const char*>(payload.data()), payload.size()));
   };
 
   zmq::pollitem_t items[3] = {
@@ -349,13 +225,15 @@ void zmq_door::loop() {
       {s.monitor.handle(), 0, ZMQ_POLLIN, 0},
       {nullptr, s.wake_fd, ZMQ_POLLIN, 0},
   };
-  std::vector<zmq::message_t> parts;
   while (!stopping_) {
     try {
       zmq::poll(items, 3, std::chrono::milliseconds(200));
     } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
-      throw;
+      if (e.num() != EINTR) {
+        spdlog::error("zmq door: poll failed: {}", e.what());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // not a busy loop if it persists
+      }
+      continue;
     }
     if (items[2].revents & ZMQ_POLLIN) {
       uint64_t count = 0;
@@ -365,46 +243,16 @@ void zmq_door::loop() {
         std::lock_guard lock(s.inbox_mutex);
         events.swap(s.inbox);
       }
-      for (auto& event : events) on_event(event);
+      for (auto& event : events) contained("a reply event", [&] { deliver(s.table.on_event(event)); });
     }
-    if (items[1].revents & ZMQ_POLLIN) drain_monitor();
+    if (items[1].revents & ZMQ_POLLIN) contained("a disconnect event", drain_monitor);
     if (items[0].revents & ZMQ_POLLIN) {
       // A bounded batch per wakeup, so replies and disconnects are never starved by a flood.
       for (int n = 0; n < 256; ++n) {
-        parts.clear();
-        zmq::message_t part;
-        if (!s.router.recv(part, zmq::recv_flags::dontwait)) break;
-        bool more = part.more();
-        parts.push_back(std::move(part));
-        size_t num_parts = 1;
-        while (more) {
-          zmq::message_t next;
-          (void)s.router.recv(next, zmq::recv_flags::none);
-          more = next.more();
-          ++num_parts;
-          // Keep only the first few parts: a message of thousands of parts costs nothing here.
-          if (parts.size() <= limits.max_frames_per_message) parts.push_back(std::move(next));
-        }
-        const std::string routing_id = parts[0].to_string();
-        if (parts.size() < 2) continue;  // a peer with nothing to say
-        int fd = parts.back().get(ZMQ_SRCFD);
-        if (fd >= 0 && !s.routing_ids_by_fd[fd].count(routing_id)) {
-          // A peer new on this descriptor, which may be a closed connection's, reused. That
-          // connection's disconnect event was queued before this peer could even connect, but
-          // may not be handled yet: handle it now, or it would later be taken for this peer's
-          // and silently abort its requests (a client then waits forever for its reply).
-          drain_monitor();
-          s.routing_ids_by_fd[fd].insert(routing_id);
-        }
-        if (num_parts > limits.max_frames_per_message ||
-            (num_parts == 3 && parts[1].size() != 0)) {
-          s.send_error(routing_id, "", error_code::bad_request,
-                       "a request is one msgpack frame (optionally after an empty delimiter), got " +
-                           std::to_string(num_parts - 1) + " frames");
-          continue;
-        }
-        const auto& payload = parts.back();
-        on_request(routing_id, std::string_view(static_cast<const char*>(payload.data()), payload.size()));
+        bool received = false;
+        contained("receiving a message", [&] { received = receive_message(); });
+        if (!received) break;
+        contained("a client's message", on_message);
       }
     }
   }

@@ -1,11 +1,15 @@
 #pragma once
-// The client plane's door: owns the ZeroMQ ROUTER socket on its own thread, decodes and checks
-// every frame, hands valid requests downstream and sends replies back. Plain class: the actor
-// system reaches it through door_downstream (out) and post() (in), so it is testable alone.
+// The client plane's door: owns the ZeroMQ ROUTER socket on its own thread, which only polls:
+// it decodes and checks every frame, asks its zmq_request_table what a request or a reply event
+// means, and sends what the table returns (replies to clients, work to the stages). Plain class:
+// the actor system reaches it through door_downstream (out) and post() (in).
 //
 // Client-gone detection: libzmq's ROUTER_NOTIFY is a draft API (absent from Debian's build), so
-// the frontend watches the ROUTER's socket monitor for DISCONNECTED events, which name the file
-// descriptor, and maps descriptors to routing ids from each message's ZMQ_SRCFD.
+// the door watches the ROUTER's socket monitor for DISCONNECTED events, which name the file
+// descriptor, and maps descriptors to routing ids from each message's ZMQ_SRCFD (absent from a
+// ZMTP/1.0 peer's messages: such a peer is served, but its disconnect goes unnoticed).
+//
+// Nothing a peer sends ends the door's thread: a failure is contained to its message, logged.
 
 #include <atomic>
 #include <cstdint>
@@ -26,6 +30,7 @@ struct zmq_door_options {
   std::string api_key;  // empty: none asked for
   protocol_limits limits;
   int max_prompt_tokens = 1 << 20;    // from the model's context; a token-id prompt this long is refused early
+  int listen_backlog = 4096;          // TCP connections queued before accept (capped by net.core.somaxconn)
 };
 
 class zmq_door : public door_inbox {
@@ -41,7 +46,7 @@ class zmq_door : public door_inbox {
   // the thread.
   void start();
   void stop();
-  // Thread-safe: replies from the stages, sent on by the frontend's thread.
+  // Thread-safe: replies from the stages, sent on by the door's thread.
   void post(door_event event) override;
 
  private:
@@ -50,7 +55,6 @@ class zmq_door : public door_inbox {
 
   zmq_door_options options_;
   door_downstream& downstream_;
-  request_admission& admission_;
   std::unique_ptr<state> state_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};

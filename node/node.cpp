@@ -104,6 +104,7 @@ node::node(const topology& t) {
   options.api_key = t.api_key;
   options.limits.max_frame_bytes = t.max_frame_bytes;
   options.max_prompt_tokens = served->max_model_len;
+  options.listen_backlog = t.listen_backlog;
   s.door = std::make_unique<zmq_door>(options, s.downstream, *s.admission);
   s.router.set_door(client_door::zmq, s.door.get());
   if (t.http_enabled) {

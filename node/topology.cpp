@@ -111,6 +111,9 @@ void topology::validate() const {
   positive(max_num_batched_tokens, "max_num_batched_tokens");
   positive(max_waiting_requests, "max_waiting_requests");
   if (max_frame_bytes < 1024) throw std::runtime_error("max_frame_bytes must be at least 1024");
+  if (listen_backlog < 1 || listen_backlog > 65535) {
+    throw std::runtime_error("[frontend] listen_backlog must be in 1..65535, got " + std::to_string(listen_backlog));
+  }
   if (http_enabled) {
     if (http_host.empty()) throw std::runtime_error("[http] host is empty");
     if (http_port > 65535) throw std::runtime_error("[http] port must be in 0..65535, got " + std::to_string(http_port));
@@ -154,6 +157,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   frontend.read("zmq_endpoint", t.zmq_endpoint);
   frontend.read("api_key", t.api_key);
   frontend.read("max_frame_bytes", t.max_frame_bytes);
+  frontend.read("listen_backlog", t.listen_backlog);
   frontend.finish();
   table_reader http(root["http"].as_table(), "http", source);
   http.read("enabled", t.http_enabled);

@@ -19,6 +19,9 @@ struct topology {
   std::string zmq_endpoint = "tcp://127.0.0.1:5557";
   std::string api_key;  // empty: no key is asked for
   size_t max_frame_bytes = 4u << 20;
+  // TCP connections the kernel queues for the door: a burst of clients beyond it waits a second
+  // for SYN retries. Well above max_num_seqs; Linux caps it at net.core.somaxconn.
+  int listen_backlog = 4096;
   // [http]: the OpenAI-compatible API (docs/http_api.md), guarded by the same api_key.
   bool http_enabled = false;  // config/colocated.toml turns it on; so does --http-port
   std::string http_host = "127.0.0.1";

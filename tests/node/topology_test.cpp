@@ -14,6 +14,8 @@ TEST(topology, the_shipped_colocated_file_parses) {
   EXPECT_TRUE(t.async_scheduling);  // "auto" is on
   EXPECT_EQ(t.model.path, "../shared/models/stories260K/hf");
   EXPECT_EQ(t.zmq_endpoint, "tcp://127.0.0.1:5557");
+  // A burst of clients must fit the accept queue, not wait a second for SYN retries.
+  EXPECT_GT(t.listen_backlog, 4 * t.model.max_num_seqs);
   EXPECT_GT(t.max_num_batched_tokens, 0);
   EXPECT_GT(t.tokenizer_pool_size, 0);
 }
@@ -29,6 +31,7 @@ threads = 3
 [frontend]
 zmq_endpoint = "tcp://0.0.0.0:9000"
 api_key = "k"
+listen_backlog = 777
 [tokenizer]
 pool_size = 4
 [scheduler]
@@ -43,6 +46,7 @@ block_size = 32
   EXPECT_EQ(t.model.backend.threads, 3);
   EXPECT_EQ(t.zmq_endpoint, "tcp://0.0.0.0:9000");
   EXPECT_EQ(t.api_key, "k");
+  EXPECT_EQ(t.listen_backlog, 777);
   EXPECT_EQ(t.tokenizer_pool_size, 4);
   EXPECT_EQ(t.max_num_batched_tokens, 256);
   EXPECT_EQ(t.model.max_num_seqs, 8);
@@ -88,6 +92,8 @@ void expect_error(const std::string& text, const std::string& needle) {
 TEST(topology, errors_name_the_problem) {
   expect_error("[scheduler]\nmax_num_seq = 3\n", "unknown key 'max_num_seq' in [scheduler]");
   expect_error("[schedular]\n", "unknown section");
+  expect_error("[frontend]\nlisten_backlog = 0\n", "[frontend] listen_backlog must be in 1..65535, got 0");
+  expect_error("[frontend]\nlisten_backlog = 100000\n", "[frontend] listen_backlog must be in 1..65535");
   expect_error("[scheduler]\nmax_num_seqs = \"many\"\n", "max_num_seqs must be an integer");
   expect_error("[scheduler]\nmax_num_seqs = 0\n", "max_num_seqs must be positive");
   expect_error("[scheduler]\nmax_num_seqs = -2\n", "non-negative");
