@@ -429,7 +429,7 @@ void http_door::impl::install_routes() {
     m.num_finished_abort = counters.num_finished_abort;
     m.num_failed = counters.num_failed;
     m.num_http_responses_2xx = num_responses_by_class[2];
-    m.num_http_responses_4xx = num_responses_by_class[4];
+    m.num_http_responses_4xx = num_responses_by_class[4] + reception->num_refused();
     m.num_http_responses_5xx = num_responses_by_class[5];
     m.num_http_streams_open = num_streams_open;
     if (auto stats = query_stats(2000ms)) {

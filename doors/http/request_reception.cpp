@@ -237,6 +237,7 @@ void request_reception::expire(steady_time now) {
 
 void request_reception::refuse(waiting& w, int status, const std::string& reason, const std::string& body) {
   send_final_error(w.connection.fd, status, reason, body);
+  ++num_refused_;
   ::shutdown(w.connection.fd, SHUT_WR);
   w.state = phase::closing;
   w.connection.pending.clear();

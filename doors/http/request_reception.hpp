@@ -8,7 +8,9 @@
 // `max_header_bytes` (else 431); both close the connection. The bytes are handed on unparsed:
 // httplib still parses them.
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -56,6 +58,8 @@ class request_reception {
   void add_closing(http_connection connection);
 
   const reception_options& options() const { return options_; }
+  // Thread-safe: connections answered 408 or 431 here (httplib never sees them).
+  uint64_t num_refused() const { return num_refused_; }
 
  private:
   enum class phase { idle, receiving, closing };
@@ -83,6 +87,7 @@ class request_reception {
   std::vector<waiting> incoming_;  // guarded by mutex_
   bool stopped_ = false;           // guarded by mutex_
   std::unordered_map<int, waiting> waiting_;  // reception thread only
+  std::atomic<uint64_t> num_refused_{0};
 };
 
 }  // namespace troupe
