@@ -132,6 +132,7 @@ struct http_door::impl {
   std::thread listener;
   int bound_port = 0;
   std::atomic<bool> stopping{false};
+  std::string timeout_body;  // of the 408 for a request that did not arrive whole in time
 
   // Engine request id -> the queue of the HTTP request it belongs to, and its choice there.
   std::mutex routes_mutex;
@@ -354,11 +355,7 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
 }
 
 void http_door::impl::serve(http_connection connection) {
-  connection_stream stream(std::move(connection), write_timeout, stopping,
-                           make_error(408, "invalid_request_error",
-                                      "the request did not arrive whole within " +
-                                          std::to_string(options.request_timeout_ms) + " ms")
-                               .to_json());
+  connection_stream stream(std::move(connection), write_timeout, stopping, timeout_body);
   bool closed_by_client = false;
   const bool usable = server.serve_one(stream, stopping, closed_by_client);
   if (stream.timed_out()) return reception->add_closing(stream.release());
@@ -473,6 +470,10 @@ void http_door::start() {
   std::signal(SIGPIPE, SIG_IGN);
   // A client keeps its connection for as many requests as it likes (httplib's default was 5,
   // and every reconnection is a handshake and a trip through the accept queue).
+  s.timeout_body = make_error(408, "invalid_request_error",
+                              "the request did not arrive whole within " +
+                                  std::to_string(s.options.request_timeout_ms) + " ms")
+                       .to_json();
   reception_options reception;
   reception.max_header_bytes = s.options.max_header_bytes;
   reception.request_timeout = std::chrono::milliseconds(s.options.request_timeout_ms);

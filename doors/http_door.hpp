@@ -28,6 +28,7 @@ struct http_options {
   size_t max_body_bytes = 4u << 20;  // larger bodies: 413
   // A request's line, headers and body must all arrive within this, from its first byte (from
   // the connection's opening for its first request): else 408 and the connection is closed.
+  // Time spent waiting for a free worker thread is not counted.
   int request_timeout_ms = 10000;
   size_t max_header_bytes = 64u << 10;  // a request line and headers larger: 431, connection closed
   // Connections served at once (each open stream holds one). Generation requests beyond

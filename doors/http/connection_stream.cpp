@@ -60,11 +60,8 @@ bool send_final_error(int fd, int status, const std::string& reason, const std::
 }
 
 connection_stream::connection_stream(http_connection connection, std::chrono::milliseconds write_timeout,
-                                     const std::atomic<bool>& stopping, std::string timeout_body)
-    : connection_(std::move(connection)),
-      write_timeout_(write_timeout),
-      stopping_(stopping),
-      timeout_body_(std::move(timeout_body)) {}
+                                     const std::atomic<bool>& stopping, const std::string& timeout_body)
+    : connection_(std::move(connection)), write_timeout_(write_timeout), stopping_(stopping), timeout_body_(timeout_body) {}
 
 connection_stream::~connection_stream() { close_connection(connection_); }
 
@@ -95,24 +92,28 @@ ssize_t connection_stream::read(char* ptr, size_t size) {
   }
   if (num_consumed_ == pending.size()) {
     if (timed_out_) return -1;
-    // httplib reads headers a byte at a time: receive in blocks, bounded by the deadline.
+    // httplib reads headers a byte at a time: receive in blocks. Bytes already there are taken
+    // whatever the time; only a wait for more is bounded by the deadline.
+    char block[16384];
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(connection_.deadline -
                                                                                std::chrono::steady_clock::now());
-      if (left <= 0ms) {
+      const int ready = poll_one(connection_.fd, POLLIN, std::clamp(left + 1ms, 0ms, 200ms));
+      if (ready < 0) return -1;
+      if (ready > 0) {
+        const ssize_t n = ::recv(connection_.fd, block, sizeof block, MSG_DONTWAIT);
+        if (n > 0) {
+          pending.assign(block, static_cast<size_t>(n));
+          break;
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return n;
+      } else if (left <= 0ms) {
         timed_out_ = true;
         send_final_error(connection_.fd, 408, "Request Timeout", timeout_body_);
         return -1;
       }
       if (stopping_) return -1;
-      const int n = poll_one(connection_.fd, POLLIN, std::min<std::chrono::milliseconds>(left + 1ms, 200ms));
-      if (n < 0) return -1;
-      if (n > 0) break;
     }
-    char block[16384];
-    const ssize_t n = ::recv(connection_.fd, block, sizeof block, MSG_DONTWAIT);
-    if (n <= 0) return n < 0 && (errno == EAGAIN || errno == EINTR) ? read(ptr, size) : n;
-    pending.assign(block, static_cast<size_t>(n));
   }
   const size_t n = std::min(size, pending.size() - num_consumed_);
   std::copy_n(pending.data() + num_consumed_, n, ptr);

@@ -20,6 +20,7 @@ struct http_connection {
   int fd = -1;
   std::string pending;     // bytes received and not yet read by httplib: the next request's start
   steady_time deadline{};  // the request now arriving must be whole by then
+  steady_time queued_at{};  // when it was handed to the workers: a wait for one is not its fault
 };
 
 // Closes at once (no response owed). A socket with unread bytes is reset by the kernel.
@@ -32,7 +33,7 @@ bool send_final_error(int fd, int status, const std::string& reason, const std::
 class connection_stream : public httplib::Stream {
  public:
   connection_stream(http_connection connection, std::chrono::milliseconds write_timeout,
-                    const std::atomic<bool>& stopping, std::string timeout_body);
+                    const std::atomic<bool>& stopping, const std::string& timeout_body);
   ~connection_stream() override;
   connection_stream(const connection_stream&) = delete;
   connection_stream& operator=(const connection_stream&) = delete;
@@ -55,7 +56,7 @@ class connection_stream : public httplib::Stream {
   size_t num_consumed_ = 0;  // of connection_.pending, already handed to httplib
   std::chrono::milliseconds write_timeout_;
   const std::atomic<bool>& stopping_;
-  std::string timeout_body_;
+  const std::string& timeout_body_;  // the 408's body
   bool timed_out_ = false;
 };
 

@@ -29,6 +29,7 @@ void connection_workers::submit(http_connection connection) {
       close_connection(connection);
       return;
     }
+    connection.queued_at = std::chrono::steady_clock::now();
     (probe ? probes_ : others_).push_back(std::move(connection));
   }
   // A probe may be taken by either kind of thread; a reserved one may be the only one free.
@@ -63,6 +64,8 @@ void connection_workers::work(bool probes_only) {
       next = std::move(queue.front());
       queue.pop_front();
     }
+    // The deadline bounds the client's sending, not the server's queue.
+    next.deadline += std::chrono::steady_clock::now() - next.queued_at;
     serve_(std::move(next));
   }
 }

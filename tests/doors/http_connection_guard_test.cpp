@@ -136,7 +136,8 @@ TEST(connection_stream, carries_bytes_past_a_request_over_to_the_next) {
   c.fd = pair.server;
   c.pending = "first|second";
   c.deadline = std::chrono::steady_clock::now() + 10s;
-  connection_stream stream(std::move(c), 1s, stopping, "{}");
+  const std::string timeout_body = "{}";
+  connection_stream stream(std::move(c), 1s, stopping, timeout_body);
   char buffer[6];
   ASSERT_EQ(stream.read(buffer, sizeof buffer), 6);
   EXPECT_EQ(std::string(buffer, 6), "first|");
@@ -152,7 +153,8 @@ TEST(connection_stream, a_read_past_the_deadline_fails_and_sends_408) {
   http_connection c;
   c.fd = pair.server;
   c.deadline = std::chrono::steady_clock::now() + 50ms;
-  connection_stream stream(std::move(c), 1s, stopping, R"({"error":"late"})");
+  const std::string timeout_body = R"({"error":"late"})";
+  connection_stream stream(std::move(c), 1s, stopping, timeout_body);
   char byte;
   EXPECT_EQ(stream.read(&byte, 1), -1);
   EXPECT_TRUE(stream.timed_out());
@@ -187,6 +189,33 @@ TEST(connection_workers, a_probe_is_served_while_every_other_thread_is_busy) {
   EXPECT_EQ(served.wait_for(10s), std::future_status::ready);
   EXPECT_LE(num_others_started.load(), 2) << "the reserved thread took a request that is not a probe";
   release.set_value();
+  workers.stop();
+}
+
+TEST(connection_workers, a_wait_for_a_free_thread_does_not_count_against_the_deadline) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<steady_time> second_deadline;
+  std::atomic<int> num_served{0};
+  connection_workers workers(1, 0, [&](http_connection c) {
+    if (num_served++ == 0) {
+      released.wait_for(10s);
+    } else {
+      second_deadline.set_value(c.deadline);
+    }
+  });
+  workers.submit(http_connection{});
+  http_connection second;
+  const steady_time deadline = std::chrono::steady_clock::now() + 100ms;
+  second.deadline = deadline;
+  workers.submit(std::move(second));
+  const auto submitted = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(50ms);
+  const auto released_at = std::chrono::steady_clock::now();
+  release.set_value();
+  auto seen = second_deadline.get_future();
+  ASSERT_EQ(seen.wait_for(10s), std::future_status::ready);
+  EXPECT_GE(seen.get() - deadline, released_at - submitted) << "the time queued is added to the deadline";
   workers.stop();
 }
 
