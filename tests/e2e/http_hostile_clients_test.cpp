@@ -29,6 +29,7 @@ using steady = std::chrono::steady_clock;
 // A client socket to 127.0.0.1, closed when it goes out of scope.
 class raw_connection {
  public:
+  raw_connection() = default;
   explicit raw_connection(int port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
@@ -168,17 +169,25 @@ std::vector<std::pair<int, std::string>> split_responses(std::string_view bytes)
 
 TEST(http_hostile_clients, slowloris_connections_do_not_starve_health) {
   REQUIRE_MODEL();
-  http_server server({"--http-request-timeout-ms", "1000"});
+  // 56 worker threads for anything, 8 kept for probes: the attackers sending bodies slowly
+  // outnumber the first.
+  http_server server({"--http-request-timeout-ms", "1000", "--http-max-connections", "64"});
   constexpr int num_attackers = 300;
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                              "Content-Length: 64\r\nX-Padding: " + std::string(200, 'a') + "\r\n\r\n";
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: 64\r\nX-Padding: " + std::string(200, 'a') + "\r\n\r\n";
+  const std::string request = head + std::string(64, ' ');
   std::atomic<bool> attacking{true};
   std::atomic<int> num_cut_off{0};  // attacking connections the server closed
   std::thread attacker([&] {
-    // Each connection sends its request one byte every 200 ms, and reconnects once cut off.
-    std::vector<raw_connection> connections;
+    // Each connection sends its request one byte every 200 ms (odd ones send the headers at
+    // once, then the body so), and reconnects once cut off.
+    std::vector<raw_connection> connections(num_attackers);
     std::vector<size_t> num_sent(num_attackers, 0);
-    for (int i = 0; i < num_attackers; ++i) connections.emplace_back(server.http_port);
+    auto connect = [&](size_t i) {
+      connections[i] = raw_connection(server.http_port);
+      num_sent[i] = i % 2 == 1 && connections[i].send_all(head) ? head.size() : 0;
+    };
+    for (size_t i = 0; i < num_attackers; ++i) connect(i);
     for (int tick = 0; tick < 100 && attacking; ++tick) {  // 20 s at most
       for (int i = 0; i < num_attackers && attacking; ++i) {
         auto& c = connections[static_cast<size_t>(i)];
@@ -186,10 +195,7 @@ TEST(http_hostile_clients, slowloris_connections_do_not_starve_health) {
           ++num_cut_off;
           c.close();
         }
-        if (!c.open() || num_sent[static_cast<size_t>(i)] == request.size()) {
-          c = raw_connection(server.http_port);
-          num_sent[static_cast<size_t>(i)] = 0;
-        }
+        if (!c.open() || num_sent[static_cast<size_t>(i)] == request.size()) connect(static_cast<size_t>(i));
         if (c.send_all(std::string_view(request).substr(num_sent[static_cast<size_t>(i)], 1))) {
           ++num_sent[static_cast<size_t>(i)];
         }
