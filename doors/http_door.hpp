@@ -31,8 +31,10 @@ struct http_options {
   // Time spent waiting for a free worker thread is not counted.
   int request_timeout_ms = 10000;
   size_t max_header_bytes = 64u << 10;  // a request line and headers larger: 431, connection closed
-  // Connections served at once (each open stream holds one). Generation requests beyond
-  // max_connections - reserved_connections get 503, keeping room for /health and /metrics.
+  // Requests served at once, each on a worker thread (an open stream holds one);
+  // reserved_connections of the threads serve only GET /health and /metrics, and generation
+  // requests beyond max_connections - reserved_connections get 503. Connections waiting for a
+  // request hold no thread.
   int max_connections = 256;
   int reserved_connections = 8;
   std::string model_name;  // what /v1/models lists and requests must name
