@@ -468,12 +468,13 @@ void http_door::start() {
   auto& s = *impl_;
   // A client gone mid-write must cost an error return, not the process.
   std::signal(SIGPIPE, SIG_IGN);
-  // A client keeps its connection for as many requests as it likes (httplib's default was 5,
-  // and every reconnection is a handshake and a trip through the accept queue).
   s.timeout_body = make_error(408, "invalid_request_error",
                               "the request did not arrive whole within " +
                                   std::to_string(s.options.request_timeout_ms) + " ms")
                        .to_json();
+  // A client keeps its connection for as many requests as it likes (httplib's default was 5,
+  // and every reconnection is a handshake and a trip through the accept queue): between them
+  // it waits in the reception, holding no thread.
   reception_options reception;
   reception.max_header_bytes = s.options.max_header_bytes;
   reception.request_timeout = std::chrono::milliseconds(s.options.request_timeout_ms);
