@@ -55,6 +55,8 @@ struct serve_flags {
   int http_port = -1;
   size_t http_max_body_bytes = 0;
   int http_max_connections = 0;
+  int http_request_timeout_ms = 0;
+  size_t http_max_header_bytes = 0;
   std::string served_model_name;
   std::string log_level = "info";
 };
@@ -98,6 +100,9 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--http-port", flags->http_port, "HTTP API port (turns the API on; 0: any free port)");
   app->add_option("--http-max-body-bytes", flags->http_max_body_bytes, "larger request bodies get 413");
   app->add_option("--http-max-connections", flags->http_max_connections, "HTTP connections served at once");
+  app->add_option("--http-request-timeout-ms", flags->http_request_timeout_ms,
+                  "a request's line, headers and body must arrive within this, else 408");
+  app->add_option("--http-max-header-bytes", flags->http_max_header_bytes, "larger request line and headers get 431");
   app->add_option("--served-model-name", flags->served_model_name, "the model name the HTTP API answers to");
   app->add_option("--log-level", flags->log_level, "trace | debug | info | warn | error");
   return command{app, [flags] {
@@ -135,6 +140,8 @@ const bool registered = register_command([](CLI::App& parent) {
     if (!flags->http_host.empty()) t.http_host = flags->http_host;
     if (flags->http_max_body_bytes > 0) t.http_max_body_bytes = flags->http_max_body_bytes;
     if (flags->http_max_connections > 0) t.http_max_connections = flags->http_max_connections;
+    if (flags->http_request_timeout_ms > 0) t.http_request_timeout_ms = flags->http_request_timeout_ms;
+    if (flags->http_max_header_bytes > 0) t.http_max_header_bytes = flags->http_max_header_bytes;
     if (!flags->served_model_name.empty()) t.served_model_name = flags->served_model_name;
     t.validate();
     serve_until_signal(t);

@@ -18,9 +18,12 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "doors/http/connection_stream.hpp"
 #include "doors/http/connection_watch.hpp"
+#include "doors/http/connection_workers.hpp"
 #include "doors/http/generation_session.hpp"
 #include "doors/http/metrics_text.hpp"
+#include "doors/http/request_reception.hpp"
 #include "doors/http/server_sent_events.hpp"
 #include "stages/stage_clock.hpp"
 
@@ -59,10 +62,38 @@ api_error make_error(int status, std::string type, std::string message, std::str
 // cpp-httplib 0.11 listens with a backlog of 5 (a compile-time constant of the packaged
 // library): a burst of clients connecting at once overflows it, and the dropped SYNs are retried
 // only after a second. listen() on a listening socket raises the backlog in place.
+//
+// httplib's accept loop is kept, and its request parser and routing; what it does with each
+// connection between accept() and a request's headers is not (docs/http_api.md, "Hostile
+// clients"): accepted sockets go to the request reception, and a worker runs one request at a
+// time through process_request on a stream that carries pipelined bytes over.
 class openai_server : public httplib::Server {
  public:
+  std::function<void(int)> on_accept;
+
   bool raise_listen_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+
+  // One request read from `stream` and answered; false when the connection is no longer usable.
+  bool serve_one(httplib::Stream& stream, bool close_after, bool& closed_by_client) {
+    return process_request(stream, close_after, closed_by_client, nullptr);
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    on_accept(sock);
+    return true;
+  }
 };
+
+// Runs each accepted connection's hand-over where accept() returned: it only queues the socket.
+class inline_task_queue : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
+// How long writing one piece of a response may wait for the client to read (httplib's default).
+constexpr auto write_timeout = 5s;
 
 // The engine events of one HTTP request, handed from post() to its connection thread.
 struct event_queue {
@@ -96,9 +127,12 @@ struct http_door::impl {
   token_text_fn token_text;
 
   openai_server server;
+  std::unique_ptr<request_reception> reception;
+  std::unique_ptr<connection_workers> workers;
   std::thread listener;
   int bound_port = 0;
   std::atomic<bool> stopping{false};
+  std::string timeout_body;  // of the 408 for a request that did not arrive whole in time
 
   // Engine request id -> the queue of the HTTP request it belongs to, and its choice there.
   std::mutex routes_mutex;
@@ -115,6 +149,7 @@ struct http_door::impl {
       : options(std::move(o)), downstream(d), admission(a), counters(c), token_text(std::move(t)) {}
 
   void install_routes();
+  void serve(http_connection connection);
   void generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                 const httplib::ContentReader& reader);
   std::optional<stats_answer> query_stats(std::chrono::milliseconds timeout);
@@ -319,6 +354,15 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
       });
 }
 
+void http_door::impl::serve(http_connection connection) {
+  connection_stream stream(std::move(connection), write_timeout, stopping, timeout_body);
+  bool closed_by_client = false;
+  const bool usable = server.serve_one(stream, stopping, closed_by_client);
+  if (stream.timed_out()) return reception->add_closing(stream.release());
+  if (!usable || closed_by_client || stopping) return;  // the stream closes it
+  reception->add_kept(stream.release());
+}
+
 void http_door::impl::install_routes() {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
@@ -382,7 +426,7 @@ void http_door::impl::install_routes() {
     m.num_finished_abort = counters.num_finished_abort;
     m.num_failed = counters.num_failed;
     m.num_http_responses_2xx = num_responses_by_class[2];
-    m.num_http_responses_4xx = num_responses_by_class[4];
+    m.num_http_responses_4xx = num_responses_by_class[4] + reception->num_refused();
     m.num_http_responses_5xx = num_responses_by_class[5];
     m.num_http_streams_open = num_streams_open;
     if (auto stats = query_stats(2000ms)) {
@@ -424,13 +468,23 @@ void http_door::start() {
   auto& s = *impl_;
   // A client gone mid-write must cost an error return, not the process.
   std::signal(SIGPIPE, SIG_IGN);
-  const int num_threads = std::max(4, s.options.max_connections);
-  s.server.new_task_queue = [num_threads] { return new httplib::ThreadPool(static_cast<size_t>(num_threads)); };
+  s.timeout_body = make_error(408, "invalid_request_error",
+                              "the request did not arrive whole within " +
+                                  std::to_string(s.options.request_timeout_ms) + " ms")
+                       .to_json();
+  // A client keeps its connection for as many requests as it likes (httplib's default was 5,
+  // and every reconnection is a handshake and a trip through the accept queue): between them
+  // it waits in the reception, holding no thread.
+  reception_options reception;
+  reception.max_header_bytes = s.options.max_header_bytes;
+  reception.request_timeout = std::chrono::milliseconds(s.options.request_timeout_ms);
+  s.reception = std::make_unique<request_reception>(reception, [&s](http_connection c) { s.workers->submit(std::move(c)); });
+  s.workers = std::make_unique<connection_workers>(std::max(4, s.options.max_connections), s.options.reserved_connections,
+                                                   [&s](http_connection c) { s.serve(std::move(c)); });
+  s.server.on_accept = [&s](int fd) { s.reception->add_new(fd); };
+  s.server.new_task_queue = [] { return new inline_task_queue; };
   s.server.set_payload_max_length(s.options.max_body_bytes);
   s.server.set_tcp_nodelay(true);  // a stream's small events go out as they are written
-  // A client keeps its connection for as many requests as it likes (httplib's default is 5,
-  // and every reconnection is a handshake and a trip through the accept queue).
-  s.server.set_keep_alive_max_count(1u << 20);
   s.install_routes();
   if (s.options.port == 0) {
     s.bound_port = s.server.bind_to_any_port(s.options.host);
@@ -443,6 +497,7 @@ void http_door::start() {
   if (!s.server.raise_listen_backlog(std::max(128, s.options.max_connections))) {
     spdlog::warn("http: cannot raise the listen backlog: {}", std::strerror(errno));
   }
+  s.reception->start();
   s.listener = std::thread([&s] { s.server.listen_after_bind(); });
 }
 
@@ -452,6 +507,9 @@ void http_door::stop() {
   s.stopping = true;
   s.server.stop();
   s.listener.join();
+  // The reception first: it hands connections to the workers, and they hand them back.
+  s.reception->stop();
+  s.workers->stop();
 }
 
 }  // namespace troupe

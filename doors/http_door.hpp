@@ -1,7 +1,8 @@
 #pragma once
 // The OpenAI-compatible HTTP door (docs/http_api.md): POST /v1/completions,
 // POST /v1/chat/completions (streamed as server-sent events or whole), GET /v1/models,
-// GET /health, GET /metrics. Plain class over cpp-httplib: each connection is served on one of a
+// GET /health, GET /metrics. Plain class over cpp-httplib: a connection waits for its request's
+// headers on one reception thread (doors/http/request_reception), then is served on one of a
 // fixed pool of threads, which blocks on the request's own queue of engine events; the actor
 // system reaches it through post(), the stages through door_downstream, as the ZeroMQ door.
 //
@@ -25,8 +26,15 @@ struct http_options {
   int port = 8000;  // 0: any free port (port() says which)
   std::string api_key;  // empty: none asked for; else `Authorization: Bearer <key>` on /v1/*
   size_t max_body_bytes = 4u << 20;  // larger bodies: 413
-  // Connections served at once (each open stream holds one). Generation requests beyond
-  // max_connections - reserved_connections get 503, keeping room for /health and /metrics.
+  // A request's line, headers and body must all arrive within this, from its first byte (from
+  // the connection's opening for its first request): else 408 and the connection is closed.
+  // Time spent waiting for a free worker thread is not counted.
+  int request_timeout_ms = 10000;
+  size_t max_header_bytes = 64u << 10;  // a request line and headers larger: 431, connection closed
+  // Requests served at once, each on a worker thread (an open stream holds one);
+  // reserved_connections of the threads serve only GET /health and /metrics, and generation
+  // requests beyond max_connections - reserved_connections get 503. Connections waiting for a
+  // request hold no thread.
   int max_connections = 256;
   int reserved_connections = 8;
   std::string model_name;  // what /v1/models lists and requests must name

@@ -114,6 +114,8 @@ node::node(const topology& t) {
     web.api_key = t.api_key;
     web.max_body_bytes = t.http_max_body_bytes;
     web.max_connections = t.http_max_connections;
+    web.request_timeout_ms = t.http_request_timeout_ms;
+    web.max_header_bytes = t.http_max_header_bytes;
     web.model_name = t.served_model_name.empty() ? t.model.path : t.served_model_name;
     web.limits.max_model_len = served->max_model_len;
     const tokenizer* tok = served->tok.get();

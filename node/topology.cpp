@@ -121,6 +121,14 @@ void topology::validate() const {
     if (http_max_connections < 16) {
       throw std::runtime_error("[http] max_connections must be at least 16, got " + std::to_string(http_max_connections));
     }
+    if (http_request_timeout_ms < 100) {
+      throw std::runtime_error("[http] request_timeout_ms must be at least 100, got " +
+                               std::to_string(http_request_timeout_ms));
+    }
+    if (http_max_header_bytes < 1024) {
+      throw std::runtime_error("[http] max_header_bytes must be at least 1024, got " +
+                               std::to_string(http_max_header_bytes));
+    }
   }
 }
 
@@ -165,6 +173,8 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   http.read("port", t.http_port);
   http.read("max_body_bytes", t.http_max_body_bytes);
   http.read("max_connections", t.http_max_connections);
+  http.read("request_timeout_ms", t.http_request_timeout_ms);
+  http.read("max_header_bytes", t.http_max_header_bytes);
   http.read("served_model_name", t.served_model_name);
   http.finish();
   table_reader tokenizer(root["tokenizer"].as_table(), "tokenizer", source);

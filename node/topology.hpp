@@ -28,6 +28,8 @@ struct topology {
   int http_port = 8000;       // 0: any free port (logged)
   size_t http_max_body_bytes = 4u << 20;
   int http_max_connections = 256;  // connections served at once; each open stream holds one
+  int http_request_timeout_ms = 10000;  // a request's line, headers and body all in by then, else 408
+  size_t http_max_header_bytes = 64u << 10;  // a request line and headers larger: 431
   std::string served_model_name;   // the `model` requests name; empty: the model path as given
   // [tokenizer]
   int tokenizer_pool_size = 2;

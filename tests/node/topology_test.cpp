@@ -133,6 +133,8 @@ host = "0.0.0.0"
 port = 9001
 max_body_bytes = 65536
 max_connections = 64
+request_timeout_ms = 2500
+max_header_bytes = 16384
 served_model_name = "tiny"
 )");
   EXPECT_TRUE(t.http_enabled);
@@ -140,6 +142,8 @@ served_model_name = "tiny"
   EXPECT_EQ(t.http_port, 9001);
   EXPECT_EQ(t.http_max_body_bytes, 65536u);
   EXPECT_EQ(t.http_max_connections, 64);
+  EXPECT_EQ(t.http_request_timeout_ms, 2500);
+  EXPECT_EQ(t.http_max_header_bytes, 16384u);
   EXPECT_EQ(t.served_model_name, "tiny");
 }
 
@@ -148,6 +152,8 @@ TEST(topology_http, errors_name_the_setting) {
   expect_error("[http]\nenabled = true\nport = 70000\n", "port must be in 0..65535");
   expect_error("[http]\nenabled = true\nmax_body_bytes = 10\n", "max_body_bytes must be at least 1024");
   expect_error("[http]\nenabled = true\nmax_connections = 2\n", "max_connections must be at least 16");
+  expect_error("[http]\nenabled = true\nrequest_timeout_ms = 0\n", "request_timeout_ms must be at least 100, got 0");
+  expect_error("[http]\nenabled = true\nmax_header_bytes = 100\n", "max_header_bytes must be at least 1024, got 100");
   expect_error("[http]\nprot = 1\n", "unknown key 'prot' in [http]");
 }
 
