@@ -27,13 +27,13 @@ const std::string oracle = TROUPE_ORACLE_DIR "/openai_client.mjs";
 
 bool have_openai_client() { return fs::exists(TROUPE_ORACLE_DIR "/node_modules/openai/package.json"); }
 
-// `troupe serve` with both doors: ZeroMQ on serve_process's port, HTTP on another.
+// `troupe serve` with both doors, each on a port the server chose (read from its log).
 struct http_server {
-  int http_port = free_tcp_port();
   serve_process zmq;
+  int http_port = 0;
 
   explicit http_server(std::string api_key = {}, std::vector<std::string> extra = {})
-      : zmq(with_http(http_port, std::move(extra)), std::move(api_key)) {
+      : zmq(with_http(std::move(extra)), std::move(api_key)), http_port(zmq.http_port()) {
     httplib::Client c("127.0.0.1", http_port);
     for (int i = 0; i < 100; ++i) {
       if (auto res = c.Get("/health"); res && res->status == 200) return;
@@ -42,8 +42,8 @@ struct http_server {
     throw std::runtime_error("the HTTP API did not come up on port " + std::to_string(http_port));
   }
 
-  static std::vector<std::string> with_http(int port, std::vector<std::string> extra) {
-    extra.insert(extra.end(), {"--http-port", std::to_string(port), "--served-model-name", model_name});
+  static std::vector<std::string> with_http(std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--http-port", "0", "--served-model-name", model_name});
     return extra;
   }
 
@@ -385,26 +385,19 @@ TEST(http_api, the_key_from_a_key_file_guards_both_doors) {
             std::string::npos);
   fs::remove(empty_file);
 
-  const int zmq_port = free_tcp_port(), http_port = free_tcp_port();
-  child_process server({troupe_binary.string(), "serve", "--model", stories_dir, "--port", std::to_string(zmq_port),
-                        "--http-port", std::to_string(http_port), "--threads", "1", "--log-level", "warn",
-                        "--api-key-file", key_file.string()});
-  httplib::Client c("127.0.0.1", http_port);
-  bool up = false;
-  for (int i = 0; i < 200 && !up; ++i) {
-    auto res = c.Get("/health");
-    up = res && res->status == 200;
-    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    // The same key guards both doors: serve_process's readiness check already sent it over
+    // ZeroMQ.
+    http_server server("file-k3y", {"--api-key-file", key_file.string()});
+    httplib::Client c("127.0.0.1", server.http_port);
+    EXPECT_EQ(c.Get("/v1/models")->status, 401);
+    c.set_bearer_token_auth("file-k3y");  // surrounding whitespace of the file is not the key
+    EXPECT_EQ(c.Get("/v1/models")->status, 200);
+    client with_key(server.zmq.endpoint(), "file-k3y");
+    EXPECT_FALSE(with_key.generate(greedy("Once upon a time", 4)).text.empty());
+    client without_key(server.zmq.endpoint());
+    EXPECT_THROW(without_key.generate(greedy("Once upon a time", 4)), client_error);
   }
-  ASSERT_TRUE(up);
-  EXPECT_EQ(c.Get("/v1/models")->status, 401);
-  c.set_bearer_token_auth("file-k3y");  // surrounding whitespace of the file is not the key
-  EXPECT_EQ(c.Get("/v1/models")->status, 200);
-  client with_key("tcp://127.0.0.1:" + std::to_string(zmq_port), "file-k3y");
-  EXPECT_FALSE(with_key.generate(greedy("Once upon a time", 4)).text.empty());
-  client without_key("tcp://127.0.0.1:" + std::to_string(zmq_port));
-  EXPECT_THROW(without_key.generate(greedy("Once upon a time", 4)), client_error);
-  server.stop();
   fs::remove(key_file);
 }
 
