@@ -23,11 +23,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/shared_models.hpp"
+
 namespace troupe::test {
 
 inline const std::filesystem::path troupe_binary = std::filesystem::path(TROUPE_BINARY_DIR) / "bin" / "troupe";
 // stories260K in all its forms: hf/, gguf/, and refs.json with the reference continuations.
-inline const std::filesystem::path stories_root = std::filesystem::path(TROUPE_SHARED_DIR) / "models" / "stories260K";
+inline const std::filesystem::path stories_root = stories260k_dir;
 inline const std::string stories_dir = (stories_root / "hf").string();
 
 inline std::string shell_quote(const std::string& s) {

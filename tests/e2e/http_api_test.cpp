@@ -106,7 +106,7 @@ struct http_server {
 
 #define REQUIRE_FIXTURES()                                                                   \
   do {                                                                                       \
-    if (!fs::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;                      \
+    TROUPE_REQUIRE_SHARED_MODEL(stories_dir);                                                \
     if (!have_openai_client()) GTEST_SKIP() << "no openai npm package (run tools/setup.sh --with-oracles)"; \
   } while (0)
 
@@ -230,7 +230,7 @@ TEST(http_api, stop_strings_end_the_text_before_the_match) {
 }
 
 TEST(http_api, curl_sees_events_as_they_are_generated) {
-  if (!fs::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   http_server server;
   const std::string body = json{{"model", model_name}, {"prompt", "Once upon a time"}, {"max_tokens", 400},
                                 {"ignore_eos", true}, {"temperature", 0}, {"stream", true}}
@@ -325,7 +325,7 @@ void expect_error(const httplib::Result& res, int status, const std::string& par
 }
 
 TEST(http_api, bad_requests_get_their_status_and_the_server_keeps_serving) {
-  if (!fs::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   http_server server("s3cret", {"--http-max-body-bytes", "65536"});
   httplib::Client c = server.http();
   const std::string json_type = "application/json";
@@ -370,7 +370,7 @@ TEST(http_api, bad_requests_get_their_status_and_the_server_keeps_serving) {
 }
 
 TEST(http_api, the_key_from_a_key_file_guards_both_doors) {
-  if (!fs::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   const fs::path key_file = fs::temp_directory_path() / ("troupe-key-" + std::to_string(::getpid()));
   std::ofstream(key_file) << "  file-k3y\n";
   // Refused at start: an empty key file, a missing one, and a key given twice.
