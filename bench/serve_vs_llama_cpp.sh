@@ -20,19 +20,28 @@ shift $(( $# < 4 ? $# : 4 ))
 here=$(cd "$(dirname "$0")" && pwd)
 [[ -f "$model/model.gguf" && -f "$model/config.json" ]] || { echo "no model.gguf and config.json in $model" >&2; exit 1; }
 
-port=$(( 20000 + RANDOM % 20000 ))
-"$build/bin/troupe" serve --model "$model" --threads "$threads" --port "$port" --max-num-seqs 32 \
-  --http off --log-level warn &
+# The server chooses its port (a random one could be taken); its log says which.
+log=$(mktemp)
+"$build/bin/troupe" serve --model "$model" --threads "$threads" --zmq-endpoint 'tcp://127.0.0.1:*' \
+  --max-num-seqs 32 --http off --log-level info 2>"$log" &
 server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true; rm -f "$log"' EXIT
+endpoint=
+for _ in $(seq 120); do
+  endpoint=$(sed -n 's/.*zmq door: listening on \(tcp:[^ ]*\).*/\1/p' "$log" | head -n 1)
+  [[ -n "$endpoint" ]] && break
+  kill -0 $server 2>/dev/null || { cat "$log" >&2; exit 1; }
+  sleep 0.5
+done
+[[ -n "$endpoint" ]] || { echo "troupe serve logged no endpoint:" >&2; cat "$log" >&2; exit 1; }
 for _ in $(seq 100); do
-  "$build/bench/troupe_bench_serve" --endpoint "tcp://127.0.0.1:$port" --streams 1 --decode 1 --reps 1 >/dev/null 2>&1 && break
+  "$build/bench/troupe_bench_serve" --endpoint "$endpoint" --streams 1 --decode 1 --reps 1 >/dev/null 2>&1 && break
   sleep 0.5
 done
 
 lscpu | grep -E "Model name|^CPU\(s\)" || true
 for round in $(seq "$rounds"); do
   echo "== round $round"
-  "$build/bench/troupe_bench_serve" --endpoint "tcp://127.0.0.1:$port" --reps 1 "$@"
+  "$build/bench/troupe_bench_serve" --endpoint "$endpoint" --reps 1 "$@"
   node "$here/llama_cpp_parallel_bench.mjs" --model "$model/model.gguf" --threads "$threads" --reps 1 "$@"
 done

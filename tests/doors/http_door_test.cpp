@@ -185,7 +185,9 @@ TEST(http_door, engine_failures_and_the_shared_bound_become_statuses) {
 
 TEST(http_door, a_client_gone_mid_stream_aborts_its_request) {
   door_fixture f;
-  f.downstream.num_pieces = 1000;
+  // A minute of pieces: the stream ends early only by the abort under test, however slowly a
+  // loaded machine lets the door notice the closed connection.
+  f.downstream.num_pieces = 30000;
   f.downstream.piece_gap = 2ms;
   {
     httplib::Client c = f.client();
@@ -211,8 +213,8 @@ TEST(http_door, a_client_gone_mid_stream_aborts_its_request) {
 
 TEST(http_door, a_client_gone_while_waiting_for_a_whole_completion_aborts_it) {
   door_fixture f;
-  f.downstream.num_pieces = 1000;
-  f.downstream.piece_gap = 5ms;  // 5 s in all
+  f.downstream.num_pieces = 12000;
+  f.downstream.piece_gap = 5ms;  // a minute: it ends early only by the abort under test
   {
     httplib::Client c = f.client();
     c.set_read_timeout(1, 200000);  // gives up, and closes its connection, long before that

@@ -4,6 +4,7 @@
 // its output captured, a child process that cannot outlive its test, and the model's reference
 // continuations.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,11 +23,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/shared_models.hpp"
+
 namespace troupe::test {
 
 inline const std::filesystem::path troupe_binary = std::filesystem::path(TROUPE_BINARY_DIR) / "bin" / "troupe";
 // stories260K in all its forms: hf/, gguf/, and refs.json with the reference continuations.
-inline const std::filesystem::path stories_root = std::filesystem::path(TROUPE_SHARED_DIR) / "models" / "stories260K";
+inline const std::filesystem::path stories_root = stories260k_dir;
 inline const std::string stories_dir = (stories_root / "hf").string();
 
 inline std::string shell_quote(const std::string& s) {
@@ -80,17 +83,25 @@ inline run_result run_troupe(const std::string& args, const std::string& input =
 }
 
 // A program started without a shell, stopped (SIGTERM, then SIGKILL) when it goes out of scope,
-// so a failed assertion never leaves a server running.
+// so a failed assertion never leaves a server running. With `output`, its stdout and stderr go
+// to that file (created or truncated), where a test can read what it logged.
 class child_process {
  public:
-  explicit child_process(std::vector<std::string> args) {
+  explicit child_process(std::vector<std::string> args, const std::filesystem::path& output = {}) {
     if (args.empty()) throw std::invalid_argument("child_process: no program to run");
+    // Everything the child needs is made before fork: after it, only async-signal-safe calls.
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::string output_path = output.string();
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("child_process: fork failed for " + args[0]);
     if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
+      if (!output_path.empty()) {
+        const int fd = ::open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || ::dup2(fd, STDOUT_FILENO) < 0 || ::dup2(fd, STDERR_FILENO) < 0) _exit(126);
+        if (fd > STDERR_FILENO) ::close(fd);
+      }
       ::execv(argv[0], argv.data());
       _exit(127);
     }

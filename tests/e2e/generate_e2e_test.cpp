@@ -16,7 +16,7 @@ class generate_e2e : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
-    if (!std::filesystem::exists(stories_root / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_root;
+    TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
   }
   std::string model_arg() const { return "--model " + shell_quote((stories_root / GetParam()).string()); }
 };

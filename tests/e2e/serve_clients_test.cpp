@@ -11,7 +11,7 @@ namespace troupe::test {
 namespace {
 
 TEST(serve_clients, python_example_and_troupe_complete_stream_the_reference) {
-  if (!std::filesystem::exists(stories_root / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_root;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
   // The first 60 greedy tokens after "Once upon a time".
   const std::string reference = stories_reference("Once upon a time").at("completion").get<std::string>();
   serve_process server({}, "k3y");

@@ -61,7 +61,7 @@ class serve_concurrency : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(serve_concurrency, sixty_four_clients_match_serving_alone) {
-  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   serve_process server(with_mode({"--max-num-seqs", "64"}));
   auto requests = mixed_requests(64);
   auto alone = serve_alone(server, requests);
@@ -84,7 +84,7 @@ TEST_P(serve_concurrency, sixty_four_clients_match_serving_alone) {
 }
 
 TEST_P(serve_concurrency, a_tiny_kv_pool_preempts_and_gives_the_same_outputs) {
-  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   // 12 blocks of 16 tokens: one request of up to ~130 tokens fits alone, 16 at once cannot.
   serve_process server(with_mode({"--num-kv-blocks", "12", "--max-num-seqs", "16"}));
   auto requests = mixed_requests(16);
@@ -106,7 +106,7 @@ TEST_P(serve_concurrency, a_tiny_kv_pool_preempts_and_gives_the_same_outputs) {
 }
 
 TEST_P(serve_concurrency, a_prompt_longer_than_the_step_budget_completes) {
-  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   std::string long_prompt;
   for (int i = 0; i < 12; ++i) long_prompt += "The cat sat on the mat and looked at the sun. ";
   serve_process chunked(with_mode({"--max-num-batched-tokens", "32"}));

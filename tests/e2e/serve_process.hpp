@@ -1,14 +1,20 @@
 #pragma once
-// Starts a real `troupe serve` process on a free port for end-to-end tests and stops it after,
-// and the client-side helpers the serve tests share.
+// Starts a real `troupe serve` process for end-to-end tests and stops it after, and the
+// client-side helpers the serve tests share. The server chooses its own ports (a ZeroMQ wildcard
+// endpoint, HTTP port 0) and the test reads them from its log: a port the test picked and freed
+// for the child could be taken by another process in between.
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <optional>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -19,7 +25,11 @@
 
 namespace troupe::test {
 
-inline int free_tcp_port() {
+// Racy: the port is free when this returns, and any process may bind it before the child does.
+// Kept so that older tests still build; let the server choose instead (serve_process reads the
+// ports it bound from its log).
+[[deprecated("racy: another process may take the port before the child binds it; let the server choose "
+             "(serve_process, --http-port 0) and read its log")]] inline int free_tcp_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -33,38 +43,79 @@ inline int free_tcp_port() {
   return port;
 }
 
+// `troupe serve` on stories260K with one compute thread, its ZeroMQ door on a port of its own
+// choosing (and, when the arguments turn the HTTP API on, its HTTP door too), logging at info
+// level to a file this object reads the bound ports from and removes.
+//
+// extra_args: more flags for `troupe serve`; they must not set --log-level, --port or
+// --zmq-endpoint (the ports are read from the info-level log). api_key: the key clients send;
+// it is passed as --api-key unless extra_args give --api-key-file.
 class serve_process {
  public:
   explicit serve_process(std::vector<std::string> extra_args, std::string api_key = {})
-      : api_key_(std::move(api_key)), port_(free_tcp_port()) {
+      : api_key_(std::move(api_key)), log_path_(unique_log_path()) {
+    for (const char* owned : {"--log-level", "--port", "--zmq-endpoint"}) {
+      if (std::find(extra_args.begin(), extra_args.end(), owned) != extra_args.end()) {
+        throw std::invalid_argument(std::string("serve_process sets ") + owned + " itself; remove it from the arguments");
+      }
+    }
+    const bool key_file = std::find(extra_args.begin(), extra_args.end(), "--api-key-file") != extra_args.end();
+    const bool http = wants_http(extra_args);
     std::vector<std::string> args = {troupe_binary.string(), "serve", "--model", stories_dir,
-                                     "--port", std::to_string(port_), "--threads", "1",
-                                     "--log-level", "warn"};
-    if (!api_key_.empty()) {
+                                     "--zmq-endpoint", "tcp://127.0.0.1:*", "--threads", "1",
+                                     "--log-level", "info"};
+    if (!api_key_.empty() && !key_file) {
       args.push_back("--api-key");
       args.push_back(api_key_);
     }
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    process_.emplace(std::move(args));
-    // Ready when it answers a stats request.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      client c(endpoint(), api_key_);
+    process_.emplace(std::move(args), log_path_);
+
+    // Up when it has logged its ports and answers a stats request; loading the model on a
+    // loaded machine may take a while, so the bound is generous, and a server that exits ends
+    // the wait at once.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    static const std::regex zmq_line(R"(zmq door: listening on (tcp://127\.0\.0\.1:[0-9]+))");
+    static const std::regex http_line(R"(HTTP API on http://[^ :]+:([0-9]+)/v1)");
+    for (int i = 0; i < 3000 && alive() && std::chrono::steady_clock::now() < deadline; ++i) {
+      const std::string log = read_file(log_path_);
+      std::smatch m;
+      if (endpoint_.empty() && std::regex_search(log, m, zmq_line)) endpoint_ = m[1];
+      if (http && http_port_ == 0 && std::regex_search(log, m, http_line)) http_port_ = std::stoi(m[1]);
+      if (!endpoint_.empty() && (!http || http_port_ != 0)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int i = 0; i < 200 && !endpoint_.empty() && alive() && std::chrono::steady_clock::now() < deadline; ++i) {
+      client c(endpoint_, api_key_);
       c.set_timeout(std::chrono::milliseconds(300));
       try {
         c.stats();
         return;
       } catch (const std::exception&) {
       }
-      if (!alive()) break;
     }
+    const std::string log = read_file(log_path_);
     stop();
-    throw std::runtime_error("troupe serve did not come up on " + endpoint());
+    throw std::runtime_error("troupe serve did not come up (" +
+                             std::string(endpoint_.empty() ? "no ZeroMQ endpoint logged" : "no answer on " + endpoint_) +
+                             (http && http_port_ == 0 ? ", no HTTP port logged" : "") + "); its log:\n" + log);
+  }
+  serve_process(const serve_process&) = delete;
+  serve_process& operator=(const serve_process&) = delete;
+  ~serve_process() {
+    stop();
+    std::error_code ignored;
+    std::filesystem::remove(log_path_, ignored);
   }
 
-  std::string endpoint() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+  // The ZeroMQ endpoint the server bound, e.g. tcp://127.0.0.1:41873.
+  std::string endpoint() const { return endpoint_; }
+  // The HTTP API's port; 0 when the arguments did not turn the API on.
+  int http_port() const { return http_port_; }
   const std::string& api_key() const { return api_key_; }
   client make_client() const { return client(endpoint(), api_key_); }
+  // Everything the server has logged so far (info level and up).
+  std::string log() const { return read_file(log_path_); }
 
   bool alive() const { return process_ && process_->alive(); }
   void stop() {
@@ -72,8 +123,24 @@ class serve_process {
   }
 
  private:
+  static bool wants_http(const std::vector<std::string>& args) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--http-port") return true;
+      if (args[i] == "--http" && i + 1 < args.size() && args[i + 1] == "on") return true;
+    }
+    return false;
+  }
+
+  static std::filesystem::path unique_log_path() {
+    static std::atomic<int> num_servers{0};
+    return std::filesystem::temp_directory_path() /
+           ("troupe_serve_" + std::to_string(::getpid()) + "_" + std::to_string(num_servers++) + ".log");
+  }
+
   std::string api_key_;
-  int port_ = 0;
+  std::filesystem::path log_path_;
+  std::string endpoint_;
+  int http_port_ = 0;
   std::optional<child_process> process_;
 };
 

@@ -63,7 +63,7 @@ bad_frame make_bad(int i, std::mt19937& rng) {
 }
 
 TEST(serve_protocol, malformed_frames_get_errors_and_valid_requests_complete) {
-  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   serve_process server({}, "secret");
   client c = server.make_client();
   c.set_timeout(std::chrono::seconds(20));
@@ -130,7 +130,7 @@ TEST(serve_protocol, malformed_frames_get_errors_and_valid_requests_complete) {
 class serve_abort : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(serve_abort, explicit_abort_and_client_gone_free_the_kv) {
-  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   serve_process server({"--max-model-len", "512", "--async-scheduling", GetParam()});
   client watcher = server.make_client();
   const int total = watcher.stats().num_total_blocks;

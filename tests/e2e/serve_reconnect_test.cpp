@@ -15,7 +15,7 @@ namespace troupe::test {
 namespace {
 
 TEST(serve_reconnect, new_clients_on_reused_descriptors_get_their_replies) {
-  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   serve_process server({"--max-num-seqs", "32"});
   constexpr int num_clients = 32;
   for (int round = 0; round < 8; ++round) {

@@ -25,9 +25,8 @@ std::string reference_completion(const std::string& prompt) {
 class stop_strings_serve : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(stories_dir) || !std::filesystem::exists(refs_path)) {
-      GTEST_SKIP() << "no stories260K at " << stories_dir;
-    }
+    TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
+    TROUPE_REQUIRE_SHARED_MODEL(refs_path);
     server_ = std::make_unique<serve_process>(std::vector<std::string>{"--async-scheduling", GetParam()});
     reference_ = reference_completion("Once upon a time");
   }
@@ -152,7 +151,8 @@ TEST_P(stop_strings_serve, troupe_complete_takes_stop_strings_too) {
 INSTANTIATE_TEST_SUITE_P(async_scheduling, stop_strings_serve, ::testing::Values("off", "on"));
 
 TEST(stop_strings_generate, stop_ends_the_printed_text_before_the_match) {
-  if (!std::filesystem::exists(stories_dir) || !std::filesystem::exists(refs_path)) GTEST_SKIP() << "no stories260K";
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
+  TROUPE_REQUIRE_SHARED_MODEL(refs_path);
   const std::string reference = reference_completion("Once upon a time");
   const std::string base = "generate --model " + shell_quote(stories_dir) +
                            " --prompt 'Once upon a time' --temperature 0 --threads 1 --max-tokens 60";

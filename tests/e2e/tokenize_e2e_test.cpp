@@ -37,7 +37,7 @@ class tokenize_e2e : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
-    if (!std::filesystem::exists(stories_root / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_root;
+    TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
   }
   std::string tokenizer_arg() const { return "--tokenizer " + shell_quote((stories_root / GetParam()).string()); }
 };
@@ -133,7 +133,7 @@ TEST(tokenize_e2e_errors, name_the_missing_or_bad_input) {
   EXPECT_TRUE(no_tokenizer.out.empty()) << no_tokenizer.out;
   EXPECT_NE(no_tokenizer.err.find(missing), std::string::npos) << no_tokenizer.err;
 
-  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no stories260K at " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   const std::string stories = "--tokenizer " + shell_quote(stories_dir);
   const run_result no_chat = run_tokenize(stories + " --chat /nonexistent/chat.json");
   EXPECT_NE(no_chat.exit_code, 0);

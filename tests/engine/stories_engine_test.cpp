@@ -13,6 +13,7 @@
 #include "backends/cpu/cpu_model.hpp"
 #include "engine/llm_engine.hpp"
 #include "model/loader/model_loader.hpp"
+#include "tests/shared_models.hpp"
 
 namespace troupe {
 namespace {
@@ -48,7 +49,7 @@ class stories_engine : public ::testing::TestWithParam<stories_case> {};
 
 TEST_P(stories_engine, reproduces_reference_continuations) {
   const stories_case& c = GetParam();
-  if (!std::filesystem::exists(stories_dir / "refs.json")) GTEST_SKIP() << "no stories260K in " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir / "refs.json");
   loaded_model loaded = load_model(load_options{stories_dir / c.source, load_format::auto_detect, dtype::f32, 0, false});
   auto m = make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{c.num_blocks, c.block_size}, 1);
   engine_config config;

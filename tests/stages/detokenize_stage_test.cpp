@@ -14,6 +14,7 @@
 #include "engine/scheduler.hpp"
 #include "stages/detokenize_stage.hpp"
 #include "stages/scheduler_stage.hpp"
+#include "tests/shared_models.hpp"
 
 namespace troupe {
 namespace {
@@ -34,7 +35,7 @@ const std::string reference_text =
 class detokenize_stage_test : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(stories)) GTEST_SKIP() << "no " << stories;
+    TROUPE_REQUIRE_SHARED_MODEL(stories);
     tok_ = std::make_unique<tokenizer>(tokenizer::from_directory(stories));
   }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "stages/tokenize_stage.hpp"
+#include "tests/shared_models.hpp"
 
 namespace troupe {
 namespace {
@@ -12,7 +13,7 @@ namespace {
 const std::string stories = TROUPE_SHARED_DIR "/models/stories260K/hf";
 
 TEST(tokenize_stage, text_ids_and_errors) {
-  if (!std::filesystem::exists(stories)) GTEST_SKIP() << "no " << stories;
+  TROUPE_REQUIRE_SHARED_MODEL(stories);
   tokenize_stage stage(tokenizer::from_directory(stories), 512, 16);
   tokenize_request r;
   r.request_id = 3;
@@ -39,7 +40,7 @@ TEST(tokenize_stage, text_ids_and_errors) {
 }
 
 TEST(tokenize_stage, chat_without_a_template_is_a_transcript) {
-  if (!std::filesystem::exists(stories)) GTEST_SKIP() << "no " << stories;
+  TROUPE_REQUIRE_SHARED_MODEL(stories);
   tokenize_stage stage(tokenizer::from_directory(stories), 512, 512);
   EXPECT_FALSE(stage.has_chat_template());
   EXPECT_EQ(stage.render_chat({{"user", "hi"}}), "user: hi\nassistant:");

@@ -132,7 +132,9 @@ TEST(tokenizer, invalid_utf8_is_read_as_replacement_characters) {
   EXPECT_EQ(tok.encode("a\xff" "b", false), tok.encode("a\xef\xbf\xbd" "b", false));
 }
 
-TEST(tokenizer, encodes_a_megabyte_well_under_a_second) {
+// How long it takes is printed, not asserted: a bound on time fails on a loaded machine and says
+// nothing on an idle one (bench/ is the place for speed).
+TEST(tokenizer, encodes_a_megabyte) {
   const auto corpus = testing::make_text_corpus(4000, 11, {});
   std::string text;
   while (text.size() < (1u << 20))
@@ -144,8 +146,6 @@ TEST(tokenizer, encodes_a_megabyte_well_under_a_second) {
     const auto ids = tok.encode(text);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("encode %zu bytes with %s: %zu ids in %.3f s\n", text.size(), dir.parent_path().filename().c_str(), ids.size(), seconds);
-    // The bound leaves room for a loaded 2-core CI machine; typical times are a few hundred ms.
-    EXPECT_LT(seconds, 2.0) << dir;
     EXPECT_EQ(tok.decode(ids, true).size() > text.size() / 2, true);
   }
 }

@@ -19,6 +19,7 @@
 #include "engine/model_runner.hpp"
 #include "model/loader/model_loader.hpp"
 #include "tests/backends/cuda/cuda_test_util.hpp"
+#include "tests/shared_models.hpp"
 
 namespace troupe {
 namespace {
@@ -48,7 +49,7 @@ step_plan one_prefill(const std::vector<int32_t>& prompt, const sampling_params&
 
 TEST(device_sampling_cuda, plain_steps_sample_on_the_gpu_and_greedy_equals_the_host_sampler) {
   TROUPE_REQUIRE_GPU();
-  if (!std::filesystem::exists(stories_dir() + "/hf")) GTEST_SKIP() << "no stories260K";
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir() + "/hf");
   const loaded_model loaded = load_model(load_options{stories_dir() + "/hf"});
   auto gpu = stories_on_gpu(loaded, 8);
   model_runner on_device(*gpu, 1);
@@ -74,7 +75,7 @@ TEST(device_sampling_cuda, plain_steps_sample_on_the_gpu_and_greedy_equals_the_h
 
 TEST(device_sampling_cuda, seeded_top_k_top_p_draws_are_reproducible_and_inside_the_top_k) {
   TROUPE_REQUIRE_GPU();
-  if (!std::filesystem::exists(stories_dir() + "/hf")) GTEST_SKIP() << "no stories260K";
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir() + "/hf");
   const loaded_model loaded = load_model(load_options{stories_dir() + "/hf"});
   auto gpu = stories_on_gpu(loaded, 8);
   const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 5, 80};
@@ -102,8 +103,8 @@ TEST(device_sampling_cuda, seeded_top_k_top_p_draws_are_reproducible_and_inside_
 
 TEST(device_sampling_cuda, the_engine_on_the_gpu_sampler_reproduces_the_references) {
   TROUPE_REQUIRE_GPU();
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir() + "/refs.json");
   std::ifstream in(stories_dir() + "/refs.json");
-  if (!in) GTEST_SKIP() << "no stories260K";
   const auto refs = nlohmann::json::parse(in).at("references");
   const loaded_model loaded = load_model(load_options{stories_dir() + "/hf"});
   engine_config config;

@@ -15,7 +15,7 @@ namespace {
 
 TEST(generate_device, cuda_f32_prints_what_the_cpu_prints) {
   TROUPE_REQUIRE_GPU();
-  if (!std::filesystem::exists(stories_root / "refs.json")) GTEST_SKIP() << "no stories260K at " << stories_root;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
   if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "troupe is not built";
   const auto refs = stories_references();
   for (const auto& ref : refs) {

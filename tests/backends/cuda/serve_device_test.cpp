@@ -14,7 +14,7 @@ namespace {
 
 TEST(serve_device, cuda_f32_serves_what_the_cpu_serves) {
   TROUPE_REQUIRE_GPU();
-  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   const std::vector<std::string> prompts = {"Once upon a time", "Zoo", "Lily wanted", "The little dog ran to the park",
                                             "Tom and Sam were best friends. One day", "A", "She looked at the sky"};
   std::vector<generate_request> requests;
