@@ -16,6 +16,7 @@
 #include "doors/zmq_door.hpp"
 #include "stages/detokenize_stage.hpp"
 #include "stages/message_inspect.hpp"
+#include "stages/message_types.hpp"
 #include "stages/stage_actors.hpp"
 #include "stages/tokenize_stage.hpp"
 
@@ -31,27 +32,9 @@ class node_config : public caf::actor_system_config {
     set("scheduler.policy", caf::atom("sharing"));
     set("scheduler.max-threads", static_cast<size_t>(num_threads));
     set("logger.console", caf::atom("none"));
-    add_message_type<chat_message>("chat_message");
-    add_message_type<sampling_params>("sampling_params");
-    add_message_type<scheduled_sequence>("scheduled_sequence");
-    add_message_type<step_plan>("step_plan");
-    add_message_type<sampled_token>("sampled_token");
-    add_message_type<step_result>("step_result");
-    add_message_type<token_logprobs>("token_logprobs");
-    add_message_type<request_metrics>("request_metrics");
-    add_message_type<token_delta>("token_delta");
-    add_message_type<tokenize_request>("tokenize_request");
-    add_message_type<schedule_request>("schedule_request");
-    add_message_type<step_done>("step_done");
-    add_message_type<request_timeline>("request_timeline");
-    add_message_type<token_batch>("token_batch");
-    add_message_type<text_delta>("text_delta");
-    add_message_type<text_batch>("text_batch");
-    add_message_type<abort_request_msg>("abort_request_msg");
-    add_message_type<stop_request_msg>("stop_request_msg");
-    add_message_type<stats_query>("stats_query");
-    add_message_type<stats_answer>("stats_answer");
-    add_message_type<request_failed>("request_failed");
+    for_each_message_type([this](auto type, const char* name) {
+      add_message_type<typename decltype(type)::type>(name);
+    });
   }
 };
 
