@@ -1,6 +1,10 @@
 #include "node/node.hpp"
 
 #include <csignal>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -43,7 +47,16 @@ class node_config : public caf::actor_system_config {
 class actor_downstream : public door_downstream {
  public:
   void submit(tokenize_request request) override {
+    // Refused once a stage has failed: the request could only hang.
+    if (!router->track(request.request_id)) {
+      router->route(request_failed{request.request_id, error_code::internal, out_of_service_message()});
+      return;
+    }
     caf::anon_send(tokenizers[next_tokenizer.fetch_add(1) % tokenizers.size()], std::move(request));
+  }
+  std::string out_of_service_message() {
+    std::lock_guard lock(failure_mutex);
+    return "the node is out of service: " + failure;
   }
   void abort(int64_t request_id) override { caf::anon_send(scheduler, abort_request_msg{request_id}); }
   void query_stats(uint64_t tag) override { caf::anon_send(scheduler, stats_query{tag}); }
@@ -51,7 +64,28 @@ class actor_downstream : public door_downstream {
   std::vector<caf::actor> tokenizers;
   caf::actor scheduler;
   std::atomic<size_t> next_tokenizer{0};
+  reply_router* router = nullptr;
+  std::mutex failure_mutex;
+  std::string failure;  // what failed first, once a stage has
 };
+
+// A stage that ends for any reason but the node's own shutdown has failed (an exception in a
+// handler ends an actor too, see keep_exception_in_exit_reason). The stages hold each request's
+// state between them, so none of the requests inside can finish: they are all failed with the
+// reason, and the node refuses new ones rather than let them hang.
+void watch_stage(const std::string& stage, const caf::actor& actor, caf::actor_system* system,
+                 actor_downstream* downstream, reply_router* router) {
+  actor->attach_functor([=](const caf::error& reason) {
+    if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) return;
+    const std::string what = "the " + stage + " stage failed: " + system->render(reason);
+    {
+      std::lock_guard lock(downstream->failure_mutex);
+      if (downstream->failure.empty()) downstream->failure = what;
+    }
+    const size_t num_failed = router->fail_all(error_code::internal, what);
+    spdlog::error("{}; failed {} requests in flight, refusing new ones", what, num_failed);
+  });
+}
 
 }  // namespace
 
@@ -65,6 +99,7 @@ struct node::impl {
   std::unique_ptr<zmq_door> door;
   std::unique_ptr<troupe::http_door> web_door;  // null when [http] is not enabled
   std::vector<caf::actor> actors;
+  std::vector<std::pair<std::string, caf::actor>> stages;  // by stage name, for fail_stage
 
   explicit impl(std::shared_ptr<served_model> model, int num_threads)
       : served(std::move(model)), config(num_threads), system(config) {}
@@ -122,8 +157,12 @@ node::node(const topology& t) {
     s.downstream.tokenizers.push_back(s.system.spawn(tokenizer_actor, stage, scheduler, front));
   }
   s.downstream.scheduler = scheduler;
+  s.downstream.router = &s.router;
   s.actors = {front, detokenizer, worker, scheduler};
   s.actors.insert(s.actors.end(), s.downstream.tokenizers.begin(), s.downstream.tokenizers.end());
+  s.stages = {{"frontend", front}, {"detokenizer", detokenizer}, {"worker", worker}, {"scheduler", scheduler}};
+  for (const caf::actor& tokenizer : s.downstream.tokenizers) s.stages.emplace_back("tokenizer", tokenizer);
+  for (const auto& [name, actor] : s.stages) watch_stage(name, actor, &s.system, &s.downstream, &s.router);
   s.door->start();
   if (s.web_door) {
     s.web_door->start();
@@ -133,6 +172,17 @@ node::node(const topology& t) {
   spdlog::info("serving on {} (scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers)",
                t.zmq_endpoint, t.max_num_batched_tokens, t.model.max_num_seqs, t.max_waiting_requests,
                config.async_scheduling ? "on" : "off", t.tokenizer_pool_size);
+}
+
+void node::fail_stage(const std::string& stage, const std::string& reason) {
+  for (const auto& [name, actor] : impl_->stages) {
+    if (name == stage && name != "frontend") {  // the frontend only routes replies: no drill
+      caf::anon_send(actor, stage_failure_drill{reason});
+      return;
+    }
+  }
+  throw std::invalid_argument("node::fail_stage: no stage named '" + stage +
+                              "' (tokenizer, scheduler, worker or detokenizer)");
 }
 
 node::~node() {

@@ -167,6 +167,7 @@ std::vector<text_delta> samples(of<text_delta>) { return {{full_delta(), "Once",
 std::vector<text_batch> samples(of<text_batch>) { return {{samples(of<text_delta>{})}}; }
 std::vector<abort_request_msg> samples(of<abort_request_msg>) { return {{42}}; }
 std::vector<stop_request_msg> samples(of<stop_request_msg>) { return {{43}}; }
+std::vector<stage_failure_drill> samples(of<stage_failure_drill>) { return {{"drill"}}; }
 std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
 std::vector<stats_answer> samples(of<stats_answer>) { return {{77, 10, 64, 3, 4}}; }
 std::vector<request_failed> samples(of<request_failed>) { return {full_failure()}; }
@@ -318,6 +319,7 @@ void expect_same(const text_batch& a, const text_batch& b) { expect_same_list(a.
 void expect_same(const abort_request_msg& a, const abort_request_msg& b) { EXPECT_EQ(a.request_id, b.request_id); }
 void expect_same(const stop_request_msg& a, const stop_request_msg& b) { EXPECT_EQ(a.request_id, b.request_id); }
 void expect_same(const stats_query& a, const stats_query& b) { EXPECT_EQ(a.tag, b.tag); }
+void expect_same(const stage_failure_drill& a, const stage_failure_drill& b) { EXPECT_EQ(a.reason, b.reason); }
 
 void expect_same(const stats_answer& a, const stats_answer& b) {
   EXPECT_EQ(a.tag, b.tag);
@@ -372,7 +374,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 21);
+  EXPECT_EQ(num_types, 22);
 }
 
 }  // namespace
