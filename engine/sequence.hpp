@@ -21,7 +21,9 @@ struct sequence_timeline {
   engine_clock::time_point first_scheduled;  // first admission (not re-admissions)
   engine_clock::time_point first_token;
   engine_clock::time_point finish;
-  std::vector<engine_clock::time_point> token_times;  // [num_output_tokens] when each arrived
+  // The latest output token's arrival: with first_token it is all tpot needs, so a request does
+  // not keep (or reserve) a time per token.
+  engine_clock::time_point last_token;
   bool scheduled = false;
 };
 
