@@ -107,7 +107,7 @@ step_plan scheduler::schedule() {
   const auto now = engine_clock::now();
   while (!preempted_any && !waiting_.empty() && budget > 0 && num_running() < config_.max_num_seqs) {
     sequence* seq = *waiting_.begin();
-    prefix_hit hit = kv_.find_cached_prefix(seq->token_ids());
+    prefix_hit hit = kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
     const int num_new = std::min(seq->num_tokens() - hit.num_tokens, budget);
     const int needed = hit.num_tokens + num_new;
     if (!kv_.can_allocate(hit, needed)) break;  // strict order: nobody jumps the head
