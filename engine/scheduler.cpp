@@ -158,10 +158,14 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
   s.block_table.assign(blocks.begin() + s.block_table_start, blocks.end());
   s.sample = end == seq.num_expected_tokens();
   s.output_index = seq.num_output_tokens() + seq.num_pending_samples;
-  if (s.block_table_start == 0) s.params = seq.params();
-  if (s.sample && uses_penalties(seq.params())) {
-    s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
-    s.num_prompt_tokens = seq.num_prompt_tokens();
+  if (s.block_table_start == 0) {
+    s.params = seq.params();
+    // The worker keeps the history from here on (see scheduled_sequence::penalty_token_ids); a
+    // start entry never has a sample pending, so the known tokens are the whole history.
+    if (uses_penalties(seq.params())) {
+      s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
+      s.num_prompt_tokens = seq.num_prompt_tokens();
+    }
   }
   return s;
 }
