@@ -21,7 +21,7 @@
 // a halted vCPU costs its waker 15-50 us (docs/benchmarks.md): `gap` then includes that cost.
 //
 //   troupe_bench_runtime [--model HF_DIR] [--seqs 1,16,64] [--steps 200] [--reps 3] [--async on|off]
-//                        [--forward real|null] [--policy sharing|stealing]
+//                        [--forward real|null] [--policy sharing|stealing] [--penalties on|off]
 //
 // With --async on (two steps in flight) the scheduler's work leaves the critical path, so the
 // gap shrinks to the worker's own hand-offs while the CPU figure stays the runtime's whole cost.
@@ -230,6 +230,7 @@ int main(int argc, char** argv) try {
   bool async_scheduling = true;  // as a node runs by default
   std::string policy = "sharing";
   bool null_forward = false;
+  bool penalties = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
@@ -242,6 +243,7 @@ int main(int argc, char** argv) try {
     else if (flag == "--forward" && (value == "real" || value == "null")) null_forward = value == "null";
     else if (flag == "--async" && (value == "on" || value == "off")) async_scheduling = value == "on";
     else if (flag == "--policy" && (value == "sharing" || value == "stealing")) policy = value;
+    else if (flag == "--penalties" && (value == "on" || value == "off")) penalties = value == "on";
     else throw std::runtime_error("unknown flag or value: " + flag + " " + value +
                                   " (expected --model DIR, --seqs N,N, --steps N, --reps N, --prompt N, --forward real|null, --async on|off, --policy sharing|stealing)");
   }
@@ -292,6 +294,10 @@ int main(int argc, char** argv) try {
         r.sampling.temperature = 0.0f;
         r.sampling.max_tokens = steps + 1;
         r.sampling.ignore_eos = true;
+        if (penalties) {  // sampled on the host, against each request's whole history
+          r.sampling.repetition_penalty = 1.1f;
+          r.sampling.frequency_penalty = 0.1f;
+        }
         r.arrival = r.tokenized = wall_ns();
         caf::anon_send(scheduler, std::move(r));
       }

@@ -21,6 +21,7 @@ void reply_router::route(text_batch batch) {
   std::array<text_batch, num_client_doors> by_door;
   for (auto& d : batch.deltas) {
     count(d);
+    if (d.delta.finished()) untrack(d.delta.request_id);
     by_door[static_cast<int>(request_admission::door_of(d.delta.request_id))].deltas.push_back(std::move(d));
   }
   for (int door = 0; door < num_client_doors; ++door) {
@@ -30,6 +31,7 @@ void reply_router::route(text_batch batch) {
 
 void reply_router::route(request_failed failed) {
   ++counters_.num_failed;
+  untrack(failed.request_id);
   if (auto* inbox = doors_[static_cast<int>(request_admission::door_of(failed.request_id))]) {
     inbox->post(std::move(failed));
   }
@@ -39,6 +41,34 @@ void reply_router::route(stats_answer stats) {
   if (auto* inbox = doors_[static_cast<int>(request_admission::door_of_tag(stats.tag))]) {
     inbox->post(std::move(stats));
   }
+}
+
+bool reply_router::track(int64_t request_id) {
+  std::lock_guard lock(tracked_mutex_);
+  if (failed_) return false;
+  tracked_.insert(request_id);
+  return true;
+}
+
+void reply_router::untrack(int64_t request_id) {
+  std::lock_guard lock(tracked_mutex_);
+  tracked_.erase(request_id);
+}
+
+size_t reply_router::fail_all(error_code code, const std::string& message) {
+  std::unordered_set<int64_t> ids;
+  {
+    std::lock_guard lock(tracked_mutex_);
+    failed_ = true;
+    ids.swap(tracked_);
+  }
+  for (int64_t id : ids) route(request_failed{id, code, message});
+  return ids.size();
+}
+
+size_t reply_router::num_tracked() const {
+  std::lock_guard lock(tracked_mutex_);
+  return tracked_.size();
 }
 
 }  // namespace troupe

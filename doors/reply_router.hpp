@@ -6,6 +6,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_set>
 
 #include "doors/door_events.hpp"
 #include "doors/request_admission.hpp"
@@ -33,11 +36,26 @@ class reply_router {
 
   const serving_counters& counters() const { return counters_; }
 
+  // The requests inside the stages, so that a node whose stage failed can end each of them with
+  // an error instead of leaving its client waiting. Thread-safe: doors track from their threads,
+  // the frontend actor routes. A request is tracked from its submission to its final delta or
+  // its request_failed.
+  // Notes a request entering the stages; false once fail_all has run (the caller refuses it).
+  bool track(int64_t request_id);
+  // Ends every tracked request with request_failed{code, message}, and makes track refuse every
+  // request from now on. Returns how many were ended.
+  size_t fail_all(error_code code, const std::string& message);
+  size_t num_tracked() const;
+
  private:
   void count(const text_delta& d);
+  void untrack(int64_t request_id);
 
   std::array<door_inbox*, num_client_doors> doors_{};
   serving_counters counters_;
+  mutable std::mutex tracked_mutex_;
+  std::unordered_set<int64_t> tracked_;
+  bool failed_ = false;  // set by fail_all, under tracked_mutex_
 };
 
 }  // namespace troupe

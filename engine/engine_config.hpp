@@ -17,6 +17,8 @@ struct engine_config {
   // The scheduler stage keeps two steps in flight: it plans step N+1 while the worker runs step N
   // (docs/architecture.md, "Overlapped scheduling"). The synchronous llm_engine ignores it.
   bool async_scheduling = false;
+  // Token ids a step result may carry are below this; 0: unknown, not checked.
+  int vocab_size = 0;
 
   // Throws std::runtime_error naming the first bad field.
   void validate() const {

@@ -102,9 +102,17 @@ void model_runner::apply_entries(const step_plan& plan) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
                                  std::to_string(s.request_id) + " on the worker without its sampling parameters");
       }
+      if (uses_penalties(*s.params) && static_cast<int>(s.penalty_token_ids.size()) < s.num_prompt_tokens) {
+        throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
+                                 std::to_string(s.request_id) + " with penalties but a history of " +
+                                 std::to_string(s.penalty_token_ids.size()) + " tokens for a prompt of " +
+                                 std::to_string(s.num_prompt_tokens));
+      }
       state = &requests_[s.request_id];
       state->block_table.assign(s.block_table.begin(), s.block_table.end());
       state->params = *s.params;
+      state->penalty_token_ids.assign(s.penalty_token_ids.begin(), s.penalty_token_ids.end());
+      state->num_prompt_tokens = s.num_prompt_tokens;
     } else {
       auto it = requests_.find(s.request_id);
       const size_t held = it == requests_.end() ? 0 : it->second.block_table.size();
@@ -158,11 +166,22 @@ step_result model_runner::run(const step_plan& plan) {
   if (last_on_device_) {
     sample_on_device(plan, result);
   } else {
-    sample_on_host(plan, previous, result);
+    sample_on_host(plan, result);
   }
   last_samples_.reserve(result.tokens.size());
   for (const sampled_token& t : result.tokens) last_samples_.emplace_back(t.request_id, t.token_id);
+  extend_penalty_histories(plan, result);
   return result;
+}
+
+void model_runner::extend_penalty_histories(const step_plan& plan, const step_result& result) {
+  size_t next = 0;
+  for (size_t i = 0; i < plan.sequences.size() && next < result.tokens.size(); ++i) {
+    if (!plan.sequences[i].sample) continue;
+    request_state& state = *entry_states_[i];
+    const int32_t token = result.tokens[next++].token_id;
+    if (uses_penalties(state.params)) state.penalty_token_ids.push_back(token);
+  }
 }
 
 bool model_runner::can_sample_on_device(const step_plan& plan) const {
@@ -207,28 +226,21 @@ void model_runner::sample_on_device(const step_plan& plan, step_result& result) 
   }
 }
 
-void model_runner::sample_on_host(const step_plan& plan, const sample_list& previous, step_result& result) {
+void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
   const int vocab = model_.config().vocab_size;
   logits_.resize(static_cast<size_t>(batch_.num_logits()) * vocab);
   model_.forward(batch_, logits_.data());
 
   result.tokens.reserve(static_cast<size_t>(batch_.num_logits()));
   size_t row = 0;
-  size_t cursor = 0;
-  std::vector<int32_t> completed_penalty_ids;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const scheduled_sequence& s = plan.sequences[i];
     if (!s.sample) continue;
     std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
-    sample_context context{s.request_id, s.output_index, s.penalty_token_ids, s.num_prompt_tokens};
-    if (s.input_from_previous_sample && !s.penalty_token_ids.empty()) {
-      // The penalties must count the token the scheduler has not seen yet; fill_previous_samples
-      // has checked that it is there.
-      completed_penalty_ids.assign(s.penalty_token_ids.begin(), s.penalty_token_ids.end());
-      completed_penalty_ids.push_back(*find_sample(previous, s.request_id, cursor));
-      context.penalty_token_ids = completed_penalty_ids;
-    }
-    result.tokens.push_back(sampler_.sample(logits, entry_states_[i]->params, context));
+    const request_state& state = *entry_states_[i];
+    // The history already holds the token a placeholder input stands for: this runner sampled it.
+    sample_context context{s.request_id, s.output_index, state.penalty_token_ids, state.num_prompt_tokens};
+    result.tokens.push_back(sampler_.sample(logits, state.params, context));
     ++row;
   }
 }

@@ -4,9 +4,10 @@
 // For overlapped scheduling it remembers the tokens it sampled in its last run: an entry marked
 // input_from_previous_sample gets its last input token from there, so the scheduler can plan a
 // step before it has seen the previous step's result.
-// It also keeps each request's KV block table and sampling parameters: a plan sends only the
-// blocks appended since the previous one (scheduled_sequence::block_table_start), the parameters
-// once (with the entry that starts the table), and the ids of requests that ended.
+// It also keeps each request's KV block table, sampling parameters and penalty history: a plan
+// sends only the blocks appended since the previous one (scheduled_sequence::block_table_start),
+// the parameters and the history once (with the entry that starts the table; the runner appends
+// its own samples to the history), and the ids of requests that ended.
 // On a backend that can sample where its logits are (CUDA), a step whose sampled rows are all
 // plain (greedy / temperature with top-k and top-p; no penalties, min_p or logprobs) is sampled
 // there, and only one token id per row crosses to the host.
@@ -46,6 +47,12 @@ class model_runner {
 
   // The requests whose block table and parameters the runner keeps (for tests).
   size_t num_requests_held() const { return requests_.size(); }
+  // The penalty history the runner keeps for a request (prompt, then outputs), or nullptr when
+  // it holds none (for tests).
+  const std::vector<int32_t>* penalty_history(int64_t request_id) const {
+    auto it = requests_.find(request_id);
+    return it == requests_.end() || !uses_penalties(it->second.params) ? nullptr : &it->second.penalty_token_ids;
+  }
 
  private:
   // (request id, token) for each row a run sampled, in its plan's order. A flat list, not a map:
@@ -56,22 +63,28 @@ class model_runner {
   struct request_state {
     std::vector<int32_t> block_table;  // the whole table
     sampling_params params;
+    // With penalties: the prompt and every token sampled since (this runner's own samples are
+    // appended after each run), of which the first num_prompt_tokens are the prompt.
+    std::vector<int32_t> penalty_token_ids;
+    int32_t num_prompt_tokens = 0;
   };
 
   // Drops the state of requests that ended or were preempted, applies each entry's blocks (and
-  // parameters, on the entry that starts a request) and points entry_states_ at each entry's
-  // request.
+  // parameters and penalty history, on the entry that starts a request) and points entry_states_
+  // at each entry's request.
   void apply_entries(const step_plan& plan);
   // Writes the previous run's samples into the batch where the plan asks for them.
   void fill_previous_samples(const step_plan& plan, const sample_list& previous);
+  // Appends a finished run's samples to the penalty histories of the requests that keep one.
+  void extend_penalty_histories(const step_plan& plan, const step_result& result);
   bool can_sample_on_device(const step_plan& plan) const;
   void sample_on_device(const step_plan& plan, step_result& result);
-  void sample_on_host(const step_plan& plan, const sample_list& previous, step_result& result);
+  void sample_on_host(const step_plan& plan, step_result& result);
 
   model& model_;
   sampler sampler_;
   std::unordered_map<int64_t, request_state> requests_;  // by request id
-  std::vector<const request_state*> entry_states_;        // [plan entries] of this run
+  std::vector<request_state*> entry_states_;              // [plan entries] of this run
   sample_list last_samples_;      // what the last run sampled
   sample_list previous_samples_;  // the run before's, kept for its capacity
   forward_batch batch_;

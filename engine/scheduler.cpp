@@ -107,7 +107,7 @@ step_plan scheduler::schedule() {
   const auto now = engine_clock::now();
   while (!preempted_any && !waiting_.empty() && budget > 0 && num_running() < config_.max_num_seqs) {
     sequence* seq = *waiting_.begin();
-    prefix_hit hit = kv_.find_cached_prefix(seq->token_ids());
+    prefix_hit hit = kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
     const int num_new = std::min(seq->num_tokens() - hit.num_tokens, budget);
     const int needed = hit.num_tokens + num_new;
     if (!kv_.can_allocate(hit, needed)) break;  // strict order: nobody jumps the head
@@ -158,10 +158,14 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
   s.block_table.assign(blocks.begin() + s.block_table_start, blocks.end());
   s.sample = end == seq.num_expected_tokens();
   s.output_index = seq.num_output_tokens() + seq.num_pending_samples;
-  if (s.block_table_start == 0) s.params = seq.params();
-  if (s.sample && uses_penalties(seq.params())) {
-    s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
-    s.num_prompt_tokens = seq.num_prompt_tokens();
+  if (s.block_table_start == 0) {
+    s.params = seq.params();
+    // The worker keeps the history from here on (see scheduled_sequence::penalty_token_ids); a
+    // start entry never has a sample pending, so the known tokens are the whole history.
+    if (uses_penalties(seq.params())) {
+      s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
+      s.num_prompt_tokens = seq.num_prompt_tokens();
+    }
   }
   return s;
 }
@@ -202,21 +206,53 @@ sequence_status scheduler::stop_status(const sequence& seq, int32_t token_id) co
   return sequence_status::running;
 }
 
+std::string scheduler::check_result(const step_outline& plan, const step_result& result) const {
+  const std::string step = "step " + std::to_string(plan.step_id);
+  if (result.step_id != plan.step_id) {
+    return "the result of step " + std::to_string(result.step_id) + " came back for " + step;
+  }
+  size_t next_token = 0;
+  for (const planned_sequence& s : plan.sequences) {
+    if (!s.sample) continue;
+    if (next_token >= result.tokens.size()) {
+      return step + " returned " + std::to_string(result.tokens.size()) + " sampled tokens, the plan samples more (none for request " +
+             std::to_string(s.request_id) + ")";
+    }
+    const sampled_token& token = result.tokens[next_token];
+    if (token.request_id != s.request_id) {
+      return step + " returned its sampled token " + std::to_string(next_token) + " for request " +
+             std::to_string(token.request_id) + ", the plan samples request " + std::to_string(s.request_id) +
+             " there";
+    }
+    if (token.token_id < 0 || (config_.vocab_size > 0 && token.token_id >= config_.vocab_size)) {
+      return step + " sampled token " + std::to_string(token.token_id) + " for request " +
+             std::to_string(s.request_id) + ", outside the vocabulary of " + std::to_string(config_.vocab_size);
+    }
+    if (token.top_token_ids.size() != token.top_logprobs.size()) {
+      return step + " returned " + std::to_string(token.top_token_ids.size()) + " top token ids and " +
+             std::to_string(token.top_logprobs.size()) + " top logprobs for request " + std::to_string(s.request_id);
+    }
+    ++next_token;
+  }
+  if (next_token != result.tokens.size()) {
+    return step + " returned " + std::to_string(result.tokens.size()) + " sampled tokens, the plan samples " +
+           std::to_string(next_token) + " (an extra one for request " +
+           std::to_string(result.tokens[next_token].request_id) + ")";
+  }
+  return {};
+}
+
 std::vector<token_delta> scheduler::update(const step_outline& plan, const step_result& result) {
+  // All checks first: a result refused halfway would leave some sequences advanced and others not.
+  if (std::string why = check_result(plan, result); !why.empty()) {
+    throw std::invalid_argument("scheduler: " + why);
+  }
   std::vector<token_delta> deltas;
   deltas.reserve(result.tokens.size());
   const auto now = engine_clock::now();
   size_t next_token = 0;
   for (const planned_sequence& s : plan.sequences) {
-    const sampled_token* token = nullptr;
-    if (s.sample) {
-      if (next_token >= result.tokens.size() || result.tokens[next_token].request_id != s.request_id) {
-        throw std::runtime_error("scheduler: step " + std::to_string(result.step_id) +
-                                 " has no sampled token for request " + std::to_string(s.request_id) +
-                                 " in plan order");
-      }
-      token = &result.tokens[next_token++];
-    }
+    const sampled_token* token = s.sample ? &result.tokens[next_token++] : nullptr;
     auto it = sequences_.find(s.request_id);
     if (it == sequences_.end()) continue;  // aborted since the plan
     sequence& seq = *it->second;
@@ -246,11 +282,6 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
       delta.metrics = last.metrics;
     }
     deltas.push_back(std::move(delta));
-  }
-  if (next_token != result.tokens.size()) {
-    throw std::runtime_error("scheduler: step " + std::to_string(result.step_id) + " returned " +
-                             std::to_string(result.tokens.size()) + " tokens, the plan sampled " +
-                             std::to_string(next_token));
   }
   return deltas;
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -41,8 +42,13 @@ class scheduler {
                                            engine_clock::time_point arrival = engine_clock::now());
 
   step_plan schedule();
+  // Why `result` cannot be the outcome of `step` (another step's id, a token for a request the
+  // step did not sample, one missing or duplicated, out of plan order, a token id outside the
+  // vocabulary, logprob lists of unequal length), or an empty string when it can. Changes nothing.
+  std::string check_result(const step_outline& step, const step_result& result) const;
   // Applies a step's outcome: advances computed tokens, appends sampled tokens, finishes and
   // frees sequences. Entries for requests aborted or preempted since the plan are ignored.
+  // A result check_result refuses throws std::invalid_argument before anything changes.
   std::vector<token_delta> update(const step_outline& step, const step_result& result);
   std::vector<token_delta> update(const step_plan& plan, const step_result& result) {
     return update(outline_of(plan), result);

@@ -22,13 +22,12 @@ sequence::sequence(int64_t request_id, std::vector<int32_t> prompt_ids, sampling
     throw std::runtime_error("sequence: request " + std::to_string(request_id) + " has an empty prompt");
   }
   timeline.arrival = arrival;
-  timeline.token_times.reserve(static_cast<size_t>(std::max(params_.max_tokens, 0)));
 }
 
 void sequence::append_token(int32_t token_id, engine_clock::time_point now) {
   if (num_output_tokens() == 0) timeline.first_token = now;
   token_ids_.push_back(token_id);
-  timeline.token_times.push_back(now);
+  timeline.last_token = now;
 }
 
 void sequence::finish(sequence_status finished_status, engine_clock::time_point now) {
@@ -58,7 +57,7 @@ request_metrics sequence::metrics() const {
   if (m.num_output_tokens > 0) {
     m.ttft = seconds(timeline.first_token - timeline.arrival);
     if (m.num_output_tokens > 1) {
-      m.tpot = seconds(timeline.token_times.back() - timeline.first_token) / (m.num_output_tokens - 1);
+      m.tpot = seconds(timeline.last_token - timeline.first_token) / (m.num_output_tokens - 1);
     }
   }
   if (is_finished(status)) m.e2e = seconds(timeline.finish - timeline.arrival);

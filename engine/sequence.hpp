@@ -21,7 +21,9 @@ struct sequence_timeline {
   engine_clock::time_point first_scheduled;  // first admission (not re-admissions)
   engine_clock::time_point first_token;
   engine_clock::time_point finish;
-  std::vector<engine_clock::time_point> token_times;  // [num_output_tokens] when each arrived
+  // The latest output token's arrival: with first_token it is all tpot needs, so a request does
+  // not keep (or reserve) a time per token.
+  engine_clock::time_point last_token;
   bool scheduled = false;
 };
 
@@ -75,6 +77,10 @@ class sequence {
   // whether a plan ever named the sequence (the worker must then hear that it ended).
   int num_blocks_on_worker = 0;
   bool known_to_worker = false;
+  // Chained hashes of the leading full blocks of token_ids(), filled by prefix-cache lookups so a
+  // waiting request that cannot be admitted yet is not rehashed every step. Tokens are only ever
+  // appended, so a full block's hash never goes stale.
+  std::vector<block_hash> block_hashes;
   sequence_timeline timeline;
 
  private:

@@ -32,6 +32,7 @@ engine_config served_model::base_engine_config() const {
   config.block_size = backend_model->kv_shape().block_size;
   config.num_kv_blocks = backend_model->kv_shape().num_blocks;
   config.max_model_len = max_model_len;
+  config.vocab_size = backend_model->config().vocab_size;
   return config;
 }
 

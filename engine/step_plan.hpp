@@ -18,7 +18,7 @@ struct scheduled_sequence {
   std::vector<int32_t> new_token_ids;  // [num_new_tokens] tokens whose K/V this step computes
   // Overlapped scheduling: the last of new_token_ids (a -1 placeholder here) is the token this
   // request sampled in the step just before this one, which the worker fills in from its own
-  // results; the penalty list then lacks that token too and the worker appends it.
+  // results (and already holds in its penalty history).
   bool input_from_previous_sample = false;
   // The block ids covering num_computed + num_new tokens, from index block_table_start on: the
   // worker keeps each request's table and appends these (a decode step mostly sends none). A
@@ -32,8 +32,11 @@ struct scheduled_sequence {
   // (block_table_start 0: new to the worker, or back after preemption) and on no other: the
   // worker keeps them with the block table, so a decode step does not carry them again.
   std::optional<sampling_params> params;
-  // Only when `sample` and the params use penalties: the prompt followed by every generated
-  // token so far, of which the first num_prompt_tokens are the prompt.
+  // Only on the entry that carries `params`, when they use penalties: the prompt followed by
+  // every token generated so far, of which the first num_prompt_tokens are the prompt. The worker
+  // keeps this history and appends each token it samples for the request, so later entries do
+  // not resend it (a sample the scheduler later drops ends or preempts the request, which
+  // drops the worker's history with it).
   std::vector<int32_t> penalty_token_ids;
   int32_t num_prompt_tokens = 0;
 

@@ -10,6 +10,12 @@ kv_cache_manager::kv_cache_manager(int num_blocks, int block_size, bool enable_p
     : pool_(num_blocks, block_size, enable_prefix_caching) {}
 
 prefix_hit kv_cache_manager::find_cached_prefix(std::span<const int32_t> token_ids) const {
+  std::vector<block_hash> block_hashes;
+  return find_cached_prefix(token_ids, block_hashes);
+}
+
+prefix_hit kv_cache_manager::find_cached_prefix(std::span<const int32_t> token_ids,
+                                                std::vector<block_hash>& block_hashes) const {
   prefix_hit hit;
   if (!pool_.prefix_caching() || token_ids.empty()) return hit;
   const int bs = block_size();
@@ -17,7 +23,11 @@ prefix_hit kv_cache_manager::find_cached_prefix(std::span<const int32_t> token_i
   block_hash parent = block_pool::root_hash;
   for (int i = 0; i < max_blocks; ++i) {
     auto tokens = token_ids.subspan(static_cast<size_t>(i) * bs, static_cast<size_t>(bs));
-    block_hash hash = block_pool::hash_block(parent, tokens);
+    if (i == static_cast<int>(block_hashes.size())) {
+      block_hashes.push_back(block_pool::hash_block(parent, tokens));
+      ++num_blocks_hashed_;
+    }
+    const block_hash hash = block_hashes[static_cast<size_t>(i)];
     int32_t id = pool_.find_cached(parent, hash, tokens);
     if (id < 0) break;
     hit.block_ids.push_back(id);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kvcache/block_pool.hpp"
 #include "kvcache/block_table.hpp"
@@ -25,6 +26,14 @@ class kv_cache_manager {
   // The longest run of cached full blocks that starts `token_ids`. It never covers the last
   // token: that token must be computed again so the model yields logits for it.
   prefix_hit find_cached_prefix(std::span<const int32_t> token_ids) const;
+  // The same, with `block_hashes` as a memo of the chained hashes of token_ids' leading full
+  // blocks: the lookup hashes only blocks the memo lacks and appends them. A waiting request that
+  // cannot be admitted is looked up every step; its prompt is hashed once. The memo stays valid
+  // while token_ids only grow (a full block's tokens never change).
+  prefix_hit find_cached_prefix(std::span<const int32_t> token_ids, std::vector<block_hash>& block_hashes) const;
+
+  // Blocks hashed by prefix lookups so far (the cost the memo saves; for tests and benchmarks).
+  uint64_t num_blocks_hashed() const { return num_blocks_hashed_; }
 
   // Admission of a sequence that holds no blocks yet: room for `num_tokens` slots in all,
   // of which `hit` already provides the first hit.num_tokens.
@@ -46,6 +55,7 @@ class kv_cache_manager {
 
  private:
   block_pool pool_;
+  mutable uint64_t num_blocks_hashed_ = 0;  // a statistic: lookups stay logically const
 };
 
 }  // namespace troupe

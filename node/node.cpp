@@ -1,6 +1,10 @@
 #include "node/node.hpp"
 
 #include <csignal>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -16,6 +20,7 @@
 #include "doors/zmq_door.hpp"
 #include "stages/detokenize_stage.hpp"
 #include "stages/message_inspect.hpp"
+#include "stages/message_types.hpp"
 #include "stages/stage_actors.hpp"
 #include "stages/tokenize_stage.hpp"
 
@@ -31,27 +36,9 @@ class node_config : public caf::actor_system_config {
     set("scheduler.policy", caf::atom("sharing"));
     set("scheduler.max-threads", static_cast<size_t>(num_threads));
     set("logger.console", caf::atom("none"));
-    add_message_type<chat_message>("chat_message");
-    add_message_type<sampling_params>("sampling_params");
-    add_message_type<scheduled_sequence>("scheduled_sequence");
-    add_message_type<step_plan>("step_plan");
-    add_message_type<sampled_token>("sampled_token");
-    add_message_type<step_result>("step_result");
-    add_message_type<token_logprobs>("token_logprobs");
-    add_message_type<request_metrics>("request_metrics");
-    add_message_type<token_delta>("token_delta");
-    add_message_type<tokenize_request>("tokenize_request");
-    add_message_type<schedule_request>("schedule_request");
-    add_message_type<step_done>("step_done");
-    add_message_type<request_timeline>("request_timeline");
-    add_message_type<token_batch>("token_batch");
-    add_message_type<text_delta>("text_delta");
-    add_message_type<text_batch>("text_batch");
-    add_message_type<abort_request_msg>("abort_request_msg");
-    add_message_type<stop_request_msg>("stop_request_msg");
-    add_message_type<stats_query>("stats_query");
-    add_message_type<stats_answer>("stats_answer");
-    add_message_type<request_failed>("request_failed");
+    for_each_message_type([this](auto type, const char* name) {
+      add_message_type<typename decltype(type)::type>(name);
+    });
   }
 };
 
@@ -60,7 +47,16 @@ class node_config : public caf::actor_system_config {
 class actor_downstream : public door_downstream {
  public:
   void submit(tokenize_request request) override {
+    // Refused once a stage has failed: the request could only hang.
+    if (!router->track(request.request_id)) {
+      router->route(request_failed{request.request_id, error_code::internal, out_of_service_message()});
+      return;
+    }
     caf::anon_send(tokenizers[next_tokenizer.fetch_add(1) % tokenizers.size()], std::move(request));
+  }
+  std::string out_of_service_message() {
+    std::lock_guard lock(failure_mutex);
+    return "the node is out of service: " + failure;
   }
   void abort(int64_t request_id) override { caf::anon_send(scheduler, abort_request_msg{request_id}); }
   void query_stats(uint64_t tag) override { caf::anon_send(scheduler, stats_query{tag}); }
@@ -68,7 +64,28 @@ class actor_downstream : public door_downstream {
   std::vector<caf::actor> tokenizers;
   caf::actor scheduler;
   std::atomic<size_t> next_tokenizer{0};
+  reply_router* router = nullptr;
+  std::mutex failure_mutex;
+  std::string failure;  // what failed first, once a stage has
 };
+
+// A stage that ends for any reason but the node's own shutdown has failed (an exception in a
+// handler ends an actor too, see keep_exception_in_exit_reason). The stages hold each request's
+// state between them, so none of the requests inside can finish: they are all failed with the
+// reason, and the node refuses new ones rather than let them hang.
+void watch_stage(const std::string& stage, const caf::actor& actor, caf::actor_system* system,
+                 actor_downstream* downstream, reply_router* router) {
+  actor->attach_functor([=](const caf::error& reason) {
+    if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) return;
+    const std::string what = "the " + stage + " stage failed: " + system->render(reason);
+    {
+      std::lock_guard lock(downstream->failure_mutex);
+      if (downstream->failure.empty()) downstream->failure = what;
+    }
+    const size_t num_failed = router->fail_all(error_code::internal, what);
+    spdlog::error("{}; failed {} requests in flight, refusing new ones", what, num_failed);
+  });
+}
 
 }  // namespace
 
@@ -82,6 +99,7 @@ struct node::impl {
   std::unique_ptr<zmq_door> door;
   std::unique_ptr<troupe::http_door> web_door;  // null when [http] is not enabled
   std::vector<caf::actor> actors;
+  std::vector<std::pair<std::string, caf::actor>> stages;  // by stage name, for fail_stage
 
   explicit impl(std::shared_ptr<served_model> model, int num_threads)
       : served(std::move(model)), config(num_threads), system(config) {}
@@ -142,8 +160,12 @@ node::node(const topology& t) {
     s.downstream.tokenizers.push_back(s.system.spawn(tokenizer_actor, stage, scheduler, front));
   }
   s.downstream.scheduler = scheduler;
+  s.downstream.router = &s.router;
   s.actors = {front, detokenizer, worker, scheduler};
   s.actors.insert(s.actors.end(), s.downstream.tokenizers.begin(), s.downstream.tokenizers.end());
+  s.stages = {{"frontend", front}, {"detokenizer", detokenizer}, {"worker", worker}, {"scheduler", scheduler}};
+  for (const caf::actor& tokenizer : s.downstream.tokenizers) s.stages.emplace_back("tokenizer", tokenizer);
+  for (const auto& [name, actor] : s.stages) watch_stage(name, actor, &s.system, &s.downstream, &s.router);
   s.door->start();
   if (s.web_door) {
     s.web_door->start();
@@ -153,6 +175,17 @@ node::node(const topology& t) {
   spdlog::info("serving on {} (scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers)",
                t.zmq_endpoint, t.max_num_batched_tokens, t.model.max_num_seqs, t.max_waiting_requests,
                config.async_scheduling ? "on" : "off", t.tokenizer_pool_size);
+}
+
+void node::fail_stage(const std::string& stage, const std::string& reason) {
+  for (const auto& [name, actor] : impl_->stages) {
+    if (name == stage && name != "frontend") {  // the frontend only routes replies: no drill
+      caf::anon_send(actor, stage_failure_drill{reason});
+      return;
+    }
+  }
+  throw std::invalid_argument("node::fail_stage: no stage named '" + stage +
+                              "' (tokenizer, scheduler, worker or detokenizer)");
 }
 
 node::~node() {

@@ -3,6 +3,7 @@
 // is every stage: frontend, tokenizer pool, scheduler, worker and detokenizer.
 
 #include <memory>
+#include <string>
 
 #include "node/topology.hpp"
 
@@ -16,6 +17,13 @@ class node {
   ~node();  // stops the frontend, then the actors
   node(const node&) = delete;
   node& operator=(const node&) = delete;
+
+  // A failure drill: makes the named stage ("tokenizer", "scheduler", "worker" or
+  // "detokenizer") throw `reason` from a message handler, as a bug would. The node then does
+  // what it does for any failed stage: logs it, ends every request in flight with an `internal`
+  // error naming the stage, and refuses new requests (restart the process to serve again).
+  // Throws std::invalid_argument for an unknown stage name.
+  void fail_stage(const std::string& stage, const std::string& reason);
 
  private:
   struct impl;

@@ -8,6 +8,7 @@ namespace troupe {
 
 caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,
                                 caf::actor frontend) {
+  keep_exception_in_exit_reason(self);
   return {
       [=](token_batch& batch) {
         auto out = stage->run(std::move(batch));
@@ -23,6 +24,7 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
         }
         for (int64_t id : out.stopped_ids) self->send(scheduler, stop_request_msg{id});
       },
+      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
 }
 

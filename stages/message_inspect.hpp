@@ -136,6 +136,11 @@ typename Inspector::result_type inspect(Inspector& f, stop_request_msg& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stage_failure_drill& x) {
+  return f(caf::meta::type_name("stage_failure_drill"), x.reason);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_query& x) {
   return f(caf::meta::type_name("stats_query"), x.tag);
 }

@@ -8,6 +8,7 @@
 //   frontend ─abort_request_msg / stats_query▶ scheduler ─stats_answer▶ frontend
 //   detokenizer ─stop_request_msg▶ scheduler (a stop string matched)
 //   tokenizer, scheduler (a refusal), detokenizer (a failed step) ─request_failed▶ frontend
+//   node ─stage_failure_drill▶ any stage (a debug drill: the stage fails)
 
 #include <cstdint>
 #include <string>
@@ -98,6 +99,13 @@ struct abort_request_msg {
 // frees its blocks; the client still gets exactly one final delta, from the detokenizer.
 struct stop_request_msg {
   int64_t request_id = 0;
+};
+
+// A failure drill (node::fail_stage): the stage that receives it throws `reason` from its
+// handler, exactly as a bug would, so the node's handling of a failed stage can be exercised on a
+// live node. Never sent in normal serving.
+struct stage_failure_drill {
+  std::string reason;
 };
 
 struct stats_query {

@@ -9,6 +9,7 @@ namespace troupe {
 caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
                               std::vector<int32_t> eos_token_ids, caf::actor worker,
                               caf::actor detokenizer, caf::actor frontend) {
+  keep_exception_in_exit_reason(self);
   auto stage = std::make_shared<scheduler_stage>(config, std::move(eos_token_ids));
   // Delivers a stage call's outputs: the next plan first, so the worker starts computing while
   // the deltas travel to the detokenizer.
@@ -35,6 +36,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
       [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id)); },
       [=](stop_request_msg& stop) { (*deliver)(stage->stop(stop.request_id)); },
       [=](stats_query& query) { self->send(frontend, stage->stats(query.tag)); },
+      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
 }
 

@@ -1,6 +1,7 @@
 #include "stages/scheduler_stage.hpp"
 
 #include <chrono>
+#include <string>
 
 #include "stages/stage_clock.hpp"
 
@@ -86,8 +87,9 @@ scheduler_stage::outputs scheduler_stage::stop(int64_t request_id) {
 
 scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
   outputs out;
-  // The worker answers in plan order; anything else is a stale or foreign reply.
-  if (in_flight_.empty() || in_flight_.front().step_id != done.result.step_id) return out;
+  // The worker answers in plan order, so this is the oldest step's answer; one naming another
+  // step is malformed (check_result says so below), not to be dropped: its requests would hang.
+  if (in_flight_.empty()) return out;
   step_outline plan = std::move(in_flight_.front());
   in_flight_.pop_front();
   for (const auto& seq : plan.sequences) {
@@ -100,13 +102,19 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
     }
     t.last_step_end = done.end;
   }
+  std::string failure;
   if (!done.error.empty()) {
+    failure = "the worker failed a step: " + done.error;
+  } else if (std::string why = scheduler_.check_result(plan, done.result); !why.empty()) {
+    // Refused whole, before anything changed: applying part of it would corrupt other requests.
+    failure = "the worker returned a malformed step result: " + why;
+  }
+  if (!failure.empty()) {
     // The step's requests cannot trust their KV any more: end them with the reason.
     for (const auto& seq : plan.sequences) {
       if (scheduler_.abort(seq.request_id)) {
         timelines_.erase(seq.request_id);
-        out.tokens.failures.push_back(request_failed{seq.request_id, error_code::internal,
-                                                     "the worker failed a step: " + done.error});
+        out.tokens.failures.push_back(request_failed{seq.request_id, error_code::internal, failure});
       }
     }
   } else {

@@ -9,18 +9,44 @@
 //   worker       | step_plan                                        | step_done (the response)
 //   detokenizer  | token_batch                                      | text_batch, request_failed,
 //                |                                                  | stop_request_msg (to the batch's sender)
+//   every stage also takes a stage_failure_drill (node::fail_stage), which makes it throw.
 
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/behavior.hpp>
+#include <caf/error.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/sec.hpp>
 
 #include "engine/engine_config.hpp"
 
 namespace troupe {
+
+// Makes an exception that escapes one of `self`'s handlers end the actor with the exception's
+// message as its exit reason (CAF's default keeps only "runtime_error"), so the node's monitor
+// can say what failed. Every stage actor calls it first.
+inline void keep_exception_in_exit_reason(caf::event_based_actor* self) {
+  self->set_exception_handler([](std::exception_ptr& thrown) -> caf::error {
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const std::exception& e) {
+      return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+    } catch (...) {
+      return caf::make_error(caf::sec::runtime_error, std::string("an exception that is not a std::exception"));
+    }
+  });
+}
+
+// A stage_failure_drill's handler: throws its reason, as a bug in the stage would.
+inline void fail_for_drill(const std::string& reason) {
+  throw std::runtime_error("failure drill: " + reason);
+}
 
 class tokenize_stage;
 class detokenize_stage;

@@ -6,6 +6,7 @@ namespace troupe {
 
 caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<const tokenize_stage> stage,
                               caf::actor scheduler, caf::actor frontend) {
+  keep_exception_in_exit_reason(self);
   return {
       [=](tokenize_request& request) {
         auto result = stage->run(std::move(request));
@@ -15,6 +16,7 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
           self->send(frontend, std::move(std::get<request_failed>(result)));
         }
       },
+      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
 }
 

@@ -7,6 +7,7 @@
 namespace troupe {
 
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served) {
+  keep_exception_in_exit_reason(self);
   auto runner = std::make_shared<model_runner>(*served->backend_model);
   return {
       [served, runner](step_plan& plan) -> step_done {
@@ -21,6 +22,7 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
         done.end = steady_now_ns();
         return done;
       },
+      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
 }
 

@@ -142,16 +142,26 @@ TEST(async_scheduler_stage, a_failed_step_ends_its_requests_and_the_step_after_i
   EXPECT_FALSE(stage.step_in_flight());
 }
 
-TEST(async_scheduler_stage, a_reply_out_of_order_is_ignored) {
+// The worker answers in plan order, so a reply naming a later step is malformed: dropping it
+// would leave the oldest step's requests waiting for an answer that never comes.
+TEST(async_scheduler_stage, a_reply_out_of_order_fails_the_oldest_steps_requests) {
   scheduler_stage stage(async_config(), {2});
   auto out = stage.add(make_request(1, 20));
   ASSERT_EQ(out.plans.size(), 2u);
   step_done second;
   second.result.step_id = out.plans[1].step_id;
   second.result.tokens.push_back(sampled_token{1, 10, 0.0f, {}, {}});
-  auto ignored = stage.step_finished(second);
-  EXPECT_TRUE(ignored.tokens.deltas.empty());
-  EXPECT_EQ(stage.num_steps_in_flight(), 2);
+  auto failed = stage.step_finished(second);
+  EXPECT_TRUE(failed.tokens.deltas.empty());
+  ASSERT_EQ(failed.tokens.failures.size(), 1u);
+  EXPECT_EQ(failed.tokens.failures[0].request_id, 1);
+  EXPECT_NE(failed.tokens.failures[0].message.find("malformed"), std::string::npos);
+  EXPECT_EQ(stage.num_steps_in_flight(), 1);
+  // The step still out answers for a request that is gone: nothing more comes of it.
+  auto rest = stage.step_finished(second);
+  EXPECT_TRUE(rest.tokens.empty());
+  EXPECT_EQ(stage.num_steps_in_flight(), 0);
+  EXPECT_EQ(stage.stats(0).num_free_blocks, async_config().num_kv_blocks);
 }
 
 }  // namespace

@@ -92,3 +92,60 @@ TEST(scheduler_stage, refusals_go_straight_to_the_frontend) {
 
 }  // namespace
 }  // namespace troupe::test
+
+namespace troupe::test {
+namespace {
+
+// A result the scheduler cannot apply (here: a token for a request the step did not sample)
+// ends the step's requests with an error naming the problem, frees their blocks, and leaves the
+// stage serving: it used to throw out of step_finished and take the scheduler actor down.
+TEST(scheduler_stage, a_malformed_result_fails_its_requests_and_the_stage_keeps_serving) {
+  scheduler_stage stage(small_config(), {2});
+  auto out = stage.add(make_request(1, 10));
+  ASSERT_EQ(out.plans.size(), 1u);
+  step_done bad = answer(out.plans.front());
+  bad.result.tokens.push_back(sampled_token{77, 9, 0.0f, {}, {}});
+  scheduler_stage::outputs next;
+  ASSERT_NO_THROW(next = stage.step_finished(bad));
+  ASSERT_EQ(next.tokens.failures.size(), 1u);
+  EXPECT_EQ(next.tokens.failures[0].request_id, 1);
+  EXPECT_EQ(next.tokens.failures[0].code, error_code::internal);
+  EXPECT_NE(next.tokens.failures[0].message.find("malformed step result"), std::string::npos)
+      << next.tokens.failures[0].message;
+  EXPECT_NE(next.tokens.failures[0].message.find("request 77"), std::string::npos) << next.tokens.failures[0].message;
+  EXPECT_TRUE(next.tokens.deltas.empty());
+  EXPECT_EQ(stage.stats(0).num_free_blocks, 16);
+  EXPECT_FALSE(stage.step_in_flight());
+
+  // The next request runs to the end.
+  out = stage.add(make_request(2, 3));
+  int num_tokens = 0;
+  bool finished = false;
+  for (int step = 0; step < 20 && !out.plans.empty(); ++step) {
+    out = stage.step_finished(answer(out.plans.front()));
+    for (const auto& d : out.tokens.deltas) {
+      num_tokens += static_cast<int>(d.token_ids.size());
+      finished = finished || d.finished();
+    }
+  }
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(num_tokens, 3);
+  EXPECT_EQ(stage.stats(0).num_free_blocks, 16);
+}
+
+// A result naming another step is not dropped (the step's requests would wait for ever).
+TEST(scheduler_stage, a_result_for_another_step_fails_its_requests) {
+  scheduler_stage stage(small_config(), {2});
+  auto out = stage.add(make_request(1, 10));
+  ASSERT_EQ(out.plans.size(), 1u);
+  step_done bad = answer(out.plans.front());
+  bad.result.step_id += 3;
+  auto next = stage.step_finished(bad);
+  ASSERT_EQ(next.tokens.failures.size(), 1u);
+  EXPECT_EQ(next.tokens.failures[0].request_id, 1);
+  EXPECT_FALSE(stage.step_in_flight());
+  EXPECT_EQ(stage.stats(0).num_free_blocks, 16);
+}
+
+}  // namespace
+}  // namespace troupe::test

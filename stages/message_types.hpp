@@ -1,0 +1,40 @@
+#pragma once
+// The one list of every message type that crosses stages, with the name it is registered under.
+// node/node.cpp registers exactly these with CAF, and tests/stages/message_serialization_test.cpp
+// round-trips exactly these through CAF's binary serializer: a type added here is both
+// registered and tested, and one left out is neither. No CAF here: only the types and names.
+
+#include <type_traits>
+
+#include "stages/messages.hpp"
+
+namespace troupe {
+
+// Calls f(std::type_identity<T>{}, "name") for each message type T, in registration order.
+template <class F>
+void for_each_message_type(F&& f) {
+  f(std::type_identity<chat_message>{}, "chat_message");
+  f(std::type_identity<sampling_params>{}, "sampling_params");
+  f(std::type_identity<scheduled_sequence>{}, "scheduled_sequence");
+  f(std::type_identity<step_plan>{}, "step_plan");
+  f(std::type_identity<sampled_token>{}, "sampled_token");
+  f(std::type_identity<step_result>{}, "step_result");
+  f(std::type_identity<token_logprobs>{}, "token_logprobs");
+  f(std::type_identity<request_metrics>{}, "request_metrics");
+  f(std::type_identity<token_delta>{}, "token_delta");
+  f(std::type_identity<tokenize_request>{}, "tokenize_request");
+  f(std::type_identity<schedule_request>{}, "schedule_request");
+  f(std::type_identity<step_done>{}, "step_done");
+  f(std::type_identity<request_timeline>{}, "request_timeline");
+  f(std::type_identity<token_batch>{}, "token_batch");
+  f(std::type_identity<text_delta>{}, "text_delta");
+  f(std::type_identity<text_batch>{}, "text_batch");
+  f(std::type_identity<abort_request_msg>{}, "abort_request_msg");
+  f(std::type_identity<stop_request_msg>{}, "stop_request_msg");
+  f(std::type_identity<stage_failure_drill>{}, "stage_failure_drill");
+  f(std::type_identity<stats_query>{}, "stats_query");
+  f(std::type_identity<stats_answer>{}, "stats_answer");
+  f(std::type_identity<request_failed>{}, "request_failed");
+}
+
+}  // namespace troupe
