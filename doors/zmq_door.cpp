@@ -89,7 +89,8 @@ void zmq_door::start() {
   }
   // The endpoint actually bound: with a wildcard port (tcp://127.0.0.1:*) only this line tells
   // clients, and the tests that start servers side by side, where to connect.
-  spdlog::info("zmq door: listening on {}", s.router.get(zmq::sockopt::last_endpoint));
+  bound_endpoint_ = s.router.get(zmq::sockopt::last_endpoint);
+  spdlog::info("zmq door: listening on {}", bound_endpoint_);
   std::string monitor_endpoint = "inproc://troupe-zmq-door-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
   if (zmq_socket_monitor(s.router.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
     throw std::runtime_error("zmq door: cannot monitor the ROUTER socket: " + std::string(zmq_strerror(zmq_errno())));

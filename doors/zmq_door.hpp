@@ -46,6 +46,8 @@ class zmq_door : public door_inbox {
   // the thread.
   void start();
   void stop();
+  // The endpoint bound by start(): with a wildcard port (tcp://127.0.0.1:*), the port chosen.
+  const std::string& bound_endpoint() const { return bound_endpoint_; }
   // Thread-safe: replies from the stages, sent on by the door's thread.
   void post(door_event event) override;
 
@@ -54,6 +56,7 @@ class zmq_door : public door_inbox {
   void loop();
 
   zmq_door_options options_;
+  std::string bound_endpoint_;
   door_downstream& downstream_;
   std::unique_ptr<state> state_;
   std::thread thread_;

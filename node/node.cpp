@@ -196,6 +196,8 @@ node::~node() {
   impl_->system.await_all_actors_done();
 }
 
+std::string node::zmq_endpoint() const { return impl_->door->bound_endpoint(); }
+
 void serve_until_signal(const topology& t) {
   // Block the signals before any thread starts, so every thread inherits the mask and only
   // sigwait below sees them.

@@ -25,6 +25,9 @@ class node {
   // Throws std::invalid_argument for an unknown stage name.
   void fail_stage(const std::string& stage, const std::string& reason);
 
+  // The ZeroMQ endpoint the door bound (the port chosen, for `tcp://HOST:*`).
+  std::string zmq_endpoint() const;
+
  private:
   struct impl;
   std::unique_ptr<impl> impl_;

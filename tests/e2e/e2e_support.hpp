@@ -110,6 +110,8 @@ class child_process {
   child_process& operator=(const child_process&) = delete;
   ~child_process() { stop(); }
 
+  // The child's process id while it runs (for /proc); -1 once it has been reaped.
+  pid_t pid() const { return pid_; }
   bool alive() const {
     if (pid_ <= 0) return false;
     int status = 0;

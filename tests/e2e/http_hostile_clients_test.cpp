@@ -86,13 +86,13 @@ class raw_connection {
   int fd_ = -1;
 };
 
-// `troupe serve` with its HTTP door on a port of its own.
+// `troupe serve` with its HTTP door on a port it chose itself (read from its log).
 struct http_server {
-  int http_port = free_tcp_port();
   serve_process process;
+  int http_port;
 
   explicit http_server(std::vector<std::string> extra = {})
-      : process(with_http(http_port, std::move(extra))) {
+      : process(with_http(std::move(extra))), http_port(process.http_port()) {
     httplib::Client c("127.0.0.1", http_port);
     for (int i = 0; i < 100; ++i) {
       if (auto res = c.Get("/health"); res && res->status == 200) return;
@@ -100,31 +100,12 @@ struct http_server {
     }
     throw std::runtime_error("the HTTP API did not come up on port " + std::to_string(http_port));
   }
-  static std::vector<std::string> with_http(int port, std::vector<std::string> extra) {
-    extra.insert(extra.end(), {"--http-port", std::to_string(port), "--served-model-name", "stories260K"});
+  static std::vector<std::string> with_http(std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--http-port", "0", "--served-model-name", "stories260K"});
     return extra;
   }
 
-  // The server's process: the child of this one whose command line names this HTTP port.
-  pid_t pid() const {
-    const std::string port_arg = std::string("--http-port") + '\0' + std::to_string(http_port) + '\0';
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream stat(entry.path() / "stat");
-      std::string stat_line;
-      std::getline(stat, stat_line);
-      const size_t after_name = stat_line.rfind(')');
-      if (after_name == std::string::npos) continue;
-      std::istringstream fields(stat_line.substr(after_name + 2));
-      char state;
-      pid_t parent = 0;
-      fields >> state >> parent;
-      if (parent != ::getpid()) continue;
-      if (read_file(entry.path() / "cmdline").find(port_arg) != std::string::npos) return std::stoi(name);
-    }
-    return -1;
-  }
+  pid_t pid() const { return process.pid(); }
 
   // The resident memory of the server, in KiB.
   long rss_kib() const {

@@ -25,24 +25,6 @@
 
 namespace troupe::test {
 
-// Racy: the port is free when this returns, and any process may bind it before the child does.
-// Kept so that older tests still build; let the server choose instead (serve_process reads the
-// ports it bound from its log).
-[[deprecated("racy: another process may take the port before the child binds it; let the server choose "
-             "(serve_process, --http-port 0) and read its log")]] inline int free_tcp_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
 // `troupe serve` on stories260K with one compute thread, its ZeroMQ door on a port of its own
 // choosing (and, when the arguments turn the HTTP API on, its HTTP door too), logging at info
 // level to a file this object reads the bound ports from and removes.
@@ -118,6 +100,8 @@ class serve_process {
   std::string log() const { return read_file(log_path_); }
 
   bool alive() const { return process_ && process_->alive(); }
+  // The server's process id, for reading /proc; -1 when it is not running.
+  pid_t pid() const { return alive() ? process_->pid() : -1; }
   void stop() {
     if (process_) process_->stop();
   }

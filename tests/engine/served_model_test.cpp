@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/served_model.hpp"
+#include "tests/shared_models.hpp"
 
 namespace troupe {
 namespace {
@@ -43,7 +44,7 @@ class chat_like_model {
 };
 
 TEST(served_model, eos_ids_are_the_models_and_then_the_tokenizers_each_once) {
-  if (!fs::exists(stories_hf / "config.json")) GTEST_SKIP() << "stories260K not found at " << stories_hf;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_hf / "config.json");
   chat_like_model model;
   model_spec spec;
   spec.path = model.path();
@@ -59,7 +60,7 @@ TEST(served_model, eos_ids_are_the_models_and_then_the_tokenizers_each_once) {
 }
 
 TEST(served_model, the_engine_limits_come_from_the_model_and_the_spec) {
-  if (!fs::exists(stories_hf / "config.json")) GTEST_SKIP() << "stories260K not found at " << stories_hf;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_hf / "config.json");
   model_spec spec;
   spec.path = stories_hf.string();
   spec.num_kv_blocks = 12;
