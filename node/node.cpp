@@ -103,6 +103,7 @@ node::node(const topology& t) {
   options.endpoint = t.zmq_endpoint;
   options.api_key = t.api_key;
   options.limits.max_frame_bytes = t.max_frame_bytes;
+  options.limits.max_model_len = served->max_model_len;
   options.max_prompt_tokens = served->max_model_len;
   s.door = std::make_unique<zmq_door>(options, s.downstream, *s.admission);
   s.router.set_door(client_door::zmq, s.door.get());
