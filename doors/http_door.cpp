@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "doors/api_key.hpp"
 #include "doors/http/connection_stream.hpp"
 #include "doors/http/connection_watch.hpp"
 #include "doors/http/connection_workers.hpp"
@@ -36,13 +37,6 @@ using namespace std::chrono_literals;
 
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Compares without an early exit, so response times do not tell how much of a key was right.
-bool same_key(std::string_view given, std::string_view expected) {
-  unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
-  return diff == 0;
 }
 
 void respond(httplib::Response& res, const api_error& error) {
@@ -373,7 +367,7 @@ void http_door::impl::install_routes() {
                               "missing API key: send the header 'Authorization: Bearer <key>'", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (header.rfind(prefix, 0) != 0 || !same_key(std::string_view(header).substr(prefix.size()), options.api_key)) {
+    if (header.rfind(prefix, 0) != 0 || !api_key_matches(std::string_view(header).substr(prefix.size()), options.api_key)) {
       respond(res, make_error(401, "invalid_request_error", "incorrect API key provided", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }

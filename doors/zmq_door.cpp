@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "doors/api_key.hpp"
 #include "doors/zmq_request_table.hpp"
 #include "protocol/codec.hpp"
 #include "stages/stage_clock.hpp"
@@ -151,7 +152,7 @@ void zmq_door::loop() {
     auto& request = std::get<client_request>(decoded);
     const std::string& api_key = std::visit([](auto& r) -> const std::string& { return r.api_key; }, request);
     const std::string& id = std::visit([](auto& r) -> const std::string& { return r.id; }, request);
-    if (!options_.api_key.empty() && api_key != options_.api_key) {
+    if (!options_.api_key.empty() && !api_key_matches(api_key, options_.api_key)) {
       s.send_error(routing_id, id, error_code::unauthorized,
                    api_key.empty() ? "field 'api_key': missing (this server requires a key)"
                                    : "field 'api_key': wrong key");

@@ -40,13 +40,9 @@ class sequence {
 
   // The prompt followed by every generated token.
   std::span<const int32_t> token_ids() const { return token_ids_; }
-  std::span<const int32_t> prompt_ids() const { return std::span(token_ids_).first(num_prompt_tokens_); }
-  std::span<const int32_t> output_ids() const { return std::span(token_ids_).subspan(num_prompt_tokens_); }
   int num_tokens() const { return static_cast<int>(token_ids_.size()); }
   int num_prompt_tokens() const { return num_prompt_tokens_; }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
-  // Tokens not yet in the KV cache.
-  int num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
   // Tokens whose K/V is computed or being computed by a step in flight.
   int num_scheduled_tokens() const { return num_computed_tokens + num_inflight_tokens; }
   // Known tokens plus the ones steps in flight are sampling (not yet known to the scheduler).

@@ -71,7 +71,6 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   const int64_t blocks_per_sequence = (served->max_model_len + spec.block_size - 1) / spec.block_size;
   kv.max_useful_blocks = static_cast<int>(std::min<int64_t>(int64_t(spec.max_num_seqs) * blocks_per_sequence, 1 << 30));
   served->backend_model = make_backend_model(config, served->loaded.weights, device.kind, kv, spec.backend);
-  served->device = device.kind;
 
   for (int id : config.eos_token_ids) served->eos_token_ids.push_back(id);
   for (int32_t id : served->tok->eos_token_ids()) {

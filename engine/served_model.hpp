@@ -35,7 +35,6 @@ struct model_spec {
 struct served_model {
   loaded_model loaded;  // must outlive `backend_model`, which views its weights
   std::unique_ptr<troupe::model> backend_model;
-  device_kind device = device_kind::cpu;  // where backend_model runs (after any fallback)
   std::string device_note;                // why the device differs from the request; empty if not
   std::unique_ptr<tokenizer> tok;
   int max_model_len = 0;

@@ -121,6 +121,7 @@ node::node(const topology& t) {
   options.endpoint = t.zmq_endpoint;
   options.api_key = t.api_key;
   options.limits.max_frame_bytes = t.max_frame_bytes;
+  options.limits.max_model_len = served->max_model_len;
   options.max_prompt_tokens = served->max_model_len;
   options.listen_backlog = t.listen_backlog;
   s.door = std::make_unique<zmq_door>(options, s.downstream, *s.admission);

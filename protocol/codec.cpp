@@ -1,5 +1,6 @@
 #include "protocol/codec.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -125,21 +126,6 @@ int64_t read_int(const msgpack::object& o, const std::string& field, int64_t lo,
   return value;
 }
 
-double read_number(const msgpack::object& o, const std::string& field, double lo, double hi) {
-  double value = 0.0;
-  switch (o.type) {
-    case msgpack::type::POSITIVE_INTEGER: value = static_cast<double>(o.via.u64); break;
-    case msgpack::type::NEGATIVE_INTEGER: value = static_cast<double>(o.via.i64); break;
-    case msgpack::type::FLOAT32:
-    case msgpack::type::FLOAT64: value = o.via.f64; break;
-    default: fail(field, std::string("expected a number, got ") + type_name(o));
-  }
-  if (!std::isfinite(value) || value < lo || value > hi) {
-    fail(field, "value out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  return value;
-}
-
 bool read_bool(const msgpack::object& o, const std::string& field) {
   if (o.type != msgpack::type::BOOLEAN) fail(field, std::string("expected a bool, got ") + type_name(o));
   return o.via.boolean;
@@ -184,59 +170,92 @@ std::vector<chat_message> read_messages(const msgpack::object& o, const protocol
   return messages;
 }
 
-// `stop`: one string or an array of them (OpenAI's shape), none empty, all bounded.
+// `stop`: one string or an array of them (OpenAI's shape). Their number, emptiness and length
+// are value rules (validate_sampling_params); only the wire bound on strings applies here.
 std::vector<std::string> read_stop_strings(const msgpack::object& o, const protocol_limits& limits) {
   std::vector<std::string> stop;
   if (o.type == msgpack::type::STR) {
-    stop.push_back(read_string(o, "stop", limits.max_stop_string_bytes));
+    stop.push_back(read_string(o, "stop", limits.max_string_bytes));
   } else if (o.type == msgpack::type::ARRAY) {
-    if (o.via.array.size > limits.max_stop_strings) {
-      fail("stop", "more than " + std::to_string(limits.max_stop_strings) + " entries");
-    }
     for (uint32_t i = 0; i < o.via.array.size; ++i) {
-      stop.push_back(read_string(o.via.array.ptr[i], "stop[" + std::to_string(i) + "]", limits.max_stop_string_bytes));
+      stop.push_back(read_string(o.via.array.ptr[i], "stop[" + std::to_string(i) + "]", limits.max_string_bytes));
     }
   } else {
     fail("stop", std::string("expected a string or an array of strings, got ") + type_name(o));
   }
-  for (size_t i = 0; i < stop.size(); ++i) {
-    if (stop[i].empty()) fail("stop[" + std::to_string(i) + "]", "is empty");
-  }
   return stop;
 }
 
-void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits& limits) {
-  if (const auto* v = fields.take("temperature")) s.temperature = float(read_number(*v, "temperature", 0, 100));
-  if (const auto* v = fields.take("top_k")) s.top_k = int(read_int(*v, "top_k", 0, 1 << 20));
-  if (const auto* v = fields.take("top_p")) {
-    s.top_p = float(read_number(*v, "top_p", 0, 1));
-    if (s.top_p <= 0.0f) fail("top_p", "must be greater than 0");
-  }
-  if (const auto* v = fields.take("min_p")) s.min_p = float(read_number(*v, "min_p", 0, 1));
-  if (const auto* v = fields.take("repetition_penalty")) {
-    s.repetition_penalty = float(read_number(*v, "repetition_penalty", 0, 100));
-    if (s.repetition_penalty <= 0.0f) fail("repetition_penalty", "must be greater than 0");
-  }
-  if (const auto* v = fields.take("presence_penalty")) s.presence_penalty = float(read_number(*v, "presence_penalty", -2, 2));
-  if (const auto* v = fields.take("frequency_penalty")) s.frequency_penalty = float(read_number(*v, "frequency_penalty", -2, 2));
-  if (const auto* v = fields.take("seed")) {
-    if (v->type != msgpack::type::POSITIVE_INTEGER) {
-      fail("seed", std::string("expected a non-negative integer, got ") +
-                       (v->type == msgpack::type::NEGATIVE_INTEGER ? "a negative integer" : type_name(*v)));
+// An integer field of sampling_params: the wire only has to carry a value that fits.
+int read_int32(const msgpack::object& o, const std::string& field) {
+  if (o.type == msgpack::type::POSITIVE_INTEGER) {
+    if (o.via.u64 > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+      fail(field, std::to_string(o.via.u64) + " does not fit in a 32-bit integer");
     }
-    s.seed = v->via.u64;
+    return static_cast<int>(o.via.u64);
   }
-  if (const auto* v = fields.take("max_tokens")) s.max_tokens = int(read_int(*v, "max_tokens", 1, limits.max_tokens_limit));
-  if (const auto* v = fields.take("stop_token_ids")) s.stop_token_ids = read_token_ids(*v, "stop_token_ids", limits.max_stop_token_ids);
+  if (o.type == msgpack::type::NEGATIVE_INTEGER) {
+    if (o.via.i64 < std::numeric_limits<int32_t>::min()) {
+      fail(field, std::to_string(o.via.i64) + " does not fit in a 32-bit integer");
+    }
+    return static_cast<int>(o.via.i64);
+  }
+  fail(field, std::string("expected an integer, got ") + type_name(o));
+}
+
+// A float field of sampling_params. A double beyond float's range becomes an infinity (which
+// the value rules refuse) instead of an undefined conversion.
+float read_float(const msgpack::object& o, const std::string& field) {
+  double value = 0.0;
+  switch (o.type) {
+    case msgpack::type::POSITIVE_INTEGER: value = static_cast<double>(o.via.u64); break;
+    case msgpack::type::NEGATIVE_INTEGER: value = static_cast<double>(o.via.i64); break;
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: value = o.via.f64; break;
+    default: fail(field, std::string("expected a number, got ") + type_name(o));
+  }
+  constexpr float infinity = std::numeric_limits<float>::infinity();
+  if (std::fabs(value) > std::numeric_limits<float>::max()) return value > 0 ? infinity : -infinity;
+  return static_cast<float>(value);
+}
+
+// Reads the sampling fields' wire format; their values are judged by validate_sampling_params,
+// the rules the HTTP door applies too.
+void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits& limits) {
+  // The default asks for no more than the context holds.
+  s.max_tokens = std::min(s.max_tokens, limits.max_model_len);
+  if (const auto* v = fields.take("temperature")) s.temperature = read_float(*v, "temperature");
+  if (const auto* v = fields.take("top_k")) s.top_k = read_int32(*v, "top_k");
+  if (const auto* v = fields.take("top_p")) s.top_p = read_float(*v, "top_p");
+  if (const auto* v = fields.take("min_p")) s.min_p = read_float(*v, "min_p");
+  if (const auto* v = fields.take("repetition_penalty")) s.repetition_penalty = read_float(*v, "repetition_penalty");
+  if (const auto* v = fields.take("presence_penalty")) s.presence_penalty = read_float(*v, "presence_penalty");
+  if (const auto* v = fields.take("frequency_penalty")) s.frequency_penalty = read_float(*v, "frequency_penalty");
+  if (const auto* v = fields.take("seed")) {
+    // Any integer is carried; a negative one (as two's complement) is refused by the value rules.
+    if (v->type == msgpack::type::POSITIVE_INTEGER) {
+      s.seed = v->via.u64;
+    } else if (v->type == msgpack::type::NEGATIVE_INTEGER) {
+      s.seed = static_cast<uint64_t>(v->via.i64);
+    } else {
+      fail("seed", std::string("expected an integer, got ") + type_name(*v));
+    }
+  }
+  if (const auto* v = fields.take("max_tokens")) s.max_tokens = read_int32(*v, "max_tokens");
+  if (const auto* v = fields.take("stop_token_ids")) {
+    s.stop_token_ids = read_token_ids(*v, "stop_token_ids", limits.max_prompt_token_ids);
+  }
   if (const auto* v = fields.take("stop")) s.stop = read_stop_strings(*v, limits);
   if (const auto* v = fields.take("ignore_eos")) s.ignore_eos = read_bool(*v, "ignore_eos");
   if (const auto* v = fields.take("logprobs")) {
     if (v->type == msgpack::type::BOOLEAN) {
       s.logprobs = v->via.boolean ? 0 : -1;
     } else {
-      s.logprobs = int(read_int(*v, "logprobs", -1, limits.max_logprobs));
+      s.logprobs = read_int32(*v, "logprobs");
     }
   }
+  if (auto problem = validate_sampling_params(s, limits)) fail(problem->field, problem->problem);
+  normalize_sampling_params(s);
 }
 
 client_request decode_fields(map_fields& fields, const std::string& type, std::string id,

@@ -18,7 +18,9 @@ struct protocol_limits {
   size_t max_stop_string_bytes = 256;
   size_t max_map_entries = 64;            // fields of any one map
   size_t max_depth = 6;                   // request -> messages -> message -> content
-  int max_tokens_limit = 1 << 20;         // above this max_tokens is refused as absurd
+  // The served model's context (prompt and output; the node sets it): max_tokens beyond it
+  // could never be honoured, so it is refused rather than quietly cut.
+  int max_model_len = 1 << 20;
   int max_logprobs = 20;
 };
 

@@ -1,16 +1,21 @@
 #pragma once
-// What a request asks of the sampler and of the stopping rules.
+// What a request asks of the sampler and of the stopping rules, and the one check of its values
+// that both doors (ZeroMQ and HTTP) run once they have read them: whichever door a request comes
+// through, the same values get the same verdict. The doors check only the wire format (types,
+// unknown fields); the value rules live here and in docs/protocol.md ("Sampling rules").
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "protocol/protocol_limits.hpp"
+
 namespace troupe {
 
 struct sampling_params {
   float temperature = 1.0f;  // 0 means greedy
-  int top_k = 0;             // 0: off
+  int top_k = 0;             // 0: off (a request's -1 is made 0 by normalize_sampling_params)
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off
   float repetition_penalty = 1.0f;  // 1: off; applied to prompt and generated tokens
@@ -25,5 +30,25 @@ struct sampling_params {
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; 0: the sampled token's; n: also the top n
 };
+
+// The first value of a request that breaks a rule: the field as the ZeroMQ protocol names it
+// ("top_k", "stop[2]") and what is wrong with it, without the field's name (each door words
+// the whole message its own way and may name the field as its API does).
+struct sampling_problem {
+  std::string field;
+  std::string problem;
+};
+
+// Checks every value against the rules and the door's limits (max_model_len, stop strings,
+// stop ids, logprobs); nothing is changed. Rules: temperature in [0, 100]; top_k -1 or 0 (off)
+// or a positive count; top_p in (0, 1]; min_p in [0, 1]; repetition_penalty in (0, 100];
+// presence and frequency penalties in [-2, 2]; seed in [0, 2^63 - 1] (what JSON clients and
+// vLLM can send); max_tokens in [1, max_model_len]; logprobs in [-1, max_logprobs]; stop
+// strings non-empty, bounded in number and bytes; stop ids non-negative, bounded in number.
+std::optional<sampling_problem> validate_sampling_params(const sampling_params& params, const protocol_limits& limits);
+
+// Gives each "off" its one spelling for the engine: top_k -1 (vLLM's) becomes 0. Doors call it
+// after validate_sampling_params accepted the values.
+void normalize_sampling_params(sampling_params& params);
 
 }  // namespace troupe

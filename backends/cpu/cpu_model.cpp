@@ -20,6 +20,7 @@
 #include "backends/cpu/silu_mul.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "backends/cpu/thread_pool.hpp"
+#include "model/model_tensors.hpp"
 #include "model/rope_frequencies.hpp"
 
 namespace troupe {
@@ -66,38 +67,34 @@ class cpu_model final : public model {
     const int64_t q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
     const int64_t kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
 
-    embed_tokens_ = cpu::view_of(weights.get("model.embed_tokens.weight"), c.vocab_size, hidden);
-    const weight_tensor* lm_head = weights.find("lm_head.weight");
-    lm_head_ = lm_head ? cpu::view_of(*lm_head, c.vocab_size, hidden) : embed_tokens_;
-    final_norm_ = small_tensor_f32(weights.get("model.norm.weight"), hidden);
+    // Which tensors the model has (biases, q/k norms, its own lm_head) is the loader's list.
+    const model_tensor_names names = tensor_names(c);
+    embed_tokens_ = cpu::view_of(weights.get(names.embed_tokens), c.vocab_size, hidden);
+    lm_head_ = cpu::view_of(weights.get(names.lm_head), c.vocab_size, hidden);
+    final_norm_ = small_tensor_f32(weights.get(names.final_norm), hidden);
 
-    const bool needs_bias = c.attention_bias || c.arch == architecture::qwen2;
-    const bool needs_qk_norm = c.qk_norm || c.arch == architecture::qwen3;
     layers_.resize(c.num_layers);
     for (int i = 0; i < c.num_layers; ++i) {
-      const std::string prefix = "model.layers." + std::to_string(i) + ".";
-      auto tensor = [&](const std::string& name) -> const weight_tensor& {
-        return weights.get(prefix + name);
-      };
+      const layer_tensor_names& n = names.layers[i];
+      auto tensor = [&](const std::string& name) -> const weight_tensor& { return weights.get(name); };
       layer_weights& layer = layers_[i];
-      layer.input_norm = small_tensor_f32(tensor("input_layernorm.weight"), hidden);
-      layer.post_attention_norm = small_tensor_f32(tensor("post_attention_layernorm.weight"), hidden);
-      layer.q_proj = cpu::view_of(tensor("self_attn.q_proj.weight"), q_dim, hidden);
-      layer.k_proj = cpu::view_of(tensor("self_attn.k_proj.weight"), kv_dim, hidden);
-      layer.v_proj = cpu::view_of(tensor("self_attn.v_proj.weight"), kv_dim, hidden);
-      layer.o_proj = cpu::view_of(tensor("self_attn.o_proj.weight"), hidden, q_dim);
-      layer.gate_proj = cpu::view_of(tensor("mlp.gate_proj.weight"), c.intermediate_size, hidden);
-      layer.up_proj = cpu::view_of(tensor("mlp.up_proj.weight"), c.intermediate_size, hidden);
-      layer.down_proj = cpu::view_of(tensor("mlp.down_proj.weight"), hidden, c.intermediate_size);
-      // Biases: required where the architecture has them, used wherever the file has them.
-      if (needs_bias || weights.contains(prefix + "self_attn.q_proj.bias")) {
-        layer.q_bias = small_tensor_f32(tensor("self_attn.q_proj.bias"), q_dim);
-        layer.k_bias = small_tensor_f32(tensor("self_attn.k_proj.bias"), kv_dim);
-        layer.v_bias = small_tensor_f32(tensor("self_attn.v_proj.bias"), kv_dim);
+      layer.input_norm = small_tensor_f32(tensor(n.input_norm), hidden);
+      layer.post_attention_norm = small_tensor_f32(tensor(n.post_attention_norm), hidden);
+      layer.q_proj = cpu::view_of(tensor(n.q_proj), q_dim, hidden);
+      layer.k_proj = cpu::view_of(tensor(n.k_proj), kv_dim, hidden);
+      layer.v_proj = cpu::view_of(tensor(n.v_proj), kv_dim, hidden);
+      layer.o_proj = cpu::view_of(tensor(n.o_proj), hidden, q_dim);
+      layer.gate_proj = cpu::view_of(tensor(n.gate_proj), c.intermediate_size, hidden);
+      layer.up_proj = cpu::view_of(tensor(n.up_proj), c.intermediate_size, hidden);
+      layer.down_proj = cpu::view_of(tensor(n.down_proj), hidden, c.intermediate_size);
+      if (!n.q_bias.empty()) {
+        layer.q_bias = small_tensor_f32(tensor(n.q_bias), q_dim);
+        layer.k_bias = small_tensor_f32(tensor(n.k_bias), kv_dim);
+        layer.v_bias = small_tensor_f32(tensor(n.v_bias), kv_dim);
       }
-      if (needs_qk_norm || weights.contains(prefix + "self_attn.q_norm.weight")) {
-        layer.q_norm = small_tensor_f32(tensor("self_attn.q_norm.weight"), c.head_dim);
-        layer.k_norm = small_tensor_f32(tensor("self_attn.k_norm.weight"), c.head_dim);
+      if (!n.q_norm.empty()) {
+        layer.q_norm = small_tensor_f32(tensor(n.q_norm), c.head_dim);
+        layer.k_norm = small_tensor_f32(tensor(n.k_norm), c.head_dim);
       }
     }
     inv_freq_ = rope_inv_freq(c);

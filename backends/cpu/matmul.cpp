@@ -15,14 +15,16 @@ namespace {
 
 std::atomic<int> gemm_min_rows{8};
 
-// Converted weight slabs are at most this many floats (64 MiB), so that a large vocabulary's
-// lm_head never needs a full f32 copy.
+// Row-streaming path: a chunk of weight rows goes to a thread only with this many multiply-adds.
 constexpr int64_t min_macs_per_chunk = 64 * 1024;
 
+// Prefill path: converted weight slabs are at most this many floats (64 MiB), so that a large
+// vocabulary's lm_head never needs a full f32 copy.
 constexpr int64_t max_slab_floats = int64_t{16} << 20;
 
-// Below this many activation rows, non-f32 weights are converted and multiplied slab by slab on
-// each thread; slabs of about 256 KiB of f32 stay in a core's L2.
+// Below this many activation rows (and from matmul_gemm_min_rows on), each pool thread runs a
+// single-threaded sgemm per slab of weight rows; a non-f32 slab is converted into about 256 KiB
+// of f32, which stays in a core's L2.
 constexpr int64_t max_rows_for_cached_slabs = 128;
 constexpr int64_t cached_slab_floats = int64_t{64} << 10;
 
@@ -81,7 +83,8 @@ void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, 
 
   const to_f32_fn convert = kernels.to_f32[static_cast<int>(w.type)];
   if (n < max_rows_for_cached_slabs) {
-    // Decode batches: each pool thread multiplies slabs of rows with a single-threaded sgemm.
+    // Larger decode batches and short chunks: each pool thread multiplies slabs of rows with a
+    // single-threaded sgemm.
     // Weights stored in another dtype are converted a slab at a time into a buffer small enough
     // to stay in the thread's cache (converting the whole matrix first would write it out to
     // memory as f32 and read it back, as costly as the product itself at these sizes), and

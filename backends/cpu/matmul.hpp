@@ -1,12 +1,17 @@
 #pragma once
 // y = x · wᵀ for f32 activations and a linear layer's weight in any weight dtype.
 //
-// Two strategies, chosen by the number of activation rows n:
-// - few rows (decode): every thread takes a contiguous range of weight rows and streams them
-//   once, dotting each row with all n activations (memory-bandwidth bound, as it must be);
-// - many rows (prefill): the weight is converted to f32 a slab at a time (no conversion for f32
-//   weights) and multiplied with OpenBLAS sgemm (compute bound; the conversion is O(m·k)
-//   against O(n·m·k) of arithmetic).
+// Three strategies, chosen by the number of activation rows n:
+// - n < matmul_gemm_min_rows() (decode of a few sequences): every thread takes a contiguous
+//   range of weight rows and streams them once, dotting each row with all n activations with
+//   the SIMD row kernels (memory-bandwidth bound, as it must be);
+// - from there to 127 rows (larger decode batches, short chunks): the pool's threads take slabs
+//   of weight rows and multiply each with a single-threaded OpenBLAS sgemm; a weight in another
+//   dtype is converted one small slab at a time (~256 KiB of f32, kept in the core's cache), an
+//   f32 weight is used in place;
+// - 128 rows and more (prefill): one sgemm on OpenBLAS's threads (as many as the pool's) over
+//   the whole f32 weight, or over slabs of at most 64 MiB converted to f32 by the pool first
+//   (compute bound; the conversion is O(m·k) against O(n·m·k) of arithmetic).
 
 #include <cstdint>
 #include <vector>

@@ -15,6 +15,7 @@
 #include "backends/cuda/nano_batches.hpp"
 #include "backends/cuda/ops.hpp"
 #include "backends/cuda/paged_attention.hpp"
+#include "model/model_tensors.hpp"
 #include "model/rope_frequencies.hpp"
 
 namespace troupe {
@@ -278,32 +279,31 @@ class cuda_model final : public model {
     const model_config& c = config_;
     const int64_t hidden = c.hidden_size, q_width = int64_t{c.num_heads} * c.head_dim,
                   kv_width = int64_t{c.num_kv_heads} * c.head_dim, inter = c.intermediate_size;
-    embed_ = upload({&expect(weights, "model.embed_tokens.weight", {c.vocab_size, hidden})});
-    final_norm_ = upload({&expect(weights, "model.norm.weight", {hidden})});
-    if (!c.tie_word_embeddings && weights.contains("lm_head.weight")) {
-      lm_head_ = upload({&expect(weights, "lm_head.weight", {c.vocab_size, hidden})});
+    // Which tensors the model has (biases, q/k norms, its own lm_head) is the loader's list.
+    const model_tensor_names names = tensor_names(c);
+    embed_ = upload({&expect(weights, names.embed_tokens, {c.vocab_size, hidden})});
+    final_norm_ = upload({&expect(weights, names.final_norm, {hidden})});
+    if (names.lm_head != names.embed_tokens) {
+      lm_head_ = upload({&expect(weights, names.lm_head, {c.vocab_size, hidden})});
     }
     layers_.resize(c.num_layers);
     for (int i = 0; i < c.num_layers; ++i) {
-      const std::string p = "model.layers." + std::to_string(i) + ".";
+      const layer_tensor_names& n = names.layers[i];
       layer_weights& l = layers_[i];
-      l.qkv = upload({&expect(weights, p + "self_attn.q_proj.weight", {q_width, hidden}),
-                      &expect(weights, p + "self_attn.k_proj.weight", {kv_width, hidden}),
-                      &expect(weights, p + "self_attn.v_proj.weight", {kv_width, hidden})});
-      if (c.attention_bias || weights.contains(p + "self_attn.q_proj.bias")) {
-        l.qkv_bias = upload({&expect(weights, p + "self_attn.q_proj.bias", {q_width}),
-                             &expect(weights, p + "self_attn.k_proj.bias", {kv_width}),
-                             &expect(weights, p + "self_attn.v_proj.bias", {kv_width})});
+      l.qkv = upload({&expect(weights, n.q_proj, {q_width, hidden}), &expect(weights, n.k_proj, {kv_width, hidden}),
+                      &expect(weights, n.v_proj, {kv_width, hidden})});
+      if (!n.q_bias.empty()) {
+        l.qkv_bias = upload({&expect(weights, n.q_bias, {q_width}), &expect(weights, n.k_bias, {kv_width}),
+                             &expect(weights, n.v_bias, {kv_width})});
       }
-      l.o = upload({&expect(weights, p + "self_attn.o_proj.weight", {hidden, q_width})});
-      l.gate_up = upload({&expect(weights, p + "mlp.gate_proj.weight", {inter, hidden}),
-                          &expect(weights, p + "mlp.up_proj.weight", {inter, hidden})});
-      l.down = upload({&expect(weights, p + "mlp.down_proj.weight", {hidden, inter})});
-      l.input_norm = upload({&expect(weights, p + "input_layernorm.weight", {hidden})});
-      l.post_attn_norm = upload({&expect(weights, p + "post_attention_layernorm.weight", {hidden})});
-      if (c.qk_norm || weights.contains(p + "self_attn.q_norm.weight")) {
-        l.q_norm = upload({&expect(weights, p + "self_attn.q_norm.weight", {c.head_dim})});
-        l.k_norm = upload({&expect(weights, p + "self_attn.k_norm.weight", {c.head_dim})});
+      l.o = upload({&expect(weights, n.o_proj, {hidden, q_width})});
+      l.gate_up = upload({&expect(weights, n.gate_proj, {inter, hidden}), &expect(weights, n.up_proj, {inter, hidden})});
+      l.down = upload({&expect(weights, n.down_proj, {hidden, inter})});
+      l.input_norm = upload({&expect(weights, n.input_norm, {hidden})});
+      l.post_attn_norm = upload({&expect(weights, n.post_attention_norm, {hidden})});
+      if (!n.q_norm.empty()) {
+        l.q_norm = upload({&expect(weights, n.q_norm, {c.head_dim})});
+        l.k_norm = upload({&expect(weights, n.k_norm, {c.head_dim})});
       }
     }
     staging_.release();

@@ -58,15 +58,6 @@ int64_t read_int(const json& v, const std::string& param, int64_t lo, int64_t hi
   return value;
 }
 
-double read_number(const json& v, const std::string& param, double lo, double hi) {
-  if (!v.is_number()) wrong_type(param, "a number", v);
-  const double value = v.get<double>();
-  if (!std::isfinite(value) || value < lo || value > hi) {
-    fail(param, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
-  }
-  return value;
-}
-
 bool read_bool(const json& v, const std::string& param) {
   if (!v.is_boolean()) wrong_type(param, "a boolean", v);
   return v.get<bool>();
@@ -169,7 +160,7 @@ std::vector<chat_message> read_messages(const json& v, const protocol_limits& li
 }
 
 std::vector<openai_prompt> read_prompts(const json& v, const openai_limits& limits) {
-  const auto& p = limits.protocol;
+  const protocol_limits& p = limits;
   auto text_prompt = [&](const json& s, const std::string& param) {
     openai_prompt prompt;
     prompt.text = read_string(s, param, p.max_string_bytes);
@@ -211,88 +202,104 @@ std::vector<openai_prompt> read_prompts(const json& v, const openai_limits& limi
   return prompts;
 }
 
+// `stop`: one string or an array of them. Their number, emptiness and length are value rules
+// (validate_sampling_params); only the wire bound on strings applies here.
 std::vector<std::string> read_stop(const json& v, const protocol_limits& limits) {
   std::vector<std::string> stop;
   if (v.is_string()) {
-    stop.push_back(read_string(v, "stop", limits.max_stop_string_bytes));
+    stop.push_back(read_string(v, "stop", limits.max_string_bytes));
   } else if (v.is_array()) {
-    if (v.size() > limits.max_stop_strings) fail("stop", "more than " + std::to_string(limits.max_stop_strings) + " entries");
     for (size_t i = 0; i < v.size(); ++i) {
-      stop.push_back(read_string(v[i], "stop[" + std::to_string(i) + "]", limits.max_stop_string_bytes));
+      stop.push_back(read_string(v[i], "stop[" + std::to_string(i) + "]", limits.max_string_bytes));
     }
   } else {
     wrong_type("stop", "a string or an array of strings", v);
   }
-  for (size_t i = 0; i < stop.size(); ++i) {
-    if (stop[i].empty()) fail(v.is_string() ? "stop" : "stop[" + std::to_string(i) + "]", "is empty");
-  }
   return stop;
 }
 
+// An integer field of sampling_params: the JSON only has to carry a value that fits.
+int read_int32(const json& v, const std::string& param) {
+  if (!v.is_number_integer()) wrong_type(param, "an integer", v);
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+    fail(param, std::to_string(v.get<uint64_t>()) + " does not fit in a 32-bit integer");
+  }
+  const int64_t value = v.get<int64_t>();
+  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
+    fail(param, std::to_string(value) + " does not fit in a 32-bit integer");
+  }
+  return static_cast<int>(value);
+}
+
+// A float field of sampling_params. A double beyond float's range becomes an infinity (which
+// the value rules refuse) instead of an undefined conversion.
+float read_float(const json& v, const std::string& param) {
+  if (!v.is_number()) wrong_type(param, "a number", v);
+  const double value = v.get<double>();
+  constexpr float infinity = std::numeric_limits<float>::infinity();
+  if (std::fabs(value) > std::numeric_limits<float>::max()) return value > 0 ? infinity : -infinity;
+  return static_cast<float>(value);
+}
+
+// Reads the sampling fields' JSON; their values are judged by validate_sampling_params, the
+// rules the ZeroMQ door applies too. Where the OpenAI API names a field differently
+// (max_completion_tokens, top_logprobs), a problem is reported under the name the client used.
 void read_sampling(request_fields& fields, openai_request& r, const openai_limits& limits) {
   auto& s = r.sampling;
   const bool chat = r.endpoint == openai_endpoint::chat_completions;
-  if (const json* v = fields.take("temperature")) s.temperature = float(read_number(*v, "temperature", 0, 100));
-  if (const json* v = fields.take("top_p")) {
-    s.top_p = float(read_number(*v, "top_p", 0, 1));
-    if (s.top_p <= 0.0f) fail("top_p", "must be greater than 0");
-  }
-  if (const json* v = fields.take("top_k")) {
-    const int64_t k = read_int(*v, "top_k", -1, 1 << 20);
-    s.top_k = k < 0 ? 0 : static_cast<int>(k);  // -1 is vLLM's "off"
-  }
-  if (const json* v = fields.take("min_p")) s.min_p = float(read_number(*v, "min_p", 0, 1));
-  if (const json* v = fields.take("presence_penalty")) s.presence_penalty = float(read_number(*v, "presence_penalty", -2, 2));
-  if (const json* v = fields.take("frequency_penalty")) s.frequency_penalty = float(read_number(*v, "frequency_penalty", -2, 2));
-  if (const json* v = fields.take("repetition_penalty")) {
-    s.repetition_penalty = float(read_number(*v, "repetition_penalty", 0, 100));
-    if (s.repetition_penalty <= 0.0f) fail("repetition_penalty", "must be greater than 0");
-  }
+  if (const json* v = fields.take("temperature")) s.temperature = read_float(*v, "temperature");
+  if (const json* v = fields.take("top_p")) s.top_p = read_float(*v, "top_p");
+  if (const json* v = fields.take("top_k")) s.top_k = read_int32(*v, "top_k");
+  if (const json* v = fields.take("min_p")) s.min_p = read_float(*v, "min_p");
+  if (const json* v = fields.take("presence_penalty")) s.presence_penalty = read_float(*v, "presence_penalty");
+  if (const json* v = fields.take("frequency_penalty")) s.frequency_penalty = read_float(*v, "frequency_penalty");
+  if (const json* v = fields.take("repetition_penalty")) s.repetition_penalty = read_float(*v, "repetition_penalty");
   if (const json* v = fields.take("seed")) {
-    s.seed = static_cast<uint64_t>(read_int(*v, "seed", std::numeric_limits<int64_t>::min(),
-                                            std::numeric_limits<int64_t>::max()));
+    // Any integer is carried; a negative one (as two's complement) is refused by the value rules.
+    if (!v->is_number_integer()) wrong_type("seed", "an integer", *v);
+    s.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
   }
-  // max_tokens beyond the context could never be honoured: refused rather than quietly cut.
-  auto read_max_tokens = [&](const json& v, const char* param) {
-    if (!v.is_number_integer()) wrong_type(param, "an integer", v);
-    const int64_t value = read_int(v, param, 1, std::numeric_limits<int64_t>::max());
-    if (value > limits.max_model_len) {
-      fail(param, std::to_string(value) + " exceeds this model's context of " +
-                      std::to_string(limits.max_model_len) + " tokens (prompt and output together)");
-    }
-    return static_cast<int>(value);
-  };
   const json* max_tokens = fields.take("max_tokens");
   const json* max_completion_tokens = chat ? fields.take("max_completion_tokens") : nullptr;
+  if (max_tokens) s.max_tokens = read_int32(*max_tokens, "max_tokens");
   if (max_completion_tokens) {
-    s.max_tokens = read_max_tokens(*max_completion_tokens, "max_completion_tokens");
-    if (max_tokens) (void)read_max_tokens(*max_tokens, "max_tokens");
-  } else if (max_tokens) {
-    s.max_tokens = read_max_tokens(*max_tokens, "max_tokens");
-  } else {
+    // It wins over max_tokens (OpenAI's newer name); a max_tokens beside it is only type-checked.
+    s.max_tokens = read_int32(*max_completion_tokens, "max_completion_tokens");
+  } else if (!max_tokens) {
     // OpenAI's defaults: 16 for completions; a chat runs until it stops or the context ends.
     s.max_tokens = chat ? limits.max_model_len : std::min(16, limits.max_model_len);
   }
-  if (const json* v = fields.take("stop")) s.stop = read_stop(*v, limits.protocol);
+  if (const json* v = fields.take("stop")) s.stop = read_stop(*v, limits);
   if (const json* v = fields.take("stop_token_ids")) {
-    s.stop_token_ids = read_token_ids(*v, "stop_token_ids", limits.protocol.max_stop_token_ids);
+    s.stop_token_ids = read_token_ids(*v, "stop_token_ids", limits.max_prompt_token_ids);
   }
   if (const json* v = fields.take("ignore_eos")) s.ignore_eos = read_bool(*v, "ignore_eos");
-  const int max_logprobs = limits.protocol.max_logprobs;
+  bool top_logprobs = false;
   if (chat) {
     const json* logprobs = fields.take("logprobs");
     const bool want = logprobs && read_bool(*logprobs, "logprobs");
     if (const json* v = fields.take("top_logprobs")) {
-      const int top = static_cast<int>(read_int(*v, "top_logprobs", 0, max_logprobs));
+      const int top = read_int32(*v, "top_logprobs");
+      // A count of alternatives; "logprobs": false is how a chat turns them off.
+      if (top < 0) fail("top_logprobs", std::to_string(top) + " is negative");
       if (!want && top > 0) fail("top_logprobs", "needs \"logprobs\": true");
       if (want) r.logprobs = top;
+      top_logprobs = true;
     } else if (want) {
       r.logprobs = 0;
     }
   } else if (const json* v = fields.take("logprobs")) {
-    r.logprobs = static_cast<int>(read_int(*v, "logprobs", 0, max_logprobs));
+    r.logprobs = read_int32(*v, "logprobs");
   }
   s.logprobs = r.logprobs;
+  if (auto problem = validate_sampling_params(s, limits)) {
+    std::string param = problem->field;
+    if (param == "max_tokens" && max_completion_tokens) param = "max_completion_tokens";
+    if (param == "logprobs" && top_logprobs) param = "top_logprobs";
+    fail(param, problem->problem);
+  }
+  normalize_sampling_params(s);
+  r.logprobs = s.logprobs;
 }
 
 // Known OpenAI fields this server cannot honour: refused when they ask for something, accepted
@@ -361,7 +368,7 @@ std::variant<openai_request, api_error> parse_openai_request(openai_endpoint end
       if (!messages) fail("messages", "missing");
       openai_prompt chat;
       chat.kind = prompt_kind::messages;
-      chat.messages = read_messages(*messages, limits.protocol);
+      chat.messages = read_messages(*messages, limits);
       r.prompts.push_back(std::move(chat));
     }
     if (const json* v = fields.take("n")) r.n = static_cast<int>(read_int(*v, "n", 1, limits.max_n));

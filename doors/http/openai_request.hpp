@@ -44,9 +44,9 @@ struct openai_request {
   const char* prompt_param() const { return endpoint == openai_endpoint::completions ? "prompt" : "messages"; }
 };
 
-struct openai_limits {
-  protocol_limits protocol;    // strings, ids, messages, stop strings (shared with the ZeroMQ door)
-  int max_model_len = 1 << 20;  // max_tokens beyond the context is refused
+// The ZeroMQ door's bounds (strings, ids, messages, the context, stop strings, logprobs: the
+// same verdicts on both doors) and the HTTP API's own.
+struct openai_limits : protocol_limits {
   int max_prompts = 64;
   int max_n = 16;
   int max_choices = 64;         // prompts x n

@@ -159,7 +159,7 @@ TEST(protocol_codec, max_tokens_out_of_range) {
 TEST(protocol_codec, sampling_ranges) {
   EXPECT_NE(error_of(valid_generate().set("top_p", 0.0).build()).find("'top_p'"), std::string::npos);
   EXPECT_NE(error_of(valid_generate().set("temperature", -1.0).build()).find("'temperature'"), std::string::npos);
-  EXPECT_NE(error_of(valid_generate().set("top_k", -1).build()).find("'top_k'"), std::string::npos);
+  EXPECT_NE(error_of(valid_generate().set("top_k", -2).build()).find("'top_k'"), std::string::npos);
   EXPECT_NE(error_of(valid_generate().set("seed", -1).build()).find("'seed'"), std::string::npos);
   EXPECT_NE(error_of(valid_generate().set("logprobs", 1000).build()).find("'logprobs'"), std::string::npos);
   auto ok = decode_request(valid_generate().set("temperature", 0).set("logprobs", true).build());
