@@ -79,6 +79,13 @@ sampling_params to_params(const generate_flags& flags) {
   p.ignore_eos = flags.ignore_eos;
   p.stop = flags.stop;
   p.logprobs = flags.logprobs;
+  // The same rules as both doors, so a flag gets the verdict a request field would.
+  if (auto problem = validate_sampling_params(p, protocol_limits{})) {
+    std::string flag = problem->field;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    throw std::runtime_error("--" + flag + ": " + problem->problem);
+  }
+  normalize_sampling_params(p);
   return p;
 }
 

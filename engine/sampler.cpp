@@ -25,19 +25,9 @@ double to_unit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-
 }  // namespace
 
 std::string check_sampling_params(const sampling_params& p) {
-  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) return "temperature must be >= 0";
-  if (p.top_k < 0) return "top_k must be >= 0 (0: off)";
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return "top_p must be in (0, 1]";
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return "min_p must be in [0, 1]";
-  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) return "repetition_penalty must be > 0";
-  if (!std::isfinite(p.presence_penalty)) return "presence_penalty must be finite";
-  if (!std::isfinite(p.frequency_penalty)) return "frequency_penalty must be finite";
-  if (p.max_tokens < 1) return "max_tokens must be >= 1";
-  if (p.logprobs < -1) return "logprobs must be >= -1 (-1: none)";
-  // An empty stop string would end every request before its first character.
-  for (size_t i = 0; i < p.stop.size(); ++i) {
-    if (p.stop[i].empty()) return "stop[" + std::to_string(i) + "] is empty";
-  }
+  // The context bound is the scheduler's to check (prompt + max_tokens against max_model_len).
+  if (auto problem = validate_sampling_params(p, protocol_limits{})) return problem->field + ": " + problem->problem;
+  if (p.top_k < 0) return "top_k: -1 (off) must be normalized to 0 before it reaches the engine";
   return {};
 }
 

@@ -24,7 +24,9 @@ struct sample_context {
   int32_t num_prompt_tokens = 0;
 };
 
-// An empty string when `params` are usable, otherwise what is wrong with them.
+// An empty string when `params` are usable, otherwise what is wrong with them: the doors' one
+// check (validate_sampling_params, protocol/sampling_params.hpp), and that they were normalized
+// (top_k -1 made 0), as every door and `troupe generate` do before a request reaches the engine.
 std::string check_sampling_params(const sampling_params& params);
 bool uses_penalties(const sampling_params& params);
 
