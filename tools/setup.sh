@@ -5,7 +5,7 @@ set -euo pipefail
 
 debian_packages=(
   build-essential cmake pkg-config ninja-build ccache
-  libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+  libcaf-dev libcaf-openssl0.17 libssl-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libcpp-httplib-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libjemalloc-dev
