@@ -83,7 +83,7 @@ sampling_params to_params(const generate_flags& flags) {
   if (auto problem = validate_sampling_params(p, protocol_limits{})) {
     std::string flag = problem->field;
     std::replace(flag.begin(), flag.end(), '_', '-');
-    throw std::runtime_error("--" + flag + ": " + problem->problem);
+    throw std::runtime_error(problem->field + " " + problem->problem + " (--" + flag + ")");
   }
   normalize_sampling_params(p);
   return p;

@@ -25,7 +25,7 @@ sampling_params penalized(int max_tokens) {
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
   p.repetition_penalty = 1.3f;
-  p.frequency_penalty = 10.0f;  // strong enough to change what greedy picks once a token repeats
+  p.frequency_penalty = 2.0f;  // the most the rules allow
   return p;
 }
 
