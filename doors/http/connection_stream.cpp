@@ -10,28 +10,13 @@
 #include <cerrno>
 #include <utility>
 
+#include "doors/http/socket_address.hpp"
+
 namespace troupe {
 
 namespace {
 
 using namespace std::chrono_literals;
-
-bool describe(const sockaddr_storage& address, std::string& ip, int& port) {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
-    if (!inet_ntop(AF_INET, &v4.sin_addr, text, sizeof text)) return false;
-    port = ntohs(v4.sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
-    if (!inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof text)) return false;
-    port = ntohs(v6.sin6_port);
-  } else {
-    return false;
-  }
-  ip = text;
-  return true;
-}
 
 int poll_one(int fd, short events, std::chrono::milliseconds timeout) {
   pollfd p{fd, events, 0};
@@ -129,13 +114,13 @@ ssize_t connection_stream::write(const char* ptr, size_t size) {
 void connection_stream::get_remote_ip_and_port(std::string& ip, int& port) const {
   sockaddr_storage address{};
   socklen_t length = sizeof address;
-  if (::getpeername(connection_.fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) describe(address, ip, port);
+  if (::getpeername(connection_.fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) describe_address(address, ip, port);
 }
 
 void connection_stream::get_local_ip_and_port(std::string& ip, int& port) const {
   sockaddr_storage address{};
   socklen_t length = sizeof address;
-  if (::getsockname(connection_.fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) describe(address, ip, port);
+  if (::getsockname(connection_.fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) describe_address(address, ip, port);
 }
 
 }  // namespace troupe

@@ -9,29 +9,9 @@
 
 #include <cstdlib>
 
+#include "doors/http/socket_address.hpp"
+
 namespace troupe {
-
-namespace {
-
-// The address and port of one end of a TCP socket, as text and number.
-bool describe(const sockaddr_storage& address, std::string& host, int& port) {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
-    if (!inet_ntop(AF_INET, &v4.sin_addr, text, sizeof text)) return false;
-    port = ntohs(v4.sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
-    if (!inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof text)) return false;
-    port = ntohs(v6.sin6_port);
-  } else {
-    return false;
-  }
-  host = text;
-  return true;
-}
-
-}  // namespace
 
 connection_watch connection_watch::find(const std::string& remote_addr, int remote_port, int local_port) {
   DIR* dir = ::opendir("/proc/self/fd");
@@ -48,11 +28,11 @@ connection_watch connection_watch::find(const std::string& remote_addr, int remo
     std::string host;
     int port = 0;
     if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_size) != 0 ||
-        !describe(local, host, port) || port != local_port) {
+        !describe_address(local, host, port) || port != local_port) {
       continue;
     }
     if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0 ||
-        !describe(peer, host, port) || port != remote_port || host != remote_addr) {
+        !describe_address(peer, host, port) || port != remote_port || host != remote_addr) {
       continue;
     }
     found = static_cast<int>(fd);
