@@ -80,11 +80,7 @@ void request_reception::add_new(int fd) {
   w.connection.deadline = steady::now() + options_.request_timeout;
   w.state = phase::receiving;
   w.since = steady::now();
-  std::lock_guard lock(mutex_);
-  if (stopped_) return close_connection(w.connection);
-  incoming_.push_back(std::move(w));
-  const uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+  hand_over(std::move(w));
 }
 
 void request_reception::add_kept(http_connection connection) {
@@ -94,11 +90,7 @@ void request_reception::add_kept(http_connection connection) {
   connection.deadline = steady::now() + (w.state == phase::idle ? options_.idle_timeout : options_.request_timeout);
   w.connection = std::move(connection);
   w.since = steady::now();
-  std::lock_guard lock(mutex_);
-  if (stopped_) return close_connection(w.connection);
-  incoming_.push_back(std::move(w));
-  const uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+  hand_over(std::move(w));
 }
 
 void request_reception::add_closing(http_connection connection) {
@@ -109,6 +101,11 @@ void request_reception::add_closing(http_connection connection) {
   connection.deadline = steady::now() + linger_time;
   w.connection = std::move(connection);
   w.since = steady::now();
+  hand_over(std::move(w));
+}
+
+// To the reception's thread, which takes `incoming_` when woken; closed at once once stopped.
+void request_reception::hand_over(waiting w) {
   std::lock_guard lock(mutex_);
   if (stopped_) return close_connection(w.connection);
   incoming_.push_back(std::move(w));

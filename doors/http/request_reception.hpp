@@ -70,6 +70,7 @@ class request_reception {
     steady_time since{};
   };
 
+  void hand_over(waiting w);
   void run();
   void take_incoming();
   void admit(waiting w);
