@@ -76,6 +76,12 @@ class node_process {
   }
   uint16_t port() const { return port_; }
   bool alive() const { return process_->alive(); }
+  // Whether the node has `file` memory-mapped (weights are mapped, never read into memory);
+  // /proc names a mapping by its canonical path.
+  bool maps(const fs::path& file) const {
+    const std::string maps = read_file("/proc/" + std::to_string(process_->pid()) + "/maps");
+    return alive() && !maps.empty() && maps.find(fs::canonical(file).string()) != std::string::npos;
+  }
   std::string log() const { return read_file(log_path_); }
 
  private:
@@ -185,7 +191,65 @@ TEST_F(remote_stage_e2e, a_remotely_spawned_tokenizer_sends_its_schedule_request
   ASSERT_TRUE(after);
   EXPECT_EQ(after->stages, std::vector<std::string>{"tokenizer"});
   EXPECT_TRUE(log_shows(*node_, "stage tokenizer spawned")) << node_->log();
+  // A tokenizer-only node maps no weights.
+  EXPECT_FALSE(node_->maps(stories_root / "hf" / "model.safetensors"));
   caf::anon_send_exit(*tokenizer, caf::exit_reason::user_shutdown);
+}
+
+// The same one-step plan, run by a worker remote-spawned from a worker_spec and by a model_runner
+// over a model loaded here from the same spec, samples the same token.
+TEST_F(remote_stage_e2e, a_remotely_spawned_worker_runs_a_step_plan_like_a_local_runner) {
+  controller_config config(controller_files_);
+  caf::actor_system system(config);
+  auto agent = caf::openssl::remote_actor(system, "127.0.0.1", node_->port());
+  ASSERT_TRUE(agent) << system.render(agent.error()) << "\nnode log:\n" << node_->log();
+
+  model_spec model;
+  model.path = stories_dir;
+  model.device = device_request::cpu;
+  model.backend.threads = 1;
+  model.num_kv_blocks = 16;
+  model.max_num_seqs = 2;
+  auto worker = system.middleman().remote_spawn<caf::actor>((*agent)->node(), "worker",
+                                                           caf::make_message(worker_spec{model}), request_timeout);
+  ASSERT_TRUE(worker) << system.render(worker.error()) << "\nnode log:\n" << node_->log();
+
+  auto tok = load_model_tokenizer(stories_dir);
+  scheduled_sequence entry;
+  entry.request_id = 1;
+  entry.new_token_ids = tok->encode("Once upon a time, there was a little");
+  entry.block_table = {3, 5, 7};  // scattered on purpose: the plan's blocks, not the pool's first ones
+  entry.sample = true;
+  sampling_params greedy;
+  greedy.temperature = 0.0f;
+  entry.params = greedy;
+  step_plan plan;
+  plan.step_id = 1;
+  plan.sequences = {entry};
+
+  caf::scoped_actor self(system);
+  std::optional<step_done> remote;
+  self->request(*worker, request_timeout, plan)
+      .receive([&](step_done& done) { remote = std::move(done); },
+               [&](caf::error& e) { ADD_FAILURE() << "step_plan: " << system.render(e) << "\nnode log:\n" << node_->log(); });
+  ASSERT_TRUE(remote);
+  EXPECT_EQ(remote->error, "");
+  ASSERT_EQ(remote->result.tokens.size(), 1u);
+
+  auto local = load_served_model(model);
+  model_runner runner(*local->backend_model);
+  const step_result expected = runner.run(plan);
+  ASSERT_EQ(expected.tokens.size(), 1u);
+  EXPECT_EQ(remote->result.step_id, 1u);
+  EXPECT_EQ(remote->result.tokens[0].request_id, 1);
+  EXPECT_EQ(remote->result.tokens[0].token_id, expected.tokens[0].token_id);
+
+  auto answer = ping(system, *agent);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->stages, std::vector<std::string>{"worker"});
+  // The worker's node maps the weights it loaded.
+  EXPECT_TRUE(node_->maps(stories_root / "hf" / "model.safetensors"));
+  caf::anon_send_exit(*worker, caf::exit_reason::user_shutdown);
 }
 
 TEST_F(remote_stage_e2e, a_stage_whose_spec_names_a_missing_file_ends_and_the_node_keeps_serving) {
