@@ -29,7 +29,7 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
   };
 }
 
-caf::behavior detokenizer_actor(caf::event_based_actor* self, detokenizer_spec spec) {
+caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokenizer_spec spec) {
   keep_exception_in_exit_reason(self);
   spec.validate();
   auto stage = std::make_shared<detokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)));

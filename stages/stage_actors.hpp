@@ -76,10 +76,10 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
 // a reason naming the file or field, which a monitor sees).
 
 // Loads its own tokenizer (a pool spawned by one node shares one: node/stage_factories.hpp).
-caf::behavior tokenizer_actor(caf::event_based_actor* self, tokenizer_spec spec);
-caf::behavior scheduler_actor(caf::event_based_actor* self, scheduler_spec spec);
+caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_spec spec);
+caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_spec spec);
 // Loads the model; spawn it detached (node/stage_factories.hpp does).
-caf::behavior worker_actor(caf::event_based_actor* self, worker_spec spec);
-caf::behavior detokenizer_actor(caf::event_based_actor* self, detokenizer_spec spec);
+caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec);
+caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokenizer_spec spec);
 
 }  // namespace troupe

@@ -21,7 +21,7 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
   };
 }
 
-caf::behavior tokenizer_actor(caf::event_based_actor* self, tokenizer_spec spec) {
+caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_spec spec) {
   keep_exception_in_exit_reason(self);
   spec.validate();
   auto stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),

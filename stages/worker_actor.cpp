@@ -28,7 +28,7 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   };
 }
 
-caf::behavior worker_actor(caf::event_based_actor* self, worker_spec spec) {
+caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec) {
   keep_exception_in_exit_reason(self);
   auto served = load_served_model(spec.model);
   if (!served->device_note.empty()) {
