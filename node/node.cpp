@@ -101,8 +101,9 @@ struct node::impl {
   std::vector<std::pair<std::string, caf::actor>> stages;  // by stage name, for fail_stage
 
   explicit impl(int num_threads) : config(num_threads), system(config) {}
-  // A node whose start failed halfway has stages running: the actor system waits for every
-  // actor when it ends, so they are told to stop first (node::~node did already otherwise).
+  // A node whose start failed halfway (a door that cannot bind) has stages running; told to
+  // stop, they end as at shutdown, where dropped handles would end them `unreachable`, which the
+  // stage watch reports as failed stages. node::~node has stopped them already otherwise.
   ~impl() {
     for (auto& actor : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
