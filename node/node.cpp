@@ -18,11 +18,10 @@
 #include "doors/reply_router.hpp"
 #include "doors/request_admission.hpp"
 #include "doors/zmq_door.hpp"
-#include "stages/detokenize_stage.hpp"
+#include "node/stage_factories.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
 #include "stages/stage_actors.hpp"
-#include "stages/tokenize_stage.hpp"
 
 namespace troupe {
 
@@ -90,7 +89,7 @@ void watch_stage(const std::string& stage, const caf::actor& actor, caf::actor_s
 }  // namespace
 
 struct node::impl {
-  std::shared_ptr<served_model> served;
+  std::shared_ptr<const served_model> served;  // the worker's model, for the doors' limits
   node_config config;
   caf::actor_system system;
   actor_downstream downstream;
@@ -101,19 +100,28 @@ struct node::impl {
   std::vector<caf::actor> actors;
   std::vector<std::pair<std::string, caf::actor>> stages;  // by stage name, for fail_stage
 
-  explicit impl(std::shared_ptr<served_model> model, int num_threads)
-      : served(std::move(model)), config(num_threads), system(config) {}
+  explicit impl(int num_threads) : config(num_threads), system(config) {}
+  // A node whose start failed halfway (a door that cannot bind) has stages running; told to
+  // stop, they end as at shutdown, where dropped handles would end them `unreachable`, which the
+  // stage watch reports as failed stages. node::~node has stopped them already otherwise.
+  ~impl() {
+    for (auto& actor : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
 };
 
 node::node(const topology& t) {
   t.validate();
-  auto served = load_served_model(t.model);
+  impl_ = std::make_unique<impl>(std::max(2, t.tokenizer_pool_size + 1));
+  auto& s = *impl_;
+  // The worker's spec loads the model, once: the node reads its limits from the same copy.
+  spawned_worker worker = spawn_worker(s.system, worker_spec{t.model});
+  s.served = worker.served;
+  s.actors.push_back(worker.actor);
+  const served_model* served = s.served.get();
   if (!served->device_note.empty()) {
     spdlog::log(t.model.device == device_request::cuda ? spdlog::level::warn : spdlog::level::info, "{}", served->device_note);
   }
   spdlog::info("{}", describe(*served));
-  impl_ = std::make_unique<impl>(served, std::max(2, t.tokenizer_pool_size + 1));
-  auto& s = *impl_;
 
   // One bound on requests in flight for both doors: what the scheduler can run and queue.
   s.admission = std::make_unique<request_admission>(int64_t(t.max_waiting_requests) + t.model.max_num_seqs);
@@ -151,20 +159,18 @@ node::node(const topology& t) {
   config.validate();
   const std::vector<int32_t>& eos = served->eos_token_ids;
 
+  // The stages start from the same specs a controller sends to another node (node/stage_factories.hpp).
   auto front = s.system.spawn(door_actor, &s.router);
-  auto detokenizer = s.system.spawn(detokenizer_actor, std::make_shared<detokenize_stage>(*served->tok), front);
-  auto worker = s.system.spawn<caf::detached>(worker_actor, served);
-  auto scheduler = s.system.spawn(scheduler_actor, config, eos, worker, detokenizer, front);
-  auto stage = std::make_shared<const tokenize_stage>(*served->tok, served->loaded.config.vocab_size,
-                                                      served->max_model_len);
-  for (int i = 0; i < t.tokenizer_pool_size; ++i) {
-    s.downstream.tokenizers.push_back(s.system.spawn(tokenizer_actor, stage, scheduler, front));
-  }
+  auto detokenizer = spawn_detokenizer(s.system, detokenizer_spec{t.model.path, front});
+  auto scheduler = spawn_scheduler(s.system, scheduler_spec{config, eos, worker.actor, detokenizer, front});
+  s.actors = {front, detokenizer, worker.actor, scheduler};
+  s.downstream.tokenizers = spawn_tokenizers(
+      s.system, tokenizer_spec{t.model.path, served->loaded.config.vocab_size, served->max_model_len, scheduler, front},
+      t.tokenizer_pool_size);
   s.downstream.scheduler = scheduler;
   s.downstream.router = &s.router;
-  s.actors = {front, detokenizer, worker, scheduler};
   s.actors.insert(s.actors.end(), s.downstream.tokenizers.begin(), s.downstream.tokenizers.end());
-  s.stages = {{"frontend", front}, {"detokenizer", detokenizer}, {"worker", worker}, {"scheduler", scheduler}};
+  s.stages = {{"frontend", front}, {"detokenizer", detokenizer}, {"worker", worker.actor}, {"scheduler", scheduler}};
   for (const caf::actor& tokenizer : s.downstream.tokenizers) s.stages.emplace_back("tokenizer", tokenizer);
   for (const auto& [name, actor] : s.stages) watch_stage(name, actor, &s.system, &s.downstream, &s.router);
   s.door->start();

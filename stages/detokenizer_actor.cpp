@@ -1,6 +1,7 @@
 #include <spdlog/spdlog.h>
 
 #include "stages/detokenize_stage.hpp"
+#include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/stage_actors.hpp"
 
@@ -26,6 +27,13 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
+}
+
+caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokenizer_spec spec) {
+  keep_exception_in_exit_reason(self);
+  spec.validate();
+  auto stage = std::make_shared<detokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)));
+  return detokenizer_actor(self, std::move(stage), std::move(spec.reply_to));
 }
 
 }  // namespace troupe

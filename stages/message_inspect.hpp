@@ -9,6 +9,7 @@
 #include <caf/meta/type_name.hpp>
 
 #include "stages/messages.hpp"
+#include "stages/stage_specs.hpp"
 
 namespace troupe {
 
@@ -154,6 +155,50 @@ typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_failed& x) {
   return f(caf::meta::type_name("request_failed"), x.request_id, x.code, x.message);
+}
+
+// -- stage specs and the settings they carry (stages/stage_specs.hpp) -----------------------------
+// Enums (load_format, device_request, dtype) travel as their underlying integers.
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, backend_options& x) {
+  return f(caf::meta::type_name("backend_options"), x.threads, x.gpu_memory_utilization, x.cuda_dtype,
+           x.nano_batches);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, model_spec& x) {
+  return f(caf::meta::type_name("model_spec"), x.path, x.format, x.device, x.backend, x.block_size,
+           x.num_kv_blocks, x.kv_memory_mb, x.max_model_len, x.max_num_seqs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
+  return f(caf::meta::type_name("engine_config"), x.block_size, x.num_kv_blocks, x.max_num_batched_tokens,
+           x.max_num_seqs, x.max_waiting_requests, x.max_model_len, x.enable_prefix_caching,
+           x.async_scheduling, x.vocab_size);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tokenizer_spec& x) {
+  return f(caf::meta::type_name("tokenizer_spec"), x.tokenizer_path, x.vocab_size, x.max_model_len,
+           x.scheduler, x.reply_to);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
+  return f(caf::meta::type_name("worker_spec"), x.model);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scheduler_spec& x) {
+  return f(caf::meta::type_name("scheduler_spec"), x.config, x.eos_token_ids, x.worker, x.detokenizer,
+           x.reply_to);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, detokenizer_spec& x) {
+  return f(caf::meta::type_name("detokenizer_spec"), x.tokenizer_path, x.reply_to);
 }
 
 }  // namespace troupe

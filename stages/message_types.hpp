@@ -2,11 +2,13 @@
 // The one list of every message type that crosses stages, with the name it is registered under.
 // node/node.cpp registers exactly these with CAF, and tests/stages/message_serialization_test.cpp
 // round-trips exactly these through CAF's binary serializer: a type added here is both
-// registered and tested, and one left out is neither. No CAF here: only the types and names.
+// registered and tested, and one left out is neither. The stage specs (and the settings inside
+// them) are on it too: a controller sends them to spawn a stage on another node.
 
 #include <type_traits>
 
 #include "stages/messages.hpp"
+#include "stages/stage_specs.hpp"
 
 namespace troupe {
 
@@ -35,6 +37,14 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<stats_query>{}, "stats_query");
   f(std::type_identity<stats_answer>{}, "stats_answer");
   f(std::type_identity<request_failed>{}, "request_failed");
+  // The enums inside them (load_format, device_request, dtype) travel as fields, never alone.
+  f(std::type_identity<backend_options>{}, "backend_options");
+  f(std::type_identity<model_spec>{}, "model_spec");
+  f(std::type_identity<engine_config>{}, "engine_config");
+  f(std::type_identity<tokenizer_spec>{}, "tokenizer_spec");
+  f(std::type_identity<worker_spec>{}, "worker_spec");
+  f(std::type_identity<scheduler_spec>{}, "scheduler_spec");
+  f(std::type_identity<detokenizer_spec>{}, "detokenizer_spec");
 }
 
 }  // namespace troupe

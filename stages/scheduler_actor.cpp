@@ -40,4 +40,11 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
   };
 }
 
+caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_spec spec) {
+  keep_exception_in_exit_reason(self);
+  spec.validate();
+  return scheduler_actor(self, spec.config, std::move(spec.eos_token_ids), std::move(spec.worker),
+                         std::move(spec.detokenizer), std::move(spec.reply_to));
+}
+
 }  // namespace troupe

@@ -25,6 +25,7 @@
 #include <caf/sec.hpp>
 
 #include "engine/engine_config.hpp"
+#include "stages/stage_specs.hpp"
 
 namespace troupe {
 
@@ -68,5 +69,17 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
 
 caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,
                                 caf::actor frontend);
+
+// -- stages started from their specs (stages/stage_specs.hpp) -----------------------------------
+// What a node registers for remote spawning and spawns for itself: each loads what its stage
+// needs on the node where it runs, in the actor (a failed load or a bad spec ends the actor with
+// a reason naming the file or field, which a monitor sees).
+
+// Loads its own tokenizer (a pool spawned by one node shares one: node/stage_factories.hpp).
+caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_spec spec);
+caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_spec spec);
+// Loads the model; spawn it detached (node/stage_factories.hpp does).
+caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec);
+caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokenizer_spec spec);
 
 }  // namespace troupe

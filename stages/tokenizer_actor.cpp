@@ -1,3 +1,4 @@
+#include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/stage_actors.hpp"
 #include "stages/tokenize_stage.hpp"
@@ -18,6 +19,14 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
+}
+
+caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_spec spec) {
+  keep_exception_in_exit_reason(self);
+  spec.validate();
+  auto stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
+                                                      spec.vocab_size, spec.max_model_len);
+  return tokenizer_actor(self, std::move(stage), std::move(spec.scheduler), std::move(spec.reply_to));
 }
 
 }  // namespace troupe

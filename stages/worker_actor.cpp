@@ -1,3 +1,5 @@
+#include <spdlog/spdlog.h>
+
 #include "engine/model_runner.hpp"
 #include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
@@ -24,6 +26,17 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
+}
+
+caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec) {
+  keep_exception_in_exit_reason(self);
+  auto served = load_served_model(spec.model);
+  if (!served->device_note.empty()) {
+    spdlog::log(spec.model.device == device_request::cuda ? spdlog::level::warn : spdlog::level::info, "{}",
+                served->device_note);
+  }
+  spdlog::info("worker: {}", describe(*served));
+  return worker_actor(self, std::move(served));
 }
 
 }  // namespace troupe

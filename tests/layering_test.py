@@ -4,8 +4,8 @@
 The layer table is read from docs/architecture.md (section "Layers, bottom up"), so the docs and
 the code cannot drift apart: a folder missing from the table, a table row naming no folder, or an
 include that reaches up (or sideways) fails this test. CAF may be included only by actors
-(`*_actor.*`, `stage_actors.hpp`), `stages/message_inspect.hpp` and the node: the plain classes
-compile without it.
+(`*_actor.*`, `stage_actors.hpp`), `stages/message_inspect.hpp`, `stages/stage_specs.hpp` (specs
+carry actor handles) and the node: the plain classes compile without it.
 
 Usage: layering_test.py REPO_ROOT
 """
@@ -65,7 +65,7 @@ def layer_of(path, layers):
 def may_include_caf(path):
     name = os.path.basename(path)
     return (name.endswith(('_actor.cpp', '_actor.hpp')) or name == 'stage_actors.hpp'
-            or path == 'stages/message_inspect.hpp' or path.startswith('node/'))
+            or path in ('stages/message_inspect.hpp', 'stages/stage_specs.hpp') or path.startswith('node/'))
 
 
 def main():

@@ -15,6 +15,8 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
 
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
@@ -172,6 +174,62 @@ std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
 std::vector<stats_answer> samples(of<stats_answer>) { return {{77, 10, 64, 3, 4}}; }
 std::vector<request_failed> samples(of<request_failed>) { return {full_failure()}; }
 
+// The specs carry actor handles: three live actors of the test's own system, set by the test
+// before it takes the samples (a handle serializes as its node and id, so it must exist).
+struct sample_handles {
+  caf::actor first, second, third;
+};
+sample_handles handles;
+
+backend_options full_backend() {
+  backend_options b;
+  b.threads = 3;
+  b.gpu_memory_utilization = 0.55f;
+  b.cuda_dtype = dtype::f16;
+  b.nano_batches = 2;
+  return b;
+}
+
+model_spec full_model_spec() {
+  model_spec m;
+  m.path = "/models/stories260K/model.gguf";
+  m.format = load_format::gguf;
+  m.device = device_request::auto_detect;
+  m.backend = full_backend();
+  m.block_size = 32;
+  m.num_kv_blocks = 77;
+  m.kv_memory_mb = 64;
+  m.max_model_len = 300;
+  m.max_num_seqs = 9;
+  return m;
+}
+
+engine_config full_engine_config() {
+  engine_config c;
+  c.block_size = 32;
+  c.num_kv_blocks = 77;
+  c.max_num_batched_tokens = 333;
+  c.max_num_seqs = 9;
+  c.max_waiting_requests = 44;
+  c.max_model_len = 300;
+  c.enable_prefix_caching = false;
+  c.async_scheduling = true;
+  c.vocab_size = 512;
+  return c;
+}
+
+std::vector<backend_options> samples(of<backend_options>) { return {full_backend()}; }
+std::vector<model_spec> samples(of<model_spec>) { return {full_model_spec()}; }
+std::vector<engine_config> samples(of<engine_config>) { return {full_engine_config()}; }
+std::vector<tokenizer_spec> samples(of<tokenizer_spec>) {
+  return {{"/models/stories260K/hf", 512, 300, handles.first, handles.second}};
+}
+std::vector<worker_spec> samples(of<worker_spec>) { return {{full_model_spec()}}; }
+std::vector<scheduler_spec> samples(of<scheduler_spec>) {
+  return {{full_engine_config(), {2, 7}, handles.first, handles.second, handles.third}};
+}
+std::vector<detokenizer_spec> samples(of<detokenizer_spec>) { return {{"/models/stories260K/hf", handles.third}}; }
+
 // -- field-by-field equality ------------------------------------------------------------------------
 
 template <class T>
@@ -303,6 +361,61 @@ void expect_same(const request_failed& a, const request_failed& b) {
   EXPECT_EQ(a.message, b.message);
 }
 
+void expect_same(const backend_options& a, const backend_options& b) {
+  EXPECT_EQ(a.threads, b.threads);
+  EXPECT_EQ(a.gpu_memory_utilization, b.gpu_memory_utilization);
+  EXPECT_EQ(a.cuda_dtype, b.cuda_dtype);
+  EXPECT_EQ(a.nano_batches, b.nano_batches);
+}
+
+void expect_same(const model_spec& a, const model_spec& b) {
+  EXPECT_EQ(a.path, b.path);
+  EXPECT_EQ(a.format, b.format);
+  EXPECT_EQ(a.device, b.device);
+  expect_same(a.backend, b.backend);
+  EXPECT_EQ(a.block_size, b.block_size);
+  EXPECT_EQ(a.num_kv_blocks, b.num_kv_blocks);
+  EXPECT_EQ(a.kv_memory_mb, b.kv_memory_mb);
+  EXPECT_EQ(a.max_model_len, b.max_model_len);
+  EXPECT_EQ(a.max_num_seqs, b.max_num_seqs);
+}
+
+void expect_same(const engine_config& a, const engine_config& b) {
+  EXPECT_EQ(a.block_size, b.block_size);
+  EXPECT_EQ(a.num_kv_blocks, b.num_kv_blocks);
+  EXPECT_EQ(a.max_num_batched_tokens, b.max_num_batched_tokens);
+  EXPECT_EQ(a.max_num_seqs, b.max_num_seqs);
+  EXPECT_EQ(a.max_waiting_requests, b.max_waiting_requests);
+  EXPECT_EQ(a.max_model_len, b.max_model_len);
+  EXPECT_EQ(a.enable_prefix_caching, b.enable_prefix_caching);
+  EXPECT_EQ(a.async_scheduling, b.async_scheduling);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+}
+
+// Handles are compared by identity: the same actor must come back, not merely some actor.
+void expect_same(const tokenizer_spec& a, const tokenizer_spec& b) {
+  EXPECT_EQ(a.tokenizer_path, b.tokenizer_path);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.max_model_len, b.max_model_len);
+  EXPECT_EQ(a.scheduler, b.scheduler);
+  EXPECT_EQ(a.reply_to, b.reply_to);
+}
+
+void expect_same(const worker_spec& a, const worker_spec& b) { expect_same(a.model, b.model); }
+
+void expect_same(const scheduler_spec& a, const scheduler_spec& b) {
+  expect_same(a.config, b.config);
+  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
+  EXPECT_EQ(a.worker, b.worker);
+  EXPECT_EQ(a.detokenizer, b.detokenizer);
+  EXPECT_EQ(a.reply_to, b.reply_to);
+}
+
+void expect_same(const detokenizer_spec& a, const detokenizer_spec& b) {
+  EXPECT_EQ(a.tokenizer_path, b.tokenizer_path);
+  EXPECT_EQ(a.reply_to, b.reply_to);
+}
+
 void expect_same(const token_batch& a, const token_batch& b) {
   expect_same_list(a.deltas, b.deltas);
   expect_same_list(a.timelines, b.timelines);
@@ -357,6 +470,8 @@ T round_trip(caf::actor_system& sys, const T& original) {
 TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
   caf::actor_system_config config;
   caf::actor_system sys{config};
+  auto idle = [](caf::event_based_actor*) -> caf::behavior { return {[](int32_t) {}}; };
+  handles = {sys.spawn(idle), sys.spawn(idle), sys.spawn(idle)};
   std::set<std::string> names;
   int num_types = 0;
   for_each_message_type([&](auto type, const char* name) {
@@ -374,7 +489,11 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 22);
+  EXPECT_EQ(num_types, 29);
+  for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
+    caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
+    *handle = nullptr;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,174 @@
+#include "node/remote_node.hpp"
+
+#include <csignal>
+#include <charconv>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/make_message.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "node/cluster_credentials.hpp"
+#include "node/stage_factories.hpp"
+#include "stages/message_inspect.hpp"
+#include "stages/message_types.hpp"
+
+namespace troupe {
+
+void parse_listen_address(const std::string& text, remote_node_options& options) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw std::invalid_argument("--listen '" + text + "': expected HOST:PORT, e.g. 127.0.0.1:4500");
+  }
+  const std::string port_text = text.substr(colon + 1);
+  unsigned port = 0;
+  const auto [end, problem] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || problem != std::errc() || end != port_text.data() + port_text.size() || port > 65535) {
+    throw std::invalid_argument("--listen '" + text + "': the port must be a number from 0 to 65535");
+  }
+  options.host = text.substr(0, colon);
+  options.port = static_cast<uint16_t>(port);
+}
+
+namespace {
+
+// The stages running here, as controllers spawned them; read by the agent's ping.
+class stage_registry {
+ public:
+  void add(const std::string& type, const caf::actor& stage) {
+    std::lock_guard lock(mutex_);
+    stages_.emplace_back(type, stage);
+  }
+  void remove(const caf::actor_addr& stage) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(stages_, [&](const auto& entry) { return entry.second.address() == stage; });
+  }
+  std::vector<std::string> types() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> out;
+    for (const auto& entry : stages_) out.push_back(entry.first);
+    return out;
+  }
+  std::vector<caf::actor> actors() const {
+    std::lock_guard lock(mutex_);
+    std::vector<caf::actor> out;
+    for (const auto& entry : stages_) out.push_back(entry.second);
+    return out;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::pair<std::string, caf::actor>> stages_;
+};
+
+class remote_node_config : public caf::actor_system_config {
+ public:
+  remote_node_config(const member_credentials& files, stage_registry* registry) {
+    load<caf::io::middleman>();
+    load<caf::openssl::manager>();
+    // As the colocated node: `sharing` is faster for small messages on few cores.
+    set("scheduler.policy", caf::atom("sharing"));
+    set("scheduler.max-threads", static_cast<size_t>(std::max(2u, std::thread::hardware_concurrency())));
+    set("logger.console", caf::atom("none"));
+    set("openssl.certificate", files.certificate.string());
+    set("openssl.key", files.private_key.string());
+    set("openssl.cafile", files.ca_certificate.string());
+    for_each_message_type([this](auto type, const char* name) {
+      add_message_type<typename decltype(type)::type>(name);
+    });
+    register_stage_types(*this, [registry](const std::string& type, const caf::actor& stage) {
+      spdlog::info("stage {} spawned by a controller", type);
+      registry->add(type, stage);
+      // The stage's end, whatever its reason (a failed load ends it with the file's name).
+      stage->attach_functor([registry, type, addr = stage.address()](const caf::error& reason) {
+        registry->remove(addr);
+        if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) {
+          spdlog::info("stage {} stopped", type);
+        } else {
+          spdlog::error("stage {} ended: {}", type, caf::to_string(reason));
+        }
+      });
+    });
+  }
+};
+
+// Answers pings with the node's name and its stages, and logs the first message of each peer:
+// CAF 0.17 tells no one of a connection (or a refused handshake) until a message arrives.
+caf::behavior node_agent(caf::event_based_actor* self, std::string name, const stage_registry* registry) {
+  auto peers = std::make_shared<std::set<std::string>>();
+  return {
+      [=](ping_atom) -> caf::message {
+        if (const auto& sender = self->current_sender()) {
+          const std::string peer = to_string(sender->node());
+          if (peers->insert(peer).second) spdlog::info("node {}: peer {} connected", name, peer);
+        }
+        return caf::make_message(name, registry->types());
+      },
+  };
+}
+
+}  // namespace
+
+struct remote_node::impl {
+  stage_registry registry;  // outlives the system: the stages' exit functors write to it
+  remote_node_config config;
+  caf::actor_system system;
+  caf::actor agent;
+  uint16_t port = 0;
+
+  impl(const member_credentials& files) : config(files, &registry), system(config) {}
+  ~impl() {
+    if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
+    for (const caf::actor& stage : registry.actors()) caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);
+  }
+};
+
+remote_node::remote_node(const remote_node_options& options) {
+  if (options.credentials_dir.empty()) {
+    throw std::runtime_error("--credentials is required: nodes authenticate with mutual TLS (troupe certs)");
+  }
+  if (options.name.empty()) throw std::runtime_error("--name is required: the member whose certificate the node uses");
+  if (options.host.empty()) throw std::runtime_error("--listen needs a host, e.g. 127.0.0.1:4500");
+  const member_credentials files = credentials_in(options.credentials_dir, options.name);
+  verify_member_credentials(files);
+  impl_ = std::make_unique<impl>(files);
+  impl_->agent = impl_->system.spawn(node_agent, options.name, &impl_->registry);
+  auto bound = caf::openssl::publish(impl_->agent, options.port, options.host.c_str());
+  if (!bound) {
+    throw std::runtime_error("node " + options.name + ": cannot listen on " + options.host + ":" +
+                             std::to_string(options.port) + ": " + impl_->system.render(bound.error()));
+  }
+  impl_->port = *bound;
+}
+
+remote_node::~remote_node() = default;
+
+uint16_t remote_node::port() const { return impl_->port; }
+
+std::vector<std::string> remote_node::running_stages() const { return impl_->registry.types(); }
+
+void run_node_until_signal(const remote_node_options& options) {
+  // Blocked before any thread starts, so that only sigwait below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  remote_node n(options);
+  spdlog::info("node {} listening on {}:{}", options.name, options.host, n.port());
+  int received = 0;
+  sigwait(&signals, &received);
+  spdlog::info("signal {}: node {} shutting down", received, options.name);
+}
+
+}  // namespace troupe

@@ -1,0 +1,69 @@
+#include "node/stage_factories.hpp"
+
+#include <caf/actor_factory.hpp>
+#include <caf/spawn_options.hpp>
+
+#include "stages/message_inspect.hpp"
+#include "stages/stage_actors.hpp"
+#include "stages/tokenize_stage.hpp"
+
+namespace troupe {
+
+namespace {
+
+// Wraps a factory so that `on_spawn` hears of every stage it makes.
+caf::actor_factory announced(std::string type, caf::actor_factory make, stage_spawned_fn on_spawn) {
+  return [type = std::move(type), make = std::move(make), on_spawn = std::move(on_spawn)](
+             caf::actor_config& cfg, caf::message& args) {
+    caf::actor_factory_result made = make(cfg, args);
+    if (on_spawn && made.first) on_spawn(type, caf::actor_cast<caf::actor>(made.first));
+    return made;
+  };
+}
+
+}  // namespace
+
+void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_spawn) {
+  config.add_actor_factory("tokenizer",
+                           announced("tokenizer", caf::make_actor_factory(tokenizer_actor_from_spec), on_spawn));
+  config.add_actor_factory("scheduler",
+                           announced("scheduler", caf::make_actor_factory(scheduler_actor_from_spec), on_spawn));
+  config.add_actor_factory(
+      "detokenizer", announced("detokenizer", caf::make_actor_factory(detokenizer_actor_from_spec), on_spawn));
+  // CAF's factories spawn on the shared scheduler; the worker loads a model and computes, so its
+  // factory marks it detached (its own thread), as the colocated node spawns it.
+  caf::actor_factory worker = caf::make_actor_factory(worker_actor_from_spec);
+  config.add_actor_factory("worker", announced("worker", [worker](caf::actor_config& cfg, caf::message& args) {
+    cfg.flags |= caf::abstract_actor::is_detached_flag;
+    return worker(cfg, args);
+  }, on_spawn));
+}
+
+std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count) {
+  spec.validate();
+  auto stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
+                                                      spec.vocab_size, spec.max_model_len);
+  std::vector<caf::actor> pool;
+  for (int i = 0; i < count; ++i) {
+    pool.push_back(system.spawn(tokenizer_actor, stage, spec.scheduler, spec.reply_to));
+  }
+  return pool;
+}
+
+spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec) {
+  std::shared_ptr<served_model> served = load_served_model(spec.model);
+  caf::actor actor = system.spawn<caf::detached>(worker_actor, served);
+  return {std::move(actor), std::move(served)};
+}
+
+caf::actor spawn_scheduler(caf::actor_system& system, const scheduler_spec& spec) {
+  spec.validate();
+  return system.spawn(scheduler_actor_from_spec, spec);
+}
+
+caf::actor spawn_detokenizer(caf::actor_system& system, const detokenizer_spec& spec) {
+  spec.validate();
+  return system.spawn(detokenizer_actor_from_spec, spec);
+}
+
+}  // namespace troupe

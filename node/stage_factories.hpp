@@ -1,0 +1,43 @@
+#pragma once
+// Starting stages from their specs (stages/stage_specs.hpp), the one way every node does it: the
+// colocated node spawns its own stages through these, and a node that serves a controller
+// registers the same stage actors by name for remote spawning (register_stage_types).
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "engine/served_model.hpp"
+#include "stages/stage_specs.hpp"
+
+namespace troupe {
+
+// Told of each stage spawned by name (a controller's remote_spawn): its type name and its actor.
+using stage_spawned_fn = std::function<void(const std::string& type, const caf::actor& stage)>;
+
+// The names a controller remote-spawns stages under, each taking its spec as the one argument:
+// "tokenizer" (tokenizer_spec), "scheduler" (scheduler_spec), "worker" (worker_spec, detached:
+// it computes, so it owns a thread) and "detokenizer" (detokenizer_spec).
+void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_spawn = {});
+
+// `count` tokenizer actors sharing one tokenizer, loaded here once. Throws naming the file.
+std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count);
+
+// The worker, detached, over the model the spec names, loaded here (once); the model comes back
+// too, for what the node derives from it (limits, EOS ids, the KV pool's size). Throws naming the
+// path or setting that is wrong.
+struct spawned_worker {
+  caf::actor actor;
+  std::shared_ptr<const served_model> served;
+};
+spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec);
+
+caf::actor spawn_scheduler(caf::actor_system& system, const scheduler_spec& spec);
+caf::actor spawn_detokenizer(caf::actor_system& system, const detokenizer_spec& spec);
+
+}  // namespace troupe

@@ -1,0 +1,76 @@
+#pragma once
+// What a node needs to start one stage, as plain data that travels in a message: a controller
+// remote-spawns a stage on another node from its spec (node/remote_node.hpp), and the colocated
+// node spawns its own stages from the same specs (stages/stage_factories.hpp). A spec names files
+// to load, never loaded objects, so the node that runs the stage loads only what the stage needs
+// (a tokenizer node maps no weights). Every actor a stage sends to travels inside the spec as a
+// caf::actor (CAF serializes a handle as its node and id, a proxy on the far side): no pointers.
+// Their CAF inspect overloads are in stages/message_inspect.hpp.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+
+#include "engine/engine_config.hpp"
+#include "engine/served_model.hpp"
+
+namespace troupe {
+
+// A tokenizer stage: prompts in (tokenize_request), checked prompt ids out to the scheduler.
+struct tokenizer_spec {
+  std::string tokenizer_path;  // a model path (HF directory, .gguf, config.json) or a tokenizer.json's folder
+  int vocab_size = 0;          // prompt ids must be below it: the model's, not the tokenizer's
+  int max_model_len = 0;       // prompts must leave room for at least one generated token
+  caf::actor scheduler;        // where checked requests go (schedule_request)
+  caf::actor reply_to;         // where refusals go (request_failed): the doors' actor
+
+  // Throws std::runtime_error naming the first field a stage could not start with.
+  void validate() const {
+    if (tokenizer_path.empty()) throw std::runtime_error("tokenizer_spec: tokenizer_path is empty");
+    if (vocab_size <= 0) throw std::runtime_error("tokenizer_spec: vocab_size must be positive, got " + std::to_string(vocab_size));
+    if (max_model_len <= 0) {
+      throw std::runtime_error("tokenizer_spec: max_model_len must be positive, got " + std::to_string(max_model_len));
+    }
+    if (!scheduler) throw std::runtime_error("tokenizer_spec: no scheduler to send requests to");
+    if (!reply_to) throw std::runtime_error("tokenizer_spec: no reply_to actor for refusals");
+  }
+};
+
+// A worker stage: loads the model the spec names on the node it runs on, runs step plans.
+struct worker_spec {
+  model_spec model;
+};
+
+// A scheduler stage: loads nothing; plans steps for `worker`, hands tokens to `detokenizer`.
+struct scheduler_spec {
+  engine_config config;  // block count and size must match the worker's KV pool
+  std::vector<int32_t> eos_token_ids;
+  caf::actor worker;
+  caf::actor detokenizer;
+  caf::actor reply_to;  // refusals and stats answers: the doors' actor
+
+  // Throws std::runtime_error naming the first field a stage could not start with.
+  void validate() const {
+    config.validate();
+    if (!worker) throw std::runtime_error("scheduler_spec: no worker to send step plans to");
+    if (!detokenizer) throw std::runtime_error("scheduler_spec: no detokenizer to send tokens to");
+    if (!reply_to) throw std::runtime_error("scheduler_spec: no reply_to actor for refusals and stats");
+  }
+};
+
+// A detokenizer stage: token deltas in, text deltas out to `reply_to`.
+struct detokenizer_spec {
+  std::string tokenizer_path;  // as in tokenizer_spec
+  caf::actor reply_to;         // text batches and failed requests: the doors' actor
+
+  // Throws std::runtime_error naming the first field a stage could not start with.
+  void validate() const {
+    if (tokenizer_path.empty()) throw std::runtime_error("detokenizer_spec: tokenizer_path is empty");
+    if (!reply_to) throw std::runtime_error("detokenizer_spec: no reply_to actor for text");
+  }
+};
+
+}  // namespace troupe
