@@ -66,6 +66,11 @@ size_t reply_router::fail_all(error_code code, const std::string& message) {
   return ids.size();
 }
 
+bool reply_router::refusing() const {
+  std::lock_guard lock(tracked_mutex_);
+  return failed_;
+}
+
 size_t reply_router::num_tracked() const {
   std::lock_guard lock(tracked_mutex_);
   return tracked_.size();

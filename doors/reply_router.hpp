@@ -46,6 +46,8 @@ class reply_router {
   // request from now on. Returns how many were ended.
   size_t fail_all(error_code code, const std::string& message);
   size_t num_tracked() const;
+  // True once fail_all has run: every request is refused from then on.
+  bool refusing() const;
 
  private:
   void count(const text_delta& d);

@@ -66,6 +66,16 @@ class actor_downstream : public door_downstream {
   reply_router* router = nullptr;
   std::mutex failure_mutex;
   std::string failure;  // what failed first, once a stage has
+
+  // A stage's watch runs on that stage's thread, possibly while the node is being torn down: it
+  // holds watch_mutex while it uses the router and the doors, and does nothing once the node
+  // has closed the watch (close_watch), which it does before it stops anything.
+  std::mutex watch_mutex;
+  bool watch_closed = false;  // guarded by watch_mutex
+  void close_watch() {
+    std::lock_guard lock(watch_mutex);
+    watch_closed = true;
+  }
 };
 
 // A stage that ends for any reason but the node's own shutdown has failed (an exception in a
@@ -76,6 +86,8 @@ void watch_stage(const std::string& stage, const caf::actor& actor, caf::actor_s
                  actor_downstream* downstream, reply_router* router) {
   actor->attach_functor([=](const caf::error& reason) {
     if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) return;
+    std::lock_guard watching(downstream->watch_mutex);
+    if (downstream->watch_closed) return;
     const std::string what = "the " + stage + " stage failed: " + system->render(reason);
     {
       std::lock_guard lock(downstream->failure_mutex);
@@ -105,6 +117,7 @@ struct node::impl {
   // stop, they end as at shutdown, where dropped handles would end them `unreachable`, which the
   // stage watch reports as failed stages. node::~node has stopped them already otherwise.
   ~impl() {
+    downstream.close_watch();
     for (auto& actor : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
 };
@@ -197,11 +210,14 @@ void node::fail_stage(const std::string& stage, const std::string& reason) {
 
 node::~node() {
   if (!impl_) return;
+  impl_->downstream.close_watch();  // waits for a watch that is failing requests right now
   if (impl_->web_door) impl_->web_door->stop();
   impl_->door->stop();
   for (auto& actor : impl_->actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   impl_->system.await_all_actors_done();
 }
+
+bool node::out_of_service() const { return impl_->router.refusing(); }
 
 std::string node::zmq_endpoint() const { return impl_->door->bound_endpoint(); }
 

@@ -25,6 +25,10 @@ class node {
   // Throws std::invalid_argument for an unknown stage name.
   void fail_stage(const std::string& stage, const std::string& reason);
 
+  // True once a stage has failed and the node refuses new requests (they get an `internal`
+  // error naming the stage); it stays so until the process restarts.
+  bool out_of_service() const;
+
   // The ZeroMQ endpoint the door bound (the port chosen, for `tcp://HOST:*`).
   std::string zmq_endpoint() const;
 

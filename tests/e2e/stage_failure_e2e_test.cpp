@@ -104,7 +104,11 @@ void expect_failure_reaches_every_request(const std::string& stage, const std::s
   // b, c and d cannot have run 400 tokens each before the drill: they waited behind a.
   EXPECT_GE(num_failed, 3);
 
-  // New work is refused with the reason, not accepted to hang.
+  // New work is refused with the reason, not accepted to hang. The node turns to refusing when
+  // its watch of the stage sees the exit, which may come after the in-flight requests already
+  // got their errors another way (a dead worker fails its step): wait for it, bounded.
+  for (int i = 0; i < 500 && !n.out_of_service(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(n.out_of_service()) << "the node did not notice the " << stage << " stage's failure within 5 s";
   c.send(long_request("e"));
   auto refused = receive_all(c, {"e"}, std::chrono::seconds(10));
   ASSERT_TRUE(refused["e"].error) << "a request sent after the failure got no error";
