@@ -399,7 +399,10 @@ void http_door::impl::install_routes() {
   });
   // Healthy when the scheduler answers, not merely when this thread does.
   server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (query_stats(2000ms)) {
+    const std::optional<stats_answer> stats = query_stats(2000ms);
+    if (stats && !stats->unavailable.empty()) {
+      respond(res, make_error(503, "server_error", stats->unavailable));
+    } else if (stats) {
       res.set_content("{\"status\":\"ok\"}", "application/json");
     } else {
       respond(res, make_error(503, "server_error", "the scheduler did not answer within 2 s"));
@@ -423,7 +426,7 @@ void http_door::impl::install_routes() {
     m.num_http_responses_4xx = num_responses_by_class[4] + reception->num_refused();
     m.num_http_responses_5xx = num_responses_by_class[5];
     m.num_http_streams_open = num_streams_open;
-    if (auto stats = query_stats(2000ms)) {
+    if (auto stats = query_stats(2000ms); stats && stats->unavailable.empty()) {
       m.scheduler = metrics_snapshot::scheduler_gauges{stats->num_free_blocks, stats->num_total_blocks,
                                                        stats->num_running, stats->num_waiting};
     }

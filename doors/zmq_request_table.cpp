@@ -146,6 +146,11 @@ zmq_request_table::outputs zmq_request_table::on_event(const door_event& event) 
   } else if (auto* stats = std::get_if<stats_answer>(&event)) {
     auto it = stats_waiters_.find(stats->tag);
     if (it == stats_waiters_.end()) return out;
+    if (!stats->unavailable.empty()) {
+      refuse(out, it->second.routing_id, std::move(it->second.id), error_code::internal, stats->unavailable);
+      stats_waiters_.erase(it);
+      return out;
+    }
     out.replies.push_back({std::move(it->second.routing_id),
                            stats_reply{std::move(it->second.id), stats->num_free_blocks, stats->num_total_blocks,
                                        stats->num_running, stats->num_waiting,

@@ -58,7 +58,14 @@ class actor_downstream : public door_downstream {
     return "the node is out of service: " + failure;
   }
   void abort(int64_t request_id) override { caf::anon_send(scheduler, abort_request_msg{request_id}); }
-  void query_stats(uint64_t tag) override { caf::anon_send(scheduler, stats_query{tag}); }
+  void query_stats(uint64_t tag) override {
+    // The scheduler may be the stage that failed: say so rather than leave the asker waiting.
+    if (router->refusing()) {
+      router->route(stats_answer{tag, 0, 0, 0, 0, out_of_service_message()});
+      return;
+    }
+    caf::anon_send(scheduler, stats_query{tag});
+  }
 
   std::vector<caf::actor> tokenizers;
   caf::actor scheduler;

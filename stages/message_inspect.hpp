@@ -149,7 +149,7 @@ typename Inspector::result_type inspect(Inspector& f, stats_query& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
   return f(caf::meta::type_name("stats_answer"), x.tag, x.num_free_blocks, x.num_total_blocks,
-           x.num_running, x.num_waiting);
+           x.num_running, x.num_waiting, x.unavailable);
 }
 
 template <class Inspector>

@@ -118,6 +118,9 @@ struct stats_answer {
   int32_t num_total_blocks = 0;
   int32_t num_running = 0;
   int32_t num_waiting = 0;
+  // Non-empty when the node cannot answer because a stage has failed (the reason, e.g. "the node
+  // is out of service: the scheduler stage failed: ..."); the counts are then meaningless.
+  std::string unavailable;
 };
 
 }  // namespace troupe

@@ -140,7 +140,7 @@ void scheduler_stage::plan_next(outputs& out) {
 
 stats_answer scheduler_stage::stats(uint64_t tag) const {
   return stats_answer{tag, scheduler_.num_free_blocks(), scheduler_.kv_cache().num_blocks(),
-                      scheduler_.num_running(), scheduler_.num_waiting()};
+                      scheduler_.num_running(), scheduler_.num_waiting(), {}};
 }
 
 }  // namespace troupe

@@ -84,7 +84,7 @@ TEST(reply_router, splits_a_batch_by_door_and_counts_finished_requests) {
   EXPECT_EQ(std::get<text_batch>(zmq.events[0]).deltas[0].text, "a");
   EXPECT_EQ(std::get<text_batch>(http.events[0]).deltas[0].text, "b");
   router.route(request_failed{zmq_id, error_code::internal, "x"});
-  router.route(stats_answer{admission.next_stats_tag(client_door::http), 1, 2, 3, 4});
+  router.route(stats_answer{admission.next_stats_tag(client_door::http), 1, 2, 3, 4, {}});
   EXPECT_EQ(zmq.events.size(), 2u);
   EXPECT_EQ(http.events.size(), 2u);
   EXPECT_EQ(router.counters().num_prompt_tokens.load(), 5u);

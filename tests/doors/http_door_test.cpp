@@ -40,7 +40,7 @@ class scripted_downstream : public door_downstream {
     std::lock_guard lock(mutex_);
     aborted_.push_back(request_id);
   }
-  void query_stats(uint64_t tag) override { door->post(stats_answer{tag, 90, 100, 1, 0}); }
+  void query_stats(uint64_t tag) override { door->post(stats_answer{tag, 90, 100, 1, 0, {}}); }
 
   std::vector<tokenize_request> submitted() {
     std::lock_guard lock(mutex_);

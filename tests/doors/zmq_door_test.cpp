@@ -29,7 +29,7 @@ class throwing_downstream : public door_downstream {
     throw std::runtime_error("downstream refused the request");
   }
   void abort(int64_t) override {}
-  void query_stats(uint64_t tag) override { door->post(stats_answer{tag, 7, 8, 0, 0}); }
+  void query_stats(uint64_t tag) override { door->post(stats_answer{tag, 7, 8, 0, 0, {}}); }
 };
 
 // The next reply on `socket`, or nullopt after `within`.

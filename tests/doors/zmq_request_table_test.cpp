@@ -201,7 +201,7 @@ TEST_F(zmq_request_table_test, stats_are_asked_of_the_stages_and_answered_to_the
   EXPECT_TRUE(out.replies.empty());
   EXPECT_EQ(table.num_stats_waiting(), 1u);
 
-  out = table.on_event(stats_answer{*out.stats_query, 90, 100, 1, 2});
+  out = table.on_event(stats_answer{*out.stats_query, 90, 100, 1, 2, {}});
   ASSERT_EQ(out.replies.size(), 1u);
   EXPECT_EQ(out.replies[0].routing_id, "peer-2");
   const auto* stats = std::get_if<stats_reply>(&out.replies[0].reply);
@@ -214,7 +214,20 @@ TEST_F(zmq_request_table_test, stats_are_asked_of_the_stages_and_answered_to_the
   EXPECT_EQ(stats->num_requests_in_flight, 1);
   EXPECT_EQ(table.num_stats_waiting(), 0u);
   // An answer nobody waits for (answered already, or never asked) sends nothing.
-  EXPECT_TRUE(table.on_event(stats_answer{12345, 0, 0, 0, 0}).replies.empty());
+  EXPECT_TRUE(table.on_event(stats_answer{12345, 0, 0, 0, 0, {}}).replies.empty());
+}
+
+TEST_F(zmq_request_table_test, a_node_that_cannot_answer_stats_says_why) {
+  auto out = table.on_request("peer-1", stats_request{"s1", ""}, 1);
+  ASSERT_TRUE(out.stats_query);
+  out = table.on_event(stats_answer{*out.stats_query, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"});
+  ASSERT_EQ(out.replies.size(), 1u);
+  const auto* error = std::get_if<error_reply>(&out.replies[0].reply);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->id, "s1");
+  EXPECT_EQ(error->code, error_code::internal);
+  EXPECT_NE(error->message.find("out of service"), std::string::npos) << error->message;
+  EXPECT_EQ(table.num_stats_waiting(), 0u);
 }
 
 TEST_F(zmq_request_table_test, stats_queries_left_waiting_are_bounded) {

@@ -116,6 +116,14 @@ void expect_failure_reaches_every_request(const std::string& stage, const std::s
   EXPECT_NE(refused["e"].error->message.find("out of service"), std::string::npos) << refused["e"].error->message;
   EXPECT_NE(refused["e"].error->message.find("the " + stage + " stage failed"), std::string::npos)
       << refused["e"].error->message;
+
+  // A stats request is answered with the reason too, not left to time out.
+  try {
+    c.stats();
+    ADD_FAILURE() << "stats answered as if the node served";
+  } catch (const client_error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of service"), std::string::npos) << e.what();
+  }
 }
 
 TEST(stage_failure_e2e, a_failed_scheduler_ends_every_request_with_an_error) {

@@ -171,7 +171,9 @@ std::vector<abort_request_msg> samples(of<abort_request_msg>) { return {{42}}; }
 std::vector<stop_request_msg> samples(of<stop_request_msg>) { return {{43}}; }
 std::vector<stage_failure_drill> samples(of<stage_failure_drill>) { return {{"drill"}}; }
 std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
-std::vector<stats_answer> samples(of<stats_answer>) { return {{77, 10, 64, 3, 4}}; }
+std::vector<stats_answer> samples(of<stats_answer>) {
+  return {{77, 10, 64, 3, 4, ""}, {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"}};
+}
 std::vector<request_failed> samples(of<request_failed>) { return {full_failure()}; }
 
 // The specs carry actor handles: three live actors of the test's own system, set by the test
@@ -440,6 +442,7 @@ void expect_same(const stats_answer& a, const stats_answer& b) {
   EXPECT_EQ(a.num_total_blocks, b.num_total_blocks);
   EXPECT_EQ(a.num_running, b.num_running);
   EXPECT_EQ(a.num_waiting, b.num_waiting);
+  EXPECT_EQ(a.unavailable, b.unavailable);
 }
 
 template <class T>
