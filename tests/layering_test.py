@@ -38,15 +38,15 @@ def read_layer_table(root):
 def closure(allowed):
     full = {}
     for folder in allowed:
-        seen, todo = set(), list(allowed[folder])
-        while todo:
-            dep = todo.pop()
+        seen, pending = set(), list(allowed[folder])
+        while pending:
+            dep = pending.pop()
             if dep in seen:
                 continue
             if dep not in allowed:
                 sys.exit(f'docs/architecture.md: layer {folder} depends on {dep}, which is not a row')
             seen.add(dep)
-            todo.extend(allowed[dep])
+            pending.extend(allowed[dep])
         if folder in seen:
             sys.exit(f'docs/architecture.md: layer {folder} depends on itself (a cycle)')
         full[folder] = seen

@@ -4,7 +4,6 @@
 // actors of its own. A member of another CA is refused and the node keeps serving.
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -26,6 +25,7 @@
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
 #include "tests/e2e/e2e_support.hpp"
+#include "tests/scratch_dir.hpp"
 
 namespace troupe::test {
 namespace {
@@ -34,22 +34,7 @@ namespace fs = std::filesystem;
 
 constexpr auto request_timeout = std::chrono::seconds(30);
 
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "troupe-remote-stage-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using troupe::testing::scratch_dir;
 
 // `troupe node --listen 127.0.0.1:0`, its log in `dir`; the port is read from the log. The child
 // is stopped (SIGTERM, then SIGKILL) when this object ends, also when an assertion fails.
@@ -136,7 +121,7 @@ class remote_stage_e2e : public ::testing::Test {
     node_.emplace(credentials, "node1", dir_.path());
   }
 
-  temp_dir dir_;
+  scratch_dir dir_;
   member_credentials controller_files_;
   std::optional<node_process> node_;
 };
@@ -273,7 +258,7 @@ TEST_F(remote_stage_e2e, a_stage_whose_spec_names_a_missing_file_ends_and_the_no
 }
 
 TEST_F(remote_stage_e2e, a_member_of_another_ca_is_refused_and_the_node_keeps_serving) {
-  temp_dir theirs;
+  scratch_dir theirs;
   const run_result made = run_troupe("certs --out " + shell_quote(theirs.path().string()) + " --name intruder");
   ASSERT_EQ(made.exit_code, 0) << made.err;
   member_credentials stranger = credentials_in(theirs.path(), "intruder");

@@ -1,8 +1,6 @@
 // The one setup of a served model that `troupe generate` and `troupe serve` share: what it loads
 // and the EOS ids it derives.
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 
@@ -10,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/served_model.hpp"
+#include "tests/scratch_dir.hpp"
 #include "tests/shared_models.hpp"
 
 namespace troupe {
@@ -24,23 +23,16 @@ const fs::path stories_hf = fs::path(TROUPE_SHARED_DIR) / "models" / "stories260
 class chat_like_model {
  public:
   chat_like_model() {
-    std::string pattern = (fs::temp_directory_path() / "troupe-served-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    dir_ = pattern;
     for (const auto& entry : fs::directory_iterator(stories_hf)) fs::copy(entry.path(), dir_ / entry.path().filename());
     nlohmann::json config = nlohmann::json::parse(std::ifstream(dir_ / "tokenizer_config.json"));
     config["eos_token"] = "<unk>";  // id 0; config.json says 2
     fs::remove(dir_ / "tokenizer_config.json");
     std::ofstream(dir_ / "tokenizer_config.json") << config.dump();
   }
-  ~chat_like_model() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path() const { return dir_.string(); }
+  std::string path() const { return dir_.path().string(); }
 
  private:
-  fs::path dir_;
+  testing::scratch_dir dir_;
 };
 
 TEST(served_model, eos_ids_are_the_models_and_then_the_tokenizers_each_once) {

@@ -8,29 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/scratch_dir.hpp"
+
 namespace troupe::testing {
 
 inline std::filesystem::path shared_model_dir() { return std::filesystem::path(TROUPE_SHARED_DIR) / "models/stories260K"; }
-
-// A fresh directory under the build tree, removed when the test ends.
-class scratch_dir {
- public:
-  scratch_dir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::path(TROUPE_BINARY_DIR) / "test_scratch" /
-            (std::string(info->test_suite_name()) + "." + info->name() + "." + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(path_);
-  }
-  ~scratch_dir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

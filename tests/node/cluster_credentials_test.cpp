@@ -2,7 +2,6 @@
 // CA did not issue, and mutual TLS through CAF's OpenSSL module with those very files.
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -15,28 +14,14 @@
 #include <gtest/gtest.h>
 
 #include "node/cluster_credentials.hpp"
+#include "tests/scratch_dir.hpp"
 
 namespace troupe {
 namespace {
 
 namespace fs = std::filesystem;
 
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "troupe-credentials-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using troupe::testing::scratch_dir;
 
 template <class F>
 std::string error_of(F&& f) {
@@ -49,7 +34,7 @@ std::string error_of(F&& f) {
 }
 
 TEST(cluster_credentials, a_member_issued_by_the_ca_is_accepted) {
-  temp_dir dir;
+  scratch_dir dir;
   make_cluster_ca(dir.path(), "test", 2);
   const member_credentials node = issue_member_certificate(dir.path(), "node1", 1);
   EXPECT_NO_THROW(verify_member_credentials(node));
@@ -64,7 +49,7 @@ TEST(cluster_credentials, a_member_issued_by_the_ca_is_accepted) {
 }
 
 TEST(cluster_credentials, a_certificate_from_another_ca_is_refused_by_name) {
-  temp_dir ours, theirs;
+  scratch_dir ours, theirs;
   make_cluster_ca(ours.path(), "ours", 2);
   make_cluster_ca(theirs.path(), "theirs", 2);
   member_credentials stranger = issue_member_certificate(theirs.path(), "node1", 1);
@@ -74,7 +59,7 @@ TEST(cluster_credentials, a_certificate_from_another_ca_is_refused_by_name) {
 }
 
 TEST(cluster_credentials, a_key_that_is_not_the_certificates_is_refused) {
-  temp_dir dir;
+  scratch_dir dir;
   make_cluster_ca(dir.path(), "test", 2);
   member_credentials a = issue_member_certificate(dir.path(), "a", 1);
   const member_credentials b = issue_member_certificate(dir.path(), "b", 1);
@@ -84,7 +69,7 @@ TEST(cluster_credentials, a_key_that_is_not_the_certificates_is_refused) {
 }
 
 TEST(cluster_credentials, nothing_is_overwritten_and_bad_names_are_refused) {
-  temp_dir dir;
+  scratch_dir dir;
   make_cluster_ca(dir.path(), "test", 2);
   EXPECT_NE(error_of([&] { make_cluster_ca(dir.path(), "test", 2); }).find("already holds a CA"), std::string::npos);
   issue_member_certificate(dir.path(), "node1", 1);
@@ -95,7 +80,7 @@ TEST(cluster_credentials, nothing_is_overwritten_and_bad_names_are_refused) {
   EXPECT_NE(error_of([&] { issue_member_certificate(dir.path(), "ca", 1); }).find("certificate authority"),
             std::string::npos);
   EXPECT_NE(error_of([&] { issue_member_certificate(dir.path(), "n", 0); }).find("1 to 36500 days"), std::string::npos);
-  temp_dir empty;
+  scratch_dir empty;
   EXPECT_NE(error_of([&] { issue_member_certificate(empty.path(), "n", 1); }).find("no CA key"), std::string::npos);
 }
 
@@ -117,7 +102,7 @@ caf::behavior echo(caf::event_based_actor*) {
 }
 
 TEST(cluster_credentials, caf_connects_members_of_one_ca_and_refuses_a_stranger) {
-  temp_dir ours, theirs;
+  scratch_dir ours, theirs;
   make_cluster_ca(ours.path(), "ours", 2);
   make_cluster_ca(theirs.path(), "theirs", 2);
   const member_credentials node = issue_member_certificate(ours.path(), "node", 1);

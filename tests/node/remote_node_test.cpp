@@ -3,13 +3,13 @@
 // tests/e2e/remote_stage_e2e_test.cpp.
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
 #include "node/cluster_credentials.hpp"
 #include "node/remote_node.hpp"
+#include "tests/scratch_dir.hpp"
 
 namespace troupe {
 namespace {
@@ -53,25 +53,10 @@ TEST(remote_node, does_not_start_without_credentials) {
             "--credentials is required: nodes authenticate with mutual TLS (troupe certs)");
 }
 
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "troupe-remote-node-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~temp_dir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using troupe::testing::scratch_dir;
 
 TEST(remote_node, checks_the_members_credentials_before_it_listens) {
-  temp_dir ours, theirs;
+  scratch_dir ours, theirs;
   make_cluster_ca(ours.path(), "ours", 2);
   make_cluster_ca(theirs.path(), "theirs", 2);
   issue_member_certificate(ours.path(), "node1", 1);
