@@ -1,5 +1,7 @@
 #include "node/topology.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -70,6 +72,19 @@ class table_reader {
     out = *value != "off";
   }
 
+  void read(const char* key, std::vector<std::string>& out) {
+    const toml::node* node = find(key);
+    if (!node) return;
+    const toml::array* items = node->as_array();
+    if (!items) bad(key, "an array of node names");
+    out.clear();
+    for (const toml::node& item : *items) {
+      auto value = item.value<std::string>();
+      if (!item.is_string() || !value) bad(key, "an array of node names");
+      out.push_back(*value);
+    }
+  }
+
   void finish() const {
     if (!table_) return;
     for (const auto& [key, value] : *table_) {
@@ -99,7 +114,34 @@ class table_reader {
   std::set<std::string> known_;
 };
 
+void parse_node_address(const std::string& text, node_address& out, const std::string& where) {
+  const size_t colon = text.rfind(':');
+  unsigned port = 0;
+  const std::string port_text = colon == std::string::npos ? "" : text.substr(colon + 1);
+  const auto [end, problem] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (colon == std::string::npos || colon == 0 || port_text.empty() || problem != std::errc() ||
+      end != port_text.data() + port_text.size() || port == 0 || port > 65535) {
+    throw std::runtime_error(where + ": address '" + text + "' must be HOST:PORT with PORT in 1..65535");
+  }
+  out.host = text.substr(0, colon);
+  out.port = static_cast<uint16_t>(port);
+}
+
 }  // namespace
+
+bool topology::colocated() const {
+  auto local = [&](const std::vector<std::string>& names) {
+    return std::all_of(names.begin(), names.end(), [&](const std::string& n) { return n == cluster.name; });
+  };
+  return local(placement.tokenizers) && local(placement.engines) && local(placement.detokenizers);
+}
+
+const node_address* topology::find_node(const std::string& name) const {
+  for (const node_address& n : nodes) {
+    if (n.name == name) return &n;
+  }
+  return nullptr;
+}
 
 void topology::validate() const {
   auto positive = [](int value, const char* name) {
@@ -113,6 +155,40 @@ void topology::validate() const {
   if (max_frame_bytes < 1024) throw std::runtime_error("max_frame_bytes must be at least 1024");
   if (listen_backlog < 1 || listen_backlog > 65535) {
     throw std::runtime_error("[frontend] listen_backlog must be in 1..65535, got " + std::to_string(listen_backlog));
+  }
+  if (cluster.name.empty()) throw std::runtime_error("[cluster] name is empty");
+  std::set<std::string> node_names;
+  for (const node_address& n : nodes) {
+    if (n.name.empty()) throw std::runtime_error("[[nodes]]: a node without a name");
+    if (n.name == cluster.name) throw std::runtime_error("[[nodes]] '" + n.name + "': the controller's own name");
+    if (!node_names.insert(n.name).second) throw std::runtime_error("[[nodes]] '" + n.name + "' is listed twice");
+  }
+  auto check_placement = [&](const std::vector<std::string>& names, const char* key) {
+    if (names.empty()) throw std::runtime_error(std::string("[placement] ") + key + " places no instance");
+    for (const std::string& name : names) {
+      if (name != cluster.name && !node_names.count(name)) {
+        throw std::runtime_error(std::string("[placement] ") + key + ": '" + name + "' is neither a [[nodes]] name nor the controller ('" +
+                                 cluster.name + "')");
+      }
+    }
+  };
+  check_placement(placement.tokenizers, "tokenizers");
+  check_placement(placement.engines, "engines");
+  check_placement(placement.detokenizers, "detokenizers");
+  auto at_least = [](int value, int least, const char* name) {
+    if (value < least) {
+      throw std::runtime_error(std::string("[cluster] ") + name + " must be at least " + std::to_string(least) + ", got " +
+                               std::to_string(value));
+    }
+  };
+  at_least(cluster.connect_timeout_ms, 100, "connect_timeout_ms");
+  at_least(cluster.request_timeout_ms, 100, "request_timeout_ms");
+  at_least(cluster.heartbeat_interval_ms, 10, "heartbeat_interval_ms");
+  at_least(cluster.connection_timeout_ms, 2 * cluster.heartbeat_interval_ms, "connection_timeout_ms (twice the heartbeat)");
+  at_least(cluster.reconnect_interval_ms, 10, "reconnect_interval_ms");
+  if ((!colocated() || !cluster.admin_listen.empty()) && cluster.credentials.empty()) {
+    throw std::runtime_error("[cluster] credentials is required when stages run on other nodes or an admin door is open "
+                             "(make them with `troupe certs`)");
   }
   if (http_enabled) {
     if (http_host.empty()) throw std::runtime_error("[http] host is empty");
@@ -141,12 +217,14 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
     message << source << ": " << e.description() << " at line " << e.source().begin.line;
     throw std::runtime_error(message.str());
   }
-  static const std::set<std::string> sections = {"model", "node", "frontend", "http", "tokenizer", "scheduler"};
+  static const std::set<std::string> sections = {"model",     "node",      "frontend", "http",
+                                                  "tokenizer", "scheduler", "cluster",  "placement"};
   for (const auto& [key, value] : root) {
-    if (!sections.count(std::string(key.str())) || !value.is_table()) {
+    const bool node_list = key.str() == "nodes" && value.is_array_of_tables();
+    if (!node_list && (!sections.count(std::string(key.str())) || !value.is_table())) {
       throw std::runtime_error(source + ": unknown section or top-level key '" +
                                std::string(key.str()) + "' (expected [model], [node], [frontend], "
-                               "[http], [tokenizer], [scheduler])");
+                               "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [placement])");
     }
   }
   topology t;
@@ -190,6 +268,38 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   scheduler.read("max_model_len", t.model.max_model_len);
   scheduler.read_switch("async_scheduling", t.async_scheduling);
   scheduler.finish();
+  table_reader cluster(root["cluster"].as_table(), "cluster", source);
+  std::string credentials;
+  cluster.read("credentials", credentials);
+  t.cluster.credentials = credentials;
+  cluster.read("name", t.cluster.name);
+  cluster.read("connect_timeout_ms", t.cluster.connect_timeout_ms);
+  cluster.read("request_timeout_ms", t.cluster.request_timeout_ms);
+  cluster.read("heartbeat_interval_ms", t.cluster.heartbeat_interval_ms);
+  cluster.read("connection_timeout_ms", t.cluster.connection_timeout_ms);
+  cluster.read("reconnect_interval_ms", t.cluster.reconnect_interval_ms);
+  cluster.read("admin_listen", t.cluster.admin_listen);
+  cluster.finish();
+  // The placement's default names the controller, whatever [cluster] calls it.
+  t.placement = stage_placement{{t.cluster.name}, {t.cluster.name}, {t.cluster.name}};
+  if (const toml::array* nodes = root["nodes"].as_array()) {
+    for (const toml::node& entry : *nodes) {
+      table_reader node_entry(entry.as_table(), "[nodes]", source);
+      node_address address;
+      std::string where;
+      node_entry.read("name", address.name);
+      node_entry.read("address", where);
+      node_entry.finish();
+      if (address.name.empty()) throw std::runtime_error(source + ": a [[nodes]] entry has no name");
+      parse_node_address(where, address, source + ": [[nodes]] '" + address.name + "'");
+      t.nodes.push_back(std::move(address));
+    }
+  }
+  table_reader placement(root["placement"].as_table(), "placement", source);
+  placement.read("tokenizers", t.placement.tokenizers);
+  placement.read("engines", t.placement.engines);
+  placement.read("detokenizers", t.placement.detokenizers);
+  placement.finish();
   t.validate();
   return t;
 }

@@ -3,13 +3,43 @@
 // Every setting is parsed and checked here, where it is read: enums, not strings, go on.
 // Read from a TOML file (config/colocated.toml), then overridden by command-line flags.
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/served_model.hpp"
 
 namespace troupe {
+
+// A `troupe node` the topology places stages on ([[nodes]]).
+struct node_address {
+  std::string name;  // its member name in the cluster's credentials (NAME.crt), unique
+  std::string host;  // where it listens: `troupe launch` starts it there, the controller connects
+  uint16_t port = 0;
+};
+
+// [cluster]: how the controller reaches its nodes. Only read when a stage is placed off the
+// controller (or an admin door is asked for): a colocated topology needs no credentials.
+struct cluster_settings {
+  std::filesystem::path credentials;  // from `troupe certs`: ca.crt, NAME.crt, NAME.key
+  std::string name = "controller";    // the controller's member name; also its name in placements
+  int connect_timeout_ms = 10000;     // connecting to a node and spawning a stage there
+  int request_timeout_ms = 30000;     // any other request that crosses nodes (stats, pings)
+  int heartbeat_interval_ms = 500;    // CAF middleman heartbeats on every node connection
+  int connection_timeout_ms = 3000;   // a connection silent this long is dead (a cut network)
+  int reconnect_interval_ms = 500;    // a lost engine's node is tried again this often
+  std::string admin_listen;           // HOST:PORT for `troupe scale`; empty: no admin door
+};
+
+// [placement]: which node runs each stage. Every entry names a [[nodes]] entry or the
+// controller (cluster.name); an entry more is an instance more.
+struct stage_placement {
+  std::vector<std::string> tokenizers{"controller"};    // a pool of [tokenizer] pool_size each
+  std::vector<std::string> engines{"controller"};       // a scheduler and its worker each
+  std::vector<std::string> detokenizers{"controller"};  // requests spread by id
+};
 
 struct topology {
   // [model] path, load_format; [node] device, threads, gpu_memory_utilization, dtype, nano_batches;
@@ -40,6 +70,15 @@ struct topology {
   // Read from true | false | "on" | "off" | "auto"; auto is on for both backends (measured in
   // docs/benchmarks.md: on the CPU too it halves the runtime's cost per step).
   bool async_scheduling = true;
+  // [cluster], [[nodes]], [placement]: where the stages run (all on the controller by default).
+  cluster_settings cluster;
+  std::vector<node_address> nodes;
+  stage_placement placement;
+
+  // True when every stage runs in the controller's process.
+  bool colocated() const;
+  // The [[nodes]] entry named `name`, or null (the controller, or no such node).
+  const node_address* find_node(const std::string& name) const;
 
   // Throws std::runtime_error naming the bad setting.
   void validate() const;

@@ -159,3 +159,68 @@ TEST(topology_http, errors_name_the_setting) {
 
 }  // namespace
 }  // namespace troupe
+
+// [cluster], [[nodes]] and [placement]: where the stages run.
+namespace troupe {
+namespace {
+
+TEST(topology_placement, the_colocated_file_places_everything_on_the_controller) {
+  auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
+  EXPECT_TRUE(t.colocated());
+  EXPECT_TRUE(t.nodes.empty());
+  EXPECT_EQ(t.placement.engines, std::vector<std::string>{"controller"});
+}
+
+TEST(topology_placement, replicas_2_places_an_engine_on_each_of_two_nodes) {
+  auto t = load_topology(TROUPE_SOURCE_DIR "/config/replicas-2.toml");
+  EXPECT_FALSE(t.colocated());
+  ASSERT_EQ(t.nodes.size(), 2u);
+  EXPECT_EQ(t.nodes[0].name, "engine-a");
+  EXPECT_EQ(t.nodes[0].host, "127.0.0.1");
+  EXPECT_EQ(t.nodes[0].port, 4611);
+  EXPECT_EQ(t.placement.engines, (std::vector<std::string>{"engine-a", "engine-b"}));
+  EXPECT_EQ(t.placement.tokenizers, std::vector<std::string>{"controller"});
+  EXPECT_EQ(t.cluster.credentials, "certs");
+  EXPECT_EQ(t.cluster.admin_listen, "127.0.0.1:4600");
+  ASSERT_NE(t.find_node("engine-b"), nullptr);
+  EXPECT_EQ(t.find_node("controller"), nullptr);
+}
+
+TEST(topology_placement, split_stages_gives_each_stage_its_own_node) {
+  auto t = load_topology(TROUPE_SOURCE_DIR "/config/split-stages.toml");
+  ASSERT_EQ(t.nodes.size(), 3u);
+  EXPECT_EQ(t.placement.tokenizers, std::vector<std::string>{"tokenizers"});
+  EXPECT_EQ(t.placement.engines, std::vector<std::string>{"engine"});
+  EXPECT_EQ(t.placement.detokenizers, std::vector<std::string>{"detokenizer"});
+}
+
+std::string parse_error(const std::string& text) {
+  try {
+    parse_topology(text, "t.toml");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(topology_placement, errors_name_the_node_or_setting) {
+  const std::string cluster = "[cluster]\ncredentials = \"certs\"\n";
+  EXPECT_NE(parse_error("[placement]\nengines = [\"nowhere\"]\n[cluster]\ncredentials=\"c\"\n").find("'nowhere' is neither"),
+            std::string::npos);
+  EXPECT_NE(parse_error("[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1\"\n").find("must be HOST:PORT"), std::string::npos);
+  EXPECT_NE(parse_error("[[nodes]]\nname = \"a\"\naddress = \"h:1\"\n[[nodes]]\nname = \"a\"\naddress = \"h:2\"\n")
+                .find("listed twice"),
+            std::string::npos);
+  EXPECT_NE(parse_error("[[nodes]]\nname = \"a\"\naddress = \"h:1\"\n[placement]\nengines = [\"a\"]\n")
+                .find("credentials is required"),
+            std::string::npos);
+  EXPECT_NE(parse_error(cluster + "[placement]\nengines = []\n").find("places no instance"), std::string::npos);
+  EXPECT_NE(parse_error(cluster + "heartbeat_interval_ms = 1000\nconnection_timeout_ms = 1500\n")
+                .find("connection_timeout_ms"),
+            std::string::npos);
+  EXPECT_NE(parse_error("[[nodes]]\nname = \"a\"\naddress = \"h:1\"\nport = 3\n").find("unknown key 'port'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe
