@@ -285,7 +285,8 @@ int main(int argc, char** argv) try {
       auto sink = system.spawn(sink_actor, num_seqs, done);
       auto detokenizer = system.spawn(troupe::detokenizer_actor,
                                       std::make_shared<troupe::detokenize_stage>(*served->tok), sink);
-      auto scheduler = system.spawn(troupe::scheduler_actor, config, std::vector<int32_t>{}, worker, detokenizer, sink);
+      // No router: one instance, token batches straight to the detokenizer (nothing is refused here).
+      auto scheduler = system.spawn(troupe::scheduler_actor, config, std::vector<int32_t>{}, worker, detokenizer);
       timing->take_records();
       for (int s = 0; s < num_seqs; ++s) {
         troupe::schedule_request r;

@@ -1,6 +1,7 @@
 #pragma once
-// A node: one process, one CAF actor system, the stages a topology places on it. Colocated, that
-// is every stage: frontend, tokenizer pool, scheduler, worker and detokenizer.
+// A node that serves clients: one process, one CAF actor system, the doors and the router, and
+// the controller of every other stage the topology places: on itself when colocated (every
+// stage), on `troupe node` processes otherwise (node/remote_node.hpp), reached over mutual TLS.
 
 #include <memory>
 #include <string>
@@ -33,6 +34,7 @@ class node {
   std::string zmq_endpoint() const;
 
  private:
+  topology topology_;  // the placer and the doors read it for the node's whole life
   struct impl;
   std::unique_ptr<impl> impl_;
 };

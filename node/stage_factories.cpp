@@ -45,7 +45,7 @@ std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokeni
                                                       spec.vocab_size, spec.max_model_len);
   std::vector<caf::actor> pool;
   for (int i = 0; i < count; ++i) {
-    pool.push_back(system.spawn(tokenizer_actor, stage, spec.scheduler, spec.reply_to));
+    pool.push_back(system.spawn(tokenizer_actor, stage, spec.router, spec.reply_to));
   }
   return pool;
 }

@@ -97,7 +97,7 @@ typename Inspector::result_type inspect(Inspector& f, tokenize_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
   return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling,
-           x.priority, x.arrival, x.tokenized);
+           x.priority, x.arrival, x.tokenized, x.resumed_output_ids);
 }
 
 template <class Inspector>
@@ -112,8 +112,14 @@ typename Inspector::result_type inspect(Inspector& f, request_timeline& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_load& x) {
+  return f(caf::meta::type_name("engine_load"), x.num_free_blocks, x.num_total_blocks, x.num_running,
+           x.num_waiting);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_batch& x) {
-  return f(caf::meta::type_name("token_batch"), x.deltas, x.timelines, x.failures);
+  return f(caf::meta::type_name("token_batch"), x.deltas, x.timelines, x.failures, x.load);
 }
 
 template <class Inspector>
@@ -182,7 +188,7 @@ typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tokenizer_spec& x) {
   return f(caf::meta::type_name("tokenizer_spec"), x.tokenizer_path, x.vocab_size, x.max_model_len,
-           x.scheduler, x.reply_to);
+           x.router, x.reply_to);
 }
 
 template <class Inspector>
@@ -191,9 +197,13 @@ typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_description& x) {
+  return f(caf::meta::type_name("worker_description"), x.config, x.eos_token_ids, x.summary);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_spec& x) {
-  return f(caf::meta::type_name("scheduler_spec"), x.config, x.eos_token_ids, x.worker, x.detokenizer,
-           x.reply_to);
+  return f(caf::meta::type_name("scheduler_spec"), x.config, x.eos_token_ids, x.worker, x.router);
 }
 
 template <class Inspector>

@@ -28,6 +28,7 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<schedule_request>{}, "schedule_request");
   f(std::type_identity<step_done>{}, "step_done");
   f(std::type_identity<request_timeline>{}, "request_timeline");
+  f(std::type_identity<engine_load>{}, "engine_load");
   f(std::type_identity<token_batch>{}, "token_batch");
   f(std::type_identity<text_delta>{}, "text_delta");
   f(std::type_identity<text_batch>{}, "text_batch");
@@ -43,6 +44,7 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<engine_config>{}, "engine_config");
   f(std::type_identity<tokenizer_spec>{}, "tokenizer_spec");
   f(std::type_identity<worker_spec>{}, "worker_spec");
+  f(std::type_identity<worker_description>{}, "worker_description");
   f(std::type_identity<scheduler_spec>{}, "scheduler_spec");
   f(std::type_identity<detokenizer_spec>{}, "detokenizer_spec");
 }

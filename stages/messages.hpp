@@ -43,6 +43,9 @@ struct schedule_request {
   int32_t priority = 0;
   timestamp_ns arrival = 0;
   timestamp_ns tokenized = 0;
+  // Tokens this request already generated on an instance that was lost (and the client already
+  // has): the re-run continues after them. Empty for a fresh request.
+  std::vector<int32_t> resumed_output_ids;
 };
 
 // The worker's answer to a step_plan; `error` non-empty when the step failed.
@@ -70,6 +73,14 @@ struct request_failed {
   std::string message;
 };
 
+// An engine instance's occupancy when its scheduler sent a token batch, for the router.
+struct engine_load {
+  int32_t num_free_blocks = 0;
+  int32_t num_total_blocks = 0;  // 0: no report yet
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+};
+
 // One step's deltas, for the detokenizer. timelines[i] is set for finished deltas[i]. A request
 // the step ended in error has no final delta: it comes in `failures`, after the deltas, so the
 // detokenizer drops its state before it tells the frontend.
@@ -77,6 +88,7 @@ struct token_batch {
   std::vector<token_delta> deltas;
   std::vector<request_timeline> timelines;  // [deltas.size()]
   std::vector<request_failed> failures;
+  engine_load load;  // the sending instance's, after the step (the router reads it)
 
   bool empty() const { return deltas.empty() && failures.empty(); }
 };

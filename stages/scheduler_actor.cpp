@@ -7,8 +7,7 @@
 namespace troupe {
 
 caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
-                              std::vector<int32_t> eos_token_ids, caf::actor worker,
-                              caf::actor detokenizer, caf::actor frontend) {
+                              std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router) {
   keep_exception_in_exit_reason(self);
   auto stage = std::make_shared<scheduler_stage>(config, std::move(eos_token_ids));
   // Delivers a stage call's outputs: the next plan first, so the worker starts computing while
@@ -27,15 +26,18 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
             (*deliver)(stage->step_finished(failed));
           });
     }
-    if (!out.tokens.empty()) self->send(detokenizer, std::move(out.tokens));
-    for (auto& refusal : out.refusals) self->send(frontend, std::move(refusal));
+    if (!out.tokens.empty()) {
+      out.tokens.load = stage->load();
+      self->send(router, std::move(out.tokens));
+    }
+    for (auto& refusal : out.refusals) self->send(router, std::move(refusal));
   };
   self->attach_functor([deliver] { *deliver = nullptr; });  // breaks the self-reference cycle
   return {
       [=](schedule_request& request) { (*deliver)(stage->add(std::move(request))); },
       [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id)); },
       [=](stop_request_msg& stop) { (*deliver)(stage->stop(stop.request_id)); },
-      [=](stats_query& query) { self->send(frontend, stage->stats(query.tag)); },
+      [=](stats_query& query) -> stats_answer { return stage->stats(query.tag); },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
 }
@@ -44,7 +46,7 @@ caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_
   keep_exception_in_exit_reason(self);
   spec.validate();
   return scheduler_actor(self, spec.config, std::move(spec.eos_token_ids), std::move(spec.worker),
-                         std::move(spec.detokenizer), std::move(spec.reply_to));
+                         std::move(spec.router));
 }
 
 }  // namespace troupe

@@ -144,3 +144,12 @@ stats_answer scheduler_stage::stats(uint64_t tag) const {
 }
 
 }  // namespace troupe
+
+namespace troupe {
+
+engine_load scheduler_stage::load() const {
+  return engine_load{scheduler_.num_free_blocks(), scheduler_.kv_cache().num_blocks(), scheduler_.num_running(),
+                     scheduler_.num_waiting()};
+}
+
+}  // namespace troupe

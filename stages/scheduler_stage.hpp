@@ -35,6 +35,7 @@ class scheduler_stage {
   outputs stop(int64_t request_id);
   outputs step_finished(const step_done& done);
   stats_answer stats(uint64_t tag) const;
+  engine_load load() const;
 
   bool step_in_flight() const { return !in_flight_.empty(); }
   int num_steps_in_flight() const { return static_cast<int>(in_flight_.size()); }

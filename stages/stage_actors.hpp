@@ -3,9 +3,12 @@
 // is made, messages go out. Included only by the actor files and the node (it pulls in CAF).
 //
 //   stage        | receives                                         | sends
-//   tokenizer    | tokenize_request                                 | schedule_request / request_failed
-//   scheduler    | schedule_request, abort_request_msg, stats_query | step_plan, token_batch, request_failed, stats_answer
-//                | stop_request_msg                                 |
+//   tokenizer    | tokenize_request                                 | schedule_request (router) / request_failed
+//   router       | schedule_request, token_batch, request_failed,   | schedule_request, abort, stop (schedulers),
+//                | abort_request_msg, stop_request_msg, stats_query | token_batch (detokenizers), request_failed,
+//                | engine_joined / drain / list (the controller)    | stats_answer (frontend)
+//   scheduler    | schedule_request, abort_request_msg, stats_query | step_plan, token_batch, request_failed (router),
+//                | stop_request_msg                                 | stats_answer (the response)
 //   worker       | step_plan                                        | step_done (the response)
 //   detokenizer  | token_batch                                      | text_batch, request_failed,
 //                |                                                  | stop_request_msg (to the batch's sender)
@@ -18,13 +21,18 @@
 #include <string>
 #include <vector>
 
+#include <chrono>
+#include <functional>
+
 #include <caf/actor.hpp>
+#include <caf/atom.hpp>
 #include <caf/behavior.hpp>
 #include <caf/error.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/sec.hpp>
 
 #include "engine/engine_config.hpp"
+#include "stages/engine_router.hpp"
 #include "stages/stage_specs.hpp"
 
 namespace troupe {
@@ -56,15 +64,36 @@ struct served_model;
 // `frontend` below is the doors' actor (doors/door_actor.hpp): replies go there.
 
 caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<const tokenize_stage> stage,
-                              caf::actor scheduler, caf::actor frontend);
+                              caf::actor router, caf::actor frontend);
 
 // Owns the engine's scheduler; keeps one step in flight (two with async_scheduling) and plans
-// the next one as soon as a result arrives. Never blocks.
+// the next one as soon as a result arrives. Never blocks. Token batches (with the instance's
+// load) and refusals go to `router`; a stats_query is answered as the response.
 caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
-                              std::vector<int32_t> eos_token_ids, caf::actor worker,
-                              caf::actor detokenizer, caf::actor frontend);
+                              std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router);
+
+// The router (stages/engine_router.hpp), always on the controller: it is local, so its spec may
+// hold a callback. The controller adds engine instances with
+// (engine_joined_atom, scheduler, worker, node name) → engine_instance_id, drains one with
+// (drain_engine_atom, id) → bool and lists them with (list_engines_atom) → lines of text.
+using engine_joined_atom = caf::atom_constant<caf::atom("engjoin")>;
+using drain_engine_atom = caf::atom_constant<caf::atom("engdrain")>;
+using list_engines_atom = caf::atom_constant<caf::atom("englist")>;
+
+struct router_spec {
+  int block_size = 16;                   // the engines' KV block size
+  std::vector<caf::actor> detokenizers;  // a request's deltas go to detokenizers[id % size]
+  caf::actor reply_to;                   // requests that no instance can take; stats answers
+  std::chrono::milliseconds request_timeout{30000};  // a stats query to an instance
+  // Called when an instance is lost (not drained), after its requests were re-run elsewhere:
+  // the controller places a new one when it can.
+  std::function<void(engine_instance_id, const std::string& node)> on_engine_lost;
+};
+caf::behavior router_actor(caf::event_based_actor* self, router_spec spec);
 
 // Owns the model and its runner; spawned detached (it computes, so it gets its own thread).
+// Answers (describe_atom) with its worker_description.
+using describe_atom = caf::atom_constant<caf::atom("describe")>;
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served);
 
 caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,

@@ -24,7 +24,7 @@ struct tokenizer_spec {
   std::string tokenizer_path;  // a model path (HF directory, .gguf, config.json) or a tokenizer.json's folder
   int vocab_size = 0;          // prompt ids must be below it: the model's, not the tokenizer's
   int max_model_len = 0;       // prompts must leave room for at least one generated token
-  caf::actor scheduler;        // where checked requests go (schedule_request)
+  caf::actor router;           // where checked requests go (schedule_request): the controller's router
   caf::actor reply_to;         // where refusals go (request_failed): the doors' actor
 
   // Throws std::runtime_error naming the first field a stage could not start with.
@@ -34,7 +34,7 @@ struct tokenizer_spec {
     if (max_model_len <= 0) {
       throw std::runtime_error("tokenizer_spec: max_model_len must be positive, got " + std::to_string(max_model_len));
     }
-    if (!scheduler) throw std::runtime_error("tokenizer_spec: no scheduler to send requests to");
+    if (!router) throw std::runtime_error("tokenizer_spec: no router to send requests to");
     if (!reply_to) throw std::runtime_error("tokenizer_spec: no reply_to actor for refusals");
   }
 };
@@ -44,20 +44,28 @@ struct worker_spec {
   model_spec model;
 };
 
-// A scheduler stage: loads nothing; plans steps for `worker`, hands tokens to `detokenizer`.
+// What a worker tells the controller about the model it loaded, on a describe request: the
+// scheduler of its instance must plan for exactly its KV pool, and the doors check prompts
+// against its limits.
+struct worker_description {
+  engine_config config;  // block_size, num_kv_blocks, max_model_len, vocab_size of the loaded model
+  std::vector<int32_t> eos_token_ids;
+  std::string summary;   // describe(served_model), for the controller's log
+};
+
+// A scheduler stage: loads nothing; plans steps for `worker`, hands tokens and refusals to the
+// controller's router. With the worker it makes one engine instance.
 struct scheduler_spec {
-  engine_config config;  // block count and size must match the worker's KV pool
+  engine_config config;  // block count and size must match the worker's KV pool (its description)
   std::vector<int32_t> eos_token_ids;
   caf::actor worker;
-  caf::actor detokenizer;
-  caf::actor reply_to;  // refusals and stats answers: the doors' actor
+  caf::actor router;
 
   // Throws std::runtime_error naming the first field a stage could not start with.
   void validate() const {
     config.validate();
     if (!worker) throw std::runtime_error("scheduler_spec: no worker to send step plans to");
-    if (!detokenizer) throw std::runtime_error("scheduler_spec: no detokenizer to send tokens to");
-    if (!reply_to) throw std::runtime_error("scheduler_spec: no reply_to actor for refusals and stats");
+    if (!router) throw std::runtime_error("scheduler_spec: no router to send tokens to");
   }
 };
 

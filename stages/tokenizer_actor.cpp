@@ -6,13 +6,13 @@
 namespace troupe {
 
 caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<const tokenize_stage> stage,
-                              caf::actor scheduler, caf::actor frontend) {
+                              caf::actor router, caf::actor frontend) {
   keep_exception_in_exit_reason(self);
   return {
       [=](tokenize_request& request) {
         auto result = stage->run(std::move(request));
         if (auto* ready = std::get_if<schedule_request>(&result)) {
-          self->send(scheduler, std::move(*ready));
+          self->send(router, std::move(*ready));
         } else {
           self->send(frontend, std::move(std::get<request_failed>(result)));
         }
@@ -26,7 +26,7 @@ caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_
   spec.validate();
   auto stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
                                                       spec.vocab_size, spec.max_model_len);
-  return tokenizer_actor(self, std::move(stage), std::move(spec.scheduler), std::move(spec.reply_to));
+  return tokenizer_actor(self, std::move(stage), std::move(spec.router), std::move(spec.reply_to));
 }
 
 }  // namespace troupe

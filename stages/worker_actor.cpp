@@ -24,6 +24,9 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
         done.end = steady_now_ns();
         return done;
       },
+      [served](describe_atom) {
+        return worker_description{served->base_engine_config(), served->eos_token_ids, describe(*served)};
+      },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
 }

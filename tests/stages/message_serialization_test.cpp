@@ -140,6 +140,7 @@ std::vector<schedule_request> samples(of<schedule_request>) {
   r.priority = 5;
   r.arrival = 1000;
   r.tokenized = 2000;
+  r.resumed_output_ids = {7, 8};
   return {r};
 }
 
@@ -157,8 +158,12 @@ std::vector<request_timeline> samples(of<request_timeline>) { return {full_timel
 
 request_failed full_failure() { return {42, error_code::overloaded, "the waiting queue is full"}; }
 
+engine_load full_load() { return {10, 64, 3, 4}; }
+std::vector<engine_load> samples(of<engine_load>) { return {full_load()}; }
+
 std::vector<token_batch> samples(of<token_batch>) {
   token_batch b;
+  b.load = full_load();
   b.deltas = samples(of<token_delta>{});
   b.timelines = {full_timeline(), request_timeline{}};
   b.failures = {full_failure()};
@@ -227,8 +232,11 @@ std::vector<tokenizer_spec> samples(of<tokenizer_spec>) {
   return {{"/models/stories260K/hf", 512, 300, handles.first, handles.second}};
 }
 std::vector<worker_spec> samples(of<worker_spec>) { return {{full_model_spec()}}; }
+std::vector<worker_description> samples(of<worker_description>) {
+  return {{full_engine_config(), {2, 7}, "stories260K: 5 layers"}};
+}
 std::vector<scheduler_spec> samples(of<scheduler_spec>) {
-  return {{full_engine_config(), {2, 7}, handles.first, handles.second, handles.third}};
+  return {{full_engine_config(), {2, 7}, handles.first, handles.second}};
 }
 std::vector<detokenizer_spec> samples(of<detokenizer_spec>) { return {{"/models/stories260K/hf", handles.third}}; }
 
@@ -338,6 +346,14 @@ void expect_same(const schedule_request& a, const schedule_request& b) {
   EXPECT_EQ(a.priority, b.priority);
   EXPECT_EQ(a.arrival, b.arrival);
   EXPECT_EQ(a.tokenized, b.tokenized);
+  EXPECT_EQ(a.resumed_output_ids, b.resumed_output_ids);
+}
+
+void expect_same(const engine_load& a, const engine_load& b) {
+  EXPECT_EQ(a.num_free_blocks, b.num_free_blocks);
+  EXPECT_EQ(a.num_total_blocks, b.num_total_blocks);
+  EXPECT_EQ(a.num_running, b.num_running);
+  EXPECT_EQ(a.num_waiting, b.num_waiting);
 }
 
 void expect_same(const step_done& a, const step_done& b) {
@@ -399,18 +415,23 @@ void expect_same(const tokenizer_spec& a, const tokenizer_spec& b) {
   EXPECT_EQ(a.tokenizer_path, b.tokenizer_path);
   EXPECT_EQ(a.vocab_size, b.vocab_size);
   EXPECT_EQ(a.max_model_len, b.max_model_len);
-  EXPECT_EQ(a.scheduler, b.scheduler);
+  EXPECT_EQ(a.router, b.router);
   EXPECT_EQ(a.reply_to, b.reply_to);
 }
 
 void expect_same(const worker_spec& a, const worker_spec& b) { expect_same(a.model, b.model); }
 
+void expect_same(const worker_description& a, const worker_description& b) {
+  expect_same(a.config, b.config);
+  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
+  EXPECT_EQ(a.summary, b.summary);
+}
+
 void expect_same(const scheduler_spec& a, const scheduler_spec& b) {
   expect_same(a.config, b.config);
   EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.worker, b.worker);
-  EXPECT_EQ(a.detokenizer, b.detokenizer);
-  EXPECT_EQ(a.reply_to, b.reply_to);
+  EXPECT_EQ(a.router, b.router);
 }
 
 void expect_same(const detokenizer_spec& a, const detokenizer_spec& b) {
@@ -422,6 +443,7 @@ void expect_same(const token_batch& a, const token_batch& b) {
   expect_same_list(a.deltas, b.deltas);
   expect_same_list(a.timelines, b.timelines);
   expect_same_list(a.failures, b.failures);
+  expect_same(a.load, b.load);
 }
 
 void expect_same(const text_delta& a, const text_delta& b) {
@@ -492,7 +514,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 29);
+  EXPECT_EQ(num_types, 31);
   for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;

@@ -1,0 +1,52 @@
+#include "node/admin_door.hpp"
+
+#include <stdexcept>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "node/remote_node.hpp"
+#include "stages/message_inspect.hpp"
+#include "stages/stage_actors.hpp"
+
+namespace troupe {
+
+namespace {
+
+// Detached: placing an instance blocks while the node loads the model.
+caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, caf::actor router) {
+  return {
+      [=](scale_add_atom, const std::string& node) -> caf::result<std::string> {
+        spdlog::info("admin: adding an engine instance on {}", node);
+        try {
+          placed_engine placed = placer->place(node);
+          return "engine instance " + std::to_string(placed.id) + " on " + node;
+        } catch (const std::exception& e) {
+          spdlog::warn("admin: adding an engine instance on {} failed: {}", node, e.what());
+          return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+        }
+      },
+      [=](drain_engine_atom drain, engine_instance_id id) { return self->delegate(router, drain, id); },
+      [=](list_engines_atom list) { return self->delegate(router, list); },
+  };
+}
+
+}  // namespace
+
+caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router) {
+  remote_node_options where;
+  parse_listen_address(t.cluster.admin_listen, where);
+  auto admin = system.spawn<caf::detached>(admin_actor, placer, std::move(router));
+  auto bound = caf::openssl::publish(admin, where.port, where.host.c_str());
+  if (!bound) {
+    caf::anon_send_exit(admin, caf::exit_reason::user_shutdown);
+    throw std::runtime_error("[cluster] admin_listen " + t.cluster.admin_listen + ": cannot listen: " +
+                             system.render(bound.error()));
+  }
+  spdlog::info("admin door on {}:{}", where.host, *bound);
+  return admin;
+}
+
+}  // namespace troupe

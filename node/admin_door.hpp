@@ -1,0 +1,26 @@
+#pragma once
+// The controller's admin door ([cluster] admin_listen): `troupe scale` adds an engine instance on
+// a node while serving, drains one, or lists them. It is published over mutual TLS with the
+// controller's certificate and the cluster's CA as the only trust anchor, so only a member of
+// the cluster (a certificate the CA issued) gets an answer: the same bar as a node joining.
+//
+//   (scale_add_atom, node name)          → std::string: the new instance, "instance N on NODE"
+//   (drain_engine_atom, instance id)     → bool: false for an unknown id
+//   (list_engines_atom)                  → std::vector<std::string>: one line per instance
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+
+#include "node/engine_placer.hpp"
+#include "node/topology.hpp"
+
+namespace troupe {
+
+using scale_add_atom = caf::atom_constant<caf::atom("scaleadd")>;
+
+// Spawns the admin actor and publishes it on the topology's admin_listen; throws naming the
+// address when it cannot listen. Logs `admin door on HOST:PORT` (the port chosen for port 0).
+caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router);
+
+}  // namespace troupe

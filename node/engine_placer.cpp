@@ -1,0 +1,105 @@
+#include "node/engine_placer.hpp"
+
+#include <caf/make_message.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include "node/stage_factories.hpp"
+#include "stages/message_inspect.hpp"
+#include "stages/stage_actors.hpp"
+
+namespace troupe {
+
+engine_placer::engine_placer(caf::actor_system& system, const topology& t)
+    : system_(system), topology_(t), link_(system, t.cluster), keeper_([this] { keep(); }) {}
+
+engine_placer::~engine_placer() { stop(); }
+
+void engine_placer::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (keeper_.joinable()) keeper_.join();
+}
+
+scheduler_spec engine_placer::scheduler_for(const worker_description& description, caf::actor worker) const {
+  // The worker's own pool and limits, the topology's budgets.
+  engine_config config = description.config;
+  config.max_num_batched_tokens = topology_.max_num_batched_tokens;
+  config.max_num_seqs = topology_.model.max_num_seqs;
+  config.max_waiting_requests = topology_.max_waiting_requests;
+  config.async_scheduling = topology_.async_scheduling;
+  config.validate();
+  return scheduler_spec{config, description.eos_token_ids, std::move(worker), router_};
+}
+
+placed_engine engine_placer::place(const std::string& node) {
+  placed_engine placed;
+  placed.node = node;
+  if (node == topology_.cluster.name) {
+    spawned_worker worker = spawn_worker(system_, worker_spec{topology_.model});
+    placed.local_model = worker.served;
+    placed.worker = worker.actor;
+    placed.description = worker_description{worker.served->base_engine_config(), worker.served->eos_token_ids,
+                                            describe(*worker.served)};
+    placed.scheduler = spawn_scheduler(system_, scheduler_for(placed.description, placed.worker));
+  } else {
+    const node_address* address = topology_.find_node(node);
+    if (!address) throw std::runtime_error("no node named '" + node + "' in the topology's [[nodes]]");
+    placed.worker = link_.spawn(*address, "worker", caf::make_message(worker_spec{topology_.model}), &stopping_);
+    try {
+      placed.description = link_.ask<worker_description>(placed.worker, "the worker on node " + node, describe_atom::value);
+      placed.scheduler = link_.spawn(*address, "scheduler",
+                                     caf::make_message(scheduler_for(placed.description, placed.worker)), &stopping_);
+    } catch (...) {
+      caf::anon_send_exit(placed.worker, caf::exit_reason::user_shutdown);
+      throw;
+    }
+  }
+  placed.id = link_.ask<engine_instance_id>(router_, "the router", engine_joined_atom::value, placed.scheduler,
+                                            placed.worker, node);
+  spdlog::info("engine instance {} on {}: {}", placed.id, node, placed.description.summary);
+  return placed;
+}
+
+void engine_placer::place_again_later(const std::string& node) {
+  if (node == topology_.cluster.name) return;
+  {
+    std::lock_guard lock(mutex_);
+    lost_.insert(node);
+  }
+  wake_.notify_all();
+}
+
+void engine_placer::keep() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (lost_.empty()) {
+      wake_.wait(lock, [this] { return stopping_ || !lost_.empty(); });
+      continue;
+    }
+    const std::string node = *lost_.begin();
+    lock.unlock();
+    bool placed = false;
+    try {
+      place(node);
+      placed = true;
+      spdlog::info("engine on node {} is back", node);
+    } catch (const std::exception& e) {
+      if (!stopping_) spdlog::debug("node {} not back yet: {}", node, e.what());
+    }
+    lock.lock();
+    if (placed) {
+      lost_.erase(lost_.find(node));
+    } else {
+      // Wait before the next attempt (connect already waited out a refused connection).
+      wake_.wait_for(lock, std::chrono::milliseconds(topology_.cluster.reconnect_interval_ms),
+                     [this] { return stopping_.load(); });
+    }
+  }
+}
+
+}  // namespace troupe

@@ -1,0 +1,74 @@
+#pragma once
+// Engine instances (a worker and its scheduler, always together on one node) placed where the
+// topology or `troupe scale` says, and added to the router. A remote instance that is lost is
+// placed again on its node by a keeper thread, every [cluster] reconnect_interval_ms until the
+// node answers: a node that comes back (restarted on its address) restores service without a
+// restart of the controller. An instance on the controller is not replaced: a stage that fails
+// in the controller's own process takes the node out of service (node.cpp).
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "engine/served_model.hpp"
+#include "node/node_link.hpp"
+#include "node/topology.hpp"
+#include "stages/engine_router.hpp"
+#include "stages/stage_specs.hpp"
+
+namespace troupe {
+
+struct placed_engine {
+  engine_instance_id id = 0;
+  std::string node;
+  worker_description description;
+  caf::actor worker;
+  caf::actor scheduler;
+  std::shared_ptr<const served_model> local_model;  // set when it runs on the controller
+};
+
+class engine_placer {
+ public:
+  engine_placer(caf::actor_system& system, const topology& t);
+  ~engine_placer();  // stops the keeper
+  engine_placer(const engine_placer&) = delete;
+  engine_placer& operator=(const engine_placer&) = delete;
+
+  // The router new instances join; set once, before the first place().
+  void set_router(caf::actor router) { router_ = std::move(router); }
+
+  // Places one instance on `node` (a [[nodes]] name, or the controller's own name), waits until
+  // its worker has loaded the model, and adds it to the router. Throws std::runtime_error naming
+  // the node and what failed.
+  placed_engine place(const std::string& node);
+
+  // An instance on `node` was lost: place a new one there as soon as the node answers again.
+  // Called from the router's thread; does not block. The controller's own name is ignored.
+  void place_again_later(const std::string& node);
+
+  // Stops the keeper (a placement under way is cancelled); before the actor system goes.
+  void stop();
+
+ private:
+  void keep();
+  scheduler_spec scheduler_for(const worker_description& description, caf::actor worker) const;
+
+  caf::actor_system& system_;
+  const topology& topology_;
+  node_link link_;
+  caf::actor router_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::multiset<std::string> lost_;  // guarded by mutex_: one entry per instance to re-place
+  std::atomic<bool> stopping_{false};
+  std::thread keeper_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,46 @@
+#include "node/node_link.hpp"
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/remote_actor.hpp>
+
+namespace troupe {
+
+namespace {
+
+std::string where(const node_address& node) {
+  return "node " + node.name + " at " + node.host + ":" + std::to_string(node.port);
+}
+
+}  // namespace
+
+caf::actor node_link::connect(const node_address& node, const std::atomic<bool>* cancel) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings_.connect_timeout_ms);
+  std::string last_error;
+  // Bounded by the deadline; a refused connection costs nothing, so retrying every 100 ms waits
+  // out a node that is still starting (troupe launch starts them just before the controller).
+  for (int attempt = 0; attempt < 100000; ++attempt) {
+    auto agent = caf::openssl::remote_actor(system_, node.host, node.port);
+    if (agent) return *agent;
+    last_error = system_.render(agent.error());
+    if (std::chrono::steady_clock::now() + std::chrono::milliseconds(100) >= deadline) break;
+    if (cancel && cancel->load()) throw std::runtime_error("connecting to " + where(node) + ": cancelled");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  throw std::runtime_error("cannot reach " + where(node) + " within " + std::to_string(settings_.connect_timeout_ms) +
+                           " ms (is `troupe node` running there with credentials of the same CA?): " + last_error);
+}
+
+caf::actor node_link::spawn(const node_address& node, const std::string& type, caf::message spec,
+                            const std::atomic<bool>* cancel) const {
+  caf::actor agent = connect(node, cancel);
+  auto stage = system_.middleman().remote_spawn<caf::actor>(agent->node(), type, std::move(spec),
+                                                            std::chrono::milliseconds(settings_.request_timeout_ms));
+  if (!stage) throw std::runtime_error("cannot spawn a " + type + " on " + where(node) + ": " + system_.render(stage.error()));
+  return *stage;
+}
+
+}  // namespace troupe

@@ -1,0 +1,66 @@
+#pragma once
+// The controller's way to a `troupe node`: connect to its agent over mutual TLS and spawn a stage
+// there by name from its spec. Every wait is finite: a connection is retried until
+// [cluster] connect_timeout_ms, a spawn (which loads what the stage needs) and any request after
+// it wait at most request_timeout_ms. Errors name the node, its address and what failed.
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/message.hpp>
+
+#include "node/topology.hpp"
+
+namespace troupe {
+
+class node_link {
+ public:
+  node_link(caf::actor_system& system, const cluster_settings& settings) : system_(system), settings_(settings) {}
+
+  // The node's agent; retries a refused connection (a node still starting) until the deadline,
+  // or until `*cancel` turns true (a controller shutting down).
+  caf::actor connect(const node_address& node, const std::atomic<bool>* cancel = nullptr) const;
+
+  // Spawns a stage of `type` ("tokenizer", "scheduler", "worker", "detokenizer") on the node.
+  caf::actor spawn(const node_address& node, const std::string& type, caf::message spec,
+                   const std::atomic<bool>* cancel = nullptr) const;
+
+  // Asks `stage` (on some node) and waits for one answer of type T, or for the stage to end
+  // (its exit reason names what went wrong, e.g. a model that would not load); throws then.
+  template <class T, class... Ts>
+  T ask(const caf::actor& stage, const std::string& what, Ts&&... message) const;
+
+  const cluster_settings& settings() const { return settings_; }
+
+ private:
+  caf::actor_system& system_;
+  const cluster_settings& settings_;
+};
+
+// -- ask: waits for the answer or the stage's end, whichever comes first --------------------------
+
+
+template <class T, class... Ts>
+T node_link::ask(const caf::actor& stage, const std::string& what, Ts&&... message) const {
+  caf::scoped_actor self(system_);
+  self->monitor(stage);
+  std::optional<T> answer;
+  std::string failure;
+  const auto timeout = std::chrono::milliseconds(settings_.request_timeout_ms);
+  self->request(stage, timeout, std::forward<Ts>(message)...)
+      .receive([&](T& value) { answer = std::move(value); },
+               [&](caf::error& error) { failure = system_.render(error); });
+  if (answer) return std::move(*answer);
+  // A stage that failed while loading has ended with the reason: prefer it to "receiver down".
+  self->receive([&](caf::down_msg& down) { failure = system_.render(down.reason); },
+                caf::after(std::chrono::milliseconds(200)) >> [] {});
+  throw std::runtime_error(what + ": " + failure);
+}
+
+}  // namespace troupe

@@ -1,0 +1,119 @@
+#pragma once
+// The router's work, without the actor: which engine instance (a scheduler and its worker, on
+// some node) takes each request, what each request has streamed so far, and what to re-run where
+// when an instance is lost.
+//
+// Load is judged from what the router knows first hand, with no reporting lag: the requests it
+// sent to an instance that have not produced a token yet (queued prompt tokens) and those that
+// have (running sequences); the instance's own report of free KV blocks, carried by each token
+// batch, breaks near-ties and keeps requests off a full pool. A prompt whose first block the
+// router has seen goes back to the instance that served it when that costs no more than the
+// prefill it saves (prefix-cache affinity).
+//
+// Failover: every token the router forwards is recorded against its request, so a request whose
+// instance is lost is re-run elsewhere from its prompt plus exactly those tokens
+// (schedule_request::resumed_output_ids): the client's stream goes on with none lost or repeated.
+// Tokens an instance sends for a request that is no longer its own are dropped.
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "stages/messages.hpp"
+
+namespace troupe {
+
+using engine_instance_id = int32_t;
+
+enum class engine_state : uint8_t { active, draining };
+
+struct engine_instance_info {
+  engine_instance_id id = 0;
+  std::string node;  // where it runs, for logs and `troupe scale --list`
+  engine_state state = engine_state::active;
+  int32_t num_requests = 0;         // routed there and not finished
+  int64_t num_queued_prompt_tokens = 0;  // of those without a first token yet
+  engine_load load;                 // as last reported
+};
+
+class engine_router {
+ public:
+  // block_size: the KV block size of every instance (prefix affinity hashes the first block).
+  explicit engine_router(int block_size);
+
+  engine_instance_id add_instance(std::string node);
+
+  struct routed {
+    engine_instance_id instance = 0;
+    bool aborted_early = false;  // an abort overtook it: send the abort right after the request
+  };
+  // Picks an instance for a new request (or a re-run one) and records it there; nullopt when no
+  // instance takes requests (none, or all draining).
+  std::optional<routed> route(const schedule_request& request);
+
+  // A token batch from `from`: deltas of requests that are not (any more) on `from` are dropped,
+  // the others recorded (tokens appended, finished ones forgotten) and returned to forward.
+  token_batch on_tokens(engine_instance_id from, token_batch batch);
+  // A refusal from an instance (never admitted): forget the request. False when the request is
+  // not on `from` (a stale refusal): drop it.
+  bool on_refusal(engine_instance_id from, const request_failed& refusal);
+
+  // Where an abort or a stop must go; nullopt for a request not routed yet (an abort is then
+  // remembered and applied when the request comes: see routed::aborted_early).
+  std::optional<engine_instance_id> instance_of(int64_t request_id) const;
+  void abort_unrouted(int64_t request_id);
+  // Forgets a request that could not be re-run (no instance took it): the caller fails it.
+  void drop(int64_t request_id);
+
+  // An instance is gone: it is forgotten, and its unfinished requests come back, each ready to be
+  // re-run elsewhere (prompt, sampling and the tokens streamed so far). Unknown ids: nothing.
+  std::vector<schedule_request> remove_instance(engine_instance_id id);
+
+  // Stops new requests to the instance; its requests run to their end. False for an unknown id.
+  bool drain(engine_instance_id id);
+  // A draining instance with no request left: it may be stopped.
+  bool drained(engine_instance_id id) const;
+
+  std::vector<engine_instance_info> instances() const;
+  bool has_instance(engine_instance_id id) const { return instances_.count(id) != 0; }
+  size_t num_requests() const { return requests_.size(); }
+  size_t num_accepting() const;
+
+ private:
+  struct request_record {
+    engine_instance_id instance = 0;
+    schedule_request request;       // as first routed: prompt, sampling, priority, arrival
+    std::vector<int32_t> streamed;  // every output token forwarded so far, resumed ones included
+    bool started = false;           // a token came back since it was (re-)routed
+  };
+  struct instance_record {
+    std::string node;
+    engine_state state = engine_state::active;
+    int32_t num_requests = 0;
+    int32_t num_started = 0;
+    int64_t num_queued_prompt_tokens = 0;
+    engine_load load;
+  };
+
+  // What a request costs on an instance, in tokens of work ahead of it.
+  int64_t cost(const instance_record& instance, int num_prompt_blocks) const;
+  std::optional<uint64_t> first_block_hash(const std::vector<int32_t>& prompt) const;
+  void forget(std::unordered_map<int64_t, request_record>::iterator it);
+
+  int block_size_;
+  engine_instance_id next_id_ = 0;
+  uint64_t next_tie_break_ = 0;
+  std::unordered_map<engine_instance_id, instance_record> instances_;
+  std::unordered_map<int64_t, request_record> requests_;
+  // First prompt block → the instance that last prefilled it; bounded (cleared when full).
+  std::unordered_map<uint64_t, engine_instance_id> prefix_owner_;
+  // Aborts that overtook their request (still being tokenized); bounded, oldest dropped.
+  std::unordered_set<int64_t> early_aborts_;
+  std::deque<int64_t> early_abort_order_;
+};
+
+}  // namespace troupe

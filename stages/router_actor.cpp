@@ -1,0 +1,195 @@
+#include <unordered_map>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <spdlog/spdlog.h>
+
+#include "stages/engine_router.hpp"
+#include "stages/message_inspect.hpp"
+#include "stages/stage_actors.hpp"
+
+namespace troupe {
+
+namespace {
+
+struct engine_handles {
+  caf::actor scheduler;
+  caf::actor worker;
+};
+
+// Sums the instances' answers to one stats query; the last answer (or failure) sends the total.
+struct stats_total {
+  stats_answer sum;
+  int num_pending = 0;
+  int num_answered = 0;
+  std::string last_error;
+};
+
+const char* state_name(engine_state state) { return state == engine_state::active ? "active" : "draining"; }
+
+}  // namespace
+
+caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
+  keep_exception_in_exit_reason(self);
+  auto router = std::make_shared<engine_router>(spec.block_size);
+  auto engines = std::make_shared<std::unordered_map<engine_instance_id, engine_handles>>();
+  const caf::actor frontend = spec.reply_to;
+  const auto detokenizers = spec.detokenizers;
+  const auto timeout = spec.request_timeout;
+  auto on_lost = spec.on_engine_lost;
+
+  auto instance_of_sender = [=]() -> std::optional<engine_instance_id> {
+    const caf::strong_actor_ptr& sender = self->current_sender();
+    if (!sender) return std::nullopt;
+    for (const auto& [id, handles] : *engines) {
+      if (handles.scheduler.address() == sender->address()) return id;
+    }
+    return std::nullopt;
+  };
+  // Sends the request to the instance the router picks, or fails it when none takes requests.
+  auto dispatch = [=](schedule_request request) {
+    const int64_t id = request.request_id;
+    const std::optional<engine_router::routed> where = router->route(request);
+    if (!where) {
+      router->drop(id);
+      self->send(frontend, request_failed{id, error_code::internal,
+                                          "no engine instance is available (every one was lost or is draining)"});
+      return;
+    }
+    const caf::actor& scheduler = engines->at(where->instance).scheduler;
+    self->send(scheduler, std::move(request));
+    if (where->aborted_early) self->send(scheduler, abort_request_msg{id});
+  };
+  // A draining instance whose last request ended is stopped; it is no loss, so no re-run.
+  auto stop_if_drained = [=](engine_instance_id id) {
+    if (!router->drained(id)) return;
+    engine_handles handles = engines->at(id);
+    engines->erase(id);
+    router->remove_instance(id);
+    spdlog::info("router: engine instance {} drained and stopped", id);
+    self->send_exit(handles.scheduler, caf::exit_reason::user_shutdown);
+    self->send_exit(handles.worker, caf::exit_reason::user_shutdown);
+  };
+
+  self->set_down_handler([=](caf::down_msg& down) {
+    for (auto it = engines->begin(); it != engines->end(); ++it) {
+      if (it->second.scheduler.address() != down.source && it->second.worker.address() != down.source) continue;
+      const engine_instance_id id = it->first;
+      const engine_handles handles = it->second;
+      engines->erase(it);
+      std::string node;
+      for (const auto& info : router->instances()) {
+        if (info.id == id) node = info.node;
+      }
+      // The other half of the instance cannot work alone.
+      self->send_exit(handles.scheduler, caf::exit_reason::user_shutdown);
+      self->send_exit(handles.worker, caf::exit_reason::user_shutdown);
+      std::vector<schedule_request> reruns = router->remove_instance(id);
+      spdlog::warn("router: engine instance {} on {} lost ({}); re-running its {} requests on the {} left", id, node,
+                   self->system().render(down.reason), reruns.size(), engines->size());
+      for (schedule_request& request : reruns) dispatch(std::move(request));
+      if (on_lost) on_lost(id, node);
+      return;
+    }
+  });
+
+  return {
+      [=](engine_joined_atom, caf::actor scheduler, caf::actor worker, std::string node) -> engine_instance_id {
+        const engine_instance_id id = router->add_instance(node);
+        self->monitor(scheduler);
+        self->monitor(worker);
+        engines->emplace(id, engine_handles{std::move(scheduler), std::move(worker)});
+        spdlog::info("router: engine instance {} on {} joined ({} serving)", id, node, engines->size());
+        return id;
+      },
+      [=](drain_engine_atom, engine_instance_id id) -> bool {
+        if (!router->drain(id)) return false;
+        spdlog::info("router: draining engine instance {}", id);
+        stop_if_drained(id);
+        return true;
+      },
+      [=](list_engines_atom) -> std::vector<std::string> {
+        std::vector<std::string> lines;
+        for (const engine_instance_info& info : router->instances()) {
+          lines.push_back(std::to_string(info.id) + " " + info.node + " " + state_name(info.state) + " requests=" +
+                          std::to_string(info.num_requests) + " queued_prompt_tokens=" +
+                          std::to_string(info.num_queued_prompt_tokens) + " free_blocks=" +
+                          std::to_string(info.load.num_free_blocks) + "/" + std::to_string(info.load.num_total_blocks));
+        }
+        return lines;
+      },
+      [=](schedule_request& request) { dispatch(std::move(request)); },
+      [=](token_batch& batch) {
+        const std::optional<engine_instance_id> from = instance_of_sender();
+        if (!from) return;  // from an instance already lost or stopped: its requests moved on
+        token_batch out = router->on_tokens(*from, std::move(batch));
+        if (detokenizers.size() == 1) {
+          if (!out.empty()) self->send(detokenizers.front(), std::move(out));
+        } else {
+          // A request's deltas always go to the same detokenizer, which holds its text.
+          std::vector<token_batch> parts(detokenizers.size());
+          for (size_t i = 0; i < out.deltas.size(); ++i) {
+            token_batch& part = parts[static_cast<uint64_t>(out.deltas[i].request_id) % parts.size()];
+            part.deltas.push_back(std::move(out.deltas[i]));
+            part.timelines.push_back(std::move(out.timelines[i]));
+          }
+          for (request_failed& failure : out.failures) {
+            parts[static_cast<uint64_t>(failure.request_id) % parts.size()].failures.push_back(std::move(failure));
+          }
+          for (size_t i = 0; i < parts.size(); ++i) {
+            if (!parts[i].empty()) self->send(detokenizers[i], std::move(parts[i]));
+          }
+        }
+        stop_if_drained(*from);
+      },
+      [=](request_failed& refusal) {
+        const std::optional<engine_instance_id> from = instance_of_sender();
+        if (!from || !router->on_refusal(*from, refusal)) return;
+        self->send(frontend, std::move(refusal));
+        stop_if_drained(*from);
+      },
+      [=](stop_request_msg& stop) {
+        if (auto instance = router->instance_of(stop.request_id)) self->send(engines->at(*instance).scheduler, stop);
+      },
+      [=](abort_request_msg& abort) {
+        if (auto instance = router->instance_of(abort.request_id)) {
+          self->send(engines->at(*instance).scheduler, abort);
+        } else {
+          router->abort_unrouted(abort.request_id);
+        }
+      },
+      [=](stats_query& query) {
+        if (engines->empty()) {
+          self->send(frontend, stats_answer{query.tag, 0, 0, 0, 0, "no engine instance is available"});
+          return;
+        }
+        auto total = std::make_shared<stats_total>();
+        total->sum.tag = query.tag;
+        total->num_pending = static_cast<int>(engines->size());
+        auto settle = [=] {
+          if (--total->num_pending > 0) return;
+          if (total->num_answered == 0) total->sum.unavailable = "no engine instance answered: " + total->last_error;
+          self->send(frontend, std::move(total->sum));
+        };
+        for (const auto& [id, handles] : *engines) {
+          self->request(handles.scheduler, timeout, query)
+              .then(
+                  [=](stats_answer& answer) {
+                    total->sum.num_free_blocks += answer.num_free_blocks;
+                    total->sum.num_total_blocks += answer.num_total_blocks;
+                    total->sum.num_running += answer.num_running;
+                    total->sum.num_waiting += answer.num_waiting;
+                    ++total->num_answered;
+                    settle();
+                  },
+                  [=](caf::error& error) {
+                    total->last_error = self->system().render(error);
+                    settle();
+                  });
+        }
+      },
+      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
+  };
+}
+
+}  // namespace troupe
