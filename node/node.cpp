@@ -25,6 +25,7 @@
 #include "node/cluster_credentials.hpp"
 #include "node/engine_placer.hpp"
 #include "node/node_link.hpp"
+#include "node/openssl_error_queue.hpp"
 #include "node/stage_factories.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
@@ -52,6 +53,7 @@ class node_config : public caf::actor_system_config {
     if (t.colocated() && t.cluster.admin_listen.empty()) return;
     const member_credentials files = credentials_in(t.cluster.credentials, t.cluster.name);
     verify_member_credentials(files);
+    keep_openssl_error_queue_clean();
     load<caf::io::middleman>();
     load<caf::openssl::manager>();
     set("openssl.certificate", files.certificate.string());

@@ -1,5 +1,6 @@
 #include "node/remote_node.hpp"
 
+#include <chrono>
 #include <csignal>
 #include <charconv>
 #include <mutex>
@@ -19,6 +20,8 @@
 #include <spdlog/spdlog.h>
 
 #include "node/cluster_credentials.hpp"
+#include "node/openssl_error_queue.hpp"
+#include "node/topology.hpp"
 #include "node/stage_factories.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
@@ -74,6 +77,7 @@ class stage_registry {
 class remote_node_config : public caf::actor_system_config {
  public:
   remote_node_config(const member_credentials& files, stage_registry* registry) {
+    keep_openssl_error_queue_clean();
     load<caf::io::middleman>();
     load<caf::openssl::manager>();
     // As the colocated node: `sharing` is faster for small messages on few cores.
@@ -83,6 +87,9 @@ class remote_node_config : public caf::actor_system_config {
     set("openssl.certificate", files.certificate.string());
     set("openssl.key", files.private_key.string());
     set("openssl.cafile", files.ca_certificate.string());
+    // The controller drops a connection that stays silent for its connection_timeout_ms: the
+    // node keeps it alive with heartbeats (topology.hpp: node_heartbeat_interval_ms).
+    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(node_heartbeat_interval_ms)});
     for_each_message_type([this](auto type, const char* name) {
       add_message_type<typename decltype(type)::type>(name);
     });

@@ -184,7 +184,8 @@ void topology::validate() const {
   at_least(cluster.connect_timeout_ms, 100, "connect_timeout_ms");
   at_least(cluster.request_timeout_ms, 100, "request_timeout_ms");
   at_least(cluster.heartbeat_interval_ms, 10, "heartbeat_interval_ms");
-  at_least(cluster.connection_timeout_ms, 2 * cluster.heartbeat_interval_ms, "connection_timeout_ms (twice the heartbeat)");
+  at_least(cluster.connection_timeout_ms, 2 * std::max(cluster.heartbeat_interval_ms, node_heartbeat_interval_ms),
+           "connection_timeout_ms (twice the heartbeat of either side)");
   at_least(cluster.reconnect_interval_ms, 10, "reconnect_interval_ms");
   if ((!colocated() || !cluster.admin_listen.empty()) && cluster.credentials.empty()) {
     throw std::runtime_error("[cluster] credentials is required when stages run on other nodes or an admin door is open "

@@ -20,6 +20,10 @@ struct node_address {
   uint16_t port = 0;
 };
 
+// How often a `troupe node` heartbeats its controllers; a controller's connection_timeout_ms
+// must leave room for a few missed ones.
+inline constexpr int node_heartbeat_interval_ms = 500;
+
 // [cluster]: how the controller reaches its nodes. Only read when a stage is placed off the
 // controller (or an admin door is asked for): a colocated topology needs no credentials.
 struct cluster_settings {

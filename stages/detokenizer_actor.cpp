@@ -32,6 +32,7 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
 caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokenizer_spec spec) {
   keep_exception_in_exit_reason(self);
   spec.validate();
+  quit_with(self, spec.reply_to);  // its text has nowhere to go once the controller is gone
   auto stage = std::make_shared<detokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)));
   return detokenizer_actor(self, std::move(stage), std::move(spec.reply_to));
 }

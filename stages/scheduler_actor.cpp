@@ -45,6 +45,10 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
 caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_spec spec) {
   keep_exception_in_exit_reason(self);
   spec.validate();
+  // One instance: the worker goes with its scheduler, and both go with the controller's router
+  // (a lost controller would leave them holding the model and the KV pool for no one).
+  self->link_to(spec.worker);
+  quit_with(self, spec.router);
   return scheduler_actor(self, spec.config, std::move(spec.eos_token_ids), std::move(spec.worker),
                          std::move(spec.router));
 }

@@ -14,15 +14,14 @@
 //                |                                                  | stop_request_msg (to the batch's sender)
 //   every stage also takes a stage_failure_drill (node::fail_stage), which makes it throw.
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <chrono>
-#include <functional>
 
 #include <caf/actor.hpp>
 #include <caf/atom.hpp>
@@ -49,6 +48,16 @@ inline void keep_exception_in_exit_reason(caf::event_based_actor* self) {
     } catch (...) {
       return caf::make_error(caf::sec::runtime_error, std::string("an exception that is not a std::exception"));
     }
+  });
+}
+
+// Makes `self` end when `peer` does, with peer's reason. A stage spawned by a controller watches
+// the controller's actor it sends to: when the controller is gone (its node's connection lost,
+// which kills every proxy of it), the stage stops rather than hold its memory for no one.
+inline void quit_with(caf::event_based_actor* self, const caf::actor& peer) {
+  self->monitor(peer);
+  self->set_down_handler([self, watched = peer.address()](caf::down_msg& down) {
+    if (down.source == watched) self->quit(down.reason);
   });
 }
 
