@@ -145,6 +145,7 @@ node::node(const topology& t) {
 
   // One bound on requests in flight for both doors: what the scheduler can run and queue.
   s.admission = std::make_unique<request_admission>(int64_t(t.max_waiting_requests) + t.model.max_num_seqs);
+  spdlog::info("controller instance {} (the high bits of its request ids)", s.admission->controller_id());
   zmq_door_options options;
   options.endpoint = t.zmq_endpoint;
   options.api_key = t.api_key;
