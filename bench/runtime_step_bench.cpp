@@ -299,7 +299,6 @@ int main(int argc, char** argv) try {
           r.sampling.repetition_penalty = 1.1f;
           r.sampling.frequency_penalty = 0.1f;
         }
-        r.arrival = r.tokenized = wall_ns();
         caf::anon_send(scheduler, std::move(r));
       }
       const run_outcome outcome = finished.get();

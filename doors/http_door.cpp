@@ -274,7 +274,7 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
     std::lock_guard lock(routes_mutex);
     for (int choice = 0; choice < num_choices; ++choice) routes[session->request_id(choice)] = {queue, choice};
   }
-  for (auto& job : session->engine_requests(steady_now_ns())) downstream.submit(std::move(job));
+  for (auto& job : session->engine_requests()) downstream.submit(std::move(job));
 
   // Nothing is written to the client while these waits last: after the first second its socket
   // is looked at now and then, so a client that gave up is noticed and its work aborted.

@@ -4,7 +4,10 @@
 // on requests in flight, so neither door can starve the other's clients or the scheduler's queue.
 //
 // A request id carries its door in its low bits: the node routes every reply event by id alone,
-// with no table to keep in step.
+// with no table to keep in step. Its high bits carry the controller's instance id, so ids made by
+// two controllers sending to the same stages never collide:
+//
+//   bit 63: 0 (ids stay positive) | 62..48: controller id | 47..1: sequence | 0: door
 
 #include <array>
 #include <atomic>
@@ -21,7 +24,13 @@ inline constexpr const char* client_door_name(client_door door) {
 
 class request_admission {
  public:
-  explicit request_admission(int64_t max_in_flight) : max_in_flight_(max_in_flight) {}
+  static constexpr int controller_id_bits = 15;
+  static constexpr uint32_t max_controller_id = (uint32_t(1) << controller_id_bits) - 1;
+
+  // `controller_id` (at most max_controller_id) tells this controller's ids from another's; by
+  // default one drawn at random, which two controllers share with a chance of 1 in 32768.
+  explicit request_admission(int64_t max_in_flight, uint32_t controller_id = random_controller_id());
+  static uint32_t random_controller_id();
 
   // Reserves `count` slots at once (all or none, so an n-choice request is never half admitted)
   // and returns the first of `count` consecutive ids of `door`; nullopt when the slots would
@@ -32,6 +41,10 @@ class request_admission {
 
   // The i-th id after `first` of the same door.
   static int64_t nth_id(int64_t first, int i) { return first + (static_cast<int64_t>(i) << door_bits); }
+  static uint32_t controller_of(int64_t request_id) {
+    return static_cast<uint32_t>(request_id >> (door_bits + sequence_bits)) & max_controller_id;
+  }
+  uint32_t controller_id() const { return controller_id_; }
   static client_door door_of(int64_t request_id) {
     return static_cast<client_door>(request_id & ((int64_t(1) << door_bits) - 1));
   }
@@ -50,8 +63,10 @@ class request_admission {
 
  private:
   static constexpr int door_bits = 1;  // enough for num_client_doors
+  static constexpr int sequence_bits = 63 - controller_id_bits - door_bits;  // 47: 1.4e14 ids
 
   const int64_t max_in_flight_;
+  const uint32_t controller_id_;
   std::atomic<int64_t> num_in_flight_{0};
   std::atomic<int64_t> next_sequence_{1};
   std::atomic<uint64_t> next_tag_{1};

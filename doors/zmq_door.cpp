@@ -248,7 +248,7 @@ void zmq_door::loop() {
         std::lock_guard lock(s.inbox_mutex);
         events.swap(s.inbox);
       }
-      for (auto& event : events) contained("a reply event", [&] { deliver(s.table.on_event(event)); });
+      for (auto& event : events) contained("a reply event", [&] { deliver(s.table.on_event(event, steady_now_ns())); });
     }
     if (items[1].revents & ZMQ_POLLIN) contained("a disconnect event", drain_monitor);
     if (items[0].revents & ZMQ_POLLIN) {

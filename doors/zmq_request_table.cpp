@@ -6,11 +6,16 @@ namespace troupe {
 
 namespace {
 
-double ms_between(timestamp_ns from, timestamp_ns to) {
-  return from == 0 || to == 0 ? -1.0 : (to - from) / 1e6;
-}
+double seconds(duration_ns d) { return static_cast<double>(d) / 1e9; }
+double ms(duration_ns d) { return static_cast<double>(d) / 1e6; }
 
-delta_reply to_reply(const std::string& client_id, const text_delta& d, bool want_logprobs) {
+// The door's own segments of a request, on its clock: arrival -> first tokens, arrival -> final.
+struct door_timing {
+  duration_ns ttft_ns = 0;
+  duration_ns e2e_ns = 0;
+};
+
+delta_reply to_reply(const std::string& client_id, const text_delta& d, bool want_logprobs, const door_timing& door) {
   delta_reply r;
   r.id = client_id;
   r.text = d.text;
@@ -31,24 +36,26 @@ delta_reply to_reply(const std::string& client_id, const text_delta& d, bool wan
     if (d.delta.metrics) {
       const auto& m = *d.delta.metrics;
       r.usage = usage_info{m.num_prompt_tokens, m.num_output_tokens, m.num_preemptions};
-      r.timings = timing_info{m.queue_time, m.ttft, m.tpot, m.e2e};
+      // queue and tpot are the scheduler's segments (its clock); ttft and e2e the door's.
+      r.timings = timing_info{m.queue_time, seconds(door.ttft_ns), m.tpot, seconds(door.e2e_ns)};
     } else {
       r.usage = usage_info{};
-      r.timings = timing_info{};
+      r.timings = timing_info{0.0, seconds(door.ttft_ns), 0.0, seconds(door.e2e_ns)};
     }
   }
   return r;
 }
 
-void log_finished(const text_delta& d, const std::string& client_id) {
+// Each figure is one clock's: the tokenizer's, the scheduler's (from its receipt), the worker's,
+// the door's (from arrival).
+void log_finished(const text_delta& d, const std::string& client_id, const door_timing& door) {
   const auto& t = d.timeline;
   spdlog::debug(
-      "request {} ('{}') {}: tokenized +{:.3f} ms, first scheduled +{:.3f} ms, first step "
-      "+{:.3f}..+{:.3f} ms, last step end +{:.3f} ms, {} steps, ttft {:.3f} ms, e2e {:.3f} ms",
-      d.delta.request_id, client_id, finish_reason_name(d.delta.finish), ms_between(t.arrival, t.tokenized),
-      ms_between(t.arrival, t.first_scheduled), ms_between(t.arrival, t.first_step_begin),
-      ms_between(t.arrival, t.first_step_end), ms_between(t.arrival, t.last_step_end), t.num_steps,
-      d.delta.metrics ? d.delta.metrics->ttft * 1e3 : -1.0, d.delta.metrics ? d.delta.metrics->e2e * 1e3 : -1.0);
+      "request {} ('{}') {}: tokenize {:.3f} ms; scheduler: queue {:.3f} ms, first step done +{:.3f} ms, last "
+      "+{:.3f} ms, {} steps; worker: first step {:.3f} ms; door: ttft {:.3f} ms, e2e {:.3f} ms",
+      d.delta.request_id, client_id, finish_reason_name(d.delta.finish), ms(t.tokenize_ns), ms(t.queue_ns),
+      ms(t.first_step_done_ns), ms(t.last_step_done_ns), t.num_steps, ms(t.first_step_compute_ns),
+      ms(door.ttft_ns), ms(door.e2e_ns));
 }
 
 }  // namespace
@@ -109,6 +116,7 @@ zmq_request_table::outputs zmq_request_table::on_request(const std::string& rout
   live.client_id = generate.id;
   live.stream = generate.stream;
   live.want_logprobs = generate.sampling.logprobs >= 0;
+  live.arrival = arrival;
   live.pending.id = generate.id;
   requests_.emplace(request_id, std::move(live));
   by_client_id_[{routing_id, generate.id}] = request_id;
@@ -116,7 +124,6 @@ zmq_request_table::outputs zmq_request_table::on_request(const std::string& rout
 
   tokenize_request& job = out.submit.emplace();
   job.request_id = request_id;
-  job.arrival = arrival;
   if (generate.prompt) {
     job.kind = prompt_kind::text;
     job.prompt = std::move(*generate.prompt);
@@ -132,10 +139,10 @@ zmq_request_table::outputs zmq_request_table::on_request(const std::string& rout
   return out;
 }
 
-zmq_request_table::outputs zmq_request_table::on_event(const door_event& event) {
+zmq_request_table::outputs zmq_request_table::on_event(const door_event& event, timestamp_ns now) {
   outputs out;
   if (auto* batch = std::get_if<text_batch>(&event)) {
-    for (const auto& d : batch->deltas) on_text(d, out);
+    for (const auto& d : batch->deltas) on_text(d, now, out);
   } else if (auto* failed = std::get_if<request_failed>(&event)) {
     auto it = requests_.find(failed->request_id);
     if (it == requests_.end()) return out;
@@ -160,13 +167,16 @@ zmq_request_table::outputs zmq_request_table::on_event(const door_event& event) 
   return out;
 }
 
-void zmq_request_table::on_text(const text_delta& d, outputs& out) {
+void zmq_request_table::on_text(const text_delta& d, timestamp_ns now, outputs& out) {
   auto it = requests_.find(d.delta.request_id);
   if (it == requests_.end()) return;
   auto& live = it->second;
   const bool finished = d.delta.finished();
+  // A request that finishes with no token (an abort in the queue) had its first reply at the end.
+  if (live.first_tokens == 0 && (!d.delta.token_ids.empty() || finished)) live.first_tokens = now;
+  const door_timing door{live.first_tokens - live.arrival, finished ? now - live.arrival : 0};
   if (!live.client_gone) {
-    delta_reply reply = to_reply(live.client_id, d, live.want_logprobs);
+    delta_reply reply = to_reply(live.client_id, d, live.want_logprobs, door);
     if (live.stream) {
       if (finished || !reply.token_ids.empty() || !reply.text.empty()) {
         out.replies.push_back({live.routing_id, std::move(reply)});
@@ -188,7 +198,7 @@ void zmq_request_table::on_text(const text_delta& d, outputs& out) {
     }
   }
   if (finished) {
-    log_finished(d, live.client_id);
+    log_finished(d, live.client_id, door);
     forget(d.delta.request_id);
   }
 }

@@ -48,10 +48,12 @@ class zmq_request_table {
   zmq_request_table(const zmq_request_table&) = delete;
   zmq_request_table& operator=(const zmq_request_table&) = delete;
 
-  // A request from `routing_id`, already decoded and its key accepted by the door.
+  // A request from `routing_id`, already decoded and its key accepted by the door. `arrival` and
+  // `now` are readings of this process's steady clock: the door times ttft and e2e itself, since
+  // the stages' clocks may be other hosts'.
   outputs on_request(const std::string& routing_id, client_request request, timestamp_ns arrival);
-  // Replies from the stages.
-  outputs on_event(const door_event& event);
+  // Replies from the stages, received at `now`.
+  outputs on_event(const door_event& event, timestamp_ns now = steady_now_ns());
   // The client will not read its replies: abort what it has in flight.
   outputs on_client_gone(const std::string& routing_id);
 
@@ -74,6 +76,8 @@ class zmq_request_table {
     bool stream = true;
     bool want_logprobs = false;
     bool client_gone = false;
+    timestamp_ns arrival = 0;
+    timestamp_ns first_tokens = 0;  // when the first delta with tokens came back; 0 before
     delta_reply pending;  // the whole completion so far when not streaming
   };
   struct stats_waiter {
@@ -81,7 +85,7 @@ class zmq_request_table {
     std::string id;
   };
 
-  void on_text(const text_delta& d, outputs& out);
+  void on_text(const text_delta& d, timestamp_ns now, outputs& out);
   void gone(const std::string& routing_id, outputs& out);
   // Drops a finished or failed request and returns its in-flight slot.
   void forget(int64_t request_id);

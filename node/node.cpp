@@ -227,6 +227,7 @@ node::node(const topology& t) : topology_(t) {
   // One bound on requests in flight for both doors: what the schedulers can run and queue.
   s.admission = std::make_unique<request_admission>(
       (int64_t(tp.max_waiting_requests) + tp.model.max_num_seqs) * int64_t(tp.placement.engines.size()));
+  spdlog::info("controller instance {} (the high bits of its request ids)", s.admission->controller_id());
   zmq_door_options options;
   options.endpoint = tp.zmq_endpoint;
   options.api_key = tp.api_key;

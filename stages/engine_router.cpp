@@ -185,9 +185,9 @@ std::vector<schedule_request> engine_router::remove_instance(engine_instance_id 
     record.instance = -1;  // on no instance until routed again
     record.started = false;
   }
-  // Oldest first, as they arrived: the re-runs keep their order in the new queue.
+  // Oldest first (a controller's ids grow with time): the re-runs keep their order in the new queue.
   std::sort(reruns.begin(), reruns.end(),
-            [](const schedule_request& a, const schedule_request& b) { return a.arrival < b.arrival; });
+            [](const schedule_request& a, const schedule_request& b) { return a.request_id < b.request_id; });
   for (auto it = prefix_owner_.begin(); it != prefix_owner_.end();) {
     it = it->second == id ? prefix_owner_.erase(it) : std::next(it);
   }

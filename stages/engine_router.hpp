@@ -86,7 +86,7 @@ class engine_router {
  private:
   struct request_record {
     engine_instance_id instance = 0;
-    schedule_request request;       // as first routed: prompt, sampling, priority, arrival
+    schedule_request request;       // as first routed: prompt, sampling, priority
     std::vector<int32_t> streamed;  // every output token forwarded so far, resumed ones included
     bool started = false;           // a token came back since it was (re-)routed
   };

@@ -91,24 +91,24 @@ typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tokenize_request& x) {
   return f(caf::meta::type_name("tokenize_request"), x.request_id, x.kind, x.prompt,
-           x.prompt_token_ids, x.messages, x.sampling, x.priority, x.arrival);
+           x.prompt_token_ids, x.messages, x.sampling, x.priority);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
   return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling,
-           x.priority, x.arrival, x.tokenized, x.resumed_output_ids);
+           x.priority, x.tokenize_ns, x.resumed_output_ids);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_done& x) {
-  return f(caf::meta::type_name("step_done"), x.result, x.begin, x.end, x.error);
+  return f(caf::meta::type_name("step_done"), x.result, x.compute_ns, x.error);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_timeline& x) {
-  return f(caf::meta::type_name("request_timeline"), x.arrival, x.tokenized, x.first_scheduled,
-           x.first_step_begin, x.first_step_end, x.last_step_end, x.num_steps);
+  return f(caf::meta::type_name("request_timeline"), x.tokenize_ns, x.queue_ns,
+           x.first_step_done_ns, x.last_step_done_ns, x.first_step_compute_ns, x.num_steps);
 }
 
 template <class Inspector>

@@ -33,7 +33,6 @@ struct tokenize_request {
   std::vector<chat_message> messages;
   sampling_params sampling;
   int32_t priority = 0;
-  timestamp_ns arrival = 0;
 };
 
 struct schedule_request {
@@ -41,8 +40,7 @@ struct schedule_request {
   std::vector<int32_t> prompt_ids;
   sampling_params sampling;
   int32_t priority = 0;
-  timestamp_ns arrival = 0;
-  timestamp_ns tokenized = 0;
+  duration_ns tokenize_ns = 0;  // the tokenizer's clock: request received -> prompt ids checked
   // Tokens this request already generated on an instance that was lost (and the client already
   // has): the re-run continues after them. Empty for a fresh request.
   std::vector<int32_t> resumed_output_ids;
@@ -51,19 +49,19 @@ struct schedule_request {
 // The worker's answer to a step_plan; `error` non-empty when the step failed.
 struct step_done {
   step_result result;
-  timestamp_ns begin = 0;
-  timestamp_ns end = 0;
+  duration_ns compute_ns = 0;  // the worker's clock: plan received -> result ready
   std::string error;
 };
 
-// The per-request timeline the scheduler keeps; attached to a request's final delta.
+// The per-request timeline the scheduler keeps; attached to a request's final delta. Durations
+// only, each the difference of two readings of the one clock named: stages may run on different
+// hosts, whose steady clocks have nothing in common, so no stamp crosses a stage.
 struct request_timeline {
-  timestamp_ns arrival = 0;
-  timestamp_ns tokenized = 0;
-  timestamp_ns first_scheduled = 0;
-  timestamp_ns first_step_begin = 0;
-  timestamp_ns first_step_end = 0;
-  timestamp_ns last_step_end = 0;
+  duration_ns tokenize_ns = 0;            // tokenizer: request received -> prompt ids checked
+  duration_ns queue_ns = 0;               // scheduler: request received -> first scheduled
+  duration_ns first_step_done_ns = 0;     // scheduler: request received -> first step's result
+  duration_ns last_step_done_ns = 0;      // scheduler: request received -> last step's result
+  duration_ns first_step_compute_ns = 0;  // worker: its first step, plan received -> result ready
   int32_t num_steps = 0;
 };
 

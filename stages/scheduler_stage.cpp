@@ -30,7 +30,7 @@ void scheduler_stage::emit(outputs& out, token_delta delta) {
   if (delta.finished()) {
     auto it = timelines_.find(delta.request_id);
     if (it != timelines_.end()) {
-      timeline = it->second;
+      timeline = it->second.timeline;
       timelines_.erase(it);
     }
   }
@@ -50,15 +50,18 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
     emit(out, std::move(aborted));
     return out;
   }
-  const auto arrival = engine_clock::time_point(std::chrono::nanoseconds(request.arrival));
+  // The engine measures queue time, ttft and e2e from now, on this stage's clock: the door's
+  // arrival stamp belongs to another process, perhaps another host.
+  const timestamp_ns received = steady_now_ns();
   if (auto error = scheduler_.add_request(request.request_id, std::move(request.prompt_ids),
-                                          std::move(request.sampling), request.priority, arrival)) {
+                                          std::move(request.sampling), request.priority,
+                                          engine_clock::time_point(std::chrono::nanoseconds(received)))) {
     out.refusals.push_back(request_failed{request.request_id, to_error_code(error->code), error->message});
     return out;
   }
-  request_timeline& timeline = timelines_[request.request_id];
-  timeline.arrival = request.arrival;
-  timeline.tokenized = request.tokenized;
+  tracked_timeline& tracked = timelines_[request.request_id];
+  tracked.received = received;
+  tracked.timeline.tokenize_ns = request.tokenize_ns;
   plan_next(out);
   return out;
 }
@@ -92,15 +95,16 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
   if (in_flight_.empty()) return out;
   step_outline plan = std::move(in_flight_.front());
   in_flight_.pop_front();
+  const timestamp_ns now = steady_now_ns();
   for (const auto& seq : plan.sequences) {
     auto it = timelines_.find(seq.request_id);
     if (it == timelines_.end()) continue;
-    auto& t = it->second;
+    auto& t = it->second.timeline;
     if (t.num_steps++ == 0) {
-      t.first_step_begin = done.begin;
-      t.first_step_end = done.end;
+      t.first_step_done_ns = now - it->second.received;
+      t.first_step_compute_ns = done.compute_ns;
     }
-    t.last_step_end = done.end;
+    t.last_step_done_ns = now - it->second.received;
   }
   std::string failure;
   if (!done.error.empty()) {
@@ -131,7 +135,9 @@ void scheduler_stage::plan_next(outputs& out) {
     const timestamp_ns now = steady_now_ns();
     for (const auto& seq : plan.sequences) {
       auto it = timelines_.find(seq.request_id);
-      if (it != timelines_.end() && it->second.first_scheduled == 0) it->second.first_scheduled = now;
+      if (it == timelines_.end() || it->second.scheduled) continue;
+      it->second.scheduled = true;
+      it->second.timeline.queue_ns = now - it->second.received;
     }
     in_flight_.push_back(outline_of(plan));
     out.plans.push_back(std::move(plan));

@@ -42,6 +42,14 @@ class scheduler_stage {
   const scheduler& engine_scheduler() const { return scheduler_; }
 
  private:
+  // A request's timeline and the scheduler's own reading of when it received the request: the
+  // stamp stays here, only the durations measured from it leave with the final delta.
+  struct tracked_timeline {
+    timestamp_ns received = 0;
+    bool scheduled = false;  // queue_ns counts to the first admission, not to re-admissions
+    request_timeline timeline;
+  };
+
   void plan_next(outputs& out);
   void emit(outputs& out, token_delta delta);
 
@@ -50,7 +58,7 @@ class scheduler_stage {
   // this order. An outline, not a copy of the plan, which would duplicate every sequence.
   std::deque<step_outline> in_flight_;
   size_t max_in_flight_;
-  std::unordered_map<int64_t, request_timeline> timelines_;
+  std::unordered_map<int64_t, tracked_timeline> timelines_;
   // Aborts that overtook their request (still being tokenized): applied when it arrives.
   std::unordered_set<int64_t> early_aborts_;
   std::deque<int64_t> early_abort_order_;

@@ -30,10 +30,10 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
   auto fail = [&](error_code code, std::string message) {
     return request_failed{request.request_id, code, std::move(message)};
   };
+  const timestamp_ns received = steady_now_ns();
   schedule_request out;
   out.request_id = request.request_id;
   out.priority = request.priority;
-  out.arrival = request.arrival;
   const char* field = "prompt";
   try {
     switch (request.kind) {
@@ -71,7 +71,7 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
                     std::to_string(max_model_len_) + " tokens");
   }
   out.sampling = std::move(request.sampling);
-  out.tokenized = steady_now_ns();
+  out.tokenize_ns = steady_now_ns() - received;
   return out;
 }
 

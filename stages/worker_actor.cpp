@@ -14,14 +14,14 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   return {
       [served, runner](step_plan& plan) -> step_done {
         step_done done;
-        done.begin = steady_now_ns();
+        const timestamp_ns begin = steady_now_ns();
         try {
           done.result = runner->run(plan);
         } catch (const std::exception& e) {
           done.error = e.what();
           done.result.step_id = plan.step_id;
         }
-        done.end = steady_now_ns();
+        done.compute_ns = steady_now_ns() - begin;
         return done;
       },
       [served](describe_atom) {

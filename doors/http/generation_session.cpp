@@ -41,7 +41,7 @@ int64_t generation_session::request_id(int choice) const {
   return request_admission::nth_id(first_request_id_, choice);
 }
 
-std::vector<tokenize_request> generation_session::engine_requests(int64_t arrival_ns) const {
+std::vector<tokenize_request> generation_session::engine_requests() const {
   std::vector<tokenize_request> out;
   for (int choice = 0; choice < num_choices(); ++choice) {
     const auto& prompt = request_.prompts[static_cast<size_t>(choice / request_.n)];
@@ -54,7 +54,6 @@ std::vector<tokenize_request> generation_session::engine_requests(int64_t arriva
     job.messages = prompt.messages;
     job.sampling = request_.sampling;
     if (job.sampling.seed) job.sampling.seed = *job.sampling.seed + static_cast<uint64_t>(sample);
-    job.arrival = arrival_ns;
     out.push_back(std::move(job));
   }
   return out;

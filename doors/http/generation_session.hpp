@@ -27,7 +27,7 @@ class generation_session {
   generation_session(openai_request request, int64_t first_request_id, int64_t created, token_text_fn token_text);
 
   // The engine requests to submit, one per choice (seed + j for the j-th sample of a prompt).
-  std::vector<tokenize_request> engine_requests(int64_t arrival_ns) const;
+  std::vector<tokenize_request> engine_requests() const;
   int64_t request_id(int choice) const;
   int num_choices() const { return request_.num_choices(); }
   const openai_request& request() const { return request_; }

@@ -113,7 +113,7 @@ TEST(generation_session, fans_out_choices_with_seeds_and_merges_them_by_index) {
   request_admission admission(10);
   const int64_t first = *admission.admit(client_door::http, 4);
   generation_session session(two_prompts_two_samples(openai_endpoint::completions, false), first, 1000, token_text);
-  auto jobs = session.engine_requests(5);
+  auto jobs = session.engine_requests();
   ASSERT_EQ(jobs.size(), 4u);
   EXPECT_EQ(jobs[0].prompt, "A");
   EXPECT_EQ(jobs[1].prompt, "A");

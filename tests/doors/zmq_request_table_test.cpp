@@ -28,7 +28,11 @@ text_delta piece(int64_t request_id, const std::string& text, std::vector<int32_
     request_metrics m;
     m.num_prompt_tokens = 5;
     m.num_output_tokens = 3;
+    // The scheduler's segments, on its clock: from its own receipt of the request.
+    m.queue_time = 0.01;
     m.ttft = 0.25;
+    m.tpot = 0.002;
+    m.e2e = 99.0;
     d.delta.metrics = m;
   }
   d.text = text;
@@ -72,7 +76,6 @@ TEST_F(zmq_request_table_test, a_request_goes_to_the_stages_with_its_prompt_and_
   EXPECT_EQ(out.submit->prompt, "Once upon a time");
   EXPECT_EQ(out.submit->sampling.max_tokens, 7);
   EXPECT_EQ(out.submit->priority, 3);
-  EXPECT_EQ(out.submit->arrival, 1234);
   EXPECT_EQ(request_admission::door_of(out.submit->request_id), client_door::zmq);
   EXPECT_TRUE(out.aborts.empty());
   EXPECT_FALSE(out.stats_query);
@@ -90,7 +93,7 @@ TEST_F(zmq_request_table_test, a_request_goes_to_the_stages_with_its_prompt_and_
 
 TEST_F(zmq_request_table_test, streaming_replies_go_to_the_requests_client_piece_by_piece) {
   const int64_t id = submit("peer-1", generate("a"));
-  auto out = table.on_event(batch_of({piece(id, "Once", {10}), piece(id, "", {})}));
+  auto out = table.on_event(batch_of({piece(id, "Once", {10}), piece(id, "", {})}), 1234 + 50'000'000);
   // An empty piece that finishes nothing is not worth a frame.
   ASSERT_EQ(out.replies.size(), 1u);
   EXPECT_EQ(out.replies[0].routing_id, "peer-1");
@@ -98,7 +101,7 @@ TEST_F(zmq_request_table_test, streaming_replies_go_to_the_requests_client_piece
   EXPECT_EQ(as_delta(out.replies[0]).text, "Once");
   EXPECT_FALSE(as_delta(out.replies[0]).finish_reason);
 
-  out = table.on_event(batch_of({piece(id, " upon", {11, 12}, finish_reason::length)}));
+  out = table.on_event(batch_of({piece(id, " upon", {11, 12}, finish_reason::length)}), 1234 + 200'000'000);
   ASSERT_EQ(out.replies.size(), 1u);
   const auto& last = as_delta(out.replies[0]);
   EXPECT_EQ(last.text, " upon");
@@ -108,12 +111,45 @@ TEST_F(zmq_request_table_test, streaming_replies_go_to_the_requests_client_piece
   EXPECT_EQ(last.usage->prompt_tokens, 5);
   EXPECT_EQ(last.usage->completion_tokens, 3);
   ASSERT_TRUE(last.timings);
-  EXPECT_DOUBLE_EQ(last.timings->ttft, 0.25);
+  EXPECT_DOUBLE_EQ(last.timings->ttft, 0.05);  // the door's clock: arrival at 1234 ns -> first tokens
   EXPECT_FALSE(last.logprobs);  // not asked for
   // Finished: forgotten, its slot returned, and a late event for it sends nothing.
   EXPECT_EQ(table.num_live_requests(), 0u);
   EXPECT_EQ(admission.num_in_flight(), 0);
   EXPECT_TRUE(table.on_event(batch_of({piece(id, "late", {1})})).replies.empty());
+}
+
+// Issue 10: the stages may run on other hosts, so the door reports ttft and e2e from its own
+// clock (arrival -> first tokens back, arrival -> final back) and only queue and tpot, segments
+// the scheduler measured on its one clock, from the stages: never a stamp of one host minus
+// another's. The scheduler's own ttft (0.25 s) and e2e (99 s) here must not reach the client.
+TEST_F(zmq_request_table_test, ttft_and_e2e_are_the_doors_own_clock_and_queue_is_the_schedulers) {
+  const timestamp_ns arrival = 7'000'000'000;
+  for (bool stream : {true, false}) {
+    auto out = table.on_request("peer-1", generate(stream ? "s" : "whole", stream), arrival);
+    ASSERT_TRUE(out.submit);
+    const int64_t id = out.submit->request_id;
+    (void)table.on_event(batch_of({piece(id, "", {})}), arrival + 10'000'000);  // no tokens yet
+    (void)table.on_event(batch_of({piece(id, "Once", {10})}), arrival + 30'000'000);
+    out = table.on_event(batch_of({piece(id, " upon", {11}, finish_reason::stop)}), arrival + 80'000'000);
+    ASSERT_EQ(out.replies.size(), 1u);
+    const auto& last = as_delta(out.replies[0]);
+    ASSERT_TRUE(last.timings);
+    EXPECT_DOUBLE_EQ(last.timings->queue, 0.01);
+    EXPECT_DOUBLE_EQ(last.timings->ttft, 0.03);
+    EXPECT_DOUBLE_EQ(last.timings->e2e, 0.08);
+    EXPECT_DOUBLE_EQ(last.timings->tpot, 0.002);
+    EXPECT_LE(last.timings->queue, last.timings->ttft);
+    EXPECT_LE(last.timings->ttft, last.timings->e2e);
+  }
+  // Ended before any token (aborted while queued): its first reply is its last, ttft == e2e.
+  auto out = table.on_request("peer-1", generate("early"), arrival);
+  ASSERT_TRUE(out.submit);
+  out = table.on_event(batch_of({piece(out.submit->request_id, "", {}, finish_reason::abort)}), arrival + 5'000'000);
+  ASSERT_EQ(out.replies.size(), 1u);
+  ASSERT_TRUE(as_delta(out.replies[0]).timings);
+  EXPECT_DOUBLE_EQ(as_delta(out.replies[0]).timings->ttft, 0.005);
+  EXPECT_DOUBLE_EQ(as_delta(out.replies[0]).timings->e2e, 0.005);
 }
 
 TEST_F(zmq_request_table_test, a_request_that_does_not_stream_gets_one_reply_with_everything) {

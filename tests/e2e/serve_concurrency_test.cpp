@@ -75,6 +75,9 @@ TEST_P(serve_concurrency, sixty_four_clients_match_serving_alone) {
   for (size_t i = 0; i < together.size(); ++i) {
     EXPECT_EQ(together[i].usage.completion_tokens, static_cast<int>(together[i].token_ids.size()));
     EXPECT_GT(together[i].timings.e2e, 0.0);
+    // Each from one clock (docs/protocol.md): queue the scheduler's, inside the door's ttft.
+    EXPECT_GE(together[i].timings.queue, 0.0);
+    EXPECT_LE(together[i].timings.queue, together[i].timings.ttft);
     EXPECT_LE(together[i].timings.ttft, together[i].timings.e2e);
   }
   client c = server.make_client();

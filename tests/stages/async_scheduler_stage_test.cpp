@@ -37,8 +37,7 @@ class fake_worker {
       }
     }
     previous_ = std::move(sampled);
-    done.begin = 1;
-    done.end = 2;
+    done.compute_ns = 1;
     return done;
   }
 

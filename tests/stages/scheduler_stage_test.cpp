@@ -18,8 +18,7 @@ step_done answer(const step_plan& plan) {
   for (const auto& s : plan.sequences) {
     if (s.sample) done.result.tokens.push_back(sampled_token{s.request_id, 9, 0.0f, {}, {}});
   }
-  done.begin = 1;
-  done.end = 2;
+  done.compute_ns = 1;
   return done;
 }
 
@@ -49,6 +48,50 @@ TEST(scheduler_stage, keeps_one_step_in_flight_and_frees_every_block) {
   EXPECT_EQ(stats.tag, 7u);
   EXPECT_EQ(stats.num_free_blocks, 16);
   EXPECT_EQ(stats.num_running, 0);
+}
+
+// Issue 10: the tokenizer, the scheduler and the worker may run on three hosts, so the timeline
+// and the metrics the scheduler sends are durations, each two readings of one clock, bounded by
+// the time the test itself saw pass: a steady-clock stamp (this host's uptime) would not be, and
+// nothing from another stage's clock enters a difference.
+TEST(scheduler_stage, sends_durations_of_its_own_clock_not_timestamps) {
+  scheduler_stage stage(small_config(), {2});
+  auto request = make_request(1, 3);
+  request.tokenize_ns = 777;  // the tokenizer's duration, passed on as it is
+  const timestamp_ns before = steady_now_ns();
+  auto out = stage.add(std::move(request));
+  ASSERT_EQ(out.plans.size(), 1u);
+  std::optional<step_plan> plan = out.plans.front();
+  std::optional<request_timeline> timeline;
+  std::optional<request_metrics> metrics;
+  int steps = 0;
+  while (plan && steps < 20) {
+    step_done done = answer(*plan);
+    done.compute_ns = 4000 + steps++;  // the worker's own duration of this step
+    auto next = stage.step_finished(done);
+    for (size_t i = 0; i < next.tokens.deltas.size(); ++i) {
+      if (!next.tokens.deltas[i].finished()) continue;
+      timeline = next.tokens.timelines[i];
+      metrics = next.tokens.deltas[i].metrics;
+    }
+    plan.reset();
+    if (!next.plans.empty()) plan = next.plans.front();
+  }
+  const duration_ns elapsed = steady_now_ns() - before;
+  ASSERT_TRUE(timeline);
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(timeline->num_steps, steps);
+  EXPECT_EQ(timeline->tokenize_ns, 777);
+  EXPECT_EQ(timeline->first_step_compute_ns, 4000);
+  EXPECT_GE(timeline->queue_ns, 0);
+  EXPECT_LE(timeline->queue_ns, timeline->first_step_done_ns);
+  EXPECT_LE(timeline->first_step_done_ns, timeline->last_step_done_ns);
+  EXPECT_LE(timeline->last_step_done_ns, elapsed);
+  // The engine's metrics count from the scheduler's receipt too, on its clock.
+  EXPECT_GE(metrics->queue_time, 0.0);
+  EXPECT_LE(metrics->queue_time, metrics->ttft);
+  EXPECT_LE(metrics->ttft, metrics->e2e);
+  EXPECT_LE(metrics->e2e, static_cast<double>(elapsed) / 1e9);
 }
 
 TEST(scheduler_stage, an_abort_that_overtakes_its_request_ends_it_on_arrival) {
