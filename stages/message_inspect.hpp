@@ -97,7 +97,7 @@ typename Inspector::result_type inspect(Inspector& f, tokenize_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
   return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling,
-           x.priority, x.arrival, x.tokenized);
+           x.priority, x.arrival, x.tokenized, x.resumed_output_ids);
 }
 
 template <class Inspector>

@@ -43,6 +43,9 @@ struct schedule_request {
   int32_t priority = 0;
   timestamp_ns arrival = 0;
   timestamp_ns tokenized = 0;
+  // Tokens this request already generated elsewhere (failover: another engine died mid-request);
+  // empty for a fresh request. The scheduler continues after them (scheduler::add_request).
+  std::vector<int32_t> resumed_output_ids;
 };
 
 // The worker's answer to a step_plan; `error` non-empty when the step failed.

@@ -140,6 +140,7 @@ std::vector<schedule_request> samples(of<schedule_request>) {
   r.priority = 5;
   r.arrival = 1000;
   r.tokenized = 2000;
+  r.resumed_output_ids = {7, 8, 9, 10};
   return {r};
 }
 
@@ -338,6 +339,7 @@ void expect_same(const schedule_request& a, const schedule_request& b) {
   EXPECT_EQ(a.priority, b.priority);
   EXPECT_EQ(a.arrival, b.arrival);
   EXPECT_EQ(a.tokenized, b.tokenized);
+  EXPECT_EQ(a.resumed_output_ids, b.resumed_output_ids);
 }
 
 void expect_same(const step_done& a, const step_done& b) {
