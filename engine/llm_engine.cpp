@@ -31,7 +31,8 @@ llm_engine::llm_engine(std::unique_ptr<model> m, engine_config config,
                                                       model_->config().eos_token_ids.end())),
       runner_(*model_, sampler_seed) {}
 
-add_request_result llm_engine::add_request(std::vector<int32_t> prompt_ids, sampling_params params, int priority) {
+add_request_result llm_engine::add_request(std::vector<int32_t> prompt_ids, sampling_params params, int priority,
+                                           std::span<const int32_t> resumed_output_ids) {
   const int vocab = model_->config().vocab_size;
   for (int32_t t : prompt_ids) {
     if (t < 0 || t >= vocab) {
@@ -40,8 +41,16 @@ add_request_result llm_engine::add_request(std::vector<int32_t> prompt_ids, samp
                                     std::to_string(vocab)}};
     }
   }
+  for (int32_t t : resumed_output_ids) {
+    if (t < 0 || t >= vocab) {
+      return {-1, request_error{request_error_code::invalid_request,
+                                "resumed output token id " + std::to_string(t) + " is outside the vocabulary of " +
+                                    std::to_string(vocab)}};
+    }
+  }
   const int64_t id = next_request_id_;
-  if (auto error = scheduler_.add_request(id, std::move(prompt_ids), std::move(params), priority)) {
+  if (auto error = scheduler_.add_request(id, std::move(prompt_ids), std::move(params), priority, engine_clock::now(),
+                                          resumed_output_ids)) {
     return {-1, std::move(error)};
   }
   ++next_request_id_;

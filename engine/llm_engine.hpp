@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <variant>
 #include <vector>
 
@@ -36,7 +37,10 @@ class llm_engine {
              std::optional<std::vector<int32_t>> eos_token_ids = std::nullopt,
              uint64_t sampler_seed = std::random_device{}());
 
-  add_request_result add_request(std::vector<int32_t> prompt_ids, sampling_params params, int priority = 0);
+  // `resumed_output_ids`: the outputs a request already generated elsewhere, to continue from
+  // (scheduler::add_request); outputs then carry only the tokens generated here.
+  add_request_result add_request(std::vector<int32_t> prompt_ids, sampling_params params, int priority = 0,
+                                 std::span<const int32_t> resumed_output_ids = {});
   // False for an unknown (or already finished) id; the abort's output comes with the next step.
   bool abort(int64_t request_id);
   // Ends a request whose text matched one of its stop strings (the caller turns ids into text,

@@ -22,7 +22,8 @@ scheduler::scheduler(const engine_config& config, std::vector<int32_t> eos_token
       kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching) {}
 
 std::optional<request_error> scheduler::check_request(int64_t request_id, int num_prompt_tokens,
-                                                      const sampling_params& params) const {
+                                                      const sampling_params& params,
+                                                      std::span<const int32_t> resumed_output_ids) const {
   auto invalid = [&](std::string why) {
     return request_error{request_error_code::invalid_request,
                          "request " + std::to_string(request_id) + ": " + std::move(why)};
@@ -32,12 +33,15 @@ std::optional<request_error> scheduler::check_request(int64_t request_id, int nu
                          "request " + std::to_string(request_id) + " is already live"};
   }
   if (num_prompt_tokens == 0) return invalid("the prompt is empty");
-  if (num_prompt_tokens >= config_.max_model_len) {
-    return invalid("the prompt has " + std::to_string(num_prompt_tokens) +
-                   " tokens, leaving no room to generate within max_model_len " +
-                   std::to_string(config_.max_model_len));
+  const int num_resumed = static_cast<int>(resumed_output_ids.size());
+  if (num_prompt_tokens + int64_t{num_resumed} >= config_.max_model_len) {
+    const std::string resumed =
+        num_resumed == 0 ? std::string() : " and " + std::to_string(num_resumed) + " resumed output tokens";
+    return invalid("the prompt has " + std::to_string(num_prompt_tokens) + " tokens" + resumed +
+                   ", leaving no room to generate within max_model_len " + std::to_string(config_.max_model_len));
   }
   if (std::string why = check_sampling_params(params); !why.empty()) return invalid(why);
+  if (std::string why = check_resumed_outputs(resumed_output_ids, params); !why.empty()) return invalid(why);
   // A sequence must fit the pool alone, or it could be preempted forever.
   const int64_t most_tokens =
       std::min<int64_t>(static_cast<int64_t>(num_prompt_tokens) + params.max_tokens, config_.max_model_len);
@@ -54,12 +58,46 @@ std::optional<request_error> scheduler::check_request(int64_t request_id, int nu
   return std::nullopt;
 }
 
+std::string scheduler::check_resumed_outputs(std::span<const int32_t> resumed_output_ids,
+                                             const sampling_params& params) const {
+  const int num_resumed = static_cast<int>(resumed_output_ids.size());
+  // A request with that many outputs has already ended with finish_reason length: resuming it
+  // would send a second final. The router that resumes requests never holds one such.
+  if (num_resumed >= params.max_tokens) {
+    return std::to_string(num_resumed) + " resumed output tokens already reach max_tokens " +
+           std::to_string(params.max_tokens) + ": the request has finished";
+  }
+  auto contains = [](const std::vector<int32_t>& ids, int32_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  for (int i = 0; i < num_resumed; ++i) {
+    const int32_t id = resumed_output_ids[static_cast<size_t>(i)];
+    if (id < 0) return "resumed output token " + std::to_string(i) + " is " + std::to_string(id) + ", not a token id";
+    if (config_.vocab_size > 0 && id >= config_.vocab_size) {
+      return "resumed output token " + std::to_string(i) + " is " + std::to_string(id) +
+             ", outside the vocabulary of " + std::to_string(config_.vocab_size);
+    }
+    if (!params.ignore_eos && contains(eos_token_ids_, id)) {
+      return "resumed output token " + std::to_string(i) + " is " + std::to_string(id) +
+             ", an eos token that would have finished the request (ignore_eos is off)";
+    }
+    if (contains(params.stop_token_ids, id)) {
+      return "resumed output token " + std::to_string(i) + " is " + std::to_string(id) +
+             ", one of stop_token_ids, which would have finished the request";
+    }
+  }
+  return {};
+}
+
 std::optional<request_error> scheduler::add_request(int64_t request_id, std::vector<int32_t> prompt_ids,
                                                     sampling_params params, int priority,
-                                                    engine_clock::time_point arrival) {
-  if (auto error = check_request(request_id, static_cast<int>(prompt_ids.size()), params)) return error;
+                                                    engine_clock::time_point arrival,
+                                                    std::span<const int32_t> resumed_output_ids) {
+  if (auto error = check_request(request_id, static_cast<int>(prompt_ids.size()), params, resumed_output_ids)) {
+    return error;
+  }
   auto seq = std::make_unique<sequence>(request_id, std::move(prompt_ids), std::move(params), priority,
-                                        next_arrival_order_++, arrival);
+                                        next_arrival_order_++, arrival, resumed_output_ids);
   waiting_.insert(seq.get());
   sequences_.emplace(request_id, std::move(seq));
   return std::nullopt;
@@ -116,7 +154,8 @@ step_plan scheduler::schedule() {
     if (!seq->timeline.scheduled) {
       seq->timeline.scheduled = true;
       seq->timeline.first_scheduled = now;
-      seq->num_cached_tokens = hit.num_tokens;
+      // Usage counts cached tokens among the prompt's; a resumed request's hit may go further.
+      seq->num_cached_tokens = std::min(hit.num_tokens, seq->num_prompt_tokens());
     }
     seq->status = sequence_status::running;
     seq->admitted_step = plan.step_id;
@@ -271,7 +310,8 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
     token_delta delta;
     delta.request_id = s.request_id;
     delta.token_ids.push_back(token->token_id);
-    if (seq.num_output_tokens() == 1) delta.stop = seq.params().stop;  // for the detokenizer
+    // For the detokenizer, on the request's first delta from this engine (resumed or not).
+    if (seq.num_output_tokens() == seq.num_resumed_output_tokens() + 1) delta.stop = seq.params().stop;
     if (seq.params().logprobs >= 0) {
       delta.logprobs.push_back({token->logprob, token->top_token_ids, token->top_logprobs});
     }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,9 +38,18 @@ class scheduler {
 
   // Queues a request. Refuses (and keeps nothing) when the waiting queue is full (overloaded),
   // the id is live already, or the request could never run in this engine.
+  //
+  // `resumed_output_ids` resumes a request another engine was generating (failover): the tokens
+  // it already generated and streamed. The sequence continues as if it had generated them
+  // itself: they are prefilled after the prompt, count for max_tokens, penalties, the seeded
+  // sampler's output index and the final metrics' output count, and deltas carry only the
+  // tokens generated here. A request that could not still be running is refused as invalid:
+  // resumed outputs that reach max_tokens, or hold a token that would have stopped it (eos
+  // unless ignore_eos, a stop id); prompt + resumed outputs must leave room under max_model_len.
   std::optional<request_error> add_request(int64_t request_id, std::vector<int32_t> prompt_ids,
                                            sampling_params params, int priority = 0,
-                                           engine_clock::time_point arrival = engine_clock::now());
+                                           engine_clock::time_point arrival = engine_clock::now(),
+                                           std::span<const int32_t> resumed_output_ids = {});
 
   step_plan schedule();
   // Why `result` cannot be the outcome of `step` (another step's id, a token for a request the
@@ -78,7 +88,10 @@ class scheduler {
   };
 
   std::optional<request_error> check_request(int64_t request_id, int num_prompt_tokens,
-                                             const sampling_params& params) const;
+                                             const sampling_params& params,
+                                             std::span<const int32_t> resumed_output_ids) const;
+  // Why `resumed_output_ids` cannot be the outputs of a request still running, or "".
+  std::string check_resumed_outputs(std::span<const int32_t> resumed_output_ids, const sampling_params& params) const;
   scheduled_sequence plan_entry(const sequence& seq, int num_new_tokens) const;
   static void mark_scheduled(sequence& seq, const scheduled_sequence& entry);
   bool ends_with_pending_sample(const sequence& seq) const;

@@ -29,8 +29,12 @@ struct sequence_timeline {
 
 class sequence {
  public:
+  // `resumed_output_ids`: outputs the request already generated elsewhere (a failed-over request,
+  // see scheduler::add_request). They follow the prompt as outputs, never as prompt: they count
+  // for max_tokens, penalties and the seeded sampler's output index, and no delta repeats them.
   sequence(int64_t request_id, std::vector<int32_t> prompt_ids, sampling_params params, int priority,
-           uint64_t arrival_order, engine_clock::time_point arrival = engine_clock::now());
+           uint64_t arrival_order, engine_clock::time_point arrival = engine_clock::now(),
+           std::span<const int32_t> resumed_output_ids = {});
 
   int64_t request_id() const { return request_id_; }
   const sampling_params& params() const { return params_; }
@@ -43,6 +47,8 @@ class sequence {
   int num_tokens() const { return static_cast<int>(token_ids_.size()); }
   int num_prompt_tokens() const { return num_prompt_tokens_; }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
+  // Outputs generated before this engine took the request over (0 for a fresh request).
+  int num_resumed_output_tokens() const { return num_resumed_output_tokens_; }
   // Tokens whose K/V is computed or being computed by a step in flight.
   int num_scheduled_tokens() const { return num_computed_tokens + num_inflight_tokens; }
   // Known tokens plus the ones steps in flight are sampling (not yet known to the scheduler).
@@ -83,6 +89,7 @@ class sequence {
   int64_t request_id_;
   std::vector<int32_t> token_ids_;
   int num_prompt_tokens_;
+  int num_resumed_output_tokens_;
   sampling_params params_;
   int priority_;
   uint64_t arrival_order_;

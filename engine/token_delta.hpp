@@ -23,7 +23,7 @@ struct request_metrics {
   double tpot = 0.0;        // mean time between output tokens after the first (0 with one token)
   double e2e = 0.0;         // arrival -> finish
   int num_prompt_tokens = 0;
-  int num_output_tokens = 0;
+  int num_output_tokens = 0;  // a resumed request's earlier outputs included (usage as undisturbed)
   int num_cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
   int num_preemptions = 0;
 };

@@ -46,6 +46,7 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
     aborted.finish = finish_reason::abort;
     request_metrics metrics;
     metrics.num_prompt_tokens = static_cast<int>(request.prompt_ids.size());
+    metrics.num_output_tokens = static_cast<int>(request.resumed_output_ids.size());
     aborted.metrics = metrics;
     emit(out, std::move(aborted));
     return out;
@@ -55,7 +56,8 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
   const timestamp_ns received = steady_now_ns();
   if (auto error = scheduler_.add_request(request.request_id, std::move(request.prompt_ids),
                                           std::move(request.sampling), request.priority,
-                                          engine_clock::time_point(std::chrono::nanoseconds(received)))) {
+                                          engine_clock::time_point(std::chrono::nanoseconds(received)),
+                                          request.resumed_output_ids)) {
     out.refusals.push_back(request_failed{request.request_id, to_error_code(error->code), error->message});
     return out;
   }
