@@ -117,8 +117,11 @@ class child_process {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == 0) return true;
     pid_ = -1;  // reaped: its id may be reused, so it must never be signalled again
+    status_ = status;
     return false;
   }
+  // How it ended (a waitpid status), once alive() or stop() has reaped it; -1 before.
+  int exit_status() const { return status_; }
 
   void stop() {
     if (pid_ <= 0) return;
@@ -127,6 +130,7 @@ class child_process {
     for (int i = 0; i < 100; ++i) {
       if (::waitpid(pid_, &status, WNOHANG) != 0) {
         pid_ = -1;
+        status_ = status;
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -134,10 +138,12 @@ class child_process {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
+    status_ = status;
   }
 
  private:
   mutable pid_t pid_ = -1;
+  mutable int status_ = -1;
 };
 
 // refs.json's references: prompt, input_ids, completion, generated_ids, max_new_tokens (greedy).

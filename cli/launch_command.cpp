@@ -1,0 +1,81 @@
+// troupe launch FILE: every [[nodes]] entry on this machine as a child `troupe node`, then the
+// controller (what `troupe serve --config FILE` runs, with the same flags); a signal stops the
+// controller, then the nodes.
+
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "cli/command_registry.hpp"
+#include "cli/serve_flags.hpp"
+#include "node/local_host.hpp"
+#include "node/node.hpp"
+#include "node/node_launcher.hpp"
+
+namespace troupe::cli {
+namespace {
+
+constexpr auto node_start_timeout = std::chrono::seconds(30);
+
+// The nodes log at least at info level: their `listening on` line is how launch sees them up.
+std::string node_log_level(const std::string& level) {
+  return level == "trace" || level == "debug" ? level : "info";
+}
+
+bool signal_pending(const sigset_t& signals) {
+  sigset_t pending;
+  sigpending(&pending);
+  return sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM);
+}
+
+int run(const serve_flags& flags) {
+  spdlog::set_level(spdlog::level::from_str(flags.log_level));
+  const topology t = topology_from_flags(flags);
+  // Blocked before any thread starts (the launcher's readers, the controller's actors), so that
+  // only the controller's sigwait, or the check below while the nodes start, sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  node_launcher launcher;  // stops every node it started when it ends, also on an exception
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  for (const node_address& n : t.nodes) {
+    const std::string address = n.host + ":" + std::to_string(n.port);
+    if (!is_local_host(n.host)) {
+      spdlog::info("node {} at {} is not this machine: start it there with `troupe node --listen {} --name {}`", n.name,
+                   address, address, n.name);
+      continue;
+    }
+    if (t.cluster.credentials.empty()) {
+      throw std::runtime_error(flags.config + ": [cluster] credentials is required to launch node " + n.name +
+                               " (nodes accept only mutual TLS; make them with `troupe certs`)");
+    }
+    launcher.start(node_child_spec(n, t.cluster.credentials, self, node_log_level(flags.log_level)));
+  }
+  if (!launcher.wait_until_ready(node_start_timeout, [&] { return signal_pending(signals); })) {
+    spdlog::info("signal while the nodes started: stopping them");
+    return 0;
+  }
+  serve_until_signal(t);
+  launcher.stop();
+  return 0;
+}
+
+const bool registered = register_command([](CLI::App& parent) {
+  auto flags = std::make_shared<serve_flags>();
+  auto* app = parent.add_subcommand(
+      "launch", "run a whole topology: start its [[nodes]] on this machine, then the controller (`serve --config FILE`)");
+  app->add_option("file", flags->config, "topology file (TOML), e.g. config/replicas-2.toml")->required();
+  add_serve_flags(*app, *flags);
+  return command{app, [flags] { return run(*flags); }};
+});
+
+}  // namespace
+}  // namespace troupe::cli

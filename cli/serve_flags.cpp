@@ -1,0 +1,111 @@
+#include "cli/serve_flags.hpp"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace troupe::cli {
+namespace {
+
+// The key file's content without surrounding whitespace (a trailing newline is usual); an empty
+// key would silently turn authentication off, so it is refused.
+std::string read_api_key_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("--api-key-file: cannot open " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string key = text.str();
+  const auto first = key.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) throw std::runtime_error("--api-key-file: " + path + " holds no key");
+  key = key.substr(first, key.find_last_not_of(" \t\r\n") - first + 1);
+  if (key.size() > 1024) throw std::runtime_error("--api-key-file: the key in " + path + " is longer than 1024 bytes");
+  return key;
+}
+
+}  // namespace
+
+void add_serve_flags(CLI::App& app, serve_flags& flags) {
+  app.add_option("--model", flags.model, "HF model directory or .gguf file");
+  app.add_option("--load-format", flags.load_format, "auto | safetensors | gguf | dummy");
+  app.add_option("--zmq-endpoint", flags.zmq_endpoint, "ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:5557");
+  app.add_option("--host", flags.host, "host for --port");
+  app.add_option("--port", flags.port, "TCP port (binds tcp://HOST:PORT)");
+  app.add_option("--listen-backlog", flags.listen_backlog,
+                 "TCP connections queued for the ZeroMQ door (capped by net.core.somaxconn)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences running at once");
+  app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens, "token budget of one step");
+  app.add_option("--max-waiting-requests", flags.max_waiting_requests, "queue bound; beyond it: overloaded");
+  app.add_option("--num-kv-blocks", flags.num_kv_blocks, "KV blocks in the pool");
+  app.add_option("--kv-memory-mb", flags.kv_memory_mb, "KV pool budget when --num-kv-blocks is not given");
+  app.add_option("--max-model-len", flags.max_model_len, "prompt + output tokens of one request");
+  app.add_option("--threads", flags.threads, "worker compute threads (0: all)");
+  app.add_option("--device", flags.device, "cpu | cuda | auto (cuda when a GPU answers; else the CPU, logged)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app.add_option("--gpu-memory-utilization", flags.gpu_memory_utilization,
+                 "CUDA: share of the GPU's memory the weights and KV pool may take (0, 1]");
+  app.add_option("--dtype", flags.dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app.add_option("--nano-batches", flags.nano_batches,
+                 "CUDA: spread prefill and mixed steps over this many streams (1 to 4; 1: off)")
+      ->check(CLI::Range(1, 4));
+  app.add_option("--async-scheduling", flags.async_scheduling,
+                 "on: plan step N+1 while the worker runs step N; auto (the default): on")
+      ->check(CLI::IsMember({"on", "off", "auto"}));
+  app.add_option("--tokenizer-pool-size", flags.tokenizer_pool_size, "tokenizer actors");
+  app.add_option("--api-key", flags.api_key, "require this key on every request (both doors)");
+  app.add_option("--api-key-file", flags.api_key_file, "read the key from this file (surrounding whitespace ignored)");
+  app.add_option("--http", flags.http, "the OpenAI-compatible HTTP API: on | off")->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--http-host", flags.http_host, "host the HTTP API binds");
+  app.add_option("--http-port", flags.http_port, "HTTP API port (turns the API on; 0: any free port)");
+  app.add_option("--http-max-body-bytes", flags.http_max_body_bytes, "larger request bodies get 413");
+  app.add_option("--http-max-connections", flags.http_max_connections, "HTTP connections served at once");
+  app.add_option("--http-request-timeout-ms", flags.http_request_timeout_ms,
+                 "a request's line, headers and body must arrive within this, else 408");
+  app.add_option("--http-max-header-bytes", flags.http_max_header_bytes, "larger request line and headers get 431");
+  app.add_option("--served-model-name", flags.served_model_name, "the model name the HTTP API answers to");
+  app.add_option("--log-level", flags.log_level, "trace | debug | info | warn | error");
+}
+
+topology topology_from_flags(const serve_flags& flags) {
+  topology t = flags.config.empty() ? topology{} : load_topology(flags.config);
+  model_spec& m = t.model;
+  if (!flags.model.empty()) m.path = flags.model;
+  if (!flags.load_format.empty()) m.format = parse_load_format(flags.load_format);
+  if (flags.port > 0) t.zmq_endpoint = "tcp://" + flags.host + ":" + std::to_string(flags.port);
+  if (!flags.zmq_endpoint.empty()) t.zmq_endpoint = flags.zmq_endpoint;
+  if (flags.listen_backlog > 0) t.listen_backlog = flags.listen_backlog;
+  if (flags.max_num_seqs > 0) m.max_num_seqs = flags.max_num_seqs;
+  if (flags.max_num_batched_tokens > 0) t.max_num_batched_tokens = flags.max_num_batched_tokens;
+  if (flags.max_waiting_requests > 0) t.max_waiting_requests = flags.max_waiting_requests;
+  if (flags.num_kv_blocks > 0) m.num_kv_blocks = flags.num_kv_blocks;
+  if (flags.kv_memory_mb > 0) m.kv_memory_mb = flags.kv_memory_mb;
+  if (flags.max_model_len > 0) m.max_model_len = flags.max_model_len;
+  if (flags.threads >= 0) m.backend.threads = flags.threads;
+  if (!flags.device.empty()) m.device = parse_device_request(flags.device);
+  if (flags.gpu_memory_utilization != 0.0f) m.backend.gpu_memory_utilization = flags.gpu_memory_utilization;
+  if (!flags.dtype.empty()) m.backend.cuda_dtype = parse_activation_dtype(flags.dtype);
+  if (flags.nano_batches > 0) m.backend.nano_batches = flags.nano_batches;
+  if (!flags.async_scheduling.empty()) t.async_scheduling = flags.async_scheduling != "off";
+  if (flags.tokenizer_pool_size > 0) t.tokenizer_pool_size = flags.tokenizer_pool_size;
+  if (!flags.api_key.empty()) t.api_key = flags.api_key;
+  if (!flags.api_key_file.empty()) {
+    if (!flags.api_key.empty()) throw std::runtime_error("give --api-key or --api-key-file, not both");
+    t.api_key = read_api_key_file(flags.api_key_file);
+  }
+  if (!flags.http.empty()) t.http_enabled = flags.http == "on";
+  if (flags.http_port >= 0) {
+    t.http_port = flags.http_port;
+    t.http_enabled = true;
+  }
+  if (!flags.http_host.empty()) t.http_host = flags.http_host;
+  if (flags.http_max_body_bytes > 0) t.http_max_body_bytes = flags.http_max_body_bytes;
+  if (flags.http_max_connections > 0) t.http_max_connections = flags.http_max_connections;
+  if (flags.http_request_timeout_ms > 0) t.http_request_timeout_ms = flags.http_request_timeout_ms;
+  if (flags.http_max_header_bytes > 0) t.http_max_header_bytes = flags.http_max_header_bytes;
+  if (!flags.served_model_name.empty()) t.served_model_name = flags.served_model_name;
+  t.validate();
+  return t;
+}
+
+}  // namespace troupe::cli

@@ -1,0 +1,54 @@
+#pragma once
+// The flags `troupe serve` and `troupe launch` share: every setting of a topology file, given on
+// the command line, overrides the file. One definition, so the two commands cannot drift apart.
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "node/topology.hpp"
+
+namespace troupe::cli {
+
+struct serve_flags {
+  std::string config;  // the topology file; --config for serve, the argument for launch
+  std::string model;
+  std::string load_format;
+  std::string zmq_endpoint;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  int max_num_seqs = 0;
+  int max_num_batched_tokens = 0;
+  int max_waiting_requests = 0;
+  int listen_backlog = 0;
+  int num_kv_blocks = 0;
+  int kv_memory_mb = 0;
+  int max_model_len = 0;
+  int threads = -1;
+  std::string device;
+  float gpu_memory_utilization = 0.0f;
+  std::string dtype;
+  int nano_batches = 0;
+  std::string async_scheduling;
+  int tokenizer_pool_size = 0;
+  std::string api_key;
+  std::string api_key_file;
+  std::string http;  // on | off
+  std::string http_host;
+  int http_port = -1;
+  size_t http_max_body_bytes = 0;
+  int http_max_connections = 0;
+  int http_request_timeout_ms = 0;
+  size_t http_max_header_bytes = 0;
+  std::string served_model_name;
+  std::string log_level = "info";
+};
+
+// Binds every flag but the topology file itself (each command names that its own way).
+void add_serve_flags(CLI::App& app, serve_flags& flags);
+
+// The topology file (none: the defaults) with the flags laid over it, validated; throws
+// std::runtime_error naming the bad setting.
+topology topology_from_flags(const serve_flags& flags);
+
+}  // namespace troupe::cli

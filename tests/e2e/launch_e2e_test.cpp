@@ -1,0 +1,240 @@
+// `troupe launch FILE`: a topology with two [[nodes]] on 127.0.0.1 ports of their own. The
+// placement keeps every stage on the controller, so the nodes idle and the controller serves;
+// what is checked is the nodes' lives: started as children of launch, stopped by its SIGTERM,
+// gone with it when it is killed, and a node that cannot start failing the launch by name.
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.hpp"
+#include "tests/e2e/e2e_support.hpp"
+#include "tests/scratch_dir.hpp"
+
+namespace troupe::test {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using troupe::testing::scratch_dir;
+
+// A port no one listens on now; the topology names it for a node, which binds it moments later.
+uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof address;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+    throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// A listening socket on 127.0.0.1 held for the test's length: its port is taken.
+class taken_port {
+ public:
+  taken_port() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof address;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(fd_, 4) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+      throw std::runtime_error("taken_port: cannot listen on 127.0.0.1:0");
+    }
+    port_ = ntohs(address.sin_port);
+  }
+  ~taken_port() { ::close(fd_); }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_;
+  uint16_t port_ = 0;
+};
+
+// /proc/PID/stat: "PID (COMM) STATE PPID ..."; a pid gone or a zombie does not run.
+std::optional<std::pair<char, pid_t>> state_and_parent(pid_t pid) {
+  const std::string text = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream rest(text.substr(paren + 2));
+  char state = 0;
+  pid_t parent = -1;
+  rest >> state >> parent;
+  return std::make_pair(state, parent);
+}
+
+bool running(pid_t pid) {
+  const auto s = state_and_parent(pid);
+  return s && s->first != 'Z';
+}
+
+bool gone_within(pid_t pid, std::chrono::seconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  for (int i = 0; i < 2000 && running(pid) && std::chrono::steady_clock::now() < deadline; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  return !running(pid);
+}
+
+// `troupe launch FILE` with its stderr in a file, stopped (SIGTERM, then SIGKILL) at the end.
+class launch_process {
+ public:
+  launch_process(const fs::path& topology, const fs::path& log)
+      : log_path_(log),
+        process_({troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint", "tcp://127.0.0.1:*",
+                  "--log-level", "info"},
+                 log) {}
+
+  // Waits (bounded) until both nodes logged that they listen and the controller's door is up;
+  // false when launch exited or the bound passed.
+  bool wait_until_serving(const std::vector<std::string>& nodes) {
+    static const std::regex zmq_line(R"(zmq door: listening on (tcp://127\.0\.0\.1:[0-9]+))");
+    const auto deadline = std::chrono::steady_clock::now() + 90s;
+    for (int i = 0; i < 4500 && process_.alive() && std::chrono::steady_clock::now() < deadline; ++i) {
+      const std::string text = log();
+      std::smatch m;
+      bool all = std::regex_search(text, m, zmq_line);
+      if (all) endpoint_ = m[1];
+      for (const std::string& n : nodes) all = all && text.find(n + " | ") != std::string::npos &&
+                                                text.find("node " + n + " listening on") != std::string::npos;
+      if (all) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  // Each node's pid, from launch's `started NAME (pid N)` lines.
+  std::map<std::string, pid_t> node_pids() const {
+    static const std::regex started(R"(started ([A-Za-z0-9._-]+) \(pid ([0-9]+)\))");
+    std::map<std::string, pid_t> pids;
+    const std::string text = log();
+    for (std::sregex_iterator i(text.begin(), text.end(), started), end; i != end; ++i) {
+      pids[(*i)[1]] = static_cast<pid_t>(std::stoi((*i)[2]));
+    }
+    return pids;
+  }
+
+  // Waits (bounded) for launch to end; its waitpid status, or -1 when it still runs.
+  int wait_for_exit(std::chrono::seconds bound) {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    for (int i = 0; i < 5000 && process_.alive() && std::chrono::steady_clock::now() < deadline; ++i) {
+      std::this_thread::sleep_for(20ms);
+    }
+    return process_.alive() ? -1 : process_.exit_status();
+  }
+
+  pid_t pid() const { return process_.pid(); }
+  const std::string& endpoint() const { return endpoint_; }
+  std::string log() const { return read_file(log_path_); }
+
+ private:
+  fs::path log_path_;
+  child_process process_;
+  std::string endpoint_;
+};
+
+class launch_e2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
+    const run_result made =
+        run_troupe("certs --out " + shell_quote(credentials().string()) + " --name controller --name n1 --name n2");
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+  }
+
+  fs::path credentials() const { return dir_.path() / "certs"; }
+
+  // Two nodes, every stage on the controller (the nodes idle until the controller places stages).
+  fs::path write_topology(uint16_t n1_port, uint16_t n2_port) const {
+    const fs::path path = dir_.path() / "topology.toml";
+    std::ofstream(path) << "[model]\npath = \"" << stories_dir << "\"\n"
+                        << "[node]\nthreads = 1\n"
+                        << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
+                        << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << n1_port << "\"\n"
+                        << "[[nodes]]\nname = \"n2\"\naddress = \"127.0.0.1:" << n2_port << "\"\n";
+    return path;
+  }
+
+  scratch_dir dir_;
+};
+
+TEST_F(launch_e2e, launch_starts_both_nodes_serves_and_a_sigterm_stops_it_all_with_exit_0) {
+  launch_process launch(write_topology(free_port(), free_port()), dir_.path() / "launch.log");
+  ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
+  const auto pids = launch.node_pids();
+  ASSERT_EQ(pids.size(), 2u) << launch.log();
+  for (const auto& [name, pid] : pids) {
+    const auto s = state_and_parent(pid);
+    ASSERT_TRUE(s) << name;
+    EXPECT_EQ(s->second, launch.pid()) << name << " is not a child of launch";
+    EXPECT_TRUE(running(pid)) << name;
+  }
+
+  const std::string reference = stories_reference("Once upon a time").at("completion").get<std::string>();
+  client c(launch.endpoint());
+  c.set_timeout(60s);
+  generate_request request;
+  request.prompt = "Once upon a time";
+  request.sampling.temperature = 0.0f;
+  request.sampling.max_tokens = 60;
+  EXPECT_EQ(c.generate(request).text, reference);
+
+  ASSERT_EQ(::kill(launch.pid(), SIGTERM), 0);
+  const int status = launch.wait_for_exit(60s);
+  ASSERT_NE(status, -1) << "launch still runs after SIGTERM:\n" << launch.log();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << launch.log();
+  for (const auto& [name, pid] : pids) {
+    EXPECT_FALSE(running(pid)) << name << " outlived launch";
+    EXPECT_NE(launch.log().find(name + " (pid " + std::to_string(pid) + ") stopped: exit code 0"), std::string::npos)
+        << launch.log();
+  }
+}
+
+TEST_F(launch_e2e, nodes_die_with_a_launch_killed_without_cleanup) {
+  launch_process launch(write_topology(free_port(), free_port()), dir_.path() / "launch.log");
+  ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
+  const auto pids = launch.node_pids();
+  ASSERT_EQ(pids.size(), 2u) << launch.log();
+  ASSERT_EQ(::kill(launch.pid(), SIGKILL), 0);
+  ASSERT_NE(launch.wait_for_exit(30s), -1);
+  for (const auto& [name, pid] : pids) {
+    EXPECT_TRUE(gone_within(pid, 30s)) << name << " (pid " << pid << ") outlived a killed launch";
+    if (running(pid)) ::kill(pid, SIGKILL);  // never leave it behind, even when the test failed
+  }
+}
+
+TEST_F(launch_e2e, a_node_that_cannot_listen_fails_launch_by_name_and_the_other_node_is_stopped) {
+  const taken_port taken;
+  launch_process launch(write_topology(free_port(), taken.port()), dir_.path() / "launch.log");
+  const int status = launch.wait_for_exit(90s);
+  ASSERT_NE(status, -1) << "launch still runs with n2's port taken:\n" << launch.log();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << "\n" << launch.log();
+  const std::string log = launch.log();
+  EXPECT_NE(log.find("n2 exited before it was up (exit code 1)"), std::string::npos) << log;
+  EXPECT_NE(log.find("cannot listen on 127.0.0.1:" + std::to_string(taken.port())), std::string::npos) << log;
+  const auto pids = launch.node_pids();
+  ASSERT_EQ(pids.count("n1"), 1u) << log;
+  EXPECT_FALSE(running(pids.at("n1"))) << "n1 outlived the failed launch";
+  EXPECT_EQ(log.find("zmq door: listening"), std::string::npos) << "the controller started anyway:\n" << log;
+}
+
+}  // namespace
+}  // namespace troupe::test
