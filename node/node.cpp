@@ -25,7 +25,7 @@
 #include "node/cluster_credentials.hpp"
 #include "node/engine_placer.hpp"
 #include "node/node_link.hpp"
-#include "node/openssl_error_queue.hpp"
+#include "node/openssl_io_hooks.hpp"
 #include "node/stage_factories.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"

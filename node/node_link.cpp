@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <caf/io/middleman.hpp>
+#include <caf/sec.hpp>
 #include <caf/openssl/remote_actor.hpp>
 
 namespace troupe {
@@ -26,6 +27,11 @@ caf::actor node_link::connect(const node_address& node, const std::atomic<bool>*
     auto agent = caf::openssl::remote_actor(system_, node.host, node.port);
     if (agent) return *agent;
     last_error = system_.render(agent.error());
+    // A refused TLS handshake (a certificate of another CA) will not heal by waiting.
+    if (agent.error() == caf::sec::disconnect_during_handshake) {
+      throw std::runtime_error("cannot reach " + where(node) + ": the TLS handshake failed (does its certificate come "
+                               "from the cluster's CA, and ours from its?): " + last_error);
+    }
     if (std::chrono::steady_clock::now() + std::chrono::milliseconds(100) >= deadline) break;
     if (cancel && cancel->load()) throw std::runtime_error("connecting to " + where(node) + ": cancelled");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

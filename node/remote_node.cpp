@@ -20,7 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "node/cluster_credentials.hpp"
-#include "node/openssl_error_queue.hpp"
+#include "node/openssl_io_hooks.hpp"
 #include "node/topology.hpp"
 #include "node/stage_factories.hpp"
 #include "stages/message_inspect.hpp"
