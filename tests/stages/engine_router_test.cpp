@@ -1,0 +1,210 @@
+// The router's decisions without actors: load-based choice, prefix affinity, what it records of
+// each request's stream, and what it hands back for a re-run when an instance is lost.
+
+#include <gtest/gtest.h>
+
+#include "stages/engine_router.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr int block_size = 4;
+
+schedule_request request(int64_t id, std::vector<int32_t> prompt) {
+  schedule_request r;
+  r.request_id = id;
+  r.prompt_ids = std::move(prompt);
+  r.sampling.max_tokens = 8;
+  return r;
+}
+
+std::vector<int32_t> prompt_of(int first, int length) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < length; ++i) ids.push_back(first + i);
+  return ids;
+}
+
+token_delta delta(int64_t id, std::vector<int32_t> tokens, bool finished = false) {
+  token_delta d;
+  d.request_id = id;
+  d.token_ids = std::move(tokens);
+  if (finished) d.finish = finish_reason::length;
+  return d;
+}
+
+token_batch batch(std::vector<token_delta> deltas, engine_load load = {}) {
+  token_batch b;
+  b.timelines.resize(deltas.size());
+  b.deltas = std::move(deltas);
+  b.load = load;
+  return b;
+}
+
+TEST(engine_router, no_instance_no_route) {
+  engine_router router(block_size);
+  EXPECT_FALSE(router.route(request(1, {1, 2})));
+  const auto only = router.add_instance("a");
+  ASSERT_TRUE(router.drain(only));
+  EXPECT_FALSE(router.route(request(2, {1, 2}))) << "a draining instance takes no new request";
+}
+
+TEST(engine_router, queued_prompt_tokens_steer_new_requests_to_the_lighter_instance) {
+  engine_router router(block_size);
+  const auto a = router.add_instance("a");
+  const auto b = router.add_instance("b");
+  const auto first = router.route(request(1, prompt_of(100, 30)));
+  ASSERT_TRUE(first);
+  const auto other = first->instance == a ? b : a;
+  // The first one's 30 prompt tokens wait on its instance: the next requests go to the other
+  // until it has as much queued.
+  for (int64_t id = 2; id <= 4; ++id) {
+    auto where = router.route(request(id, prompt_of(200 + int(id) * 10, 9)));
+    ASSERT_TRUE(where);
+    EXPECT_EQ(where->instance, other) << "request " << id;
+  }
+  const auto info = router.instances();
+  ASSERT_EQ(info.size(), 2u);
+  EXPECT_EQ(info[size_t(first->instance)].num_queued_prompt_tokens, 30);
+  EXPECT_EQ(info[size_t(other)].num_queued_prompt_tokens, 27);
+}
+
+TEST(engine_router, equal_instances_take_turns) {
+  engine_router router(block_size);
+  router.add_instance("a");
+  router.add_instance("b");
+  int on_a = 0;
+  for (int64_t id = 1; id <= 10; ++id) {
+    auto where = router.route(request(id, {7}));
+    ASSERT_TRUE(where);
+    // Finished at once, so both stay equally loaded.
+    router.on_tokens(where->instance, batch({delta(id, {1}, true)}));
+    on_a += where->instance == 0;
+  }
+  EXPECT_EQ(on_a, 5);
+}
+
+TEST(engine_router, a_pool_reported_full_is_avoided) {
+  engine_router router(block_size);
+  const auto a = router.add_instance("a");
+  const auto b = router.add_instance("b");
+  // b reports 1 free block of 64, a 60: a prompt of 3 blocks would wait on b.
+  router.on_tokens(b, batch({}, engine_load{1, 64, 0, 0}));
+  router.on_tokens(a, batch({}, engine_load{60, 64, 0, 0}));
+  // By queued tokens alone these would alternate; b's pool keeps every one of them on a.
+  for (int i = 0; i < 4; ++i) {
+    auto where = router.route(request(30 + i, prompt_of(50 + i * 20, 12)));
+    ASSERT_TRUE(where);
+    EXPECT_EQ(where->instance, a) << "b has no room for 3 blocks";
+  }
+  // A one-block prompt fits b: it goes there, a having the queue.
+  EXPECT_EQ(router.route(request(40, {1}))->instance, b);
+}
+
+TEST(engine_router, a_known_first_block_goes_back_to_its_instance) {
+  engine_router router(block_size);
+  router.add_instance("a");
+  router.add_instance("b");
+  const std::vector<int32_t> shared = {5, 6, 7, 8, 9, 10};  // more than one block
+  auto first = router.route(request(1, shared));
+  ASSERT_TRUE(first);
+  router.on_tokens(first->instance, batch({delta(1, {1}, true)}));
+  for (int64_t id = 2; id <= 6; ++id) {
+    auto where = router.route(request(id, shared));
+    ASSERT_TRUE(where);
+    EXPECT_EQ(where->instance, first->instance) << "request " << id << " shares the cached first block";
+    router.on_tokens(where->instance, batch({delta(id, {1}, true)}));
+  }
+}
+
+TEST(engine_router, records_the_stream_and_hands_back_re_runs_when_an_instance_is_lost) {
+  engine_router router(block_size);
+  const auto a = router.add_instance("a");
+  const auto b = router.add_instance("b");
+  auto r1 = router.route(request(1, {1, 2, 3}));
+  auto r2 = router.route(request(2, {4, 5, 6}));
+  ASSERT_TRUE(r1 && r2);
+  ASSERT_NE(r1->instance, r2->instance);
+  const auto lost = r1->instance;
+  const auto kept = r2->instance;
+  // Request 1 streams 3 tokens on the instance that will be lost; a batch from the wrong
+  // instance is no part of its stream.
+  token_batch forwarded = router.on_tokens(lost, batch({delta(1, {11, 12})}));
+  EXPECT_EQ(forwarded.deltas.size(), 1u);
+  EXPECT_TRUE(router.on_tokens(kept, batch({delta(1, {99})})).deltas.empty());
+  router.on_tokens(lost, batch({delta(1, {13})}));
+
+  std::vector<schedule_request> reruns = router.remove_instance(lost);
+  ASSERT_EQ(reruns.size(), 1u);
+  EXPECT_EQ(reruns[0].request_id, 1);
+  EXPECT_EQ(reruns[0].prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(reruns[0].resumed_output_ids, (std::vector<int32_t>{11, 12, 13}));
+  EXPECT_EQ(reruns[0].sampling.max_tokens, 8) << "the budget is the whole request's: the engine counts resumed tokens";
+
+  auto again = router.route(reruns[0]);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->instance, kept);
+  EXPECT_EQ(router.instance_of(1), kept);
+  // A late batch of the lost instance changes nothing; the new one's tokens continue the stream.
+  EXPECT_TRUE(router.on_tokens(lost, batch({delta(1, {50})})).deltas.empty());
+  router.on_tokens(kept, batch({delta(1, {14})}));
+  reruns = router.remove_instance(kept);
+  ASSERT_EQ(reruns.size(), 2u);
+  EXPECT_EQ(reruns[0].request_id, 1) << "oldest first";
+  EXPECT_EQ(reruns[0].resumed_output_ids, (std::vector<int32_t>{11, 12, 13, 14}));
+  EXPECT_TRUE(reruns[1].resumed_output_ids.empty());
+  EXPECT_FALSE(router.route(reruns[0])) << "no instance left";
+  router.drop(1);
+  router.drop(2);
+  EXPECT_EQ(router.num_requests(), 0u);
+  (void)a;
+  (void)b;
+}
+
+TEST(engine_router, finished_and_failed_requests_are_forgotten_and_their_load_released) {
+  engine_router router(block_size);
+  const auto a = router.add_instance("a");
+  router.route(request(1, prompt_of(1, 10)));
+  router.route(request(2, prompt_of(1, 6)));
+  router.route(request(3, prompt_of(1, 2)));
+  EXPECT_EQ(router.instances()[0].num_queued_prompt_tokens, 18);
+  router.on_tokens(a, batch({delta(1, {7})}));  // started: no longer queued
+  EXPECT_EQ(router.instances()[0].num_queued_prompt_tokens, 8);
+  token_batch failed;
+  failed.failures.push_back(request_failed{2, error_code::internal, "step failed"});
+  EXPECT_EQ(router.on_tokens(a, failed).failures.size(), 1u);
+  EXPECT_TRUE(router.on_refusal(a, request_failed{3, error_code::overloaded, "full"}));
+  EXPECT_FALSE(router.on_refusal(a, request_failed{3, error_code::overloaded, "again"})) << "already forgotten";
+  router.on_tokens(a, batch({delta(1, {8}, true)}));
+  EXPECT_EQ(router.num_requests(), 0u);
+  EXPECT_EQ(router.instances()[0].num_requests, 0);
+  EXPECT_EQ(router.instances()[0].num_queued_prompt_tokens, 0);
+}
+
+TEST(engine_router, a_draining_instance_is_drained_when_its_last_request_ends) {
+  engine_router router(block_size);
+  const auto a = router.add_instance("a");
+  const auto b = router.add_instance("b");
+  router.route(request(1, {1}));
+  router.route(request(2, {1}));
+  const auto on_a = router.instance_of(1) == a ? 1 : 2;
+  ASSERT_TRUE(router.drain(a));
+  EXPECT_FALSE(router.drained(a));
+  for (int64_t id = 3; id <= 5; ++id) EXPECT_EQ(router.route(request(id, {1}))->instance, b);
+  router.on_tokens(a, batch({delta(on_a, {1}, true)}));
+  EXPECT_TRUE(router.drained(a));
+  EXPECT_FALSE(router.drain(42));
+}
+
+TEST(engine_router, an_abort_that_overtakes_its_request_is_applied_when_it_comes) {
+  engine_router router(block_size);
+  router.add_instance("a");
+  EXPECT_FALSE(router.instance_of(9));
+  router.abort_unrouted(9);
+  auto where = router.route(request(9, {1}));
+  ASSERT_TRUE(where);
+  EXPECT_TRUE(where->aborted_early);
+  EXPECT_FALSE(router.route(request(10, {1}))->aborted_early);
+}
+
+}  // namespace
+}  // namespace troupe
