@@ -66,6 +66,11 @@ size_t reply_router::fail_all(error_code code, const std::string& message) {
   return ids.size();
 }
 
+void reply_router::serve_again() {
+  std::lock_guard lock(tracked_mutex_);
+  failed_ = false;
+}
+
 bool reply_router::refusing() const {
   std::lock_guard lock(tracked_mutex_);
   return failed_;

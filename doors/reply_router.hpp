@@ -46,8 +46,10 @@ class reply_router {
   // request from now on. Returns how many were ended.
   size_t fail_all(error_code code, const std::string& message);
   size_t num_tracked() const;
-  // True once fail_all has run: every request is refused from then on.
+  // True once fail_all has run: every request is refused from then on, until serve_again.
   bool refusing() const;
+  // Takes requests again after fail_all (the failed stage was replaced: a node came back).
+  void serve_again();
 
  private:
   void count(const text_delta& d);

@@ -65,11 +65,11 @@ placed_engine engine_placer::place(const std::string& node) {
   return placed;
 }
 
-void engine_placer::place_again_later(const std::string& node) {
-  if (node == topology_.cluster.name) return;
+void engine_placer::place_again_later(const std::string& node, const std::string& kind) {
+  if (kind == "engine" && node == topology_.cluster.name) return;
   {
     std::lock_guard lock(mutex_);
-    lost_.insert(node);
+    lost_.emplace(kind, node);
   }
   wake_.notify_all();
 }
@@ -81,19 +81,23 @@ void engine_placer::keep() {
       wake_.wait(lock, [this] { return stopping_ || !lost_.empty(); });
       continue;
     }
-    const std::string node = *lost_.begin();
+    const auto [kind, node] = *lost_.begin();
     lock.unlock();
     bool placed = false;
     try {
-      place(node);
+      if (kind == "engine") {
+        place(node);
+      } else if (restore_) {
+        restore_(kind, node);
+      }
       placed = true;
-      spdlog::info("engine on node {} is back", node);
+      spdlog::info("{} on node {} is back", kind, node);
     } catch (const std::exception& e) {
       if (!stopping_) spdlog::debug("node {} not back yet: {}", node, e.what());
     }
     lock.lock();
     if (placed) {
-      lost_.erase(lost_.find(node));
+      lost_.erase(lost_.find(std::make_pair(kind, node)));
     } else {
       // Wait before the next attempt (connect already waited out a refused connection).
       wake_.wait_for(lock, std::chrono::milliseconds(topology_.cluster.reconnect_interval_ms),

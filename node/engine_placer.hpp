@@ -4,15 +4,18 @@
 // placed again on its node by a keeper thread, every [cluster] reconnect_interval_ms until the
 // node answers: a node that comes back (restarted on its address) restores service without a
 // restart of the controller. An instance on the controller is not replaced: a stage that fails
-// in the controller's own process takes the node out of service (node.cpp).
+// in the controller's own process takes the node out of service (node.cpp). A lost tokenizer pool
+// or detokenizer on a node is re-placed by the same keeper, through the node's stage_restorer.
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -49,9 +52,15 @@ class engine_placer {
   // the node and what failed.
   placed_engine place(const std::string& node);
 
-  // An instance on `node` was lost: place a new one there as soon as the node answers again.
-  // Called from the router's thread; does not block. The controller's own name is ignored.
-  void place_again_later(const std::string& node);
+  // A stage of `kind` ("engine", "tokenizer" or "detokenizer") on `node` was lost: place a new
+  // one there as soon as the node answers again. Does not block (called from actors' threads).
+  // An engine on the controller's own name is ignored.
+  void place_again_later(const std::string& node, const std::string& kind = "engine");
+
+  // How a lost tokenizer pool or detokenizer is placed again (the node knows their specs and
+  // who uses them); throws when the node does not answer yet. Set before serving starts.
+  using stage_restorer = std::function<void(const std::string& kind, const std::string& node)>;
+  void set_stage_restorer(stage_restorer restore) { restore_ = std::move(restore); }
 
   // Stops the keeper (a placement under way is cancelled); before the actor system goes.
   void stop();
@@ -66,7 +75,9 @@ class engine_placer {
   caf::actor router_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::multiset<std::string> lost_;  // guarded by mutex_: one entry per instance to re-place
+  stage_restorer restore_;
+  // Guarded by mutex_: (kind, node), one entry per stage to re-place.
+  std::multiset<std::pair<std::string, std::string>> lost_;
   std::atomic<bool> stopping_{false};
   std::thread keeper_;
 };

@@ -2,6 +2,8 @@
 
 #include <csignal>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -64,6 +66,12 @@ class node_config : public caf::actor_system_config {
   }
 };
 
+// A stage and the node it runs on (the controller's own name for this process).
+struct placed_stage {
+  std::string node;
+  caf::actor actor;
+};
+
 // The doors' way into the actor system: anonymous sends from the ZeroMQ thread and from the
 // HTTP connection threads.
 class actor_downstream : public door_downstream {
@@ -74,7 +82,15 @@ class actor_downstream : public door_downstream {
       router->route(request_failed{request.request_id, error_code::internal, out_of_service_message()});
       return;
     }
-    caf::anon_send(tokenizers[next_tokenizer.fetch_add(1) % tokenizers.size()], std::move(request));
+    caf::anon_send(next_tokenizer(), std::move(request));
+  }
+  caf::actor next_tokenizer() {
+    std::lock_guard lock(tokenizers_mutex);
+    return tokenizers[next_tokenizer_index++ % tokenizers.size()].actor;
+  }
+  void set_tokenizers(std::vector<placed_stage> pool) {
+    std::lock_guard lock(tokenizers_mutex);
+    tokenizers = std::move(pool);
   }
   std::string out_of_service_message() {
     std::lock_guard lock(failure_mutex);
@@ -90,43 +106,33 @@ class actor_downstream : public door_downstream {
     caf::anon_send(router_actor, stats_query{tag});
   }
 
-  std::vector<caf::actor> tokenizers;
+  std::mutex tokenizers_mutex;
+  std::vector<placed_stage> tokenizers;  // guarded: replaced when a lost tokenizer node is back
+  size_t next_tokenizer_index = 0;       // guarded by tokenizers_mutex
   caf::actor router_actor;  // aborts and stats go to the engine instances through it
-  std::atomic<size_t> next_tokenizer{0};
   reply_router* router = nullptr;
   std::mutex failure_mutex;
   std::string failure;  // what failed first, once a stage has
 
   // A stage's watch runs on that stage's thread, possibly while the node is being torn down: it
-  // holds watch_mutex while it uses the router and the doors, and does nothing once the node
-  // has closed the watch (close_watch), which it does before it stops anything.
-  std::mutex watch_mutex;
-  bool watch_closed = false;  // guarded by watch_mutex
+  // holds the gate's mutex while it uses the router and the doors, and does nothing once the
+  // node has closed the gate (close_watch), which it does before it stops anything. The gate is
+  // shared with every watch: a remote stage's proxy may end after the node is gone.
+  struct watch_gate {
+    std::mutex mutex;
+    bool closed = false;  // guarded by mutex
+  };
+  std::shared_ptr<watch_gate> gate = std::make_shared<watch_gate>();
+  std::mutex& watch_mutex = gate->mutex;
+  // Guarded by watch_mutex: a stage of this process failed (no way back but a restart), and the
+  // stages of other nodes that failed and wait to be placed again, as (kind, node).
+  bool failed_for_good = false;
+  std::set<std::pair<std::string, std::string>> lost_remote;
   void close_watch() {
-    std::lock_guard lock(watch_mutex);
-    watch_closed = true;
+    std::lock_guard lock(gate->mutex);
+    gate->closed = true;
   }
 };
-
-// A stage that ends for any reason but the node's own shutdown has failed (an exception in a
-// handler ends an actor too, see keep_exception_in_exit_reason). The stages hold each request's
-// state between them, so none of the requests inside can finish: they are all failed with the
-// reason, and the node refuses new ones rather than let them hang.
-void watch_stage(const std::string& stage, const caf::actor& actor, caf::actor_system* system,
-                 actor_downstream* downstream, reply_router* router) {
-  actor->attach_functor([=](const caf::error& reason) {
-    if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) return;
-    std::lock_guard watching(downstream->watch_mutex);
-    if (downstream->watch_closed) return;
-    const std::string what = "the " + stage + " stage failed: " + system->render(reason);
-    {
-      std::lock_guard lock(downstream->failure_mutex);
-      if (downstream->failure.empty()) downstream->failure = what;
-    }
-    const size_t num_failed = router->fail_all(error_code::internal, what);
-    spdlog::error("{}; failed {} requests in flight, refusing new ones", what, num_failed);
-  });
-}
 
 }  // namespace
 
@@ -140,11 +146,19 @@ struct node::impl {
   std::unique_ptr<troupe::http_door> web_door;  // null when [http] is not enabled
   std::unique_ptr<tokenizer> door_tokenizer;    // the HTTP door spells logprob tokens with it
   std::unique_ptr<engine_placer> placer;
-  std::vector<caf::actor> actors;
+  std::vector<caf::actor> actors;  // guarded by downstream.watch_mutex once serving
   std::vector<std::pair<std::string, caf::actor>> stages;  // by stage name, for fail_stage
   caf::actor admin;  // null without [cluster] admin_listen
+  const topology* t = nullptr;
+  // What a lost tokenizer pool or detokenizer is placed again from.
+  std::optional<tokenizer_spec> tokenizing;
+  std::optional<detokenizer_spec> detokenizing;
+  std::vector<placed_stage> detokenizers;  // in the router's order; guarded by downstream.watch_mutex
 
-  impl(int num_threads, const topology& t) : config(num_threads, t), system(config) {}
+  impl(int num_threads, const topology& tp) : config(num_threads, tp), system(config), t(&tp) {}
+
+  void watch(const std::string& stage, const std::string& node, const caf::actor& actor);
+  void restore(const std::string& kind, const std::string& node);
   // A node whose start failed halfway (a door that cannot bind) has stages running; told to
   // stop, they end as at shutdown, where dropped handles would end them `unreachable`, which the
   // stage watch reports as failed stages. node::~node has stopped them already otherwise.
@@ -160,18 +174,19 @@ namespace {
 
 // The stages of one kind, spawned on each node the placement names: locally through the same
 // factories a node uses, remotely by name over the node link.
-std::vector<caf::actor> place_stages(caf::actor_system& system, const topology& t, const std::vector<std::string>& where,
-                                     const std::string& type, const caf::message& spec, int count_each) {
+std::vector<placed_stage> place_stages(caf::actor_system& system, const topology& t,
+                                       const std::vector<std::string>& where, const std::string& type,
+                                       const caf::message& spec, int count_each) {
   node_link link(system, t.cluster);
-  std::vector<caf::actor> placed;
+  std::vector<placed_stage> placed;
   for (const std::string& node : where) {
     for (int i = 0; i < count_each; ++i) {
       if (node == t.cluster.name) {
         auto stage = system.spawn<caf::actor>(type, spec);
         if (!stage) throw std::runtime_error("cannot spawn a " + type + ": " + system.render(stage.error()));
-        placed.push_back(*stage);
+        placed.push_back({node, *stage});
       } else {
-        placed.push_back(link.spawn(*t.find_node(node), type, spec));
+        placed.push_back({node, link.spawn(*t.find_node(node), type, spec)});
         spdlog::info("{} placed on node {}", type, node);
       }
     }
@@ -179,27 +194,107 @@ std::vector<caf::actor> place_stages(caf::actor_system& system, const topology& 
   return placed;
 }
 
+std::vector<caf::actor> actors_of(const std::vector<placed_stage>& stages) {
+  std::vector<caf::actor> out;
+  for (const placed_stage& stage : stages) out.push_back(stage.actor);
+  return out;
+}
+
 }  // namespace
+
+// A stage that ends for any reason but the node's own shutdown has failed (an exception in a
+// handler ends an actor too, see keep_exception_in_exit_reason; so does a lost node). The stages
+// hold each request's state between them, so none of the requests inside can finish: they are
+// all failed with the reason, the engines told to drop them, and the node refuses new ones rather
+// than let them hang. A stage of this process is a bug: the node stays out of service. A stage on
+// another node is placed again when that node answers, and then the node serves again.
+void node::impl::watch(const std::string& stage, const std::string& node, const caf::actor& actor) {
+  actor->attach_functor([this, gate = downstream.gate, stage, node](const caf::error& reason) {
+    if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) return;
+    std::lock_guard watching(gate->mutex);
+    if (gate->closed) return;  // the node is going or gone: `this` may be too
+    const bool remote = node != t->cluster.name;
+    const std::string what =
+        "the " + stage + " stage" + (remote ? " on node " + node : std::string()) + " failed: " + system.render(reason);
+    {
+      std::lock_guard lock(downstream.failure_mutex);
+      if (downstream.failure.empty()) downstream.failure = what;
+    }
+    const size_t num_failed = router.fail_all(error_code::internal, what);
+    caf::anon_send(downstream.router_actor, abort_all_atom::value);
+    if (!remote) {
+      downstream.failed_for_good = true;
+    } else if (downstream.lost_remote.emplace(stage, node).second) {
+      placer->place_again_later(node, stage);
+    }
+    spdlog::error("{}; failed {} requests in flight, refusing new ones{}", what, num_failed,
+                  remote ? " until the node is back" : "");
+  });
+}
+
+// Called by the placer's keeper: places the lost tokenizer pool or detokenizer on `node` again
+// (throws while the node does not answer), hands it to whoever sends to it, and serves again
+// once nothing lost is left.
+void node::impl::restore(const std::string& kind, const std::string& node) {
+  if (kind == "tokenizer") {
+    std::vector<placed_stage> fresh =
+        place_stages(system, *t, {node}, "tokenizer", caf::make_message(*tokenizing), t->tokenizer_pool_size);
+    std::vector<placed_stage> pool;
+    {
+      std::lock_guard lock(downstream.tokenizers_mutex);
+      for (const placed_stage& stage : downstream.tokenizers) {
+        if (stage.node != node) pool.push_back(stage);
+      }
+    }
+    pool.insert(pool.end(), fresh.begin(), fresh.end());
+    downstream.set_tokenizers(std::move(pool));
+    for (const placed_stage& stage : fresh) watch("tokenizer", node, stage.actor);
+    std::lock_guard watching(downstream.watch_mutex);
+    for (const placed_stage& stage : fresh) actors.push_back(stage.actor);
+  } else if (kind == "detokenizer") {
+    std::vector<placed_stage> fresh = place_stages(system, *t, {node}, "detokenizer", caf::make_message(*detokenizing), 1);
+    watch("detokenizer", node, fresh.front().actor);
+    std::lock_guard watching(downstream.watch_mutex);
+    // Each lost one of this node is replaced by the new one, keeping the router's order.
+    for (placed_stage& stage : detokenizers) {
+      if (stage.node == node) stage = fresh.front();
+    }
+    caf::anon_send(downstream.router_actor, set_detokenizers_atom::value, actors_of(detokenizers));
+    actors.push_back(fresh.front().actor);
+  }
+  std::lock_guard watching(downstream.watch_mutex);
+  downstream.lost_remote.erase({kind, node});
+  if (downstream.lost_remote.empty() && !downstream.failed_for_good) {
+    {
+      std::lock_guard lock(downstream.failure_mutex);
+      downstream.failure.clear();
+    }
+    router.serve_again();
+    spdlog::info("serving again: the {} stage on node {} is back", kind, node);
+  }
+}
 
 node::node(const topology& t) : topology_(t) {
   topology_.validate();
   const topology& tp = topology_;
   impl_ = std::make_unique<impl>(std::max(2, tp.tokenizer_pool_size + 1), tp);
   auto& s = *impl_;
+  s.t = &topology_;
   if (!tp.colocated()) spdlog::info("controller '{}': stages placed on {} nodes", tp.cluster.name, tp.nodes.size());
 
   // The stages start from the same specs a controller sends to another node (node/stage_factories.hpp).
   auto front = s.system.spawn(door_actor, &s.router);
   s.actors.push_back(front);
-  std::vector<caf::actor> detokenizers =
-      place_stages(s.system, tp, tp.placement.detokenizers, "detokenizer",
-                   caf::make_message(detokenizer_spec{tp.model.path, front}), 1);
+  s.detokenizing = detokenizer_spec{tp.model.path, front};
+  s.detokenizers = place_stages(s.system, tp, tp.placement.detokenizers, "detokenizer", caf::make_message(*s.detokenizing), 1);
+  const std::vector<caf::actor> detokenizers = actors_of(s.detokenizers);
   s.actors.insert(s.actors.end(), detokenizers.begin(), detokenizers.end());
 
   // The engines: every instance the placement names, through the router. Instances that come
   // later (a node back, `troupe scale`) join the same router.
   s.placer = std::make_unique<engine_placer>(s.system, tp);
   engine_placer* placer = s.placer.get();
+  placer->set_stage_restorer([&s](const std::string& kind, const std::string& node) { s.restore(kind, node); });
   router_spec routing;
   routing.detokenizers = detokenizers;
   routing.reply_to = front;
@@ -255,27 +350,37 @@ node::node(const topology& t) : topology_(t) {
     s.router.set_door(client_door::http, s.web_door.get());
   }
 
-  const tokenizer_spec tokenizing{tp.model.path, model.config.vocab_size, max_model_len, s.downstream.router_actor, front};
+  s.tokenizing = tokenizer_spec{tp.model.path, model.config.vocab_size, max_model_len, s.downstream.router_actor, front};
+  std::vector<placed_stage> tokenizers;
   if (tp.placement.tokenizers.size() == 1 && tp.placement.tokenizers.front() == tp.cluster.name) {
-    s.downstream.tokenizers = spawn_tokenizers(s.system, tokenizing, tp.tokenizer_pool_size);  // one tokenizer, shared
+    for (caf::actor& tokenizer : spawn_tokenizers(s.system, *s.tokenizing, tp.tokenizer_pool_size)) {  // one tokenizer, shared
+      tokenizers.push_back({tp.cluster.name, std::move(tokenizer)});
+    }
   } else {
-    s.downstream.tokenizers = place_stages(s.system, tp, tp.placement.tokenizers, "tokenizer",
-                                           caf::make_message(tokenizing), tp.tokenizer_pool_size);
+    tokenizers = place_stages(s.system, tp, tp.placement.tokenizers, "tokenizer", caf::make_message(*s.tokenizing),
+                              tp.tokenizer_pool_size);
   }
+  s.downstream.set_tokenizers(tokenizers);
   s.downstream.router = &s.router;
-  s.actors.insert(s.actors.end(), s.downstream.tokenizers.begin(), s.downstream.tokenizers.end());
+  for (const placed_stage& tokenizer : tokenizers) s.actors.push_back(tokenizer.actor);
   for (const placed_engine& engine : engines) s.actors.insert(s.actors.end(), {engine.scheduler, engine.worker});
-  // A stage that fails ends the node's service; an engine instance on another node is the
-  // router's to replace (failover), so only the controller's own engines are watched here.
-  s.stages = {{"frontend", front}, {"router", s.downstream.router_actor}};
-  for (const caf::actor& detokenizer : detokenizers) s.stages.emplace_back("detokenizer", detokenizer);
+  // A stage that fails ends the node's service (until a lost node is back, impl::watch); an
+  // engine instance on another node is the router's to replace (failover), so only the
+  // controller's own engines are watched here.
+  const std::string& here = tp.cluster.name;
+  std::vector<std::pair<std::string, placed_stage>> watched = {{"frontend", {here, front}},
+                                                               {"router", {here, s.downstream.router_actor}}};
+  for (const placed_stage& detokenizer : s.detokenizers) watched.push_back({"detokenizer", detokenizer});
   for (const placed_engine& engine : engines) {
-    if (engine.node != tp.cluster.name) continue;
-    s.stages.emplace_back("worker", engine.worker);
-    s.stages.emplace_back("scheduler", engine.scheduler);
+    if (engine.node != here) continue;
+    watched.push_back({"worker", {here, engine.worker}});
+    watched.push_back({"scheduler", {here, engine.scheduler}});
   }
-  for (const caf::actor& tokenizer : s.downstream.tokenizers) s.stages.emplace_back("tokenizer", tokenizer);
-  for (const auto& [name, actor] : s.stages) watch_stage(name, actor, &s.system, &s.downstream, &s.router);
+  for (const placed_stage& tokenizer : tokenizers) watched.push_back({"tokenizer", tokenizer});
+  for (const auto& [name, stage] : watched) {
+    s.stages.emplace_back(name, stage.actor);
+    s.watch(name, stage.node, stage.actor);
+  }
   if (!tp.cluster.admin_listen.empty()) s.admin = open_admin_door(s.system, tp, placer, s.downstream.router_actor);
   s.door->start();
   if (s.web_door) {
@@ -286,7 +391,7 @@ node::node(const topology& t) : topology_(t) {
   spdlog::info("serving on {} (scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers, "
                "{} engine instances)",
                tp.zmq_endpoint, tp.max_num_batched_tokens, tp.model.max_num_seqs, tp.max_waiting_requests,
-               tp.async_scheduling ? "on" : "off", s.downstream.tokenizers.size(), engines.size());
+               tp.async_scheduling ? "on" : "off", tokenizers.size(), engines.size());
 }
 
 void node::fail_stage(const std::string& stage, const std::string& reason) {
@@ -305,7 +410,7 @@ node::~node() {
   impl_->downstream.close_watch();  // waits for a watch that is failing requests right now
   if (impl_->web_door) impl_->web_door->stop();
   impl_->door->stop();
-  impl_->placer->stop();
+  impl_->placer->stop();  // after it, nothing adds to the actors
   if (impl_->admin) caf::anon_send_exit(impl_->admin, caf::exit_reason::user_shutdown);
   for (auto& actor : impl_->actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   impl_->system.await_all_actors_done();

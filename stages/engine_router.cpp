@@ -206,6 +206,14 @@ bool engine_router::drained(engine_instance_id id) const {
   return it != instances_.end() && it->second.state == engine_state::draining && it->second.num_requests == 0;
 }
 
+std::vector<std::pair<int64_t, engine_instance_id>> engine_router::routed_requests() const {
+  std::vector<std::pair<int64_t, engine_instance_id>> out;
+  for (const auto& [id, record] : requests_) {
+    if (instances_.count(record.instance)) out.emplace_back(id, record.instance);
+  }
+  return out;
+}
+
 std::vector<engine_instance_info> engine_router::instances() const {
   std::vector<engine_instance_info> out;
   for (const auto& [id, instance] : instances_) {

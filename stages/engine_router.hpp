@@ -78,6 +78,9 @@ class engine_router {
   // A draining instance with no request left: it may be stopped.
   bool drained(engine_instance_id id) const;
 
+  // Every request on an instance, with where it is (to abort them all).
+  std::vector<std::pair<int64_t, engine_instance_id>> routed_requests() const;
+
   std::vector<engine_instance_info> instances() const;
   bool has_instance(engine_instance_id id) const { return instances_.count(id) != 0; }
   size_t num_requests() const { return requests_.size(); }

@@ -34,7 +34,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   auto router = std::make_shared<engine_router>(spec.block_size);
   auto engines = std::make_shared<std::unordered_map<engine_instance_id, engine_handles>>();
   const caf::actor frontend = spec.reply_to;
-  const auto detokenizers = spec.detokenizers;
+  auto detokenizers = std::make_shared<std::vector<caf::actor>>(spec.detokenizers);
   const auto timeout = spec.request_timeout;
   auto on_lost = spec.on_engine_lost;
 
@@ -108,6 +108,14 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         stop_if_drained(id);
         return true;
       },
+      [=](set_detokenizers_atom, std::vector<caf::actor>& replaced) {
+        if (replaced.size() == detokenizers->size()) *detokenizers = std::move(replaced);
+      },
+      [=](abort_all_atom) {
+        for (const auto& [request_id, instance] : router->routed_requests()) {
+          self->send(engines->at(instance).scheduler, abort_request_msg{request_id});
+        }
+      },
       [=](list_engines_atom) -> std::vector<std::string> {
         std::vector<std::string> lines;
         for (const engine_instance_info& info : router->instances()) {
@@ -123,11 +131,11 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         const std::optional<engine_instance_id> from = instance_of_sender();
         if (!from) return;  // from an instance already lost or stopped: its requests moved on
         token_batch out = router->on_tokens(*from, std::move(batch));
-        if (detokenizers.size() == 1) {
-          if (!out.empty()) self->send(detokenizers.front(), std::move(out));
+        if (detokenizers->size() == 1) {
+          if (!out.empty()) self->send(detokenizers->front(), std::move(out));
         } else {
           // A request's deltas always go to the same detokenizer, which holds its text.
-          std::vector<token_batch> parts(detokenizers.size());
+          std::vector<token_batch> parts(detokenizers->size());
           for (size_t i = 0; i < out.deltas.size(); ++i) {
             token_batch& part = parts[static_cast<uint64_t>(out.deltas[i].request_id) % parts.size()];
             part.deltas.push_back(std::move(out.deltas[i]));
@@ -137,7 +145,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             parts[static_cast<uint64_t>(failure.request_id) % parts.size()].failures.push_back(std::move(failure));
           }
           for (size_t i = 0; i < parts.size(); ++i) {
-            if (!parts[i].empty()) self->send(detokenizers[i], std::move(parts[i]));
+            if (!parts[i].empty()) self->send((*detokenizers)[i], std::move(parts[i]));
           }
         }
         stop_if_drained(*from);

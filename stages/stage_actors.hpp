@@ -88,6 +88,10 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
 using engine_joined_atom = caf::atom_constant<caf::atom("engjoin")>;
 using drain_engine_atom = caf::atom_constant<caf::atom("engdrain")>;
 using list_engines_atom = caf::atom_constant<caf::atom("englist")>;
+// (set_detokenizers_atom, std::vector<caf::actor>): the detokenizers from now on (one was
+// replaced); (abort_all_atom): abort every request on an instance (the node failed them all).
+using set_detokenizers_atom = caf::atom_constant<caf::atom("setdetok")>;
+using abort_all_atom = caf::atom_constant<caf::atom("abortall")>;
 
 struct router_spec {
   int block_size = 16;                   // the engines' KV block size
