@@ -50,5 +50,19 @@ TEST(reply_router, fail_all_ends_only_the_requests_still_inside_and_closes) {
   EXPECT_EQ(router.fail_all(error_code::internal, "again"), 0u);
 }
 
+TEST(reply_router, serve_again_takes_requests_after_a_lost_stage_is_back) {
+  recording_inbox zmq;
+  reply_router router;
+  router.set_door(client_door::zmq, &zmq);
+  ASSERT_TRUE(router.track(2));
+  router.fail_all(error_code::internal, "the tokenizer stage on node t failed");
+  EXPECT_TRUE(router.refusing());
+  EXPECT_FALSE(router.track(4));
+  router.serve_again();
+  EXPECT_FALSE(router.refusing());
+  EXPECT_TRUE(router.track(4));
+  EXPECT_EQ(router.num_tracked(), 1u) << "the failed request stays ended";
+}
+
 }  // namespace
 }  // namespace troupe
