@@ -19,6 +19,7 @@
 #include "node/admin_door.hpp"
 #include "node/cluster_credentials.hpp"
 #include "node/openssl_error_queue.hpp"
+#include "node/topology.hpp"
 #include "stages/stage_actors.hpp"
 
 namespace troupe {
@@ -72,6 +73,9 @@ class admin_client_config : public caf::actor_system_config {
     set("openssl.certificate", files.certificate.string());
     set("openssl.key", files.private_key.string());
     set("openssl.cafile", files.ca_certificate.string());
+    // The controller drops a connection silent for its connection_timeout_ms, and an --add
+    // waits in silence while the node loads the model: heartbeat as a node does.
+    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(node_heartbeat_interval_ms)});
   }
 };
 
