@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,13 +39,14 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using troupe::testing::scratch_dir;
 
-// `troupe node --listen 127.0.0.1:0`, its log in `dir`; the port is read from the log. Stopped
-// (SIGTERM, then SIGKILL) when this object ends, also when an assertion fails.
+// `troupe node --listen 127.0.0.1:PORT` (0: its choice), its log in `dir`; the port is read from
+// the log. Stopped (SIGTERM, then SIGKILL) when this object ends, also when an assertion fails.
 class node_process {
  public:
-  node_process(const fs::path& credentials, const std::string& name, const fs::path& dir)
-      : log_path_(dir / (name + ".log")) {
-    process_.emplace(std::vector<std::string>{troupe_binary.string(), "node", "--listen", "127.0.0.1:0", "--credentials",
+  node_process(const fs::path& credentials, const std::string& name, const fs::path& dir, uint16_t port = 0)
+      : log_path_(dir / (name + "_" + std::to_string(num_started_++) + ".log")) {
+    process_.emplace(std::vector<std::string>{troupe_binary.string(), "node", "--listen",
+                                              "127.0.0.1:" + std::to_string(port), "--credentials",
                                               credentials.string(), "--name", name, "--log-level", "info"},
                      log_path_);
     static const std::regex listening(R"(node [A-Za-z0-9._-]+ listening on 127\.0\.0\.1:([0-9]+))");
@@ -63,8 +65,14 @@ class node_process {
   }
   uint16_t port() const { return port_; }
   std::string log() const { return read_file(log_path_); }
+  // As a machine that dies: no goodbye to its controllers.
+  void kill_now() {
+    if (process_->alive()) ::kill(process_->pid(), SIGKILL);
+    process_->stop();  // reaps it
+  }
 
  private:
+  static inline std::atomic<int> num_started_{0};
   fs::path log_path_;
   uint16_t port_ = 0;
   std::optional<child_process> process_;
@@ -263,6 +271,16 @@ class scale_e2e : public ::testing::Test {
     return std::make_unique<admin_client>(options);
   }
 
+  // The controller's instances; a failed look is a test failure that shows the controller's log.
+  std::map<int, instance_line> instances(admin_client& admin) const {
+    try {
+      return parse_instances(admin.list_engines(10s));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what() << "\ncontroller log:\n" << server_->log();
+      return {};
+    }
+  }
+
   // Each kind's output from the one undisturbed instance, requested one at a time.
   std::vector<std::vector<int32_t>> reference_outputs(const std::vector<generate_request>& kinds) const {
     std::vector<std::vector<int32_t>> out;
@@ -285,7 +303,7 @@ TEST_F(scale_e2e, an_instance_added_on_n2_serves_and_a_drained_instance_finishes
   const std::vector<std::vector<int32_t>> expected = reference_outputs(kinds);
   for (const auto& output : expected) ASSERT_EQ(output.size(), 300u);
   auto admin = connect_admin();
-  auto before = parse_instances(admin->list_engines(10s));
+  auto before = instances(*admin);
   ASSERT_EQ(before.size(), 1u);
   EXPECT_EQ(before.at(0).node, "n1");
   EXPECT_EQ(before.at(0).state, "active");
@@ -308,7 +326,7 @@ TEST_F(scale_e2e, an_instance_added_on_n2_serves_and_a_drained_instance_finishes
   EXPECT_NE(n2_->log().find("stage scheduler spawned by a controller"), std::string::npos) << n2_->log();
   const run_result listed = scale("--list");
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
-  auto both = parse_instances(admin->list_engines(10s));
+  auto both = instances(*admin);
   ASSERT_EQ(both.size(), 2u) << listed.out;
   EXPECT_EQ(both.at(1).node, "n2");
   EXPECT_EQ(both.at(1).state, "active");
@@ -322,7 +340,7 @@ TEST_F(scale_e2e, an_instance_added_on_n2_serves_and_a_drained_instance_finishes
     bool seen_on[2] = {false, false};
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     for (int i = 0; i < 5000 && !(seen_on[0] && seen_on[1]) && std::chrono::steady_clock::now() < deadline; ++i) {
-      for (const auto& [id, line] : parse_instances(admin->list_engines(10s))) {
+      for (const auto& [id, line] : instances(*admin)) {
         if (line.num_requests > 0 && id < 2) seen_on[id] = true;
       }
       std::this_thread::sleep_for(5ms);
@@ -340,7 +358,7 @@ TEST_F(scale_e2e, an_instance_added_on_n2_serves_and_a_drained_instance_finishes
     bool busy = false;
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     for (int i = 0; i < 5000 && !busy && std::chrono::steady_clock::now() < deadline; ++i) {
-      busy = parse_instances(admin->list_engines(10s))[0].num_requests >= 2;
+      busy = instances(*admin)[0].num_requests >= 2;
       if (!busy) std::this_thread::sleep_for(5ms);
     }
     ASSERT_TRUE(busy) << "instance 0 never held two requests";
@@ -352,7 +370,7 @@ TEST_F(scale_e2e, an_instance_added_on_n2_serves_and_a_drained_instance_finishes
     bool gone = false;
     const auto drain_deadline = std::chrono::steady_clock::now() + 60s;
     for (int i = 0; i < 10000 && std::chrono::steady_clock::now() < drain_deadline; ++i) {
-      auto now = parse_instances(admin->list_engines(10s));
+      auto now = instances(*admin);
       if (!now.count(0)) {
         gone = true;
         break;
@@ -377,15 +395,63 @@ TEST_F(scale_e2e, an_instance_added_on_n2_serves_and_a_drained_instance_finishes
   EXPECT_TRUE(shows_within([&] { return n1_->log(); }, "stage scheduler stopped", 10s)) << n1_->log();
   EXPECT_TRUE(shows_within([&] { return n1_->log(); }, "stage worker stopped", 10s)) << n1_->log();
   EXPECT_EQ(server_->log().find("engine instance 0 on n1 lost"), std::string::npos) << "a drained instance is no loss:\n" << server_->log();
-  auto after = parse_instances(admin->list_engines(10s));
+  auto after = instances(*admin);
   ASSERT_EQ(after.size(), 1u);
   EXPECT_EQ(after.at(1).node, "n2");
   EXPECT_EQ(after.at(1).state, "active");
   EXPECT_EQ(wait_until_idle(stats_client).num_total_blocks, blocks_of_one);
 }
 
+// A draining instance whose node dies has its requests re-run, like any lost instance, but it is
+// not placed again when the node comes back: the drain said it should go.
+TEST_F(scale_e2e, an_instance_lost_while_draining_is_not_placed_again_when_its_node_comes_back) {
+  ASSERT_NO_FATAL_FAILURE(start_cluster());
+  const std::vector<generate_request> kinds = request_kinds(300);
+  const std::vector<std::vector<int32_t>> expected = reference_outputs(kinds);
+  auto admin = connect_admin();
+  ASSERT_EQ(admin->add_engine("n2", 60s), "engine instance 1 on n2");
+  const uint16_t n1_port = n1_->port();
+  {
+    request_flow flow(*server_, kinds, expected, 6);
+    bool busy = false;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (int i = 0; i < 5000 && !busy && std::chrono::steady_clock::now() < deadline; ++i) {
+      busy = instances(*admin)[0].num_requests >= 2;
+      if (!busy) std::this_thread::sleep_for(5ms);
+    }
+    ASSERT_TRUE(busy) << "instance 0 never held two requests";
+    admin->drain_engine(0, 10s);
+    n1_->kill_now();
+    ASSERT_TRUE(shows_within([&] { return server_->log(); }, "router: engine instance 0 on n1 lost", 30s))
+        << server_->log();
+    const int num_ok_at_loss = flow.num_ok();
+    for (int i = 0; i < 3000 && flow.num_ok() < num_ok_at_loss + 6 && flow.errors().empty(); ++i) {
+      std::this_thread::sleep_for(20ms);
+    }
+    flow.stop();
+    EXPECT_EQ(flow.errors(), std::vector<std::string>{});  // the re-run ones included
+  }
+  // n1 back on its address: nothing is placed there (the keeper tries every 500 ms).
+  n1_.reset();
+  n1_.emplace(credentials(), "n1", dir_.path(), n1_port);
+  EXPECT_FALSE(shows_within([&] { return server_->log(); }, "engine on node n1 is back", 5s)) << server_->log();
+  EXPECT_EQ(n1_->log().find("spawned by a controller"), std::string::npos) << n1_->log();
+  const run_result listed = scale("--list");
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_EQ(listed.out.substr(0, 9), "1 n2 acti") << listed.out;
+  auto after = instances(*admin);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after.at(1).node, "n2");
+}
+
 TEST_F(scale_e2e, unknown_ids_unknown_nodes_and_a_foreign_ca_fail_with_exit_1_and_the_controller_keeps_serving) {
   ASSERT_NO_FATAL_FAILURE(start_cluster());
+  // An admin connection idle for longer than the controller's connection_timeout_ms (3000) is
+  // kept: as an --add that waits while a node loads the model.
+  auto admin = connect_admin();
+  std::this_thread::sleep_for(4s);
+  EXPECT_EQ(instances(*admin).size(), 1u);
+
   const run_result unknown_id = scale("--drain 99");
   EXPECT_EQ(unknown_id.exit_code, 1) << unknown_id.err;
   EXPECT_NE(unknown_id.err.find("the controller has no engine instance 99"), std::string::npos) << unknown_id.err;
