@@ -78,8 +78,12 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
       const engine_handles handles = it->second;
       engines->erase(it);
       std::string node;
+      engine_state state = engine_state::active;
       for (const auto& info : router->instances()) {
-        if (info.id == id) node = info.node;
+        if (info.id == id) {
+          node = info.node;
+          state = info.state;
+        }
       }
       // The other half of the instance cannot work alone.
       self->send_exit(handles.scheduler, caf::exit_reason::user_shutdown);
@@ -88,7 +92,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
       spdlog::warn("router: engine instance {} on {} lost ({}); re-running its {} requests on the {} left", id, node,
                    self->system().render(down.reason), reruns.size(), engines->size());
       for (schedule_request& request : reruns) dispatch(std::move(request));
-      if (on_lost) on_lost(id, node);
+      // A draining instance was on its way out: placing it again would undo the drain.
+      if (on_lost && state == engine_state::active) on_lost(id, node);
       return;
     }
   });

@@ -1,0 +1,167 @@
+#include "node/admin_client.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <charconv>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "node/admin_door.hpp"
+#include "node/cluster_credentials.hpp"
+#include "node/openssl_error_queue.hpp"
+#include "node/topology.hpp"
+#include "stages/stage_actors.hpp"
+
+namespace troupe {
+
+void parse_controller_address(const std::string& text, admin_client_options& options) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    throw std::invalid_argument("--controller '" + text + "': expected HOST:PORT, e.g. 127.0.0.1:4600");
+  }
+  const std::string port_text = text.substr(colon + 1);
+  unsigned port = 0;
+  const auto [end, problem] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || problem != std::errc() || end != port_text.data() + port_text.size() || port == 0 ||
+      port > 65535) {
+    throw std::invalid_argument("--controller '" + text + "': the port must be a number from 1 to 65535");
+  }
+  options.host = text.substr(0, colon);
+  options.port = static_cast<uint16_t>(port);
+}
+
+namespace {
+
+// CAF 0.17's OpenSSL session reads the server's handshake with a blocking read on the
+// multiplexer's thread: a peer that accepts the connection and stays silent holds that thread,
+// and the actor system's shutdown joins it forever. Shutting the socket down ends the read.
+// The socket is not handed out by CAF, so it is found by its peer's port among our own.
+void shut_down_connections_to(uint16_t port) {
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ignored)) {
+    int fd = -1;
+    const std::string name = entry.path().filename().string();
+    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
+    sockaddr_storage peer{};
+    socklen_t size = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &size) != 0) continue;
+    uint16_t peer_port = 0;
+    if (peer.ss_family == AF_INET) peer_port = ntohs(reinterpret_cast<const sockaddr_in&>(peer).sin_port);
+    if (peer.ss_family == AF_INET6) peer_port = ntohs(reinterpret_cast<const sockaddr_in6&>(peer).sin6_port);
+    if (peer_port == port) ::shutdown(fd, SHUT_RDWR);
+  }
+}
+
+class admin_client_config : public caf::actor_system_config {
+ public:
+  explicit admin_client_config(const member_credentials& files) {
+    keep_openssl_error_queue_clean();
+    load<caf::io::middleman>();
+    load<caf::openssl::manager>();
+    set("logger.console", caf::atom("none"));
+    set("scheduler.max-threads", static_cast<size_t>(2));  // one request at a time
+    set("openssl.certificate", files.certificate.string());
+    set("openssl.key", files.private_key.string());
+    set("openssl.cafile", files.ca_certificate.string());
+    // The controller drops a connection silent for its connection_timeout_ms, and an --add
+    // waits in silence while the node loads the model: heartbeat as a node does.
+    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(node_heartbeat_interval_ms)});
+  }
+};
+
+}  // namespace
+
+struct admin_client::impl {
+  admin_client_config config;
+  caf::actor_system system;
+  caf::actor admin;
+  std::string where;  // "the controller's admin door at HOST:PORT", for errors
+
+  explicit impl(const member_credentials& files) : config(files), system(config) {}
+
+  // The controller's own words where it sent some (an error with a text), else CAF's rendering.
+  std::string describe(const caf::error& error, std::chrono::milliseconds timeout) const {
+    if (error == caf::sec::request_timeout) return "no answer within " + std::to_string(timeout.count()) + " ms";
+    const caf::message& context = error.context();
+    if (context.size() == 1 && context.match_element<std::string>(0)) return context.get_as<std::string>(0);
+    return system.render(error);
+  }
+
+  // Sends one request and waits (at most `timeout`) for an answer of type T.
+  template <class T, class... Ts>
+  T ask(const std::string& what, std::chrono::milliseconds timeout, Ts&&... message) {
+    caf::scoped_actor self(system);
+    std::optional<T> answer;
+    std::string failure;
+    self->request(admin, timeout, std::forward<Ts>(message)...)
+        .receive([&](T& value) { answer = std::move(value); },
+                 [&](caf::error& error) { failure = describe(error, timeout); });
+    if (!answer) throw std::runtime_error(what + ": " + failure);
+    return std::move(*answer);
+  }
+};
+
+admin_client::admin_client(const admin_client_options& options) {
+  if (options.credentials_dir.empty()) {
+    throw std::runtime_error("--credentials is required: the admin door takes members of the cluster only (troupe certs)");
+  }
+  if (options.name.empty()) throw std::runtime_error("--name is required: the member whose certificate to use");
+  if (options.host.empty()) throw std::runtime_error("--controller needs a host, e.g. 127.0.0.1:4600");
+  const member_credentials files = credentials_in(options.credentials_dir, options.name);
+  verify_member_credentials(files);
+  impl_ = std::make_unique<impl>(files);
+  impl_->where = "the controller's admin door at " + options.host + ":" + std::to_string(options.port);
+  // Through the middleman actor rather than caf::openssl::remote_actor, which waits without a
+  // bound: a peer that accepts the connection and never answers the handshake would hang us.
+  caf::scoped_actor self(impl_->system);
+  std::string failure;
+  self->request(impl_->system.openssl_manager().actor_handle(), options.connect_timeout, caf::connect_atom::value,
+                options.host, options.port)
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& admin, const std::set<std::string>&) {
+            if (admin) {
+              impl_->admin = caf::actor_cast<caf::actor>(std::move(admin));
+            } else {
+              failure = "nothing is published on that port";
+            }
+          },
+          [&](caf::error& error) { failure = impl_->describe(error, options.connect_timeout); });
+  if (!impl_->admin) {
+    shut_down_connections_to(options.port);
+    throw std::runtime_error("cannot connect to " + impl_->where + " (is the controller running with [cluster] " +
+                             "admin_listen there, and are these credentials of its CA?): " + failure);
+  }
+}
+
+admin_client::~admin_client() = default;
+
+std::string admin_client::add_engine(const std::string& node, std::chrono::milliseconds timeout) {
+  return impl_->ask<std::string>("adding an engine instance on node '" + node + "' through " + impl_->where, timeout,
+                                 scale_add_atom::value, node);
+}
+
+void admin_client::drain_engine(engine_instance_id id, std::chrono::milliseconds timeout) {
+  const bool known = impl_->ask<bool>("draining engine instance " + std::to_string(id) + " through " + impl_->where,
+                                      timeout, drain_engine_atom::value, id);
+  if (!known) {
+    throw std::runtime_error("the controller has no engine instance " + std::to_string(id) +
+                             " (troupe scale --list shows them)");
+  }
+}
+
+std::vector<std::string> admin_client::list_engines(std::chrono::milliseconds timeout) {
+  return impl_->ask<std::vector<std::string>>("listing the engine instances through " + impl_->where, timeout,
+                                              list_engines_atom::value);
+}
+
+}  // namespace troupe
