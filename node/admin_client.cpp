@@ -18,7 +18,7 @@
 
 #include "node/admin_door.hpp"
 #include "node/cluster_credentials.hpp"
-#include "node/openssl_error_queue.hpp"
+#include "node/openssl_io_hooks.hpp"
 #include "node/topology.hpp"
 #include "stages/stage_actors.hpp"
 
