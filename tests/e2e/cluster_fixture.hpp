@@ -378,8 +378,14 @@ inline outcome run_over_http(const controller_process& server, const generate_re
   c.set_read_timeout(seconds, 0);
   c.set_write_timeout(seconds, 0);
   const auto res = c.Post("/v1/completions", body.dump(), "application/json");
-  if (!res) return o.error = "HTTP: " + httplib::to_string(res.error()), o;
-  if (res->status != 200) return o.error = "HTTP " + std::to_string(res->status) + ": " + res->body, o;
+  if (!res) {
+    o.error = "HTTP: " + httplib::to_string(res.error());
+    return o;
+  }
+  if (res->status != 200) {
+    o.error = "HTTP " + std::to_string(res->status) + ": " + res->body;
+    return o;
+  }
   try {
     auto read_usage = [&](const nlohmann::json& usage) {
       o.prompt_tokens = usage.at("prompt_tokens").get<int>();
