@@ -76,12 +76,17 @@ void engine_placer::place_again_later(const std::string& node, const std::string
 
 void engine_placer::keep() {
   std::unique_lock lock(mutex_);
+  std::pair<std::string, std::string> last_tried;  // (kind, node)
   while (!stopping_) {
     if (lost_.empty()) {
       wake_.wait(lock, [this] { return stopping_ || !lost_.empty(); });
       continue;
     }
-    const auto [kind, node] = *lost_.begin();
+    // Round robin over the lost stages: a try on a node still down waits out connect_timeout_ms,
+    // and always trying the first one would keep a node that is back from ever being placed.
+    const auto next = lost_.upper_bound(last_tried);
+    const auto [kind, node] = next == lost_.end() ? *lost_.begin() : *next;
+    last_tried = {kind, node};
     lock.unlock();
     bool placed = false;
     try {
