@@ -24,7 +24,7 @@
 //
 //   troupe_bench_cluster --troupe build/bin/troupe --model ../shared/models/stories260K/hf
 //       [--threads 2] [--prompt 32] [--decode 128] [--single-requests 10] [--rounds 3]
-//       [--streams 32] [--kill-trials 5] [--kill-streams 32] [--kill-decode 400]
+//       [--streams 32 (1: the single-stream rows only)] [--kill-trials 5] [--kill-streams 32] [--kill-decode 400]
 //       [--kill-after-ms 150] [--parts colocated,remote-1,remote-2,kill] [--cycles 1]
 //       [--load-format auto] [--keep-dir]
 
@@ -577,12 +577,12 @@ int main(int argc, char** argv) try {
     if (wants("colocated")) {
       cluster c(o, dir, "colocated", {}, o.threads);
       rows.push_back(measure(o, c, "colocated", 1, vocab));
-      rows.push_back(measure(o, c, "colocated", o.streams, vocab));
+      if (o.streams > 1) rows.push_back(measure(o, c, "colocated", o.streams, vocab));
     }
     if (wants("remote-1")) {
       cluster c(o, dir, "remote-1", {"engine-a"}, o.threads);
       rows.push_back(measure(o, c, "remote-1", 1, vocab));
-      rows.push_back(measure(o, c, "remote-1", o.streams, vocab));
+      if (o.streams > 1) rows.push_back(measure(o, c, "remote-1", o.streams, vocab));
     }
     if (wants("remote-2")) {
       cluster c(o, dir, "remote-2", {"engine-a", "engine-b"}, o.threads / 2);
