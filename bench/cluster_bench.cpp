@@ -428,18 +428,27 @@ kill_trial run_kill_trial(const options& o, const fs::path& dir, int trial, int 
   std::vector<std::thread> threads;
   for (int s = 0; s < n; ++s) {
     threads.emplace_back([&, s] {
-      troupe::client cl(c.endpoint());
-      cl.set_timeout(5min);
-      start.arrive_and_wait();
+      std::optional<troupe::client> cl;
+      auto& r = records[s];
+      try {
+        cl.emplace(c.endpoint());
+        cl->set_timeout(5min);
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+      start.arrive_and_wait();  // before anything that can fail: a missing arrival would hang the trial
+      if (!cl) {
+        started[s]->store(true);
+        return;
+      }
       troupe::generate_request req;
       req.prompt_token_ids = prompt_ids(o.prompt, vocab, salt0 + s);
       req.sampling.temperature = 0.0f;
       req.sampling.max_tokens = o.kill_decode;
       req.sampling.ignore_eos = true;
-      auto& r = records[s];
       r.sent = clock_type::now();
       try {
-        auto out = cl.generate(req, [&](const troupe::delta_reply& d) {
+        auto out = cl->generate(req, [&](const troupe::delta_reply& d) {
           if (d.token_ids.empty()) return;
           const auto now = clock_type::now();
           if (r.deltas.empty()) r.first_token = now;
