@@ -26,7 +26,7 @@ const std::vector<std::string> prompts = {"Once upon a time",
                                           "Tim had a red ball. He liked to play with it every day",
                                           "The sun"};
 
-constexpr size_t num_requests = 60;  // per model and topology: 240 through clusters in all
+constexpr size_t num_requests = 100;  // per model and topology: 200 through each topology, 400 in all
 constexpr size_t wave = 15;
 
 class cluster_outputs_e2e : public ::testing::Test {
