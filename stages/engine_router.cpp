@@ -25,6 +25,11 @@ engine_instance_id engine_router::add_instance(std::string node) {
   return id;
 }
 
+void engine_router::set_load(engine_instance_id id, const engine_load& load) {
+  auto it = instances_.find(id);
+  if (it != instances_.end()) it->second.load = load;
+}
+
 size_t engine_router::num_accepting() const {
   return std::count_if(instances_.begin(), instances_.end(),
                        [](const auto& entry) { return entry.second.state == engine_state::active; });

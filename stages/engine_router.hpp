@@ -46,6 +46,8 @@ class engine_router {
   explicit engine_router(int block_size);
 
   engine_instance_id add_instance(std::string node);
+  // The instance's occupancy before it has sent a token batch (its answer to a stats query).
+  void set_load(engine_instance_id id, const engine_load& load);
 
   struct routed {
     engine_instance_id instance = 0;

@@ -103,6 +103,14 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         const engine_instance_id id = router->add_instance(node);
         self->monitor(scheduler);
         self->monitor(worker);
+        // Its pool as it starts, so the load it is judged by (and `troupe scale --list`) does not
+        // wait for its first token batch.
+        self->request(scheduler, timeout, stats_query{0}).then(
+            [=](stats_answer& answer) {
+              router->set_load(id, engine_load{answer.num_free_blocks, answer.num_total_blocks, answer.num_running,
+                                               answer.num_waiting});
+            },
+            [](caf::error&) {});  // a lost instance: the down handler deals with it
         engines->emplace(id, engine_handles{std::move(scheduler), std::move(worker)});
         spdlog::info("router: engine instance {} on {} joined ({} serving)", id, node, engines->size());
         return id;

@@ -100,6 +100,16 @@ TEST(engine_router, a_pool_reported_full_is_avoided) {
   EXPECT_EQ(router.route(request(40, {1}))->instance, b);
 }
 
+TEST(engine_router, a_new_instance_is_judged_by_its_pool_before_its_first_batch) {
+  engine_router router(block_size);
+  const auto a = router.add_instance("a");
+  const auto b = router.add_instance("b");
+  router.set_load(a, engine_load{0, 64, 0, 0});  // a's stats at join: a full pool
+  router.set_load(b, engine_load{64, 64, 0, 0});
+  for (int64_t id = 1; id <= 3; ++id) EXPECT_EQ(router.route(request(id, prompt_of(1, 8)))->instance, b);
+  EXPECT_EQ(router.instances()[size_t(a)].load.num_total_blocks, 64);
+}
+
 TEST(engine_router, a_known_first_block_goes_back_to_its_instance) {
   engine_router router(block_size);
   router.add_instance("a");
