@@ -1,7 +1,10 @@
 #include "node/remote_node.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
+#include <cstdlib>
+#include <memory>
 #include <charconv>
 #include <mutex>
 #include <set>
@@ -51,6 +54,12 @@ class stage_registry {
   void add(const std::string& type, const caf::actor& stage) {
     std::lock_guard lock(mutex_);
     stages_.emplace_back(type, stage);
+    ids_.push_back(stage.id());
+  }
+  // Every stage ever spawned here, ended or not.
+  std::vector<caf::actor_id> all_ids() const {
+    std::lock_guard lock(mutex_);
+    return ids_;
   }
   void remove(const caf::actor_addr& stage) {
     std::lock_guard lock(mutex_);
@@ -72,6 +81,7 @@ class stage_registry {
  private:
   mutable std::mutex mutex_;
   std::vector<std::pair<std::string, caf::actor>> stages_;
+  std::vector<caf::actor_id> ids_;
 };
 
 class remote_node_config : public caf::actor_system_config {
@@ -137,6 +147,12 @@ struct remote_node::impl {
   ~impl() {
     if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
     for (const caf::actor& stage : registry.actors()) caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);
+    // CAF 0.17 keeps every actor whose handle went to a peer in its actor registry until that
+    // peer says it dropped its proxy, which a controller that vanished never does. The worker is
+    // detached, and the actor system's destructor waits for its thread, which waits for the last
+    // reference: the node hung on SIGTERM after its controller had gone. The stages are ours to
+    // end, so their registry entries go too.
+    for (caf::actor_id id : registry.all_ids()) system.registry().erase(id);
   }
 };
 
@@ -171,11 +187,34 @@ void run_node_until_signal(const remote_node_options& options) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  remote_node n(options);
-  spdlog::info("node {} listening on {}:{}", options.name, options.host, n.port());
+  auto n = std::make_unique<remote_node>(options);
+  spdlog::info("node {} listening on {}:{}", options.name, options.host, n->port());
   int received = 0;
   sigwait(&signals, &received);
   spdlog::info("signal {}: node {} shutting down", received, options.name);
+  // The stages are told to stop, then the actor system waits for every detached thread. CAF 0.17
+  // can keep a stage's actor referenced from a peer's bookkeeping after that peer vanished (a
+  // controller killed first), and then the worker's thread waits forever for the last reference
+  // (seen: SIGTERM after the controller's exit hung about one time in three). Nothing is left to
+  // save once the stages have stopped, so a shutdown that takes longer than this ends the process.
+  std::mutex mutex;
+  std::condition_variable stopped;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(mutex);
+    if (!stopped.wait_for(lock, std::chrono::seconds(3), [&] { return done; })) {
+      spdlog::warn("node {}: the actor system did not finish stopping within 3 s; exiting", options.name);
+      spdlog::shutdown();
+      std::_Exit(0);
+    }
+  });
+  n.reset();
+  {
+    std::lock_guard lock(mutex);
+    done = true;
+  }
+  stopped.notify_all();
+  watchdog.join();
 }
 
 }  // namespace troupe
