@@ -23,7 +23,7 @@ uint32_t request_admission::random_controller_id() {
 std::optional<int64_t> request_admission::admit(client_door door, int count) {
   int64_t held = num_in_flight_.load();
   do {
-    if (count <= 0 || held + count > max_in_flight_) {
+    if (count <= 0 || held + count > max_in_flight_.load()) {
       ++num_refused_[static_cast<int>(door)];
       return std::nullopt;
     }

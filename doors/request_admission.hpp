@@ -57,7 +57,9 @@ class request_admission {
   }
 
   int64_t num_in_flight() const { return num_in_flight_.load(); }
-  int64_t max_in_flight() const { return max_in_flight_; }
+  int64_t max_in_flight() const { return max_in_flight_.load(); }
+  // Raises the bound by `more` slots (an engine instance was added while serving). Thread-safe.
+  void grow(int64_t more) { max_in_flight_.fetch_add(more); }
   uint64_t num_admitted(client_door door) const { return num_admitted_[static_cast<int>(door)].load(); }
   uint64_t num_refused(client_door door) const { return num_refused_[static_cast<int>(door)].load(); }
 
@@ -65,7 +67,7 @@ class request_admission {
   static constexpr int door_bits = 1;  // enough for num_client_doors
   static constexpr int sequence_bits = 63 - controller_id_bits - door_bits;  // 47: 1.4e14 ids
 
-  const int64_t max_in_flight_;
+  std::atomic<int64_t> max_in_flight_;
   const uint32_t controller_id_;
   std::atomic<int64_t> num_in_flight_{0};
   std::atomic<int64_t> next_sequence_{1};

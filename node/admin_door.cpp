@@ -16,12 +16,14 @@ namespace troupe {
 namespace {
 
 // Detached: placing an instance blocks while the node loads the model.
-caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, caf::actor router) {
+caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, caf::actor router,
+                          std::function<void()> on_added) {
   return {
       [=](scale_add_atom, const std::string& node) -> caf::result<std::string> {
         spdlog::info("admin: adding an engine instance on {}", node);
         try {
           placed_engine placed = placer->place(node);
+          if (on_added) on_added();
           return "engine instance " + std::to_string(placed.id) + " on " + node;
         } catch (const std::exception& e) {
           spdlog::warn("admin: adding an engine instance on {} failed: {}", node, e.what());
@@ -35,10 +37,11 @@ caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, c
 
 }  // namespace
 
-caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router) {
+caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router,
+                           std::function<void()> on_added) {
   remote_node_options where;
   parse_listen_address(t.cluster.admin_listen, where);
-  auto admin = system.spawn<caf::detached>(admin_actor, placer, std::move(router));
+  auto admin = system.spawn<caf::detached>(admin_actor, placer, std::move(router), std::move(on_added));
   auto bound = caf::openssl::publish(admin, where.port, where.host.c_str());
   if (!bound) {
     caf::anon_send_exit(admin, caf::exit_reason::user_shutdown);

@@ -8,6 +8,8 @@
 //   (drain_engine_atom, instance id)     → bool: false for an unknown id
 //   (list_engines_atom)                  → std::vector<std::string>: one line per instance
 
+#include <functional>
+
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
@@ -21,6 +23,8 @@ using scale_add_atom = caf::atom_constant<caf::atom("scaleadd")>;
 
 // Spawns the admin actor and publishes it on the topology's admin_listen; throws naming the
 // address when it cannot listen. Logs `admin door on HOST:PORT` (the port chosen for port 0).
-caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router);
+// `on_added` runs after each instance `troupe scale` adds (the node raises the doors' bound).
+caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router,
+                           std::function<void()> on_added);
 
 }  // namespace troupe

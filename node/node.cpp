@@ -381,7 +381,13 @@ node::node(const topology& t) : topology_(t) {
     s.stages.emplace_back(name, stage.actor);
     s.watch(name, stage.node, stage.actor);
   }
-  if (!tp.cluster.admin_listen.empty()) s.admin = open_admin_door(s.system, tp, placer, s.downstream.router_actor);
+  if (!tp.cluster.admin_listen.empty()) {
+    // An added instance can run and queue as many requests as each of the topology's.
+    request_admission* admission = s.admission.get();
+    const int64_t per_instance = int64_t(tp.max_waiting_requests) + tp.model.max_num_seqs;
+    s.admin = open_admin_door(s.system, tp, placer, s.downstream.router_actor,
+                              [admission, per_instance] { admission->grow(per_instance); });
+  }
   s.door->start();
   if (s.web_door) {
     s.web_door->start();

@@ -58,5 +58,15 @@ TEST(request_admission, the_default_controller_id_is_drawn_within_its_bits) {
   EXPECT_GT(drawn.size(), 1u);
 }
 
+TEST(request_admission, grow_raises_the_bound_for_an_added_instance) {
+  request_admission admission(2);
+  ASSERT_TRUE(admission.admit(client_door::zmq, 2));
+  EXPECT_FALSE(admission.admit(client_door::http));
+  admission.grow(3);
+  EXPECT_EQ(admission.max_in_flight(), 5);
+  EXPECT_TRUE(admission.admit(client_door::http, 3));
+  EXPECT_FALSE(admission.admit(client_door::zmq));
+}
+
 }  // namespace
 }  // namespace troupe
