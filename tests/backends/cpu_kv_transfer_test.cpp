@@ -88,7 +88,9 @@ TEST_F(cpu_kv_transfer, through_f16_and_bf16_continue_within_tolerance) {
     auto b = make_cpu_model(loaded_->config, loaded_->weights, {16, 4}, 1);
     test::move_kv(*a_, blocks_a, *b, blocks_b, 0, num_layers(), element);
     const std::vector<float> logits = test::decode_logits(*b, kv_transfer_prompt, next_, blocks_b);
-    const float tolerance = element == dtype::f16 ? 2e-2f : 1e-1f;
+    // Measured: 0.007 (f16), 0.078 (bf16) on logits up to ~18; the bounds leave room for a
+    // different SIMD level's rounding.
+    const float tolerance = element == dtype::f16 ? 5e-2f : 2.5e-1f;
     EXPECT_LT(test::max_abs_difference(logits, expected_), tolerance) << dtype_name(element);
     EXPECT_EQ(test::argmax(logits.data(), static_cast<int>(logits.size())),
               test::argmax(expected_.data(), static_cast<int>(expected_.size())))
