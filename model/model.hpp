@@ -1,13 +1,16 @@
 #pragma once
 // A model ready to run on one backend: owns its (device-side) weights view and its paged KV pool.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
 
+#include "model/dtype.hpp"
 #include "model/forward_batch.hpp"
+#include "model/kv_transfer.hpp"
 #include "model/model_config.hpp"
 
 namespace troupe {
@@ -44,6 +47,28 @@ class model {
   // (rows.size() == batch.num_logits()).
   virtual void forward_sample(const forward_batch& batch, std::span<const device_sampling_row> rows, int32_t* tokens) {
     throw std::runtime_error("model: backend " + backend_name() + " cannot sample on its device");
+  }
+
+  // KV export and import (model/kv_transfer.hpp has the span's byte layout). Each checks
+  // everything (check_kv_transfer) before it touches the pool and throws std::invalid_argument
+  // naming what is wrong; a refused call writes nothing.
+  //
+  // The element type of this model's KV pool: an export in it is a plain copy.
+  virtual dtype kv_dtype() const {
+    throw std::runtime_error("model: backend " + backend_name() + " cannot export or import KV");
+  }
+  // Writes layers [first_layer, first_layer + num_layers) of blocks `block_ids` into `out`, as
+  // kv_span_for(config(), kv_shape(), block_ids.size(), first_layer, num_layers, element)
+  // describes; out.size() must equal that span's kv_span_bytes.
+  virtual void export_kv(std::span<const int32_t> block_ids, int first_layer, int num_layers, dtype element,
+                         std::span<std::byte> out) const {
+    throw std::runtime_error("model: backend " + backend_name() + " cannot export KV");
+  }
+  // Writes the span `data` described by `header` into blocks `block_ids` (which may differ from
+  // the exporter's), converting to kv_dtype(). The caller owns the blocks; nothing else is touched.
+  virtual void import_kv(std::span<const int32_t> block_ids, const kv_span_header& header,
+                         std::span<const std::byte> data) {
+    throw std::runtime_error("model: backend " + backend_name() + " cannot import KV");
   }
 };
 

@@ -109,6 +109,22 @@ class cpu_model final : public model {
            std::to_string(pool_.num_threads()) + " threads)";
   }
 
+  dtype kv_dtype() const override { return dtype::f32; }
+
+  void export_kv(std::span<const int32_t> block_ids, int first_layer, int num_layers, dtype element,
+                 std::span<std::byte> out) const override {
+    const kv_span_header header =
+        kv_span_for(config_, kv_.shape(), static_cast<int>(block_ids.size()), first_layer, num_layers, element);
+    check_kv_transfer(config_, kv_.shape(), block_ids, header, out.size(), kv_transfer_direction::export_from_pool);
+    kv_.export_blocks(block_ids, header, out);
+  }
+
+  void import_kv(std::span<const int32_t> block_ids, const kv_span_header& header,
+                 std::span<const std::byte> data) override {
+    check_kv_transfer(config_, kv_.shape(), block_ids, header, data.size(), kv_transfer_direction::import_into_pool);
+    kv_.import_blocks(block_ids, header, data);
+  }
+
   void forward(const forward_batch& batch, float* logits) override {
     check_batch(batch);
     const model_config& c = config_;

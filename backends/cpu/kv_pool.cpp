@@ -33,6 +33,38 @@ void kv_pool::write(int layer, const float* k, const float* v, int64_t ld,
   }
 }
 
+void kv_pool::export_blocks(std::span<const int32_t> block_ids, const kv_span_header& header,
+                            std::span<std::byte> span) const {
+  const size_t block_floats = static_cast<size_t>(shape_.block_size) * slot_floats_;
+  const size_t block_bytes = block_floats * kv_element_bytes(header.element);
+  std::byte* out = span.data();
+  for (int layer = header.first_layer; layer < header.first_layer + header.num_layers; ++layer) {
+    for (const float* side : {keys(layer), values(layer)}) {
+      for (const int32_t block : block_ids) {
+        convert_kv_elements(dtype::f32, reinterpret_cast<const std::byte*>(side + block * block_floats),
+                            header.element, out, block_floats);
+        out += block_bytes;
+      }
+    }
+  }
+}
+
+void kv_pool::import_blocks(std::span<const int32_t> block_ids, const kv_span_header& header,
+                            std::span<const std::byte> span) {
+  const size_t block_floats = static_cast<size_t>(shape_.block_size) * slot_floats_;
+  const size_t block_bytes = block_floats * kv_element_bytes(header.element);
+  const std::byte* in = span.data();
+  for (int layer = header.first_layer; layer < header.first_layer + header.num_layers; ++layer) {
+    for (float* side : {keys(layer), values(layer)}) {
+      for (const int32_t block : block_ids) {
+        convert_kv_elements(header.element, in, dtype::f32, reinterpret_cast<std::byte*>(side + block * block_floats),
+                            block_floats);
+        in += block_bytes;
+      }
+    }
+  }
+}
+
 size_t kv_pool::bytes_per_block(const model_config& config, int block_size) {
   return static_cast<size_t>(config.num_layers) * 2 * block_size * config.num_kv_heads *
          config.head_dim * sizeof(float);

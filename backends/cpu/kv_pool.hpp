@@ -10,9 +10,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/forward_batch.hpp"
+#include "model/kv_transfer.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
 
@@ -35,6 +37,13 @@ class kv_pool {
   // its slot of `layer`. Throws std::runtime_error on a slot outside the pool.
   void write(int layer, const float* k, const float* v, int64_t ld, const int64_t* slot_mapping,
              int64_t num_tokens);
+
+  // Copies the span `header` describes between blocks `block_ids` of the pool and `span` (layout
+  // in model/kv_transfer.hpp), converting from / to f32. The caller has run check_kv_transfer:
+  // these only copy.
+  void export_blocks(std::span<const int32_t> block_ids, const kv_span_header& header, std::span<std::byte> span) const;
+  void import_blocks(std::span<const int32_t> block_ids, const kv_span_header& header,
+                     std::span<const std::byte> span);
 
   // Bytes one block takes across all layers, K and V.
   static size_t bytes_per_block(const model_config& config, int block_size);

@@ -15,6 +15,7 @@
 #include "backends/cuda/nano_batches.hpp"
 #include "backends/cuda/ops.hpp"
 #include "backends/cuda/paged_attention.hpp"
+#include "model/kv_transfer.hpp"
 #include "model/model_tensors.hpp"
 #include "model/rope_frequencies.hpp"
 
@@ -130,6 +131,68 @@ class cuda_model final : public model {
                           cudaMemcpyDeviceToHost, stream_),
           "download logits");
     check(cudaStreamSynchronize(stream_), "forward");
+  }
+
+  dtype kv_dtype() const override { return type_; }
+
+  // Device-to-host per contiguous run (one block of one side of one layer), then the conversion
+  // on the host: simple and enough for a first step; a kernel can convert on the device later.
+  void export_kv(std::span<const int32_t> block_ids, int first_layer, int num_layers, dtype element,
+                 std::span<std::byte> out) const override {
+    const kv_span_header header =
+        kv_span_for(config_, kv_shape_, static_cast<int>(block_ids.size()), first_layer, num_layers, element);
+    check_kv_transfer(config_, kv_shape_, block_ids, header, out.size(), kv_transfer_direction::export_from_pool);
+    check(cudaSetDevice(options_.device), "cudaSetDevice");
+    const size_t run_elements = kv_block_elements(header);
+    const size_t run_bytes = run_elements * dtype_size(type_);
+    std::vector<std::byte> staging;  // [span] in the pool's dtype, only when a conversion follows
+    std::byte* target = out.data();
+    if (element != type_) {
+      staging.resize(out.size() / kv_element_bytes(element) * dtype_size(type_));
+      target = staging.data();
+    }
+    for (int layer = first_layer; layer < first_layer + num_layers; ++layer) {
+      for (const void* side : {k_cache(layer), v_cache(layer)}) {
+        for (const int32_t block : block_ids) {
+          check(cudaMemcpyAsync(target, static_cast<const char*>(side) + static_cast<size_t>(block) * run_bytes,
+                                run_bytes, cudaMemcpyDeviceToHost, stream_),
+                "export KV block");
+          target += run_bytes;
+        }
+      }
+    }
+    check(cudaStreamSynchronize(stream_), "export KV");
+    if (element != type_) {
+      convert_kv_elements(type_, staging.data(), element, out.data(), staging.size() / dtype_size(type_));
+    }
+  }
+
+  void import_kv(std::span<const int32_t> block_ids, const kv_span_header& header,
+                 std::span<const std::byte> data) override {
+    check_kv_transfer(config_, kv_shape_, block_ids, header, data.size(), kv_transfer_direction::import_into_pool);
+    check(cudaSetDevice(options_.device), "cudaSetDevice");
+    const size_t run_elements = kv_block_elements(header);
+    const size_t run_bytes = run_elements * dtype_size(type_);
+    std::vector<std::byte> staging;  // [span] converted to the pool's dtype
+    const std::byte* source = data.data();
+    if (header.element != type_) {
+      const size_t count = data.size() / kv_element_bytes(header.element);
+      staging.resize(count * dtype_size(type_));
+      convert_kv_elements(header.element, data.data(), type_, staging.data(), count);
+      source = staging.data();
+    }
+    for (int layer = header.first_layer; layer < header.first_layer + header.num_layers; ++layer) {
+      for (void* side : {k_cache(layer), v_cache(layer)}) {
+        for (const int32_t block : block_ids) {
+          check(cudaMemcpyAsync(static_cast<char*>(side) + static_cast<size_t>(block) * run_bytes, source, run_bytes,
+                                cudaMemcpyHostToDevice, stream_),
+                "import KV block");
+          source += run_bytes;
+        }
+      }
+    }
+    // The host buffers must outlive the copies, and the next forward must see the blocks.
+    check(cudaStreamSynchronize(stream_), "import KV");
   }
 
   bool can_sample_on_device() const override { return true; }
