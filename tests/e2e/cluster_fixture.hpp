@@ -34,19 +34,7 @@ namespace troupe::test::cluster {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// A port no one listens on now; the topology names it for a node, which binds it moments later.
-inline uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof address;
-  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok) throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
-  return ntohs(address.sin_port);
-}
+using troupe::test::free_port;
 
 // `troupe certs --out DIR --name A --name B ...`: a CA of its own and one key pair per member.
 inline void make_credentials(const fs::path& dir, const std::vector<std::string>& members) {

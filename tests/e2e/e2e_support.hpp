@@ -4,8 +4,11 @@
 // its output captured, a child process that cannot outlive its test, and the model's reference
 // continuations.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,5 +162,45 @@ inline nlohmann::json stories_reference(const std::string& prompt) {
   }
   throw std::runtime_error("refs.json has no reference for the prompt " + prompt);
 }
+
+// A port no one listens on now; the test names it for a process that binds it moments later.
+inline uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof address;
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
+  return ntohs(address.sin_port);
+}
+
+// A socket listening on 127.0.0.1 for the test's length that never accepts: its port is taken,
+// and a peer's TCP connection completes (the kernel's backlog) but nothing ever answers on it.
+class silent_listener {
+ public:
+  silent_listener() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof address;
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(fd_, 4) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+      if (fd_ >= 0) ::close(fd_);
+      throw std::runtime_error("silent_listener: cannot listen on 127.0.0.1:0");
+    }
+    port_ = ntohs(address.sin_port);
+  }
+  ~silent_listener() { ::close(fd_); }
+  silent_listener(const silent_listener&) = delete;
+  silent_listener& operator=(const silent_listener&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_;
+  uint16_t port_ = 0;
+};
 
 }  // namespace troupe::test

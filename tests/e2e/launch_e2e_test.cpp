@@ -32,42 +32,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using troupe::testing::scratch_dir;
 
-// A port no one listens on now; the topology names it for a node, which binds it moments later.
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
-    throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
-  }
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-// A listening socket on 127.0.0.1 held for the test's length: its port is taken.
-class taken_port {
- public:
-  taken_port() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t size = sizeof address;
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(fd_, 4) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
-      throw std::runtime_error("taken_port: cannot listen on 127.0.0.1:0");
-    }
-    port_ = ntohs(address.sin_port);
-  }
-  ~taken_port() { ::close(fd_); }
-  uint16_t port() const { return port_; }
-
- private:
-  int fd_;
-  uint16_t port_ = 0;
-};
 
 // /proc/PID/stat: "PID (COMM) STATE PPID ..."; a pid gone or a zombie does not run.
 std::optional<std::pair<char, pid_t>> state_and_parent(pid_t pid) {
@@ -222,7 +186,7 @@ TEST_F(launch_e2e, nodes_die_with_a_launch_killed_without_cleanup) {
 }
 
 TEST_F(launch_e2e, a_node_that_cannot_listen_fails_launch_by_name_and_the_other_node_is_stopped) {
-  const taken_port taken;
+  const silent_listener taken;
   launch_process launch(write_topology(free_port(), taken.port()), dir_.path() / "launch.log");
   const int status = launch.wait_for_exit(90s);
   ASSERT_NE(status, -1) << "launch still runs with n2's port taken:\n" << launch.log();

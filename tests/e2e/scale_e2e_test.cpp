@@ -186,43 +186,6 @@ class request_flow {
   std::vector<std::thread> threads_;
 };
 
-// A port no one listens on now.
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
-    throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
-  }
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-// A socket that listens and never accepts: the kernel completes TCP connections to it, and
-// nothing ever answers the TLS handshake.
-class silent_listener {
- public:
-  silent_listener() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t size = sizeof address;
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(fd_, 4) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
-      throw std::runtime_error("silent_listener: cannot listen on 127.0.0.1:0");
-    }
-    port_ = ntohs(address.sin_port);
-  }
-  ~silent_listener() { ::close(fd_); }
-  uint16_t port() const { return port_; }
-
- private:
-  int fd_;
-  uint16_t port_ = 0;
-};
 
 class scale_e2e : public ::testing::Test {
  protected:
