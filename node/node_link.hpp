@@ -36,8 +36,6 @@ class node_link {
   template <class T, class... Ts>
   T ask(const caf::actor& stage, const std::string& what, Ts&&... message) const;
 
-  const cluster_settings& settings() const { return settings_; }
-
  private:
   caf::actor_system& system_;
   const cluster_settings& settings_;

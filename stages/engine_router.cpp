@@ -30,11 +30,6 @@ void engine_router::set_load(engine_instance_id id, const engine_load& load) {
   if (it != instances_.end()) it->second.load = load;
 }
 
-size_t engine_router::num_accepting() const {
-  return std::count_if(instances_.begin(), instances_.end(),
-                       [](const auto& entry) { return entry.second.state == engine_state::active; });
-}
-
 std::optional<uint64_t> engine_router::first_block_hash(const std::vector<int32_t>& prompt) const {
   // Only a full block can be shared from the prefix cache.
   if (prompt.size() <= static_cast<size_t>(block_size_)) return std::nullopt;

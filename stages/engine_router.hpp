@@ -84,9 +84,7 @@ class engine_router {
   std::vector<std::pair<int64_t, engine_instance_id>> routed_requests() const;
 
   std::vector<engine_instance_info> instances() const;
-  bool has_instance(engine_instance_id id) const { return instances_.count(id) != 0; }
   size_t num_requests() const { return requests_.size(); }
-  size_t num_accepting() const;
 
  private:
   struct request_record {
