@@ -1,0 +1,49 @@
+#pragma once
+// The KV data plane's settings and keys, shared by the sender and the receiver.
+//
+// The plane is ZeroMQ (chosen against plain TCP by measurement: docs/benchmarks.md, "KV
+// transfer"): the receiver binds a PULL socket on bind_host, a sender connects one PUSH socket
+// per destination and sends each frame as a two-part message (header, payload) whose
+// payload is handed to ZeroMQ without a copy. Between processes the plane is authenticated with
+// CURVE when keys are given: a receiver accepts only senders whose public key is among
+// allowed_public_keys (the cluster's members), and traffic is encrypted. Inside one process a
+// frame does not touch a socket: the sender hands it straight to the receiver (a direct copy
+// into the pool).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe {
+
+// CURVE keys in Z85 (40 characters each).
+struct kv_channel_keys {
+  std::string public_key;
+  std::string secret_key;
+  std::vector<std::string> allowed_public_keys;  // every member's public key (own included)
+
+  bool empty() const { return secret_key.empty(); }
+};
+
+struct kv_channel_settings {
+  std::string bind_host = "127.0.0.1";  // the receiver binds an ephemeral port here
+  // The largest payload one frame may carry: a frame announcing more is refused unread.
+  uint64_t max_payload_bytes = uint64_t(1) << 30;
+  // Frames a sender may hold for transfers whose destination is not known yet, or not yet sent.
+  uint64_t max_buffered_bytes = uint64_t(4) << 30;
+  kv_channel_keys keys;  // empty: no CURVE (a single process, or a test)
+};
+
+// The KV channel keys of member `name` in a credentials directory: NAME.kv.key (its key pair)
+// and every *.kv.pub there (the members it accepts). Throws std::runtime_error naming a missing
+// or malformed file.
+kv_channel_keys load_kv_channel_keys(const std::filesystem::path& dir, std::string_view name);
+// Writes NAME.kv.key (public and secret key, mode 0600) and NAME.kv.pub into `dir` (troupe
+// certs calls it beside each member certificate). Refuses to overwrite unless `replace`.
+void write_kv_channel_keys(const std::filesystem::path& dir, std::string_view name, bool replace = false);
+
+}  // namespace troupe

@@ -1,0 +1,123 @@
+#include "kvtransfer/kv_frame.hpp"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace troupe {
+
+namespace {
+
+// Little-endian field codec over a fixed buffer; the layout below is the wire format.
+class field_writer {
+ public:
+  explicit field_writer(std::span<std::byte, kv_frame_header_bytes> out) : out_(out) {}
+  template <class T>
+  void put(T value) {
+    using U = std::make_unsigned_t<T>;
+    U bits = static_cast<U>(value);
+    for (size_t i = 0; i < sizeof(T); ++i) out_[at_++] = static_cast<std::byte>((bits >> (8 * i)) & 0xff);
+  }
+
+ private:
+  std::span<std::byte, kv_frame_header_bytes> out_;
+  size_t at_ = 0;
+};
+
+class field_reader {
+ public:
+  explicit field_reader(std::span<const std::byte> in) : in_(in) {}
+  template <class T>
+  T get() {
+    using U = std::make_unsigned_t<T>;
+    U bits = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) bits |= static_cast<U>(static_cast<U>(in_[at_++]) << (8 * i));
+    return static_cast<T>(bits);
+  }
+
+ private:
+  std::span<const std::byte> in_;
+  size_t at_ = 0;
+};
+
+[[noreturn]] void refuse(const std::string& why) { throw std::invalid_argument("kv frame: " + why); }
+
+}  // namespace
+
+void encode_kv_frame_header(const kv_frame_header& h, std::span<std::byte, kv_frame_header_bytes> out) {
+  std::memset(out.data(), 0, out.size());
+  field_writer w(out);
+  w.put<uint32_t>(kv_frame_magic);
+  w.put<uint16_t>(kv_frame_version);
+  w.put<uint8_t>(static_cast<uint8_t>(h.span.element));
+  w.put<uint8_t>(0);  // reserved
+  w.put<uint64_t>(h.transfer_id);
+  w.put<int64_t>(h.request_id);
+  w.put<int32_t>(h.token_begin);
+  w.put<int32_t>(h.token_end);
+  w.put<int32_t>(h.span.first_layer);
+  w.put<int32_t>(h.span.num_layers);
+  w.put<int32_t>(h.span.num_blocks);
+  w.put<int32_t>(h.span.block_size);
+  w.put<int32_t>(h.span.num_kv_heads);
+  w.put<int32_t>(h.span.head_dim);
+  w.put<uint64_t>(h.payload_bytes);
+}
+
+kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_t max_payload_bytes) {
+  if (bytes.size() != kv_frame_header_bytes) {
+    refuse("the header has " + std::to_string(bytes.size()) + " bytes, expected " +
+           std::to_string(kv_frame_header_bytes));
+  }
+  field_reader r(bytes);
+  if (r.get<uint32_t>() != kv_frame_magic) refuse("bad magic: not a KV frame");
+  if (const uint16_t version = r.get<uint16_t>(); version != kv_frame_version) {
+    refuse("version " + std::to_string(version) + ", this build speaks " + std::to_string(kv_frame_version));
+  }
+  kv_frame_header h;
+  const uint8_t element = r.get<uint8_t>();
+  r.get<uint8_t>();
+  h.transfer_id = r.get<uint64_t>();
+  h.request_id = r.get<int64_t>();
+  h.token_begin = r.get<int32_t>();
+  h.token_end = r.get<int32_t>();
+  h.span.first_layer = r.get<int32_t>();
+  h.span.num_layers = r.get<int32_t>();
+  h.span.num_blocks = r.get<int32_t>();
+  h.span.block_size = r.get<int32_t>();
+  h.span.num_kv_heads = r.get<int32_t>();
+  h.span.head_dim = r.get<int32_t>();
+  h.payload_bytes = r.get<uint64_t>();
+  h.span.element = static_cast<dtype>(element);
+  if (h.span.element != dtype::f32 && h.span.element != dtype::f16 && h.span.element != dtype::bf16) {
+    refuse("element type " + std::to_string(element) + " is not f32, f16 or bf16");
+  }
+  if (h.span.block_size <= 0) refuse("block_size " + std::to_string(h.span.block_size) + " is not positive");
+  if (h.token_begin < 0 || h.token_end <= h.token_begin) {
+    refuse("token range [" + std::to_string(h.token_begin) + ", " + std::to_string(h.token_end) + ") is empty or negative");
+  }
+  if (h.token_begin % h.span.block_size != 0) {
+    refuse("token_begin " + std::to_string(h.token_begin) + " is not a multiple of block_size " +
+           std::to_string(h.span.block_size));
+  }
+  const int64_t blocks = (int64_t{h.token_end} + h.span.block_size - 1) / h.span.block_size - h.token_begin / h.span.block_size;
+  if (h.span.num_blocks != blocks) {
+    refuse("num_blocks " + std::to_string(h.span.num_blocks) + " does not cover tokens [" +
+           std::to_string(h.token_begin) + ", " + std::to_string(h.token_end) + "): expected " + std::to_string(blocks));
+  }
+  if (h.span.num_layers <= 0 || h.span.first_layer < 0) {
+    refuse("layer range first " + std::to_string(h.span.first_layer) + " count " + std::to_string(h.span.num_layers) +
+           " is empty or negative");
+  }
+  const size_t expected = kv_span_bytes(h.span);  // throws naming the field on overflow
+  if (h.payload_bytes != expected) {
+    refuse("payload_bytes " + std::to_string(h.payload_bytes) + " does not match the span's " + std::to_string(expected));
+  }
+  if (h.payload_bytes > max_payload_bytes) {
+    refuse("payload of " + std::to_string(h.payload_bytes) + " bytes is above the limit of " +
+           std::to_string(max_payload_bytes));
+  }
+  return h;
+}
+
+}  // namespace troupe

@@ -1,0 +1,46 @@
+#pragma once
+// One frame of a request's KV on the data plane (kv_sender -> kv_receiver): a fixed-size header,
+// then the span's bytes exactly as model::export_kv writes them (model/kv_transfer.hpp). A
+// prefill instance sends a request's KV as frames of one layer each, chunk by chunk, while the
+// next layer computes; the decode instance imports each into the blocks it reserved.
+//
+// A frame carries the K/V of tokens [token_begin, token_end) of the request as the whole blocks
+// that hold them: blocks [token_begin / block_size, ceil(token_end / block_size)) of the
+// request's block table, in order. token_begin is block-aligned; a block a chunk left partly
+// filled is sent again, whole, with the next chunk (the later copy is the complete one).
+//
+// Every field comes from the network: decode_kv_frame_header checks the header alone (magic,
+// version, sizes that overflow or exceed the limits), the receiver checks it against the
+// transfer it expects before it reads or allocates a byte of the payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "model/kv_transfer.hpp"
+
+namespace troupe {
+
+inline constexpr uint32_t kv_frame_magic = 0x314b5654;  // "TVK1" little-endian on the wire
+inline constexpr uint16_t kv_frame_version = 1;
+
+struct kv_frame_header {
+  uint64_t transfer_id = 0;  // names one transfer of one request (a fresh id per routing)
+  int64_t request_id = 0;
+  int32_t token_begin = 0;   // block-aligned
+  int32_t token_end = 0;     // > token_begin
+  kv_span_header span;       // span.num_blocks == blocks covering [token_begin, token_end)
+  uint64_t payload_bytes = 0;  // == kv_span_bytes(span)
+};
+
+// The encoded header's size on the wire (fixed, little-endian fields).
+inline constexpr size_t kv_frame_header_bytes = 64;
+
+void encode_kv_frame_header(const kv_frame_header& header, std::span<std::byte, kv_frame_header_bytes> out);
+// Throws std::invalid_argument naming the field: wrong magic or version, a negative or empty
+// range, num_blocks that does not match the token range, payload_bytes != kv_span_bytes(span) or
+// above max_payload_bytes, an unknown element type.
+kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_t max_payload_bytes);
+
+}  // namespace troupe
