@@ -91,9 +91,19 @@ void model_runner::build_batch(const step_plan& plan, int block_size, forward_ba
                batch);
 }
 
+void model_runner::stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout) {
+  kv_out_ = std::make_unique<kv_stream_out>(model_, sender, transfer_timeout);
+}
+
 void model_runner::apply_entries(const step_plan& plan) {
-  for (int64_t id : plan.finished_ids) requests_.erase(id);
-  for (int64_t id : plan.preempted_ids) requests_.erase(id);
+  for (int64_t id : plan.finished_ids) {
+    requests_.erase(id);
+    if (kv_out_) kv_out_->forget(id, false);
+  }
+  for (int64_t id : plan.preempted_ids) {
+    requests_.erase(id);
+    if (kv_out_) kv_out_->forget(id, true);
+  }
   entry_states_.clear();
   for (const scheduled_sequence& s : plan.sequences) {
     request_state* state = nullptr;
@@ -113,6 +123,13 @@ void model_runner::apply_entries(const step_plan& plan) {
       state->params = *s.params;
       state->penalty_token_ids.assign(s.penalty_token_ids.begin(), s.penalty_token_ids.end());
       state->num_prompt_tokens = s.num_prompt_tokens;
+      if (kv_out_) {
+        if (s.kv_send_transfer_id != 0) {
+          kv_out_->start(s.request_id, s.kv_send_transfer_id);
+        } else {
+          kv_out_->forget(s.request_id, false);
+        }
+      }
     } else {
       auto it = requests_.find(s.request_id);
       const size_t held = it == requests_.end() ? 0 : it->second.block_table.size();
@@ -162,12 +179,19 @@ step_result model_runner::run(const step_plan& plan) {
                                std::to_string(shape.num_blocks) + " blocks");
     }
   }
+  batch_.after_layer_kv = nullptr;
+  if (kv_out_) {
+    tables_.clear();
+    for (const request_state* state : entry_states_) tables_.push_back(&state->block_table);
+    if (kv_out_->prepare(plan, tables_)) batch_.after_layer_kv = [this](int layer) { kv_out_->on_layer_written(layer); };
+  }
   last_on_device_ = can_sample_on_device(plan);
   if (last_on_device_) {
     sample_on_device(plan, result);
   } else {
     sample_on_host(plan, result);
   }
+  if (batch_.after_layer_kv) kv_out_->finish_step();
   last_samples_.reserve(result.tokens.size());
   for (const sampled_token& t : result.tokens) last_samples_.emplace_back(t.request_id, t.token_id);
   extend_penalty_histories(plan, result);

@@ -12,11 +12,14 @@
 // plain (greedy / temperature with top-k and top-p; no penalties, min_p or logprobs) is sampled
 // there, and only one token id per row crosses to the host.
 
+#include <chrono>
+#include <memory>
 #include <random>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "engine/kv_stream_out.hpp"
 #include "engine/sampler.hpp"
 #include "engine/step_plan.hpp"
 #include "model/forward_batch.hpp"
@@ -31,6 +34,11 @@ class model_runner {
   explicit model_runner(model& m, uint64_t sampler_seed = std::random_device{}(), bool device_sampling = true);
 
   step_result run(const step_plan& plan);
+
+  // Prefill-only requests (scheduled_sequence::kv_send_transfer_id) stream their KV out through
+  // `sender` layer by layer as the steps compute them (engine/kv_stream_out.hpp). Without it,
+  // such a request is computed but its KV stays here. `sender` must outlive the runner.
+  void stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout);
 
   // The batch the last run() sent to the model (for tests and tracing).
   const forward_batch& last_batch() const { return batch_; }
@@ -83,8 +91,10 @@ class model_runner {
 
   model& model_;
   sampler sampler_;
+  std::unique_ptr<kv_stream_out> kv_out_;
   std::unordered_map<int64_t, request_state> requests_;  // by request id
   std::vector<request_state*> entry_states_;              // [plan entries] of this run
+  std::vector<const std::vector<int32_t>*> tables_;      // [plan entries] their block tables
   sample_list last_samples_;      // what the last run sampled
   sample_list previous_samples_;  // the run before's, kept for its capacity
   forward_batch batch_;

@@ -92,12 +92,12 @@ std::string scheduler::check_resumed_outputs(std::span<const int32_t> resumed_ou
 std::optional<request_error> scheduler::add_request(int64_t request_id, std::vector<int32_t> prompt_ids,
                                                     sampling_params params, int priority,
                                                     engine_clock::time_point arrival,
-                                                    std::span<const int32_t> resumed_output_ids) {
+                                                    std::span<const int32_t> resumed_output_ids, kv_handoff kv) {
   if (auto error = check_request(request_id, static_cast<int>(prompt_ids.size()), params, resumed_output_ids)) {
     return error;
   }
   auto seq = std::make_unique<sequence>(request_id, std::move(prompt_ids), std::move(params), priority,
-                                        next_arrival_order_++, arrival, resumed_output_ids);
+                                        next_arrival_order_++, arrival, resumed_output_ids, kv);
   waiting_.insert(seq.get());
   sequences_.emplace(request_id, std::move(seq));
   return std::nullopt;
@@ -108,7 +108,8 @@ step_plan scheduler::schedule() {
   plan.step_id = next_step_id_++;
   // Room for every running sequence and every admission max_num_seqs allows, so the entries
   // are never moved while the plan grows.
-  const int admissible = std::min(num_waiting(), std::max(0, config_.max_num_seqs - num_running()));
+  const int admissible =
+      std::min(num_waiting(), std::max(0, config_.max_num_seqs - num_running() - num_waiting_for_kv()));
   plan.sequences.reserve(static_cast<size_t>(num_running() + admissible));
   int budget = config_.max_num_batched_tokens;
   bool preempted_any = false;
@@ -143,8 +144,27 @@ step_plan scheduler::schedule() {
 
   // Admitting while preempting would only swap one sequence's blocks for another's.
   const auto now = engine_clock::now();
-  while (!preempted_any && !waiting_.empty() && budget > 0 && num_running() < config_.max_num_seqs) {
+  while (!preempted_any && !waiting_.empty() && budget > 0 &&
+         num_running() + num_waiting_for_kv() < config_.max_num_seqs) {
     sequence* seq = *waiting_.begin();
+    if (seq->kv().role == kv_role::receive) {
+      // Fresh blocks, not the prefix cache's: the import writes into them, and a cached block
+      // may be shared with running requests. The KV costs no compute, so no budget.
+      const int needed = seq->num_tokens();
+      if (!kv_.can_allocate(prefix_hit{}, needed)) break;
+      kv_.allocate(seq->blocks, prefix_hit{}, needed);
+      seq->num_kv_tokens = needed;
+      seq->status = sequence_status::waiting_for_kv;
+      if (!seq->timeline.scheduled) {
+        seq->timeline.scheduled = true;
+        seq->timeline.first_scheduled = now;
+      }
+      waiting_.erase(waiting_.begin());
+      waiting_for_kv_.push_back(seq);
+      new_kv_reservations_.push_back(
+          kv_reservation{seq->request_id(), seq->kv().transfer_id, seq->blocks.block_ids, needed});
+      continue;
+    }
     prefix_hit hit = kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
     const int num_new = std::min(seq->num_tokens() - hit.num_tokens, budget);
     const int needed = hit.num_tokens + num_new;
@@ -174,6 +194,8 @@ bool scheduler::ends_with_pending_sample(const sequence& seq) const {
   // The step in flight samples this sequence's last token: a further token would only be
   // thrown away, and could need a block beyond what the request was admitted for.
   if (seq.num_pending_samples == 0) return false;
+  // A prefill-only request is handed off after the sample in flight.
+  if (seq.kv().role == kv_role::send) return true;
   return seq.num_output_tokens() + seq.num_pending_samples >= seq.params().max_tokens ||
          seq.num_expected_tokens() >= config_.max_model_len;
 }
@@ -199,6 +221,7 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
   s.output_index = seq.num_output_tokens() + seq.num_pending_samples;
   if (s.block_table_start == 0) {
     s.params = seq.params();
+    if (seq.kv().role == kv_role::send) s.kv_send_transfer_id = seq.kv().transfer_id;
     // The worker keeps the history from here on (see scheduled_sequence::penalty_token_ids); a
     // start entry never has a sample pending, so the known tokens are the whole history.
     if (uses_penalties(seq.params())) {
@@ -320,6 +343,9 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
       token_delta last = finish(seq, status, now);  // destroys seq
       delta.finish = last.finish;
       delta.metrics = last.metrics;
+    } else if (seq.kv().role == kv_role::send) {
+      delta.handed_off = true;
+      release(seq);  // destroys seq: the decode instance goes on with it
     }
     deltas.push_back(std::move(delta));
   }
@@ -339,20 +365,78 @@ std::optional<token_delta> scheduler::stop(int64_t request_id) {
 }
 
 token_delta scheduler::finish(sequence& seq, sequence_status status, engine_clock::time_point now) {
-  if (seq.status == sequence_status::running) {
-    remove_running(&seq);
-  } else {
-    waiting_.erase(&seq);
-  }
-  kv_.free(seq.blocks);
-  if (seq.known_to_worker) finished_since_plan_.push_back(seq.request_id());
   seq.finish(status, now);
   token_delta delta;
   delta.request_id = seq.request_id();
   delta.finish = finish_reason_of(status);
   delta.metrics = seq.metrics();
-  sequences_.erase(seq.request_id());
+  release(seq);
   return delta;
+}
+
+void scheduler::release(sequence& seq) {
+  if (std::find(running_.begin(), running_.end(), &seq) != running_.end()) {
+    remove_running(&seq);
+  } else if (auto it = std::find(waiting_for_kv_.begin(), waiting_for_kv_.end(), &seq); it != waiting_for_kv_.end()) {
+    waiting_for_kv_.erase(it);
+  } else {
+    waiting_.erase(&seq);
+  }
+  kv_.free(seq.blocks);
+  if (seq.known_to_worker) finished_since_plan_.push_back(seq.request_id());
+  sequences_.erase(seq.request_id());
+}
+
+bool scheduler::kv_arrived(int64_t request_id, uint64_t transfer_id) {
+  auto it = sequences_.find(request_id);
+  if (it == sequences_.end() || it->second->status != sequence_status::waiting_for_kv ||
+      it->second->kv().transfer_id != transfer_id) {
+    return false;
+  }
+  it->second->kv_arrived = true;
+  start_if_ready(*it->second);
+  return true;
+}
+
+std::string scheduler::hand_over(int64_t request_id, uint64_t transfer_id, std::span<const int32_t> token_ids) {
+  auto it = sequences_.find(request_id);
+  if (it == sequences_.end() || it->second->kv().role != kv_role::receive || it->second->handed_off ||
+      it->second->kv().transfer_id != transfer_id) {
+    return {};
+  }
+  sequence& seq = *it->second;
+  if (token_ids.empty()) return "request " + std::to_string(request_id) + ": the prefill side handed over no token";
+  const auto now = engine_clock::now();
+  for (int32_t id : token_ids) {
+    if (id < 0 || (config_.vocab_size > 0 && id >= config_.vocab_size)) {
+      return "request " + std::to_string(request_id) + ": the prefill side handed over token " + std::to_string(id) +
+             ", outside the vocabulary of " + std::to_string(config_.vocab_size);
+    }
+    if (seq.num_tokens() >= config_.max_model_len) {
+      return "request " + std::to_string(request_id) + ": the handed-over tokens pass max_model_len " +
+             std::to_string(config_.max_model_len);
+    }
+    seq.append_token(id, now);
+    if (is_finished(stop_status(seq, id))) {
+      return "request " + std::to_string(request_id) + ": the prefill side handed over token " + std::to_string(id) +
+             ", which ends the request (the prefill side should have finished it)";
+    }
+  }
+  seq.handed_off = true;
+  if (seq.status == sequence_status::waiting_for_kv) start_if_ready(seq);
+  return {};
+}
+
+void scheduler::start_if_ready(sequence& seq) {
+  if (!seq.kv_arrived || !seq.handed_off) return;
+  waiting_for_kv_.erase(std::find(waiting_for_kv_.begin(), waiting_for_kv_.end(), &seq));
+  // The pool holds the prompt's (and resumed outputs') KV; the handed-over token is the next
+  // step's input, as a decode's always is.
+  seq.num_computed_tokens = seq.num_kv_tokens;
+  seq.status = sequence_status::running;
+  seq.admitted_step = next_step_id_;
+  kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
+  insert_running(&seq);
 }
 
 const sequence* scheduler::find(int64_t request_id) const {

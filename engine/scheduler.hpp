@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/engine_config.hpp"
@@ -46,10 +47,18 @@ class scheduler {
   // tokens generated here. A request that could not still be running is refused as invalid:
   // resumed outputs that reach max_tokens, or hold a token that would have stopped it (eos
   // unless ignore_eos, a stop id); prompt + resumed outputs must leave room under max_model_len.
+  //
+  // `kv` makes it one half of a disaggregated pair (engine/kv_handoff.hpp). Role send: computed
+  // as usual up to its first sampled token, which comes out in a delta marked handed_off (not a
+  // final one), and then the request is forgotten here (its blocks go back to the pool; the
+  // worker streamed the KV out while computing it). Role receive: admitted in queue order like
+  // any request, but into waiting_for_kv: blocks for its prompt and resumed outputs are
+  // reserved (take_kv_reservations lists them for the KV receiver), it takes no part in steps
+  // and is never preempted, and it runs from the step after both kv_arrived and hand_over.
   std::optional<request_error> add_request(int64_t request_id, std::vector<int32_t> prompt_ids,
                                            sampling_params params, int priority = 0,
                                            engine_clock::time_point arrival = engine_clock::now(),
-                                           std::span<const int32_t> resumed_output_ids = {});
+                                           std::span<const int32_t> resumed_output_ids = {}, kv_handoff kv = {});
 
   step_plan schedule();
   // Why `result` cannot be the outcome of `step` (another step's id, a token for a request the
@@ -70,7 +79,19 @@ class scheduler {
   // is no longer live. Tokens that steps in flight sample for it are dropped, like an abort's.
   std::optional<token_delta> stop(int64_t request_id);
 
+  // Reservations made since the last call (role receive requests admitted into waiting_for_kv).
+  std::vector<kv_reservation> take_kv_reservations() { return std::exchange(new_kv_reservations_, {}); }
+  // The KV of a waiting_for_kv request is complete in its blocks. False for an unknown request or
+  // another transfer (a late report of an earlier attempt): nothing changes.
+  bool kv_arrived(int64_t request_id, uint64_t transfer_id);
+  // The prefill side's output tokens for a waiting_for_kv request (its first sampled token):
+  // they follow the prompt and resumed outputs as outputs. Returns why they cannot be (a token
+  // outside the vocabulary, or one that would have ended the request there), or "" when they are
+  // taken or the request or transfer is unknown (ignored).
+  std::string hand_over(int64_t request_id, uint64_t transfer_id, std::span<const int32_t> token_ids);
+
   bool has_unfinished() const { return !sequences_.empty(); }
+  int num_waiting_for_kv() const { return static_cast<int>(waiting_for_kv_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_free_blocks() const { return kv_.num_free_blocks(); }
@@ -95,6 +116,10 @@ class scheduler {
   scheduled_sequence plan_entry(const sequence& seq, int num_new_tokens) const;
   static void mark_scheduled(sequence& seq, const scheduled_sequence& entry);
   bool ends_with_pending_sample(const sequence& seq) const;
+  // A role receive sequence whose KV and handed-off tokens are both here starts running.
+  void start_if_ready(sequence& seq);
+  // Frees a sequence's blocks and forgets it, telling the worker (which knew it).
+  void release(sequence& seq);
   void insert_running(sequence* seq);
   void remove_running(sequence* seq);
   void preempt(sequence* seq, step_plan& plan);
@@ -107,6 +132,8 @@ class scheduler {
   std::unordered_map<int64_t, std::unique_ptr<sequence>> sequences_;  // every live request
   std::set<sequence*, by_priority> waiting_;
   std::vector<sequence*> running_;  // sorted by priority, then arrival: the back is preempted first
+  std::vector<sequence*> waiting_for_kv_;  // role receive, blocks reserved, KV arriving
+  std::vector<kv_reservation> new_kv_reservations_;
   uint64_t next_arrival_order_ = 0;
   uint64_t next_step_id_ = 0;
   // Requests the worker knows that ended since the last non-empty plan (which carries them).

@@ -12,12 +12,13 @@ double seconds(engine_clock::duration d) { return std::chrono::duration<double>(
 
 sequence::sequence(int64_t request_id, std::vector<int32_t> prompt_ids, sampling_params params, int priority,
                    uint64_t arrival_order, engine_clock::time_point arrival,
-                   std::span<const int32_t> resumed_output_ids)
+                   std::span<const int32_t> resumed_output_ids, kv_handoff kv)
     : request_id_(request_id),
       token_ids_(std::move(prompt_ids)),
       num_prompt_tokens_(static_cast<int>(token_ids_.size())),
       num_resumed_output_tokens_(static_cast<int>(resumed_output_ids.size())),
       params_(std::move(params)),
+      kv_(kv),
       priority_(priority),
       arrival_order_(arrival_order) {
   if (token_ids_.empty()) {

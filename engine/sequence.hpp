@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/kv_handoff.hpp"
 #include "engine/request_status.hpp"
 #include "engine/token_delta.hpp"
 #include "kvcache/block_table.hpp"
@@ -34,9 +35,11 @@ class sequence {
   // for max_tokens, penalties and the seeded sampler's output index, and no delta repeats them.
   sequence(int64_t request_id, std::vector<int32_t> prompt_ids, sampling_params params, int priority,
            uint64_t arrival_order, engine_clock::time_point arrival = engine_clock::now(),
-           std::span<const int32_t> resumed_output_ids = {});
+           std::span<const int32_t> resumed_output_ids = {}, kv_handoff kv = {});
 
   int64_t request_id() const { return request_id_; }
+  // Its part in a disaggregated pair (engine/kv_handoff.hpp); role none for an ordinary request.
+  const kv_handoff& kv() const { return kv_; }
   const sampling_params& params() const { return params_; }
   // Lower runs first; equal priorities run in arrival order.
   int priority() const { return priority_; }
@@ -84,6 +87,11 @@ class sequence {
   // appended, so a full block's hash never goes stale.
   std::vector<block_hash> block_hashes;
   sequence_timeline timeline;
+  // Role receive, while waiting_for_kv: the tokens whose KV is arriving (fixed at reservation),
+  // whether all of it has, and whether the prefill side's first token(s) came (handed_off).
+  int num_kv_tokens = 0;
+  bool kv_arrived = false;
+  bool handed_off = false;
 
  private:
   int64_t request_id_;
@@ -91,6 +99,7 @@ class sequence {
   int num_prompt_tokens_;
   int num_resumed_output_tokens_;
   sampling_params params_;
+  kv_handoff kv_;
   int priority_;
   uint64_t arrival_order_;
 };

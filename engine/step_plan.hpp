@@ -39,6 +39,9 @@ struct scheduled_sequence {
   // drops the worker's history with it).
   std::vector<int32_t> penalty_token_ids;
   int32_t num_prompt_tokens = 0;
+  // Only on the entry that carries `params`, for a prefill-only request (kv_role::send): the
+  // transfer its KV streams out under, layer by layer while the steps compute it.
+  uint64_t kv_send_transfer_id = 0;
 
   int num_new_tokens() const { return static_cast<int>(new_token_ids.size()); }
 };

@@ -34,6 +34,9 @@ struct token_delta {
   std::vector<int32_t> token_ids;
   std::vector<token_logprobs> logprobs;  // one per token when the request asked for logprobs
   finish_reason finish = finish_reason::none;
+  // A prefill-only request's last delta on its prefill instance (not a final one): the decode
+  // instance goes on with the request (engine/kv_handoff.hpp).
+  bool handed_off = false;
   std::optional<request_metrics> metrics;  // set when finished
   // The request's stop strings, on its first delta only: they ride with the tokens so the stage
   // that turns ids into text (the detokenizer) can match them without a side channel.

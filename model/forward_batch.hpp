@@ -6,6 +6,7 @@
 // + t % block_size of every layer's K and V pools.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace troupe {
@@ -25,6 +26,12 @@ struct forward_batch {
   // Rows of the batch whose logits are wanted (usually each sequence's last new token when its
   // prompt is complete). Logits come back in this order.
   std::vector<int32_t> logits_rows;  // [num_logits]
+
+  // When set, called on the forward's thread as soon as layer L's K/V of this batch are in the
+  // pool, before the later layers compute: a prefill instance exports each layer's KV from here
+  // so the transfer overlaps the rest of the forward (engine/kv_stream_out.hpp). A backend that
+  // cannot call it between layers calls it for every layer, in order, once the forward is done.
+  std::function<void(int layer)> after_layer_kv;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_seqs() const { return static_cast<int>(context_lengths.size()); }

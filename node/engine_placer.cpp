@@ -33,23 +33,35 @@ scheduler_spec engine_placer::scheduler_for(const worker_description& descriptio
   config.max_waiting_requests = topology_.max_waiting_requests;
   config.async_scheduling = topology_.async_scheduling;
   config.validate();
-  return scheduler_spec{config, description.eos_token_ids, std::move(worker), router_};
+  scheduler_spec spec{config, description.eos_token_ids, std::move(worker), router_};
+  spec.kv_agent = description.kv_agent;
+  spec.kv_transfer_timeout_ms = topology_.disaggregation.kv_transfer_timeout_ms;
+  return spec;
 }
 
-placed_engine engine_placer::place(const std::string& node) {
+worker_spec engine_placer::worker_for(const std::string& node) const {
+  worker_spec spec{topology_.model};
+  const node_address* address = topology_.find_node(node);
+  // A worker receives KV on its node's own address, where the other nodes reach it.
+  spec.kv_bind_host = address ? address->host : topology_.disaggregation.controller_kv_host;
+  spec.kv_transfer_timeout_ms = topology_.disaggregation.kv_transfer_timeout_ms;
+  return spec;
+}
+
+placed_engine engine_placer::place(const std::string& node, engine_role role) {
   placed_engine placed;
   placed.node = node;
+  placed.role = role;
   if (node == topology_.cluster.name) {
-    spawned_worker worker = spawn_worker(system_, worker_spec{topology_.model});
+    spawned_worker worker = spawn_worker(system_, worker_for(node), local_kv_keys_);
     placed.local_model = worker.served;
     placed.worker = worker.actor;
-    placed.description = worker_description{worker.served->base_engine_config(), worker.served->eos_token_ids,
-                                            describe(*worker.served)};
+    placed.description = link_.ask<worker_description>(placed.worker, "the controller's own worker", describe_atom::value);
     placed.scheduler = spawn_scheduler(system_, scheduler_for(placed.description, placed.worker));
   } else {
     const node_address* address = topology_.find_node(node);
     if (!address) throw std::runtime_error("no node named '" + node + "' in the topology's [[nodes]]");
-    placed.worker = link_.spawn(*address, "worker", caf::make_message(worker_spec{topology_.model}), &stopping_);
+    placed.worker = link_.spawn(*address, "worker", caf::make_message(worker_for(node)), &stopping_);
     try {
       placed.description = link_.ask<worker_description>(placed.worker, "the worker on node " + node, describe_atom::value);
       placed.scheduler = link_.spawn(*address, "scheduler",
@@ -60,13 +72,14 @@ placed_engine engine_placer::place(const std::string& node) {
     }
   }
   placed.id = link_.ask<engine_instance_id>(router_, "the router", engine_joined_atom::value, placed.scheduler,
-                                            placed.worker, node);
-  spdlog::info("engine instance {} on {}: {}", placed.id, node, placed.description.summary);
+                                            placed.worker, node, placed.description.kv_agent,
+                                            std::string(engine_role_name(role)));
+  spdlog::info("engine instance {} ({}) on {}: {}", placed.id, engine_role_name(role), node, placed.description.summary);
   return placed;
 }
 
 void engine_placer::place_again_later(const std::string& node, const std::string& kind) {
-  if (kind == "engine" && node == topology_.cluster.name) return;
+  if (kind != "tokenizer" && kind != "detokenizer" && node == topology_.cluster.name) return;
   {
     std::lock_guard lock(mutex_);
     lost_.emplace(kind, node);
@@ -90,8 +103,8 @@ void engine_placer::keep() {
     lock.unlock();
     bool placed = false;
     try {
-      if (kind == "engine") {
-        place(node);
+      if (kind == "engine" || kind == "prefill" || kind == "decode") {
+        place(node, kind == "engine" ? engine_role::mixed : parse_engine_role(kind));
       } else if (restore_) {
         restore_(kind, node);
       }

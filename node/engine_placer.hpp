@@ -31,6 +31,7 @@ namespace troupe {
 struct placed_engine {
   engine_instance_id id = 0;
   std::string node;
+  engine_role role = engine_role::mixed;
   worker_description description;
   caf::actor worker;
   caf::actor scheduler;
@@ -46,15 +47,18 @@ class engine_placer {
 
   // The router new instances join; set once, before the first place().
   void set_router(caf::actor router) { router_ = std::move(router); }
+  // The controller's own KV channel keys (its workers' CURVE identity); empty without credentials.
+  void set_local_kv_keys(kv_channel_keys keys) { local_kv_keys_ = std::move(keys); }
 
   // Places one instance on `node` (a [[nodes]] name, or the controller's own name), waits until
   // its worker has loaded the model, and adds it to the router. Throws std::runtime_error naming
   // the node and what failed.
-  placed_engine place(const std::string& node);
+  placed_engine place(const std::string& node, engine_role role = engine_role::mixed);
 
-  // A stage of `kind` ("engine", "tokenizer" or "detokenizer") on `node` was lost: place a new
-  // one there as soon as the node answers again. Does not block (called from actors' threads).
-  // An engine on the controller's own name is ignored.
+  // A stage of `kind` ("engine", "tokenizer" or "detokenizer"; an engine of another role than
+  // mixed is "prefill" or "decode") on `node` was lost: place a new one there as soon as the
+  // node answers again. Does not block (called from actors' threads). An engine on the
+  // controller's own name is ignored.
   void place_again_later(const std::string& node, const std::string& kind = "engine");
 
   // How a lost tokenizer pool or detokenizer is placed again (the node knows their specs and
@@ -68,11 +72,13 @@ class engine_placer {
  private:
   void keep();
   scheduler_spec scheduler_for(const worker_description& description, caf::actor worker) const;
+  worker_spec worker_for(const std::string& node) const;
 
   caf::actor_system& system_;
   const topology& topology_;
   node_link link_;
   caf::actor router_;
+  kv_channel_keys local_kv_keys_;
   std::mutex mutex_;
   std::condition_variable wake_;
   stage_restorer restore_;

@@ -299,18 +299,22 @@ node::node(const topology& t) : topology_(t) {
   routing.detokenizers = detokenizers;
   routing.reply_to = front;
   routing.request_timeout = std::chrono::milliseconds(tp.cluster.request_timeout_ms);
-  routing.on_engine_lost = [placer](engine_instance_id, const std::string& node) { placer->place_again_later(node); };
+  routing.on_engine_lost = [placer](engine_instance_id, const std::string& node, engine_role role) {
+    placer->place_again_later(node, role == engine_role::mixed ? "engine" : engine_role_name(role));
+  };
+  if (!tp.cluster.credentials.empty()) placer->set_local_kv_keys(load_kv_channel_keys(tp.cluster.credentials, tp.cluster.name));
+  // Mixed instances, then the prefill and the decode halves of a disaggregated topology.
+  std::vector<std::pair<std::string, engine_role>> instances;
+  for (const std::string& node : tp.placement.engines) instances.emplace_back(node, engine_role::mixed);
+  for (const std::string& node : tp.placement.prefill) instances.emplace_back(node, engine_role::prefill);
+  for (const std::string& node : tp.placement.decode) instances.emplace_back(node, engine_role::decode);
+  routing.block_size = tp.model.block_size;
+  auto router = s.system.spawn(router_actor, routing);
+  s.downstream.router_actor = router;
+  s.actors.push_back(router);
+  placer->set_router(router);
   std::vector<placed_engine> engines;
-  // The router needs the block size, which the first worker tells.
-  engines.push_back([&] {
-    routing.block_size = tp.model.block_size;
-    auto router = s.system.spawn(router_actor, routing);
-    s.downstream.router_actor = router;
-    s.actors.push_back(router);
-    placer->set_router(router);
-    return placer->place(tp.placement.engines.front());
-  }());
-  for (size_t i = 1; i < tp.placement.engines.size(); ++i) engines.push_back(placer->place(tp.placement.engines[i]));
+  for (const auto& [node, role] : instances) engines.push_back(placer->place(node, role));
   const worker_description& model = engines.front().description;
   if (const auto& local = engines.front().local_model; local && !local->device_note.empty()) {
     spdlog::log(tp.model.device == device_request::cuda ? spdlog::level::warn : spdlog::level::info, "{}",
@@ -321,7 +325,7 @@ node::node(const topology& t) : topology_(t) {
 
   // One bound on requests in flight for both doors: what the schedulers can run and queue.
   s.admission = std::make_unique<request_admission>(
-      (int64_t(tp.max_waiting_requests) + tp.model.max_num_seqs) * int64_t(tp.placement.engines.size()));
+      (int64_t(tp.max_waiting_requests) + tp.model.max_num_seqs) * int64_t(instances.size()));
   spdlog::info("controller instance {} (the high bits of its request ids)", s.admission->controller_id());
   zmq_door_options options;
   options.endpoint = tp.zmq_endpoint;

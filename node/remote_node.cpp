@@ -86,7 +86,7 @@ class stage_registry {
 
 class remote_node_config : public caf::actor_system_config {
  public:
-  remote_node_config(const member_credentials& files, stage_registry* registry) {
+  remote_node_config(const member_credentials& files, const kv_channel_keys& kv_keys, stage_registry* registry) {
     keep_openssl_error_queue_clean();
     load<caf::io::middleman>();
     load<caf::openssl::manager>();
@@ -115,7 +115,7 @@ class remote_node_config : public caf::actor_system_config {
           spdlog::error("stage {} ended: {}", type, caf::to_string(reason));
         }
       });
-    });
+    }, kv_keys);
   }
 };
 
@@ -143,7 +143,8 @@ struct remote_node::impl {
   caf::actor agent;
   uint16_t port = 0;
 
-  impl(const member_credentials& files) : config(files, &registry), system(config) {}
+  impl(const member_credentials& files, const kv_channel_keys& kv_keys)
+      : config(files, kv_keys, &registry), system(config) {}
   ~impl() {
     if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
     for (const caf::actor& stage : registry.actors()) caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);
@@ -164,7 +165,8 @@ remote_node::remote_node(const remote_node_options& options) {
   if (options.host.empty()) throw std::runtime_error("--listen needs a host, e.g. 127.0.0.1:4500");
   const member_credentials files = credentials_in(options.credentials_dir, options.name);
   verify_member_credentials(files);
-  impl_ = std::make_unique<impl>(files);
+  // The KV data plane authenticates with the member's CURVE keys (troupe certs writes them).
+  impl_ = std::make_unique<impl>(files, load_kv_channel_keys(options.credentials_dir, options.name));
   impl_->agent = impl_->system.spawn(node_agent, options.name, &impl_->registry);
   auto bound = caf::openssl::publish(impl_->agent, options.port, options.host.c_str());
   if (!bound) {

@@ -23,7 +23,7 @@ caf::actor_factory announced(std::string type, caf::actor_factory make, stage_sp
 
 }  // namespace
 
-void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_spawn) {
+void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_spawn, kv_channel_keys kv_keys) {
   config.add_actor_factory("tokenizer",
                            announced("tokenizer", caf::make_actor_factory(tokenizer_actor_from_spec), on_spawn));
   config.add_actor_factory("scheduler",
@@ -33,8 +33,9 @@ void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_
   // CAF's factories spawn on the shared scheduler; the worker loads a model and computes, so its
   // factory marks it detached (its own thread), as the colocated node spawns it.
   caf::actor_factory worker = caf::make_actor_factory(worker_actor_from_spec);
-  config.add_actor_factory("worker", announced("worker", [worker](caf::actor_config& cfg, caf::message& args) {
+  config.add_actor_factory("worker", announced("worker", [worker, kv_keys](caf::actor_config& cfg, caf::message& args) {
     cfg.flags |= caf::abstract_actor::is_detached_flag;
+    if (args.match_elements<worker_spec>()) args.get_mutable_as<worker_spec>(0).kv_keys = kv_keys;
     return worker(cfg, args);
   }, on_spawn));
 }
@@ -50,9 +51,13 @@ std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokeni
   return pool;
 }
 
-spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec) {
+spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, const kv_channel_keys& kv_keys) {
   std::shared_ptr<served_model> served = load_served_model(spec.model);
-  caf::actor actor = system.spawn<caf::detached>(worker_actor, served);
+  worker_kv_settings kv;
+  kv.bind_host = spec.kv_bind_host;
+  kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);
+  kv.keys = kv_keys;
+  caf::actor actor = system.spawn<caf::detached>(worker_actor, served, kv);
   return {std::move(actor), std::move(served)};
 }
 

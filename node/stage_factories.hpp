@@ -23,7 +23,9 @@ using stage_spawned_fn = std::function<void(const std::string& type, const caf::
 // The names a controller remote-spawns stages under, each taking its spec as the one argument:
 // "tokenizer" (tokenizer_spec), "scheduler" (scheduler_spec), "worker" (worker_spec, detached:
 // it computes, so it owns a thread) and "detokenizer" (detokenizer_spec).
-void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_spawn = {});
+// A worker spawned by name gets `kv_keys` (this node's own KV channel keys, which no spec carries).
+void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_spawn = {},
+                          kv_channel_keys kv_keys = {});
 
 // `count` tokenizer actors sharing one tokenizer, loaded here once. Throws naming the file.
 std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count);
@@ -35,7 +37,7 @@ struct spawned_worker {
   caf::actor actor;
   std::shared_ptr<const served_model> served;
 };
-spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec);
+spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, const kv_channel_keys& kv_keys = {});
 
 caf::actor spawn_scheduler(caf::actor_system& system, const scheduler_spec& spec);
 caf::actor spawn_detokenizer(caf::actor_system& system, const detokenizer_spec& spec);

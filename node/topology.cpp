@@ -133,7 +133,8 @@ bool topology::colocated() const {
   auto local = [&](const std::vector<std::string>& names) {
     return std::all_of(names.begin(), names.end(), [&](const std::string& n) { return n == cluster.name; });
   };
-  return local(placement.tokenizers) && local(placement.engines) && local(placement.detokenizers);
+  return local(placement.tokenizers) && local(placement.engines) && local(placement.detokenizers) &&
+         local(placement.prefill) && local(placement.decode);
 }
 
 const node_address* topology::find_node(const std::string& name) const {
@@ -163,8 +164,8 @@ void topology::validate() const {
     if (n.name == cluster.name) throw std::runtime_error("[[nodes]] '" + n.name + "': the controller's own name");
     if (!node_names.insert(n.name).second) throw std::runtime_error("[[nodes]] '" + n.name + "' is listed twice");
   }
-  auto check_placement = [&](const std::vector<std::string>& names, const char* key) {
-    if (names.empty()) throw std::runtime_error(std::string("[placement] ") + key + " places no instance");
+  auto check_placement = [&](const std::vector<std::string>& names, const char* key, bool may_be_empty = false) {
+    if (names.empty() && !may_be_empty) throw std::runtime_error(std::string("[placement] ") + key + " places no instance");
     for (const std::string& name : names) {
       if (name != cluster.name && !node_names.count(name)) {
         throw std::runtime_error(std::string("[placement] ") + key + ": '" + name + "' is neither a [[nodes]] name nor the controller ('" +
@@ -173,7 +174,18 @@ void topology::validate() const {
     }
   };
   check_placement(placement.tokenizers, "tokenizers");
-  check_placement(placement.engines, "engines");
+  const bool disaggregated = !placement.prefill.empty() || !placement.decode.empty();
+  check_placement(placement.engines, "engines", disaggregated);
+  check_placement(placement.prefill, "prefill", true);
+  check_placement(placement.decode, "decode", true);
+  if (!placement.prefill.empty() && placement.decode.empty() && placement.engines.empty()) {
+    throw std::runtime_error("[placement] prefill instances need a decode (or mixed engines) instance to hand off to");
+  }
+  if (disaggregation.kv_transfer_timeout_ms <= 0) {
+    throw std::runtime_error("[disaggregation] kv_transfer_timeout_ms must be positive, got " +
+                             std::to_string(disaggregation.kv_transfer_timeout_ms));
+  }
+  if (disaggregation.controller_kv_host.empty()) throw std::runtime_error("[disaggregation] controller_kv_host is empty");
   check_placement(placement.detokenizers, "detokenizers");
   auto at_least = [](int value, int least, const char* name) {
     if (value < least) {
@@ -218,14 +230,15 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
     message << source << ": " << e.description() << " at line " << e.source().begin.line;
     throw std::runtime_error(message.str());
   }
-  static const std::set<std::string> sections = {"model",     "node",      "frontend", "http",
-                                                  "tokenizer", "scheduler", "cluster",  "placement"};
+  static const std::set<std::string> sections = {"model",   "node",      "frontend",  "http",          "tokenizer",
+                                                  "scheduler", "cluster", "placement", "disaggregation"};
   for (const auto& [key, value] : root) {
     const bool node_list = key.str() == "nodes" && value.is_array_of_tables();
     if (!node_list && (!sections.count(std::string(key.str())) || !value.is_table())) {
       throw std::runtime_error(source + ": unknown section or top-level key '" +
                                std::string(key.str()) + "' (expected [model], [node], [frontend], "
-                               "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [placement])");
+                               "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [placement], "
+                               "[disaggregation])");
     }
   }
   topology t;
@@ -300,7 +313,18 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   placement.read("tokenizers", t.placement.tokenizers);
   placement.read("engines", t.placement.engines);
   placement.read("detokenizers", t.placement.detokenizers);
+  placement.read("prefill", t.placement.prefill);
+  placement.read("decode", t.placement.decode);
   placement.finish();
+  // Naming prefill or decode instances and no mixed ones means none.
+  const toml::table* placed = root["placement"].as_table();
+  if (placed && !placed->contains("engines") && (placed->contains("prefill") || placed->contains("decode"))) {
+    t.placement.engines.clear();
+  }
+  table_reader disaggregation(root["disaggregation"].as_table(), "disaggregation", source);
+  disaggregation.read("kv_transfer_timeout_ms", t.disaggregation.kv_transfer_timeout_ms);
+  disaggregation.read("controller_kv_host", t.disaggregation.controller_kv_host);
+  disaggregation.finish();
   t.validate();
   return t;
 }

@@ -41,8 +41,22 @@ struct cluster_settings {
 // controller (cluster.name); an entry more is an instance more.
 struct stage_placement {
   std::vector<std::string> tokenizers{"controller"};    // a pool of [tokenizer] pool_size each
-  std::vector<std::string> engines{"controller"};       // a scheduler and its worker each
+  std::vector<std::string> engines{"controller"};       // a scheduler and its worker each (mixed)
   std::vector<std::string> detokenizers{"controller"};  // requests spread by id
+  // Disaggregation: engine instances that only prefill, and ones that only decode (docs/
+  // architecture.md, "Prefill/decode disaggregation"). A [placement] naming either and not
+  // `engines` places no mixed instance.
+  std::vector<std::string> prefill;
+  std::vector<std::string> decode;
+};
+
+// [disaggregation]: the KV data plane between prefill and decode instances.
+struct disaggregation_settings {
+  // A transfer not complete by then (from the decode side's reservation) is given up on both
+  // sides and the request runs again; also bounds how long a prefill side holds its frames.
+  int kv_transfer_timeout_ms = 10000;
+  // Where the controller's own engine instances receive KV (a node's bind on its [[nodes]] host).
+  std::string controller_kv_host = "127.0.0.1";
 };
 
 struct topology {
@@ -78,6 +92,7 @@ struct topology {
   cluster_settings cluster;
   std::vector<node_address> nodes;
   stage_placement placement;
+  disaggregation_settings disaggregation;
 
   // True when every stage runs in the controller's process.
   bool colocated() const;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <random>
+#include <stdexcept>
 
 namespace troupe {
 
@@ -17,11 +19,31 @@ constexpr int64_t full_pool_cost = int64_t(1) << 40;
 
 }  // namespace
 
-engine_router::engine_router(int block_size) : block_size_(std::max(1, block_size)) {}
+const char* engine_role_name(engine_role role) {
+  switch (role) {
+    case engine_role::mixed: return "mixed";
+    case engine_role::prefill: return "prefill";
+    case engine_role::decode: return "decode";
+  }
+  return "unknown";
+}
 
-engine_instance_id engine_router::add_instance(std::string node) {
+engine_role parse_engine_role(const std::string& text) {
+  if (text == "mixed") return engine_role::mixed;
+  if (text == "prefill") return engine_role::prefill;
+  if (text == "decode") return engine_role::decode;
+  throw std::invalid_argument("engine role '" + text + "' is not mixed, prefill or decode");
+}
+
+engine_router::engine_router(int block_size)
+    // Transfer ids start at random: a receiver refuses frames of a transfer it does not expect,
+    // and ids of a restarted controller must not meet a late frame of its predecessor's.
+    : block_size_(std::max(1, block_size)), next_transfer_id_((std::random_device{}() | 1ull) << 20) {}
+
+engine_instance_id engine_router::add_instance(std::string node, engine_role role) {
   const engine_instance_id id = next_id_++;
   instances_[id].node = std::move(node);
+  instances_[id].role = role;
   return id;
 }
 
@@ -48,19 +70,21 @@ int64_t engine_router::cost(const instance_record& instance, int num_prompt_bloc
   return total;
 }
 
-std::optional<engine_router::routed> engine_router::route(const schedule_request& request) {
-  const int64_t num_tokens = static_cast<int64_t>(request.prompt_ids.size() + request.resumed_output_ids.size());
-  const int num_blocks = static_cast<int>((num_tokens + block_size_ - 1) / block_size_);
-  std::optional<engine_instance_id> best;
-  int64_t best_cost = std::numeric_limits<int64_t>::max();
-  // Ties go round the instances in id order, starting after the last one picked.
-  const size_t start = next_tie_break_++;
+std::optional<engine_instance_id> engine_router::pick(std::initializer_list<engine_role> roles,
+                                                      const schedule_request& request, int num_blocks,
+                                                      bool use_prefix_affinity) {
   std::vector<engine_instance_id> ids;
   for (const auto& [id, instance] : instances_) {
-    if (instance.state == engine_state::active) ids.push_back(id);
+    if (instance.state == engine_state::active && std::find(roles.begin(), roles.end(), instance.role) != roles.end()) {
+      ids.push_back(id);
+    }
   }
   if (ids.empty()) return std::nullopt;
   std::sort(ids.begin(), ids.end());
+  // Ties go round the instances in id order, starting after the last one picked.
+  const size_t start = next_tie_break_++;
+  std::optional<engine_instance_id> best;
+  int64_t best_cost = std::numeric_limits<int64_t>::max();
   for (size_t i = 0; i < ids.size(); ++i) {
     const engine_instance_id id = ids[(start + i) % ids.size()];
     const int64_t c = cost(instances_.at(id), num_blocks);
@@ -69,51 +93,133 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
       best = id;
     }
   }
+  if (!use_prefix_affinity) return best;
   const std::optional<uint64_t> prefix = first_block_hash(request.prompt_ids);
   if (prefix) {
     auto owner = prefix_owner_.find(*prefix);
-    if (owner != prefix_owner_.end() && owner->second != *best) {
-      auto it = instances_.find(owner->second);
+    if (owner != prefix_owner_.end() && owner->second != *best &&
+        std::find(ids.begin(), ids.end(), owner->second) != ids.end()) {
       // Worth it while the extra work queued there is less than the prefill a cache hit saves.
-      if (it != instances_.end() && it->second.state == engine_state::active &&
-          cost(it->second, num_blocks) - best_cost < block_size_) {
-        best = owner->second;
-      }
+      if (cost(instances_.at(owner->second), num_blocks) - best_cost < block_size_) best = owner->second;
     }
     if (prefix_owner_.size() >= max_prefix_owners) prefix_owner_.clear();
     prefix_owner_[*prefix] = *best;
   }
+  return best;
+}
 
-  instance_record& instance = instances_.at(*best);
+void engine_router::charge(request_record& record) {
+  const int64_t num_tokens = static_cast<int64_t>(record.request.prompt_ids.size() + record.streamed.size());
+  record.charged_tokens = num_tokens;
+  auto charge_queued = [&](engine_instance_id id) {
+    auto it = instances_.find(id);
+    if (it == instances_.end()) return;
+    ++it->second.num_requests;
+    it->second.num_queued_prompt_tokens += num_tokens;
+  };
+  auto charge_started = [&](engine_instance_id id) {
+    auto it = instances_.find(id);
+    if (it == instances_.end()) return;
+    ++it->second.num_requests;
+    ++it->second.num_started;
+  };
+  if (record.transfer_id != 0 && !record.handed_off) {
+    // The prefill half queues its prompt; the decode half will run a sequence.
+    charge_queued(record.prefill);
+    charge_started(record.decode);
+  } else if (record.instance >= 0) {
+    if (record.started) {
+      charge_started(record.instance);
+    } else {
+      charge_queued(record.instance);
+    }
+  }
+}
+
+void engine_router::uncharge(request_record& record) {
+  const int64_t num_tokens = record.charged_tokens;
+  auto uncharge_queued = [&](engine_instance_id id) {
+    auto it = instances_.find(id);
+    if (it == instances_.end()) return;
+    --it->second.num_requests;
+    it->second.num_queued_prompt_tokens -= num_tokens;
+  };
+  auto uncharge_started = [&](engine_instance_id id) {
+    auto it = instances_.find(id);
+    if (it == instances_.end()) return;
+    --it->second.num_requests;
+    --it->second.num_started;
+  };
+  if (record.transfer_id != 0 && !record.handed_off) {
+    uncharge_queued(record.prefill);
+    uncharge_started(record.decode);
+  } else if (record.instance >= 0) {
+    if (record.started) {
+      uncharge_started(record.instance);
+    } else {
+      uncharge_queued(record.instance);
+    }
+  }
+}
+
+std::optional<engine_router::routed> engine_router::route(const schedule_request& request) {
+  const int64_t num_tokens = static_cast<int64_t>(request.prompt_ids.size() + request.resumed_output_ids.size());
+  const int num_blocks = static_cast<int>((num_tokens + block_size_ - 1) / block_size_);
+  routed where;
+  std::optional<engine_instance_id> prefill = pick({engine_role::prefill}, request, num_blocks, true);
+  std::optional<engine_instance_id> decode = prefill ? pick({engine_role::decode}, request, num_blocks, false) : std::nullopt;
+  if (prefill && decode) {
+    where.instance = *prefill;
+    where.decode = *decode;
+    where.transfer_id = next_transfer_id_++;
+  } else {
+    // No pair: a mixed or decode instance computes it whole; a prefill instance only when
+    // nothing else is left.
+    std::optional<engine_instance_id> whole = pick({engine_role::mixed, engine_role::decode}, request, num_blocks, true);
+    if (!whole) whole = pick({engine_role::prefill}, request, num_blocks, true);
+    if (!whole) return std::nullopt;
+    where.instance = *whole;
+  }
+
   auto [it, fresh] = requests_.try_emplace(request.request_id);
   request_record& record = it->second;
-  if (!fresh) {
-    // A re-run: it left its old instance in remove_instance, so it counts nowhere now.
-    record.instance = *best;
-    record.started = false;
-  } else {
-    record.instance = *best;
+  if (fresh) {
     record.request = request;
+    record.request.kv = {};
     record.streamed = request.resumed_output_ids;
   }
-  ++instance.num_requests;
-  instance.num_queued_prompt_tokens += num_tokens;
-  const bool aborted_early = early_aborts_.erase(request.request_id) > 0;
-  return routed{*best, aborted_early};
+  // A re-run left its old instances in run_again, so it is charged nowhere now.
+  record.instance = where.instance;
+  record.started = false;
+  record.transfer_id = where.transfer_id;
+  record.prefill = where.decode ? where.instance : -1;
+  record.decode = where.decode.value_or(-1);
+  record.handed_off = false;
+  record.kv_landed = false;
+  charge(record);
+  where.aborted_early = early_aborts_.erase(request.request_id) > 0;
+  return where;
 }
 
 void engine_router::forget(std::unordered_map<int64_t, request_record>::iterator it) {
-  auto instance = instances_.find(it->second.instance);
-  if (instance != instances_.end()) {
-    --instance->second.num_requests;
-    if (it->second.started) {
-      --instance->second.num_started;
-    } else {
-      instance->second.num_queued_prompt_tokens -=
-          static_cast<int64_t>(it->second.request.prompt_ids.size() + it->second.streamed.size());
-    }
-  }
+  uncharge(it->second);
   requests_.erase(it);
+}
+
+void engine_router::run_again(std::unordered_map<int64_t, request_record>::iterator it, engine_instance_id except) {
+  request_record& record = it->second;
+  for (engine_instance_id holder : holders_of(it->first)) {
+    if (holder != except && instances_.count(holder)) commands_.aborts.emplace_back(holder, it->first);
+  }
+  uncharge(record);
+  record.instance = -1;  // on no instance until routed again
+  record.started = false;
+  record.transfer_id = 0;
+  record.prefill = record.decode = -1;
+  record.handed_off = record.kv_landed = false;
+  schedule_request again = record.request;
+  again.resumed_output_ids = record.streamed;
+  commands_.reruns.push_back(std::move(again));
 }
 
 token_batch engine_router::on_tokens(engine_instance_id from, token_batch batch) {
@@ -127,13 +233,25 @@ token_batch engine_router::on_tokens(engine_instance_id from, token_batch batch)
     auto it = requests_.find(delta.request_id);
     if (it == requests_.end() || it->second.instance != from) continue;
     request_record& record = it->second;
-    if (!record.started && (!delta.token_ids.empty() || delta.finished())) {
-      record.started = true;
-      ++instance->second.num_started;
-      instance->second.num_queued_prompt_tokens -=
-          static_cast<int64_t>(record.request.prompt_ids.size() + record.streamed.size());
-    }
     record.streamed.insert(record.streamed.end(), delta.token_ids.begin(), delta.token_ids.end());
+    const bool prefill_half = record.transfer_id != 0 && !record.handed_off;
+    if (prefill_half && delta.finished()) {
+      // Ended at its first token: the decode half's reservation is for nothing.
+      commands_.aborts.emplace_back(record.decode, delta.request_id);
+    } else if (prefill_half && delta.handed_off) {
+      uncharge(record);
+      record.handed_off = true;
+      record.instance = record.decode;
+      record.started = true;
+      charge(record);
+      commands_.handovers.emplace_back(record.decode,
+                                       kv_handover_msg{delta.request_id, record.transfer_id, delta.token_ids});
+      delta.handed_off = false;  // downstream, it is an ordinary delta
+    } else if (!record.started && (!delta.token_ids.empty() || delta.finished())) {
+      uncharge(record);
+      record.started = true;
+      charge(record);
+    }
     if (delta.finished()) forget(it);
     out.deltas.push_back(std::move(delta));
     out.timelines.push_back(std::move(batch.timelines[i]));
@@ -141,6 +259,9 @@ token_batch engine_router::on_tokens(engine_instance_id from, token_batch batch)
   for (request_failed& failure : batch.failures) {
     auto it = requests_.find(failure.request_id);
     if (it == requests_.end() || it->second.instance != from) continue;
+    for (engine_instance_id holder : holders_of(failure.request_id)) {
+      if (holder != from) commands_.aborts.emplace_back(holder, failure.request_id);
+    }
     forget(it);
     out.failures.push_back(std::move(failure));
   }
@@ -149,15 +270,61 @@ token_batch engine_router::on_tokens(engine_instance_id from, token_batch batch)
 
 bool engine_router::on_refusal(engine_instance_id from, const request_failed& refusal) {
   auto it = requests_.find(refusal.request_id);
-  if (it == requests_.end() || it->second.instance != from) return false;
+  if (it == requests_.end()) return false;
+  const std::vector<engine_instance_id> holders = holders_of(refusal.request_id);
+  if (std::find(holders.begin(), holders.end(), from) == holders.end()) return false;
+  for (engine_instance_id holder : holders) {
+    if (holder != from) commands_.aborts.emplace_back(holder, refusal.request_id);
+  }
   forget(it);
   return true;
 }
 
 std::optional<engine_instance_id> engine_router::instance_of(int64_t request_id) const {
   auto it = requests_.find(request_id);
-  if (it == requests_.end()) return std::nullopt;
+  if (it == requests_.end() || it->second.instance < 0) return std::nullopt;
   return it->second.instance;
+}
+
+std::vector<engine_instance_id> engine_router::holders_of(int64_t request_id) const {
+  std::vector<engine_instance_id> holders;
+  auto it = requests_.find(request_id);
+  if (it == requests_.end() || it->second.instance < 0) return holders;
+  holders.push_back(it->second.instance);
+  const request_record& record = it->second;
+  if (record.transfer_id != 0 && !record.handed_off) holders.push_back(record.decode);
+  return holders;
+}
+
+std::optional<engine_instance_id> engine_router::on_kv_ready(engine_instance_id from, const kv_ready_msg& ready) {
+  auto it = requests_.find(ready.request_id);
+  if (it == requests_.end() || it->second.transfer_id != ready.transfer_id || it->second.decode != from) {
+    return std::nullopt;
+  }
+  if (!instances_.count(it->second.prefill)) return std::nullopt;
+  return it->second.prefill;
+}
+
+void engine_router::on_kv_landed(engine_instance_id from, const kv_arrival_msg& arrival) {
+  auto it = requests_.find(arrival.request_id);
+  if (it == requests_.end() || it->second.transfer_id != arrival.transfer_id || it->second.decode != from) return;
+  it->second.kv_landed = true;
+}
+
+void engine_router::on_kv_failed(engine_instance_id from, const kv_failed_msg& failed) {
+  auto it = requests_.find(failed.request_id);
+  if (it == requests_.end() || it->second.transfer_id != failed.transfer_id || it->second.decode != from) return;
+  if (++it->second.transfer_attempts < max_transfer_attempts) {
+    run_again(it, from);
+    return;
+  }
+  for (engine_instance_id holder : holders_of(failed.request_id)) {
+    if (holder != from) commands_.aborts.emplace_back(holder, failed.request_id);
+  }
+  commands_.failures.push_back(request_failed{
+      failed.request_id, error_code::internal,
+      "the request's KV transfer failed " + std::to_string(max_transfer_attempts) + " times; the last: " + failed.why});
+  forget(it);
 }
 
 void engine_router::abort_unrouted(int64_t request_id) {
@@ -175,16 +342,20 @@ void engine_router::drop(int64_t request_id) {
 }
 
 std::vector<schedule_request> engine_router::remove_instance(engine_instance_id id) {
-  std::vector<schedule_request> reruns;
-  if (!instances_.erase(id)) return reruns;
-  for (auto& [request_id, record] : requests_) {
-    if (record.instance != id) continue;
-    schedule_request again = record.request;
-    again.resumed_output_ids = record.streamed;
-    reruns.push_back(std::move(again));
-    record.instance = -1;  // on no instance until routed again
-    record.started = false;
+  if (!instances_.count(id)) return {};
+  std::vector<schedule_request> before = std::exchange(commands_.reruns, {});
+  for (auto it = requests_.begin(); it != requests_.end(); ++it) {
+    const request_record& record = it->second;
+    const bool disaggregated = record.transfer_id != 0;
+    const bool affected =
+        record.instance == id ||
+        (disaggregated && !record.handed_off && (record.prefill == id || record.decode == id)) ||
+        // Handed off, but the KV is still on its way from the lost prefill half: it never comes.
+        (disaggregated && record.handed_off && record.prefill == id && !record.kv_landed);
+    if (affected) run_again(it, id);
   }
+  instances_.erase(id);
+  std::vector<schedule_request> reruns = std::exchange(commands_.reruns, std::move(before));
   // Oldest first (a controller's ids grow with time): the re-runs keep their order in the new queue.
   std::sort(reruns.begin(), reruns.end(),
             [](const schedule_request& a, const schedule_request& b) { return a.request_id < b.request_id; });
@@ -209,7 +380,9 @@ bool engine_router::drained(engine_instance_id id) const {
 std::vector<std::pair<int64_t, engine_instance_id>> engine_router::routed_requests() const {
   std::vector<std::pair<int64_t, engine_instance_id>> out;
   for (const auto& [id, record] : requests_) {
-    if (instances_.count(record.instance)) out.emplace_back(id, record.instance);
+    for (engine_instance_id holder : holders_of(id)) {
+      if (instances_.count(holder)) out.emplace_back(id, holder);
+    }
   }
   return out;
 }
@@ -217,8 +390,15 @@ std::vector<std::pair<int64_t, engine_instance_id>> engine_router::routed_reques
 std::vector<engine_instance_info> engine_router::instances() const {
   std::vector<engine_instance_info> out;
   for (const auto& [id, instance] : instances_) {
-    out.push_back(engine_instance_info{id, instance.node, instance.state, instance.num_requests,
-                                       instance.num_queued_prompt_tokens, instance.load});
+    engine_instance_info info;
+    info.id = id;
+    info.node = instance.node;
+    info.state = instance.state;
+    info.role = instance.role;
+    info.num_requests = instance.num_requests;
+    info.num_queued_prompt_tokens = instance.num_queued_prompt_tokens;
+    info.load = instance.load;
+    out.push_back(std::move(info));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return out;

@@ -14,9 +14,22 @@
 // instance is lost is re-run elsewhere from its prompt plus exactly those tokens
 // (schedule_request::resumed_output_ids): the client's stream goes on with none lost or repeated.
 // Tokens an instance sends for a request that is no longer its own are dropped.
+//
+// Disaggregation: an instance has a role (mixed, prefill or decode). While at least one prefill
+// and one decode instance take requests, a request goes to both: a prefill instance (by its
+// queued prompt tokens, with prefix affinity) computes the prompt and its first token and
+// streams the KV; a decode instance (by its running sequences and free blocks) reserves blocks
+// for that KV and continues once the router hands it the first token. Without such a pair a
+// request goes whole to a mixed or decode instance (a decode instance then computes the prefill
+// itself), or to a prefill instance when nothing else is left. When either half is lost, or the
+// transfer fails, the other half is aborted and the request runs again from its prompt and the
+// tokens streamed so far; a request whose transfer failed max_transfer_attempts times ends with
+// the reason.
 
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
+#include <utility>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -31,10 +44,24 @@ using engine_instance_id = int32_t;
 
 enum class engine_state : uint8_t { active, draining };
 
+enum class engine_role : uint8_t { mixed, prefill, decode };
+const char* engine_role_name(engine_role role);
+// "mixed", "prefill" or "decode"; throws std::invalid_argument naming the text otherwise.
+engine_role parse_engine_role(const std::string& text);
+
+// What the router asks its actor to send besides forwarded tokens (take_commands()).
+struct router_commands {
+  std::vector<std::pair<engine_instance_id, int64_t>> aborts;  // abort_request_msg to an instance
+  std::vector<std::pair<engine_instance_id, kv_handover_msg>> handovers;
+  std::vector<schedule_request> reruns;  // to route again (dispatch)
+  std::vector<request_failed> failures;  // to the frontend: the request has ended
+};
+
 struct engine_instance_info {
   engine_instance_id id = 0;
   std::string node;  // where it runs, for logs and `troupe scale --list`
   engine_state state = engine_state::active;
+  engine_role role = engine_role::mixed;
   int32_t num_requests = 0;         // routed there and not finished
   int64_t num_queued_prompt_tokens = 0;  // of those without a first token yet
   engine_load load;                 // as last reported
@@ -45,13 +72,17 @@ class engine_router {
   // block_size: the KV block size of every instance (prefix affinity hashes the first block).
   explicit engine_router(int block_size);
 
-  engine_instance_id add_instance(std::string node);
+  engine_instance_id add_instance(std::string node, engine_role role = engine_role::mixed);
   // The instance's occupancy before it has sent a token batch (its answer to a stats query).
   void set_load(engine_instance_id id, const engine_load& load);
 
   struct routed {
     engine_instance_id instance = 0;
     bool aborted_early = false;  // an abort overtook it: send the abort right after the request
+    // Disaggregated: `instance` prefills (kv send), `decode` continues (kv receive), both under
+    // `kv.transfer_id`. Send the request to both, with kv_for(role) set.
+    std::optional<engine_instance_id> decode;
+    uint64_t transfer_id = 0;
   };
   // Picks an instance for a new request (or a re-run one) and records it there; nullopt when no
   // instance takes requests (none, or all draining).
@@ -67,6 +98,22 @@ class engine_router {
   // Where an abort or a stop must go; nullopt for a request not routed yet (an abort is then
   // remembered and applied when the request comes: see routed::aborted_early).
   std::optional<engine_instance_id> instance_of(int64_t request_id) const;
+  // Every instance that holds a part of the request (both halves of a disaggregated request
+  // until the hand-off): where an abort goes.
+  std::vector<engine_instance_id> holders_of(int64_t request_id) const;
+
+  // The decode half reserved its blocks: the prefill half whose sender must hear `ready`, or
+  // nullopt when the message is stale (another transfer, or that half is gone).
+  std::optional<engine_instance_id> on_kv_ready(engine_instance_id from, const kv_ready_msg& ready);
+  // The decode half has the whole KV: the prefill half's loss no longer matters to it.
+  void on_kv_landed(engine_instance_id from, const kv_arrival_msg& arrival);
+  // The decode half dropped the request: its transfer failed. The prefill half (if it still
+  // holds it) is aborted and the request re-run, or failed after max_transfer_attempts.
+  void on_kv_failed(engine_instance_id from, const kv_failed_msg& failed);
+  router_commands take_commands() { return std::exchange(commands_, {}); }
+
+  // Transfers tried per request before it ends with the last failure's reason.
+  static constexpr int max_transfer_attempts = 3;
   void abort_unrouted(int64_t request_id);
   // Forgets a request that could not be re-run (no instance took it): the caller fails it.
   void drop(int64_t request_id);
@@ -88,13 +135,22 @@ class engine_router {
 
  private:
   struct request_record {
-    engine_instance_id instance = 0;
+    engine_instance_id instance = 0;  // whose tokens are the request's now (-1: on none)
     schedule_request request;       // as first routed: prompt, sampling, priority
     std::vector<int32_t> streamed;  // every output token forwarded so far, resumed ones included
     bool started = false;           // a token came back since it was (re-)routed
+    // Disaggregated (transfer_id != 0): the prefill half, the decode half, and where it stands.
+    uint64_t transfer_id = 0;
+    engine_instance_id prefill = -1;
+    engine_instance_id decode = -1;
+    bool handed_off = false;  // the prefill half's token came: `instance` is the decode half
+    bool kv_landed = false;   // the decode half has the whole KV
+    int transfer_attempts = 0;
+    int64_t charged_tokens = 0;  // the prompt and streamed tokens when it was last charged
   };
   struct instance_record {
     std::string node;
+    engine_role role = engine_role::mixed;
     engine_state state = engine_state::active;
     int32_t num_requests = 0;
     int32_t num_started = 0;
@@ -105,11 +161,21 @@ class engine_router {
   // What a request costs on an instance, in tokens of work ahead of it.
   int64_t cost(const instance_record& instance, int num_prompt_blocks) const;
   std::optional<uint64_t> first_block_hash(const std::vector<int32_t>& prompt) const;
+  // The active instance of one of `roles` with the least cost, prefix affinity considered.
+  std::optional<engine_instance_id> pick(std::initializer_list<engine_role> roles, const schedule_request& request,
+                                         int num_blocks, bool use_prefix_affinity);
+  // What a request charges an instance, and undoing it (a record charges at most two).
+  void charge(request_record& record);
+  void uncharge(request_record& record);
+  // Aborts every half of the request except on `except`, and queues its re-run.
+  void run_again(std::unordered_map<int64_t, request_record>::iterator it, engine_instance_id except);
   void forget(std::unordered_map<int64_t, request_record>::iterator it);
 
   int block_size_;
   engine_instance_id next_id_ = 0;
   uint64_t next_tie_break_ = 0;
+  uint64_t next_transfer_id_;
+  router_commands commands_;
   std::unordered_map<engine_instance_id, instance_record> instances_;
   std::unordered_map<int64_t, request_record> requests_;
   // First prompt block → the instance that last prefilled it; bounded (cleared when full).

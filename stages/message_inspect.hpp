@@ -42,7 +42,7 @@ typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
   sampling_params params = x.params.value_or(sampling_params{});
   return f(caf::meta::type_name("scheduled_sequence"), x.request_id, x.num_computed_tokens,
            x.new_token_ids, x.input_from_previous_sample, x.block_table_start, x.block_table, x.sample, x.output_index,
-           has_params, params, x.penalty_token_ids, x.num_prompt_tokens,
+           has_params, params, x.penalty_token_ids, x.num_prompt_tokens, x.kv_send_transfer_id,
            caf::meta::load_callback([&]() -> caf::error {
              if (has_params) x.params = std::move(params); else x.params.reset();
              return caf::none;
@@ -81,7 +81,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
   bool has_metrics = x.metrics.has_value();
   request_metrics metrics = x.metrics.value_or(request_metrics{});
-  return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish,
+  return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish, x.handed_off,
            has_metrics, metrics, x.stop, caf::meta::load_callback([&]() -> caf::error {
              if (has_metrics) x.metrics = metrics; else x.metrics.reset();
              return caf::none;
@@ -97,7 +97,43 @@ typename Inspector::result_type inspect(Inspector& f, tokenize_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
   return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling,
-           x.priority, x.tokenize_ns, x.resumed_output_ids);
+           x.priority, x.tokenize_ns, x.resumed_output_ids, x.kv);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_handoff& x) {
+  return f(caf::meta::type_name("kv_handoff"), x.role, x.transfer_id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_reservation& x) {
+  return f(caf::meta::type_name("kv_reservation"), x.request_id, x.transfer_id, x.block_ids, x.num_tokens);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_expect_msg& x) {
+  return f(caf::meta::type_name("kv_expect_msg"), x.reservation, x.timeout_ms);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_ready_msg& x) {
+  return f(caf::meta::type_name("kv_ready_msg"), x.request_id, x.transfer_id, x.endpoint, x.public_key);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_arrival_msg& x) {
+  return f(caf::meta::type_name("kv_arrival_msg"), x.request_id, x.transfer_id, x.ok, x.why);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_handover_msg& x) {
+  return f(caf::meta::type_name("kv_handover_msg"), x.request_id, x.transfer_id, x.token_ids);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_failed_msg& x) {
+  return f(caf::meta::type_name("kv_failed_msg"), x.request_id, x.transfer_id, x.why);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_cancel_msg& x) {
+  return f(caf::meta::type_name("kv_cancel_msg"), x.transfer_id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_lease_counts& x) {
+  return f(caf::meta::type_name("kv_lease_counts"), x.num_expected, x.num_sending, x.num_refused_frames);
 }
 
 template <class Inspector>
@@ -155,7 +191,7 @@ typename Inspector::result_type inspect(Inspector& f, stats_query& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
   return f(caf::meta::type_name("stats_answer"), x.tag, x.num_free_blocks, x.num_total_blocks,
-           x.num_running, x.num_waiting, x.unavailable);
+           x.num_running, x.num_waiting, x.unavailable, x.num_waiting_for_kv, x.num_kv_leases);
 }
 
 template <class Inspector>
@@ -193,17 +229,18 @@ typename Inspector::result_type inspect(Inspector& f, tokenizer_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
-  return f(caf::meta::type_name("worker_spec"), x.model);
+  return f(caf::meta::type_name("worker_spec"), x.model, x.kv_bind_host, x.kv_transfer_timeout_ms);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_description& x) {
-  return f(caf::meta::type_name("worker_description"), x.config, x.eos_token_ids, x.summary);
+  return f(caf::meta::type_name("worker_description"), x.config, x.eos_token_ids, x.summary, x.kv_agent);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_spec& x) {
-  return f(caf::meta::type_name("scheduler_spec"), x.config, x.eos_token_ids, x.worker, x.router);
+  return f(caf::meta::type_name("scheduler_spec"), x.config, x.eos_token_ids, x.worker, x.router, x.kv_agent,
+           x.kv_transfer_timeout_ms);
 }
 
 template <class Inspector>

@@ -38,6 +38,15 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<stats_query>{}, "stats_query");
   f(std::type_identity<stats_answer>{}, "stats_answer");
   f(std::type_identity<request_failed>{}, "request_failed");
+  f(std::type_identity<kv_handoff>{}, "kv_handoff");
+  f(std::type_identity<kv_reservation>{}, "kv_reservation");
+  f(std::type_identity<kv_expect_msg>{}, "kv_expect_msg");
+  f(std::type_identity<kv_ready_msg>{}, "kv_ready_msg");
+  f(std::type_identity<kv_arrival_msg>{}, "kv_arrival_msg");
+  f(std::type_identity<kv_handover_msg>{}, "kv_handover_msg");
+  f(std::type_identity<kv_failed_msg>{}, "kv_failed_msg");
+  f(std::type_identity<kv_cancel_msg>{}, "kv_cancel_msg");
+  f(std::type_identity<kv_lease_counts>{}, "kv_lease_counts");
   // The enums inside them (load_format, device_request, dtype) travel as fields, never alone.
   f(std::type_identity<backend_options>{}, "backend_options");
   f(std::type_identity<model_spec>{}, "model_spec");

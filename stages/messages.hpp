@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv_handoff.hpp"
 #include "engine/step_plan.hpp"
 #include "engine/token_delta.hpp"
 #include "protocol/replies.hpp"
@@ -44,6 +45,65 @@ struct schedule_request {
   // Tokens this request already generated on an instance that was lost (and the client already
   // has): the re-run continues after them. Empty for a fresh request.
   std::vector<int32_t> resumed_output_ids;
+  // Its half of a disaggregated pair, when the router split it (engine/kv_handoff.hpp).
+  kv_handoff kv;
+};
+
+// -- prefill/decode disaggregation (docs/architecture.md) ------------------------------------------
+//   router ─schedule_request (kv send)▶ prefill scheduler; ─schedule_request (kv receive)▶ decode scheduler
+//   decode scheduler ─kv_expect_msg▶ its KV agent ─(kv_ready_msg response)▶ decode scheduler ─▶ router
+//   router ─kv_ready_msg▶ prefill KV agent (its sender may send); KV frames go on the data plane
+//   decode KV agent ─kv_arrival_msg▶ decode scheduler; router ─kv_handover_msg▶ decode scheduler
+//   decode scheduler ─kv_failed_msg▶ router (the request was dropped there: re-run it)
+
+// Decode scheduler -> its instance's KV agent: expect this transfer in these blocks until the
+// deadline. Answered with the kv_ready_msg the prefill side needs.
+struct kv_expect_msg {
+  kv_reservation reservation;
+  int32_t timeout_ms = 0;
+};
+
+// Where a transfer's frames go: the receiver's endpoint and CURVE key.
+struct kv_ready_msg {
+  int64_t request_id = 0;
+  uint64_t transfer_id = 0;
+  std::string endpoint;
+  std::string public_key;
+};
+
+// KV agent -> its scheduler: the transfer's KV is in its blocks (ok), or will never be (why).
+struct kv_arrival_msg {
+  int64_t request_id = 0;
+  uint64_t transfer_id = 0;
+  bool ok = false;
+  std::string why;
+};
+
+// Router -> decode scheduler: the tokens the prefill instance sampled (its handed-off delta).
+struct kv_handover_msg {
+  int64_t request_id = 0;
+  uint64_t transfer_id = 0;
+  std::vector<int32_t> token_ids;
+};
+
+// Decode scheduler -> router: the request's KV transfer failed and the request left this
+// instance; the router runs it again or ends it with `why`.
+struct kv_failed_msg {
+  int64_t request_id = 0;
+  uint64_t transfer_id = 0;
+  std::string why;
+};
+
+// Decode scheduler -> its KV agent: stop expecting a transfer (the request ended or moved).
+struct kv_cancel_msg {
+  uint64_t transfer_id = 0;
+};
+
+// A KV agent's leases now (what must be zero on an idle instance).
+struct kv_lease_counts {
+  int32_t num_expected = 0;     // receiver: transfers whose blocks are reserved here
+  int32_t num_sending = 0;      // sender: transfers with frames held or queued
+  uint64_t num_refused_frames = 0;
 };
 
 // The worker's answer to a step_plan; `error` non-empty when the step failed.
@@ -131,6 +191,8 @@ struct stats_answer {
   // Non-empty when the node cannot answer because a stage has failed (the reason, e.g. "the node
   // is out of service: the scheduler stage failed: ..."); the counts are then meaningless.
   std::string unavailable;
+  int32_t num_waiting_for_kv = 0;  // decode side: blocks reserved, KV arriving
+  int32_t num_kv_leases = 0;       // the KV agents' open transfers, both directions
 };
 
 }  // namespace troupe

@@ -15,6 +15,7 @@ namespace {
 struct engine_handles {
   caf::actor scheduler;
   caf::actor worker;
+  caf::actor kv_agent;
 };
 
 // Sums the instances' answers to one stats query; the last answer (or failure) sends the total.
@@ -46,7 +47,9 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     }
     return std::nullopt;
   };
-  // Sends the request to the instance the router picks, or fails it when none takes requests.
+  // Sends the request to the instance the router picks (to both halves of a disaggregated
+  // pair, the decode half first so its reservation starts at once), or fails it when none
+  // takes requests.
   auto dispatch = [=](schedule_request request) {
     const int64_t id = request.request_id;
     const std::optional<engine_router::routed> where = router->route(request);
@@ -56,9 +59,42 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
                                           "no engine instance is available (every one was lost or is draining)"});
       return;
     }
+    request.kv = {};
+    if (where->decode) {
+      const caf::actor& decode = engines->at(*where->decode).scheduler;
+      schedule_request receive = request;
+      receive.kv = kv_handoff{kv_role::receive, where->transfer_id};
+      self->send(decode, std::move(receive));
+      if (where->aborted_early) self->send(decode, abort_request_msg{id});
+      request.kv = kv_handoff{kv_role::send, where->transfer_id};
+    }
     const caf::actor& scheduler = engines->at(where->instance).scheduler;
     self->send(scheduler, std::move(request));
     if (where->aborted_early) self->send(scheduler, abort_request_msg{id});
+  };
+  // Sends what the router asked for: aborts of the other half, hand-overs, re-runs, failures.
+  auto send_to_detokenizer = [=](token_batch batch, int64_t request_id) {
+    if (detokenizers->empty()) return;
+    self->send((*detokenizers)[static_cast<uint64_t>(request_id) % detokenizers->size()], std::move(batch));
+  };
+  auto carry_out = [=] {
+    router_commands commands = router->take_commands();
+    for (const auto& [instance, request_id] : commands.aborts) {
+      auto it = engines->find(instance);
+      if (it != engines->end()) self->send(it->second.scheduler, abort_request_msg{request_id});
+    }
+    for (auto& [instance, handover] : commands.handovers) {
+      auto it = engines->find(instance);
+      if (it != engines->end()) self->send(it->second.scheduler, std::move(handover));
+    }
+    for (request_failed& failure : commands.failures) {
+      // Through its detokenizer, which may hold text of it and must forget it first.
+      token_batch batch;
+      const int64_t id = failure.request_id;
+      batch.failures.push_back(std::move(failure));
+      send_to_detokenizer(std::move(batch), id);
+    }
+    for (schedule_request& request : commands.reruns) dispatch(std::move(request));
   };
   // A draining instance whose last request ended is stopped; it is no loss, so no re-run.
   auto stop_if_drained = [=](engine_instance_id id) {
@@ -88,19 +124,31 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
       // The other half of the instance cannot work alone.
       self->send_exit(handles.scheduler, caf::exit_reason::user_shutdown);
       self->send_exit(handles.worker, caf::exit_reason::user_shutdown);
+      engine_role role = engine_role::mixed;
+      for (const auto& info : router->instances()) {
+        if (info.id == id) role = info.role;
+      }
       std::vector<schedule_request> reruns = router->remove_instance(id);
-      spdlog::warn("router: engine instance {} on {} lost ({}); re-running its {} requests on the {} left", id, node,
-                   self->system().render(down.reason), reruns.size(), engines->size());
+      spdlog::warn("router: engine instance {} ({}) on {} lost ({}); re-running its {} requests on the {} left", id,
+                   engine_role_name(role), node, self->system().render(down.reason), reruns.size(), engines->size());
+      carry_out();  // the other halves of its disaggregated requests are aborted first
       for (schedule_request& request : reruns) dispatch(std::move(request));
       // A draining instance was on its way out: placing it again would undo the drain.
-      if (on_lost && state == engine_state::active) on_lost(id, node);
+      if (on_lost && state == engine_state::active) on_lost(id, node, role);
       return;
     }
   });
 
   return {
-      [=](engine_joined_atom, caf::actor scheduler, caf::actor worker, std::string node) -> engine_instance_id {
-        const engine_instance_id id = router->add_instance(node);
+      [=](engine_joined_atom, caf::actor scheduler, caf::actor worker, std::string node, caf::actor kv_agent,
+          std::string role_name) -> caf::result<engine_instance_id> {
+        engine_role role = engine_role::mixed;
+        try {
+          role = parse_engine_role(role_name);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+        }
+        const engine_instance_id id = router->add_instance(node, role);
         self->monitor(scheduler);
         self->monitor(worker);
         // Its pool as it starts, so the load it is judged by (and `troupe scale --list`) does not
@@ -111,8 +159,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
                                                answer.num_waiting});
             },
             [](caf::error&) {});  // a lost instance: the down handler deals with it
-        engines->emplace(id, engine_handles{std::move(scheduler), std::move(worker)});
-        spdlog::info("router: engine instance {} on {} joined ({} serving)", id, node, engines->size());
+        engines->emplace(id, engine_handles{std::move(scheduler), std::move(worker), std::move(kv_agent)});
+        spdlog::info("router: engine instance {} ({}) on {} joined ({} serving)", id, role_name, node, engines->size());
         return id;
       },
       [=](drain_engine_atom, engine_instance_id id) -> bool {
@@ -129,10 +177,30 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
           self->send(engines->at(instance).scheduler, abort_request_msg{request_id});
         }
       },
+      // Disaggregation, from a decode half's scheduler: its reservation (passed on to the prefill
+      // half's KV agent), its KV landed, or its transfer failed.
+      [=](kv_ready_msg& ready) {
+        const std::optional<engine_instance_id> from = instance_of_sender();
+        if (!from) return;
+        if (auto prefill = router->on_kv_ready(*from, ready)) self->send(engines->at(*prefill).kv_agent, std::move(ready));
+      },
+      [=](kv_arrival_msg& arrival) {
+        if (const std::optional<engine_instance_id> from = instance_of_sender()) router->on_kv_landed(*from, arrival);
+      },
+      [=](kv_failed_msg& failed) {
+        const std::optional<engine_instance_id> from = instance_of_sender();
+        if (!from) return;
+        spdlog::warn("router: request {} lost its KV transfer on engine instance {}: {}", failed.request_id, *from,
+                     failed.why);
+        router->on_kv_failed(*from, failed);
+        carry_out();
+        stop_if_drained(*from);
+      },
       [=](list_engines_atom) -> std::vector<std::string> {
         std::vector<std::string> lines;
         for (const engine_instance_info& info : router->instances()) {
-          lines.push_back(std::to_string(info.id) + " " + info.node + " " + state_name(info.state) + " requests=" +
+          lines.push_back(std::to_string(info.id) + " " + info.node + " " + engine_role_name(info.role) + " " +
+                          state_name(info.state) + " requests=" +
                           std::to_string(info.num_requests) + " queued_prompt_tokens=" +
                           std::to_string(info.num_queued_prompt_tokens) + " free_blocks=" +
                           std::to_string(info.load.num_free_blocks) + "/" + std::to_string(info.load.num_total_blocks));
@@ -144,6 +212,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         const std::optional<engine_instance_id> from = instance_of_sender();
         if (!from) return;  // from an instance already lost or stopped: its requests moved on
         token_batch out = router->on_tokens(*from, std::move(batch));
+        carry_out();
         if (detokenizers->size() == 1) {
           if (!out.empty()) self->send(detokenizers->front(), std::move(out));
         } else {
@@ -166,6 +235,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
       [=](request_failed& refusal) {
         const std::optional<engine_instance_id> from = instance_of_sender();
         if (!from || !router->on_refusal(*from, refusal)) return;
+        carry_out();
         self->send(frontend, std::move(refusal));
         stop_if_drained(*from);
       },
@@ -173,8 +243,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         if (auto instance = router->instance_of(stop.request_id)) self->send(engines->at(*instance).scheduler, stop);
       },
       [=](abort_request_msg& abort) {
-        if (auto instance = router->instance_of(abort.request_id)) {
-          self->send(engines->at(*instance).scheduler, abort);
+        if (std::vector<engine_instance_id> holders = router->holders_of(abort.request_id); !holders.empty()) {
+          for (engine_instance_id holder : holders) self->send(engines->at(holder).scheduler, abort);
         } else {
           router->abort_unrouted(abort.request_id);
         }

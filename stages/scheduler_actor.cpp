@@ -7,7 +7,8 @@
 namespace troupe {
 
 caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
-                              std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router) {
+                              std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router,
+                              caf::actor kv_agent, std::chrono::milliseconds kv_transfer_timeout) {
   keep_exception_in_exit_reason(self);
   auto stage = std::make_shared<scheduler_stage>(config, std::move(eos_token_ids));
   // Delivers a stage call's outputs: the next plan first, so the worker starts computing while
@@ -31,13 +32,43 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
       self->send(router, std::move(out.tokens));
     }
     for (auto& refusal : out.refusals) self->send(router, std::move(refusal));
+    // Disaggregation: the agent registers each reservation with the receiver and says where the
+    // prefill side must send; the router passes that on.
+    for (kv_reservation& reservation : out.kv_reservations) {
+      const int64_t request_id = reservation.request_id;
+      const uint64_t transfer_id = reservation.transfer_id;
+      self->request(kv_agent, kv_transfer_timeout,
+                    kv_expect_msg{std::move(reservation), static_cast<int32_t>(kv_transfer_timeout.count())})
+          .then([=](kv_ready_msg& ready) { self->send(router, std::move(ready)); },
+                [=](caf::error& error) {
+                  (*deliver)(stage->kv_arrived(kv_arrival_msg{
+                      request_id, transfer_id, false, "the KV agent did not take the transfer: " + self->system().render(error)}));
+                });
+    }
+    for (uint64_t transfer_id : out.kv_cancels) self->send(kv_agent, kv_cancel_msg{transfer_id});
+    for (kv_failed_msg& failure : out.kv_failures) self->send(router, std::move(failure));
+    for (kv_arrival_msg& landed : out.kv_landed) self->send(router, std::move(landed));
   };
   self->attach_functor([deliver] { *deliver = nullptr; });  // breaks the self-reference cycle
   return {
       [=](schedule_request& request) { (*deliver)(stage->add(std::move(request))); },
       [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id)); },
       [=](stop_request_msg& stop) { (*deliver)(stage->stop(stop.request_id)); },
-      [=](stats_query& query) -> stats_answer { return stage->stats(query.tag); },
+      [=](kv_arrival_msg& arrival) { (*deliver)(stage->kv_arrived(arrival)); },
+      [=](kv_handover_msg& handover) { (*deliver)(stage->hand_over(handover)); },
+      // The pool's numbers and the KV agent's open transfers: an idle instance has none of either.
+      [=](stats_query& query) -> caf::result<stats_answer> {
+        auto promise = self->make_response_promise<stats_answer>();
+        stats_answer answer = stage->stats(query.tag);
+        self->request(kv_agent, kv_transfer_timeout, kv_leases_atom::value)
+            .then(
+                [=](kv_lease_counts& leases) mutable {
+                  answer.num_kv_leases = leases.num_expected + leases.num_sending;
+                  promise.deliver(answer);
+                },
+                [=](caf::error&) mutable { promise.deliver(answer); });
+        return promise;
+      },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
 }
@@ -50,7 +81,8 @@ caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_
   self->link_to(spec.worker);
   quit_with(self, spec.router);
   return scheduler_actor(self, spec.config, std::move(spec.eos_token_ids), std::move(spec.worker),
-                         std::move(spec.router));
+                         std::move(spec.router), std::move(spec.kv_agent),
+                         std::chrono::milliseconds(spec.kv_transfer_timeout_ms));
 }
 
 }  // namespace troupe

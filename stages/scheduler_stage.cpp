@@ -19,6 +19,7 @@ error_code to_error_code(request_error_code code) {
 }
 
 constexpr size_t max_early_aborts = 4096;
+constexpr size_t max_handed_off = 4096;
 
 }  // namespace
 
@@ -27,7 +28,14 @@ scheduler_stage::scheduler_stage(const engine_config& config, std::vector<int32_
 
 void scheduler_stage::emit(outputs& out, token_delta delta) {
   request_timeline timeline;
-  if (delta.finished()) {
+  if (delta.handed_off) {
+    timelines_.erase(delta.request_id);
+    if (handed_off_.insert(delta.request_id).second) handed_off_order_.push_back(delta.request_id);
+    while (handed_off_order_.size() > max_handed_off) {
+      handed_off_.erase(handed_off_order_.front());
+      handed_off_order_.pop_front();
+    }
+  } else if (delta.finished()) {
     auto it = timelines_.find(delta.request_id);
     if (it != timelines_.end()) {
       timeline = it->second.timeline;
@@ -57,10 +65,11 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
   if (auto error = scheduler_.add_request(request.request_id, std::move(request.prompt_ids),
                                           std::move(request.sampling), request.priority,
                                           engine_clock::time_point(std::chrono::nanoseconds(received)),
-                                          request.resumed_output_ids)) {
+                                          request.resumed_output_ids, request.kv)) {
     out.refusals.push_back(request_failed{request.request_id, to_error_code(error->code), error->message});
     return out;
   }
+  handed_off_.erase(request.request_id);  // a new run of the id: its aborts are its own
   tracked_timeline& tracked = timelines_[request.request_id];
   tracked.received = received;
   tracked.timeline.tokenize_ns = request.tokenize_ns;
@@ -70,8 +79,12 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
 
 scheduler_stage::outputs scheduler_stage::abort(int64_t request_id) {
   outputs out;
+  const sequence* seq = scheduler_.find(request_id);
+  if (seq != nullptr && seq->status == sequence_status::waiting_for_kv) out.kv_cancels.push_back(seq->kv().transfer_id);
   if (auto delta = scheduler_.abort(request_id)) {
     emit(out, std::move(*delta));
+  } else if (handed_off_.erase(request_id)) {
+    // Handed off before the abort came: nothing of it is here.
   } else if (early_aborts_.insert(request_id).second) {
     early_abort_order_.push_back(request_id);
     while (early_abort_order_.size() > max_early_aborts) {
@@ -85,6 +98,8 @@ scheduler_stage::outputs scheduler_stage::abort(int64_t request_id) {
 scheduler_stage::outputs scheduler_stage::stop(int64_t request_id) {
   outputs out;
   // An unknown id already finished (its final delta is on its way to the detokenizer).
+  const sequence* seq = scheduler_.find(request_id);
+  if (seq != nullptr && seq->status == sequence_status::waiting_for_kv) out.kv_cancels.push_back(seq->kv().transfer_id);
   if (auto delta = scheduler_.stop(request_id)) emit(out, std::move(*delta));
   plan_next(out);
   return out;
@@ -130,9 +145,44 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
   return out;
 }
 
+scheduler_stage::outputs scheduler_stage::kv_arrived(const kv_arrival_msg& arrival) {
+  outputs out;
+  if (arrival.ok) {
+    if (scheduler_.kv_arrived(arrival.request_id, arrival.transfer_id)) {
+      out.kv_landed.push_back(arrival);
+      plan_next(out);
+    }
+    return out;
+  }
+  const sequence* seq = scheduler_.find(arrival.request_id);
+  if (seq == nullptr || seq->kv().transfer_id != arrival.transfer_id) return out;  // moved on already
+  scheduler_.abort(arrival.request_id);  // no delta: the request goes on elsewhere
+  timelines_.erase(arrival.request_id);
+  out.kv_failures.push_back(kv_failed_msg{arrival.request_id, arrival.transfer_id, arrival.why});
+  plan_next(out);
+  return out;
+}
+
+scheduler_stage::outputs scheduler_stage::hand_over(const kv_handover_msg& handover) {
+  outputs out;
+  if (std::string why = scheduler_.hand_over(handover.request_id, handover.transfer_id, handover.token_ids);
+      !why.empty()) {
+    const sequence* seq = scheduler_.find(handover.request_id);
+    if (seq != nullptr && seq->status == sequence_status::waiting_for_kv) out.kv_cancels.push_back(seq->kv().transfer_id);
+    scheduler_.abort(handover.request_id);
+    timelines_.erase(handover.request_id);
+    out.tokens.failures.push_back(request_failed{handover.request_id, error_code::internal, why});
+  }
+  plan_next(out);
+  return out;
+}
+
 void scheduler_stage::plan_next(outputs& out) {
   while (in_flight_.size() < max_in_flight_ && scheduler_.has_unfinished()) {
     step_plan plan = scheduler_.schedule();
+    for (kv_reservation& reservation : scheduler_.take_kv_reservations()) {
+      out.kv_reservations.push_back(std::move(reservation));
+    }
     if (plan.empty()) return;
     const timestamp_ns now = steady_now_ns();
     for (const auto& seq : plan.sequences) {
@@ -147,8 +197,10 @@ void scheduler_stage::plan_next(outputs& out) {
 }
 
 stats_answer scheduler_stage::stats(uint64_t tag) const {
-  return stats_answer{tag, scheduler_.num_free_blocks(), scheduler_.kv_cache().num_blocks(),
+  stats_answer answer{tag, scheduler_.num_free_blocks(), scheduler_.kv_cache().num_blocks(),
                       scheduler_.num_running(), scheduler_.num_waiting(), {}};
+  answer.num_waiting_for_kv = scheduler_.num_waiting_for_kv();
+  return answer;
 }
 
 }  // namespace troupe

@@ -24,6 +24,13 @@ class scheduler_stage {
     // To the frontend: requests never admitted, so the detokenizer never saw them (a duplicate
     // id must not make it forget the live request of that id).
     std::vector<request_failed> refusals;
+    // Disaggregation: blocks reserved for KV on its way (to the KV agent, which answers with
+    // where the prefill side must send it), transfers no longer expected (to the KV agent), and
+    // requests dropped because their KV never came (to the router).
+    std::vector<kv_reservation> kv_reservations;
+    std::vector<uint64_t> kv_cancels;
+    std::vector<kv_failed_msg> kv_failures;
+    std::vector<kv_arrival_msg> kv_landed;  // to the router: the prefill half may go now
   };
 
   scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids);
@@ -34,6 +41,11 @@ class scheduler_stage {
   // the next step. Its final delta goes to the detokenizer, which holds the truncated text.
   outputs stop(int64_t request_id);
   outputs step_finished(const step_done& done);
+  // The KV agent's word on a reserved transfer: complete (the request runs once its first token
+  // is handed over) or failed (the request leaves this instance; the router hears why).
+  outputs kv_arrived(const kv_arrival_msg& arrival);
+  // The prefill side's first token(s), from the router.
+  outputs hand_over(const kv_handover_msg& handover);
   stats_answer stats(uint64_t tag) const;
   engine_load load() const;
 
@@ -62,6 +74,10 @@ class scheduler_stage {
   // Aborts that overtook their request (still being tokenized): applied when it arrives.
   std::unordered_set<int64_t> early_aborts_;
   std::deque<int64_t> early_abort_order_;
+  // Prefill-only requests handed off lately: an abort for one (sent before the router saw the
+  // hand-off) is not an early abort, which would kill the id's next run here.
+  std::unordered_set<int64_t> handed_off_;
+  std::deque<int64_t> handed_off_order_;
 };
 
 }  // namespace troupe

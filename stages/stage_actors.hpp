@@ -31,6 +31,8 @@
 #include <caf/sec.hpp>
 
 #include "engine/engine_config.hpp"
+#include "kvtransfer/kv_receiver.hpp"
+#include "kvtransfer/kv_sender.hpp"
 #include "stages/engine_router.hpp"
 #include "stages/stage_specs.hpp"
 
@@ -78,12 +80,15 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
 // Owns the engine's scheduler; keeps one step in flight (two with async_scheduling) and plans
 // the next one as soon as a result arrives. Never blocks. Token batches (with the instance's
 // load) and refusals go to `router`; a stats_query is answered as the response.
+// `kv_agent` is its worker's (disaggregated requests reserve transfers there).
 caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
-                              std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router);
+                              std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router,
+                              caf::actor kv_agent, std::chrono::milliseconds kv_transfer_timeout);
 
 // The router (stages/engine_router.hpp), always on the controller: it is local, so its spec may
 // hold a callback. The controller adds engine instances with
-// (engine_joined_atom, scheduler, worker, node name) → engine_instance_id, drains one with
+// (engine_joined_atom, scheduler, worker, node name, kv agent, role name) → engine_instance_id
+// (role: "mixed", "prefill" or "decode"), drains one with
 // (drain_engine_atom, id) → bool and lists them with (list_engines_atom) → lines of text.
 using engine_joined_atom = caf::atom_constant<caf::atom("engjoin")>;
 using drain_engine_atom = caf::atom_constant<caf::atom("engdrain")>;
@@ -100,14 +105,36 @@ struct router_spec {
   std::chrono::milliseconds request_timeout{30000};  // a stats query to an instance
   // Called when an instance is lost (not drained), after its requests were re-run elsewhere:
   // the controller places a new one when it can.
-  std::function<void(engine_instance_id, const std::string& node)> on_engine_lost;
+  std::function<void(engine_instance_id, const std::string& node, engine_role role)> on_engine_lost;
 };
 caf::behavior router_actor(caf::event_based_actor* self, router_spec spec);
 
 // Owns the model and its runner; spawned detached (it computes, so it gets its own thread).
-// Answers (describe_atom) with its worker_description.
+// Answers (describe_atom) with its worker_description. It also owns the instance's KV data plane
+// (a sender and a receiver over its model) and spawns, linked, the KV agent that speaks for them.
 using describe_atom = caf::atom_constant<caf::atom("describe")>;
-caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served);
+struct worker_kv_settings {
+  std::string bind_host = "127.0.0.1";
+  std::chrono::milliseconds transfer_timeout{10000};
+  kv_channel_keys keys;
+};
+caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served,
+                           worker_kv_settings kv = {});
+
+// The KV data plane of one engine instance. The model is held so that it outlives the receiver
+// importing into it (members are destroyed in reverse order).
+struct kv_endpoints {
+  std::shared_ptr<served_model> served;
+  std::unique_ptr<kv_sender> sender;
+  std::unique_ptr<kv_receiver> receiver;
+};
+// The KV agent: an event-based actor beside the worker that never blocks (the worker does, while
+// it computes), so transfers are set up while steps run. It takes kv_expect_msg from its
+// scheduler (answered with kv_ready_msg), kv_cancel_msg, kv_ready_msg from the router (for its
+// sender) and (kv_leases_atom) → kv_lease_counts; the receiver's completions come back through it
+// to the scheduler that reserved the transfer (kv_arrival_msg).
+using kv_leases_atom = caf::atom_constant<caf::atom("kvleases")>;
+caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_endpoints> endpoints);
 
 caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,
                                 caf::actor frontend);

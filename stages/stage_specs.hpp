@@ -16,6 +16,7 @@
 
 #include "engine/engine_config.hpp"
 #include "engine/served_model.hpp"
+#include "kvtransfer/kv_channel.hpp"
 
 namespace troupe {
 
@@ -42,6 +43,14 @@ struct tokenizer_spec {
 // A worker stage: loads the model the spec names on the node it runs on, runs step plans.
 struct worker_spec {
   model_spec model;
+  // The KV data plane (prefill/decode disaggregation): the host its receiver binds on (the
+  // node's own address: prefill instances on other hosts connect there) and how long a
+  // transfer may take before both sides give up its blocks.
+  std::string kv_bind_host = "127.0.0.1";
+  int32_t kv_transfer_timeout_ms = 10000;
+  // The node's own CURVE keys, filled in where the worker is spawned, never sent: the secret key
+  // stays on its node (the inspect overload leaves it out).
+  kv_channel_keys kv_keys;
 };
 
 // What a worker tells the controller about the model it loaded, on a describe request: the
@@ -51,6 +60,7 @@ struct worker_description {
   engine_config config;  // block_size, num_kv_blocks, max_model_len, vocab_size of the loaded model
   std::vector<int32_t> eos_token_ids;
   std::string summary;   // describe(served_model), for the controller's log
+  caf::actor kv_agent;   // the worker's KV agent (stages/stage_actors.hpp): its scheduler talks to it
 };
 
 // A scheduler stage: loads nothing; plans steps for `worker`, hands tokens and refusals to the
@@ -60,12 +70,19 @@ struct scheduler_spec {
   std::vector<int32_t> eos_token_ids;
   caf::actor worker;
   caf::actor router;
+  caf::actor kv_agent;                     // the worker's (worker_description::kv_agent)
+  int32_t kv_transfer_timeout_ms = 10000;  // a reserved transfer's deadline
 
   // Throws std::runtime_error naming the first field a stage could not start with.
   void validate() const {
     config.validate();
     if (!worker) throw std::runtime_error("scheduler_spec: no worker to send step plans to");
     if (!router) throw std::runtime_error("scheduler_spec: no router to send tokens to");
+    if (!kv_agent) throw std::runtime_error("scheduler_spec: no KV agent for disaggregated requests");
+    if (kv_transfer_timeout_ms <= 0) {
+      throw std::runtime_error("scheduler_spec: kv_transfer_timeout_ms must be positive, got " +
+                               std::to_string(kv_transfer_timeout_ms));
+    }
   }
 };
 

@@ -163,6 +163,7 @@ class cpu_model final : public model {
       cpu::apply_rope(pool_, q, q_dim, c.num_heads, k, kv_dim, c.num_kv_heads, n, c.head_dim,
                       batch.positions.data(), inv_freq_);
       kv_.write(i, k, v, kv_dim, batch.slot_mapping.data(), n);
+      if (batch.after_layer_kv) batch.after_layer_kv(i);
       cpu::paged_attention(pool_, q, q_dim, kv_.keys(i), kv_.values(i), batch, attention_shape_,
                            attn, q_dim, attention_workspace_);
       cpu::matmul(pool_, attn, n, layer.o_proj, h, scratch_);  // h: [n, hidden]

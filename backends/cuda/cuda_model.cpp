@@ -131,6 +131,15 @@ class cuda_model final : public model {
                           cudaMemcpyDeviceToHost, stream_),
           "download logits");
     check(cudaStreamSynchronize(stream_), "forward");
+    report_layers_written(batch);
+  }
+
+  // The layers run as one captured sequence here, so a KV export waits for the whole forward
+  // (forward_batch::after_layer_kv allows it); exporting between layers needs an event per layer
+  // and a second stream (the GPU issue).
+  void report_layers_written(const forward_batch& batch) const {
+    if (!batch.after_layer_kv) return;
+    for (int layer = 0; layer < config_.num_layers; ++layer) batch.after_layer_kv(layer);
   }
 
   dtype kv_dtype() const override { return type_; }
@@ -225,6 +234,7 @@ class cuda_model final : public model {
     check(cudaMemcpyAsync(tokens, sampled_.get(), rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
           "download sampled tokens");
     check(cudaStreamSynchronize(stream_), "forward_sample");
+    report_layers_written(batch);
   }
 
  private:

@@ -1,0 +1,72 @@
+#pragma once
+// The prefill side's half of a KV transfer, on the worker: while a step computes prefill-only
+// requests (kv_role::send), each layer's K/V of those requests is exported the moment the layer
+// has written it and queued on the KV sender, whose own thread puts it on the wire while the
+// next layers compute. A chunked prompt streams chunk by chunk; the first chunk also carries the
+// blocks the prefix cache supplied (they were never computed here, but the receiver needs them).
+//
+// Frames carry whole blocks from a block-aligned token: the block a chunk leaves partly filled
+// is sent again, complete, with the next chunk. Once the chunk that reaches the prompt's end has
+// gone out, the transfer is finished on the sender (its frames still drain).
+//
+// Plain class, used by the model_runner on the worker's thread only.
+
+#include <chrono>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/step_plan.hpp"
+#include "kvtransfer/kv_sender.hpp"
+#include "model/model.hpp"
+
+namespace troupe {
+
+class kv_stream_out {
+ public:
+  // `m` and `sender` must outlive this. A transfer that has not been sent whole `timeout` after
+  // it started is dropped by the sender (the receiver's own deadline fails it there).
+  kv_stream_out(const model& m, kv_sender& sender, std::chrono::milliseconds timeout);
+
+  // A plan entry started request `request_id` on the worker with a send transfer (again, after a
+  // preemption: the transfer stays open and is sent again from its first token).
+  void start(int64_t request_id, uint64_t transfer_id);
+  // The request ended on the worker or was preempted. An ended request's transfer is cancelled
+  // unless its last chunk went out; a preempted one starts over at start().
+  void forget(int64_t request_id, bool preempted);
+
+  // Before a step's forward: the entries of `plan` that stream (tables[i] is entry i's whole
+  // block table). Returns whether any does (the forward then calls on_layer_written).
+  bool prepare(const step_plan& plan, const std::vector<const std::vector<int32_t>*>& tables);
+  // Called on the forward's thread once layer `layer` of the step's batch is in the pool.
+  void on_layer_written(int layer);
+  // After the forward: every prepared entry's tokens are sent; a chunk that sampled was the last.
+  void finish_step();
+
+  size_t num_streams() const { return streams_.size(); }
+
+ private:
+  struct stream {
+    uint64_t transfer_id = 0;
+    int32_t num_tokens_sent = 0;  // every layer holds tokens [0, this) on the sender's queue
+    bool last_chunk_sent = false;
+    bool broken = false;  // the sender refused a frame: nothing more is sent for it
+  };
+  struct step_entry {
+    int64_t request_id = 0;
+    stream* state = nullptr;
+    const std::vector<int32_t>* block_table = nullptr;
+    int32_t token_begin = 0;  // block-aligned
+    int32_t token_end = 0;
+    bool last_chunk = false;
+  };
+
+  const model& model_;
+  kv_sender& sender_;
+  std::chrono::milliseconds timeout_;
+  int block_size_;
+  std::unordered_map<int64_t, stream> streams_;
+  std::vector<step_entry> step_;
+};
+
+}  // namespace troupe

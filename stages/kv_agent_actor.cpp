@@ -1,0 +1,57 @@
+#include <unordered_map>
+
+#include <caf/event_based_actor.hpp>
+#include <spdlog/spdlog.h>
+
+#include "stages/message_inspect.hpp"
+#include "stages/stage_actors.hpp"
+
+namespace troupe {
+
+caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_endpoints> endpoints) {
+  keep_exception_in_exit_reason(self);
+  // Which scheduler reserved each expected transfer: the receiver's word goes back there.
+  auto reserved_by = std::make_shared<std::unordered_map<uint64_t, caf::actor>>();
+  return {
+      [=](kv_expect_msg& expect) -> caf::result<kv_ready_msg> {
+        const kv_reservation& r = expect.reservation;
+        kv_expectation expectation;
+        expectation.transfer_id = r.transfer_id;
+        expectation.request_id = r.request_id;
+        expectation.block_ids = r.block_ids;
+        expectation.num_tokens = r.num_tokens;
+        expectation.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(expect.timeout_ms);
+        try {
+          endpoints->receiver->expect(std::move(expectation));
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+        }
+        (*reserved_by)[r.transfer_id] = caf::actor_cast<caf::actor>(self->current_sender());
+        return kv_ready_msg{r.request_id, r.transfer_id, endpoints->receiver->endpoint(),
+                            endpoints->receiver->public_key()};
+      },
+      // From the receiver's thread (through the mailbox): a transfer completed or failed.
+      [=](kv_arrival_msg& arrival) {
+        auto it = reserved_by->find(arrival.transfer_id);
+        if (it == reserved_by->end()) return;  // cancelled meanwhile
+        self->send(it->second, std::move(arrival));
+        reserved_by->erase(it);
+      },
+      [=](kv_cancel_msg& cancel) {
+        endpoints->receiver->cancel(cancel.transfer_id);
+        reserved_by->erase(cancel.transfer_id);
+      },
+      // From the router: where a transfer this instance prefills must go.
+      [=](kv_ready_msg& ready) {
+        endpoints->sender->ready(ready.transfer_id, std::move(ready.endpoint), std::move(ready.public_key));
+      },
+      [=](kv_leases_atom) -> kv_lease_counts {
+        const kv_receiver_stats in = endpoints->receiver->stats();
+        const kv_sender_stats out = endpoints->sender->stats();
+        return kv_lease_counts{static_cast<int32_t>(in.num_expected), static_cast<int32_t>(out.num_transfers),
+                               in.num_refused};
+      },
+  };
+}
+
+}  // namespace troupe
