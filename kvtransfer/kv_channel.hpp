@@ -36,6 +36,12 @@ struct kv_channel_settings {
   // Frames a sender may hold for transfers whose destination is not known yet, or not yet sent.
   uint64_t max_buffered_bytes = uint64_t(4) << 30;
   kv_channel_keys keys;  // empty: no CURVE (a single process, or a test)
+  // A sender hands a frame for a receiver of its own process straight to it (no socket). Off:
+  // every frame goes through the socket (tests and benchmarks of the socket path).
+  bool allow_direct = true;
+  // How long closing a sender's socket may wait for frames ZeroMQ still holds: a destructor
+  // never hangs on a peer that is gone.
+  std::chrono::milliseconds linger{1000};
 };
 
 // The KV channel keys of member `name` in a credentials directory: NAME.kv.key (its key pair)

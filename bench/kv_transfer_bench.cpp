@@ -1,0 +1,325 @@
+// KV transfer throughput on loopback (issue 11): the KV data plane (kv_sender -> kv_receiver over
+// ZeroMQ, without and with CURVE) against a plain TCP socket copy of the same bytes, side by
+// side in one run, and the plane with the receiver importing into a CPU model's pool.
+//
+// A transfer of S MiB is sent as it is in serving: one frame per layer of a 12-layer model
+// (12 KV heads of 64, blocks of 16 tokens, f32), i.e. frames of about S/12. The plain TCP copy
+// is the floor of what any channel on this machine can do: one blocking send loop and one
+// blocking recv loop into a reused buffer, two threads of this process, 127.0.0.1. The plane's
+// receiver checks every frame; its "channel" lines import into a model that copies nothing (the
+// transport alone), the "+ import" line into a real CPU pool (converted per block run).
+//
+// Modes run interleaved, repeat by repeat, so that noise from the rest of the machine falls on
+// all of them alike; each cell is best / median over the repeats.
+//
+//   troupe_bench_kv_transfer [--sizes 16,64,256] [--reps 5]
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/cpu_model.hpp"
+#include "kvtransfer/kv_receiver.hpp"
+#include "kvtransfer/kv_sender.hpp"
+#include "model/loader/dummy_weights.hpp"
+
+namespace {
+
+using namespace troupe;
+using clock_type = std::chrono::steady_clock;
+
+constexpr int num_layers = 12;
+constexpr int block_size = 16;
+
+model_config bench_config() {
+  model_config config;
+  config.arch = architecture::llama;
+  config.hidden_size = 768;
+  config.intermediate_size = 3072;
+  config.num_layers = num_layers;
+  config.num_heads = 12;
+  config.num_kv_heads = 12;
+  config.head_dim = 64;
+  config.vocab_size = 1000;
+  config.max_position_embeddings = 8192;
+  return config;
+}
+
+// A model that takes KV and keeps none: the receiver's checks and the socket, without the copy
+// into a pool, so the channel is compared with the plain socket on equal terms.
+class transport_only_model final : public model {
+ public:
+  transport_only_model(model_config config, int num_blocks) : config_(std::move(config)), num_blocks_(num_blocks) {}
+  const model_config& config() const override { return config_; }
+  kv_cache_shape kv_shape() const override { return {num_blocks_, block_size}; }
+  std::string backend_name() const override { return "transport-only"; }
+  void forward(const forward_batch&, float*) override { throw std::logic_error("transport-only model: no forward"); }
+  dtype kv_dtype() const override { return dtype::f32; }
+  void import_kv(std::span<const int32_t>, const kv_span_header&, std::span<const std::byte>) override {}
+
+ private:
+  model_config config_;
+  int num_blocks_;
+};
+
+// One transfer's frames: per layer, the header and a payload of the span's bytes.
+struct transfer_shape {
+  int num_blocks = 0;
+  kv_span_header layer_span;  // one layer, every block
+  size_t frame_bytes = 0;
+  size_t total_bytes() const { return frame_bytes * num_layers; }
+};
+
+transfer_shape shape_for(const model_config& config, size_t mib) {
+  const size_t block_bytes = 2 * size_t(block_size) * config.num_kv_heads * config.head_dim * sizeof(float);
+  transfer_shape s;
+  s.num_blocks = static_cast<int>(std::max<size_t>(1, (mib << 20) / num_layers / block_bytes));
+  s.layer_span = kv_span_for(config, {s.num_blocks, block_size}, s.num_blocks, 0, 1, dtype::f32);
+  s.frame_bytes = kv_span_bytes(s.layer_span);
+  return s;
+}
+
+std::vector<std::vector<std::byte>> make_payloads(const transfer_shape& s) {
+  // Small finite floats, not NaN patterns: the import converts nothing but copies real values.
+  std::vector<std::byte> one(s.frame_bytes);
+  const float value = 0.25f;
+  for (size_t i = 0; i + sizeof value <= one.size(); i += sizeof value) std::memcpy(one.data() + i, &value, sizeof value);
+  return std::vector<std::vector<std::byte>>(num_layers, one);
+}
+
+// ---- plain TCP --------------------------------------------------------------------------
+
+void check_syscall(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(std::string(what) + ": " + std::strerror(errno));
+}
+
+void write_all(int fd, const std::byte* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    check_syscall(n > 0, "send");
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void read_all(int fd, std::byte* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::recv(fd, data, size, 0);
+    if (n < 0 && errno == EINTR) continue;
+    check_syscall(n > 0, "recv");
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// The same frames (64-byte header, payload) over one TCP connection, made once (as the plane's
+// is): per run, seconds until the receiving thread has read the last byte.
+class plain_tcp {
+ public:
+  explicit plain_tcp(const transfer_shape& s) : shape_(s), in_payload_(s.frame_bytes) {
+    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    check_syscall(listener >= 0, "socket");
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    check_syscall(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0, "bind");
+    check_syscall(::listen(listener, 1) == 0, "listen");
+    socklen_t length = sizeof address;
+    check_syscall(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) == 0, "getsockname");
+    out_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    check_syscall(out_ >= 0, "socket");
+    check_syscall(::connect(out_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0, "connect");
+    in_ = ::accept(listener, nullptr, nullptr);
+    check_syscall(in_ >= 0, "accept");
+    ::close(listener);
+    kv_frame_header h;
+    h.transfer_id = 1;
+    h.token_end = s.num_blocks * block_size;
+    h.span = s.layer_span;
+    h.payload_bytes = s.frame_bytes;
+    encode_kv_frame_header(h, std::span<std::byte, kv_frame_header_bytes>(header_.data(), kv_frame_header_bytes));
+  }
+  ~plain_tcp() {
+    ::close(out_);
+    ::close(in_);
+  }
+
+  double run(const std::vector<std::vector<std::byte>>& payloads) {
+    const auto start = clock_type::now();
+    auto received = std::async(std::launch::async, [&] {
+      std::array<std::byte, kv_frame_header_bytes> in_header;
+      for (int i = 0; i < num_layers; ++i) {
+        read_all(in_, in_header.data(), in_header.size());
+        const kv_frame_header got = decode_kv_frame_header(in_header, shape_.frame_bytes);
+        read_all(in_, in_payload_.data(), got.payload_bytes);  // one buffer, reused
+      }
+    });
+    for (const auto& payload : payloads) {
+      write_all(out_, header_.data(), header_.size());
+      write_all(out_, payload.data(), payload.size());
+    }
+    received.get();
+    return std::chrono::duration<double>(clock_type::now() - start).count();
+  }
+
+ private:
+  transfer_shape shape_;
+  std::array<std::byte, kv_frame_header_bytes> header_{};
+  std::vector<std::byte> in_payload_;
+  int out_ = -1, in_ = -1;
+};
+
+// ---- the KV data plane -------------------------------------------------------------------
+
+// A receiver and a sender that stay up across repeats (as in serving: the connection is made
+// once), forced through the socket.
+class plane {
+ public:
+  plane(model& m, const transfer_shape& s, bool curve) : shape_(s) {
+    kv_channel_settings receiver_settings, sender_settings;
+    sender_settings.allow_direct = false;
+    if (curve) {
+      receiver_settings.keys = make_keys();
+      sender_settings.keys = make_keys();
+      receiver_settings.keys.allowed_public_keys = {sender_settings.keys.public_key};
+    }
+    receiver_ = std::make_unique<kv_receiver>(
+        m, receiver_settings,
+        kv_receiver_events{[this](uint64_t, int64_t) { done_.set_value(true); },
+                           [this](uint64_t, int64_t, const std::string& why) {
+                             std::fprintf(stderr, "transfer failed: %s\n", why.c_str());
+                             done_.set_value(false);
+                           }});
+    sender_ = std::make_unique<kv_sender>(sender_settings, kv_sender_events{[](uint64_t, const std::string& why) {
+                                            std::fprintf(stderr, "send failed: %s\n", why.c_str());
+                                          }});
+  }
+
+  double run(std::vector<std::vector<std::byte>> payloads) {
+    const uint64_t id = ++next_id_;
+    std::vector<int32_t> blocks(shape_.num_blocks);
+    std::iota(blocks.begin(), blocks.end(), 0);
+    const int num_tokens = shape_.num_blocks * block_size;
+    done_ = std::promise<bool>();
+    auto done = done_.get_future();
+    receiver_->expect({id, 1, blocks, num_tokens, clock_type::now() + std::chrono::minutes(2)});
+
+    const auto start = clock_type::now();
+    sender_->open(id, clock_type::now() + std::chrono::minutes(2));
+    sender_->ready(id, receiver_->endpoint(), receiver_->public_key());
+    for (int layer = 0; layer < num_layers; ++layer) {
+      kv_frame_header h;
+      h.transfer_id = id;
+      h.request_id = 1;
+      h.token_end = num_tokens;
+      h.span = shape_.layer_span;
+      h.span.first_layer = layer;
+      h.payload_bytes = shape_.frame_bytes;
+      if (!sender_->send(h, std::move(payloads[layer]))) throw std::runtime_error("the sender refused a frame");
+    }
+    sender_->finish(id);
+    if (done.wait_for(std::chrono::minutes(2)) != std::future_status::ready || !done.get()) {
+      throw std::runtime_error("a transfer did not complete");
+    }
+    return std::chrono::duration<double>(clock_type::now() - start).count();
+  }
+
+ private:
+  static kv_channel_keys make_keys() {
+    char public_key[41], secret_key[41];
+    if (zmq_curve_keypair(public_key, secret_key) != 0) throw std::runtime_error("no CURVE in this libzmq");
+    return {public_key, secret_key, {}};
+  }
+
+  transfer_shape shape_;
+  std::unique_ptr<kv_receiver> receiver_;
+  std::unique_ptr<kv_sender> sender_;
+  std::promise<bool> done_;
+  uint64_t next_id_ = 0;
+};
+
+struct summary {
+  double best = 0, median = 0;  // MiB/s
+};
+
+summary summarize(const std::vector<double>& seconds, size_t bytes) {
+  std::vector<double> rates;
+  for (double s : seconds) rates.push_back(double(bytes) / (1 << 20) / s);
+  std::sort(rates.begin(), rates.end());
+  return {rates.back(), rates[rates.size() / 2]};
+}
+
+std::vector<size_t> parse_sizes(const std::string& text) {
+  std::vector<size_t> sizes;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) sizes.push_back(std::stoul(item));
+  return sizes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::vector<size_t> sizes = {16, 64, 256};
+  int reps = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
+    const std::string value = argv[++i];
+    if (flag == "--sizes") sizes = parse_sizes(value);
+    else if (flag == "--reps") reps = std::stoi(value);
+    else throw std::runtime_error("unknown flag " + flag + " (--sizes 16,64,256 --reps 5)");
+  }
+  if (reps < 1) throw std::runtime_error("--reps must be at least 1");
+
+  const model_config config = bench_config();
+  const weight_store weights = make_dummy_weights(config, dtype::f32, 1);
+  std::printf("KV transfer on loopback: one frame per layer of a %d-layer model (%d KV heads x %d, blocks of %d, f32); "
+              "MiB/s best / median of %d\n\n",
+              num_layers, config.num_kv_heads, config.head_dim, block_size, reps);
+  std::printf("%9s %10s | %19s | %19s %6s | %19s %6s | %19s\n", "transfer", "frame", "plain TCP copy", "ZeroMQ",
+              "ratio", "ZeroMQ + CURVE", "ratio", "ZeroMQ + CPU import");
+  for (size_t mib : sizes) {
+    const transfer_shape s = shape_for(config, mib);
+    transport_only_model null_pool(config, s.num_blocks);
+    auto cpu_pool = make_cpu_model(config, weights, {s.num_blocks, block_size}, 1);
+    plane zmq_plane(null_pool, s, false), curve_plane(null_pool, s, true), import_plane(*cpu_pool, s, false);
+    plain_tcp tcp_pair(s);
+    std::vector<double> tcp, zmq, curve, imported;
+    for (int r = 0; r < reps; ++r) {
+      const auto payloads = make_payloads(s);
+      tcp.push_back(tcp_pair.run(payloads));
+      zmq.push_back(zmq_plane.run(payloads));
+      curve.push_back(curve_plane.run(payloads));
+      imported.push_back(import_plane.run(payloads));
+    }
+    const size_t bytes = s.total_bytes();
+    const summary t = summarize(tcp, bytes), z = summarize(zmq, bytes), c = summarize(curve, bytes),
+                  i = summarize(imported, bytes);
+    std::printf("%5.1f MiB %6.2f MiB | %8.0f / %8.0f | %8.0f / %8.0f %5.2fx | %8.0f / %8.0f %5.2fx | %8.0f / %8.0f\n",
+                double(bytes) / (1 << 20), double(s.frame_bytes) / (1 << 20), t.best, t.median, z.best, z.median,
+                z.median / t.median, c.best, c.median, c.median / t.median, i.best, i.median);
+    std::fflush(stdout);
+  }
+  std::printf("\nratio: median against the plain TCP copy's median (target >= 0.8x)\n");
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "troupe_bench_kv_transfer: %s\n", e.what());
+  return 1;
+}

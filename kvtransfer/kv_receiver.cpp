@@ -1,0 +1,388 @@
+#include "kvtransfer/kv_receiver.hpp"
+
+#include <spdlog/spdlog.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <zmq.hpp>
+
+#include "kvtransfer/kv_local_receivers.hpp"
+
+namespace troupe {
+
+namespace {
+
+// How long the thread waits on its sockets before it looks at the deadlines again.
+constexpr int poll_timeout_ms = 20;
+// Frames taken per wake before the deadlines are looked at: a flood cannot starve expiry.
+constexpr int max_frames_per_wake = 64;
+
+std::span<const std::byte> bytes_of(const zmq::message_t& m) {
+  return {static_cast<const std::byte*>(m.data()), m.size()};
+}
+
+std::string transfer_name(uint64_t transfer_id, int64_t request_id) {
+  return "KV transfer " + std::to_string(transfer_id) + " (request " + std::to_string(request_id) + ")";
+}
+
+// An event to call once the receiver's lock is released (an event may call expect or cancel).
+struct outcome {
+  bool completed = false;
+  uint64_t transfer_id = 0;
+  int64_t request_id = 0;
+  std::string why;
+};
+
+}  // namespace
+
+class kv_receiver::impl final : public kv_frame_sink {
+ public:
+  impl(model& m, kv_channel_settings settings, kv_receiver_events events)
+      : model_(m), settings_(std::move(settings)), events_(std::move(events)), config_(m.config()), pool_(m.kv_shape()) {
+    if (!settings_.keys.empty()) {
+      // The ZAP handler must be bound before the CURVE socket: without one, ZeroMQ lets every
+      // client with any key in.
+      zap_.emplace(context_, zmq::socket_type::rep);
+      zap_->set(zmq::sockopt::linger, 0);
+      zap_->bind("inproc://zeromq.zap.01");
+      allowed_keys_.insert(settings_.keys.allowed_public_keys.begin(), settings_.keys.allowed_public_keys.end());
+      pull_.set(zmq::sockopt::curve_server, 1);
+      pull_.set(zmq::sockopt::curve_secretkey, settings_.keys.secret_key);
+      pull_.set(zmq::sockopt::zap_domain, "troupe-kv");
+      const std::string monitor_endpoint = "inproc://troupe-kv-monitor";
+      if (zmq_socket_monitor(pull_.handle(), monitor_endpoint.c_str(),
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
+        throw std::runtime_error(std::string("kv receiver: cannot monitor its socket: ") + zmq_strerror(zmq_errno()));
+      }
+      monitor_.emplace(context_, zmq::socket_type::pair);
+      monitor_->set(zmq::sockopt::linger, 0);
+      monitor_->connect(monitor_endpoint);
+    }
+    pull_.set(zmq::sockopt::linger, 0);
+    // A peer announcing a bigger message is disconnected before ZeroMQ allocates it.
+    pull_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kv_frame_header_bytes + settings_.max_payload_bytes));
+    const std::string bind_endpoint = "tcp://" + settings_.bind_host + ":*";
+    try {
+      pull_.bind(bind_endpoint);
+    } catch (const zmq::error_t& e) {
+      throw std::runtime_error("kv receiver: cannot bind " + bind_endpoint + ": " + e.what());
+    }
+    endpoint_ = pull_.get(zmq::sockopt::last_endpoint);
+    register_local_receiver(endpoint_, *this);
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~impl() override {
+    unregister_local_receiver(endpoint_);  // no sender of this process is inside take_frame after this
+    stop_ = true;
+    thread_.join();
+  }
+
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& public_key() const { return settings_.keys.public_key; }
+
+  void expect(kv_expectation e) {
+    const std::string name = transfer_name(e.transfer_id, e.request_id);
+    if (e.num_tokens <= 0) throw std::invalid_argument(name + ": num_tokens " + std::to_string(e.num_tokens) + " is not positive");
+    const int64_t blocks_needed = (int64_t{e.num_tokens} + pool_.block_size - 1) / pool_.block_size;
+    if (static_cast<int64_t>(e.block_ids.size()) < blocks_needed) {
+      throw std::invalid_argument(name + ": " + std::to_string(e.block_ids.size()) + " block_ids for " +
+                                  std::to_string(e.num_tokens) + " tokens, which need " + std::to_string(blocks_needed));
+    }
+    std::set<int32_t> seen;
+    for (int32_t id : e.block_ids) {
+      if (id < 0 || id >= pool_.num_blocks) {
+        throw std::invalid_argument(name + ": block id " + std::to_string(id) + " is outside the pool of " +
+                                    std::to_string(pool_.num_blocks) + " blocks");
+      }
+      if (!seen.insert(id).second) throw std::invalid_argument(name + ": block id " + std::to_string(id) + " appears twice");
+    }
+    std::lock_guard lock(mutex_);
+    if (transfers_.contains(e.transfer_id)) throw std::invalid_argument(name + ": transfer_id is already expected");
+    const uint64_t id = e.transfer_id;
+    transfers_.emplace(id, transfer{std::move(e), std::vector<int32_t>(config_.num_layers, 0)});
+  }
+
+  void cancel(uint64_t transfer_id) {
+    std::lock_guard lock(mutex_);
+    transfers_.erase(transfer_id);
+  }
+
+  kv_receiver_stats stats() const {
+    std::lock_guard lock(mutex_);
+    kv_receiver_stats s = stats_;
+    s.num_expected = transfers_.size();
+    return s;
+  }
+
+  // The one path of every frame, from the socket or a sender of this process. The import runs
+  // under the lock on purpose: cancel() must not return while a frame is still being written into
+  // blocks the caller is about to give back to its scheduler.
+  void take_frame(std::span<const std::byte> header_bytes, std::span<const std::byte> payload) override {
+    std::optional<outcome> result;
+    {
+      std::lock_guard lock(mutex_);
+      result = take_frame_locked(header_bytes, payload);
+    }
+    if (result) fire(*result);
+  }
+
+ private:
+  struct transfer {
+    kv_expectation expectation;
+    std::vector<int32_t> num_received;  // [num_layers] tokens [0, n) of each layer have arrived
+  };
+
+  std::optional<outcome> take_frame_locked(std::span<const std::byte> header_bytes, std::span<const std::byte> payload) {
+    kv_frame_header h;
+    try {
+      h = decode_kv_frame_header(header_bytes, settings_.max_payload_bytes);
+    } catch (const std::invalid_argument& e) {
+      refuse_locked(e.what());  // nothing in it can be trusted, not even which transfer it names
+      return std::nullopt;
+    }
+    auto it = transfers_.find(h.transfer_id);
+    if (it == transfers_.end()) {
+      // A late frame of a cancelled or timed-out transfer is normal: counted, nothing failed.
+      refuse_locked(transfer_name(h.transfer_id, h.request_id) + " is not expected (unknown, finished, cancelled or timed out)");
+      return std::nullopt;
+    }
+    transfer& t = it->second;
+    std::string why = mismatch(t, h, payload.size());
+    if (why.empty()) {
+      const int32_t first_block = h.token_begin / pool_.block_size;
+      const std::span<const int32_t> blocks(t.expectation.block_ids.data() + first_block, h.span.num_blocks);
+      try {
+        model_.import_kv(blocks, h.span, payload);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    const std::string name = transfer_name(h.transfer_id, t.expectation.request_id);
+    if (!why.empty()) {
+      // The frame came from this transfer's sender, which is broken: the transfer cannot finish.
+      refuse_locked(name + ": " + why);
+      outcome failed{false, h.transfer_id, t.expectation.request_id, name + " failed: " + why};
+      transfers_.erase(it);
+      return failed;
+    }
+    ++stats_.num_frames;
+    stats_.num_bytes += payload.size();
+    for (int layer = h.span.first_layer; layer < h.span.first_layer + h.span.num_layers; ++layer) {
+      t.num_received[layer] = std::max(t.num_received[layer], h.token_end);
+    }
+    const int32_t num_tokens = t.expectation.num_tokens;
+    if (std::all_of(t.num_received.begin(), t.num_received.end(), [&](int32_t n) { return n >= num_tokens; })) {
+      outcome done{true, h.transfer_id, t.expectation.request_id, {}};
+      transfers_.erase(it);
+      return done;
+    }
+    return std::nullopt;
+  }
+
+  // Why the frame does not fit its transfer ("" when it does); nothing of the payload is read.
+  std::string mismatch(const transfer& t, const kv_frame_header& h, size_t payload_size) const {
+    const kv_expectation& e = t.expectation;
+    if (h.request_id != e.request_id) {
+      return "the frame names request " + std::to_string(h.request_id) + ", the transfer is for request " +
+             std::to_string(e.request_id);
+    }
+    if (h.payload_bytes != payload_size) {
+      return "the header announces payload_bytes " + std::to_string(h.payload_bytes) + ", the payload has " +
+             std::to_string(payload_size);
+    }
+    if (h.span.block_size != pool_.block_size || h.span.num_kv_heads != config_.num_kv_heads ||
+        h.span.head_dim != config_.head_dim) {
+      return "geometry block_size " + std::to_string(h.span.block_size) + ", num_kv_heads " +
+             std::to_string(h.span.num_kv_heads) + ", head_dim " + std::to_string(h.span.head_dim) +
+             " differs from the model's " + std::to_string(pool_.block_size) + ", " + std::to_string(config_.num_kv_heads) +
+             ", " + std::to_string(config_.head_dim);
+    }
+    if (int64_t{h.span.first_layer} + h.span.num_layers > config_.num_layers) {
+      return "layer range first " + std::to_string(h.span.first_layer) + " count " + std::to_string(h.span.num_layers) +
+             " lies outside the model's " + std::to_string(config_.num_layers) + " layers";
+    }
+    if (h.token_end > e.num_tokens) {
+      return "token_end " + std::to_string(h.token_end) + " is past the transfer's " + std::to_string(e.num_tokens) +
+             " tokens";
+    }
+    for (int layer = h.span.first_layer; layer < h.span.first_layer + h.span.num_layers; ++layer) {
+      if (h.token_begin > t.num_received[layer]) {
+        return "token_begin " + std::to_string(h.token_begin) + " of layer " + std::to_string(layer) +
+               " leaves a gap: tokens [0, " + std::to_string(t.num_received[layer]) + ") have arrived";
+      }
+    }
+    return {};
+  }
+
+  void refuse_locked(std::string why) {
+    ++stats_.num_refused;
+    spdlog::debug("kv receiver {}: refused a frame: {}", endpoint_, why);
+    stats_.last_refusal = std::move(why);
+  }
+
+  void fire(const outcome& o) {
+    if (o.completed) {
+      if (events_.complete) events_.complete(o.transfer_id, o.request_id);
+    } else {
+      spdlog::warn("kv receiver {}: {}", endpoint_, o.why);
+      if (events_.failed) events_.failed(o.transfer_id, o.request_id, o.why);
+    }
+  }
+
+  void run() {
+    std::vector<zmq::pollitem_t> items = {{pull_.handle(), 0, ZMQ_POLLIN, 0}};
+    if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+    if (monitor_) items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
+    while (!stop_) {
+      try {
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(poll_timeout_ms));
+        if (items[0].revents & ZMQ_POLLIN) receive_frames();
+        if (zap_ && (items[1].revents & ZMQ_POLLIN)) answer_zap();
+        if (monitor_ && (items[2].revents & ZMQ_POLLIN)) read_monitor();
+      } catch (const zmq::error_t& e) {
+        spdlog::error("kv receiver {}: {}", endpoint_, e.what());
+      }
+      expire(std::chrono::steady_clock::now());
+    }
+  }
+
+  void receive_frames() {
+    for (int i = 0; i < max_frames_per_wake; ++i) {
+      zmq::message_t header;
+      if (!pull_.recv(header, zmq::recv_flags::dontwait)) return;
+      if (!header.more()) {
+        refuse_part_count(1);
+        continue;
+      }
+      zmq::message_t payload;
+      (void)pull_.recv(payload, zmq::recv_flags::none);  // the parts of one message arrive together
+      if (payload.more()) {
+        int num_parts = 2;
+        zmq::message_t rest;
+        do {
+          (void)pull_.recv(rest, zmq::recv_flags::none);
+          ++num_parts;
+        } while (rest.more());
+        refuse_part_count(num_parts);
+        continue;
+      }
+      take_frame(bytes_of(header), bytes_of(payload));
+    }
+  }
+
+  void refuse_part_count(int num_parts) {
+    std::lock_guard lock(mutex_);
+    refuse_locked("a message of " + std::to_string(num_parts) + " parts, expected 2 (header, payload)");
+  }
+
+  // ZAP (RFC 27): ZeroMQ asks here whether a client that passed the CURVE handshake may connect.
+  void answer_zap() {
+    std::vector<zmq::message_t> request;
+    do {
+      request.emplace_back();
+      if (!zap_->recv(request.back(), zmq::recv_flags::dontwait)) return;
+    } while (request.back().more());
+    auto text = [&](size_t i) { return i < request.size() ? request[i].to_string() : std::string(); };
+    std::string key;
+    if (text(5) == "CURVE" && request.size() > 6 && request[6].size() == 32) {
+      char z85[41] = {};
+      zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32);
+      key = z85;
+    }
+    const bool allowed = !key.empty() && allowed_keys_.contains(key);
+    if (!allowed) {
+      std::lock_guard lock(mutex_);
+      stats_.last_refusal = "a sender at " + text(3) + " with " + (key.empty() ? "no CURVE key" : "CURVE key " + key) +
+                            " is not among the allowed keys";
+      spdlog::warn("kv receiver {}: refused {}", endpoint_, stats_.last_refusal);
+    }
+    const std::string status = allowed ? "200" : "400";
+    const std::string status_text = allowed ? "OK" : "unknown key";
+    zap_->send(zmq::buffer(text(0)), zmq::send_flags::sndmore);
+    zap_->send(zmq::buffer(text(1)), zmq::send_flags::sndmore);
+    zap_->send(zmq::buffer(status), zmq::send_flags::sndmore);
+    zap_->send(zmq::buffer(status_text), zmq::send_flags::sndmore);
+    zap_->send(zmq::buffer(key), zmq::send_flags::sndmore);
+    zap_->send(zmq::message_t(), zmq::send_flags::none);
+  }
+
+  // Handshake failures: a peer without CURVE (protocol), with a bad key (no detail), or refused
+  // by the ZAP handler above (auth). Each is one refused connection.
+  void read_monitor() {
+    zmq::message_t event, address;
+    if (!monitor_->recv(event, zmq::recv_flags::dontwait)) return;
+    if (event.more()) (void)monitor_->recv(address, zmq::recv_flags::none);
+    uint16_t id = 0;
+    if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
+    std::lock_guard lock(mutex_);
+    ++stats_.num_refused_peers;
+    if (id != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      // The ZAP handler named the key for an auth failure; here the peer never got that far.
+      stats_.last_refusal = "a peer failed the CURVE handshake on " + endpoint_ + " (no or wrong keys)";
+      spdlog::warn("kv receiver {}: {}", endpoint_, stats_.last_refusal);
+    }
+  }
+
+  void expire(std::chrono::steady_clock::time_point now) {
+    std::vector<outcome> expired;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = transfers_.begin(); it != transfers_.end();) {
+        const kv_expectation& e = it->second.expectation;
+        if (e.deadline > now) {
+          ++it;
+          continue;
+        }
+        const auto least = std::min_element(it->second.num_received.begin(), it->second.num_received.end());
+        const std::string name = transfer_name(e.transfer_id, e.request_id);
+        expired.push_back({false, e.transfer_id, e.request_id,
+                           name + " failed: its deadline passed with layer " +
+                               std::to_string(least - it->second.num_received.begin()) + " at " + std::to_string(*least) +
+                               " of " + std::to_string(e.num_tokens) + " tokens"});
+        it = transfers_.erase(it);
+      }
+    }
+    for (const outcome& o : expired) fire(o);
+  }
+
+  model& model_;
+  const kv_channel_settings settings_;
+  const kv_receiver_events events_;
+  const model_config config_;
+  const kv_cache_shape pool_;
+  std::set<std::string> allowed_keys_;
+
+  zmq::context_t context_{1};
+  std::optional<zmq::socket_t> zap_;  // declared before pull_: bound first, closed last
+  zmq::socket_t pull_{context_, zmq::socket_type::pull};
+  std::optional<zmq::socket_t> monitor_;
+  std::string endpoint_;
+
+  mutable std::mutex mutex_;
+  std::map<uint64_t, transfer> transfers_;
+  kv_receiver_stats stats_;
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+kv_receiver::kv_receiver(model& m, kv_channel_settings settings, kv_receiver_events events)
+    : impl_(std::make_unique<impl>(m, std::move(settings), std::move(events))) {}
+kv_receiver::~kv_receiver() = default;
+const std::string& kv_receiver::endpoint() const { return impl_->endpoint(); }
+const std::string& kv_receiver::public_key() const { return impl_->public_key(); }
+void kv_receiver::expect(kv_expectation expectation) { impl_->expect(std::move(expectation)); }
+void kv_receiver::cancel(uint64_t transfer_id) { impl_->cancel(transfer_id); }
+kv_receiver_stats kv_receiver::stats() const { return impl_->stats(); }
+
+}  // namespace troupe

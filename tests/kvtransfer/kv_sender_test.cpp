@@ -1,0 +1,105 @@
+// The sender's leases: frames wait for their destination holding memory, bounded by
+// max_buffered_bytes and released at the deadline, on cancel, or once handed over; per
+// transfer in the order queued.
+
+#include <gtest/gtest.h>
+
+#include "tests/kvtransfer/kv_plane_support.hpp"
+
+namespace troupe::test {
+namespace {
+
+TEST_F(kv_plane_test, frames_wait_for_ready_and_the_deadline_releases_them_with_one_event) {
+  event_log sent;
+  kv_sender sender({}, sent.sender_events());
+  sender.open(7, in(100ms));
+  frame f = frame_of(7, 0, 1, 0, num_tokens);
+  const size_t size = f.payload.size();
+  ASSERT_TRUE(sender.send(f.header, std::move(f.payload)));
+  EXPECT_EQ(sender.stats().num_buffered_bytes, size);  // no destination yet: held
+  EXPECT_EQ(sender.stats().num_transfers, 1u);
+  const auto failed = sent.wait_for(7);
+  ASSERT_TRUE(failed);
+  EXPECT_NE(failed->why.find("deadline"), std::string::npos) << failed->why;
+  EXPECT_NE(failed->why.find("no ready"), std::string::npos) << failed->why;
+  EXPECT_EQ(sender.stats().num_buffered_bytes, 0u);
+  EXPECT_EQ(sender.stats().num_transfers, 0u);
+  EXPECT_EQ(sender.stats().num_frames, 0u);
+  frame late = frame_of(7, 1, 1, 0, num_tokens);
+  EXPECT_FALSE(sender.send(late.header, std::move(late.payload)));  // closed
+  EXPECT_TRUE(sender.wait_idle(5s));
+  EXPECT_EQ(sent.count(7), 1u);
+}
+
+TEST_F(kv_plane_test, the_buffer_limit_fails_the_transfer_that_exceeds_it) {
+  const size_t frame_bytes = frame_of(7, 0, 1, 0, num_tokens).payload.size();
+  kv_channel_settings settings;
+  settings.max_buffered_bytes = frame_bytes * 3 / 2;  // one frame fits, two do not
+  event_log sent;
+  kv_sender sender(settings, sent.sender_events());
+  sender.open(7, in(60s));
+  sender.open(8, in(60s));
+  frame first = frame_of(7, 0, 1, 0, num_tokens), second = frame_of(7, 1, 1, 0, num_tokens);
+  ASSERT_TRUE(sender.send(first.header, std::move(first.payload)));
+  EXPECT_FALSE(sender.send(second.header, std::move(second.payload)));
+  const auto failed = sent.wait_for(7);
+  ASSERT_TRUE(failed);
+  EXPECT_NE(failed->why.find("buffer"), std::string::npos) << failed->why;
+  EXPECT_EQ(sender.stats().num_buffered_bytes, 0u);  // transfer 7's first frame went with it
+  EXPECT_EQ(sender.stats().num_transfers, 1u);       // 8 is untouched
+  frame other = frame_of(8, 0, 1, 0, num_tokens);
+  EXPECT_TRUE(sender.send(other.header, std::move(other.payload)));  // the memory is free again
+  EXPECT_EQ(sent.count(8), 0u);
+}
+
+TEST_F(kv_plane_test, cancel_drops_the_queued_frames_without_an_event) {
+  event_log sent;
+  kv_sender sender({}, sent.sender_events());
+  sender.open(7, in(200ms));
+  frame f = frame_of(7, 0, 1, 0, num_tokens);
+  ASSERT_TRUE(sender.send(f.header, std::move(f.payload)));
+  sender.cancel(7);
+  EXPECT_EQ(sender.stats().num_buffered_bytes, 0u);
+  EXPECT_EQ(sender.stats().num_transfers, 0u);
+  EXPECT_TRUE(sender.wait_idle(5s));
+  // A transfer opened after 7's deadline fails at its own; by then 7's would have come.
+  sender.open(8, in(300ms));
+  ASSERT_TRUE(sent.wait_for(8));
+  EXPECT_EQ(sent.count(7), 0u);
+}
+
+TEST_F(kv_plane_test, a_transfer_not_open_takes_no_frames) {
+  kv_sender sender({}, {});
+  frame f = frame_of(7, 0, 1, 0, num_tokens);
+  EXPECT_FALSE(sender.send(f.header, std::move(f.payload)));
+  EXPECT_EQ(sender.stats().num_buffered_bytes, 0u);
+  frame lying = frame_of(7, 0, 1, 0, num_tokens);
+  lying.header.payload_bytes += 1;
+  sender.open(7, in(60s));
+  EXPECT_THROW(sender.send(lying.header, std::move(lying.payload)), std::invalid_argument);
+  EXPECT_THROW(sender.open(7, in(60s)), std::invalid_argument);
+}
+
+TEST_F(kv_plane_test, a_receiver_that_is_gone_fails_the_transfer_at_its_deadline_and_the_sender_closes) {
+  std::string endpoint;
+  {
+    kv_receiver gone(*b_, {}, {});
+    endpoint = gone.endpoint();
+  }
+  kv_channel_settings settings;
+  settings.linger = std::chrono::milliseconds(100);
+  event_log sent;
+  {
+    kv_sender sender(settings, sent.sender_events());
+    sender.open(7, in(300ms));
+    sender.ready(7, endpoint, "");
+    send_whole_prompt(sender, 7);
+    // Frames are handed to ZeroMQ (it queues them for a peer that may come); the transfer is
+    // finished from the sender's side, so no event: the decode side's deadline is what fails it.
+    EXPECT_TRUE(sender.wait_idle(10s));
+  }  // the destructor returns: linger bounds the wait for a peer that never comes
+  EXPECT_EQ(sent.size(), 0u);
+}
+
+}  // namespace
+}  // namespace troupe::test
