@@ -275,7 +275,14 @@ int main(int argc, char** argv) try {
               "gap med (us)", "cpu (us)");
   bench_config cfg(3, policy);  // as a node with its default two tokenizers
   caf::actor_system system(cfg);
-  auto worker = system.spawn<caf::detached>(troupe::worker_actor, served);
+  auto worker = system.spawn<caf::detached>(troupe::worker_actor, served, troupe::worker_kv_settings{});
+  caf::actor kv_agent;  // the scheduler needs its worker's KV agent (unused: no disaggregation here)
+  {
+    caf::scoped_actor asker(system);
+    asker->request(worker, caf::infinite, troupe::describe_atom::value)
+        .receive([&](troupe::worker_description& d) { kv_agent = d.kv_agent; },
+                 [](caf::error&) { std::fprintf(stderr, "the worker did not describe itself\n"); });
+  }
   int64_t next_id = 1;
   for (int num_seqs : seq_counts) {
     std::vector<step_figures> runs;
@@ -286,7 +293,8 @@ int main(int argc, char** argv) try {
       auto detokenizer = system.spawn(troupe::detokenizer_actor,
                                       std::make_shared<troupe::detokenize_stage>(*served->tok), sink);
       // No router: one instance, token batches straight to the detokenizer (nothing is refused here).
-      auto scheduler = system.spawn(troupe::scheduler_actor, config, std::vector<int32_t>{}, worker, detokenizer);
+      auto scheduler = system.spawn(troupe::scheduler_actor, config, std::vector<int32_t>{}, worker, detokenizer,
+                                    kv_agent, std::chrono::milliseconds(10000));
       timing->take_records();
       for (int s = 0; s < num_seqs; ++s) {
         troupe::schedule_request r;

@@ -17,6 +17,7 @@ struct scale_flags {
   std::string credentials;
   std::string name;
   std::optional<std::string> add;
+  std::string role = "mixed";
   std::optional<int32_t> drain;
   bool list = false;
   std::optional<int> timeout_ms;
@@ -38,7 +39,7 @@ int run(const scale_flags& flags) {
   const auto timeout = std::chrono::milliseconds(flags.timeout_ms.value_or(flags.add ? add_timeout_ms : request_timeout_ms));
   admin_client admin(options);
   if (flags.add) {
-    std::cout << "added " << admin.add_engine(*flags.add, timeout) << "\n";
+    std::cout << "added " << admin.add_engine(*flags.add, timeout, flags.role) << "\n";
   } else if (flags.drain) {
     admin.drain_engine(*flags.drain, timeout);
     std::cout << "draining engine instance " << *flags.drain << ": it stops once its last request ends\n";
@@ -57,6 +58,9 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--credentials", f->credentials, "credentials directory from `troupe certs` (ca.crt, NAME.crt, NAME.key)");
   app->add_option("--name", f->name, "this member's name in the credentials (NAME.crt)")->required();
   auto* add = app->add_option("--add", f->add, "place a new engine instance on this node (a [[nodes]] name)");
+  app->add_option("--role", f->role, "with --add: the new instance's role (mixed, prefill or decode)")
+      ->check(CLI::IsMember({"mixed", "prefill", "decode"}))
+      ->capture_default_str();
   auto* drain = app->add_option("--drain", f->drain, "stop routing requests to this instance id; it stops when idle");
   auto* list = app->add_flag("--list", f->list, "print one line per engine instance");
   add->excludes(drain)->excludes(list);

@@ -161,7 +161,8 @@ zmq_request_table::outputs zmq_request_table::on_event(const door_event& event, 
     out.replies.push_back({std::move(it->second.routing_id),
                            stats_reply{std::move(it->second.id), stats->num_free_blocks, stats->num_total_blocks,
                                        stats->num_running, stats->num_waiting,
-                                       static_cast<int>(admission_.num_in_flight())}});
+                                       static_cast<int>(admission_.num_in_flight()), stats->num_waiting_for_kv,
+                                       stats->num_kv_leases}});
     stats_waiters_.erase(it);
   }
   return out;

@@ -145,9 +145,9 @@ admin_client::admin_client(const admin_client_options& options) {
 
 admin_client::~admin_client() = default;
 
-std::string admin_client::add_engine(const std::string& node, std::chrono::milliseconds timeout) {
-  return impl_->ask<std::string>("adding an engine instance on node '" + node + "' through " + impl_->where, timeout,
-                                 scale_add_atom::value, node);
+std::string admin_client::add_engine(const std::string& node, std::chrono::milliseconds timeout, const std::string& role) {
+  return impl_->ask<std::string>("adding a " + role + " engine instance on node '" + node + "' through " + impl_->where,
+                                 timeout, scale_add_atom::value, node, role);
 }
 
 void admin_client::drain_engine(engine_instance_id id, std::chrono::milliseconds timeout) {

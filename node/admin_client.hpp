@@ -40,7 +40,8 @@ class admin_client {
 
   // Places an instance on `node` and waits until it serves (its node loads the model, so allow
   // for that in `timeout`); returns the controller's answer, "engine instance N on NODE".
-  std::string add_engine(const std::string& node, std::chrono::milliseconds timeout);
+  // `role`: "mixed" (the default), "prefill" or "decode".
+  std::string add_engine(const std::string& node, std::chrono::milliseconds timeout, const std::string& role = "mixed");
   // Stops new requests to instance `id`; it stops once its last request ends. Throws for an id
   // the controller does not have.
   void drain_engine(engine_instance_id id, std::chrono::milliseconds timeout);

@@ -19,12 +19,14 @@ namespace {
 caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, caf::actor router,
                           std::function<void()> on_added) {
   return {
-      [=](scale_add_atom, const std::string& node) -> caf::result<std::string> {
-        spdlog::info("admin: adding an engine instance on {}", node);
+      [=](scale_add_atom, const std::string& node, const std::string& role_name) -> caf::result<std::string> {
+        spdlog::info("admin: adding a {} engine instance on {}", role_name, node);
         try {
-          placed_engine placed = placer->place(node);
+          const engine_role role = parse_engine_role(role_name);
+          placed_engine placed = placer->place(node, role);
           if (on_added) on_added();
-          return "engine instance " + std::to_string(placed.id) + " on " + node;
+          const std::string kind = role == engine_role::mixed ? "" : std::string(engine_role_name(role)) + " ";
+          return kind + "engine instance " + std::to_string(placed.id) + " on " + node;
         } catch (const std::exception& e) {
           spdlog::warn("admin: adding an engine instance on {} failed: {}", node, e.what());
           return caf::make_error(caf::sec::runtime_error, std::string(e.what()));

@@ -4,7 +4,9 @@
 // controller's certificate and the cluster's CA as the only trust anchor, so only a member of
 // the cluster (a certificate the CA issued) gets an answer: the same bar as a node joining.
 //
-//   (scale_add_atom, node name)          → std::string: the new instance, "engine instance N on NODE"
+//   (scale_add_atom, node name, role)    → std::string: the new instance, "engine instance N on NODE"
+//                                          ("prefill engine instance ..." for another role)
+//                                          (role: "mixed", "prefill" or "decode")
 //   (drain_engine_atom, instance id)     → bool: false for an unknown id
 //   (list_engines_atom)                  → std::vector<std::string>: one line per instance
 

@@ -471,7 +471,7 @@ std::string encode_reply(const server_reply& reply) {
           pack_str(p, "code"); pack_str(p, error_code_name(r.code));
           pack_str(p, "message"); pack_str(p, r.message);
         } else {
-          p.pack_map(7);
+          p.pack_map(9);
           pack_str(p, "type"); pack_str(p, "stats");
           pack_str(p, "id"); pack_str(p, r.id);
           pack_str(p, "num_free_blocks"); p.pack(r.num_free_blocks);
@@ -479,6 +479,8 @@ std::string encode_reply(const server_reply& reply) {
           pack_str(p, "num_running"); p.pack(r.num_running);
           pack_str(p, "num_waiting"); p.pack(r.num_waiting);
           pack_str(p, "num_requests_in_flight"); p.pack(r.num_requests_in_flight);
+          pack_str(p, "num_waiting_for_kv"); p.pack(r.num_waiting_for_kv);
+          pack_str(p, "num_kv_leases"); p.pack(r.num_kv_leases);
         }
       },
       reply);
@@ -563,6 +565,9 @@ server_reply decode_reply(std::string_view frame) {
       r.num_running = need(o, "num_running").as<int>();
       r.num_waiting = need(o, "num_waiting").as<int>();
       r.num_requests_in_flight = need(o, "num_requests_in_flight").as<int>();
+      // Newer fields: a server from before disaggregation does not send them.
+      if (const auto* v = find(o, "num_waiting_for_kv")) r.num_waiting_for_kv = v->as<int>();
+      if (const auto* v = find(o, "num_kv_leases")) r.num_kv_leases = v->as<int>();
       return r;
     }
     throw std::runtime_error("server reply has unknown type '" + type + "'");

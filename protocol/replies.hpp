@@ -66,6 +66,10 @@ struct stats_reply {
   int num_running = 0;
   int num_waiting = 0;
   int num_requests_in_flight = 0;  // requests the server holds in any stage
+  // Disaggregation: requests whose blocks a decode instance reserved while their KV arrives,
+  // and the KV transfers the instances hold open (both are 0 on an idle server).
+  int num_waiting_for_kv = 0;
+  int num_kv_leases = 0;
 };
 
 using server_reply = std::variant<delta_reply, error_reply, stats_reply>;

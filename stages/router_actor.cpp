@@ -199,11 +199,11 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
       [=](list_engines_atom) -> std::vector<std::string> {
         std::vector<std::string> lines;
         for (const engine_instance_info& info : router->instances()) {
-          lines.push_back(std::to_string(info.id) + " " + info.node + " " + engine_role_name(info.role) + " " +
-                          state_name(info.state) + " requests=" +
+          lines.push_back(std::to_string(info.id) + " " + info.node + " " + state_name(info.state) + " requests=" +
                           std::to_string(info.num_requests) + " queued_prompt_tokens=" +
                           std::to_string(info.num_queued_prompt_tokens) + " free_blocks=" +
-                          std::to_string(info.load.num_free_blocks) + "/" + std::to_string(info.load.num_total_blocks));
+                          std::to_string(info.load.num_free_blocks) + "/" + std::to_string(info.load.num_total_blocks) +
+                          " role=" + engine_role_name(info.role));
         }
         return lines;
       },
@@ -270,6 +270,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
                     total->sum.num_total_blocks += answer.num_total_blocks;
                     total->sum.num_running += answer.num_running;
                     total->sum.num_waiting += answer.num_waiting;
+                    total->sum.num_waiting_for_kv += answer.num_waiting_for_kv;
+                    total->sum.num_kv_leases += answer.num_kv_leases;
                     ++total->num_answered;
                     settle();
                   },

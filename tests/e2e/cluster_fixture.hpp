@@ -80,6 +80,10 @@ struct topology_spec {
   std::vector<std::string> tokenizers{"controller"};
   std::vector<std::string> engines{"controller"};
   std::vector<std::string> detokenizers{"controller"};
+  std::vector<std::string> prefill;  // disaggregation: prefill-only instances
+  std::vector<std::string> decode;   // and decode-only ones
+  int max_num_batched_tokens = 2048;  // small: prompts are prefilled in chunks
+  int kv_transfer_timeout_ms = 10000;
   bool admin = false;  // admin_listen on 127.0.0.1, port 0
   int connect_timeout_ms = 10000;
   int heartbeat_interval_ms = 500;
@@ -92,7 +96,8 @@ struct topology_spec {
       << "[node]\ndevice = \"auto\"\nthreads = 1\n"
       << "[http]\nenabled = true\nhost = \"127.0.0.1\"\nport = 0\n"
       << "[tokenizer]\npool_size = 2\n"
-      << "[scheduler]\nmax_num_batched_tokens = 2048\nmax_num_seqs = 64\nkv_memory_mb = 32\n";
+      << "[scheduler]\nmax_num_batched_tokens = " << max_num_batched_tokens << "\nmax_num_seqs = 64\nkv_memory_mb = 32\n"
+      << "[disaggregation]\nkv_transfer_timeout_ms = " << kv_transfer_timeout_ms << "\n";
     if (credentials.empty()) return t.str();
     t << "[cluster]\ncredentials = \"" << credentials.string() << "\"\nname = \"controller\"\n"
       << "connect_timeout_ms = " << connect_timeout_ms << "\nrequest_timeout_ms = 30000\n"
@@ -107,6 +112,8 @@ struct topology_spec {
     };
     t << "[placement]\ntokenizers = " << list(tokenizers) << "\nengines = " << list(engines)
       << "\ndetokenizers = " << list(detokenizers) << "\n";
+    if (!prefill.empty()) t << "prefill = " << list(prefill) << "\n";
+    if (!decode.empty()) t << "decode = " << list(decode) << "\n";
     return t.str();
   }
 
@@ -437,7 +444,7 @@ inline stats_reply wait_until_idle(const controller_process& server, std::chrono
   const auto deadline = std::chrono::steady_clock::now() + within;
   stats_reply s = c.stats();
   for (int i = 0; i < 2000 && (s.num_running != 0 || s.num_waiting != 0 || s.num_free_blocks != s.num_total_blocks ||
-                               s.num_requests_in_flight != 0) &&
+                               s.num_requests_in_flight != 0 || s.num_waiting_for_kv != 0 || s.num_kv_leases != 0) &&
                   std::chrono::steady_clock::now() < deadline;
        ++i) {
     std::this_thread::sleep_for(10ms);

@@ -1,0 +1,133 @@
+// kill -9 of a prefill node, and of a decode node, at random moments while a 1P1D topology
+// serves (nodes started by the test, so it can kill one and start it again on its address).
+// Every request of a trial completes with the output of an undisturbed colocated server, each
+// streamed token reaches the client once, and when idle no survivor holds a KV block, a
+// reservation or an open transfer. While the prefill node is down the decode node computes
+// prefills itself; while the decode node is down the prefill node serves whole requests; the
+// killed node, started again, takes its role back without a restart of the controller.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/e2e/cluster_fixture.hpp"
+#include "tests/scratch_dir.hpp"
+
+namespace troupe::test::cluster {
+namespace {
+
+using troupe::testing::scratch_dir;
+
+const std::vector<std::string> prompts = {
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun",
+    "The little dog ran to the park", "Lily and Tom went to the park. They saw a big tree with a swing",
+    "One day, a bird"};
+
+class disagg_failover_e2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
+    make_credentials(credentials(), {"controller", "prefill-a", "decode-a"});
+    topology_spec colocated;
+    reference_.emplace(controller_process::kind::serve, colocated.write(dir_ / "colocated.toml"),
+                       dir_ / "colocated.log");
+    nodes_.emplace_back(credentials(), "prefill-a", free_port(), dir_.path());
+    nodes_.emplace_back(credentials(), "decode-a", free_port(), dir_.path());
+    topology_spec pair;
+    pair.credentials = credentials();
+    pair.nodes = {nodes_[0].entry(), nodes_[1].entry()};
+    pair.engines = {};
+    pair.prefill = {"prefill-a"};
+    pair.decode = {"decode-a"};
+    pair.max_num_batched_tokens = 16;  // prompts stream out in chunks: a kill lands mid-transfer more often
+    pair.kv_transfer_timeout_ms = 5000;
+    pair.connect_timeout_ms = 2000;  // each try on a node still down waits this long
+    controller_.emplace(controller_process::kind::serve, pair.write(dir_ / "disagg-1p1d.toml"),
+                        dir_ / "controller.log");
+  }
+
+  fs::path credentials() const { return dir_ / "certs"; }
+
+  std::vector<outcome> references(const std::vector<mixed_request>& mix) {
+    std::vector<outcome> out(mix.size());
+    auto threads = send_together(*reference_, mix, 0, mix.size(), out);
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].error, "") << "reference " << i;
+    return out;
+  }
+
+  // Starts `node` again and waits (bounded) until the controller has its instance back.
+  void restart(node_process& node, const std::string& role) {
+    const std::string back = role + " on node " + node.name() + " is back";
+    const int before = count_of(controller_->log(), back);
+    node.start();
+    ASSERT_TRUE(controller_->wait_for_log(back, before + 1, 30s)) << node.name() << " not back:\n" << controller_->log();
+  }
+
+  void kill_trials(node_process& victim, const std::string& role) {
+    const char* replay = std::getenv("TROUPE_FAILOVER_SEED");
+    const uint64_t seed = replay ? std::stoull(replay) : std::random_device{}();
+    std::mt19937_64 rng(seed);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::printf("disagg_failover_e2e (%s) seed %llu (TROUPE_FAILOVER_SEED replays it)\n", role.c_str(),
+                static_cast<unsigned long long>(seed));
+
+    const std::vector<mixed_request> mix = request_mix(8, prompts, 60, 160, true, 7);
+    const std::vector<outcome> expected = references(mix);
+    ASSERT_FALSE(HasFailure());
+
+    for (int trial = 0; trial < 20; ++trial) {
+      SCOPED_TRACE("trial " + std::to_string(trial));
+      const auto kill_after = std::chrono::milliseconds(rng() % 120);
+      std::vector<outcome> got(mix.size());
+      auto threads = send_together(*controller_, mix, 0, mix.size(), got, 40s);
+      std::this_thread::sleep_for(kill_after);
+      victim.kill9();
+      for (auto& t : threads) t.join();
+      for (size_t i = 0; i < mix.size(); ++i) {
+        EXPECT_TRUE(same_output(got[i], expected[i])) << "request " << i << " after killing " << victim.name() << " at "
+                                                       << kill_after.count() << " ms: " << got[i] << " != " << expected[i];
+      }
+      const stats_reply idle = wait_until_idle(*controller_);
+      EXPECT_EQ(idle.num_running, 0);
+      EXPECT_EQ(idle.num_waiting, 0);
+      EXPECT_EQ(idle.num_requests_in_flight, 0);
+      EXPECT_GT(idle.num_total_blocks, 0);
+      EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "KV blocks held after the trial";
+      EXPECT_EQ(idle.num_waiting_for_kv, 0) << "a reservation left after the trial";
+      EXPECT_EQ(idle.num_kv_leases, 0) << "a KV transfer left open after the trial";
+      restart(victim, role);
+      if (HasFailure()) break;  // one trial's failure, with its log, not twenty
+    }
+    const std::string log = controller_->log();
+    static const std::regex rerun(R"(re-running its ([0-9]+) requests)");
+    int num_rerun = 0;
+    for (std::sregex_iterator i(log.begin(), log.end(), rerun), end; i != end; ++i) num_rerun += std::stoi((*i)[1]);
+    EXPECT_GT(num_rerun, 10) << "the kills hardly met a request in flight:\n" << log;
+    std::printf("disagg_failover_e2e: %d requests re-run after 20 kills of the %s node\n", num_rerun, role.c_str());
+    if (HasFailure()) ADD_FAILURE() << "controller log:\n" << log;
+  }
+
+  scratch_dir dir_;
+  std::optional<controller_process> reference_;
+  std::deque<node_process> nodes_;  // before controller_, which stops first
+  std::optional<controller_process> controller_;
+};
+
+TEST_F(disagg_failover_e2e, twenty_kills_of_the_prefill_node_lose_no_request_token_or_lease) {
+  kill_trials(nodes_[0], "prefill");
+}
+
+TEST_F(disagg_failover_e2e, twenty_kills_of_the_decode_node_lose_no_request_token_or_lease) {
+  kill_trials(nodes_[1], "decode");
+}
+
+}  // namespace
+}  // namespace troupe::test::cluster

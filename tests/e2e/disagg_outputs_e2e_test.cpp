@@ -1,0 +1,132 @@
+// Prefill/decode disaggregation answers like one process: the same 200 requests (greedy and
+// seeded, streamed and not, ZeroMQ and HTTP, prompts sharing prefixes so the prefill side's cache
+// hits) through a 1P1D and a 2P1D topology (`troupe launch`, every node its own process), and
+// through a 1P1D whose prefill is cut into 8-token chunks, give the outputs of a colocated
+// `troupe serve`: text, token ids, finish reason, usage. Every node must have done its share, and
+// once idle no instance holds a block, a reservation or an open transfer.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/cluster_fixture.hpp"
+#include "tests/scratch_dir.hpp"
+
+namespace troupe::test::cluster {
+namespace {
+
+using troupe::testing::scratch_dir;
+
+// Long enough that most prompts fill a KV block or more, so the prefix cache and chunking have
+// something to do; several share their first sentence.
+const std::vector<std::string> prompts = {
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun",
+    "Once upon a time, there was a little girl named Lily. She had a big red ball",
+    "The little dog ran to the park",
+    "Lily and Tom went to the park. They saw a big tree with a swing. Tom wanted to swing first",
+    "One day, a bird",
+    "Tim had a red ball. He liked to play with it every day. One day, the ball rolled away"};
+
+constexpr size_t wave = 20;
+
+class disagg_outputs_e2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
+    make_credentials(dir_ / "certs", {"controller", "prefill-a", "prefill-b", "decode-a"});
+  }
+
+  std::vector<outcome> colocated_outputs(const std::string& model, const std::vector<mixed_request>& mix) {
+    topology_spec colocated;
+    colocated.model_path = model;
+    controller_process reference(controller_process::kind::serve, colocated.write(dir_ / "colocated.toml"),
+                                 dir_ / "colocated.log");
+    std::vector<outcome> expected = run_in_waves(reference, mix, wave);
+    for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(expected[i].error, "") << "reference " << i;
+    return expected;
+  }
+
+  topology_spec disaggregated(const std::string& model, int num_prefill) {
+    topology_spec t;
+    t.model_path = model;
+    t.credentials = dir_ / "certs";
+    t.nodes = {{"prefill-a", free_port()}, {"decode-a", free_port()}};
+    t.prefill = {"prefill-a"};
+    if (num_prefill == 2) {
+      t.nodes.push_back({"prefill-b", free_port()});
+      t.prefill.push_back("prefill-b");
+    }
+    t.decode = {"decode-a"};
+    t.engines = {};
+    return t;
+  }
+
+  // `busy`: nodes that must have worked, each with the bytes it must at least have written (a
+  // prefill node writes the KV of every prompt it computed; heartbeats alone are a few hundred).
+  void expect_equal_outputs(const std::string& name, const topology_spec& topology,
+                            const std::vector<mixed_request>& mix, const std::vector<outcome>& expected,
+                            const std::map<std::string, long>& busy) {
+    SCOPED_TRACE(name);
+    controller_process launch(controller_process::kind::launch, topology.write(dir_ / (name + ".toml")),
+                              dir_ / (name + ".log"));
+    const auto pids = launch.launched_pids();
+    std::map<std::string, long> written_before;
+    for (const auto& [node, bytes] : busy) {
+      ASSERT_EQ(pids.count(node), 1u) << launch.log();
+      written_before[node] = bytes_written(pids.at(node));
+    }
+    const std::vector<outcome> got = run_in_waves(launch, mix, wave);
+    int num_different = 0;
+    for (size_t i = 0; i < mix.size(); ++i) {
+      if (same_output(got[i], expected[i])) continue;
+      if (++num_different <= 5) {
+        ADD_FAILURE() << "request " << i << " (" << (mix[i].http ? "HTTP" : "ZeroMQ")
+                      << (mix[i].request.stream ? ", streamed" : "") << (mix[i].request.sampling.seed ? ", seeded" : ", greedy")
+                      << "): " << got[i] << " != " << expected[i];
+      }
+    }
+    EXPECT_EQ(num_different, 0) << "of " << mix.size();
+    for (const auto& [node, bytes] : busy) {
+      EXPECT_GE(bytes_written(pids.at(node)) - written_before[node], bytes) << node << " did not serve its share";
+    }
+    const stats_reply idle = wait_until_idle(launch);
+    EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "a KV block left taken";
+    EXPECT_EQ(idle.num_waiting_for_kv, 0) << "a reservation left";
+    EXPECT_EQ(idle.num_kv_leases, 0) << "a KV transfer left open";
+    EXPECT_EQ(idle.num_requests_in_flight, 0);
+    if (HasFailure()) ADD_FAILURE() << name << " log:\n" << launch.log();
+  }
+
+  scratch_dir dir_;
+};
+
+TEST_F(disagg_outputs_e2e, stories260k_through_1p1d_2p1d_and_small_chunks_equals_one_process) {
+  const std::vector<mixed_request> mix = request_mix(200, prompts, 8, 64, true, 3);
+  const std::vector<outcome> expected = colocated_outputs(stories_dir, mix);
+  ASSERT_FALSE(HasFailure());
+
+  expect_equal_outputs("1p1d", disaggregated(stories_dir, 1), mix, expected,
+                       {{"prefill-a", 200 * 4096}, {"decode-a", 16384}});
+  expect_equal_outputs("2p1d", disaggregated(stories_dir, 2), mix, expected,
+                       {{"prefill-a", 50 * 4096}, {"prefill-b", 50 * 4096}, {"decode-a", 16384}});
+  topology_spec chunked = disaggregated(stories_dir, 1);
+  chunked.max_num_batched_tokens = 8;  // every prompt streams out chunk by chunk
+  expect_equal_outputs("1p1d-chunked", chunked, mix, expected, {{"prefill-a", 200 * 4096}, {"decode-a", 16384}});
+}
+
+TEST_F(disagg_outputs_e2e, a_12_layer_model_through_1p1d_equals_one_process) {
+  const fs::path model = dir_ / "model-12";
+  const run_result made = run_troupe("make-model --layers 12 --seed 12 --tokenizer " + shell_quote(stories_dir) +
+                                     " --out " + shell_quote(model.string()));
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::vector<mixed_request> mix = request_mix(60, prompts, 8, 48, true, 4);
+  const std::vector<outcome> expected = colocated_outputs(model.string(), mix);
+  ASSERT_FALSE(HasFailure());
+  expect_equal_outputs("1p1d-12-layer", disaggregated(model.string(), 1), mix, expected,
+                       {{"prefill-a", 60 * 4096}, {"decode-a", 16384}});
+}
+
+}  // namespace
+}  // namespace troupe::test::cluster
