@@ -39,6 +39,12 @@
 #include "kvtransfer/kv_sender.hpp"
 #include "model/loader/dummy_weights.hpp"
 
+// The troupe process's jemalloc settings (cli/allocator_settings.cpp), so that the receiver's
+// allocations behave as they do in serving.
+extern "C" {
+const char* malloc_conf = "oversize_threshold:0";
+}
+
 namespace {
 
 using namespace troupe;
