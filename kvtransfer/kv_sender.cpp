@@ -23,6 +23,9 @@ namespace {
 // long one blocking send may wait for room in a full socket before the thread looks again.
 constexpr auto idle_wait = std::chrono::milliseconds(20);
 constexpr int send_timeout_ms = 20;
+// Deadlines are looked at this often while frames flow (not for every frame: the scan is over
+// every open transfer).
+constexpr auto expiry_interval = std::chrono::milliseconds(5);
 // Messages ZeroMQ may hold per destination beyond what the thread hands it: a few frames in
 // flight keep the link busy; more would be memory outside max_buffered_bytes.
 constexpr int send_high_water_mark = 8;
@@ -214,8 +217,12 @@ class kv_sender::impl {
 
   void run() {
     std::unique_lock lock(mutex_);
+    auto next_expiry = std::chrono::steady_clock::now();
     while (!stop_) {
-      expire_locked(std::chrono::steady_clock::now());
+      if (const auto now = std::chrono::steady_clock::now(); now >= next_expiry) {
+        expire_locked(now);
+        next_expiry = now + expiry_interval;
+      }
       if (!failures_.empty()) {
         std::vector<failure> failed = std::exchange(failures_, {});
         lock.unlock();
