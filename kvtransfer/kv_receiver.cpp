@@ -302,9 +302,9 @@ class kv_receiver::impl final : public kv_frame_sink {
     const bool allowed = !key.empty() && allowed_keys_.contains(key);
     if (!allowed) {
       std::lock_guard lock(mutex_);
+      // Logged by read_monitor, which sees this refusal as a failed handshake next.
       stats_.last_refusal = "a sender at " + text(3) + " with " + (key.empty() ? "no CURVE key" : "CURVE key " + key) +
                             " is not among the allowed keys";
-      spdlog::warn("kv receiver {}: refused {}", endpoint_, stats_.last_refusal);
     }
     const std::string status = allowed ? "200" : "400";
     const std::string status_text = allowed ? "OK" : "unknown key";
@@ -325,12 +325,13 @@ class kv_receiver::impl final : public kv_frame_sink {
     uint16_t id = 0;
     if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
     std::lock_guard lock(mutex_);
-    ++stats_.num_refused_peers;
+    const uint64_t n = ++stats_.num_refused_peers;
     if (id != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       // The ZAP handler named the key for an auth failure; here the peer never got that far.
       stats_.last_refusal = "a peer failed the CURVE handshake on " + endpoint_ + " (no or wrong keys)";
-      spdlog::warn("kv receiver {}: {}", endpoint_, stats_.last_refusal);
     }
+    // A refused peer reconnects every 100 ms: the 1st, 2nd, 4th, 8th ... refusal is logged.
+    if ((n & (n - 1)) == 0) spdlog::warn("kv receiver {}: refused connection {}: {}", endpoint_, n, stats_.last_refusal);
   }
 
   void expire(std::chrono::steady_clock::time_point now) {

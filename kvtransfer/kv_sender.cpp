@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <zmq.hpp>
@@ -22,6 +23,9 @@ namespace {
 // long one blocking send may wait for room in a full socket before the thread looks again.
 constexpr auto idle_wait = std::chrono::milliseconds(20);
 constexpr int send_timeout_ms = 20;
+// Deadlines are looked at this often while frames flow (not for every frame: the scan is over
+// every open transfer).
+constexpr auto expiry_interval = std::chrono::milliseconds(5);
 // Messages ZeroMQ may hold per destination beyond what the thread hands it: a few frames in
 // flight keep the link busy; more would be memory outside max_buffered_bytes.
 constexpr int send_high_water_mark = 8;
@@ -34,6 +38,7 @@ std::string transfer_name(uint64_t transfer_id) { return "KV transfer " + std::t
 struct destination {
   std::string endpoint;
   std::string server_public_key;  // "" without CURVE
+  std::string key() const { return endpoint + "|" + server_public_key; }
 };
 
 struct queued_frame {
@@ -153,7 +158,7 @@ class kv_sender::impl {
 
   kv_sender_stats stats() const {
     std::lock_guard lock(mutex_);
-    return {num_frames_, num_bytes_, transfers_.size(), num_buffered_bytes_};
+    return {num_frames_, num_bytes_, transfers_.size(), num_buffered_bytes_, num_destinations_};
   }
 
  private:
@@ -198,6 +203,9 @@ class kv_sender::impl {
       auto next = std::next(it);
       if (it->second.deadline <= now) {
         const transfer& t = it->second;
+        // Its socket was full and stayed so: the peer takes nothing (it died, or never came).
+        // Closing the socket frees the frames ZeroMQ holds for it; a later transfer reconnects.
+        if (t.to && blocked_.contains(t.to->key())) close_socket(t.to->key());
         fail_locked(it, "its deadline passed " +
                             (t.to ? "with " + std::to_string(t.frames.size()) + " frames unsent to " + t.to->endpoint
                                   : std::string("before the destination was known (no ready)")) +
@@ -209,8 +217,12 @@ class kv_sender::impl {
 
   void run() {
     std::unique_lock lock(mutex_);
+    auto next_expiry = std::chrono::steady_clock::now();
     while (!stop_) {
-      expire_locked(std::chrono::steady_clock::now());
+      if (const auto now = std::chrono::steady_clock::now(); now >= next_expiry) {
+        expire_locked(now);
+        next_expiry = now + expiry_interval;
+      }
       if (!failures_.empty()) {
         std::vector<failure> failed = std::exchange(failures_, {});
         lock.unlock();
@@ -271,7 +283,11 @@ class kv_sender::impl {
       zmq::socket_t* socket = socket_for(to, why);
       if (!socket) return hand_result::refused;
       // The receiver takes both parts or neither: once the header is in, the payload follows.
-      if (!socket->send(zmq::buffer(frame.header), zmq::send_flags::sndmore)) return hand_result::socket_full;
+      if (!socket->send(zmq::buffer(frame.header), zmq::send_flags::sndmore)) {
+        blocked_.insert(to.key());
+        return hand_result::socket_full;
+      }
+      blocked_.erase(to.key());
       std::vector<std::byte>* payload = frame.payload.release();
       zmq::message_t body(
           payload->data(), payload->size(), [](void*, void* owner) { delete static_cast<std::vector<std::byte>*>(owner); },
@@ -287,9 +303,18 @@ class kv_sender::impl {
     }
   }
 
+  void close_socket(const std::string& key) {
+    blocked_.erase(key);
+    auto it = sockets_.find(key);
+    if (it == sockets_.end()) return;
+    it->second.set(zmq::sockopt::linger, 0);
+    sockets_.erase(it);
+    num_destinations_ = sockets_.size();
+  }
+
   // One PUSH socket per destination, connected on first use and kept.
   zmq::socket_t* socket_for(const destination& to, std::string& why) {
-    const std::string key = to.endpoint + "|" + to.server_public_key;
+    const std::string key = to.key();
     if (auto it = sockets_.find(key); it != sockets_.end()) return &it->second;
     if (!to.server_public_key.empty() && settings_.keys.empty()) {
       why = "the receiver at " + to.endpoint + " wants CURVE, this sender has no keys";
@@ -305,14 +330,18 @@ class kv_sender::impl {
       socket.set(zmq::sockopt::curve_secretkey, settings_.keys.secret_key);
     }
     socket.connect(to.endpoint);
-    return &sockets_.emplace(key, std::move(socket)).first->second;
+    zmq::socket_t* kept = &sockets_.emplace(key, std::move(socket)).first->second;
+    std::lock_guard lock(mutex_);
+    num_destinations_ = sockets_.size();
+    return kept;
   }
 
   const kv_channel_settings settings_;
   const kv_sender_events events_;
 
   zmq::context_t context_{1};
-  std::map<std::string, zmq::socket_t> sockets_;  // the thread's only
+  std::map<std::string, zmq::socket_t> sockets_;  // the thread's only (destination key -> socket)
+  std::set<std::string> blocked_;                 // the thread's only: sockets full at their last send
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // something to send, or stop
@@ -325,6 +354,7 @@ class kv_sender::impl {
   uint64_t num_frames_ = 0;
   uint64_t num_bytes_ = 0;
   uint64_t last_sent_ = 0;
+  size_t num_destinations_ = 0;  // sockets_.size(), for stats() on other threads
   bool in_flight_ = false;
   bool stop_ = false;
   std::thread thread_;

@@ -33,6 +33,7 @@ struct kv_sender_stats {
   uint64_t num_bytes = 0;
   size_t num_transfers = 0;       // open (leases)
   size_t num_buffered_bytes = 0;  // queued, not yet sent
+  size_t num_destinations = 0;    // sockets open (one per destination endpoint)
 };
 
 class kv_sender {

@@ -46,6 +46,7 @@ TEST_F(kv_plane_test, a_transfer_through_the_socket_continues_bitwise_equal) {
   EXPECT_TRUE(sender.wait_idle(10s));
   EXPECT_EQ(sender.stats().num_frames, uint64_t(num_layers()));
   EXPECT_EQ(sender.stats().num_transfers, 0u);  // finished and sent: closed
+  EXPECT_EQ(sender.stats().num_destinations, 1u);  // the socket is kept for the next transfer
   EXPECT_EQ(sent.size(), 0u);
   // Completed on the receiver's thread: the frames came through its socket.
   EXPECT_EQ(done->thread, receiver_thread_of(receiver, received, expectation(8, 0ms)));
@@ -68,6 +69,31 @@ TEST_F(kv_plane_test, a_transfer_inside_one_process_goes_direct_and_continues_bi
   EXPECT_EQ(receiver.stats().num_frames, uint64_t(num_layers()));
   // Completed on the sender's thread: no socket in between.
   EXPECT_NE(done->thread, receiver_thread_of(receiver, received, expectation(8, 0ms)));
+}
+
+TEST_F(kv_plane_test, a_chunked_prefill_through_the_socket_arrives_in_the_order_queued) {
+  // Chunk by chunk, layer by layer, as a chunked prefill exports: [0, 4), [4, 8), [8, 11) of
+  // every layer. A chunk overtaking the one before it would leave a gap and fail the transfer.
+  event_log received;
+  kv_receiver receiver(*b_, {}, received.receiver_events());
+  kv_channel_settings settings;
+  settings.allow_direct = false;
+  kv_sender sender(settings, {});
+  receiver.expect(expectation(7));
+  sender.open(7, in(60s));
+  sender.ready(7, receiver.endpoint(), "");
+  for (auto [begin, end] : {std::pair{0, 4}, std::pair{4, 8}, std::pair{8, 11}}) {
+    for (int layer = 0; layer < num_layers(); ++layer) {
+      frame f = frame_of(7, layer, 1, begin, end);
+      ASSERT_TRUE(sender.send(f.header, std::move(f.payload)));
+    }
+  }
+  sender.finish(7);
+  const auto done = received.wait_for(7);
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(done->completed) << done->why;
+  EXPECT_EQ(receiver.stats().num_frames, uint64_t(3 * num_layers()));
+  EXPECT_EQ(decode_on_b(), expected_);
 }
 
 TEST_F(kv_plane_test, chunks_and_layer_ranges_in_any_order_complete_once_every_layer_has_every_token) {

@@ -1,6 +1,6 @@
 // The sender's leases: frames wait for their destination holding memory, bounded by
-// max_buffered_bytes and released at the deadline, on cancel, or once handed over; per
-// transfer in the order queued.
+// max_buffered_bytes and released at the deadline, on cancel, or once handed over; a socket to a
+// peer that takes nothing is closed at the deadline with what ZeroMQ held for it.
 
 #include <gtest/gtest.h>
 
@@ -99,6 +99,36 @@ TEST_F(kv_plane_test, a_receiver_that_is_gone_fails_the_transfer_at_its_deadline
     EXPECT_TRUE(sender.wait_idle(10s));
   }  // the destructor returns: linger bounds the wait for a peer that never comes
   EXPECT_EQ(sent.size(), 0u);
+}
+
+TEST_F(kv_plane_test, frames_a_dead_peer_cannot_take_are_released_at_the_deadline) {
+  // More frames than ZeroMQ queues for a peer that never comes: the rest stay with the sender
+  // until the deadline fails the transfer and frees them.
+  std::string endpoint;
+  {
+    kv_receiver gone(*b_, {}, {});
+    endpoint = gone.endpoint();
+  }
+  kv_channel_settings settings;
+  settings.linger = std::chrono::milliseconds(100);
+  event_log sent;
+  kv_sender sender(settings, sent.sender_events());
+  sender.open(7, in(500ms));
+  sender.ready(7, endpoint, "");
+  const int num_frames = 64;
+  for (int i = 0; i < num_frames; ++i) {
+    frame f = frame_of(7, i % num_layers(), 1, 0, num_tokens);
+    ASSERT_TRUE(sender.send(f.header, std::move(f.payload))) << "frame " << i;
+  }
+  const auto failed = sent.wait_for(7);
+  ASSERT_TRUE(failed);
+  EXPECT_NE(failed->why.find("deadline"), std::string::npos) << failed->why;
+  EXPECT_NE(failed->why.find("frames unsent to " + endpoint), std::string::npos) << failed->why;
+  EXPECT_LT(sender.stats().num_frames, uint64_t(num_frames));
+  EXPECT_EQ(sender.stats().num_buffered_bytes, 0u);
+  EXPECT_EQ(sender.stats().num_transfers, 0u);
+  // The socket that took nothing more is closed with what ZeroMQ held for the dead peer.
+  EXPECT_EQ(sender.stats().num_destinations, 0u);
 }
 
 }  // namespace
