@@ -144,13 +144,14 @@ step_plan scheduler::schedule() {
 
   // Admitting while preempting would only swap one sequence's blocks for another's.
   const auto now = engine_clock::now();
-  while (!preempted_any && !waiting_.empty() && budget > 0 &&
-         num_running() + num_waiting_for_kv() < config_.max_num_seqs) {
+  while (!preempted_any && !waiting_.empty() && num_running() + num_waiting_for_kv() < config_.max_num_seqs) {
     sequence* seq = *waiting_.begin();
     if (seq->kv().role == kv_role::receive) {
       // Fresh blocks, not the prefix cache's: the import writes into them, and a cached block
-      // may be shared with running requests. The KV costs no compute, so no budget.
-      const int needed = seq->num_tokens();
+      // may be shared with running requests. The KV costs no compute, so no budget. Tokens
+      // handed over already (the prefill side may be quicker than this admission) are not part
+      // of the KV: they are the next step's input.
+      const int needed = seq->num_tokens() - seq->num_handed_over_tokens;
       if (!kv_.can_allocate(prefix_hit{}, needed)) break;
       kv_.allocate(seq->blocks, prefix_hit{}, needed);
       seq->num_kv_tokens = needed;
@@ -165,6 +166,7 @@ step_plan scheduler::schedule() {
           kv_reservation{seq->request_id(), seq->kv().transfer_id, seq->blocks.block_ids, needed});
       continue;
     }
+    if (budget <= 0) break;
     prefix_hit hit = kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
     const int num_new = std::min(seq->num_tokens() - hit.num_tokens, budget);
     const int needed = hit.num_tokens + num_new;
@@ -417,6 +419,7 @@ std::string scheduler::hand_over(int64_t request_id, uint64_t transfer_id, std::
              std::to_string(config_.max_model_len);
     }
     seq.append_token(id, now);
+    ++seq.num_handed_over_tokens;
     if (is_finished(stop_status(seq, id))) {
       return "request " + std::to_string(request_id) + ": the prefill side handed over token " + std::to_string(id) +
              ", which ends the request (the prefill side should have finished it)";

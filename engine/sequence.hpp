@@ -90,6 +90,7 @@ class sequence {
   // Role receive, while waiting_for_kv: the tokens whose KV is arriving (fixed at reservation),
   // whether all of it has, and whether the prefill side's first token(s) came (handed_off).
   int num_kv_tokens = 0;
+  int num_handed_over_tokens = 0;
   bool kv_arrived = false;
   bool handed_off = false;
 

@@ -120,6 +120,35 @@ TEST(kv_handoff_scheduler, a_first_token_may_come_before_the_kv) {
   EXPECT_EQ(s->schedule().sequences.size(), 1u);
 }
 
+TEST(kv_handoff_scheduler, a_first_token_handed_over_before_the_reservation_is_not_part_of_the_kv) {
+  // The prefill side can be quicker than this admission: the reservation is still for the
+  // prompt's KV only, and the token is the first step's input.
+  auto s = create_scheduler(64, 16);
+  ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3}));
+  EXPECT_EQ(s->hand_over(9, 3, std::vector<int32_t>{1000}), "");
+  s->schedule();
+  const std::vector<kv_reservation> reserved = s->take_kv_reservations();
+  ASSERT_EQ(reserved.size(), 1u);
+  EXPECT_EQ(reserved[0].num_tokens, 20);
+  EXPECT_TRUE(s->kv_arrived(9, 3));
+  const step_plan plan = s->schedule();
+  ASSERT_EQ(plan.sequences.size(), 1u);
+  EXPECT_EQ(plan.sequences[0].num_computed_tokens, 20);
+  EXPECT_EQ(plan.sequences[0].new_token_ids, std::vector<int32_t>{1000});
+}
+
+TEST(kv_handoff_scheduler, a_reservation_needs_no_token_budget) {
+  // Decodes use up the whole budget every step; the reservation is made all the same.
+  auto s = create_scheduler(64, 16, /*max_num_batched_tokens=*/1);
+  ASSERT_FALSE(s->add_request(1, make_prompt(1), greedy(50)));
+  step_plan plan = s->schedule();
+  s->update(plan, fake_run(plan));
+  ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3}));
+  plan = s->schedule();
+  EXPECT_EQ(plan.num_tokens(), 1);
+  EXPECT_EQ(s->take_kv_reservations().size(), 1u);
+}
+
 TEST(kv_handoff_scheduler, a_reservation_counts_against_max_num_seqs_and_is_never_preempted) {
   // 4 blocks: the reservation takes 2; a running request that grows must not take them.
   auto s = create_scheduler(4, 16, 8192, /*max_num_seqs=*/2);

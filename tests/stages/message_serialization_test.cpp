@@ -68,6 +68,7 @@ scheduled_sequence full_entry() {
   s.params = full_params();
   s.penalty_token_ids = {1, 5, 6, 7};
   s.num_prompt_tokens = 3;
+  s.kv_send_transfer_id = 0xabcdef01ull;
   return s;
 }
 
@@ -116,6 +117,7 @@ token_delta full_delta() {
 std::vector<token_delta> samples(of<token_delta>) {
   token_delta unfinished = full_delta();
   unfinished.metrics.reset();
+  unfinished.handed_off = true;
   return {full_delta(), unfinished};
 }
 
@@ -139,6 +141,7 @@ std::vector<schedule_request> samples(of<schedule_request>) {
   r.priority = 5;
   r.tokenize_ns = 2000;
   r.resumed_output_ids = {7, 8};
+  r.kv = kv_handoff{kv_role::receive, 0x1234567890ull};
   return {r};
 }
 
@@ -174,8 +177,17 @@ std::vector<stop_request_msg> samples(of<stop_request_msg>) { return {{43}}; }
 std::vector<stage_failure_drill> samples(of<stage_failure_drill>) { return {{"drill"}}; }
 std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
 std::vector<stats_answer> samples(of<stats_answer>) {
-  return {{77, 10, 64, 3, 4, ""}, {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"}};
+  return {{77, 10, 64, 3, 4, "", 2, 5}, {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"}};
 }
+std::vector<kv_handoff> samples(of<kv_handoff>) { return {{kv_role::send, 99}, {kv_role::receive, ~0ull}}; }
+std::vector<kv_reservation> samples(of<kv_reservation>) { return {{42, 7, {3, 9, 1}, 40}}; }
+std::vector<kv_expect_msg> samples(of<kv_expect_msg>) { return {{{42, 7, {3, 9}, 20}, 10000}}; }
+std::vector<kv_ready_msg> samples(of<kv_ready_msg>) { return {{42, 7, "tcp://127.0.0.1:4711", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"}}; }
+std::vector<kv_arrival_msg> samples(of<kv_arrival_msg>) { return {{42, 7, true, ""}, {43, 8, false, "deadline passed"}}; }
+std::vector<kv_handover_msg> samples(of<kv_handover_msg>) { return {{42, 7, {1000}}}; }
+std::vector<kv_failed_msg> samples(of<kv_failed_msg>) { return {{42, 7, "the transfer's deadline passed"}}; }
+std::vector<kv_cancel_msg> samples(of<kv_cancel_msg>) { return {{7}}; }
+std::vector<kv_lease_counts> samples(of<kv_lease_counts>) { return {{1, 2, 3}}; }
 std::vector<request_failed> samples(of<request_failed>) { return {full_failure()}; }
 
 // The specs carry actor handles: three live actors of the test's own system, set by the test
@@ -228,12 +240,20 @@ std::vector<engine_config> samples(of<engine_config>) { return {full_engine_conf
 std::vector<tokenizer_spec> samples(of<tokenizer_spec>) {
   return {{"/models/stories260K/hf", 512, 300, handles.first, handles.second}};
 }
-std::vector<worker_spec> samples(of<worker_spec>) { return {{full_model_spec()}}; }
+std::vector<worker_spec> samples(of<worker_spec>) {
+  worker_spec spec{full_model_spec()};
+  spec.kv_bind_host = "10.0.0.7";
+  spec.kv_transfer_timeout_ms = 2500;
+  return {spec};
+}
 std::vector<worker_description> samples(of<worker_description>) {
-  return {{full_engine_config(), {2, 7}, "stories260K: 5 layers"}};
+  return {{full_engine_config(), {2, 7}, "stories260K: 5 layers", handles.third}};
 }
 std::vector<scheduler_spec> samples(of<scheduler_spec>) {
-  return {{full_engine_config(), {2, 7}, handles.first, handles.second}};
+  scheduler_spec spec{full_engine_config(), {2, 7}, handles.first, handles.second};
+  spec.kv_agent = handles.third;
+  spec.kv_transfer_timeout_ms = 2500;
+  return {spec};
 }
 std::vector<detokenizer_spec> samples(of<detokenizer_spec>) { return {{"/models/stories260K/hf", handles.third}}; }
 
@@ -276,6 +296,7 @@ void expect_same(const scheduled_sequence& a, const scheduled_sequence& b) {
   if (a.params) expect_same(*a.params, *b.params);
   EXPECT_EQ(a.penalty_token_ids, b.penalty_token_ids);
   EXPECT_EQ(a.num_prompt_tokens, b.num_prompt_tokens);
+  EXPECT_EQ(a.kv_send_transfer_id, b.kv_send_transfer_id);
 }
 
 void expect_same(const step_plan& a, const step_plan& b) {
@@ -320,6 +341,7 @@ void expect_same(const token_delta& a, const token_delta& b) {
   EXPECT_EQ(a.token_ids, b.token_ids);
   expect_same_list(a.logprobs, b.logprobs);
   EXPECT_EQ(a.finish, b.finish);
+  EXPECT_EQ(a.handed_off, b.handed_off);
   ASSERT_EQ(a.metrics.has_value(), b.metrics.has_value());
   if (a.metrics) expect_same(*a.metrics, *b.metrics);
   EXPECT_EQ(a.stop, b.stop);
@@ -342,6 +364,51 @@ void expect_same(const schedule_request& a, const schedule_request& b) {
   EXPECT_EQ(a.priority, b.priority);
   EXPECT_EQ(a.tokenize_ns, b.tokenize_ns);
   EXPECT_EQ(a.resumed_output_ids, b.resumed_output_ids);
+  EXPECT_EQ(a.kv.role, b.kv.role);
+  EXPECT_EQ(a.kv.transfer_id, b.kv.transfer_id);
+}
+
+void expect_same(const kv_handoff& a, const kv_handoff& b) {
+  EXPECT_EQ(a.role, b.role);
+  EXPECT_EQ(a.transfer_id, b.transfer_id);
+}
+void expect_same(const kv_reservation& a, const kv_reservation& b) {
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.transfer_id, b.transfer_id);
+  EXPECT_EQ(a.block_ids, b.block_ids);
+  EXPECT_EQ(a.num_tokens, b.num_tokens);
+}
+void expect_same(const kv_expect_msg& a, const kv_expect_msg& b) {
+  expect_same(a.reservation, b.reservation);
+  EXPECT_EQ(a.timeout_ms, b.timeout_ms);
+}
+void expect_same(const kv_ready_msg& a, const kv_ready_msg& b) {
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.transfer_id, b.transfer_id);
+  EXPECT_EQ(a.endpoint, b.endpoint);
+  EXPECT_EQ(a.public_key, b.public_key);
+}
+void expect_same(const kv_arrival_msg& a, const kv_arrival_msg& b) {
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.transfer_id, b.transfer_id);
+  EXPECT_EQ(a.ok, b.ok);
+  EXPECT_EQ(a.why, b.why);
+}
+void expect_same(const kv_handover_msg& a, const kv_handover_msg& b) {
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.transfer_id, b.transfer_id);
+  EXPECT_EQ(a.token_ids, b.token_ids);
+}
+void expect_same(const kv_failed_msg& a, const kv_failed_msg& b) {
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.transfer_id, b.transfer_id);
+  EXPECT_EQ(a.why, b.why);
+}
+void expect_same(const kv_cancel_msg& a, const kv_cancel_msg& b) { EXPECT_EQ(a.transfer_id, b.transfer_id); }
+void expect_same(const kv_lease_counts& a, const kv_lease_counts& b) {
+  EXPECT_EQ(a.num_expected, b.num_expected);
+  EXPECT_EQ(a.num_sending, b.num_sending);
+  EXPECT_EQ(a.num_refused_frames, b.num_refused_frames);
 }
 
 void expect_same(const engine_load& a, const engine_load& b) {
@@ -412,12 +479,17 @@ void expect_same(const tokenizer_spec& a, const tokenizer_spec& b) {
   EXPECT_EQ(a.reply_to, b.reply_to);
 }
 
-void expect_same(const worker_spec& a, const worker_spec& b) { expect_same(a.model, b.model); }
+void expect_same(const worker_spec& a, const worker_spec& b) {
+  expect_same(a.model, b.model);
+  EXPECT_EQ(a.kv_bind_host, b.kv_bind_host);
+  EXPECT_EQ(a.kv_transfer_timeout_ms, b.kv_transfer_timeout_ms);
+}
 
 void expect_same(const worker_description& a, const worker_description& b) {
   expect_same(a.config, b.config);
   EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.summary, b.summary);
+  EXPECT_EQ(a.kv_agent, b.kv_agent);
 }
 
 void expect_same(const scheduler_spec& a, const scheduler_spec& b) {
@@ -425,6 +497,8 @@ void expect_same(const scheduler_spec& a, const scheduler_spec& b) {
   EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.worker, b.worker);
   EXPECT_EQ(a.router, b.router);
+  EXPECT_EQ(a.kv_agent, b.kv_agent);
+  EXPECT_EQ(a.kv_transfer_timeout_ms, b.kv_transfer_timeout_ms);
 }
 
 void expect_same(const detokenizer_spec& a, const detokenizer_spec& b) {
@@ -458,6 +532,8 @@ void expect_same(const stats_answer& a, const stats_answer& b) {
   EXPECT_EQ(a.num_running, b.num_running);
   EXPECT_EQ(a.num_waiting, b.num_waiting);
   EXPECT_EQ(a.unavailable, b.unavailable);
+  EXPECT_EQ(a.num_waiting_for_kv, b.num_waiting_for_kv);
+  EXPECT_EQ(a.num_kv_leases, b.num_kv_leases);
 }
 
 template <class T>
@@ -507,7 +583,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 31);
+  EXPECT_EQ(num_types, 40);
   for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;
