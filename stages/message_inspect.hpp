@@ -170,7 +170,7 @@ typename Inspector::result_type inspect(Inspector& f, text_batch& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, abort_request_msg& x) {
-  return f(caf::meta::type_name("abort_request_msg"), x.request_id);
+  return f(caf::meta::type_name("abort_request_msg"), x.request_id, x.quietly);
 }
 
 template <class Inspector>

@@ -163,6 +163,10 @@ struct text_batch {
 
 struct abort_request_msg {
   int64_t request_id = 0;
+  // From the router, dropping one half of a disaggregated request it runs again: the request
+  // ends here without a word (no final delta; nothing kept as an early abort, since the id's
+  // next run may come here next).
+  bool quietly = false;
 };
 
 // From the detokenizer: the request's text matched a stop string. The scheduler finishes it and

@@ -81,7 +81,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     router_commands commands = router->take_commands();
     for (const auto& [instance, request_id] : commands.aborts) {
       auto it = engines->find(instance);
-      if (it != engines->end()) self->send(it->second.scheduler, abort_request_msg{request_id});
+      if (it != engines->end()) self->send(it->second.scheduler, abort_request_msg{request_id, true});
     }
     for (auto& [instance, handover] : commands.handovers) {
       auto it = engines->find(instance);

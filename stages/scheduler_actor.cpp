@@ -52,7 +52,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
   self->attach_functor([deliver] { *deliver = nullptr; });  // breaks the self-reference cycle
   return {
       [=](schedule_request& request) { (*deliver)(stage->add(std::move(request))); },
-      [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id)); },
+      [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id, abort.quietly)); },
       [=](stop_request_msg& stop) { (*deliver)(stage->stop(stop.request_id)); },
       [=](kv_arrival_msg& arrival) { (*deliver)(stage->kv_arrived(arrival)); },
       [=](kv_handover_msg& handover) { (*deliver)(stage->hand_over(handover)); },

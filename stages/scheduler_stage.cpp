@@ -77,10 +77,16 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
   return out;
 }
 
-scheduler_stage::outputs scheduler_stage::abort(int64_t request_id) {
+scheduler_stage::outputs scheduler_stage::abort(int64_t request_id, bool quietly) {
   outputs out;
   const sequence* seq = scheduler_.find(request_id);
   if (seq != nullptr && seq->status == sequence_status::waiting_for_kv) out.kv_cancels.push_back(seq->kv().transfer_id);
+  if (quietly) {
+    if (scheduler_.abort(request_id)) timelines_.erase(request_id);
+    handed_off_.erase(request_id);
+    plan_next(out);  // its blocks are free for the queue
+    return out;
+  }
   if (auto delta = scheduler_.abort(request_id)) {
     emit(out, std::move(*delta));
   } else if (handed_off_.erase(request_id)) {

@@ -36,7 +36,8 @@ class scheduler_stage {
   scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids);
 
   outputs add(schedule_request request);
-  outputs abort(int64_t request_id);
+  // `quietly`: the router drops this half of a disaggregated request (abort_request_msg::quietly).
+  outputs abort(int64_t request_id, bool quietly = false);
   // The detokenizer matched a stop string: finish the request now so its blocks are free for
   // the next step. Its final delta goes to the detokenizer, which holds the truncated text.
   outputs stop(int64_t request_id);

@@ -172,7 +172,7 @@ std::vector<token_batch> samples(of<token_batch>) {
 
 std::vector<text_delta> samples(of<text_delta>) { return {{full_delta(), "Once", full_timeline()}}; }
 std::vector<text_batch> samples(of<text_batch>) { return {{samples(of<text_delta>{})}}; }
-std::vector<abort_request_msg> samples(of<abort_request_msg>) { return {{42}}; }
+std::vector<abort_request_msg> samples(of<abort_request_msg>) { return {{42}, {43, true}}; }
 std::vector<stop_request_msg> samples(of<stop_request_msg>) { return {{43}}; }
 std::vector<stage_failure_drill> samples(of<stage_failure_drill>) { return {{"drill"}}; }
 std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
@@ -520,7 +520,10 @@ void expect_same(const text_delta& a, const text_delta& b) {
 }
 
 void expect_same(const text_batch& a, const text_batch& b) { expect_same_list(a.deltas, b.deltas); }
-void expect_same(const abort_request_msg& a, const abort_request_msg& b) { EXPECT_EQ(a.request_id, b.request_id); }
+void expect_same(const abort_request_msg& a, const abort_request_msg& b) {
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.quietly, b.quietly);
+}
 void expect_same(const stop_request_msg& a, const stop_request_msg& b) { EXPECT_EQ(a.request_id, b.request_id); }
 void expect_same(const stats_query& a, const stats_query& b) { EXPECT_EQ(a.tag, b.tag); }
 void expect_same(const stage_failure_drill& a, const stage_failure_drill& b) { EXPECT_EQ(a.reason, b.reason); }
