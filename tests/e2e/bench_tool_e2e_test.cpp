@@ -190,7 +190,8 @@ TEST_F(bench_tool, random_workloads_send_the_lengths_asked_for) {
 }
 
 // --sweep over a server setting: the server command is started per value with {} replaced, and
-// stopped after; here the fake server's capacity, so throughput must grow with it.
+// stopped after; here the fake server's capacity, so throughput must grow with it. Two rounds,
+// the second in reverse order; the CSV has every round.
 TEST_F(bench_tool, sweeps_a_server_setting_across_restarts_and_writes_csv_and_plots) {
   const fs::path out = scratch_path("sweep");
   const uint16_t port = free_port();
@@ -198,19 +199,23 @@ TEST_F(bench_tool, sweeps_a_server_setting_across_restarts_and_writes_csv_and_pl
   const std::string server_cmd = shell_quote(bench_binary.string()) + " --fake-server --zmq-endpoint " + endpoint +
                                  " --ttft-ms 20 --tpot-ms 5 --max-concurrency {}";
   const json result = run_bench("--backend troupe-zmq --endpoint " + endpoint + " --num-prompts 16 --input-len 4 --output-len 5"
-                                " --concurrency 4 --slo ttft=100ms,tpot=20ms --sweep max-concurrency=1,4 --server-cmd " +
+                                " --concurrency 4 --slo ttft=100ms,tpot=20ms --sweep max-concurrency=1,4 --sweep-rounds 2 --warmup 2 --server-cmd " +
                                 shell_quote(server_cmd) + " --out " + shell_quote(out.string()));
   ASSERT_TRUE(result.contains("sweep")) << result.dump();
   const json& runs = result["sweep"]["runs"];
-  ASSERT_EQ(runs.size(), 2u);
+  // Two rounds, the second in reverse order.
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0]["max-concurrency"], "1");
+  EXPECT_EQ(runs[2]["max-concurrency"], "4");
+  EXPECT_EQ(runs[3]["round"], 1);
   const double one = runs[0]["summary"]["request_throughput"];
   const double four = runs[1]["summary"]["request_throughput"];
   // Each request holds a slot 20 + 4 * 5 = 40 ms: 25 requests/s per slot.
   expect_within(one, 25.0, 0.25, "throughput with one slot");
   EXPECT_GT(four, 2.5 * one);
   const std::string csv = read_file(out / "sweep.csv");
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3) << csv;
-  EXPECT_EQ(csv.rfind("max-concurrency,offered_rate,", 0), 0u) << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5) << csv;
+  EXPECT_EQ(csv.rfind("max-concurrency,round,offered_rate,", 0), 0u) << csv;
   for (const char* plot : {"latency_vs_throughput.svg", "tpot_vs_throughput.svg", "slo_attainment_vs_rate.svg"}) {
     const std::string svg = read_file(out / plot);
     EXPECT_NE(svg.find("<svg"), std::string::npos) << plot;

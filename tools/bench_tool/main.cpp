@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -68,6 +69,8 @@ struct options {
   double goodput_target = 0.9;
   double goodput_tolerance = 0.02;
   std::string sweep_text;
+  int sweep_rounds = 1;
+  int warmup = 0;
   std::string server_cmd;
   int server_timeout_s = 300;
   std::string out_dir = "bench-out";
@@ -158,6 +161,17 @@ struct bench_context {
     return {summarize_run(result.records, result.duration, rate, o.concurrency, targets), std::move(result)};
   }
 
+  // Requests whose figures are thrown away, so that a freshly started server's first requests
+  // (threads starting, pages faulted in) do not count.
+  void warm_up() const {
+    if (o.warmup <= 0) return;
+    const std::vector<bench_request> first(requests.begin(), requests.begin() + std::min<size_t>(o.warmup, requests.size()));
+    load_settings s;
+    s.rate = INFINITY;
+    s.concurrency = o.concurrency;
+    run_load(client, first, s);
+  }
+
   // Searches the rate; prints each probe.
   goodput_result search() const {
     goodput_search_settings gs;
@@ -233,36 +247,48 @@ int run_bench(const options& o) {
   bench_context bench{o, *client, requests, targets, progress};
 
   std::unique_ptr<server_process> server;
+  if (o.sweep_rounds < 1) throw std::invalid_argument("--sweep-rounds must be at least 1");
   if (!o.server_cmd.empty() && !server_sweep) server = start_server(o, *client, "", "server.log");
+  if (!server_sweep) bench.warm_up();
 
   nlohmann::json out = {{"settings", settings_json(o)}};
   if (sweep) {
     std::vector<sweep_row> rows;
     nlohmann::json runs = nlohmann::json::array();
-    for (const auto& value : sweep->values) {
-      if (stop_requested) break;
-      std::unique_ptr<server_process> per_value;
-      if (server_sweep) per_value = start_server(o, *client, value, "server-" + sweep->key + "-" + value + ".log");
-      sweep_row row;
-      row.value = value;
-      nlohmann::json run_json = {{sweep->key, value}};
-      if (o.find_goodput) {
-        const goodput_result g = bench.search();
-        row.goodput_rate = g.rate;
-        run_json["goodput"] = goodput_json(g);
-        std::printf("%s=%s: ", sweep->key.c_str(), value.c_str());
-        print_goodput(g, o.goodput_target);
-        // The row's latencies: one more run at the goodput rate found (or the lowest tried).
-        const double at = g.rate.value_or(g.probes.empty() ? o.goodput_start_rate : g.probes.back().rate);
-        row.summary = bench.run(at).first;
-      } else {
-        row.summary = bench.run(sweep->is_rate() ? std::stod(value) : rate).first;
+    // Rounds alternate the order of the values, so that load from elsewhere that comes and goes
+    // during the sweep does not fall on the same values each time.
+    for (int round = 0; round < o.sweep_rounds && !stop_requested; ++round) {
+      std::vector<std::string> order = sweep->values;
+      if (round % 2 == 1) std::reverse(order.begin(), order.end());
+      for (const auto& value : order) {
+        if (stop_requested) break;
+        std::unique_ptr<server_process> per_value;
+        if (server_sweep) {
+          per_value = start_server(o, *client, value, "server-" + sweep->key + "-" + value + ".log");
+          bench.warm_up();
+        }
+        sweep_row row;
+        row.value = value;
+        row.round = round;
+        nlohmann::json run_json = {{sweep->key, value}, {"round", round}};
+        if (o.find_goodput) {
+          const goodput_result g = bench.search();
+          row.goodput_rate = g.rate;
+          run_json["goodput"] = goodput_json(g);
+          std::printf("%s=%s: ", sweep->key.c_str(), value.c_str());
+          print_goodput(g, o.goodput_target);
+          // The row's latencies: one more run at the goodput rate found (or the lowest tried).
+          const double at = g.rate.value_or(g.probes.empty() ? o.goodput_start_rate : g.probes.back().rate);
+          row.summary = bench.run(at).first;
+        } else {
+          row.summary = bench.run(sweep->is_rate() ? std::stod(value) : rate).first;
+        }
+        std::printf("%s=%s\n%s", sweep->key.c_str(), value.c_str(), format_summary(row.summary).c_str());
+        std::fflush(stdout);
+        run_json["summary"] = to_json(row.summary);
+        runs.push_back(run_json);
+        rows.push_back(std::move(row));
       }
-      std::printf("%s=%s\n%s", sweep->key.c_str(), value.c_str(), format_summary(row.summary).c_str());
-      std::fflush(stdout);
-      run_json["summary"] = to_json(row.summary);
-      runs.push_back(run_json);
-      rows.push_back(std::move(row));
     }
     const auto files = write_sweep_outputs(o.out_dir, *sweep, rows, !targets.empty());
     for (const auto& f : files) std::printf("wrote %s\n", f.c_str());
@@ -327,6 +353,8 @@ int main(int argc, char** argv) {
   app.add_option("--goodput-target", o.goodput_target, "share of requests that must meet the SLO")->capture_default_str();
   app.add_option("--goodput-tolerance", o.goodput_tolerance, "the search stops when its bracket is narrower than this share")->capture_default_str();
   app.add_option("--sweep", o.sweep_text, "rate=1,2,4 or a server flag such as max-num-batched-tokens=256,512 (with --server-cmd)");
+  app.add_option("--sweep-rounds", o.sweep_rounds, "run the sweep this many times, alternating the order; the plots take each value's best round (lowest median E2E)")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "requests sent and not counted before measuring (after each server start)")->capture_default_str();
   app.add_option("--server-cmd", o.server_cmd, "a server to start (per sweep value: {} is replaced by it), wait for and stop after");
   app.add_option("--server-timeout", o.server_timeout_s, "seconds to wait for the server command to answer")->capture_default_str();
   app.add_option("--out", o.out_dir, "folder for the sweep's CSV and SVG plots and the server logs")->capture_default_str();

@@ -55,16 +55,29 @@ void add_stats(std::ostringstream& out, const latency_stats& s) {
 
 }  // namespace
 
+std::vector<sweep_row> best_rounds(const sweep_spec& spec, const std::vector<sweep_row>& rows) {
+  std::vector<sweep_row> best;
+  for (const auto& value : spec.values) {
+    const sweep_row* pick = nullptr;
+    for (const auto& r : rows) {
+      if (r.value != value || r.summary.num_completed == 0) continue;
+      if (!pick || r.summary.e2e.median < pick->summary.e2e.median) pick = &r;
+    }
+    if (pick) best.push_back(*pick);
+  }
+  return best;
+}
+
 std::string sweep_csv(const sweep_spec& spec, const std::vector<sweep_row>& rows) {
   std::ostringstream out;
-  out << spec.key << ",offered_rate,concurrency,completed,errors,duration_s,request_throughput,input_throughput,output_throughput";
+  out << spec.key << ",round,offered_rate,concurrency,completed,errors,duration_s,request_throughput,input_throughput,output_throughput";
   for (const char* m : {"ttft", "tpot", "itl", "e2e"}) {
     out << ',' << m << "_mean_ms," << m << "_median_ms," << m << "_p90_ms," << m << "_p99_ms";
   }
   out << ",slo_attainment,goodput_rate\n";
   for (const auto& row : rows) {
     const auto& s = row.summary;
-    out << row.value << ',' << num(s.offered_rate) << ',' << s.concurrency << ',' << s.num_completed << ',' << s.num_errors
+    out << row.value << ',' << row.round << ',' << num(s.offered_rate) << ',' << s.concurrency << ',' << s.num_completed << ',' << s.num_errors
         << ',' << num(s.duration) << ',' << num(s.request_throughput) << ',' << num(s.input_throughput) << ','
         << num(s.output_throughput);
     add_stats(out, s.ttft);
@@ -77,8 +90,8 @@ std::string sweep_csv(const sweep_spec& spec, const std::vector<sweep_row>& rows
   return out.str();
 }
 
-std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep_spec& spec, const std::vector<sweep_row>& rows,
-                                             bool with_slo) {
+std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep_spec& spec,
+                                             const std::vector<sweep_row>& all_rows, bool with_slo) {
   std::filesystem::create_directories(dir);
   std::vector<std::string> written;
   auto write = [&](const std::string& name, const std::string& content) {
@@ -87,7 +100,8 @@ std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep
     if (!(out << content)) throw std::runtime_error("cannot write " + path);
     written.push_back(path);
   };
-  write("sweep.csv", sweep_csv(spec, rows));
+  write("sweep.csv", sweep_csv(spec, all_rows));
+  const std::vector<sweep_row> rows = best_rounds(spec, all_rows);
 
   std::vector<std::string> labels;
   std::vector<double> throughput, request_throughput, rate;

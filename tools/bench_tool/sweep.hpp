@@ -21,12 +21,19 @@ sweep_spec parse_sweep(const std::string& text);
 
 struct sweep_row {
   std::string value;
+  int round = 0;
   run_summary summary;
   std::optional<double> goodput_rate;  // with --find-goodput: the rate found at this value
 };
 
+// Per value, in the order given, the round with the lowest median E2E (the one least disturbed by
+// other load on the machine); values with no completed request in any round are left out.
+std::vector<sweep_row> best_rounds(const sweep_spec& spec, const std::vector<sweep_row>& rows);
+
+// Every round's row.
 std::string sweep_csv(const sweep_spec& spec, const std::vector<sweep_row>& rows);
-// Writes sweep.csv and the plots into `dir` (created); returns the files written.
+// Writes sweep.csv (every round) and the plots (best rounds) into `dir` (created); returns the
+// files written.
 std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep_spec& spec, const std::vector<sweep_row>& rows,
                                              bool with_slo);
 
