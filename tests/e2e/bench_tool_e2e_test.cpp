@@ -222,7 +222,16 @@ TEST_F(bench_tool, sweeps_a_server_setting_across_restarts_and_writes_csv_and_pl
     EXPECT_NE(svg.find("<polyline"), std::string::npos) << plot;
     EXPECT_NE(svg.find("</svg>"), std::string::npos) << plot;
   }
+  for (const char* plot : {"ttft_vs_max-concurrency.svg", "tpot_vs_max-concurrency.svg"}) {
+    EXPECT_NE(read_file(out / plot).find("<polyline"), std::string::npos) << plot;
+  }
   EXPECT_TRUE(fs::exists(out / "server-max-concurrency-1.log"));
+  // --replot draws the same plots again from the CSV alone.
+  const auto replot = run_command(shell_quote(bench_binary.string()) + " --replot " + shell_quote((out / "sweep.csv").string()) +
+                                  " --out " + shell_quote((out / "again").string()));
+  EXPECT_EQ(replot.exit_code, 0) << replot.err;
+  EXPECT_EQ(read_file(out / "again" / "sweep.csv"), csv);
+  EXPECT_EQ(read_file(out / "again" / "tpot_vs_throughput.svg"), read_file(out / "tpot_vs_throughput.svg"));
   // Stopped after its run: the port is free for another server at once.
   {
     child_process again({bench_binary.string(), "--fake-server", "--zmq-endpoint", endpoint}, out / "again.log");

@@ -74,6 +74,7 @@ struct options {
   std::string server_cmd;
   int server_timeout_s = 300;
   std::string out_dir = "bench-out";
+  std::string replot_csv;
   // The fake server.
   bool fake_server = false;
   fake_server_settings fake;
@@ -358,6 +359,7 @@ int main(int argc, char** argv) {
   app.add_option("--server-cmd", o.server_cmd, "a server to start (per sweep value: {} is replaced by it), wait for and stop after");
   app.add_option("--server-timeout", o.server_timeout_s, "seconds to wait for the server command to answer")->capture_default_str();
   app.add_option("--out", o.out_dir, "folder for the sweep's CSV and SVG plots and the server logs")->capture_default_str();
+  app.add_option("--replot", o.replot_csv, "draw the plots of a sweep.csv again into --out, without running anything");
   app.add_flag("--fake-server", o.fake_server, "serve as a test server with known delays instead of benchmarking");
   app.add_option("--zmq-endpoint", o.fake.zmq_endpoint, "fake server: ZeroMQ endpoint to bind");
   app.add_option("--http-port", o.fake.http_port, "fake server: HTTP port on 127.0.0.1");
@@ -371,6 +373,13 @@ int main(int argc, char** argv) {
   ::signal(SIGTERM, on_signal);
   try {
     if (o.fake_server) return run_fake_server(o.fake, stop_requested);
+    if (!o.replot_csv.empty()) {
+      const auto [spec, rows] = read_sweep_csv(o.replot_csv);
+      bool with_slo = false;
+      for (const auto& r : rows) with_slo = with_slo || r.summary.slo_attainment.has_value();
+      for (const auto& f : write_sweep_outputs(o.out_dir, spec, rows, with_slo)) std::printf("wrote %s\n", f.c_str());
+      return 0;
+    }
     return run_bench(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe-bench: %s\n", e.what());

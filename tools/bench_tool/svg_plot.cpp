@@ -44,7 +44,15 @@ const char* const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467
 
 }  // namespace
 
-std::string render_svg(const plot_spec& spec) {
+std::string render_svg(const plot_spec& input) {
+  // A log2 axis is a linear axis of log2(x) whose ticks are labelled 2^k.
+  plot_spec spec = input;
+  if (spec.x_log2) {
+    for (auto& s : spec.series) {
+      for (auto& x : s.x) x = x > 0 ? std::log2(x) : std::numeric_limits<double>::quiet_NaN();
+    }
+  }
+  auto tick_label = [&](double x) { return fmt(spec.x_log2 ? std::exp2(x) : x); };
   const double width = 720, height = 440, left = 80, right = 190, top = 50, bottom = 60;
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   double x_min = std::numeric_limits<double>::infinity(), x_max = -x_min;
@@ -62,7 +70,8 @@ std::string render_svg(const plot_spec& spec) {
   if (spec.y_max) y_max = *spec.y_max;
   if (x_max <= x_min) x_max = x_min + 1;
   if (y_max <= y_min) y_max = y_min + 1;
-  const double x_step = nice_step(x_max - x_min), y_step = nice_step(y_max - y_min);
+  const double x_step = spec.x_log2 ? std::max(1.0, std::round(nice_step(x_max - x_min))) : nice_step(x_max - x_min);
+  const double y_step = nice_step(y_max - y_min);
   x_min = std::floor(x_min / x_step) * x_step;
   x_max = std::ceil(x_max / x_step) * x_step;
   y_min = std::floor(y_min / y_step) * y_step;
@@ -83,7 +92,7 @@ std::string render_svg(const plot_spec& spec) {
     std::snprintf(b, sizeof b,
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n",
-                  px(x), top, px(x), top + plot_h, px(x), top + plot_h + 16, fmt(x).c_str());
+                  px(x), top, px(x), top + plot_h, px(x), top + plot_h + 16, tick_label(x).c_str());
     svg += b;
   }
   for (double y = y_min; y <= y_max + y_step / 2; y += y_step) {

@@ -90,6 +90,72 @@ std::string sweep_csv(const sweep_spec& spec, const std::vector<sweep_row>& rows
   return out.str();
 }
 
+std::pair<sweep_spec, std::vector<sweep_row>> read_sweep_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open the sweep CSV '" + path + "'");
+  std::string line;
+  std::getline(in, line);
+  auto split = [](const std::string& text) {
+    std::vector<std::string> fields;
+    std::stringstream ss(text);
+    std::string field;
+    while (std::getline(ss, field, ',')) fields.push_back(field);
+    if (!text.empty() && text.back() == ',') fields.emplace_back();
+    return fields;
+  };
+  const auto header = split(line);
+  constexpr size_t num_columns = 28;
+  if (header.size() != num_columns || header[1] != "round") {
+    throw std::runtime_error("'" + path + "' is not a sweep.csv of this tool (its header: " + line + ")");
+  }
+  sweep_spec spec;
+  spec.key = header[0];
+  std::vector<sweep_row> rows;
+  int line_number = 1;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (line.empty()) continue;
+    const auto f = split(line);
+    if (f.size() != num_columns) {
+      throw std::runtime_error("'" + path + "' line " + std::to_string(line_number) + " has " + std::to_string(f.size()) +
+                               " fields, not " + std::to_string(num_columns));
+    }
+    auto number = [&](size_t i) {
+      try {
+        return f[i] == "inf" ? INFINITY : std::stod(f[i]);
+      } catch (const std::exception&) {
+        throw std::runtime_error("'" + path + "' line " + std::to_string(line_number) + ": column " + header[i] +
+                                 " is not a number: '" + f[i] + "'");
+      }
+    };
+    sweep_row row;
+    row.value = f[0];
+    row.round = static_cast<int>(number(1));
+    run_summary& s = row.summary;
+    s.offered_rate = number(2);
+    s.concurrency = static_cast<int>(number(3));
+    s.num_completed = static_cast<int>(number(4));
+    s.num_errors = static_cast<int>(number(5));
+    s.num_requests = s.num_completed + s.num_errors;
+    s.duration = number(6);
+    s.request_throughput = number(7);
+    s.input_throughput = number(8);
+    s.output_throughput = number(9);
+    size_t column = 10;
+    for (latency_stats* st : {&s.ttft, &s.tpot, &s.itl, &s.e2e}) {
+      st->mean = number(column++) / 1e3;
+      st->median = number(column++) / 1e3;
+      st->p90 = number(column++) / 1e3;
+      st->p99 = number(column++) / 1e3;
+    }
+    if (!f[26].empty()) s.slo_attainment = number(26);
+    if (!f[27].empty()) row.goodput_rate = number(27);
+    if (std::find(spec.values.begin(), spec.values.end(), row.value) == spec.values.end()) spec.values.push_back(row.value);
+    rows.push_back(std::move(row));
+  }
+  return {spec, rows};
+}
+
 std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep_spec& spec,
                                              const std::vector<sweep_row>& all_rows, bool with_slo) {
   std::filesystem::create_directories(dir);
@@ -106,7 +172,7 @@ std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep
   std::vector<std::string> labels;
   std::vector<double> throughput, request_throughput, rate;
   for (const auto& r : rows) {
-    labels.push_back(spec.key + "=" + r.value);
+    labels.push_back(r.value);  // the title names the key
     throughput.push_back(r.summary.output_throughput);
     request_throughput.push_back(r.summary.request_throughput);
     rate.push_back(spec.is_rate() ? std::stod(r.value) : r.summary.request_throughput);
@@ -136,6 +202,48 @@ std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep
                  series("TPOT p99", [](const run_summary& s) { return s.tpot.p99; }, false),
                  series("ITL p99", [](const run_summary& s) { return s.itl.p99; }, false)};
   write("tpot_vs_throughput.svg", render_svg(tpot));
+
+  // A server setting that is a number (a token budget, a batch size): latency against the setting
+  // itself, on a log2 axis since such sweeps double.
+  bool numeric = !spec.is_rate() && !rows.empty();
+  std::vector<double> setting;
+  for (const auto& r : rows) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(r.value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    numeric = numeric && used == r.value.size() && v > 0;
+    setting.push_back(v);
+  }
+  if (numeric) {
+    auto by_setting = [&](const std::string& name, auto pick) {
+      plot_series s;
+      s.name = name;
+      s.x = setting;
+      for (const auto& r : rows) s.y.push_back(pick(r.summary) * 1e3);
+      return s;
+    };
+    plot_spec ttft_plot;
+    ttft_plot.title = "Time to first token against " + spec.key;
+    ttft_plot.x_label = spec.key;
+    ttft_plot.y_label = "TTFT (ms)";
+    ttft_plot.x_log2 = true;
+    ttft_plot.series = {by_setting("TTFT median", [](const run_summary& s) { return s.ttft.median; }),
+                        by_setting("TTFT p99", [](const run_summary& s) { return s.ttft.p99; })};
+    write("ttft_vs_" + spec.key + ".svg", render_svg(ttft_plot));
+    plot_spec tpot_plot;
+    tpot_plot.title = "Time per output token against " + spec.key;
+    tpot_plot.x_label = spec.key;
+    tpot_plot.y_label = "TPOT (ms)";
+    tpot_plot.x_log2 = true;
+    tpot_plot.series = {by_setting("TPOT median", [](const run_summary& s) { return s.tpot.median; }),
+                        by_setting("TPOT p99", [](const run_summary& s) { return s.tpot.p99; }),
+                        by_setting("ITL p99", [](const run_summary& s) { return s.itl.p99; })};
+    write("tpot_vs_" + spec.key + ".svg", render_svg(tpot_plot));
+  }
 
   if (with_slo) {
     plot_spec attainment;

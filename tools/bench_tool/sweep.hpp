@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/bench_tool/run_summary.hpp"
@@ -32,6 +33,9 @@ std::vector<sweep_row> best_rounds(const sweep_spec& spec, const std::vector<swe
 
 // Every round's row.
 std::string sweep_csv(const sweep_spec& spec, const std::vector<sweep_row>& rows);
+// Reads back a sweep.csv this tool wrote (for --replot); an error names the file and line.
+std::pair<sweep_spec, std::vector<sweep_row>> read_sweep_csv(const std::string& path);
+
 // Writes sweep.csv (every round) and the plots (best rounds) into `dir` (created); returns the
 // files written.
 std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep_spec& spec, const std::vector<sweep_row>& rows,
