@@ -241,6 +241,23 @@ TEST_F(bench_tool, sweeps_a_server_setting_across_restarts_and_writes_csv_and_pl
   fs::remove_all(out);
 }
 
+// Requests the server refuses are counted as failed, with the server's words, and miss the SLO;
+// the run still completes and reports.
+TEST_F(bench_tool, counts_refused_requests_as_failures_with_the_servers_message) {
+  fake_server server(1, 1, 4);
+  const json result = run_bench("--backend openai --base-url " + server.base_url() +
+                                " --num-prompts 4 --input-len 4 --output-len 2000000 --slo ttft=1s");
+  ASSERT_TRUE(result.contains("summary")) << result.dump();
+  const json& s = result["summary"];
+  EXPECT_EQ(s["num_completed"], 0);
+  EXPECT_EQ(s["num_errors"], 4);
+  EXPECT_EQ(s["slo_attainment"], 0.0);
+  ASSERT_FALSE(s["errors"].empty());
+  const std::string error = s["errors"][0];
+  EXPECT_NE(error.find("HTTP 400"), std::string::npos) << error;
+  EXPECT_NE(error.find("max_tokens"), std::string::npos) << error;
+}
+
 TEST_F(bench_tool, refuses_bad_flags_naming_them) {
   auto run = [](const std::string& args) {
     return run_command(shell_quote(bench_binary.string()) + " " + args);
