@@ -417,6 +417,7 @@ int run_fake_server(const fake_server_settings& settings, const std::atomic<bool
     }
   }
   engine_inbox inbox;
+  int http_port = -1;
   httplib::Server http;
   // Stops and joins the HTTP thread however this function ends (an exception included).
   struct http_thread_guard {
@@ -516,14 +517,19 @@ int run_fake_server(const fake_server_settings& settings, const std::atomic<bool
     };
     http.Post("/v1/completions", completions(false));
     http.Post("/v1/chat/completions", completions(true));
-    if (!http.bind_to_port(settings.http_host.c_str(), settings.http_port)) {
+    // Port 0: any free port, named in the ready line.
+    http_port = settings.http_port == 0 ? http.bind_to_any_port(settings.http_host.c_str())
+                                        : (http.bind_to_port(settings.http_host.c_str(), settings.http_port) ? settings.http_port : -1);
+    if (http_port <= 0) {
       std::fprintf(stderr, "fake server: cannot bind HTTP %s:%d\n", settings.http_host.c_str(), settings.http_port);
       return 1;
     }
     http_runner.thread = std::thread([&] { http.listen_after_bind(); });
   }
-  std::printf("fake server: ready (ttft %.1f ms, tpot %.1f ms, %d at once)\n", settings.ttft_ms, settings.tpot_ms,
-              settings.max_concurrency);
+  const std::string zmq_bound = socket ? socket->get(zmq::sockopt::last_endpoint) : std::string("off");
+  const std::string http_bound = http_port > 0 ? "http://" + settings.http_host + ":" + std::to_string(http_port) : "off";
+  std::printf("fake server: ready (zmq %s, http %s; ttft %.1f ms, tpot %.1f ms, %d at once)\n", zmq_bound.c_str(),
+              http_bound.c_str(), settings.ttft_ms, settings.tpot_ms, settings.max_concurrency);
   std::fflush(stdout);
   fake_engine engine(settings, socket ? &*socket : nullptr, inbox);
   engine.run(stop);

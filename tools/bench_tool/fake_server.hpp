@@ -15,16 +15,17 @@
 namespace troupe::bench_tool {
 
 struct fake_server_settings {
-  std::string zmq_endpoint;      // empty: no ZeroMQ door
+  std::string zmq_endpoint;      // empty: no ZeroMQ door; a wildcard port (tcp://127.0.0.1:*) is allowed
   std::string http_host = "127.0.0.1";
-  int http_port = -1;            // -1: no HTTP door
+  int http_port = -1;            // -1: no HTTP door; 0: any free port
   double ttft_ms = 100;
   double tpot_ms = 20;
   int max_concurrency = 4;
 };
 
 // Serves until `stop` turns true (checked at least every 200 ms); returns the exit status.
-// Prints one line on stdout once both doors listen: "fake server: ready".
+// Prints one line on stdout once both doors listen: "fake server: ready (zmq ENDPOINT, http
+// URL; ...)", naming the ports it bound.
 int run_fake_server(const fake_server_settings& settings, const std::atomic<bool>& stop);
 
 }  // namespace troupe::bench_tool

@@ -33,7 +33,14 @@ namespace {
 using namespace troupe::bench_tool;
 
 std::atomic<bool> stop_requested{false};
-void on_signal(int) { stop_requested = true; }
+// The fake server stops in its own time (it checks the flag); the bench stops at once, taking a
+// server it started with it (that server leads its own process group, so the terminal's Ctrl-C
+// does not reach it).
+void on_fake_server_signal(int) { stop_requested = true; }
+void on_bench_signal(int signal) {
+  signal_running_server();
+  _exit(128 + signal);
+}
 
 struct options {
   std::string backend = "troupe-zmq";
@@ -258,11 +265,10 @@ int run_bench(const options& o) {
     nlohmann::json runs = nlohmann::json::array();
     // Rounds alternate the order of the values, so that load from elsewhere that comes and goes
     // during the sweep does not fall on the same values each time.
-    for (int round = 0; round < o.sweep_rounds && !stop_requested; ++round) {
+    for (int round = 0; round < o.sweep_rounds; ++round) {
       std::vector<std::string> order = sweep->values;
       if (round % 2 == 1) std::reverse(order.begin(), order.end());
       for (const auto& value : order) {
-        if (stop_requested) break;
         std::unique_ptr<server_process> per_value;
         if (server_sweep) {
           per_value = start_server(o, *client, value, "server-" + sweep->key + "-" + value + ".log");
@@ -369,8 +375,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   ::signal(SIGPIPE, SIG_IGN);
-  ::signal(SIGINT, on_signal);
-  ::signal(SIGTERM, on_signal);
+  ::signal(SIGINT, o.fake_server ? on_fake_server_signal : on_bench_signal);
+  ::signal(SIGTERM, o.fake_server ? on_fake_server_signal : on_bench_signal);
   try {
     if (o.fake_server) return run_fake_server(o.fake, stop_requested);
     if (!o.replot_csv.empty()) {

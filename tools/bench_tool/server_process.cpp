@@ -5,10 +5,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <stdexcept>
 #include <thread>
 
 namespace troupe::bench_tool {
+
+namespace {
+// The process group of the server running now (0: none), for signal_running_server.
+std::atomic<pid_t> running_group{0};
+}  // namespace
+
+void signal_running_server() {
+  const pid_t group = running_group.load();
+  if (group > 0) ::kill(-group, SIGTERM);
+}
 
 server_process::server_process(const std::string& command, const std::string& log_path) {
   const std::string shell = "exec " + command;  // the server itself leads the group, not a shell
@@ -26,6 +37,7 @@ server_process::server_process(const std::string& command, const std::string& lo
     _exit(127);
   }
   ::setpgid(pid_, pid_);  // also here: whichever runs first, the group exists before any signal
+  running_group = pid_;
 }
 
 server_process::~server_process() { stop(); }
@@ -49,6 +61,7 @@ bool server_process::wait_until_ready(const std::function<bool()>& answers, std:
 
 void server_process::stop() {
   if (pid_ <= 0) return;
+  running_group = 0;
   ::kill(-pid_, SIGTERM);
   int status = 0;
   for (int i = 0; i < 200; ++i) {  // 10 s for a graceful stop

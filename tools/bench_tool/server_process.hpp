@@ -27,6 +27,10 @@ class server_process {
   pid_t pid_ = -1;
 };
 
+// From a signal handler (async-signal-safe): SIGTERM to the process group of the server running
+// now, if any, so that a bench stopped by Ctrl-C leaves nothing behind.
+void signal_running_server();
+
 // The command with every "{}" replaced by value.
 std::string substitute(const std::string& command, const std::string& value);
 
