@@ -79,22 +79,25 @@ class bench_tool : public ::testing::Test {
   }
 };
 
-// Two requests at a time on a server of four slots: nothing waits, so the client must see the
-// server's own delays, plus only what the loopback and its own timing add.
+// Three requests at a time on a server of four slots: nothing waits, so the client must see the
+// server's own delays, plus only what the loopback and its own timing add. Medians for TTFT, ITL
+// and E2E: on a machine shared by several builds one request's thread may get no core for tens of
+// milliseconds, which moves a mean of 12 by more than 5 % and says nothing of the bench (a single
+// ctest run at load average 10 saw a mean TTFT of 105.5 ms); TPOT is per request over 15 gaps.
 void check_reported_delays(const std::string& target) {
-  const json result = run_bench(target + " --num-prompts 8 --input-len 16 --output-len 16 --concurrency 2");
+  const json result = run_bench(target + " --num-prompts 12 --input-len 16 --output-len 16 --concurrency 3");
   ASSERT_TRUE(result.contains("summary")) << result.dump();
   const json& s = result["summary"];
-  EXPECT_EQ(s["num_completed"], 8);
+  EXPECT_EQ(s["num_completed"], 12);
   EXPECT_EQ(s["num_errors"], 0) << s["errors"].dump();
-  EXPECT_EQ(s["total_output_tokens"], 8 * 16);
-  expect_within(s["ttft"]["mean_ms"], 100.0, 0.05, "mean TTFT");
+  EXPECT_EQ(s["total_output_tokens"], 12 * 16);
   expect_within(s["ttft"]["median_ms"], 100.0, 0.05, "median TTFT");
+  expect_within(s["tpot"]["median_ms"], 20.0, 0.05, "median TPOT");
   expect_within(s["tpot"]["mean_ms"], 20.0, 0.05, "mean TPOT");
   expect_within(s["itl"]["median_ms"], 20.0, 0.05, "median ITL");
   // E2E = TTFT + 15 TPOT.
-  expect_within(s["e2e"]["mean_ms"], 100.0 + 15 * 20.0, 0.05, "mean E2E");
-  ASSERT_EQ(result["requests"].size(), 8u);
+  expect_within(s["e2e"]["median_ms"], 100.0 + 15 * 20.0, 0.05, "median E2E");
+  ASSERT_EQ(result["requests"].size(), 12u);
   for (const auto& r : result["requests"]) EXPECT_EQ(r["itl_s"].size(), 15u) << r.dump();
 }
 
@@ -111,16 +114,17 @@ TEST_F(bench_tool, reports_the_injected_ttft_and_tpot_over_openai_http) {
 
 // Two slots, each request holding one for ttft + (n - 1) tpot = 50 + 9 * 10 = 140 ms: the server
 // completes at most 2 / 0.14 = 14.3 requests/s. Arrivals are nearly even (gamma shape 1000), so
-// below that rate no request waits (TTFT 50 ms, within the 75 ms target), and above it request i
-// waits about i (1/capacity - 1/rate): with 40 requests, 90 % of them keep within the 25 ms of
-// slack only while 36 (1/capacity - 1/rate) <= 25 ms, i.e. up to 1.01 x capacity. TPOT (10 ms)
-// is within its 15 ms target at any rate. So the goodput is the capacity, 14.3 requests/s.
+// below that rate no request waits (TTFT 50 ms, within the 100 ms target), and above it request i
+// waits about i (1/capacity - 1/rate): with 40 requests, 90 % of them keep within the 50 ms of
+// slack only while 36 (1/capacity - 1/rate) <= 50 ms, i.e. up to 1.02 x capacity. TPOT (10 ms)
+// is within its 15 ms target at any rate. So the goodput is the capacity, 14.3 requests/s. (The
+// slack is wide so that a loaded machine's late wake-ups below capacity are not misses.)
 TEST_F(bench_tool, finds_the_goodput_of_a_server_of_known_capacity) {
   fake_server server(50, 10, 2);
   const double capacity = 2 / (0.050 + 9 * 0.010);
   const json result = run_bench("--backend troupe-zmq --endpoint " + server.endpoint() +
                                 " --num-prompts 40 --input-len 8 --output-len 10 --burstiness 1000"
-                                " --slo ttft=75ms,tpot=15ms --find-goodput --goodput-start-rate 8 --goodput-max-runs 10");
+                                " --slo ttft=100ms,tpot=15ms --find-goodput --goodput-start-rate 8 --goodput-max-runs 10");
   ASSERT_TRUE(result.contains("goodput")) << result.dump();
   const json& g = result["goodput"];
   ASSERT_TRUE(g["goodput_rate"].is_number()) << g.dump();
