@@ -44,12 +44,16 @@ sampled_token sampler::sample(std::span<const float> logits, const sampling_para
   out.request_id = context.request_id;
   const bool greedy = params.temperature == 0.0f || params.top_k == 1;
   const bool penalties = uses_penalties(params);
-  if (greedy && !penalties) {
+  if (greedy && !penalties && !context.constrained) {
     out.token_id = argmax(logits);  // the common case: no copy of the row
     if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
     return out;
   }
-  work_.assign(logits.begin(), logits.end());
+  if (context.constrained) {
+    mask_logits(logits, context);
+  } else {
+    work_.assign(logits.begin(), logits.end());
+  }
   if (penalties) apply_penalties(params, context);
 
   if (greedy) {
@@ -62,6 +66,21 @@ sampled_token sampler::sample(std::span<const float> logits, const sampling_para
   }
   if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
   return out;
+}
+
+void sampler::mask_logits(std::span<const float> logits, const sample_context& context) {
+  if (context.allowed_token_ids.empty()) {
+    throw std::runtime_error("sampler: request " + std::to_string(context.request_id) + " allows no token");
+  }
+  work_.assign(logits.size(), -std::numeric_limits<float>::infinity());
+  for (int32_t t : context.allowed_token_ids) {
+    if (t < 0 || static_cast<size_t>(t) >= logits.size()) {
+      throw std::runtime_error("sampler: allowed token id " + std::to_string(t) + " of request " +
+                               std::to_string(context.request_id) + " is outside the vocabulary of " +
+                               std::to_string(logits.size()));
+    }
+    work_[static_cast<size_t>(t)] = logits[static_cast<size_t>(t)];
+  }
 }
 
 void sampler::apply_penalties(const sampling_params& params, const sample_context& context) {

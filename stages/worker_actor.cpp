@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include "engine/guided_vocabulary.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
@@ -11,6 +12,12 @@ namespace troupe {
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served) {
   keep_exception_in_exit_reason(self);
   auto runner = std::make_shared<model_runner>(*served->backend_model);
+  // Structured output masks tokens by their bytes; a model without EOS ids cannot end a
+  // constrained output, so it serves none (the runner refuses such requests by name).
+  if (served->tok && !served->eos_token_ids.empty()) {
+    runner->set_vocabulary(make_token_vocabulary(*served->tok, served->backend_model->config().vocab_size,
+                                                 served->eos_token_ids));
+  }
   return {
       [served, runner](step_plan& plan) -> step_done {
         step_done done;
