@@ -12,8 +12,11 @@ std::span<const int32_t> grammar_matcher::allowed(int tokens_left) {
   if (ended_) return ends;  // ignore_eos after the end: only more ends
   const bool accepts = masks_->dfa().accepting(state_);
   const token_masks::state_mask& mask = masks_->at(state_);
-  const int32_t room = std::max(tokens_left - 1, 0);
-  if (!accepts && !mask.token_ids.empty() && mask.max_next_budget <= room) return mask.token_ids;  // no copy
+  // A content token leaves room for itself and for the EOS that ends the output after it.
+  const int32_t room = std::max(tokens_left - 2, 0);
+  if (!accepts && !mask.token_ids.empty() && mask.max_next_budget <= room && tokens_left >= 2) {
+    return mask.token_ids;  // the common case: no copy
+  }
   scratch_.clear();
   if (accepts) scratch_.assign(ends.begin(), ends.end());
   int32_t closest = token_masks::no_budget;
@@ -21,7 +24,7 @@ std::span<const int32_t> grammar_matcher::allowed(int tokens_left) {
   // Past the point where the rule can be kept (max_tokens below the shortest output), head for
   // acceptance by the shortest way there is.
   const int32_t limit = accepts || closest <= room ? room : closest;
-  for (size_t i = 0; i < mask.token_ids.size(); ++i) {
+  for (size_t i = 0; i < mask.token_ids.size() && (tokens_left >= 2 || !accepts); ++i) {
     if (masks_->budget(mask.next_states[i]) <= limit) scratch_.push_back(mask.token_ids[i]);
   }
   // A vocabulary without a token for the byte the grammar needs next: ending is all that is left.

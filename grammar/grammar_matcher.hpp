@@ -3,11 +3,12 @@
 // token sampled. The rules:
 // - a content token is allowed when the automaton accepts its bytes from the current state;
 // - an end (EOS) token only where the automaton accepts, so EOS never cuts an output short;
-// - the length rule: with n tokens left (max_tokens - generated, this one included), a token is
-//   allowed only when the state it leads to can still reach acceptance within n - 1 tokens
-//   (token_masks::budget). Every state keeps a single-byte token that makes progress, so the
-//   rule never leaves nothing allowed, and the output is complete when max_tokens runs out,
-//   whatever the weights.
+// - the length rule: with n tokens left (max_tokens - generated, this one included), a content
+//   token is allowed only when the state it leads to can still reach acceptance within n - 2
+//   tokens (token_masks::budget), keeping the last token for EOS. Every state keeps a
+//   single-byte token that makes progress, so the rule never leaves nothing allowed, and the
+//   output is complete and ended by EOS (finish_reason "stop") by the time max_tokens runs out,
+//   whatever the weights. The doors refuse a max_tokens below the shortest output + 1.
 
 #include <cstdint>
 #include <memory>

@@ -113,10 +113,12 @@ std::optional<sampling_problem> check_guided_decoding(const sampling_params& par
     return sampling_problem{field_of(params.guided.kind), std::string("cannot be compiled: ") + e.what()};
   }
   const int32_t shortest = grammar->dfa.distance(grammar->dfa.start());
-  if (params.max_tokens < shortest) {
+  if (params.max_tokens < shortest + 1) {
     return sampling_problem{"max_tokens", std::to_string(params.max_tokens) +
-                                              " is below the constraint's shortest output of " +
-                                              std::to_string(shortest) + " bytes (one token per byte at worst)"};
+                                              " leaves no room for the constraint's shortest output of " +
+                                              std::to_string(shortest) +
+                                              " bytes and its EOS (one token per byte at worst): at least " +
+                                              std::to_string(shortest + 1)};
   }
   return std::nullopt;
 }

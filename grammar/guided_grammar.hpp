@@ -28,8 +28,9 @@ std::string guided_regex(const guided_decoding& guided);
 std::shared_ptr<const compiled_grammar> compile_guided(const guided_decoding& guided);
 
 // The doors' check of a guided request, after validate_sampling_params: the constraint must
-// compile, and max_tokens must leave room for its shortest output (counted in bytes, which is
-// what the length rule needs: every byte is a token of the vocabulary, see grammar_matcher).
+// compile, and max_tokens must leave room for its shortest output and the EOS after it (counted
+// in bytes, which is what the length rule needs: every byte is a token of the vocabulary, see
+// grammar_matcher).
 // The field is the ZeroMQ protocol's name (guided_json, guided_regex, guided_choice, max_tokens).
 std::optional<sampling_problem> check_guided_decoding(const sampling_params& params);
 

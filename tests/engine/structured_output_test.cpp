@@ -35,10 +35,10 @@ std::vector<constrained_case> build_cases(int num_schemas, int max_len) {
     const int shortest = compile_guided(c.params.guided)->dfa.distance(0);
     // From no slack at all (the length rule decides every token) to plenty.
     const int slack = index % 5 == 0 ? 0 : std::uniform_int_distribution<int>(1, 200)(rng);
-    c.params.max_tokens = std::min(shortest + slack, max_len);
+    c.params.max_tokens = std::min(shortest + 1 + slack, max_len);  // + 1: the EOS
     c.params.temperature = index % 4 == 0 ? 0.0f : 1.0f;
     c.params.seed = static_cast<uint64_t>(index);
-    if (shortest <= max_len) cases.push_back(std::move(c));
+    if (shortest + 1 <= max_len) cases.push_back(std::move(c));
   };
   testing::schema_corpus_builder corpus(2024);
   for (int i = 0; i < num_schemas; ++i) {
@@ -116,6 +116,8 @@ TEST_P(structured_output, every_output_of_the_corpus_validates) {
   for (const auto& [id, index] : case_of) {
     std::vector<int32_t> ids = outputs[id];
     if (!ids.empty() && ids.back() == 2) ids.pop_back();  // the EOS that ended it
+    // The length rule keeps the last token for EOS: a constrained output always stops, never runs out.
+    EXPECT_EQ(finishes[id], finish_reason::stop) << cases[index].oracle_case.dump();
     nlohmann::ordered_json c = cases[index].oracle_case;
     c["output"] = tok.decode(ids, /*skip_special_tokens=*/true);
     batch.push_back(c);

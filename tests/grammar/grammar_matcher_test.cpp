@@ -71,8 +71,8 @@ TEST(grammar_matcher, eos_only_where_the_grammar_accepts) {
   EXPECT_TRUE(m.ended());
 }
 
-// With any choice among the allowed tokens (random weights), the output is complete by the time
-// max_tokens runs out, and EOS ends it only when it is.
+// With any choice among the allowed tokens (random weights), the output is complete and ended by
+// EOS by the time max_tokens runs out, and EOS ends it only when it is complete.
 void expect_always_complete(const guided_decoding& g, int max_tokens, int runs) {
   auto masks = masks_for(g);
   std::mt19937 rng(7);
@@ -88,6 +88,7 @@ void expect_always_complete(const guided_decoding& g, int max_tokens, int runs) 
     }
     EXPECT_TRUE(masks->dfa().matches(bytes_of(masks->vocabulary(), out)))
         << "run " << run << ": '" << bytes_of(masks->vocabulary(), out) << "'";
+    EXPECT_TRUE(m.ended()) << "run " << run << ": no EOS within max_tokens";
   }
 }
 
@@ -96,7 +97,7 @@ TEST(grammar_matcher, the_length_rule_completes_every_output_in_time) {
                           R"({"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array",
                              "items":{"type":"string"}},"n":{"type":"number"}},"required":["name","tags","n"]})",
                           {}},
-                         40, 200);
+                         41, 200);
   expect_always_complete({guided_kind::json_object, "", {}}, 12, 200);
   expect_always_complete(regex("(ab|c)+d{2,}"), 5, 200);
 }
@@ -133,7 +134,9 @@ TEST(guided_grammar, the_door_check_names_what_cannot_be_compiled_and_a_too_smal
   p.max_tokens = 5;
   ASSERT_TRUE(check_guided_decoding(p));
   EXPECT_EQ(check_guided_decoding(p)->field, "max_tokens");
-  p.max_tokens = 13;
+  p.max_tokens = 13;  // its 13 bytes, but no room for the EOS after them
+  ASSERT_TRUE(check_guided_decoding(p));
+  p.max_tokens = 14;
   EXPECT_FALSE(check_guided_decoding(p));
 }
 
