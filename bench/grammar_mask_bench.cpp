@@ -148,8 +148,10 @@ int main(int argc, char** argv) {
   sample_context wide_mask;
   wide_mask.constrained = true;
   wide_mask.allowed_token_ids = wide.token_ids;
+  wide_mask.allowed_bits = wide.bits;
   sample_context narrow_mask = wide_mask;
   narrow_mask.allowed_token_ids = narrow.token_ids;
+  narrow_mask.allowed_bits = narrow.bits;
   std::printf("sampler row (us): greedy %.1f | greedy+mask(%zu) %.1f | greedy+mask(%zu) %.1f | "
               "top-p %.1f | top-p+mask(%zu) %.1f\n",
               time_rows(greedy, plain), wide.token_ids.size(), time_rows(greedy, wide_mask), narrow.token_ids.size(),

@@ -266,6 +266,7 @@ void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
     if (state.matcher) {
       context.constrained = true;
       context.allowed_token_ids = state.matcher->allowed(state.params.max_tokens - s.output_index);
+      context.allowed_bits = state.matcher->allowed_bits();
     }
     result.tokens.push_back(sampler_.sample(logits, state.params, context));
     ++row;

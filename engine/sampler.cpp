@@ -49,6 +49,29 @@ sampled_token sampler::sample(std::span<const float> logits, const sampling_para
     if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
     return out;
   }
+  if (context.constrained && greedy && !penalties) {
+    // The best allowed token, without building a masked row (ties: the lowest id, as argmax).
+    if (context.allowed_token_ids.empty()) mask_logits(logits, context);  // throws, naming the request
+    const int32_t best_any = argmax(logits);
+    const auto& bits = context.allowed_bits;
+    if (static_cast<size_t>(best_any) / 64 < bits.size() && (bits[static_cast<size_t>(best_any) / 64] >> (best_any & 63) & 1)) {
+      out.token_id = best_any;  // the model's own choice is allowed: no scan of the mask
+      if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
+      return out;
+    }
+    out.token_id = -1;
+    float best = 0.0f;
+    for (int32_t t : context.allowed_token_ids) {
+      if (t < 0 || static_cast<size_t>(t) >= logits.size()) mask_logits(logits, context);  // throws
+      const float l = logits[static_cast<size_t>(t)];
+      if (out.token_id < 0 || l > best || (l == best && t < out.token_id)) {
+        out.token_id = t;
+        best = l;
+      }
+    }
+    if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
+    return out;
+  }
   if (context.constrained) {
     mask_logits(logits, context);
   } else {
@@ -71,6 +94,19 @@ sampled_token sampler::sample(std::span<const float> logits, const sampling_para
 void sampler::mask_logits(std::span<const float> logits, const sample_context& context) {
   if (context.allowed_token_ids.empty()) {
     throw std::runtime_error("sampler: request " + std::to_string(context.request_id) + " allows no token");
+  }
+  const auto& bits = context.allowed_bits;
+  if (bits.size() * 64 >= logits.size() && context.allowed_token_ids.size() * 2 > logits.size()) {
+    // A wide mask: copy the row and knock out the few tokens it refuses.
+    work_.assign(logits.begin(), logits.end());
+    for (size_t word = 0; word < bits.size(); ++word) {
+      for (uint64_t refused = ~bits[word]; refused != 0; refused &= refused - 1) {
+        const size_t t = word * 64 + static_cast<size_t>(__builtin_ctzll(refused));
+        if (t >= work_.size()) break;
+        work_[t] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    return;
   }
   work_.assign(logits.size(), -std::numeric_limits<float>::infinity());
   for (int32_t t : context.allowed_token_ids) {

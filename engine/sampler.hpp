@@ -26,6 +26,7 @@ struct sample_context {
   // The mask comes first: penalties, greedy, temperature, top-k/p and min-p see only them.
   bool constrained = false;
   std::span<const int32_t> allowed_token_ids;
+  std::span<const uint64_t> allowed_bits;  // [vocab / 64] the same set, when at hand (or empty)
 };
 
 // An empty string when `params` are usable, otherwise what is wrong with them: the doors' one

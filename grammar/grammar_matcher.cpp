@@ -9,12 +9,14 @@ grammar_matcher::grammar_matcher(std::shared_ptr<token_masks> masks)
 
 std::span<const int32_t> grammar_matcher::allowed(int tokens_left) {
   const auto& ends = masks_->vocabulary().end_ids();
+  bits_ = {};
   if (ended_) return ends;  // ignore_eos after the end: only more ends
   const bool accepts = masks_->dfa().accepting(state_);
   const token_masks::state_mask& mask = masks_->at(state_);
   // A content token leaves room for itself and for the EOS that ends the output after it.
   const int32_t room = std::max(tokens_left - 2, 0);
   if (!accepts && !mask.token_ids.empty() && mask.max_next_budget <= room && tokens_left >= 2) {
+    bits_ = mask.bits;
     return mask.token_ids;  // the common case: no copy
   }
   scratch_.clear();

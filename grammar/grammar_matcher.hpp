@@ -26,6 +26,9 @@ class grammar_matcher {
   // The tokens allowed next when `tokens_left` tokens (this one included) may still be
   // generated. Valid until the next call. Never empty.
   std::span<const int32_t> allowed(int tokens_left);
+  // The last allowed() as one bit per token id, when it was the state's whole mask (the common
+  // case); empty otherwise. Lets the sampler test a token, or mask a wide set, without a scan.
+  std::span<const uint64_t> allowed_bits() const { return bits_; }
   // Moves past `token`. False (and nothing changes) when the grammar does not allow it here.
   bool advance(int32_t token);
 
@@ -39,6 +42,7 @@ class grammar_matcher {
   int32_t state_;
   bool ended_ = false;
   std::vector<int32_t> scratch_;
+  std::span<const uint64_t> bits_;
 };
 
 }  // namespace troupe

@@ -11,6 +11,8 @@ token_masks::token_masks(std::shared_ptr<const compiled_grammar> grammar,
   const size_t num_states = static_cast<size_t>(dfa.num_states());
   masks_.resize(num_states);
   walk_states_.resize(static_cast<size_t>(vocabulary_->max_token_bytes()) + 1);
+  allowed_bits_.assign((static_cast<size_t>(vocabulary_->size()) + 63) / 64, 0);
+  next_of_.assign(static_cast<size_t>(vocabulary_->size()), byte_dfa::dead);
   // Budgets: relax until nothing changes (Bellman-Ford over single-byte edges; the automaton's
   // own byte distance is the usual answer, reached in one or two rounds).
   budget_.assign(num_states, no_budget);
@@ -55,11 +57,23 @@ const token_masks::state_mask& token_masks::at(int32_t state) {
     }
     walk_states_[static_cast<size_t>(node.depth)] = next;
     for (int32_t k = 0; k < node.num_tokens; ++k) {
-      slot->token_ids.push_back(sorted[static_cast<size_t>(node.first_token + k)]);
-      slot->next_states.push_back(next);
+      const int32_t id = sorted[static_cast<size_t>(node.first_token + k)];
+      allowed_bits_[static_cast<size_t>(id) >> 6] |= uint64_t{1} << (id & 63);
+      next_of_[static_cast<size_t>(id)] = next;
       slot->max_next_budget = std::max(slot->max_next_budget, budget_[static_cast<size_t>(next)]);
     }
     ++i;
+  }
+  // In id order, so that the sampler reads the logits row front to back (the trie's byte order
+  // would scatter its reads over the whole row).
+  slot->bits = allowed_bits_;
+  for (size_t word = 0; word < allowed_bits_.size(); ++word) {
+    for (uint64_t bits = allowed_bits_[word]; bits != 0; bits &= bits - 1) {
+      const int32_t id = static_cast<int32_t>(word * 64 + static_cast<size_t>(__builtin_ctzll(bits)));
+      slot->token_ids.push_back(id);
+      slot->next_states.push_back(next_of_[static_cast<size_t>(id)]);
+    }
+    allowed_bits_[word] = 0;
   }
   ++num_computed_;
   return *slot;

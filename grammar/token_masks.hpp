@@ -23,8 +23,9 @@ class token_masks {
   static constexpr int32_t no_budget = 1 << 29;  // acceptance not reachable by single bytes
 
   struct state_mask {
-    std::vector<int32_t> token_ids;    // [allowed] in the trie's order
+    std::vector<int32_t> token_ids;    // [allowed] ascending
     std::vector<int32_t> next_states;  // [allowed] the state after each
+    std::vector<uint64_t> bits;        // [vocab / 64] the same set, one bit per token id
     int32_t max_next_budget = 0;       // the largest budget among next_states
   };
 
@@ -42,6 +43,8 @@ class token_masks {
   std::vector<std::unique_ptr<state_mask>> masks_;  // [num_states] null until reached
   std::vector<int32_t> budget_;                     // [num_states]
   std::vector<int32_t> walk_states_;                // [max_token_bytes + 1]
+  std::vector<uint64_t> allowed_bits_;              // [vocab / 64] scratch of at(), kept zeroed
+  std::vector<int32_t> next_of_;                    // [vocab] scratch of at()
   size_t num_computed_ = 0;
 };
 
