@@ -163,5 +163,36 @@ TEST(structured_output_engine, refuses_a_constraint_it_cannot_compile_or_serve) 
   EXPECT_TRUE(engine.add_request({1, 5, 6}, p).ok());
 }
 
+// A request resumed elsewhere (failover, disaggregation) arrives with outputs: the worker's
+// matcher replays them, so the continuation completes the grammar instead of starting it over.
+TEST(structured_output_engine, a_resumed_request_continues_its_grammar_where_it_was) {
+  TROUPE_REQUIRE_SHARED_MODEL(stories_hf / "model.safetensors");
+  loaded_model loaded = load_model(load_options{stories_hf, load_format::dummy, dtype::f32, 3, false});
+  engine_config config;
+  config.block_size = 16;
+  config.num_kv_blocks = 64;
+  const tokenizer tok = tokenizer::from_directory(stories_hf);
+  llm_engine engine(make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{64, 16}, 1), config,
+                    std::vector<int32_t>{2}, 4);
+  engine.set_vocabulary(make_token_vocabulary(tok, loaded.config.vocab_size, {2}));
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    sampling_params p;
+    p.max_tokens = 12;
+    p.seed = seed;
+    p.guided = {guided_kind::regex, "abc[0-9]", {}};
+    const std::vector<int32_t> resumed = {3 + 'a', 3 + 'b', 3 + 'c'};  // the byte-fallback tokens <0x61>...
+    const add_request_result added = engine.add_request({1, 400, 401}, p, 0, resumed);
+    ASSERT_TRUE(added.ok()) << added.error->message;
+    std::vector<int32_t> ids = resumed;
+    for (int step = 0; step < 100 && engine.has_unfinished(); ++step) {
+      for (const request_output& out : engine.step()) ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
+    }
+    ASSERT_EQ(ids.back(), 2) << "ended by EOS";
+    ids.pop_back();
+    const std::string text = tok.decode(ids, true);
+    EXPECT_TRUE(byte_dfa::compile("abc[0-9]").matches(text)) << text;
+  }
+}
+
 }  // namespace
 }  // namespace troupe
