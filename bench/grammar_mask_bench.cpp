@@ -115,6 +115,8 @@ int main(int argc, char** argv) {
               complete, runs, cold_tokens, cold_tokens ? cold_us / cold_tokens : 0.0, warm_tokens,
               warm_tokens ? warm_us / warm_tokens : 0.0, masks->num_states_computed(),
               static_cast<double>(allowed_sum) / static_cast<double>(cold_tokens + warm_tokens));
+  std::printf("masks held: %.1f MB for %zu states\n", static_cast<double>(masks->memory_bytes()) / 1e6,
+              masks->num_states_computed());
   // One state's mask from scratch: the string-content state, where the most tokens pass.
   {
     auto fresh = std::make_shared<token_masks>(grammar, vocabulary);

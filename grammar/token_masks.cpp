@@ -39,6 +39,16 @@ token_masks::token_masks(std::shared_ptr<const compiled_grammar> grammar,
   }
 }
 
+size_t token_masks::memory_bytes() const {
+  size_t bytes = 0;
+  for (const auto& mask : masks_) {
+    if (!mask) continue;
+    bytes += mask->token_ids.capacity() * sizeof(int32_t) + mask->next_states.capacity() * sizeof(int32_t) +
+             mask->bits.capacity() * sizeof(uint64_t);
+  }
+  return bytes;
+}
+
 const token_masks::state_mask& token_masks::at(int32_t state) {
   std::unique_ptr<state_mask>& slot = masks_[static_cast<size_t>(state)];
   if (slot) return *slot;

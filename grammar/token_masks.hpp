@@ -36,6 +36,8 @@ class token_masks {
   const byte_dfa& dfa() const { return grammar_->dfa; }
   const token_vocabulary& vocabulary() const { return *vocabulary_; }
   size_t num_states_computed() const { return num_computed_; }
+  // What the masks computed so far hold (a wide state of a 128k vocabulary: about 1 MB).
+  size_t memory_bytes() const;
 
  private:
   std::shared_ptr<const compiled_grammar> grammar_;
