@@ -15,6 +15,7 @@
 
 #include "doors/api_key.hpp"
 #include "doors/zmq_request_table.hpp"
+#include "grammar/guided_grammar.hpp"
 #include "protocol/codec.hpp"
 #include "stages/stage_clock.hpp"
 
@@ -157,6 +158,13 @@ void zmq_door::loop() {
                    api_key.empty() ? "field 'api_key': missing (this server requires a key)"
                                    : "field 'api_key': wrong key");
       return;
+    }
+    // A constraint that cannot be compiled is refused here, before admission, naming its part.
+    if (auto* generate = std::get_if<generate_request>(&request)) {
+      if (auto problem = check_guided_decoding(generate->sampling)) {
+        s.send_error(routing_id, id, error_code::bad_request, "field '" + problem->field + "': " + problem->problem);
+        return;
+      }
     }
     deliver(s.table.on_request(routing_id, std::move(request), steady_now_ns()));
   };

@@ -1,6 +1,8 @@
 #include "engine/llm_engine.hpp"
 
 #include <stdexcept>
+
+#include "grammar/guided_grammar.hpp"
 #include <string>
 
 namespace troupe {
@@ -46,6 +48,15 @@ add_request_result llm_engine::add_request(std::vector<int32_t> prompt_ids, samp
       return {-1, request_error{request_error_code::invalid_request,
                                 "resumed output token id " + std::to_string(t) + " is outside the vocabulary of " +
                                     std::to_string(vocab)}};
+    }
+  }
+  if (is_guided(params)) {
+    if (!runner_.has_vocabulary()) {
+      return {-1, request_error{request_error_code::invalid_request,
+                                "structured output needs the tokenizer's vocabulary (llm_engine::set_vocabulary)"}};
+    }
+    if (auto problem = check_guided_decoding(params)) {
+      return {-1, request_error{request_error_code::invalid_request, problem->field + " " + problem->problem}};
     }
   }
   const int64_t id = next_request_id_;

@@ -41,6 +41,9 @@ class llm_engine {
   // (scheduler::add_request); outputs then carry only the tokens generated here.
   add_request_result add_request(std::vector<int32_t> prompt_ids, sampling_params params, int priority = 0,
                                  std::span<const int32_t> resumed_output_ids = {});
+  // Structured output needs the tokenizer's vocabulary as bytes (engine/guided_vocabulary.hpp);
+  // without it a constrained request is refused.
+  void set_vocabulary(std::shared_ptr<const token_vocabulary> vocabulary) { runner_.set_vocabulary(std::move(vocabulary)); }
   // False for an unknown (or already finished) id; the abort's output comes with the next step.
   bool abort(int64_t request_id);
   // Ends a request whose text matched one of its stop strings (the caller turns ids into text,

@@ -76,7 +76,7 @@ model_runner::model_runner(model& m, uint64_t sampler_seed, bool device_sampling
     : model_(m), sampler_(sampler_seed), device_sampling_(device_sampling), device_rng_(~sampler_seed) {}
 
 bool model_runner::samples_plainly(const sampling_params& p) {
-  return !uses_penalties(p) && p.min_p == 0.0f && p.logprobs < 0;
+  return !uses_penalties(p) && p.min_p == 0.0f && p.logprobs < 0 && !is_guided(p);
 }
 
 void model_runner::build_batch(const step_plan& plan, int block_size, forward_batch& batch) {
@@ -112,9 +112,10 @@ void model_runner::apply_entries(const step_plan& plan) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
                                  std::to_string(s.request_id) + " on the worker without its sampling parameters");
       }
-      if (uses_penalties(*s.params) && static_cast<int>(s.penalty_token_ids.size()) < s.num_prompt_tokens) {
+      if ((uses_penalties(*s.params) || is_guided(*s.params)) &&
+          static_cast<int>(s.penalty_token_ids.size()) < s.num_prompt_tokens) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
-                                 std::to_string(s.request_id) + " with penalties but a history of " +
+                                 std::to_string(s.request_id) + " with penalties or a constraint but a history of " +
                                  std::to_string(s.penalty_token_ids.size()) + " tokens for a prompt of " +
                                  std::to_string(s.num_prompt_tokens));
       }
@@ -130,6 +131,9 @@ void model_runner::apply_entries(const step_plan& plan) {
           kv_out_->forget(s.request_id, false);
         }
       }
+
+      state->matcher.reset();
+      if (is_guided(*s.params)) start_matcher(plan.step_id, s, *state);
     } else {
       auto it = requests_.find(s.request_id);
       const size_t held = it == requests_.end() ? 0 : it->second.block_table.size();
@@ -144,6 +148,22 @@ void model_runner::apply_entries(const step_plan& plan) {
     }
     entry_states_.push_back(state);  // unordered_map values stay where they are on insertion
   }
+}
+
+void model_runner::start_matcher(uint64_t step_id, const scheduled_sequence& s, request_state& state) {
+  state.matcher = grammars_.start(state.params.guided, s.request_id);
+  // A request resumed elsewhere (failover, disaggregation, preemption) arrives with outputs:
+  // the matcher walks them first.
+  for (size_t i = static_cast<size_t>(s.num_prompt_tokens); i < s.penalty_token_ids.size(); ++i) {
+    if (!state.matcher->advance(s.penalty_token_ids[i])) {
+      throw std::runtime_error("model_runner: step " + std::to_string(step_id) + " resumes request " +
+                               std::to_string(s.request_id) + " whose output token " +
+                               std::to_string(s.penalty_token_ids[i]) + " (output " +
+                               std::to_string(i - static_cast<size_t>(s.num_prompt_tokens)) +
+                               ") its grammar does not allow");
+    }
+  }
+  if (!uses_penalties(state.params)) state.penalty_token_ids.clear();  // the matcher holds what counts
 }
 
 void model_runner::fill_previous_samples(const step_plan& plan, const sample_list& previous) {
@@ -205,6 +225,10 @@ void model_runner::extend_penalty_histories(const step_plan& plan, const step_re
     request_state& state = *entry_states_[i];
     const int32_t token = result.tokens[next++].token_id;
     if (uses_penalties(state.params)) state.penalty_token_ids.push_back(token);
+    if (state.matcher && !state.matcher->advance(token)) {
+      throw std::runtime_error("model_runner: request " + std::to_string(plan.sequences[i].request_id) +
+                               " sampled token " + std::to_string(token) + ", which its grammar does not allow");
+    }
   }
 }
 
@@ -261,9 +285,14 @@ void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
     const scheduled_sequence& s = plan.sequences[i];
     if (!s.sample) continue;
     std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
-    const request_state& state = *entry_states_[i];
+    request_state& state = *entry_states_[i];
     // The history already holds the token a placeholder input stands for: this runner sampled it.
     sample_context context{s.request_id, s.output_index, state.penalty_token_ids, state.num_prompt_tokens};
+    if (state.matcher) {
+      context.constrained = true;
+      context.allowed_token_ids = state.matcher->allowed(state.params.max_tokens - s.output_index);
+      context.allowed_bits = state.matcher->allowed_bits();
+    }
     result.tokens.push_back(sampler_.sample(logits, state.params, context));
     ++row;
   }

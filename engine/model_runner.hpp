@@ -9,8 +9,10 @@
 // the parameters and the history once (with the entry that starts the table; the runner appends
 // its own samples to the history), and the ids of requests that ended.
 // On a backend that can sample where its logits are (CUDA), a step whose sampled rows are all
-// plain (greedy / temperature with top-k and top-p; no penalties, min_p or logprobs) is sampled
-// there, and only one token id per row crosses to the host.
+// plain (greedy / temperature with top-k and top-p; no penalties, min_p, logprobs or structured
+// output) is sampled there, and only one token id per row crosses to the host. A constrained
+// request keeps a grammar_matcher here, advanced with each token sampled for it; its token mask
+// is applied by the host sampler, so a step with one falls back to host sampling.
 
 #include <chrono>
 #include <memory>
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include "engine/kv_stream_out.hpp"
+
+#include "engine/request_grammars.hpp"
 #include "engine/sampler.hpp"
 #include "engine/step_plan.hpp"
 #include "model/forward_batch.hpp"
@@ -39,6 +43,12 @@ class model_runner {
   // `sender` layer by layer as the steps compute them (engine/kv_stream_out.hpp). Without it,
   // such a request is computed but its KV stays here. `sender` must outlive the runner.
   void stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout);
+
+  // The tokenizer's vocabulary as bytes, which structured output needs (served_model has it).
+  void set_vocabulary(std::shared_ptr<const token_vocabulary> vocabulary) {
+    grammars_.set_vocabulary(std::move(vocabulary));
+  }
+  bool has_vocabulary() const { return grammars_.has_vocabulary(); }
 
   // The batch the last run() sent to the model (for tests and tracing).
   const forward_batch& last_batch() const { return batch_; }
@@ -75,12 +85,15 @@ class model_runner {
     // appended after each run), of which the first num_prompt_tokens are the prompt.
     std::vector<int32_t> penalty_token_ids;
     int32_t num_prompt_tokens = 0;
+    std::unique_ptr<grammar_matcher> matcher;  // structured output only
   };
 
   // Drops the state of requests that ended or were preempted, applies each entry's blocks (and
   // parameters and penalty history, on the entry that starts a request) and points entry_states_
   // at each entry's request.
   void apply_entries(const step_plan& plan);
+  // Starts a constrained request's matcher and replays the outputs its entry carries.
+  void start_matcher(uint64_t step_id, const scheduled_sequence& s, request_state& state);
   // Writes the previous run's samples into the batch where the plan asks for them.
   void fill_previous_samples(const step_plan& plan, const sample_list& previous);
   // Appends a finished run's samples to the penalty histories of the requests that keep one.
@@ -92,6 +105,8 @@ class model_runner {
   model& model_;
   sampler sampler_;
   std::unique_ptr<kv_stream_out> kv_out_;
+
+  request_grammars grammars_;
   std::unordered_map<int64_t, request_state> requests_;  // by request id
   std::vector<request_state*> entry_states_;              // [plan entries] of this run
   std::vector<const std::vector<int32_t>*> tables_;      // [plan entries] their block tables

@@ -44,12 +44,39 @@ sampled_token sampler::sample(std::span<const float> logits, const sampling_para
   out.request_id = context.request_id;
   const bool greedy = params.temperature == 0.0f || params.top_k == 1;
   const bool penalties = uses_penalties(params);
-  if (greedy && !penalties) {
+  if (greedy && !penalties && !context.constrained) {
     out.token_id = argmax(logits);  // the common case: no copy of the row
     if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
     return out;
   }
-  work_.assign(logits.begin(), logits.end());
+  if (context.constrained && greedy && !penalties) {
+    // The best allowed token, without building a masked row (ties: the lowest id, as argmax).
+    if (context.allowed_token_ids.empty()) mask_logits(logits, context);  // throws, naming the request
+    const int32_t best_any = argmax(logits);
+    const auto& bits = context.allowed_bits;
+    if (static_cast<size_t>(best_any) / 64 < bits.size() && (bits[static_cast<size_t>(best_any) / 64] >> (best_any & 63) & 1)) {
+      out.token_id = best_any;  // the model's own choice is allowed: no scan of the mask
+      if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
+      return out;
+    }
+    out.token_id = -1;
+    float best = 0.0f;
+    for (int32_t t : context.allowed_token_ids) {
+      if (t < 0 || static_cast<size_t>(t) >= logits.size()) mask_logits(logits, context);  // throws
+      const float l = logits[static_cast<size_t>(t)];
+      if (out.token_id < 0 || l > best || (l == best && t < out.token_id)) {
+        out.token_id = t;
+        best = l;
+      }
+    }
+    if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
+    return out;
+  }
+  if (context.constrained) {
+    mask_logits(logits, context);
+  } else {
+    work_.assign(logits.begin(), logits.end());
+  }
   if (penalties) apply_penalties(params, context);
 
   if (greedy) {
@@ -62,6 +89,34 @@ sampled_token sampler::sample(std::span<const float> logits, const sampling_para
   }
   if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
   return out;
+}
+
+void sampler::mask_logits(std::span<const float> logits, const sample_context& context) {
+  if (context.allowed_token_ids.empty()) {
+    throw std::runtime_error("sampler: request " + std::to_string(context.request_id) + " allows no token");
+  }
+  const auto& bits = context.allowed_bits;
+  if (bits.size() * 64 >= logits.size() && context.allowed_token_ids.size() * 2 > logits.size()) {
+    // A wide mask: copy the row and knock out the few tokens it refuses.
+    work_.assign(logits.begin(), logits.end());
+    for (size_t word = 0; word < bits.size(); ++word) {
+      for (uint64_t refused = ~bits[word]; refused != 0; refused &= refused - 1) {
+        const size_t t = word * 64 + static_cast<size_t>(__builtin_ctzll(refused));
+        if (t >= work_.size()) break;
+        work_[t] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    return;
+  }
+  work_.assign(logits.size(), -std::numeric_limits<float>::infinity());
+  for (int32_t t : context.allowed_token_ids) {
+    if (t < 0 || static_cast<size_t>(t) >= logits.size()) {
+      throw std::runtime_error("sampler: allowed token id " + std::to_string(t) + " of request " +
+                               std::to_string(context.request_id) + " is outside the vocabulary of " +
+                               std::to_string(logits.size()));
+    }
+    work_[static_cast<size_t>(t)] = logits[static_cast<size_t>(t)];
+  }
 }
 
 void sampler::apply_penalties(const sampling_params& params, const sample_context& context) {

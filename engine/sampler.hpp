@@ -22,6 +22,11 @@ struct sample_context {
   int32_t output_index = 0;                    // which output token is being sampled
   std::span<const int32_t> penalty_token_ids;  // prompt then outputs; may be empty without penalties
   int32_t num_prompt_tokens = 0;
+  // Structured output: only these tokens may be sampled (grammar_matcher::allowed; never empty).
+  // The mask comes first: penalties, greedy, temperature, top-k/p and min-p see only them.
+  bool constrained = false;
+  std::span<const int32_t> allowed_token_ids;
+  std::span<const uint64_t> allowed_bits;  // [vocab / 64] the same set, when at hand (or empty)
 };
 
 // An empty string when `params` are usable, otherwise what is wrong with them: the doors' one
@@ -40,6 +45,7 @@ class sampler {
 
  private:
   void apply_penalties(const sampling_params& params, const sample_context& context);
+  void mask_logits(std::span<const float> logits, const sample_context& context);
   int32_t sample_filtered(const sampling_params& params, double uniform);
   void fill_logprobs(std::span<const float> logits, int top_n, sampled_token& out);
 

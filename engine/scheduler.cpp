@@ -226,7 +226,7 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
     if (seq.kv().role == kv_role::send) s.kv_send_transfer_id = seq.kv().transfer_id;
     // The worker keeps the history from here on (see scheduled_sequence::penalty_token_ids); a
     // start entry never has a sample pending, so the known tokens are the whole history.
-    if (uses_penalties(seq.params())) {
+    if (uses_penalties(seq.params()) || is_guided(seq.params())) {  // a constraint replays the outputs
       s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
       s.num_prompt_tokens = seq.num_prompt_tokens();
     }

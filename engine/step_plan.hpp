@@ -32,7 +32,8 @@ struct scheduled_sequence {
   // (block_table_start 0: new to the worker, or back after preemption) and on no other: the
   // worker keeps them with the block table, so a decode step does not carry them again.
   std::optional<sampling_params> params;
-  // Only on the entry that carries `params`, when they use penalties: the prompt followed by
+  // Only on the entry that carries `params`, when they use penalties or structured output (the
+  // worker's grammar matcher replays the outputs): the prompt followed by
   // every token generated so far, of which the first num_prompt_tokens are the prompt. The worker
   // keeps this history and appends each token it samples for the request, so later entries do
   // not resend it (a sample the scheduler later drops ends or preempts the request, which

@@ -219,6 +219,37 @@ float read_float(const msgpack::object& o, const std::string& field) {
   return static_cast<float>(value);
 }
 
+// Structured output: at most one of guided_json (the schema's JSON text), guided_json_object
+// (true: any JSON object), guided_regex, guided_choice (strings). Whether the constraint compiles
+// is the door's check (grammar/guided_grammar.hpp); the wire format is read here.
+void read_guided(map_fields& fields, guided_decoding& g, const protocol_limits& limits) {
+  int num_asked = 0;
+  if (const auto* v = fields.take("guided_json")) {
+    g = {guided_kind::json_schema, read_string(*v, "guided_json", limits.max_string_bytes), {}};
+    ++num_asked;
+  }
+  if (const auto* v = fields.take("guided_json_object"); v && read_bool(*v, "guided_json_object")) {
+    g = {guided_kind::json_object, "", {}};
+    ++num_asked;
+  }
+  if (const auto* v = fields.take("guided_regex")) {
+    g = {guided_kind::regex, read_string(*v, "guided_regex", limits.max_string_bytes), {}};
+    ++num_asked;
+  }
+  if (const auto* v = fields.take("guided_choice")) {
+    if (v->type != msgpack::type::ARRAY) fail("guided_choice", std::string("expected an array of strings, got ") + type_name(*v));
+    g = {guided_kind::choice, "", {}};
+    for (uint32_t i = 0; i < v->via.array.size && i <= limits.max_guided_choices; ++i) {
+      g.choices.push_back(read_string(v->via.array.ptr[i], "guided_choice[" + std::to_string(i) + "]",
+                                      limits.max_string_bytes));
+    }
+    ++num_asked;
+  }
+  if (num_asked > 1) {
+    throw field_error("give only one of 'guided_json', 'guided_json_object', 'guided_regex' and 'guided_choice'");
+  }
+}
+
 // Reads the sampling fields' wire format; their values are judged by validate_sampling_params,
 // the rules the HTTP door applies too.
 void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits& limits) {
@@ -254,6 +285,7 @@ void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits
       s.logprobs = read_int32(*v, "logprobs");
     }
   }
+  read_guided(fields, s.guided, limits);
   if (auto problem = validate_sampling_params(s, limits)) fail(problem->field, problem->problem);
   normalize_sampling_params(s);
 }
@@ -370,7 +402,7 @@ std::string encode_request(const client_request& request) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, generate_request>) {
           const auto& s = r.sampling;
-          uint32_t n = 17 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1);
+          uint32_t n = 17 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1) + (is_guided(s) ? 1 : 0);
           p.pack_map(n);
           pack_str(p, "type"); pack_str(p, "generate");
           pack_str(p, "id"); pack_str(p, r.id);
@@ -405,6 +437,17 @@ std::string encode_request(const client_request& request) {
           pack_str(p, "stream"); p.pack(r.stream);
           pack_str(p, "priority"); p.pack(r.priority);
           if (s.seed) { pack_str(p, "seed"); p.pack(*s.seed); }
+          switch (s.guided.kind) {
+            case guided_kind::none: break;
+            case guided_kind::json_schema: pack_str(p, "guided_json"); pack_str(p, s.guided.source); break;
+            case guided_kind::json_object: pack_str(p, "guided_json_object"); p.pack(true); break;
+            case guided_kind::regex: pack_str(p, "guided_regex"); pack_str(p, s.guided.source); break;
+            case guided_kind::choice:
+              pack_str(p, "guided_choice");
+              p.pack_array(static_cast<uint32_t>(s.guided.choices.size()));
+              for (const auto& choice : s.guided.choices) pack_str(p, choice);
+              break;
+          }
           if (!r.api_key.empty()) { pack_str(p, "api_key"); pack_str(p, r.api_key); }
         } else {
           p.pack_map(r.api_key.empty() ? 2 : 3);

@@ -22,6 +22,7 @@ struct protocol_limits {
   // could never be honoured, so it is refused rather than quietly cut.
   int max_model_len = 1 << 20;
   int max_logprobs = 20;
+  size_t max_guided_choices = 256;       // guided_choice entries
 };
 
 }  // namespace troupe

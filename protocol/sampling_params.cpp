@@ -71,6 +71,23 @@ std::optional<sampling_problem> validate_sampling_params(const sampling_params& 
     return sampling_problem{"logprobs", std::to_string(p.logprobs) + " is out of range [-1, " +
                                             std::to_string(limits.max_logprobs) + "] (-1: none)"};
   }
+  const guided_decoding& g = p.guided;
+  if ((g.kind == guided_kind::json_schema || g.kind == guided_kind::regex) && g.source.empty()) {
+    return sampling_problem{g.kind == guided_kind::regex ? "guided_regex" : "guided_json", "is empty"};
+  }
+  if (g.source.size() > limits.max_string_bytes) {
+    return sampling_problem{g.kind == guided_kind::regex ? "guided_regex" : "guided_json",
+                            "longer than " + std::to_string(limits.max_string_bytes) + " bytes"};
+  }
+  if (g.kind == guided_kind::choice) {
+    if (g.choices.empty()) return sampling_problem{"guided_choice", "is empty"};
+    if (g.choices.size() > limits.max_guided_choices) {
+      return sampling_problem{"guided_choice", "more than " + std::to_string(limits.max_guided_choices) + " entries"};
+    }
+    for (size_t i = 0; i < g.choices.size(); ++i) {
+      if (g.choices[i].empty()) return sampling_problem{"guided_choice[" + std::to_string(i) + "]", "is empty"};
+    }
+  }
   return std::nullopt;
 }
 

@@ -13,6 +13,15 @@
 
 namespace troupe {
 
+// Structured output: what the whole output must match (grammar/ compiles it into an automaton).
+enum class guided_kind : uint8_t { none = 0, json_object, json_schema, regex, choice };
+
+struct guided_decoding {
+  guided_kind kind = guided_kind::none;
+  std::string source;                // json_schema: the schema's JSON text; regex: the pattern
+  std::vector<std::string> choices;  // choice: the output is exactly one of these
+};
+
 struct sampling_params {
   float temperature = 1.0f;  // 0 means greedy
   int top_k = 0;             // 0: off (a request's -1 is made 0 by normalize_sampling_params)
@@ -29,7 +38,10 @@ struct sampling_params {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; 0: the sampled token's; n: also the top n
+  guided_decoding guided;
 };
+
+inline bool is_guided(const sampling_params& params) { return params.guided.kind != guided_kind::none; }
 
 // The first value of a request that breaks a rule: the field as the ZeroMQ protocol names it
 // ("top_k", "stop[2]") and what is wrong with it, without the field's name (each door words
@@ -44,7 +56,10 @@ struct sampling_problem {
 // or a positive count; top_p in (0, 1]; min_p in [0, 1]; repetition_penalty in (0, 100];
 // presence and frequency penalties in [-2, 2]; seed in [0, 2^63 - 1] (what JSON clients and
 // vLLM can send); max_tokens in [1, max_model_len]; logprobs in [-1, max_logprobs]; stop
-// strings non-empty, bounded in number and bytes; stop ids non-negative, bounded in number.
+// strings non-empty, bounded in number and bytes; stop ids non-negative, bounded in number;
+// a guided schema or regex non-empty and within max_string_bytes, choices non-empty and bounded
+// like stop strings in number. Whether the constraint compiles is grammar/'s verdict
+// (check_guided_decoding), which the doors ask next.
 std::optional<sampling_problem> validate_sampling_params(const sampling_params& params, const protocol_limits& limits);
 
 // Gives each "off" its one spelling for the engine: top_k -1 (vLLM's) becomes 0. Doors call it

@@ -27,11 +27,14 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   bool has_seed = x.seed.has_value();
   uint64_t seed = x.seed.value_or(0);
+  auto guided_kind_value = static_cast<uint8_t>(x.guided.kind);
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p,
            x.repetition_penalty, x.presence_penalty, x.frequency_penalty, has_seed, seed,
-           x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs,
+           x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs, guided_kind_value,
+           x.guided.source, x.guided.choices,
            caf::meta::load_callback([&]() -> caf::error {
              if (has_seed) x.seed = seed; else x.seed.reset();
+             x.guided.kind = static_cast<guided_kind>(guided_kind_value);
              return caf::none;
            }));
 }

@@ -1,6 +1,7 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "engine/guided_vocabulary.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
@@ -38,6 +39,13 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   runner->stream_kv_to(*endpoints->sender, kv.transfer_timeout);
   caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, endpoints);
   *agent_slot = caf::actor_cast<caf::weak_actor_ptr>(agent);
+
+  // Structured output masks tokens by their bytes; a model without EOS ids cannot end a
+  // constrained output, so it serves none (the runner refuses such requests by name).
+  if (served->tok && !served->eos_token_ids.empty()) {
+    runner->set_vocabulary(make_token_vocabulary(*served->tok, served->backend_model->config().vocab_size,
+                                                 served->eos_token_ids));
+  }
   return {
       [served, runner](step_plan& plan) -> step_done {
         step_done done;

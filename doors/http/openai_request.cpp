@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "doors/http/guided_fields.hpp"
+#include "grammar/guided_grammar.hpp"
+
 namespace troupe {
 
 namespace {
@@ -302,6 +305,29 @@ void read_sampling(request_fields& fields, openai_request& r, const openai_limit
   r.logprobs = s.logprobs;
 }
 
+// Structured output (guided_fields.hpp), checked where every other value is: a schema or regex
+// that cannot be compiled, or a max_tokens below its shortest output, is a 400 naming it.
+void read_guided(request_fields& fields, openai_request& r, std::string_view body, const openai_limits& limits) {
+  guided_fields asked;
+  asked.response_format = fields.take("response_format");
+  asked.guided_json = fields.take("guided_json");
+  asked.guided_regex = fields.take("guided_regex");
+  asked.guided_choice = fields.take("guided_choice");
+  std::string param;
+  try {
+    r.sampling.guided = read_guided_fields(asked, body, limits.max_string_bytes, param);
+  } catch (const guided_field_error& e) {
+    throw parameter_error{bad_parameter(e.param, e.problem)};
+  }
+  if (!is_guided(r.sampling)) return;
+  auto problem = validate_sampling_params(r.sampling, limits);
+  if (!problem) problem = check_guided_decoding(r.sampling);
+  if (problem) {
+    // max_tokens here stands for max_completion_tokens too (whichever the client sent).
+    fail(problem->field == "max_tokens" ? "max_tokens" : param, problem->problem);
+  }
+}
+
 // Known OpenAI fields this server cannot honour: refused when they ask for something, accepted
 // when they ask for the default.
 void refuse_unsupported(request_fields& fields, const openai_request& r) {
@@ -314,10 +340,6 @@ void refuse_unsupported(request_fields& fields, const openai_request& r) {
   }
   if (const json* v = fields.take("logit_bias"); v && !(v->is_object() && v->empty())) {
     fail("logit_bias", "is not supported");
-  }
-  if (const json* v = fields.take("response_format");
-      v && !(v->is_object() && v->contains("type") && (*v)["type"] == "text")) {
-    fail("response_format", "only {\"type\": \"text\"} is supported");
   }
   if (const json* v = fields.take("tools"); v && !(v->is_array() && v->empty())) fail("tools", "are not supported");
   if (const json* v = fields.take("tool_choice"); v && *v != "none") fail("tool_choice", "only \"none\" is supported");
@@ -389,6 +411,7 @@ std::variant<openai_request, api_error> parse_openai_request(openai_endpoint end
       }
     }
     read_sampling(fields, r, limits);
+    read_guided(fields, r, body, limits);
     refuse_unsupported(fields, r);
     fields.reject_unknown();
     return r;

@@ -157,7 +157,13 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})", "max_completion_tokens"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", "response_format"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","not":{}}}}})", "response_format"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}})", "response_format.type"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})", "response_format.json_schema"},
+      {completions, R"js({"model":"m","prompt":"x","guided_regex":"(?=a)b"})js", "guided_regex"},
+      {completions, R"({"model":"m","prompt":"x","guided_choice":"yes"})", "guided_choice"},
+      {completions, R"({"model":"m","prompt":"x","guided_choice":["yes"],"guided_regex":"a"})", "guided_choice"},
+      {completions, R"({"model":"m","prompt":"x","guided_json":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]},"max_tokens":4})", "max_tokens"},
   };
   for (const auto& c : cases) {
     api_error e = parse_error(c.endpoint, c.body);
@@ -184,6 +190,36 @@ TEST(openai_request, error_json_has_openai_shape) {
   api_error e = bad_parameter("temperature", "'temperature': bad");
   EXPECT_EQ(e.to_json(),
             R"({"error":{"code":null,"message":"'temperature': bad","param":"temperature","type":"invalid_request_error"}})");
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(openai_request, reads_structured_output_fields_keeping_the_schema_order) {
+  auto r = parse_ok(openai_endpoint::chat_completions,
+                    R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":50,
+                        "response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,
+                        "schema":{"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"boolean"}},
+                        "required":["zeta","alpha"]}}}})");
+  EXPECT_EQ(r.sampling.guided.kind, guided_kind::json_schema);
+  // The client's order, not nlohmann::json's sorted one: the output lists zeta first.
+  EXPECT_LT(r.sampling.guided.source.find("zeta"), r.sampling.guided.source.find("alpha"));
+  auto object = parse_ok(openai_endpoint::completions,
+                         R"({"model":"m","prompt":"x","response_format":{"type":"json_object"}})");
+  EXPECT_EQ(object.sampling.guided.kind, guided_kind::json_object);
+  auto text = parse_ok(openai_endpoint::completions, R"({"model":"m","prompt":"x","response_format":{"type":"text"}})");
+  EXPECT_EQ(text.sampling.guided.kind, guided_kind::none);
+  auto choice = parse_ok(openai_endpoint::completions, R"({"model":"m","prompt":"x","guided_choice":["yes","no"]})");
+  EXPECT_EQ(choice.sampling.guided.kind, guided_kind::choice);
+  EXPECT_EQ(choice.sampling.guided.choices, (std::vector<std::string>{"yes", "no"}));
+  auto regex = parse_ok(openai_endpoint::completions, R"({"model":"m","prompt":"x","guided_regex":"[0-9]+"})");
+  EXPECT_EQ(regex.sampling.guided.source, "[0-9]+");
+  auto json_text = parse_ok(openai_endpoint::completions,
+                            R"({"model":"m","prompt":"x","max_tokens":16,"guided_json":"{\"type\":\"boolean\"}"})");
+  EXPECT_EQ(json_text.sampling.guided.kind, guided_kind::json_schema);
 }
 
 }  // namespace

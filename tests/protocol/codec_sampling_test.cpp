@@ -59,3 +59,36 @@ TEST(codec_sampling, the_default_max_tokens_fits_a_small_context) {
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(codec_sampling, guided_fields_travel_both_ways_and_only_one_at_a_time) {
+  auto schema = decode_with({{"guided_json", R"({"type":"boolean"})"}});
+  ASSERT_TRUE(std::holds_alternative<client_request>(schema)) << std::get<protocol_error>(schema).message;
+  const generate_request& request = std::get<generate_request>(std::get<client_request>(schema));
+  EXPECT_EQ(request.sampling.guided.kind, guided_kind::json_schema);
+  EXPECT_EQ(request.sampling.guided.source, R"({"type":"boolean"})");
+  // What the client library encodes, the door decodes to the same constraint.
+  for (const guided_decoding& g : {guided_decoding{guided_kind::choice, "", {"yes", "no"}},
+                                   guided_decoding{guided_kind::regex, "[a-z]+", {}},
+                                   guided_decoding{guided_kind::json_object, "", {}}}) {
+    generate_request out = request;
+    out.sampling.guided = g;
+    auto back = decode_request(encode_request(client_request{out}), protocol_limits{});
+    ASSERT_TRUE(std::holds_alternative<client_request>(back)) << std::get<protocol_error>(back).message;
+    const auto& decoded = std::get<generate_request>(std::get<client_request>(back)).sampling.guided;
+    EXPECT_EQ(decoded.kind, g.kind);
+    EXPECT_EQ(decoded.source, g.source);
+    EXPECT_EQ(decoded.choices, g.choices);
+  }
+  auto two = decode_with({{"guided_regex", "a"}, {"guided_choice", {"a"}}});
+  ASSERT_TRUE(std::holds_alternative<protocol_error>(two));
+  EXPECT_NE(std::get<protocol_error>(two).message.find("only one of"), std::string::npos);
+  auto empty = decode_with({{"guided_choice", json::array()}});
+  ASSERT_TRUE(std::holds_alternative<protocol_error>(empty));
+  EXPECT_EQ(std::get<protocol_error>(empty).message.rfind("field 'guided_choice': ", 0), 0u);
+}
+
+}  // namespace
+}  // namespace troupe
