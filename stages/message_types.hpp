@@ -9,6 +9,7 @@
 
 #include "stages/messages.hpp"
 #include "stages/stage_specs.hpp"
+#include "stages/trace_messages.hpp"
 
 namespace troupe {
 
@@ -38,6 +39,10 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<stats_query>{}, "stats_query");
   f(std::type_identity<stats_answer>{}, "stats_answer");
   f(std::type_identity<request_failed>{}, "request_failed");
+  f(std::type_identity<step_event>{}, "step_event");
+  f(std::type_identity<trace_query>{}, "trace_query");
+  f(std::type_identity<trace_instance>{}, "trace_instance");
+  f(std::type_identity<trace_answer>{}, "trace_answer");
   // The enums inside them (load_format, device_request, dtype) travel as fields, never alone.
   f(std::type_identity<backend_options>{}, "backend_options");
   f(std::type_identity<model_spec>{}, "model_spec");

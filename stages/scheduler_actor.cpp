@@ -38,6 +38,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
       [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id)); },
       [=](stop_request_msg& stop) { (*deliver)(stage->stop(stop.request_id)); },
       [=](stats_query& query) -> stats_answer { return stage->stats(query.tag); },
+      [=](trace_query& query) -> trace_answer { return stage->trace(query); },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
 }

@@ -11,6 +11,8 @@
 
 #include "engine/scheduler.hpp"
 #include "stages/messages.hpp"
+#include "stages/step_log.hpp"
+#include "stages/trace_messages.hpp"
 
 namespace troupe {
 
@@ -35,6 +37,8 @@ class scheduler_stage {
   outputs stop(int64_t request_id);
   outputs step_finished(const step_done& done);
   stats_answer stats(uint64_t tag) const;
+  // The steps that started within the query's window, for a trace.
+  trace_answer trace(const trace_query& query) const;
   engine_load load() const;
 
   bool step_in_flight() const { return !in_flight_.empty(); }
@@ -62,6 +66,7 @@ class scheduler_stage {
   // Aborts that overtook their request (still being tokenized): applied when it arrives.
   std::unordered_set<int64_t> early_aborts_;
   std::deque<int64_t> early_abort_order_;
+  step_log steps_;
 };
 
 }  // namespace troupe
