@@ -41,6 +41,7 @@ class scripted_downstream : public door_downstream {
     aborted_.push_back(request_id);
   }
   void query_stats(uint64_t tag) override { door->post(stats_answer{tag, 90, 100, 1, 0, {}}); }
+  void query_trace(uint64_t tag, duration_ns) override { door->post(trace_answer{tag, {}, {{0, "here"}}, {}}); }
 
   std::vector<tokenize_request> submitted() {
     std::lock_guard lock(mutex_);
