@@ -97,7 +97,8 @@ void render_serving(std::string& out, const metrics_snapshot& m) {
         .sample(g.num_running, labels.c_str());
     family(out, "troupe:num_requests_waiting", "gauge", "Number of requests waiting to be processed.")
         .sample(g.num_waiting, labels.c_str());
-    const double usage = g.num_total_blocks > 0 ? 1.0 - static_cast<double>(g.num_free_blocks) / g.num_total_blocks : 0.0;
+    const double usage =
+        g.num_total_blocks > 0 ? static_cast<double>(g.num_total_blocks - g.num_free_blocks) / g.num_total_blocks : 0.0;
     family(out, "troupe:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.")
         .sample(usage, labels.c_str());
   }
