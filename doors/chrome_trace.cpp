@@ -17,16 +17,25 @@ constexpr int first_instance_pid = 100;
 
 double micros(duration_ns d) { return static_cast<double>(d) / 1e3; }
 
+// Whole microseconds from the window's start. Spans that meet (one step's end, the next one's
+// start; one phase's end, the next phase's start) must meet exactly for a viewer to nest them:
+// begin and end are each floored, and the duration is their difference, with no rounding of a
+// sum in between.
+int64_t whole_micros(timestamp_ns t, timestamp_ns origin) {
+  const duration_ns d = t - origin;
+  return d >= 0 ? d / 1000 : -((-d + 999) / 1000);
+}
+
 json metadata(const char* what, int pid, int tid, const std::string& name) {
   return json{{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"ts", 0}, {"args", {{"name", name}}}};
 }
 
 json complete(const std::string& name, const char* category, int pid, int tid, timestamp_ns begin, timestamp_ns end,
               timestamp_ns origin, json args = json::object()) {
-  return json{{"name", name},         {"cat", category},
-              {"ph", "X"},            {"pid", pid},
-              {"tid", tid},           {"ts", micros(begin - origin)},
-              {"dur", micros(std::max<duration_ns>(0, end - begin))}, {"args", std::move(args)}};
+  const int64_t ts = whole_micros(begin, origin);
+  const int64_t until = whole_micros(std::max(begin, end), origin);
+  return json{{"name", name}, {"cat", category}, {"ph", "X"},  {"pid", pid},
+              {"tid", tid},   {"ts", ts},        {"dur", until - ts}, {"args", std::move(args)}};
 }
 
 std::string step_name(const step_event& s) {
@@ -57,6 +66,7 @@ std::string build_chrome_trace(const trace_window& window) {
   // Each request's thread, and where to find it from a step's request ids.
   std::unordered_map<int64_t, int> tid_of;
   std::unordered_map<int64_t, const request_record*> record_of;
+  std::unordered_map<int64_t, std::vector<request_phase>> phases_of;
   int next_tid = 1;
   for (const request_record& r : window.requests) {
     const int tid = next_tid++;
@@ -72,7 +82,8 @@ std::string build_chrome_trace(const trace_window& window) {
               {"ttft_ms", micros(r.first_token - r.arrival) / 1e3},
               {"e2e_ms", micros(r.finish - r.arrival) / 1e3}};
     events.push_back(complete("request", "request", requests_pid, tid, r.arrival, r.finish, origin, std::move(args)));
-    for (const request_phase& p : request_phases(r)) {
+    phases_of[r.request_id] = request_phases(r);
+    for (const request_phase& p : phases_of[r.request_id]) {
       events.push_back(complete(p.name, "request", requests_pid, tid, p.begin, p.end, origin));
     }
   }
@@ -99,14 +110,22 @@ std::string build_chrome_trace(const trace_window& window) {
               {"compute_ms", static_cast<double>(s.compute_ns) / 1e6},
               {"request_ids", std::move(ids)}};
     events.push_back(complete(step_name(s), "step", first_instance_pid + s.instance, 1, p.start, end, origin, args));
-    // The step on each of its requests' threads too, kept inside the request's own span: the
-    // placement across clocks is an estimate, and a viewer nests a thread's spans by containment.
+    // The step on each of its requests' threads too, clipped to the phase it ends in: a viewer
+    // nests a thread's spans by containment, and the placement of the stages' durations on the
+    // controller's clock is an estimate that can straddle a phase's edge by a little.
     for (int64_t id : s.request_ids) {
       auto it = record_of.find(id);
       if (it == record_of.end()) continue;
       const request_record& r = *it->second;
-      const timestamp_ns b = std::clamp(p.start, r.arrival, r.finish);
-      const timestamp_ns e = std::clamp(end, b, r.finish);
+      timestamp_ns lo = r.arrival, hi = r.finish;
+      for (const request_phase& phase : phases_of[id]) {
+        if (phase.begin <= end) {
+          lo = phase.begin;
+          hi = phase.end;
+        }
+      }
+      const timestamp_ns b = std::clamp(p.start, lo, hi);
+      const timestamp_ns e = std::clamp(end, b, hi);
       events.push_back(complete("step " + std::to_string(s.step_id), "step", requests_pid, tid_of[id], b, e, origin,
                                 json{{"instance", s.instance}, {"step_id", s.step_id}}));
     }

@@ -3,7 +3,7 @@
 // and Perfetto load it): one process "requests" with a thread per finished request (its spans:
 // request, tokenize, queue, prefill, decode, and each scheduler step it was in), and one process
 // per engine instance with a thread of its steps (batch composition in their args). "X" complete
-// events, ts and dur in microseconds from the window's start; "M" events name the processes and
+// events, ts and dur in whole microseconds from the window's start; "M" events name the processes and
 // threads. Plain function of plain data: the HTTP door gathers the data, this lays it out.
 
 #include <string>

@@ -14,7 +14,10 @@ void step_log::finished(const step_outline& step, timestamp_ns now, duration_ns 
   auto it = std::find_if(pending_.begin(), pending_.end(), [&](const pending_step& p) { return p.step_id == step.step_id; });
   if (it == pending_.end()) return;
   recorded_step r;
-  r.start = it->start;
+  // With two steps in flight the worker starts the second when it has answered the first: the
+  // step runs from the later of its plan and the previous result, so steps never overlap.
+  r.start = std::max(it->start, last_finished_);
+  last_finished_ = now;
   pending_.erase(it);
   step_event& e = r.event;
   e.step_id = step.step_id;

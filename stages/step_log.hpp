@@ -20,7 +20,9 @@ class step_log {
 
   explicit step_log(size_t capacity = default_capacity) : capacity_(capacity) {}
 
-  // The plan of step `step_id` went to the worker at `now`.
+  // The plan of step `step_id` went to the worker at `now`. A step is timed from then, or from
+  // the previous step's result when that came later (async scheduling sends the next plan while
+  // the worker still runs the last one, which it answers first).
   void planned(uint64_t step_id, timestamp_ns now);
   // Its result came back at `now` (a step never planned here is ignored).
   void finished(const step_outline& step, timestamp_ns now, duration_ns compute_ns);
@@ -43,6 +45,7 @@ class step_log {
   size_t capacity_;
   std::deque<pending_step> pending_;  // planned, not yet finished: at most two (async scheduling)
   std::deque<recorded_step> steps_;
+  timestamp_ns last_finished_ = 0;
 };
 
 }  // namespace troupe

@@ -17,12 +17,13 @@
 
 namespace troupe {
 
-// One scheduler step: from its plan being sent to the worker to its result coming back.
+// One scheduler step: from its plan being sent to the worker (or the previous step's result, when
+// that came later) to its result coming back.
 struct step_event {
   int32_t instance = 0;       // the engine instance (set by the router)
   uint64_t step_id = 0;
   duration_ns age_ns = 0;     // the step's start, this long before the answer carrying it was sent
-  duration_ns elapsed_ns = 0;    // the scheduler's clock: plan sent -> result received
+  duration_ns elapsed_ns = 0;   // the scheduler's clock: plan sent -> result received
   duration_ns compute_ns = 0;   // the worker's clock: plan received -> result ready
   // Batch composition: a sequence is in prefill while its chunk brings prompt tokens (more than
   // one new token, or its very first), in decode when it brings its one sampled token.
