@@ -25,8 +25,9 @@ struct step_event {
   duration_ns age_ns = 0;     // the step's start, this long before the answer carrying it was sent
   duration_ns elapsed_ns = 0;   // the scheduler's clock: plan sent -> result received
   duration_ns compute_ns = 0;   // the worker's clock: plan received -> result ready
-  // Batch composition: a sequence is in prefill while its chunk brings prompt tokens (more than
-  // one new token, or its very first), in decode when it brings its one sampled token.
+  // Batch composition, told from the chunk alone: a sequence is in decode when its chunk is one
+  // token on top of computed ones (its last sample), else in prefill. A prompt's last chunk of
+  // exactly one token (after a prefix-cache hit or chunking) therefore counts as decode.
   int32_t num_prefill_sequences = 0;
   int32_t num_decode_sequences = 0;
   int32_t num_prefill_tokens = 0;
