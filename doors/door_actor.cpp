@@ -10,6 +10,7 @@ caf::behavior door_actor(caf::event_based_actor* self, reply_router* router) {
       [router](text_batch& batch) { router->route(std::move(batch)); },
       [router](request_failed& failed) { router->route(std::move(failed)); },
       [router](stats_answer& stats) { router->route(std::move(stats)); },
+      [router](trace_answer& trace) { router->route(std::move(trace)); },
   };
 }
 

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "stages/messages.hpp"
+#include "stages/trace_messages.hpp"
 
 namespace troupe {
 
@@ -16,10 +17,12 @@ class door_downstream {
   virtual void submit(tokenize_request request) = 0;
   virtual void abort(int64_t request_id) = 0;
   virtual void query_stats(uint64_t tag) = 0;
+  // Recent scheduler steps of every engine instance (a trace_answer comes back with `tag`).
+  virtual void query_trace(uint64_t tag, duration_ns window) = 0;
 };
 
 // What comes back from the stages for a door's requests.
-using door_event = std::variant<text_batch, request_failed, stats_answer>;
+using door_event = std::variant<text_batch, request_failed, stats_answer, trace_answer>;
 
 // A door's way in for those events. Thread-safe; must not block for long (the caller is the
 // actor that routes replies for every door).

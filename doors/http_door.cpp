@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "doors/api_key.hpp"
+#include "doors/chrome_trace.hpp"
 #include "doors/http/connection_stream.hpp"
 #include "doors/http/connection_watch.hpp"
 #include "doors/http/connection_workers.hpp"
@@ -134,6 +135,7 @@ struct http_door::impl {
 
   std::mutex stats_mutex;
   std::unordered_map<uint64_t, std::promise<stats_answer>> stats_waiters;
+  std::unordered_map<uint64_t, std::promise<std::pair<trace_answer, timestamp_ns>>> trace_waiters;  // guarded by stats_mutex
 
   std::atomic<int> num_generating{0};
   std::atomic<int64_t> num_streams_open{0};
@@ -147,6 +149,9 @@ struct http_door::impl {
   void generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                 const httplib::ContentReader& reader);
   std::optional<stats_answer> query_stats(std::chrono::milliseconds timeout);
+  // The engine instances' steps of the last `window`, with the moment their answer came.
+  std::optional<std::pair<trace_answer, timestamp_ns>> query_trace(duration_ns window, std::chrono::milliseconds timeout);
+  void serve_trace(const httplib::Request& req, httplib::Response& res);
   void abort_unfinished(const generation_session& session) {
     for (int64_t id : session.unfinished_request_ids()) downstream.abort(id);
   }
@@ -189,6 +194,13 @@ void http_door::post(door_event event) {
     if (it == s.stats_waiters.end()) return;
     it->second.set_value(*stats);
     s.stats_waiters.erase(it);
+  } else if (auto* trace = std::get_if<trace_answer>(&event)) {
+    const timestamp_ns received = steady_now_ns();
+    std::lock_guard lock(s.stats_mutex);
+    auto it = s.trace_waiters.find(trace->tag);
+    if (it == s.trace_waiters.end()) return;
+    it->second.set_value({std::move(*trace), received});
+    s.trace_waiters.erase(it);
   }
 }
 
@@ -205,6 +217,58 @@ std::optional<stats_answer> http_door::impl::query_stats(std::chrono::millisecon
   std::lock_guard lock(stats_mutex);
   stats_waiters.erase(tag);
   return std::nullopt;
+}
+
+std::optional<std::pair<trace_answer, timestamp_ns>> http_door::impl::query_trace(duration_ns window,
+                                                                                  std::chrono::milliseconds timeout) {
+  const uint64_t tag = admission.next_stats_tag(client_door::http);
+  std::future<std::pair<trace_answer, timestamp_ns>> answer;
+  {
+    std::lock_guard lock(stats_mutex);
+    if (trace_waiters.size() >= 16) return std::nullopt;
+    answer = trace_waiters[tag].get_future();
+  }
+  downstream.query_trace(tag, window);
+  if (answer.wait_for(timeout) == std::future_status::ready) return answer.get();
+  std::lock_guard lock(stats_mutex);
+  trace_waiters.erase(tag);
+  return std::nullopt;
+}
+
+// GET /debug/trace?seconds=N: the last N seconds as a Chrome trace (docs/http_api.md).
+void http_door::impl::serve_trace(const httplib::Request& req, httplib::Response& res) {
+  constexpr double max_seconds = 3600;
+  double seconds = 10;
+  if (req.has_param("seconds")) {
+    const std::string text = req.get_param_value("seconds");
+    size_t used = 0;
+    try {
+      seconds = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size() || !(seconds > 0) || seconds > max_seconds) {
+      api_error e = make_error(400, "invalid_request_error",
+                               "query parameter 'seconds': '" + text + "' is not a number of seconds in (0, 3600]");
+      e.param = "seconds";
+      return respond(res, e);
+    }
+  }
+  const auto window = static_cast<duration_ns>(seconds * 1e9);
+  auto answer = query_trace(window, 5000ms);
+  if (!answer) return respond(res, make_error(503, "server_error", "the engine instances did not answer within 5 s"));
+  if (!answer->first.unavailable.empty()) return respond(res, make_error(503, "server_error", answer->first.unavailable));
+  const timestamp_ns now = answer->second;
+  trace_window w;
+  w.end = now;
+  w.begin = now - window;
+  w.requests = counters.requests.finished_since(w.begin);
+  w.instances = std::move(answer->first.instances);
+  for (step_event& step : answer->first.steps) {
+    const timestamp_ns start = now - step.age_ns;
+    w.steps.push_back(placed_step{start, std::move(step)});
+  }
+  res.set_content(build_chrome_trace(w), "application/json");
 }
 
 void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
@@ -359,7 +423,9 @@ void http_door::impl::serve(http_connection connection) {
 
 void http_door::impl::install_routes() {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    // /metrics and /health stay open, as vLLM's; the API and the traces (which show the traffic) not.
+    const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/debug/", 0) == 0;
+    if (options.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
     const std::string header = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (header.empty()) {
@@ -430,8 +496,12 @@ void http_door::impl::install_routes() {
       m.scheduler = metrics_snapshot::scheduler_gauges{stats->num_free_blocks, stats->num_total_blocks,
                                                        stats->num_running, stats->num_waiting};
     }
+    m.model_name = options.model_name;
+    m.serving = counters.metrics.snapshot();
+    if (options.extra_metrics) m.extra = options.extra_metrics();
     res.set_content(render_metrics(m), "text/plain; version=0.0.4");
   });
+  server.Get("/debug/trace", [this](const httplib::Request& req, httplib::Response& res) { serve_trace(req, res); });
   // Statuses httplib decides itself (unknown path, 413 before the handler) get OpenAI's shape.
   server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;

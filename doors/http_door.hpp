@@ -1,7 +1,7 @@
 #pragma once
 // The OpenAI-compatible HTTP door (docs/http_api.md): POST /v1/completions,
 // POST /v1/chat/completions (streamed as server-sent events or whole), GET /v1/models,
-// GET /health, GET /metrics. Plain class over cpp-httplib: a connection waits for its request's
+// GET /health, GET /metrics, GET /debug/trace. Plain class over cpp-httplib: a connection waits for its request's
 // headers on one reception thread (doors/http/request_reception), then is served on one of a
 // fixed pool of threads, which blocks on the request's own queue of engine events; the actor
 // system reaches it through post(), the stages through door_downstream, as the ZeroMQ door.
@@ -10,6 +10,7 @@
 // comment each second); its requests are then aborted, which frees their KV blocks.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,9 @@ struct http_options {
   int max_connections = 256;
   int reserved_connections = 8;
   std::string model_name;  // what /v1/models lists and requests must name
+  // More families for GET /metrics in the text format (e.g. per-stage gauges), appended to the
+  // door's own; called on the connection thread of each scrape.
+  std::function<std::string()> extra_metrics;
   openai_limits limits;
 };
 

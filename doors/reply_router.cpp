@@ -16,11 +16,17 @@ void reply_router::count(const text_delta& d) {
   }
 }
 
+void reply_router::observe(const text_delta& d, timestamp_ns now) {
+  if (auto record = counters_.metrics.observe(d, now)) counters_.requests.add(std::move(*record));
+}
+
 void reply_router::route(text_batch batch) {
   // The common case, one door's requests only, moves the batch on whole.
   std::array<text_batch, num_client_doors> by_door;
+  const timestamp_ns now = steady_now_ns();
   for (auto& d : batch.deltas) {
     count(d);
+    observe(d, now);
     if (d.delta.finished()) untrack(d.delta.request_id);
     by_door[static_cast<int>(request_admission::door_of(d.delta.request_id))].deltas.push_back(std::move(d));
   }
@@ -31,6 +37,7 @@ void reply_router::route(text_batch batch) {
 
 void reply_router::route(request_failed failed) {
   ++counters_.num_failed;
+  counters_.metrics.forget(failed.request_id);
   untrack(failed.request_id);
   if (auto* inbox = doors_[static_cast<int>(request_admission::door_of(failed.request_id))]) {
     inbox->post(std::move(failed));
@@ -43,10 +50,19 @@ void reply_router::route(stats_answer stats) {
   }
 }
 
+void reply_router::route(trace_answer trace) {
+  if (auto* inbox = doors_[static_cast<int>(request_admission::door_of_tag(trace.tag))]) {
+    inbox->post(std::move(trace));
+  }
+}
+
 bool reply_router::track(int64_t request_id) {
-  std::lock_guard lock(tracked_mutex_);
-  if (failed_) return false;
-  tracked_.insert(request_id);
+  {
+    std::lock_guard lock(tracked_mutex_);
+    if (failed_) return false;
+    tracked_.insert(request_id);
+  }
+  counters_.metrics.arrived(request_id, steady_now_ns());
   return true;
 }
 

@@ -12,6 +12,8 @@
 
 #include "doors/door_events.hpp"
 #include "doors/request_admission.hpp"
+#include "doors/request_trace_log.hpp"
+#include "doors/serving_metrics.hpp"
 
 namespace troupe {
 
@@ -23,6 +25,9 @@ struct serving_counters {
   std::atomic<uint64_t> num_finished_length{0};
   std::atomic<uint64_t> num_finished_abort{0};
   std::atomic<uint64_t> num_failed{0};
+  // Latencies and totals of the troupe: families, and the timelines of finished requests.
+  serving_metrics metrics;
+  request_trace_log requests;
 };
 
 class reply_router {
@@ -33,6 +38,7 @@ class reply_router {
   void route(text_batch batch);
   void route(request_failed failed);
   void route(stats_answer stats);
+  void route(trace_answer trace);
 
   const serving_counters& counters() const { return counters_; }
 
@@ -53,6 +59,7 @@ class reply_router {
 
  private:
   void count(const text_delta& d);
+  void observe(const text_delta& d, timestamp_ns now);
   void untrack(int64_t request_id);
 
   std::array<door_inbox*, num_client_doors> doors_{};

@@ -105,6 +105,13 @@ class actor_downstream : public door_downstream {
     }
     caf::anon_send(router_actor, stats_query{tag});
   }
+  void query_trace(uint64_t tag, duration_ns window) override {
+    if (router->refusing()) {
+      router->route(trace_answer{tag, {}, {}, out_of_service_message()});
+      return;
+    }
+    caf::anon_send(router_actor, trace_query{tag, window});
+  }
 
   std::mutex tokenizers_mutex;
   std::vector<placed_stage> tokenizers;  // guarded: replaced when a lost tokenizer node is back

@@ -10,6 +10,7 @@
 
 #include "stages/messages.hpp"
 #include "stages/stage_specs.hpp"
+#include "stages/trace_messages.hpp"
 
 namespace troupe {
 
@@ -200,6 +201,27 @@ typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_failed& x) {
   return f(caf::meta::type_name("request_failed"), x.request_id, x.code, x.message);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_event& x) {
+  return f(caf::meta::type_name("step_event"), x.instance, x.step_id, x.age_ns, x.elapsed_ns, x.compute_ns,
+           x.num_prefill_sequences, x.num_decode_sequences, x.num_prefill_tokens, x.num_decode_tokens, x.request_ids);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trace_query& x) {
+  return f(caf::meta::type_name("trace_query"), x.tag, x.window_ns);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trace_instance& x) {
+  return f(caf::meta::type_name("trace_instance"), x.instance, x.node);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, trace_answer& x) {
+  return f(caf::meta::type_name("trace_answer"), x.tag, x.steps, x.instances, x.unavailable);
 }
 
 // -- stage specs and the settings they carry (stages/stage_specs.hpp) -----------------------------

@@ -9,6 +9,7 @@
 
 #include "stages/messages.hpp"
 #include "stages/stage_specs.hpp"
+#include "stages/trace_messages.hpp"
 
 namespace troupe {
 
@@ -47,6 +48,11 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<kv_failed_msg>{}, "kv_failed_msg");
   f(std::type_identity<kv_cancel_msg>{}, "kv_cancel_msg");
   f(std::type_identity<kv_lease_counts>{}, "kv_lease_counts");
+
+  f(std::type_identity<step_event>{}, "step_event");
+  f(std::type_identity<trace_query>{}, "trace_query");
+  f(std::type_identity<trace_instance>{}, "trace_instance");
+  f(std::type_identity<trace_answer>{}, "trace_answer");
   // The enums inside them (load_format, device_request, dtype) travel as fields, never alone.
   f(std::type_identity<backend_options>{}, "backend_options");
   f(std::type_identity<model_spec>{}, "model_spec");

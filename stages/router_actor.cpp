@@ -26,6 +26,17 @@ struct stats_total {
   std::string last_error;
 };
 
+// Gathers the instances' steps for one trace query; the last answer (or failure) sends them all.
+// Each instance's ages are measured from its own answer: they are moved to ages before the
+// router's answer, taking the instance's answer to have left at the midpoint of the round trip
+// the router measured (its clock is another host's, perhaps; no stamp of it is used).
+struct trace_total {
+  trace_answer all;
+  std::vector<std::pair<timestamp_ns, step_event>> steps;  // the router's stamp of each step's start
+  int num_pending = 0;
+  std::string last_error;
+};
+
 const char* state_name(engine_state state) { return state == engine_state::active ? "active" : "draining"; }
 
 }  // namespace
@@ -273,6 +284,48 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
                     total->sum.num_waiting_for_kv += answer.num_waiting_for_kv;
                     total->sum.num_kv_leases += answer.num_kv_leases;
                     ++total->num_answered;
+                    settle();
+                  },
+                  [=](caf::error& error) {
+                    total->last_error = self->system().render(error);
+                    settle();
+                  });
+        }
+      },
+      [=](trace_query& query) {
+        if (engines->empty()) {
+          self->send(frontend, trace_answer{query.tag, {}, {}, "no engine instance is available"});
+          return;
+        }
+        auto total = std::make_shared<trace_total>();
+        total->all.tag = query.tag;
+        total->num_pending = static_cast<int>(engines->size());
+        auto settle = [=] {
+          if (--total->num_pending > 0) return;
+          if (total->all.instances.empty()) total->all.unavailable = "no engine instance answered: " + total->last_error;
+          const timestamp_ns now = steady_now_ns();
+          for (auto& [start, step] : total->steps) {
+            step.age_ns = now - start;
+            total->all.steps.push_back(std::move(step));
+          }
+          self->send(frontend, std::move(total->all));
+        };
+        std::unordered_map<engine_instance_id, std::string> nodes;
+        for (const auto& info : router->instances()) nodes[info.id] = info.node;
+        for (const auto& [id, handles] : *engines) {
+          const timestamp_ns sent = steady_now_ns();
+          const engine_instance_id instance = id;
+          const std::string node = nodes[id];
+          self->request(handles.scheduler, timeout, query)
+              .then(
+                  [=](trace_answer& answer) {
+                    const timestamp_ns received = steady_now_ns();
+                    const timestamp_ns answered = sent + (received - sent) / 2;
+                    for (step_event& step : answer.steps) {
+                      step.instance = static_cast<int32_t>(instance);
+                      total->steps.emplace_back(answered - step.age_ns, std::move(step));
+                    }
+                    total->all.instances.push_back(trace_instance{static_cast<int32_t>(instance), node});
                     settle();
                   },
                   [=](caf::error& error) {

@@ -69,6 +69,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
                 [=](caf::error&) mutable { promise.deliver(answer); });
         return promise;
       },
+      [=](trace_query& query) -> trace_answer { return stage->trace(query); },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   };
 }

@@ -119,6 +119,7 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
   step_outline plan = std::move(in_flight_.front());
   in_flight_.pop_front();
   const timestamp_ns now = steady_now_ns();
+  steps_.finished(plan, now, done.compute_ns);
   for (const auto& seq : plan.sequences) {
     auto it = timelines_.find(seq.request_id);
     if (it == timelines_.end()) continue;
@@ -197,6 +198,7 @@ void scheduler_stage::plan_next(outputs& out) {
       it->second.scheduled = true;
       it->second.timeline.queue_ns = now - it->second.received;
     }
+    steps_.planned(plan.step_id, now);
     in_flight_.push_back(outline_of(plan));
     out.plans.push_back(std::move(plan));
   }
@@ -206,6 +208,13 @@ stats_answer scheduler_stage::stats(uint64_t tag) const {
   stats_answer answer{tag, scheduler_.num_free_blocks(), scheduler_.kv_cache().num_blocks(),
                       scheduler_.num_running(), scheduler_.num_waiting(), {}};
   answer.num_waiting_for_kv = scheduler_.num_waiting_for_kv();
+  return answer;
+}
+
+trace_answer scheduler_stage::trace(const trace_query& query) const {
+  trace_answer answer;
+  answer.tag = query.tag;
+  answer.steps = steps_.recent(query.window_ns, steady_now_ns());
   return answer;
 }
 

@@ -11,6 +11,8 @@
 
 #include "engine/scheduler.hpp"
 #include "stages/messages.hpp"
+#include "stages/step_log.hpp"
+#include "stages/trace_messages.hpp"
 
 namespace troupe {
 
@@ -48,6 +50,8 @@ class scheduler_stage {
   // The prefill side's first token(s), from the router.
   outputs hand_over(const kv_handover_msg& handover);
   stats_answer stats(uint64_t tag) const;
+  // The steps that started within the query's window, for a trace.
+  trace_answer trace(const trace_query& query) const;
   engine_load load() const;
 
   bool step_in_flight() const { return !in_flight_.empty(); }
@@ -79,6 +83,8 @@ class scheduler_stage {
   // hand-off) is not an early abort, which would kill the id's next run here.
   std::unordered_set<int64_t> handed_off_;
   std::deque<int64_t> handed_off_order_;
+
+  step_log steps_;
 };
 
 }  // namespace troupe

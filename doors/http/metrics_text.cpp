@@ -27,8 +27,88 @@ class family {
 
 }  // namespace
 
+std::string escape_label_value(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void render_histogram(std::string& out, std::string_view name, std::string_view help, std::string_view labels,
+                      const latency_histogram& h) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  const std::string sep = labels.empty() ? "" : ",";
+  uint64_t cumulative = 0;
+  const auto& counts = h.bucket_counts();
+  for (size_t i = 0; i < h.upper_bounds().size(); ++i) {
+    cumulative += counts[i];
+    out += fmt::format("{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep, h.upper_bounds()[i], cumulative);
+  }
+  out += fmt::format("{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep, h.count());
+  const std::string braces = labels.empty() ? "" : fmt::format("{{{}}}", labels);
+  out += fmt::format("{}_sum{} {}\n{}_count{} {}\n", name, braces, h.sum(), name, braces, h.count());
+}
+
+namespace {
+
+// The troupe: families, after vLLM's vllm: ones.
+void render_serving(std::string& out, const metrics_snapshot& m) {
+  const std::string model = fmt::format("model_name=\"{}\"", escape_label_value(m.model_name));
+  const std::string labels = "{" + model + "}";
+  const serving_metrics_snapshot& s = m.serving;
+  render_histogram(out, "troupe:time_to_first_token_seconds", "Histogram of time to first token in seconds.", model,
+                   s.time_to_first_token);
+  render_histogram(out, "troupe:time_per_output_token_seconds",
+                   "Histogram of time per output token in seconds (a request's mean after its first).", model,
+                   s.time_per_output_token);
+  render_histogram(out, "troupe:inter_token_latency_seconds",
+                   "Histogram of the time between a request's successive streamed deltas in seconds.", model,
+                   s.inter_token_latency);
+  render_histogram(out, "troupe:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
+                   model, s.e2e_request_latency);
+  render_histogram(out, "troupe:request_queue_time_seconds",
+                   "Histogram of time spent waiting for the first schedule in seconds.", model, s.request_queue_time);
+  family(out, "troupe:prompt_tokens_total", "counter", "Number of prefill tokens processed.")
+      .sample(s.num_prompt_tokens, labels.c_str());
+  family(out, "troupe:generation_tokens_total", "counter", "Number of generation tokens processed.")
+      .sample(s.num_generation_tokens, labels.c_str());
+  const std::string stop = "{" + model + ",finished_reason=\"stop\"}";
+  const std::string length = "{" + model + ",finished_reason=\"length\"}";
+  const std::string abort = "{" + model + ",finished_reason=\"abort\"}";
+  family(out, "troupe:request_success_total", "counter", "Count of successfully processed requests.")
+      .sample(s.num_finished_stop, stop.c_str())
+      .sample(s.num_finished_length, length.c_str())
+      .sample(s.num_finished_abort, abort.c_str());
+  family(out, "troupe:num_preemptions_total", "counter", "Cumulative number of preemptions of finished requests.")
+      .sample(s.num_preemptions, labels.c_str());
+  if (m.scheduler) {
+    const auto& g = *m.scheduler;
+    family(out, "troupe:num_requests_running", "gauge", "Number of requests in model execution batches.")
+        .sample(g.num_running, labels.c_str());
+    family(out, "troupe:num_requests_waiting", "gauge", "Number of requests waiting to be processed.")
+        .sample(g.num_waiting, labels.c_str());
+    const double usage =
+        g.num_total_blocks > 0 ? static_cast<double>(g.num_total_blocks - g.num_free_blocks) / g.num_total_blocks : 0.0;
+    family(out, "troupe:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.")
+        .sample(usage, labels.c_str());
+  }
+}
+
+}  // namespace
+
 std::string render_metrics(const metrics_snapshot& m) {
   std::string out;
+  render_serving(out, m);
   family(out, "troupe_requests_total", "counter", "Generation requests admitted, by the door they came through.")
       .sample(m.num_requests_zmq, "{door=\"zmq\"}")
       .sample(m.num_requests_http, "{door=\"http\"}");
@@ -63,6 +143,7 @@ std::string render_metrics(const metrics_snapshot& m) {
     family(out, "troupe_sequences_waiting", "gauge", "Sequences queued for admission (including preempted ones).")
         .sample(s.num_waiting);
   }
+  out += m.extra;
   return out;
 }
 

@@ -1,10 +1,15 @@
 #pragma once
 // GET /metrics: the server's counters and the scheduler's gauges in Prometheus' text exposition
-// format (version 0.0.4).
+// format (version 0.0.4). The troupe: families are named and labelled as vLLM's vllm: ones (with
+// model_name on each sample), so dashboards built for vLLM read them; the troupe_ families are
+// the server's own.
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+
+#include "doors/serving_metrics.hpp"
 
 namespace troupe {
 
@@ -33,8 +38,20 @@ struct metrics_snapshot {
     int num_waiting = 0;
   };
   std::optional<scheduler_gauges> scheduler;
+  std::string model_name;  // the model_name label of the troupe: families
+  serving_metrics_snapshot serving;
+  // Appended as it is: more families in the same format (e.g. per-stage gauges), each name used
+  // once in the whole exposition.
+  std::string extra;
 };
 
 std::string render_metrics(const metrics_snapshot& m);
+
+// A label value as the text format wants it: backslash, double quote and line feed escaped.
+std::string escape_label_value(std::string_view value);
+// One histogram's samples (cumulative _bucket lines up to le="+Inf", then _sum and _count) under
+// its HELP and TYPE lines; `labels` (rendered, without braces, e.g. `model_name="m"`) go on each.
+void render_histogram(std::string& out, std::string_view name, std::string_view help, std::string_view labels,
+                      const latency_histogram& h);
 
 }  // namespace troupe

@@ -41,6 +41,7 @@ class scripted_downstream : public door_downstream {
     aborted_.push_back(request_id);
   }
   void query_stats(uint64_t tag) override { door->post(stats_answer{tag, 90, 100, 1, 0, {}}); }
+  void query_trace(uint64_t tag, duration_ns) override { door->post(trace_answer{tag, {}, {{0, "here"}}, {}}); }
 
   std::vector<tokenize_request> submitted() {
     std::lock_guard lock(mutex_);
@@ -95,8 +96,9 @@ struct door_fixture {
   serving_counters counters;
   std::unique_ptr<http_door> door;
 
-  explicit door_fixture(std::string api_key = {}) {
+  explicit door_fixture(std::string api_key = {}, std::function<std::string()> extra_metrics = {}) {
     http_options options;
+    options.extra_metrics = std::move(extra_metrics);
     options.port = 0;
     options.api_key = std::move(api_key);
     options.model_name = "tiny";
@@ -245,6 +247,46 @@ TEST(http_door, keys_health_metrics_and_unknown_paths) {
   auto unknown = c.Get("/v2/anything");
   EXPECT_EQ(unknown->status, 404);
   EXPECT_EQ(json::parse(unknown->body)["error"]["type"], "not_found_error");
+}
+
+// /metrics stays open under an API key (as vLLM's) and carries the troupe: families and the
+// extension's text; /debug/trace is keyed, checks its window, and lays out the logged requests.
+TEST(http_door, metrics_are_open_traces_keyed_and_a_bad_window_named) {
+  door_fixture f("k", [] { return std::string("troupe:stage_mailbox_depth{stage=\"tokenizer\"} 2\n"); });
+  httplib::Client c = f.client();
+  auto metrics = c.Get("/metrics");
+  ASSERT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("troupe:kv_cache_usage_perc{model_name=\"tiny\"} 0.1\n"), std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("# TYPE troupe:time_to_first_token_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("troupe:stage_mailbox_depth{stage=\"tokenizer\"} 2\n"), std::string::npos);
+
+  EXPECT_EQ(c.Get("/debug/trace?seconds=5")->status, 401);
+  c.set_bearer_token_auth("k");
+  for (const char* bad : {"abc", "0", "-3", "5x", "99999", "nan"}) {
+    auto res = c.Get(std::string("/debug/trace?seconds=") + bad);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << bad;
+    EXPECT_NE(json::parse(res->body)["error"]["message"].get<std::string>().find(bad), std::string::npos) << res->body;
+  }
+
+  request_record r;
+  r.request_id = 12345;
+  r.arrival = steady_now_ns() - 3'000'000;
+  r.first_token = r.arrival + 1'000'000;
+  r.finish = r.arrival + 2'000'000;
+  r.num_output_tokens = 2;
+  f.counters.requests.add(r);
+  auto trace = c.Get("/debug/trace?seconds=2.5");
+  ASSERT_EQ(trace->status, 200) << trace->body;
+  const json events = json::parse(trace->body)["traceEvents"];
+  bool named = false, spanned = false, instance = false;
+  for (const json& e : events) {
+    named |= e["ph"] == "M" && e["args"]["name"] == "request 12345";
+    spanned |= e["ph"] == "X" && e["name"] == "request" && e["args"]["request_id"] == "12345";
+    instance |= e["ph"] == "M" && e["args"]["name"] == "scheduler instance 0 on here";
+  }
+  EXPECT_TRUE(named && spanned && instance) << trace->body;
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ class throwing_downstream : public door_downstream {
   }
   void abort(int64_t) override {}
   void query_stats(uint64_t tag) override { door->post(stats_answer{tag, 7, 8, 0, 0, {}}); }
+  void query_trace(uint64_t, duration_ns) override {}  // the ZeroMQ door asks for no trace
 };
 
 // The next reply on `socket`, or nullopt after `within`.

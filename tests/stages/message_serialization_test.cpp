@@ -190,6 +190,16 @@ std::vector<kv_cancel_msg> samples(of<kv_cancel_msg>) { return {{7}}; }
 std::vector<kv_lease_counts> samples(of<kv_lease_counts>) { return {{1, 2, 3}}; }
 std::vector<request_failed> samples(of<request_failed>) { return {full_failure()}; }
 
+step_event full_step_event() {
+  return step_event{3, 77, 1234567, 890123, 456789, 2, 5, 96, 5, {11, 12, 13, 14, 15, 16, 17}};
+}
+std::vector<step_event> samples(of<step_event>) { return {full_step_event()}; }
+std::vector<trace_query> samples(of<trace_query>) { return {trace_query{91, 5'000'000'000}}; }
+std::vector<trace_instance> samples(of<trace_instance>) { return {trace_instance{4, "worker-b"}}; }
+std::vector<trace_answer> samples(of<trace_answer>) {
+  return {trace_answer{92, {full_step_event(), full_step_event()}, {trace_instance{4, "worker-b"}}, "none answered"}};
+}
+
 // The specs carry actor handles: three live actors of the test's own system, set by the test
 // before it takes the samples (a handle serializes as its node and id, so it must exist).
 struct sample_handles {
@@ -433,6 +443,31 @@ void expect_same(const request_timeline& a, const request_timeline& b) {
   EXPECT_EQ(a.num_steps, b.num_steps);
 }
 
+void expect_same(const step_event& a, const step_event& b) {
+  EXPECT_EQ(a.instance, b.instance);
+  EXPECT_EQ(a.step_id, b.step_id);
+  EXPECT_EQ(a.age_ns, b.age_ns);
+  EXPECT_EQ(a.elapsed_ns, b.elapsed_ns);
+  EXPECT_EQ(a.compute_ns, b.compute_ns);
+  EXPECT_EQ(a.num_prefill_sequences, b.num_prefill_sequences);
+  EXPECT_EQ(a.num_decode_sequences, b.num_decode_sequences);
+  EXPECT_EQ(a.num_prefill_tokens, b.num_prefill_tokens);
+  EXPECT_EQ(a.num_decode_tokens, b.num_decode_tokens);
+  EXPECT_EQ(a.request_ids, b.request_ids);
+}
+
+void expect_same(const trace_query& a, const trace_query& b) {
+  EXPECT_EQ(a.tag, b.tag);
+  EXPECT_EQ(a.window_ns, b.window_ns);
+}
+
+void expect_same(const trace_instance& a, const trace_instance& b) {
+  EXPECT_EQ(a.instance, b.instance);
+  EXPECT_EQ(a.node, b.node);
+}
+
+void expect_same(const trace_answer& a, const trace_answer& b);
+
 void expect_same(const request_failed& a, const request_failed& b) {
   EXPECT_EQ(a.request_id, b.request_id);
   EXPECT_EQ(a.code, b.code);
@@ -548,6 +583,13 @@ void expect_same_list(const std::vector<T>& a, const std::vector<T>& b) {
   }
 }
 
+void expect_same(const trace_answer& a, const trace_answer& b) {
+  EXPECT_EQ(a.tag, b.tag);
+  expect_same_list(a.steps, b.steps);
+  expect_same_list(a.instances, b.instances);
+  EXPECT_EQ(a.unavailable, b.unavailable);
+}
+
 // -- the round trip ---------------------------------------------------------------------------------
 
 template <class T>
@@ -586,7 +628,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 40);
+  EXPECT_EQ(num_types, 44);
   for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;
