@@ -3,6 +3,7 @@
 #include "engine/model_runner.hpp"
 #include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
+#include "stages/instrumented_actor.hpp"
 #include "stages/stage_actors.hpp"
 #include "stages/stage_clock.hpp"
 
@@ -11,7 +12,7 @@ namespace troupe {
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served) {
   keep_exception_in_exit_reason(self);
   auto runner = std::make_shared<model_runner>(*served->backend_model);
-  return {
+  return instrumented(self, "worker", {
       [served, runner](step_plan& plan) -> step_done {
         step_done done;
         const timestamp_ns begin = steady_now_ns();
@@ -28,7 +29,7 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
         return worker_description{served->base_engine_config(), served->eos_token_ids, describe(*served)};
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-  };
+  });
 }
 
 caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec) {
