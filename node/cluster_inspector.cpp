@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
+#include <caf/actor_cast.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
 #include <caf/response_promise.hpp>
 
 #include "node/inspection.hpp"
 #include "node/node_inspector.hpp"
-#include "node/node_link.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/stage_clock.hpp"
 
@@ -19,9 +22,11 @@ namespace {
 
 // A node that could not be connected to is left alone this long before the next try.
 constexpr std::chrono::seconds retry_after{3};
+// Connecting (TLS and CAF's handshake) waits at most this: the view refreshes every second.
+constexpr std::chrono::milliseconds connect_timeout{1000};
 
 struct known_node {
-  caf::actor agent;                          // null until connected, or after a failed answer
+  caf::actor agent;  // null until connected, or after a failed answer
   std::chrono::steady_clock::time_point failed_at{};  // of the last failed connect
   std::string failure;
 };
@@ -53,9 +58,6 @@ void fill(node_inspection& slot, const std::string& json) {
 caf::behavior cluster_inspector_actor(caf::event_based_actor* self, const topology* t, caf::actor local,
                                       std::chrono::milliseconds timeout) {
   self->link_to(local);  // they go together
-  // Connecting waits at most a second here: the view refreshes every second.
-  auto quick = std::make_shared<cluster_settings>(t->cluster);
-  quick->connect_timeout_ms = std::min(quick->connect_timeout_ms, 1000);
   auto nodes = std::make_shared<std::map<std::string, known_node>>();
   return instrumented(self, "cluster-inspector", {
       [=](inspect_atom atom) -> caf::result<std::string> {
@@ -66,7 +68,13 @@ caf::behavior cluster_inspector_actor(caf::event_based_actor* self, const topolo
                                                .count();
         pending->result.nodes.resize(1 + t->nodes.size());
         pending->result.nodes[0].node = t->cluster.name;
-        pending->num_pending = 2;  // the controller, and a hold until every request is out
+        // One per node that is asked, and a hold until every request is out.
+        pending->num_pending = 1;
+        auto unreachable = [=](size_t index, std::string why) {
+          node_inspection& slot = pending->result.nodes[index];
+          slot.reachable = false;
+          slot.error = std::move(why);
+        };
         auto ask = [=](const caf::actor& whom, size_t index) {
           self->request(whom, timeout, atom)
               .then(
@@ -75,39 +83,52 @@ caf::behavior cluster_inspector_actor(caf::event_based_actor* self, const topolo
                     pending->settle();
                   },
                   [=](caf::error& error) {
-                    node_inspection& slot = pending->result.nodes[index];
-                    slot.reachable = false;
-                    slot.error = "no answer within " + std::to_string(timeout.count()) +
-                                 " ms: " + self->system().render(error);
-                    if (index > 0) (*nodes)[slot.node].agent = nullptr;  // connect again next time
+                    unreachable(index, "no answer within " + std::to_string(timeout.count()) +
+                                           " ms: " + self->system().render(error));
+                    if (index > 0) (*nodes)[pending->result.nodes[index].node].agent = nullptr;  // connect anew
                     pending->settle();
                   });
         };
+        ++pending->num_pending;
         ask(local, 0);
-        node_link link(self->system(), *quick);
         for (size_t i = 0; i < t->nodes.size(); ++i) {
           const node_address& address = t->nodes[i];
-          node_inspection& slot = pending->result.nodes[i + 1];
-          slot.node = address.name;
+          const size_t index = i + 1;
+          pending->result.nodes[index].node = address.name;
           known_node& known = (*nodes)[address.name];
-          const auto now = std::chrono::steady_clock::now();
-          if (!known.agent && now - known.failed_at >= retry_after) {
-            try {
-              known.agent = link.connect(address);
-            } catch (const std::exception& e) {
-              known.failed_at = now;
-              known.failure = e.what();
-            }
-          }
-          if (!known.agent) {
-            slot.reachable = false;
-            slot.error = known.failure;
+          if (known.agent) {
+            ++pending->num_pending;
+            ask(known.agent, index);
             continue;
           }
+          if (std::chrono::steady_clock::now() - known.failed_at < retry_after) {
+            unreachable(index, known.failure);
+            continue;
+          }
+          // Connected through the OpenSSL middleman's actor, with a bound (openssl::remote_actor
+          // has none: a peer that accepts and never finishes the handshake would hold us).
           ++pending->num_pending;
-          ask(known.agent, i + 1);
+          const std::string name = address.name;
+          auto failed = [=](std::string why) {
+            known_node& k = (*nodes)[name];
+            k.failed_at = std::chrono::steady_clock::now();
+            k.failure = "cannot connect to node " + name + " at " + address.host + ":" + std::to_string(address.port) +
+                        ": " + why;
+            unreachable(index, k.failure);
+            pending->settle();
+          };
+          self->request(self->system().openssl_manager().actor_handle(), connect_timeout, caf::connect_atom::value,
+                        address.host, address.port)
+              .then(
+                  [=](const caf::node_id&, caf::strong_actor_ptr& agent, const std::set<std::string>&) {
+                    if (!agent) return failed("nothing is published on that port");
+                    caf::actor handle = caf::actor_cast<caf::actor>(std::move(agent));
+                    (*nodes)[name].agent = handle;
+                    ask(handle, index);
+                  },
+                  [=](caf::error& error) { failed(self->system().render(error)); });
         }
-        pending->settle();  // the count's first 1 held it open while the requests went out
+        pending->settle();  // the hold: every request is out
         return pending->promise;
       },
   });

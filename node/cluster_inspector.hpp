@@ -1,11 +1,10 @@
 #pragma once
 // The controller's view of the whole cluster for `troupe inspect`: it asks its own node's
 // inspector and every [[nodes]] entry's agent (which hands the question to that node's inspector,
-// node/node_inspector.hpp) and answers with all of them together. Every wait is bounded: a node
-// that does not answer within `timeout` (or cannot be connected to within a second) is listed as
-// unreachable with the reason, and a node that failed to connect is not tried again for a few
-// seconds, so a dead node costs the view nothing but its row. Spawn it detached: connecting to a
-// node blocks its thread (at most a second).
+// node/node_inspector.hpp) and answers with all of them together. Every wait is bounded and
+// nothing blocks: a node that does not answer within `timeout` (or cannot be connected to within
+// a second) is listed as unreachable with the reason, and a node that failed to connect is not
+// tried again for a few seconds, so a dead node costs the view nothing but its row.
 //
 //   (inspect_atom) → std::string: a cluster_inspection as JSON (node/inspection.hpp), the
 //                    controller first, then the nodes in topology order
