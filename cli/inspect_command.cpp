@@ -15,6 +15,7 @@
 
 #include "cli/command_registry.hpp"
 #include "cli/terminal_screen.hpp"
+#include "node/actor_metrics_text.hpp"
 #include "node/admin_client.hpp"
 #include "node/inspection.hpp"
 #include "node/inspection_table.hpp"
@@ -28,6 +29,7 @@ struct inspect_flags {
   std::string name;
   bool once = false;
   bool json = false;
+  bool prometheus = false;
   std::string sort = "busy";
   int interval_ms = 1000;
   int timeout_ms = 5000;
@@ -94,7 +96,11 @@ int run(const inspect_flags& flags) {
   if (flags.connect_timeout_ms <= 0) throw std::invalid_argument("--connect-timeout-ms must be positive");
   if (flags.timeout_ms <= 0) throw std::invalid_argument("--timeout-ms must be positive");
   if (flags.interval_ms < 100) throw std::invalid_argument("--interval-ms must be at least 100");
-  if (flags.json && !flags.once) throw std::invalid_argument("--json prints one snapshot: give --once with it");
+  if ((flags.json || flags.prometheus) && !flags.once) {
+    throw std::invalid_argument(std::string(flags.json ? "--json" : "--prometheus") +
+                                " prints one snapshot: give --once with it");
+  }
+  if (flags.json && flags.prometheus) throw std::invalid_argument("give --json or --prometheus, not both");
   const inspect_column sort = column_named(flags.sort);  // checked before connecting
   options.connect_timeout = std::chrono::milliseconds(flags.connect_timeout_ms);
   const auto timeout = std::chrono::milliseconds(flags.timeout_ms);
@@ -105,6 +111,8 @@ int run(const inspect_flags& flags) {
     const cluster_inspection cluster = cluster_inspection_from_json(nlohmann::json::parse(json));
     if (flags.json) {
       std::cout << to_json(cluster).dump(2) << "\n";
+    } else if (flags.prometheus) {
+      std::cout << actor_metrics_text(cluster);
     } else {
       for (const std::string& line : render_inspection(cluster, sort, 160)) std::cout << line << "\n";
     }
@@ -138,6 +146,7 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--name", f->name, "this member's name in the credentials (NAME.crt)")->required();
   app->add_flag("--once", f->once, "print one snapshot and exit (a table, or JSON with --json)");
   app->add_flag("--json", f->json, "with --once: print the snapshot as JSON");
+  app->add_flag("--prometheus", f->prometheus, "with --once: print the per-actor gauges in Prometheus's text format");
   app->add_option("--sort", f->sort,
                   "the column to sort by: node, stage, actor, mailbox, max, rate, busy, p50, p99, messages")
       ->capture_default_str();
