@@ -18,6 +18,7 @@
 
 #include "node/admin_door.hpp"
 #include "node/cluster_credentials.hpp"
+#include "node/node_inspector.hpp"
 #include "node/openssl_io_hooks.hpp"
 #include "node/topology.hpp"
 #include "stages/stage_actors.hpp"
@@ -162,6 +163,10 @@ void admin_client::drain_engine(engine_instance_id id, std::chrono::milliseconds
 std::vector<std::string> admin_client::list_engines(std::chrono::milliseconds timeout) {
   return impl_->ask<std::vector<std::string>>("listing the engine instances through " + impl_->where, timeout,
                                               list_engines_atom::value);
+}
+
+std::string admin_client::inspect(std::chrono::milliseconds timeout) {
+  return impl_->ask<std::string>("inspecting the cluster through " + impl_->where, timeout, inspect_atom::value);
 }
 
 }  // namespace troupe

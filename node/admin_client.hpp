@@ -47,6 +47,9 @@ class admin_client {
   void drain_engine(engine_instance_id id, std::chrono::milliseconds timeout);
   // One line per instance: "ID NODE active|draining requests=.. queued_prompt_tokens=.. free_blocks=F/T".
   std::vector<std::string> list_engines(std::chrono::milliseconds timeout);
+  // One look at every actor of every node and every scheduler's load (node/inspection.hpp), as
+  // the controller's JSON; nodes that did not answer in time are in it as unreachable.
+  std::string inspect(std::chrono::milliseconds timeout);
 
  private:
   struct impl;

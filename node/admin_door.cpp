@@ -7,7 +7,10 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "node/cluster_inspector.hpp"
+#include "node/node_inspector.hpp"
 #include "node/remote_node.hpp"
+#include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/stage_actors.hpp"
 
@@ -15,10 +18,16 @@ namespace troupe {
 
 namespace {
 
+// A scheduler's stats answer within a node, and a node's whole answer: `troupe inspect` refreshes
+// every second, so neither may wait long for a stage or node that is stuck or gone.
+constexpr std::chrono::milliseconds node_inspect_timeout{500};
+constexpr std::chrono::milliseconds cluster_inspect_timeout{1500};
+
 // Detached: placing an instance blocks while the node loads the model.
 caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, caf::actor router,
-                          std::function<void()> on_added) {
-  return {
+                          std::function<void()> on_added, caf::actor inspector) {
+  self->link_to(inspector);  // the cluster's inspector goes with the door
+  return instrumented(self, "admin", {
       [=](scale_add_atom, const std::string& node, const std::string& role_name) -> caf::result<std::string> {
         spdlog::info("admin: adding a {} engine instance on {}", role_name, node);
         try {
@@ -34,7 +43,8 @@ caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, c
       },
       [=](drain_engine_atom drain, engine_instance_id id) { return self->delegate(router, drain, id); },
       [=](list_engines_atom list) { return self->delegate(router, list); },
-  };
+      [=](inspect_atom inspect) { return self->delegate(inspector, inspect); },
+  });
 }
 
 }  // namespace
@@ -43,7 +53,9 @@ caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_
                            std::function<void()> on_added) {
   remote_node_options where;
   parse_listen_address(t.cluster.admin_listen, where);
-  auto admin = system.spawn<caf::detached>(admin_actor, placer, std::move(router), std::move(on_added));
+  auto local = system.spawn(node_inspector_actor, t.cluster.name, node_inspect_timeout);
+  auto inspector = system.spawn(cluster_inspector_actor, &t, std::move(local), cluster_inspect_timeout);
+  auto admin = system.spawn<caf::detached>(admin_actor, placer, std::move(router), std::move(on_added), inspector);
   auto bound = caf::openssl::publish(admin, where.port, where.host.c_str());
   if (!bound) {
     caf::anon_send_exit(admin, caf::exit_reason::user_shutdown);

@@ -9,6 +9,8 @@
 //                                          (role: "mixed", "prefill" or "decode")
 //   (drain_engine_atom, instance id)     → bool: false for an unknown id
 //   (list_engines_atom)                  → std::vector<std::string>: one line per instance
+//   (inspect_atom)                       → std::string: every node's actors and schedulers as JSON
+//                                          (node/cluster_inspector.hpp, `troupe inspect`)
 
 #include <functional>
 

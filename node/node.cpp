@@ -29,6 +29,7 @@
 #include "node/node_link.hpp"
 #include "node/openssl_io_hooks.hpp"
 #include "node/stage_factories.hpp"
+#include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
 #include "stages/stage_actors.hpp"
@@ -41,7 +42,7 @@ namespace {
 // A controller that places stages on other nodes (or opens the admin door) also loads the
 // middleman with the OpenSSL module: it reaches nodes over mutual TLS with its member
 // certificate, heartbeats every connection, and drops one that stays silent.
-class node_config : public caf::actor_system_config {
+class node_config : public caf::actor_system_config, public actor_stats_host {
  public:
   node_config(int num_threads, const topology& t) {
     // `sharing` halves small-message round trips against `stealing` on few cores.

@@ -23,9 +23,11 @@
 #include <spdlog/spdlog.h>
 
 #include "node/cluster_credentials.hpp"
+#include "node/node_inspector.hpp"
 #include "node/openssl_io_hooks.hpp"
 #include "node/topology.hpp"
 #include "node/stage_factories.hpp"
+#include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
 
@@ -84,7 +86,7 @@ class stage_registry {
   std::vector<caf::actor_id> ids_;
 };
 
-class remote_node_config : public caf::actor_system_config {
+class remote_node_config : public caf::actor_system_config, public actor_stats_host {
  public:
   remote_node_config(const member_credentials& files, const kv_channel_keys& kv_keys, stage_registry* registry) {
     keep_openssl_error_queue_clean();
@@ -121,9 +123,11 @@ class remote_node_config : public caf::actor_system_config {
 
 // Answers pings with the node's name and its stages, and logs the first message of each peer:
 // CAF 0.17 tells no one of a connection (or a refused handshake) until a message arrives.
-caf::behavior node_agent(caf::event_based_actor* self, std::string name, const stage_registry* registry) {
+caf::behavior node_agent(caf::event_based_actor* self, std::string name, const stage_registry* registry,
+                         caf::actor inspector) {
   auto peers = std::make_shared<std::set<std::string>>();
-  return {
+  self->link_to(inspector);  // they go together
+  return instrumented(self, "agent", {
       [=](ping_atom) -> caf::message {
         if (const auto& sender = self->current_sender()) {
           const std::string peer = to_string(sender->node());
@@ -131,7 +135,8 @@ caf::behavior node_agent(caf::event_based_actor* self, std::string name, const s
         }
         return caf::make_message(name, registry->types());
       },
-  };
+      [=](inspect_atom inspect) { return self->delegate(inspector, inspect); },  // `troupe inspect`
+  });
 }
 
 }  // namespace
@@ -167,7 +172,8 @@ remote_node::remote_node(const remote_node_options& options) {
   verify_member_credentials(files);
   // The KV data plane authenticates with the member's CURVE keys (troupe certs writes them).
   impl_ = std::make_unique<impl>(files, load_kv_channel_keys(options.credentials_dir, options.name));
-  impl_->agent = impl_->system.spawn(node_agent, options.name, &impl_->registry);
+  auto inspector = impl_->system.spawn(node_inspector_actor, options.name, std::chrono::milliseconds(500));
+  impl_->agent = impl_->system.spawn(node_agent, options.name, &impl_->registry, std::move(inspector));
   auto bound = caf::openssl::publish(impl_->agent, options.port, options.host.c_str());
   if (!bound) {
     throw std::runtime_error("node " + options.name + ": cannot listen on " + options.host + ":" +

@@ -3,6 +3,7 @@
 #include "stages/detokenize_stage.hpp"
 #include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
+#include "stages/instrumented_actor.hpp"
 #include "stages/stage_actors.hpp"
 
 namespace troupe {
@@ -10,7 +11,7 @@ namespace troupe {
 caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,
                                 caf::actor frontend) {
   keep_exception_in_exit_reason(self);
-  return {
+  return instrumented(self, "detokenizer", {
       [=](token_batch& batch) {
         auto out = stage->run(std::move(batch));
         if (!out.texts.deltas.empty()) self->send(frontend, std::move(out.texts));
@@ -26,7 +27,7 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
         for (int64_t id : out.stopped_ids) self->send(scheduler, stop_request_msg{id});
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-  };
+  });
 }
 
 caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokenizer_spec spec) {

@@ -3,6 +3,7 @@
 #include <caf/event_based_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/stage_actors.hpp"
 
@@ -12,7 +13,7 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_en
   keep_exception_in_exit_reason(self);
   // Which scheduler reserved each expected transfer: the receiver's word goes back there.
   auto reserved_by = std::make_shared<std::unordered_map<uint64_t, caf::actor>>();
-  return {
+  return instrumented(self, "kv_agent", {
       [=](kv_expect_msg& expect) -> caf::result<kv_ready_msg> {
         const kv_reservation& r = expect.reservation;
         kv_expectation expectation;
@@ -51,7 +52,7 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_en
         return kv_lease_counts{static_cast<int32_t>(in.num_expected), static_cast<int32_t>(out.num_transfers),
                                in.num_refused};
       },
-  };
+  });
 }
 
 }  // namespace troupe

@@ -6,6 +6,7 @@
 
 #include "stages/engine_router.hpp"
 #include "stages/message_inspect.hpp"
+#include "stages/instrumented_actor.hpp"
 #include "stages/stage_actors.hpp"
 
 namespace troupe {
@@ -150,7 +151,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     }
   });
 
-  return {
+  return instrumented(self, "router", {
       [=](engine_joined_atom, caf::actor scheduler, caf::actor worker, std::string node, caf::actor kv_agent,
           std::string role_name) -> caf::result<engine_instance_id> {
         engine_role role = engine_role::mixed;
@@ -335,7 +336,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         }
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-  };
+  });
 }
 
 }  // namespace troupe

@@ -1,5 +1,6 @@
 #include <caf/event_based_actor.hpp>
 
+#include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/scheduler_stage.hpp"
 #include "stages/stage_actors.hpp"
@@ -19,7 +20,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
     for (step_plan& plan : out.plans) {
       const uint64_t step_id = plan.step_id;
       self->request(worker, caf::infinite, std::move(plan)).then(
-          [=](step_done& done) { (*deliver)(stage->step_finished(done)); },
+          [=](step_done& done) { const auto timed = timed_response(self); (*deliver)(stage->step_finished(done)); },
           [=](caf::error& error) {
             step_done failed;
             failed.result.step_id = step_id;
@@ -50,7 +51,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
     for (kv_arrival_msg& landed : out.kv_landed) self->send(router, std::move(landed));
   };
   self->attach_functor([deliver] { *deliver = nullptr; });  // breaks the self-reference cycle
-  return {
+  return instrumented(self, "scheduler", {
       [=](schedule_request& request) { (*deliver)(stage->add(std::move(request))); },
       [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id, abort.quietly)); },
       [=](stop_request_msg& stop) { (*deliver)(stage->stop(stop.request_id)); },
@@ -71,7 +72,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
       },
       [=](trace_query& query) -> trace_answer { return stage->trace(query); },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-  };
+  });
 }
 
 caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_spec spec) {

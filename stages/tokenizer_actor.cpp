@@ -1,5 +1,6 @@
 #include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
+#include "stages/instrumented_actor.hpp"
 #include "stages/stage_actors.hpp"
 #include "stages/tokenize_stage.hpp"
 
@@ -8,7 +9,7 @@ namespace troupe {
 caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<const tokenize_stage> stage,
                               caf::actor router, caf::actor frontend) {
   keep_exception_in_exit_reason(self);
-  return {
+  return instrumented(self, "tokenizer", {
       [=](tokenize_request& request) {
         auto result = stage->run(std::move(request));
         if (auto* ready = std::get_if<schedule_request>(&result)) {
@@ -18,7 +19,7 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
         }
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-  };
+  });
 }
 
 caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_spec spec) {

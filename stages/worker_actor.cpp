@@ -5,6 +5,7 @@
 #include "engine/model_runner.hpp"
 #include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
+#include "stages/instrumented_actor.hpp"
 #include "stages/stage_actors.hpp"
 #include "stages/stage_clock.hpp"
 
@@ -46,7 +47,7 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
     runner->set_vocabulary(make_token_vocabulary(*served->tok, served->backend_model->config().vocab_size,
                                                  served->eos_token_ids));
   }
-  return {
+  return instrumented(self, "worker", {
       [served, runner](step_plan& plan) -> step_done {
         step_done done;
         const timestamp_ns begin = steady_now_ns();
@@ -63,7 +64,7 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
         return worker_description{served->base_engine_config(), served->eos_token_ids, describe(*served), agent};
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-  };
+  });
 }
 
 caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec) {

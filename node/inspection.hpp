@@ -1,0 +1,58 @@
+#pragma once
+// One look inside a running cluster (`troupe inspect`): every instrumented actor of every node
+// with its statistics (stages/actor_stats.hpp), and every scheduler's KV usage, running and
+// waiting counts. A node's inspector (node/node_inspector.hpp) answers with its node's part, the
+// controller's cluster inspector (node/cluster_inspector.hpp) gathers every node's, and the whole
+// travels as JSON: the same text the admin door answers, `troupe inspect --once --json` prints
+// and the live view reads. Plain data, no CAF.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "stages/actor_stats.hpp"
+
+namespace troupe {
+
+struct actor_row {
+  std::string stage;     // "tokenizer", "router", "scheduler", "worker", "detokenizer", "frontend", ...
+  uint64_t actor_id = 0;  // unique within its node
+  actor_stats_snapshot stats;
+};
+
+struct scheduler_row {
+  uint64_t actor_id = 0;  // the scheduler's row in `actors`
+  int64_t num_free_blocks = 0;
+  int64_t num_total_blocks = 0;
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  std::string error;  // non-empty when it did not answer in time: the counts are then unknown
+
+  double kv_usage() const {
+    return num_total_blocks > 0 ? 1.0 - static_cast<double>(num_free_blocks) / static_cast<double>(num_total_blocks)
+                                : 0.0;
+  }
+};
+
+struct node_inspection {
+  std::string node;
+  bool reachable = true;  // false: it did not answer in time (then `error` says why)
+  std::string error;
+  std::vector<actor_row> actors;
+  std::vector<scheduler_row> schedulers;
+};
+
+struct cluster_inspection {
+  int64_t taken_at_unix_ms = 0;
+  std::vector<node_inspection> nodes;
+};
+
+nlohmann::json to_json(const node_inspection& node);
+nlohmann::json to_json(const cluster_inspection& cluster);
+// Throw std::runtime_error naming the field that is missing or of the wrong type.
+node_inspection node_inspection_from_json(const nlohmann::json& j);
+cluster_inspection cluster_inspection_from_json(const nlohmann::json& j);
+
+}  // namespace troupe

@@ -1,0 +1,85 @@
+#pragma once
+// Per-actor statistics without code in any handler: `instrumented(self, "scheduler", {...})`
+// wraps an actor's behaviour so that every message it dispatches is counted and timed, and the
+// mailbox depth behind it sampled, into an actor_stats (stages/actor_stats.hpp) that the node's
+// inspector reads (node/node_inspector.hpp). Included only by actors and the node (CAF).
+//
+// The statistics live in the actor system's registry, which exists when the system's config
+// derives from actor_stats_host (both node configs do); an actor spawned in a system without one
+// (a test's) runs its plain behaviour, unwrapped.
+//
+// What the wrapper sees: messages its behaviour matches. Responses to the actor's own requests
+// (`request(...).then(...)`) bypass the behaviour in CAF 0.17; an actor whose main work arrives
+// that way (the scheduler's step results) times that handler with `timed_response(self)`.
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <caf/actor_addr.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+
+#include "stages/actor_stats.hpp"
+
+namespace troupe {
+
+// The instrumented actors of one actor system (one node).
+class actor_stats_registry {
+ public:
+  struct entry {
+    std::string stage;       // "tokenizer", "router", "scheduler", "worker", "detokenizer", ...
+    caf::actor_id id = 0;    // unique within the node
+    caf::actor_addr actor;   // weak: the registry keeps no actor alive
+    std::shared_ptr<actor_stats> stats;
+  };
+
+  std::shared_ptr<actor_stats> add(std::string stage, caf::actor_id id, caf::actor_addr actor);
+  void remove(caf::actor_id id);
+  std::shared_ptr<actor_stats> find(caf::actor_id id) const;
+  std::vector<entry> entries() const;  // in the order the actors started
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<entry> entries_;  // guarded by mutex_
+};
+
+// Mixed into an actor_system_config to give the system a registry (node/node.cpp,
+// node/remote_node.cpp).
+class actor_stats_host {
+ public:
+  virtual ~actor_stats_host() = default;
+  actor_stats_registry& stats_registry() const { return *registry_; }
+
+ private:
+  std::shared_ptr<actor_stats_registry> registry_ = std::make_shared<actor_stats_registry>();
+};
+
+// The registry of `system`, or null when its config is no actor_stats_host.
+actor_stats_registry* stats_registry_of(caf::actor_system& system);
+
+// Registers `self` under `stage` and returns `inner` wrapped (or `inner` itself without a
+// registry). The entry goes when the actor ends.
+caf::behavior instrumented(caf::event_based_actor* self, std::string stage, caf::behavior inner);
+
+// Times the scope it lives in as one handled message of `self` (a response handler's body):
+// `[=](step_done& done) { auto timed = timed_response(self); ... }`. Does nothing for an actor
+// that is not instrumented.
+class response_timer {
+ public:
+  response_timer(std::shared_ptr<actor_stats> stats, int64_t mailbox_depth);
+  ~response_timer();
+  response_timer(const response_timer&) = delete;
+  response_timer& operator=(const response_timer&) = delete;
+
+ private:
+  std::shared_ptr<actor_stats> stats_;
+  int64_t depth_ = 0;
+  timestamp_ns begin_ = 0;
+};
+response_timer timed_response(caf::event_based_actor* self);
+
+}  // namespace troupe

@@ -1,0 +1,210 @@
+// The inspection's JSON (round trip, refusals naming the field), the live view's table (sorting
+// by every column, schedulers, unreachable nodes, the bound on lines) and the Prometheus text of
+// the per-actor gauges.
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "node/actor_metrics_text.hpp"
+#include "node/inspection.hpp"
+#include "node/inspection_table.hpp"
+
+namespace troupe {
+namespace {
+
+actor_row row(const std::string& stage, uint64_t id, int64_t depth, double rate, double busy, double p50_us) {
+  actor_row r;
+  r.stage = stage;
+  r.actor_id = id;
+  r.stats.num_messages = static_cast<int64_t>(rate * 10);
+  r.stats.mailbox_depth = depth;
+  r.stats.max_mailbox_depth = depth + 5;
+  r.stats.messages_per_s = rate;
+  r.stats.busy_share = busy;
+  r.stats.handler_p50_us = p50_us;
+  r.stats.handler_p99_us = p50_us * 3;
+  r.stats.mean_mailbox_depth = static_cast<double>(depth) / 2;
+  r.stats.estimated_wait_ms = 1.5;
+  r.stats.since_last_s = 0.25;
+  return r;
+}
+
+cluster_inspection sample() {
+  cluster_inspection c;
+  c.taken_at_unix_ms = 1'700'000'000'123;
+  node_inspection controller;
+  controller.node = "controller";
+  controller.actors = {row("router", 11, 3, 200, 0.02, 11), row("frontend", 7, 0, 150, 0.01, 8)};
+  node_inspection a;
+  a.node = "node-a";
+  a.actors = {row("worker", 12, 1, 80, 0.6, 1700), row("scheduler", 13, 7, 90, 0.05, 30)};
+  scheduler_row s;
+  s.actor_id = 13;
+  s.num_free_blocks = 1500;
+  s.num_total_blocks = 2000;
+  s.num_running = 20;
+  s.num_waiting = 4;
+  a.schedulers = {s};
+  node_inspection b;
+  b.node = "node-b";
+  b.reachable = false;
+  b.error = "no answer within 1500 ms";
+  c.nodes = {controller, a, b};
+  return c;
+}
+
+TEST(inspection, json_round_trips_every_field) {
+  const cluster_inspection before = sample();
+  const cluster_inspection after = cluster_inspection_from_json(nlohmann::json::parse(to_json(before).dump()));
+  ASSERT_EQ(after.nodes.size(), 3u);
+  EXPECT_EQ(after.taken_at_unix_ms, before.taken_at_unix_ms);
+  EXPECT_EQ(to_json(after), to_json(before));  // every field, through text and back
+  const actor_row& worker = after.nodes[1].actors[0];
+  EXPECT_EQ(worker.stage, "worker");
+  EXPECT_EQ(worker.actor_id, 12u);
+  EXPECT_DOUBLE_EQ(worker.stats.busy_share, 0.6);
+  EXPECT_EQ(worker.stats.max_mailbox_depth, 6);
+  EXPECT_DOUBLE_EQ(worker.stats.since_last_s, 0.25);
+  EXPECT_EQ(after.nodes[1].schedulers[0].num_waiting, 4);
+  EXPECT_DOUBLE_EQ(after.nodes[1].schedulers[0].kv_usage(), 0.25);
+  EXPECT_FALSE(after.nodes[2].reachable);
+  EXPECT_EQ(after.nodes[2].error, "no answer within 1500 ms");
+  EXPECT_DOUBLE_EQ(to_json(before)["nodes"][1]["schedulers"][0]["kv_usage"].get<double>(), 0.25);
+}
+
+TEST(inspection, a_missing_or_mistyped_field_is_named) {
+  nlohmann::json j = to_json(sample());
+  j["nodes"][1]["actors"][0].erase("mailbox_depth");
+  try {
+    cluster_inspection_from_json(j);
+    FAIL() << "accepted an actor without mailbox_depth";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'mailbox_depth'"), std::string::npos) << e.what();
+  }
+  j = to_json(sample());
+  j["nodes"][0]["node"] = 5;
+  try {
+    cluster_inspection_from_json(j);
+    FAIL() << "accepted a number as a node's name";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("node"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cluster_inspection_from_json(nlohmann::json::array()), std::runtime_error);
+}
+
+TEST(inspection_table, sorts_by_every_column) {
+  const cluster_inspection c = sample();
+  auto stages = [&](inspect_column by) {
+    std::string out;
+    for (const inspected_actor& a : sorted_actors(c, by)) out += a.row.stage + " ";
+    return out;
+  };
+  EXPECT_EQ(stages(inspect_column::busy), "worker scheduler router frontend ");
+  EXPECT_EQ(stages(inspect_column::mailbox), "scheduler router worker frontend ");
+  EXPECT_EQ(stages(inspect_column::rate), "router frontend scheduler worker ");
+  EXPECT_EQ(stages(inspect_column::p50), "worker scheduler router frontend ");
+  EXPECT_EQ(stages(inspect_column::p99), "worker scheduler router frontend ");
+  EXPECT_EQ(stages(inspect_column::stage), "frontend router scheduler worker ");
+  EXPECT_EQ(stages(inspect_column::node), "frontend router scheduler worker ");  // then by stage
+  EXPECT_EQ(stages(inspect_column::actor), "frontend router worker scheduler ");  // ids ascending
+  EXPECT_EQ(stages(inspect_column::max_mailbox), "scheduler router worker frontend ");
+  EXPECT_EQ(stages(inspect_column::messages), "router frontend scheduler worker ");
+  // Every column has its key, and the keys differ.
+  std::set<inspect_column> seen;
+  for (char key : std::string("nsimxrbp9t")) {
+    const auto column = column_for_key(key);
+    ASSERT_TRUE(column) << key;
+    seen.insert(*column);
+  }
+  EXPECT_EQ(seen.size(), inspect_columns().size());
+  EXPECT_FALSE(column_for_key('z'));
+}
+
+TEST(inspection_table, a_sort_name_that_is_no_column_is_refused_by_name) {
+  EXPECT_EQ(column_named("p99"), inspect_column::p99);
+  try {
+    column_named("latency");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'latency'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("mailbox"), std::string::npos) << e.what();
+  }
+}
+
+TEST(inspection_table, shows_actors_schedulers_and_unreachable_nodes_within_the_screen) {
+  const cluster_inspection c = sample();
+  const std::vector<std::string> lines = render_inspection(c, inspect_column::mailbox, 120);
+  std::string all;
+  for (const std::string& line : lines) {
+    EXPECT_LE(line.size(), 120u) << line;
+    all += line + "\n";
+  }
+  EXPECT_NE(all.find("*MAILBOX"), std::string::npos) << all;  // the sort column is marked
+  EXPECT_NE(all.find("3 nodes (2 answering), 4 actors"), std::string::npos) << all;
+  // The actor rows in mailbox order: scheduler (7) before router (3).
+  EXPECT_LT(all.find("scheduler "), all.find("router "));
+  EXPECT_NE(all.find("node-a          13   25.0     1500/2000       20        4"), std::string::npos) << all;
+  EXPECT_NE(all.find("node node-b UNREACHABLE: no answer within 1500 ms"), std::string::npos) << all;
+  EXPECT_NE(all.find("1.70ms"), std::string::npos) << all;  // the worker's p50 in its unit
+
+  // A short screen: the actor rows give way, the schedulers and the unreachable node stay.
+  const std::vector<std::string> short_lines = render_inspection(c, inspect_column::mailbox, 60, 10);
+  EXPECT_LE(short_lines.size(), 10u);
+  std::string shown;
+  for (const std::string& line : short_lines) {
+    EXPECT_LE(line.size(), 60u);
+    shown += line + "\n";
+  }
+  EXPECT_NE(shown.find("more actors"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("UNREACHABLE"), std::string::npos) << shown;
+}
+
+TEST(actor_metrics_text, every_actor_and_scheduler_as_prometheus_text) {
+  cluster_inspection c = sample();
+  c.nodes[0].actors[0].stage = "odd\"stage\\name";  // label values are escaped
+  const std::string text = actor_metrics_text(c);
+  EXPECT_NE(text.find("# TYPE troupe:actor_mailbox_depth gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("troupe:actor_mailbox_depth{node=\"node-a\",stage=\"scheduler\",actor=\"13\"} 7\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("troupe:actor_messages_total{node=\"controller\",stage=\"odd\\\"stage\\\\name\",actor=\"11\"} 2000\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("troupe:actor_handler_p50_seconds{node=\"node-a\",stage=\"worker\",actor=\"12\"} 0.0017\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("troupe:node_up{node=\"node-b\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe:scheduler_kv_cache_usage_perc{node=\"node-a\",actor=\"13\"} 0.25\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("troupe:scheduler_num_requests_waiting{node=\"node-a\",actor=\"13\"} 4\n"), std::string::npos)
+      << text;
+
+  // The text format's grammar, line by line: each family's HELP and TYPE before its samples,
+  // each sample `name{label="value",...} number`, names unique per family.
+  static const std::regex sample_line(
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*")(,[a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*")*\} -?[0-9.e+-]+$)");
+  static const std::regex type_line(R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (gauge|counter)$)");
+  std::istringstream lines(text);
+  std::set<std::string> typed;
+  int num_samples = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    if (std::regex_match(line, m, type_line)) {
+      EXPECT_TRUE(typed.insert(m[1]).second) << "family typed twice: " << line;
+      continue;
+    }
+    ASSERT_TRUE(std::regex_match(line, m, sample_line)) << "not a sample: " << line;
+    EXPECT_TRUE(typed.count(m[1])) << "a sample before its TYPE: " << line;
+    ++num_samples;
+  }
+  // 8 actor families of 4 actors, 3 nodes, 3 scheduler families of 1.
+  EXPECT_EQ(num_samples, 8 * 4 + 3 + 3 * 1);
+}
+
+}  // namespace
+}  // namespace troupe
