@@ -141,8 +141,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         if (info.id == id) role = info.role;
       }
       std::vector<schedule_request> reruns = router->remove_instance(id);
-      spdlog::warn("router: engine instance {} ({}) on {} lost ({}); re-running its {} requests on the {} left", id,
-                   engine_role_name(role), node, self->system().render(down.reason), reruns.size(), engines->size());
+      spdlog::warn("router: engine instance {} on {} lost ({}, {}); re-running its {} requests on the {} left", id, node,
+                   engine_role_name(role), self->system().render(down.reason), reruns.size(), engines->size());
       carry_out();  // the other halves of its disaggregated requests are aborted first
       for (schedule_request& request : reruns) dispatch(std::move(request));
       // A draining instance was on its way out: placing it again would undo the drain.
@@ -172,7 +172,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             },
             [](caf::error&) {});  // a lost instance: the down handler deals with it
         engines->emplace(id, engine_handles{std::move(scheduler), std::move(worker), std::move(kv_agent)});
-        spdlog::info("router: engine instance {} ({}) on {} joined ({} serving)", id, role_name, node, engines->size());
+        spdlog::info("router: engine instance {} on {} joined as {} ({} serving)", id, node, role_name, engines->size());
         return id;
       },
       [=](drain_engine_atom, engine_instance_id id) -> bool {

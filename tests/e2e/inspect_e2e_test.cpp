@@ -94,8 +94,8 @@ TEST(inspect_e2e, lists_every_actor_of_every_node_and_sees_mailboxes_rise_and_dr
   ASSERT_EQ(before.nodes.size(), 3u);
   for (const node_inspection& n : before.nodes) EXPECT_TRUE(n.reachable) << n.node << ": " << n.error;
   const std::multiset<std::string> controller_stages{"admin", "cluster-inspector", "frontend", "inspector", "router"};
-  const std::multiset<std::string> a_stages{"agent", "inspector", "scheduler", "tokenizer", "tokenizer", "worker"};
-  const std::multiset<std::string> b_stages{"agent", "detokenizer", "inspector", "scheduler", "worker"};
+  const std::multiset<std::string> a_stages{"agent", "inspector", "kv_agent", "scheduler", "tokenizer", "tokenizer", "worker"};
+  const std::multiset<std::string> b_stages{"agent", "detokenizer", "inspector", "kv_agent", "scheduler", "worker"};
   ASSERT_NE(node_named(before, "controller"), nullptr);
   ASSERT_NE(node_named(before, "node-a"), nullptr);
   ASSERT_NE(node_named(before, "node-b"), nullptr);

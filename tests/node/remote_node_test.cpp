@@ -8,6 +8,7 @@
 #include <string>
 
 #include "node/cluster_credentials.hpp"
+#include "kvtransfer/kv_channel.hpp"
 #include "node/remote_node.hpp"
 #include "tests/scratch_dir.hpp"
 
@@ -73,7 +74,10 @@ TEST(remote_node, checks_the_members_credentials_before_it_listens) {
   options.name = "node2";
   EXPECT_NE(error_of([&] { remote_node n(options); }).find("node2.crt"), std::string::npos);
 
+  // The KV data plane's keys (troupe certs writes them beside the certificate) are checked too.
   options.name = "node1";
+  EXPECT_NE(error_of([&] { remote_node n(options); }).find("node1.kv.key"), std::string::npos);
+  write_kv_channel_keys(ours.path(), "node1");
   remote_node n(options);
   EXPECT_GT(n.port(), 0);
   EXPECT_TRUE(n.running_stages().empty());  // empty until a controller places stages
