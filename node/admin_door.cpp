@@ -49,12 +49,15 @@ caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, c
 
 }  // namespace
 
+caf::actor spawn_cluster_inspector(caf::actor_system& system, const topology& t) {
+  auto local = system.spawn(node_inspector_actor, t.cluster.name, node_inspect_timeout);
+  return system.spawn(cluster_inspector_actor, &t, std::move(local), cluster_inspect_timeout);
+}
+
 caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router,
-                           std::function<void()> on_added) {
+                           std::function<void()> on_added, caf::actor inspector) {
   remote_node_options where;
   parse_listen_address(t.cluster.admin_listen, where);
-  auto local = system.spawn(node_inspector_actor, t.cluster.name, node_inspect_timeout);
-  auto inspector = system.spawn(cluster_inspector_actor, &t, std::move(local), cluster_inspect_timeout);
   auto admin = system.spawn<caf::detached>(admin_actor, placer, std::move(router), std::move(on_added), inspector);
   auto bound = caf::openssl::publish(admin, where.port, where.host.c_str());
   if (!bound) {

@@ -28,7 +28,11 @@ using scale_add_atom = caf::atom_constant<caf::atom("scaleadd")>;
 // Spawns the admin actor and publishes it on the topology's admin_listen; throws naming the
 // address when it cannot listen. Logs `admin door on HOST:PORT` (the port chosen for port 0).
 // `on_added` runs after each instance `troupe scale` adds (the node raises the doors' bound).
+// The controller's cluster inspector (every node's actors, node/cluster_inspector.hpp): the admin
+// door answers `troupe inspect` from it and /metrics renders its per-actor gauges.
+caf::actor spawn_cluster_inspector(caf::actor_system& system, const topology& t);
+
 caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router,
-                           std::function<void()> on_added);
+                           std::function<void()> on_added, caf::actor inspector);
 
 }  // namespace troupe

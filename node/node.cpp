@@ -23,9 +23,12 @@
 #include "doors/reply_router.hpp"
 #include "doors/request_admission.hpp"
 #include "doors/zmq_door.hpp"
+#include "node/actor_metrics_text.hpp"
 #include "node/admin_door.hpp"
 #include "node/cluster_credentials.hpp"
 #include "node/engine_placer.hpp"
+#include "node/inspection.hpp"
+#include "node/node_inspector.hpp"
 #include "node/node_link.hpp"
 #include "node/openssl_io_hooks.hpp"
 #include "node/stage_factories.hpp"
@@ -157,6 +160,7 @@ struct node::impl {
   std::vector<caf::actor> actors;  // guarded by downstream.watch_mutex once serving
   std::vector<std::pair<std::string, caf::actor>> stages;  // by stage name, for fail_stage
   caf::actor admin;  // null without [cluster] admin_listen
+  caf::actor inspector;  // the cluster inspector: troupe inspect (through admin) and /metrics
   const topology* t = nullptr;
   // What a lost tokenizer pool or detokenizer is placed again from.
   std::optional<tokenizer_spec> tokenizing;
@@ -344,8 +348,20 @@ node::node(const topology& t) : topology_(t) {
   options.listen_backlog = tp.listen_backlog;
   s.door = std::make_unique<zmq_door>(options, s.downstream, *s.admission);
   s.router.set_door(client_door::zmq, s.door.get());
+  s.inspector = spawn_cluster_inspector(s.system, tp);
+  s.actors.push_back(s.inspector);
   if (tp.http_enabled) {
     http_options web;
+    // Every actor's mailbox and handler figures as Prometheus gauges, from the cluster inspector
+    // (bounded: a node that does not answer in time is reported down, not waited for).
+    web.extra_metrics = [system = &s.system, inspector = s.inspector]() -> std::string {
+      caf::scoped_actor asker(*system);
+      std::string text;
+      asker->request(inspector, std::chrono::seconds(3), inspect_atom::value)
+          .receive([&](std::string& json) { text = actor_metrics_text(cluster_inspection_from_json(nlohmann::json::parse(json))); },
+                   [&](caf::error&) {});
+      return text;
+    };
     web.host = tp.http_host;
     web.port = tp.http_port;
     web.api_key = tp.api_key;
@@ -398,7 +414,7 @@ node::node(const topology& t) : topology_(t) {
     request_admission* admission = s.admission.get();
     const int64_t per_instance = int64_t(tp.max_waiting_requests) + tp.model.max_num_seqs;
     s.admin = open_admin_door(s.system, tp, placer, s.downstream.router_actor,
-                              [admission, per_instance] { admission->grow(per_instance); });
+                              [admission, per_instance] { admission->grow(per_instance); }, s.inspector);
   }
   s.door->start();
   if (s.web_door) {

@@ -216,6 +216,19 @@ TEST(metrics_trace_e2e, metrics_parse_count_every_request_and_agree_with_clients
   const double usage = sample(samples, "troupe:kv_cache_usage_perc");
   EXPECT_GE(usage, 0.0);
   EXPECT_LE(usage, 1.0);
+  // Every stage's mailbox, as the cluster inspector sees it (node/actor_metrics_text.hpp).
+  EXPECT_EQ(types["troupe:actor_mailbox_depth"], "GAUGE");
+  for (const char* stage : {"frontend", "router", "tokenizer", "scheduler", "worker", "detokenizer", "kv_agent"}) {
+    int found = 0;
+    for (const json& s : samples) {
+      if (s["name"] == "troupe:actor_mailbox_depth" && s["labels"].value("stage", "") == stage &&
+          s["labels"].value("node", "") == "controller") {
+        ++found;
+        EXPECT_EQ(s["value"].get<double>(), 0.0) << stage << ": a mailbox not drained after the run";
+      }
+    }
+    EXPECT_GE(found, 1) << "no mailbox gauge for the " << stage << " stage";
+  }
 
   // The Grafana dashboard in examples/ asks only for families the server exposes.
   std::ifstream dashboard_file(TROUPE_SOURCE_DIR "/examples/grafana/troupe-dashboard.json");
