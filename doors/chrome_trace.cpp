@@ -54,6 +54,13 @@ std::vector<request_phase> request_phases(const request_record& r) {
   phases.push_back({"queue", tokenized, scheduled});
   const timestamp_ns first = std::clamp(r.first_token, scheduled, r.finish);
   phases.push_back({"prefill", scheduled, first});
+  if (t.kv_landed_ns > 0) {
+    // Disaggregated: the decode half's wait for the KV, from its reservation to the last frame
+    // (its clock's durations, placed after the tokenizer's like the queue).
+    const timestamp_ns reserved = std::min(tokenized + t.kv_reserved_ns, r.finish);
+    const timestamp_ns landed = std::clamp(tokenized + t.kv_landed_ns, reserved, r.finish);
+    phases.push_back({"kv_transfer", reserved, landed});
+  }
   if (r.num_output_tokens > 1) phases.push_back({"decode", first, r.finish});
   return phases;
 }

@@ -123,6 +123,10 @@ struct request_timeline {
   duration_ns last_step_done_ns = 0;      // scheduler: request received -> last step's result
   duration_ns first_step_compute_ns = 0;  // worker: its first step, plan received -> result ready
   int32_t num_steps = 0;
+  // Disaggregated (the decode half's scheduler): request received -> blocks reserved for its KV,
+  // and -> the whole KV landed; 0 for a request computed whole on one instance.
+  duration_ns kv_reserved_ns = 0;
+  duration_ns kv_landed_ns = 0;
 };
 
 struct request_failed {

@@ -156,6 +156,9 @@ scheduler_stage::outputs scheduler_stage::kv_arrived(const kv_arrival_msg& arriv
   outputs out;
   if (arrival.ok) {
     if (scheduler_.kv_arrived(arrival.request_id, arrival.transfer_id)) {
+      if (auto it = timelines_.find(arrival.request_id); it != timelines_.end()) {
+        it->second.timeline.kv_landed_ns = steady_now_ns() - it->second.received;
+      }
       out.kv_landed.push_back(arrival);
       plan_next(out);
     }
@@ -188,6 +191,9 @@ void scheduler_stage::plan_next(outputs& out) {
   while (in_flight_.size() < max_in_flight_ && scheduler_.has_unfinished()) {
     step_plan plan = scheduler_.schedule();
     for (kv_reservation& reservation : scheduler_.take_kv_reservations()) {
+      if (auto it = timelines_.find(reservation.request_id); it != timelines_.end()) {
+        it->second.timeline.kv_reserved_ns = steady_now_ns() - it->second.received;
+      }
       out.kv_reservations.push_back(std::move(reservation));
     }
     if (plan.empty()) return;

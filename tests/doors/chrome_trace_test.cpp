@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <set>
 
@@ -133,6 +135,21 @@ TEST(chrome_trace, a_request_never_scheduled_has_only_its_tokenize_phase_and_a_k
     EXPECT_LE(p.end, late.finish) << p.name;
     EXPECT_LE(p.begin, p.end) << p.name;
   }
+}
+
+TEST(chrome_trace, a_disaggregated_request_shows_its_kv_transfer_between_reservation_and_landing) {
+  request_record r = record(5, 10 * ms);
+  r.timeline.kv_reserved_ns = 1 * ms;  // the decode half's clock, from its receipt (after tokenize)
+  r.timeline.kv_landed_ns = 3 * ms;
+  const std::vector<request_phase> phases = request_phases(r);
+  const auto kv = std::find_if(phases.begin(), phases.end(), [](const request_phase& p) {
+    return std::string(p.name) == "kv_transfer";
+  });
+  ASSERT_NE(kv, phases.end());
+  EXPECT_EQ(kv->begin, r.arrival + 2 * ms);
+  EXPECT_EQ(kv->end, r.arrival + 4 * ms);
+  // A request computed whole on one instance has none.
+  for (const request_phase& p : request_phases(record(6, 10 * ms))) EXPECT_STRNE(p.name, "kv_transfer");
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
+#include <optional>
+
 #include "stages/scheduler_stage.hpp"
 #include "tests/stages/scheduler_stage_support.hpp"
 
@@ -31,6 +34,26 @@ TEST(kv_handoff_scheduler_stage, a_receiving_request_is_reserved_for_the_kv_agen
   out = stage.hand_over(kv_handover_msg{7, 70, {42}});
   ASSERT_GE(out.plans.size(), 1u);  // with async scheduling, the step after it too
   EXPECT_EQ(out.plans[0].sequences[0].new_token_ids, std::vector<int32_t>{42});
+  // Run it to its end: the final delta's timeline has the KV's wait (for the trace).
+  std::optional<request_timeline> final_timeline;
+  std::deque<step_plan> pending(out.plans.begin(), out.plans.end());
+  for (int step = 0; step < 20 && !pending.empty() && !final_timeline; ++step) {
+    const step_plan plan = pending.front();
+    pending.pop_front();
+    step_done done;
+    done.result.step_id = plan.step_id;
+    for (const auto& s : plan.sequences) {
+      if (s.sample) done.result.tokens.push_back({s.request_id, 50, 0.0f, {}, {}});
+    }
+    out = stage.step_finished(done);
+    for (size_t i = 0; i < out.tokens.deltas.size(); ++i) {
+      if (out.tokens.deltas[i].finished()) final_timeline = out.tokens.timelines[i];
+    }
+    pending.insert(pending.end(), out.plans.begin(), out.plans.end());
+  }
+  ASSERT_TRUE(final_timeline);
+  EXPECT_GT(final_timeline->kv_landed_ns, 0);
+  EXPECT_GE(final_timeline->kv_landed_ns, final_timeline->kv_reserved_ns);
 }
 
 TEST(kv_handoff_scheduler_stage, a_failed_transfer_goes_to_the_router_not_the_client) {

@@ -153,7 +153,7 @@ std::vector<step_done> samples(of<step_done>) {
   return {d};
 }
 
-request_timeline full_timeline() { return {1, 2, 3, 4, 5, 6}; }
+request_timeline full_timeline() { return {1, 2, 3, 4, 5, 6, 7, 8}; }
 std::vector<request_timeline> samples(of<request_timeline>) { return {full_timeline()}; }
 
 request_failed full_failure() { return {42, error_code::overloaded, "the waiting queue is full"}; }
@@ -441,6 +441,8 @@ void expect_same(const request_timeline& a, const request_timeline& b) {
   EXPECT_EQ(a.last_step_done_ns, b.last_step_done_ns);
   EXPECT_EQ(a.first_step_compute_ns, b.first_step_compute_ns);
   EXPECT_EQ(a.num_steps, b.num_steps);
+  EXPECT_EQ(a.kv_reserved_ns, b.kv_reserved_ns);
+  EXPECT_EQ(a.kv_landed_ns, b.kv_landed_ns);
 }
 
 void expect_same(const step_event& a, const step_event& b) {
