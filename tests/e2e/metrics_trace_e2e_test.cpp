@@ -305,4 +305,51 @@ TEST(metrics_trace_e2e, metrics_parse_count_every_request_and_agree_with_clients
 }
 
 }  // namespace
+
+// tools/bench and /metrics on one run: the server's histograms count exactly the bench's
+// requests and tokens, and their latencies sit where the bench's, measured at the client, say
+// they must (a little below: the door stamps a request after it left the client).
+TEST(metrics_trace_e2e, metrics_agree_with_tools_bench_on_the_same_run) {
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
+  if (!have_oracles()) GTEST_SKIP() << "npm oracles missing (cd tests/oracles && npm install)";
+  const fs::path bench_binary = fs::path(TROUPE_BINARY_DIR) / "bin" / "troupe-bench";
+  if (!fs::exists(bench_binary)) GTEST_SKIP() << "no troupe-bench at " << bench_binary;
+  serve_process server({"--http-port", "0", "--served-model-name", model_name});
+  constexpr int num_requests = 24;
+  constexpr int output_len = 20;
+  scratch_file report("bench.json");
+  const run_result bench = run_command(shell_quote(bench_binary.string()) + " --backend troupe-zmq --endpoint " +
+                                       server.endpoint() + " --num-prompts " + std::to_string(num_requests) +
+                                       " --input-len 32 --output-len " + std::to_string(output_len) +
+                                       " --concurrency 4 --seed 3 --json " + shell_quote(report.path.string()));
+  ASSERT_EQ(bench.exit_code, 0) << bench.out << bench.err;
+  std::ifstream report_file(report.path);
+  const json summary = json::parse(report_file)["summary"];
+  ASSERT_EQ(summary["num_completed"], num_requests) << summary.dump();
+
+  httplib::Client http("127.0.0.1", server.http_port());
+  http.set_read_timeout(30, 0);
+  auto res = http.Get("/metrics");
+  ASSERT_TRUE(res && res->status == 200);
+  scratch_file metrics_file("bench-metrics.txt");
+  std::ofstream(metrics_file.path) << res->body;
+  const json parsed = run_oracle("prometheus_oracle.mjs", metrics_file.path);
+  ASSERT_TRUE(parsed.value("ok", false)) << parsed.dump();
+  const json& samples = parsed["samples"];
+
+  for (const char* h : {"troupe:time_to_first_token_seconds", "troupe:e2e_request_latency_seconds"}) {
+    EXPECT_EQ(sample(samples, std::string(h) + "_count"), num_requests) << h;
+  }
+  EXPECT_EQ(sample(samples, "troupe:generation_tokens_total"), summary["total_output_tokens"].get<double>());
+  EXPECT_EQ(sample(samples, "troupe:prompt_tokens_total"), summary["total_input_tokens"].get<double>());
+  const double server_ttft_ms = 1e3 * sample(samples, "troupe:time_to_first_token_seconds_sum") / num_requests;
+  const double server_e2e_ms = 1e3 * sample(samples, "troupe:e2e_request_latency_seconds_sum") / num_requests;
+  const double bench_ttft_ms = summary["ttft"]["mean_ms"].get<double>();
+  const double bench_e2e_ms = summary["e2e"]["mean_ms"].get<double>();
+  EXPECT_GT(server_ttft_ms, 0.0);
+  EXPECT_LE(server_ttft_ms, bench_ttft_ms + 0.5) << "the server's TTFT above the client's";
+  EXPECT_LE(server_e2e_ms, bench_e2e_ms + 0.5) << "the server's e2e above the client's";
+  EXPECT_GE(server_e2e_ms, 0.5 * bench_e2e_ms) << "server " << server_e2e_ms << " ms, bench " << bench_e2e_ms << " ms";
+}
+
 }  // namespace troupe::test
