@@ -89,8 +89,9 @@ std::vector<step_plan> prefill_plans(int64_t id, const std::vector<int32_t>& pro
   return plans;
 }
 
-// One decode step of request `id` with `token` after `context` cached tokens, all blocks given.
-step_plan decode_plan(int64_t id, int32_t token, int context, int block_size, uint64_t step_id, bool starts) {
+// One decode step of request `id` with `token` after `context` cached tokens: an entry that
+// starts the request on the runner (its whole block table and parameters).
+step_plan decode_plan(int64_t id, int32_t token, int context, int block_size, uint64_t step_id) {
   step_plan plan;
   plan.step_id = step_id;
   scheduled_sequence s;
@@ -98,7 +99,7 @@ step_plan decode_plan(int64_t id, int32_t token, int context, int block_size, ui
   s.num_computed_tokens = context;
   s.new_token_ids = {token};
   const int blocks = (context + 1 + block_size - 1) / block_size;
-  s.block_table_start = starts ? 0 : 0;
+  s.block_table_start = 0;
   for (int b = 0; b < blocks; ++b) s.block_table.push_back(b);
   s.sample = true;
   s.output_index = 1;
@@ -214,7 +215,7 @@ int main(int argc, char** argv) {
         exposed.push_back(ms(done.at - forward_end));  // negative: complete before the forward ended
         // One decode step on D from the imported KV; P continues itself for the check.
         const auto decode_start = clock_type::now();
-        const step_result d = decode_runner.run(decode_plan(request, first_token, prompt_len, block_size, step_id++, true));
+        const step_result d = decode_runner.run(decode_plan(request, first_token, prompt_len, block_size, step_id++));
         decode_steps.push_back(ms(clock_type::now() - decode_start));
         step_plan end_d;
         end_d.step_id = step_id++;
@@ -226,8 +227,8 @@ int main(int argc, char** argv) {
           auto own = prefill_plans(request + 100000, prompt, 0, block_size, 0, step_id);
           own[0].sequences[0].kv_send_transfer_id = 0;
           prefill_runner.run(own[0]);
-          const step_result p = prefill_runner.run(decode_plan(request + 100000, first_token, prompt_len, block_size,
-                                                               step_id++, false));
+          const step_result p =
+              prefill_runner.run(decode_plan(request + 100000, first_token, prompt_len, block_size, step_id++));
           step_plan end_p;
           end_p.step_id = step_id++;
           end_p.finished_ids = {request + 100000};

@@ -4,26 +4,11 @@
 #include <functional>
 #include <sstream>
 
+#include "doors/http/metrics_text.hpp"
+
 namespace troupe {
 
 namespace {
-
-// A label value as the text format wants it: backslash, double quote and newline escaped.
-std::string escaped(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 std::string number(double value) {
   char text[40];
@@ -44,7 +29,7 @@ std::string actor_metrics_text(const cluster_inspection& cluster) {
     family(out, name, type, help);
     for (const node_inspection& node : cluster.nodes) {
       for (const actor_row& row : node.actors) {
-        out << name << "{node=\"" << escaped(node.node) << "\",stage=\"" << escaped(row.stage) << "\",actor=\""
+        out << name << "{node=\"" << escape_label_value(node.node) << "\",stage=\"" << escape_label_value(row.stage) << "\",actor=\""
             << row.actor_id << "\"} " << number(value(row.stats)) << '\n';
       }
     }
@@ -69,7 +54,7 @@ std::string actor_metrics_text(const cluster_inspection& cluster) {
 
   family(out, "troupe:node_up", "gauge", "1 when the node answered the inspection in time, else 0.");
   for (const node_inspection& node : cluster.nodes) {
-    out << "troupe:node_up{node=\"" << escaped(node.node) << "\"} " << (node.reachable ? 1 : 0) << '\n';
+    out << "troupe:node_up{node=\"" << escape_label_value(node.node) << "\"} " << (node.reachable ? 1 : 0) << '\n';
   }
   using scheduler_value = std::function<double(const scheduler_row&)>;
   auto schedulers = [&](const char* name, const char* help, const scheduler_value& value) {
@@ -77,7 +62,7 @@ std::string actor_metrics_text(const cluster_inspection& cluster) {
     for (const node_inspection& node : cluster.nodes) {
       for (const scheduler_row& row : node.schedulers) {
         if (!row.error.empty()) continue;  // unknown: no sample rather than a made-up one
-        out << name << "{node=\"" << escaped(node.node) << "\",actor=\"" << row.actor_id << "\"} "
+        out << name << "{node=\"" << escape_label_value(node.node) << "\",actor=\"" << row.actor_id << "\"} "
             << number(value(row)) << '\n';
       }
     }

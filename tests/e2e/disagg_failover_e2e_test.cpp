@@ -25,10 +25,17 @@ namespace {
 
 using troupe::testing::scratch_dir;
 
+// Long enough (60-90 tokens, 16-token chunks) that eight of them keep the prefill node busy for a
+// good part of the kill window: a prefill kill must meet prefills in flight, not only idle nodes.
 const std::vector<std::string> prompts = {
-    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun",
-    "The little dog ran to the park", "Lily and Tom went to the park. They saw a big tree with a swing",
-    "One day, a bird"};
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. One day, "
+    "she saw a big red ball in the park. She ran to it and kicked it very high. The ball flew over the tree",
+    "The little dog ran to the park. He saw a cat on the fence and barked at it. The cat jumped down and "
+    "ran away. The dog was happy and wagged his tail. Then he saw his friend the bird in the sky",
+    "Lily and Tom went to the park. They saw a big tree with a swing. Tom wanted to swing first, but Lily "
+    "said it was her turn. They argued for a while, then they decided to share and take turns",
+    "One day, a bird flew into the house through the open window. Mom was surprised and the children "
+    "laughed. The bird sat on the table and looked at the cake. It was a big chocolate cake"};
 
 class disagg_failover_e2e : public ::testing::Test {
  protected:
@@ -85,7 +92,8 @@ class disagg_failover_e2e : public ::testing::Test {
 
     for (int trial = 0; trial < 20; ++trial) {
       SCOPED_TRACE("trial " + std::to_string(trial));
-      const auto kill_after = std::chrono::milliseconds(rng() % 120);
+      // Prefills end early in a request's life: the prefill node is killed within their window.
+      const auto kill_after = std::chrono::milliseconds(rng() % (role == "prefill" ? 40 : 120));
       std::vector<outcome> got(mix.size());
       auto threads = send_together(*controller_, mix, 0, mix.size(), got, 40s);
       std::this_thread::sleep_for(kill_after);
