@@ -347,6 +347,7 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
       delta.metrics = last.metrics;
     } else if (seq.kv().role == kv_role::send) {
       delta.handed_off = true;
+      delta.kv_transfer_id = seq.kv().transfer_id;
       release(seq);  // destroys seq: the decode instance goes on with it
     }
     deltas.push_back(std::move(delta));

@@ -37,6 +37,7 @@ struct token_delta {
   // A prefill-only request's last delta on its prefill instance (not a final one): the decode
   // instance goes on with the request (engine/kv_handoff.hpp).
   bool handed_off = false;
+  uint64_t kv_transfer_id = 0;  // with handed_off: the transfer it was prefilled under
   std::optional<request_metrics> metrics;  // set when finished
   // The request's stop strings, on its first delta only: they ride with the tokens so the stage
   // that turns ids into text (the detokenizer) can match them without a side channel.

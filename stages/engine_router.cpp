@@ -233,8 +233,13 @@ token_batch engine_router::on_tokens(engine_instance_id from, token_batch batch)
     auto it = requests_.find(delta.request_id);
     if (it == requests_.end() || it->second.instance != from) continue;
     request_record& record = it->second;
-    record.streamed.insert(record.streamed.end(), delta.token_ids.begin(), delta.token_ids.end());
     const bool prefill_half = record.transfer_id != 0 && !record.handed_off;
+    if (delta.handed_off && !(prefill_half && delta.kv_transfer_id == record.transfer_id)) {
+      // The hand-off of an earlier attempt (its other half was lost and the request runs again,
+      // perhaps on this very instance): its token is not this attempt's.
+      continue;
+    }
+    record.streamed.insert(record.streamed.end(), delta.token_ids.begin(), delta.token_ids.end());
     if (prefill_half && delta.finished()) {
       // Ended at its first token: the decode half's reservation is for nothing.
       commands_.aborts.emplace_back(record.decode, delta.request_id);

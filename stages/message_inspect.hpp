@@ -85,7 +85,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
   bool has_metrics = x.metrics.has_value();
   request_metrics metrics = x.metrics.value_or(request_metrics{});
-  return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish, x.handed_off,
+  return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish, x.handed_off, x.kv_transfer_id,
            has_metrics, metrics, x.stop, caf::meta::load_callback([&]() -> caf::error {
              if (has_metrics) x.metrics = metrics; else x.metrics.reset();
              return caf::none;

@@ -118,6 +118,7 @@ std::vector<token_delta> samples(of<token_delta>) {
   token_delta unfinished = full_delta();
   unfinished.metrics.reset();
   unfinished.handed_off = true;
+  unfinished.kv_transfer_id = 0x55aa55aa55ull;
   return {full_delta(), unfinished};
 }
 
@@ -352,6 +353,7 @@ void expect_same(const token_delta& a, const token_delta& b) {
   expect_same_list(a.logprobs, b.logprobs);
   EXPECT_EQ(a.finish, b.finish);
   EXPECT_EQ(a.handed_off, b.handed_off);
+  EXPECT_EQ(a.kv_transfer_id, b.kv_transfer_id);
   ASSERT_EQ(a.metrics.has_value(), b.metrics.has_value());
   if (a.metrics) expect_same(*a.metrics, *b.metrics);
   EXPECT_EQ(a.stop, b.stop);
