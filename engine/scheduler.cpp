@@ -348,7 +348,7 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
     } else if (seq.kv().role == kv_role::send) {
       delta.handed_off = true;
       delta.kv_transfer_id = seq.kv().transfer_id;
-      release(seq);  // destroys seq: the decode instance goes on with it
+      release(seq, seq.status);  // destroys seq: the decode instance goes on with it
     }
     deltas.push_back(std::move(delta));
   }
@@ -368,20 +368,21 @@ std::optional<token_delta> scheduler::stop(int64_t request_id) {
 }
 
 token_delta scheduler::finish(sequence& seq, sequence_status status, engine_clock::time_point now) {
+  const sequence_status queued_as = seq.status;
   seq.finish(status, now);
   token_delta delta;
   delta.request_id = seq.request_id();
   delta.finish = finish_reason_of(status);
   delta.metrics = seq.metrics();
-  release(seq);
+  release(seq, queued_as);
   return delta;
 }
 
-void scheduler::release(sequence& seq) {
-  if (std::find(running_.begin(), running_.end(), &seq) != running_.end()) {
+void scheduler::release(sequence& seq, sequence_status queued_as) {
+  if (queued_as == sequence_status::running) {
     remove_running(&seq);
-  } else if (auto it = std::find(waiting_for_kv_.begin(), waiting_for_kv_.end(), &seq); it != waiting_for_kv_.end()) {
-    waiting_for_kv_.erase(it);
+  } else if (queued_as == sequence_status::waiting_for_kv) {
+    waiting_for_kv_.erase(std::find(waiting_for_kv_.begin(), waiting_for_kv_.end(), &seq));
   } else {
     waiting_.erase(&seq);
   }

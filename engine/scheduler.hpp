@@ -118,8 +118,9 @@ class scheduler {
   bool ends_with_pending_sample(const sequence& seq) const;
   // A role receive sequence whose KV and handed-off tokens are both here starts running.
   void start_if_ready(sequence& seq);
-  // Frees a sequence's blocks and forgets it, telling the worker (which knew it).
-  void release(sequence& seq);
+  // Takes a sequence out of the queue its status `queued_as` names (running, waiting_for_kv or
+  // waiting), frees its blocks and forgets it, telling the worker (which knew it).
+  void release(sequence& seq, sequence_status queued_as);
   void insert_running(sequence* seq);
   void remove_running(sequence* seq);
   void preempt(sequence* seq, step_plan& plan);

@@ -466,4 +466,45 @@ inline long bytes_written(pid_t pid) {
   return -1;
 }
 
+// Runs `mix` (in waves of `wave`) through `topology`, started with `troupe launch` in `dir`, and
+// checks that it answers like one process: every output equals `expected`; every node of `busy`
+// wrote at least its bytes meanwhile (through write(), /proc wchar: the CAF messages to the
+// controller; heartbeats alone are a few hundred bytes), so a topology that quietly served
+// everything on one node fails; no KV transfer had to be re-run; and once idle no instance holds
+// a block, a reservation or an open transfer. The launch's log comes with any failure.
+inline void expect_launch_answers_like(const fs::path& dir, const std::string& name, const topology_spec& topology,
+                                       const std::vector<mixed_request>& mix, const std::vector<outcome>& expected,
+                                       const std::map<std::string, long>& busy, size_t wave) {
+  SCOPED_TRACE(name);
+  controller_process launch(controller_process::kind::launch, topology.write(dir / (name + ".toml")),
+                            dir / (name + ".log"));
+  const auto pids = launch.launched_pids();
+  std::map<std::string, long> written_before;
+  for (const auto& [node, bytes] : busy) {
+    ASSERT_EQ(pids.count(node), 1u) << launch.log();
+    written_before[node] = bytes_written(pids.at(node));
+  }
+  const std::vector<outcome> got = run_in_waves(launch, mix, wave);
+  int num_different = 0;
+  for (size_t i = 0; i < mix.size(); ++i) {
+    if (same_output(got[i], expected[i])) continue;
+    if (++num_different <= 5) {
+      ADD_FAILURE() << "request " << i << " (" << (mix[i].http ? "HTTP" : "ZeroMQ")
+                    << (mix[i].request.stream ? ", streamed" : "") << (mix[i].request.sampling.seed ? ", seeded" : ", greedy")
+                    << "): " << got[i] << " != " << expected[i];
+    }
+  }
+  EXPECT_EQ(num_different, 0) << "of " << mix.size();
+  for (const auto& [node, bytes] : busy) {
+    EXPECT_GE(bytes_written(pids.at(node)) - written_before[node], bytes) << node << " did not serve its share";
+  }
+  const stats_reply idle = wait_until_idle(launch);
+  EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "a KV block left taken";
+  EXPECT_EQ(idle.num_waiting_for_kv, 0) << "a reservation left";
+  EXPECT_EQ(idle.num_kv_leases, 0) << "a KV transfer left open";
+  EXPECT_EQ(idle.num_requests_in_flight, 0);
+  EXPECT_EQ(count_of(launch.log(), "lost its KV transfer"), 0) << "a KV transfer failed and was re-run";
+  if (::testing::Test::HasFailure()) ADD_FAILURE() << name << " log:\n" << launch.log();
+}
+
 }  // namespace troupe::test::cluster

@@ -67,33 +67,10 @@ class cluster_outputs_e2e : public ::testing::Test {
                          {{"tokenizers", 4096}, {"engine", 32768}, {"detokenizer", 32768}});
   }
 
-  // `busy`: nodes that must have worked for the mix, each with the bytes it must at least have
-  // written while the mix ran (heartbeats alone write a few hundred), so a topology that quietly
-  // served everything on one replica, or on the controller, fails.
   void expect_equal_outputs(const std::string& name, const topology_spec& topology,
                             const std::vector<mixed_request>& mix, const std::vector<outcome>& expected,
                             const std::map<std::string, long>& busy) {
-    SCOPED_TRACE(name);
-    controller_process launch(controller_process::kind::launch, topology.write(dir_ / (name + ".toml")),
-                              dir_ / (name + ".log"));
-    const auto pids = launch.launched_pids();
-    std::map<std::string, long> written_before;
-    for (const auto& [node, bytes] : busy) {
-      ASSERT_EQ(pids.count(node), 1u) << launch.log();
-      written_before[node] = bytes_written(pids.at(node));
-    }
-    const std::vector<outcome> got = run_in_waves(launch, mix, wave);
-    for (size_t i = 0; i < mix.size(); ++i) {
-      EXPECT_TRUE(same_output(got[i], expected[i]))
-          << "request " << i << " (" << (mix[i].http ? "HTTP" : "ZeroMQ") << (mix[i].request.stream ? ", streamed" : "")
-          << (mix[i].request.sampling.seed ? ", seeded" : ", greedy") << "): " << got[i] << " != " << expected[i];
-    }
-    for (const auto& [node, bytes] : busy) {
-      EXPECT_GE(bytes_written(pids.at(node)) - written_before[node], bytes) << node << " did not serve its share";
-    }
-    const stats_reply idle = wait_until_idle(launch);
-    EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks);
-    if (HasFailure()) ADD_FAILURE() << name << " log:\n" << launch.log();
+    expect_launch_answers_like(dir_.path(), name, topology, mix, expected, busy, wave);
   }
 
   scratch_dir dir_;

@@ -63,44 +63,10 @@ class disagg_outputs_e2e : public ::testing::Test {
     return t;
   }
 
-  // `busy`: nodes that must have worked, each with the bytes it must at least have written
-  // through write() (/proc wchar: the CAF messages to the controller, which carry a prefill
-  // node's first tokens and a decode node's streams; ZeroMQ's send() of the KV is not counted;
-  // heartbeats alone are a few hundred bytes).
   void expect_equal_outputs(const std::string& name, const topology_spec& topology,
                             const std::vector<mixed_request>& mix, const std::vector<outcome>& expected,
                             const std::map<std::string, long>& busy) {
-    SCOPED_TRACE(name);
-    controller_process launch(controller_process::kind::launch, topology.write(dir_ / (name + ".toml")),
-                              dir_ / (name + ".log"));
-    const auto pids = launch.launched_pids();
-    std::map<std::string, long> written_before;
-    for (const auto& [node, bytes] : busy) {
-      ASSERT_EQ(pids.count(node), 1u) << launch.log();
-      written_before[node] = bytes_written(pids.at(node));
-    }
-    const std::vector<outcome> got = run_in_waves(launch, mix, wave);
-    int num_different = 0;
-    for (size_t i = 0; i < mix.size(); ++i) {
-      if (same_output(got[i], expected[i])) continue;
-      if (++num_different <= 5) {
-        ADD_FAILURE() << "request " << i << " (" << (mix[i].http ? "HTTP" : "ZeroMQ")
-                      << (mix[i].request.stream ? ", streamed" : "") << (mix[i].request.sampling.seed ? ", seeded" : ", greedy")
-                      << "): " << got[i] << " != " << expected[i];
-      }
-    }
-    EXPECT_EQ(num_different, 0) << "of " << mix.size();
-    for (const auto& [node, bytes] : busy) {
-      EXPECT_GE(bytes_written(pids.at(node)) - written_before[node], bytes) << node << " did not serve its share";
-    }
-    const stats_reply idle = wait_until_idle(launch);
-    EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "a KV block left taken";
-    EXPECT_EQ(idle.num_waiting_for_kv, 0) << "a reservation left";
-    EXPECT_EQ(idle.num_kv_leases, 0) << "a KV transfer left open";
-    EXPECT_EQ(idle.num_requests_in_flight, 0);
-    // Every request went over the KV plane at the first try: none fell back to a re-run.
-    EXPECT_EQ(count_of(launch.log(), "lost its KV transfer"), 0);
-    if (HasFailure()) ADD_FAILURE() << name << " log:\n" << launch.log();
+    expect_launch_answers_like(dir_.path(), name, topology, mix, expected, busy, wave);
   }
 
   scratch_dir dir_;
