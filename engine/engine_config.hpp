@@ -19,6 +19,12 @@ struct engine_config {
   bool async_scheduling = false;
   // Token ids a step result may carry are below this; 0: unknown, not checked.
   int vocab_size = 0;
+  // Speculative decoding (docs/architecture.md, "Speculative decoding"): draft slots per step
+  // for a request that does not choose (sampling_params::num_speculative_tokens -1; 0: off),
+  // and the most any request may have. The worker proposes the drafts (n-gram prompt lookup,
+  // or its draft model) and verifies them in the step's one forward.
+  int num_speculative_tokens = 0;
+  int max_speculative_tokens = 16;
 
   // Throws std::runtime_error naming the first bad field.
   void validate() const {
@@ -34,6 +40,10 @@ struct engine_config {
     positive("max_num_seqs", max_num_seqs);
     positive("max_waiting_requests", max_waiting_requests);
     positive("max_model_len", max_model_len);
+    if (max_speculative_tokens < 0 || num_speculative_tokens < 0 || num_speculative_tokens > max_speculative_tokens) {
+      throw std::runtime_error("engine_config: num_speculative_tokens " + std::to_string(num_speculative_tokens) +
+                               " must be in [0, max_speculative_tokens " + std::to_string(max_speculative_tokens) + "]");
+    }
   }
 };
 

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/draft_proposer.hpp"
 #include "engine/kv_stream_out.hpp"
-
 #include "engine/request_grammars.hpp"
 #include "engine/sampler.hpp"
 #include "engine/step_plan.hpp"
@@ -43,6 +43,11 @@ class model_runner {
   // `sender` layer by layer as the steps compute them (engine/kv_stream_out.hpp). Without it,
   // such a request is computed but its KV stays here. `sender` must outlive the runner.
   void stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout);
+
+  // Speculative decoding: where drafts for entries with draft slots come from (n-gram prompt
+  // lookup unless set; engine/draft_proposer.hpp). The runner owns it.
+  void set_draft_proposer(std::unique_ptr<draft_proposer> proposer);
+  const draft_proposer& proposer() const { return *proposer_; }
 
   // The tokenizer's vocabulary as bytes, which structured output needs (served_model has it).
   void set_vocabulary(std::shared_ptr<const token_vocabulary> vocabulary) {

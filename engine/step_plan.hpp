@@ -43,6 +43,14 @@ struct scheduled_sequence {
   // Only on the entry that carries `params`, for a prefill-only request (kv_role::send): the
   // transfer its KV streams out under, layer by layer while the steps compute it.
   uint64_t kv_send_transfer_id = 0;
+  // Speculative decoding, on an entry that samples: the worker may append up to this many draft
+  // tokens after new_token_ids (the block table covers them, the token budget counted them),
+  // verify them in this forward and return 1 + the number it accepted (step_result). Slots of
+  // rejected drafts are rolled back: the scheduler counts only accepted tokens as computed.
+  int32_t num_draft_slots = 0;
+  // Only on the entry that carries `params`: the request may speculate, so penalty_token_ids
+  // carries its history (the worker's n-gram proposer and draft model read it).
+  bool speculative = false;
 
   int num_new_tokens() const { return static_cast<int>(new_token_ids.size()); }
 };
@@ -71,11 +79,15 @@ struct planned_sequence {
   int32_t num_computed_tokens = 0;
   int32_t num_new_tokens = 0;
   bool sample = false;
+  int32_t num_draft_slots = 0;
 };
 
 struct step_outline {
   uint64_t step_id = 0;
   std::vector<planned_sequence> sequences;  // in the plan's order
+  // Some entry has draft slots: how many tokens it yields is known only from its result, so
+  // the next plan waits for it (no overlapped planning behind a speculative step).
+  bool speculative = false;
 };
 
 inline step_outline outline_of(const step_plan& plan) {
@@ -83,7 +95,8 @@ inline step_outline outline_of(const step_plan& plan) {
   outline.step_id = plan.step_id;
   outline.sequences.reserve(plan.sequences.size());
   for (const scheduled_sequence& s : plan.sequences) {
-    outline.sequences.push_back({s.request_id, s.num_computed_tokens, s.num_new_tokens(), s.sample});
+    outline.sequences.push_back({s.request_id, s.num_computed_tokens, s.num_new_tokens(), s.sample, s.num_draft_slots});
+    outline.speculative = outline.speculative || s.num_draft_slots > 0;
   }
   return outline;
 }
@@ -95,11 +108,16 @@ struct sampled_token {
   float logprob = 0.0f;
   std::vector<int32_t> top_token_ids;  // [top_n] most likely tokens, most likely first
   std::vector<float> top_logprobs;     // [top_n]
+  // On the first token of an entry with draft slots: how many drafts the worker proposed and
+  // verified for it (0 when it found none). 0 on every other token.
+  int32_t num_drafts = 0;
 };
 
 struct step_result {
   uint64_t step_id = 0;
-  // One per scheduled sequence with `sample` set, in the plan's order.
+  // One per scheduled sequence with `sample` set, in the plan's order; an entry with draft
+  // slots has 1 + (drafts accepted) consecutive tokens: the accepted drafts, then the token the
+  // target model chose where it disagreed (or after the last draft).
   std::vector<sampled_token> tokens;
 };
 

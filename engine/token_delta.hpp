@@ -26,6 +26,13 @@ struct request_metrics {
   int num_output_tokens = 0;  // a resumed request's earlier outputs included (usage as undisturbed)
   int num_cached_tokens = 0;  // prompt tokens served from the prefix cache at first admission
   int num_preemptions = 0;
+  // Speculative decoding, counted on this engine: drafts proposed and verified, drafts
+  // accepted, and the steps that sampled this request (outputs generated here / steps = tokens
+  // per step; accepted / drafts = acceptance rate). All 0 for a request that never speculated,
+  // except num_sampling_steps.
+  int num_draft_tokens = 0;
+  int num_accepted_tokens = 0;
+  int num_sampling_steps = 0;
 };
 
 struct token_delta {

@@ -23,6 +23,7 @@ struct protocol_limits {
   int max_model_len = 1 << 20;
   int max_logprobs = 20;
   size_t max_guided_choices = 256;       // guided_choice entries
+  int max_speculative_tokens = 16;       // num_speculative_tokens (drafts verified per step)
 };
 
 }  // namespace troupe

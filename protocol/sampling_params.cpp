@@ -71,6 +71,12 @@ std::optional<sampling_problem> validate_sampling_params(const sampling_params& 
     return sampling_problem{"logprobs", std::to_string(p.logprobs) + " is out of range [-1, " +
                                             std::to_string(limits.max_logprobs) + "] (-1: none)"};
   }
+  if (p.num_speculative_tokens < -1 || p.num_speculative_tokens > limits.max_speculative_tokens) {
+    return sampling_problem{"num_speculative_tokens", std::to_string(p.num_speculative_tokens) +
+                                                          " is out of range [-1, " +
+                                                          std::to_string(limits.max_speculative_tokens) +
+                                                          "] (-1: the server's default, 0: off)"};
+  }
   const guided_decoding& g = p.guided;
   if ((g.kind == guided_kind::json_schema || g.kind == guided_kind::regex) && g.source.empty()) {
     return sampling_problem{g.kind == guided_kind::regex ? "guided_regex" : "guided_json", "is empty"};

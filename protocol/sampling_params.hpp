@@ -39,6 +39,11 @@ struct sampling_params {
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; 0: the sampled token's; n: also the top n
   guided_decoding guided;
+  // Speculative decoding: draft tokens the engine may propose and verify per step for this
+  // request. -1: the engine's default (its `[speculative] num_draft_tokens`, 0 unless set);
+  // 0: off; n: up to n (capped by the engine's max_speculative_tokens). Greedy outputs are the
+  // same either way; sampled outputs follow the same distribution.
+  int num_speculative_tokens = -1;
 };
 
 inline bool is_guided(const sampling_params& params) { return params.guided.kind != guided_kind::none; }
@@ -57,6 +62,7 @@ struct sampling_problem {
 // presence and frequency penalties in [-2, 2]; seed in [0, 2^63 - 1] (what JSON clients and
 // vLLM can send); max_tokens in [1, max_model_len]; logprobs in [-1, max_logprobs]; stop
 // strings non-empty, bounded in number and bytes; stop ids non-negative, bounded in number;
+// num_speculative_tokens in [-1, max_speculative_tokens];
 // a guided schema or regex non-empty and within max_string_bytes, choices non-empty and bounded
 // like stop strings in number. Whether the constraint compiles is grammar/'s verdict
 // (check_guided_decoding), which the doors ask next.

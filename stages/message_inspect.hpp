@@ -32,7 +32,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p,
            x.repetition_penalty, x.presence_penalty, x.frequency_penalty, has_seed, seed,
            x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs, guided_kind_value,
-           x.guided.source, x.guided.choices,
+           x.guided.source, x.guided.choices, x.num_speculative_tokens,
            caf::meta::load_callback([&]() -> caf::error {
              if (has_seed) x.seed = seed; else x.seed.reset();
              x.guided.kind = static_cast<guided_kind>(guided_kind_value);
@@ -47,7 +47,7 @@ typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
   return f(caf::meta::type_name("scheduled_sequence"), x.request_id, x.num_computed_tokens,
            x.new_token_ids, x.input_from_previous_sample, x.block_table_start, x.block_table, x.sample, x.output_index,
            has_params, params, x.penalty_token_ids, x.num_prompt_tokens, x.kv_send_transfer_id,
-           caf::meta::load_callback([&]() -> caf::error {
+           x.num_draft_slots, x.speculative, caf::meta::load_callback([&]() -> caf::error {
              if (has_params) x.params = std::move(params); else x.params.reset();
              return caf::none;
            }));
@@ -62,7 +62,7 @@ typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
   return f(caf::meta::type_name("sampled_token"), x.request_id, x.token_id, x.logprob,
-           x.top_token_ids, x.top_logprobs);
+           x.top_token_ids, x.top_logprobs, x.num_drafts);
 }
 
 template <class Inspector>
@@ -78,7 +78,8 @@ typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_metrics& x) {
   return f(caf::meta::type_name("request_metrics"), x.queue_time, x.ttft, x.tpot, x.e2e,
-           x.num_prompt_tokens, x.num_output_tokens, x.num_cached_tokens, x.num_preemptions);
+           x.num_prompt_tokens, x.num_output_tokens, x.num_cached_tokens, x.num_preemptions,
+           x.num_draft_tokens, x.num_accepted_tokens, x.num_sampling_steps);
 }
 
 template <class Inspector>
@@ -244,7 +245,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
   return f(caf::meta::type_name("engine_config"), x.block_size, x.num_kv_blocks, x.max_num_batched_tokens,
            x.max_num_seqs, x.max_waiting_requests, x.max_model_len, x.enable_prefix_caching,
-           x.async_scheduling, x.vocab_size);
+           x.async_scheduling, x.vocab_size, x.num_speculative_tokens, x.max_speculative_tokens);
 }
 
 template <class Inspector>
