@@ -6,19 +6,21 @@
 //   repeat:      "read this text, then write it again" prompts (a hand-written passage, then its
 //                opening once more), the shape of edits and summaries;
 //   self-repeat: the same prompts around passages the model wrote itself, which its greedy
-//                decoding does re-tell (stories260K is too small to copy a passage it did not
-//                write, see self_repeat_workload), so the output re-uses long spans of the prompt;
+//                decoding re-tells in part (stories260K is too small to copy a passage it did
+//                not write, see self_repeat_workload), so more of the output re-uses the prompt;
 //   stories:     ordinary story openings, where a draft is a guess from the model's own output.
 // At batch 1 (the prompts one after another) and batch 16 (all at once). Per configuration:
-// output tokens/s, speedup against plain, acceptance rate (accepted / drafted, request_metrics),
-// drafts and tokens per sampling step. Every speculative output must equal the plain one, token
+// output tokens/s end to end and without the prefill forwards (decode), the decode speedup
+// against plain, acceptance rate (accepted / drafted, request_metrics), drafts and tokens per
+// sampling step, the time of a decode step and the forward's share of it (the model is wrapped
+// to time its forwards). Every speculative output must equal the plain one, token
 // for token; the bench stops with an error naming the request where one does not. On "repeat",
 // an oracle proposer (plain decoding's own outputs replayed as drafts, always right) shows the
 // ceiling: what verification costs the engine when the proposer is not the limit.
 //
-// Part 2, the cost of verification: stories260K's steps are overhead-bound (hidden 64), so the
-// forward of a 12-layer, hidden-768 llama-shaped random-weight model (made with model_maker into
-// a temp dir when missing) is timed directly: a decode batch of B sequences, each computing
+// Part 2, the cost of verification: stories260K is far smaller than any model one would serve
+// (hidden 64), so the forward of a 12-layer, hidden-768 llama-shaped random-weight model (made
+// with model_maker into a temp dir when missing; --big-model takes any model) is timed directly: a decode batch of B sequences, each computing
 // 1 + d query tokens with logits for every one of them (d drafts to verify), d = 0, 2, 4, 8.
 // From the two parts: the speedup an acceptance rate buys on that model (tokens per step over
 // the relative step cost), for a grid of rates and for the rates part 1 measured.
@@ -217,7 +219,8 @@ run_figures run_workload(Engine& engine, const workload& w, int batch) {
       if (!added.ok()) throw std::runtime_error(w.name + " prompt " + std::to_string(i) + " refused: " + added.error->message);
       prompt_of[added.request_id] = i;
     }
-    // Bounded: no request needs more steps than its prompt plus its outputs.
+    // Bounded: far more steps than a group's prompts and outputs can take (every step computes
+    // at least one token of each running request).
     const int max_steps = 4 * (512 + 4096);
     int steps = 0;
     for (; steps < max_steps && engine.has_unfinished(); ++steps) {
