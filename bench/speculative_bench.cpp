@@ -470,7 +470,7 @@ std::vector<engine_row> run_engine_part(const std::string& model_path, const std
       std::printf("  %-11s %9s %9s %8s %10s %11s %11s %9s %8s %6s\n", "config", "tokens/s", "decode/s", "speedup",
                   "acceptance", "drafts/step", "tokens/step", "ms/step", "forward", "steps");
       // Decode: the run without its prefill forwards (the same work in every configuration, and
-      // half the run on "repeat"); each request's first token comes from its prefill.
+      // a quarter of a plain run on "repeat"); each request's first token comes from its prefill.
       const auto decode_rate = [&](const run_figures& f) {
         return (f.num_output_tokens - static_cast<double>(w.prompts.size())) / (f.seconds - f.prefill_seconds);
       };
