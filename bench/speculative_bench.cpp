@@ -20,8 +20,9 @@
 //
 // Part 2, the cost of verification: stories260K is far smaller than any model one would serve
 // (hidden 64), so the forward of a 12-layer, hidden-768 llama-shaped random-weight model (made
-// with model_maker into a temp dir when missing; --big-model takes any model) is timed directly: a decode batch of B sequences, each computing
-// 1 + d query tokens with logits for every one of them (d drafts to verify), d = 0, 2, 4, 8.
+// with model_maker into a temp dir when missing; --big-model takes any model) is timed directly:
+// a decode batch of B sequences, each computing 1 + d query tokens with logits for every one of
+// them (d drafts to verify), d = 0, 2, 4, 8.
 // From the two parts: the speedup an acceptance rate buys on that model (tokens per step over
 // the relative step cost), for a grid of rates and for the rates part 1 measured.
 //
@@ -35,8 +36,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <stdexcept>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -135,9 +136,9 @@ void add_prompt(workload& w, std::vector<int32_t> prompt, int tokens, int max_mo
 // "Read this, then write it again": the passage, then its first words once more, so that a
 // model that copies re-tells it from the prompt. Two framings alternate.
 std::string repeat_text(const std::string& passage, int framing) {
-  return framing % 2 == 0 ? "Read the story and write it again.\n\n" + passage + "\n\nThe story again:\n\n" +
-                                opening_of(passage, 6)
-                          : "Here is a story. " + passage + "\nTell the same story once more. " + opening_of(passage, 4);
+  return framing % 2 == 0
+             ? "Read the story and write it again.\n\n" + passage + "\n\nThe story again:\n\n" + opening_of(passage, 6)
+             : "Here is a story. " + passage + "\nTell the same story once more. " + opening_of(passage, 4);
 }
 
 // The hand-written passages in both framings: 16 different prompts.
@@ -216,7 +217,9 @@ run_figures run_workload(Engine& engine, const workload& w, int batch) {
       p.max_tokens = w.max_tokens[i];
       p.ignore_eos = true;
       const add_request_result added = engine.add_request(w.prompts[i], p);
-      if (!added.ok()) throw std::runtime_error(w.name + " prompt " + std::to_string(i) + " refused: " + added.error->message);
+      if (!added.ok()) {
+        throw std::runtime_error(w.name + " prompt " + std::to_string(i) + " refused: " + added.error->message);
+      }
       prompt_of[added.request_id] = i;
     }
     // Bounded: far more steps than a group's prompts and outputs can take (every step computes
@@ -235,7 +238,9 @@ run_figures run_workload(Engine& engine, const workload& w, int batch) {
         }
       }
     }
-    if (engine.has_unfinished()) throw std::runtime_error(w.name + ": requests still unfinished after " + std::to_string(steps) + " steps");
+    if (engine.has_unfinished()) {
+      throw std::runtime_error(w.name + ": requests still unfinished after " + std::to_string(steps) + " steps");
+    }
     f.num_engine_steps += steps;
   }
   f.seconds = std::chrono::duration<double>(clock_type::now() - start).count();
@@ -269,9 +274,10 @@ void check_same_outputs(const run_figures& plain, const run_figures& spec, const
     if (a == b) continue;
     size_t at = 0;
     while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
-    throw std::runtime_error("OUTPUT MISMATCH (" + what + ", prompt " + std::to_string(i) + "): greedy outputs differ at token " +
-                             std::to_string(at) + ": plain " + (at < a.size() ? std::to_string(a[at]) : "<end>") +
-                             ", speculative " + (at < b.size() ? std::to_string(b[at]) : "<end>") + " (lengths " +
+    throw std::runtime_error("OUTPUT MISMATCH (" + what + ", prompt " + std::to_string(i) +
+                             "): greedy outputs differ at token " + std::to_string(at) + ": plain " +
+                             (at < a.size() ? std::to_string(a[at]) : "<end>") + ", speculative " +
+                             (at < b.size() ? std::to_string(b[at]) : "<end>") + " (lengths " +
                              std::to_string(a.size()) + " / " + std::to_string(b.size()) + ")");
   }
 }
@@ -318,6 +324,7 @@ class oracle_proposer final : public draft_proposer {
     }
   }
   const char* name() const override { return "oracle"; }
+  void clear() { expected_.clear(); }
 
  private:
   struct expected {
@@ -340,14 +347,20 @@ class oracle_engine {
   // The outputs to replay, by prompt (plain decoding's run of the same workload and batch).
   void set_answers(const workload& w, const std::vector<std::vector<int32_t>>& outputs) {
     answers_.clear();
+    proposer_->clear();  // its expectations point into answers_
     for (size_t i = 0; i < w.prompts.size(); ++i) answers_[w.prompts[i]] = outputs.at(i);
   }
   add_request_result add_request(std::vector<int32_t> prompt_ids, sampling_params params) {
     const auto answer = answers_.find(prompt_ids);
-    if (answer == answers_.end()) throw std::runtime_error("oracle: no plain output for a prompt of " + std::to_string(prompt_ids.size()) + " tokens");
+    if (answer == answers_.end()) {
+      throw std::runtime_error("oracle: no plain output for a prompt of " + std::to_string(prompt_ids.size()) +
+                               " tokens");
+    }
     const int64_t id = next_request_id_++;
     proposer_->expect(id, static_cast<int>(prompt_ids.size()), answer->second);
-    if (auto error = scheduler_.add_request(id, std::move(prompt_ids), std::move(params))) return {-1, std::move(error)};
+    if (auto error = scheduler_.add_request(id, std::move(prompt_ids), std::move(params))) {
+      return {-1, std::move(error)};
+    }
     return {id, std::nullopt};
   }
   std::vector<request_output> step() {
@@ -384,7 +397,7 @@ struct configuration {
   }
 };
 
-// What part 1 measured for one (workload, batch, configuration), for the projection of part 3.
+// What part 1 measured for one (workload, batch, configuration), for the projection onto part 2's model.
 struct engine_row {
   std::string workload;
   std::string config;
@@ -399,7 +412,8 @@ struct engine_row {
 };
 
 std::vector<engine_row> run_engine_part(const std::string& model_path, const std::vector<int>& drafts,
-                                        const std::vector<int>& batches, int tokens, int reps, int threads, int show, int passage_tokens) {
+                                        const std::vector<int>& batches, int tokens, int reps, int threads, int show,
+                                        int passage_tokens) {
   load_options options;
   options.path = model_path;
   options.show_progress = false;
@@ -417,7 +431,8 @@ std::vector<engine_row> run_engine_part(const std::string& model_path, const std
         make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{settings.num_blocks, 16}, settings.threads));
     configuration c{name, k, nullptr, nullptr, timed.get()};
     if (oracle) {
-      c.oracle = std::make_unique<oracle_engine>(std::move(timed), make_config(loaded, settings, k), loaded.config.eos_token_ids);
+      c.oracle = std::make_unique<oracle_engine>(std::move(timed), make_config(loaded, settings, k),
+                                                 loaded.config.eos_token_ids);
     } else {
       c.engine = std::make_unique<llm_engine>(std::move(timed), make_config(loaded, settings, k), std::nullopt, 7);
     }
@@ -432,8 +447,9 @@ std::vector<engine_row> run_engine_part(const std::string& model_path, const std
       repeat_workload(tok, tokens, max_model_len),
       self_repeat_workload(*engines[0].engine, tok, stories, passage_tokens, tokens, max_model_len), stories};
 
-  std::printf("== part 1: the engine end to end: %s (hidden %d, %d layers, vocab %d), CPU backend, %d thread(s), greedy\n",
-              model_path.c_str(), loaded.config.hidden_size, loaded.config.num_layers, loaded.config.vocab_size, threads);
+  std::printf(
+      "== part 1: the engine end to end: %s (hidden %d, %d layers, vocab %d), CPU backend, %d thread(s), greedy\n",
+      model_path.c_str(), loaded.config.hidden_size, loaded.config.num_layers, loaded.config.vocab_size, threads);
   for (const workload& w : workloads) {
     int min_prompt = 1 << 30, max_prompt = 0;
     for (const auto& p : w.prompts) {
@@ -459,14 +475,15 @@ std::vector<engine_row> run_engine_part(const std::string& model_path, const std
           max_load = std::max(max_load, load);
           if (engines[e].oracle) engines[e].oracle->set_answers(w, best[0].outputs);
           run_figures f = engines[e].run(w, batch);
-          const std::string what = w.name + ", batch " + std::to_string(batch) + ", " + engines[e].name + ", repeat " +
-                                   std::to_string(rep);
+          const std::string what =
+              w.name + ", batch " + std::to_string(batch) + ", " + engines[e].name + ", repeat " + std::to_string(rep);
           // Plain decoding is deterministic too: every run is held to the first plain run.
           if (rep > 0 || e > 0) check_same_outputs(best[0], f, what);
           if (best[e].seconds == 0 || f.seconds < best[e].seconds) best[e] = std::move(f);
         }
       }
-      std::printf("\n%s, batch %d (best of %d, load average %.1f-%.1f)\n", w.name.c_str(), batch, reps, min_load, max_load);
+      std::printf("\n%s, batch %d (best of %d, load average %.1f-%.1f)\n", w.name.c_str(), batch, reps, min_load,
+                  max_load);
       std::printf("  %-11s %9s %9s %8s %10s %11s %11s %9s %8s %6s\n", "config", "tokens/s", "decode/s", "speedup",
                   "acceptance", "drafts/step", "tokens/step", "ms/step", "forward", "steps");
       // Decode: the run without its prefill forwards (the same work in every configuration, and
@@ -495,7 +512,8 @@ std::vector<engine_row> run_engine_part(const std::string& model_path, const std
                     100.0 * f.decode_forward_seconds / decode_seconds, f.num_engine_steps);
         rows.push_back(r);
       }
-      std::printf("  every speculative output equals plain decoding's (%zu prompts, %d repeats): yes\n", w.prompts.size(), reps);
+      std::printf("  every speculative output equals plain decoding's (%zu prompts, %d repeats): yes\n",
+                  w.prompts.size(), reps);
       for (int i = 0; i < show && i < static_cast<int>(w.prompts.size()) && batch == batches.front(); ++i) {
         std::printf("  prompt %d: %s\n  output %d: %s\n", i, tok.decode(w.prompts[i], true).c_str(), i,
                     tok.decode(best[0].outputs[i], true).c_str());
@@ -538,7 +556,9 @@ step_costs run_verify_part(const std::filesystem::path& dir, const std::vector<i
   int max_batch = 1, max_query = 1;
   for (int b : batches) max_batch = std::max(max_batch, b);
   for (int k : drafts) max_query = std::max(max_query, 1 + k);
-  if (max_query > block_size) throw std::runtime_error("--drafts: at most " + std::to_string(block_size - 1) + " drafts here");
+  if (max_query > block_size) {
+    throw std::runtime_error("--drafts: at most " + std::to_string(block_size - 1) + " drafts here");
+  }
   const int context_blocks = (context + block_size - 1) / block_size;
   model_spec spec;
   spec.path = dir.string();
@@ -552,10 +572,11 @@ step_costs run_verify_part(const std::filesystem::path& dir, const std::vector<i
   auto served = load_served_model(spec);
   model& m = *served->backend_model;
   const model_config& config = m.config();
-  std::printf("\n== part 2: verification cost: %s (hidden %d, %d layers, %d heads, intermediate %d, vocab %d), "
-              "CPU backend, %d thread(s), context %d tokens per sequence\n",
-              dir.string().c_str(), config.hidden_size, config.num_layers, config.num_heads, config.intermediate_size,
-              config.vocab_size, threads, context_blocks * block_size);
+  std::printf(
+      "\n== part 2: verification cost: %s (hidden %d, %d layers, %d heads, intermediate %d, vocab %d), "
+      "CPU backend, %d thread(s), context %d tokens per sequence\n",
+      dir.string().c_str(), config.hidden_size, config.num_layers, config.num_heads, config.intermediate_size,
+      config.vocab_size, threads, context_blocks * block_size);
   const int ctx = context_blocks * block_size;
   auto token_at = [&](int i) { return static_cast<int32_t>(3 + (i * 7919) % (config.vocab_size - 3)); };
 
@@ -639,8 +660,9 @@ double relative_cost(const step_costs& costs, int batch, double query) {
 void print_projection(const std::vector<engine_row>& rows, const step_costs& costs, const std::vector<int>& drafts,
                       const std::vector<int>& batches) {
   std::printf("\n== what an acceptance rate buys on part 2's model\n");
-  std::printf("tokens per step = 1 + acceptance x drafts per step; speedup = tokens per step / (step cost with "
-              "1 + drafts tokens per sequence / plain step cost). Break-even acceptance = (cost - 1) / drafts.\n");
+  std::printf(
+      "tokens per step = 1 + acceptance x drafts per step; speedup = tokens per step / (step cost with "
+      "1 + drafts tokens per sequence / plain step cost). Break-even acceptance = (cost - 1) / drafts.\n");
   std::printf("  %6s %7s %11s %11s", "batch", "drafts", "step cost", "break-even");
   const std::vector<double> acceptances = {0.2, 0.4, 0.6, 0.8, 1.0};
   for (double a : acceptances) std::printf("   a=%.1f", a);
@@ -655,14 +677,14 @@ void print_projection(const std::vector<engine_row>& rows, const step_costs& cos
   }
   if (rows.empty()) return;
   std::printf("\npart 1's measured drafts and tokens per step, priced with part 2's step costs:\n");
-  std::printf("  %-11s %-11s %6s %10s %11s %11s %10s %12s\n", "workload", "config", "batch", "acceptance", "drafts/step",
-              "tokens/step", "step cost", "speedup");
+  std::printf("  %-11s %-11s %6s %10s %11s %11s %10s %12s\n", "workload", "config", "batch", "acceptance",
+              "drafts/step", "tokens/step", "step cost", "speedup");
   for (const engine_row& r : rows) {
     if (r.num_drafts == 0 || !costs.count({r.batch, 1})) continue;
     // The batch's mean tokens per sequence; sequences without drafts in a step cost one token.
     const double c = relative_cost(costs, r.batch, 1.0 + r.drafts_per_step);
-    std::printf("  %-11s %-11s %6d %9.1f%% %11.2f %11.2f %9.2fx %11.2fx\n", r.workload.c_str(), r.config.c_str(), r.batch,
-                100.0 * r.acceptance, r.drafts_per_step, r.tokens_per_step, c, r.tokens_per_step / c);
+    std::printf("  %-11s %-11s %6d %9.1f%% %11.2f %11.2f %9.2fx %11.2fx\n", r.workload.c_str(), r.config.c_str(),
+                r.batch, 100.0 * r.acceptance, r.drafts_per_step, r.tokens_per_step, c, r.tokens_per_step / c);
   }
 }
 
@@ -677,7 +699,8 @@ int main(int argc, char** argv) try {
   std::string drafts_text = "2,4,8";
   std::string batches_text = "1,16";
   std::string parts = "engine,verify";
-  int tokens = 128, reps = 3, threads = 1, big_threads = 2, context = 256, step_reps = 7, show = 0, passage_tokens = 128;
+  int tokens = 128, reps = 3, threads = 1, big_threads = 2, context = 256, step_reps = 7, show = 0,
+      passage_tokens = 128;
   app.add_option("--model", model_path, "the trained model for part 1 (HF directory)")->capture_default_str();
   app.add_option("--big-model", big_model, "the 12-layer hidden-768 model for part 2 (made here when missing)")
       ->capture_default_str();
@@ -688,7 +711,8 @@ int main(int argc, char** argv) try {
   app.add_option("--threads", threads, "CPU threads of part 1's model")->capture_default_str();
   app.add_option("--big-threads", big_threads, "CPU threads of part 2's model")->capture_default_str();
   app.add_option("--context", context, "tokens each sequence already holds in part 2")->capture_default_str();
-  app.add_option("--step-reps", step_reps, "timed forwards per shape in part 2 (median reported)")->capture_default_str();
+  app.add_option("--step-reps", step_reps, "timed forwards per shape in part 2 (median reported)")
+      ->capture_default_str();
   app.add_option("--passage", passage_tokens, "tokens of each self-repeat passage (the model's own story)")
       ->capture_default_str();
   app.add_option("--show", show, "print the first N prompts of each workload and their greedy outputs")
