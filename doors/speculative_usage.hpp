@@ -13,11 +13,11 @@
 namespace troupe {
 
 // The outputs a request's sampling steps on its last engine produced. Each step yields one
-// token plus the drafts it accepted, so that is steps + accepted; the request's output count
-// caps it, because num_output_tokens includes outputs generated elsewhere (a request resumed
-// after failover or decoded after a hand-off) and excludes accepted tokens cut by a stop
-// string or max_tokens. request_metrics carries no count of resumed outputs, so where accepted
-// drafts were cut as well as outputs resumed this can overcount by the cut tokens.
+// token plus the drafts it accepted (the scheduler counts only drafts that became outputs), so
+// that is steps + accepted. request_metrics carries no count of resumed outputs, so this does
+// not subtract them from num_output_tokens, which includes outputs generated elsewhere (a
+// request resumed after failover, or decoded after a prefill instance's hand-off); the output
+// count only caps it, for tokens the detokenizer dropped after a stop string matched.
 int num_generated_here(const request_metrics& m);
 
 struct speculative_tally {
