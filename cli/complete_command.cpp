@@ -17,6 +17,7 @@ struct complete_flags {
   int top_k = 0;
   float top_p = 1.0f;
   int64_t seed = -1;
+  int num_speculative_tokens = -1;
   bool ignore_eos = false;
   bool show_usage = false;
   std::vector<std::string> stop;
@@ -34,6 +35,8 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--top-p", flags->top_p, "1: off");
   app->add_option("--seed", flags->seed, "sampling seed (reproducible samples)");
   app->add_option("--stop", flags->stop, "text that ends the completion, not printed (repeatable)");
+  app->add_option("--num-speculative-tokens", flags->num_speculative_tokens,
+                  "speculative decoding: draft tokens verified per step, up to 16 (0: off; -1: the server's default)");
   app->add_flag("--ignore-eos", flags->ignore_eos, "keep going past end of text");
   app->add_flag("--usage", flags->show_usage, "print token counts and timings to stderr");
   return command{app, [flags] {
@@ -46,6 +49,7 @@ const bool registered = register_command([](CLI::App& parent) {
     request.sampling.top_p = flags->top_p;
     request.sampling.ignore_eos = flags->ignore_eos;
     request.sampling.stop = flags->stop;
+    request.sampling.num_speculative_tokens = flags->num_speculative_tokens;
     if (flags->seed >= 0) request.sampling.seed = static_cast<uint64_t>(flags->seed);
     auto result = c.generate(std::move(request), [](const delta_reply& delta) {
       std::cout << delta.text << std::flush;
@@ -56,6 +60,10 @@ const bool registered = register_command([](CLI::App& parent) {
                 << " tokens, completion " << result.usage.completion_tokens << " tokens, ttft "
                 << result.timings.ttft * 1e3 << " ms, tpot " << result.timings.tpot * 1e3
                 << " ms, e2e " << result.timings.e2e * 1e3 << " ms\n";
+      if (const auto& s = result.usage.speculative) {
+        std::cerr << "speculative: " << s->draft_tokens << " draft tokens, " << s->accepted_tokens << " accepted ("
+                  << s->acceptance_rate * 100 << " %), " << s->tokens_per_step << " tokens per step\n";
+      }
     }
     return 0;
   }};

@@ -16,6 +16,7 @@
 
 #include "backends/backend_selection.hpp"
 #include "cli/command_registry.hpp"
+#include "doors/speculative_usage.hpp"
 #include "engine/llm_engine.hpp"
 #include "engine/served_model.hpp"
 #include "text/chat_template.hpp"
@@ -43,6 +44,7 @@ struct generate_flags {
   std::vector<int32_t> stop_ids;
   int threads = 0;
   int logprobs = -1;
+  int num_speculative_tokens = -1;
   std::string device = "cpu";
   float gpu_memory_utilization = 0.9f;
   std::string dtype = "bf16";
@@ -79,6 +81,7 @@ sampling_params to_params(const generate_flags& flags) {
   p.ignore_eos = flags.ignore_eos;
   p.stop = flags.stop;
   p.logprobs = flags.logprobs;
+  p.num_speculative_tokens = flags.num_speculative_tokens;
   // The same rules as both doors, so a flag gets the verdict a request field would.
   if (auto problem = validate_sampling_params(p, protocol_limits{})) {
     std::string flag = problem->field;
@@ -187,6 +190,11 @@ int run(const generate_flags& flags) {
         "finish: {}, TTFT: {:.1f} ms, TPOT: {:.2f} ms, backend: {}\n",
         mt.num_prompt_tokens, prompt_rate, mt.num_output_tokens, gen_rate, finish_reason_name(last->finish),
         mt.ttft * 1e3, mt.tpot * 1e3, engine.get_model().backend_name());
+    // The figures the doors put in usage.speculative, computed the same way.
+    if (auto s = speculative_usage_of(mt)) {
+      std::cerr << fmt::format("speculative: {} draft tokens, {} accepted ({:.1f} %), {:.2f} tokens per step\n",
+                               s->draft_tokens, s->accepted_tokens, 100.0 * s->acceptance_rate, s->tokens_per_step);
+    }
   }
   return 0;
 }
@@ -221,6 +229,9 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--nano-batches", f->nano_batches, "CUDA: spread the prompt's steps over this many streams (1 to 4)")
       ->check(CLI::Range(1, 4))->capture_default_str();
   app->add_option("--logprobs", f->logprobs, "print each token's logprob and the top N on stderr");
+  app->add_option("--num-speculative-tokens", f->num_speculative_tokens,
+                  "speculative decoding: draft tokens verified per step, up to 16 (0: off; -1: the engine's default)")
+      ->capture_default_str();
   app->add_flag("--ignore-eos", f->ignore_eos, "keep generating past EOS");
   return command{app, [f] { return run(*f); }};
 });

@@ -88,6 +88,10 @@ std::string build_chrome_trace(const trace_window& window) {
               {"steps", r.timeline.num_steps},
               {"ttft_ms", micros(r.first_token - r.arrival) / 1e3},
               {"e2e_ms", micros(r.finish - r.arrival) / 1e3}};
+    if (r.num_draft_tokens > 0) {
+      args["draft_tokens"] = r.num_draft_tokens;
+      args["accepted_tokens"] = r.num_accepted_tokens;
+    }
     events.push_back(complete("request", "request", requests_pid, tid, r.arrival, r.finish, origin, std::move(args)));
     phases_of[r.request_id] = request_phases(r);
     for (const request_phase& p : phases_of[r.request_id]) {

@@ -1,6 +1,7 @@
 #pragma once
-// A Prometheus histogram of seconds: fixed upper bounds, a count per bucket, the sum and the
-// count of every observation. Plain value; whoever shares one guards it (serving_metrics does).
+// A Prometheus histogram of seconds (or of any value: speculative decoding's tokens per step use
+// it too): fixed upper bounds, a count per bucket, the sum and the count of every observation.
+// Plain value; whoever shares one guards it (serving_metrics does).
 
 #include <algorithm>
 #include <cstdint>

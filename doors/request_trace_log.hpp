@@ -25,6 +25,8 @@ struct request_record {
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;
   int num_preemptions = 0;
+  int num_draft_tokens = 0;     // speculative decoding: drafts verified for it
+  int num_accepted_tokens = 0;  // and accepted
   request_timeline timeline;
 };
 

@@ -18,6 +18,9 @@ std::vector<double> per_token_bounds() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15,
           0.2,    0.3,   0.4,    0.5,   0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 }
+std::vector<double> tokens_per_step_bounds() {
+  return {1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 14.0, 17.0};
+}
 std::vector<double> request_bounds() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,   0.3,   0.5,   0.8,    1.0,    1.5,  2.0,
           2.5,   5.0,    10.0,  15.0, 20.0,  30.0, 40.0,  50.0,  60.0,  120.0,  240.0,  480.0, 960.0,
@@ -66,6 +69,12 @@ std::optional<request_record> serving_metrics::observe(const text_delta& d, time
     record.num_prompt_tokens = m.num_prompt_tokens;
     record.num_output_tokens = m.num_output_tokens;
     record.num_preemptions = m.num_preemptions;
+    record.num_draft_tokens = m.num_draft_tokens;
+    record.num_accepted_tokens = m.num_accepted_tokens;
+    totals_.speculative.add(m);
+    if (m.num_draft_tokens > 0 && m.num_sampling_steps > 0) {
+      totals_.tokens_per_step.observe(static_cast<double>(num_generated_here(m)) / m.num_sampling_steps);
+    }
   }
   if (it == live_.end()) return std::nullopt;
   const live_request r = it->second;

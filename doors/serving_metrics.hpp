@@ -2,7 +2,8 @@
 // The latencies and totals of served requests, both doors together, for /metrics: time to first
 // token, time per output token, inter-token latency, end-to-end latency and queue time as
 // histograms; prompt and generation tokens, finished requests by reason and preemptions as
-// counters. Named and bucketed as vLLM's, so dashboards built for it read ours
+// counters; speculative decoding's drafts, accepted drafts, sampling steps and tokens per step.
+// Named and bucketed as vLLM's, so dashboards built for it read ours
 // (doors/http/metrics_text renders them).
 //
 // The frontend feeds it as it routes replies to the doors: ttft, itl, tpot and e2e are measured
@@ -18,6 +19,7 @@
 
 #include "doors/latency_histogram.hpp"
 #include "doors/request_trace_log.hpp"
+#include "doors/speculative_usage.hpp"
 #include "stages/messages.hpp"
 #include "stages/stage_clock.hpp"
 
@@ -27,6 +29,8 @@ namespace troupe {
 std::vector<double> first_token_bounds();
 std::vector<double> per_token_bounds();
 std::vector<double> request_bounds();
+// Tokens per step of a speculating request: 1 (no draft accepted) to 1 + the most drafts (16).
+std::vector<double> tokens_per_step_bounds();
 
 struct serving_metrics_snapshot {
   latency_histogram time_to_first_token{first_token_bounds()};
@@ -40,6 +44,11 @@ struct serving_metrics_snapshot {
   uint64_t num_finished_stop = 0;
   uint64_t num_finished_length = 0;
   uint64_t num_finished_abort = 0;
+  // Speculative decoding, over every finished request (sampling steps too for those that never
+  // speculated, so generation tokens / steps compares runs with it on and off).
+  speculative_tally speculative;
+  // Per finished request that had drafts verified: its output tokens per sampling step.
+  latency_histogram tokens_per_step{tokens_per_step_bounds()};
 };
 
 class serving_metrics {

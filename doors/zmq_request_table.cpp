@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "doors/speculative_usage.hpp"
+
 namespace troupe {
 
 namespace {
@@ -35,7 +37,7 @@ delta_reply to_reply(const std::string& client_id, const text_delta& d, bool wan
     r.finish_reason = std::string(finish_reason_name(d.delta.finish));
     if (d.delta.metrics) {
       const auto& m = *d.delta.metrics;
-      r.usage = usage_info{m.num_prompt_tokens, m.num_output_tokens, m.num_preemptions};
+      r.usage = usage_info{m.num_prompt_tokens, m.num_output_tokens, m.num_preemptions, speculative_usage_of(m)};
       // queue and tpot are the scheduler's segments (its clock); ttft and e2e the door's.
       r.timings = timing_info{m.queue_time, seconds(door.ttft_ns), m.tpot, seconds(door.e2e_ns)};
     } else {

@@ -285,6 +285,9 @@ void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits
       s.logprobs = read_int32(*v, "logprobs");
     }
   }
+  if (const auto* v = fields.take("num_speculative_tokens")) {
+    s.num_speculative_tokens = read_int32(*v, "num_speculative_tokens");
+  }
   read_guided(fields, s.guided, limits);
   if (auto problem = validate_sampling_params(s, limits)) fail(problem->field, problem->problem);
   normalize_sampling_params(s);
@@ -402,7 +405,11 @@ std::string encode_request(const client_request& request) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, generate_request>) {
           const auto& s = r.sampling;
-          uint32_t n = 17 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1) + (is_guided(s) ? 1 : 0);
+          // num_speculative_tokens only when chosen: a request that leaves it to the server still
+          // reaches servers from before the field existed (they refuse unknown fields).
+          const bool speculative_chosen = s.num_speculative_tokens != sampling_params{}.num_speculative_tokens;
+          uint32_t n = 17 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1) + (is_guided(s) ? 1 : 0) +
+                       (speculative_chosen ? 1 : 0);
           p.pack_map(n);
           pack_str(p, "type"); pack_str(p, "generate");
           pack_str(p, "id"); pack_str(p, r.id);
@@ -437,6 +444,7 @@ std::string encode_request(const client_request& request) {
           pack_str(p, "stream"); p.pack(r.stream);
           pack_str(p, "priority"); p.pack(r.priority);
           if (s.seed) { pack_str(p, "seed"); p.pack(*s.seed); }
+          if (speculative_chosen) { pack_str(p, "num_speculative_tokens"); p.pack(s.num_speculative_tokens); }
           switch (s.guided.kind) {
             case guided_kind::none: break;
             case guided_kind::json_schema: pack_str(p, "guided_json"); pack_str(p, s.guided.source); break;
@@ -494,10 +502,19 @@ std::string encode_reply(const server_reply& reply) {
           if (r.finish_reason) { pack_str(p, "finish_reason"); pack_str(p, *r.finish_reason); }
           if (r.usage) {
             pack_str(p, "usage");
-            p.pack_map(3);
+            const auto& speculative = r.usage->speculative;
+            p.pack_map(speculative ? 4 : 3);
             pack_str(p, "prompt_tokens"); p.pack(r.usage->prompt_tokens);
             pack_str(p, "completion_tokens"); p.pack(r.usage->completion_tokens);
             pack_str(p, "num_preemptions"); p.pack(r.usage->num_preemptions);
+            if (speculative) {
+              pack_str(p, "speculative");
+              p.pack_map(4);
+              pack_str(p, "draft_tokens"); p.pack(speculative->draft_tokens);
+              pack_str(p, "accepted_tokens"); p.pack(speculative->accepted_tokens);
+              pack_str(p, "acceptance_rate"); p.pack(speculative->acceptance_rate);
+              pack_str(p, "tokens_per_step"); p.pack(speculative->tokens_per_step);
+            }
           }
           if (r.timings) {
             pack_str(p, "timings");
@@ -585,6 +602,13 @@ server_reply decode_reply(std::string_view frame) {
         r.usage = usage_info{need(*v, "prompt_tokens").as<int>(), need(*v, "completion_tokens").as<int>()};
         // Servers before num_preemptions existed do not send it.
         if (const auto* n = find(*v, "num_preemptions")) r.usage->num_preemptions = n->as<int>();
+        // Only when the engine verified drafts for the request.
+        if (const auto* s = find(*v, "speculative")) {
+          if (s->type != msgpack::type::MAP) throw std::runtime_error("server reply's usage.speculative is not a map");
+          r.usage->speculative = speculative_usage{need(*s, "draft_tokens").as<int>(), need(*s, "accepted_tokens").as<int>(),
+                                                   need(*s, "acceptance_rate").as<double>(),
+                                                   need(*s, "tokens_per_step").as<double>()};
+        }
       }
       if (const auto* v = find(o, "timings")) {
         r.timings = timing_info{need(*v, "queue").as<double>(), need(*v, "ttft").as<double>(),

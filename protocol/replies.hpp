@@ -15,10 +15,19 @@ struct token_logprob {
   std::vector<std::pair<int32_t, float>> top;  // the n most likely tokens when asked for
 };
 
+// Speculative decoding's part in a request: sent only when the engine verified drafts for it.
+struct speculative_usage {
+  int draft_tokens = 0;           // draft tokens proposed and verified
+  int accepted_tokens = 0;        // of those, the ones the model agreed with (kept as outputs)
+  double acceptance_rate = 0.0;   // accepted_tokens / draft_tokens
+  double tokens_per_step = 0.0;   // output tokens per engine step that sampled the request (1: no gain)
+};
+
 struct usage_info {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int num_preemptions = 0;  // times the request lost its KV blocks to others and was recomputed
+  std::optional<speculative_usage> speculative = std::nullopt;  // present when drafts were verified
 };
 
 // Seconds. tpot is the mean time per output token after the first.

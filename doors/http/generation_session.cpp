@@ -79,6 +79,7 @@ void generation_session::apply(engine_event event) {
     if (d.delta.metrics) {
       prompt_tokens_[choice] = d.delta.metrics->num_prompt_tokens;
       completion_tokens_[choice] = d.delta.metrics->num_output_tokens;
+      speculative_.add(*d.delta.metrics);
     }
   }
   if (request_.stream) {
@@ -108,6 +109,7 @@ usage_counts generation_session::usage() const {
     if (choice % request_.n == 0) usage.prompt_tokens += prompt_tokens_[static_cast<size_t>(choice)];
     usage.completion_tokens += completion_tokens_[static_cast<size_t>(choice)];
   }
+  usage.speculative = speculative_;
   return usage;
 }
 

@@ -59,6 +59,7 @@ class generation_session {
   std::vector<engine_event> unsent_;         // streaming: applied, not yet in take_stream_text
   std::vector<bool> started_, finished_;     // [choices]
   std::vector<int> prompt_tokens_, completion_tokens_;  // [choices], from the final delta
+  speculative_tally speculative_;                       // the finished choices', summed
   int num_started_ = 0;
   int num_finished_ = 0;
   std::optional<api_error> failure_;

@@ -277,6 +277,9 @@ void read_sampling(request_fields& fields, openai_request& r, const openai_limit
     s.stop_token_ids = read_token_ids(*v, "stop_token_ids", limits.max_prompt_token_ids);
   }
   if (const json* v = fields.take("ignore_eos")) s.ignore_eos = read_bool(*v, "ignore_eos");
+  if (const json* v = fields.take("num_speculative_tokens")) {
+    s.num_speculative_tokens = read_int32(*v, "num_speculative_tokens");
+  }
   bool top_logprobs = false;
   if (chat) {
     const json* logprobs = fields.take("logprobs");

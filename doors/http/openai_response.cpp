@@ -5,9 +5,16 @@ namespace troupe {
 using json = nlohmann::json;
 
 json usage_json(const usage_counts& usage) {
-  return {{"prompt_tokens", usage.prompt_tokens},
-          {"completion_tokens", usage.completion_tokens},
-          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  json out = {{"prompt_tokens", usage.prompt_tokens},
+              {"completion_tokens", usage.completion_tokens},
+              {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  if (auto s = usage.speculative.usage()) {
+    out["speculative"] = {{"draft_tokens", s->draft_tokens},
+                          {"accepted_tokens", s->accepted_tokens},
+                          {"acceptance_rate", s->acceptance_rate},
+                          {"tokens_per_step", s->tokens_per_step}};
+  }
+  return out;
 }
 
 std::string dump_json(const json& value) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "doors/http/openai_request.hpp"
+#include "doors/speculative_usage.hpp"
 #include "engine/token_delta.hpp"
 
 namespace troupe {
@@ -28,6 +29,7 @@ struct choice_output {
 struct usage_counts {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  speculative_tally speculative;  // every choice's; shown as usage.speculative when it has drafts
 };
 
 // A token's text as logprobs show it.

@@ -154,3 +154,26 @@ TEST(chrome_trace, a_disaggregated_request_shows_its_kv_transfer_between_reserva
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(chrome_trace, a_speculating_requests_span_names_its_drafts_and_a_plain_one_does_not) {
+  trace_window w;
+  w.begin = 0;
+  w.end = 100 * ms;
+  request_record speculating = record(1, 10 * ms);
+  speculating.num_draft_tokens = 16;
+  speculating.num_accepted_tokens = 12;
+  w.requests = {speculating, record(2, 20 * ms)};
+  const json events = json::parse(build_chrome_trace(w)).at("traceEvents");
+  const json* with = find_event(events, "request", 1, 1);
+  const json* without = find_event(events, "request", 1, 2);
+  ASSERT_TRUE(with && without);
+  EXPECT_EQ((*with)["args"]["draft_tokens"], 16);
+  EXPECT_EQ((*with)["args"]["accepted_tokens"], 12);
+  EXPECT_FALSE((*without)["args"].contains("draft_tokens"));
+}
+
+}  // namespace
+}  // namespace troupe

@@ -145,6 +145,10 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
       {completions, R"({"model":"m","prompt":"x","best_of":3})", "best_of"},
       {completions, R"({"model":"m","prompt":"x","logit_bias":{"5":1}})", "logit_bias"},
       {completions, R"({"model":"m","prompt":"x","temprature":0})", "temprature"},
+      {completions, R"({"model":"m","prompt":"x","num_speculative_tokens":17})", "num_speculative_tokens"},
+      {completions, R"({"model":"m","prompt":"x","num_speculative_tokens":"4"})", "num_speculative_tokens"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":-2})", "num_speculative_tokens"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":2.5})", "num_speculative_tokens"},
       {chat, R"({"model":"m"})", "messages"},
       {chat, R"({"model":"m","messages":[]})", "messages"},
       {chat, R"({"model":"m","messages":"hi"})", "messages"},
@@ -172,6 +176,24 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
     EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
     EXPECT_NE(e.message.find(c.param), std::string::npos) << e.message;
   }
+}
+
+TEST(openai_request, num_speculative_tokens_is_an_extra_sampling_field_on_both_endpoints) {
+  EXPECT_EQ(parse_ok(completions, R"({"model":"m","prompt":"x"})").sampling.num_speculative_tokens, -1);
+  EXPECT_EQ(parse_ok(completions, R"({"model":"m","prompt":"x","num_speculative_tokens":null})")
+                .sampling.num_speculative_tokens,
+            -1);
+  EXPECT_EQ(parse_ok(completions, R"({"model":"m","prompt":"x","num_speculative_tokens":4})")
+                .sampling.num_speculative_tokens,
+            4);
+  EXPECT_EQ(parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":0})")
+                .sampling.num_speculative_tokens,
+            0);
+  EXPECT_EQ(parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":16})")
+                .sampling.num_speculative_tokens,
+            16);
+  api_error e = parse_error(completions, R"({"model":"m","prompt":"x","num_speculative_tokens":17})");
+  EXPECT_EQ(e.message, "'num_speculative_tokens': 17 is out of range [-1, 16] (-1: the server's default, 0: off)");
 }
 
 TEST(openai_request, malformed_bodies) {

@@ -75,6 +75,15 @@ inline std::vector<sampling_door_case> sampling_door_cases() {
       {{{"stop_token_ids", json(std::vector<int>(64, 2))}}, nullptr},
       {{{"stop_token_ids", json(std::vector<int>(65, 2))}}, "stop_token_ids"},
       {{{"stop_token_ids", json::array({2, -1})}}, "stop_token_ids[1]"},
+      {{{"num_speculative_tokens", -1}}, nullptr},
+      {{{"num_speculative_tokens", 0}}, nullptr},
+      {{{"num_speculative_tokens", 16}}, nullptr},
+      {{{"num_speculative_tokens", 17}}, "num_speculative_tokens"},
+      {{{"num_speculative_tokens", -2}}, "num_speculative_tokens"},
+      {{{"num_speculative_tokens", int64_t{1} << 40}}, "num_speculative_tokens"},
+      {{{"num_speculative_tokens", 2.5}}, "num_speculative_tokens", true},
+      {{{"num_speculative_tokens", "4"}}, "num_speculative_tokens", true},
+      {{{"num_speculative_tokens", true}}, "num_speculative_tokens", true},
       {{{"temperature", 0}, {"top_k", -1}, {"seed", 3}, {"max_tokens", 40}}, nullptr},
   };
 }

@@ -66,6 +66,7 @@ struct options {
   uint64_t seed = 0;
   double temperature = 0.0;
   bool no_ignore_eos = false;
+  int num_speculative_tokens = -1;
   int timeout_s = 600;
   std::string json_path;
   bool progress = false;
@@ -104,6 +105,7 @@ std::unique_ptr<server_client> make_client(const options& o) {
   request_settings settings;
   settings.temperature = o.temperature;
   settings.ignore_eos = !o.no_ignore_eos;
+  settings.num_speculative_tokens = o.num_speculative_tokens;
   settings.timeout = std::chrono::seconds(o.timeout_s);
   if (o.backend == "troupe-zmq") {
     if (o.chat) throw std::invalid_argument("--chat is for --backend openai");
@@ -349,6 +351,10 @@ int main(int argc, char** argv) {
   app.add_option("--num-prompts", o.num_prompts, "requests per run")->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the lengths, prompts and arrivals")->capture_default_str();
   app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str();
+  app.add_option("--num-speculative-tokens", o.num_speculative_tokens,
+                 "send num_speculative_tokens with each request (Troupe: draft tokens verified per step, 0: off; "
+                 "-1: not sent, the server's default)")
+      ->check(CLI::Range(-1, 16))->capture_default_str();
   app.add_flag("--no-ignore-eos", o.no_ignore_eos, "do not send ignore_eos (for servers that refuse it; outputs may then end early)");
   app.add_option("--timeout", o.timeout_s, "seconds one request may take")->capture_default_str();
   app.add_option("--json", o.json_path, "write the full result as JSON to this file");

@@ -75,6 +75,7 @@ class openai_session : public server_session {
                            {"stream", true},
                            {"stream_options", {{"include_usage", true}}}};
     if (settings_.ignore_eos) body["ignore_eos"] = true;
+    if (settings_.num_speculative_tokens >= 0) body["num_speculative_tokens"] = settings_.num_speculative_tokens;
     if (chat_) {
       body["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", request.prompt_text}}});
     } else if (!request.prompt_ids.empty()) {
@@ -131,6 +132,13 @@ class openai_session : public server_session {
           usage_output = chunk["usage"].value("completion_tokens", -1);
           const int prompt = chunk["usage"].value("prompt_tokens", -1);
           if (prompt > 0) record.prompt_tokens = prompt;
+          // Troupe's extension: present when the server verified draft tokens for the request.
+          if (const auto s = chunk["usage"].find("speculative"); s != chunk["usage"].end() && s->is_object()) {
+            record.speculative = true;
+            record.draft_tokens = s->value("draft_tokens", 0);
+            record.accepted_tokens = s->value("accepted_tokens", 0);
+            record.tokens_per_step = s->value("tokens_per_step", 0.0);
+          }
         }
         if (!chunk.contains("choices") || !chunk["choices"].is_array() || chunk["choices"].empty()) continue;
         const auto& choice = chunk["choices"][0];

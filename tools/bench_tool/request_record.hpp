@@ -16,6 +16,11 @@ struct request_record {
   double ttft = 0.0;        // sent -> first streamed output
   double e2e = 0.0;         // sent -> last byte of the reply
   std::vector<double> itl;  // every gap between two streamed chunks with output
+  // Speculative decoding, from the server's usage.speculative when it sent one.
+  bool speculative = false;
+  int draft_tokens = 0;
+  int accepted_tokens = 0;
+  double tokens_per_step = 0.0;
 
   // Time per output token after the first; 0 when there is only one.
   double tpot() const { return output_tokens > 1 ? (e2e - ttft) / (output_tokens - 1) : 0.0; }

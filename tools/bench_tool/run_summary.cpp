@@ -102,6 +102,18 @@ run_summary summarize_run(const std::vector<request_record>& records, double dur
     if (r.output_tokens > 1) tpot.push_back(r.tpot());
     itl.insert(itl.end(), r.itl.begin(), r.itl.end());
     if (targets.met_by(r)) ++num_met;
+    if (r.speculative) {
+      auto& spec = s.speculative ? *s.speculative : s.speculative.emplace();
+      ++spec.num_requests;
+      spec.draft_tokens += r.draft_tokens;
+      spec.accepted_tokens += r.accepted_tokens;
+      spec.tokens_per_step += r.tokens_per_step;  // divided below
+    }
+  }
+  if (s.speculative) {
+    auto& spec = *s.speculative;
+    spec.acceptance_rate = spec.draft_tokens > 0 ? static_cast<double>(spec.accepted_tokens) / spec.draft_tokens : 0.0;
+    spec.tokens_per_step /= spec.num_requests;
   }
   if (duration > 0) {
     s.request_throughput = s.num_completed / duration;
@@ -150,6 +162,13 @@ nlohmann::json to_json(const run_summary& s) {
     j["slo_attainment"] = *s.slo_attainment;
     j["goodput"] = *s.goodput;
   }
+  if (s.speculative) {
+    j["speculative"] = {{"num_requests", s.speculative->num_requests},
+                        {"draft_tokens", s.speculative->draft_tokens},
+                        {"accepted_tokens", s.speculative->accepted_tokens},
+                        {"acceptance_rate", s.speculative->acceptance_rate},
+                        {"mean_tokens_per_step", s.speculative->tokens_per_step}};
+  }
   return j;
 }
 
@@ -158,6 +177,11 @@ nlohmann::json to_json(const request_record& r) {
                       {"start_s", r.start}, {"ttft_s", r.ttft}, {"tpot_s", r.tpot()}, {"e2e_s", r.e2e},
                       {"itl_s", r.itl}};
   if (!r.ok) j["error"] = r.error;
+  if (r.speculative) {
+    j["draft_tokens"] = r.draft_tokens;
+    j["accepted_tokens"] = r.accepted_tokens;
+    j["tokens_per_step"] = r.tokens_per_step;
+  }
   return j;
 }
 
@@ -187,6 +211,10 @@ std::string format_summary(const run_summary& s) {
   if (s.slo_attainment) {
     row("SLO attainment (%):", num(*s.slo_attainment * 100, 1));
     row("Goodput (req/s):", num(*s.goodput, 2));
+  }
+  if (s.speculative) {
+    row("Draft acceptance rate (%):", num(s.speculative->acceptance_rate * 100, 1));
+    row("Mean tokens per step:", num(s.speculative->tokens_per_step, 2));
   }
   auto block = [&](const char* title, const char* name, const latency_stats& st) {
     char head[80];

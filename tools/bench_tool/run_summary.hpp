@@ -50,6 +50,15 @@ struct run_summary {
   std::optional<double> slo_attainment;  // share of all requests (failed ones miss) meeting the SLO
   std::optional<double> goodput;         // requests/s meeting the SLO
   std::vector<std::string> first_errors; // up to 5, for the report
+  // Speculative decoding, when the server reported it for some completed request.
+  struct speculation {
+    int num_requests = 0;  // completed requests with usage.speculative
+    long long draft_tokens = 0;
+    long long accepted_tokens = 0;
+    double acceptance_rate = 0;  // accepted / drafts over the run
+    double tokens_per_step = 0;  // the mean of those requests' own figures
+  };
+  std::optional<speculation> speculative;
 };
 
 run_summary summarize_run(const std::vector<request_record>& records, double duration, double offered_rate,

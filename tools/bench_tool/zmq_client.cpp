@@ -29,6 +29,7 @@ class zmq_session : public server_session {
     r.sampling.max_tokens = request.output_len;
     r.sampling.temperature = static_cast<float>(settings_.temperature);
     r.sampling.ignore_eos = settings_.ignore_eos;
+    r.sampling.num_speculative_tokens = settings_.num_speculative_tokens;
     r.id = client_.next_id();
     request_record record;
     record.prompt_tokens = request.prompt_len;
@@ -52,6 +53,12 @@ class zmq_session : public server_session {
       if (num_streamed == 0) record.ttft = record.e2e;
       record.output_tokens = c.usage.completion_tokens > 0 ? c.usage.completion_tokens : num_streamed;
       if (c.usage.prompt_tokens > 0) record.prompt_tokens = c.usage.prompt_tokens;
+      if (const auto& s = c.usage.speculative) {
+        record.speculative = true;
+        record.draft_tokens = s->draft_tokens;
+        record.accepted_tokens = s->accepted_tokens;
+        record.tokens_per_step = s->tokens_per_step;
+      }
       record.ok = true;
     } catch (const std::exception& e) {
       record.error = e.what();
