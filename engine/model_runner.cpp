@@ -1,5 +1,8 @@
 #include "engine/model_runner.hpp"
 
+#include "engine/ngram_proposer.hpp"
+
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -29,9 +32,11 @@ void clear_keeping_capacity(forward_batch& batch) {
   batch.slot_mapping.clear();
 }
 
-// Flattens `plan` into `batch`; table_of(i) is entry i's whole block table.
-template <class TableOf>
-void flatten_plan(const step_plan& plan, int block_size, TableOf table_of, forward_batch& batch) {
+// Flattens `plan` into `batch`; table_of(i) is entry i's whole block table, drafts_of(i) the
+// draft tokens that follow its new tokens (speculative decoding: every one of them, and the last
+// new token, gets a logits row).
+template <class TableOf, class DraftsOf>
+void flatten_plan(const step_plan& plan, int block_size, TableOf table_of, DraftsOf drafts_of, forward_batch& batch) {
   clear_keeping_capacity(batch);
   const size_t num_tokens = static_cast<size_t>(plan.num_tokens());
   const size_t num_seqs = plan.sequences.size();
@@ -47,7 +52,9 @@ void flatten_plan(const step_plan& plan, int block_size, TableOf table_of, forwa
   for (size_t entry = 0; entry < plan.sequences.size(); ++entry) {
     const scheduled_sequence& s = plan.sequences[entry];
     const std::vector<int32_t>& block_table = table_of(entry);
-    const int context = s.num_computed_tokens + s.num_new_tokens();
+    const std::vector<int32_t>& drafts = drafts_of(entry);
+    const int num_inputs = s.num_new_tokens() + static_cast<int>(drafts.size());
+    const int context = s.num_computed_tokens + num_inputs;
     const int blocks_needed = (context + block_size - 1) / block_size;
     if (static_cast<int>(block_table.size()) < blocks_needed) {
       throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) + " has " +
@@ -55,9 +62,9 @@ void flatten_plan(const step_plan& plan, int block_size, TableOf table_of, forwa
                                std::to_string(context) + " tokens, expected at least " +
                                std::to_string(blocks_needed));
     }
-    for (int i = 0; i < s.num_new_tokens(); ++i) {
+    for (int i = 0; i < num_inputs; ++i) {
       const int position = s.num_computed_tokens + i;
-      batch.token_ids.push_back(s.new_token_ids[i]);
+      batch.token_ids.push_back(i < s.num_new_tokens() ? s.new_token_ids[i] : drafts[i - s.num_new_tokens()]);
       batch.positions.push_back(position);
       batch.slot_mapping.push_back(static_cast<int64_t>(block_table[position / block_size]) * block_size +
                                    position % block_size);
@@ -66,14 +73,29 @@ void flatten_plan(const step_plan& plan, int block_size, TableOf table_of, forwa
     batch.context_lengths.push_back(context);
     batch.block_tables.insert(batch.block_tables.end(), block_table.begin(), block_table.begin() + blocks_needed);
     batch.block_table_start.push_back(static_cast<int32_t>(batch.block_tables.size()));
-    if (s.sample) batch.logits_rows.push_back(batch.query_start.back() - 1);
+    if (s.sample) {
+      for (int row = batch.query_start.back() - 1 - static_cast<int>(drafts.size()); row < batch.query_start.back(); ++row) {
+        batch.logits_rows.push_back(row);
+      }
+    }
   }
 }
+
+const std::vector<int32_t> no_drafts;
 
 }  // namespace
 
 model_runner::model_runner(model& m, uint64_t sampler_seed, bool device_sampling)
-    : model_(m), sampler_(sampler_seed), device_sampling_(device_sampling), device_rng_(~sampler_seed) {}
+    : model_(m),
+      sampler_(sampler_seed),
+      proposer_(std::make_unique<ngram_proposer>()),
+      device_sampling_(device_sampling),
+      device_rng_(~sampler_seed) {}
+
+void model_runner::set_draft_proposer(std::unique_ptr<draft_proposer> proposer) {
+  if (!proposer) throw std::invalid_argument("model_runner: set_draft_proposer needs a proposer");
+  proposer_ = std::move(proposer);
+}
 
 bool model_runner::samples_plainly(const sampling_params& p) {
   return !uses_penalties(p) && p.min_p == 0.0f && p.logprobs < 0 && !is_guided(p);
@@ -87,8 +109,9 @@ void model_runner::build_batch(const step_plan& plan, int block_size, forward_ba
                                "; build_batch takes whole tables only");
     }
   }
-  flatten_plan(plan, block_size, [&](size_t i) -> const std::vector<int32_t>& { return plan.sequences[i].block_table; },
-               batch);
+  flatten_plan(
+      plan, block_size, [&](size_t i) -> const std::vector<int32_t>& { return plan.sequences[i].block_table; },
+      [](size_t) -> const std::vector<int32_t>& { return no_drafts; }, batch);
 }
 
 void model_runner::stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout) {
@@ -97,11 +120,11 @@ void model_runner::stream_kv_to(kv_sender& sender, std::chrono::milliseconds tra
 
 void model_runner::apply_entries(const step_plan& plan) {
   for (int64_t id : plan.finished_ids) {
-    requests_.erase(id);
+    if (requests_.erase(id) != 0) proposer_->forget(id);
     if (kv_out_) kv_out_->forget(id, false);
   }
   for (int64_t id : plan.preempted_ids) {
-    requests_.erase(id);
+    if (requests_.erase(id) != 0) proposer_->forget(id);
     if (kv_out_) kv_out_->forget(id, true);
   }
   entry_states_.clear();
@@ -112,7 +135,7 @@ void model_runner::apply_entries(const step_plan& plan) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
                                  std::to_string(s.request_id) + " on the worker without its sampling parameters");
       }
-      if ((uses_penalties(*s.params) || is_guided(*s.params)) &&
+      if ((uses_penalties(*s.params) || is_guided(*s.params) || s.speculative) &&
           static_cast<int>(s.penalty_token_ids.size()) < s.num_prompt_tokens) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
                                  std::to_string(s.request_id) + " with penalties or a constraint but a history of " +
@@ -124,6 +147,8 @@ void model_runner::apply_entries(const step_plan& plan) {
       state->params = *s.params;
       state->penalty_token_ids.assign(s.penalty_token_ids.begin(), s.penalty_token_ids.end());
       state->num_prompt_tokens = s.num_prompt_tokens;
+      state->speculative = s.speculative;
+      proposer_->forget(s.request_id);  // new to the worker, or back after preemption: start afresh
       if (kv_out_) {
         if (s.kv_send_transfer_id != 0) {
           kv_out_->start(s.request_id, s.kv_send_transfer_id);
@@ -163,7 +188,7 @@ void model_runner::start_matcher(uint64_t step_id, const scheduled_sequence& s, 
                                ") its grammar does not allow");
     }
   }
-  if (!uses_penalties(state.params)) state.penalty_token_ids.clear();  // the matcher holds what counts
+  if (!state.keeps_history()) state.penalty_token_ids.clear();  // the matcher holds what counts
 }
 
 void model_runner::fill_previous_samples(const step_plan& plan, const sample_list& previous) {
@@ -176,7 +201,8 @@ void model_runner::fill_previous_samples(const step_plan& plan, const sample_lis
       throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " asks for the token request " +
                                std::to_string(s.request_id) + " sampled in the previous step, which sampled none");
     }
-    batch_.token_ids[static_cast<size_t>(batch_.query_start[i + 1] - 1)] = *token;
+    const size_t last_input = static_cast<size_t>(batch_.query_start[i + 1] - 1) - drafts_[i].size();
+    batch_.token_ids[last_input] = *token;
   }
 }
 
@@ -190,8 +216,10 @@ step_result model_runner::run(const step_plan& plan) {
   apply_entries(plan);
   if (plan.empty()) return result;
   const kv_cache_shape shape = model_.kv_shape();
-  flatten_plan(plan, shape.block_size,
-               [&](size_t i) -> const std::vector<int32_t>& { return entry_states_[i]->block_table; }, batch_);
+  propose_drafts(plan);
+  flatten_plan(
+      plan, shape.block_size, [&](size_t i) -> const std::vector<int32_t>& { return entry_states_[i]->block_table; },
+      [&](size_t i) -> const std::vector<int32_t>& { return drafts_[i]; }, batch_);
   fill_previous_samples(plan, previous);
   for (int32_t block : batch_.block_tables) {
     if (block < 0 || block >= shape.num_blocks) {
@@ -212,22 +240,54 @@ step_result model_runner::run(const step_plan& plan) {
     sample_on_host(plan, result);
   }
   if (batch_.after_layer_kv) kv_out_->finish_step();
+  // The last token of each request (an entry that verified drafts yields several) is what a
+  // placeholder input in the next plan stands for.
   last_samples_.reserve(result.tokens.size());
-  for (const sampled_token& t : result.tokens) last_samples_.emplace_back(t.request_id, t.token_id);
-  extend_penalty_histories(plan, result);
+  for (const sampled_token& t : result.tokens) {
+    if (!last_samples_.empty() && last_samples_.back().first == t.request_id) {
+      last_samples_.back().second = t.token_id;
+    } else {
+      last_samples_.emplace_back(t.request_id, t.token_id);
+    }
+  }
   return result;
 }
 
-void model_runner::extend_penalty_histories(const step_plan& plan, const step_result& result) {
-  size_t next = 0;
-  for (size_t i = 0; i < plan.sequences.size() && next < result.tokens.size(); ++i) {
-    if (!plan.sequences[i].sample) continue;
-    request_state& state = *entry_states_[i];
-    const int32_t token = result.tokens[next++].token_id;
-    if (uses_penalties(state.params)) state.penalty_token_ids.push_back(token);
-    if (state.matcher && !state.matcher->advance(token)) {
-      throw std::runtime_error("model_runner: request " + std::to_string(plan.sequences[i].request_id) +
-                               " sampled token " + std::to_string(token) + ", which its grammar does not allow");
+void model_runner::record_output(int64_t request_id, request_state& state, int32_t token) {
+  if (state.keeps_history()) state.penalty_token_ids.push_back(token);
+  if (state.matcher && !state.matcher->advance(token)) {
+    throw std::runtime_error("model_runner: request " + std::to_string(request_id) + " sampled token " +
+                             std::to_string(token) + ", which its grammar does not allow");
+  }
+}
+
+void model_runner::propose_drafts(const step_plan& plan) {
+  drafts_.resize(plan.sequences.size());
+  for (auto& d : drafts_) d.clear();
+  draft_requests_.clear();
+  draft_entries_.clear();
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const scheduled_sequence& s = plan.sequences[i];
+    const request_state& state = *entry_states_[i];
+    if (!s.sample || s.num_draft_slots <= 0 || !state.speculative) continue;
+    draft_requests_.push_back(draft_request{s.request_id, state.penalty_token_ids, s.num_draft_slots});
+    draft_entries_.push_back(i);
+  }
+  if (draft_requests_.empty()) return;
+  proposer_->propose(draft_requests_, proposed_);
+  const int vocab = model_.config().vocab_size;
+  for (size_t r = 0; r < draft_requests_.size() && r < proposed_.size(); ++r) {
+    const size_t entry = draft_entries_[r];
+    request_state& state = *entry_states_[entry];
+    std::vector<int32_t>& drafts = drafts_[entry];
+    // A draft the target could never accept only costs a slot: stop at the first such one.
+    std::optional<grammar_matcher> walker;
+    if (state.matcher) walker.emplace(*state.matcher);
+    for (int32_t token : proposed_[r]) {
+      if (static_cast<int>(drafts.size()) >= draft_requests_[r].max_drafts) break;
+      if (token < 0 || token >= vocab) break;
+      if (walker && !walker->advance(token)) break;
+      drafts.push_back(token);
     }
   }
 }
@@ -235,7 +295,8 @@ void model_runner::extend_penalty_histories(const step_plan& plan, const step_re
 bool model_runner::can_sample_on_device(const step_plan& plan) const {
   if (!device_sampling_ || !model_.can_sample_on_device() || batch_.num_logits() == 0) return false;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    if (plan.sequences[i].sample && !samples_plainly(entry_states_[i]->params)) return false;
+    // Verifying drafts takes the host sampler (one row per draft, judged one after another).
+    if (plan.sequences[i].sample && (!samples_plainly(entry_states_[i]->params) || !drafts_[i].empty())) return false;
   }
   return true;
 }
@@ -272,6 +333,10 @@ void model_runner::sample_on_device(const step_plan& plan, step_result& result) 
     t.token_id = token;
     result.tokens.push_back(std::move(t));
   }
+  size_t next = 0;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    if (plan.sequences[i].sample) record_output(plan.sequences[i].request_id, *entry_states_[i], result.tokens[next++].token_id);
+  }
 }
 
 void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
@@ -280,22 +345,39 @@ void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
   model_.forward(batch_, logits_.data());
 
   result.tokens.reserve(static_cast<size_t>(batch_.num_logits()));
-  size_t row = 0;
+  int row = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    const scheduled_sequence& s = plan.sequences[i];
-    if (!s.sample) continue;
-    std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
-    request_state& state = *entry_states_[i];
+    if (plan.sequences[i].sample) row += verify_entry(plan, i, row, result);
+  }
+}
+
+int model_runner::verify_entry(const step_plan& plan, size_t entry, int row, step_result& result) {
+  const scheduled_sequence& s = plan.sequences[entry];
+  request_state& state = *entry_states_[entry];
+  const std::vector<int32_t>& drafts = drafts_[entry];
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  const int num_drafts = static_cast<int>(drafts.size());
+  // Position j follows the last input and drafts[0, j): its token is output s.output_index + j.
+  // The history and the grammar advance with each output before the next position is judged,
+  // exactly as plain decoding would have had them.
+  for (int j = 0; j <= num_drafts; ++j) {
+    std::span<const float> logits(logits_.data() + static_cast<size_t>(row + j) * vocab, vocab);
     // The history already holds the token a placeholder input stands for: this runner sampled it.
-    sample_context context{s.request_id, s.output_index, state.penalty_token_ids, state.num_prompt_tokens};
+    sample_context context{s.request_id, s.output_index + j, state.penalty_token_ids, state.num_prompt_tokens};
     if (state.matcher) {
       context.constrained = true;
-      context.allowed_token_ids = state.matcher->allowed(state.params.max_tokens - s.output_index);
+      context.allowed_token_ids = state.matcher->allowed(state.params.max_tokens - context.output_index);
       context.allowed_bits = state.matcher->allowed_bits();
     }
-    result.tokens.push_back(sampler_.sample(logits, state.params, context));
-    ++row;
+    bool accepted = false;
+    sampled_token token = j < num_drafts ? sampler_.verify(logits, state.params, context, drafts[j], accepted)
+                                         : sampler_.sample(logits, state.params, context);
+    if (j == 0) token.num_drafts = num_drafts;
+    record_output(s.request_id, state, token.token_id);
+    result.tokens.push_back(std::move(token));
+    if (!accepted) break;
   }
+  return num_drafts + 1;
 }
 
 }  // namespace troupe

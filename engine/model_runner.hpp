@@ -86,11 +86,14 @@ class model_runner {
   struct request_state {
     std::vector<int32_t> block_table;  // the whole table
     sampling_params params;
-    // With penalties: the prompt and every token sampled since (this runner's own samples are
-    // appended after each run), of which the first num_prompt_tokens are the prompt.
+    // With penalties, or when the request may speculate (its proposer reads it): the prompt and
+    // every token sampled since (this runner's own samples are appended as they are sampled),
+    // of which the first num_prompt_tokens are the prompt.
     std::vector<int32_t> penalty_token_ids;
     int32_t num_prompt_tokens = 0;
     std::unique_ptr<grammar_matcher> matcher;  // structured output only
+    bool speculative = false;                  // scheduled_sequence::speculative
+    bool keeps_history() const { return speculative || uses_penalties(params); }
   };
 
   // Drops the state of requests that ended or were preempted, applies each entry's blocks (and
@@ -101,14 +104,25 @@ class model_runner {
   void start_matcher(uint64_t step_id, const scheduled_sequence& s, request_state& state);
   // Writes the previous run's samples into the batch where the plan asks for them.
   void fill_previous_samples(const step_plan& plan, const sample_list& previous);
-  // Appends a finished run's samples to the penalty histories of the requests that keep one.
-  void extend_penalty_histories(const step_plan& plan, const step_result& result);
+  // Asks the proposer for drafts for every entry with draft slots (drafts_[entry]), keeping
+  // only ids in the vocabulary and, for a constrained request, the ones its grammar allows.
+  void propose_drafts(const step_plan& plan);
+  // A token the request now has as output: into its history, past its grammar.
+  void record_output(int64_t request_id, request_state& state, int32_t token);
   bool can_sample_on_device(const step_plan& plan) const;
   void sample_on_device(const step_plan& plan, step_result& result);
   void sample_on_host(const step_plan& plan, step_result& result);
+  // Verifies entry `entry`'s drafts against its logits rows, starting at `row`: the accepted
+  // drafts, then the target's own token, into result. Returns the rows it used.
+  int verify_entry(const step_plan& plan, size_t entry, int row, step_result& result);
 
   model& model_;
   sampler sampler_;
+  std::unique_ptr<draft_proposer> proposer_;
+  std::vector<draft_request> draft_requests_;       // this run's, for the proposer
+  std::vector<size_t> draft_entries_;                // [draft_requests_] their plan entries
+  std::vector<std::vector<int32_t>> proposed_;       // [draft_requests_] what the proposer said
+  std::vector<std::vector<int32_t>> drafts_;         // [plan entries] the drafts verified this run
   std::unique_ptr<kv_stream_out> kv_out_;
 
   request_grammars grammars_;

@@ -72,20 +72,62 @@ sampled_token sampler::sample(std::span<const float> logits, const sampling_para
     if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
     return out;
   }
+  prepare_row(logits, params, context);
+  if (greedy) {
+    out.token_id = argmax(work_);
+  } else {
+    out.token_id = sample_filtered(params, uniform_for(params, context, 0));
+  }
+  if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
+  return out;
+}
+
+void sampler::prepare_row(std::span<const float> logits, const sampling_params& params, const sample_context& context) {
   if (context.constrained) {
     mask_logits(logits, context);
   } else {
     work_.assign(logits.begin(), logits.end());
   }
-  if (penalties) apply_penalties(params, context);
+  if (uses_penalties(params)) apply_penalties(params, context);
+}
 
+// Stream 0 is the draw sample() has always made; the acceptance test of speculative decoding
+// draws from stream 1, so a seeded request's choices stay independent of each other.
+double sampler::uniform_for(const sampling_params& params, const sample_context& context, uint64_t stream) {
+  if (!params.seed) return to_unit(rng_());
+  uint64_t key = *params.seed ^ splitmix64(static_cast<uint64_t>(context.output_index));
+  if (stream != 0) key = splitmix64(key ^ splitmix64(0x5bd1e995ull + stream));
+  return to_unit(splitmix64(key));
+}
+
+sampled_token sampler::verify(std::span<const float> logits, const sampling_params& params,
+                              const sample_context& context, int32_t draft, bool& accepted) {
+  const bool greedy = params.temperature == 0.0f || params.top_k == 1;
   if (greedy) {
-    out.token_id = argmax(work_);
+    sampled_token out = sample(logits, params, context);
+    accepted = out.token_id == draft;
+    return out;
+  }
+  if (logits.empty()) throw std::runtime_error("sampler: empty logits row");
+  sampled_token out;
+  out.request_id = context.request_id;
+  prepare_row(logits, params, context);
+  int n = filter_candidates(params);
+  double total = 0.0;
+  int draft_at = -1;
+  for (int i = 0; i < n; ++i) {
+    total += work_[order_[i]];
+    if (order_[i] == draft) draft_at = i;
+  }
+  const double draft_mass = draft_at < 0 ? 0.0 : work_[draft];
+  // Accept with probability p(draft) = mass / total; the residual max(p - q, 0) of a point-mass
+  // q is p without the draft, renormalized, which is what pick() draws from below.
+  accepted = draft_at >= 0 && (n == 1 || uniform_for(params, context, 1) * total < draft_mass);
+  if (accepted) {
+    out.token_id = draft;
   } else {
-    double uniform = params.seed
-                         ? to_unit(splitmix64(*params.seed ^ splitmix64(static_cast<uint64_t>(context.output_index))))
-                         : to_unit(rng_());
-    out.token_id = sample_filtered(params, uniform);
+    if (draft_at >= 0) std::swap(order_[draft_at], order_[--n]);
+    out.token_id = pick(n, uniform_for(params, context, 0));
   }
   if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
   return out;
@@ -153,7 +195,7 @@ void sampler::apply_penalties(const sampling_params& params, const sample_contex
 
 // Order of filters: top-k, then top-p over what is left, then min-p (relative to the most
 // likely token, which the first two always keep). No full sort of the vocabulary.
-int32_t sampler::sample_filtered(const sampling_params& params, double uniform) {
+int sampler::filter_candidates(const sampling_params& params) {
   const int vocab = static_cast<int>(work_.size());
   const float inv_t = 1.0f / params.temperature;
   const float max_logit = *std::max_element(work_.begin(), work_.end());
@@ -196,6 +238,10 @@ int32_t sampler::sample_filtered(const sampling_params& params, double uniform) 
     }
     n = kept;
   }
+  return n;
+}
+
+int32_t sampler::pick(int n, double uniform) const {
   double total = 0.0;
   for (int i = 0; i < n; ++i) total += work_[order_[i]];
   const double point = uniform * total;
@@ -205,6 +251,10 @@ int32_t sampler::sample_filtered(const sampling_params& params, double uniform) 
     if (point < cumulative) return order_[i];
   }
   return order_[n - 1];
+}
+
+int32_t sampler::sample_filtered(const sampling_params& params, double uniform) {
+  return pick(filter_candidates(params), uniform);
 }
 
 void sampler::fill_logprobs(std::span<const float> logits, int top_n, sampled_token& out) {

@@ -43,10 +43,28 @@ class sampler {
   sampled_token sample(std::span<const float> logits, const sampling_params& params,
                        const sample_context& context);
 
+  // Speculative decoding: the token a position yields when the proposer drafted `draft` there,
+  // and whether the draft is `accepted`. Greedy requests: the token sample() gives, accepted
+  // when it is the draft. Sampled requests: the draft is accepted with the probability the
+  // request's distribution (after mask, penalties, temperature, top-k/p, min-p) gives it, and
+  // otherwise a token is drawn from that distribution with the draft taken out: rejection
+  // sampling with a point-mass proposal, so the output follows exactly the distribution
+  // sample() draws from. A seeded request's draws are keyed by (seed, output index) as sample()'s.
+  sampled_token verify(std::span<const float> logits, const sampling_params& params, const sample_context& context,
+                       int32_t draft, bool& accepted);
+
  private:
   void apply_penalties(const sampling_params& params, const sample_context& context);
   void mask_logits(std::span<const float> logits, const sample_context& context);
+  // Leaves the request's candidates in order_[0, n) with their unnormalized probabilities in
+  // work_ (which holds processed logits on entry) and returns n.
+  int filter_candidates(const sampling_params& params);
+  // The candidate at `uniform` of the candidates' total mass.
+  int32_t pick(int num_candidates, double uniform) const;
   int32_t sample_filtered(const sampling_params& params, double uniform);
+  // The row with the request's mask and penalties applied, in work_.
+  void prepare_row(std::span<const float> logits, const sampling_params& params, const sample_context& context);
+  double uniform_for(const sampling_params& params, const sample_context& context, uint64_t stream);
   void fill_logprobs(std::span<const float> logits, int top_n, sampled_token& out);
 
   std::vector<float> work_;     // [vocab_size] processed logits, then unnormalized probabilities

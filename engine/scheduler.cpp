@@ -123,7 +123,10 @@ step_plan scheduler::schedule() {
       ++i;
       continue;
     }
-    const int needed = seq->num_scheduled_tokens() + num_new;
+    int slots = draft_slots(*seq, num_new, budget - num_new);
+    // Drafts are a bet on speed: when their blocks are not free, the entry goes without them.
+    if (slots > 0 && !kv_.can_append(seq->blocks, seq->num_scheduled_tokens() + num_new + slots)) slots = 0;
+    const int needed = seq->num_scheduled_tokens() + num_new + slots;
     bool preempted_self = false;
     while (!kv_.can_append(seq->blocks, needed)) {
       sequence* victim = running_.back();
@@ -136,9 +139,9 @@ step_plan scheduler::schedule() {
     }
     if (preempted_self) break;
     kv_.append(seq->blocks, needed);
-    plan.sequences.push_back(plan_entry(*seq, num_new));
+    plan.sequences.push_back(plan_entry(*seq, num_new, slots));
     mark_scheduled(*seq, plan.sequences.back());
-    budget -= num_new;
+    budget -= num_new + slots;
     ++i;
   }
 
@@ -169,8 +172,13 @@ step_plan scheduler::schedule() {
     if (budget <= 0) break;
     prefix_hit hit = kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
     const int num_new = std::min(seq->num_tokens() - hit.num_tokens, budget);
-    const int needed = hit.num_tokens + num_new;
+    int needed = hit.num_tokens + num_new;
     if (!kv_.can_allocate(hit, needed)) break;  // strict order: nobody jumps the head
+    // A prompt whose last chunk runs now may already speculate on its first outputs.
+    seq->num_computed_tokens = hit.num_tokens;
+    int slots = draft_slots(*seq, num_new, budget - num_new);
+    if (slots > 0 && !kv_.can_allocate(hit, needed + slots)) slots = 0;
+    needed += slots;
     kv_.allocate(seq->blocks, hit, needed);
     seq->num_computed_tokens = hit.num_tokens;
     if (!seq->timeline.scheduled) {
@@ -183,9 +191,9 @@ step_plan scheduler::schedule() {
     seq->admitted_step = plan.step_id;
     waiting_.erase(waiting_.begin());
     insert_running(seq);
-    plan.sequences.push_back(plan_entry(*seq, num_new));
+    plan.sequences.push_back(plan_entry(*seq, num_new, slots));
     mark_scheduled(*seq, plan.sequences.back());
-    budget -= num_new;
+    budget -= num_new + slots;
   }
   // An empty plan is not sent: the ids wait for the next one.
   if (!plan.sequences.empty()) plan.finished_ids = std::exchange(finished_since_plan_, {});
@@ -198,11 +206,30 @@ bool scheduler::ends_with_pending_sample(const sequence& seq) const {
   if (seq.num_pending_samples == 0) return false;
   // A prefill-only request is handed off after the sample in flight.
   if (seq.kv().role == kv_role::send) return true;
+  // How many tokens a speculating request gains is known only from the result.
+  if (requested_drafts(seq) > 0) return true;
   return seq.num_output_tokens() + seq.num_pending_samples >= seq.params().max_tokens ||
          seq.num_expected_tokens() >= config_.max_model_len;
 }
 
-scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens) const {
+int scheduler::requested_drafts(const sequence& seq) const {
+  // A prefill-only request samples one token and leaves: nothing to speculate on.
+  if (seq.kv().role == kv_role::send) return 0;
+  const int asked = seq.params().num_speculative_tokens;
+  return std::min(asked < 0 ? config_.num_speculative_tokens : asked, config_.max_speculative_tokens);
+}
+
+int scheduler::draft_slots(const sequence& seq, int num_new_tokens, int budget_left) const {
+  int slots = requested_drafts(seq);
+  if (slots <= 0 || seq.num_scheduled_tokens() + num_new_tokens != seq.num_expected_tokens()) return 0;
+  // This step yields up to slots + 1 outputs: they must fit max_tokens and max_model_len.
+  slots = std::min(slots, budget_left);
+  slots = std::min(slots, seq.params().max_tokens - seq.num_output_tokens() - seq.num_pending_samples - 1);
+  slots = std::min(slots, config_.max_model_len - seq.num_expected_tokens() - 1);
+  return std::max(slots, 0);
+}
+
+scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens, int num_draft_slots) const {
   scheduled_sequence s;
   s.request_id = seq.request_id();
   s.num_computed_tokens = seq.num_scheduled_tokens();
@@ -221,12 +248,15 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
   s.block_table.assign(blocks.begin() + s.block_table_start, blocks.end());
   s.sample = end == seq.num_expected_tokens();
   s.output_index = seq.num_output_tokens() + seq.num_pending_samples;
+  if (s.sample) s.num_draft_slots = num_draft_slots;
   if (s.block_table_start == 0) {
     s.params = seq.params();
     if (seq.kv().role == kv_role::send) s.kv_send_transfer_id = seq.kv().transfer_id;
+    s.speculative = requested_drafts(seq) > 0;
     // The worker keeps the history from here on (see scheduled_sequence::penalty_token_ids); a
     // start entry never has a sample pending, so the known tokens are the whole history.
-    if (uses_penalties(seq.params()) || is_guided(seq.params())) {  // a constraint replays the outputs
+    // A constraint replays the outputs; a proposer reads the whole history.
+    if (uses_penalties(seq.params()) || is_guided(seq.params()) || s.speculative) {
       s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
       s.num_prompt_tokens = seq.num_prompt_tokens();
     }
@@ -270,24 +300,34 @@ sequence_status scheduler::stop_status(const sequence& seq, int32_t token_id) co
   return sequence_status::running;
 }
 
-std::string scheduler::check_result(const step_outline& plan, const step_result& result) const {
+std::string scheduler::entry_token_count(const step_outline& plan, const planned_sequence& s,
+                                         const step_result& result, size_t next, size_t& count) const {
   const std::string step = "step " + std::to_string(plan.step_id);
-  if (result.step_id != plan.step_id) {
-    return "the result of step " + std::to_string(result.step_id) + " came back for " + step;
+  count = 0;
+  if (!s.sample) return {};
+  if (next >= result.tokens.size()) {
+    return step + " returned " + std::to_string(result.tokens.size()) +
+           " sampled tokens, the plan samples more (none for request " + std::to_string(s.request_id) + ")";
   }
-  size_t next_token = 0;
-  for (const planned_sequence& s : plan.sequences) {
-    if (!s.sample) continue;
-    if (next_token >= result.tokens.size()) {
-      return step + " returned " + std::to_string(result.tokens.size()) + " sampled tokens, the plan samples more (none for request " +
-             std::to_string(s.request_id) + ")";
-    }
-    const sampled_token& token = result.tokens[next_token];
-    if (token.request_id != s.request_id) {
-      return step + " returned its sampled token " + std::to_string(next_token) + " for request " +
-             std::to_string(token.request_id) + ", the plan samples request " + std::to_string(s.request_id) +
-             " there";
-    }
+  const sampled_token& first = result.tokens[next];
+  if (first.request_id != s.request_id) {
+    return step + " returned its sampled token " + std::to_string(next) + " for request " +
+           std::to_string(first.request_id) + ", the plan samples request " + std::to_string(s.request_id) + " there";
+  }
+  if (first.num_drafts < 0 || first.num_drafts > s.num_draft_slots) {
+    return step + " verified " + std::to_string(first.num_drafts) + " drafts for request " +
+           std::to_string(s.request_id) + ", which had " + std::to_string(s.num_draft_slots) + " draft slots";
+  }
+  // The accepted drafts and the target's own token follow with the same id (a plan names a
+  // request once, so the next entry's tokens start where the id changes).
+  count = 1;
+  while (next + count < result.tokens.size() && result.tokens[next + count].request_id == s.request_id) ++count;
+  if (count > static_cast<size_t>(first.num_drafts) + 1) {
+    return step + " returned " + std::to_string(count) + " tokens for request " + std::to_string(s.request_id) +
+           ", more than its " + std::to_string(first.num_drafts) + " drafts and one";
+  }
+  for (size_t i = next; i < next + count; ++i) {
+    const sampled_token& token = result.tokens[i];
     if (token.token_id < 0 || (config_.vocab_size > 0 && token.token_id >= config_.vocab_size)) {
       return step + " sampled token " + std::to_string(token.token_id) + " for request " +
              std::to_string(s.request_id) + ", outside the vocabulary of " + std::to_string(config_.vocab_size);
@@ -296,11 +336,30 @@ std::string scheduler::check_result(const step_outline& plan, const step_result&
       return step + " returned " + std::to_string(token.top_token_ids.size()) + " top token ids and " +
              std::to_string(token.top_logprobs.size()) + " top logprobs for request " + std::to_string(s.request_id);
     }
-    ++next_token;
+    if (i > next && token.num_drafts != 0) {
+      return step + " returned a draft count on token " + std::to_string(i - next) + " of request " +
+             std::to_string(s.request_id) + " (only its first token carries one)";
+    }
+  }
+  return {};
+}
+
+std::string scheduler::check_result(const step_outline& plan, const step_result& result) const {
+  if (result.step_id != plan.step_id) {
+    return "the result of step " + std::to_string(result.step_id) + " came back for step " +
+           std::to_string(plan.step_id);
+  }
+  size_t next_token = 0;
+  for (const planned_sequence& s : plan.sequences) {
+    size_t count = 0;
+    if (std::string why = entry_token_count(plan, s, result, next_token, count); !why.empty()) return why;
+    next_token += count;
   }
   if (next_token != result.tokens.size()) {
-    return step + " returned " + std::to_string(result.tokens.size()) + " sampled tokens, the plan samples " +
-           std::to_string(next_token) + " (an extra one for request " +
+    size_t num_sampled = 0;
+    for (const planned_sequence& s : plan.sequences) num_sampled += s.sample ? 1 : 0;
+    return "step " + std::to_string(plan.step_id) + " returned " + std::to_string(result.tokens.size()) +
+           " sampled tokens, the plan samples " + std::to_string(num_sampled) + " requests (an extra one for request " +
            std::to_string(result.tokens[next_token].request_id) + ")";
   }
   return {};
@@ -316,7 +375,10 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
   const auto now = engine_clock::now();
   size_t next_token = 0;
   for (const planned_sequence& s : plan.sequences) {
-    const sampled_token* token = s.sample ? &result.tokens[next_token++] : nullptr;
+    size_t count = 0;
+    entry_token_count(plan, s, result, next_token, count);  // checked above
+    const size_t first_token = next_token;
+    next_token += count;
     auto it = sequences_.find(s.request_id);
     if (it == sequences_.end()) continue;  // aborted since the plan
     sequence& seq = *it->second;
@@ -325,22 +387,37 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
         seq.num_computed_tokens != s.num_computed_tokens) {
       continue;
     }
-    seq.num_computed_tokens += s.num_new_tokens;
+    // The accepted drafts' K/V is in the pool as well; the rejected slots are rolled back.
+    const int num_accepted = count > 0 ? static_cast<int>(count) - 1 : 0;
+    seq.num_computed_tokens += s.num_new_tokens + num_accepted;
     seq.num_inflight_tokens -= s.num_new_tokens;
-    if (token != nullptr) --seq.num_pending_samples;
-    kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
-    if (token == nullptr) continue;
+    if (count == 0) {
+      kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
+      continue;
+    }
+    --seq.num_pending_samples;
+    ++seq.num_sampling_steps;
+    seq.num_draft_tokens += result.tokens[first_token].num_drafts;
 
-    seq.append_token(token->token_id, now);
     token_delta delta;
     delta.request_id = s.request_id;
-    delta.token_ids.push_back(token->token_id);
     // For the detokenizer, on the request's first delta from this engine (resumed or not).
-    if (seq.num_output_tokens() == seq.num_resumed_output_tokens() + 1) delta.stop = seq.params().stop;
-    if (seq.params().logprobs >= 0) {
-      delta.logprobs.push_back({token->logprob, token->top_token_ids, token->top_logprobs});
+    if (seq.num_output_tokens() == seq.num_resumed_output_tokens()) delta.stop = seq.params().stop;
+    sequence_status status = sequence_status::running;
+    for (size_t i = first_token; i < first_token + count && !is_finished(status); ++i) {
+      const sampled_token& token = result.tokens[i];
+      seq.append_token(token.token_id, now);
+      delta.token_ids.push_back(token.token_id);
+      if (seq.params().logprobs >= 0) {
+        delta.logprobs.push_back({token.logprob, token.top_token_ids, token.top_logprobs});
+      }
+      status = stop_status(seq, token.token_id);
     }
-    const sequence_status status = stop_status(seq, token->token_id);
+    // Drafts after a token that ended the request never became outputs: they do not count as
+    // accepted, and their K/V does not count as computed.
+    seq.num_accepted_tokens += static_cast<int>(delta.token_ids.size()) - 1;
+    seq.num_computed_tokens = std::min(seq.num_computed_tokens, seq.num_tokens() - 1);
+    kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
     if (is_finished(status)) {
       token_delta last = finish(seq, status, now);  // destroys seq
       delta.finish = last.finish;

@@ -12,6 +12,13 @@
 // its update(). The new plan continues each sequence where the earlier plan left it: a decode's
 // input is then "the token sampled in the previous step" (input_from_previous_sample), filled in
 // by the model_runner. Results must be applied in plan order; at most two plans may be out.
+//
+// Speculative decoding: an entry that samples for a request that speculates gets draft slots
+// (scheduled_sequence::num_draft_slots) counted in the token budget and covered by KV blocks;
+// they are the first thing given up when blocks run short (never a reason to preempt). Its
+// result carries 1 + accepted tokens; the rejected slots are rolled back (not computed; their
+// blocks are kept for the tokens to come). A speculating request is never planned while a
+// sample of its is pending, since how many tokens it gains is known only from the result.
 
 #include <cstdint>
 #include <memory>
@@ -113,7 +120,16 @@ class scheduler {
                                              std::span<const int32_t> resumed_output_ids) const;
   // Why `resumed_output_ids` cannot be the outputs of a request still running, or "".
   std::string check_resumed_outputs(std::span<const int32_t> resumed_output_ids, const sampling_params& params) const;
-  scheduled_sequence plan_entry(const sequence& seq, int num_new_tokens) const;
+  scheduled_sequence plan_entry(const sequence& seq, int num_new_tokens, int num_draft_slots) const;
+  // Speculative decoding: the drafts a request asks for per step (its own choice, or the
+  // engine's default; capped by max_speculative_tokens); 0 when it does not speculate here.
+  int requested_drafts(const sequence& seq) const;
+  // Draft slots for an entry of `num_new_tokens` (0 unless it samples), within what is left of
+  // the budget, max_tokens and max_model_len.
+  int draft_slots(const sequence& seq, int num_new_tokens, int budget_left) const;
+  // How many of `result`'s tokens from `next` on belong to `entry`, or why they cannot.
+  std::string entry_token_count(const step_outline& step, const planned_sequence& entry, const step_result& result,
+                                size_t next, size_t& count) const;
   static void mark_scheduled(sequence& seq, const scheduled_sequence& entry);
   bool ends_with_pending_sample(const sequence& seq) const;
   // A role receive sequence whose KV and handed-off tokens are both here starts running.

@@ -57,6 +57,9 @@ request_metrics sequence::metrics() const {
   m.num_output_tokens = num_output_tokens();
   m.num_cached_tokens = num_cached_tokens;
   m.num_preemptions = num_preemptions;
+  m.num_draft_tokens = num_draft_tokens;
+  m.num_accepted_tokens = num_accepted_tokens;
+  m.num_sampling_steps = num_sampling_steps;
   if (timeline.scheduled) m.queue_time = seconds(timeline.first_scheduled - timeline.arrival);
   // The times are this engine's: a resumed request's first token is its first new one.
   const int num_new = m.num_output_tokens - num_resumed_output_tokens_;

@@ -72,6 +72,10 @@ class sequence {
   int num_computed_tokens = 0;
   int num_cached_tokens = 0;  // served by the prefix cache at first admission
   int num_preemptions = 0;
+  // Speculative decoding's counts (request_metrics has their meaning).
+  int num_draft_tokens = 0;
+  int num_accepted_tokens = 0;
+  int num_sampling_steps = 0;
   // Overlapped scheduling: tokens handed to steps still in flight, the samples those steps will
   // return, and the step that (re)admitted the sequence: results of older steps are stale.
   int num_inflight_tokens = 0;

@@ -189,6 +189,9 @@ scheduler_stage::outputs scheduler_stage::hand_over(const kv_handover_msg& hando
 
 void scheduler_stage::plan_next(outputs& out) {
   while (in_flight_.size() < max_in_flight_ && scheduler_.has_unfinished()) {
+    // Behind a speculative step the next plan would leave out every request it verifies
+    // drafts for (their token counts are unknown until it ends): wait for its result instead.
+    if (!in_flight_.empty() && in_flight_.back().speculative) return;
     step_plan plan = scheduler_.schedule();
     for (kv_reservation& reservation : scheduler_.take_kv_reservations()) {
       if (auto it = timelines_.find(reservation.request_id); it != timelines_.end()) {
