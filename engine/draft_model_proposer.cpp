@@ -5,24 +5,61 @@
 
 #include <fmt/format.h>
 
+#include "backends/backend_selection.hpp"
 #include "backends/cpu/argmax.hpp"
+#include "backends/cpu/cpu_model.hpp"
+#include "model/loader/model_loader.hpp"
 
 namespace troupe {
 
 namespace {
 
+std::string vocab_mismatch(const std::string& source, int vocab, int target_vocab_size) {
+  return fmt::format("draft model {} has vocab_size {}, the target model {}: a draft must share the target's vocabulary",
+                     source, vocab, target_vocab_size);
+}
+
 model& checked_draft(const std::shared_ptr<served_model>& draft, int target_vocab_size) {
   if (!draft || !draft->backend_model) throw std::runtime_error("draft_model_proposer: no draft model given");
   const int vocab = draft->backend_model->config().vocab_size;
   if (vocab != target_vocab_size) {
-    throw std::runtime_error(fmt::format(
-        "draft model {} has vocab_size {}, the target model {}: a draft must share the target's vocabulary",
-        draft->loaded.source.string(), vocab, target_vocab_size));
+    throw std::runtime_error(vocab_mismatch(draft->loaded.source.string(), vocab, target_vocab_size));
   }
   return *draft->backend_model;
 }
 
 }  // namespace
+
+std::shared_ptr<served_model> load_draft_model(const model_spec& spec, int target_vocab_size) {
+  spec.validate();
+  auto served = std::make_shared<served_model>();
+  served->loaded = load_model(load_options{spec.path, spec.format, dtype::f32, 0, false});
+  const model_config& config = served->loaded.config;
+  if (config.vocab_size != target_vocab_size) {
+    throw std::runtime_error(vocab_mismatch(served->loaded.source.string(), config.vocab_size, target_vocab_size));
+  }
+  const device_choice device = choose_device(spec.device);
+  served->device_note = device.fallback_reason;
+  served->max_model_len = config.max_position_embeddings > 0 ? config.max_position_embeddings : 4096;
+  if (spec.max_model_len > 0) served->max_model_len = std::min(served->max_model_len, spec.max_model_len);
+  kv_pool_request kv;
+  kv.block_size = spec.block_size;
+  kv.num_blocks = spec.num_kv_blocks;
+  if (kv.num_blocks == 0) {
+    // Never more than every sequence at full length can use.
+    const int64_t per_sequence = (served->max_model_len + spec.block_size - 1) / spec.block_size;
+    const int64_t useful = std::min<int64_t>(int64_t(spec.max_num_seqs) * per_sequence, 1 << 30);
+    kv.num_blocks = static_cast<int>(std::min<int64_t>(
+        cpu_kv_blocks_for_budget(config, static_cast<size_t>(spec.kv_memory_mb) << 20, spec.block_size), useful));
+    if (kv.num_blocks <= 0) {
+      throw std::runtime_error(fmt::format("draft model {}: a KV budget of {} MiB holds no block of {} tokens",
+                                           spec.path, spec.kv_memory_mb, spec.block_size));
+    }
+  }
+  served->backend_model = make_backend_model(config, served->loaded.weights, device.kind, kv, spec.backend);
+  served->eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
+  return served;
+}
 
 draft_model_proposer::draft_model_proposer(model& draft, int target_vocab_size, int max_model_len)
     : draft_(draft),

@@ -89,4 +89,11 @@ class draft_model_proposer final : public draft_proposer {
   std::vector<int32_t> tokens_;             // [num_logits]
 };
 
+// Loads the draft model `spec` names for a target of `target_vocab_size` tokens: no tokenizer
+// (only ids cross), and a KV pool of exactly spec.num_kv_blocks, or what spec.kv_memory_mb holds
+// at f32, on either device (on CUDA a pool sized from free memory would take what the target left
+// for everything else). Throws std::runtime_error naming the path and both vocabularies when they
+// differ, before the weights reach the device.
+std::shared_ptr<served_model> load_draft_model(const model_spec& spec, int target_vocab_size);
+
 }  // namespace troupe
