@@ -16,7 +16,9 @@
 
 #include "backends/backend_selection.hpp"
 #include "cli/command_registry.hpp"
+#include "engine/draft_model_proposer.hpp"
 #include "engine/llm_engine.hpp"
+#include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 #include "text/chat_template.hpp"
 #include "text/stop_string_matcher.hpp"
@@ -49,6 +51,10 @@ struct generate_flags {
   int nano_batches = 1;
   bool ignore_eos = false;
   std::vector<std::string> stop;
+  int num_speculative_tokens = 0;
+  std::string draft_model;
+  int ngram_min = ngram_settings{}.min_n;
+  int ngram_max = ngram_settings{}.max_n;
 };
 
 std::vector<int32_t> prompt_ids(const generate_flags& flags, const tokenizer& tok) {
@@ -99,6 +105,27 @@ void print_logprobs(const tokenizer& tok, const std::vector<int32_t>& ids, const
   }
 }
 
+// The drafts' source: the draft model, sized for this one sequence and its drafts, or n-gram
+// prompt lookup. Checked before the target runs: a draft of another vocabulary is refused by name.
+std::unique_ptr<draft_proposer> make_proposer(const generate_flags& flags, const model_spec& target, int vocab_size) {
+  if (flags.ngram_min < 1 || flags.ngram_max < flags.ngram_min) {
+    throw std::runtime_error(fmt::format("--ngram-min {} and --ngram-max {} must satisfy 1 <= min <= max", flags.ngram_min,
+                                         flags.ngram_max));
+  }
+  if (flags.draft_model.empty()) return std::make_unique<ngram_proposer>(ngram_settings{flags.ngram_min, flags.ngram_max});
+  model_spec draft = target;
+  draft.path = flags.draft_model;
+  draft.format = load_format::auto_detect;
+  draft.max_model_len = 0;
+  draft.num_kv_blocks = (target.max_model_len + protocol_limits{}.max_speculative_tokens + draft.block_size - 1) /
+                        draft.block_size;
+  try {
+    return std::make_unique<draft_model_proposer>(load_draft_model(draft, vocab_size), vocab_size);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("--draft-model: ") + e.what());
+  }
+}
+
 int run(const generate_flags& flags) {
   if (flags.prompt.empty() == flags.chat.empty()) {
     throw std::runtime_error("give exactly one of --prompt TEXT or --chat TEXT");
@@ -136,7 +163,11 @@ int run(const generate_flags& flags) {
   }
   engine_config config = served->base_engine_config();
   config.max_num_seqs = 1;
+  config.num_speculative_tokens = flags.num_speculative_tokens;
+  config.max_speculative_tokens = std::max(config.max_speculative_tokens, flags.num_speculative_tokens);
+  std::unique_ptr<draft_proposer> proposer = make_proposer(flags, spec, config.vocab_size);
   llm_engine engine(std::move(served->backend_model), config, served->eos_token_ids);
+  engine.set_draft_proposer(std::move(proposer));
   add_request_result added = engine.add_request(ids, to_params(flags));
   if (!added.ok()) throw std::runtime_error(added.error->message);
 
@@ -187,6 +218,12 @@ int run(const generate_flags& flags) {
         "finish: {}, TTFT: {:.1f} ms, TPOT: {:.2f} ms, backend: {}\n",
         mt.num_prompt_tokens, prompt_rate, mt.num_output_tokens, gen_rate, finish_reason_name(last->finish),
         mt.ttft * 1e3, mt.tpot * 1e3, engine.get_model().backend_name());
+    if (mt.num_draft_tokens > 0 && mt.num_sampling_steps > 0) {
+      std::cerr << fmt::format("speculative decoding: {} drafts, {} accepted ({:.1f} %), {:.2f} tokens per step\n",
+                               mt.num_draft_tokens, mt.num_accepted_tokens,
+                               100.0 * mt.num_accepted_tokens / mt.num_draft_tokens,
+                               double(mt.num_output_tokens) / mt.num_sampling_steps);
+    }
   }
   return 0;
 }
@@ -222,6 +259,14 @@ const bool registered = register_command([](CLI::App& parent) {
       ->check(CLI::Range(1, 4))->capture_default_str();
   app->add_option("--logprobs", f->logprobs, "print each token's logprob and the top N on stderr");
   app->add_flag("--ignore-eos", f->ignore_eos, "keep generating past EOS");
+  app->add_option("--num-speculative-tokens", f->num_speculative_tokens,
+                  "speculative decoding: draft tokens verified per step (0: off; same output, fewer steps)")
+      ->check(CLI::Range(0, 16))->capture_default_str();
+  app->add_option("--draft-model", f->draft_model,
+                  "a smaller model of the same vocabulary that proposes the drafts (default: n-gram prompt lookup)");
+  app->add_option("--ngram-min", f->ngram_min, "n-gram prompt lookup: the shortest suffix matched")->capture_default_str();
+  app->add_option("--ngram-max", f->ngram_max, "n-gram prompt lookup: the longest suffix, tried first")
+      ->capture_default_str();
   return command{app, [f] { return run(*f); }};
 });
 
