@@ -1,6 +1,8 @@
 #include "engine/draft_model_proposer.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -33,7 +35,14 @@ model& checked_draft(const std::shared_ptr<served_model>& draft, int target_voca
 std::shared_ptr<served_model> load_draft_model(const model_spec& spec, int target_vocab_size) {
   spec.validate();
   auto served = std::make_shared<served_model>();
-  served->loaded = load_model(load_options{spec.path, spec.format, dtype::f32, 0, false});
+  // A config.json alone is a dummy model's shape (random weights), as the target's tokenizer
+  // lookup reads it: a draft needs no tokenizer, so that is all a random draft takes.
+  load_format format = spec.format;
+  const std::filesystem::path path = spec.path;
+  if (format == load_format::auto_detect && path.extension() == ".json" && std::filesystem::is_regular_file(path)) {
+    format = load_format::dummy;
+  }
+  served->loaded = load_model(load_options{path, format, dtype::f32, 0, false});
   const model_config& config = served->loaded.config;
   if (config.vocab_size != target_vocab_size) {
     throw std::runtime_error(vocab_mismatch(served->loaded.source.string(), config.vocab_size, target_vocab_size));
@@ -107,8 +116,12 @@ bool draft_model_proposer::prepare(const draft_request& r, int num_drafts, reque
   // logits are the first draft's.
   const size_t history = r.history.size();
   const size_t limit = std::min(state.fed.size(), history - 1);
-  const size_t common = static_cast<size_t>(
-      std::mismatch(state.fed.begin(), state.fed.begin() + limit, r.history.begin()).first - state.fed.begin());
+  // Usually all of it matches: one memcmp settles that; only a rollback looks for where.
+  size_t common = limit;
+  if (limit > 0 && std::memcmp(state.fed.data(), r.history.data(), limit * sizeof(int32_t)) != 0) {
+    common = static_cast<size_t>(
+        std::mismatch(state.fed.begin(), state.fed.begin() + limit, r.history.begin()).first - state.fed.begin());
+  }
   state.fed.resize(common);
   // Positions up to history - 1 + (num_drafts - 1) get K/V: the last draft is never fed.
   const size_t tokens = history + static_cast<size_t>(num_drafts) - 1;

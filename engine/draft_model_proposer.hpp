@@ -90,7 +90,7 @@ class draft_model_proposer final : public draft_proposer {
 };
 
 // Loads the draft model `spec` names for a target of `target_vocab_size` tokens: no tokenizer
-// (only ids cross), and a KV pool of exactly spec.num_kv_blocks, or what spec.kv_memory_mb holds
+// (only ids cross; a config.json path auto-detects as random weights of its shape), and a KV pool of exactly spec.num_kv_blocks, or what spec.kv_memory_mb holds
 // at f32, on either device (on CUDA a pool sized from free memory would take what the target left
 // for everything else). Throws std::runtime_error naming the path and both vocabularies when they
 // differ, before the weights reach the device.
