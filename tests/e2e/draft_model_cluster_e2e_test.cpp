@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -80,15 +81,19 @@ class draft_model_cluster_e2e : public ::testing::Test {
     }
     controller_process launch(controller_process::kind::launch, file, dir_.path() / "launch.log");
     EXPECT_EQ(answers(launch.endpoint()), plain);
+    // Each node's worker says so in its own log, which launch prefixes with the node's name.
+    const std::string drafting = "worker: speculative decoding drafts from draft model " + stories_dir + " (vocab 512)";
+    EXPECT_TRUE(launch.wait_for_log(drafting, static_cast<int>(nodes.size()), 10s)) << launch.log();
+    const std::string log = launch.log();
     for (const std::string& node : nodes) {
-      EXPECT_TRUE(launch.wait_for_log(node + " | ", 1, 1s)) << launch.log();
-      EXPECT_NE(launch.log().find("worker: speculative decoding drafts from draft model " + stories_dir + " (vocab 512)"),
-                std::string::npos)
-          << launch.log();
+      std::istringstream lines(log);
+      bool found = false;
+      for (std::string line; std::getline(lines, line);) {
+        found = found || (line.rfind(node + " | ", 0) == 0 && line.find(drafting) != std::string::npos);
+      }
+      EXPECT_TRUE(found) << node << " logged no draft model:\n" << log;
     }
-    EXPECT_EQ(count_of(launch.log(), "worker: speculative decoding drafts from draft model"),
-              static_cast<int>(nodes.size()))
-        << launch.log();
+    EXPECT_EQ(count_of(log, drafting), static_cast<int>(nodes.size())) << log;
     // The requests took far fewer steps than tokens (plain decoding takes one per token): the
     // drafts ran, and were accepted.
     const std::vector<int> steps = steps_of_requests(launch.http_port());

@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <httplib.h>
@@ -73,6 +75,18 @@ int steps_for_one_request(const std::vector<std::string>& args) {
   return -1;
 }
 
+// The server's log once it holds `words` (the node logs its settings just after the doors open,
+// so a client may be answered first), or as it is after a bounded wait.
+std::string log_with(const serve_process& server, const std::string& words) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::string log = server.log();
+  for (int i = 0; i < 500 && log.find(words) == std::string::npos && std::chrono::steady_clock::now() < deadline; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    log = server.log();
+  }
+  return log;
+}
+
 class draft_model_e2e : public ::testing::Test {
  protected:
   void SetUp() override { TROUPE_REQUIRE_SHARED_MODEL(stories_root / "hf" / "config.json"); }
@@ -119,13 +133,29 @@ TEST_F(draft_model_e2e, the_server_drafts_so_a_request_takes_fewer_steps) {
 
 TEST_F(draft_model_e2e, the_worker_names_its_draft_and_the_server_its_defaults) {
   serve_process server({"--draft-model", stories_dir, "--num-speculative-tokens", "2", "--max-speculative-tokens", "5"});
-  const std::string log = server.log();
+  const std::string log = log_with(server, "speculative decoding: 2 drafts");
   EXPECT_NE(log.find("worker: speculative decoding drafts from draft model " + stories_dir + " (vocab 512)"),
             std::string::npos)
       << log;
   EXPECT_NE(log.find("speculative decoding: 2 drafts per step for requests that do not choose, up to 5, from draft model"),
             std::string::npos)
       << log;
+}
+
+TEST_F(draft_model_e2e, without_a_draft_model_the_worker_looks_up_n_grams_as_the_flags_say) {
+  serve_process server({"--ngram-min", "1", "--ngram-max", "3", "--num-speculative-tokens", "2"});
+  const std::string log = log_with(server, "speculative decoding: 2 drafts");
+  EXPECT_NE(log.find("worker: speculative decoding drafts by n-gram prompt lookup, n=1..3"), std::string::npos) << log;
+  EXPECT_NE(log.find("speculative decoding: 2 drafts per step for requests that do not choose, up to 16, from n-gram "
+                     "prompt lookup n=1..3"),
+            std::string::npos)
+      << log;
+  // Settings that cannot work stop the server before it loads anything, naming the field.
+  const run_result r = run_command("timeout 60 " + shell_quote(troupe_binary.string()) + " serve --model " +
+                                   shell_quote(stories_dir) + " --threads 1 --zmq-endpoint 'tcp://127.0.0.1:*' " +
+                                   "--ngram-min 5 --ngram-max 3 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("[speculative] ngram_max 3 is below ngram_min 5"), std::string::npos) << r.out;
 }
 
 TEST_F(draft_model_e2e, a_draft_of_another_vocabulary_stops_the_server_naming_it) {
