@@ -16,8 +16,8 @@
 
 #include "backends/backend_selection.hpp"
 #include "cli/command_registry.hpp"
-#include "engine/draft_model_proposer.hpp"
 #include "engine/llm_engine.hpp"
+#include "engine/draft_model_proposer.hpp"
 #include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 #include "text/chat_template.hpp"
@@ -45,13 +45,13 @@ struct generate_flags {
   std::vector<int32_t> stop_ids;
   int threads = 0;
   int logprobs = -1;
+  int num_speculative_tokens = -1;
   std::string device = "cpu";
   float gpu_memory_utilization = 0.9f;
   std::string dtype = "bf16";
   int nano_batches = 1;
   bool ignore_eos = false;
   std::vector<std::string> stop;
-  int num_speculative_tokens = 0;
   std::string draft_model;
   int ngram_min = ngram_settings{}.min_n;
   int ngram_max = ngram_settings{}.max_n;
@@ -85,6 +85,7 @@ sampling_params to_params(const generate_flags& flags) {
   p.ignore_eos = flags.ignore_eos;
   p.stop = flags.stop;
   p.logprobs = flags.logprobs;
+  p.num_speculative_tokens = flags.num_speculative_tokens;
   // The same rules as both doors, so a flag gets the verdict a request field would.
   if (auto problem = validate_sampling_params(p, protocol_limits{})) {
     std::string flag = problem->field;
@@ -163,8 +164,6 @@ int run(const generate_flags& flags) {
   }
   engine_config config = served->base_engine_config();
   config.max_num_seqs = 1;
-  config.num_speculative_tokens = flags.num_speculative_tokens;
-  config.max_speculative_tokens = std::max(config.max_speculative_tokens, flags.num_speculative_tokens);
   std::unique_ptr<draft_proposer> proposer = make_proposer(flags, spec, config.vocab_size);
   llm_engine engine(std::move(served->backend_model), config, served->eos_token_ids);
   engine.set_draft_proposer(std::move(proposer));
@@ -218,12 +217,6 @@ int run(const generate_flags& flags) {
         "finish: {}, TTFT: {:.1f} ms, TPOT: {:.2f} ms, backend: {}\n",
         mt.num_prompt_tokens, prompt_rate, mt.num_output_tokens, gen_rate, finish_reason_name(last->finish),
         mt.ttft * 1e3, mt.tpot * 1e3, engine.get_model().backend_name());
-    if (mt.num_draft_tokens > 0 && mt.num_sampling_steps > 0) {
-      std::cerr << fmt::format("speculative decoding: {} drafts, {} accepted ({:.1f} %), {:.2f} tokens per step\n",
-                               mt.num_draft_tokens, mt.num_accepted_tokens,
-                               100.0 * mt.num_accepted_tokens / mt.num_draft_tokens,
-                               double(mt.num_output_tokens) / mt.num_sampling_steps);
-    }
   }
   return 0;
 }
@@ -258,10 +251,10 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--nano-batches", f->nano_batches, "CUDA: spread the prompt's steps over this many streams (1 to 4)")
       ->check(CLI::Range(1, 4))->capture_default_str();
   app->add_option("--logprobs", f->logprobs, "print each token's logprob and the top N on stderr");
-  app->add_flag("--ignore-eos", f->ignore_eos, "keep generating past EOS");
   app->add_option("--num-speculative-tokens", f->num_speculative_tokens,
-                  "speculative decoding: draft tokens verified per step (0: off; same output, fewer steps)")
-      ->check(CLI::Range(0, 16))->capture_default_str();
+                  "speculative decoding: draft tokens verified per step, up to 16 (0: off; -1: the engine's default)")
+      ->capture_default_str();
+  app->add_flag("--ignore-eos", f->ignore_eos, "keep generating past EOS");
   app->add_option("--draft-model", f->draft_model,
                   "a smaller model of the same vocabulary that proposes the drafts (default: n-gram prompt lookup)");
   app->add_option("--ngram-min", f->ngram_min, "n-gram prompt lookup: the shortest suffix matched")->capture_default_str();
