@@ -275,7 +275,8 @@ int main(int argc, char** argv) try {
               "gap med (us)", "cpu (us)");
   bench_config cfg(3, policy);  // as a node with its default two tokenizers
   caf::actor_system system(cfg);
-  auto worker = system.spawn<caf::detached>(troupe::worker_actor, served, troupe::worker_kv_settings{});
+  auto worker = system.spawn<caf::detached>(troupe::worker_actor, served, troupe::worker_kv_settings{},
+                                            troupe::worker_drafts{});
   caf::actor kv_agent;  // the scheduler needs its worker's KV agent (unused: no disaggregation here)
   {
     caf::scoped_actor asker(system);

@@ -18,6 +18,8 @@
 #include "cli/command_registry.hpp"
 #include "doors/speculative_usage.hpp"
 #include "engine/llm_engine.hpp"
+#include "engine/draft_model_proposer.hpp"
+#include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 #include "text/chat_template.hpp"
 #include "text/stop_string_matcher.hpp"
@@ -51,6 +53,9 @@ struct generate_flags {
   int nano_batches = 1;
   bool ignore_eos = false;
   std::vector<std::string> stop;
+  std::string draft_model;
+  int ngram_min = ngram_settings{}.min_n;
+  int ngram_max = ngram_settings{}.max_n;
 };
 
 std::vector<int32_t> prompt_ids(const generate_flags& flags, const tokenizer& tok) {
@@ -102,6 +107,27 @@ void print_logprobs(const tokenizer& tok, const std::vector<int32_t>& ids, const
   }
 }
 
+// The drafts' source: the draft model, sized for this one sequence and its drafts, or n-gram
+// prompt lookup. Checked before the target runs: a draft of another vocabulary is refused by name.
+std::unique_ptr<draft_proposer> make_proposer(const generate_flags& flags, const model_spec& target, int vocab_size) {
+  if (flags.ngram_min < 1 || flags.ngram_max < flags.ngram_min) {
+    throw std::runtime_error(fmt::format("--ngram-min {} and --ngram-max {} must satisfy 1 <= min <= max", flags.ngram_min,
+                                         flags.ngram_max));
+  }
+  if (flags.draft_model.empty()) return std::make_unique<ngram_proposer>(ngram_settings{flags.ngram_min, flags.ngram_max});
+  model_spec draft = target;
+  draft.path = flags.draft_model;
+  draft.format = load_format::auto_detect;
+  draft.max_model_len = 0;
+  draft.num_kv_blocks = (target.max_model_len + protocol_limits{}.max_speculative_tokens + draft.block_size - 1) /
+                        draft.block_size;
+  try {
+    return std::make_unique<draft_model_proposer>(load_draft_model(draft, vocab_size), vocab_size);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("--draft-model: ") + e.what());
+  }
+}
+
 int run(const generate_flags& flags) {
   if (flags.prompt.empty() == flags.chat.empty()) {
     throw std::runtime_error("give exactly one of --prompt TEXT or --chat TEXT");
@@ -139,7 +165,9 @@ int run(const generate_flags& flags) {
   }
   engine_config config = served->base_engine_config();
   config.max_num_seqs = 1;
+  std::unique_ptr<draft_proposer> proposer = make_proposer(flags, spec, config.vocab_size);
   llm_engine engine(std::move(served->backend_model), config, served->eos_token_ids);
+  engine.set_draft_proposer(std::move(proposer));
   add_request_result added = engine.add_request(ids, to_params(flags));
   if (!added.ok()) throw std::runtime_error(added.error->message);
 
@@ -233,6 +261,11 @@ const bool registered = register_command([](CLI::App& parent) {
                   "speculative decoding: draft tokens verified per step, up to 16 (0: off; -1: the engine's default)")
       ->capture_default_str();
   app->add_flag("--ignore-eos", f->ignore_eos, "keep generating past EOS");
+  app->add_option("--draft-model", f->draft_model,
+                  "a smaller model of the same vocabulary that proposes the drafts (default: n-gram prompt lookup)");
+  app->add_option("--ngram-min", f->ngram_min, "n-gram prompt lookup: the shortest suffix matched")->capture_default_str();
+  app->add_option("--ngram-max", f->ngram_max, "n-gram prompt lookup: the longest suffix, tried first")
+      ->capture_default_str();
   return command{app, [f] { return run(*f); }};
 });
 

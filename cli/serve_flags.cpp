@@ -1,5 +1,6 @@
 #include "cli/serve_flags.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -64,6 +65,20 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
                  "a request's line, headers and body must arrive within this, else 408");
   app.add_option("--http-max-header-bytes", flags.http_max_header_bytes, "larger request line and headers get 431");
   app.add_option("--served-model-name", flags.served_model_name, "the model name the HTTP API answers to");
+  app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
+                 "speculative decoding: draft tokens verified per step for requests that do not choose (0: off)")
+      ->check(CLI::Range(0, 16));
+  app.add_option("--max-speculative-tokens", flags.max_speculative_tokens,
+                 "the most draft tokens a request may ask for per step (0 to 16; default 16)")
+      ->check(CLI::Range(0, 16));
+  app.add_option("--draft-model", flags.draft_model,
+                 "a smaller model of the same vocabulary that proposes the drafts (default: n-gram prompt lookup)");
+  app.add_option("--draft-kv-memory-mb", flags.draft_kv_memory_mb, "the draft model's own KV pool (default 64)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ngram-min", flags.ngram_min, "n-gram prompt lookup: the shortest suffix matched (default 2)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ngram-max", flags.ngram_max, "n-gram prompt lookup: the longest suffix, tried first (default 4)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--log-level", flags.log_level, "trace | debug | info | warn | error");
 }
 
@@ -104,6 +119,17 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.http_request_timeout_ms > 0) t.http_request_timeout_ms = flags.http_request_timeout_ms;
   if (flags.http_max_header_bytes > 0) t.http_max_header_bytes = flags.http_max_header_bytes;
   if (!flags.served_model_name.empty()) t.served_model_name = flags.served_model_name;
+  speculative_settings& spec = t.speculative;
+  if (flags.max_speculative_tokens >= 0) spec.max_draft_tokens = flags.max_speculative_tokens;
+  if (flags.num_speculative_tokens >= 0) {
+    spec.num_draft_tokens = flags.num_speculative_tokens;
+    // Asking for more drafts than the file's limit raises the limit.
+    if (flags.max_speculative_tokens < 0) spec.max_draft_tokens = std::max(spec.max_draft_tokens, spec.num_draft_tokens);
+  }
+  if (!flags.draft_model.empty()) spec.draft_model = flags.draft_model;
+  if (flags.draft_kv_memory_mb > 0) spec.draft_kv_memory_mb = flags.draft_kv_memory_mb;
+  if (flags.ngram_min > 0) spec.ngram.min_n = flags.ngram_min;
+  if (flags.ngram_max > 0) spec.ngram.max_n = flags.ngram_max;
   t.validate();
   return t;
 }

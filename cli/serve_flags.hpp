@@ -41,6 +41,12 @@ struct serve_flags {
   int http_request_timeout_ms = 0;
   size_t http_max_header_bytes = 0;
   std::string served_model_name;
+  int num_speculative_tokens = -1;  // -1: not given (the file's, else 0)
+  int max_speculative_tokens = -1;
+  std::string draft_model;
+  int draft_kv_memory_mb = 0;
+  int ngram_min = 0;
+  int ngram_max = 0;
   std::string log_level = "info";
 };
 

@@ -32,6 +32,8 @@ scheduler_spec engine_placer::scheduler_for(const worker_description& descriptio
   config.max_num_seqs = topology_.model.max_num_seqs;
   config.max_waiting_requests = topology_.max_waiting_requests;
   config.async_scheduling = topology_.async_scheduling;
+  config.num_speculative_tokens = topology_.speculative.num_draft_tokens;
+  config.max_speculative_tokens = topology_.speculative.max_draft_tokens;
   config.validate();
   scheduler_spec spec{config, description.eos_token_ids, std::move(worker), router_};
   spec.kv_agent = description.kv_agent;
@@ -45,6 +47,8 @@ worker_spec engine_placer::worker_for(const std::string& node) const {
   // A worker receives KV on its node's own address, where the other nodes reach it.
   spec.kv_bind_host = address ? address->host : topology_.disaggregation.controller_kv_host;
   spec.kv_transfer_timeout_ms = topology_.disaggregation.kv_transfer_timeout_ms;
+  spec.draft_model = topology_.speculative.draft_spec(topology_.model);
+  spec.ngram = topology_.speculative.ngram;
   return spec;
 }
 

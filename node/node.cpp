@@ -426,6 +426,11 @@ node::node(const topology& t) : topology_(t) {
                "{} engine instances)",
                tp.zmq_endpoint, tp.max_num_batched_tokens, tp.model.max_num_seqs, tp.max_waiting_requests,
                tp.async_scheduling ? "on" : "off", tokenizers.size(), engines.size());
+  const speculative_settings& spec = tp.speculative;
+  spdlog::info("speculative decoding: {} drafts per step for requests that do not choose, up to {}, from {}",
+               spec.num_draft_tokens, spec.max_draft_tokens,
+               spec.draft_model.empty() ? fmt::format("n-gram prompt lookup n={}..{}", spec.ngram.min_n, spec.ngram.max_n)
+                                        : "draft model " + spec.draft_model);
 }
 
 void node::fail_stage(const std::string& stage, const std::string& reason) {

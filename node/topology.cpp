@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "backends/backend_selection.hpp"
+#include "protocol/protocol_limits.hpp"
 
 namespace troupe {
 
@@ -129,6 +130,17 @@ void parse_node_address(const std::string& text, node_address& out, const std::s
 
 }  // namespace
 
+model_spec speculative_settings::draft_spec(const model_spec& target) const {
+  if (draft_model.empty()) return {};  // no path: no draft model
+  model_spec draft = target;
+  draft.path = draft_model;
+  draft.format = load_format::auto_detect;
+  draft.num_kv_blocks = 0;
+  draft.kv_memory_mb = draft_kv_memory_mb;
+  draft.max_model_len = 0;  // the draft's own; the proposer drafts for no longer history
+  return draft;
+}
+
 bool topology::colocated() const {
   auto local = [&](const std::vector<std::string>& names) {
     return std::all_of(names.begin(), names.end(), [&](const std::string& n) { return n == cluster.name; });
@@ -203,6 +215,30 @@ void topology::validate() const {
     throw std::runtime_error("[cluster] credentials is required when stages run on other nodes or an admin door is open "
                              "(make them with `troupe certs`)");
   }
+  const int max_drafts = protocol_limits{}.max_speculative_tokens;
+  if (speculative.max_draft_tokens > max_drafts) {
+    throw std::runtime_error("[speculative] max_draft_tokens must be in 0.." + std::to_string(max_drafts) + ", got " +
+                             std::to_string(speculative.max_draft_tokens));
+  }
+  if (speculative.num_draft_tokens > speculative.max_draft_tokens) {
+    throw std::runtime_error("[speculative] num_draft_tokens " + std::to_string(speculative.num_draft_tokens) +
+                             " exceeds max_draft_tokens " + std::to_string(speculative.max_draft_tokens));
+  }
+  if (!speculative.draft_model.empty() && speculative.draft_kv_memory_mb <= 0) {
+    throw std::runtime_error("[speculative] draft_kv_memory_mb must be positive, got " +
+                             std::to_string(speculative.draft_kv_memory_mb));
+  }
+  if (speculative.ngram.min_n < 1) {
+    throw std::runtime_error("[speculative] ngram_min must be at least 1, got " + std::to_string(speculative.ngram.min_n));
+  }
+  if (speculative.ngram.max_n < speculative.ngram.min_n) {
+    throw std::runtime_error("[speculative] ngram_max " + std::to_string(speculative.ngram.max_n) +
+                             " is below ngram_min " + std::to_string(speculative.ngram.min_n));
+  }
+  if (speculative.ngram.max_n >= speculative.ngram.max_lookback) {
+    throw std::runtime_error("[speculative] ngram_max must be below " + std::to_string(speculative.ngram.max_lookback) +
+                             " (the tokens the lookup searches), got " + std::to_string(speculative.ngram.max_n));
+  }
   if (http_enabled) {
     if (http_host.empty()) throw std::runtime_error("[http] host is empty");
     if (http_port > 65535) throw std::runtime_error("[http] port must be in 0..65535, got " + std::to_string(http_port));
@@ -231,14 +267,15 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
     throw std::runtime_error(message.str());
   }
   static const std::set<std::string> sections = {"model",   "node",      "frontend",  "http",          "tokenizer",
-                                                  "scheduler", "cluster", "placement", "disaggregation"};
+                                                  "scheduler", "cluster", "placement", "disaggregation",
+                                                  "speculative"};
   for (const auto& [key, value] : root) {
     const bool node_list = key.str() == "nodes" && value.is_array_of_tables();
     if (!node_list && (!sections.count(std::string(key.str())) || !value.is_table())) {
       throw std::runtime_error(source + ": unknown section or top-level key '" +
                                std::string(key.str()) + "' (expected [model], [node], [frontend], "
                                "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [placement], "
-                               "[disaggregation])");
+                               "[disaggregation], [speculative])");
     }
   }
   topology t;
@@ -325,6 +362,14 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   disaggregation.read("kv_transfer_timeout_ms", t.disaggregation.kv_transfer_timeout_ms);
   disaggregation.read("controller_kv_host", t.disaggregation.controller_kv_host);
   disaggregation.finish();
+  table_reader speculative(root["speculative"].as_table(), "speculative", source);
+  speculative.read("num_draft_tokens", t.speculative.num_draft_tokens);
+  speculative.read("max_draft_tokens", t.speculative.max_draft_tokens);
+  speculative.read("draft_model", t.speculative.draft_model);
+  speculative.read("draft_kv_memory_mb", t.speculative.draft_kv_memory_mb);
+  speculative.read("ngram_min", t.speculative.ngram.min_n);
+  speculative.read("ngram_max", t.speculative.ngram.max_n);
+  speculative.finish();
   t.validate();
   return t;
 }

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 
 namespace troupe {
@@ -59,6 +60,20 @@ struct disaggregation_settings {
   std::string controller_kv_host = "127.0.0.1";
 };
 
+// [speculative]: speculative decoding (docs/architecture.md, "Speculative decoding"). Every
+// worker proposes drafts, from its draft model when one is named, else by n-gram prompt lookup;
+// the target model verifies them, so outputs are the same either way.
+struct speculative_settings {
+  int num_draft_tokens = 0;   // drafts per step for a request that does not choose; 0: off
+  int max_draft_tokens = 16;  // the most a request may ask for (protocol_limits::max_speculative_tokens)
+  std::string draft_model;    // HF directory, .gguf or config.json of the target's vocabulary; empty: n-gram
+  int draft_kv_memory_mb = 64;  // the draft's own KV pool (CPU; on CUDA it takes its share of the GPU)
+  ngram_settings ngram;         // ngram_min, ngram_max
+
+  // The draft's model_spec: `target`'s device, backend and limits, its own path and KV budget.
+  model_spec draft_spec(const model_spec& target) const;
+};
+
 struct topology {
   // [model] path, load_format; [node] device, threads, gpu_memory_utilization, dtype, nano_batches;
   // [scheduler] num_kv_blocks, kv_memory_mb, block_size, max_model_len, max_num_seqs.
@@ -93,6 +108,7 @@ struct topology {
   std::vector<node_address> nodes;
   stage_placement placement;
   disaggregation_settings disaggregation;
+  speculative_settings speculative;
 
   // True when every stage runs in the controller's process.
   bool colocated() const;

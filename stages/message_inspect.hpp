@@ -249,6 +249,11 @@ typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ngram_settings& x) {
+  return f(caf::meta::type_name("ngram_settings"), x.min_n, x.max_n, x.max_lookback);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tokenizer_spec& x) {
   return f(caf::meta::type_name("tokenizer_spec"), x.tokenizer_path, x.vocab_size, x.max_model_len,
            x.router, x.reply_to);
@@ -256,7 +261,8 @@ typename Inspector::result_type inspect(Inspector& f, tokenizer_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
-  return f(caf::meta::type_name("worker_spec"), x.model, x.kv_bind_host, x.kv_transfer_timeout_ms);
+  return f(caf::meta::type_name("worker_spec"), x.model, x.kv_bind_host, x.kv_transfer_timeout_ms, x.draft_model,
+           x.ngram);
 }
 
 template <class Inspector>

@@ -118,8 +118,17 @@ struct worker_kv_settings {
   std::chrono::milliseconds transfer_timeout{10000};
   kv_channel_keys keys;
 };
+// Speculative decoding's drafts on a worker: its loaded draft model, or (none) n-gram prompt
+// lookup with `ngram`.
+struct worker_drafts {
+  std::shared_ptr<served_model> draft_model;
+  ngram_settings ngram;
+};
+// Loads the draft model `spec` names, if any, for `target`'s vocabulary (on the node that runs the
+// worker, before it starts: a bad draft fails the spawn, naming its path).
+worker_drafts load_worker_drafts(const worker_spec& spec, const served_model& target);
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served,
-                           worker_kv_settings kv = {});
+                           worker_kv_settings kv = {}, worker_drafts drafts = {});
 
 // The KV data plane of one engine instance. The model is held so that it outlives the receiver
 // importing into it (members are destroyed in reverse order).

@@ -15,6 +15,7 @@
 #include <caf/actor.hpp>
 
 #include "engine/engine_config.hpp"
+#include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_channel.hpp"
 
@@ -48,6 +49,10 @@ struct worker_spec {
   // transfer may take before both sides give up its blocks.
   std::string kv_bind_host = "127.0.0.1";
   int32_t kv_transfer_timeout_ms = 10000;
+  // Speculative decoding ([speculative]): the draft model the worker loads beside its model
+  // (empty path: none), else the n-gram prompt lookup's settings.
+  model_spec draft_model;
+  ngram_settings ngram;
   // The node's own CURVE keys, filled in where the worker is spawned, never sent: the secret key
   // stays on its node (the inspect overload leaves it out).
   kv_channel_keys kv_keys;

@@ -1,8 +1,10 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "engine/draft_model_proposer.hpp"
 #include "engine/guided_vocabulary.hpp"
 #include "engine/model_runner.hpp"
+#include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/instrumented_actor.hpp"
@@ -11,10 +13,37 @@
 
 namespace troupe {
 
+namespace {
+
+// The worker's proposer, named in one log line: which one it is decides its speed, never its output.
+std::unique_ptr<draft_proposer> make_draft_proposer(const served_model& target, worker_drafts drafts) {
+  const int vocab = target.backend_model->config().vocab_size;
+  if (drafts.draft_model) {
+    auto proposer = std::make_unique<draft_model_proposer>(std::move(drafts.draft_model), vocab);
+    spdlog::info("worker: speculative decoding drafts from {}", proposer->describe());
+    return proposer;
+  }
+  spdlog::info("worker: speculative decoding drafts by n-gram prompt lookup, n={}..{}", drafts.ngram.min_n,
+               drafts.ngram.max_n);
+  return std::make_unique<ngram_proposer>(drafts.ngram);
+}
+
+}  // namespace
+
+worker_drafts load_worker_drafts(const worker_spec& spec, const served_model& target) {
+  worker_drafts drafts;
+  drafts.ngram = spec.ngram;
+  if (spec.draft_model.path.empty()) return drafts;
+  drafts.draft_model = load_draft_model(spec.draft_model, target.backend_model->config().vocab_size);
+  if (!drafts.draft_model->device_note.empty()) spdlog::info("draft model: {}", drafts.draft_model->device_note);
+  return drafts;
+}
+
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served,
-                           worker_kv_settings kv) {
+                           worker_kv_settings kv, worker_drafts drafts) {
   keep_exception_in_exit_reason(self);
   auto runner = std::make_shared<model_runner>(*served->backend_model);
+  runner->set_draft_proposer(make_draft_proposer(*served, std::move(drafts)));
   auto endpoints = std::make_shared<kv_endpoints>();
   endpoints->served = served;
   kv_channel_settings channel;
@@ -79,7 +108,8 @@ caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec s
   kv.bind_host = spec.kv_bind_host;
   kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);
   kv.keys = std::move(spec.kv_keys);
-  return worker_actor(self, std::move(served), std::move(kv));
+  worker_drafts drafts = load_worker_drafts(spec, *served);
+  return worker_actor(self, std::move(served), std::move(kv), std::move(drafts));
 }
 
 }  // namespace troupe

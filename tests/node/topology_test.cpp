@@ -222,5 +222,67 @@ TEST(topology_placement, errors_name_the_node_or_setting) {
             std::string::npos);
 }
 
+TEST(topology_speculative, off_by_default_with_ngram_drafts) {
+  auto t = parse_topology("[model]\npath = \"x\"\n");
+  EXPECT_EQ(t.speculative.num_draft_tokens, 0);
+  EXPECT_EQ(t.speculative.max_draft_tokens, 16);
+  EXPECT_TRUE(t.speculative.draft_model.empty());
+  EXPECT_EQ(t.speculative.ngram.min_n, ngram_settings{}.min_n);
+  EXPECT_EQ(t.speculative.ngram.max_n, ngram_settings{}.max_n);
+  // No draft model: the worker's draft spec has no path, so it loads none.
+  EXPECT_TRUE(t.speculative.draft_spec(t.model).path.empty());
+}
+
+TEST(topology_speculative, reads_every_key) {
+  auto t = parse_topology(R"(
+[model]
+path = "/target"
+[node]
+device = "cpu"
+threads = 3
+[scheduler]
+block_size = 32
+max_model_len = 300
+kv_memory_mb = 900
+[speculative]
+num_draft_tokens = 4
+max_draft_tokens = 8
+draft_model = "/draft/config.json"
+draft_kv_memory_mb = 32
+ngram_min = 1
+ngram_max = 6
+)");
+  EXPECT_EQ(t.speculative.num_draft_tokens, 4);
+  EXPECT_EQ(t.speculative.max_draft_tokens, 8);
+  EXPECT_EQ(t.speculative.draft_model, "/draft/config.json");
+  EXPECT_EQ(t.speculative.draft_kv_memory_mb, 32);
+  EXPECT_EQ(t.speculative.ngram.min_n, 1);
+  EXPECT_EQ(t.speculative.ngram.max_n, 6);
+  // The draft runs where the target does, with its own path, KV budget and context.
+  const model_spec draft = t.speculative.draft_spec(t.model);
+  EXPECT_EQ(draft.path, "/draft/config.json");
+  EXPECT_EQ(draft.device, device_request::cpu);
+  EXPECT_EQ(draft.backend.threads, 3);
+  EXPECT_EQ(draft.block_size, 32);
+  EXPECT_EQ(draft.kv_memory_mb, 32);
+  EXPECT_EQ(draft.num_kv_blocks, 0);
+  EXPECT_EQ(draft.max_model_len, 0);
+}
+
+TEST(topology_speculative, errors_name_the_field) {
+  expect_error("[speculative]\nnum_draft_tokens = 5\nmax_draft_tokens = 4\n",
+               "[speculative] num_draft_tokens 5 exceeds max_draft_tokens 4");
+  expect_error("[speculative]\nmax_draft_tokens = 17\n", "[speculative] max_draft_tokens must be in 0..16, got 17");
+  expect_error("[speculative]\nnum_draft_tokens = -1\n", "[speculative] num_draft_tokens must be a non-negative integer");
+  expect_error("[speculative]\nnum_draft_tokens = \"four\"\n", "[speculative] num_draft_tokens must be an integer");
+  expect_error("[speculative]\ndraft_model = \"/d\"\ndraft_kv_memory_mb = 0\n",
+               "[speculative] draft_kv_memory_mb must be positive, got 0");
+  expect_error("[speculative]\ndraft_model = 3\n", "[speculative] draft_model must be a string");
+  expect_error("[speculative]\nngram_min = 0\n", "[speculative] ngram_min must be at least 1, got 0");
+  expect_error("[speculative]\nngram_min = 5\nngram_max = 3\n", "[speculative] ngram_max 3 is below ngram_min 5");
+  expect_error("[speculative]\nngram_max = 5000\n", "[speculative] ngram_max must be below 4096");
+  expect_error("[speculative]\nnum_drafts = 3\n", "unknown key 'num_drafts' in [speculative]");
+}
+
 }  // namespace
 }  // namespace troupe

@@ -255,7 +255,10 @@ std::vector<worker_spec> samples(of<worker_spec>) {
   worker_spec spec{full_model_spec()};
   spec.kv_bind_host = "10.0.0.7";
   spec.kv_transfer_timeout_ms = 2500;
-  return {spec};
+  spec.draft_model = full_model_spec();
+  spec.draft_model.path = "/models/draft/config.json";
+  spec.ngram = {1, 5, 300};
+  return {spec, worker_spec{full_model_spec()}};
 }
 std::vector<worker_description> samples(of<worker_description>) {
   return {{full_engine_config(), {2, 7}, "stories260K: 5 layers", handles.third}};
@@ -518,10 +521,18 @@ void expect_same(const tokenizer_spec& a, const tokenizer_spec& b) {
   EXPECT_EQ(a.reply_to, b.reply_to);
 }
 
+void expect_same(const ngram_settings& a, const ngram_settings& b) {
+  EXPECT_EQ(a.min_n, b.min_n);
+  EXPECT_EQ(a.max_n, b.max_n);
+  EXPECT_EQ(a.max_lookback, b.max_lookback);
+}
+
 void expect_same(const worker_spec& a, const worker_spec& b) {
   expect_same(a.model, b.model);
   EXPECT_EQ(a.kv_bind_host, b.kv_bind_host);
   EXPECT_EQ(a.kv_transfer_timeout_ms, b.kv_transfer_timeout_ms);
+  expect_same(a.draft_model, b.draft_model);
+  expect_same(a.ngram, b.ngram);
 }
 
 void expect_same(const worker_description& a, const worker_description& b) {
