@@ -84,6 +84,7 @@ struct topology_spec {
   std::vector<std::string> decode;   // and decode-only ones
   int max_num_batched_tokens = 2048;  // small: prompts are prefilled in chunks
   int kv_transfer_timeout_ms = 10000;
+  int num_speculative_tokens = 0;  // [speculative] num_draft_tokens: the default for requests that do not choose
   bool admin = false;  // admin_listen on 127.0.0.1, port 0
   int connect_timeout_ms = 10000;
   int heartbeat_interval_ms = 500;
@@ -98,6 +99,7 @@ struct topology_spec {
       << "[tokenizer]\npool_size = 2\n"
       << "[scheduler]\nmax_num_batched_tokens = " << max_num_batched_tokens << "\nmax_num_seqs = 64\nkv_memory_mb = 32\n"
       << "[disaggregation]\nkv_transfer_timeout_ms = " << kv_transfer_timeout_ms << "\n";
+    if (num_speculative_tokens > 0) t << "[speculative]\nnum_draft_tokens = " << num_speculative_tokens << "\n";
     if (credentials.empty()) return t.str();
     t << "[cluster]\ncredentials = \"" << credentials.string() << "\"\nname = \"controller\"\n"
       << "connect_timeout_ms = " << connect_timeout_ms << "\nrequest_timeout_ms = 30000\n"
@@ -367,6 +369,7 @@ inline outcome run_over_http(const controller_process& server, const generate_re
                          {"temperature", request.sampling.temperature},
                          {"stream", request.stream}};
   if (request.sampling.seed) body["seed"] = *request.sampling.seed;
+  if (request.sampling.num_speculative_tokens >= 0) body["num_speculative_tokens"] = request.sampling.num_speculative_tokens;
   if (request.stream) body["stream_options"] = {{"include_usage", true}};
   httplib::Client c("127.0.0.1", server.http_port());
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout).count();

@@ -2,7 +2,8 @@
 // seeded, streamed and not, ZeroMQ and HTTP, prompts sharing prefixes so the prefill side's cache
 // hits) through a 1P1D and a 2P1D topology (`troupe launch`, every node its own process), and
 // through a 1P1D whose prefill is cut into 8-token chunks, give the outputs of a colocated
-// `troupe serve`: text, token ids, finish reason, usage. Every node must have done its share, and
+// `troupe serve`: text, token ids, finish reason, usage; and so does a 1P1D whose decode side
+// verifies n-gram drafts (speculative decoding). Every node must have done its share, and
 // once idle no instance holds a block, a reservation or an open transfer.
 
 #include <gtest/gtest.h>
@@ -84,6 +85,19 @@ TEST_F(disagg_outputs_e2e, stories260k_through_1p1d_2p1d_and_small_chunks_equals
   topology_spec chunked = disaggregated(stories_dir, 1);
   chunked.max_num_batched_tokens = 8;  // every prompt streams out chunk by chunk
   expect_equal_outputs("1p1d-chunked", chunked, mix, expected, {{"prefill-a", 8192}, {"decode-a", 32768}});
+
+  // Speculative decoding on the decode side changes no output: the greedy requests draft by
+  // n-gram prompt lookup (asked per request, through both doors; most also by the topology's
+  // default), the seeded ones turn it off per request and keep their exact samples.
+  std::vector<mixed_request> speculating = mix;
+  for (size_t i = 0; i < speculating.size(); ++i) {
+    sampling_params& p = speculating[i].request.sampling;
+    p.num_speculative_tokens = p.seed ? 0 : i % 5 == 0 ? -1 : static_cast<int>(2 + i % 7);
+  }
+  topology_spec speculative = disaggregated(stories_dir, 1);
+  speculative.num_speculative_tokens = 4;
+  expect_equal_outputs("1p1d-speculative", speculative, speculating, expected,
+                       {{"prefill-a", 8192}, {"decode-a", 32768}});
 }
 
 TEST_F(disagg_outputs_e2e, a_12_layer_model_through_1p1d_equals_one_process) {
