@@ -158,7 +158,7 @@ class kv_receiver::impl final : public kv_frame_sink {
     }
     transfer& t = it->second;
     std::string why = mismatch(t, h, payload.size());
-    if (why.empty()) {
+    if (why.empty() && !h.in_place) {
       const int32_t first_block = h.token_begin / pool_.block_size;
       const std::span<const int32_t> blocks(t.expectation.block_ids.data() + first_block, h.span.num_blocks);
       try {
@@ -195,6 +195,10 @@ class kv_receiver::impl final : public kv_frame_sink {
     if (h.request_id != e.request_id) {
       return "the frame names request " + std::to_string(h.request_id) + ", the transfer is for request " +
              std::to_string(e.request_id);
+    }
+    if (h.in_place != e.in_place) {
+      return h.in_place ? "the frame says its KV was written in place (a device transport), the transfer expects its bytes"
+                        : "the frame carries bytes, the transfer expects its KV written in place by a device transport";
     }
     if (h.payload_bytes != payload_size) {
       return "the header announces payload_bytes " + std::to_string(h.payload_bytes) + ", the payload has " +

@@ -225,6 +225,39 @@ TEST_F(kv_receiver_refusals, a_header_that_lies_about_its_own_size_is_refused_un
   expect_refused(f, "payload_bytes", false);
 }
 
+// A device transport (CUDA IPC, NCCL) writes the blocks itself and sends in-place frames over
+// the socket: the receiver keeps the lease's books from them and imports nothing.
+TEST_F(kv_receiver_refusals, in_place_frames_complete_an_in_place_transfer_without_an_import) {
+  kv_expectation e = expectation(7);
+  e.in_place = true;
+  receiver_->expect(e);
+  for (int layer = 0; layer < num_layers(); ++layer) {
+    frame f = frame_of(7, layer, 1, 0, num_tokens);
+    f.header.in_place = true;
+    f.header.payload_bytes = 0;
+    ASSERT_TRUE(deliver_to_local_receiver(receiver_->endpoint(), f.header_bytes(), {}));
+    EXPECT_EQ(log_.size(), layer + 1 == num_layers() ? 1u : 0u) << "after layer " << layer;
+  }
+  const auto done = log_.wait_for(7, 0ms);
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(done->completed) << done->why;
+  EXPECT_EQ(whole_pool_of_b(), pool_before_) << "an in-place frame was imported";
+  EXPECT_EQ(receiver_->stats().num_expected, 0u);
+}
+
+TEST_F(kv_receiver_refusals, in_place_frames_are_refused_for_a_transfer_that_expects_bytes) {
+  receiver_->expect(expectation(7));
+  frame f = frame_of(7, 0, 1, 0, num_tokens);
+  f.header.in_place = true;
+  f.header.payload_bytes = 0;
+  expect_refused(f.header_bytes(), {}, "written in place", 7, true);
+  // And the other way: bytes for a transfer a device transport fills.
+  kv_expectation e = expectation(8);
+  e.in_place = true;
+  receiver_->expect(e);
+  expect_refused(frame_of(8, 0, 1, 0, num_tokens), "expects its KV written in place");
+}
+
 TEST_F(kv_receiver_refusals, another_geometry_is_refused) {
   receiver_->expect(expectation(7));
   frame f = frame_of(7, 0, 1, 0, num_tokens);
