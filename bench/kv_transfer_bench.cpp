@@ -10,13 +10,16 @@
 // transport alone), the "+ import" line into a real CPU pool (converted per block run).
 //
 // Modes run interleaved, repeat by repeat, so that noise from the rest of the machine falls on
-// all of them alike; each cell is best / median over the repeats.
+// all of them alike; each cell is best / median over the repeats. The last line is the CPU time
+// (every thread of the process) the plain copy and the plane spend per transfer: on shared cores
+// it says more about a transport's cost than wall time, which other work on the machine moves.
 //
 //   troupe_bench_kv_transfer [--sizes 16,64,256] [--reps 5]
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -108,6 +111,16 @@ std::vector<std::vector<std::byte>> make_payloads(const transfer_shape& s) {
   const float value = 0.25f;
   for (size_t i = 0; i + sizeof value <= one.size(); i += sizeof value) std::memcpy(one.data() + i, &value, sizeof value);
   return std::vector<std::vector<std::byte>>(num_layers, one);
+}
+
+// CPU seconds of the whole process so far (every thread, user + system): on a machine whose
+// cores are shared, what a transport costs in CPU decides its throughput more than wall time
+// shows in one run.
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
 // ---- plain TCP --------------------------------------------------------------------------
@@ -226,7 +239,8 @@ class plane {
                                           }});
   }
 
-  double run(std::vector<std::vector<std::byte>> payloads) {
+  // Wall seconds of one transfer; `cpu_seconds` (if given): the process's CPU time over it.
+  double run(std::vector<std::vector<std::byte>> payloads, double* cpu_seconds = nullptr) {
     const uint64_t id = ++next_id_;
     std::vector<int32_t> blocks(shape_.num_blocks);
     std::iota(blocks.begin(), blocks.end(), 0);
@@ -235,6 +249,7 @@ class plane {
     auto done = done_.get_future();
     receiver_->expect({id, 1, blocks, num_tokens, clock_type::now() + std::chrono::minutes(2)});
 
+    const double cpu_start = process_cpu_seconds();
     const auto start = clock_type::now();
     sender_->open(id, clock_type::now() + std::chrono::minutes(2));
     sender_->ready(id, receiver_->endpoint(), receiver_->public_key());
@@ -252,7 +267,9 @@ class plane {
     if (done.wait_for(std::chrono::minutes(2)) != std::future_status::ready || !done.get()) {
       throw std::runtime_error("a transfer did not complete");
     }
-    return std::chrono::duration<double>(clock_type::now() - start).count();
+    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    if (cpu_seconds) *cpu_seconds = process_cpu_seconds() - cpu_start;
+    return seconds;
   }
 
  private:
@@ -268,6 +285,11 @@ class plane {
   std::promise<bool> done_;
   uint64_t next_id_ = 0;
 };
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
 
 struct summary {
   double best = 0, median = 0;  // MiB/s
@@ -309,18 +331,22 @@ int main(int argc, char** argv) try {
               num_layers, config.num_kv_heads, config.head_dim, block_size, reps);
   std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s | %17s\n", "transfer", "frame", "plain TCP copy",
               "TCP, fresh buffers", "ZeroMQ", "median", "best", "ZeroMQ + CURVE", "median", "ZeroMQ + CPU import");
+  std::vector<std::string> cpu_lines;
   for (size_t mib : sizes) {
     const transfer_shape s = shape_for(config, mib);
     transport_only_model null_pool(config, s.num_blocks);
     auto cpu_pool = make_cpu_model(config, weights, {s.num_blocks, block_size}, 1);
     plane zmq_plane(null_pool, s, false), curve_plane(null_pool, s, true), import_plane(*cpu_pool, s, false);
     plain_tcp tcp_pair(s);
-    std::vector<double> tcp, tcp_fresh, zmq, curve, imported;
+    std::vector<double> tcp, tcp_fresh, zmq, curve, imported, tcp_cpu, zmq_cpu;
     for (int r = 0; r < reps; ++r) {
       const auto payloads = make_payloads(s);
+      double cpu = process_cpu_seconds();
       tcp.push_back(tcp_pair.run(payloads));
+      tcp_cpu.push_back(process_cpu_seconds() - cpu);
       tcp_fresh.push_back(tcp_pair.run(payloads, true));
-      zmq.push_back(zmq_plane.run(payloads));
+      zmq.push_back(zmq_plane.run(payloads, &cpu));
+      zmq_cpu.push_back(cpu);
       curve.push_back(curve_plane.run(payloads));
       imported.push_back(import_plane.run(payloads));
     }
@@ -331,9 +357,14 @@ int main(int argc, char** argv) try {
                 "%7.0f / %7.0f\n",
                 double(bytes) / (1 << 20), double(s.frame_bytes) / (1 << 20), t.best, t.median, f.best, f.median, z.best,
                 z.median, z.median / t.median, z.best / t.best, c.best, c.median, c.median / t.median, i.best, i.median);
+    cpu_lines.push_back(std::to_string(mib) + " MiB: plain TCP " + std::to_string(int(median_of(tcp_cpu) * 1e3)) +
+                        " ms, ZeroMQ " + std::to_string(int(median_of(zmq_cpu) * 1e3)) + " ms");
     std::fflush(stdout);
   }
   std::printf("\nratios against the plain TCP copy: median / median, best / best (target >= 0.8x)\n");
+  std::printf("CPU time per transfer (the process, every thread; median):");
+  for (const std::string& line : cpu_lines) std::printf("  %s;", line.c_str());
+  std::printf("\n");
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "troupe_bench_kv_transfer: %s\n", e.what());
