@@ -96,6 +96,33 @@ TEST_F(kv_plane_test, a_chunked_prefill_through_the_socket_arrives_in_the_order_
   EXPECT_EQ(decode_on_b(), expected_);
 }
 
+// The control path of a device transport: the bytes went device to device, the sender queues
+// in-place frames (no payload) through the socket, and they complete the receiver's lease.
+TEST_F(kv_plane_test, in_place_frames_through_the_socket_complete_an_in_place_transfer) {
+  event_log received;
+  kv_receiver receiver(*b_, {}, received.receiver_events());
+  kv_channel_settings settings;
+  settings.allow_direct = false;
+  kv_sender sender(settings, {});
+  kv_expectation e = expectation(7);
+  e.in_place = true;
+  receiver.expect(e);
+  sender.open(7, in(60s));
+  sender.ready(7, receiver.endpoint(), "");
+  for (int layer = 0; layer < num_layers(); ++layer) {
+    frame f = frame_of(7, layer, 1, 0, num_tokens);
+    f.header.in_place = true;
+    f.header.payload_bytes = 0;
+    ASSERT_TRUE(sender.send(f.header, {}));
+  }
+  sender.finish(7);
+  const auto done = received.wait_for(7);
+  ASSERT_TRUE(done) << receiver.stats().last_refusal;
+  EXPECT_TRUE(done->completed) << done->why;
+  EXPECT_EQ(receiver.stats().num_frames, uint64_t(num_layers()));
+  EXPECT_EQ(receiver.stats().num_bytes, 0u);
+}
+
 TEST_F(kv_plane_test, chunks_and_layer_ranges_in_any_order_complete_once_every_layer_has_every_token) {
   event_log received;
   kv_receiver receiver(*b_, {}, received.receiver_events());
