@@ -1,13 +1,13 @@
 // KV transfer throughput on loopback (issue 11): the KV data plane (kv_sender -> kv_receiver over
-// ZeroMQ, without and with CURVE) against a plain TCP socket copy of the same bytes, side by
-// side in one run, and the plane with the receiver importing into a CPU model's pool.
+// ZeroMQ, over plain TCP, and over ZeroMQ with CURVE) against a plain TCP socket copy of the same
+// bytes, side by side in one run, and the plane over plain TCP importing into a CPU model's pool.
 //
 // A transfer of S MiB is sent as it is in serving: one frame per layer of a 12-layer model
 // (12 KV heads of 64, blocks of 16 tokens, f32), i.e. frames of about S/12. The plain TCP copy
 // is the floor of what any channel on this machine can do: one blocking send loop and one
 // blocking recv loop into a reused buffer, two threads of this process, 127.0.0.1. The plane's
-// receiver checks every frame; its "channel" lines import into a model that copies nothing (the
-// transport alone), the "+ import" line into a real CPU pool (converted per block run).
+// receiver checks every frame; its transport columns import into a model that copies nothing
+// (the transport alone), the "+ import" column into a real CPU pool (converted per block run).
 //
 // Modes run interleaved, repeat by repeat, so that noise from the rest of the machine falls on
 // all of them alike; each cell is best / median over the repeats. The last line is the CPU time
@@ -219,9 +219,10 @@ class plain_tcp {
 // once), forced through the socket.
 class plane {
  public:
-  plane(model& m, const transfer_shape& s, bool curve) : shape_(s) {
+  plane(model& m, const transfer_shape& s, bool curve, bool plain_tcp = false) : shape_(s) {
     kv_channel_settings receiver_settings, sender_settings;
     sender_settings.allow_direct = false;
+    receiver_settings.plain_tcp = plain_tcp;
     if (curve) {
       receiver_settings.keys = make_keys();
       sender_settings.keys = make_keys();
@@ -329,16 +330,18 @@ int main(int argc, char** argv) try {
   std::printf("KV transfer on loopback: one frame per layer of a %d-layer model (%d KV heads x %d, blocks of %d, f32); "
               "MiB/s best / median of %d\n\n",
               num_layers, config.num_kv_heads, config.head_dim, block_size, reps);
-  std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s | %17s\n", "transfer", "frame", "plain TCP copy",
-              "TCP, fresh buffers", "ZeroMQ", "median", "best", "ZeroMQ + CURVE", "median", "ZeroMQ + CPU import");
+  std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s %6s | %17s %6s | %17s\n", "transfer", "frame",
+              "plain TCP copy", "TCP, fresh buffers", "ZeroMQ", "median", "best", "plane over TCP", "median", "best",
+              "ZeroMQ + CURVE", "median", "TCP + CPU import");
   std::vector<std::string> cpu_lines;
   for (size_t mib : sizes) {
     const transfer_shape s = shape_for(config, mib);
     transport_only_model null_pool(config, s.num_blocks);
     auto cpu_pool = make_cpu_model(config, weights, {s.num_blocks, block_size}, 1);
-    plane zmq_plane(null_pool, s, false), curve_plane(null_pool, s, true), import_plane(*cpu_pool, s, false);
+    plane zmq_plane(null_pool, s, false), curve_plane(null_pool, s, true), import_plane(*cpu_pool, s, false, true),
+        tcp_plane(null_pool, s, false, true);
     plain_tcp tcp_pair(s);
-    std::vector<double> tcp, tcp_fresh, zmq, curve, imported, tcp_cpu, zmq_cpu;
+    std::vector<double> tcp, tcp_fresh, zmq, kvtcp, curve, imported, tcp_cpu, zmq_cpu, kvtcp_cpu;
     for (int r = 0; r < reps; ++r) {
       const auto payloads = make_payloads(s);
       double cpu = process_cpu_seconds();
@@ -347,18 +350,22 @@ int main(int argc, char** argv) try {
       tcp_fresh.push_back(tcp_pair.run(payloads, true));
       zmq.push_back(zmq_plane.run(payloads, &cpu));
       zmq_cpu.push_back(cpu);
+      kvtcp.push_back(tcp_plane.run(payloads, &cpu));
+      kvtcp_cpu.push_back(cpu);
       curve.push_back(curve_plane.run(payloads));
       imported.push_back(import_plane.run(payloads));
     }
     const size_t bytes = s.total_bytes();
     const summary t = summarize(tcp, bytes), f = summarize(tcp_fresh, bytes), z = summarize(zmq, bytes),
-                  c = summarize(curve, bytes), i = summarize(imported, bytes);
-    std::printf("%5.1f MiB %6.2f MiB | %7.0f / %7.0f | %7.0f / %7.0f | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx | "
-                "%7.0f / %7.0f\n",
+                  k = summarize(kvtcp, bytes), c = summarize(curve, bytes), i = summarize(imported, bytes);
+    std::printf("%5.1f MiB %6.2f MiB | %7.0f / %7.0f | %7.0f / %7.0f | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx "
+                "%5.2fx | %7.0f / %7.0f %5.2fx | %7.0f / %7.0f\n",
                 double(bytes) / (1 << 20), double(s.frame_bytes) / (1 << 20), t.best, t.median, f.best, f.median, z.best,
-                z.median, z.median / t.median, z.best / t.best, c.best, c.median, c.median / t.median, i.best, i.median);
+                z.median, z.median / t.median, z.best / t.best, k.best, k.median, k.median / t.median, k.best / t.best,
+                c.best, c.median, c.median / t.median, i.best, i.median);
     cpu_lines.push_back(std::to_string(mib) + " MiB: plain TCP " + std::to_string(int(median_of(tcp_cpu) * 1e3)) +
-                        " ms, ZeroMQ " + std::to_string(int(median_of(zmq_cpu) * 1e3)) + " ms");
+                        " ms, ZeroMQ " + std::to_string(int(median_of(zmq_cpu) * 1e3)) + " ms, plane over TCP " +
+                        std::to_string(int(median_of(kvtcp_cpu) * 1e3)) + " ms");
     std::fflush(stdout);
   }
   std::printf("\nratios against the plain TCP copy: median / median, best / best (target >= 0.8x)\n");

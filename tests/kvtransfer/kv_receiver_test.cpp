@@ -23,7 +23,7 @@ std::thread::id receiver_thread_of(kv_receiver& receiver, event_log& log, const 
 
 TEST_F(kv_plane_test, a_transfer_through_the_socket_continues_bitwise_equal) {
   event_log received;
-  kv_receiver receiver(*b_, {}, received.receiver_events());
+  kv_receiver receiver(*b_, zmq_channel(), received.receiver_events());
   kv_channel_settings settings;
   settings.allow_direct = false;  // through ZeroMQ over tcp, although the receiver is in this process
   event_log sent;
@@ -75,7 +75,7 @@ TEST_F(kv_plane_test, a_chunked_prefill_through_the_socket_arrives_in_the_order_
   // Chunk by chunk, layer by layer, as a chunked prefill exports: [0, 4), [4, 8), [8, 11) of
   // every layer. A chunk overtaking the one before it would leave a gap and fail the transfer.
   event_log received;
-  kv_receiver receiver(*b_, {}, received.receiver_events());
+  kv_receiver receiver(*b_, zmq_channel(), received.receiver_events());
   kv_channel_settings settings;
   settings.allow_direct = false;
   kv_sender sender(settings, {});
@@ -149,7 +149,7 @@ class kv_receiver_refusals : public kv_plane_test {
   void SetUp() override {
     kv_plane_test::SetUp();
     if (IsSkipped()) return;
-    receiver_ = std::make_unique<kv_receiver>(*b_, kv_channel_settings{}, log_.receiver_events());
+    receiver_ = std::make_unique<kv_receiver>(*b_, zmq_channel(), log_.receiver_events());
     pool_before_ = whole_pool_of_b();
   }
 
@@ -327,7 +327,7 @@ TEST_F(kv_receiver_refusals, the_socket_refuses_messages_of_the_wrong_shape) {
 TEST_F(kv_receiver_refusals, a_message_above_the_size_limit_is_dropped_by_zeromq_unread) {
   // A receiver whose frames may carry at most 1 KiB: a bigger message breaks the connection
   // before ZeroMQ allocates it, so nothing arrives; the same sender's small frames did.
-  kv_channel_settings small;
+  kv_channel_settings small = zmq_channel();
   small.max_payload_bytes = 1024;
   event_log log;
   kv_receiver receiver(*b_, small, log.receiver_events());
