@@ -1,22 +1,25 @@
 // KV transfer throughput on loopback (issue 11): the KV data plane (kv_sender -> kv_receiver over
-// ZeroMQ, without and with CURVE) against a plain TCP socket copy of the same bytes, side by
-// side in one run, and the plane with the receiver importing into a CPU model's pool.
+// ZeroMQ, over plain TCP, and over ZeroMQ with CURVE) against a plain TCP socket copy of the same
+// bytes, side by side in one run, and the plane over plain TCP importing into a CPU model's pool.
 //
 // A transfer of S MiB is sent as it is in serving: one frame per layer of a 12-layer model
 // (12 KV heads of 64, blocks of 16 tokens, f32), i.e. frames of about S/12. The plain TCP copy
 // is the floor of what any channel on this machine can do: one blocking send loop and one
 // blocking recv loop into a reused buffer, two threads of this process, 127.0.0.1. The plane's
-// receiver checks every frame; its "channel" lines import into a model that copies nothing (the
-// transport alone), the "+ import" line into a real CPU pool (converted per block run).
+// receiver checks every frame; its transport columns import into a model that copies nothing
+// (the transport alone), the "+ import" column into a real CPU pool (converted per block run).
 //
 // Modes run interleaved, repeat by repeat, so that noise from the rest of the machine falls on
-// all of them alike; each cell is best / median over the repeats.
+// all of them alike; each cell is best / median over the repeats. The last line is the CPU time
+// (every thread of the process) the plain copy and the plane spend per transfer: on shared cores
+// it says more about a transport's cost than wall time, which other work on the machine moves.
 //
 //   troupe_bench_kv_transfer [--sizes 16,64,256] [--reps 5]
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -108,6 +111,16 @@ std::vector<std::vector<std::byte>> make_payloads(const transfer_shape& s) {
   const float value = 0.25f;
   for (size_t i = 0; i + sizeof value <= one.size(); i += sizeof value) std::memcpy(one.data() + i, &value, sizeof value);
   return std::vector<std::vector<std::byte>>(num_layers, one);
+}
+
+// CPU seconds of the whole process so far (every thread, user + system): on a machine whose
+// cores are shared, what a transport costs in CPU decides its throughput more than wall time
+// shows in one run.
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
 // ---- plain TCP --------------------------------------------------------------------------
@@ -206,9 +219,10 @@ class plain_tcp {
 // once), forced through the socket.
 class plane {
  public:
-  plane(model& m, const transfer_shape& s, bool curve) : shape_(s) {
+  plane(model& m, const transfer_shape& s, bool curve, bool plain_tcp = false) : shape_(s) {
     kv_channel_settings receiver_settings, sender_settings;
     sender_settings.allow_direct = false;
+    receiver_settings.plain_tcp = plain_tcp;
     if (curve) {
       receiver_settings.keys = make_keys();
       sender_settings.keys = make_keys();
@@ -226,7 +240,8 @@ class plane {
                                           }});
   }
 
-  double run(std::vector<std::vector<std::byte>> payloads) {
+  // Wall seconds of one transfer; `cpu_seconds` (if given): the process's CPU time over it.
+  double run(std::vector<std::vector<std::byte>> payloads, double* cpu_seconds = nullptr) {
     const uint64_t id = ++next_id_;
     std::vector<int32_t> blocks(shape_.num_blocks);
     std::iota(blocks.begin(), blocks.end(), 0);
@@ -235,6 +250,7 @@ class plane {
     auto done = done_.get_future();
     receiver_->expect({id, 1, blocks, num_tokens, clock_type::now() + std::chrono::minutes(2)});
 
+    const double cpu_start = process_cpu_seconds();
     const auto start = clock_type::now();
     sender_->open(id, clock_type::now() + std::chrono::minutes(2));
     sender_->ready(id, receiver_->endpoint(), receiver_->public_key());
@@ -252,7 +268,9 @@ class plane {
     if (done.wait_for(std::chrono::minutes(2)) != std::future_status::ready || !done.get()) {
       throw std::runtime_error("a transfer did not complete");
     }
-    return std::chrono::duration<double>(clock_type::now() - start).count();
+    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    if (cpu_seconds) *cpu_seconds = process_cpu_seconds() - cpu_start;
+    return seconds;
   }
 
  private:
@@ -268,6 +286,11 @@ class plane {
   std::promise<bool> done_;
   uint64_t next_id_ = 0;
 };
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
 
 struct summary {
   double best = 0, median = 0;  // MiB/s
@@ -307,33 +330,48 @@ int main(int argc, char** argv) try {
   std::printf("KV transfer on loopback: one frame per layer of a %d-layer model (%d KV heads x %d, blocks of %d, f32); "
               "MiB/s best / median of %d\n\n",
               num_layers, config.num_kv_heads, config.head_dim, block_size, reps);
-  std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s | %17s\n", "transfer", "frame", "plain TCP copy",
-              "TCP, fresh buffers", "ZeroMQ", "median", "best", "ZeroMQ + CURVE", "median", "ZeroMQ + CPU import");
+  std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s %6s | %17s %6s | %17s\n", "transfer", "frame",
+              "plain TCP copy", "TCP, fresh buffers", "ZeroMQ", "median", "best", "plane over TCP", "median", "best",
+              "ZeroMQ + CURVE", "median", "TCP + CPU import");
+  std::vector<std::string> cpu_lines;
   for (size_t mib : sizes) {
     const transfer_shape s = shape_for(config, mib);
     transport_only_model null_pool(config, s.num_blocks);
     auto cpu_pool = make_cpu_model(config, weights, {s.num_blocks, block_size}, 1);
-    plane zmq_plane(null_pool, s, false), curve_plane(null_pool, s, true), import_plane(*cpu_pool, s, false);
+    plane zmq_plane(null_pool, s, false), curve_plane(null_pool, s, true), import_plane(*cpu_pool, s, false, true),
+        tcp_plane(null_pool, s, false, true);
     plain_tcp tcp_pair(s);
-    std::vector<double> tcp, tcp_fresh, zmq, curve, imported;
+    std::vector<double> tcp, tcp_fresh, zmq, kvtcp, curve, imported, tcp_cpu, zmq_cpu, kvtcp_cpu;
     for (int r = 0; r < reps; ++r) {
       const auto payloads = make_payloads(s);
+      double cpu = process_cpu_seconds();
       tcp.push_back(tcp_pair.run(payloads));
+      tcp_cpu.push_back(process_cpu_seconds() - cpu);
       tcp_fresh.push_back(tcp_pair.run(payloads, true));
-      zmq.push_back(zmq_plane.run(payloads));
+      zmq.push_back(zmq_plane.run(payloads, &cpu));
+      zmq_cpu.push_back(cpu);
+      kvtcp.push_back(tcp_plane.run(payloads, &cpu));
+      kvtcp_cpu.push_back(cpu);
       curve.push_back(curve_plane.run(payloads));
       imported.push_back(import_plane.run(payloads));
     }
     const size_t bytes = s.total_bytes();
     const summary t = summarize(tcp, bytes), f = summarize(tcp_fresh, bytes), z = summarize(zmq, bytes),
-                  c = summarize(curve, bytes), i = summarize(imported, bytes);
-    std::printf("%5.1f MiB %6.2f MiB | %7.0f / %7.0f | %7.0f / %7.0f | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx | "
-                "%7.0f / %7.0f\n",
+                  k = summarize(kvtcp, bytes), c = summarize(curve, bytes), i = summarize(imported, bytes);
+    std::printf("%5.1f MiB %6.2f MiB | %7.0f / %7.0f | %7.0f / %7.0f | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx "
+                "%5.2fx | %7.0f / %7.0f %5.2fx | %7.0f / %7.0f\n",
                 double(bytes) / (1 << 20), double(s.frame_bytes) / (1 << 20), t.best, t.median, f.best, f.median, z.best,
-                z.median, z.median / t.median, z.best / t.best, c.best, c.median, c.median / t.median, i.best, i.median);
+                z.median, z.median / t.median, z.best / t.best, k.best, k.median, k.median / t.median, k.best / t.best,
+                c.best, c.median, c.median / t.median, i.best, i.median);
+    cpu_lines.push_back(std::to_string(mib) + " MiB: plain TCP " + std::to_string(int(median_of(tcp_cpu) * 1e3)) +
+                        " ms, ZeroMQ " + std::to_string(int(median_of(zmq_cpu) * 1e3)) + " ms, plane over TCP " +
+                        std::to_string(int(median_of(kvtcp_cpu) * 1e3)) + " ms");
     std::fflush(stdout);
   }
   std::printf("\nratios against the plain TCP copy: median / median, best / best (target >= 0.8x)\n");
+  std::printf("CPU time per transfer (the process, every thread; median):");
+  for (const std::string& line : cpu_lines) std::printf("  %s;", line.c_str());
+  std::printf("\n");
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "troupe_bench_kv_transfer: %s\n", e.what());

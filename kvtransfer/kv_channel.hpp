@@ -1,14 +1,15 @@
 #pragma once
 // The KV data plane's settings and keys, shared by the sender and the receiver.
 //
-// The plane is ZeroMQ (chosen against plain TCP by measurement: docs/benchmarks.md, "KV
-// transfer"): the receiver binds a PULL socket on bind_host, a sender connects one PUSH socket
-// per destination and sends each frame as a two-part message (header, payload) whose
-// payload is handed to ZeroMQ without a copy. Between processes the plane is authenticated with
-// CURVE when keys are given: a receiver accepts only senders whose public key is among
-// allowed_public_keys (the cluster's members), and traffic is encrypted. Inside one process a
-// frame does not touch a socket: the sender hands it straight to the receiver (a direct copy
-// into the pool).
+// Between processes the plane is plain TCP without CURVE keys (kv_tcp.hpp: the receiver
+// listens on bind_host, a sender keeps one blocking connection per destination and writes each
+// frame's header and payload back to back) and ZeroMQ with them (the receiver binds a PULL
+// socket, a sender connects one PUSH socket per destination and sends each frame as a two-part
+// message whose payload is handed to ZeroMQ without a copy), authenticated and encrypted with
+// CURVE: a receiver accepts only senders whose public key is among allowed_public_keys (the
+// cluster's members). Plain TCP replaced ZeroMQ where CURVE is not needed by measurement
+// (docs/benchmarks.md, "KV transfer"). Inside one process a frame does not touch a socket: the
+// sender hands it straight to the receiver (a direct copy into the pool).
 
 #include <chrono>
 #include <cstddef>
@@ -39,6 +40,12 @@ struct kv_channel_settings {
   // A sender hands a frame for a receiver of its own process straight to it (no socket). Off:
   // every frame goes through the socket (tests and benchmarks of the socket path).
   bool allow_direct = true;
+  // Between processes, without CURVE keys: plain TCP ("kvtcp://", kvtransfer/kv_tcp.hpp) instead
+  // of ZeroMQ, the frame's header and payload on a blocking connection, read into a buffer kept
+  // per connection: 1.2-1.4x ZeroMQ's throughput on loopback at a plain copy's CPU cost
+  // (docs/benchmarks.md, "KV transfer"). With keys the receiver is always ZeroMQ (CURVE).
+  // Senders follow the endpoint's scheme, so any sender reaches either kind of receiver.
+  bool plain_tcp = true;
   // How long closing a sender's socket may wait for frames ZeroMQ still holds: a destructor
   // never hangs on a peer that is gone.
   std::chrono::milliseconds linger{1000};

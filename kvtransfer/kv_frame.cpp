@@ -40,6 +40,10 @@ class field_reader {
   size_t at_ = 0;
 };
 
+// The header's flags byte (once reserved, always 0 before).
+constexpr uint8_t flag_in_place = 1;
+constexpr uint8_t known_flags = flag_in_place;
+
 [[noreturn]] void refuse(const std::string& why) { throw std::invalid_argument("kv frame: " + why); }
 
 }  // namespace
@@ -50,7 +54,7 @@ void encode_kv_frame_header(const kv_frame_header& h, std::span<std::byte, kv_fr
   w.put<uint32_t>(kv_frame_magic);
   w.put<uint16_t>(kv_frame_version);
   w.put<uint8_t>(static_cast<uint8_t>(h.span.element));
-  w.put<uint8_t>(0);  // reserved
+  w.put<uint8_t>(h.in_place ? flag_in_place : 0);
   w.put<uint64_t>(h.transfer_id);
   w.put<int64_t>(h.request_id);
   w.put<int32_t>(h.token_begin);
@@ -76,7 +80,9 @@ kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_
   }
   kv_frame_header h;
   const uint8_t element = r.get<uint8_t>();
-  r.get<uint8_t>();
+  const uint8_t flags = r.get<uint8_t>();
+  if ((flags & ~known_flags) != 0) refuse("unknown flags " + std::to_string(flags));
+  h.in_place = (flags & flag_in_place) != 0;
   h.transfer_id = r.get<uint64_t>();
   h.request_id = r.get<int64_t>();
   h.token_begin = r.get<int32_t>();
@@ -109,8 +115,10 @@ kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_
     refuse("layer range first " + std::to_string(h.span.first_layer) + " count " + std::to_string(h.span.num_layers) +
            " is empty or negative");
   }
-  const size_t expected = kv_span_bytes(h.span);  // throws naming the field on overflow
+  const size_t span_bytes = kv_span_bytes(h.span);  // throws naming the field on overflow
+  const size_t expected = h.in_place ? 0 : span_bytes;
   if (h.payload_bytes != expected) {
+    if (h.in_place) refuse("payload_bytes " + std::to_string(h.payload_bytes) + " in an in-place frame (expected 0)");
     refuse("payload_bytes " + std::to_string(h.payload_bytes) + " does not match the span's " + std::to_string(expected));
   }
   if (h.payload_bytes > max_payload_bytes) {

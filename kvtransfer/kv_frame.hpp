@@ -31,7 +31,11 @@ struct kv_frame_header {
   int32_t token_begin = 0;   // block-aligned
   int32_t token_end = 0;     // > token_begin
   kv_span_header span;       // span.num_blocks == blocks covering [token_begin, token_end)
-  uint64_t payload_bytes = 0;  // == kv_span_bytes(span)
+  uint64_t payload_bytes = 0;  // == kv_span_bytes(span), or 0 when in_place
+  // A device transport (CUDA IPC, NCCL) already wrote the span into the receiver's blocks; the
+  // frame carries no payload and only tells the receiver's lease that these tokens are in. A
+  // receiver accepts it only for a transfer it expects in place (kv_expectation::in_place).
+  bool in_place = false;
 };
 
 // The encoded header's size on the wire (fixed, little-endian fields).
@@ -39,8 +43,8 @@ inline constexpr size_t kv_frame_header_bytes = 64;
 
 void encode_kv_frame_header(const kv_frame_header& header, std::span<std::byte, kv_frame_header_bytes> out);
 // Throws std::invalid_argument naming the field: wrong magic or version, a negative or empty
-// range, num_blocks that does not match the token range, payload_bytes != kv_span_bytes(span) or
-// above max_payload_bytes, an unknown element type.
+// range, num_blocks that does not match the token range, payload_bytes != kv_span_bytes(span)
+// (0 for an in-place frame) or above max_payload_bytes, an unknown element type or flag.
 kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_t max_payload_bytes);
 
 }  // namespace troupe

@@ -3,7 +3,11 @@
 #include <spdlog/spdlog.h>
 #include <zmq.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -15,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "kvtransfer/kv_local_receivers.hpp"
+#include "kvtransfer/kv_tcp.hpp"
 
 namespace troupe {
 
@@ -68,6 +73,12 @@ class kv_receiver::impl final : public kv_frame_sink {
       monitor_->connect(monitor_endpoint);
     }
     pull_.set(zmq::sockopt::linger, 0);
+    if (settings_.plain_tcp && settings_.keys.empty()) {
+      listener_ = kv_tcp_listen(settings_.bind_host, endpoint_);
+      register_local_receiver(endpoint_, *this);
+      thread_ = std::thread([this] { run(); });
+      return;
+    }
     // A peer announcing a bigger message is disconnected before ZeroMQ allocates it.
     pull_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kv_frame_header_bytes + settings_.max_payload_bytes));
     const std::string bind_endpoint = "tcp://" + settings_.bind_host + ":*";
@@ -85,6 +96,8 @@ class kv_receiver::impl final : public kv_frame_sink {
     unregister_local_receiver(endpoint_);  // no sender of this process is inside take_frame after this
     stop_ = true;
     thread_.join();
+    for (const tcp_connection& c : connections_) ::close(c.fd);
+    if (listener_ >= 0) ::close(listener_);
   }
 
   const std::string& endpoint() const { return endpoint_; }
@@ -137,6 +150,11 @@ class kv_receiver::impl final : public kv_frame_sink {
   }
 
  private:
+  // A sender's plain-TCP connection (settings.plain_tcp without keys).
+  struct tcp_connection {
+    int fd = -1;
+    std::vector<std::byte> buffer;  // [the largest payload so far], reused frame after frame
+  };
   struct transfer {
     kv_expectation expectation;
     std::vector<int32_t> num_received;  // [num_layers] tokens [0, n) of each layer have arrived
@@ -158,7 +176,7 @@ class kv_receiver::impl final : public kv_frame_sink {
     }
     transfer& t = it->second;
     std::string why = mismatch(t, h, payload.size());
-    if (why.empty()) {
+    if (why.empty() && !h.in_place) {
       const int32_t first_block = h.token_begin / pool_.block_size;
       const std::span<const int32_t> blocks(t.expectation.block_ids.data() + first_block, h.span.num_blocks);
       try {
@@ -195,6 +213,10 @@ class kv_receiver::impl final : public kv_frame_sink {
     if (h.request_id != e.request_id) {
       return "the frame names request " + std::to_string(h.request_id) + ", the transfer is for request " +
              std::to_string(e.request_id);
+    }
+    if (h.in_place != e.in_place) {
+      return h.in_place ? "the frame says its KV was written in place (a device transport), the transfer expects its bytes"
+                        : "the frame carries bytes, the transfer expects its KV written in place by a device transport";
     }
     if (h.payload_bytes != payload_size) {
       return "the header announces payload_bytes " + std::to_string(h.payload_bytes) + ", the payload has " +
@@ -240,6 +262,7 @@ class kv_receiver::impl final : public kv_frame_sink {
   }
 
   void run() {
+    if (listener_ >= 0) return run_plain_tcp();
     std::vector<zmq::pollitem_t> items = {{pull_.handle(), 0, ZMQ_POLLIN, 0}};
     if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
     if (monitor_) items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
@@ -254,6 +277,112 @@ class kv_receiver::impl final : public kv_frame_sink {
       }
       expire(std::chrono::steady_clock::now());
     }
+  }
+
+  // ---- plain TCP (settings.plain_tcp, no keys) ----
+
+  void run_plain_tcp() {
+    std::vector<zmq::pollitem_t> items;
+    while (!stop_) {
+      items.assign(1, {nullptr, listener_, ZMQ_POLLIN, 0});
+      for (const tcp_connection& c : connections_) items.push_back({nullptr, c.fd, ZMQ_POLLIN, 0});
+      try {
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(poll_timeout_ms));
+      } catch (const zmq::error_t& e) {
+        spdlog::error("kv receiver {}: {}", endpoint_, e.what());
+      }
+      // Connections first (their indexes match items 1..), then new ones.
+      for (size_t i = connections_.size(); i-- > 0;) {
+        if (!(items[i + 1].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) continue;
+        if (!serve_connection(connections_[i])) {
+          ::close(connections_[i].fd);
+          connections_.erase(connections_.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+      }
+      if (items[0].revents & ZMQ_POLLIN) accept_connections();
+      expire(std::chrono::steady_clock::now());
+    }
+  }
+
+  void accept_connections() {
+    for (;;) {
+      const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) return;
+      if (connections_.size() >= max_connections) {
+        ::close(fd);
+        std::lock_guard lock(mutex_);
+        refuse_locked("a connection beyond the limit of " + std::to_string(max_connections) + " senders");
+        continue;
+      }
+      kv_tcp_prepare_accepted(fd, stall_timeout);
+      connections_.push_back({fd, {}});
+    }
+  }
+
+  // One frame from a connection: the header is checked against its transfer before a byte of
+  // the payload is read or a buffer is sized for it. False: close the connection (the peer left,
+  // stalled, or sent something that leaves the stream without trustworthy framing).
+  bool serve_connection(tcp_connection& c) {
+    std::array<std::byte, kv_frame_header_bytes> header;
+    std::string why;
+    if (!kv_tcp_read_exact(c.fd, header, why)) {
+      if (why != "the peer closed the connection") spdlog::debug("kv receiver {}: {}", endpoint_, why);
+      return false;
+    }
+    kv_frame_header h;
+    try {
+      h = decode_kv_frame_header(header, settings_.max_payload_bytes);
+    } catch (const std::invalid_argument& e) {
+      std::lock_guard lock(mutex_);
+      refuse_locked(e.what());
+      return false;  // its payload_bytes cannot be trusted to find the next frame
+    }
+    std::optional<outcome> failed;
+    bool wanted = false;
+    {
+      std::lock_guard lock(mutex_);
+      wanted = precheck_locked(h, failed);
+    }
+    if (failed) fire(*failed);
+    if (!wanted) return discard(c, h.payload_bytes);
+    c.buffer.resize(h.payload_bytes);  // the connection's buffer: grown once, then reused
+    if (!kv_tcp_read_exact(c.fd, c.buffer, why)) {
+      spdlog::debug("kv receiver {}: {}", endpoint_, why);
+      return false;
+    }
+    take_frame(header, c.buffer);  // every check again, then the import
+    return true;
+  }
+
+  // Reads and drops a refused frame's payload (its size passed the header's checks), in pieces,
+  // so that the stream stays framed without a buffer of the announced size.
+  bool discard(tcp_connection& c, uint64_t num_bytes) {
+    constexpr uint64_t piece = uint64_t(1) << 20;
+    std::string why;
+    while (num_bytes > 0) {
+      const uint64_t n = std::min(num_bytes, piece);
+      if (c.buffer.size() < n) c.buffer.resize(n);
+      if (!kv_tcp_read_exact(c.fd, std::span(c.buffer.data(), n), why)) return false;
+      num_bytes -= n;
+    }
+    return true;
+  }
+
+  // take_frame's checks that need only the header: false (counted, and the transfer failed where
+  // it is expected, as take_frame would) when the frame would be refused.
+  bool precheck_locked(const kv_frame_header& h, std::optional<outcome>& failed) {
+    auto it = transfers_.find(h.transfer_id);
+    if (it == transfers_.end()) {
+      refuse_locked(transfer_name(h.transfer_id, h.request_id) + " is not expected (unknown, finished, cancelled or timed out)");
+      return false;
+    }
+    const std::string why = mismatch(it->second, h, h.payload_bytes);
+    if (why.empty()) return true;
+    const std::string name = transfer_name(h.transfer_id, it->second.expectation.request_id);
+    refuse_locked(name + ": " + why);
+    failed = outcome{false, h.transfer_id, it->second.expectation.request_id, name + " failed: " + why};
+    transfers_.erase(it);
+    return false;
   }
 
   void receive_frames() {
@@ -372,6 +501,12 @@ class kv_receiver::impl final : public kv_frame_sink {
   mutable std::mutex mutex_;
   std::map<uint64_t, transfer> transfers_;
   kv_receiver_stats stats_;
+
+  // Plain TCP: the listener and the senders' connections, the receiver thread's only.
+  static constexpr size_t max_connections = 64;
+  static constexpr std::chrono::milliseconds stall_timeout{1000};  // inside a frame
+  int listener_ = -1;
+  std::vector<tcp_connection> connections_;
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

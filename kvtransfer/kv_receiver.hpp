@@ -35,6 +35,10 @@ struct kv_expectation {
   std::vector<int32_t> block_ids;  // the receiving pool's blocks for tokens [0, num_tokens)
   int32_t num_tokens = 0;          // every layer must receive tokens [0, num_tokens)
   std::chrono::steady_clock::time_point deadline;
+  // The KV comes over a device transport (CUDA IPC, NCCL) straight into block_ids; its frames
+  // are in place (no payload, only the lease's bookkeeping). Frames with bytes are then refused,
+  // and without it frames in place are: a sender cannot claim tokens it never sent.
+  bool in_place = false;
 };
 
 struct kv_receiver_events {

@@ -1,6 +1,7 @@
 #include "kvtransfer/kv_sender.hpp"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <array>
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "kvtransfer/kv_local_receivers.hpp"
+#include "kvtransfer/kv_tcp.hpp"
 
 namespace troupe {
 
@@ -32,6 +34,8 @@ constexpr int send_high_water_mark = 8;
 // Early ready()s kept for transfers not open yet (a decode instance answered before the prefill
 // side opened): enough for every request in flight, bounded against a flood.
 constexpr size_t max_early_ready = 4096;
+// How long connecting to a plain-TCP receiver may take before the transfer fails.
+constexpr auto tcp_connect_timeout = std::chrono::milliseconds(1000);
 
 std::string transfer_name(uint64_t transfer_id) { return "KV transfer " + std::to_string(transfer_id); }
 
@@ -71,6 +75,7 @@ class kv_sender::impl {
     wake_.notify_all();
     thread_.join();
     sockets_.clear();  // each waits at most settings_.linger for what it still holds
+    for (const auto& [key, fd] : tcp_sockets_) ::close(fd);
   }
 
   void open(uint64_t transfer_id, std::chrono::steady_clock::time_point deadline) {
@@ -248,11 +253,12 @@ class kv_sender::impl {
       const size_t size = frame.payload->size();
       num_buffered_bytes_ -= size;
       const destination to = *t.to;
+      const auto deadline = t.deadline;
       last_sent_ = id;
       lock.unlock();
 
       std::string why;
-      const hand_result result = hand_over(frame, to, why);
+      const hand_result result = hand_over(frame, to, deadline, why);
 
       lock.lock();
       in_flight_ = false;
@@ -275,10 +281,12 @@ class kv_sender::impl {
   }
 
   // Hands one frame to a receiver of this process or to the destination's socket, on the thread.
-  hand_result hand_over(queued_frame& frame, const destination& to, std::string& why) {
+  hand_result hand_over(queued_frame& frame, const destination& to, std::chrono::steady_clock::time_point deadline,
+                        std::string& why) {
     if (settings_.allow_direct && deliver_to_local_receiver(to.endpoint, frame.header, *frame.payload)) {
       return hand_result::handed;
     }
+    if (is_kv_tcp_endpoint(to.endpoint)) return hand_over_tcp(frame, to, deadline, why);
     try {
       zmq::socket_t* socket = socket_for(to, why);
       if (!socket) return hand_result::refused;
@@ -303,13 +311,55 @@ class kv_sender::impl {
     }
   }
 
+  // Plain TCP: the frame goes out from its own buffer, written by this thread. A frame the
+  // socket had no room for is queued again untouched; one cut off half-way breaks the stream, so
+  // the connection is closed (the receiver drops the partial frame) and the transfer fails.
+  hand_result hand_over_tcp(queued_frame& frame, const destination& to, std::chrono::steady_clock::time_point deadline,
+                            std::string& why) {
+    const std::string key = to.key();
+    auto it = tcp_sockets_.find(key);
+    if (it != tcp_sockets_.end() && kv_tcp_peer_closed(it->second)) {
+      // The receiver closed it (it restarted, or refused a frame it could not frame): reconnect.
+      std::lock_guard lock(mutex_);
+      close_socket(key);
+      it = tcp_sockets_.end();
+    }
+    if (it == tcp_sockets_.end()) {
+      const int fd = kv_tcp_connect(to.endpoint, tcp_connect_timeout, std::chrono::milliseconds(send_timeout_ms), why);
+      if (fd < 0) return hand_result::refused;
+      it = tcp_sockets_.emplace(key, fd).first;
+      std::lock_guard lock(mutex_);
+      num_destinations_ = sockets_.size() + tcp_sockets_.size();
+    }
+    switch (kv_tcp_write_frame(it->second, frame.header, *frame.payload, deadline, why)) {
+      case kv_tcp_write::done:
+        blocked_.erase(key);
+        return hand_result::handed;
+      case kv_tcp_write::no_room:
+        blocked_.insert(key);
+        return hand_result::socket_full;
+      default:
+        why = "sending to " + to.endpoint + ": " + why;
+        {
+          std::lock_guard lock(mutex_);  // close_socket updates num_destinations_ (expire calls it locked)
+          close_socket(key);
+        }
+        return hand_result::refused;
+    }
+  }
+
   void close_socket(const std::string& key) {
+    if (auto tcp = tcp_sockets_.find(key); tcp != tcp_sockets_.end()) {
+      ::close(tcp->second);
+      tcp_sockets_.erase(tcp);
+      num_destinations_ = sockets_.size() + tcp_sockets_.size();
+    }
     blocked_.erase(key);
     auto it = sockets_.find(key);
     if (it == sockets_.end()) return;
     it->second.set(zmq::sockopt::linger, 0);
     sockets_.erase(it);
-    num_destinations_ = sockets_.size();
+    num_destinations_ = sockets_.size() + tcp_sockets_.size();
   }
 
   // One PUSH socket per destination, connected on first use and kept.
@@ -332,7 +382,7 @@ class kv_sender::impl {
     socket.connect(to.endpoint);
     zmq::socket_t* kept = &sockets_.emplace(key, std::move(socket)).first->second;
     std::lock_guard lock(mutex_);
-    num_destinations_ = sockets_.size();
+    num_destinations_ = sockets_.size() + tcp_sockets_.size();
     return kept;
   }
 
@@ -342,6 +392,7 @@ class kv_sender::impl {
   zmq::context_t context_{1};
   std::map<std::string, zmq::socket_t> sockets_;  // the thread's only (destination key -> socket)
   std::set<std::string> blocked_;                 // the thread's only: sockets full at their last send
+  std::map<std::string, int> tcp_sockets_;        // the thread's only: plain TCP connections by destination
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;  // something to send, or stop

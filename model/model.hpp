@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,18 @@ struct device_sampling_row {
   float top_p = 1.0f;        // 1: off
   uint64_t seed = 0;         // the draw is uniform(seed, offset), as the host sampler's seeded draw
   uint64_t offset = 0;
+};
+
+// Where a KV pool in GPU memory lives, for transports that copy device to device (CUDA IPC,
+// NCCL; kvtransfer/). Same layout as the CPU pool and export_kv's runs: per layer, K then V,
+// each [num_blocks, block_size, num_kv_heads, head_dim] of `element`, layers back to back.
+struct device_kv_pool {
+  int device = 0;
+  void* base = nullptr;
+  int num_layers = 0;
+  int num_blocks = 0;
+  size_t block_bytes = 0;  // one block of one side of one layer
+  dtype element = dtype::f32;
 };
 
 class model {
@@ -64,6 +77,8 @@ class model {
                          std::span<std::byte> out) const {
     throw std::runtime_error("model: backend " + backend_name() + " cannot export KV");
   }
+  // The pool's place on its GPU; nullopt for a pool in host memory.
+  virtual std::optional<device_kv_pool> kv_pool_on_device() const { return std::nullopt; }
   // Writes the span `data` described by `header` into blocks `block_ids` (which may differ from
   // the exporter's), converting to kv_dtype(). The caller owns the blocks; nothing else is touched.
   virtual void import_kv(std::span<const int32_t> block_ids, const kv_span_header& header,

@@ -198,6 +198,16 @@ void topology::validate() const {
                              std::to_string(disaggregation.kv_transfer_timeout_ms));
   }
   if (disaggregation.controller_kv_host.empty()) throw std::runtime_error("[disaggregation] controller_kv_host is empty");
+  if (disaggregation.transport != kv_transport::zmq) {
+    const std::string named = "[disaggregation] kv_transport \"" + std::string(kv_transport_name(disaggregation.transport)) + "\"";
+    if (const std::string why = kv_transport_unavailable(disaggregation.transport); !why.empty()) {
+      throw std::runtime_error(named + " cannot run here: " + why + "; use \"zmq\"");
+    }
+    // The transport's copies are built and tested (kvtransfer/cuda_ipc_kv_copier,
+    // nccl_kv_channel); what is missing is the prefill worker driving them from its per-layer
+    // export (engine/kv_stream_out sends host bytes). Refused rather than quietly served by zmq.
+    throw std::runtime_error(named + " is not driven by the engine yet (engine/kv_stream_out sends host bytes); use \"zmq\"");
+  }
   check_placement(placement.detokenizers, "detokenizers");
   auto at_least = [](int value, int least, const char* name) {
     if (value < least) {
@@ -361,6 +371,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   table_reader disaggregation(root["disaggregation"].as_table(), "disaggregation", source);
   disaggregation.read("kv_transfer_timeout_ms", t.disaggregation.kv_transfer_timeout_ms);
   disaggregation.read("controller_kv_host", t.disaggregation.controller_kv_host);
+  disaggregation.read_parsed("kv_transport", t.disaggregation.transport, parse_kv_transport);
   disaggregation.finish();
   table_reader speculative(root["speculative"].as_table(), "speculative", source);
   speculative.read("num_draft_tokens", t.speculative.num_draft_tokens);

@@ -11,6 +11,7 @@
 
 #include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
+#include "kvtransfer/kv_transport.hpp"
 
 namespace troupe {
 
@@ -58,6 +59,9 @@ struct disaggregation_settings {
   int kv_transfer_timeout_ms = 10000;
   // Where the controller's own engine instances receive KV (a node's bind on its [[nodes]] host).
   std::string controller_kv_host = "127.0.0.1";
+  // kv_transport: "zmq" (default), "cuda_ipc" or "nccl" (kvtransfer/kv_transport.hpp). A GPU
+  // transport is refused at startup where it cannot run (a build without CUDA, no GPU).
+  kv_transport transport = kv_transport::zmq;
 };
 
 // [speculative]: speculative decoding (docs/architecture.md, "Speculative decoding"). Every

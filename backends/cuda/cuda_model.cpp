@@ -83,6 +83,7 @@ class cuda_model final : public model {
     device_name_ = properties.name;
     num_sms_ = properties.multiProcessorCount;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&kv_copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     matmul_ = std::make_unique<cuda::matmul>();
     // Nano-batch 0 runs on stream_; each further one gets a stream, and a cuBLASLt workspace of
     // its own (two matrix products in flight must not share one), and an event to join on.
@@ -94,6 +95,13 @@ class cuda_model final : public model {
       lane.matmul = std::make_unique<cuda::matmul>();
     }
     if (!side_lanes_.empty()) check(cudaEventCreateWithFlags(&step_ready_, cudaEventDisableTiming), "cudaEventCreate");
+    // Blocking sync: the forward's thread sleeps on a layer's event instead of spinning, leaving
+    // the core to the KV sender's thread (a few µs more latency per layer, on a path that then
+    // copies the layer's KV anyway).
+    layer_kv_written_.resize(static_cast<size_t>(config_.num_layers) * options_.nano_batches);
+    for (cudaEvent_t& event : layer_kv_written_) {
+      check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync), "cudaEventCreate");
+    }
     upload_weights(weights);
     const std::vector<float> inv_freq = rope_inv_freq(config_);
     inv_freq_.allocate(inv_freq.size() * sizeof(float));
@@ -113,6 +121,10 @@ class cuda_model final : public model {
       if (lane.stream) cudaStreamDestroy(lane.stream);
     }
     if (step_ready_) cudaEventDestroy(step_ready_);
+    for (cudaEvent_t event : layer_kv_written_) {
+      if (event) cudaEventDestroy(event);
+    }
+    if (kv_copy_stream_) cudaStreamDestroy(kv_copy_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -127,25 +139,55 @@ class cuda_model final : public model {
     check(cudaSetDevice(options_.device), "cudaSetDevice");
     if (batch.num_tokens() == 0) return;
     compute_logits(batch);
+    // Before the download: a copy into pageable memory returns only once it is done, i.e. after
+    // the last layer, and the hooks are to run while the later layers compute.
+    report_layers_written(batch);
     check(cudaMemcpyAsync(logits, logits_.get(), static_cast<size_t>(batch.num_logits()) * config_.vocab_size * 4,
                           cudaMemcpyDeviceToHost, stream_),
           "download logits");
     check(cudaStreamSynchronize(stream_), "forward");
-    report_layers_written(batch);
   }
 
-  // The layers run as one captured sequence here, so a KV export waits for the whole forward
-  // (forward_batch::after_layer_kv allows it); exporting between layers needs an event per layer
-  // and a second stream (the GPU issue).
-  void report_layers_written(const forward_batch& batch) const {
+  // forward_batch::after_layer_kv, between layers. The whole step is already queued on the
+  // compute streams with an event recorded after each layer's KV store (run_step); here the
+  // forward's thread waits for layer L's events, calls the hook (which exports on
+  // kv_copy_stream_, not behind the later layers), and goes on to L + 1 while the GPU computes.
+  // The other way, synchronizing the compute stream after each layer's store, would be simpler
+  // but drains the GPU's queue at every layer: the next layer's kernels would be launched only
+  // once the hook returned, so the device would idle for the export and the launches, and
+  // nothing would overlap on the GPU side. The events cost one record per layer and lane, and
+  // only when a hook is set; such a step runs kernel by kernel (a captured graph has no place to
+  // return to the host between layers), which prefill steps do anyway.
+  void report_layers_written(const forward_batch& batch) {
     if (!batch.after_layer_kv) return;
-    for (int layer = 0; layer < config_.num_layers; ++layer) batch.after_layer_kv(layer);
+    try {
+      for (int layer = 0; layer < config_.num_layers; ++layer) {
+        for (int lane = 0; lane < num_step_lanes_; ++lane) {
+          check(cudaEventSynchronize(layer_kv_event(layer, lane)), "wait for a layer's KV");
+        }
+        batch.after_layer_kv(layer);
+      }
+    } catch (...) {
+      // Nothing may still be writing into buffers the caller reuses once the forward has thrown.
+      cudaStreamSynchronize(stream_);
+      for (const side_lane& lane : side_lanes_) cudaStreamSynchronize(lane.stream);
+      throw;
+    }
   }
 
   dtype kv_dtype() const override { return type_; }
 
+  std::optional<device_kv_pool> kv_pool_on_device() const override {
+    return device_kv_pool{options_.device, kv_pool_.get(), config_.num_layers, kv_shape_.num_blocks, kv_layer_bytes(1),
+                          type_};
+  }
+
   // Device-to-host per contiguous run (one block of one side of one layer), then the conversion
   // on the host: simple and enough for a first step; a kernel can convert on the device later.
+  // Export and import run on kv_copy_stream_, never on the compute stream: an export from
+  // after_layer_kv must not queue behind the layers still computing, and an import from the KV
+  // receiver's thread (into blocks no step uses) must not wait for a forward in flight. Every
+  // forward synchronizes its streams before it returns, so a copy outside one sees its writes.
   void export_kv(std::span<const int32_t> block_ids, int first_layer, int num_layers, dtype element,
                  std::span<std::byte> out) const override {
     const kv_span_header header =
@@ -164,13 +206,13 @@ class cuda_model final : public model {
       for (const void* side : {k_cache(layer), v_cache(layer)}) {
         for (const int32_t block : block_ids) {
           check(cudaMemcpyAsync(target, static_cast<const char*>(side) + static_cast<size_t>(block) * run_bytes,
-                                run_bytes, cudaMemcpyDeviceToHost, stream_),
+                                run_bytes, cudaMemcpyDeviceToHost, kv_copy_stream_),
                 "export KV block");
           target += run_bytes;
         }
       }
     }
-    check(cudaStreamSynchronize(stream_), "export KV");
+    check(cudaStreamSynchronize(kv_copy_stream_), "export KV");
     if (element != type_) {
       convert_kv_elements(type_, staging.data(), element, out.data(), staging.size() / dtype_size(type_));
     }
@@ -194,14 +236,14 @@ class cuda_model final : public model {
       for (void* side : {k_cache(layer), v_cache(layer)}) {
         for (const int32_t block : block_ids) {
           check(cudaMemcpyAsync(static_cast<char*>(side) + static_cast<size_t>(block) * run_bytes, source, run_bytes,
-                                cudaMemcpyHostToDevice, stream_),
+                                cudaMemcpyHostToDevice, kv_copy_stream_),
                 "import KV block");
           source += run_bytes;
         }
       }
     }
     // The host buffers must outlive the copies, and the next forward must see the blocks.
-    check(cudaStreamSynchronize(stream_), "import KV");
+    check(cudaStreamSynchronize(kv_copy_stream_), "import KV");
   }
 
   bool can_sample_on_device() const override { return true; }
@@ -231,10 +273,10 @@ class cuda_model final : public model {
           "upload sampling rows");
     cuda::sample(logits_.as<float>(), static_cast<int>(rows.size()), config_.vocab_size,
                  sample_params_.as<cuda::sampling_row>(), sampled_.as<int32_t>(), stream_);
+    report_layers_written(batch);  // before the download into pageable memory, as in forward
     check(cudaMemcpyAsync(tokens, sampled_.get(), rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
           "download sampled tokens");
     check(cudaStreamSynchronize(stream_), "forward_sample");
-    report_layers_written(batch);
   }
 
  private:
@@ -244,6 +286,9 @@ class cuda_model final : public model {
     bool decode = options_.cuda_graphs && batch.num_tokens() == num_seqs && batch.num_logits() == num_seqs &&
                   num_seqs <= options_.max_graph_batch;
     for (int i = 0; decode && i < num_seqs; ++i) decode = batch.logits_rows[i] == i;
+    // A step that reports each layer's KV records events between layers: kernel by kernel.
+    const bool layer_events = static_cast<bool>(batch.after_layer_kv);
+    decode = decode && !layer_events;
 
     // Decode batches are padded to a bucket (padding rows write no KV and see no context).
     const int rows = decode ? graph_bucket(num_seqs) : batch.num_tokens();
@@ -270,17 +315,17 @@ class cuda_model final : public model {
       if (it == graphs_.end()) {
         // First step of this size runs kernel by kernel (settling cuBLASLt's algorithm choice and
         // kernel attributes), then is captured for the steps after it.
-        run_step(rows, logits_rows, plan, whole);
+        run_step(rows, logits_rows, plan, whole, false);
         capture(rows, logits_rows, plan);
       } else {
         check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
       }
     } else if (side_lanes_.empty()) {
-      run_step(rows, logits_rows, plan, whole);
+      run_step(rows, logits_rows, plan, whole, layer_events);
     } else {
       const std::vector<nano_batch> parts =
           plan_nano_batches(query_start, options_.nano_batches, options_.min_nano_batch_rows);
-      run_step(rows, logits_rows, plan, parts.empty() ? whole : parts);
+      run_step(rows, logits_rows, plan, parts.empty() ? whole : parts, layer_events);
     }
   }
 
@@ -407,6 +452,10 @@ class cuda_model final : public model {
       kv_shape_.num_blocks = static_cast<int>(std::min<int64_t>(blocks, cap));
     }
     kv_pool_.allocate(2 * config_.num_layers * kv_layer_bytes(kv_shape_.num_blocks));
+  }
+
+  cudaEvent_t layer_kv_event(int layer, int lane) const {
+    return layer_kv_written_[static_cast<size_t>(layer) * options_.nano_batches + lane];
   }
 
   void* k_cache(int layer) const { return kv_pool_.as<char>() + (2 * layer) * kv_layer_bytes(kv_shape_.num_blocks); }
@@ -568,8 +617,10 @@ class cuda_model final : public model {
   // between sequences), part 0 on stream_ and part i on side lane i - 1, then the final norm
   // and the logits on stream_ once every part is done. Ops are row-wise except attention, which
   // reads only its own sequences' rows: the parts share the activation buffers without overlap.
+  // `layer_events`: record layer_kv_event(layer, part) on each part's stream right after that
+  // layer's KV store (report_layers_written waits on them).
   void run_step(int rows, int logits_rows, const cuda::paged_attention_plan& plan,
-                const std::vector<nano_batch>& parts) {
+                const std::vector<nano_batch>& parts, bool layer_events) {
     const model_config& c = config_;
     const int hidden = c.hidden_size, inter = c.intermediate_size;
     const int q_width = c.num_heads * c.head_dim, kv_width = c.num_kv_heads * c.head_dim;
@@ -633,6 +684,7 @@ class cuda_model final : public model {
       lanes.push_back(lane);
     }
     if (work != plan.num_work()) throw std::runtime_error("cuda model: nano-batches do not cover the attention plan");
+    num_step_lanes_ = static_cast<int>(lanes.size());
 
     // The side lanes start once the step's metadata (uploaded on stream_) is there.
     if (lanes.size() > 1) {
@@ -648,7 +700,8 @@ class cuda_model final : public model {
       const layer_weights& l = layers_[i];
       // One layer of every part before the next layer of any, so each stream always has work
       // queued and the GPU can run one part's matrix products beside another's attention.
-      for (lane_view& lane : lanes) {
+      for (size_t p = 0; p < lanes.size(); ++p) {
+        lane_view& lane = lanes[p];
         const int r0 = lane.first_row, n = lane.num_rows;
         cudaStream_t s = lane.stream;
         void* residual = row_of(residual_, r0, hidden);
@@ -668,6 +721,7 @@ class cuda_model final : public model {
         const char* v = k + static_cast<size_t>(kv_width) * dtype_size(type_);
         cuda::kv_cache_store(k, v, qkv_width, slots + r0, k_cache(i), v_cache(i), n, c.num_kv_heads, c.head_dim,
                              type_, s);
+        if (layer_events) check(cudaEventRecord(layer_kv_event(i, static_cast<int>(p)), s), "cudaEventRecord");
         lane.attention.k_cache = k_cache(i);
         lane.attention.v_cache = v_cache(i);
         cuda::paged_attention(lane.attention, type_, s);
@@ -696,7 +750,7 @@ class cuda_model final : public model {
     cudaGraph_t graph = nullptr;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
-      run_step(rows, logits_rows, plan, {nano_batch{0, rows, 0, rows}});
+      run_step(rows, logits_rows, plan, {nano_batch{0, rows, 0, rows}}, false);
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -731,6 +785,10 @@ class cuda_model final : public model {
   };
   std::vector<side_lane> side_lanes_;
   cudaEvent_t step_ready_ = nullptr;  // recorded on stream_ after the metadata upload
+  // [num_layers, nano_batches]: layer L's KV store done on lane p (steps with after_layer_kv).
+  std::vector<cudaEvent_t> layer_kv_written_;
+  int num_step_lanes_ = 1;  // lanes the last run_step used
+  cudaStream_t kv_copy_stream_ = nullptr;  // export_kv / import_kv, beside the compute streams
 
   device_buffer embed_;       // [vocab, hidden]
   device_buffer lm_head_;     // [vocab, hidden], empty when tied to embed_

@@ -59,6 +59,25 @@ TEST(kv_frame, every_field_survives_the_round_trip) {
   EXPECT_EQ(back.payload_bytes, h.payload_bytes);
 }
 
+TEST(kv_frame, an_in_place_frame_carries_no_payload_and_its_flag_survives) {
+  kv_frame_header h = good_header();
+  h.in_place = true;
+  h.payload_bytes = 0;
+  const std::vector<std::byte> bytes = encoded(h);
+  EXPECT_EQ(bytes[7], std::byte{1});  // the flags byte, once reserved
+  const kv_frame_header back = decode_kv_frame_header(bytes, uint64_t(1) << 30);
+  EXPECT_TRUE(back.in_place);
+  EXPECT_EQ(back.payload_bytes, 0u);
+  EXPECT_FALSE(decode_kv_frame_header(encoded(good_header()), uint64_t(1) << 30).in_place);
+  // In place with the span's bytes announced: a lie either way.
+  h.payload_bytes = kv_span_bytes(h.span);
+  expect_refused(h, "in an in-place frame");
+  // Flags this build does not know are refused, not ignored.
+  std::vector<std::byte> unknown = encoded(good_header());
+  unknown[7] = std::byte{0x82};
+  expect_refused(unknown, "unknown flags 130");
+}
+
 TEST(kv_frame, the_wire_format_is_little_endian_and_starts_with_the_magic) {
   const std::vector<std::byte> bytes = encoded(good_header());
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes.data()), 4), "TVK1");

@@ -96,6 +96,14 @@ inline bool eventually(const std::function<bool()>& condition, std::chrono::mill
   return true;
 }
 
+// The ZeroMQ plane (plain_tcp off, which is the default only with CURVE keys): for the tests of
+// what ZeroMQ does (message shapes, its size limit, queuing for a peer that is gone).
+inline kv_channel_settings zmq_channel() {
+  kv_channel_settings settings;
+  settings.plain_tcp = false;
+  return settings;
+}
+
 inline std::chrono::steady_clock::time_point in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
 
 // Two CPU instances of stories260K (pools of 16 blocks of 4): A has prefilled the prompt.

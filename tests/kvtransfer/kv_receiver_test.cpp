@@ -23,7 +23,7 @@ std::thread::id receiver_thread_of(kv_receiver& receiver, event_log& log, const 
 
 TEST_F(kv_plane_test, a_transfer_through_the_socket_continues_bitwise_equal) {
   event_log received;
-  kv_receiver receiver(*b_, {}, received.receiver_events());
+  kv_receiver receiver(*b_, zmq_channel(), received.receiver_events());
   kv_channel_settings settings;
   settings.allow_direct = false;  // through ZeroMQ over tcp, although the receiver is in this process
   event_log sent;
@@ -75,7 +75,7 @@ TEST_F(kv_plane_test, a_chunked_prefill_through_the_socket_arrives_in_the_order_
   // Chunk by chunk, layer by layer, as a chunked prefill exports: [0, 4), [4, 8), [8, 11) of
   // every layer. A chunk overtaking the one before it would leave a gap and fail the transfer.
   event_log received;
-  kv_receiver receiver(*b_, {}, received.receiver_events());
+  kv_receiver receiver(*b_, zmq_channel(), received.receiver_events());
   kv_channel_settings settings;
   settings.allow_direct = false;
   kv_sender sender(settings, {});
@@ -94,6 +94,33 @@ TEST_F(kv_plane_test, a_chunked_prefill_through_the_socket_arrives_in_the_order_
   EXPECT_TRUE(done->completed) << done->why;
   EXPECT_EQ(receiver.stats().num_frames, uint64_t(3 * num_layers()));
   EXPECT_EQ(decode_on_b(), expected_);
+}
+
+// The control path of a device transport: the bytes went device to device, the sender queues
+// in-place frames (no payload) through the socket, and they complete the receiver's lease.
+TEST_F(kv_plane_test, in_place_frames_through_the_socket_complete_an_in_place_transfer) {
+  event_log received;
+  kv_receiver receiver(*b_, {}, received.receiver_events());
+  kv_channel_settings settings;
+  settings.allow_direct = false;
+  kv_sender sender(settings, {});
+  kv_expectation e = expectation(7);
+  e.in_place = true;
+  receiver.expect(e);
+  sender.open(7, in(60s));
+  sender.ready(7, receiver.endpoint(), "");
+  for (int layer = 0; layer < num_layers(); ++layer) {
+    frame f = frame_of(7, layer, 1, 0, num_tokens);
+    f.header.in_place = true;
+    f.header.payload_bytes = 0;
+    ASSERT_TRUE(sender.send(f.header, {}));
+  }
+  sender.finish(7);
+  const auto done = received.wait_for(7);
+  ASSERT_TRUE(done) << receiver.stats().last_refusal;
+  EXPECT_TRUE(done->completed) << done->why;
+  EXPECT_EQ(receiver.stats().num_frames, uint64_t(num_layers()));
+  EXPECT_EQ(receiver.stats().num_bytes, 0u);
 }
 
 TEST_F(kv_plane_test, chunks_and_layer_ranges_in_any_order_complete_once_every_layer_has_every_token) {
@@ -122,7 +149,7 @@ class kv_receiver_refusals : public kv_plane_test {
   void SetUp() override {
     kv_plane_test::SetUp();
     if (IsSkipped()) return;
-    receiver_ = std::make_unique<kv_receiver>(*b_, kv_channel_settings{}, log_.receiver_events());
+    receiver_ = std::make_unique<kv_receiver>(*b_, zmq_channel(), log_.receiver_events());
     pool_before_ = whole_pool_of_b();
   }
 
@@ -225,6 +252,39 @@ TEST_F(kv_receiver_refusals, a_header_that_lies_about_its_own_size_is_refused_un
   expect_refused(f, "payload_bytes", false);
 }
 
+// A device transport (CUDA IPC, NCCL) writes the blocks itself and sends in-place frames over
+// the socket: the receiver keeps the lease's books from them and imports nothing.
+TEST_F(kv_receiver_refusals, in_place_frames_complete_an_in_place_transfer_without_an_import) {
+  kv_expectation e = expectation(7);
+  e.in_place = true;
+  receiver_->expect(e);
+  for (int layer = 0; layer < num_layers(); ++layer) {
+    frame f = frame_of(7, layer, 1, 0, num_tokens);
+    f.header.in_place = true;
+    f.header.payload_bytes = 0;
+    ASSERT_TRUE(deliver_to_local_receiver(receiver_->endpoint(), f.header_bytes(), {}));
+    EXPECT_EQ(log_.size(), layer + 1 == num_layers() ? 1u : 0u) << "after layer " << layer;
+  }
+  const auto done = log_.wait_for(7, 0ms);
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(done->completed) << done->why;
+  EXPECT_EQ(whole_pool_of_b(), pool_before_) << "an in-place frame was imported";
+  EXPECT_EQ(receiver_->stats().num_expected, 0u);
+}
+
+TEST_F(kv_receiver_refusals, in_place_frames_are_refused_for_a_transfer_that_expects_bytes) {
+  receiver_->expect(expectation(7));
+  frame f = frame_of(7, 0, 1, 0, num_tokens);
+  f.header.in_place = true;
+  f.header.payload_bytes = 0;
+  expect_refused(f.header_bytes(), {}, "written in place", 7, true);
+  // And the other way: bytes for a transfer a device transport fills.
+  kv_expectation e = expectation(8);
+  e.in_place = true;
+  receiver_->expect(e);
+  expect_refused(frame_of(8, 0, 1, 0, num_tokens), "expects its KV written in place");
+}
+
 TEST_F(kv_receiver_refusals, another_geometry_is_refused) {
   receiver_->expect(expectation(7));
   frame f = frame_of(7, 0, 1, 0, num_tokens);
@@ -267,7 +327,7 @@ TEST_F(kv_receiver_refusals, the_socket_refuses_messages_of_the_wrong_shape) {
 TEST_F(kv_receiver_refusals, a_message_above_the_size_limit_is_dropped_by_zeromq_unread) {
   // A receiver whose frames may carry at most 1 KiB: a bigger message breaks the connection
   // before ZeroMQ allocates it, so nothing arrives; the same sender's small frames did.
-  kv_channel_settings small;
+  kv_channel_settings small = zmq_channel();
   small.max_payload_bytes = 1024;
   event_log log;
   kv_receiver receiver(*b_, small, log.receiver_events());

@@ -83,10 +83,10 @@ TEST_F(kv_plane_test, a_transfer_not_open_takes_no_frames) {
 TEST_F(kv_plane_test, a_receiver_that_is_gone_fails_the_transfer_at_its_deadline_and_the_sender_closes) {
   std::string endpoint;
   {
-    kv_receiver gone(*b_, {}, {});
+    kv_receiver gone(*b_, zmq_channel(), {});
     endpoint = gone.endpoint();
   }
-  kv_channel_settings settings;
+  kv_channel_settings settings = zmq_channel();
   settings.linger = std::chrono::milliseconds(100);
   event_log sent;
   {
@@ -106,10 +106,10 @@ TEST_F(kv_plane_test, frames_a_dead_peer_cannot_take_are_released_at_the_deadlin
   // until the deadline fails the transfer and frees them.
   std::string endpoint;
   {
-    kv_receiver gone(*b_, {}, {});
+    kv_receiver gone(*b_, zmq_channel(), {});
     endpoint = gone.endpoint();
   }
-  kv_channel_settings settings;
+  kv_channel_settings settings = zmq_channel();
   settings.linger = std::chrono::milliseconds(100);
   event_log sent;
   kv_sender sender(settings, sent.sender_events());

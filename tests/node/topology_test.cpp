@@ -108,6 +108,21 @@ TEST(topology, errors_name_the_problem) {
   expect_error("[model\n", "t.toml");
 }
 
+// [disaggregation] kv_transport: zmq by default; a GPU transport where it cannot run (this
+// machine: a build without CUDA, or no GPU) is refused at startup saying why, not served by zmq.
+TEST(topology, kv_transport_is_zmq_unless_asked_and_a_gpu_transport_that_cannot_run_is_refused) {
+  EXPECT_EQ(parse_topology("").disaggregation.transport, kv_transport::zmq);
+  EXPECT_EQ(parse_topology("[disaggregation]\nkv_transport = \"zmq\"\n").disaggregation.transport, kv_transport::zmq);
+  expect_error("[disaggregation]\nkv_transport = \"rdma\"\n",
+               "[disaggregation] kv_transport: kv_transport \"rdma\" is not one of \"zmq\", \"cuda_ipc\", \"nccl\"");
+  for (const std::string name : {"cuda_ipc", "nccl"}) {
+    const std::string why = kv_transport_unavailable(parse_kv_transport(name));
+    const std::string expected = why.empty() ? "[disaggregation] kv_transport \"" + name + "\" is not driven by the engine yet"
+                                             : "[disaggregation] kv_transport \"" + name + "\" cannot run here: " + why;
+    expect_error("[disaggregation]\nkv_transport = \"" + name + "\"\n", expected);
+  }
+}
+
 // The [http] section: the shipped file turns the API on; bad values are named.
 
 TEST(topology_http, the_shipped_file_serves_http_on_8000) {
