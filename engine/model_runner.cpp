@@ -1,11 +1,11 @@
 #include "engine/model_runner.hpp"
 
-#include "engine/ngram_proposer.hpp"
-
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
+
+#include "engine/ngram_proposer.hpp"
 
 namespace troupe {
 
