@@ -4,8 +4,9 @@
 
 namespace troupe {
 
-kv_stream_out::kv_stream_out(const model& m, kv_sender& sender, std::chrono::milliseconds timeout)
-    : model_(m), sender_(sender), timeout_(timeout), block_size_(m.kv_shape().block_size) {}
+kv_stream_out::kv_stream_out(const model& m, kv_sender& sender, std::chrono::milliseconds timeout,
+                             kv_device_path device)
+    : model_(m), sender_(sender), device_(std::move(device)), timeout_(timeout), block_size_(m.kv_shape().block_size) {}
 
 void kv_stream_out::start(int64_t request_id, uint64_t transfer_id) {
   auto [it, fresh] = streams_.try_emplace(request_id);
@@ -14,9 +15,13 @@ void kv_stream_out::start(int64_t request_id, uint64_t transfer_id) {
     s.num_tokens_sent = 0;  // back after a preemption: its KV is computed (and sent) again
     return;
   }
-  if (!fresh) sender_.cancel(s.transfer_id);  // an earlier run of the id never finished
+  if (!fresh) {
+    sender_.cancel(s.transfer_id);  // an earlier run of the id never finished
+    if (device_) device_.destinations->erase(s.transfer_id);
+  }
   s = stream{transfer_id};
-  sender_.open(transfer_id, std::chrono::steady_clock::now() + timeout_);
+  s.deadline = std::chrono::steady_clock::now() + timeout_;
+  sender_.open(transfer_id, s.deadline);
 }
 
 void kv_stream_out::forget(int64_t request_id, bool preempted) {
@@ -24,6 +29,7 @@ void kv_stream_out::forget(int64_t request_id, bool preempted) {
   if (it == streams_.end()) return;
   if (preempted && !it->second.last_chunk_sent) return;  // start() will come again
   if (!it->second.last_chunk_sent) sender_.cancel(it->second.transfer_id);
+  if (device_) device_.destinations->erase(it->second.transfer_id);
   streams_.erase(it);
 }
 
@@ -40,6 +46,18 @@ bool kv_stream_out::prepare(const step_plan& plan, const std::vector<const std::
     e.token_begin = it->second.num_tokens_sent / block_size_ * block_size_;
     e.token_end = s.num_computed_tokens + s.num_new_tokens();
     e.last_chunk = s.sample;
+    if (device_ && !e.state->peer) {
+      // The copies need the decode side's blocks before the first layer is written. They are
+      // usually here already; otherwise the decode side's answer is a few messages away.
+      e.state->peer = device_.destinations->take(e.state->transfer_id, e.state->deadline);
+      if (!e.state->peer) {
+        spdlog::warn("kv stream: no device destination for request {} (transfer {}) by its deadline; its receiver "
+                     "will time out",
+                     e.request_id, e.state->transfer_id);
+        e.state->broken = true;
+        continue;
+      }
+    }
     step_.push_back(e);
   }
   return !step_.empty();
@@ -52,6 +70,10 @@ void kv_stream_out::on_layer_written(int layer) {
     const int first_block = e.token_begin / block_size_;
     const int end_block = (e.token_end + block_size_ - 1) / block_size_;
     std::span<const int32_t> ids(e.block_table->data() + first_block, static_cast<size_t>(end_block - first_block));
+    if (device_) {
+      copy_in_place(e, ids, first_block, layer);
+      continue;
+    }
     kv_frame_header header;
     header.transfer_id = e.state->transfer_id;
     header.request_id = e.request_id;
@@ -67,6 +89,37 @@ void kv_stream_out::on_layer_written(int layer) {
       e.state->broken = true;
     }
   }
+}
+
+void kv_stream_out::copy_in_place(step_entry& e, std::span<const int32_t> ids, int first_block, int layer) {
+  const kv_device_destination& peer = *e.state->peer;
+  if (static_cast<size_t>(first_block) + ids.size() > peer.block_ids.size()) {
+    break_stream(e, layer,
+                 "the decode side reserved " + std::to_string(peer.block_ids.size()) + " blocks, tokens up to " +
+                     std::to_string(e.token_end) + " need " + std::to_string(first_block + ids.size()));
+    return;
+  }
+  try {
+    device_.copier->copy_to(peer.pool_handle, ids, std::span(peer.block_ids).subspan(first_block, ids.size()), layer, 1);
+  } catch (const std::exception& error) {
+    break_stream(e, layer, error.what());
+    return;
+  }
+  kv_frame_header header;
+  header.transfer_id = e.state->transfer_id;
+  header.request_id = e.request_id;
+  header.token_begin = e.token_begin;
+  header.token_end = e.token_end;
+  header.span = kv_span_for(model_.config(), model_.kv_shape(), static_cast<int>(ids.size()), layer, 1, model_.kv_dtype());
+  header.payload_bytes = 0;
+  header.in_place = true;
+  if (!sender_.send(header, {})) break_stream(e, layer, "the sender refused its in-place frame");
+}
+
+void kv_stream_out::break_stream(step_entry& e, int layer, const std::string& why) {
+  spdlog::warn("kv stream: layer {} of request {} (transfer {}) not sent: {}; its receiver will time out", layer,
+               e.request_id, e.state->transfer_id, why);
+  e.state->broken = true;
 }
 
 void kv_stream_out::finish_step() {

@@ -9,6 +9,12 @@
 // is sent again, complete, with the next chunk. Once the chunk that reaches the prompt's end has
 // gone out, the transfer is finished on the sender (its frames still drain).
 //
+// With a device path (kv_transport "cuda_ipc"), the bytes never touch the host: each layer's
+// blocks are copied device to device into the decode side's reserved blocks (the destination its
+// kv_ready named, taken from kv_device_destinations before the transfer's first step computes),
+// and an in-place frame through the same sender then tells the receiver's lease those tokens are
+// in. Chunks and prefix-cache blocks follow the same block ranges as the host path.
+//
 // Plain class, used by the model_runner on the worker's thread only.
 
 #include <chrono>
@@ -16,17 +22,30 @@
 #include <unordered_map>
 #include <vector>
 
+#include <memory>
+#include <optional>
+
 #include "engine/step_plan.hpp"
+#include "kvtransfer/device_kv_copier.hpp"
+#include "kvtransfer/kv_device_destinations.hpp"
 #include "kvtransfer/kv_sender.hpp"
 #include "model/model.hpp"
 
 namespace troupe {
 
+// A device transport's half on the prefill worker: both set, or neither (the host path).
+struct kv_device_path {
+  std::shared_ptr<device_kv_copier> copier;               // used on the forward's thread only
+  std::shared_ptr<kv_device_destinations> destinations;  // filled by the worker's KV agent
+  explicit operator bool() const { return copier && destinations; }
+};
+
 class kv_stream_out {
  public:
   // `m` and `sender` must outlive this. A transfer that has not been sent whole `timeout` after
-  // it started is dropped by the sender (the receiver's own deadline fails it there).
-  kv_stream_out(const model& m, kv_sender& sender, std::chrono::milliseconds timeout);
+  // it started is dropped by the sender (the receiver's own deadline fails it there). `device`
+  // set: the KV goes device to device and the frames are in place.
+  kv_stream_out(const model& m, kv_sender& sender, std::chrono::milliseconds timeout, kv_device_path device = {});
 
   // A plan entry started request `request_id` on the worker with a send transfer (again, after a
   // preemption: the transfer stays open and is sent again from its first token).
@@ -51,6 +70,8 @@ class kv_stream_out {
     int32_t num_tokens_sent = 0;  // every layer holds tokens [0, this) on the sender's queue
     bool last_chunk_sent = false;
     bool broken = false;  // the sender refused a frame: nothing more is sent for it
+    std::chrono::steady_clock::time_point deadline;  // the sender's, for the wait on a device destination
+    std::optional<kv_device_destination> peer;        // the device path's, once taken
   };
   struct step_entry {
     int64_t request_id = 0;
@@ -61,8 +82,12 @@ class kv_stream_out {
     bool last_chunk = false;
   };
 
+  void copy_in_place(step_entry& e, std::span<const int32_t> ids, int first_block, int layer);
+  void break_stream(step_entry& e, int layer, const std::string& why);
+
   const model& model_;
   kv_sender& sender_;
+  kv_device_path device_;
   std::chrono::milliseconds timeout_;
   int block_size_;
   std::unordered_map<int64_t, stream> streams_;

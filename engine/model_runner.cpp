@@ -114,8 +114,9 @@ void model_runner::build_batch(const step_plan& plan, int block_size, forward_ba
       [](size_t) -> const std::vector<int32_t>& { return no_drafts; }, batch);
 }
 
-void model_runner::stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout) {
-  kv_out_ = std::make_unique<kv_stream_out>(model_, sender, transfer_timeout);
+void model_runner::stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout,
+                                kv_device_path device) {
+  kv_out_ = std::make_unique<kv_stream_out>(model_, sender, transfer_timeout, std::move(device));
 }
 
 void model_runner::apply_entries(const step_plan& plan) {

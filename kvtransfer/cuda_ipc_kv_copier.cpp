@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 #include "kvtransfer/device_kv_runs.hpp"
@@ -31,6 +32,19 @@ void check(cudaError_t status, const char* what) {
     cudaGetLastError();
     throw std::runtime_error(std::string("cuda ipc: ") + what + ": " + cudaGetErrorString(status));
   }
+}
+
+// The pools this process advertised, by handle: their addresses here (see the header).
+std::mutex advertised_mutex;
+std::map<std::string, void*>& advertised() {
+  static std::map<std::string, void*> pools;
+  return pools;
+}
+
+void* advertised_here(const std::string& handle) {
+  std::lock_guard lock(advertised_mutex);
+  auto it = advertised().find(handle);
+  return it == advertised().end() ? nullptr : it->second;
 }
 
 handle_fields read_handle(const std::string& handle) {
@@ -67,7 +81,10 @@ std::string cuda_ipc_pool_handle(const device_kv_pool& pool) {
   fields.num_blocks = pool.num_blocks;
   fields.element = static_cast<int32_t>(pool.element);
   fields.block_bytes = pool.block_bytes;
-  return std::string(reinterpret_cast<const char*>(&fields), sizeof fields);
+  std::string handle(reinterpret_cast<const char*>(&fields), sizeof fields);
+  std::lock_guard lock(advertised_mutex);
+  advertised()[handle] = pool.base;
+  return handle;
 }
 
 device_kv_pool cuda_ipc_handle_geometry(const std::string& handle) {
@@ -85,7 +102,9 @@ cuda_ipc_kv_copier::cuda_ipc_kv_copier(device_kv_pool local) : local_(local) {
 
 cuda_ipc_kv_copier::~cuda_ipc_kv_copier() {
   cudaSetDevice(local_.device);
-  for (auto& [handle, peer] : peers_) cudaIpcCloseMemHandle(peer.pool.base);
+  for (auto& [handle, peer] : peers_) {
+    if (peer.mapped) cudaIpcCloseMemHandle(peer.pool.base);
+  }
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
@@ -95,11 +114,18 @@ cuda_ipc_kv_copier::opened_peer& cuda_ipc_kv_copier::open(const std::string& pee
   // Opened on this process's device: the mapping is reachable from it (peer access, enabled
   // lazily, when the peer's pool is on another GPU of the host).
   check(cudaSetDevice(local_.device), "cudaSetDevice");
+  const device_kv_pool geometry{fields.device, nullptr, fields.num_layers, fields.num_blocks, fields.block_bytes,
+                                static_cast<dtype>(fields.element)};
+  if (void* here = advertised_here(peer_handle)) {
+    opened_peer peer{geometry, false};
+    peer.pool.base = here;
+    return peers_.emplace(peer_handle, peer).first->second;
+  }
   void* base = nullptr;
   check(cudaIpcOpenMemHandle(&base, fields.memory, cudaIpcMemLazyEnablePeerAccess),
         "cudaIpcOpenMemHandle of a peer's KV pool (another process on this host?)");
-  opened_peer peer{device_kv_pool{fields.device, base, fields.num_layers, fields.num_blocks, fields.block_bytes,
-                                  static_cast<dtype>(fields.element)}};
+  opened_peer peer{geometry, true};
+  peer.pool.base = base;
   return peers_.emplace(peer_handle, peer).first->second;
 }
 
@@ -125,7 +151,7 @@ void cuda_ipc_kv_copier::forget(const std::string& peer_handle) {
   auto it = peers_.find(peer_handle);
   if (it == peers_.end()) return;
   cudaSetDevice(local_.device);
-  cudaIpcCloseMemHandle(it->second.pool.base);
+  if (it->second.mapped) cudaIpcCloseMemHandle(it->second.pool.base);
   peers_.erase(it);
 }
 

@@ -21,10 +21,15 @@
 #include <span>
 #include <string>
 
+#include "kvtransfer/device_kv_copier.hpp"
 #include "model/model.hpp"
 
 namespace troupe {
 
+// A pool advertised in this process is remembered with its address: CUDA refuses to open a
+// process's own handle, so a prefill and a decode instance in one process (both placed on one
+// node) copy through the address instead.
+//
 // The bytes that let another process on this host open `pool` (throws std::runtime_error naming
 // the CUDA error, e.g. for a pool not in device memory).
 std::string cuda_ipc_pool_handle(const device_kv_pool& pool);
@@ -32,11 +37,11 @@ std::string cuda_ipc_pool_handle(const device_kv_pool& pool);
 // std::invalid_argument naming the field for bytes that are not a handle of this version.
 device_kv_pool cuda_ipc_handle_geometry(const std::string& handle);
 
-class cuda_ipc_kv_copier {
+class cuda_ipc_kv_copier final : public device_kv_copier {
  public:
   // `local` is this process's pool (model::kv_pool_on_device), the source of every copy.
   explicit cuda_ipc_kv_copier(device_kv_pool local);
-  ~cuda_ipc_kv_copier();  // closes every peer's handle
+  ~cuda_ipc_kv_copier() override;  // closes every peer's handle
   cuda_ipc_kv_copier(const cuda_ipc_kv_copier&) = delete;
   cuda_ipc_kv_copier& operator=(const cuda_ipc_kv_copier&) = delete;
 
@@ -45,7 +50,7 @@ class cuda_ipc_kv_copier {
   // Throws std::invalid_argument (device_kv_runs' checks: geometry, ids, layers) before any copy,
   // std::runtime_error naming the CUDA call that failed.
   void copy_to(const std::string& peer_handle, std::span<const int32_t> local_blocks,
-               std::span<const int32_t> peer_blocks, int first_layer, int num_layers);
+               std::span<const int32_t> peer_blocks, int first_layer, int num_layers) override;
   // Closes a peer's handle (its decode instance is gone); unknown handles: nothing.
   void forget(const std::string& peer_handle);
   size_t num_open_peers() const { return peers_.size(); }
@@ -53,6 +58,7 @@ class cuda_ipc_kv_copier {
  private:
   struct opened_peer {
     device_kv_pool pool;  // base: the mapping in this process
+    bool mapped = true;   // false for a pool of this very process: nothing to close
   };
   opened_peer& open(const std::string& peer_handle);
 

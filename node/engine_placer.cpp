@@ -47,6 +47,7 @@ worker_spec engine_placer::worker_for(const std::string& node) const {
   // A worker receives KV on its node's own address, where the other nodes reach it.
   spec.kv_bind_host = address ? address->host : topology_.disaggregation.controller_kv_host;
   spec.kv_transfer_timeout_ms = topology_.disaggregation.kv_transfer_timeout_ms;
+  spec.kv_transport = topology_.disaggregation.transport;
   spec.draft_model = topology_.speculative.draft_spec(topology_.model);
   spec.ngram = topology_.speculative.ngram;
   return spec;

@@ -203,10 +203,13 @@ void topology::validate() const {
     if (const std::string why = kv_transport_unavailable(disaggregation.transport); !why.empty()) {
       throw std::runtime_error(named + " cannot run here: " + why + "; use \"zmq\"");
     }
-    // The transport's copies are built and tested (kvtransfer/cuda_ipc_kv_copier,
-    // nccl_kv_channel); what is missing is the prefill worker driving them from its per-layer
-    // export (engine/kv_stream_out sends host bytes). Refused rather than quietly served by zmq.
-    throw std::runtime_error(named + " is not driven by the engine yet (engine/kv_stream_out sends host bytes); use \"zmq\"");
+    // cuda_ipc is driven by the prefill worker's per-layer stream (engine/kv_stream_out); each
+    // worker checks again where it starts, on the node that owns its GPU. NCCL's channel is built
+    // and tested (kvtransfer/nccl_kv_channel) but nothing drives it: refused rather than quietly
+    // served by zmq.
+    if (disaggregation.transport == kv_transport::nccl) {
+      throw std::runtime_error(named + " is not driven by the engine yet (only \"cuda_ipc\" is); use \"zmq\" or \"cuda_ipc\"");
+    }
   }
   check_placement(placement.detokenizers, "detokenizers");
   auto at_least = [](int value, int least, const char* name) {

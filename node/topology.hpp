@@ -60,7 +60,8 @@ struct disaggregation_settings {
   // Where the controller's own engine instances receive KV (a node's bind on its [[nodes]] host).
   std::string controller_kv_host = "127.0.0.1";
   // kv_transport: "zmq" (default), "cuda_ipc" or "nccl" (kvtransfer/kv_transport.hpp). A GPU
-  // transport is refused at startup where it cannot run (a build without CUDA, no GPU).
+  // transport is refused at startup where it cannot run (a build without CUDA, no GPU), here
+  // and again by each worker on its own node; "nccl" is not driven by the engine yet.
   kv_transport transport = kv_transport::zmq;
 };
 

@@ -22,14 +22,22 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_en
         expectation.block_ids = r.block_ids;
         expectation.num_tokens = r.num_tokens;
         expectation.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(expect.timeout_ms);
+        // A device transport writes the blocks itself: its frames only count the layers in.
+        const bool in_place = !endpoints->kv_pool_handle.empty();
+        expectation.in_place = in_place;
         try {
           endpoints->receiver->expect(std::move(expectation));
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
         }
         (*reserved_by)[r.transfer_id] = caf::actor_cast<caf::actor>(self->current_sender());
-        return kv_ready_msg{r.request_id, r.transfer_id, endpoints->receiver->endpoint(),
-                            endpoints->receiver->public_key()};
+        kv_ready_msg ready{r.request_id, r.transfer_id, endpoints->receiver->endpoint(),
+                           endpoints->receiver->public_key()};
+        if (in_place) {
+          ready.kv_pool_handle = endpoints->kv_pool_handle;
+          ready.block_ids = r.block_ids;
+        }
+        return ready;
       },
       // From the receiver's thread (through the mailbox): a transfer completed or failed.
       [=](kv_arrival_msg& arrival) {
@@ -44,6 +52,23 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_en
       },
       // From the router: where a transfer this instance prefills must go.
       [=](kv_ready_msg& ready) {
+        if (!ready.kv_pool_handle.empty() || endpoints->device_destinations) {
+          if (!endpoints->device_destinations || ready.kv_pool_handle.empty()) {
+            // Every worker of a topology has the same transport; two that differ cannot meet.
+            spdlog::warn("kv agent: transfer {} of request {}: the decode side {} a device destination, this worker's "
+                         "KV transport {} one; its receiver will time out",
+                         ready.transfer_id, ready.request_id, ready.kv_pool_handle.empty() ? "gave no" : "gave",
+                         endpoints->device_destinations ? "needs" : "takes no");
+          } else {
+            try {
+              endpoints->device_destinations->put(
+                  ready.transfer_id, kv_device_destination{std::move(ready.kv_pool_handle), std::move(ready.block_ids)},
+                  std::chrono::steady_clock::now() + endpoints->transfer_timeout);
+            } catch (const std::exception& e) {
+              spdlog::warn("kv agent: request {}: {}; its receiver will time out", ready.request_id, e.what());
+            }
+          }
+        }
         endpoints->sender->ready(ready.transfer_id, std::move(ready.endpoint), std::move(ready.public_key));
       },
       [=](kv_leases_atom) -> kv_lease_counts {

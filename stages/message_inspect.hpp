@@ -7,7 +7,9 @@
 #include <caf/error.hpp>
 #include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
+#include <caf/sec.hpp>
 
+#include "kvtransfer/device_kv_copier.hpp"
 #include "stages/messages.hpp"
 #include "stages/stage_specs.hpp"
 #include "stages/trace_messages.hpp"
@@ -118,7 +120,16 @@ typename Inspector::result_type inspect(Inspector& f, kv_expect_msg& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_ready_msg& x) {
-  return f(caf::meta::type_name("kv_ready_msg"), x.request_id, x.transfer_id, x.endpoint, x.public_key);
+  // The handle comes from another node: refused when it cannot be one, before anyone opens it.
+  return f(caf::meta::type_name("kv_ready_msg"), x.request_id, x.transfer_id, x.endpoint, x.public_key,
+           x.kv_pool_handle, x.block_ids, caf::meta::load_callback([&]() -> caf::error {
+             if (x.kv_pool_handle.size() > max_kv_pool_handle_bytes) {
+               return caf::make_error(caf::sec::runtime_error,
+                                      "kv_ready_msg: a kv_pool_handle of " + std::to_string(x.kv_pool_handle.size()) +
+                                          " bytes, at most " + std::to_string(max_kv_pool_handle_bytes));
+             }
+             return caf::none;
+           }));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_arrival_msg& x) {
@@ -261,8 +272,16 @@ typename Inspector::result_type inspect(Inspector& f, tokenizer_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
+  auto transport = static_cast<uint8_t>(x.kv_transport);
   return f(caf::meta::type_name("worker_spec"), x.model, x.kv_bind_host, x.kv_transfer_timeout_ms, x.draft_model,
-           x.ngram);
+           x.ngram, transport, caf::meta::load_callback([&]() -> caf::error {
+             if (transport > static_cast<uint8_t>(kv_transport::nccl)) {
+               return caf::make_error(caf::sec::runtime_error,
+                                      "worker_spec: kv_transport " + std::to_string(transport) + " is not a transport");
+             }
+             x.kv_transport = static_cast<troupe::kv_transport>(transport);
+             return caf::none;
+           }));
 }
 
 template <class Inspector>

@@ -31,6 +31,7 @@
 #include <caf/sec.hpp>
 
 #include "engine/engine_config.hpp"
+#include "kvtransfer/kv_device_destinations.hpp"
 #include "kvtransfer/kv_receiver.hpp"
 #include "kvtransfer/kv_sender.hpp"
 #include "stages/engine_router.hpp"
@@ -117,6 +118,7 @@ struct worker_kv_settings {
   std::string bind_host = "127.0.0.1";
   std::chrono::milliseconds transfer_timeout{10000};
   kv_channel_keys keys;
+  kv_transport transport = kv_transport::zmq;  // a GPU one is refused by name where it cannot run
 };
 // Speculative decoding's drafts on a worker: its loaded draft model, or (none) n-gram prompt
 // lookup with `ngram`.
@@ -124,6 +126,10 @@ struct worker_drafts {
   std::shared_ptr<served_model> draft_model;
   ngram_settings ngram;
 };
+// Where a worker starts (the node that owns its GPU): throws std::runtime_error naming why
+// `transport` cannot carry KV for `m` here (a build without CUDA, no GPU answering, a pool in host
+// memory, a transport the engine does not drive). zmq always can.
+void check_worker_kv_transport(kv_transport transport, const model& m);
 // Loads the draft model `spec` names, if any, for `target`'s vocabulary (on the node that runs the
 // worker, before it starts: a bad draft fails the spawn, naming its path).
 worker_drafts load_worker_drafts(const worker_spec& spec, const served_model& target);
@@ -136,6 +142,12 @@ struct kv_endpoints {
   std::shared_ptr<served_model> served;
   std::unique_ptr<kv_sender> sender;
   std::unique_ptr<kv_receiver> receiver;
+  // A device transport (kv_transport "cuda_ipc"); empty and null on zmq. The pool's handle goes
+  // in this instance's kv_ready answers (its receiver then expects the KV in place); the
+  // destinations of transfers it prefills wait in device_destinations for its forward thread.
+  std::string kv_pool_handle;
+  std::shared_ptr<kv_device_destinations> device_destinations;
+  std::chrono::milliseconds transfer_timeout{10000};
 };
 // The KV agent: an event-based actor beside the worker that never blocks (the worker does, while
 // it computes), so transfers are set up while steps run. It takes kv_expect_msg from its

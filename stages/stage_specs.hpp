@@ -18,6 +18,7 @@
 #include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_channel.hpp"
+#include "kvtransfer/kv_transport.hpp"
 
 namespace troupe {
 
@@ -49,6 +50,8 @@ struct worker_spec {
   // transfer may take before both sides give up its blocks.
   std::string kv_bind_host = "127.0.0.1";
   int32_t kv_transfer_timeout_ms = 10000;
+  // [disaggregation] kv_transport: checked where the worker starts (the node that owns the GPU).
+  troupe::kv_transport kv_transport = troupe::kv_transport::zmq;
   // Speculative decoding ([speculative]): the draft model the worker loads beside its model
   // (empty path: none), else the n-gram prompt lookup's settings.
   model_spec draft_model;

@@ -28,7 +28,36 @@ std::unique_ptr<draft_proposer> make_draft_proposer(const served_model& target, 
   return std::make_unique<ngram_proposer>(drafts.ngram);
 }
 
+// A GPU transport's half on this worker (the node that owns the GPU); check_worker_kv_transport
+// has refused it by name where it cannot run.
+kv_device_path start_device_transport(kv_transport transport, const model& m, kv_endpoints& endpoints) {
+  check_worker_kv_transport(transport, m);
+  const std::optional<device_kv_pool> pool = m.kv_pool_on_device();
+  endpoints.kv_pool_handle = device_kv_pool_handle(transport, *pool);
+  kv_device_path device{make_device_kv_copier(transport, *pool), std::make_shared<kv_device_destinations>()};
+  endpoints.device_destinations = device.destinations;
+  spdlog::info("worker: KV transport {}: KV copied device to device from and into the pool on GPU {}, in-place frames "
+               "over the KV plane",
+               kv_transport_name(transport), pool->device);
+  return device;
+}
+
 }  // namespace
+
+void check_worker_kv_transport(kv_transport transport, const model& m) {
+  if (transport == kv_transport::zmq) return;
+  const std::string named = "kv_transport \"" + std::string(kv_transport_name(transport)) + "\"";
+  if (const std::string why = kv_transport_unavailable(transport); !why.empty()) {
+    throw std::runtime_error(named + " cannot run on this node: " + why + "; use \"zmq\"");
+  }
+  if (!m.kv_pool_on_device()) {
+    throw std::runtime_error(named + " copies KV in GPU memory, and backend " + m.backend_name() +
+                             " keeps its KV pool in host memory; serve the model on cuda or use \"zmq\"");
+  }
+  if (transport == kv_transport::nccl) {
+    throw std::runtime_error(named + " is not driven by the engine yet (only \"cuda_ipc\" is); use \"zmq\" or \"cuda_ipc\"");
+  }
+}
 
 worker_drafts load_worker_drafts(const worker_spec& spec, const served_model& target) {
   worker_drafts drafts;
@@ -46,6 +75,9 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   runner->set_draft_proposer(make_draft_proposer(*served, std::move(drafts)));
   auto endpoints = std::make_shared<kv_endpoints>();
   endpoints->served = served;
+  endpoints->transfer_timeout = kv.transfer_timeout;
+  kv_device_path device;
+  if (kv.transport != kv_transport::zmq) device = start_device_transport(kv.transport, *served->backend_model, *endpoints);
   kv_channel_settings channel;
   channel.bind_host = kv.bind_host;
   channel.keys = kv.keys;
@@ -66,7 +98,7 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
           [report](uint64_t transfer_id, int64_t request_id, const std::string& why) {
             report(kv_arrival_msg{request_id, transfer_id, false, why});
           }});
-  runner->stream_kv_to(*endpoints->sender, kv.transfer_timeout);
+  runner->stream_kv_to(*endpoints->sender, kv.transfer_timeout, std::move(device));
   caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, endpoints);
   *agent_slot = caf::actor_cast<caf::weak_actor_ptr>(agent);
 
@@ -108,6 +140,8 @@ caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec s
   kv.bind_host = spec.kv_bind_host;
   kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);
   kv.keys = std::move(spec.kv_keys);
+  kv.transport = spec.kv_transport;
+  check_worker_kv_transport(kv.transport, *served->backend_model);
   worker_drafts drafts = load_worker_drafts(spec, *served);
   return worker_actor(self, std::move(served), std::move(kv), std::move(drafts));
 }

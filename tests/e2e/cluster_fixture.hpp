@@ -90,15 +90,19 @@ struct topology_spec {
   int heartbeat_interval_ms = 500;
   int connection_timeout_ms = 3000;
   int reconnect_interval_ms = 200;
+  std::string device = "auto";  // [node] device
+  std::string dtype;            // [node] dtype (CUDA activations); empty: the default
+  std::string kv_transport;     // [disaggregation] kv_transport; empty: the default (zmq)
 
   std::string toml() const {
     std::ostringstream t;
     t << "[model]\npath = \"" << model_path << "\"\nload_format = \"auto\"\n"
-      << "[node]\ndevice = \"auto\"\nthreads = 1\n"
+      << "[node]\ndevice = \"" << device << "\"\nthreads = 1\n" << (dtype.empty() ? "" : "dtype = \"" + dtype + "\"\n")
       << "[http]\nenabled = true\nhost = \"127.0.0.1\"\nport = 0\n"
       << "[tokenizer]\npool_size = 2\n"
       << "[scheduler]\nmax_num_batched_tokens = " << max_num_batched_tokens << "\nmax_num_seqs = 64\nkv_memory_mb = 32\n"
       << "[disaggregation]\nkv_transfer_timeout_ms = " << kv_transfer_timeout_ms << "\n";
+    if (!kv_transport.empty()) t << "kv_transport = \"" << kv_transport << "\"\n";
     if (num_speculative_tokens > 0) t << "[speculative]\nnum_draft_tokens = " << num_speculative_tokens << "\n";
     if (credentials.empty()) return t.str();
     t << "[cluster]\ncredentials = \"" << credentials.string() << "\"\nname = \"controller\"\n"

@@ -117,9 +117,14 @@ TEST(topology, kv_transport_is_zmq_unless_asked_and_a_gpu_transport_that_cannot_
                "[disaggregation] kv_transport: kv_transport \"rdma\" is not one of \"zmq\", \"cuda_ipc\", \"nccl\"");
   for (const std::string name : {"cuda_ipc", "nccl"}) {
     const std::string why = kv_transport_unavailable(parse_kv_transport(name));
+    const std::string toml = "[disaggregation]\nkv_transport = \"" + name + "\"\n";
+    if (why.empty() && name == "cuda_ipc") {
+      EXPECT_EQ(parse_topology(toml).disaggregation.transport, kv_transport::cuda_ipc);
+      continue;
+    }
     const std::string expected = why.empty() ? "[disaggregation] kv_transport \"" + name + "\" is not driven by the engine yet"
                                              : "[disaggregation] kv_transport \"" + name + "\" cannot run here: " + why;
-    expect_error("[disaggregation]\nkv_transport = \"" + name + "\"\n", expected);
+    expect_error(toml, expected);
   }
 }
 

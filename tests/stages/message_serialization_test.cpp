@@ -183,7 +183,13 @@ std::vector<stats_answer> samples(of<stats_answer>) {
 std::vector<kv_handoff> samples(of<kv_handoff>) { return {{kv_role::send, 99}, {kv_role::receive, ~0ull}}; }
 std::vector<kv_reservation> samples(of<kv_reservation>) { return {{42, 7, {3, 9, 1}, 40}}; }
 std::vector<kv_expect_msg> samples(of<kv_expect_msg>) { return {{{42, 7, {3, 9}, 20}, 10000}}; }
-std::vector<kv_ready_msg> samples(of<kv_ready_msg>) { return {{42, 7, "tcp://127.0.0.1:4711", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"}}; }
+// A zmq destination, and a cuda_ipc one with a pool handle (binary bytes, NULs included) at the
+// size limit and the decode side's blocks.
+std::vector<kv_ready_msg> samples(of<kv_ready_msg>) {
+  kv_ready_msg in_place{42, 7, "tcp://127.0.0.1:4711", "", std::string(max_kv_pool_handle_bytes, '\0'), {11, 0, 6}};
+  for (size_t i = 0; i < in_place.kv_pool_handle.size(); ++i) in_place.kv_pool_handle[i] = static_cast<char>(i * 7);
+  return {{42, 7, "tcp://127.0.0.1:4711", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"}, in_place};
+}
 std::vector<kv_arrival_msg> samples(of<kv_arrival_msg>) { return {{42, 7, true, ""}, {43, 8, false, "deadline passed"}}; }
 std::vector<kv_handover_msg> samples(of<kv_handover_msg>) { return {{42, 7, {1000}}}; }
 std::vector<kv_failed_msg> samples(of<kv_failed_msg>) { return {{42, 7, "the transfer's deadline passed"}}; }
@@ -258,6 +264,7 @@ std::vector<worker_spec> samples(of<worker_spec>) {
   spec.draft_model = full_model_spec();
   spec.draft_model.path = "/models/draft/config.json";
   spec.ngram = {1, 5, 300};
+  spec.kv_transport = kv_transport::cuda_ipc;
   return {spec, worker_spec{full_model_spec()}};
 }
 std::vector<worker_description> samples(of<worker_description>) {
@@ -402,6 +409,8 @@ void expect_same(const kv_ready_msg& a, const kv_ready_msg& b) {
   EXPECT_EQ(a.transfer_id, b.transfer_id);
   EXPECT_EQ(a.endpoint, b.endpoint);
   EXPECT_EQ(a.public_key, b.public_key);
+  EXPECT_EQ(a.kv_pool_handle, b.kv_pool_handle);
+  EXPECT_EQ(a.block_ids, b.block_ids);
 }
 void expect_same(const kv_arrival_msg& a, const kv_arrival_msg& b) {
   EXPECT_EQ(a.request_id, b.request_id);
@@ -533,6 +542,7 @@ void expect_same(const worker_spec& a, const worker_spec& b) {
   EXPECT_EQ(a.kv_transfer_timeout_ms, b.kv_transfer_timeout_ms);
   expect_same(a.draft_model, b.draft_model);
   expect_same(a.ngram, b.ngram);
+  EXPECT_EQ(a.kv_transport, b.kv_transport);
 }
 
 void expect_same(const worker_description& a, const worker_description& b) {
@@ -648,6 +658,30 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;
   }
+}
+
+// What comes from another node is checked as it is read: a kv_ready whose pool handle is larger
+// than any handle (a peer that lies, or garbage) is refused naming the field, and a worker_spec
+// naming no transport is refused too; neither reaches the agent or the worker.
+TEST(message_serialization, an_oversized_pool_handle_or_an_unknown_transport_is_refused_when_read) {
+  caf::actor_system_config config;
+  caf::actor_system sys{config};
+  auto refused = [&](auto original, const std::string& expected) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    ASSERT_FALSE(sink(original));
+    decltype(original) out{};
+    caf::binary_deserializer source{sys, buf};
+    const caf::error error = source(out);
+    ASSERT_TRUE(error) << "accepted: " << expected;
+    EXPECT_NE(sys.render(error).find(expected), std::string::npos) << sys.render(error);
+  };
+  kv_ready_msg ready{42, 7, "tcp://127.0.0.1:4711", "", std::string(max_kv_pool_handle_bytes + 1, 'h'), {1, 2}};
+  refused(ready, "kv_ready_msg: a kv_pool_handle of 1025 bytes, at most 1024");
+  // The transport travels as its number: one past the last is no transport.
+  worker_spec spec{full_model_spec()};
+  spec.kv_transport = static_cast<kv_transport>(static_cast<uint8_t>(kv_transport::nccl) + 1);
+  refused(spec, "worker_spec: kv_transport 3 is not a transport");
 }
 
 }  // namespace
