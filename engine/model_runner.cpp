@@ -98,7 +98,11 @@ void model_runner::set_draft_proposer(std::unique_ptr<draft_proposer> proposer) 
 }
 
 bool model_runner::samples_plainly(const sampling_params& p) {
-  return !uses_penalties(p) && p.min_p == 0.0f && p.logprobs < 0 && !is_guided(p);
+  return samples_plainly_but_for_constraint(p) && !is_guided(p);
+}
+
+bool model_runner::samples_plainly_but_for_constraint(const sampling_params& p) {
+  return !uses_penalties(p) && p.min_p == 0.0f && p.logprobs < 0;
 }
 
 void model_runner::build_batch(const step_plan& plan, int block_size, forward_batch& batch) {
@@ -234,7 +238,9 @@ step_result model_runner::run(const step_plan& plan) {
     for (const request_state* state : entry_states_) tables_.push_back(&state->block_table);
     if (kv_out_->prepare(plan, tables_)) batch_.after_layer_kv = [this](int layer) { kv_out_->on_layer_written(layer); };
   }
-  last_on_device_ = can_sample_on_device(plan);
+  // The check reads only parameters; the masks come after it, so a step that stays on the host
+  // (every step on the CPU backend) never queries a matcher twice.
+  last_on_device_ = can_sample_on_device(plan) && take_device_masks(plan);
   if (last_on_device_) {
     sample_on_device(plan, result);
   } else {
@@ -296,8 +302,30 @@ void model_runner::propose_drafts(const step_plan& plan) {
 bool model_runner::can_sample_on_device(const step_plan& plan) const {
   if (!device_sampling_ || !model_.can_sample_on_device() || batch_.num_logits() == 0) return false;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    if (!plan.sequences[i].sample) continue;
+    const request_state& state = *entry_states_[i];
+    // A constraint is a token mask the device applies (with a matcher to give it); anything else
+    // beyond temperature, top-k and top-p needs the whole row on the host.
+    const bool plain = state.matcher ? samples_plainly_but_for_constraint(state.params) : samples_plainly(state.params);
     // Verifying drafts takes the host sampler (one row per draft, judged one after another).
-    if (plan.sequences[i].sample && (!samples_plainly(entry_states_[i]->params) || !drafts_[i].empty())) return false;
+    if (!plain || !drafts_[i].empty()) return false;
+  }
+  return true;
+}
+
+bool model_runner::take_device_masks(const step_plan& plan) {
+  device_masks_.assign(plan.sequences.size(), std::span<const uint64_t>{});
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const scheduled_sequence& s = plan.sequences[i];
+    request_state& state = *entry_states_[i];
+    if (!s.sample || !state.matcher) continue;
+    // The same query the host sampler would make for this row (verify_entry, j = 0).
+    const std::span<const int32_t> allowed = state.matcher->allowed(state.params.max_tokens - s.output_index);
+    const std::span<const uint64_t> bits = state.matcher->allowed_bits();
+    // No bits (the length rule cut the state's mask) or nothing allowed: the host sampler
+    // handles the row, and reports the latter naming the request.
+    if (allowed.empty() || bits.empty()) return false;
+    device_masks_[i] = bits;
   }
   return true;
 }
@@ -315,6 +343,7 @@ void model_runner::sample_on_device(const step_plan& plan, step_result& result) 
     // A seeded request draws uniform(seed, output_index), the very number the host sampler draws.
     row.seed = params.seed ? *params.seed : device_rng_();
     row.offset = params.seed ? static_cast<uint64_t>(s.output_index) : 0;
+    row.allowed_bits = device_masks_[i];  // structured output: the grammar's mask, applied on the device
     rows_.push_back(row);
   }
   device_tokens_.assign(rows_.size(), -1);
@@ -324,7 +353,12 @@ void model_runner::sample_on_device(const step_plan& plan, step_result& result) 
   size_t row = 0;
   for (const scheduled_sequence& s : plan.sequences) {
     if (!s.sample) continue;
+    const bool masked = !rows_[row].allowed_bits.empty();
     const int32_t token = device_tokens_[row++];
+    if (masked && token < 0) {
+      throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) +
+                               " allows no token: the device found none its grammar allows with a usable logit");
+    }
     if (token < 0 || token >= vocab) {
       throw std::runtime_error("model_runner: the device sampled token " + std::to_string(token) + " for request " +
                                std::to_string(s.request_id) + ", outside the vocabulary of " + std::to_string(vocab));

@@ -9,14 +9,16 @@
 // the parameters and the history once (with the entry that starts the table; the runner appends
 // its own samples to the history), and the ids of requests that ended.
 // On a backend that can sample where its logits are (CUDA), a step whose sampled rows are all
-// plain (greedy / temperature with top-k and top-p; no penalties, min_p, logprobs or structured
-// output) is sampled there, and only one token id per row crosses to the host. A constrained
-// request keeps a grammar_matcher here, advanced with each token sampled for it; its token mask
-// is applied by the host sampler, so a step with one falls back to host sampling.
+// plain (greedy / temperature with top-k and top-p; no penalties, min_p, logprobs or drafts) is
+// sampled there, and only one token id per row crosses to the host. A constrained request keeps
+// a grammar_matcher here, advanced with each token sampled for it; its step's token mask goes to
+// the device with the row when the matcher has it as bits (the common case), and otherwise the
+// step falls back to the host sampler, which applies the mask itself.
 
 #include <chrono>
 #include <memory>
 #include <random>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -34,7 +36,8 @@ namespace troupe {
 class model_runner {
  public:
   // `m` must outlive the runner.
-  // device_sampling: let a backend that can sample on its device do so for plain steps.
+  // device_sampling: let a backend that can sample on its device do so for plain steps
+  // (structured output included, with the grammar's token mask).
   explicit model_runner(model& m, uint64_t sampler_seed = std::random_device{}(), bool device_sampling = true);
 
   step_result run(const step_plan& plan);
@@ -63,6 +66,8 @@ class model_runner {
 
   // True when `params` need nothing but the logits row, temperature, top-k and top-p.
   static bool samples_plainly(const sampling_params& params);
+  // The same, but a structured-output constraint allowed: the device applies its token mask.
+  static bool samples_plainly_but_for_constraint(const sampling_params& params);
 
   // Flattens `plan`, whose entries carry whole block tables (block_table_start 0), into `batch`
   // for KV blocks of `block_size` tokens. Throws when a sequence's block table does not cover
@@ -110,7 +115,11 @@ class model_runner {
   void propose_drafts(const step_plan& plan);
   // A token the request now has as output: into its history, past its grammar.
   void record_output(int64_t request_id, request_state& state, int32_t token);
+  // Whether every sampled row's parameters let the device sample it (reads nothing else).
   bool can_sample_on_device(const step_plan& plan) const;
+  // Queries each constrained row's matcher for this step's mask into device_masks_; false when
+  // one has no bit mask (or allows nothing), which keeps the step on the host.
+  bool take_device_masks(const step_plan& plan);
   void sample_on_device(const step_plan& plan, step_result& result);
   void sample_on_host(const step_plan& plan, step_result& result);
   // Verifies entry `entry`'s drafts against its logits rows, starting at `row`: the accepted
@@ -139,6 +148,7 @@ class model_runner {
   std::mt19937_64 device_rng_;              // seeds for unseeded rows sampled on the device
   std::vector<device_sampling_row> rows_;   // [num_logits]
   std::vector<int32_t> device_tokens_;      // [num_logits]
+  std::vector<std::span<const uint64_t>> device_masks_;  // [plan entries] allowed_bits, or empty
 };
 
 }  // namespace troupe

@@ -29,6 +29,11 @@ struct device_sampling_row {
   float top_p = 1.0f;        // 1: off
   uint64_t seed = 0;         // the draw is uniform(seed, offset), as the host sampler's seeded draw
   uint64_t offset = 0;
+  // Structured output: bit t of word t / 64 set = token t allowed (grammar_matcher::allowed_bits);
+  // tokens past the last word are refused. Empty: no mask. A refused token counts as logit -inf,
+  // so the choice is the host sampler's on the masked row. Must stay valid until forward_sample
+  // returns. A mask that allows nothing samples -1 (the caller reports it, naming the request).
+  std::span<const uint64_t> allowed_bits;
 };
 
 // Where a KV pool in GPU memory lives, for transports that copy device to device (CUDA IPC,

@@ -248,7 +248,8 @@ class cuda_model final : public model {
 
   bool can_sample_on_device() const override { return true; }
 
-  // The logits stay on the GPU: only the sampling parameters go up and one id per row comes down.
+  // The logits stay on the GPU: only the sampling parameters (and the constrained rows' token
+  // masks, one [masked rows, words] copy) go up and one id per row comes down.
   void forward_sample(const forward_batch& batch, std::span<const device_sampling_row> rows,
                       int32_t* tokens) override {
     validate_batch(batch);
@@ -266,13 +267,18 @@ class cuda_model final : public model {
       sampled_.allocate(rows.size() * sizeof(int32_t));
     }
     auto* params = sample_params_host_.as<cuda::sampling_row>();
+    int num_masks = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
       params[i] = cuda::sampling_row{rows[i].temperature, rows[i].top_k, rows[i].top_p, rows[i].seed, rows[i].offset};
+      if (!rows[i].allowed_bits.empty()) params[i].mask_row = num_masks++;
     }
     check(cudaMemcpyAsync(sample_params_.get(), params, params_bytes, cudaMemcpyHostToDevice, stream_),
           "upload sampling rows");
+    const int mask_words = (config_.vocab_size + 63) / 64;
+    if (num_masks > 0) upload_masks(rows, num_masks, mask_words);
     cuda::sample(logits_.as<float>(), static_cast<int>(rows.size()), config_.vocab_size,
-                 sample_params_.as<cuda::sampling_row>(), sampled_.as<int32_t>(), stream_);
+                 sample_params_.as<cuda::sampling_row>(), num_masks > 0 ? sample_masks_.as<uint64_t>() : nullptr,
+                 mask_words, sampled_.as<int32_t>(), stream_);
     report_layers_written(batch);  // before the download into pageable memory, as in forward
     check(cudaMemcpyAsync(tokens, sampled_.get(), rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
           "download sampled tokens");
@@ -280,6 +286,26 @@ class cuda_model final : public model {
   }
 
  private:
+  // The masked rows' allowed_bits, in row order, as [num_masks, mask_words] on the device (a
+  // shorter mask refuses the tokens past its end). The buffers only grow: the next step reuses them.
+  void upload_masks(std::span<const device_sampling_row> rows, int num_masks, int mask_words) {
+    const size_t mask_bytes = static_cast<size_t>(num_masks) * mask_words * sizeof(uint64_t);
+    if (sample_masks_host_.size() < mask_bytes) {
+      sample_masks_host_.allocate(mask_bytes);
+      sample_masks_.allocate(mask_bytes);
+    }
+    uint64_t* masks = sample_masks_host_.as<uint64_t>();
+    for (const device_sampling_row& row : rows) {
+      if (row.allowed_bits.empty()) continue;
+      const size_t copied = std::min(row.allowed_bits.size(), static_cast<size_t>(mask_words));
+      std::copy_n(row.allowed_bits.begin(), copied, masks);
+      std::fill(masks + copied, masks + mask_words, uint64_t{0});
+      masks += mask_words;
+    }
+    check(cudaMemcpyAsync(sample_masks_.get(), sample_masks_host_.get(), mask_bytes, cudaMemcpyHostToDevice, stream_),
+          "upload token masks");
+  }
+
   // Everything up to the logits [num_logits, vocab] in logits_, queued on stream_.
   void compute_logits(const forward_batch& batch) {
     const int num_seqs = batch.num_seqs();
@@ -816,6 +842,8 @@ class cuda_model final : public model {
   pinned_buffer sample_params_host_;  // [logits] cuda::sampling_row
   device_buffer sample_params_;       // [logits] cuda::sampling_row
   device_buffer sampled_;             // [logits] int32 token ids
+  pinned_buffer sample_masks_host_;   // [masked rows, ceil(vocab / 64)] uint64 token masks
+  device_buffer sample_masks_;        // [masked rows, ceil(vocab / 64)] uint64 token masks
   device_buffer workspace_;  // attention split partials
   std::map<int, cudaGraphExec_t> graphs_;  // decode bucket -> captured step
 };

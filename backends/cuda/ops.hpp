@@ -54,12 +54,19 @@ struct sampling_row {
   float top_p = 1.0f;        // >= 1: off
   uint64_t seed = 0;         // with `offset`, the only source of randomness: same seed, same token
   uint64_t offset = 0;       // usually the sequence's step, so every step draws a new number
+  int32_t mask_row = -1;     // this row's token mask: row mask_row of `masks`; < 0: every token allowed
 };
 
 // Samples one token per row from softmax(logits / temperature) restricted to the top_k largest
 // and then to the smallest top set whose mass reaches top_p.
 // logits [rows, vocab] f32, params [rows], out [rows]
 void sample(const float* logits, int rows, int vocab, const sampling_row* params, int32_t* out, cudaStream_t stream);
+// The same, with token masks (structured output): a token whose bit is clear in its row's mask
+// (masks [num_masks, mask_words], bit t of word t / 64; tokens past mask_words * 64 refused)
+// counts as logit -inf, in argmax and in the draw alike. A masked row that allows no token
+// (or only NaN logits) gets -1, never a refused token.
+void sample(const float* logits, int rows, int vocab, const sampling_row* params, const uint64_t* masks,
+            int mask_words, int32_t* out, cudaStream_t stream);
 
 // The uniform number in [0, 1) that `sample` draws for (seed, offset): exposed so that tests can
 // reproduce a draw on the host.

@@ -5,6 +5,9 @@
 // top-k and top-p cut-offs are probability thresholds found by bisection (each step one pass
 // over the row and one block reduction), then a block-wide prefix sum over the kept
 // probabilities, in vocabulary order, finds where seed-determined u * kept_mass falls.
+//
+// A row may carry a token mask (structured output): a refused token is treated as logit -inf
+// everywhere (argmax skips it, its probability is 0), which is what the host sampler does.
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -45,11 +48,22 @@ __device__ __forceinline__ arg_best better(arg_best a, arg_best b) {
   return a;
 }
 
-// Block-wide argmax of row[0..vocab); every thread gets the result.
-__device__ inline int block_argmax(const float* row, int vocab) {
+// Whether `mask` ([mask_words], bit t = token t allowed; nullptr = no mask) allows token i.
+__device__ __forceinline__ bool allowed_by(const uint64_t* __restrict__ mask, int mask_words, int i) {
+  if (mask == nullptr) return true;
+  const int word = i >> 6;
+  return word < mask_words && ((mask[word] >> (i & 63)) & 1ull) != 0;
+}
+
+// Block-wide argmax of row[0..vocab) over the tokens `mask` allows; every thread gets the result.
+// Unmasked, an all-NaN row gives 0; masked, a row with no allowed (non-NaN) token gives -1, so
+// that a refused token is never returned.
+__device__ inline int block_argmax(const float* row, int vocab, const uint64_t* mask = nullptr, int mask_words = 0) {
   __shared__ arg_best warp_best[32];
   arg_best best{-INFINITY, vocab};
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) best = better(best, arg_best{row[i], i});
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    if (allowed_by(mask, mask_words, i)) best = better(best, arg_best{row[i], i});
+  }
   for (int offset = 16; offset > 0; offset >>= 1) {
     arg_best other{__shfl_xor_sync(0xffffffffu, best.value, offset), __shfl_xor_sync(0xffffffffu, best.index, offset)};
     best = better(best, other);
@@ -69,7 +83,8 @@ __device__ inline int block_argmax(const float* row, int vocab) {
   __syncthreads();
   const int index = warp_best[0].index;
   __syncthreads();
-  return index >= vocab ? 0 : index;  // an all-NaN row picks token 0 rather than running off the end
+  if (index < vocab) return index;
+  return mask == nullptr ? 0 : -1;  // never run off the end, never pick a refused token
 }
 
 // logits [rows, vocab], out [rows]
@@ -79,9 +94,10 @@ __global__ void __launch_bounds__(sampling_threads) argmax_kernel(const float* _
   if (threadIdx.x == 0) out[blockIdx.x] = index;
 }
 
-// logits [rows, vocab], params [rows], out [rows]
+// logits [rows, vocab], params [rows], masks [num_masks, mask_words] (rows with mask_row >= 0), out [rows]
 __global__ void __launch_bounds__(sampling_threads) sample_kernel(const float* __restrict__ logits, int vocab,
                                                                   const sampling_row* __restrict__ params,
+                                                                  const uint64_t* __restrict__ masks, int mask_words,
                                                                   int32_t* __restrict__ out) {
   using reduce_t = cub::BlockReduce<float, sampling_threads>;
   using scan_t = cub::BlockScan<float, sampling_threads>;
@@ -94,8 +110,10 @@ __global__ void __launch_bounds__(sampling_threads) sample_kernel(const float* _
 
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   const sampling_row param = params[blockIdx.x];
+  const uint64_t* mask =
+      param.mask_row >= 0 && masks != nullptr ? masks + static_cast<int64_t>(param.mask_row) * mask_words : nullptr;
   if (param.temperature <= 0.0f || param.top_k == 1) {
-    const int index = block_argmax(row, vocab);
+    const int index = block_argmax(row, vocab, mask, mask_words);
     if (threadIdx.x == 0) out[blockIdx.x] = index;
     return;
   }
@@ -119,11 +137,22 @@ __global__ void __launch_bounds__(sampling_threads) sample_kernel(const float* _
   };
 
   float local_max = -INFINITY;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) local_max = fmaxf(local_max, row[i]);
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    if (allowed_by(mask, mask_words, i)) local_max = fmaxf(local_max, row[i]);
+  }
   const float row_max = block_max(local_max);
+  if (mask != nullptr && !(row_max > -INFINITY)) {
+    // Nothing allowed has a finite logit: no distribution to draw from. The argmax gives the
+    // lowest allowed id (all -inf), or -1 when the mask allows nothing.
+    const int index = block_argmax(row, vocab, mask, mask_words);
+    if (threadIdx.x == 0) out[blockIdx.x] = index;
+    return;
+  }
   const float inv_temperature = 1.0f / param.temperature;
-  // Unnormalized probabilities in (0, 1]: the largest is exactly 1.
-  auto prob = [&](int i) { return __expf((row[i] - row_max) * inv_temperature); };
+  // Unnormalized probabilities in (0, 1]: the largest allowed is exactly 1, a refused token 0.
+  auto prob = [&](int i) {
+    return allowed_by(mask, mask_words, i) ? __expf((row[i] - row_max) * inv_temperature) : 0.0f;
+  };
   auto mass_at_least = [&](float threshold, bool count) {
     float local = 0.0f;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
