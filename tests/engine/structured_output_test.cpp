@@ -13,7 +13,7 @@
 #include "engine/llm_engine.hpp"
 #include "grammar/guided_grammar.hpp"
 #include "model/loader/model_loader.hpp"
-#include "tests/engine/schema_corpus.hpp"
+#include "tests/engine/constrained_cases.hpp"
 #include "tests/engine/structured_oracle.hpp"
 #include "tests/shared_models.hpp"
 #include "text/tokenizer.hpp"
@@ -23,54 +23,25 @@ namespace {
 
 const std::filesystem::path stories_hf = test::stories260k_dir / "hf";
 
-struct constrained_case {
-  nlohmann::ordered_json oracle_case;  // kind and schema / pattern / choices; output filled later
-  sampling_params params;
-};
+using testing::constrained_case;
 
 std::vector<constrained_case> build_cases(int num_schemas, int max_len) {
-  std::vector<constrained_case> cases;
-  std::mt19937 rng(11);
-  auto finish = [&](constrained_case c, int index) {
-    const int shortest = compile_guided(c.params.guided)->dfa.distance(0);
-    // From no slack at all (the length rule decides every token) to plenty.
-    const int slack = index % 5 == 0 ? 0 : std::uniform_int_distribution<int>(1, 200)(rng);
-    c.params.max_tokens = std::min(shortest + 1 + slack, max_len);  // + 1: the EOS
-    c.params.temperature = index % 4 == 0 ? 0.0f : 1.0f;
-    c.params.seed = static_cast<uint64_t>(index);
-    if (shortest + 1 <= max_len) cases.push_back(std::move(c));
-  };
-  testing::schema_corpus_builder corpus(2024);
-  for (int i = 0; i < num_schemas; ++i) {
-    const nlohmann::ordered_json schema = corpus.next();
-    constrained_case c;
-    c.oracle_case = {{"kind", "schema"}, {"schema", schema}};
-    c.params.guided = {guided_kind::json_schema, schema.dump(), {}};
-    finish(std::move(c), i);
-  }
-  const char* patterns[] = {"[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8})?", "\\d{3}-\\d{4}", "(yes|no|maybe)!?",
-                            "[a-z]+@[a-z]+\\.(com|org)", "-?\\d+(\\.\\d{1,2})?", "(ab|cd){2,5}x*",
-                            "[^\\n\"]{5,20}", "#[0-9a-f]{6}", "\\w+ \\w+", "(0|[1-9][0-9]*)(,(0|[1-9][0-9]*))*"};
-  for (int i = 0; i < 10; ++i) {
-    constrained_case c;
-    c.oracle_case = {{"kind", "regex"}, {"pattern", patterns[i]}};
-    c.params.guided = {guided_kind::regex, patterns[i], {}};
-    finish(std::move(c), 1000 + i);
-  }
-  const std::vector<std::vector<std::string>> choices = {{"positive", "negative", "neutral"},
-                                                         {"Paris", "London", "Rome", "Tōkyō"},
-                                                         {"A", "B", "C", "D", "none of the above"}};
-  for (size_t i = 0; i < choices.size(); ++i) {
-    constrained_case c;
-    c.oracle_case = {{"kind", "choice"}, {"choices", choices[i]}};
-    c.params.guided = {guided_kind::choice, "", choices[i]};
-    finish(std::move(c), 2000 + static_cast<int>(i));
-  }
-  constrained_case any;
-  any.oracle_case = {{"kind", "schema"}, {"schema", {{"type", "object"}}}};
-  any.params.guided = {guided_kind::json_object, "", {}};
-  finish(std::move(any), 3000);
-  return cases;
+  testing::constrained_corpus corpus;
+  corpus.schema_seed = 2024;
+  corpus.slack_seed = 11;
+  corpus.num_schemas = num_schemas;
+  corpus.max_slack = 200;  // from no slack at all (the length rule decides every token) to plenty
+  corpus.patterns = {"[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8})?", "\\d{3}-\\d{4}", "(yes|no|maybe)!?",
+                     "[a-z]+@[a-z]+\\.(com|org)", "-?\\d+(\\.\\d{1,2})?", "(ab|cd){2,5}x*",
+                     "[^\\n\"]{5,20}", "#[0-9a-f]{6}", "\\w+ \\w+", "(0|[1-9][0-9]*)(,(0|[1-9][0-9]*))*"};
+  corpus.choices = {{"positive", "negative", "neutral"},
+                    {"Paris", "London", "Rome", "Tōkyō"},
+                    {"A", "B", "C", "D", "none of the above"}};
+  corpus.any_json_object = true;
+  return testing::build_constrained_cases(corpus, max_len, [](sampling_params& p, int index) {
+    p.temperature = index % 4 == 0 ? 0.0f : 1.0f;
+    p.seed = static_cast<uint64_t>(index);
+  });
 }
 
 class structured_output : public ::testing::TestWithParam<load_format> {};

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <random>
 
 #include "backends/cpu/cpu_model.hpp"
 #include "engine/guided_vocabulary.hpp"
@@ -15,7 +14,7 @@
 #include "grammar/guided_grammar.hpp"
 #include "model/loader/model_loader.hpp"
 #include "tests/backends/cuda/cuda_test_util.hpp"
-#include "tests/engine/schema_corpus.hpp"
+#include "tests/engine/constrained_cases.hpp"
 #include "tests/engine/structured_oracle.hpp"
 #include "tests/shared_models.hpp"
 #include "text/tokenizer.hpp"
@@ -44,45 +43,23 @@ class counting_model : public model {
   std::unique_ptr<model> inner_;
 };
 
-struct constrained_case {
-  nlohmann::ordered_json oracle_case;
-  sampling_params params;
-};
+using testing::constrained_case;
 
 std::vector<constrained_case> build_cases(int num_schemas, int max_len) {
-  std::vector<constrained_case> cases;
-  std::mt19937 rng(17);
-  auto finish = [&](constrained_case c, int index) {
-    const int shortest = compile_guided(c.params.guided)->dfa.distance(0);
-    const int slack = index % 5 == 0 ? 0 : std::uniform_int_distribution<int>(1, 150)(rng);
-    c.params.max_tokens = std::min(shortest + 1 + slack, max_len);
-    c.params.temperature = index % 2 == 0 ? 0.0f : 1.0f;  // half greedy: those must equal the CPU's
-    c.params.top_k = index % 3 == 0 ? 20 : 0;
-    c.params.top_p = index % 4 == 1 ? 0.9f : 1.0f;
-    c.params.seed = static_cast<uint64_t>(index);
-    if (shortest + 1 <= max_len) cases.push_back(std::move(c));
-  };
-  testing::schema_corpus_builder corpus(2025);
-  for (int i = 0; i < num_schemas; ++i) {
-    const nlohmann::ordered_json schema = corpus.next();
-    constrained_case c;
-    c.oracle_case = {{"kind", "schema"}, {"schema", schema}};
-    c.params.guided = {guided_kind::json_schema, schema.dump(), {}};
-    finish(std::move(c), i);
-  }
-  const char* patterns[] = {"[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8})?", "\\d{3}-\\d{4}", "[a-z]+@[a-z]+\\.(com|org)",
-                            "-?\\d+(\\.\\d{1,2})?", "#[0-9a-f]{6}"};
-  for (int i = 0; i < 5; ++i) {
-    constrained_case c;
-    c.oracle_case = {{"kind", "regex"}, {"pattern", patterns[i]}};
-    c.params.guided = {guided_kind::regex, patterns[i], {}};
-    finish(std::move(c), 1000 + i);
-  }
-  constrained_case choice;
-  choice.oracle_case = {{"kind", "choice"}, {"choices", {"positive", "negative", "neutral"}}};
-  choice.params.guided = {guided_kind::choice, "", {"positive", "negative", "neutral"}};
-  finish(std::move(choice), 2000);
-  return cases;
+  testing::constrained_corpus corpus;
+  corpus.schema_seed = 2025;
+  corpus.slack_seed = 17;
+  corpus.num_schemas = num_schemas;
+  corpus.max_slack = 150;
+  corpus.patterns = {"[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8})?", "\\d{3}-\\d{4}", "[a-z]+@[a-z]+\\.(com|org)",
+                     "-?\\d+(\\.\\d{1,2})?", "#[0-9a-f]{6}"};
+  corpus.choices = {{"positive", "negative", "neutral"}};
+  return testing::build_constrained_cases(corpus, max_len, [](sampling_params& p, int index) {
+    p.temperature = index % 2 == 0 ? 0.0f : 1.0f;  // half greedy: those must equal the CPU's
+    p.top_k = index % 3 == 0 ? 20 : 0;
+    p.top_p = index % 4 == 1 ? 0.9f : 1.0f;
+    p.seed = static_cast<uint64_t>(index);
+  });
 }
 
 // Every case through one engine; the outputs by case index (EOS dropped).
