@@ -8,6 +8,14 @@ namespace {
 
 using buffer_list = std::vector<std::vector<std::byte>>;
 
+// Takes `it` out of `kept` (unordered: the last one fills its place).
+std::vector<std::byte> remove(buffer_list& kept, buffer_list::iterator it) {
+  std::swap(*it, kept.back());
+  std::vector<std::byte> removed = std::move(kept.back());
+  kept.pop_back();
+  return removed;
+}
+
 // The kept buffer of least capacity (end() if none).
 buffer_list::iterator smallest(buffer_list& kept) {
   return std::min_element(kept.begin(), kept.end(),
@@ -36,9 +44,7 @@ std::vector<std::byte> kv_buffer_pool::take(size_t bytes) {
     } else {
       ++num_reused_;
       num_kept_bytes_ -= best->capacity();
-      found = std::move(*best);
-      *best = std::move(kept_.back());
-      kept_.pop_back();
+      found = remove(kept_, best);
     }
   }
   // Outside the lock: a fresh allocation (and its zeroing) is the slow case this pool avoids.
@@ -58,9 +64,7 @@ void kv_buffer_pool::give_back(std::vector<std::byte> buffer) {
       auto least = smallest(kept_);
       if (least == kept_.end() || least->capacity() >= capacity) break;
       num_kept_bytes_ -= least->capacity();
-      freed.push_back(std::move(*least));
-      *least = std::move(kept_.back());
-      kept_.pop_back();
+      freed.push_back(remove(kept_, least));
     }
     if (kept_.size() < max_buffers_ && num_kept_bytes_ + capacity <= max_bytes_) {
       num_kept_bytes_ += capacity;
@@ -78,9 +82,7 @@ void kv_buffer_pool::trim_to(size_t max_bytes) {
     auto largest = std::max_element(kept_.begin(), kept_.end(),
                                     [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
     num_kept_bytes_ -= largest->capacity();
-    freed.push_back(std::move(*largest));
-    *largest = std::move(kept_.back());
-    kept_.pop_back();
+    freed.push_back(remove(kept_, largest));
   }
 }
 
