@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <future>
 #include <memory>
 #include <numeric>
@@ -126,6 +127,27 @@ double process_cpu_seconds() {
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// CPU seconds of the calling thread so far (the exporter's share of a transfer).
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+}
+
+// The process's resident memory now, in MiB (VmRSS): what recycled buffers, or an allocator that
+// keeps freed pages, cost in memory.
+double resident_mib() {
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  if (!status) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, status)) {
+    if (std::sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
+  }
+  std::fclose(status);
+  return kib / 1024;
 }
 
 // Minor page faults of the whole process so far: a fresh buffer's pages are faulted in (and
@@ -259,7 +281,7 @@ class plane {
 
   // Wall seconds of one transfer of `exporter`'s blocks; `cpu_seconds` (if given): the process's
   // CPU time over it.
-  double run(const model& exporter, double* cpu_seconds = nullptr) {
+  double run(const model& exporter, double* cpu_seconds = nullptr, double* export_seconds = nullptr) {
     const uint64_t id = ++next_id_;
     std::vector<int32_t> blocks(shape_.num_blocks);
     std::iota(blocks.begin(), blocks.end(), 0);
@@ -268,6 +290,7 @@ class plane {
     auto done = done_.get_future();
     receiver_->expect({id, 1, blocks, num_tokens, clock_type::now() + std::chrono::minutes(2)});
 
+    if (export_seconds) *export_seconds = 0;
     const double cpu_start = process_cpu_seconds();
     const auto start = clock_type::now();
     sender_->open(id, clock_type::now() + std::chrono::minutes(2));
@@ -282,7 +305,9 @@ class plane {
       h.payload_bytes = shape_.frame_bytes;
       std::vector<std::byte> payload =
           recycled_ ? sender_->take_buffer(h.payload_bytes) : std::vector<std::byte>(h.payload_bytes);
+      const double export_start = thread_cpu_seconds();
       exporter.export_kv(blocks, layer, 1, dtype::f32, payload);
+      if (export_seconds) *export_seconds += thread_cpu_seconds() - export_start;
       if (!sender_->send(h, std::move(payload))) throw std::runtime_error("the sender refused a frame");
     }
     sender_->finish(id);
@@ -382,7 +407,7 @@ int main(int argc, char** argv) try {
     // sender connects, and its pool grows to the frames the exporter runs ahead of the socket.
     for (plane* p : {&zmq_plane, &tcp_plane, &fresh_plane, &curve_plane, &import_plane}) p->run(*exporter);
     std::vector<double> tcp, tcp_fresh, zmq, kvtcp, fresh, curve, imported, tcp_cpu, zmq_cpu, kvtcp_cpu, fresh_cpu,
-        tcp_faults, kvtcp_faults, fresh_faults;
+        tcp_faults, kvtcp_faults, fresh_faults, kvtcp_export;
     for (int r = 0; r < reps; ++r) {
       const auto payloads = make_payloads(s);
       double cpu = process_cpu_seconds();
@@ -394,8 +419,10 @@ int main(int argc, char** argv) try {
       zmq.push_back(zmq_plane.run(*exporter, &cpu));
       zmq_cpu.push_back(cpu);
       faults = process_minor_faults();
-      kvtcp.push_back(tcp_plane.run(*exporter, &cpu));
+      double exported = 0;
+      kvtcp.push_back(tcp_plane.run(*exporter, &cpu, &exported));
       kvtcp_cpu.push_back(cpu);
+      kvtcp_export.push_back(exported);
       kvtcp_faults.push_back(process_minor_faults() - faults);
       faults = process_minor_faults();
       fresh.push_back(fresh_plane.run(*exporter, &cpu));
@@ -416,14 +443,16 @@ int main(int argc, char** argv) try {
                 i.median);
     cpu_lines.push_back(std::to_string(mib) + " MiB: plain TCP " + std::to_string(int(median_of(tcp_cpu) * 1e3)) +
                         " ms, ZeroMQ " + std::to_string(int(median_of(zmq_cpu) * 1e3)) + " ms, plane over TCP " +
-                        std::to_string(int(median_of(kvtcp_cpu) * 1e3)) + " ms, TCP alloc/frame " +
+                        std::to_string(int(median_of(kvtcp_cpu) * 1e3)) + " ms (of which the export " +
+                        std::to_string(int(median_of(kvtcp_export) * 1e3)) + " ms), TCP alloc/frame " +
                         std::to_string(int(median_of(fresh_cpu) * 1e3)) + " ms");
     const kv_sender_stats pooled = tcp_plane.sender_stats();
     pool_lines.push_back(std::to_string(mib) + " MiB: " + std::to_string(pooled.num_buffers_reused) + " reused / " +
                          std::to_string(pooled.num_buffers_allocated) + " allocated, minor page faults per transfer " +
                          std::to_string(int(median_of(kvtcp_faults))) + " (plain copy " +
                          std::to_string(int(median_of(tcp_faults))) + ", alloc/frame " +
-                         std::to_string(int(median_of(fresh_faults))) + ")");
+                         std::to_string(int(median_of(fresh_faults))) + "), resident " +
+                         std::to_string(int(resident_mib())) + " MiB after");
     std::fflush(stdout);
   }
   std::printf("\nratios against the plain TCP copy: median / median, best / best (target >= 0.8x)\n");
