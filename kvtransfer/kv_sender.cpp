@@ -333,14 +333,17 @@ class kv_sender::impl {
         return hand_result::socket_full;
       }
       blocked_.erase(to.key());
-      auto* lent = new lent_payload{std::move(frame.payload), pool_};
-      zmq::message_t body(
-          lent->buffer.data(), lent->buffer.size(),
-          [](void*, void* owner) {
-            std::unique_ptr<lent_payload> back(static_cast<lent_payload*>(owner));
-            back->pool->give_back(std::move(back->buffer));
-          },
-          lent);
+      zmq::message_t body;  // an in-place frame's payload is empty: nothing to lend
+      if (!frame.payload.empty()) {
+        auto* lent = new lent_payload{std::move(frame.payload), pool_};
+        body = zmq::message_t(
+            lent->buffer.data(), lent->buffer.size(),
+            [](void*, void* owner) {
+              std::unique_ptr<lent_payload> back(static_cast<lent_payload*>(owner));
+              back->pool->give_back(std::move(back->buffer));
+            },
+            lent);
+      }
       if (!socket->send(body, zmq::send_flags::none)) {
         why = "the payload was not taken after its header on " + to.endpoint;
         return hand_result::refused;
