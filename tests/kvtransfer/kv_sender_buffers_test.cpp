@@ -91,7 +91,7 @@ TEST_F(kv_sender_buffers_test, cancel_a_deadline_and_a_refusal_give_the_buffers_
   sender.cancel(7);
   EXPECT_EQ(sender.stats().num_pooled_buffers, 3u);
 
-  sender.open(8, in(100ms));
+  sender.open(8, in(300ms));
   queue_three(8);  // taken back from the pool
   EXPECT_EQ(sender.stats().num_buffers_reused, 3u);
   EXPECT_EQ(sender.stats().num_pooled_buffers, 0u);
