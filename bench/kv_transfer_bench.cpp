@@ -1,9 +1,14 @@
 // KV transfer throughput on loopback (issue 11): the KV data plane (kv_sender -> kv_receiver over
 // ZeroMQ, over plain TCP, and over ZeroMQ with CURVE) against a plain TCP socket copy of the same
 // bytes, side by side in one run, and the plane over plain TCP importing into a CPU model's pool.
+// "TCP, alloc/frame" is the plane over TCP with each payload allocated afresh, as the exporter
+// did before the sender recycled its buffers: the before and after of that change, interleaved.
 //
 // A transfer of S MiB is sent as it is in serving: one frame per layer of a 12-layer model
-// (12 KV heads of 64, blocks of 16 tokens, f32), i.e. frames of about S/12. The plain TCP copy
+// (12 KV heads of 64, blocks of 16 tokens, f32), i.e. frames of about S/12, each frame's buffer
+// taken from the sender's pool (kv_sender::take_buffer) and filled by a CPU model's export_kv, as
+// engine/kv_stream_out does, inside the timed run (serving exports a layer while the previous
+// one is on the wire). The plain TCP copy
 // is the floor of what any channel on this machine can do: one blocking send loop and one
 // blocking recv loop into a reused buffer, two threads of this process, 127.0.0.1. The plane's
 // receiver checks every frame; its transport columns import into a model that copies nothing
@@ -29,6 +34,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <future>
 #include <memory>
 #include <numeric>
@@ -121,6 +127,35 @@ double process_cpu_seconds() {
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// CPU seconds of the calling thread so far (the exporter's share of a transfer).
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+}
+
+// The process's resident memory now, in MiB (VmRSS): what recycled buffers, or an allocator that
+// keeps freed pages, cost in memory.
+double resident_mib() {
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  if (!status) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, status)) {
+    if (std::sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
+  }
+  std::fclose(status);
+  return kib / 1024;
+}
+
+// Minor page faults of the whole process so far: a fresh buffer's pages are faulted in (and
+// zeroed by the kernel) on first touch, which is what recycled buffers avoid.
+double process_minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_minflt);
 }
 
 // ---- plain TCP --------------------------------------------------------------------------
@@ -219,9 +254,13 @@ class plain_tcp {
 // once), forced through the socket.
 class plane {
  public:
-  plane(model& m, const transfer_shape& s, bool curve, bool plain_tcp = false) : shape_(s) {
+  // `recycled` off: each payload is a fresh allocation, freed after its write (the sender keeps
+  // none), as engine/kv_stream_out allocated them before the sender's pool.
+  plane(model& m, const transfer_shape& s, bool curve, bool plain_tcp = false, bool recycled = true)
+      : shape_(s), recycled_(recycled) {
     kv_channel_settings receiver_settings, sender_settings;
     sender_settings.allow_direct = false;
+    if (!recycled) sender_settings.max_pooled_bytes = 0;
     receiver_settings.plain_tcp = plain_tcp;
     if (curve) {
       receiver_settings.keys = make_keys();
@@ -240,8 +279,9 @@ class plane {
                                           }});
   }
 
-  // Wall seconds of one transfer; `cpu_seconds` (if given): the process's CPU time over it.
-  double run(std::vector<std::vector<std::byte>> payloads, double* cpu_seconds = nullptr) {
+  // Wall seconds of one transfer of `exporter`'s blocks; `cpu_seconds` (if given): the process's
+  // CPU time over it.
+  double run(const model& exporter, double* cpu_seconds = nullptr, double* export_seconds = nullptr) {
     const uint64_t id = ++next_id_;
     std::vector<int32_t> blocks(shape_.num_blocks);
     std::iota(blocks.begin(), blocks.end(), 0);
@@ -250,6 +290,7 @@ class plane {
     auto done = done_.get_future();
     receiver_->expect({id, 1, blocks, num_tokens, clock_type::now() + std::chrono::minutes(2)});
 
+    if (export_seconds) *export_seconds = 0;
     const double cpu_start = process_cpu_seconds();
     const auto start = clock_type::now();
     sender_->open(id, clock_type::now() + std::chrono::minutes(2));
@@ -262,7 +303,12 @@ class plane {
       h.span = shape_.layer_span;
       h.span.first_layer = layer;
       h.payload_bytes = shape_.frame_bytes;
-      if (!sender_->send(h, std::move(payloads[layer]))) throw std::runtime_error("the sender refused a frame");
+      std::vector<std::byte> payload =
+          recycled_ ? sender_->take_buffer(h.payload_bytes) : std::vector<std::byte>(h.payload_bytes);
+      const double export_start = thread_cpu_seconds();
+      exporter.export_kv(blocks, layer, 1, dtype::f32, payload);
+      if (export_seconds) *export_seconds += thread_cpu_seconds() - export_start;
+      if (!sender_->send(h, std::move(payload))) throw std::runtime_error("the sender refused a frame");
     }
     sender_->finish(id);
     if (done.wait_for(std::chrono::minutes(2)) != std::future_status::ready || !done.get()) {
@@ -273,6 +319,8 @@ class plane {
     return seconds;
   }
 
+  kv_sender_stats sender_stats() const { return sender_->stats(); }
+
  private:
   static kv_channel_keys make_keys() {
     char public_key[41], secret_key[41];
@@ -281,6 +329,7 @@ class plane {
   }
 
   transfer_shape shape_;
+  bool recycled_ = true;
   std::unique_ptr<kv_receiver> receiver_;
   std::unique_ptr<kv_sender> sender_;
   std::promise<bool> done_;
@@ -330,47 +379,87 @@ int main(int argc, char** argv) try {
   std::printf("KV transfer on loopback: one frame per layer of a %d-layer model (%d KV heads x %d, blocks of %d, f32); "
               "MiB/s best / median of %d\n\n",
               num_layers, config.num_kv_heads, config.head_dim, block_size, reps);
-  std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s %6s | %17s %6s | %17s\n", "transfer", "frame",
-              "plain TCP copy", "TCP, fresh buffers", "ZeroMQ", "median", "best", "plane over TCP", "median", "best",
-              "ZeroMQ + CURVE", "median", "TCP + CPU import");
-  std::vector<std::string> cpu_lines;
+  std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s %6s | %17s %6s %6s | %17s %6s | %17s\n", "transfer",
+              "frame", "plain TCP copy", "TCP, fresh buffers", "ZeroMQ", "median", "best", "plane over TCP", "median",
+              "best", "TCP, alloc/frame", "median", "best", "ZeroMQ + CURVE", "median", "TCP + CPU import");
+  std::vector<std::string> cpu_lines, pool_lines;
   for (size_t mib : sizes) {
     const transfer_shape s = shape_for(config, mib);
     transport_only_model null_pool(config, s.num_blocks);
     auto cpu_pool = make_cpu_model(config, weights, {s.num_blocks, block_size}, 1);
+    auto exporter = make_cpu_model(config, weights, {s.num_blocks, block_size}, 1);  // the prefill side's pool
+    {
+      // Real values in every block the plane's frames are exported from (touched once, as a
+      // prefill's writes would have).
+      const std::vector<std::byte> values = make_payloads(s).front();
+      std::vector<int32_t> all(s.num_blocks);
+      std::iota(all.begin(), all.end(), 0);
+      for (int layer = 0; layer < num_layers; ++layer) {
+        kv_span_header span = s.layer_span;
+        span.first_layer = layer;
+        exporter->import_kv(all, span, values);
+      }
+    }
     plane zmq_plane(null_pool, s, false), curve_plane(null_pool, s, true), import_plane(*cpu_pool, s, false, true),
-        tcp_plane(null_pool, s, false, true);
+        tcp_plane(null_pool, s, false, true), fresh_plane(null_pool, s, false, true, false);
     plain_tcp tcp_pair(s);
-    std::vector<double> tcp, tcp_fresh, zmq, kvtcp, curve, imported, tcp_cpu, zmq_cpu, kvtcp_cpu;
+    // One transfer per plane before the timed ones, as the plain copy connects beforehand: each
+    // sender connects, and its pool grows to the frames the exporter runs ahead of the socket.
+    for (plane* p : {&zmq_plane, &tcp_plane, &fresh_plane, &curve_plane, &import_plane}) p->run(*exporter);
+    std::vector<double> tcp, tcp_fresh, zmq, kvtcp, fresh, curve, imported, tcp_cpu, zmq_cpu, kvtcp_cpu, fresh_cpu,
+        tcp_faults, kvtcp_faults, fresh_faults, kvtcp_export;
     for (int r = 0; r < reps; ++r) {
       const auto payloads = make_payloads(s);
       double cpu = process_cpu_seconds();
+      double faults = process_minor_faults();
       tcp.push_back(tcp_pair.run(payloads));
       tcp_cpu.push_back(process_cpu_seconds() - cpu);
+      tcp_faults.push_back(process_minor_faults() - faults);
       tcp_fresh.push_back(tcp_pair.run(payloads, true));
-      zmq.push_back(zmq_plane.run(payloads, &cpu));
+      zmq.push_back(zmq_plane.run(*exporter, &cpu));
       zmq_cpu.push_back(cpu);
-      kvtcp.push_back(tcp_plane.run(payloads, &cpu));
+      faults = process_minor_faults();
+      double exported = 0;
+      kvtcp.push_back(tcp_plane.run(*exporter, &cpu, &exported));
       kvtcp_cpu.push_back(cpu);
-      curve.push_back(curve_plane.run(payloads));
-      imported.push_back(import_plane.run(payloads));
+      kvtcp_export.push_back(exported);
+      kvtcp_faults.push_back(process_minor_faults() - faults);
+      faults = process_minor_faults();
+      fresh.push_back(fresh_plane.run(*exporter, &cpu));
+      fresh_cpu.push_back(cpu);
+      fresh_faults.push_back(process_minor_faults() - faults);
+      curve.push_back(curve_plane.run(*exporter));
+      imported.push_back(import_plane.run(*exporter));
     }
     const size_t bytes = s.total_bytes();
     const summary t = summarize(tcp, bytes), f = summarize(tcp_fresh, bytes), z = summarize(zmq, bytes),
-                  k = summarize(kvtcp, bytes), c = summarize(curve, bytes), i = summarize(imported, bytes);
+                  k = summarize(kvtcp, bytes), a = summarize(fresh, bytes), c = summarize(curve, bytes),
+                  i = summarize(imported, bytes);
     std::printf("%5.1f MiB %6.2f MiB | %7.0f / %7.0f | %7.0f / %7.0f | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx "
-                "%5.2fx | %7.0f / %7.0f %5.2fx | %7.0f / %7.0f\n",
+                "%5.2fx | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx | %7.0f / %7.0f\n",
                 double(bytes) / (1 << 20), double(s.frame_bytes) / (1 << 20), t.best, t.median, f.best, f.median, z.best,
                 z.median, z.median / t.median, z.best / t.best, k.best, k.median, k.median / t.median, k.best / t.best,
-                c.best, c.median, c.median / t.median, i.best, i.median);
+                a.best, a.median, a.median / t.median, a.best / t.best, c.best, c.median, c.median / t.median, i.best,
+                i.median);
     cpu_lines.push_back(std::to_string(mib) + " MiB: plain TCP " + std::to_string(int(median_of(tcp_cpu) * 1e3)) +
                         " ms, ZeroMQ " + std::to_string(int(median_of(zmq_cpu) * 1e3)) + " ms, plane over TCP " +
-                        std::to_string(int(median_of(kvtcp_cpu) * 1e3)) + " ms");
+                        std::to_string(int(median_of(kvtcp_cpu) * 1e3)) + " ms (of which the export " +
+                        std::to_string(int(median_of(kvtcp_export) * 1e3)) + " ms), TCP alloc/frame " +
+                        std::to_string(int(median_of(fresh_cpu) * 1e3)) + " ms");
+    const kv_sender_stats pooled = tcp_plane.sender_stats();
+    pool_lines.push_back(std::to_string(mib) + " MiB: " + std::to_string(pooled.num_buffers_reused) + " reused / " +
+                         std::to_string(pooled.num_buffers_allocated) + " allocated, minor page faults per transfer " +
+                         std::to_string(int(median_of(kvtcp_faults))) + " (plain copy " +
+                         std::to_string(int(median_of(tcp_faults))) + ", alloc/frame " +
+                         std::to_string(int(median_of(fresh_faults))) + "), resident " +
+                         std::to_string(int(resident_mib())) + " MiB after");
     std::fflush(stdout);
   }
   std::printf("\nratios against the plain TCP copy: median / median, best / best (target >= 0.8x)\n");
   std::printf("CPU time per transfer (the process, every thread; median):");
   for (const std::string& line : cpu_lines) std::printf("  %s;", line.c_str());
+  std::printf("\nplane over TCP, the sender's payload buffers (kv_sender::take_buffer):");
+  for (const std::string& line : pool_lines) std::printf("  %s;", line.c_str());
   std::printf("\n");
   return 0;
 } catch (const std::exception& e) {

@@ -81,7 +81,7 @@ void kv_stream_out::on_layer_written(int layer) {
     header.token_end = e.token_end;
     header.span = kv_span_for(model_.config(), model_.kv_shape(), static_cast<int>(ids.size()), layer, 1, element);
     header.payload_bytes = kv_span_bytes(header.span);
-    std::vector<std::byte> payload(header.payload_bytes);
+    std::vector<std::byte> payload = sender_.take_buffer(header.payload_bytes);  // a sent frame's, recycled
     model_.export_kv(ids, layer, 1, element, payload);
     if (!sender_.send(header, std::move(payload))) {
       spdlog::warn("kv stream: the sender refused layer {} of request {} (transfer {}); its receiver will time out",

@@ -49,6 +49,13 @@ struct kv_channel_settings {
   // How long closing a sender's socket may wait for frames ZeroMQ still holds: a destructor
   // never hangs on a peer that is gone.
   std::chrono::milliseconds linger{1000};
+  // A sender's payload buffers kept for reuse once their frames have left (kv_buffer_pool,
+  // kv_sender::take_buffer): at most this much capacity (256 MiB: every frame of a 256 MiB
+  // transfer, 12 layers of 21 MiB, comes back for the next one), and never more than its
+  // max_buffered_bytes leaves beside the frames queued. All freed once no buffer was taken for
+  // pooled_idle_release (jemalloc's own default decay for freed pages is 10 s too).
+  uint64_t max_pooled_bytes = uint64_t(256) << 20;
+  std::chrono::milliseconds pooled_idle_release{10000};
 };
 
 // The KV channel keys of member `name` in a credentials directory: NAME.kv.key (its key pair)

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <deque>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "kvtransfer/kv_buffer_pool.hpp"
 #include "kvtransfer/kv_local_receivers.hpp"
 #include "kvtransfer/kv_tcp.hpp"
 
@@ -36,6 +38,10 @@ constexpr int send_high_water_mark = 8;
 constexpr size_t max_early_ready = 4096;
 // How long connecting to a plain-TCP receiver may take before the transfer fails.
 constexpr auto tcp_connect_timeout = std::chrono::milliseconds(1000);
+// Payload buffers kept for reuse, at most (their bytes are bounded by max_pooled_bytes): a
+// step's frames (one per layer of each streaming request) come back one by one while the
+// exporter takes the next ones; a few dozen would only lengthen take_buffer's scan.
+constexpr size_t max_pooled_buffers = 16;
 
 std::string transfer_name(uint64_t transfer_id) { return "KV transfer " + std::to_string(transfer_id); }
 
@@ -47,8 +53,15 @@ struct destination {
 
 struct queued_frame {
   std::array<std::byte, kv_frame_header_bytes> header;
-  // Owned on the heap so that ZeroMQ can take it over without a copy.
-  std::unique_ptr<std::vector<std::byte>> payload;
+  std::vector<std::byte> payload;  // from the pool (take_buffer) or the caller; goes back to the pool
+};
+
+// A payload ZeroMQ took over without a copy: its free function (on ZeroMQ's I/O thread, once the
+// bytes are sent or the message dropped) gives the buffer back. The pool is shared so that it
+// outlives a message ZeroMQ frees late.
+struct lent_payload {
+  std::vector<std::byte> buffer;
+  std::shared_ptr<kv_buffer_pool> pool;
 };
 
 struct failure {
@@ -63,7 +76,10 @@ enum class hand_result { handed, socket_full, refused };
 class kv_sender::impl {
  public:
   impl(kv_channel_settings settings, kv_sender_events events)
-      : settings_(std::move(settings)), events_(std::move(events)) {
+      : settings_(std::move(settings)),
+        events_(std::move(events)),
+        pool_(std::make_shared<kv_buffer_pool>(max_pooled_buffers,
+                                               std::min(settings_.max_pooled_bytes, settings_.max_buffered_bytes))) {
     thread_ = std::thread([this] { run(); });
   }
 
@@ -92,6 +108,8 @@ class kv_sender::impl {
     wake_.notify_all();
   }
 
+  std::vector<std::byte> take_buffer(size_t bytes) { return pool_->take(bytes); }
+
   bool send(kv_frame_header header, std::vector<std::byte> payload) {
     if (header.payload_bytes != payload.size()) {
       throw std::invalid_argument(transfer_name(header.transfer_id) + ": header payload_bytes " +
@@ -101,12 +119,16 @@ class kv_sender::impl {
     queued_frame frame;
     encode_kv_frame_header(header, frame.header);
     const size_t size = payload.size();
-    frame.payload = std::make_unique<std::vector<std::byte>>(std::move(payload));
+    frame.payload = std::move(payload);
     {
       std::lock_guard lock(mutex_);
       auto it = transfers_.find(header.transfer_id);
-      if (it == transfers_.end()) return false;
+      if (it == transfers_.end()) {
+        pool_->give_back(std::move(frame.payload));
+        return false;
+      }
       if (num_buffered_bytes_ + size > settings_.max_buffered_bytes) {
+        pool_->give_back(std::move(frame.payload));
         fail_locked(it, "the sender's buffer of " + std::to_string(settings_.max_buffered_bytes) +
                             " bytes is full (" + std::to_string(num_buffered_bytes_) + " queued, a frame of " +
                             std::to_string(size) + " more)");
@@ -115,6 +137,9 @@ class kv_sender::impl {
       }
       num_buffered_bytes_ += size;
       it->second.frames.push_back(std::move(frame));
+      // What the pool keeps counts against the queue's limit: queued and kept bytes together never
+      // pass max_buffered_bytes, so recycling never holds more than the queue alone could.
+      pool_->trim_to(settings_.max_buffered_bytes - num_buffered_bytes_);
     }
     wake_.notify_all();
     return true;
@@ -163,7 +188,9 @@ class kv_sender::impl {
 
   kv_sender_stats stats() const {
     std::lock_guard lock(mutex_);
-    return {num_frames_, num_bytes_, transfers_.size(), num_buffered_bytes_, num_destinations_};
+    const kv_buffer_pool_stats pool = pool_->stats();
+    return {num_frames_,     num_bytes_,         transfers_.size(), num_buffered_bytes_, num_destinations_,
+            pool.num_reused, pool.num_allocated, pool.num_kept,     pool.num_kept_bytes};
   }
 
  private:
@@ -177,7 +204,10 @@ class kv_sender::impl {
   using transfer_iterator = std::map<uint64_t, transfer>::iterator;
 
   void erase_locked(transfer_iterator it) {
-    for (const queued_frame& f : it->second.frames) num_buffered_bytes_ -= f.payload->size();
+    for (queued_frame& f : it->second.frames) {
+      num_buffered_bytes_ -= f.payload.size();
+      pool_->give_back(std::move(f.payload));
+    }
     transfers_.erase(it);
   }
 
@@ -242,6 +272,7 @@ class kv_sender::impl {
       auto it = next_sendable_locked();
       if (it == transfers_.end()) {
         idle_.notify_all();
+        pool_->release_if_idle(std::chrono::steady_clock::now(), settings_.pooled_idle_release);
         wake_.wait_for(lock, idle_wait);
         continue;
       }
@@ -250,7 +281,7 @@ class kv_sender::impl {
       queued_frame frame = std::move(t.frames.front());
       t.frames.pop_front();
       t.in_flight = in_flight_ = true;
-      const size_t size = frame.payload->size();
+      const size_t size = frame.payload.size();
       num_buffered_bytes_ -= size;
       const destination to = *t.to;
       const auto deadline = t.deadline;
@@ -259,6 +290,9 @@ class kv_sender::impl {
 
       std::string why;
       const hand_result result = hand_over(frame, to, deadline, why);
+      // Its bytes have left (or never will): the buffer is free for the exporter's next frame.
+      // ZeroMQ took its payload over (moved out, empty here) and gives it back when it frees it.
+      if (result != hand_result::socket_full) pool_->give_back(std::move(frame.payload));
 
       lock.lock();
       in_flight_ = false;
@@ -267,7 +301,10 @@ class kv_sender::impl {
         ++num_frames_;
         num_bytes_ += size;
       }
-      if (now_it == transfers_.end()) continue;
+      if (now_it == transfers_.end()) {
+        pool_->give_back(std::move(frame.payload));  // a socket_full frame of a transfer gone meanwhile
+        continue;
+      }
       now_it->second.in_flight = false;
       if (result == hand_result::socket_full) {
         num_buffered_bytes_ += size;
@@ -283,7 +320,7 @@ class kv_sender::impl {
   // Hands one frame to a receiver of this process or to the destination's socket, on the thread.
   hand_result hand_over(queued_frame& frame, const destination& to, std::chrono::steady_clock::time_point deadline,
                         std::string& why) {
-    if (settings_.allow_direct && deliver_to_local_receiver(to.endpoint, frame.header, *frame.payload)) {
+    if (settings_.allow_direct && deliver_to_local_receiver(to.endpoint, frame.header, frame.payload)) {
       return hand_result::handed;
     }
     if (is_kv_tcp_endpoint(to.endpoint)) return hand_over_tcp(frame, to, deadline, why);
@@ -296,10 +333,17 @@ class kv_sender::impl {
         return hand_result::socket_full;
       }
       blocked_.erase(to.key());
-      std::vector<std::byte>* payload = frame.payload.release();
-      zmq::message_t body(
-          payload->data(), payload->size(), [](void*, void* owner) { delete static_cast<std::vector<std::byte>*>(owner); },
-          payload);
+      zmq::message_t body;  // an in-place frame's payload is empty: nothing to lend
+      if (!frame.payload.empty()) {
+        auto* lent = new lent_payload{std::move(frame.payload), pool_};
+        body = zmq::message_t(
+            lent->buffer.data(), lent->buffer.size(),
+            [](void*, void* owner) {
+              std::unique_ptr<lent_payload> back(static_cast<lent_payload*>(owner));
+              back->pool->give_back(std::move(back->buffer));
+            },
+            lent);
+      }
       if (!socket->send(body, zmq::send_flags::none)) {
         why = "the payload was not taken after its header on " + to.endpoint;
         return hand_result::refused;
@@ -331,7 +375,7 @@ class kv_sender::impl {
       std::lock_guard lock(mutex_);
       num_destinations_ = sockets_.size() + tcp_sockets_.size();
     }
-    switch (kv_tcp_write_frame(it->second, frame.header, *frame.payload, deadline, why)) {
+    switch (kv_tcp_write_frame(it->second, frame.header, frame.payload, deadline, why)) {
       case kv_tcp_write::done:
         blocked_.erase(key);
         return hand_result::handed;
@@ -388,6 +432,7 @@ class kv_sender::impl {
 
   const kv_channel_settings settings_;
   const kv_sender_events events_;
+  const std::shared_ptr<kv_buffer_pool> pool_;  // shared with the payloads ZeroMQ holds
 
   zmq::context_t context_{1};
   std::map<std::string, zmq::socket_t> sockets_;  // the thread's only (destination key -> socket)
@@ -417,6 +462,7 @@ kv_sender::~kv_sender() = default;
 void kv_sender::open(uint64_t transfer_id, std::chrono::steady_clock::time_point deadline) {
   impl_->open(transfer_id, deadline);
 }
+std::vector<std::byte> kv_sender::take_buffer(size_t bytes) { return impl_->take_buffer(bytes); }
 bool kv_sender::send(kv_frame_header header, std::vector<std::byte> payload) {
   return impl_->send(header, std::move(payload));
 }

@@ -9,6 +9,11 @@
 // lease: bounded per sender (max_buffered_bytes), released when the frames are handed to the
 // socket, when the transfer is cancelled, or at its deadline (then `failed` is called).
 //
+// The payload buffers are recycled: a frame's buffer goes back to the sender's pool once its
+// bytes are on the socket (plain TCP), once ZeroMQ frees the message (after its I/O thread sent
+// it), once a receiver of this process copied it, or when its frame is dropped; the exporter
+// takes the next frame's buffer with take_buffer() (kv_buffer_pool.hpp says why).
+//
 // Thread safety: every call may come from any thread; events come on the sender's thread.
 
 #include <chrono>
@@ -34,6 +39,10 @@ struct kv_sender_stats {
   size_t num_transfers = 0;       // open (leases)
   size_t num_buffered_bytes = 0;  // queued, not yet sent
   size_t num_destinations = 0;    // sockets open (one per destination endpoint)
+  uint64_t num_buffers_reused = 0;     // take_buffer() served from a buffer a sent frame gave back
+  uint64_t num_buffers_allocated = 0;  // take_buffer() that allocated
+  size_t num_pooled_buffers = 0;       // kept for reuse now
+  size_t num_pooled_bytes = 0;         // their capacity
 };
 
 class kv_sender {
@@ -43,6 +52,11 @@ class kv_sender {
   kv_sender(const kv_sender&) = delete;
   kv_sender& operator=(const kv_sender&) = delete;
 
+  // A payload buffer of `bytes` for send(), reused from a frame that has left when one of
+  // enough capacity is kept (kv_buffer_pool; bounded by settings.max_pooled_bytes), else new.
+  // Its contents are unspecified: the caller writes every byte. Every buffer send() takes, from
+  // here or not, comes back to the pool once its bytes have left or its frame was dropped.
+  std::vector<std::byte> take_buffer(size_t bytes);
   // Opens a transfer that must be sent (ready + all frames) before `deadline`.
   void open(uint64_t transfer_id, std::chrono::steady_clock::time_point deadline);
   // Queues one frame (header.payload_bytes == payload.size()) of an open transfer; frames of one

@@ -1,0 +1,68 @@
+// The prefill side's host path: kv_stream_out exports each layer a step wrote into a buffer
+// taken from the sender's pool, so a request streamed after another reuses the buffers the first
+// one's frames gave back (no fresh multi-MiB allocation per frame), and the KV still arrives
+// bitwise equal: the decode step on the receiving model gives the prefill side's logits.
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine/kv_stream_out.hpp"
+#include "tests/kvtransfer/kv_plane_support.hpp"
+
+namespace troupe::test {
+namespace {
+
+class kv_stream_out_host : public kv_plane_test {
+ protected:
+  // Streams the prompt of `request` through `out` in the chunks `cuts` names ({0, ..., num_tokens}).
+  void stream(kv_stream_out& out, int64_t request, const std::vector<int>& cuts) {
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      scheduled_sequence s;
+      s.request_id = request;
+      s.num_computed_tokens = cuts[i];
+      s.new_token_ids.assign(kv_transfer_prompt.begin() + cuts[i], kv_transfer_prompt.begin() + cuts[i + 1]);
+      s.block_table = blocks_a;
+      s.sample = i + 2 == cuts.size();
+      step_plan plan;
+      plan.sequences.push_back(s);
+      ASSERT_TRUE(out.prepare(plan, {&blocks_a})) << "chunk " << i;
+      for (int layer = 0; layer < num_layers(); ++layer) out.on_layer_written(layer);
+      out.finish_step();
+    }
+  }
+};
+
+TEST_F(kv_stream_out_host, a_second_request_streams_from_the_buffers_the_first_gave_back) {
+  kv_channel_settings settings;
+  settings.allow_direct = false;  // over the socket (plain TCP), as between two processes
+  event_log received;
+  kv_receiver receiver(*b_, settings, received.receiver_events());
+  kv_sender sender(settings, {});
+  kv_stream_out out(*a_, sender, 60s);
+  const size_t frames_per_request = size_t(2 * num_layers());  // two chunks
+  uint64_t allocated_by_the_first = 0;
+  for (auto [request, transfer] : {std::pair{int64_t(1), uint64_t(7)}, std::pair{int64_t(2), uint64_t(8)}}) {
+    kv_expectation e = expectation(transfer);
+    e.request_id = request;
+    receiver.expect(e);
+    out.start(request, transfer);
+    sender.ready(transfer, receiver.endpoint(), receiver.public_key());
+    stream(out, request, {0, 6, num_tokens});
+    const auto done = received.wait_for(transfer);
+    ASSERT_TRUE(done) << receiver.stats().last_refusal;
+    ASSERT_TRUE(done->completed) << done->why;
+    EXPECT_EQ(decode_on_b(), expected_) << "request " << request;
+    out.forget(request, false);
+    ASSERT_TRUE(sender.wait_idle(10s));
+    if (request == 1) allocated_by_the_first = sender.stats().num_buffers_allocated;
+  }
+  const kv_sender_stats stats = sender.stats();
+  EXPECT_EQ(stats.num_buffers_reused + stats.num_buffers_allocated, 2 * frames_per_request);
+  EXPECT_EQ(stats.num_buffers_allocated, allocated_by_the_first) << "the second request allocated";
+  EXPECT_GE(stats.num_buffers_reused, frames_per_request);
+  EXPECT_EQ(out.num_streams(), 0u);
+}
+
+}  // namespace
+}  // namespace troupe::test
