@@ -131,11 +131,13 @@ bool kv_stream_out::copy_layer(step_entry& e, std::span<const int32_t> ids, std:
 }
 
 void kv_stream_out::complete_device_copies() {
+  // A stream that broke during the step may have posted sends of earlier layers: waited for too.
   for (step_entry& e : step_) {
-    if (e.state->broken || !e.state->peer) continue;
+    if (!e.state->peer) continue;
     try {
       device_.copier->complete(e.state->peer->pool_handle, e.state->deadline);
     } catch (const std::exception& error) {
+      if (e.state->broken) continue;
       spdlog::warn("kv stream: the KV of request {} (transfer {}) did not complete: {}; its receiver will time out",
                    e.request_id, e.state->transfer_id, error.what());
       e.state->broken = true;
