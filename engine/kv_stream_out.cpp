@@ -112,7 +112,15 @@ void kv_stream_out::copy_in_place(step_entry& e, std::span<const int32_t> ids, i
   header.span = kv_span_for(model_.config(), model_.kv_shape(), static_cast<int>(ids.size()), layer, 1, model_.kv_dtype());
   header.payload_bytes = 0;
   header.in_place = true;
-  if (!sender_.send(header, {})) {
+  std::vector<std::byte> payload;
+  if (frame_first) {
+    // The frame names its send's place in the pair's order: frames of different transfers may
+    // be handed over in another order than their sends are posted.
+    header.sequenced = true;
+    payload = encode_kv_frame_sequence(device_.copier->next_sequence(peer.pool_handle));
+    header.payload_bytes = payload.size();
+  }
+  if (!sender_.send(header, std::move(payload))) {
     break_stream(e, layer, "the sender refused its in-place frame");
     return;
   }

@@ -32,8 +32,15 @@ class device_kv_copier {
   // Whether the receiver must have a layer's in-place frame before its data. false (CUDA IPC):
   // copy_to returns once the blocks are there, and the frame then says so. true (NCCL): the
   // receiver posts its receive when the frame arrives, so the frame goes first, copy_to only
-  // posts the copies, and complete() waits for them.
+  // posts the copies, and complete() waits for them. Its frames are sequenced (next_sequence).
   virtual bool frame_first() const { return false; }
+  // frame_first: the place in `peer_handle`'s pair order that the next copy_to to it takes, for
+  // its in-place frame (kv_frame_header::sequenced): the receiver posts its receives in this
+  // order, whatever order the frames arrive in.
+  virtual uint64_t next_sequence(const std::string& peer_handle) {
+    (void)peer_handle;
+    return 0;
+  }
   // Copies layers [first_layer, first_layer + num_layers) of local_blocks[i] into peer_blocks[i]
   // of the pool `peer_handle` names (see frame_first for when they are there); no wait outlives
   // `deadline`, the transfer's. Throws naming what is wrong: geometry, ids, a device call.

@@ -199,7 +199,7 @@ class kv_receiver::impl final : public kv_frame_sink {
     transfer& t = it->second;
     std::string why = mismatch(t, h, payload.size());
     if (why.empty() && !t.expectation.device_pair.empty()) {
-      why = queue_device_receive(t, h);
+      why = queue_device_receive(t, h, payload);
       if (why.empty()) return std::nullopt;  // booked when the receive completes
     }
     if (why.empty() && !h.in_place) {
@@ -246,15 +246,11 @@ class kv_receiver::impl final : public kv_frame_sink {
   // An in-place frame of an nccl transfer: its layer's blocks are received on the transfer's
   // pair (in frame order), and the frame is booked by the receive's completion. Why not ("" when
   // queued).
-  std::string queue_device_receive(transfer& t, const kv_frame_header& h) {
+  std::string queue_device_receive(transfer& t, const kv_frame_header& h, std::span<const std::byte> payload) {
+    // decode_kv_frame_header checked that num_blocks is what the token range spans, exactly
+    // (NCCL pairs sizes), and mismatch() that the range lies inside the expectation's blocks.
     const int32_t first_block = h.token_begin / pool_.block_size;
-    const int32_t end_block = (h.token_end + pool_.block_size - 1) / pool_.block_size;
-    // NCCL pairs sizes: the sender's block count is what the token range spans, exactly.
-    if (h.span.num_blocks != end_block - first_block) {
-      return "the frame spans " + std::to_string(h.span.num_blocks) + " blocks, its tokens [" +
-             std::to_string(h.token_begin) + ", " + std::to_string(h.token_end) + ") span " +
-             std::to_string(end_block - first_block);
-    }
+    const int32_t end_block = first_block + h.span.num_blocks;
     nccl_kv_receive r;
     r.transfer_id = h.transfer_id;
     r.blocks.assign(t.expectation.block_ids.begin() + first_block, t.expectation.block_ids.begin() + end_block);
@@ -263,7 +259,7 @@ class kv_receiver::impl final : public kv_frame_sink {
     r.deadline = t.expectation.deadline;
     r.done = [this, h](const std::string& why) { device_receive_done(h, why); };
     try {
-      inbox_->receive(t.expectation.device_pair, std::move(r));
+      inbox_->receive(t.expectation.device_pair, decode_kv_frame_sequence(payload), std::move(r));
     } catch (const std::exception& e) {
       return e.what();
     }
@@ -302,6 +298,11 @@ class kv_receiver::impl final : public kv_frame_sink {
     if (h.in_place != e.in_place) {
       return h.in_place ? "the frame says its KV was written in place (a device transport), the transfer expects its bytes"
                         : "the frame carries bytes, the transfer expects its KV written in place by a device transport";
+    }
+    if (h.sequenced != !e.device_pair.empty()) {
+      return h.sequenced ? "the frame carries a pair sequence, the transfer is not received over an nccl pair"
+                         : "the frame carries no pair sequence, the transfer is received over an nccl pair (kv_transport "
+                           "\"nccl\")";
     }
     if (h.payload_bytes != payload_size) {
       return "the header announces payload_bytes " + std::to_string(h.payload_bytes) + ", the payload has " +

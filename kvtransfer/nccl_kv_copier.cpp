@@ -33,9 +33,11 @@ void nccl_kv_copier::copy_to(const std::string& peer_handle, std::span<const int
     // frame is out already, so a refusal breaks the pair on both sides like any failure.
     device_kv_runs(local_, local_blocks, handle.geometry, peer_blocks, first_layer, num_layers);
     if (it == pairs_.end()) {
-      it = pairs_.emplace(handle.pair_id, links_->join(handle.pair_id, kv_pair_side::prefill, deadline, never)).first;
+      it = pairs_.emplace(handle.pair_id, pair{links_->join(handle.pair_id, kv_pair_side::prefill, deadline, never), 0})
+               .first;
     }
-    it->second->post(local_blocks, first_layer, num_layers, deadline, never);
+    it->second.link->post(local_blocks, first_layer, num_layers, deadline, never);
+    ++it->second.num_posted;
   } catch (const std::exception&) {
     drop(handle.pair_id);
     throw;
@@ -47,10 +49,19 @@ void nccl_kv_copier::complete(const std::string& peer_handle, std::chrono::stead
   auto it = pairs_.find(handle.pair_id);
   if (it == pairs_.end()) return;  // nothing posted (or dropped, and that transfer broke then)
   try {
-    it->second->wait(deadline, never);
+    it->second.link->wait(deadline, never);
   } catch (const std::exception&) {
     drop(handle.pair_id);
     throw;
+  }
+}
+
+uint64_t nccl_kv_copier::next_sequence(const std::string& peer_handle) {
+  try {
+    auto it = pairs_.find(decode_nccl_pool_handle(peer_handle).pair_id);
+    return it == pairs_.end() ? 0 : it->second.num_posted;
+  } catch (const std::invalid_argument&) {
+    return 0;  // not a handle: copy_to refuses it, naming why
   }
 }
 

@@ -33,6 +33,8 @@ class nccl_kv_copier final : public device_kv_copier {
   nccl_kv_copier(device_kv_pool local, std::shared_ptr<kv_pair_links> links);
 
   bool frame_first() const override { return true; }
+  // The number of copy_to calls posted to the pair so far (0 for one not joined yet).
+  uint64_t next_sequence(const std::string& peer_handle) override;
   // Posts the sends of layers [first_layer, first_layer + num_layers) of local_blocks to the pair
   // `peer_handle` names (peer_blocks are the receiver's, checked against the handle's geometry
   // with the layers and ids before anything is posted). Throws std::invalid_argument for those
@@ -50,7 +52,11 @@ class nccl_kv_copier final : public device_kv_copier {
   static constexpr size_t max_dead_ids = 256;
   device_kv_pool local_;
   std::shared_ptr<kv_pair_links> links_;
-  std::map<std::string, std::unique_ptr<kv_pair_link>> pairs_;  // by pair id
+  struct pair {
+    std::unique_ptr<kv_pair_link> link;
+    uint64_t num_posted = 0;
+  };
+  std::map<std::string, pair> pairs_;  // by pair id
   std::deque<std::string> dead_ids_;                            // oldest first
 };
 

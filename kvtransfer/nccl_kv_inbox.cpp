@@ -20,7 +20,9 @@ constexpr auto end_grace = std::chrono::seconds(1);
 struct nccl_kv_inbox::pair {
   std::string id;
   std::string peer;
-  std::deque<nccl_kv_receive> queue;
+  std::deque<nccl_kv_receive> queue;           // in sequence, for the thread
+  std::map<uint64_t, nccl_kv_receive> held;    // arrived before one they follow
+  uint64_t next_sequence = 0;                  // the next to queue
   bool broken = false;
   std::string why;                 // why it broke
   std::atomic<bool> stop{false};   // polled by the link's waits
@@ -31,8 +33,9 @@ struct nccl_kv_inbox::pair {
   std::thread thread;
 };
 
-nccl_kv_inbox::nccl_kv_inbox(device_kv_pool pool, std::shared_ptr<kv_pair_links> links, size_t max_pairs)
-    : pool_(pool), links_(std::move(links)), max_pairs_(max_pairs) {
+nccl_kv_inbox::nccl_kv_inbox(device_kv_pool pool, std::shared_ptr<kv_pair_links> links, size_t max_pairs,
+                             size_t max_held)
+    : pool_(pool), links_(std::move(links)), max_pairs_(max_pairs), max_held_(max_held) {
   if (!links_) throw std::invalid_argument("nccl kv inbox: no links to join pairs with");
 }
 
@@ -70,13 +73,27 @@ nccl_kv_inbox::handle nccl_kv_inbox::handle_for(const std::string& peer) {
   return h;
 }
 
-void nccl_kv_inbox::receive(const std::string& pair_id, nccl_kv_receive r) {
+void nccl_kv_inbox::receive(const std::string& pair_id, uint64_t sequence, nccl_kv_receive r) {
   std::lock_guard lock(mutex_);
   auto it = pairs_.find(pair_id);
   if (it == pairs_.end()) throw std::runtime_error("nccl kv inbox: the transfer's pair is unknown here (closed?)");
   pair& p = *it->second;
-  if (p.broken) throw std::runtime_error("nccl kv inbox: the pair with prefill peer " + p.peer + " is broken: " + p.why);
-  p.queue.push_back(std::move(r));
+  const std::string named = "nccl kv inbox: the pair with prefill peer " + p.peer;
+  if (p.broken) throw std::runtime_error(named + " is broken: " + p.why);
+  if (sequence < p.next_sequence || p.held.contains(sequence)) {
+    throw std::runtime_error(named + ": send " + std::to_string(sequence) + " was received already");
+  }
+  if (sequence != p.next_sequence && p.held.size() >= max_held_) {
+    throw std::runtime_error(named + ": " + std::to_string(max_held_) + " receives wait for send " +
+                             std::to_string(p.next_sequence));
+  }
+  p.held.emplace(sequence, std::move(r));
+  // Queued strictly in the sender's posting order: NCCL pairs by order alone.
+  for (auto next = p.held.find(p.next_sequence); next != p.held.end(); next = p.held.find(p.next_sequence)) {
+    p.queue.push_back(std::move(next->second));
+    p.held.erase(next);
+    ++p.next_sequence;
+  }
   p.wake.notify_one();
 }
 
@@ -103,6 +120,7 @@ void nccl_kv_inbox::close() {
     closed_ = true;
     for (auto& [id, p] : pairs_) {
       p->queue.clear();  // no callbacks: the owner is going away
+      p->held.clear();
       break_locked(*p, "the inbox closed");
       all.push_back(p);
     }
@@ -157,6 +175,8 @@ void nccl_kv_inbox::run(const std::shared_ptr<pair>& p) {
       p->wake.wait(lock, [&] { return !p->queue.empty() || p->broken; });
       if (p->broken) {
         failed.swap(p->queue);
+        for (auto& [sequence, held] : p->held) failed.push_back(std::move(held));
+        p->held.clear();
         why = p->why;
         leaving = true;
         p->finished = true;

@@ -53,7 +53,8 @@ class nccl_kv_inbox {
   };
 
   // `pool`: this process's (its geometry goes in every handle); `links` joins the pairs.
-  nccl_kv_inbox(device_kv_pool pool, std::shared_ptr<kv_pair_links> links, size_t max_pairs = 64);
+  nccl_kv_inbox(device_kv_pool pool, std::shared_ptr<kv_pair_links> links, size_t max_pairs = 64,
+                size_t max_held = 4096);
   ~nccl_kv_inbox();  // close()
   nccl_kv_inbox(const nccl_kv_inbox&) = delete;
   nccl_kv_inbox& operator=(const nccl_kv_inbox&) = delete;
@@ -62,9 +63,13 @@ class nccl_kv_inbox {
   // std::invalid_argument for an empty peer or when max_pairs pairs are live, std::runtime_error
   // when closed or the id cannot be made.
   handle handle_for(const std::string& peer);
-  // Queues a receive on pair `pair_id`'s thread. Throws std::runtime_error naming why when that
-  // pair is unknown or broken (the caller fails the transfer; nothing was queued).
-  void receive(const std::string& pair_id, nccl_kv_receive r);
+  // Queues a receive on pair `pair_id`'s thread as the `sequence`th of the pair (0, 1, ...: the
+  // order the prefill side posted its sends, from the in-place frame): a receive that arrives
+  // before one it follows is held until the gap is filled, bounded by max_held and by its
+  // deadline (a gap never filled stalls the pair; the transfers then fail and break it). Throws
+  // std::runtime_error naming why when the pair is unknown or broken, the sequence was queued
+  // already, or max_held receives are held (the caller fails the transfer; nothing was queued).
+  void receive(const std::string& pair_id, uint64_t sequence, nccl_kv_receive r);
   // A transfer of the pair ended other than complete: the pair is broken (see above). Returns
   // once no receive of it is writing (its thread gives up at once: the link polls a stop flag;
   // bounded by the receive's deadline in any case). Unknown ids: nothing.
@@ -83,6 +88,7 @@ class nccl_kv_inbox {
   const device_kv_pool pool_;
   const std::shared_ptr<kv_pair_links> links_;
   const size_t max_pairs_;
+  const size_t max_held_;
   mutable std::mutex mutex_;
   std::condition_variable idle_;  // a pair's receive finished
   std::map<std::string, std::shared_ptr<pair>> pairs_;  // by id, broken ones until their thread ends

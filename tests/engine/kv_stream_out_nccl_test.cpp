@@ -140,6 +140,56 @@ TEST_F(kv_stream_out_nccl, each_layers_frame_goes_before_its_data) {
   transfer_and_check(10, {0, 6, num_tokens});
 }
 
+// Two transfers from one peer in one step: their sends are posted interleaved (T1 layer 0, T2
+// layer 0, T1 layer 1, ...), but the sender hands over T2's frames first (T1's destination is
+// known later). The receiver posts its receives in the frames' sequence, not their arrival
+// order: posted in arrival order, T2's 2-block receive would meet T1's 3-block send.
+TEST_F(kv_stream_out_nccl, frames_that_arrive_out_of_order_are_received_in_the_order_the_sends_were_posted) {
+  // A transfer first, so that the pair is joined: a first send waits for the join, which the
+  // receiver makes at its first frame, and that would put the frames back in order.
+  transfer_and_check(19, {0, num_tokens});
+  const std::vector<int32_t> blocks_b2 = {1, 3};  // T2: the prompt's first 8 tokens, 2 whole blocks
+  const nccl_kv_inbox::handle h = inbox_->handle_for(prefill_peer);
+  kv_expectation e1 = expectation(20, 10s);
+  e1.in_place = true;
+  e1.device_pair = h.pair_id;
+  receiver_->expect(e1);
+  kv_expectation e2{21, request_id + 1, blocks_b2, 8, in(10s), true, h.pair_id};
+  receiver_->expect(e2);
+  destinations_->put(20, kv_device_destination{h.bytes, blocks_b}, in(10s));
+  destinations_->put(21, kv_device_destination{h.bytes, blocks_b2}, in(10s));
+  kv_sender sender({}, {});
+  kv_stream_out out(*a_, sender, 10s, kv_device_path{copier_, destinations_});
+  out.start(request_id, 20);
+  out.start(request_id + 1, 21);
+  sender.ready(21, receiver_->endpoint(), "");
+  std::thread late_ready([&] {
+    std::this_thread::sleep_for(300ms);  // T2's frames are all out by then
+    sender.ready(20, receiver_->endpoint(), "");
+  });
+  step_plan plan = prefill_step(request_id, kv_transfer_prompt, blocks_a, 0, num_tokens, true);
+  const std::vector<int32_t> blocks_a2(blocks_a.begin(), blocks_a.begin() + 2);
+  plan.sequences.push_back(prefill_step(request_id + 1, kv_transfer_prompt, blocks_a2, 0, 8, true).sequences[0]);
+  ASSERT_TRUE(out.prepare(plan, {&blocks_a, &blocks_a2}));
+  for (int layer = 0; layer < num_layers(); ++layer) out.on_layer_written(layer);
+  out.finish_step();  // waits for every send: T1's only once its frames arrived
+  late_ready.join();
+  for (uint64_t id : {20u, 21u}) {
+    const auto done = received_.wait_for(id);
+    ASSERT_TRUE(done) << receiver_->stats().last_refusal;
+    EXPECT_TRUE(done->completed) << "transfer " << id << ": " << done->why;
+  }
+  EXPECT_EQ(decode_on_b(), expected_);
+  // T2's blocks hold A's KV of its tokens, every layer, byte for byte.
+  const kv_span_header all = kv_span_for(a_->config(), a_->kv_shape(), 2, 0, num_layers(), dtype::f32);
+  std::vector<std::byte> from_a(kv_span_bytes(all)), in_b(kv_span_bytes(all));
+  a_->export_kv(blocks_a2, 0, num_layers(), dtype::f32, from_a);
+  b_->export_kv(blocks_b2, 0, num_layers(), dtype::f32, in_b);
+  EXPECT_TRUE(from_a == in_b) << "T2's blocks hold another transfer's KV";
+  out.forget(request_id, false);
+  out.forget(request_id + 1, false);
+}
+
 // Two transfers from one peer reuse its pair; the next peer gets a pair (and an id) of its own.
 TEST_F(kv_stream_out_nccl, a_second_prefill_peer_gets_its_own_id_and_a_peer_keeps_its_pair) {
   const nccl_kv_inbox::handle first = inbox_->handle_for(prefill_peer);
