@@ -81,12 +81,14 @@ TEST(kv_handoff_scheduler, a_decode_only_request_waits_for_its_kv_and_first_toke
   }();
 
   auto s = create_scheduler(64, 16);
-  ASSERT_FALSE(s->add_request(9, make_prompt(40), greedy(6), 0, engine_clock::now(), {}, {kv_role::receive, 42, {}}));
+  ASSERT_FALSE(s->add_request(9, make_prompt(40), greedy(6), 0, engine_clock::now(), {},
+                              {kv_role::receive, 42, "17@prefill-node"}));
   EXPECT_TRUE(s->schedule().empty()) << "nothing to compute: the KV comes from elsewhere";
   const std::vector<kv_reservation> reserved = s->take_kv_reservations();
   ASSERT_EQ(reserved.size(), 1u);
   EXPECT_EQ(reserved[0].request_id, 9);
   EXPECT_EQ(reserved[0].transfer_id, 42u);
+  EXPECT_EQ(reserved[0].peer, "17@prefill-node") << "the KV agent keys kv_transport nccl's pair by it";
   EXPECT_EQ(reserved[0].num_tokens, 40);
   EXPECT_EQ(reserved[0].block_ids.size(), 3u);
   EXPECT_EQ(s->num_free_blocks(), 61);

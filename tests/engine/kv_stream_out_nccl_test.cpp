@@ -266,6 +266,25 @@ TEST_F(kv_stream_out_nccl, a_broken_pair_is_replaced_by_a_new_one) {
   EXPECT_NE(inbox_->handle_for(prefill_peer).pair_id, old.pair_id);
 }
 
+// An nccl transfer's frames must say where they stand in the pair's order, and others must not:
+// either lie fails the transfer, naming it, before any receive is posted.
+TEST_F(kv_stream_out_nccl, a_frame_without_its_pair_sequence_fails_the_transfer_naming_why) {
+  const nccl_kv_inbox::handle h = expect(22, prefill_peer);
+  kv_sender sender({}, {});
+  sender.open(22, in(10s));
+  sender.ready(22, receiver_->endpoint(), "");
+  frame f = frame_of(22, 0, 1, 0, num_tokens);
+  f.header.in_place = true;
+  f.header.payload_bytes = 0;
+  ASSERT_TRUE(sender.send(f.header, {}));
+  const auto done = received_.wait_for(22);
+  ASSERT_TRUE(done);
+  EXPECT_FALSE(done->completed);
+  EXPECT_NE(done->why.find("the frame carries no pair sequence"), std::string::npos) << done->why;
+  EXPECT_EQ(fabric_.num_waiting_receives(h.pair_id), 0u);
+  EXPECT_EQ(receiver_->stats().num_expected, 0u);
+}
+
 // The handle is checked before anything is posted: a pool of another shape is refused by name.
 TEST_F(kv_stream_out_nccl, a_handle_of_another_geometry_is_refused_naming_it) {
   device_kv_pool other = geometry();
