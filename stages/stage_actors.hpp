@@ -143,9 +143,10 @@ struct kv_endpoints {
   std::shared_ptr<served_model> served;
   std::unique_ptr<kv_sender> sender;
   std::unique_ptr<kv_receiver> receiver;
-  // A device transport (kv_transport "cuda_ipc"); empty and null on zmq. The pool's handle goes
-  // in this instance's kv_ready answers (its receiver then expects the KV in place); the
-  // destinations of transfers it prefills wait in device_destinations for its forward thread.
+  // A device transport (kv_transport "cuda_ipc" or "nccl"); empty and null on zmq. The pool's
+  // handle (cuda_ipc; nccl's are per peer, below) goes in this instance's kv_ready answers (its
+  // receiver then expects the KV in place); the destinations of transfers it prefills wait in
+  // device_destinations for its forward thread.
   std::string kv_pool_handle;
   std::shared_ptr<kv_device_destinations> device_destinations;
   // kv_transport "nccl": the decode side's pairs, one per prefill peer; each kv_ready answer
