@@ -285,6 +285,40 @@ TEST_F(kv_stream_out_nccl, a_frame_without_its_pair_sequence_fails_the_transfer_
   EXPECT_EQ(receiver_->stats().num_expected, 0u);
 }
 
+// The inbox is bounded against a flood from the control path (pairs) and the KV plane (receives
+// held for a gap in the sequence), refusing by name; a sequence number is taken once.
+TEST_F(kv_stream_out_nccl, the_inbox_bounds_its_pairs_and_held_receives_and_refuses_a_repeated_sequence) {
+  nccl_kv_inbox small(geometry(), links_, 1, 2);
+  const nccl_kv_inbox::handle h = small.handle_for("peer a");
+  try {
+    small.handle_for("peer b");
+    ADD_FAILURE() << "a second pair beyond the bound";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("would be pair 2, at most 1"), std::string::npos) << e.what();
+  }
+  auto receive = [&](uint64_t sequence) {
+    nccl_kv_receive r;
+    r.transfer_id = 30 + sequence;
+    r.blocks = {blocks_b[0]};
+    r.num_layers = 1;
+    r.deadline = in(10s);
+    r.done = [](const std::string&) { ADD_FAILURE() << "held receives are dropped on close, without a call"; };
+    small.receive(h.pair_id, sequence, std::move(r));
+  };
+  receive(5);  // held: sends 0 to 4 have not been received
+  receive(6);
+  EXPECT_THROW(receive(5), std::runtime_error);
+  try {
+    receive(7);
+    ADD_FAILURE() << "a third held receive beyond the bound";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 receives wait for send 0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(small.receive("no such pair", 0, {}), std::runtime_error);
+  small.close();
+  EXPECT_THROW(small.handle_for("peer a"), std::runtime_error);
+}
+
 // The handle is checked before anything is posted: a pool of another shape is refused by name.
 TEST_F(kv_stream_out_nccl, a_handle_of_another_geometry_is_refused_naming_it) {
   device_kv_pool other = geometry();
