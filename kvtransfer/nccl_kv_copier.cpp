@@ -22,7 +22,7 @@ nccl_kv_copier::nccl_kv_copier(device_kv_pool local, std::shared_ptr<kv_pair_lin
 void nccl_kv_copier::copy_to(const std::string& peer_handle, std::span<const int32_t> local_blocks,
                              std::span<const int32_t> peer_blocks, int first_layer, int num_layers,
                              std::chrono::steady_clock::time_point deadline) {
-  const nccl_pool_handle handle = decode_nccl_pool_handle(peer_handle);
+  const nccl_pool_handle& handle = parsed(peer_handle);
   if (std::find(dead_ids_.begin(), dead_ids_.end(), handle.pair_id) != dead_ids_.end()) {
     throw std::runtime_error("nccl kv copier: the transfer names a pair that broke earlier (the decode side makes a "
                              "new one for its next transfer)");
@@ -45,7 +45,7 @@ void nccl_kv_copier::copy_to(const std::string& peer_handle, std::span<const int
 }
 
 void nccl_kv_copier::complete(const std::string& peer_handle, std::chrono::steady_clock::time_point deadline) {
-  const nccl_pool_handle handle = decode_nccl_pool_handle(peer_handle);
+  const nccl_pool_handle& handle = parsed(peer_handle);
   auto it = pairs_.find(handle.pair_id);
   if (it == pairs_.end()) return;  // nothing posted (or dropped, and that transfer broke then)
   try {
@@ -58,11 +58,19 @@ void nccl_kv_copier::complete(const std::string& peer_handle, std::chrono::stead
 
 uint64_t nccl_kv_copier::next_sequence(const std::string& peer_handle) {
   try {
-    auto it = pairs_.find(decode_nccl_pool_handle(peer_handle).pair_id);
+    auto it = pairs_.find(parsed(peer_handle).pair_id);
     return it == pairs_.end() ? 0 : it->second.num_posted;
   } catch (const std::invalid_argument&) {
     return 0;  // not a handle: copy_to refuses it, naming why
   }
+}
+
+const nccl_pool_handle& nccl_kv_copier::parsed(const std::string& peer_handle) {
+  if (peer_handle != last_handle_ || last_handle_.empty()) {
+    last_parsed_ = decode_nccl_pool_handle(peer_handle);  // throws before the cache changes
+    last_handle_ = peer_handle;
+  }
+  return last_parsed_;
 }
 
 void nccl_kv_copier::drop(const std::string& pair_id) {

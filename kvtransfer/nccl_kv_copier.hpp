@@ -24,6 +24,7 @@
 
 #include "kvtransfer/device_kv_copier.hpp"
 #include "kvtransfer/kv_pair_link.hpp"
+#include "kvtransfer/nccl_pool_handle.hpp"
 #include "model/model.hpp"
 
 namespace troupe {
@@ -48,6 +49,8 @@ class nccl_kv_copier final : public device_kv_copier {
 
  private:
   void drop(const std::string& pair_id);
+  // The handle decoded, the last one kept: every layer of a step names the same few handles.
+  const nccl_pool_handle& parsed(const std::string& peer_handle);
 
   static constexpr size_t max_dead_ids = 256;
   device_kv_pool local_;
@@ -57,7 +60,9 @@ class nccl_kv_copier final : public device_kv_copier {
     uint64_t num_posted = 0;
   };
   std::map<std::string, pair> pairs_;  // by pair id
-  std::deque<std::string> dead_ids_;                            // oldest first
+  std::deque<std::string> dead_ids_;  // oldest first
+  std::string last_handle_;
+  nccl_pool_handle last_parsed_;
 };
 
 }  // namespace troupe
