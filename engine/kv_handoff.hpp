@@ -6,7 +6,9 @@
 // reserves blocks for that KV, waits for it without computing (waiting_for_kv), and continues
 // the request from the first token on (role receive).
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace troupe {
@@ -17,9 +19,16 @@ enum class kv_role : uint8_t {
   receive,  // decode only: the KV comes from a prefill instance, then the handed-off tokens
 };
 
+// The most bytes a peer name may have on the wire (a CAF actor address printed has ~60).
+inline constexpr size_t max_kv_peer_bytes = 256;
+
 struct kv_handoff {
   kv_role role = kv_role::none;
   uint64_t transfer_id = 0;  // fresh per routing: a late frame of an earlier attempt is refused
+  // Role receive: the prefill instance the router chose, unique per process incarnation (its KV
+  // agent's actor address, printed). kv_transport "nccl" keeps one communicator per prefill
+  // peer and names it by this; a restarted prefill process is another peer.
+  std::string peer;
 };
 
 // Blocks a decode instance reserved for a request whose KV is on its way: the KV receiver
@@ -29,6 +38,7 @@ struct kv_reservation {
   uint64_t transfer_id = 0;
   std::vector<int32_t> block_ids;
   int32_t num_tokens = 0;
+  std::string peer;  // kv_handoff::peer: where the KV comes from
 };
 
 }  // namespace troupe

@@ -99,12 +99,11 @@ void kv_stream_out::copy_in_place(step_entry& e, std::span<const int32_t> ids, i
                      std::to_string(e.token_end) + " need " + std::to_string(first_block + ids.size()));
     return;
   }
-  try {
-    device_.copier->copy_to(peer.pool_handle, ids, std::span(peer.block_ids).subspan(first_block, ids.size()), layer, 1);
-  } catch (const std::exception& error) {
-    break_stream(e, layer, error.what());
-    return;
-  }
+  const std::span<const int32_t> peer_ids = std::span(peer.block_ids).subspan(first_block, ids.size());
+  // NCCL: the receiver posts its receive when the frame arrives, so the frame goes first and the
+  // copy is only posted (completed at finish_step). CUDA IPC: the frame says the copy is done.
+  const bool frame_first = device_.copier->frame_first();
+  if (!frame_first && !copy_layer(e, ids, peer_ids, layer)) return;
   kv_frame_header header;
   header.transfer_id = e.state->transfer_id;
   header.request_id = e.request_id;
@@ -113,7 +112,45 @@ void kv_stream_out::copy_in_place(step_entry& e, std::span<const int32_t> ids, i
   header.span = kv_span_for(model_.config(), model_.kv_shape(), static_cast<int>(ids.size()), layer, 1, model_.kv_dtype());
   header.payload_bytes = 0;
   header.in_place = true;
-  if (!sender_.send(header, {})) break_stream(e, layer, "the sender refused its in-place frame");
+  std::vector<std::byte> payload;
+  if (frame_first) {
+    // The frame names its send's place in the pair's order: frames of different transfers may
+    // be handed over in another order than their sends are posted.
+    header.sequenced = true;
+    payload = encode_kv_frame_sequence(device_.copier->next_sequence(peer.pool_handle));
+    header.payload_bytes = payload.size();
+  }
+  if (!sender_.send(header, std::move(payload))) {
+    break_stream(e, layer, "the sender refused its in-place frame");
+    return;
+  }
+  if (frame_first) copy_layer(e, ids, peer_ids, layer);
+}
+
+bool kv_stream_out::copy_layer(step_entry& e, std::span<const int32_t> ids, std::span<const int32_t> peer_ids,
+                               int layer) {
+  try {
+    device_.copier->copy_to(e.state->peer->pool_handle, ids, peer_ids, layer, 1, e.state->deadline);
+  } catch (const std::exception& error) {
+    break_stream(e, layer, error.what());
+    return false;
+  }
+  return true;
+}
+
+void kv_stream_out::complete_device_copies() {
+  // A stream that broke during the step may have posted sends of earlier layers: waited for too.
+  for (step_entry& e : step_) {
+    if (!e.state->peer) continue;
+    try {
+      device_.copier->complete(e.state->peer->pool_handle, e.state->deadline);
+    } catch (const std::exception& error) {
+      if (e.state->broken) continue;
+      spdlog::warn("kv stream: the KV of request {} (transfer {}) did not complete: {}; its receiver will time out",
+                   e.request_id, e.state->transfer_id, error.what());
+      e.state->broken = true;
+    }
+  }
 }
 
 void kv_stream_out::break_stream(step_entry& e, int layer, const std::string& why) {
@@ -123,6 +160,8 @@ void kv_stream_out::break_stream(step_entry& e, int layer, const std::string& wh
 }
 
 void kv_stream_out::finish_step() {
+  // Before a step's blocks can be written again, the copies it posted are complete.
+  if (device_ && device_.copier->frame_first()) complete_device_copies();
   for (step_entry& e : step_) {
     if (e.state->broken) continue;
     e.state->num_tokens_sent = e.token_end;

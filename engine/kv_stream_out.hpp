@@ -9,11 +9,14 @@
 // is sent again, complete, with the next chunk. Once the chunk that reaches the prompt's end has
 // gone out, the transfer is finished on the sender (its frames still drain).
 //
-// With a device path (kv_transport "cuda_ipc"), the bytes never touch the host: each layer's
-// blocks are copied device to device into the decode side's reserved blocks (the destination its
-// kv_ready named, taken from kv_device_destinations before the transfer's first step computes),
-// and an in-place frame through the same sender then tells the receiver's lease those tokens are
-// in. Chunks and prefix-cache blocks follow the same block ranges as the host path.
+// With a device path (kv_transport "cuda_ipc" or "nccl"), the bytes never touch the host: each
+// layer's blocks are copied device to device into the decode side's reserved blocks (the
+// destination its kv_ready named, taken from kv_device_destinations before the transfer's first
+// step computes), and an in-place frame through the same sender tells the receiver's lease those
+// tokens are in. CUDA IPC copies first, then queues the frame; NCCL queues the frame first (the
+// receiver posts its receive when the frame arrives), then posts the send on the channel's own
+// stream without waiting, and finish_step waits for the step's sends, bounded by each transfer's
+// deadline. Chunks and prefix-cache blocks follow the same block ranges as the host path.
 //
 // Plain class, used by the model_runner on the worker's thread only.
 
@@ -83,6 +86,8 @@ class kv_stream_out {
   };
 
   void copy_in_place(step_entry& e, std::span<const int32_t> ids, int first_block, int layer);
+  bool copy_layer(step_entry& e, std::span<const int32_t> ids, std::span<const int32_t> peer_ids, int layer);
+  void complete_device_copies();
   void break_stream(step_entry& e, int layer, const std::string& why);
 
   const model& model_;

@@ -45,7 +45,7 @@ class model_runner {
   // Prefill-only requests (scheduled_sequence::kv_send_transfer_id) stream their KV out through
   // `sender` layer by layer as the steps compute them (engine/kv_stream_out.hpp). Without it,
   // such a request is computed but its KV stays here. `sender` must outlive the runner. `device`
-  // set: the KV goes device to device, the frames in place (kv_transport "cuda_ipc").
+  // set: the KV goes device to device, the frames in place (kv_transport "cuda_ipc" or "nccl").
   void stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout, kv_device_path device = {});
 
   // Speculative decoding: where drafts for entries with draft slots come from (n-gram prompt

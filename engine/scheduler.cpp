@@ -166,7 +166,7 @@ step_plan scheduler::schedule() {
       waiting_.erase(waiting_.begin());
       waiting_for_kv_.push_back(seq);
       new_kv_reservations_.push_back(
-          kv_reservation{seq->request_id(), seq->kv().transfer_id, seq->blocks.block_ids, needed});
+          kv_reservation{seq->request_id(), seq->kv().transfer_id, seq->blocks.block_ids, needed, seq->kv().peer});
       continue;
     }
     if (budget <= 0) break;

@@ -130,7 +130,8 @@ cuda_ipc_kv_copier::opened_peer& cuda_ipc_kv_copier::open(const std::string& pee
 }
 
 void cuda_ipc_kv_copier::copy_to(const std::string& peer_handle, std::span<const int32_t> local_blocks,
-                                 std::span<const int32_t> peer_blocks, int first_layer, int num_layers) {
+                                 std::span<const int32_t> peer_blocks, int first_layer, int num_layers,
+                                 std::chrono::steady_clock::time_point /*deadline: its copies are local and short*/) {
   // Checked against the handle's geometry before the handle is opened or a byte moves.
   const std::vector<device_kv_run> runs = device_kv_runs(local_, local_blocks, cuda_ipc_handle_geometry(peer_handle),
                                                          peer_blocks, first_layer, num_layers);

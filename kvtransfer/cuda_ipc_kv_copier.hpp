@@ -50,7 +50,8 @@ class cuda_ipc_kv_copier final : public device_kv_copier {
   // Throws std::invalid_argument (device_kv_runs' checks: geometry, ids, layers) before any copy,
   // std::runtime_error naming the CUDA call that failed.
   void copy_to(const std::string& peer_handle, std::span<const int32_t> local_blocks,
-               std::span<const int32_t> peer_blocks, int first_layer, int num_layers) override;
+               std::span<const int32_t> peer_blocks, int first_layer, int num_layers,
+               std::chrono::steady_clock::time_point deadline) override;
   // Closes a peer's handle (its decode instance is gone); unknown handles: nothing.
   void forget(const std::string& peer_handle);
   size_t num_open_peers() const { return peers_.size(); }

@@ -42,7 +42,8 @@ class field_reader {
 
 // The header's flags byte (once reserved, always 0 before).
 constexpr uint8_t flag_in_place = 1;
-constexpr uint8_t known_flags = flag_in_place;
+constexpr uint8_t flag_sequenced = 2;
+constexpr uint8_t known_flags = flag_in_place | flag_sequenced;
 
 [[noreturn]] void refuse(const std::string& why) { throw std::invalid_argument("kv frame: " + why); }
 
@@ -54,7 +55,7 @@ void encode_kv_frame_header(const kv_frame_header& h, std::span<std::byte, kv_fr
   w.put<uint32_t>(kv_frame_magic);
   w.put<uint16_t>(kv_frame_version);
   w.put<uint8_t>(static_cast<uint8_t>(h.span.element));
-  w.put<uint8_t>(h.in_place ? flag_in_place : 0);
+  w.put<uint8_t>((h.in_place ? flag_in_place : 0) | (h.sequenced ? flag_sequenced : 0));
   w.put<uint64_t>(h.transfer_id);
   w.put<int64_t>(h.request_id);
   w.put<int32_t>(h.token_begin);
@@ -83,6 +84,8 @@ kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_
   const uint8_t flags = r.get<uint8_t>();
   if ((flags & ~known_flags) != 0) refuse("unknown flags " + std::to_string(flags));
   h.in_place = (flags & flag_in_place) != 0;
+  h.sequenced = (flags & flag_sequenced) != 0;
+  if (h.sequenced && !h.in_place) refuse("a sequenced frame that is not in place");
   h.transfer_id = r.get<uint64_t>();
   h.request_id = r.get<int64_t>();
   h.token_begin = r.get<int32_t>();
@@ -116,9 +119,12 @@ kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_
            " is empty or negative");
   }
   const size_t span_bytes = kv_span_bytes(h.span);  // throws naming the field on overflow
-  const size_t expected = h.in_place ? 0 : span_bytes;
+  const size_t expected = h.sequenced ? kv_frame_sequence_bytes : h.in_place ? 0 : span_bytes;
   if (h.payload_bytes != expected) {
-    if (h.in_place) refuse("payload_bytes " + std::to_string(h.payload_bytes) + " in an in-place frame (expected 0)");
+    if (h.in_place) {
+      refuse("payload_bytes " + std::to_string(h.payload_bytes) + " in an in-place frame (expected " +
+             std::to_string(expected) + ")");
+    }
     refuse("payload_bytes " + std::to_string(h.payload_bytes) + " does not match the span's " + std::to_string(expected));
   }
   if (h.payload_bytes > max_payload_bytes) {
@@ -126,6 +132,22 @@ kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_
            std::to_string(max_payload_bytes));
   }
   return h;
+}
+
+std::vector<std::byte> encode_kv_frame_sequence(uint64_t sequence) {
+  std::vector<std::byte> out(kv_frame_sequence_bytes);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>((sequence >> (8 * i)) & 0xff);
+  return out;
+}
+
+uint64_t decode_kv_frame_sequence(std::span<const std::byte> payload) {
+  if (payload.size() != kv_frame_sequence_bytes) {
+    refuse("a sequence of " + std::to_string(payload.size()) + " bytes, expected " +
+           std::to_string(kv_frame_sequence_bytes));
+  }
+  uint64_t sequence = 0;
+  for (size_t i = 0; i < payload.size(); ++i) sequence |= uint64_t(std::to_integer<uint8_t>(payload[i])) << (8 * i);
+  return sequence;
 }
 
 }  // namespace troupe

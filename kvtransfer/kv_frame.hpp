@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "model/kv_transfer.hpp"
 
@@ -36,15 +37,26 @@ struct kv_frame_header {
   // frame carries no payload and only tells the receiver's lease that these tokens are in. A
   // receiver accepts it only for a transfer it expects in place (kv_expectation::in_place).
   bool in_place = false;
+  // With in_place (kv_transport "nccl"): the payload is the frame's place in its pair's order
+  // (kv_frame_sequence_bytes, encode_kv_frame_sequence). NCCL pairs sends and receives in posting
+  // order, and the sender may hand over frames of different transfers in another order than
+  // their sends were posted: the receiver posts its receives in this order, not in arrival order.
+  bool sequenced = false;
 };
 
 // The encoded header's size on the wire (fixed, little-endian fields).
 inline constexpr size_t kv_frame_header_bytes = 64;
+// The payload of a sequenced frame: its sequence number, little-endian.
+inline constexpr size_t kv_frame_sequence_bytes = 8;
 
 void encode_kv_frame_header(const kv_frame_header& header, std::span<std::byte, kv_frame_header_bytes> out);
 // Throws std::invalid_argument naming the field: wrong magic or version, a negative or empty
 // range, num_blocks that does not match the token range, payload_bytes != kv_span_bytes(span)
 // (0 for an in-place frame) or above max_payload_bytes, an unknown element type or flag.
 kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_t max_payload_bytes);
+
+std::vector<std::byte> encode_kv_frame_sequence(uint64_t sequence);  // [kv_frame_sequence_bytes]
+// Throws std::invalid_argument for a payload that is not kv_frame_sequence_bytes long.
+uint64_t decode_kv_frame_sequence(std::span<const std::byte> payload);
 
 }  // namespace troupe

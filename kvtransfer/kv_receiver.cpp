@@ -44,14 +44,20 @@ struct outcome {
   uint64_t transfer_id = 0;
   int64_t request_id = 0;
   std::string why;
+  std::string device_pair;  // a failed nccl transfer's pair, ended once the lock is released
 };
 
 }  // namespace
 
 class kv_receiver::impl final : public kv_frame_sink {
  public:
-  impl(model& m, kv_channel_settings settings, kv_receiver_events events)
-      : model_(m), settings_(std::move(settings)), events_(std::move(events)), config_(m.config()), pool_(m.kv_shape()) {
+  impl(model& m, kv_channel_settings settings, kv_receiver_events events, std::shared_ptr<nccl_kv_inbox> inbox)
+      : model_(m),
+        settings_(std::move(settings)),
+        events_(std::move(events)),
+        config_(m.config()),
+        pool_(m.kv_shape()),
+        inbox_(std::move(inbox)) {
     if (!settings_.keys.empty()) {
       // The ZAP handler must be bound before the CURVE socket: without one, ZeroMQ lets every
       // client with any key in.
@@ -96,6 +102,7 @@ class kv_receiver::impl final : public kv_frame_sink {
     unregister_local_receiver(endpoint_);  // no sender of this process is inside take_frame after this
     stop_ = true;
     thread_.join();
+    if (inbox_) inbox_->close();  // joins the pairs' threads: no receive calls back after this
     for (const tcp_connection& c : connections_) ::close(c.fd);
     if (listener_ >= 0) ::close(listener_);
   }
@@ -119,15 +126,27 @@ class kv_receiver::impl final : public kv_frame_sink {
       }
       if (!seen.insert(id).second) throw std::invalid_argument(name + ": block id " + std::to_string(id) + " appears twice");
     }
+    if (!e.device_pair.empty() && (!inbox_ || !e.in_place)) {
+      throw std::invalid_argument(name + ": a device_pair needs an in-place expectation and a receiver with an nccl inbox");
+    }
     std::lock_guard lock(mutex_);
     if (transfers_.contains(e.transfer_id)) throw std::invalid_argument(name + ": transfer_id is already expected");
     const uint64_t id = e.transfer_id;
-    transfers_.emplace(id, transfer{std::move(e), std::vector<int32_t>(config_.num_layers, 0)});
+    transfers_.emplace(id, transfer{std::move(e), std::vector<int32_t>(config_.num_layers, 0),
+                                    std::vector<int32_t>(config_.num_layers, 0)});
   }
 
   void cancel(uint64_t transfer_id) {
-    std::lock_guard lock(mutex_);
-    transfers_.erase(transfer_id);
+    std::string device_pair;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = transfers_.find(transfer_id);
+      if (it == transfers_.end()) return;
+      device_pair = it->second.expectation.device_pair;
+      transfers_.erase(it);
+    }
+    // Outside the lock: a receive that completes meanwhile books under it (and finds nothing).
+    if (!device_pair.empty()) inbox_->end(device_pair, "transfer " + std::to_string(transfer_id) + " was cancelled");
   }
 
   kv_receiver_stats stats() const {
@@ -158,6 +177,9 @@ class kv_receiver::impl final : public kv_frame_sink {
   struct transfer {
     kv_expectation expectation;
     std::vector<int32_t> num_received;  // [num_layers] tokens [0, n) of each layer have arrived
+    // [num_layers] tokens [0, n) of each layer were accepted: arrived, or (nccl) their receive is
+    // queued; frames are checked for gaps against this.
+    std::vector<int32_t> num_accepted;
   };
 
   std::optional<outcome> take_frame_locked(std::span<const std::byte> header_bytes, std::span<const std::byte> payload) {
@@ -176,6 +198,10 @@ class kv_receiver::impl final : public kv_frame_sink {
     }
     transfer& t = it->second;
     std::string why = mismatch(t, h, payload.size());
+    if (why.empty() && !t.expectation.device_pair.empty()) {
+      why = queue_device_receive(t, h, payload);
+      if (why.empty()) return std::nullopt;  // booked when the receive completes
+    }
     if (why.empty() && !h.in_place) {
       const int32_t first_block = h.token_begin / pool_.block_size;
       const std::span<const int32_t> blocks(t.expectation.block_ids.data() + first_block, h.span.num_blocks);
@@ -189,22 +215,77 @@ class kv_receiver::impl final : public kv_frame_sink {
     if (!why.empty()) {
       // The frame came from this transfer's sender, which is broken: the transfer cannot finish.
       refuse_locked(name + ": " + why);
-      outcome failed{false, h.transfer_id, t.expectation.request_id, name + " failed: " + why};
+      outcome failed{false, h.transfer_id, t.expectation.request_id, name + " failed: " + why,
+                     t.expectation.device_pair};
       transfers_.erase(it);
       return failed;
     }
+    return book_locked(it, h, payload.size());
+  }
+
+  // Counts a frame's tokens in (its bytes are in the blocks); the transfer's outcome once every
+  // layer has every token.
+  std::optional<outcome> book_locked(std::map<uint64_t, transfer>::iterator it, const kv_frame_header& h,
+                                     size_t payload_size) {
+    transfer& t = it->second;
     ++stats_.num_frames;
-    stats_.num_bytes += payload.size();
+    stats_.num_bytes += payload_size;
     for (int layer = h.span.first_layer; layer < h.span.first_layer + h.span.num_layers; ++layer) {
       t.num_received[layer] = std::max(t.num_received[layer], h.token_end);
+      t.num_accepted[layer] = std::max(t.num_accepted[layer], h.token_end);
     }
     const int32_t num_tokens = t.expectation.num_tokens;
     if (std::all_of(t.num_received.begin(), t.num_received.end(), [&](int32_t n) { return n >= num_tokens; })) {
-      outcome done{true, h.transfer_id, t.expectation.request_id, {}};
+      outcome done{true, h.transfer_id, t.expectation.request_id, {}, {}};
       transfers_.erase(it);
       return done;
     }
     return std::nullopt;
+  }
+
+  // An in-place frame of an nccl transfer: its layer's blocks are received on the transfer's
+  // pair (in frame order), and the frame is booked by the receive's completion. Why not ("" when
+  // queued).
+  std::string queue_device_receive(transfer& t, const kv_frame_header& h, std::span<const std::byte> payload) {
+    // decode_kv_frame_header checked that num_blocks is what the token range spans, exactly
+    // (NCCL pairs sizes), and mismatch() that the range lies inside the expectation's blocks.
+    const int32_t first_block = h.token_begin / pool_.block_size;
+    const int32_t end_block = first_block + h.span.num_blocks;
+    nccl_kv_receive r;
+    r.transfer_id = h.transfer_id;
+    r.blocks.assign(t.expectation.block_ids.begin() + first_block, t.expectation.block_ids.begin() + end_block);
+    r.first_layer = h.span.first_layer;
+    r.num_layers = h.span.num_layers;
+    r.deadline = t.expectation.deadline;
+    r.done = [this, h](const std::string& why) { device_receive_done(h, why); };
+    try {
+      inbox_->receive(t.expectation.device_pair, decode_kv_frame_sequence(payload), std::move(r));
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    for (int layer = h.span.first_layer; layer < h.span.first_layer + h.span.num_layers; ++layer) {
+      t.num_accepted[layer] = std::max(t.num_accepted[layer], h.token_end);
+    }
+    return {};
+  }
+
+  // On the pair's thread: the receive of frame `h` completed ("") or failed.
+  void device_receive_done(const kv_frame_header& h, const std::string& why) {
+    std::optional<outcome> result;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = transfers_.find(h.transfer_id);
+      if (it == transfers_.end()) return;  // cancelled, failed or expired meanwhile: its pair was ended then
+      if (why.empty()) {
+        result = book_locked(it, h, 0);
+      } else {
+        const kv_expectation& e = it->second.expectation;
+        const std::string name = transfer_name(h.transfer_id, e.request_id);
+        result = outcome{false, h.transfer_id, e.request_id, name + " failed: " + why, e.device_pair};
+        transfers_.erase(it);
+      }
+    }
+    if (result) fire(*result);
   }
 
   // Why the frame does not fit its transfer ("" when it does); nothing of the payload is read.
@@ -217,6 +298,11 @@ class kv_receiver::impl final : public kv_frame_sink {
     if (h.in_place != e.in_place) {
       return h.in_place ? "the frame says its KV was written in place (a device transport), the transfer expects its bytes"
                         : "the frame carries bytes, the transfer expects its KV written in place by a device transport";
+    }
+    if (h.sequenced != !e.device_pair.empty()) {
+      return h.sequenced ? "the frame carries a pair sequence, the transfer is not received over an nccl pair"
+                         : "the frame carries no pair sequence, the transfer is received over an nccl pair (kv_transport "
+                           "\"nccl\")";
     }
     if (h.payload_bytes != payload_size) {
       return "the header announces payload_bytes " + std::to_string(h.payload_bytes) + ", the payload has " +
@@ -238,9 +324,9 @@ class kv_receiver::impl final : public kv_frame_sink {
              " tokens";
     }
     for (int layer = h.span.first_layer; layer < h.span.first_layer + h.span.num_layers; ++layer) {
-      if (h.token_begin > t.num_received[layer]) {
+      if (h.token_begin > t.num_accepted[layer]) {
         return "token_begin " + std::to_string(h.token_begin) + " of layer " + std::to_string(layer) +
-               " leaves a gap: tokens [0, " + std::to_string(t.num_received[layer]) + ") have arrived";
+               " leaves a gap: tokens [0, " + std::to_string(t.num_accepted[layer]) + ") have arrived";
       }
     }
     return {};
@@ -253,6 +339,9 @@ class kv_receiver::impl final : public kv_frame_sink {
   }
 
   void fire(const outcome& o) {
+    // Sends of the transfer may still come on its pair, which would pair them with the next
+    // transfer's receives: the pair is broken (and a receive in flight stopped) first.
+    if (!o.completed && !o.device_pair.empty()) inbox_->end(o.device_pair, o.why);
     if (o.completed) {
       if (events_.complete) events_.complete(o.transfer_id, o.request_id);
     } else {
@@ -380,7 +469,8 @@ class kv_receiver::impl final : public kv_frame_sink {
     if (why.empty()) return true;
     const std::string name = transfer_name(h.transfer_id, it->second.expectation.request_id);
     refuse_locked(name + ": " + why);
-    failed = outcome{false, h.transfer_id, it->second.expectation.request_id, name + " failed: " + why};
+    failed = outcome{false, h.transfer_id, it->second.expectation.request_id, name + " failed: " + why,
+                     it->second.expectation.device_pair};
     transfers_.erase(it);
     return false;
   }
@@ -478,7 +568,8 @@ class kv_receiver::impl final : public kv_frame_sink {
         expired.push_back({false, e.transfer_id, e.request_id,
                            name + " failed: its deadline passed with layer " +
                                std::to_string(least - it->second.num_received.begin()) + " at " + std::to_string(*least) +
-                               " of " + std::to_string(e.num_tokens) + " tokens"});
+                               " of " + std::to_string(e.num_tokens) + " tokens",
+                           e.device_pair});
         it = transfers_.erase(it);
       }
     }
@@ -490,6 +581,7 @@ class kv_receiver::impl final : public kv_frame_sink {
   const kv_receiver_events events_;
   const model_config config_;
   const kv_cache_shape pool_;
+  const std::shared_ptr<nccl_kv_inbox> inbox_;
   std::set<std::string> allowed_keys_;
 
   zmq::context_t context_{1};
@@ -512,8 +604,9 @@ class kv_receiver::impl final : public kv_frame_sink {
   std::thread thread_;
 };
 
-kv_receiver::kv_receiver(model& m, kv_channel_settings settings, kv_receiver_events events)
-    : impl_(std::make_unique<impl>(m, std::move(settings), std::move(events))) {}
+kv_receiver::kv_receiver(model& m, kv_channel_settings settings, kv_receiver_events events,
+                         std::shared_ptr<nccl_kv_inbox> inbox)
+    : impl_(std::make_unique<impl>(m, std::move(settings), std::move(events), std::move(inbox))) {}
 kv_receiver::~kv_receiver() = default;
 const std::string& kv_receiver::endpoint() const { return impl_->endpoint(); }
 const std::string& kv_receiver::public_key() const { return impl_->public_key(); }

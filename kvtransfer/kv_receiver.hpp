@@ -25,6 +25,7 @@
 
 #include "kvtransfer/kv_channel.hpp"
 #include "kvtransfer/kv_frame.hpp"
+#include "kvtransfer/nccl_kv_inbox.hpp"
 #include "model/model.hpp"
 
 namespace troupe {
@@ -39,6 +40,11 @@ struct kv_expectation {
   // are in place (no payload, only the lease's bookkeeping). Frames with bytes are then refused,
   // and without it frames in place are: a sender cannot claim tokens it never sent.
   bool in_place = false;
+  // kv_transport "nccl" (with in_place): the inbox pair (nccl_kv_inbox::handle::pair_id) the
+  // blocks come through. An in-place frame then queues that layer's receive on the pair, and
+  // counts only once the receive has completed; a failed receive fails the transfer, and a
+  // transfer that ends other than complete breaks its pair (nccl_kv_inbox::end).
+  std::string device_pair;
 };
 
 struct kv_receiver_events {
@@ -57,8 +63,10 @@ struct kv_receiver_stats {
 
 class kv_receiver {
  public:
-  // Binds settings.bind_host:0 and starts the thread. `m` must outlive the receiver.
-  kv_receiver(model& m, kv_channel_settings settings, kv_receiver_events events);
+  // Binds settings.bind_host:0 and starts the thread. `m` must outlive the receiver. `inbox`:
+  // where expectations with a device_pair receive (kv_transport "nccl"); closed with the receiver.
+  kv_receiver(model& m, kv_channel_settings settings, kv_receiver_events events,
+              std::shared_ptr<nccl_kv_inbox> inbox = nullptr);
   ~kv_receiver();  // stops the thread; live expectations are dropped without events
   kv_receiver(const kv_receiver&) = delete;
   kv_receiver& operator=(const kv_receiver&) = delete;
@@ -70,9 +78,11 @@ class kv_receiver {
   const std::string& public_key() const;
 
   // Throws std::invalid_argument naming the field for a transfer id already expected, fewer
-  // blocks than num_tokens needs, or a block id outside the pool.
+  // blocks than num_tokens needs, a block id outside the pool, or a device_pair without an inbox.
   void expect(kv_expectation expectation);
   // Drops the expectation without an event (the request ended or moved). Unknown ids: nothing.
+  // Returns only when no frame is being written into its blocks (an nccl receive in flight is
+  // stopped and its pair broken first).
   void cancel(uint64_t transfer_id);
   kv_receiver_stats stats() const;
 

@@ -35,7 +35,7 @@ std::string make_nccl_unique_id() {
 }
 
 nccl_kv_channel::nccl_kv_channel(device_kv_pool pool, const std::string& unique_id, side s,
-                                 std::chrono::steady_clock::time_point deadline)
+                                 std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop)
     : pool_(pool), side_(s) {
   ncclUniqueId id;
   if (unique_id.size() != sizeof id.internal) {
@@ -60,7 +60,7 @@ nccl_kv_channel::nccl_kv_channel(device_kv_pool pool, const std::string& unique_
     if (r != ncclSuccess && r != ncclInProgress) {
       throw std::runtime_error(std::string("nccl kv channel: ncclCommInitRankConfig: ") + ncclGetErrorString(r));
     }
-    wait_for_comm(deadline, "joining the pair's communicator (the peer did not join in time?)");
+    wait_for_comm(deadline, stop, "joining the pair's communicator (the peer did not join in time?)");
   } catch (...) {
     if (comm_) ncclCommAbort(static_cast<ncclComm_t>(comm_));
     comm_ = nullptr;
@@ -80,7 +80,8 @@ nccl_kv_channel::~nccl_kv_channel() {
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
-void nccl_kv_channel::wait_for_comm(std::chrono::steady_clock::time_point deadline, const char* what) {
+void nccl_kv_channel::wait_for_comm(std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop,
+                                    const char* what) {
   auto comm = static_cast<ncclComm_t>(comm_);
   for (;;) {
     ncclResult_t state = ncclSuccess;
@@ -88,6 +89,7 @@ void nccl_kv_channel::wait_for_comm(std::chrono::steady_clock::time_point deadli
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) abort(std::string(what) + ": " + ncclGetErrorString(state));
     if (std::chrono::steady_clock::now() >= deadline) abort(std::string(what) + ": the deadline passed");
+    if (stop && stop()) abort(std::string(what) + ": stopped (the transfer ended)");
     std::this_thread::sleep_for(poll_interval);
   }
 }
@@ -101,6 +103,12 @@ void nccl_kv_channel::abort(const std::string& why) {
 
 void nccl_kv_channel::transfer(std::span<const int32_t> blocks, int first_layer, int num_layers,
                                std::chrono::steady_clock::time_point deadline) {
+  post(blocks, first_layer, num_layers, deadline, {});
+  wait(deadline, {});
+}
+
+void nccl_kv_channel::post(std::span<const int32_t> blocks, int first_layer, int num_layers,
+                           std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop) {
   if (broken_) throw std::runtime_error("nccl kv channel: broken by an earlier failure; make a new one");
   // The pool against itself: ids, layers, and (receiving) no id twice, before anything is posted.
   device_kv_runs(pool_, blocks, pool_, blocks, first_layer, num_layers);
@@ -124,7 +132,15 @@ void nccl_kv_channel::transfer(std::span<const int32_t> blocks, int first_layer,
   const ncclResult_t end = ncclGroupEnd();
   if (r != ncclSuccess) abort(std::string(side_ == side::prefill ? "ncclSend: " : "ncclRecv: ") + ncclGetErrorString(r));
   if (end != ncclSuccess && end != ncclInProgress) abort(std::string("ncclGroupEnd: ") + ncclGetErrorString(end));
-  wait_for_comm(deadline, "posting the layer's blocks");
+  wait_for_comm(deadline, stop, "posting the layer's blocks");
+}
+
+void nccl_kv_channel::wait(std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop) {
+  if (broken_) throw std::runtime_error("nccl kv channel: broken by an earlier failure; make a new one");
+  check_cuda(cudaSetDevice(pool_.device), "cudaSetDevice");
+  auto comm = static_cast<ncclComm_t>(comm_);
+  auto stream = static_cast<cudaStream_t>(stream_);
+  // After everything posted on the stream so far.
   check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(done_), stream), "cudaEventRecord");
   for (;;) {
     const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(done_));
@@ -140,8 +156,31 @@ void nccl_kv_channel::transfer(std::span<const int32_t> blocks, int first_layer,
       abort("the deadline passed before the peer " + std::string(side_ == side::prefill ? "received" : "sent") +
             " every block");
     }
+    if (stop && stop()) abort("stopped before the peer " + std::string(side_ == side::prefill ? "received" : "sent") +
+                              " every block (the transfer ended)");
     std::this_thread::sleep_for(poll_interval);
   }
+}
+
+namespace {
+
+class nccl_pair_links final : public kv_pair_links {
+ public:
+  explicit nccl_pair_links(device_kv_pool pool) : pool_(pool) {}
+  std::string make_id() override { return make_nccl_unique_id(); }
+  std::unique_ptr<kv_pair_link> join(const std::string& id, kv_pair_side side,
+                                     std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop) override {
+    return std::make_unique<nccl_kv_channel>(pool_, id, side, deadline, stop);
+  }
+
+ private:
+  device_kv_pool pool_;
+};
+
+}  // namespace
+
+std::shared_ptr<kv_pair_links> make_nccl_pair_links(device_kv_pool pool) {
+  return std::make_shared<nccl_pair_links>(pool);
 }
 
 }  // namespace troupe

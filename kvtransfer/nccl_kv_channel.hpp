@@ -15,13 +15,19 @@
 // deadline (the transfer's): the communicator is made non-blocking, polled, and aborted when the
 // deadline passes; a channel that aborted is broken() and must be replaced.
 //
+// Served (nccl_kv_inbox on the decode side, nccl_kv_copier on the prefill side) through the
+// kv_pair_link interface: post() queues a layer's group on the channel's own stream and returns,
+// wait() polls it to completion; both also give up when the caller's stop flag says so.
+//
 // Not thread-safe: one channel per pair, used from one thread.
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
+#include "kvtransfer/kv_pair_link.hpp"
 #include "model/model.hpp"
 
 namespace troupe {
@@ -30,16 +36,19 @@ namespace troupe {
 // the NCCL error.
 std::string make_nccl_unique_id();
 
-class nccl_kv_channel {
+// The pair links of `pool` (the ids are make_nccl_unique_id's, the links nccl_kv_channels).
+std::shared_ptr<kv_pair_links> make_nccl_pair_links(device_kv_pool pool);
+
+class nccl_kv_channel final : public kv_pair_link {
  public:
-  enum class side { prefill, decode };  // rank 0 sends, rank 1 receives
+  using side = kv_pair_side;  // rank 0 (prefill) sends, rank 1 (decode) receives
 
   // Joins the pair's communicator on pool.device: a collective, so the peer must join with the
   // same id before `deadline`. Throws std::invalid_argument for an id of the wrong size,
   // std::runtime_error (NCCL's reason, or the deadline) otherwise; nothing is left open then.
   nccl_kv_channel(device_kv_pool pool, const std::string& unique_id, side s,
-                  std::chrono::steady_clock::time_point deadline);
-  ~nccl_kv_channel();
+                  std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop = {});
+  ~nccl_kv_channel() override;
   nccl_kv_channel(const nccl_kv_channel&) = delete;
   nccl_kv_channel& operator=(const nccl_kv_channel&) = delete;
 
@@ -50,10 +59,14 @@ class nccl_kv_channel {
   // then aborted and broken()).
   void transfer(std::span<const int32_t> blocks, int first_layer, int num_layers,
                 std::chrono::steady_clock::time_point deadline);
-  bool broken() const { return broken_; }
+  // transfer's two halves (kv_pair_link): posted on the channel's stream, then waited for.
+  void post(std::span<const int32_t> blocks, int first_layer, int num_layers,
+            std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop) override;
+  void wait(std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop) override;
+  bool broken() const override { return broken_; }
 
  private:
-  void wait_for_comm(std::chrono::steady_clock::time_point deadline, const char* what);
+  void wait_for_comm(std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop, const char* what);
   [[noreturn]] void abort(const std::string& why);
 
   device_kv_pool pool_;

@@ -203,13 +203,10 @@ void topology::validate() const {
     if (const std::string why = kv_transport_unavailable(disaggregation.transport); !why.empty()) {
       throw std::runtime_error(named + " cannot run here: " + why + "; use \"zmq\"");
     }
-    // cuda_ipc is driven by the prefill worker's per-layer stream (engine/kv_stream_out); each
-    // worker checks again where it starts, on the node that owns its GPU. NCCL's channel is built
-    // and tested (kvtransfer/nccl_kv_channel) but nothing drives it: refused rather than quietly
-    // served by zmq.
-    if (disaggregation.transport == kv_transport::nccl) {
-      throw std::runtime_error(named + " is not driven by the engine yet (only \"cuda_ipc\" is); use \"zmq\" or \"cuda_ipc\"");
-    }
+    // Both are driven by the prefill worker's per-layer stream (engine/kv_stream_out) and the
+    // decode worker's receiver; each worker checks again where it starts, on the node that owns
+    // its GPU. nccl needs two GPUs (NCCL refuses two ranks on one: "Duplicate GPU detected"):
+    // one per host, or two on one; cuda_ipc is for one host.
   }
   check_placement(placement.detokenizers, "detokenizers");
   auto at_least = [](int value, int least, const char* name) {

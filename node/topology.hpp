@@ -61,7 +61,8 @@ struct disaggregation_settings {
   std::string controller_kv_host = "127.0.0.1";
   // kv_transport: "zmq" (default), "cuda_ipc" or "nccl" (kvtransfer/kv_transport.hpp). A GPU
   // transport is refused at startup where it cannot run (a build without CUDA, no GPU), here
-  // and again by each worker on its own node; "nccl" is not driven by the engine yet.
+  // and again by each worker on its own node. "nccl" is for two GPUs (two hosts, or two GPUs of
+  // one), "cuda_ipc" for one host (NCCL refuses two ranks on one GPU).
   kv_transport transport = kv_transport::zmq;
 };
 

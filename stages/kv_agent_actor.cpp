@@ -23,9 +23,16 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_en
         expectation.num_tokens = r.num_tokens;
         expectation.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(expect.timeout_ms);
         // A device transport writes the blocks itself: its frames only count the layers in.
-        const bool in_place = !endpoints->kv_pool_handle.empty();
+        const bool in_place = !endpoints->kv_pool_handle.empty() || endpoints->device_inbox;
         expectation.in_place = in_place;
+        std::string pool_handle = endpoints->kv_pool_handle;
         try {
+          if (endpoints->device_inbox) {
+            // nccl: the communicator of the prefill peer the router chose, named in the handle.
+            nccl_kv_inbox::handle pair = endpoints->device_inbox->handle_for(r.peer);
+            pool_handle = std::move(pair.bytes);
+            expectation.device_pair = std::move(pair.pair_id);
+          }
           endpoints->receiver->expect(std::move(expectation));
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
@@ -34,7 +41,7 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_en
         kv_ready_msg ready{r.request_id, r.transfer_id, endpoints->receiver->endpoint(),
                            endpoints->receiver->public_key()};
         if (in_place) {
-          ready.kv_pool_handle = endpoints->kv_pool_handle;
+          ready.kv_pool_handle = std::move(pool_handle);
           ready.block_ids = r.block_ids;
         }
         return ready;

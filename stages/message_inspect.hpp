@@ -106,13 +106,21 @@ typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
   return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling,
            x.priority, x.tokenize_ns, x.resumed_output_ids, x.kv);
 }
+// A peer name comes from another node: bounded before anyone keys a communicator by it.
+inline caf::error check_kv_peer(const char* message, const std::string& peer) {
+  if (peer.size() <= max_kv_peer_bytes) return caf::none;
+  return caf::make_error(caf::sec::runtime_error, std::string(message) + ": a peer of " + std::to_string(peer.size()) +
+                                                      " bytes, at most " + std::to_string(max_kv_peer_bytes));
+}
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_handoff& x) {
-  return f(caf::meta::type_name("kv_handoff"), x.role, x.transfer_id);
+  return f(caf::meta::type_name("kv_handoff"), x.role, x.transfer_id, x.peer,
+           caf::meta::load_callback([&]() -> caf::error { return check_kv_peer("kv_handoff", x.peer); }));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_reservation& x) {
-  return f(caf::meta::type_name("kv_reservation"), x.request_id, x.transfer_id, x.block_ids, x.num_tokens);
+  return f(caf::meta::type_name("kv_reservation"), x.request_id, x.transfer_id, x.block_ids, x.num_tokens, x.peer,
+           caf::meta::load_callback([&]() -> caf::error { return check_kv_peer("kv_reservation", x.peer); }));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_expect_msg& x) {

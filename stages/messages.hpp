@@ -69,8 +69,9 @@ struct kv_ready_msg {
   uint64_t transfer_id = 0;
   std::string endpoint;
   std::string public_key;
-  // A device transport's destination (kv_transport "cuda_ipc"): the decode side's pool
-  // (device_kv_pool_handle bytes, at most max_kv_pool_handle_bytes) and the blocks it reserved
+  // A device transport's destination (kv_transport "cuda_ipc" or "nccl"): the decode side's pool
+  // (device_kv_pool_handle bytes for cuda_ipc; for nccl the pair's id and the pool's geometry,
+  // nccl_pool_handle; at most max_kv_pool_handle_bytes) and the blocks it reserved
   // for tokens [0, num_tokens); the prefill side copies into them and sends in-place frames.
   // Both empty on zmq, whose frames carry the bytes.
   std::string kv_pool_handle;

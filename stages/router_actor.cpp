@@ -75,10 +75,14 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     if (where->decode) {
       const caf::actor& decode = engines->at(*where->decode).scheduler;
       schedule_request receive = request;
-      receive.kv = kv_handoff{kv_role::receive, where->transfer_id};
+      // The prefill instance by its KV agent's address: unique per process incarnation, so a
+      // restarted prefill process gets a new communicator on the decode side (kv_transport nccl).
+      const caf::actor& prefill_agent = engines->at(where->instance).kv_agent;
+      receive.kv = kv_handoff{kv_role::receive, where->transfer_id,
+                              prefill_agent ? caf::to_string(prefill_agent.address()) : std::string()};
       self->send(decode, std::move(receive));
       if (where->aborted_early) self->send(decode, abort_request_msg{id});
-      request.kv = kv_handoff{kv_role::send, where->transfer_id};
+      request.kv = kv_handoff{kv_role::send, where->transfer_id, {}};
     }
     const caf::actor& scheduler = engines->at(where->instance).scheduler;
     self->send(scheduler, std::move(request));

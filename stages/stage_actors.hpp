@@ -32,6 +32,7 @@
 
 #include "engine/engine_config.hpp"
 #include "kvtransfer/kv_device_destinations.hpp"
+#include "kvtransfer/nccl_kv_inbox.hpp"
 #include "kvtransfer/kv_receiver.hpp"
 #include "kvtransfer/kv_sender.hpp"
 #include "stages/engine_router.hpp"
@@ -142,11 +143,15 @@ struct kv_endpoints {
   std::shared_ptr<served_model> served;
   std::unique_ptr<kv_sender> sender;
   std::unique_ptr<kv_receiver> receiver;
-  // A device transport (kv_transport "cuda_ipc"); empty and null on zmq. The pool's handle goes
-  // in this instance's kv_ready answers (its receiver then expects the KV in place); the
-  // destinations of transfers it prefills wait in device_destinations for its forward thread.
+  // A device transport (kv_transport "cuda_ipc" or "nccl"); empty and null on zmq. The pool's
+  // handle (cuda_ipc; nccl's are per peer, below) goes in this instance's kv_ready answers (its
+  // receiver then expects the KV in place); the destinations of transfers it prefills wait in
+  // device_destinations for its forward thread.
   std::string kv_pool_handle;
   std::shared_ptr<kv_device_destinations> device_destinations;
+  // kv_transport "nccl": the decode side's pairs, one per prefill peer; each kv_ready answer
+  // carries the handle of its transfer's peer (kv_pool_handle stays empty).
+  std::shared_ptr<nccl_kv_inbox> device_inbox;
   std::chrono::milliseconds transfer_timeout{10000};
 };
 // The KV agent: an event-based actor beside the worker that never blocks (the worker does, while

@@ -33,9 +33,16 @@ std::unique_ptr<draft_proposer> make_draft_proposer(const served_model& target, 
 kv_device_path start_device_transport(kv_transport transport, const model& m, kv_endpoints& endpoints) {
   check_worker_kv_transport(transport, m);
   const std::optional<device_kv_pool> pool = m.kv_pool_on_device();
-  endpoints.kv_pool_handle = device_kv_pool_handle(transport, *pool);
   kv_device_path device{make_device_kv_copier(transport, *pool), std::make_shared<kv_device_destinations>()};
   endpoints.device_destinations = device.destinations;
+  if (transport == kv_transport::nccl) {
+    endpoints.device_inbox = std::make_shared<nccl_kv_inbox>(*pool, make_device_kv_pair_links(transport, *pool));
+    spdlog::info("worker: KV transport nccl: each layer's KV sent and received with NCCL on GPU {} (one communicator "
+                 "per prefill/decode pair, its id over the cluster's control path), in-place frames over the KV plane",
+                 pool->device);
+    return device;
+  }
+  endpoints.kv_pool_handle = device_kv_pool_handle(transport, *pool);
   spdlog::info("worker: KV transport {}: KV copied device to device from and into the pool on GPU {}, in-place frames "
                "over the KV plane",
                kv_transport_name(transport), pool->device);
@@ -53,9 +60,6 @@ void check_worker_kv_transport(kv_transport transport, const model& m) {
   if (!m.kv_pool_on_device()) {
     throw std::runtime_error(named + " copies KV in GPU memory, and backend " + m.backend_name() +
                              " keeps its KV pool in host memory; serve the model on cuda or use \"zmq\"");
-  }
-  if (transport == kv_transport::nccl) {
-    throw std::runtime_error(named + " is not driven by the engine yet (only \"cuda_ipc\" is); use \"zmq\" or \"cuda_ipc\"");
   }
 }
 
@@ -97,7 +101,8 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
           [report](uint64_t transfer_id, int64_t request_id) { report(kv_arrival_msg{request_id, transfer_id, true, {}}); },
           [report](uint64_t transfer_id, int64_t request_id, const std::string& why) {
             report(kv_arrival_msg{request_id, transfer_id, false, why});
-          }});
+          }},
+      endpoints->device_inbox);
   runner->stream_kv_to(*endpoints->sender, kv.transfer_timeout, std::move(device));
   caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, endpoints);
   *agent_slot = caf::actor_cast<caf::weak_actor_ptr>(agent);

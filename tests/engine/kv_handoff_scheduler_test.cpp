@@ -31,7 +31,7 @@ std::vector<int32_t> run_to_end(scheduler& s, int64_t id, std::vector<int32_t> o
 
 TEST(kv_handoff_scheduler, a_prefill_only_request_is_handed_off_after_its_first_token) {
   auto s = create_scheduler(64, 16, /*max_num_batched_tokens=*/16);
-  ASSERT_FALSE(s->add_request(5, make_prompt(40), greedy(10), 0, engine_clock::now(), {}, {kv_role::send, 77}));
+  ASSERT_FALSE(s->add_request(5, make_prompt(40), greedy(10), 0, engine_clock::now(), {}, {kv_role::send, 77, {}}));
   std::vector<token_delta> last;
   for (int chunk = 0; chunk < 3; ++chunk) {
     step_plan plan = s->schedule();
@@ -54,7 +54,7 @@ TEST(kv_handoff_scheduler, a_prefill_only_request_is_handed_off_after_its_first_
 
 TEST(kv_handoff_scheduler, async_scheduling_plans_nothing_past_a_prefill_only_request_s_first_token) {
   auto s = create_scheduler(64, 16);
-  ASSERT_FALSE(s->add_request(5, make_prompt(20), greedy(10), 0, engine_clock::now(), {}, {kv_role::send, 1}));
+  ASSERT_FALSE(s->add_request(5, make_prompt(20), greedy(10), 0, engine_clock::now(), {}, {kv_role::send, 1, {}}));
   const step_plan first = s->schedule();
   const step_plan second = s->schedule();  // planned while the first is out
   EXPECT_TRUE(second.empty()) << "a decode step for a request about to be handed off";
@@ -65,7 +65,7 @@ TEST(kv_handoff_scheduler, async_scheduling_plans_nothing_past_a_prefill_only_re
 
 TEST(kv_handoff_scheduler, a_prefill_only_request_that_ends_at_its_first_token_finishes_normally) {
   auto s = create_scheduler(64, 16);
-  ASSERT_FALSE(s->add_request(5, make_prompt(20), greedy(1), 0, engine_clock::now(), {}, {kv_role::send, 1}));
+  ASSERT_FALSE(s->add_request(5, make_prompt(20), greedy(1), 0, engine_clock::now(), {}, {kv_role::send, 1, {}}));
   const step_plan plan = s->schedule();
   const auto deltas = s->update(plan, fake_run(plan));
   ASSERT_EQ(deltas.size(), 1u);
@@ -81,12 +81,14 @@ TEST(kv_handoff_scheduler, a_decode_only_request_waits_for_its_kv_and_first_toke
   }();
 
   auto s = create_scheduler(64, 16);
-  ASSERT_FALSE(s->add_request(9, make_prompt(40), greedy(6), 0, engine_clock::now(), {}, {kv_role::receive, 42}));
+  ASSERT_FALSE(s->add_request(9, make_prompt(40), greedy(6), 0, engine_clock::now(), {},
+                              {kv_role::receive, 42, "17@prefill-node"}));
   EXPECT_TRUE(s->schedule().empty()) << "nothing to compute: the KV comes from elsewhere";
   const std::vector<kv_reservation> reserved = s->take_kv_reservations();
   ASSERT_EQ(reserved.size(), 1u);
   EXPECT_EQ(reserved[0].request_id, 9);
   EXPECT_EQ(reserved[0].transfer_id, 42u);
+  EXPECT_EQ(reserved[0].peer, "17@prefill-node") << "the KV agent keys kv_transport nccl's pair by it";
   EXPECT_EQ(reserved[0].num_tokens, 40);
   EXPECT_EQ(reserved[0].block_ids.size(), 3u);
   EXPECT_EQ(s->num_free_blocks(), 61);
@@ -112,7 +114,7 @@ TEST(kv_handoff_scheduler, a_decode_only_request_waits_for_its_kv_and_first_toke
 
 TEST(kv_handoff_scheduler, a_first_token_may_come_before_the_kv) {
   auto s = create_scheduler(64, 16);
-  ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3}));
+  ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3, {}}));
   s->schedule();
   EXPECT_EQ(s->hand_over(9, 3, std::vector<int32_t>{1000}), "");
   EXPECT_TRUE(s->schedule().empty());
@@ -124,7 +126,7 @@ TEST(kv_handoff_scheduler, a_first_token_handed_over_before_the_reservation_is_n
   // The prefill side can be quicker than this admission: the reservation is still for the
   // prompt's KV only, and the token is the first step's input.
   auto s = create_scheduler(64, 16);
-  ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3}));
+  ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3, {}}));
   EXPECT_EQ(s->hand_over(9, 3, std::vector<int32_t>{1000}), "");
   s->schedule();
   const std::vector<kv_reservation> reserved = s->take_kv_reservations();
@@ -143,7 +145,7 @@ TEST(kv_handoff_scheduler, a_reservation_needs_no_token_budget) {
   ASSERT_FALSE(s->add_request(1, make_prompt(1), greedy(50)));
   step_plan plan = s->schedule();
   s->update(plan, fake_run(plan));
-  ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3}));
+  ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3, {}}));
   plan = s->schedule();
   EXPECT_EQ(plan.num_tokens(), 1);
   EXPECT_EQ(s->take_kv_reservations().size(), 1u);
@@ -152,7 +154,7 @@ TEST(kv_handoff_scheduler, a_reservation_needs_no_token_budget) {
 TEST(kv_handoff_scheduler, a_reservation_counts_against_max_num_seqs_and_is_never_preempted) {
   // 4 blocks: the reservation takes 2; a running request that grows must not take them.
   auto s = create_scheduler(4, 16, 8192, /*max_num_seqs=*/2);
-  ASSERT_FALSE(s->add_request(1, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 5}));
+  ASSERT_FALSE(s->add_request(1, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 5, {}}));
   ASSERT_FALSE(s->add_request(2, make_prompt(10), greedy(40)));
   ASSERT_FALSE(s->add_request(3, make_prompt(4), greedy(4)));
   step_plan plan = s->schedule();
@@ -167,7 +169,7 @@ TEST(kv_handoff_scheduler, a_reservation_counts_against_max_num_seqs_and_is_neve
 
 TEST(kv_handoff_scheduler, an_abort_or_a_failed_transfer_gives_the_reserved_blocks_back) {
   auto s = create_scheduler(64, 16);
-  ASSERT_FALSE(s->add_request(9, make_prompt(40), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 1}));
+  ASSERT_FALSE(s->add_request(9, make_prompt(40), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 1, {}}));
   s->schedule();
   EXPECT_EQ(s->num_free_blocks(), 61);
   const auto aborted = s->abort(9);
@@ -183,7 +185,7 @@ TEST(kv_handoff_scheduler, an_abort_or_a_failed_transfer_gives_the_reserved_bloc
 TEST(kv_handoff_scheduler, a_handed_over_token_that_would_have_ended_the_request_is_refused) {
   auto s = create_scheduler(64, 16);
   ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4, /*ignore_eos=*/false), 0, engine_clock::now(), {},
-                              {kv_role::receive, 1}));
+                              {kv_role::receive, 1, {}}));
   s->schedule();
   EXPECT_NE(s->hand_over(9, 1, std::vector<int32_t>{test_eos}).find("ends the request"), std::string::npos);
   EXPECT_NE(s->hand_over(10, 1, std::vector<int32_t>{5}), "x") << "an unknown request is ignored";

@@ -78,6 +78,29 @@ TEST(kv_frame, an_in_place_frame_carries_no_payload_and_its_flag_survives) {
   expect_refused(unknown, "unknown flags 130");
 }
 
+// kv_transport "nccl": an in-place frame names its send's place in the pair's order, in an
+// 8-byte payload; a sequenced frame must be in place and carry exactly that payload.
+TEST(kv_frame, a_sequenced_frame_carries_its_sequence_and_nothing_else) {
+  kv_frame_header h = good_header();
+  h.in_place = true;
+  h.sequenced = true;
+  h.payload_bytes = kv_frame_sequence_bytes;
+  const std::vector<std::byte> bytes = encoded(h);
+  EXPECT_EQ(bytes[7], std::byte{3});
+  const kv_frame_header back = decode_kv_frame_header(bytes, uint64_t(1) << 30);
+  EXPECT_TRUE(back.in_place);
+  EXPECT_TRUE(back.sequenced);
+  EXPECT_EQ(back.payload_bytes, kv_frame_sequence_bytes);
+  EXPECT_EQ(decode_kv_frame_sequence(encode_kv_frame_sequence(0x0102030405060708ULL)), 0x0102030405060708ULL);
+  EXPECT_EQ(encode_kv_frame_sequence(1)[0], std::byte{1}) << "little-endian";
+  EXPECT_THROW(decode_kv_frame_sequence(std::vector<std::byte>(7)), std::invalid_argument);
+  h.payload_bytes = 0;
+  expect_refused(h, "in an in-place frame (expected 8)");
+  h.in_place = false;
+  h.payload_bytes = kv_frame_sequence_bytes;
+  expect_refused(h, "a sequenced frame that is not in place");
+}
+
 TEST(kv_frame, the_wire_format_is_little_endian_and_starts_with_the_magic) {
   const std::vector<std::byte> bytes = encoded(good_header());
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes.data()), 4), "TVK1");

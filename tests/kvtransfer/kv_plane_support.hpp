@@ -155,7 +155,7 @@ class kv_plane_test : public ::testing::Test {
   }
 
   kv_expectation expectation(uint64_t transfer_id, std::chrono::milliseconds deadline = 60s) const {
-    return {transfer_id, request_id, blocks_b, num_tokens, in(deadline)};
+    return {transfer_id, request_id, blocks_b, num_tokens, in(deadline), false, {}};
   }
 
   // Queues one frame per layer of the whole prompt (as a prefill sends it) and finishes.

@@ -51,6 +51,7 @@ TEST(worker_kv_transport, a_worker_that_cannot_carry_its_transport_refuses_to_sp
       ADD_FAILURE() << "the worker spawned";
     } catch (const std::runtime_error& e) {
       EXPECT_NE(std::string(e.what()).find(expected_refusal(transport)), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("not driven"), std::string::npos) << "nccl is served: " << e.what();
     }
   }
   spawned_worker zmq = spawn_worker(system, cpu_worker(kv_transport::zmq));

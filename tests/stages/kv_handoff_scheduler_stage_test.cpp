@@ -15,7 +15,7 @@ namespace {
 
 schedule_request receiving(int64_t id, uint64_t transfer) {
   schedule_request r = make_request(id, 4);
-  r.kv = kv_handoff{kv_role::receive, transfer};
+  r.kv = kv_handoff{kv_role::receive, transfer, {}};
   return r;
 }
 
@@ -87,7 +87,7 @@ TEST(kv_handoff_scheduler_stage, a_quiet_abort_says_nothing_and_spares_the_next_
 TEST(kv_handoff_scheduler_stage, an_abort_after_the_hand_off_does_not_kill_the_id_s_next_run) {
   scheduler_stage stage(small_stage_config(false), {});
   schedule_request sending = make_request(9, 4);
-  sending.kv = kv_handoff{kv_role::send, 90};
+  sending.kv = kv_handoff{kv_role::send, 90, {}};
   scheduler_stage::outputs out = stage.add(sending);
   ASSERT_EQ(out.plans.size(), 1u);
   step_done done;

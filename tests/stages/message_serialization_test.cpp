@@ -142,7 +142,7 @@ std::vector<schedule_request> samples(of<schedule_request>) {
   r.priority = 5;
   r.tokenize_ns = 2000;
   r.resumed_output_ids = {7, 8};
-  r.kv = kv_handoff{kv_role::receive, 0x1234567890ull};
+  r.kv = kv_handoff{kv_role::receive, 0x1234567890ull, "<prefill KV agent> 17@0123abcd#4711"};
   return {r};
 }
 
@@ -180,9 +180,19 @@ std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
 std::vector<stats_answer> samples(of<stats_answer>) {
   return {{77, 10, 64, 3, 4, "", 2, 5}, {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"}};
 }
-std::vector<kv_handoff> samples(of<kv_handoff>) { return {{kv_role::send, 99}, {kv_role::receive, ~0ull}}; }
-std::vector<kv_reservation> samples(of<kv_reservation>) { return {{42, 7, {3, 9, 1}, 40}}; }
-std::vector<kv_expect_msg> samples(of<kv_expect_msg>) { return {{{42, 7, {3, 9}, 20}, 10000}}; }
+// The peer (kv_transport nccl keys a communicator by it) at its size limit, bytes of any value.
+std::string longest_peer() {
+  std::string peer(max_kv_peer_bytes, '\0');
+  for (size_t i = 0; i < peer.size(); ++i) peer[i] = static_cast<char>(i * 13);
+  return peer;
+}
+std::vector<kv_handoff> samples(of<kv_handoff>) {
+  return {{kv_role::send, 99, ""}, {kv_role::receive, ~0ull, "17@0123abcd#4711"}, {kv_role::receive, 1, longest_peer()}};
+}
+std::vector<kv_reservation> samples(of<kv_reservation>) {
+  return {{42, 7, {3, 9, 1}, 40, ""}, {43, 8, {2}, 3, longest_peer()}};
+}
+std::vector<kv_expect_msg> samples(of<kv_expect_msg>) { return {{{42, 7, {3, 9}, 20, "17@0123abcd#4711"}, 10000}}; }
 // A zmq destination, and a cuda_ipc one with a pool handle (binary bytes, NULs included) at the
 // size limit and the decode side's blocks.
 std::vector<kv_ready_msg> samples(of<kv_ready_msg>) {
@@ -388,17 +398,20 @@ void expect_same(const schedule_request& a, const schedule_request& b) {
   EXPECT_EQ(a.resumed_output_ids, b.resumed_output_ids);
   EXPECT_EQ(a.kv.role, b.kv.role);
   EXPECT_EQ(a.kv.transfer_id, b.kv.transfer_id);
+  EXPECT_EQ(a.kv.peer, b.kv.peer);
 }
 
 void expect_same(const kv_handoff& a, const kv_handoff& b) {
   EXPECT_EQ(a.role, b.role);
   EXPECT_EQ(a.transfer_id, b.transfer_id);
+  EXPECT_EQ(a.peer, b.peer);
 }
 void expect_same(const kv_reservation& a, const kv_reservation& b) {
   EXPECT_EQ(a.request_id, b.request_id);
   EXPECT_EQ(a.transfer_id, b.transfer_id);
   EXPECT_EQ(a.block_ids, b.block_ids);
   EXPECT_EQ(a.num_tokens, b.num_tokens);
+  EXPECT_EQ(a.peer, b.peer);
 }
 void expect_same(const kv_expect_msg& a, const kv_expect_msg& b) {
   expect_same(a.reservation, b.reservation);
@@ -678,6 +691,10 @@ TEST(message_serialization, an_oversized_pool_handle_or_an_unknown_transport_is_
   };
   kv_ready_msg ready{42, 7, "tcp://127.0.0.1:4711", "", std::string(max_kv_pool_handle_bytes + 1, 'h'), {1, 2}};
   refused(ready, "kv_ready_msg: a kv_pool_handle of 1025 bytes, at most 1024");
+  refused(kv_handoff{kv_role::receive, 7, std::string(max_kv_peer_bytes + 1, 'p')},
+          "kv_handoff: a peer of 257 bytes, at most 256");
+  refused(kv_reservation{42, 7, {1}, 4, std::string(max_kv_peer_bytes + 1, 'p')},
+          "kv_reservation: a peer of 257 bytes, at most 256");
   // The transport travels as its number: one past the last is no transport.
   worker_spec spec{full_model_spec()};
   spec.kv_transport = static_cast<kv_transport>(static_cast<uint8_t>(kv_transport::nccl) + 1);

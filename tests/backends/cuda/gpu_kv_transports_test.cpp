@@ -142,7 +142,7 @@ TEST(cuda_ipc_kv_copier_child, sends_from_its_pool) {
   cuda_ipc_kv_copier copier(pool_at(local.get()));
   // Layer by layer, as a prefill sends them; the peer's handle is opened once.
   for (int layer = 0; layer < num_layers; ++layer) {
-    copier.copy_to(from_hex(hex), sender_blocks, receiver_blocks, layer, 1);
+    copier.copy_to(from_hex(hex), sender_blocks, receiver_blocks, layer, 1, std::chrono::steady_clock::now() + 10s);
   }
   EXPECT_EQ(copier.num_open_peers(), 1u);
 }
@@ -157,7 +157,7 @@ TEST(cuda_ipc_kv_copier, a_peer_pool_that_does_not_fit_is_refused_before_any_cop
   // could not be).
   auto expect_refused = [&](const std::string& handle, std::vector<int32_t> to, const std::string& field) {
     try {
-      copier.copy_to(handle, sender_blocks, to, 0, 1);
+      copier.copy_to(handle, sender_blocks, to, 0, 1, std::chrono::steady_clock::now() + 10s);
       ADD_FAILURE() << "copied, expected a refusal naming " << field;
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
