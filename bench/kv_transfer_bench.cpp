@@ -3,6 +3,9 @@
 // bytes, side by side in one run, and the plane over plain TCP importing into a CPU model's pool.
 // "TCP, alloc/frame" is the plane over TCP with each payload allocated afresh, as the exporter
 // did before the sender recycled its buffers: the before and after of that change, interleaved.
+// "TCP, transport" is the plane over TCP with every frame exported before the clock starts: the
+// transport alone, timed as the plain copy is (whose payloads are also ready beforehand), which
+// tells the channel's cost from the export's (a copy out of the pool the plain copy never makes).
 //
 // A transfer of S MiB is sent as it is in serving: one frame per layer of a 12-layer model
 // (12 KV heads of 64, blocks of 16 tokens, f32), i.e. frames of about S/12, each frame's buffer
@@ -280,17 +283,37 @@ class plane {
   }
 
   // Wall seconds of one transfer of `exporter`'s blocks; `cpu_seconds` (if given): the process's
-  // CPU time over it.
-  double run(const model& exporter, double* cpu_seconds = nullptr, double* export_seconds = nullptr) {
+  // CPU time over it. `exported_before`: every frame is exported (into the sender's buffers)
+  // before the clock starts, so the run times the transport alone, as the plain copy is timed.
+  double run(const model& exporter, double* cpu_seconds = nullptr, double* export_seconds = nullptr,
+             bool exported_before = false) {
     const uint64_t id = ++next_id_;
     std::vector<int32_t> blocks(shape_.num_blocks);
     std::iota(blocks.begin(), blocks.end(), 0);
     const int num_tokens = shape_.num_blocks * block_size;
     done_ = std::promise<bool>();
     auto done = done_.get_future();
-    receiver_->expect({id, 1, blocks, num_tokens, clock_type::now() + std::chrono::minutes(2)});
+    kv_expectation expectation;
+    expectation.transfer_id = id;
+    expectation.request_id = 1;
+    expectation.block_ids = blocks;
+    expectation.num_tokens = num_tokens;
+    expectation.deadline = clock_type::now() + std::chrono::minutes(2);
+    receiver_->expect(std::move(expectation));
 
     if (export_seconds) *export_seconds = 0;
+    auto exported = [&](int layer) {
+      std::vector<std::byte> payload =
+          recycled_ ? sender_->take_buffer(shape_.frame_bytes) : std::vector<std::byte>(shape_.frame_bytes);
+      const double export_start = thread_cpu_seconds();
+      exporter.export_kv(blocks, layer, 1, dtype::f32, payload);
+      if (export_seconds) *export_seconds += thread_cpu_seconds() - export_start;
+      return payload;
+    };
+    std::vector<std::vector<std::byte>> ready_payloads;
+    if (exported_before) {
+      for (int layer = 0; layer < num_layers; ++layer) ready_payloads.push_back(exported(layer));
+    }
     const double cpu_start = process_cpu_seconds();
     const auto start = clock_type::now();
     sender_->open(id, clock_type::now() + std::chrono::minutes(2));
@@ -303,11 +326,7 @@ class plane {
       h.span = shape_.layer_span;
       h.span.first_layer = layer;
       h.payload_bytes = shape_.frame_bytes;
-      std::vector<std::byte> payload =
-          recycled_ ? sender_->take_buffer(h.payload_bytes) : std::vector<std::byte>(h.payload_bytes);
-      const double export_start = thread_cpu_seconds();
-      exporter.export_kv(blocks, layer, 1, dtype::f32, payload);
-      if (export_seconds) *export_seconds += thread_cpu_seconds() - export_start;
+      std::vector<std::byte> payload = exported_before ? std::move(ready_payloads[layer]) : exported(layer);
       if (!sender_->send(h, std::move(payload))) throw std::runtime_error("the sender refused a frame");
     }
     sender_->finish(id);
@@ -379,9 +398,10 @@ int main(int argc, char** argv) try {
   std::printf("KV transfer on loopback: one frame per layer of a %d-layer model (%d KV heads x %d, blocks of %d, f32); "
               "MiB/s best / median of %d\n\n",
               num_layers, config.num_kv_heads, config.head_dim, block_size, reps);
-  std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s %6s | %17s %6s %6s | %17s %6s | %17s\n", "transfer",
-              "frame", "plain TCP copy", "TCP, fresh buffers", "ZeroMQ", "median", "best", "plane over TCP", "median",
-              "best", "TCP, alloc/frame", "median", "best", "ZeroMQ + CURVE", "median", "TCP + CPU import");
+  std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s %6s | %17s %6s %6s | %17s %6s %6s | %17s %6s | %17s\n",
+              "transfer", "frame", "plain TCP copy", "TCP, fresh buffers", "ZeroMQ", "median", "best", "plane over TCP",
+              "median", "best", "TCP, transport", "median", "best", "TCP, alloc/frame", "median", "best",
+              "ZeroMQ + CURVE", "median", "TCP + CPU import");
   std::vector<std::string> cpu_lines, pool_lines;
   for (size_t mib : sizes) {
     const transfer_shape s = shape_for(config, mib);
@@ -406,7 +426,7 @@ int main(int argc, char** argv) try {
     // One transfer per plane before the timed ones, as the plain copy connects beforehand: each
     // sender connects, and its pool grows to the frames the exporter runs ahead of the socket.
     for (plane* p : {&zmq_plane, &tcp_plane, &fresh_plane, &curve_plane, &import_plane}) p->run(*exporter);
-    std::vector<double> tcp, tcp_fresh, zmq, kvtcp, fresh, curve, imported, tcp_cpu, zmq_cpu, kvtcp_cpu, fresh_cpu,
+    std::vector<double> tcp, tcp_fresh, zmq, kvtcp, transport, fresh, curve, imported, tcp_cpu, zmq_cpu, kvtcp_cpu, fresh_cpu,
         tcp_faults, kvtcp_faults, fresh_faults, kvtcp_export;
     for (int r = 0; r < reps; ++r) {
       const auto payloads = make_payloads(s);
@@ -424,6 +444,7 @@ int main(int argc, char** argv) try {
       kvtcp_cpu.push_back(cpu);
       kvtcp_export.push_back(exported);
       kvtcp_faults.push_back(process_minor_faults() - faults);
+      transport.push_back(tcp_plane.run(*exporter, nullptr, nullptr, true));
       faults = process_minor_faults();
       fresh.push_back(fresh_plane.run(*exporter, &cpu));
       fresh_cpu.push_back(cpu);
@@ -433,13 +454,13 @@ int main(int argc, char** argv) try {
     }
     const size_t bytes = s.total_bytes();
     const summary t = summarize(tcp, bytes), f = summarize(tcp_fresh, bytes), z = summarize(zmq, bytes),
-                  k = summarize(kvtcp, bytes), a = summarize(fresh, bytes), c = summarize(curve, bytes),
+                  k = summarize(kvtcp, bytes), x = summarize(transport, bytes), a = summarize(fresh, bytes), c = summarize(curve, bytes),
                   i = summarize(imported, bytes);
     std::printf("%5.1f MiB %6.2f MiB | %7.0f / %7.0f | %7.0f / %7.0f | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx "
-                "%5.2fx | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx | %7.0f / %7.0f\n",
+                "%5.2fx | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx | %7.0f / %7.0f\n",
                 double(bytes) / (1 << 20), double(s.frame_bytes) / (1 << 20), t.best, t.median, f.best, f.median, z.best,
                 z.median, z.median / t.median, z.best / t.best, k.best, k.median, k.median / t.median, k.best / t.best,
-                a.best, a.median, a.median / t.median, a.best / t.best, c.best, c.median, c.median / t.median, i.best,
+                x.best, x.median, x.median / t.median, x.best / t.best, a.best, a.median, a.median / t.median, a.best / t.best, c.best, c.median, c.median / t.median, i.best,
                 i.median);
     cpu_lines.push_back(std::to_string(mib) + " MiB: plain TCP " + std::to_string(int(median_of(tcp_cpu) * 1e3)) +
                         " ms, ZeroMQ " + std::to_string(int(median_of(zmq_cpu) * 1e3)) + " ms, plane over TCP " +
