@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/kv_stream_out.hpp"
+#include "tests/engine/prefill_step_plan.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
 
 namespace troupe::test {
@@ -45,20 +46,6 @@ class host_copier final : public device_kv_copier {
   const model& from_;
   model& to_;
 };
-
-// One prefill step of request_id over tokens [begin, end) of the prompt.
-step_plan prefill_step(int64_t request_id, const std::vector<int32_t>& prompt, const std::vector<int32_t>& blocks,
-                       int begin, int end, bool last) {
-  scheduled_sequence s;
-  s.request_id = request_id;
-  s.num_computed_tokens = begin;
-  s.new_token_ids.assign(prompt.begin() + begin, prompt.begin() + end);
-  s.block_table = blocks;
-  s.sample = last;
-  step_plan plan;
-  plan.sequences.push_back(s);
-  return plan;
-}
 
 class kv_stream_out_device : public kv_plane_test {
  protected:

@@ -17,6 +17,7 @@
 #include "kvtransfer/nccl_kv_copier.hpp"
 #include "kvtransfer/nccl_kv_inbox.hpp"
 #include "kvtransfer/nccl_pool_handle.hpp"
+#include "tests/engine/prefill_step_plan.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
 #include "tests/kvtransfer/memory_pair_links.hpp"
 
@@ -24,21 +25,6 @@ namespace troupe::test {
 namespace {
 
 constexpr const char* prefill_peer = "prefill KV agent 1@a";
-
-// One prefill step of request_id over tokens [begin, end) of the prompt (begin > 0 on the first
-// step: the prefix cache supplied those tokens' blocks).
-step_plan prefill_step(int64_t request_id, const std::vector<int32_t>& prompt, const std::vector<int32_t>& blocks,
-                       int begin, int end, bool last) {
-  scheduled_sequence s;
-  s.request_id = request_id;
-  s.num_computed_tokens = begin;
-  s.new_token_ids.assign(prompt.begin() + begin, prompt.begin() + end);
-  s.block_table = blocks;
-  s.sample = last;
-  step_plan plan;
-  plan.sequences.push_back(s);
-  return plan;
-}
 
 class kv_stream_out_nccl : public kv_plane_test {
  protected:

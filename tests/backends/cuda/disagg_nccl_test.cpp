@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/backends/cuda/cuda_test_util.hpp"
+#include "tests/backends/cuda/disagg_gpu_support.hpp"
 #include "tests/e2e/cluster_fixture.hpp"
 #include "tests/scratch_dir.hpp"
 
@@ -26,22 +27,6 @@ namespace troupe::test::cluster {
 namespace {
 
 using troupe::testing::scratch_dir;
-
-const std::vector<std::string> prompts = {
-    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun",
-    "Once upon a time, there was a little girl named Lily. She had a big red ball",
-    "The little dog ran to the park",
-    "Lily and Tom went to the park. They saw a big tree with a swing. Tom wanted to swing first",
-    "One day, a bird"};
-
-constexpr size_t wave = 20;
-
-topology_spec on_the_gpu() {
-  topology_spec t;
-  t.device = "cuda";
-  t.dtype = "f32";  // the CPU-exact precision: batches that differ between the topologies give the same tokens
-  return t;
-}
 
 // Sets CUDA_VISIBLE_DEVICES for the children started in its scope (a child reads it when it
 // starts CUDA; this process started CUDA already, so it is not affected), and restores it.
@@ -76,15 +61,10 @@ TEST(disagg_nccl, a_1p1d_cluster_over_nccl_on_two_gpus_answers_like_one_process)
   if (count < 2) GTEST_SKIP() << "kv_transport nccl needs two GPUs (NCCL refuses two ranks on one)";
   scratch_dir dir;
   make_credentials(dir / "certs", {"controller", "prefill-a", "decode-a"});
-  const std::vector<mixed_request> mix = request_mix(60, prompts, 8, 48, true, 3);
+  const std::vector<mixed_request> mix = request_mix(60, gpu_disagg_prompts, 8, 48, true, 3);
 
-  std::vector<outcome> expected;
-  {
-    controller_process reference(controller_process::kind::serve, on_the_gpu().write(dir / "colocated.toml"),
-                                 dir / "colocated.log");
-    expected = run_in_waves(reference, mix, wave);
-  }
-  for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(expected[i].error, "") << "reference " << i;
+  const std::vector<outcome> expected = colocated_on_the_gpu(dir, mix);
+  ASSERT_FALSE(HasFailure()) << "the colocated reference failed a request";
 
   std::deque<node_process> nodes;  // declared before the controller, which stops first
   {
@@ -104,17 +84,7 @@ TEST(disagg_nccl, a_1p1d_cluster_over_nccl_on_two_gpus_answers_like_one_process)
   t.decode = {"decode-a"};
   t.engines = {};
   controller_process controller(controller_process::kind::serve, t.write(dir / "1p1d.toml"), dir / "1p1d.log");
-  const std::vector<outcome> got = run_in_waves(controller, mix, wave);
-  int num_different = 0;
-  for (size_t i = 0; i < mix.size(); ++i) {
-    if (same_output(got[i], expected[i])) continue;
-    if (++num_different <= 5) ADD_FAILURE() << "request " << i << ": " << got[i] << " != " << expected[i];
-  }
-  EXPECT_EQ(num_different, 0) << "of " << mix.size();
-  const stats_reply idle = wait_until_idle(controller);
-  EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "a KV block left taken";
-  EXPECT_EQ(idle.num_waiting_for_kv, 0) << "a reservation left";
-  EXPECT_EQ(idle.num_kv_leases, 0) << "a KV transfer left open";
+  expect_answers_like_colocated(controller, mix, expected);
   const std::string node_logs = nodes[0].log() + nodes[1].log();
   EXPECT_EQ(count_of(node_logs, "worker: KV transport nccl"), 2) << "both workers name their transport";
   EXPECT_EQ(count_of(controller.log() + node_logs, "lost its KV transfer"), 0) << "a KV transfer failed and was re-run";
