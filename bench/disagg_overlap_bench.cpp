@@ -187,7 +187,13 @@ int main(int argc, char** argv) {
       ++transfer;
       ++request;
       done.reset();
-      receiver.expect(kv_expectation{transfer, request, decode_blocks, prompt_len, clock_type::now() + std::chrono::minutes(2)});
+      kv_expectation expectation;
+      expectation.transfer_id = transfer;
+      expectation.request_id = request;
+      expectation.block_ids = decode_blocks;
+      expectation.num_tokens = prompt_len;
+      expectation.deadline = clock_type::now() + std::chrono::minutes(2);
+      receiver.expect(std::move(expectation));
       if (overlapped) sender.ready(transfer, receiver.endpoint(), "");
       const auto start = clock_type::now();
       step_result last;

@@ -3,8 +3,8 @@
 // the time to the first streamed text (SSE against ZeroMQ deltas) and the requests/s of N
 // concurrent clients, for the same greedy request.
 //
-//   troupe serve --model ../shared/models/stories260K/hf --port 5557 --http-port 8000 \
-//       --served-model-name stories260K --threads 1
+//   troupe serve --model ../shared/models/stories260K/hf --port 5557 --http-port 8000
+//       --served-model-name stories260K --threads 1     (one command line)
 //   troupe_bench_http --zmq tcp://127.0.0.1:5557 --http 127.0.0.1:8000 --model stories260K
 //
 // Rounds alternate ZeroMQ and HTTP so that load from elsewhere hits both alike; the best round

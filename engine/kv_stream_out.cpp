@@ -19,7 +19,8 @@ void kv_stream_out::start(int64_t request_id, uint64_t transfer_id) {
     sender_.cancel(s.transfer_id);  // an earlier run of the id never finished
     if (device_) device_.destinations->erase(s.transfer_id);
   }
-  s = stream{transfer_id};
+  s = stream{};
+  s.transfer_id = transfer_id;
   s.deadline = std::chrono::steady_clock::now() + timeout_;
   sender_.open(transfer_id, s.deadline);
 }

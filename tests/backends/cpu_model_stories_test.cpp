@@ -65,7 +65,7 @@ TEST(cpu_model_stories, gguf_greedy_matches_references) {
 }
 
 TEST(cpu_model_stories, first_step_logits_match_readme_top5) {
-  for (const std::string path : {stories_dir + "/hf", stories_dir + "/gguf/stories260K-f32.gguf"}) {
+  for (const std::string& path : {stories_dir + "/hf", stories_dir + "/gguf/stories260K-f32.gguf"}) {
     const loaded_model loaded = load_model(load_options{path});
     auto m = make_cpu_model(loaded.config, loaded.weights, {8, 16}, 2);
     const auto result = test::greedy_generate(*m, {1, 403, 407, 261, 378}, 1);  // "Once upon a time"

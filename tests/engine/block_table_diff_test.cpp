@@ -22,13 +22,6 @@ using testing::greedy;
 using testing::kv_echo_model;
 using testing::make_prompt;
 
-const scheduled_sequence& entry_of(const step_plan& plan, int64_t request_id) {
-  auto it = std::find_if(plan.sequences.begin(), plan.sequences.end(),
-                         [&](const scheduled_sequence& s) { return s.request_id == request_id; });
-  if (it == plan.sequences.end()) throw std::runtime_error("no entry for request " + std::to_string(request_id));
-  return *it;
-}
-
 TEST(block_table_diff, decode_entries_send_only_the_blocks_appended_since_the_last_plan) {
   auto sched = create_scheduler(64, 4);
   ASSERT_FALSE(sched->add_request(1, make_prompt(6), greedy(20)));
@@ -37,7 +30,9 @@ TEST(block_table_diff, decode_entries_send_only_the_blocks_appended_since_the_la
     step_plan plan = sched->schedule();
     ASSERT_EQ(plan.sequences.size(), 1u);
     const scheduled_sequence& s = plan.sequences[0];
-    if (step == 0) EXPECT_EQ(s.block_table_start, 0);
+    if (step == 0) {
+      EXPECT_EQ(s.block_table_start, 0);
+    }
     ASSERT_EQ(s.block_table_start, static_cast<int>(worker_table.size())) << "step " << step;
     worker_table.insert(worker_table.end(), s.block_table.begin(), s.block_table.end());
     // Only a step that crosses into a new block sends one.

@@ -224,7 +224,9 @@ TEST(sampler, logprobs_are_the_raw_log_softmax) {
   double total = 0.0;
   for (size_t i = 0; i < t.top_logprobs.size(); ++i) {
     total += std::exp(t.top_logprobs[i]);
-    if (i > 0) EXPECT_GE(t.top_logprobs[i - 1], t.top_logprobs[i]);
+    if (i > 0) {
+      EXPECT_GE(t.top_logprobs[i - 1], t.top_logprobs[i]);
+    }
     EXPECT_NEAR(t.top_logprobs[i], logits[t.top_token_ids[i]] - std::log(z), 1e-4);
   }
   EXPECT_NEAR(total, 1.0, 1e-4);

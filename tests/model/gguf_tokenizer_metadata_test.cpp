@@ -21,7 +21,9 @@ void expect_round_trip(const std::filesystem::path& source, const std::string& e
   writer.write(dir / "tok.gguf");
   gguf_file file = gguf_file::open(dir / "tok.gguf");
   EXPECT_EQ(file.get_string("tokenizer.ggml.model"), expected_model);
-  if (!expected_pre.empty()) EXPECT_EQ(file.get_string("tokenizer.ggml.pre"), expected_pre);
+  if (!expected_pre.empty()) {
+    EXPECT_EQ(file.get_string("tokenizer.ggml.pre"), expected_pre);
+  }
   EXPECT_EQ(static_cast<int>(file.get_array("tokenizer.ggml.tokens").size()), tokenizer_vocab_size(original));
   tokenizer_sources synthesized = tokenizer_sources_from_gguf(file);
   if (original.tokenizer_config.contains("chat_template")) {
