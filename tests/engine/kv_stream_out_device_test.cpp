@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/kv_stream_out.hpp"
-#include "tests/engine/prefill_step_plan.hpp"
+#include "tests/engine/kv_stream_steps.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
 
 namespace troupe::test {
@@ -56,15 +56,8 @@ class kv_stream_out_device : public kv_plane_test {
     destinations_ = std::make_shared<kv_device_destinations>();
   }
 
-  // Runs the prompt through `out` in the chunks `cuts` names ({0, ..., num_tokens}), each step
-  // writing every layer.
   void stream(kv_stream_out& out, const std::vector<int>& cuts) {
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      const step_plan plan = prefill_step(request_id, kv_transfer_prompt, blocks_a, cuts[i], cuts[i + 1], i + 2 == cuts.size());
-      ASSERT_TRUE(out.prepare(plan, {&blocks_a})) << "chunk " << i;
-      for (int layer = 0; layer < num_layers(); ++layer) out.on_layer_written(layer);
-      out.finish_step();
-    }
+    stream_prompt(out, request_id, kv_transfer_prompt, blocks_a, cuts, num_layers());
   }
 
   std::shared_ptr<host_copier> copier_;

@@ -17,7 +17,7 @@
 #include "kvtransfer/nccl_kv_copier.hpp"
 #include "kvtransfer/nccl_kv_inbox.hpp"
 #include "kvtransfer/nccl_pool_handle.hpp"
-#include "tests/engine/prefill_step_plan.hpp"
+#include "tests/engine/kv_stream_steps.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
 #include "tests/kvtransfer/memory_pair_links.hpp"
 
@@ -62,15 +62,8 @@ class kv_stream_out_nccl : public kv_plane_test {
     return h;
   }
 
-  // Runs the prompt through `out` in the chunks `cuts` names ({first computed token, ...,
-  // num_tokens}), each step writing every layer.
   void stream(kv_stream_out& out, const std::vector<int>& cuts) {
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      const step_plan plan = prefill_step(request_id, kv_transfer_prompt, blocks_a, cuts[i], cuts[i + 1], i + 2 == cuts.size());
-      ASSERT_TRUE(out.prepare(plan, {&blocks_a})) << "chunk " << i;
-      for (int layer = 0; layer < num_layers(); ++layer) out.on_layer_written(layer);
-      out.finish_step();
-    }
+    stream_prompt(out, request_id, kv_transfer_prompt, blocks_a, cuts, num_layers());
   }
 
   // A whole transfer, prefill to decode, in the chunks `cuts` names; the decode side's logits.
