@@ -126,7 +126,13 @@ void write_hf(const made_model& made, const model_maker_options& options, const 
   std::vector<weight_tensor> tensors;
   for (const auto& spec : expected_tensors(config)) {
     buffers.push_back(encode(dummy_tensor_values(spec, options.seed, init), type));
-    tensors.push_back({spec.name, type, spec.shape, buffers.back().data(), buffers.back().size()});
+    weight_tensor tensor;
+    tensor.name = spec.name;
+    tensor.type = type;
+    tensor.shape = spec.shape;
+    tensor.data = buffers.back().data();
+    tensor.num_bytes = buffers.back().size();
+    tensors.push_back(std::move(tensor));
   }
   write_safetensors(made.hf_dir / "model.safetensors", tensors);
 }

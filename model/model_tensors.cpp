@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "model/weight_values.hpp"
+
 namespace troupe {
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -97,6 +99,7 @@ void validate_weights(const model_config& config, const weight_store& weights, c
       throw std::runtime_error("tensor " + spec.name + " has shape " + shape_string(tensor->shape) + ", expected " +
                                shape_string(spec.shape) + " from " + source);
     }
+    check_weight_layout(*tensor);
   }
 }
 
