@@ -6,8 +6,8 @@
 // those on the dequantized one.
 //
 // Criterion: the weights are the same numbers (scales of 7 significant bits make the repacked
-// blocks exact, tests/model/hf_quantized_checkpoint_test.cpp), so what remains is the kernels'
-// arithmetic. The q4_0 / q4_1 kernels may quantize activations to 8 bits per block of 32
+// blocks exact, tests/model/hf_quantized_checkpoint_test.cpp; one case keeps the tools' f16 scales
+// to measure q4_1's rounding of its min), so what remains is the kernels' arithmetic. The q4_0 / q4_1 kernels may quantize activations to 8 bits per block of 32
 // (llama.cpp's scheme), which moves these logits (magnitude ~5) by up to ~1e-2; a wrong scale,
 // zero, nibble order or column order moves them by O(1). Tolerance 5e-2 on every logit of every
 // step, teacher-forced along the dequantized model's greedy tokens; the argmax must agree except
@@ -41,56 +41,7 @@ std::filesystem::path work_dir() {
   return std::filesystem::path(TROUPE_BINARY_DIR) / "cpu_hf_quantized" / std::to_string(getpid());
 }
 
-// x rounded to 7 significant bits (see test::short_scale).
-float short_float(float x) {
-  int exponent;
-  const float fraction = std::frexp(x, &exponent);
-  return std::ldexp(std::round(fraction * 128.0f) / 128.0f, exponent);
-}
-
-// Quantizes w [out, in] to 4 bits the way GPTQ / AWQ round: per group, asymmetric min-max (or
-// symmetric with zero 8); act_order assigns columns to groups in a random order, as desc_act does.
-test::int4_codes quantize_int4(const std::vector<float>& w, int64_t out, int64_t in, int64_t group_size, bool act_order,
-                               bool symmetric, uint32_t seed) {
-  test::int4_codes c = test::random_int4(out, in, group_size, act_order, symmetric, seed);  // groups; codes overwritten
-  for (int64_t g = 0; g < c.groups; ++g) {
-    for (int64_t o = 0; o < out; ++o) {
-      float lo = 0, hi = 0;
-      for (int64_t i = 0; i < in; ++i) {
-        if (c.group[i] != g) continue;
-        lo = std::min(lo, w[o * in + i]);
-        hi = std::max(hi, w[o * in + i]);
-      }
-      const float scale = short_float(symmetric ? std::max(-lo, hi) / 7.5f : (hi - lo) / 15.0f);
-      const int zero = symmetric ? 8 : std::clamp(static_cast<int>(std::lround(-lo / scale)), 0, 15);
-      c.scale[g * out + o] = scale;
-      c.zero[g * out + o] = static_cast<uint8_t>(zero);
-      for (int64_t i = 0; i < in; ++i) {
-        if (c.group[i] != g) continue;
-        c.code[o * in + i] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(w[o * in + i] / scale)) + zero, 0, 15));
-      }
-    }
-  }
-  return c;
-}
-
-// FP8 with one scale per [block_rows, block_cols] block: scale = max|w| / 448 of the block.
-test::fp8_codes quantize_fp8(const std::vector<float>& w, int64_t out, int64_t in, int64_t block_rows, int64_t block_cols) {
-  test::fp8_codes c = test::random_fp8(out, in, block_rows, block_cols, 0);
-  const int64_t scale_cols = (in + block_cols - 1) / block_cols;
-  std::fill(c.scale.begin(), c.scale.end(), 0.0f);
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i) {
-      float& s = c.scale[(o / block_rows) * scale_cols + i / block_cols];
-      s = std::max(s, std::fabs(w[o * in + i]));
-    }
-  for (float& s : c.scale) s = short_float(s / quant::fp8_e4m3_max);
-  for (int64_t o = 0; o < out; ++o)
-    for (int64_t i = 0; i < in; ++i) c.code[o * in + i] = quant::f32_to_fp8_e4m3(w[o * in + i] / c.scale_of(o, i));
-  return c;
-}
-
-enum class format { awq, gptq_v1, gptq_act_order, compressed_int4, fp8_tensor, fp8_channel, fp8_blocks };
+enum class format { awq, awq_f16_scales, gptq_v1, gptq_act_order, compressed_int4, fp8_tensor, fp8_channel, fp8_blocks };
 
 struct format_case {
   format kind;
@@ -101,6 +52,10 @@ struct format_case {
 
 const format_case cases[] = {
     {format::awq, "awq", "llama", R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm"})"},
+    // Scales as AutoAWQ stores them (any f16): q4_1's min = -zero * scale rounds to f16, the one
+    // inexact step of the repacking; its effect on the logits is printed.
+    {format::awq_f16_scales, "awq_f16_scales", "mistral",
+     R"({"quant_method": "awq", "bits": 4, "group_size": 64, "zero_point": true, "version": "gemm"})"},
     {format::gptq_v1, "gptq_v1", "llama",
      R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": false, "sym": false, "checkpoint_format": "gptq"})"},
     {format::gptq_act_order, "gptq_act_order", "qwen2",
@@ -147,44 +102,50 @@ void write_pair(const format_case& c, const made_model& made, const std::filesys
     };
     switch (c.kind) {
       case format::awq: {
-        const auto codes = quantize_int4(w, out, in, 128, false, false, seed++);
+        const auto codes = test::quantize_int4(w, out, in, 128, false, false, seed++);
+        packed = test::pack_awq(prefix, codes);
+        fill(codes);
+        break;
+      }
+      case format::awq_f16_scales: {
+        const auto codes = test::quantize_int4(w, out, in, 64, false, false, seed++, false);
         packed = test::pack_awq(prefix, codes);
         fill(codes);
         break;
       }
       case format::gptq_v1: {
-        const auto codes = quantize_int4(w, out, in, 128, false, false, seed++);
+        const auto codes = test::quantize_int4(w, out, in, 128, false, false, seed++);
         packed = test::pack_gptq(prefix, codes, true, true);
         fill(codes);
         break;
       }
       case format::gptq_act_order: {
-        const auto codes = quantize_int4(w, out, in, 64, true, true, seed++);
+        const auto codes = test::quantize_int4(w, out, in, 64, true, true, seed++);
         packed = test::pack_gptq(prefix, codes, true, true);
         fill(codes);
         break;
       }
       case format::compressed_int4: {
-        const auto codes = quantize_int4(w, out, in, 128, true, false, seed++);
+        const auto codes = test::quantize_int4(w, out, in, 128, true, false, seed++);
         packed = test::pack_compressed_int4(prefix, codes, false, true);
         fill(codes);
         break;
       }
       case format::fp8_tensor: {
-        const auto codes = quantize_fp8(w, out, in, out, in);
+        const auto codes = test::quantize_fp8(w, out, in, out, in);
         packed = test::pack_fp8(prefix, codes, "weight_scale", "F32", {});
         packed.push_back(test::float_tensor(prefix + ".input_scale", "F32", {}, {0.02f}));
         fill(codes);
         break;
       }
       case format::fp8_channel: {
-        const auto codes = quantize_fp8(w, out, in, 1, in);
+        const auto codes = test::quantize_fp8(w, out, in, 1, in);
         packed = test::pack_fp8(prefix, codes, "weight_scale", "BF16", {out, 1});
         fill(codes);
         break;
       }
       case format::fp8_blocks: {
-        const auto codes = quantize_fp8(w, out, in, 128, 128);
+        const auto codes = test::quantize_fp8(w, out, in, 128, 128);
         packed = test::pack_fp8(prefix, codes, "weight_scale_inv", "F32", {(out + 127) / 128, (in + 127) / 128});
         fill(codes);
         break;
@@ -238,22 +199,29 @@ TEST_P(cpu_hf_quantized_model, logits_equal_the_dequantized_f32_checkpoints) {
   EXPECT_EQ(down.type, expected_type);
   EXPECT_EQ(!down.input_order.empty(), c.kind == format::gptq_act_order || c.kind == format::compressed_int4);
 
+  const loaded_model original = load_model(load_options{made.hf_dir});  // before quantization, for scale
   auto quantized_model = make_cpu_model(quantized.config, quantized.weights, {64, 16}, 2);
   auto reference_model = make_cpu_model(reference.config, reference.weights, {64, 16}, 2);
+  auto original_model = make_cpu_model(original.config, original.weights, {64, 16}, 2);
   const int vocab = reference.config.vocab_size;
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> token(3, vocab - 1);
   int compared = 0, flips = 0;
-  double worst = 0;
+  double worst = 0, largest_logit = 0, quantization_effect = 0;
   for (int p = 0; p < 3; ++p) {
     std::vector<int32_t> prompt = {1};
     for (int i = 0; i < 3 + 7 * p; ++i) prompt.push_back(token(rng));  // the longest prompt is a prefill of 17
     const test::greedy_result greedy = test::greedy_generate(*reference_model, prompt, num_steps);
     const auto ours = test::teacher_forced_logits(*quantized_model, prompt, greedy.generated);
     const auto theirs = test::teacher_forced_logits(*reference_model, prompt, greedy.generated);
+    const auto unquantized = test::teacher_forced_logits(*original_model, prompt, greedy.generated);
     for (int step = 0; step < num_steps; ++step) {
       ++compared;
-      for (int v = 0; v < vocab; ++v) worst = std::max(worst, std::fabs(double(ours[step][v]) - theirs[step][v]));
+      for (int v = 0; v < vocab; ++v) {
+        worst = std::max(worst, std::fabs(double(ours[step][v]) - theirs[step][v]));
+        largest_logit = std::max(largest_logit, std::fabs(double(theirs[step][v])));
+        quantization_effect = std::max(quantization_effect, std::fabs(double(unquantized[step][v]) - theirs[step][v]));
+      }
       const int our_token = test::argmax(ours[step].data(), vocab);
       if (our_token != greedy.generated[step]) {
         ++flips;
@@ -266,7 +234,9 @@ TEST_P(cpu_hf_quantized_model, logits_equal_the_dequantized_f32_checkpoints) {
       EXPECT_EQ(test::greedy_generate(*quantized_model, prompt, num_steps).generated, greedy.generated) << "prompt " << p;
     }
   }
-  std::printf("%s: %d steps, largest logit difference %.3g, %d flips\n", c.name, compared, worst, flips);
+  std::printf("%s: %d steps, largest logit difference %.3g, %d flips (logits up to %.3g; quantizing moved them by "
+              "up to %.3g)\n",
+              c.name, compared, worst, flips, largest_logit, quantization_effect);
   EXPECT_LE(worst, logit_tolerance);
 }
 

@@ -228,4 +228,56 @@ inline std::vector<owned_tensor> pack_fp8(const std::string& prefix, const fp8_c
           float_tensor(prefix + "." + scale_name, scale_type, std::move(scale_shape), c.scale)};
 }
 
+// x rounded to 7 significant bits (see short_scale).
+inline float short_float(float x) {
+  int exponent;
+  const float fraction = std::frexp(x, &exponent);
+  return std::ldexp(std::round(fraction * 128.0f) / 128.0f, exponent);
+}
+
+// Quantizes w [out, in] to 4 bits the way GPTQ / AWQ round: per group, asymmetric min-max (or
+// symmetric with zero 8); act_order assigns columns to groups in a random order, as desc_act does.
+// Scales get 7 significant bits (exact through q4_1's f16 min), or with short_scales false the
+// f16 the tools store, whose -zero * scale then rounds in q4_1.
+inline int4_codes quantize_int4(const std::vector<float>& w, int64_t out, int64_t in, int64_t group_size, bool act_order,
+                                bool symmetric, uint32_t seed, bool short_scales = true) {
+  int4_codes c = random_int4(out, in, group_size, act_order, symmetric, seed);  // groups; codes overwritten
+  for (int64_t g = 0; g < c.groups; ++g) {
+    for (int64_t o = 0; o < out; ++o) {
+      float lo = 0, hi = 0;
+      for (int64_t i = 0; i < in; ++i) {
+        if (c.group[i] != g) continue;
+        lo = std::min(lo, w[o * in + i]);
+        hi = std::max(hi, w[o * in + i]);
+      }
+      const float range = symmetric ? std::max(-lo, hi) / 7.5f : (hi - lo) / 15.0f;
+      const float scale = short_scales ? short_float(range) : f16_to_f32(f32_to_f16(range));
+      const int zero = symmetric ? 8 : std::clamp(static_cast<int>(std::lround(-lo / scale)), 0, 15);
+      c.scale[g * out + o] = scale;
+      c.zero[g * out + o] = static_cast<uint8_t>(zero);
+      for (int64_t i = 0; i < in; ++i) {
+        if (c.group[i] != g) continue;
+        c.code[o * in + i] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(w[o * in + i] / scale)) + zero, 0, 15));
+      }
+    }
+  }
+  return c;
+}
+
+// FP8 with one scale per [block_rows, block_cols] block: scale = max|w| / 448 of the block.
+inline fp8_codes quantize_fp8(const std::vector<float>& w, int64_t out, int64_t in, int64_t block_rows, int64_t block_cols) {
+  fp8_codes c = random_fp8(out, in, block_rows, block_cols, 0);
+  const int64_t scale_cols = (in + block_cols - 1) / block_cols;
+  std::fill(c.scale.begin(), c.scale.end(), 0.0f);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) {
+      float& s = c.scale[(o / block_rows) * scale_cols + i / block_cols];
+      s = std::max(s, std::fabs(w[o * in + i]));
+    }
+  for (float& s : c.scale) s = s > 0 ? short_float(s / quant::fp8_e4m3_max) : 1.0f;
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) c.code[o * in + i] = quant::f32_to_fp8_e4m3(w[o * in + i] / c.scale_of(o, i));
+  return c;
+}
+
 }  // namespace troupe::test

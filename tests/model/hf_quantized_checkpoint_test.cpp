@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "model/loader/hf_quantization.hpp"
+#include "model/loader/dummy_weights.hpp"
 #include "model/loader/hf_weights.hpp"
 #include "model/weight_values.hpp"
 #include "tests/model/hf_quant_writers.hpp"
@@ -188,6 +189,30 @@ TEST(hf_quantized_checkpoint, q4_1_error_from_arbitrary_scales_stays_within_the_
   }
   std::printf("q4_1 from arbitrary f16 scales: worst error %.3g, %.3f of the 2^-11 |zero*scale| bound\n", worst_error,
               worst_ratio);
+}
+
+// Dummy FP8 weights (benchmarks: troupe_bench_cpu --dtype fp8_e4m3) are laid out as per-channel
+// FP8 checkpoints load: E4M3 rows with a scale each, max |row| / 448.
+TEST(hf_quantized_checkpoint, dummy_fp8_weights_carry_a_scale_per_row) {
+  model_config c;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_layers = 1;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.vocab_size = 50;
+  const weight_store f32 = make_dummy_weights(c, dtype::f32, 3);
+  const weight_store fp8 = make_dummy_weights(c, dtype::fp8_e4m3, 3);
+  const weight_tensor& up = fp8.get("model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(up.type, dtype::fp8_e4m3);
+  ASSERT_EQ(up.row_scales.size(), 128u);
+  EXPECT_EQ(fp8.get("model.layers.0.input_layernorm.weight").type, dtype::f32);
+  const std::vector<float> values = values_of(up);
+  const auto* exact = reinterpret_cast<const float*>(f32.get(up.name).data);
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_NEAR(values[i], exact[i], std::fabs(exact[i]) / 16 + up.row_scales[i / 64] / 512) << i;  // E4M3: 3 bits
+  }
 }
 
 TEST(hf_quantized_checkpoint, configs_of_every_tool_parse_and_other_methods_are_refused_by_name) {
