@@ -65,8 +65,7 @@ std::shared_ptr<std::vector<std::byte>> to_b128_blocks(const safetensors_tensor&
 
 }  // namespace
 
-weight_tensor read_fp8_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q,
-                             weight_store& store) {
+unpacked_weight read_fp8_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q) {
   const std::string name = prefix + ".weight";
   const safetensors_tensor* weight = checkpoint.find(name);
   if (!weight) fail(name, "is missing");
@@ -85,11 +84,11 @@ weight_tensor read_fp8_layer(const safetensors_checkpoint& checkpoint, const std
   weight_tensor tensor = weight->as_weight();
   if (scales.size() == 1) {
     tensor.row_scales.assign(static_cast<size_t>(rows), scales[0]);
-    return tensor;
+    return {std::move(tensor), nullptr};
   }
   if (scale->shape == std::vector<int64_t>{rows} || scale->shape == std::vector<int64_t>{rows, 1}) {
     tensor.row_scales = scales;
-    return tensor;
+    return {std::move(tensor), nullptr};
   }
   if (!q.weight_block) {
     fail(scale->name, "has shape " + shape_string(scale->shape) + ", expected one scale, or one per output row [" +
@@ -110,8 +109,7 @@ weight_tensor read_fp8_layer(const safetensors_checkpoint& checkpoint, const std
   tensor.type = dtype::fp8_e4m3_b128;
   tensor.data = buffer->data();
   tensor.num_bytes = buffer->size();
-  store.keep_alive(buffer);
-  return tensor;
+  return {std::move(tensor), std::move(buffer)};
 }
 
 }  // namespace troupe

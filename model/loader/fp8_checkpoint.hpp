@@ -20,10 +20,8 @@
 namespace troupe {
 
 // The weight of linear layer `prefix` ("model.layers.0.mlp.up_proj"), named prefix + ".weight".
-// Buffers it needs are kept alive by `store`. Throws std::runtime_error naming the tensor for a
-// missing, misshapen or NaN / infinite scale, a NaN weight, or block scales whose columns do
-// not fit blocks of 128.
-weight_tensor read_fp8_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q,
-                             weight_store& store);
+// Throws std::runtime_error naming the tensor for a missing, misshapen or NaN / infinite scale, a
+// NaN weight, or block scales whose columns do not fit blocks of 128.
+unpacked_weight read_fp8_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q);
 
 }  // namespace troupe

@@ -12,12 +12,22 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "model/weight_store.hpp"
+
 namespace troupe {
+
+// A quantized layer's weight as an unpacker makes it, with the buffer that holds its bytes (null
+// when they are the checkpoint's own, in a mapping the store keeps alive anyway).
+struct unpacked_weight {
+  weight_tensor tensor;
+  std::shared_ptr<const void> storage;
+};
 
 // How a checkpoint's quantized layers are stored.
 enum class hf_quant_layout {

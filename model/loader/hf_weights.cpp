@@ -1,9 +1,13 @@
 #include "model/loader/hf_weights.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -46,6 +50,44 @@ bool is_activation_scale(std::string_view name) {
   return false;
 }
 
+unpacked_weight unpack_layer(const safetensors_checkpoint& checkpoint, const hf_quantization& q, const std::string& prefix) {
+  switch (q.layout) {
+    case hf_quant_layout::fp8: return read_fp8_layer(checkpoint, prefix, q);
+    case hf_quant_layout::awq: return repack_int4(read_awq_layer(checkpoint, prefix, q));
+    case hf_quant_layout::gptq: return repack_int4(read_gptq_layer(checkpoint, prefix, q));
+    case hf_quant_layout::packed_int4: return repack_int4(read_packed_int4_layer(checkpoint, prefix, q));
+  }
+  return {};
+}
+
+// Unpacks the layers on every hardware thread (each layer is independent: it reads the mapping
+// and fills buffers of its own). The first failure in file order is rethrown, whatever order the
+// threads met them in.
+std::vector<unpacked_weight> unpack_layers(const safetensors_checkpoint& checkpoint, const hf_quantization& q,
+                                           const std::vector<std::string>& prefixes) {
+  std::vector<unpacked_weight> weights(prefixes.size());
+  std::vector<std::exception_ptr> errors(prefixes.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < prefixes.size(); i = next++) {
+      try {
+        weights[i] = unpack_layer(checkpoint, q, prefixes[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t num_threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), prefixes.size());
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < num_threads; ++t) threads.emplace_back(work);
+  work();
+  for (auto& thread : threads) thread.join();
+  for (const auto& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+  return weights;
+}
+
 void add_plain(const safetensors_checkpoint& checkpoint, weight_store& store) {
   for (const auto& tensor : checkpoint.tensors) {
     for (std::string_view suffix : {".qweight", ".weight_packed", ".weight_scale", ".weight_scale_inv"}) {
@@ -66,25 +108,23 @@ void add_hf_weights(const safetensors_checkpoint& checkpoint, const std::optiona
   if (!quantization) return add_plain(checkpoint, store);
   const hf_quantization& q = *quantization;
   const layout_tensors layout = tensors_of(q.layout);
+  std::vector<std::string> prefixes;  // the quantized layers, in file order
   std::set<std::string> consumed;
-  std::map<std::string, int> num_by_type;
-  int num_reordered = 0;
   for (const auto& tensor : checkpoint.tensors) {
     if (!ends_with(tensor.name, layout.marker)) continue;
     if (q.layout == hf_quant_layout::fp8 && tensor.type_name != "F8_E4M3") continue;  // a layer left unquantized
-    const std::string prefix = tensor.name.substr(0, tensor.name.size() - layout.marker.size());
-    weight_tensor weight;
-    switch (q.layout) {
-      case hf_quant_layout::fp8: weight = read_fp8_layer(checkpoint, prefix, q, store); break;
-      case hf_quant_layout::awq: weight = repack_int4(read_awq_layer(checkpoint, prefix, q), store); break;
-      case hf_quant_layout::gptq: weight = repack_int4(read_gptq_layer(checkpoint, prefix, q), store); break;
-      case hf_quant_layout::packed_int4: weight = repack_int4(read_packed_int4_layer(checkpoint, prefix, q), store); break;
-    }
-    ++num_by_type[std::string(dtype_name(weight.type))];
-    if (!weight.input_order.empty()) ++num_reordered;
+    prefixes.push_back(tensor.name.substr(0, tensor.name.size() - layout.marker.size()));
     consumed.insert(tensor.name);
-    for (std::string_view companion : layout.companions) consumed.insert(prefix + std::string(companion));
-    store.add(std::move(weight));
+    for (std::string_view companion : layout.companions) consumed.insert(prefixes.back() + std::string(companion));
+  }
+  const std::vector<unpacked_weight> weights = unpack_layers(checkpoint, q, prefixes);
+  std::map<std::string, int> num_by_type;
+  int num_reordered = 0;
+  for (const unpacked_weight& weight : weights) {
+    ++num_by_type[std::string(dtype_name(weight.tensor.type))];
+    if (!weight.tensor.input_order.empty()) ++num_reordered;
+    if (weight.storage) store.keep_alive(weight.storage);
+    store.add(weight.tensor);
   }
   for (const auto& tensor : checkpoint.tensors) {
     if (consumed.count(tensor.name)) continue;

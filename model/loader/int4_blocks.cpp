@@ -69,7 +69,7 @@ double int4_layer::value(int64_t row, int64_t col) const {
   return static_cast<double>(scales[g * rows + row]) * (static_cast<int>(codes[row * cols + col]) - zeros[g * rows + row]);
 }
 
-weight_tensor repack_int4(const int4_layer& layer, weight_store& store) {
+unpacked_weight repack_int4(const int4_layer& layer) {
   check_layer(layer);
   std::vector<int32_t> order(static_cast<size_t>(layer.cols));  // stored column j holds column order[j]
   std::iota(order.begin(), order.end(), 0);
@@ -113,8 +113,7 @@ weight_tensor repack_int4(const int4_layer& layer, weight_store& store) {
   tensor.data = buffer->data();
   tensor.num_bytes = buffer->size();
   if (!natural) tensor.input_order = std::move(order);
-  store.keep_alive(buffer);
-  return tensor;
+  return {std::move(tensor), std::move(buffer)};
 }
 
 }  // namespace troupe

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "model/loader/hf_quantization.hpp"
 #include "model/weight_store.hpp"
 
 namespace troupe {
@@ -38,10 +39,10 @@ struct int4_layer {
   double value(int64_t row, int64_t col) const;
 };
 
-// Repacks `layer` into q4_0 (when every zero is 8) or q4_1 blocks owned by `store`, reordering
-// columns when 32 consecutive ones do not share a group. Throws std::runtime_error naming the
-// tensor for a NaN, infinite or f16-overflowing scale, or groups that cannot be cut into whole
-// blocks of 32 columns (cols not a multiple of 32, or a group whose size is not).
-weight_tensor repack_int4(const int4_layer& layer, weight_store& store);
+// Repacks `layer` into q4_0 (when every zero is 8) or q4_1 blocks, reordering columns when 32
+// consecutive ones do not share a group. Throws std::runtime_error naming the tensor for a NaN,
+// infinite or f16-overflowing scale, or groups that cannot be cut into whole blocks of 32 columns
+// (cols not a multiple of 32, or a group whose size is not).
+unpacked_weight repack_int4(const int4_layer& layer);
 
 }  // namespace troupe

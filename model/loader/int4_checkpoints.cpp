@@ -1,5 +1,6 @@
 #include "model/loader/int4_checkpoints.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -11,6 +12,9 @@ namespace {
 
 // AWQ_ORDER: nibble k of an AWQ word holds output column 8·c + awq_column[k].
 constexpr int awq_column[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+// Rows (or columns) of a packed [in, out] matrix transposed together: a tile's codes stay in cache.
+constexpr int64_t transpose_tile = 32;
 
 [[noreturn]] void fail(const std::string& tensor, const std::string& problem) {
   throw std::runtime_error("tensor '" + tensor + "' " + problem);
@@ -111,10 +115,14 @@ int4_layer read_awq_layer(const safetensors_checkpoint& checkpoint, const std::s
   expect_shape(qzeros, {groups, words}, "[in_features / group_size, out_features / 8] (AWQ)");
 
   int4_layer layer = empty_layer(prefix, out, in, groups);
-  for (int64_t i = 0; i < in; ++i) {
+  // A transposition: input rows a tile at a time, so each output row is written in runs.
+  for (int64_t i0 = 0; i0 < in; i0 += transpose_tile) {
+    const int64_t i1 = std::min(in, i0 + transpose_tile);
     for (int64_t c = 0; c < words; ++c) {
-      const uint32_t word = word_at(qweight, i * words + c);
-      for (int k = 0; k < 8; ++k) layer.codes[(8 * c + awq_column[k]) * in + i] = (word >> (4 * k)) & 15;
+      for (int64_t i = i0; i < i1; ++i) {
+        const uint32_t word = word_at(qweight, i * words + c);
+        for (int k = 0; k < 8; ++k) layer.codes[(8 * c + awq_column[k]) * in + i] = (word >> (4 * k)) & 15;
+      }
     }
   }
   for (int64_t g = 0; g < groups; ++g) {
@@ -148,10 +156,14 @@ int4_layer read_gptq_layer(const safetensors_checkpoint& checkpoint, const std::
   expect_shape(qzeros, {groups, out / 8}, "[groups, out_features / 8] (GPTQ)");
 
   int4_layer layer = empty_layer(prefix, out, in, groups);
-  for (int64_t w = 0; w < in / 8; ++w) {
-    for (int64_t o = 0; o < out; ++o) {
-      const uint32_t word = word_at(qweight, w * out + o);
-      for (int k = 0; k < 8; ++k) layer.codes[o * in + 8 * w + k] = (word >> (4 * k)) & 15;
+  // A transposition: output columns a tile at a time, so each output row is written in runs.
+  for (int64_t o0 = 0; o0 < out; o0 += transpose_tile) {
+    const int64_t o1 = std::min(out, o0 + transpose_tile);
+    for (int64_t w = 0; w < in / 8; ++w) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const uint32_t word = word_at(qweight, w * out + o);
+        for (int k = 0; k < 8; ++k) layer.codes[o * in + 8 * w + k] = (word >> (4 * k)) & 15;
+      }
     }
   }
   for (int64_t g = 0; g < groups; ++g) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -114,8 +115,14 @@ int32_t pack_word(F value_of) {
 // qweight[:, col] |= intweight[:, col * 8 + order_map[i]] << (i * 4) with order_map
 // [0, 2, 4, 6, 1, 3, 5, 7]; qzeros packed the same way from zeros [in / g, out]; scales f16
 // [in / g, out]. Groups are runs of group_size input rows.
+// The tools pack 8 nibbles per int32 along a dimension: it must be a multiple of 8.
+inline void require_multiple_of_8(int64_t size, const std::string& what) {
+  if (size % 8 != 0) throw std::invalid_argument(what + " " + std::to_string(size) + " is not a multiple of 8");
+}
+
 inline std::vector<owned_tensor> pack_awq(const std::string& prefix, const int4_codes& c) {
   static constexpr int order_map[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  require_multiple_of_8(c.out, prefix + " out_features");
   const int64_t words = c.out / 8;
   std::vector<int32_t> qweight(c.in * words), qzeros(c.groups * words);
   for (int64_t i = 0; i < c.in; ++i)
@@ -136,6 +143,8 @@ inline std::vector<owned_tensor> pack_awq(const std::string& prefix, const int4_
 // (GPTQModel's convert_gptq_v2_to_v1_format), an int32 subtraction whose borrow crosses into the
 // next nibble where a zero is 0.
 inline std::vector<owned_tensor> pack_gptq(const std::string& prefix, const int4_codes& c, bool v1, bool with_g_idx) {
+  require_multiple_of_8(c.out, prefix + " out_features");
+  require_multiple_of_8(c.in, prefix + " in_features");
   std::vector<int32_t> qweight((c.in / 8) * c.out), qzeros(c.groups * (c.out / 8));
   for (int64_t w = 0; w < c.in / 8; ++w)
     for (int64_t o = 0; o < c.out; ++o)
@@ -162,6 +171,7 @@ inline std::vector<owned_tensor> pack_gptq(const std::string& prefix, const int4
 // (bf16 here), weight_shape int64 [2], weight_g_idx int32 [in] with actorder "group".
 inline std::vector<owned_tensor> pack_compressed_int4(const std::string& prefix, const int4_codes& c, bool symmetric,
                                                       bool with_g_idx) {
+  require_multiple_of_8(c.in, prefix + " in_features");
   const int64_t words = c.in / 8;
   std::vector<int32_t> packed(c.out * words);
   for (int64_t o = 0; o < c.out; ++o)
