@@ -78,7 +78,12 @@ std::shared_ptr<std::vector<std::byte>> repack(const weight_tensor& packed, int6
 
 void add_owned(weight_store& store, const std::string& name, dtype type, std::vector<int64_t> shape,
                std::shared_ptr<std::vector<std::byte>> buffer) {
-  weight_tensor tensor{name, type, std::move(shape), buffer->data(), buffer->size()};
+  weight_tensor tensor;
+  tensor.name = name;
+  tensor.type = type;
+  tensor.shape = std::move(shape);
+  tensor.data = buffer->data();
+  tensor.num_bytes = buffer->size();
   store.keep_alive(buffer);
   store.add(std::move(tensor));
 }
