@@ -18,7 +18,7 @@
 #include "model/architecture.hpp"
 #include "model/kv_transfer.hpp"
 #include "model/model_tensors.hpp"
-#include "model/quant/dequantize.hpp"
+#include "model/weight_values.hpp"
 #include "model/rope_frequencies.hpp"
 
 namespace troupe {
@@ -399,14 +399,16 @@ class cuda_model final : public model {
 
   // Converts `tensor` into the activation dtype at `destination` (device).
   void upload_into(void* destination, const weight_tensor& tensor) {
-    if (tensor.type == type_) {
+    if (tensor.type == type_ && tensor.plain()) {
       check(cudaMemcpy(destination, tensor.data, tensor.num_bytes, cudaMemcpyHostToDevice), "upload weight");
       return;
     }
-    if (tensor.type != dtype::f32 && tensor.type != dtype::f16 && tensor.type != dtype::bf16 && tensor.type != dtype::q8_0) {
-      // A weight type without a device dequantizer yet: decoded to f32 on the host first.
+    if ((tensor.type != dtype::f32 && tensor.type != dtype::f16 && tensor.type != dtype::bf16 && tensor.type != dtype::q8_0) ||
+        !tensor.plain()) {
+      // A weight type without a device dequantizer yet, or a checkpoint's row scales or act-order
+      // columns: decoded to f32 values on the host first.
       std::vector<float> decoded(static_cast<size_t>(tensor.num_elements()));
-      quant::dequantize_row(tensor.type, tensor.data, decoded.data(), tensor.num_elements());
+      weight_rows_f32(tensor, 0, tensor.rows(), decoded.data());
       if (staging_.size() < decoded.size() * 4) staging_.allocate(decoded.size() * 4);
       check(cudaMemcpy(staging_.get(), decoded.data(), decoded.size() * 4, cudaMemcpyHostToDevice), "upload weight");
       cuda::convert(staging_.get(), dtype::f32, destination, type_, tensor.num_elements(), stream_);
