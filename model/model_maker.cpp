@@ -35,15 +35,29 @@ const char* gguf_architecture(architecture arch) {
   return "llama";
 }
 
-// GGUF file_type: what most tensors hold (llama.cpp shows it; it does not drive loading).
+// GGUF file_type: what most tensors hold (llama.cpp shows it; it does not drive loading). An
+// all-k-quant file is named as llama.cpp's _S mix of that type.
 uint32_t gguf_file_type(dtype type) {
   switch (type) {
     case dtype::f32: return 0;
     case dtype::f16: return 1;
+    case dtype::q4_0: return 2;
+    case dtype::q4_1: return 3;
     case dtype::q8_0: return 7;
+    case dtype::q5_0: return 8;
+    case dtype::q5_1: return 9;
+    case dtype::q2_k: return 10;
+    case dtype::q3_k: return 11;
+    case dtype::q4_k: return 14;
+    case dtype::q5_k: return 16;
+    case dtype::q6_k: return 18;
+    case dtype::iq4_nl: return 25;
+    case dtype::iq4_xs: return 30;
     case dtype::bf16: return 32;
-    default: return 0;  // the quantizer writes the presets' file types
+    case dtype::mxfp4: return 38;
+    case dtype::fp8_e4m3: break;
   }
+  throw std::runtime_error("a GGUF file cannot hold " + std::string(dtype_name(type)));
 }
 
 std::vector<std::byte> encode(const std::vector<float>& values, dtype type) {
@@ -94,9 +108,9 @@ void write_gguf(const made_model& made, const model_maker_options& options, cons
                               rows, values.size() / rows * sizeof(float), heads);
       values.swap(permuted);
     }
-    // llama.cpp wants 1-D tensors (norms, biases) in F32; a Q8_0 row must be whole blocks.
+    // llama.cpp wants 1-D tensors (norms, biases) in F32; a quantized row must be whole blocks.
     dtype type = spec.shape.size() == 1 ? dtype::f32 : options.type;
-    if (type == dtype::q8_0 && spec.shape.back() % q8_0_block_size != 0) type = dtype::f16;
+    if (spec.shape.back() % dtype_block_size(type) != 0) type = dtype::f16;
     writer.add_tensor(gguf_name_from_hf(spec.name), gguf_type_of(type), {spec.shape.rbegin(), spec.shape.rend()},
                       encode(values, type));
   }
@@ -109,7 +123,7 @@ void write_gguf(const made_model& made, const model_maker_options& options, cons
 
 void write_hf(const made_model& made, const model_maker_options& options, const tokenizer_sources& tokenizer) {
   const model_config& config = made.config;
-  const dtype type = options.type == dtype::q8_0 ? dtype::f16 : options.type;
+  const dtype type = is_quantized(options.type) ? dtype::f16 : options.type;
   nlohmann::json hf_config = to_hf_config(config);
   hf_config["torch_dtype"] = type == dtype::f32 ? "float32" : type == dtype::f16 ? "float16" : "bfloat16";
   if (config.arch == architecture::mistral) hf_config["sliding_window"] = nullptr;
