@@ -117,6 +117,9 @@ TEST_F(model_quantizer_test, the_output_keeps_the_metadata_and_decodes_close_to_
   EXPECT_EQ(loaded.config.num_layers, made.config.num_layers);
   EXPECT_EQ(loaded.config.vocab_size, made.config.vocab_size);
   EXPECT_EQ(loaded.weights.get("model.layers.1.mlp.down_proj.weight").type, dtype::q6_k);
+  EXPECT_EQ(loaded.quantization, "Q4_K_M");  // named by its general.file_type
+  load.path = made.hf_dir;
+  EXPECT_EQ(load_model(load).quantization, "f32");  // no file type: the type of most weight bytes
   EXPECT_FALSE(std::filesystem::exists(dir_ / "q4km.gguf.part"));
 }
 

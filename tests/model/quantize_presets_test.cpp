@@ -142,6 +142,10 @@ TEST(quantize_presets, names_aliases_and_file_types) {
   EXPECT_EQ(file_type_label(1), "F16");
   EXPECT_EQ(file_type_label(999), std::nullopt);
   EXPECT_NE(quant::preset_names().find("IQ4_XS"), std::string::npos);
+  // The load log's counts, in llama.cpp's spelling, most first.
+  EXPECT_EQ(describe_type_counts({{dtype::q4_k, 97}, {dtype::q6_k, 33}, {dtype::f32, 65}}), "q4_K: 97, f32: 65, q6_K: 33");
+  EXPECT_EQ(ggml_style_name(dtype::iq4_xs), "iq4_xs");
+  EXPECT_EQ(ggml_style_name(dtype::q8_0), "q8_0");
 }
 
 }  // namespace
