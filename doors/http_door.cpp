@@ -448,8 +448,10 @@ void http_door::impl::install_routes() {
     generate(openai_endpoint::chat_completions, req, res, reader);
   });
   auto model_card = [this] {
-    return json{{"id", options.model_name}, {"object", "model"}, {"created", unix_seconds()},
-                {"owned_by", "troupe"}, {"max_model_len", options.limits.max_model_len}};
+    json card{{"id", options.model_name}, {"object", "model"}, {"created", unix_seconds()},
+              {"owned_by", "troupe"}, {"max_model_len", options.limits.max_model_len}};
+    if (!options.quantization.empty()) card["quantization"] = options.quantization;
+    return card;
   };
   server.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump_json(json{{"object", "list"}, {"data", json::array({model_card()})}}), "application/json");

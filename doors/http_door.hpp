@@ -39,6 +39,7 @@ struct http_options {
   int max_connections = 256;
   int reserved_connections = 8;
   std::string model_name;  // what /v1/models lists and requests must name
+  std::string quantization;  // shown by /v1/models ("Q4_K_M", "bf16"); empty: not shown
   // More families for GET /metrics in the text format (e.g. per-stage gauges), appended to the
   // door's own; called on the connection thread of each scrape.
   std::function<std::string()> extra_metrics;

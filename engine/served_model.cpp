@@ -90,8 +90,9 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
 std::string describe(const served_model& served) {
   const model_config& config = served.loaded.config;
   const kv_cache_shape shape = served.backend_model->kv_shape();
-  return fmt::format("model {} ({}, {} layers, hidden {}, vocab {}) on {}: {} KV blocks of {} tokens, context {}",
-                     served.loaded.source.string(), config.architecture_name, config.num_layers, config.hidden_size,
+  return fmt::format("model {} ({}, {}, {} layers, hidden {}, vocab {}) on {}: {} KV blocks of {} tokens, context {}",
+                     served.loaded.source.string(), config.architecture_name, served.loaded.quantization,
+                     config.num_layers, config.hidden_size,
                      config.vocab_size, served.backend_model->backend_name(), shape.num_blocks, shape.block_size,
                      served.max_model_len);
 }

@@ -78,7 +78,7 @@ placed_engine engine_placer::place(const std::string& node, engine_role role) {
   }
   placed.id = link_.ask<engine_instance_id>(router_, "the router", engine_joined_atom::value, placed.scheduler,
                                             placed.worker, node, placed.description.kv_agent,
-                                            std::string(engine_role_name(role)));
+                                            std::string(engine_role_name(role)), placed.description.quantization);
   spdlog::info("engine instance {} on {} ({}): {}", placed.id, node, engine_role_name(role), placed.description.summary);
   return placed;
 }

@@ -371,6 +371,7 @@ node::node(const topology& t) : topology_(t) {
     web.max_header_bytes = tp.http_max_header_bytes;
     web.model_name = tp.served_model_name.empty() ? tp.model.path : tp.served_model_name;
     web.limits.max_model_len = max_model_len;
+    web.quantization = model.quantization;
     s.door_tokenizer = load_model_tokenizer(tp.model.path);
     const tokenizer* tok = s.door_tokenizer.get();
     s.web_door = std::make_unique<http_door>(web, s.downstream, *s.admission, s.router.counters(),

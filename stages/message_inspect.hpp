@@ -346,7 +346,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_description& x) {
-  return f(caf::meta::type_name("worker_description"), x.config, x.eos_token_ids, x.summary, x.kv_agent);
+  return f(caf::meta::type_name("worker_description"), x.config, x.eos_token_ids, x.summary, x.quantization, x.kv_agent);
 }
 
 template <class Inspector>

@@ -127,7 +127,8 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
         return done;
       },
       [served, agent](describe_atom) {
-        return worker_description{served->base_engine_config(), served->eos_token_ids, describe(*served), agent};
+        return worker_description{served->base_engine_config(), served->eos_token_ids, describe(*served),
+                                  served->loaded.quantization, agent};
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   });

@@ -102,6 +102,7 @@ struct door_fixture {
     options.port = 0;
     options.api_key = std::move(api_key);
     options.model_name = "tiny";
+    options.quantization = "Q4_K_M";
     options.max_connections = 16;
     options.limits.max_model_len = 64;
     door = std::make_unique<http_door>(options, downstream, admission, counters,
@@ -242,6 +243,7 @@ TEST(http_door, keys_health_metrics_and_unknown_paths) {
   c.set_bearer_token_auth("k");
   auto models = c.Get("/v1/models");
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+  EXPECT_EQ(json::parse(models->body)["data"][0]["quantization"], "Q4_K_M");
   EXPECT_EQ(c.Get("/v1/models/tiny")->status, 200);
   EXPECT_EQ(c.Get("/v1/models/other")->status, 404);
   auto unknown = c.Get("/v2/anything");

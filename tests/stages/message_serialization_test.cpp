@@ -280,7 +280,7 @@ std::vector<worker_spec> samples(of<worker_spec>) {
   return {spec, worker_spec{full_model_spec()}};
 }
 std::vector<worker_description> samples(of<worker_description>) {
-  return {{full_engine_config(), {2, 7}, "stories260K: 5 layers", handles.third}};
+  return {{full_engine_config(), {2, 7}, "stories260K: 5 layers", "Q4_K_M", handles.third}};
 }
 std::vector<scheduler_spec> samples(of<scheduler_spec>) {
   scheduler_spec spec{full_engine_config(), {2, 7}, handles.first, handles.second};
@@ -564,6 +564,7 @@ void expect_same(const worker_description& a, const worker_description& b) {
   expect_same(a.config, b.config);
   EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.summary, b.summary);
+  EXPECT_EQ(a.quantization, b.quantization);
   EXPECT_EQ(a.kv_agent, b.kv_agent);
 }
 
