@@ -39,7 +39,7 @@ struct avx2_vec {
 }  // namespace
 
 const row_kernels& avx2_row_kernels() {
-  static const row_kernels table = make_row_kernels<avx2_vec>();
+  static const row_kernels table = with_quant_to_f32(make_row_kernels<avx2_vec>(), avx2_quant_kernels());
   return table;
 }
 

@@ -37,7 +37,7 @@ struct avx512_vec {
 }  // namespace
 
 const row_kernels& avx512_row_kernels() {
-  static const row_kernels table = make_row_kernels<avx512_vec>();
+  static const row_kernels table = with_quant_to_f32(make_row_kernels<avx512_vec>(), avx512_quant_kernels());
   return table;
 }
 

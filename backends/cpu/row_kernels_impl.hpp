@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backends/cpu/quant_kernels.hpp"
 #include "backends/cpu/row_kernels.hpp"
 #include "model/half_float.hpp"
 #include "model/quant/dequantize.hpp"
@@ -262,6 +263,15 @@ row_kernels make_row_kernels() {
   table.to_f32[static_cast<int>(dtype::q8_0)] = &q8_0_to_f32_rows<V>;
   table.attention_scores = &attention_scores<V>;
   table.attention_values = &attention_values<V>;
+  return table;
+}
+
+// The quantized types convert through their integer kernels' decoders (quant_kernels.hpp), which
+// give the reference dequantizer's floats bit for bit.
+inline row_kernels with_quant_to_f32(row_kernels table, const quant_kernels& quantized) {
+  for (int i = 0; i < num_dtypes; ++i) {
+    if (quantized.to_f32[i] != nullptr) table.to_f32[i] = quantized.to_f32[i];
+  }
   return table;
 }
 

@@ -24,13 +24,14 @@ struct scalar_vec {
 }  // namespace
 
 const row_kernels& scalar_row_kernels() {
-  static const row_kernels table = make_row_kernels<scalar_vec>();
+  static const row_kernels table = with_quant_to_f32(make_row_kernels<scalar_vec>(), scalar_quant_kernels());
   return table;
 }
 
 const row_kernels& kernels_for(simd_level level) {
   switch (level) {
-    case simd_level::avx512: return avx512_row_kernels();
+    case simd_level::avx512:
+    case simd_level::avx512_vnni: return avx512_row_kernels();  // float kernels need no VNNI
     case simd_level::avx2: return avx2_row_kernels();
     case simd_level::scalar: break;
   }
