@@ -15,6 +15,7 @@ namespace troupe::cpu {
 namespace {
 
 std::atomic<int> gemm_min_rows{8};
+std::atomic<bool> integer_kernels{true};
 
 // Row-streaming path: a chunk of weight rows goes to a thread only with this many multiply-adds.
 constexpr int64_t min_macs_per_chunk = 64 * 1024;
@@ -108,6 +109,9 @@ weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
   return weight_view{tensor.type, rows, cols, tensor.data};
 }
 
+bool matmul_integer_kernels() { return integer_kernels.load(std::memory_order_relaxed); }
+void set_matmul_integer_kernels(bool on) { integer_kernels.store(on, std::memory_order_relaxed); }
+
 int matmul_gemm_min_rows() { return gemm_min_rows.load(std::memory_order_relaxed); }
 void set_matmul_gemm_min_rows(int rows) { gemm_min_rows.store(std::max(1, rows)); }
 
@@ -120,7 +124,7 @@ void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, 
   const row_kernels& kernels = active_kernels();
 
   const quant_kernels& quantized = active_quant_kernels();
-  if (quantized.matmul[static_cast<int>(w.type)] != nullptr) {
+  if (quantized.matmul[static_cast<int>(w.type)] != nullptr && matmul_integer_kernels()) {
     quantized_matmul(pool, quantized, x, n, w, y, scratch);
     return;
   }

@@ -3,12 +3,13 @@
 // reports those features).
 #include <immintrin.h>
 
+#include "backends/cpu/quant_bytes_x86.hpp"
 #include "backends/cpu/quant_kernels_impl.hpp"
 
 namespace troupe::cpu {
 namespace {
 
-struct avx2_qvec {
+struct avx2_qvec : x86_bytes<false> {
   static constexpr int R = 8;
   static constexpr bool vnni = false;
   static constexpr int act_rows = 4;

@@ -24,7 +24,8 @@
 // izero, load_w(R x 4 bytes), dot4(acc, w, 4 activation bytes) for unsigned codes, abs8 and
 // dot4_signed(acc, w, |w|, a4) for signed ones; isub(acc, int); cvt; fzero, fload, fstore,
 // fset1, fmul, fadd, fma; cvt_codes (R int8 → R floats); interleave(codes [R][256], count, out);
-// absmax32(x, finite) and round32(x, d, q, half sums) for the activation quantizer.
+// absmax32(x, finite) and round32(x, d, q, half sums) for the activation quantizer; and the byte
+// operations the decoders are written in (quant_bytes_x86.hpp).
 
 #include <cmath>
 #include <cstring>
@@ -119,10 +120,8 @@ void build_tile(tile_buffers<V>& t, const std::byte* w, size_t stride, int rows,
   const int64_t num_subs = count / T::sub;
   for (int r = 0; r < R; ++r) {
     if (r < rows) {
-      T::decode(w + r * stride + row_bytes(T::type, e0), count / T::block, t.codes[r], t.D_rows[r], t.M_rows[r]);
-      if constexpr (offset != 0) {
-        for (int64_t i = 0; i < count; ++i) t.codes[r][i] = static_cast<int8_t>(t.codes[r][i] + offset);
-      }
+      T::template decode<V, offset>(w + r * stride + row_bytes(T::type, e0), count / T::block, t.codes[r], t.D_rows[r],
+                                    t.M_rows[r]);
     } else {
       std::memset(t.codes[r], 0, static_cast<size_t>(count));
       for (int64_t s = 0; s < num_subs; ++s) t.D_rows[r][s] = t.M_rows[r][s] = 0.0f;
@@ -246,7 +245,7 @@ void codes_to_f32(const std::byte* src, int64_t count, float* dst) {
   float D[chunk_elements / 16], M[chunk_elements / 16];
   for (int64_t e0 = 0; e0 < count; e0 += chunk_elements) {
     const int64_t n = smaller(chunk_elements, count - e0);
-    T::decode(src + row_bytes(T::type, e0), n / T::block, codes, D, M);
+    T::template decode<V, 0>(src + row_bytes(T::type, e0), n / T::block, codes, D, M);
     for (int64_t s = 0; s < n / T::sub; ++s) {
       const typename V::freg d = V::fset1(D[s]);
       for (int64_t i = s * T::sub; i < (s + 1) * T::sub; i += V::R) {

@@ -53,6 +53,32 @@ struct scalar_qvec {
     }
     return amax;
   }
+  // The decoders' byte operations (see quant_bytes_x86.hpp), one byte at a time.
+  static void nibbles32(const uint8_t* src, int8_t add, int8_t* out) {
+    for (int i = 0; i < 16; ++i) {
+      out[i] = static_cast<int8_t>((src[i] & 0x0f) + add);
+      out[i + 16] = static_cast<int8_t>((src[i] >> 4) + add);
+    }
+  }
+  static void field32(const uint8_t* src, int shift, uint8_t mask, int8_t add, int8_t* out) {
+    for (int i = 0; i < 32; ++i) out[i] = static_cast<int8_t>(((src[i] >> shift) & mask) + add);
+  }
+  static void add_field32(const uint8_t* src, int shift, uint8_t mask, int up, int8_t* out) {
+    for (int i = 0; i < 32; ++i) out[i] = static_cast<int8_t>(out[i] + (((src[i] >> shift) & mask) << up));
+  }
+  static void add_bits32(uint32_t bits, int8_t value, int8_t* out) {
+    for (int i = 0; i < 32; ++i) {
+      if ((bits >> i) & 1) out[i] = static_cast<int8_t>(out[i] + value);
+    }
+  }
+  static void lookup(const int8_t* table, int8_t* codes, int count) {
+    for (int i = 0; i < count; ++i) codes[i] = table[codes[i] & 0x0f];
+  }
+  static void add_bytes(int8_t* codes, int count, int8_t value) {
+    for (int i = 0; i < count; ++i) codes[i] = static_cast<int8_t>(codes[i] + value);
+  }
+  static float half(uint16_t bits) { return f16_to_f32(bits); }
+
   static void round32(const float* x, float d, int8_t* q, int32_t* sums) {
     for (int i = 0; i < 32; ++i) {
       const float v = std::nearbyint(x[i] / d);

@@ -8,13 +8,14 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "backends/cpu/quant_bytes_x86.hpp"
 #include "backends/cpu/quant_kernels_impl.hpp"
 
 namespace troupe::cpu {
 namespace {
 
 template <bool Vnni>
-struct avx512_qvec {
+struct avx512_qvec : x86_bytes<true> {
   static constexpr int R = 16;
   static constexpr bool vnni = Vnni;
   static constexpr int act_rows = 4;
