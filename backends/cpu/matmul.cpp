@@ -14,8 +14,15 @@ namespace troupe::cpu {
 
 namespace {
 
-std::atomic<int> gemm_min_rows{8};
+// The row dots tile two weight rows against up to four activation rows, which beats per-thread
+// slabs + sgemm (their conversion and packing per call) up to about this many rows; from there
+// sgemm's own blocking wins (troupe_bench_quant, f16/bf16/f32 at 8/32/64 rows).
+std::atomic<int> gemm_min_rows{32};
 std::atomic<bool> integer_kernels{true};
+
+// Quantized weights: below this many activation rows a step streams memory (equal static shares
+// of the weight rows per thread); from it on it computes (dynamic chunks).
+constexpr int64_t few_rows = 8;
 
 // Row-streaming path: a chunk of weight rows goes to a thread only with this many multiply-adds.
 constexpr int64_t min_macs_per_chunk = 64 * 1024;
@@ -81,7 +88,7 @@ void quantized_matmul(thread_pool& pool, const quant_kernels& kernels, const flo
   constexpr int64_t tile = 16;
   const int64_t min_rows = std::max<int64_t>(tile, min_macs_per_chunk / std::max<int64_t>(1, n * k));
   const int64_t per_thread_rows = (m + threads - 1) / threads;
-  if (n < matmul_gemm_min_rows()) {
+  if (n < few_rows) {
     pool.parallel_for(0, m, std::max(min_rows, (per_thread_rows + tile - 1) / tile * tile), multiply_rows);
   } else {
     const int64_t chunk = std::max(min_rows, (per_thread_rows / 4 + tile - 1) / tile * tile);

@@ -5,9 +5,10 @@
 // (quant_kernels.hpp): the activations are quantized to int8 once per call and each thread
 // multiplies tiles of weight rows. Other weights take one of three strategies, chosen by the
 // number of activation rows n:
-// - n < matmul_gemm_min_rows() (decode of a few sequences): every thread takes a contiguous
-//   range of weight rows and streams them once, dotting each row with all n activations with
-//   the SIMD row kernels (memory-bandwidth bound, as it must be);
+// - n < matmul_gemm_min_rows() (32; decode of up to 31 sequences): every thread takes a
+//   contiguous range of weight rows and streams them once, dotting pairs of rows with groups of
+//   up to four activations in registers (SIMD row kernels): memory-bandwidth bound for a few
+//   rows, FMA-bound for more, each weight read once per step;
 // - from there to 127 rows (larger decode batches, short chunks): the pool's threads take slabs
 //   of weight rows and multiply each with a single-threaded OpenBLAS sgemm; a weight in another
 //   dtype is converted one small slab at a time (~256 KiB of f32, kept in the core's cache), an

@@ -12,6 +12,7 @@ namespace {
 
 struct avx512_vec {
   using reg = __m512;
+  static constexpr int pair_acts = 4;  // activation rows beside two weight rows (registers)
   static constexpr int64_t width = 16;
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
