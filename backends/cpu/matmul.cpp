@@ -63,7 +63,7 @@ void quantized_matmul(thread_pool& pool, const quant_kernels& kernels, const flo
   const size_t stride = row_bytes(w.type, k);
   const int threads = pool.num_threads();
   const size_t act_bytes = static_cast<size_t>(n * (k / 32)) * sizeof(act_block);
-  const size_t per_thread = (kernels.scratch_bytes(n) + 63) / 64 * 64;
+  const size_t per_thread = (kernels.scratch_bytes(n, k) + 63) / 64 * 64;
   const size_t total = act_bytes + per_thread * threads + 64;
   if (scratch.size() * sizeof(float) < total) scratch.resize((total + sizeof(float) - 1) / sizeof(float));
   std::byte* base = reinterpret_cast<std::byte*>(scratch.data());

@@ -40,7 +40,7 @@ using quantize_acts_fn = void (*)(const float* x, int64_t k, act_block* out);
 
 // y[j * ldy + r] = row r of w · activation row j, for r < num_rows, j < n. w points at the first
 // weight row (rows row_bytes(type, k) apart); x holds n rows of k / 32 blocks; scratch is this
-// thread's, at least scratch_bytes(n) bytes.
+// thread's, at least scratch_bytes(n, k) bytes.
 using quant_matmul_fn = void (*)(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x,
                                  int64_t n, float* y, int64_t ldy, std::byte* scratch);
 
@@ -49,7 +49,7 @@ struct quant_kernels {
   quantize_acts_fn quantize_acts[num_dtypes];
   quant_matmul_fn matmul[num_dtypes];
   to_f32_fn to_f32[num_dtypes];  // bit for bit the reference dequantizer's floats
-  size_t (*scratch_bytes)(int64_t n);
+  size_t (*scratch_bytes)(int64_t n, int64_t k);
 };
 
 const quant_kernels& scalar_quant_kernels();

@@ -97,24 +97,30 @@ void quantize_acts(const float* x, int64_t k, act_block* out) {
 
 // ---- weight tiles --------------------------------------------------------------------------
 
-// A tile's decoded chunk, in the thread's scratch.
+// One chunk of a tile as decoded, row-major, before it is interleaved (thread scratch).
 template <class V>
-struct tile_buffers {
+struct chunk_staging {
   static constexpr int R = V::R;
   static constexpr int64_t max_subs = chunk_elements / 16;
-  alignas(64) int8_t codes[R][chunk_elements];        // row-major, as decoded
-  alignas(64) uint8_t w[chunk_elements / 4][R][4];    // interleaved: 4 codes of every row
+  alignas(64) int8_t codes[R][chunk_elements];
   alignas(64) float D_rows[R][max_subs];
   alignas(64) float M_rows[R][max_subs];
-  alignas(64) float D[max_subs][R];                   // per sub-block, a lane per row
-  alignas(64) float M[max_subs][R];
 };
 
-// Decodes elements [e0, e0 + count) of rows [0, rows) of the tile at w (rows `stride` apart);
-// lanes past `rows` get zero codes and scales.
+// A decoded tile over a span of elements: w [span / 4][R][4] (4 codes of every row per group),
+// D and M [span / sub][R] (a lane per row). Chunk c of a span lives at w + c * 256 * R,
+// D + c * (256 / sub) * R.
+struct tile_span {
+  uint8_t* w;
+  float* D;
+  float* M;
+};
+
+// Decodes elements [e0, e0 + count) of rows [0, rows) of the tile at w (rows `stride` apart) into
+// `out` (already offset to the chunk); lanes past `rows` get zero codes and scales.
 template <class V, class T>
-void build_tile(tile_buffers<V>& t, const std::byte* w, size_t stride, int rows, int64_t e0,
-                int64_t count) {
+void build_tile(chunk_staging<V>& t, const std::byte* w, size_t stride, int rows, int64_t e0, int64_t count,
+                const tile_span& out) {
   constexpr int R = V::R;
   constexpr int offset = code_policy<V, T>::offset;
   const int64_t num_subs = count / T::sub;
@@ -127,11 +133,11 @@ void build_tile(tile_buffers<V>& t, const std::byte* w, size_t stride, int rows,
       for (int64_t s = 0; s < num_subs; ++s) t.D_rows[r][s] = t.M_rows[r][s] = 0.0f;
     }
   }
-  V::interleave(&t.codes[0][0], count, &t.w[0][0][0]);
+  V::interleave(&t.codes[0][0], count, out.w);
   for (int64_t s = 0; s < num_subs; ++s) {
     for (int r = 0; r < R; ++r) {
-      t.D[s][r] = t.D_rows[r][s];
-      if constexpr (T::has_min) t.M[s][r] = t.M_rows[r][s];
+      out.D[s * R + r] = t.D_rows[r][s];
+      if constexpr (T::has_min) out.M[s * R + r] = t.M_rows[r][s];
     }
   }
 }
@@ -142,11 +148,10 @@ inline int32_t load_a4(const int8_t* p) {
   return v;
 }
 
-// Adds one decoded chunk (num_blocks activation blocks) to the sums of N activation rows: x[j]
-// is activation row j's first block of the chunk; acc/accm [N][R] carry the sums between chunks.
+// Adds num_blocks activation blocks' worth of a decoded tile to the sums of N activation rows:
+// x[j] is activation row j's first block of the span; acc/accm [N][R] carry the sums in and out.
 template <class V, class T, int N>
-void multiply_chunk(const tile_buffers<V>& t, int64_t num_blocks, const act_block* const* x,
-                    float* acc_mem, float* accm_mem) {
+void multiply(const tile_span& t, int64_t num_blocks, const act_block* const* x, float* acc_mem, float* accm_mem) {
   using policy = code_policy<V, T>;
   constexpr int R = V::R;
   constexpr int subs_per_block = 32 / T::sub;
@@ -162,7 +167,7 @@ void multiply_chunk(const tile_buffers<V>& t, int64_t num_blocks, const act_bloc
       for (int j = 0; j < N; ++j) dot[j] = V::izero();
       for (int g = 0; g < T::sub / 4; ++g) {
         const int64_t group = s * (T::sub / 4) + g;
-        const typename V::wreg wv = V::load_w(&t.w[group][0][0]);
+        const typename V::wreg wv = V::load_w(t.w + group * R * 4);
         const int64_t at = h * T::sub + 4 * g;  // within the activation block
         if constexpr (policy::sign_trick) {
           const typename V::wreg wabs = V::abs8(wv);
@@ -171,13 +176,13 @@ void multiply_chunk(const tile_buffers<V>& t, int64_t num_blocks, const act_bloc
           for (int j = 0; j < N; ++j) dot[j] = V::dot4(dot[j], wv, load_a4(x[j][b].q + at));
         }
       }
-      const typename V::freg D = V::fload(t.D[s]);
+      const typename V::freg D = V::fload(t.D + s * R);
       for (int j = 0; j < N; ++j) {
         if constexpr (policy::offset != 0) dot[j] = V::isub(dot[j], x[j][b].corr[h]);
         acc[j] = V::fma(V::cvt(dot[j]), V::fmul(D, V::fset1(x[j][b].d)), acc[j]);
       }
       if constexpr (T::has_min) {
-        const typename V::freg M = V::fload(t.M[s]);
+        const typename V::freg M = V::fload(t.M + s * R);
         for (int j = 0; j < N; ++j) accm[j] = V::fma(M, V::fset1(x[j][b].dsum[h]), accm[j]);
       }
     }
@@ -188,17 +193,57 @@ void multiply_chunk(const tile_buffers<V>& t, int64_t num_blocks, const act_bloc
   }
 }
 
+// multiply() for `count` (1 .. V::act_rows) activation rows from row j0 on, x_blocks blocks apart.
+template <class V, class T>
+void multiply_rows(const tile_span& t, int64_t num_blocks, const act_block* x, int64_t x_blocks, int64_t j0,
+                   int64_t count, float* acc, float* accm) {
+  constexpr int R = V::R;
+  const act_block* rows_x[V::act_rows];
+  for (int64_t i = 0; i < count; ++i) rows_x[i] = x + (j0 + i) * x_blocks;
+  float* a = acc + j0 * R;
+  float* am = accm + j0 * R;
+  switch (count) {
+    case 1: return multiply<V, T, 1>(t, num_blocks, rows_x, a, am);
+    case 2: if constexpr (V::act_rows >= 2) return multiply<V, T, 2>(t, num_blocks, rows_x, a, am); break;
+    case 3: if constexpr (V::act_rows >= 3) return multiply<V, T, 3>(t, num_blocks, rows_x, a, am); break;
+    default: return multiply<V, T, V::act_rows>(t, num_blocks, rows_x, a, am);
+  }
+}
+
+// Asks for the blocks of rows [0, rows) at byte offset `at` of each row (`bytes` of them): a
+// tile reads R strided streams a few hundred bytes at a time, which the hardware prefetchers do
+// not follow well, so the next chunk is requested while this one is multiplied.
+inline void prefetch_chunk(const std::byte* w, size_t stride, int rows, size_t at, size_t bytes) {
+  for (int r = 0; r < rows; ++r) {
+    const std::byte* p = w + r * stride + at;
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+  }
+}
+
 template <class V>
 constexpr size_t align64(size_t bytes) {
   return (bytes + 63) / 64 * 64;
 }
 
-// Per thread: the tile buffers, then the sums of n activation rows ([n][R] each for acc, accm).
+// k rounded up to whole chunks: interleave() writes whole 64-column groups, past a short last chunk.
+constexpr size_t padded_width(int64_t k) { return static_cast<size_t>((k + chunk_elements - 1) / chunk_elements * chunk_elements); }
+
+// Per thread: the chunk staging; a tile decoded over all k (codes padded_width(k) * R bytes, D and
+// M padded_width(k) / 16 * R floats each); the sums of n activation rows ([n][R] each).
 template <class V>
-size_t quant_scratch_bytes(int64_t n) {
-  return align64<V>(sizeof(tile_buffers<V>)) + 2 * align64<V>(static_cast<size_t>(n) * V::R * sizeof(float)) + 64;
+size_t quant_scratch_bytes(int64_t n, int64_t k) {
+  const size_t R = V::R;
+  return align64<V>(sizeof(chunk_staging<V>)) + align64<V>(padded_width(k) * R) +
+         2 * align64<V>(padded_width(k) / 16 * R * sizeof(float)) +
+         2 * align64<V>(static_cast<size_t>(n) * R * sizeof(float)) + 64;
 }
 
+// Two schedules, one canonical sum (the same bits):
+// - up to V::act_rows activation rows (decode): a chunk of 256 elements is decoded into L1 and
+//   multiplied by every activation row at once, the sums carried from chunk to chunk;
+// - more rows (batched decode, prompts): the tile is decoded over all of k once (L2: k * R bytes
+//   plus scales), then each group of act_rows activation rows runs along it with its sums in
+//   registers, its activations in L1 (sweeping every row's blocks at each chunk would not fit).
 template <class V, class T>
 void quant_matmul(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x, int64_t n,
                   float* y, int64_t ldy, std::byte* scratch) {
@@ -207,27 +252,42 @@ void quant_matmul(const std::byte* w, int64_t k, int64_t num_rows, const act_blo
   const size_t stride = row_bytes(T::type, k);
   const int64_t x_blocks = k / 32;
   std::byte* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(scratch) + 63) / 64 * 64);
-  auto& t = *reinterpret_cast<tile_buffers<V>*>(base);
-  float* acc = reinterpret_cast<float*>(base + align64<V>(sizeof(tile_buffers<V>)));  // [n][R]
+  auto& staging = *reinterpret_cast<chunk_staging<V>*>(base);
+  base += align64<V>(sizeof(chunk_staging<V>));
+  uint8_t* tile_w = reinterpret_cast<uint8_t*>(base);  // [padded_width(k) / 4][R][4]
+  base += align64<V>(padded_width(k) * R);
+  float* tile_D = reinterpret_cast<float*>(base);  // [padded_width(k) / sub][R]
+  base += align64<V>(padded_width(k) / 16 * R * sizeof(float));
+  float* tile_M = reinterpret_cast<float*>(base);  // [padded_width(k) / sub][R]
+  base += align64<V>(padded_width(k) / 16 * R * sizeof(float));
+  float* acc = reinterpret_cast<float*>(base);  // [n][R]
   float* accm = acc + align64<V>(static_cast<size_t>(n) * R * sizeof(float)) / sizeof(float);  // [n][R]
-  const act_block* rows_x[A];
+  const bool few_rows = n <= A;
   for (int64_t r0 = 0; r0 < num_rows; r0 += R) {
     const int rows = static_cast<int>(smaller(R, num_rows - r0));
     fill_zero(acc, n * R);
     if constexpr (T::has_min) fill_zero(accm, n * R);
     for (int64_t e0 = 0; e0 < k; e0 += chunk_elements) {
       const int64_t count = smaller(chunk_elements, k - e0);
-      build_tile<V, T>(t, w + r0 * stride, stride, rows, e0, count);
-      const int64_t num_blocks = count / 32;
-      int64_t j = 0;
-      for (; j + A <= n; j += A) {
-        for (int i = 0; i < A; ++i) rows_x[i] = x + (j + i) * x_blocks + e0 / 32;
-        multiply_chunk<V, T, A>(t, num_blocks, rows_x, acc + j * R, accm + j * R);
+      // Few rows reuse the first chunk's place (L1); more keep the whole width.
+      const int64_t at = few_rows ? 0 : e0;
+      const tile_span chunk{tile_w + at * R, tile_D + at / T::sub * R, tile_M + at / T::sub * R};
+      build_tile<V, T>(staging, w + r0 * stride, stride, rows, e0, count, chunk);
+      if (e0 + chunk_elements < k) {
+        prefetch_chunk(w + r0 * stride, stride, rows, row_bytes(T::type, e0 + chunk_elements),
+                       row_bytes(T::type, smaller(chunk_elements, k - e0 - chunk_elements)));
+      } else if (r0 + R < num_rows) {
+        prefetch_chunk(w + (r0 + R) * stride, stride, static_cast<int>(smaller(R, num_rows - r0 - R)), 0,
+                       row_bytes(T::type, smaller(chunk_elements, k)));
       }
-      for (; j < n; ++j) {
-        rows_x[0] = x + j * x_blocks + e0 / 32;
-        multiply_chunk<V, T, 1>(t, num_blocks, rows_x, acc + j * R, accm + j * R);
-      }
+      if (few_rows) multiply_rows<V, T>(chunk, count / 32, x + e0 / 32, x_blocks, 0, n, acc, accm);
+    }
+    if (!few_rows) {
+      // The next tile's rows, whole, while this one is multiplied (tens of microseconds at these
+      // row counts): decoded back to back, its chunks would otherwise wait on DRAM line by line.
+      if (r0 + R < num_rows) prefetch_chunk(w + (r0 + R) * stride, stride, static_cast<int>(smaller(R, num_rows - r0 - R)), 0, stride);
+      const tile_span whole{tile_w, tile_D, tile_M};
+      for (int64_t j = 0; j < n; j += A) multiply_rows<V, T>(whole, k / 32, x, x_blocks, j, smaller(A, n - j), acc, accm);
     }
     for (int64_t j = 0; j < n; ++j) {
       float* out = y + j * ldy + r0;

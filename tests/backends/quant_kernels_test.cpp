@@ -68,7 +68,7 @@ kernel_run run_kernels(const cpu::quant_kernels& kernels, dtype type, const std:
   kernel_run run;
   run.acts.resize(static_cast<size_t>(n * (k / 32)));
   for (int64_t j = 0; j < n; ++j) kernels.quantize_acts[static_cast<int>(type)](x + j * k, k, run.acts.data() + j * (k / 32));
-  std::vector<std::byte> scratch(kernels.scratch_bytes(n));
+  std::vector<std::byte> scratch(kernels.scratch_bytes(n, k));
   run.y.assign(static_cast<size_t>(n * m), std::numeric_limits<float>::quiet_NaN());
   kernels.matmul[static_cast<int>(type)](w.data(), k, m, run.acts.data(), n, run.y.data(), m, scratch.data());
   return run;
