@@ -4,7 +4,8 @@
 //  2. per type, y = x · wᵀ at --shape (out x in; default 4096x14336, a Llama-8B down_proj) for each
 //     of --rows activation rows: the step's time, and for one row the weights' effective read
 //     bandwidth (weight bytes / time) as a fraction of (1); quantized types also through the f32
-//     path they took before the integer kernels (to_f32 + row dots / per-thread slabs + sgemm);
+//     path they took before the integer kernels (to_f32 + row dots / per-thread slabs + sgemm),
+//     float types also with the previous switch to slabs + sgemm at 8 rows ("@8");
 //  3. per type, a prompt's product (--prompt rows at --prompt-shape): integer kernels against
 //     f32 slabs + OpenBLAS sgemm, in GFLOP/s.
 // Weights are random blocks (finite scales); speed does not depend on their values.
@@ -186,6 +187,9 @@ int main(int argc, char** argv) try {
   std::printf("DRAM read: %.2f GB/s (%d threads streaming %d MiB)\n\n", roof, threads, probe_mib);
 
   std::vector<float> scratch;
+  const int gemm_min_rows = troupe::cpu::matmul_gemm_min_rows();
+  // integer: quantized weights through the integer kernels; else the f32 path, and float weights
+  // with the previous switch point (8 rows).
   auto step_seconds = [&](const troupe::cpu::weight_view& w, int64_t n, bool integer) {
     const std::vector<float> x = [&] {
       std::vector<float> v(static_cast<size_t>(n * w.cols));
@@ -196,8 +200,10 @@ int main(int argc, char** argv) try {
     }();
     std::vector<float> y(static_cast<size_t>(n * w.rows));
     troupe::cpu::set_matmul_integer_kernels(integer);
+    if (!integer) troupe::cpu::set_matmul_gemm_min_rows(8);
     const double s = best_seconds(reps, [&] { troupe::cpu::matmul(pool, x.data(), n, w, y.data(), scratch); });
     troupe::cpu::set_matmul_integer_kernels(true);
+    troupe::cpu::set_matmul_gemm_min_rows(gemm_min_rows);
     return s;
   };
 
@@ -210,9 +216,10 @@ int main(int argc, char** argv) try {
     const std::vector<std::byte> bytes = random_weights(type, m, k, 1);
     const troupe::cpu::weight_view w{type, m, k, bytes.data()};
     const bool quantized = troupe::is_quantized(type);
-    for (int pass = 0; pass < (quantized && baseline ? 2 : 1); ++pass) {
+    for (int pass = 0; pass < (baseline ? 2 : 1); ++pass) {
       const bool integer = pass == 0;
-      std::printf("%-8s %9.1f", (std::string(troupe::dtype_name(type)) + (integer ? "" : " f32")).c_str(),
+      std::printf("%-8s %9.1f",
+                  (std::string(troupe::dtype_name(type)) + (integer ? "" : quantized ? " f32" : " @8")).c_str(),
                   bytes.size() / 1048576.0);
       double gemv = 0;
       for (int n : row_counts) {

@@ -8,7 +8,7 @@
 // holds 4 consecutive codes of each of the R rows ([chunk / 4][R][4] bytes). One int8 dot
 // instruction with 4 activation bytes broadcast then adds 4 products to every row's lane, and a
 // lane ends a sub-block holding that row's exact integer dot: no horizontal sums, and the decoded
-// chunk serves every activation row of the call while it sits in L1.
+// tile serves every activation row of the call (see quant_matmul for the two schedules).
 //
 // The canonical sum. For weight row r and activation row j:
 //   acc = 0; accm = 0
