@@ -4,7 +4,7 @@
 // one token per forward. Weights are random (or read from --model, e.g. the model maker's HF
 // directory, so llama.cpp can run the very same weights from its GGUF).
 //
-//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0] [--threads N] [--prompt 512] [--decode 64]
+//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0|fp8_e4m3|any GGUF type] [--threads N] [--prompt 512] [--decode 64]
 //                    [--reps 3] [--model HF_DIR|FILE.gguf]
 //   troupe_bench_cpu --streams 1,8,32,64 [--context 64] [--decode 16] ...
 //       batched decode instead: for each count, that many sequences of --context tokens (their
@@ -40,9 +40,8 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 troupe::dtype parse_dtype(const std::string& name) {
-  for (auto type : {troupe::dtype::f32, troupe::dtype::f16, troupe::dtype::bf16, troupe::dtype::q8_0})
-    if (troupe::dtype_name(type) == name) return type;
-  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16 or q8_0)");
+  if (auto type = troupe::dtype_from_name(name)) return *type;
+  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16, fp8_e4m3 or a GGUF type such as q4_k)");
 }
 
 double seconds_since(clock_type::time_point start) {

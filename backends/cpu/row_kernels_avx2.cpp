@@ -2,6 +2,7 @@
 // called when the CPU reports those features).
 #include <immintrin.h>
 
+#include "backends/cpu/fp8_row_kernels.hpp"
 #include "backends/cpu/row_kernels_impl.hpp"
 
 namespace troupe::cpu {
@@ -40,7 +41,11 @@ struct avx2_vec {
 }  // namespace
 
 const row_kernels& avx2_row_kernels() {
-  static const row_kernels table = with_quant_to_f32(make_row_kernels<avx2_vec>(), avx2_quant_kernels());
+  static const row_kernels table = [] {
+    row_kernels kernels = with_quant_to_f32(make_row_kernels<avx2_vec>(), avx2_quant_kernels());
+    add_fp8_row_kernels_avx2(kernels);
+    return kernels;
+  }();
   return table;
 }
 
