@@ -4,8 +4,14 @@
 // one token per forward. Weights are random (or read from --model, e.g. the model maker's HF
 // directory, so llama.cpp can run the very same weights from its GGUF).
 //
-//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0|fp8_e4m3] [--threads N] [--prompt 512] [--decode 64]
-//                    [--reps 3] [--model HF_DIR]
+//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0|fp8_e4m3|any GGUF type] [--threads N] [--prompt 512] [--decode 64]
+//                    [--reps 3] [--model HF_DIR|FILE.gguf]
+//   troupe_bench_cpu --streams 1,8,32,64 [--context 64] [--decode 16] ...
+//       batched decode instead: for each count, that many sequences of --context tokens (their
+//       prefill not timed) decode --decode steps together, one token each per forward; prints
+//       the step time and the aggregate tokens/s.
+//   --integer-kernels off: quantized weights through f32 conversions (the path before the integer
+//   kernels); --gemm-min-rows N: where float weights switch from row dots to sgemm (was 8, now 32).
 //   troupe_bench_cpu --make OUT_DIR --tokenizer TOKENIZER [--dtype f32|f16]
 //       writes the benchmark shape with the model maker (HF + model.gguf, same weights) so
 //       bench/llama_cpp_bench.mjs can time llama.cpp on it; needs a 32000-token tokenizer.
@@ -21,8 +27,10 @@
 #include <vector>
 
 #include "backends/cpu/cpu_model.hpp"
+#include "backends/cpu/matmul.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "backends/cpu/thread_pool.hpp"
+#include "bench/bench_support.hpp"
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/model_loader.hpp"
 #include "model/model_maker.hpp"
@@ -32,9 +40,8 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 troupe::dtype parse_dtype(const std::string& name) {
-  for (auto type : {troupe::dtype::f32, troupe::dtype::f16, troupe::dtype::bf16, troupe::dtype::q8_0, troupe::dtype::fp8_e4m3})
-    if (troupe::dtype_name(type) == name) return type;
-  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16, q8_0 or fp8_e4m3)");
+  if (auto type = troupe::dtype_from_name(name)) return *type;
+  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16, fp8_e4m3 or a GGUF type such as q4_k)");
 }
 
 double seconds_since(clock_type::time_point start) {
@@ -44,8 +51,8 @@ double seconds_since(clock_type::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string dtype_arg = "f32", model_path, make_dir, tokenizer;
-  int threads = 0, prompt = 512, decode = 64, reps = 3;
+  std::string dtype_arg = "f32", model_path, make_dir, tokenizer, streams_arg;
+  int threads = 0, prompt = 512, decode = 64, reps = 3, context = 64;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
@@ -58,6 +65,10 @@ int main(int argc, char** argv) try {
     else if (flag == "--model") model_path = value;
     else if (flag == "--make") make_dir = value;
     else if (flag == "--tokenizer") tokenizer = value;
+    else if (flag == "--streams") streams_arg = value;
+    else if (flag == "--context") context = std::stoi(value);
+    else if (flag == "--integer-kernels") troupe::cpu::set_matmul_integer_kernels(value != "off");
+    else if (flag == "--gemm-min-rows") troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
     else throw std::runtime_error("unknown flag " + flag);
   }
   if (threads <= 0) threads = troupe::cpu::hardware_threads();
@@ -97,6 +108,50 @@ int main(int argc, char** argv) try {
   }
 
   const int block_size = 16;
+  if (!streams_arg.empty()) {
+    // Batched decode: N sequences, each with its own blocks, one token each per step.
+    const std::vector<int> counts = troupe::bench::parse_list(streams_arg);
+    const int max_streams = *std::max_element(counts.begin(), counts.end());
+    const int per_seq = (context + decode + block_size - 1) / block_size;
+    auto model = troupe::make_cpu_model(config, weights, {per_seq * max_streams, block_size}, threads);
+    std::printf("model: %d layers, hidden %d, intermediate %d, vocab %d, %.1f MiB of weights; backend %s\n",
+                config.num_layers, config.hidden_size, config.intermediate_size, config.vocab_size,
+                weights.total_bytes() / 1048576.0, model->backend_name().c_str());
+    std::printf("%8s %12s %14s   (context %d, %d steps, best of %d, load average %.2f)\n", "streams", "step ms",
+                "tokens/s", context, decode, reps, troupe::bench::load_average());
+    for (int n : counts) {
+      // Rows of sequence s: tokens [first, first + count) of its own, in blocks s * per_seq + ...
+      auto step = [&](int first, int count) {
+        troupe::forward_batch batch;
+        batch.query_start.push_back(0);
+        batch.block_table_start.push_back(0);
+        for (int s = 0; s < n; ++s) {
+          for (int t = first; t < first + count; ++t) {
+            batch.token_ids.push_back(5 + (t * 31 + s * 7) % 997);
+            batch.positions.push_back(t);
+            batch.slot_mapping.push_back(int64_t{s} * per_seq * block_size + t);
+          }
+          batch.query_start.push_back(batch.num_tokens());
+          batch.context_lengths.push_back(first + count);
+          for (int b = 0; b < per_seq; ++b) batch.block_tables.push_back(s * per_seq + b);
+          batch.block_table_start.push_back(static_cast<int32_t>(batch.block_tables.size()));
+          batch.logits_rows.push_back(batch.num_tokens() - 1);
+        }
+        return batch;
+      };
+      std::vector<float> step_logits(static_cast<size_t>(n) * config.vocab_size);
+      double best = 1e30;
+      for (int rep = 0; rep < reps + 1; ++rep) {
+        model->forward(step(0, context), step_logits.data());  // the contexts (not timed)
+        const auto start = clock_type::now();
+        for (int i = 0; i < decode; ++i) model->forward(step(context + i, 1), step_logits.data());
+        if (rep > 0) best = std::min(best, seconds_since(start));
+      }
+      std::printf("%8d %12.2f %14.1f\n", n, best / decode * 1e3, n * decode / best);
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   const int num_blocks = (prompt + decode + block_size - 1) / block_size;
   auto model = troupe::make_cpu_model(config, weights, {num_blocks, block_size}, threads);
   std::vector<int32_t> blocks(num_blocks);

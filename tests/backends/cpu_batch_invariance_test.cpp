@@ -15,6 +15,7 @@
 #include "model/loader/model_loader.hpp"
 #include "tests/backends/cpu_greedy_support.hpp"
 #include "tests/backends/cpu_test_support.hpp"
+#include "tests/backends/quant_test_support.hpp"
 
 namespace troupe {
 namespace {
@@ -182,6 +183,33 @@ TEST(cpu_batch_invariance, random_qwen2_q8_0_model_with_bias_matches_each_sequen
   config.tie_word_embeddings = true;
   const weight_store weights = make_dummy_weights(config, dtype::q8_0, 9, {0.08f, 0.1f});
   expect_batch_invariance(config, weights, 3);
+}
+
+// Quantized weights: the integer kernels quantize each activation row to int8, so a row's result
+// would jump by a quantization step if anything upstream differed in a last bit; these pass only
+// because every path (any row count, any split) gives a row the same bits.
+TEST(cpu_batch_invariance, stories260k_q4_0_matches_each_sequence_alone) {
+  if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
+  const loaded_model loaded = load_model(load_options{std::string(TROUPE_SHARED_DIR) + "/models/stories260K/hf"});
+  const test::quantized_pair pair = test::quantize_store(loaded.weights, dtype::q4_0);
+  expect_batch_invariance(loaded.config, pair.quantized, 4);
+}
+
+TEST(cpu_batch_invariance, random_llama_q4_k_matches_each_sequence_alone) {
+  if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
+  model_config config;
+  config.arch = architecture::llama;
+  config.hidden_size = 256;
+  config.intermediate_size = 512;
+  config.num_layers = 2;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 64;
+  config.vocab_size = 300;
+  config.max_position_embeddings = 256;
+  const weight_store weights = make_dummy_weights(config, dtype::f32, 11, {0.08f, 0.1f});
+  const test::quantized_pair pair = test::quantize_store(weights, dtype::q4_k);
+  expect_batch_invariance(config, pair.quantized, 5);
 }
 
 }  // namespace
