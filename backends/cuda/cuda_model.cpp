@@ -200,7 +200,7 @@ class cuda_model final : public model {
     std::vector<std::byte> staging;  // [span] in the pool's dtype, only when a conversion follows
     std::byte* target = out.data();
     if (element != type_) {
-      staging.resize(out.size() / kv_element_bytes(element) * dtype_size(type_));
+      staging.resize(run_elements * block_ids.size() * 2 * num_layers * dtype_size(type_));
       target = staging.data();
     }
     for (int layer = first_layer; layer < first_layer + num_layers; ++layer) {
@@ -228,7 +228,7 @@ class cuda_model final : public model {
     std::vector<std::byte> staging;  // [span] converted to the pool's dtype
     const std::byte* source = data.data();
     if (header.element != type_) {
-      const size_t count = data.size() / kv_element_bytes(header.element);
+      const size_t count = run_elements * block_ids.size() * 2 * header.num_layers;
       staging.resize(count * dtype_size(type_));
       convert_kv_elements(header.element, data.data(), type_, staging.data(), count);
       source = staging.data();
