@@ -12,6 +12,7 @@ struct avx2_attention_vec {
   using mask = __m256;
   static constexpr int64_t width = 8;
   static reg zero() { return _mm256_setzero_ps(); }
+  static float half_to_float(uint16_t bits) { return _cvtsh_ss(bits); }
   static reg set1(float v) { return _mm256_set1_ps(v); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }

@@ -15,6 +15,7 @@ struct avx512_attention_vec {
   using mask = __mmask16;
   static constexpr int64_t width = 16;
   static reg zero() { return _mm512_setzero_ps(); }
+  static float half_to_float(uint16_t bits) { return _cvtsh_ss(bits); }
   static reg set1(float v) { return _mm512_set1_ps(v); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }

@@ -5,6 +5,7 @@
 // so the differently-compiled copies never meet at link time.
 //
 // A traits type V provides: reg, mask, width; zero(), set1(float), load(const float*),
+// half_to_float(uint16_t) (one f16, in hardware where there is F16C),
 // store(float*, reg); load_f16 / load_bf16 (const uint16_t*), load_i8 (const int8_t*),
 // load_fp8 (const uint8_t*): `width` elements as f32; store_f16 / store_bf16 (uint16_t*),
 // store_i8 (int8_t*, rounding to nearest even), store_fp8 (uint8_t*, as kv_encode_f32);
@@ -87,7 +88,7 @@ struct kv_row<V, dtype::q8_0> {
   static float block_scale(const std::byte* row, int e) {
     uint16_t bits;
     std::memcpy(&bits, row + (e / q8_0_block_size) * q8_0_block_bytes, 2);
-    return f16_to_f32(bits);
+    return V::half_to_float(bits);
   }
   static const int8_t* quants(const std::byte* row, int e) {
     return reinterpret_cast<const int8_t*>(row + (e / q8_0_block_size) * q8_0_block_bytes + 2) + e % q8_0_block_size;
@@ -148,13 +149,22 @@ void encode_kv_row(const float* in, int64_t count, std::byte* out) {
   }
 }
 
-// Finds key k's row: walks the block table as k grows.
+// Finds keys' rows through the block table: one division per run of keys, not one per key.
 struct key_cursor {
   const int32_t* block_table;
   int block_size;
   int64_t slot_bytes;
-  int64_t row_offset(int k) const {
-    return (static_cast<int64_t>(block_table[k / block_size]) * block_size + k % block_size) * slot_bytes;
+  // offsets[j] = byte offset of key k0 + j's row, for j < n.
+  void row_offsets(int k0, int n, int64_t* offsets) const {
+    int block = k0 / block_size, within = k0 % block_size;
+    int64_t base = static_cast<int64_t>(block_table[block]) * block_size * slot_bytes;
+    for (int j = 0; j < n; ++j) {
+      offsets[j] = base + within * slot_bytes;
+      if (++within == block_size && j + 1 < n) {  // never reads past the run's last block
+        within = 0;
+        base = static_cast<int64_t>(block_table[++block]) * block_size * slot_bytes;
+      }
+    }
   }
 };
 
@@ -211,21 +221,28 @@ void decode_piece_rows(const attention_piece& p, const attention_partial& out, f
   const key_cursor cursor{p.block_table, p.block_size, p.slot_bytes};
   const std::byte* key_rows[key_tile];
   const std::byte* value_rows[key_tile];
+  int64_t offsets[2][key_tile];  // this tile's rows and the next one's
+  int current = 0;
+  if (p.key_begin < p.key_end) {
+    cursor.row_offsets(p.key_begin, p.key_end - p.key_begin < key_tile ? p.key_end - p.key_begin : key_tile, offsets[0]);
+  }
   for (int k0 = p.key_begin; k0 < p.key_end; k0 += key_tile) {
     const int n = p.key_end - k0 < key_tile ? p.key_end - k0 : key_tile;
     for (int j = 0; j < n; ++j) {
-      const int64_t offset = cursor.row_offset(k0 + j);
-      key_rows[j] = p.keys + offset;
-      value_rows[j] = p.values + offset;
+      key_rows[j] = p.keys + offsets[current][j];
+      value_rows[j] = p.values + offsets[current][j];
     }
     // The next tile is on its way while this one computes: the block table jumps defeat the
     // hardware prefetcher at every block boundary.
-    const int next_end = p.key_end - (k0 + key_tile) < key_tile ? p.key_end - (k0 + key_tile) : key_tile;
-    for (int j = 0; j < next_end; ++j) {
-      const int64_t offset = cursor.row_offset(k0 + key_tile + j);
-      prefetch_row(p.keys + offset, head_bytes);
-      prefetch_row(p.values + offset, head_bytes);
+    const int next_n = p.key_end - (k0 + key_tile) < key_tile ? p.key_end - (k0 + key_tile) : key_tile;
+    if (next_n > 0) {
+      cursor.row_offsets(k0 + key_tile, next_n, offsets[1 - current]);
+      for (int j = 0; j < next_n; ++j) {
+        prefetch_row(p.keys + offsets[1 - current][j], head_bytes);
+        prefetch_row(p.values + offsets[1 - current][j], head_bytes);
+      }
     }
+    current = 1 - current;
 
     // Scores: KB keys a round; the last round repeats the last key where n runs out.
     for (int j0 = 0; j0 < n; j0 += KB) {
@@ -449,10 +466,11 @@ void tiled_piece(const attention_piece& p, const attention_partial& out, float* 
     for (int k0 = p.key_begin; k0 < key_end; k0 += key_tile) {
       const int n = key_end - k0 < key_tile ? key_end - k0 : key_tile;
       const int np = round_up(n, NK);
+      int64_t offsets[key_tile];
+      cursor.row_offsets(k0, n, offsets);
       for (int j = 0; j < n; ++j) {
-        const int64_t offset = cursor.row_offset(k0 + j);
-        decode_kv_row<V, T>(p.keys + offset, hd, kf + j * hd);
-        decode_kv_row<V, T>(p.values + offset, hd, vf + j * hd);
+        decode_kv_row<V, T>(p.keys + offsets[j], hd, kf + j * hd);
+        decode_kv_row<V, T>(p.values + offsets[j], hd, vf + j * hd);
       }
       for (int e = n * hd; e < np * hd; ++e) kf[e] = vf[e] = 0.0f;
 

@@ -12,6 +12,7 @@ struct scalar_attention_vec {
   using mask = bool;
   static constexpr int64_t width = 1;
   static reg zero() { return 0.0f; }
+  static float half_to_float(uint16_t bits) { return f16_to_f32(bits); }
   static reg set1(float v) { return v; }
   static reg load(const float* p) { return *p; }
   static void store(float* p, reg v) { *p = v; }
