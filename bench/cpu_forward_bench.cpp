@@ -5,7 +5,7 @@
 // runs at a context of --prompt tokens. Weights are random (or read from --model, e.g. the model
 // maker's HF directory, so llama.cpp can run the very same weights from its GGUF).
 //
-//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0] [--threads N] [--prompt 512] [--decode 64]
+//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0|fp8_e4m3] [--threads N] [--prompt 512] [--decode 64]
 //                    [--reps 3] [--chunk 2048] [--kv-cache-dtype f16] [--model HF_DIR]
 //                    [--bandwidth 1] [--warmup 1]
 //       --bandwidth 1 also measures this machine's DRAM read rate (every thread streaming a
@@ -39,9 +39,9 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 troupe::dtype parse_dtype(const std::string& name) {
-  for (auto type : {troupe::dtype::f32, troupe::dtype::f16, troupe::dtype::bf16, troupe::dtype::q8_0})
+  for (auto type : {troupe::dtype::f32, troupe::dtype::f16, troupe::dtype::bf16, troupe::dtype::q8_0, troupe::dtype::fp8_e4m3})
     if (troupe::dtype_name(type) == name) return type;
-  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16 or q8_0)");
+  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16, q8_0 or fp8_e4m3)");
 }
 
 double seconds_since(clock_type::time_point start) {

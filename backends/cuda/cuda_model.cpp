@@ -15,9 +15,10 @@
 #include "backends/cuda/nano_batches.hpp"
 #include "backends/cuda/ops.hpp"
 #include "backends/cuda/paged_attention.hpp"
+#include "model/architecture.hpp"
 #include "model/kv_transfer.hpp"
 #include "model/model_tensors.hpp"
-#include "model/quant/dequantize.hpp"
+#include "model/weight_values.hpp"
 #include "model/rope_frequencies.hpp"
 
 namespace troupe {
@@ -403,14 +404,16 @@ class cuda_model final : public model {
 
   // Converts `tensor` into the activation dtype at `destination` (device).
   void upload_into(void* destination, const weight_tensor& tensor) {
-    if (tensor.type == type_) {
+    if (tensor.type == type_ && tensor.plain()) {
       check(cudaMemcpy(destination, tensor.data, tensor.num_bytes, cudaMemcpyHostToDevice), "upload weight");
       return;
     }
-    if (tensor.type != dtype::f32 && tensor.type != dtype::f16 && tensor.type != dtype::bf16 && tensor.type != dtype::q8_0) {
-      // A weight type without a device dequantizer yet: decoded to f32 on the host first.
+    if ((tensor.type != dtype::f32 && tensor.type != dtype::f16 && tensor.type != dtype::bf16 && tensor.type != dtype::q8_0) ||
+        !tensor.plain()) {
+      // A weight type without a device dequantizer yet, or a checkpoint's row scales or act-order
+      // columns: decoded to f32 values on the host first.
       std::vector<float> decoded(static_cast<size_t>(tensor.num_elements()));
-      quant::dequantize_row(tensor.type, tensor.data, decoded.data(), tensor.num_elements());
+      weight_rows_f32(tensor, 0, tensor.rows(), decoded.data());
       if (staging_.size() < decoded.size() * 4) staging_.allocate(decoded.size() * 4);
       check(cudaMemcpy(staging_.get(), decoded.data(), decoded.size() * 4, cudaMemcpyHostToDevice), "upload weight");
       cuda::convert(staging_.get(), dtype::f32, destination, type_, tensor.num_elements(), stream_);
@@ -459,8 +462,8 @@ class cuda_model final : public model {
       l.o = upload({&expect(weights, n.o_proj, {hidden, q_width})});
       l.gate_up = upload({&expect(weights, n.gate_proj, {inter, hidden}), &expect(weights, n.up_proj, {inter, hidden})});
       l.down = upload({&expect(weights, n.down_proj, {hidden, inter})});
-      l.input_norm = upload({&expect(weights, n.input_norm, {hidden})});
-      l.post_attn_norm = upload({&expect(weights, n.post_attention_norm, {hidden})});
+      l.input_norm = upload({&expect(weights, n.attn_norm, {hidden})});
+      l.post_attn_norm = upload({&expect(weights, n.ffn_norm, {hidden})});
       if (!n.q_norm.empty()) {
         l.q_norm = upload({&expect(weights, n.q_norm, {c.head_dim})});
         l.k_norm = upload({&expect(weights, n.k_norm, {c.head_dim})});
@@ -867,10 +870,27 @@ class cuda_model final : public model {
   std::map<int, cudaGraphExec_t> graphs_;  // decode bucket -> captured step
 };
 
+// The CUDA forward is the Llama family's (llama, mistral, qwen2, qwen3): the blocks of the other
+// architectures (experts, Gemma's norms and GeGLU, partial and scaled RoPE) run on the CPU only
+// until they are ported (issue 22, phase 2).
+void check_cuda_supports(const model_config& c) {
+  const architecture_traits& t = traits_of(c.arch);
+  std::string missing;
+  if (t.experts || c.moe.num_experts > 0) missing = "mixture-of-experts layers";
+  else if (t.norm != norm_kind::rms || t.post_block_norms || t.scale_embeddings) missing = "Gemma's norms and embedding scale";
+  else if (c.activation != activation_kind::silu) missing = "activations other than SiLU";
+  else if (t.output_bias || c.attention_sinks || c.attn_logit_softcapping > 0 || c.final_logit_softcapping > 0) missing = "attention extras";
+  else if (c.rotary_dim > 0 || (c.rope_scaling && c.rope_scaling->type != rope_scaling_type::llama3)) missing = "partial or scaled RoPE other than llama3";
+  if (!missing.empty()) {
+    throw std::runtime_error("the CUDA backend does not run " + std::string(t.hf_name) + " yet (" + missing + "); use --device cpu");
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<model> make_cuda_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
                                        const cuda_options& options) {
+  check_cuda_supports(config);
   std::string why;
   if (!cuda_device_available(&why)) throw std::runtime_error("make_cuda_model: " + why);
   return std::make_unique<cuda_model>(config, weights, kv_shape, options);

@@ -93,7 +93,7 @@ TEST(cpu_matmul, matches_naive_reference_for_every_dtype_and_path) {
       const auto w_values = test::random_floats(m * k, 11 + k);
       const auto w_bytes = test::encode(w_values, type);
       const auto w_ref = test::decode_naive(w_bytes, type, m * k);
-      const cpu::weight_view w{type, m, k, w_bytes.data()};
+      const cpu::weight_view w{type, m, k, w_bytes.data(), nullptr, nullptr};
       for (int64_t n : {1, 2, 3, 4, 5, 9, 33}) {
         const auto x = test::random_floats(n * k, 7 + n);
         std::vector<double> expected(n * m), magnitude(n * m);
@@ -133,7 +133,7 @@ TEST(cpu_matmul, sgemm_over_per_thread_slabs_covers_every_row) {
   const auto w_ref = test::decode_naive(w_bytes, dtype::f16, m * k);
   const auto x = test::random_floats(n * k, 6);
   std::vector<float> y(n * m, -1.0f), scratch;
-  cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data()}, y.data(), scratch);
+  cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data(), nullptr, nullptr}, y.data(), scratch);
   cpu::set_matmul_gemm_min_rows(saved_switch);
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t r = 0; r < m; ++r) {
@@ -180,14 +180,14 @@ TEST(cpu_rope, rotates_halves_by_position) {
   model_config config;
   config.head_dim = 16;
   config.rope_theta = 10000.0f;
-  const auto inv_freq = rope_inv_freq(config);
+  const rope_parameters rope = rope_for_layer(config, 0);
   const int tokens = 3, heads = 4, kv_heads = 2, hd = 16;
   auto q = test::random_floats(tokens * heads * hd, 5);
   auto k = test::random_floats(tokens * kv_heads * hd, 6);
   const auto q0 = q, k0 = k;
   const std::vector<int32_t> positions = {0, 7, 300};
   cpu::apply_rope(pool, q.data(), heads * hd, heads, k.data(), kv_heads * hd, kv_heads, tokens, hd,
-                  positions.data(), inv_freq);
+                  positions.data(), rope);
   auto check = [&](const std::vector<float>& before, const std::vector<float>& after, int nh) {
     for (int t = 0; t < tokens; ++t)
       for (int h = 0; h < nh; ++h)
