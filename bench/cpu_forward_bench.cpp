@@ -1,11 +1,15 @@
 // Single-stream speed of the CPU backend on a dummy model of a real small shape (12 layers,
 // hidden 768, 12 heads, intermediate 3072, vocab 32000 by default): prompt tokens/s for one
-// prompt of --prompt tokens in one forward, and decode tokens/s for --decode tokens after it,
-// one token per forward. Weights are random (or read from --model, e.g. the model maker's HF
-// directory, so llama.cpp can run the very same weights from its GGUF).
+// prompt of --prompt tokens (forwards of --chunk tokens, as a server's chunked prefill; 0: one
+// forward), and decode tokens/s for --decode tokens after it, one token per forward, so decode
+// runs at a context of --prompt tokens. Weights are random (or read from --model, e.g. the model
+// maker's HF directory, so llama.cpp can run the very same weights from its GGUF).
 //
-//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0|fp8_e4m3|any GGUF type] [--threads N] [--prompt 512] [--decode 64]
-//                    [--reps 3] [--model HF_DIR|FILE.gguf]
+//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0|fp8_e4m3|any GGUF type] [--threads N] [--prompt 512]
+//                    [--decode 64] [--reps 3] [--chunk 2048] [--kv-cache-dtype f16]
+//                    [--model HF_DIR|FILE.gguf] [--bandwidth 1] [--warmup 1]
+//       --bandwidth 1 also measures this machine's DRAM read rate (every thread streaming a
+//       1 GiB buffer) and prints the decode step's roof: (weight bytes + KV bytes read) / rate.
 //   troupe_bench_cpu --streams 1,8,32,64 [--context 64] [--decode 16] ...
 //       batched decode instead: for each count, that many sequences of --context tokens (their
 //       prefill not timed) decode --decode steps together, one token each per forward; prints
@@ -22,10 +26,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "backends/backend_selection.hpp"
 #include "backends/cpu/cpu_model.hpp"
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/simd_level.hpp"
@@ -34,6 +40,7 @@
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/model_loader.hpp"
 #include "model/model_maker.hpp"
+#include "model/model_tensors.hpp"
 
 namespace {
 
@@ -48,11 +55,41 @@ double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
+// Bytes/s at which `threads` threads read a buffer far larger than the caches (best of 5 passes).
+double dram_read_rate(int threads) {
+  const size_t words = (size_t{1} << 30) / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(words);
+  troupe::cpu::thread_pool pool(threads);
+  pool.parallel_for(0, static_cast<int64_t>(words), 1 << 16, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) buffer[i] = static_cast<uint64_t>(i) * 2654435761u;  // touch every page
+  });
+  std::vector<uint64_t> sums(threads * 8);
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto start = clock_type::now();
+    pool.parallel_for(0, static_cast<int64_t>(words), 1 << 16, [&](int64_t begin, int64_t end, int thread) {
+      uint64_t a = 0, b = 0, c = 0, d = 0;  // four chains, so the adds never wait on each other
+      int64_t i = begin;
+      for (; i + 4 <= end; i += 4) {
+        a += buffer[i];
+        b += buffer[i + 1];
+        c += buffer[i + 2];
+        d += buffer[i + 3];
+      }
+      for (; i < end; ++i) a += buffer[i];
+      sums[thread * 8] += a + b + c + d;
+    });
+    best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / seconds_since(start));
+  }
+  if (std::accumulate(sums.begin(), sums.end(), uint64_t{0}) == 42) std::printf(" ");  // keep the reads
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string dtype_arg = "f32", model_path, make_dir, tokenizer, streams_arg;
-  int threads = 0, prompt = 512, decode = 64, reps = 3, context = 64;
+  std::string dtype_arg = "f32", model_path, make_dir, tokenizer, streams_arg, kv_dtype_arg = "f16";
+  int threads = 0, prompt = 512, decode = 64, reps = 3, context = 64, chunk = 2048, bandwidth = 0, warmup = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
@@ -69,6 +106,10 @@ int main(int argc, char** argv) try {
     else if (flag == "--context") context = std::stoi(value);
     else if (flag == "--integer-kernels") troupe::cpu::set_matmul_integer_kernels(value != "off");
     else if (flag == "--gemm-min-rows") troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
+    else if (flag == "--chunk") chunk = std::stoi(value);
+    else if (flag == "--kv-cache-dtype") kv_dtype_arg = value;
+    else if (flag == "--bandwidth") bandwidth = std::stoi(value);
+    else if (flag == "--warmup") warmup = std::stoi(value);
     else throw std::runtime_error("unknown flag " + flag);
   }
   if (threads <= 0) threads = troupe::cpu::hardware_threads();
@@ -107,13 +148,15 @@ int main(int argc, char** argv) try {
     weights = troupe::make_dummy_weights(config, parse_dtype(dtype_arg), 1);
   }
 
+  const std::optional<troupe::dtype> kv_choice = troupe::parse_kv_cache_dtype(kv_dtype_arg);
+  const troupe::dtype kv_dtype = kv_choice.value_or(troupe::dtype::f16);
   const int block_size = 16;
   if (!streams_arg.empty()) {
     // Batched decode: N sequences, each with its own blocks, one token each per step.
     const std::vector<int> counts = troupe::bench::parse_list(streams_arg);
     const int max_streams = *std::max_element(counts.begin(), counts.end());
     const int per_seq = (context + decode + block_size - 1) / block_size;
-    auto model = troupe::make_cpu_model(config, weights, {per_seq * max_streams, block_size}, threads);
+    auto model = troupe::make_cpu_model(config, weights, {per_seq * max_streams, block_size}, threads, kv_dtype);
     std::printf("model: %d layers, hidden %d, intermediate %d, vocab %d, %.1f MiB of weights; backend %s\n",
                 config.num_layers, config.hidden_size, config.intermediate_size, config.vocab_size,
                 weights.total_bytes() / 1048576.0, model->backend_name().c_str());
@@ -153,7 +196,8 @@ int main(int argc, char** argv) try {
     return 0;
   }
   const int num_blocks = (prompt + decode + block_size - 1) / block_size;
-  auto model = troupe::make_cpu_model(config, weights, {num_blocks, block_size}, threads);
+  auto model = troupe::make_cpu_model(config, weights, {num_blocks, block_size}, threads, kv_dtype);
+  if (chunk <= 0) chunk = prompt;
   std::vector<int32_t> blocks(num_blocks);
   std::iota(blocks.begin(), blocks.end(), 0);
   std::vector<float> logits(config.vocab_size);
@@ -180,10 +224,11 @@ int main(int argc, char** argv) try {
   std::printf("backend: %s\n", model->backend_name().c_str());
 
   double best_prompt = 0, best_decode = 0;
-  for (int rep = 0; rep < reps + 1; ++rep) {  // the first round warms caches and page tables
-    const troupe::forward_batch prompt_batch = batch_for(0, prompt, 5);
+  for (int rep = 1 - warmup; rep <= reps; ++rep) {  // round 0 warms caches and page tables
     auto start = clock_type::now();
-    model->forward(prompt_batch, logits.data());
+    for (int first = 0; first < prompt; first += chunk) {
+      model->forward(batch_for(first, std::min(chunk, prompt - first), 5), logits.data());
+    }
     const double prompt_s = seconds_since(start);
     start = clock_type::now();
     for (int i = 0; i < decode; ++i) {
@@ -191,13 +236,28 @@ int main(int argc, char** argv) try {
       model->forward(batch_for(prompt + i, 1, next), logits.data());
     }
     const double decode_s = seconds_since(start);
-    if (rep == 0) continue;
+    if (rep <= 0) continue;
     best_prompt = std::max(best_prompt, prompt / prompt_s);
     best_decode = std::max(best_decode, decode / decode_s);
     std::printf("rep %d: prompt %d tokens %.3f s (%.1f tok/s), decode %d tokens %.3f s (%.2f tok/s)\n", rep,
                 prompt, prompt_s, prompt / prompt_s, decode, decode_s, decode / decode_s);
   }
   std::printf("best: prompt %.1f tok/s, decode %.2f tok/s (threads %d)\n", best_prompt, best_decode, threads);
+  if (bandwidth > 0 && best_decode > 0) {
+    // A decode step reads every weight once (the embedding: one row; a tied lm_head is the
+    // embedding, read whole) and every cached K and V byte of the context once.
+    size_t weight_bytes = weights.total_bytes();
+    if (!config.tie_word_embeddings) weight_bytes -= weights.get(troupe::tensor_names(config).embed_tokens).num_bytes;
+    const double context = prompt + decode / 2.0;  // the mean context of the decode steps
+    const double kv_bytes = context * config.num_layers * 2.0 *
+                            static_cast<double>(troupe::kv_bytes(kv_dtype, size_t(config.num_kv_heads) * config.head_dim));
+    const double rate = dram_read_rate(threads);
+    const double roof_ms = (weight_bytes + kv_bytes) / rate * 1e3, step_ms = 1e3 / best_decode;
+    std::printf("roof: DRAM read %.1f GB/s (%d threads); decode step reads %.1f MB of weights + %.1f MB of KV "
+                "(%s) = %.3f ms at the roof; measured %.3f ms: roof/measured %.2f\n",
+                rate / 1e9, threads, weight_bytes / 1e6, kv_bytes / 1e6, troupe::dtype_name(kv_dtype).data(), roof_ms,
+                step_ms, roof_ms / step_ms);
+  }
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "troupe_bench_cpu: %s\n", e.what());

@@ -47,6 +47,9 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
                  "CUDA: share of the GPU's memory the weights and KV pool may take (0, 1]");
   app.add_option("--dtype", flags.dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
+                 "KV cache element type: auto (f16 on the CPU, --dtype on CUDA) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0", "fp8_e4m3"}));
   app.add_option("--nano-batches", flags.nano_batches,
                  "CUDA: spread prefill and mixed steps over this many streams (1 to 4; 1: off)")
       ->check(CLI::Range(1, 4));
@@ -101,6 +104,7 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.gpu_memory_utilization != 0.0f) m.backend.gpu_memory_utilization = flags.gpu_memory_utilization;
   if (!flags.dtype.empty()) m.backend.cuda_dtype = parse_activation_dtype(flags.dtype);
   if (flags.nano_batches > 0) m.backend.nano_batches = flags.nano_batches;
+  if (!flags.kv_cache_dtype.empty()) m.backend.kv_cache_dtype = flags.kv_cache_dtype;
   if (!flags.async_scheduling.empty()) t.async_scheduling = flags.async_scheduling != "off";
   if (flags.tokenizer_pool_size > 0) t.tokenizer_pool_size = flags.tokenizer_pool_size;
   if (!flags.api_key.empty()) t.api_key = flags.api_key;

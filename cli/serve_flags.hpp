@@ -28,6 +28,7 @@ struct serve_flags {
   std::string device;
   float gpu_memory_utilization = 0.0f;
   std::string dtype;
+  std::string kv_cache_dtype;
   int nano_batches = 0;
   std::string async_scheduling;
   int tokenizer_pool_size = 0;

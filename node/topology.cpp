@@ -115,6 +115,12 @@ class table_reader {
   std::set<std::string> known_;
 };
 
+// A kv_cache_dtype setting as written, once parse_kv_cache_dtype accepts it.
+std::string checked_kv_cache_dtype(const std::string& text) {
+  parse_kv_cache_dtype(text);
+  return text;
+}
+
 void parse_node_address(const std::string& text, node_address& out, const std::string& where) {
   const size_t colon = text.rfind(':');
   unsigned port = 0;
@@ -299,6 +305,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   node.read("gpu_memory_utilization", t.model.backend.gpu_memory_utilization);
   node.read_parsed("dtype", t.model.backend.cuda_dtype, parse_activation_dtype);
   node.read("nano_batches", t.model.backend.nano_batches);
+  node.read_parsed("kv_cache_dtype", t.model.backend.kv_cache_dtype, checked_kv_cache_dtype);
   node.finish();
   table_reader frontend(root["frontend"].as_table(), "frontend", source);
   frontend.read("zmq_endpoint", t.zmq_endpoint);
@@ -350,6 +357,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
       std::string where;
       node_entry.read("name", address.name);
       node_entry.read("address", where);
+      node_entry.read_parsed("kv_cache_dtype", address.kv_cache_dtype, checked_kv_cache_dtype);
       node_entry.finish();
       if (address.name.empty()) throw std::runtime_error(source + ": a [[nodes]] entry has no name");
       parse_node_address(where, address, source + ": [[nodes]] '" + address.name + "'");

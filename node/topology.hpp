@@ -20,6 +20,9 @@ struct node_address {
   std::string name;  // its member name in the cluster's credentials (NAME.crt), unique
   std::string host;  // where it listens: `troupe launch` starts it there, the controller connects
   uint16_t port = 0;
+  // The KV cache dtype of the engines placed here; empty: [node] kv_cache_dtype. Prefill and
+  // decode sides may differ: the KV plane carries the dtype and the decode side converts.
+  std::string kv_cache_dtype;
 };
 
 // How often a `troupe node` heartbeats its controllers; a controller's connection_timeout_ms
@@ -81,7 +84,8 @@ struct speculative_settings {
 };
 
 struct topology {
-  // [model] path, load_format; [node] device, threads, gpu_memory_utilization, dtype, nano_batches;
+  // [model] path, load_format; [node] device, threads, gpu_memory_utilization, dtype, nano_batches,
+  // kv_cache_dtype;
   // [scheduler] num_kv_blocks, kv_memory_mb, block_size, max_model_len, max_num_seqs.
   model_spec model;
   // [frontend]

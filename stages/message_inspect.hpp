@@ -303,7 +303,7 @@ typename Inspector::result_type inspect(Inspector& f, trace_answer& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, backend_options& x) {
   return f(caf::meta::type_name("backend_options"), x.threads, exact_float{x.gpu_memory_utilization}, x.cuda_dtype,
-           x.nano_batches);
+           x.nano_batches, x.kv_cache_dtype);
 }
 
 template <class Inspector>
