@@ -1,4 +1,4 @@
-// Real chat templates (Llama 3.0/3.1/3.2, Qwen2.5, Qwen3, Mistral v1/v3/tekken) on varied
+// Real chat templates (Llama 3.0/3.1/3.2, Qwen2.5, Qwen3, Mistral v1/v3/tekken, gpt-oss) on varied
 // conversations, rendered by troupe::chat_template and by @huggingface/jinja; the prompts must be
 // identical byte for byte, and where the template refuses a conversation (raise_exception) both
 // must refuse it with the same message.
@@ -53,6 +53,7 @@ std::vector<model_template> load_templates() {
       {"mistral-v0.1", stored_template("mistral-7b-instruct-v0.1.jinja"), "<s>", "</s>", false},
       {"mistral-large-2407", stored_template("mistral-large-instruct-2407.jinja"), "<s>", "</s>", true},
       {"mistral-nemo-2407", stored_template("mistral-nemo-instruct-2407.jinja"), "<s>", "</s>", true},
+      {"gpt-oss", stored_template("gpt-oss-120b.jinja"), "<|startoftext|>", "<|return|>", true},
   };
 }
 
