@@ -9,8 +9,11 @@
 //   HF_DIR holds config.json and one model.safetensors (F32, F16 or BF16 tensors). Each run
 //   teacher-forces forced_ids after the prompt: logits are computed after the prompt and after
 //   each forced token but the last (one step per forced id). Nothing is added to the prompt.
+//   A run with "hidden_states": true instead reports, for every prompt token, the final hidden
+//   state (after the last norm: Hugging Face's last_hidden_state), which embeddings pool.
 //
-// Prints one JSON line per run, in order: {"logits": [[vocab floats] per step]}.
+// Prints one JSON line per run, in order: {"logits": [[vocab floats] per step]}, or
+// {"hidden": [[hidden_size floats] per prompt token]}.
 // Exit status 0 on success; on failure an error message on stderr and status 1.
 
 import { readFileSync } from "node:fs";
@@ -186,6 +189,7 @@ class reference_model {
       for (let i = 0; i < hidden; ++i) x[i] += down[i];
     }
     rms_norm(x, this.tensor("model.norm.weight"), eps);
+    this.last_hidden = x;
     return linear(this.tensor("lm_head.weight") ?? embed, x);
   }
 }
@@ -199,6 +203,15 @@ function main() {
     const model = models.get(run.model);
     if (!run.prompt_ids || run.prompt_ids.length === 0) throw new Error("a run needs prompt_ids");
     model.reset();
+    if (run.hidden_states) {
+      const hidden = [];
+      for (const id of run.prompt_ids) {
+        model.feed(id);
+        hidden.push(Array.from(model.last_hidden, (v) => Number(v.toPrecision(12))));
+      }
+      process.stdout.write(JSON.stringify({ hidden }) + "\n");
+      continue;
+    }
     let logits;
     for (const id of run.prompt_ids) logits = model.feed(id);
     const steps = [];
