@@ -46,9 +46,10 @@ weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
                              shape_string(tensor.shape) + ", expected [" + std::to_string(rows) +
                              ", " + std::to_string(cols) + "]");
   }
-  if (tensor.type == dtype::q8_0 && cols % q8_0_block_size != 0) {
-    throw std::runtime_error("tensor '" + tensor.name + "' is Q8_0 with " + std::to_string(cols) +
-                             " columns, expected a multiple of 32");
+  if (cols % dtype_block_size(tensor.type) != 0) {
+    throw std::runtime_error("tensor '" + tensor.name + "' is " + std::string(dtype_name(tensor.type)) + " with " +
+                             std::to_string(cols) + " columns, expected a multiple of its block of " +
+                             std::to_string(dtype_block_size(tensor.type)));
   }
   if (tensor.num_bytes < row_bytes(tensor.type, cols) * static_cast<size_t>(rows)) {
     throw std::runtime_error("tensor '" + tensor.name + "' holds " +

@@ -16,7 +16,7 @@ namespace troupe::cpu {
 using dot_rows_fn = void (*)(const float* x, int64_t n, int64_t ldx, const std::byte* w,
                              int64_t k, int64_t num_rows, float* y, int64_t ldy);
 
-// dst[0 .. count) = the `count` elements at `src` as f32 (count: whole Q8_0 blocks for q8_0).
+// dst[0 .. count) = the `count` elements at `src` as f32 (count: whole blocks of a quantized type).
 using to_f32_fn = void (*)(const std::byte* src, int64_t count, float* dst);
 
 // Scores of a tile of queries against a run of cached keys, and the weighted sum of values:
@@ -31,8 +31,8 @@ using attention_values_fn = void (*)(const float* probs, int64_t num_queries, in
                                      float* out, int64_t ldo);
 
 struct row_kernels {
-  dot_rows_fn dot_rows[4];  // indexed by dtype
-  to_f32_fn to_f32[4];      // indexed by dtype
+  dot_rows_fn dot_rows[num_dtypes];  // indexed by dtype
+  to_f32_fn to_f32[num_dtypes];      // indexed by dtype
   attention_scores_fn attention_scores;
   attention_values_fn attention_values;
 };

@@ -8,9 +8,11 @@
 // add/mul/fma(a, b, c) = a*b + c, store(float*, reg), hsum(reg).
 
 #include <cstring>
+#include <utility>
 
 #include "backends/cpu/row_kernels.hpp"
 #include "model/half_float.hpp"
+#include "model/quant/dequantize.hpp"
 
 namespace troupe::cpu {
 namespace {
@@ -117,6 +119,7 @@ inline void dot_tile_for(dtype type, const float* x, int64_t ldx, const std::byt
     case dtype::f16: return dot_tile<V, load_f16_weights<V>, N, U>(x, ldx, w, k, out);
     case dtype::bf16: return dot_tile<V, load_bf16_weights<V>, N, U>(x, ldx, w, k, out);
     case dtype::q8_0: return dot_tile_q8_0<V, N>(x, ldx, w, k, out);
+    default: return;  // other types go through dot_rows_via_f32
   }
 }
 
@@ -141,18 +144,46 @@ inline void dot_rows_strided(dtype type, const float* x, int64_t n, int64_t ldx,
   }
 }
 
-// row_bytes() from dtype.hpp is an inline function with external linkage; calling it from here
-// could make the linker keep this file's AVX-compiled copy for everyone.
-constexpr size_t row_stride_of(dtype type, int64_t k) {
-  return type == dtype::f32    ? static_cast<size_t>(k) * 4
-         : type == dtype::q8_0 ? static_cast<size_t>(k / q8_0_block_size * q8_0_block_bytes)
-                               : static_cast<size_t>(k) * 2;
-}
-
 template <class V, dtype T>
 void dot_rows(const float* x, int64_t n, int64_t ldx, const std::byte* w, int64_t k,
               int64_t num_rows, float* y, int64_t ldy) {
-  dot_rows_strided<V>(T, x, n, ldx, w, row_stride_of(T, k), k, num_rows, y, ldy);
+  dot_rows_strided<V>(T, x, n, ldx, w, row_bytes(T, k), k, num_rows, y, ldy);
+}
+
+// Any type without a kernel of its own: each weight row is decoded to f32 by the reference
+// dequantizer (model/quant), a chunk at a time into a stack buffer, and dotted as f32. Correct
+// everywhere, not fast. (No std::vector here: its inline members compiled with this file's ISA
+// flags could become the copy the whole program links.)
+template <class V, dtype T>
+void dot_rows_via_f32(const float* x, int64_t n, int64_t ldx, const std::byte* w, int64_t k,
+                      int64_t num_rows, float* y, int64_t ldy) {
+  constexpr int64_t chunk = 2048;  // a multiple of every block size
+  alignas(64) float decoded[chunk];
+  const size_t stride = row_bytes(T, k);
+  for (int64_t r = 0; r < num_rows; ++r) {
+    for (int64_t j = 0; j < n; ++j) y[j * ldy + r] = 0.0f;
+    for (int64_t begin = 0; begin < k; begin += chunk) {
+      const int64_t count = k - begin < chunk ? k - begin : chunk;
+      quant::dequantize_row(T, w + r * stride + row_bytes(T, begin), decoded, count);
+      for (int64_t j = 0; j < n; ++j) {
+        float partial;
+        dot_tile<V, load_f32_weights<V>, 1, 2>(x + j * ldx + begin, ldx,
+                                               reinterpret_cast<const std::byte*>(decoded), count, &partial);
+        y[j * ldy + r] += partial;
+      }
+    }
+  }
+}
+
+template <dtype T>
+void reference_to_f32(const std::byte* src, int64_t count, float* dst) {
+  quant::dequantize_row(T, src, dst, count);
+}
+
+template <class V, int... I>
+void fill_generic_kernels(row_kernels& table, std::integer_sequence<int, I...>) {
+  ((table.dot_rows[I] = &dot_rows_via_f32<V, static_cast<dtype>(I)>,
+    table.to_f32[I] = &reference_to_f32<static_cast<dtype>(I)>), ...);
 }
 
 template <class V>
@@ -220,6 +251,7 @@ void attention_values(const float* probs, int64_t num_queries, int64_t num_keys,
 template <class V>
 row_kernels make_row_kernels() {
   row_kernels table{};
+  fill_generic_kernels<V>(table, std::make_integer_sequence<int, num_dtypes>{});
   table.dot_rows[static_cast<int>(dtype::f32)] = &dot_rows<V, dtype::f32>;
   table.dot_rows[static_cast<int>(dtype::f16)] = &dot_rows<V, dtype::f16>;
   table.dot_rows[static_cast<int>(dtype::bf16)] = &dot_rows<V, dtype::bf16>;

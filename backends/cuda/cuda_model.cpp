@@ -17,6 +17,7 @@
 #include "backends/cuda/paged_attention.hpp"
 #include "model/kv_transfer.hpp"
 #include "model/model_tensors.hpp"
+#include "model/quant/dequantize.hpp"
 #include "model/rope_frequencies.hpp"
 
 namespace troupe {
@@ -399,6 +400,16 @@ class cuda_model final : public model {
   void upload_into(void* destination, const weight_tensor& tensor) {
     if (tensor.type == type_) {
       check(cudaMemcpy(destination, tensor.data, tensor.num_bytes, cudaMemcpyHostToDevice), "upload weight");
+      return;
+    }
+    if (tensor.type != dtype::f32 && tensor.type != dtype::f16 && tensor.type != dtype::bf16 && tensor.type != dtype::q8_0) {
+      // A weight type without a device dequantizer yet: decoded to f32 on the host first.
+      std::vector<float> decoded(static_cast<size_t>(tensor.num_elements()));
+      quant::dequantize_row(tensor.type, tensor.data, decoded.data(), tensor.num_elements());
+      if (staging_.size() < decoded.size() * 4) staging_.allocate(decoded.size() * 4);
+      check(cudaMemcpy(staging_.get(), decoded.data(), decoded.size() * 4, cudaMemcpyHostToDevice), "upload weight");
+      cuda::convert(staging_.get(), dtype::f32, destination, type_, tensor.num_elements(), stream_);
+      check(cudaStreamSynchronize(stream_), "convert weight");
       return;
     }
     if (staging_.size() < tensor.num_bytes) staging_.allocate(tensor.num_bytes);

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/quant/dequantize.hpp"
+
 namespace troupe {
 
 void quantize_q8_0(std::span<const float> values, std::byte* out) {
@@ -23,20 +25,6 @@ void quantize_q8_0(std::span<const float> values, std::byte* out) {
     for (int i = 0; i < q8_0_block_size; ++i) {
       auto q = static_cast<int8_t>(std::lround(std::clamp(x[i] * inverse, -127.0f, 127.0f)));
       std::memcpy(dst + 2 + i, &q, 1);
-    }
-  }
-}
-
-void dequantize_q8_0(const std::byte* blocks, std::span<float> out) {
-  for (size_t block = 0; block < out.size() / q8_0_block_size; ++block) {
-    const std::byte* src = blocks + block * q8_0_block_bytes;
-    uint16_t scale;
-    std::memcpy(&scale, src, 2);
-    float d = f16_to_f32(scale);
-    for (int i = 0; i < q8_0_block_size; ++i) {
-      int8_t q;
-      std::memcpy(&q, src + 2 + i, 1);
-      out[block * q8_0_block_size + i] = d * static_cast<float>(q);
     }
   }
 }
@@ -61,26 +49,13 @@ void convert_from_f32(std::span<const float> values, dtype type, std::byte* out)
     case dtype::q8_0:
       quantize_q8_0(values, out);
       return;
+    default:
+      throw std::runtime_error("quantizing to " + std::string(dtype_name(type)) + " is not supported here");
   }
 }
 
 void convert_to_f32(const std::byte* data, dtype type, std::span<float> out) {
-  switch (type) {
-    case dtype::f32:
-      std::memcpy(out.data(), data, out.size() * 4);
-      return;
-    case dtype::f16:
-    case dtype::bf16:
-      for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t h;
-        std::memcpy(&h, data + 2 * i, 2);
-        out[i] = type == dtype::f16 ? f16_to_f32(h) : bf16_to_f32(h);
-      }
-      return;
-    case dtype::q8_0:
-      dequantize_q8_0(data, out);
-      return;
-  }
+  quant::dequantize_row(type, data, out.data(), static_cast<int64_t>(out.size()));
 }
 
 }  // namespace troupe

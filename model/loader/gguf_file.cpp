@@ -163,8 +163,10 @@ gguf_file gguf_file::open(const std::filesystem::path& path) {
     info.type = in.read<uint32_t>("a tensor type");
     info.offset = in.read<uint64_t>("a tensor offset");
     if (auto type = info.element_type()) {
-      if (*type == dtype::q8_0 && info.dims[0] % q8_0_block_size != 0) {
-        in.fail("Q8_0 tensor '" + info.name + "' has a row of " + std::to_string(info.dims[0]) + " values, not a multiple of 32");
+      const int64_t block = dtype_block_size(*type);
+      if (info.dims[0] % block != 0) {
+        in.fail(ggml_type_name(info.type) + " tensor '" + info.name + "' has a row of " + std::to_string(info.dims[0]) +
+                " values, not a multiple of its block of " + std::to_string(block));
       }
       info.num_bytes = row_bytes(*type, static_cast<int64_t>(num_elements));
     }
@@ -271,8 +273,9 @@ const gguf_tensor_info* gguf_file::find_tensor(const std::string& name) const {
 weight_tensor gguf_file::view(const gguf_tensor_info& info, const std::string& name) const {
   auto type = info.element_type();
   if (!type) {
-    throw std::runtime_error("unsupported ggml type " + std::to_string(info.type) + " in tensor " + info.name +
-                             " of file " + path().string() + " (supported: F32, F16, BF16, Q8_0)");
+    throw std::runtime_error("tensor '" + info.name + "' of file " + path().string() + " has type " +
+                             ggml_type_name(info.type) + " (ggml type " + std::to_string(info.type) +
+                             "), which Troupe does not load (it loads " + loadable_ggml_type_names() + ")");
   }
   weight_tensor tensor;
   tensor.name = name;

@@ -26,7 +26,7 @@ struct gguf_tensor_info {
 
   // Outermost first, as weight_tensor holds it: GGUF [in, out] is shape [out, in].
   std::vector<int64_t> shape() const { return {dims.rbegin(), dims.rend()}; }
-  std::optional<dtype> element_type() const { return dtype_of(static_cast<gguf_tensor_type>(type)); }
+  std::optional<dtype> element_type() const { return dtype_of(type); }
 };
 
 class gguf_file {

@@ -10,6 +10,7 @@
 #include "model/loader/float_conversion.hpp"
 #include "model/loader/gguf_tensor_names.hpp"
 #include "model/loader/rope_permutation.hpp"
+#include "model/quant/dequantize.hpp"
 
 namespace troupe {
 namespace {
@@ -145,6 +146,10 @@ void load_gguf_weights(const gguf_file& file, const model_config& config, weight
     std::optional<std::string> name = hf_name_from_gguf(info.name);
     if (!name) continue;  // rope_freqs.weight and the like: folded into model_config
     weight_tensor tensor = file.view(info, *name);
+    if (auto bad = quant::first_bad_scale_block(tensor.type, tensor.data, tensor.num_elements())) {
+      fail(file, "tensor '" + info.name + "' (" + std::string(dtype_name(tensor.type)) + ") has a NaN or infinite scale in block " +
+                     std::to_string(*bad));
+    }
     const bool is_q = name->find(".self_attn.q_proj.") != std::string::npos;
     const bool is_k = name->find(".self_attn.k_proj.") != std::string::npos;
     if (permuted && (is_q || is_k)) {

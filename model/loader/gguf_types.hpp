@@ -19,8 +19,16 @@ enum class gguf_value_type : uint32_t {
   boolean = 7, string = 8, array = 9, uint64 = 10, int64 = 11, float64 = 12,
 };
 
-// ggml tensor types Troupe maps (others are listed but not loadable).
-enum class gguf_tensor_type : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
+// ggml tensor type ids Troupe loads (the numbers are ggml's, as GGUF stores them).
+enum class gguf_tensor_type : uint32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8,
+  q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14,
+  iq4_nl = 20, iq4_xs = 23, bf16 = 30, mxfp4 = 39,
+};
+
+// ggml's name of any type id it has defined ("Q4_K", "IQ2_XXS"), loadable or not, so a refusal
+// can say what the file holds; "type N" for ids ggml never had.
+std::string ggml_type_name(uint32_t type);
 
 // A metadata value: `value` holds the number, bool, string, or (possibly nested) array of them.
 struct gguf_value {
@@ -39,24 +47,11 @@ struct gguf_value {
   }
 };
 
-inline std::optional<dtype> dtype_of(gguf_tensor_type type) {
-  switch (type) {
-    case gguf_tensor_type::f32: return dtype::f32;
-    case gguf_tensor_type::f16: return dtype::f16;
-    case gguf_tensor_type::q8_0: return dtype::q8_0;
-    case gguf_tensor_type::bf16: return dtype::bf16;
-  }
-  return std::nullopt;
-}
-
-inline gguf_tensor_type gguf_type_of(dtype type) {
-  switch (type) {
-    case dtype::f32: return gguf_tensor_type::f32;
-    case dtype::f16: return gguf_tensor_type::f16;
-    case dtype::bf16: return gguf_tensor_type::bf16;
-    case dtype::q8_0: return gguf_tensor_type::q8_0;
-  }
-  return gguf_tensor_type::f32;
-}
+// The dtype of a ggml type id, when Troupe loads it.
+std::optional<dtype> dtype_of(uint32_t ggml_type);
+// The ggml type id of a dtype; throws std::runtime_error for a type GGUF cannot hold (fp8_e4m3).
+gguf_tensor_type gguf_type_of(dtype type);
+// "F32, F16, BF16, Q8_0, ...": the ggml names of every type Troupe loads, for error messages.
+std::string loadable_ggml_type_names();
 
 }  // namespace troupe

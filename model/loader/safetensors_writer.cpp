@@ -14,9 +14,9 @@ const char* safetensors_dtype(dtype type) {
     case dtype::f32: return "F32";
     case dtype::f16: return "F16";
     case dtype::bf16: return "BF16";
-    case dtype::q8_0: break;
+    default: break;
   }
-  throw std::runtime_error("safetensors cannot hold q8_0 tensors");
+  throw std::runtime_error("safetensors cannot hold " + std::string(dtype_name(type)) + " tensors");
 }
 
 }  // namespace

@@ -133,10 +133,10 @@ TEST(gguf_file, truncated_and_lying_files_are_rejected) {
 TEST(gguf_file, unsupported_tensor_type_is_named_when_used) {
   testing::scratch_dir dir;
   gguf_writer writer;
-  writer.add_tensor("blk.0.attn_q.weight", static_cast<gguf_tensor_type>(12), {256}, std::vector<std::byte>(144));  // Q4_K
-  writer.write(dir / "q4k.gguf");
-  gguf_file file = gguf_file::open(dir / "q4k.gguf");
-  expect_error([&] { file.view(file.tensors()[0], "x"); }, {"unsupported ggml type 12", "blk.0.attn_q.weight", "q4k.gguf"});
+  writer.add_tensor("blk.0.attn_q.weight", static_cast<gguf_tensor_type>(16), {256}, std::vector<std::byte>(66));  // IQ2_XXS
+  writer.write(dir / "iq2.gguf");
+  gguf_file file = gguf_file::open(dir / "iq2.gguf");
+  expect_error([&] { file.view(file.tensors()[0], "x"); }, {"type IQ2_XXS", "blk.0.attn_q.weight", "iq2.gguf", "Q4_K"});
 }
 
 }  // namespace
