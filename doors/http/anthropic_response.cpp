@@ -44,16 +44,22 @@ anthropic_response_builder::anthropic_response_builder(std::string model, std::s
                                                        uint64_t id_seed)
     : model_(std::move(model)), id_(std::move(id)), id_syntax_(id_syntax), id_seed_(id_seed) {}
 
-json anthropic_response_builder::tool_use(const parsed_tool_call& call) {
+// The input keeps the model's key order, in the whole message as in the streamed one.
+ordered anthropic_response_builder::tool_use(const parsed_tool_call& call) {
   std::string id = tool_call_id(id_syntax_, id_seed_, num_calls_++);
   // Anthropic's ids read "toolu_..."; Mistral's templates need theirs as they are (9 characters).
   if (id.rfind("call_", 0) == 0) id = "toolu_" + id.substr(5);
-  return {{"type", "tool_use"}, {"id", id}, {"name", call.name}, {"input", json::parse(input_of(call).dump())}};
+  ordered block = ordered::object();
+  block["type"] = "tool_use";
+  block["id"] = id;
+  block["name"] = call.name;
+  block["input"] = input_of(call);
+  return block;
 }
 
 std::string anthropic_response_builder::body(const std::vector<choice_output>& choices, const usage_counts& usage) {
   const choice_output& c = choices.at(0);
-  json content = json::array();
+  ordered content = ordered::array();
   if (!c.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", c.reasoning}, {"signature", ""}});
   if (!c.text.empty() || c.tool_calls.empty()) content.push_back({{"type", "text"}, {"text", c.text}});
   for (const auto& call : c.tool_calls) content.push_back(tool_use(call));
@@ -63,7 +69,7 @@ std::string anthropic_response_builder::body(const std::vector<choice_output>& c
   message["type"] = "message";
   message["role"] = "assistant";
   message["model"] = model_;
-  message["content"] = ordered::parse(content.dump());
+  message["content"] = std::move(content);
   message["stop_reason"] = anthropic_stop_reason(c.finish_reason.value_or("stop"));
   message["stop_sequence"] = nullptr;
   message["usage"] = {{"input_tokens", usage.prompt_tokens}, {"output_tokens", usage.completion_tokens}};
@@ -121,11 +127,14 @@ std::string anthropic_response_builder::events(int, const choice_output& piece) 
   for (const auto& call : piece.tool_calls) {
     out += close();
     ++index_;
-    json start = tool_use(call);
-    const std::string input = input_of(call).dump(-1, ' ', false, ordered::error_handler_t::replace);
-    start["input"] = json::object();  // the input comes as JSON text in deltas, as Anthropic streams it
-    out += sse::named_event("content_block_start",
-                            dump({{"type", "content_block_start"}, {"index", index_}, {"content_block", start}}));
+    ordered start = tool_use(call);
+    const std::string input = start["input"].dump(-1, ' ', false, ordered::error_handler_t::replace);
+    start["input"] = ordered::object();  // the input comes as JSON text in deltas, as Anthropic streams it
+    ordered event = ordered::object();
+    event["type"] = "content_block_start";
+    event["index"] = index_;
+    event["content_block"] = std::move(start);
+    out += sse::named_event("content_block_start", event.dump(-1, ' ', false, ordered::error_handler_t::replace));
     out += sse::named_event("content_block_delta", dump({{"type", "content_block_delta"}, {"index", index_},
                                                           {"delta", {{"type", "input_json_delta"}, {"partial_json", input}}}}));
     out += sse::named_event("content_block_stop", dump({{"type", "content_block_stop"}, {"index", index_}}));

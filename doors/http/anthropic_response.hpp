@@ -28,7 +28,7 @@ class anthropic_response_builder : public response_writer {
  private:
   enum class block { none, thinking, text };
 
-  nlohmann::json tool_use(const parsed_tool_call& call);
+  nlohmann::ordered_json tool_use(const parsed_tool_call& call);
   std::string open(block kind);   // closes the open block first, when it is another kind
   std::string close();
   std::string start_message();
