@@ -87,7 +87,10 @@ device_choice choose_device(device_request requested) {
   if (requested == device_request::cpu) return {device_kind::cpu, ""};
   std::string why;
   if (gpu_answers(why)) return {device_kind::cuda, ""};
-  if (requested == device_request::cuda) return {device_kind::cpu, "--device cuda was asked for but CUDA is unavailable (" + why + "); running on the CPU"};
+  if (requested == device_request::cuda) {
+    throw std::runtime_error("--device cuda: no usable GPU (" + why +
+                             "); --device auto runs on the CPU when there is none, --device cpu always does");
+  }
   return {device_kind::cpu, "device auto: " + why + "; running on the CPU"};
 }
 

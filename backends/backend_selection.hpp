@@ -42,8 +42,9 @@ struct device_choice {
 // True when this build carries the CUDA backend.
 bool cuda_backend_compiled();
 
-// Explicit cuda without a GPU or without CUDA compiled falls back to the CPU with a reason that
-// says it was asked for; auto falls back with a note.
+// Explicit cuda without a usable GPU (or without CUDA compiled) is an error (std::runtime_error
+// saying why): a server asked for a GPU must not quietly serve on the CPU. auto falls back to the
+// CPU with a note.
 device_choice choose_device(device_request requested);
 
 struct backend_options {

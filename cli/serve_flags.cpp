@@ -68,6 +68,14 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
                  "a request's line, headers and body must arrive within this, else 408");
   app.add_option("--http-max-header-bytes", flags.http_max_header_bytes, "larger request line and headers get 431");
   app.add_option("--served-model-name", flags.served_model_name, "the model name the HTTP API answers to");
+  app.add_option("--allowed-origins", flags.allowed_origins,
+                 "origins browser pages may call the HTTP API from (CORS), e.g. https://app.example.com or '*'; "
+                 "repeatable or comma-separated; default none")
+      ->delimiter(',');
+  app.add_option("--tool-call-parser", flags.tool_call_parser,
+                 "how the model writes tool calls: auto (from its chat template) | llama3_json | hermes | mistral | openai | none");
+  app.add_option("--reasoning-parser", flags.reasoning_parser,
+                 "how the model writes its reasoning: auto (from its chat template) | think | harmony | none");
   app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
                  "speculative decoding: draft tokens verified per step for requests that do not choose (0: off)")
       ->check(CLI::Range(0, 16));
@@ -112,6 +120,9 @@ topology topology_from_flags(const serve_flags& flags) {
     if (!flags.api_key.empty()) throw std::runtime_error("give --api-key or --api-key-file, not both");
     t.api_key = read_api_key_file(flags.api_key_file);
   }
+  // Without a topology file the HTTP API is on (port 8000), as users of `vllm serve` expect; a
+  // file says for itself ([http] enabled).
+  if (flags.config.empty()) t.http_enabled = true;
   if (!flags.http.empty()) t.http_enabled = flags.http == "on";
   if (flags.http_port >= 0) {
     t.http_port = flags.http_port;
@@ -123,6 +134,9 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.http_request_timeout_ms > 0) t.http_request_timeout_ms = flags.http_request_timeout_ms;
   if (flags.http_max_header_bytes > 0) t.http_max_header_bytes = flags.http_max_header_bytes;
   if (!flags.served_model_name.empty()) t.served_model_name = flags.served_model_name;
+  if (!flags.allowed_origins.empty()) t.http_allowed_origins = flags.allowed_origins;
+  if (!flags.tool_call_parser.empty()) t.tool_call_parser = flags.tool_call_parser;
+  if (!flags.reasoning_parser.empty()) t.reasoning_parser = flags.reasoning_parser;
   speculative_settings& spec = t.speculative;
   if (flags.max_speculative_tokens >= 0) spec.max_draft_tokens = flags.max_speculative_tokens;
   if (flags.num_speculative_tokens >= 0) {

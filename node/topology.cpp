@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "backends/backend_selection.hpp"
+#include "text/chat_format.hpp"
 #include "protocol/protocol_limits.hpp"
 
 namespace troupe {
@@ -271,6 +272,13 @@ void topology::validate() const {
                                std::to_string(http_max_header_bytes));
     }
   }
+  if (tool_call_parser != "auto" && !parse_tool_call_syntax(tool_call_parser)) {
+    throw std::runtime_error("[http] tool_call_parser \"" + tool_call_parser +
+                             "\" is not one of auto, llama3_json, hermes, mistral, openai, none");
+  }
+  if (reasoning_parser != "auto" && !parse_reasoning_syntax(reasoning_parser)) {
+    throw std::runtime_error("[http] reasoning_parser \"" + reasoning_parser + "\" is not one of auto, think, harmony, none");
+  }
 }
 
 topology parse_topology(std::string_view toml_text, const std::string& source) {
@@ -322,6 +330,9 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   http.read("request_timeout_ms", t.http_request_timeout_ms);
   http.read("max_header_bytes", t.http_max_header_bytes);
   http.read("served_model_name", t.served_model_name);
+  http.read("allowed_origins", t.http_allowed_origins);
+  http.read("tool_call_parser", t.tool_call_parser);
+  http.read("reasoning_parser", t.reasoning_parser);
   http.finish();
   table_reader tokenizer(root["tokenizer"].as_table(), "tokenizer", source);
   tokenizer.read("pool_size", t.tokenizer_pool_size);

@@ -104,6 +104,13 @@ struct topology {
   int http_request_timeout_ms = 10000;  // a request's line, headers and body all in by then, else 408
   size_t http_max_header_bytes = 64u << 10;  // a request line and headers larger: 431
   std::string served_model_name;   // the `model` requests name; empty: the model path as given
+  // How the model writes tool calls and reasoning (text/chat_format.hpp): "auto" reads it from
+  // the chat template; else a family by vLLM's name (llama3_json, hermes, mistral, openai, none;
+  // think, harmony, none).
+  // Origins a browser page may call the API from (CORS): "*" for any; empty: none.
+  std::vector<std::string> http_allowed_origins;
+  std::string tool_call_parser = "auto";
+  std::string reasoning_parser = "auto";
   // [tokenizer]
   int tokenizer_pool_size = 2;
   // [scheduler] (and model.max_num_seqs, model.num_kv_blocks, ...)

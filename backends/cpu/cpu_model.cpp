@@ -192,6 +192,18 @@ class cpu_model final : public model {
       add_in_place(x, out, n * hidden);
     }
 
+    // Hidden states (embeddings) for the rows asked for, normed as the logits' rows are.
+    if (!batch.hidden_rows.empty()) {
+      if (batch.hidden_out == nullptr) throw std::invalid_argument("cpu_model: hidden_rows without hidden_out");
+      const int64_t num_hidden = static_cast<int64_t>(batch.hidden_rows.size());
+      for (int64_t r = 0; r < num_hidden; ++r) {
+        const int32_t row = batch.hidden_rows[static_cast<size_t>(r)];
+        if (row < 0 || row >= n) throw std::invalid_argument("cpu_model: hidden row " + std::to_string(row) + " outside the batch");
+        std::memcpy(batch.hidden_out + r * hidden, x + static_cast<int64_t>(row) * hidden, hidden * sizeof(float));
+      }
+      cpu::rms_norm(pool_, batch.hidden_out, num_hidden, hidden, final_norm_.data(), c.rms_norm_eps, batch.hidden_out);
+    }
+
     // Logits only for the rows asked for.
     const int64_t num_logits = batch.num_logits();
     if (num_logits == 0) return;

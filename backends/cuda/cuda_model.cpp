@@ -601,6 +601,7 @@ class cuda_model final : public model {
   void validate_batch(const forward_batch& b) const {
     const int n = b.num_tokens(), seqs = b.num_seqs();
     auto fail = [](const std::string& what) { throw std::runtime_error("cuda model forward: " + what); };
+    if (!b.hidden_rows.empty()) fail("hidden states (embeddings) are computed on the CPU backend only, for now");
     if (static_cast<int>(b.positions.size()) != n || static_cast<int>(b.slot_mapping.size()) != n) {
       fail("positions and slot_mapping must have one entry per token (" + std::to_string(n) + ")");
     }
