@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "model/architecture.hpp"
 #include "model/loader/tokenizer_sources.hpp"
 
 namespace troupe {
@@ -34,6 +35,7 @@ engine_config served_model::base_engine_config() const {
   config.max_model_len = max_model_len;
   config.vocab_size = backend_model->config().vocab_size;
   config.hidden_size = backend_model->config().hidden_size;
+  config.kv_window = attention_reach(backend_model->config());
   return config;
 }
 
