@@ -24,7 +24,7 @@ TROUPE_HOST_DEVICE void store8(Out* p, const float* v) {
     reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
   } else {
     uint32_t words[4];
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int i = 0; i < 4; ++i) {
       if constexpr (std::is_same_v<Out, __half>) {
         const __half2 pair = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
@@ -54,8 +54,8 @@ template <class Block, typename Out>
 TROUPE_HOST_DEVICE void dequantize_item(const std::byte* row, int item, Out* out_row) {
   const int block = item / Block::parts, part = item % Block::parts;
   float values[Block::runs * 8];
-  Block::decode(row + static_cast<int64_t>(block) * Block::bytes, part, values);
-TROUPE_UNROLL
+  quant_blocks::decode_values<Block>(row + static_cast<int64_t>(block) * Block::bytes, part, values);
+  TROUPE_UNROLL
   for (int run = 0; run < Block::runs; ++run) {
     store8(out_row + static_cast<int64_t>(block) * Block::size + Block::run_start(part, run), values + run * 8);
   }

@@ -9,10 +9,12 @@
 // A decoder splits a block into `parts` equal parts (one per thread of a warp that shares the
 // block), each `runs` runs of 8 consecutive elements: part p's value i * 8 + j is element
 // run_start(p, i) + j of the block. Runs of 8 let a thread fetch the matching activations with
-// one 16-byte load (two for f32), whatever the type's interleaving of low and high bits.
+// one 16-byte load (two for f32), whatever the type's interleaving of low and high bits. A run
+// lies in one sub-block, so it has one scale (and min).
 //
-// Every value is computed with the float operations of the reference dequantizer, in its order,
-// rounded the same way (no fused multiply-add): the kernels see exactly the weights the CPU sees.
+// decode_values computes every value with the float operations of the reference dequantizer, in
+// its order, rounded the same way (no fused multiply-add): the kernels see exactly the weights
+// the CPU sees.
 //
 // Written for both compilers: nvcc's device pass takes the intrinsics, the host pass and g++
 // take portable code that computes the same bits (the host tests run it).
@@ -58,27 +60,27 @@ template <int N, int Align>
 TROUPE_HOST_DEVICE void load_words(const std::byte* p, uint32_t (&words)[N]) {
 #if defined(__CUDA_ARCH__)
   if constexpr (Align >= 16 && N % 4 == 0) {
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int i = 0; i < N / 4; ++i) {
       const uint4 v = reinterpret_cast<const uint4*>(p)[i];
       words[4 * i] = v.x, words[4 * i + 1] = v.y, words[4 * i + 2] = v.z, words[4 * i + 3] = v.w;
     }
   } else if constexpr (Align >= 8 && N % 2 == 0) {
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int i = 0; i < N / 2; ++i) {
       const uint2 v = reinterpret_cast<const uint2*>(p)[i];
       words[2 * i] = v.x, words[2 * i + 1] = v.y;
     }
   } else if constexpr (Align >= 4) {
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int i = 0; i < N; ++i) words[i] = reinterpret_cast<const uint32_t*>(p)[i];
   } else if constexpr (Align >= 2) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int i = 0; i < N; ++i) words[i] = static_cast<uint32_t>(h[2 * i]) | (static_cast<uint32_t>(h[2 * i + 1]) << 16);
   } else {
     const uint8_t* b = reinterpret_cast<const uint8_t*>(p);
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int i = 0; i < N; ++i) {
       words[i] = static_cast<uint32_t>(b[4 * i]) | (static_cast<uint32_t>(b[4 * i + 1]) << 8) |
                  (static_cast<uint32_t>(b[4 * i + 2]) << 16) | (static_cast<uint32_t>(b[4 * i + 3]) << 24);
@@ -181,12 +183,6 @@ TROUPE_HOST_DEVICE float byte_value(uint32_t v) {
 #endif
 }
 
-// The signed byte n of v as a float.
-template <int N>
-TROUPE_HOST_DEVICE float signed_byte_value(uint32_t v) {
-  return byte_value<128, N>(v ^ 0x80808080u);  // int8 b is the unsigned byte (b ^ 0x80) - 128
-}
-
 constexpr uint32_t pack_levels(int a, int b, int c, int d) {
   return static_cast<uint32_t>(static_cast<uint8_t>(a)) | (static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8) |
          (static_cast<uint32_t>(static_cast<uint8_t>(c)) << 16) | (static_cast<uint32_t>(static_cast<uint8_t>(d)) << 24);
@@ -222,180 +218,216 @@ TROUPE_HOST_DEVICE float e8m0_half(uint32_t e) {
   return bits_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
 }
 
+// Word i of `words` for an i known only at run time, through selects: indexing a register array
+// with a run-time value would put the array in (slow) local memory.
+template <int N>
+TROUPE_HOST_DEVICE uint32_t pick(const uint32_t (&words)[N], int i) {
+  uint32_t word = words[0];
+  TROUPE_UNROLL
+  for (int k = 1; k < N; ++k) word = i == k ? words[k] : word;
+  return word;
+}
+
+// Byte i (run time) of the little-endian bytes held in `words`.
+template <int N>
+TROUPE_HOST_DEVICE uint32_t pick_byte(const uint32_t (&words)[N], int i) {
+  return (pick(words, i / 4) >> (8 * (i % 4))) & 0xffu;
+}
+
+// out[0..3] = the bytes of `word`, each minus Offset, as floats (byte_value).
+template <int Offset>
+TROUPE_HOST_DEVICE void bytes_to_floats(uint32_t word, float* out) {
+  out[0] = byte_value<Offset, 0>(word);
+  out[1] = byte_value<Offset, 1>(word);
+  out[2] = byte_value<Offset, 2>(word);
+  out[3] = byte_value<Offset, 3>(word);
+}
+
+// Bits 0..3 of b moved to bit 4 of bytes 0..3: a 5th bit for each of four nibble bytes.
+TROUPE_HOST_DEVICE uint32_t bits_to_bit4_of_bytes(uint32_t b) {
+  return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
+}
+
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes held in
-// `packed` (3 words) (block_fields.hpp: k_scale_min).
+// `packed` (3 words) (block_fields.hpp: k_scale_min). Branch-free, as threads of one warp ask
+// for different sub-blocks: words 0 and 1 hold sub-blocks 0-3's scales and mins in their low 6
+// bits per byte and the top 2 bits of 4-7's; word 2 the low 4 bits of 4-7's, scale and min nibbles.
 TROUPE_HOST_DEVICE void k_scale_min(const uint32_t (&packed)[3], int j, float* scale, float* min) {
-  auto byte = [&](int i) { return (packed[i / 4] >> (8 * (i % 4))) & 0xffu; };
-  uint32_t sc, m;
-  if (j < 4) {
-    sc = byte(j) & 63;
-    m = byte(j + 4) & 63;
-  } else {
-    sc = (byte(j + 4) & 0x0f) | ((byte(j - 4) >> 6) << 4);
-    m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
-  }
+  const int shift = 8 * (j & 3);
+  const uint32_t a = packed[0] >> shift, b = packed[1] >> shift, c = packed[2] >> shift;
+  const uint32_t sc = j < 4 ? (a & 63) : ((c & 0x0f) | ((a >> 2) & 0x30));
+  const uint32_t m = j < 4 ? (b & 63) : (((c >> 4) & 0x0f) | ((b >> 2) & 0x30));
   *scale = static_cast<float>(static_cast<int>(sc));
   *min = static_cast<float>(static_cast<int>(m));
 }
 
-// Q3_K: the 6-bit scale (minus 32) of sub-block j (0..15) (block_fields.hpp: q3_k_scales).
+// Q3_K: the 6-bit scale (minus 32) of sub-block j (0..15) (block_fields.hpp: q3_k_scales): low
+// 4 bits in the nibble j / 8 of byte j % 8, top 2 bits at bits 2 (j / 4) of byte 8 + j % 4.
 TROUPE_HOST_DEVICE float q3_k_scale(const uint32_t (&packed)[3], int j) {
-  auto byte = [&](int i) { return (packed[i / 4] >> (8 * (i % 4))) & 0xffu; };
-  const uint32_t low = j < 8 ? (byte(j) & 0x0f) : (byte(j - 8) >> 4);
-  const uint32_t high = (byte(8 + j % 4) >> (2 * (j / 4))) & 3;
+  const uint32_t low = (pick_byte(packed, j & 7) >> (4 * (j >> 3))) & 0x0f;
+  const uint32_t high = (((packed[2] >> (8 * (j & 3))) & 0xffu) >> (2 * (j >> 2))) & 3;
   return static_cast<float>(static_cast<int>(low | (high << 4)) - 32);
 }
 
-// ---- the legacy types: blocks of 32 ----
+// ---- decoders ----
 //
-// Two parts a block: part p holds bytes 8p..8p+7 of the 16 quant bytes, i.e. elements 8p..8p+7
-// (low nibbles) and 16+8p..16+8p+7 (high nibbles). Q8_0's part p is elements 16p..16p+15.
+// decode(block, part, codes, scale, min) gives a part's codes (small integers, or table levels)
+// and, per run, the scale (and for types with a min, the min) that make them values:
+//   value = scale[run] * code            (has_min false)
+//   value = scale[run] * code - min[run] (has_min true)
+// each product and difference rounded on its own: exactly the reference dequantizer's value
+// (decode_values). The GEMV keeps them apart: scale * sum(code * x) - min * sum(x) is one
+// multiply-add per weight instead of three.
 
-// The 16 values of bytes q[0..1] (8 bytes): out[0..7] from the low nibbles, out[8..15] from the
-// high nibbles, each through `value(nibble as float)`.
-template <int Offset, class Value>
-TROUPE_HOST_DEVICE void split_nibbles(const uint32_t (&q)[2], float (&out)[16], Value value) {
-TROUPE_UNROLL
+// Codes of the 16 nibbles of q[0..1] (8 bytes), minus Offset: codes[0..7] from the low nibbles,
+// codes[8..15] from the high ones.
+template <int Offset>
+TROUPE_HOST_DEVICE void nibble_codes(const uint32_t (&q)[2], float (&codes)[16]) {
+  TROUPE_UNROLL
   for (int w = 0; w < 2; ++w) {
-    const uint32_t low = q[w] & 0x0f0f0f0fu, high = (q[w] >> 4) & 0x0f0f0f0fu;
-    out[4 * w + 0] = value(byte_value<Offset, 0>(low));
-    out[4 * w + 1] = value(byte_value<Offset, 1>(low));
-    out[4 * w + 2] = value(byte_value<Offset, 2>(low));
-    out[4 * w + 3] = value(byte_value<Offset, 3>(low));
-    out[8 + 4 * w + 0] = value(byte_value<Offset, 0>(high));
-    out[8 + 4 * w + 1] = value(byte_value<Offset, 1>(high));
-    out[8 + 4 * w + 2] = value(byte_value<Offset, 2>(high));
-    out[8 + 4 * w + 3] = value(byte_value<Offset, 3>(high));
+    bytes_to_floats<Offset>(q[w] & 0x0f0f0f0fu, codes + 4 * w);
+    bytes_to_floats<Offset>((q[w] >> 4) & 0x0f0f0f0fu, codes + 8 + 4 * w);
   }
 }
+
+// The table levels (int8) that the 16 nibbles of q[0..1] select, ordered as nibble_codes.
+template <class Table>
+TROUPE_HOST_DEVICE void level_codes(const uint32_t (&q)[2], float (&codes)[16]) {
+  TROUPE_UNROLL
+  for (int w = 0; w < 2; ++w) {
+    bytes_to_floats<128>(lookup4<Table>(q[w] & 0x0f0f0f0fu) ^ 0x80808080u, codes + 4 * w);
+    bytes_to_floats<128>(lookup4<Table>((q[w] >> 4) & 0x0f0f0f0fu) ^ 0x80808080u, codes + 8 + 4 * w);
+  }
+}
+
+template <int Runs>
+TROUPE_HOST_DEVICE void fill(float (&to)[Runs], float value) {
+  TROUPE_UNROLL
+  for (int r = 0; r < Runs; ++r) to[r] = value;
+}
+
+// The legacy types: blocks of 32 in two parts. Part p holds bytes 8p..8p+7 of the 16 quant
+// bytes: elements 8p..8p+7 (low nibbles) and 16+8p..16+8p+7 (high nibbles). Q8_0's part p is
+// elements 16p..16p+15.
 
 struct q4_0_block {
   static constexpr dtype type = dtype::q4_0;
   static constexpr int size = 32, bytes = 18, align = 2, parts = 2, runs = 2;
+  static constexpr bool has_min = false;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 8 * part + 16 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
-    const float d = half_bits_to_float(load_u16<align>(block));
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&)[2]) {
+    fill(scale, half_bits_to_float(load_u16<align>(block)));
     uint32_t q[2];
     load_words<2, field_align(align, 2, 8)>(block + 2 + 8 * part, q);
-    split_nibbles<8>(q, out, [d](float v) { return mul_rn(d, v); });
+    nibble_codes<8>(q, codes);
   }
 };
 
+// value = d * q + m, i.e. d * q - (-m).
 struct q4_1_block {
   static constexpr dtype type = dtype::q4_1;
   static constexpr int size = 32, bytes = 20, align = 4, parts = 2, runs = 2;
+  static constexpr bool has_min = true;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 8 * part + 16 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
-    const float d = half_bits_to_float(load_u16<align>(block));
-    const float m = half_bits_to_float(load_u16<2>(block + 2));
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&min)[2]) {
+    uint32_t head[1];
+    load_words<1, align>(block, head);
+    fill(scale, half_bits_to_float(head[0] & 0xffffu));
+    fill(min, -half_bits_to_float(head[0] >> 16));
     uint32_t q[2];
     load_words<2, field_align(align, 4, 8)>(block + 4 + 8 * part, q);
-    split_nibbles<0>(q, out, [d, m](float v) { return add_rn(mul_rn(d, v), m); });
+    nibble_codes<0>(q, codes);
   }
 };
 
-// Q5_0 / Q5_1: bit j of the 32-bit qh is the 5th bit of element j. Adds 16 to out[i] where
-// element run_start(part, i / 8) + i % 8 has its bit set.
-TROUPE_HOST_DEVICE void add_fifth_bits(uint32_t qh, int part, float (&q)[16]) {
-  const uint32_t low_bits = qh >> (8 * part), high_bits = qh >> (16 + 8 * part);
-TROUPE_UNROLL
-  for (int j = 0; j < 8; ++j) {
-    q[j] += static_cast<float>(((low_bits >> j) & 1u) << 4);
-    q[8 + j] += static_cast<float>(((high_bits >> j) & 1u) << 4);
+// Q5_0 / Q5_1: bit j of the 32-bit qh is the 5th bit of element j. The nibble bytes get their
+// 5th bit at bit 4, then become codes (0..31, minus Offset) four at a time.
+template <int Offset>
+TROUPE_HOST_DEVICE void five_bit_codes(const uint32_t (&q)[2], uint32_t qh, int part, float (&codes)[16]) {
+  TROUPE_UNROLL
+  for (int w = 0; w < 2; ++w) {
+    const uint32_t low = (q[w] & 0x0f0f0f0fu) | bits_to_bit4_of_bytes(qh >> (8 * part + 4 * w));
+    const uint32_t high = ((q[w] >> 4) & 0x0f0f0f0fu) | bits_to_bit4_of_bytes(qh >> (16 + 8 * part + 4 * w));
+    bytes_to_floats<Offset>(low, codes + 4 * w);
+    bytes_to_floats<Offset>(high, codes + 8 + 4 * w);
   }
 }
 
 struct q5_0_block {
   static constexpr dtype type = dtype::q5_0;
   static constexpr int size = 32, bytes = 22, align = 2, parts = 2, runs = 2;
+  static constexpr bool has_min = false;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 8 * part + 16 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
-    const float d = half_bits_to_float(load_u16<align>(block));
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&)[2]) {
+    fill(scale, half_bits_to_float(load_u16<align>(block)));
     uint32_t qh[1], q[2];
     load_words<1, field_align(align, 2)>(block + 2, qh);
     load_words<2, field_align(align, 6, 8)>(block + 6 + 8 * part, q);
-    split_nibbles<0>(q, out, [](float v) { return v; });
-    add_fifth_bits(qh[0], part, out);
-TROUPE_UNROLL
-    for (int i = 0; i < 16; ++i) out[i] = mul_rn(d, out[i] - 16.0f);  // small integers: exact
+    five_bit_codes<16>(q, qh[0], part, codes);
   }
 };
 
 struct q5_1_block {
   static constexpr dtype type = dtype::q5_1;
   static constexpr int size = 32, bytes = 24, align = 8, parts = 2, runs = 2;
+  static constexpr bool has_min = true;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 8 * part + 16 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
-    const float d = half_bits_to_float(load_u16<align>(block));
-    const float m = half_bits_to_float(load_u16<2>(block + 2));
-    uint32_t qh[1], q[2];
-    load_words<1, field_align(align, 4)>(block + 4, qh);
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&min)[2]) {
+    uint32_t head[2];  // d, m, qh
+    load_words<2, align>(block, head);
+    fill(scale, half_bits_to_float(head[0] & 0xffffu));
+    fill(min, -half_bits_to_float(head[0] >> 16));
+    uint32_t q[2];
     load_words<2, field_align(align, 8, 8)>(block + 8 + 8 * part, q);
-    split_nibbles<0>(q, out, [](float v) { return v; });
-    add_fifth_bits(qh[0], part, out);
-TROUPE_UNROLL
-    for (int i = 0; i < 16; ++i) out[i] = add_rn(mul_rn(d, out[i]), m);
+    five_bit_codes<0>(q, head[1], part, codes);
   }
 };
 
 struct q8_0_block {
   static constexpr dtype type = dtype::q8_0;
   static constexpr int size = 32, bytes = 34, align = 2, parts = 2, runs = 2;
+  static constexpr bool has_min = false;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 16 * part + 8 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
-    const float d = half_bits_to_float(load_u16<align>(block));
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&)[2]) {
+    fill(scale, half_bits_to_float(load_u16<align>(block)));
     uint32_t q[4];
     load_words<4, field_align(align, 2, 16)>(block + 2 + 16 * part, q);
-TROUPE_UNROLL
-    for (int w = 0; w < 4; ++w) {
-      out[4 * w + 0] = mul_rn(d, signed_byte_value<0>(q[w]));
-      out[4 * w + 1] = mul_rn(d, signed_byte_value<1>(q[w]));
-      out[4 * w + 2] = mul_rn(d, signed_byte_value<2>(q[w]));
-      out[4 * w + 3] = mul_rn(d, signed_byte_value<3>(q[w]));
-    }
+    TROUPE_UNROLL
+    for (int w = 0; w < 4; ++w) bytes_to_floats<128>(q[w] ^ 0x80808080u, codes + 4 * w);  // int8 b = (b ^ 0x80) - 128
   }
 };
-
-// The 16 levels that the nibbles of q[0..1] select from `table`: out[0..7] from the low nibbles,
-// out[8..15] from the high ones, each times `scale` (level first: MXFP4's reference order; for
-// IQ4 the product is the same).
-template <class Table, bool LevelFirst>
-TROUPE_HOST_DEVICE void table_nibbles(const uint32_t (&q)[2], float scale, float (&out)[16]) {
-TROUPE_UNROLL
-  for (int w = 0; w < 2; ++w) {
-    const uint32_t low = lookup4<Table>(q[w] & 0x0f0f0f0fu), high = lookup4<Table>((q[w] >> 4) & 0x0f0f0f0fu);
-    const float levels[8] = {signed_byte_value<0>(low),  signed_byte_value<1>(low),  signed_byte_value<2>(low),
-                             signed_byte_value<3>(low),  signed_byte_value<0>(high), signed_byte_value<1>(high),
-                             signed_byte_value<2>(high), signed_byte_value<3>(high)};
-TROUPE_UNROLL
-    for (int n = 0; n < 4; ++n) {
-      out[4 * w + n] = LevelFirst ? mul_rn(levels[n], scale) : mul_rn(scale, levels[n]);
-      out[8 + 4 * w + n] = LevelFirst ? mul_rn(levels[4 + n], scale) : mul_rn(scale, levels[4 + n]);
-    }
-  }
-}
 
 struct iq4_nl_block {
   static constexpr dtype type = dtype::iq4_nl;
   static constexpr int size = 32, bytes = 18, align = 2, parts = 2, runs = 2;
+  static constexpr bool has_min = false;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 8 * part + 16 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
-    const float d = half_bits_to_float(load_u16<align>(block));
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&)[2]) {
+    fill(scale, half_bits_to_float(load_u16<align>(block)));
     uint32_t q[2];
     load_words<2, field_align(align, 2, 8)>(block + 2 + 8 * part, q);
-    table_nibbles<iq4_levels, false>(q, d, out);
+    level_codes<iq4_levels>(q, codes);
   }
 };
 
+// The reference multiplies level * scale; the product is the same either way round.
 struct mxfp4_block {
   static constexpr dtype type = dtype::mxfp4;
   static constexpr int size = 32, bytes = 17, align = 1, parts = 2, runs = 2;
+  static constexpr bool has_min = false;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 8 * part + 16 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
-    const float d = e8m0_half(load_u8(block));
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&)[2]) {
+    fill(scale, e8m0_half(load_u8(block)));
     uint32_t q[2];
     load_words<2, 1>(block + 1 + 8 * part, q);
-    table_nibbles<mxfp4_levels, true>(q, d, out);
+    level_codes<mxfp4_levels>(q, codes);
   }
 };
 
@@ -403,29 +435,34 @@ struct mxfp4_block {
 
 // Q4_K: 16 parts. The quants come in 4 groups of 32 bytes, group g holding elements 64g..64g+31
 // in its low nibbles (sub-block 2g) and 64g+32..64g+63 in its high nibbles (sub-block 2g + 1).
-// Part p takes bytes 8(p%4)..+7 of group p/4.
+// Part p takes bytes 8(p%4)..+7 of group p/4. value = d * scale * q - dmin * min.
 struct q4_k_block {
   static constexpr dtype type = dtype::q4_k;
   static constexpr int size = 256, bytes = 144, align = 16, parts = 16, runs = 2;
+  static constexpr bool has_min = true;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 64 * (part / 4) + 8 * (part % 4) + 32 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&min)[2]) {
     const int group = part / 4;
-    uint32_t head[4];  // d, dmin, and the first 12 bytes of packed scales
+    uint32_t head[4];  // d, dmin, and the 12 bytes of packed scales
     load_words<4, align>(block, head);
-    const float d = half_bits_to_float(head[0] & 0xffffu), dmin = half_bits_to_float(head[0] >> 16);
-    const uint32_t packed[3] = {head[1], head[2], head[3]};
-    float sc, m;
-    k_scale_min(packed, 2 * group, &sc, &m);
-    const float d1 = mul_rn(d, sc), m1 = mul_rn(dmin, m);
-    k_scale_min(packed, 2 * group + 1, &sc, &m);
-    const float d2 = mul_rn(d, sc), m2 = mul_rn(dmin, m);
+    k_quant_scales(head, group, scale, min);
     uint32_t q[2];
     load_words<2, field_align(align, 16, 8)>(block + 16 + 32 * group + 8 * (part % 4), q);
-    split_nibbles<0>(q, out, [](float v) { return v; });
-TROUPE_UNROLL
-    for (int j = 0; j < 8; ++j) {
-      out[j] = sub_rn(mul_rn(d1, out[j]), m1);
-      out[8 + j] = sub_rn(mul_rn(d2, out[8 + j]), m2);
+    nibble_codes<0>(q, codes);
+  }
+
+  // Sub-blocks 2g and 2g + 1: scale d * sc, min dmin * m (head: d, dmin, packed scales).
+  TROUPE_HOST_DEVICE static void k_quant_scales(const uint32_t (&head)[4], int group, float (&scale)[2],
+                                                float (&min)[2]) {
+    const float d = half_bits_to_float(head[0] & 0xffffu), dmin = half_bits_to_float(head[0] >> 16);
+    const uint32_t packed[3] = {head[1], head[2], head[3]};
+    TROUPE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      float sc, m;
+      k_scale_min(packed, 2 * group + r, &sc, &m);
+      scale[r] = mul_rn(d, sc);
+      min[r] = mul_rn(dmin, m);
     }
   }
 };
@@ -435,29 +472,24 @@ TROUPE_UNROLL
 struct q5_k_block {
   static constexpr dtype type = dtype::q5_k;
   static constexpr int size = 256, bytes = 176, align = 16, parts = 16, runs = 2;
+  static constexpr bool has_min = true;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 64 * (part / 4) + 8 * (part % 4) + 32 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&min)[2]) {
     const int group = part / 4, chunk = part % 4;
     uint32_t head[4];
     load_words<4, align>(block, head);
-    const float d = half_bits_to_float(head[0] & 0xffffu), dmin = half_bits_to_float(head[0] >> 16);
-    const uint32_t packed[3] = {head[1], head[2], head[3]};
-    float sc, m;
-    k_scale_min(packed, 2 * group, &sc, &m);
-    const float d1 = mul_rn(d, sc), m1 = mul_rn(dmin, m);
-    k_scale_min(packed, 2 * group + 1, &sc, &m);
-    const float d2 = mul_rn(d, sc), m2 = mul_rn(dmin, m);
+    q4_k_block::k_quant_scales(head, group, scale, min);
     uint32_t qh[2], q[2];
     load_words<2, field_align(align, 16, 8)>(block + 16 + 8 * chunk, qh);
     load_words<2, field_align(align, 48, 8)>(block + 48 + 32 * group + 8 * chunk, q);
-    split_nibbles<0>(q, out, [](float v) { return v; });
-TROUPE_UNROLL
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t h = (qh[j / 4] >> (8 * (j % 4))) >> (2 * group);
-      const float low = out[j] + static_cast<float>((h & 1u) << 4);
-      const float high = out[8 + j] + static_cast<float>(((h >> 1) & 1u) << 4);
-      out[j] = sub_rn(mul_rn(d1, low), m1);
-      out[8 + j] = sub_rn(mul_rn(d2, high), m2);
+    TROUPE_UNROLL
+    for (int w = 0; w < 2; ++w) {
+      // Bit 2g of each qh byte is the 5th bit of the low nibble's element, bit 2g + 1 the high's.
+      const uint32_t low = (q[w] & 0x0f0f0f0fu) | (((qh[w] >> (2 * group)) & 0x01010101u) << 4);
+      const uint32_t high = ((q[w] >> 4) & 0x0f0f0f0fu) | (((qh[w] >> (2 * group + 1)) & 0x01010101u) << 4);
+      bytes_to_floats<0>(low, codes + 4 * w);
+      bytes_to_floats<0>(high, codes + 8 + 4 * w);
     }
   }
 };
@@ -465,12 +497,15 @@ TROUPE_UNROLL
 // Q6_K: 8 parts. Each half h of 128 elements uses 64 bytes of ql, 32 of qh and 8 scales; part p
 // takes bytes l0..l0+7 (l0 = 8(p%4)) of ql, of ql + 32 and of qh in half p/4, which hold elements
 // l0 + j + 32k (k = 0..3) of the half: ql low / ql+32 low / ql high / ql+32 high nibbles, with
-// bits 2k..2k+1 of qh on top; element e of the half has scale sc[8h + e / 16].
+// bits 2k..2k+1 of qh on top; element e of the half has scale sc[8h + e / 16]. value =
+// (d * sc) * (q - 32).
 struct q6_k_block {
   static constexpr dtype type = dtype::q6_k;
   static constexpr int size = 256, bytes = 210, align = 2, parts = 8, runs = 4;
+  static constexpr bool has_min = false;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 128 * (part / 4) + 8 * (part % 4) + 32 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[32]) {
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[32], float (&scale)[4],
+                                        float (&)[4]) {
     const int half = part / 4, chunk = part % 4;
     const float d = half_bits_to_float(load_u16<2>(block + 208));
     uint32_t a[2], b[2], h[2], scales[2];
@@ -479,28 +514,18 @@ struct q6_k_block {
     load_words<2, field_align(align, 128, 8)>(block + 128 + 32 * half + 8 * chunk, h);
     load_words<2, field_align(align, 192, 8)>(block + 192 + 8 * half, scales);
     // Elements l0 + j + 32k have scale index (l0 + 32k) / 16 = chunk / 2 + 2k within the half.
-    float ds[4];
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int k = 0; k < 4; ++k) {
-      const int index = chunk / 2 + 2 * k;
-      const int8_t sc = static_cast<int8_t>((scales[index / 4] >> (8 * (index % 4))) & 0xffu);
-      ds[k] = mul_rn(d, static_cast<float>(sc));
+      scale[k] = mul_rn(d, static_cast<float>(static_cast<int8_t>(pick_byte(scales, chunk / 2 + 2 * k))));
     }
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int w = 0; w < 2; ++w) {
-TROUPE_UNROLL
-      for (int n = 0; n < 4; ++n) {
-        const uint32_t qa = (a[w] >> (8 * n)) & 0xffu, qb = (b[w] >> (8 * n)) & 0xffu, qh = (h[w] >> (8 * n)) & 0xffu;
-        const int q0 = static_cast<int>((qa & 0x0f) | ((qh & 3) << 4)) - 32;
-        const int q1 = static_cast<int>((qb & 0x0f) | (((qh >> 2) & 3) << 4)) - 32;
-        const int q2 = static_cast<int>((qa >> 4) | (((qh >> 4) & 3) << 4)) - 32;
-        const int q3 = static_cast<int>((qb >> 4) | (((qh >> 6) & 3) << 4)) - 32;
-        const int j = 4 * w + n;
-        out[j] = mul_rn(ds[0], static_cast<float>(q0));
-        out[8 + j] = mul_rn(ds[1], static_cast<float>(q1));
-        out[16 + j] = mul_rn(ds[2], static_cast<float>(q2));
-        out[24 + j] = mul_rn(ds[3], static_cast<float>(q3));
-      }
+      // The four 6-bit codes of each byte position, built four bytes at a time: a nibble of ql (or
+      // ql + 32) below bits 2k..2k+1 of qh moved to bits 4-5.
+      bytes_to_floats<32>((a[w] & 0x0f0f0f0fu) | ((h[w] << 4) & 0x30303030u), codes + 4 * w);
+      bytes_to_floats<32>((b[w] & 0x0f0f0f0fu) | ((h[w] << 2) & 0x30303030u), codes + 8 + 4 * w);
+      bytes_to_floats<32>(((a[w] >> 4) & 0x0f0f0f0fu) | (h[w] & 0x30303030u), codes + 16 + 4 * w);
+      bytes_to_floats<32>(((b[w] >> 4) & 0x0f0f0f0fu) | ((h[w] >> 2) & 0x30303030u), codes + 24 + 4 * w);
     }
   }
 };
@@ -508,12 +533,14 @@ TROUPE_UNROLL
 // Q2_K: 8 parts. Half h of 128 elements uses 32 bytes of qs; byte m holds elements 32s + m
 // (s = 0..3) of the half in bits 2s..2s+1. Part p takes bytes m0..m0+7 (m0 = 8(p%4)) of half
 // p/4; element 32s + m of the half is in sub-block 8h + 2s + m / 16, whose scale byte is
-// scale (low nibble) and min (high nibble).
+// scale (low nibble) and min (high nibble). value = (d * scale) * q - dmin * min.
 struct q2_k_block {
   static constexpr dtype type = dtype::q2_k;
   static constexpr int size = 256, bytes = 84, align = 4, parts = 8, runs = 4;
+  static constexpr bool has_min = true;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 128 * (part / 4) + 8 * (part % 4) + 32 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[32]) {
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[32], float (&scale)[4],
+                                        float (&min)[4]) {
     const int half = part / 4, chunk = part % 4;
     uint32_t tail[1];
     load_words<1, field_align(align, 80)>(block + 80, tail);
@@ -521,43 +548,42 @@ struct q2_k_block {
     uint32_t scales[2], q[2];
     load_words<2, field_align(align, 0, 8)>(block + 8 * half, scales);  // sub-blocks 8h .. 8h + 7
     load_words<2, field_align(align, 16, 8)>(block + 16 + 32 * half + 8 * chunk, q);
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int s = 0; s < 4; ++s) {
-      const int index = 2 * s + chunk / 2;
-      const uint32_t sc = (scales[index / 4] >> (8 * (index % 4))) & 0xffu;
-      const float dl = mul_rn(d, static_cast<float>(static_cast<int>(sc & 0x0f)));
-      const float ml = mul_rn(dmin, static_cast<float>(static_cast<int>(sc >> 4)));
-TROUPE_UNROLL
-      for (int j = 0; j < 8; ++j) {
-        const uint32_t value = (q[j / 4] >> (8 * (j % 4) + 2 * s)) & 3u;
-        out[8 * s + j] = sub_rn(mul_rn(dl, static_cast<float>(static_cast<int>(value))), ml);
-      }
+      const uint32_t sc = pick_byte(scales, 2 * s + chunk / 2);
+      scale[s] = mul_rn(d, static_cast<float>(static_cast<int>(sc & 0x0f)));
+      min[s] = mul_rn(dmin, static_cast<float>(static_cast<int>(sc >> 4)));
+      TROUPE_UNROLL
+      for (int w = 0; w < 2; ++w) bytes_to_floats<0>((q[w] >> (2 * s)) & 0x03030303u, codes + 8 * s + 4 * w);
     }
   }
 };
 
 // Q3_K: 8 parts, Q2_K's arrangement of the low 2 bits (32 bytes of qs per half); the high bit of
 // element 32s + l of half h is bit 4h + s of hmask[l], and a clear bit subtracts 4. Sub-block
-// 8h + 2s + l / 16 has a 6-bit scale minus 32.
+// 8h + 2s + l / 16 has a 6-bit scale minus 32. value = (d * scale) * q.
 struct q3_k_block {
   static constexpr dtype type = dtype::q3_k;
   static constexpr int size = 256, bytes = 110, align = 2, parts = 8, runs = 4;
+  static constexpr bool has_min = false;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 128 * (part / 4) + 8 * (part % 4) + 32 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[32]) {
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[32], float (&scale)[4],
+                                        float (&)[4]) {
     const int half = part / 4, chunk = part % 4;
     const float d = half_bits_to_float(load_u16<2>(block + 108));
     uint32_t packed[3], mask[2], q[2];
     load_words<3, field_align(align, 96)>(block + 96, packed);
     load_words<2, field_align(align, 0, 8)>(block + 8 * chunk, mask);
     load_words<2, field_align(align, 32, 8)>(block + 32 + 32 * half + 8 * chunk, q);
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int s = 0; s < 4; ++s) {
-      const float dl = mul_rn(d, q3_k_scale(packed, 8 * half + 2 * s + chunk / 2));
-TROUPE_UNROLL
-      for (int j = 0; j < 8; ++j) {
-        const int low = static_cast<int>((q[j / 4] >> (8 * (j % 4) + 2 * s)) & 3u);
-        const int high = static_cast<int>((mask[j / 4] >> (8 * (j % 4) + 4 * half + s)) & 1u);
-        out[8 * s + j] = mul_rn(dl, static_cast<float>(low - (high ? 0 : 4)));
+      scale[s] = mul_rn(d, q3_k_scale(packed, 8 * half + 2 * s + chunk / 2));
+      TROUPE_UNROLL
+      for (int w = 0; w < 2; ++w) {
+        // low | high << 2 is the code plus 4 (a clear high bit subtracts 4): 0..7, minus 4.
+        const uint32_t low = (q[w] >> (2 * s)) & 0x03030303u;
+        const uint32_t high = (mask[w] >> (4 * half + s)) & 0x01010101u;
+        bytes_to_floats<4>(low | (high << 2), codes + 8 * s + 4 * w);
       }
     }
   }
@@ -565,25 +591,42 @@ TROUPE_UNROLL
 
 // IQ4_XS: 16 parts. Sub-block s (32 elements) reads like an IQ4_NL block from qs[16s..16s+15]
 // with a 6-bit scale (minus 32): low 4 bits in nibble s%2 of scales_l[s/2], top 2 bits at bits
-// 2s of scales_h. Part p is half p%2 of sub-block p/2.
+// 2s of scales_h. Part p is half p%2 of sub-block p/2. value = (d * scale) * level.
 struct iq4_xs_block {
   static constexpr dtype type = dtype::iq4_xs;
   static constexpr int size = 256, bytes = 136, align = 8, parts = 16, runs = 2;
+  static constexpr bool has_min = false;
   TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 32 * (part / 2) + 8 * (part % 2) + 16 * run; }
-  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&out)[16]) {
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&)[2]) {
     const int sub = part / 2;
     uint32_t head[2];  // d, scales_h, scales_l[4]
     load_words<2, align>(block, head);
     const float d = half_bits_to_float(head[0] & 0xffffu);
-    const uint32_t scales_h = head[0] >> 16;
-    const uint32_t low = (head[1] >> (8 * (sub / 2) + 4 * (sub % 2))) & 0x0fu;
-    const uint32_t high = (scales_h >> (2 * sub)) & 3u;
-    const float dl = mul_rn(d, static_cast<float>(static_cast<int>(low | (high << 4)) - 32));
+    const uint32_t low = (head[1] >> (4 * sub)) & 0x0fu;  // nibble s % 2 of byte s / 2
+    const uint32_t high = (head[0] >> (16 + 2 * sub)) & 3u;
+    fill(scale, mul_rn(d, static_cast<float>(static_cast<int>(low | (high << 4)) - 32)));
     uint32_t q[2];
     load_words<2, field_align(align, 8, 8)>(block + 8 + 16 * sub + 8 * (part % 2), q);
-    table_nibbles<iq4_levels, false>(q, dl, out);
+    level_codes<iq4_levels>(q, codes);
   }
 };
+
+// A part's values, exactly the reference dequantizer's: out[i * 8 + j] is element
+// run_start(part, i) + j of the block.
+template <class Block>
+TROUPE_HOST_DEVICE void decode_values(const std::byte* block, int part, float (&out)[Block::runs * 8]) {
+  float scale[Block::runs], min[Block::runs];
+  Block::decode(block, part, out, scale, min);
+  TROUPE_UNROLL
+  for (int run = 0; run < Block::runs; ++run) {
+    TROUPE_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const float product = mul_rn(scale[run], out[run * 8 + j]);
+      out[run * 8 + j] = Block::has_min ? sub_rn(product, min[run]) : product;
+    }
+  }
+}
 
 // Calls fn(Block{}) with the decoder of `type`; false for a type without one.
 template <class Fn>

@@ -4,9 +4,9 @@
 //
 // Why this shape. A decode step reads every weight once and does almost nothing with it, so the
 // product runs at the speed weights cross from memory. Each thread decodes its part of a block
-// (quant_blocks.cuh) into f32 registers, exactly the reference values, and multiplies them with
-// the activations of up to 8 tokens: a block is read once for all the tokens of a call (more
-// than 8 tokens: one more pass over the weights per 8). The alternative, llama.cpp's mmvq,
+// (quant_blocks.cuh) into f32 registers (the codes, and the scale and min of each run of 8) and
+// multiplies them with the activations of up to 8 tokens: a block is read once for all the
+// tokens of a call (more than 8 tokens: one more pass over the weights per 8). The alternative, llama.cpp's mmvq,
 // quantizes the activations to int8 and uses dp4a: cheaper arithmetic per weight (it pays off
 // from 4-8 tokens up, where f32 FMAs start to bound a 4-bit GEMV), but it adds an activation
 // quantization kernel and its error, and a second code path per type. Decoding to f32 keeps one
@@ -60,7 +60,7 @@ TROUPE_HOST_DEVICE void load8(const In* p, float (&v)[8]) {
   } else {
     const uint4 raw = *reinterpret_cast<const uint4*>(p);
     const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int i = 0; i < 4; ++i) {
       float2 pair;
       if constexpr (std::is_same_v<In, __half>) {
@@ -97,6 +97,8 @@ TROUPE_HOST_DEVICE float fma_acc(float a, float b, float acc) {
 // rows [0, valid_rows) of `weight` times tokens [0, valid_tokens) of `x` into acc[row][token]:
 // blocks worker / parts, + num_workers / parts, ..., part worker % parts of each. Rows past
 // valid_rows re-read row 0 (their sums are never stored); tokens past valid_tokens are skipped.
+// Per run of 8: scale * sum(code * x) (- min * sum(x)), the codes being small integers or levels:
+// one multiply-add per weight and token, the scales once per run.
 template <class Block, int Rows, int Tokens, typename In>
 TROUPE_HOST_DEVICE void gemv_partial(const std::byte* weight, int64_t row_bytes, int valid_rows, int num_blocks,
                                      const In* x, int64_t ldx, int valid_tokens, int worker, int num_workers,
@@ -105,24 +107,34 @@ TROUPE_HOST_DEVICE void gemv_partial(const std::byte* weight, int64_t row_bytes,
   const int part = worker % Block::parts;
   const int stride = num_workers / Block::parts;
   const std::byte* row_weight[Rows];
-TROUPE_UNROLL
+  TROUPE_UNROLL
   for (int r = 0; r < Rows; ++r) row_weight[r] = weight + (r < valid_rows ? r : 0) * row_bytes;
   for (int b = worker / Block::parts; b < num_blocks; b += stride) {
-    float w[Rows][values];
-TROUPE_UNROLL
-    for (int r = 0; r < Rows; ++r) Block::decode(row_weight[r] + static_cast<int64_t>(b) * Block::bytes, part, w[r]);
-TROUPE_UNROLL
+    float codes[Rows][values], scale[Rows][Block::runs], min[Rows][Block::runs];
+    TROUPE_UNROLL
+    for (int r = 0; r < Rows; ++r) {
+      Block::decode(row_weight[r] + static_cast<int64_t>(b) * Block::bytes, part, codes[r], scale[r], min[r]);
+    }
+    TROUPE_UNROLL
     for (int run = 0; run < Block::runs; ++run) {
       const int64_t k = static_cast<int64_t>(b) * Block::size + Block::run_start(part, run);
-TROUPE_UNROLL
+      TROUPE_UNROLL
       for (int t = 0; t < Tokens; ++t) {
         if (t >= valid_tokens) break;
         float xv[8];
         load8(x + t * ldx + k, xv);
-TROUPE_UNROLL
+        float x_sum = 0.0f;
+        if constexpr (Block::has_min) {
+          TROUPE_UNROLL
+          for (int j = 0; j < 8; ++j) x_sum += xv[j];
+        }
+        TROUPE_UNROLL
         for (int r = 0; r < Rows; ++r) {
-TROUPE_UNROLL
-          for (int j = 0; j < 8; ++j) acc[r][t] = fma_acc(w[r][run * 8 + j], xv[j], acc[r][t]);
+          float dot = 0.0f;
+          TROUPE_UNROLL
+          for (int j = 0; j < 8; ++j) dot = fma_acc(codes[r][run * 8 + j], xv[j], dot);
+          acc[r][t] = fma_acc(scale[r][run], dot, acc[r][t]);
+          if constexpr (Block::has_min) acc[r][t] = fma_acc(-min[r][run], x_sum, acc[r][t]);
         }
       }
     }
@@ -157,9 +169,9 @@ __global__ void __launch_bounds__(gemv_warps * 32) quant_gemv_kernel(quant_gemv_
   const int row0 = blockIdx.x * Rows, token0 = blockIdx.y * Tokens;
   const int valid_rows = min(Rows, p.rows - row0), valid_tokens = min(Tokens, p.tokens - token0);
   float acc[Rows][Tokens];
-TROUPE_UNROLL
+  TROUPE_UNROLL
   for (int r = 0; r < Rows; ++r) {
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int t = 0; t < Tokens; ++t) acc[r][t] = 0.0f;
   }
   gemv_partial<Block, Rows, Tokens, In>(p.weight + static_cast<int64_t>(row0) * p.row_bytes, p.row_bytes, valid_rows,
@@ -167,9 +179,9 @@ TROUPE_UNROLL
                                         valid_tokens, threadIdx.x, blockDim.x, acc);
   __shared__ float partial[gemv_warps][Rows][Tokens];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-TROUPE_UNROLL
+  TROUPE_UNROLL
   for (int r = 0; r < Rows; ++r) {
-TROUPE_UNROLL
+    TROUPE_UNROLL
     for (int t = 0; t < Tokens; ++t) {
       const float sum = warp_sum(acc[r][t]);
       if (lane == 0) partial[warp][r][t] = sum;
@@ -180,7 +192,7 @@ TROUPE_UNROLL
     const int r = threadIdx.x / Tokens, t = threadIdx.x % Tokens;
     if (r < valid_rows && t < valid_tokens) {
       float sum = 0.0f;
-TROUPE_UNROLL
+      TROUPE_UNROLL
       for (int w = 0; w < gemv_warps; ++w) sum += partial[w][r][t];
       store_gemv_output(p, token0 + t, row0 + r, sum);
     }

@@ -35,7 +35,7 @@ TEST(cuda_quant_blocks, every_part_decodes_to_the_reference_values_and_parts_cov
       for (int64_t b = 0; b < rows * cols / block::size; ++b) {
         for (int part = 0; part < block::parts; ++part) {
           float out[block::runs * 8];
-          block::decode(device_like.get() + b * block::bytes, part, out);
+          quant_blocks::decode_values<block>(device_like.get() + b * block::bytes, part, out);
           for (int run = 0; run < block::runs; ++run) {
             const int start = block::run_start(part, run);
             ASSERT_EQ(start % 8, 0) << dtype_name(type) << ": a run starts on a multiple of 8";
