@@ -426,7 +426,7 @@ class cuda_model final : public model {
   // A linear layer's weight: block types as stored, the rest in the activation dtype.
   cuda::linear_weight upload_linear(const std::vector<const weight_tensor*>& parts) {
     cuda::linear_weight weight = cuda::upload_linear_weight(parts, type_, staging_, stream_);
-    for (const weight_tensor* part : parts) count_tensor(*part, is_quantized(part->type) ? part->type : type_);
+    for (const weight_tensor* part : parts) count_tensor(*part, cuda::kept_quantized(part->type) ? part->type : type_);
     weight_bytes_ += weight.bytes();
     return weight;
   }

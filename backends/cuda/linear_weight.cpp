@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/ops.hpp"
+#include "backends/cuda/quant_blocks.cuh"
 #include "model/quant/dequantize.hpp"
 
 namespace troupe::cuda {
@@ -19,6 +20,10 @@ std::string describe(const weight_tensor& tensor) {
 }
 
 }  // namespace
+
+bool kept_quantized(dtype type) {
+  return quant_blocks::visit(type, [](auto) {});
+}
 
 bool linear_weight::quantized() const {
   for (const linear_part& part : parts) {
@@ -66,7 +71,7 @@ linear_weight upload_linear_weight(const std::vector<const weight_tensor*>& tens
       throw std::runtime_error("cuda model: " + describe(*tensor) + " is not a matrix of " +
                                std::to_string(weight.in_features) + " columns like the others of its layer");
     }
-    const dtype stored = is_quantized(tensor->type) ? tensor->type : activation;
+    const dtype stored = kept_quantized(tensor->type) ? tensor->type : activation;
     const int rows = static_cast<int>(tensor->rows());
     size_t bytes;
     if (is_quantized(stored)) {
@@ -96,7 +101,7 @@ linear_weight upload_linear_weight(const std::vector<const weight_tensor*>& tens
   weight.storage = std::make_shared<device_buffer>(offset);
   for (const placed& p : placements) {
     void* destination = weight.storage->as<std::byte>() + p.offset;
-    if (is_quantized(p.tensor->type)) {
+    if (kept_quantized(p.tensor->type)) {
       check(cudaMemcpy(destination, p.tensor->data, p.tensor->num_bytes, cudaMemcpyHostToDevice), "upload weight");
     } else {
       upload_converted(*p.tensor, activation, destination, staging, stream);

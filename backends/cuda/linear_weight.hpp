@@ -1,8 +1,8 @@
 #pragma once
 // A linear layer's weight in GPU memory: [out_features, in_features], row-major as stored, made
 // of parts (runs of consecutive output rows), each of one type. A GGUF block type stays as it is
-// in the file (quantized weights are never widened in memory); every other type is converted to
-// the activation dtype on upload. Fused layers (q|k|v, gate|up) are the parts of one weight, so
+// in the file (quantized weights are never widened in memory); every other type (and a block
+// type without a CUDA decoder) is converted to the activation dtype on upload. Fused layers (q|k|v, gate|up) are the parts of one weight, so
 // they run as one product even where a file gives them different types (Q4_K_M keeps v_proj and
 // some down projections in q6_k); consecutive parts of one type merge into one.
 
@@ -38,6 +38,10 @@ struct linear_weight {
   // True when some part is in a block type (the weight is not one plain matrix).
   bool quantized() const;
 };
+
+// True for the block types the CUDA kernels read as stored (quant_blocks.cuh); a tensor of any
+// other type is converted to the activation dtype on upload.
+bool kept_quantized(dtype type);
 
 // Copies (or converts) `tensor` into `destination` (device) in dtype `to`: f32, f16 and bf16
 // on the device, any other type decoded on the host first. `staging` is device memory the call

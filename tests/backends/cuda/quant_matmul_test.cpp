@@ -208,6 +208,9 @@ TEST(cuda_quant_matmul, slices_are_whole_128_row_steps_within_the_scratch) {
   EXPECT_EQ(dequantize_scratch_bytes(quantized, dtype::bf16, default_dequantize_scratch_bytes), size_t{300} * 4096 * 2);
   // A small cap still leaves 128 rows a slice.
   EXPECT_EQ(dequantize_scratch_bytes(quantized, dtype::bf16, 1024), size_t{128} * 4096 * 2);
+  // Every GGUF block type stays quantized on the device; FP8 and plain types are converted.
+  for (dtype type : quantized_weight_types()) EXPECT_TRUE(kept_quantized(type)) << dtype_name(type);
+  for (dtype type : {dtype::f32, dtype::f16, dtype::bf16, dtype::fp8_e4m3}) EXPECT_FALSE(kept_quantized(type));
   linear_weight plain = quantized;
   plain.parts = {linear_part{dtype::bf16, 0, 300, 0}};
   EXPECT_EQ(dequantize_scratch_bytes(plain, dtype::bf16, default_dequantize_scratch_bytes), 0u);
