@@ -6,13 +6,13 @@
 // product runs at the speed weights cross from memory. Each thread decodes its part of a block
 // (quant_blocks.cuh) into f32 registers (the codes, and the scale and min of each run of 8) and
 // multiplies them with the activations of up to 8 tokens: a block is read once for all the
-// tokens of a call (more than 8 tokens: one more pass over the weights per 8). The alternative, llama.cpp's mmvq,
-// quantizes the activations to int8 and uses dp4a: cheaper arithmetic per weight (it pays off
-// from 4-8 tokens up, where f32 FMAs start to bound a 4-bit GEMV), but it adds an activation
-// quantization kernel and its error, and a second code path per type. Decoding to f32 keeps one
-// decoder per type shared with the prefill dequantizer, and results the CPU backend matches to
-// f32 rounding; the int8 path is the next step if measurements show decode batches bound by
-// arithmetic (docs/architecture.md).
+// tokens of a call (more than 8 tokens: one more pass over the weights per 8). The alternative,
+// llama.cpp's mmvq, quantizes the activations to int8 and uses dp4a: cheaper arithmetic per
+// weight (it pays off from 4-8 tokens up, where f32 FMAs start to bound a 4-bit GEMV), but it
+// adds an activation quantization kernel and its error, and a second code path per type. Decoding
+// to f32 keeps one decoder per type shared with the prefill dequantizer, and results the CPU
+// backend matches to f32 rounding; the int8 path is the next step if measurements show decode
+// batches bound by arithmetic (docs/architecture.md).
 //
 // Work split: a CTA of 4 warps computes 2 weight rows (each activation load serves both) for up
 // to 8 tokens; its 128 threads split the row's blocks, `parts` threads a block, and the CTA
