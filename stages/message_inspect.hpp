@@ -4,6 +4,10 @@
 // actors and nodes. Every type here is registered by name in node/node.cpp and round-trips
 // CAF's binary serializer in tests/stages/message_serialization_test.cpp.
 
+#include <bit>
+#include <cstdint>
+#include <vector>
+
 #include <caf/error.hpp>
 #include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
@@ -15,6 +19,51 @@
 #include "stages/trace_messages.hpp"
 
 namespace troupe {
+
+// -- floats as bit patterns ----------------------------------------------------------------------
+// CAF 0.17's binary serializer packs floats with its own IEEE-754 routine (detail::pack754),
+// which does not keep subnormals (top_p 1e-45 arrived on another node as -1.6e32) nor NaN
+// payloads. Every float and double in a message therefore travels as its bit pattern, so a value
+// any door accepted reaches every node unchanged.
+
+struct exact_float {
+  float& value;
+};
+struct exact_double {
+  double& value;
+};
+struct exact_floats {
+  std::vector<float>& values;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, exact_float& x) {
+  uint32_t bits = std::bit_cast<uint32_t>(x.value);
+  return f(bits, caf::meta::load_callback([&]() -> caf::error {
+             x.value = std::bit_cast<float>(bits);
+             return caf::none;
+           }));
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, exact_double& x) {
+  uint64_t bits = std::bit_cast<uint64_t>(x.value);
+  return f(bits, caf::meta::load_callback([&]() -> caf::error {
+             x.value = std::bit_cast<double>(bits);
+             return caf::none;
+           }));
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, exact_floats& x) {
+  std::vector<uint32_t> bits(x.values.size());
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = std::bit_cast<uint32_t>(x.values[i]);
+  return f(bits, caf::meta::load_callback([&]() -> caf::error {
+             x.values.resize(bits.size());
+             for (size_t i = 0; i < bits.size(); ++i) x.values[i] = std::bit_cast<float>(bits[i]);
+             return caf::none;
+           }));
+}
 
 // -- inspect overloads ----------------------------------------------------------------------------
 
@@ -31,8 +80,9 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   bool has_seed = x.seed.has_value();
   uint64_t seed = x.seed.value_or(0);
   auto guided_kind_value = static_cast<uint8_t>(x.guided.kind);
-  return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p,
-           x.repetition_penalty, x.presence_penalty, x.frequency_penalty, has_seed, seed,
+  return f(caf::meta::type_name("sampling_params"), exact_float{x.temperature}, x.top_k, exact_float{x.top_p},
+           exact_float{x.min_p}, exact_float{x.repetition_penalty}, exact_float{x.presence_penalty},
+           exact_float{x.frequency_penalty}, has_seed, seed,
            x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs, guided_kind_value,
            x.guided.source, x.guided.choices, x.num_speculative_tokens,
            caf::meta::load_callback([&]() -> caf::error {
@@ -63,8 +113,8 @@ typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
-  return f(caf::meta::type_name("sampled_token"), x.request_id, x.token_id, x.logprob,
-           x.top_token_ids, x.top_logprobs, x.num_drafts);
+  return f(caf::meta::type_name("sampled_token"), x.request_id, x.token_id, exact_float{x.logprob},
+           x.top_token_ids, exact_floats{x.top_logprobs}, x.num_drafts);
 }
 
 template <class Inspector>
@@ -74,12 +124,14 @@ typename Inspector::result_type inspect(Inspector& f, step_result& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
-  return f(caf::meta::type_name("token_logprobs"), x.logprob, x.top_token_ids, x.top_logprobs);
+  return f(caf::meta::type_name("token_logprobs"), exact_float{x.logprob}, x.top_token_ids,
+           exact_floats{x.top_logprobs});
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_metrics& x) {
-  return f(caf::meta::type_name("request_metrics"), x.queue_time, x.ttft, x.tpot, x.e2e,
+  return f(caf::meta::type_name("request_metrics"), exact_double{x.queue_time}, exact_double{x.ttft},
+           exact_double{x.tpot}, exact_double{x.e2e},
            x.num_prompt_tokens, x.num_output_tokens, x.num_cached_tokens, x.num_preemptions,
            x.num_draft_tokens, x.num_accepted_tokens, x.num_sampling_steps);
 }
@@ -250,7 +302,7 @@ typename Inspector::result_type inspect(Inspector& f, trace_answer& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, backend_options& x) {
-  return f(caf::meta::type_name("backend_options"), x.threads, x.gpu_memory_utilization, x.cuda_dtype,
+  return f(caf::meta::type_name("backend_options"), x.threads, exact_float{x.gpu_memory_utilization}, x.cuda_dtype,
            x.nano_batches);
 }
 

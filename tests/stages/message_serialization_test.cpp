@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <limits>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -699,6 +701,65 @@ TEST(message_serialization, an_oversized_pool_handle_or_an_unknown_transport_is_
   worker_spec spec{full_model_spec()};
   spec.kv_transport = static_cast<kv_transport>(static_cast<uint8_t>(kv_transport::nccl) + 1);
   refused(spec, "worker_spec: kv_transport 3 is not a transport");
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+uint32_t bits_of(float v) { return std::bit_cast<uint32_t>(v); }
+uint64_t bits_of(double v) { return std::bit_cast<uint64_t>(v); }
+
+// Every float and double crosses nodes bit for bit: subnormals, ±0, NaN payloads, infinities and
+// the extremes. CAF's own float packing turned top_p 1e-45 into -1.6e32 on the way.
+TEST(message_serialization, floats_and_doubles_round_trip_bit_for_bit) {
+  caf::actor_system_config config;
+  caf::actor_system sys{config};
+  const std::vector<float> floats = {
+      1e-45f, -1e-45f, 1e-40f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+      std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 0.0f, -0.0f,
+      std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+      std::bit_cast<float>(uint32_t{0x7fc01234}), std::bit_cast<float>(uint32_t{0xff800001})};
+  for (float v : floats) {
+    SCOPED_TRACE("bits " + std::to_string(bits_of(v)));
+    sampling_params p = full_params();
+    p.temperature = v;
+    p.top_p = v;
+    p.min_p = v;
+    p.repetition_penalty = v;
+    p.presence_penalty = v;
+    p.frequency_penalty = v;
+    const sampling_params q = round_trip(sys, p);
+    for (float got : {q.temperature, q.top_p, q.min_p, q.repetition_penalty, q.presence_penalty, q.frequency_penalty}) {
+      EXPECT_EQ(bits_of(got), bits_of(v));
+    }
+    sampled_token t;
+    t.logprob = v;
+    t.top_logprobs = {v, -v, v};
+    const sampled_token u = round_trip(sys, t);
+    EXPECT_EQ(bits_of(u.logprob), bits_of(v));
+    ASSERT_EQ(u.top_logprobs.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(bits_of(u.top_logprobs[i]), bits_of(t.top_logprobs[i]));
+    token_logprobs l;
+    l.logprob = v;
+    l.top_logprobs = {v};
+    const token_logprobs m = round_trip(sys, l);
+    EXPECT_EQ(bits_of(m.logprob), bits_of(v));
+    EXPECT_EQ(bits_of(m.top_logprobs.at(0)), bits_of(v));
+    backend_options b;
+    b.gpu_memory_utilization = v;
+    EXPECT_EQ(bits_of(round_trip(sys, b).gpu_memory_utilization), bits_of(v));
+  }
+  for (double v : {4.9e-324, -4.9e-324, 1e-310, std::numeric_limits<double>::max(), -0.0, 0.0,
+                   std::numeric_limits<double>::infinity(), std::bit_cast<double>(uint64_t{0x7ff8000000abcdefull})}) {
+    SCOPED_TRACE("bits " + std::to_string(bits_of(v)));
+    request_metrics r;
+    r.queue_time = r.ttft = r.tpot = r.e2e = v;
+    const request_metrics s = round_trip(sys, r);
+    for (double got : {s.queue_time, s.ttft, s.tpot, s.e2e}) EXPECT_EQ(bits_of(got), bits_of(v));
+  }
 }
 
 }  // namespace
