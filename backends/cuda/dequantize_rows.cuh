@@ -14,24 +14,25 @@
 #endif
 
 namespace troupe::cuda {
+TROUPE_BRANCHES_BEGIN
 
 // The 8 values v as Out at p (16-byte aligned), rounded to nearest even.
 template <typename Out>
 TROUPE_HOST_DEVICE void store8(Out* p, const float* v) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   if constexpr (std::is_same_v<Out, float>) {
     reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
     reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
   } else {
-    uint32_t words[4];
+    uint32_t words[4];  // two values a word, low half first
     TROUPE_UNROLL
     for (int i = 0; i < 4; ++i) {
       if constexpr (std::is_same_v<Out, __half>) {
-        const __half2 pair = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-        words[i] = *reinterpret_cast<const uint32_t*>(&pair);
+        words[i] = static_cast<uint32_t>(__half_as_ushort(__float2half_rn(v[2 * i]))) |
+                   (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(v[2 * i + 1]))) << 16);
       } else {
-        const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-        words[i] = *reinterpret_cast<const uint32_t*>(&pair);
+        words[i] = static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * i]))) |
+                   (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(v[2 * i + 1]))) << 16);
       }
     }
     *reinterpret_cast<uint4*>(p) = make_uint4(words[0], words[1], words[2], words[3]);
@@ -78,4 +79,5 @@ __global__ void dequantize_rows_kernel(const std::byte* __restrict__ table, int6
 
 #endif  // __CUDACC__
 
+TROUPE_BRANCHES_END
 }  // namespace troupe::cuda

@@ -31,6 +31,24 @@
 #include "model/dtype.hpp"
 #include "model/half_float.hpp"
 
+// The device branches (#if TROUPE_DEVICE_BRANCH) are what nvcc compiles for the GPU. Host tests
+// compile them on this machine too (TROUPE_EMULATE_DEVICE, with
+// tests/backends/cuda/device_intrinsics.hpp standing in for the few device-only intrinsics),
+// inside an inline namespace of their own so those copies never meet the host branches' at link
+// time: the bit tricks and wide loads then run here, not only on a lent GPU.
+#if defined(__CUDA_ARCH__) || defined(TROUPE_EMULATE_DEVICE)
+#define TROUPE_DEVICE_BRANCH 1
+#else
+#define TROUPE_DEVICE_BRANCH 0
+#endif
+#if defined(TROUPE_EMULATE_DEVICE)
+#define TROUPE_BRANCHES_BEGIN inline namespace emulated_device {
+#define TROUPE_BRANCHES_END }
+#else
+#define TROUPE_BRANCHES_BEGIN
+#define TROUPE_BRANCHES_END
+#endif
+
 #if defined(__CUDACC__)
 #define TROUPE_HOST_DEVICE __host__ __device__ __forceinline__
 #define TROUPE_HOST_DEVICE_CONSTEXPR __host__ __device__ constexpr
@@ -42,6 +60,7 @@
 #endif
 
 namespace troupe::cuda::quant_blocks {
+TROUPE_BRANCHES_BEGIN
 
 // ---- loads and bit tricks ----
 
@@ -58,7 +77,7 @@ TROUPE_HOST_DEVICE_CONSTEXPR int field_align(int block_align, int offset, int st
 // the host tests catch a wrong promise before it becomes a misaligned access on a GPU.
 template <int N, int Align>
 TROUPE_HOST_DEVICE void load_words(const std::byte* p, uint32_t (&words)[N]) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   if constexpr (Align >= 16 && N % 4 == 0) {
     TROUPE_UNROLL
     for (int i = 0; i < N / 4; ++i) {
@@ -97,7 +116,7 @@ TROUPE_HOST_DEVICE void load_words(const std::byte* p, uint32_t (&words)[N]) {
 
 template <int Align>
 TROUPE_HOST_DEVICE uint32_t load_u16(const std::byte* p) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   if constexpr (Align >= 2) {
     return *reinterpret_cast<const uint16_t*>(p);
   } else {
@@ -114,7 +133,7 @@ TROUPE_HOST_DEVICE uint32_t load_u16(const std::byte* p) {
 TROUPE_HOST_DEVICE uint32_t load_u8(const std::byte* p) { return static_cast<uint32_t>(*reinterpret_cast<const uint8_t*>(p)); }
 
 TROUPE_HOST_DEVICE float bits_as_float(uint32_t bits) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   return __uint_as_float(bits);
 #else
   float value;
@@ -125,7 +144,7 @@ TROUPE_HOST_DEVICE float bits_as_float(uint32_t bits) {
 
 // The IEEE half with bits `bits` as a float (exact).
 TROUPE_HOST_DEVICE float half_bits_to_float(uint32_t bits) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 #else
   return f16_to_f32(static_cast<uint16_t>(bits));
@@ -134,21 +153,21 @@ TROUPE_HOST_DEVICE float half_bits_to_float(uint32_t bits) {
 
 // Products and sums rounded on their own, never fused, as the reference computes them.
 TROUPE_HOST_DEVICE float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   return __fmul_rn(a, b);
 #else
   return a * b;
 #endif
 }
 TROUPE_HOST_DEVICE float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   return __fadd_rn(a, b);
 #else
   return a + b;
 #endif
 }
 TROUPE_HOST_DEVICE float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   return __fsub_rn(a, b);
 #else
   return a - b;
@@ -157,7 +176,7 @@ TROUPE_HOST_DEVICE float sub_rn(float a, float b) {
 
 // Byte `n` of x:y (bytes 0-3 of x, then 4-7 of y) for each selector nibble of `s` (3 bits used).
 TROUPE_HOST_DEVICE uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   return __byte_perm(x, y, s);
 #else
   const uint64_t both = static_cast<uint64_t>(x) | (static_cast<uint64_t>(y) << 32);
@@ -176,7 +195,7 @@ TROUPE_HOST_DEVICE uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 template <int Offset, int N>
 TROUPE_HOST_DEVICE float byte_value(uint32_t v) {
   static_assert(N >= 0 && N < 4, "a word has bytes 0..3");
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   return __uint_as_float(__byte_perm(v, 0x4b000000u, 0x7540u | N)) - (8388608.0f + static_cast<float>(Offset));
 #else
   return static_cast<float>(static_cast<int>((v >> (8 * N)) & 0xffu) - Offset);
@@ -649,4 +668,5 @@ bool visit(dtype type, Fn&& fn) {
   }
 }
 
+TROUPE_BRANCHES_END
 }  // namespace troupe::cuda::quant_blocks

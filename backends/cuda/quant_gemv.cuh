@@ -32,6 +32,7 @@
 #endif
 
 namespace troupe::cuda {
+TROUPE_BRANCHES_BEGIN
 
 struct quant_gemv_params {
   const std::byte* weight = nullptr;  // [rows, cols / block size] blocks, row r at weight + r * row_bytes
@@ -53,22 +54,24 @@ inline constexpr int gemv_max_tile_tokens = 8;
 // Activations: the 8 values at p (16-byte aligned) as floats.
 template <typename In>
 TROUPE_HOST_DEVICE void load8(const In* p, float (&v)[8]) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   if constexpr (std::is_same_v<In, float>) {
     const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   } else {
+    // One 16-byte load; each 32-bit word holds two values, low half first. Unpacked from the
+    // bits (a bfloat16 is the top half of its float), never through a pointer of another type.
     const uint4 raw = *reinterpret_cast<const uint4*>(p);
     const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
     TROUPE_UNROLL
     for (int i = 0; i < 4; ++i) {
-      float2 pair;
       if constexpr (std::is_same_v<In, __half>) {
-        pair = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+        v[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] & 0xffffu)));
+        v[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] >> 16)));
       } else {
-        pair = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+        v[2 * i] = __uint_as_float(words[i] << 16);
+        v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
       }
-      v[2 * i] = pair.x, v[2 * i + 1] = pair.y;
     }
   }
 #else
@@ -86,7 +89,7 @@ TROUPE_HOST_DEVICE void load8(const In* p, float (&v)[8]) {
 }
 
 TROUPE_HOST_DEVICE float fma_acc(float a, float b, float acc) {
-#if defined(__CUDA_ARCH__)
+#if TROUPE_DEVICE_BRANCH
   return __fmaf_rn(a, b, acc);
 #else
   return a * b + acc;
@@ -222,4 +225,5 @@ bool quant_gemv_nonlinear(dtype weight_type, const quant_gemv_params& p, dtype i
 
 #endif  // __CUDACC__
 
+TROUPE_BRANCHES_END
 }  // namespace troupe::cuda
