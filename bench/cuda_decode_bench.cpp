@@ -40,7 +40,7 @@ model_config llama3_8b() {
   c.max_position_embeddings = 131072;
   c.rms_norm_eps = 1e-5f;
   c.rope_theta = 500000.0f;
-  c.rope_scaling = rope_scaling_config{8.0f, 1.0f, 4.0f, 8192};
+  c.rope_scaling = llama3_rope_scaling(8.0f, 1.0f, 4.0f, 8192);
   return c;
 }
 

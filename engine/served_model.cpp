@@ -70,7 +70,13 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   // Every running sequence at full length is all a pool sized from memory can be used for.
   const int64_t blocks_per_sequence = (served->max_model_len + spec.block_size - 1) / spec.block_size;
   kv.max_useful_blocks = static_cast<int>(std::min<int64_t>(int64_t(spec.max_num_seqs) * blocks_per_sequence, 1 << 30));
-  served->backend_model = make_backend_model(config, served->loaded.weights, device.kind, kv, spec.backend);
+  // longrope (Phi-3) picks its short or long factors by the context the model serves, as
+  // llama.cpp does by its context size: build the model for the context it will be run at.
+  model_config run_config = config;
+  if (run_config.rope_scaling && run_config.rope_scaling->type == rope_scaling_type::longrope) {
+    run_config.max_position_embeddings = served->max_model_len;
+  }
+  served->backend_model = make_backend_model(run_config, served->loaded.weights, device.kind, kv, spec.backend);
 
   for (int id : config.eos_token_ids) served->eos_token_ids.push_back(id);
   for (int32_t id : served->tok->eos_token_ids()) {

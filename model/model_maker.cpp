@@ -1,9 +1,13 @@
 #include "model/model_maker.hpp"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <memory>
 #include <stdexcept>
 
+#include "model/architecture.hpp"
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/float_conversion.hpp"
 #include "model/loader/gguf_model_loader.hpp"
@@ -11,10 +15,12 @@
 #include "model/loader/gguf_tokenizer_metadata.hpp"
 #include "model/loader/gguf_writer.hpp"
 #include "model/loader/hf_config.hpp"
+#include "model/loader/hf_tensor_forms.hpp"
 #include "model/loader/rope_permutation.hpp"
 #include "model/loader/safetensors_writer.hpp"
 #include "model/loader/tokenizer_sources.hpp"
 #include "model/model_tensors.hpp"
+#include "model/rope_frequencies.hpp"
 
 namespace troupe {
 namespace {
@@ -23,16 +29,6 @@ void write_json(const std::filesystem::path& path, const nlohmann::json& value) 
   std::ofstream out(path, std::ios::trunc);
   out << value.dump(2) << "\n";
   if (!out) throw std::runtime_error("cannot write '" + path.string() + "'");
-}
-
-const char* gguf_architecture(architecture arch) {
-  switch (arch) {
-    case architecture::llama:
-    case architecture::mistral: return "llama";  // llama.cpp runs Mistral as llama
-    case architecture::qwen2: return "qwen2";
-    case architecture::qwen3: return "qwen3";
-  }
-  return "llama";
 }
 
 // GGUF file_type: what most tensors hold (llama.cpp shows it; it does not drive loading).
@@ -52,13 +48,64 @@ std::vector<std::byte> encode(const std::vector<float>& values, dtype type) {
   return bytes;
 }
 
+// The model's random values by canonical tensor: sinks -infinity unless asked for (inert).
+std::function<std::vector<float>(const tensor_spec&)> value_source(const model_maker_options& options) {
+  const dummy_init init{options.init_stddev, options.norm_jitter};
+  return [init, options](const tensor_spec& spec) {
+    std::vector<float> values = dummy_tensor_values(spec, options.seed, init);
+    if (spec.role == tensor_role::sinks && !options.attention_sinks) {
+      std::fill(values.begin(), values.end(), -std::numeric_limits<float>::infinity());
+    }
+    return values;
+  };
+}
+
+void write_rope_gguf(gguf_writer& writer, const std::string& p, const model_config& config) {
+  writer.set(p + "rope.freq_base", gguf_value::f32(config.rope_theta));
+  writer.set(p + "rope.dimension_count", gguf_value::u32(rotary_dims(config)));
+  if (config.rope_local_theta > 0) writer.set(p + "rope.freq_base_swa", gguf_value::f32(config.rope_local_theta));
+  if (!config.rope_scaling) return;
+  const rope_scaling_config& s = *config.rope_scaling;
+  switch (s.type) {
+    case rope_scaling_type::llama3:
+      // llama.cpp reads Llama 3 scaling from rope_freqs.weight; Troupe also keeps the parameters.
+      writer.set("troupe.rope_scaling.factor", gguf_value::f32(s.factor));
+      writer.set("troupe.rope_scaling.low_freq_factor", gguf_value::f32(s.low_freq_factor));
+      writer.set("troupe.rope_scaling.high_freq_factor", gguf_value::f32(s.high_freq_factor));
+      writer.set("troupe.rope_scaling.original_max_position_embeddings", gguf_value::u32(s.original_max_position_embeddings));
+      break;
+    case rope_scaling_type::linear:
+      writer.set(p + "rope.scaling.type", gguf_value::string("linear"));
+      writer.set(p + "rope.scaling.factor", gguf_value::f32(s.factor));
+      break;
+    case rope_scaling_type::dynamic:
+      // No such type in GGUF: the static NTK form is a plain rotation with a grown base.
+      writer.set(p + "rope.freq_base", gguf_value::f32(dynamic_ntk_base(config)));
+      break;
+    case rope_scaling_type::yarn:
+      writer.set(p + "rope.scaling.type", gguf_value::string("yarn"));
+      writer.set(p + "rope.scaling.factor", gguf_value::f32(s.factor));
+      writer.set(p + "rope.scaling.original_context_length", gguf_value::u32(s.original_max_position_embeddings));
+      writer.set(p + "rope.scaling.yarn_beta_fast", gguf_value::f32(s.beta_fast));
+      writer.set(p + "rope.scaling.yarn_beta_slow", gguf_value::f32(s.beta_slow));
+      break;
+    case rope_scaling_type::longrope:
+      writer.set(p + "rope.scaling.original_context_length", gguf_value::u32(s.original_max_position_embeddings));
+      writer.set(p + "rope.scaling.attn_factor", gguf_value::f32(s.attention_factor));
+      break;
+  }
+}
+
 void write_gguf(const made_model& made, const model_maker_options& options, const tokenizer_sources& tokenizer) {
   const model_config& config = made.config;
-  const std::string arch = gguf_architecture(config.arch);
+  const architecture_traits& traits = traits_of(config.arch);
+  const std::string arch = std::string(traits.gguf_name);
   const std::string p = arch + ".";
   gguf_writer writer;
   writer.set("general.architecture", gguf_value::string(arch));
-  writer.set("general.name", gguf_value::string("troupe-" + options.arch));
+  // No architecture in the name: llama.cpp treats a model whose name holds "phi3" as having
+  // Phi-3's special tokens, which a test tokenizer (stories260K's) does not.
+  writer.set("general.name", gguf_value::string("troupe random model"));
   writer.set("general.file_type", gguf_value::u32(gguf_file_type(options.type)));
   writer.set(p + "context_length", gguf_value::u32(config.max_position_embeddings));
   writer.set(p + "embedding_length", gguf_value::u32(config.hidden_size));
@@ -69,40 +116,63 @@ void write_gguf(const made_model& made, const model_maker_options& options, cons
   writer.set(p + "attention.key_length", gguf_value::u32(config.head_dim));
   writer.set(p + "attention.value_length", gguf_value::u32(config.head_dim));
   writer.set(p + "attention.layer_norm_rms_epsilon", gguf_value::f32(config.rms_norm_eps));
-  writer.set(p + "rope.freq_base", gguf_value::f32(config.rope_theta));
-  writer.set(p + "rope.dimension_count", gguf_value::u32(config.head_dim));
   writer.set(p + "vocab_size", gguf_value::u32(config.vocab_size));
-  if (config.rope_scaling) {
-    // llama.cpp reads Llama 3 scaling from rope_freqs.weight; Troupe also keeps the parameters.
-    writer.set("troupe.rope_scaling.factor", gguf_value::f32(config.rope_scaling->factor));
-    writer.set("troupe.rope_scaling.low_freq_factor", gguf_value::f32(config.rope_scaling->low_freq_factor));
-    writer.set("troupe.rope_scaling.high_freq_factor", gguf_value::f32(config.rope_scaling->high_freq_factor));
-    writer.set("troupe.rope_scaling.original_max_position_embeddings",
-               gguf_value::u32(config.rope_scaling->original_max_position_embeddings));
+  write_rope_gguf(writer, p, config);
+  if (config.moe.num_experts > 0) {
+    writer.set(p + "expert_count", gguf_value::u32(config.moe.num_experts));
+    writer.set(p + "expert_used_count", gguf_value::u32(config.moe.experts_per_token));
+    writer.set(p + "expert_feed_forward_length", gguf_value::u32(config.moe.expert_intermediate_size));
+    if (config.moe.shared_expert_intermediate_size > 0) {
+      writer.set(p + "expert_shared_feed_forward_length", gguf_value::u32(config.moe.shared_expert_intermediate_size));
+    }
   }
+  if (config.arch == architecture::gemma2) {
+    writer.set(p + "attn_logit_softcapping", gguf_value::f32(config.attn_logit_softcapping));
+    writer.set(p + "final_logit_softcapping", gguf_value::f32(config.final_logit_softcapping));
+  } else if (config.final_logit_softcapping > 0) {
+    writer.set(p + "final_logit_softcapping", gguf_value::f32(config.final_logit_softcapping));
+  }
+  if (config.sliding_window > 0) writer.set(p + "attention.sliding_window", gguf_value::u32(config.sliding_window));
+  if (config.arch == architecture::phi3) writer.set(p + "attention.sliding_window", gguf_value::u32(0));
   add_tokenizer_metadata(writer, tokenizer);
 
-  const bool permute = arch == "llama";
-  const dummy_init init{options.init_stddev, options.norm_jitter};
-  for (const auto& spec : expected_tensors(config)) {
-    std::vector<float> values = dummy_tensor_values(spec, options.seed, init);
-    if (permute && (spec.name.find(".q_proj.") != std::string::npos || spec.name.find(".k_proj.") != std::string::npos)) {
-      const int heads = spec.name.find(".q_proj.") != std::string::npos ? config.num_heads : config.num_kv_heads;
+  const auto values_of = value_source(options);
+  std::map<std::string, tensor_spec> specs;
+  for (const tensor_spec& spec : expected_tensors(config)) specs[spec.name] = spec;
+  for (const gguf_tensor_layout& layout : gguf_tensor_layouts(config)) {
+    std::vector<float> values;
+    for (const std::string& part : layout.parts) {
+      std::vector<float> part_values = values_of(specs.at(part));
+      values.insert(values.end(), part_values.begin(), part_values.end());
+    }
+    if (layout.permuted_heads > 0) {
       std::vector<float> permuted(values.size());
-      const int64_t rows = spec.shape.front();
+      const int64_t rows = layout.shape.front();
       permute_rows_hf_to_gguf(reinterpret_cast<const std::byte*>(values.data()), reinterpret_cast<std::byte*>(permuted.data()),
-                              rows, values.size() / rows * sizeof(float), heads);
+                              rows, values.size() / rows * sizeof(float), layout.permuted_heads);
       values.swap(permuted);
     }
-    // llama.cpp wants 1-D tensors (norms, biases) in F32; a Q8_0 row must be whole blocks.
-    dtype type = spec.shape.size() == 1 ? dtype::f32 : options.type;
-    if (type == dtype::q8_0 && spec.shape.back() % q8_0_block_size != 0) type = dtype::f16;
-    writer.add_tensor(gguf_name_from_hf(spec.name), gguf_type_of(type), {spec.shape.rbegin(), spec.shape.rend()},
-                      encode(values, type));
+    if (layout.norm_plus_one) {
+      for (float& v : values) v += 1.0f;
+    }
+    // llama.cpp wants norms, biases (stacked experts' too) and sinks in F32; a quantized row
+    // must be whole blocks.
+    const bool one_d = layout.shape.size() == 1 || layout.gguf_1d;
+    const tensor_role role = specs.at(layout.parts.front()).role;
+    dtype type = one_d || role != tensor_role::matrix ? dtype::f32 : options.type;
+    if (type == dtype::q8_0 && layout.shape.back() % q8_0_block_size != 0) type = dtype::f16;
+    std::vector<int64_t> dims = one_d ? std::vector<int64_t>{static_cast<int64_t>(values.size())}
+                                      : std::vector<int64_t>{layout.shape.rbegin(), layout.shape.rend()};
+    writer.add_tensor(layout.gguf_name, gguf_type_of(type), dims, encode(values, type));
   }
-  if (config.rope_scaling) {
-    writer.add_tensor("rope_freqs.weight", gguf_tensor_type::f32, {config.head_dim / 2},
+  if (config.rope_scaling && config.rope_scaling->type == rope_scaling_type::llama3) {
+    writer.add_tensor("rope_freqs.weight", gguf_tensor_type::f32, {rotary_dims(config) / 2},
                       encode(llama3_rope_factors(config), dtype::f32));
+  }
+  if (config.rope_scaling && config.rope_scaling->type == rope_scaling_type::longrope) {
+    const int64_t n = rotary_dims(config) / 2;
+    writer.add_tensor("rope_factors_long.weight", gguf_tensor_type::f32, {n}, encode(config.rope_scaling->long_factor, dtype::f32));
+    writer.add_tensor("rope_factors_short.weight", gguf_tensor_type::f32, {n}, encode(config.rope_scaling->short_factor, dtype::f32));
   }
   writer.write(made.gguf_path);
 }
@@ -112,7 +182,6 @@ void write_hf(const made_model& made, const model_maker_options& options, const 
   const dtype type = options.type == dtype::q8_0 ? dtype::f16 : options.type;
   nlohmann::json hf_config = to_hf_config(config);
   hf_config["torch_dtype"] = type == dtype::f32 ? "float32" : type == dtype::f16 ? "float16" : "bfloat16";
-  if (config.arch == architecture::mistral) hf_config["sliding_window"] = nullptr;
   write_json(made.hf_dir / "config.json", hf_config);
   nlohmann::json generation = {{"_from_model_config", true}};
   if (config.bos_token_id >= 0) generation["bos_token_id"] = config.bos_token_id;
@@ -121,12 +190,11 @@ void write_hf(const made_model& made, const model_maker_options& options, const 
   write_json(made.hf_dir / "tokenizer.json", tokenizer.tokenizer_json);
   write_json(made.hf_dir / "tokenizer_config.json", tokenizer.tokenizer_config);
 
-  const dummy_init init{options.init_stddev, options.norm_jitter};
   std::vector<std::vector<std::byte>> buffers;
   std::vector<weight_tensor> tensors;
-  for (const auto& spec : expected_tensors(config)) {
-    buffers.push_back(encode(dummy_tensor_values(spec, options.seed, init), type));
-    tensors.push_back({spec.name, type, spec.shape, buffers.back().data(), buffers.back().size()});
+  for (const hf_checkpoint_tensor& t : hf_checkpoint_tensors(config, value_source(options))) {
+    buffers.push_back(encode(t.values, type));
+    tensors.push_back({t.name, type, t.shape, buffers.back().data(), buffers.back().size()});
   }
   write_safetensors(made.hf_dir / "model.safetensors", tensors);
 }
@@ -144,31 +212,58 @@ int token_id(const tokenizer_sources& tokenizer, const char* key) {
   return vocab.contains(content) ? vocab[content].get<int>() : -1;
 }
 
+int positive(int value, const char* name) {
+  if (value <= 0) throw std::runtime_error(std::string(name) + " must be positive, got " + std::to_string(value));
+  return value;
+}
+
+int or_default(int value, int fallback, const char* name) { return value == 0 ? fallback : positive(value, name); }
+
+void configure_rope_scaling(const model_maker_options& options, model_config& config) {
+  std::string kind = options.rope_scaling;
+  if (kind.empty()) kind = options.arch == "llama3" ? "llama3" : config.arch == architecture::gpt_oss ? "yarn" : "none";
+  if (kind == "none") return;
+  rope_scaling_config s;
+  s.factor = options.rope_scaling_factor > 0 ? options.rope_scaling_factor : kind == "llama3" ? 8.0f : 4.0f;
+  s.original_max_position_embeddings = static_cast<int>(config.max_position_embeddings / s.factor);
+  if (s.original_max_position_embeddings < 1) throw std::runtime_error("--max-position-embeddings is too small for the rope scaling factor");
+  const int half = rotary_dims(config) / 2;
+  if (kind == "linear") {
+    s.type = rope_scaling_type::linear;
+  } else if (kind == "dynamic") {
+    s.type = rope_scaling_type::dynamic;
+  } else if (kind == "llama3") {
+    s.type = rope_scaling_type::llama3;
+    s.original_max_position_embeddings = 8192;  // Llama 3.1's
+  } else if (kind == "yarn") {
+    s.type = rope_scaling_type::yarn;
+    s.truncate = config.arch != architecture::gpt_oss;  // gpt-oss's config says truncate: false
+  } else if (kind == "longrope") {
+    s.type = rope_scaling_type::longrope;
+    for (int i = 0; i < half; ++i) {
+      // Phi-3's factors rise from ~1 at high frequencies; long ones towards the scaling factor.
+      s.short_factor.push_back(1.0f + 0.5f * static_cast<float>(i) / half);
+      s.long_factor.push_back(1.0f + (s.factor - 1.0f) * static_cast<float>(i) / half);
+    }
+    s.attention_factor = longrope_attention_factor(config.max_position_embeddings, s.original_max_position_embeddings);
+  } else {
+    throw std::runtime_error("unknown --rope-scaling '" + kind + "' (expected none, linear, dynamic, llama3, yarn or longrope)");
+  }
+  config.rope_scaling = s;
+}
+
 }  // namespace
 
 model_config model_maker_config(const model_maker_options& options, int vocab_size) {
+  const std::string arch_name = options.arch == "llama3" ? "llama" : options.arch;
+  const std::optional<architecture> arch = architecture_from_name(arch_name);
+  if (!arch) throw std::runtime_error("unknown --arch '" + options.arch + "' (expected llama3 or one of " + architecture_names() + ")");
+  const architecture_traits& traits = traits_of(*arch);
   model_config config;
-  if (options.arch == "llama" || options.arch == "llama3") {
-    config.arch = architecture::llama;
-    config.architecture_name = "LlamaForCausalLM";
-  } else if (options.arch == "mistral") {
-    config.arch = architecture::mistral;
-    config.architecture_name = "MistralForCausalLM";
-  } else if (options.arch == "qwen2") {
-    config.arch = architecture::qwen2;
-    config.architecture_name = "Qwen2ForCausalLM";
-    config.attention_bias = true;
-  } else if (options.arch == "qwen3") {
-    config.arch = architecture::qwen3;
-    config.architecture_name = "Qwen3ForCausalLM";
-    config.qk_norm = true;
-  } else {
-    throw std::runtime_error("unknown --arch '" + options.arch + "' (expected llama, llama3, mistral, qwen2 or qwen3)");
-  }
-  auto positive = [](int value, const char* name) {
-    if (value <= 0) throw std::runtime_error(std::string(name) + " must be positive, got " + std::to_string(value));
-    return value;
-  };
+  config.arch = *arch;
+  config.architecture_name = std::string(traits.hf_name);
+  config.attention_bias = traits.always_attention_bias;
+  config.qk_norm = traits.always_qk_norm;
   config.hidden_size = positive(options.hidden_size, "--hidden-size");
   config.intermediate_size = positive(options.intermediate_size, "--intermediate-size");
   config.num_layers = positive(options.num_layers, "--layers");
@@ -186,12 +281,87 @@ model_config model_maker_config(const model_maker_options& options, int vocab_si
     throw std::runtime_error("--hidden-size must be a multiple of --heads unless --head-dim is given");
   }
   if (config.head_dim % 2 != 0) throw std::runtime_error("head_dim must be even for RoPE, got " + std::to_string(config.head_dim));
+  if (options.rotary_dim != 0) {
+    if (options.rotary_dim < 0 || options.rotary_dim % 2 != 0 || options.rotary_dim > config.head_dim) {
+      throw std::runtime_error("--rotary-dim must be even and at most head_dim " + std::to_string(config.head_dim) + ", got " +
+                               std::to_string(options.rotary_dim));
+    }
+    if (options.rotary_dim != config.head_dim) config.rotary_dim = options.rotary_dim;
+  }
   config.vocab_size = positive(vocab_size, "vocab size");
   config.max_position_embeddings = positive(options.max_position_embeddings, "--max-position-embeddings");
   config.tie_word_embeddings = options.tie_word_embeddings;
-  config.rms_norm_eps = config.arch == architecture::qwen2 || config.arch == architecture::qwen3 ? 1e-6f : 1e-5f;
-  config.rope_theta = options.arch == "llama3" ? 500000.0f : config.arch == architecture::llama ? 10000.0f : 1000000.0f;
-  if (options.arch == "llama3") config.rope_scaling = rope_scaling_config{8.0f, 1.0f, 4.0f, 8192};
+  switch (config.arch) {
+    case architecture::llama:
+    case architecture::mistral:
+    case architecture::mixtral:
+    case architecture::phi3: config.rms_norm_eps = 1e-5f; break;
+    default: config.rms_norm_eps = 1e-6f; break;
+  }
+  config.rope_theta = options.arch == "llama3"                                        ? 500000.0f
+                      : config.arch == architecture::llama || config.arch == architecture::phi3 ? 10000.0f
+                      : config.arch == architecture::gpt_oss                          ? 150000.0f
+                                                                                      : 1000000.0f;
+
+  if (traits.experts) {
+    moe_config& moe = config.moe;
+    moe.num_experts = or_default(options.num_experts, 8, "--experts");
+    moe.experts_per_token = or_default(options.experts_per_token, 2, "--experts-per-token");
+    if (moe.experts_per_token > moe.num_experts) {
+      throw std::runtime_error("--experts-per-token " + std::to_string(moe.experts_per_token) + " exceeds --experts " +
+                               std::to_string(moe.num_experts));
+    }
+    const bool qwen = config.arch == architecture::qwen2_moe || config.arch == architecture::qwen3_moe;
+    moe.expert_intermediate_size = or_default(options.expert_intermediate_size,
+                                              qwen ? std::max(1, config.intermediate_size / 2) : config.intermediate_size,
+                                              "--expert-intermediate-size");
+    // Mixtral's and gpt-oss's config.json name the experts' width intermediate_size.
+    if (!qwen) config.intermediate_size = moe.expert_intermediate_size;
+    if (config.arch == architecture::qwen2_moe) {
+      moe.shared_expert_intermediate_size =
+          or_default(options.shared_expert_intermediate_size, config.intermediate_size, "--shared-expert-intermediate-size");
+    }
+    moe.norm_topk_prob = config.arch == architecture::mixtral || options.norm_topk_prob.value_or(config.arch == architecture::qwen3_moe);
+    if (config.arch == architecture::gpt_oss) {
+      moe.scoring = router_scoring::softmax_over_top_k;
+      moe.router_bias = true;
+      moe.expert_bias = true;
+      moe.norm_topk_prob = false;
+      config.activation = activation_kind::swiglu_oai;
+      config.attention_sinks = true;
+    }
+  } else if (options.num_experts != 0 || options.experts_per_token != 0) {
+    throw std::runtime_error("--experts applies to mixtral, qwen2_moe, qwen3_moe and gpt_oss only, not " + options.arch);
+  }
+
+  int window = options.sliding_window;
+  if (config.arch == architecture::gemma2 || config.arch == architecture::gemma3) {
+    config.activation = activation_kind::gelu_tanh;
+    config.query_pre_attn_scalar = static_cast<float>(config.head_dim);
+    config.tie_word_embeddings = true;  // llama.cpp's Gemma 2 has no output.weight
+    if (window == 0) window = config.arch == architecture::gemma2 ? 4096 : 512;
+    if (config.arch == architecture::gemma2) {
+      config.attn_logit_softcapping = options.attn_logit_softcapping.value_or(50.0f);
+      config.final_logit_softcapping = options.final_logit_softcapping.value_or(30.0f);
+    } else {
+      if (options.attn_logit_softcapping) throw std::runtime_error("Gemma 3 has no attention soft-capping");
+      config.final_logit_softcapping = options.final_logit_softcapping.value_or(0.0f);
+      config.rope_local_theta = 10000.0f;
+    }
+  } else if (options.attn_logit_softcapping || options.final_logit_softcapping) {
+    throw std::runtime_error("--attn-softcap and --final-softcap apply to gemma2 and gemma3 only");
+  }
+  if (config.arch == architecture::gpt_oss && window == 0) window = 128;
+  if (window > 0) {
+    const int pattern = config.arch == architecture::gemma3 ? 6 : 2;
+    if (config.arch != architecture::gemma2 && config.arch != architecture::gemma3 && config.arch != architecture::gpt_oss) {
+      throw std::runtime_error("--sliding-window applies to gemma2, gemma3 and gpt_oss only");
+    }
+    config.sliding_window = positive(window, "--sliding-window");
+    config.sliding_layers.resize(config.num_layers);
+    for (int i = 0; i < config.num_layers; ++i) config.sliding_layers[i] = (i + 1) % pattern != 0;
+  }
+  configure_rope_scaling(options, config);
   return config;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "model/dtype.hpp"
@@ -13,7 +14,9 @@
 namespace troupe {
 
 struct model_maker_options {
-  std::string arch = "llama";  // llama | llama3 | mistral | qwen2 | qwen3
+  // llama | llama3 | mistral | qwen2 | qwen3 | mixtral | qwen2_moe | qwen3_moe | gpt_oss | gemma2 |
+  // gemma3 | phi3 (llama3: llama with Llama 3.1's rope scaling)
+  std::string arch = "llama";
   int hidden_size = 64;
   int intermediate_size = 128;
   int num_layers = 2;
@@ -22,7 +25,26 @@ struct model_maker_options {
   int head_dim = 0;        // 0: hidden_size / num_heads
   int vocab_size = 0;      // 0: the tokenizer's; otherwise must equal it
   int max_position_embeddings = 2048;
-  bool tie_word_embeddings = false;
+  bool tie_word_embeddings = false;  // Gemma always ties
+  // Mixture of experts (0: the architecture's small default).
+  int num_experts = 0;                      // 8
+  int experts_per_token = 0;                // 2
+  int expert_intermediate_size = 0;         // intermediate_size / 2 (Qwen MoE); Mixtral and gpt-oss: intermediate_size
+  int shared_expert_intermediate_size = 0;  // Qwen2-MoE: intermediate_size
+  std::optional<bool> norm_topk_prob;       // Qwen MoE: false for qwen2_moe, true for qwen3_moe
+  // Attention extras.
+  int sliding_window = 0;                   // 0: the architecture's (Gemma 2: 4096, Gemma 3: 512, gpt-oss: 128)
+  std::optional<float> attn_logit_softcapping;   // Gemma 2: 50
+  std::optional<float> final_logit_softcapping;  // Gemma 2: 30
+  // gpt-oss: random sinks; without, every sink is -infinity (inert): Troupe's attention does not
+  // apply sinks yet (issue 22, phase 2), llama.cpp's does.
+  bool attention_sinks = false;
+  int rotary_dim = 0;       // 0: head_dim; smaller turns only the first rotary_dim of each head
+  // "" (the architecture's: llama3 for arch llama3, none otherwise) | none | linear | dynamic |
+  // llama3 | yarn | longrope; factor 0: 8 for llama3, 4 otherwise. The original context is
+  // max_position_embeddings / factor.
+  std::string rope_scaling;
+  float rope_scaling_factor = 0.0f;
   dtype type = dtype::f32;  // q8_0 applies to the GGUF; the HF copy then gets f16
   uint64_t seed = 0;
   float init_stddev = 0.02f;

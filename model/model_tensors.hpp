@@ -1,7 +1,14 @@
 #pragma once
-// The tensors a model_config implies (canonical HF names and shapes): the one list the loader
+// The tensors a model_config implies (canonical names and shapes): the one list the loader
 // checks a weight_store against and every backend takes its weights from, so that which biases,
-// q/k norms and output projection a model has is decided in one place.
+// norms, experts and output projection a model has is decided in one place.
+//
+// Canonical names are the Hugging Face checkpoint's where its tensors are usable as they are
+// (Mixtral's block_sparse_moe.experts.3.w1, Gemma's pre_feedforward_layernorm). Where a
+// checkpoint fuses or packs tensors, the canonical form is the unfused one and the loaders
+// convert (model/loader/hf_tensor_forms.hpp, the GGUF loader): Phi-3's qkv_proj and
+// gate_up_proj become q/k/v_proj and gate/up_proj views; gpt-oss's packed experts become
+// mlp.experts.E.{gate,up,down}_proj with their biases.
 
 #include <cstdint>
 #include <string>
@@ -12,24 +19,44 @@
 
 namespace troupe {
 
-// Q/K/V biases: Qwen2 always has them, other architectures when the config says so.
+// Q/K/V biases: Qwen2, Qwen2-MoE and gpt-oss always have them, others when the config says so.
 bool has_attention_bias(const model_config& config);
-// Per-head RMSNorm of q and k: Qwen3 always has it, other architectures when the config says so.
+// Per-head RMSNorm of q and k: Qwen3, Qwen3-MoE and Gemma 3 always have it, others when the config says so.
 bool has_qk_norm(const model_config& config);
+
+// One routed expert's SwiGLU (an empty bias name: no bias).
+struct expert_tensor_names {
+  std::string gate_proj, up_proj;   // [expert_intermediate, hidden]
+  std::string down_proj;            // [hidden, expert_intermediate]
+  std::string gate_bias, up_bias;   // [expert_intermediate]; gpt-oss
+  std::string down_bias;            // [hidden]; gpt-oss
+};
 
 // The names of one decoder layer's tensors. Where the model has no such tensor the name is
 // empty, and a backend must not look for it (a file may still hold one: it is ignored).
 struct layer_tensor_names {
-  std::string input_norm;           // [hidden]
+  std::string attn_norm;            // [hidden] before attention
   std::string q_proj;               // [num_heads * head_dim, hidden]
   std::string k_proj, v_proj;       // [num_kv_heads * head_dim, hidden]
   std::string q_bias;               // [num_heads * head_dim]; empty without attention bias
   std::string k_bias, v_bias;       // [num_kv_heads * head_dim]; empty without attention bias
   std::string q_norm, k_norm;       // [head_dim]; empty without q/k norm
   std::string o_proj;               // [hidden, num_heads * head_dim]
-  std::string post_attention_norm;  // [hidden]
+  std::string o_bias;               // [hidden]; gpt-oss
+  std::string sinks;                // [num_heads]; gpt-oss
+  std::string attn_post_norm;       // [hidden] on the attention output; Gemma
+  std::string ffn_norm;             // [hidden] before the MLP or the experts
+  std::string ffn_post_norm;        // [hidden] on the MLP output; Gemma
+  // Dense MLP (empty in a mixture-of-experts layer).
   std::string gate_proj, up_proj;   // [intermediate, hidden]
   std::string down_proj;            // [hidden, intermediate]
+  // Mixture of experts (empty in a dense layer).
+  std::string router;               // [num_experts, hidden]
+  std::string router_bias;          // [num_experts]; gpt-oss
+  std::vector<expert_tensor_names> experts;  // [num_experts]
+  std::string shared_gate_proj, shared_up_proj;  // [shared_intermediate, hidden]; Qwen2-MoE
+  std::string shared_down_proj;                  // [hidden, shared_intermediate]
+  std::string shared_expert_gate;                // [1, hidden]: sigmoid gate of the shared expert
 };
 
 struct model_tensor_names {
@@ -45,8 +72,10 @@ model_tensor_names tensor_names(const model_config& config);
 
 enum class tensor_role {
   matrix,     // a linear layer or embedding: [out, in]
-  norm,       // an RMSNorm weight (initialized to 1)
-  bias,       // an attention bias
+  norm,       // an RMSNorm weight (initialized near 1)
+  norm_offset,  // an RMSNorm weight applied as (1 + w) (Gemma; initialized near 0)
+  bias,       // a bias (attention, router, experts)
+  sinks,      // gpt-oss: per-head attention sink logits
 };
 
 struct tensor_spec {

@@ -1,25 +1,31 @@
-// One forward step of a Llama-family model on the CPU: a straight loop over layers, every
-// intermediate named, all buffers owned by the model and reused from step to step.
+// One forward step of a decoder-only transformer on the CPU: a straight loop over layers, each
+// built from the shared blocks (norm, attention, MLP or mixture of experts, post-norms) as the
+// architecture's description says (model/architecture.hpp), every intermediate named, all
+// buffers owned by the model and reused from step to step.
 
 #include "backends/cpu/cpu_model.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/embedding.hpp"
+#include "backends/cpu/gated_activation.hpp"
 #include "backends/cpu/kv_pool.hpp"
 #include "backends/cpu/matmul.hpp"
+#include "backends/cpu/moe_layer.hpp"
 #include "backends/cpu/paged_attention.hpp"
 #include "backends/cpu/rms_norm.hpp"
 #include "backends/cpu/rope.hpp"
 #include "backends/cpu/row_kernels.hpp"
-#include "backends/cpu/silu_mul.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "backends/cpu/thread_pool.hpp"
+#include "model/architecture.hpp"
 #include "model/model_tensors.hpp"
 #include "model/rope_frequencies.hpp"
 
@@ -54,52 +60,83 @@ void check_config(const model_config& c) {
               std::to_string(c.num_kv_heads) + ")");
   require(c.head_dim > 0 && c.head_dim % 2 == 0, "head_dim must be positive and even");
   require(c.vocab_size > 0, "vocab_size must be positive");
+  if (c.moe.num_experts > 0) {
+    require(c.moe.experts_per_token > 0 && c.moe.experts_per_token <= c.moe.num_experts,
+            "experts_per_token must be in 1..num_experts");
+    require(c.moe.expert_intermediate_size > 0, "expert_intermediate_size must be positive");
+  }
+  // Attention soft-capping needs the new attention kernels (issue 22, phase 2).
+  require(c.attn_logit_softcapping == 0.0f,
+          "attention logit soft-capping (attn_logit_softcapping " + std::to_string(c.attn_logit_softcapping) +
+              ", Gemma 2) is not implemented on the CPU yet; a config with attn_logit_softcapping null runs");
+}
+
+// A norm's weights as the multiplier the CPU applies: (1 + w) for Gemma's norms.
+std::vector<float> norm_weights(const weight_tensor& tensor, int64_t size, norm_kind kind) {
+  std::vector<float> values = small_tensor_f32(tensor, size);
+  if (kind == norm_kind::rms_one_plus) {
+    for (float& v : values) v += 1.0f;
+  }
+  return values;
 }
 
 class cpu_model final : public model {
  public:
   cpu_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
             int num_threads)
-      : config_(with_head_dim(config)), pool_(num_threads), kv_(config_, kv_shape) {
+      : config_(with_head_dim(config)), traits_(traits_of(config_.arch)), pool_(num_threads), kv_(config_, kv_shape) {
     check_config(config_);
     const model_config& c = config_;
     const int64_t hidden = c.hidden_size;
     const int64_t q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
     const int64_t kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+    const norm_kind norm = traits_.norm;
 
-    // Which tensors the model has (biases, q/k norms, its own lm_head) is the loader's list.
+    // Which tensors the model has (biases, q/k norms, post-norms, experts, its own lm_head) is
+    // the loader's list; each layer is built from what it names.
     const model_tensor_names names = tensor_names(c);
     embed_tokens_ = cpu::view_of(weights.get(names.embed_tokens), c.vocab_size, hidden);
     lm_head_ = cpu::view_of(weights.get(names.lm_head), c.vocab_size, hidden);
-    final_norm_ = small_tensor_f32(weights.get(names.final_norm), hidden);
+    final_norm_ = norm_weights(weights.get(names.final_norm), hidden, norm);
+    activation_ = {c.activation, c.swiglu_alpha, c.swiglu_limit};
 
     layers_.resize(c.num_layers);
     for (int i = 0; i < c.num_layers; ++i) {
       const layer_tensor_names& n = names.layers[i];
       auto tensor = [&](const std::string& name) -> const weight_tensor& { return weights.get(name); };
+      auto optional_f32 = [&](const std::string& name, int64_t size) {
+        return name.empty() ? std::vector<float>{} : small_tensor_f32(tensor(name), size);
+      };
+      auto optional_norm = [&](const std::string& name, int64_t size) {
+        return name.empty() ? std::vector<float>{} : norm_weights(tensor(name), size, norm);
+      };
       layer_weights& layer = layers_[i];
-      layer.input_norm = small_tensor_f32(tensor(n.input_norm), hidden);
-      layer.post_attention_norm = small_tensor_f32(tensor(n.post_attention_norm), hidden);
+      layer.attn_norm = norm_weights(tensor(n.attn_norm), hidden, norm);
+      layer.ffn_norm = norm_weights(tensor(n.ffn_norm), hidden, norm);
+      layer.attn_post_norm = optional_norm(n.attn_post_norm, hidden);
+      layer.ffn_post_norm = optional_norm(n.ffn_post_norm, hidden);
       layer.q_proj = cpu::view_of(tensor(n.q_proj), q_dim, hidden);
       layer.k_proj = cpu::view_of(tensor(n.k_proj), kv_dim, hidden);
       layer.v_proj = cpu::view_of(tensor(n.v_proj), kv_dim, hidden);
       layer.o_proj = cpu::view_of(tensor(n.o_proj), hidden, q_dim);
-      layer.gate_proj = cpu::view_of(tensor(n.gate_proj), c.intermediate_size, hidden);
-      layer.up_proj = cpu::view_of(tensor(n.up_proj), c.intermediate_size, hidden);
-      layer.down_proj = cpu::view_of(tensor(n.down_proj), hidden, c.intermediate_size);
-      if (!n.q_bias.empty()) {
-        layer.q_bias = small_tensor_f32(tensor(n.q_bias), q_dim);
-        layer.k_bias = small_tensor_f32(tensor(n.k_bias), kv_dim);
-        layer.v_bias = small_tensor_f32(tensor(n.v_bias), kv_dim);
-      }
-      if (!n.q_norm.empty()) {
-        layer.q_norm = small_tensor_f32(tensor(n.q_norm), c.head_dim);
-        layer.k_norm = small_tensor_f32(tensor(n.k_norm), c.head_dim);
+      layer.q_bias = optional_f32(n.q_bias, q_dim);
+      layer.k_bias = optional_f32(n.k_bias, kv_dim);
+      layer.v_bias = optional_f32(n.v_bias, kv_dim);
+      layer.o_bias = optional_f32(n.o_bias, hidden);
+      layer.q_norm = optional_norm(n.q_norm, c.head_dim);
+      layer.k_norm = optional_norm(n.k_norm, c.head_dim);
+      if (!n.sinks.empty()) check_sinks_inert(tensor(n.sinks), c.num_heads);
+      layer.rope = rope_for_layer(c, i);
+      if (n.experts.empty()) {
+        layer.gate_proj = cpu::view_of(tensor(n.gate_proj), c.intermediate_size, hidden);
+        layer.up_proj = cpu::view_of(tensor(n.up_proj), c.intermediate_size, hidden);
+        layer.down_proj = cpu::view_of(tensor(n.down_proj), hidden, c.intermediate_size);
+      } else {
+        layer.moe.emplace(c.moe, activation_, hidden, moe_weights_of(n, weights));
       }
     }
-    inv_freq_ = rope_inv_freq(c);
     attention_shape_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
-                        kv_shape.num_blocks, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+                        kv_shape.num_blocks, attention_scale(c)};
   }
 
   const model_config& config() const override { return config_; }
@@ -130,52 +167,28 @@ class cpu_model final : public model {
     const model_config& c = config_;
     const int64_t n = batch.num_tokens();
     const int64_t hidden = c.hidden_size;
-    const int64_t q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
-    const int64_t kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-    const int64_t inter = c.intermediate_size;
     reserve(n, batch.num_logits());
     float* x = x_.data();        // [n, hidden] the residual stream
-    float* h = h_.data();        // [n, hidden] normed input of a block; then its output
-    float* q = q_.data();        // [n, num_heads, head_dim]
-    float* k = k_.data();        // [n, num_kv_heads, head_dim]
-    float* v = v_.data();        // [n, num_kv_heads, head_dim]
-    float* attn = attn_.data();  // [n, num_heads, head_dim]
-    float* gate = gate_.data();  // [n, intermediate]
-    float* up = up_.data();      // [n, intermediate]
+    float* h = h_.data();        // [n, hidden] normed input of a block
+    float* out = out_.data();    // [n, hidden] a block's output
 
     if (n > 0) cpu::embedding_lookup(pool_, embed_tokens_, batch.token_ids.data(), n, x);
+    if (traits_.scale_embeddings) scale(x, n * hidden, std::sqrt(static_cast<float>(hidden)));  // Gemma
     for (int i = 0; i < c.num_layers; ++i) {
       const layer_weights& layer = layers_[i];
-      // Attention block.
-      cpu::rms_norm(pool_, x, n, hidden, layer.input_norm.data(), c.rms_norm_eps, h);
-      cpu::matmul(pool_, h, n, layer.q_proj, q, scratch_);
-      cpu::matmul(pool_, h, n, layer.k_proj, k, scratch_);
-      cpu::matmul(pool_, h, n, layer.v_proj, v, scratch_);
-      if (!layer.q_bias.empty()) {
-        add_bias(q, n, layer.q_bias);
-        add_bias(k, n, layer.k_bias);
-        add_bias(v, n, layer.v_bias);
-      }
-      if (!layer.q_norm.empty()) {  // Qwen3: RMSNorm over each head's head_dim, before RoPE
-        cpu::rms_norm(pool_, q, n * c.num_heads, c.head_dim, layer.q_norm.data(), c.rms_norm_eps, q);
-        cpu::rms_norm(pool_, k, n * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.rms_norm_eps, k);
-      }
-      cpu::apply_rope(pool_, q, q_dim, c.num_heads, k, kv_dim, c.num_kv_heads, n, c.head_dim,
-                      batch.positions.data(), inv_freq_);
-      kv_.write(i, k, v, kv_dim, batch.slot_mapping.data(), n);
-      if (batch.after_layer_kv) batch.after_layer_kv(i);
-      cpu::paged_attention(pool_, q, q_dim, kv_.keys(i), kv_.values(i), batch, attention_shape_,
-                           attn, q_dim, attention_workspace_);
-      cpu::matmul(pool_, attn, n, layer.o_proj, h, scratch_);  // h: [n, hidden]
-      add_in_place(x, h, n * hidden);
+      norm(x, n, layer.attn_norm, h);
+      attention_block(i, layer, batch, h, out);
+      if (!layer.attn_post_norm.empty()) norm(out, n, layer.attn_post_norm, out);
+      add_in_place(x, out, n * hidden);
 
-      // MLP block (SwiGLU).
-      cpu::rms_norm(pool_, x, n, hidden, layer.post_attention_norm.data(), c.rms_norm_eps, h);
-      cpu::matmul(pool_, h, n, layer.gate_proj, gate, scratch_);
-      cpu::matmul(pool_, h, n, layer.up_proj, up, scratch_);
-      cpu::silu_mul(pool_, gate, up, inter, n, inter, gate, inter);  // gate: silu(gate) * up
-      cpu::matmul(pool_, gate, n, layer.down_proj, h, scratch_);     // h: [n, hidden]
-      add_in_place(x, h, n * hidden);
+      norm(x, n, layer.ffn_norm, h);
+      if (layer.moe) {
+        layer.moe->forward(pool_, h, n, out, moe_workspace_);
+      } else {
+        mlp_block(layer, h, n, out);
+      }
+      if (!layer.ffn_post_norm.empty()) norm(out, n, layer.ffn_post_norm, out);
+      add_in_place(x, out, n * hidden);
     }
 
     // Logits only for the rows asked for.
@@ -186,18 +199,111 @@ class cpu_model final : public model {
       std::memcpy(last + r * hidden, x + static_cast<int64_t>(batch.logits_rows[r]) * hidden,
                   hidden * sizeof(float));
     }
-    cpu::rms_norm(pool_, last, num_logits, hidden, final_norm_.data(), c.rms_norm_eps, last);
+    norm(last, num_logits, final_norm_, last);
     cpu::matmul(pool_, last, num_logits, lm_head_, logits, scratch_);  // [num_logits, vocab]
+    if (c.final_logit_softcapping > 0) {  // Gemma 2: cap * tanh(logits / cap)
+      const float cap = c.final_logit_softcapping;
+      for (int64_t i = 0; i < num_logits * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
   }
 
  private:
   struct layer_weights {
-    std::vector<float> input_norm, post_attention_norm;  // [hidden]
+    std::vector<float> attn_norm, ffn_norm;            // [hidden], as multipliers
+    std::vector<float> attn_post_norm, ffn_post_norm;  // [hidden]; empty if none (Gemma has them)
     weight_view q_proj, k_proj, v_proj, o_proj;
-    weight_view gate_proj, up_proj, down_proj;
     std::vector<float> q_bias, k_bias, v_bias;  // [q_dim], [kv_dim], [kv_dim]; empty if none
+    std::vector<float> o_bias;                  // [hidden]; empty if none
     std::vector<float> q_norm, k_norm;          // [head_dim]; empty if none
+    rope_parameters rope;                       // this layer's frequencies (Gemma 3: local or global)
+    weight_view gate_proj, up_proj, down_proj;  // the dense MLP (no views in a MoE layer)
+    std::optional<cpu::moe_layer> moe;
   };
+
+  // Attention block: h [n, hidden] (normed) -> out [n, hidden].
+  void attention_block(int index, const layer_weights& layer, const forward_batch& batch, const float* h, float* out) {
+    const model_config& c = config_;
+    const int64_t n = batch.num_tokens();
+    const int64_t q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+    float* q = q_.data();        // [n, num_heads, head_dim]
+    float* k = k_.data();        // [n, num_kv_heads, head_dim]
+    float* v = v_.data();        // [n, num_kv_heads, head_dim]
+    float* attn = attn_.data();  // [n, num_heads, head_dim]
+    cpu::matmul(pool_, h, n, layer.q_proj, q, scratch_);
+    cpu::matmul(pool_, h, n, layer.k_proj, k, scratch_);
+    cpu::matmul(pool_, h, n, layer.v_proj, v, scratch_);
+    add_bias(q, n, layer.q_bias);
+    add_bias(k, n, layer.k_bias);
+    add_bias(v, n, layer.v_bias);
+    if (!layer.q_norm.empty()) {  // Qwen3, Gemma 3: RMSNorm over each head's head_dim, before RoPE
+      cpu::rms_norm(pool_, q, n * c.num_heads, c.head_dim, layer.q_norm.data(), c.rms_norm_eps, q);
+      cpu::rms_norm(pool_, k, n * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.rms_norm_eps, k);
+    }
+    cpu::apply_rope(pool_, q, q_dim, c.num_heads, k, kv_dim, c.num_kv_heads, n, c.head_dim,
+                    batch.positions.data(), layer.rope);
+    kv_.write(index, k, v, kv_dim, batch.slot_mapping.data(), n);
+    if (batch.after_layer_kv) batch.after_layer_kv(index);
+    cpu::paged_attention(pool_, q, q_dim, kv_.keys(index), kv_.values(index), batch, attention_shape_,
+                         attn, q_dim, attention_workspace_);
+    cpu::matmul(pool_, attn, n, layer.o_proj, out, scratch_);  // out: [n, hidden]
+    add_bias(out, n, layer.o_bias);
+  }
+
+  // Dense gated MLP: h [n, hidden] -> out [n, hidden].
+  void mlp_block(const layer_weights& layer, const float* h, int64_t n, float* out) {
+    const int64_t inter = config_.intermediate_size;
+    float* gate = gate_.data();  // [n, intermediate]
+    float* up = up_.data();      // [n, intermediate]
+    cpu::matmul(pool_, h, n, layer.gate_proj, gate, scratch_);
+    cpu::matmul(pool_, h, n, layer.up_proj, up, scratch_);
+    cpu::gated_activation(pool_, activation_, gate, up, inter, n, inter, gate, inter);  // gate: act(gate) * up
+    cpu::matmul(pool_, gate, n, layer.down_proj, out, scratch_);
+  }
+
+  void norm(const float* in, int64_t rows, const std::vector<float>& weight, float* out) {
+    cpu::rms_norm(pool_, in, rows, config_.hidden_size, weight.data(), config_.rms_norm_eps, out);
+  }
+
+  cpu::moe_weights moe_weights_of(const layer_tensor_names& n, const weight_store& weights) const {
+    const model_config& c = config_;
+    const int64_t hidden = c.hidden_size;
+    const int64_t inter = c.moe.expert_intermediate_size;
+    cpu::moe_weights w;
+    w.router = cpu::view_of(weights.get(n.router), c.moe.num_experts, hidden);
+    if (!n.router_bias.empty()) w.router_bias = small_tensor_f32(weights.get(n.router_bias), c.moe.num_experts);
+    for (const expert_tensor_names& x : n.experts) {
+      cpu::expert_weights e;
+      e.gate = cpu::view_of(weights.get(x.gate_proj), inter, hidden);
+      e.up = cpu::view_of(weights.get(x.up_proj), inter, hidden);
+      e.down = cpu::view_of(weights.get(x.down_proj), hidden, inter);
+      if (!x.gate_bias.empty()) {
+        e.gate_bias = small_tensor_f32(weights.get(x.gate_bias), inter);
+        e.up_bias = small_tensor_f32(weights.get(x.up_bias), inter);
+        e.down_bias = small_tensor_f32(weights.get(x.down_bias), hidden);
+      }
+      w.experts.push_back(std::move(e));
+    }
+    if (!n.shared_gate_proj.empty()) {
+      const int64_t shared = c.moe.shared_expert_intermediate_size;
+      w.shared_gate = cpu::view_of(weights.get(n.shared_gate_proj), shared, hidden);
+      w.shared_up = cpu::view_of(weights.get(n.shared_up_proj), shared, hidden);
+      w.shared_down = cpu::view_of(weights.get(n.shared_down_proj), hidden, shared);
+      w.shared_expert_gate = cpu::view_of(weights.get(n.shared_expert_gate), 1, hidden);
+    }
+    return w;
+  }
+
+  // Attention sinks need the new attention kernels (issue 22, phase 2); until then a model runs
+  // only when its sinks are -infinity, which adds nothing to any softmax.
+  static void check_sinks_inert(const weight_tensor& sinks, int num_heads) {
+    for (float s : small_tensor_f32(sinks, num_heads)) {
+      if (s != -std::numeric_limits<float>::infinity()) {
+        throw std::runtime_error("tensor '" + sinks.name + "' holds attention sinks (" + std::to_string(s) +
+                                 "), which the CPU attention does not apply yet; only -infinity (no sink) runs");
+      }
+    }
+  }
 
   static model_config with_head_dim(model_config config) {
     if (config.head_dim == 0 && config.num_heads > 0) config.head_dim = config.hidden_size / config.num_heads;
@@ -231,6 +337,7 @@ class cpu_model final : public model {
     const int64_t kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
     grow(x_, n * c.hidden_size);
     grow(h_, n * c.hidden_size);
+    grow(out_, n * c.hidden_size);
     grow(q_, n * q_dim);
     grow(k_, n * kv_dim);
     grow(v_, n * kv_dim);
@@ -250,19 +357,25 @@ class cpu_model final : public model {
     for (int64_t i = 0; i < count; ++i) x[i] += y[i];
   }
 
+  static void scale(float* x, int64_t count, float factor) {
+    for (int64_t i = 0; i < count; ++i) x[i] *= factor;
+  }
+
   model_config config_;
+  const architecture_traits& traits_;
   cpu::thread_pool pool_;
   cpu::kv_pool kv_;
   weight_view embed_tokens_;  // [vocab, hidden]
   weight_view lm_head_;       // [vocab, hidden]; embed_tokens_ when tied
   std::vector<float> final_norm_;  // [hidden]
+  cpu::activation activation_;
   std::vector<layer_weights> layers_;
-  std::vector<float> inv_freq_;    // [head_dim / 2]
   cpu::attention_shape attention_shape_;
 
-  std::vector<float> x_, h_, q_, k_, v_, attn_, gate_, up_, logits_hidden_;
+  std::vector<float> x_, h_, out_, q_, k_, v_, attn_, gate_, up_, logits_hidden_;
   std::vector<float> scratch_;  // converted weight slabs for sgemm
   cpu::attention_workspace attention_workspace_;
+  cpu::moe_workspace moe_workspace_;
 };
 
 }  // namespace

@@ -3,13 +3,19 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace troupe::cpu {
 
 void apply_rope(thread_pool& pool, float* q, int64_t ldq, int num_heads, float* k, int64_t ldk,
                 int num_kv_heads, int64_t num_tokens, int head_dim, const int32_t* positions,
-                const std::vector<float>& inv_freq) {
-  const int half = head_dim / 2;
+                const rope_parameters& rope) {
+  const int half = static_cast<int>(rope.inv_freq.size());
+  if (2 * half > head_dim) {
+    throw std::runtime_error("RoPE over " + std::to_string(2 * half) + " dimensions exceeds head_dim " + std::to_string(head_dim));
+  }
+  const float* inv_freq = rope.inv_freq.data();
+  const float scale = rope.attention_factor;
   pool.parallel_for(0, num_tokens, 16, [&](int64_t begin, int64_t end, int) {
     float cos_sin[2 * 512];
     std::vector<float> large;
@@ -22,8 +28,8 @@ void apply_rope(thread_pool& pool, float* q, int64_t ldq, int num_heads, float* 
       const float position = static_cast<float>(positions[t]);
       for (int i = 0; i < half; ++i) {
         const float angle = position * inv_freq[i];
-        table[i] = std::cos(angle);
-        table[half + i] = std::sin(angle);
+        table[i] = std::cos(angle) * scale;
+        table[half + i] = std::sin(angle) * scale;
       }
       auto rotate = [&](float* head) {
         for (int i = 0; i < half; ++i) {

@@ -19,6 +19,7 @@
 #include "backends/cuda/nano_batches.hpp"
 #include "backends/cuda/ops.hpp"
 #include "backends/cuda/paged_attention.hpp"
+#include "model/architecture.hpp"
 #include "model/kv_transfer.hpp"
 #include "model/model_tensors.hpp"
 #include "model/rope_frequencies.hpp"
@@ -462,8 +463,8 @@ class cuda_model final : public model {
       l.o = upload_linear({&expect(weights, n.o_proj, {hidden, q_width})});
       l.gate_up = upload_linear({&expect(weights, n.gate_proj, {inter, hidden}), &expect(weights, n.up_proj, {inter, hidden})});
       l.down = upload_linear({&expect(weights, n.down_proj, {hidden, inter})});
-      l.input_norm = upload({&expect(weights, n.input_norm, {hidden})});
-      l.post_attn_norm = upload({&expect(weights, n.post_attention_norm, {hidden})});
+      l.input_norm = upload({&expect(weights, n.attn_norm, {hidden})});
+      l.post_attn_norm = upload({&expect(weights, n.ffn_norm, {hidden})});
       if (!n.q_norm.empty()) {
         l.q_norm = upload({&expect(weights, n.q_norm, {c.head_dim})});
         l.k_norm = upload({&expect(weights, n.k_norm, {c.head_dim})});
@@ -903,10 +904,27 @@ class cuda_model final : public model {
   std::map<int, cudaGraphExec_t> graphs_;  // decode bucket -> captured step
 };
 
+// The CUDA forward is the Llama family's (llama, mistral, qwen2, qwen3): the blocks of the other
+// architectures (experts, Gemma's norms and GeGLU, partial and scaled RoPE) run on the CPU only
+// until they are ported (issue 22, phase 2).
+void check_cuda_supports(const model_config& c) {
+  const architecture_traits& t = traits_of(c.arch);
+  std::string missing;
+  if (t.experts || c.moe.num_experts > 0) missing = "mixture-of-experts layers";
+  else if (t.norm != norm_kind::rms || t.post_block_norms || t.scale_embeddings) missing = "Gemma's norms and embedding scale";
+  else if (c.activation != activation_kind::silu) missing = "activations other than SiLU";
+  else if (t.output_bias || c.attention_sinks || c.attn_logit_softcapping > 0 || c.final_logit_softcapping > 0) missing = "attention extras";
+  else if (c.rotary_dim > 0 || (c.rope_scaling && c.rope_scaling->type != rope_scaling_type::llama3)) missing = "partial or scaled RoPE other than llama3";
+  if (!missing.empty()) {
+    throw std::runtime_error("the CUDA backend does not run " + std::string(t.hf_name) + " yet (" + missing + "); use --device cpu");
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<model> make_cuda_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
                                        const cuda_options& options) {
+  check_cuda_supports(config);
   std::string why;
   if (!cuda_device_available(&why)) throw std::runtime_error("make_cuda_model: " + why);
   return std::make_unique<cuda_model>(config, weights, kv_shape, options);

@@ -34,15 +34,19 @@ std::vector<float> dummy_tensor_values(const tensor_spec& spec, uint64_t seed, c
   for (int64_t d : spec.shape) count *= d;
   std::vector<float> values(static_cast<size_t>(count));
   uint64_t state = hash_name(spec.name, seed);
-  if (spec.role == tensor_role::norm) {
-    for (auto& v : values) v = 1.0f + init.norm_jitter * static_cast<float>(2 * next_uniform(state) - 1);
+  if (spec.role == tensor_role::norm || spec.role == tensor_role::norm_offset) {
+    // A (1 + w) norm stores the offset: centred on 0, it multiplies by about 1 as the others do.
+    const float center = spec.role == tensor_role::norm ? 1.0f : 0.0f;
+    for (auto& v : values) v = center + init.norm_jitter * static_cast<float>(2 * next_uniform(state) - 1);
     return values;
   }
+  // Attention sinks are logits competing with the scores: of order 1, not of the weights' size.
+  const double stddev = spec.role == tensor_role::sinks ? 1.0 : init.stddev;
   for (size_t i = 0; i < values.size(); i += 2) {  // Box-Muller gives two normals per draw
     double radius = std::sqrt(-2.0 * std::log(next_uniform(state)));
     double angle = 2 * std::numbers::pi * next_uniform(state);
-    values[i] = static_cast<float>(init.stddev * radius * std::cos(angle));
-    if (i + 1 < values.size()) values[i + 1] = static_cast<float>(init.stddev * radius * std::sin(angle));
+    values[i] = static_cast<float>(stddev * radius * std::cos(angle));
+    if (i + 1 < values.size()) values[i + 1] = static_cast<float>(stddev * radius * std::sin(angle));
   }
   return values;
 }

@@ -157,6 +157,8 @@ void add_tokenizer_metadata(gguf_writer& writer, const tokenizer_sources& source
         pre = "llama-bpe";
       } else if (*pattern == qwen2_split_pattern) {
         pre = "qwen2";
+      } else if (*pattern == o200k_split_pattern) {
+        pre = "gpt-4o";
       } else {
         spdlog::warn("unknown pre-tokenizer regex; writing tokenizer.ggml.pre 'default'");
         pre = "default";

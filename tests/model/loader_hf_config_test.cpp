@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "model/loader/hf_config.hpp"
 #include "tests/model/loader_test_util.hpp"
 
@@ -50,37 +52,172 @@ TEST(loader_hf_config, llama3_rope_scaling_and_eos_list_merged_with_generation_c
   EXPECT_FLOAT_EQ(parse_hf_config(config).rope_scaling->factor, 8.0f);
 }
 
-TEST(loader_hf_config, rejects_other_rope_scaling_types) {
+TEST(loader_hf_config, rejects_unknown_rope_scaling_types) {
   json config = llama_config();
-  config["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
-  expect_error([&] { parse_hf_config(config); }, {"rope_scaling", "yarn"});
+  config["rope_scaling"] = {{"type", "ntk-by-parts"}, {"factor", 4.0}};
+  expect_error([&] { parse_hf_config(config); }, {"rope_scaling", "ntk-by-parts", "yarn", "longrope"});
 }
 
-TEST(loader_hf_config, qwen2_has_bias_qwen3_has_qk_norm_and_explicit_head_dim) {
+TEST(loader_hf_config, rope_scaling_types_of_the_families) {
   json config = llama_config();
   config["architectures"] = {"Qwen2ForCausalLM"};
-  config["tie_word_embeddings"] = false;
-  model_config qwen2 = parse_hf_config(config);
-  EXPECT_EQ(qwen2.arch, architecture::qwen2);
-  EXPECT_TRUE(qwen2.attention_bias);
-  EXPECT_FALSE(qwen2.qk_norm);
-  EXPECT_FALSE(qwen2.tie_word_embeddings);
+  config["max_position_embeddings"] = 32768;
+  // Qwen2.5's recipe for long contexts.
+  config["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  rope_scaling_config yarn = *parse_hf_config(config).rope_scaling;
+  EXPECT_EQ(yarn.type, rope_scaling_type::yarn);
+  EXPECT_FLOAT_EQ(yarn.factor, 4.0f);
+  EXPECT_EQ(yarn.original_max_position_embeddings, 32768);
+  EXPECT_TRUE(yarn.truncate);
+  EXPECT_FLOAT_EQ(yarn.beta_fast, 32.0f);
+  config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_EQ(parse_hf_config(config).rope_scaling->type, rope_scaling_type::linear);
+  EXPECT_EQ(parse_hf_config(config).rope_scaling->original_max_position_embeddings, 32768);  // the context it was trained at
+  config["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_EQ(parse_hf_config(config).rope_scaling->type, rope_scaling_type::dynamic);
+  config["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_FALSE(parse_hf_config(config).rope_scaling.has_value());
+  config["rope_scaling"] = {{"type", "linear"}, {"factor", -2.0}};
+  expect_error([&] { parse_hf_config(config); }, {"factor"});
+}
 
-  config["architectures"] = {"Qwen3ForCausalLM"};
-  config["head_dim"] = 16;  // not hidden_size / heads
-  model_config qwen3 = parse_hf_config(config);
-  EXPECT_EQ(qwen3.arch, architecture::qwen3);
-  EXPECT_TRUE(qwen3.qk_norm);
-  EXPECT_FALSE(qwen3.attention_bias);
-  EXPECT_EQ(qwen3.head_dim, 16);
+json mixtral_config() {
+  return {{"architectures", {"MixtralForCausalLM"}}, {"hidden_size", 4096}, {"intermediate_size", 14336},
+          {"num_local_experts", 8}, {"num_experts_per_tok", 2}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+          {"num_key_value_heads", 8}, {"max_position_embeddings", 32768}, {"rope_theta", 1e6}, {"sliding_window", nullptr},
+          {"vocab_size", 32000}, {"rms_norm_eps", 1e-5}};
+}
 
-  config["architectures"] = {"MistralForCausalLM"};
-  config.erase("head_dim");
-  config.erase("num_key_value_heads");  // defaults to num_attention_heads
-  model_config mistral = parse_hf_config(config);
-  EXPECT_EQ(mistral.arch, architecture::mistral);
-  EXPECT_EQ(mistral.num_kv_heads, 8);
-  EXPECT_EQ(mistral.head_dim, 8);
+TEST(loader_hf_config, mixture_of_experts_families) {
+  model_config mixtral = parse_hf_config(mixtral_config());
+  EXPECT_EQ(mixtral.arch, architecture::mixtral);
+  EXPECT_EQ(mixtral.moe.num_experts, 8);
+  EXPECT_EQ(mixtral.moe.experts_per_token, 2);
+  EXPECT_EQ(mixtral.moe.expert_intermediate_size, 14336);
+  EXPECT_TRUE(mixtral.moe.norm_topk_prob);  // Mixtral always renormalises
+  EXPECT_EQ(mixtral.moe.scoring, router_scoring::softmax);
+
+  // Qwen3-30B-A3B's config.json.
+  json qwen3 = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"hidden_size", 2048}, {"intermediate_size", 6144},
+                {"moe_intermediate_size", 768}, {"num_experts", 128}, {"num_experts_per_tok", 8}, {"norm_topk_prob", true},
+                {"num_hidden_layers", 48}, {"num_attention_heads", 32}, {"num_key_value_heads", 4}, {"head_dim", 128},
+                {"vocab_size", 151936}, {"max_position_embeddings", 40960}, {"rope_theta", 1000000}, {"decoder_sparse_step", 1},
+                {"mlp_only_layers", json::array()}, {"sliding_window", nullptr}, {"use_sliding_window", false}};
+  model_config q3 = parse_hf_config(qwen3);
+  EXPECT_EQ(q3.arch, architecture::qwen3_moe);
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_EQ(q3.moe.num_experts, 128);
+  EXPECT_EQ(q3.moe.expert_intermediate_size, 768);
+  EXPECT_TRUE(q3.moe.norm_topk_prob);
+  EXPECT_EQ(q3.moe.shared_expert_intermediate_size, 0);
+  qwen3["mlp_only_layers"] = {0, 1};
+  expect_error([&] { parse_hf_config(qwen3); }, {"mlp_only_layers"});
+  qwen3["mlp_only_layers"] = json::array();
+  qwen3["num_experts_per_tok"] = 129;
+  expect_error([&] { parse_hf_config(qwen3); }, {"num_experts_per_tok", "129"});
+
+  // Qwen1.5-MoE-A2.7B: a shared expert, no renormalisation, qkv bias.
+  json qwen2 = {{"architectures", {"Qwen2MoeForCausalLM"}}, {"hidden_size", 2048}, {"intermediate_size", 5632},
+                {"moe_intermediate_size", 1408}, {"shared_expert_intermediate_size", 5632}, {"num_experts", 60},
+                {"num_experts_per_tok", 4}, {"norm_topk_prob", false}, {"num_hidden_layers", 24}, {"num_attention_heads", 16},
+                {"num_key_value_heads", 16}, {"vocab_size", 151936}, {"max_position_embeddings", 8192}};
+  model_config q2 = parse_hf_config(qwen2);
+  EXPECT_EQ(q2.arch, architecture::qwen2_moe);
+  EXPECT_TRUE(q2.attention_bias);
+  EXPECT_FALSE(q2.moe.norm_topk_prob);
+  EXPECT_EQ(q2.moe.shared_expert_intermediate_size, 5632);
+  qwen2.erase("shared_expert_intermediate_size");
+  expect_error([&] { parse_hf_config(qwen2); }, {"shared_expert_intermediate_size"});
+}
+
+TEST(loader_hf_config, gpt_oss) {
+  json layer_types = json::array();
+  for (int i = 0; i < 24; ++i) layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  json config = {{"architectures", {"GptOssForCausalLM"}}, {"hidden_size", 2880}, {"intermediate_size", 2880},
+                 {"num_local_experts", 32}, {"num_experts_per_tok", 4}, {"experts_per_token", 4}, {"num_hidden_layers", 24},
+                 {"num_attention_heads", 64}, {"num_key_value_heads", 8}, {"head_dim", 64}, {"vocab_size", 201088},
+                 {"max_position_embeddings", 131072}, {"rope_theta", 150000}, {"sliding_window", 128}, {"layer_types", layer_types},
+                 {"swiglu_limit", 7.0}, {"attention_bias", true}, {"tie_word_embeddings", false}, {"rms_norm_eps", 1e-5},
+                 {"hidden_act", "silu"},
+                 {"rope_scaling", {{"beta_fast", 32.0}, {"beta_slow", 1.0}, {"factor", 32.0}, {"original_max_position_embeddings", 4096},
+                                   {"rope_type", "yarn"}, {"truncate", false}}}};
+  model_config c = parse_hf_config(config);
+  EXPECT_EQ(c.arch, architecture::gpt_oss);
+  EXPECT_EQ(c.moe.scoring, router_scoring::softmax_over_top_k);
+  EXPECT_TRUE(c.moe.router_bias && c.moe.expert_bias && c.attention_sinks && c.attention_bias);
+  EXPECT_EQ(c.moe.expert_intermediate_size, 2880);
+  EXPECT_EQ(c.activation, activation_kind::swiglu_oai);
+  EXPECT_FLOAT_EQ(c.swiglu_limit, 7.0f);
+  EXPECT_FALSE(c.rope_scaling->truncate);
+  EXPECT_EQ(c.rope_scaling->original_max_position_embeddings, 4096);
+  ASSERT_EQ(c.sliding_layers.size(), 24u);
+  EXPECT_TRUE(c.sliding_layers[0]);
+  EXPECT_FALSE(c.sliding_layers[1]);
+  EXPECT_EQ(c.max_position_embeddings, 128);  // until sliding windows are implemented, the window is the context
+  layer_types[3] = "chunked_attention";
+  config["layer_types"] = layer_types;
+  expect_error([&] { parse_hf_config(config); }, {"layer_types[3]", "chunked_attention"});
+}
+
+TEST(loader_hf_config, gemma2_and_gemma3) {
+  json gemma2 = {{"architectures", {"Gemma2ForCausalLM"}}, {"hidden_size", 2304}, {"intermediate_size", 9216},
+                 {"num_hidden_layers", 26}, {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 256},
+                 {"query_pre_attn_scalar", 256}, {"attn_logit_softcapping", 50.0}, {"final_logit_softcapping", 30.0},
+                 {"sliding_window", 4096}, {"hidden_activation", "gelu_pytorch_tanh"}, {"vocab_size", 256000},
+                 {"max_position_embeddings", 8192}, {"rope_theta", 10000}};
+  model_config g2 = parse_hf_config(gemma2);
+  EXPECT_EQ(g2.arch, architecture::gemma2);
+  EXPECT_EQ(g2.activation, activation_kind::gelu_tanh);
+  EXPECT_FLOAT_EQ(g2.attn_logit_softcapping, 50.0f);
+  EXPECT_FLOAT_EQ(g2.final_logit_softcapping, 30.0f);
+  EXPECT_FLOAT_EQ(g2.query_pre_attn_scalar, 256.0f);
+  EXPECT_TRUE(g2.tie_word_embeddings);  // Gemma's default
+  ASSERT_EQ(g2.sliding_layers.size(), 26u);
+  EXPECT_TRUE(g2.sliding_layers[0]);
+  EXPECT_FALSE(g2.sliding_layers[1]);
+  gemma2["hidden_activation"] = "relu";
+  expect_error([&] { parse_hf_config(gemma2); }, {"relu", "gelu_pytorch_tanh"});
+
+  json gemma3 = {{"architectures", {"Gemma3ForCausalLM"}}, {"hidden_size", 1152}, {"intermediate_size", 6912},
+                 {"num_hidden_layers", 26}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"head_dim", 256},
+                 {"query_pre_attn_scalar", 256}, {"sliding_window", 512}, {"sliding_window_pattern", 6},
+                 {"rope_local_base_freq", 10000}, {"rope_theta", 1000000}, {"rope_scaling", nullptr},
+                 {"final_logit_softcapping", nullptr}, {"attn_logit_softcapping", nullptr}, {"vocab_size", 262144},
+                 {"max_position_embeddings", 32768}, {"hidden_activation", "gelu_pytorch_tanh"}};
+  model_config g3 = parse_hf_config(gemma3);
+  EXPECT_EQ(g3.arch, architecture::gemma3);
+  EXPECT_TRUE(g3.qk_norm);
+  EXPECT_EQ(g3.attn_logit_softcapping, 0.0f);
+  EXPECT_EQ(g3.final_logit_softcapping, 0.0f);
+  EXPECT_FLOAT_EQ(g3.rope_local_theta, 10000.0f);
+  for (int i = 0; i < 26; ++i) EXPECT_EQ(g3.sliding_layers[i], (i + 1) % 6 != 0) << i;
+}
+
+TEST(loader_hf_config, phi3_longrope_and_partial_rotary) {
+  json short_factor = json::array(), long_factor = json::array();
+  for (int i = 0; i < 48; ++i) {
+    short_factor.push_back(1.0 + 0.01 * i);
+    long_factor.push_back(1.0 + 0.5 * i);
+  }
+  // Phi-4-mini: 3/4 of each 128-wide head rotates.
+  json config = {{"architectures", {"Phi3ForCausalLM"}}, {"hidden_size", 3072}, {"intermediate_size", 8192},
+                 {"num_hidden_layers", 32}, {"num_attention_heads", 24}, {"num_key_value_heads", 8},
+                 {"max_position_embeddings", 131072}, {"original_max_position_embeddings", 4096},
+                 {"partial_rotary_factor", 0.75}, {"rope_theta", 10000}, {"vocab_size", 200064}, {"hidden_act", "silu"},
+                 {"rope_scaling", {{"type", "longrope"}, {"short_factor", short_factor}, {"long_factor", long_factor}}}};
+  model_config c = parse_hf_config(config);
+  EXPECT_EQ(c.arch, architecture::phi3);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.rotary_dim, 96);
+  EXPECT_EQ(c.rope_scaling->type, rope_scaling_type::longrope);
+  EXPECT_EQ(c.rope_scaling->original_max_position_embeddings, 4096);
+  EXPECT_NEAR(c.rope_scaling->attention_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)), 1e-6);
+  EXPECT_EQ(c.rope_scaling->long_factor.size(), 48u);
+  config["partial_rotary_factor"] = 0.2;  // 25 dimensions: odd
+  expect_error([&] { parse_hf_config(config); }, {"partial_rotary_factor"});
+  config["partial_rotary_factor"] = 0.75;
+  config["rope_scaling"].erase("long_factor");
+  expect_error([&] { parse_hf_config(config); }, {"long_factor"});
 }
 
 // Sliding-window attention is not implemented: a window shorter than the context caps it.
@@ -109,7 +246,8 @@ TEST(loader_hf_config, a_sliding_window_caps_the_context_where_it_applies) {
 TEST(loader_hf_config, unknown_architecture_names_it_and_the_supported_ones) {
   json config = llama_config();
   config["architectures"] = {"GPTNeoXForCausalLM"};
-  expect_error([&] { parse_hf_config(config); }, {"GPTNeoXForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM"});
+  expect_error([&] { parse_hf_config(config); },
+               {"GPTNeoXForCausalLM", "LlamaForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM"});
 }
 
 TEST(loader_hf_config, missing_field_and_missing_file_are_named) {

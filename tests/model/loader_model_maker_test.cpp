@@ -10,6 +10,7 @@
 #include "model/loader/model_loader.hpp"
 #include "model/loader/tokenizer_sources.hpp"
 #include "model/model_maker.hpp"
+#include "model/model_tensors.hpp"
 #include "tests/model/loader_test_util.hpp"
 #include "text/tokenizer.hpp"
 
@@ -62,21 +63,56 @@ TEST_P(loader_model_maker, hf_and_gguf_hold_the_same_weights) {
   loaded_model hf = load_model({made.hf_dir});
   loaded_model gguf = load_model({made.gguf_path});
   EXPECT_EQ(hf.config.arch, made.config.arch);
+  EXPECT_EQ(gguf.config.arch, arch == "mistral" ? architecture::llama : made.config.arch);  // llama.cpp runs Mistral as llama
   EXPECT_EQ(hf.config.vocab_size, 512);  // fixed by the tokenizer
   EXPECT_EQ(gguf.config.vocab_size, 512);
   EXPECT_EQ(gguf.config.head_dim, hf.config.head_dim);
+  EXPECT_EQ(gguf.config.intermediate_size, hf.config.intermediate_size);
   EXPECT_EQ(gguf.config.attention_bias, hf.config.attention_bias);
   EXPECT_EQ(gguf.config.qk_norm, hf.config.qk_norm);
-  EXPECT_EQ(gguf.config.rope_scaling.has_value(), arch == "llama3");
-  EXPECT_EQ(hf.config.rope_scaling.has_value(), arch == "llama3");
+  EXPECT_EQ(gguf.config.activation, hf.config.activation);
+  EXPECT_EQ(gguf.config.tie_word_embeddings, hf.config.tie_word_embeddings);
+  EXPECT_EQ(gguf.config.max_position_embeddings, hf.config.max_position_embeddings);
+  EXPECT_EQ(gguf.config.sliding_window, hf.config.sliding_window);
+  EXPECT_EQ(gguf.config.sliding_layers, hf.config.sliding_layers);
+  EXPECT_EQ(gguf.config.query_pre_attn_scalar, hf.config.query_pre_attn_scalar);
+  EXPECT_EQ(gguf.config.final_logit_softcapping, hf.config.final_logit_softcapping);
+  EXPECT_EQ(gguf.config.attn_logit_softcapping, hf.config.attn_logit_softcapping);
+  EXPECT_EQ(gguf.config.rope_local_theta, hf.config.rope_local_theta);
+  EXPECT_EQ(gguf.config.moe.num_experts, hf.config.moe.num_experts);
+  EXPECT_EQ(gguf.config.moe.experts_per_token, hf.config.moe.experts_per_token);
+  EXPECT_EQ(gguf.config.moe.expert_intermediate_size, hf.config.moe.expert_intermediate_size);
+  EXPECT_EQ(gguf.config.moe.shared_expert_intermediate_size, hf.config.moe.shared_expert_intermediate_size);
+  EXPECT_EQ(gguf.config.moe.norm_topk_prob, hf.config.moe.norm_topk_prob);
+  EXPECT_EQ(gguf.config.moe.scoring, hf.config.moe.scoring);
+  const bool scaled = arch == "llama3" || arch == "gpt_oss";  // gpt-oss: YaRN by default
+  EXPECT_EQ(gguf.config.rope_scaling.has_value(), scaled);
+  EXPECT_EQ(hf.config.rope_scaling.has_value(), scaled);
+  if (scaled) {
+    EXPECT_EQ(gguf.config.rope_scaling->type, hf.config.rope_scaling->type);
+    EXPECT_EQ(gguf.config.rope_scaling->truncate, hf.config.rope_scaling->truncate);
+    EXPECT_EQ(gguf.config.rope_scaling->original_max_position_embeddings, hf.config.rope_scaling->original_max_position_embeddings);
+  }
   EXPECT_EQ(gguf.config.eos_token_ids, hf.config.eos_token_ids);
   EXPECT_EQ(hf.config.bos_token_id, 1);
-  EXPECT_EQ(hf.weights.tensors().size(), gguf.weights.tensors().size());
-  for (const auto& [name, tensor] : hf.weights.tensors()) {
-    const weight_tensor& other = gguf.weights.get(name);
-    EXPECT_EQ(other.shape, tensor.shape) << name;
-    EXPECT_EQ(as_f32(other), as_f32(tensor)) << name;  // both f32: bit-identical after un-permuting
+  // Every canonical tensor, bit-identical after un-permuting, unstacking experts, splitting
+  // fused tensors and shifting Gemma's norms back.
+  int compared = 0;
+  for (const tensor_spec& spec : expected_tensors(hf.config)) {
+    const weight_tensor& a = hf.weights.get(spec.name);
+    const weight_tensor& b = gguf.weights.get(spec.name);
+    EXPECT_EQ(a.shape, spec.shape) << spec.name;
+    EXPECT_EQ(b.shape, spec.shape) << spec.name;
+    if (spec.role == tensor_role::norm_offset) {
+      // Gemma: GGUF stores 1 + w; the multiplier the backends apply, 1 + w, is bit-identical.
+      std::vector<float> x = as_f32(a), y = as_f32(b);
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(1.0f + x[i], 1.0f + y[i]) << spec.name << " " << i;
+    } else {
+      EXPECT_EQ(as_f32(a), as_f32(b)) << spec.name;
+    }
+    ++compared;
   }
+  EXPECT_EQ(compared, static_cast<int>(expected_tensors(gguf.config).size()));
   // The tokenizer travels inside the GGUF and encodes like the HF copy.
   tokenizer_sources from_gguf = load_tokenizer_sources(made.gguf_path);
   tokenizer_sources from_hf = load_tokenizer_sources(made.hf_dir);
@@ -84,13 +120,16 @@ TEST_P(loader_model_maker, hf_and_gguf_hold_the_same_weights) {
             tokenizer::from_json(from_hf.tokenizer_json, from_hf.tokenizer_config).encode("Once upon a time"));
 }
 
-INSTANTIATE_TEST_SUITE_P(arches, loader_model_maker, ::testing::Values("llama", "llama3", "mistral", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(arches, loader_model_maker,
+                         ::testing::Values("llama", "llama3", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
+                                           "gpt_oss", "gemma2", "gemma3", "phi3"));
 
 // llama.cpp itself (node-llama-cpp, offline) loads every architecture's GGUF, Q8_0 included,
 // and decodes: tensor names, shapes, metadata and tokenizer are all what it expects.
 TEST(loader_model_maker_options, llama_cpp_loads_and_runs_every_arch) {
   testing::scratch_dir dir;
-  const std::vector<std::string> arches = {"llama", "llama3", "mistral", "qwen2", "qwen3"};
+  const std::vector<std::string> arches = {"llama", "llama3", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
+                                           "qwen3_moe", "gpt_oss", "gemma2", "gemma3", "phi3"};
   std::vector<std::filesystem::path> ggufs;
   for (const auto& arch : arches) {
     model_maker_options options = small_model(arch, dir / arch);
@@ -142,6 +181,22 @@ TEST(loader_model_maker_options, bad_options_are_named) {
   options = small_model("llama", dir.path());
   options.num_kv_heads = 3;
   testing::expect_error([&] { make_model(options); }, {"--kv-heads 3"});
+  options = small_model("qwen3_moe", dir.path());
+  options.num_experts = 4;
+  options.experts_per_token = 5;
+  testing::expect_error([&] { make_model(options); }, {"--experts-per-token 5", "--experts 4"});
+  options = small_model("llama", dir.path());
+  options.num_experts = 4;
+  testing::expect_error([&] { make_model(options); }, {"--experts", "llama"});
+  options = small_model("qwen3", dir.path());
+  options.sliding_window = 64;
+  testing::expect_error([&] { make_model(options); }, {"--sliding-window"});
+  options = small_model("phi3", dir.path());
+  options.rope_scaling = "ntk";
+  testing::expect_error([&] { make_model(options); }, {"--rope-scaling 'ntk'"});
+  options = small_model("phi3", dir.path());
+  options.rotary_dim = 7;
+  testing::expect_error([&] { make_model(options); }, {"--rotary-dim"});
 }
 
 }  // namespace

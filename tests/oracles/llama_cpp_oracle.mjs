@@ -13,6 +13,10 @@
 //                 flash attention on the CPU) round queries, keys, values and attention weights
 //                 to f16, which moves the logits of the architecture tests' models by ~1e-2;
 //                 with this flag they stay within ~1e-5 of a float64 forward pass
+//   --prompt-logits K  also print the top K (id, logit) pairs after every prompt position but the
+//                 last ("prompt_top"), from the same prompt evaluation
+//   --context-size N  llama.cpp's context (default: prompt + steps + 8). Phi-3's longrope picks
+//                 its long factors by it, as Troupe does by the context it serves
 //   --forced-ids  teacher forcing: feed these ids instead of each step's argmax (one step per
 //                 id; --steps is ignored); generated_ids still reports each step's argmax
 //
@@ -38,6 +42,8 @@ function parse_args(argv) {
     else if (flag === "--prompt-ids") args.prompt_ids = value.split(",").filter((s) => s.length).map(Number);
     else if (flag === "--steps") args.steps = Number(value);
     else if (flag === "--logits") args.logits = Number(value);
+    else if (flag === "--context-size") args.context_size = Number(value);
+    else if (flag === "--prompt-logits") args.prompt_logits = Number(value);
     else if (flag === "--f32-kv-cache") {
       args.f32_kv_cache = true;
       continue;
@@ -66,7 +72,7 @@ function top_k(logits, k) {
 
 async function run_model(llama, model_path, args) {
   const model = await llama.loadModel({ modelPath: model_path, gpuLayers: 0 });
-  const context_size = args.prompt_ids.length + args.steps + 8;
+  const context_size = args.context_size ?? args.prompt_ids.length + args.steps + 8;
   const precision = args.f32_kv_cache
     ? { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", flashAttention: false }
     : {};
@@ -76,10 +82,18 @@ async function run_model(llama, model_path, args) {
   const generated = [];
   const margins = [];
   const tops = [];
+  const prompt_top = [];
   let input = args.prompt_ids;
   for (let step = 0; step < args.steps; ++step) {
-    const items = input.map((id, i) => (i === input.length - 1 ? [id, { generateNext: { logits: true } }] : id));
+    const every = step === 0 && args.prompt_logits > 0;
+    const items = input.map((id, i) => (i === input.length - 1 || every ? [id, { generateNext: { logits: true } }] : id));
     const results = await sequence.controlledEvaluate(items);
+    if (every) {
+      for (let i = 0; i + 1 < input.length; ++i) {
+        if (!results[i] || !results[i].next || !results[i].next.logits) throw new Error(`no logits returned at prompt position ${i}`);
+        prompt_top.push(top_k(results[i].next.logits, args.prompt_logits));
+      }
+    }
     const last = results[input.length - 1];
     if (!last || !last.next || !last.next.logits) throw new Error(`no logits returned at step ${step}`);
     const best = top_k(last.next.logits, Math.max(2, args.logits));
@@ -88,7 +102,7 @@ async function run_model(llama, model_path, args) {
     if (args.logits > 0) tops.push(best.slice(0, args.logits));
     input = [args.forced_ids ? args.forced_ids[step] : best[0][0]];
   }
-  process.stdout.write(JSON.stringify({ model: model_path, prompt_ids: args.prompt_ids, generated_ids: generated, margins, ...(args.logits > 0 ? { top: tops } : {}) }) + "\n");
+  process.stdout.write(JSON.stringify({ model: model_path, prompt_ids: args.prompt_ids, generated_ids: generated, margins, ...(args.logits > 0 ? { top: tops } : {}), ...(args.prompt_logits > 0 ? { prompt_top } : {}) }) + "\n");
   await context.dispose();
   await model.dispose();
 }

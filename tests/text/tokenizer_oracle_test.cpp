@@ -113,6 +113,9 @@ std::vector<tokenizer_case> cases() {
       {"llama3", lenml_model_dir("llama3"), {"<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"}, 2},
       {"llama2", lenml_model_dir("llama2"), {"<s>", "</s>", "<unk>"}, 3},
       {"stories260K", testing::stories_dir() / "hf", {"<s>", "</s>"}, 4},
+      // Gemma 3 (Gemma 2's SentencePiece-style BPE grown to 262k tokens) and gpt-oss (o200k_harmony).
+      {"gemma3", lenml_model_dir("gemma3"), {"<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>", "<pad>"}, 5},
+      {"gptoss", lenml_model_dir("gptoss"), {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>"}, 6},
   };
 }
 

@@ -183,7 +183,7 @@ model_config tiny_config(architecture arch) {
     case architecture::llama:
       c.architecture_name = "LlamaForCausalLM";
       c.rope_theta = 500000.0f;
-      c.rope_scaling = rope_scaling_config{8.0f, 1.0f, 4.0f, 64};  // short original context: every band scaled
+      c.rope_scaling = llama3_rope_scaling(8.0f, 1.0f, 4.0f, 64);  // short original context: every band scaled
       c.tie_word_embeddings = false;
       break;
     case architecture::mistral:
