@@ -4,7 +4,7 @@
 // one token per forward. Weights are random (or read from --model, e.g. the model maker's HF
 // directory, so llama.cpp can run the very same weights from its GGUF).
 //
-//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0] [--threads N] [--prompt 512] [--decode 64]
+//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0|fp8_e4m3] [--threads N] [--prompt 512] [--decode 64]
 //                    [--reps 3] [--model HF_DIR]
 //   troupe_bench_cpu --make OUT_DIR --tokenizer TOKENIZER [--dtype f32|f16]
 //       writes the benchmark shape with the model maker (HF + model.gguf, same weights) so
@@ -32,9 +32,9 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 troupe::dtype parse_dtype(const std::string& name) {
-  for (auto type : {troupe::dtype::f32, troupe::dtype::f16, troupe::dtype::bf16, troupe::dtype::q8_0})
+  for (auto type : {troupe::dtype::f32, troupe::dtype::f16, troupe::dtype::bf16, troupe::dtype::q8_0, troupe::dtype::fp8_e4m3})
     if (troupe::dtype_name(type) == name) return type;
-  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16 or q8_0)");
+  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16, q8_0 or fp8_e4m3)");
 }
 
 double seconds_since(clock_type::time_point start) {

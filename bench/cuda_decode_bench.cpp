@@ -100,7 +100,13 @@ weight_store shared_layer_weights(const model_config& c, const std::string& spec
       }
       store.keep_alive(bytes);
     }
-    store.add(weight_tensor{name, type, shape, bytes->data(), bytes->size()});
+    weight_tensor tensor;
+    tensor.name = name;
+    tensor.type = type;
+    tensor.shape = shape;
+    tensor.data = bytes->data();
+    tensor.num_bytes = bytes->size();
+    store.add(std::move(tensor));
     if (count) *weight_bytes += bytes->size();
   };
   const int64_t h = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim,

@@ -194,7 +194,13 @@ void write_hf(const made_model& made, const model_maker_options& options, const 
   std::vector<weight_tensor> tensors;
   for (const hf_checkpoint_tensor& t : hf_checkpoint_tensors(config, value_source(options))) {
     buffers.push_back(encode(t.values, type));
-    tensors.push_back({t.name, type, t.shape, buffers.back().data(), buffers.back().size()});
+    weight_tensor tensor;
+    tensor.name = t.name;
+    tensor.type = type;
+    tensor.shape = t.shape;
+    tensor.data = buffers.back().data();
+    tensor.num_bytes = buffers.back().size();
+    tensors.push_back(std::move(tensor));
   }
   write_safetensors(made.hf_dir / "model.safetensors", tensors);
 }

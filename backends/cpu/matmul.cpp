@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backends/cpu/row_kernels.hpp"
+#include "model/weight_values.hpp"
 
 namespace troupe::cpu {
 
@@ -38,6 +39,12 @@ void set_blas_threads(int num_threads) {
   if (openblas_get_num_threads() != num_threads) openblas_set_num_threads(num_threads);
 }
 
+// Below this many outputs the row scales are applied on the calling thread.
+constexpr int64_t min_outputs_per_scale_task = int64_t{1} << 16;
+
+void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
+                   std::vector<float>& scratch);
+
 }  // namespace
 
 weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
@@ -55,7 +62,11 @@ weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
     throw std::runtime_error("tensor '" + tensor.name + "' holds " +
                              std::to_string(tensor.num_bytes) + " bytes, too few for its shape");
   }
-  return weight_view{tensor.type, rows, cols, tensor.data};
+  check_weight_layout(tensor);
+  weight_view view{tensor.type, rows, cols, tensor.data, nullptr, nullptr};
+  if (!tensor.row_scales.empty()) view.row_scales = tensor.row_scales.data();
+  if (!tensor.input_order.empty()) view.input_order = tensor.input_order.data();
+  return view;
 }
 
 int matmul_gemm_min_rows() { return gemm_min_rows.load(std::memory_order_relaxed); }
@@ -64,6 +75,43 @@ void set_matmul_gemm_min_rows(int rows) { gemm_min_rows.store(std::max(1, rows))
 void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
             std::vector<float>& scratch) {
   if (n <= 0 || w.rows <= 0) return;
+  const int64_t m = w.rows;
+  const int64_t k = w.cols;
+  if (w.input_order) {
+    // Act-order columns (GPTQ desc_act): the activations are gathered into the stored column
+    // order, O(n·k) against the product's O(n·m·k). The buffer is the calling thread's: matmul
+    // runs on a model's forward thread (never on its pool's workers), one per model.
+    thread_local std::vector<float> gathered;
+    if (gathered.size() < static_cast<size_t>(n * k)) gathered.resize(static_cast<size_t>(n * k));
+    float* permuted = gathered.data();  // [n, k]; by pointer: in the pool's threads `gathered` names their own
+    const int32_t* order = w.input_order;
+    pool.parallel_for(0, n, 1, [&](int64_t begin, int64_t end, int) {
+      for (int64_t j = begin; j < end; ++j) {
+        for (int64_t c = 0; c < k; ++c) permuted[j * k + c] = x[j * k + order[c]];
+      }
+    });
+    x = permuted;
+  }
+  matmul_stored(pool, x, n, w, y, scratch);
+  if (w.row_scales) {
+    const float* scales = w.row_scales;
+    auto scale_rows = [&](int64_t begin, int64_t end, int) {
+      for (int64_t j = begin; j < end; ++j)
+        for (int64_t r = 0; r < m; ++r) y[j * m + r] *= scales[r];
+    };
+    if (n * m < min_outputs_per_scale_task) {
+      scale_rows(0, n, 0);
+    } else {
+      pool.parallel_for(0, n, 1, scale_rows);
+    }
+  }
+}
+
+namespace {
+
+// y = x · wᵀ over the stored weight as it is (its own column order, no row scales).
+void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
+                   std::vector<float>& scratch) {
   const int64_t m = w.rows;
   const int64_t k = w.cols;
   const size_t stride = row_bytes(w.type, k);
@@ -133,5 +181,7 @@ void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, 
                 slab_f32, static_cast<int>(k), 0.0f, y + slab, static_cast<int>(m));
   }
 }
+
+}  // namespace
 
 }  // namespace troupe::cpu

@@ -23,14 +23,19 @@
 namespace troupe::cpu {
 
 // A weight matrix [rows, cols] in its stored dtype (rows contiguous, row_bytes(type, cols) apart).
+// A quantized checkpoint's row scales and column order (weight_tensor) come along: matmul gathers
+// the activations into the stored column order before the product and scales each output after.
 struct weight_view {
   dtype type = dtype::f32;
   int64_t rows = 0;
   int64_t cols = 0;
   const std::byte* data = nullptr;
+  const float* row_scales = nullptr;     // [rows] or null: output r is multiplied by row_scales[r]
+  const int32_t* input_order = nullptr;  // [cols] or null: stored column j multiplies x[input_order[j]]
 };
 
-// Views a 2-D weight tensor; throws std::runtime_error when it is not 2-D or not [rows, cols].
+// Views a 2-D weight tensor; throws std::runtime_error when it is not 2-D or not [rows, cols],
+// or its row scales or column order do not fit.
 weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols);
 
 // Below this many activation rows matmul uses the row-streaming path, from it on sgemm.

@@ -2,6 +2,7 @@
 // called when the CPU reports those features).
 #include <immintrin.h>
 
+#include "backends/cpu/fp8_row_kernels.hpp"
 #include "backends/cpu/row_kernels_impl.hpp"
 
 namespace troupe::cpu {
@@ -39,7 +40,11 @@ struct avx2_vec {
 }  // namespace
 
 const row_kernels& avx2_row_kernels() {
-  static const row_kernels table = make_row_kernels<avx2_vec>();
+  static const row_kernels table = [] {
+    row_kernels kernels = make_row_kernels<avx2_vec>();
+    add_fp8_row_kernels_avx2(kernels);
+    return kernels;
+  }();
   return table;
 }
 

@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "backends/cpu/fp8_row_kernels.hpp"
 #include "backends/cpu/row_kernels_impl.hpp"
 
 namespace troupe::cpu {
@@ -37,7 +38,11 @@ struct avx512_vec {
 }  // namespace
 
 const row_kernels& avx512_row_kernels() {
-  static const row_kernels table = make_row_kernels<avx512_vec>();
+  static const row_kernels table = [] {
+    row_kernels kernels = make_row_kernels<avx512_vec>();
+    add_fp8_row_kernels_avx512(kernels);
+    return kernels;
+  }();
   return table;
 }
 

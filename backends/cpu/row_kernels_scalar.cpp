@@ -1,5 +1,6 @@
 // Portable row kernels: one float at a time, for CPUs without AVX2 and as the tests' reference
 // for the SIMD paths' structure.
+#include "backends/cpu/fp8_row_kernels.hpp"
 #include "backends/cpu/row_kernels_impl.hpp"
 
 namespace troupe::cpu {
@@ -24,7 +25,11 @@ struct scalar_vec {
 }  // namespace
 
 const row_kernels& scalar_row_kernels() {
-  static const row_kernels table = make_row_kernels<scalar_vec>();
+  static const row_kernels table = [] {
+    row_kernels kernels = make_row_kernels<scalar_vec>();
+    add_fp8_row_kernels_scalar(kernels);
+    return kernels;
+  }();
   return table;
 }
 

@@ -427,7 +427,7 @@ class cuda_model final : public model {
   // A linear layer's weight: block types as stored, the rest in the activation dtype.
   cuda::linear_weight upload_linear(const std::vector<const weight_tensor*>& parts) {
     cuda::linear_weight weight = cuda::upload_linear_weight(parts, type_, staging_, stream_);
-    for (const weight_tensor* part : parts) count_tensor(*part, cuda::kept_quantized(part->type) ? part->type : type_);
+    for (const weight_tensor* part : parts) count_tensor(*part, cuda::stored_quantized(*part) ? part->type : type_);
     weight_bytes_ += weight.bytes();
     return weight;
   }
@@ -502,9 +502,9 @@ class cuda_model final : public model {
   // quantized table.
   void embed(const int32_t* ids, void* out, int n, cudaStream_t stream) {
     const cuda::linear_part& part = embed_.parts.front();
-    if (is_quantized(part.type)) {
-      cuda::dequantize_rows(embed_.data(part), part.type, config_.hidden_size, ids, 0, n, out, config_.hidden_size,
-                            type_, stream);
+    if (cuda::kept_quantized(part.type)) {
+      cuda::dequantize_rows(embed_.data(part), part.type, embed_.row_scales_from(0), config_.hidden_size, ids, 0, n,
+                            out, config_.hidden_size, type_, stream);
     } else {
       cuda::embedding(embed_.data(part), ids, out, n, config_.hidden_size, type_, stream);
     }

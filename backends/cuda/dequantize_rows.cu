@@ -4,15 +4,15 @@
 
 namespace troupe::cuda {
 
-void dequantize_rows(const void* table, dtype table_type, int cols, const int32_t* ids, int64_t first_row, int n,
-                     void* out, int64_t ldo, dtype out_type, cudaStream_t stream) {
+void dequantize_rows(const void* table, dtype table_type, const float* row_scales, int cols, const int32_t* ids,
+                     int64_t first_row, int n, void* out, int64_t ldo, dtype out_type, cudaStream_t stream) {
   if (n == 0) return;
   const auto fail = [&](const std::string& what) {
     throw std::runtime_error("CUDA dequantize_rows (" + std::string(dtype_name(table_type)) + " rows of " +
                              std::to_string(cols) + "): " + what);
   };
-  const int64_t block_size = dtype_block_size(table_type);
-  if (!is_quantized(table_type)) fail("the table type is not a block type");
+  const int block_size = quant_blocks::decoder_block_size(table_type);
+  if (block_size == 0) fail("no CUDA kernel decodes this type");
   if (cols <= 0 || cols % block_size != 0) fail("rows must be whole blocks of " + std::to_string(block_size) + " values");
   if (reinterpret_cast<uintptr_t>(table) % 16 != 0) fail("the table must start 16-byte aligned");
   if (reinterpret_cast<uintptr_t>(out) % 16 != 0 || ldo % 8 != 0 || ldo < cols) {
@@ -25,7 +25,7 @@ void dequantize_rows(const void* table, dtype table_type, int cols, const int32_
       using Out = decltype(tag);
       const int items = cols / Block::size * Block::parts;
       const int threads = std::min(256, (items + 31) / 32 * 32);
-      dequantize_rows_kernel<Block, Out><<<n, threads, 0, stream>>>(static_cast<const std::byte*>(table),
+      dequantize_rows_kernel<Block, Out><<<n, threads, 0, stream>>>(static_cast<const std::byte*>(table), row_scales,
                                                                     table_row_bytes, cols, ids, first_row,
                                                                     static_cast<Out*>(out), ldo);
       check_launch("dequantize_rows_kernel");

@@ -50,12 +50,15 @@ TROUPE_HOST_DEVICE void store8(Out* p, const float* v) {
 #endif
 }
 
-// Item `item` of a row: part item % parts of block item / parts, stored at its elements of out_row.
+// Item `item` of a row: part item % parts of block item / parts, stored at its elements of
+// out_row, each value times the row's `scale` (1 without one; weight_rows_f32's product).
 template <class Block, typename Out>
-TROUPE_HOST_DEVICE void dequantize_item(const std::byte* row, int item, Out* out_row) {
+TROUPE_HOST_DEVICE void dequantize_item(const std::byte* row, int item, float scale, Out* out_row) {
   const int block = item / Block::parts, part = item % Block::parts;
   float values[Block::runs * 8];
   quant_blocks::decode_values<Block>(row + static_cast<int64_t>(block) * Block::bytes, part, values);
+  TROUPE_UNROLL
+  for (int i = 0; i < Block::runs * 8; ++i) values[i] = quant_blocks::mul_rn(values[i], scale);
   TROUPE_UNROLL
   for (int run = 0; run < Block::runs; ++run) {
     store8(out_row + static_cast<int64_t>(block) * Block::size + Block::run_start(part, run), values + run * 8);
@@ -65,16 +68,17 @@ TROUPE_HOST_DEVICE void dequantize_item(const std::byte* row, int item, Out* out
 #if defined(__CUDACC__)
 
 // One CTA per output row i: table row ids[i] (ids null: first_row + i).
-// table [*, cols] in Block's type; out [n, ldo] of Out.
+// table [*, cols] in Block's type; row_scales [*] f32 or null; out [n, ldo] of Out.
 template <class Block, typename Out>
-__global__ void dequantize_rows_kernel(const std::byte* __restrict__ table, int64_t row_bytes, int cols,
-                                       const int32_t* __restrict__ ids, int64_t first_row, Out* __restrict__ out,
-                                       int64_t ldo) {
+__global__ void dequantize_rows_kernel(const std::byte* __restrict__ table, const float* __restrict__ row_scales,
+                                       int64_t row_bytes, int cols, const int32_t* __restrict__ ids, int64_t first_row,
+                                       Out* __restrict__ out, int64_t ldo) {
   const int64_t row = ids ? static_cast<int64_t>(ids[blockIdx.x]) : first_row + blockIdx.x;
+  const float scale = row_scales ? row_scales[row] : 1.0f;
   const std::byte* source = table + row * row_bytes;
   Out* target = out + static_cast<int64_t>(blockIdx.x) * ldo;
   const int items = cols / Block::size * Block::parts;
-  for (int item = threadIdx.x; item < items; item += blockDim.x) dequantize_item<Block>(source, item, target);
+  for (int item = threadIdx.x; item < items; item += blockDim.x) dequantize_item<Block>(source, item, scale, target);
 }
 
 #endif  // __CUDACC__

@@ -45,9 +45,9 @@ void linear::run(const linear_weight& weight, const void* x, const void* bias, v
 
   if (tokens <= gemv_max_tokens_) {
     for (const linear_part& part : weight.parts) {
-      if (is_quantized(part.type)) {
-        quant_gemv(weight.data(part), part.type, part.rows, in, x, in, in_type, tokens, bias_at(part.first_row),
-                   y_at(part.first_row), out, out_type, stream);
+      if (kept_quantized(part.type)) {
+        quant_gemv(weight.data(part), part.type, weight.row_scales_from(part.first_row), part.rows, in, x, in, in_type,
+                   tokens, bias_at(part.first_row), y_at(part.first_row), out, out_type, stream);
       } else {
         matmul_.run(x, weight.data(part), bias_at(part.first_row), y_at(part.first_row), tokens, in, part.rows,
                     in_type, out_type, stream, out);
@@ -69,9 +69,9 @@ void linear::run(const linear_weight& weight, const void* x, const void* bias, v
       const int lo = std::max(r0, part.first_row), hi = std::min(r0 + rows, part.first_row + part.rows);
       if (lo >= hi) continue;
       char* target = scratch + static_cast<size_t>(lo - r0) * in * in_size;
-      if (is_quantized(part.type)) {
-        dequantize_rows(weight.data(part), part.type, in, nullptr, lo - part.first_row, hi - lo, target, in, in_type,
-                        stream);
+      if (kept_quantized(part.type)) {
+        dequantize_rows(weight.data(part), part.type, weight.row_scales_from(part.first_row), in, nullptr,
+                        lo - part.first_row, hi - lo, target, in, in_type, stream);
       } else {
         const std::byte* source = weight.data(part) + static_cast<size_t>(lo - part.first_row) * in * in_size;
         check(cudaMemcpyAsync(target, source, static_cast<size_t>(hi - lo) * in * in_size, cudaMemcpyDeviceToDevice,

@@ -1,8 +1,10 @@
 #pragma once
 // A linear layer's weight in GPU memory: [out_features, in_features], row-major as stored, made
-// of parts (runs of consecutive output rows), each of one type. A GGUF block type stays as it is
-// in the file (quantized weights are never widened in memory); every other type (and a block
-// type without a CUDA decoder) is converted to the activation dtype on upload. Fused layers (q|k|v, gate|up) are the parts of one weight, so
+// of parts (runs of consecutive output rows), each of one type. A type the kernels decode (every
+// GGUF block type, FP8 E4M3 and its b128 blocks) stays as it is in the file, quantized weights
+// never widened in memory, a checkpoint's per-row scales beside it (row_scales); every other type,
+// and a tensor with act-order columns (weight_tensor::input_order), is converted to the
+// activation dtype on upload, its values made by weight_rows_f32. Fused layers (q|k|v, gate|up) are the parts of one weight, so
 // they run as one product even where a file gives them different types (Q4_K_M keeps v_proj and
 // some down projections in q6_k); consecutive parts of one type merge into one.
 
@@ -31,17 +33,23 @@ struct linear_weight {
   std::vector<linear_part> parts;
   // Shared: a tied lm_head is the embedding table's own storage.
   std::shared_ptr<device_buffer> storage;
+  // [out_features] f32: each row's scale (1 for rows without), or null when no row has one.
+  std::shared_ptr<device_buffer> row_scales;
 
   explicit operator bool() const { return storage != nullptr; }
   const std::byte* data(const linear_part& part) const { return storage->as<std::byte>() + part.offset; }
   size_t bytes() const { return storage ? storage->size() : 0; }
   // True when some part is in a block type (the weight is not one plain matrix).
   bool quantized() const;
+  // The row scales from row `row` on, or null.
+  const float* row_scales_from(int row) const;
 };
 
-// True for the block types the CUDA kernels read as stored (quant_blocks.cuh); a tensor of any
-// other type is converted to the activation dtype on upload.
+// True for the types the CUDA kernels read as stored (quant_blocks.cuh).
 bool kept_quantized(dtype type);
+// True when `tensor` is uploaded as stored: a kept type, columns in their logical order, rows of
+// whole decoder blocks (an FP8 row of a width not a multiple of 32 is converted).
+bool stored_quantized(const weight_tensor& tensor);
 
 // Copies (or converts) `tensor` into `destination` (device) in dtype `to`: f32, f16 and bf16
 // on the device, any other type decoded on the host first. `staging` is device memory the call

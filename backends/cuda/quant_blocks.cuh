@@ -631,6 +631,59 @@ struct iq4_xs_block {
   }
 };
 
+// ---- FP8 E4M3FN (model/quant/fp8.hpp) ----
+
+// The E4M3FN values of the four bytes of `word`, exactly (fp8_e4m3_to_f32): sign and the 7
+// magnitude bits placed at the top of an f32, whose exponent bias (127) is then brought to
+// E4M3's (7) by a multiplication by 2^120, exact for normal and subnormal codes alike (no
+// flush-to-zero: the build does not use fast math); the NaN codes (S.1111.111) give NaN, as the
+// reference does.
+TROUPE_HOST_DEVICE void fp8_to_floats(uint32_t word, float* out) {
+  TROUPE_UNROLL
+  for (int n = 0; n < 4; ++n) {
+    const uint32_t b = (word >> (8 * n)) & 0xffu;
+    const uint32_t sign = (b & 0x80u) << 24;
+    out[n] = (b & 0x7fu) == 0x7fu ? bits_as_float(sign | 0x7fc00000u)
+                                  : mul_rn(bits_as_float(sign | ((b & 0x7fu) << 20)), 0x1p120f);
+  }
+}
+
+// fp8_e4m3: one byte per element, no scale in the bytes (a checkpoint's row scales are the
+// weight's, applied per row: linear_weight::row_scales). Decoded in blocks of 32 bytes, rows
+// of whole blocks; two parts of 16.
+struct fp8_e4m3_block {
+  static constexpr dtype type = dtype::fp8_e4m3;
+  static constexpr int size = 32, bytes = 32, align = 16, parts = 2, runs = 2;
+  static constexpr bool has_min = false;
+  TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 16 * part + 8 * run; }
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&)[2]) {
+    fill(scale, 1.0f);
+    uint32_t q[4];
+    load_words<4, align>(block + 16 * part, q);
+    TROUPE_UNROLL
+    for (int w = 0; w < 4; ++w) fp8_to_floats(q[w], codes + 4 * w);
+  }
+};
+
+// fp8_e4m3_b128: blocks of [f32 scale][128 E4M3], value = scale * e4m3; eight parts of 16.
+struct fp8_e4m3_b128_block {
+  static constexpr dtype type = dtype::fp8_e4m3_b128;
+  static constexpr int size = 128, bytes = 132, align = 4, parts = 8, runs = 2;
+  static constexpr bool has_min = false;
+  TROUPE_HOST_DEVICE static int run_start(int part, int run) { return 16 * part + 8 * run; }
+  TROUPE_HOST_DEVICE static void decode(const std::byte* block, int part, float (&codes)[16], float (&scale)[2],
+                                        float (&)[2]) {
+    uint32_t head[1];
+    load_words<1, align>(block, head);
+    fill(scale, bits_as_float(head[0]));
+    uint32_t q[4];
+    load_words<4, field_align(align, 4, 16)>(block + 4 + 16 * part, q);
+    TROUPE_UNROLL
+    for (int w = 0; w < 4; ++w) fp8_to_floats(q[w], codes + 4 * w);
+  }
+};
+
 // A part's values, exactly the reference dequantizer's: out[i * 8 + j] is element
 // run_start(part, i) + j of the block.
 template <class Block>
@@ -664,8 +717,18 @@ bool visit(dtype type, Fn&& fn) {
     case dtype::iq4_nl: fn(iq4_nl_block{}); return true;
     case dtype::iq4_xs: fn(iq4_xs_block{}); return true;
     case dtype::mxfp4: fn(mxfp4_block{}); return true;
+    case dtype::fp8_e4m3: fn(fp8_e4m3_block{}); return true;
+    case dtype::fp8_e4m3_b128: fn(fp8_e4m3_b128_block{}); return true;
     default: return false;
   }
+}
+
+// Elements per block of the decoder of `type`; 0 for a type without one. (FP8 is decoded in
+// blocks of 32 although its registry block is one element: its rows must be whole 32s here.)
+inline int decoder_block_size(dtype type) {
+  int size = 0;
+  visit(type, [&](auto decoder) { size = decltype(decoder)::size; });
+  return size;
 }
 
 TROUPE_BRANCHES_END

@@ -41,8 +41,9 @@ struct quant_gemv_params {
   const void* x = nullptr;  // [tokens, ldx] of the activation dtype, 16-byte aligned, ldx % 8 == 0
   int64_t ldx = 0;
   int tokens = 0;
-  const void* bias = nullptr;  // [rows] of out_type, or null
-  void* y = nullptr;           // [tokens, ldy] of out_type
+  const float* row_scale = nullptr;  // [rows] f32 multiplying each row's sum (a checkpoint's scales), or null
+  const void* bias = nullptr;        // [rows] of out_type, or null
+  void* y = nullptr;                 // [tokens, ldy] of out_type
   int64_t ldy = 0;
   dtype out_type = dtype::f32;
 };
@@ -146,9 +147,10 @@ TROUPE_HOST_DEVICE void gemv_partial(const std::byte* weight, int64_t row_bytes,
 
 #if defined(__CUDACC__)
 
-// y[token, row] = value (+ bias[row]) in the output dtype.
+// y[token, row] = value (* row_scale[row]) (+ bias[row]) in the output dtype.
 __device__ __forceinline__ void store_gemv_output(const quant_gemv_params& p, int token, int row, float value) {
   const int64_t at = static_cast<int64_t>(token) * p.ldy + row;
+  if (p.row_scale) value *= p.row_scale[row];
   switch (p.out_type) {
     case dtype::f16:
       if (p.bias) value += __half2float(static_cast<const __half*>(p.bias)[row]);
@@ -222,6 +224,7 @@ void launch_quant_gemv(const quant_gemv_params& p, dtype in_type, cudaStream_t s
 bool quant_gemv_legacy(dtype weight_type, const quant_gemv_params& p, dtype in_type, cudaStream_t stream);
 bool quant_gemv_k(dtype weight_type, const quant_gemv_params& p, dtype in_type, cudaStream_t stream);
 bool quant_gemv_nonlinear(dtype weight_type, const quant_gemv_params& p, dtype in_type, cudaStream_t stream);
+bool quant_gemv_fp8(dtype weight_type, const quant_gemv_params& p, dtype in_type, cudaStream_t stream);
 
 #endif  // __CUDACC__
 

@@ -8,7 +8,9 @@
 #include "model/loader/gguf_file.hpp"
 #include "model/loader/gguf_model_loader.hpp"
 #include "model/loader/hf_config.hpp"
+#include "model/loader/hf_quantization.hpp"
 #include "model/loader/hf_tensor_forms.hpp"
+#include "model/loader/hf_weights.hpp"
 #include "model/loader/progress_bar.hpp"
 #include "model/loader/safetensors_file.hpp"
 #include "model/model_tensors.hpp"
@@ -73,7 +75,7 @@ loaded_model load_model(const load_options& options) {
     }
     case load_format::safetensors: {
       model.config = load_hf_config(options.path);
-      load_safetensors_directory(options.path, model.weights);
+      add_hf_weights(read_safetensors_directory(options.path), read_hf_quantization(options.path), model.weights);
       adapt_hf_tensors(model.config, model.weights);
       validate_weights(model.config, model.weights, (options.path / "config.json").string());
       break;

@@ -95,7 +95,7 @@ TEST(cpu_matmul, matches_naive_reference_for_every_dtype_and_path) {
       const auto w_values = test::random_floats(m * k, 11 + k);
       const auto w_bytes = test::encode(w_values, type);
       const auto w_ref = test::decode_naive(w_bytes, type, m * k);
-      const cpu::weight_view w{type, m, k, w_bytes.data()};
+      const cpu::weight_view w{type, m, k, w_bytes.data(), nullptr, nullptr};
       for (int64_t n : {1, 2, 3, 4, 5, 9, 33}) {
         const auto x = test::random_floats(n * k, 7 + n);
         std::vector<double> expected(n * m), magnitude(n * m);
@@ -135,7 +135,7 @@ TEST(cpu_matmul, sgemm_over_per_thread_slabs_covers_every_row) {
   const auto w_ref = test::decode_naive(w_bytes, dtype::f16, m * k);
   const auto x = test::random_floats(n * k, 6);
   std::vector<float> y(n * m, -1.0f), scratch;
-  cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data()}, y.data(), scratch);
+  cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data(), nullptr, nullptr}, y.data(), scratch);
   cpu::set_matmul_gemm_min_rows(saved_switch);
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t r = 0; r < m; ++r) {

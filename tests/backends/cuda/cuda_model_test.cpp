@@ -356,7 +356,13 @@ weight_store with_quantized_matrices(std::shared_ptr<const weight_store> base,
     auto bytes = std::make_shared<std::vector<std::byte>>(
         cuda::testing::random_quantized_rows(type, tensor.rows(), tensor.cols(), seed + n++, 0.15f));
     store.keep_alive(bytes);
-    store.add(weight_tensor{name, type, tensor.shape, bytes->data(), bytes->size()});
+    weight_tensor quantized;
+    quantized.name = name;
+    quantized.type = type;
+    quantized.shape = tensor.shape;
+    quantized.data = bytes->data();
+    quantized.num_bytes = bytes->size();
+    store.add(std::move(quantized));
   }
   return store;
 }
@@ -418,6 +424,18 @@ TEST(cuda_quantized_model, a_q4_k_m_like_mix_matches_the_cpu_backend_in_16_bit_a
   }
 }
 
+// FP8 checkpoints' matrices (E4M3 with a scale per row, as make_dummy_weights writes them the
+// way per-channel FP8 checkpoints store them) stay FP8 on the GPU.
+TEST(cuda_quantized_model, fp8_models_with_row_scales_match_the_cpu_backend) {
+  TROUPE_REQUIRE_GPU();
+  for (architecture arch : {architecture::llama, architecture::qwen2}) {
+    const model_config config = quantizable_config(arch);
+    const weight_store weights = make_dummy_weights(config, dtype::fp8_e4m3, 49, test_init());
+    compare_quantized_with_cpu(config, weights, dtype::f32, 1e-4, "fp8 in f32");
+    compare_quantized_with_cpu(config, weights, dtype::bf16, 3e-2, "fp8 in bf16");
+  }
+}
+
 TEST(cuda_quantized_model, nano_batches_with_quantized_weights_match_the_cpu_backend) {
   TROUPE_REQUIRE_GPU();
   const model_config config = quantizable_config(architecture::llama);
@@ -447,7 +465,13 @@ TEST(cuda_quantized_model, stories260k_in_q8_0_matches_the_cpu_backend) {
     quantize_q8_0({reinterpret_cast<const float*>(tensor.data), static_cast<size_t>(tensor.num_elements())},
                   bytes->data());
     weights.keep_alive(bytes);
-    weights.add(weight_tensor{name, dtype::q8_0, tensor.shape, bytes->data(), bytes->size()});
+    weight_tensor quantized;
+    quantized.name = name;
+    quantized.type = dtype::q8_0;
+    quantized.shape = tensor.shape;
+    quantized.data = bytes->data();
+    quantized.num_bytes = bytes->size();
+    weights.add(std::move(quantized));
   }
   cuda_options options;
   options.activation = dtype::f32;

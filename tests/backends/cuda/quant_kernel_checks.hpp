@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/quant/fp8.hpp"
 #include "tests/backends/cuda/random_quant_blocks.hpp"
 
 namespace troupe::cuda {
@@ -23,12 +24,13 @@ using namespace troupe::cuda::testing;
 // values, the parts of a block cover its elements once, and (host branch) every load keeps the
 // alignment it promises.
 void expect_parts_decode_to_the_reference_values() {
-  for (dtype type : quantized_weight_types()) {
+  for (dtype type : device_weight_types()) {
     const bool known = quant_blocks::visit(type, [&](auto decoder) {
       using block = decltype(decoder);
       EXPECT_EQ(block::type, type);
-      EXPECT_EQ(block::size, dtype_traits_of(type).block_size) << dtype_name(type);
-      EXPECT_EQ(static_cast<size_t>(block::bytes), dtype_traits_of(type).block_bytes) << dtype_name(type);
+      EXPECT_EQ(block::size % dtype_block_size(type), 0) << dtype_name(type);
+      EXPECT_EQ(block::size, device_block_size(type)) << dtype_name(type);
+      EXPECT_EQ(static_cast<size_t>(block::bytes), row_bytes(type, block::size)) << dtype_name(type);
       EXPECT_EQ(block::parts * block::runs * 8, block::size) << dtype_name(type);
       EXPECT_EQ(32 % block::parts, 0) << dtype_name(type) << ": a warp shares whole blocks";
       // Three rows of five blocks, laid out as on the device (rows back to back from an aligned start).
@@ -64,7 +66,7 @@ void expect_parts_decode_to_the_reference_values() {
     EXPECT_TRUE(known) << dtype_name(type);
   }
   EXPECT_FALSE(quant_blocks::visit(dtype::bf16, [](auto) {}));
-  EXPECT_FALSE(quant_blocks::visit(dtype::fp8_e4m3, [](auto) {}));
+  EXPECT_FALSE(quant_blocks::visit(dtype::f32, [](auto) {}));
 }
 
 // Activations stored as In, and their values as the kernel reads them.
@@ -156,7 +158,7 @@ void check_gemv_for(dtype type, const char* in_name) {
 // quant_gemv's per-thread body, summed over the threads of each CTA, against a double product:
 // every type, activation dtype, 1 to 11 tokens, rows past the matrix, more blocks than a pass.
 void expect_gemv_ctas_to_sum_to_the_reference_product() {
-  for (dtype type : quantized_weight_types()) {
+  for (dtype type : device_weight_types()) {
     check_gemv_for<float>(type, "f32");
     check_gemv_for<__half>(type, "f16");
     check_gemv_for<__nv_bfloat16>(type, "bf16");
@@ -171,13 +173,17 @@ void check_dequantize_for(dtype type) {
     const std::vector<std::byte> bytes = random_quantized_rows(type, rows, cols, 99);
     aligned_bytes table(bytes.size());
     std::memcpy(table.get(), bytes.data(), bytes.size());
-    const std::vector<float> reference = reference_values(type, bytes, int64_t{rows} * cols);
+    std::vector<float> reference = reference_values(type, bytes, int64_t{rows} * cols);
+    // Row 1 without a scale (1), the others with one: value * scale, as weight_rows_f32 computes it.
+    std::vector<float> scales = random_row_scales(rows, 5, 448.0f);
+    scales[1] = 1.0f;
+    for (size_t i = 0; i < reference.size(); ++i) reference[i] *= scales[i / cols];
     aligned_bytes out(static_cast<size_t>(rows) * cols * sizeof(Out));
     std::memset(out.get(), 0xff, out.size);
     const int64_t row_bytes = cols / Block::size * Block::bytes;
     for (int r = 0; r < rows; ++r) {
       for (int item = 0; item < cols / Block::size * Block::parts; ++item) {
-        dequantize_item<Block>(table.get() + r * row_bytes, item, reinterpret_cast<Out*>(out.get()) + r * cols);
+        dequantize_item<Block>(table.get() + r * row_bytes, item, scales[r], reinterpret_cast<Out*>(out.get()) + r * cols);
       }
     }
     for (size_t i = 0; i < reference.size(); ++i) {
@@ -195,12 +201,34 @@ void check_dequantize_for(dtype type) {
   });
 }
 
-// dequantize_rows' items write every element, the reference value rounded once to the output.
+// dequantize_rows' items write every element, the reference value (times its row's scale)
+// rounded once to the output.
 void expect_dequantize_items_to_write_the_reference_values() {
-  for (dtype type : quantized_weight_types()) {
+  for (dtype type : device_weight_types()) {
     check_dequantize_for<float>(type);
     check_dequantize_for<__half>(type);
     check_dequantize_for<__nv_bfloat16>(type);
+  }
+}
+
+// All 256 FP8 E4M3 codes, NaNs and subnormals included, decode as fp8_e4m3_to_f32 does, bit
+// for bit (the random blocks above never hold a NaN code).
+void expect_every_fp8_code_to_decode_exactly() {
+  aligned_bytes codes(256);
+  for (int i = 0; i < 256; ++i) codes.get()[i] = static_cast<std::byte>(i);
+  for (int b = 0; b < 8; ++b) {
+    for (int part = 0; part < 2; ++part) {
+      float out[16];
+      quant_blocks::decode_values<quant_blocks::fp8_e4m3_block>(codes.get() + 32 * b, part, out);
+      for (int i = 0; i < 16; ++i) {
+        const int code = 32 * b + 16 * part + i;
+        const float want = quant::fp8_e4m3_to_f32(static_cast<uint8_t>(code));
+        uint32_t got_bits, want_bits;
+        std::memcpy(&got_bits, &out[i], 4);
+        std::memcpy(&want_bits, &want, 4);
+        ASSERT_EQ(got_bits, want_bits) << "code " << code << ": " << out[i] << ", reference " << want;
+      }
+    }
   }
 }
 

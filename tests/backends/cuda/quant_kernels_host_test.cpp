@@ -26,5 +26,7 @@ TEST(cuda_quant_kernels_on_host, dequantize_items_write_every_element_rounded_on
   expect_dequantize_items_to_write_the_reference_values();
 }
 
+TEST(cuda_quant_kernels_on_host, every_fp8_code_decodes_exactly) { expect_every_fp8_code_to_decode_exactly(); }
+
 }  // namespace
 }  // namespace troupe::cuda

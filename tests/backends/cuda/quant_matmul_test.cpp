@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "backends/cuda/linear.hpp"
 #include "backends/cuda/linear_weight.hpp"
 #include "backends/cuda/ops.hpp"
+#include "model/weight_values.hpp"
 #include "tests/backends/cuda/cuda_test_util.hpp"
 #include "tests/backends/cuda/random_quant_blocks.hpp"
 
@@ -25,7 +27,20 @@ using namespace troupe::cuda::testing;
 
 weight_tensor host_tensor(const std::string& name, dtype type, int64_t rows, int64_t cols,
                           const std::vector<std::byte>& bytes) {
-  return weight_tensor{name, type, {rows, cols}, bytes.data(), bytes.size()};
+  weight_tensor tensor;
+  tensor.name = name;
+  tensor.type = type;
+  tensor.shape = {rows, cols};
+  tensor.data = bytes.data();
+  tensor.num_bytes = bytes.size();
+  return tensor;
+}
+
+// The values a tensor stands for (row scales and column order applied), [rows, cols].
+std::vector<float> tensor_values(const weight_tensor& tensor) {
+  std::vector<float> values(static_cast<size_t>(tensor.num_elements()));
+  weight_rows_f32(tensor, 0, tensor.rows(), values.data());
+  return values;
 }
 
 // ref [tokens, rows] = x [tokens, cols] · w [rows, cols]ᵀ (+ bias), in double.
@@ -52,16 +67,19 @@ std::vector<float> run_linear(linear& layer, const linear_weight& weight, dtype 
   return from_device(activation, y.get(), static_cast<size_t>(tokens) * weight.out_features);
 }
 
+// Every type the kernels keep: the GGUF block types, and FP8 (E4M3 with a checkpoint's row scales,
+// applied in the GEMV's epilogue and by the dequantizer; b128 with its block scales).
 TEST(cuda_quant_matmul, gemv_and_dequantized_gemm_match_the_reference_for_every_type) {
   TROUPE_REQUIRE_GPU();
   device_buffer staging;
-  for (dtype type : quantized_weight_types()) {
-    const int64_t block = dtype_block_size(type);
+  for (dtype type : device_weight_types()) {
+    const int64_t block = device_block_size(type);
     for (int blocks : {1, 3, 9}) {
       const int rows = 45, cols = static_cast<int>(blocks * block);
       const std::vector<std::byte> bytes = random_quantized_rows(type, rows, cols, 3 * blocks + static_cast<int>(type));
-      const std::vector<float> w = reference_values(type, bytes, int64_t{rows} * cols);
-      const weight_tensor tensor = host_tensor("w", type, rows, cols, bytes);
+      weight_tensor tensor = host_tensor("w", type, rows, cols, bytes);
+      if (type == dtype::fp8_e4m3) tensor.row_scales = random_row_scales(rows, static_cast<uint32_t>(blocks));
+      const std::vector<float> w = tensor_values(tensor);
       const linear_weight weight = upload_linear_weight({&tensor}, dtype::f32, staging, nullptr);
       // One layer that always takes the GEMV, one that always dequantizes (scratch for f32, the widest).
       linear gemv_layer(0, 1 << 30);
@@ -169,8 +187,8 @@ TEST(cuda_quant_matmul, sixteen_bit_activations_give_f32_logits) {
 TEST(cuda_quant_matmul, dequantize_rows_gathers_rows_exactly) {
   TROUPE_REQUIRE_GPU();
   std::mt19937 rng(8);
-  for (dtype type : quantized_weight_types()) {
-    const int rows = 37, cols = static_cast<int>(2 * dtype_block_size(type)), n = 23;
+  for (dtype type : device_weight_types()) {
+    const int rows = 37, cols = static_cast<int>(2 * device_block_size(type)), n = 23;
     const std::vector<std::byte> bytes = random_quantized_rows(type, rows, cols, 31);
     const std::vector<float> table = reference_values(type, bytes, int64_t{rows} * cols);
     std::vector<int32_t> ids(n);
@@ -178,7 +196,7 @@ TEST(cuda_quant_matmul, dequantize_rows_gathers_rows_exactly) {
     device_buffer table_d = to_device_raw(bytes), ids_d = to_device_raw(ids);
     for (dtype out_type : activation_types()) {
       device_buffer out = poisoned(static_cast<size_t>(n) * cols * element_size(out_type));
-      dequantize_rows(table_d.get(), type, cols, ids_d.as<int32_t>(), 0, n, out.get(), cols, out_type, nullptr);
+      dequantize_rows(table_d.get(), type, nullptr, cols, ids_d.as<int32_t>(), 0, n, out.get(), cols, out_type, nullptr);
       const std::vector<float> got = from_device(out_type, out.get(), static_cast<size_t>(n) * cols);
       for (int i = 0; i < n; ++i) {
         for (int c = 0; c < cols; ++c) {
@@ -188,7 +206,7 @@ TEST(cuda_quant_matmul, dequantize_rows_gathers_rows_exactly) {
       }
       // Without ids: rows first_row .. first_row + n - 1.
       device_buffer slice = poisoned(static_cast<size_t>(5) * cols * element_size(out_type));
-      dequantize_rows(table_d.get(), type, cols, nullptr, 7, 5, slice.get(), cols, out_type, nullptr);
+      dequantize_rows(table_d.get(), type, nullptr, cols, nullptr, 7, 5, slice.get(), cols, out_type, nullptr);
       const std::vector<float> rows_got = from_device(out_type, slice.get(), static_cast<size_t>(5) * cols);
       for (int c = 0; c < 5 * cols; ++c) ASSERT_EQ(rows_got[c], round_to(out_type, table[7 * cols + c])) << c;
     }
@@ -208,20 +226,81 @@ TEST(cuda_quant_matmul, slices_are_whole_128_row_steps_within_the_scratch) {
   EXPECT_EQ(dequantize_scratch_bytes(quantized, dtype::bf16, default_dequantize_scratch_bytes), size_t{300} * 4096 * 2);
   // A small cap still leaves 128 rows a slice.
   EXPECT_EQ(dequantize_scratch_bytes(quantized, dtype::bf16, 1024), size_t{128} * 4096 * 2);
-  // Every GGUF block type stays quantized on the device; FP8 and plain types are converted.
-  for (dtype type : quantized_weight_types()) EXPECT_TRUE(kept_quantized(type)) << dtype_name(type);
-  for (dtype type : {dtype::f32, dtype::f16, dtype::bf16, dtype::fp8_e4m3}) EXPECT_FALSE(kept_quantized(type));
+  // Every GGUF block type and both FP8 types stay quantized on the device; plain types are
+  // converted, and so is a tensor whose columns are in act order.
+  for (dtype type : device_weight_types()) EXPECT_TRUE(kept_quantized(type)) << dtype_name(type);
+  for (dtype type : {dtype::f32, dtype::f16, dtype::bf16}) EXPECT_FALSE(kept_quantized(type));
+  weight_tensor act_order;
+  act_order.type = dtype::q4_0;
+  EXPECT_TRUE(stored_quantized(act_order));
+  act_order.input_order = {1, 0};
+  EXPECT_FALSE(stored_quantized(act_order));
+  // FP8 rows are read 32 values at a time: a narrower multiple is converted, not refused.
+  weight_tensor fp8;
+  fp8.type = dtype::fp8_e4m3;
+  fp8.shape = {4, 64};
+  EXPECT_TRUE(stored_quantized(fp8));
+  fp8.shape = {4, 48};
+  EXPECT_FALSE(stored_quantized(fp8));
   linear_weight plain = quantized;
   plain.parts = {linear_part{dtype::bf16, 0, 300, 0}};
   EXPECT_EQ(dequantize_scratch_bytes(plain, dtype::bf16, default_dequantize_scratch_bytes), 0u);
+}
+
+// A quantized checkpoint's layers as the HF loader hands them over: a GPTQ act-order q4_0 tensor
+// (its columns permuted: converted on upload, its values by weight_rows_f32), a q8_0 one with row
+// scales (kept, scaled per row) and an FP8 one with row scales, fused in one weight, through
+// both paths.
+TEST(cuda_quant_matmul, row_scales_and_act_order_columns_give_the_tensors_values) {
+  TROUPE_REQUIRE_GPU();
+  const int cols = 256;
+  std::mt19937 rng(12);
+  const std::vector<std::byte> q4 = random_quantized_rows(dtype::q4_0, 64, cols, 1);
+  const std::vector<std::byte> q8 = random_quantized_rows(dtype::q8_0, 40, cols, 2);
+  const std::vector<std::byte> fp8 = random_quantized_rows(dtype::fp8_e4m3, 24, cols, 3);
+  weight_tensor act_order = host_tensor("q_proj", dtype::q4_0, 64, cols, q4);
+  act_order.input_order.resize(cols);
+  std::iota(act_order.input_order.begin(), act_order.input_order.end(), 0);
+  std::shuffle(act_order.input_order.begin(), act_order.input_order.end(), rng);
+  weight_tensor scaled = host_tensor("k_proj", dtype::q8_0, 40, cols, q8);
+  scaled.row_scales = random_row_scales(40, 4, 40.0f);
+  weight_tensor fp8_rows = host_tensor("v_proj", dtype::fp8_e4m3, 24, cols, fp8);
+  fp8_rows.row_scales = random_row_scales(24, 5);
+  std::vector<float> w = tensor_values(act_order);
+  for (const weight_tensor* t : {&scaled, &fp8_rows}) {
+    const std::vector<float> values = tensor_values(*t);
+    w.insert(w.end(), values.begin(), values.end());
+  }
+  const int rows = 128;
+  for (dtype activation : activation_types()) {
+    device_buffer staging;
+    const linear_weight weight = upload_linear_weight({&act_order, &scaled, &fp8_rows}, activation, staging, nullptr);
+    ASSERT_EQ(weight.parts.size(), 3u);
+    EXPECT_EQ(weight.parts[0].type, activation) << "act-order columns are converted on upload";
+    EXPECT_EQ(weight.parts[1].type, dtype::q8_0);
+    EXPECT_EQ(weight.parts[2].type, dtype::fp8_e4m3);
+    std::vector<float> w_stored = w;
+    for (size_t i = 0; i < size_t{64} * cols; ++i) w_stored[i] = round_to(activation, w[i]);
+    linear layer(dequantize_scratch_bytes(weight, activation, default_dequantize_scratch_bytes));
+    for (int tokens : {2, 50}) {
+      const std::vector<float> x = rounded(activation, random_values(static_cast<size_t>(tokens) * cols, rng));
+      device_buffer x_d = to_device(activation, x);
+      device_buffer y = poisoned(static_cast<size_t>(tokens) * rows * element_size(activation));
+      layer.run(weight, x_d.get(), nullptr, y.get(), tokens, activation, activation, nullptr);
+      EXPECT_LT(normalized_error(from_device(activation, y.get(), static_cast<size_t>(tokens) * rows),
+                                 reference_product(x, w_stored, {}, tokens, rows, cols)),
+                tolerance(activation))
+          << dtype_name(activation) << ", " << tokens << " tokens";
+    }
+  }
 }
 
 // Refusals come before any device call: they run without a GPU too.
 TEST(cuda_quant_matmul, refuses_misshapen_weights_and_misaligned_activations_naming_them) {
   device_buffer staging;
   const std::vector<std::byte> bytes = random_quantized_rows(dtype::q4_k, 4, 256, 1);
-  const weight_tensor not_whole_blocks{"model.layers.0.mlp.down_proj.weight", dtype::q4_k, {8, 128}, bytes.data(),
-                                       bytes.size()};
+  const weight_tensor not_whole_blocks =
+      host_tensor("model.layers.0.mlp.down_proj.weight", dtype::q4_k, 8, 128, bytes);
   try {
     upload_linear_weight({&not_whole_blocks}, dtype::bf16, staging, nullptr);
     ADD_FAILURE() << "rows of half a block were accepted";
@@ -229,7 +308,7 @@ TEST(cuda_quant_matmul, refuses_misshapen_weights_and_misaligned_activations_nam
     EXPECT_NE(std::string(e.what()).find("down_proj"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("256-value blocks"), std::string::npos) << e.what();
   }
-  const weight_tensor lying{"model.layers.0.self_attn.q_proj.weight", dtype::q4_k, {4, 512}, bytes.data(), bytes.size()};
+  const weight_tensor lying = host_tensor("model.layers.0.self_attn.q_proj.weight", dtype::q4_k, 4, 512, bytes);
   try {
     upload_linear_weight({&lying}, dtype::bf16, staging, nullptr);
     ADD_FAILURE() << "a tensor with half its bytes was accepted";
@@ -238,12 +317,14 @@ TEST(cuda_quant_matmul, refuses_misshapen_weights_and_misaligned_activations_nam
     EXPECT_NE(std::string(e.what()).find("bytes"), std::string::npos) << e.what();
   }
   alignas(16) static float x[64];
-  EXPECT_THROW(quant_gemv(bytes.data(), dtype::q4_k, 4, 256, x + 1, 256, dtype::f32, 1, nullptr, x, 4, dtype::f32,
+  EXPECT_THROW(quant_gemv(bytes.data(), dtype::q4_k, nullptr, 4, 256, x + 1, 256, dtype::f32, 1, nullptr, x, 4,
+                          dtype::f32, nullptr),
+               std::runtime_error);
+  EXPECT_THROW(quant_gemv(bytes.data(), dtype::q4_k, nullptr, 4, 200, x, 256, dtype::f32, 1, nullptr, x, 4, dtype::f32,
                           nullptr),
                std::runtime_error);
-  EXPECT_THROW(quant_gemv(bytes.data(), dtype::q4_k, 4, 200, x, 256, dtype::f32, 1, nullptr, x, 4, dtype::f32, nullptr),
-               std::runtime_error);
-  EXPECT_THROW(quant_gemv(bytes.data(), dtype::bf16, 4, 256, x, 256, dtype::f32, 1, nullptr, x, 4, dtype::f32, nullptr),
+  EXPECT_THROW(quant_gemv(bytes.data(), dtype::bf16, nullptr, 4, 256, x, 256, dtype::f32, 1, nullptr, x, 4, dtype::f32,
+                          nullptr),
                std::runtime_error);
 }
 

@@ -4,6 +4,7 @@
 // chosen magnitude. Not what a quantizer would write, but a valid tensor of the type: the GPU
 // and the reference dequantizer must read the very same values from it.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +27,20 @@ inline const std::vector<dtype>& quantized_weight_types() {
                                         dtype::iq4_nl, dtype::iq4_xs, dtype::mxfp4};
   return types;
 }
+
+// Every type the CUDA kernels keep as stored: the GGUF ones and the FP8 checkpoints' two.
+inline const std::vector<dtype>& device_weight_types() {
+  static const std::vector<dtype> types = [] {
+    std::vector<dtype> all = quantized_weight_types();
+    all.push_back(dtype::fp8_e4m3);
+    all.push_back(dtype::fp8_e4m3_b128);
+    return all;
+  }();
+  return types;
+}
+
+// Elements a row must be a whole number of, for the CUDA kernels (FP8 E4M3 is read 32 at a time).
+inline int64_t device_block_size(dtype type) { return std::max<int64_t>(dtype_block_size(type), 32); }
 
 // Host bytes aligned as cudaMalloc aligns device memory (256), so alignment assumptions made for
 // the device hold, and are checked, on the host.
@@ -53,12 +68,15 @@ inline float code_range(dtype type) {
     case dtype::q6_k: return 4096.0f;
     case dtype::iq4_nl: return 127.0f;
     case dtype::iq4_xs: return 4064.0f;
+    case dtype::fp8_e4m3:
+    case dtype::fp8_e4m3_b128: return 448.0f;
     default: return 1.0f;
   }
 }
 
 // `rows` rows of `cols` values of `type` (cols a multiple of its block size), weights of roughly
-// `magnitude` at most.
+// `magnitude` at most (FP8 E4M3, which has no scale in its bytes: codes up to 448; pair it with
+// random_row_scales). FP8 codes are never NaN.
 inline std::vector<std::byte> random_quantized_rows(dtype type, int64_t rows, int64_t cols, uint32_t seed,
                                                     float magnitude = 0.1f) {
   const dtype_traits& traits = dtype_traits_of(type);
@@ -73,6 +91,11 @@ inline std::vector<std::byte> random_quantized_rows(dtype type, int64_t rows, in
     std::memcpy(p, &h, 2);
   };
   const float d_size = magnitude / code_range(type);
+  if (type == dtype::fp8_e4m3 || type == dtype::fp8_e4m3_b128) {
+    for (std::byte& b : bytes) {
+      if ((static_cast<uint8_t>(b) & 0x7f) == 0x7f) b = static_cast<std::byte>(static_cast<uint8_t>(b) - 1);  // NaN -> 448
+    }
+  }
   for (int64_t b = 0; b < num_blocks; ++b) {
     std::byte* block = bytes.data() + b * traits.block_bytes;
     const float d = d_size * uniform(rng) * (byte(rng) < 32 ? -1.0f : 1.0f);  // a few negative scales
@@ -105,10 +128,24 @@ inline std::vector<std::byte> random_quantized_rows(dtype type, int64_t rows, in
         block[0] = static_cast<std::byte>(b % 97 == 5 ? b % 2 : e);
         break;
       }
+      case dtype::fp8_e4m3_b128: {
+        const float scale = d_size * uniform(rng);
+        std::memcpy(block, &scale, 4);
+        break;
+      }
       default: break;
     }
   }
   return bytes;
+}
+
+// Scales of `rows` rows that bring FP8 codes (up to 448) to about `magnitude`.
+inline std::vector<float> random_row_scales(int64_t rows, uint32_t seed, float magnitude = 0.1f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(0.5f, 1.5f);
+  std::vector<float> scales(static_cast<size_t>(rows));
+  for (float& s : scales) s = magnitude / 448.0f * uniform(rng);
+  return scales;
 }
 
 // The reference values of such rows, [rows, cols] f32.
