@@ -1,10 +1,14 @@
 #pragma once
 // y = x · wᵀ for f32 activations and a linear layer's weight in any weight dtype.
 //
-// Three strategies, chosen by the number of activation rows n:
-// - n < matmul_gemm_min_rows() (decode of a few sequences): every thread takes a contiguous
-//   range of weight rows and streams them once, dotting each row with all n activations with
-//   the SIMD row kernels (memory-bandwidth bound, as it must be);
+// Quantized weights (q4_0 ... mxfp4) go through the integer kernels for any number of rows
+// (quant_kernels.hpp): the activations are quantized to int8 once per call and each thread
+// multiplies tiles of weight rows. Other weights take one of three strategies, chosen by the
+// number of activation rows n:
+// - n < matmul_gemm_min_rows() (32; decode of up to 31 sequences): every thread takes a
+//   contiguous range of weight rows and streams them once, dotting pairs of rows with groups of
+//   up to four activations in registers (SIMD row kernels): memory-bandwidth bound for a few
+//   rows, FMA-bound for more, each weight read once per step;
 // - from there to 127 rows (larger decode batches, short chunks): the pool's threads take slabs
 //   of weight rows and multiply each with a single-threaded OpenBLAS sgemm; a weight in another
 //   dtype is converted one small slab at a time (~256 KiB of f32, kept in the core's cache), an
@@ -42,6 +46,12 @@ weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols);
 int matmul_gemm_min_rows();
 // Tests and benchmarks move the switch point (e.g. 1 forces sgemm, INT32_MAX forces dots).
 void set_matmul_gemm_min_rows(int rows);
+
+// Whether quantized weights go through the integer kernels (quant_kernels.hpp; the default) or,
+// when off, through f32 conversions like f16 weights: the path they took before the integer
+// kernels, kept so benchmarks can measure one against the other.
+bool matmul_integer_kernels();
+void set_matmul_integer_kernels(bool on);
 
 // y [n, w.rows] = x [n, w.cols] · wᵀ. `scratch` holds converted weight slabs between calls
 // (grown on demand, so steady-state steps do not allocate).

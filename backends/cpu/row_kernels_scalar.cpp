@@ -8,6 +8,7 @@ namespace {
 
 struct scalar_vec {
   using reg = float;
+  static constexpr int pair_acts = 4;  // activation rows beside two weight rows (registers)
   static constexpr int64_t width = 1;
   static reg zero() { return 0.0f; }
   static reg load(const float* p) { return *p; }
@@ -26,7 +27,7 @@ struct scalar_vec {
 
 const row_kernels& scalar_row_kernels() {
   static const row_kernels table = [] {
-    row_kernels kernels = make_row_kernels<scalar_vec>();
+    row_kernels kernels = with_quant_to_f32(make_row_kernels<scalar_vec>(), scalar_quant_kernels());
     add_fp8_row_kernels_scalar(kernels);
     return kernels;
   }();
@@ -35,7 +36,8 @@ const row_kernels& scalar_row_kernels() {
 
 const row_kernels& kernels_for(simd_level level) {
   switch (level) {
-    case simd_level::avx512: return avx512_row_kernels();
+    case simd_level::avx512:
+    case simd_level::avx512_vnni: return avx512_row_kernels();  // float kernels need no VNNI
     case simd_level::avx2: return avx2_row_kernels();
     case simd_level::scalar: break;
   }

@@ -15,6 +15,7 @@
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/float_conversion.hpp"
 #include "model/loader/model_loader.hpp"
+#include "model/quant/quantize.hpp"
 #include "tests/backends/cuda/cuda_test_util.hpp"
 #include "tests/backends/cuda/random_quant_blocks.hpp"
 
@@ -214,7 +215,8 @@ void compare_steps_with_cpu(const model_config& config, const weight_store& weig
                             const std::vector<int>& prompt_lengths, const step_list& steps, double allowed,
                             const std::string& label) {
   auto gpu = make_cuda_model(config, weights, kv_cache_shape{64, 8}, options);
-  auto cpu = make_cpu_model(config, weights, kv_cache_shape{64, 8}, 2);
+  // The CPU's cache in the GPU's KV dtype: both then attend over the same rounded values.
+  auto cpu = make_cpu_model(config, weights, kv_cache_shape{64, 8}, 2, options.kv_cache.value_or(options.activation));
   std::mt19937 rng(23);
   std::uniform_int_distribution<int> token(2, config.vocab_size - 1);
   batch_driver driver(8, 64, 3);
@@ -274,6 +276,25 @@ TEST(cuda_model, random_bf16_models_match_the_cpu_backend_within_bf16_tolerance)
   for (architecture arch : {architecture::llama, architecture::qwen2, architecture::qwen3}) {
     compare_with_cpu(arch, dtype::bf16, dtype::bf16, 3e-2);
     compare_with_cpu(arch, dtype::bf16, dtype::f16, 1e-2);
+  }
+}
+
+// A q8_0 or fp8 KV pool on the GPU against the CPU backend's pool of the same dtype (f32
+// activations on both). The two sides' K and V differ in their last f32 bits, which now and then
+// round to a neighbouring q8_0 / fp8 step: the bound is that of such flips, set without a GPU at
+// hand (to be tightened once measured; the f32 pool's bound is 1e-4).
+TEST(cuda_model, quantized_kv_pools_match_the_cpu_backend_with_the_same_kv_dtype) {
+  TROUPE_REQUIRE_GPU();
+  for (dtype kv : {dtype::q8_0, dtype::fp8_e4m3}) {
+    cuda_options options;
+    options.activation = dtype::f32;
+    options.kv_cache = kv;
+    step_list steps{{{0, 1}, {17, 11}}, {{0}, {12}}};
+    for (int i = 0; i < 6; ++i) steps.push_back({{0, 1}, {1, 1}});
+    for (architecture arch : {architecture::llama, architecture::qwen3}) {
+      compare_steps_with_cpu(tiny_config(arch), 19, dtype::f32, options, {29, 11}, steps, 2e-2,
+                             std::string("KV ") + std::string(dtype_name(kv)));
+    }
   }
 }
 
@@ -462,8 +483,7 @@ TEST(cuda_quantized_model, stories260k_in_q8_0_matches_the_cpu_backend) {
       continue;
     }
     auto bytes = std::make_shared<std::vector<std::byte>>(row_bytes(dtype::q8_0, tensor.num_elements()));
-    quantize_q8_0({reinterpret_cast<const float*>(tensor.data), static_cast<size_t>(tensor.num_elements())},
-                  bytes->data());
+    quant::quantize_row(dtype::q8_0, reinterpret_cast<const float*>(tensor.data), tensor.num_elements(), bytes->data());
     weights.keep_alive(bytes);
     weight_tensor quantized;
     quantized.name = name;
