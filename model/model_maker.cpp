@@ -52,7 +52,8 @@ uint32_t gguf_file_type(dtype type) {
     case dtype::iq4_xs: return 30;
     case dtype::bf16: return 32;
     case dtype::mxfp4: return 38;
-    case dtype::fp8_e4m3: break;
+    case dtype::fp8_e4m3:
+    case dtype::fp8_e4m3_b128: break;
   }
   throw std::runtime_error("a GGUF file cannot hold " + std::string(dtype_name(type)));
 }

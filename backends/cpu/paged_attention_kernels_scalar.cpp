@@ -46,6 +46,7 @@ const attention_kernels& scalar_attention_kernels() {
 
 const attention_kernels& attention_kernels_for(simd_level level) {
   switch (level) {
+    case simd_level::avx512_vnni:  // attention has no int8 products: VNNI adds nothing
     case simd_level::avx512: return avx512_attention_kernels();
     case simd_level::avx2: return avx2_attention_kernels();
     case simd_level::scalar: break;

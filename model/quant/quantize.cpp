@@ -1,5 +1,7 @@
 #include "model/quant/quantize.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "model/half_float.hpp"
@@ -41,6 +43,19 @@ void quantize_row(dtype type, const float* x, int64_t count, std::byte* out, con
     case dtype::iq4_nl: return quantize_iq4_nl(x, out, count, weights);
     case dtype::iq4_xs: return quantize_iq4_xs(x, out, count, weights);
     case dtype::mxfp4: return quantize_mxfp4(x, out, count, weights);
+    case dtype::fp8_e4m3_b128:
+      // Each block's scale maps its largest magnitude to E4M3's largest, as the FP8 checkpoint
+      // tools scale their blocks.
+      for (int64_t b = 0; b < count / fp8_b128_block_size; ++b) {
+        const float* v = x + b * fp8_b128_block_size;
+        std::byte* block = out + b * fp8_b128_block_bytes;
+        float amax = 0.0f;
+        for (int64_t j = 0; j < fp8_b128_block_size; ++j) amax = std::max(amax, std::fabs(v[j]));
+        const float scale = amax > 0.0f ? amax / fp8_e4m3_max : 1.0f;
+        std::memcpy(block, &scale, 4);
+        for (int64_t j = 0; j < fp8_b128_block_size; ++j) block[4 + j] = static_cast<std::byte>(f32_to_fp8_e4m3(v[j] / scale));
+      }
+      return;
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -268,6 +269,31 @@ TEST(quant_quantize, zeros_constants_and_tiny_rows_decode_sensibly) {
       }
     }
   }
+}
+
+// fp8_e4m3_b128 (block-scaled FP8 checkpoints) has no ggml counterpart: each block's largest
+// magnitude maps to 448, so every value is within E4M3's half step (2^-4 relative) of itself, or
+// within the smallest subnormal's half (2^-10 of the scale) near zero.
+TEST(quant_quantize, fp8_blocks_round_within_half_an_e4m3_step) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(512);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i < 128 ? 1e-3f : i < 256 ? 50.0f : 1.0f);
+  x[300] = 0.0f;
+  std::vector<std::byte> blocks(row_bytes(dtype::fp8_e4m3_b128, 512));
+  quant::quantize_row(dtype::fp8_e4m3_b128, x.data(), 512, blocks.data());
+  std::vector<float> y(512);
+  quant::dequantize_row(dtype::fp8_e4m3_b128, blocks.data(), y.data(), 512);
+  for (int b = 0; b < 4; ++b) {
+    float amax = 0.0f;
+    for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(x[b * 128 + j]));
+    const float scale = amax / 448.0f;
+    for (int j = 0; j < 128; ++j) {
+      const int i = b * 128 + j;
+      EXPECT_NEAR(y[i], x[i], std::max(std::fabs(x[i]) * 0.0625f, scale * 0.001f)) << "element " << i;
+    }
+  }
+  EXPECT_EQ(y[300], 0.0f);
 }
 
 }  // namespace
