@@ -445,15 +445,21 @@ TEST(cuda_quantized_model, a_q4_k_m_like_mix_matches_the_cpu_backend_in_16_bit_a
   }
 }
 
-// FP8 checkpoints' matrices (E4M3 with a scale per row, as make_dummy_weights writes them the
-// way per-channel FP8 checkpoints store them) stay FP8 on the GPU.
-TEST(cuda_quantized_model, fp8_models_with_row_scales_match_the_cpu_backend) {
+// FP8 checkpoints' matrices stay FP8 on the GPU: E4M3 with a scale per row (as make_dummy_weights
+// writes them, the way per-channel FP8 checkpoints store them), and fp8_e4m3_b128 (block-wise
+// scaled checkpoints as the loader rewrites them). Untied (llama) and tied (qwen2: the output
+// layer reads the FP8 embedding table and its row scales).
+TEST(cuda_quantized_model, fp8_models_with_row_and_block_scales_match_the_cpu_backend) {
   TROUPE_REQUIRE_GPU();
   for (architecture arch : {architecture::llama, architecture::qwen2}) {
     const model_config config = quantizable_config(arch);
     const weight_store weights = make_dummy_weights(config, dtype::fp8_e4m3, 49, test_init());
     compare_quantized_with_cpu(config, weights, dtype::f32, 1e-4, "fp8 in f32");
     compare_quantized_with_cpu(config, weights, dtype::bf16, 3e-2, "fp8 in bf16");
+    auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 51, test_init()));
+    const weight_store blocks =
+        with_quantized_matrices(base, [](const std::string&) { return dtype::fp8_e4m3_b128; }, 11);
+    compare_quantized_with_cpu(config, blocks, dtype::f32, 1e-4, "fp8_e4m3_b128 in f32");
   }
 }
 
