@@ -922,6 +922,11 @@ void check_cuda_supports(const model_config& c) {
   else if (t.norm != norm_kind::rms || t.post_block_norms || t.scale_embeddings) missing = "Gemma's norms and embedding scale";
   else if (c.activation != activation_kind::silu) missing = "activations other than SiLU";
   else if (t.output_bias || c.attention_sinks || c.attn_logit_softcapping > 0 || c.final_logit_softcapping > 0) missing = "attention extras";
+  else if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings &&
+           std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end()) {
+    missing = "sliding-window attention (window " + std::to_string(c.sliding_window) + " of a " +
+              std::to_string(c.max_position_embeddings) + "-token context)";
+  }
   else if (c.rotary_dim > 0 || (c.rope_scaling && c.rope_scaling->type != rope_scaling_type::llama3)) missing = "partial or scaled RoPE other than llama3";
   if (!missing.empty()) {
     throw std::runtime_error("the CUDA backend does not run " + std::string(t.hf_name) + " yet (" + missing + "); use --device cpu");
