@@ -7,10 +7,12 @@
 //
 // Criterion: the weights are the same numbers (scales of 7 significant bits make the repacked
 // blocks exact, tests/model/hf_quantized_checkpoint_test.cpp; one case keeps the tools' f16 scales
-// to measure q4_1's rounding of its min), so what remains is the kernels' arithmetic. The q4_0 / q4_1 kernels may quantize activations to 8 bits per block of 32
-// (llama.cpp's scheme), which moves these logits (magnitude ~5) by up to ~1e-2; a wrong scale,
-// zero, nibble order or column order moves them by O(1). Tolerance 5e-2 on every logit of every
-// step, teacher-forced along the dequantized model's greedy tokens; the argmax must agree except
+// to measure q4_1's rounding of its min), so what remains is the kernels' arithmetic. The q4_0 /
+// q4_1 integer kernels quantize activations to 8 bits per block of 32 (llama.cpp's scheme), which
+// moves these logits (magnitude ~5) by up to 0.19 (measured 0.14-0.19 over the int4 layouts; the
+// quantized models against llama.cpp show the same scale); a wrong scale, zero, nibble order or
+// column order moves them by O(1) (quantizing itself moves them 2.3-3.2). Tolerance 0.3 on every
+// logit of every step, teacher-forced along the dequantized model's greedy tokens; the argmax must agree except
 // where the reference's own margin is under twice the tolerance (printed and counted, as in
 // cpu_arch_vs_llama_cpp_test.cpp); with no such flip, greedy decoding is the same token for token.
 
@@ -34,7 +36,7 @@
 namespace troupe {
 namespace {
 
-constexpr double logit_tolerance = 5e-2;
+constexpr double logit_tolerance = 0.3;
 constexpr int num_steps = 12;
 
 std::filesystem::path work_dir() {

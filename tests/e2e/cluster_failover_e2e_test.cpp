@@ -30,8 +30,13 @@ class cluster_failover_e2e : public ::testing::Test {
   void SetUp() override {
     TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
     make_credentials(credentials(), {"controller", "engine-a", "engine-b"});
-    // The undisturbed reference: one colocated server of the same model and settings.
+    // The undisturbed reference: one colocated server of the same model and settings. The KV
+    // cache is f32 on both: a re-run recomputes the lost tokens as a prompt, through the tiled
+    // attention kernel where they were decoded one by one, which differs in the last f32 bits;
+    // an f16 cache rounds such a difference to a neighbouring value now and then, enough to move
+    // a greedy token at a near-tie (the outputs must be equal, not close).
     topology_spec colocated;
+    colocated.kv_cache_dtype = "f32";
     reference_.emplace(controller_process::kind::serve, colocated.write(dir_ / "colocated.toml"),
                        dir_ / "colocated.log");
     nodes_.emplace_back(credentials(), "engine-a", free_port(), dir_.path());
@@ -39,6 +44,8 @@ class cluster_failover_e2e : public ::testing::Test {
     topology_spec replicas;
     replicas.credentials = credentials();
     replicas.nodes = {nodes_[0].entry(), nodes_[1].entry()};
+    replicas.kv_cache_dtype = "f32";
+    for (auto& node : replicas.nodes) node.kv_cache_dtype = "f32";
     replicas.engines = {"engine-a", "engine-b"};
     replicas.connect_timeout_ms = 2000;  // each try on a node still down waits this long
     controller_.emplace(controller_process::kind::serve, replicas.write(dir_ / "replicas-2.toml"),
