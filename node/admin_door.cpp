@@ -3,13 +3,13 @@
 #include <stdexcept>
 
 #include <caf/event_based_actor.hpp>
-#include <caf/openssl/publish.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
 #include "node/cluster_inspector.hpp"
 #include "node/node_inspector.hpp"
 #include "node/remote_node.hpp"
+#include "node/tls_middleman.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/stage_actors.hpp"
@@ -59,7 +59,7 @@ caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_
   remote_node_options where;
   parse_listen_address(t.cluster.admin_listen, where);
   auto admin = system.spawn<caf::detached>(admin_actor, placer, std::move(router), std::move(on_added), inspector);
-  auto bound = caf::openssl::publish(admin, where.port, where.host.c_str());
+  auto bound = tls_publish(system, admin, where.port, where.host);
   if (!bound) {
     caf::anon_send_exit(admin, caf::exit_reason::user_shutdown);
     throw std::runtime_error("[cluster] admin_listen " + t.cluster.admin_listen + ": cannot listen: " +
