@@ -120,6 +120,11 @@ void connection_guard::refuse(uint64_t ticket, std::string_view kind, std::strin
   log_.refuse(kind, reason);
 }
 
+void connection_guard::shut_all() {
+  std::lock_guard lock(mutex_);
+  for (auto& [ticket, e] : entries_) shut_locked(e);
+}
+
 connection_counts connection_guard::counts() const {
   std::lock_guard lock(mutex_);
   return counts_;

@@ -60,6 +60,10 @@ class connection_guard {
   // under `kind` in the refusal log.
   void refuse(uint64_t ticket, std::string_view kind, std::string_view reason);
 
+  // Shuts down every open connection (pending or established): a listener that stops ends the
+  // reads its thread may be blocked in. Their owners still close them.
+  void shut_all();
+
   connection_counts counts() const;
   const connection_limits& limits() const { return limits_; }
   refusal_log& log() { return log_; }

@@ -1,9 +1,5 @@
 #include "node/tls_connection.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <cerrno>
 #include <optional>
 #include <utility>
@@ -15,26 +11,6 @@
 namespace troupe {
 
 using caf::io::network::rw_state;
-
-std::string peer_address(int fd) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "a peer";
-  char host[INET6_ADDRSTRLEN] = {};
-  int port = 0;
-  if (address.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    port = ntohs(in->sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    port = ntohs(in6->sin6_port);
-  } else {
-    return "a peer";
-  }
-  return std::string(host) + ":" + std::to_string(port);
-}
 
 namespace {
 

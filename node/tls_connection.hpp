@@ -25,6 +25,7 @@
 #include <caf/io/scribe.hpp>
 
 #include "net/connection_guard.hpp"
+#include "net/peer_address.hpp"
 #include "node/tls_context.hpp"
 
 namespace troupe {
@@ -40,8 +41,5 @@ struct tls_connection_bounds {
 // guard told, `fd` left open for the caller to close) when OpenSSL cannot make a session.
 caf::io::scribe_ptr make_tls_scribe(caf::io::network::default_multiplexer& mpx, int fd, const tls_context& context,
                                     bool accepting, tls_connection_bounds bounds);
-
-// "HOST:PORT" of the socket's peer, or "a peer" when the socket has none (already reset).
-std::string peer_address(int fd);
 
 }  // namespace troupe
