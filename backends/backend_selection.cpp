@@ -55,6 +55,20 @@ dtype parse_activation_dtype(std::string_view name) {
   throw std::runtime_error("dtype must be f32, f16 or bf16, got \"" + std::string(name) + "\"");
 }
 
+std::optional<dtype> parse_kv_cache_dtype(std::string_view name) {
+  if (name == "auto") return std::nullopt;
+  for (dtype type : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::fp8_e4m3}) {
+    if (name == dtype_name(type)) return type;
+  }
+  throw std::runtime_error("kv_cache_dtype must be auto, f32, f16, bf16, q8_0 or fp8_e4m3, got \"" + std::string(name) +
+                           "\"");
+}
+
+dtype resolve_kv_cache_dtype(const backend_options& options, device_kind device) {
+  if (const std::optional<dtype> chosen = parse_kv_cache_dtype(options.kv_cache_dtype)) return *chosen;
+  return device == device_kind::cuda ? options.cuda_dtype : dtype::f16;
+}
+
 void backend_options::validate() const {
   if (threads < 0) throw std::runtime_error("threads must be 0 (all) or positive, got " + std::to_string(threads));
   if (!(gpu_memory_utilization > 0.0f && gpu_memory_utilization <= 1.0f)) {
@@ -63,6 +77,7 @@ void backend_options::validate() const {
   if (cuda_dtype != dtype::f32 && cuda_dtype != dtype::f16 && cuda_dtype != dtype::bf16) {
     throw std::runtime_error("dtype must be f32, f16 or bf16, got " + std::string(dtype_name(cuda_dtype)));
   }
+  parse_kv_cache_dtype(kv_cache_dtype);
   if (nano_batches < 1 || nano_batches > 4) {
     throw std::runtime_error("nano_batches must be 1 to 4, got " + std::to_string(nano_batches));
   }
@@ -72,7 +87,10 @@ device_choice choose_device(device_request requested) {
   if (requested == device_request::cpu) return {device_kind::cpu, ""};
   std::string why;
   if (gpu_answers(why)) return {device_kind::cuda, ""};
-  if (requested == device_request::cuda) return {device_kind::cpu, "--device cuda was asked for but CUDA is unavailable (" + why + "); running on the CPU"};
+  if (requested == device_request::cuda) {
+    throw std::runtime_error("--device cuda: no usable GPU (" + why +
+                             "); --device auto runs on the CPU when there is none, --device cpu always does");
+  }
   return {device_kind::cpu, "device auto: " + why + "; running on the CPU"};
 }
 
@@ -87,19 +105,22 @@ std::unique_ptr<model> make_backend_model(const model_config& config, const weig
     cuda.activation = options.cuda_dtype;
     cuda.max_kv_blocks = kv.max_useful_blocks;
     cuda.nano_batches = options.nano_batches;
+    cuda.kv_cache = resolve_kv_cache_dtype(options, device);
     // num_blocks 0 lets the CUDA model size its pool from the free memory left after the weights.
     return make_cuda_model(config, weights, kv_cache_shape{kv.num_blocks, kv.block_size}, cuda);
 #else
     throw std::runtime_error("make_backend_model: this build has no CUDA backend");
 #endif
   }
+  options.validate();
+  const dtype kv_dtype = resolve_kv_cache_dtype(options, device);
   int num_blocks = kv.num_blocks;
-  if (num_blocks == 0) num_blocks = cpu_kv_blocks_for_budget(config, kv.cpu_budget_bytes, kv.block_size);
+  if (num_blocks == 0) num_blocks = cpu_kv_blocks_for_budget(config, kv.cpu_budget_bytes, kv.block_size, kv_dtype);
   if (num_blocks <= 0) {
     throw std::runtime_error("the CPU KV budget of " + std::to_string(kv.cpu_budget_bytes >> 20) +
                              " MiB holds no block; raise kv_memory_mb or num_kv_blocks");
   }
-  return make_cpu_model(config, weights, kv_cache_shape{num_blocks, kv.block_size}, options.threads);
+  return make_cpu_model(config, weights, kv_cache_shape{num_blocks, kv.block_size}, options.threads, kv_dtype);
 }
 
 }  // namespace troupe

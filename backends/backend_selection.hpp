@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,8 +26,12 @@ enum class device_request { cpu, cuda, auto_detect };
 device_request parse_device_request(std::string_view name);
 std::string_view device_request_name(device_request request);
 
-// The CUDA backend's activation and KV dtype: "f32", "f16", "bf16"; throws naming the bad value.
+// The CUDA backend's activation dtype: "f32", "f16", "bf16"; throws naming the bad value.
 dtype parse_activation_dtype(std::string_view name);
+
+// The KV cache's element type (`--kv-cache-dtype`, `kv_cache_dtype`): "auto" (nullopt), "f32",
+// "f16", "bf16", "q8_0" or "fp8_e4m3"; throws std::runtime_error naming the bad value.
+std::optional<dtype> parse_kv_cache_dtype(std::string_view name);
 
 struct device_choice {
   device_kind kind = device_kind::cpu;
@@ -37,19 +42,26 @@ struct device_choice {
 // True when this build carries the CUDA backend.
 bool cuda_backend_compiled();
 
-// Explicit cuda without a GPU or without CUDA compiled falls back to the CPU with a reason that
-// says it was asked for; auto falls back with a note.
+// Explicit cuda without a usable GPU (or without CUDA compiled) is an error (std::runtime_error
+// saying why): a server asked for a GPU must not quietly serve on the CPU. auto falls back to the
+// CPU with a note.
 device_choice choose_device(device_request requested);
 
 struct backend_options {
   int threads = 0;                      // CPU compute threads; 0: every hardware thread
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory model + KV pool may take
-  dtype cuda_dtype = dtype::bf16;       // CUDA activations and KV pool: f32 | f16 | bf16
+  dtype cuda_dtype = dtype::bf16;       // CUDA activations: f32 | f16 | bf16
   int nano_batches = 1;  // CUDA: streams a kernel-by-kernel step is spread over (1 to 4)
+  // The KV cache's element type, as parse_kv_cache_dtype reads it. "auto": f16 on the CPU (half
+  // f32's bytes, the same attention arithmetic in f32), cuda_dtype on CUDA.
+  std::string kv_cache_dtype = "auto";
 
   // Throws std::runtime_error naming the first bad field.
   void validate() const;
 };
+
+// The KV cache dtype `options` asks for on `device` ("auto" resolved).
+dtype resolve_kv_cache_dtype(const backend_options& options, device_kind device);
 
 // The KV pool: `num_blocks` blocks of `block_size` tokens, or when num_blocks is 0, as many as
 // fit: in `cpu_budget_bytes` on the CPU, under gpu_memory_utilization of free memory on CUDA.

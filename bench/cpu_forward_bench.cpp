@@ -1,11 +1,21 @@
 // Single-stream speed of the CPU backend on a dummy model of a real small shape (12 layers,
 // hidden 768, 12 heads, intermediate 3072, vocab 32000 by default): prompt tokens/s for one
-// prompt of --prompt tokens in one forward, and decode tokens/s for --decode tokens after it,
-// one token per forward. Weights are random (or read from --model, e.g. the model maker's HF
-// directory, so llama.cpp can run the very same weights from its GGUF).
+// prompt of --prompt tokens (forwards of --chunk tokens, as a server's chunked prefill; 0: one
+// forward), and decode tokens/s for --decode tokens after it, one token per forward, so decode
+// runs at a context of --prompt tokens. Weights are random (or read from --model, e.g. the model
+// maker's HF directory, so llama.cpp can run the very same weights from its GGUF).
 //
-//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0] [--threads N] [--prompt 512] [--decode 64]
-//                    [--reps 3] [--model HF_DIR]
+//   troupe_bench_cpu [--dtype f32|f16|bf16|q8_0|fp8_e4m3|any GGUF type] [--threads N] [--prompt 512]
+//                    [--decode 64] [--reps 3] [--chunk 2048] [--kv-cache-dtype f16]
+//                    [--model HF_DIR|FILE.gguf] [--bandwidth 1] [--warmup 1]
+//       --bandwidth 1 also measures this machine's DRAM read rate (every thread streaming a
+//       1 GiB buffer) and prints the decode step's roof: (weight bytes + KV bytes read) / rate.
+//   troupe_bench_cpu --streams 1,8,32,64 [--context 64] [--decode 16] ...
+//       batched decode instead: for each count, that many sequences of --context tokens (their
+//       prefill not timed) decode --decode steps together, one token each per forward; prints
+//       the step time and the aggregate tokens/s.
+//   --integer-kernels off: quantized weights through f32 conversions (the path before the integer
+//   kernels); --gemm-min-rows N: where float weights switch from row dots to sgemm (was 8, now 32).
 //   troupe_bench_cpu --make OUT_DIR --tokenizer TOKENIZER [--dtype f32|f16]
 //       writes the benchmark shape with the model maker (HF + model.gguf, same weights) so
 //       bench/llama_cpp_bench.mjs can time llama.cpp on it; needs a 32000-token tokenizer.
@@ -16,36 +26,70 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "backends/backend_selection.hpp"
 #include "backends/cpu/cpu_model.hpp"
+#include "backends/cpu/matmul.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "backends/cpu/thread_pool.hpp"
+#include "bench/bench_support.hpp"
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/model_loader.hpp"
 #include "model/model_maker.hpp"
+#include "model/model_tensors.hpp"
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 
 troupe::dtype parse_dtype(const std::string& name) {
-  for (auto type : {troupe::dtype::f32, troupe::dtype::f16, troupe::dtype::bf16, troupe::dtype::q8_0})
-    if (troupe::dtype_name(type) == name) return type;
-  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16 or q8_0)");
+  if (auto type = troupe::dtype_from_name(name)) return *type;
+  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16, fp8_e4m3 or a GGUF type such as q4_k)");
 }
 
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
+// Bytes/s at which `threads` threads read a buffer far larger than the caches (best of 5 passes).
+double dram_read_rate(int threads) {
+  const size_t words = (size_t{1} << 30) / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(words);
+  troupe::cpu::thread_pool pool(threads);
+  pool.parallel_for(0, static_cast<int64_t>(words), 1 << 16, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) buffer[i] = static_cast<uint64_t>(i) * 2654435761u;  // touch every page
+  });
+  std::vector<uint64_t> sums(threads * 8);
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto start = clock_type::now();
+    pool.parallel_for(0, static_cast<int64_t>(words), 1 << 16, [&](int64_t begin, int64_t end, int thread) {
+      uint64_t a = 0, b = 0, c = 0, d = 0;  // four chains, so the adds never wait on each other
+      int64_t i = begin;
+      for (; i + 4 <= end; i += 4) {
+        a += buffer[i];
+        b += buffer[i + 1];
+        c += buffer[i + 2];
+        d += buffer[i + 3];
+      }
+      for (; i < end; ++i) a += buffer[i];
+      sums[thread * 8] += a + b + c + d;
+    });
+    best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / seconds_since(start));
+  }
+  if (std::accumulate(sums.begin(), sums.end(), uint64_t{0}) == 42) std::printf(" ");  // keep the reads
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string dtype_arg = "f32", model_path, make_dir, tokenizer;
-  int threads = 0, prompt = 512, decode = 64, reps = 3;
+  std::string dtype_arg = "f32", model_path, make_dir, tokenizer, streams_arg, kv_dtype_arg = "f16";
+  int threads = 0, prompt = 512, decode = 64, reps = 3, context = 64, chunk = 2048, bandwidth = 0, warmup = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
@@ -58,6 +102,14 @@ int main(int argc, char** argv) try {
     else if (flag == "--model") model_path = value;
     else if (flag == "--make") make_dir = value;
     else if (flag == "--tokenizer") tokenizer = value;
+    else if (flag == "--streams") streams_arg = value;
+    else if (flag == "--context") context = std::stoi(value);
+    else if (flag == "--integer-kernels") troupe::cpu::set_matmul_integer_kernels(value != "off");
+    else if (flag == "--gemm-min-rows") troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
+    else if (flag == "--chunk") chunk = std::stoi(value);
+    else if (flag == "--kv-cache-dtype") kv_dtype_arg = value;
+    else if (flag == "--bandwidth") bandwidth = std::stoi(value);
+    else if (flag == "--warmup") warmup = std::stoi(value);
     else throw std::runtime_error("unknown flag " + flag);
   }
   if (threads <= 0) threads = troupe::cpu::hardware_threads();
@@ -96,9 +148,56 @@ int main(int argc, char** argv) try {
     weights = troupe::make_dummy_weights(config, parse_dtype(dtype_arg), 1);
   }
 
+  const std::optional<troupe::dtype> kv_choice = troupe::parse_kv_cache_dtype(kv_dtype_arg);
+  const troupe::dtype kv_dtype = kv_choice.value_or(troupe::dtype::f16);
   const int block_size = 16;
+  if (!streams_arg.empty()) {
+    // Batched decode: N sequences, each with its own blocks, one token each per step.
+    const std::vector<int> counts = troupe::bench::parse_list(streams_arg);
+    const int max_streams = *std::max_element(counts.begin(), counts.end());
+    const int per_seq = (context + decode + block_size - 1) / block_size;
+    auto model = troupe::make_cpu_model(config, weights, {per_seq * max_streams, block_size}, threads, kv_dtype);
+    std::printf("model: %d layers, hidden %d, intermediate %d, vocab %d, %.1f MiB of weights; backend %s\n",
+                config.num_layers, config.hidden_size, config.intermediate_size, config.vocab_size,
+                weights.total_bytes() / 1048576.0, model->backend_name().c_str());
+    std::printf("%8s %12s %14s   (context %d, %d steps, best of %d, load average %.2f)\n", "streams", "step ms",
+                "tokens/s", context, decode, reps, troupe::bench::load_average());
+    for (int n : counts) {
+      // Rows of sequence s: tokens [first, first + count) of its own, in blocks s * per_seq + ...
+      auto step = [&](int first, int count) {
+        troupe::forward_batch batch;
+        batch.query_start.push_back(0);
+        batch.block_table_start.push_back(0);
+        for (int s = 0; s < n; ++s) {
+          for (int t = first; t < first + count; ++t) {
+            batch.token_ids.push_back(5 + (t * 31 + s * 7) % 997);
+            batch.positions.push_back(t);
+            batch.slot_mapping.push_back(int64_t{s} * per_seq * block_size + t);
+          }
+          batch.query_start.push_back(batch.num_tokens());
+          batch.context_lengths.push_back(first + count);
+          for (int b = 0; b < per_seq; ++b) batch.block_tables.push_back(s * per_seq + b);
+          batch.block_table_start.push_back(static_cast<int32_t>(batch.block_tables.size()));
+          batch.logits_rows.push_back(batch.num_tokens() - 1);
+        }
+        return batch;
+      };
+      std::vector<float> step_logits(static_cast<size_t>(n) * config.vocab_size);
+      double best = 1e30;
+      for (int rep = 0; rep < reps + 1; ++rep) {
+        model->forward(step(0, context), step_logits.data());  // the contexts (not timed)
+        const auto start = clock_type::now();
+        for (int i = 0; i < decode; ++i) model->forward(step(context + i, 1), step_logits.data());
+        if (rep > 0) best = std::min(best, seconds_since(start));
+      }
+      std::printf("%8d %12.2f %14.1f\n", n, best / decode * 1e3, n * decode / best);
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   const int num_blocks = (prompt + decode + block_size - 1) / block_size;
-  auto model = troupe::make_cpu_model(config, weights, {num_blocks, block_size}, threads);
+  auto model = troupe::make_cpu_model(config, weights, {num_blocks, block_size}, threads, kv_dtype);
+  if (chunk <= 0) chunk = prompt;
   std::vector<int32_t> blocks(num_blocks);
   std::iota(blocks.begin(), blocks.end(), 0);
   std::vector<float> logits(config.vocab_size);
@@ -125,10 +224,11 @@ int main(int argc, char** argv) try {
   std::printf("backend: %s\n", model->backend_name().c_str());
 
   double best_prompt = 0, best_decode = 0;
-  for (int rep = 0; rep < reps + 1; ++rep) {  // the first round warms caches and page tables
-    const troupe::forward_batch prompt_batch = batch_for(0, prompt, 5);
+  for (int rep = 1 - warmup; rep <= reps; ++rep) {  // round 0 warms caches and page tables
     auto start = clock_type::now();
-    model->forward(prompt_batch, logits.data());
+    for (int first = 0; first < prompt; first += chunk) {
+      model->forward(batch_for(first, std::min(chunk, prompt - first), 5), logits.data());
+    }
     const double prompt_s = seconds_since(start);
     start = clock_type::now();
     for (int i = 0; i < decode; ++i) {
@@ -136,13 +236,28 @@ int main(int argc, char** argv) try {
       model->forward(batch_for(prompt + i, 1, next), logits.data());
     }
     const double decode_s = seconds_since(start);
-    if (rep == 0) continue;
+    if (rep <= 0) continue;
     best_prompt = std::max(best_prompt, prompt / prompt_s);
     best_decode = std::max(best_decode, decode / decode_s);
     std::printf("rep %d: prompt %d tokens %.3f s (%.1f tok/s), decode %d tokens %.3f s (%.2f tok/s)\n", rep,
                 prompt, prompt_s, prompt / prompt_s, decode, decode_s, decode / decode_s);
   }
   std::printf("best: prompt %.1f tok/s, decode %.2f tok/s (threads %d)\n", best_prompt, best_decode, threads);
+  if (bandwidth > 0 && best_decode > 0) {
+    // A decode step reads every weight once (the embedding: one row; a tied lm_head is the
+    // embedding, read whole) and every cached K and V byte of the context once.
+    size_t weight_bytes = weights.total_bytes();
+    if (!config.tie_word_embeddings) weight_bytes -= weights.get(troupe::tensor_names(config).embed_tokens).num_bytes;
+    const double context = prompt + decode / 2.0;  // the mean context of the decode steps
+    const double kv_bytes = context * config.num_layers * 2.0 *
+                            static_cast<double>(troupe::kv_bytes(kv_dtype, size_t(config.num_kv_heads) * config.head_dim));
+    const double rate = dram_read_rate(threads);
+    const double roof_ms = (weight_bytes + kv_bytes) / rate * 1e3, step_ms = 1e3 / best_decode;
+    std::printf("roof: DRAM read %.1f GB/s (%d threads); decode step reads %.1f MB of weights + %.1f MB of KV "
+                "(%s) = %.3f ms at the roof; measured %.3f ms: roof/measured %.2f\n",
+                rate / 1e9, threads, weight_bytes / 1e6, kv_bytes / 1e6, troupe::dtype_name(kv_dtype).data(), roof_ms,
+                step_ms, roof_ms / step_ms);
+  }
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "troupe_bench_cpu: %s\n", e.what());

@@ -68,8 +68,13 @@ weight_store shared_layer_weights(const model_config& c, size_t* weight_bytes) {
                                  : random_bf16(n, by_shape.size());
       store.keep_alive(values);
     }
-    store.add(weight_tensor{name, dtype::bf16, shape, reinterpret_cast<const std::byte*>(values->data()),
-                            static_cast<size_t>(n) * 2});
+    weight_tensor tensor;
+    tensor.name = name;
+    tensor.type = dtype::bf16;
+    tensor.shape = shape;
+    tensor.data = reinterpret_cast<const std::byte*>(values->data());
+    tensor.num_bytes = static_cast<size_t>(n) * 2;
+    store.add(std::move(tensor));
     if (count) *weight_bytes += static_cast<size_t>(n) * 2;
   };
   const int64_t h = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim,

@@ -4,12 +4,14 @@
 // generated greedily one at a time (decode tokens/s).
 //
 //   node bench/llama_cpp_bench.mjs --model FILE.gguf [--threads N] [--prompt 512] [--decode 64] [--reps 3]
+//                                  [--warmup 1]
+// --warmup 0 skips the warm-up round (long contexts, where one round takes minutes).
 
 const oracle_modules = new URL("../tests/oracles/node_modules/node-llama-cpp/dist/index.js", import.meta.url);
 const { getLlama, LlamaLogLevel } = await import(oracle_modules.href);
 
 function parse_args(argv) {
-  const args = { threads: 0, prompt: 512, decode: 64, reps: 3 };
+  const args = { threads: 0, prompt: 512, decode: 64, reps: 3, warmup: 1 };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
     if (flag === "--model") args.model = value;
@@ -17,6 +19,7 @@ function parse_args(argv) {
     else if (flag === "--prompt") args.prompt = Number(value);
     else if (flag === "--decode") args.decode = Number(value);
     else if (flag === "--reps") args.reps = Number(value);
+    else if (flag === "--warmup") args.warmup = Number(value);
     else throw new Error(`unknown argument '${flag}'`);
   }
   if (!args.model) throw new Error("--model FILE.gguf is required");
@@ -33,7 +36,7 @@ const context = await model.createContext({ contextSize: context_size, batchSize
 const prompt = Array.from({ length: args.prompt }, (_, t) => 5 + (t % 97));
 
 let best_prompt = 0, best_decode = 0;
-for (let rep = 0; rep <= args.reps; ++rep) {  // round 0 warms up
+for (let rep = 1 - args.warmup; rep <= args.reps; ++rep) {  // round 0 warms up
   const sequence = context.getSequence();
   const start = performance.now();
   let first = 0, count = 0;
@@ -45,7 +48,7 @@ for (let rep = 0; rep <= args.reps; ++rep) {  // round 0 warms up
   const prompt_tps = args.prompt / ((first - start) / 1000);
   const decode_tps = args.decode / ((end - first) / 1000);
   sequence.dispose();
-  if (rep === 0) continue;
+  if (rep <= 0) continue;
   best_prompt = Math.max(best_prompt, prompt_tps);
   best_decode = Math.max(best_decode, decode_tps);
   console.log(`rep ${rep}: prompt ${prompt_tps.toFixed(1)} tok/s, decode ${decode_tps.toFixed(2)} tok/s`);

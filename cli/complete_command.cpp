@@ -11,6 +11,8 @@ namespace {
 struct complete_flags {
   std::string endpoint = "tcp://127.0.0.1:5557";
   std::string api_key;
+  double connect_timeout = 5;   // seconds
+  double request_timeout = 60;  // seconds
   std::string prompt;
   int max_tokens = 64;
   float temperature = 0.0f;
@@ -28,6 +30,12 @@ const bool registered = register_command([](CLI::App& parent) {
   auto* app = parent.add_subcommand("complete", "stream one completion from a running server");
   app->add_option("--endpoint", flags->endpoint, "server's ZeroMQ endpoint");
   app->add_option("--api-key", flags->api_key, "key the server asks for");
+  app->add_option("--connect-timeout", flags->connect_timeout, "seconds to wait for a connection to the server")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--request-timeout", flags->request_timeout, "seconds to wait for each reply from the server")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app->add_option("--prompt", flags->prompt, "prompt text")->required();
   app->add_option("--max-tokens", flags->max_tokens, "tokens to generate at most");
   app->add_option("--temperature", flags->temperature, "0: greedy");
@@ -41,6 +49,8 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_flag("--usage", flags->show_usage, "print token counts and timings to stderr");
   return command{app, [flags] {
     client c(flags->endpoint, flags->api_key);
+    c.set_connect_timeout(std::chrono::milliseconds(static_cast<int64_t>(flags->connect_timeout * 1000)));
+    c.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(flags->request_timeout * 1000)));
     generate_request request;
     request.prompt = flags->prompt;
     request.sampling.max_tokens = flags->max_tokens;

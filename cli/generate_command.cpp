@@ -50,6 +50,7 @@ struct generate_flags {
   std::string device = "cpu";
   float gpu_memory_utilization = 0.9f;
   std::string dtype = "bf16";
+  std::string kv_cache_dtype = "auto";
   int nano_batches = 1;
   bool ignore_eos = false;
   std::vector<std::string> stop;
@@ -152,6 +153,7 @@ int run(const generate_flags& flags) {
   spec.backend.gpu_memory_utilization = flags.gpu_memory_utilization;
   spec.backend.cuda_dtype = parse_activation_dtype(flags.dtype);
   spec.backend.nano_batches = flags.nano_batches;
+  spec.backend.kv_cache_dtype = flags.kv_cache_dtype;
   // One sequence: a context of exactly prompt + max_tokens (capped by the model), and the blocks
   // it can fill.
   spec.max_num_seqs = 1;
@@ -254,6 +256,10 @@ const bool registered = register_command([](CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--dtype", f->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+  app->add_option("--kv-cache-dtype", f->kv_cache_dtype,
+                  "KV cache element type: auto (f16 on the CPU, --dtype on CUDA) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0", "fp8_e4m3"}))
+      ->capture_default_str();
   app->add_option("--nano-batches", f->nano_batches, "CUDA: spread the prompt's steps over this many streams (1 to 4)")
       ->check(CLI::Range(1, 4))->capture_default_str();
   app->add_option("--logprobs", f->logprobs, "print each token's logprob and the top N on stderr");

@@ -1,8 +1,6 @@
 // troupe make-model: a small random model of a real architecture, as an HF directory and a GGUF
 // file holding the same weights, for tests and benchmarks.
 
-#include <map>
-
 #include <spdlog/spdlog.h>
 
 #include "cli/command_registry.hpp"
@@ -50,8 +48,13 @@ const bool registered = register_command([](CLI::App& parent) {
       ->check(CLI::IsMember({"none", "linear", "dynamic", "llama3", "yarn", "longrope"}));
   app->add_option("--rope-scaling-factor", options->rope_scaling_factor, "default 8 for llama3, 4 otherwise; the original context is "
                                                                          "max-position-embeddings / factor");
-  app->add_option("--dtype", *type_name, "f32 | f16 | bf16 | q8_0 (q8_0: GGUF only, the HF copy is f16)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}))
+  app->add_option("--dtype", *type_name,
+                  "f32 | f16 | bf16, or any GGUF type (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k..q6_k, iq4_nl, iq4_xs, mxfp4): "
+                  "every matrix of the GGUF in that type (rows that do not fit its blocks in f16), the HF copy in f16")
+      ->check([](const std::string& name) -> std::string {
+        const auto type = dtype_from_name(name);
+        return type && *type != dtype::fp8_e4m3 && *type != dtype::fp8_e4m3_b128 ? "" : "unknown or non-GGUF dtype '" + name + "'";
+      })
       ->capture_default_str();
   app->add_option("--tokenizer", options->tokenizer, "HF directory, tokenizer.json or .gguf")->required();
   app->add_option("--seed", options->seed)->capture_default_str();
@@ -59,9 +62,7 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--norm-jitter", options->norm_jitter, "norm weights are 1 +- this")->capture_default_str();
   app->add_option("--out", options->out, "output directory")->required();
   return command{app, [options, type_name, norm_topk, attn_softcap, final_softcap] {
-                   static const std::map<std::string, dtype> types = {
-                       {"f32", dtype::f32}, {"f16", dtype::f16}, {"bf16", dtype::bf16}, {"q8_0", dtype::q8_0}};
-                   options->type = types.at(*type_name);
+                   options->type = *dtype_from_name(*type_name);
                    if (!norm_topk->empty()) options->norm_topk_prob = *norm_topk == "true";
                    if (*attn_softcap >= 0) options->attn_logit_softcapping = *attn_softcap;
                    if (*final_softcap >= 0) options->final_logit_softcapping = *final_softcap;

@@ -47,6 +47,9 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
                  "CUDA: share of the GPU's memory the weights and KV pool may take (0, 1]");
   app.add_option("--dtype", flags.dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
+                 "KV cache element type: auto (f16 on the CPU, --dtype on CUDA) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0", "fp8_e4m3"}));
   app.add_option("--nano-batches", flags.nano_batches,
                  "CUDA: spread prefill and mixed steps over this many streams (1 to 4; 1: off)")
       ->check(CLI::Range(1, 4));
@@ -65,6 +68,14 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
                  "a request's line, headers and body must arrive within this, else 408");
   app.add_option("--http-max-header-bytes", flags.http_max_header_bytes, "larger request line and headers get 431");
   app.add_option("--served-model-name", flags.served_model_name, "the model name the HTTP API answers to");
+  app.add_option("--allowed-origins", flags.allowed_origins,
+                 "origins browser pages may call the HTTP API from (CORS), e.g. https://app.example.com or '*'; "
+                 "repeatable or comma-separated; default none")
+      ->delimiter(',');
+  app.add_option("--tool-call-parser", flags.tool_call_parser,
+                 "how the model writes tool calls: auto (from its chat template) | llama3_json | hermes | mistral | openai | none");
+  app.add_option("--reasoning-parser", flags.reasoning_parser,
+                 "how the model writes its reasoning: auto (from its chat template) | think | harmony | none");
   app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
                  "speculative decoding: draft tokens verified per step for requests that do not choose (0: off)")
       ->check(CLI::Range(0, 16));
@@ -101,6 +112,7 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.gpu_memory_utilization != 0.0f) m.backend.gpu_memory_utilization = flags.gpu_memory_utilization;
   if (!flags.dtype.empty()) m.backend.cuda_dtype = parse_activation_dtype(flags.dtype);
   if (flags.nano_batches > 0) m.backend.nano_batches = flags.nano_batches;
+  if (!flags.kv_cache_dtype.empty()) m.backend.kv_cache_dtype = flags.kv_cache_dtype;
   if (!flags.async_scheduling.empty()) t.async_scheduling = flags.async_scheduling != "off";
   if (flags.tokenizer_pool_size > 0) t.tokenizer_pool_size = flags.tokenizer_pool_size;
   if (!flags.api_key.empty()) t.api_key = flags.api_key;
@@ -108,6 +120,9 @@ topology topology_from_flags(const serve_flags& flags) {
     if (!flags.api_key.empty()) throw std::runtime_error("give --api-key or --api-key-file, not both");
     t.api_key = read_api_key_file(flags.api_key_file);
   }
+  // Without a topology file the HTTP API is on (port 8000), as users of `vllm serve` expect; a
+  // file says for itself ([http] enabled).
+  if (flags.config.empty()) t.http_enabled = true;
   if (!flags.http.empty()) t.http_enabled = flags.http == "on";
   if (flags.http_port >= 0) {
     t.http_port = flags.http_port;
@@ -119,6 +134,9 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.http_request_timeout_ms > 0) t.http_request_timeout_ms = flags.http_request_timeout_ms;
   if (flags.http_max_header_bytes > 0) t.http_max_header_bytes = flags.http_max_header_bytes;
   if (!flags.served_model_name.empty()) t.served_model_name = flags.served_model_name;
+  if (!flags.allowed_origins.empty()) t.http_allowed_origins = flags.allowed_origins;
+  if (!flags.tool_call_parser.empty()) t.tool_call_parser = flags.tool_call_parser;
+  if (!flags.reasoning_parser.empty()) t.reasoning_parser = flags.reasoning_parser;
   speculative_settings& spec = t.speculative;
   if (flags.max_speculative_tokens >= 0) spec.max_draft_tokens = flags.max_speculative_tokens;
   if (flags.num_speculative_tokens >= 0) {

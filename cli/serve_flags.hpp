@@ -28,6 +28,7 @@ struct serve_flags {
   std::string device;
   float gpu_memory_utilization = 0.0f;
   std::string dtype;
+  std::string kv_cache_dtype;
   int nano_batches = 0;
   std::string async_scheduling;
   int tokenizer_pool_size = 0;
@@ -41,6 +42,9 @@ struct serve_flags {
   int http_request_timeout_ms = 0;
   size_t http_max_header_bytes = 0;
   std::string served_model_name;
+  std::vector<std::string> allowed_origins;
+  std::string tool_call_parser;
+  std::string reasoning_parser;
   int num_speculative_tokens = -1;  // -1: not given (the file's, else 0)
   int max_speculative_tokens = -1;
   std::string draft_model;

@@ -1,5 +1,6 @@
 #include "client/client.hpp"
 
+#include <cstdio>
 #include <random>
 
 #include <zmq.hpp>
@@ -15,9 +16,24 @@ struct client::impl {
   uint64_t next_id = 0;
 };
 
+namespace {
+
+std::string seconds_text(std::chrono::milliseconds t) {
+  const double s = static_cast<double>(t.count()) / 1000.0;
+  char text[32];
+  std::snprintf(text, sizeof text, s == static_cast<int64_t>(s) ? "%.0f s" : "%.1f s", s);
+  return text;
+}
+
+}  // namespace
+
 client::client(const std::string& endpoint, std::string api_key)
-    : impl_(std::make_unique<impl>()), api_key_(std::move(api_key)) {
+    : impl_(std::make_unique<impl>()), endpoint_(endpoint), api_key_(std::move(api_key)) {
   impl_->socket.set(zmq::sockopt::linger, 0);
+  // Messages go only to a connection that is up; a send waits for one at most the connect
+  // timeout, so an endpoint nobody answers at is an error, not a message queued forever.
+  impl_->socket.set(zmq::sockopt::immediate, 1);
+  impl_->socket.set(zmq::sockopt::sndtimeo, static_cast<int>(connect_timeout_.count()));
   impl_->socket.connect(endpoint);
   std::random_device device;
   impl_->id_prefix = "c" + std::to_string(device() % 1000000) + "-";
@@ -29,8 +45,16 @@ client& client::operator=(client&&) noexcept = default;
 
 std::string client::next_id() { return impl_->id_prefix + std::to_string(impl_->next_id++); }
 
+void client::set_connect_timeout(std::chrono::milliseconds timeout) {
+  connect_timeout_ = timeout;
+  impl_->socket.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout.count()));
+}
+
 void client::send_raw(const std::string& frame) {
-  impl_->socket.send(zmq::buffer(frame), zmq::send_flags::none);
+  if (!impl_->socket.send(zmq::buffer(frame), zmq::send_flags::none)) {
+    throw client_unreachable("cannot reach a server at " + endpoint_ + ": no connection within " +
+                             seconds_text(connect_timeout_) + " (is `troupe serve` running there?)");
+  }
 }
 
 void client::send(client_request request) {
@@ -54,7 +78,10 @@ completion client::generate(generate_request request,
   send(request);
   for (;;) {
     auto reply = receive(timeout_);
-    if (!reply) throw std::runtime_error("no reply to request '" + result.id + "' within the timeout");
+    if (!reply) {
+      throw client_unreachable("no reply from " + endpoint_ + " to request '" + result.id + "' within " +
+                               seconds_text(timeout_));
+    }
     if (auto* error = std::get_if<error_reply>(&*reply)) {
       if (error->id != result.id && !error->id.empty()) continue;
       throw client_error(error->code, error->message);
@@ -80,7 +107,7 @@ stats_reply client::stats() {
   send(stats_request{id, {}});
   for (;;) {
     auto reply = receive(timeout_);
-    if (!reply) throw std::runtime_error("no reply to the stats request within the timeout");
+    if (!reply) throw client_unreachable("no reply from " + endpoint_ + " to a stats request within " + seconds_text(timeout_));
     if (auto* error = std::get_if<error_reply>(&*reply); error && error->id == id) {
       throw client_error(error->code, error->message);
     }

@@ -25,6 +25,14 @@ class client_error : public std::runtime_error {
   error_code code_;
 };
 
+// No server took the connection within the connect timeout (nothing listens at the endpoint, or
+// it cannot be reached), or one stopped answering for the request timeout. what() names the
+// endpoint and the time waited.
+class client_unreachable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // A finished generation: the concatenation of every delta.
 struct completion {
   std::string id;
@@ -45,8 +53,9 @@ class client {
   client& operator=(client&&) noexcept;
 
   // Sends `request` (an id is made up when empty) and blocks until its last delta, calling
-  // `on_delta` for each one as it arrives. Throws client_error on an error reply and
-  // std::runtime_error when nothing arrives within the timeout.
+  // `on_delta` for each one as it arrives. Throws client_error on an error reply, and
+  // client_unreachable when no connection is made within the connect timeout or nothing arrives
+  // within the request timeout.
   completion generate(generate_request request,
                       const std::function<void(const delta_reply&)>& on_delta = {});
   // Asks the server to stop request `id`; its last delta then says finish_reason "abort".
@@ -58,14 +67,22 @@ class client {
   void send_raw(const std::string& frame);  // any bytes, for tests of the server's validation
   std::optional<server_reply> receive(std::chrono::milliseconds timeout);
 
+  // The request timeout: the longest wait for the next reply (a delta, or the whole answer of a
+  // request that does not stream). 10 minutes unless set.
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  // The longest wait for a connection before a message can go out (ZeroMQ connects in the
+  // background and would otherwise queue forever). 5 seconds unless set.
+  void set_connect_timeout(std::chrono::milliseconds timeout);
+  const std::string& endpoint() const { return endpoint_; }
   std::string next_id();
 
  private:
   struct impl;
   std::unique_ptr<impl> impl_;
+  std::string endpoint_;
   std::string api_key_;
   std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
+  std::chrono::milliseconds connect_timeout_{std::chrono::seconds(5)};
 };
 
 }  // namespace troupe

@@ -1,5 +1,6 @@
 #include "doors/http_door.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <sys/socket.h>
@@ -12,21 +13,29 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <set>
 #include <unordered_map>
 
+#include <fmt/format.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "doors/api_key.hpp"
 #include "doors/chrome_trace.hpp"
+#include "doors/http/anthropic_request.hpp"
+#include "doors/http/anthropic_response.hpp"
+#include "doors/http/chat_plan.hpp"
+#include "doors/http/embeddings_response.hpp"
 #include "doors/http/connection_stream.hpp"
 #include "doors/http/connection_watch.hpp"
 #include "doors/http/connection_workers.hpp"
 #include "doors/http/generation_session.hpp"
 #include "doors/http/metrics_text.hpp"
 #include "doors/http/request_reception.hpp"
+#include "doors/http/tokenize_endpoints.hpp"
 #include "doors/http/server_sent_events.hpp"
+#include "grammar/guided_grammar.hpp"
 #include "stages/stage_clock.hpp"
 
 namespace troupe {
@@ -40,9 +49,11 @@ int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void respond(httplib::Response& res, const api_error& error) {
+// An error in the shape of the API the request went to: Anthropic's under /v1/messages, else OpenAI's.
+void respond(const httplib::Request& req, httplib::Response& res, const api_error& error) {
   res.status = error.status;
-  res.set_content(error.to_json(), "application/json");
+  const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
+  res.set_content(anthropic ? anthropic_error_json(error) : error.to_json(), "application/json");
 }
 
 api_error make_error(int status, std::string type, std::string message, std::string code = {}) {
@@ -138,6 +149,11 @@ struct http_door::impl {
   std::unordered_map<uint64_t, std::promise<stats_answer>> stats_waiters;
   std::unordered_map<uint64_t, std::promise<std::pair<trace_answer, timestamp_ns>>> trace_waiters;  // guarded by stats_mutex
 
+  // Unknown request fields already warned about (each is logged once, then only listed in the
+  // response header); bounded, so a client inventing names cannot grow it.
+  std::mutex ignored_mutex;
+  std::set<std::string> ignored_logged;
+
   std::atomic<int> num_generating{0};
   std::atomic<int64_t> num_streams_open{0};
   std::array<std::atomic<uint64_t>, 6> num_responses_by_class{};  // [status / 100]
@@ -146,6 +162,11 @@ struct http_door::impl {
       : options(std::move(o)), downstream(d), admission(a), counters(c), token_text(std::move(t)) {}
 
   void install_routes();
+  void note_ignored_fields(const std::vector<std::string>& fields, httplib::Response& res);
+  // CORS: when the request comes from an allowed origin, says so in the response's headers.
+  bool allow_origin(const httplib::Request& req, httplib::Response& res) const;
+  // A chat rendered and planned (chat_plan.hpp); an error for the client when it cannot be.
+  std::optional<api_error> plan(openai_request& request, std::optional<output_parsing>& parsing);
   void serve(http_connection connection);
   void generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                 const httplib::ContentReader& reader);
@@ -252,13 +273,13 @@ void http_door::impl::serve_trace(const httplib::Request& req, httplib::Response
       api_error e = make_error(400, "invalid_request_error",
                                "query parameter 'seconds': '" + text + "' is not a number of seconds in (0, 3600]");
       e.param = "seconds";
-      return respond(res, e);
+      return respond(req, res, e);
     }
   }
   const auto window = static_cast<duration_ns>(seconds * 1e9);
   auto answer = query_trace(window, 5000ms);
-  if (!answer) return respond(res, make_error(503, "server_error", "the engine instances did not answer within 5 s"));
-  if (!answer->first.unavailable.empty()) return respond(res, make_error(503, "server_error", answer->first.unavailable));
+  if (!answer) return respond(req, res, make_error(503, "server_error", "the engine instances did not answer within 5 s"));
+  if (!answer->first.unavailable.empty()) return respond(req, res, make_error(503, "server_error", answer->first.unavailable));
   const timestamp_ns now = answer->second;
   trace_window w;
   w.end = now;
@@ -289,32 +310,47 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
     return num_dropped <= 16 * options.max_body_bytes;
   });
   if (num_dropped > 0 || res.status == 413) {
-    respond(res, make_error(413, "invalid_request_error",
+    respond(req, res, make_error(413, "invalid_request_error",
                             "the request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"));
     return;
   }
   if (!read) {
-    respond(res, make_error(400, "invalid_request_error", "the request body could not be read"));
+    respond(req, res, make_error(400, "invalid_request_error", "the request body could not be read"));
     return;
   }
-  auto parsed = parse_openai_request(endpoint, body, options.limits);
-  if (auto* error = std::get_if<api_error>(&parsed)) return respond(res, *error);
+  auto parsed = endpoint == openai_endpoint::anthropic_messages ? parse_anthropic_request(body, options.limits)
+                                                                : parse_openai_request(endpoint, body, options.limits);
+  if (auto* error = std::get_if<api_error>(&parsed)) return respond(req, res, *error);
   auto& request = std::get<openai_request>(parsed);
+  note_ignored_fields(request.ignored_fields, res);
+  if (endpoint == openai_endpoint::embeddings) {
+    if (options.embedding_size <= 0) return respond(req, res, make_error(404, "not_found_error", "this server serves no embeddings"));
+    if (request.embedding_dimensions != 0 && request.embedding_dimensions != options.embedding_size) {
+      return respond(req, res, bad_parameter("dimensions", "'dimensions': this model's embeddings have " +
+                                                               std::to_string(options.embedding_size) + " dimensions, not " +
+                                                               std::to_string(request.embedding_dimensions)));
+    }
+    request.sampling.pooling = options.embedding_pooling;
+    request.sampling.normalize_embedding = options.embedding_normalize;
+  }
   if (request.model != options.model_name) {
     api_error e = make_error(404, "invalid_request_error",
                              "the model '" + request.model + "' does not exist; this server serves '" +
                                  options.model_name + "' (GET /v1/models)",
                              "model_not_found");
     e.param = "model";
-    return respond(res, e);
+    return respond(req, res, e);
   }
+
+  std::optional<output_parsing> parsing;
+  if (auto error = plan(request, parsing)) return respond(req, res, *error);
 
   // Each open stream holds a connection thread; keep some for /health and /metrics.
   const int max_generating = std::max(1, options.max_connections - options.reserved_connections);
   if (num_generating.fetch_add(1) >= max_generating) {
     --num_generating;
     res.set_header("Retry-After", "1");
-    return respond(res, make_error(503, "overloaded_error",
+    return respond(req, res, make_error(503, "overloaded_error",
                                    "all " + std::to_string(max_generating) +
                                        " generation connections of this server are busy; retry later"));
   }
@@ -328,12 +364,23 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   const auto first_id = admission.admit(client_door::http, num_choices);
   if (!first_id) {
     res.set_header("Retry-After", "1");
-    return respond(res, make_error(429, "rate_limit_error",
+    return respond(req, res, make_error(429, "rate_limit_error",
                                    "the server holds its maximum of " + std::to_string(admission.max_in_flight()) +
                                        " requests in flight; retry later",
                                    "too_many_requests"));
   }
-  auto session = std::make_shared<generation_session>(std::move(request), *first_id, unix_seconds(), token_text);
+  std::shared_ptr<generation_session> session;
+  if (request.endpoint == openai_endpoint::embeddings) {
+    auto writer = std::make_unique<embeddings_response_builder>(request.model, request.embedding_base64);
+    session = std::make_shared<generation_session>(std::move(request), *first_id, std::move(writer), std::nullopt);
+  } else if (request.endpoint == openai_endpoint::anthropic_messages) {
+    auto writer = std::make_unique<anthropic_response_builder>(
+        request.model, fmt::format("msg_{:016x}", static_cast<uint64_t>(*first_id)),
+        parsing ? parsing->format.tools : tool_call_syntax::none, static_cast<uint64_t>(*first_id));
+    session = std::make_shared<generation_session>(std::move(request), *first_id, std::move(writer), parsing);
+  } else {
+    session = std::make_shared<generation_session>(std::move(request), *first_id, unix_seconds(), token_text, parsing);
+  }
   auto queue = std::make_shared<event_queue>();
   {
     std::lock_guard lock(routes_mutex);
@@ -360,7 +407,7 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   };
   auto give_up = [&] {
     abort_unfinished(*session);
-    respond(res, stopping ? make_error(503, "overloaded_error", "the server is shutting down")
+    respond(req, res, stopping ? make_error(503, "overloaded_error", "the server is shutting down")
                           : make_error(400, "invalid_request_error", "the client closed the connection"));
   };
 
@@ -369,14 +416,14 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   if (!wait_until([&] { return session->all_started(); })) return give_up();
   if (session->failure()) {
     abort_unfinished(*session);
-    return respond(res, *session->failure());
+    return respond(req, res, *session->failure());
   }
 
   if (!session->request().stream) {
     if (!wait_until([&] { return session->all_finished(); })) return give_up();
     if (session->failure()) {
       abort_unfinished(*session);
-      return respond(res, *session->failure());
+      return respond(req, res, *session->failure());
     }
     res.set_content(session->full_body(), "application/json");
     return;
@@ -413,6 +460,61 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
       });
 }
 
+bool http_door::impl::allow_origin(const httplib::Request& req, httplib::Response& res) const {
+  if (options.allowed_origins.empty() || !req.has_header("Origin")) return false;
+  const std::string origin = req.get_header_value("Origin");
+  const bool any = std::find(options.allowed_origins.begin(), options.allowed_origins.end(), "*") != options.allowed_origins.end();
+  if (!any && std::find(options.allowed_origins.begin(), options.allowed_origins.end(), origin) == options.allowed_origins.end()) {
+    return false;
+  }
+  res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+  if (!any) res.set_header("Vary", "Origin");
+  res.set_header("Access-Control-Expose-Headers", "X-Troupe-Ignored-Fields, Retry-After");
+  return true;
+}
+
+void http_door::impl::note_ignored_fields(const std::vector<std::string>& fields, httplib::Response& res) {
+  if (fields.empty()) return;
+  std::string list;
+  for (const std::string& f : fields) list += (list.empty() ? "" : ", ") + f;
+  res.set_header("X-Troupe-Ignored-Fields", list);
+  std::lock_guard lock(ignored_mutex);
+  for (const std::string& f : fields) {
+    if (ignored_logged.size() >= 256 || !ignored_logged.insert(f).second) continue;
+    spdlog::warn("http: ignoring the unknown request field '{}' (logged once; listed in each response's "
+                 "X-Troupe-Ignored-Fields header)", f);
+  }
+}
+
+std::optional<api_error> http_door::impl::plan(openai_request& request, std::optional<output_parsing>& parsing) {
+  if (!request.is_chat()) return std::nullopt;
+  static const chat_prompt transcript;
+  chat_plan planned;
+  try {
+    planned = plan_chat(request.chat, options.chat ? *options.chat : transcript, options.answer_format,
+                        request.sampling.guided, request.guided_param);
+  } catch (const chat_plan_error& e) {
+    return bad_parameter(e.param, e.message);
+  }
+  if (!planned.note.empty()) spdlog::info("http: {}", planned.note);
+  request.prompts.at(0).text = std::move(planned.prompt);
+  request.sampling.skip_special_tokens = planned.skip_special_tokens;
+  const bool changed = planned.guided.kind != request.sampling.guided.kind || planned.guided.source != request.sampling.guided.source;
+  request.sampling.guided = std::move(planned.guided);
+  if (changed && is_guided(request.sampling)) {
+    // The grammar the plan made (tool calls, the answer after the reasoning) must compile and
+    // leave max_tokens room for its shortest output, as any constraint must.
+    auto problem = validate_sampling_params(request.sampling, options.limits);
+    if (!problem) problem = check_guided_decoding(request.sampling);
+    if (problem) {
+      const std::string param = problem->field == "max_tokens" ? "max_tokens" : planned.guided_param;
+      return bad_parameter(param, "'" + param + "': " + problem->problem);
+    }
+  }
+  parsing = planned.parsing;
+  return std::nullopt;
+}
+
 void http_door::impl::serve(http_connection connection) {
   connection_stream stream(std::move(connection), write_timeout, stopping, timeout_body);
   bool closed_by_client = false;
@@ -424,21 +526,42 @@ void http_door::impl::serve(http_connection connection) {
 
 void http_door::impl::install_routes() {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    // /metrics and /health stay open, as vLLM's; the API and the traces (which show the traffic) not.
-    const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/debug/", 0) == 0;
-    if (options.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
-    // The whole value: get_header_value goes through a C string, so `Bearer KEY\0junk` read as
-    // `Bearer KEY` and was let in (issue 25).
-    const auto found = req.headers.find("Authorization");
-    const std::string header = found == req.headers.end() ? std::string() : found->second;
-    const std::string prefix = "Bearer ";
-    if (header.empty()) {
-      respond(res, make_error(401, "invalid_request_error",
-                              "missing API key: send the header 'Authorization: Bearer <key>'", "invalid_api_key"));
+    if (allow_origin(req, res) && req.method == "OPTIONS") {
+      // A browser's preflight: it carries no key, and is answered here.
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers",
+                     asked.empty() ? "Authorization, Content-Type, x-api-key, anthropic-version" : asked);
+      res.set_header("Access-Control-Max-Age", "600");
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (header.rfind(prefix, 0) != 0 || !api_key_matches(std::string_view(header).substr(prefix.size()), options.api_key)) {
-      respond(res, make_error(401, "invalid_request_error", "incorrect API key provided", "invalid_api_key"));
+    // /metrics, /health and /version stay open, as vLLM's; the API and the traces (which show the
+    // traffic) not.
+    const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/debug/", 0) == 0 ||
+                         req.path == "/tokenize" || req.path == "/detokenize";
+    if (options.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
+    // OpenAI's clients send `Authorization: Bearer <key>`, Anthropic's `x-api-key: <key>`. Each
+    // value whole: get_header_value goes through a C string, so `Bearer KEY\0junk` read as
+    // `Bearer KEY` and was let in (issue 25).
+    const auto whole = [&req](const char* name) {
+      const auto found = req.headers.find(name);
+      return found == req.headers.end() ? std::string() : found->second;
+    };
+    const std::string header = whole("Authorization");
+    const std::string x_api_key = whole("x-api-key");
+    const std::string prefix = "Bearer ";
+    if (header.empty() && x_api_key.empty()) {
+      respond(req, res, make_error(401, "invalid_request_error",
+                              "missing API key: send the header 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+                              "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const bool bearer_ok = header.rfind(prefix, 0) == 0 &&
+                           api_key_matches(std::string_view(header).substr(prefix.size()), options.api_key);
+    const bool x_ok = !x_api_key.empty() && api_key_matches(x_api_key, options.api_key);
+    if (!bearer_ok && !x_ok) {
+      respond(req, res, make_error(401, "invalid_request_error", "incorrect API key provided", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -451,9 +574,51 @@ void http_door::impl::install_routes() {
                                              const httplib::ContentReader& reader) {
     generate(openai_endpoint::chat_completions, req, res, reader);
   });
+  server.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res,
+                                       const httplib::ContentReader& reader) {
+    generate(openai_endpoint::embeddings, req, res, reader);
+  });
+  server.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res,
+                                     const httplib::ContentReader& reader) {
+    generate(openai_endpoint::anthropic_messages, req, res, reader);
+  });
+  auto tokenize_route = [this](auto respond_with) {
+    return [this, respond_with](const httplib::Request& req, httplib::Response& res) {
+      if (!options.text_tokenizer) {
+        return respond(req, res, make_error(503, "server_error", "this server has no tokenizer for " + req.path));
+      }
+      static const chat_prompt transcript;
+      const tokenize_context context{*options.text_tokenizer, options.chat ? *options.chat : transcript,
+                                     options.answer_format, options.model_name, options.limits};
+      auto answer = respond_with(req.body, context);
+      if (auto* error = std::get_if<api_error>(&answer)) return respond(req, res, *error);
+      res.set_content(std::get<std::string>(answer), "application/json");
+    };
+  };
+  // Anthropic's token count of a would-be message: the prompt the request would render to.
+  server.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
+    nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_object() && !body.contains("max_tokens")) body["max_tokens"] = 1;  // not asked for here
+    auto parsed = parse_anthropic_request(body.is_object() ? body.dump() : req.body, options.limits);
+    if (auto* error = std::get_if<api_error>(&parsed)) return respond(req, res, *error);
+    auto& request = std::get<openai_request>(parsed);
+    std::optional<output_parsing> parsing;
+    if (auto error = plan(request, parsing)) return respond(req, res, *error);
+    if (!options.text_tokenizer) return respond(req, res, make_error(503, "server_error", "this server has no tokenizer"));
+    const bool has_template = options.chat && options.chat->has_template();
+    const size_t count = options.text_tokenizer->encode(request.prompts.at(0).text, !has_template).size();
+    res.set_content(json{{"input_tokens", count}}.dump(), "application/json");
+  });
+  server.Post("/tokenize", tokenize_route(tokenize_response));
+  server.Post("/detokenize", tokenize_route(detokenize_response));
+  server.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(version_response(), "application/json");
+  });
   auto model_card = [this] {
-    return json{{"id", options.model_name}, {"object", "model"}, {"created", unix_seconds()},
-                {"owned_by", "troupe"}, {"max_model_len", options.limits.max_model_len}};
+    json card{{"id", options.model_name}, {"object", "model"}, {"created", unix_seconds()},
+              {"owned_by", "troupe"}, {"max_model_len", options.limits.max_model_len}};
+    if (!options.quantization.empty()) card["quantization"] = options.quantization;
+    return card;
   };
   server.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump_json(json{{"object", "list"}, {"data", json::array({model_card()})}}), "application/json");
@@ -463,19 +628,19 @@ void http_door::impl::install_routes() {
       api_error e = make_error(404, "invalid_request_error", "the model '" + std::string(req.matches[1]) + "' does not exist",
                                "model_not_found");
       e.param = "model";
-      return respond(res, e);
+      return respond(req, res, e);
     }
     res.set_content(dump_json(model_card()), "application/json");
   });
   // Healthy when the scheduler answers, not merely when this thread does.
-  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  server.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
     const std::optional<stats_answer> stats = query_stats(2000ms);
     if (stats && !stats->unavailable.empty()) {
-      respond(res, make_error(503, "server_error", stats->unavailable));
+      respond(req, res, make_error(503, "server_error", stats->unavailable));
     } else if (stats) {
       res.set_content("{\"status\":\"ok\"}", "application/json");
     } else {
-      respond(res, make_error(503, "server_error", "the scheduler did not answer within 2 s"));
+      respond(req, res, make_error(503, "server_error", "the scheduler did not answer within 2 s"));
     }
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -510,16 +675,16 @@ void http_door::impl::install_routes() {
   server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 404) {
-      respond(res, make_error(404, "not_found_error", "no such endpoint: " + req.method + " " + req.path));
+      respond(req, res, make_error(404, "not_found_error", "no such endpoint: " + req.method + " " + req.path));
     } else if (res.status == 413) {
-      respond(res, make_error(413, "invalid_request_error", "the request body is too large"));
+      respond(req, res, make_error(413, "invalid_request_error", "the request body is too large"));
     } else {
-      respond(res, make_error(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+      respond(req, res, make_error(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
                               "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path));
     }
     return httplib::Server::HandlerResponse::Handled;
   }));
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown error";
     try {
       if (ep) std::rethrow_exception(ep);
@@ -527,7 +692,7 @@ void http_door::impl::install_routes() {
       what = e.what();
     } catch (...) {
     }
-    respond(res, make_error(500, "server_error", "internal error: " + what));
+    respond(req, res, make_error(500, "server_error", "internal error: " + what));
   });
   server.set_logger([this](const httplib::Request&, const httplib::Response& res) {
     const int status_class = res.status / 100;

@@ -1,7 +1,8 @@
 #pragma once
 // The OpenAI-compatible HTTP door (docs/http_api.md): POST /v1/completions,
-// POST /v1/chat/completions (streamed as server-sent events or whole), GET /v1/models,
-// GET /health, GET /metrics, GET /debug/trace. Plain class over cpp-httplib: a connection waits for its request's
+// POST /v1/chat/completions (streamed as server-sent events or whole), Anthropic's POST
+// /v1/messages, POST /v1/embeddings, GET /v1/models, POST /tokenize and /detokenize, GET /version, GET /health,
+// GET /metrics, GET /debug/trace. Plain class over cpp-httplib: a connection waits for its request's
 // headers on one reception thread (doors/http/request_reception), then is served on one of a
 // fixed pool of threads, which blocks on the request's own queue of engine events; the actor
 // system reaches it through post(), the stages through door_downstream, as the ZeroMQ door.
@@ -13,12 +14,16 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "doors/door_events.hpp"
 #include "doors/http/openai_request.hpp"
 #include "doors/http/openai_response.hpp"
 #include "doors/reply_router.hpp"
 #include "doors/request_admission.hpp"
+#include "text/chat_format.hpp"
+#include "text/chat_prompt.hpp"
+#include "text/tokenizer.hpp"
 
 namespace troupe {
 
@@ -39,10 +44,26 @@ struct http_options {
   int max_connections = 256;
   int reserved_connections = 8;
   std::string model_name;  // what /v1/models lists and requests must name
+  std::string quantization;  // shown by /v1/models ("Q4_K_M", "bf16"); empty: not shown
+  // CORS: origins whose pages may call the API ("*": any); a preflight (OPTIONS) from one of them
+  // is answered without a key, and responses to them carry Access-Control-Allow-Origin. Empty: no
+  // CORS headers at all, so browsers keep other sites' pages out.
+  std::vector<std::string> allowed_origins;
   // More families for GET /metrics in the text format (e.g. per-stage gauges), appended to the
   // door's own; called on the connection thread of each scrape.
   std::function<std::string()> extra_metrics;
   openai_limits limits;
+  // The served model's text side: its tokenizer (/tokenize, /detokenize; null: those answer 503),
+  // the chat prompt chats are rendered with (null: a plain transcript), and how its answers
+  // are written (tool calls, reasoning), read from the template or named by --tool-call-parser.
+  std::shared_ptr<const troupe::tokenizer> text_tokenizer;
+  std::shared_ptr<const chat_prompt> chat;
+  chat_format answer_format;
+  // /v1/embeddings: how a prompt's hidden states are pooled (the model's config says), and the
+  // vectors' length (the model's hidden size; 0: embeddings are not served).
+  pooling_kind embedding_pooling = pooling_kind::last;
+  bool embedding_normalize = true;
+  int embedding_size = 0;
 };
 
 class http_door : public door_inbox {

@@ -19,6 +19,8 @@ struct engine_config {
   bool async_scheduling = false;
   // Token ids a step result may carry are below this; 0: unknown, not checked.
   int vocab_size = 0;
+  // The model's hidden size: the length of the embeddings its pooling requests get; 0: unknown.
+  int hidden_size = 0;
   // Speculative decoding (docs/architecture.md, "Speculative decoding"): draft slots per step
   // for a request that does not choose (sampling_params::num_speculative_tokens -1; 0: off),
   // and the most any request may have. The worker proposes the drafts (n-gram prompt lookup,

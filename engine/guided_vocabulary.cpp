@@ -33,13 +33,16 @@ int32_t next_codepoint(const std::string& s, size_t& pos) {
 }  // namespace
 
 std::shared_ptr<const token_vocabulary> make_token_vocabulary(const tokenizer& tok, int32_t model_vocab_size,
-                                                              std::vector<int32_t> end_ids) {
+                                                              std::vector<int32_t> end_ids, bool spell_special) {
   const int32_t tokenizer_size = tok.vocab_size();
   // Byte fallback tokens mark a SentencePiece-style vocabulary; without them it is byte-level.
   const bool sentencepiece = tok.token_to_id("<0x0A>").has_value();
   std::vector<std::string> bytes(static_cast<size_t>(std::max(model_vocab_size, tokenizer_size)));
   for (int32_t id = 0; id < tokenizer_size; ++id) {
-    if (tok.is_special(id)) continue;
+    if (tok.is_special(id)) {
+      if (spell_special) bytes[static_cast<size_t>(id)] = tok.token_bytes(id);
+      continue;
+    }
     const std::string token = tok.id_to_token(id);
     std::string out;
     if (sentencepiece) {

@@ -1,5 +1,7 @@
 #include "engine/model_runner.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -26,7 +28,7 @@ const int32_t* find_sample(const Samples& samples, int64_t request_id, size_t& c
 // shape every step, and allocating a dozen vectors anew each time is on the critical path.
 void clear_keeping_capacity(forward_batch& batch) {
   for (auto* v : {&batch.token_ids, &batch.positions, &batch.query_start, &batch.context_lengths,
-                  &batch.block_table_start, &batch.block_tables, &batch.logits_rows}) {
+                  &batch.block_table_start, &batch.block_tables, &batch.logits_rows, &batch.hidden_rows}) {
     v->clear();
   }
   batch.slot_mapping.clear();
@@ -102,7 +104,7 @@ bool model_runner::samples_plainly(const sampling_params& p) {
 }
 
 bool model_runner::samples_plainly_but_for_constraint(const sampling_params& p) {
-  return !uses_penalties(p) && p.min_p == 0.0f && p.logprobs < 0;
+  return !uses_penalties(p) && p.logit_bias.empty() && p.min_p == 0.0f && p.logprobs < 0;
 }
 
 void model_runner::build_batch(const step_plan& plan, int block_size, forward_batch& batch) {
@@ -153,6 +155,8 @@ void model_runner::apply_entries(const step_plan& plan) {
       state->penalty_token_ids.assign(s.penalty_token_ids.begin(), s.penalty_token_ids.end());
       state->num_prompt_tokens = s.num_prompt_tokens;
       state->speculative = s.speculative;
+      state->pooled.clear();  // a fresh start (or a recompute after preemption) pools anew
+      state->num_pooled = 0;
       proposer_->forget(s.request_id);  // new to the worker, or back after preemption: start afresh
       if (kv_out_) {
         if (s.kv_send_transfer_id != 0) {
@@ -181,7 +185,7 @@ void model_runner::apply_entries(const step_plan& plan) {
 }
 
 void model_runner::start_matcher(uint64_t step_id, const scheduled_sequence& s, request_state& state) {
-  state.matcher = grammars_.start(state.params.guided, s.request_id);
+  state.matcher = grammars_.start(state.params.guided, s.request_id, !state.params.skip_special_tokens);
   // A request resumed elsewhere (failover, disaggregation, preemption) arrives with outputs:
   // the matcher walks them first.
   for (size_t i = static_cast<size_t>(s.num_prompt_tokens); i < s.penalty_token_ids.size(); ++i) {
@@ -226,6 +230,7 @@ step_result model_runner::run(const step_plan& plan) {
       plan, shape.block_size, [&](size_t i) -> const std::vector<int32_t>& { return entry_states_[i]->block_table; },
       [&](size_t i) -> const std::vector<int32_t>& { return drafts_[i]; }, batch_);
   fill_previous_samples(plan, previous);
+  collect_hidden_rows(plan);
   for (int32_t block : batch_.block_tables) {
     if (block < 0 || block >= shape.num_blocks) {
       throw std::runtime_error("model_runner: block id " + std::to_string(block) + " outside the model's pool of " +
@@ -301,6 +306,7 @@ void model_runner::propose_drafts(const step_plan& plan) {
 
 bool model_runner::can_sample_on_device(const step_plan& plan) const {
   if (!device_sampling_ || !model_.can_sample_on_device() || batch_.num_logits() == 0) return false;
+  if (!batch_.hidden_rows.empty()) return false;  // pooling reads hidden states on the host
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     if (!plan.sequences[i].sample) continue;
     const request_state& state = *entry_states_[i];
@@ -377,12 +383,78 @@ void model_runner::sample_on_device(const step_plan& plan, step_result& result) 
 void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
   const int vocab = model_.config().vocab_size;
   logits_.resize(static_cast<size_t>(batch_.num_logits()) * vocab);
+  batch_.hidden_out = nullptr;
+  if (!batch_.hidden_rows.empty()) {
+    hidden_.resize(batch_.hidden_rows.size() * static_cast<size_t>(model_.config().hidden_size));
+    batch_.hidden_out = hidden_.data();
+  }
   model_.forward(batch_, logits_.data());
 
   result.tokens.reserve(static_cast<size_t>(batch_.num_logits()));
+  std::vector<int> token_of_entry(plan.sequences.size(), -1);
   int row = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    if (plan.sequences[i].sample) row += verify_entry(plan, i, row, result);
+    if (!plan.sequences[i].sample) continue;
+    token_of_entry[i] = static_cast<int>(result.tokens.size());
+    row += verify_entry(plan, i, row, result);
+  }
+  if (!batch_.hidden_rows.empty()) pool_hidden_states(plan, token_of_entry, result);
+}
+
+void model_runner::collect_hidden_rows(const step_plan& plan) {
+  hidden_entry_rows_.assign(plan.sequences.size(), 0);
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const request_state& state = *entry_states_[i];
+    if (state.params.pooling == pooling_kind::none) continue;
+    const scheduled_sequence& s = plan.sequences[i];
+    const int first_row = batch_.query_start[i];
+    // The prompt's rows of this entry (a plan made before the request's end was seen may feed
+    // its sampled token back: that row is no part of the prompt).
+    const int num_prompt_rows =
+        std::clamp(state.num_prompt_tokens - s.num_computed_tokens, 0, s.num_new_tokens());
+    if (state.params.pooling == pooling_kind::mean) {
+      for (int k = 0; k < num_prompt_rows; ++k) batch_.hidden_rows.push_back(first_row + k);
+      hidden_entry_rows_[i] = num_prompt_rows;
+    } else if (num_prompt_rows > 0 && s.num_computed_tokens + num_prompt_rows == state.num_prompt_tokens) {
+      batch_.hidden_rows.push_back(first_row + num_prompt_rows - 1);  // last: the prompt's last token
+      hidden_entry_rows_[i] = 1;
+    }
+  }
+}
+
+void model_runner::pool_hidden_states(const step_plan& plan, const std::vector<int>& token_of_entry,
+                                      step_result& result) {
+  const size_t hidden = static_cast<size_t>(model_.config().hidden_size);
+  size_t next_row = 0;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    request_state& state = *entry_states_[i];
+    if (state.params.pooling == pooling_kind::none) continue;
+    if (state.pooled.size() != hidden) state.pooled.assign(hidden, 0.0);
+    for (int k = 0; k < hidden_entry_rows_[i]; ++k, ++next_row) {
+      const float* row = hidden_.data() + next_row * hidden;
+      if (state.params.pooling == pooling_kind::last) {
+        std::copy(row, row + hidden, state.pooled.begin());
+        state.num_pooled = 1;
+      } else {
+        for (size_t j = 0; j < hidden; ++j) state.pooled[j] += row[j];
+        ++state.num_pooled;
+      }
+    }
+    const scheduled_sequence& s = plan.sequences[i];
+    const bool prompt_done = s.num_computed_tokens + s.num_new_tokens() >= state.num_prompt_tokens;
+    if (token_of_entry[i] < 0 || !prompt_done || s.output_index != 0 || state.num_pooled == 0) continue;
+    std::vector<float>& out = result.tokens[static_cast<size_t>(token_of_entry[i])].embedding;
+    out.resize(hidden);
+    double norm = 0.0;
+    for (size_t j = 0; j < hidden; ++j) {
+      const double v = state.pooled[j] / state.num_pooled;
+      norm += v * v;
+      out[j] = static_cast<float>(v);
+    }
+    if (state.params.normalize_embedding && norm > 0.0) {
+      const double scale = 1.0 / std::sqrt(norm);
+      for (size_t j = 0; j < hidden; ++j) out[j] = static_cast<float>(state.pooled[j] / state.num_pooled * scale);
+    }
   }
 }
 

@@ -54,8 +54,9 @@ class model_runner {
   const draft_proposer& proposer() const { return *proposer_; }
 
   // The tokenizer's vocabulary as bytes, which structured output needs (served_model has it).
-  void set_vocabulary(std::shared_ptr<const token_vocabulary> vocabulary) {
-    grammars_.set_vocabulary(std::move(vocabulary));
+  void set_vocabulary(std::shared_ptr<const token_vocabulary> vocabulary,
+                      std::shared_ptr<const token_vocabulary> with_special = nullptr) {
+    grammars_.set_vocabulary(std::move(vocabulary), std::move(with_special));
   }
   bool has_vocabulary() const { return grammars_.has_vocabulary(); }
 
@@ -99,6 +100,10 @@ class model_runner {
     int32_t num_prompt_tokens = 0;
     std::unique_ptr<grammar_matcher> matcher;  // structured output only
     bool speculative = false;                  // scheduled_sequence::speculative
+    // Pooling (embeddings): the sum of the prompt rows' hidden states so far (mean), or the last
+    // row's (last), and how many rows it holds.
+    std::vector<double> pooled;  // [hidden_size]
+    int32_t num_pooled = 0;
     bool keeps_history() const { return speculative || uses_penalties(params); }
   };
 
@@ -121,6 +126,11 @@ class model_runner {
   // one has no bit mask (or allows nothing), which keeps the step on the host.
   bool take_device_masks(const step_plan& plan);
   void sample_on_device(const step_plan& plan, step_result& result);
+  // Asks for the hidden rows pooling requests need (batch_.hidden_rows, hidden_entry_rows_).
+  void collect_hidden_rows(const step_plan& plan);
+  // Folds the rows' hidden states into their requests' pools and, on the token sampled after a
+  // prompt (token_of_entry[i], or -1), attaches the finished embedding.
+  void pool_hidden_states(const step_plan& plan, const std::vector<int>& token_of_entry, step_result& result);
   void sample_on_host(const step_plan& plan, step_result& result);
   // Verifies entry `entry`'s drafts against its logits rows, starting at `row`: the accepted
   // drafts, then the target's own token, into result. Returns the rows it used.
@@ -135,6 +145,8 @@ class model_runner {
   std::vector<std::vector<int32_t>> drafts_;         // [plan entries] the drafts verified this run
   std::unique_ptr<kv_stream_out> kv_out_;
 
+  std::vector<float> hidden_;                 // [hidden rows, hidden_size] this run's pooled rows
+  std::vector<int> hidden_entry_rows_;        // [plan entries] how many of them each entry has
   request_grammars grammars_;
   std::unordered_map<int64_t, request_state> requests_;  // by request id
   std::vector<request_state*> entry_states_;              // [plan entries] of this run

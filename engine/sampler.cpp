@@ -43,7 +43,8 @@ sampled_token sampler::sample(std::span<const float> logits, const sampling_para
   sampled_token out;
   out.request_id = context.request_id;
   const bool greedy = params.temperature == 0.0f || params.top_k == 1;
-  const bool penalties = uses_penalties(params);
+  // Penalties and biases change the row: the fast paths below read the raw logits.
+  const bool penalties = uses_penalties(params) || !params.logit_bias.empty();
   if (greedy && !penalties && !context.constrained) {
     out.token_id = argmax(logits);  // the common case: no copy of the row
     if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
@@ -87,6 +88,10 @@ void sampler::prepare_row(std::span<const float> logits, const sampling_params& 
     mask_logits(logits, context);
   } else {
     work_.assign(logits.begin(), logits.end());
+  }
+  for (const token_bias& b : params.logit_bias) {
+    // Ids past the model's rows (a tokenizer larger than the model) have no logit to move.
+    if (b.token_id >= 0 && static_cast<size_t>(b.token_id) < work_.size()) work_[static_cast<size_t>(b.token_id)] += b.bias;
   }
   if (uses_penalties(params)) apply_penalties(params, context);
 }

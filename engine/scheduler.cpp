@@ -170,7 +170,9 @@ step_plan scheduler::schedule() {
       continue;
     }
     if (budget <= 0) break;
-    prefix_hit hit = kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
+    // Mean pooling needs every prompt token's hidden state: a cached prefix would skip them.
+    prefix_hit hit = seq->params().pooling == pooling_kind::mean ? prefix_hit{}
+                                                                  : kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
     const int num_new = std::min(seq->num_tokens() - hit.num_tokens, budget);
     int needed = hit.num_tokens + num_new;
     if (!kv_.can_allocate(hit, needed)) break;  // strict order: nobody jumps the head
@@ -260,6 +262,8 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
       s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
       s.num_prompt_tokens = seq.num_prompt_tokens();
     }
+    // Pooling reads the prompt's rows only.
+    if (seq.params().pooling != pooling_kind::none) s.num_prompt_tokens = seq.num_prompt_tokens();
   }
   return s;
 }
@@ -402,12 +406,16 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
     token_delta delta;
     delta.request_id = s.request_id;
     // For the detokenizer, on the request's first delta from this engine (resumed or not).
-    if (seq.num_output_tokens() == seq.num_resumed_output_tokens()) delta.stop = seq.params().stop;
+    if (seq.num_output_tokens() == seq.num_resumed_output_tokens()) {
+      delta.stop = seq.params().stop;
+      delta.skip_special_tokens = seq.params().skip_special_tokens;
+    }
     sequence_status status = sequence_status::running;
     for (size_t i = first_token; i < first_token + count && !is_finished(status); ++i) {
       const sampled_token& token = result.tokens[i];
       seq.append_token(token.token_id, now);
       delta.token_ids.push_back(token.token_id);
+      if (!token.embedding.empty()) delta.embedding = token.embedding;
       if (seq.params().logprobs >= 0) {
         delta.logprobs.push_back({token.logprob, token.top_token_ids, token.top_logprobs});
       }

@@ -33,6 +33,7 @@ engine_config served_model::base_engine_config() const {
   config.num_kv_blocks = backend_model->kv_shape().num_blocks;
   config.max_model_len = max_model_len;
   config.vocab_size = backend_model->config().vocab_size;
+  config.hidden_size = backend_model->config().hidden_size;
   return config;
 }
 
@@ -61,7 +62,14 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   const device_choice device = choose_device(spec.device);
   served->device_note = device.fallback_reason;
   served->max_model_len = config.max_position_embeddings > 0 ? config.max_position_embeddings : 4096;
-  if (spec.max_model_len > 0) served->max_model_len = std::min(served->max_model_len, spec.max_model_len);
+  if (spec.max_model_len > config.max_position_embeddings && config.max_position_embeddings > 0) {
+    // Positions past the model's trained length give garbage, not a longer context: refused, as
+    // vLLM refuses it, rather than quietly cut.
+    throw std::runtime_error("--max-model-len " + std::to_string(spec.max_model_len) + " is above the model's limit of " +
+                             std::to_string(config.max_position_embeddings) + " tokens (max_position_embeddings of " +
+                             spec.path + ")");
+  }
+  if (spec.max_model_len > 0) served->max_model_len = spec.max_model_len;
 
   kv_pool_request kv;
   kv.num_blocks = spec.num_kv_blocks;  // 0: CPU from kv_memory_mb, CUDA from gpu_memory_utilization
@@ -90,8 +98,9 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
 std::string describe(const served_model& served) {
   const model_config& config = served.loaded.config;
   const kv_cache_shape shape = served.backend_model->kv_shape();
-  return fmt::format("model {} ({}, {} layers, hidden {}, vocab {}) on {}: {} KV blocks of {} tokens, context {}",
-                     served.loaded.source.string(), config.architecture_name, config.num_layers, config.hidden_size,
+  return fmt::format("model {} ({}, {}, {} layers, hidden {}, vocab {}) on {}: {} KV blocks of {} tokens, context {}",
+                     served.loaded.source.string(), config.architecture_name, served.loaded.quantization,
+                     config.num_layers, config.hidden_size,
                      config.vocab_size, served.backend_model->backend_name(), shape.num_blocks, shape.block_size,
                      served.max_model_len);
 }

@@ -111,6 +111,8 @@ struct sampled_token {
   // On the first token of an entry with draft slots: how many drafts the worker proposed and
   // verified for it (0 when it found none). 0 on every other token.
   int32_t num_drafts = 0;
+  // A pooling request's embedding ([hidden_size]), on the token sampled after its prompt.
+  std::vector<float> embedding;
 };
 
 struct step_result {

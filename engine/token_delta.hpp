@@ -49,6 +49,10 @@ struct token_delta {
   // The request's stop strings, on its first delta only: they ride with the tokens so the stage
   // that turns ids into text (the detokenizer) can match them without a side channel.
   std::vector<std::string> stop;
+  // Likewise on the first delta: whether the text leaves special tokens out (sampling_params).
+  bool skip_special_tokens = true;
+  // A pooling request's embedding ([hidden_size]), on the delta of the token sampled with it.
+  std::vector<float> embedding;
 
   bool finished() const { return finish != finish_reason::none; }
 };

@@ -17,8 +17,11 @@ using json = nlohmann::ordered_json;
 // One character of a JSON string: anything but '"', '\' and controls, or a short escape.
 const std::string string_char = R"((?:[^"\\\x{0}-\x{1F}]|\\["\\/bfnrt]))";
 const std::string json_string = "\"" + string_char + "*\"";
-const std::string json_integer = "-?(?:0|[1-9][0-9]*)";
-const std::string json_number = R"(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)";
+// At most 15 digits before the point and 15 after, exponents of 2 digits: every number the
+// grammar lets out is a finite double (and an integer a 64-bit one) in every JSON parser; an
+// unbounded run of digits from random weights would overflow them (1e400 is Infinity).
+const std::string json_integer = "-?(?:0|[1-9][0-9]{0,14})";
+const std::string json_number = R"(-?(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?)";
 // A fraction whose last digit is not 0: the value lies strictly between two integers.
 const std::string fraction = R"(\.[0-9]{0,5}[1-9])";
 // Bounds beyond this are treated as absent (doubles lose integer precision past 2^53).
@@ -66,7 +69,8 @@ std::string non_negative_range(uint64_t a, std::optional<uint64_t> b) {
     const uint64_t hi = b ? std::min(*b, power * 10 - 1) : power * 10 - 1;
     if (lo <= hi) parts.push_back(same_length_range(std::to_string(lo), std::to_string(hi)));
   }
-  if (!b) parts.push_back("[1-9][0-9]{" + std::to_string(a_digits) + ",}");
+  // No upper bound: up to 15 digits in all, as json_integer.
+  if (!b) parts.push_back("[1-9][0-9]{" + std::to_string(a_digits) + "," + std::to_string(std::max<size_t>(a_digits, 14)) + "}");
   if (parts.empty()) return {};
   return alternation(parts);
 }

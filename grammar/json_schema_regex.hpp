@@ -13,6 +13,8 @@
 //
 // Approximations (the output always validates; some valid documents are never produced):
 // - no whitespace; strings use no \u escapes (other escapes \" \\ \/ \b \f \n \r \t are allowed);
+// - numbers have at most 15 digits before the point and 15 after it, exponents at most 2 digits
+//   (so every number is finite in any parser), integers at most 15 digits;
 // - numbers with bounds have no exponent and at most 6 fraction digits, and a fraction only where
 //   the whole unit interval lies within the bounds (with minimum 0.5 nothing below 1 is produced);
 // - oneOf is produced like anyOf: alternatives that overlap can yield a value that matches two;

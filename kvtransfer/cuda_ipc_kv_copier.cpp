@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "kvtransfer/device_kv_runs.hpp"
+#include "model/kv_transfer.hpp"
 
 namespace troupe {
 
@@ -63,9 +64,9 @@ handle_fields read_handle(const std::string& handle) {
     throw std::invalid_argument("cuda ipc handle: num_layers, num_blocks and block_bytes must be positive");
   }
   const auto element = static_cast<dtype>(fields.element);
-  if (element != dtype::f32 && element != dtype::f16 && element != dtype::bf16) {
+  if (!is_kv_element(element)) {
     throw std::invalid_argument("cuda ipc handle: element type " + std::to_string(fields.element) +
-                                " is not f32, f16 or bf16");
+                                " is not a KV cache type (f32, f16, bf16, q8_0, fp8_e4m3)");
   }
   return fields;
 }

@@ -98,8 +98,8 @@ kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_
   h.span.head_dim = r.get<int32_t>();
   h.payload_bytes = r.get<uint64_t>();
   h.span.element = static_cast<dtype>(element);
-  if (h.span.element != dtype::f32 && h.span.element != dtype::f16 && h.span.element != dtype::bf16) {
-    refuse("element type " + std::to_string(element) + " is not f32, f16 or bf16");
+  if (!is_kv_element(h.span.element)) {
+    refuse("element type " + std::to_string(element) + " is not a KV cache type (f32, f16, bf16, q8_0, fp8_e4m3)");
   }
   if (h.span.block_size <= 0) refuse("block_size " + std::to_string(h.span.block_size) + " is not positive");
   if (h.token_begin < 0 || h.token_end <= h.token_begin) {

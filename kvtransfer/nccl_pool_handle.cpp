@@ -70,7 +70,9 @@ nccl_pool_handle decode_nccl_pool_handle(const std::string& bytes) {
            std::to_string(h.geometry.num_blocks) + ", block_bytes " + std::to_string(h.geometry.block_bytes) +
            " is not a pool's");
   }
-  if (element > static_cast<uint8_t>(dtype::q8_0)) refuse("element type " + std::to_string(element) + " is not a dtype");
+  if (!is_kv_element(static_cast<dtype>(element))) {
+    refuse("element type " + std::to_string(element) + " is not a KV cache type (f32, f16, bf16, q8_0, fp8_e4m3)");
+  }
   h.geometry.element = static_cast<dtype>(element);
   return h;
 }

@@ -35,10 +35,11 @@ enum class dtype : uint8_t {
   iq4_nl,   // blocks of 32: f16 scale, 4-bit indices into a non-linear table of 16 values
   iq4_xs,   // super-blocks of 256: 8 sub-blocks of 32 with 6-bit scales, iq4_nl's table
   mxfp4,    // blocks of 32: an E8M0 exponent, 4-bit E2M1 values (OCP microscaling)
-  fp8_e4m3, // one byte per element, E4M3FN; a checkpoint's scales are carried beside the weight
+  fp8_e4m3, // one byte per element, E4M3FN; a checkpoint's per-row scales ride in weight_tensor
+  fp8_e4m3_b128,  // blocks of 128: an f32 scale, 128 E4M3FN values (block-wise scaled FP8 checkpoints)
 };
 
-inline constexpr int num_dtypes = static_cast<int>(dtype::fp8_e4m3) + 1;
+inline constexpr int num_dtypes = static_cast<int>(dtype::fp8_e4m3_b128) + 1;
 
 struct dtype_traits {
   std::string_view name;  // as users write it: "q4_k", "iq4_xs", "f16"
@@ -65,6 +66,7 @@ inline constexpr std::array<dtype_traits, num_dtypes> all_dtype_traits = {{
     {"iq4_xs", 256, 136, true},
     {"mxfp4", 32, 17, true},
     {"fp8_e4m3", 1, 1, false},
+    {"fp8_e4m3_b128", 128, 132, true},
 }};
 
 static constexpr const dtype_traits& dtype_traits_of(dtype type) {

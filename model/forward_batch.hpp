@@ -26,6 +26,11 @@ struct forward_batch {
   // Rows of the batch whose logits are wanted (usually each sequence's last new token when its
   // prompt is complete). Logits come back in this order.
   std::vector<int32_t> logits_rows;  // [num_logits]
+  // Rows whose final hidden state (after the last norm: what the logits are computed from) is
+  // wanted, for embeddings, and where they go: hidden_out [hidden_rows.size(), hidden_size], in
+  // this order. A backend that cannot give them throws.
+  std::vector<int32_t> hidden_rows;  // [num_hidden]
+  float* hidden_out = nullptr;
 
   // When set, called on the forward's thread as soon as layer L's K/V of this batch are in the
   // pool, before the later layers compute: a prefill instance exports each layer's KV from here

@@ -1,5 +1,7 @@
 #include "model/kv_transfer.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -8,6 +10,8 @@
 
 #include "model/half_float.hpp"
 #include "model/model.hpp"
+#include "model/quant/dequantize.hpp"
+#include "model/quant/fp8.hpp"
 
 namespace troupe {
 namespace {
@@ -31,14 +35,85 @@ std::string mismatch(const char* field, int got, int model_value) {
 
 }  // namespace
 
-size_t kv_element_bytes(dtype element) {
+bool is_kv_element(dtype element) {
   switch (element) {
-    case dtype::f32: return 4;
+    case dtype::f32:
     case dtype::f16:
-    case dtype::bf16: return 2;
-    default: break;
+    case dtype::bf16:
+    case dtype::q8_0:
+    case dtype::fp8_e4m3: return true;
+    default: return false;
   }
-  refuse("element type " + std::string(dtype_name(element)) + " is not f32, f16 or bf16");
+}
+
+void check_kv_element(dtype element, int head_dim) {
+  // Not through refuse(): pools check their dtype here too, and they are not spans.
+  if (!is_kv_element(element)) {
+    throw std::invalid_argument("KV cache dtype " + std::string(dtype_name(element)) +
+                                " is not one of f32, f16, bf16, q8_0, fp8_e4m3");
+  }
+  if (element == dtype::q8_0 && head_dim % q8_0_block_size != 0) {
+    throw std::invalid_argument(
+        "KV cache dtype q8_0 stores blocks of 32 along each head and needs head_dim to be a multiple of 32, got head_dim " +
+        std::to_string(head_dim));
+  }
+}
+
+size_t kv_bytes(dtype element, size_t count) {
+  if (!is_kv_element(element)) check_kv_element(element, 0);
+  if (element == dtype::q8_0 && count % q8_0_block_size != 0) {
+    refuse("q8_0 holds whole blocks of 32 elements, got " + std::to_string(count));
+  }
+  return checked_mul(count / dtype_block_size(element), dtype_traits_of(element).block_bytes, "KV bytes");
+}
+
+void kv_encode_f32(dtype element, const float* in, std::byte* out, size_t count) {
+  switch (element) {
+    case dtype::f32: std::memcpy(out, in, count * 4); return;
+    case dtype::f16:
+    case dtype::bf16:
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t bits = element == dtype::f16 ? f32_to_f16(in[i]) : f32_to_bf16(in[i]);
+        std::memcpy(out + 2 * i, &bits, 2);
+      }
+      return;
+    case dtype::fp8_e4m3:
+      for (size_t i = 0; i < count; ++i) out[i] = static_cast<std::byte>(quant::f32_to_fp8_e4m3(in[i]));
+      return;
+    case dtype::q8_0:
+      for (size_t b = 0; b < count / q8_0_block_size; ++b) {
+        const float* x = in + b * q8_0_block_size;
+        std::byte* block = out + b * q8_0_block_bytes;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < q8_0_block_size; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float d = amax / 127.0f;
+        const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t scale = f32_to_f16(d);
+        std::memcpy(block, &scale, 2);
+        for (int64_t i = 0; i < q8_0_block_size; ++i) {
+          block[2 + i] = static_cast<std::byte>(static_cast<int8_t>(std::nearbyint(x[i] * inverse)));
+        }
+      }
+      return;
+    default: check_kv_element(element, 0);
+  }
+}
+
+void kv_decode_f32(dtype element, const std::byte* in, float* out, size_t count) {
+  switch (element) {
+    case dtype::f32: std::memcpy(out, in, count * 4); return;
+    case dtype::f16:
+    case dtype::bf16:
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, in + 2 * i, 2);
+        out[i] = element == dtype::f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+      }
+      return;
+    case dtype::fp8_e4m3:
+    case dtype::q8_0: quant::dequantize_row(element, in, out, static_cast<int64_t>(count)); return;
+    default: check_kv_element(element, 0);
+  }
 }
 
 size_t kv_block_elements(const kv_span_header& header) {
@@ -54,8 +129,8 @@ size_t kv_span_bytes(const kv_span_header& header) {
   if (header.first_layer < 0) refuse("first_layer must be >= 0, got " + std::to_string(header.first_layer));
   require_positive(header.num_layers, "num_layers");
   require_positive(header.num_blocks, "num_blocks");
-  const size_t element = kv_element_bytes(header.element);
-  size_t bytes = checked_mul(kv_block_elements(header), element, "block bytes");
+  check_kv_element(header.element, header.head_dim);
+  size_t bytes = kv_bytes(header.element, kv_block_elements(header));
   bytes = checked_mul(bytes, static_cast<size_t>(header.num_blocks), "span bytes");
   bytes = checked_mul(bytes, 2, "span bytes");  // K and V
   return checked_mul(bytes, static_cast<size_t>(header.num_layers), "span bytes");
@@ -104,25 +179,17 @@ void check_kv_transfer(const model_config& config, const kv_cache_shape& pool, s
 
 void convert_kv_elements(dtype from, const std::byte* in, dtype to, std::byte* out, size_t count) {
   if (from == to) {
-    std::memcpy(out, in, count * kv_element_bytes(from));
+    std::memcpy(out, in, kv_bytes(from, count));
     return;
   }
-  const size_t in_size = kv_element_bytes(from), out_size = kv_element_bytes(to);
-  for (size_t i = 0; i < count; ++i) {
-    float value;
-    if (from == dtype::f32) {
-      std::memcpy(&value, in + 4 * i, 4);
-    } else {
-      uint16_t bits;
-      std::memcpy(&bits, in + in_size * i, 2);
-      value = from == dtype::f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
-    }
-    if (to == dtype::f32) {
-      std::memcpy(out + 4 * i, &value, 4);
-    } else {
-      const uint16_t bits = to == dtype::f16 ? f32_to_f16(value) : f32_to_bf16(value);
-      std::memcpy(out + out_size * i, &bits, 2);
-    }
+  kv_bytes(from, count);  // refuses a type that is not a KV element, or a partial q8_0 block
+  kv_bytes(to, count);
+  constexpr size_t chunk = 1024;  // a multiple of q8_0's 32
+  float values[chunk];            // [chunk] the elements as f32 on their way
+  for (size_t done = 0; done < count; done += chunk) {
+    const size_t n = std::min(chunk, count - done);
+    kv_decode_f32(from, in + kv_bytes(from, done), values, n);
+    kv_encode_f32(to, values, out + kv_bytes(to, done), n);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/float_conversion.hpp"
 #include "model/loader/gguf_model_loader.hpp"
+#include "model/loader/gguf_model_metadata.hpp"
 #include "model/loader/gguf_tensor_names.hpp"
 #include "model/loader/gguf_tokenizer_metadata.hpp"
 #include "model/loader/gguf_writer.hpp"
@@ -31,15 +32,30 @@ void write_json(const std::filesystem::path& path, const nlohmann::json& value) 
   if (!out) throw std::runtime_error("cannot write '" + path.string() + "'");
 }
 
-// GGUF file_type: what most tensors hold (llama.cpp shows it; it does not drive loading).
+// GGUF file_type: what most tensors hold (llama.cpp shows it; it does not drive loading). An
+// all-k-quant file is named as llama.cpp's _S mix of that type.
 uint32_t gguf_file_type(dtype type) {
   switch (type) {
     case dtype::f32: return 0;
     case dtype::f16: return 1;
+    case dtype::q4_0: return 2;
+    case dtype::q4_1: return 3;
     case dtype::q8_0: return 7;
+    case dtype::q5_0: return 8;
+    case dtype::q5_1: return 9;
+    case dtype::q2_k: return 10;
+    case dtype::q3_k: return 11;
+    case dtype::q4_k: return 14;
+    case dtype::q5_k: return 16;
+    case dtype::q6_k: return 18;
+    case dtype::iq4_nl: return 25;
+    case dtype::iq4_xs: return 30;
     case dtype::bf16: return 32;
-    default: return 0;  // the quantizer writes the presets' file types
+    case dtype::mxfp4: return 38;
+    case dtype::fp8_e4m3:
+    case dtype::fp8_e4m3_b128: break;
   }
+  throw std::runtime_error("a GGUF file cannot hold " + std::string(dtype_name(type)));
 }
 
 std::vector<std::byte> encode(const std::vector<float>& values, dtype type) {
@@ -60,80 +76,13 @@ std::function<std::vector<float>(const tensor_spec&)> value_source(const model_m
   };
 }
 
-void write_rope_gguf(gguf_writer& writer, const std::string& p, const model_config& config) {
-  writer.set(p + "rope.freq_base", gguf_value::f32(config.rope_theta));
-  writer.set(p + "rope.dimension_count", gguf_value::u32(rotary_dims(config)));
-  if (config.rope_local_theta > 0) writer.set(p + "rope.freq_base_swa", gguf_value::f32(config.rope_local_theta));
-  if (!config.rope_scaling) return;
-  const rope_scaling_config& s = *config.rope_scaling;
-  switch (s.type) {
-    case rope_scaling_type::llama3:
-      // llama.cpp reads Llama 3 scaling from rope_freqs.weight; Troupe also keeps the parameters.
-      writer.set("troupe.rope_scaling.factor", gguf_value::f32(s.factor));
-      writer.set("troupe.rope_scaling.low_freq_factor", gguf_value::f32(s.low_freq_factor));
-      writer.set("troupe.rope_scaling.high_freq_factor", gguf_value::f32(s.high_freq_factor));
-      writer.set("troupe.rope_scaling.original_max_position_embeddings", gguf_value::u32(s.original_max_position_embeddings));
-      break;
-    case rope_scaling_type::linear:
-      writer.set(p + "rope.scaling.type", gguf_value::string("linear"));
-      writer.set(p + "rope.scaling.factor", gguf_value::f32(s.factor));
-      break;
-    case rope_scaling_type::dynamic:
-      // No such type in GGUF: the static NTK form is a plain rotation with a grown base.
-      writer.set(p + "rope.freq_base", gguf_value::f32(dynamic_ntk_base(config)));
-      break;
-    case rope_scaling_type::yarn:
-      writer.set(p + "rope.scaling.type", gguf_value::string("yarn"));
-      writer.set(p + "rope.scaling.factor", gguf_value::f32(s.factor));
-      writer.set(p + "rope.scaling.original_context_length", gguf_value::u32(s.original_max_position_embeddings));
-      writer.set(p + "rope.scaling.yarn_beta_fast", gguf_value::f32(s.beta_fast));
-      writer.set(p + "rope.scaling.yarn_beta_slow", gguf_value::f32(s.beta_slow));
-      break;
-    case rope_scaling_type::longrope:
-      writer.set(p + "rope.scaling.original_context_length", gguf_value::u32(s.original_max_position_embeddings));
-      writer.set(p + "rope.scaling.attn_factor", gguf_value::f32(s.attention_factor));
-      break;
-  }
-}
-
 void write_gguf(const made_model& made, const model_maker_options& options, const tokenizer_sources& tokenizer) {
   const model_config& config = made.config;
-  const architecture_traits& traits = traits_of(config.arch);
-  const std::string arch = std::string(traits.gguf_name);
-  const std::string p = arch + ".";
   gguf_writer writer;
-  writer.set("general.architecture", gguf_value::string(arch));
   // No architecture in the name: llama.cpp treats a model whose name holds "phi3" as having
   // Phi-3's special tokens, which a test tokenizer (stories260K's) does not.
-  writer.set("general.name", gguf_value::string("troupe random model"));
+  add_model_metadata(writer, config, "troupe random model");
   writer.set("general.file_type", gguf_value::u32(gguf_file_type(options.type)));
-  writer.set(p + "context_length", gguf_value::u32(config.max_position_embeddings));
-  writer.set(p + "embedding_length", gguf_value::u32(config.hidden_size));
-  writer.set(p + "feed_forward_length", gguf_value::u32(config.intermediate_size));
-  writer.set(p + "block_count", gguf_value::u32(config.num_layers));
-  writer.set(p + "attention.head_count", gguf_value::u32(config.num_heads));
-  writer.set(p + "attention.head_count_kv", gguf_value::u32(config.num_kv_heads));
-  writer.set(p + "attention.key_length", gguf_value::u32(config.head_dim));
-  writer.set(p + "attention.value_length", gguf_value::u32(config.head_dim));
-  writer.set(p + "attention.layer_norm_rms_epsilon", gguf_value::f32(config.rms_norm_eps));
-  writer.set(p + "vocab_size", gguf_value::u32(config.vocab_size));
-  write_rope_gguf(writer, p, config);
-  if (config.moe.num_experts > 0) {
-    writer.set(p + "expert_count", gguf_value::u32(config.moe.num_experts));
-    writer.set(p + "expert_used_count", gguf_value::u32(config.moe.experts_per_token));
-    writer.set(p + "expert_feed_forward_length", gguf_value::u32(config.moe.expert_intermediate_size));
-    if (config.moe.shared_expert_intermediate_size > 0) {
-      writer.set(p + "expert_shared_feed_forward_length", gguf_value::u32(config.moe.shared_expert_intermediate_size));
-    }
-  }
-  if (config.arch == architecture::gemma2) {
-    writer.set(p + "attn_logit_softcapping", gguf_value::f32(config.attn_logit_softcapping));
-    writer.set(p + "final_logit_softcapping", gguf_value::f32(config.final_logit_softcapping));
-  } else if (config.final_logit_softcapping > 0) {
-    writer.set(p + "final_logit_softcapping", gguf_value::f32(config.final_logit_softcapping));
-  }
-  if (config.sliding_window > 0) writer.set(p + "attention.sliding_window", gguf_value::u32(config.sliding_window));
-  if (config.arch == architecture::phi3) writer.set(p + "attention.sliding_window", gguf_value::u32(0));
   add_tokenizer_metadata(writer, tokenizer);
 
   const auto values_of = value_source(options);
@@ -156,30 +105,25 @@ void write_gguf(const made_model& made, const model_maker_options& options, cons
       for (float& v : values) v += 1.0f;
     }
     // llama.cpp wants norms, biases (stacked experts' too) and sinks in F32; a quantized row
-    // must be whole blocks.
+    // must be whole blocks (rows that are not stay f16).
     const bool one_d = layout.shape.size() == 1 || layout.gguf_1d;
     const tensor_role role = specs.at(layout.parts.front()).role;
     dtype type = one_d || role != tensor_role::matrix ? dtype::f32 : options.type;
-    if (type == dtype::q8_0 && layout.shape.back() % q8_0_block_size != 0) type = dtype::f16;
+    if (layout.shape.back() % dtype_block_size(type) != 0) type = dtype::f16;
     std::vector<int64_t> dims = one_d ? std::vector<int64_t>{static_cast<int64_t>(values.size())}
                                       : std::vector<int64_t>{layout.shape.rbegin(), layout.shape.rend()};
     writer.add_tensor(layout.gguf_name, gguf_type_of(type), dims, encode(values, type));
   }
-  if (config.rope_scaling && config.rope_scaling->type == rope_scaling_type::llama3) {
-    writer.add_tensor("rope_freqs.weight", gguf_tensor_type::f32, {rotary_dims(config) / 2},
-                      encode(llama3_rope_factors(config), dtype::f32));
-  }
-  if (config.rope_scaling && config.rope_scaling->type == rope_scaling_type::longrope) {
-    const int64_t n = rotary_dims(config) / 2;
-    writer.add_tensor("rope_factors_long.weight", gguf_tensor_type::f32, {n}, encode(config.rope_scaling->long_factor, dtype::f32));
-    writer.add_tensor("rope_factors_short.weight", gguf_tensor_type::f32, {n}, encode(config.rope_scaling->short_factor, dtype::f32));
+  for (const gguf_extra_tensor& extra : gguf_rope_tensors(config)) {
+    writer.add_tensor(extra.name, gguf_tensor_type::f32, {static_cast<int64_t>(extra.values.size())},
+                      encode(extra.values, dtype::f32));
   }
   writer.write(made.gguf_path);
 }
 
 void write_hf(const made_model& made, const model_maker_options& options, const tokenizer_sources& tokenizer) {
   const model_config& config = made.config;
-  const dtype type = options.type == dtype::q8_0 ? dtype::f16 : options.type;
+  const dtype type = is_quantized(options.type) ? dtype::f16 : options.type;
   nlohmann::json hf_config = to_hf_config(config);
   hf_config["torch_dtype"] = type == dtype::f32 ? "float32" : type == dtype::f16 ? "float16" : "bfloat16";
   write_json(made.hf_dir / "config.json", hf_config);
@@ -194,7 +138,13 @@ void write_hf(const made_model& made, const model_maker_options& options, const 
   std::vector<weight_tensor> tensors;
   for (const hf_checkpoint_tensor& t : hf_checkpoint_tensors(config, value_source(options))) {
     buffers.push_back(encode(t.values, type));
-    tensors.push_back({t.name, type, t.shape, buffers.back().data(), buffers.back().size()});
+    weight_tensor tensor;
+    tensor.name = t.name;
+    tensor.type = type;
+    tensor.shape = t.shape;
+    tensor.data = buffers.back().data();
+    tensor.num_bytes = buffers.back().size();
+    tensors.push_back(std::move(tensor));
   }
   write_safetensors(made.hf_dir / "model.safetensors", tensors);
 }

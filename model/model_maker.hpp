@@ -45,7 +45,7 @@ struct model_maker_options {
   // max_position_embeddings / factor.
   std::string rope_scaling;
   float rope_scaling_factor = 0.0f;
-  dtype type = dtype::f32;  // q8_0 applies to the GGUF; the HF copy then gets f16
+  dtype type = dtype::f32;  // a quantized type applies to the GGUF; the HF copy then gets f16
   uint64_t seed = 0;
   float init_stddev = 0.02f;
   float norm_jitter = 0.1f;  // norms 1 ± jitter, so a norm applied wrongly shows in the output

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "model/architecture.hpp"
+#include "model/weight_values.hpp"
 
 namespace troupe {
 
@@ -174,6 +175,7 @@ void validate_weights(const model_config& config, const weight_store& weights, c
       throw std::runtime_error("tensor " + spec.name + " has shape " + shape_string(tensor->shape) + ", expected " +
                                shape_string(spec.shape) + " from " + source);
     }
+    check_weight_layout(*tensor);
   }
 }
 

@@ -20,6 +20,12 @@ struct weight_tensor {
   std::vector<int64_t> shape;  // row-major, outermost first: a linear layer is [out_features, in_features]
   const std::byte* data = nullptr;
   size_t num_bytes = 0;
+  // What a quantized checkpoint needs beyond the bytes' own type (filled by the HF loader's
+  // unpackers; every consumer applies them, as weight_rows_f32 in model/weight_values.hpp does):
+  std::vector<float> row_scales;     // [rows] or empty: value(r, c) = row_scales[r] * stored(r, c)
+                                     //   (FP8 checkpoints' per-tensor and per-channel scales)
+  std::vector<int32_t> input_order;  // [cols] or empty: stored column j holds value column
+                                     //   input_order[j] (GPTQ act-order, groups made contiguous)
 
   int64_t num_elements() const {
     int64_t n = 1;
@@ -28,6 +34,8 @@ struct weight_tensor {
   }
   int64_t rows() const { return shape.empty() ? 1 : num_elements() / shape.back(); }
   int64_t cols() const { return shape.empty() ? 1 : shape.back(); }
+  // The stored bytes are the values themselves: no row scales, no column order.
+  bool plain() const { return row_scales.empty() && input_order.empty(); }
 };
 
 class weight_store {

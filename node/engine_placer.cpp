@@ -44,11 +44,12 @@ scheduler_spec engine_placer::scheduler_for(const worker_description& descriptio
 worker_spec engine_placer::worker_for(const std::string& node) const {
   worker_spec spec{topology_.model};
   const node_address* address = topology_.find_node(node);
+  if (address && !address->kv_cache_dtype.empty()) spec.model.backend.kv_cache_dtype = address->kv_cache_dtype;
   // A worker receives KV on its node's own address, where the other nodes reach it.
   spec.kv_bind_host = address ? address->host : topology_.disaggregation.controller_kv_host;
   spec.kv_transfer_timeout_ms = topology_.disaggregation.kv_transfer_timeout_ms;
   spec.kv_transport = topology_.disaggregation.transport;
-  spec.draft_model = topology_.speculative.draft_spec(topology_.model);
+  spec.draft_model = topology_.speculative.draft_spec(spec.model);  // the draft's KV as the node's
   spec.ngram = topology_.speculative.ngram;
   return spec;
 }
@@ -78,7 +79,7 @@ placed_engine engine_placer::place(const std::string& node, engine_role role) {
   }
   placed.id = link_.ask<engine_instance_id>(router_, "the router", engine_joined_atom::value, placed.scheduler,
                                             placed.worker, node, placed.description.kv_agent,
-                                            std::string(engine_role_name(role)));
+                                            std::string(engine_role_name(role)), placed.description.quantization);
   spdlog::info("engine instance {} on {} ({}): {}", placed.id, node, engine_role_name(role), placed.description.summary);
   return placed;
 }

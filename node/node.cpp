@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "doors/door_actor.hpp"
+#include "doors/http/embedding_pooling.hpp"
 #include "doors/http_door.hpp"
 #include "doors/reply_router.hpp"
 #include "doors/request_admission.hpp"
@@ -372,12 +373,32 @@ node::node(const topology& t) : topology_(t) {
     web.max_connections = tp.http_max_connections;
     web.request_timeout_ms = tp.http_request_timeout_ms;
     web.max_header_bytes = tp.http_max_header_bytes;
+    web.allowed_origins = tp.http_allowed_origins;
     web.model_name = tp.served_model_name.empty() ? tp.model.path : tp.served_model_name;
     web.limits.max_model_len = max_model_len;
+    web.quantization = model.quantization;
     s.door_tokenizer = load_model_tokenizer(tp.model.path);
     const tokenizer* tok = s.door_tokenizer.get();
+    web.text_tokenizer = std::make_shared<const tokenizer>(*tok);
+    web.chat = std::make_shared<const chat_prompt>(*tok);
+    web.answer_format = detect_chat_format(web.chat->template_source());
+    if (model.config.hidden_size > 0) {
+      const pooling_settings pooling = read_pooling_settings(tp.model.path);
+      web.embedding_pooling = pooling.pooling;
+      web.embedding_normalize = pooling.normalize;
+      web.embedding_size = model.config.hidden_size;
+      spdlog::info("embeddings: {} pooling{}, {} dimensions (from {})",
+                   pooling.pooling == pooling_kind::mean ? "mean" : "last-token", pooling.normalize ? ", normalized" : "",
+                   web.embedding_size, pooling.source);
+    }
+    if (tp.tool_call_parser != "auto") web.answer_format.tools = *parse_tool_call_syntax(tp.tool_call_parser);
+    if (tp.reasoning_parser != "auto") web.answer_format.reasoning = *parse_reasoning_syntax(tp.reasoning_parser);
+    spdlog::info("chat answers: tool calls {}, reasoning {}{}", tool_call_syntax_name(web.answer_format.tools),
+                 reasoning_syntax_name(web.answer_format.reasoning),
+                 tp.tool_call_parser == "auto" && tp.reasoning_parser == "auto" ? " (from the chat template)" : "");
+    // Logprobs show each token's bytes, which add up to the text (a continuation's detokenization).
     s.web_door = std::make_unique<http_door>(web, s.downstream, *s.admission, s.router.counters(),
-                                                  [tok](int32_t id) { return tok->decode(std::span(&id, 1)); });
+                                                  [tok](int32_t id) { return tok->token_bytes(id); });
     s.router.set_door(client_door::http, s.web_door.get());
   }
 
@@ -420,14 +441,15 @@ node::node(const topology& t) : topology_(t) {
                               [admission, per_instance] { admission->grow(per_instance); }, s.inspector);
   }
   s.door->start();
-  if (s.web_door) {
-    s.web_door->start();
-    spdlog::info("OpenAI-compatible HTTP API on http://{}:{}/v1 (model '{}')", tp.http_host, s.web_door->port(),
-                 tp.served_model_name.empty() ? tp.model.path : tp.served_model_name);
-  }
-  spdlog::info("serving on {} (scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers, "
-               "{} engine instances)",
-               tp.zmq_endpoint, tp.max_num_batched_tokens, tp.model.max_num_seqs, tp.max_waiting_requests,
+  if (s.web_door) s.web_door->start();
+  // Both addresses on one line: what a user looks for first.
+  const std::string http = s.web_door ? fmt::format(", OpenAI-compatible HTTP API on http://{}:{}/v1 (model '{}')", tp.http_host,
+                                                    s.web_door->port(),
+                                                    tp.served_model_name.empty() ? tp.model.path : tp.served_model_name)
+                                      : std::string(", HTTP API off");
+  spdlog::info("serving: ZeroMQ on {}{}", s.door->bound_endpoint(), http);
+  spdlog::info("scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers, {} engine instances",
+               tp.max_num_batched_tokens, tp.model.max_num_seqs, tp.max_waiting_requests,
                tp.async_scheduling ? "on" : "off", tokenizers.size(), engines.size());
   const speculative_settings& spec = tp.speculative;
   spdlog::info("speculative decoding: {} drafts per step for requests that do not choose, up to {}, from {}",

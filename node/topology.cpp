@@ -12,6 +12,7 @@
 #include <toml++/toml.h>
 
 #include "backends/backend_selection.hpp"
+#include "text/chat_format.hpp"
 #include "protocol/protocol_limits.hpp"
 
 namespace troupe {
@@ -126,6 +127,12 @@ class table_reader {
   const std::string& source_;
   std::set<std::string> known_;
 };
+
+// A kv_cache_dtype setting as written, once parse_kv_cache_dtype accepts it.
+std::string checked_kv_cache_dtype(const std::string& text) {
+  parse_kv_cache_dtype(text);
+  return text;
+}
 
 void parse_node_address(const std::string& text, node_address& out, const std::string& where) {
   const size_t colon = text.rfind(':');
@@ -301,6 +308,13 @@ void topology::validate() const {
                                std::to_string(http_max_header_bytes));
     }
   }
+  if (tool_call_parser != "auto" && !parse_tool_call_syntax(tool_call_parser)) {
+    throw std::runtime_error("[http] tool_call_parser \"" + tool_call_parser +
+                             "\" is not one of auto, llama3_json, hermes, mistral, openai, none");
+  }
+  if (reasoning_parser != "auto" && !parse_reasoning_syntax(reasoning_parser)) {
+    throw std::runtime_error("[http] reasoning_parser \"" + reasoning_parser + "\" is not one of auto, think, harmony, none");
+  }
 }
 
 topology parse_topology(std::string_view toml_text, const std::string& source) {
@@ -335,6 +349,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   node.read("gpu_memory_utilization", t.model.backend.gpu_memory_utilization);
   node.read_parsed("dtype", t.model.backend.cuda_dtype, parse_activation_dtype);
   node.read("nano_batches", t.model.backend.nano_batches);
+  node.read_parsed("kv_cache_dtype", t.model.backend.kv_cache_dtype, checked_kv_cache_dtype);
   node.finish();
   table_reader frontend(root["frontend"].as_table(), "frontend", source);
   frontend.read("zmq_endpoint", t.zmq_endpoint);
@@ -351,6 +366,9 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   http.read("request_timeout_ms", t.http_request_timeout_ms);
   http.read("max_header_bytes", t.http_max_header_bytes);
   http.read("served_model_name", t.served_model_name);
+  http.read("allowed_origins", t.http_allowed_origins);
+  http.read("tool_call_parser", t.tool_call_parser);
+  http.read("reasoning_parser", t.reasoning_parser);
   http.finish();
   table_reader tokenizer(root["tokenizer"].as_table(), "tokenizer", source);
   tokenizer.read("pool_size", t.tokenizer_pool_size);
@@ -398,6 +416,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
       std::string where;
       node_entry.read("name", address.name);
       node_entry.read("address", where);
+      node_entry.read_parsed("kv_cache_dtype", address.kv_cache_dtype, checked_kv_cache_dtype);
       node_entry.finish();
       if (address.name.empty()) throw std::runtime_error(source + ": a [[nodes]] entry has no name");
       parse_node_address(where, address, source + ": [[nodes]] '" + address.name + "'");

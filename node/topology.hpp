@@ -21,6 +21,9 @@ struct node_address {
   std::string name;  // its member name in the cluster's credentials (NAME.crt), unique
   std::string host;  // where it listens: `troupe launch` starts it there, the controller connects
   uint16_t port = 0;
+  // The KV cache dtype of the engines placed here; empty: [node] kv_cache_dtype. Prefill and
+  // decode sides may differ: the KV plane carries the dtype and the decode side converts.
+  std::string kv_cache_dtype;
 };
 
 // How often a `troupe node` heartbeats its controllers; a controller's connection_timeout_ms
@@ -89,7 +92,8 @@ struct speculative_settings {
 };
 
 struct topology {
-  // [model] path, load_format; [node] device, threads, gpu_memory_utilization, dtype, nano_batches;
+  // [model] path, load_format; [node] device, threads, gpu_memory_utilization, dtype, nano_batches,
+  // kv_cache_dtype;
   // [scheduler] num_kv_blocks, kv_memory_mb, block_size, max_model_len, max_num_seqs.
   model_spec model;
   // [frontend]
@@ -108,6 +112,13 @@ struct topology {
   int http_request_timeout_ms = 10000;  // a request's line, headers and body all in by then, else 408
   size_t http_max_header_bytes = 64u << 10;  // a request line and headers larger: 431
   std::string served_model_name;   // the `model` requests name; empty: the model path as given
+  // How the model writes tool calls and reasoning (text/chat_format.hpp): "auto" reads it from
+  // the chat template; else a family by vLLM's name (llama3_json, hermes, mistral, openai, none;
+  // think, harmony, none).
+  // Origins a browser page may call the API from (CORS): "*" for any; empty: none.
+  std::vector<std::string> http_allowed_origins;
+  std::string tool_call_parser = "auto";
+  std::string reasoning_parser = "auto";
   // [tokenizer]
   int tokenizer_pool_size = 2;
   // [scheduler] (and model.max_num_seqs, model.num_kv_blocks, ...)

@@ -24,6 +24,7 @@ struct protocol_limits {
   int max_logprobs = 20;
   size_t max_guided_choices = 256;       // guided_choice entries
   int max_speculative_tokens = 16;       // num_speculative_tokens (drafts verified per step)
+  size_t max_logit_bias = 1024;          // logit_bias entries
 };
 
 }  // namespace troupe

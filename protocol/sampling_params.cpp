@@ -77,6 +77,14 @@ std::optional<sampling_problem> validate_sampling_params(const sampling_params& 
                                                           std::to_string(limits.max_speculative_tokens) +
                                                           "] (-1: the server's default, 0: off)"};
   }
+  if (p.logit_bias.size() > limits.max_logit_bias) {
+    return sampling_problem{"logit_bias", "more than " + std::to_string(limits.max_logit_bias) + " entries"};
+  }
+  for (const token_bias& b : p.logit_bias) {
+    const std::string field = "logit_bias." + std::to_string(b.token_id);
+    if (b.token_id < 0) return sampling_problem{"logit_bias", std::to_string(b.token_id) + " is not a token id"};
+    if (auto problem = within(field.c_str(), b.bias, -100.0f, 100.0f)) return problem;
+  }
   const guided_decoding& g = p.guided;
   if ((g.kind == guided_kind::json_schema || g.kind == guided_kind::regex) && g.source.empty()) {
     return sampling_problem{g.kind == guided_kind::regex ? "guided_regex" : "guided_json", "is empty"};

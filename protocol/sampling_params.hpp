@@ -22,6 +22,17 @@ struct guided_decoding {
   std::vector<std::string> choices;  // choice: the output is exactly one of these
 };
 
+// Embeddings: the prompt's final hidden states (after the last norm) pooled into one vector, by
+// its last token's or by the mean over all its tokens, L2-normalized when asked.
+enum class pooling_kind : uint8_t { none = 0, last, mean };
+
+// A bias added to one token's logit before sampling (OpenAI's logit_bias): -100 bans the token,
+// 100 all but forces it.
+struct token_bias {
+  int32_t token_id = 0;
+  float bias = 0.0f;
+};
+
 struct sampling_params {
   float temperature = 1.0f;  // 0 means greedy
   int top_k = 0;             // 0: off (a request's -1 is made 0 by normalize_sampling_params)
@@ -44,6 +55,17 @@ struct sampling_params {
   // 0: off; n: up to n (capped by the engine's max_speculative_tokens). Greedy outputs are the
   // same either way; sampled outputs follow the same distribution.
   int num_speculative_tokens = -1;
+  // Added to the logits before penalties and sampling; token ids are checked against the
+  // vocabulary by the tokenizer stage, the only one that knows it.
+  std::vector<token_bias> logit_bias;
+  // Whether the text leaves out special tokens (vLLM's default). A chat whose tool calls or
+  // reasoning are written in special tokens (Llama's <|python_tag|>, Mistral's [TOOL_CALLS],
+  // gpt-oss's channels) keeps them, so that the door can read the answer back.
+  bool skip_special_tokens = true;
+  // An embedding request (pooling set): the worker pools the prompt's hidden states and sends
+  // the vector with the one token it samples (max_tokens 1), which nobody reads.
+  pooling_kind pooling = pooling_kind::none;
+  bool normalize_embedding = true;
 };
 
 inline bool is_guided(const sampling_params& params) { return params.guided.kind != guided_kind::none; }
@@ -62,7 +84,8 @@ struct sampling_problem {
 // presence and frequency penalties in [-2, 2]; seed in [0, 2^63 - 1] (what JSON clients and
 // vLLM can send); max_tokens in [1, max_model_len]; logprobs in [-1, max_logprobs]; stop
 // strings non-empty, bounded in number and bytes; stop ids non-negative, bounded in number;
-// num_speculative_tokens in [-1, max_speculative_tokens];
+// num_speculative_tokens in [-1, max_speculative_tokens]; logit_bias bounded in number, its token
+// ids non-negative, its biases in [-100, 100];
 // a guided schema or regex non-empty and within max_string_bytes, choices non-empty and bounded
 // like stop strings in number. Whether the constraint compiles is grammar/'s verdict
 // (check_guided_decoding), which the doors ask next.

@@ -35,7 +35,9 @@ detokenize_stage::outputs detokenize_stage::run(token_batch batch) {
     token_delta& delta = batch.deltas[i];
     const request_timeline timeline = i < batch.timelines.size() ? batch.timelines[i] : request_timeline{};
     auto it = live_.find(delta.request_id);
-    if (it == live_.end()) it = live_.try_emplace(delta.request_id, tokenizer_, std::move(delta.stop)).first;
+    if (it == live_.end()) {
+      it = live_.try_emplace(delta.request_id, tokenizer_, std::move(delta.stop), delta.skip_special_tokens).first;
+    }
     delta.stop.clear();
     live_request& request = it->second;
 

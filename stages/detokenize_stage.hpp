@@ -36,8 +36,10 @@ class detokenize_stage {
 
  private:
   struct live_request {
-    live_request(const tokenizer& tok, std::vector<std::string> stop)
-        : detokenizer(tok, /*skip_special_tokens=*/true), matcher(std::move(stop)) {}
+    // The output continues the prompt: its first token keeps its leading space, and the text is
+    // the tokens' bytes one after another (what logprobs' bytes add up to).
+    live_request(const tokenizer& tok, std::vector<std::string> stop, bool skip_special_tokens)
+        : detokenizer(tok, skip_special_tokens, /*continuation=*/true), matcher(std::move(stop)) {}
 
     incremental_detokenizer detokenizer;
     stop_string_matcher matcher;

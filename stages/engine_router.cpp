@@ -40,10 +40,11 @@ engine_router::engine_router(int block_size)
     // and ids of a restarted controller must not meet a late frame of its predecessor's.
     : block_size_(std::max(1, block_size)), next_transfer_id_((std::random_device{}() | 1ull) << 20) {}
 
-engine_instance_id engine_router::add_instance(std::string node, engine_role role) {
+engine_instance_id engine_router::add_instance(std::string node, engine_role role, std::string quantization) {
   const engine_instance_id id = next_id_++;
   instances_[id].node = std::move(node);
   instances_[id].role = role;
+  instances_[id].quantization = std::move(quantization);
   return id;
 }
 
@@ -421,6 +422,7 @@ std::vector<engine_instance_info> engine_router::instances() const {
     info.num_requests = instance.num_requests;
     info.num_queued_prompt_tokens = instance.num_queued_prompt_tokens;
     info.load = instance.load;
+    info.quantization = instance.quantization;
     out.push_back(std::move(info));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });

@@ -65,6 +65,7 @@ struct engine_instance_info {
   int32_t num_requests = 0;         // routed there and not finished
   int64_t num_queued_prompt_tokens = 0;  // of those without a first token yet
   engine_load load;                 // as last reported
+  std::string quantization;         // its model's ("Q4_K_M"), for `troupe scale --list`
 };
 
 class engine_router {
@@ -72,7 +73,7 @@ class engine_router {
   // block_size: the KV block size of every instance (prefix affinity hashes the first block).
   explicit engine_router(int block_size);
 
-  engine_instance_id add_instance(std::string node, engine_role role = engine_role::mixed);
+  engine_instance_id add_instance(std::string node, engine_role role = engine_role::mixed, std::string quantization = {});
   // The instance's occupancy before it has sent a token batch (its answer to a stats query).
   void set_load(engine_instance_id id, const engine_load& load);
 
@@ -156,6 +157,7 @@ class engine_router {
     int32_t num_started = 0;
     int64_t num_queued_prompt_tokens = 0;
     engine_load load;
+    std::string quantization;
   };
 
   // What a request costs on an instance, in tokens of work ahead of it.

@@ -76,18 +76,25 @@ typename Inspector::result_type inspect(Inspector& f, chat_message& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_bias& x) {
+  return f(caf::meta::type_name("token_bias"), x.token_id, exact_float{x.bias});
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   bool has_seed = x.seed.has_value();
   uint64_t seed = x.seed.value_or(0);
   auto guided_kind_value = static_cast<uint8_t>(x.guided.kind);
+  auto pooling_value = static_cast<uint8_t>(x.pooling);
   return f(caf::meta::type_name("sampling_params"), exact_float{x.temperature}, x.top_k, exact_float{x.top_p},
            exact_float{x.min_p}, exact_float{x.repetition_penalty}, exact_float{x.presence_penalty},
            exact_float{x.frequency_penalty}, has_seed, seed,
            x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs, guided_kind_value,
-           x.guided.source, x.guided.choices, x.num_speculative_tokens,
-           caf::meta::load_callback([&]() -> caf::error {
+           x.guided.source, x.guided.choices, x.num_speculative_tokens, x.logit_bias, x.skip_special_tokens,
+           pooling_value, x.normalize_embedding, caf::meta::load_callback([&]() -> caf::error {
              if (has_seed) x.seed = seed; else x.seed.reset();
              x.guided.kind = static_cast<guided_kind>(guided_kind_value);
+             x.pooling = static_cast<pooling_kind>(pooling_value);
              return caf::none;
            }));
 }
@@ -114,7 +121,7 @@ typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
   return f(caf::meta::type_name("sampled_token"), x.request_id, x.token_id, exact_float{x.logprob},
-           x.top_token_ids, exact_floats{x.top_logprobs}, x.num_drafts);
+           x.top_token_ids, exact_floats{x.top_logprobs}, x.num_drafts, exact_floats{x.embedding});
 }
 
 template <class Inspector>
@@ -141,7 +148,7 @@ typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
   bool has_metrics = x.metrics.has_value();
   request_metrics metrics = x.metrics.value_or(request_metrics{});
   return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish, x.handed_off, x.kv_transfer_id,
-           has_metrics, metrics, x.stop, caf::meta::load_callback([&]() -> caf::error {
+           has_metrics, metrics, x.stop, x.skip_special_tokens, exact_floats{x.embedding}, caf::meta::load_callback([&]() -> caf::error {
              if (has_metrics) x.metrics = metrics; else x.metrics.reset();
              return caf::none;
            }));
@@ -303,7 +310,7 @@ typename Inspector::result_type inspect(Inspector& f, trace_answer& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, backend_options& x) {
   return f(caf::meta::type_name("backend_options"), x.threads, exact_float{x.gpu_memory_utilization}, x.cuda_dtype,
-           x.nano_batches);
+           x.nano_batches, x.kv_cache_dtype);
 }
 
 template <class Inspector>
@@ -316,7 +323,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
   return f(caf::meta::type_name("engine_config"), x.block_size, x.num_kv_blocks, x.max_num_batched_tokens,
            x.max_num_seqs, x.max_waiting_requests, x.max_model_len, x.enable_prefix_caching,
-           x.async_scheduling, x.vocab_size, x.num_speculative_tokens, x.max_speculative_tokens);
+           x.async_scheduling, x.vocab_size, x.hidden_size, x.num_speculative_tokens, x.max_speculative_tokens);
 }
 
 template <class Inspector>
@@ -346,7 +353,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_description& x) {
-  return f(caf::meta::type_name("worker_description"), x.config, x.eos_token_ids, x.summary, x.kv_agent);
+  return f(caf::meta::type_name("worker_description"), x.config, x.eos_token_ids, x.summary, x.quantization, x.kv_agent);
 }
 
 template <class Inspector>

@@ -24,7 +24,10 @@
 
 namespace troupe {
 
-enum class prompt_kind : uint8_t { text, token_ids, messages };
+// rendered_chat: `prompt` is a chat the door already rendered with the model's chat template
+// (it needs the rendered text to read the answer back: reasoning, tool calls); encoded like
+// `messages`, the template having written BOS and the like itself.
+enum class prompt_kind : uint8_t { text, token_ids, messages, rendered_chat };
 
 struct tokenize_request {
   int64_t request_id = 0;

@@ -157,14 +157,14 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
 
   return instrumented(self, "router", {
       [=](engine_joined_atom, caf::actor scheduler, caf::actor worker, std::string node, caf::actor kv_agent,
-          std::string role_name) -> caf::result<engine_instance_id> {
+          std::string role_name, std::string quantization) -> caf::result<engine_instance_id> {
         engine_role role = engine_role::mixed;
         try {
           role = parse_engine_role(role_name);
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
         }
-        const engine_instance_id id = router->add_instance(node, role);
+        const engine_instance_id id = router->add_instance(node, role, std::move(quantization));
         self->monitor(scheduler);
         self->monitor(worker);
         // Its pool as it starts, so the load it is judged by (and `troupe scale --list`) does not
@@ -219,7 +219,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
                           std::to_string(info.num_requests) + " queued_prompt_tokens=" +
                           std::to_string(info.num_queued_prompt_tokens) + " free_blocks=" +
                           std::to_string(info.load.num_free_blocks) + "/" + std::to_string(info.load.num_total_blocks) +
-                          " role=" + engine_role_name(info.role));
+                          " role=" + engine_role_name(info.role) + " quantization=" +
+                          (info.quantization.empty() ? "unknown" : info.quantization));
         }
         return lines;
       },

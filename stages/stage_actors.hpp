@@ -89,7 +89,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
 
 // The router (stages/engine_router.hpp), always on the controller: it is local, so its spec may
 // hold a callback. The controller adds engine instances with
-// (engine_joined_atom, scheduler, worker, node name, kv agent, role name) → engine_instance_id
+// (engine_joined_atom, scheduler, worker, node name, kv agent, role name, quantization) → engine_instance_id
 // (role: "mixed", "prefill" or "decode"), drains one with
 // (drain_engine_atom, id) → bool and lists them with (list_engines_atom) → lines of text.
 using engine_joined_atom = caf::atom_constant<caf::atom("engjoin")>;

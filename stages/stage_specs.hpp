@@ -68,6 +68,7 @@ struct worker_description {
   engine_config config;  // block_size, num_kv_blocks, max_model_len, vocab_size of the loaded model
   std::vector<int32_t> eos_token_ids;
   std::string summary;   // describe(served_model), for the controller's log
+  std::string quantization;  // loaded_model::quantization ("Q4_K_M"), for /v1/models and `troupe scale --list`
   caf::actor kv_agent;   // the worker's KV agent (stages/stage_actors.hpp): its scheduler talks to it
 };
 

@@ -5,25 +5,12 @@
 namespace troupe {
 
 tokenize_stage::tokenize_stage(tokenizer tok, int vocab_size, int max_model_len)
-    : tokenizer_(std::move(tok)), vocab_size_(vocab_size), max_model_len_(max_model_len) {
-  if (!tokenizer_.chat_template_source().empty()) {
-    chat_template_ = std::make_shared<const chat_template>(tokenizer_.chat_template_source());
-  }
-}
+    : tokenizer_(std::move(tok)), chat_prompt_(tokenizer_), vocab_size_(vocab_size), max_model_len_(max_model_len) {}
 
 std::string tokenize_stage::render_chat(const std::vector<chat_message>& messages) const {
-  if (chat_template_) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
-    return chat_template_->apply(list, /*add_generation_prompt=*/true, tokenizer_.bos_token(),
-                                 tokenizer_.eos_token());
-  }
-  // A plain transcript, ending where the assistant speaks next: models without a chat template
-  // (base models such as stories260K) continue it as text.
-  std::string text;
-  for (const auto& m : messages) text += m.role + ": " + m.content + "\n";
-  text += "assistant:";
-  return text;
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  return chat_prompt_.render(list);
 }
 
 std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_request request) const {
@@ -55,7 +42,11 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
       case prompt_kind::messages:
         field = "messages";
         // A template writes BOS and the like itself (as Hugging Face's apply_chat_template).
-        out.prompt_ids = tokenizer_.encode(render_chat(request.messages), /*add_special_tokens=*/!chat_template_);
+        out.prompt_ids = tokenizer_.encode(render_chat(request.messages), /*add_special_tokens=*/!has_chat_template());
+        break;
+      case prompt_kind::rendered_chat:
+        field = "messages";
+        out.prompt_ids = tokenizer_.encode(request.prompt, /*add_special_tokens=*/!has_chat_template());
         break;
     }
   } catch (const std::exception& e) {
@@ -69,6 +60,12 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
                 std::string("field '") + field + "': the prompt has " + std::to_string(out.prompt_ids.size()) +
                     " tokens, leaving no room to generate within the context of " +
                     std::to_string(max_model_len_) + " tokens");
+  }
+  for (const token_bias& b : request.sampling.logit_bias) {
+    if (b.token_id >= vocab_size_) {
+      return fail(error_code::bad_request, "field 'logit_bias': token id " + std::to_string(b.token_id) +
+                                               " is outside the vocabulary of " + std::to_string(vocab_size_));
+    }
   }
   out.sampling = std::move(request.sampling);
   out.tokenize_ns = steady_now_ns() - received;

@@ -6,7 +6,7 @@
 #include <variant>
 
 #include "stages/messages.hpp"
-#include "text/chat_template.hpp"
+#include "text/chat_prompt.hpp"
 #include "text/tokenizer.hpp"
 
 namespace troupe {
@@ -21,11 +21,11 @@ class tokenize_stage {
   // The text a chat is turned into before encoding: the model's chat template (with the
   // generation prompt) when it has one, else a plain `role: content` transcript.
   std::string render_chat(const std::vector<chat_message>& messages) const;
-  bool has_chat_template() const { return chat_template_ != nullptr; }
+  bool has_chat_template() const { return chat_prompt_.has_template(); }
 
  private:
   tokenizer tokenizer_;
-  std::shared_ptr<const chat_template> chat_template_;  // null: the model has none
+  chat_prompt chat_prompt_;
   int vocab_size_;
   int max_model_len_;
 };

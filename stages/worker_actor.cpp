@@ -113,8 +113,9 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   // Structured output masks tokens by their bytes; a model without EOS ids cannot end a
   // constrained output, so it serves none (the runner refuses such requests by name).
   if (served->tok && !served->eos_token_ids.empty()) {
-    runner->set_vocabulary(make_token_vocabulary(*served->tok, served->backend_model->config().vocab_size,
-                                                 served->eos_token_ids));
+    const int32_t vocab = served->backend_model->config().vocab_size;
+    runner->set_vocabulary(make_token_vocabulary(*served->tok, vocab, served->eos_token_ids),
+                           make_token_vocabulary(*served->tok, vocab, served->eos_token_ids, /*spell_special=*/true));
   }
   return instrumented(self, "worker", {
       [served, runner](step_plan& plan) -> step_done {
@@ -130,7 +131,8 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
         return done;
       },
       [served, agent](describe_atom) {
-        return worker_description{served->base_engine_config(), served->eos_token_ids, describe(*served), agent};
+        return worker_description{served->base_engine_config(), served->eos_token_ids, describe(*served),
+                                  served->loaded.quantization, agent};
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   });

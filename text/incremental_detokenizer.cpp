@@ -5,8 +5,11 @@
 
 namespace troupe {
 
-incremental_detokenizer::incremental_detokenizer(const tokenizer& tok, bool skip_special_tokens)
-    : impl_(tok.impl_), skip_special_tokens_(skip_special_tokens), state_(impl_->decoder.start()) {}
+incremental_detokenizer::incremental_detokenizer(const tokenizer& tok, bool skip_special_tokens, bool continuation)
+    : impl_(tok.impl_),
+      skip_special_tokens_(skip_special_tokens),
+      continuation_(continuation),
+      state_(impl_->decoder.start(continuation)) {}
 
 std::string incremental_detokenizer::push(std::int32_t id) {
   std::string out;
@@ -20,7 +23,7 @@ std::string incremental_detokenizer::push(std::int32_t id) {
 std::string incremental_detokenizer::finish() {
   std::string out;
   impl_->decoder.finish(state_, out);
-  state_ = impl_->decoder.start();
+  state_ = impl_->decoder.start(continuation_);
   return out;
 }
 

@@ -18,7 +18,9 @@ struct tokenizer_impl;
 
 class incremental_detokenizer {
  public:
-  incremental_detokenizer(const tokenizer& tok, bool skip_special_tokens = true);
+  // continuation: the ids continue a prompt (a served request's output): the first token keeps
+  // its leading space and the text is the tokens' bytes exactly (token_decoder::start).
+  incremental_detokenizer(const tokenizer& tok, bool skip_special_tokens = true, bool continuation = false);
 
   std::string push(std::int32_t id);  // new complete text since the last call
   std::string finish();               // what is left (U+FFFD for a dangling broken sequence)
@@ -26,6 +28,7 @@ class incremental_detokenizer {
  private:
   std::shared_ptr<const detail::tokenizer_impl> impl_;
   bool skip_special_tokens_;
+  bool continuation_;
   token_decoder::state state_;
 };
 

@@ -85,10 +85,50 @@ token_decoder::token_decoder(const nlohmann::json& decoder, bool clean_up_tokeni
   }
 }
 
-token_decoder::state token_decoder::start() const {
+token_decoder::state token_decoder::start(bool continuation) const {
   state s;
   s.strip_left = strip_start_;
+  if (continuation) {
+    s.first_token = false;
+    s.strip_left_done = true;
+    s.raw = true;
+  }
   return s;
+}
+
+std::string token_decoder::token_bytes(std::string_view token, bool is_added) const {
+  switch (kind_) {
+    case kind::join_with_space:
+      return " " + std::string(token);
+    case kind::byte_level: {
+      if (is_added) return std::string(token);
+      std::string bytes;
+      for (std::size_t pos = 0; pos < token.size();) {
+        const std::size_t begin = pos;
+        const int byte = byte_level::char_to_byte(utf8::next(token, pos));
+        if (byte >= 0) {
+          bytes.push_back(static_cast<char>(byte));
+        } else {
+          bytes.append(token.substr(begin, pos - begin));
+        }
+      }
+      return bytes;
+    }
+    case kind::pieces: {
+      std::string text(token);
+      for (const auto& [from, to] : replacements_) {
+        if (text.find(from) != std::string::npos) text = replace_all(text, from, to);
+      }
+      if (!token_strip_content_.empty()) text = strip_token(std::move(text), token_strip_content_, token_strip_start_, token_strip_stop_);
+      if (byte_fallback_ && text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>') {
+        const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+        const int high = hex(text[3]), low = hex(text[4]);
+        if (high >= 0 && low >= 0) return std::string(1, static_cast<char>(high * 16 + low));
+      }
+      return text;
+    }
+  }
+  return std::string(token);
 }
 
 void token_decoder::push(state& s, std::string_view token, bool is_added, std::string& out) const {
@@ -154,7 +194,7 @@ void token_decoder::push_text(state& s, std::string_view text, std::string& out)
 // Applies the whole-text Strip, then hands over to clean-up.
 void token_decoder::after_strip(state& s, std::string_view text, std::string& out) const {
   if (text.empty()) return;
-  if (strip_content_.empty()) {
+  if (strip_content_.empty() || s.raw) {
     emit(s, text, out);
     return;
   }
@@ -182,7 +222,7 @@ void token_decoder::after_strip(state& s, std::string_view text, std::string& ou
 }
 
 void token_decoder::emit(state& s, std::string_view text, std::string& out) const {
-  if (!clean_up_) {
+  if (!clean_up_ || s.raw) {
     out.append(text);
     return;
   }

@@ -32,14 +32,23 @@ class token_decoder {
     std::string held_trailing;        // possible trailing strip characters, held back
     std::string cleanup_pending;      // text the clean-up rules could still change
     bool first_token = true;
+    bool raw = false;                 // a continuation: no whole-text strip, no clean-up
   };
 
-  state start() const;
+  // continuation: the text continues one already decoded (a prompt): its first token keeps its
+  // leading space, and neither the whole-text Strip nor clean-up applies, so the text is exactly
+  // the tokens' bytes (token_bytes) one after another.
+  state start(bool continuation = false) const;
   // Appends to `out` the text that token (its vocabulary string; is_added for added tokens) makes
   // final.
   void push(state& s, std::string_view token, bool is_added, std::string& out) const;
   // Ends the run: a dangling byte sequence becomes U+FFFD, held-back text is released.
   void finish(state& s, std::string& out) const;
+
+  // The bytes one token adds to a continuation's text (above): Metaspace and SentencePiece
+  // pieces with their spaces, a byte-fallback or byte-level token as its raw byte(s), which may
+  // be part of a UTF-8 sequence only.
+  std::string token_bytes(std::string_view token, bool is_added) const;
 
  private:
   enum class kind { byte_level, pieces, join_with_space };

@@ -219,6 +219,12 @@ std::string tokenizer::id_to_token(std::int32_t id) const {
   return *impl_->entries[id].text;
 }
 
+std::string tokenizer::token_bytes(std::int32_t id) const {
+  if (id < 0 || id >= vocab_size() || impl_->entries[id].text == nullptr) return {};
+  const auto& entry = impl_->entries[id];
+  return impl_->decoder.token_bytes(*entry.text, entry.added);
+}
+
 bool tokenizer::is_special(std::int32_t id) const { return id >= 0 && id < vocab_size() && impl_->entries[id].special; }
 
 std::optional<std::int32_t> tokenizer::bos_token_id() const { return impl_->bos_id; }

@@ -45,6 +45,9 @@ class tokenizer {
   std::int32_t vocab_size() const;
   std::optional<std::int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(std::int32_t id) const;  // raw vocabulary string, "" when unknown
+  // The bytes `id` adds to a generated text (token_decoder::token_bytes): what logprobs report
+  // and what structured output matches. A special token is its content; "" for an unknown id.
+  std::string token_bytes(std::int32_t id) const;
   bool is_special(std::int32_t id) const;
   std::optional<std::int32_t> bos_token_id() const;
   // tokenizer_config's eos_token; without one, the added special tokens that end text or turns

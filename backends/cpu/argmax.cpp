@@ -110,7 +110,8 @@ int32_t argmax(std::span<const float> values) {
   switch (cpu::active_simd_level()) {
     case cpu::simd_level::scalar: return argmax_sse2(v, n);
     case cpu::simd_level::avx2: return argmax_avx2(v, n);
-    case cpu::simd_level::avx512: return argmax_avx512(v, n);
+    case cpu::simd_level::avx512:
+    case cpu::simd_level::avx512_vnni: return argmax_avx512(v, n);
   }
   return argmax_sse2(v, n);
 #else

@@ -83,8 +83,9 @@ std::vector<float> norm_weights(const weight_tensor& tensor, int64_t size, norm_
 class cpu_model final : public model {
  public:
   cpu_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
-            int num_threads)
-      : config_(with_head_dim(config)), traits_(traits_of(config_.arch)), pool_(num_threads), kv_(config_, kv_shape) {
+            int num_threads, dtype kv_dtype)
+      : config_(with_head_dim(config)), traits_(traits_of(config_.arch)), pool_(num_threads),
+        kv_(config_, kv_shape, kv_dtype) {
     check_config(config_);
     const model_config& c = config_;
     const int64_t hidden = c.hidden_size;
@@ -135,18 +136,18 @@ class cpu_model final : public model {
         layer.moe.emplace(c.moe, activation_, hidden, moe_weights_of(n, weights));
       }
     }
-    attention_shape_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
-                        kv_shape.num_blocks, attention_scale(c)};
+    attention_params_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
+                         kv_shape.num_blocks, attention_scale(c), kv_dtype};
   }
 
   const model_config& config() const override { return config_; }
   kv_cache_shape kv_shape() const override { return kv_.shape(); }
   std::string backend_name() const override {
     return "cpu (" + std::string(cpu::simd_level_name(cpu::active_simd_level())) + ", " +
-           std::to_string(pool_.num_threads()) + " threads)";
+           std::to_string(pool_.num_threads()) + " threads, KV " + std::string(dtype_name(kv_.element())) + ")";
   }
 
-  dtype kv_dtype() const override { return dtype::f32; }
+  dtype kv_dtype() const override { return kv_.element(); }
 
   void export_kv(std::span<const int32_t> block_ids, int first_layer, int num_layers, dtype element,
                  std::span<std::byte> out) const override {
@@ -189,6 +190,18 @@ class cpu_model final : public model {
       }
       if (!layer.ffn_post_norm.empty()) norm(out, n, layer.ffn_post_norm, out);
       add_in_place(x, out, n * hidden);
+    }
+
+    // Hidden states (embeddings) for the rows asked for, normed as the logits' rows are.
+    if (!batch.hidden_rows.empty()) {
+      if (batch.hidden_out == nullptr) throw std::invalid_argument("cpu_model: hidden_rows without hidden_out");
+      const int64_t num_hidden = static_cast<int64_t>(batch.hidden_rows.size());
+      for (int64_t r = 0; r < num_hidden; ++r) {
+        const int32_t row = batch.hidden_rows[static_cast<size_t>(r)];
+        if (row < 0 || row >= n) throw std::invalid_argument("cpu_model: hidden row " + std::to_string(row) + " outside the batch");
+        std::memcpy(batch.hidden_out + r * hidden, x + static_cast<int64_t>(row) * hidden, hidden * sizeof(float));
+      }
+      cpu::rms_norm(pool_, batch.hidden_out, num_hidden, hidden, final_norm_.data(), c.rms_norm_eps, batch.hidden_out);
     }
 
     // Logits only for the rows asked for.
@@ -244,7 +257,7 @@ class cpu_model final : public model {
                     batch.positions.data(), layer.rope);
     kv_.write(index, k, v, kv_dim, batch.slot_mapping.data(), n);
     if (batch.after_layer_kv) batch.after_layer_kv(index);
-    cpu::paged_attention(pool_, q, q_dim, kv_.keys(index), kv_.values(index), batch, attention_shape_,
+    cpu::paged_attention(pool_, q, q_dim, kv_.keys(index), kv_.values(index), batch, attention_params_,
                          attn, q_dim, attention_workspace_);
     cpu::matmul(pool_, attn, n, layer.o_proj, out, scratch_);  // out: [n, hidden]
     add_bias(out, n, layer.o_bias);
@@ -324,7 +337,7 @@ class cpu_model final : public model {
                                  " is outside the batch of " + std::to_string(n) + " tokens");
       }
     }
-    cpu::check_attention_batch(batch, attention_shape_);
+    cpu::check_attention_batch(batch, attention_params_);
   }
 
   // Grows the step buffers to n tokens; capacity is kept, so steady-state steps never allocate.
@@ -370,7 +383,7 @@ class cpu_model final : public model {
   std::vector<float> final_norm_;  // [hidden]
   cpu::activation activation_;
   std::vector<layer_weights> layers_;
-  cpu::attention_shape attention_shape_;
+  cpu::attention_params attention_params_;
 
   std::vector<float> x_, h_, out_, q_, k_, v_, attn_, gate_, up_, logits_hidden_;
   std::vector<float> scratch_;  // converted weight slabs for sgemm
@@ -381,17 +394,17 @@ class cpu_model final : public model {
 }  // namespace
 
 std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights,
-                                      kv_cache_shape kv_shape, int num_threads) {
-  return std::make_unique<cpu_model>(config, weights, kv_shape, num_threads);
+                                      kv_cache_shape kv_shape, int num_threads, dtype kv_dtype) {
+  return std::make_unique<cpu_model>(config, weights, kv_shape, num_threads, kv_dtype);
 }
 
-int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size) {
+int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size, dtype kv_dtype) {
   if (block_size <= 0) {
     throw std::runtime_error("block_size must be positive, got " + std::to_string(block_size));
   }
   model_config c = config;
   if (c.head_dim == 0 && c.num_heads > 0) c.head_dim = c.hidden_size / c.num_heads;
-  const size_t per_block = cpu::kv_pool::bytes_per_block(c, block_size);
+  const size_t per_block = cpu::kv_pool::bytes_per_block(c, block_size, kv_dtype);
   if (per_block == 0) throw std::runtime_error("model config has an empty KV cache per block");
   return static_cast<int>(std::min<size_t>(bytes / per_block, INT32_MAX));
 }

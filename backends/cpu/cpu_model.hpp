@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "model/dtype.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
 #include "model/weight_store.hpp"
@@ -12,12 +13,13 @@
 namespace troupe {
 
 // `weights` must outlive the model (it is viewed, not copied; only norm weights and biases are
-// converted to f32 copies). num_threads <= 0: one per hardware thread. Throws
-// std::runtime_error naming the tensor or config field that does not fit.
+// converted to f32 copies). num_threads <= 0: one per hardware thread. kv_dtype: the KV pool's
+// element type (f32, f16, bf16, q8_0, fp8_e4m3). Throws std::runtime_error naming the tensor or
+// config field that does not fit (std::invalid_argument for a KV dtype that does not fit).
 std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights,
-                                      kv_cache_shape kv_shape, int num_threads = 0);
+                                      kv_cache_shape kv_shape, int num_threads = 0, dtype kv_dtype = dtype::f16);
 
-// How many KV blocks of `block_size` tokens fit in `bytes` of the CPU backend's f32 KV pool.
-int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size);
+// How many KV blocks of `block_size` tokens fit in `bytes` of the CPU backend's KV pool of `kv_dtype`.
+int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size, dtype kv_dtype = dtype::f16);
 
 }  // namespace troupe

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/row_kernels.hpp"
 
@@ -18,9 +19,21 @@ void embedding_lookup(thread_pool& pool, const weight_view& table, const int32_t
   }
   const to_f32_fn convert = active_kernels().to_f32[static_cast<int>(table.type)];
   const size_t stride = row_bytes(table.type, table.cols);
+  const int64_t cols = table.cols;
   pool.parallel_for(0, num_tokens, 64, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> stored(table.input_order ? static_cast<size_t>(cols) : 0);  // [cols]
     for (int64_t t = begin; t < end; ++t) {
-      convert(table.data + token_ids[t] * stride, table.cols, out + t * table.cols);
+      float* row = out + t * cols;
+      if (table.input_order) {
+        convert(table.data + token_ids[t] * stride, cols, stored.data());
+        for (int64_t j = 0; j < cols; ++j) row[table.input_order[j]] = stored[j];
+      } else {
+        convert(table.data + token_ids[t] * stride, cols, row);
+      }
+      if (table.row_scales) {
+        const float scale = table.row_scales[token_ids[t]];
+        for (int64_t c = 0; c < cols; ++c) row[c] *= scale;
+      }
     }
   });
 }

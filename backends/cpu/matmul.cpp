@@ -7,13 +7,23 @@
 #include <stdexcept>
 #include <string>
 
+#include "backends/cpu/quant_kernels.hpp"
 #include "backends/cpu/row_kernels.hpp"
+#include "model/weight_values.hpp"
 
 namespace troupe::cpu {
 
 namespace {
 
-std::atomic<int> gemm_min_rows{8};
+// The row dots tile two weight rows against up to four activation rows, which beats per-thread
+// slabs + sgemm (their conversion and packing per call) up to about this many rows; from there
+// sgemm's own blocking wins (troupe_bench_quant, f16/bf16/f32 at 8/32/64 rows).
+std::atomic<int> gemm_min_rows{32};
+std::atomic<bool> integer_kernels{true};
+
+// Quantized weights: below this many activation rows a step streams memory (equal static shares
+// of the weight rows per thread); from it on it computes (dynamic chunks).
+constexpr int64_t few_rows = 8;
 
 // Row-streaming path: a chunk of weight rows goes to a thread only with this many multiply-adds.
 constexpr int64_t min_macs_per_chunk = 64 * 1024;
@@ -38,6 +48,61 @@ void set_blas_threads(int num_threads) {
   if (openblas_get_num_threads() != num_threads) openblas_set_num_threads(num_threads);
 }
 
+// Quantized weights, any number of activation rows: the activations are quantized to int8 once,
+// then every thread multiplies its tiles of weight rows (quant_kernels.hpp). The weight rows are
+// split in multiples of 16 (a tile on every level), statically for a few activation rows (equal
+// shares of memory traffic), in smaller dynamic chunks for many (compute: whoever is free).
+void quantized_matmul(thread_pool& pool, const quant_kernels& kernels, const float* x, int64_t n,
+                      const weight_view& w, float* y, std::vector<float>& scratch) {
+  const int64_t m = w.rows;
+  const int64_t k = w.cols;
+  if (k % dtype_block_size(w.type) != 0) {
+    throw std::runtime_error(std::string(dtype_name(w.type)) + " weight with " + std::to_string(k) +
+                             " columns, expected a multiple of its block of " +
+                             std::to_string(dtype_block_size(w.type)));
+  }
+  const size_t stride = row_bytes(w.type, k);
+  const int threads = pool.num_threads();
+  const size_t act_bytes = static_cast<size_t>(n * (k / 32)) * sizeof(act_block);
+  const size_t per_thread = (kernels.scratch_bytes(n, k) + 63) / 64 * 64;
+  const size_t total = act_bytes + per_thread * threads + 64;
+  if (scratch.size() * sizeof(float) < total) scratch.resize((total + sizeof(float) - 1) / sizeof(float));
+  std::byte* base = reinterpret_cast<std::byte*>(scratch.data());
+  act_block* acts = reinterpret_cast<act_block*>(base);  // [n, k / 32]
+  std::byte* thread_scratch = base + (act_bytes + 63) / 64 * 64;  // [threads][per_thread]
+
+  const quantize_acts_fn quantize = kernels.quantize_acts[static_cast<int>(w.type)];
+  const auto quantize_rows = [&](int64_t begin, int64_t end, int) {
+    for (int64_t j = begin; j < end; ++j) quantize(x + j * k, k, acts + j * (k / 32));
+  };
+  if (n * k < min_macs_per_chunk) {
+    quantize_rows(0, n, 0);
+  } else {
+    pool.parallel_for(0, n, 1, quantize_rows);
+  }
+
+  const quant_matmul_fn multiply = kernels.matmul[static_cast<int>(w.type)];
+  const auto multiply_rows = [&](int64_t begin, int64_t end, int thread_index) {
+    multiply(w.data + begin * stride, k, end - begin, acts, n, y + begin, m,
+             thread_scratch + per_thread * thread_index);
+  };
+  constexpr int64_t tile = 16;
+  const int64_t min_rows = std::max<int64_t>(tile, min_macs_per_chunk / std::max<int64_t>(1, n * k));
+  const int64_t per_thread_rows = (m + threads - 1) / threads;
+  if (n < few_rows) {
+    pool.parallel_for(0, m, std::max(min_rows, (per_thread_rows + tile - 1) / tile * tile), multiply_rows);
+  } else {
+    const int64_t chunk = std::max(min_rows, (per_thread_rows / 4 + tile - 1) / tile * tile);
+    pool.parallel_for_dynamic(0, m, chunk, multiply_rows);
+  }
+}
+
+// Below this many outputs the row scales are applied on the calling thread.
+constexpr int64_t min_outputs_per_scale_task = int64_t{1} << 16;
+
+void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
+                   std::vector<float>& scratch);
+
 }  // namespace
 
 weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
@@ -55,8 +120,15 @@ weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
     throw std::runtime_error("tensor '" + tensor.name + "' holds " +
                              std::to_string(tensor.num_bytes) + " bytes, too few for its shape");
   }
-  return weight_view{tensor.type, rows, cols, tensor.data};
+  check_weight_layout(tensor);
+  weight_view view{tensor.type, rows, cols, tensor.data, nullptr, nullptr};
+  if (!tensor.row_scales.empty()) view.row_scales = tensor.row_scales.data();
+  if (!tensor.input_order.empty()) view.input_order = tensor.input_order.data();
+  return view;
 }
+
+bool matmul_integer_kernels() { return integer_kernels.load(std::memory_order_relaxed); }
+void set_matmul_integer_kernels(bool on) { integer_kernels.store(on, std::memory_order_relaxed); }
 
 int matmul_gemm_min_rows() { return gemm_min_rows.load(std::memory_order_relaxed); }
 void set_matmul_gemm_min_rows(int rows) { gemm_min_rows.store(std::max(1, rows)); }
@@ -66,8 +138,51 @@ void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, 
   if (n <= 0 || w.rows <= 0) return;
   const int64_t m = w.rows;
   const int64_t k = w.cols;
+  if (w.input_order) {
+    // Act-order columns (GPTQ desc_act): the activations are gathered into the stored column
+    // order, O(n·k) against the product's O(n·m·k). The buffer is the calling thread's: matmul
+    // runs on a model's forward thread (never on its pool's workers), one per model.
+    thread_local std::vector<float> gathered;
+    if (gathered.size() < static_cast<size_t>(n * k)) gathered.resize(static_cast<size_t>(n * k));
+    float* permuted = gathered.data();  // [n, k]; by pointer: in the pool's threads `gathered` names their own
+    const int32_t* order = w.input_order;
+    pool.parallel_for(0, n, 1, [&](int64_t begin, int64_t end, int) {
+      for (int64_t j = begin; j < end; ++j) {
+        for (int64_t c = 0; c < k; ++c) permuted[j * k + c] = x[j * k + order[c]];
+      }
+    });
+    x = permuted;
+  }
+  matmul_stored(pool, x, n, w, y, scratch);
+  if (w.row_scales) {
+    const float* scales = w.row_scales;
+    auto scale_rows = [&](int64_t begin, int64_t end, int) {
+      for (int64_t j = begin; j < end; ++j)
+        for (int64_t r = 0; r < m; ++r) y[j * m + r] *= scales[r];
+    };
+    if (n * m < min_outputs_per_scale_task) {
+      scale_rows(0, n, 0);
+    } else {
+      pool.parallel_for(0, n, 1, scale_rows);
+    }
+  }
+}
+
+namespace {
+
+// y = x · wᵀ over the stored weight as it is (its own column order, no row scales).
+void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
+                   std::vector<float>& scratch) {
+  const int64_t m = w.rows;
+  const int64_t k = w.cols;
   const size_t stride = row_bytes(w.type, k);
   const row_kernels& kernels = active_kernels();
+
+  const quant_kernels& quantized = active_quant_kernels();
+  if (quantized.matmul[static_cast<int>(w.type)] != nullptr && matmul_integer_kernels()) {
+    quantized_matmul(pool, quantized, x, n, w, y, scratch);
+    return;
+  }
 
   if (n < matmul_gemm_min_rows()) {
     const dot_rows_fn dot = kernels.dot_rows[static_cast<int>(w.type)];
@@ -133,5 +248,7 @@ void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, 
                 slab_f32, static_cast<int>(k), 0.0f, y + slab, static_cast<int>(m));
   }
 }
+
+}  // namespace
 
 }  // namespace troupe::cpu

@@ -1,10 +1,14 @@
 #pragma once
 // y = x · wᵀ for f32 activations and a linear layer's weight in any weight dtype.
 //
-// Three strategies, chosen by the number of activation rows n:
-// - n < matmul_gemm_min_rows() (decode of a few sequences): every thread takes a contiguous
-//   range of weight rows and streams them once, dotting each row with all n activations with
-//   the SIMD row kernels (memory-bandwidth bound, as it must be);
+// Quantized weights (q4_0 ... mxfp4) go through the integer kernels for any number of rows
+// (quant_kernels.hpp): the activations are quantized to int8 once per call and each thread
+// multiplies tiles of weight rows. Other weights take one of three strategies, chosen by the
+// number of activation rows n:
+// - n < matmul_gemm_min_rows() (32; decode of up to 31 sequences): every thread takes a
+//   contiguous range of weight rows and streams them once, dotting pairs of rows with groups of
+//   up to four activations in registers (SIMD row kernels): memory-bandwidth bound for a few
+//   rows, FMA-bound for more, each weight read once per step;
 // - from there to 127 rows (larger decode batches, short chunks): the pool's threads take slabs
 //   of weight rows and multiply each with a single-threaded OpenBLAS sgemm; a weight in another
 //   dtype is converted one small slab at a time (~256 KiB of f32, kept in the core's cache), an
@@ -23,20 +27,31 @@
 namespace troupe::cpu {
 
 // A weight matrix [rows, cols] in its stored dtype (rows contiguous, row_bytes(type, cols) apart).
+// A quantized checkpoint's row scales and column order (weight_tensor) come along: matmul gathers
+// the activations into the stored column order before the product and scales each output after.
 struct weight_view {
   dtype type = dtype::f32;
   int64_t rows = 0;
   int64_t cols = 0;
   const std::byte* data = nullptr;
+  const float* row_scales = nullptr;     // [rows] or null: output r is multiplied by row_scales[r]
+  const int32_t* input_order = nullptr;  // [cols] or null: stored column j multiplies x[input_order[j]]
 };
 
-// Views a 2-D weight tensor; throws std::runtime_error when it is not 2-D or not [rows, cols].
+// Views a 2-D weight tensor; throws std::runtime_error when it is not 2-D or not [rows, cols],
+// or its row scales or column order do not fit.
 weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols);
 
 // Below this many activation rows matmul uses the row-streaming path, from it on sgemm.
 int matmul_gemm_min_rows();
 // Tests and benchmarks move the switch point (e.g. 1 forces sgemm, INT32_MAX forces dots).
 void set_matmul_gemm_min_rows(int rows);
+
+// Whether quantized weights go through the integer kernels (quant_kernels.hpp; the default) or,
+// when off, through f32 conversions like f16 weights: the path they took before the integer
+// kernels, kept so benchmarks can measure one against the other.
+bool matmul_integer_kernels();
+void set_matmul_integer_kernels(bool on);
 
 // y [n, w.rows] = x [n, w.cols] · wᵀ. `scratch` holds converted weight slabs between calls
 // (grown on demand, so steady-state steps do not allocate).

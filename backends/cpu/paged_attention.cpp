@@ -6,13 +6,16 @@
 #include <stdexcept>
 #include <string>
 
-#include "backends/cpu/row_kernels.hpp"
+#include "backends/cpu/paged_attention_kernels.hpp"
 
 namespace troupe::cpu {
 
 namespace {
 
-constexpr int query_tile = 16;
+// A piece is split across threads only into ranges of at least this many keys: below it the
+// merge and the per-piece setup cost more than the parallelism gains.
+constexpr int min_split_keys = 256;
+constexpr int split_alignment = 32;  // the kernels' key tile: splits start on a whole tile
 
 [[noreturn]] void bad_batch(const std::string& what) {
   throw std::runtime_error("forward_batch: " + what);
@@ -20,7 +23,7 @@ constexpr int query_tile = 16;
 
 }  // namespace
 
-void check_attention_batch(const forward_batch& batch, const attention_shape& shape) {
+void check_attention_batch(const forward_batch& batch, const attention_params& shape) {
   const int num_seqs = batch.num_seqs();
   if (static_cast<int>(batch.query_start.size()) != num_seqs + 1) {
     bad_batch("query_start has " + std::to_string(batch.query_start.size()) +
@@ -60,96 +63,159 @@ void check_attention_batch(const forward_batch& batch, const attention_shape& sh
   }
 }
 
-void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const float* key_pool,
-                     const float* value_pool, const forward_batch& batch,
-                     const attention_shape& shape, float* out, int64_t ldo,
-                     attention_workspace& workspace) {
-  const int head_dim = shape.head_dim;
-  const int block_size = shape.block_size;
-  const int group = shape.num_heads / shape.num_kv_heads;
-  const int64_t slot_floats = static_cast<int64_t>(shape.num_kv_heads) * head_dim;
+void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::byte* key_pool,
+                     const std::byte* value_pool, const forward_batch& batch, const attention_params& params,
+                     float* out, int64_t ldo, attention_workspace& workspace) {
+  const attention_kernels& kernels = active_attention_kernels();
+  const int kv_index = static_cast<int>(params.kv_type);
+  if (kernels.decode[kv_index] == nullptr) {
+    throw std::runtime_error("paged_attention: KV dtype " + std::string(dtype_name(params.kv_type)) +
+                             " has no attention kernel");
+  }
+  const int head_dim = params.head_dim;
+  const int group = params.num_heads / params.num_kv_heads;
+  const int64_t slot_bytes = static_cast<int64_t>(row_bytes(params.kv_type, int64_t{params.num_kv_heads} * head_dim));
+  const int64_t head_bytes = static_cast<int64_t>(row_bytes(params.kv_type, head_dim));
+  const int num_threads = pool.num_threads();
+  auto decode_sized = [&](int num_queries) { return num_queries * group <= kernels.max_decode_rows; };
 
-  workspace.items.clear();
+  // Pieces: per sequence, its new tokens in tiles (the last tile first: it reads the most keys),
+  // each tile once per KV head.
+  auto& pieces = workspace.pieces;
+  auto& merges = workspace.merges;
+  pieces.clear();
+  merges.clear();
+  int64_t total_work = 0;  // rows x keys, to tell a tiny step from a big one
+  int max_rows = 1;
   for (int s = 0; s < batch.num_seqs(); ++s) {
     const int num_new = batch.query_start[s + 1] - batch.query_start[s];
-    for (int first = 0; first < num_new; first += query_tile) {
-      for (int h = 0; h < shape.num_heads; ++h) {
-        workspace.items.push_back({s, h, first, std::min(query_tile, num_new - first)});
-      }
+    if (num_new == 0) continue;
+    const int context = batch.context_lengths[s];
+    const int per_tile = decode_sized(num_new) ? num_new : std::max(1, kernels.tile_rows / group);
+    const int num_tiles = (num_new + per_tile - 1) / per_tile;
+    for (int t = num_tiles - 1; t >= 0; --t) {
+      const int first = t * per_tile;
+      const int count = std::min(per_tile, num_new - first);
+      const int key_end = context - num_new + first + count;  // what the tile's last token sees
+      max_rows = std::max(max_rows, count * group);
+      total_work += int64_t{count} * group * key_end * params.num_kv_heads;
+      for (int h = 0; h < params.num_kv_heads; ++h) pieces.push_back({s, h, first, count, 0, key_end, -1});
     }
   }
-  // Per thread: scores [tile, block_size], acc [tile, head_dim], running max and sum [tile].
-  const size_t tile_floats = static_cast<size_t>(query_tile) * (block_size + head_dim + 2);
-  if (workspace.per_thread.size() < tile_floats * pool.num_threads()) {
-    workspace.per_thread.resize(tile_floats * pool.num_threads());
-  }
-  const row_kernels& kernels = active_kernels();
-  const float neg_inf = -std::numeric_limits<float>::infinity();
+  if (pieces.empty()) return;
 
-  // Tiny batches (short contexts, few heads) are cheaper on one thread than handed out.
-  int64_t total_keys = 0;
-  for (int s = 0; s < batch.num_seqs(); ++s) total_keys += int64_t{batch.context_lengths[s]} * (batch.query_start[s + 1] - batch.query_start[s]);
-  const int64_t num_items = static_cast<int64_t>(workspace.items.size());
-  const int64_t chunk = total_keys * shape.num_heads * head_dim < 64 * 1024 ? num_items : 1;
-  pool.parallel_for_dynamic(0, num_items, chunk,
-                            [&](int64_t begin, int64_t end, int thread_index) {
-    float* scores = workspace.per_thread.data() + tile_floats * thread_index;  // [tile, block_size]
-    float* acc = scores + query_tile * block_size;                              // [tile, head_dim]
-    float* running_max = acc + query_tile * head_dim;                           // [tile]
-    float* running_sum = running_max + query_tile;                              // [tile]
-    for (int64_t item_index = begin; item_index < end; ++item_index) {
-      const attention_workspace::work_item item = workspace.items[item_index];
-      const int num_new = batch.query_start[item.seq + 1] - batch.query_start[item.seq];
-      const int context = batch.context_lengths[item.seq];
-      const int* block_table = batch.block_tables.data() + batch.block_table_start[item.seq];
-      const int64_t first_row = batch.query_start[item.seq] + item.first_query;
-      const int nq = item.num_queries;
-      // Query i of the tile sees context tokens 0 .. first_visible_end + i - 1.
-      const int first_visible_end = context - num_new + item.first_query + 1;
-      const int key_end = first_visible_end + nq - 1;
-      const int64_t kv_offset = static_cast<int64_t>(item.head / group) * head_dim;
-      const float* queries = q + first_row * ldq + static_cast<int64_t>(item.head) * head_dim;
-
-      std::fill(acc, acc + nq * head_dim, 0.0f);
-      std::fill(running_max, running_max + nq, neg_inf);
-      std::fill(running_sum, running_sum + nq, 0.0f);
-      for (int t0 = 0; t0 < key_end; t0 += block_size) {
-        const int num_keys = std::min(block_size, key_end - t0);
-        const int64_t base_slot = static_cast<int64_t>(block_table[t0 / block_size]) * block_size;
-        const float* keys = key_pool + base_slot * slot_floats + kv_offset;
-        const float* values = value_pool + base_slot * slot_floats + kv_offset;
-        kernels.attention_scores(queries, nq, ldq, keys, num_keys, slot_floats, head_dim,
-                                 shape.scale, scores);
-        for (int i = 0; i < nq; ++i) {
-          float* row = scores + i * num_keys;
-          const int visible = std::clamp(first_visible_end + i - t0, 0, num_keys);
-          float block_max = neg_inf;
-          for (int t = 0; t < visible; ++t) block_max = std::max(block_max, row[t]);
-          if (visible == 0) {
-            std::fill(row, row + num_keys, 0.0f);
-            continue;
-          }
-          const float new_max = std::max(running_max[i], block_max);
-          const float correction = std::exp(running_max[i] - new_max);  // 0 on the first block
-          if (correction != 1.0f) {
-            for (int d = 0; d < head_dim; ++d) acc[i * head_dim + d] *= correction;
-          }
-          float sum = 0.0f;
-          for (int t = 0; t < visible; ++t) {
-            row[t] = std::exp(row[t] - new_max);
-            sum += row[t];
-          }
-          std::fill(row + visible, row + num_keys, 0.0f);
-          running_sum[i] = running_sum[i] * correction + sum;
-          running_max[i] = new_max;
-        }
-        kernels.attention_values(scores, nq, num_keys, values, slot_floats, head_dim, acc,
-                                 head_dim);
+  // Too few pieces to keep every thread busy (a few long decodes): split their keys.
+  const size_t wanted = static_cast<size_t>(4 * num_threads);
+  int num_partials = 0;
+  size_t partial_floats = 0;
+  if (num_threads > 1 && pieces.size() < wanted) {
+    const int splits_wanted = static_cast<int>((wanted + pieces.size() - 1) / pieces.size());
+    const size_t num_base = pieces.size();
+    for (size_t b = 0; b < num_base; ++b) {
+      const attention_workspace::piece_plan base = pieces[b];  // a copy: pieces grows below
+      const int splits = std::min(splits_wanted, base.key_end / min_split_keys);
+      if (splits <= 1) continue;
+      int chunk = (base.key_end + splits - 1) / splits;
+      chunk = (chunk + split_alignment - 1) / split_alignment * split_alignment;
+      attention_workspace::merge_plan merge{base.seq, base.kv_head, base.first_query, base.num_queries, num_partials, 0};
+      pieces[b].key_end = std::min(chunk, base.key_end);
+      pieces[b].partial = num_partials++;
+      for (int32_t begin = chunk; begin < base.key_end; begin += chunk) {
+        pieces.push_back({base.seq, base.kv_head, base.first_query, base.num_queries, begin,
+                          std::min(begin + chunk, base.key_end), num_partials++});
       }
-      for (int i = 0; i < nq; ++i) {
-        float* dst = out + (first_row + i) * ldo + static_cast<int64_t>(item.head) * head_dim;
-        const float inv_sum = 1.0f / running_sum[i];
-        for (int d = 0; d < head_dim; ++d) dst[d] = acc[i * head_dim + d] * inv_sum;
+      merge.num_splits = num_partials - merge.first_partial;
+      merges.push_back(merge);
+    }
+    partial_floats = static_cast<size_t>(max_rows) * (head_dim + 2);
+    if (workspace.partials.size() < partial_floats * num_partials) workspace.partials.resize(partial_floats * num_partials);
+  }
+
+  // Per thread: the kernels' scratch, then max and sum of the rows of a piece that writes out.
+  const size_t scratch_floats = kernels.scratch_floats(head_dim) + 2 * static_cast<size_t>(max_rows);
+  if (workspace.per_thread.size() < scratch_floats * num_threads) workspace.per_thread.resize(scratch_floats * num_threads);
+
+  auto run_piece = [&](const attention_workspace::piece_plan& plan, float* scratch) {
+    const int num_new = batch.query_start[plan.seq + 1] - batch.query_start[plan.seq];
+    const int64_t first_row = batch.query_start[plan.seq] + plan.first_query;
+    const int64_t head_offset = static_cast<int64_t>(plan.kv_head) * group * head_dim;
+    attention_piece piece;
+    piece.q = q + first_row * ldq + head_offset;
+    piece.ldq = ldq;
+    piece.num_queries = plan.num_queries;
+    piece.group = group;
+    piece.head_dim = head_dim;
+    piece.keys = key_pool + plan.kv_head * head_bytes;
+    piece.values = value_pool + plan.kv_head * head_bytes;
+    piece.slot_bytes = slot_bytes;
+    piece.block_table = batch.block_tables.data() + batch.block_table_start[plan.seq];
+    piece.block_size = params.block_size;
+    piece.key_begin = plan.key_begin;
+    piece.key_end = plan.key_end;
+    piece.first_limit = batch.context_lengths[plan.seq] - num_new + plan.first_query + 1;
+    piece.scale = params.scale;
+    const int rows = plan.num_queries * group;
+    attention_partial result;
+    if (plan.partial < 0) {
+      result.acc = out + first_row * ldo + head_offset;
+      result.ld = ldo;
+      result.max = scratch + kernels.scratch_floats(head_dim);
+      result.sum = result.max + rows;
+      result.normalize = true;
+    } else {
+      float* partial = workspace.partials.data() + plan.partial * partial_floats;  // acc [rows, head_dim], max, sum
+      result.acc = partial;
+      result.ld = static_cast<int64_t>(group) * head_dim;
+      result.max = partial + static_cast<size_t>(rows) * head_dim;
+      result.sum = result.max + rows;
+    }
+    const attention_piece_fn kernel =
+        decode_sized(plan.num_queries) ? kernels.decode[kv_index] : kernels.tiled[kv_index];
+    kernel(piece, result, scratch);
+  };
+
+  // Small steps are cheaper on one thread than handed out: below this, a decode token's
+  // attention takes ~20 µs on one core (a 256-token context at 16 heads of 64), about what
+  // waking the other threads costs on a loaded machine.
+  const int64_t num_pieces = static_cast<int64_t>(pieces.size());
+  const int64_t chunk = total_work * head_dim < 256 * 1024 ? num_pieces : 1;
+  pool.parallel_for_dynamic(0, num_pieces, chunk, [&](int64_t begin, int64_t end, int thread_index) {
+    float* scratch = workspace.per_thread.data() + scratch_floats * thread_index;
+    for (int64_t i = begin; i < end; ++i) run_piece(pieces[i], scratch);
+  });
+  if (merges.empty()) return;
+
+  // Merge each split piece's partials: rescale by 2^(max_s - max) and renormalize.
+  pool.parallel_for(0, static_cast<int64_t>(merges.size()), 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t m = begin; m < end; ++m) {
+      const attention_workspace::merge_plan& merge = merges[m];
+      const int rows = merge.num_queries * group;
+      const int64_t first_row = batch.query_start[merge.seq] + merge.first_query;
+      const int64_t head_offset = static_cast<int64_t>(merge.kv_head) * group * head_dim;
+      auto partial = [&](int split) { return workspace.partials.data() + (merge.first_partial + split) * partial_floats; };
+      for (int r = 0; r < rows; ++r) {
+        float row_max = -std::numeric_limits<float>::infinity();
+        for (int s = 0; s < merge.num_splits; ++s) row_max = std::max(row_max, partial(s)[rows * head_dim + r]);
+        float weights[64];  // splits are at most 4 * threads per piece; more go through a second pass
+        float total = 0.0f;
+        float* dst = out + (first_row + r / group) * ldo + head_offset + (r % group) * head_dim;
+        std::fill(dst, dst + head_dim, 0.0f);
+        for (int s0 = 0; s0 < merge.num_splits; s0 += 64) {
+          const int count = std::min(64, merge.num_splits - s0);
+          for (int s = 0; s < count; ++s) {
+            const float* p = partial(s0 + s);
+            const float split_max = p[rows * head_dim + r];
+            weights[s] = split_max == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp2(split_max - row_max);
+            total += weights[s] * p[rows * head_dim + rows + r];
+          }
+          for (int s = 0; s < count; ++s) {
+            if (weights[s] == 0.0f) continue;
+            const float* acc = partial(s0 + s) + r * head_dim;
+            for (int d = 0; d < head_dim; ++d) dst[d] += weights[s] * acc[d];
+          }
+        }
+        const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
+        for (int d = 0; d < head_dim; ++d) dst[d] *= inverse;
       }
     }
   });

@@ -2,6 +2,7 @@
 // called when the CPU reports those features).
 #include <immintrin.h>
 
+#include "backends/cpu/fp8_row_kernels.hpp"
 #include "backends/cpu/row_kernels_impl.hpp"
 
 namespace troupe::cpu {
@@ -9,6 +10,7 @@ namespace {
 
 struct avx2_vec {
   using reg = __m256;
+  static constexpr int pair_acts = 2;  // activation rows beside two weight rows (registers)
   static constexpr int64_t width = 8;
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }
@@ -39,7 +41,11 @@ struct avx2_vec {
 }  // namespace
 
 const row_kernels& avx2_row_kernels() {
-  static const row_kernels table = make_row_kernels<avx2_vec>();
+  static const row_kernels table = [] {
+    row_kernels kernels = with_quant_to_f32(make_row_kernels<avx2_vec>(), avx2_quant_kernels());
+    add_fp8_row_kernels_avx2(kernels);
+    return kernels;
+  }();
   return table;
 }
 

@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "backends/cpu/fp8_row_kernels.hpp"
 #include "backends/cpu/row_kernels_impl.hpp"
 
 namespace troupe::cpu {
@@ -12,6 +13,7 @@ namespace {
 
 struct avx512_vec {
   using reg = __m512;
+  static constexpr int pair_acts = 4;  // activation rows beside two weight rows (registers)
   static constexpr int64_t width = 16;
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
@@ -37,7 +39,11 @@ struct avx512_vec {
 }  // namespace
 
 const row_kernels& avx512_row_kernels() {
-  static const row_kernels table = make_row_kernels<avx512_vec>();
+  static const row_kernels table = [] {
+    row_kernels kernels = with_quant_to_f32(make_row_kernels<avx512_vec>(), avx512_quant_kernels());
+    add_fp8_row_kernels_avx512(kernels);
+    return kernels;
+  }();
   return table;
 }
 

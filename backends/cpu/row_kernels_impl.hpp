@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backends/cpu/quant_kernels.hpp"
 #include "backends/cpu/row_kernels.hpp"
 #include "model/half_float.hpp"
 #include "model/quant/dequantize.hpp"
@@ -107,6 +108,61 @@ inline void dot_tile_q8_0(const float* x, int64_t ldx, const std::byte* w, int64
   for (int j = 0; j < N; ++j) out[j] = V::hsum(V::add(acc[j][0], acc[j][1]));
 }
 
+// dot_tile for two weight rows at once: out0[j] / out1[j] for rows w0 / w1. Each (row, activation)
+// pair keeps dot_tile's two accumulators and order exactly (the same bits), while every
+// activation register now serves two weight rows: batched decode is bound by FMAs, not loads.
+template <class V, class L, int N>
+inline void dot_tile_2rows(const float* x, int64_t ldx, const std::byte* w0, const std::byte* w1, int64_t k,
+                           float* out0, float* out1) {
+  constexpr int64_t W = V::width;
+  typename V::reg acc0[N][2], acc1[N][2];
+  for (int j = 0; j < N; ++j) acc0[j][0] = acc0[j][1] = acc1[j][0] = acc1[j][1] = V::zero();
+  int64_t i = 0;
+  for (; i + 2 * W <= k; i += 2 * W) {
+    for (int u = 0; u < 2; ++u) {
+      const typename V::reg wv0 = L::load(w0, i + u * W);
+      const typename V::reg wv1 = L::load(w1, i + u * W);
+      for (int j = 0; j < N; ++j) {
+        const typename V::reg xv = V::load(x + j * ldx + i + u * W);
+        acc0[j][u] = V::fma(wv0, xv, acc0[j][u]);
+        acc1[j][u] = V::fma(wv1, xv, acc1[j][u]);
+      }
+    }
+  }
+  for (; i + W <= k; i += W) {
+    const typename V::reg wv0 = L::load(w0, i);
+    const typename V::reg wv1 = L::load(w1, i);
+    for (int j = 0; j < N; ++j) {
+      const typename V::reg xv = V::load(x + j * ldx + i);
+      acc0[j][0] = V::fma(wv0, xv, acc0[j][0]);
+      acc1[j][0] = V::fma(wv1, xv, acc1[j][0]);
+    }
+  }
+  float tail0[N] = {}, tail1[N] = {};
+  for (; i < k; ++i) {
+    const float wi0 = L::scalar(w0, i), wi1 = L::scalar(w1, i);
+    for (int j = 0; j < N; ++j) {
+      tail0[j] += wi0 * x[j * ldx + i];
+      tail1[j] += wi1 * x[j * ldx + i];
+    }
+  }
+  for (int j = 0; j < N; ++j) {
+    out0[j] = V::hsum(V::add(acc0[j][0], acc0[j][1])) + tail0[j];
+    out1[j] = V::hsum(V::add(acc1[j][0], acc1[j][1])) + tail1[j];
+  }
+}
+
+template <class V, int N>
+inline void dot_tile_2rows_for(dtype type, const float* x, int64_t ldx, const std::byte* w0, const std::byte* w1,
+                               int64_t k, float* out0, float* out1) {
+  switch (type) {
+    case dtype::f32: return dot_tile_2rows<V, load_f32_weights<V>, N>(x, ldx, w0, w1, k, out0, out1);
+    case dtype::f16: return dot_tile_2rows<V, load_f16_weights<V>, N>(x, ldx, w0, w1, k, out0, out1);
+    case dtype::bf16: return dot_tile_2rows<V, load_bf16_weights<V>, N>(x, ldx, w0, w1, k, out0, out1);
+    default: return;
+  }
+}
+
 template <class V, int N>
 inline void dot_tile_for(dtype type, const float* x, int64_t ldx, const std::byte* w, int64_t k,
                          float* out) {
@@ -128,7 +184,35 @@ inline void dot_rows_strided(dtype type, const float* x, int64_t n, int64_t ldx,
                              const std::byte* w, size_t row_stride, int64_t k, int64_t num_rows,
                              float* y, int64_t ldy) {
   float out[4];
-  for (int64_t r = 0; r < num_rows; ++r) {
+  int64_t r = 0;
+  // Pairs of weight rows against groups of V::pair_acts activation rows (as many as the
+  // registers hold), for the float types; the rest one row at a time, as before.
+  constexpr int A = V::pair_acts;
+  static_assert(A <= 4, "out[] holds 4");
+  if (type == dtype::f32 || type == dtype::f16 || type == dtype::bf16) {
+    float out1[A];
+    for (; r + 2 <= num_rows; r += 2) {
+      const std::byte* row = w + r * row_stride;
+      for (int64_t j0 = 0; j0 < n; j0 += A) {
+        const float* xj = x + j0 * ldx;
+        const int64_t count = n - j0 < A ? n - j0 : A;
+        if (count == A) {
+          dot_tile_2rows_for<V, A>(type, xj, ldx, row, row + row_stride, k, out, out1);
+        } else {
+          int64_t j = 0;
+          for (; j + 2 <= count; j += 2) {
+            dot_tile_2rows_for<V, 2>(type, xj + j * ldx, ldx, row, row + row_stride, k, out + j, out1 + j);
+          }
+          if (j < count) dot_tile_2rows_for<V, 1>(type, xj + j * ldx, ldx, row, row + row_stride, k, out + j, out1 + j);
+        }
+        for (int64_t j = 0; j < count; ++j) {
+          y[(j0 + j) * ldy + r] = out[j];
+          y[(j0 + j) * ldy + r + 1] = out1[j];
+        }
+      }
+    }
+  }
+  for (; r < num_rows; ++r) {
     const std::byte* row = w + r * row_stride;
     for (int64_t j0 = 0; j0 < n; j0 += 4) {
       const float* xj = x + j0 * ldx;
@@ -262,6 +346,15 @@ row_kernels make_row_kernels() {
   table.to_f32[static_cast<int>(dtype::q8_0)] = &q8_0_to_f32_rows<V>;
   table.attention_scores = &attention_scores<V>;
   table.attention_values = &attention_values<V>;
+  return table;
+}
+
+// The quantized types convert through their integer kernels' decoders (quant_kernels.hpp), which
+// give the reference dequantizer's floats bit for bit.
+inline row_kernels with_quant_to_f32(row_kernels table, const quant_kernels& quantized) {
+  for (int i = 0; i < num_dtypes; ++i) {
+    if (quantized.to_f32[i] != nullptr) table.to_f32[i] = quantized.to_f32[i];
+  }
   return table;
 }
 

@@ -1,5 +1,6 @@
 // Portable row kernels: one float at a time, for CPUs without AVX2 and as the tests' reference
 // for the SIMD paths' structure.
+#include "backends/cpu/fp8_row_kernels.hpp"
 #include "backends/cpu/row_kernels_impl.hpp"
 
 namespace troupe::cpu {
@@ -7,6 +8,7 @@ namespace {
 
 struct scalar_vec {
   using reg = float;
+  static constexpr int pair_acts = 4;  // activation rows beside two weight rows (registers)
   static constexpr int64_t width = 1;
   static reg zero() { return 0.0f; }
   static reg load(const float* p) { return *p; }
@@ -24,13 +26,18 @@ struct scalar_vec {
 }  // namespace
 
 const row_kernels& scalar_row_kernels() {
-  static const row_kernels table = make_row_kernels<scalar_vec>();
+  static const row_kernels table = [] {
+    row_kernels kernels = with_quant_to_f32(make_row_kernels<scalar_vec>(), scalar_quant_kernels());
+    add_fp8_row_kernels_scalar(kernels);
+    return kernels;
+  }();
   return table;
 }
 
 const row_kernels& kernels_for(simd_level level) {
   switch (level) {
-    case simd_level::avx512: return avx512_row_kernels();
+    case simd_level::avx512:
+    case simd_level::avx512_vnni: return avx512_row_kernels();  // float kernels need no VNNI
     case simd_level::avx2: return avx2_row_kernels();
     case simd_level::scalar: break;
   }

@@ -16,6 +16,7 @@ std::string_view simd_level_name(simd_level level) {
     case simd_level::scalar: return "scalar";
     case simd_level::avx2: return "avx2";
     case simd_level::avx512: return "avx512";
+    case simd_level::avx512_vnni: return "avx512_vnni";
   }
   return "unknown";
 }
@@ -30,12 +31,15 @@ bool simd_level_supported(simd_level level) {
       return simd_level_supported(simd_level::avx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512dq");
+    case simd_level::avx512_vnni:
+      return simd_level_supported(simd_level::avx512) && __builtin_cpu_supports("avx512vnni");
   }
   return false;
 }
 
 simd_level detected_simd_level() {
   static const simd_level level = [] {
+    if (simd_level_supported(simd_level::avx512_vnni)) return simd_level::avx512_vnni;
     if (simd_level_supported(simd_level::avx512)) return simd_level::avx512;
     if (simd_level_supported(simd_level::avx2)) return simd_level::avx2;
     return simd_level::scalar;

@@ -10,6 +10,7 @@ enum class simd_level {
   scalar,  // portable C++; runs anywhere
   avx2,    // AVX2 + FMA + F16C
   avx512,  // AVX-512 F/BW/VL/DQ (+ the AVX2 set)
+  avx512_vnni,  // the AVX-512 set + VNNI (vpdpbusd: int8 dot products for the quantized types)
 };
 
 std::string_view simd_level_name(simd_level level);

@@ -18,7 +18,7 @@
 #include "model/architecture.hpp"
 #include "model/kv_transfer.hpp"
 #include "model/model_tensors.hpp"
-#include "model/quant/dequantize.hpp"
+#include "model/weight_values.hpp"
 #include "model/rope_frequencies.hpp"
 
 namespace troupe {
@@ -77,7 +77,11 @@ class cuda_model final : public model {
  public:
   cuda_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
              const cuda_options& options)
-      : config_(config), kv_shape_(kv_shape), options_(options), type_(options.activation) {
+      : config_(config),
+        kv_shape_(kv_shape),
+        options_(options),
+        type_(options.activation),
+        kv_type_(options.kv_cache.value_or(options.activation)) {
     validate_config();
     check(cudaSetDevice(options_.device), "cudaSetDevice");
     cudaDeviceProp properties{};
@@ -133,7 +137,8 @@ class cuda_model final : public model {
   const model_config& config() const override { return config_; }
   kv_cache_shape kv_shape() const override { return kv_shape_; }
   std::string backend_name() const override {
-    return "cuda:" + std::to_string(options_.device) + " " + device_name_ + " (" + std::string(dtype_name(type_)) + ")";
+    return "cuda:" + std::to_string(options_.device) + " " + device_name_ + " (" + std::string(dtype_name(type_)) +
+           ", KV " + std::string(dtype_name(kv_type_)) + ")";
   }
 
   void forward(const forward_batch& batch, float* logits) override {
@@ -177,11 +182,11 @@ class cuda_model final : public model {
     }
   }
 
-  dtype kv_dtype() const override { return type_; }
+  dtype kv_dtype() const override { return kv_type_; }
 
   std::optional<device_kv_pool> kv_pool_on_device() const override {
     return device_kv_pool{options_.device, kv_pool_.get(), config_.num_layers, kv_shape_.num_blocks, kv_layer_bytes(1),
-                          type_};
+                          kv_type_};
   }
 
   // Device-to-host per contiguous run (one block of one side of one layer), then the conversion
@@ -197,11 +202,12 @@ class cuda_model final : public model {
     check_kv_transfer(config_, kv_shape_, block_ids, header, out.size(), kv_transfer_direction::export_from_pool);
     check(cudaSetDevice(options_.device), "cudaSetDevice");
     const size_t run_elements = kv_block_elements(header);
-    const size_t run_bytes = run_elements * dtype_size(type_);
+    const size_t run_bytes = kv_bytes(kv_type_, run_elements);
+    const size_t span_elements = run_elements * block_ids.size() * 2 * num_layers;
     std::vector<std::byte> staging;  // [span] in the pool's dtype, only when a conversion follows
     std::byte* target = out.data();
-    if (element != type_) {
-      staging.resize(out.size() / kv_element_bytes(element) * dtype_size(type_));
+    if (element != kv_type_) {
+      staging.resize(kv_bytes(kv_type_, span_elements));
       target = staging.data();
     }
     for (int layer = first_layer; layer < first_layer + num_layers; ++layer) {
@@ -215,9 +221,7 @@ class cuda_model final : public model {
       }
     }
     check(cudaStreamSynchronize(kv_copy_stream_), "export KV");
-    if (element != type_) {
-      convert_kv_elements(type_, staging.data(), element, out.data(), staging.size() / dtype_size(type_));
-    }
+    if (element != kv_type_) convert_kv_elements(kv_type_, staging.data(), element, out.data(), span_elements);
   }
 
   void import_kv(std::span<const int32_t> block_ids, const kv_span_header& header,
@@ -225,13 +229,13 @@ class cuda_model final : public model {
     check_kv_transfer(config_, kv_shape_, block_ids, header, data.size(), kv_transfer_direction::import_into_pool);
     check(cudaSetDevice(options_.device), "cudaSetDevice");
     const size_t run_elements = kv_block_elements(header);
-    const size_t run_bytes = run_elements * dtype_size(type_);
+    const size_t run_bytes = kv_bytes(kv_type_, run_elements);
     std::vector<std::byte> staging;  // [span] converted to the pool's dtype
     const std::byte* source = data.data();
-    if (header.element != type_) {
-      const size_t count = data.size() / kv_element_bytes(header.element);
-      staging.resize(count * dtype_size(type_));
-      convert_kv_elements(header.element, data.data(), type_, staging.data(), count);
+    if (header.element != kv_type_) {
+      const size_t count = run_elements * block_ids.size() * 2 * header.num_layers;
+      staging.resize(kv_bytes(kv_type_, count));
+      convert_kv_elements(header.element, data.data(), kv_type_, staging.data(), count);
       source = staging.data();
     }
     for (int layer = header.first_layer; layer < header.first_layer + header.num_layers; ++layer) {
@@ -375,6 +379,7 @@ class cuda_model final : public model {
       throw std::runtime_error("cuda model: activation dtype " + std::string(dtype_name(type_)) +
                                " is not supported (expected f32, f16 or bf16)");
     }
+    check_kv_element(kv_type_, c.head_dim);  // q8_0 needs head_dim % 32 == 0
     if (kv_shape_.block_size <= 0 || kv_shape_.num_blocks < 0) {
       throw std::runtime_error("cuda model: kv block_size must be > 0 and num_blocks >= 0");
     }
@@ -399,14 +404,16 @@ class cuda_model final : public model {
 
   // Converts `tensor` into the activation dtype at `destination` (device).
   void upload_into(void* destination, const weight_tensor& tensor) {
-    if (tensor.type == type_) {
+    if (tensor.type == type_ && tensor.plain()) {
       check(cudaMemcpy(destination, tensor.data, tensor.num_bytes, cudaMemcpyHostToDevice), "upload weight");
       return;
     }
-    if (tensor.type != dtype::f32 && tensor.type != dtype::f16 && tensor.type != dtype::bf16 && tensor.type != dtype::q8_0) {
-      // A weight type without a device dequantizer yet: decoded to f32 on the host first.
+    if ((tensor.type != dtype::f32 && tensor.type != dtype::f16 && tensor.type != dtype::bf16 && tensor.type != dtype::q8_0) ||
+        !tensor.plain()) {
+      // A weight type without a device dequantizer yet, or a checkpoint's row scales or act-order
+      // columns: decoded to f32 values on the host first.
       std::vector<float> decoded(static_cast<size_t>(tensor.num_elements()));
-      quant::dequantize_row(tensor.type, tensor.data, decoded.data(), tensor.num_elements());
+      weight_rows_f32(tensor, 0, tensor.rows(), decoded.data());
       if (staging_.size() < decoded.size() * 4) staging_.allocate(decoded.size() * 4);
       check(cudaMemcpy(staging_.get(), decoded.data(), decoded.size() * 4, cudaMemcpyHostToDevice), "upload weight");
       cuda::convert(staging_.get(), dtype::f32, destination, type_, tensor.num_elements(), stream_);
@@ -468,8 +475,8 @@ class cuda_model final : public model {
   // ---- KV pool ----
 
   size_t kv_layer_bytes(int num_blocks) const {
-    return static_cast<size_t>(num_blocks) * kv_shape_.block_size * config_.num_kv_heads * config_.head_dim *
-           dtype_size(type_);
+    return static_cast<size_t>(num_blocks) * kv_shape_.block_size *
+           kv_bytes(kv_type_, static_cast<size_t>(config_.num_kv_heads) * config_.head_dim);
   }
 
   void allocate_kv_pool() {
@@ -594,6 +601,7 @@ class cuda_model final : public model {
   void validate_batch(const forward_batch& b) const {
     const int n = b.num_tokens(), seqs = b.num_seqs();
     auto fail = [](const std::string& what) { throw std::runtime_error("cuda model forward: " + what); };
+    if (!b.hidden_rows.empty()) fail("hidden states (embeddings) are computed on the CPU backend only, for now");
     if (static_cast<int>(b.positions.size()) != n || static_cast<int>(b.slot_mapping.size()) != n) {
       fail("positions and slot_mapping must have one entry per token (" + std::to_string(n) + ")");
     }
@@ -685,6 +693,8 @@ class cuda_model final : public model {
     whole.num_kv_heads = c.num_kv_heads;
     whole.head_dim = c.head_dim;
     whole.block_size = kv_shape_.block_size;
+    whole.kv_slot_bytes = static_cast<int64_t>(kv_bytes(kv_type_, static_cast<size_t>(c.num_kv_heads) * c.head_dim));
+    whole.kv_head_bytes = static_cast<int64_t>(kv_bytes(kv_type_, static_cast<size_t>(c.head_dim)));
     whole.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     if (plan.num_splits > 1) {
       const size_t partial_rows =
@@ -758,11 +768,11 @@ class cuda_model final : public model {
         const char* k = static_cast<const char*>(qkv) + static_cast<size_t>(q_width) * dtype_size(type_);
         const char* v = k + static_cast<size_t>(kv_width) * dtype_size(type_);
         cuda::kv_cache_store(k, v, qkv_width, slots + r0, k_cache(i), v_cache(i), n, c.num_kv_heads, c.head_dim,
-                             type_, s);
+                             type_, kv_type_, s);
         if (layer_events) check(cudaEventRecord(layer_kv_event(i, static_cast<int>(p)), s), "cudaEventRecord");
         lane.attention.k_cache = k_cache(i);
         lane.attention.v_cache = v_cache(i);
-        cuda::paged_attention(lane.attention, type_, s);
+        cuda::paged_attention(lane.attention, type_, kv_type_, s);
         lane.mm->run(row_of(attn_out_, r0, q_width), l.o.get(), nullptr, block_out, n, q_width, hidden, type_, type_, s);
         cuda::rms_norm(block_out, residual, l.post_attn_norm.get(), normed, n, hidden, eps, type_, s);
         lane.mm->run(normed, l.gate_up.get(), nullptr, row_of(gate_up_, r0, 2 * inter), n, hidden, 2 * inter, type_,
@@ -811,6 +821,7 @@ class cuda_model final : public model {
   kv_cache_shape kv_shape_;
   cuda_options options_;
   dtype type_;
+  dtype kv_type_;  // the KV pool's element type
   std::string device_name_;
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;

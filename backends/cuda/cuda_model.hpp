@@ -5,6 +5,7 @@
 // bucket; other steps run kernel by kernel. Both go through model::forward.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "model/dtype.hpp"
@@ -16,7 +17,10 @@ namespace troupe {
 
 struct cuda_options {
   int device = 0;
-  dtype activation = dtype::bf16;       // f32, f16 or bf16: weights, activations and the KV pool
+  dtype activation = dtype::bf16;       // f32, f16 or bf16: weights and activations
+  // The KV pool's element type (f32, f16, bf16, q8_0 with head_dim % 32 == 0, fp8_e4m3); none:
+  // the activation dtype.
+  std::optional<dtype> kv_cache;
   float gpu_memory_utilization = 0.9f;  // share of the GPU's memory the model may hold (KV sizing)
   bool cuda_graphs = true;              // replay captured graphs for decode steps
   int max_graph_batch = 256;            // decode batches above this run kernel by kernel

@@ -37,11 +37,14 @@ void rope(void* qkv, int64_t row_stride, const int32_t* positions, const float* 
 // gate_up [rows, 2 * inter], out [rows, inter]
 void silu_and_mul(const void* gate_up, void* out, int rows, int inter, dtype type, cudaStream_t stream);
 
-// Writes each token's K and V heads to its slot of the paged pools (slot < 0: padding, skipped).
+// Writes each token's K and V heads to its slot of the paged pools (slot < 0: padding, skipped),
+// converted from the activation type `type` to the pool's `kv_type` (f32, f16, bf16, q8_0 with
+// head_dim % 32 == 0, fp8_e4m3; backends/cuda/kv_types.cuh).
 // k, v rows [num_tokens, num_kv_heads * head_dim], row_stride elements apart;
 // k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim]; slot_mapping [num_tokens]
 void kv_cache_store(const void* k, const void* v, int64_t row_stride, const int64_t* slot_mapping, void* k_cache,
-                    void* v_cache, int num_tokens, int num_kv_heads, int head_dim, dtype type, cudaStream_t stream);
+                    void* v_cache, int num_tokens, int num_kv_heads, int head_dim, dtype type, dtype kv_type,
+                    cudaStream_t stream);
 
 // Greedy sampling: out[r] = the first index of the largest value of logits row r.
 // logits [rows, vocab] f32, out [rows]

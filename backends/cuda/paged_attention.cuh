@@ -2,7 +2,8 @@
 // Paged attention kernels (see paged_attention.hpp for the work decomposition).
 //
 // One CTA computes `rows_per_cta` query rows against one kv head over one split of the context,
-// flash-attention style: K/V tiles of 32 tokens are gathered from their pages into shared memory,
+// flash-attention style: K/V tiles of 32 tokens are gathered from their pages (in the pool's KV
+// dtype, converted to f32 on the way: kv_types.cuh) into shared memory,
 // scores and an online softmax (base 2, scale folded into q) update an f32 accumulator that also
 // lives in shared memory, so head_dim and the row count stay run-time values without register
 // arrays indexed at run time. Causality: a new token at index i of a sequence with q_len new
@@ -11,6 +12,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_types.cuh"
+#include "backends/cuda/kv_types.cuh"
 #include "backends/cuda/paged_attention.hpp"
 
 namespace troupe::cuda {
@@ -25,7 +27,7 @@ inline size_t paged_attention_smem_bytes(int rows, int head_dim) {
   return floats * sizeof(float) + 2 * rows * sizeof(int);
 }
 
-template <typename T>
+template <typename T, typename KV>
 __global__ void __launch_bounds__(attention_threads) paged_attention_kernel(paged_attention_params p) {
   extern __shared__ float smem[];
   constexpr int tile = attention_tile;
@@ -82,9 +84,9 @@ __global__ void __launch_bounds__(attention_threads) paged_attention_kernel(page
   const int kv_end = min(min(context, kv_begin + chunk), cta_limit);
   __syncthreads();
 
-  const T* k_cache = static_cast<const T*>(p.k_cache);
-  const T* v_cache = static_cast<const T*>(p.v_cache);
-  constexpr int vec = 16 / sizeof(T);  // elements per 16-byte load
+  const char* k_cache = static_cast<const char*>(p.k_cache);
+  const char* v_cache = static_cast<const char*>(p.v_cache);
+  constexpr int vec = 8;  // elements per load: 8 of any KV type (16 bytes of f16, 8 of fp8, ...)
   const int vecs_per_token = head_dim / vec;
   const int warp = tid / 32, lane = tid % 32, num_warps = blockDim.x / 32;
 
@@ -96,16 +98,9 @@ __global__ void __launch_bounds__(attention_threads) paged_attention_kernel(page
       float k_values[vec], v_values[vec];
       if (t < kv_end) {
         const int64_t slot = static_cast<int64_t>(block_table[t / p.block_size]) * p.block_size + t % p.block_size;
-        const int64_t offset = (slot * p.num_kv_heads + kv_head) * head_dim + part * vec;
-        const uint4 k_raw = *reinterpret_cast<const uint4*>(k_cache + offset);
-        const uint4 v_raw = *reinterpret_cast<const uint4*>(v_cache + offset);
-        const T* k_elems = reinterpret_cast<const T*>(&k_raw);
-        const T* v_elems = reinterpret_cast<const T*>(&v_raw);
-#pragma unroll
-        for (int j = 0; j < vec; ++j) {
-          k_values[j] = to_float(k_elems[j]);
-          v_values[j] = to_float(v_elems[j]);
-        }
+        const int64_t row = slot * p.kv_slot_bytes + static_cast<int64_t>(kv_head) * p.kv_head_bytes;
+        kv_access<KV>::load8(k_cache + row, part * vec, k_values);
+        kv_access<KV>::load8(v_cache + row, part * vec, v_values);
       } else {
 #pragma unroll
         for (int j = 0; j < vec; ++j) k_values[j] = v_values[j] = 0.0f;

@@ -23,8 +23,10 @@ namespace troupe::cuda {
 struct paged_attention_params {
   const void* q = nullptr;  // [num_tokens, q_row_stride], head h at h * head_dim
   int64_t q_row_stride = 0;
-  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  const void* v_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] of the KV dtype
+  const void* v_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] of the KV dtype
+  int64_t kv_slot_bytes = 0;      // one token's row of every kv head: row_bytes(kv dtype, num_kv_heads * head_dim)
+  int64_t kv_head_bytes = 0;      // one kv head's row: row_bytes(kv dtype, head_dim)
   void* out = nullptr;            // [num_tokens, num_heads * head_dim]
 
   const int32_t* query_start = nullptr;        // [num_seqs + 1]
@@ -65,6 +67,7 @@ paged_attention_plan plan_paged_attention(const std::vector<int32_t>& query_star
 // Floats of workspace (partial_out + partial_max + partial_sum) a plan needs.
 size_t paged_attention_workspace_floats(const paged_attention_plan& plan, int num_kv_heads, int head_dim);
 
-void paged_attention(const paged_attention_params& params, dtype type, cudaStream_t stream);
+// `type`: q and out (the activation dtype); `kv_type`: the pools' (f32, f16, bf16, q8_0, fp8_e4m3).
+void paged_attention(const paged_attention_params& params, dtype type, dtype kv_type, cudaStream_t stream);
 
 }  // namespace troupe::cuda

@@ -19,6 +19,7 @@ choice_output piece_of(const text_delta& d) {
   piece.text = d.text;
   piece.token_ids = d.delta.token_ids;
   piece.logprobs = d.delta.logprobs;
+  piece.embedding = d.delta.embedding;
   // "abort" never reaches a client that is still there; OpenAI knows only stop and length.
   if (d.delta.finished()) piece.finish_reason = d.delta.finish == finish_reason::length ? "length" : "stop";
   return piece;
@@ -27,15 +28,49 @@ choice_output piece_of(const text_delta& d) {
 }  // namespace
 
 generation_session::generation_session(openai_request request, int64_t first_request_id, int64_t created,
-                                       token_text_fn token_text)
+                                       token_text_fn token_text, std::optional<output_parsing> parsing)
+    : generation_session(request, first_request_id,
+                         std::make_unique<openai_response_builder>(request, response_id(request, first_request_id), created,
+                                                                   std::move(token_text), parsing ? &*parsing : nullptr,
+                                                                   static_cast<uint64_t>(first_request_id)),
+                         parsing) {}
+
+generation_session::generation_session(openai_request request, int64_t first_request_id,
+                                       std::unique_ptr<response_writer> writer, std::optional<output_parsing> parsing)
     : request_(std::move(request)),
       first_request_id_(first_request_id),
-      builder_(request_, response_id(request_, first_request_id), created, std::move(token_text)),
+      writer_(std::move(writer)),
       outputs_(static_cast<size_t>(request_.num_choices())),
+      called_(outputs_.size(), false),
       started_(outputs_.size(), false),
       finished_(outputs_.size(), false),
       prompt_tokens_(outputs_.size(), 0),
-      completion_tokens_(outputs_.size(), 0) {}
+      completion_tokens_(outputs_.size(), 0) {
+  if (parsing) {
+    for (size_t i = 0; i < outputs_.size(); ++i) parsers_.emplace_back(*parsing);
+  }
+  if (request_.echo) {
+    // echo: each choice's text begins with its prompt's (text prompts; ids have no text here).
+    for (int choice = 0; choice < num_choices(); ++choice) {
+      const auto& prompt = request_.prompts[static_cast<size_t>(choice / request_.n)];
+      echo_.push_back(prompt.kind == prompt_kind::text ? prompt.text : std::string());
+      writer_->text_before(choice, echo_.back());
+    }
+  }
+}
+
+void generation_session::read_back(int choice, choice_output& piece, bool finished) {
+  const auto c = static_cast<size_t>(choice);
+  if (!parsers_.empty()) {
+    parsed_output parsed = parsers_[c].push(piece.text);
+    if (finished) parsed.append(parsers_[c].finish());
+    piece.text = std::move(parsed.content);
+    piece.reasoning = std::move(parsed.reasoning);
+    piece.tool_calls = std::move(parsed.tool_calls);
+    if (!piece.tool_calls.empty()) called_[c] = true;
+  }
+  if (finished && called_[c] && piece.finish_reason == "stop") piece.finish_reason = "tool_calls";
+}
 
 int64_t generation_session::request_id(int choice) const {
   return request_admission::nth_id(first_request_id_, choice);
@@ -51,7 +86,6 @@ std::vector<tokenize_request> generation_session::engine_requests() const {
     job.kind = prompt.kind;
     job.prompt = prompt.text;
     job.prompt_token_ids = prompt.token_ids;
-    job.messages = prompt.messages;
     job.sampling = request_.sampling;
     if (job.sampling.seed) job.sampling.seed = *job.sampling.seed + static_cast<uint64_t>(sample);
     out.push_back(std::move(job));
@@ -91,6 +125,7 @@ void generation_session::apply(engine_event event) {
   all.text += piece.text;
   all.token_ids.insert(all.token_ids.end(), piece.token_ids.begin(), piece.token_ids.end());
   all.logprobs.insert(all.logprobs.end(), piece.logprobs.begin(), piece.logprobs.end());
+  if (!piece.embedding.empty()) all.embedding = std::move(piece.embedding);
   if (piece.finish_reason) all.finish_reason = piece.finish_reason;
 }
 
@@ -119,24 +154,36 @@ std::string generation_session::take_stream_text() {
   for (auto& event : unsent_) {
     const auto& d = std::get<text_delta>(event.what);
     choice_output piece = piece_of(d);
-    // Deltas with neither text nor an end (a token still inside a UTF-8 sequence, or a stop
-    // string being matched) make no chunk unless logprobs want their tokens.
-    if (piece.text.empty() && !piece.finish_reason && (request_.logprobs < 0 || piece.token_ids.empty())) continue;
-    out += sse::event(dump_json(builder_.chunk(event.choice, piece)));
+    if (!echo_.empty() && !echo_[static_cast<size_t>(event.choice)].empty()) {
+      piece.text = std::exchange(echo_[static_cast<size_t>(event.choice)], std::string()) + piece.text;
+    }
+    read_back(event.choice, piece, d.delta.finished());
+    // Deltas with nothing to show and no end (a token still inside a UTF-8 sequence, a stop
+    // string or a tool call being matched) make no chunk unless logprobs want their tokens.
+    if (piece.text.empty() && piece.reasoning.empty() && piece.tool_calls.empty() && !piece.finish_reason &&
+        (request_.logprobs < 0 || piece.token_ids.empty())) {
+      continue;
+    }
+    out += writer_->events(event.choice, piece);
   }
   unsent_.clear();
   if (failure_) {
-    out += sse::event(failure_->to_json());
-    out += sse::done;
+    out += writer_->failure(*failure_);
     stream_ended_ = true;
   } else if (all_finished()) {
-    if (request_.include_usage) out += sse::event(dump_json(builder_.usage_chunk(usage())));
-    out += sse::done;
+    out += writer_->end(usage());
     stream_ended_ = true;
   }
   return out;
 }
 
-std::string generation_session::full_body() { return dump_json(builder_.full_response(outputs_, usage())); }
+std::string generation_session::full_body() {
+  for (int choice = 0; choice < num_choices(); ++choice) {
+    auto& all = outputs_[static_cast<size_t>(choice)];
+    if (!echo_.empty()) all.text = echo_[static_cast<size_t>(choice)] + all.text;
+    read_back(choice, all, /*finished=*/true);
+  }
+  return writer_->body(outputs_, usage());
+}
 
 }  // namespace troupe

@@ -5,6 +5,7 @@
 // connection thread at a time.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -14,6 +15,7 @@
 #include "doors/http/openai_request.hpp"
 #include "doors/http/openai_response.hpp"
 #include "stages/messages.hpp"
+#include "text/chat_output_parser.hpp"
 
 namespace troupe {
 
@@ -24,7 +26,13 @@ struct engine_event {
 
 class generation_session {
  public:
-  generation_session(openai_request request, int64_t first_request_id, int64_t created, token_text_fn token_text);
+  // parsing: how a chat's output is read back into reasoning, content and tool calls (see
+  // doors/http/chat_plan.hpp); none: the text is the content as it is.
+  generation_session(openai_request request, int64_t first_request_id, int64_t created, token_text_fn token_text,
+                     std::optional<output_parsing> parsing = std::nullopt);
+  // The same, the response worded by `writer` (another API's: anthropic_response.hpp).
+  generation_session(openai_request request, int64_t first_request_id, std::unique_ptr<response_writer> writer,
+                     std::optional<output_parsing> parsing);
 
   // The engine requests to submit, one per choice (seed + j for the j-th sample of a prompt).
   std::vector<tokenize_request> engine_requests() const;
@@ -51,12 +59,18 @@ class generation_session {
 
  private:
   usage_counts usage() const;
+  // The choice's text as the API shows it: parsed when the chat is, its finish reason
+  // "tool_calls" when it made calls and stopped by itself.
+  void read_back(int choice, choice_output& piece, bool finished);
 
   openai_request request_;
   int64_t first_request_id_;
-  openai_response_builder builder_;
+  std::unique_ptr<response_writer> writer_;
   std::vector<choice_output> outputs_;       // [choices]: everything so far (not streaming)
   std::vector<engine_event> unsent_;         // streaming: applied, not yet in take_stream_text
+  std::vector<chat_output_parser> parsers_;  // [choices] when the output is parsed, else empty
+  std::vector<bool> called_;                 // [choices]: a tool call was made
+  std::vector<std::string> echo_;            // [choices] with echo: the prompt text not yet sent
   std::vector<bool> started_, finished_;     // [choices]
   std::vector<int> prompt_tokens_, completion_tokens_;  // [choices], from the final delta
   speculative_tally speculative_;                       // the finished choices', summed

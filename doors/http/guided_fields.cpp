@@ -8,21 +8,17 @@ namespace {
   throw guided_field_error{param, "'" + param + "': " + problem};
 }
 
-// The schema at `path` in the body, with its keys in the client's order.
-std::string ordered_schema_text(std::string_view body, std::initializer_list<const char*> path) {
-  const nlohmann::ordered_json root = nlohmann::ordered_json::parse(body.begin(), body.end());
-  const nlohmann::ordered_json* node = &root;
-  for (const char* key : path) node = &node->at(key);
-  return node->dump();
+// The schema's text, its keys in the client's order.
+std::string schema_text(const nlohmann::ordered_json& schema) {
+  return schema.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace
 
-guided_decoding read_guided_fields(const guided_fields& f, std::string_view body, size_t max_string_bytes,
-                                   std::string& param) {
+guided_decoding read_guided_fields(const guided_fields& f, size_t max_string_bytes, std::string& param) {
   guided_decoding g;
   int num_asked = 0;
-  if (const nlohmann::json* v = f.response_format) {
+  if (const nlohmann::ordered_json* v = f.response_format) {
     if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string()) {
       fail("response_format", "expected an object with a \"type\": \"text\", \"json_object\" or \"json_schema\"");
     }
@@ -47,33 +43,33 @@ guided_decoding read_guided_fields(const guided_fields& f, std::string_view body
         fail("response_format.json_schema.schema", "expected a JSON schema (an object)");
       }
       g.kind = guided_kind::json_schema;
-      g.source = ordered_schema_text(body, {"response_format", "json_schema", "schema"});
+      g.source = schema_text((*it)["schema"]);
       param = "response_format";
       ++num_asked;
     } else if (type != "text") {
       fail("response_format.type", "\"" + type + "\" is not one of \"text\", \"json_object\", \"json_schema\"");
     }
   }
-  if (const nlohmann::json* v = f.guided_json) {
+  if (const nlohmann::ordered_json* v = f.guided_json) {
     g.kind = guided_kind::json_schema;
     if (v->is_string()) {
       g.source = v->get<std::string>();
     } else if (v->is_object()) {
-      g.source = ordered_schema_text(body, {"guided_json"});
+      g.source = schema_text(*v);
     } else {
       fail("guided_json", "expected a JSON schema (an object, or its text)");
     }
     param = "guided_json";
     ++num_asked;
   }
-  if (const nlohmann::json* v = f.guided_regex) {
+  if (const nlohmann::ordered_json* v = f.guided_regex) {
     if (!v->is_string()) fail("guided_regex", "expected a string");
     g.kind = guided_kind::regex;
     g.source = v->get<std::string>();
     param = "guided_regex";
     ++num_asked;
   }
-  if (const nlohmann::json* v = f.guided_choice) {
+  if (const nlohmann::ordered_json* v = f.guided_choice) {
     if (!v->is_array()) fail("guided_choice", "expected an array of strings");
     g.kind = guided_kind::choice;
     for (size_t i = 0; i < v->size(); ++i) {

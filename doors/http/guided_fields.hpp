@@ -4,7 +4,7 @@
 // {"name", "schema", "strict", "description"}}) and vLLM's extra fields `guided_json` (a schema,
 // as an object or as JSON text), `guided_regex` and `guided_choice`. At most one of them may ask
 // for a constraint. The schema keeps the order of its properties as the client wrote them (the
-// output lists them in that order), so it is taken from the body text itself.
+// output lists them in that order): the body is read into ordered JSON.
 
 #include <stdexcept>
 #include <string>
@@ -22,15 +22,14 @@ struct guided_field_error {
 };
 
 struct guided_fields {
-  const nlohmann::json* response_format = nullptr;
-  const nlohmann::json* guided_json = nullptr;
-  const nlohmann::json* guided_regex = nullptr;
-  const nlohmann::json* guided_choice = nullptr;
+  const nlohmann::ordered_json* response_format = nullptr;
+  const nlohmann::ordered_json* guided_json = nullptr;
+  const nlohmann::ordered_json* guided_regex = nullptr;
+  const nlohmann::ordered_json* guided_choice = nullptr;
 };
 
 // `param` is set to the field that asked for the constraint (for the doors' error messages).
 // Throws guided_field_error.
-guided_decoding read_guided_fields(const guided_fields& fields, std::string_view body, size_t max_string_bytes,
-                                   std::string& param);
+guided_decoding read_guided_fields(const guided_fields& fields, size_t max_string_bytes, std::string& param);
 
 }  // namespace troupe

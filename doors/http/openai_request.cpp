@@ -7,105 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "doors/http/guided_fields.hpp"
+#include "doors/http/request_fields.hpp"
 #include "grammar/guided_grammar.hpp"
 
 namespace troupe {
 
 namespace {
 
-using json = nlohmann::json;
-
-// Thrown inside the parser only; turned into the api_error at its boundary.
-struct parameter_error {
-  api_error error;
-};
-
-[[noreturn]] void fail(const std::string& param, const std::string& problem) {
-  throw parameter_error{bad_parameter(param, "'" + param + "': " + problem)};
-}
-
-const char* type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    default: return "something else";
-  }
-}
-
-[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json& v) {
-  fail(param, std::string("expected ") + expected + ", got " + type_name(v));
-}
-
-std::string read_string(const json& v, const std::string& param, size_t max_bytes) {
-  if (!v.is_string()) wrong_type(param, "a string", v);
-  const auto& s = v.get_ref<const std::string&>();
-  if (s.size() > max_bytes) fail(param, "longer than " + std::to_string(max_bytes) + " bytes");
-  return s;
-}
-
-int64_t read_int(const json& v, const std::string& param, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer()) wrong_type(param, "an integer", v);
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    fail(param, "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  const int64_t value = v.get<int64_t>();
-  if (value < lo || value > hi) {
-    fail(param, std::to_string(value) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  return value;
-}
-
-bool read_bool(const json& v, const std::string& param) {
-  if (!v.is_boolean()) wrong_type(param, "a boolean", v);
-  return v.get<bool>();
-}
-
-std::vector<int32_t> read_token_ids(const json& v, const std::string& param, size_t max_count) {
-  if (!v.is_array()) wrong_type(param, "an array of token ids", v);
-  if (v.size() > max_count) fail(param, "more than " + std::to_string(max_count) + " token ids");
-  std::vector<int32_t> ids;
-  ids.reserve(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    ids.push_back(static_cast<int32_t>(
-        read_int(v[i], param + "[" + std::to_string(i) + "]", 0, std::numeric_limits<int32_t>::max())));
-  }
-  return ids;
-}
-
-// The fields of the request object, taken one by one; what is left over is unknown.
-class request_fields {
- public:
-  // `where` prefixes the names of unknown fields ("messages[2]").
-  explicit request_fields(const json& body, std::string where = {}) : where_(std::move(where)) {
-    for (auto it = body.begin(); it != body.end(); ++it) fields_.emplace(it.key(), &it.value());
-  }
-
-  // null counts as "not given", as OpenAI's API takes it.
-  const json* take(const std::string& key) {
-    auto it = fields_.find(key);
-    if (it == fields_.end()) return nullptr;
-    const json* value = it->second;
-    fields_.erase(it);
-    return value->is_null() ? nullptr : value;
-  }
-
-  void reject_unknown() const {
-    if (!fields_.empty()) {
-      const std::string param = where_.empty() ? fields_.begin()->first : where_ + "." + fields_.begin()->first;
-      throw parameter_error{bad_parameter(param, "'" + param + "': unrecognized request argument")};
-    }
-  }
-
- private:
-  std::map<std::string, const json*> fields_;
-  std::string where_;
-};
+using namespace request_json;
 
 std::string read_content(const json& v, const std::string& param, const protocol_limits& limits) {
   if (v.is_string()) return read_string(v, param, limits.max_string_bytes);
@@ -130,39 +39,188 @@ std::string read_content(const json& v, const std::string& param, const protocol
   return text;
 }
 
-std::vector<chat_message> read_messages(const json& v, const protocol_limits& limits) {
+// An assistant turn's tool_calls as templates read them: the arguments, which OpenAI carries as
+// JSON text, become the object they spell (templates write them with tojson); text that is not an
+// object stays a string.
+json read_tool_calls(const json& v, const std::string& where, std::vector<std::string>& ignored) {
+  if (!v.is_array()) wrong_type(where, "an array of tool calls", v);
+  json calls = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    if (!v[i].is_object()) wrong_type(at, "a tool call object", v[i]);
+    request_fields fields(v[i], ignored, at);
+    json call = json::object();
+    const json* id = fields.take("id");
+    call["id"] = id ? read_string(*id, at + ".id", 256) : "call_" + std::to_string(i);
+    if (const json* type = fields.take("type"); type && read_string(*type, at + ".type", 64) != "function") {
+      fail(at + ".type", "only \"function\" tool calls are supported");
+    }
+    call["type"] = "function";
+    const json* function = fields.take("function");
+    if (!function) fail(at + ".function", "missing");
+    if (!function->is_object()) wrong_type(at + ".function", "an object", *function);
+    request_fields inner(*function, ignored, at + ".function");
+    const json* name = inner.take("name");
+    if (!name) fail(at + ".function.name", "missing");
+    json out = json::object();
+    out["name"] = read_string(*name, at + ".function.name", 256);
+    const json* arguments = inner.take("arguments");
+    if (!arguments) {
+      out["arguments"] = json::object();
+    } else if (arguments->is_string()) {
+      const std::string& text = arguments->get_ref<const std::string&>();
+      json parsed = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+      out["arguments"] = parsed.is_object() ? std::move(parsed) : *arguments;
+    } else if (arguments->is_object()) {
+      out["arguments"] = *arguments;
+    } else {
+      wrong_type(at + ".function.arguments", "a string of JSON", *arguments);
+    }
+    call["function"] = std::move(out);
+    calls.push_back(std::move(call));
+  }
+  return calls;
+}
+
+json read_messages(const json& v, const protocol_limits& limits, std::vector<std::string>& ignored) {
   if (!v.is_array()) wrong_type("messages", "an array", v);
   if (v.empty()) fail("messages", "is empty");
   if (v.size() > limits.max_messages) fail("messages", "more than " + std::to_string(limits.max_messages) + " entries");
   static const std::set<std::string> roles = {"system", "developer", "user", "assistant", "tool"};
-  std::vector<chat_message> messages;
-  messages.reserve(v.size());
+  json messages = json::array();
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!v[i].is_object()) wrong_type(where, "an object", v[i]);
-    request_fields fields(v[i], where);
-    chat_message message;
+    request_fields fields(v[i], ignored, where);
+    json message = json::object();
     const json* role = fields.take("role");
     if (!role) fail(where + ".role", "missing");
-    message.role = read_string(*role, where + ".role", 64);
-    if (!roles.count(message.role)) {
-      fail(where + ".role", "unknown role \"" + message.role + "\" (system, developer, user, assistant or tool)");
-    }
+    const std::string r = read_string(*role, where + ".role", 64);
+    if (!roles.count(r)) fail(where + ".role", "unknown role \"" + r + "\" (system, developer, user, assistant or tool)");
+    message["role"] = r;
     const json* content = fields.take("content");
+    const json* tool_calls = r == "assistant" ? fields.take("tool_calls") : nullptr;
     if (content) {
-      message.content = read_content(*content, where + ".content", limits);
-    } else if (message.role != "assistant") {
+      message["content"] = read_content(*content, where + ".content", limits);
+    } else if (r == "assistant") {
+      message["content"] = "";  // a turn that only called tools: templates test and concatenate it
+    } else {
       fail(where + ".content", "missing");
     }
-    (void)fields.take("name");  // speaker names do not reach the templates of these models
-    (void)fields.take("tool_call_id");
-    fields.reject_unknown();
+    if (const json* name = fields.take("name")) message["name"] = read_string(*name, where + ".name", 256);
+    if (tool_calls) message["tool_calls"] = read_tool_calls(*tool_calls, where + ".tool_calls", ignored);
+    if (r == "tool") {
+      if (const json* id = fields.take("tool_call_id")) message["tool_call_id"] = read_string(*id, where + ".tool_call_id", 256);
+    }
+    if (r == "assistant") {
+      // An earlier turn's reasoning, as vLLM returns it (and as some clients name it).
+      const json* reasoning = fields.take("reasoning_content");
+      if (!reasoning) reasoning = fields.take("reasoning");
+      if (reasoning) message["reasoning_content"] = read_string(*reasoning, where + ".reasoning_content", limits.max_string_bytes);
+    }
     messages.push_back(std::move(message));
   }
   return messages;
 }
 
-std::vector<openai_prompt> read_prompts(const json& v, const openai_limits& limits) {
+// `tools`: [{type: "function", function: {name, description?, parameters?, strict?}}].
+std::vector<chat_tool> read_tools(const json& v, std::vector<std::string>& ignored) {
+  constexpr size_t max_tools = 128;
+  if (!v.is_array()) wrong_type("tools", "an array of tools", v);
+  if (v.size() > max_tools) fail("tools", "more than " + std::to_string(max_tools) + " tools");
+  std::vector<chat_tool> tools;
+  std::set<std::string> names;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    if (!v[i].is_object()) wrong_type(at, "a tool object", v[i]);
+    request_fields fields(v[i], ignored, at);
+    const json* type = fields.take("type");
+    if (!type) fail(at + ".type", "missing (\"function\")");
+    if (read_string(*type, at + ".type", 64) != "function") fail(at + ".type", "only \"function\" tools are supported");
+    const json* function = fields.take("function");
+    if (!function) fail(at + ".function", "missing");
+    if (!function->is_object()) wrong_type(at + ".function", "an object", *function);
+    request_fields inner(*function, ignored, at + ".function");
+    chat_tool tool;
+    const json* name = inner.take("name");
+    if (!name) fail(at + ".function.name", "missing");
+    tool.name = read_string(*name, at + ".function.name", 64);
+    // OpenAI's rule; it also keeps names safe to spell inside the call syntaxes' JSON and markers.
+    if (tool.name.empty() || tool.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != std::string::npos) {
+      fail(at + ".function.name", "\"" + tool.name + "\" must be 1 to 64 letters, digits, '_', '-' or '.'");
+    }
+    if (!names.insert(tool.name).second) fail(at + ".function.name", "\"" + tool.name + "\" names two tools");
+    if (const json* d = inner.take("description")) tool.description = read_string(*d, at + ".function.description", 1 << 16);
+    if (const json* p = inner.take("parameters")) {
+      if (!p->is_object()) wrong_type(at + ".function.parameters", "a JSON schema (an object)", *p);
+      tool.parameters = *p;
+    }
+    if (const json* strict = inner.take("strict")) (void)read_bool(*strict, at + ".function.strict");  // always followed
+    tools.push_back(std::move(tool));
+  }
+  return tools;
+}
+
+void read_tool_choice(const json& v, chat_request& chat) {
+  if (v.is_string()) {
+    const std::string& c = v.get_ref<const std::string&>();
+    if (c == "none") {
+      chat.tool_choice = tool_choice_kind::none;
+    } else if (c == "auto") {
+      chat.tool_choice = tool_choice_kind::automatic;
+    } else if (c == "required") {
+      chat.tool_choice = tool_choice_kind::required;
+    } else {
+      fail("tool_choice", "\"" + c + "\" is not one of \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+    }
+  } else if (v.is_object()) {
+    const auto function = v.find("function");
+    if (v.value("type", std::string()) != "function" || function == v.end() || !function->is_object() ||
+        !function->contains("name") || !(*function)["name"].is_string()) {
+      fail("tool_choice", "expected {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    chat.tool_choice = tool_choice_kind::function;
+    chat.tool_choice_name = (*function)["name"].get<std::string>();
+  } else {
+    wrong_type("tool_choice", "a string or an object", v);
+  }
+  if (chat.tool_choice == tool_choice_kind::required && chat.tools.empty()) fail("tool_choice", "\"required\" needs tools");
+  if (chat.tool_choice == tool_choice_kind::function) {
+    bool found = false;
+    for (const auto& t : chat.tools) found = found || t.name == chat.tool_choice_name;
+    if (!found) fail("tool_choice", "no tool is named \"" + chat.tool_choice_name + "\"");
+  }
+}
+
+// The chat's own fields: the messages, tools and how to choose among them, and what reaches the
+// template besides (chat_template_kwargs, reasoning_effort).
+void read_chat(request_fields& fields, openai_request& r, const openai_limits& limits) {
+  chat_request& chat = r.chat;
+  const json* messages = fields.take("messages");
+  if (!messages) fail("messages", "missing");
+  chat.messages = read_messages(*messages, limits, r.ignored_fields);
+  if (const json* v = fields.take("tools")) chat.tools = read_tools(*v, r.ignored_fields);
+  chat.tool_choice = chat.tools.empty() ? tool_choice_kind::none : tool_choice_kind::automatic;
+  if (const json* v = fields.take("tool_choice")) read_tool_choice(*v, chat);
+  if (const json* v = fields.take("parallel_tool_calls")) chat.parallel_tool_calls = read_bool(*v, "parallel_tool_calls");
+  if (const json* v = fields.take("chat_template_kwargs")) {
+    if (!v->is_object()) wrong_type("chat_template_kwargs", "an object", *v);
+    chat.template_kwargs = *v;
+  }
+  if (const json* v = fields.take("reasoning_effort")) {
+    chat.reasoning_effort = read_string(*v, "reasoning_effort", 16);
+    static const std::set<std::string> efforts = {"none", "minimal", "low", "medium", "high"};
+    if (!efforts.count(chat.reasoning_effort)) {
+      fail("reasoning_effort", "\"" + chat.reasoning_effort + "\" is not one of none, minimal, low, medium, high");
+    }
+  }
+  openai_prompt prompt;
+  prompt.kind = prompt_kind::rendered_chat;  // its text once the door has rendered it
+  r.prompts.push_back(std::move(prompt));
+}
+
+// `prompt` (completions) or `input` (embeddings): a string, strings, token ids, or arrays of them.
+std::vector<openai_prompt> read_prompts(const json& v, const openai_limits& limits, const std::string& name, int max_prompts) {
   const protocol_limits& p = limits;
   auto text_prompt = [&](const json& s, const std::string& param) {
     openai_prompt prompt;
@@ -179,17 +237,15 @@ std::vector<openai_prompt> read_prompts(const json& v, const openai_limits& limi
   };
   std::vector<openai_prompt> prompts;
   if (v.is_string()) {
-    prompts.push_back(text_prompt(v, "prompt"));
+    prompts.push_back(text_prompt(v, name));
   } else if (v.is_array()) {
-    if (v.empty()) fail("prompt", "is empty");
+    if (v.empty()) fail(name, "is empty");
     if (v[0].is_number_integer()) {
-      prompts.push_back(id_prompt(v, "prompt"));  // one prompt of token ids
+      prompts.push_back(id_prompt(v, name));  // one prompt of token ids
     } else {
-      if (v.size() > static_cast<size_t>(limits.max_prompts)) {
-        fail("prompt", "more than " + std::to_string(limits.max_prompts) + " prompts");
-      }
+      if (v.size() > static_cast<size_t>(max_prompts)) fail(name, "more than " + std::to_string(max_prompts) + " entries");
       for (size_t i = 0; i < v.size(); ++i) {
-        const std::string param = "prompt[" + std::to_string(i) + "]";
+        const std::string param = name + "[" + std::to_string(i) + "]";
         if (v[i].is_string()) {
           prompts.push_back(text_prompt(v[i], param));
         } else if (v[i].is_array()) {
@@ -200,9 +256,27 @@ std::vector<openai_prompt> read_prompts(const json& v, const openai_limits& limi
       }
     }
   } else {
-    wrong_type("prompt", "a string, an array of strings or an array of token ids", v);
+    wrong_type(name, "a string, an array of strings or an array of token ids", v);
   }
   return prompts;
+}
+
+// POST /v1/embeddings: the inputs, each an engine request that runs its prompt and samples one
+// token it ignores (the worker sends the pooled hidden states with it).
+void read_embeddings(request_fields& fields, openai_request& r, const openai_limits& limits) {
+  const json* input = fields.take("input");
+  if (!input) fail("input", "missing");
+  r.prompts = read_prompts(*input, limits, "input", limits.max_embedding_inputs);
+  if (const json* v = fields.take("encoding_format")) {
+    const std::string format = read_string(*v, "encoding_format", 16);
+    if (format != "float" && format != "base64") fail("encoding_format", "\"" + format + "\" is not \"float\" or \"base64\"");
+    r.embedding_base64 = format == "base64";
+  }
+  if (const json* v = fields.take("dimensions")) r.embedding_dimensions = static_cast<int>(read_int(*v, "dimensions", 1, 1 << 20));
+  (void)fields.take("user");
+  r.sampling.max_tokens = 1;
+  r.sampling.temperature = 0.0f;
+  r.sampling.num_speculative_tokens = 0;
 }
 
 // `stop`: one string or an array of them. Their number, emptiness and length are value rules
@@ -219,29 +293,6 @@ std::vector<std::string> read_stop(const json& v, const protocol_limits& limits)
     wrong_type("stop", "a string or an array of strings", v);
   }
   return stop;
-}
-
-// An integer field of sampling_params: the JSON only has to carry a value that fits.
-int read_int32(const json& v, const std::string& param) {
-  if (!v.is_number_integer()) wrong_type(param, "an integer", v);
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
-    fail(param, std::to_string(v.get<uint64_t>()) + " does not fit in a 32-bit integer");
-  }
-  const int64_t value = v.get<int64_t>();
-  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
-    fail(param, std::to_string(value) + " does not fit in a 32-bit integer");
-  }
-  return static_cast<int>(value);
-}
-
-// A float field of sampling_params. A double beyond float's range becomes an infinity (which
-// the value rules refuse) instead of an undefined conversion.
-float read_float(const json& v, const std::string& param) {
-  if (!v.is_number()) wrong_type(param, "a number", v);
-  const double value = v.get<double>();
-  constexpr float infinity = std::numeric_limits<float>::infinity();
-  if (std::fabs(value) > std::numeric_limits<float>::max()) return value > 0 ? infinity : -infinity;
-  return static_cast<float>(value);
 }
 
 // Reads the sampling fields' JSON; their values are judged by validate_sampling_params, the
@@ -280,6 +331,25 @@ void read_sampling(request_fields& fields, openai_request& r, const openai_limit
   if (const json* v = fields.take("num_speculative_tokens")) {
     s.num_speculative_tokens = read_int32(*v, "num_speculative_tokens");
   }
+  if (const json* v = fields.take("logit_bias")) {
+    // {"token id": bias}: the keys are token ids written as strings.
+    if (!v->is_object()) wrong_type("logit_bias", "an object of token ids and biases", *v);
+    if (v->size() > limits.max_logit_bias) fail("logit_bias", "more than " + std::to_string(limits.max_logit_bias) + " entries");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      const std::string param = "logit_bias." + it.key();
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(it.key(), &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != it.key().size() || id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        fail("logit_bias", "\"" + it.key() + "\" is not a token id");
+      }
+      s.logit_bias.push_back({static_cast<int32_t>(id), read_float(it.value(), param)});
+    }
+  }
   bool top_logprobs = false;
   if (chat) {
     const json* logprobs = fields.take("logprobs");
@@ -310,7 +380,7 @@ void read_sampling(request_fields& fields, openai_request& r, const openai_limit
 
 // Structured output (guided_fields.hpp), checked where every other value is: a schema or regex
 // that cannot be compiled, or a max_tokens below its shortest output, is a 400 naming it.
-void read_guided(request_fields& fields, openai_request& r, std::string_view body, const openai_limits& limits) {
+void read_guided(request_fields& fields, openai_request& r, const openai_limits& limits) {
   guided_fields asked;
   asked.response_format = fields.take("response_format");
   asked.guided_json = fields.take("guided_json");
@@ -318,11 +388,12 @@ void read_guided(request_fields& fields, openai_request& r, std::string_view bod
   asked.guided_choice = fields.take("guided_choice");
   std::string param;
   try {
-    r.sampling.guided = read_guided_fields(asked, body, limits.max_string_bytes, param);
+    r.sampling.guided = read_guided_fields(asked, limits.max_string_bytes, param);
   } catch (const guided_field_error& e) {
     throw parameter_error{bad_parameter(e.param, e.problem)};
   }
   if (!is_guided(r.sampling)) return;
+  r.guided_param = param;
   auto problem = validate_sampling_params(r.sampling, limits);
   if (!problem) problem = check_guided_decoding(r.sampling);
   if (problem) {
@@ -332,69 +403,44 @@ void read_guided(request_fields& fields, openai_request& r, std::string_view bod
 }
 
 // Known OpenAI fields this server cannot honour: refused when they ask for something, accepted
-// when they ask for the default.
-void refuse_unsupported(request_fields& fields, const openai_request& r) {
-  if (const json* v = fields.take("echo"); v && read_bool(*v, "echo")) fail("echo", "true is not supported");
-  if (const json* v = fields.take("suffix"); v && !read_string(*v, "suffix", 1 << 20).empty()) {
-    fail("suffix", "is not supported");
+// when they ask for the default; and those accepted without effect.
+void refuse_unsupported(request_fields& fields, openai_request& r) {
+  if (r.endpoint == openai_endpoint::completions) {
+    if (const json* v = fields.take("echo")) r.echo = read_bool(*v, "echo");
+    if (const json* v = fields.take("suffix"); v && !read_string(*v, "suffix", 1 << 20).empty()) {
+      fail("suffix", "is not supported");
+    }
+    if (const json* v = fields.take("best_of"); v && read_int(*v, "best_of", 1, 1 << 20) != r.n) {
+      fail("best_of", "only best_of = n is supported");
+    }
   }
-  if (const json* v = fields.take("best_of"); v && read_int(*v, "best_of", 1, 1 << 20) != r.n) {
-    fail("best_of", "only best_of = n is supported");
-  }
-  if (const json* v = fields.take("logit_bias"); v && !(v->is_object() && v->empty())) {
-    fail("logit_bias", "is not supported");
-  }
-  if (const json* v = fields.take("tools"); v && !(v->is_array() && v->empty())) fail("tools", "are not supported");
-  if (const json* v = fields.take("tool_choice"); v && *v != "none") fail("tool_choice", "only \"none\" is supported");
-  // Accepted and without effect here.
-  for (const char* ignored : {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}) {
-    (void)fields.take(ignored);
-  }
+  for (const char* ignored : {"user", "metadata", "store", "service_tier"}) (void)fields.take(ignored);
 }
 
 }  // namespace
 
 std::variant<openai_request, api_error> parse_openai_request(openai_endpoint endpoint, std::string_view body,
                                                              const openai_limits& limits) {
-  json root;
+  auto parsed = parse_request_body(body, limits.max_json_depth);
+  if (auto* error = std::get_if<api_error>(&parsed)) return *error;
+  const json& root = std::get<json>(parsed);
   try {
-    // The depth bound keeps a body of a million '[' from costing more than its bytes.
-    const int max_depth = limits.max_json_depth;
-    json::parser_callback_t within_depth = [max_depth](int depth, json::parse_event_t, json&) {
-      if (depth > max_depth) throw parameter_error{bad_parameter("", "the request body nests deeper than " + std::to_string(max_depth) + " levels")};
-      return true;
-    };
-    root = json::parse(body.begin(), body.end(), within_depth);
-  } catch (const parameter_error& e) {
-    return e.error;
-  } catch (const json::exception& e) {
-    api_error error;
-    error.message = std::string("the request body is not valid JSON: ") + e.what();
-    return error;
-  }
-  try {
-    if (!root.is_object()) {
-      api_error error;
-      error.message = std::string("the request body must be a JSON object, got ") + type_name(root);
-      return error;
-    }
     openai_request r;
     r.endpoint = endpoint;
-    request_fields fields(root);
+    request_fields fields(root, r.ignored_fields);
     const json* model = fields.take("model");
     if (!model) fail("model", "missing");
     r.model = read_string(*model, "model", 1024);
     if (endpoint == openai_endpoint::completions) {
       const json* prompt = fields.take("prompt");
       if (!prompt) fail("prompt", "missing");
-      r.prompts = read_prompts(*prompt, limits);
+      r.prompts = read_prompts(*prompt, limits, "prompt", limits.max_prompts);
+    } else if (endpoint == openai_endpoint::embeddings) {
+      read_embeddings(fields, r, limits);
+      fields.note_ignored();
+      return r;
     } else {
-      const json* messages = fields.take("messages");
-      if (!messages) fail("messages", "missing");
-      openai_prompt chat;
-      chat.kind = prompt_kind::messages;
-      chat.messages = read_messages(*messages, limits);
-      r.prompts.push_back(std::move(chat));
+      read_chat(fields, r, limits);
     }
     if (const json* v = fields.take("n")) r.n = static_cast<int>(read_int(*v, "n", 1, limits.max_n));
     if (r.num_choices() > limits.max_choices) {
@@ -405,18 +451,13 @@ std::variant<openai_request, api_error> parse_openai_request(openai_endpoint end
     if (const json* v = fields.take("stream_options")) {
       if (!r.stream) fail("stream_options", "only allowed when \"stream\" is true");
       if (!v->is_object()) wrong_type("stream_options", "an object", *v);
-      for (auto it = v->begin(); it != v->end(); ++it) {
-        if (it.key() == "include_usage") {
-          if (!it->is_null()) r.include_usage = read_bool(*it, "stream_options.include_usage");
-        } else {
-          fail("stream_options." + it.key(), "unrecognized option");
-        }
-      }
+      request_fields options(*v, r.ignored_fields, "stream_options");
+      if (const json* usage = options.take("include_usage")) r.include_usage = read_bool(*usage, "stream_options.include_usage");
     }
     read_sampling(fields, r, limits);
-    read_guided(fields, r, body, limits);
+    read_guided(fields, r, limits);
     refuse_unsupported(fields, r);
-    fields.reject_unknown();
+    fields.note_ignored();
     return r;
   } catch (const parameter_error& e) {
     return e.error;

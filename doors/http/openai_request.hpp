@@ -1,7 +1,8 @@
 #pragma once
 // The body of POST /v1/completions and POST /v1/chat/completions, parsed and checked. Every
-// problem becomes a 400 api_error whose `param` names the field (OpenAI's shape); fields this
-// server does not know are refused the same way, so a typo never passes silently.
+// problem becomes a 400 api_error whose `param` names the field (OpenAI's shape). Fields this
+// server does not know are ignored, as vLLM and llama.cpp ignore them (agent frameworks send
+// fields of newer API versions): their names are kept, for the log and a response header.
 
 #include <cstdint>
 #include <string>
@@ -10,20 +11,23 @@
 #include <vector>
 
 #include "doors/http/api_error.hpp"
+#include "doors/http/chat_request.hpp"
 #include "protocol/protocol_limits.hpp"
 #include "protocol/sampling_params.hpp"
 #include "stages/messages.hpp"
 
 namespace troupe {
 
-enum class openai_endpoint { completions, chat_completions };
+// anthropic_messages: Anthropic's POST /v1/messages (anthropic_request.hpp), read into the same
+// request: a chat of one choice. embeddings: POST /v1/embeddings, one engine request per input.
+enum class openai_endpoint { completions, chat_completions, anthropic_messages, embeddings };
 
-// One prompt of the request: text, token ids, or (chat) messages.
+// One prompt of the request: text or token ids; a chat's, once the door has rendered it
+// (prompt_kind::rendered_chat, text).
 struct openai_prompt {
   prompt_kind kind = prompt_kind::text;
   std::string text;
   std::vector<int32_t> token_ids;
-  std::vector<chat_message> messages;
 };
 
 struct openai_request {
@@ -39,9 +43,19 @@ struct openai_request {
   // -1: none. Completions: `logprobs` = top n (0..). Chat: `logprobs` true gives 0, and
   // `top_logprobs` the top n.
   int logprobs = -1;
+  bool echo = false;  // completions: the prompt's text comes first in each choice
+  std::string guided_param;  // the field that asked for structured output (response_format, guided_json...)
+  chat_request chat;  // chat completions: the conversation, its tools, the template's variables
+  bool embedding_base64 = false;  // embeddings: encoding_format "base64" (little-endian float32)
+  int embedding_dimensions = 0;   // embeddings: `dimensions` (0: not given; must be the model's)
+  // Fields the server does not know, ignored ("bogus", "messages[1].extra").
+  std::vector<std::string> ignored_fields;
 
   int num_choices() const { return static_cast<int>(prompts.size()) * n; }
-  const char* prompt_param() const { return endpoint == openai_endpoint::completions ? "prompt" : "messages"; }
+  bool is_chat() const { return endpoint == openai_endpoint::chat_completions || endpoint == openai_endpoint::anthropic_messages; }
+  const char* prompt_param() const {
+    return endpoint == openai_endpoint::completions ? "prompt" : endpoint == openai_endpoint::embeddings ? "input" : "messages";
+  }
 };
 
 // The ZeroMQ door's bounds (strings, ids, messages, the context, stop strings, logprobs: the
@@ -51,6 +65,7 @@ struct openai_limits : protocol_limits {
   int max_n = 16;
   int max_choices = 64;         // prompts x n
   int max_json_depth = 32;
+  int max_embedding_inputs = 2048;  // inputs of one /v1/embeddings request
 };
 
 std::variant<openai_request, api_error> parse_openai_request(openai_endpoint endpoint, std::string_view body,

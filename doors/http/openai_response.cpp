@@ -1,8 +1,15 @@
 #include "doors/http/openai_response.hpp"
 
+#include "doors/http/chat_plan.hpp"
+#include "doors/http/server_sent_events.hpp"
+
 namespace troupe {
 
 using json = nlohmann::json;
+
+namespace {
+size_t num_characters(const std::string& bytes);
+}  // namespace
 
 json usage_json(const usage_counts& usage) {
   json out = {{"prompt_tokens", usage.prompt_tokens},
@@ -22,16 +29,46 @@ std::string dump_json(const json& value) {
 }
 
 openai_response_builder::openai_response_builder(const openai_request& request, std::string id, int64_t created,
-                                                 token_text_fn token_text)
+                                                 token_text_fn token_text, const output_parsing* parsing,
+                                                 uint64_t id_seed)
     : endpoint_(request.endpoint),
       model_(request.model),
       id_(std::move(id)),
       created_(created),
       logprobs_(request.logprobs),
       include_usage_(request.include_usage),
+      chat_(request.endpoint == openai_endpoint::chat_completions),
       token_text_(std::move(token_text)),
       role_sent_(static_cast<size_t>(request.num_choices()), false),
-      num_text_bytes_(static_cast<size_t>(request.num_choices()), 0) {}
+      num_text_chars_(static_cast<size_t>(request.num_choices()), 0),
+      num_tool_calls_(static_cast<size_t>(request.num_choices()), 0),
+      reasoning_field_(parsing && parsing->parse_reasoning),
+      id_syntax_(parsing ? parsing->format.tools : tool_call_syntax::none),
+      id_seed_(id_seed) {}
+
+std::string openai_response_builder::body(const std::vector<choice_output>& choices, const usage_counts& usage) {
+  return dump_json(full_response(choices, usage));
+}
+
+std::string openai_response_builder::events(int index, const choice_output& piece) {
+  std::string out;
+  for (const auto& chunk : chunks(index, piece)) out += sse::event(dump_json(chunk));
+  return out;
+}
+
+std::string openai_response_builder::end(const usage_counts& usage) {
+  std::string out;
+  if (include_usage_) out += sse::event(dump_json(usage_chunk(usage)));
+  return out + std::string(sse::done);
+}
+
+std::string openai_response_builder::failure(const api_error& error) {
+  return sse::event(error.to_json()) + std::string(sse::done);
+}
+
+void openai_response_builder::text_before(int index, const std::string& text) {
+  num_text_chars_[static_cast<size_t>(index)] += num_characters(text);
+}
 
 json openai_response_builder::envelope(const char* object) const {
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
@@ -45,7 +82,40 @@ json byte_list(const std::string& text) {
   return bytes;
 }
 
+bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+size_t num_characters(const std::string& bytes) {
+  size_t n = 0;
+  for (unsigned char c : bytes) n += is_continuation(c) ? 0 : 1;
+  return n;
+}
+
+bool whole_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if (!is_continuation(static_cast<unsigned char>(s[i + k]))) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
 }  // namespace
+
+std::string logprob_token_text(const std::string& bytes) {
+  if (whole_utf8(bytes)) return bytes;
+  static const char hex[] = "0123456789abcdef";
+  std::string text = "bytes:";
+  for (unsigned char c : bytes) {
+    text += "\\x";
+    text += hex[c >> 4];
+    text += hex[c & 15];
+  }
+  return text;
+}
 
 json openai_response_builder::choice_logprobs(int index, const choice_output& piece) {
   if (logprobs_ < 0) return nullptr;
@@ -54,40 +124,44 @@ json openai_response_builder::choice_logprobs(int index, const choice_output& pi
     json content = json::array();
     for (size_t i = 0; i < num; ++i) {
       const auto& lp = piece.logprobs[i];
-      const std::string token = token_text_(piece.token_ids[i]);
+      const std::string bytes = token_text_(piece.token_ids[i]);
       json top = json::array();
       for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size() &&
                          static_cast<int>(k) < logprobs_;
            ++k) {
-        const std::string text = token_text_(lp.top_token_ids[k]);
-        top.push_back({{"token", text}, {"logprob", lp.top_logprobs[k]}, {"bytes", byte_list(text)}});
+        const std::string other = token_text_(lp.top_token_ids[k]);
+        top.push_back({{"token", logprob_token_text(other)}, {"logprob", lp.top_logprobs[k]}, {"bytes", byte_list(other)}});
       }
-      content.push_back({{"token", token}, {"logprob", lp.logprob}, {"bytes", byte_list(token)}, {"top_logprobs", top}});
+      content.push_back({{"token", logprob_token_text(bytes)}, {"logprob", lp.logprob}, {"bytes", byte_list(bytes)},
+                         {"top_logprobs", top}});
     }
     return {{"content", content}, {"refusal", nullptr}};
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
        text_offset = json::array();
-  size_t& offset = num_text_bytes_[static_cast<size_t>(index)];
+  // text_offset counts characters (code points, as Python's str and vLLM do); a token that begins
+  // inside a character (a byte-fallback piece) points at that character.
+  size_t& offset = num_text_chars_[static_cast<size_t>(index)];
   for (size_t i = 0; i < num; ++i) {
     const auto& lp = piece.logprobs[i];
-    const std::string token = token_text_(piece.token_ids[i]);
-    tokens.push_back(token);
+    const std::string bytes = token_text_(piece.token_ids[i]);
+    tokens.push_back(logprob_token_text(bytes));
     token_logprobs.push_back(lp.logprob);
     if (logprobs_ > 0) {
       json top = json::object();
       for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size() &&
                          static_cast<int>(k) < logprobs_;
            ++k) {
-        const std::string text = token_text_(lp.top_token_ids[k]);
+        const std::string text = logprob_token_text(token_text_(lp.top_token_ids[k]));
         if (!top.contains(text)) top[text] = lp.top_logprobs[k];
       }
       top_logprobs.push_back(top);
     } else {
       top_logprobs.push_back(nullptr);
     }
-    text_offset.push_back(offset);
-    offset += token.size();
+    const bool inside = !bytes.empty() && is_continuation(static_cast<unsigned char>(bytes[0]));
+    text_offset.push_back(offset - (inside && offset > 0 ? 1 : 0));
+    offset += num_characters(bytes);
   }
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
           {"text_offset", text_offset}};
@@ -102,7 +176,12 @@ json openai_response_builder::full_response(const std::vector<choice_output>& ch
     json choice = {{"index", i}, {"logprobs", choice_logprobs(static_cast<int>(i), c)},
                    {"finish_reason", c.finish_reason ? json(*c.finish_reason) : json(nullptr)}};
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      json message = {{"role", "assistant"},
+                      {"content", c.text.empty() && !c.tool_calls.empty() ? json(nullptr) : json(c.text)},
+                      {"refusal", nullptr}};
+      if (reasoning_field_) message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+      if (!c.tool_calls.empty()) message["tool_calls"] = tool_calls_json(static_cast<int>(i), c.tool_calls, false);
+      choice["message"] = std::move(message);
     } else {
       choice["text"] = c.text;
     }
@@ -113,24 +192,44 @@ json openai_response_builder::full_response(const std::vector<choice_output>& ch
   return out;
 }
 
-json openai_response_builder::chunk(int index, const choice_output& piece) {
-  const bool chat = endpoint_ == openai_endpoint::chat_completions;
-  json out = envelope(chat ? "chat.completion.chunk" : "text_completion");
-  json choice = {{"index", index}, {"logprobs", choice_logprobs(index, piece)},
-                 {"finish_reason", piece.finish_reason ? json(*piece.finish_reason) : json(nullptr)}};
-  if (chat) {
-    json delta = json::object();
-    if (!role_sent_[static_cast<size_t>(index)]) {
-      delta["role"] = "assistant";
-      role_sent_[static_cast<size_t>(index)] = true;
-    }
-    if (!piece.text.empty() || !piece.finish_reason) delta["content"] = piece.text;
-    choice["delta"] = std::move(delta);
-  } else {
-    choice["text"] = piece.text;
+json openai_response_builder::tool_calls_json(int index, const std::vector<parsed_tool_call>& calls, bool streamed) {
+  json list = json::array();
+  int& sent = num_tool_calls_[static_cast<size_t>(index)];
+  for (const auto& call : calls) {
+    json item = {{"id", tool_call_id(id_syntax_, id_seed_ + static_cast<uint64_t>(index), sent)},
+                 {"type", "function"},
+                 {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+    if (streamed) item["index"] = sent;
+    ++sent;
+    list.push_back(std::move(item));
   }
-  out["choices"] = json::array({std::move(choice)});
-  if (include_usage_) out["usage"] = nullptr;
+  return list;
+}
+
+std::vector<json> openai_response_builder::chunks(int index, const choice_output& piece) {
+  const bool chat = endpoint_ == openai_endpoint::chat_completions;
+  auto make = [&](json delta_or_text, bool first, bool last) {
+    json out = envelope(chat ? "chat.completion.chunk" : "text_completion");
+    json choice = {{"index", index}, {"logprobs", first ? choice_logprobs(index, piece) : json(nullptr)},
+                   {"finish_reason", last && piece.finish_reason ? json(*piece.finish_reason) : json(nullptr)}};
+    choice[chat ? "delta" : "text"] = std::move(delta_or_text);
+    out["choices"] = json::array({std::move(choice)});
+    if (include_usage_) out["usage"] = nullptr;
+    return out;
+  };
+  if (!chat) return {make(piece.text, true, true)};
+  // The deltas, each part in its own: reasoning, then content, then the calls.
+  std::vector<json> deltas;
+  if (!piece.reasoning.empty()) deltas.push_back({{"reasoning_content", piece.reasoning}});
+  if (!piece.text.empty()) deltas.push_back({{"content", piece.text}});
+  if (!piece.tool_calls.empty()) deltas.push_back({{"tool_calls", tool_calls_json(index, piece.tool_calls, true)}});
+  if (deltas.empty()) deltas.push_back(piece.finish_reason ? json::object() : json{{"content", ""}});
+  if (!role_sent_[static_cast<size_t>(index)]) {
+    deltas.front()["role"] = "assistant";
+    role_sent_[static_cast<size_t>(index)] = true;
+  }
+  std::vector<json> out;
+  for (size_t i = 0; i < deltas.size(); ++i) out.push_back(make(std::move(deltas[i]), i == 0, i + 1 == deltas.size()));
   return out;
 }
 

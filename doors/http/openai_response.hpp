@@ -13,42 +13,40 @@
 #include <nlohmann/json.hpp>
 
 #include "doors/http/openai_request.hpp"
-#include "doors/speculative_usage.hpp"
-#include "engine/token_delta.hpp"
+#include "doors/http/response_writer.hpp"
 
 namespace troupe {
 
-// What one choice produced: a stream chunk's worth, or all of it.
-struct choice_output {
-  std::string text;
-  std::vector<int32_t> token_ids;
-  std::vector<token_logprobs> logprobs;  // [token_ids.size()] when logprobs were asked for
-  std::optional<std::string> finish_reason;
-};
-
-struct usage_counts {
-  int prompt_tokens = 0;
-  int completion_tokens = 0;
-  speculative_tally speculative;  // every choice's; shown as usage.speculative when it has drafts
-};
-
-// A token's text as logprobs show it.
+// The bytes a token adds to the text (tokenizer::token_bytes): what logprobs show.
 using token_text_fn = std::function<std::string(int32_t token_id)>;
 
-class openai_response_builder {
+class openai_response_builder : public response_writer {
  public:
-  openai_response_builder(const openai_request& request, std::string id, int64_t created, token_text_fn token_text);
+  // parsing: how a chat's output is read back (null: its text is the content, as it is); it says
+  // whether messages carry reasoning_content, and how tool call ids are spelled.
+  openai_response_builder(const openai_request& request, std::string id, int64_t created, token_text_fn token_text,
+                          const output_parsing* parsing = nullptr, uint64_t id_seed = 0);
 
   nlohmann::json full_response(const std::vector<choice_output>& choices, const usage_counts& usage);
-  nlohmann::json chunk(int index, const choice_output& piece);
+  // One piece of a stream as chunks: a chat's reasoning, content and tool calls each in a chunk
+  // of its own (the first carries the logprobs, the last the finish_reason).
+  std::vector<nlohmann::json> chunks(int index, const choice_output& piece);
   // The last chunk of a stream that asked for stream_options.include_usage: no choices.
   nlohmann::json usage_chunk(const usage_counts& usage) const;
 
   const std::string& id() const { return id_; }
 
+  // response_writer: the JSON above as bodies and `data:` events, `data: [DONE]` at the end.
+  std::string body(const std::vector<choice_output>& choices, const usage_counts& usage) override;
+  std::string events(int index, const choice_output& piece) override;
+  std::string end(const usage_counts& usage) override;
+  std::string failure(const api_error& error) override;
+  void text_before(int index, const std::string& text) override;
+
  private:
   nlohmann::json choice_logprobs(int index, const choice_output& piece);
   nlohmann::json envelope(const char* object) const;
+  nlohmann::json tool_calls_json(int index, const std::vector<parsed_tool_call>& calls, bool streamed);
 
   openai_endpoint endpoint_;
   std::string model_;
@@ -56,10 +54,19 @@ class openai_response_builder {
   int64_t created_;
   int logprobs_;
   bool include_usage_;
+  bool chat_;
   token_text_fn token_text_;
   std::vector<bool> role_sent_;           // [choices]: chat streams name the role once
-  std::vector<size_t> num_text_bytes_;    // [choices]: completions' text_offset so far
+  std::vector<size_t> num_text_chars_;    // [choices]: completions' text_offset so far (code points)
+  std::vector<int> num_tool_calls_;       // [choices]: calls sent so far (their stream index)
+  bool reasoning_field_ = false;
+  tool_call_syntax id_syntax_ = tool_call_syntax::none;
+  uint64_t id_seed_ = 0;
 };
+
+// A token's bytes as logprobs show them: `token` is the text when the bytes are whole UTF-8,
+// else "bytes:\xe2\x80" (vLLM's spelling of a piece of a character).
+std::string logprob_token_text(const std::string& bytes);
 
 nlohmann::json usage_json(const usage_counts& usage);
 // Serializes with invalid UTF-8 (a lone byte token's text) replaced, never throwing.

@@ -1,6 +1,7 @@
 #pragma once
-// Server-Sent Events framing for OpenAI streams: one `data:` line per event, a blank line after
-// it, `data: [DONE]` at the end. A JSON payload has no raw newlines, so one line always suffices.
+// Server-Sent Events framing: one `data:` line per event (after an `event:` line naming it, as
+// Anthropic's streams do), a blank line after it; OpenAI's streams end with `data: [DONE]`. A
+// JSON payload has no raw newlines, so one line always suffices.
 
 #include <string>
 #include <string_view>
@@ -13,6 +14,17 @@ inline std::string event(std::string_view data) {
   out += "data: ";
   out += data;
   out += "\n\n";
+  return out;
+}
+
+// An event with a name: `event: NAME` then its data.
+inline std::string named_event(std::string_view name, std::string_view data) {
+  std::string out;
+  out.reserve(name.size() + data.size() + 16);
+  out += "event: ";
+  out += name;
+  out += "\n";
+  out += event(data);
   return out;
 }
 

@@ -20,11 +20,18 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--api-key", default="")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each reply")
+    parser.add_argument("--connect-timeout", type=float, default=5.0,
+                        help="seconds to wait for a connection to the server")
+    parser.add_argument("--request-timeout", "--timeout", dest="timeout", type=float, default=60.0,
+                        help="seconds to wait for each reply")
     args = parser.parse_args()
 
     socket = zmq.Context.instance().socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
+    # ZeroMQ connects in the background: messages go only to a connection that is up, and a send
+    # waits for one at most the connect timeout, so an endpoint nobody answers at is an error.
+    socket.setsockopt(zmq.IMMEDIATE, 1)
+    socket.setsockopt(zmq.SNDTIMEO, int(args.connect_timeout * 1000))
     socket.connect(args.endpoint)
     request = {
         "type": "generate",
@@ -36,7 +43,11 @@ def main():
     }
     if args.api_key:
         request["api_key"] = args.api_key
-    socket.send(msgpack.packb(request))
+    try:
+        socket.send(msgpack.packb(request))
+    except zmq.Again:
+        sys.exit("cannot reach a server at %s: no connection within %.0f s (is `troupe serve` running there?)"
+                 % (args.endpoint, args.connect_timeout))
 
     while True:
         if not socket.poll(int(args.timeout * 1000)):

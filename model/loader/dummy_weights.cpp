@@ -1,11 +1,13 @@
 #include "model/loader/dummy_weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <numbers>
 #include <stdexcept>
 
 #include "model/loader/float_conversion.hpp"
+#include "model/quant/fp8.hpp"
 
 namespace troupe {
 namespace {
@@ -20,6 +22,20 @@ uint64_t next_random(uint64_t& state) {
 
 // Uniform in (0, 1).
 double next_uniform(uint64_t& state) { return (static_cast<double>(next_random(state) >> 11) + 0.5) * 0x1.0p-53; }
+
+// E4M3 with one scale per row (max |x| / 448), as per-channel FP8 checkpoints store matrices.
+std::vector<float> quantize_fp8_rows(const std::vector<float>& values, int64_t cols, std::byte* out) {
+  std::vector<float> scales(values.size() / static_cast<size_t>(cols));
+  for (size_t r = 0; r < scales.size(); ++r) {
+    float max_abs = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) max_abs = std::max(max_abs, std::fabs(values[r * cols + c]));
+    scales[r] = max_abs > 0.0f ? max_abs / quant::fp8_e4m3_max : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+      out[r * cols + c] = static_cast<std::byte>(quant::f32_to_fp8_e4m3(values[r * cols + c] / scales[r]));
+    }
+  }
+  return scales;
+}
 
 uint64_t hash_name(const std::string& name, uint64_t seed) {
   uint64_t h = 0xcbf29ce484222325ull ^ seed;  // FNV-1a
@@ -61,14 +77,21 @@ weight_store make_dummy_weights(const model_config& config, dtype type, uint64_t
     if (type == dtype::q8_0 && (spec.shape.size() < 2 || spec.shape.back() % q8_0_block_size != 0)) {
       tensor_type = spec.shape.size() < 2 ? dtype::f32 : dtype::f16;
     }
+    if (type == dtype::fp8_e4m3 && spec.shape.size() < 2) tensor_type = dtype::f32;
     auto buffer = std::make_shared<std::vector<std::byte>>(row_bytes(tensor_type, static_cast<int64_t>(values.size())));
-    convert_from_f32(values, tensor_type, buffer->data());
+    std::vector<float> row_scales;
+    if (tensor_type == dtype::fp8_e4m3) {
+      row_scales = quantize_fp8_rows(values, spec.shape.back(), buffer->data());
+    } else {
+      convert_from_f32(values, tensor_type, buffer->data());
+    }
     weight_tensor tensor;
     tensor.name = spec.name;
     tensor.type = tensor_type;
     tensor.shape = spec.shape;
     tensor.data = buffer->data();
     tensor.num_bytes = buffer->size();
+    tensor.row_scales = std::move(row_scales);
     store.keep_alive(buffer);
     store.add(std::move(tensor));
   }

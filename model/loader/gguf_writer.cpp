@@ -67,10 +67,21 @@ void gguf_writer::set(const std::string& key, gguf_value value) {
 
 void gguf_writer::add_tensor(const std::string& name, gguf_tensor_type type, std::vector<int64_t> dims,
                              std::vector<std::byte> data) {
+  const size_t num_bytes = data.size();
+  add_tensor(name, type, std::move(dims), num_bytes, nullptr);
+  tensors_.back().data = std::move(data);
+}
+
+void gguf_writer::add_tensor(const std::string& name, gguf_tensor_type type, std::vector<int64_t> dims, size_t num_bytes,
+                             tensor_producer produce) {
   for (const auto& tensor : tensors_) {
     if (tensor.name == name) throw std::runtime_error("GGUF writer: duplicate tensor '" + name + "'");
   }
-  tensors_.push_back({name, type, std::move(dims), std::move(data)});
+  tensors_.push_back({name, type, std::move(dims), {}, num_bytes, std::move(produce)});
+}
+
+void gguf_writer::erase(const std::string& key) {
+  std::erase_if(metadata_, [&](const auto& entry) { return entry.first == key; });
 }
 
 uint64_t gguf_writer::alignment() const {
@@ -99,7 +110,7 @@ void gguf_writer::write(const std::filesystem::path& path) const {
     for (int64_t d : tensor.dims) header.put(d);
     header.put(static_cast<uint32_t>(tensor.type));
     header.put(offset);
-    offset = (offset + tensor.data.size() + align - 1) / align * align;
+    offset = (offset + tensor.num_bytes + align - 1) / align * align;
   }
   header.pad_to(align);
 
@@ -107,9 +118,16 @@ void gguf_writer::write(const std::filesystem::path& path) const {
   if (!out) throw std::runtime_error("cannot write '" + path.string() + "'");
   out.write(header.bytes().data(), static_cast<std::streamsize>(header.bytes().size()));
   const std::vector<char> zeros(align, 0);
+  std::vector<std::byte> produced;
   for (const auto& tensor : tensors_) {
-    out.write(reinterpret_cast<const char*>(tensor.data.data()), static_cast<std::streamsize>(tensor.data.size()));
-    uint64_t padding = (align - tensor.data.size() % align) % align;
+    const std::byte* bytes = tensor.data.data();
+    if (tensor.produce) {
+      produced.assign(tensor.num_bytes, std::byte{0});
+      tensor.produce(produced.data());
+      bytes = produced.data();
+    }
+    out.write(reinterpret_cast<const char*>(bytes), static_cast<std::streamsize>(tensor.num_bytes));
+    uint64_t padding = (align - tensor.num_bytes % align) % align;
     out.write(zeros.data(), static_cast<std::streamsize>(padding));
   }
   if (!out) throw std::runtime_error("failed writing '" + path.string() + "'");

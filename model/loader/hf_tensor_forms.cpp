@@ -28,6 +28,11 @@ void add_rows(weight_store& store, const weight_tensor& whole, const std::string
   part.shape = whole.shape.size() == 1 ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, whole.cols()};
   part.data = whole.data + first_row * (whole.shape.size() == 1 ? row_bytes(whole.type, 1) : row_size);
   part.num_bytes = whole.shape.size() == 1 ? row_bytes(whole.type, rows) : row_size * rows;
+  // A quantized checkpoint's row scales go with their rows; the column order is every row's.
+  if (!whole.row_scales.empty()) {
+    part.row_scales.assign(whole.row_scales.begin() + first_row, whole.row_scales.begin() + first_row + rows);
+  }
+  part.input_order = whole.input_order;
   store.add(std::move(part));
 }
 
@@ -73,7 +78,12 @@ std::shared_ptr<std::vector<std::byte>> repack(const weight_tensor& packed, int6
 
 void add_owned(weight_store& store, const std::string& name, dtype type, std::vector<int64_t> shape,
                std::shared_ptr<std::vector<std::byte>> buffer) {
-  weight_tensor tensor{name, type, std::move(shape), buffer->data(), buffer->size()};
+  weight_tensor tensor;
+  tensor.name = name;
+  tensor.type = type;
+  tensor.shape = std::move(shape);
+  tensor.data = buffer->data();
+  tensor.num_bytes = buffer->size();
   store.keep_alive(buffer);
   store.add(std::move(tensor));
 }

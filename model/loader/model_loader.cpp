@@ -1,5 +1,6 @@
 #include "model/loader/model_loader.hpp"
 
+#include <optional>
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
@@ -8,10 +9,13 @@
 #include "model/loader/gguf_file.hpp"
 #include "model/loader/gguf_model_loader.hpp"
 #include "model/loader/hf_config.hpp"
+#include "model/loader/hf_quantization.hpp"
 #include "model/loader/hf_tensor_forms.hpp"
+#include "model/loader/hf_weights.hpp"
 #include "model/loader/progress_bar.hpp"
 #include "model/loader/safetensors_file.hpp"
 #include "model/model_tensors.hpp"
+#include "model/quantization_label.hpp"
 
 namespace troupe {
 namespace {
@@ -65,6 +69,7 @@ loaded_model load_model(const load_options& options) {
   loaded_model model;
   model.source = options.path;
   load_format format = options.format == load_format::auto_detect ? detect_format(options.path) : options.format;
+  std::optional<uint32_t> file_type;  // a GGUF's general.file_type
   switch (format) {
     case load_format::dummy: {
       model.config = load_hf_config(options.path);
@@ -73,7 +78,7 @@ loaded_model load_model(const load_options& options) {
     }
     case load_format::safetensors: {
       model.config = load_hf_config(options.path);
-      load_safetensors_directory(options.path, model.weights);
+      add_hf_weights(read_safetensors_directory(options.path), read_hf_quantization(options.path), model.weights);
       adapt_hf_tensors(model.config, model.weights);
       validate_weights(model.config, model.weights, (options.path / "config.json").string());
       break;
@@ -82,14 +87,17 @@ loaded_model load_model(const load_options& options) {
       gguf_file file = gguf_file::open(options.path);
       model.config = gguf_model_config(file);
       load_gguf_weights(file, model.config, model.weights);
+      if (auto type = file.find_int("general.file_type")) file_type = static_cast<uint32_t>(*type);
       validate_weights(model.config, model.weights, "the metadata of " + options.path.string());
       break;
     }
     case load_format::auto_detect: break;
   }
   prefault(model.weights, options.show_progress);
-  spdlog::debug("loaded {} tensors ({} bytes) from '{}'", model.weights.tensors().size(), model.weights.total_bytes(),
-                options.path.string());
+  model.quantization = quantization_label(model.weights, file_type);
+  spdlog::info("weights of '{}' ({}): {}; {:.1f} MiB", options.path.string(), model.quantization,
+               describe_type_counts(tensor_type_counts(model.weights)),
+               static_cast<double>(model.weights.total_bytes()) / (1 << 20));
   return model;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 #include "model/dtype.hpp"
@@ -26,6 +27,9 @@ struct loaded_model {
   model_config config;
   weight_store weights;
   std::filesystem::path source;
+  // How its weights are quantized, as people name it: a GGUF's general.file_type preset
+  // ("Q4_K_M"), else the type holding most weight bytes ("bf16"). See model/quantization_label.hpp.
+  std::string quantization;
 };
 
 // Throws std::runtime_error naming the path and the problem (missing files, bad headers,

@@ -7,26 +7,28 @@
 #include <nlohmann/json.hpp>
 
 namespace troupe {
-namespace {
-
-const char* safetensors_dtype(dtype type) {
-  switch (type) {
-    case dtype::f32: return "F32";
-    case dtype::f16: return "F16";
-    case dtype::bf16: return "BF16";
-    default: break;
-  }
-  throw std::runtime_error("safetensors cannot hold " + std::string(dtype_name(type)) + " tensors");
-}
-
-}  // namespace
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<weight_tensor>& tensors) {
+  std::vector<safetensors_tensor> stored;
+  stored.reserve(tensors.size());
+  for (const auto& tensor : tensors) {
+    if (!tensor.plain()) {
+      throw std::runtime_error("tensor '" + tensor.name + "' has row scales or a column order, which safetensors cannot hold");
+    }
+    stored.push_back({tensor.name, safetensors_dtype_name(tensor.type), tensor.shape, tensor.data, tensor.num_bytes, path});
+  }
+  write_safetensors(path, stored);
+}
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<safetensors_tensor>& tensors) {
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
   for (const auto& tensor : tensors) {
-    header[tensor.name] = {{"dtype", safetensors_dtype(tensor.type)},
+    if (!safetensors_element_bytes(tensor.type_name)) {
+      throw std::runtime_error("tensor '" + tensor.name + "': safetensors dtype '" + tensor.type_name + "' is not one Troupe writes");
+    }
+    header[tensor.name] = {{"dtype", tensor.type_name},
                            {"shape", tensor.shape},
                            {"data_offsets", {offset, offset + tensor.num_bytes}}};
     offset += tensor.num_bytes;

@@ -76,4 +76,14 @@ static inline void q3_k_scales(const uint8_t* packed, int8_t* scales /* [16] */)
   }
 }
 
+// IQ4_XS: the 6-bit scale (minus 32) of sub-block `sub_block` (0..7): its low 4 bits are a nibble
+// of scales_l (4 bytes at offset 4), its top 2 bits a pair of scales_h (u16 at offset 2).
+static inline int iq4_xs_sub_scale(const std::byte* block, int sub_block) {
+  const uint16_t scales_h = read_u16(block + 2);
+  const uint8_t* scales_l = bytes_at(block + 4);
+  const int low = (scales_l[sub_block / 2] >> (4 * (sub_block % 2))) & 0x0f;
+  const int high = (scales_h >> (2 * sub_block)) & 3;
+  return (low | (high << 4)) - 32;
+}
+
 }  // namespace troupe::quant

@@ -35,6 +35,7 @@ void dequantize_row(dtype type, const std::byte* data, float* out, int64_t count
     case dtype::iq4_xs: return dequantize_iq4_xs(data, out, count);
     case dtype::mxfp4: return dequantize_mxfp4(data, out, count);
     case dtype::fp8_e4m3: return dequantize_fp8_e4m3(data, out, count);
+    case dtype::fp8_e4m3_b128: return dequantize_fp8_e4m3_b128(data, out, count);
   }
 }
 
@@ -72,6 +73,12 @@ std::optional<int64_t> first_bad_scale_block(dtype type, const std::byte* data, 
   const dtype_traits& traits = dtype_traits_of(type);
   if (!traits.quantized) return std::nullopt;
   const int64_t num_blocks = count / traits.block_size;
+  if (type == dtype::fp8_e4m3_b128) {
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      if ((read_u32(data + b * traits.block_bytes) & 0x7f800000u) == 0x7f800000u) return b;  // f32 NaN or inf
+    }
+    return std::nullopt;
+  }
   if (type == dtype::mxfp4) {
     for (int64_t b = 0; b < num_blocks; ++b) {
       if (bytes_at(data + b * traits.block_bytes)[0] == 0xff) return b;  // E8M0 NaN

@@ -47,4 +47,15 @@ void dequantize_fp8_e4m3(const std::byte* data, float* out, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = fp8_e4m3_to_f32(static_cast<uint8_t>(data[i]));
 }
 
+void dequantize_fp8_e4m3_b128(const std::byte* blocks, float* out, int64_t count) {
+  for (int64_t b = 0; b < count / fp8_b128_block_size; ++b) {
+    const std::byte* block = blocks + b * fp8_b128_block_bytes;
+    float scale;
+    std::memcpy(&scale, block, 4);
+    for (int64_t j = 0; j < fp8_b128_block_size; ++j) {
+      out[b * fp8_b128_block_size + j] = scale * fp8_e4m3_to_f32(static_cast<uint8_t>(block[4 + j]));
+    }
+  }
+}
+
 }  // namespace troupe::quant

@@ -12,7 +12,8 @@
 //         x = d*scale*q - dmin*min, q 4 bits
 //   q5_k  [d f16][dmin f16][scales 12][qh 32][qs 128] 176   as q4_k with a 5th bit from qh
 //   q6_k  [ql 128][qh 64][scales 16 int8][d f16]      210   sub-blocks of 16; x = d*scale*(q - 32)
-// Which bits of qs/qh hold which element is spelled out in each dequantizer (k_quants.cpp).
+// Which bits of qs/qh hold which element is spelled out in each dequantizer (k_quants.cpp); the
+// quantizers (k_quantize.cpp) write the same bits.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,5 +28,13 @@ void dequantize_q3_k(const std::byte* blocks, float* out, int64_t count);
 void dequantize_q4_k(const std::byte* blocks, float* out, int64_t count);
 void dequantize_q5_k(const std::byte* blocks, float* out, int64_t count);
 void dequantize_q6_k(const std::byte* blocks, float* out, int64_t count);
+
+// Each writes count / 256 super-blocks for `count` values (a multiple of 256). `weights`
+// (nullptr: all equal) weighs each value's squared error: the importance of its column.
+void quantize_q2_k(const float* x, std::byte* blocks, int64_t count, const float* weights);
+void quantize_q3_k(const float* x, std::byte* blocks, int64_t count, const float* weights);
+void quantize_q4_k(const float* x, std::byte* blocks, int64_t count, const float* weights);
+void quantize_q5_k(const float* x, std::byte* blocks, int64_t count, const float* weights);
+void quantize_q6_k(const float* x, std::byte* blocks, int64_t count, const float* weights);
 
 }  // namespace troupe::quant

@@ -17,13 +17,7 @@ void dequantize_iq4_nl(const std::byte* blocks, float* out, int64_t count) {
   }
 }
 
-int iq4_xs_scale(const std::byte* block, int sub_block) {
-  const uint16_t scales_h = read_u16(block + 2);
-  const uint8_t* scales_l = bytes_at(block + 4);
-  const int low = (scales_l[sub_block / 2] >> (4 * (sub_block % 2))) & 0x0f;
-  const int high = (scales_h >> (2 * sub_block)) & 3;
-  return (low | (high << 4)) - 32;
-}
+int iq4_xs_scale(const std::byte* block, int sub_block) { return iq4_xs_sub_scale(block, sub_block); }
 
 void dequantize_iq4_xs(const std::byte* blocks, float* out, int64_t count) {
   for (int64_t b = 0; b < count / 256; ++b) {

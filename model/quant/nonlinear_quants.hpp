@@ -25,4 +25,10 @@ void dequantize_mxfp4(const std::byte* blocks, float* out, int64_t count);
 // The 6-bit scale (minus 32) of sub-block `sub_block` (0..7) of an IQ4_XS super-block.
 int iq4_xs_scale(const std::byte* block, int sub_block);
 
+// Quantizers (nonlinear_quantize.cpp): each writes the blocks of `count` values (whole blocks),
+// `weights` (nullptr: all equal) weighing each value's squared error.
+void quantize_iq4_nl(const float* x, std::byte* blocks, int64_t count, const float* weights);
+void quantize_iq4_xs(const float* x, std::byte* blocks, int64_t count, const float* weights);
+void quantize_mxfp4(const float* x, std::byte* blocks, int64_t count, const float* weights);
+
 }  // namespace troupe::quant

@@ -67,7 +67,8 @@ TEST(cpu_model_stories, gguf_greedy_matches_references) {
 TEST(cpu_model_stories, first_step_logits_match_readme_top5) {
   for (const std::string& path : {stories_dir + "/hf", stories_dir + "/gguf/stories260K-f32.gguf"}) {
     const loaded_model loaded = load_model(load_options{path});
-    auto m = make_cpu_model(loaded.config, loaded.weights, {8, 16}, 2);
+    // The README's logits come from an f32 forward pass; an f16 cache moves them by ~1e-3.
+    auto m = make_cpu_model(loaded.config, loaded.weights, {8, 16}, 2, dtype::f32);
     const auto result = test::greedy_generate(*m, {1, 403, 407, 261, 378}, 1);  // "Once upon a time"
     const std::vector<std::pair<int, float>> top5 = {
         {432, 17.7994f}, {383, 14.2813f}, {322, 9.7097f}, {353, 9.5873f}, {323, 9.1342f}};
@@ -84,8 +85,11 @@ TEST(cpu_model_stories, first_step_logits_match_readme_top5) {
 
 TEST(cpu_model_stories, kv_budget_and_bad_batches) {
   const loaded_model loaded = load_model(load_options{stories_dir + "/hf"});
-  // 5 layers x K,V x 16 tokens x 4 kv heads x 8 dims x 4 bytes = 20480 bytes a block.
-  EXPECT_EQ(cpu_kv_blocks_for_budget(loaded.config, 20480 * 10 + 5, 16), 10);
+  // 5 layers x K,V x 16 tokens x 4 kv heads x 8 dims x 4 bytes = 20480 bytes a block in f32;
+  // half in f16 (the default), a quarter in fp8.
+  EXPECT_EQ(cpu_kv_blocks_for_budget(loaded.config, 20480 * 10 + 5, 16, dtype::f32), 10);
+  EXPECT_EQ(cpu_kv_blocks_for_budget(loaded.config, 20480 * 10 + 5, 16), 20);
+  EXPECT_EQ(cpu_kv_blocks_for_budget(loaded.config, 20480 * 10 + 5, 16, dtype::fp8_e4m3), 40);
   auto m = make_cpu_model(loaded.config, loaded.weights, {4, 16}, 1);
   EXPECT_EQ(m->kv_shape().num_blocks, 4);
   forward_batch batch;

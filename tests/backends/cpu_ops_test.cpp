@@ -11,9 +11,7 @@
 #include <stdexcept>
 
 #include "backends/cpu/embedding.hpp"
-#include "backends/cpu/kv_pool.hpp"
 #include "backends/cpu/matmul.hpp"
-#include "backends/cpu/paged_attention.hpp"
 #include "backends/cpu/rms_norm.hpp"
 #include "backends/cpu/rope.hpp"
 #include "backends/cpu/silu_mul.hpp"
@@ -83,19 +81,19 @@ TEST(cpu_half_float, round_trips_every_f16_and_bf16_value) {
   EXPECT_FLOAT_EQ(f16_to_f32(0xc000), -2.0f);
 }
 
-// y = x · wᵀ against double sums, for every dtype, SIMD level, path (row dots / sgemm) and
-// several activation counts (one decode token, small batches, a prefill block).
+// y = x · wᵀ against double sums, for every float dtype, SIMD level, path (row dots / sgemm) and
+// several activation counts (one decode token, small batches, a prefill block). The quantized
+// types multiply int8-quantized activations, with a bound of their own: quant_kernels_test.cpp.
 TEST(cpu_matmul, matches_naive_reference_for_every_dtype_and_path) {
   cpu::thread_pool pool(3);
   const int64_t m = 37;
   const int saved_switch = cpu::matmul_gemm_min_rows();
-  for (dtype type : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0}) {
+  for (dtype type : {dtype::f32, dtype::f16, dtype::bf16}) {
     for (int64_t k : {64, 96, 172}) {
-      if (type == dtype::q8_0 && k % 32 != 0) continue;
       const auto w_values = test::random_floats(m * k, 11 + k);
       const auto w_bytes = test::encode(w_values, type);
       const auto w_ref = test::decode_naive(w_bytes, type, m * k);
-      const cpu::weight_view w{type, m, k, w_bytes.data()};
+      const cpu::weight_view w{type, m, k, w_bytes.data(), nullptr, nullptr};
       for (int64_t n : {1, 2, 3, 4, 5, 9, 33}) {
         const auto x = test::random_floats(n * k, 7 + n);
         std::vector<double> expected(n * m), magnitude(n * m);
@@ -124,6 +122,38 @@ TEST(cpu_matmul, matches_naive_reference_for_every_dtype_and_path) {
   cpu::set_matmul_gemm_min_rows(saved_switch);
 }
 
+// The row dots give an output the same bits whatever else is computed beside it: any number of
+// activation rows, and a weight row dotted in a pair (two rows share the activation loads) or
+// alone (the odd row out), on every level.
+TEST(cpu_matmul, row_dots_give_each_output_the_same_bits_in_any_batch_and_tile) {
+  cpu::thread_pool pool(1);
+  const int saved_switch = cpu::matmul_gemm_min_rows();
+  cpu::set_matmul_gemm_min_rows(INT_MAX);
+  for (dtype type : {dtype::f32, dtype::f16, dtype::bf16}) {
+    const int64_t m = 7, k = 77;
+    const auto w_bytes = test::encode(test::random_floats(m * k, 3), type);
+    const auto x = test::random_floats(9 * k, 4);
+    for (cpu::simd_level level : supported_simd_levels()) {
+      scoped_simd_level force(level);
+      std::vector<float> scratch, alone(m);
+      // Each weight row by itself (a view of one row: never in a pair), activation row 0 alone.
+      for (int64_t r = 0; r < m; ++r) {
+        cpu::matmul(pool, x.data(), 1, cpu::weight_view{type, 1, k, w_bytes.data() + row_bytes(type, k) * r},
+                    &alone[r], scratch);
+      }
+      for (int64_t n = 1; n <= 9; ++n) {
+        std::vector<float> y(n * m);
+        cpu::matmul(pool, x.data(), n, cpu::weight_view{type, m, k, w_bytes.data()}, y.data(), scratch);
+        for (int64_t r = 0; r < m; ++r) {
+          ASSERT_EQ(std::memcmp(&y[r], &alone[r], 4), 0)
+              << dtype_name(type) << " " << cpu::simd_level_name(level) << ", " << n << " rows, weight row " << r;
+        }
+      }
+    }
+  }
+  cpu::set_matmul_gemm_min_rows(saved_switch);
+}
+
 // Decode batches of f16 weights go through per-thread slabs of converted rows: more rows than
 // one slab holds (a remainder slab too), handed out over the pool, give the reference products.
 TEST(cpu_matmul, sgemm_over_per_thread_slabs_covers_every_row) {
@@ -135,7 +165,7 @@ TEST(cpu_matmul, sgemm_over_per_thread_slabs_covers_every_row) {
   const auto w_ref = test::decode_naive(w_bytes, dtype::f16, m * k);
   const auto x = test::random_floats(n * k, 6);
   std::vector<float> y(n * m, -1.0f), scratch;
-  cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data()}, y.data(), scratch);
+  cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data(), nullptr, nullptr}, y.data(), scratch);
   cpu::set_matmul_gemm_min_rows(saved_switch);
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t r = 0; r < m; ++r) {
@@ -238,115 +268,6 @@ TEST(cpu_embedding, looks_up_rows_in_every_dtype) {
     EXPECT_THROW(cpu::embedding_lookup(pool, {type, vocab, dim, bytes.data()}, &bad, 1, out.data()),
                  std::runtime_error);
   }
-}
-
-// Sequences with cached context plus new tokens, blocks scattered over the pool; compared with
-// softmax(q·kᵀ / sqrt(d)) · v over each sequence's tokens laid out contiguously.
-TEST(cpu_paged_attention, matches_naive_causal_gqa_attention) {
-  cpu::thread_pool pool(3);
-  model_config config;
-  config.num_layers = 1;
-  config.num_heads = 6;
-  config.num_kv_heads = 2;
-  config.head_dim = 20;
-  const int block_size = 4, num_blocks = 40;
-  const int hd = config.head_dim, slot = config.num_kv_heads * hd, q_dim = config.num_heads * hd;
-  cpu::kv_pool kv(config, {num_blocks, block_size});
-
-  const std::vector<int> context = {5, 1, 37, 18};
-  const std::vector<int> num_new = {5, 1, 1, 17};
-  std::mt19937 rng(42);
-  std::vector<int32_t> free_blocks(num_blocks);
-  for (int i = 0; i < num_blocks; ++i) free_blocks[i] = i;
-  std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
-
-  forward_batch batch;
-  batch.query_start.push_back(0);
-  batch.block_table_start.push_back(0);
-  std::vector<std::vector<float>> seq_k, seq_v;  // [context, slot] per sequence
-  for (size_t s = 0; s < context.size(); ++s) {
-    const int blocks = (context[s] + block_size - 1) / block_size;
-    for (int b = 0; b < blocks; ++b) {
-      batch.block_tables.push_back(free_blocks.back());
-      free_blocks.pop_back();
-    }
-    seq_k.push_back(test::random_floats(context[s] * slot, 100 + s));
-    seq_v.push_back(test::random_floats(context[s] * slot, 200 + s));
-    std::vector<int64_t> slots(context[s]);
-    for (int t = 0; t < context[s]; ++t) {
-      slots[t] = int64_t{batch.block_tables[batch.block_table_start.back() + t / block_size]} * block_size + t % block_size;
-    }
-    kv.write(0, seq_k[s].data(), seq_v[s].data(), slot, slots.data(), context[s]);
-    batch.block_table_start.push_back(static_cast<int32_t>(batch.block_tables.size()));
-    batch.query_start.push_back(batch.query_start.back() + num_new[s]);
-    batch.context_lengths.push_back(context[s]);
-  }
-  const int tokens = batch.query_start.back();
-  batch.token_ids.assign(tokens, 0);
-  const auto q = test::random_floats(tokens * q_dim, 300);
-  const cpu::attention_shape shape{config.num_heads, config.num_kv_heads, hd, block_size, num_blocks,
-                                   1.0f / std::sqrt(float(hd))};
-  cpu::check_attention_batch(batch, shape);
-
-  std::vector<double> expected(tokens * q_dim);
-  for (size_t s = 0; s < context.size(); ++s)
-    for (int i = 0; i < num_new[s]; ++i) {
-      const int row = batch.query_start[s] + i;
-      const int visible = context[s] - num_new[s] + i + 1;
-      for (int h = 0; h < config.num_heads; ++h) {
-        const int g = h / (config.num_heads / config.num_kv_heads);
-        std::vector<double> scores(visible);
-        double max_score = -1e300;
-        for (int t = 0; t < visible; ++t) {
-          double dot = 0;
-          for (int d = 0; d < hd; ++d) dot += double(q[row * q_dim + h * hd + d]) * seq_k[s][t * slot + g * hd + d];
-          scores[t] = dot / std::sqrt(double(hd));
-          max_score = std::max(max_score, scores[t]);
-        }
-        double total = 0;
-        for (double& sc : scores) total += (sc = std::exp(sc - max_score));
-        for (int d = 0; d < hd; ++d) {
-          double acc = 0;
-          for (int t = 0; t < visible; ++t) acc += scores[t] * seq_v[s][t * slot + g * hd + d];
-          expected[row * q_dim + h * hd + d] = acc / total;
-        }
-      }
-    }
-  for (cpu::simd_level level : supported_simd_levels()) {
-    scoped_simd_level force(level);
-    cpu::attention_workspace workspace;
-    std::vector<float> out(tokens * q_dim, -7.0f);
-    cpu::paged_attention(pool, q.data(), q_dim, kv.keys(0), kv.values(0), batch, shape, out.data(), q_dim, workspace);
-    for (int i = 0; i < tokens * q_dim; ++i)
-      ASSERT_NEAR(out[i], expected[i], 2e-5) << cpu::simd_level_name(level) << " at " << i;
-  }
-
-  forward_batch short_table = batch;
-  short_table.context_lengths[2] = 41;  // needs 11 blocks, has 10
-  EXPECT_THROW(cpu::check_attention_batch(short_table, shape), std::runtime_error);
-  forward_batch bad_block = batch;
-  bad_block.block_tables[0] = num_blocks;
-  EXPECT_THROW(cpu::check_attention_batch(bad_block, shape), std::runtime_error);
-}
-
-TEST(cpu_kv_pool, writes_slots_in_the_documented_layout) {
-  model_config config;
-  config.num_layers = 2;
-  config.num_kv_heads = 2;
-  config.head_dim = 3;
-  cpu::kv_pool kv(config, {4, 2});
-  EXPECT_EQ(kv.num_slots(), 8);
-  EXPECT_EQ(cpu::kv_pool::bytes_per_block(config, 2), size_t{2 * 2 * 2 * 2 * 3 * 4});
-  const std::vector<float> k = {1, 2, 3, 4, 5, 6}, v = {7, 8, 9, 10, 11, 12};
-  const int64_t slot = 5;  // block 2, offset 1
-  kv.write(1, k.data(), v.data(), 6, &slot, 1);
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(kv.keys(1)[(2 * 2 + 1) * 6 + i], k[i]);
-    EXPECT_EQ(kv.values(1)[(2 * 2 + 1) * 6 + i], v[i]);
-    EXPECT_EQ(kv.keys(0)[(2 * 2 + 1) * 6 + i], 0.0f);
-  }
-  const int64_t bad = 8;
-  EXPECT_THROW(kv.write(0, k.data(), v.data(), 6, &bad, 1), std::runtime_error);
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ namespace troupe::test {
 
 inline std::vector<cpu::simd_level> supported_simd_levels() {
   std::vector<cpu::simd_level> levels;
-  for (auto level : {cpu::simd_level::scalar, cpu::simd_level::avx2, cpu::simd_level::avx512})
+  for (auto level : {cpu::simd_level::scalar, cpu::simd_level::avx2, cpu::simd_level::avx512,
+                     cpu::simd_level::avx512_vnni})
     if (cpu::simd_level_supported(level)) levels.push_back(level);
   return levels;
 }

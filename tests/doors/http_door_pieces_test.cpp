@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
+#include "doors/http/anthropic_response.hpp"
 #include "doors/http/generation_session.hpp"
 #include "doors/http/metrics_text.hpp"
 #include "doors/reply_router.hpp"
@@ -172,8 +175,8 @@ TEST(generation_session, streams_chat_chunks_role_first_then_usage_and_done) {
   r.endpoint = openai_endpoint::chat_completions;
   r.model = "m";
   openai_prompt chat;
-  chat.kind = prompt_kind::messages;
-  chat.messages = {{"user", "hi"}};
+  chat.kind = prompt_kind::rendered_chat;
+  chat.text = "user: hi\nassistant:";
   r.prompts = {chat};
   r.stream = true;
   r.include_usage = true;
@@ -253,6 +256,185 @@ TEST(metrics_text, prometheus_exposition) {
   EXPECT_NE(text.find("troupe_sequences_waiting 2\n"), std::string::npos);
   m.scheduler.reset();
   EXPECT_EQ(render_metrics(m).find("troupe_kv_blocks_free"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+openai_request chat_request_of(bool stream) {
+  openai_request r;
+  r.endpoint = openai_endpoint::chat_completions;
+  r.model = "m";
+  openai_prompt chat;
+  chat.kind = prompt_kind::rendered_chat;
+  chat.text = "prompt";
+  r.prompts = {chat};
+  r.stream = stream;
+  return r;
+}
+
+output_parsing qwen3_parsing() {
+  output_parsing p;
+  p.format = {tool_call_syntax::hermes, reasoning_syntax::think};
+  p.parse_tool_calls = true;
+  return p;
+}
+
+text_delta piece(int64_t id, std::string text, finish_reason finish = finish_reason::none) {
+  text_delta d;
+  d.delta.request_id = id;
+  d.delta.token_ids = {1};
+  d.text = std::move(text);
+  d.delta.finish = finish;
+  if (finish != finish_reason::none) {
+    request_metrics m;
+    m.num_prompt_tokens = 7;
+    m.num_output_tokens = 9;
+    d.delta.metrics = m;
+  }
+  return d;
+}
+
+const std::vector<std::string> qwen3_output = {"<th", "ink>\nPlan", " it.\n</think>\n\n", "<tool_call>\n{\"name\": \"get_weather\", ",
+                                               "\"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"};
+
+std::string streamed_text(generation_session& session) {
+  std::string all;
+  for (size_t i = 0; i < qwen3_output.size(); ++i) {
+    const bool last = i + 1 == qwen3_output.size();
+    session.apply({0, piece(session.request_id(0), qwen3_output[i], last ? finish_reason::stop : finish_reason::none)});
+    all += session.take_stream_text();
+  }
+  return all;
+}
+
+TEST(generation_session, a_chat_answer_splits_into_reasoning_content_and_tool_calls) {
+  generation_session whole(chat_request_of(false), 2, 1000, token_text, qwen3_parsing());
+  for (size_t i = 0; i < qwen3_output.size(); ++i) {
+    const bool last = i + 1 == qwen3_output.size();
+    whole.apply({0, piece(whole.request_id(0), qwen3_output[i], last ? finish_reason::stop : finish_reason::none)});
+  }
+  const json body = json::parse(whole.full_body());
+  const json& message = body["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "Plan it.\n");
+  EXPECT_TRUE(message["content"].is_null());
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"city":"Oslo"})");
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+
+  // Streamed: reasoning and the call each in chunks of their own, reassembling to the same.
+  generation_session stream(chat_request_of(true), 2, 1000, token_text, qwen3_parsing());
+  bool done = false;
+  const auto chunks = sse_payloads(streamed_text(stream), done);
+  EXPECT_TRUE(done);
+  std::string reasoning, content;
+  json calls = json::array();
+  std::string finish;
+  for (const auto& c : chunks) {
+    const json& delta = c["choices"][0]["delta"];
+    EXPECT_FALSE(delta.contains("reasoning_content") && delta.contains("content")) << c.dump();
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls")) {
+      for (const auto& t : delta["tool_calls"]) calls.push_back(t);
+    }
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(reasoning, "Plan it.\n");
+  EXPECT_EQ(content, "");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["index"], 0);
+  EXPECT_EQ(calls[0]["function"]["arguments"], message["tool_calls"][0]["function"]["arguments"]);
+  EXPECT_EQ(calls[0]["id"], message["tool_calls"][0]["id"]);  // the same request id, the same call id
+  EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST(anthropic_response, a_message_and_its_events_in_anthropic_shape) {
+  openai_request r = chat_request_of(false);
+  r.endpoint = openai_endpoint::anthropic_messages;
+  generation_session whole(r, 2, std::make_unique<anthropic_response_builder>("m", "msg_1", tool_call_syntax::hermes, 2),
+                           qwen3_parsing());
+  for (size_t i = 0; i < qwen3_output.size(); ++i) {
+    const bool last = i + 1 == qwen3_output.size();
+    whole.apply({0, piece(whole.request_id(0), qwen3_output[i], last ? finish_reason::stop : finish_reason::none)});
+  }
+  const json message = json::parse(whole.full_body());
+  EXPECT_EQ(message["type"], "message");
+  EXPECT_EQ(message["role"], "assistant");
+  EXPECT_EQ(message["stop_reason"], "tool_use");
+  ASSERT_EQ(message["content"].size(), 2u);
+  EXPECT_EQ(message["content"][0]["type"], "thinking");
+  EXPECT_EQ(message["content"][0]["thinking"], "Plan it.\n");
+  EXPECT_EQ(message["content"][1]["type"], "tool_use");
+  EXPECT_EQ(message["content"][1]["name"], "get_weather");
+  EXPECT_EQ(message["content"][1]["input"], json({{"city", "Oslo"}}));
+  EXPECT_EQ(message["content"][1]["id"].get<std::string>().rfind("toolu_", 0), 0u);
+  EXPECT_EQ(message["usage"]["input_tokens"], 7);
+  EXPECT_EQ(message["usage"]["output_tokens"], 9);
+
+  r.stream = true;
+  generation_session stream(r, 2, std::make_unique<anthropic_response_builder>("m", "msg_1", tool_call_syntax::hermes, 2),
+                            qwen3_parsing());
+  const std::string text = streamed_text(stream);
+  EXPECT_TRUE(stream.stream_ended());
+  // event: NAME / data: {...} pairs, in Anthropic's order.
+  std::vector<std::string> names;
+  std::vector<json> data;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("event: ", 0) == 0) names.push_back(line.substr(7));
+    if (line.rfind("data: ", 0) == 0) data.push_back(json::parse(line.substr(6)));
+  }
+  ASSERT_EQ(names.size(), data.size());
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(data[i]["type"], names[i]);
+  const std::vector<std::string> expected = {"message_start", "content_block_start", "content_block_delta",
+                                             "content_block_delta", "content_block_delta", "content_block_stop",
+                                             "content_block_start", "content_block_delta", "content_block_stop",
+                                             "message_delta", "message_stop"};
+  EXPECT_EQ(names, expected);
+  std::string thinking;
+  for (const auto& d : data) {
+    if (d["type"] == "content_block_delta" && d["delta"]["type"] == "thinking_delta") thinking += d["delta"]["thinking"].get<std::string>();
+  }
+  EXPECT_EQ(thinking, "Plan it.\n");
+  EXPECT_EQ(data[6]["content_block"]["type"], "tool_use");
+  EXPECT_EQ(data[6]["index"], 1);
+  EXPECT_EQ(json::parse(data[7]["delta"]["partial_json"].get<std::string>()), json({{"city", "Oslo"}}));
+  EXPECT_EQ(data[9]["delta"]["stop_reason"], "tool_use");
+  EXPECT_EQ(data[9]["usage"]["output_tokens"], 9);
+  EXPECT_EQ(anthropic_error_json(bad_parameter("max_tokens", "'max_tokens': missing")),
+            R"({"error":{"message":"'max_tokens': missing","type":"invalid_request_error"},"type":"error"})");
+}
+
+TEST(generation_session, logprob_bytes_add_up_to_the_text_and_offsets_count_characters) {
+  openai_request r = two_prompts_two_samples(openai_endpoint::completions, false);
+  r.prompts.resize(1);
+  r.prompts[0].text = "caf\xc3\xa9 ";  // echo: 5 characters before the tokens
+  r.n = 1;
+  r.logprobs = 0;
+  r.echo = true;
+  // Tokens: " \xe2" + "\x82\xac" (a split euro sign), then "s".
+  auto bytes_of = [](int32_t id) -> std::string { return id == 1 ? " \xe2" : id == 2 ? "\x82\xac" : "s"; };
+  generation_session session(r, 2, 1000, bytes_of);
+  text_delta d = delta(session.request_id(0), " \xe2\x82\xac" "s", finish_reason::length, 1, 3);
+  d.delta.token_ids = {1, 2, 3};
+  d.delta.logprobs = {token_logprobs{-0.5f, {}, {}}, token_logprobs{-0.25f, {}, {}}, token_logprobs{-1.0f, {}, {}}};
+  session.apply({0, d});
+  const json body = json::parse(session.full_body());
+  EXPECT_EQ(body["choices"][0]["text"], "caf\xc3\xa9  \xe2\x82\xac" "s");
+  const auto& lp = body["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"][0], "bytes:\\x20\\xe2");
+  EXPECT_EQ(lp["tokens"][2], "s");
+  EXPECT_EQ(lp["tokens"][1], "bytes:\\x82\\xac");
+  // " €s" after "café ": the space is character 5, the euro sign 6 (both its pieces), "s" 7.
+  EXPECT_EQ(lp["text_offset"], json({5, 6, 7}));
 }
 
 }  // namespace

@@ -102,6 +102,7 @@ struct door_fixture {
     options.port = 0;
     options.api_key = std::move(api_key);
     options.model_name = "tiny";
+    options.quantization = "Q4_K_M";
     options.max_connections = 16;
     options.limits.max_model_len = 64;
     door = std::make_unique<http_door>(options, downstream, admission, counters,
@@ -148,7 +149,9 @@ TEST(http_door, streams_chunks_then_done) {
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200);
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
-  EXPECT_EQ(f.downstream.submitted().at(0).kind, prompt_kind::messages);
+  // The door renders the chat itself (here, without a chat template: the transcript).
+  EXPECT_EQ(f.downstream.submitted().at(0).kind, prompt_kind::rendered_chat);
+  EXPECT_EQ(f.downstream.submitted().at(0).prompt, "user: hi\nassistant:");
   std::string content;
   size_t at = 0;
   int num_events = 0;
@@ -242,11 +245,49 @@ TEST(http_door, keys_health_metrics_and_unknown_paths) {
   c.set_bearer_token_auth("k");
   auto models = c.Get("/v1/models");
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+  EXPECT_EQ(json::parse(models->body)["data"][0]["quantization"], "Q4_K_M");
   EXPECT_EQ(c.Get("/v1/models/tiny")->status, 200);
   EXPECT_EQ(c.Get("/v1/models/other")->status, 404);
   auto unknown = c.Get("/v2/anything");
   EXPECT_EQ(unknown->status, 404);
   EXPECT_EQ(json::parse(unknown->body)["error"]["type"], "not_found_error");
+}
+
+TEST(http_door, unknown_fields_are_ignored_and_named_and_anthropic_gets_its_own_shapes) {
+  door_fixture f("k");
+  httplib::Client c = f.client();
+  // Unknown fields: ignored, listed in a header.
+  c.set_bearer_token_auth("k");
+  auto chat = c.Post("/v1/chat/completions",
+                     R"({"model":"tiny","messages":[{"role":"user","content":"hi","x_cache":1}],"reasoning":{"effort":"low"},"max_tokens":3})",
+                     "application/json");
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  EXPECT_EQ(chat->get_header_value("X-Troupe-Ignored-Fields"), "messages[0].x_cache, reasoning");
+  EXPECT_EQ(json::parse(chat->body)["choices"][0]["message"]["content"], "w0 w1 w2 ");
+  // Anthropic's route, with the key as x-api-key; its errors in its shape.
+  httplib::Client a = f.client();
+  httplib::Headers key = {{"x-api-key", "k"}, {"anthropic-version", "2023-06-01"}};
+  auto message = a.Post("/v1/messages", key,
+                        R"({"model":"tiny","max_tokens":3,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]})",
+                        "application/json");
+  ASSERT_EQ(message->status, 200) << message->body;
+  const json m = json::parse(message->body);
+  EXPECT_EQ(m["type"], "message");
+  EXPECT_EQ(m["content"][0]["text"], "w0 w1 w2 ");
+  EXPECT_EQ(m["stop_reason"], "max_tokens");
+  EXPECT_EQ(m["usage"]["output_tokens"], 3);
+  // The system prompt went to the template (here the transcript) before the user's turn.
+  EXPECT_EQ(f.downstream.submitted().back().prompt, "system: Be brief.\nuser: hi\nassistant:");
+  auto refused = a.Post("/v1/messages", R"({"model":"tiny","messages":[]})", "application/json");
+  EXPECT_EQ(refused->status, 401);
+  EXPECT_EQ(json::parse(refused->body)["error"]["type"], "authentication_error");
+  auto bad = a.Post("/v1/messages", key, R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})", "application/json");
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["type"], "error");
+  EXPECT_EQ(json::parse(bad->body)["error"]["type"], "invalid_request_error");
+  // No tokenizer in this fixture: /tokenize says so; /version needs no key.
+  EXPECT_EQ(a.Post("/tokenize", key, R"({"prompt":"x"})", "application/json")->status, 503);
+  EXPECT_EQ(f.client().Get("/version")->status, 200);
 }
 
 // /metrics stays open under an API key (as vLLM's) and carries the troupe: families and the

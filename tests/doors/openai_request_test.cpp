@@ -87,12 +87,13 @@ TEST(openai_request, chat_messages_with_content_parts) {
       {"role":"assistant","content":null},{"role":"user","content":"go on","name":"ann"}],
       "max_completion_tokens":20,"logprobs":true,"top_logprobs":3,"stop":"END"})");
   ASSERT_EQ(r.prompts.size(), 1u);
-  const auto& m = r.prompts[0].messages;
+  const auto& m = r.chat.messages;
   ASSERT_EQ(m.size(), 4u);
-  EXPECT_EQ(r.prompts[0].kind, prompt_kind::messages);
-  EXPECT_EQ(m[1].content, "Hello there");
-  EXPECT_EQ(m[2].role, "assistant");
-  EXPECT_EQ(m[2].content, "");
+  EXPECT_EQ(r.prompts[0].kind, prompt_kind::rendered_chat);
+  EXPECT_EQ(m[1]["content"], "Hello there");
+  EXPECT_EQ(m[2]["role"], "assistant");
+  EXPECT_EQ(m[2]["content"], "");
+  EXPECT_EQ(m[3]["name"], "ann");
   EXPECT_EQ(r.sampling.max_tokens, 20);
   EXPECT_EQ(r.logprobs, 3);
   EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"END"});
@@ -140,11 +141,10 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
       {completions, R"({"model":"m","prompt":"x","logprobs":true})", "logprobs"},
       {completions, R"({"model":"m","prompt":"x","stream":"yes"})", "stream"},
       {completions, R"({"model":"m","prompt":"x","stream_options":{"include_usage":true}})", "stream_options"},
-      {completions, R"({"model":"m","prompt":"x","stream":true,"stream_options":{"bogus":1}})", "stream_options.bogus"},
-      {completions, R"({"model":"m","prompt":"x","echo":true})", "echo"},
       {completions, R"({"model":"m","prompt":"x","best_of":3})", "best_of"},
-      {completions, R"({"model":"m","prompt":"x","logit_bias":{"5":1}})", "logit_bias"},
-      {completions, R"({"model":"m","prompt":"x","temprature":0})", "temprature"},
+      {completions, R"({"model":"m","prompt":"x","logit_bias":{"five":1}})", "logit_bias"},
+      {completions, R"({"model":"m","prompt":"x","logit_bias":{"5":101}})", "logit_bias.5"},
+      {completions, R"({"model":"m","prompt":"x","logit_bias":[5]})", "logit_bias"},
       {completions, R"({"model":"m","prompt":"x","num_speculative_tokens":17})", "num_speculative_tokens"},
       {completions, R"({"model":"m","prompt":"x","num_speculative_tokens":"4"})", "num_speculative_tokens"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":-2})", "num_speculative_tokens"},
@@ -157,10 +157,18 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
       {chat, R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content[0].type"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x","extra":1}]})", "messages[0].extra"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})", "max_completion_tokens"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools[0].function"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]})", "tools[0].type"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"a b"}}]})", "tools[0].function.name"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":[]}}]})", "tools[0].function.parameters"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})", "tool_choice"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"})", "tool_choice"},
+      {chat, R"({"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function"}]}]})", "messages[0].tool_calls[0].function"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":true})", "chat_template_kwargs"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"reasoning_effort":"maximal"})", "reasoning_effort"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","not":{}}}}})", "response_format"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}})", "response_format.type"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})", "response_format.json_schema"},
@@ -176,6 +184,62 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
     EXPECT_EQ(e.param, c.param) << c.body << " -> " << e.message;
     EXPECT_NE(e.message.find(c.param), std::string::npos) << e.message;
   }
+}
+
+TEST(openai_request, unknown_fields_are_ignored_and_listed) {
+  auto r = parse_ok(chat, R"({"model":"m","temprature":0,"messages":[{"role":"user","content":"x","extra":1,"cache_control":{}}],
+      "stream":true,"stream_options":{"include_usage":true,"bogus":1},"reasoning":{"effort":"low"},
+      "tools":[{"type":"function","function":{"name":"f","x-vendor":2},"other":3}]})");
+  EXPECT_EQ(r.ignored_fields, (std::vector<std::string>{"messages[0].extra", "messages[0].cache_control",
+                                                        "tools[0].function.x-vendor", "tools[0].other",
+                                                        "stream_options.bogus", "temprature", "reasoning"}));
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(parse_ok(completions, R"({"model":"m","prompt":"x"})").ignored_fields.empty());
+}
+
+TEST(openai_request, tools_tool_choice_and_tool_turns_reach_the_chat) {
+  auto r = parse_ok(chat, R"({"model":"m","messages":[
+      {"role":"user","content":"Weather?"},
+      {"role":"assistant","content":null,"reasoning_content":"need it","tool_calls":[{"id":"call_1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"zeta\": 1, \"alpha\": \"x\"}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"21C"}],
+      "tools":[{"type":"function","function":{"name":"get_weather","description":"d",
+        "parameters":{"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}}},"strict":true}}],
+      "tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false,
+      "chat_template_kwargs":{"enable_thinking":false},"reasoning_effort":"low"})");
+  ASSERT_EQ(r.chat.tools.size(), 1u);
+  EXPECT_EQ(r.chat.tools[0].name, "get_weather");
+  EXPECT_EQ(r.chat.tools[0].description, "d");
+  EXPECT_LT(r.chat.tools[0].parameters.dump().find("zeta"), r.chat.tools[0].parameters.dump().find("alpha"));
+  EXPECT_EQ(r.chat.tool_choice, tool_choice_kind::function);
+  EXPECT_EQ(r.chat.tool_choice_name, "get_weather");
+  EXPECT_FALSE(r.chat.parallel_tool_calls);
+  EXPECT_EQ(r.chat.template_kwargs["enable_thinking"], false);
+  EXPECT_EQ(r.chat.reasoning_effort, "low");
+  const auto& call = r.chat.messages[1]["tool_calls"][0];
+  // The arguments' JSON text becomes the object templates write with tojson, in the client's order.
+  EXPECT_EQ(call["function"]["arguments"].dump(), R"({"zeta":1,"alpha":"x"})");
+  EXPECT_EQ(r.chat.messages[1]["content"], "");
+  EXPECT_EQ(r.chat.messages[1]["reasoning_content"], "need it");
+  EXPECT_EQ(r.chat.messages[2]["tool_call_id"], "call_1");
+  // Tools without a choice: auto; no tools: none.
+  auto automatic = parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],
+      "tools":[{"type":"function","function":{"name":"f"}}]})");
+  EXPECT_EQ(automatic.chat.tool_choice, tool_choice_kind::automatic);
+  EXPECT_EQ(parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}]})").chat.tool_choice,
+            tool_choice_kind::none);
+  EXPECT_EQ(parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[],"tool_choice":"none"})")
+                .chat.tool_choice,
+            tool_choice_kind::none);
+}
+
+TEST(openai_request, logit_bias_and_echo) {
+  auto r = parse_ok(completions, R"({"model":"m","prompt":"x","logit_bias":{"5":-100,"17":2.5},"echo":true})");
+  ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(r.sampling.logit_bias[0].token_id, 5);
+  EXPECT_FLOAT_EQ(r.sampling.logit_bias[0].bias, -100.0f);
+  EXPECT_EQ(r.sampling.logit_bias[1].token_id, 17);
+  EXPECT_TRUE(r.echo);
 }
 
 TEST(openai_request, num_speculative_tokens_is_an_extra_sampling_field_on_both_endpoints) {

@@ -70,6 +70,7 @@ inline child_process failing_controller(const fs::path& topology, const fs::path
 struct node_entry {
   std::string name;
   uint16_t port = 0;
+  std::string kv_cache_dtype;  // the node's own; empty: [node]'s
 };
 
 // A topology file's contents. No credentials and no nodes: a colocated `troupe serve`.
@@ -92,12 +93,14 @@ struct topology_spec {
   int reconnect_interval_ms = 200;
   std::string device = "auto";  // [node] device
   std::string dtype;            // [node] dtype (CUDA activations); empty: the default
+  std::string kv_cache_dtype;   // [node] kv_cache_dtype; empty: the default (auto)
   std::string kv_transport;     // [disaggregation] kv_transport; empty: the default (zmq)
 
   std::string toml() const {
     std::ostringstream t;
     t << "[model]\npath = \"" << model_path << "\"\nload_format = \"auto\"\n"
       << "[node]\ndevice = \"" << device << "\"\nthreads = 1\n" << (dtype.empty() ? "" : "dtype = \"" + dtype + "\"\n")
+      << (kv_cache_dtype.empty() ? "" : "kv_cache_dtype = \"" + kv_cache_dtype + "\"\n")
       << "[http]\nenabled = true\nhost = \"127.0.0.1\"\nport = 0\n"
       << "[tokenizer]\npool_size = 2\n"
       << "[scheduler]\nmax_num_batched_tokens = " << max_num_batched_tokens << "\nmax_num_seqs = 64\nkv_memory_mb = 32\n"
@@ -110,7 +113,10 @@ struct topology_spec {
       << "heartbeat_interval_ms = " << heartbeat_interval_ms << "\nconnection_timeout_ms = " << connection_timeout_ms
       << "\nreconnect_interval_ms = " << reconnect_interval_ms << "\n";
     if (admin) t << "admin_listen = \"127.0.0.1:0\"\n";
-    for (const auto& n : nodes) t << "[[nodes]]\nname = \"" << n.name << "\"\naddress = \"127.0.0.1:" << n.port << "\"\n";
+    for (const auto& n : nodes) {
+      t << "[[nodes]]\nname = \"" << n.name << "\"\naddress = \"127.0.0.1:" << n.port << "\"\n";
+      if (!n.kv_cache_dtype.empty()) t << "kv_cache_dtype = \"" << n.kv_cache_dtype << "\"\n";
+    }
     auto list = [](const std::vector<std::string>& names) {
       std::string out = "[";
       for (size_t i = 0; i < names.size(); ++i) out += (i ? ", \"" : "\"") + names[i] + "\"";

@@ -3,7 +3,8 @@
 // hits) through a 1P1D and a 2P1D topology (`troupe launch`, every node its own process), and
 // through a 1P1D whose prefill is cut into 8-token chunks, give the outputs of a colocated
 // `troupe serve`: text, token ids, finish reason, usage; and so does a 1P1D whose decode side
-// verifies n-gram drafts (speculative decoding). Every node must have done its share, and
+// verifies n-gram drafts (speculative decoding), and 1P1Ds whose two sides keep their KV in
+// different dtypes. Every node must have done its share, and
 // once idle no instance holds a block, a reservation or an open transfer.
 
 #include <gtest/gtest.h>
@@ -98,6 +99,33 @@ TEST_F(disagg_outputs_e2e, stories260k_through_1p1d_2p1d_and_small_chunks_equals
   speculative.num_speculative_tokens = 4;
   expect_equal_outputs("1p1d-speculative", speculative, speculating, expected,
                        {{"prefill-a", 8192}, {"decode-a", 32768}});
+}
+
+// The two sides keep their KV in different dtypes: the frames carry the prefill side's and the
+// decode side converts on import. Each 1P1D answers like one process whose cache has the decode
+// side's dtype: f32 prefill into an f16 decode (the default), and an f16 prefill into an
+// fp8_e4m3 decode against a colocated fp8_e4m3 server.
+TEST_F(disagg_outputs_e2e, prefill_and_decode_with_different_kv_dtypes_equal_one_process) {
+  const std::vector<mixed_request> mix = request_mix(60, prompts, 8, 48, true, 5);
+  const std::vector<outcome> expected = colocated_outputs(stories_dir, mix);
+  ASSERT_FALSE(HasFailure());
+  topology_spec wide_prefill = disaggregated(stories_dir, 1);
+  wide_prefill.nodes[0].kv_cache_dtype = "f32";
+  expect_equal_outputs("1p1d-f32-to-f16", wide_prefill, mix, expected, {{"prefill-a", 2048}, {"decode-a", 8192}});
+
+  std::vector<outcome> expected_fp8;
+  {
+    topology_spec colocated_fp8;
+    colocated_fp8.model_path = stories_dir;
+    colocated_fp8.kv_cache_dtype = "fp8_e4m3";
+    controller_process reference(controller_process::kind::serve, colocated_fp8.write(dir_ / "colocated-fp8.toml"),
+                                 dir_ / "colocated-fp8.log");
+    expected_fp8 = run_in_waves(reference, mix, wave);
+  }
+  for (size_t i = 0; i < expected_fp8.size(); ++i) EXPECT_EQ(expected_fp8[i].error, "") << "fp8 reference " << i;
+  topology_spec narrow_decode = disaggregated(stories_dir, 1);
+  narrow_decode.nodes[1].kv_cache_dtype = "fp8_e4m3";
+  expect_equal_outputs("1p1d-f16-to-fp8", narrow_decode, mix, expected_fp8, {{"prefill-a", 2048}, {"decode-a", 8192}});
 }
 
 TEST_F(disagg_outputs_e2e, a_12_layer_model_through_1p1d_equals_one_process) {

@@ -58,23 +58,27 @@ TEST_P(generate_e2e, stop_id_ends_generation_without_printing_it) {
   EXPECT_NE(r.err.find("finish: stop"), std::string::npos) << r.err;
 }
 
-TEST_P(generate_e2e, device_cuda_reproduces_the_references_on_whatever_device_answers) {
-  // Without a GPU (or without CUDA compiled) --device cuda falls back to the CPU and says so on
-  // stderr; with one, f32 on the GPU must still give the greedy references.
+TEST_P(generate_e2e, device_cuda_is_the_gpu_or_an_error_and_auto_falls_back) {
+  // --device cuda runs on a GPU or stops, saying why; --device auto falls back to the CPU and
+  // says so on stderr. Either way, f32 gives the greedy references.
   const bool gpu = choose_device(device_request::auto_detect).kind == device_kind::cuda;
   const auto refs = stories_references();
   const auto& ref = refs.at(0);
-  run_result r = run_troupe("generate " + model_arg() + " --device cuda --dtype f32 --prompt " +
-                            shell_quote(ref.at("prompt").get<std::string>()) + " --temperature 0 --threads 1 --max-tokens " +
-                            std::to_string(ref.at("max_new_tokens").get<int>()));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, ref.at("completion").get<std::string>());
+  const std::string args = " --dtype f32 --prompt " + shell_quote(ref.at("prompt").get<std::string>()) +
+                           " --temperature 0 --threads 1 --max-tokens " + std::to_string(ref.at("max_new_tokens").get<int>());
+  run_result cuda = run_troupe("generate " + model_arg() + " --device cuda" + args);
+  run_result automatic = run_troupe("generate " + model_arg() + " --device auto" + args);
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
+  EXPECT_EQ(automatic.out, ref.at("completion").get<std::string>());
   if (gpu) {
-    EXPECT_NE(r.err.find("backend: cuda"), std::string::npos) << r.err;
+    ASSERT_EQ(cuda.exit_code, 0) << cuda.err;
+    EXPECT_EQ(cuda.out, ref.at("completion").get<std::string>());
+    EXPECT_NE(cuda.err.find("backend: cuda"), std::string::npos) << cuda.err;
   } else {
-    EXPECT_NE(r.err.find("--device cuda was asked for but CUDA is unavailable"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("running on the CPU"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("backend: cpu"), std::string::npos) << r.err;
+    EXPECT_NE(cuda.exit_code, 0) << cuda.out;
+    EXPECT_NE(cuda.err.find("--device cuda: no usable GPU"), std::string::npos) << cuda.err;
+    EXPECT_NE(automatic.err.find("running on the CPU"), std::string::npos) << automatic.err;
+    EXPECT_NE(automatic.err.find("backend: cpu"), std::string::npos) << automatic.err;
   }
 }
 

@@ -89,7 +89,7 @@ bool shows_within(F&& text, const std::string& words, std::chrono::seconds bound
   return text().find(words) != std::string::npos;
 }
 
-// One line of `troupe scale --list`: "ID NODE active|draining requests=N ... role=R".
+// One line of `troupe scale --list`: "ID NODE active|draining requests=N ... role=R quantization=Q".
 struct instance_line {
   int id = -1;
   std::string node;
@@ -98,7 +98,7 @@ struct instance_line {
 };
 
 std::map<int, instance_line> parse_instances(const std::vector<std::string>& lines) {
-  static const std::regex line_format(R"(^([0-9]+) (\S+) (active|draining) requests=([0-9]+) queued_prompt_tokens=[0-9]+ free_blocks=[0-9]+/[0-9]+ role=(mixed|prefill|decode)$)");
+  static const std::regex line_format(R"(^([0-9]+) (\S+) (active|draining) requests=([0-9]+) queued_prompt_tokens=[0-9]+ free_blocks=[0-9]+/[0-9]+ role=(mixed|prefill|decode) quantization=(F32|F16|BF16|f32|f16|bf16|Q[0-9A-Z_]+|IQ4_(NL|XS)|MXFP4)$)");
   std::map<int, instance_line> out;
   for (const std::string& line : lines) {
     std::smatch m;

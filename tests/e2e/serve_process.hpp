@@ -34,7 +34,8 @@ namespace troupe::test {
 // it is passed as --api-key unless extra_args give --api-key-file.
 class serve_process {
  public:
-  explicit serve_process(std::vector<std::string> extra_args, std::string api_key = {})
+  // model: the HF directory (or .gguf) to serve; stories260K unless told.
+  explicit serve_process(std::vector<std::string> extra_args, std::string api_key = {}, std::string model = stories_dir)
       : api_key_(std::move(api_key)), log_path_(unique_log_path()) {
     for (const char* owned : {"--log-level", "--port", "--zmq-endpoint"}) {
       if (std::find(extra_args.begin(), extra_args.end(), owned) != extra_args.end()) {
@@ -43,7 +44,7 @@ class serve_process {
     }
     const bool key_file = std::find(extra_args.begin(), extra_args.end(), "--api-key-file") != extra_args.end();
     const bool http = wants_http(extra_args);
-    std::vector<std::string> args = {troupe_binary.string(), "serve", "--model", stories_dir,
+    std::vector<std::string> args = {troupe_binary.string(), "serve", "--model", model,
                                      "--zmq-endpoint", "tcp://127.0.0.1:*", "--threads", "1",
                                      "--log-level", "info"};
     if (!api_key_.empty() && !key_file) {
@@ -51,6 +52,11 @@ class serve_process {
       args.push_back(api_key_);
     }
     args.insert(args.end(), extra_args.begin(), extra_args.end());
+    // `troupe serve` opens HTTP on port 8000 unless told: tests that do not ask for it keep it off,
+    // so that servers running side by side do not compete for the port.
+    if (!http && std::find(extra_args.begin(), extra_args.end(), "--http") == extra_args.end()) {
+      args.insert(args.end(), {"--http", "off"});
+    }
     process_.emplace(std::move(args), log_path_);
 
     // Up when it has logged its ports and answers a stats request; loading the model on a

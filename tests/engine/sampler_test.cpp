@@ -188,6 +188,36 @@ TEST(sampler, repetition_penalty_covers_prompt_and_output) {
   EXPECT_EQ(s.sample(logits, p, {1, 0, twice, 2}).token_id, 0);
 }
 
+TEST(sampler, logit_bias_moves_logits_before_everything_else) {
+  sampler s(5);
+  sampling_params p;
+  p.temperature = 0.0f;
+  std::vector<float> logits = {2.0f, 1.9f, -1.0f, 0.5f};
+  EXPECT_EQ(s.sample(logits, p, {}).token_id, 0);
+  p.logit_bias = {{0, -100.0f}};  // banned
+  EXPECT_EQ(s.sample(logits, p, {}).token_id, 1);
+  p.logit_bias = {{2, 3.5f}};  // -1 + 3.5 = 2.5
+  EXPECT_EQ(s.sample(logits, p, {}).token_id, 2);
+  p.logit_bias = {{2, 3.5f}, {7, 100.0f}};  // an id past the row has no logit to move
+  EXPECT_EQ(s.sample(logits, p, {}).token_id, 2);
+  // Under a grammar's mask too: the bias picks among the allowed tokens.
+  const std::vector<int32_t> allowed = {0, 3};
+  const std::vector<uint64_t> bits = {0b1001};
+  sample_context masked;
+  masked.constrained = true;
+  masked.allowed_token_ids = allowed;
+  masked.allowed_bits = bits;
+  p.logit_bias = {{3, 2.0f}};  // 0.5 + 2 = 2.5 > 2.0
+  EXPECT_EQ(s.sample(logits, p, masked).token_id, 3);
+  p.logit_bias = {{1, 100.0f}};  // not allowed: the mask wins
+  EXPECT_EQ(s.sample(logits, p, masked).token_id, 0);
+  // Sampled: a banned token never comes.
+  p.temperature = 1.0f;
+  p.logit_bias = {{0, -100.0f}, {1, -100.0f}};
+  p.seed = 9;
+  for (int k = 0; k < 200; ++k) EXPECT_GE(s.sample(logits, p, {1, k, {}, 0}).token_id, 2);
+}
+
 TEST(sampler, presence_and_frequency_penalties_count_outputs_only) {
   sampler s(5);
   sampling_params p;

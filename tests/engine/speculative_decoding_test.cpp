@@ -160,6 +160,7 @@ struct engine_setup {
   int block_size = 16;
   int max_num_batched_tokens = 2048;
   load_format format = load_format::safetensors;
+  dtype kv_dtype = dtype::f16;  // the KV cache's (the CPU's default)
 };
 
 // The weights the engine's model views, and the engine.
@@ -183,7 +184,8 @@ test_engine make_engine(const engine_setup& setup, int num_speculative_tokens) {
   config.num_speculative_tokens = num_speculative_tokens;
   config.max_speculative_tokens = num_speculative_tokens == 0 ? 0 : 16;  // plain: nobody speculates
   made.engine = std::make_unique<llm_engine>(
-      make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{setup.num_blocks, setup.block_size}, 1), config,
+      make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{setup.num_blocks, setup.block_size}, 1, setup.kv_dtype),
+      config,
       std::vector<int32_t>{2}, /*sampler_seed=*/9);
   const tokenizer tok = tokenizer::from_directory(stories_hf);
   made.engine->set_vocabulary(make_token_vocabulary(tok, loaded.config.vocab_size, {2}));
@@ -266,7 +268,12 @@ TEST_P(speculative_engine, greedy_outputs_equal_plain_decoding) {
     if (plain_lp != plain.logprobs.end()) {
       const std::vector<float>& spec_lp = spec.logprobs.at(id);
       ASSERT_EQ(spec_lp.size(), plain_lp->second.size()) << "request " << id;
-      for (size_t i = 0; i < spec_lp.size(); ++i) EXPECT_NEAR(spec_lp[i], plain_lp->second[i], 1e-4) << id;
+      // A verification step's K and V come from a larger matrix product than a plain step's, so
+      // they differ in their last f32 bits; an f32 cache keeps that at 1e-4, a 16- or 8-bit cache
+      // now and then rounds such a value to its neighbouring step, which stories260K's sharp
+      // attention (keys up to |25|) turns into up to 3.5e-3 (measured with f16).
+      const double tolerance = GetParam().kv_dtype == dtype::f32 ? 1e-4 : 1e-2;
+      for (size_t i = 0; i < spec_lp.size(); ++i) EXPECT_NEAR(spec_lp[i], plain_lp->second[i], tolerance) << id;
     }
     const request_metrics& m = spec.metrics.at(id);
     EXPECT_EQ(m.num_output_tokens, plain.metrics.at(id).num_output_tokens);
@@ -289,9 +296,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(engine_setup{512, 16, 2048, load_format::safetensors},
                       // Chunked prefill (budget 5) and a pool too small for every request at once.
                       engine_setup{48, 4, 5, load_format::safetensors},
-                      engine_setup{512, 16, 2048, load_format::dummy}),
+                      engine_setup{512, 16, 2048, load_format::dummy},
+                      engine_setup{512, 16, 2048, load_format::safetensors, dtype::f32},
+                      // An fp8 KV cache: drafts, their rollback, prefix-cache hits (the mix
+                      // repeats its prompts) and guided requests over 8-bit K/V.
+                      engine_setup{512, 16, 2048, load_format::safetensors, dtype::fp8_e4m3}),
     [](const auto& info) {
       const engine_setup& s = info.param;
+      if (s.kv_dtype != dtype::f16) return std::string(dtype_name(s.kv_dtype)) + "_kv";
       return std::string(s.format == load_format::dummy ? "random_weights" : s.num_blocks < 100 ? "tight_pool" : "roomy");
     });
 

@@ -155,6 +155,19 @@ TEST(loader_model_maker_options, llama_cpp_loads_and_runs_every_arch) {
   EXPECT_EQ(count, ggufs.size()) << output;
 }
 
+// Long-context benchmarks need models whose context reaches 32k and beyond (issue 31): the
+// length reaches config.json and the GGUF's context_length alike.
+TEST(loader_model_maker_options, long_max_position_embeddings_reach_both_copies) {
+  for (const char* arch : {"qwen2", "llama3"}) {
+    testing::scratch_dir dir;
+    model_maker_options options = small_model(arch, dir.path());
+    options.max_position_embeddings = 131072;
+    const made_model made = make_model(options);
+    EXPECT_EQ(load_model({made.hf_dir}).config.max_position_embeddings, 131072) << arch;
+    EXPECT_EQ(load_model({made.gguf_path}).config.max_position_embeddings, 131072) << arch;
+  }
+}
+
 TEST(loader_model_maker_options, q8_0_gives_f16_hf_and_q8_0_gguf) {
   testing::scratch_dir dir;
   model_maker_options options = small_model("llama", dir.path());

@@ -123,9 +123,9 @@ TEST(model_tensors, each_family_names_its_checkpoint_tensors) {
   EXPECT_EQ(q2.shared_expert_gate, "model.layers.0.mlp.shared_expert_gate.weight");
   EXPECT_FALSE(q2.q_bias.empty());  // Qwen2's attention
   for (const auto& spec : expected_tensors(qwen2_moe)) {
-    if (spec.name == q2.shared_expert_gate) EXPECT_EQ(spec.shape, (std::vector<int64_t>{1, 16}));
-    if (spec.name == q2.shared_down_proj) EXPECT_EQ(spec.shape, (std::vector<int64_t>{16, 24}));
-    if (spec.name == q2.experts[0].down_proj) EXPECT_EQ(spec.shape, (std::vector<int64_t>{16, 8}));
+    if (spec.name == q2.shared_expert_gate) { EXPECT_EQ(spec.shape, (std::vector<int64_t>{1, 16})); }
+    if (spec.name == q2.shared_down_proj) { EXPECT_EQ(spec.shape, (std::vector<int64_t>{16, 24})); }
+    if (spec.name == q2.experts[0].down_proj) { EXPECT_EQ(spec.shape, (std::vector<int64_t>{16, 8})); }
   }
 
   const layer_tensor_names oss = tensor_names(with_experts(architecture::gpt_oss)).layers[0];
@@ -143,7 +143,7 @@ TEST(model_tensors, each_family_names_its_checkpoint_tensors) {
   EXPECT_EQ(g.ffn_post_norm, "model.layers.0.post_feedforward_layernorm.weight");
   EXPECT_FALSE(g.q_norm.empty());
   for (const auto& spec : expected_tensors(gemma)) {
-    if (spec.name == g.attn_norm || spec.name == g.q_norm) EXPECT_EQ(spec.role, tensor_role::norm_offset) << spec.name;
+    if (spec.name == g.attn_norm || spec.name == g.q_norm) { EXPECT_EQ(spec.role, tensor_role::norm_offset) << spec.name; }
   }
 }
 

@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "model/quant/dequantize.hpp"
 #include "model/quant/fp8.hpp"
 #include "tests/ggml_oracle.hpp"
+#include "tests/model/quant_test_data.hpp"
 
 namespace troupe {
 namespace {
@@ -33,23 +33,7 @@ const std::vector<format_case> gguf_quantized = {
     {dtype::mxfp4, "mxfp4"},
 };
 
-// Rows of varied scale and sign, with outliers, so every code, scale and min gets used.
-std::vector<float> random_rows(int64_t rows, int64_t per_row, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-  std::vector<float> values(static_cast<size_t>(rows * per_row));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float row_scale = std::pow(10.0f, -3.0f + 4.0f * uniform(rng));
-    const float shift = r % 3 == 0 ? row_scale * 0.7f : 0.0f;  // some rows not centred (mins matter)
-    for (int64_t i = 0; i < per_row; ++i) {
-      float v = normal(rng) * row_scale + shift;
-      if (uniform(rng) < 0.01f) v *= 8.0f;
-      values[r * per_row + i] = v;
-    }
-  }
-  return values;
-}
+using testing::random_rows;
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b, size_t* first_difference) {
   for (size_t i = 0; i < a.size(); ++i) {

@@ -65,7 +65,13 @@ TEST(safetensors_file, lying_headers_are_rejected) {
   // Not JSON.
   check("{not json", 0, {"bad.safetensors", "JSON"});
   // Unsupported dtype.
-  check(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16, {"unsupported dtype I64 in tensor w of file", "bad.safetensors"});
+  check(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})", 16, {"unsupported dtype F64 in tensor w of file", "bad.safetensors"});
+  // Integer tensors are read (a quantized checkpoint's packed weights) but are no weights.
+  testing::write_text(dir / "ints.safetensors", raw_file(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16));
+  safetensors_file ints = safetensors_file::open(dir / "ints.safetensors");
+  EXPECT_EQ(ints.tensors().at(0).integer_at(1), 0x0101010101010101);
+  weight_store store;
+  expect_error([&] { ints.add_to(store); }, {"unsupported dtype I64 in tensor w of file", "ints.safetensors", "quantization_config"});
   // Negative dimension.
   check(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, {"'w'", "dimension"});
 }
@@ -74,10 +80,16 @@ TEST(safetensors_file, write_then_read_keeps_names_shapes_and_bytes) {
   testing::scratch_dir dir;
   std::vector<float> a = {1, 2, 3, 4, 5, 6};
   std::vector<uint16_t> b = {0x3c00, 0x4000, 0xbc00};
-  std::vector<weight_tensor> tensors = {
-      {"a", dtype::f32, {2, 3}, reinterpret_cast<const std::byte*>(a.data()), a.size() * 4},
-      {"b", dtype::bf16, {3}, reinterpret_cast<const std::byte*>(b.data()), b.size() * 2},
-  };
+  std::vector<weight_tensor> tensors(2);
+  tensors[0].name = "a";
+  tensors[0].shape = {2, 3};
+  tensors[0].data = reinterpret_cast<const std::byte*>(a.data());
+  tensors[0].num_bytes = a.size() * 4;
+  tensors[1].name = "b";
+  tensors[1].type = dtype::bf16;
+  tensors[1].shape = {3};
+  tensors[1].data = reinterpret_cast<const std::byte*>(b.data());
+  tensors[1].num_bytes = b.size() * 2;
   write_safetensors(dir / "x.safetensors", tensors);
   safetensors_file file = safetensors_file::open(dir / "x.safetensors");
   ASSERT_EQ(file.tensors().size(), 2u);

@@ -101,6 +101,8 @@ TEST(topology, errors_name_the_problem) {
   expect_error("[node]\ngpu_memory_utilization = 1.5\n", "gpu_memory_utilization must be in (0, 1]");
   expect_error("[node]\ngpu_memory_utilization = \"most\"\n", "gpu_memory_utilization must be a number");
   expect_error("[node]\ndtype = \"f8\"\n", "dtype must be f32, f16 or bf16");
+  expect_error("[node]\nkv_cache_dtype = \"q4_0\"\n",
+               "[node] kv_cache_dtype: kv_cache_dtype must be auto, f32, f16, bf16, q8_0 or fp8_e4m3, got \"q4_0\"");
   expect_error("[node]\nnano_batches = 0\n", "nano_batches must be 1 to 4, got 0");
   expect_error("[node]\nnano_batches = 5\n", "nano_batches must be 1 to 4, got 5");
   expect_error("[scheduler]\nasync_scheduling = 1\n", "async_scheduling must be true, false");
@@ -242,6 +244,30 @@ TEST(topology_placement, split_stages_gives_each_stage_its_own_node) {
   EXPECT_EQ(t.placement.detokenizers, std::vector<std::string>{"detokenizer"});
 }
 
+// A prefill node and a decode node may keep their KV in different dtypes; the rest keep [node]'s.
+TEST(topology_placement, a_node_entry_may_set_its_own_kv_cache_dtype) {
+  auto t = parse_topology(R"(
+[node]
+kv_cache_dtype = "f32"
+[cluster]
+credentials = "certs"
+[[nodes]]
+name = "prefill-a"
+address = "127.0.0.1:4611"
+[[nodes]]
+name = "decode-a"
+address = "127.0.0.1:4612"
+kv_cache_dtype = "fp8_e4m3"
+[placement]
+prefill = ["prefill-a"]
+decode = ["decode-a"]
+)");
+  EXPECT_EQ(t.model.backend.kv_cache_dtype, "f32");
+  EXPECT_EQ(t.find_node("prefill-a")->kv_cache_dtype, "");
+  EXPECT_EQ(t.find_node("decode-a")->kv_cache_dtype, "fp8_e4m3");
+  EXPECT_EQ(parse_topology("[node]\ndevice = \"cpu\"\n").model.backend.kv_cache_dtype, "auto");
+}
+
 std::string parse_error(const std::string& text) {
   try {
     parse_topology(text, "t.toml");
@@ -265,6 +291,8 @@ TEST(topology_placement, errors_name_the_node_or_setting) {
   EXPECT_NE(parse_error(cluster + "[placement]\nengines = []\n").find("places no instance"), std::string::npos);
   EXPECT_NE(parse_error(cluster + "heartbeat_interval_ms = 1000\nconnection_timeout_ms = 1500\n")
                 .find("connection_timeout_ms"),
+            std::string::npos);
+  EXPECT_NE(parse_error("[[nodes]]\nname = \"a\"\naddress = \"h:1\"\nkv_cache_dtype = \"q9\"\n").find("got \"q9\""),
             std::string::npos);
   EXPECT_NE(parse_error("[[nodes]]\nname = \"a\"\naddress = \"h:1\"\nport = 3\n").find("unknown key 'port'"),
             std::string::npos);

@@ -19,11 +19,14 @@
 //                 its long factors by it, as Troupe does by the context it serves
 //   --forced-ids  teacher forcing: feed these ids instead of each step's argmax (one step per
 //                 id; --steps is ignored); generated_ids still reports each step's argmax
+//   --all-prompt-logits  also print the whole vocabulary's logits after every prompt position
+//                 (the prompt is evaluated in one batch asking for all of them), rounded to 1e-5
 //
 // Prints one JSON object per model on stdout, one line each, in --model order:
 //   {"model": "...", "prompt_ids": [...], "generated_ids": [...],
 //    "margins": [...],            // per step: logit(top-1) - logit(top-2), raw logits
 //    "top": [[[id, logit], ...]]  // only with --logits K
+//    "prompt_logits": [[...]]     // only with --all-prompt-logits: [prompt length][vocabulary]
 //   }
 // llama.cpp runs on one CPU thread: the models checked are tiny, and idle spinning threads on
 // a shared machine cost seconds per model.
@@ -46,6 +49,9 @@ function parse_args(argv) {
     else if (flag === "--prompt-logits") args.prompt_logits = Number(value);
     else if (flag === "--f32-kv-cache") {
       args.f32_kv_cache = true;
+      continue;
+    } else if (flag === "--all-prompt-logits") {
+      args.all_prompt_logits = true;
       continue;
     } else if (flag === "--forced-ids") args.forced_ids = value.split(",").filter((s) => s.length).map(Number);
     else throw new Error(`unknown argument '${flag}'`);
@@ -70,6 +76,13 @@ function top_k(logits, k) {
   return entries.slice(0, k);
 }
 
+// Every token's logit (a Map<token, logit> or a Float32Array), rounded to 1e-5, as an array.
+function full_logits(logits) {
+  const values = logits instanceof Map ? new Array(Math.max(...logits.keys()) + 1).fill(0) : Array.from(logits);
+  if (logits instanceof Map) for (const [id, v] of logits) values[id] = v;
+  return values.map((v) => Math.round(v * 1e5) / 1e5);
+}
+
 async function run_model(llama, model_path, args) {
   const model = await llama.loadModel({ modelPath: model_path, gpuLayers: 0 });
   const context_size = args.context_size ?? args.prompt_ids.length + args.steps + 8;
@@ -83,15 +96,17 @@ async function run_model(llama, model_path, args) {
   const margins = [];
   const tops = [];
   const prompt_top = [];
+  const prompt_logits = [];
   let input = args.prompt_ids;
   for (let step = 0; step < args.steps; ++step) {
-    const every = step === 0 && args.prompt_logits > 0;
+    const every = step === 0 && (args.prompt_logits > 0 || args.all_prompt_logits);
     const items = input.map((id, i) => (i === input.length - 1 || every ? [id, { generateNext: { logits: true } }] : id));
     const results = await sequence.controlledEvaluate(items);
     if (every) {
-      for (let i = 0; i + 1 < input.length; ++i) {
+      for (let i = 0; i < input.length; ++i) {
         if (!results[i] || !results[i].next || !results[i].next.logits) throw new Error(`no logits returned at prompt position ${i}`);
-        prompt_top.push(top_k(results[i].next.logits, args.prompt_logits));
+        if (args.prompt_logits > 0 && i + 1 < input.length) prompt_top.push(top_k(results[i].next.logits, args.prompt_logits));
+        if (args.all_prompt_logits) prompt_logits.push(full_logits(results[i].next.logits));
       }
     }
     const last = results[input.length - 1];
@@ -102,7 +117,9 @@ async function run_model(llama, model_path, args) {
     if (args.logits > 0) tops.push(best.slice(0, args.logits));
     input = [args.forced_ids ? args.forced_ids[step] : best[0][0]];
   }
-  process.stdout.write(JSON.stringify({ model: model_path, prompt_ids: args.prompt_ids, generated_ids: generated, margins, ...(args.logits > 0 ? { top: tops } : {}), ...(args.prompt_logits > 0 ? { prompt_top } : {}) }) + "\n");
+  process.stdout.write(JSON.stringify({ model: model_path, prompt_ids: args.prompt_ids, generated_ids: generated, margins,
+    ...(args.logits > 0 ? { top: tops } : {}), ...(args.prompt_logits > 0 ? { prompt_top } : {}),
+    ...(args.all_prompt_logits ? { prompt_logits } : {}) }) + "\n");
   await context.dispose();
   await model.dispose();
 }

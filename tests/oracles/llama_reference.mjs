@@ -11,9 +11,12 @@
 //   HF_DIR holds config.json and one model.safetensors (F32, F16 or BF16 tensors). Each run
 //   teacher-forces forced_ids after the prompt: logits are computed after the prompt and after
 //   each forced token but the last (one step per forced id). Nothing is added to the prompt.
+//   A run with "hidden_states": true instead reports, for every prompt token, the final hidden
+//   state (after the last norm: Hugging Face's last_hidden_state), which embeddings pool.
 //
 // Prints one JSON line per run, in order: {"logits": [[vocab floats] per step]}, with
-// "prompt_logits": [[vocab floats] after each prompt position but the last] when asked.
+// "prompt_logits": [[vocab floats] after each prompt position but the last] when asked; or
+// {"hidden": [[hidden_size floats] per prompt token]} for a hidden_states run.
 // Exit status 0 on success; on failure an error message on stderr and status 1.
 
 import { readFileSync } from "node:fs";
@@ -394,6 +397,7 @@ class reference_model {
       for (let i = 0; i < hidden; ++i) x[i] += f[i];
     }
     this.norm(x, this.tensor("model.norm.weight"));
+    this.last_hidden = x;
     const tied = c.tie_word_embeddings ?? !!this.family.gemma;
     const logits = linear((!tied && this.tensor("lm_head.weight")) || embed, x);
     const final_cap = c.final_logit_softcapping;
@@ -412,6 +416,15 @@ function main() {
     if (!run.prompt_ids || run.prompt_ids.length === 0) throw new Error("a run needs prompt_ids");
     model.reset();
     const rounded = (logits) => Array.from(logits, (v) => Number(v.toPrecision(9)));
+    if (run.hidden_states) {
+      const hidden = [];
+      for (const id of run.prompt_ids) {
+        model.feed(id);
+        hidden.push(Array.from(model.last_hidden, (v) => Number(v.toPrecision(12))));
+      }
+      process.stdout.write(JSON.stringify({ hidden }) + "\n");
+      continue;
+    }
     let logits;
     const prompt_logits = [];
     run.prompt_ids.forEach((id, i) => {

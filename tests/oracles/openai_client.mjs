@@ -3,12 +3,13 @@
 //   node openai_client.mjs '<plan json>'    or    node openai_client.mjs @plan.json
 //
 // plan: {base_url, api_key?, concurrent?: bool, requests: [{
-//          api: "completions" | "chat", params: {...},   // passed to create() as they are
+//          api: "completions" | "chat" | "embeddings", params: {...},   // passed to create() as they are
 //          drop_after_chunks?: k,                        // streaming: break off after k chunks
 //        }]}
 // Prints one JSON array, a result per request, in order:
 //   {ok: true, choices: [{index, text, finish_reason, num_logprobs}], usage, num_chunks, dropped,
 //    chunk_times_ms: [...]}      (chunk arrival times since the request was sent; streams only)
+//   {ok: true, data: [{index, embedding}], usage}   (embeddings: the SDK asks for base64 and decodes it)
 //   {ok: false, status, error}  (what the client threw: APIError's status and error body)
 import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
@@ -35,6 +36,19 @@ function numLogprobs(api, logprobs) {
 async function run(request) {
   const api = request.api === 'chat' ? client.chat.completions : client.completions;
   const started = performance.now();
+  if (request.api === 'embeddings') {
+    try {
+      const response = await client.embeddings.create(request.params);
+      return {
+        ok: true,
+        model: response.model,
+        data: response.data.map((d) => ({ index: d.index, object: d.object, embedding: Array.from(d.embedding) })),
+        usage: response.usage,
+      };
+    } catch (e) {
+      return { ok: false, status: e.status ?? null, error: e.error ?? { message: String(e) } };
+    }
+  }
   try {
     const response = await api.create(request.params);
     if (!request.params.stream) {

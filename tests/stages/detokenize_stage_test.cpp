@@ -122,6 +122,35 @@ TEST_F(detokenize_stage_test, without_stop_strings_the_text_is_the_reference) {
   EXPECT_EQ(stage.num_live(), 0u);
 }
 
+// A served output continues its prompt: a first token with a leading space keeps it (the
+// reference above starts with ",", so the continuation after "Once upon a time," is used), and a
+// request that keeps special tokens has them spelled in its text.
+TEST_F(detokenize_stage_test, the_output_keeps_its_first_space_and_special_tokens_when_asked) {
+  detokenize_stage stage(*tok_);
+  client_view plain, kept;
+  for (size_t i = 1; i < 4; ++i) {  // " there was a" after ","
+    token_delta d;
+    d.request_id = 8;
+    d.token_ids = {reference_ids[i]};
+    token_batch batch;
+    batch.deltas.push_back(std::move(d));
+    batch.timelines.push_back({});
+    plain.take(stage.run(std::move(batch)).texts);
+  }
+  EXPECT_EQ(plain.text, " there was a");
+  for (int32_t id : {432, 2, 383}) {  // ",", </s> (special), " there"
+    token_delta d;
+    d.request_id = 9;
+    d.token_ids = {id};
+    d.skip_special_tokens = false;  // rides on the first delta only, as stop strings do
+    token_batch batch;
+    batch.deltas.push_back(std::move(d));
+    batch.timelines.push_back({});
+    kept.take(stage.run(std::move(batch)).texts);
+  }
+  EXPECT_EQ(kept.text, ",</s> there");
+}
+
 TEST_F(detokenize_stage_test, a_stop_string_across_tokens_holds_the_final_until_the_scheduler_confirms) {
   detokenize_stage stage(*tok_);
   const std::string stop = "girl named Li";

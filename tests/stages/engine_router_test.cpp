@@ -43,7 +43,8 @@ token_batch batch(std::vector<token_delta> deltas, engine_load load = {}) {
 TEST(engine_router, no_instance_no_route) {
   engine_router router(block_size);
   EXPECT_FALSE(router.route(request(1, {1, 2})));
-  const auto only = router.add_instance("a");
+  const auto only = router.add_instance("a", engine_role::mixed, "Q4_K_M");
+  EXPECT_EQ(router.instances().front().quantization, "Q4_K_M");
   ASSERT_TRUE(router.drain(only));
   EXPECT_FALSE(router.route(request(2, {1, 2}))) << "a draining instance takes no new request";
 }

@@ -48,6 +48,10 @@ sampling_params full_params() {
   p.stop = {"\n\n", "The end"};
   p.ignore_eos = true;
   p.logprobs = 3;
+  p.logit_bias = {{5, -100.0f}, {17, 2.5f}};
+  p.skip_special_tokens = false;
+  p.pooling = pooling_kind::mean;
+  p.normalize_embedding = false;
   return p;
 }
 
@@ -89,7 +93,12 @@ std::vector<step_plan> samples(of<step_plan>) {
   return {p};
 }
 
-sampled_token full_token() { return {42, 311, -1.25f, {311, 12}, {-1.25f, -2.5f}}; }
+sampled_token full_token() {
+  sampled_token t{42, 311, -1.25f, {311, 12}, {-1.25f, -2.5f}};
+  t.num_drafts = 2;
+  t.embedding = {0.5f, -0.125f, 3.0f};
+  return t;
+}
 std::vector<sampled_token> samples(of<sampled_token>) { return {full_token()}; }
 
 std::vector<step_result> samples(of<step_result>) {
@@ -113,6 +122,8 @@ token_delta full_delta() {
   d.finish = finish_reason::length;
   d.metrics = full_metrics();
   d.stop = {"STOP"};
+  d.skip_special_tokens = false;
+  d.embedding = {0.25f, -1.5f};
   return d;
 }
 
@@ -260,6 +271,7 @@ engine_config full_engine_config() {
   c.enable_prefix_caching = false;
   c.async_scheduling = true;
   c.vocab_size = 512;
+  c.hidden_size = 64;
   return c;
 }
 
@@ -280,7 +292,7 @@ std::vector<worker_spec> samples(of<worker_spec>) {
   return {spec, worker_spec{full_model_spec()}};
 }
 std::vector<worker_description> samples(of<worker_description>) {
-  return {{full_engine_config(), {2, 7}, "stories260K: 5 layers", handles.third}};
+  return {{full_engine_config(), {2, 7}, "stories260K: 5 layers", "Q4_K_M", handles.third}};
 }
 std::vector<scheduler_spec> samples(of<scheduler_spec>) {
   scheduler_spec spec{full_engine_config(), {2, 7}, handles.first, handles.second};
@@ -314,6 +326,14 @@ void expect_same(const sampling_params& a, const sampling_params& b) {
   EXPECT_EQ(a.stop, b.stop);
   EXPECT_EQ(a.ignore_eos, b.ignore_eos);
   EXPECT_EQ(a.logprobs, b.logprobs);
+  ASSERT_EQ(a.logit_bias.size(), b.logit_bias.size());
+  for (size_t i = 0; i < a.logit_bias.size(); ++i) {
+    EXPECT_EQ(a.logit_bias[i].token_id, b.logit_bias[i].token_id);
+    EXPECT_EQ(a.logit_bias[i].bias, b.logit_bias[i].bias);
+  }
+  EXPECT_EQ(a.skip_special_tokens, b.skip_special_tokens);
+  EXPECT_EQ(a.pooling, b.pooling);
+  EXPECT_EQ(a.normalize_embedding, b.normalize_embedding);
 }
 
 void expect_same(const scheduled_sequence& a, const scheduled_sequence& b) {
@@ -345,6 +365,7 @@ void expect_same(const sampled_token& a, const sampled_token& b) {
   EXPECT_EQ(a.logprob, b.logprob);
   EXPECT_EQ(a.top_token_ids, b.top_token_ids);
   EXPECT_EQ(a.top_logprobs, b.top_logprobs);
+  EXPECT_EQ(a.embedding, b.embedding);
 }
 
 void expect_same(const step_result& a, const step_result& b) {
@@ -379,6 +400,8 @@ void expect_same(const token_delta& a, const token_delta& b) {
   ASSERT_EQ(a.metrics.has_value(), b.metrics.has_value());
   if (a.metrics) expect_same(*a.metrics, *b.metrics);
   EXPECT_EQ(a.stop, b.stop);
+  EXPECT_EQ(a.skip_special_tokens, b.skip_special_tokens);
+  EXPECT_EQ(a.embedding, b.embedding);
 }
 
 void expect_same(const tokenize_request& a, const tokenize_request& b) {
@@ -534,6 +557,7 @@ void expect_same(const engine_config& a, const engine_config& b) {
   EXPECT_EQ(a.enable_prefix_caching, b.enable_prefix_caching);
   EXPECT_EQ(a.async_scheduling, b.async_scheduling);
   EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
 }
 
 // Handles are compared by identity: the same actor must come back, not merely some actor.
@@ -564,6 +588,7 @@ void expect_same(const worker_description& a, const worker_description& b) {
   expect_same(a.config, b.config);
   EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.summary, b.summary);
+  EXPECT_EQ(a.quantization, b.quantization);
   EXPECT_EQ(a.kv_agent, b.kv_agent);
 }
 

@@ -43,6 +43,30 @@ TEST(tokenize_stage, text_ids_and_errors) {
   EXPECT_EQ(std::get<request_failed>(too_long).code, error_code::prompt_too_long);
 }
 
+TEST(tokenize_stage, a_rendered_chat_and_logit_bias_ids_are_checked_against_the_vocabulary) {
+  TROUPE_REQUIRE_SHARED_MODEL(stories);
+  tokenize_stage stage(tokenizer::from_directory(stories), 512, 512);
+  // The door rendered it (no template: a transcript), which is then encoded as `messages` would
+  // be: with BOS, since no template wrote it.
+  tokenize_request chat;
+  chat.kind = prompt_kind::rendered_chat;
+  chat.prompt = "user: hi\nassistant:";
+  tokenize_request messages;
+  messages.kind = prompt_kind::messages;
+  messages.messages = {{"user", "hi"}};
+  auto a = stage.run(chat), b = stage.run(messages);
+  ASSERT_TRUE(std::holds_alternative<schedule_request>(a));
+  EXPECT_EQ(std::get<schedule_request>(a).prompt_ids, std::get<schedule_request>(b).prompt_ids);
+  EXPECT_EQ(std::get<schedule_request>(a).prompt_ids.front(), 1);
+  chat.sampling.logit_bias = {{5, 1.0f}, {512, -1.0f}};
+  auto bad = stage.run(chat);
+  ASSERT_TRUE(std::holds_alternative<request_failed>(bad));
+  EXPECT_EQ(std::get<request_failed>(bad).code, error_code::bad_request);
+  EXPECT_NE(std::get<request_failed>(bad).message.find("'logit_bias': token id 512 is outside the vocabulary of 512"),
+            std::string::npos)
+      << std::get<request_failed>(bad).message;
+}
+
 TEST(tokenize_stage, chat_without_a_template_is_a_transcript) {
   TROUPE_REQUIRE_SHARED_MODEL(stories);
   tokenize_stage stage(tokenizer::from_directory(stories), 512, 512);

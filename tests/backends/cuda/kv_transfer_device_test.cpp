@@ -35,7 +35,10 @@ class cuda_kv_transfer : public ::testing::Test {
     options.activation = activation;
     return make_cuda_model(loaded_->config, loaded_->weights, pool_shape, options);
   }
-  std::unique_ptr<model> cpu() const { return make_cpu_model(loaded_->config, loaded_->weights, pool_shape, 1); }
+  // An f32 cache on the CPU side: the tolerances below separate backend arithmetic from rounding.
+  std::unique_ptr<model> cpu() const {
+    return make_cpu_model(loaded_->config, loaded_->weights, pool_shape, 1, dtype::f32);
+  }
   int num_layers() const { return loaded_->config.num_layers; }
 
   std::unique_ptr<loaded_model> loaded_;

@@ -111,7 +111,10 @@ class cuda_layer_kv_hook : public ::testing::Test {
     options.min_nano_batch_rows = 1;  // the test's short sequences still get a lane each
     return make_cuda_model(loaded_->config, loaded_->weights, pool_shape, options);
   }
-  std::unique_ptr<model> cpu() const { return make_cpu_model(loaded_->config, loaded_->weights, pool_shape, 1); }
+  // An f32 cache on the CPU side, as the f32 GPU pools the hooks are compared with.
+  std::unique_ptr<model> cpu() const {
+    return make_cpu_model(loaded_->config, loaded_->weights, pool_shape, 1, dtype::f32);
+  }
   int num_layers() const { return loaded_->config.num_layers; }
 
   // Every layer once, in order, and each layer's exported KV within `tolerance` of the CPU's.

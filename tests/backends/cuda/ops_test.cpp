@@ -6,6 +6,7 @@
 
 #include "backends/cuda/matmul.hpp"
 #include "backends/cuda/ops.hpp"
+#include "model/kv_transfer.hpp"
 #include "model/rope_frequencies.hpp"
 #include "tests/backends/cuda/cuda_test_util.hpp"
 
@@ -179,7 +180,7 @@ TEST(cuda_ops, kv_cache_store_writes_slots_and_skips_padding) {
     device_buffer v_cache = poisoned(num_slots * width * element_size(type));
     const char* base = qkv_d.as<char>();
     kv_cache_store(base + width * element_size(type), base + 2 * width * element_size(type), stride,
-                   slots_d.as<int64_t>(), k_cache.get(), v_cache.get(), tokens, kv_heads, head_dim, type, nullptr);
+                   slots_d.as<int64_t>(), k_cache.get(), v_cache.get(), tokens, kv_heads, head_dim, type, type, nullptr);
     const std::vector<float> k = from_device(type, k_cache.get(), num_slots * width);
     const std::vector<float> v = from_device(type, v_cache.get(), num_slots * width);
     std::vector<bool> written(num_slots, false);
@@ -194,6 +195,40 @@ TEST(cuda_ops, kv_cache_store_writes_slots_and_skips_padding) {
     for (int s = 0; s < num_slots; ++s) {
       if (!written[s]) {
         EXPECT_TRUE(std::isnan(k[s * width]) && std::isnan(v[s * width])) << "slot " << s;
+      }
+    }
+  }
+}
+
+// A pool of another KV dtype holds exactly the bytes the CPU's reference encoder writes for the
+// activations' values (same rounding: nearest even; fp8 saturating; q8_0 scale as f16).
+TEST(cuda_ops, kv_cache_store_converts_to_every_kv_dtype) {
+  TROUPE_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  const int tokens = 4, kv_heads = 2, head_dim = 64, num_slots = 8, width = kv_heads * head_dim;
+  const std::vector<int64_t> slots{3, 0, -1, 6};
+  for (dtype type : activation_types()) {
+    std::vector<float> kv = rounded(type, random_values(tokens * 2 * width, rng, 4.0f));
+    kv[5] = 1000.0f;  // fp8 saturates
+    device_buffer kv_d = to_device(type, kv), slots_d = to_device_raw(slots);
+    for (dtype kv_type : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::fp8_e4m3}) {
+      const size_t slot_bytes = kv_bytes(kv_type, width);
+      device_buffer k_cache = poisoned(num_slots * slot_bytes), v_cache = poisoned(num_slots * slot_bytes);
+      const char* base = kv_d.as<char>();
+      kv_cache_store(base, base + width * element_size(type), 2 * width, slots_d.as<int64_t>(), k_cache.get(),
+                     v_cache.get(), tokens, kv_heads, head_dim, type, kv_type, nullptr);
+      std::vector<std::byte> k(num_slots * slot_bytes), v(num_slots * slot_bytes);
+      check(cudaMemcpy(k.data(), k_cache.get(), k.size(), cudaMemcpyDeviceToHost), "download k");
+      check(cudaMemcpy(v.data(), v_cache.get(), v.size(), cudaMemcpyDeviceToHost), "download v");
+      for (int t = 0; t < tokens; ++t) {
+        if (slots[t] < 0) continue;
+        std::vector<std::byte> want(slot_bytes);
+        kv_encode_f32(kv_type, kv.data() + t * 2 * width, want.data(), width);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), k.begin() + slots[t] * slot_bytes))
+            << dtype_name(type) << " -> " << dtype_name(kv_type) << " K of token " << t;
+        kv_encode_f32(kv_type, kv.data() + t * 2 * width + width, want.data(), width);
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), v.begin() + slots[t] * slot_bytes))
+            << dtype_name(type) << " -> " << dtype_name(kv_type) << " V of token " << t;
       }
     }
   }

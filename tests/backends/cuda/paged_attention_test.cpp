@@ -1,10 +1,14 @@
 // Paged attention against a double-precision reference that reads the same pools through the
-// same block tables: mixed prefill chunks and decodes, GQA groups, split-K, every dtype.
+// same block tables: mixed prefill chunks and decodes, GQA groups, split-K, every activation
+// dtype, and pools in every KV dtype (q8_0 and fp8 read through their block formats; the
+// reference decodes the same bytes with model/kv_transfer.hpp's kv_decode_f32).
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "backends/cuda/paged_attention.hpp"
+#include "model/kv_transfer.hpp"
 #include "tests/backends/cuda/cuda_test_util.hpp"
 
 namespace troupe::cuda {
@@ -19,7 +23,19 @@ struct attention_case {
   int max_context_hint;         // passed to the planner (-1: graph-style, unknown)
 };
 
-void run_case(const attention_case& c, dtype type, uint32_t seed) {
+// The pool's bytes in `kv_type` and the values they decode to (what attention must see).
+struct encoded_pool {
+  std::vector<std::byte> bytes;
+  std::vector<float> values;
+};
+encoded_pool encode_pool(dtype kv_type, const std::vector<float>& values) {
+  encoded_pool pool{std::vector<std::byte>(kv_bytes(kv_type, values.size())), std::vector<float>(values.size())};
+  kv_encode_f32(kv_type, values.data(), pool.bytes.data(), values.size());
+  kv_decode_f32(kv_type, pool.bytes.data(), pool.values.data(), values.size());
+  return pool;
+}
+
+void run_case(const attention_case& c, dtype type, uint32_t seed, dtype kv_type) {
   std::mt19937 rng(seed);
   const int seqs = static_cast<int>(c.contexts.size());
   const int group = c.num_heads / c.num_kv_heads, head_dim = c.head_dim;
@@ -42,14 +58,16 @@ void run_case(const attention_case& c, dtype type, uint32_t seed) {
   const int q_stride = (c.num_heads + 2 * c.num_kv_heads) * head_dim;  // q inside a fused qkv row
   const int64_t pool_elems = int64_t{num_blocks} * c.block_size * c.num_kv_heads * head_dim;
   const std::vector<float> qkv = rounded(type, random_values(tokens * q_stride, rng));
-  const std::vector<float> k_pool = rounded(type, random_values(pool_elems, rng));
-  const std::vector<float> v_pool = rounded(type, random_values(pool_elems, rng));
+  const encoded_pool k_encoded = encode_pool(kv_type, random_values(pool_elems, rng));
+  const encoded_pool v_encoded = encode_pool(kv_type, random_values(pool_elems, rng));
+  const std::vector<float>& k_pool = k_encoded.values;
+  const std::vector<float>& v_pool = v_encoded.values;
 
   int num_sms = 0;
   check(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0), "sm count");
   const paged_attention_plan plan =
       plan_paged_attention(query_start, c.num_heads, c.num_kv_heads, head_dim, c.max_context_hint, num_sms);
-  device_buffer q_d = to_device(type, qkv), k_d = to_device(type, k_pool), v_d = to_device(type, v_pool);
+  device_buffer q_d = to_device(type, qkv), k_d = to_device_raw(k_encoded.bytes), v_d = to_device_raw(v_encoded.bytes);
   device_buffer qs_d = to_device_raw(query_start), ctx_d = to_device_raw(std::vector<int32_t>(c.contexts.begin(), c.contexts.end()));
   device_buffer bts_d = to_device_raw(block_table_start), bt_d = to_device_raw(block_tables);
   device_buffer work_d = to_device_raw(plan.work_items);
@@ -80,8 +98,10 @@ void run_case(const attention_case& c, dtype type, uint32_t seed) {
   p.num_kv_heads = c.num_kv_heads;
   p.head_dim = head_dim;
   p.block_size = c.block_size;
+  p.kv_slot_bytes = static_cast<int64_t>(kv_bytes(kv_type, size_t(c.num_kv_heads) * head_dim));
+  p.kv_head_bytes = static_cast<int64_t>(kv_bytes(kv_type, size_t(head_dim)));
   p.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  paged_attention(p, type, nullptr);
+  paged_attention(p, type, kv_type, nullptr);
   const std::vector<float> got = from_device(type, out.get(), static_cast<size_t>(tokens) * c.num_heads * head_dim);
 
   std::vector<double> ref(got.size());
@@ -118,7 +138,8 @@ void run_case(const attention_case& c, dtype type, uint32_t seed) {
     }
   }
   EXPECT_LT(normalized_error(got, ref), type == dtype::f32 ? 1e-5 : tolerance(type))
-      << dtype_name(type) << " head_dim " << head_dim << " group " << group << " splits " << plan.num_splits
+      << dtype_name(type) << " KV " << dtype_name(kv_type) << " head_dim " << head_dim << " group " << group
+      << " splits " << plan.num_splits
       << " rows/cta " << plan.rows_per_cta;
 }
 
@@ -126,7 +147,17 @@ TEST(cuda_paged_attention, mixed_prefill_chunks_and_decodes) {
   TROUPE_REQUIRE_GPU();
   // A fresh prompt, a decode, a chunk continuing a prompt, and a one-token prompt.
   const attention_case c{8, 4, 64, 16, {37, 1, 20, 1}, {37, 100, 70, 1}, 100};
-  for (dtype type : activation_types()) run_case(c, type, 11);
+  for (dtype type : activation_types()) run_case(c, type, 11, type);
+}
+
+TEST(cuda_paged_attention, every_kv_dtype_under_every_activation_dtype) {
+  TROUPE_REQUIRE_GPU();
+  const attention_case c{8, 2, 64, 16, {37, 1, 20, 1}, {37, 300, 70, 1}, 300};
+  for (dtype type : activation_types()) {
+    for (dtype kv : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::fp8_e4m3}) run_case(c, type, 14, kv);
+  }
+  const attention_case long_decode{32, 8, 128, 16, {1, 1}, {3000, 777}, 3000};  // split-K over q8_0 / fp8
+  for (dtype kv : {dtype::q8_0, dtype::fp8_e4m3}) run_case(long_decode, dtype::bf16, 15, kv);
 }
 
 TEST(cuda_paged_attention, head_dims_and_groups) {
@@ -134,8 +165,8 @@ TEST(cuda_paged_attention, head_dims_and_groups) {
   for (int head_dim : {8, 128, 256}) {
     for (int kv_heads : {1, 2, 8}) {
       const attention_case c{8, kv_heads, head_dim, 4, {9, 1, 3}, {9, 33, 50}, 50};
-      run_case(c, dtype::bf16, 12 + head_dim + kv_heads);
-      run_case(c, dtype::f32, 13 + head_dim + kv_heads);
+      run_case(c, dtype::bf16, 12 + head_dim + kv_heads, dtype::bf16);
+      run_case(c, dtype::f32, 13 + head_dim + kv_heads, dtype::f32);
     }
   }
 }
@@ -144,10 +175,10 @@ TEST(cuda_paged_attention, split_k_decode_over_long_contexts) {
   TROUPE_REQUIRE_GPU();
   // Few sequences with long contexts: the planner splits the context across CTAs.
   const attention_case c{32, 8, 128, 16, {1, 1}, {3000, 777}, 3000};
-  for (dtype type : activation_types()) run_case(c, type, 21);
+  for (dtype type : activation_types()) run_case(c, type, 21, type);
   // Graph-style plan (context unknown): up to 16 splits, many of them empty for short contexts.
   const attention_case graph{4, 2, 64, 16, {1, 1, 1}, {5, 40, 300}, -1};
-  for (dtype type : activation_types()) run_case(graph, type, 22);
+  for (dtype type : activation_types()) run_case(graph, type, 22, type);
 }
 
 TEST(cuda_paged_attention, planner_groups_rows_and_splits_only_when_useful) {

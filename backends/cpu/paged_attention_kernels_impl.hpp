@@ -1,0 +1,560 @@
+#pragma once
+// The attention kernels (paged_attention_kernels.hpp) written once over a SIMD "vector traits"
+// type and instantiated by each paged_attention_kernels_<level>.cpp with its own compiler flags.
+// Everything here has internal linkage (an anonymous namespace) and no std::vector / std::string,
+// so the differently-compiled copies never meet at link time.
+//
+// A traits type V provides: reg, mask, width; zero(), set1(float), load(const float*),
+// half_to_float(uint16_t) (one f16, in hardware where there is F16C),
+// store(float*, reg); load_f16 / load_bf16 (const uint16_t*), load_i8 (const int8_t*),
+// load_fp8 (const uint8_t*): `width` elements as f32; store_f16 / store_bf16 (uint16_t*),
+// store_i8 (int8_t*, rounding to nearest even), store_fp8 (uint8_t*, as kv_encode_f32);
+// add, sub, mul, max, abs, fma(a, b, c) = a * b + c; less(a, b) -> mask, select(mask, a, b) =
+// mask ? a : b; exp2 (exact 0 below 2^-126, relative error ~1e-7 above); reduce_add,
+// reduce_max (reg -> float); transpose_sum(const reg v[width]) -> reg whose lane i is the sum
+// of v[i]'s lanes.
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backends/cpu/paged_attention_kernels.hpp"
+#include "model/dtype.hpp"
+#include "model/half_float.hpp"
+
+namespace troupe::cpu {
+namespace {
+
+constexpr float log2_e = 1.4426950408889634f;
+constexpr int key_tile = 32;  // keys per softmax tile, both kernels
+
+constexpr int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// ---- Reading and writing a KV row in each dtype ---------------------------------------------
+// load(row, e): elements e .. e + width of the row as f32 (e a multiple of width);
+// scalar(row, e): element e. For q8_0, width divides 32, so a load never straddles two blocks.
+
+template <class V, dtype T>
+struct kv_row;
+
+template <class V>
+struct kv_row<V, dtype::f32> {
+  static typename V::reg load(const std::byte* row, int e) { return V::load(reinterpret_cast<const float*>(row) + e); }
+  static float scalar(const std::byte* row, int e) {
+    float value;
+    std::memcpy(&value, row + 4 * e, 4);
+    return value;
+  }
+};
+
+template <class V>
+struct kv_row<V, dtype::f16> {
+  static typename V::reg load(const std::byte* row, int e) {
+    return V::load_f16(reinterpret_cast<const uint16_t*>(row) + e);
+  }
+  static float scalar(const std::byte* row, int e) {
+    uint16_t bits;
+    std::memcpy(&bits, row + 2 * e, 2);
+    return f16_to_f32(bits);
+  }
+};
+
+template <class V>
+struct kv_row<V, dtype::bf16> {
+  static typename V::reg load(const std::byte* row, int e) {
+    return V::load_bf16(reinterpret_cast<const uint16_t*>(row) + e);
+  }
+  static float scalar(const std::byte* row, int e) {
+    uint16_t bits;
+    std::memcpy(&bits, row + 2 * e, 2);
+    return bf16_to_f32(bits);
+  }
+};
+
+template <class V>
+struct kv_row<V, dtype::fp8_e4m3> {
+  static typename V::reg load(const std::byte* row, int e) { return V::load_fp8(reinterpret_cast<const uint8_t*>(row) + e); }
+  static float scalar(const std::byte* row, int e) {
+    uint8_t bits[V::width > 1 ? V::width : 1] = {};
+    bits[0] = static_cast<uint8_t>(row[e]);
+    float lanes[V::width];
+    V::store(lanes, V::load_fp8(bits));
+    return lanes[0];
+  }
+};
+
+template <class V>
+struct kv_row<V, dtype::q8_0> {
+  static float block_scale(const std::byte* row, int e) {
+    uint16_t bits;
+    std::memcpy(&bits, row + (e / q8_0_block_size) * q8_0_block_bytes, 2);
+    return V::half_to_float(bits);
+  }
+  static const int8_t* quants(const std::byte* row, int e) {
+    return reinterpret_cast<const int8_t*>(row + (e / q8_0_block_size) * q8_0_block_bytes + 2) + e % q8_0_block_size;
+  }
+  static typename V::reg load(const std::byte* row, int e) {
+    return V::mul(V::load_i8(quants(row, e)), V::set1(block_scale(row, e)));
+  }
+  static float scalar(const std::byte* row, int e) { return block_scale(row, e) * static_cast<float>(*quants(row, e)); }
+};
+
+// A row of `count` elements of T → f32 (count: whole q8_0 blocks for q8_0).
+template <class V, dtype T>
+void decode_kv_row(const std::byte* in, int64_t count, float* out) {
+  int64_t e = 0;
+  for (; e + V::width <= count; e += V::width) V::store(out + e, kv_row<V, T>::load(in, static_cast<int>(e)));
+  for (; e < count; ++e) out[e] = kv_row<V, T>::scalar(in, static_cast<int>(e));
+}
+
+template <class V, dtype T>
+void encode_kv_row(const float* in, int64_t count, std::byte* out) {
+  constexpr int64_t W = V::width;
+  int64_t e = 0;
+  if constexpr (T == dtype::f32) {
+    std::memcpy(out, in, static_cast<size_t>(count) * 4);
+  } else if constexpr (T == dtype::f16 || T == dtype::bf16) {
+    uint16_t* dst = reinterpret_cast<uint16_t*>(out);
+    for (; e + W <= count; e += W) {
+      if constexpr (T == dtype::f16) V::store_f16(dst + e, V::load(in + e));
+      else V::store_bf16(dst + e, V::load(in + e));
+    }
+    for (; e < count; ++e) {
+      const uint16_t bits = T == dtype::f16 ? f32_to_f16(in[e]) : f32_to_bf16(in[e]);
+      std::memcpy(dst + e, &bits, 2);
+    }
+  } else if constexpr (T == dtype::fp8_e4m3) {
+    uint8_t* dst = reinterpret_cast<uint8_t*>(out);
+    for (; e + W <= count; e += W) V::store_fp8(dst + e, V::load(in + e));
+    for (; e < count; ++e) {  // the tail through a padded register
+      float lanes[W] = {};
+      uint8_t codes[W];
+      lanes[0] = in[e];
+      V::store_fp8(codes, V::load(lanes));
+      dst[e] = codes[0];
+    }
+  } else {  // q8_0: d = max|x| / 127 per block of 32, q = x / d to nearest even, d stored as f16
+    for (int64_t b = 0; b < count / q8_0_block_size; ++b) {
+      const float* x = in + b * q8_0_block_size;
+      std::byte* block = out + b * q8_0_block_bytes;
+      typename V::reg amax = V::zero();
+      for (int64_t i = 0; i < q8_0_block_size; i += W) amax = V::max(amax, V::abs(V::load(x + i)));
+      const float d = V::reduce_max(amax) / 127.0f;
+      const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+      const uint16_t scale = f32_to_f16(d);
+      std::memcpy(block, &scale, 2);
+      int8_t* qs = reinterpret_cast<int8_t*>(block + 2);
+      for (int64_t i = 0; i < q8_0_block_size; i += W) V::store_i8(qs + i, V::mul(V::load(x + i), V::set1(inverse)));
+    }
+  }
+}
+
+// Finds keys' rows through the block table: one division per run of keys, not one per key.
+struct key_cursor {
+  const int32_t* block_table;
+  int block_size;
+  int64_t slot_bytes;
+  // offsets[j] = byte offset of key k0 + j's row, for j < n.
+  void row_offsets(int k0, int n, int64_t* offsets) const {
+    int block = k0 / block_size, within = k0 % block_size;
+    int64_t base = static_cast<int64_t>(block_table[block]) * block_size * slot_bytes;
+    for (int j = 0; j < n; ++j) {
+      offsets[j] = base + within * slot_bytes;
+      if (++within == block_size && j + 1 < n) {  // never reads past the run's last block
+        within = 0;
+        base = static_cast<int64_t>(block_table[++block]) * block_size * slot_bytes;
+      }
+    }
+  }
+};
+
+inline void prefetch_row(const std::byte* row, int bytes) {
+  for (int b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+}
+
+// ---- The decode kernel ----------------------------------------------------------------------
+// RP rows (the piece's rows padded to a power of two <= width), KB = width / RP keys dotted per
+// round: RP * KB accumulators, summed across lanes by one transpose_sum.
+
+template <class V>
+size_t decode_scratch_floats(int head_dim) {
+  const int hdp = round_up(head_dim, static_cast<int>(V::width));
+  const int max_rows = V::width > 1 ? static_cast<int>(V::width) : 8;
+  // queries [rows, hdp], probabilities [rows, key_tile], padded rows' acc [hdp]
+  return static_cast<size_t>(max_rows) * hdp + static_cast<size_t>(max_rows) * key_tile + hdp;
+}
+
+template <class V, dtype T, int RP>
+void decode_piece_rows(const attention_piece& p, const attention_partial& out, float* scratch) {
+  using reg = typename V::reg;
+  using row = kv_row<V, T>;
+  constexpr int W = static_cast<int>(V::width);
+  constexpr int KB = W / RP > 0 ? W / RP : 1;  // keys per round
+  constexpr int lanes = RP * KB;                // accumulators per round (W, or RP when W == 1)
+  constexpr int registers = V::width >= 16 ? 32 : 16;
+  constexpr int CH = 2 * RP + 3 <= registers ? 2 : 1;  // value registers per pass of P·V
+  const int rows = p.num_queries * p.group;
+  const int hd = p.head_dim;
+  const int hdp = round_up(hd, W);
+  const int full = hd / W * W;  // elements in whole registers; the rest go one at a time
+  const int head_bytes = static_cast<int>(row_bytes(T, hd));
+
+  float* qs = scratch;                   // [RP, hdp] queries * scale * log2 e; padded rows 0
+  float* probs = qs + RP * hdp;          // [RP, key_tile] scores, then probabilities
+  float* spare = probs + RP * key_tile;  // [hdp] the accumulator of padded rows (discarded)
+
+  float* acc[RP];  // each row's weighted sum of values, [hd]
+  float limit[RP], running_max[RP], running_sum[RP], correction[RP];
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int r = 0; r < RP; ++r) {
+    const bool real = r < rows;
+    const int i = r / p.group, g = r % p.group;
+    const float* src = real ? p.q + i * p.ldq + static_cast<int64_t>(g) * hd : nullptr;
+    for (int d = 0; d < hdp; ++d) qs[r * hdp + d] = real && d < hd ? src[d] * p.scale * log2_e : 0.0f;
+    acc[r] = real ? out.acc + i * out.ld + static_cast<int64_t>(g) * hd : spare;
+    for (int d = 0; d < hd; ++d) acc[r][d] = 0.0f;
+    limit[r] = real ? static_cast<float>(p.first_limit + i) : 0.0f;
+    running_max[r] = neg_inf;
+    running_sum[r] = 0.0f;
+  }
+
+  const key_cursor cursor{p.block_table, p.block_size, p.slot_bytes};
+  const std::byte* key_rows[key_tile];
+  const std::byte* value_rows[key_tile];
+  int64_t offsets[2][key_tile];  // this tile's rows and the next one's
+  int current = 0;
+  if (p.key_begin < p.key_end) {
+    cursor.row_offsets(p.key_begin, p.key_end - p.key_begin < key_tile ? p.key_end - p.key_begin : key_tile, offsets[0]);
+  }
+  for (int k0 = p.key_begin; k0 < p.key_end; k0 += key_tile) {
+    const int n = p.key_end - k0 < key_tile ? p.key_end - k0 : key_tile;
+    for (int j = 0; j < n; ++j) {
+      key_rows[j] = p.keys + offsets[current][j];
+      value_rows[j] = p.values + offsets[current][j];
+    }
+    // The next tile's rows are fetched while this one computes, a round's worth at a time (a
+    // burst of them all would overflow the core's outstanding misses): the block table's jumps
+    // defeat the hardware prefetcher at every block boundary. Measured at 32k keys: 2-3x.
+    const int next_n = p.key_end - (k0 + key_tile) < key_tile ? p.key_end - (k0 + key_tile) : key_tile;
+    if (next_n > 0) cursor.row_offsets(k0 + key_tile, next_n, offsets[1 - current]);
+    current = 1 - current;
+
+    // Scores: KB keys a round; the last round repeats the last key where n runs out.
+    for (int j0 = 0; j0 < n; j0 += KB) {
+      for (int j = j0; j < j0 + KB && j < next_n; ++j) {
+        prefetch_row(p.keys + offsets[current][j], head_bytes);  // offsets[current]: the next tile's now
+        prefetch_row(p.values + offsets[current][j], head_bytes);
+      }
+      reg sums[lanes > 0 ? lanes : 1];
+      for (int a = 0; a < lanes; ++a) sums[a] = V::zero();
+      const std::byte* keys[KB];
+      for (int kb = 0; kb < KB; ++kb) keys[kb] = key_rows[j0 + kb < n ? j0 + kb : n - 1];
+      for (int e = 0; e < full; e += W) {
+        reg k[KB];
+        for (int kb = 0; kb < KB; ++kb) k[kb] = row::load(keys[kb], e);
+        for (int r = 0; r < RP; ++r) {
+          const reg q = V::load(qs + r * hdp + e);
+          for (int kb = 0; kb < KB; ++kb) sums[r * KB + kb] = V::fma(q, k[kb], sums[r * KB + kb]);
+        }
+      }
+      float dots[W > RP ? W : RP];
+      if constexpr (W > 1) {
+        V::store(dots, V::transpose_sum(sums));
+      } else {
+        for (int a = 0; a < lanes; ++a) dots[a] = V::reduce_add(sums[a]);
+      }
+      for (int e = full; e < hd; ++e) {
+        for (int kb = 0; kb < KB; ++kb) {
+          const float k = row::scalar(keys[kb], e);
+          for (int r = 0; r < RP; ++r) dots[r * KB + kb] += qs[r * hdp + e] * k;
+        }
+      }
+      for (int r = 0; r < RP; ++r)
+        for (int kb = 0; kb < KB && j0 + kb < n; ++kb) probs[r * key_tile + j0 + kb] = dots[r * KB + kb];
+    }
+
+    // Online softmax per row over this tile (masked keys and the tile's tail are -inf).
+    for (int r = 0; r < RP; ++r) {
+      float* s = probs + r * key_tile;
+      int visible = static_cast<int>(limit[r]) - k0;
+      visible = visible < 0 ? 0 : (visible > n ? n : visible);
+      for (int j = visible; j < key_tile; ++j) s[j] = neg_inf;
+      if (visible == 0) {
+        for (int j = 0; j < key_tile; ++j) s[j] = 0.0f;
+        correction[r] = 1.0f;
+        continue;
+      }
+      reg tile_max = V::set1(neg_inf);
+      for (int j = 0; j < key_tile; j += W) tile_max = V::max(tile_max, V::load(s + j));
+      const float new_max = running_max[r] > V::reduce_max(tile_max) ? running_max[r] : V::reduce_max(tile_max);
+      const reg shift = V::set1(new_max);
+      reg total = V::zero();
+      for (int j = 0; j < key_tile; j += W) {
+        const reg e = V::exp2(V::sub(V::load(s + j), shift));
+        V::store(s + j, e);
+        total = V::add(total, e);
+      }
+      float corr_lanes[W];
+      V::store(corr_lanes, V::exp2(V::set1(running_max[r] - new_max)));  // 0 on the first visible tile
+      correction[r] = corr_lanes[0];
+      running_sum[r] = running_sum[r] * correction[r] + V::reduce_add(total);
+      running_max[r] = new_max;
+    }
+
+    // acc = acc * correction + P · V, each V register converted once; CH registers of each
+    // row at a time, so that a broadcast probability serves CH products.
+    int d = 0;
+    for (; d + CH * W <= full; d += CH * W) {
+      reg a[RP][CH];
+      for (int r = 0; r < RP; ++r)
+        for (int c = 0; c < CH; ++c) a[r][c] = V::mul(V::load(acc[r] + d + c * W), V::set1(correction[r]));
+      for (int j = 0; j < n; ++j) {
+        reg v[CH];
+        for (int c = 0; c < CH; ++c) v[c] = row::load(value_rows[j], d + c * W);
+        for (int r = 0; r < RP; ++r) {
+          const reg prob = V::set1(probs[r * key_tile + j]);
+          for (int c = 0; c < CH; ++c) a[r][c] = V::fma(prob, v[c], a[r][c]);
+        }
+      }
+      for (int r = 0; r < RP; ++r)
+        for (int c = 0; c < CH; ++c) V::store(acc[r] + d + c * W, a[r][c]);
+    }
+    for (; d < full; d += W) {
+      reg a[RP];
+      for (int r = 0; r < RP; ++r) a[r] = V::mul(V::load(acc[r] + d), V::set1(correction[r]));
+      for (int j = 0; j < n; ++j) {
+        const reg v = row::load(value_rows[j], d);
+        for (int r = 0; r < RP; ++r) a[r] = V::fma(V::set1(probs[r * key_tile + j]), v, a[r]);
+      }
+      for (int r = 0; r < RP; ++r) V::store(acc[r] + d, a[r]);
+    }
+    for (; d < hd; ++d) {
+      for (int r = 0; r < RP; ++r) {
+        float a = acc[r][d] * correction[r];
+        for (int j = 0; j < n; ++j) a += probs[r * key_tile + j] * row::scalar(value_rows[j], d);
+        acc[r][d] = a;
+      }
+    }
+  }
+
+  for (int r = 0; r < rows; ++r) {
+    out.max[r] = running_max[r];
+    out.sum[r] = running_sum[r];
+    if (out.normalize) {
+      const float inverse = running_sum[r] > 0.0f ? 1.0f / running_sum[r] : 0.0f;
+      for (int d = 0; d < hd; ++d) acc[r][d] *= inverse;
+    }
+  }
+}
+
+template <class V, dtype T>
+void decode_piece(const attention_piece& p, const attention_partial& out, float* scratch) {
+  const int rows = p.num_queries * p.group;
+  if (rows <= 1) return decode_piece_rows<V, T, 1>(p, out, scratch);
+  if (rows <= 2) return decode_piece_rows<V, T, 2>(p, out, scratch);
+  if (rows <= 4) return decode_piece_rows<V, T, 4>(p, out, scratch);
+  if constexpr (V::width >= 8 || V::width == 1) {
+    if (rows <= 8) return decode_piece_rows<V, T, 8>(p, out, scratch);
+  }
+  if constexpr (V::width >= 16) {
+    if (rows <= 16) return decode_piece_rows<V, T, 16>(p, out, scratch);
+  }
+}
+
+// ---- The tiled kernel -----------------------------------------------------------------------
+// Rows padded to a multiple of RB registers; S and O kept transposed (key or dimension major,
+// rows minor) so the softmax and the rescale run across rows, and both products broadcast one
+// K or V element against RB registers of rows.
+
+template <class V>
+constexpr int tile_row_count() { return V::width > 1 ? 4 * static_cast<int>(V::width) : 8; }
+template <class V>
+constexpr int keys_per_block() { return V::width >= 16 ? 8 : 4; }
+constexpr int row_registers = 2;  // RB
+
+template <class V>
+size_t tiled_scratch_floats(int head_dim) {
+  const size_t rt = tile_row_count<V>();
+  // qt, ot [head_dim, rt]; kf, vf [key_tile, head_dim]; st [key_tile, rt]; m, l, corr, limit [rt]
+  return 2 * head_dim * rt + 2 * static_cast<size_t>(key_tile) * head_dim + key_tile * rt + 4 * rt;
+}
+
+// st[k][rows] = Σ_d kf[k][d] · qt[d][rows] for NK keys and RB registers of rows.
+template <class V, int NK>
+inline void scores_block(const float* qt, int ldq, const float* kf, int hd, float* st, int lds) {
+  using reg = typename V::reg;
+  constexpr int W = static_cast<int>(V::width);
+  reg acc[row_registers][NK];
+  for (int b = 0; b < row_registers; ++b)
+    for (int k = 0; k < NK; ++k) acc[b][k] = V::zero();
+  for (int d = 0; d < hd; ++d) {
+    reg q[row_registers];
+    for (int b = 0; b < row_registers; ++b) q[b] = V::load(qt + d * ldq + b * W);
+    for (int k = 0; k < NK; ++k) {
+      const reg kb = V::set1(kf[k * hd + d]);
+      for (int b = 0; b < row_registers; ++b) acc[b][k] = V::fma(q[b], kb, acc[b][k]);
+    }
+  }
+  for (int k = 0; k < NK; ++k)
+    for (int b = 0; b < row_registers; ++b) V::store(st + k * lds + b * W, acc[b][k]);
+}
+
+// ot[d][rows] = ot[d][rows] * corr[rows] + Σ_k vf[k][d] · pt[k][rows] for ND dimensions.
+template <class V, int ND>
+inline void values_block(const float* pt, int ldp, int num_keys, const float* vf, int hd, float* ot, int ldo,
+                         const float* corr) {
+  using reg = typename V::reg;
+  constexpr int W = static_cast<int>(V::width);
+  reg acc[row_registers][ND];
+  reg c[row_registers];
+  for (int b = 0; b < row_registers; ++b) c[b] = V::load(corr + b * W);
+  for (int dd = 0; dd < ND; ++dd)
+    for (int b = 0; b < row_registers; ++b) acc[b][dd] = V::mul(V::load(ot + dd * ldo + b * W), c[b]);
+  for (int k = 0; k < num_keys; ++k) {
+    reg pr[row_registers];
+    for (int b = 0; b < row_registers; ++b) pr[b] = V::load(pt + k * ldp + b * W);
+    for (int dd = 0; dd < ND; ++dd) {
+      const reg vb = V::set1(vf[k * hd + dd]);
+      for (int b = 0; b < row_registers; ++b) acc[b][dd] = V::fma(pr[b], vb, acc[b][dd]);
+    }
+  }
+  for (int dd = 0; dd < ND; ++dd)
+    for (int b = 0; b < row_registers; ++b) V::store(ot + dd * ldo + b * W, acc[b][dd]);
+}
+
+template <class V, dtype T>
+void tiled_piece(const attention_piece& p, const attention_partial& out, float* scratch) {
+  using reg = typename V::reg;
+  constexpr int W = static_cast<int>(V::width);
+  constexpr int RT = tile_row_count<V>();
+  constexpr int NK = keys_per_block<V>();
+  constexpr int ND = 8;
+  constexpr int step = row_registers * W;
+  const int hd = p.head_dim;
+  const int total_rows = p.num_queries * p.group;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+
+  float* qt = scratch;                  // [hd, RT] queries * scale * log2 e, transposed
+  float* ot = qt + hd * RT;             // [hd, RT] weighted sums of values, transposed
+  float* kf = ot + hd * RT;             // [key_tile, hd] the tile's keys as f32
+  float* vf = kf + key_tile * hd;       // [key_tile, hd] the tile's values as f32
+  float* st = vf + key_tile * hd;       // [key_tile, RT] scores, then probabilities
+  float* running_max = st + key_tile * RT;  // [RT]
+  float* running_sum = running_max + RT;    // [RT]
+  float* correction = running_sum + RT;     // [RT]
+  float* limit = correction + RT;           // [RT] keys < limit are visible (as float: exact below 2^24)
+
+  const key_cursor cursor{p.block_table, p.block_size, p.slot_bytes};
+  for (int r0 = 0; r0 < total_rows; r0 += RT) {
+    const int rt = total_rows - r0 < RT ? total_rows - r0 : RT;
+    const int rtp = round_up(rt, step);
+    for (int r = 0; r < rtp; ++r) {
+      const bool real = r < rt;
+      const int i = (r0 + r) / p.group, g = (r0 + r) % p.group;
+      const float* src = real ? p.q + i * p.ldq + static_cast<int64_t>(g) * hd : nullptr;
+      for (int d = 0; d < hd; ++d) qt[d * rtp + r] = real ? src[d] * p.scale * log2_e : 0.0f;
+      limit[r] = real ? static_cast<float>(p.first_limit + i) : 0.0f;
+      running_max[r] = neg_inf;
+      running_sum[r] = 0.0f;
+    }
+    for (int e = 0; e < hd * rtp; ++e) ot[e] = 0.0f;
+    const int min_limit = static_cast<int>(limit[0]);
+    const int max_limit = static_cast<int>(limit[rt - 1]);
+    const int key_end = p.key_end < max_limit ? p.key_end : max_limit;
+
+    for (int k0 = p.key_begin; k0 < key_end; k0 += key_tile) {
+      const int n = key_end - k0 < key_tile ? key_end - k0 : key_tile;
+      const int np = round_up(n, NK);
+      int64_t offsets[key_tile];
+      cursor.row_offsets(k0, n, offsets);
+      for (int j = 0; j < n; ++j) {
+        decode_kv_row<V, T>(p.keys + offsets[j], hd, kf + j * hd);
+        decode_kv_row<V, T>(p.values + offsets[j], hd, vf + j * hd);
+      }
+      for (int e = n * hd; e < np * hd; ++e) kf[e] = vf[e] = 0.0f;
+
+      for (int j = 0; j < np; j += NK)
+        for (int b = 0; b < rtp; b += step) scores_block<V, NK>(qt + b, rtp, kf + j * hd, hd, st + j * rtp + b, rtp);
+
+      // Mask only where some row cannot see some key of the tile (the diagonal, the tail).
+      if (k0 + n > min_limit || n < np) {
+        for (int j = 0; j < np; ++j) {
+          const reg key = V::set1(j < n ? static_cast<float>(k0 + j) : std::numeric_limits<float>::max());
+          for (int b = 0; b < rtp; b += W) {
+            const reg s = V::load(st + j * rtp + b);
+            V::store(st + j * rtp + b, V::select(V::less(key, V::load(limit + b)), s, V::set1(neg_inf)));
+          }
+        }
+      }
+
+      // Online softmax across rows, W rows a register.
+      for (int b = 0; b < rtp; b += W) {
+        const reg old_max = V::load(running_max + b);
+        reg tile_max = V::set1(neg_inf);
+        for (int j = 0; j < np; ++j) tile_max = V::max(tile_max, V::load(st + j * rtp + b));
+        const reg new_max = V::max(old_max, tile_max);
+        // A row that has seen nothing yet keeps -inf; shift it by 0 so that exp2 gives 0, not NaN.
+        const reg shift = V::select(V::less(new_max, V::set1(std::numeric_limits<float>::lowest())), V::zero(), new_max);
+        reg total = V::zero();
+        for (int j = 0; j < np; ++j) {
+          const reg e = V::exp2(V::sub(V::load(st + j * rtp + b), shift));
+          V::store(st + j * rtp + b, e);
+          total = V::add(total, e);
+        }
+        const reg corr = V::exp2(V::sub(old_max, shift));
+        V::store(correction + b, corr);
+        V::store(running_sum + b, V::add(V::mul(V::load(running_sum + b), corr), total));
+        V::store(running_max + b, new_max);
+      }
+
+      int d = 0;
+      for (; d + ND <= hd; d += ND)
+        for (int b = 0; b < rtp; b += step)
+          values_block<V, ND>(st + b, rtp, np, vf + d, hd, ot + d * rtp + b, rtp, correction + b);
+      for (; d < hd; ++d)
+        for (int b = 0; b < rtp; b += step)
+          values_block<V, 1>(st + b, rtp, np, vf + d, hd, ot + d * rtp + b, rtp, correction + b);
+    }
+
+    for (int r = 0; r < rt; ++r) {
+      const int i = (r0 + r) / p.group, g = (r0 + r) % p.group;
+      float* dst = out.acc + i * out.ld + static_cast<int64_t>(g) * hd;
+      const float inverse = !out.normalize ? 1.0f : (running_sum[r] > 0.0f ? 1.0f / running_sum[r] : 0.0f);
+      for (int e = 0; e < hd; ++e) dst[e] = ot[e * rtp + r] * inverse;
+      out.max[r0 + r] = running_max[r];
+      out.sum[r0 + r] = running_sum[r];
+    }
+  }
+}
+
+template <class V>
+size_t attention_scratch_floats(int head_dim) {
+  const size_t a = decode_scratch_floats<V>(head_dim), b = tiled_scratch_floats<V>(head_dim);
+  return a > b ? a : b;
+}
+
+template <class V, dtype T>
+void fill_kv_type(attention_kernels& table) {
+  const int index = static_cast<int>(T);
+  table.decode[index] = &decode_piece<V, T>;
+  table.tiled[index] = &tiled_piece<V, T>;
+  table.encode[index] = &encode_kv_row<V, T>;
+  table.decode_rows[index] = &decode_kv_row<V, T>;
+}
+
+template <class V>
+attention_kernels make_attention_kernels() {
+  attention_kernels table{};
+  fill_kv_type<V, dtype::f32>(table);
+  fill_kv_type<V, dtype::f16>(table);
+  fill_kv_type<V, dtype::bf16>(table);
+  fill_kv_type<V, dtype::q8_0>(table);
+  fill_kv_type<V, dtype::fp8_e4m3>(table);
+  table.max_decode_rows = V::width > 1 ? static_cast<int>(V::width) : 8;
+  table.tile_rows = tile_row_count<V>();
+  table.scratch_floats = &attention_scratch_floats<V>;
+  return table;
+}
+
+}  // namespace
+}  // namespace troupe::cpu
