@@ -98,10 +98,14 @@ admin_client::admin_client(const admin_client_options& options) {
   impl_ = std::make_unique<impl>(files, limits);
   impl_->where = "the controller's admin door at " + options.host + ":" + std::to_string(options.port);
   std::string failure;
+  const auto started = std::chrono::steady_clock::now();
   if (auto admin = tls_remote_actor(impl_->system, options.host, options.port, options.connect_timeout + std::chrono::seconds(1))) {
     impl_->admin = std::move(*admin);
   } else if (admin.error() == caf::sec::no_actor_published_at_port) {
     failure = "nothing is published on that port";
+  } else if (std::chrono::steady_clock::now() - started >= options.connect_timeout) {
+    // The handshake's deadline closed it: a peer that accepted and never answered.
+    failure = "no answer within " + std::to_string(options.connect_timeout.count()) + " ms";
   } else {
     failure = impl_->describe(admin.error(), options.connect_timeout);
   }
