@@ -1,6 +1,11 @@
-// Decode-step micro-benchmark of a Llama-3-8B-shaped bf16 model with random weights, against
-// the floor set by reading every weight once at the measured copy bandwidth. Needs a GPU (about
-// 17 GB of its memory and a minute): build/bench/troupe_bench_cuda_decode.
+// Decode-step micro-benchmark of a Llama-3-8B-shaped model with random weights, against the
+// floor set by reading every weight once at the measured copy bandwidth, and the time of a
+// 1024-token prefill. Weights in bf16 or in GGUF block types, kept quantized on the device:
+//
+//   build/bench/troupe_bench_cuda_decode [bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m ...]   (default: bf16)
+//
+// q4_k_m is a Q4_K_M-like mix: q4_k projections, q6_k for v_proj, down_proj and the output layer.
+// Needs a GPU (about 17 GB of its memory for bf16, and a minute per type).
 
 #include <bit>
 #include <chrono>
@@ -8,9 +13,13 @@
 #include <memory>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "tests/backends/cuda/cuda_test_util.hpp"
+#include "tests/backends/cuda/random_quant_blocks.hpp"
 
 namespace troupe {
 namespace {
@@ -54,28 +63,51 @@ std::shared_ptr<std::vector<uint16_t>> random_bf16(size_t n, uint64_t seed) {
   return values;
 }
 
+// The type of each matrix for a type name of the command line (q4_k_m: the mix above).
+dtype matrix_type(const std::string& spec, const std::string& name) {
+  if (spec == "q4_k_m") {
+    const bool wide = name.find("v_proj") != std::string::npos || name.find("down_proj") != std::string::npos ||
+                      name.find("lm_head") != std::string::npos;
+    return wide ? dtype::q6_k : dtype::q4_k;
+  }
+  const std::optional<dtype> type = dtype_from_name(spec);
+  if (!type || (*type != dtype::bf16 && !is_quantized(*type))) throw std::runtime_error("bench: unknown type " + spec);
+  return *type;
+}
+
 // Every layer views the same host tensors: uploading 32 layers needs one layer's host memory.
-weight_store shared_layer_weights(const model_config& c, size_t* weight_bytes) {
+weight_store shared_layer_weights(const model_config& c, const std::string& spec, size_t* weight_bytes) {
   weight_store store;
-  std::map<std::vector<int64_t>, std::shared_ptr<std::vector<uint16_t>>> by_shape;
+  std::map<std::pair<std::vector<int64_t>, dtype>, std::shared_ptr<std::vector<std::byte>>> by_shape;
   *weight_bytes = 0;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, bool count) {
-    auto& values = by_shape[shape];
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    if (!values) {
-      values = shape.size() == 1 ? std::make_shared<std::vector<uint16_t>>(n, uint16_t{0x3f80})  // norms: 1.0
-                                 : random_bf16(n, by_shape.size());
-      store.keep_alive(values);
+    const dtype type = shape.size() == 1 ? dtype::bf16 : matrix_type(spec, name);
+    auto& bytes = by_shape[{shape, type}];
+    if (!bytes) {
+      if (shape.size() == 1) {  // norms: 1.0
+        const std::vector<uint16_t> ones(n, uint16_t{0x3f80});
+        bytes = std::make_shared<std::vector<std::byte>>(n * 2);
+        std::memcpy(bytes->data(), ones.data(), n * 2);
+      } else if (type == dtype::bf16) {
+        const auto values = random_bf16(n, by_shape.size());
+        bytes = std::make_shared<std::vector<std::byte>>(n * 2);
+        std::memcpy(bytes->data(), values->data(), n * 2);
+      } else {
+        bytes = std::make_shared<std::vector<std::byte>>(
+            cuda::testing::random_quantized_rows(type, shape[0], shape[1], static_cast<uint32_t>(by_shape.size()), 0.03f));
+      }
+      store.keep_alive(bytes);
     }
     weight_tensor tensor;
     tensor.name = name;
-    tensor.type = dtype::bf16;
+    tensor.type = type;
     tensor.shape = shape;
-    tensor.data = reinterpret_cast<const std::byte*>(values->data());
-    tensor.num_bytes = static_cast<size_t>(n) * 2;
+    tensor.data = bytes->data();
+    tensor.num_bytes = bytes->size();
     store.add(std::move(tensor));
-    if (count) *weight_bytes += static_cast<size_t>(n) * 2;
+    if (count) *weight_bytes += bytes->size();
   };
   const int64_t h = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim,
                 i = c.intermediate_size;
@@ -122,6 +154,32 @@ double copy_bandwidth() {
   return 2.0 * bytes / (times[times.size() / 2] * 1e-3);
 }
 
+// Median wall time of a prefill of `tokens` tokens of one sequence (logits of the last only).
+double prefill_ms(model& m, int tokens, int reps) {
+  const int block_size = m.kv_shape().block_size;
+  forward_batch b;
+  b.query_start = {0, tokens};
+  b.context_lengths = {tokens};
+  b.logits_rows = {tokens - 1};
+  b.block_table_start = {0, (tokens + block_size - 1) / block_size};
+  for (int k = 0; k < b.block_table_start[1]; ++k) b.block_tables.push_back(k);
+  for (int t = 0; t < tokens; ++t) {
+    b.token_ids.push_back(100 + t % 1000);
+    b.positions.push_back(t);
+    b.slot_mapping.push_back(t);
+  }
+  std::vector<float> logits(m.config().vocab_size);
+  std::vector<double> times;
+  for (int rep = 0; rep < reps + 2; ++rep) {
+    const auto begin = std::chrono::steady_clock::now();
+    m.forward(b, logits.data());
+    const auto end = std::chrono::steady_clock::now();
+    if (rep >= 2) times.push_back(std::chrono::duration<double, std::milli>(end - begin).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // Median wall time of one decode step of `batch` sequences at context ~`context`.
 double decode_step_ms(model& m, int batch, int context, int steps) {
   const int block_size = m.kv_shape().block_size;
@@ -158,32 +216,35 @@ double decode_step_ms(model& m, int batch, int context, int steps) {
   return times[times.size() / 2];
 }
 
-int run() {
+int run(const std::vector<std::string>& specs) {
   std::string why;
   if (!cuda_device_available(&why)) {
     std::fprintf(stderr, "troupe_bench_cuda_decode needs a GPU: %s\n", why.c_str());
     return 1;
   }
   const model_config config = llama3_8b();
-  size_t weight_bytes = 0;
-  const weight_store weights = shared_layer_weights(config, &weight_bytes);
   const double bandwidth = copy_bandwidth();
   cudaDeviceProp properties{};
   cudaGetDeviceProperties(&properties, 0);
-  std::printf("device: %s; copy bandwidth (read+write) %.0f GB/s; weight bytes per decode step %.2f GB\n",
-              properties.name, bandwidth / 1e9, weight_bytes / 1e9);
-  std::printf("%-8s %-6s %-8s %10s %14s %18s\n", "graphs", "batch", "context", "step ms", "weights GB/s",
-              "floor ms (copy bw)");
-  for (bool graphs : {true, false}) {
-    cuda_options options;
-    options.activation = dtype::bf16;
-    options.cuda_graphs = graphs;
-    auto m = make_cuda_model(config, weights, kv_cache_shape{4096, 16}, options);
-    for (int batch : graphs ? std::vector<int>{1, 8, 32} : std::vector<int>{1}) {
-      const double ms = decode_step_ms(*m, batch, 512, 20);
-      // Floor: every weight byte crosses DRAM once, at the rate a copy moves bytes (read + write).
-      std::printf("%-8s %-6d %-8d %10.3f %14.0f %18.3f\n", graphs ? "on" : "off", batch, 512, ms,
-                  weight_bytes / (ms * 1e-3) / 1e9, weight_bytes / bandwidth * 1e3);
+  std::printf("device: %s; copy bandwidth (read+write) %.0f GB/s\n", properties.name, bandwidth / 1e9);
+  std::printf("%-8s %-8s %-6s %-8s %10s %14s %18s\n", "weights", "graphs", "batch", "context", "step ms",
+              "weights GB/s", "floor ms (copy bw)");
+  for (const std::string& spec : specs) {
+    size_t weight_bytes = 0;
+    const weight_store weights = shared_layer_weights(config, spec, &weight_bytes);
+    std::printf("%s: weight bytes per decode step %.2f GB\n", spec.c_str(), weight_bytes / 1e9);
+    for (bool graphs : {true, false}) {
+      cuda_options options;
+      options.activation = dtype::bf16;
+      options.cuda_graphs = graphs;
+      auto m = make_cuda_model(config, weights, kv_cache_shape{4096, 16}, options);
+      for (int batch : graphs ? std::vector<int>{1, 8, 32} : std::vector<int>{1}) {
+        const double ms = decode_step_ms(*m, batch, 512, 20);
+        // Floor: every weight byte crosses DRAM once, at the rate a copy moves bytes (read + write).
+        std::printf("%-8s %-8s %-6d %-8d %10.3f %14.0f %18.3f\n", spec.c_str(), graphs ? "on" : "off", batch, 512, ms,
+                    weight_bytes / (ms * 1e-3) / 1e9, weight_bytes / bandwidth * 1e3);
+      }
+      if (graphs) std::printf("%-8s prefill of 1024 tokens: %.2f ms\n", spec.c_str(), prefill_ms(*m, 1024, 5));
     }
   }
   return 0;
@@ -192,4 +253,13 @@ int run() {
 }  // namespace
 }  // namespace troupe
 
-int main() { return troupe::run(); }
+int main(int argc, char** argv) {
+  std::vector<std::string> specs(argv + 1, argv + argc);
+  if (specs.empty()) specs.push_back("bf16");
+  try {
+    return troupe::run(specs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe_bench_cuda_decode: %s\n", e.what());
+    return 1;
+  }
+}

@@ -40,7 +40,7 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--norm-topk-prob", *norm_topk, "renormalise the top-k routing weights: true | false (Qwen MoE; default false for "
                                                   "qwen2_moe, true for qwen3_moe)")
       ->check(CLI::IsMember({"true", "false"}));
-  app->add_option("--sliding-window", options->sliding_window, "window of the sliding layers (Gemma 2: 4096, Gemma 3: 512, gpt-oss: 128)");
+  app->add_option("--sliding-window", options->sliding_window, "window of the sliding layers (Gemma 2: 4096, Gemma 3: 512, gpt-oss: 128; mistral: every layer slides, default none)");
   app->add_option("--attn-softcap", *attn_softcap, "Gemma 2's attention logit soft-capping (default 50; 0: none)");
   app->add_option("--final-softcap", *final_softcap, "final logit soft-capping (Gemma 2: 30; 0: none)");
   app->add_flag("--attention-sinks", options->attention_sinks, "gpt-oss: random attention sinks (default: -infinity, inert)");

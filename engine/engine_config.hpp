@@ -27,6 +27,12 @@ struct engine_config {
   // or its draft model) and verifies them in the step's one forward.
   int num_speculative_tokens = 0;
   int max_speculative_tokens = 16;
+  // How far back any query attends: > 0 when every layer of the model slides a window this wide
+  // (Mistral v0.1), and a sequence's blocks that leave it go back to the pool as it grows, so its
+  // KV is bounded by the window (docs/architecture.md, "Sliding windows"); 0 keeps every block.
+  // -1: the model's (llm_engine::fit_to_model and served_model fill it in; a scheduler given -1
+  // keeps every block).
+  int kv_window = -1;
 
   // Throws std::runtime_error naming the first bad field.
   void validate() const {
@@ -42,6 +48,10 @@ struct engine_config {
     positive("max_num_seqs", max_num_seqs);
     positive("max_waiting_requests", max_waiting_requests);
     positive("max_model_len", max_model_len);
+    if (kv_window < -1) {
+      throw std::runtime_error("engine_config: kv_window must be -1 (the model's), 0 (keep every block) or positive, got " +
+                               std::to_string(kv_window));
+    }
     if (max_speculative_tokens < 0 || num_speculative_tokens < 0 || num_speculative_tokens > max_speculative_tokens) {
       throw std::runtime_error("engine_config: num_speculative_tokens " + std::to_string(num_speculative_tokens) +
                                " must be in [0, max_speculative_tokens " + std::to_string(max_speculative_tokens) + "]");

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "grammar/guided_grammar.hpp"
+#include "model/architecture.hpp"
 #include <string>
 
 namespace troupe {
@@ -20,6 +21,15 @@ engine_config llm_engine::fit_to_model(engine_config config, const model& m) {
   }
   const int model_len = m.config().max_position_embeddings;
   if (model_len > 0 && config.max_model_len > model_len) config.max_model_len = model_len;
+  if (config.kv_window < 0) config.kv_window = attention_reach(m.config());
+  if (config.kv_window > 0 && config.kv_window < attention_reach(m.config())) {
+    throw std::runtime_error("llm_engine: kv_window " + std::to_string(config.kv_window) + " is narrower than the model's window of " +
+                             std::to_string(attention_reach(m.config())) + " tokens");
+  }
+  if (config.kv_window > 0 && attention_reach(m.config()) == 0) {
+    throw std::runtime_error("llm_engine: kv_window " + std::to_string(config.kv_window) +
+                             " releases blocks, but some layer of the model attends to the whole context");
+  }
   config.validate();
   return config;
 }

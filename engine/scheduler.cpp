@@ -42,10 +42,14 @@ std::optional<request_error> scheduler::check_request(int64_t request_id, int nu
   }
   if (std::string why = check_sampling_params(params); !why.empty()) return invalid(why);
   if (std::string why = check_resumed_outputs(resumed_output_ids, params); !why.empty()) return invalid(why);
-  // A sequence must fit the pool alone, or it could be preempted forever.
+  // A sequence must fit the pool alone, or it could be preempted forever. Behind a sliding
+  // window it holds at most the window and a step's tokens (and one block each side of them).
   const int64_t most_tokens =
       std::min<int64_t>(static_cast<int64_t>(num_prompt_tokens) + params.max_tokens, config_.max_model_len);
-  const int blocks = kv_.blocks_for(static_cast<int>(most_tokens));
+  int blocks = kv_.blocks_for(static_cast<int>(most_tokens));
+  if (config_.kv_window > 0) {
+    blocks = std::min(blocks, kv_.blocks_for(config_.kv_window + config_.max_num_batched_tokens) + 1);
+  }
   if (blocks > kv_.num_blocks()) {
     return invalid("prompt + max_tokens need up to " + std::to_string(blocks) + " KV blocks, the pool has " +
                    std::to_string(kv_.num_blocks()));
@@ -123,6 +127,7 @@ step_plan scheduler::schedule() {
       ++i;
       continue;
     }
+    release_behind_window(*seq);
     int slots = draft_slots(*seq, num_new, budget - num_new);
     // Drafts are a bet on speed: when their blocks are not free, the entry goes without them.
     if (slots > 0 && !kv_.can_append(seq->blocks, seq->num_scheduled_tokens() + num_new + slots)) slots = 0;
@@ -173,6 +178,10 @@ step_plan scheduler::schedule() {
     // Mean pooling needs every prompt token's hidden state: a cached prefix would skip them.
     prefix_hit hit = seq->params().pooling == pooling_kind::mean ? prefix_hit{}
                                                                   : kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
+    // Behind a sliding window a sequence is admitted with what fits the window: a longer hit
+    // would hold more blocks than a pool sized for the window may have (its head is released
+    // only after the first step). Its leading blocks are as good a prefix, recomputed beyond.
+    if (config_.kv_window > 0) trim_hit(hit, kv_.blocks_for(config_.kv_window) + 1);
     const int num_new = std::min(seq->num_tokens() - hit.num_tokens, budget);
     int needed = hit.num_tokens + num_new;
     if (!kv_.can_allocate(hit, needed)) break;  // strict order: nobody jumps the head
@@ -266,6 +275,24 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
     if (seq.params().pooling != pooling_kind::none) s.num_prompt_tokens = seq.num_prompt_tokens();
   }
   return s;
+}
+
+void scheduler::trim_hit(prefix_hit& hit, int max_blocks) const {
+  if (static_cast<int>(hit.block_ids.size()) <= max_blocks) return;
+  hit.block_ids.resize(static_cast<size_t>(max_blocks));
+  hit.hashes.resize(static_cast<size_t>(max_blocks));
+  hit.num_tokens = max_blocks * kv_.block_size();
+}
+
+void scheduler::release_behind_window(sequence& seq) {
+  // A prefill-only request's KV streams out of its blocks to the decode side: they stay whole.
+  if (config_.kv_window <= 0 || seq.kv().role == kv_role::send) return;
+  // Steps to come (and any in flight) compute positions from num_computed_tokens on, and a
+  // query at position p sees keys from p - window + 1. Only blocks the worker was sent are given
+  // back: a released place never reaches it (its copy keeps the old id, which attention no
+  // longer reads; the block may meanwhile serve another sequence, whose writes come in later
+  // steps than any read of this one's).
+  kv_.release_before(seq.blocks, seq.num_computed_tokens - config_.kv_window + 1, seq.num_blocks_on_worker);
 }
 
 void scheduler::mark_scheduled(sequence& seq, const scheduled_sequence& entry) {

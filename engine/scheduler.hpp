@@ -131,6 +131,11 @@ class scheduler {
   std::string entry_token_count(const step_outline& step, const planned_sequence& entry, const step_result& result,
                                 size_t next, size_t& count) const;
   static void mark_scheduled(sequence& seq, const scheduled_sequence& entry);
+  // Sliding-window models (config_.kv_window > 0): gives back the sequence's blocks that no query
+  // to come attends to.
+  void release_behind_window(sequence& seq);
+  // Keeps a prefix hit's first max_blocks blocks.
+  void trim_hit(prefix_hit& hit, int max_blocks) const;
   bool ends_with_pending_sample(const sequence& seq) const;
   // A role receive sequence whose KV and handed-off tokens are both here starts running.
   void start_if_ready(sequence& seq);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "model/architecture.hpp"
 #include "model/loader/tokenizer_sources.hpp"
 
 namespace troupe {
@@ -34,6 +35,7 @@ engine_config served_model::base_engine_config() const {
   config.max_model_len = max_model_len;
   config.vocab_size = backend_model->config().vocab_size;
   config.hidden_size = backend_model->config().hidden_size;
+  config.kv_window = attention_reach(backend_model->config());
   return config;
 }
 
@@ -70,6 +72,18 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
                              spec.path + ")");
   }
   if (spec.max_model_len > 0) served->max_model_len = spec.max_model_len;
+  // The CUDA attention has no window yet: a model whose every layer slides (Mistral v0.1) serves
+  // its window as its context there, which equals sliding attention inside it, rather than
+  // attending further than it was trained to.
+  const int reach = attention_reach(config);
+  const bool window_caps_context = device.kind == device_kind::cuda && reach > 0 && reach < served->max_model_len;
+  if (window_caps_context) {
+    if (spec.max_model_len > reach) {
+      throw std::runtime_error("--max-model-len " + std::to_string(spec.max_model_len) + " is above the sliding window of " +
+                               std::to_string(reach) + " tokens, which caps the context on CUDA (use --device cpu)");
+    }
+    served->max_model_len = reach;
+  }
 
   kv_pool_request kv;
   kv.num_blocks = spec.num_kv_blocks;  // 0: CPU from kv_memory_mb, CUDA from gpu_memory_utilization
@@ -84,6 +98,7 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   if (run_config.rope_scaling && run_config.rope_scaling->type == rope_scaling_type::longrope) {
     run_config.max_position_embeddings = served->max_model_len;
   }
+  if (window_caps_context) run_config.max_position_embeddings = served->max_model_len;
   served->backend_model = make_backend_model(run_config, served->loaded.weights, device.kind, kv, spec.backend);
 
   for (int id : config.eos_token_ids) served->eos_token_ids.push_back(id);

@@ -9,12 +9,22 @@
 namespace troupe {
 
 struct block_table {
+  // A block given back while the sequence lives (it left a sliding window; see
+  // kv_cache_manager::release_before): its place is kept so token t stays in block_ids[t / block_size].
+  static constexpr int32_t released = -1;
+
   std::vector<int32_t> block_ids;
   // Chained hashes of the leading full blocks already registered in (or found in) the prefix
   // cache: hashes[i] belongs to block_ids[i]. Kept so the chain is never hashed twice.
   std::vector<block_hash> hashes;
 
   int num_blocks() const { return static_cast<int>(block_ids.size()); }
+  // Blocks the table still holds (num_blocks less the released ones).
+  int num_held_blocks() const {
+    int held = 0;
+    for (int32_t id : block_ids) held += id != released ? 1 : 0;
+    return held;
+  }
   bool empty() const { return block_ids.empty(); }
 };
 

@@ -99,13 +99,28 @@ void kv_cache_manager::cache_computed_blocks(block_table& table, std::span<const
     auto tokens = token_ids.subspan(static_cast<size_t>(i) * bs, static_cast<size_t>(bs));
     block_hash parent = i == 0 ? block_pool::root_hash : table.hashes[i - 1];
     block_hash hash = block_pool::hash_block(parent, tokens);
-    pool_.cache_full_block(table.block_ids[i], parent, hash, tokens);
+    // A released block is no longer this table's to register; the chain still runs through it.
+    if (table.block_ids[i] != block_table::released) pool_.cache_full_block(table.block_ids[i], parent, hash, tokens);
     table.hashes.push_back(hash);
   }
 }
 
+int kv_cache_manager::release_before(block_table& table, int first_needed, int max_blocks) {
+  const int end = std::min({first_needed / block_size(), max_blocks, table.num_blocks()});
+  int released = 0;
+  for (int i = 0; i < end; ++i) {
+    if (table.block_ids[i] == block_table::released) continue;
+    pool_.release(table.block_ids[i]);
+    table.block_ids[i] = block_table::released;
+    ++released;
+  }
+  return released;
+}
+
 void kv_cache_manager::free(block_table& table) {
-  for (auto it = table.block_ids.rbegin(); it != table.block_ids.rend(); ++it) pool_.release(*it);
+  for (auto it = table.block_ids.rbegin(); it != table.block_ids.rend(); ++it) {
+    if (*it != block_table::released) pool_.release(*it);
+  }
   table.block_ids.clear();
   table.hashes.clear();
 }

@@ -49,6 +49,13 @@ class kv_cache_manager {
   void cache_computed_blocks(block_table& table, std::span<const int32_t> token_ids,
                              int num_computed_tokens);
 
+  // Gives back the table's blocks whose tokens all lie before token `first_needed` (no query to
+  // come attends to them: they left every layer's sliding window), at most the first
+  // `max_blocks` of the table; their places become block_table::released. Blocks registered in
+  // the prefix cache stay there (their K/V is still right for their prefix) until evicted.
+  // Returns how many it gave back.
+  int release_before(block_table& table, int first_needed, int max_blocks);
+
   // Drops the table's references, last block first so a sequence's tail is evicted before its
   // (more shareable) head, and empties the table.
   void free(block_table& table);

@@ -140,10 +140,11 @@ float attention_scale(const model_config& config) {
 
 int rotary_dims(const model_config& config) { return config.rotary_dim > 0 ? config.rotary_dim : config.head_dim; }
 
-void cap_context_to_sliding_window(model_config& config) {
-  if (config.sliding_window <= 0) return;
-  const bool any_sliding = std::find(config.sliding_layers.begin(), config.sliding_layers.end(), true) != config.sliding_layers.end();
-  if (any_sliding && config.sliding_window < config.max_position_embeddings) config.max_position_embeddings = config.sliding_window;
+int attention_reach(const model_config& config) {
+  if (config.sliding_window <= 0 || config.sliding_layers.empty()) return 0;
+  for (bool sliding : config.sliding_layers)
+    if (!sliding) return 0;
+  return config.sliding_window;
 }
 
 bool is_moe_layer(const model_config& config, int) { return config.moe.num_experts > 0; }

@@ -52,11 +52,10 @@ float attention_scale(const model_config& config);
 // The dimensions RoPE turns in each head (rotary_dim, or head_dim when it is 0).
 int rotary_dims(const model_config& config);
 
-// Sliding-window attention is not implemented yet (issue 22, phase 2). Inside its window it
-// equals full attention, so a model with sliding layers whose window is shorter than its context
-// gets the window as its context (Mistral 7B v0.1: 4096 of 32768) instead of silently attending
-// further than it was trained to. Every config reader calls this last.
-void cap_context_to_sliding_window(model_config& config);
+// How many positions back (its own included) the furthest-seeing layer attends: the window when
+// every layer slides (Mistral v0.1), 0 when some layer sees the whole context (full attention,
+// or the full layers of Gemma 2/3 and gpt-oss). Blocks further back than this can be released.
+int attention_reach(const model_config& config);
 
 // Whether layer `layer` has a mixture of experts instead of a dense MLP.
 bool is_moe_layer(const model_config& config, int layer);

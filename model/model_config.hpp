@@ -13,7 +13,7 @@ namespace troupe {
 
 enum class architecture {
   llama,      // Llama 2 / 3.x (LlamaForCausalLM)
-  mistral,    // MistralForCausalLM (Llama shape; a sliding window caps the context, see hf_config.cpp)
+  mistral,    // MistralForCausalLM (Llama shape; v0.1 slides a 4096 window over every layer)
   qwen2,      // Qwen2ForCausalLM: q/k/v projections carry a bias
   qwen3,      // Qwen3ForCausalLM: RMSNorm on q and k per head, before RoPE
   mixtral,    // MixtralForCausalLM: Llama attention, a softmax-routed mixture of SwiGLU experts

@@ -303,13 +303,16 @@ model_config model_maker_config(const model_maker_options& options, int vocab_si
   }
   if (config.arch == architecture::gpt_oss && window == 0) window = 128;
   if (window > 0) {
-    const int pattern = config.arch == architecture::gemma3 ? 6 : 2;
-    if (config.arch != architecture::gemma2 && config.arch != architecture::gemma3 && config.arch != architecture::gpt_oss) {
-      throw std::runtime_error("--sliding-window applies to gemma2, gemma3 and gpt_oss only");
+    // Gemma 3: five sliding layers to a full one; Gemma 2 and gpt-oss alternate; Mistral v0.1
+    // slides on every layer.
+    const int pattern = config.arch == architecture::gemma3 ? 6 : config.arch == architecture::mistral ? 1 : 2;
+    if (config.arch != architecture::gemma2 && config.arch != architecture::gemma3 && config.arch != architecture::gpt_oss &&
+        config.arch != architecture::mistral) {
+      throw std::runtime_error("--sliding-window applies to mistral, gemma2, gemma3 and gpt_oss only");
     }
     config.sliding_window = positive(window, "--sliding-window");
     config.sliding_layers.resize(config.num_layers);
-    for (int i = 0; i < config.num_layers; ++i) config.sliding_layers[i] = (i + 1) % pattern != 0;
+    for (int i = 0; i < config.num_layers; ++i) config.sliding_layers[i] = pattern == 1 || (i + 1) % pattern != 0;
   }
   configure_rope_scaling(options, config);
   return config;

@@ -33,11 +33,10 @@ struct model_maker_options {
   int shared_expert_intermediate_size = 0;  // Qwen2-MoE: intermediate_size
   std::optional<bool> norm_topk_prob;       // Qwen MoE: false for qwen2_moe, true for qwen3_moe
   // Attention extras.
-  int sliding_window = 0;                   // 0: the architecture's (Gemma 2: 4096, Gemma 3: 512, gpt-oss: 128)
+  int sliding_window = 0;                   // 0: the architecture's (Gemma 2: 4096, Gemma 3: 512, gpt-oss: 128, Mistral: none)
   std::optional<float> attn_logit_softcapping;   // Gemma 2: 50
   std::optional<float> final_logit_softcapping;  // Gemma 2: 30
-  // gpt-oss: random sinks; without, every sink is -infinity (inert): Troupe's attention does not
-  // apply sinks yet (issue 22, phase 2), llama.cpp's does.
+  // gpt-oss: random sinks; without, every sink is -infinity (inert, as if the model had none).
   bool attention_sinks = false;
   int rotary_dim = 0;       // 0: head_dim; smaller turns only the first rotary_dim of each head
   // "" (the architecture's: llama3 for arch llama3, none otherwise) | none | linear | dynamic |

@@ -65,10 +65,10 @@ void check_config(const model_config& c) {
             "experts_per_token must be in 1..num_experts");
     require(c.moe.expert_intermediate_size > 0, "expert_intermediate_size must be positive");
   }
-  // Attention soft-capping needs the new attention kernels (issue 22, phase 2).
-  require(c.attn_logit_softcapping == 0.0f,
-          "attention logit soft-capping (attn_logit_softcapping " + std::to_string(c.attn_logit_softcapping) +
-              ", Gemma 2) is not implemented on the CPU yet; a config with attn_logit_softcapping null runs");
+  require(c.attn_logit_softcapping >= 0.0f, "attn_logit_softcapping must not be negative");
+  require(c.sliding_window >= 0, "sliding_window must not be negative");
+  require(c.sliding_layers.empty() || static_cast<int>(c.sliding_layers.size()) == c.num_layers,
+          "sliding_layers must have one flag per layer (" + std::to_string(c.num_layers) + ")");
 }
 
 // A norm's weights as the multiplier the CPU applies: (1 + w) for Gemma's norms.
@@ -126,7 +126,8 @@ class cpu_model final : public model {
       layer.o_bias = optional_f32(n.o_bias, hidden);
       layer.q_norm = optional_norm(n.q_norm, c.head_dim);
       layer.k_norm = optional_norm(n.k_norm, c.head_dim);
-      if (!n.sinks.empty()) check_sinks_inert(tensor(n.sinks), c.num_heads);
+      layer.sinks = optional_f32(n.sinks, c.num_heads);
+      layer.window = i < static_cast<int>(c.sliding_layers.size()) && c.sliding_layers[i] ? c.sliding_window : 0;
       layer.rope = rope_for_layer(c, i);
       if (n.experts.empty()) {
         layer.gate_proj = cpu::view_of(tensor(n.gate_proj), c.intermediate_size, hidden);
@@ -138,6 +139,7 @@ class cpu_model final : public model {
     }
     attention_params_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
                          kv_shape.num_blocks, attention_scale(c), kv_dtype};
+    attention_params_.softcap = c.attn_logit_softcapping;
   }
 
   const model_config& config() const override { return config_; }
@@ -228,6 +230,8 @@ class cpu_model final : public model {
     std::vector<float> q_bias, k_bias, v_bias;  // [q_dim], [kv_dim], [kv_dim]; empty if none
     std::vector<float> o_bias;                  // [hidden]; empty if none
     std::vector<float> q_norm, k_norm;          // [head_dim]; empty if none
+    std::vector<float> sinks;                   // [num_heads] attention sink logits; empty if none (gpt-oss has them)
+    int window = 0;                             // a sliding layer's window; 0 for full attention
     rope_parameters rope;                       // this layer's frequencies (Gemma 3: local or global)
     weight_view gate_proj, up_proj, down_proj;  // the dense MLP (no views in a MoE layer)
     std::optional<cpu::moe_layer> moe;
@@ -257,8 +261,11 @@ class cpu_model final : public model {
                     batch.positions.data(), layer.rope);
     kv_.write(index, k, v, kv_dim, batch.slot_mapping.data(), n);
     if (batch.after_layer_kv) batch.after_layer_kv(index);
-    cpu::paged_attention(pool_, q, q_dim, kv_.keys(index), kv_.values(index), batch, attention_params_,
-                         attn, q_dim, attention_workspace_);
+    cpu::attention_params params = attention_params_;
+    params.window = layer.window;
+    params.sinks = layer.sinks.empty() ? nullptr : layer.sinks.data();
+    cpu::paged_attention(pool_, q, q_dim, kv_.keys(index), kv_.values(index), batch, params, attn, q_dim,
+                         attention_workspace_);
     cpu::matmul(pool_, attn, n, layer.o_proj, out, scratch_);  // out: [n, hidden]
     add_bias(out, n, layer.o_bias);
   }
@@ -305,17 +312,6 @@ class cpu_model final : public model {
       w.shared_expert_gate = cpu::view_of(weights.get(n.shared_expert_gate), 1, hidden);
     }
     return w;
-  }
-
-  // Attention sinks need the new attention kernels (issue 22, phase 2); until then a model runs
-  // only when its sinks are -infinity, which adds nothing to any softmax.
-  static void check_sinks_inert(const weight_tensor& sinks, int num_heads) {
-    for (float s : small_tensor_f32(sinks, num_heads)) {
-      if (s != -std::numeric_limits<float>::infinity()) {
-        throw std::runtime_error("tensor '" + sinks.name + "' holds attention sinks (" + std::to_string(s) +
-                                 "), which the CPU attention does not apply yet; only -infinity (no sink) runs");
-      }
-    }
   }
 
   static model_config with_head_dim(model_config config) {

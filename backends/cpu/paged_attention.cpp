@@ -17,6 +17,21 @@ namespace {
 constexpr int min_split_keys = 256;
 constexpr int split_alignment = 32;  // the kernels' key tile: splits start on a whole tile
 
+constexpr float log2_e = 1.4426950408889634f;  // the kernels' maxima are in base 2
+
+// The first key a token at `position` sees: position - window + 1 in a window, else 0.
+int first_visible_key(int position, int window) { return window > 0 ? std::max(0, position - window + 1) : 0; }
+
+// What a finished row (normalized by its sum, of scores whose maximum is `max`, base 2) is
+// multiplied by when a sink joins its denominator: sum / (sum + 2^(sink - max)), written so that
+// neither exponential can overflow.
+float sink_factor(float max, float sum, float sink) {
+  if (sum <= 0.0f) return 0.0f;
+  if (sink <= max) return sum / (sum + std::exp2(sink - max));
+  const float scaled = sum * std::exp2(max - sink);
+  return scaled / (scaled + 1.0f);
+}
+
 [[noreturn]] void bad_batch(const std::string& what) {
   throw std::runtime_error("forward_batch: " + what);
 }
@@ -97,9 +112,10 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
       const int first = t * per_tile;
       const int count = std::min(per_tile, num_new - first);
       const int key_end = context - num_new + first + count;  // what the tile's last token sees
+      const int key_begin = first_visible_key(context - num_new + first, params.window);  // its first token's first
       max_rows = std::max(max_rows, count * group);
-      total_work += int64_t{count} * group * key_end * params.num_kv_heads;
-      for (int h = 0; h < params.num_kv_heads; ++h) pieces.push_back({s, h, first, count, 0, key_end, -1});
+      total_work += int64_t{count} * group * (key_end - key_begin) * params.num_kv_heads;
+      for (int h = 0; h < params.num_kv_heads; ++h) pieces.push_back({s, h, first, count, key_begin, key_end, -1});
     }
   }
   if (pieces.empty()) return;
@@ -113,14 +129,15 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
     const size_t num_base = pieces.size();
     for (size_t b = 0; b < num_base; ++b) {
       const attention_workspace::piece_plan base = pieces[b];  // a copy: pieces grows below
-      const int splits = std::min(splits_wanted, base.key_end / min_split_keys);
+      const int span = base.key_end - base.key_begin;
+      const int splits = std::min(splits_wanted, span / min_split_keys);
       if (splits <= 1) continue;
-      int chunk = (base.key_end + splits - 1) / splits;
+      int chunk = (span + splits - 1) / splits;
       chunk = (chunk + split_alignment - 1) / split_alignment * split_alignment;
       attention_workspace::merge_plan merge{base.seq, base.kv_head, base.first_query, base.num_queries, num_partials, 0};
-      pieces[b].key_end = std::min(chunk, base.key_end);
+      pieces[b].key_end = std::min(base.key_begin + chunk, base.key_end);
       pieces[b].partial = num_partials++;
-      for (int32_t begin = chunk; begin < base.key_end; begin += chunk) {
+      for (int32_t begin = base.key_begin + chunk; begin < base.key_end; begin += chunk) {
         pieces.push_back({base.seq, base.kv_head, base.first_query, base.num_queries, begin,
                           std::min(begin + chunk, base.key_end), num_partials++});
       }
@@ -153,7 +170,9 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
     piece.key_begin = plan.key_begin;
     piece.key_end = plan.key_end;
     piece.first_limit = batch.context_lengths[plan.seq] - num_new + plan.first_query + 1;
+    piece.window = params.window;
     piece.scale = params.scale;
+    piece.softcap = params.softcap;
     const int rows = plan.num_queries * group;
     attention_partial result;
     if (plan.partial < 0) {
@@ -172,6 +191,14 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
     const attention_piece_fn kernel =
         decode_sized(plan.num_queries) ? kernels.decode[kv_index] : kernels.tiled[kv_index];
     kernel(piece, result, scratch);
+    if (plan.partial < 0 && params.sinks != nullptr) {  // the row's softmax is finished: add its sink
+      for (int r = 0; r < rows; ++r) {
+        const float sink = params.sinks[plan.kv_head * group + r % group] * log2_e;
+        float* dst = result.acc + (r / group) * result.ld + (r % group) * head_dim;
+        const float keep = sink_factor(result.max[r], result.sum[r], sink);
+        for (int d = 0; d < head_dim; ++d) dst[d] *= keep;
+      }
+    }
   };
 
   // Small steps are cheaper on one thread than handed out: below this, a decode token's
@@ -194,10 +221,13 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
       const int64_t head_offset = static_cast<int64_t>(merge.kv_head) * group * head_dim;
       auto partial = [&](int split) { return workspace.partials.data() + (merge.first_partial + split) * partial_floats; };
       for (int r = 0; r < rows; ++r) {
-        float row_max = -std::numeric_limits<float>::infinity();
+        // A sink joins the denominator as one more split with a sum of exp(sink) and no values.
+        const float sink = params.sinks != nullptr ? params.sinks[merge.kv_head * group + r % group] * log2_e
+                                                   : -std::numeric_limits<float>::infinity();
+        float row_max = sink;
         for (int s = 0; s < merge.num_splits; ++s) row_max = std::max(row_max, partial(s)[rows * head_dim + r]);
         float weights[64];  // splits are at most 4 * threads per piece; more go through a second pass
-        float total = 0.0f;
+        float total = sink == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp2(sink - row_max);
         float* dst = out + (first_row + r / group) * ldo + head_offset + (r % group) * head_dim;
         std::fill(dst, dst + head_dim, 0.0f);
         for (int s0 = 0; s0 < merge.num_splits; s0 += 64) {

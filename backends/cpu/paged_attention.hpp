@@ -4,8 +4,9 @@
 //
 // Sequence s owns batch rows query_start[s] .. query_start[s+1]: its newest tokens, the last
 // num_new of its context_lengths[s] tokens (whose K/V must already be in the pool). Query i of
-// those attends causally to context tokens 0 .. context_length - num_new + i, read through the
-// sequence's block table. Query head h reads KV head h / (num_heads / num_kv_heads) (GQA).
+// those attends causally to context tokens 0 .. context_length - num_new + i (with a window, only
+// the last `window` of them), read through the sequence's block table; a block that holds none
+// of a sliding layer's visible keys is never read. Query head h reads KV head h / (num_heads / num_kv_heads) (GQA).
 //
 // The step is cut into pieces (paged_attention_kernels.hpp): per sequence and KV head, its new
 // tokens in tiles (all query heads of the group together, so each K/V byte is read once per
@@ -33,6 +34,16 @@ struct attention_params {
   int64_t num_blocks = 0;     // blocks in the pool, to check block tables against
   float scale = 0.0f;         // usually 1 / sqrt(head_dim)
   dtype kv_type = dtype::f32;  // the pool's element type (a KV element: model/kv_transfer.hpp)
+  // Variants of the softmax, all off by default:
+  // - window > 0 (a sliding layer): the query at position p sees keys at positions > p - window,
+  //   its own included (llama.cpp's and HF's convention: `window` keys at most);
+  // - softcap > 0 (Gemma 2): each score s = q·k·scale becomes softcap · tanh(s / softcap)
+  //   before the softmax;
+  // - sinks (gpt-oss): [num_heads] one learned logit per head that joins every softmax's
+  //   denominator (exp(sink) added to the sum) without a value: the weights sum to less than 1.
+  int window = 0;
+  float softcap = 0.0f;
+  const float* sinks = nullptr;
 };
 
 // Reused between calls so that a steady-state step does not allocate.

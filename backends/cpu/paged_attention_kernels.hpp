@@ -18,7 +18,9 @@
 //   register-blocked small matrix products, the softmax vectorized across rows; key tiles past
 //   every row's causal limit are never visited, tiles all rows see are not masked.
 // Both produce the unnormalized state of the online softmax per row (max, sum, weighted sum of
-// values), so a long context may be split across threads and merged (flash-decoding).
+// values), so a long context may be split across threads and merged (flash-decoding). Soft-capping
+// and the window's lower bound are applied to the scores inside both; attention sinks, a term of
+// the denominator only, are added where a row's softmax is finished (paged_attention.cpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -45,7 +47,9 @@ struct attention_piece {
   int key_begin = 0;  // the keys this piece reads: [key_begin, key_end)
   int key_end = 0;
   int first_limit = 0;  // token i sees keys < first_limit + i (causality)
+  int window = 0;       // > 0: token i sees only keys >= first_limit + i - window (sliding)
   float scale = 0.0f;   // softmax scale
+  float softcap = 0.0f;  // > 0: scores (natural units) become softcap * tanh(score / softcap)
 };
 
 // Where a piece's result goes. Row r = (i, g) at acc + i * ld + g * head_dim, max[r], sum[r].

@@ -80,6 +80,7 @@ struct avx2_attention_vec {
   static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
   static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
+  static reg div(reg a, reg b) { return _mm256_div_ps(a, b); }
   static reg abs(reg a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static mask less(reg a, reg b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }

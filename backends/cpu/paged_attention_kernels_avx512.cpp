@@ -70,6 +70,7 @@ struct avx512_attention_vec {
   static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
   static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
+  static reg div(reg a, reg b) { return _mm512_div_ps(a, b); }
   static reg abs(reg a) { return _mm512_abs_ps(a); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static mask less(reg a, reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }

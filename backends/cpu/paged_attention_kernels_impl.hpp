@@ -9,7 +9,7 @@
 // store(float*, reg); load_f16 / load_bf16 (const uint16_t*), load_i8 (const int8_t*),
 // load_fp8 (const uint8_t*): `width` elements as f32; store_f16 / store_bf16 (uint16_t*),
 // store_i8 (int8_t*, rounding to nearest even), store_fp8 (uint8_t*, as kv_encode_f32);
-// add, sub, mul, max, abs, fma(a, b, c) = a * b + c; less(a, b) -> mask, select(mask, a, b) =
+// add, sub, mul, div, max, abs, fma(a, b, c) = a * b + c; less(a, b) -> mask, select(mask, a, b) =
 // mask ? a : b; exp2 (exact 0 below 2^-126, relative error ~1e-7 above); reduce_add,
 // reduce_max (reg -> float); transpose_sum(const reg v[width]) -> reg whose lane i is the sum
 // of v[i]'s lanes.
@@ -168,6 +168,27 @@ struct key_cursor {
   }
 };
 
+// Gemma 2's soft-capping of `count` scores (a multiple of width) in the kernels' base-2 units:
+// s = x log2 e for a natural score x, and cap (log2 e) tanh(x / cap) = C tanh(s / C) with
+// C = cap log2 e. tanh(y) = 1 - 2 / (e^2y + 1), y clamped to +-9 (where tanh is +-1 in f32) so
+// that exp2 stays finite; its absolute error (~1e-7) times the cap is far below the scores' own
+// f32 rounding.
+template <class V>
+inline void soft_cap_scores(float* s, int count, float cap) {
+  using reg = typename V::reg;
+  const float c = cap * log2_e;
+  const reg to_exponent = V::set1(2.0f * log2_e / c);  // s -> 2y log2 e
+  const reg lo = V::set1(-18.0f * log2_e), hi = V::set1(18.0f * log2_e);
+  const reg one = V::set1(1.0f), two = V::set1(2.0f), big = V::set1(c);
+  for (int j = 0; j < count; j += static_cast<int>(V::width)) {
+    reg e = V::mul(V::load(s + j), to_exponent);
+    e = V::max(e, lo);
+    e = V::select(V::less(hi, e), hi, e);
+    const reg t = V::sub(one, V::div(two, V::add(V::exp2(e), one)));
+    V::store(s + j, V::mul(big, t));
+  }
+}
+
 inline void prefetch_row(const std::byte* row, int bytes) {
   for (int b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
 }
@@ -205,6 +226,7 @@ void decode_piece_rows(const attention_piece& p, const attention_partial& out, f
 
   float* acc[RP];  // each row's weighted sum of values, [hd]
   float limit[RP], running_max[RP], running_sum[RP], correction[RP];
+  int lower[RP];  // the first key each row sees (0 without a window)
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int r = 0; r < RP; ++r) {
     const bool real = r < rows;
@@ -214,6 +236,7 @@ void decode_piece_rows(const attention_piece& p, const attention_partial& out, f
     acc[r] = real ? out.acc + i * out.ld + static_cast<int64_t>(g) * hd : spare;
     for (int d = 0; d < hd; ++d) acc[r][d] = 0.0f;
     limit[r] = real ? static_cast<float>(p.first_limit + i) : 0.0f;
+    lower[r] = real && p.window > 0 ? p.first_limit + i - p.window : 0;
     running_max[r] = neg_inf;
     running_sum[r] = 0.0f;
   }
@@ -273,13 +296,18 @@ void decode_piece_rows(const attention_piece& p, const attention_partial& out, f
         for (int kb = 0; kb < KB && j0 + kb < n; ++kb) probs[r * key_tile + j0 + kb] = dots[r * KB + kb];
     }
 
-    // Online softmax per row over this tile (masked keys and the tile's tail are -inf).
+    // Online softmax per row over this tile (masked keys and the tile's tail are -inf): keys
+    // hidden .. visible of the tile are the row's.
     for (int r = 0; r < RP; ++r) {
       float* s = probs + r * key_tile;
+      if (p.softcap > 0.0f) soft_cap_scores<V>(s, round_up(n, W), p.softcap);
       int visible = static_cast<int>(limit[r]) - k0;
       visible = visible < 0 ? 0 : (visible > n ? n : visible);
+      int hidden = lower[r] - k0;
+      hidden = hidden < 0 ? 0 : (hidden > visible ? visible : hidden);
+      for (int j = 0; j < hidden; ++j) s[j] = neg_inf;
       for (int j = visible; j < key_tile; ++j) s[j] = neg_inf;
-      if (visible == 0) {
+      if (visible == hidden) {
         for (int j = 0; j < key_tile; ++j) s[j] = 0.0f;
         correction[r] = 1.0f;
         continue;
@@ -375,8 +403,8 @@ constexpr int row_registers = 2;  // RB
 template <class V>
 size_t tiled_scratch_floats(int head_dim) {
   const size_t rt = tile_row_count<V>();
-  // qt, ot [head_dim, rt]; kf, vf [key_tile, head_dim]; st [key_tile, rt]; m, l, corr, limit [rt]
-  return 2 * head_dim * rt + 2 * static_cast<size_t>(key_tile) * head_dim + key_tile * rt + 4 * rt;
+  // qt, ot [head_dim, rt]; kf, vf [key_tile, head_dim]; st [key_tile, rt]; m, l, corr, limit, lower [rt]
+  return 2 * head_dim * rt + 2 * static_cast<size_t>(key_tile) * head_dim + key_tile * rt + 5 * rt;
 }
 
 // st[k][rows] = Σ_d kf[k][d] · qt[d][rows] for NK keys and RB registers of rows.
@@ -443,6 +471,7 @@ void tiled_piece(const attention_piece& p, const attention_partial& out, float* 
   float* running_sum = running_max + RT;    // [RT]
   float* correction = running_sum + RT;     // [RT]
   float* limit = correction + RT;           // [RT] keys < limit are visible (as float: exact below 2^24)
+  float* lower = limit + RT;                // [RT] and keys >= lower (a window's first key; else 0)
 
   const key_cursor cursor{p.block_table, p.block_size, p.slot_bytes};
   for (int r0 = 0; r0 < total_rows; r0 += RT) {
@@ -454,6 +483,7 @@ void tiled_piece(const attention_piece& p, const attention_partial& out, float* 
       const float* src = real ? p.q + i * p.ldq + static_cast<int64_t>(g) * hd : nullptr;
       for (int d = 0; d < hd; ++d) qt[d * rtp + r] = real ? src[d] * p.scale * log2_e : 0.0f;
       limit[r] = real ? static_cast<float>(p.first_limit + i) : 0.0f;
+      lower[r] = real && p.window > 0 ? static_cast<float>(p.first_limit + i - p.window) : 0.0f;
       running_max[r] = neg_inf;
       running_sum[r] = 0.0f;
     }
@@ -461,8 +491,13 @@ void tiled_piece(const attention_piece& p, const attention_partial& out, float* 
     const int min_limit = static_cast<int>(limit[0]);
     const int max_limit = static_cast<int>(limit[rt - 1]);
     const int key_end = p.key_end < max_limit ? p.key_end : max_limit;
+    // With a window, keys before the first row's first key are no row's; keys before the last
+    // row's first key are hidden from some row.
+    const int min_lower = static_cast<int>(lower[0]);
+    const int max_lower = static_cast<int>(lower[rt - 1]);
+    const int key_begin = p.key_begin > min_lower ? p.key_begin : min_lower;
 
-    for (int k0 = p.key_begin; k0 < key_end; k0 += key_tile) {
+    for (int k0 = key_begin; k0 < key_end; k0 += key_tile) {
       const int n = key_end - k0 < key_tile ? key_end - k0 : key_tile;
       const int np = round_up(n, NK);
       int64_t offsets[key_tile];
@@ -476,13 +511,25 @@ void tiled_piece(const attention_piece& p, const attention_partial& out, float* 
       for (int j = 0; j < np; j += NK)
         for (int b = 0; b < rtp; b += step) scores_block<V, NK>(qt + b, rtp, kf + j * hd, hd, st + j * rtp + b, rtp);
 
-      // Mask only where some row cannot see some key of the tile (the diagonal, the tail).
+      if (p.softcap > 0.0f) soft_cap_scores<V>(st, np * rtp, p.softcap);
+
+      // Mask only where some row cannot see some key of the tile (the diagonal, the tail, the
+      // window's start).
       if (k0 + n > min_limit || n < np) {
         for (int j = 0; j < np; ++j) {
           const reg key = V::set1(j < n ? static_cast<float>(k0 + j) : std::numeric_limits<float>::max());
           for (int b = 0; b < rtp; b += W) {
             const reg s = V::load(st + j * rtp + b);
             V::store(st + j * rtp + b, V::select(V::less(key, V::load(limit + b)), s, V::set1(neg_inf)));
+          }
+        }
+      }
+      if (k0 < max_lower) {
+        for (int j = 0; j < n; ++j) {
+          const reg key = V::set1(static_cast<float>(k0 + j));
+          for (int b = 0; b < rtp; b += W) {
+            const reg s = V::load(st + j * rtp + b);
+            V::store(st + j * rtp + b, V::select(V::less(key, V::load(lower + b)), V::set1(neg_inf), s));
           }
         }
       }

@@ -28,6 +28,7 @@ struct scalar_attention_vec {
   static reg sub(reg a, reg b) { return a - b; }
   static reg mul(reg a, reg b) { return a * b; }
   static reg max(reg a, reg b) { return a > b ? a : b; }
+  static reg div(reg a, reg b) { return a / b; }
   static reg abs(reg a) { return std::fabs(a); }
   static reg fma(reg a, reg b, reg c) { return a * b + c; }
   static mask less(reg a, reg b) { return a < b; }

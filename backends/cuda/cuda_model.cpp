@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <cstring>
 #include <map>
@@ -9,16 +10,18 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/device_buffer.hpp"
-#include "backends/cuda/matmul.hpp"
+#include "backends/cuda/linear.hpp"
+#include "backends/cuda/linear_weight.hpp"
 #include "backends/cuda/nano_batches.hpp"
 #include "backends/cuda/ops.hpp"
 #include "backends/cuda/paged_attention.hpp"
 #include "model/architecture.hpp"
 #include "model/kv_transfer.hpp"
 #include "model/model_tensors.hpp"
-#include "model/weight_values.hpp"
 #include "model/rope_frequencies.hpp"
 
 namespace troupe {
@@ -55,12 +58,14 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// Linear weights keep GGUF block types as stored (cuda::linear_weight); the rest is in the
+// activation dtype.
 struct layer_weights {
-  device_buffer qkv;       // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]
-  device_buffer qkv_bias;  // [(num_heads + 2 * num_kv_heads) * head_dim] (Qwen2) or empty
-  device_buffer o;         // [hidden, num_heads * head_dim]
-  device_buffer gate_up;   // [2 * intermediate, hidden]
-  device_buffer down;      // [hidden, intermediate]
+  cuda::linear_weight qkv;      // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]
+  device_buffer qkv_bias;       // [(num_heads + 2 * num_kv_heads) * head_dim] (Qwen2) or empty
+  cuda::linear_weight o;        // [hidden, num_heads * head_dim]
+  cuda::linear_weight gate_up;  // [2 * intermediate, hidden]
+  cuda::linear_weight down;     // [hidden, intermediate]
   device_buffer input_norm;      // [hidden]
   device_buffer post_attn_norm;  // [hidden]
   device_buffer q_norm;  // [head_dim] (Qwen3) or empty
@@ -90,15 +95,14 @@ class cuda_model final : public model {
     num_sms_ = properties.multiProcessorCount;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&kv_copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    matmul_ = std::make_unique<cuda::matmul>();
-    // Nano-batch 0 runs on stream_; each further one gets a stream, and a cuBLASLt workspace of
-    // its own (two matrix products in flight must not share one), and an event to join on.
+    // Nano-batch 0 runs on stream_; each further one gets a stream, an event to join on, and (once
+    // the weights are up) linear layers of its own: two matrix products in flight must not share
+    // a cuBLASLt workspace or a dequantization scratch.
     for (int i = 1; i < options_.nano_batches; ++i) {
       side_lanes_.emplace_back();
       side_lane& lane = side_lanes_.back();
       check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
       check(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming), "cudaEventCreate");
-      lane.matmul = std::make_unique<cuda::matmul>();
     }
     if (!side_lanes_.empty()) check(cudaEventCreateWithFlags(&step_ready_, cudaEventDisableTiming), "cudaEventCreate");
     // Blocking sync: the forward's thread sleeps on a layer's event instead of spinning, leaving
@@ -109,6 +113,7 @@ class cuda_model final : public model {
       check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync), "cudaEventCreate");
     }
     upload_weights(weights);
+    make_linear_layers();
     const std::vector<float> inv_freq = rope_inv_freq(config_);
     inv_freq_.allocate(inv_freq.size() * sizeof(float));
     check(cudaMemcpy(inv_freq_.get(), inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice),
@@ -137,8 +142,10 @@ class cuda_model final : public model {
   const model_config& config() const override { return config_; }
   kv_cache_shape kv_shape() const override { return kv_shape_; }
   std::string backend_name() const override {
+    char weights[32];
+    std::snprintf(weights, sizeof(weights), "%.1f MiB", static_cast<double>(weight_bytes_) / (1 << 20));
     return "cuda:" + std::to_string(options_.device) + " " + device_name_ + " (" + std::string(dtype_name(type_)) +
-           ", KV " + std::string(dtype_name(kv_type_)) + ")";
+           ", KV " + std::string(dtype_name(kv_type_)) + ", weights " + weights + ")";
   }
 
   void forward(const forward_batch& batch, float* logits) override {
@@ -389,6 +396,10 @@ class cuda_model final : public model {
                                std::to_string(options_.nano_batches));
     }
     if (options_.min_nano_batch_rows < 1) throw std::runtime_error("cuda model: min_nano_batch_rows must be >= 1");
+    if (options_.quantized_gemv_max_tokens < 0) {
+      throw std::runtime_error("cuda model: quantized_gemv_max_tokens must be >= 0, got " +
+                               std::to_string(options_.quantized_gemv_max_tokens));
+    }
   }
 
   // ---- weights ----
@@ -402,40 +413,33 @@ class cuda_model final : public model {
     return tensor;
   }
 
-  // Converts `tensor` into the activation dtype at `destination` (device).
-  void upload_into(void* destination, const weight_tensor& tensor) {
-    if (tensor.type == type_ && tensor.plain()) {
-      check(cudaMemcpy(destination, tensor.data, tensor.num_bytes, cudaMemcpyHostToDevice), "upload weight");
-      return;
-    }
-    if ((tensor.type != dtype::f32 && tensor.type != dtype::f16 && tensor.type != dtype::bf16 && tensor.type != dtype::q8_0) ||
-        !tensor.plain()) {
-      // A weight type without a device dequantizer yet, or a checkpoint's row scales or act-order
-      // columns: decoded to f32 values on the host first.
-      std::vector<float> decoded(static_cast<size_t>(tensor.num_elements()));
-      weight_rows_f32(tensor, 0, tensor.rows(), decoded.data());
-      if (staging_.size() < decoded.size() * 4) staging_.allocate(decoded.size() * 4);
-      check(cudaMemcpy(staging_.get(), decoded.data(), decoded.size() * 4, cudaMemcpyHostToDevice), "upload weight");
-      cuda::convert(staging_.get(), dtype::f32, destination, type_, tensor.num_elements(), stream_);
-      check(cudaStreamSynchronize(stream_), "convert weight");
-      return;
-    }
-    if (staging_.size() < tensor.num_bytes) staging_.allocate(tensor.num_bytes);
-    check(cudaMemcpy(staging_.get(), tensor.data, tensor.num_bytes, cudaMemcpyHostToDevice), "upload weight");
-    cuda::convert(staging_.get(), tensor.type, destination, type_, tensor.num_elements(), stream_);
-    check(cudaStreamSynchronize(stream_), "convert weight");
-  }
-
+  // The tensors in `parts`, back to back, converted to the activation dtype (norms, biases).
   device_buffer upload(const std::vector<const weight_tensor*>& parts) {
     int64_t elements = 0;
     for (const weight_tensor* part : parts) elements += part->num_elements();
     device_buffer buffer(static_cast<size_t>(elements) * dtype_size(type_));
     char* cursor = buffer.as<char>();
     for (const weight_tensor* part : parts) {
-      upload_into(cursor, *part);
+      cuda::upload_converted(*part, type_, cursor, staging_, stream_);
       cursor += part->num_elements() * dtype_size(type_);
+      count_tensor(*part, type_);
     }
+    weight_bytes_ += buffer.size();
     return buffer;
+  }
+
+  // A linear layer's weight: block types as stored, the rest in the activation dtype.
+  cuda::linear_weight upload_linear(const std::vector<const weight_tensor*>& parts) {
+    cuda::linear_weight weight = cuda::upload_linear_weight(parts, type_, staging_, stream_);
+    for (const weight_tensor* part : parts) count_tensor(*part, cuda::stored_quantized(*part) ? part->type : type_);
+    weight_bytes_ += weight.bytes();
+    return weight;
+  }
+
+  void count_tensor(const weight_tensor& tensor, dtype on_device) {
+    std::string key(dtype_name(on_device));
+    if (on_device != tensor.type) key = std::string(dtype_name(tensor.type)) + "->" + key;
+    ++tensor_counts_[key];
   }
 
   void upload_weights(const weight_store& weights) {
@@ -444,24 +448,25 @@ class cuda_model final : public model {
                   kv_width = int64_t{c.num_kv_heads} * c.head_dim, inter = c.intermediate_size;
     // Which tensors the model has (biases, q/k norms, its own lm_head) is the loader's list.
     const model_tensor_names names = tensor_names(c);
-    embed_ = upload({&expect(weights, names.embed_tokens, {c.vocab_size, hidden})});
+    embed_ = upload_linear({&expect(weights, names.embed_tokens, {c.vocab_size, hidden})});
     final_norm_ = upload({&expect(weights, names.final_norm, {hidden})});
-    if (names.lm_head != names.embed_tokens) {
-      lm_head_ = upload({&expect(weights, names.lm_head, {c.vocab_size, hidden})});
-    }
+    // Tied: the output layer reads the embedding table's own storage.
+    lm_head_ = names.lm_head != names.embed_tokens
+                   ? upload_linear({&expect(weights, names.lm_head, {c.vocab_size, hidden})})
+                   : embed_;
     layers_.resize(c.num_layers);
     for (int i = 0; i < c.num_layers; ++i) {
       const layer_tensor_names& n = names.layers[i];
       layer_weights& l = layers_[i];
-      l.qkv = upload({&expect(weights, n.q_proj, {q_width, hidden}), &expect(weights, n.k_proj, {kv_width, hidden}),
-                      &expect(weights, n.v_proj, {kv_width, hidden})});
+      l.qkv = upload_linear({&expect(weights, n.q_proj, {q_width, hidden}), &expect(weights, n.k_proj, {kv_width, hidden}),
+                             &expect(weights, n.v_proj, {kv_width, hidden})});
       if (!n.q_bias.empty()) {
         l.qkv_bias = upload({&expect(weights, n.q_bias, {q_width}), &expect(weights, n.k_bias, {kv_width}),
                              &expect(weights, n.v_bias, {kv_width})});
       }
-      l.o = upload({&expect(weights, n.o_proj, {hidden, q_width})});
-      l.gate_up = upload({&expect(weights, n.gate_proj, {inter, hidden}), &expect(weights, n.up_proj, {inter, hidden})});
-      l.down = upload({&expect(weights, n.down_proj, {hidden, inter})});
+      l.o = upload_linear({&expect(weights, n.o_proj, {hidden, q_width})});
+      l.gate_up = upload_linear({&expect(weights, n.gate_proj, {inter, hidden}), &expect(weights, n.up_proj, {inter, hidden})});
+      l.down = upload_linear({&expect(weights, n.down_proj, {hidden, inter})});
       l.input_norm = upload({&expect(weights, n.attn_norm, {hidden})});
       l.post_attn_norm = upload({&expect(weights, n.ffn_norm, {hidden})});
       if (!n.q_norm.empty()) {
@@ -470,6 +475,43 @@ class cuda_model final : public model {
       }
     }
     staging_.release();
+    std::string counts;
+    for (const auto& [type, count] : tensor_counts_) counts += (counts.empty() ? "" : ", ") + type + ": " + std::to_string(count);
+    spdlog::info("cuda model: {:.1f} MiB of weights on cuda:{} ({})", static_cast<double>(weight_bytes_) / (1 << 20),
+                 options_.device, counts);
+  }
+
+  // The linear layers of each lane (stream), with a dequantization scratch for one slice of the
+  // largest quantized weight (none when every weight is plain).
+  void make_linear_layers() {
+    size_t scratch = 0;
+    auto need = [&](const cuda::linear_weight& w) {
+      scratch = std::max(scratch, cuda::dequantize_scratch_bytes(w, type_, options_.dequantize_scratch_bytes));
+    };
+    need(lm_head_);
+    for (const layer_weights& l : layers_) {
+      need(l.qkv);
+      need(l.o);
+      need(l.gate_up);
+      need(l.down);
+    }
+    scratch_bytes_ = scratch;
+    linear_ = std::make_unique<cuda::linear>(scratch, options_.quantized_gemv_max_tokens);
+    for (side_lane& lane : side_lanes_) {
+      lane.linear = std::make_unique<cuda::linear>(scratch, options_.quantized_gemv_max_tokens);
+    }
+  }
+
+  // Embedding rows for `n` token ids into out [n, hidden]: gathered, or dequantized from a
+  // quantized table.
+  void embed(const int32_t* ids, void* out, int n, cudaStream_t stream) {
+    const cuda::linear_part& part = embed_.parts.front();
+    if (cuda::kept_quantized(part.type)) {
+      cuda::dequantize_rows(embed_.data(part), part.type, embed_.row_scales_from(0), config_.hidden_size, ids, 0, n,
+                            out, config_.hidden_size, type_, stream);
+    } else {
+      cuda::embedding(embed_.data(part), ids, out, n, config_.hidden_size, type_, stream);
+    }
   }
 
   // ---- KV pool ----
@@ -709,14 +751,14 @@ class cuda_model final : public model {
     // the same run of the workspace (the kernels index them by work item).
     struct lane_view {
       cudaStream_t stream;
-      cuda::matmul* mm;
+      cuda::linear* mm;
       cuda::paged_attention_params attention;
       int first_row, num_rows;
     };
     std::vector<lane_view> lanes;
     int work = 0;
     for (size_t p = 0; p < parts.size(); ++p) {
-      lane_view lane{p == 0 ? stream_ : side_lanes_[p - 1].stream, p == 0 ? matmul_.get() : side_lanes_[p - 1].matmul.get(),
+      lane_view lane{p == 0 ? stream_ : side_lanes_[p - 1].stream, p == 0 ? linear_.get() : side_lanes_[p - 1].linear.get(),
                      whole, parts[p].first_row, parts[p].num_rows()};
       int end_work = work;
       while (end_work < plan.num_work() && plan.work_items[2 * end_work] < parts[p].end_seq) ++end_work;
@@ -741,8 +783,7 @@ class cuda_model final : public model {
     }
 
     for (const lane_view& lane : lanes) {
-      cuda::embedding(embed_.get(), tokens + lane.first_row, row_of(residual_, lane.first_row, hidden), lane.num_rows,
-                      hidden, type_, lane.stream);
+      embed(tokens + lane.first_row, row_of(residual_, lane.first_row, hidden), lane.num_rows, lane.stream);
     }
     for (int i = 0; i < c.num_layers; ++i) {
       const layer_weights& l = layers_[i];
@@ -762,7 +803,7 @@ class cuda_model final : public model {
         } else {
           cuda::rms_norm(block_out, residual, l.input_norm.get(), normed, n, hidden, eps, type_, s);
         }
-        lane.mm->run(normed, l.qkv.get(), l.qkv_bias.get(), qkv, n, hidden, qkv_width, type_, type_, s);
+        lane.mm->run(l.qkv, normed, l.qkv_bias.get(), qkv, n, type_, type_, s);
         cuda::rope(qkv, qkv_width, positions + r0, inv_freq_.as<float>(), l.q_norm.get(), l.k_norm.get(), eps, n,
                    c.num_heads, c.num_kv_heads, c.head_dim, type_, s);
         const char* k = static_cast<const char*>(qkv) + static_cast<size_t>(q_width) * dtype_size(type_);
@@ -773,12 +814,11 @@ class cuda_model final : public model {
         lane.attention.k_cache = k_cache(i);
         lane.attention.v_cache = v_cache(i);
         cuda::paged_attention(lane.attention, type_, kv_type_, s);
-        lane.mm->run(row_of(attn_out_, r0, q_width), l.o.get(), nullptr, block_out, n, q_width, hidden, type_, type_, s);
+        lane.mm->run(l.o, row_of(attn_out_, r0, q_width), nullptr, block_out, n, type_, type_, s);
         cuda::rms_norm(block_out, residual, l.post_attn_norm.get(), normed, n, hidden, eps, type_, s);
-        lane.mm->run(normed, l.gate_up.get(), nullptr, row_of(gate_up_, r0, 2 * inter), n, hidden, 2 * inter, type_,
-                     type_, s);
+        lane.mm->run(l.gate_up, normed, nullptr, row_of(gate_up_, r0, 2 * inter), n, type_, type_, s);
         cuda::silu_and_mul(row_of(gate_up_, r0, 2 * inter), row_of(act_, r0, inter), n, inter, type_, s);
-        lane.mm->run(row_of(act_, r0, inter), l.down.get(), nullptr, block_out, n, inter, hidden, type_, type_, s);
+        lane.mm->run(l.down, row_of(act_, r0, inter), nullptr, block_out, n, type_, type_, s);
       }
     }
     for (size_t p = 1; p < lanes.size(); ++p) {
@@ -789,9 +829,7 @@ class cuda_model final : public model {
                    stream_);
     cuda::embedding(normed_.get(), device_at<int32_t>(off_logits_rows_), gathered_.get(), logits_rows, hidden, type_,
                     stream_);
-    const void* lm_head = lm_head_ ? lm_head_.get() : embed_.get();
-    matmul_->run(gathered_.get(), lm_head, nullptr, logits_.get(), logits_rows, hidden, c.vocab_size, type_, dtype::f32,
-                 stream_);
+    linear_->run(lm_head_, gathered_.get(), nullptr, logits_.get(), logits_rows, type_, dtype::f32, stream_);
   }
 
   void capture(int rows, int logits_rows, const cuda::paged_attention_plan& plan) {
@@ -825,12 +863,12 @@ class cuda_model final : public model {
   std::string device_name_;
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<cuda::matmul> matmul_;
-  // Nano-batches 1.. run on these (nano-batch 0 on stream_ and matmul_).
+  std::unique_ptr<cuda::linear> linear_;
+  // Nano-batches 1.. run on these (nano-batch 0 on stream_ and linear_).
   struct side_lane {
     cudaStream_t stream = nullptr;
     cudaEvent_t done = nullptr;  // recorded after the lane's last layer; stream_ waits on it
-    std::unique_ptr<cuda::matmul> matmul;
+    std::unique_ptr<cuda::linear> linear;
   };
   std::vector<side_lane> side_lanes_;
   cudaEvent_t step_ready_ = nullptr;  // recorded on stream_ after the metadata upload
@@ -839,12 +877,15 @@ class cuda_model final : public model {
   int num_step_lanes_ = 1;  // lanes the last run_step used
   cudaStream_t kv_copy_stream_ = nullptr;  // export_kv / import_kv, beside the compute streams
 
-  device_buffer embed_;       // [vocab, hidden]
-  device_buffer lm_head_;     // [vocab, hidden], empty when tied to embed_
-  device_buffer final_norm_;  // [hidden]
+  cuda::linear_weight embed_;    // [vocab, hidden]
+  cuda::linear_weight lm_head_;  // [vocab, hidden]; embed_'s storage when tied
+  device_buffer final_norm_;     // [hidden]
   std::vector<layer_weights> layers_;
   device_buffer inv_freq_;  // [head_dim / 2] f32
   device_buffer staging_;   // upload staging for weights in another dtype
+  size_t weight_bytes_ = 0;   // device memory the weights take (quantized ones as stored)
+  size_t scratch_bytes_ = 0;  // each lane's dequantization scratch (cuda::linear)
+  std::map<std::string, int> tensor_counts_;  // "q4_k": 97, "f32->bf16": 65
   device_buffer kv_pool_;   // per layer: K then V, each [num_blocks, block_size, num_kv_heads, head_dim]
 
   step_capacity capacity_;
@@ -881,6 +922,11 @@ void check_cuda_supports(const model_config& c) {
   else if (t.norm != norm_kind::rms || t.post_block_norms || t.scale_embeddings) missing = "Gemma's norms and embedding scale";
   else if (c.activation != activation_kind::silu) missing = "activations other than SiLU";
   else if (t.output_bias || c.attention_sinks || c.attn_logit_softcapping > 0 || c.final_logit_softcapping > 0) missing = "attention extras";
+  else if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings &&
+           std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end()) {
+    missing = "sliding-window attention (window " + std::to_string(c.sliding_window) + " of a " +
+              std::to_string(c.max_position_embeddings) + "-token context)";
+  }
   else if (c.rotary_dim > 0 || (c.rope_scaling && c.rope_scaling->type != rope_scaling_type::llama3)) missing = "partial or scaled RoPE other than llama3";
   if (!missing.empty()) {
     throw std::runtime_error("the CUDA backend does not run " + std::string(t.hf_name) + " yet (" + missing + "); use --device cpu");

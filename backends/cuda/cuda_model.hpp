@@ -1,6 +1,8 @@
 #pragma once
 // The Llama-family model (llama, mistral, qwen2 with qkv bias, qwen3 with q/k norm) on one CUDA
-// GPU. Weights are converted to the activation dtype on upload; logits come back as f32.
+// GPU. Weights in a GGUF block type (q4_k, q8_0, ...) stay quantized in device memory and are
+// read by quantized kernels (backends/cuda/linear.hpp); others are converted to the activation
+// dtype on upload. Logits come back as f32.
 // Decode steps (one new token per sequence) replay CUDA graphs captured once per batch-size
 // bucket; other steps run kernel by kernel. Both go through model::forward.
 
@@ -32,6 +34,10 @@ struct cuda_options {
   // stream of its own, so one's matrix products overlap another's attention (backends/cuda/nano_batches).
   int nano_batches = 1;
   int min_nano_batch_rows = 256;
+  // Quantized linear layers: calls of up to this many tokens read the blocks in place (GEMV);
+  // larger ones dequantize slices of at most dequantize_scratch_bytes (per stream) for cuBLASLt.
+  int quantized_gemv_max_tokens = 8;
+  size_t dequantize_scratch_bytes = size_t{64} << 20;
 };
 
 // True when a CUDA device answers; otherwise `why` (if given) says what the runtime reported.

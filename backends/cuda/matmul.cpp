@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/cuda_check.hpp"
 
@@ -20,6 +21,14 @@ cudaDataType_t cuda_type(dtype type) {
   }
   throw std::runtime_error("CUDA matmul: dtype " + std::string(dtype_name(type)) +
                            " is not supported (expected f32, f16 or bf16)");
+}
+
+// The largest power of two (up to cuBLASLt's default 256) that divides the address.
+uint32_t alignment_of(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
 }
 
 }  // namespace
@@ -44,10 +53,10 @@ matmul::~matmul() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-matmul::plan& matmul::plan_for(int tokens, int in_features, int out_features, dtype in_type, dtype out_type,
-                               bool bias) {
-  const key k{tokens, in_features, out_features, static_cast<int>(in_type), static_cast<int>(out_type), bias};
+matmul::plan& matmul::plan_for(const key& k) {
   if (auto it = plans_.find(k); it != plans_.end()) return *it->second;
+  const auto [tokens, in_features, out_features, in_index, out_index, bias, ldy, align_w, align_x, align_y] = k;
+  const dtype in_type = static_cast<dtype>(in_index), out_type = static_cast<dtype>(out_index);
 
   auto owned = std::make_unique<plan>();
   plan& p = *owned;
@@ -65,10 +74,10 @@ matmul::plan& matmul::plan_for(int tokens, int in_features, int out_features, dt
                                          sizeof(bias_type)),
           "set BIAS_DATA_TYPE");
   }
-  // Column-major views: A = W^T stored [in, out] (ld in), B = x^T [in, tokens], C = y^T [out, tokens].
+  // Column-major views: A = W^T stored [in, out] (ld in), B = x^T [in, tokens], C = y^T [out, tokens] (ld ldy).
   check(cublasLtMatrixLayoutCreate(&p.a, cuda_type(in_type), in_features, out_features, in_features), "layout A");
   check(cublasLtMatrixLayoutCreate(&p.b, cuda_type(in_type), in_features, tokens, in_features), "layout B");
-  check(cublasLtMatrixLayoutCreate(&p.c, cuda_type(out_type), out_features, tokens, out_features), "layout C");
+  check(cublasLtMatrixLayoutCreate(&p.c, cuda_type(out_type), out_features, tokens, ldy), "layout C");
 
   cublasLtMatmulPreference_t preference = nullptr;
   check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
@@ -76,6 +85,15 @@ matmul::plan& matmul::plan_for(int tokens, int in_features, int out_features, dt
   check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
                                              sizeof(max_workspace)),
         "set MAX_WORKSPACE_BYTES");
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y},
+  };
+  for (const auto& [attribute, bytes] : alignments) {
+    check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)), "set MIN_ALIGNMENT");
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status =
@@ -93,9 +111,15 @@ matmul::plan& matmul::plan_for(int tokens, int in_features, int out_features, dt
 }
 
 void matmul::run(const void* x, const void* weight, const void* bias, void* y, int tokens, int in_features,
-                 int out_features, dtype in_type, dtype out_type, cudaStream_t stream) {
+                 int out_features, dtype in_type, dtype out_type, cudaStream_t stream, int64_t ldy) {
   if (tokens == 0) return;
-  plan& p = plan_for(tokens, in_features, out_features, in_type, out_type, bias != nullptr);
+  if (ldy == 0) ldy = out_features;
+  if (ldy < out_features) {
+    throw cuda_error("CUDA matmul: output rows " + std::to_string(ldy) + " apart, narrower than the " +
+                     std::to_string(out_features) + " outputs");
+  }
+  plan& p = plan_for(key{tokens, in_features, out_features, static_cast<int>(in_type), static_cast<int>(out_type),
+                         bias != nullptr, ldy, alignment_of(weight), alignment_of(x), alignment_of(y)});
   if (bias) {
     check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
           "set BIAS_POINTER");

@@ -27,14 +27,15 @@ class matmul {
   matmul& operator=(const matmul&) = delete;
 
   // x [tokens, in] of `in_type`; weight [out, in] of `in_type`; bias [out] of `out_type` or null;
-  // y [tokens, out] of `out_type` (f32 out with 16-bit in is allowed: logits).
+  // y [tokens, ldy] of `out_type` (ldy 0: out) (f32 out with 16-bit in is allowed: logits).
   void run(const void* x, const void* weight, const void* bias, void* y, int tokens, int in_features,
-           int out_features, dtype in_type, dtype out_type, cudaStream_t stream);
+           int out_features, dtype in_type, dtype out_type, cudaStream_t stream, int64_t ldy = 0);
 
  private:
   struct plan;
-  using key = std::tuple<int, int, int, int, int, bool>;
-  plan& plan_for(int tokens, int in_features, int out_features, dtype in_type, dtype out_type, bool bias);
+  // tokens, in, out, in type, out type, bias, ldy, alignment of the weight, x and y
+  using key = std::tuple<int, int, int, int, int, bool, int64_t, uint32_t, uint32_t, uint32_t>;
+  plan& plan_for(const key& k);
 
   cublasLtHandle_t handle_ = nullptr;
   device_buffer workspace_;  // [workspace_bytes]

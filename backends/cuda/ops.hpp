@@ -46,6 +46,25 @@ void kv_cache_store(const void* k, const void* v, int64_t row_stride, const int6
                     void* v_cache, int num_tokens, int num_kv_heads, int head_dim, dtype type, dtype kv_type,
                     cudaStream_t stream);
 
+// Quantized weights (every GGUF block type, and FP8 E4M3 (rows of whole 32s) and its b128
+// blocks: model/dtype.hpp; rows row_bytes(type, cols) apart, the matrix 16-byte aligned) are
+// read as they are stored, never converted whole.
+//
+// y [tokens, ldy] (+ bias [rows] of out_type) = x [tokens, ldx] · (diag(row_scales) W)ᵀ for W
+// [rows, cols] of weight_type (row_scales [rows] f32, or null for none); x of in_type (f32, f16,
+// bf16), 16-byte aligned with ldx a multiple of 8; y of out_type (f32, f16, bf16). Sized for
+// decode: each block is read once per 8 tokens (backends/cuda/quant_gemv.cuh).
+void quant_gemv(const void* weight, dtype weight_type, const float* row_scales, int rows, int cols, const void* x,
+                int64_t ldx, dtype in_type, int tokens, const void* bias, void* y, int64_t ldy, dtype out_type,
+                cudaStream_t stream);
+
+// out[i, :] (rows ldo apart) = row ids[i] of the quantized `table` (ids null: row first_row + i),
+// times its row scale, in out_type. table [*, cols] of table_type; row_scales [*] f32 or null;
+// ids [n]; out [n, ldo], 16-byte aligned, ldo a multiple of 8. The embedding lookup of a
+// quantized token table, and the prefill path's slices.
+void dequantize_rows(const void* table, dtype table_type, const float* row_scales, int cols, const int32_t* ids,
+                     int64_t first_row, int n, void* out, int64_t ldo, dtype out_type, cudaStream_t stream);
+
 // Greedy sampling: out[r] = the first index of the largest value of logits row r.
 // logits [rows, vocab] f32, out [rows]
 void argmax(const float* logits, int rows, int vocab, int32_t* out, cudaStream_t stream);

@@ -272,7 +272,6 @@ model_config gguf_model_config(const gguf_file& file) {
   if (config.arch == architecture::gemma2 || config.arch == architecture::gemma3) read_gemma(file, p, config);
   read_rope_scaling(file, p, config);
   read_sliding_window(file, p, config);
-  cap_context_to_sliding_window(config);
   return config;
 }
 

@@ -304,7 +304,6 @@ model_config parse_hf_config(const nlohmann::json& config, const nlohmann::json&
   if (result.arch == architecture::gemma2 || result.arch == architecture::gemma3) parse_gemma(config, result);
   parse_moe(config, result);
   parse_sliding_window(config, result);
-  cap_context_to_sliding_window(result);
   result.bos_token_id = value_or<int>(config, "bos_token_id", -1);
   if (config.contains("eos_token_id")) append_ids(config["eos_token_id"], result.eos_token_ids);
   if (generation_config.is_object()) {

@@ -1,6 +1,7 @@
 // Architecture check against llama.cpp: for every architecture Troupe runs (Llama 3 with rope
 // scaling, Mistral, Qwen2 with qkv bias and tied embeddings, Qwen3 with q/k norm, Mixtral,
-// Qwen2-MoE with its shared expert, Qwen3-MoE, gpt-oss, Gemma 3, Phi-3) and every rope scaling
+// Qwen2-MoE with its shared expert, Qwen3-MoE, gpt-oss with sinks, Gemma 2 with soft-capping,
+// Gemma 3, Phi-3, sliding windows) and every rope scaling
 // (linear, dynamic NTK, YaRN, longrope, llama3), one small random GQA model written by the model
 // maker in HF and GGUF form. llama.cpp (node-llama-cpp through tests/oracles/llama_cpp_oracle.mjs)
 // decodes the GGUF copy greedily on 8 short prompts (16 steps) and one 256-token prompt (64 steps,
@@ -32,9 +33,11 @@
 // measured here puts its logits up to ~1.6e-3 from Troupe's while Troupe stays within 1e-5 of
 // the float64 reference; Gemma's llama.cpp tolerance is 1e-2.
 //
-// Gemma 2 is checked against the float64 reference only: llama.cpp always soft-caps its
-// attention scores, which Troupe's attention does not do yet (issue 22, phase 2), so its model
-// here has attn_logit_softcapping null. gpt-oss's sinks are -infinity here for the same reason.
+// The attention variants are all live: Gemma 2 soft-caps its scores (50) and logits (30), gpt-oss
+// has random sinks, and Gemma 2/3, gpt-oss and a Mistral v0.1-like model slide a 64-token window
+// over their sliding layers, so the long prompt's later positions see only part of the context
+// on those layers. llama.cpp runs Mistral GGUFs through its Llama graph, which has no window:
+// that case is checked against the float64 reference only.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -73,6 +76,9 @@ constexpr double logit_tolerance = 2e-4;
 constexpr double logit_scale = 5.0;
 constexpr double close_call = 1e-2;       // margins this small are printed
 constexpr int oracle_context = 4096;      // > every prompt; > longrope's original context (long factors)
+// The sliding layers' window in the models that have them: well inside the long prompt (256 + 64
+// tokens), so its later positions attend to the window only.
+constexpr int sliding_window = 64;
 
 struct arch_case {
   std::string name;
@@ -94,10 +100,19 @@ const std::vector<arch_case>& cases() {
       {"gpt_oss", "gpt_oss",
        [](model_maker_options& o) {
          o.rope_scaling = "none";  // llama.cpp truncates YaRN's range, gpt-oss's config says not to
-         o.sliding_window = 512;   // longer than every prompt: equal to full attention
+         o.sliding_window = sliding_window;
+         o.attention_sinks = true;  // random sinks of order 1 (the model maker's)
        }},
-      {"gemma3", "gemma3", [](model_maker_options& o) { o.num_layers = 6; }, true, 1e-2},  // layer 5 is global
-      {"gemma2", "gemma2", [](model_maker_options& o) { o.attn_logit_softcapping = 0.0f; }, false},
+      {"gemma3", "gemma3",
+       [](model_maker_options& o) {
+         o.num_layers = 6;  // layer 5 is global
+         o.sliding_window = sliding_window;
+       },
+       true, 1e-2},
+      {"gemma2", "gemma2", [](model_maker_options& o) { o.sliding_window = sliding_window; }, true, 1e-2},  // soft-caps 50 and 30
+      // Mistral v0.1's window on every layer. llama.cpp's Llama graph (which runs Mistral GGUFs)
+      // has no window, so this one is checked against the float64 reference only.
+      {"mistral_sliding", "mistral", [](model_maker_options& o) { o.sliding_window = sliding_window; }, false},
       {"phi3", "phi3"},
       {"phi3_longrope", "phi3",
        [](model_maker_options& o) {
@@ -374,7 +389,7 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
   // The GGUF copy, loaded by Troupe, gives the HF copy's logits along the long prompt's steps.
   void expect_gguf_equals_hf(const std::string& name, model& from_hf) {
     const loaded_model gguf = load_model(load_options{made_[name].gguf_path});
-    auto m = make_cpu_model(gguf.config, gguf.weights, {64, 16}, 2);
+    auto m = make_cpu_model(gguf.config, gguf.weights, {64, 16}, 2, dtype::f32);  // the HF copy's f32 cache
     const oracle_result& theirs = oracle_[name].back();
     const auto a = test::teacher_forced_logits(from_hf, prompts_.back(), theirs.generated);
     const auto b = test::teacher_forced_logits(*m, prompts_.back(), theirs.generated);

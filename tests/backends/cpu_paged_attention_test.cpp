@@ -5,7 +5,8 @@
 //   tokens) over scattered blocks equals a double-precision softmax(q·kᵀ·scale)·v computed from
 //   the values the pool holds, for head sizes 64/80/96/128/256, GQA ratios 1 to 8, blocks of 1,
 //   7, 16 and 32 tokens, contexts up to 32k (split across threads), every KV dtype and every
-//   SIMD level this machine has.
+//   SIMD level this machine has; and with a sliding window, Gemma 2's soft-capping and gpt-oss's
+//   sinks, each alone and together.
 
 #include <gtest/gtest.h>
 
@@ -153,6 +154,9 @@ struct attention_case {
   float q_scale = 1.0f;  // > 1 makes the softmax peaky
   int threads = 2;
   double tolerance = 2e-5;  // of max |reference|
+  int window = 0;           // > 0: a sliding layer's window
+  float softcap = 0.0f;     // > 0: Gemma 2's soft-capping of the scores
+  bool sinks = false;       // random per-head sink logits (gpt-oss)
 };
 
 std::string describe(const attention_case& c) {
@@ -160,6 +164,9 @@ std::string describe(const attention_case& c) {
                      ", group " + std::to_string(c.group) + ", block " + std::to_string(c.block_size) + ", " +
                      std::string(dtype_name(c.kv)) + ", (context, new):";
   for (size_t s = 0; s < c.context.size(); ++s) text += " (" + std::to_string(c.context[s]) + ", " + std::to_string(c.num_new[s]) + ")";
+  if (c.window > 0) text += ", window " + std::to_string(c.window);
+  if (c.softcap > 0) text += ", softcap " + std::to_string(c.softcap);
+  if (c.sinks) text += ", sinks";
   return text;
 }
 
@@ -217,7 +224,12 @@ void expect_matches_reference(const attention_case& c, uint32_t seed) {
   batch.token_ids.assign(tokens, 0);
   const auto q = test::random_floats(size_t(tokens) * q_dim, seed * 31 + 99, c.q_scale);
   const float scale = 1.0f / std::sqrt(float(hd));
-  const cpu::attention_params params{config.num_heads, c.num_kv_heads, hd, c.block_size, num_blocks, scale, c.kv};
+  // Sinks of order 1 to 4 compete with the scores: some rows give them most of the weight.
+  std::vector<float> sinks = test::random_floats(config.num_heads, seed * 31 + 77, 4.0f);
+  cpu::attention_params params{config.num_heads, c.num_kv_heads, hd, c.block_size, num_blocks, scale, c.kv};
+  params.window = c.window;
+  params.softcap = c.softcap;
+  params.sinks = c.sinks ? sinks.data() : nullptr;
   cpu::check_attention_batch(batch, params);
 
   std::vector<double> expected(size_t(tokens) * q_dim);
@@ -225,22 +237,25 @@ void expect_matches_reference(const attention_case& c, uint32_t seed) {
   for (size_t s = 0; s < c.context.size(); ++s) {
     for (int i = 0; i < c.num_new[s]; ++i) {
       const int row = batch.query_start[s] + i;
-      const int visible = c.context[s] - c.num_new[s] + i + 1;
+      const int visible = c.context[s] - c.num_new[s] + i + 1;  // keys first .. visible - 1 (position visible - 1)
+      const int first = c.window > 0 ? std::max(0, visible - c.window) : 0;
       std::vector<double> scores(visible);
       for (int h = 0; h < config.num_heads; ++h) {
         const int g = h / c.group;
-        double max_score = -1e300;
-        for (int t = 0; t < visible; ++t) {
+        const double sink = c.sinks ? double(sinks[h]) : -INFINITY;
+        double max_score = sink;
+        for (int t = first; t < visible; ++t) {
           double dot = 0;
           for (int d = 0; d < hd; ++d) dot += double(q[size_t(row) * q_dim + h * hd + d]) * seq_k[s][size_t(t) * slot + g * hd + d];
           scores[t] = dot * scale;
+          if (c.softcap > 0) scores[t] = c.softcap * std::tanh(scores[t] / c.softcap);
           max_score = std::max(max_score, scores[t]);
         }
-        double total = 0;
-        for (double& score : scores) total += (score = std::exp(score - max_score));
+        double total = std::exp(sink - max_score);
+        for (int t = first; t < visible; ++t) total += (scores[t] = std::exp(scores[t] - max_score));
         for (int d = 0; d < hd; ++d) {
           double acc = 0;
-          for (int t = 0; t < visible; ++t) acc += scores[t] * seq_v[s][size_t(t) * slot + g * hd + d];
+          for (int t = first; t < visible; ++t) acc += scores[t] * seq_v[s][size_t(t) * slot + g * hd + d];
           expected[size_t(row) * q_dim + h * hd + d] = acc / total;
           max_ref = std::max(max_ref, std::fabs(acc / total));
         }
@@ -341,6 +356,49 @@ TEST(cpu_paged_attention, long_contexts_split_across_threads) {
   c.num_new = {40, 1};
   c.threads = 3;
   expect_matches_reference(c, seed++);
+}
+
+// Each variant of the softmax alone and all together, on decodes, chunked prefills, speculative
+// tokens and contexts long enough to be split across threads: a window shorter than the context
+// (and one longer), Gemma 2's soft-capping with peaky queries (scores far past the cap), and
+// gpt-oss's sinks.
+TEST(cpu_paged_attention, windows_soft_capping_and_sinks) {
+  uint32_t seed = 400;
+  struct variant {
+    int window;
+    float softcap;
+    bool sinks;
+  };
+  for (const variant v : {variant{40, 0, false}, variant{1, 0, false}, variant{500, 0, false}, variant{0, 5.0f, false},
+                          variant{0, 0, true}, variant{33, 5.0f, true}}) {
+    for (dtype kv : {dtype::f32, dtype::f16}) {
+      for (int group : {1, 4, 8}) {
+        attention_case c = mixed_batch(64, group, kv, 16);
+        c.window = v.window;
+        c.softcap = v.softcap;
+        c.sinks = v.sinks;
+        c.q_scale = v.softcap > 0 ? 6.0f : 2.0f;
+        expect_matches_reference(c, seed++);
+      }
+    }
+    // A long decode split across threads, a long chunk and a decode beside it: the window
+    // starts keys far into the context, where a split's first range may hold none of them.
+    for (const auto& [context, num_new] : {std::pair<std::vector<int>, std::vector<int>>{{4097, 1200}, {1, 3}},
+                                           {{3000, 900}, {70, 1}}}) {
+      attention_case c;
+      c.head_dim = 128;
+      c.group = 4;
+      c.num_kv_heads = 2;
+      c.context = context;
+      c.num_new = num_new;
+      c.window = v.window == 0 ? 0 : v.window * 30;
+      c.softcap = v.softcap;
+      c.sinks = v.sinks;
+      c.q_scale = 2.0f;
+      c.threads = 3;
+      expect_matches_reference(c, seed++);
+    }
+  }
 }
 
 TEST(cpu_paged_attention, refuses_inconsistent_batches) {

@@ -106,7 +106,7 @@ TEST(http_surface, logprobs_spell_the_text_on_sentencepiece_and_byte_level_model
       requests.push_back({{"api", "completions"},
                           {"params", {{"model", "m"}, {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}, {"logprobs", 2}}}});
       requests.push_back({{"api", "chat"},
-                          {"params", {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", prompt}}}}}, {"max_tokens", 24},
+                          {"params", {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 24},
                                       {"temperature", 0.8}, {"seed", 3}, {"logprobs", true}, {"top_logprobs", 2}}}});
     }
     const json results = openai(server.http_port(), requests);
@@ -127,7 +127,7 @@ TEST(http_surface, logprobs_spell_the_text_on_sentencepiece_and_byte_level_model
                           {"params", {{"model", "m"}, {"prompt", "Bonjour, ça va? 漢字"}, {"max_tokens", 40}, {"temperature", 1},
                                       {"seed", seed}, {"logprobs", 1}, {"guided_regex", "[^\\x00-\\x1f]{10,40}"}}}});
       requests.push_back({{"api", "chat"},
-                          {"params", {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "é"}}}}}, {"max_tokens", 30},
+                          {"params", {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "é"}}}}, {"max_tokens", 30},
                                       {"temperature", 1}, {"seed", seed}, {"logprobs", true},
                                       {"guided_regex", "[^\\x00-\\x1f]{10,40}"}}}});
     }

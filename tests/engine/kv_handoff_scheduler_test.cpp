@@ -194,3 +194,33 @@ TEST(kv_handoff_scheduler, a_handed_over_token_that_would_have_ended_the_request
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// Behind a sliding window (every layer slides, engine_config::kv_window): a prefill-only request
+// keeps every block while its KV streams out of them, where an ordinary request gives back
+// those the window has left.
+TEST(kv_handoff_scheduler, a_prefill_only_request_keeps_its_blocks_behind_a_sliding_window) {
+  engine_config config;
+  config.num_kv_blocks = 64;
+  config.block_size = 16;
+  config.max_num_batched_tokens = 32;
+  config.kv_window = 32;
+  auto held_after = [&](kv_handoff kv, int steps) {
+    scheduler s(config, std::vector<int32_t>{test_eos});
+    EXPECT_FALSE(s.add_request(5, make_prompt(200), greedy(10), 0, engine_clock::now(), {}, kv));
+    for (int step = 0; step < steps; ++step) {
+      step_plan plan = s.schedule();
+      s.update(plan, fake_run(plan));
+    }
+    return s.find(5)->blocks.num_held_blocks();
+  };
+  // When the fifth chunk of 32 was planned (128 tokens computed, the next query at 128 sees keys
+  // from 97 on), blocks 0-5 (tokens 0-95) had left the window; 10 blocks cover the 160 tokens.
+  EXPECT_EQ(held_after({}, 5), 10 - 6);
+  EXPECT_EQ(held_after({kv_role::send, 7, {}}, 5), 10);
+}
+
+}  // namespace
+}  // namespace troupe

@@ -33,6 +33,38 @@ TEST(kv_cache_manager, allocate_and_append_count_blocks) {
   EXPECT_EQ(kv.num_free_blocks(), 10);
 }
 
+// A sliding window's blocks behind it go back to the pool, keep their places in the table and
+// (registered first) their prefix-cache entries; the rest of the table works on around them.
+TEST(kv_cache_manager, blocks_behind_a_window_are_released_in_place) {
+  kv_cache_manager kv(10, 4, true);
+  block_table table;
+  const std::vector<int32_t> ids = tokens(100, 24);
+  kv.allocate(table, prefix_hit{}, 20);  // 5 blocks
+  kv.cache_computed_blocks(table, ids, 16);  // blocks 0-3 registered
+  const std::vector<int32_t> before = table.block_ids;
+  // Tokens before 9 are no query's: blocks 0 and 1 (tokens 0-7) go, block 2 (8-11) stays; only
+  // the first 4 blocks may go (the ones the worker knows), which is no limit here.
+  EXPECT_EQ(kv.release_before(table, 9, 4), 2);
+  EXPECT_EQ(table.num_blocks(), 5);
+  EXPECT_EQ(table.num_held_blocks(), 3);
+  EXPECT_EQ(table.block_ids[0], block_table::released);
+  EXPECT_EQ(table.block_ids[1], block_table::released);
+  EXPECT_EQ(table.block_ids[2], before[2]);
+  EXPECT_EQ(kv.num_free_blocks(), 7);
+  EXPECT_EQ(kv.release_before(table, 9, 4), 0);  // already given back
+  EXPECT_EQ(kv.release_before(table, 100, 3), 1);  // the limit: block 2 only
+  // The released blocks are still a prefix another request may find.
+  EXPECT_EQ(kv.find_cached_prefix(ids).num_tokens, 16);
+  // Registering more of the table hashes through the released places.
+  kv.append(table, 24);
+  kv.cache_computed_blocks(table, ids, 24);
+  EXPECT_EQ(table.hashes.size(), 6u);
+  EXPECT_EQ(kv.find_cached_prefix(ids).num_tokens, 20);  // never the last token
+  kv.free(table);
+  EXPECT_TRUE(table.empty());
+  EXPECT_EQ(kv.num_free_blocks(), 10);
+}
+
 TEST(kv_cache_manager, failed_changes_leave_no_trace) {
   kv_cache_manager kv(3, 4, false);
   block_table table;

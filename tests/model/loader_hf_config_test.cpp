@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/architecture.hpp"
 #include "model/loader/hf_config.hpp"
 #include "tests/model/loader_test_util.hpp"
 
@@ -153,7 +154,9 @@ TEST(loader_hf_config, gpt_oss) {
   ASSERT_EQ(c.sliding_layers.size(), 24u);
   EXPECT_TRUE(c.sliding_layers[0]);
   EXPECT_FALSE(c.sliding_layers[1]);
-  EXPECT_EQ(c.max_position_embeddings, 128);  // until sliding windows are implemented, the window is the context
+  EXPECT_EQ(c.sliding_window, 128);
+  EXPECT_EQ(c.max_position_embeddings, 131072);  // the window is attention's, not the context's
+  EXPECT_EQ(attention_reach(c), 0);              // full layers read the whole context
   layer_types[3] = "chunked_attention";
   config["layer_types"] = layer_types;
   expect_error([&] { parse_hf_config(config); }, {"layer_types[3]", "chunked_attention"});
@@ -220,23 +223,25 @@ TEST(loader_hf_config, phi3_longrope_and_partial_rotary) {
   expect_error([&] { parse_hf_config(config); }, {"long_factor"});
 }
 
-// Sliding-window attention is not implemented: a window shorter than the context caps it.
-TEST(loader_hf_config, a_sliding_window_caps_the_context_where_it_applies) {
+// Sliding windows are attention's (the CPU kernels apply them per layer): the context stays the
+// model's, and the window applies only where the family uses it.
+TEST(loader_hf_config, a_sliding_window_applies_where_the_family_uses_it) {
   json config = llama_config();
   config["architectures"] = {"MistralForCausalLM"};
   config["max_position_embeddings"] = 32768;
   config["sliding_window"] = 4096;
-  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 4096);
+  model_config c = parse_hf_config(config);
+  EXPECT_EQ(c.max_position_embeddings, 32768);  // no longer capped to the window
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.sliding_layers, std::vector<bool>(c.num_layers, true));  // Mistral v0.1: every layer
   config["sliding_window"] = nullptr;  // Mistral v0.2+: no window
-  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 32768);
-  config["sliding_window"] = 65536;  // wider than the context: nothing to cap
-  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 32768);
+  EXPECT_EQ(parse_hf_config(config).sliding_window, 0);
 
   config["architectures"] = {"Qwen2ForCausalLM"};
   config["sliding_window"] = 4096;
-  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 32768);  // use_sliding_window absent: off
+  EXPECT_EQ(parse_hf_config(config).sliding_window, 0);  // use_sliding_window absent: off
   config["use_sliding_window"] = true;
-  EXPECT_EQ(parse_hf_config(config).max_position_embeddings, 4096);
+  EXPECT_EQ(parse_hf_config(config).sliding_window, 4096);
 
   config["architectures"] = {"MistralForCausalLM"};
   config["sliding_window"] = "wide";

@@ -15,7 +15,8 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 grep -qx '/.gpu/' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu/' >>"$root/.git/info/exclude"
-[[ -x "$build/tests/test_cuda" ]] || { echo "bundle: $build/tests/test_cuda is not built (a build with nvcc: ninja -C $build test_cuda troupe)" >&2; exit 1; }
+[[ -x "$build/tests/test_cuda" ]] || { echo "bundle: $build/tests/test_cuda is not built (a build with nvcc: ninja -C $build test_cuda troupe troupe_bench_cuda_decode)" >&2; exit 1; }
+[[ -x "$build/bench/troupe_bench_cuda_decode" ]] || echo "bundle: no $build/bench/troupe_bench_cuda_decode: run.sh bench will not work (ninja -C $build troupe_bench_cuda_decode)" >&2
 shared=$(sed -n 's/^TROUPE_SHARED_DIR:PATH=//p' "$build/CMakeCache.txt")
 shared=$(cd "$shared" && pwd)
 

@@ -2,7 +2,7 @@
 # On a lent GPU machine, in the repository's copy: runs what tools/gpu/bundle.sh packed.
 #
 #   bash .gpu/run.sh tests [GTEST_FILTER]     # test_cuda, every test (or those named)
-#   bash .gpu/run.sh bench                    # the CUDA decode benchmark (TROUPE_CUDA_BENCH=1)
+#   bash .gpu/run.sh bench [TYPES...]         # the CUDA decode/prefill benchmark (bf16, q8_0, q4_k_m, ...)
 #   bash .gpu/run.sh exec CMD...              # any command with the bundle's environment
 #
 # Output goes to stdout and, where $OUT is set (the device tool), to $OUT/<what>.log.
@@ -40,7 +40,7 @@ case "${1:-tests}" in
     filter=${2:-*}
     "$here/build/tests/test_cuda" --gtest_filter="$filter" --gtest_color=no 2>&1 | log tests ;;
   bench)
-    TROUPE_CUDA_BENCH=1 "$here/build/tests/test_cuda" --gtest_filter='cuda_bench.*' --gtest_color=no 2>&1 | log bench ;;
+    shift; "$here/build/bench/troupe_bench_cuda_decode" "$@" 2>&1 | log bench ;;
   exec)
     shift; "$@" 2>&1 | log exec ;;
   *) echo "run: tests | bench | exec CMD..." >&2; exit 2 ;;

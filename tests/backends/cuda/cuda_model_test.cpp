@@ -6,14 +6,18 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_model.hpp"
 #include "model/loader/dummy_weights.hpp"
+#include "model/loader/float_conversion.hpp"
 #include "model/loader/model_loader.hpp"
+#include "model/quant/quantize.hpp"
 #include "tests/backends/cuda/cuda_test_util.hpp"
+#include "tests/backends/cuda/random_quant_blocks.hpp"
 
 namespace troupe {
 namespace {
@@ -207,13 +211,9 @@ using step_list = std::vector<std::pair<std::vector<int>, std::vector<int>>>;  /
 
 // Feeds `prompts` to the GPU model (with `options`) and the CPU backend through the same
 // batches, `steps` over sequence indices, and compares every step's logits.
-void compare_steps_with_cpu(const model_config& config, uint32_t weight_seed, dtype weight_type,
-                            const cuda_options& options, const std::vector<int>& prompt_lengths, const step_list& steps,
-                            double allowed, const std::string& label) {
-  dummy_init init;
-  init.stddev = 0.08f;
-  init.norm_jitter = 0.3f;
-  const weight_store weights = make_dummy_weights(config, weight_type, weight_seed, init);
+void compare_steps_with_cpu(const model_config& config, const weight_store& weights, const cuda_options& options,
+                            const std::vector<int>& prompt_lengths, const step_list& steps, double allowed,
+                            const std::string& label) {
   auto gpu = make_cuda_model(config, weights, kv_cache_shape{64, 8}, options);
   // The CPU's cache in the GPU's KV dtype: both then attend over the same rounded values.
   auto cpu = make_cpu_model(config, weights, kv_cache_shape{64, 8}, 2, options.kv_cache.value_or(options.activation));
@@ -237,6 +237,20 @@ void compare_steps_with_cpu(const model_config& config, uint32_t weight_seed, dt
       driver.tokens(driver.logits_seqs()[r]).push_back(argmax_row(&cpu_logits[r * vocab], vocab));
     }
   }
+}
+
+dummy_init test_init() {
+  dummy_init init;
+  init.stddev = 0.08f;
+  init.norm_jitter = 0.3f;
+  return init;
+}
+
+void compare_steps_with_cpu(const model_config& config, uint32_t weight_seed, dtype weight_type,
+                            const cuda_options& options, const std::vector<int>& prompt_lengths, const step_list& steps,
+                            double allowed, const std::string& label) {
+  const weight_store weights = make_dummy_weights(config, weight_type, weight_seed, test_init());
+  compare_steps_with_cpu(config, weights, options, prompt_lengths, steps, allowed, label);
 }
 
 // Prefill two prompts (one in two chunks), then decode a few steps in a batch, comparing every
@@ -342,6 +356,207 @@ TEST(cuda_model, sizes_the_kv_pool_from_free_memory) {
   EXPECT_GT(gpu->kv_shape().num_blocks, 0);
   EXPECT_LE(pool, 0.05 * total_bytes);
   EXPECT_NE(gpu->backend_name().find("cuda"), std::string::npos);
+}
+
+// ---- quantized weights ----
+
+// `base`'s tensors with each matrix (embedding, projections, lm_head) replaced by random blocks
+// (tests/backends/cuda/random_quant_blocks.hpp) of type_for(name), where that type's blocks fit
+// its rows; plain where type_for gives a plain type. Both backends then read the same bytes.
+weight_store with_quantized_matrices(std::shared_ptr<const weight_store> base,
+                                     const std::function<dtype(const std::string&)>& type_for, uint32_t seed) {
+  weight_store store;
+  store.keep_alive(base);
+  uint32_t n = 0;
+  for (const auto& [name, tensor] : base->tensors()) {
+    const dtype type = type_for(name);
+    if (tensor.shape.size() != 2 || !is_quantized(type) || tensor.cols() % dtype_block_size(type) != 0) {
+      store.add(tensor);
+      continue;
+    }
+    auto bytes = std::make_shared<std::vector<std::byte>>(
+        cuda::testing::random_quantized_rows(type, tensor.rows(), tensor.cols(), seed + n++, 0.15f));
+    store.keep_alive(bytes);
+    weight_tensor quantized;
+    quantized.name = name;
+    quantized.type = type;
+    quantized.shape = tensor.shape;
+    quantized.data = bytes->data();
+    quantized.num_bytes = bytes->size();
+    store.add(std::move(quantized));
+  }
+  return store;
+}
+
+// A Llama-family shape whose rows are whole 256-value blocks.
+model_config quantizable_config(architecture arch) {
+  model_config c = tiny_config(arch);
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 512;
+  return c;
+}
+
+// Prefill (28 tokens: the dequantize-and-cuBLASLt path), a 12-token chunk, then decode steps of
+// two sequences (the GEMV, replayed from CUDA graphs).
+void compare_quantized_with_cpu(const model_config& config, const weight_store& weights, dtype activation,
+                                double allowed, const std::string& label) {
+  cuda_options options;
+  options.activation = activation;
+  step_list steps{{{0, 1}, {17, 11}}, {{0}, {12}}};
+  for (int i = 0; i < 6; ++i) steps.push_back({{0, 1}, {1, 1}});
+  compare_steps_with_cpu(config, weights, options, {29, 11}, steps, allowed, label);
+}
+
+TEST(cuda_quantized_model, every_weight_type_matches_the_cpu_backend) {
+  TROUPE_REQUIRE_GPU();
+  const std::vector<architecture> archs{architecture::llama, architecture::qwen2, architecture::qwen3};
+  int i = 0;
+  for (dtype type : cuda::testing::quantized_weight_types()) {
+    // Untied (llama) and tied (qwen2, qwen3: the output layer reads the quantized embedding table).
+    const model_config config = quantizable_config(archs[i++ % archs.size()]);
+    auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 41, test_init()));
+    const weight_store weights = with_quantized_matrices(base, [&](const std::string&) { return type; }, 7);
+    // Both backends multiply the exact decoded weights in f32.
+    compare_quantized_with_cpu(config, weights, dtype::f32, 1e-4, std::string(dtype_name(type)) + " in f32");
+  }
+}
+
+// What a Q4_K_M file holds: q4_k projections, q6_k for v, down and the output layer, a q8_0
+// embedding table, f32 norms; in 16-bit activations.
+TEST(cuda_quantized_model, a_q4_k_m_like_mix_matches_the_cpu_backend_in_16_bit_activations) {
+  TROUPE_REQUIRE_GPU();
+  const auto q4_k_m = [](const std::string& name) {
+    if (name.find("v_proj") != std::string::npos || name.find("down_proj") != std::string::npos ||
+        name.find("lm_head") != std::string::npos) {
+      return dtype::q6_k;
+    }
+    return name.find("embed_tokens") != std::string::npos ? dtype::q8_0 : dtype::q4_k;
+  };
+  for (architecture arch : {architecture::llama, architecture::qwen2}) {
+    const model_config config = quantizable_config(arch);
+    auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 43, test_init()));
+    const weight_store weights = with_quantized_matrices(base, q4_k_m, 11);
+    compare_quantized_with_cpu(config, weights, dtype::bf16, 3e-2, "q4_k_m-like in bf16");
+    compare_quantized_with_cpu(config, weights, dtype::f16, 1e-2, "q4_k_m-like in f16");
+  }
+}
+
+// FP8 checkpoints' matrices stay FP8 on the GPU: E4M3 with a scale per row (as make_dummy_weights
+// writes them, the way per-channel FP8 checkpoints store them), and fp8_e4m3_b128 (block-wise
+// scaled checkpoints as the loader rewrites them). Untied (llama) and tied (qwen2: the output
+// layer reads the FP8 embedding table and its row scales).
+TEST(cuda_quantized_model, fp8_models_with_row_and_block_scales_match_the_cpu_backend) {
+  TROUPE_REQUIRE_GPU();
+  for (architecture arch : {architecture::llama, architecture::qwen2}) {
+    const model_config config = quantizable_config(arch);
+    const weight_store weights = make_dummy_weights(config, dtype::fp8_e4m3, 49, test_init());
+    compare_quantized_with_cpu(config, weights, dtype::f32, 1e-4, "fp8 in f32");
+    compare_quantized_with_cpu(config, weights, dtype::bf16, 3e-2, "fp8 in bf16");
+    auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 51, test_init()));
+    const weight_store blocks =
+        with_quantized_matrices(base, [](const std::string&) { return dtype::fp8_e4m3_b128; }, 11);
+    compare_quantized_with_cpu(config, blocks, dtype::f32, 1e-4, "fp8_e4m3_b128 in f32");
+  }
+}
+
+TEST(cuda_quantized_model, nano_batches_with_quantized_weights_match_the_cpu_backend) {
+  TROUPE_REQUIRE_GPU();
+  const model_config config = quantizable_config(architecture::llama);
+  auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 45, test_init()));
+  const weight_store weights = with_quantized_matrices(base, [](const std::string&) { return dtype::q4_0; }, 13);
+  step_list steps{{{0, 1, 2, 3}, {20, 11, 9, 6}}, {{1, 3, 0, 2}, {1, 1, 9, 8}}};
+  for (int i = 0; i < 3; ++i) steps.push_back({{0, 1, 2, 3}, {1, 1, 1, 1}});
+  cuda_options options;
+  options.activation = dtype::f32;
+  options.nano_batches = 2;
+  options.min_nano_batch_rows = 4;
+  compare_steps_with_cpu(config, weights, options, {29, 11, 17, 6}, steps, 1e-4, "q4_0, 2 nano-batches");
+}
+
+// The trained model with every matrix whose rows fit 32-value blocks in Q8_0 (written by
+// Troupe's own quantizer; down_proj's rows of 172 stay f32): the GPU's logits are the CPU's.
+TEST(cuda_quantized_model, stories260k_in_q8_0_matches_the_cpu_backend) {
+  TROUPE_REQUIRE_GPU();
+  const loaded_model loaded = load_model(load_options{shared_dir() + "/models/stories260K/hf"});
+  weight_store weights;
+  for (const auto& [name, tensor] : loaded.weights.tensors()) {
+    if (tensor.shape.size() != 2 || tensor.cols() % 32 != 0 || tensor.type != dtype::f32) {
+      weights.add(tensor);
+      continue;
+    }
+    auto bytes = std::make_shared<std::vector<std::byte>>(row_bytes(dtype::q8_0, tensor.num_elements()));
+    quant::quantize_row(dtype::q8_0, reinterpret_cast<const float*>(tensor.data), tensor.num_elements(), bytes->data());
+    weights.keep_alive(bytes);
+    weight_tensor quantized;
+    quantized.name = name;
+    quantized.type = dtype::q8_0;
+    quantized.shape = tensor.shape;
+    quantized.data = bytes->data();
+    quantized.num_bytes = bytes->size();
+    weights.add(std::move(quantized));
+  }
+  cuda_options options;
+  options.activation = dtype::f32;
+  step_list steps{{{0, 1}, {20, 7}}};
+  for (int i = 0; i < 8; ++i) steps.push_back({{0, 1}, {1, 1}});
+  compare_steps_with_cpu(loaded.config, weights, options, {20, 7}, steps, 1e-4, "stories260K q8_0");
+}
+
+// Device memory: a Q4_0 model takes its quantized bytes, not its F16 size. The weights' size is
+// what the model reports (backend_name), and what cudaMemGetInfo sees against the same model
+// with F16 weights, less the Q4_0 model's dequantization scratch.
+TEST(cuda_quantized_model, weights_stay_quantized_in_device_memory) {
+  TROUPE_REQUIRE_GPU();
+  model_config config = quantizable_config(architecture::llama);
+  config.hidden_size = 1024;
+  config.intermediate_size = 2816;
+  config.num_layers = 4;
+  config.num_heads = 16;
+  config.num_kv_heads = 8;
+  config.head_dim = 64;
+  config.vocab_size = 8192;
+  auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 47, test_init()));
+  const weight_store q4 = with_quantized_matrices(base, [](const std::string&) { return dtype::q4_0; }, 17);
+  const weight_store f16 = make_dummy_weights(config, dtype::f16, 47, test_init());
+  size_t matrices_f16 = 0, matrices_q4 = 0, vectors = 0;
+  for (const auto& [name, tensor] : q4.tensors()) {
+    if (tensor.shape.size() == 2) {
+      matrices_q4 += tensor.num_bytes;
+      matrices_f16 += static_cast<size_t>(tensor.num_elements()) * 2;
+    } else {
+      vectors += static_cast<size_t>(tensor.num_elements()) * 2;
+    }
+  }
+  cuda_options options;
+  options.activation = dtype::f16;
+  auto used_by = [&](const weight_store& weights, std::string* name) {
+    size_t free_before = 0, free_after = 0, total = 0;
+    cuda::check(cudaMemGetInfo(&free_before, &total), "cudaMemGetInfo");
+    auto gpu = make_cuda_model(config, weights, kv_cache_shape{64, 16}, options);
+    cuda::check(cudaMemGetInfo(&free_after, &total), "cudaMemGetInfo");
+    *name = gpu->backend_name();
+    return static_cast<double>(free_before) - static_cast<double>(free_after);
+  };
+  std::string name_q4, name_f16;
+  used_by(q4, &name_q4);  // first: the context's lazily loaded modules and handles are not weights
+  const double used_q4 = used_by(q4, &name_q4), used_f16 = used_by(f16, &name_f16);
+  // Reported: the tensors' bytes (parts start 256-aligned: a few hundred bytes more at most).
+  const double reported_q4 = std::stod(name_q4.substr(name_q4.find("weights ") + 8)) * (1 << 20);
+  EXPECT_NEAR(reported_q4, static_cast<double>(matrices_q4 + vectors), 0.06 * (1 << 20) + 4096.0 * 20) << name_q4;
+  const double reported_f16 = std::stod(name_f16.substr(name_f16.find("weights ") + 8)) * (1 << 20);
+  EXPECT_NEAR(reported_f16, static_cast<double>(matrices_f16 + vectors), 0.06 * (1 << 20) + 4096.0 * 20) << name_f16;
+  // Measured: the Q4_0 model saves the weights' difference, less its scratch (one slice of the
+  // widest layer; the 8192-row output layer's 2048 rows... see cuda::dequantize_scratch_bytes),
+  // within what cudaMalloc's 2 MiB rounding of ~20 allocations can move.
+  const double scratch = 8192.0 * 1024 * 2;  // [min(8192 rows, 64 MiB / 2 KiB = 32768 rows), 1024] f16
+  const double expected_saving = static_cast<double>(matrices_f16) - static_cast<double>(matrices_q4) - scratch;
+  EXPECT_GT(used_f16 - used_q4, expected_saving - 48.0 * (1 << 20))
+      << "q4_0 model took " << used_q4 / (1 << 20) << " MiB, f16 model " << used_f16 / (1 << 20) << " MiB";
+  EXPECT_LT(used_f16 - used_q4, expected_saving + 48.0 * (1 << 20));
 }
 
 }  // namespace
