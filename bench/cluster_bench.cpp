@@ -59,6 +59,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_process.hpp"
 #include "bench/bench_support.hpp"
 #include "client/client.hpp"
 
@@ -67,119 +68,14 @@ namespace {
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+using troupe::bench::child;
+using troupe::bench::free_port;
 using troupe::bench::load_average;
+using troupe::bench::read_text;
 
 double seconds_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A port no one listens on now; the topology names it, and the process binds it moments later.
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof address;
-  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok) throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
-  return ntohs(address.sin_port);
-}
-
-// A child process with its output in a file; SIGTERM (then SIGKILL) when it goes out of scope,
-// and PR_SET_PDEATHSIG so that a bench killed without cleanup takes it along.
-class child {
- public:
-  child(std::vector<std::string> args, const fs::path& log) : log_(log) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const std::string log_path = log.string();
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed for " + args[0]);
-    if (pid_ == 0) {  // only async-signal-safe calls from here on
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) _exit(125);
-      const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0 || ::dup2(fd, STDOUT_FILENO) < 0 || ::dup2(fd, STDERR_FILENO) < 0) _exit(126);
-      if (fd > STDERR_FILENO) ::close(fd);
-      ::execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  child(const child&) = delete;
-  child& operator=(const child&) = delete;
-  ~child() { stop(); }
-
-  bool alive() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == 0) return true;
-    pid_ = -1;  // reaped: the id may be reused, never signal it again
-    return false;
-  }
-  void kill_now() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 200; ++i) {  // 10 s at most
-      if (::waitpid(pid_, nullptr, WNOHANG) != 0) {
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    kill_now();
-  }
-  std::string log() const { return read_text(log_); }
-
-  // User + system CPU seconds the process has used so far (/proc/PID/stat), 0 once it is gone.
-  double cpu_seconds() const {
-    if (pid_ <= 0) return 0;
-    const std::string text = read_text("/proc/" + std::to_string(pid_) + "/stat");
-    const size_t paren = text.rfind(')');
-    if (paren == std::string::npos) return 0;
-    std::istringstream rest(text.substr(paren + 2));
-    std::string field;
-    unsigned long long utime = 0, stime = 0;
-    for (int i = 3; i <= 13 && rest >> field; ++i) {
-    }
-    rest >> utime >> stime;
-    return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  }
-
-  // Waits (60 s at most) until the log holds `text`; throws with the log's tail when the
-  // process ends first or the bound passes.
-  void wait_for(const std::string& text, const std::string& what) {
-    const auto deadline = clock_type::now() + 60s;
-    for (int i = 0; i < 3000 && clock_type::now() < deadline; ++i) {
-      if (log().find(text) != std::string::npos) return;
-      if (!alive()) break;
-      std::this_thread::sleep_for(20ms);
-    }
-    const std::string text_now = log();
-    throw std::runtime_error(what + (alive() ? " did not log \"" : " exited before it logged \"") + text + "\"; log:\n" +
-                             text_now.substr(text_now.size() > 3000 ? text_now.size() - 3000 : 0));
-  }
-
- private:
-  fs::path log_;
-  pid_t pid_ = -1;
-};
 
 struct options {
   std::string troupe, model, load_format = "auto", parts = "colocated,remote-1,remote-2,kill";

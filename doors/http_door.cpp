@@ -136,6 +136,7 @@ struct http_door::impl {
   std::unique_ptr<request_reception> reception;
   std::unique_ptr<connection_workers> workers;
   std::thread listener;
+  std::atomic<bool> listener_done{false};  // its accept loop returned (or never ran: bind failed)
   int bound_port = 0;
   std::atomic<bool> stopping{false};
   std::string timeout_body;  // of the 408 for a request that did not arrive whole in time
@@ -540,9 +541,15 @@ void http_door::impl::install_routes() {
     const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/debug/", 0) == 0 ||
                          req.path == "/tokenize" || req.path == "/detokenize";
     if (options.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
-    // OpenAI's clients send `Authorization: Bearer <key>`, Anthropic's `x-api-key: <key>`.
-    const std::string header = req.get_header_value("Authorization");
-    const std::string x_api_key = req.get_header_value("x-api-key");
+    // OpenAI's clients send `Authorization: Bearer <key>`, Anthropic's `x-api-key: <key>`. Each
+    // value whole: get_header_value goes through a C string, so `Bearer KEY\0junk` read as
+    // `Bearer KEY` and was let in (issue 25).
+    const auto whole = [&req](const char* name) {
+      const auto found = req.headers.find(name);
+      return found == req.headers.end() ? std::string() : found->second;
+    };
+    const std::string header = whole("Authorization");
+    const std::string x_api_key = whole("x-api-key");
     const std::string prefix = "Bearer ";
     if (header.empty() && x_api_key.empty()) {
       respond(req, res, make_error(401, "invalid_request_error",
@@ -707,6 +714,7 @@ void http_door::start() {
   reception_options reception;
   reception.max_header_bytes = s.options.max_header_bytes;
   reception.request_timeout = std::chrono::milliseconds(s.options.request_timeout_ms);
+  reception.max_body_bytes = s.options.max_body_bytes;
   s.reception = std::make_unique<request_reception>(reception, [&s](http_connection c) { s.workers->submit(std::move(c)); });
   s.workers = std::make_unique<connection_workers>(std::max(4, s.options.max_connections), s.options.reserved_connections,
                                                    [&s](http_connection c) { s.serve(std::move(c)); });
@@ -727,7 +735,14 @@ void http_door::start() {
     spdlog::warn("http: cannot raise the listen backlog: {}", std::strerror(errno));
   }
   s.reception->start();
-  s.listener = std::thread([&s] { s.server.listen_after_bind(); });
+  s.listener = std::thread([&s] {
+    s.server.listen_after_bind();
+    s.listener_done = true;
+  });
+  // cpp-httplib's stop() does nothing until its accept loop runs: a stop() (a SIGTERM right after
+  // `serving on`) in between left the loop running and stop()'s join waiting forever (issue 25).
+  // The loop starts within microseconds; it is waited for here, so stop() always ends it.
+  while (!s.server.is_running() && !s.listener_done) std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 void http_door::stop() {

@@ -20,6 +20,9 @@
 
 #include "kvtransfer/kv_local_receivers.hpp"
 #include "kvtransfer/kv_tcp.hpp"
+#include "net/bounded_accept.hpp"
+#include "net/connection_guard.hpp"
+#include "net/peer_address.hpp"
 
 namespace troupe {
 
@@ -81,6 +84,8 @@ class kv_receiver::impl final : public kv_frame_sink {
     pull_.set(zmq::sockopt::linger, 0);
     if (settings_.plain_tcp && settings_.keys.empty()) {
       listener_ = kv_tcp_listen(settings_.bind_host, endpoint_);
+      reserve_spare_descriptor();
+      guard_.emplace(connection_limits{max_connections, max_connections, first_frame_timeout}, "KV port " + endpoint_);
       register_local_receiver(endpoint_, *this);
       thread_ = std::thread([this] { run(); });
       return;
@@ -101,6 +106,8 @@ class kv_receiver::impl final : public kv_frame_sink {
   ~impl() override {
     unregister_local_receiver(endpoint_);  // no sender of this process is inside take_frame after this
     stop_ = true;
+    // A read inside a frame returns at once: a peer dripping a frame must not hold the shutdown.
+    if (guard_) guard_->shut_all();
     thread_.join();
     if (inbox_) inbox_->close();  // joins the pairs' threads: no receive calls back after this
     for (const tcp_connection& c : connections_) ::close(c.fd);
@@ -173,6 +180,7 @@ class kv_receiver::impl final : public kv_frame_sink {
   struct tcp_connection {
     int fd = -1;
     std::vector<std::byte> buffer;  // [the largest payload so far], reused frame after frame
+    uint64_t ticket = 0;            // its entry in guard_
   };
   struct transfer {
     kv_expectation expectation;
@@ -384,27 +392,34 @@ class kv_receiver::impl final : public kv_frame_sink {
       for (size_t i = connections_.size(); i-- > 0;) {
         if (!(items[i + 1].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) continue;
         if (!serve_connection(connections_[i])) {
+          guard_->closed(connections_[i].ticket);
           ::close(connections_[i].fd);
           connections_.erase(connections_.begin() + static_cast<std::ptrdiff_t>(i));
         }
       }
       if (items[0].revents & ZMQ_POLLIN) accept_connections();
+      guard_->expire();  // connections that sent no frame in time: their next read ends them
       expire(std::chrono::steady_clock::now());
     }
   }
 
+  // Through the net layer: at the open-files limit a waiting connection is shed rather than left
+  // to wake the poll at once, forever (100 % CPU, issue 25); at most max_connections are open
+  // and each must send its first frame header within first_frame_timeout; refusals are logged
+  // at a bounded rate.
   void accept_connections() {
-    for (;;) {
-      const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    for (int i = 0; i < 1024; ++i) {
+      std::string shed;
+      const int fd = accept_connection(listener_, shed);
+      if (!shed.empty()) guard_->log().refuse("out of file descriptors", shed);
       if (fd < 0) return;
-      if (connections_.size() >= max_connections) {
+      const uint64_t ticket = guard_->admit(fd, peer_address(fd));
+      if (ticket == 0) {
         ::close(fd);
-        std::lock_guard lock(mutex_);
-        refuse_locked("a connection beyond the limit of " + std::to_string(max_connections) + " senders");
         continue;
       }
       kv_tcp_prepare_accepted(fd, stall_timeout);
-      connections_.push_back({fd, {}});
+      connections_.push_back({fd, {}, ticket});
     }
   }
 
@@ -414,7 +429,8 @@ class kv_receiver::impl final : public kv_frame_sink {
   bool serve_connection(tcp_connection& c) {
     std::array<std::byte, kv_frame_header_bytes> header;
     std::string why;
-    if (!kv_tcp_read_exact(c.fd, header, why)) {
+    // Every read has a deadline, not only a stall bound: a byte every half second never stalls.
+    if (!kv_tcp_read_exact(c.fd, header, read_deadline(header.size()), why)) {
       if (why != "the peer closed the connection") spdlog::debug("kv receiver {}: {}", endpoint_, why);
       return false;
     }
@@ -426,6 +442,7 @@ class kv_receiver::impl final : public kv_frame_sink {
       refuse_locked(e.what());
       return false;  // its payload_bytes cannot be trusted to find the next frame
     }
+    guard_->established(c.ticket);
     std::optional<outcome> failed;
     bool wanted = false;
     {
@@ -435,7 +452,7 @@ class kv_receiver::impl final : public kv_frame_sink {
     if (failed) fire(*failed);
     if (!wanted) return discard(c, h.payload_bytes);
     c.buffer.resize(h.payload_bytes);  // the connection's buffer: grown once, then reused
-    if (!kv_tcp_read_exact(c.fd, c.buffer, why)) {
+    if (!kv_tcp_read_exact(c.fd, c.buffer, read_deadline(c.buffer.size()), why)) {
       spdlog::debug("kv receiver {}: {}", endpoint_, why);
       return false;
     }
@@ -451,7 +468,7 @@ class kv_receiver::impl final : public kv_frame_sink {
     while (num_bytes > 0) {
       const uint64_t n = std::min(num_bytes, piece);
       if (c.buffer.size() < n) c.buffer.resize(n);
-      if (!kv_tcp_read_exact(c.fd, std::span(c.buffer.data(), n), why)) return false;
+      if (!kv_tcp_read_exact(c.fd, std::span(c.buffer.data(), n), read_deadline(n), why)) return false;
       num_bytes -= n;
     }
     return true;
@@ -594,11 +611,18 @@ class kv_receiver::impl final : public kv_frame_sink {
   std::map<uint64_t, transfer> transfers_;
   kv_receiver_stats stats_;
 
+  // When `num_bytes` read from now must have arrived: the stall bound and 1 MB/s for the bytes.
+  static std::chrono::steady_clock::time_point read_deadline(size_t num_bytes) {
+    return std::chrono::steady_clock::now() + stall_timeout + std::chrono::microseconds(num_bytes);
+  }
+
   // Plain TCP: the listener and the senders' connections, the receiver thread's only.
   static constexpr size_t max_connections = 64;
   static constexpr std::chrono::milliseconds stall_timeout{1000};  // inside a frame
+  static constexpr std::chrono::milliseconds first_frame_timeout{5000};  // a connection's first header
   int listener_ = -1;
   std::vector<tcp_connection> connections_;
+  std::optional<connection_guard> guard_;  // the listener's bounds; shut_all ends reads in flight
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -196,9 +196,15 @@ bool kv_tcp_peer_closed(int fd) {
   return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
-bool kv_tcp_read_exact(int fd, std::span<std::byte> out, std::string& why) {
+bool kv_tcp_read_exact(int fd, std::span<std::byte> out, std::chrono::steady_clock::time_point deadline,
+                       std::string& why) {
   size_t read = 0;
   while (read < out.size()) {
+    if (read > 0 && std::chrono::steady_clock::now() > deadline) {
+      why = "the peer sent " + std::to_string(read) + " of " + std::to_string(out.size()) +
+            " bytes by the read's deadline (too slow, or dripping)";
+      return false;
+    }
     // Blocking, all at once: the kernel wakes this thread when the bytes are there, not per packet.
     const ssize_t n = ::recv(fd, out.data() + read, out.size() - read, MSG_WAITALL);
     if (n > 0) {

@@ -40,7 +40,9 @@ kv_tcp_write kv_tcp_write_frame(int fd, std::span<const std::byte> header, std::
 // of writing a frame into a connection that is gone.
 bool kv_tcp_peer_closed(int fd);
 // Reads exactly out.size() bytes from a kv_tcp_prepare_accepted connection: false (`why` says
-// which) when the peer closes or nothing arrives for its stall timeout.
-bool kv_tcp_read_exact(int fd, std::span<std::byte> out, std::string& why);
+// which) when the peer closes, nothing arrives for its stall timeout, or the bytes are not all
+// in by `deadline` (checked at least once per stall timeout).
+bool kv_tcp_read_exact(int fd, std::span<std::byte> out, std::chrono::steady_clock::time_point deadline,
+                       std::string& why);
 
 }  // namespace troupe

@@ -1,11 +1,7 @@
 #include "node/admin_client.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <charconv>
-#include <filesystem>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -13,13 +9,12 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/manager.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include "node/admin_door.hpp"
 #include "node/cluster_credentials.hpp"
 #include "node/node_inspector.hpp"
-#include "node/openssl_io_hooks.hpp"
+#include "node/tls_middleman.hpp"
 #include "node/topology.hpp"
 #include "stages/stage_actors.hpp"
 
@@ -43,37 +38,12 @@ void parse_controller_address(const std::string& text, admin_client_options& opt
 
 namespace {
 
-// CAF 0.17's OpenSSL session reads the server's handshake with a blocking read on the
-// multiplexer's thread: a peer that accepts the connection and stays silent holds that thread,
-// and the actor system's shutdown joins it forever. Shutting the socket down ends the read.
-// The socket is not handed out by CAF, so it is found by its peer's port among our own.
-void shut_down_connections_to(uint16_t port) {
-  std::error_code ignored;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ignored)) {
-    int fd = -1;
-    const std::string name = entry.path().filename().string();
-    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
-    sockaddr_storage peer{};
-    socklen_t size = sizeof peer;
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &size) != 0) continue;
-    uint16_t peer_port = 0;
-    if (peer.ss_family == AF_INET) peer_port = ntohs(reinterpret_cast<const sockaddr_in&>(peer).sin_port);
-    if (peer.ss_family == AF_INET6) peer_port = ntohs(reinterpret_cast<const sockaddr_in6&>(peer).sin6_port);
-    if (peer_port == port) ::shutdown(fd, SHUT_RDWR);
-  }
-}
-
 class admin_client_config : public caf::actor_system_config {
  public:
-  explicit admin_client_config(const member_credentials& files) {
-    keep_openssl_error_queue_clean();
+  admin_client_config() {
     load<caf::io::middleman>();
-    load<caf::openssl::manager>();
     set("logger.console", caf::atom("none"));
     set("scheduler.max-threads", static_cast<size_t>(2));  // one request at a time
-    set("openssl.certificate", files.certificate.string());
-    set("openssl.key", files.private_key.string());
-    set("openssl.cafile", files.ca_certificate.string());
     // The controller drops a connection silent for its connection_timeout_ms, and an --add
     // waits in silence while the node loads the model: heartbeat as a node does.
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(node_heartbeat_interval_ms)});
@@ -85,10 +55,11 @@ class admin_client_config : public caf::actor_system_config {
 struct admin_client::impl {
   admin_client_config config;
   caf::actor_system system;
+  tls_middleman tls;  // destroyed just before the system
   caf::actor admin;
   std::string where;  // "the controller's admin door at HOST:PORT", for errors
 
-  explicit impl(const member_credentials& files) : config(files), system(config) {}
+  impl(const member_credentials& files, const tls_limits& limits) : system(config), tls(system, files, limits) {}
 
   // The controller's own words where it sent some (an error with a text), else CAF's rendering.
   std::string describe(const caf::error& error, std::chrono::milliseconds timeout) const {
@@ -120,25 +91,25 @@ admin_client::admin_client(const admin_client_options& options) {
   if (options.host.empty()) throw std::runtime_error("--controller needs a host, e.g. 127.0.0.1:4600");
   const member_credentials files = credentials_in(options.credentials_dir, options.name);
   verify_member_credentials(files);
-  impl_ = std::make_unique<impl>(files);
+  // The connection's whole handshake (TCP, TLS, CAF's) within connect_timeout: a peer that
+  // accepts and never answers is closed by the TLS plane's deadline.
+  tls_limits limits;
+  limits.connections.handshake_timeout = options.connect_timeout;
+  impl_ = std::make_unique<impl>(files, limits);
   impl_->where = "the controller's admin door at " + options.host + ":" + std::to_string(options.port);
-  // Through the middleman actor rather than caf::openssl::remote_actor, which waits without a
-  // bound: a peer that accepts the connection and never answers the handshake would hang us.
-  caf::scoped_actor self(impl_->system);
   std::string failure;
-  self->request(impl_->system.openssl_manager().actor_handle(), options.connect_timeout, caf::connect_atom::value,
-                options.host, options.port)
-      .receive(
-          [&](const caf::node_id&, caf::strong_actor_ptr& admin, const std::set<std::string>&) {
-            if (admin) {
-              impl_->admin = caf::actor_cast<caf::actor>(std::move(admin));
-            } else {
-              failure = "nothing is published on that port";
-            }
-          },
-          [&](caf::error& error) { failure = impl_->describe(error, options.connect_timeout); });
+  const auto started = std::chrono::steady_clock::now();
+  if (auto admin = tls_remote_actor(impl_->system, options.host, options.port, options.connect_timeout + std::chrono::seconds(1))) {
+    impl_->admin = std::move(*admin);
+  } else if (admin.error() == caf::sec::no_actor_published_at_port) {
+    failure = "nothing is published on that port";
+  } else if (std::chrono::steady_clock::now() - started >= options.connect_timeout) {
+    // The handshake's deadline closed it: a peer that accepted and never answered.
+    failure = "no answer within " + std::to_string(options.connect_timeout.count()) + " ms";
+  } else {
+    failure = impl_->describe(admin.error(), options.connect_timeout);
+  }
   if (!impl_->admin) {
-    shut_down_connections_to(options.port);
     throw std::runtime_error("cannot connect to " + impl_->where + " (is the controller running with [cluster] " +
                              "admin_listen there, and are these credentials of its CA?): " + failure);
   }

@@ -6,7 +6,8 @@
 //
 //   (scale_add_atom, node name, role)    → std::string: the new instance, "engine instance N on NODE"
 //                                          ("prefill engine instance ..." for another role)
-//                                          (role: "mixed", "prefill" or "decode")
+//                                          (role: "mixed", "prefill" or "decode"); an error once
+//                                          [cluster] max_added_instances added ones are not drained
 //   (drain_engine_atom, instance id)     → bool: false for an unknown id
 //   (list_engines_atom)                  → std::vector<std::string>: one line per instance
 //   (inspect_atom)                       → std::string: every node's actors and schedulers as JSON

@@ -8,11 +8,11 @@
 
 #include <caf/actor_cast.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/manager.hpp>
 #include <caf/response_promise.hpp>
 
 #include "node/inspection.hpp"
 #include "node/node_inspector.hpp"
+#include "node/tls_middleman.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/stage_clock.hpp"
 
@@ -105,8 +105,7 @@ caf::behavior cluster_inspector_actor(caf::event_based_actor* self, const topolo
             unreachable(index, known.failure);
             continue;
           }
-          // Connected through the OpenSSL middleman's actor, with a bound (openssl::remote_actor
-          // has none: a peer that accepts and never finishes the handshake would hold us).
+          // Connected through the TLS middleman's actor without blocking this actor, with a bound.
           ++pending->num_pending;
           const std::string name = address.name;
           auto failed = [=](std::string why) {
@@ -117,7 +116,7 @@ caf::behavior cluster_inspector_actor(caf::event_based_actor* self, const topolo
             unreachable(index, k.failure);
             pending->settle();
           };
-          self->request(self->system().openssl_manager().actor_handle(), connect_timeout, caf::connect_atom::value,
+          self->request(tls_middleman_of(self->system()), connect_timeout, caf::connect_atom::value,
                         address.host, address.port)
               .then(
                   [=](const caf::node_id&, caf::strong_actor_ptr& agent, const std::set<std::string>&) {

@@ -12,7 +12,6 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/make_message.hpp>
-#include <caf/openssl/manager.hpp>
 #include <caf/atom.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
@@ -31,8 +30,8 @@
 #include "node/inspection.hpp"
 #include "node/node_inspector.hpp"
 #include "node/node_link.hpp"
-#include "node/openssl_io_hooks.hpp"
 #include "node/stage_factories.hpp"
+#include "node/tls_middleman.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
@@ -44,8 +43,10 @@ namespace {
 
 // Every message type of the stages, registered by name so any node can (de)serialize them.
 // A controller that places stages on other nodes (or opens the admin door) also loads the
-// middleman with the OpenSSL module: it reaches nodes over mutual TLS with its member
-// certificate, heartbeats every connection, and drops one that stays silent.
+// middleman: it reaches nodes over mutual TLS with its member certificate (node/tls_middleman.hpp),
+// heartbeats every connection, and drops one that stays silent.
+bool needs_cluster(const topology& t) { return !t.colocated() || !t.cluster.admin_listen.empty(); }
+
 class node_config : public caf::actor_system_config, public actor_stats_host {
  public:
   node_config(int num_threads, const topology& t) {
@@ -57,15 +58,9 @@ class node_config : public caf::actor_system_config, public actor_stats_host {
       add_message_type<typename decltype(type)::type>(name);
     });
     register_stage_types(*this);  // the controller spawns its own stages by name too
-    if (t.colocated() && t.cluster.admin_listen.empty()) return;
-    const member_credentials files = credentials_in(t.cluster.credentials, t.cluster.name);
-    verify_member_credentials(files);
-    keep_openssl_error_queue_clean();
+    if (!needs_cluster(t)) return;
+    verify_member_credentials(credentials_in(t.cluster.credentials, t.cluster.name));
     load<caf::io::middleman>();
-    load<caf::openssl::manager>();
-    set("openssl.certificate", files.certificate.string());
-    set("openssl.key", files.private_key.string());
-    set("openssl.cafile", files.ca_certificate.string());
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(t.cluster.heartbeat_interval_ms)});
     set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(t.cluster.connection_timeout_ms)});
   }
@@ -151,6 +146,9 @@ class actor_downstream : public door_downstream {
 struct node::impl {
   node_config config;
   caf::actor_system system;
+  // The cluster's TLS plane (null when colocated without an admin door): destroyed just before
+  // the system, after everything that connects through it.
+  std::unique_ptr<tls_middleman> tls;
   actor_downstream downstream;
   std::unique_ptr<request_admission> admission;
   reply_router router;
@@ -168,7 +166,12 @@ struct node::impl {
   std::optional<detokenizer_spec> detokenizing;
   std::vector<placed_stage> detokenizers;  // in the router's order; guarded by downstream.watch_mutex
 
-  impl(int num_threads, const topology& tp) : config(num_threads, tp), system(config), t(&tp) {}
+  impl(int num_threads, const topology& tp) : config(num_threads, tp), system(config), t(&tp) {
+    if (needs_cluster(tp)) {
+      tls = std::make_unique<tls_middleman>(system, credentials_in(tp.cluster.credentials, tp.cluster.name),
+                                            tp.cluster.tls);
+    }
+  }
 
   void watch(const std::string& stage, const std::string& node, const caf::actor& actor);
   void restore(const std::string& kind, const std::string& node);

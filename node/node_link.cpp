@@ -6,7 +6,8 @@
 
 #include <caf/io/middleman.hpp>
 #include <caf/sec.hpp>
-#include <caf/openssl/remote_actor.hpp>
+
+#include "node/tls_middleman.hpp"
 
 namespace troupe {
 
@@ -24,7 +25,8 @@ caf::actor node_link::connect(const node_address& node, const std::atomic<bool>*
   // Bounded by the deadline; a refused connection costs nothing, so retrying every 100 ms waits
   // out a node that is still starting (troupe launch starts them just before the controller).
   for (int attempt = 0; attempt < 100000; ++attempt) {
-    auto agent = caf::openssl::remote_actor(system_, node.host, node.port);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto agent = tls_remote_actor(system_, node.host, node.port, std::max(left, std::chrono::milliseconds(100)));
     if (agent) return *agent;
     last_error = system_.render(agent.error());
     // A refused TLS handshake (a certificate of another CA) will not heal by waiting.

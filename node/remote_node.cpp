@@ -17,16 +17,14 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/make_message.hpp>
-#include <caf/openssl/manager.hpp>
-#include <caf/openssl/publish.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
 #include "node/cluster_credentials.hpp"
 #include "node/node_inspector.hpp"
-#include "node/openssl_io_hooks.hpp"
 #include "node/topology.hpp"
 #include "node/stage_factories.hpp"
+#include "node/tls_middleman.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
@@ -88,17 +86,12 @@ class stage_registry {
 
 class remote_node_config : public caf::actor_system_config, public actor_stats_host {
  public:
-  remote_node_config(const member_credentials& files, const kv_channel_keys& kv_keys, stage_registry* registry) {
-    keep_openssl_error_queue_clean();
+  remote_node_config(const kv_channel_keys& kv_keys, stage_registry* registry) {
     load<caf::io::middleman>();
-    load<caf::openssl::manager>();
     // As the colocated node: `sharing` is faster for small messages on few cores.
     set("scheduler.policy", caf::atom("sharing"));
     set("scheduler.max-threads", static_cast<size_t>(std::max(2u, std::thread::hardware_concurrency())));
     set("logger.console", caf::atom("none"));
-    set("openssl.certificate", files.certificate.string());
-    set("openssl.key", files.private_key.string());
-    set("openssl.cafile", files.ca_certificate.string());
     // The controller drops a connection that stays silent for its connection_timeout_ms: the
     // node keeps it alive with heartbeats (topology.hpp: node_heartbeat_interval_ms).
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(node_heartbeat_interval_ms)});
@@ -145,11 +138,12 @@ struct remote_node::impl {
   stage_registry registry;  // outlives the system: the stages' exit functors write to it
   remote_node_config config;
   caf::actor_system system;
+  tls_middleman tls;  // destroyed just before the system
   caf::actor agent;
   uint16_t port = 0;
 
-  impl(const member_credentials& files, const kv_channel_keys& kv_keys)
-      : config(files, kv_keys, &registry), system(config) {}
+  impl(const member_credentials& files, const kv_channel_keys& kv_keys, const tls_limits& limits)
+      : config(kv_keys, &registry), system(config), tls(system, files, limits) {}
   ~impl() {
     if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
     for (const caf::actor& stage : registry.actors()) caf::anon_send_exit(stage, caf::exit_reason::user_shutdown);
@@ -171,10 +165,10 @@ remote_node::remote_node(const remote_node_options& options) {
   const member_credentials files = credentials_in(options.credentials_dir, options.name);
   verify_member_credentials(files);
   // The KV data plane authenticates with the member's CURVE keys (troupe certs writes them).
-  impl_ = std::make_unique<impl>(files, load_kv_channel_keys(options.credentials_dir, options.name));
+  impl_ = std::make_unique<impl>(files, load_kv_channel_keys(options.credentials_dir, options.name), options.tls);
   auto inspector = impl_->system.spawn(node_inspector_actor, options.name, std::chrono::milliseconds(500));
   impl_->agent = impl_->system.spawn(node_agent, options.name, &impl_->registry, std::move(inspector));
-  auto bound = caf::openssl::publish(impl_->agent, options.port, options.host.c_str());
+  auto bound = tls_publish(impl_->system, impl_->agent, options.port, options.host);
   if (!bound) {
     throw std::runtime_error("node " + options.name + ": cannot listen on " + options.host + ":" +
                              std::to_string(options.port) + ": " + impl_->system.render(bound.error()));

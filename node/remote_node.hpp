@@ -1,6 +1,6 @@
 #pragma once
 // A node that a controller places stages on (`troupe node`): one CAF actor system with the
-// middleman and the OpenSSL module, every stage type registered by name (node/stage_factories.hpp),
+// middleman and the cluster's TLS plane (node/tls_middleman.hpp), every stage type registered by name (node/stage_factories.hpp),
 // and a small agent actor published over mutual TLS. It loads nothing until a controller
 // remote-spawns a stage from its spec; then the stage loads what it needs, on this node.
 //
@@ -16,6 +16,8 @@
 
 #include <caf/atom.hpp>
 
+#include "node/tls_limits.hpp"
+
 namespace troupe {
 
 // Ask a node's agent who it is: it answers (std::string name, std::vector<std::string> stages),
@@ -27,6 +29,7 @@ struct remote_node_options {
   uint16_t port = 0;  // 0: the system chooses (see remote_node::port)
   std::filesystem::path credentials_dir;  // from `troupe certs`: ca.crt, NAME.crt, NAME.key
   std::string name;  // this member's name in the credentials, also the node's name in logs
+  tls_limits tls;    // the bounds of its cluster port (--handshake-timeout-ms, ...)
 };
 
 // "HOST:PORT" (PORT 0 to 65535) into options' host and port; throws std::invalid_argument naming

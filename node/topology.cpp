@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <limits>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -32,15 +34,25 @@ class table_reader {
       out = *node->value<bool>();
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!node->is_number()) bad(key, "a number");
-      out = static_cast<T>(*node->value<double>());
+      const double value = *node->value<double>();
+      if (!std::isfinite(value) || std::fabs(value) > double(std::numeric_limits<T>::max())) bad(key, "a finite number");
+      out = static_cast<T>(value);
     } else if constexpr (std::is_same_v<T, std::string>) {
       auto value = node->value<std::string>();
       if (!node->is_string() || !value) bad(key, "a string");
       out = *value;
     } else if constexpr (std::is_integral_v<T>) {
       if (!node->is_integer()) bad(key, "an integer");
-      int64_t value = *node->value<int64_t>();
-      if (value < 0 || value > int64_t(1) << 40) bad(key, "a non-negative integer");
+      // Checked against the setting's own type before it is narrowed: 4294967301 must not
+      // become 5, nor 2^40 become 0 (issue 25).
+      const int64_t value = *node->value<int64_t>();
+      const int64_t most = uint64_t(std::numeric_limits<T>::max()) > uint64_t(int64_t(1) << 40)
+                               ? int64_t(1) << 40
+                               : static_cast<int64_t>(std::numeric_limits<T>::max());
+      if (value < 0 || value > most) {
+        throw std::runtime_error(source_ + ": [" + name_ + "] " + key + " must be a non-negative integer (at most " +
+                                 std::to_string(most) + "), got " + std::to_string(value));
+      }
       out = static_cast<T>(value);
     }
   }
@@ -137,6 +149,25 @@ void parse_node_address(const std::string& text, node_address& out, const std::s
 
 }  // namespace
 
+void check_tls_limits(const tls_limits& limits, const std::string& where) {
+  const auto& c = limits.connections;
+  if (c.handshake_timeout < std::chrono::milliseconds(100) || c.handshake_timeout > std::chrono::minutes(10)) {
+    throw std::runtime_error(where + "handshake_timeout_ms must be in 100..600000, got " +
+                             std::to_string(c.handshake_timeout.count()));
+  }
+  if (c.max_pending < 1 || c.max_pending > 65536) {
+    throw std::runtime_error(where + "max_pending_handshakes must be in 1..65536, got " + std::to_string(c.max_pending));
+  }
+  if (c.max_connections < c.max_pending || c.max_connections > 65536) {
+    throw std::runtime_error(where + "max_connections must be in max_pending_handshakes (" + std::to_string(c.max_pending) +
+                             ")..65536, got " + std::to_string(c.max_connections));
+  }
+  if (limits.max_message_bytes < (size_t(1) << 20) || limits.max_message_bytes > (size_t(4) << 30)) {
+    throw std::runtime_error(where + "max_message_mb must be in 1..4096, got " +
+                             std::to_string(limits.max_message_bytes >> 20));
+  }
+}
+
 model_spec speculative_settings::draft_spec(const model_spec& target) const {
   if (draft_model.empty()) return {};  // no path: no draft model
   model_spec draft = target;
@@ -228,6 +259,11 @@ void topology::validate() const {
   at_least(cluster.connection_timeout_ms, 2 * std::max(cluster.heartbeat_interval_ms, node_heartbeat_interval_ms),
            "connection_timeout_ms (twice the heartbeat of either side)");
   at_least(cluster.reconnect_interval_ms, 10, "reconnect_interval_ms");
+  check_tls_limits(cluster.tls, "[cluster] ");
+  if (cluster.max_added_instances > 1024) {
+    throw std::runtime_error("[cluster] max_added_instances must be in 0..1024, got " +
+                             std::to_string(cluster.max_added_instances));
+  }
   if ((!colocated() || !cluster.admin_listen.empty()) && cluster.credentials.empty()) {
     throw std::runtime_error("[cluster] credentials is required when stages run on other nodes or an admin door is open "
                              "(make them with `troupe certs`)");
@@ -358,6 +394,18 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   cluster.read("connection_timeout_ms", t.cluster.connection_timeout_ms);
   cluster.read("reconnect_interval_ms", t.cluster.reconnect_interval_ms);
   cluster.read("admin_listen", t.cluster.admin_listen);
+  int64_t handshake_timeout_ms = t.cluster.tls.connections.handshake_timeout.count();
+  cluster.read("handshake_timeout_ms", handshake_timeout_ms);
+  t.cluster.tls.connections.handshake_timeout = std::chrono::milliseconds(handshake_timeout_ms);
+  cluster.read("max_pending_handshakes", t.cluster.tls.connections.max_pending);
+  cluster.read("max_connections", t.cluster.tls.connections.max_connections);
+  size_t max_message_mb = t.cluster.tls.max_message_bytes >> 20;
+  cluster.read("max_message_mb", max_message_mb);
+  if (max_message_mb < 1 || max_message_mb > 4096) {
+    throw std::runtime_error(source + ": [cluster] max_message_mb must be in 1..4096, got " + std::to_string(max_message_mb));
+  }
+  t.cluster.tls.max_message_bytes = max_message_mb << 20;
+  cluster.read("max_added_instances", t.cluster.max_added_instances);
   cluster.finish();
   // The placement's default names the controller, whatever [cluster] calls it.
   t.placement = stage_placement{{t.cluster.name}, {t.cluster.name}, {t.cluster.name}};

@@ -12,6 +12,7 @@
 #include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_transport.hpp"
+#include "node/tls_limits.hpp"
 
 namespace troupe {
 
@@ -40,6 +41,13 @@ struct cluster_settings {
   int connection_timeout_ms = 3000;   // a connection silent this long is dead (a cut network)
   int reconnect_interval_ms = 500;    // a lost engine's node is tried again this often
   std::string admin_listen;           // HOST:PORT for `troupe scale`; empty: no admin door
+  // The bounds of the controller's TLS ports (the admin door) and of its connections' handshakes
+  // (node/tls_middleman.hpp): handshake_timeout_ms, max_pending_handshakes, max_connections,
+  // max_message_mb.
+  tls_limits tls;
+  // Engine instances `troupe scale --add` may add beyond the topology's own; each holds a model
+  // and a KV pool on its node.
+  int max_added_instances = 16;
 };
 
 // [placement]: which node runs each stage. Every entry names a [[nodes]] entry or the
@@ -135,6 +143,9 @@ struct topology {
   // Throws std::runtime_error naming the bad setting.
   void validate() const;
 };
+
+// Throws std::runtime_error naming the bad bound, each prefixed with `where` (e.g. "[cluster] ").
+void check_tls_limits(const tls_limits& limits, const std::string& where);
 
 // `source` names the text in error messages (the file's path).
 topology parse_topology(std::string_view toml_text, const std::string& source = "topology");

@@ -232,9 +232,22 @@ token_batch engine_router::on_tokens(engine_instance_id from, token_batch batch)
   for (size_t i = 0; i < batch.deltas.size(); ++i) {
     token_delta& delta = batch.deltas[i];
     auto it = requests_.find(delta.request_id);
-    if (it == requests_.end() || it->second.instance != from) continue;
+    if (it == requests_.end()) continue;
     request_record& record = it->second;
     const bool prefill_half = record.transfer_id != 0 && !record.handed_off;
+    if (record.instance != from) {
+      // The decode half ended the request before the hand-off: an abort reached it first (a
+      // client's abort goes to both halves). Its end is the request's one terminal reply; the
+      // prefill half's hand-off, if it comes, finds no request and is dropped. Dropping this
+      // end instead left the client with a first token and no final reply, and the request
+      // counted in flight forever (issue 25: 2 of 120 generate/abort pairs in 1P1D).
+      if (!(prefill_half && from == record.decode && delta.finished())) continue;
+      commands_.aborts.emplace_back(record.prefill, delta.request_id);
+      forget(it);
+      out.deltas.push_back(std::move(delta));
+      out.timelines.push_back(std::move(batch.timelines[i]));
+      continue;
+    }
     if (delta.handed_off && !(prefill_half && delta.kv_transfer_id == record.transfer_id)) {
       // The hand-off of an earlier attempt (its other half was lost and the request runs again,
       // perhaps on this very instance): its token is not this attempt's.
@@ -264,7 +277,12 @@ token_batch engine_router::on_tokens(engine_instance_id from, token_batch batch)
   }
   for (request_failed& failure : batch.failures) {
     auto it = requests_.find(failure.request_id);
-    if (it == requests_.end() || it->second.instance != from) continue;
+    if (it == requests_.end()) continue;
+    // From the request's instance, or (as a finished delta above) from its decode half before
+    // the hand-off: either half's failure is the request's end.
+    const bool decode_half_before_hand_off =
+        it->second.transfer_id != 0 && !it->second.handed_off && it->second.decode == from;
+    if (it->second.instance != from && !decode_half_before_hand_off) continue;
     for (engine_instance_id holder : holders_of(failure.request_id)) {
       if (holder != from) commands_.aborts.emplace_back(holder, failure.request_id);
     }

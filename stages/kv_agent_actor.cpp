@@ -33,13 +33,13 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_en
             pool_handle = std::move(pair.bytes);
             expectation.device_pair = std::move(pair.pair_id);
           }
-          endpoints->receiver->expect(std::move(expectation));
+          endpoints->opened_receiver().expect(std::move(expectation));
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
         }
         (*reserved_by)[r.transfer_id] = caf::actor_cast<caf::actor>(self->current_sender());
-        kv_ready_msg ready{r.request_id, r.transfer_id, endpoints->receiver->endpoint(),
-                           endpoints->receiver->public_key()};
+        kv_ready_msg ready{r.request_id, r.transfer_id, endpoints->opened_receiver().endpoint(),
+                           endpoints->opened_receiver().public_key()};
         if (in_place) {
           ready.kv_pool_handle = std::move(pool_handle);
           ready.block_ids = r.block_ids;
@@ -54,7 +54,7 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_en
         reserved_by->erase(it);
       },
       [=](kv_cancel_msg& cancel) {
-        endpoints->receiver->cancel(cancel.transfer_id);
+        if (endpoints->receiver) endpoints->receiver->cancel(cancel.transfer_id);
         reserved_by->erase(cancel.transfer_id);
       },
       // From the router: where a transfer this instance prefills must go.
@@ -79,7 +79,7 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_en
         endpoints->sender->ready(ready.transfer_id, std::move(ready.endpoint), std::move(ready.public_key));
       },
       [=](kv_leases_atom) -> kv_lease_counts {
-        const kv_receiver_stats in = endpoints->receiver->stats();
+        const kv_receiver_stats in = endpoints->receiver ? endpoints->receiver->stats() : kv_receiver_stats{};
         const kv_sender_stats out = endpoints->sender->stats();
         return kv_lease_counts{static_cast<int32_t>(in.num_expected), static_cast<int32_t>(out.num_transfers),
                                in.num_refused};

@@ -142,7 +142,15 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
 struct kv_endpoints {
   std::shared_ptr<served_model> served;
   std::unique_ptr<kv_sender> sender;
+  // Made at the first transfer this instance is to receive (the KV agent's first kv_expect_msg),
+  // never before: a topology that does not disaggregate opens no KV listener at all (issue 25:
+  // colocated serving listened on 127.0.0.1, and a local peer dripping a frame held its shutdown).
   std::unique_ptr<kv_receiver> receiver;
+  std::function<std::unique_ptr<kv_receiver>()> make_receiver;
+  kv_receiver& opened_receiver() {
+    if (!receiver) receiver = make_receiver();
+    return *receiver;
+  }
   // A device transport (kv_transport "cuda_ipc" or "nccl"); empty and null on zmq. The pool's
   // handle (cuda_ipc; nccl's are per peer, below) goes in this instance's kv_ready answers (its
   // receiver then expects the KV in place); the destinations of transfers it prefills wait in

@@ -95,14 +95,17 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   auto report = [agent_slot](kv_arrival_msg arrival) {
     if (auto agent = agent_slot->lock()) caf::anon_send(caf::actor_cast<caf::actor>(agent), std::move(arrival));
   };
-  endpoints->receiver = std::make_unique<kv_receiver>(
-      *served->backend_model, channel,
-      kv_receiver_events{
-          [report](uint64_t transfer_id, int64_t request_id) { report(kv_arrival_msg{request_id, transfer_id, true, {}}); },
-          [report](uint64_t transfer_id, int64_t request_id, const std::string& why) {
-            report(kv_arrival_msg{request_id, transfer_id, false, why});
-          }},
-      endpoints->device_inbox);
+  // A raw pointer: the endpoints own the function that makes their receiver.
+  endpoints->make_receiver = [e = endpoints.get(), channel, report] {
+    return std::make_unique<kv_receiver>(
+        *e->served->backend_model, channel,
+        kv_receiver_events{
+            [report](uint64_t transfer_id, int64_t request_id) { report(kv_arrival_msg{request_id, transfer_id, true, {}}); },
+            [report](uint64_t transfer_id, int64_t request_id, const std::string& why) {
+              report(kv_arrival_msg{request_id, transfer_id, false, why});
+            }},
+        e->device_inbox);
+  };
   runner->stream_kv_to(*endpoints->sender, kv.transfer_timeout, std::move(device));
   caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, endpoints);
   *agent_slot = caf::actor_cast<caf::weak_actor_ptr>(agent);

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdint>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -27,6 +29,26 @@ std::string error_body(std::string message) {
   api_error e;
   e.message = std::move(message);
   return e.to_json();
+}
+
+// The Content-Length a header block declares (the first one; digits only, saturating), or 0.
+uint64_t declared_content_length(std::string_view block) {
+  constexpr std::string_view name = "content-length:";
+  for (size_t line = block.find("\r\n"); line != std::string_view::npos; line = block.find("\r\n", line + 2)) {
+    const std::string_view rest = block.substr(line + 2);
+    if (rest.size() < name.size()) return 0;
+    bool same = true;
+    for (size_t i = 0; i < name.size() && same; ++i) same = std::tolower(static_cast<unsigned char>(rest[i])) == name[i];
+    if (!same) continue;
+    uint64_t value = 0;
+    for (size_t i = name.size(); i < rest.size() && rest[i] != '\r'; ++i) {
+      if (rest[i] == ' ' || rest[i] == '\t') continue;
+      if (rest[i] < '0' || rest[i] > '9') return 0;  // httplib answers a malformed length itself
+      value = value > (UINT64_MAX - 9) / 10 ? UINT64_MAX : value * 10 + uint64_t(rest[i] - '0');
+    }
+    return value;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -154,8 +176,10 @@ void request_reception::admit(waiting w) {
   // A kept connection whose pipelined bytes already hold its next request goes straight on.
   if (w.state == phase::receiving) {
     const size_t end = header_block_end(w.connection.pending);
-    if (end != std::string_view::npos && end <= options_.max_header_bytes) return on_ready_(std::move(w.connection));
-    if (w.connection.pending.size() > options_.max_header_bytes) {
+    if (end != std::string_view::npos && end <= options_.max_header_bytes) {
+      if (!refuse_oversized_body(w, end)) return on_ready_(std::move(w.connection));
+      w.since = steady::now();
+    } else if (w.connection.pending.size() > options_.max_header_bytes) {
       refuse(w, 431, "Request Header Fields Too Large",
              error_body("the request's line and headers exceed " + std::to_string(options_.max_header_bytes) + " bytes"));
       w.since = steady::now();
@@ -204,6 +228,7 @@ void request_reception::on_readable(int fd) {
   const size_t end = header_block_end(pending, w.num_searched);
   w.num_searched = pending.size();
   if (end != std::string_view::npos && end <= options_.max_header_bytes) {
+    if (refuse_oversized_body(w, end)) return;
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     http_connection ready = std::move(w.connection);
     waiting_.erase(it);
@@ -230,6 +255,18 @@ void request_reception::expire(steady_time now) {
       drop(fd);  // closing and lingered long enough, or never sent a byte
     }
   }
+}
+
+bool request_reception::refuse_oversized_body(waiting& w, size_t header_end) {
+  // httplib would read and drop the whole announced body before it answered 413: a 64 MiB
+  // Content-Length with no body held a thread until the 408, 10 s later (issue 25).
+  if (options_.max_body_bytes == 0) return false;
+  const uint64_t length = declared_content_length(std::string_view(w.connection.pending).substr(0, header_end));
+  if (length <= options_.max_body_bytes) return false;
+  refuse(w, 413, "Payload Too Large",
+         error_body("the request body of " + std::to_string(length) + " bytes (its Content-Length) exceeds " +
+                    std::to_string(options_.max_body_bytes) + " bytes"));
+  return true;
 }
 
 void request_reception::refuse(waiting& w, int status, const std::string& reason, const std::string& body) {

@@ -28,6 +28,7 @@ struct reception_options {
   std::chrono::milliseconds request_timeout{5000};
   std::chrono::milliseconds idle_timeout{5000};  // a kept-alive connection's wait for its next request
   size_t max_connections = 4096;  // waiting at once; past it, the one waiting longest is closed
+  size_t max_body_bytes = 0;  // a larger Content-Length gets 413 at once; 0: not checked here
 };
 
 // Where the header block in `bytes` ends (one past its blank line), or npos while it has not.
@@ -58,7 +59,7 @@ class request_reception {
   void add_closing(http_connection connection);
 
   const reception_options& options() const { return options_; }
-  // Thread-safe: connections answered 408 or 431 here (httplib never sees them).
+  // Thread-safe: connections answered 408, 413 or 431 here (httplib never sees them).
   uint64_t num_refused() const { return num_refused_; }
 
  private:
@@ -76,6 +77,8 @@ class request_reception {
   void admit(waiting w);
   void on_readable(int fd);
   void expire(steady_time now);
+  // Refuses (413) a request whose Content-Length exceeds max_body_bytes; whether it did.
+  bool refuse_oversized_body(waiting& w, size_t header_end);
   void refuse(waiting& w, int status, const std::string& reason, const std::string& body);
   void drop(int fd);
 

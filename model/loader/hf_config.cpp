@@ -24,6 +24,29 @@ int required_int(const nlohmann::json& config, const char* key) {
   return static_cast<int>(value);
 }
 
+// An optional positive integer, range-checked before it is narrowed (a context of 0, -5 or 1e12
+// was taken as 4096, issue 25).
+int optional_int(const nlohmann::json& config, const char* key, int fallback) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  return required_int(config, key);
+}
+
+// An optional finite number in (low, high): rope_theta 0 or rms_norm_eps -1 loaded and made
+// token 0 forever.
+float optional_number(const nlohmann::json& config, const char* key, float fallback, double low, double high) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return fallback;
+  if (!it->is_number()) fail(std::string("'") + key + "' must be a number");
+  const double value = it->get<double>();
+  if (!(value > low && value < high)) {
+    std::ostringstream text;
+    text << "'" << key << "' is " << value << ", expected a number above " << low << " and below " << high;
+    fail(text.str());
+  }
+  return static_cast<float>(value);
+}
+
 bool has(const nlohmann::json& config, const char* key) {
   auto it = config.find(key);
   return it != config.end() && !it->is_null();
@@ -267,9 +290,9 @@ model_config parse_hf_config(const nlohmann::json& config, const nlohmann::json&
     }
     if (dims != result.head_dim) result.rotary_dim = dims;
   }
-  result.max_position_embeddings = value_or<int>(config, "max_position_embeddings", 2048);
-  result.rms_norm_eps = value_or<float>(config, "rms_norm_eps", 1e-6f);
-  result.rope_theta = value_or<float>(config, "rope_theta", 10000.0f);
+  result.max_position_embeddings = optional_int(config, "max_position_embeddings", 2048);
+  result.rms_norm_eps = optional_number(config, "rms_norm_eps", 1e-6f, 0, 1);
+  result.rope_theta = optional_number(config, "rope_theta", 10000.0f, 0, 3.4e38);
   result.rope_scaling = parse_rope_scaling(config, result);
   result.activation = parse_activation(config, result.arch);
   const architecture_traits& traits = traits_of(result.arch);

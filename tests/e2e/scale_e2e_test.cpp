@@ -199,14 +199,14 @@ class scale_e2e : public ::testing::Test {
   fs::path credentials() const { return dir_.path() / "certs"; }
 
   // The controller, with its one engine instance on n1; n2 is listed but not placed.
-  void start_cluster() {
+  void start_cluster(const std::string& cluster_extra = "") {
     n1_.emplace(credentials(), "n1", dir_.path());
     n2_.emplace(credentials(), "n2", dir_.path());
     const fs::path topology = dir_.path() / "topology.toml";
     std::ofstream(topology) << "[model]\npath = \"" << stories_dir << "\"\n"
                             << "[node]\nthreads = 1\n"
                             << "[cluster]\ncredentials = \"" << credentials().string() << "\"\n"
-                            << "name = \"controller\"\nadmin_listen = \"127.0.0.1:0\"\n"
+                            << "name = \"controller\"\nadmin_listen = \"127.0.0.1:0\"\n" << cluster_extra
                             << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << n1_->port() << "\"\n"
                             << "[[nodes]]\nname = \"n2\"\naddress = \"127.0.0.1:" << n2_->port() << "\"\n"
                             << "[placement]\nengines = [\"n1\"]\n";
@@ -405,6 +405,25 @@ TEST_F(scale_e2e, an_instance_lost_while_draining_is_not_placed_again_when_its_n
   auto after = instances(*admin);
   ASSERT_EQ(after.size(), 1u);
   EXPECT_EQ(after.at(1).node, "n2");
+}
+
+// Each added instance holds a model and a KV pool on its node: the admin door adds at most
+// [cluster] max_added_instances that are not drained (issue 25: no cap, +265 MB a time).
+TEST_F(scale_e2e, adding_beyond_max_added_instances_is_refused_until_one_is_drained) {
+  start_cluster("max_added_instances = 1\n");
+  const run_result first = scale("--add n2");
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err << "\ncontroller log:\n" << server_->log();
+  static const std::regex added_id(R"(engine instance ([0-9]+) on n2)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(first.out, m, added_id)) << first.out;
+  const std::string id = m[1];
+  const run_result second = scale("--add n2");
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_NE((second.out + second.err).find("max_added_instances (1)"), std::string::npos) << second.out << second.err;
+  const run_result drained = scale("--drain " + id);
+  ASSERT_EQ(drained.exit_code, 0) << drained.out << drained.err;
+  const run_result third = scale("--add n2");
+  EXPECT_EQ(third.exit_code, 0) << third.out << third.err;
 }
 
 TEST_F(scale_e2e, unknown_ids_unknown_nodes_and_a_foreign_ca_fail_with_exit_1_and_the_controller_keeps_serving) {

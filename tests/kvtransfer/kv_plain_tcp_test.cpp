@@ -11,6 +11,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+
 #include "kvtransfer/kv_tcp.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
 
@@ -39,6 +42,14 @@ class raw_peer {
     std::string why;
     ASSERT_EQ(kv_tcp_write_frame(fd_, header, payload, std::chrono::steady_clock::now() + 5s, why), kv_tcp_write::done)
         << why;
+  }
+  // Sends `bytes` one at a time, `gap` apart, until they are all out, the connection fails, or
+  // `stop` is set: a peer that keeps a read in progress without ever stalling.
+  void drip(const std::vector<std::byte>& bytes, std::chrono::milliseconds gap, const std::atomic<bool>& stop) {
+    for (size_t i = 0; i < bytes.size() && !stop; ++i) {
+      if (::send(fd_, &bytes[i], 1, MSG_NOSIGNAL) != 1) return;
+      std::this_thread::sleep_for(gap);
+    }
   }
   // Whether the receiver closed this connection, waiting at most `timeout`.
   bool closed_within(std::chrono::milliseconds timeout) {
@@ -109,6 +120,35 @@ TEST_F(kv_plane_test, over_plain_tcp_a_framed_refusal_keeps_the_connection_and_a
   EXPECT_EQ(receiver.stats().num_refused, 2u);
   EXPECT_NE(receiver.stats().last_refusal.find("bad magic"), std::string::npos) << receiver.stats().last_refusal;
   EXPECT_EQ(receiver.stats().num_expected, 1u);  // transfer 7 is still expected: nothing failed it
+}
+
+// A frame's bytes must all arrive by a deadline, not only without a stall: a peer dripping a
+// valid header a byte at a time is cut off, and cannot hold the receiver's shutdown (issue 25).
+TEST_F(kv_plane_test, over_plain_tcp_a_dripping_peer_is_cut_off_and_cannot_hold_the_shutdown) {
+  event_log received;
+  auto receiver = std::make_unique<kv_receiver>(*b_, plain_tcp(), received.receiver_events());
+  receiver->expect(expectation(7));
+  const std::vector<std::byte> header = frame_of(7, 0, 1, 0, num_tokens).header_bytes();
+  std::atomic<bool> stop{false};
+  {
+    raw_peer peer(receiver->endpoint());
+    std::thread dripping([&] { peer.drip(header, 100ms, stop); });  // 64 bytes: 6.4 s
+    const bool closed = peer.closed_within(4s);
+    stop = true;
+    dripping.join();
+    EXPECT_TRUE(closed) << "a header dripped a byte every 100 ms was read on";
+  }
+  stop = false;
+  raw_peer peer(receiver->endpoint());
+  std::thread dripping([&] { peer.drip(header, 100ms, stop); });
+  std::this_thread::sleep_for(300ms);  // the receiver is inside the header now
+  const auto start = std::chrono::steady_clock::now();
+  receiver.reset();
+  const auto took = std::chrono::steady_clock::now() - start;
+  stop = true;
+  dripping.join();
+  EXPECT_LT(took, 800ms) << "the shutdown waited "
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms for the dripping peer";
 }
 
 TEST_F(kv_plane_test, over_plain_tcp_a_sender_reconnects_after_the_receiver_closed_its_connection) {

@@ -263,6 +263,36 @@ TEST(loader_hf_config, missing_field_and_missing_file_are_named) {
   expect_error([&] { load_hf_config(dir.path()); }, {"config.json", dir.path().string()});
 }
 
+// Values out of range are named, not narrowed or defaulted (issue 25: a context of 0, -5 or 1e12
+// served at 4096; rope_theta 0 or rms_norm_eps -1 loaded and produced token 0 forever).
+TEST(loader_hf_config, out_of_range_numbers_are_refused_by_name) {
+  const auto refused = [](const char* key, json value, std::initializer_list<std::string> parts) {
+    SCOPED_TRACE(std::string(key) + " = " + value.dump());
+    json config = llama_config();
+    config[key] = value;
+    expect_error([&] { parse_hf_config(config); }, parts);
+  };
+  refused("max_position_embeddings", 0, {"max_position_embeddings", "0"});
+  refused("max_position_embeddings", -5, {"max_position_embeddings", "-5"});
+  refused("max_position_embeddings", 1e12, {"max_position_embeddings", "non-integer"});
+  refused("max_position_embeddings", int64_t(1) << 40, {"max_position_embeddings", "1099511627776"});
+  refused("rope_theta", 0, {"rope_theta", "is 0"});
+  refused("rope_theta", -10000.0, {"rope_theta"});
+  refused("rope_theta", 1e300, {"rope_theta"});
+  refused("rope_theta", "10000", {"rope_theta", "a number"});
+  refused("rms_norm_eps", -1, {"rms_norm_eps", "-1"});
+  refused("rms_norm_eps", 0, {"rms_norm_eps"});
+  refused("rms_norm_eps", 2, {"rms_norm_eps"});
+  json config = llama_config();
+  config.erase("max_position_embeddings");
+  config.erase("rope_theta");
+  config["rms_norm_eps"] = nullptr;
+  const model_config defaults = parse_hf_config(config);
+  EXPECT_EQ(defaults.max_position_embeddings, 2048);
+  EXPECT_FLOAT_EQ(defaults.rope_theta, 10000.0f);
+  EXPECT_FLOAT_EQ(defaults.rms_norm_eps, 1e-6f);
+}
+
 TEST(loader_hf_config, round_trips_through_to_hf_config) {
   json config = llama_config();
   config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};

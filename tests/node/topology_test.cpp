@@ -110,6 +110,33 @@ TEST(topology, errors_name_the_problem) {
   expect_error("[model\n", "t.toml");
 }
 
+// Integers are checked against the setting's own type before they are narrowed (issue 25:
+// max_num_seqs 4294967301 became 5; 2^40 was reported as "got 0"), floats must be finite.
+TEST(topology, numbers_are_checked_before_they_are_narrowed) {
+  expect_error("[scheduler]\nmax_num_seqs = 4294967301\n", "max_num_seqs must be a non-negative integer (at most 2147483647), got 4294967301");
+  expect_error("[scheduler]\nmax_num_seqs = 1099511627776\n", "got 1099511627776");
+  expect_error("[scheduler]\nmax_num_batched_tokens = 9223372036854775807\n", "got 9223372036854775807");
+  expect_error("[node]\ngpu_memory_utilization = nan\n", "gpu_memory_utilization must be a finite number");
+  expect_error("[node]\ngpu_memory_utilization = inf\n", "gpu_memory_utilization must be a finite number");
+}
+
+TEST(topology, the_cluster_ports_bounds_are_read_and_range_checked) {
+  const topology t = parse_topology(
+      "[cluster]\nhandshake_timeout_ms = 700\nmax_pending_handshakes = 3\nmax_connections = 9\nmax_message_mb = 2\n"
+      "max_added_instances = 4\n");
+  EXPECT_EQ(t.cluster.tls.connections.handshake_timeout.count(), 700);
+  EXPECT_EQ(t.cluster.tls.connections.max_pending, 3u);
+  EXPECT_EQ(t.cluster.tls.connections.max_connections, 9u);
+  EXPECT_EQ(t.cluster.tls.max_message_bytes, size_t(2) << 20);
+  EXPECT_EQ(t.cluster.max_added_instances, 4);
+  expect_error("[cluster]\nhandshake_timeout_ms = 10\n", "handshake_timeout_ms must be in 100..600000, got 10");
+  expect_error("[cluster]\nmax_pending_handshakes = 0\n", "max_pending_handshakes must be in 1..65536, got 0");
+  expect_error("[cluster]\nmax_pending_handshakes = 8\nmax_connections = 4\n", "max_connections must be in");
+  expect_error("[cluster]\nmax_message_mb = 0\n", "max_message_mb must be in 1..4096, got 0");
+  expect_error("[cluster]\nmax_message_mb = 5000\n", "max_message_mb must be in 1..4096, got 5000");
+  expect_error("[cluster]\nmax_added_instances = 2000\n", "max_added_instances must be in 0..1024, got 2000");
+}
+
 // [disaggregation] kv_transport: zmq by default; a GPU transport where it cannot run (this
 // machine: a build without CUDA or NCCL, or no GPU) is refused at startup saying why, not served
 // by zmq; where it can, cuda_ipc and nccl are both taken.

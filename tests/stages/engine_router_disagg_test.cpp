@@ -97,6 +97,44 @@ TEST(engine_router_disagg, a_lost_decode_half_aborts_the_prefill_half_and_its_st
   EXPECT_TRUE(router.take_commands().handovers.empty());
 }
 
+// A client's abort reaches both halves; the decode half may end the request (finish abort)
+// before the prefill half's first token comes. That end is the request's one terminal reply: it
+// is forwarded, the prefill half is aborted, and its late hand-off is dropped, not handed to a
+// decode half that no longer knows the request (issue 25: a first token and no final reply).
+TEST(engine_router_disagg, the_decode_halfs_end_before_the_hand_off_is_the_requests_terminal_reply) {
+  engine_router router(4);
+  const auto p = router.add_instance("p", engine_role::prefill);
+  const auto d = router.add_instance("d", engine_role::decode);
+  const auto where = router.route(request(1));
+  ASSERT_TRUE(where && where->decode);
+  token_delta aborted;
+  aborted.request_id = 1;
+  aborted.finish = finish_reason::abort;
+  const token_batch out = router.on_tokens(d, batch(aborted));
+  ASSERT_EQ(out.deltas.size(), 1u) << "the decode half's end was dropped";
+  EXPECT_EQ(out.deltas[0].finish, finish_reason::abort);
+  router_commands commands = router.take_commands();
+  ASSERT_EQ(commands.aborts.size(), 1u);
+  EXPECT_EQ(commands.aborts[0], std::make_pair(p, int64_t{1}));
+  EXPECT_EQ(router.num_requests(), 0u);
+  // The prefill half's first token, sent before the abort reached it: nothing more goes out.
+  EXPECT_TRUE(router.on_tokens(p, batch(handed_off(1, 42, where->transfer_id))).deltas.empty());
+  EXPECT_TRUE(router.take_commands().handovers.empty());
+  // Every instance is idle again.
+  for (const engine_instance_info& info : router.instances()) EXPECT_EQ(info.num_requests, 0) << info.id;
+
+  // The same for a failure the decode half reports before the hand-off.
+  const auto second = router.route(request(2));
+  ASSERT_TRUE(second && second->decode);
+  token_batch failed;
+  failed.failures.push_back(request_failed{2, error_code::internal, "no blocks"});
+  EXPECT_EQ(router.on_tokens(d, failed).failures.size(), 1u);
+  commands = router.take_commands();
+  ASSERT_EQ(commands.aborts.size(), 1u);
+  EXPECT_EQ(commands.aborts[0], std::make_pair(p, int64_t{2}));
+  EXPECT_EQ(router.num_requests(), 0u);
+}
+
 TEST(engine_router_disagg, a_failed_transfer_runs_again_then_ends_with_the_reason) {
   engine_router router(4);
   const auto p = router.add_instance("p", engine_role::prefill);
