@@ -66,7 +66,11 @@ std::optional<dtype> parse_kv_cache_dtype(std::string_view name) {
 
 dtype resolve_kv_cache_dtype(const backend_options& options, device_kind device) {
   if (const std::optional<dtype> chosen = parse_kv_cache_dtype(options.kv_cache_dtype)) return *chosen;
-  return device == device_kind::cuda ? options.cuda_dtype : dtype::f16;
+  // The CPU keeps f32 by default: its attention kernels agree across chunkings and batches only to
+  // the last f32 bits, and an f16 cache rounds such a difference to a neighbouring value now and
+  // then, so a re-run after a failover or a 1P1D pair would no longer answer exactly as one
+  // process does. f16 (half the bytes) is a flag away.
+  return device == device_kind::cuda ? options.cuda_dtype : dtype::f32;
 }
 
 void backend_options::validate() const {

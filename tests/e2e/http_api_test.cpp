@@ -355,7 +355,14 @@ TEST(http_api, bad_requests_get_their_status_and_the_server_keeps_serving) {
   expect_error(post("/v1/chat/completions", R"({"model":"stories260K","messages":[{"role":"user","content":"x"}],"max_tokens":1000000000})"),
                400, "max_tokens", "huge max_tokens");
   expect_error(post("/v1/completions", R"({"model":"stories260K","prompt":"x","n":1000})"), 400, "n", "huge n");
-  expect_error(post("/v1/completions", R"({"model":"stories260K","prompt":"x","bogus":1})"), 400, "bogus", "unknown field");
+  {
+    // An unknown field is ignored and named, as vLLM and llama.cpp ignore it (agent frameworks
+    // send fields a server may not know).
+    const auto ignored = post("/v1/completions", R"({"model":"stories260K","prompt":"x","max_tokens":2,"bogus":1})");
+    ASSERT_TRUE(ignored);
+    EXPECT_EQ(ignored->status, 200) << ignored->body;
+    EXPECT_EQ(ignored->get_header_value("X-Troupe-Ignored-Fields"), "bogus");
+  }
   expect_error(post("/v1/completions", R"({"model":"stories260K","prompt":[1,2,100000]})"), 400, "", "token id outside the vocabulary");
   expect_error(post("/v1/completions", std::string(70000, ' ')), 413, "", "oversized body");
   expect_error(c.Get("/v1/nowhere"), 404, "", "unknown path");
