@@ -42,6 +42,10 @@ namespace troupe {
 
 namespace {
 
+// Set on a connection worker's thread when the request it serves was answered before its body
+// was read (see install_routes): the connection cannot be kept.
+thread_local bool body_left_unread = false;
+
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -518,14 +522,15 @@ std::optional<api_error> http_door::impl::plan(openai_request& request, std::opt
 void http_door::impl::serve(http_connection connection) {
   connection_stream stream(std::move(connection), write_timeout, stopping, timeout_body);
   bool closed_by_client = false;
+  body_left_unread = false;
   const bool usable = server.serve_one(stream, stopping, closed_by_client);
   if (stream.timed_out()) return reception->add_closing(stream.release());
-  if (!usable || closed_by_client || stopping) return;  // the stream closes it
+  if (!usable || closed_by_client || stopping || body_left_unread) return;  // the stream closes it
   reception->add_kept(stream.release());
 }
 
 void http_door::impl::install_routes() {
-  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  const auto pre_route = [this](const httplib::Request& req, httplib::Response& res) {
     if (allow_origin(req, res) && req.method == "OPTIONS") {
       // A browser's preflight: it carries no key, and is answered here.
       res.status = 204;
@@ -565,6 +570,19 @@ void http_door::impl::install_routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
+  };
+  // httplib runs this before it reads a body: a request answered here (a 401) leaves its body on
+  // the connection, where the next request would be parsed from it. Such a connection is closed
+  // after the answer instead of kept (serve()).
+  server.set_pre_routing_handler([pre_route](const httplib::Request& req, httplib::Response& res) {
+    const auto handled = pre_route(req, res);
+    const std::string length = req.get_header_value("Content-Length");
+    const bool has_body = (!length.empty() && length != "0") || req.has_header("Transfer-Encoding");
+    if (handled == httplib::Server::HandlerResponse::Handled && has_body) {
+      body_left_unread = true;
+      res.set_header("Connection", "close");
+    }
+    return handled;
   });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
                                         const httplib::ContentReader& reader) {

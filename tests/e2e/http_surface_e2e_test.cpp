@@ -96,9 +96,10 @@ void expect_logprobs_spell_the_text(const json& results, const std::string& what
   }
 }
 
-// Disabled after the merge of 2026-11-27: on the byte-level model a guided answer may end on
-// <|im_end|>, whose text_offset then points past the returned text (special tokens skipped from
-// the text, not from the logprobs); to be settled next session.
+// Disabled after the merge of 2026-11-27: on the byte-level model the guided answer holds
+// <|im_end|> (token 9 of one answer), which the text skips as a special token while the
+// logprobs keep it with its text, so its text_offset points past the returned text. Which of the
+// two should give way (vLLM's choice) is to be settled next session.
 TEST(http_surface, DISABLED_logprobs_spell_the_text_on_sentencepiece_and_byte_level_models) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   if (!have_openai_client()) GTEST_SKIP() << "no openai npm package";
@@ -138,19 +139,20 @@ TEST(http_surface, DISABLED_logprobs_spell_the_text_on_sentencepiece_and_byte_le
   }
 }
 
-// Disabled after the merge of 2026-11-27: the test body throws "cannot use update() with null"
-// (a reply without the object it expects); to be found next session.
+// Disabled after the merge of 2026-11-27: the test finds the greedy first token's id by
+// tokenizing its text (" was"), which stories260K's SentencePiece splits in two (its dummy-prefix
+// space); it needs the id from the reply (return_tokens_as_token_ids) instead. Next session.
 TEST(http_surface, DISABLED_logit_bias_and_echo) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   if (!have_openai_client()) GTEST_SKIP() << "no openai npm package";
   serve_process server({"--http-port", "0", "--served-model-name", "m"});
-  auto greedy = [&](json extra) {
+  auto greedy = [&](json extra) {  // extra: an object (json({}) is null, which update() refuses)
     json params = {{"model", "m"}, {"prompt", "Once upon a time there"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 0}};
     params.update(extra);
     return json{{"api", "completions"}, {"params", params}};
   };
   // Banning the greedy first token changes it; a large bias on another token makes that one first.
-  const json plain = openai(server.http_port(), json::array({greedy({})}))[0];
+  const json plain = openai(server.http_port(), json::array({greedy(json::object())}))[0];
   ASSERT_TRUE(plain["ok"].get<bool>()) << plain.dump();
   const std::string first = plain["choices"][0]["logprobs"]["tokens"][0];
   httplib::Client c("127.0.0.1", server.http_port());
