@@ -73,6 +73,25 @@ void read_g_idx(int4_layer& layer, const safetensors_tensor& g_idx) {
   }
 }
 
+// Each input column's group: from the g_idx tensor where the checkpoint has one, else in order of
+// group_size columns (which must give the scales' number of groups). `act_order` names the
+// setting that asks for a g_idx, for the error when it is missing.
+void assign_groups(int4_layer& layer, const safetensors_checkpoint& checkpoint, const std::string& g_idx_name,
+                   const hf_quantization& q, const std::string& act_order, const safetensors_tensor& scales) {
+  if (const safetensors_tensor* g_idx = checkpoint.find(g_idx_name)) {
+    read_g_idx(layer, *g_idx);
+  } else if (q.act_order) {
+    fail(g_idx_name, "is missing, but " + act_order + " in " + q.source + ": act-order needs each input column's group");
+  } else {
+    const int64_t expected = fill_sequential_groups(layer, q.group_size);
+    if (expected != layer.num_groups) {
+      fail(scales.name, "has " + std::to_string(layer.num_groups) + " groups, expected " + std::to_string(expected) +
+                            " for group_size " + std::to_string(q.group_size) + " of " + std::to_string(layer.cols) +
+                            " columns");
+    }
+  }
+}
+
 int4_layer empty_layer(const std::string& prefix, int64_t rows, int64_t cols, int64_t num_groups) {
   int4_layer layer;
   layer.name = prefix + ".weight";
@@ -174,18 +193,7 @@ int4_layer read_gptq_layer(const safetensors_checkpoint& checkpoint, const std::
     }
     for (int64_t o = 0; o < out; ++o) layer.scales[g * out + o] = scales.float_at(g * out + o);
   }
-  if (const safetensors_tensor* g_idx = checkpoint.find(prefix + ".g_idx")) {
-    read_g_idx(layer, *g_idx);
-  } else if (q.act_order) {
-    fail(prefix + ".g_idx", "is missing, but desc_act is true in " + q.source +
-                                ": act-order needs each input column's group");
-  } else {
-    const int64_t expected = fill_sequential_groups(layer, q.group_size);
-    if (expected != groups) {
-      fail(scales.name, "has " + std::to_string(groups) + " groups, expected " + std::to_string(expected) +
-                            " for group_size " + std::to_string(q.group_size) + " of " + std::to_string(in) + " columns");
-    }
-  }
+  assign_groups(layer, checkpoint, prefix + ".g_idx", q, "desc_act is true", scales);
   return layer;
 }
 
@@ -244,18 +252,7 @@ int4_layer read_packed_int4_layer(const safetensors_checkpoint& checkpoint, cons
   } else {
     std::fill(layer.zeros.begin(), layer.zeros.end(), uint8_t{8});  // symmetric: zero 0, stored offset by 8
   }
-  if (const safetensors_tensor* g_idx = checkpoint.find(prefix + ".weight_g_idx")) {
-    read_g_idx(layer, *g_idx);
-  } else if (q.act_order) {
-    fail(prefix + ".weight_g_idx", "is missing, but actorder is \"group\" in " + q.source +
-                                       ": act-order needs each input column's group");
-  } else {
-    const int64_t expected = fill_sequential_groups(layer, q.group_size);
-    if (expected != groups) {
-      fail(scales.name, "has " + std::to_string(groups) + " groups, expected " + std::to_string(expected) +
-                            " for group_size " + std::to_string(q.group_size) + " of " + std::to_string(in) + " columns");
-    }
-  }
+  assign_groups(layer, checkpoint, prefix + ".weight_g_idx", q, "actorder is \"group\"", scales);
   return layer;
 }
 
