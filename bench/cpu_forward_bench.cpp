@@ -15,7 +15,8 @@
 //       prefill not timed) decode --decode steps together, one token each per forward; prints
 //       the step time and the aggregate tokens/s.
 //   --integer-kernels off: quantized weights through f32 conversions (the path before the integer
-//   kernels); --gemm-min-rows N: where float weights switch from row dots to sgemm (was 8, now 32).
+//   kernels); --repack off: quantized weights read in their GGUF layout at every step, not
+//   repacked at load (backends/cpu/quant_repack.hpp); --gemm-min-rows N: where float weights switch from row dots to sgemm (was 8, now 32).
 //   troupe_bench_cpu --make OUT_DIR --tokenizer TOKENIZER [--dtype f32|f16]
 //       writes the benchmark shape with the model maker (HF + model.gguf, same weights) so
 //       bench/llama_cpp_bench.mjs can time llama.cpp on it; needs a 32000-token tokenizer.
@@ -34,6 +35,7 @@
 #include "backends/backend_selection.hpp"
 #include "backends/cpu/cpu_model.hpp"
 #include "backends/cpu/matmul.hpp"
+#include "backends/cpu/quant_repack.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "bench/bench_support.hpp"
@@ -105,6 +107,7 @@ int main(int argc, char** argv) try {
     else if (flag == "--streams") streams_arg = value;
     else if (flag == "--context") context = std::stoi(value);
     else if (flag == "--integer-kernels") troupe::cpu::set_matmul_integer_kernels(value != "off");
+    else if (flag == "--repack") troupe::cpu::set_weight_repacking(value != "off");
     else if (flag == "--gemm-min-rows") troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
     else if (flag == "--chunk") chunk = std::stoi(value);
     else if (flag == "--kv-cache-dtype") kv_dtype_arg = value;

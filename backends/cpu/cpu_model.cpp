@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/embedding.hpp"
+#include "backends/cpu/quant_repack.hpp"
 #include "backends/cpu/gated_activation.hpp"
 #include "backends/cpu/kv_pool.hpp"
 #include "backends/cpu/matmul.hpp"
@@ -137,6 +138,7 @@ class cpu_model final : public model {
         layer.moe.emplace(c.moe, activation_, hidden, moe_weights_of(n, weights));
       }
     }
+    repack_weights_for_decode();
     attention_params_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
                          kv_shape.num_blocks, attention_scale(c), kv_dtype};
     attention_params_.softcap = c.attn_logit_softcapping;
@@ -370,6 +372,24 @@ class cpu_model final : public model {
     for (int64_t i = 0; i < count; ++i) x[i] *= factor;
   }
 
+  // The dense matrices whose type has a repacked layout are copied into it once (quant_repack.hpp);
+  // their GGUF pages are then dropped from this process's memory unless the embedding reads them
+  // too (tied lm_head), so the resident weights stay one copy.
+  void repack_weights_for_decode() {
+    auto repack = [&](weight_view& w) {
+      if (cpu::repack_for_active_level(pool_, w, repacked_) && w.data != embed_tokens_.data) {
+        cpu::release_source_pages(w);
+      }
+    };
+    for (layer_weights& layer : layers_) {
+      for (weight_view* w : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
+                             &layer.up_proj, &layer.down_proj}) {
+        if (w->data != nullptr) repack(*w);
+      }
+    }
+    repack(lm_head_);
+  }
+
   model_config config_;
   const architecture_traits& traits_;
   cpu::thread_pool pool_;
@@ -381,6 +401,7 @@ class cpu_model final : public model {
   std::vector<layer_weights> layers_;
   cpu::attention_params attention_params_;
 
+  std::vector<cpu::repacked_buffer> repacked_;  // owns the repacked copies the views point at
   std::vector<float> x_, h_, out_, q_, k_, v_, attn_, gate_, up_, logits_hidden_;
   std::vector<float> scratch_;  // converted weight slabs for sgemm
   cpu::attention_workspace attention_workspace_;

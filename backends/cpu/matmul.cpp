@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backends/cpu/quant_kernels.hpp"
+#include "backends/cpu/quant_repack.hpp"
 #include "backends/cpu/row_kernels.hpp"
 #include "model/weight_values.hpp"
 
@@ -81,13 +82,18 @@ void quantized_matmul(thread_pool& pool, const quant_kernels& kernels, const flo
     pool.parallel_for(0, n, 1, quantize_rows);
   }
 
-  const quant_matmul_fn multiply = kernels.matmul[static_cast<int>(w.type)];
+  const quant_matmul_fn repacked_multiply = kernels.matmul_repacked[static_cast<int>(w.type)];
+  const bool use_repacked = w.repacked != nullptr && repacked_multiply != nullptr && w.repack_rows == kernels.repack_rows;
+  const quant_matmul_fn multiply = use_repacked ? repacked_multiply : kernels.matmul[static_cast<int>(w.type)];
+  // Repacked: row `begin` (a multiple of 16, so of the tile's rows) starts tile begin / R.
+  const size_t tile_bytes = use_repacked ? repacked_tile_bytes(w.type, k, w.repack_rows) : 0;
   const auto multiply_rows = [&](int64_t begin, int64_t end, int thread_index) {
-    multiply(w.data + begin * stride, k, end - begin, acts, n, y + begin, m,
-             thread_scratch + per_thread * thread_index);
+    const std::byte* rows = use_repacked ? w.repacked + (begin / w.repack_rows) * tile_bytes : w.data + begin * stride;
+    multiply(rows, k, end - begin, acts, n, y + begin, m, thread_scratch + per_thread * thread_index);
   };
   constexpr int64_t tile = 16;
-  const int64_t min_rows = std::max<int64_t>(tile, min_macs_per_chunk / std::max<int64_t>(1, n * k));
+  // Every chunk starts at a multiple of the tile (repacked weights are addressed by tile).
+  const int64_t min_rows = (std::max<int64_t>(tile, min_macs_per_chunk / std::max<int64_t>(1, n * k)) + tile - 1) / tile * tile;
   const int64_t per_thread_rows = (m + threads - 1) / threads;
   if (n < few_rows) {
     pool.parallel_for(0, m, std::max(min_rows, (per_thread_rows + tile - 1) / tile * tile), multiply_rows);

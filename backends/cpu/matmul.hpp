@@ -36,6 +36,10 @@ struct weight_view {
   const std::byte* data = nullptr;
   const float* row_scales = nullptr;     // [rows] or null: output r is multiplied by row_scales[r]
   const int32_t* input_order = nullptr;  // [cols] or null: stored column j multiplies x[input_order[j]]
+  // The same matrix repacked at load (quant_repack.hpp) in tiles of repack_rows rows, or null:
+  // the integer kernels read it instead of `data` when their level's tile has that many rows.
+  const std::byte* repacked = nullptr;
+  int repack_rows = 0;
 };
 
 // Views a 2-D weight tensor; throws std::runtime_error when it is not 2-D or not [rows, cols],

@@ -49,6 +49,11 @@ struct quant_kernels {
   quantize_acts_fn quantize_acts[num_dtypes];
   quant_matmul_fn matmul[num_dtypes];
   to_f32_fn to_f32[num_dtypes];  // bit for bit the reference dequantizer's floats
+  // Over weights repacked for this level (quant_repack.hpp): w is the repacked tile of the first
+  // row asked for (rows from a multiple of repack_rows on). Null for the types without a repacked
+  // layout and on the scalar level; the same bits as `matmul` on the GGUF bytes.
+  quant_matmul_fn matmul_repacked[num_dtypes];
+  int repack_rows;  // R: rows per repacked tile for this level (0: no repacking)
   size_t (*scratch_bytes)(int64_t n, int64_t k);
 };
 

@@ -26,6 +26,9 @@ struct avx2_qvec : x86_bytes<false> {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   }
   static wreg abs8(wreg w) { return _mm256_abs_epi8(w); }
+  // The two codes of a repacked byte (quant_repack.hpp): its low and its high nibble.
+  static wreg low_nibbles(wreg w) { return _mm256_and_si256(w, _mm256_set1_epi8(0x0f)); }
+  static wreg high_nibbles(wreg w) { return _mm256_and_si256(_mm256_srli_epi16(w, 4), _mm256_set1_epi8(0x0f)); }
   static ireg dot4_signed(ireg acc, wreg w, wreg w_abs, int32_t a4) {
     const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(_mm256_set1_epi32(a4), w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));

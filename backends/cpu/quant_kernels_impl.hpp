@@ -33,6 +33,7 @@
 
 #include "backends/cpu/quant_codes.hpp"
 #include "backends/cpu/quant_kernels.hpp"
+#include "backends/cpu/quant_repack.hpp"
 
 namespace troupe::cpu {
 namespace {
@@ -317,6 +318,14 @@ void codes_to_f32(const std::byte* src, int64_t count, float* dst) {
   }
 }
 
+}  // namespace
+}  // namespace troupe::cpu
+
+#include "backends/cpu/quant_repacked_impl.hpp"
+
+namespace troupe::cpu {
+namespace {
+
 // ---- the table -----------------------------------------------------------------------------
 
 template <class V>
@@ -331,6 +340,10 @@ quant_kernels make_quant_kernels() {
     });
   }
   table.scratch_bytes = &quant_scratch_bytes<V>;
+  if constexpr (V::R > 1) {
+    table.matmul_repacked[static_cast<int>(dtype::q4_k)] = &quant_matmul_q4_k_repacked<V>;
+    table.repack_rows = V::R;
+  }
   return table;
 }
 

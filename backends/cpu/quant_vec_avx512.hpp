@@ -34,6 +34,9 @@ struct avx512_qvec : x86_bytes<true> {
     }
   }
   static wreg abs8(wreg w) { return _mm512_abs_epi8(w); }
+  // The two codes of a repacked byte (quant_repack.hpp): its low and its high nibble.
+  static wreg low_nibbles(wreg w) { return _mm512_and_si512(w, _mm512_set1_epi8(0x0f)); }
+  static wreg high_nibbles(wreg w) { return _mm512_and_si512(_mm512_srli_epi16(w, 4), _mm512_set1_epi8(0x0f)); }
   // |w| x (a with w's sign): AVX-512 has no vpsignb, so negate a where w < 0 (where w = 0 the
   // product is 0 through |w| anyway).
   static ireg dot4_signed(ireg acc, wreg w, wreg w_abs, int32_t a4) {

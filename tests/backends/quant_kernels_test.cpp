@@ -21,6 +21,7 @@
 
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/quant_kernels.hpp"
+#include "backends/cpu/quant_repack.hpp"
 #include "backends/cpu/row_kernels.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "tests/backends/cpu_test_support.hpp"
@@ -290,6 +291,90 @@ TEST(quant_kernels, matmul_gives_the_same_bits_for_any_thread_count_and_row_coun
         for (int64_t r = 0; r < m; ++r) ASSERT_TRUE(same_bits(first[r], want[r])) << dtype_name(type) << ", " << n << " rows";
       }
     }
+  }
+}
+
+// Weights repacked at load (backends/cpu/quant_repack.hpp): the repacked kernel, called directly
+// on the repacked tiles, gives the GGUF kernel's bits for every row count (1 .. 40, the few-row
+// and the many-row schedules) and width, on every level that repacks; through matmul, for any
+// thread count and a ragged last tile.
+TEST(quant_repack, repacked_products_have_the_gguf_kernels_bits) {
+  const int64_t m = 37;
+  const int64_t max_n = 40;
+  int levels_checked = 0;
+  for (dtype type : quantized_types()) {
+    if (!cpu::has_repacked_layout(type)) continue;
+    for (int64_t k : {256, 512, 2816}) {
+      const uint32_t seed = 300 + static_cast<uint32_t>(k);
+      const std::vector<std::byte> w = test::random_blocks(type, m, k, seed);
+      const std::vector<float> x = random_activations(max_n, k, seed + 1);
+      for (auto level : supported_simd_levels()) {
+        const cpu::quant_kernels& kernels = cpu::quant_kernels_for(level);
+        if (kernels.repack_rows == 0) continue;
+        ++levels_checked;
+        const std::string where = std::string(dtype_name(type)) + " at " + std::string(cpu::simd_level_name(level)) +
+                                  ", k " + std::to_string(k);
+        cpu::thread_pool pool(1);
+        const cpu::repacked_buffer packed = cpu::repack_weights(pool, cpu::weight_view{type, m, k, w.data()}, kernels.repack_rows);
+        for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{5}, max_n}) {
+          const kernel_run want = run_kernels(kernels, type, w, m, k, x.data(), n);
+          std::vector<float> got(static_cast<size_t>(n * m), std::numeric_limits<float>::quiet_NaN());
+          kernels.matmul_repacked[static_cast<int>(type)](packed.get(), k, m, want.acts.data(), n, got.data(), m, nullptr);
+          for (int64_t i = 0; i < n * m; ++i) {
+            ASSERT_TRUE(same_bits(got[i], want.y[i])) << where << ", " << n << " rows: output " << i << " is " << got[i]
+                                                      << ", the GGUF kernel gives " << want.y[i];
+          }
+        }
+      }
+    }
+  }
+  if (levels_checked == 0) GTEST_SKIP() << "no SIMD level with a repacked layout on this CPU";
+}
+
+TEST(quant_repack, matmul_over_repacked_weights_gives_the_same_bits_for_any_thread_and_row_count) {
+  const int64_t m = 100, k = 512;
+  const dtype type = dtype::q4_k;
+  const std::vector<std::byte> bytes = test::random_blocks(type, m, k, 31);
+  for (auto level : supported_simd_levels()) {
+    scoped_simd_level scope(level);
+    const cpu::weight_view plain{type, m, k, bytes.data()};
+    cpu::weight_view packed = plain;
+    std::vector<cpu::repacked_buffer> owned;
+    cpu::thread_pool setup(2);
+    if (!cpu::repack_for_active_level(setup, packed, owned)) continue;  // the scalar level has no repacked layout
+    ASSERT_NE(packed.repacked, nullptr);
+    for (int64_t n : {1, 3, 9, 130}) {
+      const std::vector<float> x = random_activations(n, k, 32);
+      for (int threads : {1, 2, 3}) {
+        cpu::thread_pool pool(threads);
+        std::vector<float> scratch;
+        std::vector<float> want(static_cast<size_t>(n * m)), got(static_cast<size_t>(n * m));
+        cpu::matmul(pool, x.data(), n, plain, want.data(), scratch);
+        cpu::matmul(pool, x.data(), n, packed, got.data(), scratch);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_TRUE(same_bits(got[i], want[i])) << cpu::simd_level_name(level) << ", " << n << " rows, " << threads
+                                                  << " threads: output " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(quant_repack, types_without_a_layout_and_widths_off_the_super_block_are_refused_by_name) {
+  cpu::thread_pool pool(1);
+  const std::vector<std::byte> q6 = test::random_blocks(dtype::q6_k, 16, 256, 1);
+  try {
+    cpu::repack_weights(pool, cpu::weight_view{dtype::q6_k, 16, 256, q6.data()}, 16);
+    FAIL() << "q6_k has no repacked layout";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("q6_k"), std::string::npos) << e.what();
+  }
+  std::vector<std::byte> odd(144 * 16 * 2);
+  try {
+    cpu::repack_weights(pool, cpu::weight_view{dtype::q4_k, 16, 288, odd.data()}, 16);
+    FAIL() << "288 columns are not whole super-blocks";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("288"), std::string::npos) << e.what();
   }
 }
 

@@ -1,0 +1,73 @@
+#pragma once
+// Quantized weights repacked at load into the layout the integer kernels multiply, so decode
+// stops paying for block decoding at every step (llama.cpp's CPU "repack" buffers do the same).
+//
+// The kernels (quant_kernels_impl.hpp) multiply tiles of R weight rows whose codes are
+// interleaved [4 elements][R rows] and whose scales are one lane per row; from the GGUF layout
+// they build that tile again at every call, which costs more than reading the bytes on this
+// machine (docs/benchmarks.md, "Quantized weights"). A repacked matrix keeps the weights
+// quantized (4 bits stay 4 bits) but stores each tile already interleaved, with the packed
+// 6-bit sub-block scales unpacked to bytes:
+//
+// Q4_K, tile of R rows (row r0 + r is lane r; lanes past the matrix are zero), super-block b of
+// 256 elements at tile + b * q4_k_repacked_block_bytes(R):
+//   codes  uint8 [32][R][4]   pair p, lane r, byte i: code of element 8p + i in its low nibble,
+//                             of element 8p + 4 + i in its high nibble (codes 0..15)
+//   d      float [R]          the block's d (f16 read exactly)
+//   neg_dmin float [R]        -dmin, so -(dmin * m) is one multiply, rounded as the reference
+//   sc     int8  [8][R]       the 6-bit scale of each 32-element sub-block
+//   m      int8  [8][R]       the 6-bit min of each sub-block
+// 152 bytes per row and super-block against GGUF's 144 (+5.6 %). The kernels compute D = d * sc
+// and M = neg_dmin * m exactly as the decoder does, so a repacked product has the same bits as
+// the GGUF one (the canonical sum of quant_kernels_impl.hpp): batch invariance is untouched.
+//
+// The repacked copy is owned memory; the GGUF bytes it came from are no longer read by the CPU
+// model (the loader's mapping stays, its pages can be dropped: release_source_pages).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/dtype.hpp"
+
+namespace troupe::cpu {
+
+struct weight_view;
+class thread_pool;
+
+// `static`: the per-ISA kernel files include this (see STYLE of row_kernels_impl.hpp).
+static constexpr size_t q4_k_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (128 + 8 + 16); }
+
+// Bytes of one tile of R rows of a repacked [*, k] matrix of `type`.
+size_t repacked_tile_bytes(dtype type, int64_t k, int R);
+
+// Whether `type` has a repacked layout (Q4_K today).
+bool has_repacked_layout(dtype type);
+
+struct aligned_free {
+  void operator()(std::byte* p) const;
+};
+using repacked_buffer = std::unique_ptr<std::byte[], aligned_free>;
+
+// Repacks w (rows tiles of R, the last padded with zero lanes) on the pool's threads. Throws
+// std::runtime_error when w's type has no repacked layout or k is not a multiple of 256.
+repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R);
+
+// Whether models repack at load (default on; benchmarks turn it off to measure the difference).
+bool weight_repacking();
+void set_weight_repacking(bool on);
+
+// Repacks w for the active level's kernels when it can (the switch is on, the integer kernels
+// are on, the level and type have a repacked layout, w is plain with k a multiple of 256), keeps
+// the buffer in `owned` and points w.repacked at it. Returns whether it did.
+bool repack_for_active_level(thread_pool& pool, weight_view& w, std::vector<repacked_buffer>& owned);
+
+// Drops this process's resident pages of w's bytes (madvise DONTNEED on the whole pages inside
+// them) when they belong to a read-only file mapping (a GGUF or safetensors file): after
+// repacking, the CPU never reads them again, and a dropped page is read back from the file if
+// anything does. Weights in anonymous memory (converted or owned buffers) are left alone, as
+// dropping those would zero them. Returns the bytes released.
+size_t release_source_pages(const weight_view& w);
+
+}  // namespace troupe::cpu

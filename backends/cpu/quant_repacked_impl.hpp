@@ -1,0 +1,95 @@
+#pragma once
+// The integer kernel over repacked Q4_K tiles (quant_repack.hpp for the layout), written over the
+// same SIMD traits V as quant_kernels_impl.hpp and included at its end. It computes the canonical
+// sum of quant_kernels_impl.hpp in the same order with the same roundings (D = d * sc and
+// M = -dmin * m per sub-block, one fma per 32-element activation block), so its outputs equal
+// quant_matmul's bit for bit: only where the codes and scales come from differs (two nibble
+// masks per 64 bytes instead of a decode and a transpose per chunk).
+
+namespace troupe::cpu {
+namespace {
+
+// Adds the whole of one repacked tile (k / 256 super-blocks) to the sums of N activation rows
+// (x[j]: activation row j's first block); acc/accm [N][R] carry the sums out.
+template <class V, int N>
+void multiply_q4_k_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc_mem,
+                            float* accm_mem) {
+  constexpr int R = V::R;
+  typename V::freg acc[N], accm[N];
+  for (int j = 0; j < N; ++j) acc[j] = accm[j] = V::fzero();
+  for (int64_t b = 0; b < num_super; ++b) {
+    const std::byte* block = tile + b * q4_k_repacked_block_bytes(R);
+    const uint8_t* codes = reinterpret_cast<const uint8_t*>(block);                // [32][R][4]
+    const float* d = reinterpret_cast<const float*>(block + 128 * R);              // [R]
+    const float* neg_dmin = d + R;                                                  // [R]
+    const int8_t* sc = reinterpret_cast<const int8_t*>(neg_dmin + R);              // [8][R]
+    const int8_t* m = sc + 8 * R;                                                   // [8][R]
+    if (b + 1 < num_super) {
+      const std::byte* next = block + q4_k_repacked_block_bytes(R);
+      for (size_t off = 0; off < q4_k_repacked_block_bytes(R); off += 64) __builtin_prefetch(next + off);
+    }
+    const typename V::freg dv = V::fload(d);
+    const typename V::freg neg_dminv = V::fload(neg_dmin);
+    for (int s = 0; s < 8; ++s) {
+      const int64_t ab = b * 8 + s;  // activation block
+      typename V::ireg dot[N];
+      for (int j = 0; j < N; ++j) dot[j] = V::izero();
+      for (int p = 0; p < 4; ++p) {
+        const typename V::wreg packed = V::load_w(codes + (s * 4 + p) * R * 4);
+        const typename V::wreg lo = V::low_nibbles(packed);
+        const typename V::wreg hi = V::high_nibbles(packed);
+        for (int j = 0; j < N; ++j) {
+          dot[j] = V::dot4(dot[j], lo, load_a4(x[j][ab].q + 8 * p));
+          dot[j] = V::dot4(dot[j], hi, load_a4(x[j][ab].q + 8 * p + 4));
+        }
+      }
+      const typename V::freg D = V::fmul(dv, V::cvt_codes(sc + s * R));
+      const typename V::freg M = V::fmul(neg_dminv, V::cvt_codes(m + s * R));
+      for (int j = 0; j < N; ++j) {
+        acc[j] = V::fma(V::cvt(dot[j]), V::fmul(D, V::fset1(x[j][ab].d)), acc[j]);
+        accm[j] = V::fma(M, V::fset1(x[j][ab].dsum[0]), accm[j]);
+      }
+    }
+  }
+  for (int j = 0; j < N; ++j) {
+    V::fstore(acc_mem + j * R, acc[j]);
+    V::fstore(accm_mem + j * R, accm[j]);
+  }
+}
+
+// quant_matmul_fn over repacked Q4_K: w is the first tile of the rows asked for (num_rows from a
+// tile boundary); each tile is read from memory once and, for more than act_rows activation
+// rows, again from cache by each further group of act_rows.
+template <class V>
+void quant_matmul_q4_k_repacked(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x, int64_t n,
+                                float* y, int64_t ldy, std::byte*) {
+  constexpr int R = V::R;
+  constexpr int A = V::act_rows;
+  const int64_t num_super = k / 256;
+  const size_t tile_bytes = static_cast<size_t>(num_super) * q4_k_repacked_block_bytes(R);
+  const int64_t x_blocks = k / 32;
+  alignas(64) float acc[A * R];   // [A][R]
+  alignas(64) float accm[A * R];  // [A][R]
+  for (int64_t r0 = 0; r0 < num_rows; r0 += R) {
+    const std::byte* tile = w + (r0 / R) * tile_bytes;
+    const int rows = static_cast<int>(smaller(R, num_rows - r0));
+    for (int64_t j0 = 0; j0 < n; j0 += A) {
+      const int64_t count = smaller(A, n - j0);
+      const act_block* rows_x[A];
+      for (int64_t i = 0; i < count; ++i) rows_x[i] = x + (j0 + i) * x_blocks;
+      switch (count) {
+        case 1: multiply_q4_k_repacked<V, 1>(tile, num_super, rows_x, acc, accm); break;
+        case 2: if constexpr (A >= 2) multiply_q4_k_repacked<V, 2>(tile, num_super, rows_x, acc, accm); break;
+        case 3: if constexpr (A >= 3) multiply_q4_k_repacked<V, 3>(tile, num_super, rows_x, acc, accm); break;
+        default: multiply_q4_k_repacked<V, A>(tile, num_super, rows_x, acc, accm); break;
+      }
+      for (int64_t i = 0; i < count; ++i) {
+        float* out = y + (j0 + i) * ldy + r0;
+        for (int r = 0; r < rows; ++r) out[r] = acc[i * R + r] + accm[i * R + r];
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace troupe::cpu
