@@ -19,11 +19,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_model.hpp"
+#include "backends/cpu/quant_repack.hpp"
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/model_loader.hpp"
 #include "tests/backends/cpu_greedy_support.hpp"
@@ -128,6 +131,40 @@ TEST(cpu_quantized_model, random_model_with_k_quants_runs_like_its_dequantized_t
     ASSERT_EQ(pair.num_quantized, 3 * 7 + 2) << dtype_name(type);  // 7 matrices per layer, embeddings, lm_head
     expect_close_twins(compare_twins(config, pair, prompt, forced), 7 * 3, static_cast<int>(forced.size()),
                        std::string(dtype_name(type)));
+  }
+}
+
+// Q4_K matrices are repacked at load (backends/cpu/quant_repack.hpp): a prompt and 16 decode
+// steps of a Q4_K model give the logits of the same model read in the GGUF layout, bit for bit
+// (and a Q4_K_M-like mix with Q6_K matrices beside them is repacked only where it can be).
+TEST(cpu_quantized_model, repacked_q4_k_model_gives_the_bits_of_the_gguf_layout) {
+  if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
+  model_config config;
+  config.arch = architecture::llama;
+  config.hidden_size = 256;
+  config.intermediate_size = 768;
+  config.num_layers = 2;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 64;
+  config.vocab_size = 300;
+  config.max_position_embeddings = 256;
+  const weight_store weights = make_dummy_weights(config, dtype::f32, 12, {0.1f, 0.2f});
+  std::mt19937 rng(13);
+  std::vector<int32_t> prompt(20), forced(16);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % config.vocab_size);
+  for (auto& t : forced) t = static_cast<int32_t>(rng() % config.vocab_size);
+  const test::quantized_pair pair = test::quantize_store(weights, dtype::q4_k);
+  std::vector<std::vector<float>> logits[2];
+  for (bool repack : {false, true}) {
+    cpu::set_weight_repacking(repack);
+    auto m = make_cpu_model(config, pair.quantized, {64, 16}, 2);
+    logits[repack] = test::teacher_forced_logits(*m, prompt, forced);
+  }
+  cpu::set_weight_repacking(true);
+  for (size_t step = 0; step < forced.size(); ++step) {
+    ASSERT_EQ(std::memcmp(logits[0][step].data(), logits[1][step].data(), logits[0][step].size() * sizeof(float)), 0)
+        << "step " << step << ": repacked logits differ from the GGUF layout's";
   }
 }
 
