@@ -29,6 +29,15 @@ struct avx2_qvec : x86_bytes<false> {
   // The two codes of a repacked byte (quant_repack.hpp): its low and its high nibble.
   static wreg low_nibbles(wreg w) { return _mm256_and_si256(w, _mm256_set1_epi8(0x0f)); }
   static wreg high_nibbles(wreg w) { return _mm256_and_si256(_mm256_srli_epi16(w, 4), _mm256_set1_epi8(0x0f)); }
+  // Bits 2T, 2T + 1 of each byte moved to bits 4, 5 (Q6_K's top bits over its low nibble); the
+  // 16-bit shifts' spill into the neighbouring byte falls outside the mask.
+  template <int T>
+  static wreg top_bits(wreg w) {
+    const __m256i mask = _mm256_set1_epi8(0x30);
+    if constexpr (T < 3) return _mm256_and_si256(_mm256_slli_epi16(w, 4 - 2 * T), mask);
+    return _mm256_and_si256(_mm256_srli_epi16(w, 2), mask);
+  }
+  static wreg or_w(wreg a, wreg b) { return _mm256_or_si256(a, b); }
   static ireg dot4_signed(ireg acc, wreg w, wreg w_abs, int32_t a4) {
     const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(_mm256_set1_epi32(a4), w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));

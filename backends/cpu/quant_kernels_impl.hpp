@@ -341,7 +341,8 @@ quant_kernels make_quant_kernels() {
   }
   table.scratch_bytes = &quant_scratch_bytes<V>;
   if constexpr (V::R > 1) {
-    table.matmul_repacked[static_cast<int>(dtype::q4_k)] = &quant_matmul_q4_k_repacked<V>;
+    table.matmul_repacked[static_cast<int>(dtype::q4_k)] = &quant_matmul_repacked<V, q4_k_codes>;
+    table.matmul_repacked[static_cast<int>(dtype::q6_k)] = &quant_matmul_repacked<V, q6_k_codes>;
     table.repack_rows = V::R;
   }
   return table;

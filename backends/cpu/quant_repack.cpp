@@ -52,6 +52,40 @@ void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
   }
 }
 
+// One Q6_K block (210 bytes: ql 128, qh 64, sc 16, d) into lane r of a repacked super-block.
+void repack_q6_k_block(const std::byte* block, int R, int r, std::byte* out) {
+  uint8_t* low = reinterpret_cast<uint8_t*>(out);           // [32][R][4]
+  uint8_t* high = low + 128 * R;                             // [16][R][4]
+  float* d = reinterpret_cast<float*>(high + 64 * R);        // [R]
+  int8_t* sc = reinterpret_cast<int8_t*>(d + R);             // [16][R]
+  d[r] = quant::read_f16(block + 208);
+  for (int s = 0; s < 16; ++s) sc[s * R + r] = static_cast<int8_t>(quant::bytes_at(block + 192)[s]);
+  // Element 128 h + 32 t + l (l < 32): low bits from ql[64 h + 32 (t & 1) + l] (nibble t >> 1),
+  // top bits from bits 2t, 2t + 1 of qh[32 h + l].
+  const uint8_t* ql = quant::bytes_at(block);
+  const uint8_t* qh = quant::bytes_at(block + 128);
+  auto low_bits = [&](int e) -> uint8_t {
+    const int h = e / 128, t = (e % 128) / 32, l = e % 32;
+    return (ql[64 * h + 32 * (t & 1) + l] >> (4 * (t >> 1))) & 0x0f;
+  };
+  auto high_bits = [&](int e) -> uint8_t {
+    const int h = e / 128, t = (e % 128) / 32, l = e % 32;
+    return (qh[32 * h + l] >> (2 * t)) & 3;
+  };
+  for (int p = 0; p < 32; ++p) {
+    for (int i = 0; i < 4; ++i) {
+      low[(p * R + r) * 4 + i] = static_cast<uint8_t>(low_bits(8 * p + i) | (low_bits(8 * p + 4 + i) << 4));
+    }
+  }
+  for (int s = 0; s < 16; ++s) {
+    for (int i = 0; i < 4; ++i) {
+      uint8_t byte = 0;
+      for (int t = 0; t < 4; ++t) byte = static_cast<uint8_t>(byte | (high_bits(16 * s + 4 * t + i) << (2 * t)));
+      high[(s * R + r) * 4 + i] = byte;
+    }
+  }
+}
+
 // Whether p lies in a mapping of a file (a path or an inode in /proc/self/maps).
 bool in_file_mapping(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
@@ -67,6 +101,10 @@ bool in_file_mapping(const void* p) {
 }
 
 std::atomic<bool> repacking{true};
+
+size_t block_bytes_of(dtype type, int R) {
+  return type == dtype::q4_k ? q4_k_repacked_block_bytes(R) : q6_k_repacked_block_bytes(R);
+}
 
 }  // namespace
 
@@ -88,11 +126,11 @@ bool repack_for_active_level(thread_pool& pool, weight_view& w, std::vector<repa
 
 void aligned_free::operator()(std::byte* p) const { std::free(p); }
 
-bool has_repacked_layout(dtype type) { return type == dtype::q4_k; }
+bool has_repacked_layout(dtype type) { return type == dtype::q4_k || type == dtype::q6_k; }
 
 size_t repacked_tile_bytes(dtype type, int64_t k, int R) {
-  if (type != dtype::q4_k) throw std::runtime_error("no repacked layout for " + std::string(dtype_name(type)));
-  return static_cast<size_t>(k / super_block) * q4_k_repacked_block_bytes(R);
+  if (!has_repacked_layout(type)) throw std::runtime_error("no repacked layout for " + std::string(dtype_name(type)));
+  return static_cast<size_t>(k / super_block) * block_bytes_of(type, R);
 }
 
 repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R) {
@@ -117,7 +155,12 @@ repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R) {
       for (int r = 0; r < R && t * R + r < w.rows; ++r) {
         const std::byte* row = w.data + (t * R + r) * stride;
         for (int64_t b = 0; b < blocks; ++b) {
-          repack_q4_k_block(row + b * 144, R, r, tile + b * q4_k_repacked_block_bytes(R));
+          std::byte* out_block = tile + b * block_bytes_of(w.type, R);
+          if (w.type == dtype::q4_k) {
+            repack_q4_k_block(row + b * 144, R, r, out_block);
+          } else {
+            repack_q6_k_block(row + b * 210, R, r, out_block);
+          }
         }
       }
     }

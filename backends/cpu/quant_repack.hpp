@@ -17,7 +17,15 @@
 //   neg_dmin float [R]        -dmin, so -(dmin * m) is one multiply, rounded as the reference
 //   sc     int8  [8][R]       the 6-bit scale of each 32-element sub-block
 //   m      int8  [8][R]       the 6-bit min of each sub-block
-// 152 bytes per row and super-block against GGUF's 144 (+5.6 %). The kernels compute D = d * sc
+// 152 bytes per row and super-block against GGUF's 144 (+5.6 %).
+//
+// Q6_K, the same tiles (codes are the 6-bit q, 0..63, standing for q - 32):
+//   low    uint8 [32][R][4]   the low 4 bits of each code, nibble pairs as Q4_K's codes
+//   high   uint8 [16][R][4]   sub-block s (16 elements), lane r, byte i: the top 2 bits of
+//                             element 16s + 4t + i in bits 2t, 2t + 1 (t = 0..3)
+//   d      float [R]
+//   sc     int8  [16][R]      each 16-element sub-block's scale
+// 212 bytes per row and super-block against GGUF's 210 (+1 %). The kernels compute D = d * sc
 // and M = neg_dmin * m exactly as the decoder does, so a repacked product has the same bits as
 // the GGUF one (the canonical sum of quant_kernels_impl.hpp): batch invariance is untouched.
 //
@@ -39,10 +47,12 @@ class thread_pool;
 // `static`: the per-ISA kernel files include this (see STYLE of row_kernels_impl.hpp).
 static constexpr size_t q4_k_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (128 + 8 + 16); }
 
+static constexpr size_t q6_k_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (128 + 64 + 4 + 16); }
+
 // Bytes of one tile of R rows of a repacked [*, k] matrix of `type`.
 size_t repacked_tile_bytes(dtype type, int64_t k, int R);
 
-// Whether `type` has a repacked layout (Q4_K today).
+// Whether `type` has a repacked layout (Q4_K and Q6_K, the types of a Q4_K_M file).
 bool has_repacked_layout(dtype type);
 
 struct aligned_free {

@@ -1,10 +1,10 @@
 #pragma once
-// The integer kernel over repacked Q4_K tiles (quant_repack.hpp for the layout), written over the
+// The integer kernels over repacked Q4_K and Q6_K tiles (quant_repack.hpp for the layout), written over the
 // same SIMD traits V as quant_kernels_impl.hpp and included at its end. It computes the canonical
 // sum of quant_kernels_impl.hpp in the same order with the same roundings (D = d * sc and
 // M = -dmin * m per sub-block, one fma per 32-element activation block), so its outputs equal
 // quant_matmul's bit for bit: only where the codes and scales come from differs (two nibble
-// masks per 64 bytes instead of a decode and a transpose per chunk).
+// masks per 64 bytes, plus Q6_K's top bits, instead of a decode and a transpose per chunk).
 
 namespace troupe::cpu {
 namespace {
@@ -57,16 +57,73 @@ void multiply_q4_k_repacked(const std::byte* tile, int64_t num_super, const act_
   }
 }
 
-// quant_matmul_fn over repacked Q4_K: w is the first tile of the rows asked for (num_rows from a
+// The same for repacked Q6_K: sub-blocks of 16, codes 0..63 standing for code - 32 (the
+// activations' corr takes the 32 back out, as in quant_matmul), no min.
+template <class V, int N>
+void multiply_q6_k_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc_mem,
+                            float*) {
+  using policy = code_policy<V, q6_k_codes>;
+  static_assert(!policy::sign_trick && policy::offset == 32, "repacked Q6_K codes are the unsigned 6-bit q");
+  constexpr int R = V::R;
+  typename V::freg acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = V::fzero();
+  for (int64_t b = 0; b < num_super; ++b) {
+    const std::byte* block = tile + b * q6_k_repacked_block_bytes(R);
+    const uint8_t* low = reinterpret_cast<const uint8_t*>(block);       // [32][R][4]
+    const uint8_t* high = low + 128 * R;                                 // [16][R][4]
+    const float* d = reinterpret_cast<const float*>(high + 64 * R);      // [R]
+    const int8_t* sc = reinterpret_cast<const int8_t*>(d + R);           // [16][R]
+    if (b + 1 < num_super) {
+      const std::byte* next = block + q6_k_repacked_block_bytes(R);
+      for (size_t off = 0; off < q6_k_repacked_block_bytes(R); off += 64) __builtin_prefetch(next + off);
+    }
+    const typename V::freg dv = V::fload(d);
+    for (int s = 0; s < 16; ++s) {
+      const int64_t ab = b * 8 + s / 2;  // activation block
+      const int h = s % 2;               // which half of it
+      const typename V::wreg top = V::load_w(high + s * R * 4);
+      const typename V::wreg pair0 = V::load_w(low + (2 * s) * R * 4);
+      const typename V::wreg pair1 = V::load_w(low + (2 * s + 1) * R * 4);
+      const typename V::wreg g0 = V::or_w(V::low_nibbles(pair0), V::template top_bits<0>(top));
+      const typename V::wreg g1 = V::or_w(V::high_nibbles(pair0), V::template top_bits<1>(top));
+      const typename V::wreg g2 = V::or_w(V::low_nibbles(pair1), V::template top_bits<2>(top));
+      const typename V::wreg g3 = V::or_w(V::high_nibbles(pair1), V::template top_bits<3>(top));
+      const typename V::freg D = V::fmul(dv, V::cvt_codes(sc + s * R));
+      for (int j = 0; j < N; ++j) {
+        const int8_t* q = x[j][ab].q + 16 * h;
+        typename V::ireg dot = V::izero();
+        dot = V::dot4(dot, g0, load_a4(q));
+        dot = V::dot4(dot, g1, load_a4(q + 4));
+        dot = V::dot4(dot, g2, load_a4(q + 8));
+        dot = V::dot4(dot, g3, load_a4(q + 12));
+        dot = V::isub(dot, x[j][ab].corr[h]);
+        acc[j] = V::fma(V::cvt(dot), V::fmul(D, V::fset1(x[j][ab].d)), acc[j]);
+      }
+    }
+  }
+  for (int j = 0; j < N; ++j) V::fstore(acc_mem + j * R, acc[j]);
+}
+
+template <class V, class T, int N>
+void multiply_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc, float* accm) {
+  if constexpr (T::type == dtype::q4_k) {
+    multiply_q4_k_repacked<V, N>(tile, num_super, x, acc, accm);
+  } else {
+    multiply_q6_k_repacked<V, N>(tile, num_super, x, acc, accm);
+  }
+}
+
+// quant_matmul_fn over repacked Q4_K or Q6_K: w is the first tile of the rows asked for (num_rows from a
 // tile boundary); each tile is read from memory once and, for more than act_rows activation
 // rows, again from cache by each further group of act_rows.
-template <class V>
-void quant_matmul_q4_k_repacked(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x, int64_t n,
-                                float* y, int64_t ldy, std::byte*) {
+template <class V, class T>
+void quant_matmul_repacked(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x, int64_t n,
+                           float* y, int64_t ldy, std::byte*) {
   constexpr int R = V::R;
   constexpr int A = V::act_rows;
   const int64_t num_super = k / 256;
-  const size_t tile_bytes = static_cast<size_t>(num_super) * q4_k_repacked_block_bytes(R);
+  constexpr bool q4_k = T::type == dtype::q4_k;
+  const size_t tile_bytes = static_cast<size_t>(num_super) * (q4_k ? q4_k_repacked_block_bytes(R) : q6_k_repacked_block_bytes(R));
   const int64_t x_blocks = k / 32;
   alignas(64) float acc[A * R];   // [A][R]
   alignas(64) float accm[A * R];  // [A][R]
@@ -78,14 +135,14 @@ void quant_matmul_q4_k_repacked(const std::byte* w, int64_t k, int64_t num_rows,
       const act_block* rows_x[A];
       for (int64_t i = 0; i < count; ++i) rows_x[i] = x + (j0 + i) * x_blocks;
       switch (count) {
-        case 1: multiply_q4_k_repacked<V, 1>(tile, num_super, rows_x, acc, accm); break;
-        case 2: if constexpr (A >= 2) multiply_q4_k_repacked<V, 2>(tile, num_super, rows_x, acc, accm); break;
-        case 3: if constexpr (A >= 3) multiply_q4_k_repacked<V, 3>(tile, num_super, rows_x, acc, accm); break;
-        default: multiply_q4_k_repacked<V, A>(tile, num_super, rows_x, acc, accm); break;
+        case 1: multiply_repacked<V, T, 1>(tile, num_super, rows_x, acc, accm); break;
+        case 2: if constexpr (A >= 2) multiply_repacked<V, T, 2>(tile, num_super, rows_x, acc, accm); break;
+        case 3: if constexpr (A >= 3) multiply_repacked<V, T, 3>(tile, num_super, rows_x, acc, accm); break;
+        default: multiply_repacked<V, T, A>(tile, num_super, rows_x, acc, accm); break;
       }
       for (int64_t i = 0; i < count; ++i) {
         float* out = y + (j0 + i) * ldy + r0;
-        for (int r = 0; r < rows; ++r) out[r] = acc[i * R + r] + accm[i * R + r];
+        for (int r = 0; r < rows; ++r) out[r] = T::has_min ? acc[i * R + r] + accm[i * R + r] : acc[i * R + r];
       }
     }
   }

@@ -37,6 +37,15 @@ struct avx512_qvec : x86_bytes<true> {
   // The two codes of a repacked byte (quant_repack.hpp): its low and its high nibble.
   static wreg low_nibbles(wreg w) { return _mm512_and_si512(w, _mm512_set1_epi8(0x0f)); }
   static wreg high_nibbles(wreg w) { return _mm512_and_si512(_mm512_srli_epi16(w, 4), _mm512_set1_epi8(0x0f)); }
+  // Bits 2T, 2T + 1 of each byte moved to bits 4, 5 (Q6_K's top bits over its low nibble); the
+  // 16-bit shifts' spill into the neighbouring byte falls outside the mask.
+  template <int T>
+  static wreg top_bits(wreg w) {
+    const __m512i mask = _mm512_set1_epi8(0x30);
+    if constexpr (T < 3) return _mm512_and_si512(_mm512_slli_epi16(w, 4 - 2 * T), mask);
+    return _mm512_and_si512(_mm512_srli_epi16(w, 2), mask);
+  }
+  static wreg or_w(wreg a, wreg b) { return _mm512_or_si512(a, b); }
   // |w| x (a with w's sign): AVX-512 has no vpsignb, so negate a where w < 0 (where w = 0 the
   // product is 0 through |w| anyway).
   static ireg dot4_signed(ireg acc, wreg w, wreg w_abs, int32_t a4) {

@@ -134,10 +134,10 @@ TEST(cpu_quantized_model, random_model_with_k_quants_runs_like_its_dequantized_t
   }
 }
 
-// Q4_K matrices are repacked at load (backends/cpu/quant_repack.hpp): a prompt and 16 decode
-// steps of a Q4_K model give the logits of the same model read in the GGUF layout, bit for bit
-// (and a Q4_K_M-like mix with Q6_K matrices beside them is repacked only where it can be).
-TEST(cpu_quantized_model, repacked_q4_k_model_gives_the_bits_of_the_gguf_layout) {
+// Q4_K and Q6_K matrices are repacked at load (backends/cpu/quant_repack.hpp): a prompt and 16
+// decode steps of a model in either type give the logits of the same model read in the GGUF
+// layout, bit for bit.
+TEST(cpu_quantized_model, repacked_q4_k_and_q6_k_models_give_the_bits_of_the_gguf_layout) {
   if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
   model_config config;
   config.arch = architecture::llama;
@@ -154,17 +154,19 @@ TEST(cpu_quantized_model, repacked_q4_k_model_gives_the_bits_of_the_gguf_layout)
   std::vector<int32_t> prompt(20), forced(16);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % config.vocab_size);
   for (auto& t : forced) t = static_cast<int32_t>(rng() % config.vocab_size);
-  const test::quantized_pair pair = test::quantize_store(weights, dtype::q4_k);
-  std::vector<std::vector<float>> logits[2];
-  for (bool repack : {false, true}) {
-    cpu::set_weight_repacking(repack);
-    auto m = make_cpu_model(config, pair.quantized, {64, 16}, 2);
-    logits[repack] = test::teacher_forced_logits(*m, prompt, forced);
-  }
-  cpu::set_weight_repacking(true);
-  for (size_t step = 0; step < forced.size(); ++step) {
-    ASSERT_EQ(std::memcmp(logits[0][step].data(), logits[1][step].data(), logits[0][step].size() * sizeof(float)), 0)
-        << "step " << step << ": repacked logits differ from the GGUF layout's";
+  for (dtype type : {dtype::q4_k, dtype::q6_k}) {
+    const test::quantized_pair pair = test::quantize_store(weights, type);
+    std::vector<std::vector<float>> logits[2];
+    for (bool repack : {false, true}) {
+      cpu::set_weight_repacking(repack);
+      auto m = make_cpu_model(config, pair.quantized, {64, 16}, 2);
+      logits[repack] = test::teacher_forced_logits(*m, prompt, forced);
+    }
+    cpu::set_weight_repacking(true);
+    for (size_t step = 0; step < forced.size(); ++step) {
+      ASSERT_EQ(std::memcmp(logits[0][step].data(), logits[1][step].data(), logits[0][step].size() * sizeof(float)), 0)
+          << dtype_name(type) << ", step " << step << ": repacked logits differ from the GGUF layout's";
+    }
   }
 }
 
