@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "stages/engine_router.hpp"
+#include "stages/instance_fan_in.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/stage_actors.hpp"
@@ -17,25 +18,6 @@ struct engine_handles {
   caf::actor scheduler;
   caf::actor worker;
   caf::actor kv_agent;
-};
-
-// Sums the instances' answers to one stats query; the last answer (or failure) sends the total.
-struct stats_total {
-  stats_answer sum;
-  int num_pending = 0;
-  int num_answered = 0;
-  std::string last_error;
-};
-
-// Gathers the instances' steps for one trace query; the last answer (or failure) sends them all.
-// Each instance's ages are measured from its own answer: they are moved to ages before the
-// router's answer, taking the instance's answer to have left at the midpoint of the round trip
-// the router measured (its clock is another host's, perhaps; no stamp of it is used).
-struct trace_total {
-  trace_answer all;
-  std::vector<std::pair<timestamp_ns, step_event>> steps;  // the router's stamp of each step's start
-  int num_pending = 0;
-  std::string last_error;
 };
 
 const char* state_name(engine_state state) { return state == engine_state::active ? "active" : "draining"; }
@@ -271,29 +253,19 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
           self->send(frontend, stats_answer{query.tag, 0, 0, 0, 0, "no engine instance is available"});
           return;
         }
-        auto total = std::make_shared<stats_total>();
-        total->sum.tag = query.tag;
-        total->num_pending = static_cast<int>(engines->size());
+        auto total = std::make_shared<stats_fan_in>(query.tag, static_cast<int>(engines->size()));
         auto settle = [=] {
-          if (--total->num_pending > 0) return;
-          if (total->num_answered == 0) total->sum.unavailable = "no engine instance answered: " + total->last_error;
-          self->send(frontend, std::move(total->sum));
+          if (total->settled()) self->send(frontend, total->reply());
         };
         for (const auto& [id, handles] : *engines) {
           self->request(handles.scheduler, timeout, query)
               .then(
                   [=](stats_answer& answer) {
-                    total->sum.num_free_blocks += answer.num_free_blocks;
-                    total->sum.num_total_blocks += answer.num_total_blocks;
-                    total->sum.num_running += answer.num_running;
-                    total->sum.num_waiting += answer.num_waiting;
-                    total->sum.num_waiting_for_kv += answer.num_waiting_for_kv;
-                    total->sum.num_kv_leases += answer.num_kv_leases;
-                    ++total->num_answered;
+                    total->add(answer);
                     settle();
                   },
                   [=](caf::error& error) {
-                    total->last_error = self->system().render(error);
+                    total->fail(self->system().render(error));
                     settle();
                   });
         }
@@ -303,39 +275,24 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
           self->send(frontend, trace_answer{query.tag, {}, {}, "no engine instance is available"});
           return;
         }
-        auto total = std::make_shared<trace_total>();
-        total->all.tag = query.tag;
-        total->num_pending = static_cast<int>(engines->size());
+        auto total = std::make_shared<trace_fan_in>(query.tag, static_cast<int>(engines->size()));
         auto settle = [=] {
-          if (--total->num_pending > 0) return;
-          if (total->all.instances.empty()) total->all.unavailable = "no engine instance answered: " + total->last_error;
-          const timestamp_ns now = steady_now_ns();
-          for (auto& [start, step] : total->steps) {
-            step.age_ns = now - start;
-            total->all.steps.push_back(std::move(step));
-          }
-          self->send(frontend, std::move(total->all));
+          if (total->settled()) self->send(frontend, total->reply(steady_now_ns()));
         };
         std::unordered_map<engine_instance_id, std::string> nodes;
         for (const auto& info : router->instances()) nodes[info.id] = info.node;
         for (const auto& [id, handles] : *engines) {
           const timestamp_ns sent = steady_now_ns();
-          const engine_instance_id instance = id;
+          const auto instance = static_cast<int32_t>(id);
           const std::string node = nodes[id];
           self->request(handles.scheduler, timeout, query)
               .then(
                   [=](trace_answer& answer) {
-                    const timestamp_ns received = steady_now_ns();
-                    const timestamp_ns answered = sent + (received - sent) / 2;
-                    for (step_event& step : answer.steps) {
-                      step.instance = static_cast<int32_t>(instance);
-                      total->steps.emplace_back(answered - step.age_ns, std::move(step));
-                    }
-                    total->all.instances.push_back(trace_instance{static_cast<int32_t>(instance), node});
+                    total->add(instance, node, std::move(answer), sent, steady_now_ns());
                     settle();
                   },
                   [=](caf::error& error) {
-                    total->last_error = self->system().render(error);
+                    total->fail(self->system().render(error));
                     settle();
                   });
         }
