@@ -4,6 +4,7 @@
 #include <caf/stateful_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include "stages/detokenizer_shards.hpp"
 #include "stages/engine_router.hpp"
 #include "stages/instance_fan_in.hpp"
 #include "stages/message_inspect.hpp"
@@ -73,7 +74,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   // Sends what the router asked for: aborts of the other half, hand-overs, re-runs, failures.
   auto send_to_detokenizer = [=](token_batch batch, int64_t request_id) {
     if (detokenizers->empty()) return;
-    self->send((*detokenizers)[static_cast<uint64_t>(request_id) % detokenizers->size()], std::move(batch));
+    self->send((*detokenizers)[detokenizer_of(request_id, detokenizers->size())], std::move(batch));
   };
   auto carry_out = [=] {
     router_commands commands = router->take_commands();
@@ -212,22 +213,9 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         if (!from) return;  // from an instance already lost or stopped: its requests moved on
         token_batch out = router->on_tokens(*from, std::move(batch));
         carry_out();
-        if (detokenizers->size() == 1) {
-          if (!out.empty()) self->send(detokenizers->front(), std::move(out));
-        } else {
-          // A request's deltas always go to the same detokenizer, which holds its text.
-          std::vector<token_batch> parts(detokenizers->size());
-          for (size_t i = 0; i < out.deltas.size(); ++i) {
-            token_batch& part = parts[static_cast<uint64_t>(out.deltas[i].request_id) % parts.size()];
-            part.deltas.push_back(std::move(out.deltas[i]));
-            part.timelines.push_back(std::move(out.timelines[i]));
-          }
-          for (request_failed& failure : out.failures) {
-            parts[static_cast<uint64_t>(failure.request_id) % parts.size()].failures.push_back(std::move(failure));
-          }
-          for (size_t i = 0; i < parts.size(); ++i) {
-            if (!parts[i].empty()) self->send((*detokenizers)[i], std::move(parts[i]));
-          }
+        std::vector<token_batch> parts = split_for_detokenizers(std::move(out), detokenizers->size());
+        for (size_t i = 0; i < parts.size(); ++i) {
+          if (!parts[i].empty()) self->send((*detokenizers)[i], std::move(parts[i]));
         }
         stop_if_drained(*from);
       },
