@@ -111,7 +111,7 @@ using abort_all_atom = caf::atom_constant<caf::atom("abortall")>;
 
 struct router_spec {
   int block_size = 16;                   // the engines' KV block size
-  std::vector<caf::actor> detokenizers;  // a request's deltas go to detokenizers[id % size]
+  std::vector<caf::actor> detokenizers;  // a request's deltas go to detokenizers[detokenizer_of(id, size)]
   caf::actor reply_to;                   // requests that no instance can take; stats answers
   std::chrono::milliseconds request_timeout{30000};  // a stats query to an instance
   // Called when an instance is lost (not drained), after its requests were re-run elsewhere:
