@@ -208,7 +208,7 @@ int main(int argc, char** argv) try {
   auto batch_for = [&](int first, int count, int32_t token) {
     troupe::forward_batch batch;
     for (int t = first; t < first + count; ++t) {
-      batch.token_ids.push_back(token + t % 97);
+      batch.token_ids.push_back((token + t % 97) % config.vocab_size);  // any id inside the vocabulary
       batch.positions.push_back(t);
       batch.slot_mapping.push_back(t);
     }
