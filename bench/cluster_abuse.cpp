@@ -3,9 +3,10 @@
 //
 //   flood    under RLIMIT_NOFILE --nofile, --flood idle TCP connections on every listening port
 //            of every node and of the controller (found in /proc: cluster ports, the admin door,
-//            KV ports; the client doors with --flood-doors); no process exits, --flood-requests real requests complete
-//            while the connections are held, the TLS ports close them within their handshake
-//            timeout, and the refusals are logged at a bounded rate.
+//            KV ports, the client doors unless --spare-doors); no process exits, --flood-requests
+//            real requests complete at each client door (ZeroMQ and HTTP) while the connections
+//            are held, the ports close them within their handshake (or request) timeout, and the
+//            refusals are logged at a bounded rate.
 //   aborts   per topology (colocated, replicas, 1p1d, 2p1d): --pairs generate/abort pairs with
 //            random 0-30 ms delays on one ZeroMQ connection without waiting for replies, and
 //            --disconnects clients that close right after sending: every request gets exactly
@@ -66,7 +67,7 @@ struct options {
   int pairs = 1000, disconnects = 100, sigterms = 200, drain_ms = 15000;
   unsigned seed = 1;
   bool short_run = false;
-  bool flood_doors = false;  // also the client doors' ports (ZeroMQ, HTTP)
+  bool flood_doors = true;  // also the client doors' ports (ZeroMQ, HTTP); --spare-doors: not
 };
 
 int num_failures = 0;
@@ -91,8 +92,12 @@ class cluster {
     std::ofstream out(topology);
     out << "[model]\npath = \"" << o.model << "\"\n"
         << "[node]\ndevice = \"cpu\"\nthreads = 1\n"
-        << "[frontend]\nzmq_endpoint = \"" << endpoint_ << "\"\n"
-        << "[http]\nenabled = true\nhost = \"127.0.0.1\"\nport = 0\n"
+        << "[frontend]\nzmq_endpoint = \"" << endpoint_ << "\"\n";
+    // The doors' own deadlines for a connection that says nothing, as short as the cluster's.
+    if (bounded) out << "handshake_timeout_ms = " << o.handshake_timeout_ms << "\n";
+    out << "[http]\nenabled = true\nhost = \"127.0.0.1\"\nport = 0\n";
+    if (bounded) out << "request_timeout_ms = " << o.handshake_timeout_ms << "\n";
+    out
         << "[tokenizer]\npool_size = 1\n"
         << "[scheduler]\nmax_num_batched_tokens = 1024\nmax_num_seqs = 64\nkv_memory_mb = 16\n"
         << "[disaggregation]\nkv_transfer_timeout_ms = 5000\n";
@@ -204,9 +209,15 @@ int connect_idle(uint16_t port) {
 bool closed_by_server(int fd) {
   pollfd p{fd, POLLIN, 0};
   if (::poll(&p, 1, 0) != 1) return false;
+  // What the server sent first (ZeroMQ's greeting) is read past: closed means the end of the
+  // stream after it.
   char buffer[4096];
-  const ssize_t n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN);
+  for (int i = 0; i < 16; ++i) {
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return true;
+    if (n < 0) return false;
+  }
+  return false;
 }
 
 // ---- requests ----------------------------------------------------------------------------------
@@ -235,6 +246,36 @@ int run_requests(const std::string& endpoint, int count, int salt) {
     }
   }
   return num_ok;
+}
+
+// One completion over HTTP on 127.0.0.1:`port` (Connection: close, blocking, 60 s at most):
+// whether it was answered 200 with a text.
+bool http_completion(uint16_t port, const std::string& model, int salt) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  timeval limit{60, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
+    const std::string body = "{\"model\":\"" + model + "\",\"prompt\":\"Once upon a time " + std::to_string(salt) +
+                             "\",\"max_tokens\":4,\"temperature\":0}";
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                                "Content-Type: application/json\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  const bool ok = answer.rfind("HTTP/1.1 200", 0) == 0 && answer.find("\"text\"") != std::string::npos;
+  if (!ok) std::printf("    HTTP request failed: %s\n", answer.substr(0, 160).c_str());
+  return ok;
 }
 
 // Waits (30 s at most) until the server holds no request and no KV lease.
@@ -276,6 +317,10 @@ void flood(const options& o, const fs::path& dir) {
   for (size_t at = line.find("127.0.0.1:"); at != std::string::npos; at = line.find("127.0.0.1:", at + 1)) {
     doors.insert(static_cast<uint16_t>(std::stoi(line.substr(at + 10))));
   }
+  uint16_t http_port = 0;
+  if (const size_t at = line.find("http://127.0.0.1:"); at != std::string::npos) {
+    http_port = static_cast<uint16_t>(std::stoi(line.substr(at + 17)));
+  }
   for (auto& [name, process] : c.processes()) {
     for (uint16_t port : listening_ports(process->pid())) {
       if (o.flood_doors || !doors.count(port)) targets.emplace_back(name, port);
@@ -292,8 +337,12 @@ void flood(const options& o, const fs::path& dir) {
   std::printf("  opened %zu ports' floods in %.1f s\n", targets.size(),
               std::chrono::duration<double>(clock_type::now() - start).count());
   const int num_ok = run_requests(c.endpoint(), o.flood_requests, 100);
-  check(num_ok == o.flood_requests,
-        std::to_string(num_ok) + " of " + std::to_string(o.flood_requests) + " requests completed during the flood");
+  check(num_ok == o.flood_requests, std::to_string(num_ok) + " of " + std::to_string(o.flood_requests) +
+                                        " requests completed at the ZeroMQ door during the flood");
+  int num_http_ok = 0;
+  for (int i = 0; i < o.flood_requests; ++i) num_http_ok += http_completion(http_port, o.model, 300 + i) ? 1 : 0;
+  check(num_http_ok == o.flood_requests, std::to_string(num_http_ok) + " of " + std::to_string(o.flood_requests) +
+                                             " requests completed at the HTTP door during the flood");
   std::this_thread::sleep_for(std::chrono::milliseconds(o.handshake_timeout_ms) + 2s);
   for (auto& [name, process] : c.processes()) check(process->alive(), name + " is alive after the flood");
   for (size_t t = 0; t < targets.size(); ++t) {
@@ -480,7 +529,7 @@ int main(int argc, char** argv) try {
     else if (a == "--disconnects") o.disconnects = std::stoi(value());
     else if (a == "--sigterms") o.sigterms = std::stoi(value());
     else if (a == "--drain-ms") o.drain_ms = std::stoi(value());
-    else if (a == "--flood-doors") o.flood_doors = true;
+    else if (a == "--spare-doors") o.flood_doors = false;
     else if (a == "--short") {
       o.short_run = true;
       o.flood = 150, o.nofile = 256, o.flood_requests = 3, o.pairs = 30, o.disconnects = 8, o.sigterms = 4;

@@ -2,11 +2,13 @@
 
 #include <exception>
 #include <memory>
+#include <string>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/command_registry.hpp"
+#include "net/open_files.hpp"
 
 namespace troupe::cli {
 std::vector<command_factory>& command_factories() {
@@ -31,6 +33,17 @@ int main(int argc, char** argv) {
   }
   for (auto& command : commands) {
     if (!command.app->parsed()) continue;
+    const std::string& name = command.app->get_name();
+    if (name == "serve" || name == "launch" || name == "node") {
+      // A server's descriptors are shared by its doors, its links and its files: the soft limit
+      // (often 1024) is raised to the hard one, and each door takes only a share (net/open_files.hpp).
+      const troupe::open_files_raise raised = troupe::raise_open_files_limit();
+      if (raised.after.soft != raised.before.soft) {
+        spdlog::info("open-files limit raised from {} to {} (the hard limit)", raised.before.soft, raised.after.soft);
+      } else {
+        spdlog::info("open-files limit {} (hard limit {})", raised.after.soft, raised.after.hard);
+      }
+    }
     try {
       return command.run();
     } catch (const std::exception& e) {

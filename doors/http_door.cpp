@@ -32,6 +32,7 @@
 #include "doors/http/connection_workers.hpp"
 #include "doors/http/generation_session.hpp"
 #include "doors/http/metrics_text.hpp"
+#include "net/open_files.hpp"
 #include "doors/http/request_reception.hpp"
 #include "doors/http/tokenize_endpoints.hpp"
 #include "doors/http/server_sent_events.hpp"
@@ -733,6 +734,10 @@ void http_door::start() {
   reception.max_header_bytes = s.options.max_header_bytes;
   reception.request_timeout = std::chrono::milliseconds(s.options.request_timeout_ms);
   reception.max_body_bytes = s.options.max_body_bytes;
+  // Connections waiting for a request: a share of the open-files limit, not all of it. Past the
+  // share the one waiting longest is closed, so a flood of idle connections cannot take the
+  // descriptors the engine needs, nor keep a client that sends its request from being read.
+  reception.max_connections = door_connection_share(current_open_files_limit().soft, reception.max_connections);
   s.reception = std::make_unique<request_reception>(reception, [&s](http_connection c) { s.workers->submit(std::move(c)); });
   s.workers = std::make_unique<connection_workers>(std::max(4, s.options.max_connections), s.options.reserved_connections,
                                                    [&s](http_connection c) { s.serve(std::move(c)); });

@@ -84,6 +84,9 @@ void zmq_door::start() {
   // Frames above max_frame_bytes get an error reply; frames far above it cost the peer its
   // connection, before libzmq buffers them whole.
   s.router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.limits.max_frame_bytes) * 4);
+  // Idle connections (a flood that never speaks ZMTP) are closed at this deadline; a real
+  // client's handshake takes a round trip.
+  s.router.set(zmq::sockopt::handshake_ivl, options_.handshake_timeout_ms);
   try {
     s.router.bind(options_.endpoint);
   } catch (const zmq::error_t& e) {

@@ -31,6 +31,10 @@ struct zmq_door_options {
   protocol_limits limits;
   int max_prompt_tokens = 1 << 20;    // from the model's context; a token-id prompt this long is refused early
   int listen_backlog = 4096;          // TCP connections queued before accept (capped by net.core.somaxconn)
+  // A connection must finish ZeroMQ's greeting and handshake within this, or libzmq closes it:
+  // the door's listener is libzmq's, and nothing else frees the descriptor of a peer that
+  // connects and says nothing (libzmq's own default is 30 s; docs/reliability.md).
+  int handshake_timeout_ms = 5000;
 };
 
 class zmq_door : public door_inbox {

@@ -8,6 +8,7 @@
 
 #include "model/architecture.hpp"
 #include "model/loader/tokenizer_sources.hpp"
+#include "protocol/protocol_limits.hpp"
 
 namespace troupe {
 
@@ -25,7 +26,10 @@ void model_spec::validate_settings() const {
   positive(max_num_seqs, "max_num_seqs");
   if (num_kv_blocks < 0) throw std::runtime_error("num_kv_blocks must be 0 (from memory) or positive");
   if (num_kv_blocks == 0) positive(kv_memory_mb, "kv_memory_mb (when num_kv_blocks is 0)");
-  if (max_model_len < 0) throw std::runtime_error("max_model_len must be 0 (the model's) or positive");
+  if (max_model_len < 0 || max_model_len > max_served_model_len) {
+    throw std::runtime_error("max_model_len must be 0 (the model's) or 1.." + std::to_string(max_served_model_len) +
+                             " (the longest context served), got " + std::to_string(max_model_len));
+  }
 }
 
 engine_config served_model::base_engine_config() const {
@@ -64,6 +68,9 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   const device_choice device = choose_device(spec.device);
   served->device_note = device.fallback_reason;
   served->max_model_len = config.max_position_embeddings > 0 ? config.max_position_embeddings : 4096;
+  // A model trained past the longest context served is served at it (the requests' checks allow
+  // no more): what /v1/models reports is then what a request may use.
+  served->max_model_len = std::min(served->max_model_len, max_served_model_len);
   if (spec.max_model_len > config.max_position_embeddings && config.max_position_embeddings > 0) {
     // Positions past the model's trained length give garbage, not a longer context: refused, as
     // vLLM refuses it, rather than quietly cut.

@@ -24,7 +24,7 @@ struct model_spec {
   int block_size = 16;
   int num_kv_blocks = 0;    // 0: size the pool from memory (kv_memory_mb on the CPU)
   int kv_memory_mb = 512;   // CPU KV budget when num_kv_blocks is 0
-  int max_model_len = 0;    // 0: the model's max_position_embeddings
+  int max_model_len = 0;    // 0: the model's max_position_embeddings (at most max_served_model_len)
   int max_num_seqs = 128;   // a pool sized from memory never holds more than these at full length
 
   // Throws std::runtime_error naming the first bad field; validate_settings leaves out the path.

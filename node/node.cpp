@@ -350,6 +350,7 @@ node::node(const topology& t) : topology_(t) {
   options.limits.max_model_len = max_model_len;
   options.max_prompt_tokens = max_model_len;
   options.listen_backlog = tp.listen_backlog;
+  options.handshake_timeout_ms = tp.zmq_handshake_timeout_ms;
   s.door = std::make_unique<zmq_door>(options, s.downstream, *s.admission);
   s.router.set_door(client_door::zmq, s.door.get());
   s.inspector = spawn_cluster_inspector(s.system, tp);

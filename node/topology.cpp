@@ -207,6 +207,10 @@ void topology::validate() const {
   if (listen_backlog < 1 || listen_backlog > 65535) {
     throw std::runtime_error("[frontend] listen_backlog must be in 1..65535, got " + std::to_string(listen_backlog));
   }
+  if (zmq_handshake_timeout_ms < 100 || zmq_handshake_timeout_ms > 600000) {
+    throw std::runtime_error("[frontend] handshake_timeout_ms must be in 100..600000, got " +
+                             std::to_string(zmq_handshake_timeout_ms));
+  }
   if (cluster.name.empty()) throw std::runtime_error("[cluster] name is empty");
   std::set<std::string> node_names;
   for (const node_address& n : nodes) {
@@ -356,6 +360,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   frontend.read("api_key", t.api_key);
   frontend.read("max_frame_bytes", t.max_frame_bytes);
   frontend.read("listen_backlog", t.listen_backlog);
+  frontend.read("handshake_timeout_ms", t.zmq_handshake_timeout_ms);
   frontend.finish();
   table_reader http(root["http"].as_table(), "http", source);
   http.read("enabled", t.http_enabled);

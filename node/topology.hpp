@@ -103,6 +103,7 @@ struct topology {
   // TCP connections the kernel queues for the door: a burst of clients beyond it waits a second
   // for SYN retries. Well above max_num_seqs; Linux caps it at net.core.somaxconn.
   int listen_backlog = 4096;
+  int zmq_handshake_timeout_ms = 5000;  // [frontend] handshake_timeout_ms: a ZeroMQ client's greeting
   // [http]: the OpenAI-compatible API (docs/http_api.md), guarded by the same api_key.
   bool http_enabled = false;  // config/colocated.toml turns it on; so does --http-port
   std::string http_host = "127.0.0.1";

@@ -6,6 +6,13 @@
 
 namespace troupe {
 
+// The longest context (prompt and output tokens of one sequence) Troupe serves: the one bound the
+// configuration (`max_model_len`, `--max-model-len`), the served model's context and the
+// sampling checks all use. A model trained longer is served at this length; asking for more is
+// refused where the setting is read (issue 25: 2^20..2^30 passed the configuration and every
+// request was then refused by the engine's check).
+inline constexpr int max_served_model_len = 1 << 20;
+
 struct protocol_limits {
   size_t max_frame_bytes = 4u << 20;      // one msgpack request
   size_t max_frames_per_message = 3;      // routing id [+ empty delimiter] + payload
@@ -20,7 +27,7 @@ struct protocol_limits {
   size_t max_depth = 6;                   // request -> messages -> message -> content
   // The served model's context (prompt and output; the node sets it): max_tokens beyond it
   // could never be honoured, so it is refused rather than quietly cut.
-  int max_model_len = 1 << 20;
+  int max_model_len = max_served_model_len;
   int max_logprobs = 20;
   size_t max_guided_choices = 256;       // guided_choice entries
   int max_speculative_tokens = 16;       // num_speculative_tokens (drafts verified per step)

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <memory>
 #include <numbers>
+#include <cstdio>
+#include <fstream>
 #include <stdexcept>
+#include <string>
 
 #include "model/loader/float_conversion.hpp"
 #include "model/quant/fp8.hpp"
@@ -43,7 +46,62 @@ uint64_t hash_name(const std::string& name, uint64_t seed) {
   return h;
 }
 
+// The memory the kernel says a new allocation can have without swapping (MemAvailable), in
+// bytes; 0 when it cannot be read.
+uint64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", bytes / double(uint64_t{1} << 30));
+  return text;
+}
+
+// The type each tensor is stored in (norms and biases stay f32, rows that are not whole Q8_0
+// blocks fall back to f16), as GGUF files do.
+dtype stored_type(const tensor_spec& spec, dtype type) {
+  if (type == dtype::q8_0 && (spec.shape.size() < 2 || spec.shape.back() % q8_0_block_size != 0)) {
+    return spec.shape.size() < 2 ? dtype::f32 : dtype::f16;
+  }
+  if (type == dtype::fp8_e4m3 && spec.shape.size() < 2) return dtype::f32;
+  return type;
+}
+
 }  // namespace
+
+dummy_weight_bytes dummy_weights_bytes(const model_config& config, dtype type) {
+  dummy_weight_bytes bytes;
+  for (const auto& spec : expected_tensors(config)) {
+    // Element counts in double first: an absurd config's product would overflow an integer.
+    double count = 1;
+    for (int64_t d : spec.shape) count *= static_cast<double>(d);
+    const double per_element = static_cast<double>(row_bytes(stored_type(spec, type), 256 * 1024)) / (256 * 1024);
+    bytes.weights += count * per_element;
+    bytes.largest_values = std::max(bytes.largest_values, count * sizeof(float));
+  }
+  return bytes;
+}
+
+void check_dummy_weights_fit(const model_config& config, dtype type, const std::string& what) {
+  const dummy_weight_bytes need = dummy_weights_bytes(config, type);
+  const uint64_t available = available_memory_bytes();
+  const double total = need.weights + need.largest_values;
+  if (available > 0 && total > static_cast<double>(available)) {
+    throw std::runtime_error("dummy weights of " + what + " need " + gib(need.weights) + " (" + gib(need.largest_values) +
+                             " more while the largest tensor is made: hidden_size " + std::to_string(config.hidden_size) +
+                             ", intermediate_size " + std::to_string(config.intermediate_size) + ", " +
+                             std::to_string(config.num_layers) + " layers, vocab " + std::to_string(config.vocab_size) +
+                             ") but " + gib(static_cast<double>(available)) + " of memory is available");
+  }
+}
 
 std::vector<float> dummy_tensor_values(const tensor_spec& spec, uint64_t seed, const dummy_init& init) {
   int64_t count = 1;

@@ -65,7 +65,7 @@ load_format parse_load_format(std::string_view name) {
   throw std::runtime_error("unknown load format '" + std::string(name) + "' (expected auto, safetensors, gguf or dummy)");
 }
 
-loaded_model load_model(const load_options& options) {
+loaded_model load_model(const load_options& options) try {
   loaded_model model;
   model.source = options.path;
   load_format format = options.format == load_format::auto_detect ? detect_format(options.path) : options.format;
@@ -73,6 +73,7 @@ loaded_model load_model(const load_options& options) {
   switch (format) {
     case load_format::dummy: {
       model.config = load_hf_config(options.path);
+      check_dummy_weights_fit(model.config, options.dummy_dtype, "'" + options.path.string() + "'");
       model.weights = make_dummy_weights(model.config, options.dummy_dtype, options.dummy_seed);
       break;
     }
@@ -99,6 +100,10 @@ loaded_model load_model(const load_options& options) {
                describe_type_counts(tensor_type_counts(model.weights)),
                static_cast<double>(model.weights.total_bytes()) / (1 << 20));
   return model;
+} catch (const std::bad_alloc&) {
+  // What was being loaded, rather than a bare "std::bad_alloc" from the command (issue 25).
+  throw std::runtime_error("out of memory while loading the model '" + options.path.string() +
+                           "' (the weights and their tables do not fit in this machine's memory)");
 }
 
 }  // namespace troupe

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/sampler.hpp"
 #include "engine/served_model.hpp"
+#include "protocol/protocol_limits.hpp"
 #include "tests/scratch_dir.hpp"
 #include "tests/shared_models.hpp"
 
@@ -64,6 +66,36 @@ TEST(served_model, the_engine_limits_come_from_the_model_and_the_spec) {
   EXPECT_EQ(config.block_size, 32);
   EXPECT_EQ(config.max_model_len, 100);
   EXPECT_TRUE(served->device_note.empty());
+}
+
+// A model trained past the longest context served is served at it, so that what /v1/models
+// reports is what the request checks allow (issue 25: a context of 2^24 was reported, and a chat
+// request without max_tokens, which asks for the whole context, was refused by the engine).
+TEST(served_model, a_context_past_the_served_bound_is_capped_from_the_model_and_refused_from_the_spec) {
+  TROUPE_REQUIRE_SHARED_MODEL(stories_hf / "config.json");
+  testing::scratch_dir dir;
+  for (const auto& entry : fs::directory_iterator(stories_hf)) fs::copy(entry.path(), dir / entry.path().filename());
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  config["max_position_embeddings"] = 1 << 24;
+  fs::remove(dir / "config.json");
+  std::ofstream(dir / "config.json") << config.dump();
+  model_spec spec;
+  spec.path = dir.path().string();
+  spec.num_kv_blocks = 8;
+  auto served = load_served_model(spec);
+  EXPECT_EQ(served->max_model_len, max_served_model_len);
+  sampling_params whole_context;
+  whole_context.max_tokens = served->max_model_len;
+  EXPECT_EQ(check_sampling_params(whole_context), "");
+
+  spec.max_model_len = max_served_model_len + 1;
+  try {
+    load_served_model(spec);
+    FAIL() << "max_model_len 2^20 + 1 accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("1..1048576 (the longest context served), got 1048577"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(served_model, bad_specs_are_refused_by_name) {

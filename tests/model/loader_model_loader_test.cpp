@@ -5,6 +5,7 @@
 
 #include "model/loader/float_conversion.hpp"
 #include "model/loader/hf_config.hpp"
+#include "model/loader/dummy_weights.hpp"
 #include "model/loader/model_loader.hpp"
 #include "model/loader/safetensors_file.hpp"
 #include "model/loader/safetensors_writer.hpp"
@@ -121,6 +122,34 @@ TEST(loader_model_loader, dummy_weights_have_the_config_shapes_and_are_determini
   std::vector<float> norm(64);
   convert_to_f32(a.weights.get("model.norm.weight").data, dtype::bf16, norm);
   for (float v : norm) EXPECT_EQ(v, 1.0f);
+}
+
+// Issue 25: a dummy load of absurd sizes ran 35 s and ended in a bare std::bad_alloc. The bytes
+// are computed from the config before anything is allocated, and the refusal names them.
+TEST(loader_model_loader, dummy_weights_too_big_for_memory_are_refused_naming_the_sizes) {
+  testing::scratch_dir dir;
+  model_config config;
+  config.arch = architecture::llama;
+  config.architecture_name = "LlamaForCausalLM";
+  config.hidden_size = 1 << 20;
+  config.intermediate_size = 1 << 22;
+  config.num_layers = 1000;
+  config.num_heads = 1 << 12;
+  config.num_kv_heads = 1 << 12;
+  config.head_dim = 256;
+  config.vocab_size = 1 << 20;
+  config.max_position_embeddings = 128;
+  testing::write_text(dir / "config.json", to_hf_config(config).dump());
+  const dummy_weight_bytes need = dummy_weights_bytes(config, dtype::bf16);
+  EXPECT_GT(need.weights, 1e15);  // petabytes: computed in double, not overflowed
+  try {
+    load_model({dir / "config.json", load_format::dummy, dtype::bf16, 7, false});
+    FAIL() << "an absurd dummy model was loaded";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("hidden_size 1048576"), std::string::npos) << what;
+    EXPECT_NE(what.find("GiB of memory is available"), std::string::npos) << what;
+  }
 }
 
 TEST(loader_model_loader, dummy_q8_0_keeps_norms_f32) {

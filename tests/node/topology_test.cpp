@@ -120,6 +120,22 @@ TEST(topology, numbers_are_checked_before_they_are_narrowed) {
   expect_error("[node]\ngpu_memory_utilization = inf\n", "gpu_memory_utilization must be a finite number");
 }
 
+// One bound for the context, where the setting is read (issue 25: 2^20..2^30 passed here and every
+// request was then refused by the engine's check above 2^20).
+TEST(topology, max_model_len_is_bounded_where_it_is_read) {
+  EXPECT_EQ(parse_topology("[scheduler]\nmax_model_len = 1048576\n").model.max_model_len, 1048576);
+  expect_error("[scheduler]\nmax_model_len = 1048577\n",
+               "max_model_len must be 0 (the model's) or 1..1048576 (the longest context served), got 1048577");
+  expect_error("[scheduler]\nmax_model_len = 1073741824\n", "got 1073741824");
+}
+
+// The ZeroMQ door's handshake deadline: idle connections are closed by it (docs/reliability.md).
+TEST(topology, the_zmq_doors_handshake_timeout_is_read_and_range_checked) {
+  EXPECT_EQ(parse_topology("").zmq_handshake_timeout_ms, 5000);
+  EXPECT_EQ(parse_topology("[frontend]\nhandshake_timeout_ms = 2000\n").zmq_handshake_timeout_ms, 2000);
+  expect_error("[frontend]\nhandshake_timeout_ms = 0\n", "[frontend] handshake_timeout_ms must be in 100..600000, got 0");
+}
+
 TEST(topology, the_cluster_ports_bounds_are_read_and_range_checked) {
   const topology t = parse_topology(
       "[cluster]\nhandshake_timeout_ms = 700\nmax_pending_handshakes = 3\nmax_connections = 9\nmax_message_mb = 2\n"
