@@ -52,8 +52,9 @@ struct backend_options {
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory model + KV pool may take
   dtype cuda_dtype = dtype::bf16;       // CUDA activations: f32 | f16 | bf16
   int nano_batches = 1;  // CUDA: streams a kernel-by-kernel step is spread over (1 to 4)
-  // The KV cache's element type, as parse_kv_cache_dtype reads it. "auto": f16 on the CPU (half
-  // f32's bytes, the same attention arithmetic in f32), cuda_dtype on CUDA.
+  // The KV cache's element type, as parse_kv_cache_dtype reads it. "auto": f32 on the CPU (a
+  // 16-bit cache would round apart the last-bit differences between the CPU's attention kernels,
+  // see resolve_kv_cache_dtype), cuda_dtype on CUDA.
   std::string kv_cache_dtype = "auto";
 
   // Throws std::runtime_error naming the first bad field.

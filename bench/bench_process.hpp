@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "net/free_port.hpp"
+
 namespace troupe::bench {
 
 inline std::string read_text(const std::filesystem::path& path) {
@@ -31,19 +33,8 @@ inline std::string read_text(const std::filesystem::path& path) {
   return s.str();
 }
 
-// A port no one listens on now; the topology names it, and the process binds it moments later.
-inline uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof address;
-  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok) throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
-  return ntohs(address.sin_port);
-}
+// A loopback port free now (net/free_port.hpp), for a process started moments later.
+inline uint16_t free_port() { return free_loopback_port(); }
 
 struct child_options {
   rlim_t max_open_files = 0;  // RLIMIT_NOFILE for the child (and its children); 0: inherited

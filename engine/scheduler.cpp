@@ -322,16 +322,21 @@ void scheduler::preempt(sequence* seq, step_plan& plan) {
   plan.preempted_ids.push_back(seq->request_id());
 }
 
-sequence_status scheduler::stop_status(const sequence& seq, int32_t token_id) const {
-  const sampling_params& p = seq.params();
+sequence_status scheduler::stop_status(const sampling_params& p, int32_t token_id, int num_output_tokens,
+                                       int num_tokens) const {
   auto contains = [token_id](const std::vector<int32_t>& ids) {
     return std::find(ids.begin(), ids.end(), token_id) != ids.end();
   };
   if (!p.ignore_eos && contains(eos_token_ids_)) return sequence_status::finished_stopped;
   if (contains(p.stop_token_ids)) return sequence_status::finished_stopped;
-  if (seq.num_output_tokens() >= p.max_tokens) return sequence_status::finished_length;
-  if (seq.num_tokens() >= config_.max_model_len) return sequence_status::finished_length;
+  if (num_output_tokens >= p.max_tokens) return sequence_status::finished_length;
+  if (num_tokens >= config_.max_model_len) return sequence_status::finished_length;
   return sequence_status::running;
+}
+
+// Called with the token already appended: the counts are the sequence's own.
+sequence_status scheduler::stop_status(const sequence& seq, int32_t token_id) const {
+  return stop_status(seq.params(), token_id, seq.num_output_tokens(), seq.num_tokens());
 }
 
 std::string scheduler::entry_token_count(const step_outline& plan, const planned_sequence& s,
@@ -528,22 +533,29 @@ std::string scheduler::hand_over(int64_t request_id, uint64_t transfer_id, std::
   }
   sequence& seq = *it->second;
   if (token_ids.empty()) return "request " + std::to_string(request_id) + ": the prefill side handed over no token";
-  const auto now = engine_clock::now();
-  for (int32_t id : token_ids) {
+  // Every token is checked before any is appended, so a refused hand-over leaves the sequence
+  // as it was (the caller fails the request; nothing half-changed is left for the abort path).
+  for (size_t i = 0; i < token_ids.size(); ++i) {
+    const int32_t id = token_ids[i];
     if (id < 0 || (config_.vocab_size > 0 && id >= config_.vocab_size)) {
       return "request " + std::to_string(request_id) + ": the prefill side handed over token " + std::to_string(id) +
              ", outside the vocabulary of " + std::to_string(config_.vocab_size);
     }
-    if (seq.num_tokens() >= config_.max_model_len) {
+    const int tokens_before = seq.num_tokens() + static_cast<int>(i);
+    if (tokens_before >= config_.max_model_len) {
       return "request " + std::to_string(request_id) + ": the handed-over tokens pass max_model_len " +
              std::to_string(config_.max_model_len);
     }
-    seq.append_token(id, now);
-    ++seq.num_handed_over_tokens;
-    if (is_finished(stop_status(seq, id))) {
+    const int outputs_after = seq.num_output_tokens() + static_cast<int>(i) + 1;
+    if (is_finished(stop_status(seq.params(), id, outputs_after, tokens_before + 1))) {
       return "request " + std::to_string(request_id) + ": the prefill side handed over token " + std::to_string(id) +
              ", which ends the request (the prefill side should have finished it)";
     }
+  }
+  const auto now = engine_clock::now();
+  for (int32_t id : token_ids) {
+    seq.append_token(id, now);
+    ++seq.num_handed_over_tokens;
   }
   seq.handed_off = true;
   if (seq.status == sequence_status::waiting_for_kv) start_if_ready(seq);

@@ -145,6 +145,9 @@ class scheduler {
   void insert_running(sequence* seq);
   void remove_running(sequence* seq);
   void preempt(sequence* seq, step_plan& plan);
+  // What a sequence's status is once `token_id` is appended, given its counts after the append.
+  sequence_status stop_status(const sampling_params& params, int32_t token_id, int num_output_tokens,
+                              int num_tokens) const;
   sequence_status stop_status(const sequence& seq, int32_t token_id) const;
   token_delta finish(sequence& seq, sequence_status status, engine_clock::time_point now);
 

@@ -4,7 +4,9 @@
 #include <caf/stateful_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include "stages/detokenizer_shards.hpp"
 #include "stages/engine_router.hpp"
+#include "stages/instance_fan_in.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/stage_actors.hpp"
@@ -17,25 +19,6 @@ struct engine_handles {
   caf::actor scheduler;
   caf::actor worker;
   caf::actor kv_agent;
-};
-
-// Sums the instances' answers to one stats query; the last answer (or failure) sends the total.
-struct stats_total {
-  stats_answer sum;
-  int num_pending = 0;
-  int num_answered = 0;
-  std::string last_error;
-};
-
-// Gathers the instances' steps for one trace query; the last answer (or failure) sends them all.
-// Each instance's ages are measured from its own answer: they are moved to ages before the
-// router's answer, taking the instance's answer to have left at the midpoint of the round trip
-// the router measured (its clock is another host's, perhaps; no stamp of it is used).
-struct trace_total {
-  trace_answer all;
-  std::vector<std::pair<timestamp_ns, step_event>> steps;  // the router's stamp of each step's start
-  int num_pending = 0;
-  std::string last_error;
 };
 
 const char* state_name(engine_state state) { return state == engine_state::active ? "active" : "draining"; }
@@ -91,7 +74,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   // Sends what the router asked for: aborts of the other half, hand-overs, re-runs, failures.
   auto send_to_detokenizer = [=](token_batch batch, int64_t request_id) {
     if (detokenizers->empty()) return;
-    self->send((*detokenizers)[static_cast<uint64_t>(request_id) % detokenizers->size()], std::move(batch));
+    self->send((*detokenizers)[detokenizer_of(request_id, detokenizers->size())], std::move(batch));
   };
   auto carry_out = [=] {
     router_commands commands = router->take_commands();
@@ -230,22 +213,9 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         if (!from) return;  // from an instance already lost or stopped: its requests moved on
         token_batch out = router->on_tokens(*from, std::move(batch));
         carry_out();
-        if (detokenizers->size() == 1) {
-          if (!out.empty()) self->send(detokenizers->front(), std::move(out));
-        } else {
-          // A request's deltas always go to the same detokenizer, which holds its text.
-          std::vector<token_batch> parts(detokenizers->size());
-          for (size_t i = 0; i < out.deltas.size(); ++i) {
-            token_batch& part = parts[static_cast<uint64_t>(out.deltas[i].request_id) % parts.size()];
-            part.deltas.push_back(std::move(out.deltas[i]));
-            part.timelines.push_back(std::move(out.timelines[i]));
-          }
-          for (request_failed& failure : out.failures) {
-            parts[static_cast<uint64_t>(failure.request_id) % parts.size()].failures.push_back(std::move(failure));
-          }
-          for (size_t i = 0; i < parts.size(); ++i) {
-            if (!parts[i].empty()) self->send((*detokenizers)[i], std::move(parts[i]));
-          }
+        std::vector<token_batch> parts = split_for_detokenizers(std::move(out), detokenizers->size());
+        for (size_t i = 0; i < parts.size(); ++i) {
+          if (!parts[i].empty()) self->send((*detokenizers)[i], std::move(parts[i]));
         }
         stop_if_drained(*from);
       },
@@ -271,29 +241,19 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
           self->send(frontend, stats_answer{query.tag, 0, 0, 0, 0, "no engine instance is available"});
           return;
         }
-        auto total = std::make_shared<stats_total>();
-        total->sum.tag = query.tag;
-        total->num_pending = static_cast<int>(engines->size());
+        auto total = std::make_shared<stats_fan_in>(query.tag, static_cast<int>(engines->size()));
         auto settle = [=] {
-          if (--total->num_pending > 0) return;
-          if (total->num_answered == 0) total->sum.unavailable = "no engine instance answered: " + total->last_error;
-          self->send(frontend, std::move(total->sum));
+          if (total->settled()) self->send(frontend, total->reply());
         };
         for (const auto& [id, handles] : *engines) {
           self->request(handles.scheduler, timeout, query)
               .then(
                   [=](stats_answer& answer) {
-                    total->sum.num_free_blocks += answer.num_free_blocks;
-                    total->sum.num_total_blocks += answer.num_total_blocks;
-                    total->sum.num_running += answer.num_running;
-                    total->sum.num_waiting += answer.num_waiting;
-                    total->sum.num_waiting_for_kv += answer.num_waiting_for_kv;
-                    total->sum.num_kv_leases += answer.num_kv_leases;
-                    ++total->num_answered;
+                    total->add(answer);
                     settle();
                   },
                   [=](caf::error& error) {
-                    total->last_error = self->system().render(error);
+                    total->fail(self->system().render(error));
                     settle();
                   });
         }
@@ -303,39 +263,24 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
           self->send(frontend, trace_answer{query.tag, {}, {}, "no engine instance is available"});
           return;
         }
-        auto total = std::make_shared<trace_total>();
-        total->all.tag = query.tag;
-        total->num_pending = static_cast<int>(engines->size());
+        auto total = std::make_shared<trace_fan_in>(query.tag, static_cast<int>(engines->size()));
         auto settle = [=] {
-          if (--total->num_pending > 0) return;
-          if (total->all.instances.empty()) total->all.unavailable = "no engine instance answered: " + total->last_error;
-          const timestamp_ns now = steady_now_ns();
-          for (auto& [start, step] : total->steps) {
-            step.age_ns = now - start;
-            total->all.steps.push_back(std::move(step));
-          }
-          self->send(frontend, std::move(total->all));
+          if (total->settled()) self->send(frontend, total->reply(steady_now_ns()));
         };
         std::unordered_map<engine_instance_id, std::string> nodes;
         for (const auto& info : router->instances()) nodes[info.id] = info.node;
         for (const auto& [id, handles] : *engines) {
           const timestamp_ns sent = steady_now_ns();
-          const engine_instance_id instance = id;
+          const auto instance = static_cast<int32_t>(id);
           const std::string node = nodes[id];
           self->request(handles.scheduler, timeout, query)
               .then(
                   [=](trace_answer& answer) {
-                    const timestamp_ns received = steady_now_ns();
-                    const timestamp_ns answered = sent + (received - sent) / 2;
-                    for (step_event& step : answer.steps) {
-                      step.instance = static_cast<int32_t>(instance);
-                      total->steps.emplace_back(answered - step.age_ns, std::move(step));
-                    }
-                    total->all.instances.push_back(trace_instance{static_cast<int32_t>(instance), node});
+                    total->add(instance, node, std::move(answer), sent, steady_now_ns());
                     settle();
                   },
                   [=](caf::error& error) {
-                    total->last_error = self->system().render(error);
+                    total->fail(self->system().render(error));
                     settle();
                   });
         }

@@ -2,16 +2,25 @@
 // The stage actors of a node. Each is a thin shell over a plain class: a message comes in, a call
 // is made, messages go out. Included only by the actor files and the node (it pulls in CAF).
 //
-//   stage        | receives                                         | sends
-//   tokenizer    | tokenize_request                                 | schedule_request (router) / request_failed
-//   router       | schedule_request, token_batch, request_failed,   | schedule_request, abort, stop (schedulers),
-//                | abort_request_msg, stop_request_msg, stats_query | token_batch (detokenizers), request_failed,
-//                | engine_joined / drain / list (the controller)    | stats_answer (frontend)
-//   scheduler    | schedule_request, abort_request_msg, stats_query | step_plan, token_batch, request_failed (router),
-//                | stop_request_msg                                 | stats_answer (the response)
-//   worker       | step_plan                                        | step_done (the response)
-//   detokenizer  | token_batch                                      | text_batch, request_failed,
-//                |                                                  | stop_request_msg (to the batch's sender)
+//   stage        | receives                                           | sends
+//   tokenizer    | tokenize_request                                   | schedule_request (router) / request_failed
+//   router       | schedule_request, token_batch, request_failed,     | schedule_request, abort, stop, kv_handover_msg,
+//                | abort_request_msg, stop_request_msg, stats_query,  | kv_ready_msg, stats/trace queries (schedulers),
+//                | trace_query, their answers, kv_ready_msg,          | token_batch (detokenizers), request_failed,
+//                | kv_arrival_msg, kv_failed_msg; engine_joined,      | stats_answer, trace_answer (frontend)
+//                | drain_engine, list_engines, abort_all,             |
+//                | set_detokenizers (the controller)                  |
+//   scheduler    | schedule_request, abort_request_msg,               | step_plan (worker), token_batch, request_failed,
+//                | stop_request_msg, stats_query, trace_query,        | kv_ready_msg, kv_arrival_msg, kv_failed_msg
+//                | kv_ready_msg, kv_arrival_msg, kv_handover_msg      | (router), kv_expect_msg, kv_cancel_msg,
+//                | (and step_done, kv answers as responses)           | kv_leases (KV agent), stats/trace answers
+//   worker       | step_plan, kv_arrival_msg, describe                | step_done, worker_description (responses),
+//                |                                                    | kv_arrival_msg (KV agent)
+//   KV agent     | kv_expect_msg, kv_cancel_msg, kv_ready_msg,        | kv_ready_msg, kv_lease_counts (responses),
+//                | kv_arrival_msg, kv_leases                          | kv_arrival_msg (its scheduler)
+//   detokenizer  | token_batch                                        | text_batch, request_failed,
+//                |                                                    | stop_request_msg (to the batch's sender)
+//   docs/architecture.md ("Messages") says what each carries.
 //   every stage also takes a stage_failure_drill (node::fail_stage), which makes it throw.
 
 #include <chrono>
@@ -102,7 +111,7 @@ using abort_all_atom = caf::atom_constant<caf::atom("abortall")>;
 
 struct router_spec {
   int block_size = 16;                   // the engines' KV block size
-  std::vector<caf::actor> detokenizers;  // a request's deltas go to detokenizers[id % size]
+  std::vector<caf::actor> detokenizers;  // a request's deltas go to detokenizers[detokenizer_of(id, size)]
   caf::actor reply_to;                   // requests that no instance can take; stats answers
   std::chrono::milliseconds request_timeout{30000};  // a stats query to an instance
   // Called when an instance is lost (not drained), after its requests were re-run elsewhere:

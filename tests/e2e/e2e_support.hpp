@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "net/free_port.hpp"
 #include "tests/shared_models.hpp"
 
 namespace troupe::test {
@@ -163,19 +164,8 @@ inline nlohmann::json stories_reference(const std::string& prompt) {
   throw std::runtime_error("refs.json has no reference for the prompt " + prompt);
 }
 
-// A port no one listens on now; the test names it for a process that binds it moments later.
-inline uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof address;
-  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok) throw std::runtime_error("free_port: cannot bind 127.0.0.1:0");
-  return ntohs(address.sin_port);
-}
+// A loopback port free now (net/free_port.hpp), for a process started moments later.
+inline uint16_t free_port() { return free_loopback_port(); }
 
 // A socket listening on 127.0.0.1 for the test's length that never accepts: its port is taken,
 // and a peer's TCP connection completes (the kernel's backlog) but nothing ever answers on it.

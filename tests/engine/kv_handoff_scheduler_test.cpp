@@ -192,6 +192,26 @@ TEST(kv_handoff_scheduler, a_handed_over_token_that_would_have_ended_the_request
   EXPECT_EQ(s->hand_over(10, 1, std::vector<int32_t>{5}), "");
 }
 
+// A refused hand-over must leave the sequence as it was: the tokens before the bad one are not
+// kept, and the request can still be handed over (or aborted) whole.
+TEST(kv_handoff_scheduler, a_refused_hand_over_changes_nothing) {
+  auto s = create_scheduler(64, 16);
+  ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4, /*ignore_eos=*/false), 0, engine_clock::now(), {},
+                              {kv_role::receive, 1, {}}));
+  s->schedule();
+  const sequence* seq = s->find(9);
+  ASSERT_NE(seq, nullptr);
+  const int tokens_before = seq->num_tokens();
+  EXPECT_NE(s->hand_over(9, 1, std::vector<int32_t>{5, 6, test_eos}).find("ends the request"), std::string::npos);
+  EXPECT_EQ(seq->num_tokens(), tokens_before);
+  EXPECT_EQ(seq->num_handed_over_tokens, 0);
+  EXPECT_NE(s->hand_over(9, 1, std::vector<int32_t>{5, -1}).find("outside the vocabulary"), std::string::npos);
+  EXPECT_EQ(seq->num_tokens(), tokens_before);
+  EXPECT_EQ(s->hand_over(9, 1, std::vector<int32_t>{5}), "");
+  EXPECT_EQ(seq->num_tokens(), tokens_before + 1);
+  EXPECT_EQ(seq->num_handed_over_tokens, 1);
+}
+
 }  // namespace
 }  // namespace troupe
 

@@ -1,0 +1,31 @@
+#include "net/free_port.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+namespace troupe {
+namespace {
+
+// The port handed out must be one a server can bind right after: that is its whole promise.
+TEST(free_loopback_port, names_a_port_a_listener_can_bind) {
+  const uint16_t port = free_loopback_port();
+  ASSERT_NE(port, 0);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << "port " << port;
+  EXPECT_EQ(::listen(fd, 1), 0);
+  // While it is held, the next answer is another port.
+  EXPECT_NE(free_loopback_port(), port);
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace troupe
