@@ -384,7 +384,8 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
         parsing ? parsing->format.tools : tool_call_syntax::none, static_cast<uint64_t>(*first_id));
     session = std::make_shared<generation_session>(std::move(request), *first_id, std::move(writer), parsing);
   } else {
-    session = std::make_shared<generation_session>(std::move(request), *first_id, unix_seconds(), token_text, parsing);
+    session = std::make_shared<generation_session>(std::move(request), *first_id, unix_seconds(), token_text, parsing,
+                                                   options.token_is_special);
   }
   auto queue = std::make_shared<event_queue>();
   {

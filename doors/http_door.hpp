@@ -64,6 +64,8 @@ struct http_options {
   pooling_kind embedding_pooling = pooling_kind::last;
   bool embedding_normalize = true;
   int embedding_size = 0;
+  // Which tokens are special (a text that skips them shows none of their bytes in logprobs).
+  token_special_fn token_is_special;
 };
 
 class http_door : public door_inbox {

@@ -17,11 +17,22 @@ struct door_timing {
   duration_ns e2e_ns = 0;
 };
 
-delta_reply to_reply(const std::string& client_id, const text_delta& d, bool want_logprobs, const door_timing& door) {
+delta_reply to_reply(const std::string& client_id, const text_delta& d, bool want_logprobs,
+                     bool with_prompt_logprobs, const door_timing& door) {
   delta_reply r;
   r.id = client_id;
   r.text = d.text;
   r.token_ids = d.delta.token_ids;
+  if (with_prompt_logprobs) {
+    r.prompt_logprobs.emplace();
+    for (const auto& lp : d.delta.prompt_logprobs) {
+      prompt_logprob out{lp.token_id, lp.logprob, lp.rank, {}};
+      for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size(); ++k) {
+        out.top.emplace_back(lp.top_token_ids[k], lp.top_logprobs[k]);
+      }
+      r.prompt_logprobs->push_back(std::move(out));
+    }
+  }
   if (want_logprobs) {
     r.logprobs.emplace();
     for (size_t i = 0; i < d.delta.token_ids.size() && i < d.delta.logprobs.size(); ++i) {
@@ -118,6 +129,7 @@ zmq_request_table::outputs zmq_request_table::on_request(const std::string& rout
   live.client_id = generate.id;
   live.stream = generate.stream;
   live.want_logprobs = generate.sampling.logprobs >= 0;
+  live.want_prompt_logprobs = generate.sampling.prompt_logprobs >= 0;
   live.arrival = arrival;
   live.pending.id = generate.id;
   requests_.emplace(request_id, std::move(live));
@@ -179,7 +191,10 @@ void zmq_request_table::on_text(const text_delta& d, timestamp_ns now, outputs& 
   if (live.first_tokens == 0 && (!d.delta.token_ids.empty() || finished)) live.first_tokens = now;
   const door_timing door{live.first_tokens - live.arrival, finished ? now - live.arrival : 0};
   if (!live.client_gone) {
-    delta_reply reply = to_reply(live.client_id, d, live.want_logprobs, door);
+    // The prompt's logprobs ride with the first token (the engine attaches them there).
+    const bool with_prompt_logprobs = live.want_prompt_logprobs && !d.delta.token_ids.empty();
+    live.want_prompt_logprobs = live.want_prompt_logprobs && !with_prompt_logprobs;
+    delta_reply reply = to_reply(live.client_id, d, live.want_logprobs, with_prompt_logprobs, door);
     if (live.stream) {
       if (finished || !reply.token_ids.empty() || !reply.text.empty()) {
         out.replies.push_back({live.routing_id, std::move(reply)});
@@ -188,6 +203,7 @@ void zmq_request_table::on_text(const text_delta& d, timestamp_ns now, outputs& 
       auto& all = live.pending;
       all.text += reply.text;
       all.token_ids.insert(all.token_ids.end(), reply.token_ids.begin(), reply.token_ids.end());
+      if (reply.prompt_logprobs) all.prompt_logprobs = std::move(reply.prompt_logprobs);
       if (reply.logprobs) {
         if (!all.logprobs) all.logprobs.emplace();
         all.logprobs->insert(all.logprobs->end(), reply.logprobs->begin(), reply.logprobs->end());

@@ -75,6 +75,7 @@ class zmq_request_table {
     std::string client_id;
     bool stream = true;
     bool want_logprobs = false;
+    bool want_prompt_logprobs = false;  // and not yet sent: they come with the first token
     bool client_gone = false;
     timestamp_ns arrival = 0;
     timestamp_ns first_tokens = 0;  // when the first delta with tokens came back; 0 before

@@ -104,7 +104,7 @@ bool model_runner::samples_plainly(const sampling_params& p) {
 }
 
 bool model_runner::samples_plainly_but_for_constraint(const sampling_params& p) {
-  return !uses_penalties(p) && p.logit_bias.empty() && p.min_p == 0.0f && p.logprobs < 0;
+  return !uses_penalties(p) && p.logit_bias.empty() && p.min_p == 0.0f && p.logprobs < 0 && p.prompt_logprobs < 0;
 }
 
 void model_runner::build_batch(const step_plan& plan, int block_size, forward_batch& batch) {
@@ -142,7 +142,7 @@ void model_runner::apply_entries(const step_plan& plan) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
                                  std::to_string(s.request_id) + " on the worker without its sampling parameters");
       }
-      if ((uses_penalties(*s.params) || is_guided(*s.params) || s.speculative) &&
+      if ((uses_penalties(*s.params) || is_guided(*s.params) || s.speculative || s.params->prompt_logprobs >= 0) &&
           static_cast<int>(s.penalty_token_ids.size()) < s.num_prompt_tokens) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
                                  std::to_string(s.request_id) + " with penalties or a constraint but a history of " +
@@ -157,6 +157,7 @@ void model_runner::apply_entries(const step_plan& plan) {
       state->speculative = s.speculative;
       state->pooled.clear();  // a fresh start (or a recompute after preemption) pools anew
       state->num_pooled = 0;
+      state->prompt_logprobs.clear();
       proposer_->forget(s.request_id);  // new to the worker, or back after preemption: start afresh
       if (kv_out_) {
         if (s.kv_send_transfer_id != 0) {
@@ -231,6 +232,7 @@ step_result model_runner::run(const step_plan& plan) {
       [&](size_t i) -> const std::vector<int32_t>& { return drafts_[i]; }, batch_);
   fill_previous_samples(plan, previous);
   collect_hidden_rows(plan);
+  collect_prompt_rows(plan);
   for (int32_t block : batch_.block_tables) {
     if (block < 0 || block >= shape.num_blocks) {
       throw std::runtime_error("model_runner: block id " + std::to_string(block) + " outside the model's pool of " +
@@ -307,6 +309,8 @@ void model_runner::propose_drafts(const step_plan& plan) {
 bool model_runner::can_sample_on_device(const step_plan& plan) const {
   if (!device_sampling_ || !model_.can_sample_on_device() || batch_.num_logits() == 0) return false;
   if (!batch_.hidden_rows.empty()) return false;  // pooling reads hidden states on the host
+  // Prompt logprobs read whole logits rows on the host.
+  if (std::any_of(prompt_entry_rows_.begin(), prompt_entry_rows_.end(), [](int n) { return n > 0; })) return false;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     if (!plan.sequences[i].sample) continue;
     const request_state& state = *entry_states_[i];
@@ -390,7 +394,9 @@ void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
   }
   model_.forward(batch_, logits_.data());
 
-  result.tokens.reserve(static_cast<size_t>(batch_.num_logits()));
+  int num_prompt_rows = 0;
+  for (int n : prompt_entry_rows_) num_prompt_rows += n;
+  result.tokens.reserve(static_cast<size_t>(batch_.num_logits() - num_prompt_rows));
   std::vector<int> token_of_entry(plan.sequences.size(), -1);
   int row = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
@@ -399,6 +405,48 @@ void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
     row += verify_entry(plan, i, row, result);
   }
   if (!batch_.hidden_rows.empty()) pool_hidden_states(plan, token_of_entry, result);
+  take_prompt_logprobs(plan, token_of_entry, row, result);
+}
+
+void model_runner::collect_prompt_rows(const step_plan& plan) {
+  prompt_entry_rows_.assign(plan.sequences.size(), 0);
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const request_state& state = *entry_states_[i];
+    const scheduled_sequence& s = plan.sequences[i];
+    // A request back with outputs (preempted, resumed elsewhere) sent its prompt's with its first.
+    if (state.params.prompt_logprobs < 0 || s.output_index != 0) continue;
+    // Row k is position num_computed + k; its logits judge the prompt's next token, which exists
+    // up to the prompt's last position but one.
+    const int num_rows = std::clamp(state.num_prompt_tokens - 1 - s.num_computed_tokens, 0, s.num_new_tokens());
+    for (int k = 0; k < num_rows; ++k) batch_.logits_rows.push_back(batch_.query_start[i] + k);
+    prompt_entry_rows_[i] = num_rows;
+  }
+}
+
+void model_runner::take_prompt_logprobs(const step_plan& plan, const std::vector<int>& token_of_entry, int first_row,
+                                        step_result& result) {
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  int row = first_row;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    request_state& state = *entry_states_[i];
+    const scheduled_sequence& s = plan.sequences[i];
+    if (state.params.prompt_logprobs < 0 || s.output_index != 0) continue;
+    for (int k = 0; k < prompt_entry_rows_[i]; ++k, ++row) {
+      const size_t next = static_cast<size_t>(s.num_computed_tokens + k + 1);
+      if (next >= state.penalty_token_ids.size()) {
+        throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) + " wants prompt logprobs at " +
+                                 "position " + std::to_string(next) + " but its entry sent a prompt of " +
+                                 std::to_string(state.penalty_token_ids.size()) + " tokens");
+      }
+      std::span<const float> logits(logits_.data() + static_cast<size_t>(row) * vocab, vocab);
+      state.prompt_logprobs.push_back(
+          sampler_.prompt_logprob(logits, state.penalty_token_ids[next], state.params.prompt_logprobs));
+    }
+    if (token_of_entry[i] >= 0) {
+      result.tokens[static_cast<size_t>(token_of_entry[i])].prompt_logprobs = std::move(state.prompt_logprobs);
+      state.prompt_logprobs.clear();
+    }
+  }
 }
 
 void model_runner::collect_hidden_rows(const step_plan& plan) {

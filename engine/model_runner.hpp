@@ -104,7 +104,10 @@ class model_runner {
     // row's (last), and how many rows it holds.
     std::vector<double> pooled;  // [hidden_size]
     int32_t num_pooled = 0;
-    bool keeps_history() const { return speculative || uses_penalties(params); }
+    // prompt_logprobs: the prompt positions' so far, sent with the token sampled after the prompt.
+    std::vector<prompt_token_logprob> prompt_logprobs;  // [positions computed so far]
+    // The history holds the prompt, whose next token each prompt row is judged against.
+    bool keeps_history() const { return speculative || uses_penalties(params) || params.prompt_logprobs >= 0; }
   };
 
   // Drops the state of requests that ended or were preempted, applies each entry's blocks (and
@@ -128,6 +131,14 @@ class model_runner {
   void sample_on_device(const step_plan& plan, step_result& result);
   // Asks for the hidden rows pooling requests need (batch_.hidden_rows, hidden_entry_rows_).
   void collect_hidden_rows(const step_plan& plan);
+  // Asks for a logits row at each prompt position whose next token is a prompt token, for
+  // requests that want prompt_logprobs (after the sampled rows: prompt_entry_rows_).
+  void collect_prompt_rows(const step_plan& plan);
+  // Turns those rows into the requests' prompt logprobs and, on the token sampled after a
+  // prompt (token_of_entry[i], or -1), attaches them all. `first_row`: the first prompt row's
+  // index among the logits.
+  void take_prompt_logprobs(const step_plan& plan, const std::vector<int>& token_of_entry, int first_row,
+                            step_result& result);
   // Folds the rows' hidden states into their requests' pools and, on the token sampled after a
   // prompt (token_of_entry[i], or -1), attaches the finished embedding.
   void pool_hidden_states(const step_plan& plan, const std::vector<int>& token_of_entry, step_result& result);
@@ -147,6 +158,7 @@ class model_runner {
 
   std::vector<float> hidden_;                 // [hidden rows, hidden_size] this run's pooled rows
   std::vector<int> hidden_entry_rows_;        // [plan entries] how many of them each entry has
+  std::vector<int> prompt_entry_rows_;        // [plan entries] prompt logprob rows of each entry
   request_grammars grammars_;
   std::unordered_map<int64_t, request_state> requests_;  // by request id
   std::vector<request_state*> entry_states_;              // [plan entries] of this run

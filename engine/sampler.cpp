@@ -262,16 +262,19 @@ int32_t sampler::sample_filtered(const sampling_params& params, double uniform) 
   return pick(filter_candidates(params), uniform);
 }
 
-void sampler::fill_logprobs(std::span<const float> logits, int top_n, sampled_token& out) {
-  const int vocab = static_cast<int>(logits.size());
-  float max_logit = *std::max_element(logits.begin(), logits.end());
+double sampler::log_normalizer(std::span<const float> logits) {
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
   for (float l : logits) sum += std::exp(static_cast<double>(l - max_logit));
-  const double log_z = max_logit + std::log(sum);
-  out.logprob = static_cast<float>(logits[out.token_id] - log_z);
+  return max_logit + std::log(sum);
+}
+
+void sampler::top_logprobs(std::span<const float> logits, int top_n, double log_z, std::vector<int32_t>& ids,
+                           std::vector<float>& logprobs) {
+  const int vocab = static_cast<int>(logits.size());
   top_n = std::min(top_n, vocab);
-  out.top_token_ids.clear();
-  out.top_logprobs.clear();
+  ids.clear();
+  logprobs.clear();
   if (top_n <= 0) return;
   order_.resize(static_cast<size_t>(vocab));
   std::iota(order_.begin(), order_.end(), 0);
@@ -279,9 +282,30 @@ void sampler::fill_logprobs(std::span<const float> logits, int top_n, sampled_to
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
   for (int i = 0; i < top_n; ++i) {
-    out.top_token_ids.push_back(order_[i]);
-    out.top_logprobs.push_back(static_cast<float>(logits[order_[i]] - log_z));
+    ids.push_back(order_[i]);
+    logprobs.push_back(static_cast<float>(logits[order_[i]] - log_z));
   }
+}
+
+void sampler::fill_logprobs(std::span<const float> logits, int top_n, sampled_token& out) {
+  const double log_z = log_normalizer(logits);
+  out.logprob = static_cast<float>(logits[out.token_id] - log_z);
+  top_logprobs(logits, top_n, log_z, out.top_token_ids, out.top_logprobs);
+}
+
+prompt_token_logprob sampler::prompt_logprob(std::span<const float> logits, int32_t token, int top_n) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) {
+    throw std::invalid_argument("sampler: prompt token " + std::to_string(token) + " is outside the vocabulary of " +
+                                std::to_string(logits.size()));
+  }
+  prompt_token_logprob out;
+  const double log_z = log_normalizer(logits);
+  out.token_id = token;
+  out.logprob = static_cast<float>(logits[token] - log_z);
+  const float own = logits[token];
+  out.rank = 1 + static_cast<int32_t>(std::count_if(logits.begin(), logits.end(), [&](float l) { return l > own; }));
+  top_logprobs(logits, top_n, log_z, out.top_token_ids, out.top_logprobs);
+  return out;
 }
 
 }  // namespace troupe

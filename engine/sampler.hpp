@@ -53,6 +53,11 @@ class sampler {
   sampled_token verify(std::span<const float> logits, const sampling_params& params, const sample_context& context,
                        int32_t draft, bool& accepted);
 
+  // prompt_logprobs: the logprob and rank of `token` in the raw distribution of `logits`, and the
+  // top_n most likely tokens, computed exactly as a sampled token's logprobs are (so a prompt
+  // token and the same token sampled at the same position get the same numbers).
+  prompt_token_logprob prompt_logprob(std::span<const float> logits, int32_t token, int top_n);
+
  private:
   void apply_penalties(const sampling_params& params, const sample_context& context);
   void mask_logits(std::span<const float> logits, const sample_context& context);
@@ -66,6 +71,11 @@ class sampler {
   void prepare_row(std::span<const float> logits, const sampling_params& params, const sample_context& context);
   double uniform_for(const sampling_params& params, const sample_context& context, uint64_t stream);
   void fill_logprobs(std::span<const float> logits, int top_n, sampled_token& out);
+  // log(sum(exp(logits))), with the max taken out first.
+  static double log_normalizer(std::span<const float> logits);
+  // The top_n most likely tokens' ids and logprobs (ties: the lower id first).
+  void top_logprobs(std::span<const float> logits, int top_n, double log_z, std::vector<int32_t>& ids,
+                    std::vector<float>& logprobs);
 
   std::vector<float> work_;     // [vocab_size] processed logits, then unnormalized probabilities
   std::vector<int32_t> order_;  // [vocab_size] candidate token ids

@@ -175,9 +175,11 @@ step_plan scheduler::schedule() {
       continue;
     }
     if (budget <= 0) break;
-    // Mean pooling needs every prompt token's hidden state: a cached prefix would skip them.
-    prefix_hit hit = seq->params().pooling == pooling_kind::mean ? prefix_hit{}
-                                                                  : kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
+    // Mean pooling needs every prompt token's hidden state, prompt logprobs every prompt row's
+    // logits (until the first token carried them): a cached prefix would skip them.
+    const bool every_prompt_row = seq->params().pooling == pooling_kind::mean ||
+                                  (seq->params().prompt_logprobs >= 0 && seq->num_output_tokens() == 0);
+    prefix_hit hit = every_prompt_row ? prefix_hit{} : kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
     // Behind a sliding window a sequence is admitted with what fits the window: a longer hit
     // would hold more blocks than a pool sized for the window may have (its head is released
     // only after the first step). Its leading blocks are as good a prefix, recomputed beyond.
@@ -267,7 +269,8 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
     // The worker keeps the history from here on (see scheduled_sequence::penalty_token_ids); a
     // start entry never has a sample pending, so the known tokens are the whole history.
     // A constraint replays the outputs; a proposer reads the whole history.
-    if (uses_penalties(seq.params()) || is_guided(seq.params()) || s.speculative) {
+    // Prompt logprobs judge each prompt row against the prompt's next token.
+    if (uses_penalties(seq.params()) || is_guided(seq.params()) || s.speculative || seq.params().prompt_logprobs >= 0) {
       s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
       s.num_prompt_tokens = seq.num_prompt_tokens();
     }
@@ -448,6 +451,9 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
       seq.append_token(token.token_id, now);
       delta.token_ids.push_back(token.token_id);
       if (!token.embedding.empty()) delta.embedding = token.embedding;
+      if (seq.params().prompt_logprobs >= 0 && i == first_token && seq.num_output_tokens() == 1) {
+        delta.prompt_logprobs = token.prompt_logprobs;
+      }
       if (seq.params().logprobs >= 0) {
         delta.logprobs.push_back({token.logprob, token.top_token_ids, token.top_logprobs});
       }

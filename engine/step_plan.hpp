@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/token_delta.hpp"
 #include "protocol/sampling_params.hpp"
 
 namespace troupe {
@@ -113,6 +114,9 @@ struct sampled_token {
   int32_t num_drafts = 0;
   // A pooling request's embedding ([hidden_size]), on the token sampled after its prompt.
   std::vector<float> embedding;
+  // A request that asked for prompt_logprobs: on the token sampled after its prompt (output 0),
+  // every prompt position's (the worker gathers them over the prompt's chunks).
+  std::vector<prompt_token_logprob> prompt_logprobs;  // [num_prompt_tokens - 1]
 };
 
 struct step_result {

@@ -16,6 +16,17 @@ struct token_logprobs {
   std::vector<float> top_logprobs;     // [top_n]
 };
 
+// One prompt token's logprob (sampling_params::prompt_logprobs): under the model's raw
+// distribution given the prompt tokens before it. A prompt of n tokens has n - 1 of these, for its
+// tokens 1 .. n - 1 (the first has nothing before it).
+struct prompt_token_logprob {
+  int32_t token_id = 0;                // the prompt's token at this position
+  float logprob = 0.0f;
+  int32_t rank = 0;                    // 1 + the number of tokens the model found more likely
+  std::vector<int32_t> top_token_ids;  // [top_n] most likely tokens, most likely first
+  std::vector<float> top_logprobs;     // [top_n]
+};
+
 // Seconds, from the request's own timeline.
 struct request_metrics {
   double queue_time = 0.0;  // arrival -> first scheduled
@@ -40,6 +51,9 @@ struct token_delta {
   // New tokens. When finished by `stop`, the last one is the EOS or stop token that ended it.
   std::vector<int32_t> token_ids;
   std::vector<token_logprobs> logprobs;  // one per token when the request asked for logprobs
+  // On the delta of the request's first output token, when it asked for prompt_logprobs: one per
+  // prompt token after the first (a resumed request's came with its first token elsewhere).
+  std::vector<prompt_token_logprob> prompt_logprobs;
   finish_reason finish = finish_reason::none;
   // A prefill-only request's last delta on its prefill instance (not a final one): the decode
   // instance goes on with the request (engine/kv_handoff.hpp).

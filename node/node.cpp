@@ -398,6 +398,7 @@ node::node(const topology& t) : topology_(t) {
                  reasoning_syntax_name(web.answer_format.reasoning),
                  tp.tool_call_parser == "auto" && tp.reasoning_parser == "auto" ? " (from the chat template)" : "");
     // Logprobs show each token's bytes, which add up to the text (a continuation's detokenization).
+    web.token_is_special = [tok](int32_t id) { return tok->is_special(id); };
     s.web_door = std::make_unique<http_door>(web, s.downstream, *s.admission, s.router.counters(),
                                                   [tok](int32_t id) { return tok->token_bytes(id); });
     s.router.set_door(client_door::http, s.web_door.get());

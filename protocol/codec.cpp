@@ -285,6 +285,14 @@ void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits
       s.logprobs = read_int32(*v, "logprobs");
     }
   }
+  if (const auto* v = fields.take("prompt_logprobs")) {
+    // A count; leaving the field out is none (vLLM reads -1 as the whole vocabulary: refused).
+    s.prompt_logprobs = read_int32(*v, "prompt_logprobs");
+    if (s.prompt_logprobs < 0) {
+      fail("prompt_logprobs", std::to_string(s.prompt_logprobs) + " is negative (a count of alternatives in [0, " +
+                                  std::to_string(limits.max_logprobs) + "])");
+    }
+  }
   if (const auto* v = fields.take("num_speculative_tokens")) {
     s.num_speculative_tokens = read_int32(*v, "num_speculative_tokens");
   }
@@ -409,7 +417,7 @@ std::string encode_request(const client_request& request) {
           // reaches servers from before the field existed (they refuse unknown fields).
           const bool speculative_chosen = s.num_speculative_tokens != sampling_params{}.num_speculative_tokens;
           uint32_t n = 17 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1) + (is_guided(s) ? 1 : 0) +
-                       (speculative_chosen ? 1 : 0);
+                       (speculative_chosen ? 1 : 0) + (s.prompt_logprobs >= 0 ? 1 : 0);
           p.pack_map(n);
           pack_str(p, "type"); pack_str(p, "generate");
           pack_str(p, "id"); pack_str(p, r.id);
@@ -441,6 +449,7 @@ std::string encode_request(const client_request& request) {
           for (const auto& text : s.stop) pack_str(p, text);
           pack_str(p, "ignore_eos"); p.pack(s.ignore_eos);
           pack_str(p, "logprobs"); p.pack(s.logprobs);
+          if (s.prompt_logprobs >= 0) { pack_str(p, "prompt_logprobs"); p.pack(s.prompt_logprobs); }
           pack_str(p, "stream"); p.pack(r.stream);
           pack_str(p, "priority"); p.pack(r.priority);
           if (s.seed) { pack_str(p, "seed"); p.pack(*s.seed); }
@@ -476,8 +485,8 @@ std::string encode_reply(const server_reply& reply) {
       [&](const auto& r) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, delta_reply>) {
-          uint32_t n = 4 + (r.logprobs ? 1 : 0) + (r.finish_reason ? 1 : 0) + (r.usage ? 1 : 0) +
-                       (r.timings ? 1 : 0);
+          uint32_t n = 4 + (r.logprobs ? 1 : 0) + (r.prompt_logprobs ? 1 : 0) + (r.finish_reason ? 1 : 0) +
+                       (r.usage ? 1 : 0) + (r.timings ? 1 : 0);
           p.pack_map(n);
           pack_str(p, "type"); pack_str(p, "delta");
           pack_str(p, "id"); pack_str(p, r.id);
@@ -490,6 +499,23 @@ std::string encode_reply(const server_reply& reply) {
               p.pack_map(3);
               pack_str(p, "token_id"); p.pack(lp.token_id);
               pack_str(p, "logprob"); p.pack(lp.logprob);
+              pack_str(p, "top");
+              p.pack_array(static_cast<uint32_t>(lp.top.size()));
+              for (const auto& [id, value] : lp.top) {
+                p.pack_array(2);
+                p.pack(id);
+                p.pack(value);
+              }
+            }
+          }
+          if (r.prompt_logprobs) {
+            pack_str(p, "prompt_logprobs");
+            p.pack_array(static_cast<uint32_t>(r.prompt_logprobs->size()));
+            for (const auto& lp : *r.prompt_logprobs) {
+              p.pack_map(4);
+              pack_str(p, "token_id"); p.pack(lp.token_id);
+              pack_str(p, "logprob"); p.pack(lp.logprob);
+              pack_str(p, "rank"); p.pack(lp.rank);
               pack_str(p, "top");
               p.pack_array(static_cast<uint32_t>(lp.top.size()));
               for (const auto& [id, value] : lp.top) {
@@ -595,6 +621,18 @@ server_reply decode_reply(std::string_view frame) {
           lp.logprob = need(e, "logprob").as<float>();
           lp.top = need(e, "top").as<std::vector<std::pair<int32_t, float>>>();
           r.logprobs->push_back(std::move(lp));
+        }
+      }
+      if (const auto* v = find(o, "prompt_logprobs")) {
+        r.prompt_logprobs.emplace();
+        for (uint32_t i = 0; i < v->via.array.size; ++i) {
+          const auto& e = v->via.array.ptr[i];
+          prompt_logprob lp;
+          lp.token_id = need(e, "token_id").as<int32_t>();
+          lp.logprob = need(e, "logprob").as<float>();
+          lp.rank = need(e, "rank").as<int32_t>();
+          lp.top = need(e, "top").as<std::vector<std::pair<int32_t, float>>>();
+          r.prompt_logprobs->push_back(std::move(lp));
         }
       }
       if (const auto* v = find(o, "finish_reason")) r.finish_reason = as_string(*v);

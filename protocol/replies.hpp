@@ -15,6 +15,14 @@ struct token_logprob {
   std::vector<std::pair<int32_t, float>> top;  // the n most likely tokens when asked for
 };
 
+// A prompt token's logprob (prompt_logprobs): given the prompt tokens before it.
+struct prompt_logprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  int32_t rank = 0;  // 1 + the number of tokens the model found more likely
+  std::vector<std::pair<int32_t, float>> top;  // the n most likely tokens
+};
+
 // Speculative decoding's part in a request: sent only when the engine verified drafts for it.
 struct speculative_usage {
   int draft_tokens = 0;           // draft tokens proposed and verified
@@ -47,6 +55,9 @@ struct delta_reply {
   std::optional<std::string> finish_reason;  // "stop", "length", "abort"
   std::optional<usage_info> usage;
   std::optional<timing_info> timings;
+  // On the reply with the first token, when the request asked for prompt_logprobs: one per prompt
+  // token after the first.
+  std::optional<std::vector<prompt_logprob>> prompt_logprobs;
 };
 
 enum class error_code {

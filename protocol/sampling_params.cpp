@@ -71,6 +71,10 @@ std::optional<sampling_problem> validate_sampling_params(const sampling_params& 
     return sampling_problem{"logprobs", std::to_string(p.logprobs) + " is out of range [-1, " +
                                             std::to_string(limits.max_logprobs) + "] (-1: none)"};
   }
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > limits.max_logprobs) {
+    return sampling_problem{"prompt_logprobs", std::to_string(p.prompt_logprobs) + " is out of range [-1, " +
+                                                   std::to_string(limits.max_logprobs) + "] (-1: none)"};
+  }
   if (p.num_speculative_tokens < -1 || p.num_speculative_tokens > limits.max_speculative_tokens) {
     return sampling_problem{"num_speculative_tokens", std::to_string(p.num_speculative_tokens) +
                                                           " is out of range [-1, " +

@@ -49,6 +49,11 @@ struct sampling_params {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; 0: the sampled token's; n: also the top n
+  // vLLM's prompt_logprobs: for each prompt token after the first, its logprob under the model
+  // given the tokens before it, its rank, and the top n alternatives. -1: none. Such a request
+  // is computed from its first token (no prefix-cache hit: the skipped positions would have no
+  // logits), and every prompt row's logits are computed, which costs a vocab-wide row each.
+  int prompt_logprobs = -1;
   guided_decoding guided;
   // Speculative decoding: draft tokens the engine may propose and verify per step for this
   // request. -1: the engine's default (its `[speculative] num_draft_tokens`, 0 unless set);
@@ -82,7 +87,7 @@ struct sampling_problem {
 // stop ids, logprobs); nothing is changed. Rules: temperature in [0, 100]; top_k -1 or 0 (off)
 // or a positive count; top_p in (0, 1]; min_p in [0, 1]; repetition_penalty in (0, 100];
 // presence and frequency penalties in [-2, 2]; seed in [0, 2^63 - 1] (what JSON clients and
-// vLLM can send); max_tokens in [1, max_model_len]; logprobs in [-1, max_logprobs]; stop
+// vLLM can send); max_tokens in [1, max_model_len]; logprobs and prompt_logprobs in [-1, max_logprobs]; stop
 // strings non-empty, bounded in number and bytes; stop ids non-negative, bounded in number;
 // num_speculative_tokens in [-1, max_speculative_tokens]; logit_bias bounded in number, its token
 // ids non-negative, its biases in [-100, 100];

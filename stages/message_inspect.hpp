@@ -89,7 +89,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   return f(caf::meta::type_name("sampling_params"), exact_float{x.temperature}, x.top_k, exact_float{x.top_p},
            exact_float{x.min_p}, exact_float{x.repetition_penalty}, exact_float{x.presence_penalty},
            exact_float{x.frequency_penalty}, has_seed, seed,
-           x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs, guided_kind_value,
+           x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs, x.prompt_logprobs, guided_kind_value,
            x.guided.source, x.guided.choices, x.num_speculative_tokens, x.logit_bias, x.skip_special_tokens,
            pooling_value, x.normalize_embedding, caf::meta::load_callback([&]() -> caf::error {
              if (has_seed) x.seed = seed; else x.seed.reset();
@@ -121,7 +121,7 @@ typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
   return f(caf::meta::type_name("sampled_token"), x.request_id, x.token_id, exact_float{x.logprob},
-           x.top_token_ids, exact_floats{x.top_logprobs}, x.num_drafts, exact_floats{x.embedding});
+           x.top_token_ids, exact_floats{x.top_logprobs}, x.num_drafts, exact_floats{x.embedding}, x.prompt_logprobs);
 }
 
 template <class Inspector>
@@ -133,6 +133,12 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
   return f(caf::meta::type_name("token_logprobs"), exact_float{x.logprob}, x.top_token_ids,
            exact_floats{x.top_logprobs});
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prompt_token_logprob& x) {
+  return f(caf::meta::type_name("prompt_token_logprob"), x.token_id, exact_float{x.logprob}, x.rank,
+           x.top_token_ids, exact_floats{x.top_logprobs});
 }
 
 template <class Inspector>
@@ -148,7 +154,7 @@ typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
   bool has_metrics = x.metrics.has_value();
   request_metrics metrics = x.metrics.value_or(request_metrics{});
   return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish, x.handed_off, x.kv_transfer_id,
-           has_metrics, metrics, x.stop, x.skip_special_tokens, exact_floats{x.embedding}, caf::meta::load_callback([&]() -> caf::error {
+           has_metrics, metrics, x.stop, x.skip_special_tokens, exact_floats{x.embedding}, x.prompt_logprobs, caf::meta::load_callback([&]() -> caf::error {
              if (has_metrics) x.metrics = metrics; else x.metrics.reset();
              return caf::none;
            }));

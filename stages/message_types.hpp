@@ -23,6 +23,7 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<sampled_token>{}, "sampled_token");
   f(std::type_identity<step_result>{}, "step_result");
   f(std::type_identity<token_logprobs>{}, "token_logprobs");
+  f(std::type_identity<prompt_token_logprob>{}, "prompt_token_logprob");
   f(std::type_identity<request_metrics>{}, "request_metrics");
   f(std::type_identity<token_delta>{}, "token_delta");
   f(std::type_identity<tokenize_request>{}, "tokenize_request");

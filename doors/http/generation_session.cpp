@@ -14,8 +14,14 @@ std::string response_id(const openai_request& r, int64_t first_request_id) {
                      first_request_id);
 }
 
-choice_output piece_of(const text_delta& d) {
+choice_output piece_of(const text_delta& d, bool want_prompt_logprobs) {
   choice_output piece;
+  // The engine attaches them to the request's first token (whose piece is the first with tokens:
+  // later pieces are marked too, and whoever words them keeps the first).
+  if (want_prompt_logprobs && !d.delta.token_ids.empty()) {
+    piece.prompt_logprobs = d.delta.prompt_logprobs;
+    piece.has_prompt_logprobs = true;
+  }
   piece.text = d.text;
   piece.token_ids = d.delta.token_ids;
   piece.logprobs = d.delta.logprobs;
@@ -28,11 +34,13 @@ choice_output piece_of(const text_delta& d) {
 }  // namespace
 
 generation_session::generation_session(openai_request request, int64_t first_request_id, int64_t created,
-                                       token_text_fn token_text, std::optional<output_parsing> parsing)
+                                       token_text_fn token_text, std::optional<output_parsing> parsing,
+                                       token_special_fn is_special)
     : generation_session(request, first_request_id,
                          std::make_unique<openai_response_builder>(request, response_id(request, first_request_id), created,
                                                                    std::move(token_text), parsing ? &*parsing : nullptr,
-                                                                   static_cast<uint64_t>(first_request_id)),
+                                                                   static_cast<uint64_t>(first_request_id),
+                                                                   std::move(is_special)),
                          parsing) {}
 
 generation_session::generation_session(openai_request request, int64_t first_request_id,
@@ -121,7 +129,11 @@ void generation_session::apply(engine_event event) {
     return;
   }
   auto& all = outputs_[choice];
-  choice_output piece = piece_of(d);
+  choice_output piece = piece_of(d, request_.sampling.prompt_logprobs >= 0);
+  if (piece.has_prompt_logprobs && !all.has_prompt_logprobs) {
+    all.prompt_logprobs = std::move(piece.prompt_logprobs);
+    all.has_prompt_logprobs = true;
+  }
   all.text += piece.text;
   all.token_ids.insert(all.token_ids.end(), piece.token_ids.begin(), piece.token_ids.end());
   all.logprobs.insert(all.logprobs.end(), piece.logprobs.begin(), piece.logprobs.end());
@@ -153,7 +165,7 @@ std::string generation_session::take_stream_text() {
   if (stream_ended_) return out;
   for (auto& event : unsent_) {
     const auto& d = std::get<text_delta>(event.what);
-    choice_output piece = piece_of(d);
+    choice_output piece = piece_of(d, request_.sampling.prompt_logprobs >= 0);
     if (!echo_.empty() && !echo_[static_cast<size_t>(event.choice)].empty()) {
       piece.text = std::exchange(echo_[static_cast<size_t>(event.choice)], std::string()) + piece.text;
     }
@@ -161,7 +173,7 @@ std::string generation_session::take_stream_text() {
     // Deltas with nothing to show and no end (a token still inside a UTF-8 sequence, a stop
     // string or a tool call being matched) make no chunk unless logprobs want their tokens.
     if (piece.text.empty() && piece.reasoning.empty() && piece.tool_calls.empty() && !piece.finish_reason &&
-        (request_.logprobs < 0 || piece.token_ids.empty())) {
+        ((request_.logprobs < 0 && !piece.has_prompt_logprobs) || piece.token_ids.empty())) {
       continue;
     }
     out += writer_->events(event.choice, piece);

@@ -29,7 +29,7 @@ class generation_session {
   // parsing: how a chat's output is read back into reasoning, content and tool calls (see
   // doors/http/chat_plan.hpp); none: the text is the content as it is.
   generation_session(openai_request request, int64_t first_request_id, int64_t created, token_text_fn token_text,
-                     std::optional<output_parsing> parsing = std::nullopt);
+                     std::optional<output_parsing> parsing = std::nullopt, token_special_fn is_special = nullptr);
   // The same, the response worded by `writer` (another API's: anthropic_response.hpp).
   generation_session(openai_request request, int64_t first_request_id, std::unique_ptr<response_writer> writer,
                      std::optional<output_parsing> parsing);

@@ -368,6 +368,15 @@ void read_sampling(request_fields& fields, openai_request& r, const openai_limit
     r.logprobs = read_int32(*v, "logprobs");
   }
   s.logprobs = r.logprobs;
+  // vLLM's extension, on completions and chats alike; null is none. (vLLM reads -1 as the
+  // whole vocabulary; here it is refused with the rest of the negatives.)
+  if (const json* v = fields.take("prompt_logprobs"); v && !v->is_null()) {
+    s.prompt_logprobs = read_int32(*v, "prompt_logprobs");
+    if (s.prompt_logprobs < 0) {
+      fail("prompt_logprobs", std::to_string(s.prompt_logprobs) + " is negative (a count of alternatives in [0, " +
+                                  std::to_string(limits.max_logprobs) + "])");
+    }
+  }
   if (auto problem = validate_sampling_params(s, limits)) {
     std::string param = problem->field;
     if (param == "max_tokens" && max_completion_tokens) param = "max_completion_tokens";

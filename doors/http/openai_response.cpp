@@ -30,15 +30,19 @@ std::string dump_json(const json& value) {
 
 openai_response_builder::openai_response_builder(const openai_request& request, std::string id, int64_t created,
                                                  token_text_fn token_text, const output_parsing* parsing,
-                                                 uint64_t id_seed)
+                                                 uint64_t id_seed, token_special_fn is_special)
     : endpoint_(request.endpoint),
       model_(request.model),
       id_(std::move(id)),
       created_(created),
       logprobs_(request.logprobs),
+      prompt_logprobs_(request.sampling.prompt_logprobs),
+      prompt_logprobs_sent_(static_cast<size_t>(request.num_choices()), false),
       include_usage_(request.include_usage),
       chat_(request.endpoint == openai_endpoint::chat_completions),
       token_text_(std::move(token_text)),
+      is_special_(std::move(is_special)),
+      skip_special_tokens_(request.sampling.skip_special_tokens),
       role_sent_(static_cast<size_t>(request.num_choices()), false),
       num_text_chars_(static_cast<size_t>(request.num_choices()), 0),
       num_tool_calls_(static_cast<size_t>(request.num_choices()), 0),
@@ -117,6 +121,11 @@ std::string logprob_token_text(const std::string& bytes) {
   return text;
 }
 
+std::string openai_response_builder::output_bytes(int32_t token_id) const {
+  if (skip_special_tokens_ && is_special_ && is_special_(token_id)) return {};
+  return token_text_(token_id);
+}
+
 json openai_response_builder::choice_logprobs(int index, const choice_output& piece) {
   if (logprobs_ < 0) return nullptr;
   const size_t num = std::min(piece.token_ids.size(), piece.logprobs.size());
@@ -124,7 +133,7 @@ json openai_response_builder::choice_logprobs(int index, const choice_output& pi
     json content = json::array();
     for (size_t i = 0; i < num; ++i) {
       const auto& lp = piece.logprobs[i];
-      const std::string bytes = token_text_(piece.token_ids[i]);
+      const std::string bytes = output_bytes(piece.token_ids[i]);
       json top = json::array();
       for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size() &&
                          static_cast<int>(k) < logprobs_;
@@ -144,7 +153,7 @@ json openai_response_builder::choice_logprobs(int index, const choice_output& pi
   size_t& offset = num_text_chars_[static_cast<size_t>(index)];
   for (size_t i = 0; i < num; ++i) {
     const auto& lp = piece.logprobs[i];
-    const std::string bytes = token_text_(piece.token_ids[i]);
+    const std::string bytes = output_bytes(piece.token_ids[i]);
     tokens.push_back(logprob_token_text(bytes));
     token_logprobs.push_back(lp.logprob);
     if (logprobs_ > 0) {
@@ -167,6 +176,26 @@ json openai_response_builder::choice_logprobs(int index, const choice_output& pi
           {"text_offset", text_offset}};
 }
 
+json openai_response_builder::prompt_logprobs_json(const choice_output& piece) const {
+  if (prompt_logprobs_ < 0 || !piece.has_prompt_logprobs) return nullptr;
+  json out = json::array({nullptr});
+  for (const prompt_token_logprob& lp : piece.prompt_logprobs) {
+    json position = json::object();
+    auto add = [&](int32_t token, float logprob, int32_t rank) {
+      const std::string key = std::to_string(token);
+      if (position.contains(key)) return;
+      position[key] = {{"logprob", logprob}, {"rank", rank}, {"decoded_token", logprob_token_text(token_text_(token))}};
+    };
+    add(lp.token_id, lp.logprob, lp.rank);
+    for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size() && static_cast<int>(k) < prompt_logprobs_;
+         ++k) {
+      add(lp.top_token_ids[k], lp.top_logprobs[k], static_cast<int32_t>(k) + 1);
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
 json openai_response_builder::full_response(const std::vector<choice_output>& choices, const usage_counts& usage) {
   const bool chat = endpoint_ == openai_endpoint::chat_completions;
   json out = envelope(chat ? "chat.completion" : "text_completion");
@@ -184,10 +213,13 @@ json openai_response_builder::full_response(const std::vector<choice_output>& ch
       choice["message"] = std::move(message);
     } else {
       choice["text"] = c.text;
+      if (prompt_logprobs_ >= 0) choice["prompt_logprobs"] = prompt_logprobs_json(c);
     }
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);
+  // A chat's prompt is one for all its choices: vLLM gives its logprobs once, beside them.
+  if (chat && prompt_logprobs_ >= 0) out["prompt_logprobs"] = choices.empty() ? json(nullptr) : prompt_logprobs_json(choices[0]);
   out["usage"] = usage_json(usage);
   return out;
 }
@@ -208,10 +240,17 @@ json openai_response_builder::tool_calls_json(int index, const std::vector<parse
 
 std::vector<json> openai_response_builder::chunks(int index, const choice_output& piece) {
   const bool chat = endpoint_ == openai_endpoint::chat_completions;
+  // The prompt's logprobs go once per choice, on the first chunk that has its first token.
+  json prompt_logprobs = nullptr;
+  if (piece.has_prompt_logprobs && !prompt_logprobs_sent_[static_cast<size_t>(index)]) {
+    prompt_logprobs = prompt_logprobs_json(piece);
+    prompt_logprobs_sent_[static_cast<size_t>(index)] = true;
+  }
   auto make = [&](json delta_or_text, bool first, bool last) {
     json out = envelope(chat ? "chat.completion.chunk" : "text_completion");
     json choice = {{"index", index}, {"logprobs", first ? choice_logprobs(index, piece) : json(nullptr)},
                    {"finish_reason", last && piece.finish_reason ? json(*piece.finish_reason) : json(nullptr)}};
+    if (first && !prompt_logprobs.is_null()) (chat ? out : choice)["prompt_logprobs"] = std::move(prompt_logprobs);
     choice[chat ? "delta" : "text"] = std::move(delta_or_text);
     out["choices"] = json::array({std::move(choice)});
     if (include_usage_) out["usage"] = nullptr;

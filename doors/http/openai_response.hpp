@@ -19,13 +19,17 @@ namespace troupe {
 
 // The bytes a token adds to the text (tokenizer::token_bytes): what logprobs show.
 using token_text_fn = std::function<std::string(int32_t token_id)>;
+// Whether a token is special (tokenizer::is_special): a text that skips special tokens has none
+// of its bytes, and neither do its logprobs.
+using token_special_fn = std::function<bool(int32_t token_id)>;
 
 class openai_response_builder : public response_writer {
  public:
   // parsing: how a chat's output is read back (null: its text is the content, as it is); it says
   // whether messages carry reasoning_content, and how tool call ids are spelled.
   openai_response_builder(const openai_request& request, std::string id, int64_t created, token_text_fn token_text,
-                          const output_parsing* parsing = nullptr, uint64_t id_seed = 0);
+                          const output_parsing* parsing = nullptr, uint64_t id_seed = 0,
+                          token_special_fn is_special = nullptr);
 
   nlohmann::json full_response(const std::vector<choice_output>& choices, const usage_counts& usage);
   // One piece of a stream as chunks: a chat's reasoning, content and tool calls each in a chunk
@@ -45,6 +49,12 @@ class openai_response_builder : public response_writer {
 
  private:
   nlohmann::json choice_logprobs(int index, const choice_output& piece);
+  // The bytes an output token adds to the text: none for a special token the text skips
+  // (skip_special_tokens, vLLM's default), so that logprobs' bytes and offsets agree with it.
+  std::string output_bytes(int32_t token_id) const;
+  // vLLM's prompt_logprobs: null for the first prompt token, then {"token id": {logprob, rank,
+  // decoded_token}} with the prompt's token and the top n. Null when the piece has none.
+  nlohmann::json prompt_logprobs_json(const choice_output& piece) const;
   nlohmann::json envelope(const char* object) const;
   nlohmann::json tool_calls_json(int index, const std::vector<parsed_tool_call>& calls, bool streamed);
 
@@ -53,9 +63,13 @@ class openai_response_builder : public response_writer {
   std::string id_;
   int64_t created_;
   int logprobs_;
+  int prompt_logprobs_;
+  std::vector<bool> prompt_logprobs_sent_;  // [choices]: a stream sends them once, with the first token
   bool include_usage_;
   bool chat_;
   token_text_fn token_text_;
+  token_special_fn is_special_;
+  bool skip_special_tokens_;
   std::vector<bool> role_sent_;           // [choices]: chat streams name the role once
   std::vector<size_t> num_text_chars_;    // [choices]: completions' text_offset so far (code points)
   std::vector<int> num_tool_calls_;       // [choices]: calls sent so far (their stream index)

@@ -25,6 +25,10 @@ struct choice_output {
   std::vector<int32_t> token_ids;
   std::vector<token_logprobs> logprobs;  // [token_ids.size()] when logprobs were asked for
   std::vector<float> embedding;          // an embedding request's vector
+  // The prompt's logprobs (prompt_logprobs), on the piece with the first token: one per prompt
+  // token after the first. `has_prompt_logprobs` tells an empty list (a one-token prompt) from none.
+  std::vector<prompt_token_logprob> prompt_logprobs;
+  bool has_prompt_logprobs = false;
   // OpenAI's words: "stop", "length", "tool_calls" (a chat that called tools and stopped).
   std::optional<std::string> finish_reason;
 };

@@ -241,6 +241,53 @@ TEST(generation_session, completion_logprobs_name_tokens_and_offsets) {
   EXPECT_EQ(lp["text_offset"], json({0, 2}));
 }
 
+// A special token the text skips (skip_special_tokens) keeps its entry but adds no bytes: the
+// offsets after it still point into the text. Kept (skip_special_tokens false), it shows.
+TEST(generation_session, a_skipped_special_token_has_no_bytes_in_logprobs) {
+  auto special = [](int32_t id) { return id == 9; };
+  for (bool skip : {true, false}) {
+    openai_request r = two_prompts_two_samples(openai_endpoint::completions, false);
+    r.prompts.resize(1);
+    r.n = 1;
+    r.logprobs = 0;
+    r.sampling.skip_special_tokens = skip;
+    generation_session session(r, 2, 1000, token_text, std::nullopt, special);
+    text_delta d = delta(session.request_id(0), skip ? "t5t12" : "t5t9t12", finish_reason::length, 1, 3);
+    d.delta.token_ids = {5, 9, 12};
+    d.delta.logprobs = {token_logprobs{-0.5f, {}, {}}, token_logprobs{-0.75f, {}, {}}, token_logprobs{-0.25f, {}, {}}};
+    session.apply({0, d});
+    const json lp = json::parse(session.full_body())["choices"][0]["logprobs"];
+    EXPECT_EQ(lp["tokens"], skip ? json({"t5", "", "t12"}) : json({"t5", "t9", "t12"}));
+    EXPECT_EQ(lp["text_offset"], skip ? json({0, 2, 2}) : json({0, 2, 4}));
+    EXPECT_EQ(lp["token_logprobs"].size(), 3u);
+  }
+}
+
+// prompt_logprobs in vLLM's shape: null first, then the prompt's token (with its rank) and the
+// top n by id; on each completion choice, once.
+TEST(generation_session, prompt_logprobs_in_vllms_shape) {
+  openai_request r = two_prompts_two_samples(openai_endpoint::completions, false);
+  r.prompts.resize(1);
+  r.n = 1;
+  r.sampling.prompt_logprobs = 1;
+  generation_session session(r, 2, 1000, token_text);
+  text_delta first = delta(session.request_id(0), "a");
+  first.delta.token_ids = {7};
+  first.delta.prompt_logprobs = {prompt_token_logprob{403, -2.5f, 3, {11}, {-0.5f}},
+                                 prompt_token_logprob{261, -0.25f, 1, {261}, {-0.25f}}};
+  session.apply({0, first});
+  text_delta last = delta(session.request_id(0), "b", finish_reason::length, 3, 2);
+  last.delta.token_ids = {8};
+  session.apply({0, last});
+  const json body = json::parse(session.full_body());
+  const json expected = json::array(
+      {nullptr,
+       {{"403", {{"logprob", -2.5}, {"rank", 3}, {"decoded_token", "t403"}}},
+        {"11", {{"logprob", -0.5}, {"rank", 1}, {"decoded_token", "t11"}}}},
+       {{"261", {{"logprob", -0.25}, {"rank", 1}, {"decoded_token", "t261"}}}}});
+  EXPECT_EQ(body["choices"][0]["prompt_logprobs"], expected) << body.dump();
+}
+
 TEST(metrics_text, prometheus_exposition) {
   metrics_snapshot m;
   m.num_requests_http = 3;

@@ -133,6 +133,53 @@ TEST_F(disagg_outputs_e2e, DISABLED_prefill_and_decode_with_different_kv_dtypes_
   expect_equal_outputs("1p1d-f16-to-fp8", narrow_decode, mix, expected_fp8, {{"prefill-a", 2048}, {"decode-a", 8192}});
 }
 
+// prompt_logprobs are computed where the prompt is, on the prefill side (in 8-token chunks here),
+// and travel with the first token to the reply the decode side finishes: the same positions,
+// tokens and (within the two sides' KV dtypes' rounding) logprobs as one process gives.
+TEST_F(disagg_outputs_e2e, prompt_logprobs_travel_from_the_prefill_side_as_one_process_gives_them) {
+  auto ask = [&](const controller_process& server, bool stream) {
+    generate_request r;
+    r.prompt = prompts[3];
+    r.stream = stream;
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = 6;
+    r.sampling.prompt_logprobs = 3;
+    std::vector<prompt_logprob> got;
+    int num_carrying = 0;
+    const completion done = server.make_client().generate(r, [&](const delta_reply& d) {
+      if (!d.prompt_logprobs) return;
+      ++num_carrying;
+      got = *d.prompt_logprobs;
+    });
+    EXPECT_EQ(num_carrying, 1);
+    EXPECT_EQ(got.size(), static_cast<size_t>(done.usage.prompt_tokens - 1));
+    return std::make_pair(done.token_ids, got);
+  };
+  topology_spec colocated;
+  colocated.model_path = stories_dir;
+  colocated.max_num_batched_tokens = 8;
+  controller_process reference(controller_process::kind::serve, colocated.write(dir_ / "colocated.toml"),
+                               dir_ / "colocated.log");
+  const auto expected = ask(reference, true);
+  ASSERT_GT(expected.second.size(), 16u) << "a prompt of several chunks and blocks";
+  topology_spec pair = disaggregated(stories_dir, 1);
+  pair.max_num_batched_tokens = 8;
+  controller_process launch(controller_process::kind::launch, pair.write(dir_ / "1p1d.toml"), dir_ / "1p1d.log");
+  for (bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    const auto got = ask(launch, stream);
+    EXPECT_EQ(got.first, expected.first);
+    ASSERT_EQ(got.second.size(), expected.second.size());
+    for (size_t i = 0; i < got.second.size(); ++i) {
+      EXPECT_EQ(got.second[i].token_id, expected.second[i].token_id) << "position " << i + 1;
+      EXPECT_NEAR(got.second[i].logprob, expected.second[i].logprob, 2e-2f) << "position " << i + 1;
+      ASSERT_EQ(got.second[i].top.size(), 3u);
+      EXPECT_NEAR(got.second[i].top[0].second, expected.second[i].top[0].second, 2e-2f) << "position " << i + 1;
+    }
+  }
+  if (HasFailure()) ADD_FAILURE() << launch.log();
+}
+
 TEST_F(disagg_outputs_e2e, a_12_layer_model_through_1p1d_equals_one_process) {
   const fs::path model = dir_ / "model-12";
   const run_result made = run_troupe("make-model --layers 12 --seed 12 --tokenizer " + shell_quote(stories_dir) +

@@ -96,11 +96,10 @@ void expect_logprobs_spell_the_text(const json& results, const std::string& what
   }
 }
 
-// Disabled after the merge of 2026-11-27: on the byte-level model the guided answer holds
-// <|im_end|> (token 9 of one answer), which the text skips as a special token while the
-// logprobs keep it with its text, so its text_offset points past the returned text. Which of the
-// two should give way (vLLM's choice) is to be settled next session.
-TEST(http_surface, DISABLED_logprobs_spell_the_text_on_sentencepiece_and_byte_level_models) {
+// On the byte-level model a guided answer may hold a special token (<|im_end|>, whose content the
+// regex allows): the text skips it (skip_special_tokens, vLLM's default), and so do its logprobs'
+// token, bytes and offset (the entry stays, one per generated token, with no bytes).
+TEST(http_surface, logprobs_spell_the_text_on_sentencepiece_and_byte_level_models) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   if (!have_openai_client()) GTEST_SKIP() << "no openai npm package";
   {
@@ -139,10 +138,7 @@ TEST(http_surface, DISABLED_logprobs_spell_the_text_on_sentencepiece_and_byte_le
   }
 }
 
-// Disabled after the merge of 2026-11-27: the test finds the greedy first token's id by
-// tokenizing its text (" was"), which stories260K's SentencePiece splits in two (its dummy-prefix
-// space); it needs the id from the reply (return_tokens_as_token_ids) instead. Next session.
-TEST(http_surface, DISABLED_logit_bias_and_echo) {
+TEST(http_surface, logit_bias_and_echo) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   if (!have_openai_client()) GTEST_SKIP() << "no openai npm package";
   serve_process server({"--http-port", "0", "--served-model-name", "m"});
@@ -155,10 +151,17 @@ TEST(http_surface, DISABLED_logit_bias_and_echo) {
   const json plain = openai(server.http_port(), json::array({greedy(json::object())}))[0];
   ASSERT_TRUE(plain["ok"].get<bool>()) << plain.dump();
   const std::string first = plain["choices"][0]["logprobs"]["tokens"][0];
+  // Its id: the token the whole text has after the prompt's (the text alone would not do:
+  // SentencePiece spells " was" at a text's start with its dummy-prefix space, in two pieces).
   httplib::Client c("127.0.0.1", server.http_port());
-  auto ids = json::parse(c.Post("/tokenize", json{{"prompt", first}, {"add_special_tokens", false}}.dump(), "application/json")->body);
-  ASSERT_EQ(ids["tokens"].size(), 1u) << ids.dump();
-  const int first_id = ids["tokens"][0];
+  auto tokenize = [&](const std::string& text) {
+    return json::parse(c.Post("/tokenize", json{{"prompt", text}}.dump(), "application/json")->body)["tokens"];
+  };
+  const json prompt_ids = tokenize("Once upon a time there");
+  const json ids = tokenize("Once upon a time there" + first);
+  ASSERT_EQ(ids.size(), prompt_ids.size() + 1) << ids.dump();
+  ASSERT_EQ(json(std::vector<json>(ids.begin(), ids.end() - 1)), prompt_ids) << ids.dump();
+  const int first_id = ids.back();
   // "Zoo" begins with a piece of its own ("\u2581Z..."), spelled with a space.
   auto zoo = json::parse(c.Post("/tokenize", R"({"prompt":"Zoo","add_special_tokens":false,"return_token_strs":true})",
                                 "application/json")->body);

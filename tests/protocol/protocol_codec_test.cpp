@@ -75,6 +75,7 @@ TEST(protocol_codec, round_trips_every_field) {
   request.sampling.stop_token_ids = {2, 13};
   request.sampling.ignore_eos = true;
   request.sampling.logprobs = 3;
+  request.sampling.prompt_logprobs = 4;
   request.stream = false;
   request.priority = -4;
   request.api_key = "secret";
@@ -97,6 +98,7 @@ TEST(protocol_codec, round_trips_every_field) {
   EXPECT_EQ(got.sampling.stop_token_ids, (std::vector<int32_t>{2, 13}));
   EXPECT_TRUE(got.sampling.ignore_eos);
   EXPECT_EQ(got.sampling.logprobs, 3);
+  EXPECT_EQ(got.sampling.prompt_logprobs, 4);
   EXPECT_FALSE(got.stream);
   EXPECT_EQ(got.priority, -4);
   EXPECT_EQ(got.api_key, "secret");
@@ -162,6 +164,7 @@ TEST(protocol_codec, sampling_ranges) {
   EXPECT_NE(error_of(valid_generate().set("top_k", -2).build()).find("'top_k'"), std::string::npos);
   EXPECT_NE(error_of(valid_generate().set("seed", -1).build()).find("'seed'"), std::string::npos);
   EXPECT_NE(error_of(valid_generate().set("logprobs", 1000).build()).find("'logprobs'"), std::string::npos);
+  EXPECT_NE(error_of(valid_generate().set("prompt_logprobs", 21).build()).find("'prompt_logprobs'"), std::string::npos);
   auto ok = decode_request(valid_generate().set("temperature", 0).set("logprobs", true).build());
   ASSERT_TRUE(std::holds_alternative<client_request>(ok));
   EXPECT_EQ(std::get<generate_request>(std::get<client_request>(ok)).sampling.logprobs, 0);
@@ -217,6 +220,7 @@ TEST(protocol_codec, replies_round_trip) {
   delta.text = "hello";
   delta.token_ids = {5, 6};
   delta.logprobs = std::vector<token_logprob>{{5, -0.5f, {{5, -0.5f}, {7, -1.5f}}}};
+  delta.prompt_logprobs = std::vector<prompt_logprob>{{403, -2.5f, 3, {{9, -0.25f}, {11, -1.0f}}}};
   delta.finish_reason = "length";
   delta.usage = usage_info{3, 2, 1};
   delta.timings = timing_info{0.001, 0.01, 0.002, 0.02};
@@ -225,6 +229,12 @@ TEST(protocol_codec, replies_round_trip) {
   EXPECT_EQ(got.token_ids, delta.token_ids);
   ASSERT_TRUE(got.logprobs);
   EXPECT_EQ((*got.logprobs)[0].top[1].first, 7);
+  ASSERT_TRUE(got.prompt_logprobs);
+  ASSERT_EQ(got.prompt_logprobs->size(), 1u);
+  EXPECT_EQ((*got.prompt_logprobs)[0].token_id, 403);
+  EXPECT_EQ((*got.prompt_logprobs)[0].logprob, -2.5f);
+  EXPECT_EQ((*got.prompt_logprobs)[0].rank, 3);
+  EXPECT_EQ((*got.prompt_logprobs)[0].top, (std::vector<std::pair<int32_t, float>>{{9, -0.25f}, {11, -1.0f}}));
   EXPECT_EQ(*got.finish_reason, "length");
   EXPECT_EQ(got.usage->completion_tokens, 2);
   EXPECT_EQ(got.usage->num_preemptions, 1);

@@ -48,6 +48,7 @@ sampling_params full_params() {
   p.stop = {"\n\n", "The end"};
   p.ignore_eos = true;
   p.logprobs = 3;
+  p.prompt_logprobs = 5;
   p.logit_bias = {{5, -100.0f}, {17, 2.5f}};
   p.skip_special_tokens = false;
   p.pooling = pooling_kind::mean;
@@ -97,6 +98,7 @@ sampled_token full_token() {
   sampled_token t{42, 311, -1.25f, {311, 12}, {-1.25f, -2.5f}};
   t.num_drafts = 2;
   t.embedding = {0.5f, -0.125f, 3.0f};
+  t.prompt_logprobs = {{403, -2.25f, 3, {7, 403}, {-0.5f, -2.25f}}};
   return t;
 }
 std::vector<sampled_token> samples(of<sampled_token>) { return {full_token()}; }
@@ -111,6 +113,9 @@ std::vector<step_result> samples(of<step_result>) {
 token_logprobs full_logprobs() { return {-0.75f, {4, 9}, {-0.75f, -1.5f}}; }
 std::vector<token_logprobs> samples(of<token_logprobs>) { return {full_logprobs()}; }
 
+prompt_token_logprob full_prompt_logprob() { return {261, -3.5f, 4, {5, 6, 7}, {-0.25f, -1.0f, -2.0f}}; }
+std::vector<prompt_token_logprob> samples(of<prompt_token_logprob>) { return {full_prompt_logprob()}; }
+
 request_metrics full_metrics() { return {0.5, 1.5, 0.025, 3.25, 12, 34, 8, 2}; }
 std::vector<request_metrics> samples(of<request_metrics>) { return {full_metrics()}; }
 
@@ -124,6 +129,7 @@ token_delta full_delta() {
   d.stop = {"STOP"};
   d.skip_special_tokens = false;
   d.embedding = {0.25f, -1.5f};
+  d.prompt_logprobs = {full_prompt_logprob(), full_prompt_logprob()};
   return d;
 }
 
@@ -326,6 +332,7 @@ void expect_same(const sampling_params& a, const sampling_params& b) {
   EXPECT_EQ(a.stop, b.stop);
   EXPECT_EQ(a.ignore_eos, b.ignore_eos);
   EXPECT_EQ(a.logprobs, b.logprobs);
+  EXPECT_EQ(a.prompt_logprobs, b.prompt_logprobs);
   ASSERT_EQ(a.logit_bias.size(), b.logit_bias.size());
   for (size_t i = 0; i < a.logit_bias.size(); ++i) {
     EXPECT_EQ(a.logit_bias[i].token_id, b.logit_bias[i].token_id);
@@ -366,6 +373,7 @@ void expect_same(const sampled_token& a, const sampled_token& b) {
   EXPECT_EQ(a.top_token_ids, b.top_token_ids);
   EXPECT_EQ(a.top_logprobs, b.top_logprobs);
   EXPECT_EQ(a.embedding, b.embedding);
+  expect_same_list(a.prompt_logprobs, b.prompt_logprobs);
 }
 
 void expect_same(const step_result& a, const step_result& b) {
@@ -375,6 +383,14 @@ void expect_same(const step_result& a, const step_result& b) {
 
 void expect_same(const token_logprobs& a, const token_logprobs& b) {
   EXPECT_EQ(a.logprob, b.logprob);
+  EXPECT_EQ(a.top_token_ids, b.top_token_ids);
+  EXPECT_EQ(a.top_logprobs, b.top_logprobs);
+}
+
+void expect_same(const prompt_token_logprob& a, const prompt_token_logprob& b) {
+  EXPECT_EQ(a.token_id, b.token_id);
+  EXPECT_EQ(a.logprob, b.logprob);
+  EXPECT_EQ(a.rank, b.rank);
   EXPECT_EQ(a.top_token_ids, b.top_token_ids);
   EXPECT_EQ(a.top_logprobs, b.top_logprobs);
 }
@@ -402,6 +418,7 @@ void expect_same(const token_delta& a, const token_delta& b) {
   EXPECT_EQ(a.stop, b.stop);
   EXPECT_EQ(a.skip_special_tokens, b.skip_special_tokens);
   EXPECT_EQ(a.embedding, b.embedding);
+  expect_same_list(a.prompt_logprobs, b.prompt_logprobs);
 }
 
 void expect_same(const tokenize_request& a, const tokenize_request& b) {
@@ -693,7 +710,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 44);
+  EXPECT_EQ(num_types, 45);
   for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;
