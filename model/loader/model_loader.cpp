@@ -16,6 +16,7 @@
 #include "model/loader/safetensors_file.hpp"
 #include "model/model_tensors.hpp"
 #include "model/quantization_label.hpp"
+#include "model/weight_finiteness.hpp"
 
 namespace troupe {
 namespace {
@@ -82,6 +83,7 @@ loaded_model load_model(const load_options& options) try {
       add_hf_weights(read_safetensors_directory(options.path), read_hf_quantization(options.path), model.weights);
       adapt_hf_tensors(model.config, model.weights);
       validate_weights(model.config, model.weights, (options.path / "config.json").string());
+      check_weights_finite(model.weights, options.path.string());
       break;
     }
     case load_format::gguf: {
@@ -90,6 +92,7 @@ loaded_model load_model(const load_options& options) try {
       load_gguf_weights(file, model.config, model.weights);
       if (auto type = file.find_int("general.file_type")) file_type = static_cast<uint32_t>(*type);
       validate_weights(model.config, model.weights, "the metadata of " + options.path.string());
+      check_weights_finite(model.weights, options.path.string());
       break;
     }
     case load_format::auto_detect: break;

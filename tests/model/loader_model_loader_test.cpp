@@ -10,6 +10,7 @@
 #include "model/loader/safetensors_file.hpp"
 #include "model/loader/safetensors_writer.hpp"
 #include "model/model_tensors.hpp"
+#include "model/weight_finiteness.hpp"
 #include "tests/model/loader_test_util.hpp"
 
 namespace troupe {
@@ -77,6 +78,59 @@ TEST(loader_model_loader, missing_tensor_and_missing_weights_are_named) {
   write_safetensors(dir / "model.safetensors", tensors);
   expect_error([&] { load_model({dir.path()}); }, {"model.norm.weight", "missing"});
   expect_error([&] { load_model({dir / "nothing_here"}); }, {"nothing_here", "does not exist"});
+}
+
+// A NaN or infinite weight is refused at load, naming the tensor and where in it (issue 25): it
+// loaded before and every logit became NaN, so the model answered token 0 forever.
+TEST(loader_model_loader, a_nan_or_infinite_weight_is_refused_naming_the_tensor_and_element) {
+  testing::scratch_dir dir;
+  loaded_model model = load_model({testing::shared_model_dir() / "hf"});
+  std::vector<weight_tensor> tensors = sorted_tensors(model.weights);
+  std::vector<float> poisoned;
+  for (auto& t : tensors) {
+    if (t.name != "model.layers.1.mlp.up_proj.weight") continue;
+    ASSERT_EQ(t.type, dtype::f32);
+    poisoned.assign(reinterpret_cast<const float*>(t.data), reinterpret_cast<const float*>(t.data) + t.num_bytes / 4);
+    poisoned[3 * t.cols() + 5] = std::nanf("");
+    t.data = reinterpret_cast<const std::byte*>(poisoned.data());
+  }
+  ASSERT_FALSE(poisoned.empty());
+  write_safetensors(dir / "model.safetensors", tensors);
+  copy_configs(dir.path());
+  expect_error([&] { load_model({dir.path()}); },
+               {"tensor model.layers.1.mlp.up_proj.weight", "NaN or infinite", "row 3, column 5"});
+}
+
+TEST(loader_model_loader, non_finite_values_are_found_in_every_float_type) {
+  auto tensor_of = [](dtype type, const void* data, size_t bytes, int64_t count) {
+    weight_tensor t;
+    t.type = type;
+    t.shape = {count};
+    t.data = static_cast<const std::byte*>(data);
+    t.num_bytes = bytes;
+    return t;
+  };
+  std::vector<float> f32(10000, 1.5f);
+  EXPECT_FALSE(first_non_finite(tensor_of(dtype::f32, f32.data(), f32.size() * 4, 10000)));
+  f32[9000] = -INFINITY;
+  EXPECT_EQ(first_non_finite(tensor_of(dtype::f32, f32.data(), f32.size() * 4, 10000)), 9000);
+  f32[9000] = 3.0e38f;  // large but finite
+  EXPECT_FALSE(first_non_finite(tensor_of(dtype::f32, f32.data(), f32.size() * 4, 10000)));
+  std::vector<uint16_t> half(5000, 0x3c00);  // f16 1.0
+  half[4999] = 0x7bff;                        // f16's largest finite
+  EXPECT_FALSE(first_non_finite(tensor_of(dtype::f16, half.data(), half.size() * 2, 5000)));
+  half[17] = 0xfc00;  // -inf
+  EXPECT_EQ(first_non_finite(tensor_of(dtype::f16, half.data(), half.size() * 2, 5000)), 17);
+  std::vector<uint16_t> bf(300, 0x3f80);  // bf16 1.0
+  bf[299] = 0x7fc1;                       // a NaN
+  EXPECT_EQ(first_non_finite(tensor_of(dtype::bf16, bf.data(), bf.size() * 2, 300)), 299);
+  EXPECT_FALSE(first_non_finite(tensor_of(dtype::q8_0, bf.data(), 34, 32))) << "quantized types are checked elsewhere";
+  // Attention sinks may be -inf (no weight), never NaN or +inf.
+  std::vector<float> sinks(8, -INFINITY);
+  EXPECT_FALSE(first_non_finite(tensor_of(dtype::f32, sinks.data(), 32, 8), /*allow_negative_infinity=*/true));
+  EXPECT_EQ(first_non_finite(tensor_of(dtype::f32, sinks.data(), 32, 8)), 0);
+  sinks[6] = INFINITY;
+  EXPECT_EQ(first_non_finite(tensor_of(dtype::f32, sinks.data(), 32, 8), true), 6);
 }
 
 TEST(loader_model_loader, dummy_weights_have_the_config_shapes_and_are_deterministic) {
