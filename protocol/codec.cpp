@@ -352,6 +352,16 @@ void pack_str(packer& p, std::string_view s) {
   p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
 
+// A logprobs entry's alternatives: [[token_id, logprob], ...], most likely first.
+void pack_top(packer& p, const std::vector<std::pair<int32_t, float>>& top) {
+  p.pack_array(static_cast<uint32_t>(top.size()));
+  for (const auto& [id, value] : top) {
+    p.pack_array(2);
+    p.pack(id);
+    p.pack(value);
+  }
+}
+
 void pack_ids(packer& p, const std::vector<int32_t>& ids) {
   p.pack_array(static_cast<uint32_t>(ids.size()));
   for (int32_t id : ids) p.pack(id);
@@ -500,12 +510,7 @@ std::string encode_reply(const server_reply& reply) {
               pack_str(p, "token_id"); p.pack(lp.token_id);
               pack_str(p, "logprob"); p.pack(lp.logprob);
               pack_str(p, "top");
-              p.pack_array(static_cast<uint32_t>(lp.top.size()));
-              for (const auto& [id, value] : lp.top) {
-                p.pack_array(2);
-                p.pack(id);
-                p.pack(value);
-              }
+              pack_top(p, lp.top);
             }
           }
           if (r.prompt_logprobs) {
@@ -517,12 +522,7 @@ std::string encode_reply(const server_reply& reply) {
               pack_str(p, "logprob"); p.pack(lp.logprob);
               pack_str(p, "rank"); p.pack(lp.rank);
               pack_str(p, "top");
-              p.pack_array(static_cast<uint32_t>(lp.top.size()));
-              for (const auto& [id, value] : lp.top) {
-                p.pack_array(2);
-                p.pack(id);
-                p.pack(value);
-              }
+              pack_top(p, lp.top);
             }
           }
           if (r.finish_reason) { pack_str(p, "finish_reason"); pack_str(p, *r.finish_reason); }
