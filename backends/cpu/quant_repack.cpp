@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -149,17 +148,20 @@ repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R) {
   std::memset(out.get(), 0, total);  // lanes past the last row: zero codes and scales
   const size_t stride = row_bytes(w.type, w.cols);
   const int64_t blocks = w.cols / super_block;
+  const size_t source_block_bytes = dtype_traits_of(w.type).block_bytes;  // GGUF's: 144 (Q4_K), 210 (Q6_K)
+  const size_t out_block_bytes = block_bytes_of(w.type, R);
   pool.parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) {
       std::byte* tile = out.get() + t * tile_bytes;
       for (int r = 0; r < R && t * R + r < w.rows; ++r) {
         const std::byte* row = w.data + (t * R + r) * stride;
         for (int64_t b = 0; b < blocks; ++b) {
-          std::byte* out_block = tile + b * block_bytes_of(w.type, R);
+          std::byte* out_block = tile + b * out_block_bytes;
+          const std::byte* block = row + b * source_block_bytes;
           if (w.type == dtype::q4_k) {
-            repack_q4_k_block(row + b * 144, R, r, out_block);
+            repack_q4_k_block(block, R, r, out_block);
           } else {
-            repack_q6_k_block(row + b * 210, R, r, out_block);
+            repack_q6_k_block(block, R, r, out_block);
           }
         }
       }
