@@ -227,16 +227,7 @@ TEST(cpu_batch_invariance, stories260k_q4_0_matches_each_sequence_alone) {
 
 TEST(cpu_batch_invariance, random_llama_q4_k_matches_each_sequence_alone) {
   if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
-  model_config config;
-  config.arch = architecture::llama;
-  config.hidden_size = 256;
-  config.intermediate_size = 512;
-  config.num_layers = 2;
-  config.num_heads = 4;
-  config.num_kv_heads = 2;
-  config.head_dim = 64;
-  config.vocab_size = 300;
-  config.max_position_embeddings = 256;
+  const model_config config = test::k_quant_llama_config(512, 2, 300);
   const weight_store weights = make_dummy_weights(config, dtype::f32, 11, {0.08f, 0.1f});
   const test::quantized_pair pair = test::quantize_store(weights, dtype::q4_k);
   expect_batch_invariance(config, pair.quantized, 5, dtype::f32, 1e-5, true);

@@ -110,16 +110,7 @@ TEST(cpu_quantized_model, stories260k_quantized_runs_like_its_dequantized_twin) 
 // A random Llama whose rows fit 256-blocks, for the k-quants and IQ4_XS (and a legacy type).
 TEST(cpu_quantized_model, random_model_with_k_quants_runs_like_its_dequantized_twin) {
   if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
-  model_config config;
-  config.arch = architecture::llama;
-  config.hidden_size = 256;
-  config.intermediate_size = 512;
-  config.num_layers = 3;
-  config.num_heads = 4;
-  config.num_kv_heads = 2;
-  config.head_dim = 64;
-  config.vocab_size = 400;
-  config.max_position_embeddings = 256;
+  const model_config config = test::k_quant_llama_config(512, 3, 400);
   // Weights large enough that the logits are peaked (distinct top-1s) rather than flat.
   const weight_store weights = make_dummy_weights(config, dtype::f32, 5, {0.1f, 0.2f});
   std::mt19937 rng(6);
@@ -139,16 +130,7 @@ TEST(cpu_quantized_model, random_model_with_k_quants_runs_like_its_dequantized_t
 // layout, bit for bit.
 TEST(cpu_quantized_model, repacked_q4_k_and_q6_k_models_give_the_bits_of_the_gguf_layout) {
   if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
-  model_config config;
-  config.arch = architecture::llama;
-  config.hidden_size = 256;
-  config.intermediate_size = 768;
-  config.num_layers = 2;
-  config.num_heads = 4;
-  config.num_kv_heads = 2;
-  config.head_dim = 64;
-  config.vocab_size = 300;
-  config.max_position_embeddings = 256;
+  const model_config config = test::k_quant_llama_config(768, 2, 300);
   const weight_store weights = make_dummy_weights(config, dtype::f32, 12, {0.1f, 0.2f});
   std::mt19937 rng(13);
   std::vector<int32_t> prompt(20), forced(16);

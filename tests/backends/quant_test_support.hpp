@@ -12,6 +12,7 @@
 #include "model/dtype.hpp"
 #include "model/half_float.hpp"
 #include "model/loader/gguf_types.hpp"
+#include "model/model_config.hpp"
 #include "model/quant/dequantize.hpp"
 #include "model/weight_store.hpp"
 #include "tests/ggml_oracle.hpp"
@@ -65,6 +66,22 @@ inline std::vector<float> dequantized(dtype type, const std::vector<std::byte>& 
   std::vector<float> values(static_cast<size_t>(rows * k));
   quant::dequantize_row(type, bytes.data(), values.data(), rows * k);
   return values;
+}
+
+// A small random-weight Llama whose matrices are whole 256-blocks wide (hidden 256, head_dim 64,
+// GQA 2), for the k-quants and IQ4_XS: the shape the quantized model tests share.
+inline model_config k_quant_llama_config(int intermediate_size, int num_layers, int vocab_size) {
+  model_config config;
+  config.arch = architecture::llama;
+  config.hidden_size = 256;
+  config.intermediate_size = intermediate_size;
+  config.num_layers = num_layers;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 64;
+  config.vocab_size = vocab_size;
+  config.max_position_embeddings = 256;
+  return config;
 }
 
 // A quantized weight store and the same weights dequantized to f32: every matrix whose rows are
