@@ -32,11 +32,11 @@
 #include "doors/http/connection_workers.hpp"
 #include "doors/http/generation_session.hpp"
 #include "doors/http/metrics_text.hpp"
-#include "net/open_files.hpp"
 #include "doors/http/request_reception.hpp"
 #include "doors/http/tokenize_endpoints.hpp"
 #include "doors/http/server_sent_events.hpp"
 #include "grammar/guided_grammar.hpp"
+#include "net/open_files.hpp"
 #include "stages/stage_clock.hpp"
 
 namespace troupe {

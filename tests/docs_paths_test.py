@@ -39,7 +39,7 @@ def expand_braces(pattern):
     return out
 
 
-def looks_like_path(span):
+def looks_like_path(span, top_level):
     if " " in span or span.startswith("-") or "=" in span or "::" in span:
         return False
     if span.startswith(SKIPPED_PREFIXES) or "://" in span or span.startswith((".", "_")):
@@ -53,7 +53,7 @@ def looks_like_path(span):
     if "/" not in span or not re.fullmatch(r"[\w.\-*{},/]+", span):
         return False
     first = span.split("/")[0]
-    return first in TOP_LEVEL or first == ".."
+    return first in top_level or first == ".."
 
 
 def all_files(root):
@@ -94,8 +94,7 @@ def exists(root, span, by_name):
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
     docs = sys.argv[2:] or ["docs/architecture.md"]
-    global TOP_LEVEL
-    TOP_LEVEL = set(os.listdir(root))
+    top_level = set(os.listdir(root))
     by_name = all_files(root)
     missing = []
     for doc in docs:
@@ -105,7 +104,7 @@ def main():
                     continue
                 for span in re.findall(r"`([^`\n]+)`", line):
                     span = span.strip()
-                    if looks_like_path(span) and not exists(root, span, by_name):
+                    if looks_like_path(span, top_level) and not exists(root, span, by_name):
                         missing.append(f"{doc}:{number}: `{span}` names no file")
     for line in missing:
         print(line)
@@ -115,8 +114,6 @@ def main():
     print(f"docs paths: every path named in {', '.join(docs)} exists")
     return 0
 
-
-TOP_LEVEL = set()
 
 if __name__ == "__main__":
     sys.exit(main())
