@@ -129,13 +129,7 @@ weight_store make_dummy_weights(const model_config& config, dtype type, uint64_t
   weight_store store;
   for (const auto& spec : expected_tensors(config)) {
     std::vector<float> values = dummy_tensor_values(spec, seed, init);
-    // Norms and biases stay f32 when quantizing, as in GGUF files; a row that is not a whole
-    // number of Q8_0 blocks falls back to f16.
-    dtype tensor_type = type;
-    if (type == dtype::q8_0 && (spec.shape.size() < 2 || spec.shape.back() % q8_0_block_size != 0)) {
-      tensor_type = spec.shape.size() < 2 ? dtype::f32 : dtype::f16;
-    }
-    if (type == dtype::fp8_e4m3 && spec.shape.size() < 2) tensor_type = dtype::f32;
+    const dtype tensor_type = stored_type(spec, type);
     auto buffer = std::make_shared<std::vector<std::byte>>(row_bytes(tensor_type, static_cast<int64_t>(values.size())));
     std::vector<float> row_scales;
     if (tensor_type == dtype::fp8_e4m3) {
