@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "backends/cpu/cpu_model.hpp"
+#include "backends/cpu/matmul.hpp"
 
 #ifdef TROUPE_HAVE_CUDA
 #include "backends/cuda/cuda_model.hpp"
@@ -64,13 +65,30 @@ std::optional<dtype> parse_kv_cache_dtype(std::string_view name) {
                            "\"");
 }
 
-dtype resolve_kv_cache_dtype(const backend_options& options, device_kind device) {
+namespace {
+
+// Whether every matrix a decoder layer multiplies by (attention, MLP, experts, routers) gives a
+// row the same bits whatever shares its batch on the CPU.
+bool layers_batch_invariant_on_cpu(const weight_store& weights) {
+  for (const auto& [name, tensor] : weights.tensors()) {
+    if (name.rfind("model.layers.", 0) != 0 || tensor.shape.size() < 2) continue;
+    if (!cpu::matmul_batch_invariant(tensor.type)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+dtype resolve_kv_cache_dtype(const backend_options& options, device_kind device, const weight_store& weights) {
   if (const std::optional<dtype> chosen = parse_kv_cache_dtype(options.kv_cache_dtype)) return *chosen;
-  // The CPU keeps f32 by default: its attention kernels agree across chunkings and batches only to
-  // the last f32 bits, and an f16 cache rounds such a difference to a neighbouring value now and
-  // then, so a re-run after a failover or a 1P1D pair would no longer answer exactly as one
-  // process does. f16 (half the bytes) is a flag away.
-  return device == device_kind::cuda ? options.cuda_dtype : dtype::f32;
+  if (device == device_kind::cuda) return options.cuda_dtype;
+  // f16 halves the bytes long contexts pay for, and is safe where the K and V a token gets are
+  // the same bits however its step was batched and cut: attention is bit-invariant
+  // (paged_attention_kernels.hpp) and so are the integer kernels. Float weights' products are
+  // not (row dots below 32 rows, sgemm from there), and a 16-bit cache would round their
+  // last-bit differences apart now and then: a 1P1D pair or a failover re-run would no longer
+  // answer exactly as one process (seen: 2 of 200 seeded requests of stories260K). They keep f32.
+  return layers_batch_invariant_on_cpu(weights) ? dtype::f16 : dtype::f32;
 }
 
 void backend_options::validate() const {
@@ -109,7 +127,7 @@ std::unique_ptr<model> make_backend_model(const model_config& config, const weig
     cuda.activation = options.cuda_dtype;
     cuda.max_kv_blocks = kv.max_useful_blocks;
     cuda.nano_batches = options.nano_batches;
-    cuda.kv_cache = resolve_kv_cache_dtype(options, device);
+    cuda.kv_cache = resolve_kv_cache_dtype(options, device, weights);
     // num_blocks 0 lets the CUDA model size its pool from the free memory left after the weights.
     return make_cuda_model(config, weights, kv_cache_shape{kv.num_blocks, kv.block_size}, cuda);
 #else
@@ -117,7 +135,7 @@ std::unique_ptr<model> make_backend_model(const model_config& config, const weig
 #endif
   }
   options.validate();
-  const dtype kv_dtype = resolve_kv_cache_dtype(options, device);
+  const dtype kv_dtype = resolve_kv_cache_dtype(options, device, weights);
   int num_blocks = kv.num_blocks;
   if (num_blocks == 0) num_blocks = cpu_kv_blocks_for_budget(config, kv.cpu_budget_bytes, kv.block_size, kv_dtype);
   if (num_blocks <= 0) {

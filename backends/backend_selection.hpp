@@ -52,17 +52,17 @@ struct backend_options {
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory model + KV pool may take
   dtype cuda_dtype = dtype::bf16;       // CUDA activations: f32 | f16 | bf16
   int nano_batches = 1;  // CUDA: streams a kernel-by-kernel step is spread over (1 to 4)
-  // The KV cache's element type, as parse_kv_cache_dtype reads it. "auto": f32 on the CPU (a
-  // 16-bit cache would round apart the last-bit differences between the CPU's attention kernels,
-  // see resolve_kv_cache_dtype), cuda_dtype on CUDA.
+  // The KV cache's element type, as parse_kv_cache_dtype reads it. "auto": on the CPU f16 for a
+  // model whose layers' products are batch-invariant (quantized weights), else f32 (see
+  // resolve_kv_cache_dtype); cuda_dtype on CUDA.
   std::string kv_cache_dtype = "auto";
 
   // Throws std::runtime_error naming the first bad field.
   void validate() const;
 };
 
-// The KV cache dtype `options` asks for on `device` ("auto" resolved).
-dtype resolve_kv_cache_dtype(const backend_options& options, device_kind device);
+// The KV cache dtype `options` asks for on `device` for a model of `weights` ("auto" resolved).
+dtype resolve_kv_cache_dtype(const backend_options& options, device_kind device, const weight_store& weights);
 
 // The KV pool: `num_blocks` blocks of `block_size` tokens, or when num_blocks is 0, as many as
 // fit: in `cpu_budget_bytes` on the CPU, under gpu_memory_utilization of free memory on CUDA.

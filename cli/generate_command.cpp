@@ -257,7 +257,7 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--dtype", f->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
   app->add_option("--kv-cache-dtype", f->kv_cache_dtype,
-                  "KV cache element type: auto (f32 on the CPU, --dtype on CUDA) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
+                  "KV cache element type: auto (CPU: f16 for quantized weights, else f32; CUDA: --dtype) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0", "fp8_e4m3"}))
       ->capture_default_str();
   app->add_option("--nano-batches", f->nano_batches, "CUDA: spread the prompt's steps over this many streams (1 to 4)")

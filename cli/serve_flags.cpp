@@ -48,7 +48,7 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--dtype", flags.dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
-                 "KV cache element type: auto (f32 on the CPU, --dtype on CUDA) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
+                 "KV cache element type: auto (CPU: f16 for quantized weights, else f32; CUDA: --dtype) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0", "fp8_e4m3"}));
   app.add_option("--nano-batches", flags.nano_batches,
                  "CUDA: spread prefill and mixed steps over this many streams (1 to 4; 1: off)")

@@ -60,7 +60,7 @@ std::shared_ptr<served_model> load_draft_model(const model_spec& spec, int targe
     const int64_t useful = std::min<int64_t>(int64_t(spec.max_num_seqs) * per_sequence, 1 << 30);
     kv.num_blocks = static_cast<int>(std::min<int64_t>(
         cpu_kv_blocks_for_budget(config, static_cast<size_t>(spec.kv_memory_mb) << 20, spec.block_size,
-                                 resolve_kv_cache_dtype(spec.backend, device.kind)),
+                                 resolve_kv_cache_dtype(spec.backend, device.kind, served->loaded.weights)),
         useful));
     if (kv.num_blocks <= 0) {
       throw std::runtime_error(fmt::format("draft model {}: a KV budget of {} MiB holds no block of {} tokens",

@@ -136,6 +136,10 @@ weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
 bool matmul_integer_kernels() { return integer_kernels.load(std::memory_order_relaxed); }
 void set_matmul_integer_kernels(bool on) { integer_kernels.store(on, std::memory_order_relaxed); }
 
+bool matmul_batch_invariant(dtype type) {
+  return active_quant_kernels().matmul[static_cast<int>(type)] != nullptr && matmul_integer_kernels();
+}
+
 int matmul_gemm_min_rows() { return gemm_min_rows.load(std::memory_order_relaxed); }
 void set_matmul_gemm_min_rows(int rows) { gemm_min_rows.store(std::max(1, rows)); }
 

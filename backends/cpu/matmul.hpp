@@ -57,6 +57,12 @@ void set_matmul_gemm_min_rows(int rows);
 bool matmul_integer_kernels();
 void set_matmul_integer_kernels(bool on);
 
+// Whether matmul gives an activation row the same bits whatever else rides in the batch, for a
+// weight stored as `type`: the integer kernels' types (one canonical sum at every row count).
+// Float weights are not: below matmul_gemm_min_rows they take row dots, from it sgemm, which
+// sums in its own order.
+bool matmul_batch_invariant(dtype type);
+
 // y [n, w.rows] = x [n, w.cols] · wᵀ. `scratch` holds converted weight slabs between calls
 // (grown on demand, so steady-state steps do not allocate).
 void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,

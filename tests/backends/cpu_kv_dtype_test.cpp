@@ -4,6 +4,8 @@
 //   random Qwen2-shaped model with 64-wide heads: each decodes 64 greedy tokens on its own and
 //   teacher-forced along the f16 cache's tokens; the agreement and the logit error are printed,
 //   and bounded (below what was measured with room to spare, far above what a wrong cache gives).
+// - `auto` is f16 for a model whose every layer matrix has batch-invariant products (quantized
+//   weights) and f32 for float weights; an explicit dtype is kept.
 // - a 4k-token context against llama.cpp on the same GGUF file: with F32 caches on both sides
 //   the logits agree as f32 arithmetic does; with their defaults (Troupe: an f16 cache; llama.cpp:
 //   an f16 cache and f16 flash attention) Troupe's greedy token is llama.cpp's at every step
@@ -22,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend_selection.hpp"
 #include "backends/cpu/cpu_model.hpp"
+#include "backends/cpu/matmul.hpp"
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/model_loader.hpp"
 #include "model/model_maker.hpp"
@@ -91,6 +95,31 @@ std::vector<std::vector<int32_t>> random_prompts(int count, int vocab, uint32_t 
     prompts.push_back(prompt);
   }
   return prompts;
+}
+
+TEST(cpu_kv_dtype, auto_is_f16_where_every_layer_product_is_batch_invariant_and_f32_for_float_weights) {
+  model_config config;
+  config.arch = architecture::qwen2;
+  config.hidden_size = 64;
+  config.intermediate_size = 128;
+  config.num_layers = 2;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 16;
+  config.vocab_size = 256;
+  config.max_position_embeddings = 256;
+  const weight_store quantized = make_dummy_weights(config, dtype::q8_0, 3, {0.08f, 0.1f});
+  const weight_store float_weights = make_dummy_weights(config, dtype::f16, 3, {0.08f, 0.1f});
+  backend_options options;
+  EXPECT_EQ(resolve_kv_cache_dtype(options, device_kind::cpu, quantized), dtype::f16);
+  EXPECT_EQ(resolve_kv_cache_dtype(options, device_kind::cpu, float_weights), dtype::f32);
+  EXPECT_EQ(resolve_kv_cache_dtype(options, device_kind::cuda, float_weights), options.cuda_dtype);
+  cpu::set_matmul_integer_kernels(false);  // quantized weights through f32 conversions and sgemm
+  EXPECT_EQ(resolve_kv_cache_dtype(options, device_kind::cpu, quantized), dtype::f32);
+  cpu::set_matmul_integer_kernels(true);
+  options.kv_cache_dtype = "bf16";
+  EXPECT_EQ(resolve_kv_cache_dtype(options, device_kind::cpu, float_weights), dtype::bf16);
+  EXPECT_EQ(resolve_kv_cache_dtype(options, device_kind::cpu, quantized), dtype::bf16);
 }
 
 TEST(cpu_kv_dtype, stories260k_fp8_and_16_bit_caches_against_f16) {
