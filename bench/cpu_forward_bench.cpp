@@ -134,6 +134,7 @@ int main(int argc, char** argv) try {
 
   troupe::model_config config;
   troupe::weight_store weights;
+  const auto load_start = clock_type::now();
   if (!model_path.empty()) {
     troupe::loaded_model loaded = troupe::load_model(troupe::load_options{model_path});
     config = loaded.config;
@@ -199,7 +200,10 @@ int main(int argc, char** argv) try {
     return 0;
   }
   const int num_blocks = (prompt + decode + block_size - 1) / block_size;
+  const double read_s = seconds_since(load_start);
+  const auto make_start = clock_type::now();
   auto model = troupe::make_cpu_model(config, weights, {num_blocks, block_size}, threads, kv_dtype);
+  const double make_s = seconds_since(make_start);
   if (chunk <= 0) chunk = prompt;
   std::vector<int32_t> blocks(num_blocks);
   std::iota(blocks.begin(), blocks.end(), 0);
@@ -225,6 +229,10 @@ int main(int argc, char** argv) try {
               config.intermediate_size, config.vocab_size, model_path.empty() ? dtype_arg.c_str() : model_path.c_str(),
               weights.total_bytes() / 1048576.0);
   std::printf("backend: %s\n", model->backend_name().c_str());
+  // Load: the file opened and its tensors viewed (mapped), then the model made from them (the
+  // repack at load, which also touches every page of the mapped weights for the first time).
+  std::printf("load: %.2f s (open %.2f s, make model %.2f s; load average %.2f)\n", read_s + make_s, read_s, make_s,
+              troupe::bench::load_average());
 
   double best_prompt = 0, best_decode = 0;
   for (int rep = 1 - warmup; rep <= reps; ++rep) {  // round 0 warms caches and page tables
