@@ -144,6 +144,20 @@ bool in_file_mapping(const void* p) {
 
 std::atomic<bool> repacking{true};
 
+// Maps w's bytes into this process's page tables in one call (MADV_POPULATE_READ) before the
+// repack reads them: one fault per 4 KiB page of a mapped file (16 with fault-around) cost the load
+// more than the repack itself in a VM. Advice only: where the kernel refuses, the faults happen.
+void populate_source_pages(const weight_view& w) {
+#ifdef MADV_POPULATE_READ
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(w.data) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(w.data) + row_bytes(w.type, w.cols) * static_cast<size_t>(w.rows);
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+#else
+  (void)w;
+#endif
+}
+
 using repack_block_fn = void (*)(const std::byte* block, int R, int r, std::byte* out);
 
 // Tiles [begin, end) of w into `out`, each tile's rows one after the other (a row's blocks are
@@ -172,17 +186,33 @@ void repack_tiles(const weight_view& w, int R, int64_t begin, int64_t end, std::
 bool weight_repacking() { return repacking.load(std::memory_order_relaxed); }
 void set_weight_repacking(bool on) { repacking.store(on, std::memory_order_relaxed); }
 
-bool repack_for_active_level(thread_pool& pool, weight_view& w, std::vector<repacked_buffer>& owned) {
+bool repacks_at_active_level(const weight_view& w) {
   const quant_kernels& kernels = active_quant_kernels();
-  if (!weight_repacking() || !matmul_integer_kernels() || kernels.repack_rows == 0 ||
-      kernels.matmul_repacked[static_cast<int>(w.type)] == nullptr || w.cols % dtype_block_size(w.type) != 0 ||
-      w.row_scales != nullptr || w.input_order != nullptr || w.data == nullptr) {
-    return false;
+  return weight_repacking() && matmul_integer_kernels() && kernels.repack_rows != 0 &&
+         kernels.matmul_repacked[static_cast<int>(w.type)] != nullptr && w.cols % dtype_block_size(w.type) == 0 &&
+         w.row_scales == nullptr && w.input_order == nullptr && w.data != nullptr;
+}
+
+repacked_buffer repack_for_active_level(thread_pool& pool, const std::vector<weight_view*>& weights,
+                                        const std::function<void(const weight_view&)>& done) {
+  const int R = active_quant_kernels().repack_rows;
+  size_t total = 0;
+  for (const weight_view* w : weights) {
+    if (repacks_at_active_level(*w)) total += repacked_bytes(*w, R);
   }
-  owned.push_back(repack_weights(pool, w, kernels.repack_rows));
-  w.repacked = owned.back().get();
-  w.repack_rows = kernels.repack_rows;
-  return true;
+  if (total == 0) return nullptr;
+  repacked_buffer buffer = allocate_repacked(total);
+  size_t at = 0;
+  for (weight_view* w : weights) {
+    if (!repacks_at_active_level(*w)) continue;
+    populate_source_pages(*w);
+    repack_weights_into(pool, *w, R, buffer.get() + at);
+    w->repacked = buffer.get() + at;
+    w->repack_rows = R;
+    at += repacked_bytes(*w, R);
+    if (done) done(*w);
+  }
+  return buffer;
 }
 
 void aligned_free::operator()(std::byte* p) const { std::free(p); }
@@ -194,7 +224,24 @@ size_t repacked_tile_bytes(dtype type, int64_t k, int R) {
   return static_cast<size_t>(k / dtype_block_size(type)) * repacked_block_bytes(type, R);
 }
 
-repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R) {
+size_t repacked_bytes(const weight_view& w, int R) {
+  const size_t tiles = static_cast<size_t>((w.rows + R - 1) / R);
+  return (tiles * repacked_tile_bytes(w.type, w.cols, R) + 63) / 64 * 64;
+}
+
+repacked_buffer allocate_repacked(size_t bytes) {
+  constexpr size_t huge_page = size_t{2} << 20;
+  const bool huge = bytes >= huge_page;
+  const size_t alignment = huge ? huge_page : 64;
+  const size_t size = (bytes + alignment - 1) / alignment * alignment;
+  repacked_buffer out(static_cast<std::byte*>(std::aligned_alloc(alignment, size)));
+  if (!out) throw std::bad_alloc();
+  // Advice only: without THP the buffer is ordinary pages.
+  if (huge) madvise(out.get(), size, MADV_HUGEPAGE);
+  return out;
+}
+
+void repack_weights_into(thread_pool& pool, const weight_view& w, int R, std::byte* out) {
   if (!has_repacked_layout(w.type)) {
     throw std::runtime_error("no repacked layout for " + std::string(dtype_name(w.type)) + " weights");
   }
@@ -203,17 +250,13 @@ repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R) {
                              " columns, expected a multiple of " + std::to_string(dtype_block_size(w.type)));
   }
   const int64_t num_tiles = (w.rows + R - 1) / R;
-  const size_t tile_bytes = repacked_tile_bytes(w.type, w.cols, R);
-  const size_t used = static_cast<size_t>(num_tiles) * tile_bytes;
-  const size_t total = (used + 63) / 64 * 64;
-  repacked_buffer out(static_cast<std::byte*>(std::aligned_alloc(64, total)));
-  if (!out) throw std::bad_alloc();
-  std::memset(out.get() + used, 0, total - used);
+  const size_t used = static_cast<size_t>(num_tiles) * repacked_tile_bytes(w.type, w.cols, R);
+  std::memset(out + used, 0, repacked_bytes(w, R) - used);
   // Every byte of a whole tile is written, so the buffer is not cleared first: its pages are
   // first touched by the pool's threads, in parallel.
   auto run = [&](auto block) {
     pool.parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end, int) {
-      repack_tiles<decltype(block)::value>(w, R, begin, end, out.get());
+      repack_tiles<decltype(block)::value>(w, R, begin, end, out);
     });
   };
   switch (w.type) {
@@ -223,6 +266,14 @@ repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R) {
     case dtype::q8_0: run(std::integral_constant<repack_block_fn, &repack_q8_0_block>{}); break;
     default: break;  // refused above
   }
+}
+
+repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R) {
+  if (!has_repacked_layout(w.type)) {
+    throw std::runtime_error("no repacked layout for " + std::string(dtype_name(w.type)) + " weights");
+  }
+  repacked_buffer out = allocate_repacked(repacked_bytes(w, R));
+  repack_weights_into(pool, w, R, out.get());
   return out;
 }
 

@@ -46,6 +46,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -88,18 +89,35 @@ struct aligned_free {
 };
 using repacked_buffer = std::unique_ptr<std::byte[], aligned_free>;
 
-// Repacks w (rows tiles of R, the last padded with zero lanes) on the pool's threads. Throws
-// std::runtime_error when w's type has no repacked layout or k is not whole blocks of it.
+// Bytes of w repacked in tiles of R rows (a multiple of 64, so matrices can share one buffer).
+size_t repacked_bytes(const weight_view& w, int R);
+
+// A 64-byte aligned buffer of `bytes` for repacked weights. Above 2 MiB it is 2 MiB aligned and
+// asks for transparent huge pages (MADV_HUGEPAGE, where the kernel's THP mode is "madvise"): on
+// the 1.1 B Q8_0 file that halved the load (a fault per 2 MiB instead of per 4 KiB) and made
+// decode 1.5x faster (TLB misses), measured side by side (docs/benchmarks.md).
+repacked_buffer allocate_repacked(size_t bytes);
+
+// Repacks w (rows tiles of R, the last padded with zero lanes) into out (repacked_bytes(w, R)) on
+// the pool's threads; repack_weights allocates the buffer too. Throw std::runtime_error when w's
+// type has no repacked layout or k is not whole blocks of it.
+void repack_weights_into(thread_pool& pool, const weight_view& w, int R, std::byte* out);
 repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R);
 
 // Whether models repack at load (default on; benchmarks turn it off to measure the difference).
 bool weight_repacking();
 void set_weight_repacking(bool on);
 
-// Repacks w for the active level's kernels when it can (the switch is on, the integer kernels
-// are on, the level and type have a repacked layout, w is plain with k whole blocks), keeps
-// the buffer in `owned` and points w.repacked at it. Returns whether it did.
-bool repack_for_active_level(thread_pool& pool, weight_view& w, std::vector<repacked_buffer>& owned);
+// Whether w would be repacked for the active level's kernels: the switch is on, the integer
+// kernels are on, the level and type have a repacked layout, w is plain with k whole blocks.
+bool repacks_at_active_level(const weight_view& w);
+
+// Repacks every matrix of `weights` that repacks_at_active_level into one buffer (so huge pages
+// are not wasted on each matrix's last one), points their `repacked` at it and returns it (null
+// when none was repacked). `done` is called with each matrix as soon as it is repacked (a model
+// drops its source pages there, so the peak holds one matrix twice, not the whole model).
+repacked_buffer repack_for_active_level(thread_pool& pool, const std::vector<weight_view*>& weights,
+                                        const std::function<void(const weight_view&)>& done = {});
 
 // Drops this process's resident pages of w's bytes (madvise DONTNEED on the whole pages inside
 // them) when they belong to a read-only file mapping (a GGUF or safetensors file): after

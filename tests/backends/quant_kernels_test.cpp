@@ -341,9 +341,9 @@ TEST(quant_repack, matmul_over_repacked_weights_gives_the_same_bits_for_any_thre
     scoped_simd_level scope(level);
     const cpu::weight_view plain{type, m, k, bytes.data()};
     cpu::weight_view packed = plain;
-    std::vector<cpu::repacked_buffer> owned;
     cpu::thread_pool setup(2);
-    if (!cpu::repack_for_active_level(setup, packed, owned)) continue;  // the scalar level has no repacked layout
+    const cpu::repacked_buffer owned = cpu::repack_for_active_level(setup, {&packed});
+    if (owned == nullptr) continue;  // the scalar level has no repacked layout
     ASSERT_NE(packed.repacked, nullptr);
     for (int64_t n : {1, 3, 9, 130}) {
       const std::vector<float> x = random_activations(n, k, 32);
