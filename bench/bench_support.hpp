@@ -1,6 +1,7 @@
 #pragma once
-// Small pieces every benchmark command line shares: comma-separated counts and the machine's
-// load average, printed beside each figure because other work on a shared machine moves them.
+// Small pieces every benchmark command line shares: comma-separated counts, the machine's load
+// average (printed beside each figure because other work on a shared machine moves them) and the
+// process's memory.
 
 #include <cstdio>
 #include <sstream>
@@ -25,6 +26,23 @@ inline double load_average() {
     std::fclose(f);
   }
   return load;
+}
+
+// A field of /proc/self/status in MB (VmRSS: resident now, VmHWM: the peak so far), or -1.
+inline double process_memory_mb(const char* field) {
+  double kb = -1;
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    const std::string prefix = std::string(field) + ":";
+    while (std::fgets(line, sizeof line, f)) {
+      if (std::string(line).rfind(prefix, 0) == 0) {
+        std::sscanf(line + prefix.size(), "%lf", &kb);
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  return kb < 0 ? -1 : kb * 1024 / 1e6;
 }
 
 }  // namespace troupe::bench

@@ -34,6 +34,10 @@ const context_size = args.prompt + args.decode + 16;
 const context = await model.createContext({ contextSize: context_size, batchSize: args.prompt, sequences: 1,
                                             ...(args.threads > 0 ? { threads: { ideal: args.threads, min: args.threads } } : {}) });
 const prompt = Array.from({ length: args.prompt }, (_, t) => 5 + (t % 97));
+// Memory once the model and its context exist, as troupe_bench_cpu prints it (MB of /proc/self/status).
+const { readFileSync } = await import("node:fs");
+const status_mb = (field) => Number(readFileSync("/proc/self/status", "utf8").match(new RegExp(`${field}:\\s+(\\d+)`))[1]) * 1024 / 1e6;
+console.log(`after load: VmRSS ${status_mb("VmRSS").toFixed(0)} MB, VmHWM ${status_mb("VmHWM").toFixed(0)} MB`);
 
 let best_prompt = 0, best_decode = 0;
 for (let rep = 1 - args.warmup; rep <= args.reps; ++rep) {  // round 0 warms up

@@ -376,18 +376,17 @@ class cpu_model final : public model {
   // their GGUF pages are then dropped from this process's memory unless the embedding reads them
   // too (tied lm_head), so the resident weights stay one copy.
   void repack_weights_for_decode() {
-    auto repack = [&](weight_view& w) {
-      if (cpu::repack_for_active_level(pool_, w, repacked_) && w.data != embed_tokens_.data) {
-        cpu::release_source_pages(w);
-      }
-    };
+    std::vector<weight_view*> dense;
     for (layer_weights& layer : layers_) {
       for (weight_view* w : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
                              &layer.up_proj, &layer.down_proj}) {
-        if (w->data != nullptr) repack(*w);
+        if (w->data != nullptr) dense.push_back(w);
       }
     }
-    repack(lm_head_);
+    dense.push_back(&lm_head_);
+    repacked_ = cpu::repack_for_active_level(pool_, dense, [&](const weight_view& w) {
+      if (w.data != embed_tokens_.data) cpu::release_source_pages(w);
+    });
   }
 
   model_config config_;
@@ -401,7 +400,7 @@ class cpu_model final : public model {
   std::vector<layer_weights> layers_;
   cpu::attention_params attention_params_;
 
-  std::vector<cpu::repacked_buffer> repacked_;  // owns the repacked copies the views point at
+  cpu::repacked_buffer repacked_;  // the repacked copies the views point at, one buffer
   std::vector<float> x_, h_, out_, q_, k_, v_, attn_, gate_, up_, logits_hidden_;
   std::vector<float> scratch_;  // converted weight slabs for sgemm
   cpu::attention_workspace attention_workspace_;

@@ -46,6 +46,8 @@ struct avx2_qvec : x86_bytes<false> {
   static freg cvt(ireg v) { return _mm256_cvtepi32_ps(v); }
   static freg fzero() { return _mm256_setzero_ps(); }
   static freg fload(const float* p) { return _mm256_loadu_ps(p); }
+  // R f16 values widened (exact, F16C, as the decoders' half()).
+  static freg fload_half(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void fstore(float* p, freg v) { _mm256_storeu_ps(p, v); }
   static freg fset1(float v) { return _mm256_set1_ps(v); }
   static freg fmul(freg a, freg b) { return _mm256_mul_ps(a, b); }

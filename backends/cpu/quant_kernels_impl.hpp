@@ -343,6 +343,8 @@ quant_kernels make_quant_kernels() {
   if constexpr (V::R > 1) {
     table.matmul_repacked[static_cast<int>(dtype::q4_k)] = &quant_matmul_repacked<V, q4_k_codes>;
     table.matmul_repacked[static_cast<int>(dtype::q6_k)] = &quant_matmul_repacked<V, q6_k_codes>;
+    table.matmul_repacked[static_cast<int>(dtype::q4_0)] = &quant_matmul_repacked<V, q4_0_codes>;
+    table.matmul_repacked[static_cast<int>(dtype::q8_0)] = &quant_matmul_repacked<V, q8_0_codes>;
     table.repack_rows = V::R;
   }
   return table;

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/quant_kernels.hpp"
@@ -19,10 +21,49 @@
 namespace troupe::cpu {
 namespace {
 
-constexpr int64_t super_block = 256;
+// One source block unpacked to plain arrays before it is interleaved: codes as the repacked
+// layout stores them (unsigned nibbles or 6-bit q, or Q8_0's signed bytes), element by element.
+// Decoding a whole block at a time keeps the loops free of per-element index arithmetic (load
+// time is this loop's: docs/benchmarks.md).
+struct unpacked_block {
+  uint8_t codes[256];  // [elements of the block]
+};
 
-// One Q4_K block (144 bytes: d, dmin, 12 bytes of packed scales and mins, 128 bytes of nibbles)
-// into lane r of a repacked super-block (layout in the header).
+// Q4_K (144 bytes: d, dmin, 12 bytes of packed scales and mins, 128 bytes of nibbles): each 64
+// elements are 32 bytes of qs, low nibbles the first 32.
+void unpack_q4_k(const uint8_t* qs, unpacked_block& u) {
+  for (int g = 0; g < 4; ++g) {
+    for (int l = 0; l < 32; ++l) {
+      u.codes[64 * g + l] = qs[32 * g + l] & 0x0f;
+      u.codes[64 * g + 32 + l] = qs[32 * g + l] >> 4;
+    }
+  }
+}
+
+// Q6_K (ql 128, qh 64, sc 16, d): element 128 h + 32 t + l (l < 32) has its low bits in
+// ql[64 h + 32 (t & 1) + l] (nibble t >> 1) and its top bits in bits 2t, 2t + 1 of qh[32 h + l].
+void unpack_q6_k(const uint8_t* ql, const uint8_t* qh, unpacked_block& u) {
+  for (int h = 0; h < 2; ++h) {
+    for (int t = 0; t < 4; ++t) {
+      const uint8_t* low = ql + 64 * h + 32 * (t & 1);
+      const int shift = 4 * (t >> 1);
+      for (int l = 0; l < 32; ++l) {
+        u.codes[128 * h + 32 * t + l] =
+            static_cast<uint8_t>(((low[l] >> shift) & 0x0f) | (((qh[32 * h + l] >> (2 * t)) & 3) << 4));
+      }
+    }
+  }
+}
+
+// Pairs of codes of 4-bit layouts into lane r: byte i of pair p holds element 8p + i in its low
+// nibble, 8p + 4 + i in its high one (`count` elements, a multiple of 8).
+void store_nibble_pairs(const uint8_t* codes, int count, int R, int r, uint8_t* out) {
+  for (int p = 0; p < count / 8; ++p) {
+    uint8_t* dst = out + (p * R + r) * 4;
+    for (int i = 0; i < 4; ++i) dst[i] = static_cast<uint8_t>((codes[8 * p + i] & 0x0f) | (codes[8 * p + 4 + i] << 4));
+  }
+}
+
 void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
   uint8_t* codes = reinterpret_cast<uint8_t*>(out);  // [32][R][4]
   float* d = reinterpret_cast<float*>(out + 128 * R);  // [R]
@@ -38,20 +79,11 @@ void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
     sc[s * R + r] = static_cast<int8_t>(scale);
     m[s * R + r] = static_cast<int8_t>(min);
   }
-  // Element e of the block: 64-element group e / 64 has 32 bytes of qs, low nibbles the first 32.
-  const uint8_t* qs = quant::bytes_at(block + 16);
-  auto code = [&](int e) -> uint8_t {
-    const uint8_t byte = qs[32 * (e / 64) + e % 32];
-    return (e % 64) < 32 ? byte & 0x0f : byte >> 4;
-  };
-  for (int p = 0; p < 32; ++p) {
-    for (int i = 0; i < 4; ++i) {
-      codes[(p * R + r) * 4 + i] = static_cast<uint8_t>(code(8 * p + i) | (code(8 * p + 4 + i) << 4));
-    }
-  }
+  unpacked_block u;
+  unpack_q4_k(quant::bytes_at(block + 16), u);
+  store_nibble_pairs(u.codes, 256, R, r, codes);
 }
 
-// One Q6_K block (210 bytes: ql 128, qh 64, sc 16, d) into lane r of a repacked super-block.
 void repack_q6_k_block(const std::byte* block, int R, int r, std::byte* out) {
   uint8_t* low = reinterpret_cast<uint8_t*>(out);           // [32][R][4]
   uint8_t* high = low + 128 * R;                             // [16][R][4]
@@ -59,30 +91,41 @@ void repack_q6_k_block(const std::byte* block, int R, int r, std::byte* out) {
   int8_t* sc = reinterpret_cast<int8_t*>(d + R);             // [16][R]
   d[r] = quant::read_f16(block + 208);
   for (int s = 0; s < 16; ++s) sc[s * R + r] = static_cast<int8_t>(quant::bytes_at(block + 192)[s]);
-  // Element 128 h + 32 t + l (l < 32): low bits from ql[64 h + 32 (t & 1) + l] (nibble t >> 1),
-  // top bits from bits 2t, 2t + 1 of qh[32 h + l].
-  const uint8_t* ql = quant::bytes_at(block);
-  const uint8_t* qh = quant::bytes_at(block + 128);
-  auto low_bits = [&](int e) -> uint8_t {
-    const int h = e / 128, t = (e % 128) / 32, l = e % 32;
-    return (ql[64 * h + 32 * (t & 1) + l] >> (4 * (t >> 1))) & 0x0f;
-  };
-  auto high_bits = [&](int e) -> uint8_t {
-    const int h = e / 128, t = (e % 128) / 32, l = e % 32;
-    return (qh[32 * h + l] >> (2 * t)) & 3;
-  };
-  for (int p = 0; p < 32; ++p) {
-    for (int i = 0; i < 4; ++i) {
-      low[(p * R + r) * 4 + i] = static_cast<uint8_t>(low_bits(8 * p + i) | (low_bits(8 * p + 4 + i) << 4));
-    }
-  }
+  unpacked_block u;
+  unpack_q6_k(quant::bytes_at(block), quant::bytes_at(block + 128), u);
+  store_nibble_pairs(u.codes, 256, R, r, low);
+  // Top bits: byte i of sub-block s holds those of element 16s + 4t + i in bits 2t, 2t + 1.
   for (int s = 0; s < 16; ++s) {
+    uint8_t* dst = high + (s * R + r) * 4;
     for (int i = 0; i < 4; ++i) {
       uint8_t byte = 0;
-      for (int t = 0; t < 4; ++t) byte = static_cast<uint8_t>(byte | (high_bits(16 * s + 4 * t + i) << (2 * t)));
-      high[(s * R + r) * 4 + i] = byte;
+      for (int t = 0; t < 4; ++t) byte = static_cast<uint8_t>(byte | ((u.codes[16 * s + 4 * t + i] >> 4) << (2 * t)));
+      dst[i] = byte;
     }
   }
+}
+
+// Q4_0 (18 bytes: f16 d, 16 bytes of nibbles; element j < 16 the low nibble of qs[j], j + 16
+// its high nibble) into lane r of a repacked block.
+void repack_q4_0_block(const std::byte* block, int R, int r, std::byte* out) {
+  uint8_t* codes = reinterpret_cast<uint8_t*>(out);             // [4][R][4]
+  uint16_t* d = reinterpret_cast<uint16_t*>(out + 16 * R);      // [R]
+  std::memcpy(&d[r], block, 2);
+  const uint8_t* qs = quant::bytes_at(block + 2);
+  uint8_t c[32];
+  for (int j = 0; j < 16; ++j) {
+    c[j] = qs[j] & 0x0f;
+    c[j + 16] = qs[j] >> 4;
+  }
+  store_nibble_pairs(c, 32, R, r, codes);
+}
+
+// Q8_0 (34 bytes: f16 d, 32 signed codes) into lane r of a repacked block.
+void repack_q8_0_block(const std::byte* block, int R, int r, std::byte* out) {
+  uint8_t* codes = reinterpret_cast<uint8_t*>(out);             // [8][R][4]
+  uint16_t* d = reinterpret_cast<uint16_t*>(out + 32 * R);      // [R]
+  std::memcpy(&d[r], block, 2);
+  for (int g = 0; g < 8; ++g) std::memcpy(codes + (g * R + r) * 4, block + 2 + 4 * g, 4);
 }
 
 // Whether p lies in a mapping of a file (a path or an inode in /proc/self/maps).
@@ -101,8 +144,41 @@ bool in_file_mapping(const void* p) {
 
 std::atomic<bool> repacking{true};
 
-size_t block_bytes_of(dtype type, int R) {
-  return type == dtype::q4_k ? q4_k_repacked_block_bytes(R) : q6_k_repacked_block_bytes(R);
+// Maps w's bytes into this process's page tables in one call (MADV_POPULATE_READ) before the
+// repack reads them: one fault per 4 KiB page of a mapped file (16 with fault-around) cost the load
+// more than the repack itself in a VM. Advice only: where the kernel refuses, the faults happen.
+void populate_source_pages(const weight_view& w) {
+#ifdef MADV_POPULATE_READ
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(w.data) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(w.data) + row_bytes(w.type, w.cols) * static_cast<size_t>(w.rows);
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+#else
+  (void)w;
+#endif
+}
+
+using repack_block_fn = void (*)(const std::byte* block, int R, int r, std::byte* out);
+
+// Tiles [begin, end) of w into `out`, each tile's rows one after the other (a row's blocks are
+// read in order; the tile being written, k / 32 * 18 R bytes and up, stays in L2). Block is a
+// template argument so the per-block function is inlined into these loops.
+template <repack_block_fn Block>
+void repack_tiles(const weight_view& w, int R, int64_t begin, int64_t end, std::byte* out) {
+  const size_t stride = row_bytes(w.type, w.cols);
+  const int64_t blocks = w.cols / dtype_block_size(w.type);
+  const size_t source_block_bytes = dtype_traits_of(w.type).block_bytes;  // GGUF's: 144 (Q4_K), 18 (Q4_0), ...
+  const size_t out_block_bytes = repacked_block_bytes(w.type, R);
+  const size_t tile_bytes = static_cast<size_t>(blocks) * out_block_bytes;
+  for (int64_t t = begin; t < end; ++t) {
+    std::byte* tile = out + t * tile_bytes;
+    const int rows = static_cast<int>(std::min<int64_t>(R, w.rows - t * R));
+    if (rows < R) std::memset(tile, 0, tile_bytes);  // lanes past the last row: zero codes and scales
+    for (int r = 0; r < rows; ++r) {
+      const std::byte* row = w.data + (t * R + r) * stride;
+      for (int64_t b = 0; b < blocks; ++b) Block(row + b * source_block_bytes, R, r, tile + b * out_block_bytes);
+    }
+  }
 }
 
 }  // namespace
@@ -110,63 +186,94 @@ size_t block_bytes_of(dtype type, int R) {
 bool weight_repacking() { return repacking.load(std::memory_order_relaxed); }
 void set_weight_repacking(bool on) { repacking.store(on, std::memory_order_relaxed); }
 
-bool repack_for_active_level(thread_pool& pool, weight_view& w, std::vector<repacked_buffer>& owned) {
+bool repacks_at_active_level(const weight_view& w) {
   const quant_kernels& kernels = active_quant_kernels();
-  if (!weight_repacking() || !matmul_integer_kernels() || kernels.repack_rows == 0 ||
-      kernels.matmul_repacked[static_cast<int>(w.type)] == nullptr || w.cols % super_block != 0 ||
-      w.row_scales != nullptr || w.input_order != nullptr || w.data == nullptr) {
-    return false;
+  return weight_repacking() && matmul_integer_kernels() && kernels.repack_rows != 0 &&
+         kernels.matmul_repacked[static_cast<int>(w.type)] != nullptr && w.cols % dtype_block_size(w.type) == 0 &&
+         w.row_scales == nullptr && w.input_order == nullptr && w.data != nullptr;
+}
+
+repacked_buffer repack_for_active_level(thread_pool& pool, const std::vector<weight_view*>& weights,
+                                        const std::function<void(const weight_view&)>& done) {
+  const int R = active_quant_kernels().repack_rows;
+  size_t total = 0;
+  for (const weight_view* w : weights) {
+    if (repacks_at_active_level(*w)) total += repacked_bytes(*w, R);
   }
-  owned.push_back(repack_weights(pool, w, kernels.repack_rows));
-  w.repacked = owned.back().get();
-  w.repack_rows = kernels.repack_rows;
-  return true;
+  if (total == 0) return nullptr;
+  repacked_buffer buffer = allocate_repacked(total);
+  size_t at = 0;
+  for (weight_view* w : weights) {
+    if (!repacks_at_active_level(*w)) continue;
+    populate_source_pages(*w);
+    repack_weights_into(pool, *w, R, buffer.get() + at);
+    w->repacked = buffer.get() + at;
+    w->repack_rows = R;
+    at += repacked_bytes(*w, R);
+    if (done) done(*w);
+  }
+  return buffer;
 }
 
 void aligned_free::operator()(std::byte* p) const { std::free(p); }
 
-bool has_repacked_layout(dtype type) { return type == dtype::q4_k || type == dtype::q6_k; }
+bool has_repacked_layout(dtype type) { return repacked_block_bytes(type, 1) != 0; }
 
 size_t repacked_tile_bytes(dtype type, int64_t k, int R) {
   if (!has_repacked_layout(type)) throw std::runtime_error("no repacked layout for " + std::string(dtype_name(type)));
-  return static_cast<size_t>(k / super_block) * block_bytes_of(type, R);
+  return static_cast<size_t>(k / dtype_block_size(type)) * repacked_block_bytes(type, R);
+}
+
+size_t repacked_bytes(const weight_view& w, int R) {
+  const size_t tiles = static_cast<size_t>((w.rows + R - 1) / R);
+  return (tiles * repacked_tile_bytes(w.type, w.cols, R) + 63) / 64 * 64;
+}
+
+repacked_buffer allocate_repacked(size_t bytes) {
+  constexpr size_t huge_page = size_t{2} << 20;
+  const bool huge = bytes >= huge_page;
+  const size_t alignment = huge ? huge_page : 64;
+  const size_t size = (bytes + alignment - 1) / alignment * alignment;
+  repacked_buffer out(static_cast<std::byte*>(std::aligned_alloc(alignment, size)));
+  if (!out) throw std::bad_alloc();
+  // Advice only: without THP the buffer is ordinary pages.
+  if (huge) madvise(out.get(), size, MADV_HUGEPAGE);
+  return out;
+}
+
+void repack_weights_into(thread_pool& pool, const weight_view& w, int R, std::byte* out) {
+  if (!has_repacked_layout(w.type)) {
+    throw std::runtime_error("no repacked layout for " + std::string(dtype_name(w.type)) + " weights");
+  }
+  if (w.cols % dtype_block_size(w.type) != 0) {
+    throw std::runtime_error("repacking a " + std::string(dtype_name(w.type)) + " weight of " + std::to_string(w.cols) +
+                             " columns, expected a multiple of " + std::to_string(dtype_block_size(w.type)));
+  }
+  const int64_t num_tiles = (w.rows + R - 1) / R;
+  const size_t used = static_cast<size_t>(num_tiles) * repacked_tile_bytes(w.type, w.cols, R);
+  std::memset(out + used, 0, repacked_bytes(w, R) - used);
+  // Every byte of a whole tile is written, so the buffer is not cleared first: its pages are
+  // first touched by the pool's threads, in parallel.
+  auto run = [&](auto block) {
+    pool.parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end, int) {
+      repack_tiles<decltype(block)::value>(w, R, begin, end, out);
+    });
+  };
+  switch (w.type) {
+    case dtype::q4_k: run(std::integral_constant<repack_block_fn, &repack_q4_k_block>{}); break;
+    case dtype::q6_k: run(std::integral_constant<repack_block_fn, &repack_q6_k_block>{}); break;
+    case dtype::q4_0: run(std::integral_constant<repack_block_fn, &repack_q4_0_block>{}); break;
+    case dtype::q8_0: run(std::integral_constant<repack_block_fn, &repack_q8_0_block>{}); break;
+    default: break;  // refused above
+  }
 }
 
 repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R) {
   if (!has_repacked_layout(w.type)) {
     throw std::runtime_error("no repacked layout for " + std::string(dtype_name(w.type)) + " weights");
   }
-  if (w.cols % super_block != 0) {
-    throw std::runtime_error("repacking a " + std::string(dtype_name(w.type)) + " weight of " + std::to_string(w.cols) +
-                             " columns, expected a multiple of 256");
-  }
-  const int64_t num_tiles = (w.rows + R - 1) / R;
-  const size_t tile_bytes = repacked_tile_bytes(w.type, w.cols, R);
-  const size_t total = (num_tiles * tile_bytes + 63) / 64 * 64;
-  repacked_buffer out(static_cast<std::byte*>(std::aligned_alloc(64, total)));
-  if (!out) throw std::bad_alloc();
-  std::memset(out.get(), 0, total);  // lanes past the last row: zero codes and scales
-  const size_t stride = row_bytes(w.type, w.cols);
-  const int64_t blocks = w.cols / super_block;
-  const size_t source_block_bytes = dtype_traits_of(w.type).block_bytes;  // GGUF's: 144 (Q4_K), 210 (Q6_K)
-  const size_t out_block_bytes = block_bytes_of(w.type, R);
-  pool.parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      std::byte* tile = out.get() + t * tile_bytes;
-      for (int r = 0; r < R && t * R + r < w.rows; ++r) {
-        const std::byte* row = w.data + (t * R + r) * stride;
-        for (int64_t b = 0; b < blocks; ++b) {
-          std::byte* out_block = tile + b * out_block_bytes;
-          const std::byte* block = row + b * source_block_bytes;
-          if (w.type == dtype::q4_k) {
-            repack_q4_k_block(block, R, r, out_block);
-          } else {
-            repack_q6_k_block(block, R, r, out_block);
-          }
-        }
-      }
-    }
-  });
+  repacked_buffer out = allocate_repacked(repacked_bytes(w, R));
+  repack_weights_into(pool, w, R, out.get());
   return out;
 }
 

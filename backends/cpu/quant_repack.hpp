@@ -29,11 +29,24 @@
 // and M = neg_dmin * m exactly as the decoder does, so a repacked product has the same bits as
 // the GGUF one (the canonical sum of quant_kernels_impl.hpp): batch invariance is untouched.
 //
+// The legacy types are repacked by their own 32-element blocks (so any k that is whole blocks),
+// block b of a tile at tile + b * <type>_repacked_block_bytes(R); d stays f16 (the kernels
+// widen it exactly, as the decoder does), so both keep GGUF's size:
+// Q4_0:
+//   codes  uint8 [4][R][4]    nibble pairs as Q4_K's (the raw nibbles, code + 8: 0..15)
+//   d      f16   [R]
+// 18 bytes per row and block, as in GGUF.
+// Q8_0:
+//   codes  int8  [8][R][4]    group g, lane r, byte i: the signed code of element 4g + i
+//   d      f16   [R]
+// 34 bytes per row and block, as in GGUF.
+//
 // The repacked copy is owned memory; the GGUF bytes it came from are no longer read by the CPU
 // model (the loader's mapping stays, its pages can be dropped: release_source_pages).
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -49,10 +62,26 @@ static constexpr size_t q4_k_repacked_block_bytes(int R) { return static_cast<si
 
 static constexpr size_t q6_k_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (128 + 64 + 4 + 16); }
 
+static constexpr size_t q4_0_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (16 + 2); }
+
+static constexpr size_t q8_0_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (32 + 2); }
+
+// Bytes of one block of `type` (its dtype_block_size elements) over a tile of R rows; 0 for the
+// types without a repacked layout.
+static constexpr size_t repacked_block_bytes(dtype type, int R) {
+  switch (type) {
+    case dtype::q4_k: return q4_k_repacked_block_bytes(R);
+    case dtype::q6_k: return q6_k_repacked_block_bytes(R);
+    case dtype::q4_0: return q4_0_repacked_block_bytes(R);
+    case dtype::q8_0: return q8_0_repacked_block_bytes(R);
+    default: return 0;
+  }
+}
+
 // Bytes of one tile of R rows of a repacked [*, k] matrix of `type`.
 size_t repacked_tile_bytes(dtype type, int64_t k, int R);
 
-// Whether `type` has a repacked layout (Q4_K and Q6_K, the types of a Q4_K_M file).
+// Whether `type` has a repacked layout (Q4_K and Q6_K, the types of a Q4_K_M file; Q4_0, Q8_0).
 bool has_repacked_layout(dtype type);
 
 struct aligned_free {
@@ -60,18 +89,35 @@ struct aligned_free {
 };
 using repacked_buffer = std::unique_ptr<std::byte[], aligned_free>;
 
-// Repacks w (rows tiles of R, the last padded with zero lanes) on the pool's threads. Throws
-// std::runtime_error when w's type has no repacked layout or k is not a multiple of 256.
+// Bytes of w repacked in tiles of R rows (a multiple of 64, so matrices can share one buffer).
+size_t repacked_bytes(const weight_view& w, int R);
+
+// A 64-byte aligned buffer of `bytes` for repacked weights. Above 2 MiB it is 2 MiB aligned and
+// asks for transparent huge pages (MADV_HUGEPAGE, where the kernel's THP mode is "madvise"): on
+// the 1.1 B Q8_0 file that halved the load (a fault per 2 MiB instead of per 4 KiB) and made
+// decode 1.5x faster (TLB misses), measured side by side (docs/benchmarks.md).
+repacked_buffer allocate_repacked(size_t bytes);
+
+// Repacks w (rows tiles of R, the last padded with zero lanes) into out (repacked_bytes(w, R)) on
+// the pool's threads; repack_weights allocates the buffer too. Throw std::runtime_error when w's
+// type has no repacked layout or k is not whole blocks of it.
+void repack_weights_into(thread_pool& pool, const weight_view& w, int R, std::byte* out);
 repacked_buffer repack_weights(thread_pool& pool, const weight_view& w, int R);
 
 // Whether models repack at load (default on; benchmarks turn it off to measure the difference).
 bool weight_repacking();
 void set_weight_repacking(bool on);
 
-// Repacks w for the active level's kernels when it can (the switch is on, the integer kernels
-// are on, the level and type have a repacked layout, w is plain with k a multiple of 256), keeps
-// the buffer in `owned` and points w.repacked at it. Returns whether it did.
-bool repack_for_active_level(thread_pool& pool, weight_view& w, std::vector<repacked_buffer>& owned);
+// Whether w would be repacked for the active level's kernels: the switch is on, the integer
+// kernels are on, the level and type have a repacked layout, w is plain with k whole blocks.
+bool repacks_at_active_level(const weight_view& w);
+
+// Repacks every matrix of `weights` that repacks_at_active_level into one buffer (so huge pages
+// are not wasted on each matrix's last one), points their `repacked` at it and returns it (null
+// when none was repacked). `done` is called with each matrix as soon as it is repacked (a model
+// drops its source pages there, so the peak holds one matrix twice, not the whole model).
+repacked_buffer repack_for_active_level(thread_pool& pool, const std::vector<weight_view*>& weights,
+                                        const std::function<void(const weight_view&)>& done = {});
 
 // Drops this process's resident pages of w's bytes (madvise DONTNEED on the whole pages inside
 // them) when they belong to a read-only file mapping (a GGUF or safetensors file): after

@@ -1,5 +1,5 @@
 #pragma once
-// The integer kernels over repacked Q4_K and Q6_K tiles (quant_repack.hpp for the layout), written over the
+// The integer kernels over repacked Q4_K, Q6_K, Q4_0 and Q8_0 tiles (quant_repack.hpp for the layout), written over the
 // same SIMD traits V as quant_kernels_impl.hpp and included at its end. It computes the canonical
 // sum of quant_kernels_impl.hpp in the same order with the same roundings (D = d * sc and
 // M = -dmin * m per sub-block, one fma per 32-element activation block), so its outputs equal
@@ -13,7 +13,7 @@ namespace {
 // (x[j]: activation row j's first block); acc/accm [N][R] carry the sums out.
 template <class V, int N>
 void multiply_q4_k_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc_mem,
-                            float* accm_mem) {
+                            float* accm_mem, bool prefetch) {
   constexpr int R = V::R;
   typename V::freg acc[N], accm[N];
   for (int j = 0; j < N; ++j) acc[j] = accm[j] = V::fzero();
@@ -24,7 +24,7 @@ void multiply_q4_k_repacked(const std::byte* tile, int64_t num_super, const act_
     const float* neg_dmin = d + R;                                                  // [R]
     const int8_t* sc = reinterpret_cast<const int8_t*>(neg_dmin + R);              // [8][R]
     const int8_t* m = sc + 8 * R;                                                   // [8][R]
-    if (b + 1 < num_super) {
+    if (prefetch && b + 1 < num_super) {
       const std::byte* next = block + q4_k_repacked_block_bytes(R);
       for (size_t off = 0; off < q4_k_repacked_block_bytes(R); off += 64) __builtin_prefetch(next + off);
     }
@@ -61,7 +61,7 @@ void multiply_q4_k_repacked(const std::byte* tile, int64_t num_super, const act_
 // activations' corr takes the 32 back out, as in quant_matmul), no min.
 template <class V, int N>
 void multiply_q6_k_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc_mem,
-                            float*) {
+                            float*, bool prefetch) {
   using policy = code_policy<V, q6_k_codes>;
   static_assert(!policy::sign_trick && policy::offset == 32, "repacked Q6_K codes are the unsigned 6-bit q");
   constexpr int R = V::R;
@@ -73,7 +73,7 @@ void multiply_q6_k_repacked(const std::byte* tile, int64_t num_super, const act_
     const uint8_t* high = low + 128 * R;                                 // [16][R][4]
     const float* d = reinterpret_cast<const float*>(high + 64 * R);      // [R]
     const int8_t* sc = reinterpret_cast<const int8_t*>(d + R);           // [16][R]
-    if (b + 1 < num_super) {
+    if (prefetch && b + 1 < num_super) {
       const std::byte* next = block + q6_k_repacked_block_bytes(R);
       for (size_t off = 0; off < q6_k_repacked_block_bytes(R); off += 64) __builtin_prefetch(next + off);
     }
@@ -104,16 +104,83 @@ void multiply_q6_k_repacked(const std::byte* tile, int64_t num_super, const act_
   for (int j = 0; j < N; ++j) V::fstore(acc_mem + j * R, acc[j]);
 }
 
+// The same for repacked Q4_0 and Q8_0 (num_blocks 32-element blocks): one sub-block per
+// activation block, D the block's f16 d widened. Q4_0's nibbles are its codes + 8, which is the
+// offset its GGUF kernel shifts to; Q8_0's signed codes go through the sign trick without VNNI,
+// and with it become code + 128 by flipping the sign bit, as the GGUF kernel's offset does.
 template <class V, class T, int N>
-void multiply_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc, float* accm) {
+void multiply_legacy_repacked(const std::byte* tile, int64_t num_blocks, const act_block* const* x, float* acc_mem,
+                              float*, bool prefetch) {
+  using policy = code_policy<V, T>;
+  constexpr int R = V::R;
+  constexpr bool q4 = T::type == dtype::q4_0;
+  static_assert(!q4 || (!policy::sign_trick && policy::offset == 8), "repacked Q4_0 codes are the raw nibbles");
+  static_assert(q4 || policy::sign_trick || policy::offset == 128, "repacked Q8_0 codes are signed bytes");
+  constexpr size_t block_bytes = q4 ? q4_0_repacked_block_bytes(R) : q8_0_repacked_block_bytes(R);
+  constexpr size_t codes_bytes = q4 ? 16 * R : 32 * R;
+  // Prefetch this far ahead: a few hundred bytes per block do not keep the prefetchers ahead.
+  constexpr int64_t ahead = 8;
+  typename V::freg acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = V::fzero();
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const std::byte* block = tile + b * block_bytes;
+    const uint8_t* codes = reinterpret_cast<const uint8_t*>(block);          // [groups][R][4]
+    const uint16_t* d = reinterpret_cast<const uint16_t*>(block + codes_bytes);  // [R]
+    if (prefetch && b % ahead == 0 && b + ahead < num_blocks) {
+      const std::byte* next = block + ahead * block_bytes;
+      const size_t span = static_cast<size_t>(smaller(ahead, num_blocks - b - ahead)) * block_bytes;
+      for (size_t off = 0; off < span; off += 64) __builtin_prefetch(next + off);
+    }
+    typename V::ireg dot[N];
+    for (int j = 0; j < N; ++j) dot[j] = V::izero();
+    if constexpr (q4) {
+      for (int p = 0; p < 4; ++p) {
+        const typename V::wreg packed = V::load_w(codes + p * R * 4);
+        const typename V::wreg lo = V::low_nibbles(packed);
+        const typename V::wreg hi = V::high_nibbles(packed);
+        for (int j = 0; j < N; ++j) {
+          dot[j] = V::dot4(dot[j], lo, load_a4(x[j][b].q + 8 * p));
+          dot[j] = V::dot4(dot[j], hi, load_a4(x[j][b].q + 8 * p + 4));
+        }
+      }
+    } else {
+      for (int g = 0; g < 8; ++g) {
+        const typename V::wreg wv = V::load_w(codes + g * R * 4);
+        if constexpr (policy::sign_trick) {
+          const typename V::wreg wabs = V::abs8(wv);
+          for (int j = 0; j < N; ++j) dot[j] = V::dot4_signed(dot[j], wv, wabs, load_a4(x[j][b].q + 4 * g));
+        } else {
+          const typename V::wreg wu = V::plus_128(wv);
+          for (int j = 0; j < N; ++j) dot[j] = V::dot4(dot[j], wu, load_a4(x[j][b].q + 4 * g));
+        }
+      }
+    }
+    const typename V::freg D = V::fload_half(d);
+    for (int j = 0; j < N; ++j) {
+      if constexpr (policy::offset != 0) dot[j] = V::isub(dot[j], x[j][b].corr[0]);
+      acc[j] = V::fma(V::cvt(dot[j]), V::fmul(D, V::fset1(x[j][b].d)), acc[j]);
+    }
+  }
+  for (int j = 0; j < N; ++j) V::fstore(acc_mem + j * R, acc[j]);
+}
+
+// num_blocks: blocks of T (256 elements for the k-quants, 32 for the legacy types). prefetch:
+// whether this pass is the first over the tile (the one that reads it from memory); the passes of
+// further activation rows find it in cache, and prefetching it again cost Q8_0 prompts a third
+// of their speed.
+template <class V, class T, int N>
+void multiply_repacked(const std::byte* tile, int64_t num_blocks, const act_block* const* x, float* acc, float* accm,
+                       bool prefetch) {
   if constexpr (T::type == dtype::q4_k) {
-    multiply_q4_k_repacked<V, N>(tile, num_super, x, acc, accm);
+    multiply_q4_k_repacked<V, N>(tile, num_blocks, x, acc, accm, prefetch);
+  } else if constexpr (T::type == dtype::q6_k) {
+    multiply_q6_k_repacked<V, N>(tile, num_blocks, x, acc, accm, prefetch);
   } else {
-    multiply_q6_k_repacked<V, N>(tile, num_super, x, acc, accm);
+    multiply_legacy_repacked<V, T, N>(tile, num_blocks, x, acc, accm, prefetch);
   }
 }
 
-// quant_matmul_fn over repacked Q4_K or Q6_K: w is the first tile of the rows asked for (num_rows from a
+// quant_matmul_fn over a repacked type: w is the first tile of the rows asked for (num_rows from a
 // tile boundary); each tile is read from memory once and, for more than act_rows activation
 // rows, again from cache by each further group of act_rows.
 template <class V, class T>
@@ -121,9 +188,8 @@ void quant_matmul_repacked(const std::byte* w, int64_t k, int64_t num_rows, cons
                            float* y, int64_t ldy, std::byte*) {
   constexpr int R = V::R;
   constexpr int A = V::act_rows;
-  const int64_t num_super = k / 256;
-  constexpr bool q4_k = T::type == dtype::q4_k;
-  const size_t tile_bytes = static_cast<size_t>(num_super) * (q4_k ? q4_k_repacked_block_bytes(R) : q6_k_repacked_block_bytes(R));
+  const int64_t num_super = k / T::block;  // blocks of T along a row
+  const size_t tile_bytes = static_cast<size_t>(num_super) * repacked_block_bytes(T::type, R);
   const int64_t x_blocks = k / 32;
   alignas(64) float acc[A * R];   // [A][R]
   alignas(64) float accm[A * R];  // [A][R]
@@ -135,10 +201,10 @@ void quant_matmul_repacked(const std::byte* w, int64_t k, int64_t num_rows, cons
       const act_block* rows_x[A];
       for (int64_t i = 0; i < count; ++i) rows_x[i] = x + (j0 + i) * x_blocks;
       switch (count) {
-        case 1: multiply_repacked<V, T, 1>(tile, num_super, rows_x, acc, accm); break;
-        case 2: if constexpr (A >= 2) multiply_repacked<V, T, 2>(tile, num_super, rows_x, acc, accm); break;
-        case 3: if constexpr (A >= 3) multiply_repacked<V, T, 3>(tile, num_super, rows_x, acc, accm); break;
-        default: multiply_repacked<V, T, A>(tile, num_super, rows_x, acc, accm); break;
+        case 1: multiply_repacked<V, T, 1>(tile, num_super, rows_x, acc, accm, j0 == 0); break;
+        case 2: if constexpr (A >= 2) multiply_repacked<V, T, 2>(tile, num_super, rows_x, acc, accm, j0 == 0); break;
+        case 3: if constexpr (A >= 3) multiply_repacked<V, T, 3>(tile, num_super, rows_x, acc, accm, j0 == 0); break;
+        default: multiply_repacked<V, T, A>(tile, num_super, rows_x, acc, accm, j0 == 0); break;
       }
       for (int64_t i = 0; i < count; ++i) {
         float* out = y + (j0 + i) * ldy + r0;

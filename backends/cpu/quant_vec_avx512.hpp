@@ -46,6 +46,8 @@ struct avx512_qvec : x86_bytes<true> {
     return _mm512_and_si512(_mm512_srli_epi16(w, 2), mask);
   }
   static wreg or_w(wreg a, wreg b) { return _mm512_or_si512(a, b); }
+  // Signed codes as unsigned code + 128 (the sign bit flipped): repacked Q8_0 under vpdpbusd.
+  static wreg plus_128(wreg w) { return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80))); }
   // |w| x (a with w's sign): AVX-512 has no vpsignb, so negate a where w < 0 (where w = 0 the
   // product is 0 through |w| anyway).
   static ireg dot4_signed(ireg acc, wreg w, wreg w_abs, int32_t a4) {
@@ -58,6 +60,8 @@ struct avx512_qvec : x86_bytes<true> {
   static freg cvt(ireg v) { return _mm512_cvtepi32_ps(v); }
   static freg fzero() { return _mm512_setzero_ps(); }
   static freg fload(const float* p) { return _mm512_loadu_ps(p); }
+  // R f16 values widened (exact, as the decoders' half()).
+  static freg fload_half(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static void fstore(float* p, freg v) { _mm512_storeu_ps(p, v); }
   static freg fset1(float v) { return _mm512_set1_ps(v); }
   static freg fmul(freg a, freg b) { return _mm512_mul_ps(a, b); }

@@ -297,6 +297,9 @@ void add_parts(const gguf_file& file, const gguf_tensor_layout& layout, const gg
     const int64_t rows = whole.num_elements() / whole.shape.back();
     auto buffer = std::make_shared<std::vector<std::byte>>(whole.num_bytes);
     permute_rows_gguf_to_hf(data, buffer->data(), rows, row_size, layout.permuted_heads);
+    // The mapped bytes are never read again (the store holds the copy): without this, the q and k
+    // matrices of a Llama GGUF stayed resident twice (60 MB of a 1.1 B Q4_0 model, measured).
+    file.mapping()->release_pages(data, whole.num_bytes);
     data = buffer->data();
     store.keep_alive(buffer);
   }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -36,6 +37,14 @@ std::shared_ptr<const mapped_file> mapped_file::open(const std::filesystem::path
   }
   ::close(fd);  // the mapping stays valid without the descriptor
   return file;
+}
+
+void mapped_file::release_pages(const std::byte* begin, size_t bytes) const {
+  if (begin < data_ || begin + bytes > data_ + size_) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 mapped_file::~mapped_file() {

@@ -22,6 +22,11 @@ class mapped_file {
   std::span<const std::byte> bytes() const { return {data_, size_}; }
   const std::filesystem::path& path() const { return path_; }
 
+  // Drops this process's resident pages wholly inside [begin, begin + bytes) (a range of this
+  // mapping) once the loader has copied them elsewhere: a read-only private file mapping gives a
+  // dropped page back from the file if anything reads it again, so this only frees memory.
+  void release_pages(const std::byte* begin, size_t bytes) const;
+
  private:
   mapped_file() = default;
   std::filesystem::path path_;

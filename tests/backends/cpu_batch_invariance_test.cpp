@@ -230,13 +230,17 @@ TEST(cpu_batch_invariance, stories260k_q4_0_matches_each_sequence_alone) {
   expect_batch_invariance(loaded.config, pair.quantized, 4, dtype::f16, 0.0);
 }
 
-TEST(cpu_batch_invariance, random_llama_q4_k_matches_each_sequence_alone) {
+// Q4_K and Q8_0 (both repacked at load, as stories260K's Q4_0 above).
+TEST(cpu_batch_invariance, random_llama_q4_k_and_q8_0_match_each_sequence_alone) {
   if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
   const model_config config = test::k_quant_llama_config(512, 2, 300);
   const weight_store weights = make_dummy_weights(config, dtype::f32, 11, {0.08f, 0.1f});
-  const test::quantized_pair pair = test::quantize_store(weights, dtype::q4_k);
-  expect_batch_invariance(config, pair.quantized, 5, dtype::f32, 0.0);
-  expect_batch_invariance(config, pair.quantized, 5, dtype::f16, 0.0);
+  for (dtype type : {dtype::q4_k, dtype::q8_0}) {
+    SCOPED_TRACE(dtype_name(type));
+    const test::quantized_pair pair = test::quantize_store(weights, type);
+    expect_batch_invariance(config, pair.quantized, 5, dtype::f32, 0.0);
+    expect_batch_invariance(config, pair.quantized, 5, dtype::f16, 0.0);
+  }
 }
 
 }  // namespace

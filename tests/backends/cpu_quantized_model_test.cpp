@@ -125,10 +125,10 @@ TEST(cpu_quantized_model, random_model_with_k_quants_runs_like_its_dequantized_t
   }
 }
 
-// Q4_K and Q6_K matrices are repacked at load (backends/cpu/quant_repack.hpp): a prompt and 16
-// decode steps of a model in either type give the logits of the same model read in the GGUF
-// layout, bit for bit.
-TEST(cpu_quantized_model, repacked_q4_k_and_q6_k_models_give_the_bits_of_the_gguf_layout) {
+// Q4_K, Q6_K, Q4_0 and Q8_0 matrices are repacked at load (backends/cpu/quant_repack.hpp): a
+// prompt and 16 decode steps of a model in any of these types give the logits of the same model
+// read in the GGUF layout, bit for bit.
+TEST(cpu_quantized_model, repacked_models_give_the_bits_of_the_gguf_layout) {
   if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
   const model_config config = test::k_quant_llama_config(768, 2, 300);
   const weight_store weights = make_dummy_weights(config, dtype::f32, 12, {0.1f, 0.2f});
@@ -136,7 +136,7 @@ TEST(cpu_quantized_model, repacked_q4_k_and_q6_k_models_give_the_bits_of_the_ggu
   std::vector<int32_t> prompt(20), forced(16);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % config.vocab_size);
   for (auto& t : forced) t = static_cast<int32_t>(rng() % config.vocab_size);
-  for (dtype type : {dtype::q4_k, dtype::q6_k}) {
+  for (dtype type : {dtype::q4_k, dtype::q6_k, dtype::q4_0, dtype::q8_0}) {
     const test::quantized_pair pair = test::quantize_store(weights, type);
     std::vector<std::vector<float>> logits[2];
     for (bool repack : {false, true}) {

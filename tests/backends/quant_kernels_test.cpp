@@ -304,7 +304,9 @@ TEST(quant_repack, repacked_products_have_the_gguf_kernels_bits) {
   int levels_checked = 0;
   for (dtype type : quantized_types()) {
     if (!cpu::has_repacked_layout(type)) continue;
-    for (int64_t k : {256, 512, 2816}) {
+    const std::vector<int64_t> widths =
+        dtype_block_size(type) == 256 ? std::vector<int64_t>{256, 512, 2816} : std::vector<int64_t>{32, 288, 2816};
+    for (int64_t k : widths) {
       const uint32_t seed = 300 + static_cast<uint32_t>(k);
       const std::vector<std::byte> w = test::random_blocks(type, m, k, seed);
       const std::vector<float> x = random_activations(max_n, k, seed + 1);
@@ -333,15 +335,15 @@ TEST(quant_repack, repacked_products_have_the_gguf_kernels_bits) {
 
 TEST(quant_repack, matmul_over_repacked_weights_gives_the_same_bits_for_any_thread_and_row_count) {
   const int64_t m = 100, k = 512;
-  for (dtype type : {dtype::q4_k, dtype::q6_k}) {
+  for (dtype type : {dtype::q4_k, dtype::q6_k, dtype::q4_0, dtype::q8_0}) {
   const std::vector<std::byte> bytes = test::random_blocks(type, m, k, 31);
   for (auto level : supported_simd_levels()) {
     scoped_simd_level scope(level);
     const cpu::weight_view plain{type, m, k, bytes.data()};
     cpu::weight_view packed = plain;
-    std::vector<cpu::repacked_buffer> owned;
     cpu::thread_pool setup(2);
-    if (!cpu::repack_for_active_level(setup, packed, owned)) continue;  // the scalar level has no repacked layout
+    const cpu::repacked_buffer owned = cpu::repack_for_active_level(setup, {&packed});
+    if (owned == nullptr) continue;  // the scalar level has no repacked layout
     ASSERT_NE(packed.repacked, nullptr);
     for (int64_t n : {1, 3, 9, 130}) {
       const std::vector<float> x = random_activations(n, k, 32);
