@@ -310,7 +310,9 @@ void relay_listener::loop() {
       const int fd = accept_connection(s.listen_fd, shed);
       if (!shed.empty()) guard_->log().refuse("out of file descriptors", shed);
       if (fd < 0) return;
-      const uint64_t ticket = guard_->admit(fd, peer_address(fd));
+      uint64_t evicted = 0;
+      const uint64_t ticket = guard_->admit(fd, peer_address(fd), &evicted);
+      if (auto it = s.connections.find(evicted); it != s.connections.end()) close_connection(*it->second);
       if (ticket == 0) {
         ::close(fd);
         continue;
