@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -11,11 +10,6 @@
 namespace troupe::cpu {
 
 namespace {
-
-// A piece is split across threads only into ranges of at least this many keys: below it the
-// merge and the per-piece setup cost more than the parallelism gains.
-constexpr int min_split_keys = 256;
-constexpr int split_alignment = 32;  // the kernels' key tile: splits start on a whole tile
 
 constexpr float log2_e = 1.4426950408889634f;  // the kernels' maxima are in base 2
 
@@ -120,26 +114,25 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
   }
   if (pieces.empty()) return;
 
-  // Too few pieces to keep every thread busy (a few long decodes): split their keys.
+  // Too few pieces to keep every thread busy (a few long decodes): split their keys at the
+  // partition boundaries, one partition a piece, folded back in key order by kernels.merge (the
+  // same bits as a piece that spans them: paged_attention_kernels.hpp).
   const size_t wanted = static_cast<size_t>(4 * num_threads);
+  constexpr int partition = attention_partition_keys;
   int num_partials = 0;
   size_t partial_floats = 0;
   if (num_threads > 1 && pieces.size() < wanted) {
-    const int splits_wanted = static_cast<int>((wanted + pieces.size() - 1) / pieces.size());
     const size_t num_base = pieces.size();
     for (size_t b = 0; b < num_base; ++b) {
       const attention_workspace::piece_plan base = pieces[b];  // a copy: pieces grows below
-      const int span = base.key_end - base.key_begin;
-      const int splits = std::min(splits_wanted, span / min_split_keys);
-      if (splits <= 1) continue;
-      int chunk = (span + splits - 1) / splits;
-      chunk = (chunk + split_alignment - 1) / split_alignment * split_alignment;
+      const int first_end = (base.key_begin / partition + 1) * partition;
+      if (first_end >= base.key_end) continue;  // one partition: nothing to split
       attention_workspace::merge_plan merge{base.seq, base.kv_head, base.first_query, base.num_queries, num_partials, 0};
-      pieces[b].key_end = std::min(base.key_begin + chunk, base.key_end);
+      pieces[b].key_end = first_end;
       pieces[b].partial = num_partials++;
-      for (int32_t begin = base.key_begin + chunk; begin < base.key_end; begin += chunk) {
+      for (int32_t begin = first_end; begin < base.key_end; begin += partition) {
         pieces.push_back({base.seq, base.kv_head, base.first_query, base.num_queries, begin,
-                          std::min(begin + chunk, base.key_end), num_partials++});
+                          std::min(begin + partition, base.key_end), num_partials++});
       }
       merge.num_splits = num_partials - merge.first_partial;
       merges.push_back(merge);
@@ -151,6 +144,18 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
   // Per thread: the kernels' scratch, then max and sum of the rows of a piece that writes out.
   const size_t scratch_floats = kernels.scratch_floats(head_dim) + 2 * static_cast<size_t>(max_rows);
   if (workspace.per_thread.size() < scratch_floats * num_threads) workspace.per_thread.resize(scratch_floats * num_threads);
+
+  // A finished row's softmax gains its sink (if the model has them): rows r = (token r / group,
+  // head r % group) at acc + (r / group) * ld + (r % group) * head_dim.
+  auto add_sinks = [&](int kv_head, int rows, float* acc, int64_t ld, const float* max, const float* sum) {
+    if (params.sinks == nullptr) return;
+    for (int r = 0; r < rows; ++r) {
+      const float sink = params.sinks[kv_head * group + r % group] * log2_e;
+      float* dst = acc + (r / group) * ld + (r % group) * head_dim;
+      const float keep = sink_factor(max[r], sum[r], sink);
+      for (int d = 0; d < head_dim; ++d) dst[d] *= keep;
+    }
+  };
 
   auto run_piece = [&](const attention_workspace::piece_plan& plan, float* scratch) {
     const int num_new = batch.query_start[plan.seq + 1] - batch.query_start[plan.seq];
@@ -191,14 +196,7 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
     const attention_piece_fn kernel =
         decode_sized(plan.num_queries) ? kernels.decode[kv_index] : kernels.tiled[kv_index];
     kernel(piece, result, scratch);
-    if (plan.partial < 0 && params.sinks != nullptr) {  // the row's softmax is finished: add its sink
-      for (int r = 0; r < rows; ++r) {
-        const float sink = params.sinks[plan.kv_head * group + r % group] * log2_e;
-        float* dst = result.acc + (r / group) * result.ld + (r % group) * head_dim;
-        const float keep = sink_factor(result.max[r], result.sum[r], sink);
-        for (int d = 0; d < head_dim; ++d) dst[d] *= keep;
-      }
-    }
+    if (plan.partial < 0) add_sinks(plan.kv_head, rows, result.acc, result.ld, result.max, result.sum);
   };
 
   // Small steps are cheaper on one thread than handed out: below this, a decode token's
@@ -212,41 +210,24 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
   });
   if (merges.empty()) return;
 
-  // Merge each split piece's partials: rescale by 2^(max_s - max) and renormalize.
-  pool.parallel_for(0, static_cast<int64_t>(merges.size()), 1, [&](int64_t begin, int64_t end, int) {
+  // Fold each split piece's partials in key order, then add the sinks as for a whole piece.
+  pool.parallel_for(0, static_cast<int64_t>(merges.size()), 1, [&](int64_t begin, int64_t end, int thread_index) {
+    float* scratch = workspace.per_thread.data() + scratch_floats * thread_index;
     for (int64_t m = begin; m < end; ++m) {
-      const attention_workspace::merge_plan& merge = merges[m];
-      const int rows = merge.num_queries * group;
-      const int64_t first_row = batch.query_start[merge.seq] + merge.first_query;
-      const int64_t head_offset = static_cast<int64_t>(merge.kv_head) * group * head_dim;
-      auto partial = [&](int split) { return workspace.partials.data() + (merge.first_partial + split) * partial_floats; };
-      for (int r = 0; r < rows; ++r) {
-        // A sink joins the denominator as one more split with a sum of exp(sink) and no values.
-        const float sink = params.sinks != nullptr ? params.sinks[merge.kv_head * group + r % group] * log2_e
-                                                   : -std::numeric_limits<float>::infinity();
-        float row_max = sink;
-        for (int s = 0; s < merge.num_splits; ++s) row_max = std::max(row_max, partial(s)[rows * head_dim + r]);
-        float weights[64];  // splits are at most 4 * threads per piece; more go through a second pass
-        float total = sink == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp2(sink - row_max);
-        float* dst = out + (first_row + r / group) * ldo + head_offset + (r % group) * head_dim;
-        std::fill(dst, dst + head_dim, 0.0f);
-        for (int s0 = 0; s0 < merge.num_splits; s0 += 64) {
-          const int count = std::min(64, merge.num_splits - s0);
-          for (int s = 0; s < count; ++s) {
-            const float* p = partial(s0 + s);
-            const float split_max = p[rows * head_dim + r];
-            weights[s] = split_max == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp2(split_max - row_max);
-            total += weights[s] * p[rows * head_dim + rows + r];
-          }
-          for (int s = 0; s < count; ++s) {
-            if (weights[s] == 0.0f) continue;
-            const float* acc = partial(s0 + s) + r * head_dim;
-            for (int d = 0; d < head_dim; ++d) dst[d] += weights[s] * acc[d];
-          }
-        }
-        const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
-        for (int d = 0; d < head_dim; ++d) dst[d] *= inverse;
-      }
+      const attention_workspace::merge_plan& plan = merges[m];
+      attention_merge merge;
+      merge.partials = workspace.partials.data() + plan.first_partial * partial_floats;
+      merge.partial_floats = partial_floats;
+      merge.num_partials = plan.num_splits;
+      merge.rows = plan.num_queries * group;
+      merge.group = group;
+      merge.head_dim = head_dim;
+      merge.out = out + (batch.query_start[plan.seq] + plan.first_query) * ldo + int64_t{plan.kv_head} * group * head_dim;
+      merge.ldo = ldo;
+      merge.max = scratch;
+      merge.sum = scratch + max_rows;
+      kernels.merge(merge);
+      add_sinks(plan.kv_head, merge.rows, merge.out, ldo, merge.max, merge.sum);
     }
   });
 }

@@ -11,9 +11,10 @@
 // The step is cut into pieces (paged_attention_kernels.hpp): per sequence and KV head, its new
 // tokens in tiles (all query heads of the group together, so each K/V byte is read once per
 // tile, not once per head), and when the pieces are too few to keep every thread busy (a few
-// long decodes), each piece's keys split into ranges computed on different threads and merged
-// with the online softmax's rescaling (flash-decoding). Prefill tiles are ordered longest first
-// so that the causal triangle's uneven pieces balance across threads.
+// long decodes), each piece's keys split at partition boundaries, computed on different threads
+// and folded back in key order (flash-decoding). However a step is cut, a query's output has the
+// same bits (paged_attention_kernels.hpp, "Bit invariance"). Prefill tiles are ordered longest
+// first so that the causal triangle's uneven pieces balance across threads.
 
 #include <cstdint>
 #include <vector>

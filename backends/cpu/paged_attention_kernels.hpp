@@ -8,19 +8,29 @@
 // order, row r = i * group + g, so one pass over a key serves every head of the group (GQA).
 // Keys are read straight from the paged pool in its dtype and converted in registers.
 //
-// Two kernels compute a piece:
-// - `decode`: at most max_decode_rows rows (a decode token's group, a few speculative tokens).
-//   For each key, its K row is converted once and dotted with every row; the dots of W
-//   (row, key) pairs are summed across lanes together; then an online softmax over tiles of
-//   keys (base 2, exponentials vectorized) and P·V with each V row converted once.
-// - `tiled`: any number of rows, flash-attention style: tiles of up to tile_rows rows and 32
-//   keys; K and V of a tile converted to f32 once for all rows, S = Q·Kᵀ and O += P·V as
-//   register-blocked small matrix products, the softmax vectorized across rows; key tiles past
-//   every row's causal limit are never visited, tiles all rows see are not masked.
+// Two entry points compute a piece, with the same arithmetic per row:
+// - `decode`: at most max_decode_rows rows (a decode token's group, a few speculative tokens),
+//   in one block;
+// - `tiled`: any number of rows, in blocks of half a register of rows (two keys dotted a round).
+// A block reads its keys in tiles of 32 aligned to multiples of 32 from key 0. For each key, its
+// K row is converted once and dotted with every row of the block; the dots of W (row, key) pairs
+// are summed across lanes together by one addition tree that is the same for every pair; then an
+// online softmax per row over the tile (base 2, exponentials vectorized) and P·V with each V row
+// converted once. Nothing a row computes depends on the other rows of its block or piece.
+//
+// Bit invariance. A row's keys are taken in partitions of attention_partition_keys (aligned to
+// multiples of it from key 0): each partition's softmax state starts fresh and is folded into
+// the row's running state in key order (one fold function). A piece that spans partitions folds
+// them as it goes; a long context split across threads (flash-decoding) computes a partition per
+// piece and `merge` folds them in the same order. So a token's attention output has the same
+// bits whether it was a decode step or a row of any prompt chunk, in any batch, on any number of
+// threads: with invariant matrix products upstream, a 16-bit KV cache stores the same values for
+// a prompt however it was cut (a re-run after a failover, a prefill/decode pair).
+//
 // Both produce the unnormalized state of the online softmax per row (max, sum, weighted sum of
-// values), so a long context may be split across threads and merged (flash-decoding). Soft-capping
-// and the window's lower bound are applied to the scores inside both; attention sinks, a term of
-// the denominator only, are added where a row's softmax is finished (paged_attention.cpp).
+// values) when asked. Soft-capping and the window's lower bound are applied to the scores inside;
+// attention sinks, a term of the denominator only, are added where a row's softmax is finished
+// (paged_attention.cpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +39,10 @@
 #include "model/dtype.hpp"
 
 namespace troupe::cpu {
+
+// Keys per partition of a row's softmax (see above); pieces split across threads start and end
+// on multiples of it.
+constexpr int attention_partition_keys = 256;
 
 struct attention_piece {
   const float* q = nullptr;  // token i, head g of the group at q + i * ldq + g * head_dim
@@ -64,6 +78,22 @@ struct attention_partial {
 };
 
 using attention_piece_fn = void (*)(const attention_piece& piece, const attention_partial& out, float* scratch);
+
+// The split pieces of some rows, one partial per partition in key order, each partial_floats
+// apart: acc [rows, head_dim], then max [rows], then sum [rows].
+struct attention_merge {
+  const float* partials = nullptr;
+  size_t partial_floats = 0;
+  int num_partials = 0;
+  int rows = 0;  // row r = (token r / group, head r % group)
+  int group = 1;
+  int head_dim = 0;
+  float* out = nullptr;  // row r at out + (r / group) * ldo + (r % group) * head_dim, normalized
+  int64_t ldo = 0;
+  float* max = nullptr;  // [rows] the rows' final max and sum (for attention sinks)
+  float* sum = nullptr;
+};
+using attention_merge_fn = void (*)(const attention_merge& merge);
 // f32 → the KV dtype and back, for `count` elements (whole q8_0 blocks): the pool's writes and
 // exports. Same bytes as kv_encode_f32 / kv_decode_f32 (model/kv_transfer.hpp).
 using kv_encode_fn = void (*)(const float* in, int64_t count, std::byte* out);
@@ -75,6 +105,7 @@ struct attention_kernels {
   attention_piece_fn tiled[num_dtypes];
   kv_encode_fn encode[num_dtypes];
   kv_decode_fn decode_rows[num_dtypes];
+  attention_merge_fn merge = nullptr;
   int max_decode_rows = 0;  // the decode kernel takes pieces of at most this many rows
   int tile_rows = 0;        // rows per tile of the tiled kernel (a piece should hold about this)
   // Floats of scratch one call of either kernel needs for this head_dim.

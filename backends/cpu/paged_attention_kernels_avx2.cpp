@@ -85,11 +85,10 @@ struct avx2_attention_vec {
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static mask less(reg a, reg b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
   static reg select(mask m, reg a, reg b) { return _mm256_blendv_ps(b, a, m); }
-  static float reduce_add(reg v) {
-    __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-    sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-    return _mm_cvtss_f32(sum);
+  static float sum_halving(reg v) {
+    __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    four = _mm_add_ps(four, _mm_movehl_ps(four, four));
+    return _mm_cvtss_f32(_mm_add_ss(four, _mm_movehdup_ps(four)));
   }
   static float reduce_max(reg v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -113,11 +112,25 @@ struct avx2_attention_vec {
     const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(poly, _mm256_castsi256_ps(exponent));
   }
-  // Lane i = the sum of v[i]: two rounds of horizontal adds, then the halves added.
-  static reg transpose_sum(const reg* v) {
-    const reg h5 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-    const reg h6 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(h5, h6, 0x20), _mm256_permute2f128_ps(h5, h6, 0x31));
+  // In place: lane j of v[i] becomes lane i of v[j]. Pairs of rows interleaved, then quads
+  // within each 128-bit lane, then the two 128-bit lanes exchanged.
+  static void transpose(reg* v) {
+    reg t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+    }
+    // u[4i + c], 128-bit lane L: element 4L + c of rows 4i .. 4i + 3.
+    for (int i = 0; i < 8; i += 4) {
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int c = 0; c < 4; ++c) {
+      v[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+      v[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
   }
 };
 

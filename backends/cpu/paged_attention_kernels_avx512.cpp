@@ -75,8 +75,13 @@ struct avx512_attention_vec {
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static mask less(reg a, reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
   static reg select(mask m, reg a, reg b) { return _mm512_mask_blend_ps(m, b, a); }
-  static float reduce_add(reg v) { return _mm512_reduce_add_ps(v); }
   static float reduce_max(reg v) { return _mm512_reduce_max_ps(v); }
+  static float sum_halving(reg v) {
+    const __m256 eight = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
+    four = _mm_add_ps(four, _mm_movehl_ps(four, four));
+    return _mm_cvtss_f32(_mm_add_ss(four, _mm_movehdup_ps(four)));
+  }
   // 2^x = 2^n · 2^f, n = round(x), f in [-1/2, 1/2]: Taylor series of e^(f ln 2) to degree 7
   // (relative error < 1e-8 before rounding). x <= -127 gives exactly 0.
   static reg exp2(reg x) {
@@ -94,24 +99,29 @@ struct avx512_attention_vec {
     const __m512i exponent = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(poly, _mm512_castsi512_ps(exponent));
   }
-  // Four rounds of pairwise shuffles and adds leave lane 4k + j holding the sum of v[4j + k];
-  // a final permutation puts sum i in lane i.
-  static reg transpose_sum(const reg* v) {
-    reg s[8], t[4], u[2];
-    for (int i = 0; i < 8; ++i) {
-      s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                           _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+  // In place: lane j of v[i] becomes lane i of v[j]. Pairs of rows interleaved, then quads
+  // within each 128-bit lane, then the 128-bit lanes gathered across four registers.
+  static void transpose(reg* v) {
+    reg t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
     }
-    for (int i = 0; i < 4; ++i) {
-      t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x88),
-                           _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xdd));
+    // u[4i + c], 128-bit lane L: element 4L + c of rows 4i .. 4i + 3.
+    for (int i = 0; i < 16; i += 4) {
+      u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+      u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
     }
-    for (int i = 0; i < 2; ++i) {
-      u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44), _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xee));
+    for (int c = 0; c < 4; ++c) {
+      const reg low_a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), high_a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee);
+      const reg low_b = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44), high_b = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
+      v[c] = _mm512_shuffle_f32x4(low_a, low_b, 0x88);
+      v[4 + c] = _mm512_shuffle_f32x4(low_a, low_b, 0xdd);
+      v[8 + c] = _mm512_shuffle_f32x4(high_a, high_b, 0x88);
+      v[12 + c] = _mm512_shuffle_f32x4(high_a, high_b, 0xdd);
     }
-    const reg w = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x88), _mm512_shuffle_ps(u[0], u[1], 0xdd));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(order, w);
   }
 };
 

@@ -33,9 +33,10 @@ struct scalar_attention_vec {
   static reg fma(reg a, reg b, reg c) { return a * b + c; }
   static mask less(reg a, reg b) { return a < b; }
   static reg select(mask m, reg a, reg b) { return m ? a : b; }
-  static float reduce_add(reg v) { return v; }
   static float reduce_max(reg v) { return v; }
+  static float sum_halving(reg v) { return v; }
   static reg exp2(reg x) { return x <= -127.0f ? 0.0f : std::exp2(x); }
+  static void transpose(reg*) {}  // one lane: nothing to move
 };
 
 }  // namespace

@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <random>
 #include <string>
 
 #include "backends/cpu/cpu_model.hpp"
+#include "backends/cpu/matmul.hpp"
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/model_loader.hpp"
 #include "tests/backends/cpu_greedy_support.hpp"
@@ -27,8 +29,8 @@ namespace {
 struct sequence_plan {
   std::vector<int32_t> tokens;  // prompt followed by the tokens fed as decode steps
   int prompt_length = 0;
-  // How the batched run cuts the prompt (sizes, in order); the run alone takes the same cuts
-  // when `alone_in_chunks`, else the whole prompt in one forward.
+  // How the batched run cuts the prompt (sizes, in order); the run alone takes the whole prompt
+  // in one forward.
   std::vector<int> prompt_chunks;
   // Logits after each token from prompt_length - 1 on, when the sequence runs alone.
   std::vector<std::vector<float>> alone_logits;
@@ -48,21 +50,14 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
   return max_diff / std::max(max_ref, 1e-30);
 }
 
-// Runs the sequence alone in a fresh model: the prompt in one forward (or in the batched run's
-// chunks), then one token at a time.
-void run_alone(const model_config& config, const weight_store& weights, dtype kv_dtype, sequence_plan& seq,
-               bool alone_in_chunks) {
+// Runs the sequence alone in a fresh model: the prompt in one forward, then one token at a time.
+void run_alone(const model_config& config, const weight_store& weights, dtype kv_dtype, sequence_plan& seq) {
   const int block_size = 4;
   auto m = make_cpu_model(config, weights, {64, block_size}, 2, kv_dtype);
   std::vector<float> logits(config.vocab_size);
   const int total = static_cast<int>(seq.tokens.size());
   int computed = 0;
-  size_t next_chunk = 0;
-  auto end_of_next = [&](int from) {
-    if (from >= seq.prompt_length) return from + 1;
-    if (!alone_in_chunks) return seq.prompt_length;
-    return std::min(seq.prompt_length, from + seq.prompt_chunks.at(next_chunk++));
-  };
+  auto end_of_next = [&](int from) { return from >= seq.prompt_length ? from + 1 : seq.prompt_length; };
   int end = end_of_next(0);
   std::vector<int32_t> blocks(64);
   std::iota(blocks.begin(), blocks.end(), 0);
@@ -85,11 +80,8 @@ void run_alone(const model_config& config, const weight_store& weights, dtype kv
   }
 }
 
-// alone_in_chunks: the run alone cuts its prompt as the batched run does, so attention takes the
-// same paths in both (its decode and tiled kernels, and tilings of different chunks, round
-// differently in the last bits) and only the matrix products see different row counts.
 void expect_batch_invariance(const model_config& config, const weight_store& weights, uint32_t seed,
-                             dtype kv_dtype = dtype::f32, double tolerance = 1e-5, bool alone_in_chunks = false) {
+                             dtype kv_dtype = dtype::f32, double tolerance = 1e-5) {
   SCOPED_TRACE(std::string("KV cache ") + std::string(dtype_name(kv_dtype)));
   std::mt19937 rng(seed);
   const std::vector<int> prompt_lengths = {13, 1, 29, 6, 20};
@@ -104,7 +96,7 @@ void expect_batch_invariance(const model_config& config, const weight_store& wei
       seqs[s].prompt_chunks.push_back(chunk(rng));
       covered += seqs[s].prompt_chunks.back();
     }
-    run_alone(config, weights, kv_dtype, seqs[s], alone_in_chunks);
+    run_alone(config, weights, kv_dtype, seqs[s]);
   }
 
   const int block_size = 4, num_blocks = 80;
@@ -177,6 +169,18 @@ TEST(cpu_batch_invariance, stories260k_mixed_chunked_batches_match_each_sequence
   expect_batch_invariance(loaded.config, loaded.weights, 1, dtype::f16, 1e-3);
 }
 
+// Float weights through the row-dot path at every row count (as below 32 rows): those dots give a
+// row the same bits alone or beside others, and so does attention however the step is cut, so
+// the logits are exact with either cache; only sgemm (32 rows and more) rounds differently.
+TEST(cpu_batch_invariance, stories260k_is_exact_when_every_product_takes_the_row_dots) {
+  const loaded_model loaded = load_model(load_options{std::string(TROUPE_SHARED_DIR) + "/models/stories260K/hf"});
+  const int saved = cpu::matmul_gemm_min_rows();
+  cpu::set_matmul_gemm_min_rows(INT32_MAX);
+  expect_batch_invariance(loaded.config, loaded.weights, 1, dtype::f32, 0.0);
+  expect_batch_invariance(loaded.config, loaded.weights, 1, dtype::f16, 0.0);
+  cpu::set_matmul_gemm_min_rows(saved);
+}
+
 TEST(cpu_batch_invariance, random_qwen3_f16_model_mixed_batches_match_each_sequence_alone) {
   model_config config;
   config.arch = architecture::qwen3;
@@ -209,20 +213,21 @@ TEST(cpu_batch_invariance, random_qwen2_q8_0_model_with_bias_matches_each_sequen
   config.attention_bias = true;
   config.tie_word_embeddings = true;
   const weight_store weights = make_dummy_weights(config, dtype::q8_0, 9, {0.08f, 0.1f});
-  expect_batch_invariance(config, weights, 3);
-  expect_batch_invariance(config, weights, 3, dtype::f16, 1e-3);
+  expect_batch_invariance(config, weights, 3, dtype::f32, 0.0);  // integer kernels: exact (below)
+  expect_batch_invariance(config, weights, 3, dtype::f16, 0.0);
 }
 
-// Quantized weights: the integer kernels quantize each activation row to int8, so a row's result
-// would jump by a quantization step if anything upstream differed in a last bit; these pass only
-// because every matmul path (any row count, any split) gives a row the same bits. The prompts are
-// cut the same way alone and batched: attention's kernels are invariant to the batch only to
-// ~1e-7 (the float cases above), which an int8 rounding can turn into a whole step.
+// Quantized weights: every matmul path (any row count, any split) gives a row the same bits, and
+// so does attention however a step is cut (paged_attention_kernels.hpp, "Bit invariance"): a
+// sequence's logits are bitwise those of the sequence alone, its prompt whole, with either KV
+// cache. (The integer kernels quantize each activation row to int8, so a last-bit difference
+// anywhere upstream would show as a whole quantization step.)
 TEST(cpu_batch_invariance, stories260k_q4_0_matches_each_sequence_alone) {
   if (!testing::ggml_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
   const loaded_model loaded = load_model(load_options{std::string(TROUPE_SHARED_DIR) + "/models/stories260K/hf"});
   const test::quantized_pair pair = test::quantize_store(loaded.weights, dtype::q4_0);
-  expect_batch_invariance(loaded.config, pair.quantized, 4, dtype::f32, 1e-5, true);
+  expect_batch_invariance(loaded.config, pair.quantized, 4, dtype::f32, 0.0);
+  expect_batch_invariance(loaded.config, pair.quantized, 4, dtype::f16, 0.0);
 }
 
 TEST(cpu_batch_invariance, random_llama_q4_k_matches_each_sequence_alone) {
@@ -230,7 +235,8 @@ TEST(cpu_batch_invariance, random_llama_q4_k_matches_each_sequence_alone) {
   const model_config config = test::k_quant_llama_config(512, 2, 300);
   const weight_store weights = make_dummy_weights(config, dtype::f32, 11, {0.08f, 0.1f});
   const test::quantized_pair pair = test::quantize_store(weights, dtype::q4_k);
-  expect_batch_invariance(config, pair.quantized, 5, dtype::f32, 1e-5, true);
+  expect_batch_invariance(config, pair.quantized, 5, dtype::f32, 0.0);
+  expect_batch_invariance(config, pair.quantized, 5, dtype::f16, 0.0);
 }
 
 }  // namespace

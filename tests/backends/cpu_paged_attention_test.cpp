@@ -6,7 +6,9 @@
 //   the values the pool holds, for head sizes 64/80/96/128/256, GQA ratios 1 to 8, blocks of 1,
 //   7, 16 and 32 tokens, contexts up to 32k (split across threads), every KV dtype and every
 //   SIMD level this machine has; and with a sliding window, Gemma 2's soft-capping and gpt-oss's
-//   sinks, each alone and together.
+//   sinks, each alone and together;
+// - a query's output has the same bits however its step was cut (whole prompt, decode steps,
+//   chunks; any thread count; beside other sequences).
 
 #include <gtest/gtest.h>
 
@@ -398,6 +400,146 @@ TEST(cpu_paged_attention, windows_soft_capping_and_sinks) {
       c.threads = 3;
       expect_matches_reference(c, seed++);
     }
+  }
+}
+
+// Bit invariance (paged_attention_kernels.hpp): one sequence's prompt run whole, as decode steps
+// one token at a time, in random chunks and in chunks that fill the tiled kernel, on 1 to 4
+// threads (decodes split across threads at partition boundaries), alone or beside another
+// sequence in the batch: every query's output has the same bits each way.
+struct cutting {
+  std::vector<int> chunks;  // sizes, summing to the context
+  int threads = 1;
+  bool beside_another = false;  // a decode of another sequence rides in every call
+  std::string name;
+};
+
+std::vector<float> attention_cut(const cutting& cut, const attention_case& c, const cpu::kv_pool& kv,
+                                 const std::vector<int32_t>& blocks, const std::vector<int32_t>& other_blocks,
+                                 int other_context, const std::vector<float>& q, const cpu::attention_params& params) {
+  const int q_dim = c.num_kv_heads * c.group * c.head_dim;
+  const int context = c.context[0];
+  std::vector<float> result(size_t(context) * q_dim);
+  cpu::thread_pool pool(cut.threads);
+  cpu::attention_workspace workspace;
+  int done = 0;
+  for (int chunk : cut.chunks) {
+    forward_batch batch;
+    batch.query_start = {0, chunk};
+    batch.context_lengths = {done + chunk};
+    batch.block_tables = blocks;
+    batch.block_table_start = {0, static_cast<int32_t>(blocks.size())};
+    std::vector<float> queries(q.begin() + size_t(done) * q_dim, q.begin() + size_t(done + chunk) * q_dim);
+    if (cut.beside_another) {
+      batch.query_start.push_back(chunk + 1);
+      batch.context_lengths.push_back(other_context);
+      batch.block_tables.insert(batch.block_tables.end(), other_blocks.begin(), other_blocks.end());
+      batch.block_table_start.push_back(static_cast<int32_t>(batch.block_tables.size()));
+      queries.insert(queries.end(), q.begin(), q.begin() + q_dim);
+    }
+    batch.token_ids.assign(batch.query_start.back(), 0);
+    std::vector<float> out(queries.size());
+    cpu::paged_attention(pool, queries.data(), q_dim, kv.keys(0), kv.values(0), batch, params, out.data(), q_dim,
+                         workspace);
+    std::copy(out.begin(), out.begin() + size_t(chunk) * q_dim, result.begin() + size_t(done) * q_dim);
+    done += chunk;
+  }
+  return result;
+}
+
+void expect_the_same_bits_however_cut(const attention_case& c, uint32_t seed) {
+  SCOPED_TRACE(describe(c));
+  model_config config;
+  config.num_layers = 1;
+  config.num_kv_heads = c.num_kv_heads;
+  config.num_heads = c.num_kv_heads * c.group;
+  config.head_dim = c.head_dim;
+  const int context = c.context[0], other_context = 300;
+  const int slot = c.num_kv_heads * c.head_dim, q_dim = config.num_heads * c.head_dim;
+  const int own_blocks = (context + c.block_size - 1) / c.block_size;
+  const int num_blocks = own_blocks + (other_context + c.block_size - 1) / c.block_size;
+  cpu::kv_pool kv(config, {num_blocks, c.block_size}, c.kv);
+  std::mt19937 rng(seed);
+  std::vector<int32_t> shuffled(num_blocks);
+  std::iota(shuffled.begin(), shuffled.end(), 0);
+  std::shuffle(shuffled.begin(), shuffled.end(), rng);
+  const std::vector<int32_t> blocks(shuffled.begin(), shuffled.begin() + own_blocks);
+  const std::vector<int32_t> other_blocks(shuffled.begin() + own_blocks, shuffled.end());
+  auto fill = [&](const std::vector<int32_t>& table, int length, uint32_t key_seed) {
+    const auto k = test::random_floats(size_t(length) * slot, key_seed);
+    const auto v = test::random_floats(size_t(length) * slot, key_seed + 1);
+    std::vector<int64_t> slots(length);
+    for (int t = 0; t < length; ++t) slots[t] = int64_t{table[t / c.block_size]} * c.block_size + t % c.block_size;
+    kv.write(0, k.data(), v.data(), slot, slots.data(), length);
+  };
+  fill(blocks, context, seed * 7);
+  fill(other_blocks, other_context, seed * 7 + 2);
+  const auto q = test::random_floats(size_t(context) * q_dim, seed * 7 + 4, c.q_scale);
+  const std::vector<float> sinks = test::random_floats(config.num_heads, seed * 7 + 5, 4.0f);
+  cpu::attention_params params{config.num_heads, c.num_kv_heads, c.head_dim, c.block_size, num_blocks,
+                               1.0f / std::sqrt(float(c.head_dim)), c.kv};
+  params.window = c.window;
+  params.softcap = c.softcap;
+  params.sinks = c.sinks ? sinks.data() : nullptr;
+
+  std::vector<cutting> cuts;
+  cuts.push_back({{context}, 1, false, "whole, 1 thread"});
+  cuts.push_back({{context}, 2, true, "whole beside a decode, 2 threads"});
+  cuts.push_back({std::vector<int>(context, 1), 2, false, "decode steps, 2 threads"});
+  cuts.push_back({std::vector<int>(context, 1), 1, true, "decode steps beside a decode, 1 thread"});
+  cuts.push_back({std::vector<int>(context, 1), 4, false, "decode steps, 4 threads"});
+  std::vector<int> random_chunks;
+  std::uniform_int_distribution<int> size(1, 80);
+  for (int covered = 0; covered < context; covered += random_chunks.back()) {
+    random_chunks.push_back(std::min(size(rng), context - covered));
+  }
+  cuts.push_back({random_chunks, 3, true, "random chunks beside a decode, 3 threads"});
+  std::vector<int> even_chunks;
+  for (int covered = 0; covered < context; covered += even_chunks.back()) even_chunks.push_back(std::min(64, context - covered));
+  cuts.push_back({even_chunks, 2, false, "chunks of 64, 2 threads"});
+
+  for (cpu::simd_level level : supported_simd_levels()) {
+    scoped_simd_level force(level);
+    const std::vector<float> first = attention_cut(cuts[0], c, kv, blocks, other_blocks, other_context, q, params);
+    for (size_t i = 1; i < cuts.size(); ++i) {
+      const std::vector<float> other = attention_cut(cuts[i], c, kv, blocks, other_blocks, other_context, q, params);
+      size_t differ = 0, first_differ = 0;
+      for (size_t e = 0; e < first.size(); ++e) {
+        if (std::memcmp(&first[e], &other[e], sizeof(float)) != 0 && differ++ == 0) first_differ = e;
+      }
+      EXPECT_EQ(differ, 0u) << level_name(level) << ", " << cuts[i].name << ": " << differ << " of " << first.size()
+                            << " outputs differ from the whole prompt's, the first at token " << first_differ / q_dim
+                            << " (" << other[first_differ] << " against " << first[first_differ] << ")";
+    }
+  }
+}
+
+TEST(cpu_paged_attention, a_querys_output_has_the_same_bits_however_the_step_is_cut) {
+  uint32_t seed = 500;
+  struct variant {
+    int head_dim, group, num_kv_heads, block_size;
+    dtype kv;
+    int window;
+    float softcap;
+    bool sinks;
+  };
+  for (const variant v : {variant{64, 4, 2, 16, dtype::f16, 0, 0, false}, variant{80, 1, 2, 7, dtype::f32, 0, 0, false},
+                          variant{128, 8, 1, 16, dtype::q8_0, 300, 30.0f, true},
+                          variant{64, 2, 1, 32, dtype::bf16, 100, 0, false},
+                          variant{96, 3, 1, 16, dtype::fp8_e4m3, 0, 0, true}}) {
+    attention_case c;
+    c.head_dim = v.head_dim;
+    c.group = v.group;
+    c.num_kv_heads = v.num_kv_heads;
+    c.block_size = v.block_size;
+    c.kv = v.kv;
+    c.window = v.window;
+    c.softcap = v.softcap;
+    c.sinks = v.sinks;
+    c.q_scale = 2.0f;
+    c.context = {700};  // past two partition boundaries (256, 512)
+    c.num_new = {700};
+    expect_the_same_bits_however_cut(c, seed++);
   }
 }
 
