@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
@@ -16,6 +17,7 @@
 #include "node/local_host.hpp"
 #include "node/node.hpp"
 #include "node/node_launcher.hpp"
+#include "node/topology_files.hpp"
 
 namespace troupe::cli {
 namespace {
@@ -43,6 +45,14 @@ int run(const serve_flags& flags) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // The files of every member that runs here, before any starts: a missing model path is named
+  // now, not by a node that tries to load it after the others have started.
+  std::set<std::string> members_here{t.cluster.name};
+  for (const node_address& n : t.nodes) {
+    if (is_local_host(n.host)) members_here.insert(n.name);
+  }
+  check_topology_files(t, members_here, flags.config);
 
   node_launcher launcher;  // stops every node it started when it ends, also on an exception
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");

@@ -3,10 +3,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -16,6 +20,8 @@
 #include "doors/api_key.hpp"
 #include "doors/zmq_request_table.hpp"
 #include "grammar/guided_grammar.hpp"
+#include "net/open_files.hpp"
+#include "net/relay_listener.hpp"
 #include "protocol/codec.hpp"
 #include "stages/stage_clock.hpp"
 
@@ -34,11 +40,67 @@ void warn_if_backlog_capped(int backlog) {
   }
 }
 
+// "tcp://HOST:PORT" split; nullopt for another transport (ipc://, inproc://: local, no relay).
+struct tcp_endpoint {
+  std::string host;
+  uint16_t port = 0;  // 0: "*", one the kernel chooses
+};
+std::optional<tcp_endpoint> parse_tcp_endpoint(const std::string& endpoint) {
+  constexpr std::string_view scheme = "tcp://";
+  if (endpoint.rfind(scheme, 0) != 0) return std::nullopt;
+  const std::string rest = endpoint.substr(scheme.size());
+  const size_t colon = rest.rfind(':');
+  const std::string expected = " (expected tcp://HOST:PORT, PORT a number or *)";
+  if (colon == std::string::npos || colon == 0) {
+    throw std::runtime_error("zmq door: endpoint '" + endpoint + "' has no host and port" + expected);
+  }
+  tcp_endpoint parsed;
+  parsed.host = rest.substr(0, colon);
+  const std::string port = rest.substr(colon + 1);
+  if (port == "*" || port == "0") return parsed;
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port) > 65535) {
+    throw std::runtime_error("zmq door: endpoint '" + endpoint + "' has port '" + port + "'" + expected);
+  }
+  parsed.port = static_cast<uint16_t>(std::stoi(port));
+  return parsed;
+}
+
+// A directory only this user can enter, for the ROUTER's Unix socket behind the relay; removed
+// with everything in it when the door goes.
+class private_directory {
+ public:
+  private_directory() {
+    std::filesystem::path base = std::filesystem::temp_directory_path();
+    // A Unix socket's path has room for 107 bytes.
+    if (base.string().size() > 64) base = "/tmp";
+    std::string pattern = (base / "troupe-zmq-door-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::runtime_error("zmq door: cannot make a private directory in " + base.string() + ": " +
+                               std::strerror(errno));
+    }
+    path_ = pattern;
+  }
+  ~private_directory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  private_directory(const private_directory&) = delete;
+  private_directory& operator=(const private_directory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace
 
 struct zmq_door::state {
   state(request_admission& admission, int max_prompt_tokens) : table(admission, max_prompt_tokens) {}
 
+  // Declared first, so destroyed last: after the ROUTER has closed its socket in it.
+  std::unique_ptr<private_directory> relay_directory;
+  std::unique_ptr<relay_listener> relay;  // a tcp:// endpoint's listener; stopped before the ROUTER closes
   zmq::context_t context{1};
   zmq::socket_t router{context, zmq::socket_type::router};
   zmq::socket_t monitor{context, zmq::socket_type::pair};
@@ -50,6 +112,7 @@ struct zmq_door::state {
   zmq_request_table table;
 
   ~state() {
+    if (relay) relay->stop();
     if (wake_fd >= 0) ::close(wake_fd);
   }
 
@@ -87,15 +150,44 @@ void zmq_door::start() {
   // Idle connections (a flood that never speaks ZMTP) are closed at this deadline; a real
   // client's handshake takes a round trip.
   s.router.set(zmq::sockopt::handshake_ivl, options_.handshake_timeout_ms);
-  try {
-    s.router.bind(options_.endpoint);
-  } catch (const zmq::error_t& e) {
-    throw std::runtime_error("zmq door: cannot bind " + options_.endpoint + ": " + e.what());
+  const std::optional<tcp_endpoint> tcp = parse_tcp_endpoint(options_.endpoint);
+  std::string router_endpoint = options_.endpoint;
+  if (tcp) {
+    s.relay_directory = std::make_unique<private_directory>();
+    router_endpoint = "ipc://" + s.relay_directory->path() + "/router.sock";
   }
-  // The endpoint actually bound: with a wildcard port (tcp://127.0.0.1:*) only this line tells
-  // clients, and the tests that start servers side by side, where to connect.
-  bound_endpoint_ = s.router.get(zmq::sockopt::last_endpoint);
-  spdlog::info("zmq door: listening on {}", bound_endpoint_);
+  try {
+    s.router.bind(router_endpoint);
+  } catch (const zmq::error_t& e) {
+    throw std::runtime_error("zmq door: cannot bind " + router_endpoint + ": " + e.what());
+  }
+  if (tcp) {
+    relay_listener_options relay;
+    relay.host = tcp->host;
+    relay.port = tcp->port;
+    relay.backlog = options_.listen_backlog;
+    relay.target_path = s.relay_directory->path() + "/router.sock";
+    relay.limits.max_pending = std::max<size_t>(options_.max_pending_handshakes, 1);
+    relay.limits.max_connections =
+        options_.max_connections > 0 ? options_.max_connections
+                                     : door_connection_share(current_open_files_limit().soft, 3 * 4096) / 3;
+    relay.limits.handshake_timeout = std::chrono::milliseconds(options_.handshake_timeout_ms);
+    relay.where = "zmq door";
+    s.relay = std::make_unique<relay_listener>(std::move(relay));
+    try {
+      s.relay->start();
+    } catch (const std::exception& e) {
+      throw std::runtime_error("zmq door: cannot bind " + options_.endpoint + ": " + e.what());
+    }
+    bound_endpoint_ = "tcp://" + s.relay->bound_address();
+    spdlog::info("zmq door: listening on {} (at most {} connections, {} in their handshake)", bound_endpoint_,
+                 s.relay->limits().max_connections, s.relay->limits().max_pending);
+  } else {
+    // The endpoint actually bound: with a wildcard (ipc://...) only this line tells clients,
+    // and the tests that start servers side by side, where to connect.
+    bound_endpoint_ = s.router.get(zmq::sockopt::last_endpoint);
+    spdlog::info("zmq door: listening on {}", bound_endpoint_);
+  }
   std::string monitor_endpoint = "inproc://troupe-zmq-door-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
   if (zmq_socket_monitor(s.router.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
     throw std::runtime_error("zmq door: cannot monitor the ROUTER socket: " + std::string(zmq_strerror(zmq_errno())));
@@ -106,7 +198,13 @@ void zmq_door::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
+connection_counts zmq_door::connections() const {
+  return state_->relay ? state_->relay->counts() : connection_counts{};
+}
+
 void zmq_door::stop() {
+  // The relay first: no client reaches the ROUTER while the door winds down.
+  if (state_->relay) state_->relay->stop();
   if (!thread_.joinable()) return;
   stopping_ = true;
   uint64_t one = 1;

@@ -10,6 +10,11 @@
 // ZMTP/1.0 peer's messages: such a peer is served, but its disconnect goes unnoticed).
 //
 // Nothing a peer sends ends the door's thread: a failure is contained to its message, logged.
+//
+// Its listener is not libzmq's: libzmq accepts until the process has no descriptor left, with no
+// cap. A tcp:// endpoint is the door's relay_listener (bounded accept, pending and open caps,
+// handshake deadlines), which relays each connection's bytes, unchanged, to the ROUTER bound on
+// a Unix socket in a private directory (0700: only this user can reach it past the relay).
 
 #include <atomic>
 #include <cstdint>
@@ -20,6 +25,7 @@
 
 #include "doors/door_events.hpp"
 #include "doors/request_admission.hpp"
+#include "net/connection_guard.hpp"
 #include "protocol/protocol_limits.hpp"
 #include "stages/messages.hpp"
 
@@ -31,10 +37,17 @@ struct zmq_door_options {
   protocol_limits limits;
   int max_prompt_tokens = 1 << 20;    // from the model's context; a token-id prompt this long is refused early
   int listen_backlog = 4096;          // TCP connections queued before accept (capped by net.core.somaxconn)
-  // A connection must finish ZeroMQ's greeting and handshake within this, or libzmq closes it:
-  // the door's listener is libzmq's, and nothing else frees the descriptor of a peer that
-  // connects and says nothing (libzmq's own default is 30 s; docs/reliability.md).
+  // A connection must finish ZeroMQ's greeting and handshake within this, or it is closed: by
+  // the door's relay while the client has not sent its greeting, by libzmq after (libzmq's own
+  // default is 30 s; docs/reliability.md).
   int handshake_timeout_ms = 5000;
+  // A tcp:// endpoint's connections go through the door's own listener (net/relay_listener.hpp):
+  // at most this many still in their handshake (the oldest closed for a newer one) ...
+  size_t max_pending_handshakes = 64;
+  // ... and at most this many open; 0: a quarter of the open-files limit's descriptors, three
+  // per connection (the client's, the relay's and libzmq's), so a flood cannot take the
+  // descriptors the engine needs.
+  size_t max_connections = 0;
 };
 
 class zmq_door : public door_inbox {
@@ -52,6 +65,8 @@ class zmq_door : public door_inbox {
   void stop();
   // The endpoint bound by start(): with a wildcard port (tcp://127.0.0.1:*), the port chosen.
   const std::string& bound_endpoint() const { return bound_endpoint_; }
+  // The relay's counts (all zero for an endpoint that is not tcp://).
+  connection_counts connections() const;
   // Thread-safe: replies from the stages, sent on by the door's thread.
   void post(door_event event) override;
 

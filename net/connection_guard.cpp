@@ -7,7 +7,8 @@ namespace troupe {
 connection_guard::connection_guard(connection_limits limits, std::string where)
     : limits_(limits), where_(where), log_(std::move(where)) {}
 
-uint64_t connection_guard::admit(int fd, std::string_view peer) {
+uint64_t connection_guard::admit(int fd, std::string_view peer, uint64_t* evicted_ticket) {
+  if (evicted_ticket) *evicted_ticket = 0;
   std::string refusal;
   std::string evicted;
   uint64_t ticket = 0;
@@ -20,6 +21,7 @@ uint64_t connection_guard::admit(int fd, std::string_view peer) {
     } else {
       if (pending_.size() >= limits_.max_pending) {
         entry& oldest = entries_.at(pending_.front());
+        if (evicted_ticket) *evicted_ticket = pending_.front();
         ++counts_.num_evicted;
         evicted = oldest.peer;
         shut_locked(oldest);

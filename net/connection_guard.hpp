@@ -47,8 +47,11 @@ class connection_guard {
   // A connection just accepted on `fd` from `peer`: its ticket (never 0), or 0 when the listener
   // has max_connections open already (the caller closes `fd`; the refusal is logged). When
   // max_pending connections are in their handshake, the oldest of them is shut down to make room:
-  // a flood cannot keep a member that connects now from its handshake, only delay it.
-  uint64_t admit(int fd, std::string_view peer);
+  // a flood cannot keep a member that connects now from its handshake, only delay it. The ticket
+  // of the one shut to make room goes to `*evicted` (0: none), so that an owner on this thread can
+  // close it now rather than at its next event: a flood accepted in a batch would otherwise hold
+  // a batch of shut descriptors at once.
+  uint64_t admit(int fd, std::string_view peer, uint64_t* evicted = nullptr);
   // The connection's handshake is done: no deadline from now on.
   void established(uint64_t ticket);
   // The owner closes the connection next (call before close(2)). Unknown tickets are ignored.

@@ -26,6 +26,7 @@
 #include "node/actor_metrics_text.hpp"
 #include "node/admin_door.hpp"
 #include "node/cluster_credentials.hpp"
+#include "node/topology_files.hpp"
 #include "node/engine_placer.hpp"
 #include "node/inspection.hpp"
 #include "node/node_inspector.hpp"
@@ -293,6 +294,8 @@ void node::impl::restore(const std::string& kind, const std::string& node) {
 node::node(const topology& t) : topology_(t) {
   topology_.validate();
   const topology& tp = topology_;
+  // Its own stages' files, before any stage or door starts (launch checked its nodes' too).
+  check_topology_files(tp, {tp.cluster.name}, "topology");
   impl_ = std::make_unique<impl>(std::max(2, tp.tokenizer_pool_size + 1), tp);
   auto& s = *impl_;
   s.t = &topology_;

@@ -1,3 +1,4 @@
+#include <caf/after.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
@@ -26,6 +27,22 @@ std::unique_ptr<draft_proposer> make_draft_proposer(const served_model& target, 
   spdlog::info("worker: speculative decoding drafts by n-gram prompt lookup, n={}..{}", drafts.ngram.min_n,
                drafts.ngram.max_n);
   return std::make_unique<ngram_proposer>(drafts.ngram);
+}
+
+// A worker a controller placed whose model would not load: it answers the controller's first
+// question (describe) with the reason, naming the path or setting, and then ends with it. Ending
+// at once is not enough: CAF 0.17 tells a remote asker of an actor that ended before its monitor
+// arrived only "exit_reason(unknown)", and the request itself waited out request_timeout_ms.
+caf::behavior refused_placement(caf::event_based_actor* self, const std::string& reason) {
+  spdlog::error("worker: refusing the placement: {}", reason);
+  const caf::error refusal = caf::make_error(caf::sec::runtime_error, "this node cannot run the worker: " + reason);
+  self->set_default_handler([self, refusal](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
+    // Soon after this answer: the controller has the reason; the stage has nothing else to do.
+    self->delayed_send(self, std::chrono::milliseconds(200), caf::exit_msg{self->address(), refusal});
+    return refusal;
+  });
+  // No one asked (a controller gone before its question): end anyway.
+  return {caf::after(std::chrono::seconds(30)) >> [self, refusal] { self->quit(refusal); }};
 }
 
 // A GPU transport's half on this worker (the node that owns the GPU); check_worker_kv_transport
@@ -140,19 +157,25 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
 
 caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec) {
   keep_exception_in_exit_reason(self);
-  auto served = load_served_model(spec.model);
+  std::shared_ptr<served_model> served;
+  worker_kv_settings kv;
+  worker_drafts drafts;
+  try {
+    served = load_served_model(spec.model);
+    kv.bind_host = spec.kv_bind_host;
+    kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);
+    kv.keys = std::move(spec.kv_keys);
+    kv.transport = spec.kv_transport;
+    check_worker_kv_transport(kv.transport, *served->backend_model);
+    drafts = load_worker_drafts(spec, *served);
+  } catch (const std::exception& e) {
+    return refused_placement(self, e.what());
+  }
   if (!served->device_note.empty()) {
     spdlog::log(spec.model.device == device_request::cuda ? spdlog::level::warn : spdlog::level::info, "{}",
                 served->device_note);
   }
   spdlog::info("worker: {}", describe(*served));
-  worker_kv_settings kv;
-  kv.bind_host = spec.kv_bind_host;
-  kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);
-  kv.keys = std::move(spec.kv_keys);
-  kv.transport = spec.kv_transport;
-  check_worker_kv_transport(kv.transport, *served->backend_model);
-  worker_drafts drafts = load_worker_drafts(spec, *served);
   return worker_actor(self, std::move(served), std::move(kv), std::move(drafts));
 }
 

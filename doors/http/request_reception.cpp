@@ -130,6 +130,13 @@ void request_reception::add_closing(http_connection connection) {
 void request_reception::hand_over(waiting w) {
   std::lock_guard lock(mutex_);
   if (stopped_) return close_connection(w.connection);
+  // httplib's accept thread can outrun this one (a flood on a loaded machine): the queue between
+  // them is bounded too, the one waiting longest closed, or every connection queued here held a
+  // descriptor until the reception took it (the controller reached its open-files limit).
+  if (incoming_.size() >= options_.max_connections) {
+    close_connection(incoming_.front().connection);
+    incoming_.erase(incoming_.begin());
+  }
   incoming_.push_back(std::move(w));
   const uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);

@@ -87,6 +87,26 @@ TEST(request_reception, hands_over_a_header_block_sent_in_pieces_with_the_bytes_
   close_connection(c);
 }
 
+// Connections accepted faster than the reception's thread takes them wait in a queue bounded like
+// the reception itself: the oldest is closed at once, not when the thread gets to it.
+TEST(request_reception, connections_queued_for_its_thread_are_bounded_too) {
+  reception_options options;
+  options.max_connections = 8;
+  request_reception reception(options, [](http_connection c) { close_connection(c); });  // not started: its thread never takes them
+  std::vector<std::unique_ptr<socket_pair>> pairs;
+  for (int i = 0; i < 50; ++i) {
+    pairs.push_back(std::make_unique<socket_pair>());
+    reception.add_new(pairs.back()->server);
+  }
+  int num_closed = 0;
+  for (auto& p : pairs) {
+    pollfd poll_fd{p->client, POLLIN, 0};
+    char byte;
+    num_closed += ::poll(&poll_fd, 1, 0) > 0 && ::recv(p->client, &byte, 1, MSG_DONTWAIT) == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(num_closed, 42);
+}
+
 TEST(request_reception, a_kept_connection_whose_next_request_is_in_goes_straight_on) {
   reception_fixture f({});
   socket_pair pair;

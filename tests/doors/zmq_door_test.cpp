@@ -2,13 +2,18 @@
 // handling one message costs that message only, never the door's thread (whose end would end the
 // process), and the door goes on answering.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -90,6 +95,85 @@ TEST(zmq_door, a_failure_handling_one_message_leaves_the_door_serving) {
   }
   EXPECT_EQ(downstream.num_submits.load(), 2);
   door.stop();
+}
+
+size_t open_descriptors() {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) n += entry.exists() ? 1 : 0;
+  return n;
+}
+
+int connect_idle(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Issue 25: libzmq accepts every connection it is offered, so a flood of silent connections held
+// one descriptor each in the door (up to the process's last) until libzmq's handshake interval.
+// The door's own listener holds at most its pending slots, and a real client still gets in.
+TEST(zmq_door, a_flood_of_silent_connections_holds_no_more_descriptors_than_the_pending_slots) {
+  request_admission admission(16);
+  throwing_downstream downstream;
+  zmq_door_options options;
+  options.endpoint = "tcp://127.0.0.1:*";
+  options.max_pending_handshakes = 32;
+  options.max_connections = 64;
+  zmq_door door(options, downstream, admission);
+  downstream.door = &door;
+  door.start();
+  const std::string& endpoint = door.bound_endpoint();
+  const uint16_t port = static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+
+  const size_t before = open_descriptors();
+  std::vector<int> flood;
+  for (int i = 0; i < 400; ++i) {
+    const int fd = connect_idle(port);
+    if (fd >= 0) flood.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the door has taken what it will
+  const size_t held_by_door = open_descriptors() - before - flood.size();
+  EXPECT_LE(held_by_door, 32u + 4u) << "the door holds " << held_by_door << " descriptors for " << flood.size()
+                                    << " silent connections";
+  EXPECT_GT(door.connections().num_evicted, 0u);
+
+  zmq::context_t context(1);
+  zmq::socket_t client(context, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.connect(endpoint);
+  stats_request stats;
+  stats.id = "s";
+  (void)client.send(zmq::buffer(encode_request(stats)), zmq::send_flags::none);
+  const auto reply = next_reply(client, std::chrono::seconds(10));
+  ASSERT_TRUE(reply) << "no stats reply during the flood";
+  const auto* answer = std::get_if<stats_reply>(&*reply);
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->num_free_blocks, 7);
+  for (int fd : flood) ::close(fd);
+  door.stop();
+}
+
+TEST(zmq_door, names_an_endpoint_it_cannot_read) {
+  request_admission admission(16);
+  throwing_downstream downstream;
+  for (const std::string endpoint : {"tcp://127.0.0.1:99999", "tcp://127.0.0.1:port", "tcp://5557"}) {
+    zmq_door_options options;
+    options.endpoint = endpoint;
+    zmq_door door(options, downstream, admission);
+    try {
+      door.start();
+      ADD_FAILURE() << endpoint << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(endpoint), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

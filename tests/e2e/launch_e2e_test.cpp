@@ -200,5 +200,70 @@ TEST_F(launch_e2e, a_node_that_cannot_listen_fails_launch_by_name_and_the_other_
   EXPECT_EQ(log.find("zmq door: listening"), std::string::npos) << "the controller started anyway:\n" << log;
 }
 
+// Issue 25: a topology whose model path does not exist was found out by the node that loaded it,
+// after the nodes had started and the controller had waited 30 s for an answer that never came
+// ("exit_reason(unknown)"). launch now checks the files of every member it starts here first.
+TEST_F(launch_e2e, a_missing_model_path_fails_launch_at_once_naming_it_before_any_node_starts) {
+  const fs::path missing = dir_.path() / "no-such-model";
+  const fs::path path = dir_.path() / "missing.toml";
+  std::ofstream(path) << "[model]\npath = \"" << missing.string() << "\"\n[node]\nthreads = 1\n"
+                      << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
+                      << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "[placement]\nengines = [\"n1\"]\n";
+  const auto start = std::chrono::steady_clock::now();
+  launch_process launch(path, dir_.path() / "launch.log");
+  const int status = launch.wait_for_exit(60s);
+  ASSERT_NE(status, -1) << launch.log();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << "\n" << launch.log();
+  EXPECT_LT(seconds, 10.0) << launch.log();
+  const std::string log = launch.log();
+  EXPECT_NE(log.find("[model] path '" + missing.string() + "' does not exist"), std::string::npos) << log;
+  EXPECT_TRUE(launch.node_pids().empty()) << "a node started anyway:\n" << log;
+}
+
+// A member on another machine checks its own files: its worker refuses the placement with the
+// reason, which reaches the controller at once. A node started on its own in a directory of its
+// own stands for the other machine, and a relative model path that exists where the controller
+// runs but not where the node does for a model only the controller has: the worker failed before
+// the controller's monitor arrived, and the controller waited out request_timeout_ms (30 s) for
+// "exit_reason(unknown)".
+TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_naming_the_path) {
+  const fs::path here = dir_.path() / "controller-machine";
+  const fs::path there = dir_.path() / "node-machine";
+  fs::create_directories(here);
+  fs::create_directories(there);
+  fs::create_directory_symlink(fs::absolute(stories_dir), here / "model");
+  const uint16_t port = free_port();
+  // `cd DIR && exec troupe ...`: each process in its own working directory.
+  auto in = [](const fs::path& dir, const std::string& command) {
+    return std::vector<std::string>{"/bin/sh", "-c", "cd " + shell_quote(dir.string()) + " && exec " + command};
+  };
+  child_process node(in(there, shell_quote(troupe_binary.string()) + " node --listen 127.0.0.1:" + std::to_string(port) +
+                                   " --credentials " + shell_quote(credentials().string()) + " --name n1"),
+                     dir_.path() / "node.log");
+  const fs::path path = dir_.path() / "remote.toml";
+  std::ofstream(path) << "[model]\npath = \"model\"\n[node]\nthreads = 1\n"
+                      << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
+                      << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << port << "\"\n"
+                      << "[placement]\nengines = [\"n1\"]\n";
+  for (int i = 0; i < 1500 && read_file(dir_.path() / "node.log").find("listening on") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  child_process serve(in(here, shell_quote(troupe_binary.string()) + " serve --config " + shell_quote(path.string()) +
+                                   " --zmq-endpoint 'tcp://127.0.0.1:*'"),
+                      dir_.path() / "serve.log");
+  for (int i = 0; i < 3000 && serve.alive(); ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_FALSE(serve.alive()) << read_file(dir_.path() / "serve.log");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string log = read_file(dir_.path() / "serve.log");
+  EXPECT_NE(serve.exit_status(), 0) << log;
+  EXPECT_LT(seconds, 15.0) << log;
+  EXPECT_NE(log.find("the worker on node n1"), std::string::npos) << log;
+  EXPECT_NE(log.find("this node cannot run the worker: tokenizer path 'model' does not exist"), std::string::npos) << log;
+  EXPECT_TRUE(node.alive()) << "the node that refused is still up for other placements";
+}
+
 }  // namespace
 }  // namespace troupe::test
