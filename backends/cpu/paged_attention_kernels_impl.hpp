@@ -370,13 +370,21 @@ void decode_piece_rows(const attention_piece& p, const attention_partial& out, f
     if (next_n > 0) cursor.row_offsets(k0 + key_tile, next_n, offsets[1 - current]);
     current = 1 - current;
 
-    // kt: the tile's keys transposed, W keys by W dimensions a register block.
-    for (int j0 = 0; j0 < key_tile; j0 += W) {
-      for (int j = j0; j < j0 + W && j < next_n; ++j) {
-        prefetch_row(p.keys + offsets[current][j], head_bytes);  // offsets[current]: the next tile's now
-        prefetch_row(p.values + offsets[current][j], head_bytes);
+    // kt: the tile's keys transposed, W keys by W dimensions a register block. The next tile's
+    // rows are prefetched a few keys a block (offsets[current] holds the next tile's now).
+    const int num_blocks = (key_tile / W) * (full / W);
+    const int per_block = num_blocks > 0 ? (next_n + num_blocks - 1) / num_blocks : next_n;
+    int prefetched = 0;
+    auto prefetch_some = [&] {
+      for (int end = prefetched + per_block < next_n ? prefetched + per_block : next_n; prefetched < end; ++prefetched) {
+        prefetch_row(p.keys + offsets[current][prefetched], head_bytes);
+        prefetch_row(p.values + offsets[current][prefetched], head_bytes);
       }
+    };
+    if (num_blocks == 0) prefetch_some();
+    for (int j0 = 0; j0 < key_tile; j0 += W) {
       for (int d0 = 0; d0 < full; d0 += W) {
+        prefetch_some();
         reg block[W];
         for (int j = 0; j < W; ++j) block[j] = row::load(key_rows[j0 + j], d0);
         V::transpose(block);

@@ -3,8 +3,7 @@
 // hits) through a 1P1D and a 2P1D topology (`troupe launch`, every node its own process), and
 // through a 1P1D whose prefill is cut into 8-token chunks, give the outputs of a colocated
 // `troupe serve`: text, token ids, finish reason, usage; and so does a 1P1D whose decode side
-// verifies n-gram drafts (speculative decoding), and 1P1Ds whose two sides keep their KV in
-// different dtypes. Every node must have done its share, and
+// verifies n-gram drafts (speculative decoding), and a Q8_0 model with its default f16 cache. Every node must have done its share, and
 // once idle no instance holds a block, a reservation or an open transfer.
 
 #include <gtest/gtest.h>
@@ -13,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model/model_quantizer.hpp"
 #include "tests/e2e/cluster_fixture.hpp"
 #include "tests/scratch_dir.hpp"
 
@@ -99,6 +99,27 @@ TEST_F(disagg_outputs_e2e, stories260k_through_1p1d_2p1d_and_small_chunks_equals
   speculative.num_speculative_tokens = 4;
   expect_equal_outputs("1p1d-speculative", speculative, speculating, expected,
                        {{"prefill-a", 8192}, {"decode-a", 32768}});
+}
+
+// A quantized model keeps its KV in f16 by default (its every layer product and its attention
+// give a token the same bits however the step was batched or cut), and a 1P1D pair, its prompts
+// whole or in 8-token chunks, still answers bit for bit as one process: stories260K quantized to
+// Q8_0 (its 64-wide rows hold Q8_0's blocks of 32), the 200-request mix, seeded requests included.
+TEST_F(disagg_outputs_e2e, a_q8_0_model_with_its_default_f16_cache_through_1p1d_equals_one_process) {
+  quantize_options q;
+  q.input = stories_root / "gguf" / "stories260K-f32.gguf";
+  q.output = dir_ / "stories260K-q8_0.gguf";
+  q.type = "Q8_0";
+  q.show_progress = false;
+  model_quantizer(q).run();
+  const std::string model = q.output.string();
+  const std::vector<mixed_request> mix = request_mix(200, prompts, 8, 64, true, 3);
+  const std::vector<outcome> expected = colocated_outputs(model, mix);
+  ASSERT_FALSE(HasFailure());
+  expect_equal_outputs("1p1d-q8_0", disaggregated(model, 1), mix, expected, {{"prefill-a", 8192}, {"decode-a", 32768}});
+  topology_spec chunked = disaggregated(model, 1);
+  chunked.max_num_batched_tokens = 8;
+  expect_equal_outputs("1p1d-q8_0-chunked", chunked, mix, expected, {{"prefill-a", 8192}, {"decode-a", 32768}});
 }
 
 // The two sides keep their KV in different dtypes: the frames carry the prefill side's and the
