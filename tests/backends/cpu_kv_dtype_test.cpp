@@ -31,6 +31,7 @@
 #include "model/loader/model_loader.hpp"
 #include "model/model_maker.hpp"
 #include "tests/backends/cpu_greedy_support.hpp"
+#include "tests/backends/quant_test_support.hpp"
 #include "tests/shared_models.hpp"
 
 namespace troupe {
@@ -98,16 +99,7 @@ std::vector<std::vector<int32_t>> random_prompts(int count, int vocab, uint32_t 
 }
 
 TEST(cpu_kv_dtype, auto_is_f16_where_every_layer_product_is_batch_invariant_and_f32_for_float_weights) {
-  model_config config;
-  config.arch = architecture::qwen2;
-  config.hidden_size = 64;
-  config.intermediate_size = 128;
-  config.num_layers = 2;
-  config.num_heads = 4;
-  config.num_kv_heads = 2;
-  config.head_dim = 16;
-  config.vocab_size = 256;
-  config.max_position_embeddings = 256;
+  const model_config config = test::k_quant_llama_config(256, 1, 256);
   const weight_store quantized = make_dummy_weights(config, dtype::q8_0, 3, {0.08f, 0.1f});
   const weight_store float_weights = make_dummy_weights(config, dtype::f16, 3, {0.08f, 0.1f});
   backend_options options;

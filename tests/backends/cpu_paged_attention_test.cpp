@@ -172,13 +172,19 @@ std::string describe(const attention_case& c) {
   return text;
 }
 
-void expect_matches_reference(const attention_case& c, uint32_t seed) {
-  SCOPED_TRACE(describe(c));
+// The one layer whose KV pool a case fills.
+model_config one_layer_config(const attention_case& c) {
   model_config config;
   config.num_layers = 1;
   config.num_kv_heads = c.num_kv_heads;
   config.num_heads = c.num_kv_heads * c.group;
   config.head_dim = c.head_dim;
+  return config;
+}
+
+void expect_matches_reference(const attention_case& c, uint32_t seed) {
+  SCOPED_TRACE(describe(c));
+  const model_config config = one_layer_config(c);
   const int hd = c.head_dim, slot = c.num_kv_heads * hd, q_dim = config.num_heads * hd;
   int num_blocks = 0;
   for (int context : c.context) num_blocks += (context + c.block_size - 1) / c.block_size;
@@ -449,11 +455,7 @@ std::vector<float> attention_cut(const cutting& cut, const attention_case& c, co
 
 void expect_the_same_bits_however_cut(const attention_case& c, uint32_t seed) {
   SCOPED_TRACE(describe(c));
-  model_config config;
-  config.num_layers = 1;
-  config.num_kv_heads = c.num_kv_heads;
-  config.num_heads = c.num_kv_heads * c.group;
-  config.head_dim = c.head_dim;
+  const model_config config = one_layer_config(c);
   const int context = c.context[0], other_context = 300;
   const int slot = c.num_kv_heads * c.head_dim, q_dim = config.num_heads * c.head_dim;
   const int own_blocks = (context + c.block_size - 1) / c.block_size;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "doors/http_door.hpp"
+#include "tests/loopback_socket.hpp"
 
 namespace troupe {
 namespace {
@@ -51,15 +52,8 @@ struct door_under_test {
 
 // Sends `request` as raw bytes; the status of the first response line (0 if none within `within`).
 int raw_status(int port, const std::string& request, std::chrono::milliseconds within) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
-    return 0;
-  }
+  const int fd = testing::connect_loopback(static_cast<uint16_t>(port));
+  if (fd < 0) return 0;
   ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string reply;
   const auto deadline = std::chrono::steady_clock::now() + within;

@@ -19,6 +19,7 @@
 
 #include "doors/zmq_door.hpp"
 #include "protocol/codec.hpp"
+#include "tests/loopback_socket.hpp"
 
 namespace troupe {
 namespace {
@@ -97,25 +98,6 @@ TEST(zmq_door, a_failure_handling_one_message_leaves_the_door_serving) {
   door.stop();
 }
 
-size_t open_descriptors() {
-  size_t n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) n += entry.exists() ? 1 : 0;
-  return n;
-}
-
-int connect_idle(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Issue 25: libzmq accepts every connection it is offered, so a flood of silent connections held
 // one descriptor each in the door (up to the process's last) until libzmq's handshake interval.
 // The door's own listener holds at most its pending slots, and a real client still gets in.
@@ -132,14 +114,14 @@ TEST(zmq_door, a_flood_of_silent_connections_holds_no_more_descriptors_than_the_
   const std::string& endpoint = door.bound_endpoint();
   const uint16_t port = static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
 
-  const size_t before = open_descriptors();
+  const size_t before = testing::open_descriptors();
   std::vector<int> flood;
   for (int i = 0; i < 400; ++i) {
-    const int fd = connect_idle(port);
+    const int fd = testing::connect_loopback(port);
     if (fd >= 0) flood.push_back(fd);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the door has taken what it will
-  const size_t held_by_door = open_descriptors() - before - flood.size();
+  const size_t held_by_door = testing::open_descriptors() - before - flood.size();
   EXPECT_LE(held_by_door, 32u + 4u) << "the door holds " << held_by_door << " descriptors for " << flood.size()
                                     << " silent connections";
   EXPECT_GT(door.connections().num_evicted, 0u);

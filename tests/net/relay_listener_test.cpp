@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "net/relay_listener.hpp"
+#include "tests/loopback_socket.hpp"
 
 namespace troupe {
 namespace {
@@ -92,16 +93,10 @@ class unix_echo_server {
   std::thread thread_;
 };
 
+// A client connection whose reads give up after 5 s.
 int connect_to(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
-    return -1;
-  }
+  const int fd = testing::connect_loopback(port);
+  if (fd < 0) return -1;
   timeval timeout{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   return fd;
@@ -113,12 +108,6 @@ bool closed_by_server(int fd, std::chrono::milliseconds within) {
   if (::poll(&p, 1, static_cast<int>(within.count())) <= 0) return false;
   char byte;
   return ::recv(fd, &byte, 1, MSG_DONTWAIT) <= 0;
-}
-
-size_t open_descriptors() {
-  size_t n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) n += entry.exists() ? 1 : 0;
-  return n;
 }
 
 relay_listener_options options_for(const unix_echo_server& server) {
@@ -222,7 +211,7 @@ TEST(relay_listener, a_flood_of_idle_connections_holds_no_more_descriptors_than_
   o.limits.max_connections = 64;
   relay_listener relay(o);
   relay.start();
-  const size_t before = open_descriptors();
+  const size_t before = testing::open_descriptors();
   // Sampled while the flood arrives, not only after: connections shut to make room must be
   // closed at once, not at their next event (a batch of accepts held a batch of them).
   std::vector<int> flood;
@@ -232,7 +221,7 @@ TEST(relay_listener, a_flood_of_idle_connections_holds_no_more_descriptors_than_
   std::atomic<size_t> peak{0};
   std::thread sampler([&] {
     while (flooding) {
-      const size_t open = open_descriptors();
+      const size_t open = testing::open_descriptors();
       const size_t clients = num_flood.load();  // read after: never counts a client's own as the relay's
       // The descriptor being opened for the next client, and the directory listing's own.
       const size_t held = open > before + clients + 2 ? open - before - clients - 2 : 0;
@@ -248,7 +237,7 @@ TEST(relay_listener, a_flood_of_idle_connections_holds_no_more_descriptors_than_
   flooding = false;
   sampler.join();
   EXPECT_LE(peak.load(), 16u + 4u) << "the relay held up to " << peak.load() << " descriptors for 300 idle clients";
-  const size_t held_by_relay = open_descriptors() - before - flood.size();
+  const size_t held_by_relay = testing::open_descriptors() - before - flood.size();
   EXPECT_LE(held_by_relay, 16u + 2u) << "the relay holds " << held_by_relay << " descriptors for 300 idle clients";
   EXPECT_EQ(server.num_accepted(), 0);
   // A real client still gets through: it evicts the oldest silent one.

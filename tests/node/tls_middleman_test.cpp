@@ -25,6 +25,7 @@
 #include "node/cluster_credentials.hpp"
 #include "node/tls_context.hpp"
 #include "node/tls_middleman.hpp"
+#include "tests/loopback_socket.hpp"
 #include "tests/scratch_dir.hpp"
 
 namespace troupe {
@@ -58,19 +59,6 @@ int32_t ask(caf::actor_system& system, const caf::actor& whom) {
   self->request(whom, std::chrono::seconds(10), int32_t{41})
       .receive([&](int32_t x) { answer = x; }, [&](caf::error& e) { ADD_FAILURE() << system.render(e); });
   return answer;
-}
-
-int connect_plain(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // True when the server closes the connection within `within` (its end of the stream or a reset).
@@ -169,7 +157,7 @@ TEST_F(tls_middleman_test, silent_connections_are_closed_at_the_handshake_deadli
   constexpr int num_silent = 60;  // beyond max_pending (8): the oldest are evicted for newer ones
   std::vector<int> silent;
   for (int i = 0; i < num_silent; ++i) {
-    const int fd = connect_plain(port);
+    const int fd = testing::connect_loopback(port);
     ASSERT_GE(fd, 0);
     silent.push_back(fd);
   }
@@ -196,7 +184,7 @@ TEST_F(tls_middleman_test, an_insider_announcing_a_huge_message_is_cut_off_befor
   // A member (a valid certificate) completes TLS by hand and sends one BASP header announcing a
   // 1 GiB payload; CAF would allocate the buffer at once and keep it.
   const tls_context context(controller_files);
-  const int fd = connect_plain(port);
+  const int fd = testing::connect_loopback(port);
   ASSERT_GE(fd, 0);
   SSL* ssl = context.new_session(fd, false);
   ASSERT_NE(ssl, nullptr);
