@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -317,6 +319,11 @@ void relay_listener::loop() {
         ::close(fd);
         continue;
       }
+      // Each relayed write goes out at once, as libzmq's own TCP sockets do: with Nagle's
+      // algorithm a small reply waited for the previous one's delayed ACK (a request's latency
+      // through the door doubled).
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       auto c = std::make_unique<connection>();
       c->ticket = ticket;
       c->client_fd = fd;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -172,7 +173,10 @@ TEST_F(sliding_window_kv, a_prefix_hit_longer_than_the_window_is_cut_to_it) {
   if (dir_.empty()) GTEST_SKIP() << "the stories260K tokenizer is not in the shared folder";
   // 700 + 24 tokens in 64 blocks: nothing is evicted, so the second request finds 43 cached
   // blocks; it takes the first 33 (the window's 32 and one), recomputes from token 528 on,
-  // gives the first request's outputs and the window's bound.
+  // gives the first request's outputs and the window's bound. Its last chunk starts at 528
+  // instead of 512, and this model's float weights go through sgemm, whose rounding depends on a
+  // row's place in the matrix: the logprobs agree to a few f32 ulps (measured 6), not to the bit
+  // (attention itself is bit-invariant; with every product through the row dots they are equal).
   const std::vector<int32_t> prompt = random_prompt(4, 700);
   const std::vector<run_output> both = run(prompt, 64, -1, true, 2);
   ASSERT_EQ(both.size(), 2u);
@@ -180,7 +184,9 @@ TEST_F(sliding_window_kv, a_prefix_hit_longer_than_the_window_is_cut_to_it) {
   EXPECT_EQ(both[1].cached_tokens, (window / block_size + 1) * block_size);
   EXPECT_EQ(both[1].tokens, both[0].tokens);
   ASSERT_EQ(both[1].logprobs.size(), both[0].logprobs.size());
-  for (size_t i = 0; i < both[0].logprobs.size(); ++i) EXPECT_FLOAT_EQ(both[1].logprobs[i], both[0].logprobs[i]) << "token " << i;
+  for (size_t i = 0; i < both[0].logprobs.size(); ++i) {
+    EXPECT_NEAR(both[1].logprobs[i], both[0].logprobs[i], 1e-5 * (1 + std::fabs(both[0].logprobs[i]))) << "token " << i;
+  }
   EXPECT_LE(both[1].most_blocks_used, (window + chunk) / block_size + 2);
 }
 
