@@ -133,8 +133,9 @@ TEST_F(disagg_outputs_e2e, a_q8_0_model_with_its_default_f16_cache_through_1p1d_
 
 // The two sides keep their KV in different dtypes: the frames carry the prefill side's and the
 // decode side converts on import. Each 1P1D answers like one process whose cache has the decode
-// side's dtype: f32 prefill into an f16 decode (the default), and an f16 prefill into an
-// fp8_e4m3 decode against a colocated fp8_e4m3 server.
+// side's dtype: an f32 prefill into a decode on its default (f32 since the f16 default applies to
+// quantized models only: a rewrite must name f16 on the decode side and the reference), and an
+// f16 prefill into an fp8_e4m3 decode against a colocated fp8_e4m3 server.
 // Disabled: the claim does not hold bit for bit. The prefill side's own attention reads its f32
 // (or f16) cache while the colocated reference reads the decode side's dtype, so the prompt's
 // later layers and its first sampled token differ in the last bits, and seeded sampling
