@@ -68,6 +68,7 @@ enum class error_code {
   duplicate_id,      // a request with this id is still running for this client
   not_found,         // abort of an unknown id
   internal,          // the server failed; the request is gone
+  unavailable,       // no engine instance can serve now (every one lost or draining): retry later
 };
 
 const char* error_code_name(error_code code);

@@ -50,7 +50,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     const std::optional<engine_router::routed> where = router->route(request);
     if (!where) {
       router->drop(id);
-      self->send(frontend, request_failed{id, error_code::internal,
+      self->send(frontend, request_failed{id, error_code::unavailable,
                                           "no engine instance is available (every one was lost or is draining)"});
       return;
     }

@@ -43,6 +43,12 @@ api_error from_engine_error(error_code code, const std::string& message, const s
       e.status = 503;
       e.type = "overloaded_error";
       break;
+    case error_code::unavailable:
+      // No engine instance is left to serve (lost or draining): the server's state, not a fault
+      // in the request, and /health answers 503 meanwhile.
+      e.status = 503;
+      e.type = "service_unavailable_error";
+      break;
     case error_code::duplicate_id:
     case error_code::internal:
       e.status = 500;

@@ -150,12 +150,14 @@ TEST_F(cluster_failover_e2e, both_engine_nodes_killed_fail_requests_by_cause_and
   }
   EXPECT_GT(num_failed, 0) << "the kills came after every request finished";
 
-  // A new request fails at once, with the cause, on both doors.
+  // A new request fails at once, with the cause, on both doors: HTTP 503 as /health says, not
+  // a 500; ZeroMQ's code `unavailable`.
   for (bool http : {false, true}) {
     mixed_request late = mix[0];
     late.http = http;
     const outcome o = run_one(*controller_, late, 30s);
     EXPECT_NE(o.error.find("no engine instance is available"), std::string::npos) << (http ? "HTTP: " : "ZeroMQ: ") << o;
+    EXPECT_EQ(o.error.rfind(http ? "HTTP 503: " : "unavailable: ", 0), 0u) << o;
   }
 
   restart(nodes_[1]);
