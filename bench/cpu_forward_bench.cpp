@@ -16,7 +16,9 @@
 //       the step time and the aggregate tokens/s.
 //   --integer-kernels off: quantized weights through f32 conversions (the path before the integer
 //   kernels); --repack off: quantized weights read in their GGUF layout at every step, not
-//   repacked at load (backends/cpu/quant_repack.hpp); --gemm-min-rows N: where float weights switch from row dots to sgemm (was 8, now 32).
+//   repacked at load (backends/cpu/quant_repack.hpp); --gemm-min-rows N: where float weights switch from row dots to sgemm (was 8, now 32);
+//   --experts-side-by-side off: a mixture-of-experts layer's decode runs its experts one after
+//   another across all threads, not each whole on one thread (backends/cpu/moe_layer.hpp).
 //   troupe_bench_cpu --make OUT_DIR --tokenizer TOKENIZER [--dtype f32|f16]
 //       writes the benchmark shape with the model maker (HF + model.gguf, same weights) so
 //       bench/llama_cpp_bench.mjs can time llama.cpp on it; needs a 32000-token tokenizer.
@@ -37,6 +39,7 @@
 #include "backends/backend_selection.hpp"
 #include "backends/cpu/cpu_model.hpp"
 #include "backends/cpu/matmul.hpp"
+#include "backends/cpu/moe_layer.hpp"
 #include "backends/cpu/quant_repack.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "backends/cpu/thread_pool.hpp"
@@ -119,6 +122,7 @@ int main(int argc, char** argv) try {
     else if (flag == "--context") context = std::stoi(value);
     else if (flag == "--integer-kernels") troupe::cpu::set_matmul_integer_kernels(value != "off");
     else if (flag == "--repack") troupe::cpu::set_weight_repacking(value != "off");
+    else if (flag == "--experts-side-by-side") troupe::cpu::moe_layer::set_experts_side_by_side(value != "off");
     else if (flag == "--gemm-min-rows") troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
     else if (flag == "--chunk") chunk = std::stoi(value);
     else if (flag == "--kv-cache-dtype") kv_dtype_arg = value;
@@ -277,9 +281,27 @@ int main(int argc, char** argv) try {
               best_prompt, best_decode, threads, best_prompt_cpu, best_decode_cpu);
   if (bandwidth > 0 && best_decode > 0) {
     // A decode step reads every weight once (the embedding: one row; a tied lm_head is the
-    // embedding, read whole) and every cached K and V byte of the context once.
+    // embedding, read whole; experts: only the routed ones) and every cached K and V byte of the
+    // context once.
     size_t weight_bytes = weights.total_bytes();
-    if (!config.tie_word_embeddings) weight_bytes -= weights.get(troupe::tensor_names(config).embed_tokens).num_bytes;
+    const troupe::model_tensor_names names = troupe::tensor_names(config);
+    if (!config.tie_word_embeddings) weight_bytes -= weights.get(names.embed_tokens).num_bytes;
+    // A mixture-of-experts layer reads only the experts its token is routed to: k of E of them.
+    double routed_bytes = 0;
+    for (const auto& layer : names.layers) {
+      for (const auto& expert : layer.experts) {
+        for (const std::string* name : {&expert.gate_proj, &expert.up_proj, &expert.down_proj, &expert.gate_bias,
+                                        &expert.up_bias, &expert.down_bias}) {
+          if (const troupe::weight_tensor* t = name->empty() ? nullptr : weights.find(*name)) routed_bytes += t->num_bytes;
+        }
+      }
+    }
+    if (routed_bytes > 0) {
+      const double active = weight_bytes - routed_bytes * (1.0 - double(config.moe.experts_per_token) / config.moe.num_experts);
+      std::printf("experts: %.1f MB of %.1f MB of weights are routed experts; a token reads %d of %d: %.1f MB active\n",
+                  routed_bytes / 1e6, weight_bytes / 1e6, config.moe.experts_per_token, config.moe.num_experts, active / 1e6);
+      weight_bytes = static_cast<size_t>(active);
+    }
     const double context = prompt + decode / 2.0;  // the mean context of the decode steps
     const double kv_bytes = context * config.num_layers * 2.0 *
                             static_cast<double>(troupe::kv_bytes(kv_dtype, size_t(config.num_kv_heads) * config.head_dim));

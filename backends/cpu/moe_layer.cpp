@@ -1,6 +1,7 @@
 #include "backends/cpu/moe_layer.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -21,7 +22,11 @@ void add_bias(float* rows, int64_t n, int64_t ld, const std::vector<float>& bias
     for (int64_t i = 0; i < dim; ++i) rows[r * ld + i] += bias[i];
 }
 
+std::atomic<bool> experts_side_by_side{true};
+
 }  // namespace
+
+void moe_layer::set_experts_side_by_side(bool on) { experts_side_by_side.store(on, std::memory_order_relaxed); }
 
 moe_layer::moe_layer(const moe_config& moe, const activation& act, int64_t hidden, moe_weights weights)
     : moe_(moe), act_(act), hidden_(hidden), weights_(std::move(weights)) {
@@ -31,19 +36,20 @@ moe_layer::moe_layer(const moe_config& moe, const activation& act, int64_t hidde
   }
 }
 
-void moe_layer::compute_expert(thread_pool& pool, int expert, const float* in, int64_t rows, float* out, moe_workspace& ws) const {
+void moe_layer::compute_expert(thread_pool& pool, int expert, const float* in, int64_t rows, float* out,
+                               expert_buffers& buffers) const {
   const expert_weights& w = weights_.experts[expert];
   const int64_t inter = w.gate.rows;
-  grow(ws.gate, rows * inter);
-  grow(ws.up, rows * inter);
-  float* gate = ws.gate.data();  // [rows, inter]
-  float* up = ws.up.data();      // [rows, inter]
-  matmul(pool, in, rows, w.gate, gate, ws.scratch);
-  matmul(pool, in, rows, w.up, up, ws.scratch);
+  grow(buffers.gate, rows * inter);
+  grow(buffers.up, rows * inter);
+  float* gate = buffers.gate.data();  // [rows, inter]
+  float* up = buffers.up.data();      // [rows, inter]
+  matmul(pool, in, rows, w.gate, gate, buffers.scratch);
+  matmul(pool, in, rows, w.up, up, buffers.scratch);
   add_bias(gate, rows, inter, w.gate_bias);
   add_bias(up, rows, inter, w.up_bias);
   gated_activation(pool, act_, gate, up, inter, rows, inter, gate, inter);
-  matmul(pool, gate, rows, w.down, out, ws.scratch);  // out: [rows, hidden]
+  matmul(pool, gate, rows, w.down, out, buffers.scratch);  // out: [rows, hidden]
   add_bias(out, rows, hidden_, w.down_bias);
 }
 
@@ -73,12 +79,31 @@ void moe_layer::forward(thread_pool& pool, const float* x, int64_t n, float* out
 
   // Compute: one grouped product per expert with tokens; the others are never read.
   ws.experts_used.clear();
+  int64_t most_rows = 0;
   for (int e = 0; e < num_experts; ++e) {
-    const int64_t begin = ws.dispatch.offsets[e];
-    const int64_t rows = ws.dispatch.offsets[e + 1] - begin;
+    const int64_t rows = ws.dispatch.offsets[e + 1] - ws.dispatch.offsets[e];
     if (rows == 0) continue;
     ws.experts_used.push_back(e);
-    compute_expert(pool, e, gathered + begin * hidden, rows, expert_out + begin * hidden, ws);
+    most_rows = std::max(most_rows, rows);
+  }
+  const int64_t num_used = static_cast<int64_t>(ws.experts_used.size());
+  const bool side_by_side = experts_side_by_side.load(std::memory_order_relaxed) && pool.num_threads() > 1 &&
+                            num_used >= pool.num_threads() && most_rows < matmul_gemm_min_rows();
+  auto compute = [&](thread_pool& on, int e, expert_buffers& buffers) {
+    const int64_t begin = ws.dispatch.offsets[e];
+    compute_expert(on, e, gathered + begin * hidden, ws.dispatch.offsets[e + 1] - begin, expert_out + begin * hidden,
+                   buffers);
+  };
+  if (side_by_side) {
+    // Whole experts handed to whichever thread is free; each runs its products on a pool of
+    // one (its own thread), so there is one dispatch per layer instead of four per expert.
+    if (ws.per_thread.size() < static_cast<size_t>(pool.num_threads())) ws.per_thread.resize(pool.num_threads());
+    pool.parallel_for_dynamic(0, num_used, 1, [&](int64_t first, int64_t last, int thread_index) {
+      thread_pool alone(1);
+      for (int64_t i = first; i < last; ++i) compute(alone, ws.experts_used[i], ws.per_thread[thread_index]);
+    });
+  } else {
+    for (int e : ws.experts_used) compute(pool, e, ws.shared_buffers);
   }
 
   // Combine in slot order.

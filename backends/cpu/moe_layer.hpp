@@ -6,7 +6,12 @@
 //   dispatch the (token, slot) pairs grouped by expert; the tokens of each expert gathered into
 //            one contiguous block of rows
 //   compute  per expert with any tokens: one gate, one up, one down product over its block
-//            (cpu::matmul), the gated activation between; biases where the model has them
+//            (cpu::matmul), the gated activation between; biases where the model has them.
+//            When every expert's block is a few rows (decode) the experts run side by side,
+//            each whole on one thread: a token's top-k experts are small products, and four
+//            pool dispatches each (gate, up, activation, down) cost more than their arithmetic.
+//            Each product still takes the path matmul gives its row count, so the bits are
+//            the same either way
 //   combine  out[t] = sum over t's slots j of weight[t, j] * expert_rows[row_of(t, j)], in slot
 //            order (the same sum whatever else is in the batch)
 //   shared   (Qwen2-MoE) + sigmoid(x . shared_gate) * shared SwiGLU(x)
@@ -45,18 +50,25 @@ struct moe_weights {
   weight_view shared_expert_gate;      // [1, hidden]
 };
 
+// One expert's products on one thread: its intermediate rows and matmul's scratch.
+struct expert_buffers {
+  std::vector<float> gate, up;  // [rows, expert_intermediate]
+  std::vector<float> scratch;
+};
+
 // Buffers reused from step to step.
 struct moe_workspace {
   std::vector<float> logits;        // [n, experts]
   expert_routing routing;
   expert_dispatch dispatch;
   std::vector<float> gathered;      // [n * top_k, hidden] inputs, grouped by expert
-  std::vector<float> gate, up;      // [n * top_k, expert_intermediate]
+  expert_buffers shared_buffers;    // compute_expert's, when every thread works on one expert
+  std::vector<expert_buffers> per_thread;  // when the experts run side by side
   std::vector<float> expert_out;    // [n * top_k, hidden]
   std::vector<float> shared_gate, shared_up;  // [n, shared_intermediate]
   std::vector<float> shared_out;    // [n, hidden]
   std::vector<float> shared_scale;  // [n]
-  std::vector<float> scratch;       // matmul's converted weight slabs
+  std::vector<float> scratch;       // matmul's converted weight slabs (router, shared expert)
   std::vector<int32_t> experts_used;  // expert ids with tokens in the last call (for tests and stats)
 };
 
@@ -69,9 +81,15 @@ class moe_layer {
 
   // Expert e over `rows` gathered inputs in [rows, hidden] -> [rows, hidden] (biases included,
   // routing weight not). The one step that reads expert weights.
-  void compute_expert(thread_pool& pool, int expert, const float* in, int64_t rows, float* out, moe_workspace& ws) const;
+  void compute_expert(thread_pool& pool, int expert, const float* in, int64_t rows, float* out,
+                      expert_buffers& buffers) const;
 
   const moe_config& config() const { return moe_; }
+
+  // Whether experts with only a few rows each run side by side, each on one thread (the
+  // default), or one after another across all threads: kept so a test can check both give the
+  // same bits and a benchmark can time one against the other.
+  static void set_experts_side_by_side(bool on);
 
  private:
   moe_config moe_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -201,6 +202,30 @@ TEST(cpu_moe_layer, decode_reads_only_the_routed_experts) {
   EXPECT_EQ(ws.experts_used.size(), 2u);
   const std::vector<double> want = naive(m, x.data());
   for (int64_t i = 0; i < m.hidden; ++i) EXPECT_NEAR(out[i], want[i], 1e-4 * (1 + std::abs(want[i])));
+}
+
+// Experts with a few rows each run side by side, each whole on one thread; one after another
+// across all threads otherwise. Each product takes the same path for its row count either way,
+// so the outputs have the same bits: decode (1 token), a small batch, and a batch whose experts
+// have too many rows to go side by side.
+TEST(cpu_moe_layer, experts_side_by_side_give_the_same_bits_as_one_after_another) {
+  const random_moe m(16, 4, true, false, false);
+  const cpu::moe_layer layer(m.moe, cpu::activation{}, m.hidden, m.weights);
+  cpu::thread_pool pool(3);
+  for (int64_t n : {1, 2, 7, 80}) {
+    const std::vector<float> x = test::random_floats(n * m.hidden, 11 + n);
+    std::vector<float> out[2];
+    for (bool side_by_side : {false, true}) {
+      cpu::moe_layer::set_experts_side_by_side(side_by_side);
+      out[side_by_side].assign(n * m.hidden, 0.0f);
+      cpu::moe_workspace ws;
+      layer.forward(pool, x.data(), n, out[side_by_side].data(), ws);
+    }
+    cpu::moe_layer::set_experts_side_by_side(true);
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float))) << n << " tokens";
+    std::vector<double> want = naive(m, x.data());
+    for (int64_t i = 0; i < m.hidden; ++i) ASSERT_NEAR(out[1][i], want[i], 1e-4 * (1 + std::abs(want[i]))) << n << " tokens, " << i;
+  }
 }
 
 }  // namespace
