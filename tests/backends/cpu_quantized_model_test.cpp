@@ -125,7 +125,7 @@ TEST(cpu_quantized_model, random_model_with_k_quants_runs_like_its_dequantized_t
   }
 }
 
-// Q4_K, Q6_K, Q4_0 and Q8_0 matrices are repacked at load (backends/cpu/quant_repack.hpp): a
+// Q4_K, Q5_K, Q6_K, IQ4_XS, Q4_0 and Q8_0 matrices are repacked at load (backends/cpu/quant_repack.hpp): a
 // prompt and 16 decode steps of a model in any of these types give the logits of the same model
 // read in the GGUF layout, bit for bit.
 TEST(cpu_quantized_model, repacked_models_give_the_bits_of_the_gguf_layout) {
@@ -136,7 +136,7 @@ TEST(cpu_quantized_model, repacked_models_give_the_bits_of_the_gguf_layout) {
   std::vector<int32_t> prompt(20), forced(16);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % config.vocab_size);
   for (auto& t : forced) t = static_cast<int32_t>(rng() % config.vocab_size);
-  for (dtype type : {dtype::q4_k, dtype::q6_k, dtype::q4_0, dtype::q8_0}) {
+  for (dtype type : {dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_xs, dtype::q4_0, dtype::q8_0}) {
     const test::quantized_pair pair = test::quantize_store(weights, type);
     std::vector<std::vector<float>> logits[2];
     for (bool repack : {false, true}) {
