@@ -9,7 +9,6 @@
 
 #include "backends/cpu/cpu_model.hpp"
 #include "engine/process_memory.hpp"
-
 #include "model/architecture.hpp"
 #include "model/loader/tokenizer_sources.hpp"
 #include "protocol/protocol_limits.hpp"
@@ -145,7 +144,6 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   }
   return served;
 }
-
 
 std::string describe(const served_model& served) {
   const model_config& config = served.loaded.config;
