@@ -176,6 +176,7 @@ int main(int argc, char** argv) try {
     const int max_streams = *std::max_element(counts.begin(), counts.end());
     const int per_seq = (context + decode + block_size - 1) / block_size;
     auto model = troupe::make_cpu_model(config, weights, {per_seq * max_streams, block_size}, threads, kv_dtype);
+    weights.release_copies(troupe::cpu_weights_not_read(*model));
     std::printf("model: %d layers, hidden %d, intermediate %d, vocab %d, %.1f MiB of weights; backend %s\n",
                 config.num_layers, config.hidden_size, config.intermediate_size, config.vocab_size,
                 weights.total_bytes() / 1048576.0, model->backend_name().c_str());
@@ -218,6 +219,7 @@ int main(int argc, char** argv) try {
   const double read_s = seconds_since(load_start);
   const auto make_start = clock_type::now();
   auto model = troupe::make_cpu_model(config, weights, {num_blocks, block_size}, threads, kv_dtype);
+  weights.release_copies(troupe::cpu_weights_not_read(*model));  // as a served model does (engine/served_model.cpp)
   const double make_s = seconds_since(make_start);
   if (chunk <= 0) chunk = prompt;
   std::vector<int32_t> blocks(num_blocks);

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "backends/backend_selection.hpp"
 #include "cli/command_registry.hpp"
@@ -20,6 +21,7 @@
 #include "engine/llm_engine.hpp"
 #include "engine/draft_model_proposer.hpp"
 #include "engine/ngram_proposer.hpp"
+#include "engine/process_memory.hpp"
 #include "engine/served_model.hpp"
 #include "text/chat_template.hpp"
 #include "text/stop_string_matcher.hpp"
@@ -198,6 +200,9 @@ int run(const generate_flags& flags) {
       if (out.finished()) last = std::move(out);
     }
   }
+  const process_memory memory = current_process_memory();
+  spdlog::info("memory after the request: RSS {:.1f} MiB (peak {:.1f} MiB)", memory.resident_bytes / 1048576.0,
+               memory.peak_bytes / 1048576.0);
   if (!matcher.matched()) {
     auto step = matcher.push(detok.finish());
     std::cout << step.text << matcher.finish();  // the held tail, when no stop string completed

@@ -5,12 +5,37 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include "backends/cpu/cpu_model.hpp"
+#include "engine/process_memory.hpp"
 #include "model/architecture.hpp"
 #include "model/loader/tokenizer_sources.hpp"
 #include "protocol/protocol_limits.hpp"
 
 namespace troupe {
+
+namespace {
+
+// This process's RSS and peak against the weights' bytes and the KV pool's, for the load log
+// ("memory after load: RSS 991.0 MiB (peak 1045.0 MiB); weights 636.9 MiB, KV pool 44.0 MiB").
+void log_memory_after_load(const served_model& served) {
+  const troupe::model& m = *served.backend_model;
+  const kv_cache_shape shape = m.kv_shape();
+  size_t kv_bytes = 0;
+  try {
+    kv_bytes = kv_span_bytes(kv_span_for(m.config(), shape, shape.num_blocks, 0, m.config().num_layers, m.kv_dtype()));
+  } catch (const std::exception&) {
+    // A backend without a KV element type to name: its pool is left out of the line.
+  }
+  const process_memory memory = current_process_memory();
+  constexpr double mib = 1 << 20;
+  spdlog::info("memory after load: RSS {:.1f} MiB (peak {:.1f} MiB); weights {:.1f} MiB, KV pool {:.1f} MiB",
+               memory.resident_bytes / mib, memory.peak_bytes / mib, served.loaded.weights.total_bytes() / mib,
+               kv_bytes / mib);
+}
+
+}  // namespace
 
 void model_spec::validate() const {
   if (path.empty()) throw std::runtime_error("no model given (set [model] path or --model)");
@@ -107,6 +132,9 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   }
   if (window_caps_context) run_config.max_position_embeddings = served->max_model_len;
   served->backend_model = make_backend_model(run_config, served->loaded.weights, device.kind, kv, spec.backend);
+  // Memory after load is the weights once: the loader's copies the backend repacked are freed.
+  served->loaded.weights.release_copies(cpu_weights_not_read(*served->backend_model));
+  log_memory_after_load(*served);
 
   for (int id : config.eos_token_ids) served->eos_token_ids.push_back(id);
   for (int32_t id : served->tok->eos_token_ids()) {

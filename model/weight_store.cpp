@@ -1,5 +1,7 @@
 #include "model/weight_store.hpp"
 
+#include <malloc.h>
+
 #include <stdexcept>
 
 namespace troupe {
@@ -19,7 +21,25 @@ const weight_tensor* weight_store::find(const std::string& name) const {
 const weight_tensor& weight_store::get(const std::string& name) const {
   const weight_tensor* tensor = find(name);
   if (!tensor) throw std::runtime_error("model has no tensor '" + name + "'");
+  if (tensor->data == nullptr && tensor->num_bytes > 0) {
+    throw std::runtime_error("tensor '" + name + "' was released after a backend repacked it (weight_store::release_copies)");
+  }
   return *tensor;
+}
+
+size_t weight_store::release_copies(const std::vector<std::string>& names) {
+  size_t freed = 0;
+  for (const std::string& name : names) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end() || it->second.owned_copy == nullptr) continue;
+    it->second.owned_copy.reset();  // the last reference once every part of the copy is released
+    it->second.data = nullptr;
+    freed += it->second.num_bytes;
+  }
+  // The copies were a few MB each: glibc may have placed them in its heap, where a freed block
+  // stays resident until trimmed.
+  if (freed > 0) malloc_trim(0);
+  return freed;
 }
 
 size_t weight_store::total_bytes() const {

@@ -26,6 +26,9 @@ struct weight_tensor {
                                      //   (FP8 checkpoints' per-tensor and per-channel scales)
   std::vector<int32_t> input_order;  // [cols] or empty: stored column j holds value column
                                      //   input_order[j] (GPTQ act-order, groups made contiguous)
+  // The buffer `data` lies in when the loader made these bytes (a GGUF "llama" q/k matrix
+  // un-permuted into HF's row order); null for mapped bytes. weight_store::release_copies frees it.
+  std::shared_ptr<const void> owned_copy;
 
   int64_t num_elements() const {
     int64_t n = 1;
@@ -45,8 +48,14 @@ class weight_store {
   void add(weight_tensor tensor);
 
   const weight_tensor* find(const std::string& name) const;
-  // Throws std::runtime_error naming the missing tensor.
+  // Throws std::runtime_error naming the missing tensor, or one whose copy was released.
   const weight_tensor& get(const std::string& name) const;
+  // Frees the loader-made copies (owned_copy) of the named tensors, which a backend has put into
+  // its own layout and no longer reads (the CPU model's repacked matrices: without this, a 1.1 B
+  // Llama GGUF kept 60-112 MB of un-permuted q/k beside their repacked copies). Their data becomes
+  // null and get() refuses them; names without a copy (mapped bytes) are left as they are.
+  // Returns the bytes freed.
+  size_t release_copies(const std::vector<std::string>& names);
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   const std::map<std::string, weight_tensor>& tensors() const { return tensors_; }
   size_t total_bytes() const;

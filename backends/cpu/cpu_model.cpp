@@ -138,7 +138,7 @@ class cpu_model final : public model {
         layer.moe.emplace(c.moe, activation_, hidden, moe_weights_of(n, weights));
       }
     }
-    repack_weights_for_decode();
+    repack_weights_for_decode(names);
     attention_params_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
                          kv_shape.num_blocks, attention_scale(c), kv_dtype};
     attention_params_.softcap = c.attn_logit_softcapping;
@@ -374,20 +374,38 @@ class cpu_model final : public model {
 
   // The dense matrices whose type has a repacked layout are copied into it once (quant_repack.hpp);
   // their GGUF pages are then dropped from this process's memory unless the embedding reads them
-  // too (tied lm_head), so the resident weights stay one copy.
-  void repack_weights_for_decode() {
+  // too (tied lm_head), so the resident weights stay one copy. The loader's own copies (un-permuted
+  // q/k) cannot be dropped that way: cpu_weights_not_read names them for the store's owner to free.
+  void repack_weights_for_decode(const model_tensor_names& names) {
     std::vector<weight_view*> dense;
-    for (layer_weights& layer : layers_) {
-      for (weight_view* w : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
-                             &layer.up_proj, &layer.down_proj}) {
-        if (w->data != nullptr) dense.push_back(w);
+    std::vector<std::string> dense_names;  // the store's name of each
+    for (int i = 0; i < config_.num_layers; ++i) {
+      layer_weights& layer = layers_[i];
+      const layer_tensor_names& n = names.layers[i];
+      const std::pair<weight_view*, const std::string*> matrices[] = {
+          {&layer.q_proj, &n.q_proj}, {&layer.k_proj, &n.k_proj},       {&layer.v_proj, &n.v_proj},
+          {&layer.o_proj, &n.o_proj}, {&layer.gate_proj, &n.gate_proj}, {&layer.up_proj, &n.up_proj},
+          {&layer.down_proj, &n.down_proj}};
+      for (const auto& [w, name] : matrices) {
+        if (w->data == nullptr) continue;
+        dense.push_back(w);
+        dense_names.push_back(*name);
       }
     }
     dense.push_back(&lm_head_);
+    dense_names.push_back(names.lm_head);
     repacked_ = cpu::repack_for_active_level(pool_, dense, [&](const weight_view& w) {
       if (w.data != embed_tokens_.data) cpu::release_source_pages(w);
     });
+    for (size_t i = 0; i < dense.size(); ++i) {
+      if (dense[i]->repacked != nullptr && dense[i]->data != embed_tokens_.data) not_read_.push_back(dense_names[i]);
+    }
   }
+
+ public:
+  const std::vector<std::string>& weights_not_read() const { return not_read_; }
+
+ private:
 
   model_config config_;
   const architecture_traits& traits_;
@@ -401,6 +419,7 @@ class cpu_model final : public model {
   cpu::attention_params attention_params_;
 
   cpu::repacked_buffer repacked_;  // the repacked copies the views point at, one buffer
+  std::vector<std::string> not_read_;  // the store's tensors repacked_ replaces
   std::vector<float> x_, h_, out_, q_, k_, v_, attn_, gate_, up_, logits_hidden_;
   std::vector<float> scratch_;  // converted weight slabs for sgemm
   cpu::attention_workspace attention_workspace_;
@@ -412,6 +431,11 @@ class cpu_model final : public model {
 std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights,
                                       kv_cache_shape kv_shape, int num_threads, dtype kv_dtype) {
   return std::make_unique<cpu_model>(config, weights, kv_shape, num_threads, kv_dtype);
+}
+
+std::vector<std::string> cpu_weights_not_read(const model& m) {
+  const auto* cpu = dynamic_cast<const cpu_model*>(&m);
+  return cpu == nullptr ? std::vector<std::string>{} : cpu->weights_not_read();
 }
 
 int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size, dtype kv_dtype) {

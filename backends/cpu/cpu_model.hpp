@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "model/dtype.hpp"
 #include "model/model.hpp"
@@ -18,6 +20,10 @@ namespace troupe {
 // config field that does not fit (std::invalid_argument for a KV dtype that does not fit).
 std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights,
                                       kv_cache_shape kv_shape, int num_threads = 0, dtype kv_dtype = dtype::f16);
+
+// The weight store's tensors a model made by make_cpu_model copied into its repacked layout and
+// never reads again (empty for any other model), for weight_store::release_copies.
+std::vector<std::string> cpu_weights_not_read(const model& m);
 
 // How many KV blocks of `block_size` tokens fit in `bytes` of the CPU backend's KV pool of `kv_dtype`.
 int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size, dtype kv_dtype = dtype::f16);

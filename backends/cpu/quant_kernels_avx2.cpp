@@ -37,6 +37,21 @@ struct avx2_qvec : x86_bytes<false> {
     if constexpr (T < 3) return _mm256_and_si256(_mm256_slli_epi16(w, 4 - 2 * T), mask);
     return _mm256_and_si256(_mm256_srli_epi16(w, 2), mask);
   }
+  // Bit B of each byte moved to bit 4 (Q5_K's fifth bit over its low nibble); as in top_bits the
+  // spill of the 16-bit shifts stays outside the mask.
+  template <int B>
+  static wreg bit_to_4(wreg w) {
+    const __m256i mask = _mm256_set1_epi8(0x10);
+    if constexpr (B < 4) return _mm256_and_si256(_mm256_slli_epi16(w, 4 - B), mask);
+    if constexpr (B == 4) return _mm256_and_si256(w, mask);
+    return _mm256_and_si256(_mm256_srli_epi16(w, B - 4), mask);
+  }
+  // 16 table bytes in every 128-bit lane, and each byte of idx (0..15) replaced by its entry
+  // (IQ4_XS's levels looked up from its repacked indices).
+  static wreg table16(const int8_t* levels) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
+  }
+  static wreg lookup16(wreg table, wreg idx) { return _mm256_shuffle_epi8(table, idx); }
   static wreg or_w(wreg a, wreg b) { return _mm256_or_si256(a, b); }
   static ireg dot4_signed(ireg acc, wreg w, wreg w_abs, int32_t a4) {
     const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(_mm256_set1_epi32(a4), w));

@@ -342,7 +342,9 @@ quant_kernels make_quant_kernels() {
   table.scratch_bytes = &quant_scratch_bytes<V>;
   if constexpr (V::R > 1) {
     table.matmul_repacked[static_cast<int>(dtype::q4_k)] = &quant_matmul_repacked<V, q4_k_codes>;
+    table.matmul_repacked[static_cast<int>(dtype::q5_k)] = &quant_matmul_repacked<V, q5_k_codes>;
     table.matmul_repacked[static_cast<int>(dtype::q6_k)] = &quant_matmul_repacked<V, q6_k_codes>;
+    table.matmul_repacked[static_cast<int>(dtype::iq4_xs)] = &quant_matmul_repacked<V, iq4_xs_codes>;
     table.matmul_repacked[static_cast<int>(dtype::q4_0)] = &quant_matmul_repacked<V, q4_0_codes>;
     table.matmul_repacked[static_cast<int>(dtype::q8_0)] = &quant_matmul_repacked<V, q8_0_codes>;
     table.repack_rows = V::R;

@@ -40,6 +40,18 @@ void unpack_q4_k(const uint8_t* qs, unpacked_block& u) {
   }
 }
 
+// Q5_K (176 bytes: Q4_K's d, dmin and scales, 32 bytes of qh, 128 of nibbles): element 64 i + l
+// (l < 32) is the low nibble of qs[32 i + l] with bit 2i of qh[l] on top, element 64 i + 32 + l
+// its high nibble with bit 2i + 1.
+void unpack_q5_k(const uint8_t* qh, const uint8_t* qs, unpacked_block& u) {
+  for (int g = 0; g < 4; ++g) {
+    for (int l = 0; l < 32; ++l) {
+      u.codes[64 * g + l] = static_cast<uint8_t>((qs[32 * g + l] & 0x0f) | (((qh[l] >> (2 * g)) & 1) << 4));
+      u.codes[64 * g + 32 + l] = static_cast<uint8_t>((qs[32 * g + l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4));
+    }
+  }
+}
+
 // Q6_K (ql 128, qh 64, sc 16, d): element 128 h + 32 t + l (l < 32) has its low bits in
 // ql[64 h + 32 (t & 1) + l] (nibble t >> 1) and its top bits in bits 2t, 2t + 1 of qh[32 h + l].
 void unpack_q6_k(const uint8_t* ql, const uint8_t* qh, unpacked_block& u) {
@@ -60,7 +72,7 @@ void unpack_q6_k(const uint8_t* ql, const uint8_t* qh, unpacked_block& u) {
 void store_nibble_pairs(const uint8_t* codes, int count, int R, int r, uint8_t* out) {
   for (int p = 0; p < count / 8; ++p) {
     uint8_t* dst = out + (p * R + r) * 4;
-    for (int i = 0; i < 4; ++i) dst[i] = static_cast<uint8_t>((codes[8 * p + i] & 0x0f) | (codes[8 * p + 4 + i] << 4));
+    for (int i = 0; i < 4; ++i) dst[i] = static_cast<uint8_t>((codes[8 * p + i] & 0x0f) | ((codes[8 * p + 4 + i] & 0x0f) << 4));
   }
 }
 
@@ -81,6 +93,59 @@ void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
   }
   unpacked_block u;
   unpack_q4_k(quant::bytes_at(block + 16), u);
+  store_nibble_pairs(u.codes, 256, R, r, codes);
+}
+
+// Q4_K's layout plus the fifth bits: byte i of sub-block s holds those of element 32s + 8p + i
+// in bit 2p and of element 32s + 8p + 4 + i in bit 2p + 1, the two codes of pair p's byte i.
+void repack_q5_k_block(const std::byte* block, int R, int r, std::byte* out) {
+  uint8_t* low = reinterpret_cast<uint8_t*>(out);          // [32][R][4]
+  uint8_t* high = low + 128 * R;                            // [8][R][4]
+  float* d = reinterpret_cast<float*>(high + 32 * R);       // [R]
+  float* neg_dmin = d + R;                                  // [R]
+  int8_t* sc = reinterpret_cast<int8_t*>(neg_dmin + R);     // [8][R]
+  int8_t* m = sc + 8 * R;                                   // [8][R]
+  d[r] = quant::read_f16(block);
+  neg_dmin[r] = -quant::read_f16(block + 2);
+  const uint8_t* packed = quant::bytes_at(block + 4);
+  for (int s = 0; s < 8; ++s) {
+    uint8_t scale, min;
+    quant::k_scale_min(s, packed, &scale, &min);
+    sc[s * R + r] = static_cast<int8_t>(scale);
+    m[s * R + r] = static_cast<int8_t>(min);
+  }
+  unpacked_block u;
+  unpack_q5_k(quant::bytes_at(block + 16), quant::bytes_at(block + 48), u);
+  store_nibble_pairs(u.codes, 256, R, r, low);
+  for (int s = 0; s < 8; ++s) {
+    uint8_t* dst = high + (s * R + r) * 4;
+    for (int i = 0; i < 4; ++i) {
+      uint8_t byte = 0;
+      for (int p = 0; p < 4; ++p) {
+        byte = static_cast<uint8_t>(byte | ((u.codes[32 * s + 8 * p + i] >> 4) << (2 * p)) |
+                                    ((u.codes[32 * s + 8 * p + 4 + i] >> 4) << (2 * p + 1)));
+      }
+      dst[i] = byte;
+    }
+  }
+}
+
+// IQ4_XS (136 bytes: f16 d, 16 bits of high scale bits, 4 bytes of low ones, then 16 bytes of
+// indices per 32-element sub-block: element j < 16 the low nibble of byte j, j + 16 its high).
+void repack_iq4_xs_block(const std::byte* block, int R, int r, std::byte* out) {
+  uint8_t* codes = reinterpret_cast<uint8_t*>(out);          // [32][R][4]
+  float* d = reinterpret_cast<float*>(out + 128 * R);        // [R]
+  int8_t* sc = reinterpret_cast<int8_t*>(d + R);             // [8][R]
+  d[r] = quant::read_f16(block);
+  unpacked_block u;
+  for (int s = 0; s < 8; ++s) {
+    sc[s * R + r] = static_cast<int8_t>(quant::iq4_xs_sub_scale(block, s));
+    const uint8_t* qs = quant::bytes_at(block + 8 + 16 * s);
+    for (int j = 0; j < 16; ++j) {
+      u.codes[32 * s + j] = qs[j] & 0x0f;
+      u.codes[32 * s + 16 + j] = qs[j] >> 4;
+    }
+  }
   store_nibble_pairs(u.codes, 256, R, r, codes);
 }
 
@@ -261,7 +326,9 @@ void repack_weights_into(thread_pool& pool, const weight_view& w, int R, std::by
   };
   switch (w.type) {
     case dtype::q4_k: run(std::integral_constant<repack_block_fn, &repack_q4_k_block>{}); break;
+    case dtype::q5_k: run(std::integral_constant<repack_block_fn, &repack_q5_k_block>{}); break;
     case dtype::q6_k: run(std::integral_constant<repack_block_fn, &repack_q6_k_block>{}); break;
+    case dtype::iq4_xs: run(std::integral_constant<repack_block_fn, &repack_iq4_xs_block>{}); break;
     case dtype::q4_0: run(std::integral_constant<repack_block_fn, &repack_q4_0_block>{}); break;
     case dtype::q8_0: run(std::integral_constant<repack_block_fn, &repack_q8_0_block>{}); break;
     default: break;  // refused above

@@ -29,6 +29,20 @@
 // and M = neg_dmin * m exactly as the decoder does, so a repacked product has the same bits as
 // the GGUF one (the canonical sum of quant_kernels_impl.hpp): batch invariance is untouched.
 //
+// Q5_K, Q4_K's tiles plus the fifth bit of each code (codes 0..31):
+//   low    uint8 [32][R][4]   the low 4 bits of each code, nibble pairs as Q4_K's codes
+//   high   uint8 [8][R][4]    sub-block s (32 elements), lane r, byte i: the fifth bit of element
+//                             32s + 8p + i in bit 2p, of element 32s + 8p + 4 + i in bit 2p + 1
+//   d, neg_dmin, sc, m        as Q4_K's
+// 184 bytes per row and super-block against GGUF's 176 (+4.5 %).
+//
+// IQ4_XS, the same tiles holding the 4-bit indices into the non-linear levels (the kernels look
+// the levels up in a register, as the GGUF kernel's decoder does in memory):
+//   codes  uint8 [32][R][4]   index pairs as Q4_K's codes
+//   d      float [R]
+//   sc     int8  [8][R]       each 32-element sub-block's scale (-32..31)
+// 140 bytes per row and super-block against GGUF's 136 (+2.9 %).
+//
 // The legacy types are repacked by their own 32-element blocks (so any k that is whole blocks),
 // block b of a tile at tile + b * <type>_repacked_block_bytes(R); d stays f16 (the kernels
 // widen it exactly, as the decoder does), so both keep GGUF's size:
@@ -62,6 +76,10 @@ static constexpr size_t q4_k_repacked_block_bytes(int R) { return static_cast<si
 
 static constexpr size_t q6_k_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (128 + 64 + 4 + 16); }
 
+static constexpr size_t q5_k_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (128 + 32 + 8 + 16); }
+
+static constexpr size_t iq4_xs_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (128 + 4 + 8); }
+
 static constexpr size_t q4_0_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (16 + 2); }
 
 static constexpr size_t q8_0_repacked_block_bytes(int R) { return static_cast<size_t>(R) * (32 + 2); }
@@ -71,7 +89,9 @@ static constexpr size_t q8_0_repacked_block_bytes(int R) { return static_cast<si
 static constexpr size_t repacked_block_bytes(dtype type, int R) {
   switch (type) {
     case dtype::q4_k: return q4_k_repacked_block_bytes(R);
+    case dtype::q5_k: return q5_k_repacked_block_bytes(R);
     case dtype::q6_k: return q6_k_repacked_block_bytes(R);
+    case dtype::iq4_xs: return iq4_xs_repacked_block_bytes(R);
     case dtype::q4_0: return q4_0_repacked_block_bytes(R);
     case dtype::q8_0: return q8_0_repacked_block_bytes(R);
     default: return 0;
@@ -81,7 +101,8 @@ static constexpr size_t repacked_block_bytes(dtype type, int R) {
 // Bytes of one tile of R rows of a repacked [*, k] matrix of `type`.
 size_t repacked_tile_bytes(dtype type, int64_t k, int R);
 
-// Whether `type` has a repacked layout (Q4_K and Q6_K, the types of a Q4_K_M file; Q4_0, Q8_0).
+// Whether `type` has a repacked layout (Q4_K and Q6_K, the types of a Q4_K_M file; Q5_K, IQ4_XS,
+// Q4_0, Q8_0).
 bool has_repacked_layout(dtype type);
 
 struct aligned_free {

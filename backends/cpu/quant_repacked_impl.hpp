@@ -1,59 +1,102 @@
 #pragma once
-// The integer kernels over repacked Q4_K, Q6_K, Q4_0 and Q8_0 tiles (quant_repack.hpp for the layout), written over the
-// same SIMD traits V as quant_kernels_impl.hpp and included at its end. It computes the canonical
-// sum of quant_kernels_impl.hpp in the same order with the same roundings (D = d * sc and
-// M = -dmin * m per sub-block, one fma per 32-element activation block), so its outputs equal
-// quant_matmul's bit for bit: only where the codes and scales come from differs (two nibble
-// masks per 64 bytes, plus Q6_K's top bits, instead of a decode and a transpose per chunk).
+// The integer kernels over repacked Q4_K, Q5_K, IQ4_XS, Q6_K, Q4_0 and Q8_0 tiles (quant_repack.hpp
+// for the layout), written over the same SIMD traits V as quant_kernels_impl.hpp and included at
+// its end. It computes the canonical sum of quant_kernels_impl.hpp in the same order with the same
+// roundings (D = d * sc and M = -dmin * m per sub-block, one fma per 32-element activation block),
+// so its outputs equal quant_matmul's bit for bit: only where the codes and scales come from
+// differs (two nibble masks per 64 bytes, plus Q5_K's fifth or Q6_K's top bits, or IQ4_XS's level
+// lookup, instead of a decode and a transpose per chunk).
+
+#include <type_traits>
 
 namespace troupe::cpu {
 namespace {
 
-// Adds the whole of one repacked tile (k / 256 super-blocks) to the sums of N activation rows
-// (x[j]: activation row j's first block); acc/accm [N][R] carry the sums out.
-template <class V, int N>
-void multiply_q4_k_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc_mem,
-                            float* accm_mem, bool prefetch) {
+// Adds the whole of one repacked tile (k / 256 super-blocks) of a type with 32-element
+// sub-blocks (Q4_K, Q5_K, IQ4_XS) to the sums of N activation rows (x[j]: activation row j's
+// first block); acc/accm [N][R] carry the sums out. Q5_K ors its fifth bits over the nibbles;
+// IQ4_XS looks its levels up (biased by the policy's offset: unsigned for vpdpbusd, signed through
+// the sign trick for maddubs, as its GGUF kernel decodes them).
+template <class V, class T, int N>
+void multiply_k32_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc_mem,
+                           float* accm_mem, bool prefetch) {
+  using policy = code_policy<V, T>;
   constexpr int R = V::R;
+  constexpr bool five_bits = T::type == dtype::q5_k;
+  constexpr bool levels = T::type == dtype::iq4_xs;
+  static_assert(levels || (!policy::sign_trick && policy::offset == 0), "repacked Q4_K/Q5_K codes are unsigned");
+  constexpr size_t block_bytes = repacked_block_bytes(T::type, R);
+  constexpr size_t codes_bytes = (five_bits ? 128 + 32 : 128) * R;
+  typename V::wreg table_reg = V::izero();
+  if constexpr (levels) table_reg = V::table16(biased<policy::offset>(quant::iq4_levels).levels);
   typename V::freg acc[N], accm[N];
   for (int j = 0; j < N; ++j) acc[j] = accm[j] = V::fzero();
   for (int64_t b = 0; b < num_super; ++b) {
-    const std::byte* block = tile + b * q4_k_repacked_block_bytes(R);
-    const uint8_t* codes = reinterpret_cast<const uint8_t*>(block);                // [32][R][4]
-    const float* d = reinterpret_cast<const float*>(block + 128 * R);              // [R]
-    const float* neg_dmin = d + R;                                                  // [R]
-    const int8_t* sc = reinterpret_cast<const int8_t*>(neg_dmin + R);              // [8][R]
-    const int8_t* m = sc + 8 * R;                                                   // [8][R]
+    const std::byte* block = tile + b * block_bytes;
+    const uint8_t* codes = reinterpret_cast<const uint8_t*>(block);         // [32][R][4]
+    const uint8_t* high = codes + 128 * R;                                   // [8][R][4] (Q5_K)
+    const float* d = reinterpret_cast<const float*>(block + codes_bytes);   // [R]
+    const float* neg_dmin = d + R;                                           // [R] (with a min)
+    const int8_t* sc = reinterpret_cast<const int8_t*>(d + (T::has_min ? 2 : 1) * R);  // [8][R]
+    const int8_t* m = sc + 8 * R;                                            // [8][R] (with a min)
     if (prefetch && b + 1 < num_super) {
-      const std::byte* next = block + q4_k_repacked_block_bytes(R);
-      for (size_t off = 0; off < q4_k_repacked_block_bytes(R); off += 64) __builtin_prefetch(next + off);
+      const std::byte* next = block + block_bytes;
+      for (size_t off = 0; off < block_bytes; off += 64) __builtin_prefetch(next + off);
     }
     const typename V::freg dv = V::fload(d);
-    const typename V::freg neg_dminv = V::fload(neg_dmin);
+    typename V::freg neg_dminv = V::fzero();
+    if constexpr (T::has_min) neg_dminv = V::fload(neg_dmin);
     for (int s = 0; s < 8; ++s) {
       const int64_t ab = b * 8 + s;  // activation block
       typename V::ireg dot[N];
       for (int j = 0; j < N; ++j) dot[j] = V::izero();
-      for (int p = 0; p < 4; ++p) {
-        const typename V::wreg packed = V::load_w(codes + (s * 4 + p) * R * 4);
-        const typename V::wreg lo = V::low_nibbles(packed);
-        const typename V::wreg hi = V::high_nibbles(packed);
-        for (int j = 0; j < N; ++j) {
-          dot[j] = V::dot4(dot[j], lo, load_a4(x[j][ab].q + 8 * p));
-          dot[j] = V::dot4(dot[j], hi, load_a4(x[j][ab].q + 8 * p + 4));
+      typename V::wreg top = V::izero();
+      if constexpr (five_bits) top = V::load_w(high + s * R * 4);
+      auto add_pair = [&](auto p) {
+        constexpr int P = decltype(p)::value;
+        const typename V::wreg packed = V::load_w(codes + (s * 4 + P) * R * 4);
+        typename V::wreg lo = V::low_nibbles(packed);
+        typename V::wreg hi = V::high_nibbles(packed);
+        if constexpr (five_bits) {
+          lo = V::or_w(lo, V::template bit_to_4<2 * P>(top));
+          hi = V::or_w(hi, V::template bit_to_4<2 * P + 1>(top));
         }
-      }
+        if constexpr (levels) {
+          lo = V::lookup16(table_reg, lo);
+          hi = V::lookup16(table_reg, hi);
+        }
+        if constexpr (policy::sign_trick) {
+          const typename V::wreg lo_abs = V::abs8(lo);
+          const typename V::wreg hi_abs = V::abs8(hi);
+          for (int j = 0; j < N; ++j) {
+            dot[j] = V::dot4_signed(dot[j], lo, lo_abs, load_a4(x[j][ab].q + 8 * P));
+            dot[j] = V::dot4_signed(dot[j], hi, hi_abs, load_a4(x[j][ab].q + 8 * P + 4));
+          }
+        } else {
+          for (int j = 0; j < N; ++j) {
+            dot[j] = V::dot4(dot[j], lo, load_a4(x[j][ab].q + 8 * P));
+            dot[j] = V::dot4(dot[j], hi, load_a4(x[j][ab].q + 8 * P + 4));
+          }
+        }
+      };
+      add_pair(std::integral_constant<int, 0>{});
+      add_pair(std::integral_constant<int, 1>{});
+      add_pair(std::integral_constant<int, 2>{});
+      add_pair(std::integral_constant<int, 3>{});
       const typename V::freg D = V::fmul(dv, V::cvt_codes(sc + s * R));
-      const typename V::freg M = V::fmul(neg_dminv, V::cvt_codes(m + s * R));
       for (int j = 0; j < N; ++j) {
+        if constexpr (policy::offset != 0) dot[j] = V::isub(dot[j], x[j][ab].corr[0]);
         acc[j] = V::fma(V::cvt(dot[j]), V::fmul(D, V::fset1(x[j][ab].d)), acc[j]);
-        accm[j] = V::fma(M, V::fset1(x[j][ab].dsum[0]), accm[j]);
+      }
+      if constexpr (T::has_min) {
+        const typename V::freg M = V::fmul(neg_dminv, V::cvt_codes(m + s * R));
+        for (int j = 0; j < N; ++j) accm[j] = V::fma(M, V::fset1(x[j][ab].dsum[0]), accm[j]);
       }
     }
   }
   for (int j = 0; j < N; ++j) {
     V::fstore(acc_mem + j * R, acc[j]);
-    V::fstore(accm_mem + j * R, accm[j]);
+    if constexpr (T::has_min) V::fstore(accm_mem + j * R, accm[j]);
   }
 }
 
@@ -171,8 +214,8 @@ void multiply_legacy_repacked(const std::byte* tile, int64_t num_blocks, const a
 template <class V, class T, int N>
 void multiply_repacked(const std::byte* tile, int64_t num_blocks, const act_block* const* x, float* acc, float* accm,
                        bool prefetch) {
-  if constexpr (T::type == dtype::q4_k) {
-    multiply_q4_k_repacked<V, N>(tile, num_blocks, x, acc, accm, prefetch);
+  if constexpr (T::type == dtype::q4_k || T::type == dtype::q5_k || T::type == dtype::iq4_xs) {
+    multiply_k32_repacked<V, T, N>(tile, num_blocks, x, acc, accm, prefetch);
   } else if constexpr (T::type == dtype::q6_k) {
     multiply_q6_k_repacked<V, N>(tile, num_blocks, x, acc, accm, prefetch);
   } else {

@@ -45,6 +45,21 @@ struct avx512_qvec : x86_bytes<true> {
     if constexpr (T < 3) return _mm512_and_si512(_mm512_slli_epi16(w, 4 - 2 * T), mask);
     return _mm512_and_si512(_mm512_srli_epi16(w, 2), mask);
   }
+  // Bit B of each byte moved to bit 4 (Q5_K's fifth bit over its low nibble); as in top_bits the
+  // spill of the 16-bit shifts stays outside the mask.
+  template <int B>
+  static wreg bit_to_4(wreg w) {
+    const __m512i mask = _mm512_set1_epi8(0x10);
+    if constexpr (B < 4) return _mm512_and_si512(_mm512_slli_epi16(w, 4 - B), mask);
+    if constexpr (B == 4) return _mm512_and_si512(w, mask);
+    return _mm512_and_si512(_mm512_srli_epi16(w, B - 4), mask);
+  }
+  // 16 table bytes in every 128-bit lane, and each byte of idx (0..15) replaced by its entry
+  // (IQ4_XS's levels looked up from its repacked indices).
+  static wreg table16(const int8_t* levels) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
+  }
+  static wreg lookup16(wreg table, wreg idx) { return _mm512_shuffle_epi8(table, idx); }
   static wreg or_w(wreg a, wreg b) { return _mm512_or_si512(a, b); }
   // Signed codes as unsigned code + 128 (the sign bit flipped): repacked Q8_0 under vpdpbusd.
   static wreg plus_128(wreg w) { return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80))); }

@@ -292,6 +292,7 @@ void add_parts(const gguf_file& file, const gguf_tensor_layout& layout, const gg
                    std::to_string(*bad));
   }
   const std::byte* data = whole.data;
+  std::shared_ptr<const void> owned_copy;  // set when the parts' bytes are this copy
   const size_t row_size = row_bytes(whole.type, whole.shape.back());
   if (layout.permuted_heads > 0) {
     const int64_t rows = whole.num_elements() / whole.shape.back();
@@ -301,7 +302,7 @@ void add_parts(const gguf_file& file, const gguf_tensor_layout& layout, const gg
     // matrices of a Llama GGUF stayed resident twice (60 MB of a 1.1 B Q4_0 model, measured).
     file.mapping()->release_pages(data, whole.num_bytes);
     data = buffer->data();
-    store.keep_alive(buffer);
+    owned_copy = buffer;  // held by the parts, so a backend that repacks them can free it
   }
   if (layout.norm_plus_one) {  // Gemma: llama.cpp's converter stored 1 + w; canonical is w
     std::vector<float> values(whole.num_elements());
@@ -324,6 +325,7 @@ void add_parts(const gguf_file& file, const gguf_tensor_layout& layout, const gg
     part.shape = shape;
     part.data = data + offset;
     part.num_bytes = row_bytes(whole.type, count);
+    part.owned_copy = owned_copy;
     offset += part.num_bytes;
     store.add(std::move(part));
   }

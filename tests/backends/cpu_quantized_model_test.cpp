@@ -29,8 +29,10 @@
 #include "backends/cpu/quant_repack.hpp"
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/model_loader.hpp"
+#include "model/model_maker.hpp"
 #include "tests/backends/cpu_greedy_support.hpp"
 #include "tests/backends/quant_test_support.hpp"
+#include "tests/scratch_dir.hpp"
 #include "tests/shared_models.hpp"
 
 namespace troupe {
@@ -125,7 +127,7 @@ TEST(cpu_quantized_model, random_model_with_k_quants_runs_like_its_dequantized_t
   }
 }
 
-// Q4_K, Q6_K, Q4_0 and Q8_0 matrices are repacked at load (backends/cpu/quant_repack.hpp): a
+// Q4_K, Q5_K, Q6_K, IQ4_XS, Q4_0 and Q8_0 matrices are repacked at load (backends/cpu/quant_repack.hpp): a
 // prompt and 16 decode steps of a model in any of these types give the logits of the same model
 // read in the GGUF layout, bit for bit.
 TEST(cpu_quantized_model, repacked_models_give_the_bits_of_the_gguf_layout) {
@@ -136,7 +138,7 @@ TEST(cpu_quantized_model, repacked_models_give_the_bits_of_the_gguf_layout) {
   std::vector<int32_t> prompt(20), forced(16);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % config.vocab_size);
   for (auto& t : forced) t = static_cast<int32_t>(rng() % config.vocab_size);
-  for (dtype type : {dtype::q4_k, dtype::q6_k, dtype::q4_0, dtype::q8_0}) {
+  for (dtype type : {dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_xs, dtype::q4_0, dtype::q8_0}) {
     const test::quantized_pair pair = test::quantize_store(weights, type);
     std::vector<std::vector<float>> logits[2];
     for (bool repack : {false, true}) {
@@ -150,6 +152,69 @@ TEST(cpu_quantized_model, repacked_models_give_the_bits_of_the_gguf_layout) {
           << dtype_name(type) << ", step " << step << ": repacked logits differ from the GGUF layout's";
     }
   }
+}
+
+// A Llama GGUF's q/k rows are un-permuted by the loader into copies of its own; once the CPU model
+// has repacked them it names them (cpu_weights_not_read) and release_copies frees them, so memory after
+// load holds each weight once. The logits stay those of a model whose store kept its copies, the
+// released tensors are refused by name, and with repacking off nothing is named.
+TEST(cpu_quantized_model, repacked_q_and_k_copies_are_released_and_the_logits_do_not_change) {
+  TROUPE_REQUIRE_SHARED_MODEL(test::stories260k_dir / "hf");
+  testing::scratch_dir dir;
+  model_maker_options options;
+  options.arch = "llama";
+  options.hidden_size = 256;
+  options.intermediate_size = 512;
+  options.num_layers = 2;
+  options.num_heads = 4;
+  options.num_kv_heads = 2;
+  options.seed = 21;
+  options.init_stddev = 0.1f;
+  options.type = dtype::q4_k;
+  options.tokenizer = (test::stories260k_dir / "hf").string();
+  options.out = dir.path();
+  const made_model made = make_model(options);
+  std::vector<int32_t> prompt(12), forced(8);
+  std::mt19937 rng(5);
+  for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % (made.config.vocab_size - 3));
+  for (auto& t : forced) t = static_cast<int32_t>(3 + rng() % (made.config.vocab_size - 3));
+
+  loaded_model kept = load_model({made.gguf_path});
+  auto kept_model = make_cpu_model(kept.config, kept.weights, {8, 16}, 1);
+  const auto want = test::teacher_forced_logits(*kept_model, prompt, forced);
+
+  loaded_model released = load_model({made.gguf_path});
+  auto model = make_cpu_model(released.config, released.weights, {8, 16}, 1);
+  const std::vector<std::string> not_read = cpu_weights_not_read(*model);
+  if (not_read.empty()) GTEST_SKIP() << "this CPU's level repacks nothing";
+  size_t copies = 0;  // the bytes of every layer's q and k: the loader's only copies
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const char* part : {"q_proj", "k_proj"}) {
+      const std::string name = "model.layers." + std::to_string(layer) + ".self_attn." + part + ".weight";
+      EXPECT_NE(std::find(not_read.begin(), not_read.end(), name), not_read.end()) << name << " is not named";
+      ASSERT_NE(released.weights.get(name).owned_copy, nullptr) << name;
+      copies += released.weights.get(name).num_bytes;
+    }
+  }
+  EXPECT_EQ(released.weights.release_copies(not_read), copies);
+  const std::string q0 = "model.layers.0.self_attn.q_proj.weight";
+  EXPECT_EQ(released.weights.find(q0)->data, nullptr);
+  try {
+    released.weights.get(q0);
+    FAIL() << "a released tensor was handed out";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(q0), std::string::npos) << e.what();
+  }
+  const auto got = test::teacher_forced_logits(*model, prompt, forced);
+  for (size_t step = 0; step < want.size(); ++step) {
+    ASSERT_EQ(std::memcmp(got[step].data(), want[step].data(), want[step].size() * sizeof(float)), 0)
+        << "step " << step << ": logits changed when the q/k copies were released";
+  }
+
+  cpu::set_weight_repacking(false);
+  auto plain = make_cpu_model(kept.config, kept.weights, {8, 16}, 1);
+  cpu::set_weight_repacking(true);
+  EXPECT_TRUE(cpu_weights_not_read(*plain).empty()) << "a model that repacks nothing reads every weight";
 }
 
 }  // namespace

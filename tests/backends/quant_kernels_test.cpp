@@ -335,7 +335,7 @@ TEST(quant_repack, repacked_products_have_the_gguf_kernels_bits) {
 
 TEST(quant_repack, matmul_over_repacked_weights_gives_the_same_bits_for_any_thread_and_row_count) {
   const int64_t m = 100, k = 512;
-  for (dtype type : {dtype::q4_k, dtype::q6_k, dtype::q4_0, dtype::q8_0}) {
+  for (dtype type : {dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_xs, dtype::q4_0, dtype::q8_0}) {
   const std::vector<std::byte> bytes = test::random_blocks(type, m, k, 31);
   for (auto level : supported_simd_levels()) {
     scoped_simd_level scope(level);
@@ -365,12 +365,12 @@ TEST(quant_repack, matmul_over_repacked_weights_gives_the_same_bits_for_any_thre
 
 TEST(quant_repack, types_without_a_layout_and_widths_off_the_super_block_are_refused_by_name) {
   cpu::thread_pool pool(1);
-  const std::vector<std::byte> q5 = test::random_blocks(dtype::q5_k, 16, 256, 1);
+  const std::vector<std::byte> q3 = test::random_blocks(dtype::q3_k, 16, 256, 1);
   try {
-    cpu::repack_weights(pool, cpu::weight_view{dtype::q5_k, 16, 256, q5.data()}, 16);
-    FAIL() << "q5_k has no repacked layout";
+    cpu::repack_weights(pool, cpu::weight_view{dtype::q3_k, 16, 256, q3.data()}, 16);
+    FAIL() << "q3_k has no repacked layout";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("q5_k"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q3_k"), std::string::npos) << e.what();
   }
   std::vector<std::byte> odd(144 * 16 * 2);
   try {
