@@ -54,8 +54,9 @@ class client {
 
   // Sends `request` (an id is made up when empty) and blocks until its last delta, calling
   // `on_delta` for each one as it arrives. Throws client_error on an error reply, and
-  // client_unreachable when no connection is made within the connect timeout or nothing arrives
-  // within the request timeout.
+  // client_unreachable when no connection is made within the connect timeout, nothing arrives
+  // within the request timeout, or the connection closes before the answer (a peer that is not a
+  // troupe ZeroMQ door, or a server that went away: its reply can no longer come).
   completion generate(generate_request request,
                       const std::function<void(const delta_reply&)>& on_delta = {});
   // Asks the server to stop request `id`; its last delta then says finish_reason "abort".
@@ -77,6 +78,10 @@ class client {
   std::string next_id();
 
  private:
+  // The next reply for a blocking call, waiting at most `timeout`; throws client_unreachable
+  // naming `what` when none comes or the connection is lost first.
+  std::optional<server_reply> receive_answer(std::chrono::milliseconds timeout, const std::string& what);
+
   struct impl;
   std::unique_ptr<impl> impl_;
   std::string endpoint_;

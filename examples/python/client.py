@@ -11,6 +11,14 @@ import uuid
 
 import msgpack
 import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+# A request whose connection closes is never answered: a peer that is not a troupe door (an HTTP
+# server answers ZeroMQ's greeting with "HTTP/1.1 400", which libzmq takes for an old ZMTP peer),
+# or a server that went away. Watching these events ends the wait at once instead of at the
+# request timeout.
+CONNECTION_LOST = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                   zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
 
 def main():
@@ -32,6 +40,7 @@ def main():
     # waits for one at most the connect timeout, so an endpoint nobody answers at is an error.
     socket.setsockopt(zmq.IMMEDIATE, 1)
     socket.setsockopt(zmq.SNDTIMEO, int(args.connect_timeout * 1000))
+    events = socket.get_monitor_socket(CONNECTION_LOST)
     socket.connect(args.endpoint)
     request = {
         "type": "generate",
@@ -44,14 +53,25 @@ def main():
     if args.api_key:
         request["api_key"] = args.api_key
     try:
+        while events.poll(0):  # only a loss after the request counts against it
+            recv_monitor_message(events)
         socket.send(msgpack.packb(request))
     except zmq.Again:
         sys.exit("cannot reach a server at %s: no connection within %.0f s (is `troupe serve` running there?)"
                  % (args.endpoint, args.connect_timeout))
 
+    poller = zmq.Poller()
+    poller.register(socket, zmq.POLLIN)
+    poller.register(events, zmq.POLLIN)
     while True:
-        if not socket.poll(int(args.timeout * 1000)):
+        ready = dict(poller.poll(int(args.timeout * 1000)))
+        if not ready:
             sys.exit("no reply from %s within %.0f s" % (args.endpoint, args.timeout))
+        if socket not in ready:
+            event = recv_monitor_message(events)["event"]
+            what = "the connection closed" if event == zmq.EVENT_DISCONNECTED else "the ZeroMQ handshake failed"
+            sys.exit("%s with %s before the request was answered: is a troupe ZeroMQ door listening there "
+                     "(not its HTTP port)?" % (what, args.endpoint))
         reply = msgpack.unpackb(socket.recv(), raw=False)
         if reply.get("id") != request["id"]:
             continue

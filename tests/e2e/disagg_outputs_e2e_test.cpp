@@ -3,12 +3,18 @@
 // hits) through a 1P1D and a 2P1D topology (`troupe launch`, every node its own process), and
 // through a 1P1D whose prefill is cut into 8-token chunks, give the outputs of a colocated
 // `troupe serve`: text, token ids, finish reason, usage; and so does a 1P1D whose decode side
-// verifies n-gram drafts (speculative decoding), and a Q8_0 model with its default f16 cache. Every node must have done its share, and
-// once idle no instance holds a block, a reservation or an open transfer.
+// verifies n-gram drafts (speculative decoding), and a Q8_0 model with its default f16 cache.
+// Every node must have done its share, and once idle no instance holds a block, a reservation or
+// an open transfer. A pair whose sides keep different KV dtypes answers within the dtype's
+// rounding of one process.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -132,36 +138,115 @@ TEST_F(disagg_outputs_e2e, a_q8_0_model_with_its_default_f16_cache_through_1p1d_
 }
 
 // The two sides keep their KV in different dtypes: the frames carry the prefill side's and the
-// decode side converts on import. Each 1P1D answers like one process whose cache has the decode
-// side's dtype: an f32 prefill into a decode on its default (f32 since the f16 default applies to
-// quantized models only: a rewrite must name f16 on the decode side and the reference), and an
-// f16 prefill into an fp8_e4m3 decode against a colocated fp8_e4m3 server.
-// Disabled: the claim does not hold bit for bit. The prefill side's own attention reads its f32
-// (or f16) cache while the colocated reference reads the decode side's dtype, so the prompt's
-// later layers and its first sampled token differ in the last bits, and seeded sampling
-// diverges (measured: request 8 of 60 differs). To be rewritten to what holds: every request
-// answered, and the logits within the dtype's rounding of the reference's.
-TEST_F(disagg_outputs_e2e, DISABLED_prefill_and_decode_with_different_kv_dtypes_equal_one_process) {
-  const std::vector<mixed_request> mix = request_mix(60, prompts, 8, 48, true, 5);
-  const std::vector<outcome> expected = colocated_outputs(stories_dir, mix);
-  ASSERT_FALSE(HasFailure());
-  topology_spec wide_prefill = disaggregated(stories_dir, 1);
-  wide_prefill.nodes[0].kv_cache_dtype = "f32";
-  expect_equal_outputs("1p1d-f32-to-f16", wide_prefill, mix, expected, {{"prefill-a", 2048}, {"decode-a", 8192}});
+// decode side converts on import. Bit equality with one process cannot hold here: the prefill
+// side's own attention reads its dtype while a colocated reference reads the decode side's, so
+// the prompt's later layers differ in the last bits (measured when this was claimed: 1 request of
+// 60 sampled a different token). What holds, and is checked against a colocated server with the
+// decode side's dtype: every request of a mix (greedy and seeded, streamed and not, both doors)
+// is answered in full and nothing stays held; and each greedy answer has the reference's tokens
+// up to the reference's first near-tie (its two best logprobs within `tolerance`), with every
+// chosen token's logprob up to there within `tolerance` of the reference's. `tolerance` is the
+// cache dtype's rounding carried to the logprobs: f16 measured at most 5e-3 here, so 1e-2; bf16
+// keeps 3 mantissa bits fewer, 8x that (measured 3.3e-2). (fp8_e4m3 on this model moves the first
+// token itself, whichever side computes it: no closeness to claim; q8_0 needs head_dim 32.)
+struct greedy_answer {
+  std::vector<int32_t> token_ids;
+  std::vector<token_logprob> logprobs;
+};
 
-  std::vector<outcome> expected_fp8;
-  {
-    topology_spec colocated_fp8;
-    colocated_fp8.model_path = stories_dir;
-    colocated_fp8.kv_cache_dtype = "fp8_e4m3";
-    controller_process reference(controller_process::kind::serve, colocated_fp8.write(dir_ / "colocated-fp8.toml"),
-                                 dir_ / "colocated-fp8.log");
-    expected_fp8 = run_in_waves(reference, mix, wave);
+std::vector<greedy_answer> greedy_answers(const controller_process& server, const std::vector<std::string>& texts) {
+  std::vector<greedy_answer> answers;
+  for (const std::string& text : texts) {
+    generate_request r;
+    r.prompt = text;
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = 48;
+    r.sampling.logprobs = 2;
+    greedy_answer a;
+    const completion done = server.make_client().generate(r, [&](const delta_reply& d) {
+      if (d.logprobs) a.logprobs.insert(a.logprobs.end(), d.logprobs->begin(), d.logprobs->end());
+    });
+    a.token_ids = done.token_ids;
+    answers.push_back(std::move(a));
   }
-  for (size_t i = 0; i < expected_fp8.size(); ++i) EXPECT_EQ(expected_fp8[i].error, "") << "fp8 reference " << i;
-  topology_spec narrow_decode = disaggregated(stories_dir, 1);
-  narrow_decode.nodes[1].kv_cache_dtype = "fp8_e4m3";
-  expect_equal_outputs("1p1d-f16-to-fp8", narrow_decode, mix, expected_fp8, {{"prefill-a", 2048}, {"decode-a", 8192}});
+  return answers;
+}
+
+// Checks `got` against `expected` as the comment above says; keeps the largest logprob
+// difference seen and counts the tokens compared.
+void expect_close_to(const std::vector<greedy_answer>& got, const std::vector<greedy_answer>& expected, float tolerance,
+                     float& largest, size_t& num_compared) {
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i));
+    const greedy_answer& want = expected[i];
+    ASSERT_EQ(want.logprobs.size(), want.token_ids.size());
+    ASSERT_EQ(got[i].logprobs.size(), got[i].token_ids.size());
+    for (size_t t = 0; t < want.token_ids.size(); ++t) {
+      ASSERT_LT(t, got[i].token_ids.size()) << "the answer ended early";
+      ASSERT_EQ(got[i].token_ids[t], want.token_ids[t]) << "token " << t;
+      const float difference = std::abs(got[i].logprobs[t].logprob - want.logprobs[t].logprob);
+      EXPECT_LE(difference, tolerance) << "token " << t;
+      largest = std::max(largest, difference);
+      ++num_compared;
+      const auto& top = want.logprobs[t].top;
+      // A near-tie: two logprobs that may each move by `tolerance` may change places.
+      if (top.size() == 2 && top[0].second - top[1].second <= 2 * tolerance) break;
+    }
+  }
+}
+
+TEST_F(disagg_outputs_e2e, prefill_and_decode_with_different_kv_dtypes_answer_like_one_process_within_the_dtype) {
+  const std::vector<mixed_request> mix = request_mix(60, prompts, 8, 48, true, 5);
+  struct pairing {
+    std::string name, prefill_dtype, decode_dtype;
+    float tolerance;
+  };
+  for (const pairing& p : {pairing{"f32-to-f16", "f32", "f16", 1e-2f}, pairing{"f16-to-bf16", "f16", "bf16", 8e-2f}}) {
+    SCOPED_TRACE(p.name);
+    std::vector<greedy_answer> expected;
+    {
+      topology_spec colocated;
+      colocated.model_path = stories_dir;
+      colocated.kv_cache_dtype = p.decode_dtype;
+      controller_process reference(controller_process::kind::serve, colocated.write(dir_ / (p.name + "-colocated.toml")),
+                                   dir_ / (p.name + "-colocated.log"));
+      expected = greedy_answers(reference, prompts);
+    }
+    topology_spec pair = disaggregated(stories_dir, 1);
+    pair.nodes[0].kv_cache_dtype = p.prefill_dtype;
+    pair.nodes[1].kv_cache_dtype = p.decode_dtype;
+    controller_process launch(controller_process::kind::launch, pair.write(dir_ / (p.name + ".toml")),
+                              dir_ / (p.name + ".log"));
+    // Each side runs its own dtype (the engine's start line names it).
+    EXPECT_GE(count_of(launch.log(), "(prefill): "), 1) << launch.log();
+    std::istringstream log(launch.log());
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("(prefill): ") != std::string::npos) {
+        EXPECT_NE(line.find("KV " + p.prefill_dtype + ")"), std::string::npos) << line;
+      }
+      if (line.find("(decode): ") != std::string::npos) {
+        EXPECT_NE(line.find("KV " + p.decode_dtype + ")"), std::string::npos) << line;
+      }
+    }
+    size_t num_compared = 0;
+    float largest = 0.0f;
+    expect_close_to(greedy_answers(launch, prompts), expected, p.tolerance, largest, num_compared);
+    std::printf("[ %s ] %zu greedy tokens compared, largest logprob difference %.2e (tolerance %.0e)\n",
+                p.name.c_str(), num_compared, largest, p.tolerance);
+    EXPECT_GE(num_compared, 60u) << "too few tokens before a near-tie to say anything";
+
+    const std::vector<outcome> got = run_in_waves(launch, mix, wave);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].error, "") << "request " << i;
+      EXPECT_FALSE(got[i].finish_reason.empty()) << "request " << i;
+    }
+    const stats_reply idle = wait_until_idle(launch);
+    EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "a KV block left taken";
+    EXPECT_EQ(idle.num_kv_leases, 0) << "a KV transfer left open";
+    EXPECT_EQ(idle.num_requests_in_flight, 0);
+    if (HasFailure()) ADD_FAILURE() << launch.log();
+  }
 }
 
 // prompt_logprobs are computed where the prompt is, on the prefill side (in 8-token chunks here),

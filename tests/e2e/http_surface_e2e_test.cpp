@@ -7,9 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -277,6 +283,73 @@ TEST(http_surface, clients_name_an_unreachable_server_within_their_connect_timeo
     if (py.out.find("No module named") == std::string::npos) {
       EXPECT_NE(py.exit_code, 0) << py.out;
       EXPECT_NE(py.out.find("cannot reach a server at " + endpoint), std::string::npos) << py.out;
+    }
+  }
+}
+
+// A peer that speaks HTTP, not ZeroMQ, as the HTTP port of a server does or a proxy in the way:
+// it answers whatever arrives with a 400 and closes. libzmq takes "HTTP/1.1" for an old ZMTP
+// greeting, so a client's message goes out and is never answered.
+class http_speaking_peer {
+ public:
+  http_speaking_peer() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof address;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), size) != 0 || ::listen(listener_, 8) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+      throw std::runtime_error("cannot listen on 127.0.0.1");
+    }
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] {
+      for (int served = 0; served < 200 && !stop_; ++served) {  // bounded: the client reconnects
+        const int fd = ::accept(listener_, nullptr, nullptr);
+        if (fd < 0) return;
+        char greeting[64];
+        (void)::recv(fd, greeting, sizeof greeting, 0);
+        const char answer[] = "HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+        (void)::send(fd, answer, sizeof answer - 1, MSG_NOSIGNAL);
+        ::close(fd);
+      }
+    });
+  }
+  ~http_speaking_peer() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);  // ends the accept
+    thread_.join();
+    ::close(listener_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(http_surface, clients_name_a_peer_that_is_not_a_troupe_door_without_waiting_for_the_request_timeout) {
+  http_speaking_peer peer;
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(peer.port());
+  const auto start = std::chrono::steady_clock::now();
+  const run_result r =
+      run_troupe("complete --endpoint " + endpoint + " --prompt hi --connect-timeout 2 --request-timeout 60 2>&1");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find(endpoint + " before request"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is a troupe ZeroMQ door listening there"), std::string::npos) << r.out;
+  EXPECT_LT(seconds, 10.0) << r.out;  // not the 60 s request timeout
+  if (fs::exists("/usr/bin/python3")) {
+    const auto py_start = std::chrono::steady_clock::now();
+    const run_result py = run_command("/usr/bin/python3 " TROUPE_SOURCE_DIR "/examples/python/client.py --endpoint " +
+                                      endpoint + " --prompt hi --connect-timeout 2 --request-timeout 60 2>&1");
+    const double py_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - py_start).count();
+    if (py.out.find("No module named") == std::string::npos) {
+      EXPECT_NE(py.exit_code, 0) << py.out;
+      EXPECT_NE(py.out.find(endpoint + " before the request was answered"), std::string::npos) << py.out;
+      EXPECT_LT(py_seconds, 10.0) << py.out;
     }
   }
 }
