@@ -145,6 +145,13 @@ void zmq_door::start() {
     relay.limits.max_connections =
         options_.max_connections > 0 ? options_.max_connections
                                      : door_connection_share(current_open_files_limit().soft, 3 * 4096) / 3;
+    // Fewer pending slots than open ones: a client connecting during a flood of silent
+    // connections then evicts the oldest of them instead of being refused until they time out
+    // (under a low open-files limit the share, 21 connections at 256, was below the 64 slots,
+    // and a client that gives up on a closed connection failed its request).
+    if (relay.limits.max_pending >= relay.limits.max_connections) {
+      relay.limits.max_pending = std::max<size_t>(relay.limits.max_connections / 2, 1);
+    }
     relay.limits.handshake_timeout = std::chrono::milliseconds(options_.handshake_timeout_ms);
     relay.where = "zmq door";
     s.relay = std::make_unique<relay_listener>(std::move(relay));
