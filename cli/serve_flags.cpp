@@ -34,6 +34,18 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--listen-backlog", flags.listen_backlog,
                  "TCP connections queued for the ZeroMQ door (capped by net.core.somaxconn)")
       ->check(CLI::Range(1, 65535));
+  // The door caps are checked in their own 64-bit type here, and in range by the topology's
+  // validation once they are in it (the same error as the file's keys).
+  app.add_option("--zmq-handshake-timeout-ms", flags.zmq_handshake_timeout_ms,
+                 "a ZeroMQ client must finish its handshake within this (100 to 600000; default 5000)")
+      ->check(CLI::Range(100, 600000));
+  app.add_option("--zmq-max-pending-handshakes", flags.zmq_max_pending_handshakes,
+                 "ZeroMQ connections in their handshake at once, the oldest closed for a newer one (1 to 65536; default 64)")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  app.add_option("--zmq-max-connections", flags.zmq_max_connections,
+                 "ZeroMQ connections open at once (0: a quarter of the open-files limit, three descriptors each; "
+                 "else at least --zmq-max-pending-handshakes, at most 65536)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences running at once");
   app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens, "token budget of one step");
   app.add_option("--max-waiting-requests", flags.max_waiting_requests, "queue bound; beyond it: overloaded");
@@ -66,6 +78,10 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--http-max-connections", flags.http_max_connections, "HTTP connections served at once");
   app.add_option("--http-request-timeout-ms", flags.http_request_timeout_ms,
                  "a request's line, headers and body must arrive within this, else 408");
+  app.add_option("--http-max-waiting-connections", flags.http_max_waiting_connections,
+                 "HTTP connections waiting for a request at once, the longest waiting closed for a newer one "
+                 "(0: a quarter of the open-files limit; else 16 to 65536)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   app.add_option("--http-max-header-bytes", flags.http_max_header_bytes, "larger request line and headers get 431");
   app.add_option("--served-model-name", flags.served_model_name, "the model name the HTTP API answers to");
   app.add_option("--allowed-origins", flags.allowed_origins,
@@ -101,6 +117,10 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.port > 0) t.zmq_endpoint = "tcp://" + flags.host + ":" + std::to_string(flags.port);
   if (!flags.zmq_endpoint.empty()) t.zmq_endpoint = flags.zmq_endpoint;
   if (flags.listen_backlog > 0) t.listen_backlog = flags.listen_backlog;
+  if (flags.zmq_handshake_timeout_ms > 0) t.zmq_handshake_timeout_ms = flags.zmq_handshake_timeout_ms;
+  // In 0..65536 by their checks above: no narrowing loses a bit.
+  if (flags.zmq_max_pending_handshakes > 0) t.zmq_max_pending_handshakes = static_cast<size_t>(flags.zmq_max_pending_handshakes);
+  if (flags.zmq_max_connections >= 0) t.zmq_max_connections = static_cast<size_t>(flags.zmq_max_connections);
   if (flags.max_num_seqs > 0) m.max_num_seqs = flags.max_num_seqs;
   if (flags.max_num_batched_tokens > 0) t.max_num_batched_tokens = flags.max_num_batched_tokens;
   if (flags.max_waiting_requests > 0) t.max_waiting_requests = flags.max_waiting_requests;
@@ -131,6 +151,9 @@ topology topology_from_flags(const serve_flags& flags) {
   if (!flags.http_host.empty()) t.http_host = flags.http_host;
   if (flags.http_max_body_bytes > 0) t.http_max_body_bytes = flags.http_max_body_bytes;
   if (flags.http_max_connections > 0) t.http_max_connections = flags.http_max_connections;
+  if (flags.http_max_waiting_connections >= 0) {
+    t.http_max_waiting_connections = static_cast<size_t>(flags.http_max_waiting_connections);
+  }
   if (flags.http_request_timeout_ms > 0) t.http_request_timeout_ms = flags.http_request_timeout_ms;
   if (flags.http_max_header_bytes > 0) t.http_max_header_bytes = flags.http_max_header_bytes;
   if (!flags.served_model_name.empty()) t.served_model_name = flags.served_model_name;

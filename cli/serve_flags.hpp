@@ -2,6 +2,7 @@
 // The flags `troupe serve` and `troupe launch` share: every setting of a topology file, given on
 // the command line, overrides the file. One definition, so the two commands cannot drift apart.
 
+#include <cstdint>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +22,9 @@ struct serve_flags {
   int max_num_batched_tokens = 0;
   int max_waiting_requests = 0;
   int listen_backlog = 0;
+  int zmq_handshake_timeout_ms = 0;
+  int64_t zmq_max_pending_handshakes = 0;
+  int64_t zmq_max_connections = -1;  // -1: not given (0 is the open-files share)
   int num_kv_blocks = 0;
   int kv_memory_mb = 0;
   int max_model_len = 0;
@@ -40,6 +44,7 @@ struct serve_flags {
   size_t http_max_body_bytes = 0;
   int http_max_connections = 0;
   int http_request_timeout_ms = 0;
+  int64_t http_max_waiting_connections = -1;  // -1: not given
   size_t http_max_header_bytes = 0;
   std::string served_model_name;
   std::vector<std::string> allowed_origins;

@@ -738,7 +738,9 @@ void http_door::start() {
   // Connections waiting for a request: a share of the open-files limit, not all of it. Past the
   // share the one waiting longest is closed, so a flood of idle connections cannot take the
   // descriptors the engine needs, nor keep a client that sends its request from being read.
-  reception.max_connections = door_connection_share(current_open_files_limit().soft, reception.max_connections);
+  reception.max_connections = s.options.max_waiting_connections > 0
+                                  ? s.options.max_waiting_connections
+                                  : door_connection_share(current_open_files_limit().soft, reception.max_connections);
   s.reception = std::make_unique<request_reception>(reception, [&s](http_connection c) { s.workers->submit(std::move(c)); });
   s.workers = std::make_unique<connection_workers>(std::max(4, s.options.max_connections), s.options.reserved_connections,
                                                    [&s](http_connection c) { s.serve(std::move(c)); });

@@ -43,6 +43,10 @@ struct http_options {
   // request hold no thread.
   int max_connections = 256;
   int reserved_connections = 8;
+  // Connections waiting for a request at once (holding a descriptor, no thread); past it the one
+  // waiting longest is closed. 0: a quarter of the open-files limit (16..4096), so a flood of idle
+  // connections cannot take the descriptors the engine needs.
+  size_t max_waiting_connections = 0;
   std::string model_name;  // what /v1/models lists and requests must name
   std::string quantization;  // shown by /v1/models ("Q4_K_M", "bf16"); empty: not shown
   // CORS: origins whose pages may call the API ("*": any); a preflight (OPTIONS) from one of them

@@ -21,6 +21,7 @@
 #include "doors/zmq_request_table.hpp"
 #include "grammar/guided_grammar.hpp"
 #include "net/open_files.hpp"
+#include "net/private_directory.hpp"
 #include "net/relay_listener.hpp"
 #include "protocol/codec.hpp"
 #include "stages/stage_clock.hpp"
@@ -65,33 +66,6 @@ std::optional<tcp_endpoint> parse_tcp_endpoint(const std::string& endpoint) {
   parsed.port = static_cast<uint16_t>(std::stoi(port));
   return parsed;
 }
-
-// A directory only this user can enter, for the ROUTER's Unix socket behind the relay; removed
-// with everything in it when the door goes.
-class private_directory {
- public:
-  private_directory() {
-    std::filesystem::path base = std::filesystem::temp_directory_path();
-    // A Unix socket's path has room for 107 bytes.
-    if (base.string().size() > 64) base = "/tmp";
-    std::string pattern = (base / "troupe-zmq-door-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw std::runtime_error("zmq door: cannot make a private directory in " + base.string() + ": " +
-                               std::strerror(errno));
-    }
-    path_ = pattern;
-  }
-  ~private_directory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  private_directory(const private_directory&) = delete;
-  private_directory& operator=(const private_directory&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 }  // namespace
 
@@ -153,7 +127,7 @@ void zmq_door::start() {
   const std::optional<tcp_endpoint> tcp = parse_tcp_endpoint(options_.endpoint);
   std::string router_endpoint = options_.endpoint;
   if (tcp) {
-    s.relay_directory = std::make_unique<private_directory>();
+    s.relay_directory = std::make_unique<private_directory>("troupe-zmq-door");
     router_endpoint = "ipc://" + s.relay_directory->path() + "/router.sock";
   }
   try {
@@ -171,6 +145,13 @@ void zmq_door::start() {
     relay.limits.max_connections =
         options_.max_connections > 0 ? options_.max_connections
                                      : door_connection_share(current_open_files_limit().soft, 3 * 4096) / 3;
+    // Fewer pending slots than open ones: a client connecting during a flood of silent
+    // connections then evicts the oldest of them instead of being refused until they time out
+    // (under a low open-files limit the share, 21 connections at 256, was below the 64 slots,
+    // and a client that gives up on a closed connection failed its request).
+    if (relay.limits.max_pending >= relay.limits.max_connections) {
+      relay.limits.max_pending = std::max<size_t>(relay.limits.max_connections / 2, 1);
+    }
     relay.limits.handshake_timeout = std::chrono::milliseconds(options_.handshake_timeout_ms);
     relay.where = "zmq door";
     s.relay = std::make_unique<relay_listener>(std::move(relay));

@@ -23,6 +23,8 @@
 #include "net/bounded_accept.hpp"
 #include "net/connection_guard.hpp"
 #include "net/peer_address.hpp"
+#include "net/private_directory.hpp"
+#include "net/relay_listener.hpp"
 
 namespace troupe {
 
@@ -85,20 +87,35 @@ class kv_receiver::impl final : public kv_frame_sink {
     if (settings_.plain_tcp && settings_.keys.empty()) {
       listener_ = kv_tcp_listen(settings_.bind_host, endpoint_);
       reserve_spare_descriptor();
-      guard_.emplace(connection_limits{max_connections, max_connections, first_frame_timeout}, "KV port " + endpoint_);
+      guard_.emplace(connection_limits{max_pending, max_connections, first_frame_timeout}, "KV port " + endpoint_);
       register_local_receiver(endpoint_, *this);
       thread_ = std::thread([this] { run(); });
       return;
     }
     // A peer announcing a bigger message is disconnected before ZeroMQ allocates it.
     pull_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kv_frame_header_bytes + settings_.max_payload_bytes));
-    const std::string bind_endpoint = "tcp://" + settings_.bind_host + ":*";
+    // libzmq accepts every connection offered until the process has no descriptor left, so the
+    // port senders reach is a relay_listener with the plain-TCP port's bounds, moving bytes
+    // unchanged to the PULL socket's Unix socket in a 0700 directory: CURVE stays end to end.
+    relay_directory_.emplace("troupe-kv");
+    const std::string bind_endpoint = "ipc://" + relay_directory_->path() + "/kv.sock";
     try {
       pull_.bind(bind_endpoint);
     } catch (const zmq::error_t& e) {
       throw std::runtime_error("kv receiver: cannot bind " + bind_endpoint + ": " + e.what());
     }
-    endpoint_ = pull_.get(zmq::sockopt::last_endpoint);
+    relay_listener_options relay;
+    relay.host = settings_.bind_host;
+    relay.target_path = relay_directory_->path() + "/kv.sock";
+    relay.limits = connection_limits{max_pending, max_connections, first_frame_timeout};
+    relay.where = "KV port";
+    relay_.emplace(std::move(relay));
+    try {
+      relay_->start();
+    } catch (const std::exception& e) {
+      throw std::runtime_error("kv receiver: cannot listen on " + settings_.bind_host + ": " + e.what());
+    }
+    endpoint_ = "tcp://" + relay_->bound_address();
     register_local_receiver(endpoint_, *this);
     thread_ = std::thread([this] { run(); });
   }
@@ -106,6 +123,7 @@ class kv_receiver::impl final : public kv_frame_sink {
   ~impl() override {
     unregister_local_receiver(endpoint_);  // no sender of this process is inside take_frame after this
     stop_ = true;
+    if (relay_) relay_->stop();  // no sender reaches the PULL socket while it closes
     // A read inside a frame returns at once: a peer dripping a frame must not hold the shutdown.
     if (guard_) guard_->shut_all();
     thread_.join();
@@ -601,6 +619,10 @@ class kv_receiver::impl final : public kv_frame_sink {
   const std::shared_ptr<nccl_kv_inbox> inbox_;
   std::set<std::string> allowed_keys_;
 
+  // With keys: the PULL socket's private directory (declared first: removed after the socket
+  // closes) and the relay senders connect to (stopped first, in the destructor).
+  std::optional<private_directory> relay_directory_;
+  std::optional<relay_listener> relay_;
   zmq::context_t context_{1};
   std::optional<zmq::socket_t> zap_;  // declared before pull_: bound first, closed last
   zmq::socket_t pull_{context_, zmq::socket_type::pull};
@@ -618,6 +640,10 @@ class kv_receiver::impl final : public kv_frame_sink {
 
   // Plain TCP: the listener and the senders' connections, the receiver thread's only.
   static constexpr size_t max_connections = 64;
+  // Fewer than max_connections: a flood of silent connections fills the pending slots only, so a
+  // sender connecting meanwhile evicts the oldest of them instead of being refused until they
+  // time out (with the two equal, a flood kept the senders out for first_frame_timeout).
+  static constexpr size_t max_pending = 16;
   static constexpr std::chrono::milliseconds stall_timeout{1000};  // inside a frame
   static constexpr std::chrono::milliseconds first_frame_timeout{5000};  // a connection's first header
   int listener_ = -1;

@@ -206,6 +206,11 @@ std::vector<placed_stage> place_stages(caf::actor_system& system, const topology
         placed.push_back({node, link.spawn(*t.find_node(node), type, spec)});
         spdlog::info("{} placed on node {}", type, node);
       }
+      // One that could not load its tokenizer there answers with the reason (a refused
+      // placement) rather than ending unheard: the operator learns the node, stage and why now.
+      if (type == "tokenizer" || type == "detokenizer") {
+        (void)link.ask<bool>(placed.back().actor, "the " + type + " on node " + node, loaded_atom::value);
+      }
     }
   }
   return placed;
@@ -354,6 +359,8 @@ node::node(const topology& t) : topology_(t) {
   options.max_prompt_tokens = max_model_len;
   options.listen_backlog = tp.listen_backlog;
   options.handshake_timeout_ms = tp.zmq_handshake_timeout_ms;
+  options.max_pending_handshakes = tp.zmq_max_pending_handshakes;
+  options.max_connections = tp.zmq_max_connections;
   s.door = std::make_unique<zmq_door>(options, s.downstream, *s.admission);
   s.router.set_door(client_door::zmq, s.door.get());
   s.inspector = spawn_cluster_inspector(s.system, tp);
@@ -376,6 +383,7 @@ node::node(const topology& t) : topology_(t) {
     web.max_body_bytes = tp.http_max_body_bytes;
     web.max_connections = tp.http_max_connections;
     web.request_timeout_ms = tp.http_request_timeout_ms;
+    web.max_waiting_connections = tp.http_max_waiting_connections;
     web.max_header_bytes = tp.http_max_header_bytes;
     web.allowed_origins = tp.http_allowed_origins;
     web.model_name = tp.served_model_name.empty() ? tp.model.path : tp.served_model_name;

@@ -194,6 +194,22 @@ const node_address* topology::find_node(const std::string& name) const {
   return nullptr;
 }
 
+void topology::check_door_connection_caps() const {
+  if (zmq_max_pending_handshakes < 1 || zmq_max_pending_handshakes > 65536) {
+    throw std::runtime_error("[frontend] max_pending_handshakes must be in 1..65536, got " +
+                             std::to_string(zmq_max_pending_handshakes));
+  }
+  if (zmq_max_connections != 0 && (zmq_max_connections < zmq_max_pending_handshakes || zmq_max_connections > 65536)) {
+    throw std::runtime_error("[frontend] max_connections must be 0 (a quarter of the open-files limit) or in "
+                             "max_pending_handshakes (" + std::to_string(zmq_max_pending_handshakes) + ")..65536, got " +
+                             std::to_string(zmq_max_connections));
+  }
+  if (http_max_waiting_connections != 0 && (http_max_waiting_connections < 16 || http_max_waiting_connections > 65536)) {
+    throw std::runtime_error("[http] max_waiting_connections must be 0 (a quarter of the open-files limit) or in "
+                             "16..65536, got " + std::to_string(http_max_waiting_connections));
+  }
+}
+
 void topology::validate() const {
   auto positive = [](int value, const char* name) {
     if (value <= 0) throw std::runtime_error(std::string(name) + " must be positive, got " + std::to_string(value));
@@ -211,6 +227,7 @@ void topology::validate() const {
     throw std::runtime_error("[frontend] handshake_timeout_ms must be in 100..600000, got " +
                              std::to_string(zmq_handshake_timeout_ms));
   }
+  check_door_connection_caps();
   if (cluster.name.empty()) throw std::runtime_error("[cluster] name is empty");
   std::set<std::string> node_names;
   for (const node_address& n : nodes) {
@@ -361,6 +378,8 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   frontend.read("max_frame_bytes", t.max_frame_bytes);
   frontend.read("listen_backlog", t.listen_backlog);
   frontend.read("handshake_timeout_ms", t.zmq_handshake_timeout_ms);
+  frontend.read("max_pending_handshakes", t.zmq_max_pending_handshakes);
+  frontend.read("max_connections", t.zmq_max_connections);
   frontend.finish();
   table_reader http(root["http"].as_table(), "http", source);
   http.read("enabled", t.http_enabled);
@@ -369,6 +388,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   http.read("max_body_bytes", t.http_max_body_bytes);
   http.read("max_connections", t.http_max_connections);
   http.read("request_timeout_ms", t.http_request_timeout_ms);
+  http.read("max_waiting_connections", t.http_max_waiting_connections);
   http.read("max_header_bytes", t.http_max_header_bytes);
   http.read("served_model_name", t.served_model_name);
   http.read("allowed_origins", t.http_allowed_origins);

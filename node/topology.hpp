@@ -104,6 +104,10 @@ struct topology {
   // for SYN retries. Well above max_num_seqs; Linux caps it at net.core.somaxconn.
   int listen_backlog = 4096;
   int zmq_handshake_timeout_ms = 5000;  // [frontend] handshake_timeout_ms: a ZeroMQ client's greeting
+  // [frontend] max_pending_handshakes, max_connections: the ZeroMQ door's relay (zmq_door_options);
+  // max_connections 0: a quarter of the open-files limit's descriptors, three per connection.
+  size_t zmq_max_pending_handshakes = 64;
+  size_t zmq_max_connections = 0;
   // [http]: the OpenAI-compatible API (docs/http_api.md), guarded by the same api_key.
   bool http_enabled = false;  // config/colocated.toml turns it on; so does --http-port
   std::string http_host = "127.0.0.1";
@@ -111,6 +115,9 @@ struct topology {
   size_t http_max_body_bytes = 4u << 20;
   int http_max_connections = 256;  // connections served at once; each open stream holds one
   int http_request_timeout_ms = 10000;  // a request's line, headers and body all in by then, else 408
+  // [http] max_waiting_connections: connections waiting for a request at once (the one waiting
+  // longest closed for a newer one); 0: a quarter of the open-files limit, 16..4096.
+  size_t http_max_waiting_connections = 0;
   size_t http_max_header_bytes = 64u << 10;  // a request line and headers larger: 431
   std::string served_model_name;   // the `model` requests name; empty: the model path as given
   // How the model writes tool calls and reasoning (text/chat_format.hpp): "auto" reads it from
@@ -143,6 +150,8 @@ struct topology {
 
   // Throws std::runtime_error naming the bad setting.
   void validate() const;
+  // The client doors' connection caps ([frontend], [http]) in range; part of validate().
+  void check_door_connection_caps() const;
 };
 
 // Throws std::runtime_error naming the bad bound, each prefixed with `where` (e.g. "[cluster] ").

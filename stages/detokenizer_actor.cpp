@@ -27,6 +27,7 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
         for (int64_t id : out.stopped_ids) self->send(scheduler, stop_request_msg{id});
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
+      [](loaded_atom) { return true; },
   });
 }
 
@@ -34,7 +35,12 @@ caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokeni
   keep_exception_in_exit_reason(self);
   spec.validate();
   quit_with(self, spec.reply_to);  // its text has nowhere to go once the controller is gone
-  auto stage = std::make_shared<detokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)));
+  std::shared_ptr<detokenize_stage> stage;
+  try {
+    stage = std::make_shared<detokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)));
+  } catch (const std::exception& e) {
+    return refused_placement(self, "detokenizer", e.what());
+  }
   return detokenizer_actor(self, std::move(stage), std::move(spec.reply_to));
 }
 

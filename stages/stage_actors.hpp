@@ -184,8 +184,15 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
 
 // -- stages started from their specs (stages/stage_specs.hpp) -----------------------------------
 // What a node registers for remote spawning and spawns for itself: each loads what its stage
-// needs on the node where it runs, in the actor (a failed load or a bad spec ends the actor with
-// a reason naming the file or field, which a monitor sees).
+// needs on the node where it runs, in the actor. A bad spec ends the actor with a reason naming
+// the field. A failed load (a tokenizer or model path missing on that node) makes it a refused
+// placement: it answers its placer's first question with the reason, then ends. Ending at once is
+// not enough: CAF 0.17 tells a remote monitor of an actor that ended before the monitor arrived
+// only "exit_reason(unknown)".
+caf::behavior refused_placement(caf::event_based_actor* self, const std::string& stage, const std::string& reason);
+// A tokenizer or detokenizer answers (loaded_atom) with true: its tokenizer loaded (a refused one
+// answers with the error). The controller asks every one it places (node/node.cpp).
+using loaded_atom = caf::atom_constant<caf::atom("loaded")>;
 
 // Loads its own tokenizer (a pool spawned by one node shares one: node/stage_factories.hpp).
 caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_spec spec);

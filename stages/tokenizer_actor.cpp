@@ -19,6 +19,7 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
         }
       },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
+      [](loaded_atom) { return true; },
   });
 }
 
@@ -26,8 +27,13 @@ caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_
   keep_exception_in_exit_reason(self);
   spec.validate();
   quit_with(self, spec.router);  // a tokenizer without its controller's router serves no one
-  auto stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
-                                                      spec.vocab_size, spec.max_model_len);
+  std::shared_ptr<const tokenize_stage> stage;
+  try {
+    stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
+                                                   spec.vocab_size, spec.max_model_len);
+  } catch (const std::exception& e) {
+    return refused_placement(self, "tokenizer", e.what());
+  }
   return tokenizer_actor(self, std::move(stage), std::move(spec.router), std::move(spec.reply_to));
 }
 

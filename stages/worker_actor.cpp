@@ -29,22 +29,6 @@ std::unique_ptr<draft_proposer> make_draft_proposer(const served_model& target, 
   return std::make_unique<ngram_proposer>(drafts.ngram);
 }
 
-// A worker a controller placed whose model would not load: it answers the controller's first
-// question (describe) with the reason, naming the path or setting, and then ends with it. Ending
-// at once is not enough: CAF 0.17 tells a remote asker of an actor that ended before its monitor
-// arrived only "exit_reason(unknown)", and the request itself waited out request_timeout_ms.
-caf::behavior refused_placement(caf::event_based_actor* self, const std::string& reason) {
-  spdlog::error("worker: refusing the placement: {}", reason);
-  const caf::error refusal = caf::make_error(caf::sec::runtime_error, "this node cannot run the worker: " + reason);
-  self->set_default_handler([self, refusal](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
-    // Soon after this answer: the controller has the reason; the stage has nothing else to do.
-    self->delayed_send(self, std::chrono::milliseconds(200), caf::exit_msg{self->address(), refusal});
-    return refusal;
-  });
-  // No one asked (a controller gone before its question): end anyway.
-  return {caf::after(std::chrono::seconds(30)) >> [self, refusal] { self->quit(refusal); }};
-}
-
 // A GPU transport's half on this worker (the node that owns the GPU); check_worker_kv_transport
 // has refused it by name where it cannot run.
 kv_device_path start_device_transport(kv_transport transport, const model& m, kv_endpoints& endpoints) {
@@ -169,7 +153,7 @@ caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec s
     check_worker_kv_transport(kv.transport, *served->backend_model);
     drafts = load_worker_drafts(spec, *served);
   } catch (const std::exception& e) {
-    return refused_placement(self, e.what());
+    return refused_placement(self, "worker", e.what());
   }
   if (!served->device_note.empty()) {
     spdlog::log(spec.model.device == device_request::cuda ? spdlog::level::warn : spdlog::level::info, "{}",

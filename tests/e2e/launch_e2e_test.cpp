@@ -265,5 +265,56 @@ TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_namin
   EXPECT_TRUE(node.alive()) << "the node that refused is still up for other placements";
 }
 
+
+// The same for a tokenizer or detokenizer placed on a node that cannot load the tokenizer: it
+// refuses its placement with the reason, which the controller gets by asking it and reports,
+// naming the node and the stage. Before, the stage ended unheard (CAF's "exit_reason(unknown)"
+// at best) and the controller went on placing it again.
+TEST_F(launch_e2e, a_node_that_cannot_load_the_tokenizer_refuses_its_tokenizer_or_detokenizer_naming_why) {
+  for (const std::string stage : {"tokenizer", "detokenizer"}) {
+    SCOPED_TRACE(stage);
+    const fs::path here = dir_.path() / (stage + "-controller-machine");
+    const fs::path there = dir_.path() / (stage + "-node-machine");
+    fs::create_directories(here);
+    fs::create_directories(there);
+    fs::create_directory_symlink(fs::absolute(stories_dir), here / "model");
+    const uint16_t port = free_port();
+    auto in = [](const fs::path& dir, const std::string& command) {
+      return std::vector<std::string>{"/bin/sh", "-c", "cd " + shell_quote(dir.string()) + " && exec " + command};
+    };
+    const fs::path node_log = dir_.path() / (stage + "-node.log");
+    child_process node(in(there, shell_quote(troupe_binary.string()) + " node --listen 127.0.0.1:" +
+                                     std::to_string(port) + " --credentials " + shell_quote(credentials().string()) +
+                                     " --name n1"),
+                       node_log);
+    const fs::path path = dir_.path() / (stage + ".toml");
+    // The engine on the controller, which has the model; only the stage under test on n1.
+    std::ofstream(path) << "[model]\npath = \"model\"\n[node]\nthreads = 1\n"
+                        << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
+                        << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << port << "\"\n"
+                        << "[placement]\nengines = [\"controller\"]\n"
+                        << "tokenizers = [\"" << (stage == "tokenizer" ? "n1" : "controller") << "\"]\n"
+                        << "detokenizers = [\"" << (stage == "detokenizer" ? "n1" : "controller") << "\"]\n";
+    for (int i = 0; i < 1500 && read_file(node_log).find("listening on") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(20ms);
+    }
+    const fs::path serve_log = dir_.path() / (stage + "-serve.log");
+    const auto start = std::chrono::steady_clock::now();
+    child_process serve(in(here, shell_quote(troupe_binary.string()) + " serve --config " + shell_quote(path.string()) +
+                                     " --zmq-endpoint 'tcp://127.0.0.1:*'"),
+                        serve_log);
+    for (int i = 0; i < 3000 && serve.alive(); ++i) std::this_thread::sleep_for(20ms);
+    ASSERT_FALSE(serve.alive()) << read_file(serve_log);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string log = read_file(serve_log);
+    EXPECT_NE(serve.exit_status(), 0) << log;
+    EXPECT_LT(seconds, 15.0) << log;
+    EXPECT_NE(log.find("the " + stage + " on node n1"), std::string::npos) << log;
+    EXPECT_NE(log.find("this node cannot run the " + stage + ": tokenizer path 'model' does not exist"),
+              std::string::npos)
+        << log;
+    EXPECT_TRUE(node.alive()) << "the node that refused is still up for other placements";
+  }
+}
 }  // namespace
 }  // namespace troupe::test

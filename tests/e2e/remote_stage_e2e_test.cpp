@@ -18,6 +18,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
+#include "stages/stage_actors.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/served_model.hpp"
 #include "node/cluster_credentials.hpp"
@@ -248,7 +249,13 @@ TEST_F(remote_stage_e2e, a_stage_whose_spec_names_a_missing_file_ends_and_the_no
   auto tokenizer = system.middleman().remote_spawn<caf::actor>((*agent)->node(), "tokenizer", caf::make_message(spec),
                                                               request_timeout);
   ASSERT_TRUE(tokenizer) << system.render(tokenizer.error());
-  // The stage fails loading, on the node, and says which file.
+  // The stage fails loading, on the node: it refuses its placement, answering its placer's first
+  // question with the reason (naming the file), and then ends.
+  std::string refusal;
+  self->request(*tokenizer, request_timeout, loaded_atom::value)
+      .receive([&](bool) { refusal = "loaded"; }, [&](caf::error& e) { refusal = system.render(e); });
+  EXPECT_NE(refusal.find("this node cannot run the tokenizer"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("/nonexistent/troupe-model"), std::string::npos) << refusal;
   EXPECT_TRUE(log_shows(*node_, "stage tokenizer ended")) << node_->log();
   EXPECT_NE(node_->log().find("/nonexistent/troupe-model"), std::string::npos) << node_->log();
   auto answer = ping(system, *agent);

@@ -10,6 +10,7 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <zmq.hpp>
@@ -27,6 +29,7 @@
 #include "node/topology.hpp"
 #include "protocol/codec.hpp"
 #include "tests/e2e/serve_process.hpp"
+#include "tests/loopback_socket.hpp"
 
 namespace troupe::test {
 namespace {
@@ -158,5 +161,42 @@ TEST(serve_connection_burst, listen_backlog_sets_the_accept_queue) {
   EXPECT_EQ(listen_backlog_of(port_of(server.endpoint())), wanted);
 }
 
+
+// True when the server closed `fd` (end of stream or reset) within `within_ms`.
+bool closed_by_server(int fd, int within_ms) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, within_ms) <= 0) return false;
+  char byte;
+  return ::recv(fd, &byte, 1, MSG_DONTWAIT) <= 0;
+}
+
+// The client doors' caps from the command line (issue 25: they had no keys nor flags). With 2
+// pending slots on the ZeroMQ door and 16 waiting connections on the HTTP door, one more silent
+// connection than that closes the oldest at once, long before the 60 s deadlines; with the
+// defaults (64 and a quarter of the open-files limit) none would be.
+TEST(serve_connection_burst, the_doors_caps_are_set_by_flags) {
+  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  serve_process server({"--zmq-max-pending-handshakes", "2", "--zmq-max-connections", "6", "--zmq-handshake-timeout-ms",
+                        "60000", "--http-port", "0", "--http-max-waiting-connections", "16",
+                        "--http-request-timeout-ms", "60000"});
+  ASSERT_TRUE(server.alive());
+  auto flood = [](int port, int count) {
+    std::vector<int> fds;
+    for (int i = 0; i < count; ++i) {
+      fds.push_back(testing::connect_loopback(static_cast<uint16_t>(port)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // accepted in this order
+    }
+    return fds;
+  };
+  const std::vector<int> zmq = flood(port_of(server.endpoint()), 3);
+  EXPECT_TRUE(closed_by_server(zmq[0], 3000)) << "the oldest of 3 silent connections stayed with 2 pending slots";
+  EXPECT_FALSE(closed_by_server(zmq[2], 100));
+  const std::vector<int> http = flood(server.http_port(), 17);
+  EXPECT_TRUE(closed_by_server(http[0], 3000)) << "the longest waiting of 17 stayed with 16 waiting slots";
+  EXPECT_FALSE(closed_by_server(http[16], 100));
+  for (int fd : zmq) ::close(fd);
+  for (int fd : http) ::close(fd);
+  EXPECT_TRUE(server.alive());
+}
 }  // namespace
 }  // namespace troupe::test

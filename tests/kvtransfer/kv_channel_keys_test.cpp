@@ -3,6 +3,7 @@
 // and peers without valid keys that get nothing through.
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <zmq.h>
 
@@ -10,6 +11,7 @@
 #include <zmq.hpp>
 
 #include "kvtransfer/kv_channel.hpp"
+#include "tests/loopback_socket.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
 
 namespace troupe::test {
@@ -140,6 +142,51 @@ TEST_F(kv_curve_test, a_member_gets_a_transfer_through_that_continues_bitwise_eq
   EXPECT_TRUE(done->completed) << done->why;
   EXPECT_EQ(decode_on_b(), expected_);
   EXPECT_EQ(receiver_->stats().num_refused_peers, 0u);
+}
+
+// The CURVE receiver's port is a relay_listener (libzmq's own listener accepted every connection
+// until the process had no descriptor left, issue 25): a flood of idle connections holds at most
+// its pending slots, the oldest are closed at once to make room, and a member still gets its
+// transfer through while the flood is held.
+TEST_F(kv_curve_test, a_flood_of_idle_connections_is_bounded_and_a_member_still_gets_through) {
+  const std::string& endpoint = receiver_->endpoint();
+  const uint16_t port = static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+  const size_t before = testing::open_descriptors();
+  constexpr size_t num_flood = 300;
+  std::vector<int> flood;
+  for (size_t i = 0; i < num_flood; ++i) {
+    const int fd = testing::connect_loopback(port);
+    if (fd >= 0) flood.push_back(fd);
+  }
+  ASSERT_EQ(flood.size(), num_flood);
+  std::this_thread::sleep_for(300ms);
+  // Each client's own descriptor aside, the receiver holds one per pending connection (16 slots)
+  // and its listener's spare; libzmq's listener held one per connection.
+  const size_t open = testing::open_descriptors();
+  const size_t held = open > before + flood.size() ? open - before - flood.size() : 0;
+  EXPECT_LE(held, 16u + 4u) << "descriptors held by the receiver for " << num_flood << " idle connections";
+  size_t num_closed = 0;
+  for (int fd : flood) {
+    pollfd p{fd, POLLIN, 0};
+    char byte;
+    if (::poll(&p, 1, 0) > 0 && ::recv(fd, &byte, 1, MSG_DONTWAIT) <= 0) ++num_closed;
+  }
+  EXPECT_GE(num_closed, num_flood - 16) << "idle connections closed to make room";
+
+  // Promptly: a member connecting evicts the oldest silent one rather than waiting for the
+  // flood's handshake deadlines (5 s).
+  const auto start = std::chrono::steady_clock::now();
+  auto sender = sender_with(prefill_keys_);
+  receiver_->expect(expectation(7));
+  sender->open(7, in(60s));
+  sender->ready(7, receiver_->endpoint(), receiver_->public_key());
+  send_whole_prompt(*sender, 7);
+  const auto done = log_.wait_for(7);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "the transfer waited for the flood to time out";
+  for (int fd : flood) ::close(fd);
+  ASSERT_TRUE(done) << receiver_->stats().last_refusal;
+  EXPECT_TRUE(done->completed) << done->why;
+  EXPECT_EQ(decode_on_b(), expected_);
 }
 
 TEST_F(kv_curve_test, a_sender_with_an_unknown_key_gets_nothing_through) {

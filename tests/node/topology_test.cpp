@@ -218,6 +218,31 @@ served_model_name = "tiny"
   EXPECT_EQ(t.served_model_name, "tiny");
 }
 
+// The client doors' connection caps (issue 25): the ZeroMQ door's relay and the HTTP door's
+// waiting connections, settable in the file; 0 (the default) is a share of the open-files limit.
+TEST(topology_doors, connection_caps_are_read_and_checked_in_range_before_narrowing) {
+  auto t = parse_topology("[frontend]\nmax_pending_handshakes = 8\nmax_connections = 100\nhandshake_timeout_ms = 700\n"
+                          "[http]\nenabled = true\nmax_waiting_connections = 32\n");
+  EXPECT_EQ(t.zmq_max_pending_handshakes, 8u);
+  EXPECT_EQ(t.zmq_max_connections, 100u);
+  EXPECT_EQ(t.zmq_handshake_timeout_ms, 700);
+  EXPECT_EQ(t.http_max_waiting_connections, 32u);
+  const topology defaults = parse_topology("");
+  EXPECT_EQ(defaults.zmq_max_pending_handshakes, 64u);
+  EXPECT_EQ(defaults.zmq_max_connections, 0u);
+  EXPECT_EQ(defaults.http_max_waiting_connections, 0u);
+  expect_error("[frontend]\nmax_pending_handshakes = 0\n", "[frontend] max_pending_handshakes must be in 1..65536, got 0");
+  expect_error("[frontend]\nmax_pending_handshakes = 70000\n", "max_pending_handshakes must be in 1..65536, got 70000");
+  // Not narrowed first: 2^32 + 5 is not 5, and a negative count is named as such.
+  expect_error("[frontend]\nmax_pending_handshakes = 4294967301\n", "4294967301");
+  expect_error("[frontend]\nmax_connections = -3\n", "max_connections");
+  expect_error("[frontend]\nmax_pending_handshakes = 16\nmax_connections = 8\n",
+               "[frontend] max_connections must be 0 (a quarter of the open-files limit) or in max_pending_handshakes (16)..65536, got 8");
+  expect_error("[http]\nenabled = true\nmax_waiting_connections = 4\n",
+               "[http] max_waiting_connections must be 0 (a quarter of the open-files limit) or in 16..65536, got 4");
+  expect_error("[http]\nenabled = true\nmax_waiting_connections = 18446744073709551616\n", "not representable");
+}
+
 TEST(topology_http, errors_name_the_setting) {
   expect_error("[http]\nenabled = \"yes\"\n", "enabled must be true or false");
   expect_error("[http]\nenabled = true\nport = 70000\n", "port must be in 0..65535");
