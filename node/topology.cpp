@@ -482,15 +482,7 @@ topology load_topology(const std::filesystem::path& path) {
   if (!in) throw std::runtime_error("cannot open topology file " + path.string());
   std::stringstream text;
   text << in.rdbuf();
-  topology t = parse_topology(text.str(), path.string());
-  const std::filesystem::path here = path.parent_path();
-  auto from_here = [&](const std::filesystem::path& p) {
-    return p.empty() || p.is_absolute() ? p : (here / p).lexically_normal();
-  };
-  t.model.path = from_here(t.model.path).string();
-  t.cluster.credentials = from_here(t.cluster.credentials);
-  t.speculative.draft_model = from_here(t.speculative.draft_model).string();
-  return t;
+  return parse_topology(text.str(), path.string());
 }
 
 }  // namespace troupe

@@ -159,8 +159,6 @@ void check_tls_limits(const tls_limits& limits, const std::string& where);
 
 // `source` names the text in error messages (the file's path).
 topology parse_topology(std::string_view toml_text, const std::string& source = "topology");
-// The file at `path`, its relative paths (the model, [cluster] credentials, the draft model)
-// taken from the file's own directory, so a launch from any working directory finds them.
 topology load_topology(const std::filesystem::path& path);
 
 }  // namespace troupe
