@@ -1,5 +1,7 @@
 #include "cli/serve_flags.hpp"
 
+#include "doors/operator_log.hpp"
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -107,6 +109,16 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--ngram-max", flags.ngram_max, "n-gram prompt lookup: the longest suffix, tried first (default 4)")
       ->check(CLI::PositiveNumber);
   app.add_option("--log-level", flags.log_level, "trace | debug | info | warn | error");
+  app.add_option("--log-format", flags.log_format, "text | json (one JSON object per log line, every line)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->each([](const std::string& name) { set_log_format(parse_log_format(name)); });
+  app.add_option("--drain-timeout", flags.drain_timeout_s,
+                 "seconds running requests may go on after SIGTERM before they end with an error (0 to 3600; default 30)")
+      ->check(CLI::Range(0, 3600));
+  app.add_option("--log-stats-interval", flags.log_stats_interval_s,
+                 "seconds between throughput lines, printed only when something happened (0: off; at most 3600; default 10)")
+      ->check(CLI::Range(0, 3600));
+  app.add_flag("--no-access-log", flags.no_access_log, "no line per finished request");
 }
 
 topology topology_from_flags(const serve_flags& flags) {
@@ -171,6 +183,9 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.draft_kv_memory_mb > 0) spec.draft_kv_memory_mb = flags.draft_kv_memory_mb;
   if (flags.ngram_min > 0) spec.ngram.min_n = flags.ngram_min;
   if (flags.ngram_max > 0) spec.ngram.max_n = flags.ngram_max;
+  if (flags.drain_timeout_s >= 0) t.drain_timeout_s = flags.drain_timeout_s;
+  if (flags.log_stats_interval_s >= 0) t.log_stats_interval_s = flags.log_stats_interval_s;
+  if (flags.no_access_log) t.access_log = false;
   t.validate();
   return t;
 }

@@ -57,6 +57,10 @@ struct serve_flags {
   int ngram_min = 0;
   int ngram_max = 0;
   std::string log_level = "info";
+  int drain_timeout_s = -1;       // -1: not given (the file's, else 30)
+  int log_stats_interval_s = -1;  // -1: not given (the file's, else 10)
+  bool no_access_log = false;
+  std::string log_format = "text";  // applied while the command line is parsed (every line after)
 };
 
 // Binds every flag but the topology file itself (each command names that its own way).

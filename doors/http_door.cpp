@@ -192,6 +192,8 @@ http_door::~http_door() { stop(); }
 
 int http_door::port() const { return impl_->bound_port; }
 
+int http_door::num_generating() const { return impl_->num_generating.load(); }
+
 void http_door::post(door_event event) {
   auto& s = *impl_;
   if (auto* batch = std::get_if<text_batch>(&event)) {
@@ -322,6 +324,12 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   if (!read) {
     respond(req, res, make_error(400, "invalid_request_error", "the request body could not be read"));
     return;
+  }
+  // A draining server takes no new work (its body was read, so the connection stays usable):
+  // a client or balancer retries elsewhere, or here once a restarted server answers.
+  if (auto closed = admission.closed_reason()) {
+    res.set_header("Retry-After", "1");
+    return respond(req, res, make_error(503, "service_unavailable_error", *closed));
   }
   auto parsed = endpoint == openai_endpoint::anthropic_messages ? parse_anthropic_request(body, options.limits)
                                                                 : parse_openai_request(endpoint, body, options.limits);
@@ -654,6 +662,10 @@ void http_door::impl::install_routes() {
   });
   // Healthy when the scheduler answers, not merely when this thread does.
   server.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto closed = admission.closed_reason()) {  // draining: a balancer should stop sending here
+      res.set_header("Retry-After", "1");
+      return respond(req, res, make_error(503, "service_unavailable_error", *closed));
+    }
     const std::optional<stats_answer> stats = query_stats(2000ms);
     if (stats && !stats->unavailable.empty()) {
       respond(req, res, make_error(503, "server_error", stats->unavailable));

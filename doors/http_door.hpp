@@ -84,6 +84,9 @@ class http_door : public door_inbox {
   void start();
   void stop();
   int port() const;
+  // Generation requests on connection threads now, from admission until their response (or
+  // stream, to its `[DONE]`) is written: a drain waits for it to reach 0 before stop().
+  int num_generating() const;
 
   // Thread-safe: engine events for this door's requests, handed to the waiting connections.
   void post(door_event event) override;

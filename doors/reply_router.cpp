@@ -1,8 +1,12 @@
 #include "doors/reply_router.hpp"
 
+#include "doors/access_log.hpp"
+#include "doors/operator_log.hpp"
+
 namespace troupe {
 
 void reply_router::count(const text_delta& d) {
+  counters_.num_output_tokens_routed += d.delta.token_ids.size();
   if (!d.delta.finished()) return;
   if (d.delta.metrics) {
     counters_.num_prompt_tokens += static_cast<uint64_t>(d.delta.metrics->num_prompt_tokens);
@@ -17,7 +21,30 @@ void reply_router::count(const text_delta& d) {
 }
 
 void reply_router::observe(const text_delta& d, timestamp_ns now) {
-  if (auto record = counters_.metrics.observe(d, now)) counters_.requests.add(std::move(*record));
+  auto record = counters_.metrics.observe(d, now);
+  if (!record) return;
+  if (access_log_) {
+    record->timeline.instance = d.timeline.instance;
+    log_access(*record, std::string(finish_reason_name(d.delta.finish)), {}, now);
+  }
+  counters_.requests.add(std::move(*record));
+}
+
+void reply_router::log_access(const request_record& record, const std::string& finish, const std::string& error,
+                              timestamp_ns now) {
+  access_entry entry;
+  entry.request_id = record.request_id;
+  entry.door = request_admission::door_of(record.request_id);
+  entry.num_prompt_tokens = record.num_prompt_tokens;
+  entry.num_output_tokens = record.num_output_tokens;
+  if (record.arrival > 0) {
+    entry.total_ms = static_cast<double>(now - record.arrival) / 1e6;
+    if (record.first_token > 0) entry.ttft_ms = static_cast<double>(record.first_token - record.arrival) / 1e6;
+  }
+  entry.finish = finish;
+  entry.error = error;
+  entry.instance = record.timeline.instance;
+  emit_structured("access", access_log_text(entry), access_log_fields(entry));
 }
 
 void reply_router::route(text_batch batch) {
@@ -37,7 +64,14 @@ void reply_router::route(text_batch batch) {
 
 void reply_router::route(request_failed failed) {
   ++counters_.num_failed;
-  counters_.metrics.forget(failed.request_id);
+  std::optional<request_record> known = counters_.metrics.forget(failed.request_id);
+  if (access_log_) {
+    if (!known) {
+      known.emplace();
+      known->request_id = failed.request_id;
+    }
+    log_access(*known, "error", std::string(error_code_name(failed.code)) + ": " + failed.message, steady_now_ns());
+  }
   untrack(failed.request_id);
   if (auto* inbox = doors_[static_cast<int>(request_admission::door_of(failed.request_id))]) {
     inbox->post(std::move(failed));
@@ -45,6 +79,10 @@ void reply_router::route(request_failed failed) {
 }
 
 void reply_router::route(stats_answer stats) {
+  if (stats.tag == operator_stats_tag) {
+    if (operator_stats_) operator_stats_(stats);
+    return;
+  }
   if (auto* inbox = doors_[static_cast<int>(request_admission::door_of_tag(stats.tag))]) {
     inbox->post(std::move(stats));
   }

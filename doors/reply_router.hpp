@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -25,6 +26,9 @@ struct serving_counters {
   std::atomic<uint64_t> num_finished_length{0};
   std::atomic<uint64_t> num_finished_abort{0};
   std::atomic<uint64_t> num_failed{0};
+  // Output tokens as they pass to the doors (the totals above count a request at its end): the
+  // throughput line's generation rate, which must not wait for long requests to end.
+  std::atomic<uint64_t> num_output_tokens_routed{0};
   // Latencies and totals of the troupe: families, and the timelines of finished requests.
   serving_metrics metrics;
   request_trace_log requests;
@@ -41,6 +45,16 @@ class reply_router {
   void route(trace_answer trace);
 
   const serving_counters& counters() const { return counters_; }
+
+  // The access log (doors/access_log.hpp): one line per finished or failed request, on or off.
+  // Set before serving starts.
+  void set_access_log(bool on) { access_log_ = on; }
+  // Stats answers tagged operator_stats_tag (no door issues it: door tags start at 1) go to
+  // `listener` instead of a door: the periodic throughput line's. Set before serving starts.
+  static constexpr uint64_t operator_stats_tag = 0;
+  void set_operator_stats_listener(std::function<void(const stats_answer&)> listener) {
+    operator_stats_ = std::move(listener);
+  }
 
   // The requests inside the stages, so that a node whose stage failed can end each of them with
   // an error instead of leaving its client waiting. Thread-safe: doors track from their threads,
@@ -61,12 +75,15 @@ class reply_router {
   void count(const text_delta& d);
   void observe(const text_delta& d, timestamp_ns now);
   void untrack(int64_t request_id);
+  void log_access(const request_record& record, const std::string& finish, const std::string& error, timestamp_ns now);
 
   std::array<door_inbox*, num_client_doors> doors_{};
   serving_counters counters_;
   mutable std::mutex tracked_mutex_;
   std::unordered_set<int64_t> tracked_;
   bool failed_ = false;  // set by fail_all, under tracked_mutex_
+  bool access_log_ = false;
+  std::function<void(const stats_answer&)> operator_stats_;
 };
 
 }  // namespace troupe

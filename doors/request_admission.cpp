@@ -38,4 +38,17 @@ std::optional<int64_t> request_admission::admit(client_door door, int count) {
 
 void request_admission::release(int count) { num_in_flight_ -= count; }
 
+void request_admission::close(const std::string& reason) {
+  std::lock_guard lock(closed_mutex_);
+  if (closed_) return;
+  closed_reason_ = reason;
+  closed_ = true;
+}
+
+std::optional<std::string> request_admission::closed_reason() const {
+  if (!closed_) return std::nullopt;
+  std::lock_guard lock(closed_mutex_);
+  return closed_reason_;
+}
+
 }  // namespace troupe

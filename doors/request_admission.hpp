@@ -12,7 +12,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <optional>
+#include <string>
 
 namespace troupe {
 
@@ -38,6 +40,13 @@ class request_admission {
   std::optional<int64_t> admit(client_door door, int count = 1);
   // Returns the slot of one finished, failed or refused request. Thread-safe.
   void release(int count = 1);
+
+  // Closes admission for good (a drain: the server is stopping): each door then refuses every new
+  // request with `reason` (HTTP 503 with Retry-After, the ZeroMQ code `unavailable`) before it
+  // asks admit(); requests already admitted run on. The first reason stays. Thread-safe.
+  void close(const std::string& reason);
+  // The reason admission was closed with; nullopt while it is open. Thread-safe.
+  std::optional<std::string> closed_reason() const;
 
   // The i-th id after `first` of the same door.
   static int64_t nth_id(int64_t first, int i) { return first + (static_cast<int64_t>(i) << door_bits); }
@@ -74,6 +83,9 @@ class request_admission {
   std::atomic<uint64_t> next_tag_{1};
   std::array<std::atomic<uint64_t>, num_client_doors> num_admitted_{};
   std::array<std::atomic<uint64_t>, num_client_doors> num_refused_{};
+  std::atomic<bool> closed_{false};  // read on every request; the reason only once set
+  mutable std::mutex closed_mutex_;
+  std::string closed_reason_;  // guarded by closed_mutex_
 };
 
 }  // namespace troupe

@@ -91,9 +91,16 @@ std::optional<request_record> serving_metrics::observe(const text_delta& d, time
   return record;
 }
 
-void serving_metrics::forget(int64_t request_id) {
+std::optional<request_record> serving_metrics::forget(int64_t request_id) {
   std::lock_guard lock(mutex_);
-  live_.erase(request_id);
+  auto it = live_.find(request_id);
+  if (it == live_.end()) return std::nullopt;
+  request_record known;
+  known.request_id = request_id;
+  known.arrival = it->second.arrival;
+  known.first_token = it->second.first_token;
+  live_.erase(it);
+  return known;
 }
 
 serving_metrics_snapshot serving_metrics::snapshot() const {

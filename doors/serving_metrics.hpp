@@ -58,8 +58,9 @@ class serving_metrics {
   // A delta of it passed toward its door at `now`. Returns the request's record once it
   // finished (for the trace log); a request never reported as arrived is counted, not timed.
   std::optional<request_record> observe(const text_delta& d, timestamp_ns now);
-  // It failed: no latency of it is observed.
-  void forget(int64_t request_id);
+  // It failed: no latency of it is observed. Returns what was known of it (its arrival and
+  // first token, for the access log), nullopt for a request never reported as arrived.
+  std::optional<request_record> forget(int64_t request_id);
 
   serving_metrics_snapshot snapshot() const;
   size_t num_live() const;

@@ -117,6 +117,11 @@ zmq_request_table::outputs zmq_request_table::on_request(const std::string& rout
                " tokens");
     return out;
   }
+  // A draining server takes no new work: the client should go to another server now.
+  if (auto closed = admission_.closed_reason()) {
+    refuse(out, routing_id, generate.id, error_code::unavailable, *closed);
+    return out;
+  }
   const auto admitted = admission_.admit(client_door::zmq);
   if (!admitted) {
     refuse(out, routing_id, generate.id, error_code::overloaded,

@@ -1,6 +1,9 @@
 #include "node/node.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <thread>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -22,11 +25,14 @@
 #include "doors/http_door.hpp"
 #include "doors/reply_router.hpp"
 #include "doors/request_admission.hpp"
+#include "doors/throughput_log.hpp"
+#include "doors/operator_log.hpp"
 #include "doors/zmq_door.hpp"
 #include "node/actor_metrics_text.hpp"
 #include "node/admin_door.hpp"
 #include "node/cluster_credentials.hpp"
 #include "node/topology_files.hpp"
+#include "node/drain_plan.hpp"
 #include "node/engine_placer.hpp"
 #include "node/inspection.hpp"
 #include "node/node_inspector.hpp"
@@ -166,6 +172,7 @@ struct node::impl {
   std::optional<tokenizer_spec> tokenizing;
   std::optional<detokenizer_spec> detokenizing;
   std::vector<placed_stage> detokenizers;  // in the router's order; guarded by downstream.watch_mutex
+  throughput_log throughput;  // fed by the operator stats answers, on the frontend actor's thread
 
   impl(int num_threads, const topology& tp) : config(num_threads, tp), system(config), t(&tp) {
     if (needs_cluster(tp)) {
@@ -307,6 +314,23 @@ node::node(const topology& t) : topology_(t) {
   if (!tp.colocated()) spdlog::info("controller '{}': stages placed on {} nodes", tp.cluster.name, tp.nodes.size());
 
   // The stages start from the same specs a controller sends to another node (node/stage_factories.hpp).
+  s.router.set_access_log(tp.access_log);
+  s.router.set_operator_stats_listener([&s](const stats_answer& answer) {
+    const serving_counters& c = s.router.counters();
+    throughput_sample sample;
+    sample.at = steady_now_ns();
+    sample.num_prompt_tokens = c.num_prompt_tokens;
+    sample.num_generation_tokens = c.num_output_tokens_routed;
+    sample.num_finished = c.num_finished_stop + c.num_finished_length + c.num_finished_abort + c.num_failed;
+    sample.has_engine_gauges = answer.unavailable.empty();
+    sample.num_running = answer.num_running;
+    sample.num_waiting = answer.num_waiting;
+    sample.num_free_blocks = answer.num_free_blocks;
+    sample.num_total_blocks = answer.num_total_blocks;
+    if (auto line = s.throughput.next(sample)) {
+      emit_structured("throughput", throughput_log_text(*line), throughput_log_fields(*line));
+    }
+  });
   auto front = s.system.spawn(door_actor, &s.router);
   s.actors.push_back(front);
   s.detokenizing = detokenizer_spec{tp.model.path, front};
@@ -497,6 +521,36 @@ bool node::out_of_service() const { return impl_->router.refusing(); }
 
 std::string node::zmq_endpoint() const { return impl_->door->bound_endpoint(); }
 
+void node::close_admission(const std::string& reason) { impl_->admission->close(reason); }
+
+size_t node::num_running() const {
+  const int64_t admitted = impl_->admission->num_in_flight();
+  const int generating = impl_->web_door ? impl_->web_door->num_generating() : 0;
+  return static_cast<size_t>(std::max<int64_t>(admitted, 0) + std::max(generating, 0));
+}
+
+void node::end_running(const std::string& reason) {
+  auto& s = *impl_;
+  const size_t num_ended = s.router.fail_all(error_code::unavailable, reason);
+  caf::anon_send(s.downstream.router_actor, abort_all_atom::value);  // the engines drop their work
+  spdlog::warn("{}: ended {} requests with an error", reason, num_ended);
+}
+
+void node::log_throughput() { impl_->downstream.query_stats(reply_router::operator_stats_tag); }
+
+namespace {
+
+// Waits up to `timeout` for SIGINT or SIGTERM (blocked in every thread); the signal, or 0.
+int wait_for_signal(const sigset_t& signals, std::chrono::milliseconds timeout) {
+  timespec wait{};
+  wait.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  wait.tv_nsec = static_cast<long>(timeout.count() % 1000) * 1000000L;
+  const int received = sigtimedwait(&signals, nullptr, &wait);
+  return received > 0 ? received : 0;
+}
+
+}  // namespace
+
 void serve_until_signal(const topology& t) {
   // Block the signals before any thread starts, so every thread inherits the mask and only
   // sigwait below sees them.
@@ -506,9 +560,39 @@ void serve_until_signal(const topology& t) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   node n(t);
+  using clock = std::chrono::steady_clock;
+  constexpr auto tick = std::chrono::milliseconds(100);
+  const auto stats_interval = std::chrono::seconds(t.log_stats_interval_s);
+  auto next_stats = clock::now() + stats_interval;
+  // Logs the throughput line when it is due (never with an interval of 0).
+  auto stats_when_due = [&] {
+    if (t.log_stats_interval_s <= 0 || clock::now() < next_stats) return;
+    n.log_throughput();
+    next_stats += stats_interval;
+    if (next_stats < clock::now()) next_stats = clock::now() + stats_interval;  // a long stall: no burst
+  };
   int received = 0;
-  sigwait(&signals, &received);
-  spdlog::info("signal {}: shutting down", received);
+  while ((received = wait_for_signal(signals, tick)) == 0) stats_when_due();
+
+  // The drain: admission closed now; the doors are stopped (by ~node) only once every request
+  // has been answered, its stream to `[DONE]`, or ended with an error that its client got.
+  constexpr auto flush_limit = std::chrono::seconds(5);
+  drain_plan plan(std::chrono::seconds(t.drain_timeout_s), flush_limit);
+  plan.begin(clock::now());
+  n.close_admission(plan.refusal());
+  spdlog::info("signal {}: draining {} requests (up to {} s; a second signal ends them now), refusing new ones",
+               received, n.num_running(), t.drain_timeout_s);
+  for (;;) {
+    const bool interrupted = wait_for_signal(signals, tick) != 0;
+    const drain_plan::action next = plan.next(clock::now(), n.num_running(), interrupted);
+    if (next == drain_plan::action::stop) break;
+    if (next == drain_plan::action::end_the_rest) n.end_running(plan.end_reason());
+    stats_when_due();
+  }
+  // The last replies are in the doors' sockets; the ZeroMQ door's relay and libzmq's I/O thread
+  // carry them out within milliseconds, before stop() closes the connections.
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  spdlog::info("drained ({} requests left): shutting down", n.num_running());
 }
 
 }  // namespace troupe

@@ -313,6 +313,13 @@ void topology::validate() const {
     throw std::runtime_error("[speculative] ngram_max must be below " + std::to_string(speculative.ngram.max_lookback) +
                              " (the tokens the lookup searches), got " + std::to_string(speculative.ngram.max_n));
   }
+  if (drain_timeout_s < 0 || drain_timeout_s > 3600) {
+    throw std::runtime_error("[frontend] drain_timeout_s must be in 0..3600 seconds, got " + std::to_string(drain_timeout_s));
+  }
+  if (log_stats_interval_s < 0 || log_stats_interval_s > 3600) {
+    throw std::runtime_error("[frontend] log_stats_interval_s must be in 0..3600 seconds (0: off), got " +
+                             std::to_string(log_stats_interval_s));
+  }
   if (http_enabled) {
     if (http_host.empty()) throw std::runtime_error("[http] host is empty");
     if (http_port > 65535) throw std::runtime_error("[http] port must be in 0..65535, got " + std::to_string(http_port));
@@ -380,6 +387,9 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   frontend.read("handshake_timeout_ms", t.zmq_handshake_timeout_ms);
   frontend.read("max_pending_handshakes", t.zmq_max_pending_handshakes);
   frontend.read("max_connections", t.zmq_max_connections);
+  frontend.read("drain_timeout_s", t.drain_timeout_s);
+  frontend.read("access_log", t.access_log);
+  frontend.read("log_stats_interval_s", t.log_stats_interval_s);
   frontend.finish();
   table_reader http(root["http"].as_table(), "http", source);
   http.read("enabled", t.http_enabled);

@@ -108,6 +108,13 @@ struct topology {
   // max_connections 0: a quarter of the open-files limit's descriptors, three per connection.
   size_t zmq_max_pending_handshakes = 64;
   size_t zmq_max_connections = 0;
+  // [frontend] drain_timeout_s: on SIGTERM, running requests may go on this long (new ones are
+  // refused at once), then the rest end with an error; 0..3600 (docs/reliability.md).
+  int drain_timeout_s = 30;
+  // [frontend] access_log: one line per finished request; log_stats_interval_s: the throughput
+  // line every so many seconds when something happened (0: off), 0..3600.
+  bool access_log = true;
+  int log_stats_interval_s = 10;
   // [http]: the OpenAI-compatible API (docs/http_api.md), guarded by the same api_key.
   bool http_enabled = false;  // config/colocated.toml turns it on; so does --http-port
   std::string http_host = "127.0.0.1";

@@ -289,6 +289,10 @@ token_batch engine_router::on_tokens(engine_instance_id from, token_batch batch)
     forget(it);
     out.failures.push_back(std::move(failure));
   }
+  // Each finished request's access log line names the instance that ended it.
+  for (size_t i = 0; i < out.deltas.size(); ++i) {
+    if (out.deltas[i].finished()) out.timelines[i].instance = from;
+  }
   return out;
 }
 

@@ -234,7 +234,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_timeline& x) {
   return f(caf::meta::type_name("request_timeline"), x.tokenize_ns, x.queue_ns,
            x.first_step_done_ns, x.last_step_done_ns, x.first_step_compute_ns, x.num_steps, x.kv_reserved_ns,
-           x.kv_landed_ns);
+           x.kv_landed_ns, x.instance);
 }
 
 template <class Inspector>

@@ -137,6 +137,7 @@ struct request_timeline {
   // and -> the whole KV landed; 0 for a request computed whole on one instance.
   duration_ns kv_reserved_ns = 0;
   duration_ns kv_landed_ns = 0;
+  int32_t instance = -1;  // the router's id of the engine instance that ended it; -1: not known
 };
 
 struct request_failed {
