@@ -106,6 +106,8 @@ class serve_process {
   std::string log() const { return read_file(log_path_); }
 
   bool alive() const { return process_ && process_->alive(); }
+  // How it ended (a waitpid status) once alive() or stop() has seen it gone; -1 before.
+  int exit_status() const { return process_ ? process_->exit_status() : -1; }
   // The server's process id, for reading /proc; -1 when it is not running.
   pid_t pid() const { return alive() ? process_->pid() : -1; }
   void stop() {
