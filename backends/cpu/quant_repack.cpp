@@ -193,7 +193,8 @@ void repack_q8_0_block(const std::byte* block, int R, int r, std::byte* out) {
   for (int g = 0; g < 8; ++g) std::memcpy(codes + (g * R + r) * 4, block + 2 + 4 * g, 4);
 }
 
-// Whether p lies in a mapping of a file (a path or an inode in /proc/self/maps).
+}  // namespace
+
 bool in_file_mapping(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
   std::ifstream maps("/proc/self/maps");
@@ -206,6 +207,8 @@ bool in_file_mapping(const void* p) {
   }
   return false;
 }
+
+namespace {
 
 std::atomic<bool> repacking{true};
 
