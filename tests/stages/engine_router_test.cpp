@@ -69,6 +69,21 @@ TEST(engine_router, queued_prompt_tokens_steer_new_requests_to_the_lighter_insta
   EXPECT_EQ(info[size_t(other)].num_queued_prompt_tokens, 27);
 }
 
+TEST(engine_router, a_finished_request_names_the_instance_that_ended_it) {
+  // The access log's instance (doors/access_log.hpp) is the router's id, as in traces.
+  engine_router router(block_size);
+  router.add_instance("a");
+  router.add_instance("b");
+  ASSERT_TRUE(router.route(request(1, prompt_of(100, 30))));  // to one of them
+  const auto second = router.route(request(2, prompt_of(300, 9)));
+  ASSERT_TRUE(second);
+  const auto b = second->instance;  // the other one
+  token_batch out = router.on_tokens(b, batch({delta(2, {7}), delta(2, {8}, true)}));
+  ASSERT_EQ(out.timelines.size(), 2u);
+  EXPECT_EQ(out.timelines[0].instance, -1);  // a delta on the way names none
+  EXPECT_EQ(out.timelines[1].instance, b);
+}
+
 TEST(engine_router, equal_instances_take_turns) {
   engine_router router(block_size);
   router.add_instance("a");

@@ -173,7 +173,7 @@ std::vector<step_done> samples(of<step_done>) {
   return {d};
 }
 
-request_timeline full_timeline() { return {1, 2, 3, 4, 5, 6, 7, 8}; }
+request_timeline full_timeline() { return {1, 2, 3, 4, 5, 6, 7, 8, 9}; }
 std::vector<request_timeline> samples(of<request_timeline>) { return {full_timeline()}; }
 
 request_failed full_failure() { return {42, error_code::overloaded, "the waiting queue is full"}; }
@@ -512,6 +512,7 @@ void expect_same(const request_timeline& a, const request_timeline& b) {
   EXPECT_EQ(a.num_steps, b.num_steps);
   EXPECT_EQ(a.kv_reserved_ns, b.kv_reserved_ns);
   EXPECT_EQ(a.kv_landed_ns, b.kv_landed_ns);
+  EXPECT_EQ(a.instance, b.instance);
 }
 
 void expect_same(const step_event& a, const step_event& b) {
