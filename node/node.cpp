@@ -564,6 +564,7 @@ void serve_until_signal(const topology& t) {
   constexpr auto tick = std::chrono::milliseconds(100);
   const auto stats_interval = std::chrono::seconds(t.log_stats_interval_s);
   auto next_stats = clock::now() + stats_interval;
+  if (t.log_stats_interval_s > 0) n.log_throughput();  // the first interval's baseline: serving starts now
   // Logs the throughput line when it is due (never with an interval of 0).
   auto stats_when_due = [&] {
     if (t.log_stats_interval_s <= 0 || clock::now() < next_stats) return;

@@ -252,6 +252,8 @@ class controller_process {
     return c;
   }
   bool alive() const { return process_->alive(); }
+  // Its process id while it runs (to signal it); -1 once reaped.
+  pid_t pid() const { return process_->pid(); }
   std::string log() const { return read_file(log_path_); }
 
  private:
