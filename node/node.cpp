@@ -553,7 +553,7 @@ int wait_for_signal(const sigset_t& signals, std::chrono::milliseconds timeout) 
 
 void serve_until_signal(const topology& t) {
   // Block the signals before any thread starts, so every thread inherits the mask and only
-  // sigwait below sees them.
+  // the waits below see them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
