@@ -19,6 +19,8 @@
 //   repacked at load (backends/cpu/quant_repack.hpp); --gemm-min-rows N: where float weights switch from row dots to sgemm (was 8, now 32);
 //   --experts-side-by-side off: a mixture-of-experts layer's decode runs its experts one after
 //   another across all threads, not each whole on one thread (backends/cpu/moe_layer.hpp).
+//   --huge-pages off: weights that are not repacked read from the file's mapping (4 KiB pages), not
+//   copied into huge pages at load (backends/cpu/huge_page_weights.hpp).
 //   troupe_bench_cpu --make OUT_DIR --tokenizer TOKENIZER [--dtype f32|f16]
 //       writes the benchmark shape with the model maker (HF + model.gguf, same weights) so
 //       bench/llama_cpp_bench.mjs can time llama.cpp on it; needs a 32000-token tokenizer.
@@ -38,6 +40,7 @@
 
 #include "backends/backend_selection.hpp"
 #include "backends/cpu/cpu_model.hpp"
+#include "backends/cpu/huge_page_weights.hpp"
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/moe_layer.hpp"
 #include "backends/cpu/quant_repack.hpp"
@@ -122,6 +125,7 @@ int main(int argc, char** argv) try {
     else if (flag == "--context") context = std::stoi(value);
     else if (flag == "--integer-kernels") troupe::cpu::set_matmul_integer_kernels(value != "off");
     else if (flag == "--repack") troupe::cpu::set_weight_repacking(value != "off");
+    else if (flag == "--huge-pages") troupe::cpu::set_weights_in_huge_pages(value != "off");
     else if (flag == "--experts-side-by-side") troupe::cpu::moe_layer::set_experts_side_by_side(value != "off");
     else if (flag == "--gemm-min-rows") troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
     else if (flag == "--chunk") chunk = std::stoi(value);

@@ -17,6 +17,7 @@
 #include "backends/cpu/embedding.hpp"
 #include "backends/cpu/quant_repack.hpp"
 #include "backends/cpu/gated_activation.hpp"
+#include "backends/cpu/huge_page_weights.hpp"
 #include "backends/cpu/kv_pool.hpp"
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/moe_layer.hpp"
@@ -391,6 +392,14 @@ class cpu_model final : public model {
         dense.push_back(w);
         dense_names.push_back(*name);
       }
+      // An expert is a slice of a tensor the store holds whole (or of several): its source pages
+      // are dropped like the others', but the store's tensors are not named as unread.
+      if (layer.moe) {
+        for (weight_view* w : layer.moe->matrices()) {
+          dense.push_back(w);
+          dense_names.emplace_back();
+        }
+      }
     }
     dense.push_back(&lm_head_);
     dense_names.push_back(names.lm_head);
@@ -398,8 +407,20 @@ class cpu_model final : public model {
       if (w.data != embed_tokens_.data) cpu::release_source_pages(w);
     });
     for (size_t i = 0; i < dense.size(); ++i) {
-      if (dense[i]->repacked != nullptr && dense[i]->data != embed_tokens_.data) not_read_.push_back(dense_names[i]);
+      if (dense[i]->repacked != nullptr && dense[i]->data != embed_tokens_.data && !dense_names[i].empty()) {
+        not_read_.push_back(dense_names[i]);
+      }
     }
+    // The matrices of types with no repacked layout move to huge pages as they are; a tied
+    // embedding follows its lm_head to the copy.
+    const std::byte* const embedding_source = embed_tokens_.data;
+    const bool tied = lm_head_.data == embedding_source;
+    cpu::huge_page_copy copy = cpu::copy_weights_to_huge_pages(pool_, dense);
+    if (tied) embed_tokens_.data = lm_head_.data;
+    for (size_t i : copy.from_anonymous) {
+      if (!dense_names[i].empty()) not_read_.push_back(dense_names[i]);
+    }
+    huge_page_copies_ = std::move(copy.buffer);
   }
 
  public:
@@ -419,6 +440,7 @@ class cpu_model final : public model {
   cpu::attention_params attention_params_;
 
   cpu::repacked_buffer repacked_;  // the repacked copies the views point at, one buffer
+  cpu::repacked_buffer huge_page_copies_;  // the matrices not repacked, in huge pages (huge_page_weights.hpp)
   std::vector<std::string> not_read_;  // the store's tensors repacked_ replaces
   std::vector<float> x_, h_, out_, q_, k_, v_, attn_, gate_, up_, logits_hidden_;
   std::vector<float> scratch_;  // converted weight slabs for sgemm

@@ -36,6 +36,18 @@ moe_layer::moe_layer(const moe_config& moe, const activation& act, int64_t hidde
   }
 }
 
+std::vector<weight_view*> moe_layer::matrices() {
+  std::vector<weight_view*> out{&weights_.router, &weights_.shared_gate, &weights_.shared_up, &weights_.shared_down,
+                                &weights_.shared_expert_gate};
+  for (expert_weights& e : weights_.experts) {
+    out.push_back(&e.gate);
+    out.push_back(&e.up);
+    out.push_back(&e.down);
+  }
+  std::erase_if(out, [](const weight_view* w) { return w->data == nullptr; });
+  return out;
+}
+
 void moe_layer::compute_expert(thread_pool& pool, int expert, const float* in, int64_t rows, float* out,
                                expert_buffers& buffers) const {
   const expert_weights& w = weights_.experts[expert];

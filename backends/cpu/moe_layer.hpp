@@ -86,6 +86,12 @@ class moe_layer {
 
   const moe_config& config() const { return moe_; }
 
+  // Every weight matrix of the block (router, experts, shared expert; empty views left out), for
+  // the model to move at load as it moves its dense ones: repacked or into huge pages. Decode
+  // reads the routed experts' bytes at random; from a file mapping each 4 KiB of them costs a
+  // TLB miss.
+  std::vector<weight_view*> matrices();
+
   // Whether experts with only a few rows each run side by side, each on one thread (the
   // default), or one after another across all threads: kept so a test can check both give the
   // same bits and a benchmark can time one against the other.

@@ -76,12 +76,17 @@ void store_nibble_pairs(const uint8_t* codes, int count, int R, int r, uint8_t* 
   }
 }
 
-void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
-  uint8_t* codes = reinterpret_cast<uint8_t*>(out);  // [32][R][4]
-  float* d = reinterpret_cast<float*>(out + 128 * R);  // [R]
-  float* neg_dmin = d + R;                             // [R]
-  int8_t* sc = reinterpret_cast<int8_t*>(neg_dmin + R);  // [8][R]
-  int8_t* m = sc + 8 * R;                                // [8][R]
+// The scale header Q4_K and Q5_K share, after their codes: lane r of
+//   d         f32  [R]
+//   -dmin     f32  [R]
+//   scales    int8 [8][R]   the 6-bit sub-block scales, unpacked
+//   mins      int8 [8][R]
+// read from the GGUF block's f16 d, f16 dmin and 12 packed bytes.
+void repack_k_scale_header(const std::byte* block, int R, int r, std::byte* header) {
+  float* d = reinterpret_cast<float*>(header);
+  float* neg_dmin = d + R;
+  int8_t* sc = reinterpret_cast<int8_t*>(neg_dmin + R);
+  int8_t* m = sc + 8 * R;
   d[r] = quant::read_f16(block);
   neg_dmin[r] = -quant::read_f16(block + 2);
   const uint8_t* packed = quant::bytes_at(block + 4);
@@ -91,6 +96,11 @@ void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
     sc[s * R + r] = static_cast<int8_t>(scale);
     m[s * R + r] = static_cast<int8_t>(min);
   }
+}
+
+void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
+  uint8_t* codes = reinterpret_cast<uint8_t*>(out);  // [32][R][4]
+  repack_k_scale_header(block, R, r, out + 128 * R);  // d, -dmin, scales, mins after the codes
   unpacked_block u;
   unpack_q4_k(quant::bytes_at(block + 16), u);
   store_nibble_pairs(u.codes, 256, R, r, codes);
@@ -101,19 +111,7 @@ void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
 void repack_q5_k_block(const std::byte* block, int R, int r, std::byte* out) {
   uint8_t* low = reinterpret_cast<uint8_t*>(out);          // [32][R][4]
   uint8_t* high = low + 128 * R;                            // [8][R][4]
-  float* d = reinterpret_cast<float*>(high + 32 * R);       // [R]
-  float* neg_dmin = d + R;                                  // [R]
-  int8_t* sc = reinterpret_cast<int8_t*>(neg_dmin + R);     // [8][R]
-  int8_t* m = sc + 8 * R;                                   // [8][R]
-  d[r] = quant::read_f16(block);
-  neg_dmin[r] = -quant::read_f16(block + 2);
-  const uint8_t* packed = quant::bytes_at(block + 4);
-  for (int s = 0; s < 8; ++s) {
-    uint8_t scale, min;
-    quant::k_scale_min(s, packed, &scale, &min);
-    sc[s * R + r] = static_cast<int8_t>(scale);
-    m[s * R + r] = static_cast<int8_t>(min);
-  }
+  repack_k_scale_header(block, R, r, reinterpret_cast<std::byte*>(high + 32 * R));  // d, -dmin, scales, mins after the fifth bits
   unpacked_block u;
   unpack_q5_k(quant::bytes_at(block + 16), quant::bytes_at(block + 48), u);
   store_nibble_pairs(u.codes, 256, R, r, low);
@@ -193,7 +191,8 @@ void repack_q8_0_block(const std::byte* block, int R, int r, std::byte* out) {
   for (int g = 0; g < 8; ++g) std::memcpy(codes + (g * R + r) * 4, block + 2 + 4 * g, 4);
 }
 
-// Whether p lies in a mapping of a file (a path or an inode in /proc/self/maps).
+}  // namespace
+
 bool in_file_mapping(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
   std::ifstream maps("/proc/self/maps");
@@ -206,6 +205,8 @@ bool in_file_mapping(const void* p) {
   }
   return false;
 }
+
+namespace {
 
 std::atomic<bool> repacking{true};
 

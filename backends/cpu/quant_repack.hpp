@@ -147,4 +147,8 @@ repacked_buffer repack_for_active_level(thread_pool& pool, const std::vector<wei
 // dropping those would zero them. Returns the bytes released.
 size_t release_source_pages(const weight_view& w);
 
+// Whether p lies in a read-only mapping of a file (an inode in /proc/self/maps): a model file's
+// bytes, which the kernel can read again, as opposed to anonymous memory.
+bool in_file_mapping(const void* p);
+
 }  // namespace troupe::cpu
