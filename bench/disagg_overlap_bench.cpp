@@ -4,7 +4,7 @@
 // Two CPU instances of one model in this process (the prefill side P and the decode side D),
 // the KV plane between them forced through its ZeroMQ socket on loopback (no direct path). P runs
 // one prompt (whole, or in chunks) through the real model_runner with its KV streamed out
-// (engine/kv_stream_out.hpp); D's receiver imports it. Each measurement runs twice:
+// (kvtransfer/kv_layer_streamer.hpp); D's receiver imports it. Each measurement runs twice:
 //   overlapped: D's readiness is known before P computes, so each layer leaves as soon as it is
 //               written while the next layers compute (how serving runs);
 //   after:      readiness comes only once P's forward is done, so every frame is sent back to
@@ -29,6 +29,7 @@
 #include "engine/model_runner.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_receiver.hpp"
+#include "kvtransfer/kv_layer_streamer.hpp"
 #include "kvtransfer/kv_sender.hpp"
 
 namespace {
@@ -161,7 +162,8 @@ int main(int argc, char** argv) {
     done.changed.notify_all();
   }});
   model_runner prefill_runner(*prefill_side->backend_model, 1, false);
-  prefill_runner.stream_kv_to(sender, std::chrono::minutes(2));
+  prefill_runner.stream_kv_to(
+      std::make_unique<kv_layer_streamer>(*prefill_side->backend_model, sender, std::chrono::minutes(2)));
   model_runner decode_runner(*decode_side->backend_model, 1, false);
 
   const int block_size = 16;

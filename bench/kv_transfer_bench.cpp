@@ -10,7 +10,7 @@
 // A transfer of S MiB is sent as it is in serving: one frame per layer of a 12-layer model
 // (12 KV heads of 64, blocks of 16 tokens, f32), i.e. frames of about S/12, each frame's buffer
 // taken from the sender's pool (kv_sender::take_buffer) and filled by a CPU model's export_kv, as
-// engine/kv_stream_out does, inside the timed run (serving exports a layer while the previous
+// kvtransfer/kv_layer_streamer does, inside the timed run (serving exports a layer while the previous
 // one is on the wire). The plain TCP copy
 // is the floor of what any channel on this machine can do: one blocking send loop and one
 // blocking recv loop into a reused buffer, two threads of this process, 127.0.0.1. The plane's
@@ -258,7 +258,7 @@ class plain_tcp {
 class plane {
  public:
   // `recycled` off: each payload is a fresh allocation, freed after its write (the sender keeps
-  // none), as engine/kv_stream_out allocated them before the sender's pool.
+  // none), as kvtransfer/kv_layer_streamer allocated them before the sender's pool.
   plane(model& m, const transfer_shape& s, bool curve, bool plain_tcp = false, bool recycled = true)
       : shape_(s), recycled_(recycled) {
     kv_channel_settings receiver_settings, sender_settings;

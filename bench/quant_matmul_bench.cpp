@@ -200,9 +200,11 @@ int main(int argc, char** argv) try {
     }();
     std::vector<float> y(static_cast<size_t>(n * w.rows));
     troupe::cpu::set_matmul_integer_kernels(integer);
+    troupe::cpu::set_matmul_float_rows_at_every_count(integer);
     if (!integer) troupe::cpu::set_matmul_gemm_min_rows(8);
     const double s = best_seconds(reps, [&] { troupe::cpu::matmul(pool, x.data(), n, w, y.data(), scratch); });
     troupe::cpu::set_matmul_integer_kernels(true);
+    troupe::cpu::set_matmul_float_rows_at_every_count(true);
     troupe::cpu::set_matmul_gemm_min_rows(gemm_min_rows);
     return s;
   };
@@ -234,10 +236,9 @@ int main(int argc, char** argv) try {
   }
 
   if (prompt > 0) {
-    std::printf("\nprompt: %d rows x w %lldx%lld, GFLOP/s (integer kernels / f32 slabs + sgemm)\n", prompt,
-                static_cast<long long>(pm), static_cast<long long>(pk));
+    std::printf("\nprompt: %d rows x w %lldx%lld, GFLOP/s (integer kernels, or float row dots / f32 slabs + sgemm)\n",
+                prompt, static_cast<long long>(pm), static_cast<long long>(pk));
     for (dtype type : parse_types(types_arg)) {
-      if (!troupe::is_quantized(type)) continue;
       const std::vector<std::byte> bytes = random_weights(type, pm, pk, 2);
       const troupe::cpu::weight_view w{type, pm, pk, bytes.data()};
       const double flops = 2.0 * prompt * pm * pk;

@@ -37,6 +37,9 @@ bool signal_pending(const sigset_t& signals) {
 
 int run(const serve_flags& flags) {
   spdlog::set_level(spdlog::level::from_str(flags.log_level));
+  if (flags.batch_invariant) {
+    throw std::runtime_error("--batch-invariant is a `troupe serve` flag: a launched topology's nodes do not take it");
+  }
   const topology t = topology_from_flags(flags);
   // Blocked before any thread starts (the launcher's readers, the controller's actors), so that
   // only the controller's sigwait, or the check below while the nodes start, sees them.

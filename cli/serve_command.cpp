@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "backends/cpu/matmul.hpp"
 #include "cli/command_registry.hpp"
 #include "cli/serve_flags.hpp"
 #include "node/node.hpp"
@@ -18,6 +19,11 @@ const bool registered = register_command([](CLI::App& parent) {
   add_serve_flags(*app, *flags);
   return command{app, [flags] {
     spdlog::set_level(spdlog::level::from_str(flags->log_level));
+    if (flags->batch_invariant) {
+      // Process-wide and before any model is built: the KV cache's default dtype follows it.
+      cpu::set_matmul_float_rows_at_every_count(true);
+      spdlog::info("batch invariant: float weights take the row dots at every batch size");
+    }
     serve_until_signal(topology_from_flags(*flags));
     return 0;
   }};

@@ -64,6 +64,10 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
                  "KV cache element type: auto (CPU: f16 for quantized weights, else f32; CUDA: --dtype) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0", "fp8_e4m3"}));
+  app.add_flag("--batch-invariant", flags.batch_invariant,
+               "CPU: float weights' products sum in one order at every batch size, so a request's output "
+               "does not depend on what shares its steps and the KV cache defaults to f16 (float models' "
+               "prompts cost about 1.3x; quantized weights are batch invariant already)");
   app.add_option("--nano-batches", flags.nano_batches,
                  "CUDA: spread prefill and mixed steps over this many streams (1 to 4; 1: off)")
       ->check(CLI::Range(1, 4));

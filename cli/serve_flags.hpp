@@ -33,6 +33,7 @@ struct serve_flags {
   float gpu_memory_utilization = 0.0f;
   std::string dtype;
   std::string kv_cache_dtype;
+  bool batch_invariant = false;  // float weights' products in one order at every batch size
   int nano_batches = 0;
   std::string async_scheduling;
   int tokenizer_pool_size = 0;

@@ -68,6 +68,8 @@ std::shared_ptr<served_model> load_draft_model(const model_spec& spec, int targe
     }
   }
   served->backend_model = make_backend_model(config, served->loaded.weights, device.kind, kv, spec.backend);
+  // As for the target (served_model.cpp): the loader's copies the backend repacked are freed.
+  served->loaded.weights.release_copies(cpu_weights_not_read(*served->backend_model));
   served->eos_token_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
   return served;
 }

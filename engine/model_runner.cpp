@@ -120,10 +120,7 @@ void model_runner::build_batch(const step_plan& plan, int block_size, forward_ba
       [](size_t) -> const std::vector<int32_t>& { return no_drafts; }, batch);
 }
 
-void model_runner::stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout,
-                                kv_device_path device) {
-  kv_out_ = std::make_unique<kv_stream_out>(model_, sender, transfer_timeout, std::move(device));
-}
+void model_runner::stream_kv_to(std::unique_ptr<kv_layer_sink> sink) { kv_out_ = std::move(sink); }
 
 void model_runner::apply_entries(const step_plan& plan) {
   for (int64_t id : plan.finished_ids) {

@@ -15,7 +15,6 @@
 // the device with the row when the matcher has it as bits (the common case), and otherwise the
 // step falls back to the host sampler, which applies the mask itself.
 
-#include <chrono>
 #include <memory>
 #include <random>
 #include <span>
@@ -24,7 +23,7 @@
 #include <vector>
 
 #include "engine/draft_proposer.hpp"
-#include "engine/kv_stream_out.hpp"
+#include "engine/kv_layer_sink.hpp"
 #include "engine/request_grammars.hpp"
 #include "engine/sampler.hpp"
 #include "engine/step_plan.hpp"
@@ -42,11 +41,11 @@ class model_runner {
 
   step_result run(const step_plan& plan);
 
-  // Prefill-only requests (scheduled_sequence::kv_send_transfer_id) stream their KV out through
-  // `sender` layer by layer as the steps compute them (engine/kv_stream_out.hpp). Without it,
-  // such a request is computed but its KV stays here. `sender` must outlive the runner. `device`
-  // set: the KV goes device to device, the frames in place (kv_transport "cuda_ipc" or "nccl").
-  void stream_kv_to(kv_sender& sender, std::chrono::milliseconds transfer_timeout, kv_device_path device = {});
+  // Prefill-only requests (scheduled_sequence::kv_send_transfer_id) stream their KV out into
+  // `sink` layer by layer as the steps compute them (engine/kv_layer_sink.hpp; serving's is
+  // kvtransfer/kv_layer_streamer.hpp, built by the worker). Without one, such a request is
+  // computed but its KV stays here. The runner owns the sink.
+  void stream_kv_to(std::unique_ptr<kv_layer_sink> sink);
 
   // Speculative decoding: where drafts for entries with draft slots come from (n-gram prompt
   // lookup unless set; engine/draft_proposer.hpp). The runner owns it.
@@ -154,7 +153,7 @@ class model_runner {
   std::vector<size_t> draft_entries_;                // [draft_requests_] their plan entries
   std::vector<std::vector<int32_t>> proposed_;       // [draft_requests_] what the proposer said
   std::vector<std::vector<int32_t>> drafts_;         // [plan entries] the drafts verified this run
-  std::unique_ptr<kv_stream_out> kv_out_;
+  std::unique_ptr<kv_layer_sink> kv_out_;
 
   std::vector<float> hidden_;                 // [hidden rows, hidden_size] this run's pooled rows
   std::vector<int> hidden_entry_rows_;        // [plan entries] how many of them each entry has

@@ -1,5 +1,5 @@
 #pragma once
-// What the prefill side's KV stream needs from a device transport (engine/kv_stream_out): copy a
+// What the prefill side's KV stream needs from a device transport (kvtransfer/kv_layer_streamer): copy a
 // layer's blocks from this process's pool into a peer's, named by the bytes the peer advertised.
 // An interface so the engine builds without CUDA (the copier's .cpp compiles only with it) and
 // its device path is checked on the CPU with a copier of the test's own.

@@ -2,7 +2,7 @@
 // Where a device transport writes a transfer's KV: the decode side's pool handle and the blocks it
 // reserved, as its kv_ready named them. The prefill worker's KV agent puts them here when the
 // router forwards the kv_ready; the worker's forward thread takes them before the step that
-// computes the transfer's first layer (engine/kv_stream_out). The two meet in either order: the
+// computes the transfer's first layer (kvtransfer/kv_layer_streamer). The two meet in either order: the
 // router sends the request and the decode side's answer independently, so the prefill step may
 // come first and then waits, bounded by the transfer's deadline.
 //

@@ -10,7 +10,6 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -39,18 +38,9 @@ std::span<const std::byte> bytes_of(const zmq::message_t& m) {
   return {static_cast<const std::byte*>(m.data()), m.size()};
 }
 
-std::string transfer_name(uint64_t transfer_id, int64_t request_id) {
-  return "KV transfer " + std::to_string(transfer_id) + " (request " + std::to_string(request_id) + ")";
-}
-
-// An event to call once the receiver's lock is released (an event may call expect or cancel).
-struct outcome {
-  bool completed = false;
-  uint64_t transfer_id = 0;
-  int64_t request_id = 0;
-  std::string why;
-  std::string device_pair;  // a failed nccl transfer's pair, ended once the lock is released
-};
+// An event to call once the receiver's lock is released (an event may call expect or cancel);
+// a failed nccl transfer's pair is ended then too.
+using outcome = kv_lease_outcome;
 
 }  // namespace
 
@@ -62,7 +52,8 @@ class kv_receiver::impl final : public kv_frame_sink {
         events_(std::move(events)),
         config_(m.config()),
         pool_(m.kv_shape()),
-        inbox_(std::move(inbox)) {
+        inbox_(std::move(inbox)),
+        leases_(config_, pool_, inbox_ != nullptr) {
     if (!settings_.keys.empty()) {
       // The ZAP handler must be bound before the CURVE socket: without one, ZeroMQ lets every
       // client with any key in.
@@ -136,48 +127,26 @@ class kv_receiver::impl final : public kv_frame_sink {
   const std::string& public_key() const { return settings_.keys.public_key; }
 
   void expect(kv_expectation e) {
-    const std::string name = transfer_name(e.transfer_id, e.request_id);
-    if (e.num_tokens <= 0) throw std::invalid_argument(name + ": num_tokens " + std::to_string(e.num_tokens) + " is not positive");
-    const int64_t blocks_needed = (int64_t{e.num_tokens} + pool_.block_size - 1) / pool_.block_size;
-    if (static_cast<int64_t>(e.block_ids.size()) < blocks_needed) {
-      throw std::invalid_argument(name + ": " + std::to_string(e.block_ids.size()) + " block_ids for " +
-                                  std::to_string(e.num_tokens) + " tokens, which need " + std::to_string(blocks_needed));
-    }
-    std::set<int32_t> seen;
-    for (int32_t id : e.block_ids) {
-      if (id < 0 || id >= pool_.num_blocks) {
-        throw std::invalid_argument(name + ": block id " + std::to_string(id) + " is outside the pool of " +
-                                    std::to_string(pool_.num_blocks) + " blocks");
-      }
-      if (!seen.insert(id).second) throw std::invalid_argument(name + ": block id " + std::to_string(id) + " appears twice");
-    }
-    if (!e.device_pair.empty() && (!inbox_ || !e.in_place)) {
-      throw std::invalid_argument(name + ": a device_pair needs an in-place expectation and a receiver with an nccl inbox");
-    }
     std::lock_guard lock(mutex_);
-    if (transfers_.contains(e.transfer_id)) throw std::invalid_argument(name + ": transfer_id is already expected");
-    const uint64_t id = e.transfer_id;
-    transfers_.emplace(id, transfer{std::move(e), std::vector<int32_t>(config_.num_layers, 0),
-                                    std::vector<int32_t>(config_.num_layers, 0)});
+    leases_.expect(std::move(e));
   }
 
   void cancel(uint64_t transfer_id) {
-    std::string device_pair;
+    std::optional<std::string> device_pair;
     {
       std::lock_guard lock(mutex_);
-      auto it = transfers_.find(transfer_id);
-      if (it == transfers_.end()) return;
-      device_pair = it->second.expectation.device_pair;
-      transfers_.erase(it);
+      device_pair = leases_.cancel(transfer_id);
     }
     // Outside the lock: a receive that completes meanwhile books under it (and finds nothing).
-    if (!device_pair.empty()) inbox_->end(device_pair, "transfer " + std::to_string(transfer_id) + " was cancelled");
+    if (device_pair && !device_pair->empty()) {
+      inbox_->end(*device_pair, "transfer " + std::to_string(transfer_id) + " was cancelled");
+    }
   }
 
   kv_receiver_stats stats() const {
     std::lock_guard lock(mutex_);
     kv_receiver_stats s = stats_;
-    s.num_expected = transfers_.size();
+    s.num_expected = leases_.size();
     return s;
   }
 
@@ -200,14 +169,6 @@ class kv_receiver::impl final : public kv_frame_sink {
     std::vector<std::byte> buffer;  // [the largest payload so far], reused frame after frame
     uint64_t ticket = 0;            // its entry in guard_
   };
-  struct transfer {
-    kv_expectation expectation;
-    std::vector<int32_t> num_received;  // [num_layers] tokens [0, n) of each layer have arrived
-    // [num_layers] tokens [0, n) of each layer were accepted: arrived, or (nccl) their receive is
-    // queued; frames are checked for gaps against this.
-    std::vector<int32_t> num_accepted;
-  };
-
   std::optional<outcome> take_frame_locked(std::span<const std::byte> header_bytes, std::span<const std::byte> payload) {
     kv_frame_header h;
     try {
@@ -216,82 +177,54 @@ class kv_receiver::impl final : public kv_frame_sink {
       refuse_locked(e.what());  // nothing in it can be trusted, not even which transfer it names
       return std::nullopt;
     }
-    auto it = transfers_.find(h.transfer_id);
-    if (it == transfers_.end()) {
-      // A late frame of a cancelled or timed-out transfer is normal: counted, nothing failed.
-      refuse_locked(transfer_name(h.transfer_id, h.request_id) + " is not expected (unknown, finished, cancelled or timed out)");
-      return std::nullopt;
+    kv_frame_verdict verdict = leases_.admit(h, payload.size());
+    if (!verdict.lease) {
+      refuse_locked(std::move(verdict.refusal));
+      return std::move(verdict.failed);
     }
-    transfer& t = it->second;
-    std::string why = mismatch(t, h, payload.size());
-    if (why.empty() && !t.expectation.device_pair.empty()) {
-      why = queue_device_receive(t, h, payload);
+    kv_lease& lease = *verdict.lease;
+    std::string why;
+    if (!lease.expectation.device_pair.empty()) {
+      why = queue_device_receive(lease, h, payload);
       if (why.empty()) return std::nullopt;  // booked when the receive completes
     }
     if (why.empty() && !h.in_place) {
-      const int32_t first_block = h.token_begin / pool_.block_size;
-      const std::span<const int32_t> blocks(t.expectation.block_ids.data() + first_block, h.span.num_blocks);
       try {
-        model_.import_kv(blocks, h.span, payload);
+        model_.import_kv(leases_.blocks_of(lease, h), h.span, payload);
       } catch (const std::exception& e) {
         why = e.what();
       }
     }
-    const std::string name = transfer_name(h.transfer_id, t.expectation.request_id);
     if (!why.empty()) {
-      // The frame came from this transfer's sender, which is broken: the transfer cannot finish.
-      refuse_locked(name + ": " + why);
-      outcome failed{false, h.transfer_id, t.expectation.request_id, name + " failed: " + why,
-                     t.expectation.device_pair};
-      transfers_.erase(it);
-      return failed;
+      kv_frame_verdict failed = leases_.fail(h.transfer_id, why);
+      refuse_locked(std::move(failed.refusal));
+      return std::move(failed.failed);
     }
-    return book_locked(it, h, payload.size());
-  }
-
-  // Counts a frame's tokens in (its bytes are in the blocks); the transfer's outcome once every
-  // layer has every token.
-  std::optional<outcome> book_locked(std::map<uint64_t, transfer>::iterator it, const kv_frame_header& h,
-                                     size_t payload_size) {
-    transfer& t = it->second;
     ++stats_.num_frames;
-    stats_.num_bytes += payload_size;
-    for (int layer = h.span.first_layer; layer < h.span.first_layer + h.span.num_layers; ++layer) {
-      t.num_received[layer] = std::max(t.num_received[layer], h.token_end);
-      t.num_accepted[layer] = std::max(t.num_accepted[layer], h.token_end);
-    }
-    const int32_t num_tokens = t.expectation.num_tokens;
-    if (std::all_of(t.num_received.begin(), t.num_received.end(), [&](int32_t n) { return n >= num_tokens; })) {
-      outcome done{true, h.transfer_id, t.expectation.request_id, {}, {}};
-      transfers_.erase(it);
-      return done;
-    }
-    return std::nullopt;
+    stats_.num_bytes += payload.size();
+    return leases_.book(h);
   }
 
   // An in-place frame of an nccl transfer: its layer's blocks are received on the transfer's
   // pair (in frame order), and the frame is booked by the receive's completion. Why not ("" when
   // queued).
-  std::string queue_device_receive(transfer& t, const kv_frame_header& h, std::span<const std::byte> payload) {
+  std::string queue_device_receive(kv_lease& lease, const kv_frame_header& h, std::span<const std::byte> payload) {
     // decode_kv_frame_header checked that num_blocks is what the token range spans, exactly
-    // (NCCL pairs sizes), and mismatch() that the range lies inside the expectation's blocks.
-    const int32_t first_block = h.token_begin / pool_.block_size;
-    const int32_t end_block = first_block + h.span.num_blocks;
+    // (NCCL pairs sizes), and the lease table that the range lies inside the lease's blocks.
+    const std::span<const int32_t> blocks = leases_.blocks_of(lease, h);
     nccl_kv_receive r;
     r.transfer_id = h.transfer_id;
-    r.blocks.assign(t.expectation.block_ids.begin() + first_block, t.expectation.block_ids.begin() + end_block);
+    r.blocks.assign(blocks.begin(), blocks.end());
     r.first_layer = h.span.first_layer;
     r.num_layers = h.span.num_layers;
-    r.deadline = t.expectation.deadline;
+    r.deadline = lease.expectation.deadline;
     r.done = [this, h](const std::string& why) { device_receive_done(h, why); };
     try {
-      inbox_->receive(t.expectation.device_pair, decode_kv_frame_sequence(payload), std::move(r));
+      inbox_->receive(lease.expectation.device_pair, decode_kv_frame_sequence(payload), std::move(r));
     } catch (const std::exception& e) {
       return e.what();
     }
-    for (int layer = h.span.first_layer; layer < h.span.first_layer + h.span.num_layers; ++layer) {
-      t.num_accepted[layer] = std::max(t.num_accepted[layer], h.token_end);
-    }
+    leases_.accept(lease, h);
     return {};
   }
 
@@ -300,62 +233,15 @@ class kv_receiver::impl final : public kv_frame_sink {
     std::optional<outcome> result;
     {
       std::lock_guard lock(mutex_);
-      auto it = transfers_.find(h.transfer_id);
-      if (it == transfers_.end()) return;  // cancelled, failed or expired meanwhile: its pair was ended then
+      // A lease cancelled, failed or expired meanwhile finds nothing: its pair was ended then.
       if (why.empty()) {
-        result = book_locked(it, h, 0);
+        if (leases_.find(h.transfer_id)) ++stats_.num_frames;
+        result = leases_.book(h);
       } else {
-        const kv_expectation& e = it->second.expectation;
-        const std::string name = transfer_name(h.transfer_id, e.request_id);
-        result = outcome{false, h.transfer_id, e.request_id, name + " failed: " + why, e.device_pair};
-        transfers_.erase(it);
+        result = leases_.fail(h.transfer_id, why).failed;  // not a refused frame: the frame was fine
       }
     }
     if (result) fire(*result);
-  }
-
-  // Why the frame does not fit its transfer ("" when it does); nothing of the payload is read.
-  std::string mismatch(const transfer& t, const kv_frame_header& h, size_t payload_size) const {
-    const kv_expectation& e = t.expectation;
-    if (h.request_id != e.request_id) {
-      return "the frame names request " + std::to_string(h.request_id) + ", the transfer is for request " +
-             std::to_string(e.request_id);
-    }
-    if (h.in_place != e.in_place) {
-      return h.in_place ? "the frame says its KV was written in place (a device transport), the transfer expects its bytes"
-                        : "the frame carries bytes, the transfer expects its KV written in place by a device transport";
-    }
-    if (h.sequenced != !e.device_pair.empty()) {
-      return h.sequenced ? "the frame carries a pair sequence, the transfer is not received over an nccl pair"
-                         : "the frame carries no pair sequence, the transfer is received over an nccl pair (kv_transport "
-                           "\"nccl\")";
-    }
-    if (h.payload_bytes != payload_size) {
-      return "the header announces payload_bytes " + std::to_string(h.payload_bytes) + ", the payload has " +
-             std::to_string(payload_size);
-    }
-    if (h.span.block_size != pool_.block_size || h.span.num_kv_heads != config_.num_kv_heads ||
-        h.span.head_dim != config_.head_dim) {
-      return "geometry block_size " + std::to_string(h.span.block_size) + ", num_kv_heads " +
-             std::to_string(h.span.num_kv_heads) + ", head_dim " + std::to_string(h.span.head_dim) +
-             " differs from the model's " + std::to_string(pool_.block_size) + ", " + std::to_string(config_.num_kv_heads) +
-             ", " + std::to_string(config_.head_dim);
-    }
-    if (int64_t{h.span.first_layer} + h.span.num_layers > config_.num_layers) {
-      return "layer range first " + std::to_string(h.span.first_layer) + " count " + std::to_string(h.span.num_layers) +
-             " lies outside the model's " + std::to_string(config_.num_layers) + " layers";
-    }
-    if (h.token_end > e.num_tokens) {
-      return "token_end " + std::to_string(h.token_end) + " is past the transfer's " + std::to_string(e.num_tokens) +
-             " tokens";
-    }
-    for (int layer = h.span.first_layer; layer < h.span.first_layer + h.span.num_layers; ++layer) {
-      if (h.token_begin > t.num_accepted[layer]) {
-        return "token_begin " + std::to_string(h.token_begin) + " of layer " + std::to_string(layer) +
-               " leaves a gap: tokens [0, " + std::to_string(t.num_accepted[layer]) + ") have arrived";
-      }
-    }
-    return {};
   }
 
   void refuse_locked(std::string why) {
@@ -495,18 +381,10 @@ class kv_receiver::impl final : public kv_frame_sink {
   // take_frame's checks that need only the header: false (counted, and the transfer failed where
   // it is expected, as take_frame would) when the frame would be refused.
   bool precheck_locked(const kv_frame_header& h, std::optional<outcome>& failed) {
-    auto it = transfers_.find(h.transfer_id);
-    if (it == transfers_.end()) {
-      refuse_locked(transfer_name(h.transfer_id, h.request_id) + " is not expected (unknown, finished, cancelled or timed out)");
-      return false;
-    }
-    const std::string why = mismatch(it->second, h, h.payload_bytes);
-    if (why.empty()) return true;
-    const std::string name = transfer_name(h.transfer_id, it->second.expectation.request_id);
-    refuse_locked(name + ": " + why);
-    failed = outcome{false, h.transfer_id, it->second.expectation.request_id, name + " failed: " + why,
-                     it->second.expectation.device_pair};
-    transfers_.erase(it);
+    kv_frame_verdict verdict = leases_.admit(h, h.payload_bytes);
+    if (verdict.lease) return true;
+    refuse_locked(std::move(verdict.refusal));
+    failed = std::move(verdict.failed);
     return false;
   }
 
@@ -592,21 +470,7 @@ class kv_receiver::impl final : public kv_frame_sink {
     std::vector<outcome> expired;
     {
       std::lock_guard lock(mutex_);
-      for (auto it = transfers_.begin(); it != transfers_.end();) {
-        const kv_expectation& e = it->second.expectation;
-        if (e.deadline > now) {
-          ++it;
-          continue;
-        }
-        const auto least = std::min_element(it->second.num_received.begin(), it->second.num_received.end());
-        const std::string name = transfer_name(e.transfer_id, e.request_id);
-        expired.push_back({false, e.transfer_id, e.request_id,
-                           name + " failed: its deadline passed with layer " +
-                               std::to_string(least - it->second.num_received.begin()) + " at " + std::to_string(*least) +
-                               " of " + std::to_string(e.num_tokens) + " tokens",
-                           e.device_pair});
-        it = transfers_.erase(it);
-      }
+      expired = leases_.expire(now);
     }
     for (const outcome& o : expired) fire(o);
   }
@@ -630,7 +494,7 @@ class kv_receiver::impl final : public kv_frame_sink {
   std::string endpoint_;
 
   mutable std::mutex mutex_;
-  std::map<uint64_t, transfer> transfers_;
+  kv_lease_table leases_;  // under mutex_
   kv_receiver_stats stats_;
 
   // When `num_bytes` read from now must have arrived: the stall bound and 1 MB/s for the bytes.

@@ -3,9 +3,10 @@
 // the transfers it was told to expect, checks each against its expectation before it reads the
 // payload, and imports it into the reserved blocks of the model's pool.
 //
-// An expectation is a lease: the blocks are the scheduler's, lent to the receiver until the
-// transfer completes, fails, is cancelled, or its deadline passes; exactly one of `complete` or
-// `failed` is called for every expectation not cancelled, and the expectation is then gone.
+// An expectation is a lease (kvtransfer/kv_lease_table.hpp, which judges every frame): the blocks
+// are the scheduler's, lent to the receiver until the transfer completes, fails, is cancelled, or
+// its deadline passes; exactly one of `complete` or `failed` is called for every expectation not
+// cancelled, and the expectation is then gone.
 // Frames for a transfer the receiver does not expect (unknown, finished, cancelled, timed out),
 // or that do not fit the expectation (request id, layer range, token range not contiguous with
 // what arrived, geometry, payload size), are refused unread and counted; a bad frame for an
@@ -25,27 +26,11 @@
 
 #include "kvtransfer/kv_channel.hpp"
 #include "kvtransfer/kv_frame.hpp"
+#include "kvtransfer/kv_lease_table.hpp"
 #include "kvtransfer/nccl_kv_inbox.hpp"
 #include "model/model.hpp"
 
 namespace troupe {
-
-struct kv_expectation {
-  uint64_t transfer_id = 0;
-  int64_t request_id = 0;
-  std::vector<int32_t> block_ids;  // the receiving pool's blocks for tokens [0, num_tokens)
-  int32_t num_tokens = 0;          // every layer must receive tokens [0, num_tokens)
-  std::chrono::steady_clock::time_point deadline;
-  // The KV comes over a device transport (CUDA IPC, NCCL) straight into block_ids; its frames
-  // are in place (no payload, only the lease's bookkeeping). Frames with bytes are then refused,
-  // and without it frames in place are: a sender cannot claim tokens it never sent.
-  bool in_place = false;
-  // kv_transport "nccl" (with in_place): the inbox pair (nccl_kv_inbox::handle::pair_id) the
-  // blocks come through. An in-place frame then queues that layer's receive on the pair, and
-  // counts only once the receive has completed; a failed receive fails the transfer, and a
-  // transfer that ends other than complete breaks its pair (nccl_kv_inbox::end).
-  std::string device_pair;
-};
 
 struct kv_receiver_events {
   std::function<void(uint64_t transfer_id, int64_t request_id)> complete;

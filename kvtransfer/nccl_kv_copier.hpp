@@ -1,10 +1,10 @@
 #pragma once
-// The prefill side of kv_transport "nccl": engine/kv_stream_out's device copier. One pair
+// The prefill side of kv_transport "nccl": kvtransfer/kv_layer_streamer's device copier. One pair
 // channel per decode peer's pair id (the id in the kv_pool_handle its kv_ready named; see
 // nccl_kv_inbox), joined on first use, bounded by the transfer's deadline.
 //
 // Order matters with NCCL, unlike CUDA IPC: the receiver posts its ncclRecv when the layer's
-// in-place frame arrives, so kv_stream_out queues the frame FIRST (frame_first) and then
+// in-place frame arrives, so kv_layer_streamer queues the frame FIRST (frame_first) and then
 // copy_to posts that layer's sends on the channel's own stream, without waiting: the forward
 // goes on to the next layer while NCCL moves this one. complete() waits for them (bounded by the
 // deadline), after the step's forward and before its blocks can be used again.

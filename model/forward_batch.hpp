@@ -34,7 +34,7 @@ struct forward_batch {
 
   // When set, called on the forward's thread as soon as layer L's K/V of this batch are in the
   // pool, before the later layers compute: a prefill instance exports each layer's KV from here
-  // so the transfer overlaps the rest of the forward (engine/kv_stream_out.hpp). A backend that
+  // so the transfer overlaps the rest of the forward (engine/kv_layer_sink.hpp). A backend that
   // cannot call it between layers calls it for every layer, in order, once the forward is done.
   std::function<void(int layer)> after_layer_kv;
 

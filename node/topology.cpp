@@ -262,7 +262,7 @@ void topology::validate() const {
     if (const std::string why = kv_transport_unavailable(disaggregation.transport); !why.empty()) {
       throw std::runtime_error(named + " cannot run here: " + why + "; use \"zmq\"");
     }
-    // Both are driven by the prefill worker's per-layer stream (engine/kv_stream_out) and the
+    // Both are driven by the prefill worker's per-layer stream (kvtransfer/kv_layer_streamer) and the
     // decode worker's receiver; each worker checks again where it starts, on the node that owns
     // its GPU. nccl needs two GPUs (NCCL refuses two ranks on one: "Duplicate GPU detected"):
     // one per host, or two on one; cuda_ipc is for one host.

@@ -7,6 +7,7 @@
 #include "engine/model_runner.hpp"
 #include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
+#include "kvtransfer/kv_layer_streamer.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/stage_actors.hpp"
@@ -107,7 +108,8 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
             }},
         e->device_inbox);
   };
-  runner->stream_kv_to(*endpoints->sender, kv.transfer_timeout, std::move(device));
+  runner->stream_kv_to(std::make_unique<kv_layer_streamer>(*served->backend_model, *endpoints->sender,
+                                                            kv.transfer_timeout, std::move(device)));
   caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, endpoints);
   *agent_slot = caf::actor_cast<caf::weak_actor_ptr>(agent);
 

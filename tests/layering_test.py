@@ -7,6 +7,10 @@ include that reaches up (or sideways) fails this test. CAF may be included only 
 (`*_actor.*`, `stage_actors.hpp`), `stages/message_inspect.hpp`, `stages/stage_specs.hpp` (specs
 carry actor handles) and the node: the plain classes compile without it.
 
+Some separations are held as rules of their own, checked whatever the table says, so that a row
+edited to allow them still fails (FORBIDDEN): the engine core never includes the KV data plane
+(`kvtransfer/`); it sees only its `engine/kv_layer_sink.hpp` interface.
+
 Usage: layering_test.py REPO_ROOT
 """
 import os
@@ -15,6 +19,10 @@ import sys
 
 SOURCE_ENDINGS = ('.cpp', '.hpp', '.cu', '.cuh', '.h')
 UNCHECKED = ('tests', 'bench', 'build', 'examples', 'tools', 'config', 'docs', '.git', '.ci', 'cmake')
+# (layer, layer it must never include, why): held apart even if the table were changed to allow it.
+FORBIDDEN = (
+    ('engine', 'kvtransfer', 'the engine sees the KV data plane only through engine/kv_layer_sink.hpp'),
+)
 
 
 def read_layer_table(root):
@@ -99,9 +107,16 @@ def main():
                         elif target_layer != layer and target_layer not in reach[layer]:
                             problems.append(f'{path}:{number}: {layer} includes {target} from {target_layer}, '
                                             f'which is not below it')
+                        for low, high, why in FORBIDDEN:
+                            if layer == low and target_layer == high:
+                                problems.append(f'{path}:{number}: {low}/ must not include {high}/ ({target}): '
+                                                f'{why}')
                     elif re.match(r'\s*#\s*include\s+<caf/', line) and not may_include_caf(path):
                         problems.append(f'{path}:{number}: includes CAF; only actors, message_inspect.hpp '
                                         f'and the node may')
+    for low, high, _ in FORBIDDEN:
+        if high in reach.get(low, ()):
+            problems.append(f'docs/architecture.md lets {low} include {high}, which must never happen')
     for layer in allowed:
         if layer not in seen_layers:
             problems.append(f'docs/architecture.md names layer {layer}, but it holds no source file')

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/thread_pool.hpp"
@@ -50,13 +51,13 @@ huge_page_copy copy_weights_to_huge_pages(thread_pool& pool, const std::vector<w
   std::byte* const base = out.buffer.get();
   // 2 MiB pieces, so the pool's threads share a matrix and first-touch its huge pages in parallel.
   constexpr size_t piece = size_t{2} << 20;
-  std::unordered_map<const std::byte*, bool> copied;
+  std::unordered_set<const std::byte*> copied;  // sources already copied
   for (size_t i = 0; i < weights.size(); ++i) {
     weight_view& w = *weights[i];
     if (!is_copied(w)) continue;
     std::byte* const destination = base + offset_of_source.at(w.data);
     const size_t bytes = bytes_of(w);
-    if (!copied[w.data]) {
+    if (copied.insert(w.data).second) {
       const std::byte* const source = w.data;
       const auto pieces = static_cast<int64_t>((bytes + piece - 1) / piece);
       pool.parallel_for(0, pieces, 1, [&](int64_t begin, int64_t end, int) {
@@ -65,7 +66,6 @@ huge_page_copy copy_weights_to_huge_pages(thread_pool& pool, const std::vector<w
           std::memcpy(destination + at, source + at, std::min(piece, bytes - at));
         }
       });
-      copied[w.data] = true;
       if (in_file_mapping(source)) {
         release_source_pages(w);
       } else {

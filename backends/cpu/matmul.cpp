@@ -21,6 +21,14 @@ namespace {
 // sgemm's own blocking wins (troupe_bench_quant, f16/bf16/f32 at 8/32/64 rows).
 std::atomic<int> gemm_min_rows{32};
 std::atomic<bool> integer_kernels{true};
+std::atomic<bool> float_rows_at_every_count{false};
+
+// Float weights at many activation rows through the row dots (float_rows_at_every_count): a
+// thread takes this many weight rows at a time (256 KiB of f16 at k = 2048, kept in L2 while
+// every block of activations passes over them) ...
+constexpr int64_t float_chunk_rows = 64;
+// ... and the activations go in blocks of about this many floats (128 KiB, in L2 beside them).
+constexpr int64_t float_activation_block_floats = int64_t{32} << 10;
 
 // Quantized weights: below this many activation rows a step streams memory (equal static shares
 // of the weight rows per thread); from it on it computes (dynamic chunks).
@@ -137,8 +145,14 @@ bool matmul_integer_kernels() { return integer_kernels.load(std::memory_order_re
 void set_matmul_integer_kernels(bool on) { integer_kernels.store(on, std::memory_order_relaxed); }
 
 bool matmul_batch_invariant(dtype type) {
+  if (type == dtype::f32 || type == dtype::f16 || type == dtype::bf16) {
+    return float_rows_at_every_count.load(std::memory_order_relaxed);
+  }
   return active_quant_kernels().matmul[static_cast<int>(type)] != nullptr && matmul_integer_kernels();
 }
+
+bool matmul_float_rows_at_every_count() { return float_rows_at_every_count.load(std::memory_order_relaxed); }
+void set_matmul_float_rows_at_every_count(bool on) { float_rows_at_every_count.store(on, std::memory_order_relaxed); }
 
 int matmul_gemm_min_rows() { return gemm_min_rows.load(std::memory_order_relaxed); }
 void set_matmul_gemm_min_rows(int rows) { gemm_min_rows.store(std::max(1, rows)); }
@@ -191,6 +205,25 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
   const quant_kernels& quantized = active_quant_kernels();
   if (quantized.matmul[static_cast<int>(w.type)] != nullptr && matmul_integer_kernels()) {
     quantized_matmul(pool, quantized, x, n, w, y, scratch);
+    return;
+  }
+
+  const bool float_type = w.type == dtype::f32 || w.type == dtype::f16 || w.type == dtype::bf16;
+  if (float_type && n >= matmul_gemm_min_rows() && matmul_float_rows_at_every_count()) {
+    // The row dots at any count: each output is summed in the same order as in a decode step,
+    // so a row's bits do not depend on its batch. Blocked for the caches: a chunk of weight rows
+    // stays in L2 while the activations pass over it a block at a time, and inside a block each
+    // pair of weight rows stays in L1 while groups of activation rows pass over it.
+    const dot_rows_fn dot = kernels.dot_rows[static_cast<int>(w.type)];
+    const int64_t block = std::max<int64_t>(4, float_activation_block_floats / k / 4 * 4);
+    pool.parallel_for_dynamic(0, m, float_chunk_rows, [&](int64_t begin, int64_t end, int) {
+      for (int64_t row = begin; row < end; row += float_chunk_rows) {
+        const int64_t rows = std::min(float_chunk_rows, end - row);
+        for (int64_t j0 = 0; j0 < n; j0 += block) {
+          dot(x + j0 * k, std::min(block, n - j0), k, w.data + row * stride, k, rows, y + j0 * m + row, m);
+        }
+      }
+    });
     return;
   }
 

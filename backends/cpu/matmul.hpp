@@ -58,10 +58,18 @@ bool matmul_integer_kernels();
 void set_matmul_integer_kernels(bool on);
 
 // Whether matmul gives an activation row the same bits whatever else rides in the batch, for a
-// weight stored as `type`: the integer kernels' types (one canonical sum at every row count).
-// Float weights are not: below matmul_gemm_min_rows they take row dots, from it sgemm, which
-// sums in its own order.
+// weight stored as `type`: the integer kernels' types (one canonical sum at every row count),
+// and float weights while they take the row dots at every count.
 bool matmul_batch_invariant(dtype type);
+
+// Whether float weights (f32, f16, bf16) take the row dots at every activation count, blocked
+// for the caches, so that their products are batch invariant too (`--batch-invariant`: prompts
+// of a float model cost about 1.3x, measured with troupe_bench_quant), or sgemm from
+// matmul_gemm_min_rows rows on (the default), which sums in its own order. Process-wide: set
+// before a model is built, since the KV cache's default dtype follows it
+// (backend_selection.hpp).
+bool matmul_float_rows_at_every_count();
+void set_matmul_float_rows_at_every_count(bool on);
 
 // y [n, w.rows] = x [n, w.cols] · wᵀ. `scratch` holds converted weight slabs between calls
 // (grown on demand, so steady-state steps do not allocate).

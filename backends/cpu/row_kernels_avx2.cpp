@@ -10,7 +10,8 @@ namespace {
 
 struct avx2_vec {
   using reg = __m256;
-  static constexpr int pair_acts = 2;  // activation rows beside two weight rows (registers)
+  static constexpr int pair_acts = 2;  // activation rows beside a tile of weight rows (registers)
+  static constexpr int tile_rows = 2;  // weight rows per tile of the float dots
   static constexpr int64_t width = 8;
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }

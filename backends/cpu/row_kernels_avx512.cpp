@@ -13,7 +13,8 @@ namespace {
 
 struct avx512_vec {
   using reg = __m512;
-  static constexpr int pair_acts = 4;  // activation rows beside two weight rows (registers)
+  static constexpr int pair_acts = 4;  // activation rows beside a tile of weight rows (registers)
+  static constexpr int tile_rows = 3;  // weight rows per tile of the float dots
   static constexpr int64_t width = 16;
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }

@@ -108,57 +108,54 @@ inline void dot_tile_q8_0(const float* x, int64_t ldx, const std::byte* w, int64
   for (int j = 0; j < N; ++j) out[j] = V::hsum(V::add(acc[j][0], acc[j][1]));
 }
 
-// dot_tile for two weight rows at once: out0[j] / out1[j] for rows w0 / w1. Each (row, activation)
-// pair keeps dot_tile's two accumulators and order exactly (the same bits), while every
-// activation register now serves two weight rows: batched decode is bound by FMAs, not loads.
-template <class V, class L, int N>
-inline void dot_tile_2rows(const float* x, int64_t ldx, const std::byte* w0, const std::byte* w1, int64_t k,
-                           float* out0, float* out1) {
+// dot_tile for R weight rows at once (rows `row_stride` bytes apart): out[r * N + j] for weight
+// row r and activation row j. Each (row, activation) pair keeps dot_tile's two accumulators and
+// order exactly (the same bits), while every activation register now serves R weight rows and
+// every weight register N activation rows: many activation rows are bound by FMAs, not loads.
+template <class V, class L, int N, int R>
+inline void dot_tile_rows(const float* x, int64_t ldx, const std::byte* w, size_t row_stride, int64_t k,
+                          float* out) {
   constexpr int64_t W = V::width;
-  typename V::reg acc0[N][2], acc1[N][2];
-  for (int j = 0; j < N; ++j) acc0[j][0] = acc0[j][1] = acc1[j][0] = acc1[j][1] = V::zero();
+  typename V::reg acc[R][N][2];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < N; ++j) acc[r][j][0] = acc[r][j][1] = V::zero();
   int64_t i = 0;
   for (; i + 2 * W <= k; i += 2 * W) {
     for (int u = 0; u < 2; ++u) {
-      const typename V::reg wv0 = L::load(w0, i + u * W);
-      const typename V::reg wv1 = L::load(w1, i + u * W);
+      typename V::reg wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * row_stride, i + u * W);
       for (int j = 0; j < N; ++j) {
         const typename V::reg xv = V::load(x + j * ldx + i + u * W);
-        acc0[j][u] = V::fma(wv0, xv, acc0[j][u]);
-        acc1[j][u] = V::fma(wv1, xv, acc1[j][u]);
+        for (int r = 0; r < R; ++r) acc[r][j][u] = V::fma(wv[r], xv, acc[r][j][u]);
       }
     }
   }
   for (; i + W <= k; i += W) {
-    const typename V::reg wv0 = L::load(w0, i);
-    const typename V::reg wv1 = L::load(w1, i);
+    typename V::reg wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * row_stride, i);
     for (int j = 0; j < N; ++j) {
       const typename V::reg xv = V::load(x + j * ldx + i);
-      acc0[j][0] = V::fma(wv0, xv, acc0[j][0]);
-      acc1[j][0] = V::fma(wv1, xv, acc1[j][0]);
+      for (int r = 0; r < R; ++r) acc[r][j][0] = V::fma(wv[r], xv, acc[r][j][0]);
     }
   }
-  float tail0[N] = {}, tail1[N] = {};
+  float tail[R][N] = {};
   for (; i < k; ++i) {
-    const float wi0 = L::scalar(w0, i), wi1 = L::scalar(w1, i);
-    for (int j = 0; j < N; ++j) {
-      tail0[j] += wi0 * x[j * ldx + i];
-      tail1[j] += wi1 * x[j * ldx + i];
+    for (int r = 0; r < R; ++r) {
+      const float wi = L::scalar(w + r * row_stride, i);
+      for (int j = 0; j < N; ++j) tail[r][j] += wi * x[j * ldx + i];
     }
   }
-  for (int j = 0; j < N; ++j) {
-    out0[j] = V::hsum(V::add(acc0[j][0], acc0[j][1])) + tail0[j];
-    out1[j] = V::hsum(V::add(acc1[j][0], acc1[j][1])) + tail1[j];
-  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < N; ++j) out[r * N + j] = V::hsum(V::add(acc[r][j][0], acc[r][j][1])) + tail[r][j];
 }
 
-template <class V, int N>
-inline void dot_tile_2rows_for(dtype type, const float* x, int64_t ldx, const std::byte* w0, const std::byte* w1,
-                               int64_t k, float* out0, float* out1) {
+template <class V, int N, int R>
+inline void dot_tile_rows_for(dtype type, const float* x, int64_t ldx, const std::byte* w, size_t row_stride,
+                              int64_t k, float* out) {
   switch (type) {
-    case dtype::f32: return dot_tile_2rows<V, load_f32_weights<V>, N>(x, ldx, w0, w1, k, out0, out1);
-    case dtype::f16: return dot_tile_2rows<V, load_f16_weights<V>, N>(x, ldx, w0, w1, k, out0, out1);
-    case dtype::bf16: return dot_tile_2rows<V, load_bf16_weights<V>, N>(x, ldx, w0, w1, k, out0, out1);
+    case dtype::f32: return dot_tile_rows<V, load_f32_weights<V>, N, R>(x, ldx, w, row_stride, k, out);
+    case dtype::f16: return dot_tile_rows<V, load_f16_weights<V>, N, R>(x, ldx, w, row_stride, k, out);
+    case dtype::bf16: return dot_tile_rows<V, load_bf16_weights<V>, N, R>(x, ldx, w, row_stride, k, out);
     default: return;
   }
 }
@@ -179,37 +176,43 @@ inline void dot_tile_for(dtype type, const float* x, int64_t ldx, const std::byt
   }
 }
 
+// R weight rows at rows [r, r + R) against every activation row, in groups of V::pair_acts (as
+// many as the registers hold beside R weight registers), float types only.
+template <class V, int R>
+inline void dot_row_group(dtype type, const float* x, int64_t n, int64_t ldx, const std::byte* row,
+                          size_t row_stride, int64_t k, float* y, int64_t ldy) {
+  constexpr int A = V::pair_acts;
+  float out[R * A];
+  for (int64_t j0 = 0; j0 < n; j0 += A) {
+    const float* xj = x + j0 * ldx;
+    const int64_t count = n - j0 < A ? n - j0 : A;
+    if (count == A) {
+      dot_tile_rows_for<V, A, R>(type, xj, ldx, row, row_stride, k, out);
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < A; ++j) y[(j0 + j) * ldy + r] = out[r * A + j];
+      continue;
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      dot_tile_rows_for<V, 1, R>(type, xj + j * ldx, ldx, row, row_stride, k, out);
+      for (int r = 0; r < R; ++r) y[(j0 + j) * ldy + r] = out[r];
+    }
+  }
+}
+
 template <class V>
 inline void dot_rows_strided(dtype type, const float* x, int64_t n, int64_t ldx,
                              const std::byte* w, size_t row_stride, int64_t k, int64_t num_rows,
                              float* y, int64_t ldy) {
   float out[4];
   int64_t r = 0;
-  // Pairs of weight rows against groups of V::pair_acts activation rows (as many as the
-  // registers hold), for the float types; the rest one row at a time, as before.
-  constexpr int A = V::pair_acts;
-  static_assert(A <= 4, "out[] holds 4");
+  // Tiles of V::tile_rows weight rows, then a pair, for the float types; the rest one row at a
+  // time. Every output is summed in dot_tile's order whichever tile computes it.
+  static_assert(V::pair_acts <= 4, "out[] holds 4");
   if (type == dtype::f32 || type == dtype::f16 || type == dtype::bf16) {
-    float out1[A];
-    for (; r + 2 <= num_rows; r += 2) {
-      const std::byte* row = w + r * row_stride;
-      for (int64_t j0 = 0; j0 < n; j0 += A) {
-        const float* xj = x + j0 * ldx;
-        const int64_t count = n - j0 < A ? n - j0 : A;
-        if (count == A) {
-          dot_tile_2rows_for<V, A>(type, xj, ldx, row, row + row_stride, k, out, out1);
-        } else {
-          int64_t j = 0;
-          for (; j + 2 <= count; j += 2) {
-            dot_tile_2rows_for<V, 2>(type, xj + j * ldx, ldx, row, row + row_stride, k, out + j, out1 + j);
-          }
-          if (j < count) dot_tile_2rows_for<V, 1>(type, xj + j * ldx, ldx, row, row + row_stride, k, out + j, out1 + j);
-        }
-        for (int64_t j = 0; j < count; ++j) {
-          y[(j0 + j) * ldy + r] = out[j];
-          y[(j0 + j) * ldy + r + 1] = out1[j];
-        }
-      }
+    constexpr int R = V::tile_rows;
+    for (; r + R <= num_rows; r += R) dot_row_group<V, R>(type, x, n, ldx, w + r * row_stride, row_stride, k, y + r, ldy);
+    if constexpr (R > 2) {
+      for (; r + 2 <= num_rows; r += 2) dot_row_group<V, 2>(type, x, n, ldx, w + r * row_stride, row_stride, k, y + r, ldy);
     }
   }
   for (; r < num_rows; ++r) {

@@ -8,7 +8,8 @@ namespace {
 
 struct scalar_vec {
   using reg = float;
-  static constexpr int pair_acts = 4;  // activation rows beside two weight rows (registers)
+  static constexpr int pair_acts = 4;  // activation rows beside a tile of weight rows (registers)
+  static constexpr int tile_rows = 2;  // weight rows per tile of the float dots
   static constexpr int64_t width = 1;
   static reg zero() { return 0.0f; }
   static reg load(const float* p) { return *p; }

@@ -181,6 +181,39 @@ TEST(cpu_batch_invariance, stories260k_is_exact_when_every_product_takes_the_row
   cpu::set_matmul_gemm_min_rows(saved);
 }
 
+// --batch-invariant: float weights take the row dots at every count, blocked for the caches
+// from matmul_gemm_min_rows rows on (moved down to 8 here, so that most of the plan's batches go
+// that way, where sgemm would round differently), so float models are exact with either cache.
+TEST(cpu_batch_invariance, float_models_are_exact_with_the_row_dots_at_every_count) {
+  const loaded_model loaded = load_model(load_options{std::string(TROUPE_SHARED_DIR) + "/models/stories260K/hf"});
+  model_config config;
+  config.arch = architecture::qwen3;
+  config.hidden_size = 64;
+  config.intermediate_size = 96;
+  config.num_layers = 2;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 32;
+  config.vocab_size = 300;
+  config.max_position_embeddings = 256;
+  config.rope_theta = 1000000.0f;
+  config.qk_norm = true;
+  const weight_store f16_weights = make_dummy_weights(config, dtype::f16, 7, {0.08f, 0.1f});
+  const weight_store bf16_weights = make_dummy_weights(config, dtype::bf16, 8, {0.08f, 0.1f});
+  const int saved = cpu::matmul_gemm_min_rows();
+  cpu::set_matmul_gemm_min_rows(8);
+  cpu::set_matmul_float_rows_at_every_count(true);
+  EXPECT_TRUE(cpu::matmul_batch_invariant(dtype::f16));
+  for (dtype kv : {dtype::f32, dtype::f16}) {
+    expect_batch_invariance(loaded.config, loaded.weights, 1, kv, 0.0);
+    expect_batch_invariance(config, f16_weights, 2, kv, 0.0);
+    expect_batch_invariance(config, bf16_weights, 3, kv, 0.0);
+  }
+  cpu::set_matmul_float_rows_at_every_count(false);
+  cpu::set_matmul_gemm_min_rows(saved);
+  EXPECT_FALSE(cpu::matmul_batch_invariant(dtype::f16));
+}
+
 TEST(cpu_batch_invariance, random_qwen3_f16_model_mixed_batches_match_each_sequence_alone) {
   model_config config;
   config.arch = architecture::qwen3;

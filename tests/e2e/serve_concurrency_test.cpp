@@ -123,6 +123,19 @@ TEST_P(serve_concurrency, a_prompt_longer_than_the_step_budget_completes) {
   EXPECT_EQ(w.generate(greedy(long_prompt, 20)).token_ids, out.token_ids);
 }
 
+// --batch-invariant on a float model: the KV cache defaults to f16 (half the bytes; without the
+// flag such a model keeps f32, since sgemm's last bits would round apart), and 32 concurrent
+// requests, whose prefill steps batch well past 32 rows, answer as each did alone.
+TEST_P(serve_concurrency, batch_invariant_float_model_serves_an_f16_cache_with_the_outputs_alone) {
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
+  serve_process server(with_mode({"--batch-invariant", "--max-num-seqs", "32"}));
+  EXPECT_NE(server.log().find("KV f16"), std::string::npos) << server.log();
+  auto requests = mixed_requests(32);
+  auto alone = serve_alone(server, requests);
+  auto together = serve_together(server, requests);
+  expect_same(alone, together);
+}
+
 INSTANTIATE_TEST_SUITE_P(async_scheduling, serve_concurrency, ::testing::Values("off", "on"),
                          [](const auto& info) { return info.param; });
 

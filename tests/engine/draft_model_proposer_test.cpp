@@ -15,8 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/llm_engine.hpp"
+#include "backends/cpu/cpu_model.hpp"
 #include "model/loader/model_loader.hpp"
+#include "model/model_maker.hpp"
 #include "engine/served_model.hpp"
+#include "tests/scratch_dir.hpp"
 #include "tests/engine/engine_test_support.hpp"
 #include "tests/shared_models.hpp"
 
@@ -339,6 +342,34 @@ TEST(draft_model_proposer, the_engine_with_a_random_draft_answers_as_without) {
   EXPECT_EQ(drafted.outputs, plain.outputs);
   EXPECT_GT(drafted.num_drafts, 0);
   EXPECT_LT(drafted.num_accepted, drafted.num_drafts);
+}
+
+// A draft is loaded like the target: the loader's copies its backend repacked (a Llama GGUF's
+// un-permuted q and k) are freed, so the draft's weights are resident once.
+TEST(draft_model_proposer, a_quantized_drafts_repacked_copies_are_freed) {
+  TROUPE_REQUIRE_SHARED_MODEL(stories_hf / "config.json");
+  testing::scratch_dir dir;
+  model_maker_options options;
+  options.arch = "llama";
+  options.hidden_size = 256;
+  options.intermediate_size = 512;
+  options.num_layers = 1;
+  options.num_heads = 4;
+  options.num_kv_heads = 2;
+  options.seed = 4;
+  options.type = dtype::q4_k;
+  options.tokenizer = stories_hf.string();
+  options.out = dir.path();
+  const made_model made = make_model(options);
+  model_spec spec;
+  spec.path = made.gguf_path.string();
+  spec.num_kv_blocks = 8;
+  spec.backend.threads = 1;
+  std::shared_ptr<served_model> draft = load_draft_model(spec, made.config.vocab_size);
+  if (cpu_weights_not_read(*draft->backend_model).empty()) GTEST_SKIP() << "this CPU's level repacks nothing";
+  const weight_tensor* q = draft->loaded.weights.find("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->data, nullptr) << "the draft's q copy is still held";
 }
 
 TEST(draft_model_proposer, a_loaded_draft_of_another_vocabulary_is_refused_naming_it) {

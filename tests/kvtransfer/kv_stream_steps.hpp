@@ -1,12 +1,12 @@
 #pragma once
-// Prefill steps for the KV stream tests (kv_stream_out over the host, device and nccl paths).
+// Prefill steps for the KV stream tests (kv_layer_streamer over the host, device and nccl paths).
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
-#include "engine/kv_stream_out.hpp"
+#include "kvtransfer/kv_layer_streamer.hpp"
 #include "engine/step_plan.hpp"
 
 namespace troupe::test {
@@ -28,7 +28,7 @@ inline step_plan prefill_step(int64_t request_id, const std::vector<int32_t>& pr
 
 // Runs `prompt` through `out` in the chunks `cuts` names ({first computed token, ...,
 // num_tokens}), each step writing every one of `num_layers` layers.
-inline void stream_prompt(kv_stream_out& out, int64_t request_id, const std::vector<int32_t>& prompt,
+inline void stream_prompt(kv_layer_streamer& out, int64_t request_id, const std::vector<int32_t>& prompt,
                           const std::vector<int32_t>& blocks, const std::vector<int>& cuts, int num_layers) {
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     const step_plan plan = prefill_step(request_id, prompt, blocks, cuts[i], cuts[i + 1], i + 2 == cuts.size());

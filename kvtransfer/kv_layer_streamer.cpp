@@ -1,14 +1,14 @@
-#include "engine/kv_stream_out.hpp"
+#include "kvtransfer/kv_layer_streamer.hpp"
 
 #include <spdlog/spdlog.h>
 
 namespace troupe {
 
-kv_stream_out::kv_stream_out(const model& m, kv_sender& sender, std::chrono::milliseconds timeout,
+kv_layer_streamer::kv_layer_streamer(const model& m, kv_sender& sender, std::chrono::milliseconds timeout,
                              kv_device_path device)
     : model_(m), sender_(sender), device_(std::move(device)), timeout_(timeout), block_size_(m.kv_shape().block_size) {}
 
-void kv_stream_out::start(int64_t request_id, uint64_t transfer_id) {
+void kv_layer_streamer::start(int64_t request_id, uint64_t transfer_id) {
   auto [it, fresh] = streams_.try_emplace(request_id);
   stream& s = it->second;
   if (!fresh && s.transfer_id == transfer_id) {
@@ -25,7 +25,7 @@ void kv_stream_out::start(int64_t request_id, uint64_t transfer_id) {
   sender_.open(transfer_id, s.deadline);
 }
 
-void kv_stream_out::forget(int64_t request_id, bool preempted) {
+void kv_layer_streamer::forget(int64_t request_id, bool preempted) {
   auto it = streams_.find(request_id);
   if (it == streams_.end()) return;
   if (preempted && !it->second.last_chunk_sent) return;  // start() will come again
@@ -34,7 +34,7 @@ void kv_stream_out::forget(int64_t request_id, bool preempted) {
   streams_.erase(it);
 }
 
-bool kv_stream_out::prepare(const step_plan& plan, const std::vector<const std::vector<int32_t>*>& tables) {
+bool kv_layer_streamer::prepare(const step_plan& plan, const std::vector<const std::vector<int32_t>*>& tables) {
   step_.clear();
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const scheduled_sequence& s = plan.sequences[i];
@@ -64,7 +64,7 @@ bool kv_stream_out::prepare(const step_plan& plan, const std::vector<const std::
   return !step_.empty();
 }
 
-void kv_stream_out::on_layer_written(int layer) {
+void kv_layer_streamer::on_layer_written(int layer) {
   const dtype element = model_.kv_dtype();
   for (step_entry& e : step_) {
     if (e.state->broken) continue;
@@ -92,7 +92,7 @@ void kv_stream_out::on_layer_written(int layer) {
   }
 }
 
-void kv_stream_out::copy_in_place(step_entry& e, std::span<const int32_t> ids, int first_block, int layer) {
+void kv_layer_streamer::copy_in_place(step_entry& e, std::span<const int32_t> ids, int first_block, int layer) {
   const kv_device_destination& peer = *e.state->peer;
   if (static_cast<size_t>(first_block) + ids.size() > peer.block_ids.size()) {
     break_stream(e, layer,
@@ -128,7 +128,7 @@ void kv_stream_out::copy_in_place(step_entry& e, std::span<const int32_t> ids, i
   if (frame_first) copy_layer(e, ids, peer_ids, layer);
 }
 
-bool kv_stream_out::copy_layer(step_entry& e, std::span<const int32_t> ids, std::span<const int32_t> peer_ids,
+bool kv_layer_streamer::copy_layer(step_entry& e, std::span<const int32_t> ids, std::span<const int32_t> peer_ids,
                                int layer) {
   try {
     device_.copier->copy_to(e.state->peer->pool_handle, ids, peer_ids, layer, 1, e.state->deadline);
@@ -139,7 +139,7 @@ bool kv_stream_out::copy_layer(step_entry& e, std::span<const int32_t> ids, std:
   return true;
 }
 
-void kv_stream_out::complete_device_copies() {
+void kv_layer_streamer::complete_device_copies() {
   // A stream that broke during the step may have posted sends of earlier layers: waited for too.
   for (step_entry& e : step_) {
     if (!e.state->peer) continue;
@@ -154,13 +154,13 @@ void kv_stream_out::complete_device_copies() {
   }
 }
 
-void kv_stream_out::break_stream(step_entry& e, int layer, const std::string& why) {
+void kv_layer_streamer::break_stream(step_entry& e, int layer, const std::string& why) {
   spdlog::warn("kv stream: layer {} of request {} (transfer {}) not sent: {}; its receiver will time out", layer,
                e.request_id, e.state->transfer_id, why);
   e.state->broken = true;
 }
 
-void kv_stream_out::finish_step() {
+void kv_layer_streamer::finish_step() {
   // Before a step's blocks can be written again, the copies it posted are complete.
   if (device_ && device_.copier->frame_first()) complete_device_copies();
   for (step_entry& e : step_) {

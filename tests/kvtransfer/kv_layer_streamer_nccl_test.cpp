@@ -1,4 +1,4 @@
-// kv_transport "nccl" served, checked on the CPU: kv_stream_out with nccl_kv_copier on the
+// kv_transport "nccl" served, checked on the CPU: kv_layer_streamer with nccl_kv_copier on the
 // prefill side, kv_receiver with nccl_kv_inbox on the decode side, and between them pair links
 // that pair sends and receives in memory the way NCCL does (tests/kvtransfer/memory_pair_links.hpp),
 // moving blocks between two stories260K pools. The in-place frames go through a real kv_sender
@@ -13,11 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include "engine/kv_stream_out.hpp"
+#include "kvtransfer/kv_layer_streamer.hpp"
 #include "kvtransfer/nccl_kv_copier.hpp"
 #include "kvtransfer/nccl_kv_inbox.hpp"
 #include "kvtransfer/nccl_pool_handle.hpp"
-#include "tests/engine/kv_stream_steps.hpp"
+#include "tests/kvtransfer/kv_stream_steps.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
 #include "tests/kvtransfer/memory_pair_links.hpp"
 
@@ -26,7 +26,7 @@ namespace {
 
 constexpr const char* prefill_peer = "prefill KV agent 1@a";
 
-class kv_stream_out_nccl : public kv_plane_test {
+class kv_layer_streamer_nccl : public kv_plane_test {
  protected:
   void SetUp() override {
     kv_plane_test::SetUp();
@@ -62,7 +62,7 @@ class kv_stream_out_nccl : public kv_plane_test {
     return h;
   }
 
-  void stream(kv_stream_out& out, const std::vector<int>& cuts) {
+  void stream(kv_layer_streamer& out, const std::vector<int>& cuts) {
     stream_prompt(out, request_id, kv_transfer_prompt, blocks_a, cuts, num_layers());
   }
 
@@ -72,7 +72,7 @@ class kv_stream_out_nccl : public kv_plane_test {
     kv_sender sender({}, {});
     // 10 s: ample for a few milliseconds of work, and what a hang (a send posted before its
     // frame: the receiver never joins) costs before the test fails.
-    kv_stream_out out(*a_, sender, 10s, kv_device_path{copier_, destinations_});
+    kv_layer_streamer out(*a_, sender, 10s, kv_device_path{copier_, destinations_});
     out.start(request_id, transfer_id);
     sender.ready(transfer_id, receiver_->endpoint(), "");
     stream(out, cuts);
@@ -95,26 +95,26 @@ class kv_stream_out_nccl : public kv_plane_test {
   std::unique_ptr<kv_receiver> receiver_;
 };
 
-TEST_F(kv_stream_out_nccl, a_whole_prompt_lands_in_the_reserved_blocks_and_the_decode_continues_bitwise) {
+TEST_F(kv_layer_streamer_nccl, a_whole_prompt_lands_in_the_reserved_blocks_and_the_decode_continues_bitwise) {
   transfer_and_check(7, {0, num_tokens});
   EXPECT_EQ(inbox_->num_pairs(), 1u);
   EXPECT_EQ(copier_->num_pairs(), 1u);
 }
 
-TEST_F(kv_stream_out_nccl, a_chunked_prefill_sends_chunk_by_chunk_over_one_pair) {
+TEST_F(kv_layer_streamer_nccl, a_chunked_prefill_sends_chunk_by_chunk_over_one_pair) {
   transfer_and_check(8, {0, 6, num_tokens});
   EXPECT_EQ(receiver_->stats().num_frames, uint64_t(2 * num_layers()));
 }
 
 // The first step computes only the tokens after the cached prefix; the cached blocks go out with it.
-TEST_F(kv_stream_out_nccl, prefix_cache_blocks_are_sent_with_the_first_chunk) {
+TEST_F(kv_layer_streamer_nccl, prefix_cache_blocks_are_sent_with_the_first_chunk) {
   transfer_and_check(9, {8, num_tokens});
 }
 
 // NCCL's receiver posts its receive when the in-place frame arrives: a send posted before its
 // frame was queued would wait for a receive that never comes. With rendezvous sends, a send
 // posted before the receiver had the frame fails.
-TEST_F(kv_stream_out_nccl, each_layers_frame_goes_before_its_data) {
+TEST_F(kv_layer_streamer_nccl, each_layers_frame_goes_before_its_data) {
   fabric_.rendezvous = true;
   transfer_and_check(10, {0, 6, num_tokens});
 }
@@ -123,7 +123,7 @@ TEST_F(kv_stream_out_nccl, each_layers_frame_goes_before_its_data) {
 // layer 0, T1 layer 1, ...), but the sender hands over T2's frames first (T1's destination is
 // known later). The receiver posts its receives in the frames' sequence, not their arrival
 // order: posted in arrival order, T2's 2-block receive would meet T1's 3-block send.
-TEST_F(kv_stream_out_nccl, frames_that_arrive_out_of_order_are_received_in_the_order_the_sends_were_posted) {
+TEST_F(kv_layer_streamer_nccl, frames_that_arrive_out_of_order_are_received_in_the_order_the_sends_were_posted) {
   // A transfer first, so that the pair is joined: a first send waits for the join, which the
   // receiver makes at its first frame, and that would put the frames back in order.
   transfer_and_check(19, {0, num_tokens});
@@ -138,7 +138,7 @@ TEST_F(kv_stream_out_nccl, frames_that_arrive_out_of_order_are_received_in_the_o
   destinations_->put(20, kv_device_destination{h.bytes, blocks_b}, in(10s));
   destinations_->put(21, kv_device_destination{h.bytes, blocks_b2}, in(10s));
   kv_sender sender({}, {});
-  kv_stream_out out(*a_, sender, 10s, kv_device_path{copier_, destinations_});
+  kv_layer_streamer out(*a_, sender, 10s, kv_device_path{copier_, destinations_});
   out.start(request_id, 20);
   out.start(request_id + 1, 21);
   sender.ready(21, receiver_->endpoint(), "");
@@ -170,7 +170,7 @@ TEST_F(kv_stream_out_nccl, frames_that_arrive_out_of_order_are_received_in_the_o
 }
 
 // Two transfers from one peer reuse its pair; the next peer gets a pair (and an id) of its own.
-TEST_F(kv_stream_out_nccl, a_second_prefill_peer_gets_its_own_id_and_a_peer_keeps_its_pair) {
+TEST_F(kv_layer_streamer_nccl, a_second_prefill_peer_gets_its_own_id_and_a_peer_keeps_its_pair) {
   const nccl_kv_inbox::handle first = inbox_->handle_for(prefill_peer);
   EXPECT_EQ(inbox_->handle_for(prefill_peer).pair_id, first.pair_id);
   const nccl_kv_inbox::handle second = inbox_->handle_for("prefill KV agent 1@b (restarted)");
@@ -186,11 +186,11 @@ TEST_F(kv_stream_out_nccl, a_second_prefill_peer_gets_its_own_id_and_a_peer_keep
 
 // A prefill peer whose data never comes: the decode side's receive gives up at the transfer's
 // deadline and fails it, no lease is left on either side, and the pair is dropped.
-TEST_F(kv_stream_out_nccl, a_peer_that_never_sends_its_data_fails_the_transfer_at_its_deadline_and_leaves_no_lease) {
+TEST_F(kv_layer_streamer_nccl, a_peer_that_never_sends_its_data_fails_the_transfer_at_its_deadline_and_leaves_no_lease) {
   fabric_.drop_sends = true;
   expect(12, prefill_peer, 500ms);
   kv_sender sender({}, {});
-  kv_stream_out out(*a_, sender, 500ms, kv_device_path{copier_, destinations_});
+  kv_layer_streamer out(*a_, sender, 500ms, kv_device_path{copier_, destinations_});
   out.start(request_id, 12);
   sender.ready(12, receiver_->endpoint(), "");
   stream(out, {0, num_tokens});  // finish_step waits for the sends, bounded by the deadline
@@ -207,11 +207,11 @@ TEST_F(kv_stream_out_nccl, a_peer_that_never_sends_its_data_fails_the_transfer_a
 
 // cancel() keeps the receiver's promise: once it returns, nothing writes into the blocks the
 // scheduler takes back, although a receive was posted for them and the peer's data comes later.
-TEST_F(kv_stream_out_nccl, cancel_while_a_receive_is_in_flight_leaves_no_write_after_it_returns) {
+TEST_F(kv_layer_streamer_nccl, cancel_while_a_receive_is_in_flight_leaves_no_write_after_it_returns) {
   fabric_.drop_sends = true;  // the prefill side's own sends never arrive: the receive stays posted
   const nccl_kv_inbox::handle h = expect(13, prefill_peer);
   kv_sender sender({}, {});
-  kv_stream_out out(*a_, sender, 60s, kv_device_path{copier_, destinations_});
+  kv_layer_streamer out(*a_, sender, 60s, kv_device_path{copier_, destinations_});
   out.start(request_id, 13);
   sender.ready(13, receiver_->endpoint(), "");
   ASSERT_TRUE(out.prepare(prefill_step(request_id, kv_transfer_prompt, blocks_a, 0, num_tokens, true), {&blocks_a}));
@@ -233,7 +233,7 @@ TEST_F(kv_stream_out_nccl, cancel_while_a_receive_is_in_flight_leaves_no_write_a
 // After a pair broke, the peer's next transfer gets a new id and a new channel on both sides, and
 // a transfer still naming the broken id fails at once on the prefill side instead of waiting for
 // a join that never comes.
-TEST_F(kv_stream_out_nccl, a_broken_pair_is_replaced_by_a_new_one) {
+TEST_F(kv_layer_streamer_nccl, a_broken_pair_is_replaced_by_a_new_one) {
   const nccl_kv_inbox::handle old = inbox_->handle_for(prefill_peer);
   inbox_->end(old.pair_id, "the test broke it");
   EXPECT_EQ(inbox_->num_pairs(), 0u);
@@ -247,7 +247,7 @@ TEST_F(kv_stream_out_nccl, a_broken_pair_is_replaced_by_a_new_one) {
 
 // An nccl transfer's frames must say where they stand in the pair's order, and others must not:
 // either lie fails the transfer, naming it, before any receive is posted.
-TEST_F(kv_stream_out_nccl, a_frame_without_its_pair_sequence_fails_the_transfer_naming_why) {
+TEST_F(kv_layer_streamer_nccl, a_frame_without_its_pair_sequence_fails_the_transfer_naming_why) {
   const nccl_kv_inbox::handle h = expect(22, prefill_peer);
   kv_sender sender({}, {});
   sender.open(22, in(10s));
@@ -266,7 +266,7 @@ TEST_F(kv_stream_out_nccl, a_frame_without_its_pair_sequence_fails_the_transfer_
 
 // The inbox is bounded against a flood from the control path (pairs) and the KV plane (receives
 // held for a gap in the sequence), refusing by name; a sequence number is taken once.
-TEST_F(kv_stream_out_nccl, the_inbox_bounds_its_pairs_and_held_receives_and_refuses_a_repeated_sequence) {
+TEST_F(kv_layer_streamer_nccl, the_inbox_bounds_its_pairs_and_held_receives_and_refuses_a_repeated_sequence) {
   nccl_kv_inbox small(geometry(), links_, 1, 2);
   const nccl_kv_inbox::handle h = small.handle_for("peer a");
   try {
@@ -299,7 +299,7 @@ TEST_F(kv_stream_out_nccl, the_inbox_bounds_its_pairs_and_held_receives_and_refu
 }
 
 // The handle is checked before anything is posted: a pool of another shape is refused by name.
-TEST_F(kv_stream_out_nccl, a_handle_of_another_geometry_is_refused_naming_it) {
+TEST_F(kv_layer_streamer_nccl, a_handle_of_another_geometry_is_refused_naming_it) {
   device_kv_pool other = geometry();
   other.element = dtype::f16;
   try {

@@ -1,4 +1,4 @@
-// The prefill side's host path: kv_stream_out exports each layer a step wrote into a buffer
+// The prefill side's host path: kv_layer_streamer exports each layer a step wrote into a buffer
 // taken from the sender's pool, so a request streamed after another reuses the buffers the first
 // one's frames gave back (no fresh multi-MiB allocation per frame), and the KV still arrives
 // bitwise equal: the decode step on the receiving model gives the prefill side's logits.
@@ -7,16 +7,16 @@
 
 #include <vector>
 
-#include "engine/kv_stream_out.hpp"
+#include "kvtransfer/kv_layer_streamer.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
 
 namespace troupe::test {
 namespace {
 
-class kv_stream_out_host : public kv_plane_test {
+class kv_layer_streamer_host : public kv_plane_test {
  protected:
   // Streams the prompt of `request` through `out` in the chunks `cuts` names ({0, ..., num_tokens}).
-  void stream(kv_stream_out& out, int64_t request, const std::vector<int>& cuts) {
+  void stream(kv_layer_streamer& out, int64_t request, const std::vector<int>& cuts) {
     for (size_t i = 0; i + 1 < cuts.size(); ++i) {
       scheduled_sequence s;
       s.request_id = request;
@@ -33,14 +33,14 @@ class kv_stream_out_host : public kv_plane_test {
   }
 };
 
-TEST_F(kv_stream_out_host, a_second_request_streams_from_the_buffers_the_first_gave_back) {
+TEST_F(kv_layer_streamer_host, a_second_request_streams_from_the_buffers_the_first_gave_back) {
   kv_channel_settings settings;
   settings.allow_direct = false;  // over the socket (plain TCP), as between two processes
   settings.pooled_idle_release = std::chrono::minutes(10);  // a slow machine's pause frees nothing
   event_log received;
   kv_receiver receiver(*b_, settings, received.receiver_events());
   kv_sender sender(settings, {});
-  kv_stream_out out(*a_, sender, 60s);
+  kv_layer_streamer out(*a_, sender, 60s);
   const size_t frames_per_request = size_t(2 * num_layers());  // two chunks
   uint64_t allocated_by_the_first = 0;
   for (auto [request, transfer] : {std::pair{int64_t(1), uint64_t(7)}, std::pair{int64_t(2), uint64_t(8)}}) {

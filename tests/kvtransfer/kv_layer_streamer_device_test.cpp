@@ -1,4 +1,4 @@
-// The prefill side's device path (kv_transport "cuda_ipc") checked on the CPU: kv_stream_out with
+// The prefill side's device path (kv_transport "cuda_ipc") checked on the CPU: kv_layer_streamer with
 // a copier of this test's own, which moves a layer's blocks from one stories260K instance's pool
 // into another's the way the CUDA IPC copier does device to device. Each layer the forward
 // writes goes into the decode side's reserved block ids (from the destination its kv_ready
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/kv_stream_out.hpp"
-#include "tests/engine/kv_stream_steps.hpp"
+#include "kvtransfer/kv_layer_streamer.hpp"
+#include "tests/kvtransfer/kv_stream_steps.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
 
 namespace troupe::test {
@@ -47,7 +47,7 @@ class host_copier final : public device_kv_copier {
   model& to_;
 };
 
-class kv_stream_out_device : public kv_plane_test {
+class kv_layer_streamer_device : public kv_plane_test {
  protected:
   void SetUp() override {
     kv_plane_test::SetUp();
@@ -56,7 +56,7 @@ class kv_stream_out_device : public kv_plane_test {
     destinations_ = std::make_shared<kv_device_destinations>();
   }
 
-  void stream(kv_stream_out& out, const std::vector<int>& cuts) {
+  void stream(kv_layer_streamer& out, const std::vector<int>& cuts) {
     stream_prompt(out, request_id, kv_transfer_prompt, blocks_a, cuts, num_layers());
   }
 
@@ -64,14 +64,14 @@ class kv_stream_out_device : public kv_plane_test {
   std::shared_ptr<kv_device_destinations> destinations_;
 };
 
-TEST_F(kv_stream_out_device, a_chunked_prefill_copies_each_layer_into_the_reserved_blocks_and_completes_in_place) {
+TEST_F(kv_layer_streamer_device, a_chunked_prefill_copies_each_layer_into_the_reserved_blocks_and_completes_in_place) {
   event_log received;
   kv_receiver receiver(*b_, {}, received.receiver_events());
   kv_expectation e = expectation(7);
   e.in_place = true;
   receiver.expect(e);
   kv_sender sender({}, {});
-  kv_stream_out out(*a_, sender, 60s, kv_device_path{copier_, destinations_});
+  kv_layer_streamer out(*a_, sender, 60s, kv_device_path{copier_, destinations_});
   out.start(request_id, 7);
   // The decode side's answer (through the router and the prefill worker's KV agent).
   destinations_->put(7, kv_device_destination{pool_of_b, blocks_b}, in(60s));
@@ -103,14 +103,14 @@ TEST_F(kv_stream_out_device, a_chunked_prefill_copies_each_layer_into_the_reserv
 
 // The destination comes from another thread (the KV agent) after the step is planned: the step
 // waits for it rather than compute KV it could not place.
-TEST_F(kv_stream_out_device, a_destination_that_arrives_after_the_step_began_is_waited_for) {
+TEST_F(kv_layer_streamer_device, a_destination_that_arrives_after_the_step_began_is_waited_for) {
   event_log received;
   kv_receiver receiver(*b_, {}, received.receiver_events());
   kv_expectation e = expectation(8);
   e.in_place = true;
   receiver.expect(e);
   kv_sender sender({}, {});
-  kv_stream_out out(*a_, sender, 60s, kv_device_path{copier_, destinations_});
+  kv_layer_streamer out(*a_, sender, 60s, kv_device_path{copier_, destinations_});
   out.start(request_id, 8);
   std::thread agent([&] {
     std::this_thread::sleep_for(50ms);
@@ -128,16 +128,16 @@ TEST_F(kv_stream_out_device, a_destination_that_arrives_after_the_step_began_is_
 // No destination by the transfer's deadline, or one with fewer blocks than the prompt needs:
 // nothing is copied or sent for it (the receiver's own deadline then fails the transfer and the
 // request runs again), and the other work of the step goes on.
-TEST_F(kv_stream_out_device, no_destination_by_the_deadline_or_too_few_blocks_copies_and_sends_nothing) {
+TEST_F(kv_layer_streamer_device, no_destination_by_the_deadline_or_too_few_blocks_copies_and_sends_nothing) {
   kv_sender sender({}, {});
   {
-    kv_stream_out out(*a_, sender, 100ms, kv_device_path{copier_, destinations_});
+    kv_layer_streamer out(*a_, sender, 100ms, kv_device_path{copier_, destinations_});
     out.start(request_id, 9);
     EXPECT_FALSE(out.prepare(prefill_step(request_id, kv_transfer_prompt, blocks_a, 0, num_tokens, true), {&blocks_a}));
     out.forget(request_id, false);
   }
   {
-    kv_stream_out out(*a_, sender, 60s, kv_device_path{copier_, destinations_});
+    kv_layer_streamer out(*a_, sender, 60s, kv_device_path{copier_, destinations_});
     out.start(request_id, 10);
     destinations_->put(10, kv_device_destination{pool_of_b, {blocks_b[0]}}, in(60s));
     ASSERT_TRUE(out.prepare(prefill_step(request_id, kv_transfer_prompt, blocks_a, 0, num_tokens, true), {&blocks_a}));

@@ -1,8 +1,9 @@
 #pragma once
-// The prefill side's half of a KV transfer, on the worker: while a step computes prefill-only
-// requests (kv_role::send), each layer's K/V of those requests is exported the moment the layer
-// has written it and queued on the KV sender, whose own thread puts it on the wire while the
-// next layers compute. A chunked prompt streams chunk by chunk; the first chunk also carries the
+// The prefill side's half of a KV transfer, on the worker: the serving kv_layer_sink
+// (engine/kv_layer_sink.hpp, whose contract the model_runner keeps). While a step computes
+// prefill-only requests (kv_role::send), each layer's K/V of those requests is exported the
+// moment the layer has written it and queued on the KV sender, whose own thread puts it on the
+// wire while the next layers compute. A chunked prompt streams chunk by chunk; the first chunk also carries the
 // blocks the prefix cache supplied (they were never computed here, but the receiver needs them).
 //
 // Frames carry whole blocks from a block-aligned token: the block a chunk leaves partly filled
@@ -18,7 +19,8 @@
 // stream without waiting, and finish_step waits for the step's sends, bounded by each transfer's
 // deadline. Chunks and prefix-cache blocks follow the same block ranges as the host path.
 //
-// Plain class, used by the model_runner on the worker's thread only.
+// Plain class, used by the model_runner on the worker's thread only; the worker builds it over
+// the KV agent's sender and hands it to the runner (model_runner::stream_kv_to).
 
 #include <chrono>
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include <memory>
 #include <optional>
 
+#include "engine/kv_layer_sink.hpp"
 #include "engine/step_plan.hpp"
 #include "kvtransfer/device_kv_copier.hpp"
 #include "kvtransfer/kv_device_destinations.hpp"
@@ -43,28 +46,29 @@ struct kv_device_path {
   explicit operator bool() const { return copier && destinations; }
 };
 
-class kv_stream_out {
+class kv_layer_streamer final : public kv_layer_sink {
  public:
   // `m` and `sender` must outlive this. A transfer that has not been sent whole `timeout` after
   // it started is dropped by the sender (the receiver's own deadline fails it there). `device`
   // set: the KV goes device to device and the frames are in place.
-  kv_stream_out(const model& m, kv_sender& sender, std::chrono::milliseconds timeout, kv_device_path device = {});
+  kv_layer_streamer(const model& m, kv_sender& sender, std::chrono::milliseconds timeout, kv_device_path device = {});
 
   // A plan entry started request `request_id` on the worker with a send transfer (again, after a
   // preemption: the transfer stays open and is sent again from its first token).
-  void start(int64_t request_id, uint64_t transfer_id);
+  void start(int64_t request_id, uint64_t transfer_id) override;
   // The request ended on the worker or was preempted. An ended request's transfer is cancelled
   // unless its last chunk went out; a preempted one starts over at start().
-  void forget(int64_t request_id, bool preempted);
+  void forget(int64_t request_id, bool preempted) override;
 
   // Before a step's forward: the entries of `plan` that stream (tables[i] is entry i's whole
   // block table). Returns whether any does (the forward then calls on_layer_written).
-  bool prepare(const step_plan& plan, const std::vector<const std::vector<int32_t>*>& tables);
+  bool prepare(const step_plan& plan, const std::vector<const std::vector<int32_t>*>& tables) override;
   // Called on the forward's thread once layer `layer` of the step's batch is in the pool.
-  void on_layer_written(int layer);
+  void on_layer_written(int layer) override;
   // After the forward: every prepared entry's tokens are sent; a chunk that sampled was the last.
-  void finish_step();
+  void finish_step() override;
 
+  // The requests it holds a stream for, until forget() (for tests).
   size_t num_streams() const { return streams_.size(); }
 
  private:
