@@ -43,7 +43,7 @@ double affine_error(const float* x, const float* w, int n, float dl, float ml, i
 void fit_symmetric_super_block(const float* x, const float* w, int sub_size, const level_grid& elements,
                                const level_grid& scales, std::byte* d_field, symmetric_super_block* out) {
   const int num_sub = super_block_size / sub_size;
-  float sub_scales[16], importance[16];
+  float sub_scales[16] = {}, importance[16] = {};  // num_sub of them set
   for (int j = 0; j < num_sub; ++j) {
     const float* xs = x + j * sub_size;
     const float* ws = at(w, j * sub_size);
@@ -78,7 +78,7 @@ void fit_affine_super_block(const float* x, const float* w, int sub_size, int ma
   const int num_sub = super_block_size / sub_size;
   const level_grid scale_grid{std::span<const float>(integer_levels<0, 63>).first(static_cast<size_t>(max_scale_code) + 1),
                               true};
-  float sub_scales[16], sub_mins[16], scale_importance[16], min_importance[16];
+  float sub_scales[16] = {}, sub_mins[16] = {}, scale_importance[16] = {}, min_importance[16] = {};  // num_sub of them set
   for (int j = 0; j < num_sub; ++j) {
     const float* xs = x + j * sub_size;
     const float* ws = at(w, j * sub_size);

@@ -251,7 +251,9 @@ class cpu_quantized_vs_llama_cpp : public ::testing::Test {
       for (int i = 0; i < vocab; ++i) rounding = std::max<double>(rounding, std::fabs(theirs.prompt_logits[t][i] - f32.prompt_logits[t][i]));
     }
     const bool eight_bits_or_more = c.type == "F32" || c.type == "q8_0" || c.type == "Q8_0";
-    if (!eight_bits_or_more) EXPECT_LE(worst_logit, max_share_of_rounding * rounding) << c.label();
+    if (!eight_bits_or_more) {
+      EXPECT_LE(worst_logit, max_share_of_rounding * rounding) << c.label();
+    }
 
     // Greedy: the same tokens until a near-tie, if any.
     const test::greedy_result greedy = test::greedy_generate(*m, prompt_, greedy_steps);

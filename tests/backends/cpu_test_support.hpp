@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,8 @@ inline std::vector<double> decode_naive(const std::vector<std::byte>& bytes, dty
         values[i] = static_cast<double>(f16_to_f32(bits)) * q;
         break;
       }
+      default:
+        throw std::invalid_argument("decode_naive: no naive decoder for " + std::string(dtype_name(type)));
     }
   }
   return values;

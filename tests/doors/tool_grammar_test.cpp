@@ -104,10 +104,18 @@ void expect_valid_call(const parsed_tool_call& call, const std::vector<chat_tool
   for (auto it = args.begin(); it != args.end(); ++it) {
     ASSERT_TRUE(tool->parameters["properties"].contains(it.key())) << it.key() << " in " << text;
     const auto& schema = tool->parameters["properties"][it.key()];
-    if (schema.value("type", "") == "string") EXPECT_TRUE(it->is_string()) << text;
-    if (schema.value("type", "") == "integer") EXPECT_TRUE(it->is_number_integer() && *it >= 1 && *it <= 5) << text;
-    if (schema.contains("enum")) EXPECT_TRUE(*it == "celsius" || *it == "fahrenheit") << text;
-    if (schema.contains("maxLength")) EXPECT_LE(it->get<std::string>().size(), 12u * 4) << text;
+    if (schema.value("type", "") == "string") {
+      EXPECT_TRUE(it->is_string()) << text;
+    }
+    if (schema.value("type", "") == "integer") {
+      EXPECT_TRUE(it->is_number_integer() && *it >= 1 && *it <= 5) << text;
+    }
+    if (schema.contains("enum")) {
+      EXPECT_TRUE(*it == "celsius" || *it == "fahrenheit") << text;
+    }
+    if (schema.contains("maxLength")) {
+      EXPECT_LE(it->get<std::string>().size(), 12u * 4) << text;
+    }
   }
 }
 

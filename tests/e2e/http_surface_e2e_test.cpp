@@ -78,7 +78,9 @@ void expect_logprobs_spell_the_text(const json& results, const std::string& what
       std::string all;
       for (const auto& entry : lp["content"]) {
         all += bytes_of(entry["bytes"]);
-        if (entry["token"].get<std::string>().rfind("bytes:", 0) != 0) EXPECT_EQ(entry["token"].get<std::string>(), bytes_of(entry["bytes"]));
+        if (entry["token"].get<std::string>().rfind("bytes:", 0) != 0) {
+          EXPECT_EQ(entry["token"].get<std::string>(), bytes_of(entry["bytes"]));
+        }
       }
       EXPECT_EQ(all, text) << what;
       EXPECT_GT(lp["content"].size(), 0u) << what;

@@ -224,7 +224,9 @@ TEST(quant_scale_fit, the_scale_and_offset_sweep_is_never_worse_than_a_dense_sea
           }
           return e;
         };
-        if (at_most_zero) EXPECT_LE(fit.offset, 0.0f);
+        if (at_most_zero) {
+          EXPECT_LE(fit.offset, 0.0f);
+        }
         const double ours = rounded_error(fit.scale, fit.offset);
         double dense_own = std::numeric_limits<double>::infinity(), dense_rounded = dense_own;
         const quant::sweep_range range = quant::window_range({}, static_cast<float>(max_code), 1.0f);
@@ -244,7 +246,9 @@ TEST(quant_scale_fit, the_scale_and_offset_sweep_is_never_worse_than_a_dense_sea
           dense_rounded = std::min(dense_rounded, rounded_error(d, m));
         }
         EXPECT_LE(ours, dense_own * (1 + 1e-4)) << "max code " << max_code << " run " << run;
-        if (max_code == 3) EXPECT_LE(ours, dense_rounded * (1 + 1e-4)) << "max code 3 run " << run;
+        if (max_code == 3) {
+          EXPECT_LE(ours, dense_rounded * (1 + 1e-4)) << "max code 3 run " << run;
+        }
         if (ours > dense_rounded * (1 + 1e-5)) ++dense_better, worst = std::max(worst, ours / dense_rounded);
       }
       std::printf("max code %d%s: a dense search rounding each trial again beat the sweep on %d of 60 runs, by at most %.1f %%\n",

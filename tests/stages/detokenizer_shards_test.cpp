@@ -39,7 +39,9 @@ TEST(detokenizer_shards, every_delta_goes_with_its_timeline_to_its_requests_owne
       EXPECT_EQ(detokenizer_of(id, 3), i);
       EXPECT_EQ(parts[i].timelines[j].tokenize_ns, id * 10) << "a timeline left its delta";
       const auto position = static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin());
-      if (j > 0) EXPECT_GT(position, last_position) << "the batch's order is kept within a part";
+      if (j > 0) {
+        EXPECT_GT(position, last_position) << "the batch's order is kept within a part";
+      }
       last_position = position;
       ++deltas;
     }

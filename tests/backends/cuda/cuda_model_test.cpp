@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -203,6 +204,8 @@ model_config tiny_config(architecture arch) {
       c.head_dim = 64;  // wider than hidden / heads, as Qwen3 does
       c.tie_word_embeddings = true;
       break;
+    default:
+      throw std::invalid_argument("no CUDA test config for this architecture");
   }
   return c;
 }
