@@ -139,7 +139,7 @@ class cpu_model final : public model {
         layer.moe.emplace(c.moe, activation_, hidden, moe_weights_of(n, weights));
       }
     }
-    repack_weights_for_decode(names);
+    repack_weights_for_decode(names, weights);
     attention_params_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
                          kv_shape.num_blocks, attention_scale(c), kv_dtype};
     attention_params_.softcap = c.attn_logit_softcapping;
@@ -377,7 +377,7 @@ class cpu_model final : public model {
   // their GGUF pages are then dropped from this process's memory unless the embedding reads them
   // too (tied lm_head), so the resident weights stay one copy. The loader's own copies (un-permuted
   // q/k) cannot be dropped that way: cpu_weights_not_read names them for the store's owner to free.
-  void repack_weights_for_decode(const model_tensor_names& names) {
+  void repack_weights_for_decode(const model_tensor_names& names, const weight_store& weights) {
     std::vector<weight_view*> dense;
     std::vector<std::string> dense_names;  // the store's name of each
     for (int i = 0; i < config_.num_layers; ++i) {
@@ -413,13 +413,17 @@ class cpu_model final : public model {
     }
     // The matrices of types with no repacked layout move to huge pages as they are; a tied
     // embedding follows its lm_head to the copy.
-    const std::byte* const embedding_source = embed_tokens_.data;
-    const bool tied = lm_head_.data == embedding_source;
-    cpu::huge_page_copy copy = cpu::copy_weights_to_huge_pages(pool_, dense);
-    if (tied) embed_tokens_.data = lm_head_.data;
-    for (size_t i : copy.from_anonymous) {
-      if (!dense_names[i].empty()) not_read_.push_back(dense_names[i]);
+    // An anonymous source moves only if the store can free it (a loader's owned copy, named
+    // below); experts are slices of store tensors and are not named, so theirs stay.
+    std::vector<bool> store_frees(dense.size(), false);
+    for (size_t i = 0; i < dense.size(); ++i) {
+      const weight_tensor* tensor = dense_names[i].empty() ? nullptr : weights.find(dense_names[i]);
+      store_frees[i] = tensor != nullptr && tensor->owned_copy != nullptr && tensor->data == dense[i]->data;
     }
+    const bool tied = lm_head_.data == embed_tokens_.data;
+    cpu::huge_page_copy copy = cpu::copy_weights_to_huge_pages(pool_, dense, store_frees);
+    if (tied) embed_tokens_.data = lm_head_.data;
+    for (size_t i : copy.from_anonymous) not_read_.push_back(dense_names[i]);
     huge_page_copies_ = std::move(copy.buffer);
   }
 

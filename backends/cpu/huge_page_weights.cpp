@@ -37,13 +37,19 @@ bool transparent_huge_pages_on_request() {
   return modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
 }
 
-huge_page_copy copy_weights_to_huge_pages(thread_pool& pool, const std::vector<weight_view*>& weights) {
+huge_page_copy copy_weights_to_huge_pages(thread_pool& pool, const std::vector<weight_view*>& weights,
+                                          const std::vector<bool>& owner_frees_anonymous) {
   huge_page_copy out;
   if (!weights_in_huge_pages() || !transparent_huge_pages_on_request()) return out;
+  // Whether each view moves: a file's bytes always, anonymous bytes only where their owner frees them.
+  std::vector<bool> moves(weights.size(), false);
   std::unordered_map<const std::byte*, size_t> offset_of_source;  // a tied matrix is copied once
   size_t total = 0;
-  for (const weight_view* w : weights) {
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const weight_view* w = weights[i];
     if (!is_copied(*w)) continue;
+    if (!in_file_mapping(w->data) && !(i < owner_frees_anonymous.size() && owner_frees_anonymous[i])) continue;
+    moves[i] = true;
     if (offset_of_source.emplace(w->data, total).second) total += aligned_64(bytes_of(*w));
   }
   if (total == 0) return out;
@@ -54,7 +60,7 @@ huge_page_copy copy_weights_to_huge_pages(thread_pool& pool, const std::vector<w
   std::unordered_set<const std::byte*> copied;  // sources already copied
   for (size_t i = 0; i < weights.size(); ++i) {
     weight_view& w = *weights[i];
-    if (!is_copied(w)) continue;
+    if (!moves[i]) continue;
     std::byte* const destination = base + offset_of_source.at(w.data);
     const size_t bytes = bytes_of(w);
     if (copied.insert(w.data).second) {

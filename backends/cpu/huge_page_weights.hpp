@@ -10,7 +10,8 @@
 //
 // The file's pages are dropped once a matrix is copied (release_source_pages), so resident
 // memory still holds each weight once. A matrix in anonymous memory (a loader's converted or
-// un-permuted copy) is copied too, and reported so that its owner can free it.
+// un-permuted copy) is copied only when its owner can free the original (the caller says which),
+// else it would be resident twice: it stays where it is.
 
 #include <cstddef>
 #include <vector>
@@ -33,15 +34,17 @@ void set_weights_in_huge_pages(bool on);
 bool transparent_huge_pages_on_request();
 
 struct huge_page_copy {
-  repacked_buffer buffer;            // every copied matrix, 64-byte aligned each; null: none copied
+  repacked_buffer buffer;              // every copied matrix, 64-byte aligned each; null: none copied
   std::vector<size_t> from_anonymous;  // indices into `weights` of copies whose source was not a file mapping
 };
 
 // Copies each matrix of `weights` that is not repacked and whose type has no repacked layout
-// (one copy per distinct source, so
-// a tied lm_head and embedding share it) into one huge-page buffer on the pool's threads, points
-// the views at it and drops the file pages they came from. Does nothing when the switch is off
-// or huge pages are not on request.
-huge_page_copy copy_weights_to_huge_pages(thread_pool& pool, const std::vector<weight_view*>& weights);
+// (one copy per distinct source, so a tied lm_head and embedding share it) into one huge-page
+// buffer on the pool's threads, points the views at it and drops the file pages they came from.
+// A source in anonymous memory is copied only where `owner_frees_anonymous[i]` (the caller then
+// frees the original: from_anonymous lists them). Does nothing when the switch is off or huge
+// pages are not on request.
+huge_page_copy copy_weights_to_huge_pages(thread_pool& pool, const std::vector<weight_view*>& weights,
+                                          const std::vector<bool>& owner_frees_anonymous);
 
 }  // namespace troupe::cpu

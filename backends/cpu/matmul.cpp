@@ -213,7 +213,7 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
     // The row dots at any count: each output is summed in the same order as in a decode step,
     // so a row's bits do not depend on its batch. Blocked for the caches: a chunk of weight rows
     // stays in L2 while the activations pass over it a block at a time, and inside a block each
-    // pair of weight rows stays in L1 while groups of activation rows pass over it.
+    // tile of weight rows (row_kernels_impl.hpp) stays in L1 while groups of activation rows pass.
     const dot_rows_fn dot = kernels.dot_rows[static_cast<int>(w.type)];
     const int64_t block = std::max<int64_t>(4, float_activation_block_floats / k / 4 * 4);
     pool.parallel_for_dynamic(0, m, float_chunk_rows, [&](int64_t begin, int64_t end, int) {

@@ -1,6 +1,7 @@
 // Weights copied into huge pages at load (backends/cpu/huge_page_weights.hpp): the views
 // move to the copy with every byte unchanged, a tied matrix is copied once, a copy of anonymous
-// memory is reported for its owner to free, and a model's logits keep their bits.
+// memory is made only where its owner frees the original (and reported), and a model's logits
+// keep their bits.
 
 #include <gtest/gtest.h>
 
@@ -40,20 +41,25 @@ TEST(huge_page_weights, float_views_move_to_the_copy_with_their_bytes_and_file_p
   const auto file = mapped_file::open(path);
 
   std::vector<std::byte> anonymous(contents.begin(), contents.begin() + bytes);
+  std::vector<std::byte> kept(contents.begin() + bytes, contents.end());
   std::vector<std::byte> q8(34 * 64);
   cpu::weight_view a{dtype::f16, rows, cols, file->data()};
   cpu::weight_view b{dtype::f16, rows, cols, file->data() + bytes};
   cpu::weight_view tied_to_a{dtype::f16, rows, cols, file->data()};
   cpu::weight_view heap{dtype::f16, rows, cols, anonymous.data()};
   cpu::weight_view quantized{dtype::q8_0, 1, 2048, q8.data()};
-  std::vector<cpu::weight_view*> views{&a, &b, &tied_to_a, &heap, &quantized};
+  cpu::weight_view not_freed{dtype::f16, rows, cols, kept.data()};
+  std::vector<cpu::weight_view*> views{&a, &b, &tied_to_a, &heap, &quantized, &not_freed};
+  // Only `heap`'s owner frees its original; a copy of `not_freed` would hold it twice.
+  const std::vector<bool> owner_frees{false, false, false, true, false, false};
 
   cpu::thread_pool pool(2);
-  const cpu::huge_page_copy copy = cpu::copy_weights_to_huge_pages(pool, views);
+  const cpu::huge_page_copy copy = cpu::copy_weights_to_huge_pages(pool, views, owner_frees);
   ASSERT_NE(copy.buffer, nullptr);
   EXPECT_NE(a.data, file->data()) << "a float view was not moved";
   EXPECT_EQ(tied_to_a.data, a.data) << "a tied view must share its matrix's copy";
   EXPECT_EQ(quantized.data, q8.data()) << "a type with a repacked layout is not copied";
+  EXPECT_EQ(not_freed.data, kept.data()) << "anonymous bytes nobody frees must not be copied";
   EXPECT_EQ(std::memcmp(a.data, contents.data(), bytes), 0);
   EXPECT_EQ(std::memcmp(b.data, contents.data() + bytes, bytes), 0);
   EXPECT_EQ(std::memcmp(heap.data, anonymous.data(), bytes), 0);
@@ -68,7 +74,7 @@ TEST(huge_page_weights, the_switch_off_leaves_every_view_where_it_was) {
   std::vector<cpu::weight_view*> views{&w};
   cpu::thread_pool pool(1);
   cpu::set_weights_in_huge_pages(false);
-  const cpu::huge_page_copy copy = cpu::copy_weights_to_huge_pages(pool, views);
+  const cpu::huge_page_copy copy = cpu::copy_weights_to_huge_pages(pool, views, {});
   cpu::set_weights_in_huge_pages(true);
   EXPECT_EQ(copy.buffer, nullptr);
   EXPECT_EQ(w.data, weights.data());
