@@ -120,6 +120,10 @@ std::unique_ptr<model> make_backend_model(const model_config& config, const weig
                                           device_kind device, const kv_pool_request& kv,
                                           const backend_options& options) {
   if (device == device_kind::cuda) {
+    if (options.layers != layer_range{} && !options.layers.whole(config.num_layers)) {
+      throw std::runtime_error("pipeline stage of layers " + layer_range_text(options.layers) +
+                               ": pipeline stages run on the CPU backend only so far (use --device cpu)");
+    }
 #ifdef TROUPE_HAVE_CUDA
     options.validate();
     cuda_options cuda;
@@ -137,12 +141,15 @@ std::unique_ptr<model> make_backend_model(const model_config& config, const weig
   options.validate();
   const dtype kv_dtype = resolve_kv_cache_dtype(options, device, weights);
   int num_blocks = kv.num_blocks;
-  if (num_blocks == 0) num_blocks = cpu_kv_blocks_for_budget(config, kv.cpu_budget_bytes, kv.block_size, kv_dtype);
+  if (num_blocks == 0) {
+    num_blocks = cpu_kv_blocks_for_budget(config, kv.cpu_budget_bytes, kv.block_size, kv_dtype, options.layers);
+  }
   if (num_blocks <= 0) {
     throw std::runtime_error("the CPU KV budget of " + std::to_string(kv.cpu_budget_bytes >> 20) +
                              " MiB holds no block; raise kv_memory_mb or num_kv_blocks");
   }
-  return make_cpu_model(config, weights, kv_cache_shape{num_blocks, kv.block_size}, options.threads, kv_dtype);
+  return make_cpu_model(config, weights, kv_cache_shape{num_blocks, kv.block_size}, options.threads, kv_dtype,
+                        options.layers);
 }
 
 }  // namespace troupe

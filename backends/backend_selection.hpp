@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "model/dtype.hpp"
+#include "model/layer_range.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
 #include "model/weight_store.hpp"
@@ -56,6 +57,9 @@ struct backend_options {
   // model whose layers' products are batch-invariant (quantized weights), else f32 (see
   // resolve_kv_cache_dtype); cuda_dtype on CUDA.
   std::string kv_cache_dtype = "auto";
+  // A pipeline stage's layers (model/layer_range.hpp); the default is the whole model. The CPU
+  // backend builds stages; CUDA refuses a stage by name for now.
+  layer_range layers;
 
   // Throws std::runtime_error naming the first bad field.
   void validate() const;

@@ -87,6 +87,7 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   options.path = spec.path;
   options.format = spec.format;
   options.show_progress = false;
+  options.layers = spec.backend.layers;
   served->loaded = load_model(options);
   const model_config& config = served->loaded.config;
 

@@ -32,6 +32,15 @@ struct forward_batch {
   std::vector<int32_t> hidden_rows;  // [num_hidden]
   float* hidden_out = nullptr;
 
+  // Pipeline stages (model/layer_range.hpp). A stage after the first reads the residual stream
+  // the previous stage left instead of embedding token_ids (which it still gets: they size the
+  // batch): residual_in [num_tokens, hidden_size]. A stage before the last writes the residual
+  // stream as its last layer leaves it to residual_out [num_tokens, hidden_size] and computes no
+  // logits or hidden rows (logits_rows and hidden_rows must then be empty). Both must stay valid
+  // until forward returns.
+  const float* residual_in = nullptr;
+  float* residual_out = nullptr;
+
   // When set, called on the forward's thread as soon as layer L's K/V of this batch are in the
   // pool, before the later layers compute: a prefill instance exports each layer's KV from here
   // so the transfer overlaps the rest of the forward (engine/kv_layer_sink.hpp). A backend that

@@ -110,7 +110,9 @@ model_tensor_names tensor_names(const model_config& config) {
   return names;
 }
 
-std::vector<tensor_spec> expected_tensors(const model_config& config) {
+std::vector<tensor_spec> expected_tensors(const model_config& config, layer_range layers) {
+  if (layers != layer_range{}) check_layer_range(layers, config.num_layers);
+  layers = layers.resolved(config.num_layers);
   const int64_t hidden = config.hidden_size;
   const int64_t q_size = int64_t{config.num_heads} * config.head_dim;
   const int64_t kv_size = int64_t{config.num_kv_heads} * config.head_dim;
@@ -124,8 +126,12 @@ std::vector<tensor_spec> expected_tensors(const model_config& config) {
     if (!name.empty()) specs.push_back({name, std::move(shape), role});
   };
   using enum tensor_role;
-  add(names.embed_tokens, {config.vocab_size, hidden}, matrix);
-  for (const layer_tensor_names& l : names.layers) {
+  const bool tied = names.lm_head == names.embed_tokens;
+  if (layers.holds_embedding() || (tied && layers.holds_head(config.num_layers))) {
+    add(names.embed_tokens, {config.vocab_size, hidden}, matrix);
+  }
+  for (int index = layers.first; index < layers.end; ++index) {
+    const layer_tensor_names& l = names.layers[static_cast<size_t>(index)];
     add(l.attn_norm, {hidden}, norm_role);
     add(l.q_proj, {q_size, hidden}, matrix);
     add(l.k_proj, {kv_size, hidden}, matrix);
@@ -159,9 +165,17 @@ std::vector<tensor_spec> expected_tensors(const model_config& config) {
     add(l.shared_expert_gate, {1, hidden}, matrix);
     add(l.ffn_post_norm, {hidden}, norm_role);
   }
-  add(names.final_norm, {hidden}, norm_role);
-  if (names.lm_head != names.embed_tokens) add(names.lm_head, {config.vocab_size, hidden}, matrix);
+  if (layers.holds_head(config.num_layers)) {
+    add(names.final_norm, {hidden}, norm_role);
+    if (!tied) add(names.lm_head, {config.vocab_size, hidden}, matrix);
+  }
   return specs;
+}
+
+std::vector<std::string> stage_tensor_names(const model_config& config, layer_range layers) {
+  std::vector<std::string> names;
+  for (tensor_spec& spec : expected_tensors(config, layers)) names.push_back(std::move(spec.name));
+  return names;
 }
 
 void validate_weights(const model_config& config, const weight_store& weights, const std::string& source) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "model/layer_range.hpp"
 #include "model/model_config.hpp"
 #include "model/weight_store.hpp"
 
@@ -86,7 +87,13 @@ struct tensor_spec {
 
 // Every tensor of tensor_names(config), each once, in a stable order: embeddings, then layer by
 // layer, then the final norm and lm_head (lm_head only when the embeddings are not tied).
-std::vector<tensor_spec> expected_tensors(const model_config& config);
+// A pipeline stage's `layers` (model/layer_range.hpp) keep the embedding only on the first stage,
+// the layers in the range, and the final norm and lm_head only on the last; the last stage of a
+// tied model lists the embedding as its lm_head (the first stage lists it too).
+std::vector<tensor_spec> expected_tensors(const model_config& config, layer_range layers = {});
+
+// The names of expected_tensors(config, layers): what a stage of `layers` reads from the store.
+std::vector<std::string> stage_tensor_names(const model_config& config, layer_range layers);
 
 // Throws std::runtime_error for the first missing tensor or wrong shape:
 // "tensor X has shape [a,b], expected [c,d] from <source>".

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <set>
 #include <stdexcept>
 
 namespace troupe {
@@ -40,6 +41,21 @@ size_t weight_store::release_copies(const std::vector<std::string>& names) {
   // stays resident until trimmed.
   if (freed > 0) malloc_trim(0);
   return freed;
+}
+
+size_t weight_store::keep_only(const std::vector<std::string>& names) {
+  const std::set<std::string> kept(names.begin(), names.end());
+  size_t forgotten = 0;
+  for (auto it = tensors_.begin(); it != tensors_.end();) {
+    if (kept.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    forgotten += it->second.num_bytes;
+    it = tensors_.erase(it);
+  }
+  if (forgotten > 0) malloc_trim(0);
+  return forgotten;
 }
 
 size_t weight_store::total_bytes() const {

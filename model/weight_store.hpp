@@ -56,6 +56,10 @@ class weight_store {
   // null and get() refuses them; names without a copy (mapped bytes) are left as they are.
   // Returns the bytes freed.
   size_t release_copies(const std::vector<std::string>& names);
+  // Forgets every tensor not in `names` (a pipeline stage keeps only its layers'): their mapped
+  // pages are never read, so they never become resident, and loader-made copies among them are
+  // freed (the buffers a loader keeps alive for several tensors stay). Returns the bytes forgotten.
+  size_t keep_only(const std::vector<std::string>& names);
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   const std::map<std::string, weight_tensor>& tensors() const { return tensors_; }
   size_t total_bytes() const;

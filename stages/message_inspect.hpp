@@ -314,9 +314,14 @@ typename Inspector::result_type inspect(Inspector& f, trace_answer& x) {
 // Enums (load_format, device_request, dtype) travel as their underlying integers.
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_range& x) {
+  return f(caf::meta::type_name("layer_range"), x.first, x.end);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, backend_options& x) {
   return f(caf::meta::type_name("backend_options"), x.threads, exact_float{x.gpu_memory_utilization}, x.cuda_dtype,
-           x.nano_batches, x.kv_cache_dtype);
+           x.nano_batches, x.kv_cache_dtype, x.layers);
 }
 
 template <class Inspector>

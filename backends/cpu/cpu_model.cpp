@@ -85,9 +85,9 @@ std::vector<float> norm_weights(const weight_tensor& tensor, int64_t size, norm_
 class cpu_model final : public model {
  public:
   cpu_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
-            int num_threads, dtype kv_dtype)
-      : config_(with_head_dim(config)), traits_(traits_of(config_.arch)), pool_(num_threads),
-        kv_(config_, kv_shape, kv_dtype) {
+            int num_threads, dtype kv_dtype, layer_range stage)
+      : config_(with_head_dim(config)), traits_(traits_of(config_.arch)), stage_(checked_stage(config_, stage)),
+        pool_(num_threads), kv_(with_layers(config_, stage_.count()), kv_shape, kv_dtype) {
     check_config(config_);
     const model_config& c = config_;
     const int64_t hidden = c.hidden_size;
@@ -97,14 +97,17 @@ class cpu_model final : public model {
 
     // Which tensors the model has (biases, q/k norms, post-norms, experts, its own lm_head) is
     // the loader's list; each layer is built from what it names.
+    // A pipeline stage reads only its own tensors: the embedding on the first, the head on the last.
     const model_tensor_names names = tensor_names(c);
-    embed_tokens_ = cpu::view_of(weights.get(names.embed_tokens), c.vocab_size, hidden);
-    lm_head_ = cpu::view_of(weights.get(names.lm_head), c.vocab_size, hidden);
-    final_norm_ = norm_weights(weights.get(names.final_norm), hidden, norm);
+    if (stage_.holds_embedding()) embed_tokens_ = cpu::view_of(weights.get(names.embed_tokens), c.vocab_size, hidden);
+    if (stage_.holds_head(c.num_layers)) {
+      lm_head_ = cpu::view_of(weights.get(names.lm_head), c.vocab_size, hidden);
+      final_norm_ = norm_weights(weights.get(names.final_norm), hidden, norm);
+    }
     activation_ = {c.activation, c.swiglu_alpha, c.swiglu_limit};
 
-    layers_.resize(c.num_layers);
-    for (int i = 0; i < c.num_layers; ++i) {
+    layers_.resize(stage_.count());
+    for (int i = stage_.first; i < stage_.end; ++i) {
       const layer_tensor_names& n = names.layers[i];
       auto tensor = [&](const std::string& name) -> const weight_tensor& { return weights.get(name); };
       auto optional_f32 = [&](const std::string& name, int64_t size) {
@@ -113,7 +116,7 @@ class cpu_model final : public model {
       auto optional_norm = [&](const std::string& name, int64_t size) {
         return name.empty() ? std::vector<float>{} : norm_weights(tensor(name), size, norm);
       };
-      layer_weights& layer = layers_[i];
+      layer_weights& layer = layers_[i - stage_.first];
       layer.attn_norm = norm_weights(tensor(n.attn_norm), hidden, norm);
       layer.ffn_norm = norm_weights(tensor(n.ffn_norm), hidden, norm);
       layer.attn_post_norm = optional_norm(n.attn_post_norm, hidden);
@@ -148,8 +151,9 @@ class cpu_model final : public model {
   const model_config& config() const override { return config_; }
   kv_cache_shape kv_shape() const override { return kv_.shape(); }
   std::string backend_name() const override {
+    const std::string stage = stage_.whole(config_.num_layers) ? "" : ", layers " + layer_range_text(stage_);
     return "cpu (" + std::string(cpu::simd_level_name(cpu::active_simd_level())) + ", " +
-           std::to_string(pool_.num_threads()) + " threads, KV " + std::string(dtype_name(kv_.element())) + ")";
+           std::to_string(pool_.num_threads()) + " threads, KV " + std::string(dtype_name(kv_.element())) + stage + ")";
   }
 
   dtype kv_dtype() const override { return kv_.element(); }
@@ -159,13 +163,13 @@ class cpu_model final : public model {
     const kv_span_header header =
         kv_span_for(config_, kv_.shape(), static_cast<int>(block_ids.size()), first_layer, num_layers, element);
     check_kv_transfer(config_, kv_.shape(), block_ids, header, out.size(), kv_transfer_direction::export_from_pool);
-    kv_.export_blocks(block_ids, header, out);
+    kv_.export_blocks(block_ids, in_stage(header), out);
   }
 
   void import_kv(std::span<const int32_t> block_ids, const kv_span_header& header,
                  std::span<const std::byte> data) override {
     check_kv_transfer(config_, kv_.shape(), block_ids, header, data.size(), kv_transfer_direction::import_into_pool);
-    kv_.import_blocks(block_ids, header, data);
+    kv_.import_blocks(block_ids, in_stage(header), data);
   }
 
   void forward(const forward_batch& batch, float* logits) override {
@@ -178,9 +182,13 @@ class cpu_model final : public model {
     float* h = h_.data();        // [n, hidden] normed input of a block
     float* out = out_.data();    // [n, hidden] a block's output
 
-    if (n > 0) cpu::embedding_lookup(pool_, embed_tokens_, batch.token_ids.data(), n, x);
-    if (traits_.scale_embeddings) scale(x, n * hidden, std::sqrt(static_cast<float>(hidden)));  // Gemma
-    for (int i = 0; i < c.num_layers; ++i) {
+    if (batch.residual_in != nullptr) {  // a later pipeline stage: where the previous one left off
+      std::memcpy(x, batch.residual_in, static_cast<size_t>(n * hidden) * sizeof(float));
+    } else {
+      if (n > 0) cpu::embedding_lookup(pool_, embed_tokens_, batch.token_ids.data(), n, x);
+      if (traits_.scale_embeddings) scale(x, n * hidden, std::sqrt(static_cast<float>(hidden)));  // Gemma
+    }
+    for (int i = 0; i < stage_.count(); ++i) {
       const layer_weights& layer = layers_[i];
       norm(x, n, layer.attn_norm, h);
       attention_block(i, layer, batch, h, out);
@@ -195,6 +203,10 @@ class cpu_model final : public model {
       }
       if (!layer.ffn_post_norm.empty()) norm(out, n, layer.ffn_post_norm, out);
       add_in_place(x, out, n * hidden);
+    }
+    if (batch.residual_out != nullptr) {  // an earlier pipeline stage: the next one goes on from here
+      std::memcpy(batch.residual_out, x, static_cast<size_t>(n * hidden) * sizeof(float));
+      return;
     }
 
     // Hidden states (embeddings) for the rows asked for, normed as the logits' rows are.
@@ -240,7 +252,8 @@ class cpu_model final : public model {
     std::optional<cpu::moe_layer> moe;
   };
 
-  // Attention block: h [n, hidden] (normed) -> out [n, hidden].
+  // Attention block of the stage's layer `index` (its pool's numbering; the model's layer is
+  // stage_.first + index): h [n, hidden] (normed) -> out [n, hidden].
   void attention_block(int index, const layer_weights& layer, const forward_batch& batch, const float* h, float* out) {
     const model_config& c = config_;
     const int64_t n = batch.num_tokens();
@@ -263,7 +276,7 @@ class cpu_model final : public model {
     cpu::apply_rope(pool_, q, q_dim, c.num_heads, k, kv_dim, c.num_kv_heads, n, c.head_dim,
                     batch.positions.data(), layer.rope);
     kv_.write(index, k, v, kv_dim, batch.slot_mapping.data(), n);
-    if (batch.after_layer_kv) batch.after_layer_kv(index);
+    if (batch.after_layer_kv) batch.after_layer_kv(stage_.first + index);
     cpu::attention_params params = attention_params_;
     params.window = layer.window;
     params.sinks = layer.sinks.empty() ? nullptr : layer.sinks.data();
@@ -322,8 +335,48 @@ class cpu_model final : public model {
     return config;
   }
 
+  static layer_range checked_stage(const model_config& config, layer_range stage) {
+    if (stage == layer_range{}) return layer_range::all(config.num_layers);
+    check_layer_range(stage, config.num_layers);
+    return stage;
+  }
+
+  static model_config with_layers(model_config config, int num_layers) {
+    config.num_layers = num_layers;
+    if (!config.sliding_layers.empty()) config.sliding_layers.resize(static_cast<size_t>(num_layers));
+    return config;
+  }
+
+  // A KV span of the model's layers as this stage's pool numbers them; throws
+  // std::invalid_argument for layers another stage holds.
+  kv_span_header in_stage(kv_span_header header) const {
+    if (!stage_.holds(header.first_layer) || !stage_.holds(header.first_layer + header.num_layers - 1)) {
+      throw std::invalid_argument("KV layers " + std::to_string(header.first_layer) + "-" +
+                                  std::to_string(header.first_layer + header.num_layers - 1) +
+                                  " are not all in this pipeline stage (layers " + layer_range_text(stage_) + ")");
+    }
+    header.first_layer -= stage_.first;
+    return header;
+  }
+
   void check_batch(const forward_batch& batch) const {
     const size_t n = batch.token_ids.size();
+    const bool first = stage_.holds_embedding();
+    const bool last = stage_.holds_head(config_.num_layers);
+    if (first != (batch.residual_in == nullptr)) {
+      throw std::runtime_error(first ? "forward_batch: residual_in given to the first pipeline stage, which embeds tokens"
+                                     : "forward_batch: pipeline stage of layers " + layer_range_text(stage_) +
+                                           " needs residual_in (the previous stage's output)");
+    }
+    if (last != (batch.residual_out == nullptr)) {
+      throw std::runtime_error(last ? "forward_batch: residual_out given to the last pipeline stage, which computes logits"
+                                    : "forward_batch: pipeline stage of layers " + layer_range_text(stage_) +
+                                          " needs residual_out (the next stage's input)");
+    }
+    if (!last && (!batch.logits_rows.empty() || !batch.hidden_rows.empty())) {
+      throw std::runtime_error("forward_batch: logits or hidden rows asked of pipeline stage " +
+                               layer_range_text(stage_) + "; only the last stage computes them");
+    }
     if (batch.positions.size() != n || batch.slot_mapping.size() != n) {
       throw std::runtime_error("forward_batch: token_ids, positions and slot_mapping have " +
                                std::to_string(n) + ", " + std::to_string(batch.positions.size()) +
@@ -380,9 +433,9 @@ class cpu_model final : public model {
   void repack_weights_for_decode(const model_tensor_names& names, const weight_store& weights) {
     std::vector<weight_view*> dense;
     std::vector<std::string> dense_names;  // the store's name of each
-    for (int i = 0; i < config_.num_layers; ++i) {
+    for (int i = 0; i < stage_.count(); ++i) {
       layer_weights& layer = layers_[i];
-      const layer_tensor_names& n = names.layers[i];
+      const layer_tensor_names& n = names.layers[stage_.first + i];
       const std::pair<weight_view*, const std::string*> matrices[] = {
           {&layer.q_proj, &n.q_proj}, {&layer.k_proj, &n.k_proj},       {&layer.v_proj, &n.v_proj},
           {&layer.o_proj, &n.o_proj}, {&layer.gate_proj, &n.gate_proj}, {&layer.up_proj, &n.up_proj},
@@ -401,8 +454,10 @@ class cpu_model final : public model {
         }
       }
     }
-    dense.push_back(&lm_head_);
-    dense_names.push_back(names.lm_head);
+    if (lm_head_.data != nullptr) {
+      dense.push_back(&lm_head_);
+      dense_names.push_back(names.lm_head);
+    }
     repacked_ = cpu::repack_for_active_level(pool_, dense, [&](const weight_view& w) {
       if (w.data != embed_tokens_.data) cpu::release_source_pages(w);
     });
@@ -420,7 +475,7 @@ class cpu_model final : public model {
       const weight_tensor* tensor = dense_names[i].empty() ? nullptr : weights.find(dense_names[i]);
       store_frees[i] = tensor != nullptr && tensor->owned_copy != nullptr && tensor->data == dense[i]->data;
     }
-    const bool tied = lm_head_.data == embed_tokens_.data;
+    const bool tied = lm_head_.data != nullptr && lm_head_.data == embed_tokens_.data;
     cpu::huge_page_copy copy = cpu::copy_weights_to_huge_pages(pool_, dense, store_frees);
     if (tied) embed_tokens_.data = lm_head_.data;
     for (size_t i : copy.from_anonymous) not_read_.push_back(dense_names[i]);
@@ -434,13 +489,14 @@ class cpu_model final : public model {
 
   model_config config_;
   const architecture_traits& traits_;
+  layer_range stage_;  // the layers this model holds (all but in a pipeline stage)
   cpu::thread_pool pool_;
-  cpu::kv_pool kv_;
-  weight_view embed_tokens_;  // [vocab, hidden]
-  weight_view lm_head_;       // [vocab, hidden]; embed_tokens_ when tied
-  std::vector<float> final_norm_;  // [hidden]
+  cpu::kv_pool kv_;  // the stage's layers only, numbered from 0
+  weight_view embed_tokens_;  // [vocab, hidden]; first stage only
+  weight_view lm_head_;       // [vocab, hidden]; embed_tokens_ when tied; last stage only
+  std::vector<float> final_norm_;  // [hidden]; last stage only
+  std::vector<layer_weights> layers_;  // [stage_.count()]
   cpu::activation activation_;
-  std::vector<layer_weights> layers_;
   cpu::attention_params attention_params_;
 
   cpu::repacked_buffer repacked_;  // the repacked copies the views point at, one buffer
@@ -455,8 +511,8 @@ class cpu_model final : public model {
 }  // namespace
 
 std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights,
-                                      kv_cache_shape kv_shape, int num_threads, dtype kv_dtype) {
-  return std::make_unique<cpu_model>(config, weights, kv_shape, num_threads, kv_dtype);
+                                      kv_cache_shape kv_shape, int num_threads, dtype kv_dtype, layer_range layers) {
+  return std::make_unique<cpu_model>(config, weights, kv_shape, num_threads, kv_dtype, layers);
 }
 
 std::vector<std::string> cpu_weights_not_read(const model& m) {
@@ -464,12 +520,14 @@ std::vector<std::string> cpu_weights_not_read(const model& m) {
   return cpu == nullptr ? std::vector<std::string>{} : cpu->weights_not_read();
 }
 
-int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size, dtype kv_dtype) {
+int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block_size, dtype kv_dtype,
+                             layer_range layers) {
   if (block_size <= 0) {
     throw std::runtime_error("block_size must be positive, got " + std::to_string(block_size));
   }
   model_config c = config;
   if (c.head_dim == 0 && c.num_heads > 0) c.head_dim = c.hidden_size / c.num_heads;
+  if (layers != layer_range{}) c.num_layers = layers.count();  // a pipeline stage pools its layers only
   const size_t per_block = cpu::kv_pool::bytes_per_block(c, block_size, kv_dtype);
   if (per_block == 0) throw std::runtime_error("model config has an empty KV cache per block");
   return static_cast<int>(std::min<size_t>(bytes / per_block, INT32_MAX));

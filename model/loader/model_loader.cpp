@@ -66,6 +66,19 @@ load_format parse_load_format(std::string_view name) {
   throw std::runtime_error("unknown load format '" + std::string(name) + "' (expected auto, safetensors, gguf or dummy)");
 }
 
+namespace {
+
+// A pipeline stage forgets the other stages' tensors before anything reads them.
+void keep_stage_tensors(loaded_model& model, const layer_range& layers) {
+  if (layers == layer_range{} || layers.whole(model.config.num_layers)) return;
+  check_layer_range(layers, model.config.num_layers);
+  const size_t forgotten = model.weights.keep_only(stage_tensor_names(model.config, layers));
+  spdlog::info("pipeline stage of layers {}: {:.1f} MiB of other stages' weights left unread",
+               layer_range_text(layers), static_cast<double>(forgotten) / (1 << 20));
+}
+
+}  // namespace
+
 loaded_model load_model(const load_options& options) try {
   loaded_model model;
   model.source = options.path;
@@ -76,6 +89,7 @@ loaded_model load_model(const load_options& options) try {
       model.config = load_hf_config(options.path);
       check_dummy_weights_fit(model.config, options.dummy_dtype, "'" + options.path.string() + "'");
       model.weights = make_dummy_weights(model.config, options.dummy_dtype, options.dummy_seed);
+      keep_stage_tensors(model, options.layers);
       break;
     }
     case load_format::safetensors: {
@@ -83,6 +97,7 @@ loaded_model load_model(const load_options& options) try {
       add_hf_weights(read_safetensors_directory(options.path), read_hf_quantization(options.path), model.weights);
       adapt_hf_tensors(model.config, model.weights);
       validate_weights(model.config, model.weights, (options.path / "config.json").string());
+      keep_stage_tensors(model, options.layers);
       check_weights_finite(model.weights, options.path.string());
       break;
     }
@@ -92,6 +107,7 @@ loaded_model load_model(const load_options& options) try {
       load_gguf_weights(file, model.config, model.weights);
       if (auto type = file.find_int("general.file_type")) file_type = static_cast<uint32_t>(*type);
       validate_weights(model.config, model.weights, "the metadata of " + options.path.string());
+      keep_stage_tensors(model, options.layers);
       check_weights_finite(model.weights, options.path.string());
       break;
     }

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "model/dtype.hpp"
+#include "model/layer_range.hpp"
 #include "model/model_config.hpp"
 #include "model/weight_store.hpp"
 
@@ -21,6 +22,9 @@ struct load_options {
   dtype dummy_dtype = dtype::f32;
   uint64_t dummy_seed = 0;
   bool show_progress = true;  // drawn only on a terminal or for big models
+  // A pipeline stage's layers (model/layer_range.hpp); the default is every layer. The store then
+  // keeps only that stage's tensors, and only those are scanned and read into memory.
+  layer_range layers;
 };
 
 struct loaded_model {
