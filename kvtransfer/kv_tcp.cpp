@@ -47,13 +47,14 @@ bool split_endpoint(const std::string& endpoint, std::string& host, std::string&
 
 }  // namespace
 
-int kv_tcp_listen(const std::string& host, std::string& endpoint) {
+int kv_tcp_listen(const std::string& host, std::string& endpoint, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0) {
+  const std::string service = std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
     throw std::runtime_error("kv tcp: cannot resolve bind host " + host + ": " + gai_strerror(rc));
   }
   int fd = -1;
@@ -61,6 +62,8 @@ int kv_tcp_listen(const std::string& host, std::string& endpoint) {
   for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
+    const int one = 1;
+    if (port != 0) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a restarted stage rebinds
     if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
       why = system_error();
       ::close(fd);
@@ -68,12 +71,11 @@ int kv_tcp_listen(const std::string& host, std::string& endpoint) {
     }
   }
   ::freeaddrinfo(found);
-  if (fd < 0) throw std::runtime_error("kv tcp: cannot bind " + host + ":0: " + why);
+  if (fd < 0) throw std::runtime_error("kv tcp: cannot bind " + host + ":" + service + ": " + why);
   sockaddr_storage bound{};
   socklen_t length = sizeof bound;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
   char text[INET6_ADDRSTRLEN] = {};
-  int port = 0;
   if (bound.ss_family == AF_INET6) {
     const auto* a = reinterpret_cast<const sockaddr_in6*>(&bound);
     ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);

@@ -18,9 +18,10 @@ inline constexpr std::string_view kv_tcp_scheme = "kvtcp://";
 
 inline bool is_kv_tcp_endpoint(std::string_view endpoint) { return endpoint.starts_with(kv_tcp_scheme); }
 
-// A listening socket on host:0 (an ephemeral port), non-blocking; `endpoint` gets
+// A listening socket on host:port (0: an ephemeral port), non-blocking; `endpoint` gets
 // "kvtcp://HOST:PORT". Throws std::runtime_error naming the host and the system's reason.
-int kv_tcp_listen(const std::string& host, std::string& endpoint);
+// (Also the pipeline's stage links, pipeline/stage_server.hpp, which use the functions below.)
+int kv_tcp_listen(const std::string& host, std::string& endpoint, int port = 0);
 // A connection to a kvtcp:// endpoint within `connect_timeout`, blocking, whose writes wait at
 // most `send_wait` for room; -1 with `why` set when there is none.
 int kv_tcp_connect(const std::string& endpoint, std::chrono::milliseconds connect_timeout,

@@ -1,0 +1,216 @@
+#include "pipeline/pipelined_model.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+
+#include "pipeline/stage_link.hpp"
+
+namespace troupe {
+
+void pipeline_settings::validate() const {
+  if (micro_batches < 1 || micro_batches > 64) {
+    throw std::runtime_error("pipeline micro_batches must be 1 to 64, got " + std::to_string(micro_batches));
+  }
+  if (connect_timeout.count() <= 0 || step_timeout.count() <= 0) {
+    throw std::runtime_error("pipeline timeouts must be positive");
+  }
+}
+
+std::vector<std::pair<int, int>> cut_micro_batches(const forward_batch& batch, int count) {
+  const int num_seqs = batch.num_seqs();
+  count = std::max(1, std::min(count, num_seqs));
+  std::vector<std::pair<int, int>> cuts;
+  int first = 0;
+  for (int i = 0; i < count && first < num_seqs; ++i) {
+    // This micro-batch ends at the first sequence boundary at or past its share of the tokens,
+    // leaving a sequence for each micro-batch after it.
+    const int64_t target = int64_t{batch.num_tokens()} * (i + 1) / count;
+    int end = first + 1;
+    const int latest_end = num_seqs - (count - 1 - i);
+    while (end < latest_end && batch.query_start[static_cast<size_t>(end)] < target) ++end;
+    if (i == count - 1) end = num_seqs;
+    cuts.emplace_back(first, end);
+    first = end;
+  }
+  return cuts;
+}
+
+forward_batch slice_sequences(const forward_batch& batch, int first, int end) {
+  forward_batch out;
+  const int32_t q0 = batch.query_start[static_cast<size_t>(first)];
+  const int32_t q1 = batch.query_start[static_cast<size_t>(end)];
+  const int32_t b0 = batch.block_table_start[static_cast<size_t>(first)];
+  const int32_t b1 = batch.block_table_start[static_cast<size_t>(end)];
+  out.token_ids.assign(batch.token_ids.begin() + q0, batch.token_ids.begin() + q1);
+  out.positions.assign(batch.positions.begin() + q0, batch.positions.begin() + q1);
+  out.slot_mapping.assign(batch.slot_mapping.begin() + q0, batch.slot_mapping.begin() + q1);
+  out.context_lengths.assign(batch.context_lengths.begin() + first, batch.context_lengths.begin() + end);
+  out.block_tables.assign(batch.block_tables.begin() + b0, batch.block_tables.begin() + b1);
+  for (int s = first; s <= end; ++s) {
+    out.query_start.push_back(batch.query_start[static_cast<size_t>(s)] - q0);
+    out.block_table_start.push_back(batch.block_table_start[static_cast<size_t>(s)] - b0);
+  }
+  return out;
+}
+
+namespace {
+
+class pipelined_model final : public model {
+ public:
+  pipelined_model(std::unique_ptr<model> last, layer_range last_layers, const std::vector<remote_stage>& remote,
+                  const pipeline_settings& settings)
+      : last_(std::move(last)), last_layers_(last_layers), settings_(settings) {
+    settings_.validate();
+    const model_config& c = last_->config();
+    std::vector<layer_range> ranges;
+    for (const remote_stage& r : remote) ranges.push_back(r.layers);
+    ranges.push_back(last_layers_);
+    check_pipeline_ranges(ranges, c.num_layers);
+    if (remote.empty()) throw std::runtime_error("a pipelined model needs at least one remote stage");
+    const stage_hello expected_base{0, 0, c.num_layers, c.hidden_size, c.vocab_size, last_->kv_shape().block_size,
+                                    last_->kv_shape().num_blocks};
+    for (const remote_stage& r : remote) {
+      stage_hello expected = expected_base;
+      expected.first_layer = r.layers.first;
+      expected.end_layer = r.layers.end;
+      links_.push_back(std::make_unique<stage_link>(r.endpoint, r.layers, expected, settings_.connect_timeout,
+                                                    settings_.step_timeout));
+    }
+    for (size_t i = 0; i < links_.size(); ++i) {
+      if (i + 1 < links_.size()) {
+        stage_link* next = links_[i + 1].get();
+        links_[i]->hand_on_to([next](micro_batch_job* job) { next->push(job); });
+      } else {
+        links_[i]->hand_on_to([this](micro_batch_job* job) { arrived(job); });
+      }
+    }
+  }
+
+  ~pipelined_model() override { links_.clear(); }  // joins the link threads before the rest goes
+
+  const model_config& config() const override { return last_->config(); }
+  kv_cache_shape kv_shape() const override { return last_->kv_shape(); }
+  std::string backend_name() const override {
+    std::string text = "pipeline of " + std::to_string(links_.size() + 1) + " stages (";
+    for (const auto& link : links_) text += "layers " + layer_range_text(link->layers()) + " at " + link->endpoint() + "; ";
+    return text + "layers " + layer_range_text(last_layers_) + " here: " + last_->backend_name() + ")";
+  }
+  dtype kv_dtype() const override { return last_->kv_dtype(); }
+  // KV moves for the local stage's layers only; the model refuses the remote stages' by name.
+  void export_kv(std::span<const int32_t> block_ids, int first_layer, int num_layers, dtype element,
+                 std::span<std::byte> out) const override {
+    last_->export_kv(block_ids, first_layer, num_layers, element, out);
+  }
+  void import_kv(std::span<const int32_t> block_ids, const kv_span_header& header,
+                 std::span<const std::byte> data) override {
+    last_->import_kv(block_ids, header, data);
+  }
+
+  void forward(const forward_batch& batch, float* logits) override {
+    if (batch.after_layer_kv) {
+      throw std::runtime_error("a pipelined model cannot stream its KV layer by layer yet (prefill/decode "
+                               "disaggregation with pipeline stages)");
+    }
+    if (batch.residual_in != nullptr || batch.residual_out != nullptr) {
+      throw std::runtime_error("a pipelined model is the whole model: no residual_in / residual_out");
+    }
+    const int vocab = config().vocab_size;
+    const int wanted = batch.hidden_rows.empty() ? settings_.micro_batches : 1;
+    const std::vector<std::pair<int, int>> cuts = cut_micro_batches(batch, wanted);
+    const uint64_t step = ++step_id_;
+    jobs_.resize(cuts.size());
+    slices_.resize(cuts.size());
+    {
+      std::lock_guard lock(mutex_);
+      arrived_.clear();
+    }
+    for (size_t i = 0; i < cuts.size(); ++i) {
+      slices_[i] = cuts.size() == 1 ? slice_sequences(batch, 0, batch.num_seqs())
+                                    : slice_sequences(batch, cuts[i].first, cuts[i].second);
+      micro_batch_job& job = jobs_[i];
+      job.step_id = step;
+      job.index = static_cast<uint32_t>(i);
+      job.batch = &slices_[i];
+      job.failure.clear();
+      links_.front()->push(&job);
+    }
+    // Each micro-batch's local stage runs as it comes back (in order: the links are FIFO), its
+    // logits rows placed where the whole batch's logits_rows put them.
+    std::string failure;
+    for (size_t i = 0; i < cuts.size(); ++i) {
+      micro_batch_job* job = wait_for(i);
+      if (!job->failure.empty() || !failure.empty()) {
+        if (failure.empty()) failure = job->failure;
+        continue;  // the rest still come back before their buffers may go
+      }
+      forward_batch& local = slices_[i];
+      local.residual_in = job->stream[0].data();
+      const int32_t row_begin = batch.query_start[static_cast<size_t>(cuts[i].first)];
+      const int32_t row_end = batch.query_start[static_cast<size_t>(cuts[i].second)];
+      if (cuts.size() == 1) {
+        local.logits_rows = batch.logits_rows;
+        local.hidden_rows = batch.hidden_rows;
+        local.hidden_out = batch.hidden_out;
+        last_->forward(local, logits);
+        continue;
+      }
+      std::vector<size_t> places;  // where each of this micro-batch's logits rows goes
+      local.logits_rows.clear();
+      for (size_t j = 0; j < batch.logits_rows.size(); ++j) {
+        const int32_t row = batch.logits_rows[j];
+        if (row >= row_begin && row < row_end) {
+          local.logits_rows.push_back(row - row_begin);
+          places.push_back(j);
+        }
+      }
+      part_logits_.resize(places.size() * static_cast<size_t>(vocab));
+      last_->forward(local, part_logits_.data());
+      for (size_t k = 0; k < places.size(); ++k) {
+        std::memcpy(logits + places[k] * static_cast<size_t>(vocab), part_logits_.data() + k * static_cast<size_t>(vocab),
+                    static_cast<size_t>(vocab) * sizeof(float));
+      }
+    }
+    if (!failure.empty()) throw std::runtime_error(failure);
+  }
+
+ private:
+  void arrived(micro_batch_job* job) {
+    {
+      std::lock_guard lock(mutex_);
+      arrived_.push_back(job->index);
+    }
+    came_back_.notify_all();
+  }
+
+  // Micro-batch i once it is back from the remote stages (every link bounds its wait, and a
+  // failed one passes the job on, so this returns).
+  micro_batch_job* wait_for(size_t i) {
+    std::unique_lock lock(mutex_);
+    came_back_.wait(lock, [&] { return std::find(arrived_.begin(), arrived_.end(), i) != arrived_.end(); });
+    return &jobs_[i];
+  }
+
+  std::unique_ptr<model> last_;
+  layer_range last_layers_;
+  pipeline_settings settings_;
+  std::vector<std::unique_ptr<stage_link>> links_;
+  uint64_t step_id_ = 0;
+  std::vector<micro_batch_job> jobs_;     // this forward's, one per micro-batch
+  std::vector<forward_batch> slices_;     // their arrays
+  std::vector<float> part_logits_;        // [rows of one micro-batch, vocab]
+  std::mutex mutex_;
+  std::condition_variable came_back_;
+  std::vector<size_t> arrived_;  // indices of this forward's micro-batches back from the stages
+};
+
+}  // namespace
+
+std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, layer_range last_layers,
+                                            const std::vector<remote_stage>& remote, const pipeline_settings& settings) {
+  return std::make_unique<pipelined_model>(std::move(last_stage), last_layers, remote, settings);
+}
+
+}  // namespace troupe

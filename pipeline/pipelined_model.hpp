@@ -1,0 +1,52 @@
+#pragma once
+// A model cut into pipeline stages across processes (issue 27): the earlier stages run remotely
+// (pipeline/stage_server.hpp), the last one here, where the engine samples. Everything but the
+// layers' compute stays with the engine that drives it: the scheduler, block tables, sampling,
+// drafts and grammars see one model; each forward's batch goes to the remote stages as arrays
+// and comes back as the residual stream entering the local stage.
+//
+// A forward is cut into micro-batches (whole sequences each, about equal tokens) that flow
+// through the stages one after another, so stage k computes micro-batch i + 1 while stage k + 1
+// computes i, and the transfers overlap both (pipeline/stage_link.hpp).
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/layer_range.hpp"
+#include "model/model.hpp"
+
+namespace troupe {
+
+// One remote stage: where its server listens and the layers it holds.
+struct remote_stage {
+  std::string endpoint;  // "kvtcp://HOST:PORT"
+  layer_range layers;
+};
+
+struct pipeline_settings {
+  // Micro-batches per forward (at most one per sequence; 1 when a step asks for hidden rows).
+  int micro_batches = 2;
+  std::chrono::milliseconds connect_timeout{10000};
+  // How long one micro-batch may take at one stage before the link is given up.
+  std::chrono::milliseconds step_timeout{60000};
+
+  void validate() const;  // throws std::runtime_error naming the bad field
+};
+
+// Wraps `last_stage` (a model of the last layers, model/layer_range.hpp) with the remote stages
+// before it, connecting to each now. `remote` must cover layers 0 .. last_layers.first - 1 in
+// order. Throws std::runtime_error naming the stage and why it cannot be used.
+std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, layer_range last_layers,
+                                            const std::vector<remote_stage>& remote, const pipeline_settings& settings);
+
+// The micro-batches of `batch`: contiguous runs of whole sequences of about equal tokens, at
+// most `count` (never more than there are sequences), as [first sequence, end sequence) pairs.
+std::vector<std::pair<int, int>> cut_micro_batches(const forward_batch& batch, int count);
+
+// The arrays of sequences [first, end) of `batch` as a batch of their own (offsets from 0; no
+// logits or hidden rows).
+forward_batch slice_sequences(const forward_batch& batch, int first, int end);
+
+}  // namespace troupe

@@ -1,0 +1,97 @@
+#pragma once
+// One frame between a pipelined model and one of its remote stages (pipeline/stage_link.hpp ->
+// pipeline/stage_server.hpp and back), on a plain TCP connection: a fixed 48-byte header, then a
+// payload whose size the header's counts fix exactly.
+//
+//   hello      link -> stage   stage_hello: the stage the link expects (layers, shapes)
+//   hello_ack  stage -> link   stage_hello: what the stage holds (checked against the hello)
+//   work       link -> stage   a micro-batch of a forward: the batch's arrays, then the residual
+//                              stream entering the stage (absent for the first stage, which embeds)
+//   result     stage -> link   the residual stream leaving the stage, [num_tokens, hidden_size]
+//   failure    stage -> link   why the stage refused or could not run the frame (UTF-8 text)
+//
+// Work payload, in order, little-endian (forward_batch's fields, model/forward_batch.hpp):
+//   token_ids i32[n], positions i32[n], slot_mapping i64[n], query_start i32[s + 1],
+//   context_lengths i32[s], block_table_start i32[s + 1], block_tables i32[b],
+//   then the residual f32[n * hidden_size] when hidden_size > 0.
+//
+// Every field comes from the network: decode_stage_frame_header checks the header alone against
+// the receiver's limits (magic, version, kind, counts, the payload size those counts imply)
+// before a byte of the payload is read or allocated; decode_work_arrays checks the arrays' own
+// consistency (offsets in order and in range, positions inside their sequence's context).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/forward_batch.hpp"
+
+namespace troupe {
+
+inline constexpr uint32_t stage_frame_magic = 0x31535054;  // "TPS1" little-endian on the wire
+inline constexpr uint16_t stage_frame_version = 1;
+inline constexpr size_t stage_frame_header_bytes = 48;
+inline constexpr size_t stage_failure_max_bytes = 4096;
+
+enum class stage_frame_kind : uint16_t { hello = 1, hello_ack = 2, work = 3, result = 4, failure = 5 };
+
+struct stage_frame_header {
+  stage_frame_kind kind = stage_frame_kind::work;
+  uint64_t step_id = 0;      // work, result, failure: which forward (the link numbers them)
+  uint32_t micro_batch = 0;  // the micro-batch's index within its forward
+  int32_t num_tokens = 0;
+  int32_t num_seqs = 0;
+  int32_t num_block_ids = 0;
+  int32_t hidden_size = 0;  // width of the residual rows the frame carries; 0: none
+  uint64_t payload_bytes = 0;
+};
+
+// What one stage is, as the hello and its answer say it.
+struct stage_hello {
+  int32_t first_layer = 0;
+  int32_t end_layer = 0;  // one past the last
+  int32_t num_layers = 0;  // the whole model's
+  int32_t hidden_size = 0;
+  int32_t vocab_size = 0;
+  int32_t block_size = 0;
+  int32_t num_blocks = 0;  // hello: the blocks the link's scheduler may use; ack: the stage's pool
+};
+inline constexpr size_t stage_hello_bytes = 7 * 4;
+
+// The most a receiver accepts in one frame; a header past them is refused unread.
+struct stage_frame_limits {
+  int32_t max_tokens = 1 << 16;
+  int32_t max_seqs = 1 << 12;
+  int32_t max_block_ids = 1 << 20;
+  int32_t hidden_size = 0;  // the only residual width accepted (0: none expected yet)
+};
+
+void encode_stage_frame_header(const stage_frame_header& header, std::span<std::byte, stage_frame_header_bytes> out);
+// Throws std::invalid_argument naming the field: wrong magic, version or kind, a negative count
+// or one past `limits`, a residual width other than limits.hidden_size, payload_bytes other than
+// the counts imply.
+stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, const stage_frame_limits& limits);
+
+// The payload bytes a header's counts imply for its kind.
+uint64_t stage_payload_bytes(const stage_frame_header& header);
+// The work payload's bytes before the residual (its arrays).
+uint64_t stage_work_array_bytes(const stage_frame_header& header);
+
+// A work frame for `batch` (its arrays) and, when hidden_size > 0, `residual` [num_tokens,
+// hidden_size]: the header and arrays in `head` (header first), the residual to be sent after it
+// as it is (no copy).
+void encode_work_frame(uint64_t step_id, uint32_t micro_batch, const forward_batch& batch, int32_t hidden_size,
+                       std::vector<std::byte>& head);
+// Fills `batch`'s arrays from a work payload's array part (`arrays`, stage_work_array_bytes
+// long). Throws std::invalid_argument naming what is inconsistent; token ids are checked
+// against `vocab_size` when it is positive (the first stage embeds them).
+void decode_work_arrays(const stage_frame_header& header, std::span<const std::byte> arrays, int32_t vocab_size,
+                        forward_batch& batch);
+
+std::vector<std::byte> encode_stage_hello(const stage_hello& hello);
+// Throws std::invalid_argument for a payload that is not stage_hello_bytes long.
+stage_hello decode_stage_hello(std::span<const std::byte> payload);
+
+}  // namespace troupe

@@ -1,0 +1,78 @@
+#pragma once
+// The pipelined model's connection to one remote stage (pipeline/stage_server.hpp), with its own
+// I/O thread: micro-batches queued on it are sent one at a time (one frame in flight, so neither
+// side can block the other on a full socket), each answered frame's residual written where the
+// micro-batch says, and the micro-batch handed on to the next link or back to the model. Links
+// chained this way overlap: stage k works on micro-batch i + 1 while stage k + 1 works on i.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/forward_batch.hpp"
+#include "model/layer_range.hpp"
+#include "pipeline/stage_frame.hpp"
+
+namespace troupe {
+
+// One micro-batch of one forward on its way through the remote stages.
+struct micro_batch_job {
+  uint64_t step_id = 0;
+  uint32_t index = 0;
+  const forward_batch* batch = nullptr;  // its arrays (no logits rows: remote stages make none)
+  // The residual stream between stages, [num_tokens, hidden]: `stream[0]` in, `stream[1]` out,
+  // swapped after each stage so the next one reads what this one wrote.
+  std::vector<float> stream[2];
+  std::string failure;  // why a stage could not compute it; the rest of the chain passes it on
+};
+
+class stage_link {
+ public:
+  // Connects to `endpoint` and exchanges hellos: the stage must hold `layers` of a model with
+  // `expected`'s shapes and pool at least its num_blocks. Throws std::runtime_error naming the
+  // endpoint and the reason (no answer, a failure frame's text, a stage that is not the one
+  // expected).
+  stage_link(std::string endpoint, layer_range layers, const stage_hello& expected,
+             std::chrono::milliseconds connect_timeout, std::chrono::milliseconds step_timeout);
+  ~stage_link();
+  stage_link(const stage_link&) = delete;
+  stage_link& operator=(const stage_link&) = delete;
+
+  // Where a micro-batch goes once this link is done with it (the next link, or the model).
+  void hand_on_to(std::function<void(micro_batch_job*)> next) { next_ = std::move(next); }
+  // Queues a micro-batch; it comes out through hand_on_to's function, computed or failed.
+  void push(micro_batch_job* job);
+
+  const std::string& endpoint() const { return endpoint_; }
+  const layer_range& layers() const { return layers_; }
+  // Why the link is down, or "" while it is up. A link that failed stays down: the stage's KV
+  // for the steps it missed is gone, so a new connection could only compute wrong answers.
+  std::string broken() const;
+
+ private:
+  void run();
+  // Sends `job` to the stage and reads its answer into job->stream[1]; why not, or "".
+  std::string exchange(micro_batch_job& job);
+
+  std::string endpoint_;
+  layer_range layers_;
+  int hidden_size_ = 0;
+  std::chrono::milliseconds step_timeout_;
+  int fd_ = -1;
+  std::function<void(micro_batch_job*)> next_;
+  std::vector<std::byte> head_;  // the frame's header and arrays, reused
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<micro_batch_job*> queue_;
+  std::string broken_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace troupe

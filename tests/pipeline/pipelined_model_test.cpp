@@ -1,0 +1,232 @@
+// A model pipelined across stage servers over TCP (issue 27): an engine driving stories260K cut
+// into 2 and 3 stages, with 1 to 3 micro-batches and chunked prefill forced small, generates the
+// same greedy tokens as the whole model; a stage that is not the one expected is refused at
+// connect by name; a stage that goes away fails the next step by name instead of hanging; a
+// stage keeps serving after a frame it refuses.
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_model.hpp"
+#include "engine/llm_engine.hpp"
+#include "kvtransfer/kv_tcp.hpp"
+#include "model/loader/model_loader.hpp"
+#include "pipeline/pipelined_model.hpp"
+#include "pipeline/stage_server.hpp"
+#include "tests/shared_models.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr int block_size = 4;
+constexpr int num_blocks = 64;
+
+// A stage's weights and model (the weights must outlive it).
+struct loaded_stage {
+  std::unique_ptr<loaded_model> weights;
+  std::unique_ptr<model> m;
+};
+
+loaded_stage load_stage(layer_range layers, int blocks = num_blocks) {
+  load_options options{(test::stories260k_dir / "hf").string()};
+  options.show_progress = false;
+  options.layers = layers;
+  loaded_stage s;
+  s.weights = std::make_unique<loaded_model>(load_model(options));
+  s.m = make_cpu_model(s.weights->config, s.weights->weights, {blocks, block_size}, 1, dtype::f32, layers);
+  return s;
+}
+
+// Remote stages served here, each on its own port.
+struct served_stages {
+  std::vector<loaded_stage> stages;
+  std::vector<std::unique_ptr<stage_server>> servers;
+  std::vector<remote_stage> remote;
+};
+
+served_stages serve(const std::vector<layer_range>& ranges) {
+  served_stages s;
+  for (const layer_range& r : ranges) {
+    s.stages.push_back(load_stage(r));
+    s.servers.push_back(std::make_unique<stage_server>(*s.stages.back().m, r, stage_server_settings{}));
+    s.remote.push_back({s.servers.back()->endpoint(), r});
+  }
+  return s;
+}
+
+sampling_params greedy(int max_tokens) {
+  sampling_params p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Eight requests (pairs share a prefix, for the prefix cache) through an engine on `m`; every
+// request's tokens.
+std::map<int64_t, std::vector<int32_t>> generate(std::unique_ptr<model> m, int token_budget) {
+  engine_config config;
+  config.block_size = block_size;
+  config.max_num_batched_tokens = token_budget;
+  config.max_num_seqs = 8;
+  config.max_model_len = 128;
+  llm_engine engine(std::move(m), config, std::nullopt, 1);
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 432, 383};
+    for (int j = 0; j <= i % 4; ++j) prompt.push_back(300 + 11 * (i / 2) + j);
+    EXPECT_TRUE(engine.add_request(prompt, greedy(6 + i), 0).ok());
+  }
+  std::map<int64_t, std::vector<int32_t>> outputs;
+  for (int step = 0; step < 2000 && engine.has_unfinished(); ++step) {
+    for (const auto& out : engine.step()) {
+      auto& ids = outputs[out.request_id];
+      ids.insert(ids.end(), out.token_ids.begin(), out.token_ids.end());
+    }
+  }
+  EXPECT_FALSE(engine.has_unfinished());
+  return outputs;
+}
+
+class pipelined_model_test : public ::testing::Test {
+ protected:
+  void SetUp() override { TROUPE_REQUIRE_SHARED_MODEL(test::stories260k_dir / "hf"); }
+};
+
+TEST_F(pipelined_model_test, two_and_three_stages_generate_the_whole_models_tokens) {
+  const auto expected = generate(load_stage({}).m, 64);
+  ASSERT_EQ(expected.size(), 8u);
+  for (int micro_batches : {1, 2, 3}) {
+    for (int budget : {64, 5}) {  // 5: prompts in chunks, chunks and decodes mixed
+      pipeline_settings settings;
+      settings.micro_batches = micro_batches;
+      {
+        served_stages front = serve({{0, 2}});
+        loaded_stage last = load_stage({2, 5});
+        auto pipelined = make_pipelined_model(std::move(last.m), {2, 5}, front.remote, settings);
+        EXPECT_EQ(generate(std::move(pipelined), budget), expected) << micro_batches << " micro-batches, budget " << budget;
+        EXPECT_GT(front.servers[0]->frames_computed(), 0u);
+      }
+      {
+        served_stages front = serve({{0, 1}, {1, 3}});
+        loaded_stage last = load_stage({3, 5});
+        auto pipelined = make_pipelined_model(std::move(last.m), {3, 5}, front.remote, settings);
+        EXPECT_EQ(generate(std::move(pipelined), budget), expected) << "3 stages, " << micro_batches << " micro-batches";
+      }
+    }
+  }
+}
+
+TEST_F(pipelined_model_test, a_stage_that_is_not_the_one_expected_is_refused_at_connect) {
+  served_stages front = serve({{0, 2}});
+  auto refusal = [&](layer_range claimed, layer_range last_layers, int last_blocks) -> std::string {
+    loaded_stage last = load_stage(last_layers, last_blocks);
+    try {
+      make_pipelined_model(std::move(last.m), last_layers, {{front.remote[0].endpoint, claimed}}, {});
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(refusal({0, 3}, {3, 5}, num_blocks).find("the link expects layers 0-2, this stage holds 0-1"),
+            std::string::npos);
+  EXPECT_NE(refusal({0, 2}, {2, 5}, 2 * num_blocks).find("raise its KV budget"), std::string::npos);
+  EXPECT_NE(refusal({0, 1}, {2, 5}, num_blocks).find("layers 1-1 are in no stage"), std::string::npos);
+  // And the stage still serves a link that fits.
+  loaded_stage last = load_stage({2, 5});
+  EXPECT_NO_THROW(make_pipelined_model(std::move(last.m), {2, 5}, front.remote, {}));
+}
+
+TEST_F(pipelined_model_test, a_stage_that_goes_away_fails_the_step_by_name) {
+  served_stages front = serve({{0, 2}});
+  loaded_stage last = load_stage({2, 5});
+  pipeline_settings settings;
+  settings.step_timeout = std::chrono::milliseconds(3000);
+  auto pipelined = make_pipelined_model(std::move(last.m), {2, 5}, front.remote, settings);
+  front.servers.clear();  // the stage's process is gone
+  forward_batch batch;
+  batch.token_ids = {1, 403};
+  batch.positions = {0, 1};
+  batch.slot_mapping = {0, 1};
+  batch.query_start = {0, 2};
+  batch.context_lengths = {2};
+  batch.block_table_start = {0, 1};
+  batch.block_tables = {0};
+  batch.logits_rows = {1};
+  std::vector<float> logits(512);
+  try {
+    pipelined->forward(batch, logits.data());
+    ADD_FAILURE() << "a step through a stage that is gone succeeded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("pipeline stage 0-1 at " + front.remote[0].endpoint), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(pipelined->forward(batch, logits.data()), std::runtime_error);  // the link stays down
+}
+
+TEST_F(pipelined_model_test, a_stage_answers_a_bad_frame_with_a_failure_and_keeps_serving) {
+  served_stages front = serve({{0, 2}});
+  // A raw client: hello, then a work frame whose token id is outside the vocabulary.
+  std::string why;
+  const int fd = kv_tcp_connect(front.remote[0].endpoint, std::chrono::milliseconds(2000),
+                                std::chrono::milliseconds(2000), why);
+  ASSERT_GE(fd, 0) << why;
+  kv_tcp_prepare_accepted(fd, std::chrono::milliseconds(5000));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const model_config& c = front.stages[0].m->config();
+  stage_frame_header hello;
+  hello.kind = stage_frame_kind::hello;
+  hello.payload_bytes = stage_hello_bytes;
+  std::array<std::byte, stage_frame_header_bytes> head{};
+  encode_stage_frame_header(hello, head);
+  ASSERT_EQ(kv_tcp_write_frame(fd, head,
+                               encode_stage_hello({0, 2, c.num_layers, c.hidden_size, c.vocab_size, block_size, 8}),
+                               deadline, why),
+            kv_tcp_write::done);
+  stage_frame_limits limits;
+  limits.hidden_size = c.hidden_size;
+  ASSERT_TRUE(kv_tcp_read_exact(fd, head, deadline, why)) << why;
+  stage_frame_header ack = decode_stage_frame_header(head, limits);
+  ASSERT_EQ(ack.kind, stage_frame_kind::hello_ack);
+  std::vector<std::byte> ack_payload(ack.payload_bytes);
+  ASSERT_TRUE(kv_tcp_read_exact(fd, ack_payload, deadline, why));
+
+  forward_batch bad;
+  bad.token_ids = {9999};
+  bad.positions = {0};
+  bad.slot_mapping = {0};
+  bad.query_start = {0, 1};
+  bad.context_lengths = {1};
+  bad.block_table_start = {0, 1};
+  bad.block_tables = {0};
+  std::vector<std::byte> frame;
+  encode_work_frame(1, 0, bad, 0, frame);
+  ASSERT_EQ(kv_tcp_write_frame(fd, frame, {}, deadline, why), kv_tcp_write::done);
+  ASSERT_TRUE(kv_tcp_read_exact(fd, head, deadline, why)) << why;
+  const stage_frame_header answer = decode_stage_frame_header(head, limits);
+  ASSERT_EQ(answer.kind, stage_frame_kind::failure);
+  std::string text(answer.payload_bytes, '\0');
+  ASSERT_TRUE(kv_tcp_read_exact(fd, std::as_writable_bytes(std::span(text.data(), text.size())), deadline, why));
+  EXPECT_NE(text.find("token id 9999 outside the vocabulary"), std::string::npos) << text;
+
+  // The same connection computes a good frame next.
+  bad.token_ids = {403};
+  encode_work_frame(2, 0, bad, 0, frame);
+  ASSERT_EQ(kv_tcp_write_frame(fd, frame, {}, deadline, why), kv_tcp_write::done);
+  ASSERT_TRUE(kv_tcp_read_exact(fd, head, deadline, why)) << why;
+  const stage_frame_header result = decode_stage_frame_header(head, limits);
+  EXPECT_EQ(result.kind, stage_frame_kind::result);
+  EXPECT_EQ(result.step_id, 2u);
+  EXPECT_EQ(front.servers[0]->frames_refused(), 1u);
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,137 @@
+// The pipeline's stage frames (issue 27): what a stage reads off the network is refused by name
+// when its header lies (sizes, counts, widths, kind) before anything is allocated, and a work
+// frame's arrays are checked for consistency before a model sees them.
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipeline/pipelined_model.hpp"
+#include "pipeline/stage_frame.hpp"
+
+namespace troupe {
+namespace {
+
+// Two sequences: 3 new tokens of a 5-token context, and 1 of 2.
+forward_batch sample_batch() {
+  forward_batch b;
+  b.token_ids = {4, 5, 6, 7};
+  b.positions = {2, 3, 4, 1};
+  b.slot_mapping = {2, 3, 4, 9};
+  b.query_start = {0, 3, 4};
+  b.context_lengths = {5, 2};
+  b.block_table_start = {0, 2, 3};
+  b.block_tables = {0, 1, 2};
+  return b;
+}
+
+std::string refusal(auto&& call) {
+  try {
+    call();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+stage_frame_header header_of(const std::vector<std::byte>& head, const stage_frame_limits& limits) {
+  return decode_stage_frame_header(std::span(head.data(), stage_frame_header_bytes), limits);
+}
+
+TEST(stage_frame, a_work_frame_round_trips) {
+  const forward_batch b = sample_batch();
+  std::vector<std::byte> head;
+  encode_work_frame(7, 1, b, 16, head);
+  stage_frame_limits limits;
+  limits.hidden_size = 16;
+  const stage_frame_header h = header_of(head, limits);
+  EXPECT_EQ(h.kind, stage_frame_kind::work);
+  EXPECT_EQ(h.step_id, 7u);
+  EXPECT_EQ(h.micro_batch, 1u);
+  EXPECT_EQ(h.payload_bytes, stage_work_array_bytes(h) + 4u * 16u * 4u);
+  forward_batch back;
+  decode_work_arrays(h, std::span(head).subspan(stage_frame_header_bytes), 100, back);
+  EXPECT_EQ(back.token_ids, b.token_ids);
+  EXPECT_EQ(back.positions, b.positions);
+  EXPECT_EQ(back.slot_mapping, b.slot_mapping);
+  EXPECT_EQ(back.query_start, b.query_start);
+  EXPECT_EQ(back.context_lengths, b.context_lengths);
+  EXPECT_EQ(back.block_table_start, b.block_table_start);
+  EXPECT_EQ(back.block_tables, b.block_tables);
+}
+
+TEST(stage_frame, lying_headers_are_refused_before_the_payload) {
+  std::vector<std::byte> head;
+  encode_work_frame(1, 0, sample_batch(), 16, head);
+  stage_frame_limits limits;
+  limits.hidden_size = 16;
+  auto with = [&](size_t offset, auto value) {
+    std::vector<std::byte> bad(head.begin(), head.begin() + stage_frame_header_bytes);
+    std::memcpy(bad.data() + offset, &value, sizeof value);
+    return refusal([&] { header_of(bad, limits); });
+  };
+  EXPECT_NE(with(0, uint32_t{0x12345678}).find("bad magic"), std::string::npos);
+  EXPECT_NE(with(4, uint16_t{9}).find("version 9"), std::string::npos);
+  EXPECT_NE(with(6, uint16_t{77}).find("unknown kind 77"), std::string::npos);
+  EXPECT_NE(with(20, int32_t{-1}).find("num_tokens -1"), std::string::npos);
+  EXPECT_NE(with(20, int32_t{1 << 20}).find("num_tokens"), std::string::npos);  // past max_tokens
+  EXPECT_NE(with(24, int32_t{9}).find("num_seqs 9"), std::string::npos);         // more sequences than tokens
+  EXPECT_NE(with(28, int32_t{1 << 30}).find("num_block_ids"), std::string::npos);
+  EXPECT_NE(with(32, int32_t{17}).find("residual width 17, expected 16"), std::string::npos);
+  EXPECT_NE(with(40, uint64_t{1} << 40).find("its counts make"), std::string::npos);  // the size lies
+  stage_frame_header failure;
+  failure.kind = stage_frame_kind::failure;
+  failure.payload_bytes = stage_failure_max_bytes + 1;
+  std::array<std::byte, stage_frame_header_bytes> text_head{};
+  encode_stage_frame_header(failure, text_head);
+  EXPECT_NE(refusal([&] { decode_stage_frame_header(text_head, limits); }).find("failure text bytes"), std::string::npos);
+}
+
+TEST(stage_frame, inconsistent_arrays_are_refused_by_name) {
+  auto refused = [](auto edit, int vocab = 100) {
+    forward_batch b = sample_batch();
+    edit(b);
+    std::vector<std::byte> head;
+    encode_work_frame(1, 0, b, 0, head);
+    stage_frame_limits limits;
+    const stage_frame_header h = header_of(head, limits);
+    forward_batch out;
+    return refusal([&] { decode_work_arrays(h, std::span(head).subspan(stage_frame_header_bytes), vocab, out); });
+  };
+  EXPECT_NE(refused([](forward_batch& b) { b.query_start = {0, 3, 3}; }).find("query_start must run from 0 to 4"),
+            std::string::npos);
+  EXPECT_NE(refused([](forward_batch& b) { b.query_start = {0, 5, 4}; }).find("query_start goes back"), std::string::npos);
+  EXPECT_NE(refused([](forward_batch& b) { b.block_table_start = {0, 4, 3}; }).find("block_table_start goes back"),
+            std::string::npos);
+  EXPECT_NE(refused([](forward_batch& b) { b.positions[1] = 5; }).find("position 5 outside its context of 5"),
+            std::string::npos);
+  EXPECT_NE(refused([](forward_batch& b) { b.positions[3] = -1; }).find("position -1"), std::string::npos);
+  EXPECT_NE(refused([](forward_batch& b) { b.token_ids[0] = 100; }).find("token id 100 outside the vocabulary"),
+            std::string::npos);
+  EXPECT_EQ(refused([](forward_batch& b) { b.token_ids[0] = 100; }, 0), "");  // later stages do not embed
+}
+
+TEST(stage_frame, micro_batches_cut_whole_sequences_of_about_equal_tokens) {
+  forward_batch b;
+  b.query_start = {0, 10, 11, 12, 13, 23};  // two prefill chunks of 10 and three decodes
+  b.token_ids.resize(23);
+  b.context_lengths.resize(5);
+  EXPECT_EQ(cut_micro_batches(b, 1), (std::vector<std::pair<int, int>>{{0, 5}}));
+  EXPECT_EQ(cut_micro_batches(b, 2), (std::vector<std::pair<int, int>>{{0, 2}, {2, 5}}));
+  const auto five = cut_micro_batches(b, 9);  // never more than the sequences
+  EXPECT_EQ(five.size(), 5u);
+  const forward_batch full = sample_batch();
+  const forward_batch second = slice_sequences(full, 1, 2);
+  EXPECT_EQ(second.token_ids, (std::vector<int32_t>{7}));
+  EXPECT_EQ(second.query_start, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(second.block_table_start, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(second.block_tables, (std::vector<int32_t>{2}));
+  EXPECT_EQ(second.context_lengths, (std::vector<int32_t>{2}));
+}
+
+}  // namespace
+}  // namespace troupe
