@@ -120,8 +120,8 @@ std::unique_ptr<model> make_backend_model(const model_config& config, const weig
                                           device_kind device, const kv_pool_request& kv,
                                           const backend_options& options) {
   if (device == device_kind::cuda) {
-    if (options.layers != layer_range{} && !options.layers.whole(config.num_layers)) {
-      throw std::runtime_error("pipeline stage of layers " + layer_range_text(options.layers) +
+    if (!options.layers.resolved(config.num_layers).whole(config.num_layers)) {
+      throw std::runtime_error("pipeline stage of layers " + layer_range_text(options.layers.resolved(config.num_layers)) +
                                ": pipeline stages run on the CPU backend only so far (use --device cpu)");
     }
 #ifdef TROUPE_HAVE_CUDA

@@ -15,12 +15,13 @@ namespace troupe {
 
 struct layer_range {
   int first = 0;
-  int end = 0;  // one past the last layer; 0 with first 0: every layer (the whole model)
+  int end = 0;  // one past the last layer; 0: up to the model's last layer (the default: all of them)
 
   // The whole model of `num_layers` layers.
   static layer_range all(int num_layers) { return {0, num_layers}; }
-  // [first, end) resolved against the model: the empty default stands for every layer.
-  layer_range resolved(int num_layers) const { return end == 0 && first == 0 ? all(num_layers) : *this; }
+  // [first, end) resolved against the model: end 0 stands for "to the last layer", so the
+  // default is every layer and {k, 0} the last stage from layer k on.
+  layer_range resolved(int num_layers) const { return end == 0 ? layer_range{first, num_layers} : *this; }
 
   int count() const { return end - first; }
   bool holds(int layer) const { return layer >= first && layer < end; }

@@ -111,8 +111,8 @@ model_tensor_names tensor_names(const model_config& config) {
 }
 
 std::vector<tensor_spec> expected_tensors(const model_config& config, layer_range layers) {
-  if (layers != layer_range{}) check_layer_range(layers, config.num_layers);
   layers = layers.resolved(config.num_layers);
+  if (config.num_layers > 0) check_layer_range(layers, config.num_layers);
   const int64_t hidden = config.hidden_size;
   const int64_t q_size = int64_t{config.num_heads} * config.head_dim;
   const int64_t kv_size = int64_t{config.num_kv_heads} * config.head_dim;

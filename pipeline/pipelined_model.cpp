@@ -62,7 +62,7 @@ class pipelined_model final : public model {
  public:
   pipelined_model(std::unique_ptr<model> last, layer_range last_layers, const std::vector<remote_stage>& remote,
                   const pipeline_settings& settings)
-      : last_(std::move(last)), last_layers_(last_layers), settings_(settings) {
+      : last_(std::move(last)), last_layers_(last_layers.resolved(last_->config().num_layers)), settings_(settings) {
     settings_.validate();
     const model_config& c = last_->config();
     std::vector<layer_range> ranges;
@@ -79,6 +79,8 @@ class pipelined_model final : public model {
       links_.push_back(std::make_unique<stage_link>(r.endpoint, r.layers, expected, settings_.connect_timeout,
                                                     settings_.step_timeout));
     }
+    shape_ = last_->kv_shape();
+    for (const auto& link : links_) shape_.num_blocks = std::min(shape_.num_blocks, link->num_blocks());
     for (size_t i = 0; i < links_.size(); ++i) {
       if (i + 1 < links_.size()) {
         stage_link* next = links_[i + 1].get();
@@ -92,7 +94,7 @@ class pipelined_model final : public model {
   ~pipelined_model() override { links_.clear(); }  // joins the link threads before the rest goes
 
   const model_config& config() const override { return last_->config(); }
-  kv_cache_shape kv_shape() const override { return last_->kv_shape(); }
+  kv_cache_shape kv_shape() const override { return shape_; }
   std::string backend_name() const override {
     std::string text = "pipeline of " + std::to_string(links_.size() + 1) + " stages (";
     for (const auto& link : links_) text += "layers " + layer_range_text(link->layers()) + " at " + link->endpoint() + "; ";
@@ -196,6 +198,7 @@ class pipelined_model final : public model {
   std::unique_ptr<model> last_;
   layer_range last_layers_;
   pipeline_settings settings_;
+  kv_cache_shape shape_;  // the smallest pool of all the stages'
   std::vector<std::unique_ptr<stage_link>> links_;
   uint64_t step_id_ = 0;
   std::vector<micro_batch_job> jobs_;     // this forward's, one per micro-batch

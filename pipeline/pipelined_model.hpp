@@ -37,7 +37,8 @@ struct pipeline_settings {
 
 // Wraps `last_stage` (a model of the last layers, model/layer_range.hpp) with the remote stages
 // before it, connecting to each now. `remote` must cover layers 0 .. last_layers.first - 1 in
-// order. Throws std::runtime_error naming the stage and why it cannot be used.
+// order. The model's KV pool is the smallest of the stages' (every stage holds its layers' KV in
+// the same blocks). Throws std::runtime_error naming the stage and why it cannot be used.
 std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, layer_range last_layers,
                                             const std::vector<remote_stage>& remote, const pipeline_settings& settings);
 

@@ -56,7 +56,8 @@ struct stage_hello {
   int32_t hidden_size = 0;
   int32_t vocab_size = 0;
   int32_t block_size = 0;
-  int32_t num_blocks = 0;  // hello: the blocks the link's scheduler may use; ack: the stage's pool
+  int32_t num_blocks = 0;  // the KV pool's blocks (hello: the driver's; ack: the stage's): the
+                           // pipeline schedules the fewest of them
 };
 inline constexpr size_t stage_hello_bytes = 7 * 4;
 

@@ -68,6 +68,7 @@ stage_link::stage_link(std::string endpoint, layer_range layers, const stage_hel
   if (held.first_layer != layers_.first || held.end_layer != layers_.end) {
     throw fail("the stage holds layers " + layer_range_text({held.first_layer, held.end_layer}));
   }
+  num_blocks_ = held.num_blocks;
   thread_ = std::thread([this] { run(); });
 }
 

@@ -35,7 +35,7 @@ struct micro_batch_job {
 class stage_link {
  public:
   // Connects to `endpoint` and exchanges hellos: the stage must hold `layers` of a model with
-  // `expected`'s shapes and pool at least its num_blocks. Throws std::runtime_error naming the
+  // `expected`'s shapes and KV block size. Throws std::runtime_error naming the
   // endpoint and the reason (no answer, a failure frame's text, a stage that is not the one
   // expected).
   stage_link(std::string endpoint, layer_range layers, const stage_hello& expected,
@@ -51,6 +51,8 @@ class stage_link {
 
   const std::string& endpoint() const { return endpoint_; }
   const layer_range& layers() const { return layers_; }
+  // The blocks of the stage's KV pool (its hello's answer).
+  int num_blocks() const { return num_blocks_; }
   // Why the link is down, or "" while it is up. A link that failed stays down: the stage's KV
   // for the steps it missed is gone, so a new connection could only compute wrong answers.
   std::string broken() const;
@@ -63,6 +65,7 @@ class stage_link {
   std::string endpoint_;
   layer_range layers_;
   int hidden_size_ = 0;
+  int num_blocks_ = 0;
   std::chrono::milliseconds step_timeout_;
   int fd_ = -1;
   std::function<void(micro_batch_job*)> next_;

@@ -124,10 +124,9 @@ bool stage_server::greet(int fd) {
                std::to_string(wanted.hidden_size) + ", vocab " + std::to_string(wanted.vocab_size) +
                ") is not this stage's (" + std::to_string(held.num_layers) + " layers, hidden " +
                std::to_string(held.hidden_size) + ", vocab " + std::to_string(held.vocab_size) + ")";
-  } else if (wanted.block_size != held.block_size || wanted.num_blocks > held.num_blocks) {
-    mismatch = "the link schedules " + std::to_string(wanted.num_blocks) + " KV blocks of " +
-               std::to_string(wanted.block_size) + " tokens; this stage pools " + std::to_string(held.num_blocks) +
-               " of " + std::to_string(held.block_size) + " (raise its KV budget)";
+  } else if (wanted.block_size != held.block_size) {
+    mismatch = "the link's KV blocks hold " + std::to_string(wanted.block_size) + " tokens, this stage's " +
+               std::to_string(held.block_size);
   }
   if (!mismatch.empty()) {
     send_failure(fd, header, "pipeline stage " + layer_range_text(layers_) + ": " + mismatch);

@@ -336,7 +336,7 @@ class cpu_model final : public model {
   }
 
   static layer_range checked_stage(const model_config& config, layer_range stage) {
-    if (stage == layer_range{}) return layer_range::all(config.num_layers);
+    stage = stage.resolved(config.num_layers);
     check_layer_range(stage, config.num_layers);
     return stage;
   }
@@ -527,7 +527,7 @@ int cpu_kv_blocks_for_budget(const model_config& config, size_t bytes, int block
   }
   model_config c = config;
   if (c.head_dim == 0 && c.num_heads > 0) c.head_dim = c.hidden_size / c.num_heads;
-  if (layers != layer_range{}) c.num_layers = layers.count();  // a pipeline stage pools its layers only
+  c.num_layers = layers.resolved(c.num_layers).count();  // a pipeline stage pools its layers only
   const size_t per_block = cpu::kv_pool::bytes_per_block(c, block_size, kv_dtype);
   if (per_block == 0) throw std::runtime_error("model config has an empty KV cache per block");
   return static_cast<int>(std::min<size_t>(bytes / per_block, INT32_MAX));

@@ -69,9 +69,10 @@ load_format parse_load_format(std::string_view name) {
 namespace {
 
 // A pipeline stage forgets the other stages' tensors before anything reads them.
-void keep_stage_tensors(loaded_model& model, const layer_range& layers) {
-  if (layers == layer_range{} || layers.whole(model.config.num_layers)) return;
+void keep_stage_tensors(loaded_model& model, layer_range layers) {
+  layers = layers.resolved(model.config.num_layers);
   check_layer_range(layers, model.config.num_layers);
+  if (layers.whole(model.config.num_layers)) return;
   const size_t forgotten = model.weights.keep_only(stage_tensor_names(model.config, layers));
   spdlog::info("pipeline stage of layers {}: {:.1f} MiB of other stages' weights left unread",
                layer_range_text(layers), static_cast<double>(forgotten) / (1 << 20));

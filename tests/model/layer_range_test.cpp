@@ -48,6 +48,7 @@ TEST(layer_range, default_is_the_whole_model) {
   EXPECT_TRUE(all.holds_head(5));
   EXPECT_FALSE((layer_range{1, 3}).holds_embedding());
   EXPECT_FALSE((layer_range{1, 3}).holds_head(5));
+  EXPECT_EQ((layer_range{2, 0}).resolved(5), (layer_range{2, 5}));  // from layer 2 to the last
 }
 
 TEST(layer_range, pipeline_stages_must_cover_every_layer_once_in_order) {

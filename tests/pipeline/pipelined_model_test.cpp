@@ -137,11 +137,11 @@ TEST_F(pipelined_model_test, a_stage_that_is_not_the_one_expected_is_refused_at_
   };
   EXPECT_NE(refusal({0, 3}, {3, 5}, num_blocks).find("the link expects layers 0-2, this stage holds 0-1"),
             std::string::npos);
-  EXPECT_NE(refusal({0, 2}, {2, 5}, 2 * num_blocks).find("raise its KV budget"), std::string::npos);
   EXPECT_NE(refusal({0, 1}, {2, 5}, num_blocks).find("layers 1-1 are in no stage"), std::string::npos);
-  // And the stage still serves a link that fits.
-  loaded_stage last = load_stage({2, 5});
-  EXPECT_NO_THROW(make_pipelined_model(std::move(last.m), {2, 5}, front.remote, {}));
+  // And the stage still serves a link that fits, the pipeline's pool the smaller of the two.
+  loaded_stage last = load_stage({2, 5}, 2 * num_blocks);
+  auto pipelined = make_pipelined_model(std::move(last.m), {2, 0}, front.remote, {});
+  EXPECT_EQ(pipelined->kv_shape().num_blocks, num_blocks);
 }
 
 TEST_F(pipelined_model_test, a_stage_that_goes_away_fails_the_step_by_name) {
