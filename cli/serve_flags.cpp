@@ -123,6 +123,12 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
                  "seconds between throughput lines, printed only when something happened (0: off; at most 3600; default 10)")
       ->check(CLI::Range(0, 3600));
   app.add_flag("--no-access-log", flags.no_access_log, "no line per finished request");
+  app.add_option("--pipeline-stage", flags.pipeline_stages,
+                 "a remote pipeline stage holding the model's earlier layers, KVTCP_ENDPOINT@FIRST-LAST as `troupe stage` "
+                 "prints it; repeat in layer order from layer 0 (this engine holds the layers after the last)");
+  app.add_option("--micro-batches", flags.micro_batches,
+                 "pipeline stages: micro-batches a step is cut into so the stages overlap (1 to 64; default 2)")
+      ->check(CLI::Range(1, 64));
 }
 
 topology topology_from_flags(const serve_flags& flags) {
@@ -190,6 +196,11 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.drain_timeout_s >= 0) t.drain_timeout_s = flags.drain_timeout_s;
   if (flags.log_stats_interval_s >= 0) t.log_stats_interval_s = flags.log_stats_interval_s;
   if (flags.no_access_log) t.access_log = false;
+  if (!flags.pipeline_stages.empty()) {
+    t.pipeline.stages.clear();
+    for (const std::string& text : flags.pipeline_stages) t.pipeline.stages.push_back(parse_remote_stage(text));
+  }
+  if (flags.micro_batches > 0) t.pipeline.micro_batches = flags.micro_batches;
   t.validate();
   return t;
 }

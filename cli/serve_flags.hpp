@@ -62,6 +62,8 @@ struct serve_flags {
   int log_stats_interval_s = -1;  // -1: not given (the file's, else 10)
   bool no_access_log = false;
   std::string log_format = "text";  // applied while the command line is parsed (every line after)
+  std::vector<std::string> pipeline_stages;  // kvtcp://HOST:PORT@FIRST-LAST each, in layer order
+  int micro_batches = 0;                     // 0: not given (the file's, else 2)
 };
 
 // Binds every flag but the topology file itself (each command names that its own way).

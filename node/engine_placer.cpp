@@ -51,6 +51,8 @@ worker_spec engine_placer::worker_for(const std::string& node) const {
   spec.kv_transport = topology_.disaggregation.transport;
   spec.draft_model = topology_.speculative.draft_spec(spec.model);  // the draft's KV as the node's
   spec.ngram = topology_.speculative.ngram;
+  spec.pipeline = topology_.pipeline;
+  spec.model.backend.layers = topology_.pipeline.engine_layers();
   return spec;
 }
 

@@ -99,6 +99,15 @@ class table_reader {
     }
   }
 
+  // An array of tables (`key = [{ ... }, ...]`), or null when the key is absent.
+  const toml::array* read_tables(const char* key) {
+    const toml::node* node = find(key);
+    if (!node) return nullptr;
+    const toml::array* items = node->as_array();
+    if (!items || !items->is_array_of_tables()) bad(key, "an array of tables");
+    return items;
+  }
+
   void finish() const {
     if (!table_) return;
     for (const auto& [key, value] : *table_) {
@@ -176,6 +185,7 @@ model_spec speculative_settings::draft_spec(const model_spec& target) const {
   draft.num_kv_blocks = 0;
   draft.kv_memory_mb = draft_kv_memory_mb;
   draft.max_model_len = 0;  // the draft's own; the proposer drafts for no longer history
+  draft.backend.layers = {};  // the whole draft, even where the target is a pipeline's last stage
   return draft;
 }
 
@@ -216,6 +226,19 @@ void topology::validate() const {
   };
   model.validate_settings();  // the path may come later, from --model; loading checks it
   if (zmq_endpoint.empty()) throw std::runtime_error("zmq_endpoint is empty");
+  if (!pipeline.empty()) {
+    pipeline.validate();
+    // One driving engine per set of stage servers: a stage serves one link at a time and holds
+    // the KV of that engine's blocks.
+    if (placement.engines.size() != 1 || !placement.prefill.empty() || !placement.decode.empty()) {
+      throw std::runtime_error("[pipeline] drives one engine instance; [placement] places " +
+                               std::to_string(placement.engines.size() + placement.prefill.size() + placement.decode.size()) +
+                               " (prefill/decode pairs and replicas of a pipeline come later)");
+    }
+    if (model.device == device_request::cuda) {
+      throw std::runtime_error("[pipeline] stages run on the CPU backend so far; use device = \"cpu\"");
+    }
+  }
   positive(tokenizer_pool_size, "tokenizer pool_size");
   positive(max_num_batched_tokens, "max_num_batched_tokens");
   positive(max_waiting_requests, "max_waiting_requests");
@@ -356,14 +379,14 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   }
   static const std::set<std::string> sections = {"model",   "node",      "frontend",  "http",          "tokenizer",
                                                   "scheduler", "cluster", "placement", "disaggregation",
-                                                  "speculative"};
+                                                  "speculative", "pipeline"};
   for (const auto& [key, value] : root) {
     const bool node_list = key.str() == "nodes" && value.is_array_of_tables();
     if (!node_list && (!sections.count(std::string(key.str())) || !value.is_table())) {
       throw std::runtime_error(source + ": unknown section or top-level key '" +
                                std::string(key.str()) + "' (expected [model], [node], [frontend], "
                                "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [placement], "
-                               "[disaggregation], [speculative])");
+                               "[disaggregation], [speculative], [pipeline])");
     }
   }
   topology t;
@@ -483,6 +506,22 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   speculative.read("ngram_min", t.speculative.ngram.min_n);
   speculative.read("ngram_max", t.speculative.ngram.max_n);
   speculative.finish();
+  table_reader pipeline(root["pipeline"].as_table(), "pipeline", source);
+  if (const toml::array* stages = pipeline.read_tables("stages")) {
+    for (const toml::node& entry : *stages) {
+      table_reader stage(entry.as_table(), "pipeline.stages", source);
+      remote_stage remote;
+      stage.read("endpoint", remote.endpoint);
+      stage.read_parsed("layers", remote.layers,
+                        [](const std::string& text) { return parse_layer_range(text, std::numeric_limits<int>::max()); });
+      stage.finish();
+      t.pipeline.stages.push_back(std::move(remote));
+    }
+  }
+  pipeline.read("micro_batches", t.pipeline.micro_batches);
+  pipeline.read("step_timeout_ms", t.pipeline.step_timeout_ms);
+  pipeline.read("connect_timeout_ms", t.pipeline.connect_timeout_ms);
+  pipeline.finish();
   t.validate();
   return t;
 }

@@ -12,6 +12,7 @@
 #include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_transport.hpp"
+#include "pipeline/pipelined_model.hpp"
 #include "node/tls_limits.hpp"
 
 namespace troupe {
@@ -149,6 +150,10 @@ struct topology {
   stage_placement placement;
   disaggregation_settings disaggregation;
   speculative_settings speculative;
+  // [pipeline]: the model's earlier layers on `troupe stage` servers, the engine holding the
+  // rest (issue 27): stages = [{ endpoint = "kvtcp://HOST:PORT", layers = "0-15" }, ...],
+  // micro_batches, step_timeout_ms. One engine instance, on the CPU, so far.
+  pipeline_plan pipeline;
 
   // True when every stage runs in the controller's process.
   bool colocated() const;

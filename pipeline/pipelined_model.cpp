@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 
@@ -17,6 +18,35 @@ void pipeline_settings::validate() const {
   if (connect_timeout.count() <= 0 || step_timeout.count() <= 0) {
     throw std::runtime_error("pipeline timeouts must be positive");
   }
+}
+
+void pipeline_plan::validate() const {
+  int next = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const remote_stage& s = stages[i];
+    const std::string which = "[pipeline] stage " + std::to_string(i);
+    if (!s.endpoint.starts_with("kvtcp://")) {
+      throw std::runtime_error(which + ": endpoint \"" + s.endpoint + "\" is not kvtcp://HOST:PORT (what `troupe stage` prints)");
+    }
+    if (s.layers.first != next || s.layers.end <= s.layers.first) {
+      throw std::runtime_error(which + " holds layers " + layer_range_text(s.layers) + "; expected it to start at layer " +
+                               std::to_string(next) + " (stages follow one another from layer 0)");
+    }
+    next = s.layers.end;
+  }
+  pipeline_settings settings;
+  settings.micro_batches = micro_batches;
+  settings.step_timeout = std::chrono::milliseconds(step_timeout_ms);
+  settings.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
+  settings.validate();
+}
+
+remote_stage parse_remote_stage(const std::string& text) {
+  const size_t at = text.rfind('@');
+  if (at == std::string::npos || at == 0 || at + 1 == text.size()) {
+    throw std::runtime_error("pipeline stage \"" + text + "\": expected kvtcp://HOST:PORT@FIRST-LAST");
+  }
+  return {text.substr(0, at), parse_layer_range(text.substr(at + 1), std::numeric_limits<int>::max())};
 }
 
 std::vector<std::pair<int, int>> cut_micro_batches(const forward_batch& batch, int count) {
@@ -214,6 +244,15 @@ class pipelined_model final : public model {
 std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, layer_range last_layers,
                                             const std::vector<remote_stage>& remote, const pipeline_settings& settings) {
   return std::make_unique<pipelined_model>(std::move(last_stage), last_layers, remote, settings);
+}
+
+std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, const pipeline_plan& plan) {
+  plan.validate();
+  pipeline_settings settings;
+  settings.micro_batches = plan.micro_batches;
+  settings.step_timeout = std::chrono::milliseconds(plan.step_timeout_ms);
+  settings.connect_timeout = std::chrono::milliseconds(plan.connect_timeout_ms);
+  return make_pipelined_model(std::move(last_stage), plan.engine_layers(), plan.stages, settings);
 }
 
 }  // namespace troupe

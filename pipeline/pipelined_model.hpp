@@ -25,6 +25,26 @@ struct remote_stage {
   layer_range layers;
 };
 
+// Where an engine's earlier layers run and how they are driven: the topology's [pipeline] and
+// `troupe serve --pipeline-stage`, carried to the worker that loads the engine's own layers
+// (the rest: engine_layers()).
+struct pipeline_plan {
+  std::vector<remote_stage> stages;  // in layer order from layer 0; empty: no pipeline
+  int32_t micro_batches = 2;
+  int32_t step_timeout_ms = 60000;
+  int32_t connect_timeout_ms = 10000;
+
+  bool empty() const { return stages.empty(); }
+  // The layers the engine itself holds: from the last remote stage's end to the model's last.
+  layer_range engine_layers() const { return stages.empty() ? layer_range{} : layer_range{stages.back().layers.end, 0}; }
+  // Throws std::runtime_error naming the bad field: endpoints that are not kvtcp://HOST:PORT,
+  // stages that do not follow one another from layer 0, a micro-batch count or timeout out of range.
+  void validate() const;
+};
+
+// "kvtcp://HOST:PORT@FIRST-LAST", as `--pipeline-stage` takes it. Throws naming the text.
+remote_stage parse_remote_stage(const std::string& text);
+
 struct pipeline_settings {
   // Micro-batches per forward (at most one per sequence; 1 when a step asks for hidden rows).
   int micro_batches = 2;
@@ -41,6 +61,8 @@ struct pipeline_settings {
 // the same blocks). Throws std::runtime_error naming the stage and why it cannot be used.
 std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, layer_range last_layers,
                                             const std::vector<remote_stage>& remote, const pipeline_settings& settings);
+// The same for a plan: the last stage holds plan.engine_layers().
+std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, const pipeline_plan& plan);
 
 // The micro-batches of `batch`: contiguous runs of whole sequences of about equal tokens, at
 // most `count` (never more than there are sequences), as [first sequence, end sequence) pairs.

@@ -349,10 +349,20 @@ typename Inspector::result_type inspect(Inspector& f, tokenizer_spec& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remote_stage& x) {
+  return f(caf::meta::type_name("remote_stage"), x.endpoint, x.layers);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pipeline_plan& x) {
+  return f(caf::meta::type_name("pipeline_plan"), x.stages, x.micro_batches, x.step_timeout_ms, x.connect_timeout_ms);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
   auto transport = static_cast<uint8_t>(x.kv_transport);
   return f(caf::meta::type_name("worker_spec"), x.model, x.kv_bind_host, x.kv_transfer_timeout_ms, x.draft_model,
-           x.ngram, transport, caf::meta::load_callback([&]() -> caf::error {
+           x.ngram, x.pipeline, transport, caf::meta::load_callback([&]() -> caf::error {
              if (transport > static_cast<uint8_t>(kv_transport::nccl)) {
                return caf::make_error(caf::sec::runtime_error,
                                       "worker_spec: kv_transport " + std::to_string(transport) + " is not a transport");

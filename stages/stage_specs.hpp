@@ -19,6 +19,7 @@
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_channel.hpp"
 #include "kvtransfer/kv_transport.hpp"
+#include "pipeline/pipelined_model.hpp"
 
 namespace troupe {
 
@@ -56,6 +57,9 @@ struct worker_spec {
   // (empty path: none), else the n-gram prompt lookup's settings.
   model_spec draft_model;
   ngram_settings ngram;
+  // Pipeline stages (issue 27): the model's earlier layers on remote stage servers; the worker
+  // loads the rest (model.backend.layers is pipeline.engine_layers()) and drives them.
+  pipeline_plan pipeline;
   // The node's own CURVE keys, filled in where the worker is spawned, never sent: the secret key
   // stays on its node (the inspect overload leaves it out).
   kv_channel_keys kv_keys;

@@ -1,0 +1,137 @@
+// Pipeline stages across processes through the real binary (issue 27): `troupe stage` processes
+// hold stories260K's earlier layers, `troupe serve --pipeline-stage` the rest. Greedy outputs
+// equal the colocated server's (and the trained model's references), also with chunked prefill
+// forced small, three micro-batches, three stages and speculative decoding; a stage that dies
+// fails the requests by name instead of hanging them; a stage that is not the one named is
+// refused at start.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/e2e/e2e_support.hpp"
+#include "tests/e2e/serve_process.hpp"
+
+namespace troupe::test {
+namespace {
+
+// `troupe stage` on stories260K holding `layers`, on a port of its own choosing (read from its
+// log); stopped when it goes out of scope.
+class stage_process {
+ public:
+  explicit stage_process(const std::string& layers)
+      : log_path_(std::filesystem::temp_directory_path() /
+                  ("troupe_stage_" + std::to_string(::getpid()) + "_" + layers + ".log")) {
+    process_.emplace(std::vector<std::string>{troupe_binary.string(), "stage", "--model", stories_dir, "--layers", layers,
+                                              "--threads", "1", "--log-level", "info"},
+                     log_path_);
+    static const std::regex listening(R"(listening on (kvtcp://127\.0\.0\.1:[0-9]+))");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int i = 0; i < 3000 && process_->alive() && std::chrono::steady_clock::now() < deadline; ++i) {
+      std::smatch m;
+      const std::string log = read_file(log_path_);
+      if (std::regex_search(log, m, listening)) {
+        endpoint_ = m[1];
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const std::string log = read_file(log_path_);
+    process_->stop();
+    throw std::runtime_error("troupe stage " + layers + " did not come up; its log:\n" + log);
+  }
+  ~stage_process() {
+    process_->stop();
+    std::error_code ignored;
+    std::filesystem::remove(log_path_, ignored);
+  }
+
+  // What --pipeline-stage takes: ENDPOINT@LAYERS.
+  std::string argument(const std::string& layers) const { return endpoint_ + "@" + layers; }
+  void kill_now() { ::kill(process_->pid(), SIGKILL); }
+
+ private:
+  std::filesystem::path log_path_;
+  std::optional<child_process> process_;
+  std::string endpoint_;
+};
+
+// Twelve greedy requests at once: the references' prompts and more, prompts sharing prefixes.
+std::vector<generate_request> requests() {
+  std::vector<generate_request> all;
+  for (const auto& ref : stories_references()) {
+    all.push_back(greedy(ref.at("prompt").get<std::string>(), ref.at("max_new_tokens").get<int>()));
+  }
+  const char* prompts[] = {"Once upon a time", "Once upon a time there was", "The cat", "The dog and the cat",
+                           "Lily wanted", "Tom and Sue went to the park", "One day", "One day, a big"};
+  for (int i = 0; i < 9; ++i) all.push_back(greedy(prompts[i % 8], 12 + 5 * i));
+  return all;
+}
+
+std::vector<std::vector<int32_t>> tokens_of(const std::vector<completion>& outputs) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (const completion& c : outputs) tokens.push_back(c.token_ids);
+  return tokens;
+}
+
+std::vector<std::vector<int32_t>> colocated_tokens() {
+  serve_process colocated({});
+  return tokens_of(serve_together(colocated, requests()));
+}
+
+TEST(pipeline_e2e, two_stages_answer_like_the_colocated_server_and_the_references) {
+  const auto expected = colocated_tokens();
+  stage_process front("0-1");
+  serve_process pipelined({"--pipeline-stage", front.argument("0-1")});
+  const std::vector<completion> outputs = serve_together(pipelined, requests());
+  EXPECT_EQ(tokens_of(outputs), expected);
+  const auto refs = stories_references();
+  for (size_t i = 0; i < refs.size(); ++i) {
+    EXPECT_EQ(outputs[i].text, refs[i].at("completion").get<std::string>()) << refs[i].at("prompt");
+  }
+  EXPECT_NE(pipelined.log().find("pipeline of 2 stages (layers 0-1 at "), std::string::npos) << pipelined.log();
+}
+
+TEST(pipeline_e2e, three_stages_small_chunks_micro_batches_and_drafts_answer_the_same) {
+  const auto expected = colocated_tokens();
+  stage_process first("0-0");
+  stage_process second("1-2");
+  serve_process pipelined({"--pipeline-stage", first.argument("0-0"), "--pipeline-stage", second.argument("1-2"),
+                           "--max-num-batched-tokens", "8", "--micro-batches", "3", "--num-speculative-tokens", "2"});
+  EXPECT_EQ(tokens_of(serve_together(pipelined, requests())), expected);
+}
+
+TEST(pipeline_e2e, a_stage_that_dies_fails_requests_by_name_and_the_server_answers) {
+  stage_process front("0-1");
+  serve_process pipelined({"--pipeline-stage", front.argument("0-1")});
+  front.kill_now();
+  client c = pipelined.make_client();
+  c.set_timeout(std::chrono::seconds(30));
+  try {
+    c.generate(greedy("Once upon a time", 20));
+    ADD_FAILURE() << "a request through a dead stage succeeded";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("pipeline stage 0-1 at kvtcp://"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(pipelined.alive());
+  EXPECT_NO_THROW(c.stats());
+}
+
+TEST(pipeline_e2e, a_stage_that_is_not_the_one_named_is_refused_at_start) {
+  stage_process front("0-1");
+  try {
+    serve_process pipelined({"--pipeline-stage", front.argument("0-2")});
+    ADD_FAILURE() << "serve started with a stage that holds other layers";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the link expects layers 0-2, this stage holds 0-1"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace troupe::test
