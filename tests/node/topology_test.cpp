@@ -403,3 +403,42 @@ TEST(topology_speculative, errors_name_the_field) {
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// [pipeline] (issue 27): the shipped files parse, the engine holds the layers after the stages,
+// and every bad setting is named.
+TEST(topology, pipeline_stages_are_read_and_checked) {
+  const topology two = load_topology(TROUPE_SOURCE_DIR "/config/pipeline-2.toml");
+  ASSERT_EQ(two.pipeline.stages.size(), 1u);
+  EXPECT_EQ(two.pipeline.stages[0].endpoint, "kvtcp://127.0.0.1:7101");
+  EXPECT_EQ(two.pipeline.stages[0].layers, (layer_range{0, 2}));
+  EXPECT_EQ(two.pipeline.engine_layers(), (layer_range{2, 0}));
+  EXPECT_EQ(two.pipeline.micro_batches, 2);
+  const topology three = load_topology(TROUPE_SOURCE_DIR "/config/pipeline-3.toml");
+  ASSERT_EQ(three.pipeline.stages.size(), 2u);
+  EXPECT_EQ(three.pipeline.stages[1].layers, (layer_range{2, 4}));
+  EXPECT_EQ(three.pipeline.micro_batches, 3);
+  EXPECT_TRUE(load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml").pipeline.empty());
+
+  const std::string stage0 = "[pipeline]\nstages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", layers = \"0-1\" }";
+  expect_error(stage0 + ", { endpoint = \"kvtcp://127.0.0.1:7102\", layers = \"3-4\" }]\n",
+               "[pipeline] stage 1 holds layers 3-4; expected it to start at layer 2");
+  expect_error("[pipeline]\nstages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", layers = \"1-2\" }]\n",
+               "expected it to start at layer 0");
+  expect_error("[pipeline]\nstages = [{ endpoint = \"tcp://127.0.0.1:7101\", layers = \"0-1\" }]\n",
+               "is not kvtcp://HOST:PORT");
+  expect_error("[pipeline]\nstages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", layers = \"zero\" }]\n",
+               "[pipeline.stages] layers: layer range 'zero': expected FIRST-LAST");
+  expect_error("[pipeline]\nstages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", layer = \"0-1\" }]\n",
+               "unknown key 'layer' in [pipeline.stages]");
+  expect_error("[pipeline]\nstages = \"0-1\"\n", "stages must be an array of tables");
+  expect_error(stage0 + "]\nmicro_batches = 0\n", "micro_batches must be 1 to 64, got 0");
+  expect_error(stage0 + "]\n[placement]\nengines = [\"controller\", \"controller\"]\n",
+               "[pipeline] drives one engine instance; [placement] places 2");
+  expect_error(stage0 + "]\n[node]\ndevice = \"cuda\"\n", "[pipeline] stages run on the CPU backend so far");
+}
+
+}  // namespace
+}  // namespace troupe
