@@ -175,7 +175,10 @@ void stage_server::serve_link(int fd) {
       batch.residual_in = first ? nullptr : residual_in.data();
       residual_out.resize(static_cast<size_t>(header.num_tokens) * static_cast<size_t>(c.hidden_size));
       batch.residual_out = residual_out.data();
+      const auto begin = std::chrono::steady_clock::now();
       stage_.forward(batch, nullptr);
+      busy_ns_ += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
     } catch (const std::exception& e) {
       send_failure(fd, header, "pipeline stage " + layer_range_text(layers_) + ": " + e.what());
       continue;

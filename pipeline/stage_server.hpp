@@ -47,6 +47,8 @@ class stage_server {
   const std::string& endpoint() const { return endpoint_; }
   uint64_t frames_computed() const { return frames_computed_.load(); }
   uint64_t frames_refused() const { return frames_refused_.load(); }
+  // Time spent computing frames (the stage's busy share over a wall-clock interval).
+  uint64_t busy_ns() const { return busy_ns_.load(); }
 
  private:
   void serve();
@@ -65,6 +67,7 @@ class stage_server {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> frames_computed_{0};
   std::atomic<uint64_t> frames_refused_{0};
+  std::atomic<uint64_t> busy_ns_{0};
   std::thread thread_;
 };
 
