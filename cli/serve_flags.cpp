@@ -53,6 +53,10 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--max-waiting-requests", flags.max_waiting_requests, "queue bound; beyond it: overloaded");
   app.add_option("--num-kv-blocks", flags.num_kv_blocks, "KV blocks in the pool");
   app.add_option("--kv-memory-mb", flags.kv_memory_mb, "KV pool budget when --num-kv-blocks is not given");
+  app.add_option("--memory-budget-mb", flags.memory_budget_mb,
+                 "the most this node may take for the model's weights (its pipeline stage's) and the KV pool; "
+                 "a model that does not fit is refused before it is read (default: no bound)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-model-len", flags.max_model_len, "prompt + output tokens of one request");
   app.add_option("--threads", flags.threads, "worker compute threads (0: all)");
   app.add_option("--device", flags.device, "cpu | cuda | auto (cuda when a GPU answers; else the CPU, logged)")
@@ -148,6 +152,7 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.max_waiting_requests > 0) t.max_waiting_requests = flags.max_waiting_requests;
   if (flags.num_kv_blocks > 0) m.num_kv_blocks = flags.num_kv_blocks;
   if (flags.kv_memory_mb > 0) m.kv_memory_mb = flags.kv_memory_mb;
+  if (flags.memory_budget_mb > 0) m.memory_budget_mb = flags.memory_budget_mb;
   if (flags.max_model_len > 0) m.max_model_len = flags.max_model_len;
   if (flags.threads >= 0) m.backend.threads = flags.threads;
   if (!flags.device.empty()) m.device = parse_device_request(flags.device);

@@ -27,6 +27,7 @@ struct serve_flags {
   int64_t zmq_max_connections = -1;  // -1: not given (0 is the open-files share)
   int num_kv_blocks = 0;
   int kv_memory_mb = 0;
+  int memory_budget_mb = 0;  // 0: not given (the file's, else no bound)
   int max_model_len = 0;
   int threads = -1;
   std::string device;

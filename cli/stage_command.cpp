@@ -29,6 +29,7 @@ struct stage_flags {
   int block_size = 16;
   int num_kv_blocks = 0;
   int kv_memory_mb = 512;
+  int memory_budget_mb = 0;
   std::string kv_cache_dtype = "auto";
   int max_tokens = 1 << 16;
   std::string log_level = "info";
@@ -65,6 +66,7 @@ int run_stage(const stage_flags& flags) {
   spec.block_size = flags.block_size;
   spec.num_kv_blocks = flags.num_kv_blocks;
   spec.kv_memory_mb = flags.kv_memory_mb;
+  spec.memory_budget_mb = flags.memory_budget_mb;
   // The layer range is checked against the model once its config is read (the loader's check).
   spec.backend.layers = parse_layer_range(flags.layers, std::numeric_limits<int>::max());
   std::shared_ptr<served_model> served = load_served_model(spec);
@@ -100,6 +102,9 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--num-kv-blocks", flags->num_kv_blocks, "KV blocks of this stage's layers (0: from --kv-memory-mb)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--kv-memory-mb", flags->kv_memory_mb, "KV budget of this stage's layers (default 512)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--memory-budget-mb", flags->memory_budget_mb,
+                  "the most this stage may take for its layers' weights and KV pool; more is refused before it is read")
       ->check(CLI::PositiveNumber);
   app->add_option("--kv-cache-dtype", flags->kv_cache_dtype, "auto | f32 | f16 | bf16 | q8_0 | fp8_e4m3");
   app->add_option("--max-batch-tokens", flags->max_tokens, "the most tokens one micro-batch may carry (default 65536)")

@@ -51,6 +51,11 @@ void model_spec::validate_settings() const {
   positive(max_num_seqs, "max_num_seqs");
   if (num_kv_blocks < 0) throw std::runtime_error("num_kv_blocks must be 0 (from memory) or positive");
   if (num_kv_blocks == 0) positive(kv_memory_mb, "kv_memory_mb (when num_kv_blocks is 0)");
+  if (memory_budget_mb < 0) throw std::runtime_error("memory_budget_mb must be 0 (no bound) or positive");
+  if (memory_budget_mb > 0 && num_kv_blocks == 0 && kv_memory_mb >= memory_budget_mb) {
+    throw std::runtime_error("the KV budget of " + std::to_string(kv_memory_mb) + " MiB leaves nothing of the memory budget of " +
+                             std::to_string(memory_budget_mb) + " MiB for the weights");
+  }
   if (max_model_len < 0 || max_model_len > max_served_model_len) {
     throw std::runtime_error("max_model_len must be 0 (the model's) or 1.." + std::to_string(max_served_model_len) +
                              " (the longest context served), got " + std::to_string(max_model_len));
@@ -88,6 +93,13 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   options.format = spec.format;
   options.show_progress = false;
   options.layers = spec.backend.layers;
+  if (spec.memory_budget_mb > 0) {
+    // The KV pool takes its budget; the weights get the rest (a pool of num_kv_blocks is not counted).
+    const uint64_t kv_mb = spec.num_kv_blocks == 0 ? static_cast<uint64_t>(spec.kv_memory_mb) : 0;
+    options.max_weight_bytes = (static_cast<uint64_t>(spec.memory_budget_mb) - kv_mb) << 20;
+    options.budget_note = "a memory budget of " + std::to_string(spec.memory_budget_mb) + " MiB, " + std::to_string(kv_mb) +
+                          " MiB of it the KV pool's";
+  }
   served->loaded = load_model(options);
   const model_config& config = served->loaded.config;
 

@@ -26,6 +26,10 @@ struct model_spec {
   int kv_memory_mb = 512;   // CPU KV budget when num_kv_blocks is 0
   int max_model_len = 0;    // 0: the model's max_position_embeddings (at most max_served_model_len)
   int max_num_seqs = 128;   // a pool sized from memory never holds more than these at full length
+  // The memory this process may take for the model (its pipeline stage's weights) and its KV
+  // pool (kv_memory_mb), in MiB; 0: no bound. A model that does not fit is refused before its
+  // weights are read, naming the bytes it needs (`--memory-budget-mb`, [node] memory_budget_mb).
+  int memory_budget_mb = 0;
 
   // Throws std::runtime_error naming the first bad field; validate_settings leaves out the path.
   void validate() const;

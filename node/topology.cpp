@@ -186,6 +186,7 @@ model_spec speculative_settings::draft_spec(const model_spec& target) const {
   draft.kv_memory_mb = draft_kv_memory_mb;
   draft.max_model_len = 0;  // the draft's own; the proposer drafts for no longer history
   draft.backend.layers = {};  // the whole draft, even where the target is a pipeline's last stage
+  draft.memory_budget_mb = 0;  // the target's budget is the target's
   return draft;
 }
 
@@ -401,6 +402,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   node.read_parsed("dtype", t.model.backend.cuda_dtype, parse_activation_dtype);
   node.read("nano_batches", t.model.backend.nano_batches);
   node.read_parsed("kv_cache_dtype", t.model.backend.kv_cache_dtype, checked_kv_cache_dtype);
+  node.read("memory_budget_mb", t.model.memory_budget_mb);
   node.finish();
   table_reader frontend(root["frontend"].as_table(), "frontend", source);
   frontend.read("zmq_endpoint", t.zmq_endpoint);

@@ -327,7 +327,7 @@ typename Inspector::result_type inspect(Inspector& f, backend_options& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_spec& x) {
   return f(caf::meta::type_name("model_spec"), x.path, x.format, x.device, x.backend, x.block_size,
-           x.num_kv_blocks, x.kv_memory_mb, x.max_model_len, x.max_num_seqs);
+           x.num_kv_blocks, x.kv_memory_mb, x.max_model_len, x.max_num_seqs, x.memory_budget_mb);
 }
 
 template <class Inspector>

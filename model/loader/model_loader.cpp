@@ -3,6 +3,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "model/loader/dummy_weights.hpp"
@@ -68,14 +69,24 @@ load_format parse_load_format(std::string_view name) {
 
 namespace {
 
-// A pipeline stage forgets the other stages' tensors before anything reads them.
-void keep_stage_tensors(loaded_model& model, layer_range layers) {
-  layers = layers.resolved(model.config.num_layers);
+// A pipeline stage forgets the other stages' tensors before anything reads them; what is kept
+// must fit the memory budget, checked before a byte of it is read.
+void keep_what_this_process_holds(loaded_model& model, const load_options& options) {
+  const layer_range layers = options.layers.resolved(model.config.num_layers);
   check_layer_range(layers, model.config.num_layers);
-  if (layers.whole(model.config.num_layers)) return;
-  const size_t forgotten = model.weights.keep_only(stage_tensor_names(model.config, layers));
-  spdlog::info("pipeline stage of layers {}: {:.1f} MiB of other stages' weights left unread",
-               layer_range_text(layers), static_cast<double>(forgotten) / (1 << 20));
+  if (!layers.whole(model.config.num_layers)) {
+    const size_t forgotten = model.weights.keep_only(stage_tensor_names(model.config, layers));
+    spdlog::info("pipeline stage of layers {}: {:.1f} MiB of other stages' weights left unread",
+                 layer_range_text(layers), static_cast<double>(forgotten) / (1 << 20));
+  }
+  const uint64_t needed = model.weights.total_bytes();
+  if (options.max_weight_bytes > 0 && needed > options.max_weight_bytes) {
+    auto mib = [](uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); };
+    throw std::runtime_error("the weights of layers " + layer_range_text(layers) + " need " + mib(needed) + " (" +
+                             std::to_string(needed) + " bytes), above the " + mib(options.max_weight_bytes) +
+                             " this process may hold" + (options.budget_note.empty() ? "" : " (" + options.budget_note + ")") +
+                             "; cut the model into pipeline stages (troupe stage --layers) or raise the budget");
+  }
 }
 
 }  // namespace
@@ -90,7 +101,7 @@ loaded_model load_model(const load_options& options) try {
       model.config = load_hf_config(options.path);
       check_dummy_weights_fit(model.config, options.dummy_dtype, "'" + options.path.string() + "'");
       model.weights = make_dummy_weights(model.config, options.dummy_dtype, options.dummy_seed);
-      keep_stage_tensors(model, options.layers);
+      keep_what_this_process_holds(model, options);
       break;
     }
     case load_format::safetensors: {
@@ -98,7 +109,7 @@ loaded_model load_model(const load_options& options) try {
       add_hf_weights(read_safetensors_directory(options.path), read_hf_quantization(options.path), model.weights);
       adapt_hf_tensors(model.config, model.weights);
       validate_weights(model.config, model.weights, (options.path / "config.json").string());
-      keep_stage_tensors(model, options.layers);
+      keep_what_this_process_holds(model, options);
       check_weights_finite(model.weights, options.path.string());
       break;
     }
@@ -108,7 +119,7 @@ loaded_model load_model(const load_options& options) try {
       load_gguf_weights(file, model.config, model.weights);
       if (auto type = file.find_int("general.file_type")) file_type = static_cast<uint32_t>(*type);
       validate_weights(model.config, model.weights, "the metadata of " + options.path.string());
-      keep_stage_tensors(model, options.layers);
+      keep_what_this_process_holds(model, options);
       check_weights_finite(model.weights, options.path.string());
       break;
     }

@@ -25,6 +25,10 @@ struct load_options {
   // A pipeline stage's layers (model/layer_range.hpp); the default is every layer. The store then
   // keeps only that stage's tensors, and only those are scanned and read into memory.
   layer_range layers;
+  // The most bytes the weights this process keeps (its stage's) may take; 0: no bound. More is
+  // refused before they are read, naming the bytes needed (`--memory-budget-mb`).
+  uint64_t max_weight_bytes = 0;
+  std::string budget_note;  // how the bound came about, for that refusal
 };
 
 struct loaded_model {
