@@ -15,6 +15,7 @@
 #include "model/loader/model_loader.hpp"
 #include "model/model_tensors.hpp"
 #include "tests/backends/kv_transfer_support.hpp"
+#include "tests/backends/pipeline_stage_support.hpp"
 #include "tests/shared_models.hpp"
 
 namespace troupe {
@@ -23,21 +24,7 @@ namespace {
 constexpr int block_size = 4;
 constexpr int num_blocks = 16;
 
-// One stage: its own load (only its tensors) and its model.
-struct stage {
-  std::unique_ptr<loaded_model> loaded;
-  std::unique_ptr<model> m;
-};
-
-stage load_stage(const std::string& path, layer_range layers) {
-  load_options options{path};
-  options.show_progress = false;
-  options.layers = layers;
-  stage s;
-  s.loaded = std::make_unique<loaded_model>(load_model(options));
-  s.m = make_cpu_model(s.loaded->config, s.loaded->weights, {num_blocks, block_size}, 1, dtype::f32, layers);
-  return s;
-}
+using stage = test::loaded_stage;
 
 // Two sequences in one batch: A's tokens [a_computed, a.size()), B's [b_computed, b.size()), A in
 // blocks 0-7 and B in 8-15; the logits of each sequence's last token.
@@ -101,7 +88,7 @@ std::vector<std::vector<float>> generate(std::vector<stage>& stages, int steps) 
 
 std::vector<stage> load_pipeline(const std::string& path, const std::vector<layer_range>& ranges) {
   std::vector<stage> stages;
-  for (const layer_range& r : ranges) stages.push_back(load_stage(path, r));
+  for (const layer_range& r : ranges) stages.push_back(test::load_stage(path, r, {num_blocks, block_size}));
   return stages;
 }
 

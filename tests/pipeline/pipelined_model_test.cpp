@@ -21,6 +21,8 @@
 #include "model/loader/model_loader.hpp"
 #include "pipeline/pipelined_model.hpp"
 #include "pipeline/stage_server.hpp"
+#include "tests/backends/cpu_greedy_support.hpp"
+#include "tests/backends/pipeline_stage_support.hpp"
 #include "tests/shared_models.hpp"
 
 namespace troupe {
@@ -29,20 +31,10 @@ namespace {
 constexpr int block_size = 4;
 constexpr int num_blocks = 64;
 
-// A stage's weights and model (the weights must outlive it).
-struct loaded_stage {
-  std::unique_ptr<loaded_model> weights;
-  std::unique_ptr<model> m;
-};
+using test::loaded_stage;
 
 loaded_stage load_stage(layer_range layers, int blocks = num_blocks) {
-  load_options options{(test::stories260k_dir / "hf").string()};
-  options.show_progress = false;
-  options.layers = layers;
-  loaded_stage s;
-  s.weights = std::make_unique<loaded_model>(load_model(options));
-  s.m = make_cpu_model(s.weights->config, s.weights->weights, {blocks, block_size}, 1, dtype::f32, layers);
-  return s;
+  return test::load_stage((test::stories260k_dir / "hf").string(), layers, {blocks, block_size});
 }
 
 // Remote stages served here, each on its own port.
@@ -151,15 +143,7 @@ TEST_F(pipelined_model_test, a_stage_that_goes_away_fails_the_step_by_name) {
   settings.step_timeout = std::chrono::milliseconds(3000);
   auto pipelined = make_pipelined_model(std::move(last.m), {2, 5}, front.remote, settings);
   front.servers.clear();  // the stage's process is gone
-  forward_batch batch;
-  batch.token_ids = {1, 403};
-  batch.positions = {0, 1};
-  batch.slot_mapping = {0, 1};
-  batch.query_start = {0, 2};
-  batch.context_lengths = {2};
-  batch.block_table_start = {0, 1};
-  batch.block_tables = {0};
-  batch.logits_rows = {1};
+  const forward_batch batch = test::one_sequence_batch({1, 403}, 0, 2, {0}, block_size);
   std::vector<float> logits(512);
   try {
     pipelined->forward(batch, logits.data());
