@@ -17,6 +17,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "kvtransfer/curve_zap.hpp"
 #include "kvtransfer/kv_local_receivers.hpp"
 #include "kvtransfer/kv_tcp.hpp"
 #include "net/bounded_accept.hpp"
@@ -59,7 +60,7 @@ class kv_receiver::impl final : public kv_frame_sink {
       // client with any key in.
       zap_.emplace(context_, zmq::socket_type::rep);
       zap_->set(zmq::sockopt::linger, 0);
-      zap_->bind("inproc://zeromq.zap.01");
+      zap_->bind(zap_endpoint);
       allowed_keys_.insert(settings_.keys.allowed_public_keys.begin(), settings_.keys.allowed_public_keys.end());
       pull_.set(zmq::sockopt::curve_server, 1);
       pull_.set(zmq::sockopt::curve_secretkey, settings_.keys.secret_key);
@@ -419,33 +420,11 @@ class kv_receiver::impl final : public kv_frame_sink {
 
   // ZAP (RFC 27): ZeroMQ asks here whether a client that passed the CURVE handshake may connect.
   void answer_zap() {
-    std::vector<zmq::message_t> request;
-    do {
-      request.emplace_back();
-      if (!zap_->recv(request.back(), zmq::recv_flags::dontwait)) return;
-    } while (request.back().more());
-    auto text = [&](size_t i) { return i < request.size() ? request[i].to_string() : std::string(); };
-    std::string key;
-    if (text(5) == "CURVE" && request.size() > 6 && request[6].size() == 32) {
-      char z85[41] = {};
-      zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32);
-      key = z85;
-    }
-    const bool allowed = !key.empty() && allowed_keys_.contains(key);
-    if (!allowed) {
-      std::lock_guard lock(mutex_);
-      // Logged by read_monitor, which sees this refusal as a failed handshake next.
-      stats_.last_refusal = "a sender at " + text(3) + " with " + (key.empty() ? "no CURVE key" : "CURVE key " + key) +
-                            " is not among the allowed keys";
-    }
-    const std::string status = allowed ? "200" : "400";
-    const std::string status_text = allowed ? "OK" : "unknown key";
-    zap_->send(zmq::buffer(text(0)), zmq::send_flags::sndmore);
-    zap_->send(zmq::buffer(text(1)), zmq::send_flags::sndmore);
-    zap_->send(zmq::buffer(status), zmq::send_flags::sndmore);
-    zap_->send(zmq::buffer(status_text), zmq::send_flags::sndmore);
-    zap_->send(zmq::buffer(key), zmq::send_flags::sndmore);
-    zap_->send(zmq::message_t(), zmq::send_flags::none);
+    const std::string refused = answer_zap_request(*zap_, allowed_keys_);
+    if (refused.empty()) return;
+    std::lock_guard lock(mutex_);
+    // Logged by read_monitor, which sees this refusal as a failed handshake next.
+    stats_.last_refusal = refused + " is not among the allowed keys";
   }
 
   // Handshake failures: a peer without CURVE (protocol), with a bad key (no detail), or refused
