@@ -13,6 +13,7 @@
 #include "backends/backend_selection.hpp"
 #include "cli/command_registry.hpp"
 #include "engine/served_model.hpp"
+#include "kvtransfer/kv_channel.hpp"
 #include "model/layer_range.hpp"
 #include "pipeline/stage_server.hpp"
 
@@ -33,6 +34,8 @@ struct stage_flags {
   std::string kv_cache_dtype = "auto";
   int max_tokens = 1 << 16;
   std::string log_level = "info";
+  std::string credentials;  // the cluster's credentials directory: the link is CURVE-authenticated
+  std::string name;         // this stage's member name there
 };
 
 // Waits for SIGTERM or SIGINT (blocked in every thread started after this, so sigwait takes it).
@@ -74,6 +77,10 @@ int run_stage(const stage_flags& flags) {
   settings.host = flags.host;
   settings.port = flags.port;
   settings.limits.max_tokens = flags.max_tokens;
+  if (!flags.credentials.empty()) {
+    if (flags.name.empty()) throw std::runtime_error("--credentials needs --name (this stage's member name)");
+    settings.keys = load_kv_channel_keys(flags.credentials, flags.name);
+  }
   stage_server server(*served->backend_model, spec.backend.layers, settings);
   spdlog::info("pipeline stage {} of {}: {}", layer_range_text(spec.backend.layers), flags.model_path,
                served->backend_model->backend_name());
@@ -93,7 +100,7 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--load-format", flags->load_format, "auto | safetensors | gguf | dummy");
   app->add_option("--layers", flags->layers, "the layers this stage holds, FIRST-LAST (both included), from layer 0 on")
       ->required();
-  app->add_option("--host", flags->host, "where to listen (loopback only until stage links carry credentials)");
+  app->add_option("--host", flags->host, "where to listen (loopback only without --credentials)");
   app->add_option("--port", flags->port, "the port to listen on (0: any free one; the endpoint is printed)")
       ->check(CLI::Range(0, 65535));
   app->add_option("--threads", flags->threads, "compute threads (0: one per hardware thread)")->check(CLI::NonNegativeNumber);
@@ -109,6 +116,10 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--kv-cache-dtype", flags->kv_cache_dtype, "auto | f32 | f16 | bf16 | q8_0 | fp8_e4m3");
   app->add_option("--max-batch-tokens", flags->max_tokens, "the most tokens one micro-batch may carry (default 65536)")
       ->check(CLI::PositiveNumber);
+  app->add_option("--credentials", flags->credentials,
+                  "the cluster's credentials (troupe certs): the stage serves curve:// and admits members only; "
+                  "without them it serves kvtcp:// on loopback");
+  app->add_option("--name", flags->name, "this stage's member name in --credentials (NAME.kv.key)");
   app->add_option("--log-level", flags->log_level, "trace | debug | info | warn | error");
   return command{app, [flags] { return run_stage(*flags); }};
 });

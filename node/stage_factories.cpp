@@ -53,7 +53,7 @@ std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokeni
 
 spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, const kv_channel_keys& kv_keys) {
   std::shared_ptr<served_model> served = load_served_model(spec.model);
-  attach_pipeline_stages(spec, *served);
+  attach_pipeline_stages(spec, kv_keys, *served);
   worker_kv_settings kv;
   kv.bind_host = spec.kv_bind_host;
   kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);

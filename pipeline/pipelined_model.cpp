@@ -25,8 +25,9 @@ void pipeline_plan::validate() const {
   for (size_t i = 0; i < stages.size(); ++i) {
     const remote_stage& s = stages[i];
     const std::string which = "[pipeline] stage " + std::to_string(i);
-    if (!s.endpoint.starts_with("kvtcp://")) {
-      throw std::runtime_error(which + ": endpoint \"" + s.endpoint + "\" is not kvtcp://HOST:PORT (what `troupe stage` prints)");
+    if (!s.endpoint.starts_with("kvtcp://") && !s.endpoint.starts_with("curve://")) {
+      throw std::runtime_error(which + ": endpoint \"" + s.endpoint +
+                               "\" is not kvtcp://HOST:PORT or curve://HOST:PORT/KEY (what `troupe stage` prints)");
     }
     if (s.layers.first != next || s.layers.end <= s.layers.first) {
       throw std::runtime_error(which + " holds layers " + layer_range_text(s.layers) + "; expected it to start at layer " +
@@ -44,7 +45,7 @@ void pipeline_plan::validate() const {
 remote_stage parse_remote_stage(const std::string& text) {
   const size_t at = text.rfind('@');
   if (at == std::string::npos || at == 0 || at + 1 == text.size()) {
-    throw std::runtime_error("pipeline stage \"" + text + "\": expected kvtcp://HOST:PORT@FIRST-LAST");
+    throw std::runtime_error("pipeline stage \"" + text + "\": expected ENDPOINT@FIRST-LAST (kvtcp://HOST:PORT or curve://HOST:PORT/KEY)");
   }
   return {text.substr(0, at), parse_layer_range(text.substr(at + 1), std::numeric_limits<int>::max())};
 }
@@ -107,7 +108,7 @@ class pipelined_model final : public model {
       expected.first_layer = r.layers.first;
       expected.end_layer = r.layers.end;
       links_.push_back(std::make_unique<stage_link>(r.endpoint, r.layers, expected, settings_.connect_timeout,
-                                                    settings_.step_timeout));
+                                                    settings_.step_timeout, settings_.keys));
     }
     shape_ = last_->kv_shape();
     for (const auto& link : links_) shape_.num_blocks = std::min(shape_.num_blocks, link->num_blocks());
@@ -246,9 +247,11 @@ std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, l
   return std::make_unique<pipelined_model>(std::move(last_stage), last_layers, remote, settings);
 }
 
-std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, const pipeline_plan& plan) {
+std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, const pipeline_plan& plan,
+                                            const kv_channel_keys& keys) {
   plan.validate();
   pipeline_settings settings;
+  settings.keys = keys;
   settings.micro_batches = plan.micro_batches;
   settings.step_timeout = std::chrono::milliseconds(plan.step_timeout_ms);
   settings.connect_timeout = std::chrono::milliseconds(plan.connect_timeout_ms);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtransfer/kv_channel.hpp"
 #include "model/layer_range.hpp"
 #include "model/model.hpp"
 
@@ -21,7 +22,7 @@ namespace troupe {
 
 // One remote stage: where its server listens and the layers it holds.
 struct remote_stage {
-  std::string endpoint;  // "kvtcp://HOST:PORT"
+  std::string endpoint;  // "kvtcp://HOST:PORT" or "curve://HOST:PORT/KEY" (pipeline/stage_channel.hpp)
   layer_range layers;
 };
 
@@ -51,6 +52,8 @@ struct pipeline_settings {
   std::chrono::milliseconds connect_timeout{10000};
   // How long one micro-batch may take at one stage before the link is given up.
   std::chrono::milliseconds step_timeout{60000};
+  // The cluster's CURVE keys (this member's pair and the members'), for curve:// stages.
+  kv_channel_keys keys;
 
   void validate() const;  // throws std::runtime_error naming the bad field
 };
@@ -61,8 +64,9 @@ struct pipeline_settings {
 // the same blocks). Throws std::runtime_error naming the stage and why it cannot be used.
 std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, layer_range last_layers,
                                             const std::vector<remote_stage>& remote, const pipeline_settings& settings);
-// The same for a plan: the last stage holds plan.engine_layers().
-std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, const pipeline_plan& plan);
+// The same for a plan: the last stage holds plan.engine_layers(); `keys` for curve:// stages.
+std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, const pipeline_plan& plan,
+                                            const kv_channel_keys& keys = {});
 
 // The micro-batches of `batch`: contiguous runs of whole sequences of about equal tokens, at
 // most `count` (never more than there are sequences), as [first sequence, end sequence) pairs.

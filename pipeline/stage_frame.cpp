@@ -64,6 +64,16 @@ void encode_stage_frame_header(const stage_frame_header& h, std::span<std::byte,
   put(p, 40, h.payload_bytes);
 }
 
+uint64_t stage_max_frame_bytes(const stage_frame_limits& limits) {
+  stage_frame_header most;
+  most.kind = stage_frame_kind::work;
+  most.num_tokens = limits.max_tokens;
+  most.num_seqs = std::min(limits.max_seqs, limits.max_tokens);
+  most.num_block_ids = limits.max_block_ids;
+  most.hidden_size = limits.hidden_size;
+  return stage_frame_header_bytes + std::max<uint64_t>(stage_payload_bytes(most), stage_failure_max_bytes);
+}
+
 uint64_t stage_work_array_bytes(const stage_frame_header& h) {
   const uint64_t n = static_cast<uint64_t>(h.num_tokens);
   const uint64_t s = static_cast<uint64_t>(h.num_seqs);

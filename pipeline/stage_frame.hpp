@@ -69,6 +69,10 @@ struct stage_frame_limits {
   int32_t hidden_size = 0;  // the only residual width accepted (0: none expected yet)
 };
 
+// The largest frame `limits` let through (header, arrays and residual at their bounds): what a
+// message-based transport refuses beyond.
+uint64_t stage_max_frame_bytes(const stage_frame_limits& limits);
+
 void encode_stage_frame_header(const stage_frame_header& header, std::span<std::byte, stage_frame_header_bytes> out);
 // Throws std::invalid_argument naming the field: wrong magic, version or kind, a negative count
 // or one past `limits`, a residual width other than limits.hidden_size, payload_bytes other than

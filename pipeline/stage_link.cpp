@@ -1,7 +1,5 @@
 #include "pipeline/stage_link.hpp"
 
-#include <unistd.h>
-
 #include <array>
 #include <stdexcept>
 
@@ -12,11 +10,10 @@ namespace troupe {
 namespace {
 
 // Reads one frame's header (refusing what `limits` do not allow); why not, or "".
-std::string read_header(int fd, const stage_frame_limits& limits, std::chrono::steady_clock::time_point deadline,
-                        stage_frame_header& header) {
+std::string read_header(stage_channel& channel, const stage_frame_limits& limits,
+                        std::chrono::steady_clock::time_point deadline, stage_frame_header& header) {
   std::array<std::byte, stage_frame_header_bytes> head{};
-  std::string why;
-  if (!kv_tcp_read_exact(fd, head, deadline, why)) return why;
+  if (std::string why = channel.read_header(head, deadline); !why.empty()) return why;
   try {
     header = decode_stage_frame_header(head, limits);
   } catch (const std::invalid_argument& e) {
@@ -26,44 +23,52 @@ std::string read_header(int fd, const stage_frame_limits& limits, std::chrono::s
 }
 
 // A failure frame's text (the header read); why it could not be read otherwise.
-std::string read_failure(int fd, const stage_frame_header& header, std::chrono::steady_clock::time_point deadline) {
+std::string read_failure(stage_channel& channel, const stage_frame_header& header,
+                         std::chrono::steady_clock::time_point deadline) {
   std::string text(header.payload_bytes, '\0');
-  std::string why;
-  if (!kv_tcp_read_exact(fd, std::as_writable_bytes(std::span(text.data(), text.size())), deadline, why)) return why;
-  return text;
+  const std::string why = channel.read(std::as_writable_bytes(std::span(text.data(), text.size())), deadline);
+  return why.empty() ? text : why;
 }
 
 }  // namespace
 
 stage_link::stage_link(std::string endpoint, layer_range layers, const stage_hello& expected,
-                       std::chrono::milliseconds connect_timeout, std::chrono::milliseconds step_timeout)
+                       std::chrono::milliseconds connect_timeout, std::chrono::milliseconds step_timeout,
+                       const kv_channel_keys& keys)
     : endpoint_(std::move(endpoint)), layers_(layers), hidden_size_(expected.hidden_size), step_timeout_(step_timeout) {
   auto fail = [&](const std::string& why) -> std::runtime_error {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    channel_.reset();
     return std::runtime_error("pipeline stage " + layer_range_text(layers_) + " at " + endpoint_ + ": " + why);
   };
-  std::string why;
-  fd_ = kv_tcp_connect(endpoint_, connect_timeout, step_timeout_, why);
-  if (fd_ < 0) throw fail(why);
-  kv_tcp_prepare_accepted(fd_, step_timeout_);  // reads wait at most the step timeout
+  stage_frame_limits limits;
+  limits.hidden_size = hidden_size_;
+  const bool curve = is_curve_stage_endpoint(endpoint_);
+  if (curve) {
+    if (keys.empty()) throw fail("a curve:// stage needs the cluster's credentials ([cluster] credentials)");
+    channel_ = curve_stage_client(endpoint_, keys, stage_max_frame_bytes(limits));
+  } else {
+    std::string why;
+    const int fd = kv_tcp_connect(endpoint_, connect_timeout, step_timeout_, why);
+    if (fd < 0) throw fail(why);
+    kv_tcp_prepare_accepted(fd, step_timeout_);  // reads wait at most the step timeout
+    channel_ = tcp_stage_channel(fd);
+  }
   stage_frame_header hello;
   hello.kind = stage_frame_kind::hello;
   hello.payload_bytes = stage_hello_bytes;
   std::array<std::byte, stage_frame_header_bytes> head{};
   encode_stage_frame_header(hello, head);
   const auto deadline = std::chrono::steady_clock::now() + connect_timeout;
-  if (kv_tcp_write_frame(fd_, head, encode_stage_hello(expected), deadline, why) != kv_tcp_write::done) {
-    throw fail(why.empty() ? "the stage took no hello" : why);
-  }
-  stage_frame_limits limits;
-  limits.hidden_size = hidden_size_;
+  if (std::string why = channel_->write(head, encode_stage_hello(expected), deadline); !why.empty()) throw fail(why);
   stage_frame_header answer;
-  if (why = read_header(fd_, limits, deadline, answer); !why.empty()) throw fail(why);
-  if (answer.kind == stage_frame_kind::failure) throw fail(read_failure(fd_, answer, deadline));
+  if (std::string why = read_header(*channel_, limits, deadline, answer); !why.empty()) {
+    // CURVE says nothing to a client it refuses: the handshake just never completes.
+    throw fail(why + (curve ? " (is it listening, with this cluster's keys, and is KEY its public key?)" : ""));
+  }
+  if (answer.kind == stage_frame_kind::failure) throw fail(read_failure(*channel_, answer, deadline));
   if (answer.kind != stage_frame_kind::hello_ack) throw fail("the stage answered the hello with another frame");
   std::vector<std::byte> payload(answer.payload_bytes);
-  if (!kv_tcp_read_exact(fd_, payload, deadline, why)) throw fail(why);
+  if (std::string why = channel_->read(payload, deadline); !why.empty()) throw fail(why);
   const stage_hello held = decode_stage_hello(payload);
   if (held.first_layer != layers_.first || held.end_layer != layers_.end) {
     throw fail("the stage holds layers " + layer_range_text({held.first_layer, held.end_layer}));
@@ -79,7 +84,6 @@ stage_link::~stage_link() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (fd_ >= 0) ::close(fd_);
 }
 
 void stage_link::push(micro_batch_job* job) {
@@ -125,24 +129,21 @@ std::string stage_link::exchange(micro_batch_job& job) {
   const int32_t sent_width = first ? 0 : hidden_size_;
   encode_work_frame(job.step_id, job.index, *job.batch, sent_width, head_);
   const auto deadline = std::chrono::steady_clock::now() + step_timeout_;
-  std::string why;
   const std::span<const std::byte> residual =
       first ? std::span<const std::byte>{} : std::as_bytes(std::span(job.stream[0]));
-  const kv_tcp_write written = kv_tcp_write_frame(fd_, head_, residual, deadline, why);
   auto break_link = [&](std::string reason) {
     std::lock_guard lock(mutex_);
     broken_ = "pipeline stage " + layer_range_text(layers_) + " at " + endpoint_ + ": " + reason;
     return reason;
   };
-  if (written != kv_tcp_write::done) return break_link(why.empty() ? "the stage took no frame in time" : why);
+  if (std::string why = channel_->write(head_, residual, deadline); !why.empty()) return break_link(why);
   stage_frame_limits limits;
   limits.hidden_size = hidden_size_;
   limits.max_tokens = job.batch->num_tokens();
   stage_frame_header answer;
-  if (why = read_header(fd_, limits, deadline, answer); !why.empty()) return break_link(why);
+  if (std::string why = read_header(*channel_, limits, deadline, answer); !why.empty()) return break_link(why);
   if (answer.kind == stage_frame_kind::failure) {
-    std::string text = read_failure(fd_, answer, deadline);
-    return text;  // the stage read the whole frame and refused it: the link stays in step
+    return read_failure(*channel_, answer, deadline);  // the stage read the whole frame and refused it: still in step
   }
   if (answer.kind != stage_frame_kind::result || answer.step_id != job.step_id || answer.micro_batch != job.index ||
       answer.num_tokens != job.batch->num_tokens()) {
@@ -151,7 +152,9 @@ std::string stage_link::exchange(micro_batch_job& job) {
                       " micro-batch " + std::to_string(job.index));
   }
   job.stream[1].resize(static_cast<size_t>(answer.num_tokens) * static_cast<size_t>(hidden_size_));
-  if (!kv_tcp_read_exact(fd_, std::as_writable_bytes(std::span(job.stream[1])), deadline, why)) return break_link(why);
+  if (std::string why = channel_->read(std::as_writable_bytes(std::span(job.stream[1])), deadline); !why.empty()) {
+    return break_link(why);
+  }
   return "";
 }
 

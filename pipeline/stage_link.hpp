@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -17,6 +18,8 @@
 
 #include "model/forward_batch.hpp"
 #include "model/layer_range.hpp"
+#include "kvtransfer/kv_channel.hpp"
+#include "pipeline/stage_channel.hpp"
 #include "pipeline/stage_frame.hpp"
 
 namespace troupe {
@@ -34,12 +37,13 @@ struct micro_batch_job {
 
 class stage_link {
  public:
-  // Connects to `endpoint` and exchanges hellos: the stage must hold `layers` of a model with
-  // `expected`'s shapes and KV block size. Throws std::runtime_error naming the
-  // endpoint and the reason (no answer, a failure frame's text, a stage that is not the one
-  // expected).
+  // Connects to `endpoint` (kvtcp:// or curve://, pipeline/stage_channel.hpp; curve:// with the
+  // cluster's `keys`) and exchanges hellos: the stage must hold `layers` of a model with
+  // `expected`'s shapes and KV block size. Throws std::runtime_error naming the endpoint and the
+  // reason (no answer, a failure frame's text, a stage that is not the one expected).
   stage_link(std::string endpoint, layer_range layers, const stage_hello& expected,
-             std::chrono::milliseconds connect_timeout, std::chrono::milliseconds step_timeout);
+             std::chrono::milliseconds connect_timeout, std::chrono::milliseconds step_timeout,
+             const kv_channel_keys& keys = {});
   ~stage_link();
   stage_link(const stage_link&) = delete;
   stage_link& operator=(const stage_link&) = delete;
@@ -67,7 +71,7 @@ class stage_link {
   int hidden_size_ = 0;
   int num_blocks_ = 0;
   std::chrono::milliseconds step_timeout_;
-  int fd_ = -1;
+  std::unique_ptr<stage_channel> channel_;
   std::function<void(micro_batch_job*)> next_;
   std::vector<std::byte> head_;  // the frame's header and arrays, reused
   mutable std::mutex mutex_;

@@ -11,20 +11,12 @@
 #include <spdlog/spdlog.h>
 
 #include "kvtransfer/kv_tcp.hpp"
-#include "model/layer_range.hpp"
 
 namespace troupe {
 
 namespace {
 
-// Waits until `fd` is readable or `stopping` is set, looking every 100 ms; false when stopping.
-bool wait_readable(int fd, const std::atomic<bool>& stopping) {
-  while (!stopping.load()) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) > 0) return true;
-  }
-  return false;
-}
+constexpr std::chrono::milliseconds stop_check{100};
 
 std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds wait) {
   return std::chrono::steady_clock::now() + wait;
@@ -44,12 +36,17 @@ stage_server::stage_server(model& stage, layer_range layers, stage_server_settin
     throw std::runtime_error("pipeline stage server: layers " + layer_range_text(layers_) +
                              " end the model; the last stage runs where the requests are sampled");
   }
-  if (!is_loopback_host(settings_.host)) {
-    throw std::runtime_error("pipeline stage server: host " + settings_.host +
-                             " is not loopback; stage links are plain TCP without credentials so far");
-  }
   limits_.hidden_size = c.hidden_size;
-  listener_ = kv_tcp_listen(settings_.host, endpoint_, settings_.port);
+  if (settings_.keys.empty()) {
+    if (!is_loopback_host(settings_.host)) {
+      throw std::runtime_error("pipeline stage server: host " + settings_.host +
+                               " is not loopback; without the cluster's credentials stage links are plain TCP, "
+                               "which only loopback may carry");
+    }
+    listener_ = kv_tcp_listen(settings_.host, endpoint_, settings_.port);
+  } else {
+    curve_ = curve_stage_server(settings_.host, settings_.port, settings_.keys, stage_max_frame_bytes(limits_), endpoint_);
+  }
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -60,33 +57,33 @@ stage_server::~stage_server() {
 }
 
 void stage_server::serve() {
-  while (wait_readable(listener_, stopping_)) {
-    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    kv_tcp_prepare_accepted(fd, settings_.stall_timeout);
+  while (!stopping_.load()) {
     try {
-      serve_link(fd);
+      if (curve_) {
+        serve_link(*curve_, true);
+        continue;
+      }
+      pollfd p{listener_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(stop_check.count())) <= 0) continue;
+      const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      kv_tcp_prepare_accepted(fd, settings_.stall_timeout);
+      serve_link(*tcp_stage_channel(fd), false);
     } catch (const std::exception& e) {
       spdlog::warn("pipeline stage {}: link ended: {}", layer_range_text(layers_), e.what());
     }
-    ::close(fd);
   }
 }
 
-bool stage_server::send(int fd, const stage_frame_header& header, std::span<const std::byte> payload) {
+bool stage_server::send(stage_channel& channel, const stage_frame_header& header, std::span<const std::byte> payload) {
   std::array<std::byte, stage_frame_header_bytes> head{};
   encode_stage_frame_header(header, head);
-  std::string why;
-  const kv_tcp_write written = kv_tcp_write_frame(fd, head, payload, deadline_after(settings_.stall_timeout), why);
-  if (written != kv_tcp_write::done) {
-    spdlog::warn("pipeline stage {}: cannot answer the link: {}", layer_range_text(layers_),
-                 why.empty() ? "no room" : why);
-    return false;
-  }
-  return true;
+  const std::string why = channel.write(head, payload, deadline_after(settings_.stall_timeout));
+  if (!why.empty()) spdlog::warn("pipeline stage {}: cannot answer the link: {}", layer_range_text(layers_), why);
+  return why.empty();
 }
 
-void stage_server::send_failure(int fd, const stage_frame_header& about, const std::string& why) {
+void stage_server::send_failure(stage_channel& channel, const stage_frame_header& about, const std::string& why) {
   ++frames_refused_;
   const std::string text = why.substr(0, stage_failure_max_bytes);
   stage_frame_header failure;
@@ -94,22 +91,12 @@ void stage_server::send_failure(int fd, const stage_frame_header& about, const s
   failure.step_id = about.step_id;
   failure.micro_batch = about.micro_batch;
   failure.payload_bytes = text.size();
-  send(fd, failure, std::as_bytes(std::span(text.data(), text.size())));
+  send(channel, failure, std::as_bytes(std::span(text.data(), text.size())));
 }
 
-bool stage_server::greet(int fd) {
-  std::array<std::byte, stage_frame_header_bytes> head{};
-  std::string why;
-  if (!wait_readable(fd, stopping_) || !kv_tcp_read_exact(fd, head, deadline_after(settings_.stall_timeout), why)) {
-    return false;
-  }
-  const stage_frame_header header = decode_stage_frame_header(head, limits_);
-  if (header.kind != stage_frame_kind::hello) {
-    send_failure(fd, header, "the link's first frame must be its hello");
-    return false;
-  }
+bool stage_server::greet(stage_channel& channel, const stage_frame_header& header) {
   std::vector<std::byte> payload(header.payload_bytes);
-  if (!kv_tcp_read_exact(fd, payload, deadline_after(settings_.stall_timeout), why)) return false;
+  if (const std::string why = channel.read(payload, deadline_after(settings_.stall_timeout)); !why.empty()) return false;
   const stage_hello wanted = decode_stage_hello(payload);
   const model_config& c = stage_.config();
   const stage_hello held{layers_.first, layers_.end,  c.num_layers, c.hidden_size,
@@ -129,70 +116,78 @@ bool stage_server::greet(int fd) {
                std::to_string(held.block_size);
   }
   if (!mismatch.empty()) {
-    send_failure(fd, header, "pipeline stage " + layer_range_text(layers_) + ": " + mismatch);
+    send_failure(channel, header, "pipeline stage " + layer_range_text(layers_) + ": " + mismatch);
     return false;
   }
   stage_frame_header ack;
   ack.kind = stage_frame_kind::hello_ack;
   ack.payload_bytes = stage_hello_bytes;
-  return send(fd, ack, encode_stage_hello(held));
+  if (!send(channel, ack, encode_stage_hello(held))) return false;
+  spdlog::info("pipeline stage {}: link up", layer_range_text(layers_));
+  return true;
 }
 
-void stage_server::serve_link(int fd) {
-  if (!greet(fd)) return;
-  spdlog::info("pipeline stage {}: link up", layer_range_text(layers_));
-  const model_config& c = stage_.config();
+void stage_server::serve_link(stage_channel& channel, bool framed) {
   const bool first = layers_.holds_embedding();
-  forward_batch batch;
-  std::vector<std::byte> arrays;
-  std::vector<float> residual_in, residual_out;  // [num_tokens, hidden] each
+  bool greeted = false;
   std::array<std::byte, stage_frame_header_bytes> head{};
-  std::string why;
-  while (wait_readable(fd, stopping_)) {
-    if (!kv_tcp_read_exact(fd, head, deadline_after(settings_.stall_timeout), why)) return;  // closed
+  while (!stopping_.load()) {
+    if (!channel.readable(stop_check)) continue;
+    if (!channel.read_header(head, deadline_after(settings_.stall_timeout)).empty()) return;  // closed or stalled
     stage_frame_header header;
     try {
       header = decode_stage_frame_header(head, limits_);
-      if (header.kind != stage_frame_kind::work) throw std::invalid_argument("expected a work frame");
+      if (header.kind == stage_frame_kind::hello) {
+        greeted = greet(channel, header);  // a new link (over ZeroMQ the same socket's next peer)
+        if (!greeted && !framed) return;
+        continue;
+      }
+      if (header.kind != stage_frame_kind::work) throw std::invalid_argument("expected a hello or a work frame");
+      if (!greeted) throw std::invalid_argument("a work frame before the link's hello");
       if ((header.hidden_size == 0) != first) {
         throw std::invalid_argument(first ? "the first stage embeds tokens; a residual was sent"
                                           : "a residual is needed by this stage and was not sent");
       }
     } catch (const std::invalid_argument& e) {
-      send_failure(fd, header, e.what());  // the stream cannot be trusted past this header
-      return;
-    }
-    arrays.resize(stage_work_array_bytes(header));
-    residual_in.resize(static_cast<size_t>(header.num_tokens) * static_cast<size_t>(header.hidden_size));
-    const auto deadline = deadline_after(settings_.stall_timeout);
-    if (!kv_tcp_read_exact(fd, arrays, deadline, why) ||
-        !kv_tcp_read_exact(fd, std::as_writable_bytes(std::span(residual_in)), deadline, why)) {
-      spdlog::warn("pipeline stage {}: {}", layer_range_text(layers_), why);
-      return;
-    }
-    try {
-      decode_work_arrays(header, arrays, first ? c.vocab_size : 0, batch);
-      batch.residual_in = first ? nullptr : residual_in.data();
-      residual_out.resize(static_cast<size_t>(header.num_tokens) * static_cast<size_t>(c.hidden_size));
-      batch.residual_out = residual_out.data();
-      const auto begin = std::chrono::steady_clock::now();
-      stage_.forward(batch, nullptr);
-      busy_ns_ += static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
-    } catch (const std::exception& e) {
-      send_failure(fd, header, "pipeline stage " + layer_range_text(layers_) + ": " + e.what());
+      send_failure(channel, header, e.what());
+      if (!framed) return;  // a stream cannot be trusted past a bad header; a message can
       continue;
     }
-    ++frames_computed_;
-    stage_frame_header result;
-    result.kind = stage_frame_kind::result;
-    result.step_id = header.step_id;
-    result.micro_batch = header.micro_batch;
-    result.num_tokens = header.num_tokens;
-    result.hidden_size = c.hidden_size;
-    result.payload_bytes = stage_payload_bytes(result);
-    if (!send(fd, result, std::as_bytes(std::span(residual_out)))) return;
+    compute(channel, header);
   }
+}
+
+void stage_server::compute(stage_channel& channel, const stage_frame_header& header) {
+  const model_config& c = stage_.config();
+  const bool first = layers_.holds_embedding();
+  arrays_.resize(stage_work_array_bytes(header));
+  residual_in_.resize(static_cast<size_t>(header.num_tokens) * static_cast<size_t>(header.hidden_size));
+  const auto deadline = deadline_after(settings_.stall_timeout);
+  std::string why = channel.read(arrays_, deadline);
+  if (why.empty()) why = channel.read(std::as_writable_bytes(std::span(residual_in_)), deadline);
+  if (!why.empty()) throw std::runtime_error(why);
+  try {
+    decode_work_arrays(header, arrays_, first ? c.vocab_size : 0, batch_);
+    batch_.residual_in = first ? nullptr : residual_in_.data();
+    residual_out_.resize(static_cast<size_t>(header.num_tokens) * static_cast<size_t>(c.hidden_size));
+    batch_.residual_out = residual_out_.data();
+    const auto begin = std::chrono::steady_clock::now();
+    stage_.forward(batch_, nullptr);
+    busy_ns_ += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
+  } catch (const std::exception& e) {
+    send_failure(channel, header, "pipeline stage " + layer_range_text(layers_) + ": " + e.what());
+    return;
+  }
+  ++frames_computed_;
+  stage_frame_header result;
+  result.kind = stage_frame_kind::result;
+  result.step_id = header.step_id;
+  result.micro_batch = header.micro_batch;
+  result.num_tokens = header.num_tokens;
+  result.hidden_size = c.hidden_size;
+  result.payload_bytes = stage_payload_bytes(result);
+  if (!send(channel, result, std::as_bytes(std::span(residual_out_)))) throw std::runtime_error("the link took no result");
 }
 
 }  // namespace troupe

@@ -1,36 +1,42 @@
 #pragma once
 // Serves one pipeline stage of a model to the pipelined model that drives it
-// (pipeline/pipelined_model.hpp) over plain TCP (pipeline/stage_frame.hpp has the frames).
-// One link at a time: its hello is checked against the stage (layers, shapes, enough KV blocks)
-// and answered; then each work frame is computed in arrival order and answered with the residual
-// stream leaving the stage, or with a failure naming what was wrong (the connection stays usable
-// when the frame was read whole; a header that cannot be trusted ends the connection). A new
-// link replaces nothing: the next one is accepted when the current one closes.
+// (pipeline/pipelined_model.hpp), frame by frame (pipeline/stage_frame.hpp) over a stage channel
+// (pipeline/stage_channel.hpp): plain TCP on loopback without keys, ZeroMQ with CURVE with the
+// cluster's keys (any host; only members get in). One link at a time. A hello (checked against
+// the stage: layers, shapes, block size) starts a link and is answered; then each work frame is
+// computed in arrival order and answered with the residual stream leaving the stage, or with a
+// failure naming what was wrong (the link stays usable when the frame was read whole; over plain
+// TCP a header that cannot be trusted ends the connection).
 //
 // The stage's KV lives here, in the blocks the driving scheduler names: a driver that
 // reconnects after losing its link finds the KV of its old steps, which it must not trust (the
-// pipelined model never reconnects; failover re-places the whole instance).
+// pipelined model never reconnects).
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 
+#include "kvtransfer/kv_channel.hpp"
 #include "model/layer_range.hpp"
 #include "model/model.hpp"
+#include "pipeline/stage_channel.hpp"
 #include "pipeline/stage_frame.hpp"
 
 namespace troupe {
 
 struct stage_server_settings {
-  // Where to listen. Plain TCP carries no credentials, so a non-loopback host is refused until the
-  // link is authenticated (CURVE, as the KV plane's); port 0: an ephemeral port.
+  // Where to listen (port 0: an ephemeral port). Without keys, plain TCP carries no credentials,
+  // so only a loopback host is accepted.
   std::string host = "127.0.0.1";
   int port = 0;
   stage_frame_limits limits;  // hidden_size is the model's
   // How long a frame may take to arrive once its first byte has, and how long a write may wait.
   std::chrono::milliseconds stall_timeout{30000};
+  // The cluster's CURVE keys (kv_channel_keys, from `troupe certs`): the stage serves curve://.
+  kv_channel_keys keys;
 };
 
 class stage_server {
@@ -43,7 +49,7 @@ class stage_server {
   stage_server(const stage_server&) = delete;
   stage_server& operator=(const stage_server&) = delete;
 
-  // "kvtcp://HOST:PORT", what a pipelined model connects to.
+  // "kvtcp://HOST:PORT" or "curve://HOST:PORT/KEY", what a pipelined model connects to.
   const std::string& endpoint() const { return endpoint_; }
   uint64_t frames_computed() const { return frames_computed_.load(); }
   uint64_t frames_refused() const { return frames_refused_.load(); }
@@ -52,18 +58,26 @@ class stage_server {
 
  private:
   void serve();
-  void serve_link(int fd);
-  // Answers a link's hello: false (after a failure frame) when the stage is not what it expects.
-  bool greet(int fd);
-  bool send(int fd, const stage_frame_header& header, std::span<const std::byte> payload);
-  void send_failure(int fd, const stage_frame_header& about, const std::string& why);
+  // Serves frames from `channel` until it fails, closes, or the server stops. `framed`: each
+  // frame is a message of its own (ZeroMQ), so a bad header does not end the link.
+  void serve_link(stage_channel& channel, bool framed);
+  // Answers a hello: true (after an ack) when the stage is what the link expects.
+  bool greet(stage_channel& channel, const stage_frame_header& header);
+  void compute(stage_channel& channel, const stage_frame_header& header);
+  bool send(stage_channel& channel, const stage_frame_header& header, std::span<const std::byte> payload);
+  void send_failure(stage_channel& channel, const stage_frame_header& about, const std::string& why);
 
   model& stage_;
   layer_range layers_;
   stage_server_settings settings_;
   stage_frame_limits limits_;
   std::string endpoint_;
-  int listener_ = -1;
+  int listener_ = -1;                         // plain TCP
+  std::unique_ptr<stage_channel> curve_;      // CURVE: the one bound socket
+  // One frame's buffers, reused.
+  forward_batch batch_;
+  std::vector<std::byte> arrays_;
+  std::vector<float> residual_in_, residual_out_;  // [num_tokens, hidden] each
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> frames_computed_{0};
   std::atomic<uint64_t> frames_refused_{0};

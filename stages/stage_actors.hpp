@@ -144,9 +144,9 @@ void check_worker_kv_transport(kv_transport transport, const model& m);
 // worker, before it starts: a bad draft fails the spawn, naming its path).
 worker_drafts load_worker_drafts(const worker_spec& spec, const served_model& target);
 // Pipeline stages: wraps the worker's loaded model (its own layers) with the remote stages of
-// `spec.pipeline`, connecting to them (nothing without a pipeline). Throws naming the stage that
-// cannot be used, which fails the spawn.
-void attach_pipeline_stages(const worker_spec& spec, served_model& served);
+// `spec.pipeline`, connecting to them with the node's CURVE keys for curve:// stages (nothing
+// without a pipeline). Throws naming the stage that cannot be used, which fails the spawn.
+void attach_pipeline_stages(const worker_spec& spec, const kv_channel_keys& keys, served_model& served);
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served,
                            worker_kv_settings kv = {}, worker_drafts drafts = {});
 

@@ -141,9 +141,9 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   });
 }
 
-void attach_pipeline_stages(const worker_spec& spec, served_model& served) {
+void attach_pipeline_stages(const worker_spec& spec, const kv_channel_keys& keys, served_model& served) {
   if (spec.pipeline.empty()) return;
-  served.backend_model = make_pipelined_model(std::move(served.backend_model), spec.pipeline);
+  served.backend_model = make_pipelined_model(std::move(served.backend_model), spec.pipeline, keys);
 }
 
 caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec) {
@@ -153,7 +153,7 @@ caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec s
   worker_drafts drafts;
   try {
     served = load_served_model(spec.model);
-    attach_pipeline_stages(spec, *served);
+    attach_pipeline_stages(spec, spec.kv_keys, *served);
     kv.bind_host = spec.kv_bind_host;
     kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);
     kv.keys = std::move(spec.kv_keys);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <thread>
@@ -32,7 +33,7 @@ class stage_process {
                                      "--threads", "1", "--log-level", "info"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     process_.emplace(std::move(args), log_path_);
-    static const std::regex listening(R"(listening on (kvtcp://127\.0\.0\.1:[0-9]+))");
+    static const std::regex listening(R"(listening on ((?:kvtcp://127\.0\.0\.1:[0-9]+|curve://127\.0\.0\.1:[0-9]+/\S{40})))");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (int i = 0; i < 3000 && process_->alive() && std::chrono::steady_clock::now() < deadline; ++i) {
       std::smatch m;
@@ -133,6 +134,30 @@ TEST(pipeline_e2e, a_stage_that_is_not_the_one_named_is_refused_at_start) {
     EXPECT_NE(std::string(e.what()).find("the link expects layers 0-2, this stage holds 0-1"), std::string::npos)
         << e.what();
   }
+}
+
+// With the cluster's credentials the link is curve:// (CURVE, members only): a stage started with
+// `--credentials`, a server whose topology names the same credentials, answers like colocated.
+TEST(pipeline_e2e, a_stage_with_the_clusters_credentials_serves_over_curve) {
+  const std::filesystem::path certs =
+      std::filesystem::temp_directory_path() / ("troupe_pipeline_certs_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(certs);
+  const run_result made = run_troupe("certs --out " + shell_quote(certs.string()) + " --name controller --name stage-a");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const auto expected = colocated_tokens();
+  stage_process front("0-1", stories_dir, {"--credentials", certs.string(), "--name", "stage-a"});
+  ASSERT_TRUE(front.argument("0-1").starts_with("curve://127.0.0.1:")) << front.argument("0-1");
+  const std::filesystem::path topology = certs / "pipeline.toml";
+  const std::string argument = front.argument("0-1");
+  const size_t at = argument.rfind('@');
+  std::ofstream(topology) << "[cluster]\ncredentials = \"" << certs.string() << "\"\nname = \"controller\"\n"
+                          << "[pipeline]\nstages = [{ endpoint = \"" << argument.substr(0, at)
+                          << "\", layers = \"0-1\" }]\n";
+  {
+    serve_process pipelined({"--config", topology.string()});
+    EXPECT_EQ(tokens_of(serve_together(pipelined, requests())), expected);
+  }
+  std::filesystem::remove_all(certs);
 }
 
 // A model larger than one process's memory budget (issue 27): 8 layers of hidden 512 in Q8_0,

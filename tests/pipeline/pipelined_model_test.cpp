@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -17,6 +18,7 @@
 
 #include "backends/cpu/cpu_model.hpp"
 #include "engine/llm_engine.hpp"
+#include "kvtransfer/kv_channel.hpp"
 #include "kvtransfer/kv_tcp.hpp"
 #include "model/loader/model_loader.hpp"
 #include "pipeline/pipelined_model.hpp"
@@ -44,11 +46,13 @@ struct served_stages {
   std::vector<remote_stage> remote;
 };
 
-served_stages serve(const std::vector<layer_range>& ranges) {
+served_stages serve(const std::vector<layer_range>& ranges, const kv_channel_keys& keys = {}) {
   served_stages s;
   for (const layer_range& r : ranges) {
     s.stages.push_back(load_stage(r));
-    s.servers.push_back(std::make_unique<stage_server>(*s.stages.back().m, r, stage_server_settings{}));
+    stage_server_settings settings;
+    settings.keys = keys;
+    s.servers.push_back(std::make_unique<stage_server>(*s.stages.back().m, r, settings));
     s.remote.push_back({s.servers.back()->endpoint(), r});
   }
   return s;
@@ -210,6 +214,49 @@ TEST_F(pipelined_model_test, a_stage_answers_a_bad_frame_with_a_failure_and_keep
   EXPECT_EQ(result.step_id, 2u);
   EXPECT_EQ(front.servers[0]->frames_refused(), 1u);
   ::close(fd);
+}
+
+// Stage links with the cluster's credentials (curve://): a member's engine is served and answers
+// like the whole model; an engine whose key is not a member's never gets a hello answered; a
+// curve:// stage without credentials is refused by name.
+TEST_F(pipelined_model_test, curve_links_serve_members_only) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("troupe_pipeline_keys_" + std::to_string(::getpid()));
+  const std::filesystem::path outsiders = dir / "outsiders";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(outsiders);
+  write_kv_channel_keys(dir, "stage");
+  write_kv_channel_keys(dir, "engine");
+  write_kv_channel_keys(outsiders, "intruder");
+  const auto expected = generate(load_stage({}).m, 64);
+  served_stages front = serve({{0, 2}}, load_kv_channel_keys(dir, "stage"));
+  ASSERT_TRUE(front.remote[0].endpoint.starts_with("curve://127.0.0.1:")) << front.remote[0].endpoint;
+  {
+    pipeline_settings settings;
+    settings.keys = load_kv_channel_keys(dir, "engine");
+    auto pipelined = make_pipelined_model(load_stage({2, 5}).m, {2, 5}, front.remote, settings);
+    EXPECT_EQ(generate(std::move(pipelined), 64), expected);
+  }
+  auto refusal = [&](const kv_channel_keys& keys) -> std::string {
+    pipeline_settings settings;
+    settings.keys = keys;
+    settings.connect_timeout = std::chrono::milliseconds(1500);
+    try {
+      make_pipelined_model(load_stage({2, 5}).m, {2, 5}, front.remote, settings);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(refusal(load_kv_channel_keys(outsiders, "intruder")).find("pipeline stage 0-1 at curve://"),
+            std::string::npos);
+  EXPECT_NE(refusal({}).find("needs the cluster's credentials"), std::string::npos);
+  // A member still gets in after the refusals.
+  pipeline_settings settings;
+  settings.keys = load_kv_channel_keys(dir, "engine");
+  EXPECT_NO_THROW(make_pipelined_model(load_stage({2, 5}).m, {2, 5}, front.remote, settings));
+  front.servers.clear();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
