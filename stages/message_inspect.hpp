@@ -329,7 +329,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
   return f(caf::meta::type_name("engine_config"), x.block_size, x.num_kv_blocks, x.max_num_batched_tokens,
            x.max_num_seqs, x.max_waiting_requests, x.max_model_len, x.enable_prefix_caching,
-           x.async_scheduling, x.vocab_size, x.hidden_size, x.num_speculative_tokens, x.max_speculative_tokens, x.kv_window);
+           x.async_scheduling, x.vocab_size, x.hidden_size, x.num_speculative_tokens, x.max_speculative_tokens, x.kv_window,
+           x.scheduling_policy, x.slo_admission);
 }
 
 template <class Inspector>
