@@ -48,13 +48,22 @@ void step_time_model::refit() {
       a[i][n] += s.x[i] * s.seconds;
     }
   }
-  // The prior as pseudo-evidence: per feature, prior_weight steps' worth of its mean square, so
-  // it weighs the same whatever the feature's scale (tokens are thousands, the constant is one).
+  // Solved in units of each feature's root mean square, so the constant (one) and the attention
+  // pairs (millions) weigh alike and the system stays well conditioned. The prior is pseudo-
+  // evidence in those units: prior_weight steps' worth while few are seen, fading as 1/n, so it
+  // settles directions the steps leave open (a feature that never varied) without biasing the
+  // ones they determine.
   const double count = static_cast<double>(samples_.size());
+  double scale[n];  // [n]
+  for (size_t j = 0; j < n; ++j) scale[j] = std::sqrt(std::max(a[j][j] / count, 1e-24));
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) a[i][j] /= scale[i] * scale[j];
+    a[i][n] /= scale[i];
+  }
+  const double ridge = prior_weight_ * prior_weight_ / (prior_weight_ + count);
   for (size_t j = 0; j < n; ++j) {
-    const double scale = std::max(a[j][j] / count, 1e-12) * prior_weight_;
-    a[j][j] += scale;
-    a[j][n] += scale * prior_[j];
+    a[j][j] += ridge;
+    a[j][n] += ridge * prior_[j] * scale[j];
   }
   // Gaussian elimination with partial pivoting; the ridge term keeps the matrix positive definite.
   for (size_t c = 0; c < n; ++c) {
@@ -75,6 +84,7 @@ void step_time_model::refit() {
     for (size_t k = c + 1; k < n; ++k) v -= a[c][k] * beta[k];
     beta[c] = v / a[c][c];
   }
+  for (size_t j = 0; j < n; ++j) beta[j] /= scale[j];
   for (double b : beta) {
     if (!std::isfinite(b)) return;
   }

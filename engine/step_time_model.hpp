@@ -9,8 +9,8 @@
 // attention pairs, the sum over sequences of new tokens x tokens attended (the attention's
 // work: a decode's context, or a prompt chunk's triangle). Ridge least squares over the last
 // `capacity` steps (bounded memory), pulled toward a prior that holds alone until steps are seen
-// and fades as they come (`prior_weight` steps' worth of evidence), so a feature that never
-// varied (no prefill seen yet) keeps its prior coefficient instead of an arbitrary one.
+// and fades as they come (worth `prior_weight` steps at first, less as 1/n after), so a feature
+// that never varied (no prefill seen yet) keeps its prior coefficient instead of an arbitrary one.
 //
 // Plain class, not thread-safe: the scheduler that owns it runs on one thread.
 
