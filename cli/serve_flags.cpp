@@ -51,6 +51,12 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--max-num-seqs", flags.max_num_seqs, "sequences running at once");
   app.add_option("--max-num-batched-tokens", flags.max_num_batched_tokens, "token budget of one step");
   app.add_option("--max-waiting-requests", flags.max_waiting_requests, "queue bound; beyond it: overloaded");
+  app.add_option("--scheduling-policy", flags.scheduling_policy,
+                 "how waiting requests are ordered: fcfs | priority (default) | slo | fair")
+      ->check(CLI::IsMember({"fcfs", "priority", "slo", "fair"}));
+  app.add_option("--slo-admission", flags.slo_admission,
+                 "slo policy: reject (refuse at once a request whose TTFT target cannot be met) | best_effort (default)")
+      ->check(CLI::IsMember({"reject", "best_effort"}));
   app.add_option("--num-kv-blocks", flags.num_kv_blocks, "KV blocks in the pool");
   app.add_option("--kv-memory-mb", flags.kv_memory_mb, "KV pool budget when --num-kv-blocks is not given");
   app.add_option("--memory-budget-mb", flags.memory_budget_mb,
@@ -150,6 +156,8 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.max_num_seqs > 0) m.max_num_seqs = flags.max_num_seqs;
   if (flags.max_num_batched_tokens > 0) t.max_num_batched_tokens = flags.max_num_batched_tokens;
   if (flags.max_waiting_requests > 0) t.max_waiting_requests = flags.max_waiting_requests;
+  if (!flags.scheduling_policy.empty()) t.scheduling_policy = flags.scheduling_policy;
+  if (!flags.slo_admission.empty()) t.slo_admission = flags.slo_admission;
   if (flags.num_kv_blocks > 0) m.num_kv_blocks = flags.num_kv_blocks;
   if (flags.kv_memory_mb > 0) m.kv_memory_mb = flags.kv_memory_mb;
   if (flags.memory_budget_mb > 0) m.memory_budget_mb = flags.memory_budget_mb;

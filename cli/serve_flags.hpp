@@ -21,6 +21,8 @@ struct serve_flags {
   int max_num_seqs = 0;
   int max_num_batched_tokens = 0;
   int max_waiting_requests = 0;
+  std::string scheduling_policy;  // "": the topology's
+  std::string slo_admission;
   int listen_backlog = 0;
   int zmq_handshake_timeout_ms = 0;
   int64_t zmq_max_pending_handshakes = 0;

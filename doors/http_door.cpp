@@ -696,6 +696,8 @@ void http_door::impl::install_routes() {
     if (auto stats = query_stats(2000ms); stats && stats->unavailable.empty()) {
       m.scheduler = metrics_snapshot::scheduler_gauges{stats->num_free_blocks, stats->num_total_blocks,
                                                        stats->num_running, stats->num_waiting};
+      m.num_slo_rejections = stats->num_slo_rejections;
+      m.step_models = stats->step_models;
     }
     m.model_name = options.model_name;
     m.serving = counters.metrics.snapshot();

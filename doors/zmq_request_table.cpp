@@ -155,6 +155,7 @@ zmq_request_table::outputs zmq_request_table::on_request(const std::string& rout
   }
   job.sampling = std::move(generate.sampling);
   job.priority = generate.priority;
+  job.targets = std::move(generate.targets);
   return out;
 }
 

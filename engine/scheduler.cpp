@@ -19,7 +19,8 @@ const engine_config& validated(const engine_config& config) {
 scheduler::scheduler(const engine_config& config, std::vector<int32_t> eos_token_ids)
     : config_(validated(config)),
       eos_token_ids_(std::move(eos_token_ids)),
-      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching) {}
+      kv_(config.num_kv_blocks, config.block_size, config.enable_prefix_caching),
+      policy_(make_scheduling_policy(config_, *step_times_)) {}
 
 std::optional<request_error> scheduler::check_request(int64_t request_id, int num_prompt_tokens,
                                                       const sampling_params& params,
@@ -96,13 +97,24 @@ std::string scheduler::check_resumed_outputs(std::span<const int32_t> resumed_ou
 std::optional<request_error> scheduler::add_request(int64_t request_id, std::vector<int32_t> prompt_ids,
                                                     sampling_params params, int priority,
                                                     engine_clock::time_point arrival,
-                                                    std::span<const int32_t> resumed_output_ids, kv_handoff kv) {
+                                                    std::span<const int32_t> resumed_output_ids, kv_handoff kv,
+                                                    service_targets targets) {
   if (auto error = check_request(request_id, static_cast<int>(prompt_ids.size()), params, resumed_output_ids)) {
     return error;
   }
   auto seq = std::make_unique<sequence>(request_id, std::move(prompt_ids), std::move(params), priority,
-                                        next_arrival_order_++, arrival, resumed_output_ids, kv);
-  waiting_.insert(seq.get());
+                                        next_arrival_order_, arrival, resumed_output_ids, kv);
+  seq->targets = std::move(targets);
+  // A role receive request's prompt is computed elsewhere: its TTFT is not this queue's to judge.
+  if (config_.slo_admission == "reject" && kv.role != kv_role::receive) {
+    if (std::string why = policy_->refusal(*seq, waiting_, running_, engine_clock::now()); !why.empty()) {
+      ++num_slo_rejections_;
+      return request_error{request_error_code::overloaded, std::move(why)};
+    }
+  }
+  ++next_arrival_order_;
+  waiting_.push_back(seq.get());
+  policy_->arrived(*seq);
   sequences_.emplace(request_id, std::move(seq));
   return std::nullopt;
 }
@@ -117,12 +129,27 @@ step_plan scheduler::schedule() {
   plan.sequences.reserve(static_cast<size_t>(num_running() + admissible));
   int budget = config_.max_num_batched_tokens;
   bool preempted_any = false;
+  const auto now = engine_clock::now();
+  policy_->begin_step(now);
+  preempt_for_waiting_head(plan);
+  // The decodes this step will carry, and the prefill tokens the policy lets ride with them.
+  step_shape decodes;
+  double tightest_tpot_s = 0;
+  for (const sequence* seq : running_) {
+    if (!is_decoding(*seq)) continue;
+    decodes.add(1, seq->num_scheduled_tokens());
+    const double tpot_s = seq->targets.tpot_ms / 1000.0;
+    if (tpot_s > 0 && (tightest_tpot_s == 0 || tpot_s < tightest_tpot_s)) tightest_tpot_s = tpot_s;
+  }
+  int prefill_left = policy_->prefill_token_cap(decodes, tightest_tpot_s);
 
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     sequence* seq = running_[i];
     // At most one input may be unknown (a placeholder for the step in flight's sample).
     const int plannable = std::min(seq->num_unscheduled_tokens(), seq->num_tokens() + 1 - seq->num_scheduled_tokens());
-    const int num_new = ends_with_pending_sample(*seq) ? 0 : std::min(plannable, budget);
+    const bool prefill = !is_decoding(*seq);
+    int num_new = ends_with_pending_sample(*seq) ? 0 : std::min(plannable, budget);
+    if (prefill) num_new = std::min(num_new, prefill_left);
     if (num_new <= 0) {
       ++i;
       continue;
@@ -146,14 +173,15 @@ step_plan scheduler::schedule() {
     kv_.append(seq->blocks, needed);
     plan.sequences.push_back(plan_entry(*seq, num_new, slots));
     mark_scheduled(*seq, plan.sequences.back());
+    policy_->charge(*seq, num_new);
     budget -= num_new + slots;
+    if (prefill) prefill_left -= num_new;
     ++i;
   }
 
   // Admitting while preempting would only swap one sequence's blocks for another's.
-  const auto now = engine_clock::now();
   while (!preempted_any && !waiting_.empty() && num_running() + num_waiting_for_kv() < config_.max_num_seqs) {
-    sequence* seq = *waiting_.begin();
+    sequence* seq = policy_->next_waiting(waiting_);
     if (seq->kv().role == kv_role::receive) {
       // Fresh blocks, not the prefix cache's: the import writes into them, and a cached block
       // may be shared with running requests. The KV costs no compute, so no budget. Tokens
@@ -168,13 +196,13 @@ step_plan scheduler::schedule() {
         seq->timeline.scheduled = true;
         seq->timeline.first_scheduled = now;
       }
-      waiting_.erase(waiting_.begin());
+      erase_waiting(seq);
       waiting_for_kv_.push_back(seq);
       new_kv_reservations_.push_back(
           kv_reservation{seq->request_id(), seq->kv().transfer_id, seq->blocks.block_ids, needed, seq->kv().peer});
       continue;
     }
-    if (budget <= 0) break;
+    if (budget <= 0 || prefill_left <= 0) break;
     // Mean pooling needs every prompt token's hidden state, prompt logprobs every prompt row's
     // logits (until the first token carried them): a cached prefix would skip them.
     const bool every_prompt_row = seq->params().pooling == pooling_kind::mean ||
@@ -184,7 +212,7 @@ step_plan scheduler::schedule() {
     // would hold more blocks than a pool sized for the window may have (its head is released
     // only after the first step). Its leading blocks are as good a prefix, recomputed beyond.
     if (config_.kv_window > 0) trim_hit(hit, kv_.blocks_for(config_.kv_window) + 1);
-    const int num_new = std::min(seq->num_tokens() - hit.num_tokens, budget);
+    const int num_new = std::min({seq->num_tokens() - hit.num_tokens, budget, prefill_left});
     int needed = hit.num_tokens + num_new;
     if (!kv_.can_allocate(hit, needed)) break;  // strict order: nobody jumps the head
     // A prompt whose last chunk runs now may already speculate on its first outputs.
@@ -202,16 +230,37 @@ step_plan scheduler::schedule() {
     }
     seq->status = sequence_status::running;
     seq->admitted_step = plan.step_id;
-    waiting_.erase(waiting_.begin());
+    erase_waiting(seq);
     insert_running(seq);
     plan.sequences.push_back(plan_entry(*seq, num_new, slots));
     mark_scheduled(*seq, plan.sequences.back());
+    policy_->charge(*seq, num_new);
     budget -= num_new + slots;
+    prefill_left -= num_new;
   }
   // An empty plan is not sent: the ids wait for the next one.
   if (!plan.sequences.empty()) plan.finished_ids = std::exchange(finished_since_plan_, {});
   return plan;
 }
+
+bool scheduler::is_decoding(const sequence& seq) {
+  // Everything but the last known token (the next input) is computed or being computed.
+  return seq.num_scheduled_tokens() >= seq.num_tokens() - 1;
+}
+
+void scheduler::preempt_for_waiting_head(step_plan& plan) {
+  while (!waiting_.empty() && !running_.empty()) {
+    sequence* head = policy_->next_waiting(waiting_);
+    if (head->kv().role == kv_role::receive || !policy_->preempts(*head, *running_.back())) return;
+    // Room to start its prompt: the first chunk's blocks (a cached prefix only helps).
+    const int first_chunk = std::min(head->num_tokens(), config_.max_num_batched_tokens);
+    const bool seat = num_running() + num_waiting_for_kv() < config_.max_num_seqs;
+    if (seat && kv_.can_allocate(prefix_hit{}, first_chunk)) return;
+    preempt(running_.back(), plan);
+  }
+}
+
+void scheduler::erase_waiting(sequence* seq) { waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq)); }
 
 bool scheduler::ends_with_pending_sample(const sequence& seq) const {
   // The step in flight samples this sequence's last token: a further token would only be
@@ -306,7 +355,9 @@ void scheduler::mark_scheduled(sequence& seq, const scheduled_sequence& entry) {
 }
 
 void scheduler::insert_running(sequence* seq) {
-  running_.insert(std::upper_bound(running_.begin(), running_.end(), seq, by_priority{}), seq);
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), seq,
+                                   [this](const sequence* a, const sequence* b) { return policy_->runs_before(*a, *b); }),
+                  seq);
 }
 
 void scheduler::remove_running(sequence* seq) {
@@ -318,7 +369,7 @@ void scheduler::preempt(sequence* seq, step_plan& plan) {
   remove_running(seq);
   kv_.free(seq->blocks);
   seq->reset_for_recompute();
-  waiting_.insert(seq);
+  waiting_.push_back(seq);
   plan.preempted_ids.push_back(seq->request_id());
 }
 
@@ -507,8 +558,9 @@ void scheduler::release(sequence& seq, sequence_status queued_as) {
   } else if (queued_as == sequence_status::waiting_for_kv) {
     waiting_for_kv_.erase(std::find(waiting_for_kv_.begin(), waiting_for_kv_.end(), &seq));
   } else {
-    waiting_.erase(&seq);
+    erase_waiting(&seq);
   }
+  policy_->left(seq);
   kv_.free(seq.blocks);
   if (seq.known_to_worker) finished_since_plan_.push_back(seq.request_id());
   sequences_.erase(seq.request_id());

@@ -2,8 +2,11 @@
 // The token-budget scheduler. Each step hands out at most max_num_batched_tokens tokens:
 // running sequences first (a decode token, or the next chunk of a prompt), then waiting ones
 // by priority and arrival, each given min(what it still needs, what is left of the budget).
-// When KV blocks run out, the lowest-priority, newest running sequence is preempted and later
-// recomputed from its tokens (cheap when its blocks are still in the prefix cache).
+// When KV blocks run out, the running sequence the policy puts last (by default the lowest-
+// priority, newest) is preempted and later recomputed from its tokens (cheap when its blocks are
+// still in the prefix cache). The orders, preemption by a waiting request and the cap on a step's
+// prefill tokens come from the scheduling policy engine_config names (engine/scheduling_policy.hpp);
+// the step-time model it predicts with is fed by observe_step.
 //
 // Use: schedule() -> run the plan -> update(plan, result) -> schedule() ... Plain class, not
 // thread-safe: the scheduler actor owns it.
@@ -23,7 +26,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -32,8 +34,10 @@
 
 #include "engine/engine_config.hpp"
 #include "engine/request_error.hpp"
+#include "engine/scheduling_policy.hpp"
 #include "engine/sequence.hpp"
 #include "engine/step_plan.hpp"
+#include "engine/step_time_model.hpp"
 #include "engine/token_delta.hpp"
 #include "kvcache/kv_cache_manager.hpp"
 
@@ -65,7 +69,8 @@ class scheduler {
   std::optional<request_error> add_request(int64_t request_id, std::vector<int32_t> prompt_ids,
                                            sampling_params params, int priority = 0,
                                            engine_clock::time_point arrival = engine_clock::now(),
-                                           std::span<const int32_t> resumed_output_ids = {}, kv_handoff kv = {});
+                                           std::span<const int32_t> resumed_output_ids = {}, kv_handoff kv = {},
+                                           service_targets targets = {});
 
   step_plan schedule();
   // Why `result` cannot be the outcome of `step` (another step's id, a token for a request the
@@ -97,6 +102,12 @@ class scheduler {
   // taken or the request or transfer is unknown (ignored).
   std::string hand_over(int64_t request_id, uint64_t transfer_id, std::span<const int32_t> token_ids);
 
+  // A step this scheduler planned took `seconds` on the worker: evidence for the step-time model.
+  void observe_step(const step_outline& step, double seconds) { step_times_->observe(shape_of(step), seconds); }
+  const step_time_model& step_times() const { return *step_times_; }
+  // Requests refused at once because their TTFT target could not be met (slo_admission reject).
+  int64_t num_slo_rejections() const { return num_slo_rejections_; }
+
   bool has_unfinished() const { return !sequences_.empty(); }
   int num_waiting_for_kv() const { return static_cast<int>(waiting_for_kv_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
@@ -108,13 +119,6 @@ class scheduler {
   const sequence* find(int64_t request_id) const;
 
  private:
-  struct by_priority {
-    bool operator()(const sequence* a, const sequence* b) const {
-      if (a->priority() != b->priority()) return a->priority() < b->priority();
-      return a->arrival_order() < b->arrival_order();
-    }
-  };
-
   std::optional<request_error> check_request(int64_t request_id, int num_prompt_tokens,
                                              const sampling_params& params,
                                              std::span<const int32_t> resumed_output_ids) const;
@@ -137,6 +141,9 @@ class scheduler {
   // Keeps a prefix hit's first max_blocks blocks.
   void trim_hit(prefix_hit& hit, int max_blocks) const;
   bool ends_with_pending_sample(const sequence& seq) const;
+  // Whether the sequence's next entry is a decode (one token on a computed history), not a
+  // prompt chunk: the slo policy's prefill cap spares decodes.
+  static bool is_decoding(const sequence& seq);
   // A role receive sequence whose KV and handed-off tokens are both here starts running.
   void start_if_ready(sequence& seq);
   // Takes a sequence out of the queue its status `queued_as` names (running, waiting_for_kv or
@@ -145,6 +152,10 @@ class scheduler {
   void insert_running(sequence* seq);
   void remove_running(sequence* seq);
   void preempt(sequence* seq, step_plan& plan);
+  // Preempts running sequences the next waiting request may displace (the policy says which),
+  // until it could be admitted: blocks for its prompt and a seat.
+  void preempt_for_waiting_head(step_plan& plan);
+  void erase_waiting(sequence* seq);
   // What a sequence's status is once `token_id` is appended, given its counts after the append.
   sequence_status stop_status(const sampling_params& params, int32_t token_id, int num_output_tokens,
                               int num_tokens) const;
@@ -155,11 +166,15 @@ class scheduler {
   std::vector<int32_t> eos_token_ids_;
   kv_cache_manager kv_;
   std::unordered_map<int64_t, std::unique_ptr<sequence>> sequences_;  // every live request
-  std::set<sequence*, by_priority> waiting_;
-  std::vector<sequence*> running_;  // sorted by priority, then arrival: the back is preempted first
+  // Behind a pointer, so the policy's reference survives a move of the scheduler.
+  std::unique_ptr<step_time_model> step_times_ = std::make_unique<step_time_model>();
+  std::unique_ptr<scheduling_policy> policy_;
+  std::vector<sequence*> waiting_;  // the policy picks from it
+  std::vector<sequence*> running_;  // in the policy's running order: the back is preempted first
   std::vector<sequence*> waiting_for_kv_;  // role receive, blocks reserved, KV arriving
   std::vector<kv_reservation> new_kv_reservations_;
   uint64_t next_arrival_order_ = 0;
+  int64_t num_slo_rejections_ = 0;
   uint64_t next_step_id_ = 0;
   // Requests the worker knows that ended since the last non-empty plan (which carries them).
   std::vector<int64_t> finished_since_plan_;

@@ -12,6 +12,7 @@
 #include "engine/token_delta.hpp"
 #include "kvcache/block_table.hpp"
 #include "protocol/sampling_params.hpp"
+#include "protocol/service_targets.hpp"
 
 namespace troupe {
 
@@ -91,6 +92,8 @@ class sequence {
   // appended, so a full block's hash never goes stale.
   std::vector<block_hash> block_hashes;
   sequence_timeline timeline;
+  // Its tenant and latency targets (the fair and slo policies read them).
+  service_targets targets;
   // Role receive, while waiting_for_kv: the tokens whose KV is arriving (fixed at reservation),
   // whether all of it has, and whether the prefill side's first token(s) came (handed_off).
   int num_kv_tokens = 0;

@@ -32,6 +32,8 @@ scheduler_spec engine_placer::scheduler_for(const worker_description& descriptio
   config.max_num_seqs = topology_.model.max_num_seqs;
   config.max_waiting_requests = topology_.max_waiting_requests;
   config.async_scheduling = topology_.async_scheduling;
+  config.scheduling_policy = topology_.scheduling_policy;
+  config.slo_admission = topology_.slo_admission;
   config.num_speculative_tokens = topology_.speculative.num_draft_tokens;
   config.max_speculative_tokens = topology_.speculative.max_draft_tokens;
   config.validate();

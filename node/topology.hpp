@@ -140,6 +140,11 @@ struct topology {
   // [scheduler] (and model.max_num_seqs, model.num_kv_blocks, ...)
   int max_num_batched_tokens = 2048;
   int max_waiting_requests = 4096;
+  // How each instance's scheduler orders its queues (engine/scheduling_policy.hpp): fcfs,
+  // priority (the default), slo or fair; with slo, slo_admission "reject" refuses at once a
+  // request whose TTFT target cannot be met, "best_effort" serves it late.
+  std::string scheduling_policy = "priority";
+  std::string slo_admission = "best_effort";
   // Plan step N+1 while the worker runs step N (docs/architecture.md, "Overlapped scheduling").
   // Read from true | false | "on" | "off" | "auto"; auto is on for both backends (measured in
   // docs/benchmarks.md: on the CPU too it halves the runtime's cost per step).

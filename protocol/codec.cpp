@@ -220,6 +220,22 @@ float read_float(const msgpack::object& o, const std::string& field) {
   return static_cast<float>(value);
 }
 
+// `slo: {ttft_ms, tpot_ms}`: latency targets in milliseconds, each zero or positive (0: none).
+void read_slo(const msgpack::object& o, service_targets& targets, const protocol_limits& limits) {
+  map_fields fields(o, "slo", limits);
+  auto target = [&](const char* key, double& out) {
+    const auto* v = fields.take(key);
+    if (v == nullptr) return;
+    const std::string name = std::string("slo.") + key;
+    const double ms = read_float(*v, name);
+    if (!std::isfinite(ms) || ms < 0) fail(name, "must be a number of milliseconds, zero or positive, got " + std::to_string(ms));
+    out = ms;
+  };
+  target("ttft_ms", targets.ttft_ms);
+  target("tpot_ms", targets.tpot_ms);
+  fields.reject_unknown();
+}
+
 // Structured output: at most one of guided_json (the schema's JSON text), guided_json_object
 // (true: any JSON object), guided_regex, guided_choice (strings). Whether the constraint compiles
 // is the door's check (grammar/guided_grammar.hpp); the wire format is read here.
@@ -340,6 +356,8 @@ client_request decode_fields(map_fields& fields, const std::string& type, std::s
   read_sampling(fields, request.sampling, limits);
   if (const auto* v = fields.take("stream")) request.stream = read_bool(*v, "stream");
   if (const auto* v = fields.take("priority")) request.priority = int(read_int(*v, "priority", -1000000, 1000000));
+  if (const auto* v = fields.take("slo")) read_slo(*v, request.targets, limits);
+  if (const auto* v = fields.take("tenant")) request.targets.tenant = read_string(*v, "tenant", limits.max_string_bytes);
   fields.reject_unknown();
   return request;
 }
@@ -429,6 +447,9 @@ std::string encode_request(const client_request& request) {
           const bool speculative_chosen = s.num_speculative_tokens != sampling_params{}.num_speculative_tokens;
           uint32_t n = 17 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1) + (is_guided(s) ? 1 : 0) +
                        (speculative_chosen ? 1 : 0) + (s.prompt_logprobs >= 0 ? 1 : 0);
+          // Targets and tenant only when given, for the same reason.
+          const bool has_slo = r.targets.ttft_ms > 0 || r.targets.tpot_ms > 0;
+          n += (has_slo ? 1 : 0) + (r.targets.tenant.empty() ? 0 : 1);
           p.pack_map(n);
           pack_str(p, "type"); pack_str(p, "generate");
           pack_str(p, "id"); pack_str(p, r.id);
@@ -463,6 +484,13 @@ std::string encode_request(const client_request& request) {
           if (s.prompt_logprobs >= 0) { pack_str(p, "prompt_logprobs"); p.pack(s.prompt_logprobs); }
           pack_str(p, "stream"); p.pack(r.stream);
           pack_str(p, "priority"); p.pack(r.priority);
+          if (has_slo) {
+            pack_str(p, "slo");
+            p.pack_map(2);
+            pack_str(p, "ttft_ms"); p.pack(r.targets.ttft_ms);
+            pack_str(p, "tpot_ms"); p.pack(r.targets.tpot_ms);
+          }
+          if (!r.targets.tenant.empty()) { pack_str(p, "tenant"); pack_str(p, r.targets.tenant); }
           if (s.seed) { pack_str(p, "seed"); p.pack(*s.seed); }
           if (speculative_chosen) { pack_str(p, "num_speculative_tokens"); p.pack(s.num_speculative_tokens); }
           switch (s.guided.kind) {

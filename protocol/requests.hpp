@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "protocol/sampling_params.hpp"
+#include "protocol/service_targets.hpp"
 
 namespace troupe {
 
@@ -25,6 +26,7 @@ struct generate_request {
   sampling_params sampling;
   bool stream = true;  // false: one reply with the whole completion
   int priority = 0;    // lower runs first among waiting requests; ties in arrival order
+  service_targets targets;  // `tenant` and `slo: {ttft_ms, tpot_ms}`
   std::string api_key;
 };
 

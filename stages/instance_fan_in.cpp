@@ -11,6 +11,8 @@ void stats_fan_in::add(const stats_answer& answer) {
   sum_.num_waiting += answer.num_waiting;
   sum_.num_waiting_for_kv += answer.num_waiting_for_kv;
   sum_.num_kv_leases += answer.num_kv_leases;
+  sum_.num_slo_rejections += answer.num_slo_rejections;
+  sum_.step_models.insert(sum_.step_models.end(), answer.step_models.begin(), answer.step_models.end());
   ++num_answered_;
   --num_pending_;
 }

@@ -161,15 +161,20 @@ typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, service_targets& x) {
+  return f(caf::meta::type_name("service_targets"), x.tenant, x.ttft_ms, x.tpot_ms);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tokenize_request& x) {
   return f(caf::meta::type_name("tokenize_request"), x.request_id, x.kind, x.prompt,
-           x.prompt_token_ids, x.messages, x.sampling, x.priority);
+           x.prompt_token_ids, x.messages, x.sampling, x.priority, x.targets);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
   return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling,
-           x.priority, x.tokenize_ns, x.resumed_output_ids, x.kv);
+           x.priority, x.targets, x.tokenize_ns, x.resumed_output_ids, x.kv);
 }
 // A peer name comes from another node: bounded before anyone keys a communicator by it.
 inline caf::error check_kv_peer(const char* message, const std::string& peer) {
@@ -281,7 +286,13 @@ typename Inspector::result_type inspect(Inspector& f, stats_query& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
   return f(caf::meta::type_name("stats_answer"), x.tag, x.num_free_blocks, x.num_total_blocks,
-           x.num_running, x.num_waiting, x.unavailable, x.num_waiting_for_kv, x.num_kv_leases);
+           x.num_running, x.num_waiting, x.unavailable, x.num_waiting_for_kv, x.num_kv_leases,
+           x.num_slo_rejections, x.step_models);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_model_report& x) {
+  return f(caf::meta::type_name("step_model_report"), x.instance, x.coefficients, x.rms_error_s, x.num_steps);
 }
 
 template <class Inspector>
@@ -334,7 +345,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
   return f(caf::meta::type_name("engine_config"), x.block_size, x.num_kv_blocks, x.max_num_batched_tokens,
            x.max_num_seqs, x.max_waiting_requests, x.max_model_len, x.enable_prefix_caching,
-           x.async_scheduling, x.vocab_size, x.hidden_size, x.num_speculative_tokens, x.max_speculative_tokens, x.kv_window);
+           x.async_scheduling, x.vocab_size, x.hidden_size, x.num_speculative_tokens, x.max_speculative_tokens, x.kv_window,
+           x.scheduling_policy, x.slo_admission);
 }
 
 template <class Inspector>

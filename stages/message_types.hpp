@@ -63,6 +63,8 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<worker_description>{}, "worker_description");
   f(std::type_identity<scheduler_spec>{}, "scheduler_spec");
   f(std::type_identity<detokenizer_spec>{}, "detokenizer_spec");
+  f(std::type_identity<service_targets>{}, "service_targets");
+  f(std::type_identity<step_model_report>{}, "step_model_report");
 }
 
 }  // namespace troupe

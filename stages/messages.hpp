@@ -37,6 +37,7 @@ struct tokenize_request {
   std::vector<chat_message> messages;
   sampling_params sampling;
   int32_t priority = 0;
+  service_targets targets;
 };
 
 struct schedule_request {
@@ -44,6 +45,7 @@ struct schedule_request {
   std::vector<int32_t> prompt_ids;
   sampling_params sampling;
   int32_t priority = 0;
+  service_targets targets;  // tenant and latency targets (the fair and slo policies)
   duration_ns tokenize_ns = 0;  // the tokenizer's clock: request received -> prompt ids checked
   // Tokens this request already generated on an instance that was lost (and the client already
   // has): the re-run continues after them. Empty for a fresh request.
@@ -201,6 +203,14 @@ struct stats_query {
   uint64_t tag = 0;
 };
 
+// One instance's step-time model (engine/step_time_model.hpp), for /metrics.
+struct step_model_report {
+  int32_t instance = 0;               // set by the router
+  std::vector<double> coefficients;   // [4] seconds per: step, token, sequence, attention pair
+  double rms_error_s = 0;             // of the fit over the steps it holds
+  int64_t num_steps = 0;              // steps measured in all
+};
+
 struct stats_answer {
   uint64_t tag = 0;
   int32_t num_free_blocks = 0;
@@ -212,6 +222,9 @@ struct stats_answer {
   std::string unavailable;
   int32_t num_waiting_for_kv = 0;  // decode side: blocks reserved, KV arriving
   int32_t num_kv_leases = 0;       // the KV agents' open transfers, both directions
+  // Requests refused at once because their TTFT target could not be met (slo_admission reject).
+  int64_t num_slo_rejections = 0;
+  std::vector<step_model_report> step_models;  // one per instance that answered
 };
 
 }  // namespace troupe

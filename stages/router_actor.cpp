@@ -249,6 +249,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
           self->request(handles.scheduler, timeout, query)
               .then(
                   [=](stats_answer& answer) {
+                    for (auto& model : answer.step_models) model.instance = id;
                     total->add(answer);
                     settle();
                   },

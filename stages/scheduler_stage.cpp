@@ -65,7 +65,7 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
   if (auto error = scheduler_.add_request(request.request_id, std::move(request.prompt_ids),
                                           std::move(request.sampling), request.priority,
                                           engine_clock::time_point(std::chrono::nanoseconds(received)),
-                                          request.resumed_output_ids, request.kv)) {
+                                          request.resumed_output_ids, request.kv, request.targets)) {
     out.refusals.push_back(request_failed{request.request_id, to_error_code(error->code), error->message});
     return out;
   }
@@ -120,6 +120,8 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
   in_flight_.pop_front();
   const timestamp_ns now = steady_now_ns();
   steps_.finished(plan, now, done.compute_ns);
+  // The worker's own clock: what a step of this shape costs, without mailbox time.
+  if (done.error.empty()) scheduler_.observe_step(plan, static_cast<double>(done.compute_ns) * 1e-9);
   for (const auto& seq : plan.sequences) {
     auto it = timelines_.find(seq.request_id);
     if (it == timelines_.end()) continue;
@@ -217,6 +219,10 @@ stats_answer scheduler_stage::stats(uint64_t tag) const {
   stats_answer answer{tag, scheduler_.num_free_blocks(), scheduler_.kv_cache().num_blocks(),
                       scheduler_.num_running(), scheduler_.num_waiting(), {}};
   answer.num_waiting_for_kv = scheduler_.num_waiting_for_kv();
+  answer.num_slo_rejections = scheduler_.num_slo_rejections();
+  const step_time_model& model = scheduler_.step_times();
+  answer.step_models.push_back(step_model_report{0, {model.fitted().begin(), model.fitted().end()}, model.rms_error(),
+                                                 static_cast<int64_t>(model.num_observed())});
   return answer;
 }
 

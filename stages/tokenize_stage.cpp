@@ -21,6 +21,7 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
   schedule_request out;
   out.request_id = request.request_id;
   out.priority = request.priority;
+  out.targets = request.targets;
   const char* field = "prompt";
   try {
     switch (request.kind) {

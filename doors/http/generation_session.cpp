@@ -95,6 +95,8 @@ std::vector<tokenize_request> generation_session::engine_requests() const {
     job.prompt = prompt.text;
     job.prompt_token_ids = prompt.token_ids;
     job.sampling = request_.sampling;
+    job.priority = request_.priority;
+    job.targets = request_.targets;
     if (job.sampling.seed) job.sampling.seed = *job.sampling.seed + static_cast<uint64_t>(sample);
     out.push_back(std::move(job));
   }

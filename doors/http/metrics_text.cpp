@@ -166,6 +166,28 @@ std::string render_metrics(const metrics_snapshot& m) {
     family(out, "troupe_sequences_waiting", "gauge", "Sequences queued for admission (including preempted ones).")
         .sample(s.num_waiting);
   }
+  if (m.scheduler) {
+    family(out, "troupe_requests_rejected_total", "counter",
+           "Requests refused at once by the slo policy, by reason (their TTFT target could not be met).")
+        .sample(m.num_slo_rejections, "{reason=\"ttft_unattainable\"}");
+    if (!m.step_models.empty()) {
+      static const char* const features[] = {"step", "token", "sequence", "attention_pair"};
+      // Each family's samples right under its own header.
+      family coefficients(out, "troupe_step_time_coefficient_seconds", "gauge",
+                          "The step-time model's seconds per feature, fitted online per instance.");
+      for (const step_model_report& r : m.step_models) {
+        for (size_t j = 0; j < r.coefficients.size() && j < 4; ++j) {
+          coefficients.sample(r.coefficients[j],
+                              fmt::format("{{instance=\"{}\",feature=\"{}\"}}", r.instance, features[j]).c_str());
+        }
+      }
+      family rms(out, "troupe_step_time_fit_rms_seconds", "gauge",
+                 "Root mean square of measured minus predicted step time over the steps the fit holds.");
+      for (const step_model_report& r : m.step_models) rms.sample(r.rms_error_s, fmt::format("{{instance=\"{}\"}}", r.instance).c_str());
+      family steps(out, "troupe_step_time_steps_observed_total", "counter", "Steps the step-time model has measured.");
+      for (const step_model_report& r : m.step_models) steps.sample(r.num_steps, fmt::format("{{instance=\"{}\"}}", r.instance).c_str());
+    }
+  }
   out += m.extra;
   return out;
 }

@@ -8,8 +8,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "doors/serving_metrics.hpp"
+#include "stages/messages.hpp"
 
 namespace troupe {
 
@@ -38,6 +40,9 @@ struct metrics_snapshot {
     int num_waiting = 0;
   };
   std::optional<scheduler_gauges> scheduler;
+  // From the same answer: early rejections and each instance's step-time model.
+  int64_t num_slo_rejections = 0;
+  std::vector<step_model_report> step_models;
   std::string model_name;  // the model_name label of the troupe: families
   serving_metrics_snapshot serving;
   // Appended as it is: more families in the same format (e.g. per-stage gauges), each name used

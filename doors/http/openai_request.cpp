@@ -279,6 +279,35 @@ void read_embeddings(request_fields& fields, openai_request& r, const openai_lim
   r.sampling.num_speculative_tokens = 0;
 }
 
+// Troupe's scheduling fields: `priority` (lower runs first), `slo: {ttft_ms, tpot_ms}` (targets
+// in milliseconds, zero or positive; 0: none) and `tenant`, which OpenAI's `user` stands in for
+// when it is not given (the fair policy shares the engine among tenants).
+void read_service(request_fields& fields, openai_request& r, const openai_limits& limits) {
+  if (const json* v = fields.take("priority")) r.priority = static_cast<int>(read_int(*v, "priority", -1000000, 1000000));
+  if (const json* v = fields.take("slo")) {
+    if (!v->is_object()) wrong_type("slo", "an object", *v);
+    request_fields slo(*v, r.ignored_fields, "slo");
+    auto target = [&](const char* key, double& out) {
+      const json* t = slo.take(key);
+      if (t == nullptr) return;
+      const std::string name = std::string("slo.") + key;
+      if (!t->is_number()) wrong_type(name, "a number of milliseconds", *t);
+      const double ms = t->get<double>();
+      if (!std::isfinite(ms) || ms < 0) fail(name, "must be zero or positive (milliseconds), got " + t->dump());
+      out = ms;
+    };
+    target("ttft_ms", r.targets.ttft_ms);
+    target("tpot_ms", r.targets.tpot_ms);
+  }
+  const json* tenant = fields.take("tenant");
+  const json* user = fields.take("user");
+  if (tenant) {
+    r.targets.tenant = read_string(*tenant, "tenant", limits.max_string_bytes);
+  } else if (user) {
+    r.targets.tenant = read_string(*user, "user", limits.max_string_bytes);
+  }
+}
+
 // `stop`: one string or an array of them. Their number, emptiness and length are value rules
 // (validate_sampling_params); only the wire bound on strings applies here.
 std::vector<std::string> read_stop(const json& v, const protocol_limits& limits) {
@@ -464,6 +493,7 @@ std::variant<openai_request, api_error> parse_openai_request(openai_endpoint end
       if (const json* usage = options.take("include_usage")) r.include_usage = read_bool(*usage, "stream_options.include_usage");
     }
     read_sampling(fields, r, limits);
+    read_service(fields, r, limits);
     read_guided(fields, r, limits);
     refuse_unsupported(fields, r);
     fields.note_ignored();

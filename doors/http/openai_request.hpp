@@ -14,6 +14,7 @@
 #include "doors/http/chat_request.hpp"
 #include "protocol/protocol_limits.hpp"
 #include "protocol/sampling_params.hpp"
+#include "protocol/service_targets.hpp"
 #include "stages/messages.hpp"
 
 namespace troupe {
@@ -38,6 +39,8 @@ struct openai_request {
   std::vector<openai_prompt> prompts;
   int n = 1;
   sampling_params sampling;  // per choice j the seed is seed + j when a seed is given
+  int priority = 0;          // lower runs first (the priority policy)
+  service_targets targets;   // `slo` and `tenant` (or OpenAI's `user`)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // -1: none. Completions: `logprobs` = top n (0..). Chat: `logprobs` true gives 0, and

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "doors/http/api_error.hpp"
 #include "doors/http/openai_request.hpp"
 
 namespace troupe {
@@ -28,6 +29,35 @@ api_error parse_error(openai_endpoint endpoint, const std::string& body) {
 
 constexpr auto completions = openai_endpoint::completions;
 constexpr auto chat = openai_endpoint::chat_completions;
+
+TEST(openai_request, priority_slo_and_tenant_are_read_and_checked) {
+  auto r = parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"hi"}],"priority":-2,
+      "slo":{"ttft_ms":250,"tpot_ms":40.5},"tenant":"team-a","user":"someone"})");
+  EXPECT_EQ(r.priority, -2);
+  EXPECT_EQ(r.targets.ttft_ms, 250);
+  EXPECT_EQ(r.targets.tpot_ms, 40.5);
+  EXPECT_EQ(r.targets.tenant, "team-a");
+  // OpenAI's `user` names the tenant when no `tenant` is given.
+  EXPECT_EQ(parse_ok(completions, R"({"model":"m","prompt":"x","user":"u7"})").targets.tenant, "u7");
+  const auto defaults = parse_ok(completions, R"({"model":"m","prompt":"x"})");
+  EXPECT_EQ(defaults.priority, 0);
+  EXPECT_EQ(defaults.targets.ttft_ms, 0);
+  EXPECT_EQ(defaults.targets.tenant, "");
+  api_error e = parse_error(completions, R"({"model":"m","prompt":"x","slo":{"ttft_ms":-1}})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "slo.ttft_ms");
+  EXPECT_NE(e.message.find("zero or positive"), std::string::npos) << e.message;
+  EXPECT_EQ(parse_error(completions, R"({"model":"m","prompt":"x","slo":{"tpot_ms":"fast"}})").param, "slo.tpot_ms");
+  EXPECT_EQ(parse_error(completions, R"({"model":"m","prompt":"x","slo":5})").param, "slo");
+  EXPECT_EQ(parse_error(completions, R"({"model":"m","prompt":"x","priority":1.5})").param, "priority");
+}
+
+TEST(openai_request, an_slo_refusal_is_429_and_a_full_queue_503) {
+  EXPECT_EQ(from_engine_error(error_code::overloaded, "request 3: its TTFT target of 5 ms cannot be met: ...", "prompt").status,
+            429);
+  EXPECT_EQ(from_engine_error(error_code::overloaded, "request 3: the waiting queue is full (4 requests)", "prompt").status,
+            503);
+}
 
 TEST(openai_request, completion_fields_map_to_sampling_params) {
   auto r = parse_ok(completions, R"({"model":"m","prompt":"Once","max_tokens":60,"temperature":0.5,

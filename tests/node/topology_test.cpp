@@ -60,6 +60,25 @@ TEST(topology, defaults_when_sections_are_missing) {
   EXPECT_EQ(t.model.max_num_seqs, topology{}.model.max_num_seqs);
 }
 
+TEST(topology, reads_the_scheduling_policy_and_refuses_an_unknown_one) {
+  EXPECT_EQ(topology{}.scheduling_policy, "priority");
+  EXPECT_EQ(topology{}.slo_admission, "best_effort");
+  auto t = parse_topology("[scheduler]\npolicy = \"slo\"\nslo_admission = \"reject\"\n");
+  EXPECT_EQ(t.scheduling_policy, "slo");
+  EXPECT_EQ(t.slo_admission, "reject");
+  for (const char* text : {"[scheduler]\npolicy = \"edf\"\n", "[scheduler]\nslo_admission = \"drop\"\n"}) {
+    try {
+      parse_topology(text).validate();
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("[scheduler] policy must be") != std::string::npos ||
+                  what.find("[scheduler] slo_admission must be") != std::string::npos)
+          << what;
+    }
+  }
+}
+
 TEST(topology, reads_the_device_and_scheduling_switches) {
   auto t = parse_topology(R"(
 [node]

@@ -78,6 +78,7 @@ TEST(protocol_codec, round_trips_every_field) {
   request.sampling.prompt_logprobs = 4;
   request.stream = false;
   request.priority = -4;
+  request.targets = service_targets{"team-a", 250, 40};
   request.api_key = "secret";
   auto result = decode_request(encode_request(request));
   ASSERT_TRUE(std::holds_alternative<client_request>(result));
@@ -101,7 +102,44 @@ TEST(protocol_codec, round_trips_every_field) {
   EXPECT_EQ(got.sampling.prompt_logprobs, 4);
   EXPECT_FALSE(got.stream);
   EXPECT_EQ(got.priority, -4);
+  EXPECT_EQ(got.targets.tenant, "team-a");
+  EXPECT_EQ(got.targets.ttft_ms, 250);
+  EXPECT_EQ(got.targets.tpot_ms, 40);
   EXPECT_EQ(got.api_key, "secret");
+}
+
+TEST(protocol_codec, refuses_a_bad_slo_naming_the_field) {
+  auto refusal = [](const std::string& slo_json_like, auto pack_slo) {
+    msgpack::sbuffer buffer;
+    msgpack::packer<msgpack::sbuffer> p(buffer);
+    p.pack_map(4);
+    p.pack(std::string("type")); p.pack(std::string("generate"));
+    p.pack(std::string("id")); p.pack(std::string("r1"));
+    p.pack(std::string("prompt")); p.pack(std::string("hi"));
+    p.pack(std::string("slo"));
+    pack_slo(p);
+    auto result = decode_request(std::string_view(buffer.data(), buffer.size()));
+    EXPECT_TRUE(std::holds_alternative<protocol_error>(result)) << slo_json_like;
+    return std::holds_alternative<protocol_error>(result) ? std::get<protocol_error>(result).message : std::string();
+  };
+  std::string why = refusal("{ttft_ms: -5}", [](auto& p) {
+    p.pack_map(1);
+    p.pack(std::string("ttft_ms")); p.pack(-5);
+  });
+  EXPECT_NE(why.find("'slo.ttft_ms'"), std::string::npos) << why;
+  EXPECT_NE(why.find("zero or positive"), std::string::npos) << why;
+  why = refusal("{tpot_ms: \"fast\"}", [](auto& p) {
+    p.pack_map(1);
+    p.pack(std::string("tpot_ms")); p.pack(std::string("fast"));
+  });
+  EXPECT_NE(why.find("'slo.tpot_ms'"), std::string::npos) << why;
+  why = refusal("{deadline: 1}", [](auto& p) {
+    p.pack_map(1);
+    p.pack(std::string("deadline")); p.pack(1);
+  });
+  EXPECT_NE(why.find("deadline"), std::string::npos) << why;
+  why = refusal("7", [](auto& p) { p.pack(7); });
+  EXPECT_NE(why.find("'slo'"), std::string::npos) << why;
 }
 
 TEST(protocol_codec, round_trips_abort_and_stats) {

@@ -150,6 +150,7 @@ std::vector<tokenize_request> samples(of<tokenize_request>) {
   r.messages = samples(of<chat_message>{});
   r.sampling = full_params();
   r.priority = -3;
+  r.targets = service_targets{"tenant-x", 120.5, 30};
   return {r};
 }
 
@@ -159,6 +160,7 @@ std::vector<schedule_request> samples(of<schedule_request>) {
   r.prompt_ids = {1, 2, 3};
   r.sampling = full_params();
   r.priority = 5;
+  r.targets = service_targets{"tenant-y", 800, 25.5};
   r.tokenize_ns = 2000;
   r.resumed_output_ids = {7, 8};
   r.kv = kv_handoff{kv_role::receive, 0x1234567890ull, "<prefill KV agent> 17@0123abcd#4711"};
@@ -196,9 +198,17 @@ std::vector<abort_request_msg> samples(of<abort_request_msg>) { return {{42}, {4
 std::vector<stop_request_msg> samples(of<stop_request_msg>) { return {{43}}; }
 std::vector<stage_failure_drill> samples(of<stage_failure_drill>) { return {{"drill"}}; }
 std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
-std::vector<stats_answer> samples(of<stats_answer>) {
-  return {{77, 10, 64, 3, 4, "", 2, 5}, {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"}};
+std::vector<step_model_report> samples(of<step_model_report>) {
+  return {{3, {2e-3, 5e-5, 1e-4, 1e-8}, 4.5e-4, 1234}, {0, {}, 0, 0}};
 }
+std::vector<stats_answer> samples(of<stats_answer>) {
+  stats_answer with_models{79, 1, 2, 3, 4, "", 0, 0};
+  with_models.num_slo_rejections = 17;
+  with_models.step_models = samples(of<step_model_report>{});
+  return {{77, 10, 64, 3, 4, "", 2, 5}, {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"},
+          with_models};
+}
+std::vector<service_targets> samples(of<service_targets>) { return {{}, {"tenant-z", 0.5, 1e6}}; }
 // The peer (kv_transport nccl keys a communicator by it) at its size limit, bytes of any value.
 std::string longest_peer() {
   std::string peer(max_kv_peer_bytes, '\0');
@@ -429,6 +439,9 @@ void expect_same(const tokenize_request& a, const tokenize_request& b) {
   expect_same_list(a.messages, b.messages);
   expect_same(a.sampling, b.sampling);
   EXPECT_EQ(a.priority, b.priority);
+  EXPECT_EQ(a.targets.tenant, b.targets.tenant);
+  EXPECT_EQ(a.targets.ttft_ms, b.targets.ttft_ms);
+  EXPECT_EQ(a.targets.tpot_ms, b.targets.tpot_ms);
 }
 
 void expect_same(const schedule_request& a, const schedule_request& b) {
@@ -436,6 +449,9 @@ void expect_same(const schedule_request& a, const schedule_request& b) {
   EXPECT_EQ(a.prompt_ids, b.prompt_ids);
   expect_same(a.sampling, b.sampling);
   EXPECT_EQ(a.priority, b.priority);
+  EXPECT_EQ(a.targets.tenant, b.targets.tenant);
+  EXPECT_EQ(a.targets.ttft_ms, b.targets.ttft_ms);
+  EXPECT_EQ(a.targets.tpot_ms, b.targets.tpot_ms);
   EXPECT_EQ(a.tokenize_ns, b.tokenize_ns);
   EXPECT_EQ(a.resumed_output_ids, b.resumed_output_ids);
   EXPECT_EQ(a.kv.role, b.kv.role);
@@ -646,6 +662,19 @@ void expect_same(const stop_request_msg& a, const stop_request_msg& b) { EXPECT_
 void expect_same(const stats_query& a, const stats_query& b) { EXPECT_EQ(a.tag, b.tag); }
 void expect_same(const stage_failure_drill& a, const stage_failure_drill& b) { EXPECT_EQ(a.reason, b.reason); }
 
+void expect_same(const service_targets& a, const service_targets& b) {
+  EXPECT_EQ(a.tenant, b.tenant);
+  EXPECT_EQ(a.ttft_ms, b.ttft_ms);
+  EXPECT_EQ(a.tpot_ms, b.tpot_ms);
+}
+
+void expect_same(const step_model_report& a, const step_model_report& b) {
+  EXPECT_EQ(a.instance, b.instance);
+  EXPECT_EQ(a.coefficients, b.coefficients);
+  EXPECT_EQ(a.rms_error_s, b.rms_error_s);
+  EXPECT_EQ(a.num_steps, b.num_steps);
+}
+
 void expect_same(const stats_answer& a, const stats_answer& b) {
   EXPECT_EQ(a.tag, b.tag);
   EXPECT_EQ(a.num_free_blocks, b.num_free_blocks);
@@ -655,6 +684,9 @@ void expect_same(const stats_answer& a, const stats_answer& b) {
   EXPECT_EQ(a.unavailable, b.unavailable);
   EXPECT_EQ(a.num_waiting_for_kv, b.num_waiting_for_kv);
   EXPECT_EQ(a.num_kv_leases, b.num_kv_leases);
+  EXPECT_EQ(a.num_slo_rejections, b.num_slo_rejections);
+  ASSERT_EQ(a.step_models.size(), b.step_models.size());
+  for (size_t i = 0; i < a.step_models.size(); ++i) expect_same(a.step_models[i], b.step_models[i]);
 }
 
 template <class T>
@@ -711,7 +743,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 45);
+  EXPECT_EQ(num_types, 47);
   for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;

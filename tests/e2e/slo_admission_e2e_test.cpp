@@ -1,0 +1,61 @@
+// Early rejection through the real binary: `troupe serve --scheduling-policy slo --slo-admission
+// reject` refuses at once (HTTP 429) a request whose TTFT target cannot be met, serves the others,
+// and counts the refusal and its step-time model in /metrics.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/e2e/serve_process.hpp"
+
+namespace troupe::test {
+namespace {
+
+using nlohmann::json;
+
+TEST(slo_admission, an_unattainable_ttft_is_refused_at_once_and_counted) {
+  TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
+  serve_process server({"--http-port", "0", "--served-model-name", "m", "--scheduling-policy", "slo", "--slo-admission", "reject"});
+  httplib::Client c("127.0.0.1", server.http_port());
+  c.set_read_timeout(60, 0);
+  auto post = [&](const json& extra) {
+    json body = {{"model", "m"}, {"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 0}};
+    body.update(extra);
+    return c.Post("/v1/completions", body.dump(), "application/json");
+  };
+  // A generous target is met, and its steps feed the model.
+  auto served = post({{"slo", {{"ttft_ms", 60000}, {"tpot_ms", 60000}}}, {"tenant", "a"}});
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200) << served->body;
+  // No step is that fast: refused, at once.
+  const auto start = std::chrono::steady_clock::now();
+  auto refused = post({{"slo", {{"ttft_ms", 0.01}}}});
+  const double refused_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  const json error = json::parse(refused->body)["error"];
+  EXPECT_EQ(error["code"], "slo_unattainable") << refused->body;
+  EXPECT_NE(error["message"].get<std::string>().find("TTFT target"), std::string::npos) << refused->body;
+  EXPECT_LT(refused_ms, 1000) << "refused, but not at once";
+  // A negative target is the client's mistake, named.
+  auto bad = post({{"slo", {{"ttft_ms", -3}}}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"], "slo.ttft_ms") << bad->body;
+
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  const std::string& text = metrics->body;
+  EXPECT_NE(text.find("troupe_requests_rejected_total{reason=\"ttft_unattainable\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe_step_time_coefficient_seconds{instance=\"0\",feature=\"token\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe_step_time_fit_rms_seconds{instance=\"0\"}"), std::string::npos) << text;
+  EXPECT_EQ(text.find("troupe_step_time_steps_observed_total{instance=\"0\"} 0\n"), std::string::npos)
+      << "no step measured: " << text;
+}
+
+}  // namespace
+}  // namespace troupe::test
