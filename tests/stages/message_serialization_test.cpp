@@ -259,6 +259,8 @@ backend_options full_backend() {
   b.gpu_memory_utilization = 0.55f;
   b.cuda_dtype = dtype::f16;
   b.nano_batches = 2;
+  b.kv_cache_dtype = "q8_0";
+  b.layers = {16, 0};  // a pipeline's last stage
   return b;
 }
 
@@ -273,6 +275,7 @@ model_spec full_model_spec() {
   m.kv_memory_mb = 64;
   m.max_model_len = 300;
   m.max_num_seqs = 9;
+  m.memory_budget_mb = 2048;
   return m;
 }
 
@@ -305,10 +308,17 @@ std::vector<worker_spec> samples(of<worker_spec>) {
   spec.draft_model.path = "/models/draft/config.json";
   spec.ngram = {1, 5, 300};
   spec.kv_transport = kv_transport::cuda_ipc;
+  spec.pipeline.stages = {{"kvtcp://127.0.0.1:7101", {0, 8}}, {"curve://10.0.0.2:7102/" + std::string(40, 'k'), {8, 16}}};
+  spec.pipeline.micro_batches = 3;
+  spec.pipeline.step_timeout_ms = 1234;
+  spec.pipeline.connect_timeout_ms = 567;
   return {spec, worker_spec{full_model_spec()}};
 }
 std::vector<worker_description> samples(of<worker_description>) {
-  return {{full_engine_config(), {2, 7}, "stories260K: 5 layers", "Q4_K_M", handles.third}};
+  // Pushed one by one: an initializer list of this type trips GCC 12's -Wfree-nonheap-object.
+  std::vector<worker_description> all;
+  all.push_back({full_engine_config(), {2, 7}, "stories260K: 5 layers", "Q4_K_M", handles.third});
+  return all;
 }
 std::vector<scheduler_spec> samples(of<scheduler_spec>) {
   scheduler_spec spec{full_engine_config(), {2, 7}, handles.first, handles.second};
@@ -567,6 +577,8 @@ void expect_same(const backend_options& a, const backend_options& b) {
   EXPECT_EQ(a.gpu_memory_utilization, b.gpu_memory_utilization);
   EXPECT_EQ(a.cuda_dtype, b.cuda_dtype);
   EXPECT_EQ(a.nano_batches, b.nano_batches);
+  EXPECT_EQ(a.kv_cache_dtype, b.kv_cache_dtype);
+  EXPECT_EQ(a.layers, b.layers);
 }
 
 void expect_same(const model_spec& a, const model_spec& b) {
@@ -579,6 +591,7 @@ void expect_same(const model_spec& a, const model_spec& b) {
   EXPECT_EQ(a.kv_memory_mb, b.kv_memory_mb);
   EXPECT_EQ(a.max_model_len, b.max_model_len);
   EXPECT_EQ(a.max_num_seqs, b.max_num_seqs);
+  EXPECT_EQ(a.memory_budget_mb, b.memory_budget_mb);
 }
 
 void expect_same(const engine_config& a, const engine_config& b) {
@@ -616,6 +629,14 @@ void expect_same(const worker_spec& a, const worker_spec& b) {
   expect_same(a.draft_model, b.draft_model);
   expect_same(a.ngram, b.ngram);
   EXPECT_EQ(a.kv_transport, b.kv_transport);
+  ASSERT_EQ(a.pipeline.stages.size(), b.pipeline.stages.size());
+  for (size_t i = 0; i < a.pipeline.stages.size(); ++i) {
+    EXPECT_EQ(a.pipeline.stages[i].endpoint, b.pipeline.stages[i].endpoint);
+    EXPECT_EQ(a.pipeline.stages[i].layers, b.pipeline.stages[i].layers);
+  }
+  EXPECT_EQ(a.pipeline.micro_batches, b.pipeline.micro_batches);
+  EXPECT_EQ(a.pipeline.step_timeout_ms, b.pipeline.step_timeout_ms);
+  EXPECT_EQ(a.pipeline.connect_timeout_ms, b.pipeline.connect_timeout_ms);
 }
 
 void expect_same(const worker_description& a, const worker_description& b) {
