@@ -99,13 +99,17 @@ std::string build_chrome_trace(const trace_window& window) {
     }
   }
 
-  std::map<int32_t, std::string> node_of;
-  for (const trace_instance& i : window.instances) node_of[i.instance] = i.node;
-  for (const placed_step& p : window.steps) node_of.try_emplace(p.step.instance, "");
-  for (const auto& [instance, node] : node_of) {
+  std::map<int32_t, trace_instance> instance_of;
+  for (const trace_instance& i : window.instances) instance_of[i.instance] = i;
+  for (const placed_step& p : window.steps) instance_of.try_emplace(p.step.instance).first->second.instance = p.step.instance;
+  for (const auto& [instance, info] : instance_of) {
     const int pid = first_instance_pid + instance;
-    events.push_back(metadata("process_name", pid, 0,
-                              "scheduler instance " + std::to_string(instance) + (node.empty() ? "" : " on " + node)));
+    json name = metadata("process_name", pid, 0,
+                         "scheduler instance " + std::to_string(instance) + (info.node.empty() ? "" : " on " + info.node));
+    // How far this row's steps may lie off the requests' clock, for a reader (or a test) to judge
+    // a step that seems to poke out of its request.
+    name["args"]["clock_error_us"] = static_cast<double>(info.clock_error_ns) / 1e3;
+    events.push_back(std::move(name));
     events.push_back(metadata("thread_name", pid, 1, "steps"));
   }
   for (const placed_step& p : window.steps) {

@@ -176,7 +176,8 @@ struct http_door::impl {
   void generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                 const httplib::ContentReader& reader);
   std::optional<stats_answer> query_stats(std::chrono::milliseconds timeout);
-  // The engine instances' steps of the last `window`, with the moment their answer came.
+  // The engine instances' steps of the last `window`, with the moment their ages count back from
+  // (the midpoint of this query's round trip, whose half each instance's clock error includes).
   std::optional<std::pair<trace_answer, timestamp_ns>> query_trace(duration_ns window, std::chrono::milliseconds timeout);
   void serve_trace(const httplib::Request& req, httplib::Response& res);
   void abort_unfinished(const generation_session& session) {
@@ -257,8 +258,16 @@ std::optional<std::pair<trace_answer, timestamp_ns>> http_door::impl::query_trac
     if (trace_waiters.size() >= 16) return std::nullopt;
     answer = trace_waiters[tag].get_future();
   }
+  const timestamp_ns sent = steady_now_ns();
   downstream.query_trace(tag, window);
-  if (answer.wait_for(timeout) == std::future_status::ready) return answer.get();
+  if (answer.wait_for(timeout) == std::future_status::ready) {
+    // The router's ages are before its own reply, which left somewhere within this round trip:
+    // the midpoint is off by at most half of it, on top of each instance's own error.
+    auto [trace, received] = answer.get();
+    const duration_ns half_round_trip = (received - sent + 1) / 2;
+    for (trace_instance& i : trace.instances) i.clock_error_ns += half_round_trip;
+    return std::pair{std::move(trace), sent + (received - sent) / 2};
+  }
   std::lock_guard lock(stats_mutex);
   trace_waiters.erase(tag);
   return std::nullopt;

@@ -31,12 +31,13 @@ trace_fan_in::trace_fan_in(uint64_t tag, int num_instances) : num_pending_(num_i
 
 void trace_fan_in::add(int32_t instance, std::string node, trace_answer answer, timestamp_ns sent,
                        timestamp_ns received) {
+  const duration_ns half_round_trip = (received - sent + 1) / 2;
   const timestamp_ns answered = sent + (received - sent) / 2;
   for (step_event& step : answer.steps) {
     step.instance = instance;
     steps_.emplace_back(answered - step.age_ns, std::move(step));
   }
-  all_.instances.push_back(trace_instance{instance, std::move(node)});
+  all_.instances.push_back(trace_instance{instance, std::move(node), half_round_trip});
   --num_pending_;
 }
 

@@ -313,7 +313,7 @@ typename Inspector::result_type inspect(Inspector& f, trace_query& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, trace_instance& x) {
-  return f(caf::meta::type_name("trace_instance"), x.instance, x.node);
+  return f(caf::meta::type_name("trace_instance"), x.instance, x.node, x.clock_error_ns);
 }
 
 template <class Inspector>

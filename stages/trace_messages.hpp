@@ -44,6 +44,9 @@ struct trace_query {
 struct trace_instance {
   int32_t instance = 0;
   std::string node;
+  // How far its steps may lie off the receiver's clock: half the round trip of every query they
+  // crossed (the router's to the instance, then the door's to the router), summed.
+  duration_ns clock_error_ns = 0;
 };
 
 struct trace_answer {

@@ -61,7 +61,7 @@ TEST(chrome_trace, lays_out_requests_and_steps_in_the_trace_event_format) {
   const int64_t big_id = (int64_t(1) << 60) + 3;
   w.requests = {record(big_id, 1010 * ms), record(7, 1020 * ms)};
   w.steps = {step(0, 41, 1013 * ms, {big_id}), step(2, 42, 1023 * ms, {7, 99})};
-  w.instances = {{0, "controller"}, {2, "node-b"}};
+  w.instances = {{0, "controller", 0}, {2, "node-b", 1500}};
   const json trace = json::parse(build_chrome_trace(w));
   const json& events = trace.at("traceEvents");
   ASSERT_TRUE(events.is_array());
@@ -92,6 +92,12 @@ TEST(chrome_trace, lays_out_requests_and_steps_in_the_trace_event_format) {
   EXPECT_EQ(name_of(1, 2), "request 7");
   EXPECT_EQ(name_of(100, 0), "scheduler instance 0 on controller");
   EXPECT_EQ(name_of(102, 0), "scheduler instance 2 on node-b");
+  // Each instance's row states how far its steps may lie off the requests' clock.
+  std::map<int, double> clock_error_us;
+  for (const json& e : events) {
+    if (e["name"] == "process_name" && e["args"].contains("clock_error_us")) clock_error_us[e["pid"]] = e["args"]["clock_error_us"];
+  }
+  EXPECT_EQ(clock_error_us, (std::map<int, double>{{100, 0.0}, {102, 1.5}}));
 
   // The first request: its span and its phases, end to end, in microseconds from the window.
   const json* request = find_event(events, "request", 1, 1);

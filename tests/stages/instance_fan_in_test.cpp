@@ -69,6 +69,9 @@ TEST(trace_fan_in, moves_each_instances_ages_onto_the_routers_clock) {
   EXPECT_EQ(all.instances[0].instance, 4);
   EXPECT_EQ(all.instances[0].node, "node-a");
   EXPECT_EQ(all.instances[1].node, "node-b");
+  // Each instance's placement is off by at most half its round trip.
+  EXPECT_EQ(all.instances[0].clock_error_ns, 100);
+  EXPECT_EQ(all.instances[1].clock_error_ns, 200);
   ASSERT_EQ(all.steps.size(), 3u);
   EXPECT_EQ(all.steps[0].instance, 4);
   EXPECT_EQ(all.steps[0].age_ns, 1500 - (1100 - 300));

@@ -241,9 +241,9 @@ step_event full_step_event() {
 }
 std::vector<step_event> samples(of<step_event>) { return {full_step_event()}; }
 std::vector<trace_query> samples(of<trace_query>) { return {trace_query{91, 5'000'000'000}}; }
-std::vector<trace_instance> samples(of<trace_instance>) { return {trace_instance{4, "worker-b"}}; }
+std::vector<trace_instance> samples(of<trace_instance>) { return {trace_instance{4, "worker-b", 1250}}; }
 std::vector<trace_answer> samples(of<trace_answer>) {
-  return {trace_answer{92, {full_step_event(), full_step_event()}, {trace_instance{4, "worker-b"}}, "none answered"}};
+  return {trace_answer{92, {full_step_event(), full_step_event()}, {trace_instance{4, "worker-b", 1250}}, "none answered"}};
 }
 
 // The specs carry actor handles: three live actors of the test's own system, set by the test
