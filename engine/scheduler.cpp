@@ -109,7 +109,7 @@ std::optional<request_error> scheduler::add_request(int64_t request_id, std::vec
   if (config_.slo_admission == slo_admission_mode::reject && kv.role != kv_role::receive) {
     if (std::string why = policy_->refusal(*seq, waiting_, running_, engine_clock::now()); !why.empty()) {
       ++num_slo_rejections_;
-      return request_error{request_error_code::overloaded, std::move(why)};
+      return request_error{request_error_code::slo_unattainable, std::move(why)};
     }
   }
   ++next_arrival_order_;

@@ -115,7 +115,7 @@ std::string slo_policy::refusal(const sequence& seq, const std::vector<sequence*
   const double target_s = seq.targets.ttft_ms / 1000.0;
   if (predicted_s <= target_s) return {};
   return "request " + std::to_string(seq.request_id()) + ": its TTFT target of " +
-         std::to_string(static_cast<int64_t>(std::lround(seq.targets.ttft_ms))) + " ms " + slo_refusal_phrase + ": " +
+         std::to_string(static_cast<int64_t>(std::lround(seq.targets.ttft_ms))) + " ms cannot be met: " +
          std::to_string(ahead) + " prompt tokens are queued ahead of it, about " +
          std::to_string(static_cast<int64_t>(std::lround(predicted_s * 1000))) + " ms to its first token at the predicted step times";
 }

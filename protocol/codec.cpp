@@ -16,6 +16,7 @@ const char* error_code_name(error_code code) {
     case error_code::unauthorized: return "unauthorized";
     case error_code::prompt_too_long: return "prompt_too_long";
     case error_code::overloaded: return "overloaded";
+    case error_code::slo_unattainable: return "slo_unattainable";
     case error_code::duplicate_id: return "duplicate_id";
     case error_code::not_found: return "not_found";
     case error_code::unavailable: return "unavailable";
@@ -26,7 +27,7 @@ const char* error_code_name(error_code code) {
 
 std::optional<error_code> error_code_from_name(const std::string& name) {
   for (auto code : {error_code::bad_request, error_code::unauthorized, error_code::prompt_too_long,
-                    error_code::overloaded, error_code::duplicate_id, error_code::not_found,
+                    error_code::overloaded, error_code::slo_unattainable, error_code::duplicate_id, error_code::not_found,
                     error_code::unavailable, error_code::internal}) {
     if (name == error_code_name(code)) return code;
   }

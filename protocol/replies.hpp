@@ -65,6 +65,7 @@ enum class error_code {
   unauthorized,      // missing or wrong api_key
   prompt_too_long,   // prompt plus max_tokens cannot fit the context
   overloaded,        // the waiting queue is full
+  slo_unattainable,  // the request's TTFT target cannot be met behind the queue (slo policy, reject admission)
   duplicate_id,      // a request with this id is still running for this client
   not_found,         // abort of an unknown id
   internal,          // the server failed; the request is gone

@@ -15,10 +15,3 @@ struct service_targets {
 
 }  // namespace troupe
 
-namespace troupe {
-
-// Words every early refusal of the slo policy carries (an `overloaded` error): the HTTP door
-// answers those with 429 instead of the 503 of a full queue.
-inline constexpr const char* slo_refusal_phrase = "cannot be met";
-
-}  // namespace troupe

@@ -12,6 +12,7 @@ namespace {
 error_code to_error_code(request_error_code code) {
   switch (code) {
     case request_error_code::overloaded: return error_code::overloaded;
+    case request_error_code::slo_unattainable: return error_code::slo_unattainable;
     case request_error_code::duplicate_id: return error_code::duplicate_id;
     case request_error_code::invalid_request: return error_code::bad_request;
   }

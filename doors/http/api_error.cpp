@@ -44,12 +44,13 @@ api_error from_engine_error(error_code code, const std::string& message, const s
       // The scheduler's waiting queue is full: the server, not this client, is at its limit.
       e.status = 503;
       e.type = "overloaded_error";
-      // The slo policy refused it early (engine/slo_policy.cpp words the reason): too many
-      // requests for the target the client asked, which a later or laxer request may meet.
-      if (message.find(slo_refusal_phrase) != std::string::npos) {
-        e.status = 429;
-        e.code = "slo_unattainable";
-      }
+      break;
+    case error_code::slo_unattainable:
+      // The slo policy refused it early: too many requests ahead for the target this client
+      // asked, which a later or laxer request may meet.
+      e.status = 429;
+      e.type = "overloaded_error";
+      e.code = "slo_unattainable";
       break;
     case error_code::unavailable:
       // No engine instance is left to serve (lost or draining): the server's state, not a fault

@@ -53,8 +53,9 @@ TEST(openai_request, priority_slo_and_tenant_are_read_and_checked) {
 }
 
 TEST(openai_request, an_slo_refusal_is_429_and_a_full_queue_503) {
-  EXPECT_EQ(from_engine_error(error_code::overloaded, "request 3: its TTFT target of 5 ms cannot be met: ...", "prompt").status,
-            429);
+  const api_error slo = from_engine_error(error_code::slo_unattainable, "request 3: its TTFT target of 5 ms cannot be met", "prompt");
+  EXPECT_EQ(slo.status, 429);
+  EXPECT_EQ(slo.code, "slo_unattainable");
   EXPECT_EQ(from_engine_error(error_code::overloaded, "request 3: the waiting queue is full (4 requests)", "prompt").status,
             503);
 }
