@@ -161,8 +161,7 @@ class pipelined_model final : public model {
       arrived_.clear();
     }
     for (size_t i = 0; i < cuts.size(); ++i) {
-      slices_[i] = cuts.size() == 1 ? slice_sequences(batch, 0, batch.num_seqs())
-                                    : slice_sequences(batch, cuts[i].first, cuts[i].second);
+      slices_[i] = slice_sequences(batch, cuts[i].first, cuts[i].second);
       micro_batch_job& job = jobs_[i];
       job.step_id = step;
       job.index = static_cast<uint32_t>(i);
