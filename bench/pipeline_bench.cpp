@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench/bench_support.hpp"
+#include "bench/timed_model.hpp"
 #include "backends/cpu/cpu_model.hpp"
 #include "kvtransfer/kv_tcp.hpp"
 #include "model/loader/model_loader.hpp"
@@ -37,23 +38,7 @@ double seconds_since(clock_type::time_point begin) {
   return std::chrono::duration<double>(clock_type::now() - begin).count();
 }
 
-// The last stage's forward timed (its busy share), everything else passed through.
-class timed_model final : public model {
- public:
-  explicit timed_model(std::unique_ptr<model> inner) : inner_(std::move(inner)) {}
-  const model_config& config() const override { return inner_->config(); }
-  kv_cache_shape kv_shape() const override { return inner_->kv_shape(); }
-  std::string backend_name() const override { return inner_->backend_name(); }
-  void forward(const forward_batch& batch, float* logits) override {
-    const auto begin = clock_type::now();
-    inner_->forward(batch, logits);
-    busy_seconds += seconds_since(begin);
-  }
-  double busy_seconds = 0;
-
- private:
-  std::unique_ptr<model> inner_;
-};
+using bench::timed_model;  // the last stage, timed for its busy share
 
 constexpr int block_size = 16;
 
@@ -203,12 +188,12 @@ int run(int argc, char** argv) {
     std::vector<float> logits(static_cast<size_t>(streams) * c.vocab_size);
     pipelined->forward(step_batch(streams, 0, prompt, blocks_per_seq), logits.data());
     const uint64_t busy_before = server.busy_ns();
-    timed->busy_seconds = 0;
+    timed->reset();
     const auto begin = clock_type::now();
     for (int i = 0; i < steps; ++i) pipelined->forward(step_batch(streams, prompt + i, 1, blocks_per_seq), logits.data());
     const double wall = seconds_since(begin);
     const double front_busy = (server.busy_ns() - busy_before) / 1e9 / wall;
-    const double back_busy = timed->busy_seconds / wall;
+    const double back_busy = timed->busy_seconds() / wall;
     std::printf("%14d %10.1f %9.2f %11.0f%% %11.0f%% %7.0f%%\n", micro, streams * steps / wall, whole_s / wall,
                 100 * front_busy, 100 * back_busy, 100 * (1 - (front_busy + back_busy) / 2));
   }
@@ -221,11 +206,11 @@ int run(int argc, char** argv) {
     const int seqs = 1;
     std::vector<float> one(c.vocab_size);
     const uint64_t busy_before = server.busy_ns();
-    timed->busy_seconds = 0;
+    timed->reset();
     const auto begin = clock_type::now();
     pipelined->forward(step_batch(seqs, 0, tokens, tokens / block_size + 1), one.data());
     const double wall = seconds_since(begin);
-    const double compute = (server.busy_ns() - busy_before) / 1e9 + timed->busy_seconds;
+    const double compute = (server.busy_ns() - busy_before) / 1e9 + timed->busy_seconds();
     const size_t bytes = static_cast<size_t>(tokens) * c.hidden_size * sizeof(float);
     const double plain = plain_tcp_round_trip(bytes, 20);
     std::printf("residual of %d tokens (%.2f MB each way): pipeline step beyond compute %.2f ms; plain TCP there and "

@@ -46,6 +46,7 @@
 
 #include "backends/cpu/cpu_model.hpp"
 #include "bench/bench_support.hpp"
+#include "bench/timed_model.hpp"
 #include "engine/draft_proposer.hpp"
 #include "engine/llm_engine.hpp"
 #include "engine/model_runner.hpp"
@@ -156,37 +157,7 @@ workload stories_workload(const tokenizer& tok, int tokens, int max_model_len) {
   return w;
 }
 
-// The backend model, timing its forwards: those that prefill (rows without logits: a prompt's
-// chunk) apart from the decode and verification ones (every row sampled or verified).
-class timed_model final : public model {
- public:
-  explicit timed_model(std::unique_ptr<model> inner) : inner_(std::move(inner)) {}
-  const model_config& config() const override { return inner_->config(); }
-  kv_cache_shape kv_shape() const override { return inner_->kv_shape(); }
-  std::string backend_name() const override { return inner_->backend_name(); }
-  void forward(const forward_batch& batch, float* logits) override {
-    const auto start = clock_type::now();
-    inner_->forward(batch, logits);
-    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
-    if (batch.num_tokens() > batch.num_logits()) {
-      prefill_seconds += seconds;
-      ++num_prefill_forwards;
-    } else {
-      decode_seconds += seconds;
-    }
-  }
-  void reset() {
-    prefill_seconds = decode_seconds = 0;
-    num_prefill_forwards = 0;
-  }
-
-  double prefill_seconds = 0;
-  double decode_seconds = 0;
-  int num_prefill_forwards = 0;
-
- private:
-  std::unique_ptr<model> inner_;
-};
+using bench::timed_model;  // the backend model, its prefill and decode forwards timed apart
 
 struct run_figures {
   double seconds = 0;
