@@ -43,14 +43,15 @@ using bench::timed_model;  // the last stage, timed for its busy share
 constexpr int block_size = 16;
 
 // One step of `num_seqs` sequences, each `count` tokens from position `first`, sequence s in
-// blocks s * blocks_per_seq onwards; logits for each sequence's last token.
+// blocks s * blocks_per_seq onwards; logits for each sequence's last token. Token ids stay in
+// the smallest vocabulary a test model has (stories260K: 512).
 forward_batch step_batch(int num_seqs, int first, int count, int blocks_per_seq) {
   forward_batch batch;
   batch.query_start.push_back(0);
   batch.block_table_start.push_back(0);
   for (int s = 0; s < num_seqs; ++s) {
     for (int t = first; t < first + count; ++t) {
-      batch.token_ids.push_back(5 + (t * 31 + s * 7) % 997);
+      batch.token_ids.push_back(5 + (t * 31 + s * 7) % 499);
       batch.positions.push_back(t);
       batch.slot_mapping.push_back((int64_t{s} * blocks_per_seq + t / block_size) * block_size + t % block_size);
     }
