@@ -1,0 +1,59 @@
+// A plugin that misbehaves the way its config says, for the host's tests: {"mode": M} with M one
+// of pass, reject, error, throw, sleep (past a 50 ms budget), bad_ids, huge_text, stop,
+// rewrite_ids, rewrite_max_tokens, bad_sampling, upper (output: the text in capitals).
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <troupe/plugin.hpp>
+
+namespace {
+
+class misbehaving {
+ public:
+  explicit misbehaving(std::string_view config) : mode_(nlohmann::json::parse(config).value("mode", "pass")) {}
+
+  troupe_plugin_status act(troupe::plugin_reply_ref reply) {
+    if (mode_ == "reject") {
+      reply.message("not today");
+      return TROUPE_PLUGIN_REJECT;
+    }
+    if (mode_ == "stop") {
+      reply.message("enough");
+      return TROUPE_PLUGIN_STOP;
+    }
+    if (mode_ == "error") {
+      reply.message("the database is down");
+      return TROUPE_PLUGIN_ERROR;
+    }
+    if (mode_ == "throw") throw std::runtime_error("thrown on purpose");
+    if (mode_ == "sleep") std::this_thread::sleep_for(std::chrono::milliseconds(120));
+    if (mode_ == "bad_ids") reply.prompt_ids({1, 2, 1 << 30});
+    if (mode_ == "rewrite_ids") reply.prompt_ids({1, 2, 3});
+    if (mode_ == "huge_text") reply.text(std::string(2u << 20, 'x'));
+    return TROUPE_PLUGIN_OK;
+  }
+
+  troupe_plugin_status on_request(const troupe_request&, troupe_sampling& sampling, troupe::plugin_reply_ref reply) {
+    if (mode_ == "rewrite_max_tokens") sampling.max_tokens = 3;
+    if (mode_ == "bad_sampling") sampling.top_p = 7;
+    return act(reply);
+  }
+  troupe_plugin_status on_output(const troupe_output& output, troupe::plugin_reply_ref reply) {
+    if (mode_ == "upper") {
+      std::string text(output.text, output.text_len);
+      for (char& c : text) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 32 : c);
+      reply.text(text);
+    }
+    return act(reply);
+  }
+
+ private:
+  std::string mode_;
+};
+
+}  // namespace
+
+TROUPE_PLUGIN_CLASS(misbehaving, "misbehaving")
