@@ -9,8 +9,10 @@
  *    releases it on the request's final delta (is_final), as the ABI requires;
  *  - on_request_end frees what a request that failed or was aborted left behind.
  *
- * Configuration (JSON): {"max_hold_bytes": 256}: held text beyond this is redacted and released
- * anyway (bounds the memory and the delay a long run of digits could cause).
+ * Configuration (JSON): {"max_hold_bytes": 256, "word": "Lily"}: held text beyond max_hold_bytes
+ * is redacted and released anyway (bounds the memory and the delay a long run of digits could
+ * cause); `word` (optional, letters and digits, at most 63 bytes) is one more word to redact, as
+ * "[redacted]": a name, a code word.
  * Build: cc -std=c99 -shared -fPIC -I include examples/plugins/pii_redactor.c (CMake does it). */
 #include <pthread.h>
 #include <stdlib.h>
@@ -29,6 +31,7 @@ typedef struct redactor {
   pthread_mutex_t mutex;
   held_text* held; /* one per request with text held back */
   size_t max_hold_bytes;
+  char word[64]; /* "" : none */
 } redactor;
 
 static int is_alnum(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
@@ -81,7 +84,7 @@ static size_t count_digits(const char* text, size_t begin, size_t end) {
 }
 
 /* Appends text[0, len) to out with every complete address and number replaced. */
-static void redact(const char* text, size_t len, buffer* out) {
+static void redact(const redactor* r, const char* text, size_t len, buffer* out) {
   size_t i = 0;
   while (i < len) {
     size_t end;
@@ -115,7 +118,11 @@ static void redact(const char* text, size_t len, buffer* out) {
     if (is_alnum(text[i])) {
       while (end < len && is_alnum(text[end])) ++end;
     }
-    append(out, text + i, end - i);
+    if (r->word[0] && end - i == strlen(r->word) && memcmp(text + i, r->word, end - i) == 0) {
+      append(out, "[redacted]", 10);
+    } else {
+      append(out, text + i, end - i);
+    }
     i = end;
   }
 }
@@ -160,7 +167,7 @@ static troupe_plugin_status on_output(void* state, const troupe_output* output, 
   }
   append(&pending, output->text, output->text_len);
   cut = output->is_final || pending.len > r->max_hold_bytes ? pending.len : safe_prefix(pending.data, pending.len);
-  redact(pending.data, cut, &out);
+  redact(r, pending.data, cut, &out);
   if (cut < pending.len && !pending.failed) {
     held_text* keep = (held_text*)malloc(sizeof(held_text));
     char* text = (char*)malloc(pending.len - cut);
@@ -230,6 +237,22 @@ TROUPE_PLUGIN_EXPORT int troupe_plugin_init(uint32_t host_abi_major, uint32_t ho
       return 1;
     }
     r->max_hold_bytes = (size_t)value;
+  }
+  key = config_json ? strstr(config_json, "\"word\"") : NULL;
+  if (key) {
+    const char* open = strchr(key + 6, '"');
+    const char* close = open ? strchr(open + 1, '"') : NULL;
+    size_t i, n = open && close ? (size_t)(close - open - 1) : 0;
+    for (i = 0; i < n; ++i) {
+      if (!is_alnum(open[1 + i])) n = 0;
+    }
+    if (n == 0 || n >= sizeof(r->word)) {
+      reply->set_message(reply, "word must be a string of 1 to 63 letters and digits", 51);
+      destroy(r);
+      return 1;
+    }
+    memcpy(r->word, open + 1, n);
+    r->word[n] = 0;
   }
   out->abi_major = TROUPE_PLUGIN_ABI_MAJOR;
   out->abi_minor = TROUPE_PLUGIN_ABI_MINOR;

@@ -11,8 +11,8 @@
  *   output   in the detokenizer stage, once per detokenized delta of a request: pass, rewrite the
  *            delta's text (holding some back for the next delta is a rewrite), or stop the request
  *            with a reason;
- *   logits   reserved for the worker (a request's row of logits before sampling); not yet called;
- *   route    reserved for the router (the engine instance among candidates); not yet called.
+ * (The logits hook, in the worker before sampling, and the route hook, in the router, are planned;
+ * they will come as members added at the end of troupe_plugin in a later minor version.)
  *
  * Versions are negotiated both ways: the host passes its own version to troupe_plugin_init (a
  * plugin may refuse a host too old for it), and the plugin writes the version it was built
@@ -75,7 +75,7 @@ typedef struct troupe_request {
   size_t num_prompt_ids;
   const char* prompt_text; /* the prompt as text (a chat rendered by its template); empty when the client sent ids */
   size_t prompt_text_len;
-  const char* tenant; /* the API key's name (the request's tenant); empty: anonymous */
+  const char* tenant; /* the request's tenant (its `tenant` field, OpenAI's `user`); empty: anonymous */
   size_t tenant_len;
 } troupe_request;
 

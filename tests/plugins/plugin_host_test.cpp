@@ -94,7 +94,6 @@ TEST(plugin_chain, each_misbehaving_request_hook_fails_its_request_with_a_messag
       {"sleep", "over its budget of 50 ms"},
       {"bad_ids", "token id 1073741824 at position 2 of its prompt is outside the vocabulary of 100"},
       {"bad_sampling", "returned garbage: sampling parameter 'top_p'"},
-      {"stop", "(status 2 is not a request hook's answer)"},
   };
   for (const auto& [mode, expected] : cases) {
     request_case r;
@@ -197,6 +196,13 @@ TEST(pii_redactor_example, redacts_addresses_and_numbers_split_across_deltas) {
   std::string fresh = "";
   EXPECT_FALSE(chain.on_output(99, fresh, true));
   EXPECT_EQ(fresh, "");
+}
+
+TEST(pii_redactor_example, redacts_its_configured_word_split_across_deltas) {
+  plugin_chain chain({spec_of(example_plugin("pii_redactor"), R"({"word": "Lily"})")}, "output");
+  EXPECT_EQ(redact_stream(chain, 1, "named Lily. Lily's Lilypad", 1), "named [redacted]. [redacted]'s Lilypad");
+  EXPECT_NE(load_error(spec_of(example_plugin("pii_redactor"), R"({"word": "a b"})")).find("word must be"),
+            std::string::npos);
 }
 
 TEST(token_quota_example, charges_each_key_and_refuses_past_its_quota) {
