@@ -86,6 +86,10 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
                  "on: plan step N+1 while the worker runs step N; auto (the default): on")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_option("--tokenizer-pool-size", flags.tokenizer_pool_size, "tokenizer actors");
+  app.add_option("--plugin", flags.plugins,
+                 "a plugin library (include/troupe/plugin.h) and its JSON config: PATH[,CONFIG-JSON]; repeatable, "
+                 "run in order after the topology's [[plugins]]")
+      ->allow_extra_args(false);
   app.add_option("--api-key", flags.api_key, "require this key on every request (both doors)");
   app.add_option("--api-key-file", flags.api_key_file, "read the key from this file (surrounding whitespace ignored)");
   app.add_option("--http", flags.http, "the OpenAI-compatible HTTP API: on | off")->check(CLI::IsMember({"on", "off"}));
@@ -172,6 +176,7 @@ topology topology_from_flags(const serve_flags& flags) {
   if (!flags.kv_cache_dtype.empty()) m.backend.kv_cache_dtype = flags.kv_cache_dtype;
   if (!flags.async_scheduling.empty()) t.async_scheduling = flags.async_scheduling != "off";
   if (flags.tokenizer_pool_size > 0) t.tokenizer_pool_size = flags.tokenizer_pool_size;
+  for (const std::string& plugin : flags.plugins) t.plugins.push_back(parse_plugin_argument(plugin));
   if (!flags.api_key.empty()) t.api_key = flags.api_key;
   if (!flags.api_key_file.empty()) {
     if (!flags.api_key.empty()) throw std::runtime_error("give --api-key or --api-key-file, not both");

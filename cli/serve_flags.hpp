@@ -67,6 +67,7 @@ struct serve_flags {
   std::string log_format = "text";  // applied while the command line is parsed (every line after)
   std::vector<std::string> pipeline_stages;  // kvtcp://HOST:PORT@FIRST-LAST each, in layer order
   int micro_batches = 0;                     // 0: not given (the file's, else 2)
+  std::vector<std::string> plugins;          // PATH[,CONFIG-JSON] each, after the file's [[plugins]]
 };
 
 // Binds every flag but the topology file itself (each command names that its own way).

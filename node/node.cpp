@@ -333,7 +333,7 @@ node::node(const topology& t) : topology_(t) {
   });
   auto front = s.system.spawn(door_actor, &s.router);
   s.actors.push_back(front);
-  s.detokenizing = detokenizer_spec{tp.model.path, front};
+  s.detokenizing = detokenizer_spec{tp.model.path, front, tp.plugins};
   s.detokenizers = place_stages(s.system, tp, tp.placement.detokenizers, "detokenizer", caf::make_message(*s.detokenizing), 1);
   const std::vector<caf::actor> detokenizers = actors_of(s.detokenizers);
   s.actors.insert(s.actors.end(), detokenizers.begin(), detokenizers.end());
@@ -439,7 +439,8 @@ node::node(const topology& t) : topology_(t) {
     s.router.set_door(client_door::http, s.web_door.get());
   }
 
-  s.tokenizing = tokenizer_spec{tp.model.path, model.config.vocab_size, max_model_len, s.downstream.router_actor, front};
+  s.tokenizing = tokenizer_spec{tp.model.path, model.config.vocab_size, max_model_len, s.downstream.router_actor, front,
+                                tp.plugins};
   std::vector<placed_stage> tokenizers;
   if (tp.placement.tokenizers.size() == 1 && tp.placement.tokenizers.front() == tp.cluster.name) {
     for (caf::actor& tokenizer : spawn_tokenizers(s.system, *s.tokenizing, tp.tokenizer_pool_size)) {  // one tokenizer, shared

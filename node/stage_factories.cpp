@@ -43,7 +43,8 @@ void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_
 std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count) {
   spec.validate();
   auto stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
-                                                      spec.vocab_size, spec.max_model_len);
+                                                      spec.vocab_size, spec.max_model_len,
+                                                      std::make_shared<plugin_chain>(spec.plugins, "request"));
   std::vector<caf::actor> pool;
   for (int i = 0; i < count; ++i) {
     pool.push_back(system.spawn(tokenizer_actor, stage, spec.router, spec.reply_to));

@@ -108,6 +108,9 @@ class table_reader {
     return items;
   }
 
+  // A key read by other means: not unknown.
+  void read_known(const char* key) { known_.insert(key); }
+
   void finish() const {
     if (!table_) return;
     for (const auto& [key, value] : *table_) {
@@ -382,11 +385,11 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
                                                   "scheduler", "cluster", "placement", "disaggregation",
                                                   "speculative", "pipeline"};
   for (const auto& [key, value] : root) {
-    const bool node_list = key.str() == "nodes" && value.is_array_of_tables();
+    const bool node_list = (key.str() == "nodes" || key.str() == "plugins") && value.is_array_of_tables();
     if (!node_list && (!sections.count(std::string(key.str())) || !value.is_table())) {
       throw std::runtime_error(source + ": unknown section or top-level key '" +
                                std::string(key.str()) + "' (expected [model], [node], [frontend], "
-                               "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [placement], "
+                               "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [[plugins]], [placement], "
                                "[disaggregation], [speculative], [pipeline])");
     }
   }
@@ -483,6 +486,33 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
       if (address.name.empty()) throw std::runtime_error(source + ": a [[nodes]] entry has no name");
       parse_node_address(where, address, source + ": [[nodes]] '" + address.name + "'");
       t.nodes.push_back(std::move(address));
+    }
+  }
+  if (const toml::array* plugins = root["plugins"].as_array()) {
+    for (const toml::node& entry : *plugins) {
+      table_reader plugin_entry(entry.as_table(), "[plugins]", source);
+      plugin_spec plugin;
+      plugin_entry.read("name", plugin.name);
+      plugin_entry.read("library", plugin.library);
+      plugin_entry.read("hooks", plugin.hooks);
+      plugin_entry.read("budget_ms", plugin.budget_ms);
+      // The plugin's own table, handed to it as JSON (its troupe_plugin_init's config_json).
+      if (const toml::node* config = entry.as_table()->get("config")) {
+        if (!config->is_table()) throw std::runtime_error(source + ": [[plugins]] config must be a table");
+        std::ostringstream json;
+        json << toml::json_formatter{*config->as_table()};
+        plugin.config_json = json.str();
+      }
+      plugin_entry.read_known("config");
+      plugin_entry.finish();
+      const std::string who = source + ": [[plugins]] '" + (plugin.name.empty() ? plugin.library : plugin.name) + "'";
+      if (plugin.library.empty()) throw std::runtime_error(who + ": no library");
+      try {
+        validate(plugin);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(source + ": [[plugins]] " + e.what());
+      }
+      t.plugins.push_back(std::move(plugin));
     }
   }
   table_reader placement(root["placement"].as_table(), "placement", source);

@@ -14,6 +14,7 @@
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_transport.hpp"
 #include "pipeline/pipelined_model.hpp"
+#include "plugins/plugin_spec.hpp"
 #include "node/tls_limits.hpp"
 
 namespace troupe {
@@ -138,6 +139,9 @@ struct topology {
   std::string reasoning_parser = "auto";
   // [tokenizer]
   int tokenizer_pool_size = 2;
+  // [[plugins]] and `troupe serve --plugin`, in order: their request hooks run in the tokenizers,
+  // their output hooks in the detokenizers (include/troupe/plugin.h).
+  std::vector<plugin_spec> plugins;
   // [scheduler] (and model.max_num_seqs, model.num_kv_blocks, ...)
   int max_num_batched_tokens = 2048;
   int max_waiting_requests = 4096;

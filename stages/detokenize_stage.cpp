@@ -28,6 +28,14 @@ std::string detokenize_stage::spell(live_request& request, token_delta& delta, b
   return text;
 }
 
+detokenize_stage::~detokenize_stage() {
+  for (const auto& [id, request] : live_) forget(id);
+}
+
+void detokenize_stage::forget(int64_t request_id) {
+  if (plugins_) plugins_->end_request(request_id);
+}
+
 detokenize_stage::outputs detokenize_stage::run(token_batch batch) {
   outputs out;
   out.texts.deltas.reserve(batch.deltas.size());
@@ -41,6 +49,14 @@ detokenize_stage::outputs detokenize_stage::run(token_batch batch) {
     delta.stop.clear();
     live_request& request = it->second;
 
+    if (request.failed) {
+      // A plugin failed it and the client has the error: the scheduler's final only ends it here.
+      if (delta.finished()) {
+        live_.erase(it);
+        forget(delta.request_id);
+      }
+      continue;
+    }
     if (request.stopped_final) {
       // Matched already: only the scheduler's final matters, and it adds the metrics.
       if (!delta.finished()) continue;
@@ -49,6 +65,7 @@ detokenize_stage::outputs detokenize_stage::run(token_batch batch) {
       if (final_delta.delta.metrics) final_delta.delta.metrics->num_output_tokens = request.num_output_tokens;
       final_delta.timeline = timeline;
       live_.erase(it);
+      forget(final_delta.delta.request_id);
       out.texts.deltas.push_back(std::move(final_delta));
       continue;
     }
@@ -57,6 +74,27 @@ detokenize_stage::outputs detokenize_stage::run(token_batch batch) {
     bool matched = false;
     text_delta text;
     text.text = spell(request, delta, matched);
+    if (plugins_ && (!text.text.empty() || matched || delta.finished())) {
+      auto verdict = plugins_->on_output(delta.request_id, text.text, /*is_final=*/matched || delta.finished());
+      if (verdict && verdict->what == plugin_verdict::kind::failed) {
+        // The client's one reply is the error; the scheduler is asked to end the request.
+        out.failures.push_back(request_failed{delta.request_id, error_code::internal, std::move(verdict->message)});
+        if (ended_by_scheduler) {
+          live_.erase(it);
+          forget(delta.request_id);
+        } else {
+          request.failed = true;
+          out.stopped_ids.push_back(delta.request_id);
+        }
+        continue;
+      }
+      if (verdict && !matched && !ended_by_scheduler) {
+        // Stopped by the plugin: as a stop string's match, with the text it left as the last.
+        matched = true;
+        delta.finish = finish_reason::stop;
+        if (delta.metrics) delta.metrics->num_output_tokens = request.num_output_tokens;
+      }
+    }
     if (matched) {
       delta.finish = finish_reason::stop;
       if (delta.metrics) delta.metrics->num_output_tokens = request.num_output_tokens;
@@ -70,6 +108,7 @@ detokenize_stage::outputs detokenize_stage::run(token_batch batch) {
     if (delta.finished()) {
       text.timeline = timeline;
       live_.erase(it);
+      forget(delta.request_id);
     }
     text.delta = std::move(delta);
     out.texts.deltas.push_back(std::move(text));
@@ -77,7 +116,7 @@ detokenize_stage::outputs detokenize_stage::run(token_batch batch) {
   // A failed request gets no final delta, and a text held after a stop-string match is dropped:
   // the client's one reply is the error.
   for (request_failed& failure : batch.failures) {
-    live_.erase(failure.request_id);
+    if (live_.erase(failure.request_id)) forget(failure.request_id);
     out.failures.push_back(std::move(failure));
   }
   return out;

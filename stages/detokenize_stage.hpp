@@ -9,11 +9,16 @@
 // the held one with the request's metrics. Deltas in between (tokens sampled before the scheduler
 // heard) are dropped. So the client gets exactly one final delta, and by then the request's KV
 // blocks are free.
+//
+// Output plugins (include/troupe/plugin.h) see each delta's text after stop strings, the last
+// with is_final set: they may rewrite it (or hold some back), stop the request (as a stop string
+// does, finish "stop") or fail it (the client gets the error; later deltas are dropped).
 
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "plugins/plugin_chain.hpp"
 #include "stages/messages.hpp"
 #include "text/stop_string_matcher.hpp"
 #include "text/tokenizer.hpp"
@@ -28,7 +33,11 @@ class detokenize_stage {
     std::vector<int64_t> stopped_ids;  // matched a stop string: the scheduler must finish them
   };
 
-  explicit detokenize_stage(tokenizer tok) : tokenizer_(std::move(tok)) {}
+  explicit detokenize_stage(tokenizer tok, std::shared_ptr<plugin_chain> plugins = nullptr)
+      : tokenizer_(std::move(tok)), plugins_(plugins && !plugins->empty() ? std::move(plugins) : nullptr) {}
+  ~detokenize_stage();
+  detokenize_stage(const detokenize_stage&) = delete;
+  detokenize_stage& operator=(const detokenize_stage&) = delete;
 
   outputs run(token_batch batch);
   // Requests whose state the stage holds: each is dropped when the request ends, whichever way.
@@ -45,14 +54,18 @@ class detokenize_stage {
     stop_string_matcher matcher;
     int num_output_tokens = 0;               // tokens passed on so far
     std::optional<text_delta> stopped_final;  // after a match: waits for the scheduler's final
+    bool failed = false;  // a plugin failed it: the client has its error; drop all until the scheduler's final
   };
 
   // The text of the delta's tokens, cut at a stop string when one completes; the delta's ids
   // and logprobs are cut to the tokens that produced that text.
   std::string spell(live_request& request, token_delta& delta, bool& matched);
+  // The request's state is gone: its plugins drop theirs.
+  void forget(int64_t request_id);
 
   tokenizer tokenizer_;
   std::unordered_map<int64_t, live_request> live_;
+  std::shared_ptr<plugin_chain> plugins_;  // null: none
 };
 
 }  // namespace troupe

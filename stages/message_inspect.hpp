@@ -367,9 +367,14 @@ typename Inspector::result_type inspect(Inspector& f, ngram_settings& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, plugin_spec& x) {
+  return f(caf::meta::type_name("plugin_spec"), x.name, x.library, x.config_json, x.hooks, x.budget_ms);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tokenizer_spec& x) {
   return f(caf::meta::type_name("tokenizer_spec"), x.tokenizer_path, x.vocab_size, x.max_model_len,
-           x.router, x.reply_to);
+           x.router, x.reply_to, x.plugins);
 }
 
 template <class Inspector>
@@ -409,7 +414,7 @@ typename Inspector::result_type inspect(Inspector& f, scheduler_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, detokenizer_spec& x) {
-  return f(caf::meta::type_name("detokenizer_spec"), x.tokenizer_path, x.reply_to);
+  return f(caf::meta::type_name("detokenizer_spec"), x.tokenizer_path, x.reply_to, x.plugins);
 }
 
 }  // namespace troupe

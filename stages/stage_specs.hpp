@@ -20,6 +20,7 @@
 #include "kvtransfer/kv_channel.hpp"
 #include "kvtransfer/kv_transport.hpp"
 #include "pipeline/pipelined_model.hpp"
+#include "plugins/plugin_spec.hpp"
 
 namespace troupe {
 
@@ -30,9 +31,11 @@ struct tokenizer_spec {
   int max_model_len = 0;       // prompts must leave room for at least one generated token
   caf::actor router;           // where checked requests go (schedule_request): the controller's router
   caf::actor reply_to;         // where refusals go (request_failed): the doors' actor
+  std::vector<plugin_spec> plugins;  // their request hooks run on each prompt (include/troupe/plugin.h)
 
   // Throws std::runtime_error naming the first field a stage could not start with.
   void validate() const {
+    for (const plugin_spec& plugin : plugins) troupe::validate(plugin);
     if (tokenizer_path.empty()) throw std::runtime_error("tokenizer_spec: tokenizer_path is empty");
     if (vocab_size <= 0) throw std::runtime_error("tokenizer_spec: vocab_size must be positive, got " + std::to_string(vocab_size));
     if (max_model_len <= 0) {
@@ -103,9 +106,11 @@ struct scheduler_spec {
 struct detokenizer_spec {
   std::string tokenizer_path;  // as in tokenizer_spec
   caf::actor reply_to;         // text batches and failed requests: the doors' actor
+  std::vector<plugin_spec> plugins;  // their output hooks run on each delta's text
 
   // Throws std::runtime_error naming the first field a stage could not start with.
   void validate() const {
+    for (const plugin_spec& plugin : plugins) troupe::validate(plugin);
     if (tokenizer_path.empty()) throw std::runtime_error("detokenizer_spec: tokenizer_path is empty");
     if (!reply_to) throw std::runtime_error("detokenizer_spec: no reply_to actor for text");
   }

@@ -4,8 +4,14 @@
 
 namespace troupe {
 
-tokenize_stage::tokenize_stage(tokenizer tok, int vocab_size, int max_model_len)
-    : tokenizer_(std::move(tok)), chat_prompt_(tokenizer_), vocab_size_(vocab_size), max_model_len_(max_model_len) {}
+tokenize_stage::tokenize_stage(tokenizer tok, int vocab_size, int max_model_len, std::shared_ptr<plugin_chain> plugins)
+    : tokenizer_(std::move(tok)),
+      chat_prompt_(tokenizer_),
+      vocab_size_(vocab_size),
+      max_model_len_(max_model_len),
+      plugins_(std::move(plugins)) {
+  if (plugins_ && plugins_->empty()) plugins_.reset();
+}
 
 std::string tokenize_stage::render_chat(const std::vector<chat_message>& messages) const {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
@@ -23,10 +29,12 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
   out.priority = request.priority;
   out.targets = request.targets;
   const char* field = "prompt";
+  std::string prompt_text;  // what the request hooks see as the prompt's text
   try {
     switch (request.kind) {
       case prompt_kind::text:
         out.prompt_ids = tokenizer_.encode(request.prompt);
+        if (plugins_) prompt_text = request.prompt;
         break;
       case prompt_kind::token_ids:
         field = "prompt_token_ids";
@@ -43,11 +51,13 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
       case prompt_kind::messages:
         field = "messages";
         // A template writes BOS and the like itself (as Hugging Face's apply_chat_template).
-        out.prompt_ids = tokenizer_.encode(render_chat(request.messages), /*add_special_tokens=*/!has_chat_template());
+        prompt_text = render_chat(request.messages);
+        out.prompt_ids = tokenizer_.encode(prompt_text, /*add_special_tokens=*/!has_chat_template());
         break;
       case prompt_kind::rendered_chat:
         field = "messages";
         out.prompt_ids = tokenizer_.encode(request.prompt, /*add_special_tokens=*/!has_chat_template());
+        if (plugins_) prompt_text = request.prompt;
         break;
     }
   } catch (const std::exception& e) {
@@ -69,6 +79,15 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
     }
   }
   out.sampling = std::move(request.sampling);
+  if (plugins_) {
+    // Last, so the hooks see a prompt the server would run; what they rewrite is checked again.
+    auto verdict = plugins_->on_request(request.request_id, out.prompt_ids, prompt_text, request.targets.tenant,
+                                        out.sampling, vocab_size_, max_model_len_);
+    if (verdict) {
+      return fail(verdict->what == plugin_verdict::kind::rejected ? error_code::bad_request : error_code::internal,
+                  std::move(verdict->message));
+    }
+  }
   out.tokenize_ns = steady_now_ns() - received;
   return out;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <variant>
 
+#include "plugins/plugin_chain.hpp"
 #include "stages/messages.hpp"
 #include "text/chat_prompt.hpp"
 #include "text/tokenizer.hpp"
@@ -13,8 +14,9 @@ namespace troupe {
 
 class tokenize_stage {
  public:
-  // vocab_size: the model's; max_model_len: prompt + output tokens of one sequence.
-  tokenize_stage(tokenizer tok, int vocab_size, int max_model_len);
+  // vocab_size: the model's; max_model_len: prompt + output tokens of one sequence; plugins:
+  // the request hooks each checked prompt goes through last (null: none).
+  tokenize_stage(tokenizer tok, int vocab_size, int max_model_len, std::shared_ptr<plugin_chain> plugins = nullptr);
 
   std::variant<schedule_request, request_failed> run(tokenize_request request) const;
 
@@ -28,6 +30,7 @@ class tokenize_stage {
   chat_prompt chat_prompt_;
   int vocab_size_;
   int max_model_len_;
+  std::shared_ptr<plugin_chain> plugins_;  // thread-safe: the pool's actors share it
 };
 
 }  // namespace troupe

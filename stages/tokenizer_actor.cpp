@@ -30,7 +30,8 @@ caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_
   std::shared_ptr<const tokenize_stage> stage;
   try {
     stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
-                                                   spec.vocab_size, spec.max_model_len);
+                                                   spec.vocab_size, spec.max_model_len,
+                                                   std::make_shared<plugin_chain>(spec.plugins, "request"));
   } catch (const std::exception& e) {
     return refused_placement(self, "tokenizer", e.what());
   }

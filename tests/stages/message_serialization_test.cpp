@@ -299,8 +299,11 @@ engine_config full_engine_config() {
 std::vector<backend_options> samples(of<backend_options>) { return {full_backend()}; }
 std::vector<model_spec> samples(of<model_spec>) { return {full_model_spec()}; }
 std::vector<engine_config> samples(of<engine_config>) { return {full_engine_config()}; }
+plugin_spec sample_plugin() {
+  return {"quota", "/opt/plugins/libquota.so", R"({"tokens_per_key": 7})", {"request", "output"}, 75};
+}
 std::vector<tokenizer_spec> samples(of<tokenizer_spec>) {
-  return {{"/models/stories260K/hf", 512, 300, handles.first, handles.second}};
+  return {{"/models/stories260K/hf", 512, 300, handles.first, handles.second, {sample_plugin()}}};
 }
 std::vector<worker_spec> samples(of<worker_spec>) {
   worker_spec spec{full_model_spec()};
@@ -328,7 +331,9 @@ std::vector<scheduler_spec> samples(of<scheduler_spec>) {
   spec.kv_transfer_timeout_ms = 2500;
   return {spec};
 }
-std::vector<detokenizer_spec> samples(of<detokenizer_spec>) { return {{"/models/stories260K/hf", handles.third}}; }
+std::vector<detokenizer_spec> samples(of<detokenizer_spec>) {
+  return {{"/models/stories260K/hf", handles.third, {sample_plugin(), plugin_spec{"", "/p.so"}}}};
+}
 
 // -- field-by-field equality ------------------------------------------------------------------------
 
@@ -618,6 +623,15 @@ void expect_same(const tokenizer_spec& a, const tokenizer_spec& b) {
   EXPECT_EQ(a.max_model_len, b.max_model_len);
   EXPECT_EQ(a.router, b.router);
   EXPECT_EQ(a.reply_to, b.reply_to);
+  expect_same_list(a.plugins, b.plugins);
+}
+
+void expect_same(const plugin_spec& a, const plugin_spec& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.library, b.library);
+  EXPECT_EQ(a.config_json, b.config_json);
+  EXPECT_EQ(a.hooks, b.hooks);
+  EXPECT_EQ(a.budget_ms, b.budget_ms);
 }
 
 void expect_same(const ngram_settings& a, const ngram_settings& b) {
@@ -663,6 +677,7 @@ void expect_same(const scheduler_spec& a, const scheduler_spec& b) {
 void expect_same(const detokenizer_spec& a, const detokenizer_spec& b) {
   EXPECT_EQ(a.tokenizer_path, b.tokenizer_path);
   EXPECT_EQ(a.reply_to, b.reply_to);
+  expect_same_list(a.plugins, b.plugins);
 }
 
 void expect_same(const token_batch& a, const token_batch& b) {

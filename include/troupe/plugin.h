@@ -1,0 +1,135 @@
+/* Troupe's plugin ABI: a shared library that adds its own stage logic to a served model.
+ *
+ * C only (C99 and C++ compile it alike), so a plugin may be written in any language with a C
+ * FFI and built with any compiler. The library exports one function, troupe_plugin_init, which
+ * fills a troupe_plugin: the version it was built against, an opaque state pointer, and the hooks
+ * it implements (NULL: not implemented). The host (troupe serve) calls the hooks on its stages:
+ *
+ *   request  in the tokenizer stage, after tokenization, before routing: accept, reject with a
+ *            message (the client gets an error naming the plugin), or rewrite the prompt's ids or
+ *            the sampling parameters;
+ *   output   in the detokenizer stage, once per detokenized delta of a request: pass, rewrite the
+ *            delta's text (holding some back for the next delta is a rewrite), or stop the request
+ *            with a reason;
+ * (The logits hook, in the worker before sampling, and the route hook, in the router, are planned;
+ * they will come as members added at the end of troupe_plugin in a later minor version.)
+ *
+ * Versions are negotiated both ways: the host passes its own version to troupe_plugin_init (a
+ * plugin may refuse a host too old for it), and the plugin writes the version it was built
+ * against into troupe_plugin; the host refuses a different major, or a minor above its own.
+ *
+ * Memory: every pointer the host passes is owned by the host and valid only during the call.
+ * Everything a plugin hands back goes through its troupe_reply's functions, which copy: the
+ * plugin keeps ownership of its own buffers. `name` must stay valid until destroy.
+ *
+ * Threads: the host may call one plugin instance's hooks from several threads at once (a pool of
+ * tokenizers shares one instance); calls for one request come one at a time, in order. A plugin
+ * guards its own state. Each stage that runs a plugin's hooks has its own instance (its own
+ * troupe_plugin_init), since stages may run on different nodes.
+ *
+ * Time: each call has a budget (default 50 ms, per plugin); a call that returns after it fails
+ * its request, which is reported. A hook is never interrupted: keep hooks short and non-blocking.
+ * Errors: a hook returns TROUPE_PLUGIN_ERROR (with a message through reply->set_message) to fail
+ * only the request it was called for; the server goes on serving. C++ plugins must not let an
+ * exception cross this ABI (troupe/plugin.hpp's wrapper turns them into errors). */
+#ifndef TROUPE_PLUGIN_H
+#define TROUPE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TROUPE_PLUGIN_ABI_MAJOR 1u
+#define TROUPE_PLUGIN_ABI_MINOR 0u
+
+/* What a hook decided. */
+typedef enum troupe_plugin_status {
+  TROUPE_PLUGIN_OK = 0,     /* go on (with whatever the plugin rewrote through its reply) */
+  TROUPE_PLUGIN_REJECT = 1, /* request hook: refuse the request; the message tells the client why */
+  TROUPE_PLUGIN_STOP = 2,   /* output hook: end the request now (finish "stop"); the message is the reason */
+  TROUPE_PLUGIN_ERROR = 3   /* the plugin failed: only this request fails, with the message */
+} troupe_plugin_status;
+
+/* The sampling parameters a request hook may read and change in place (the host checks them
+ * again after the hook, as it checks a client's). */
+typedef struct troupe_sampling {
+  double temperature; /* 0: greedy */
+  double top_p;       /* 1: off */
+  double min_p;       /* 0: off */
+  int32_t top_k;      /* 0: off */
+  int32_t max_tokens; /* output tokens at most */
+  double presence_penalty;
+  double frequency_penalty;
+  double repetition_penalty;
+  int64_t seed; /* -1: none; else 0 to 2^63 - 1 */
+} troupe_sampling;
+
+/* A request as the request hook sees it. Strings are UTF-8 with their length (not necessarily
+ * NUL-terminated). */
+typedef struct troupe_request {
+  int64_t request_id;        /* unique among the server's live requests */
+  const int32_t* prompt_ids; /* [num_prompt_ids] */
+  size_t num_prompt_ids;
+  const char* prompt_text; /* the prompt as text (a chat rendered by its template); empty when the client sent ids */
+  size_t prompt_text_len;
+  const char* tenant; /* the request's tenant (its `tenant` field, OpenAI's `user`); empty: anonymous */
+  size_t tenant_len;
+} troupe_request;
+
+/* One detokenized delta of a request's output, as the output hook sees it. */
+typedef struct troupe_output {
+  int64_t request_id;
+  const char* text; /* [text_len] the delta's new text (may end inside a word, or be empty) */
+  size_t text_len;
+  int32_t is_final; /* 1: the request's last delta: text held back must be released now */
+} troupe_output;
+
+/* How a hook answers beyond its status. Each function copies what it is given. */
+typedef struct troupe_reply troupe_reply;
+struct troupe_reply {
+  void* host; /* the host's; do not touch */
+  /* The message of a REJECT, STOP or ERROR (and of troupe_plugin_init's failure). */
+  void (*set_message)(troupe_reply* reply, const char* text, size_t len);
+  /* Request hook: the prompt's ids from now on (each must be inside the model's vocabulary). */
+  void (*set_prompt_ids)(troupe_reply* reply, const int32_t* ids, size_t num_ids);
+  /* Output hook: the text the client gets for this delta instead of the delta's own (may be
+   * empty: the plugin holds the text back, and must release it by the final delta). */
+  void (*set_text)(troupe_reply* reply, const char* text, size_t len);
+};
+
+typedef struct troupe_plugin {
+  uint32_t abi_major; /* set to TROUPE_PLUGIN_ABI_MAJOR */
+  uint32_t abi_minor; /* set to TROUPE_PLUGIN_ABI_MINOR */
+  const char* name;   /* for logs, errors and metrics; the host uses the configured name instead when given */
+  void* state;        /* the plugin's, passed back to every hook */
+  /* Frees the state; called once, after the last hook returned. May be NULL. */
+  void (*destroy)(void* state);
+  troupe_plugin_status (*on_request)(void* state, const troupe_request* request, troupe_sampling* sampling,
+                                     troupe_reply* reply);
+  troupe_plugin_status (*on_output)(void* state, const troupe_output* output, troupe_reply* reply);
+  /* Called once when a request ends, however it ended (finished, failed, aborted), on each stage
+   * whose hooks saw it: drop what is kept for it. May be NULL. */
+  void (*on_request_end)(void* state, int64_t request_id);
+} troupe_plugin;
+
+/* The one symbol a plugin library exports. config_json is the plugin's configuration (a JSON
+ * object; "{}" when none was given). Fill *out and return 0; or return nonzero after
+ * reply->set_message (the host refuses to start, naming the library and the message). */
+typedef int (*troupe_plugin_init_fn)(uint32_t host_abi_major, uint32_t host_abi_minor, const char* config_json,
+                                     troupe_plugin* out, troupe_reply* reply);
+#define TROUPE_PLUGIN_INIT_SYMBOL "troupe_plugin_init"
+
+#if defined(_WIN32)
+#define TROUPE_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define TROUPE_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TROUPE_PLUGIN_H */

@@ -1,0 +1,221 @@
+#include "plugins/plugin_chain.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include "plugins/plugin_reply.hpp"
+
+namespace troupe {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+troupe_sampling to_c(const sampling_params& p) {
+  troupe_sampling s{};
+  s.temperature = p.temperature;
+  s.top_p = p.top_p;
+  s.min_p = p.min_p;
+  s.top_k = p.top_k;
+  s.max_tokens = p.max_tokens;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.repetition_penalty = p.repetition_penalty;
+  s.seed = p.seed ? static_cast<int64_t>(*p.seed) : -1;
+  return s;
+}
+
+// The plugin's values back into the request's parameters; a seed below -1 stays out of range so
+// the protocol's check names it.
+void from_c(const troupe_sampling& s, sampling_params& p) {
+  p.temperature = static_cast<float>(s.temperature);
+  p.top_p = static_cast<float>(s.top_p);
+  p.min_p = static_cast<float>(s.min_p);
+  p.top_k = s.top_k;
+  p.max_tokens = s.max_tokens;
+  p.presence_penalty = static_cast<float>(s.presence_penalty);
+  p.frequency_penalty = static_cast<float>(s.frequency_penalty);
+  p.repetition_penalty = static_cast<float>(s.repetition_penalty);
+  if (s.seed == -1) {
+    p.seed.reset();
+  } else {
+    p.seed = static_cast<uint64_t>(s.seed);
+  }
+}
+
+std::string quoted(const std::string& name) { return "plugin '" + name + "'"; }
+
+}  // namespace
+
+plugin_chain::plugin_chain(const std::vector<plugin_spec>& specs, const std::string& hook) : hook_(hook) {
+  for (const plugin_spec& spec : specs) {
+    auto library = plugin_library::load(spec);
+    if (!library->runs(hook)) continue;  // destroyed here: this stage runs none of its hooks
+    plugins_.push_back({std::move(library), std::make_unique<plugin_stats>()});
+  }
+}
+
+std::optional<plugin_verdict> plugin_chain::on_request(int64_t request_id, std::vector<int32_t>& prompt_ids,
+                                                       const std::string& prompt_text, const std::string& tenant,
+                                                       sampling_params& sampling, int vocab_size,
+                                                       int max_model_len) {
+  for (entry& e : plugins_) {
+    const troupe_plugin& p = e.library->plugin();
+    const std::string& name = e.library->name();
+    troupe_request request{};
+    request.request_id = request_id;
+    request.prompt_ids = prompt_ids.data();
+    request.num_prompt_ids = prompt_ids.size();
+    request.prompt_text = prompt_text.data();
+    request.prompt_text_len = prompt_text.size();
+    request.tenant = tenant.data();
+    request.tenant_len = tenant.size();
+    troupe_sampling c_sampling = to_c(sampling);
+    plugin_reply reply;
+    reply.max_ids = static_cast<size_t>(max_model_len);
+    troupe_plugin_status status = TROUPE_PLUGIN_ERROR;
+    const int64_t start = now_ns();
+    try {
+      status = p.on_request(p.state, &request, &c_sampling, &reply.c);
+    } catch (...) {
+      e.stats->record(now_ns() - start, plugin_stats::outcome::error);
+      return plugin_verdict{plugin_verdict::kind::failed, name,
+                            quoted(name) + " threw an exception from its request hook"};
+    }
+    const int64_t elapsed = now_ns() - start;
+    auto record_failure = [&](plugin_stats::outcome result, std::string message) {
+      e.stats->record(elapsed, result);
+      return plugin_verdict{plugin_verdict::kind::failed, name, std::move(message)};
+    };
+    if (elapsed > int64_t{e.library->spec().budget_ms} * 1000000) {
+      return record_failure(plugin_stats::outcome::over_budget,
+                            quoted(name) + " took " + std::to_string(elapsed / 1000000) +
+                                " ms in its request hook, over its budget of " +
+                                std::to_string(e.library->spec().budget_ms) + " ms");
+    }
+    if (status == TROUPE_PLUGIN_REJECT) {
+      e.stats->record(elapsed, plugin_stats::outcome::rejected);
+      return plugin_verdict{plugin_verdict::kind::rejected, name,
+                            quoted(name) + " rejected the request: " +
+                                (reply.message.empty() ? std::string("no reason given") : reply.message)};
+    }
+    if (status != TROUPE_PLUGIN_OK) {
+      return record_failure(plugin_stats::outcome::error,
+                            quoted(name) + " failed in its request hook" +
+                                (status == TROUPE_PLUGIN_ERROR ? "" : " (status " + std::to_string(status) +
+                                                                          " is not a request hook's answer)") +
+                                ": " + (reply.message.empty() ? std::string("no reason given") : reply.message));
+    }
+    if (!reply.overflow.empty()) {
+      return record_failure(plugin_stats::outcome::error, quoted(name) + " returned garbage: " + reply.overflow);
+    }
+    if (reply.prompt_ids) {
+      const std::vector<int32_t>& ids = *reply.prompt_ids;
+      if (ids.empty()) return record_failure(plugin_stats::outcome::error, quoted(name) + " rewrote the prompt to no tokens");
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= vocab_size) {
+          return record_failure(plugin_stats::outcome::error,
+                                quoted(name) + " returned garbage: token id " + std::to_string(ids[i]) +
+                                    " at position " + std::to_string(i) + " of its prompt is outside the vocabulary of " +
+                                    std::to_string(vocab_size));
+        }
+      }
+      if (static_cast<int64_t>(ids.size()) >= max_model_len) {
+        return record_failure(plugin_stats::outcome::error,
+                              quoted(name) + " rewrote the prompt to " + std::to_string(ids.size()) +
+                                  " tokens, leaving no room to generate within the context of " +
+                                  std::to_string(max_model_len) + " tokens");
+      }
+      prompt_ids = ids;
+    }
+    sampling_params changed = sampling;
+    from_c(c_sampling, changed);
+    protocol_limits limits;
+    limits.max_model_len = max_model_len;
+    if (auto problem = validate_sampling_params(changed, limits)) {
+      return record_failure(plugin_stats::outcome::error, quoted(name) + " returned garbage: sampling parameter '" +
+                                                              problem->field + "' " + problem->problem);
+    }
+    normalize_sampling_params(changed);
+    sampling = std::move(changed);
+    e.stats->record(elapsed, plugin_stats::outcome::ok);
+  }
+  return std::nullopt;
+}
+
+std::optional<plugin_verdict> plugin_chain::on_output(int64_t request_id, std::string& text, bool is_final) {
+  for (entry& e : plugins_) {
+    const troupe_plugin& p = e.library->plugin();
+    const std::string& name = e.library->name();
+    troupe_output output{};
+    output.request_id = request_id;
+    output.text = text.data();
+    output.text_len = text.size();
+    output.is_final = is_final ? 1 : 0;
+    plugin_reply reply;
+    reply.max_text = max_output_text_bytes;
+    troupe_plugin_status status = TROUPE_PLUGIN_ERROR;
+    const int64_t start = now_ns();
+    try {
+      status = p.on_output(p.state, &output, &reply.c);
+    } catch (...) {
+      e.stats->record(now_ns() - start, plugin_stats::outcome::error);
+      return plugin_verdict{plugin_verdict::kind::failed, name, quoted(name) + " threw an exception from its output hook"};
+    }
+    const int64_t elapsed = now_ns() - start;
+    auto failure = [&](plugin_stats::outcome result, std::string message) {
+      e.stats->record(elapsed, result);
+      return plugin_verdict{plugin_verdict::kind::failed, name, std::move(message)};
+    };
+    if (elapsed > int64_t{e.library->spec().budget_ms} * 1000000) {
+      return failure(plugin_stats::outcome::over_budget,
+                     quoted(name) + " took " + std::to_string(elapsed / 1000000) +
+                         " ms in its output hook, over its budget of " + std::to_string(e.library->spec().budget_ms) +
+                         " ms");
+    }
+    if (status == TROUPE_PLUGIN_ERROR || (status != TROUPE_PLUGIN_OK && status != TROUPE_PLUGIN_STOP)) {
+      return failure(plugin_stats::outcome::error,
+                     quoted(name) + " failed in its output hook" +
+                         (status == TROUPE_PLUGIN_ERROR ? "" : " (status " + std::to_string(status) +
+                                                                   " is not an output hook's answer)") +
+                         ": " + (reply.message.empty() ? std::string("no reason given") : reply.message));
+    }
+    if (!reply.overflow.empty()) return failure(plugin_stats::outcome::error, quoted(name) + " returned garbage: " + reply.overflow);
+    if (reply.text) text = std::move(*reply.text);
+    if (status == TROUPE_PLUGIN_STOP) {
+      e.stats->record(elapsed, plugin_stats::outcome::rejected);
+      return plugin_verdict{plugin_verdict::kind::stopped, name,
+                            quoted(name) + " stopped the request: " +
+                                (reply.message.empty() ? std::string("no reason given") : reply.message)};
+    }
+    e.stats->record(elapsed, plugin_stats::outcome::ok);
+  }
+  return std::nullopt;
+}
+
+void plugin_chain::end_request(int64_t request_id) {
+  for (entry& e : plugins_) {
+    const troupe_plugin& p = e.library->plugin();
+    if (!p.on_request_end) continue;
+    try {
+      p.on_request_end(p.state, request_id);
+    } catch (...) {
+      // The request is over; nothing is left to fail.
+    }
+  }
+}
+
+std::vector<plugin_counters> plugin_chain::counters() const {
+  std::vector<plugin_counters> out;
+  for (const entry& e : plugins_) {
+    plugin_counters c = e.stats->snapshot();
+    c.plugin = e.library->name();
+    c.hook = hook_;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace troupe

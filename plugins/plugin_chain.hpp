@@ -1,0 +1,67 @@
+#pragma once
+// The plugins one stage runs for one hook, in the order they were configured, each call timed
+// against its plugin's budget and its results checked before the stage uses them. A plugin that
+// errs, throws, overruns its budget or hands back garbage fails only the request it was called
+// for; the message names the plugin. Thread-safe where the plugins are (include/troupe/plugin.h).
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plugins/plugin_library.hpp"
+#include "plugins/plugin_stats.hpp"
+#include "protocol/sampling_params.hpp"
+
+namespace troupe {
+
+// Why a hook ended a request.
+struct plugin_verdict {
+  enum class kind { rejected, stopped, failed };
+  kind what = kind::failed;
+  std::string plugin;
+  std::string message;  // names the plugin: "plugin 'quota' rejected the request: ..."
+};
+
+class plugin_chain {
+ public:
+  // The largest text one output hook call may hand back: more is garbage.
+  static constexpr size_t max_output_text_bytes = 1u << 20;
+
+  plugin_chain() = default;
+  // Loads every spec and keeps those that run `hook` ("request" or "output"); throws as
+  // plugin_library::load does.
+  plugin_chain(const std::vector<plugin_spec>& specs, const std::string& hook);
+
+  bool empty() const { return plugins_.empty(); }
+
+  // The request hooks, one after another: each sees the prompt and parameters the one before
+  // left. prompt_ids and sampling are changed in place; a rewritten prompt must be non-empty,
+  // inside [0, vocab_size) and shorter than max_model_len, rewritten parameters pass the
+  // protocol's check. nullopt: accepted.
+  std::optional<plugin_verdict> on_request(int64_t request_id, std::vector<int32_t>& prompt_ids,
+                                           const std::string& prompt_text, const std::string& tenant,
+                                           sampling_params& sampling, int vocab_size, int max_model_len);
+
+  // The output hooks on one delta's text, in turn (each sees the text the one before left).
+  // nullopt: go on with `text`; a `stopped` verdict keeps `text` as the request's last.
+  std::optional<plugin_verdict> on_output(int64_t request_id, std::string& text, bool is_final);
+
+  // The request ended (any way): every plugin drops what it kept for it.
+  void end_request(int64_t request_id);
+
+  // One entry per plugin, named, for /metrics.
+  std::vector<plugin_counters> counters() const;
+
+ private:
+  struct entry {
+    std::unique_ptr<plugin_library> library;
+    std::unique_ptr<plugin_stats> stats;
+  };
+
+  std::string hook_;
+  std::vector<entry> plugins_;
+};
+
+}  // namespace troupe
