@@ -144,7 +144,12 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
 topology topology_from_flags(const serve_flags& flags) {
   topology t = flags.config.empty() ? topology{} : load_topology(flags.config);
   model_spec& m = t.model;
-  if (!flags.model.empty()) m.path = flags.model;
+  // A path on the command line is the user's, relative to the working directory; it also names
+  // the served model as written.
+  if (!flags.model.empty()) {
+    m.path = flags.model;
+    t.model_path_as_written.clear();
+  }
   if (!flags.load_format.empty()) m.format = parse_load_format(flags.load_format);
   if (flags.port > 0) t.zmq_endpoint = "tcp://" + flags.host + ":" + std::to_string(flags.port);
   if (!flags.zmq_endpoint.empty()) t.zmq_endpoint = flags.zmq_endpoint;

@@ -537,12 +537,32 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   return t;
 }
 
+std::string topology::model_name() const {
+  if (!served_model_name.empty()) return served_model_name;
+  return model_path_as_written.empty() ? model.path : model_path_as_written;
+}
+
+std::filesystem::path resolve_against(const std::filesystem::path& base, const std::filesystem::path& relative) {
+  if (relative.empty() || relative.is_absolute()) return relative;
+  return (base / relative).lexically_normal();
+}
+
+void resolve_topology_paths(topology& t, const std::filesystem::path& base) {
+  if (t.model_path_as_written.empty()) t.model_path_as_written = t.model.path;
+  t.model.path = resolve_against(base, t.model.path).string();
+  t.speculative.draft_model = resolve_against(base, t.speculative.draft_model).string();
+  t.cluster.credentials = resolve_against(base, t.cluster.credentials);
+}
+
 topology load_topology(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open topology file " + path.string());
   std::stringstream text;
   text << in.rdbuf();
-  return parse_topology(text.str(), path.string());
+  topology t = parse_topology(text.str(), path.string());
+  // The file's directory made absolute now: the process may change directory later.
+  resolve_topology_paths(t, std::filesystem::absolute(path).parent_path());
+  return t;
 }
 
 }  // namespace troupe

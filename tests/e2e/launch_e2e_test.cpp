@@ -224,8 +224,9 @@ TEST_F(launch_e2e, a_missing_model_path_fails_launch_at_once_naming_it_before_an
 
 // A member on another machine checks its own files: its worker refuses the placement with the
 // reason, which reaches the controller at once. A node started on its own in a directory of its
-// own stands for the other machine, and a relative model path that exists where the controller
-// runs but not where the node does for a model only the controller has: the worker failed before
+// own stands for the other machine, and the model path /proc/self/cwd/model (each process's own
+// working directory: a topology's relative paths mean the file's directory, the same for every
+// process here) for a model only the controller's machine has: the worker failed before
 // the controller's monitor arrived, and the controller waited out request_timeout_ms (30 s) for
 // "exit_reason(unknown)".
 TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_naming_the_path) {
@@ -243,7 +244,7 @@ TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_namin
                                    " --credentials " + shell_quote(credentials().string()) + " --name n1"),
                      dir_.path() / "node.log");
   const fs::path path = dir_.path() / "remote.toml";
-  std::ofstream(path) << "[model]\npath = \"model\"\n[node]\nthreads = 1\n"
+  std::ofstream(path) << "[model]\npath = \"/proc/self/cwd/model\"\n[node]\nthreads = 1\n"
                       << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
                       << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << port << "\"\n"
                       << "[placement]\nengines = [\"n1\"]\n";
@@ -261,7 +262,7 @@ TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_namin
   EXPECT_NE(serve.exit_status(), 0) << log;
   EXPECT_LT(seconds, 15.0) << log;
   EXPECT_NE(log.find("the worker on node n1"), std::string::npos) << log;
-  EXPECT_NE(log.find("this node cannot run the worker: tokenizer path 'model' does not exist"), std::string::npos) << log;
+  EXPECT_NE(log.find("this node cannot run the worker: tokenizer path '/proc/self/cwd/model' does not exist"), std::string::npos) << log;
   EXPECT_TRUE(node.alive()) << "the node that refused is still up for other placements";
 }
 
@@ -289,7 +290,7 @@ TEST_F(launch_e2e, a_node_that_cannot_load_the_tokenizer_refuses_its_tokenizer_o
                        node_log);
     const fs::path path = dir_.path() / (stage + ".toml");
     // The engine on the controller, which has the model; only the stage under test on n1.
-    std::ofstream(path) << "[model]\npath = \"model\"\n[node]\nthreads = 1\n"
+    std::ofstream(path) << "[model]\npath = \"/proc/self/cwd/model\"\n[node]\nthreads = 1\n"
                         << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
                         << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << port << "\"\n"
                         << "[placement]\nengines = [\"controller\"]\n"
@@ -310,7 +311,7 @@ TEST_F(launch_e2e, a_node_that_cannot_load_the_tokenizer_refuses_its_tokenizer_o
     EXPECT_NE(serve.exit_status(), 0) << log;
     EXPECT_LT(seconds, 15.0) << log;
     EXPECT_NE(log.find("the " + stage + " on node n1"), std::string::npos) << log;
-    EXPECT_NE(log.find("this node cannot run the " + stage + ": tokenizer path 'model' does not exist"),
+    EXPECT_NE(log.find("this node cannot run the " + stage + ": tokenizer path '/proc/self/cwd/model' does not exist"),
               std::string::npos)
         << log;
     EXPECT_TRUE(node.alive()) << "the node that refused is still up for other placements";

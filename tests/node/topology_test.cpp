@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "node/topology.hpp"
+#include "tests/scratch_dir.hpp"
 
 namespace troupe {
 namespace {
@@ -12,7 +16,9 @@ TEST(topology, the_shipped_colocated_file_parses) {
   auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
   EXPECT_EQ(t.model.device, device_request::auto_detect);  // cuda when a GPU answers, else the CPU
   EXPECT_TRUE(t.async_scheduling);  // "auto" is on
-  EXPECT_EQ(t.model.path, "../shared/models/stories260K/hf");
+  // Resolved against the file's directory (config/), whatever the working directory.
+  EXPECT_EQ(std::filesystem::path(t.model.path), (std::filesystem::path(TROUPE_SOURCE_DIR) / "../shared/models/stories260K/hf").lexically_normal());
+  EXPECT_EQ(t.model_name(), "../../shared/models/stories260K/hf");  // the served name as written
   EXPECT_EQ(t.zmq_endpoint, "tcp://127.0.0.1:5557");
   // A burst of clients must fit the accept queue, not wait a second for SYN retries.
   EXPECT_GT(t.listen_backlog, 4 * t.model.max_num_seqs);
@@ -290,7 +296,7 @@ TEST(topology_placement, replicas_2_places_an_engine_on_each_of_two_nodes) {
   EXPECT_EQ(t.nodes[0].port, 4611);
   EXPECT_EQ(t.placement.engines, (std::vector<std::string>{"engine-a", "engine-b"}));
   EXPECT_EQ(t.placement.tokenizers, std::vector<std::string>{"controller"});
-  EXPECT_EQ(t.cluster.credentials, "certs");
+  EXPECT_EQ(t.cluster.credentials, (std::filesystem::path(TROUPE_SOURCE_DIR) / "certs").lexically_normal());
   EXPECT_EQ(t.cluster.admin_listen, "127.0.0.1:4600");
   ASSERT_NE(t.find_node("engine-b"), nullptr);
   EXPECT_EQ(t.find_node("controller"), nullptr);
@@ -457,6 +463,48 @@ TEST(topology, pipeline_stages_are_read_and_checked) {
   expect_error(stage0 + "]\n[placement]\nengines = [\"controller\", \"controller\"]\n",
                "[pipeline] drives one engine instance; [placement] places 2");
   expect_error(stage0 + "]\n[node]\ndevice = \"cuda\"\n", "[pipeline] stages run on the CPU backend so far");
+}
+
+// Issue 26: a topology's relative paths meant the working directory's, so `troupe launch
+// /path/to/topo.toml` from elsewhere failed. Every path-like key now means the file's directory.
+TEST(topology_paths, every_relative_path_resolves_against_the_files_directory_from_any_working_directory) {
+  const troupe::testing::scratch_dir dir;
+  const std::filesystem::path sub = dir.path() / "deploy";
+  std::filesystem::create_directories(sub);
+  std::ofstream(sub / "topo.toml") << "[model]\npath = \"models/m\"\n"
+                                   << "[speculative]\ndraft_model = \"../drafts/d.gguf\"\n"
+                                   << "[cluster]\ncredentials = \"certs\"\n";
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path("/");  // anywhere but the file's directory
+  const topology t = load_topology(std::filesystem::relative(sub / "topo.toml", "/"));
+  std::filesystem::current_path(before);
+  const std::filesystem::path base = sub.lexically_normal();
+  EXPECT_EQ(std::filesystem::path(t.model.path), base / "models/m");
+  EXPECT_EQ(std::filesystem::path(t.speculative.draft_model), dir.path().lexically_normal() / "drafts/d.gguf");
+  EXPECT_EQ(t.cluster.credentials, base / "certs");
+  EXPECT_EQ(t.model_name(), "models/m");  // the served name stays what the file wrote
+}
+
+TEST(topology_paths, absolute_paths_and_unset_paths_are_kept) {
+  const troupe::testing::scratch_dir dir;
+  std::ofstream(dir.path() / "topo.toml") << "[model]\npath = \"/models/m\"\n"
+                                          << "[cluster]\ncredentials = \"/etc/troupe/certs\"\n";
+  const topology t = load_topology(dir.path() / "topo.toml");
+  EXPECT_EQ(t.model.path, "/models/m");
+  EXPECT_EQ(t.cluster.credentials, "/etc/troupe/certs");
+  EXPECT_EQ(t.speculative.draft_model, "");  // no draft model stays none
+  EXPECT_EQ(t.model_name(), "/models/m");
+}
+
+TEST(topology_paths, text_parsed_without_a_file_keeps_its_paths_as_written) {
+  // parse_topology has no file, so no directory: the command line's own paths (--model) and a
+  // topology given as text mean the working directory.
+  const topology t = parse_topology("[model]\npath = \"m\"\n[cluster]\ncredentials = \"certs\"\n");
+  EXPECT_EQ(t.model.path, "m");
+  EXPECT_EQ(t.cluster.credentials, "certs");
+  EXPECT_EQ(resolve_against("/base", "a/../b"), "/base/b");
+  EXPECT_EQ(resolve_against("/base", "/abs"), "/abs");
+  EXPECT_EQ(resolve_against("/base", ""), "");
 }
 
 }  // namespace
