@@ -13,6 +13,7 @@
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_transport.hpp"
 #include "pipeline/pipelined_model.hpp"
+#include "node/restart_policy.hpp"
 #include "node/tls_limits.hpp"
 
 namespace troupe {
@@ -25,6 +26,8 @@ struct node_address {
   // The KV cache dtype of the engines placed here; empty: [node] kv_cache_dtype. Prefill and
   // decode sides may differ: the KV plane carries the dtype and the decode side converts.
   std::string kv_cache_dtype;
+  // What `troupe launch` does when the node it started here dies (node/restart_policy.hpp).
+  restart_mode restart = restart_mode::on_failure;
 };
 
 // How often a `troupe node` heartbeats its controllers; a controller's connection_timeout_ms
@@ -185,6 +188,12 @@ topology parse_topology(std::string_view toml_text, const std::string& source = 
 // [cluster] credentials) is resolved against the file's own directory, so a topology means the
 // same from any working directory. Absolute paths are kept.
 topology load_topology(const std::filesystem::path& path);
+// The same with `overrides` applied to the file's keys first, each "KEY=VALUE" (`--set`): KEY a
+// dotted path (`http.port`, `scheduler.max_num_seqs`), a [[nodes]] entry addressed by its name
+// or index (`nodes.engine-a.address`, `nodes.0.restart`); VALUE read as a TOML value (`8001`,
+// `true`, `["n1"]`, `"text"`), else taken as a string. A key the topology does not know, or a
+// value of the wrong type, fails like one in the file, naming the key and the override.
+topology load_topology(const std::filesystem::path& path, const std::vector<std::string>& overrides);
 
 // `relative` resolved against `base` (a directory); an absolute or empty path unchanged.
 std::filesystem::path resolve_against(const std::filesystem::path& base, const std::filesystem::path& relative);

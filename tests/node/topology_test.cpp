@@ -507,5 +507,66 @@ TEST(topology_paths, text_parsed_without_a_file_keeps_its_paths_as_written) {
   EXPECT_EQ(resolve_against("/base", ""), "");
 }
 
+// `--set KEY=VALUE` (issue 26): any key of the file, from the command line.
+class topology_overrides : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(file_) << "[model]\npath = \"/m\"\n[http]\nport = 8000\n"
+                         << "[cluster]\ncredentials = \"/c\"\n"
+                         << "[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:4611\"\n"
+                         << "[[nodes]]\nname = \"b\"\naddress = \"127.0.0.1:4612\"\n";
+  }
+  std::string error_of(const std::vector<std::string>& overrides) const {
+    try {
+      load_topology(file_, overrides);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  const troupe::testing::scratch_dir dir_;
+  const std::filesystem::path file_ = dir_.path() / "topo.toml";
+};
+
+TEST_F(topology_overrides, set_a_key_in_the_file_one_absent_from_it_and_a_whole_section) {
+  const topology t = load_topology(file_, {"http.port=8001", "scheduler.max_num_seqs=7", "placement.engines=[\"a\", \"b\"]",
+                                           "frontend.api_key=secret", "http.enabled=true"});
+  EXPECT_EQ(t.http_port, 8001);
+  EXPECT_EQ(t.model.max_num_seqs, 7);
+  EXPECT_EQ(t.placement.engines, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(t.api_key, "secret");  // a bare word is a string
+  EXPECT_TRUE(t.http_enabled);
+}
+
+TEST_F(topology_overrides, a_nodes_entry_by_name_or_by_index) {
+  const topology t = load_topology(file_, {"nodes.b.address=127.0.0.1:4700", "nodes.0.restart=never"});
+  EXPECT_EQ(t.nodes[1].port, 4700);
+  EXPECT_EQ(t.nodes[0].restart, restart_mode::never);
+  EXPECT_EQ(t.nodes[1].restart, restart_mode::on_failure);
+}
+
+TEST_F(topology_overrides, a_later_set_wins_and_relative_paths_still_mean_the_files_directory) {
+  const topology t = load_topology(file_, {"http.port=1", "http.port=2", "model.path=models/x"});
+  EXPECT_EQ(t.http_port, 2);
+  EXPECT_EQ(std::filesystem::path(t.model.path), dir_.path() / "models/x");
+}
+
+TEST_F(topology_overrides, errors_name_the_key_and_the_override) {
+  const std::string unknown = error_of({"http.prot=8001"});
+  EXPECT_NE(unknown.find("prot"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("--set http.prot=8001"), std::string::npos) << unknown;
+  const std::string wrong_type = error_of({"http.port=\"eighty\""});
+  EXPECT_NE(wrong_type.find("port"), std::string::npos) << wrong_type;
+  EXPECT_NE(wrong_type.find("--set http.port"), std::string::npos) << wrong_type;
+  const std::string no_entry = error_of({"nodes.c.address=127.0.0.1:1"});
+  EXPECT_NE(no_entry.find("no [[nodes]] entry 'c'"), std::string::npos) << no_entry;
+  EXPECT_NE(no_entry.find("a, b"), std::string::npos) << no_entry;
+  EXPECT_NE(error_of({"nodes.5.address=x"}).find("no [[nodes]] entry '5'"), std::string::npos);
+  EXPECT_NE(error_of({"http.port"}).find("expected KEY=VALUE"), std::string::npos);
+  EXPECT_NE(error_of({"http..port=1"}).find("empty part"), std::string::npos);
+  EXPECT_NE(error_of({"http.port.x=1"}).find("'port' is a value, not a section"), std::string::npos);
+  EXPECT_NE(error_of({"bogus.key=1"}).find("bogus"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace troupe
