@@ -1,6 +1,7 @@
 #include "cli/serve_flags.hpp"
 
 #include "doors/operator_log.hpp"
+#include "engine/scheduling_policy_kind.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -167,8 +168,9 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.max_num_seqs > 0) m.max_num_seqs = flags.max_num_seqs;
   if (flags.max_num_batched_tokens > 0) t.max_num_batched_tokens = flags.max_num_batched_tokens;
   if (flags.max_waiting_requests > 0) t.max_waiting_requests = flags.max_waiting_requests;
-  if (!flags.scheduling_policy.empty()) t.scheduling_policy = flags.scheduling_policy;
-  if (!flags.slo_admission.empty()) t.slo_admission = flags.slo_admission;
+  // Names CLI11 has checked against the same lists the parsers accept.
+  if (!flags.scheduling_policy.empty()) t.scheduling_policy = parse_scheduling_policy(flags.scheduling_policy);
+  if (!flags.slo_admission.empty()) t.slo_admission = parse_slo_admission(flags.slo_admission);
   if (flags.num_kv_blocks > 0) m.num_kv_blocks = flags.num_kv_blocks;
   if (flags.kv_memory_mb > 0) m.kv_memory_mb = flags.kv_memory_mb;
   if (flags.memory_budget_mb > 0) m.memory_budget_mb = flags.memory_budget_mb;

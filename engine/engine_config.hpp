@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/scheduling_policy_kind.hpp"
+
 namespace troupe {
 
 struct engine_config {
@@ -33,11 +35,11 @@ struct engine_config {
   // -1: the model's (llm_engine::fit_to_model and served_model fill it in; a scheduler given -1
   // keeps every block).
   int kv_window = -1;
-  // How the queues are ordered (engine/scheduling_policy.hpp): "fcfs", "priority", "slo" or
-  // "fair". With "slo", slo_admission "reject" refuses at once (overloaded) a request whose TTFT
-  // target cannot be met given the queue ahead of it; "best_effort" serves it anyway.
-  std::string scheduling_policy = "priority";
-  std::string slo_admission = "best_effort";
+  // How the queues are ordered (engine/scheduling_policy.hpp). With slo, slo_admission reject
+  // refuses at once (overloaded) a request whose TTFT target cannot be met given the queue ahead
+  // of it; best_effort serves it anyway.
+  scheduling_policy_kind scheduling_policy = scheduling_policy_kind::priority;
+  slo_admission_mode slo_admission = slo_admission_mode::best_effort;
 
   // Throws std::runtime_error naming the first bad field.
   void validate() const {
@@ -53,15 +55,6 @@ struct engine_config {
     positive("max_num_seqs", max_num_seqs);
     positive("max_waiting_requests", max_waiting_requests);
     positive("max_model_len", max_model_len);
-    if (scheduling_policy != "fcfs" && scheduling_policy != "priority" && scheduling_policy != "slo" &&
-        scheduling_policy != "fair") {
-      throw std::runtime_error("engine_config: scheduling_policy must be fcfs, priority, slo or fair, got \"" +
-                               scheduling_policy + "\"");
-    }
-    if (slo_admission != "reject" && slo_admission != "best_effort") {
-      throw std::runtime_error("engine_config: slo_admission must be reject or best_effort, got \"" + slo_admission +
-                               "\"");
-    }
     if (kv_window < -1) {
       throw std::runtime_error("engine_config: kv_window must be -1 (the model's), 0 (keep every block) or positive, got " +
                                std::to_string(kv_window));

@@ -106,7 +106,7 @@ std::optional<request_error> scheduler::add_request(int64_t request_id, std::vec
                                         next_arrival_order_, arrival, resumed_output_ids, kv);
   seq->targets = std::move(targets);
   // A role receive request's prompt is computed elsewhere: its TTFT is not this queue's to judge.
-  if (config_.slo_admission == "reject" && kv.role != kv_role::receive) {
+  if (config_.slo_admission == slo_admission_mode::reject && kv.role != kv_role::receive) {
     if (std::string why = policy_->refusal(*seq, waiting_, running_, engine_clock::now()); !why.empty()) {
       ++num_slo_rejections_;
       return request_error{request_error_code::overloaded, std::move(why)};

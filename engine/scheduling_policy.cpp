@@ -9,9 +9,12 @@ namespace troupe {
 
 std::unique_ptr<scheduling_policy> make_scheduling_policy(const engine_config& config,
                                                           const step_time_model& step_times) {
-  if (config.scheduling_policy == "fcfs") return std::make_unique<fcfs_policy>();
-  if (config.scheduling_policy == "slo") return std::make_unique<slo_policy>(config, step_times);
-  if (config.scheduling_policy == "fair") return std::make_unique<fair_policy>();
+  switch (config.scheduling_policy) {
+    case scheduling_policy_kind::fcfs: return std::make_unique<fcfs_policy>();
+    case scheduling_policy_kind::slo: return std::make_unique<slo_policy>(config, step_times);
+    case scheduling_policy_kind::fair: return std::make_unique<fair_policy>();
+    case scheduling_policy_kind::priority: break;
+  }
   return std::make_unique<priority_policy>();
 }
 

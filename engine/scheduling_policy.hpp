@@ -58,7 +58,7 @@ class scheduling_policy {
   engine_clock::time_point now_{};
 };
 
-// The policy engine_config::scheduling_policy names (validate() has checked the name). The SLO
+// The policy engine_config::scheduling_policy names. The SLO
 // policy reads `step_times`, which must outlive it.
 std::unique_ptr<scheduling_policy> make_scheduling_policy(const engine_config& config,
                                                           const step_time_model& step_times);

@@ -243,13 +243,6 @@ void topology::validate() const {
   positive(tokenizer_pool_size, "tokenizer pool_size");
   positive(max_num_batched_tokens, "max_num_batched_tokens");
   positive(max_waiting_requests, "max_waiting_requests");
-  if (scheduling_policy != "fcfs" && scheduling_policy != "priority" && scheduling_policy != "slo" &&
-      scheduling_policy != "fair") {
-    throw std::runtime_error("[scheduler] policy must be fcfs, priority, slo or fair, got \"" + scheduling_policy + "\"");
-  }
-  if (slo_admission != "reject" && slo_admission != "best_effort") {
-    throw std::runtime_error("[scheduler] slo_admission must be reject or best_effort, got \"" + slo_admission + "\"");
-  }
   if (max_frame_bytes < 1024) throw std::runtime_error("max_frame_bytes must be at least 1024");
   if (listen_backlog < 1 || listen_backlog > 65535) {
     throw std::runtime_error("[frontend] listen_backlog must be in 1..65535, got " + std::to_string(listen_backlog));
@@ -449,8 +442,8 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   scheduler.read("block_size", t.model.block_size);
   scheduler.read("max_model_len", t.model.max_model_len);
   scheduler.read_switch("async_scheduling", t.async_scheduling);
-  scheduler.read("policy", t.scheduling_policy);
-  scheduler.read("slo_admission", t.slo_admission);
+  scheduler.read_parsed("policy", t.scheduling_policy, parse_scheduling_policy);
+  scheduler.read_parsed("slo_admission", t.slo_admission, parse_slo_admission);
   scheduler.finish();
   table_reader cluster(root["cluster"].as_table(), "cluster", source);
   std::string credentials;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/ngram_proposer.hpp"
+#include "engine/scheduling_policy_kind.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_transport.hpp"
 #include "pipeline/pipelined_model.hpp"
@@ -149,8 +150,8 @@ struct topology {
   // How each instance's scheduler orders its queues (engine/scheduling_policy.hpp): fcfs,
   // priority (the default), slo or fair; with slo, slo_admission "reject" refuses at once a
   // request whose TTFT target cannot be met, "best_effort" serves it late.
-  std::string scheduling_policy = "priority";
-  std::string slo_admission = "best_effort";
+  scheduling_policy_kind scheduling_policy = scheduling_policy_kind::priority;
+  slo_admission_mode slo_admission = slo_admission_mode::best_effort;
   // Plan step N+1 while the worker runs step N (docs/architecture.md, "Overlapped scheduling").
   // Read from true | false | "on" | "off" | "auto"; auto is on for both backends (measured in
   // docs/benchmarks.md: on the CPU too it halves the runtime's cost per step).

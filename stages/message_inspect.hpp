@@ -343,10 +343,22 @@ typename Inspector::result_type inspect(Inspector& f, model_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
+  auto policy = static_cast<uint8_t>(x.scheduling_policy);
+  auto admission = static_cast<uint8_t>(x.slo_admission);
   return f(caf::meta::type_name("engine_config"), x.block_size, x.num_kv_blocks, x.max_num_batched_tokens,
            x.max_num_seqs, x.max_waiting_requests, x.max_model_len, x.enable_prefix_caching,
            x.async_scheduling, x.vocab_size, x.hidden_size, x.num_speculative_tokens, x.max_speculative_tokens, x.kv_window,
-           x.scheduling_policy, x.slo_admission);
+           policy, admission, caf::meta::load_callback([&]() -> caf::error {
+             if (policy > static_cast<uint8_t>(scheduling_policy_kind::fair) ||
+                 admission > static_cast<uint8_t>(slo_admission_mode::reject)) {
+               return caf::make_error(caf::sec::runtime_error,
+                                      "engine_config: scheduling policy " + std::to_string(policy) + " / slo admission " +
+                                          std::to_string(admission) + " is not one the engine knows");
+             }
+             x.scheduling_policy = static_cast<scheduling_policy_kind>(policy);
+             x.slo_admission = static_cast<slo_admission_mode>(admission);
+             return caf::none;
+           }));
 }
 
 template <class Inspector>

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/fair_policy.hpp"
@@ -18,8 +19,8 @@ using testing::fake_run;
 using testing::greedy;
 using testing::make_prompt;
 
-std::unique_ptr<scheduler> make(const std::string& policy, int num_blocks, int block_size, int max_num_batched_tokens,
-                                int max_num_seqs, const std::string& slo_admission = "best_effort") {
+std::unique_ptr<scheduler> make(std::string_view policy, int num_blocks, int block_size, int max_num_batched_tokens,
+                                int max_num_seqs, std::string_view slo_admission = "best_effort") {
   engine_config config;
   config.num_kv_blocks = num_blocks;
   config.block_size = block_size;
@@ -27,8 +28,8 @@ std::unique_ptr<scheduler> make(const std::string& policy, int num_blocks, int b
   config.max_num_seqs = max_num_seqs;
   config.max_model_len = 4096;
   config.enable_prefix_caching = false;
-  config.scheduling_policy = policy;
-  config.slo_admission = slo_admission;
+  config.scheduling_policy = parse_scheduling_policy(policy);
+  config.slo_admission = parse_slo_admission(slo_admission);
   return std::make_unique<scheduler>(config, std::vector<int32_t>{testing::test_eos});
 }
 
@@ -54,21 +55,21 @@ std::vector<int64_t> admission_order(scheduler& s, int max_steps = 100000) {
   return order;
 }
 
-TEST(scheduling_policy, an_unknown_policy_is_refused_by_name) {
-  engine_config config;
-  config.num_kv_blocks = 8;
-  config.scheduling_policy = "lottery";
-  try {
-    config.validate();
-    FAIL() << "accepted";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("scheduling_policy must be fcfs, priority, slo or fair, got \"lottery\""),
-              std::string::npos)
-        << e.what();
+TEST(scheduling_policy, names_parse_both_ways_and_an_unknown_one_is_refused_by_name) {
+  for (auto kind : {scheduling_policy_kind::fcfs, scheduling_policy_kind::priority, scheduling_policy_kind::slo,
+                    scheduling_policy_kind::fair}) {
+    EXPECT_EQ(parse_scheduling_policy(scheduling_policy_name(kind)), kind);
   }
-  config.scheduling_policy = "slo";
-  config.slo_admission = "maybe";
-  EXPECT_THROW(config.validate(), std::runtime_error);
+  for (auto mode : {slo_admission_mode::best_effort, slo_admission_mode::reject}) {
+    EXPECT_EQ(parse_slo_admission(slo_admission_name(mode)), mode);
+  }
+  try {
+    parse_scheduling_policy("lottery");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "scheduling policy \"lottery\" is not one of fcfs, priority, slo, fair");
+  }
+  EXPECT_THROW(parse_slo_admission("maybe"), std::invalid_argument);
 }
 
 TEST(scheduling_policy, fcfs_admits_in_arrival_order_whatever_the_priority) {

@@ -67,19 +67,21 @@ TEST(topology, defaults_when_sections_are_missing) {
 }
 
 TEST(topology, reads_the_scheduling_policy_and_refuses_an_unknown_one) {
-  EXPECT_EQ(topology{}.scheduling_policy, "priority");
-  EXPECT_EQ(topology{}.slo_admission, "best_effort");
+  EXPECT_EQ(topology{}.scheduling_policy, scheduling_policy_kind::priority);
+  EXPECT_EQ(topology{}.slo_admission, slo_admission_mode::best_effort);
   auto t = parse_topology("[scheduler]\npolicy = \"slo\"\nslo_admission = \"reject\"\n");
-  EXPECT_EQ(t.scheduling_policy, "slo");
-  EXPECT_EQ(t.slo_admission, "reject");
+  EXPECT_EQ(t.scheduling_policy, scheduling_policy_kind::slo);
+  EXPECT_EQ(t.slo_admission, slo_admission_mode::reject);
   for (const char* text : {"[scheduler]\npolicy = \"edf\"\n", "[scheduler]\nslo_admission = \"drop\"\n"}) {
     try {
       parse_topology(text).validate();
       ADD_FAILURE() << "accepted " << text;
     } catch (const std::runtime_error& e) {
       const std::string what = e.what();
-      EXPECT_TRUE(what.find("[scheduler] policy must be") != std::string::npos ||
-                  what.find("[scheduler] slo_admission must be") != std::string::npos)
+      EXPECT_TRUE(what.find("[scheduler] policy: scheduling policy \"edf\" is not one of fcfs, priority, slo, fair") !=
+                      std::string::npos ||
+                  what.find("[scheduler] slo_admission: slo_admission \"drop\" is not one of reject, best_effort") !=
+                      std::string::npos)
           << what;
     }
   }

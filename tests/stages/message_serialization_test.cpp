@@ -291,6 +291,8 @@ engine_config full_engine_config() {
   c.async_scheduling = true;
   c.vocab_size = 512;
   c.hidden_size = 64;
+  c.scheduling_policy = scheduling_policy_kind::fair;
+  c.slo_admission = slo_admission_mode::reject;
   return c;
 }
 
@@ -605,6 +607,8 @@ void expect_same(const engine_config& a, const engine_config& b) {
   EXPECT_EQ(a.async_scheduling, b.async_scheduling);
   EXPECT_EQ(a.vocab_size, b.vocab_size);
   EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.scheduling_policy, b.scheduling_policy);
+  EXPECT_EQ(a.slo_admission, b.slo_admission);
 }
 
 // Handles are compared by identity: the same actor must come back, not merely some actor.
@@ -773,7 +777,8 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
 
 // What comes from another node is checked as it is read: a kv_ready whose pool handle is larger
 // than any handle (a peer that lies, or garbage) is refused naming the field, and a worker_spec
-// naming no transport is refused too; neither reaches the agent or the worker.
+// naming no transport, or an engine_config no scheduling policy, is refused too; none reaches the
+// agent, the worker or the scheduler.
 TEST(message_serialization, an_oversized_pool_handle_or_an_unknown_transport_is_refused_when_read) {
   caf::actor_system_config config;
   caf::actor_system sys{config};
@@ -797,6 +802,9 @@ TEST(message_serialization, an_oversized_pool_handle_or_an_unknown_transport_is_
   worker_spec spec{full_model_spec()};
   spec.kv_transport = static_cast<kv_transport>(static_cast<uint8_t>(kv_transport::nccl) + 1);
   refused(spec, "worker_spec: kv_transport 3 is not a transport");
+  engine_config config_with_no_policy = full_engine_config();
+  config_with_no_policy.scheduling_policy = static_cast<scheduling_policy_kind>(9);
+  refused(config_with_no_policy, "engine_config: scheduling policy 9 / slo admission 1 is not one the engine knows");
 }
 
 }  // namespace
