@@ -1,6 +1,6 @@
 // troupe launch FILE: every [[nodes]] entry on this machine as a child `troupe node`, then the
-// controller (what `troupe serve --config FILE` runs, with the same flags); a signal stops the
-// controller, then the nodes.
+// controller (what `troupe serve --config FILE` runs, with the same flags); a node that dies is
+// started again (node/node_supervisor.hpp); a signal stops the controller, then the nodes.
 
 #include <signal.h>
 
@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <stdexcept>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -17,6 +18,7 @@
 #include "node/local_host.hpp"
 #include "node/node.hpp"
 #include "node/node_launcher.hpp"
+#include "node/node_supervisor.hpp"
 #include "node/topology_files.hpp"
 
 namespace troupe::cli {
@@ -58,6 +60,7 @@ int run(const serve_flags& flags) {
   check_topology_files(t, members_here, flags.config);
 
   node_launcher launcher;  // stops every node it started when it ends, also on an exception
+  std::vector<supervised_child> supervised;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
   for (const node_address& n : t.nodes) {
     const std::string address = n.host + ":" + std::to_string(n.port);
@@ -70,14 +73,22 @@ int run(const serve_flags& flags) {
       throw std::runtime_error(flags.config + ": [cluster] credentials is required to launch node " + n.name +
                                " (nodes accept only mutual TLS; make them with `troupe certs`)");
     }
-    launcher.start(node_child_spec(n, t.cluster.credentials, self, node_log_level(flags.log_level)));
+    supervised_child child{node_child_spec(n, t.cluster.credentials, self, node_log_level(flags.log_level)), n.restart};
+    child.pid = launcher.start(child.spec);
+    supervised.push_back(std::move(child));
   }
   if (!launcher.wait_until_ready(node_start_timeout, [&] { return signal_pending(signals); })) {
     spdlog::info("signal while the nodes started: stopping them");
     return 0;
   }
+  // From here a node that dies is started again as its [[nodes]] restart says; the controller
+  // places its stages on it again when it is back.
+  node_supervisor supervisor(launcher, std::move(supervised));
   serve_until_signal(t);
+  // The nodes first, then the supervisor: the nodes it restarted are tied to its thread, and a
+  // stopping launcher starts none.
   launcher.stop();
+  supervisor.stop();
   return 0;
 }
 

@@ -104,6 +104,9 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
                  "(0: a quarter of the open-files limit; else 16 to 65536)")
       ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   app.add_option("--http-max-header-bytes", flags.http_max_header_bytes, "larger request line and headers get 431");
+  app.add_option("--set", flags.overrides,
+                 "KEY=VALUE: override a topology file key (repeatable), e.g. http.port=8001, nodes.engine-a.address=\"127.0.0.1:4700\"")
+      ->allow_extra_args(false);  // one KEY=VALUE per --set: the file argument is never taken
   app.add_option("--served-model-name", flags.served_model_name, "the model name the HTTP API answers to");
   app.add_option("--allowed-origins", flags.allowed_origins,
                  "origins browser pages may call the HTTP API from (CORS), e.g. https://app.example.com or '*'; "
@@ -147,9 +150,17 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
 }
 
 topology topology_from_flags(const serve_flags& flags) {
-  topology t = flags.config.empty() ? topology{} : load_topology(flags.config);
+  if (flags.config.empty() && !flags.overrides.empty()) {
+    throw std::runtime_error("--set overrides a topology file's keys: give the file too");
+  }
+  topology t = flags.config.empty() ? topology{} : load_topology(flags.config, flags.overrides);
   model_spec& m = t.model;
-  if (!flags.model.empty()) m.path = flags.model;
+  // A path on the command line is the user's, relative to the working directory; it also names
+  // the served model as written.
+  if (!flags.model.empty()) {
+    m.path = flags.model;
+    t.model_path_as_written.clear();
+  }
   if (!flags.load_format.empty()) m.format = parse_load_format(flags.load_format);
   if (flags.port > 0) t.zmq_endpoint = "tcp://" + flags.host + ":" + std::to_string(flags.port);
   if (!flags.zmq_endpoint.empty()) t.zmq_endpoint = flags.zmq_endpoint;

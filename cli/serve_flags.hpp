@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -13,6 +14,7 @@ namespace troupe::cli {
 
 struct serve_flags {
   std::string config;  // the topology file; --config for serve, the argument for launch
+  std::vector<std::string> overrides;  // --set KEY=VALUE on the file's keys (load_topology)
   std::string model;
   std::string load_format;
   std::string zmq_endpoint;

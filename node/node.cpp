@@ -410,7 +410,7 @@ node::node(const topology& t) : topology_(t) {
     web.max_waiting_connections = tp.http_max_waiting_connections;
     web.max_header_bytes = tp.http_max_header_bytes;
     web.allowed_origins = tp.http_allowed_origins;
-    web.model_name = tp.served_model_name.empty() ? tp.model.path : tp.served_model_name;
+    web.model_name = tp.model_name();
     web.limits.max_model_len = max_model_len;
     web.quantization = model.quantization;
     s.door_tokenizer = load_model_tokenizer(tp.model.path);
@@ -483,7 +483,7 @@ node::node(const topology& t) : topology_(t) {
   // Both addresses on one line: what a user looks for first.
   const std::string http = s.web_door ? fmt::format(", OpenAI-compatible HTTP API on http://{}:{}/v1 (model '{}')", tp.http_host,
                                                     s.web_door->port(),
-                                                    tp.served_model_name.empty() ? tp.model.path : tp.served_model_name)
+                                                    tp.model_name())
                                       : std::string(", HTTP API off");
   spdlog::info("serving: ZeroMQ on {}{}", s.door->bound_endpoint(), http);
   spdlog::info("scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers, {} engine instances",

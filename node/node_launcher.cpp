@@ -82,6 +82,13 @@ node_launcher::~node_launcher() { stop(); }
 
 pid_t node_launcher::start(const child_spec& spec) {
   if (spec.argv.empty()) throw std::invalid_argument("node_launcher: child '" + spec.name + "' has no program");
+  // Held until the child and its reader are recorded: stop() waits for it, so it never begins
+  // while a start (a supervisor's restart on another thread) is half done.
+  std::lock_guard starting(start_mutex_);
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return -1;
+  }
   // Everything the child needs is made before fork: after it, only async-signal-safe calls.
   std::vector<std::string> args = spec.argv;
   std::vector<char*> argv;
@@ -147,8 +154,8 @@ pid_t node_launcher::start(const child_spec& spec) {
   {
     std::lock_guard lock(mutex_);
     children_.push_back(std::move(c));
+    started.reader = std::thread([this, &started] { forward_output(started); });
   }
-  started.reader = std::thread([this, &started] { forward_output(started); });
   spdlog::info("started {} (pid {}): {}", spec.name, pid, spec.argv[0]);
   return pid;
 }
@@ -260,8 +267,12 @@ bool node_launcher::wait_until_ready(std::chrono::milliseconds timeout, const st
 }
 
 void node_launcher::stop(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard starting(start_mutex_);  // no start half done
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
   std::unique_lock lock(mutex_);
-  stopping_ = true;
   auto all_exited = [this] {
     for (const auto& c : children_) {
       if (!c->exited) return false;
@@ -292,9 +303,15 @@ std::vector<child_state> node_launcher::children() const {
   std::lock_guard lock(mutex_);
   std::vector<child_state> states;
   for (const auto& c : children_) {
-    states.push_back({c->spec.name, c->pid, c->ready, c->exited, c->exited ? describe_status(c->status) : ""});
+    const bool failed = c->exited && !(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0);
+    states.push_back({c->spec.name, c->pid, c->ready, c->exited, c->exited ? describe_status(c->status) : "", failed});
   }
   return states;
+}
+
+bool node_launcher::stopping() const {
+  std::lock_guard lock(mutex_);
+  return stopping_;
 }
 
 }  // namespace troupe

@@ -38,6 +38,7 @@ struct child_state {
   bool ready = false;
   bool exited = false;
   std::string exit_status;  // "exit code 3", "signal 9 (Killed)"; empty while it runs
+  bool failed = false;      // exited with a non-zero code or by a signal
 };
 
 // The child that runs the [[nodes]] entry `address`: `BINARY node --listen HOST:PORT
@@ -56,8 +57,9 @@ class node_launcher {
   node_launcher(const node_launcher&) = delete;
   node_launcher& operator=(const node_launcher&) = delete;
 
-  // Forks and execs the child; returns its pid. Throws std::runtime_error naming the child and
-  // the program when it cannot be run (no such file, not executable).
+  // Forks and execs the child; returns its pid, or -1 without starting it once stop() has begun
+  // (a restart racing the end of launch). Throws std::runtime_error naming the child and the
+  // program when it cannot be run (no such file, not executable).
   pid_t start(const child_spec& spec);
 
   // Waits until every started child has logged its ready text. Returns false, with the children
@@ -70,7 +72,10 @@ class node_launcher {
   // once all are reaped. A child that exits on its own before this is logged as a warning.
   void stop(std::chrono::milliseconds grace = std::chrono::seconds(5));
 
+  // Every child started, in order: a restarted one is a new entry, its earlier runs stay.
   std::vector<child_state> children() const;
+  // True once stop() has begun.
+  bool stopping() const;
 
  private:
   struct child;
@@ -79,6 +84,7 @@ class node_launcher {
 
   line_sink sink_;
   std::mutex sink_mutex_;
+  std::mutex start_mutex_;    // held across a start(); stop() takes it to set stopping_
   mutable std::mutex mutex_;  // guards every child's state and stopping_
   std::condition_variable changed_;
   bool stopping_ = false;

@@ -482,6 +482,7 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
       node_entry.read("name", address.name);
       node_entry.read("address", where);
       node_entry.read_parsed("kv_cache_dtype", address.kv_cache_dtype, checked_kv_cache_dtype);
+      node_entry.read_parsed("restart", address.restart, parse_restart_mode);
       node_entry.finish();
       if (address.name.empty()) throw std::runtime_error(source + ": a [[nodes]] entry has no name");
       parse_node_address(where, address, source + ": [[nodes]] '" + address.name + "'");
@@ -560,12 +561,135 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   return t;
 }
 
-topology load_topology(const std::filesystem::path& path) {
+std::string topology::model_name() const {
+  if (!served_model_name.empty()) return served_model_name;
+  return model_path_as_written.empty() ? model.path : model_path_as_written;
+}
+
+std::filesystem::path resolve_against(const std::filesystem::path& base, const std::filesystem::path& relative) {
+  if (relative.empty() || relative.is_absolute()) return relative;
+  return (base / relative).lexically_normal();
+}
+
+void resolve_topology_paths(topology& t, const std::filesystem::path& base) {
+  if (t.model_path_as_written.empty()) t.model_path_as_written = t.model.path;
+  t.model.path = resolve_against(base, t.model.path).string();
+  t.speculative.draft_model = resolve_against(base, t.speculative.draft_model).string();
+  t.cluster.credentials = resolve_against(base, t.cluster.credentials);
+  // A plugin library named with a directory is a path; a bare file name is left to the dynamic
+  // loader's search (LD_LIBRARY_PATH, the system's directories), as dlopen reads it.
+  for (plugin_spec& plugin : t.plugins) {
+    if (plugin.library.find('/') != std::string::npos) plugin.library = resolve_against(base, plugin.library).string();
+  }
+}
+
+namespace {
+
+// Sets KEY=VALUE in `root` (see load_topology); throws naming the override when KEY cannot be
+// reached (a [[nodes]] entry that does not exist, a key under a value that is not a table).
+void apply_override(toml::table& root, const std::string& override_text) {
+  const std::string where = "--set " + override_text;
+  const size_t equals = override_text.find('=');
+  if (equals == std::string::npos || equals == 0) {
+    throw std::runtime_error(where + ": expected KEY=VALUE (e.g. http.port=8001)");
+  }
+  const std::string key = override_text.substr(0, equals);
+  const std::string value_text = override_text.substr(equals + 1);
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t dot = key.find('.', start);
+    parts.push_back(key.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  for (const std::string& part : parts) {
+    if (part.empty()) throw std::runtime_error(where + ": the key '" + key + "' has an empty part");
+  }
+  // The value: TOML when it reads as one, else the text itself.
+  toml::table parsed;
+  bool is_toml = true;
+  try {
+    parsed = toml::parse("v = " + value_text);
+  } catch (const toml::parse_error&) {
+    is_toml = false;
+  }
+  toml::table* table = &root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    const std::string& part = parts[i];
+    toml::node* next = table->get(part);
+    if (!next) next = &table->insert_or_assign(part, toml::table{}).first->second;
+    if (toml::array* entries = next->as_array()) {
+      // An array of tables: the entry by index, or the one whose name is `parts[i + 1]`.
+      const std::string& which = parts[++i];
+      toml::table* entry = nullptr;
+      size_t index = 0;
+      const auto [end, error] = std::from_chars(which.data(), which.data() + which.size(), index);
+      if (error == std::errc() && end == which.data() + which.size()) {
+        if (index < entries->size()) entry = entries->get(index)->as_table();
+      } else {
+        for (toml::node& e : *entries) {
+          toml::table* candidate = e.as_table();
+          if (candidate && candidate->get("name") && candidate->get("name")->value<std::string>() == which) entry = candidate;
+        }
+      }
+      if (!entry) {
+        std::string names;
+        for (toml::node& e : *entries) {
+          const toml::table* candidate = e.as_table();
+          const auto name = candidate && candidate->get("name") ? candidate->get("name")->value<std::string>() : std::nullopt;
+          names += (names.empty() ? "" : ", ") + name.value_or("?");
+        }
+        throw std::runtime_error(where + ": no [[" + part + "]] entry '" + which + "' (by name or index 0.." +
+                                 std::to_string(entries->size()) + "; there are: " + names + ")");
+      }
+      if (i + 1 >= parts.size()) throw std::runtime_error(where + ": name a key of the [[" + part + "]] entry");
+      table = entry;
+      continue;
+    }
+    table = next->as_table();
+    if (!table) throw std::runtime_error(where + ": '" + part + "' is a value, not a section");
+  }
+  const std::string& last = parts.back();
+  if (is_toml) {
+    table->insert_or_assign(last, std::move(*parsed.get("v")));
+  } else {
+    table->insert_or_assign(last, value_text);
+  }
+}
+
+}  // namespace
+
+topology load_topology(const std::filesystem::path& path) { return load_topology(path, {}); }
+
+topology load_topology(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open topology file " + path.string());
   std::stringstream text;
   text << in.rdbuf();
-  return parse_topology(text.str(), path.string());
+  std::string source = path.string();
+  std::string toml_text = text.str();
+  if (!overrides.empty()) {
+    toml::table root;
+    try {
+      root = toml::parse(toml_text, source);
+    } catch (const toml::parse_error& e) {
+      std::ostringstream message;
+      message << source << ": " << e.description() << " at line " << e.source().begin.line;
+      throw std::runtime_error(message.str());
+    }
+    for (const std::string& o : overrides) apply_override(root, o);
+    std::ostringstream rewritten;
+    rewritten << root;
+    toml_text = rewritten.str();
+    // The parser's errors name the key; this names where the bad value may have come from.
+    source += " (with --set";
+    for (const std::string& o : overrides) source += " " + o;
+    source += ")";
+  }
+  topology t = parse_topology(toml_text, source);
+  // The file's directory made absolute now: the process may change directory later.
+  resolve_topology_paths(t, std::filesystem::absolute(path).parent_path());
+  return t;
 }
 
 }  // namespace troupe

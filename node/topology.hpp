@@ -15,6 +15,7 @@
 #include "kvtransfer/kv_transport.hpp"
 #include "pipeline/pipelined_model.hpp"
 #include "plugins/plugin_spec.hpp"
+#include "node/restart_policy.hpp"
 #include "node/tls_limits.hpp"
 
 namespace troupe {
@@ -27,6 +28,8 @@ struct node_address {
   // The KV cache dtype of the engines placed here; empty: [node] kv_cache_dtype. Prefill and
   // decode sides may differ: the KV plane carries the dtype and the decode side converts.
   std::string kv_cache_dtype;
+  // What `troupe launch` does when the node it started here dies (node/restart_policy.hpp).
+  restart_mode restart = restart_mode::on_failure;
 };
 
 // How often a `troupe node` heartbeats its controllers; a controller's connection_timeout_ms
@@ -129,7 +132,10 @@ struct topology {
   // longest closed for a newer one); 0: a quarter of the open-files limit, 16..4096.
   size_t http_max_waiting_connections = 0;
   size_t http_max_header_bytes = 64u << 10;  // a request line and headers larger: 431
-  std::string served_model_name;   // the `model` requests name; empty: the model path as given
+  std::string served_model_name;   // the `model` requests name; empty: model_name()'s default
+  // [model] path as the topology file wrote it, before it was resolved against the file's
+  // directory: the served name's default stays what the user wrote. Empty: model.path as given.
+  std::string model_path_as_written;
   // How the model writes tool calls and reasoning (text/chat_format.hpp): "auto" reads it from
   // the chat template; else a family by vLLM's name (llama3_json, hermes, mistral, openai, none;
   // think, harmony, none).
@@ -165,6 +171,8 @@ struct topology {
   // micro_batches, step_timeout_ms. One engine instance, on the CPU, so far.
   pipeline_plan pipeline;
 
+  // The name the HTTP API serves the model as: served_model_name, else the model path as written.
+  std::string model_name() const;
   // True when every stage runs in the controller's process.
   bool colocated() const;
   // The [[nodes]] entry named `name`, or null (the controller, or no such node).
@@ -181,6 +189,21 @@ void check_tls_limits(const tls_limits& limits, const std::string& where);
 
 // `source` names the text in error messages (the file's path).
 topology parse_topology(std::string_view toml_text, const std::string& source = "topology");
+// Reads the file at `path`; every relative path in it ([model] path, [speculative] draft_model,
+// [cluster] credentials) is resolved against the file's own directory, so a topology means the
+// same from any working directory. Absolute paths are kept.
 topology load_topology(const std::filesystem::path& path);
+// The same with `overrides` applied to the file's keys first, each "KEY=VALUE" (`--set`): KEY a
+// dotted path (`http.port`, `scheduler.max_num_seqs`), a [[nodes]] entry addressed by its name
+// or index (`nodes.engine-a.address`, `nodes.0.restart`); VALUE read as a TOML value (`8001`,
+// `true`, `["n1"]`, `"text"`), else taken as a string. A key the topology does not know, or a
+// value of the wrong type, fails like one in the file, naming the key and the override.
+topology load_topology(const std::filesystem::path& path, const std::vector<std::string>& overrides);
+
+// `relative` resolved against `base` (a directory); an absolute or empty path unchanged.
+std::filesystem::path resolve_against(const std::filesystem::path& base, const std::filesystem::path& relative);
+// Every path-like key of `t` resolved against `base` (what load_topology does with the file's
+// directory).
+void resolve_topology_paths(topology& t, const std::filesystem::path& base);
 
 }  // namespace troupe

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <regex>
@@ -66,6 +67,14 @@ class launch_process {
         process_({troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint", "tcp://127.0.0.1:*",
                   "--log-level", "info"},
                  log) {}
+  // The same from the working directory `cwd` (`cd DIR && exec troupe launch ...`: the pid is
+  // launch's own).
+  launch_process(const fs::path& topology, const fs::path& log, const fs::path& cwd)
+      : log_path_(log),
+        process_({"/bin/sh", "-c",
+                  "cd " + shell_quote(cwd.string()) + " && exec " + shell_quote(troupe_binary.string()) + " launch " +
+                      shell_quote(topology.string()) + " --zmq-endpoint 'tcp://127.0.0.1:*' --log-level info"},
+                 log) {}
 
   // Waits (bounded) until both nodes logged that they listen and the controller's door is up;
   // false when launch exited or the bound passed.
@@ -103,6 +112,22 @@ class launch_process {
       std::this_thread::sleep_for(20ms);
     }
     return process_.alive() ? -1 : process_.exit_status();
+  }
+
+  // Waits (bounded) until `text` occurs at least `count` times in launch's log.
+  bool wait_for_log(const std::string& text, size_t count, std::chrono::seconds bound) const {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    for (int i = 0; i < 10000 && std::chrono::steady_clock::now() < deadline; ++i) {
+      if (occurrences(log(), text) >= count) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  static size_t occurrences(const std::string& haystack, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+    return n;
   }
 
   pid_t pid() const { return process_.pid(); }
@@ -224,8 +249,9 @@ TEST_F(launch_e2e, a_missing_model_path_fails_launch_at_once_naming_it_before_an
 
 // A member on another machine checks its own files: its worker refuses the placement with the
 // reason, which reaches the controller at once. A node started on its own in a directory of its
-// own stands for the other machine, and a relative model path that exists where the controller
-// runs but not where the node does for a model only the controller has: the worker failed before
+// own stands for the other machine, and the model path /proc/self/cwd/model (each process's own
+// working directory: a topology's relative paths mean the file's directory, the same for every
+// process here) for a model only the controller's machine has: the worker failed before
 // the controller's monitor arrived, and the controller waited out request_timeout_ms (30 s) for
 // "exit_reason(unknown)".
 TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_naming_the_path) {
@@ -243,7 +269,7 @@ TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_namin
                                    " --credentials " + shell_quote(credentials().string()) + " --name n1"),
                      dir_.path() / "node.log");
   const fs::path path = dir_.path() / "remote.toml";
-  std::ofstream(path) << "[model]\npath = \"model\"\n[node]\nthreads = 1\n"
+  std::ofstream(path) << "[model]\npath = \"/proc/self/cwd/model\"\n[node]\nthreads = 1\n"
                       << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
                       << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << port << "\"\n"
                       << "[placement]\nengines = [\"n1\"]\n";
@@ -261,7 +287,7 @@ TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_namin
   EXPECT_NE(serve.exit_status(), 0) << log;
   EXPECT_LT(seconds, 15.0) << log;
   EXPECT_NE(log.find("the worker on node n1"), std::string::npos) << log;
-  EXPECT_NE(log.find("this node cannot run the worker: tokenizer path 'model' does not exist"), std::string::npos) << log;
+  EXPECT_NE(log.find("this node cannot run the worker: tokenizer path '/proc/self/cwd/model' does not exist"), std::string::npos) << log;
   EXPECT_TRUE(node.alive()) << "the node that refused is still up for other placements";
 }
 
@@ -289,7 +315,7 @@ TEST_F(launch_e2e, a_node_that_cannot_load_the_tokenizer_refuses_its_tokenizer_o
                        node_log);
     const fs::path path = dir_.path() / (stage + ".toml");
     // The engine on the controller, which has the model; only the stage under test on n1.
-    std::ofstream(path) << "[model]\npath = \"model\"\n[node]\nthreads = 1\n"
+    std::ofstream(path) << "[model]\npath = \"/proc/self/cwd/model\"\n[node]\nthreads = 1\n"
                         << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
                         << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << port << "\"\n"
                         << "[placement]\nengines = [\"controller\"]\n"
@@ -310,11 +336,137 @@ TEST_F(launch_e2e, a_node_that_cannot_load_the_tokenizer_refuses_its_tokenizer_o
     EXPECT_NE(serve.exit_status(), 0) << log;
     EXPECT_LT(seconds, 15.0) << log;
     EXPECT_NE(log.find("the " + stage + " on node n1"), std::string::npos) << log;
-    EXPECT_NE(log.find("this node cannot run the " + stage + ": tokenizer path 'model' does not exist"),
+    EXPECT_NE(log.find("this node cannot run the " + stage + ": tokenizer path '/proc/self/cwd/model' does not exist"),
               std::string::npos)
         << log;
     EXPECT_TRUE(node.alive()) << "the node that refused is still up for other placements";
   }
 }
+
+// Issue 26: a topology's relative paths meant launch's working directory, so `troupe launch
+// /path/to/topo.toml` from elsewhere failed. Here the model and the credentials are named
+// relative to the file, and launch runs from another directory.
+TEST_F(launch_e2e, a_topology_with_relative_paths_launches_from_another_working_directory) {
+  const fs::path deploy = dir_.path() / "deploy";
+  const fs::path elsewhere = dir_.path() / "elsewhere";
+  fs::create_directories(deploy);
+  fs::create_directories(elsewhere);
+  fs::create_directory_symlink(fs::absolute(stories_dir), deploy / "model");
+  const fs::path path = deploy / "topology.toml";
+  std::ofstream(path) << "[model]\npath = \"model\"\n[node]\nthreads = 1\n"
+                      << "[cluster]\ncredentials = \"../certs\"\nname = \"controller\"\n"
+                      << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "[placement]\nengines = [\"n1\"]\n";
+  launch_process launch(path, dir_.path() / "launch.log", elsewhere);
+  ASSERT_TRUE(launch.wait_until_serving({"n1"})) << launch.log();
+  client c(launch.endpoint());
+  c.set_timeout(60s);
+  generate_request request;
+  request.prompt = "Once upon a time";
+  request.sampling.temperature = 0.0f;
+  request.sampling.max_tokens = 60;
+  EXPECT_EQ(c.generate(request).text, stories_reference("Once upon a time").at("completion").get<std::string>());
+  ASSERT_EQ(::kill(launch.pid(), SIGTERM), 0);
+  EXPECT_NE(launch.wait_for_exit(30s), -1) << launch.log();
+}
+
+// Issue 26: launch never restarted a node that died, and with a node dead its SIGTERM took ~10 s.
+// A replicas topology (an engine on each node); n1 is killed with SIGKILL three times: each time
+// launch starts it again, the controller places its engine on it again, and requests are served
+// (by n2 while n1 is down, by both after). Then SIGTERM ends launch within 5 s, no child left.
+TEST_F(launch_e2e, a_killed_engine_node_is_restarted_each_time_and_sigterm_still_ends_launch_promptly) {
+  const fs::path path = dir_.path() / "replicas.toml";
+  std::ofstream(path) << "[model]\npath = \"" << stories_dir << "\"\n[node]\nthreads = 1\n"
+                      << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
+                      << "reconnect_interval_ms = 200\n"
+                      << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "[[nodes]]\nname = \"n2\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "[placement]\nengines = [\"n1\", \"n2\"]\n";
+  launch_process launch(path, dir_.path() / "launch.log");
+  ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
+  std::vector<pid_t> seen;  // every pid n1 had, all checked gone at the end
+  auto stop_all = [&] {     // also on a failed assertion: no child outlives the test
+    for (pid_t pid : seen) {
+      if (running(pid)) ::kill(pid, SIGKILL);
+    }
+  };
+  struct guard {
+    std::function<void()> f;
+    ~guard() { f(); }
+  } cleanup{stop_all};
+  const std::string reference = stories_reference("Once upon a time").at("completion").get<std::string>();
+  auto serves = [&] {
+    client c(launch.endpoint());
+    c.set_timeout(60s);
+    generate_request request;
+    request.prompt = "Once upon a time";
+    request.sampling.temperature = 0.0f;
+    request.sampling.max_tokens = 60;
+    return c.generate(request).text;
+  };
+  EXPECT_EQ(serves(), reference);
+  for (size_t round = 1; round <= 3; ++round) {
+    SCOPED_TRACE("kill " + std::to_string(round));
+    const pid_t n1 = launch.node_pids().at("n1");
+    seen.push_back(n1);
+    ASSERT_EQ(::kill(n1, SIGKILL), 0);
+    ASSERT_TRUE(launch.wait_for_log("restarting n1 in ", round, 30s)) << launch.log();
+    EXPECT_EQ(serves(), reference);  // n2 serves while n1 comes back
+    ASSERT_TRUE(launch.wait_for_log("node n1 listening on", round + 1, 60s)) << launch.log();
+    ASSERT_TRUE(launch.wait_for_log("engine on node n1 is back", round, 60s)) << launch.log();
+    const pid_t restarted = launch.node_pids().at("n1");
+    EXPECT_NE(restarted, n1);
+    EXPECT_TRUE(running(restarted));
+    EXPECT_EQ(state_and_parent(restarted)->second, launch.pid()) << "the new n1 is not launch's child";
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(serves(), reference);  // both engines take requests again
+  }
+  const auto pids = launch.node_pids();
+  seen.push_back(pids.at("n1"));
+  seen.push_back(pids.at("n2"));
+
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(launch.pid(), SIGTERM), 0);
+  const int status = launch.wait_for_exit(30s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_NE(status, -1) << launch.log();
+  EXPECT_LT(seconds, 5.0) << launch.log();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << launch.log();
+  for (pid_t pid : seen) EXPECT_FALSE(running(pid)) << "pid " << pid << " outlived launch";
+}
+
+// Each [[nodes]] entry's restart mode is its own: n2 (restart = "never") killed stays down and
+// launch says so. A SIGTERM with n2 dead and n1 just killed, its restart waiting out its back-off,
+// still ends launch within 5 s with no child left.
+TEST_F(launch_e2e, a_never_restarted_node_stays_down_and_sigterm_with_nodes_dead_or_restarting_ends_launch_promptly) {
+  const fs::path path = dir_.path() / "modes.toml";
+  std::ofstream(path) << "[model]\npath = \"" << stories_dir << "\"\n[node]\nthreads = 1\n"
+                      << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
+                      << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "restart = \"always\"\n"
+                      << "[[nodes]]\nname = \"n2\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "restart = \"never\"\n";
+  launch_process launch(path, dir_.path() / "launch.log");
+  ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
+  const auto first = launch.node_pids();
+  ASSERT_EQ(first.size(), 2u) << launch.log();
+  ASSERT_EQ(::kill(first.at("n2"), SIGKILL), 0);
+  EXPECT_TRUE(launch.wait_for_log("n2 stays down: restart = \"never\"", 1, 30s)) << launch.log();
+  ASSERT_EQ(::kill(first.at("n1"), SIGKILL), 0);
+  ASSERT_TRUE(launch.wait_for_log("restarting n1 in 500 ms", 1, 30s)) << launch.log();
+
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(launch.pid(), SIGTERM), 0);
+  const int status = launch.wait_for_exit(30s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_NE(status, -1) << launch.log();
+  EXPECT_LT(seconds, 5.0) << launch.log();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << launch.log();
+  EXPECT_EQ(launch_process::occurrences(launch.log(), "node n2 listening on"), 1u) << launch.log();
+  for (const auto& [name, pid] : launch.node_pids()) {
+    EXPECT_FALSE(running(pid)) << name << " (pid " << pid << ") outlived launch";
+    if (running(pid)) ::kill(pid, SIGKILL);
+  }
+}
+
 }  // namespace
 }  // namespace troupe::test

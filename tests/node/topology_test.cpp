@@ -2,8 +2,13 @@
 // setting.
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
 
 #include "node/topology.hpp"
+#include "tests/scratch_dir.hpp"
 
 namespace troupe {
 namespace {
@@ -12,7 +17,9 @@ TEST(topology, the_shipped_colocated_file_parses) {
   auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
   EXPECT_EQ(t.model.device, device_request::auto_detect);  // cuda when a GPU answers, else the CPU
   EXPECT_TRUE(t.async_scheduling);  // "auto" is on
-  EXPECT_EQ(t.model.path, "../shared/models/stories260K/hf");
+  // Resolved against the file's directory (config/), whatever the working directory.
+  EXPECT_EQ(std::filesystem::path(t.model.path), (std::filesystem::path(TROUPE_SOURCE_DIR) / "../shared/models/stories260K/hf").lexically_normal());
+  EXPECT_EQ(t.model_name(), "../../shared/models/stories260K/hf");  // the served name as written
   EXPECT_EQ(t.zmq_endpoint, "tcp://127.0.0.1:5557");
   // A burst of clients must fit the accept queue, not wait a second for SYN retries.
   EXPECT_GT(t.listen_backlog, 4 * t.model.max_num_seqs);
@@ -292,7 +299,7 @@ TEST(topology_placement, replicas_2_places_an_engine_on_each_of_two_nodes) {
   EXPECT_EQ(t.nodes[0].port, 4611);
   EXPECT_EQ(t.placement.engines, (std::vector<std::string>{"engine-a", "engine-b"}));
   EXPECT_EQ(t.placement.tokenizers, std::vector<std::string>{"controller"});
-  EXPECT_EQ(t.cluster.credentials, "certs");
+  EXPECT_EQ(t.cluster.credentials, (std::filesystem::path(TROUPE_SOURCE_DIR) / "certs").lexically_normal());
   EXPECT_EQ(t.cluster.admin_listen, "127.0.0.1:4600");
   ASSERT_NE(t.find_node("engine-b"), nullptr);
   EXPECT_EQ(t.find_node("controller"), nullptr);
@@ -459,6 +466,120 @@ TEST(topology, pipeline_stages_are_read_and_checked) {
   expect_error(stage0 + "]\n[placement]\nengines = [\"controller\", \"controller\"]\n",
                "[pipeline] drives one engine instance; [placement] places 2");
   expect_error(stage0 + "]\n[node]\ndevice = \"cuda\"\n", "[pipeline] stages run on the CPU backend so far");
+}
+
+// Issue 26: a topology's relative paths meant the working directory's, so `troupe launch
+// /path/to/topo.toml` from elsewhere failed. Every path-like key now means the file's directory.
+TEST(topology_paths, every_relative_path_resolves_against_the_files_directory_from_any_working_directory) {
+  const troupe::testing::scratch_dir dir;
+  const std::filesystem::path sub = dir.path() / "deploy";
+  std::filesystem::create_directories(sub);
+  std::ofstream(sub / "topo.toml") << "[model]\npath = \"models/m\"\n"
+                                   << "[speculative]\ndraft_model = \"../drafts/d.gguf\"\n"
+                                   << "[cluster]\ncredentials = \"certs\"\n"
+                                   << "[[plugins]]\nname = \"mine\"\nlibrary = \"plugins/libmine.so\"\nhooks = [\"request\"]\n"
+                                   << "budget_ms = 20\nconfig = { limit = 3, label = \"x\" }\n"
+                                   << "[[plugins]]\nlibrary = \"libsystemwide.so\"\nhooks = [\"output\"]\n";
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path("/");  // anywhere but the file's directory
+  const topology t = load_topology(std::filesystem::relative(sub / "topo.toml", "/"));
+  std::filesystem::current_path(before);
+  const std::filesystem::path base = sub.lexically_normal();
+  EXPECT_EQ(std::filesystem::path(t.model.path), base / "models/m");
+  EXPECT_EQ(std::filesystem::path(t.speculative.draft_model), dir.path().lexically_normal() / "drafts/d.gguf");
+  EXPECT_EQ(t.cluster.credentials, base / "certs");
+  EXPECT_EQ(t.model_name(), "models/m");  // the served name stays what the file wrote
+  // A plugin library with a directory is a path; a bare name is the dynamic loader's to find.
+  ASSERT_EQ(t.plugins.size(), 2u);
+  EXPECT_EQ(t.plugins[0].name, "mine");
+  EXPECT_EQ(std::filesystem::path(t.plugins[0].library), base / "plugins/libmine.so");
+  EXPECT_EQ(t.plugins[0].hooks, (std::vector<std::string>{"request"}));
+  EXPECT_EQ(t.plugins[0].budget_ms, 20);
+  EXPECT_EQ(nlohmann::json::parse(t.plugins[0].config_json), (nlohmann::json{{"limit", 3}, {"label", "x"}}));
+  EXPECT_EQ(t.plugins[1].library, "libsystemwide.so");
+}
+
+TEST(topology_paths, absolute_paths_and_unset_paths_are_kept) {
+  const troupe::testing::scratch_dir dir;
+  std::ofstream(dir.path() / "topo.toml") << "[model]\npath = \"/models/m\"\n"
+                                          << "[cluster]\ncredentials = \"/etc/troupe/certs\"\n";
+  const topology t = load_topology(dir.path() / "topo.toml");
+  EXPECT_EQ(t.model.path, "/models/m");
+  EXPECT_EQ(t.cluster.credentials, "/etc/troupe/certs");
+  EXPECT_EQ(t.speculative.draft_model, "");  // no draft model stays none
+  EXPECT_EQ(t.model_name(), "/models/m");
+}
+
+TEST(topology_paths, text_parsed_without_a_file_keeps_its_paths_as_written) {
+  // parse_topology has no file, so no directory: the command line's own paths (--model) and a
+  // topology given as text mean the working directory.
+  const topology t = parse_topology("[model]\npath = \"m\"\n[cluster]\ncredentials = \"certs\"\n");
+  EXPECT_EQ(t.model.path, "m");
+  EXPECT_EQ(t.cluster.credentials, "certs");
+  EXPECT_EQ(resolve_against("/base", "a/../b"), "/base/b");
+  EXPECT_EQ(resolve_against("/base", "/abs"), "/abs");
+  EXPECT_EQ(resolve_against("/base", ""), "");
+}
+
+// `--set KEY=VALUE` (issue 26): any key of the file, from the command line.
+class topology_overrides : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(file_) << "[model]\npath = \"/m\"\n[http]\nport = 8000\n"
+                         << "[cluster]\ncredentials = \"/c\"\n"
+                         << "[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:4611\"\n"
+                         << "[[nodes]]\nname = \"b\"\naddress = \"127.0.0.1:4612\"\n";
+  }
+  std::string error_of(const std::vector<std::string>& overrides) const {
+    try {
+      load_topology(file_, overrides);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  const troupe::testing::scratch_dir dir_;
+  const std::filesystem::path file_ = dir_.path() / "topo.toml";
+};
+
+TEST_F(topology_overrides, set_a_key_in_the_file_one_absent_from_it_and_a_whole_section) {
+  const topology t = load_topology(file_, {"http.port=8001", "scheduler.max_num_seqs=7", "placement.engines=[\"a\", \"b\"]",
+                                           "frontend.api_key=secret", "http.enabled=true"});
+  EXPECT_EQ(t.http_port, 8001);
+  EXPECT_EQ(t.model.max_num_seqs, 7);
+  EXPECT_EQ(t.placement.engines, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(t.api_key, "secret");  // a bare word is a string
+  EXPECT_TRUE(t.http_enabled);
+}
+
+TEST_F(topology_overrides, a_nodes_entry_by_name_or_by_index) {
+  const topology t = load_topology(file_, {"nodes.b.address=127.0.0.1:4700", "nodes.0.restart=never"});
+  EXPECT_EQ(t.nodes[1].port, 4700);
+  EXPECT_EQ(t.nodes[0].restart, restart_mode::never);
+  EXPECT_EQ(t.nodes[1].restart, restart_mode::on_failure);
+}
+
+TEST_F(topology_overrides, a_later_set_wins_and_relative_paths_still_mean_the_files_directory) {
+  const topology t = load_topology(file_, {"http.port=1", "http.port=2", "model.path=models/x"});
+  EXPECT_EQ(t.http_port, 2);
+  EXPECT_EQ(std::filesystem::path(t.model.path), dir_.path() / "models/x");
+}
+
+TEST_F(topology_overrides, errors_name_the_key_and_the_override) {
+  const std::string unknown = error_of({"http.prot=8001"});
+  EXPECT_NE(unknown.find("prot"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("--set http.prot=8001"), std::string::npos) << unknown;
+  const std::string wrong_type = error_of({"http.port=\"eighty\""});
+  EXPECT_NE(wrong_type.find("port"), std::string::npos) << wrong_type;
+  EXPECT_NE(wrong_type.find("--set http.port"), std::string::npos) << wrong_type;
+  const std::string no_entry = error_of({"nodes.c.address=127.0.0.1:1"});
+  EXPECT_NE(no_entry.find("no [[nodes]] entry 'c'"), std::string::npos) << no_entry;
+  EXPECT_NE(no_entry.find("a, b"), std::string::npos) << no_entry;
+  EXPECT_NE(error_of({"nodes.5.address=x"}).find("no [[nodes]] entry '5'"), std::string::npos);
+  EXPECT_NE(error_of({"http.port"}).find("expected KEY=VALUE"), std::string::npos);
+  EXPECT_NE(error_of({"http..port=1"}).find("empty part"), std::string::npos);
+  EXPECT_NE(error_of({"http.port.x=1"}).find("'port' is a value, not a section"), std::string::npos);
+  EXPECT_NE(error_of({"bogus.key=1"}).find("bogus"), std::string::npos);
 }
 
 }  // namespace
