@@ -4,6 +4,8 @@
 // gone with it when it is killed, and a node that cannot start failing the launch by name.
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -429,6 +431,7 @@ TEST_F(launch_e2e, a_killed_engine_node_is_restarted_each_time_and_sigterm_still
   const int status = launch.wait_for_exit(30s);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_NE(status, -1) << launch.log();
+  std::printf("SIGTERM to launch's exit: %.2f s\n", seconds);  // the margin under the bound, for whoever reads the run
   EXPECT_LT(seconds, 5.0) << launch.log();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << launch.log();
   for (pid_t pid : seen) EXPECT_FALSE(running(pid)) << "pid " << pid << " outlived launch";
@@ -459,6 +462,7 @@ TEST_F(launch_e2e, a_never_restarted_node_stays_down_and_sigterm_with_nodes_dead
   const int status = launch.wait_for_exit(30s);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_NE(status, -1) << launch.log();
+  std::printf("SIGTERM to launch's exit: %.2f s\n", seconds);  // the margin under the bound, for whoever reads the run
   EXPECT_LT(seconds, 5.0) << launch.log();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n" << launch.log();
   EXPECT_EQ(launch_process::occurrences(launch.log(), "node n2 listening on"), 1u) << launch.log();
