@@ -159,6 +159,17 @@ void parse_node_address(const std::string& text, node_address& out, const std::s
   out.port = static_cast<uint16_t>(port);
 }
 
+// The TOML text as a table; a syntax error names the source and the line.
+toml::table parse_toml(std::string_view toml_text, const std::string& source) {
+  try {
+    return toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream message;
+    message << source << ": " << e.description() << " at line " << e.source().begin.line;
+    throw std::runtime_error(message.str());
+  }
+}
+
 }  // namespace
 
 void check_tls_limits(const tls_limits& limits, const std::string& where) {
@@ -373,14 +384,7 @@ void topology::validate() const {
 }
 
 topology parse_topology(std::string_view toml_text, const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, source);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream message;
-    message << source << ": " << e.description() << " at line " << e.source().begin.line;
-    throw std::runtime_error(message.str());
-  }
+  toml::table root = parse_toml(toml_text, source);
   static const std::set<std::string> sections = {"model",   "node",      "frontend",  "http",          "tokenizer",
                                                   "scheduler", "cluster", "placement", "disaggregation",
                                                   "speculative", "pipeline"};
@@ -669,14 +673,7 @@ topology load_topology(const std::filesystem::path& path, const std::vector<std:
   std::string source = path.string();
   std::string toml_text = text.str();
   if (!overrides.empty()) {
-    toml::table root;
-    try {
-      root = toml::parse(toml_text, source);
-    } catch (const toml::parse_error& e) {
-      std::ostringstream message;
-      message << source << ": " << e.description() << " at line " << e.source().begin.line;
-      throw std::runtime_error(message.str());
-    }
+    toml::table root = parse_toml(toml_text, source);
     for (const std::string& o : overrides) apply_override(root, o);
     std::ostringstream rewritten;
     rewritten << root;

@@ -47,6 +47,38 @@ void from_c(const troupe_sampling& s, sampling_params& p) {
 
 std::string quoted(const std::string& name) { return "plugin '" + name + "'"; }
 
+std::string reason(const plugin_reply& reply) { return reply.message.empty() ? "no reason given" : reply.message; }
+
+// One hook call, timed against its plugin's budget. `failure` is set (and counted) when the
+// call threw or overran; otherwise `status` is what the hook answered.
+struct timed_status {
+  troupe_plugin_status status = TROUPE_PLUGIN_ERROR;
+  int64_t elapsed_ns = 0;
+  std::optional<plugin_verdict> failure;
+};
+
+template <class Call>
+timed_status call_timed(const std::string& name, int32_t budget_ms, plugin_stats& stats, const char* hook, Call call) {
+  timed_status result;
+  const int64_t start = now_ns();
+  try {
+    result.status = call();
+  } catch (...) {
+    stats.record(now_ns() - start, plugin_stats::outcome::error);
+    result.failure = plugin_verdict{plugin_verdict::kind::failed, name,
+                                    quoted(name) + " threw an exception from its " + hook + " hook"};
+    return result;
+  }
+  result.elapsed_ns = now_ns() - start;
+  if (result.elapsed_ns > int64_t{budget_ms} * 1000000) {
+    stats.record(result.elapsed_ns, plugin_stats::outcome::over_budget);
+    result.failure = plugin_verdict{plugin_verdict::kind::failed, name,
+                                    quoted(name) + " took " + std::to_string(result.elapsed_ns / 1000000) + " ms in its " +
+                                        hook + " hook, over its budget of " + std::to_string(budget_ms) + " ms"};
+  }
+  return result;
+}
+
 }  // namespace
 
 plugin_chain::plugin_chain(const std::vector<plugin_spec>& specs, const std::string& hook) : hook_(hook) {
@@ -75,38 +107,27 @@ std::optional<plugin_verdict> plugin_chain::on_request(int64_t request_id, std::
     troupe_sampling c_sampling = to_c(sampling);
     plugin_reply reply;
     reply.max_ids = static_cast<size_t>(max_model_len);
-    troupe_plugin_status status = TROUPE_PLUGIN_ERROR;
-    const int64_t start = now_ns();
-    try {
-      status = p.on_request(p.state, &request, &c_sampling, &reply.c);
-    } catch (...) {
-      e.stats->record(now_ns() - start, plugin_stats::outcome::error);
-      return plugin_verdict{plugin_verdict::kind::failed, name,
-                            quoted(name) + " threw an exception from its request hook"};
-    }
-    const int64_t elapsed = now_ns() - start;
+    const timed_status call = call_timed(name, e.library->spec().budget_ms, *e.stats, "request",
+                                         [&] { return p.on_request(p.state, &request, &c_sampling, &reply.c); });
+    if (call.failure) return call.failure;
+    const troupe_plugin_status status = call.status;
+    const int64_t elapsed = call.elapsed_ns;
     auto record_failure = [&](plugin_stats::outcome result, std::string message) {
       e.stats->record(elapsed, result);
       return plugin_verdict{plugin_verdict::kind::failed, name, std::move(message)};
     };
-    if (elapsed > int64_t{e.library->spec().budget_ms} * 1000000) {
-      return record_failure(plugin_stats::outcome::over_budget,
-                            quoted(name) + " took " + std::to_string(elapsed / 1000000) +
-                                " ms in its request hook, over its budget of " +
-                                std::to_string(e.library->spec().budget_ms) + " ms");
-    }
     if (status == TROUPE_PLUGIN_REJECT) {
       e.stats->record(elapsed, plugin_stats::outcome::rejected);
       return plugin_verdict{plugin_verdict::kind::rejected, name,
                             quoted(name) + " rejected the request: " +
-                                (reply.message.empty() ? std::string("no reason given") : reply.message)};
+                                reason(reply)};
     }
     if (status != TROUPE_PLUGIN_OK) {
       return record_failure(plugin_stats::outcome::error,
                             quoted(name) + " failed in its request hook" +
                                 (status == TROUPE_PLUGIN_ERROR ? "" : " (status " + std::to_string(status) +
                                                                           " is not a request hook's answer)") +
-                                ": " + (reply.message.empty() ? std::string("no reason given") : reply.message));
+                                ": " + reason(reply));
     }
     if (!reply.overflow.empty()) {
       return record_failure(plugin_stats::outcome::error, quoted(name) + " returned garbage: " + reply.overflow);
@@ -156,31 +177,21 @@ std::optional<plugin_verdict> plugin_chain::on_output(int64_t request_id, std::s
     output.is_final = is_final ? 1 : 0;
     plugin_reply reply;
     reply.max_text = max_output_text_bytes;
-    troupe_plugin_status status = TROUPE_PLUGIN_ERROR;
-    const int64_t start = now_ns();
-    try {
-      status = p.on_output(p.state, &output, &reply.c);
-    } catch (...) {
-      e.stats->record(now_ns() - start, plugin_stats::outcome::error);
-      return plugin_verdict{plugin_verdict::kind::failed, name, quoted(name) + " threw an exception from its output hook"};
-    }
-    const int64_t elapsed = now_ns() - start;
+    const timed_status call = call_timed(name, e.library->spec().budget_ms, *e.stats, "output",
+                                         [&] { return p.on_output(p.state, &output, &reply.c); });
+    if (call.failure) return call.failure;
+    const troupe_plugin_status status = call.status;
+    const int64_t elapsed = call.elapsed_ns;
     auto failure = [&](plugin_stats::outcome result, std::string message) {
       e.stats->record(elapsed, result);
       return plugin_verdict{plugin_verdict::kind::failed, name, std::move(message)};
     };
-    if (elapsed > int64_t{e.library->spec().budget_ms} * 1000000) {
-      return failure(plugin_stats::outcome::over_budget,
-                     quoted(name) + " took " + std::to_string(elapsed / 1000000) +
-                         " ms in its output hook, over its budget of " + std::to_string(e.library->spec().budget_ms) +
-                         " ms");
-    }
     if (status == TROUPE_PLUGIN_ERROR || (status != TROUPE_PLUGIN_OK && status != TROUPE_PLUGIN_STOP)) {
       return failure(plugin_stats::outcome::error,
                      quoted(name) + " failed in its output hook" +
                          (status == TROUPE_PLUGIN_ERROR ? "" : " (status " + std::to_string(status) +
                                                                    " is not an output hook's answer)") +
-                         ": " + (reply.message.empty() ? std::string("no reason given") : reply.message));
+                         ": " + reason(reply));
     }
     if (!reply.overflow.empty()) return failure(plugin_stats::outcome::error, quoted(name) + " returned garbage: " + reply.overflow);
     if (reply.text) text = std::move(*reply.text);
@@ -188,7 +199,7 @@ std::optional<plugin_verdict> plugin_chain::on_output(int64_t request_id, std::s
       e.stats->record(elapsed, plugin_stats::outcome::rejected);
       return plugin_verdict{plugin_verdict::kind::stopped, name,
                             quoted(name) + " stopped the request: " +
-                                (reply.message.empty() ? std::string("no reason given") : reply.message)};
+                                reason(reply)};
     }
     e.stats->record(elapsed, plugin_stats::outcome::ok);
   }
