@@ -110,8 +110,10 @@ typedef struct troupe_plugin {
   troupe_plugin_status (*on_request)(void* state, const troupe_request* request, troupe_sampling* sampling,
                                      troupe_reply* reply);
   troupe_plugin_status (*on_output)(void* state, const troupe_output* output, troupe_reply* reply);
-  /* Called once when a request ends, however it ended (finished, failed, aborted), on each stage
-   * whose hooks saw it: drop what is kept for it. May be NULL. */
+  /* Called once when a request ends, however it ended (finished, failed, aborted), on the
+   * detokenizer stage's instance (the one whose on_output saw it): drop what is kept for it. The
+   * tokenizer stage's instance sees a request in one on_request call and is not told of its end,
+   * so keep nothing per request there. May be NULL. */
   void (*on_request_end)(void* state, int64_t request_id);
 } troupe_plugin;
 
