@@ -1,5 +1,6 @@
 #include "engine/llm_engine.hpp"
 
+#include <chrono>
 #include <stdexcept>
 
 #include "grammar/guided_grammar.hpp"
@@ -97,7 +98,10 @@ std::vector<request_output> llm_engine::step() {
   pending_.clear();
   step_plan plan = scheduler_.schedule();
   if (plan.empty()) return outputs;
+  const auto started = engine_clock::now();
   step_result result = runner_.run(plan);
+  // The step-time model learns from this engine's own steps too (`troupe plan --calibrate`).
+  scheduler_.observe_step(outline_of(plan), std::chrono::duration<double>(engine_clock::now() - started).count());
   std::vector<token_delta> deltas = scheduler_.update(plan, result);
   outputs.insert(outputs.end(), std::make_move_iterator(deltas.begin()), std::make_move_iterator(deltas.end()));
   return outputs;

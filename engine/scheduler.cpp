@@ -107,7 +107,7 @@ std::optional<request_error> scheduler::add_request(int64_t request_id, std::vec
   seq->targets = std::move(targets);
   // A role receive request's prompt is computed elsewhere: its TTFT is not this queue's to judge.
   if (config_.slo_admission == slo_admission_mode::reject && kv.role != kv_role::receive) {
-    if (std::string why = policy_->refusal(*seq, waiting_, running_, engine_clock::now()); !why.empty()) {
+    if (std::string why = policy_->refusal(*seq, waiting_, running_, clock_now()); !why.empty()) {
       ++num_slo_rejections_;
       return request_error{request_error_code::slo_unattainable, std::move(why)};
     }
@@ -129,7 +129,7 @@ step_plan scheduler::schedule() {
   plan.sequences.reserve(static_cast<size_t>(num_running() + admissible));
   int budget = config_.max_num_batched_tokens;
   bool preempted_any = false;
-  const auto now = engine_clock::now();
+  const auto now = clock_now();
   policy_->begin_step(now);
   preempt_for_waiting_head(plan);
   // The decodes this step will carry, and the prefill tokens the policy lets ride with them.
@@ -462,7 +462,7 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
   }
   std::vector<token_delta> deltas;
   deltas.reserve(result.tokens.size());
-  const auto now = engine_clock::now();
+  const auto now = clock_now();
   size_t next_token = 0;
   for (const planned_sequence& s : plan.sequences) {
     size_t count = 0;
@@ -532,13 +532,13 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
 std::optional<token_delta> scheduler::abort(int64_t request_id) {
   auto it = sequences_.find(request_id);
   if (it == sequences_.end()) return std::nullopt;
-  return finish(*it->second, sequence_status::finished_aborted, engine_clock::now());
+  return finish(*it->second, sequence_status::finished_aborted, clock_now());
 }
 
 std::optional<token_delta> scheduler::stop(int64_t request_id) {
   auto it = sequences_.find(request_id);
   if (it == sequences_.end()) return std::nullopt;
-  return finish(*it->second, sequence_status::finished_stopped, engine_clock::now());
+  return finish(*it->second, sequence_status::finished_stopped, clock_now());
 }
 
 token_delta scheduler::finish(sequence& seq, sequence_status status, engine_clock::time_point now) {
@@ -604,7 +604,7 @@ std::string scheduler::hand_over(int64_t request_id, uint64_t transfer_id, std::
              ", which ends the request (the prefill side should have finished it)";
     }
   }
-  const auto now = engine_clock::now();
+  const auto now = clock_now();
   for (int32_t id : token_ids) {
     seq.append_token(id, now);
     ++seq.num_handed_over_tokens;

@@ -24,6 +24,7 @@
 // sample of its is pending, since how many tokens it gains is known only from the result.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -102,6 +103,12 @@ class scheduler {
   // taken or the request or transfer is unknown (ignored).
   std::string hand_over(int64_t request_id, uint64_t transfer_id, std::span<const int32_t> token_ids);
 
+  // The clock that stamps arrivals' queueing, tokens and finishes, and that the policies' deadlines
+  // are judged on: the steady clock unless set. `troupe plan` runs this very scheduler on a
+  // simulated clock (planner/cluster_simulation.hpp), so what it predicts is this code's behaviour.
+  using clock_function = std::function<engine_clock::time_point()>;
+  void set_clock(clock_function clock) { clock_ = std::move(clock); }
+
   // A step this scheduler planned took `seconds` on the worker: evidence for the step-time model.
   void observe_step(const step_outline& step, double seconds) { step_times_->observe(shape_of(step), seconds); }
   const step_time_model& step_times() const { return *step_times_; }
@@ -124,6 +131,7 @@ class scheduler {
                                              std::span<const int32_t> resumed_output_ids) const;
   // Why `resumed_output_ids` cannot be the outputs of a request still running, or "".
   std::string check_resumed_outputs(std::span<const int32_t> resumed_output_ids, const sampling_params& params) const;
+  engine_clock::time_point clock_now() const { return clock_ ? clock_() : engine_clock::now(); }
   scheduled_sequence plan_entry(const sequence& seq, int num_new_tokens, int num_draft_slots) const;
   // Speculative decoding: the drafts a request asks for per step (its own choice, or the
   // engine's default; capped by max_speculative_tokens); 0 when it does not speculate here.
@@ -163,6 +171,7 @@ class scheduler {
   token_delta finish(sequence& seq, sequence_status status, engine_clock::time_point now);
 
   engine_config config_;
+  clock_function clock_;  // empty: engine_clock::now
   std::vector<int32_t> eos_token_ids_;
   kv_cache_manager kv_;
   std::unordered_map<int64_t, std::unique_ptr<sequence>> sequences_;  // every live request

@@ -1,0 +1,386 @@
+// troupe plan: which topology serves a workload best under an SLO, predicted rather than measured.
+// The real router and schedulers run on a simulated clock (planner/cluster_simulation.hpp) with a
+// step-time model calibrated on the model itself (--calibrate), read from a serving instance's
+// /metrics (--metrics-url), or given (--step-model); each candidate topology (colocated, every
+// xPyD split of --workers, each token budget) is run at each rate, and the table and the choice
+// are printed; --out writes each topology's rows as a tools/bench sweep.csv (--replot draws them).
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include <httplib.h>
+
+#include "cli/command_registry.hpp"
+#include "engine/llm_engine.hpp"
+#include "engine/served_model.hpp"
+#include "planner/plan_sweep.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+namespace troupe::cli {
+namespace {
+
+struct plan_flags {
+  // Where the step-time model comes from: one of these three.
+  std::string calibrate_model;
+  std::string metrics_url;
+  std::string step_model;
+  int threads = 0;
+  int calibrate_requests = 8;
+  // The instances' limits (from the calibrated model or the scraped server when not given).
+  int num_kv_blocks = 0;
+  int block_size = 16;
+  int max_model_len = 0;
+  int max_num_seqs = 256;
+  int kv_memory_mb = 512;
+  std::string scheduling_policy = "priority";
+  std::string slo_admission = "best_effort";
+  // The workload.
+  std::string bench_run;
+  std::vector<std::string> mix;
+  int input_len = 256;
+  int output_len = 128;
+  std::string input_dist = "fixed";
+  std::string output_dist = "fixed";
+  double input_spread = 0;
+  double output_spread = 0;
+  int num_prompts = 200;
+  double burstiness = 1;
+  uint64_t seed = 0;
+  // The candidates and the question.
+  std::vector<double> rates;
+  int workers = 1;
+  std::vector<int> budgets;
+  double kv_latency_ms = 1;
+  double kv_us_per_token = 1;
+  std::string slo = "ttft=1s,tpot=100ms";
+  double goodput_target = 0.9;
+  double horizon_s = 600;
+  std::string out_dir;
+};
+
+// "200ms", "1s", "500us" -> seconds.
+double parse_duration(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw std::runtime_error("--slo: " + what + " '" + text + "' is not a duration such as 200ms");
+  }
+  const std::string unit = text.substr(used);
+  if (unit == "ms") return value / 1e3;
+  if (unit == "us") return value / 1e6;
+  if (unit == "s" || unit.empty()) return value;
+  throw std::runtime_error("--slo: " + what + " '" + text + "' has unit '" + unit + "', not us, ms or s");
+}
+
+service_level parse_slo(const std::string& text) {
+  service_level slo;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    const auto equals = part.find('=');
+    if (equals == std::string::npos) throw std::runtime_error("--slo: '" + part + "' is not name=duration");
+    const std::string name = part.substr(0, equals);
+    const double seconds = parse_duration(part.substr(equals + 1), name);
+    if (name == "ttft") {
+      slo.ttft_s = seconds;
+    } else if (name == "tpot") {
+      slo.tpot_s = seconds;
+    } else {
+      throw std::runtime_error("--slo: '" + name + "' is not ttft or tpot");
+    }
+  }
+  return slo;
+}
+
+step_time_model::coefficients parse_step_model(const std::string& text) {
+  step_time_model::coefficients c{};
+  std::stringstream in(text);
+  std::string part;
+  size_t i = 0;
+  while (std::getline(in, part, ',')) {
+    if (i == c.size()) throw std::runtime_error("--step-model takes 4 numbers (step, token, sequence, attention pair)");
+    try {
+      c[i++] = std::stod(part);
+    } catch (const std::exception&) {
+      throw std::runtime_error("--step-model: '" + part + "' is not a number of seconds");
+    }
+  }
+  if (i != c.size()) throw std::runtime_error("--step-model takes 4 numbers (step, token, sequence, attention pair)");
+  return c;
+}
+
+// "SHARE:INPUT:OUTPUT", e.g. 0.8:64:32.
+request_class parse_mix_class(const std::string& text) {
+  request_class c;
+  char colon1 = 0, colon2 = 0;
+  std::stringstream in(text);
+  if (!(in >> c.share >> colon1 >> c.prompt.mean >> colon2 >> c.output.mean) || colon1 != ':' || colon2 != ':' ||
+      !in.eof() || c.share <= 0 || c.prompt.mean <= 0 || c.output.mean <= 0) {
+    throw std::runtime_error("--mix: '" + text + "' is not SHARE:INPUT_LEN:OUTPUT_LEN with positive numbers");
+  }
+  return c;
+}
+
+struct calibration {
+  step_time_model::coefficients step_seconds{};
+  int num_kv_blocks = 0;
+  int max_model_len = 0;
+};
+
+// Runs the model itself on bursts of prompts of several lengths and batch sizes (plain llm_engine,
+// as `troupe generate` does) and takes the step-time model its scheduler fitted.
+calibration calibrate(const plan_flags& flags) {
+  model_spec spec;
+  spec.path = flags.calibrate_model;
+  spec.backend.threads = flags.threads;
+  spec.block_size = flags.block_size;
+  spec.kv_memory_mb = flags.kv_memory_mb;
+  spec.max_num_seqs = flags.max_num_seqs;
+  if (flags.max_model_len > 0) spec.max_model_len = flags.max_model_len;
+  if (flags.num_kv_blocks > 0) spec.num_kv_blocks = flags.num_kv_blocks;
+  spec.validate();
+  std::shared_ptr<served_model> served = load_served_model(spec);
+  engine_config config = served->base_engine_config();
+  config.max_num_seqs = flags.max_num_seqs;
+  calibration out;
+  out.num_kv_blocks = config.num_kv_blocks;
+  out.max_model_len = config.max_model_len;
+  const int vocab = std::max(8, config.vocab_size);
+  llm_engine engine(std::move(served->backend_model), config, std::vector<int32_t>{});
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> token(3, vocab - 1);
+  const int longest = std::max(16, std::min(1024, config.max_model_len / 2));
+  for (int batch : {1, flags.calibrate_requests / 2, flags.calibrate_requests}) {
+    for (int prompt_len : {16, longest / 4, longest}) {
+      for (int i = 0; i < std::max(1, batch); ++i) {
+        std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+        for (int32_t& id : prompt) id = token(rng);
+        sampling_params params;
+        params.temperature = 0;
+        params.max_tokens = 24;
+        params.ignore_eos = true;
+        const add_request_result added = engine.add_request(std::move(prompt), params);
+        if (!added.ok()) throw std::runtime_error("calibration request refused: " + added.error->message);
+      }
+      for (int step = 0; step < 100000 && engine.has_unfinished(); ++step) engine.step();
+    }
+  }
+  const step_time_model& fitted = engine.get_scheduler().step_times();
+  out.step_seconds = fitted.fitted();
+  std::fprintf(stderr, "calibrated on %s: %zu steps, fit error %.3f ms (rms)\n", flags.calibrate_model.c_str(),
+               fitted.num_observed(), 1e3 * fitted.rms_error());
+  return out;
+}
+
+// The coefficients of the first instance in a server's /metrics, and its KV pool.
+calibration scrape(const std::string& url) {
+  httplib::Client client(url);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(10);
+  const auto response = client.Get("/metrics");
+  if (!response) throw std::runtime_error("--metrics-url: no answer from " + url);
+  if (response->status != 200) {
+    throw std::runtime_error("--metrics-url: " + url + "/metrics answered HTTP " + std::to_string(response->status));
+  }
+  calibration out;
+  std::stringstream lines(response->body);
+  std::string line;
+  std::string instance;
+  int found = 0;
+  const char* const features[] = {"step", "token", "sequence", "attention_pair"};
+  while (std::getline(lines, line)) {
+    if (line.rfind("troupe_kv_blocks_total ", 0) == 0) out.num_kv_blocks = std::stoi(line.substr(23));
+    if (line.rfind("troupe_step_time_coefficient_seconds{", 0) != 0) continue;
+    const auto instance_at = line.find("instance=\"");
+    const auto feature_at = line.find("feature=\"");
+    const auto close = line.find('}');
+    if (instance_at == std::string::npos || feature_at == std::string::npos || close == std::string::npos) continue;
+    const std::string this_instance = line.substr(instance_at + 10, line.find('"', instance_at + 10) - instance_at - 10);
+    if (instance.empty()) instance = this_instance;
+    if (this_instance != instance) continue;
+    const std::string feature = line.substr(feature_at + 9, line.find('"', feature_at + 9) - feature_at - 9);
+    for (size_t j = 0; j < 4; ++j) {
+      if (feature == features[j]) {
+        out.step_seconds[j] = std::stod(line.substr(close + 1));
+        ++found;
+      }
+    }
+  }
+  if (found != 4) {
+    throw std::runtime_error("--metrics-url: " + url +
+                             "/metrics shows no step-time model (troupe_step_time_coefficient_seconds): is it Troupe, "
+                             "and has it served a step?");
+  }
+  return out;
+}
+
+std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_config& config,
+                                          const step_time_model::coefficients& step_seconds,
+                                          const service_level& slo) {
+  std::vector<int> budgets = flags.budgets;
+  if (budgets.empty()) budgets.push_back(config.max_num_batched_tokens);
+  std::vector<std::pair<int, int>> splits{{0, 0}};  // (prefill, decode); 0,0: colocated
+  for (int p = 1; p < flags.workers; ++p) splits.emplace_back(p, flags.workers - p);
+  std::vector<simulated_cluster> out;
+  for (const auto& [prefill, decode] : splits) {
+    for (int budget : budgets) {
+      simulated_cluster c;
+      c.num_mixed = prefill == 0 ? flags.workers : 0;
+      c.num_prefill = prefill;
+      c.num_decode = decode;
+      c.config = config;
+      c.config.max_num_batched_tokens = budget;
+      c.step_seconds = step_seconds;
+      c.kv_latency_s = flags.kv_latency_ms / 1e3;
+      c.kv_seconds_per_token = flags.kv_us_per_token / 1e6;
+      c.targets = slo;
+      c.validate();
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string slug(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      out += c;
+    } else if (!out.empty() && out.back() != '-') {
+      out += '-';
+    }
+  }
+  return out;
+}
+
+int run(const plan_flags& flags) {
+  const int sources = !flags.calibrate_model.empty() + !flags.metrics_url.empty() + !flags.step_model.empty();
+  if (sources != 1) {
+    throw std::runtime_error("give the step-time model one way: --calibrate MODEL, --metrics-url URL or --step-model A,B,C,D");
+  }
+  if (flags.rates.empty()) throw std::runtime_error("--rates: give at least one request rate");
+  if (flags.workers < 1 || flags.workers > 64) throw std::runtime_error("--workers must be in [1, 64]");
+  const service_level slo = parse_slo(flags.slo);
+
+  calibration calibrated;
+  if (!flags.calibrate_model.empty()) {
+    calibrated = calibrate(flags);
+  } else if (!flags.metrics_url.empty()) {
+    calibrated = scrape(flags.metrics_url);
+  } else {
+    calibrated.step_seconds = parse_step_model(flags.step_model);
+  }
+  engine_config config;
+  config.block_size = flags.block_size;
+  config.num_kv_blocks = flags.num_kv_blocks > 0 ? flags.num_kv_blocks : calibrated.num_kv_blocks;
+  if (config.num_kv_blocks <= 0) throw std::runtime_error("--num-kv-blocks: the KV pool's size is not known; give it");
+  config.max_model_len = flags.max_model_len > 0 ? flags.max_model_len
+                         : calibrated.max_model_len > 0 ? calibrated.max_model_len
+                                                        : config.max_model_len;
+  config.max_num_seqs = flags.max_num_seqs;
+  config.scheduling_policy = parse_scheduling_policy(flags.scheduling_policy);
+  config.slo_admission = parse_slo_admission(flags.slo_admission);
+  config.kv_window = 0;
+  const auto& c = calibrated.step_seconds;
+  std::printf("step-time model: %.3g s + %.3g s/token + %.3g s/sequence + %.3g s/attention pair; %d KV blocks of %d\n",
+              c[0], c[1], c[2], c[3], config.num_kv_blocks, config.block_size);
+
+  // The workload at each rate: drawn with one seed (the same requests, spaced for the rate), or a
+  // recorded bench run rescaled from its own rate.
+  std::vector<planned_request> recorded;
+  double recorded_rate = 0;
+  if (!flags.bench_run.empty()) {
+    recorded = load_bench_run(flags.bench_run);
+    const double span = recorded.back().arrival_s - recorded.front().arrival_s;
+    recorded_rate = span > 0 ? static_cast<double>(recorded.size() - 1) / span : 1;
+  }
+  std::vector<request_class> mix;
+  for (const std::string& m : flags.mix) mix.push_back(parse_mix_class(m));
+  if (mix.empty()) {
+    request_class only;
+    only.prompt = {flags.input_len, parse_planned_length_distribution(flags.input_dist), flags.input_spread};
+    only.output = {flags.output_len, parse_planned_length_distribution(flags.output_dist), flags.output_spread};
+    mix.push_back(only);
+  }
+  auto workload_at = [&](double rate) {
+    if (!recorded.empty()) return at_rate(recorded, recorded_rate, rate);
+    return draw_workload(mix, flags.num_prompts, rate, flags.burstiness, flags.seed);
+  };
+
+  std::vector<plan_row> rows;
+  for (const simulated_cluster& cluster : candidates(flags, config, calibrated.step_seconds, slo)) {
+    for (double rate : flags.rates) {
+      const std::vector<planned_request> workload = workload_at(rate);
+      const simulation_result result = simulate(cluster, workload, flags.horizon_s);
+      rows.push_back(summarize_simulation(cluster.name(), rate, workload, result, slo));
+    }
+  }
+  const std::vector<plan_choice> ranking = rank_topologies(rows, flags.goodput_target);
+  std::printf("%s", format_plan(rows, ranking, flags.goodput_target).c_str());
+
+  if (!flags.out_dir.empty()) {
+    for (const plan_choice& choice : ranking) {
+      std::vector<plan_row> mine;
+      for (const plan_row& r : rows) {
+        if (r.topology == choice.topology) mine.push_back(r);
+      }
+      const std::filesystem::path dir = std::filesystem::path(flags.out_dir) / slug(choice.topology);
+      std::filesystem::create_directories(dir);
+      std::ofstream(dir / "sweep.csv") << plan_sweep_csv(mine);
+      std::printf("wrote %s (plots: tools/bench --replot %s --out %s)\n", (dir / "sweep.csv").c_str(),
+                  (dir / "sweep.csv").c_str(), dir.c_str());
+    }
+  }
+  return 0;
+}
+
+const bool registered = register_command([](CLI::App& parent) {
+  auto f = std::make_shared<plan_flags>();
+  auto* app = parent.add_subcommand("plan", "predict which topology serves a workload best under an SLO (simulated)");
+  app->add_option("--calibrate", f->calibrate_model, "a model to time: run it briefly and fit the step-time model");
+  app->add_option("--metrics-url", f->metrics_url, "http://host:port of a serving Troupe: its fitted step-time model");
+  app->add_option("--step-model", f->step_model, "the step-time model's seconds: step,token,sequence,attention_pair");
+  app->add_option("--threads", f->threads, "--calibrate: CPU threads, as the server will use (0: all)")->capture_default_str();
+  app->add_option("--calibrate-requests", f->calibrate_requests, "--calibrate: the largest batch it times")->capture_default_str();
+  app->add_option("--num-kv-blocks", f->num_kv_blocks, "each instance's KV pool (default: the calibrated model's)");
+  app->add_option("--kv-memory-mb", f->kv_memory_mb, "--calibrate: the KV pool's memory, as serve's flag")->capture_default_str();
+  app->add_option("--block-size", f->block_size, "tokens per KV block")->capture_default_str();
+  app->add_option("--max-model-len", f->max_model_len, "context length (default: the model's)");
+  app->add_option("--max-num-seqs", f->max_num_seqs, "sequences running at once per instance")->capture_default_str();
+  app->add_option("--scheduling-policy", f->scheduling_policy, "priority | fcfs | slo | fair")->capture_default_str();
+  app->add_option("--slo-admission", f->slo_admission, "best_effort | reject (with the slo policy)")->capture_default_str();
+  app->add_option("--bench-run", f->bench_run, "a tools/bench --json file: simulate its very requests (rescaled per rate)");
+  app->add_option("--mix", f->mix, "a request class SHARE:INPUT_LEN:OUTPUT_LEN (repeatable), e.g. 0.8:64:32 0.2:1024:32");
+  app->add_option("--input-len", f->input_len, "prompt tokens (without --mix)")->capture_default_str();
+  app->add_option("--output-len", f->output_len, "output tokens (without --mix)")->capture_default_str();
+  app->add_option("--input-dist", f->input_dist, "fixed | uniform | lognormal")->capture_default_str();
+  app->add_option("--output-dist", f->output_dist, "fixed | uniform | lognormal")->capture_default_str();
+  app->add_option("--input-spread", f->input_spread, "uniform: +-share of the mean; lognormal: sigma")->capture_default_str();
+  app->add_option("--output-spread", f->output_spread, "as --input-spread")->capture_default_str();
+  app->add_option("--num-prompts", f->num_prompts, "requests per simulated run")->capture_default_str();
+  app->add_option("--burstiness", f->burstiness, "gamma shape of the gaps: 1 Poisson")->capture_default_str();
+  app->add_option("--seed", f->seed, "seed of the lengths and arrivals")->capture_default_str();
+  app->add_option("--rates", f->rates, "request rates to simulate (req/s)")->delimiter(',')->required();
+  app->add_option("--workers", f->workers, "engine instances to place: colocated xN and every xPyD with x + y = N")
+      ->capture_default_str();
+  app->add_option("--budgets", f->budgets, "token budgets per step to try (max_num_batched_tokens)")->delimiter(',');
+  app->add_option("--kv-latency-ms", f->kv_latency_ms, "xPyD: a KV transfer's fixed cost after its prefill")->capture_default_str();
+  app->add_option("--kv-us-per-token", f->kv_us_per_token, "xPyD: and its cost per prompt token")->capture_default_str();
+  app->add_option("--slo", f->slo, "targets, e.g. ttft=200ms,tpot=50ms")->capture_default_str();
+  app->add_option("--goodput-target", f->goodput_target, "share of requests that must meet the SLO")->capture_default_str();
+  app->add_option("--horizon", f->horizon_s, "simulated seconds after the last arrival before the rest count as missed")
+      ->capture_default_str();
+  app->add_option("--out", f->out_dir, "write each topology's rows as a tools/bench sweep.csv here");
+  return command{app, [f] { return run(*f); }};
+});
+
+}  // namespace
+}  // namespace troupe::cli

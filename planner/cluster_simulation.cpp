@@ -1,0 +1,316 @@
+#include "planner/cluster_simulation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "engine/scheduler.hpp"
+#include "stages/engine_router.hpp"
+
+namespace troupe {
+
+std::string simulated_cluster::name() const {
+  std::string topology = num_prefill + num_decode > 0
+                             ? std::to_string(num_prefill) + "P" + std::to_string(num_decode) + "D"
+                             : "colocated x" + std::to_string(num_mixed);
+  if (num_prefill + num_decode > 0 && num_mixed > 0) topology += " + " + std::to_string(num_mixed) + " mixed";
+  return topology + ", budget " + std::to_string(config.max_num_batched_tokens);
+}
+
+void simulated_cluster::validate() const {
+  if (num_mixed < 0 || num_prefill < 0 || num_decode < 0 || num_mixed + num_prefill + num_decode == 0) {
+    throw std::invalid_argument("a simulated cluster needs at least one instance and no negative counts");
+  }
+  if ((num_prefill > 0) != (num_decode > 0)) {
+    throw std::invalid_argument("a disaggregated cluster needs prefill and decode instances both, got " +
+                                std::to_string(num_prefill) + "P" + std::to_string(num_decode) + "D");
+  }
+  if (!(kv_latency_s >= 0) || !(kv_seconds_per_token >= 0)) {
+    throw std::invalid_argument("KV transfer costs must be zero or positive");
+  }
+  for (double c : step_seconds) {
+    if (!(c >= 0)) throw std::invalid_argument("step-time coefficients must be zero or positive");
+  }
+  config.validate();
+}
+
+double simulation_result::attainment(const service_level& slo) const {
+  if (requests.empty()) return 0;
+  const auto met = std::count_if(requests.begin(), requests.end(),
+                                 [&](const simulated_outcome& r) { return r.meets(slo); });
+  return static_cast<double>(met) / static_cast<double>(requests.size());
+}
+
+namespace {
+
+// The token every simulated step samples: any id below the smallest vocabulary, and never an
+// end (requests ignore EOS and stop at their output length).
+constexpr int32_t sampled_token_id = 7;
+
+struct simulated_instance {
+  engine_instance_id id = 0;
+  std::unique_ptr<scheduler> sched;
+  step_time_model step_times;
+  bool busy = false;
+  double busy_until = 0;
+  step_outline running;
+};
+
+struct kv_transfer_end {
+  double at_s = 0;
+  engine_instance_id decode = 0;
+  int64_t request_id = 0;
+  uint64_t transfer_id = 0;
+};
+
+class cluster_run {
+ public:
+  cluster_run(const simulated_cluster& cluster, const std::vector<planned_request>& workload)
+      : cluster_(cluster), workload_(workload), router_(cluster.config.block_size) {
+    result_.requests.resize(workload.size());
+    for (size_t i = 0; i < workload.size(); ++i) result_.requests[i].arrival_s = workload[i].arrival_s;
+    auto add = [&](engine_role role, int count) {
+      for (int i = 0; i < count; ++i) {
+        auto instance = std::make_unique<simulated_instance>();
+        instance->id = router_.add_instance("simulated", role);
+        instance->sched = std::make_unique<scheduler>(cluster.config, std::vector<int32_t>{});
+        instance->sched->set_clock([this] { return at(now_s_); });
+        instance->step_times = step_time_model(cluster.step_seconds);
+        router_.set_load(instance->id, load_of(*instance));
+        instances_.emplace(instance->id, std::move(instance));
+      }
+    };
+    add(engine_role::mixed, cluster.num_mixed);
+    add(engine_role::prefill, cluster.num_prefill);
+    add(engine_role::decode, cluster.num_decode);
+  }
+
+  simulation_result run(double horizon_s) {
+    const double last_arrival = workload_.empty() ? 0 : workload_.back().arrival_s;
+    size_t next_arrival = 0;
+    // Bounded: every step ends a planned step of a live request, and time stops at the horizon.
+    while (true) {
+      double next = std::numeric_limits<double>::infinity();
+      if (next_arrival < workload_.size()) next = workload_[next_arrival].arrival_s;
+      for (const auto& [id, instance] : instances_) {
+        if (instance->busy) next = std::min(next, instance->busy_until);
+      }
+      for (const kv_transfer_end& t : transfers_) next = std::min(next, t.at_s);
+      if (next == std::numeric_limits<double>::infinity() || next > last_arrival + horizon_s) break;
+      now_s_ = next;
+      finish_steps();
+      land_transfers();
+      while (next_arrival < workload_.size() && workload_[next_arrival].arrival_s <= now_s_) {
+        arrive(next_arrival++);
+      }
+      start_steps();
+    }
+    for (simulated_outcome& r : result_.requests) {
+      if (r.error.empty() && r.finish_s < 0) {
+        r.error = "not finished " + std::to_string(static_cast<int>(horizon_s)) + " s after the last arrival";
+      }
+      if (r.finish_s > result_.end_s) result_.end_s = r.finish_s;
+    }
+    return std::move(result_);
+  }
+
+ private:
+  static engine_clock::time_point at(double seconds) {
+    return engine_clock::time_point{} +
+           std::chrono::duration_cast<engine_clock::duration>(std::chrono::duration<double>(seconds));
+  }
+
+  static engine_load load_of(const simulated_instance& instance) {
+    const scheduler& s = *instance.sched;
+    return engine_load{s.num_free_blocks(), s.kv_cache().num_blocks(), s.num_running(), s.num_waiting()};
+  }
+
+  schedule_request request_for(size_t index) {
+    const planned_request& planned = workload_[index];
+    schedule_request request;
+    request.request_id = static_cast<int64_t>(index);
+    // Random ids: no two prompts share a block, so the prefix cache finds nothing, as with
+    // tools/bench's random prompts.
+    std::uniform_int_distribution<int32_t> token(3, 499);
+    request.prompt_ids.resize(static_cast<size_t>(planned.prompt_len));
+    for (int32_t& id : request.prompt_ids) id = token(rng_);
+    request.sampling.temperature = 0;
+    request.sampling.max_tokens = planned.output_len;
+    request.sampling.ignore_eos = true;
+    request.targets.ttft_ms = cluster_.targets.ttft_s * 1e3;
+    request.targets.tpot_ms = cluster_.targets.tpot_s * 1e3;
+    return request;
+  }
+
+  void arrive(size_t index) { dispatch(request_for(index)); }
+
+  // Routes a new or re-run request and hands it (or its two halves) to the schedulers.
+  void dispatch(schedule_request request) {
+    const int64_t id = request.request_id;
+    const std::optional<engine_router::routed> routed = router_.route(request);
+    if (!routed) {
+      fail(id, "no engine instance takes requests");
+      return;
+    }
+    if (!routed->decode) {
+      admit(routed->instance, request, kv_handoff{}, arrival_of(id));
+      return;
+    }
+    if (!admit(*routed->decode, request, kv_handoff{kv_role::receive, routed->transfer_id, "simulated"},
+               arrival_of(id))) {
+      return;
+    }
+    if (!admit(routed->instance, request, kv_handoff{kv_role::send, routed->transfer_id, {}}, arrival_of(id))) {
+      if (auto* decode = find(*routed->decode)) decode->sched->abort(id);
+      return;
+    }
+    // The decode half's reservation: the router learns its receiver is ready (the prefill half's
+    // sender may then send), as the KV agent's answer tells it when serving.
+    for (const kv_reservation& r : find(*routed->decode)->sched->take_kv_reservations()) {
+      router_.on_kv_ready(*routed->decode, kv_ready_msg{r.request_id, r.transfer_id, {}, {}, {}, {}});
+    }
+  }
+
+  engine_clock::time_point arrival_of(int64_t id) const { return at(workload_[static_cast<size_t>(id)].arrival_s); }
+
+  bool admit(engine_instance_id instance_id, const schedule_request& request, kv_handoff kv,
+             engine_clock::time_point arrival) {
+    simulated_instance* instance = find(instance_id);
+    if (!instance) {
+      fail(request.request_id, "the router chose an unknown instance");
+      return false;
+    }
+    if (auto error = instance->sched->add_request(request.request_id, request.prompt_ids, request.sampling,
+                                                  request.priority, arrival, request.resumed_output_ids,
+                                                  std::move(kv), request.targets)) {
+      router_.on_refusal(instance_id, request_failed{request.request_id, error_code::overloaded, error->message});
+      apply_commands();
+      fail(request.request_id, "refused: " + error->message);
+      return false;
+    }
+    return true;
+  }
+
+  simulated_instance* find(engine_instance_id id) {
+    auto it = instances_.find(id);
+    return it == instances_.end() ? nullptr : it->second.get();
+  }
+
+  void fail(int64_t id, std::string why) {
+    simulated_outcome& outcome = result_.requests[static_cast<size_t>(id)];
+    if (outcome.error.empty() && outcome.finish_s < 0) outcome.error = std::move(why);
+  }
+
+  void start_steps() {
+    for (auto& [id, instance] : instances_) {
+      if (instance->busy || !instance->sched->has_unfinished()) continue;
+      const step_plan plan = instance->sched->schedule();
+      if (plan.empty()) continue;
+      instance->running = outline_of(plan);
+      instance->busy = true;
+      instance->busy_until = now_s_ + instance->step_times.predict(shape_of(instance->running));
+      ++result_.num_steps;
+    }
+  }
+
+  void finish_steps() {
+    for (auto& [id, instance] : instances_) {
+      if (!instance->busy || instance->busy_until > now_s_) continue;
+      instance->busy = false;
+      const step_outline& step = instance->running;
+      // The scheduler's own model learns the step's time as it would from the worker's report,
+      // so the slo policy predicts with what it would have fitted online.
+      instance->sched->observe_step(step, instance->step_times.predict(shape_of(step)));
+      step_result result;
+      result.step_id = step.step_id;
+      for (const planned_sequence& s : step.sequences) {
+        if (s.sample) result.tokens.push_back(sampled_token{s.request_id, sampled_token_id});
+      }
+      token_batch batch;
+      batch.deltas = instance->sched->update(step, result);
+      batch.timelines.resize(batch.deltas.size());
+      batch.load = load_of(*instance);
+      deliver(router_.on_tokens(id, std::move(batch)));
+      apply_commands();
+    }
+  }
+
+  // What reaches the client: first token and end times, as tools/bench measures them.
+  void deliver(const token_batch& batch) {
+    for (const token_delta& delta : batch.deltas) {
+      simulated_outcome& outcome = result_.requests[static_cast<size_t>(delta.request_id)];
+      if (!delta.token_ids.empty()) {
+        if (outcome.first_token_s < 0) {
+          outcome.first_token_s = now_s_;
+        } else {
+          const double gap = (now_s_ - outcome.last_token_s) / static_cast<double>(delta.token_ids.size());
+          outcome.token_gaps_s.insert(outcome.token_gaps_s.end(), delta.token_ids.size(), gap);
+        }
+        outcome.last_token_s = now_s_;
+      }
+      outcome.output_tokens += static_cast<int>(delta.token_ids.size());
+      if (delta.finished()) outcome.finish_s = now_s_;
+    }
+  }
+
+  void apply_commands() {
+    router_commands commands = router_.take_commands();
+    for (const auto& [instance_id, request_id] : commands.aborts) {
+      if (simulated_instance* instance = find(instance_id)) instance->sched->abort(request_id);
+    }
+    for (const auto& [decode_id, handover] : commands.handovers) {
+      simulated_instance* decode = find(decode_id);
+      if (!decode) continue;
+      decode->sched->hand_over(handover.request_id, handover.transfer_id, handover.token_ids);
+      // The KV streamed out layer by layer while the prompt was computed; what is left when
+      // the prefill ends is the transfer's latency and its share per token.
+      const planned_request& planned = workload_[static_cast<size_t>(handover.request_id)];
+      transfers_.push_back(kv_transfer_end{
+          now_s_ + cluster_.kv_latency_s + cluster_.kv_seconds_per_token * planned.prompt_len, decode_id,
+          handover.request_id, handover.transfer_id});
+    }
+    for (schedule_request& rerun : commands.reruns) dispatch(std::move(rerun));
+    for (const request_failed& failure : commands.failures) fail(failure.request_id, failure.message);
+  }
+
+  void land_transfers() {
+    auto done = std::stable_partition(transfers_.begin(), transfers_.end(),
+                                      [&](const kv_transfer_end& t) { return t.at_s > now_s_; });
+    for (auto it = done; it != transfers_.end(); ++it) {
+      if (simulated_instance* decode = find(it->decode)) {
+        decode->sched->kv_arrived(it->request_id, it->transfer_id);
+        router_.on_kv_landed(it->decode, kv_arrival_msg{it->request_id, it->transfer_id, true, {}});
+      }
+    }
+    transfers_.erase(done, transfers_.end());
+  }
+
+  const simulated_cluster& cluster_;
+  const std::vector<planned_request>& workload_;
+  engine_router router_;
+  std::map<engine_instance_id, std::unique_ptr<simulated_instance>> instances_;  // ordered: deterministic
+  std::vector<kv_transfer_end> transfers_;
+  simulation_result result_;
+  std::mt19937_64 rng_{0x7e0c};
+  double now_s_ = 0;
+};
+
+}  // namespace
+
+simulation_result simulate(const simulated_cluster& cluster, const std::vector<planned_request>& workload,
+                           double horizon_s) {
+  cluster.validate();
+  if (!std::is_sorted(workload.begin(), workload.end(),
+                      [](const planned_request& a, const planned_request& b) { return a.arrival_s < b.arrival_s; })) {
+    throw std::invalid_argument("a simulated workload must be in arrival order");
+  }
+  return cluster_run(cluster, workload).run(horizon_s);
+}
+
+}  // namespace troupe

@@ -1,0 +1,68 @@
+// `troupe plan` as a user runs it: calibrated on the stories260K model itself, over a mix of short
+// and long requests, it prints a row per topology and rate and a recommendation, writes each
+// topology's rows as a bench sweep.csv, and names what is wrong with its flags.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tests/e2e/e2e_support.hpp"
+#include "tests/scratch_dir.hpp"
+
+namespace troupe::test {
+namespace {
+
+const std::string stories_gguf = (stories_root / "gguf" / "stories260K-f32.gguf").string();
+
+TEST(plan_e2e, a_calibrated_plan_ranks_every_topology_and_writes_their_sweeps) {
+  if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_gguf);
+  testing::scratch_dir out;
+  const run_result r = run_troupe("plan --calibrate " + shell_quote(stories_gguf) +
+                                  " --threads 1 --kv-memory-mb 16 --mix 0.8:64:16 --mix 0.2:256:16 --rates 5,500 "
+                                  "--num-prompts 60 --workers 2 --budgets 128,512 --slo ttft=500ms,tpot=100ms --out " +
+                                  shell_quote(out.path().string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("calibrated on"), std::string::npos) << r.err;
+  for (const char* topology : {"colocated x2, budget 128", "colocated x2, budget 512", "1P1D, budget 128",
+                               "1P1D, budget 512"}) {
+    EXPECT_NE(r.out.find(topology), std::string::npos) << topology << "\n" << r.out;
+  }
+  EXPECT_NE(r.out.find("Recommended: "), std::string::npos) << r.out;
+  // At 5 req/s the tiny model holds a generous SLO whatever the topology.
+  EXPECT_EQ(r.out.find("Recommended: none"), std::string::npos) << r.out;
+  const std::string csv = read_file(out.path() / "1P1D-budget-128" / "sweep.csv");
+  EXPECT_EQ(csv.rfind("rate,round,offered_rate", 0), 0u) << csv;
+  // The bench draws the plan's plots from it.
+  const std::filesystem::path bench = std::filesystem::path(TROUPE_BINARY_DIR) / "bin" / "troupe-bench";
+  if (std::filesystem::exists(bench)) {
+    const std::string dir = (out.path() / "1P1D-budget-128").string();
+    const run_result plot = run_command(shell_quote(bench.string()) + " --replot " + shell_quote(dir + "/sweep.csv") +
+                                        " --out " + shell_quote(dir));
+    EXPECT_EQ(plot.exit_code, 0) << plot.err;
+    EXPECT_TRUE(std::filesystem::exists(out.path() / "1P1D-budget-128" / "slo_attainment_vs_rate.svg"));
+  }
+}
+
+TEST(plan_e2e, flags_that_cannot_make_a_plan_are_named) {
+  if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
+  const run_result none = run_troupe("plan --rates 1 --num-kv-blocks 100");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("--calibrate MODEL, --metrics-url URL or --step-model"), std::string::npos) << none.err;
+  const run_result three = run_troupe("plan --step-model 0.001,0.0001 --rates 1 --num-kv-blocks 100");
+  EXPECT_NE(three.exit_code, 0);
+  EXPECT_NE(three.err.find("--step-model takes 4 numbers"), std::string::npos) << three.err;
+  const run_result slo = run_troupe("plan --step-model 0.001,0.0001,0,0 --rates 1 --num-kv-blocks 100 --slo ttft=fast");
+  EXPECT_NE(slo.exit_code, 0);
+  EXPECT_NE(slo.err.find("ttft 'fast'"), std::string::npos) << slo.err;
+  const run_result mix = run_troupe("plan --step-model 0.001,0.0001,0,0 --rates 1 --num-kv-blocks 100 --mix 0.8:64");
+  EXPECT_NE(mix.exit_code, 0);
+  EXPECT_NE(mix.err.find("SHARE:INPUT_LEN:OUTPUT_LEN"), std::string::npos) << mix.err;
+  const run_result given = run_troupe("plan --step-model 0.001,0.0001,0,0 --rates 1,2 --num-kv-blocks 100");
+  EXPECT_EQ(given.exit_code, 0) << given.err;
+  EXPECT_NE(given.out.find("colocated x1, budget 2048"), std::string::npos) << given.out;
+}
+
+}  // namespace
+}  // namespace troupe::test

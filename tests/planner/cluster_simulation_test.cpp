@@ -1,0 +1,126 @@
+// The planner's simulation runs the real router and schedulers on a simulated clock: with a step
+// model of known cost, each request's first token and end fall where the scheduling code puts
+// them (chunks under the budget, the xPyD hand-off and KV transfer), and a cluster past its
+// capacity misses its SLO.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "planner/cluster_simulation.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr double step_s = 0.010;  // every step costs 10 ms, whatever its shape
+
+simulated_cluster cluster_of(int mixed, int prefill = 0, int decode = 0) {
+  simulated_cluster c;
+  c.num_mixed = mixed;
+  c.num_prefill = prefill;
+  c.num_decode = decode;
+  c.config.num_kv_blocks = 512;
+  c.config.block_size = 16;
+  c.config.max_model_len = 2048;
+  c.config.max_num_batched_tokens = 2048;
+  c.config.kv_window = 0;
+  c.step_seconds = {step_s, 0, 0, 0};
+  return c;
+}
+
+TEST(cluster_simulation, a_lone_request_takes_one_step_for_its_prompt_and_one_per_token_after) {
+  const simulation_result r = simulate(cluster_of(1), {{0.0, 32, 5}});
+  ASSERT_EQ(r.requests.size(), 1u);
+  const simulated_outcome& o = r.requests[0];
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(o.output_tokens, 5);
+  EXPECT_NEAR(o.ttft(), step_s, 1e-9);
+  EXPECT_NEAR(o.finish_s, 5 * step_s, 1e-9);
+  EXPECT_NEAR(o.tpot(), step_s, 1e-9);
+  EXPECT_EQ(r.num_steps, 5);
+}
+
+TEST(cluster_simulation, a_prompt_longer_than_the_budget_is_prefilled_in_chunks) {
+  simulated_cluster c = cluster_of(1);
+  c.config.max_num_batched_tokens = 16;
+  const simulation_result r = simulate(c, {{0.0, 64, 3}});
+  ASSERT_TRUE(r.requests[0].ok()) << r.requests[0].error;
+  EXPECT_NEAR(r.requests[0].ttft(), 4 * step_s, 1e-9);  // 64 tokens in 16-token chunks
+  EXPECT_NEAR(r.requests[0].finish_s, 6 * step_s, 1e-9);
+}
+
+TEST(cluster_simulation, requests_arriving_together_share_steps) {
+  // Two prompts that fit one budget are prefilled in the same step, then decode together.
+  const simulation_result r = simulate(cluster_of(1), {{0.0, 16, 4}, {0.0, 16, 4}});
+  for (const simulated_outcome& o : r.requests) {
+    ASSERT_TRUE(o.ok()) << o.error;
+    EXPECT_NEAR(o.ttft(), step_s, 1e-9);
+    EXPECT_NEAR(o.finish_s, 4 * step_s, 1e-9);
+  }
+  EXPECT_EQ(r.num_steps, 4);
+}
+
+TEST(cluster_simulation, a_disaggregated_request_hands_off_after_its_prefill_and_decodes_once_its_kv_lands) {
+  simulated_cluster c = cluster_of(0, 1, 1);
+  c.kv_latency_s = 0.005;
+  const simulation_result r = simulate(c, {{0.0, 32, 5}});
+  const simulated_outcome& o = r.requests[0];
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(o.output_tokens, 5);
+  EXPECT_NEAR(o.ttft(), step_s, 1e-9);  // the prefill instance's first token reaches the client
+  // Tokens 2-5 on the decode instance, from when the KV landed (prefill end + 5 ms).
+  EXPECT_NEAR(o.finish_s, step_s + 0.005 + 4 * step_s, 1e-9);
+}
+
+TEST(cluster_simulation, replicas_split_a_burst_that_one_instance_would_queue) {
+  std::vector<planned_request> burst;
+  // One token each, so no decode takes a share of a later step's budget: a prompt per step.
+  for (int i = 0; i < 8; ++i) burst.push_back({0.0, 512, 1});
+  simulated_cluster one = cluster_of(1);
+  one.config.max_num_batched_tokens = 512;
+  simulated_cluster two = one;
+  two.num_mixed = 2;
+  const simulation_result alone = simulate(one, burst);
+  const simulation_result shared = simulate(two, burst);
+  double last_alone = 0, last_shared = 0;
+  for (const simulated_outcome& o : alone.requests) last_alone = std::max(last_alone, o.ttft());
+  for (const simulated_outcome& o : shared.requests) last_shared = std::max(last_shared, o.ttft());
+  EXPECT_NEAR(last_alone, 8 * step_s, 1e-9);
+  EXPECT_NEAR(last_shared, 4 * step_s, 1e-9);
+}
+
+TEST(cluster_simulation, past_its_capacity_a_cluster_misses_the_slo_it_holds_below) {
+  simulated_cluster c = cluster_of(1);
+  c.step_seconds = {0.002, 1e-4, 0, 0};  // a 256-token prompt: ~28 ms
+  const service_level slo{0.2, 0.05};
+  std::vector<request_class> mix{{1.0, {256}, {16}}};
+  const auto slow = draw_workload(mix, 100, 2.0, 1.0, 7);
+  const auto fast = draw_workload(mix, 100, 200.0, 1.0, 7);
+  EXPECT_GE(simulate(c, slow).attainment(slo), 0.99);
+  EXPECT_LE(simulate(c, fast).attainment(slo), 0.5);
+}
+
+TEST(cluster_simulation, requests_not_finished_within_the_horizon_fail_as_such) {
+  simulated_cluster c = cluster_of(1);
+  const simulation_result r = simulate(c, {{0.0, 16, 1000}}, 1.0);  // 1,000 steps of 10 ms > 1 s
+  ASSERT_FALSE(r.requests[0].ok());
+  EXPECT_NE(r.requests[0].error.find("not finished"), std::string::npos) << r.requests[0].error;
+}
+
+TEST(cluster_simulation, a_request_the_scheduler_refuses_fails_with_its_reason) {
+  simulated_cluster c = cluster_of(1);
+  c.config.max_model_len = 64;
+  const simulation_result r = simulate(c, {{0.0, 80, 10}, {0.0, 16, 2}});  // a prompt past the context
+  EXPECT_FALSE(r.requests[0].ok());
+  EXPECT_NE(r.requests[0].error.find("refused"), std::string::npos) << r.requests[0].error;
+  EXPECT_TRUE(r.requests[1].ok()) << r.requests[1].error;
+}
+
+TEST(cluster_simulation, impossible_clusters_and_unordered_workloads_are_refused) {
+  EXPECT_THROW(simulate(cluster_of(0), {{0.0, 8, 2}}), std::invalid_argument);
+  EXPECT_THROW(simulate(cluster_of(0, 1, 0), {{0.0, 8, 2}}), std::invalid_argument);
+  EXPECT_THROW(simulate(cluster_of(1), {{1.0, 8, 2}, {0.5, 8, 2}}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace troupe
