@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
@@ -34,8 +35,10 @@ void simulated_cluster::validate() const {
   if (!(kv_latency_s >= 0) || !(kv_seconds_per_token >= 0)) {
     throw std::invalid_argument("KV transfer costs must be zero or positive");
   }
+  // A fitted coefficient may be negative (least squares over features that move together); the
+  // model's prediction is never below zero whatever they are.
   for (double c : step_seconds) {
-    if (!(c >= 0)) throw std::invalid_argument("step-time coefficients must be zero or positive");
+    if (!std::isfinite(c)) throw std::invalid_argument("step-time coefficients must be finite numbers");
   }
   config.validate();
 }
