@@ -11,6 +11,7 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <set>
@@ -173,6 +174,20 @@ struct http_door::impl {
   // A chat rendered and planned (chat_plan.hpp); an error for the client when it cannot be.
   std::optional<api_error> plan(openai_request& request, std::optional<output_parsing>& parsing);
   void serve(http_connection connection);
+  // The [[tenants]] tenant whose key the request carries (Bearer or x-api-key), or nullopt.
+  std::optional<std::string> tenant_of_request_key(const httplib::Request& req) const {
+    const auto whole = [&req](const char* name) {
+      const auto found = req.headers.find(name);
+      return found == req.headers.end() ? std::string() : found->second;
+    };
+    const std::string bearer = whole("Authorization");
+    if (bearer.rfind("Bearer ", 0) == 0) {
+      if (auto tenant = options.tenants->tenant_of_key(std::string_view(bearer).substr(7))) return tenant;
+    }
+    const std::string x_api_key = whole("x-api-key");
+    if (!x_api_key.empty()) return options.tenants->tenant_of_key(x_api_key);
+    return std::nullopt;
+  }
   void generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                 const httplib::ContentReader& reader);
   std::optional<stats_answer> query_stats(std::chrono::milliseconds timeout);
@@ -345,6 +360,11 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   if (auto* error = std::get_if<api_error>(&parsed)) return respond(req, res, *error);
   auto& request = std::get<openai_request>(parsed);
   note_ignored_fields(request.ignored_fields, res);
+  if (options.tenants) {
+    // A tenant's key pins the tenant (pre-routing let only known keys in).
+    if (auto tenant = tenant_of_request_key(req)) request.targets.tenant = *tenant;
+    options.tenants->apply_defaults(request.priority, request.targets);
+  }
   if (endpoint == openai_endpoint::embeddings) {
     if (options.embedding_size <= 0) return respond(req, res, make_error(404, "not_found_error", "this server serves no embeddings"));
     if (request.embedding_dimensions != 0 && request.embedding_dimensions != options.embedding_size) {
@@ -564,7 +584,8 @@ void http_door::impl::install_routes() {
     // traffic) not.
     const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/debug/", 0) == 0 ||
                          req.path == "/tokenize" || req.path == "/detokenize";
-    if (options.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
+    const bool keyed = !options.api_key.empty() || (options.tenants && options.tenants->has_keys());
+    if (!keyed || !guarded) return httplib::Server::HandlerResponse::Unhandled;
     // OpenAI's clients send `Authorization: Bearer <key>`, Anthropic's `x-api-key: <key>`. Each
     // value whole: get_header_value goes through a C string, so `Bearer KEY\0junk` read as
     // `Bearer KEY` and was let in (issue 25).
@@ -581,9 +602,12 @@ void http_door::impl::install_routes() {
                               "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }
-    const bool bearer_ok = header.rfind(prefix, 0) == 0 &&
-                           api_key_matches(std::string_view(header).substr(prefix.size()), options.api_key);
-    const bool x_ok = !x_api_key.empty() && api_key_matches(x_api_key, options.api_key);
+    const auto known = [this](std::string_view key) {
+      const bool server_key = !options.api_key.empty() && api_key_matches(key, options.api_key);
+      return server_key || (options.tenants && options.tenants->tenant_of_key(key));
+    };
+    const bool bearer_ok = header.rfind(prefix, 0) == 0 && known(std::string_view(header).substr(prefix.size()));
+    const bool x_ok = !x_api_key.empty() && known(x_api_key);
     if (!bearer_ok && !x_ok) {
       respond(req, res, make_error(401, "invalid_request_error", "incorrect API key provided", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;

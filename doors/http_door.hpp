@@ -21,6 +21,7 @@
 #include "doors/http/openai_response.hpp"
 #include "doors/reply_router.hpp"
 #include "doors/request_admission.hpp"
+#include "doors/tenant_table.hpp"
 #include "text/chat_format.hpp"
 #include "text/chat_prompt.hpp"
 #include "text/tokenizer.hpp"
@@ -31,6 +32,9 @@ struct http_options {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (port() says which)
   std::string api_key;  // empty: none asked for; else `Authorization: Bearer <key>` on /v1/*
+  // [[tenants]]: their keys are let in too (and pin the request's tenant), their defaults fill
+  // what a request leaves unset. Null: none.
+  std::shared_ptr<const tenant_table> tenants;
   size_t max_body_bytes = 4u << 20;  // larger bodies: 413
   // A request's line, headers and body must all arrive within this, from its first byte (from
   // the connection's opening for its first request): else 408 and the connection is closed.

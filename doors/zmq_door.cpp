@@ -235,11 +235,18 @@ void zmq_door::loop() {
     auto& request = std::get<client_request>(decoded);
     const std::string& api_key = std::visit([](auto& r) -> const std::string& { return r.api_key; }, request);
     const std::string& id = std::visit([](auto& r) -> const std::string& { return r.id; }, request);
-    if (!options_.api_key.empty() && !api_key_matches(api_key, options_.api_key)) {
+    const std::optional<std::string> key_tenant =
+        options_.tenants && !api_key.empty() ? options_.tenants->tenant_of_key(api_key) : std::nullopt;
+    const bool keyed = !options_.api_key.empty() || (options_.tenants && options_.tenants->has_keys());
+    if (keyed && !key_tenant && (options_.api_key.empty() || !api_key_matches(api_key, options_.api_key))) {
       s.send_error(routing_id, id, error_code::unauthorized,
                    api_key.empty() ? "field 'api_key': missing (this server requires a key)"
                                    : "field 'api_key': wrong key");
       return;
+    }
+    if (auto* generate = std::get_if<generate_request>(&request); generate && options_.tenants) {
+      if (key_tenant) generate->targets.tenant = *key_tenant;
+      options_.tenants->apply_defaults(generate->priority, generate->targets);
     }
     // A constraint that cannot be compiled is refused here, before admission, naming its part.
     if (auto* generate = std::get_if<generate_request>(&request)) {

@@ -25,6 +25,7 @@
 
 #include "doors/door_events.hpp"
 #include "doors/request_admission.hpp"
+#include "doors/tenant_table.hpp"
 #include "net/connection_guard.hpp"
 #include "protocol/protocol_limits.hpp"
 #include "stages/messages.hpp"
@@ -34,6 +35,9 @@ namespace troupe {
 struct zmq_door_options {
   std::string endpoint = "tcp://127.0.0.1:5557";
   std::string api_key;  // empty: none asked for
+  // [[tenants]]: their keys are let in too (and pin the request's tenant), their defaults fill
+  // what a generate request leaves unset. Null: none.
+  std::shared_ptr<const tenant_table> tenants;
   protocol_limits limits;
   int max_prompt_tokens = 1 << 20;    // from the model's context; a token-id prompt this long is refused early
   int listen_backlog = 4096;          // TCP connections queued before accept (capped by net.core.somaxconn)

@@ -378,6 +378,8 @@ node::node(const topology& t) : topology_(t) {
   zmq_door_options options;
   options.endpoint = tp.zmq_endpoint;
   options.api_key = tp.api_key;
+  const auto tenants = tp.tenants.empty() ? nullptr : std::make_shared<const tenant_table>(tp.tenants);
+  options.tenants = tenants;
   options.limits.max_frame_bytes = tp.max_frame_bytes;
   options.limits.max_model_len = max_model_len;
   options.max_prompt_tokens = max_model_len;
@@ -404,6 +406,7 @@ node::node(const topology& t) : topology_(t) {
     web.host = tp.http_host;
     web.port = tp.http_port;
     web.api_key = tp.api_key;
+    web.tenants = tenants;
     web.max_body_bytes = tp.http_max_body_bytes;
     web.max_connections = tp.http_max_connections;
     web.request_timeout_ms = tp.http_request_timeout_ms;

@@ -389,11 +389,12 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
                                                   "scheduler", "cluster", "placement", "disaggregation",
                                                   "speculative", "pipeline"};
   for (const auto& [key, value] : root) {
-    const bool node_list = (key.str() == "nodes" || key.str() == "plugins") && value.is_array_of_tables();
+    const bool node_list =
+        (key.str() == "nodes" || key.str() == "plugins" || key.str() == "tenants") && value.is_array_of_tables();
     if (!node_list && (!sections.count(std::string(key.str())) || !value.is_table())) {
       throw std::runtime_error(source + ": unknown section or top-level key '" +
                                std::string(key.str()) + "' (expected [model], [node], [frontend], "
-                               "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [[plugins]], [placement], "
+                               "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [[plugins]], [[tenants]], [placement], "
                                "[disaggregation], [speculative], [pipeline])");
     }
   }
@@ -518,6 +519,24 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
         throw std::runtime_error(source + ": [[plugins]] " + e.what());
       }
       t.plugins.push_back(std::move(plugin));
+    }
+  }
+  if (const toml::array* tenants = root["tenants"].as_array()) {
+    for (const toml::node& entry : *tenants) {
+      table_reader tenant_entry(entry.as_table(), "[tenants]", source);
+      tenant_settings tenant;
+      tenant_entry.read("name", tenant.name);
+      tenant_entry.read("api_key", tenant.api_key);
+      tenant_entry.read("priority", tenant.priority);
+      tenant_entry.read("ttft_ms", tenant.ttft_ms);
+      tenant_entry.read("tpot_ms", tenant.tpot_ms);
+      tenant_entry.finish();
+      t.tenants.push_back(std::move(tenant));
+    }
+    try {
+      tenant_table checked(t.tenants);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(source + ": [[tenants]]: " + e.what());
     }
   }
   table_reader placement(root["placement"].as_table(), "placement", source);

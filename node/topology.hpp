@@ -14,6 +14,7 @@
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_transport.hpp"
 #include "pipeline/pipelined_model.hpp"
+#include "doors/tenant_table.hpp"
 #include "plugins/plugin_spec.hpp"
 #include "node/restart_policy.hpp"
 #include "node/tls_limits.hpp"
@@ -105,6 +106,9 @@ struct topology {
   // [frontend]
   std::string zmq_endpoint = "tcp://127.0.0.1:5557";
   std::string api_key;  // empty: no key is asked for
+  // [[tenants]] name, api_key, priority, ttft_ms, tpot_ms: per-tenant keys and the defaults of
+  // their requests (doors/tenant_table.hpp).
+  std::vector<tenant_settings> tenants;
   size_t max_frame_bytes = 4u << 20;
   // TCP connections the kernel queues for the door: a burst of clients beyond it waits a second
   // for SYN retries. Well above max_num_seqs; Linux caps it at net.core.somaxconn.

@@ -96,8 +96,10 @@ struct door_fixture {
   serving_counters counters;
   std::unique_ptr<http_door> door;
 
-  explicit door_fixture(std::string api_key = {}, std::function<std::string()> extra_metrics = {}) {
+  explicit door_fixture(std::string api_key = {}, std::function<std::string()> extra_metrics = {},
+                        std::shared_ptr<const tenant_table> tenants = nullptr) {
     http_options options;
+    options.tenants = std::move(tenants);
     options.extra_metrics = std::move(extra_metrics);
     options.port = 0;
     options.api_key = std::move(api_key);
@@ -328,6 +330,35 @@ TEST(http_door, metrics_are_open_traces_keyed_and_a_bad_window_named) {
     instance |= e["ph"] == "M" && e["args"]["name"] == "scheduler instance 0 on here";
   }
   EXPECT_TRUE(named && spanned && instance) << trace->body;
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(http_door, a_tenants_key_is_let_in_pins_its_tenant_and_brings_its_defaults) {
+  door_fixture f("server-key", {},
+                 std::make_shared<const tenant_table>(std::vector<tenant_settings>{{"chat", "key-chat", 2, 200, 50}}));
+  const std::string body = R"({"model":"tiny","prompt":"hi","max_tokens":3,"user":"someone-else"})";
+  auto client = f.client();
+  auto wrong = client.Post("/v1/completions", {{"Authorization", "Bearer key-chatty"}}, body, "application/json");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  auto bearer = f.client().Post("/v1/completions", {{"Authorization", "Bearer key-chat"}}, body, "application/json");
+  ASSERT_TRUE(bearer);
+  ASSERT_EQ(bearer->status, 200) << bearer->body;
+  auto server = f.client().Post("/v1/completions", {{"x-api-key", "server-key"}}, body, "application/json");
+  ASSERT_TRUE(server);
+  ASSERT_EQ(server->status, 200) << server->body;
+  const auto submitted = f.downstream.submitted();
+  ASSERT_EQ(submitted.size(), 2u);
+  EXPECT_EQ(submitted[0].targets.tenant, "chat");  // the key's tenant, not the `user` it claimed
+  EXPECT_EQ(submitted[0].priority, 2);
+  EXPECT_EQ(submitted[0].targets.ttft_ms, 200);
+  EXPECT_EQ(submitted[1].targets.tenant, "someone-else");
+  EXPECT_EQ(submitted[1].targets.ttft_ms, 0);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -156,6 +157,74 @@ TEST(zmq_door, names_an_endpoint_it_cannot_read) {
       EXPECT_NE(std::string(e.what()).find(endpoint), std::string::npos) << e.what();
     }
   }
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// Keeps what the door submits.
+class recording_downstream : public door_downstream {
+ public:
+  std::mutex mutex;
+  std::vector<tokenize_request> submitted;
+  void submit(tokenize_request request) override {
+    std::lock_guard lock(mutex);
+    submitted.push_back(std::move(request));
+  }
+  void abort(int64_t) override {}
+  void query_stats(uint64_t) override {}
+  void query_trace(uint64_t, duration_ns) override {}
+};
+
+TEST(zmq_door, a_tenants_key_is_let_in_pins_its_tenant_and_brings_its_defaults) {
+  const ipc_endpoint ipc;
+  request_admission admission(16);
+  recording_downstream downstream;
+  zmq_door_options options;
+  options.endpoint = ipc.address();
+  options.api_key = "server-key";
+  options.tenants = std::make_shared<const tenant_table>(
+      std::vector<tenant_settings>{{"chat", "key-chat", 2, 200, 50}, {"batch", "", 0, 900, 0}});
+  zmq_door door(options, downstream, admission);
+  door.start();
+  zmq::context_t context(1);
+  zmq::socket_t client(context, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.connect(ipc.address());
+  auto send = [&](const std::string& id, const std::string& key, const std::string& claimed) {
+    generate_request request;
+    request.id = id;
+    request.prompt = "Once upon a time";
+    request.api_key = key;
+    request.targets.tenant = claimed;
+    (void)client.send(zmq::buffer(encode_request(request)), zmq::send_flags::none);
+  };
+  send("wrong", "key-chatty", "chat");
+  const auto refusal = next_reply(client, std::chrono::seconds(10));
+  ASSERT_TRUE(refusal);
+  const auto* error = std::get_if<error_reply>(&*refusal);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code, error_code::unauthorized);
+  send("tenant-key", "key-chat", "batch");   // the key says chat, whatever it claims
+  send("server-key", "server-key", "batch");  // the server's key: the tenant it names
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard lock(downstream.mutex);
+      if (downstream.submitted.size() == 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  door.stop();
+  ASSERT_EQ(downstream.submitted.size(), 2u);
+  EXPECT_EQ(downstream.submitted[0].targets.tenant, "chat");
+  EXPECT_EQ(downstream.submitted[0].priority, 2);
+  EXPECT_EQ(downstream.submitted[0].targets.ttft_ms, 200);
+  EXPECT_EQ(downstream.submitted[0].targets.tpot_ms, 50);
+  EXPECT_EQ(downstream.submitted[1].targets.tenant, "batch");
+  EXPECT_EQ(downstream.submitted[1].targets.ttft_ms, 900);
 }
 
 }  // namespace

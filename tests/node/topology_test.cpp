@@ -584,3 +584,37 @@ TEST_F(topology_overrides, errors_name_the_key_and_the_override) {
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(topology, tenants_carry_their_keys_and_defaults_and_bad_ones_are_named) {
+  const auto t = parse_topology(R"(
+[[tenants]]
+name = "chat"
+api_key = "key-chat"
+ttft_ms = 200
+tpot_ms = 50
+[[tenants]]
+name = "batch"
+priority = 3
+)");
+  ASSERT_EQ(t.tenants.size(), 2u);
+  EXPECT_EQ(t.tenants[0].api_key, "key-chat");
+  EXPECT_EQ(t.tenants[0].ttft_ms, 200);
+  EXPECT_EQ(t.tenants[1].priority, 3);
+  auto refused = [](const std::string& text, const std::string& phrase) {
+    try {
+      parse_topology(text, "t.toml");
+      ADD_FAILURE() << "accepted; expected: " << phrase;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
+    }
+  };
+  refused("[[tenants]]\nname = \"a\"\nburst = 3\n", "burst");
+  refused("[[tenants]]\nname = \"a\"\n[[tenants]]\nname = \"a\"\n", "t.toml: [[tenants]]: tenant 'a' is listed twice");
+  refused("[[tenants]]\nname = \"a\"\nttft_ms = -5\n", "ttft_ms");
+}
+
+}  // namespace
+}  // namespace troupe
