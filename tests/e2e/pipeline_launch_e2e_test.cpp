@@ -190,7 +190,7 @@ TEST_F(pipeline_launch_e2e, launch_starts_the_stage_and_answers_like_the_colocat
   }
   EXPECT_NE(launch.log().find("pipeline of 2 stages (layers 0-1 at kvtcp://127.0.0.1:"), std::string::npos)
       << launch.log();
-  EXPECT_EQ(launch.health().first, 200);
+  EXPECT_EQ(launch.wait_for_health(200, 30s).first, 200);  // the HTTP door may come up after the ZeroMQ one
   const int status = launch.stop_with_sigterm();
   EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n"
                                                                            << launch.log();
