@@ -1,6 +1,7 @@
-// troupe launch FILE: every [[nodes]] entry on this machine as a child `troupe node`, then the
-// controller (what `troupe serve --config FILE` runs, with the same flags); a node that dies is
-// started again (node/node_supervisor.hpp); a signal stops the controller, then the nodes.
+// troupe launch FILE: every [[nodes]] entry on this machine as a child `troupe node` (or, for a
+// node that runs a [pipeline] stage, a child `troupe stage`), then the controller (what `troupe
+// serve --config FILE` runs, with the same flags); a child that dies is started again
+// (node/node_supervisor.hpp); a signal stops the controller, then the children.
 
 #include <signal.h>
 
@@ -15,10 +16,12 @@
 
 #include "cli/command_registry.hpp"
 #include "cli/serve_flags.hpp"
+#include "model/layer_range.hpp"
 #include "node/local_host.hpp"
 #include "node/node.hpp"
 #include "node/node_launcher.hpp"
 #include "node/node_supervisor.hpp"
+#include "node/pipeline_placement.hpp"
 #include "node/topology_files.hpp"
 
 namespace troupe::cli {
@@ -62,7 +65,9 @@ int run(const serve_flags& flags) {
   node_launcher launcher;  // stops every node it started when it ends, also on an exception
   std::vector<supervised_child> supervised;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  const std::set<std::string> stage_nodes(t.pipeline_stage_nodes.begin(), t.pipeline_stage_nodes.end());
   for (const node_address& n : t.nodes) {
+    if (stage_nodes.count(n.name)) continue;  // runs `troupe stage`, below
     const std::string address = n.host + ":" + std::to_string(n.port);
     if (!is_local_host(n.host)) {
       spdlog::info("node {} at {} is not this machine: start it there with `troupe node --listen {} --name {}`", n.name,
@@ -76,6 +81,20 @@ int run(const serve_flags& flags) {
     supervised_child child{node_child_spec(n, t.cluster.credentials, self, node_log_level(flags.log_level)), n.restart};
     child.pid = launcher.start(child.spec);
     supervised.push_back(std::move(child));
+  }
+  // The pipeline's stages before the controller, whose engine connects to them as it starts.
+  for (stage_process& p : local_stage_processes(t, self, node_log_level(flags.log_level))) {
+    supervised_child child{std::move(p.spec), p.restart};
+    child.pid = launcher.start(child.spec);
+    supervised.push_back(std::move(child));
+  }
+  for (size_t i = 0; i < t.pipeline_stage_nodes.size(); ++i) {
+    const node_address* n = t.find_node(t.pipeline_stage_nodes[i]);
+    if (n && !is_local_host(n->host)) {
+      spdlog::info("pipeline stage {} on node {} at {}:{} is not this machine: start it there with `troupe stage "
+                   "--layers {} --host {} --port {}`", layer_range_text(t.pipeline.stages[i].layers), n->name, n->host,
+                   n->port, layer_range_text(t.pipeline.stages[i].layers), n->host, n->port);
+    }
   }
   if (!launcher.wait_until_ready(node_start_timeout, [&] { return signal_pending(signals); })) {
     spdlog::info("signal while the nodes started: stopping them");

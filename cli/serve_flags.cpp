@@ -2,6 +2,7 @@
 
 #include "doors/operator_log.hpp"
 #include "engine/scheduling_policy_kind.hpp"
+#include "node/pipeline_placement.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -229,9 +230,11 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.no_access_log) t.access_log = false;
   if (!flags.pipeline_stages.empty()) {
     t.pipeline.stages.clear();
+    t.pipeline_stage_nodes.clear();
     for (const std::string& text : flags.pipeline_stages) t.pipeline.stages.push_back(parse_remote_stage(text));
   }
   if (flags.micro_batches > 0) t.pipeline.micro_batches = flags.micro_batches;
+  resolve_pipeline_stage_endpoints(t);  // after --set: the credentials decide kvtcp:// or curve://
   t.validate();
   return t;
 }

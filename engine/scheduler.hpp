@@ -121,6 +121,8 @@ class scheduler {
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_free_blocks() const { return kv_.num_free_blocks(); }
   const kv_cache_manager& kv_cache() const { return kv_; }
+  // After a failed step: no later request may hit a prefix whose KV that step may have spoiled.
+  int forget_cached_prefixes() { return kv_.forget_cached_prefixes(); }
   const engine_config& config() const { return config_; }
   // The live request with this id, or nullptr.
   const sequence* find(int64_t request_id) const;

@@ -135,6 +135,12 @@ void block_pool::unlink_free(int32_t block_id) {
   --num_free_;
 }
 
+int block_pool::forget_cached() {
+  const int forgotten = static_cast<int>(cached_.size());
+  for (const auto& [hash, block_id] : std::unordered_map<block_hash, int32_t>(cached_)) evict(block_id);
+  return forgotten;
+}
+
 void block_pool::evict(int32_t block_id) {
   block& b = blocks_[block_id];
   if (!b.cached) return;

@@ -42,6 +42,11 @@ class block_pool {
   void cache_full_block(int32_t block_id, block_hash parent, block_hash hash,
                         std::span<const int32_t> tokens);
 
+  // Forgets every cached block's hash (the blocks stay where they are, referenced or free): for
+  // when the KV behind them can no longer be trusted (a step failed part way, a pipeline stage
+  // that held their layers' KV restarted). Returns how many were forgotten.
+  int forget_cached();
+
   int ref_count(int32_t block_id) const { return blocks_.at(block_id).ref_count; }
   bool is_cached(int32_t block_id) const { return blocks_.at(block_id).cached; }
 

@@ -60,6 +60,9 @@ class kv_cache_manager {
   // (more shareable) head, and empties the table.
   void free(block_table& table);
 
+  // No prefix hit from here on reuses a block cached before (block_pool::forget_cached).
+  int forget_cached_prefixes() { return pool_.forget_cached(); }
+
  private:
   block_pool pool_;
   mutable uint64_t num_blocks_hashed_ = 0;  // a statistic: lookups stay logically const

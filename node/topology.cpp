@@ -306,6 +306,30 @@ void topology::validate() const {
     // one per host, or two on one; cuda_ipc is for one host.
   }
   check_placement(placement.detokenizers, "detokenizers");
+  if (!pipeline_stage_nodes.empty() && pipeline_stage_nodes.size() != pipeline.stages.size()) {
+    throw std::runtime_error("[pipeline] names the nodes of " + std::to_string(pipeline_stage_nodes.size()) + " stages for " +
+                             std::to_string(pipeline.stages.size()) + " stages");
+  }
+  std::set<std::string> stage_nodes;
+  for (const std::string& name : pipeline_stage_nodes) {
+    if (name.empty()) continue;
+    if (!node_names.count(name)) throw std::runtime_error("[pipeline] stage node '" + name + "' is not a [[nodes]] name");
+    if (!stage_nodes.insert(name).second) {
+      throw std::runtime_error("[pipeline] node '" + name + "' runs two stages: one `troupe stage` per [[nodes]] entry, "
+                               "which listens on the node's address");
+    }
+    using placed_list = std::pair<const std::vector<std::string>*, const char*>;
+    const placed_list lists[] = {{&placement.tokenizers, "tokenizers"}, {&placement.engines, "engines"},
+                                 {&placement.detokenizers, "detokenizers"}, {&placement.prefill, "prefill"},
+                                 {&placement.decode, "decode"}};
+    for (const auto& [names, key] : lists) {
+      if (std::find(names->begin(), names->end(), name) != names->end()) {
+        throw std::runtime_error("[pipeline] node '" + name + "' runs a pipeline stage, so [placement] " + key +
+                                 " cannot place there too (a stage node runs `troupe stage` on its address, not "
+                                 "`troupe node`)");
+      }
+    }
+  }
   auto at_least = [](int value, int least, const char* name) {
     if (value < least) {
       throw std::runtime_error(std::string("[cluster] ") + name + " must be at least " + std::to_string(least) + ", got " +
@@ -569,10 +593,27 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
     for (const toml::node& entry : *stages) {
       table_reader stage(entry.as_table(), "pipeline.stages", source);
       remote_stage remote;
+      std::string node;
       stage.read("endpoint", remote.endpoint);
+      stage.read("node", node);
       stage.read_parsed("layers", remote.layers,
                         [](const std::string& text) { return parse_layer_range(text, std::numeric_limits<int>::max()); });
       stage.finish();
+      const std::string which = source + ": [pipeline] stage " + std::to_string(t.pipeline.stages.size());
+      if (!node.empty() && !remote.endpoint.empty()) {
+        throw std::runtime_error(which + " gives both endpoint and node: give the endpoint of a stage started by hand, "
+                                         "or the [[nodes]] entry `troupe launch` starts it on");
+      }
+      if (node.empty() && remote.endpoint.empty()) {
+        throw std::runtime_error(which + " gives neither endpoint nor node");
+      }
+      if (!node.empty()) {
+        const node_address* address = t.find_node(node);
+        if (!address) throw std::runtime_error(which + ": node '" + node + "' is not a [[nodes]] name");
+        // Plain TCP for now; the cluster's credentials make it curve:// (resolve_pipeline_stage_endpoints).
+        remote.endpoint = "kvtcp://" + address->host + ":" + std::to_string(address->port);
+      }
+      t.pipeline_stage_nodes.push_back(std::move(node));
       t.pipeline.stages.push_back(std::move(remote));
     }
   }

@@ -174,6 +174,11 @@ struct topology {
   // rest (issue 27): stages = [{ endpoint = "kvtcp://HOST:PORT", layers = "0-15" }, ...],
   // micro_batches, step_timeout_ms. One engine instance, on the CPU, so far.
   pipeline_plan pipeline;
+  // The [[nodes]] entry that runs each remote stage, index for index with pipeline.stages, for
+  // stages written { node = NAME, layers = "0-15" } ("" for one written with its endpoint):
+  // `troupe launch` starts a `troupe stage` there, listening on the node's address, and the
+  // endpoint is that address (node/pipeline_placement.hpp). Such a node runs nothing else.
+  std::vector<std::string> pipeline_stage_nodes;
 
   // The name the HTTP API serves the model as: served_model_name, else the model path as written.
   std::string model_name() const;

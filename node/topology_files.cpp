@@ -44,6 +44,9 @@ std::vector<std::string> missing_topology_files(const topology& t, const std::se
       if (members.count(node)) with_stages.insert(node);
     }
   }
+  for (const std::string& node : t.pipeline_stage_nodes) {  // a `troupe stage` loads its layers
+    if (members.count(node)) with_stages.insert(node);
+  }
 
   std::vector<std::string> missing;
   if (!with_stages.empty() && !t.model.path.empty() && !file_exists(t.model.path)) {

@@ -6,7 +6,11 @@
 #include <limits>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
+#include <spdlog/spdlog.h>
+
+#include "pipeline/stage_health.hpp"
 #include "pipeline/stage_link.hpp"
 
 namespace troupe {
@@ -103,26 +107,29 @@ class pipelined_model final : public model {
     if (remote.empty()) throw std::runtime_error("a pipelined model needs at least one remote stage");
     const stage_hello expected_base{0, 0, c.num_layers, c.hidden_size, c.vocab_size, last_->kv_shape().block_size,
                                     last_->kv_shape().num_blocks};
-    for (const remote_stage& r : remote) {
-      stage_hello expected = expected_base;
-      expected.first_layer = r.layers.first;
-      expected.end_layer = r.layers.end;
-      links_.push_back(std::make_unique<stage_link>(r.endpoint, r.layers, expected, settings_.connect_timeout,
-                                                    settings_.step_timeout, settings_.keys));
-    }
+    expected_base_ = expected_base;
+    remote_ = remote;
+    for (size_t i = 0; i < remote_.size(); ++i) links_.push_back(connect(i, settings_.connect_timeout));
     shape_ = last_->kv_shape();
     for (const auto& link : links_) shape_.num_blocks = std::min(shape_.num_blocks, link->num_blocks());
-    for (size_t i = 0; i < links_.size(); ++i) {
-      if (i + 1 < links_.size()) {
-        stage_link* next = links_[i + 1].get();
-        links_[i]->hand_on_to([next](micro_batch_job* job) { next->push(job); });
-      } else {
-        links_[i]->hand_on_to([this](micro_batch_job* job) { arrived(job); });
-      }
-    }
+    // Every block counts as written in the first epoch: KV imported for the local layers, as
+    // before a stage was ever lost, is trusted.
+    block_epoch_.assign(static_cast<size_t>(std::max(shape_.num_blocks, 0)), kv_epoch_);
+    wire_links();
+    reconnects_.resize(links_.size());
+    reconnector_ = std::thread([this] { reconnect_lost_stages(); });
   }
 
-  ~pipelined_model() override { links_.clear(); }  // joins the link threads before the rest goes
+  ~pipelined_model() override {
+    {
+      std::lock_guard lock(links_mutex_);
+      stopping_ = true;
+    }
+    reconnect_wake_.notify_all();
+    if (reconnector_.joinable()) reconnector_.join();
+    for (size_t i = 0; i < remote_.size(); ++i) stage_health_board::instance().up(stage_key(i));
+    links_.clear();  // joins the link threads before the rest goes
+  }
 
   const model_config& config() const override { return last_->config(); }
   kv_cache_shape kv_shape() const override { return shape_; }
@@ -150,6 +157,17 @@ class pipelined_model final : public model {
     if (batch.residual_in != nullptr || batch.residual_out != nullptr) {
       throw std::runtime_error("a pipelined model is the whole model: no residual_in / residual_out");
     }
+    install_reconnected_links();
+    {
+      std::lock_guard lock(links_mutex_);
+      for (size_t i = 0; i < links_.size(); ++i) {
+        if (std::string why = links_[i]->broken(); !why.empty()) {
+          throw std::runtime_error(why + " (the stage is down: its link reconnects with back-off, and steps fail "
+                                         "until it is back)");
+        }
+      }
+    }
+    check_kv_written_since_reconnect(batch);
     const int vocab = config().vocab_size;
     const int wanted = batch.hidden_rows.empty() ? settings_.micro_batches : 1;
     const std::vector<std::pair<int, int>> cuts = cut_micro_batches(batch, wanted);
@@ -205,10 +223,170 @@ class pipelined_model final : public model {
                     static_cast<size_t>(vocab) * sizeof(float));
       }
     }
-    if (!failure.empty()) throw std::runtime_error(failure);
+    if (!failure.empty()) {
+      {
+        // On the board before the step's requests hear of it: /health names the stage at once.
+        std::lock_guard lock(links_mutex_);
+        for (size_t i = 0; i < links_.size(); ++i) note_if_lost(i);
+      }
+      reconnect_wake_.notify_all();  // start reconnecting now, not at the next poll
+      throw std::runtime_error(failure);
+    }
+    mark_kv_written(batch);
   }
 
  private:
+  // How a lost stage's link is tried again: the first retry soon, then doubling up to a cap,
+  // a bounded number of times (about 4 minutes in all with these) before it stays down.
+  static constexpr auto reconnect_first_delay = std::chrono::milliseconds(100);
+  static constexpr auto reconnect_max_delay = std::chrono::milliseconds(2000);
+  static constexpr int max_reconnect_attempts = 120;
+  static constexpr auto reconnect_poll = std::chrono::milliseconds(100);
+
+  struct reconnect_state {
+    int attempts = 0;
+    bool reported = false;  // on the board and in the log since the link broke
+    std::chrono::steady_clock::time_point next_attempt{};
+    bool given_up = false;
+    std::unique_ptr<stage_link> replacement;  // connected, not yet installed by forward()
+  };
+
+  std::string stage_key(size_t i) const {
+    return "pipeline stage " + layer_range_text(remote_[i].layers) + " at " + remote_[i].endpoint;
+  }
+
+  std::unique_ptr<stage_link> connect(size_t i, std::chrono::milliseconds timeout) const {
+    stage_hello expected = expected_base_;
+    expected.first_layer = remote_[i].layers.first;
+    expected.end_layer = remote_[i].layers.end;
+    return std::make_unique<stage_link>(remote_[i].endpoint, remote_[i].layers, expected, timeout,
+                                        settings_.step_timeout, settings_.keys);
+  }
+
+  void wire_links() {
+    for (size_t i = 0; i < links_.size(); ++i) {
+      if (i + 1 < links_.size()) {
+        stage_link* next = links_[i + 1].get();
+        links_[i]->hand_on_to([next](micro_batch_job* job) { next->push(job); });
+      } else {
+        links_[i]->hand_on_to([this](micro_batch_job* job) { arrived(job); });
+      }
+    }
+  }
+
+  // The reconnector's thread: every broken link is connected again (the stage process restarted
+  // by `troupe launch`, or by hand) with back-off, its state on the health board meanwhile.
+  void reconnect_lost_stages() {
+    std::unique_lock lock(links_mutex_);
+    while (!stopping_) {
+      reconnect_wake_.wait_for(lock, reconnect_poll, [this] { return stopping_; });
+      if (stopping_) return;
+      for (size_t i = 0; i < links_.size() && !stopping_; ++i) {
+        reconnect_state& r = reconnects_[i];
+        if (r.replacement || r.given_up) continue;
+        if (!note_if_lost(i)) continue;
+        if (std::chrono::steady_clock::now() < r.next_attempt) continue;
+        lock.unlock();  // forward() must not wait for a connection attempt
+        std::unique_ptr<stage_link> link;
+        std::string why;
+        try {
+          link = connect(i, std::min(settings_.connect_timeout, reconnect_max_delay));
+          if (link->num_blocks() < shape_.num_blocks) {
+            why = "the stage came back with " + std::to_string(link->num_blocks()) + " KV blocks, fewer than the " +
+                  std::to_string(shape_.num_blocks) + " the engine schedules";
+            link.reset();
+          }
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+        lock.lock();
+        if (link) {
+          spdlog::info("{}: reconnected after {} failed attempts; the KV it held is gone, so requests that had "
+                       "computed KV fail and run again from their prompt when sent again", stage_key(i), r.attempts);
+          r = reconnect_state{};
+          r.replacement = std::move(link);
+          stage_health_board::instance().up(stage_key(i));
+          continue;
+        }
+        ++r.attempts;
+        if (r.attempts >= max_reconnect_attempts) {
+          r.given_up = true;
+          spdlog::error("{}: gave up reconnecting after {} attempts: {}", stage_key(i), r.attempts, why);
+          stage_health_board::instance().down(stage_key(i), "down; gave up reconnecting after " +
+                                                                 std::to_string(r.attempts) + " attempts: " + why);
+          continue;
+        }
+        const auto delay = std::min<std::chrono::milliseconds>(reconnect_max_delay, reconnect_first_delay * (1 << std::min(r.attempts, 5)));
+        r.next_attempt = std::chrono::steady_clock::now() + delay;
+        stage_health_board::instance().down(stage_key(i), "down; reconnect attempt " + std::to_string(r.attempts) +
+                                                               " failed (" + why + "), next in " +
+                                                               std::to_string(delay.count()) + " ms");
+      }
+    }
+  }
+
+  // True when link i is down and not yet replaced; the first time, says so on the board and in the
+  // log. Called with links_mutex_ held.
+  bool note_if_lost(size_t i) {
+    reconnect_state& r = reconnects_[i];
+    if (r.replacement || r.given_up) return false;
+    const std::string broken = links_[i]->broken();
+    if (broken.empty()) return false;
+    if (!r.reported) {
+      r.reported = true;
+      spdlog::warn("{}; reconnecting (at most {} attempts)", broken, max_reconnect_attempts);
+      stage_health_board::instance().down(stage_key(i), "down (" + broken + "); reconnecting");
+    }
+    return true;
+  }
+
+  // Called by forward() only, when no micro-batch is in flight: the reconnected links replace
+  // the broken ones, and a new KV epoch begins (the restarted stage holds no KV).
+  void install_reconnected_links() {
+    std::lock_guard lock(links_mutex_);
+    bool installed = false;
+    for (size_t i = 0; i < links_.size(); ++i) {
+      if (!reconnects_[i].replacement) continue;
+      links_[i] = std::move(reconnects_[i].replacement);
+      installed = true;
+    }
+    if (!installed) return;
+    wire_links();
+    ++kv_epoch_;
+  }
+
+  // A restarted stage lost the KV of every block written before it came back: a sequence that
+  // reads such a block (its context before this step's tokens) would compute a wrong answer.
+  void check_kv_written_since_reconnect(const forward_batch& batch) const {
+    const int block_size = shape_.block_size;
+    for (int s = 0; s < batch.num_seqs(); ++s) {
+      const int32_t q0 = batch.query_start[static_cast<size_t>(s)];
+      if (q0 >= batch.query_start[static_cast<size_t>(s) + 1]) continue;
+      const int32_t first_position = batch.positions[static_cast<size_t>(q0)];
+      const int32_t table = batch.block_table_start[static_cast<size_t>(s)];
+      const int32_t table_end = batch.block_table_start[static_cast<size_t>(s) + 1];
+      const int32_t blocks_read = std::min((first_position + block_size - 1) / block_size, table_end - table);
+      for (int32_t k = 0; k < blocks_read; ++k) {
+        const int32_t block = batch.block_tables[static_cast<size_t>(table + k)];
+        if (block < 0 || static_cast<size_t>(block) >= block_epoch_.size()) continue;  // released (a window)
+        if (block_epoch_[static_cast<size_t>(block)] != kv_epoch_) {
+          throw std::runtime_error("a pipeline stage restarted since this request's KV was computed, and its layers' "
+                                   "KV went with it (block " + std::to_string(block) +
+                                   "): the request must run again from its prompt");
+        }
+      }
+    }
+  }
+
+  void mark_kv_written(const forward_batch& batch) {
+    const int block_size = shape_.block_size;
+    for (const int32_t slot : batch.slot_mapping) {
+      if (slot < 0) continue;
+      const size_t block = static_cast<size_t>(slot / block_size);
+      if (block < block_epoch_.size()) block_epoch_[block] = kv_epoch_;
+    }
+  }
+
   void arrived(micro_batch_job* job) {
     {
       std::lock_guard lock(mutex_);
@@ -229,7 +407,19 @@ class pipelined_model final : public model {
   layer_range last_layers_;
   pipeline_settings settings_;
   kv_cache_shape shape_;  // the smallest pool of all the stages'
+  stage_hello expected_base_{};
+  std::vector<remote_stage> remote_;
+  // links_ and reconnects_ change under links_mutex_; forward() reads links_ without it only
+  // between its install_reconnected_links() and its return (the reconnector never replaces one).
   std::vector<std::unique_ptr<stage_link>> links_;
+  std::mutex links_mutex_;
+  std::condition_variable reconnect_wake_;
+  std::vector<reconnect_state> reconnects_;
+  bool stopping_ = false;
+  std::thread reconnector_;
+  // Which KV epoch wrote each block: an epoch ends when a lost stage's link is installed again.
+  uint32_t kv_epoch_ = 1;
+  std::vector<uint32_t> block_epoch_;
   uint64_t step_id_ = 0;
   std::vector<micro_batch_job> jobs_;     // this forward's, one per micro-batch
   std::vector<forward_batch> slices_;     // their arrays

@@ -13,6 +13,11 @@ void stats_fan_in::add(const stats_answer& answer) {
   sum_.num_kv_leases += answer.num_kv_leases;
   sum_.num_slo_rejections += answer.num_slo_rejections;
   sum_.step_models.insert(sum_.step_models.end(), answer.step_models.begin(), answer.step_models.end());
+  if (answer.unavailable.empty()) {
+    ++num_serving_;
+  } else {
+    down_ += (down_.empty() ? "" : "; ") + answer.unavailable;
+  }
   ++num_answered_;
   --num_pending_;
 }
@@ -23,7 +28,11 @@ void stats_fan_in::fail(std::string error) {
 }
 
 stats_answer stats_fan_in::reply() {
-  if (num_answered_ == 0) sum_.unavailable = "no engine instance answered: " + last_error_;
+  if (num_answered_ == 0) {
+    sum_.unavailable = "no engine instance answered: " + last_error_;
+  } else if (num_serving_ == 0) {
+    sum_.unavailable = "no engine instance can serve: " + down_;  // e.g. a pipeline stage down
+  }
   return std::move(sum_);
 }
 

@@ -23,14 +23,17 @@ class stats_fan_in {
   void add(const stats_answer& answer);
   void fail(std::string error);  // an instance that did not answer (timeout, gone)
   bool settled() const { return num_pending_ == 0; }
-  // The total; `unavailable` names the last error when no instance answered.
+  // The total; `unavailable` names the last error when no instance answered, or what each one
+  // said when every instance that answered said it cannot serve (a pipeline stage down).
   stats_answer reply();
 
  private:
   stats_answer sum_;
   int num_pending_;
   int num_answered_ = 0;
+  int num_serving_ = 0;  // answers without `unavailable`
   std::string last_error_;
+  std::string down_;  // the answers' `unavailable`, joined
 };
 
 // trace_query: every instance's steps, each given the instance's id, with its start moved onto

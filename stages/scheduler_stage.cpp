@@ -3,6 +3,9 @@
 #include <chrono>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
+#include "pipeline/stage_health.hpp"
 #include "stages/stage_clock.hpp"
 
 namespace troupe {
@@ -141,7 +144,12 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
     failure = "the worker returned a malformed step result: " + why;
   }
   if (!failure.empty()) {
-    // The step's requests cannot trust their KV any more: end them with the reason.
+    // The step's requests cannot trust their KV any more: end them with the reason. Nor can a
+    // later request trust a cached prefix: the step may have written part of a block's KV, and a
+    // pipeline stage that restarted lost every block's KV of its layers.
+    if (const int forgotten = scheduler_.forget_cached_prefixes(); forgotten > 0) {
+      spdlog::info("scheduler: forgot {} cached prefix blocks after a failed step", forgotten);
+    }
     for (const auto& seq : plan.sequences) {
       if (scheduler_.abort(seq.request_id)) {
         timelines_.erase(seq.request_id);
@@ -224,6 +232,8 @@ stats_answer scheduler_stage::stats(uint64_t tag) const {
   const step_time_model& model = scheduler_.step_times();
   answer.step_models.push_back(step_model_report{0, {model.fitted().begin(), model.fitted().end()}, model.rms_error(),
                                                  static_cast<int64_t>(model.num_observed())});
+  // A pipelined engine whose remote stage is lost cannot compute a step: /health says which.
+  answer.unavailable = stage_health_board::instance().down_text();
   return answer;
 }
 

@@ -68,6 +68,29 @@ TEST(block_pool, cached_block_survives_free_until_evicted) {
   EXPECT_EQ(pool.num_cached_blocks(), 0);
 }
 
+// After a failed step (a pipeline stage that restarted lost its layers' KV) no cached block may
+// be hit again; the blocks themselves stay where they are, referenced or free.
+TEST(block_pool, forgetting_the_cache_leaves_no_hit_and_every_block_in_place) {
+  block_pool pool(3, 4, true);
+  const auto a = tokens(10, 4), b = tokens(20, 4);
+  const block_hash ha = block_pool::hash_block(block_pool::root_hash, a);
+  const block_hash hb = block_pool::hash_block(ha, b);
+  const auto ids = pool.take(2);
+  pool.cache_full_block(ids[0], block_pool::root_hash, ha, a);
+  pool.cache_full_block(ids[1], ha, hb, b);
+  pool.release(ids[1]);  // one free, one still referenced
+  EXPECT_EQ(pool.forget_cached(), 2);
+  EXPECT_EQ(pool.num_cached_blocks(), 0);
+  EXPECT_EQ(pool.find_cached(block_pool::root_hash, ha, a), -1);
+  EXPECT_EQ(pool.find_cached(ha, hb, b), -1);
+  EXPECT_EQ(pool.ref_count(ids[0]), 1);
+  EXPECT_EQ(pool.num_free_blocks(), 2);
+  EXPECT_EQ(pool.forget_cached(), 0);
+  // A block cached again afterwards is found as before.
+  pool.cache_full_block(ids[0], block_pool::root_hash, ha, a);
+  EXPECT_EQ(pool.find_cached(block_pool::root_hash, ha, a), ids[0]);
+}
+
 TEST(block_pool, hit_is_confirmed_by_tokens_and_parent) {
   block_pool pool(2, 4, true);
   auto t = tokens(0, 4);

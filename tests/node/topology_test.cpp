@@ -468,6 +468,42 @@ TEST(topology, pipeline_stages_are_read_and_checked) {
   expect_error(stage0 + "]\n[node]\ndevice = \"cuda\"\n", "[pipeline] stages run on the CPU backend so far");
 }
 
+// [pipeline] stages placed on [[nodes]] (`troupe launch` starts them): the endpoint is the node's
+// address; a stage names an endpoint or a node, never both or neither; a node runs one stage and
+// nothing else.
+TEST(topology, pipeline_stages_placed_on_nodes_are_read_and_checked) {
+  const topology launched = load_topology(TROUPE_SOURCE_DIR "/config/pipeline-launch.toml");
+  ASSERT_EQ(launched.pipeline.stages.size(), 1u);
+  EXPECT_EQ(launched.pipeline.stages[0].endpoint, "kvtcp://127.0.0.1:7101");
+  EXPECT_EQ(launched.pipeline.stages[0].layers, (layer_range{0, 2}));
+  EXPECT_EQ(launched.pipeline_stage_nodes, (std::vector<std::string>{"stage-a"}));
+  EXPECT_TRUE(launched.colocated()) << "a stage node is not a node the controller places stages on";
+
+  const std::string nodes = "[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\n"
+                            "[[nodes]]\nname = \"b\"\naddress = \"127.0.0.1:7202\"\n";
+  const topology two = parse_topology(nodes + "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }, "
+                                              "{ node = \"b\", layers = \"2-3\" }]\n");
+  ASSERT_EQ(two.pipeline.stages.size(), 2u);
+  EXPECT_EQ(two.pipeline.stages[1].endpoint, "kvtcp://127.0.0.1:7202");
+  EXPECT_EQ(two.pipeline_stage_nodes, (std::vector<std::string>{"a", "b"}));
+  // An endpoint and a node mixed: the node's entry only for the placed one.
+  const topology mixed = parse_topology(nodes + "[pipeline]\nstages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", "
+                                                "layers = \"0-1\" }, { node = \"b\", layers = \"2-3\" }]\n");
+  EXPECT_EQ(mixed.pipeline_stage_nodes, (std::vector<std::string>{"", "b"}));
+
+  expect_error(nodes + "[pipeline]\nstages = [{ node = \"c\", layers = \"0-1\" }]\n",
+               "[pipeline] stage 0: node 'c' is not a [[nodes]] name");
+  expect_error(nodes + "[pipeline]\nstages = [{ node = \"a\", endpoint = \"kvtcp://127.0.0.1:1\", layers = \"0-1\" }]\n",
+               "[pipeline] stage 0 gives both endpoint and node");
+  expect_error(nodes + "[pipeline]\nstages = [{ layers = \"0-1\" }]\n", "[pipeline] stage 0 gives neither endpoint nor node");
+  expect_error(nodes + "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }, { node = \"a\", layers = \"2-3\" }]\n",
+               "[pipeline] node 'a' runs two stages");
+  expect_error(nodes + "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }]\n[placement]\ntokenizers = [\"a\"]\n",
+               "[pipeline] node 'a' runs a pipeline stage, so [placement] tokenizers cannot place there too");
+  expect_error(nodes + "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }]\n[placement]\nengines = [\"a\"]\n",
+               "[pipeline] node 'a' runs a pipeline stage, so [placement] engines cannot place there too");
+}
+
 // Issue 26: a topology's relative paths meant the working directory's, so `troupe launch
 // /path/to/topo.toml` from elsewhere failed. Every path-like key now means the file's directory.
 TEST(topology_paths, every_relative_path_resolves_against_the_files_directory_from_any_working_directory) {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/cpu_model.hpp"
@@ -22,6 +23,7 @@
 #include "kvtransfer/kv_tcp.hpp"
 #include "model/loader/model_loader.hpp"
 #include "pipeline/pipelined_model.hpp"
+#include "pipeline/stage_health.hpp"
 #include "pipeline/stage_server.hpp"
 #include "tests/backends/cpu_greedy_support.hpp"
 #include "tests/backends/pipeline_stage_support.hpp"
@@ -157,6 +159,70 @@ TEST_F(pipelined_model_test, a_stage_that_goes_away_fails_the_step_by_name) {
         << e.what();
   }
   EXPECT_THROW(pipelined->forward(batch, logits.data()), std::runtime_error);  // the link stays down
+}
+
+// Bounded wait until the process's board of lost stages satisfies `done`.
+template <class Predicate>
+std::string wait_for_board(Predicate done) {
+  std::string text = stage_health_board::instance().down_text();
+  for (int i = 0; i < 500 && !done(text); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    text = stage_health_board::instance().down_text();
+  }
+  return text;
+}
+
+// A stage that goes away and comes back on the same endpoint (what `troupe launch` does when it
+// restarts it): the board names it while it is down, the link reconnects by itself, a sequence
+// whose KV was computed before the restart is refused by name (the stage's KV went with it), and
+// a new sequence gets the whole model's logits.
+TEST_F(pipelined_model_test, a_restarted_stage_is_reconnected_and_kv_computed_before_is_refused) {
+  served_stages front = serve({{0, 2}});
+  const std::string endpoint = front.remote[0].endpoint;
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  loaded_stage last = load_stage({2, 5});
+  loaded_stage whole = load_stage({});
+  pipeline_settings settings;
+  settings.step_timeout = std::chrono::milliseconds(3000);
+  auto pipelined = make_pipelined_model(std::move(last.m), {2, 5}, front.remote, settings);
+  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 432};
+  std::vector<float> logits(512), expected(512);
+  pipelined->forward(test::one_sequence_batch(tokens, 0, 2, {0, 1}, block_size), logits.data());
+  EXPECT_EQ(stage_health_board::instance().down_text(), "");
+
+  front.servers.clear();  // the stage's process is gone
+  EXPECT_THROW(pipelined->forward(test::one_sequence_batch(tokens, 2, 3, {0, 1}, block_size), logits.data()),
+               std::runtime_error);
+  const std::string down =
+      wait_for_board([](const std::string& text) { return !text.empty(); });
+  EXPECT_NE(down.find("pipeline stage 0-1 at " + endpoint + ": down"), std::string::npos) << down;
+  try {
+    pipelined->forward(test::one_sequence_batch(tokens, 0, 2, {2, 3}, block_size), logits.data());
+    ADD_FAILURE() << "a step succeeded while the stage is down";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the stage is down"), std::string::npos) << e.what();
+  }
+
+  stage_server_settings again;
+  again.port = port;
+  front.servers.push_back(std::make_unique<stage_server>(*front.stages[0].m, layer_range{0, 2}, again));
+  EXPECT_EQ(wait_for_board([](const std::string& text) { return text.empty(); }), "") << "never reconnected";
+
+  try {
+    pipelined->forward(test::one_sequence_batch(tokens, 2, 3, {0, 1}, block_size), logits.data());
+    ADD_FAILURE() << "a sequence read KV computed before its stage restarted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a pipeline stage restarted since this request's KV was computed"),
+              std::string::npos)
+        << e.what();
+  }
+  const forward_batch fresh = test::one_sequence_batch(tokens, 0, 6, {4, 5}, block_size);
+  pipelined->forward(fresh, logits.data());
+  whole.m->forward(fresh, expected.data());
+  EXPECT_EQ(logits, expected);
+  // And that sequence goes on from the KV it computed since.
+  pipelined->forward(test::one_sequence_batch({1, 403, 407, 261, 378, 432, 300}, 6, 7, {4, 5}, block_size),
+                     logits.data());
 }
 
 TEST_F(pipelined_model_test, a_stage_answers_a_bad_frame_with_a_failure_and_keeps_serving) {

@@ -1,0 +1,68 @@
+#include "node/pipeline_placement.hpp"
+
+#include "kvtransfer/kv_channel.hpp"
+#include "model/layer_range.hpp"
+#include "node/local_host.hpp"
+
+namespace troupe {
+
+namespace {
+
+const char* load_format_flag(load_format format) {
+  switch (format) {
+    case load_format::safetensors: return "safetensors";
+    case load_format::gguf: return "gguf";
+    case load_format::dummy: return "dummy";
+    case load_format::auto_detect: break;
+  }
+  return "auto";
+}
+
+}  // namespace
+
+void resolve_pipeline_stage_endpoints(topology& t) {
+  for (size_t i = 0; i < t.pipeline_stage_nodes.size() && i < t.pipeline.stages.size(); ++i) {
+    const std::string& name = t.pipeline_stage_nodes[i];
+    if (name.empty()) continue;
+    const node_address* node = t.find_node(name);
+    if (!node) throw std::runtime_error("[pipeline] stage node '" + name + "' is not a [[nodes]] name");
+    const std::string address = node->host + ":" + std::to_string(node->port);
+    t.pipeline.stages[i].endpoint =
+        t.cluster.credentials.empty()
+            ? "kvtcp://" + address
+            : "curve://" + address + "/" + load_kv_channel_keys(t.cluster.credentials, name).public_key;
+  }
+}
+
+std::vector<stage_process> local_stage_processes(const topology& t, const std::filesystem::path& troupe_binary,
+                                                 const std::string& log_level) {
+  std::vector<stage_process> processes;
+  for (size_t i = 0; i < t.pipeline_stage_nodes.size() && i < t.pipeline.stages.size(); ++i) {
+    const node_address* node = t.find_node(t.pipeline_stage_nodes[i]);
+    if (!node || !is_local_host(node->host)) continue;
+    const std::string layers = layer_range_text(t.pipeline.stages[i].layers);
+    const model_spec& m = t.model;
+    stage_process p;
+    p.restart = node->restart;
+    p.spec.name = node->name;
+    // The stage's KV pool is sized as the engine's: the engine schedules the smallest pool of its
+    // stages, and the block size must be the same on both ends.
+    p.spec.argv = {troupe_binary.string(), "stage", "--model", m.path, "--load-format", load_format_flag(m.format),
+                   "--layers", layers, "--host", node->host, "--port", std::to_string(node->port),
+                   "--block-size", std::to_string(m.block_size), "--num-kv-blocks", std::to_string(m.num_kv_blocks),
+                   "--kv-memory-mb", std::to_string(m.kv_memory_mb), "--threads", std::to_string(m.backend.threads),
+                   "--kv-cache-dtype", node->kv_cache_dtype.empty() ? m.backend.kv_cache_dtype : node->kv_cache_dtype,
+                   "--log-level", log_level};
+    if (m.memory_budget_mb > 0) {
+      p.spec.argv.insert(p.spec.argv.end(), {"--memory-budget-mb", std::to_string(m.memory_budget_mb)});
+    }
+    if (!t.cluster.credentials.empty()) {
+      p.spec.argv.insert(p.spec.argv.end(), {"--credentials", t.cluster.credentials.string(), "--name", node->name});
+    }
+    p.spec.ready_text = "pipeline stage " + layers + " listening on";
+    processes.push_back(std::move(p));
+  }
+  return processes;
+}
+
+}  // namespace troupe

@@ -1,0 +1,265 @@
+// `troupe launch` of a pipeline topology (issue 27): [pipeline] stages placed on a [[nodes]]
+// entry are started by launch as `troupe stage` children, supervised like its nodes, and the
+// engine connects to them. Greedy outputs equal the colocated server's (and the references); a
+// stage killed with SIGKILL fails the requests in flight by name, /health answers 503 naming the
+// stage, launch starts it again, the engine's link reconnects and the same prompts are answered
+// as before (a cached prefix computed before the kill is not reused: its KV died with the stage).
+
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.hpp"
+#include "tests/e2e/e2e_support.hpp"
+#include "tests/e2e/serve_process.hpp"
+#include "tests/scratch_dir.hpp"
+
+namespace troupe::test {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using troupe::testing::scratch_dir;
+
+bool running(pid_t pid) {
+  const std::string text = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+}
+
+// `troupe launch FILE` with an HTTP port, its log in a file; SIGTERM (then SIGKILL) at the end.
+class pipeline_launch {
+ public:
+  pipeline_launch(const fs::path& topology, const fs::path& log, uint16_t http_port)
+      : log_path_(log),
+        http_port_(http_port),
+        process_({troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint", "tcp://127.0.0.1:*",
+                  "--http-port", std::to_string(http_port), "--log-level", "info"},
+                 log) {}
+
+  // Waits (bounded) until the stage logged that it listens and the controller's door is up.
+  bool wait_until_serving() {
+    static const std::regex zmq_line(R"(zmq door: listening on (tcp://127\.0\.0\.1:[0-9]+))");
+    const auto deadline = std::chrono::steady_clock::now() + 90s;
+    for (int i = 0; i < 4500 && process_.alive() && std::chrono::steady_clock::now() < deadline; ++i) {
+      const std::string text = log();
+      std::smatch m;
+      if (std::regex_search(text, m, zmq_line) && text.find("stage-a | ") != std::string::npos &&
+          text.find("pipeline stage 0-1 listening on") != std::string::npos) {
+        endpoint_ = m[1];
+        return true;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  // The pids launch logged for `name` (`started NAME (pid N)`), oldest first.
+  std::vector<pid_t> pids_of(const std::string& name) const {
+    static const std::regex started(R"(started ([A-Za-z0-9._-]+) \(pid ([0-9]+)\))");
+    std::vector<pid_t> pids;
+    const std::string text = log();
+    for (std::sregex_iterator i(text.begin(), text.end(), started), end; i != end; ++i) {
+      if ((*i)[1] == name) pids.push_back(static_cast<pid_t>(std::stoi((*i)[2])));
+    }
+    return pids;
+  }
+
+  // GET /health: its status and body (status 0 when it did not answer).
+  std::pair<int, std::string> health() const {
+    httplib::Client c("127.0.0.1", http_port_);
+    c.set_read_timeout(5, 0);
+    auto res = c.Get("/health");
+    return res ? std::make_pair(res->status, res->body) : std::make_pair(0, std::string("no answer"));
+  }
+
+  // Polls /health (bounded) until it answers `status`; the last answer.
+  std::pair<int, std::string> wait_for_health(int status, std::chrono::seconds bound) const {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    std::pair<int, std::string> answer = health();
+    for (int i = 0; i < 3000 && answer.first != status && std::chrono::steady_clock::now() < deadline; ++i) {
+      std::this_thread::sleep_for(20ms);
+      answer = health();
+    }
+    return answer;
+  }
+
+  int stop_with_sigterm() {
+    ::kill(process_.pid(), SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    for (int i = 0; i < 1500 && process_.alive() && std::chrono::steady_clock::now() < deadline; ++i) {
+      std::this_thread::sleep_for(20ms);
+    }
+    return process_.alive() ? -1 : process_.exit_status();
+  }
+
+  client make_client() const {
+    client c(endpoint_);
+    c.set_timeout(60s);  // generous: 2 cores shared with builds
+    return c;
+  }
+  std::string log() const { return read_file(log_path_); }
+
+ private:
+  fs::path log_path_;
+  uint16_t http_port_;
+  child_process process_;  // stopped (SIGTERM, then SIGKILL) when the test ends, also on failure
+  std::string endpoint_;
+};
+
+std::vector<generate_request> requests() {
+  std::vector<generate_request> all;
+  for (const auto& ref : stories_references()) {
+    all.push_back(greedy(ref.at("prompt").get<std::string>(), ref.at("max_new_tokens").get<int>()));
+  }
+  const char* prompts[] = {"Once upon a time there was", "The cat", "Lily wanted", "Tom and Sue went to the park"};
+  for (int i = 0; i < 4; ++i) all.push_back(greedy(prompts[i], 20 + 7 * i));
+  return all;
+}
+
+std::vector<std::vector<int32_t>> tokens_of(const std::vector<completion>& outputs) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (const completion& c : outputs) tokens.push_back(c.token_ids);
+  return tokens;
+}
+
+// Each request from its own thread, all at once; a failure is a test failure naming it.
+std::vector<completion> launch_together(const pipeline_launch& launch, const std::vector<generate_request>& all) {
+  std::vector<completion> outputs(all.size());
+  std::vector<std::string> errors(all.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < all.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        outputs[i] = launch.make_client().generate(all[i]);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < errors.size(); ++i) EXPECT_EQ(errors[i], "") << "request " << i;
+  return outputs;
+}
+
+class pipeline_launch_e2e : public ::testing::Test {
+ protected:
+  void SetUp() override { TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json"); }
+
+  // stories260K's layers 0-1 on node stage-a (a `troupe stage` launch starts), 2-4 on the controller.
+  fs::path write_topology() const {
+    const fs::path path = dir_.path() / "pipeline.toml";
+    std::ofstream(path) << "[model]\npath = \"" << stories_dir << "\"\n"
+                        << "[node]\nthreads = 1\n"
+                        << "[[nodes]]\nname = \"stage-a\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                        << "[pipeline]\nstages = [{ node = \"stage-a\", layers = \"0-1\" }]\n";
+    return path;
+  }
+
+  scratch_dir dir_;
+};
+
+TEST_F(pipeline_launch_e2e, launch_starts_the_stage_and_answers_like_the_colocated_server) {
+  std::vector<std::vector<int32_t>> expected;
+  {
+    serve_process colocated({});
+    expected = tokens_of(serve_together(colocated, requests()));
+  }
+  pipeline_launch launch(write_topology(), dir_.path() / "launch.log", free_port());
+  ASSERT_TRUE(launch.wait_until_serving()) << launch.log();
+  const std::vector<pid_t> stage = launch.pids_of("stage-a");
+  ASSERT_EQ(stage.size(), 1u) << launch.log();
+  const std::vector<completion> outputs = launch_together(launch, requests());
+  EXPECT_EQ(tokens_of(outputs), expected);
+  const auto refs = stories_references();
+  for (size_t i = 0; i < refs.size(); ++i) {
+    EXPECT_EQ(outputs[i].text, refs[i].at("completion").get<std::string>()) << refs[i].at("prompt");
+  }
+  EXPECT_NE(launch.log().find("pipeline of 2 stages (layers 0-1 at kvtcp://127.0.0.1:"), std::string::npos)
+      << launch.log();
+  EXPECT_EQ(launch.wait_for_health(200, 30s).first, 200);  // the HTTP door may come up after the ZeroMQ one
+  const int status = launch.stop_with_sigterm();
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n"
+                                                                           << launch.log();
+  EXPECT_FALSE(running(stage[0])) << "the stage outlived launch";
+}
+
+TEST_F(pipeline_launch_e2e, a_killed_stage_fails_its_requests_shows_in_health_and_serves_again_once_restarted) {
+  std::vector<std::vector<int32_t>> expected;
+  {
+    serve_process colocated({});
+    expected = tokens_of(serve_together(colocated, requests()));
+  }
+  pipeline_launch launch(write_topology(), dir_.path() / "launch.log", free_port());
+  ASSERT_TRUE(launch.wait_until_serving()) << launch.log();
+  const std::vector<pid_t> first = launch.pids_of("stage-a");
+  ASSERT_EQ(first.size(), 1u) << launch.log();
+  // Warm the prefix cache with the prompts asked again after the restart.
+  EXPECT_EQ(tokens_of(launch_together(launch, requests())), expected);
+
+  // Long requests from four threads, one after another, while the stage is killed under them.
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  int num_done = 0;
+  std::vector<std::thread> load;
+  for (int t = 0; t < 4; ++t) {
+    load.emplace_back([&, t] {
+      for (int i = 0; i < 1000 && !stop; ++i) {
+        try {
+          launch.make_client().generate(greedy(t % 2 ? "Once upon a time" : "The dog and the cat", 400));
+          std::lock_guard lock(mutex);
+          ++num_done;
+        } catch (const std::exception& e) {
+          std::lock_guard lock(mutex);
+          failures.push_back(e.what());
+          if (failures.size() > 200) return;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(500ms);
+  ASSERT_EQ(::kill(first[0], SIGKILL), 0);
+  const auto down = launch.wait_for_health(503, 30s);
+  stop = true;
+  for (auto& t : load) t.join();
+  EXPECT_EQ(down.first, 503) << down.second << "\n" << launch.log();
+  EXPECT_NE(down.second.find("pipeline stage 0-1 at kvtcp://127.0.0.1:"), std::string::npos) << down.second;
+  {
+    std::lock_guard lock(mutex);
+    ASSERT_FALSE(failures.empty()) << "no request was in flight when the stage died (" << num_done << " done)";
+    for (const std::string& f : failures) {
+      EXPECT_NE(f.find("pipeline stage"), std::string::npos) << "a failure that does not name the stage: " << f;
+    }
+  }
+
+  // launch starts the stage again; the engine reconnects and /health is 200 again.
+  const auto up = launch.wait_for_health(200, 60s);
+  ASSERT_EQ(up.first, 200) << up.second << "\n" << launch.log();
+  const std::vector<pid_t> pids = launch.pids_of("stage-a");
+  ASSERT_GE(pids.size(), 2u) << launch.log();
+  EXPECT_NE(launch.log().find("restarting stage-a in"), std::string::npos) << launch.log();
+  EXPECT_NE(launch.log().find("reconnected after"), std::string::npos) << launch.log();
+  // Served again, with the answers of before: nothing computed before the kill is reused.
+  EXPECT_EQ(tokens_of(launch_together(launch, requests())), expected);
+  const int status = launch.stop_with_sigterm();
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n"
+                                                                           << launch.log();
+  EXPECT_FALSE(running(pids.back())) << "the restarted stage outlived launch";
+}
+
+}  // namespace
+}  // namespace troupe::test

@@ -1,0 +1,80 @@
+// [pipeline] stages placed on [[nodes]] (issue 27): the endpoint the engine connects to (curve://
+// with the node's public key when the cluster has credentials) and the `troupe stage` processes
+// `troupe launch` starts on this machine.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kvtransfer/kv_channel.hpp"
+#include "node/pipeline_placement.hpp"
+#include "tests/scratch_dir.hpp"
+
+namespace troupe {
+namespace {
+
+bool has_pair(const std::vector<std::string>& argv, const std::string& flag, const std::string& value) {
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == flag && argv[i + 1] == value) return true;
+  }
+  return false;
+}
+
+const std::string two_stage_nodes =
+    "[model]\npath = \"/models/m\"\n[scheduler]\nblock_size = 32\n"
+    "[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\nrestart = \"always\"\n"
+    "[[nodes]]\nname = \"far\"\naddress = \"10.1.2.3:7202\"\n"
+    "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }, { node = \"far\", layers = \"2-3\" }]\n";
+
+TEST(pipeline_placement, without_credentials_stages_are_plain_tcp_and_launch_starts_the_local_ones) {
+  topology t = parse_topology(two_stage_nodes);
+  resolve_pipeline_stage_endpoints(t);
+  EXPECT_EQ(t.pipeline.stages[0].endpoint, "kvtcp://127.0.0.1:7201");
+  EXPECT_EQ(t.pipeline.stages[1].endpoint, "kvtcp://10.1.2.3:7202");
+  const std::vector<stage_process> here = local_stage_processes(t, "/bin/troupe", "info");
+  ASSERT_EQ(here.size(), 1u) << "the stage on another host is started there, not here";
+  const child_spec& spec = here[0].spec;
+  EXPECT_EQ(spec.name, "a");
+  EXPECT_EQ(here[0].restart, restart_mode::always);
+  ASSERT_GE(spec.argv.size(), 2u);
+  EXPECT_EQ(spec.argv[0], "/bin/troupe");
+  EXPECT_EQ(spec.argv[1], "stage");
+  EXPECT_TRUE(has_pair(spec.argv, "--model", "/models/m"));
+  EXPECT_TRUE(has_pair(spec.argv, "--layers", "0-1"));
+  EXPECT_TRUE(has_pair(spec.argv, "--host", "127.0.0.1"));
+  EXPECT_TRUE(has_pair(spec.argv, "--port", "7201"));
+  EXPECT_TRUE(has_pair(spec.argv, "--block-size", "32")) << "the stage's KV blocks must be the engine's";
+  EXPECT_EQ(std::find(spec.argv.begin(), spec.argv.end(), "--credentials"), spec.argv.end());
+  EXPECT_EQ(spec.ready_text, "pipeline stage 0-1 listening on");
+}
+
+TEST(pipeline_placement, with_credentials_stages_are_curve_with_the_nodes_key_and_get_the_credentials) {
+  const troupe::testing::scratch_dir dir;
+  write_kv_channel_keys(dir.path(), "a");
+  write_kv_channel_keys(dir.path(), "far");
+  topology t = parse_topology(two_stage_nodes + "[cluster]\ncredentials = \"" + dir.path().string() + "\"\n");
+  resolve_pipeline_stage_endpoints(t);
+  EXPECT_EQ(t.pipeline.stages[0].endpoint, "curve://127.0.0.1:7201/" + load_kv_channel_keys(dir.path(), "a").public_key);
+  EXPECT_EQ(t.pipeline.stages[1].endpoint, "curve://10.1.2.3:7202/" + load_kv_channel_keys(dir.path(), "far").public_key);
+  const std::vector<stage_process> here = local_stage_processes(t, "/bin/troupe", "info");
+  ASSERT_EQ(here.size(), 1u);
+  EXPECT_TRUE(has_pair(here[0].spec.argv, "--credentials", dir.path().string()));
+  EXPECT_TRUE(has_pair(here[0].spec.argv, "--name", "a"));
+}
+
+TEST(pipeline_placement, a_node_without_its_curve_key_is_named) {
+  const troupe::testing::scratch_dir dir;
+  write_kv_channel_keys(dir.path(), "far");
+  topology t = parse_topology(two_stage_nodes + "[cluster]\ncredentials = \"" + dir.path().string() + "\"\n");
+  try {
+    resolve_pipeline_stage_endpoints(t);
+    FAIL() << "resolved a stage whose node has no key";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a.kv.key"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace troupe
