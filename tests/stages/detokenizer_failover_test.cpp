@@ -90,7 +90,9 @@ class detokenizer_failover_test : public ::testing::Test {
       }
     }
     for (size_t i = 0; i < num_in_mailbox && next < batches.size(); ++i, ++next) ledger.record(batches[next], 0);
-    if (next > 0) EXPECT_EQ(ledger.requests_of(0, 1), std::vector<int64_t>{7});
+    if (next > 0) {
+      EXPECT_EQ(ledger.requests_of(0, 1), std::vector<int64_t>{7});
+    }
     detokenize_stage replacement(*tok_);
     detokenizer_ledger::resumption resumed = ledger.resume({{7, client.num_tokens()}});
     for (const detokenizer_resume_msg& prime : resumed.primes) replacement.resume(prime);
