@@ -104,6 +104,11 @@ bool reply_router::track(int64_t request_id) {
   return true;
 }
 
+bool reply_router::tracks(int64_t request_id) const {
+  std::lock_guard lock(tracked_mutex_);
+  return tracked_.count(request_id) != 0;
+}
+
 void reply_router::untrack(int64_t request_id) {
   std::lock_guard lock(tracked_mutex_);
   tracked_.erase(request_id);

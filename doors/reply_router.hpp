@@ -66,6 +66,8 @@ class reply_router {
   // request from now on. Returns how many were ended.
   size_t fail_all(error_code code, const std::string& message);
   size_t num_tracked() const;
+  // Whether the request is inside the stages: its client has not had its end yet.
+  bool tracks(int64_t request_id) const;
   // True once fail_all has run: every request is refused from then on, until serve_again.
   bool refusing() const;
   // Takes requests again after fail_all (the failed stage was replaced: a node came back).

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -89,15 +90,74 @@ class actor_downstream : public door_downstream {
       router->route(request_failed{request.request_id, error_code::internal, out_of_service_message()});
       return;
     }
-    caf::anon_send(next_tokenizer(), std::move(request));
-  }
-  caf::actor next_tokenizer() {
-    std::lock_guard lock(tokenizers_mutex);
-    return tokenizers[next_tokenizer_index++ % tokenizers.size()].actor;
+    caf::actor tokenizer;
+    {
+      std::lock_guard lock(tokenizers_mutex);
+      if (!tokenizers.empty()) tokenizer = tokenizers[next_tokenizer_index++ % tokenizers.size()].actor;
+      if (keep_tokenizations) keep_tokenization(tokenizer, request);
+    }
+    // No tokenizer only while a lost one is being replaced: the request waits in the kept ones.
+    if (tokenizer) caf::anon_send(tokenizer, std::move(request));
   }
   void set_tokenizers(std::vector<placed_stage> pool) {
     std::lock_guard lock(tokenizers_mutex);
     tokenizers = std::move(pool);
+  }
+
+  // Tokenizer failover. A request sent to a tokenizer on another node is kept (guarded by
+  // tokenizers_mutex) until the router has it; a tokenizer lost with its node takes the requests
+  // in its mailbox along, and these are sent again to the tokenizers left (resend_lost_tokenizations).
+  struct kept_tokenization {
+    caf::actor tokenizer;  // where it went (null: nowhere yet)
+    tokenize_request request;
+  };
+  bool keep_tokenizations = false;  // set once, before serving: a tokenizer runs on another node
+  std::unordered_map<int64_t, kept_tokenization> kept_tokenizations;
+  size_t forget_ended_tokenizations_at = 4096;
+  void keep_tokenization(const caf::actor& tokenizer, const tokenize_request& request) {
+    kept_tokenizations[request.request_id] = {tokenizer, request};
+    if (kept_tokenizations.size() <= forget_ended_tokenizations_at) return;
+    // Requests a tokenizer refused (the client has its error) never reach the router.
+    std::erase_if(kept_tokenizations, [this](const auto& kept) { return !router->tracks(kept.first); });
+    forget_ended_tokenizations_at = std::max<size_t>(4096, 2 * kept_tokenizations.size());
+  }
+  void tokenized(int64_t request_id) {
+    std::lock_guard lock(tokenizers_mutex);
+    kept_tokenizations.erase(request_id);
+  }
+  // A tokenizer is gone: no request goes to it from now on.
+  void drop_tokenizer(const caf::actor_addr& lost) {
+    std::lock_guard lock(tokenizers_mutex);
+    std::erase_if(tokenizers, [&](const placed_stage& stage) { return stage.actor.address() == lost; });
+  }
+  // On the router's thread, after every request a lost tokenizer passed on was routed: the rest
+  // of what went to tokenizers no longer in the pool is tokenized again.
+  void resend_lost_tokenizations() {
+    std::vector<std::pair<caf::actor, tokenize_request>> again;
+    size_t num_unplaced = 0;
+    {
+      std::lock_guard lock(tokenizers_mutex);
+      for (auto it = kept_tokenizations.begin(); it != kept_tokenizations.end();) {
+        const bool in_pool = std::any_of(tokenizers.begin(), tokenizers.end(),
+                                         [&](const placed_stage& stage) { return stage.actor == it->second.tokenizer; });
+        if (!router->tracks(it->first)) {
+          it = kept_tokenizations.erase(it);
+          continue;
+        }
+        if (!in_pool || !it->second.tokenizer) {
+          if (tokenizers.empty()) {
+            ++num_unplaced;
+          } else {
+            it->second.tokenizer = tokenizers[next_tokenizer_index++ % tokenizers.size()].actor;
+            again.emplace_back(it->second.tokenizer, it->second.request);
+          }
+        }
+        ++it;
+      }
+    }
+    for (auto& [tokenizer, request] : again) caf::anon_send(tokenizer, std::move(request));
+    spdlog::info("tokenized again {} requests their lost tokenizer had not passed on{}", again.size(),
+                 num_unplaced ? fmt::format(" ({} wait for a tokenizer)", num_unplaced) : std::string());
   }
   std::string out_of_service_message() {
     std::lock_guard lock(failure_mutex);
@@ -238,11 +298,21 @@ std::vector<caf::actor> actors_of(const std::vector<placed_stage>& stages) {
 // than let them hang. A stage of this process is a bug: the node stays out of service. A stage on
 // another node is placed again when that node answers, and then the node serves again.
 void node::impl::watch(const std::string& stage, const std::string& node, const caf::actor& actor) {
-  actor->attach_functor([this, gate = downstream.gate, stage, node](const caf::error& reason) {
+  actor->attach_functor([this, gate = downstream.gate, stage, node, address = actor.address()](const caf::error& reason) {
     if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) return;
     std::lock_guard watching(gate->mutex);
     if (gate->closed) return;  // the node is going or gone: `this` may be too
     const bool remote = node != t->cluster.name;
+    if (remote && (stage == "tokenizer" || stage == "detokenizer")) {
+      // Failover: the stage is placed again on the controller at once (restore), and its
+      // requests go on: a tokenizer's are tokenized again, a detokenizer's resumed by its
+      // replacement from what the router sent it (stages/detokenizer_ledger.hpp).
+      if (stage == "tokenizer") downstream.drop_tokenizer(address);
+      if (downstream.lost_remote.emplace(stage, node).second) placer->place_again_later(node, stage);
+      spdlog::warn("the {} stage on node {} was lost ({}): placing it on {} now; its requests go on", stage, node,
+                   system.render(reason), t->cluster.name);
+      return;
+    }
     const std::string what =
         "the " + stage + " stage" + (remote ? " on node " + node : std::string()) + " failed: " + system.render(reason);
     {
@@ -265,9 +335,12 @@ void node::impl::watch(const std::string& stage, const std::string& node, const 
 // (throws while the node does not answer), hands it to whoever sends to it, and serves again
 // once nothing lost is left.
 void node::impl::restore(const std::string& kind, const std::string& node) {
+  // Where the lost stages go: the controller, which is never the one lost (its loss ends the
+  // service) and has the tokenizer files (it checked them at start).
+  const std::string& here = t->cluster.name;
   if (kind == "tokenizer") {
     std::vector<placed_stage> fresh =
-        place_stages(system, *t, {node}, "tokenizer", caf::make_message(*tokenizing), t->tokenizer_pool_size);
+        place_stages(system, *t, {here}, "tokenizer", caf::make_message(*tokenizing), t->tokenizer_pool_size);
     std::vector<placed_stage> pool;
     {
       std::lock_guard lock(downstream.tokenizers_mutex);
@@ -277,12 +350,16 @@ void node::impl::restore(const std::string& kind, const std::string& node) {
     }
     pool.insert(pool.end(), fresh.begin(), fresh.end());
     downstream.set_tokenizers(std::move(pool));
-    for (const placed_stage& stage : fresh) watch("tokenizer", node, stage.actor);
+    for (const placed_stage& stage : fresh) watch("tokenizer", here, stage.actor);
+    // Behind every request the lost ones passed on, in the router's mailbox.
+    caf::anon_send(downstream.router_actor, retokenize_atom::value);
+    spdlog::info("the tokenizer stage of node {} now runs on {}", node, here);
     std::lock_guard watching(downstream.watch_mutex);
     for (const placed_stage& stage : fresh) actors.push_back(stage.actor);
   } else if (kind == "detokenizer") {
-    std::vector<placed_stage> fresh = place_stages(system, *t, {node}, "detokenizer", caf::make_message(*detokenizing), 1);
-    watch("detokenizer", node, fresh.front().actor);
+    std::vector<placed_stage> fresh = place_stages(system, *t, {here}, "detokenizer", caf::make_message(*detokenizing), 1);
+    watch("detokenizer", here, fresh.front().actor);
+    spdlog::info("the detokenizer stage of node {} now runs on {}", node, here);
     std::lock_guard watching(downstream.watch_mutex);
     // Each lost one of this node is replaced by the new one, keeping the router's order.
     for (placed_stage& stage : detokenizers) {
@@ -293,13 +370,13 @@ void node::impl::restore(const std::string& kind, const std::string& node) {
   }
   std::lock_guard watching(downstream.watch_mutex);
   downstream.lost_remote.erase({kind, node});
-  if (downstream.lost_remote.empty() && !downstream.failed_for_good) {
+  if (downstream.lost_remote.empty() && !downstream.failed_for_good && router.refusing()) {
     {
       std::lock_guard lock(downstream.failure_mutex);
       downstream.failure.clear();
     }
     router.serve_again();
-    spdlog::info("serving again: the {} stage on node {} is back", kind, node);
+    spdlog::info("serving again: the {} stage of node {} is placed again", kind, node);
   }
 }
 
@@ -350,6 +427,17 @@ node::node(const topology& t) : topology_(t) {
   routing.on_engine_lost = [placer](engine_instance_id, const std::string& node, engine_role role) {
     placer->place_again_later(node, role == engine_role::mixed ? "engine" : engine_role_name(role));
   };
+  // Stages on other nodes may be lost mid-request: what they were sent is kept for their
+  // replacements (tokenizer and detokenizer failover, impl::watch).
+  auto elsewhere = [&tp](const std::vector<std::string>& nodes) {
+    return std::any_of(nodes.begin(), nodes.end(), [&tp](const std::string& n) { return n != tp.cluster.name; });
+  };
+  routing.keep_detokenizer_ledger = elsewhere(tp.placement.detokenizers);
+  if (elsewhere(tp.placement.tokenizers)) {
+    s.downstream.keep_tokenizations = true;
+    routing.on_tokenized = [&s](int64_t request_id) { s.downstream.tokenized(request_id); };
+    routing.on_tokenizer_lost = [&s] { s.downstream.resend_lost_tokenizations(); };
+  }
   if (!tp.cluster.credentials.empty()) placer->set_local_kv_keys(load_kv_channel_keys(tp.cluster.credentials, tp.cluster.name));
   // Mixed instances, then the prefill and the decode halves of a disaggregated topology.
   std::vector<std::pair<std::string, engine_role>> instances;

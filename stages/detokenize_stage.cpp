@@ -36,6 +36,14 @@ void detokenize_stage::forget(int64_t request_id) {
   if (plugins_) plugins_->end_request(request_id);
 }
 
+void detokenize_stage::resume(const detokenizer_resume_msg& resume) {
+  live_.erase(resume.request_id);
+  live_request& request =
+      live_.try_emplace(resume.request_id, tokenizer_, resume.stop, resume.skip_special_tokens).first->second;
+  for (int32_t id : resume.spelled_ids) (void)request.matcher.push(request.detokenizer.push(id));
+  request.num_output_tokens = static_cast<int>(resume.spelled_ids.size());
+}
+
 detokenize_stage::outputs detokenize_stage::run(token_batch batch) {
   outputs out;
   out.texts.deltas.reserve(batch.deltas.size());

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "plugins/plugin_chain.hpp"
+#include "stages/detokenizer_resume.hpp"
 #include "stages/messages.hpp"
 #include "text/stop_string_matcher.hpp"
 #include "text/tokenizer.hpp"
@@ -40,6 +41,10 @@ class detokenize_stage {
   detokenize_stage& operator=(const detokenize_stage&) = delete;
 
   outputs run(token_batch batch);
+  // Takes over a request from a lost detokenizer: spells `resume.spelled_ids` (whose text the
+  // client already has) without output, so the request's next deltas continue its text exactly
+  // (stages/detokenizer_resume.hpp). Replaces any state the stage held for the request.
+  void resume(const detokenizer_resume_msg& resume);
   // Requests whose state the stage holds: each is dropped when the request ends, whichever way.
   size_t num_live() const { return live_.size(); }
 

@@ -26,6 +26,8 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
         }
         for (int64_t id : out.stopped_ids) self->send(scheduler, stop_request_msg{id});
       },
+      // From the router, before the deltas of a request it takes over from a lost detokenizer.
+      [=](detokenizer_resume_msg& resume) { stage->resume(resume); },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
       [](loaded_atom) { return true; },
   });

@@ -14,6 +14,7 @@
 #include <caf/sec.hpp>
 
 #include "kvtransfer/device_kv_copier.hpp"
+#include "stages/detokenizer_resume.hpp"
 #include "stages/messages.hpp"
 #include "stages/stage_specs.hpp"
 #include "stages/trace_messages.hpp"
@@ -271,6 +272,11 @@ typename Inspector::result_type inspect(Inspector& f, abort_request_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stop_request_msg& x) {
   return f(caf::meta::type_name("stop_request_msg"), x.request_id);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, detokenizer_resume_msg& x) {
+  return f(caf::meta::type_name("detokenizer_resume_msg"), x.request_id, x.stop, x.skip_special_tokens, x.spelled_ids);
 }
 
 template <class Inspector>

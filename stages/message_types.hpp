@@ -36,6 +36,7 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<text_batch>{}, "text_batch");
   f(std::type_identity<abort_request_msg>{}, "abort_request_msg");
   f(std::type_identity<stop_request_msg>{}, "stop_request_msg");
+  f(std::type_identity<detokenizer_resume_msg>{}, "detokenizer_resume_msg");
   f(std::type_identity<stage_failure_drill>{}, "stage_failure_drill");
   f(std::type_identity<stats_query>{}, "stats_query");
   f(std::type_identity<stats_answer>{}, "stats_answer");

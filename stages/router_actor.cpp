@@ -4,6 +4,7 @@
 #include <caf/stateful_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include "stages/detokenizer_ledger.hpp"
 #include "stages/detokenizer_shards.hpp"
 #include "stages/engine_router.hpp"
 #include "stages/instance_fan_in.hpp"
@@ -33,6 +34,16 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   auto detokenizers = std::make_shared<std::vector<caf::actor>>(spec.detokenizers);
   const auto timeout = spec.request_timeout;
   auto on_lost = spec.on_engine_lost;
+  auto on_tokenized = spec.on_tokenized;
+  auto on_tokenizer_lost = spec.on_tokenizer_lost;
+  // Detokenizer failover: what each one was sent, and per detokenizer whether it is being resumed
+  // (its deltas wait in the ledger) under which generation (a later replacement overrides).
+  auto ledger = spec.keep_detokenizer_ledger ? std::make_shared<detokenizer_ledger>() : nullptr;
+  struct detokenizer_resumption {
+    bool resuming = false;
+    uint64_t generation = 0;
+  };
+  auto resumptions = std::make_shared<std::vector<detokenizer_resumption>>(spec.detokenizers.size());
 
   auto instance_of_sender = [=]() -> std::optional<engine_instance_id> {
     const caf::strong_actor_ptr& sender = self->current_sender();
@@ -71,10 +82,62 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     self->send(scheduler, std::move(request));
     if (where->aborted_early) self->send(scheduler, abort_request_msg{id});
   };
-  // Sends what the router asked for: aborts of the other half, hand-overs, re-runs, failures.
-  auto send_to_detokenizer = [=](token_batch batch, int64_t request_id) {
-    if (detokenizers->empty()) return;
-    self->send((*detokenizers)[detokenizer_of(request_id, detokenizers->size())], std::move(batch));
+  // Each request's part of the batch to its detokenizer, noted in the ledger first; a part for a
+  // detokenizer being resumed stays in the ledger, which the resumption sends.
+  auto forward_to_detokenizers = [=](token_batch batch) {
+    std::vector<token_batch> parts = split_for_detokenizers(std::move(batch), detokenizers->size());
+    const timestamp_ns now = ledger ? steady_now_ns() : 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].empty()) continue;
+      if (ledger) ledger->record(parts[i], now);
+      if (!(*resumptions)[i].resuming) self->send((*detokenizers)[i], std::move(parts[i]));
+    }
+  };
+  // A detokenizer placed in place of a lost one at `index`: the frontend says what each client
+  // has, and the new one is sent the rest (stages/detokenizer_ledger.hpp).
+  auto resume_detokenizer = [=](size_t index) {
+    detokenizer_resumption& resumption = (*resumptions)[index];
+    resumption.resuming = true;
+    const uint64_t generation = ++resumption.generation;
+    const std::vector<int64_t> asked = ledger ? ledger->requests_of(index, detokenizers->size()) : std::vector<int64_t>{};
+    auto finish = [=](const std::unordered_map<int64_t, int32_t>& counts) {
+      if ((*resumptions)[index].generation != generation) return;  // replaced again meanwhile
+      (*resumptions)[index].resuming = false;
+      if (!ledger) return;
+      // Requests that came while the frontend answered: their clients have nothing yet.
+      std::vector<std::pair<int64_t, int32_t>> delivered;
+      for (int64_t id : ledger->requests_of(index, detokenizers->size())) {
+        auto it = counts.find(id);
+        delivered.emplace_back(id, it == counts.end() ? 0 : it->second);
+      }
+      detokenizer_ledger::resumption out = ledger->resume(delivered);
+      const caf::actor& detokenizer = (*detokenizers)[index];
+      for (detokenizer_resume_msg& prime : out.primes) self->send(detokenizer, std::move(prime));
+      const size_t num_deltas = out.replay.deltas.size();
+      if (!out.replay.empty()) self->send(detokenizer, std::move(out.replay));
+      spdlog::info("router: detokenizer {} replaced; {} requests resumed there ({} deltas sent again)", index,
+                   out.primes.size(), num_deltas);
+    };
+    self->request(frontend, timeout, delivered_tokens_atom::value, asked)
+        .then(
+            [=](std::vector<int32_t>& counts) {
+              std::unordered_map<int64_t, int32_t> by_id;
+              for (size_t i = 0; i < asked.size() && i < counts.size(); ++i) by_id[asked[i]] = counts[i];
+              finish(by_id);
+            },
+            [=](caf::error& error) {
+              // Cannot happen short of a bug (the frontend is in this process): the requests
+              // could only hang, so they end with the reason.
+              spdlog::error("router: the frontend did not say what its clients have ({}): failing {} requests",
+                            self->system().render(error), asked.size());
+              std::unordered_map<int64_t, int32_t> ended;
+              for (int64_t id : asked) {
+                ended[id] = -1;
+                self->send(frontend, request_failed{id, error_code::internal,
+                                                    "its detokenizer was lost and could not be resumed"});
+              }
+              finish(ended);
+            });
   };
   auto carry_out = [=] {
     router_commands commands = router->take_commands();
@@ -89,9 +152,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     for (request_failed& failure : commands.failures) {
       // Through its detokenizer, which may hold text of it and must forget it first.
       token_batch batch;
-      const int64_t id = failure.request_id;
       batch.failures.push_back(std::move(failure));
-      send_to_detokenizer(std::move(batch), id);
+      forward_to_detokenizers(std::move(batch));
     }
     for (schedule_request& request : commands.reruns) dispatch(std::move(request));
   };
@@ -169,7 +231,15 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         return true;
       },
       [=](set_detokenizers_atom, std::vector<caf::actor>& replaced) {
-        if (replaced.size() == detokenizers->size()) *detokenizers = std::move(replaced);
+        if (replaced.size() != detokenizers->size()) return;
+        for (size_t i = 0; i < replaced.size(); ++i) {
+          if (replaced[i] == (*detokenizers)[i]) continue;
+          (*detokenizers)[i] = replaced[i];
+          resume_detokenizer(i);
+        }
+      },
+      [=](retokenize_atom) {
+        if (on_tokenizer_lost) on_tokenizer_lost();
       },
       [=](abort_all_atom) {
         for (const auto& [request_id, instance] : router->routed_requests()) {
@@ -207,16 +277,19 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         }
         return lines;
       },
-      [=](schedule_request& request) { dispatch(std::move(request)); },
+      [=](schedule_request& request) {
+        if (on_tokenized) on_tokenized(request.request_id);
+        // A request tokenized twice (sent again after its tokenizer was lost, though that one had
+        // passed it on already): the first one runs.
+        if (router->instance_of(request.request_id)) return;
+        dispatch(std::move(request));
+      },
       [=](token_batch& batch) {
         const std::optional<engine_instance_id> from = instance_of_sender();
         if (!from) return;  // from an instance already lost or stopped: its requests moved on
         token_batch out = router->on_tokens(*from, std::move(batch));
         carry_out();
-        std::vector<token_batch> parts = split_for_detokenizers(std::move(out), detokenizers->size());
-        for (size_t i = 0; i < parts.size(); ++i) {
-          if (!parts[i].empty()) self->send((*detokenizers)[i], std::move(parts[i]));
-        }
+        forward_to_detokenizers(std::move(out));
         stop_if_drained(*from);
       },
       [=](request_failed& refusal) {

@@ -9,7 +9,7 @@
 //                | trace_query, their answers, kv_ready_msg,          | token_batch (detokenizers), request_failed,
 //                | kv_arrival_msg, kv_failed_msg; engine_joined,      | stats_answer, trace_answer (frontend)
 //                | drain_engine, list_engines, abort_all,             |
-//                | set_detokenizers (the controller)                  |
+//                | set_detokenizers, retokenize (the controller)      | delivered_tokens (frontend), detokenizer_resume_msg
 //   scheduler    | schedule_request, abort_request_msg,               | step_plan (worker), token_batch, request_failed,
 //                | stop_request_msg, stats_query, trace_query,        | kv_ready_msg, kv_arrival_msg, kv_failed_msg
 //                | kv_ready_msg, kv_arrival_msg, kv_handover_msg      | (router), kv_expect_msg, kv_cancel_msg,
@@ -18,7 +18,7 @@
 //                |                                                    | kv_arrival_msg (KV agent)
 //   KV agent     | kv_expect_msg, kv_cancel_msg, kv_ready_msg,        | kv_ready_msg, kv_lease_counts (responses),
 //                | kv_arrival_msg, kv_leases                          | kv_arrival_msg (its scheduler)
-//   detokenizer  | token_batch                                        | text_batch, request_failed,
+//   detokenizer  | token_batch, detokenizer_resume_msg                | text_batch, request_failed,
 //                |                                                    | stop_request_msg (to the batch's sender)
 //   docs/architecture.md ("Messages") says what each carries.
 //   every stage also takes a stage_failure_drill (node::fail_stage), which makes it throw.
@@ -106,8 +106,16 @@ using drain_engine_atom = caf::atom_constant<caf::atom("engdrain")>;
 using list_engines_atom = caf::atom_constant<caf::atom("englist")>;
 // (set_detokenizers_atom, std::vector<caf::actor>): the detokenizers from now on (one was
 // replaced); (abort_all_atom): abort every request on an instance (the node failed them all).
+// A detokenizer that replaces a lost one (an actor other than the one at its index) takes over
+// its requests mid-stream: the router asks the frontend (delivered_tokens_atom, ids) →
+// std::vector<int32_t> how many output tokens each client has, holds that detokenizer's deltas
+// meanwhile, and sends it what stages/detokenizer_ledger.hpp says.
 using set_detokenizers_atom = caf::atom_constant<caf::atom("setdetok")>;
 using abort_all_atom = caf::atom_constant<caf::atom("abortall")>;
+using delivered_tokens_atom = caf::atom_constant<caf::atom("delivtok")>;
+// (retokenize_atom): a tokenizer was lost; the router calls router_spec::on_tokenizer_lost once
+// every request that tokenizer had already passed on (ahead in the router's mailbox) is routed.
+using retokenize_atom = caf::atom_constant<caf::atom("retoken")>;
 
 struct router_spec {
   int block_size = 16;                   // the engines' KV block size
@@ -117,6 +125,15 @@ struct router_spec {
   // Called when an instance is lost (not drained), after its requests were re-run elsewhere:
   // the controller places a new one when it can.
   std::function<void(engine_instance_id, const std::string& node, engine_role role)> on_engine_lost;
+  // Called for each request a tokenizer passes on, as the router takes it: it is no longer the
+  // tokenizer's (the controller stops keeping it for a re-tokenization).
+  std::function<void(int64_t request_id)> on_tokenized;
+  // Called on (retokenize_atom): the controller sends the requests still held for a lost
+  // tokenizer to the tokenizers left.
+  std::function<void()> on_tokenizer_lost;
+  // Keep what goes to the detokenizers (stages/detokenizer_ledger.hpp) so that one lost with its
+  // node can be replaced mid-stream: set when a detokenizer runs on another node.
+  bool keep_detokenizer_ledger = false;
 };
 caf::behavior router_actor(caf::event_based_actor* self, router_spec spec);
 

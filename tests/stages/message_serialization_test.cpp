@@ -196,6 +196,9 @@ std::vector<text_delta> samples(of<text_delta>) { return {{full_delta(), "Once",
 std::vector<text_batch> samples(of<text_batch>) { return {{samples(of<text_delta>{})}}; }
 std::vector<abort_request_msg> samples(of<abort_request_msg>) { return {{42}, {43, true}}; }
 std::vector<stop_request_msg> samples(of<stop_request_msg>) { return {{43}}; }
+std::vector<detokenizer_resume_msg> samples(of<detokenizer_resume_msg>) {
+  return {{44, {"\n\n", "END"}, false, {5, 6, 7}}, {45, {}, true, {}}};
+}
 std::vector<stage_failure_drill> samples(of<stage_failure_drill>) { return {{"drill"}}; }
 std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
 std::vector<step_model_report> samples(of<step_model_report>) {
@@ -699,6 +702,12 @@ void expect_same(const abort_request_msg& a, const abort_request_msg& b) {
   EXPECT_EQ(a.quietly, b.quietly);
 }
 void expect_same(const stop_request_msg& a, const stop_request_msg& b) { EXPECT_EQ(a.request_id, b.request_id); }
+void expect_same(const detokenizer_resume_msg& a, const detokenizer_resume_msg& b) {
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.stop, b.stop);
+  EXPECT_EQ(a.skip_special_tokens, b.skip_special_tokens);
+  EXPECT_EQ(a.spelled_ids, b.spelled_ids);
+}
 void expect_same(const stats_query& a, const stats_query& b) { EXPECT_EQ(a.tag, b.tag); }
 void expect_same(const stage_failure_drill& a, const stage_failure_drill& b) { EXPECT_EQ(a.reason, b.reason); }
 
@@ -783,7 +792,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 47);
+  EXPECT_EQ(num_types, 48);
   for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;
