@@ -3,8 +3,11 @@
 #include <spdlog/spdlog.h>
 #include <zmq.h>
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <array>
@@ -116,11 +119,12 @@ class kv_receiver::impl final : public kv_frame_sink {
     unregister_local_receiver(endpoint_);  // no sender of this process is inside take_frame after this
     stop_ = true;
     if (relay_) relay_->stop();  // no sender reaches the PULL socket while it closes
+    thread_.join();  // no connection is accepted after this
     // A read inside a frame returns at once: a peer dripping a frame must not hold the shutdown.
     if (guard_) guard_->shut_all();
-    thread_.join();
+    for (const auto& r : readers_) r->thread.join();  // each closes its connection
     if (inbox_) inbox_->close();  // joins the pairs' threads: no receive calls back after this
-    for (const tcp_connection& c : connections_) ::close(c.fd);
+    for (const tcp_connection& c : silent_) ::close(c.fd);
     if (listener_ >= 0) ::close(listener_);
   }
 
@@ -282,30 +286,60 @@ class kv_receiver::impl final : public kv_frame_sink {
   }
 
   // ---- plain TCP (settings.plain_tcp, no keys) ----
+  //
+  // This thread accepts connections and watches the silent ones (accepted, no byte yet); a
+  // connection that has something to read gets a reader thread of its own for the rest of its
+  // life, which reads its frames blocking (the kernel wakes it per frame, not per packet). A peer
+  // dripping a frame holds only its own reader until its read deadline: every other sender's
+  // frames are read meanwhile (issue 25; one thread read every frame before). Reader threads are
+  // at most max_connections, the connections the guard lets be open at once.
 
   void run_plain_tcp() {
     std::vector<zmq::pollitem_t> items;
     while (!stop_) {
+      reap_readers();
+      // At the readers' cap, the silent connections are not watched: one that became readable
+      // would wake the poll at once, forever, until a reader is free (they are still expired).
+      const bool room = readers_.size() < max_connections;
       items.assign(1, {nullptr, listener_, ZMQ_POLLIN, 0});
-      for (const tcp_connection& c : connections_) items.push_back({nullptr, c.fd, ZMQ_POLLIN, 0});
+      if (room) {
+        for (const tcp_connection& c : silent_) items.push_back({nullptr, c.fd, ZMQ_POLLIN, 0});
+      }
       try {
         zmq::poll(items.data(), items.size(), std::chrono::milliseconds(poll_timeout_ms));
       } catch (const zmq::error_t& e) {
         spdlog::error("kv receiver {}: {}", endpoint_, e.what());
       }
-      // Connections first (their indexes match items 1..), then new ones.
-      for (size_t i = connections_.size(); i-- > 0;) {
-        if (!(items[i + 1].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) continue;
-        if (!serve_connection(connections_[i])) {
-          guard_->closed(connections_[i].ticket);
-          ::close(connections_[i].fd);
-          connections_.erase(connections_.begin() + static_cast<std::ptrdiff_t>(i));
+      // Silent connections first (their indexes match items 1..), then new ones.
+      for (size_t i = items.size() - 1; i > 0; --i) {
+        const short revents = items[i].revents;
+        if (!(revents & (ZMQ_POLLIN | ZMQ_POLLERR))) continue;
+        tcp_connection c = std::move(silent_[i - 1]);
+        silent_.erase(silent_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+        // Shut down by the guard (timed out or evicted) or reset: nothing to read, no reader.
+        if ((revents & ZMQ_POLLERR) || hung_up(c.fd)) {
+          close_connection(c);
+        } else if (readers_.size() < max_connections) {
+          start_reader(std::move(c));
+        } else {
+          silent_.push_back(std::move(c));  // read when a reader is free
         }
       }
       if (items[0].revents & ZMQ_POLLIN) accept_connections();
-      guard_->expire();  // connections that sent no frame in time: their next read ends them
+      guard_->expire();  // connections that sent no frame in time: shut, then closed above
       expire(std::chrono::steady_clock::now());
     }
+  }
+
+  // Both directions shut (the guard's shutdown(2)) or the connection reset.
+  static bool hung_up(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0;
+  }
+
+  void close_connection(const tcp_connection& c) {
+    guard_->closed(c.ticket);  // before close(2): the guard never shuts a reused descriptor
+    ::close(c.fd);
   }
 
   // Through the net layer: at the open-files limit a waiting connection is shed rather than left
@@ -318,13 +352,59 @@ class kv_receiver::impl final : public kv_frame_sink {
       const int fd = accept_connection(listener_, shed);
       if (!shed.empty()) guard_->log().refuse("out of file descriptors", shed);
       if (fd < 0) return;
-      const uint64_t ticket = guard_->admit(fd, peer_address(fd));
+      uint64_t evicted = 0;
+      const uint64_t ticket = guard_->admit(fd, peer_address(fd), &evicted);
+      if (evicted != 0) close_silent(evicted);  // a flood accepted in a batch holds no shut descriptors
       if (ticket == 0) {
         ::close(fd);
         continue;
       }
       kv_tcp_prepare_accepted(fd, stall_timeout);
-      connections_.push_back({fd, {}, ticket});
+      silent_.push_back({fd, {}, ticket});
+    }
+  }
+
+  // Closes the silent connection with `ticket` now, if it is one (a reader's sees the shutdown).
+  void close_silent(uint64_t ticket) {
+    auto it = std::find_if(silent_.begin(), silent_.end(), [&](const tcp_connection& c) { return c.ticket == ticket; });
+    if (it == silent_.end()) return;
+    close_connection(*it);
+    silent_.erase(it);
+  }
+
+  void start_reader(tcp_connection c) {
+    auto reader = std::make_unique<tcp_reader>();
+    tcp_reader& r = *reader;
+    r.thread = std::thread([this, &r, c = std::move(c)]() mutable {
+      read_connection(c);
+      close_connection(c);
+      r.done = true;
+    });
+    readers_.push_back(std::move(reader));
+  }
+
+  // Joins the readers whose connection has closed.
+  void reap_readers() {
+    for (auto it = readers_.begin(); it != readers_.end();) {
+      if (!(*it)->done) {
+        ++it;
+        continue;
+      }
+      (*it)->thread.join();
+      it = readers_.erase(it);
+    }
+  }
+
+  // A reader thread: the connection's frames, one after another, until it closes, fails, or the
+  // receiver stops. Between frames it waits for the next one's first byte in short ticks, so a
+  // stopping receiver is seen (the guard's shut_all also ends a read in flight).
+  void read_connection(tcp_connection& c) {
+    while (!stop_) {
+      pollfd p{c.fd, POLLIN, 0};
+      const int rc = ::poll(&p, 1, poll_timeout_ms * 5);
+      if (rc < 0 && errno != EINTR) return;
+      if (rc <= 0) continue;
+      if (!serve_connection(c)) return;
     }
   }
 
@@ -490,7 +570,12 @@ class kv_receiver::impl final : public kv_frame_sink {
   static constexpr std::chrono::milliseconds stall_timeout{1000};  // inside a frame
   static constexpr std::chrono::milliseconds first_frame_timeout{5000};  // a connection's first header
   int listener_ = -1;
-  std::vector<tcp_connection> connections_;
+  std::vector<tcp_connection> silent_;  // accepted, nothing to read yet: the thread's only
+  struct tcp_reader {
+    std::thread thread;
+    std::atomic<bool> done{false};  // its connection is closed: join it
+  };
+  std::vector<std::unique_ptr<tcp_reader>> readers_;  // the thread's only (the destructor's after it)
   std::optional<connection_guard> guard_;  // the listener's bounds; shut_all ends reads in flight
 
   std::atomic<bool> stop_{false};

@@ -1,5 +1,6 @@
 #pragma once
-// The decode side of the KV data plane: a socket bound on its own thread that takes frames for
+// The decode side of the KV data plane: a socket bound on its own thread (over plain TCP, with a
+// reader thread per sender's connection, so a slow sender delays no other) that takes frames for
 // the transfers it was told to expect, checks each against its expectation before it reads the
 // payload, and imports it into the reserved blocks of the model's pool.
 //
@@ -14,7 +15,8 @@
 // is only counted (a late frame of a cancelled transfer is normal).
 //
 // Thread safety: expect/cancel/stats may be called from any thread; the events are called on the
-// receiver's thread (or, for frames from a sender in the same process, on the sender's thread).
+// receiver's threads (or, for frames from a sender in the same process, on the sender's thread),
+// possibly several at once: the events must be thread-safe.
 // model::import_kv runs on those threads, concurrently with the model's forward on other blocks.
 
 #include <chrono>

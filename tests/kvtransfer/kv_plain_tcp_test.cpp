@@ -1,8 +1,8 @@
 // The KV plane over plain TCP (kv_channel_settings::plain_tcp, kvtransfer/kv_tcp.hpp): the same
 // transfers as over ZeroMQ continue bitwise equal, chunk by chunk in order; a frame the receiver
 // refuses by its header leaves the connection usable when the stream is still framed, and closes
-// it when it is not, after which the sender reconnects; a receiver that is gone fails the
-// transfer by name. Every wait is bounded.
+// it when it is not, after which the sender reconnects; a peer dripping a frame delays no other
+// sender; a receiver that is gone fails the transfer by name. Every wait is bounded.
 
 #include <gtest/gtest.h>
 
@@ -149,6 +149,33 @@ TEST_F(kv_plane_test, over_plain_tcp_a_dripping_peer_is_cut_off_and_cannot_hold_
   dripping.join();
   EXPECT_LT(took, 800ms) << "the shutdown waited "
                          << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms for the dripping peer";
+}
+
+// Each sender's connection is read on its own: while a peer drips a frame (a byte every 100 ms,
+// cut off only at its read deadline, ~1 s), another sender's frame is taken at once. With one
+// thread reading every connection, that frame waited for the dripper's deadline (issue 25).
+TEST_F(kv_plane_test, over_plain_tcp_a_dripping_peer_delays_no_other_sender) {
+  event_log received;
+  kv_receiver receiver(*b_, plain_tcp(), received.receiver_events());
+  receiver.expect(expectation(7));
+  receiver.expect(expectation(8));
+  const std::vector<std::byte> dripped = frame_of(8, 0, 1, 0, num_tokens).header_bytes();
+  std::atomic<bool> stop{false};
+  raw_peer dripper(receiver.endpoint());
+  std::thread dripping([&] { dripper.drip(dripped, 100ms, stop); });
+  std::this_thread::sleep_for(250ms);  // the receiver is inside the dripped header now
+  raw_peer sender(receiver.endpoint());
+  const frame good = frame_of(7, 0, 1, 0, num_tokens);
+  const auto start = std::chrono::steady_clock::now();
+  sender.write(good.header_bytes(), good.payload);
+  const bool taken = eventually([&] { return receiver.stats().num_frames == 1; }, 5s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  stop = true;
+  dripping.join();
+  ASSERT_TRUE(taken) << receiver.stats().last_refusal;
+  EXPECT_LT(took, 400ms) << "the frame waited "
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                         << " ms behind a dripping peer";
 }
 
 TEST_F(kv_plane_test, over_plain_tcp_a_sender_reconnects_after_the_receiver_closed_its_connection) {
