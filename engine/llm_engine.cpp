@@ -98,6 +98,10 @@ std::vector<request_output> llm_engine::step() {
   step_plan plan = scheduler_.schedule();
   if (plan.empty()) return outputs;
   step_result result = runner_.run(plan);
+  // A request the runner failed alone (a logits plugin) ends aborted; its token is dropped.
+  for (const failed_request& f : result.failed) {
+    if (std::optional<token_delta> last = scheduler_.abort(f.request_id)) outputs.push_back(std::move(*last));
+  }
   std::vector<token_delta> deltas = scheduler_.update(plan, result);
   outputs.insert(outputs.end(), std::make_move_iterator(deltas.begin()), std::make_move_iterator(deltas.end()));
   return outputs;

@@ -13,8 +13,9 @@
 //
 // Phrases are token-id sequences, the model's own tokens: the plugin sees ids, not text, and a
 // host-side tokenization of text could split a phrase differently from how the model writes it.
-// Get a phrase's ids from the server: POST /tokenize {"prompt": " red ball", "add_special_tokens":
-// false}. Configuration: {"phrases": [[1234, 567], [89]]}. A phrase of one token bans that token.
+// Get a phrase's ids from the server: POST /tokenize {"prompt": "red ball", "add_special_tokens":
+// false, "return_token_strs": true} (no leading space: a SentencePiece tokenizer marks the word start
+// itself, and a space would add a token of its own; token_strs shows what each id is). Configuration: {"phrases": [[1234, 567], [89]]}. A phrase of one token bans that token.
 // What it bans is the token sequence: the model may still spell the same text with other tokens
 // (a rarer split); list those sequences too where it matters.
 //
