@@ -72,7 +72,7 @@ TEST(plugins_e2e, banned_phrases_keeps_a_phrase_out_of_greedy_output_through_bot
   }
   ASSERT_GE(phrase.size(), 2u) << "a phrase of one token would test only a banned token";
   serve_process server({"--http", "on", "--http-port", "0", "--served-model-name", "stories", "--plugin",
-                        example_plugin("banned_phrases") + ",{\"phrases\": " + nlohmann::json(phrase).dump() + "}"});
+                        example_plugin("banned_phrases") + ",{\"phrases\": [" + nlohmann::json(phrase).dump() + "]}"});
   client c = server.make_client();
   c.set_timeout(std::chrono::seconds(60));
 
