@@ -67,7 +67,9 @@ TEST(logits_hook, changes_only_the_rows_of_requests_that_name_a_plugin_and_sees_
     for (const sampled_token& t : result.tokens) outputs[t.request_id].push_back(t.token_id);
     sched->update(plan, result);
   }
-  runner.run(sched->schedule());  // hands the finished ids to the runner
+  // Finished ids reach the worker with the next plan that runs something.
+  ASSERT_FALSE(sched->add_request(9, make_prompt(6, 50), testing::greedy(1)));
+  runner.run(sched->schedule());
   EXPECT_EQ(outputs[1], std::vector<int32_t>(5, 7));  // forced
   EXPECT_NE(outputs[2], std::vector<int32_t>(5, 7));  // the model's own
   EXPECT_EQ(hook.histories.count(2), 0u);
