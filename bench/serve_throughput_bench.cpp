@@ -6,7 +6,10 @@
 // measures llama.cpp the same way; bench/serve_vs_llama_cpp.sh runs both.
 //
 //   troupe_bench_serve --endpoint tcp://127.0.0.1:5557 [--streams 1,8,32] [--prompt 32]
-//                      [--decode 128] [--reps 3] [--vocab 32000]
+//                      [--decode 128] [--reps 3] [--vocab 32000] [--plugins NAME,...]
+//
+// --plugins: every request names these logits plugins (the server must have loaded them), for
+// the plugin overhead run (bench/plugin_overhead.sh).
 
 #include <algorithm>
 #include <barrier>
@@ -36,7 +39,7 @@ struct stream_result {
 
 // One round: `num_streams` requests at once; returns the seconds until the last one finished.
 double run_round(const std::string& endpoint, int num_streams, int prompt_len, int decode, int vocab, int round,
-                 std::vector<stream_result>& results) {
+                 const std::vector<std::string>& plugins, std::vector<stream_result>& results) {
   results.assign(num_streams, {});
   std::barrier start(num_streams + 1);
   std::vector<std::thread> threads;
@@ -53,6 +56,7 @@ double run_round(const std::string& endpoint, int num_streams, int prompt_len, i
         r.sampling.temperature = 0.0f;
         r.sampling.max_tokens = decode;
         r.sampling.ignore_eos = true;
+        r.sampling.logits_plugins = plugins;
         const auto sent = clock_type::now();
         bool first = true;
         auto out = c.generate(r, [&](const troupe::delta_reply& d) {
@@ -79,6 +83,7 @@ int main(int argc, char** argv) try {
   std::string endpoint;
   std::vector<int> stream_counts = {1, 8, 32};
   int prompt_len = 32, decode = 128, reps = 3, vocab = 32000;
+  std::vector<std::string> plugins;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
@@ -89,7 +94,11 @@ int main(int argc, char** argv) try {
     else if (flag == "--decode") decode = std::stoi(value);
     else if (flag == "--reps") reps = std::stoi(value);
     else if (flag == "--vocab") vocab = std::stoi(value);
-    else throw std::runtime_error("unknown flag " + flag + " (expected --endpoint, --streams, --prompt, --decode, --reps, --vocab)");
+    else if (flag == "--plugins") {
+      std::stringstream names(value);
+      for (std::string name; std::getline(names, name, ',');) plugins.push_back(name);
+    }
+    else throw std::runtime_error("unknown flag " + flag + " (expected --endpoint, --streams, --prompt, --decode, --reps, --vocab, --plugins)");
   }
   if (endpoint.empty()) throw std::runtime_error("--endpoint tcp://HOST:PORT of a running troupe serve is required");
   if (prompt_len < 1 || decode < 1 || reps < 1 || vocab < 16) throw std::runtime_error("--prompt, --decode, --reps >= 1; --vocab >= 16");
@@ -101,7 +110,7 @@ int main(int argc, char** argv) try {
     double best = 0, best_ttft = 0;
     for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
       std::vector<stream_result> results;
-      const double seconds = run_round(endpoint, num_streams, prompt_len, decode, vocab, round++, results);
+      const double seconds = run_round(endpoint, num_streams, prompt_len, decode, vocab, round++, plugins, results);
       int total = 0;
       for (const auto& r : results) {
         if (!r.error.empty()) throw std::runtime_error("a stream failed: " + r.error);

@@ -102,6 +102,10 @@ std::vector<request_output> llm_engine::step() {
   step_result result = runner_.run(plan);
   // The step-time model learns from this engine's own steps too (`troupe plan --calibrate`).
   scheduler_.observe_step(outline_of(plan), std::chrono::duration<double>(engine_clock::now() - started).count());
+  // A request the runner failed alone (a logits plugin) ends aborted; its token is dropped.
+  for (const failed_request& f : result.failed) {
+    if (std::optional<token_delta> last = scheduler_.abort(f.request_id)) outputs.push_back(std::move(*last));
+  }
   std::vector<token_delta> deltas = scheduler_.update(plan, result);
   outputs.insert(outputs.end(), std::make_move_iterator(deltas.begin()), std::make_move_iterator(deltas.end()));
   return outputs;

@@ -104,7 +104,8 @@ bool model_runner::samples_plainly(const sampling_params& p) {
 }
 
 bool model_runner::samples_plainly_but_for_constraint(const sampling_params& p) {
-  return !uses_penalties(p) && p.logit_bias.empty() && p.min_p == 0.0f && p.logprobs < 0 && p.prompt_logprobs < 0;
+  return !uses_penalties(p) && p.logit_bias.empty() && p.min_p == 0.0f && p.logprobs < 0 && p.prompt_logprobs < 0 &&
+         p.logits_plugins.empty();
 }
 
 void model_runner::build_batch(const step_plan& plan, int block_size, forward_batch& batch) {
@@ -124,6 +125,7 @@ void model_runner::stream_kv_to(std::unique_ptr<kv_layer_sink> sink) { kv_out_ =
 
 void model_runner::apply_entries(const step_plan& plan) {
   for (int64_t id : plan.finished_ids) {
+    end_request(id);
     if (requests_.erase(id) != 0) proposer_->forget(id);
     if (kv_out_) kv_out_->forget(id, false);
   }
@@ -139,7 +141,8 @@ void model_runner::apply_entries(const step_plan& plan) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
                                  std::to_string(s.request_id) + " on the worker without its sampling parameters");
       }
-      if ((uses_penalties(*s.params) || is_guided(*s.params) || s.speculative || s.params->prompt_logprobs >= 0) &&
+      if ((uses_penalties(*s.params) || is_guided(*s.params) || s.speculative || s.params->prompt_logprobs >= 0 ||
+           !s.params->logits_plugins.empty()) &&
           static_cast<int>(s.penalty_token_ids.size()) < s.num_prompt_tokens) {
         throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " starts request " +
                                  std::to_string(s.request_id) + " with penalties or a constraint but a history of " +
@@ -152,6 +155,7 @@ void model_runner::apply_entries(const step_plan& plan) {
       state->penalty_token_ids.assign(s.penalty_token_ids.begin(), s.penalty_token_ids.end());
       state->num_prompt_tokens = s.num_prompt_tokens;
       state->speculative = s.speculative;
+      state->plugins_failed = false;
       state->pooled.clear();  // a fresh start (or a recompute after preemption) pools anew
       state->num_pooled = 0;
       state->prompt_logprobs.clear();
@@ -280,7 +284,8 @@ void model_runner::propose_drafts(const step_plan& plan) {
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const scheduled_sequence& s = plan.sequences[i];
     const request_state& state = *entry_states_[i];
-    if (!s.sample || s.num_draft_slots <= 0 || !state.speculative) continue;
+    // A logits plugin judges one row per step, after the tokens before it are known: no drafts.
+    if (!s.sample || s.num_draft_slots <= 0 || !state.speculative || !state.params.logits_plugins.empty()) continue;
     draft_requests_.push_back(draft_request{s.request_id, state.penalty_token_ids, s.num_draft_slots});
     draft_entries_.push_back(i);
   }
@@ -399,10 +404,38 @@ void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     if (!plan.sequences[i].sample) continue;
     token_of_entry[i] = static_cast<int>(result.tokens.size());
+    // A request its plugins failed still gets its token (the scheduler drops it with the request).
+    if (!entry_states_[i]->params.logits_plugins.empty() && !entry_states_[i]->plugins_failed) {
+      run_logits_plugins(plan, i, row, result);
+    }
     row += verify_entry(plan, i, row, result);
   }
   if (!batch_.hidden_rows.empty()) pool_hidden_states(plan, token_of_entry, result);
   take_prompt_logprobs(plan, token_of_entry, row, result);
+}
+
+bool model_runner::run_logits_plugins(const step_plan& plan, size_t entry, int row, step_result& result) {
+  const scheduled_sequence& s = plan.sequences[entry];
+  request_state& state = *entry_states_[entry];
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  std::string why;
+  if (!logits_hook_) {
+    why = "this worker runs no logits plugins, and the request names plugin '" + state.params.logits_plugins.front() + "'";
+  } else {
+    why = logits_hook_->process(state.params.logits_plugins, s.request_id, state.penalty_token_ids,
+                                state.num_prompt_tokens,
+                                std::span<float>(logits_.data() + static_cast<size_t>(row) * vocab, vocab));
+  }
+  if (why.empty()) return true;
+  state.plugins_failed = true;
+  result.failed.push_back(failed_request{s.request_id, std::move(why)});
+  return false;
+}
+
+void model_runner::end_request(int64_t request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end() || !logits_hook_ || it->second.params.logits_plugins.empty()) return;
+  logits_hook_->end(request_id, it->second.params.logits_plugins);
 }
 
 void model_runner::collect_prompt_rows(const step_plan& plan) {

@@ -24,6 +24,7 @@
 
 #include "engine/draft_proposer.hpp"
 #include "engine/kv_layer_sink.hpp"
+#include "engine/logits_hook.hpp"
 #include "engine/request_grammars.hpp"
 #include "engine/sampler.hpp"
 #include "engine/step_plan.hpp"
@@ -52,6 +53,11 @@ class model_runner {
   void set_draft_proposer(std::unique_ptr<draft_proposer> proposer);
   const draft_proposer& proposer() const { return *proposer_; }
 
+  // Logits plugins: the hook that runs the plugins a request names on its rows before they are
+  // sampled (engine/logits_hook.hpp; serving's is stages/plugin_logits_hook.hpp). Without one, a
+  // request naming plugins fails. The runner owns the hook.
+  void set_logits_hook(std::unique_ptr<logits_hook> hook) { logits_hook_ = std::move(hook); }
+
   // The tokenizer's vocabulary as bytes, which structured output needs (served_model has it).
   void set_vocabulary(std::shared_ptr<const token_vocabulary> vocabulary,
                       std::shared_ptr<const token_vocabulary> with_special = nullptr) {
@@ -64,7 +70,8 @@ class model_runner {
   // Whether the last run() sampled on the model's device (for tests and tracing).
   bool last_run_sampled_on_device() const { return last_on_device_; }
 
-  // True when `params` need nothing but the logits row, temperature, top-k and top-p.
+  // True when `params` need nothing but the logits row, temperature, top-k and top-p (a logits
+  // plugin needs the row on the host).
   static bool samples_plainly(const sampling_params& params);
   // The same, but a structured-output constraint allowed: the device applies its token mask.
   static bool samples_plainly_but_for_constraint(const sampling_params& params);
@@ -99,6 +106,9 @@ class model_runner {
     int32_t num_prompt_tokens = 0;
     std::unique_ptr<grammar_matcher> matcher;  // structured output only
     bool speculative = false;                  // scheduled_sequence::speculative
+    // Its logits plugins failed it: the scheduler ends it, and a step planned before it knew
+    // (overlapped scheduling) samples it without calling them again.
+    bool plugins_failed = false;
     // Pooling (embeddings): the sum of the prompt rows' hidden states so far (mean), or the last
     // row's (last), and how many rows it holds.
     std::vector<double> pooled;  // [hidden_size]
@@ -106,7 +116,10 @@ class model_runner {
     // prompt_logprobs: the prompt positions' so far, sent with the token sampled after the prompt.
     std::vector<prompt_token_logprob> prompt_logprobs;  // [positions computed so far]
     // The history holds the prompt, whose next token each prompt row is judged against.
-    bool keeps_history() const { return speculative || uses_penalties(params) || params.prompt_logprobs >= 0; }
+    // So does a request with logits plugins, whose hook reads prompt and outputs.
+    bool keeps_history() const {
+      return speculative || uses_penalties(params) || params.prompt_logprobs >= 0 || !params.logits_plugins.empty();
+    }
   };
 
   // Drops the state of requests that ended or were preempted, applies each entry's blocks (and
@@ -142,6 +155,11 @@ class model_runner {
   // prompt (token_of_entry[i], or -1), attaches the finished embedding.
   void pool_hidden_states(const step_plan& plan, const std::vector<int>& token_of_entry, step_result& result);
   void sample_on_host(const step_plan& plan, step_result& result);
+  // Runs entry `entry`'s logits plugins on its row `row`; false (and the request in
+  // result.failed) when they failed it.
+  bool run_logits_plugins(const step_plan& plan, size_t entry, int row, step_result& result);
+  // The request left the worker for good: its logits plugins drop what they kept for it.
+  void end_request(int64_t request_id);
   // Verifies entry `entry`'s drafts against its logits rows, starting at `row`: the accepted
   // drafts, then the target's own token, into result. Returns the rows it used.
   int verify_entry(const step_plan& plan, size_t entry, int row, step_result& result);
@@ -154,6 +172,7 @@ class model_runner {
   std::vector<std::vector<int32_t>> proposed_;       // [draft_requests_] what the proposer said
   std::vector<std::vector<int32_t>> drafts_;         // [plan entries] the drafts verified this run
   std::unique_ptr<kv_layer_sink> kv_out_;
+  std::unique_ptr<logits_hook> logits_hook_;
 
   std::vector<float> hidden_;                 // [hidden rows, hidden_size] this run's pooled rows
   std::vector<int> hidden_entry_rows_;        // [plan entries] how many of them each entry has

@@ -319,7 +319,8 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
     // start entry never has a sample pending, so the known tokens are the whole history.
     // A constraint replays the outputs; a proposer reads the whole history.
     // Prompt logprobs judge each prompt row against the prompt's next token.
-    if (uses_penalties(seq.params()) || is_guided(seq.params()) || s.speculative || seq.params().prompt_logprobs >= 0) {
+    if (uses_penalties(seq.params()) || is_guided(seq.params()) || s.speculative || seq.params().prompt_logprobs >= 0 ||
+        !seq.params().logits_plugins.empty()) {
       s.penalty_token_ids.assign(seq.token_ids().begin(), seq.token_ids().end());
       s.num_prompt_tokens = seq.num_prompt_tokens();
     }

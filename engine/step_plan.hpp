@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/token_delta.hpp"
@@ -119,12 +120,20 @@ struct sampled_token {
   std::vector<prompt_token_logprob> prompt_logprobs;  // [num_prompt_tokens - 1]
 };
 
+// A request the worker could not serve this step (a logits plugin failed on its row): the
+// scheduler ends it with `why`; its sampled token, still in `tokens`, is dropped.
+struct failed_request {
+  int64_t request_id = 0;
+  std::string why;
+};
+
 struct step_result {
   uint64_t step_id = 0;
   // One per scheduled sequence with `sample` set, in the plan's order; an entry with draft
   // slots has 1 + (drafts accepted) consecutive tokens: the accepted drafts, then the token the
   // target model chose where it disagreed (or after the last draft).
   std::vector<sampled_token> tokens;
+  std::vector<failed_request> failed;
 };
 
 }  // namespace troupe

@@ -73,6 +73,33 @@ std::string actor_metrics_text(const cluster_inspection& cluster) {
              [](const scheduler_row& r) { return static_cast<double>(r.num_running); });
   schedulers("troupe:scheduler_num_requests_waiting", "Requests waiting in the scheduler's queue.",
              [](const scheduler_row& r) { return static_cast<double>(r.num_waiting); });
+  // Each plugin as a stage of its own: its hook's calls, failures and call times.
+  using plugin_value = std::function<double(const plugin_counters&)>;
+  auto plugins = [&](const char* name, const char* type, const char* help, const plugin_value& value) {
+    family(out, name, type, help);
+    for (const node_inspection& node : cluster.nodes) {
+      for (const plugin_row& row : node.plugins) {
+        out << name << "{node=\"" << escape_label_value(node.node) << "\",stage=\"" << escape_label_value(row.stage)
+            << "\",plugin=\"" << escape_label_value(row.counters.plugin) << "\",hook=\""
+            << escape_label_value(row.counters.hook) << "\"} " << number(value(row.counters)) << '\n';
+      }
+    }
+  };
+  plugins("troupe:plugin_calls_total", "counter", "Calls of the plugin's hook on the stage.",
+          [](const plugin_counters& c) { return static_cast<double>(c.num_calls); });
+  plugins("troupe:plugin_errors_total", "counter",
+          "Calls that failed their request: error returns, exceptions, garbage, calls over budget.",
+          [](const plugin_counters& c) { return static_cast<double>(c.num_errors); });
+  plugins("troupe:plugin_over_budget_total", "counter", "Calls that took longer than the plugin's budget (among the errors).",
+          [](const plugin_counters& c) { return static_cast<double>(c.num_over_budget); });
+  plugins("troupe:plugin_rejections_total", "counter", "Requests the plugin refused (request hook) or stopped (output hook).",
+          [](const plugin_counters& c) { return static_cast<double>(c.num_rejected); });
+  plugins("troupe:plugin_call_seconds_total", "counter", "Time spent in the plugin's hook.",
+          [](const plugin_counters& c) { return c.total_ms / 1e3; });
+  plugins("troupe:plugin_call_p50_seconds", "gauge", "Median time of the hook's calls since the stage started.",
+          [](const plugin_counters& c) { return c.p50_ms / 1e3; });
+  plugins("troupe:plugin_call_p99_seconds", "gauge", "99th percentile time of the hook's calls since the stage started.",
+          [](const plugin_counters& c) { return c.p99_ms / 1e3; });
   return out.str();
 }
 

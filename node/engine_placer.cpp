@@ -54,6 +54,7 @@ worker_spec engine_placer::worker_for(const std::string& node) const {
   spec.draft_model = topology_.speculative.draft_spec(spec.model);  // the draft's KV as the node's
   spec.ngram = topology_.speculative.ngram;
   spec.pipeline = topology_.pipeline;
+  spec.plugins = topology_.plugins;
   spec.model.backend.layers = topology_.pipeline.engine_layers();
   return spec;
 }

@@ -72,6 +72,37 @@ scheduler_row scheduler_row_from_json(const nlohmann::json& j) {
   return row;
 }
 
+nlohmann::json to_json(const plugin_row& row) {
+  const plugin_counters& c = row.counters;
+  return {{"stage", row.stage},
+          {"plugin", c.plugin},
+          {"hook", c.hook},
+          {"num_calls", c.num_calls},
+          {"num_errors", c.num_errors},
+          {"num_over_budget", c.num_over_budget},
+          {"num_rejected", c.num_rejected},
+          {"p50_ms", c.p50_ms},
+          {"p99_ms", c.p99_ms},
+          {"total_ms", c.total_ms}};
+}
+
+plugin_row plugin_row_from_json(const nlohmann::json& j) {
+  constexpr const char* where = "a plugin";
+  plugin_row row;
+  row.stage = field<std::string>(j, "stage", where);
+  plugin_counters& c = row.counters;
+  c.plugin = field<std::string>(j, "plugin", where);
+  c.hook = field<std::string>(j, "hook", where);
+  c.num_calls = field<int64_t>(j, "num_calls", where);
+  c.num_errors = field<int64_t>(j, "num_errors", where);
+  c.num_over_budget = field<int64_t>(j, "num_over_budget", where);
+  c.num_rejected = field<int64_t>(j, "num_rejected", where);
+  c.p50_ms = field<double>(j, "p50_ms", where);
+  c.p99_ms = field<double>(j, "p99_ms", where);
+  c.total_ms = field<double>(j, "total_ms", where);
+  return row;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const node_inspection& node) {
@@ -79,11 +110,14 @@ nlohmann::json to_json(const node_inspection& node) {
   for (const actor_row& row : node.actors) actors.push_back(to_json(row));
   nlohmann::json schedulers = nlohmann::json::array();
   for (const scheduler_row& row : node.schedulers) schedulers.push_back(to_json(row));
+  nlohmann::json plugins = nlohmann::json::array();
+  for (const plugin_row& row : node.plugins) plugins.push_back(to_json(row));
   return {{"node", node.node},
           {"reachable", node.reachable},
           {"error", node.error},
           {"actors", std::move(actors)},
-          {"schedulers", std::move(schedulers)}};
+          {"schedulers", std::move(schedulers)},
+          {"plugins", std::move(plugins)}};
 }
 
 nlohmann::json to_json(const cluster_inspection& cluster) {
@@ -101,6 +135,10 @@ node_inspection node_inspection_from_json(const nlohmann::json& j) {
   for (const nlohmann::json& row : field<nlohmann::json>(j, "actors", where)) node.actors.push_back(actor_row_from_json(row));
   for (const nlohmann::json& row : field<nlohmann::json>(j, "schedulers", where)) {
     node.schedulers.push_back(scheduler_row_from_json(row));
+  }
+  // Optional: a node from before plugins were inspected sends none.
+  if (j.contains("plugins")) {
+    for (const nlohmann::json& row : field<nlohmann::json>(j, "plugins", where)) node.plugins.push_back(plugin_row_from_json(row));
   }
   return node;
 }

@@ -1,7 +1,7 @@
 #pragma once
 // One look inside a running cluster (`troupe inspect`): every instrumented actor of every node
-// with its statistics (stages/actor_stats.hpp), and every scheduler's KV usage, running and
-// waiting counts. A node's inspector (node/node_inspector.hpp) answers with its node's part, the
+// with its statistics (stages/actor_stats.hpp), every scheduler's KV usage, running and
+// waiting counts, and every stage's plugins with their counters (plugins/plugin_stats.hpp). A node's inspector (node/node_inspector.hpp) answers with its node's part, the
 // controller's cluster inspector (node/cluster_inspector.hpp) gathers every node's, and the whole
 // travels as JSON: the same text the admin door answers, `troupe inspect --once --json` prints
 // and the live view reads. Plain data, no CAF.
@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plugins/plugin_stats.hpp"
 #include "stages/actor_stats.hpp"
 
 namespace troupe {
@@ -36,12 +37,19 @@ struct scheduler_row {
   }
 };
 
+// One plugin on one stage of the node (its counters since the stage started).
+struct plugin_row {
+  std::string stage;  // "tokenizer" (request hook), "detokenizer" (output), "worker" (logits)
+  plugin_counters counters;
+};
+
 struct node_inspection {
   std::string node;
   bool reachable = true;  // false: it did not answer in time (then `error` says why)
   std::string error;
   std::vector<actor_row> actors;
   std::vector<scheduler_row> schedulers;
+  std::vector<plugin_row> plugins;  // absent from a node's JSON of before plugins: none
 };
 
 struct cluster_inspection {

@@ -198,6 +198,30 @@ std::vector<std::string> render_inspection(const cluster_inspection& cluster, in
       }
     }
   }
+  // Plugins, each as a stage of its own: calls, failures and call times since its stage started.
+  bool any_plugin = false;
+  for (const node_inspection& node : cluster.nodes) any_plugin |= !node.plugins.empty();
+  if (any_plugin) {
+    tail.emplace_back();
+    tail.push_back(cut(pad("PLUGIN", 16, true) + " " + pad("NODE", 12, true) + " " + pad("STAGE", 12, true) + " " +
+                           pad("HOOK", 8, true) + " " + pad("CALLS", 10, false) + " " + pad("ERRORS", 7, false) + " " +
+                           pad("OVER", 6, false) + " " + pad("REFUSED", 8, false) + " " + pad("P50", 10, false) + " " +
+                           pad("P99", 10, false),
+                       width));
+    for (const node_inspection& node : cluster.nodes) {
+      for (const plugin_row& p : node.plugins) {
+        const plugin_counters& c = p.counters;
+        tail.push_back(cut(pad(c.plugin, 16, true) + " " + pad(node.node, 12, true) + " " + pad(p.stage, 12, true) + " " +
+                               pad(c.hook, 8, true) + " " + pad(std::to_string(c.num_calls), 10, false) + " " +
+                               pad(std::to_string(c.num_errors), 7, false) + " " +
+                               pad(std::to_string(c.num_over_budget), 6, false) + " " +
+                               pad(std::to_string(c.num_rejected), 8, false) + " " +
+                               pad(duration_text(c.p50_ms * 1e3), 10, false) + " " +
+                               pad(duration_text(c.p99_ms * 1e3), 10, false),
+                           width));
+      }
+    }
+  }
   for (const node_inspection& node : cluster.nodes) {
     if (!node.reachable) tail.push_back(cut("node " + node.node + " UNREACHABLE: " + node.error, width));
   }

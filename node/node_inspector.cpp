@@ -51,6 +51,9 @@ caf::behavior node_inspector_actor(caf::event_based_actor* self, std::string nod
             pending->result.schedulers.push_back(std::move(row));
           }
         }
+        for (auto& [stage, counters] : registry->plugin_stage_counters()) {
+          pending->result.plugins.push_back({stage, std::move(counters)});
+        }
         if (schedulers.empty()) return to_json(pending->result).dump();
         pending->num_pending = schedulers.size();
         pending->promise = self->make_response_promise();

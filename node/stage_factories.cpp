@@ -3,6 +3,7 @@
 #include <caf/actor_factory.hpp>
 #include <caf/spawn_options.hpp>
 
+#include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/stage_actors.hpp"
 #include "stages/tokenize_stage.hpp"
@@ -42,9 +43,10 @@ void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_
 
 std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count) {
   spec.validate();
+  auto plugins = std::make_shared<plugin_chain>(spec.plugins, "request");
+  register_plugins(system, "tokenizer", plugins);
   auto stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
-                                                      spec.vocab_size, spec.max_model_len,
-                                                      std::make_shared<plugin_chain>(spec.plugins, "request"));
+                                                      spec.vocab_size, spec.max_model_len, plugins);
   std::vector<caf::actor> pool;
   for (int i = 0; i < count; ++i) {
     pool.push_back(system.spawn(tokenizer_actor, stage, spec.router, spec.reply_to));
@@ -53,6 +55,7 @@ std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokeni
 }
 
 spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, const kv_channel_keys& kv_keys) {
+  std::shared_ptr<plugin_chain> logits_plugins = load_worker_logits_plugins(spec);
   std::shared_ptr<served_model> served = load_served_model(spec.model);
   attach_pipeline_stages(spec, kv_keys, *served);
   worker_kv_settings kv;
@@ -62,7 +65,7 @@ spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, 
   kv.transport = spec.kv_transport;
   check_worker_kv_transport(kv.transport, *served->backend_model);  // fails the spawn, as a bad draft does
   worker_drafts drafts = load_worker_drafts(spec, *served);
-  caf::actor actor = system.spawn<caf::detached>(worker_actor, served, kv, std::move(drafts));
+  caf::actor actor = system.spawn<caf::detached>(worker_actor, served, kv, std::move(drafts), std::move(logits_plugins));
   return {std::move(actor), std::move(served)};
 }
 

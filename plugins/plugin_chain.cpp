@@ -84,6 +84,9 @@ timed_status call_timed(const std::string& name, int32_t budget_ms, plugin_stats
 plugin_chain::plugin_chain(const std::vector<plugin_spec>& specs, const std::string& hook) : hook_(hook) {
   for (const plugin_spec& spec : specs) {
     auto library = plugin_library::load(spec);
+    for (const char* h : plugin_hook_names) {
+      if (library->runs(h)) names_by_hook_[h].push_back(library->name());
+    }
     if (!library->runs(hook)) continue;  // destroyed here: this stage runs none of its hooks
     plugins_.push_back({std::move(library), std::make_unique<plugin_stats>()});
   }
@@ -204,6 +207,83 @@ std::optional<plugin_verdict> plugin_chain::on_output(int64_t request_id, std::s
     e.stats->record(elapsed, plugin_stats::outcome::ok);
   }
   return std::nullopt;
+}
+
+std::vector<std::string> plugin_chain::names_running(const std::string& hook) const {
+  auto it = names_by_hook_.find(hook);
+  return it == names_by_hook_.end() ? std::vector<std::string>{} : it->second;
+}
+
+plugin_chain::entry* plugin_chain::find(const std::string& name) {
+  for (entry& e : plugins_) {
+    if (e.library->name() == name) return &e;
+  }
+  return nullptr;
+}
+
+const plugin_chain::entry* plugin_chain::find(const std::string& name) const {
+  return const_cast<plugin_chain*>(this)->find(name);
+}
+
+std::optional<plugin_verdict> plugin_chain::on_logits(const std::vector<std::string>& names, int64_t request_id,
+                                                      std::span<const int32_t> token_ids, size_t num_prompt_ids,
+                                                      std::span<float> logits) {
+  for (const std::string& name : names) {
+    entry* e = find(name);
+    if (e == nullptr) {
+      return plugin_verdict{plugin_verdict::kind::failed, name,
+                            quoted(name) + " is not a logits plugin this worker runs"};
+    }
+    const troupe_plugin& p = e->library->plugin();
+    troupe_logits row{};
+    row.request_id = request_id;
+    row.token_ids = token_ids.data();
+    row.num_token_ids = token_ids.size();
+    row.num_prompt_ids = num_prompt_ids;
+    row.logits = logits.data();
+    row.vocab_size = logits.size();
+    plugin_reply reply;
+    const timed_status call = call_timed(name, e->library->spec().budget_ms, *e->stats, "logits",
+                                         [&] { return p.on_logits(p.state, &row, &reply.c); });
+    if (call.failure) return call.failure;
+    auto failure = [&](std::string message) {
+      e->stats->record(call.elapsed_ns, plugin_stats::outcome::error);
+      return plugin_verdict{plugin_verdict::kind::failed, name, std::move(message)};
+    };
+    if (call.status != TROUPE_PLUGIN_OK) {
+      return failure(quoted(name) + " failed in its logits hook" +
+                     (call.status == TROUPE_PLUGIN_ERROR
+                          ? ""
+                          : " (status " + std::to_string(call.status) + " is not a logits hook's answer)") +
+                     ": " + reason(reply));
+    }
+    size_t num_unmasked = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const float v = logits[i];
+      if (std::isnan(v) || v == INFINITY) {
+        return failure(quoted(name) + " returned garbage: logit " + std::to_string(v) + " for token " +
+                       std::to_string(i) + " (a logit is finite, or -inf to mask its token)");
+      }
+      num_unmasked += std::isfinite(v) ? 1 : 0;
+    }
+    if (num_unmasked == 0) return failure(quoted(name) + " masked every token of the vocabulary");
+    e->stats->record(call.elapsed_ns, plugin_stats::outcome::ok);
+  }
+  return std::nullopt;
+}
+
+void plugin_chain::end_request(int64_t request_id, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    entry* e = find(name);
+    if (e == nullptr) continue;
+    const troupe_plugin& p = e->library->plugin();
+    if (!p.on_request_end) continue;
+    try {
+      p.on_request_end(p.state, request_id);
+    } catch (...) {
+      // The request is over; nothing is left to fail.
+    }
+  }
 }
 
 void plugin_chain::end_request(int64_t request_id) {

@@ -47,17 +47,25 @@ std::unique_ptr<plugin_library> plugin_library::load(const plugin_spec& spec) {
                              " (the major must match, the minor be at most the server's)");
   }
   lib->name_ = !spec.name.empty() ? spec.name : (p.name && *p.name ? std::string(p.name) : spec.library);
-  if (!p.on_request && !p.on_output) throw std::runtime_error(who + ": implements no hook (on_request and on_output are both NULL)");
+  // A plugin built against ABI 1.0 never wrote on_logits: the host's zeroed struct keeps it NULL.
+  if (!p.on_request && !p.on_output && !p.on_logits) {
+    throw std::runtime_error(who + ": implements no hook (on_request, on_output and on_logits are all NULL)");
+  }
   for (const std::string& hook : spec.hooks) {
-    if ((hook == "request" && !p.on_request) || (hook == "output" && !p.on_output)) {
+    if (!lib->implements(hook)) {
       throw std::runtime_error(who + ": the configuration asks for its " + hook + " hook, which it does not implement");
     }
   }
   return lib;
 }
 
+bool plugin_library::implements(const std::string& hook) const {
+  return (hook == "request" && plugin_.on_request) || (hook == "output" && plugin_.on_output) ||
+         (hook == "logits" && plugin_.on_logits);
+}
+
 bool plugin_library::runs(const std::string& hook) const {
-  const bool implemented = (hook == "request" && plugin_.on_request) || (hook == "output" && plugin_.on_output);
+  const bool implemented = implements(hook);
   const bool asked = spec_.hooks.empty() || std::find(spec_.hooks.begin(), spec_.hooks.end(), hook) != spec_.hooks.end();
   return implemented && asked;
 }

@@ -295,6 +295,14 @@ void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits
     s.stop_token_ids = read_token_ids(*v, "stop_token_ids", limits.max_prompt_token_ids);
   }
   if (const auto* v = fields.take("stop")) s.stop = read_stop_strings(*v, limits);
+  if (const auto* v = fields.take("plugins")) {
+    if (v->type != msgpack::type::ARRAY) fail("plugins", std::string("expected an array of strings, got ") + type_name(*v));
+    // One past the limit is read, so the value rules name the count.
+    for (uint32_t i = 0; i < v->via.array.size && i <= limits.max_logits_plugins; ++i) {
+      s.logits_plugins.push_back(
+          read_string(v->via.array.ptr[i], "plugins[" + std::to_string(i) + "]", limits.max_string_bytes));
+    }
+  }
   if (const auto* v = fields.take("ignore_eos")) s.ignore_eos = read_bool(*v, "ignore_eos");
   if (const auto* v = fields.take("logprobs")) {
     if (v->type == msgpack::type::BOOLEAN) {
@@ -447,7 +455,8 @@ std::string encode_request(const client_request& request) {
           // reaches servers from before the field existed (they refuse unknown fields).
           const bool speculative_chosen = s.num_speculative_tokens != sampling_params{}.num_speculative_tokens;
           uint32_t n = 17 + (s.seed ? 1 : 0) + (r.api_key.empty() ? 0 : 1) + (is_guided(s) ? 1 : 0) +
-                       (speculative_chosen ? 1 : 0) + (s.prompt_logprobs >= 0 ? 1 : 0);
+                       (speculative_chosen ? 1 : 0) + (s.prompt_logprobs >= 0 ? 1 : 0) +
+                       (s.logits_plugins.empty() ? 0 : 1);
           // Targets and tenant only when given, for the same reason.
           const bool has_slo = r.targets.ttft_ms > 0 || r.targets.tpot_ms > 0;
           n += (has_slo ? 1 : 0) + (r.targets.tenant.empty() ? 0 : 1);
@@ -483,6 +492,11 @@ std::string encode_request(const client_request& request) {
           pack_str(p, "ignore_eos"); p.pack(s.ignore_eos);
           pack_str(p, "logprobs"); p.pack(s.logprobs);
           if (s.prompt_logprobs >= 0) { pack_str(p, "prompt_logprobs"); p.pack(s.prompt_logprobs); }
+          if (!s.logits_plugins.empty()) {
+            pack_str(p, "plugins");
+            p.pack_array(static_cast<uint32_t>(s.logits_plugins.size()));
+            for (const auto& name : s.logits_plugins) pack_str(p, name);
+          }
           pack_str(p, "stream"); p.pack(r.stream);
           pack_str(p, "priority"); p.pack(r.priority);
           if (has_slo) {

@@ -32,6 +32,8 @@ struct protocol_limits {
   size_t max_guided_choices = 256;       // guided_choice entries
   int max_speculative_tokens = 16;       // num_speculative_tokens (drafts verified per step)
   size_t max_logit_bias = 1024;          // logit_bias entries
+  size_t max_logits_plugins = 8;         // plugins (logits plugins a request names)
+  size_t max_plugin_name_bytes = 128;    // each of their names
 };
 
 }  // namespace troupe

@@ -89,6 +89,20 @@ std::optional<sampling_problem> validate_sampling_params(const sampling_params& 
     if (b.token_id < 0) return sampling_problem{"logit_bias", std::to_string(b.token_id) + " is not a token id"};
     if (auto problem = within(field.c_str(), b.bias, -100.0f, 100.0f)) return problem;
   }
+  if (p.logits_plugins.size() > limits.max_logits_plugins) {
+    return sampling_problem{"plugins", "more than " + std::to_string(limits.max_logits_plugins) + " entries"};
+  }
+  for (size_t i = 0; i < p.logits_plugins.size(); ++i) {
+    const std::string field = "plugins[" + std::to_string(i) + "]";
+    const std::string& name = p.logits_plugins[i];
+    if (name.empty()) return sampling_problem{field, "is empty"};
+    if (name.size() > limits.max_plugin_name_bytes) {
+      return sampling_problem{field, "longer than " + std::to_string(limits.max_plugin_name_bytes) + " bytes"};
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (p.logits_plugins[j] == name) return sampling_problem{field, "names '" + name + "' a second time"};
+    }
+  }
   const guided_decoding& g = p.guided;
   if ((g.kind == guided_kind::json_schema || g.kind == guided_kind::regex) && g.source.empty()) {
     return sampling_problem{g.kind == guided_kind::regex ? "guided_regex" : "guided_json", "is empty"};

@@ -71,6 +71,10 @@ struct sampling_params {
   // the vector with the one token it samples (max_tokens 1), which nobody reads.
   pooling_kind pooling = pooling_kind::none;
   bool normalize_embedding = true;
+  // The logits plugins (include/troupe/plugin.h, on_logits) the worker runs on this request's
+  // row before each sample, in this order: names the server loaded (the tokenizer stage refuses
+  // others by name). Wire name `plugins`. Such a request is sampled on the host.
+  std::vector<std::string> logits_plugins;
 };
 
 inline bool is_guided(const sampling_params& params) { return params.guided.kind != guided_kind::none; }
@@ -90,7 +94,8 @@ struct sampling_problem {
 // vLLM can send); max_tokens in [1, max_model_len]; logprobs and prompt_logprobs in [-1, max_logprobs]; stop
 // strings non-empty, bounded in number and bytes; stop ids non-negative, bounded in number;
 // num_speculative_tokens in [-1, max_speculative_tokens]; logit_bias bounded in number, its token
-// ids non-negative, its biases in [-100, 100];
+// ids non-negative, its biases in [-100, 100]; plugins bounded in number, each name non-empty,
+// bounded in bytes and given once;
 // a guided schema or regex non-empty and within max_string_bytes, choices non-empty and bounded
 // like stop strings in number. Whether the constraint compiles is grammar/'s verdict
 // (check_guided_decoding), which the doors ask next.

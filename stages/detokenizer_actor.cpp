@@ -39,8 +39,9 @@ caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokeni
   quit_with(self, spec.reply_to);  // its text has nowhere to go once the controller is gone
   std::shared_ptr<detokenize_stage> stage;
   try {
-    stage = std::make_shared<detokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
-                                               std::make_shared<plugin_chain>(spec.plugins, "output"));
+    auto plugins = std::make_shared<plugin_chain>(spec.plugins, "output");
+    register_plugins(self->system(), "detokenizer", plugins);
+    stage = std::make_shared<detokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)), plugins);
   } catch (const std::exception& e) {
     return refused_placement(self, "detokenizer", e.what());
   }

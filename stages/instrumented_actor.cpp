@@ -66,6 +66,33 @@ std::vector<actor_stats_registry::entry> actor_stats_registry::entries() const {
   return entries_;
 }
 
+void actor_stats_registry::add_plugins(std::string stage, std::weak_ptr<const plugin_chain> chain) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(plugins_, [](const auto& p) { return p.second.expired(); });
+  plugins_.emplace_back(std::move(stage), std::move(chain));
+}
+
+std::vector<std::pair<std::string, plugin_counters>> actor_stats_registry::plugin_stage_counters() const {
+  std::vector<std::pair<std::string, std::shared_ptr<const plugin_chain>>> live;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [stage, weak] : plugins_) {
+      if (auto chain = weak.lock()) live.emplace_back(stage, std::move(chain));
+    }
+  }
+  // Outside the lock: each chain's counters take their own locks.
+  std::vector<std::pair<std::string, plugin_counters>> out;
+  for (const auto& [stage, chain] : live) {
+    for (plugin_counters& c : chain->counters()) out.emplace_back(stage, std::move(c));
+  }
+  return out;
+}
+
+void register_plugins(caf::actor_system& system, std::string stage, const std::shared_ptr<const plugin_chain>& chain) {
+  actor_stats_registry* registry = stats_registry_of(system);
+  if (registry && chain && !chain->empty()) registry->add_plugins(std::move(stage), chain);
+}
+
 actor_stats_registry* stats_registry_of(caf::actor_system& system) {
   const auto* host = dynamic_cast<const actor_stats_host*>(&system.config());
   return host ? &host->stats_registry() : nullptr;

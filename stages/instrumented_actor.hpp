@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/actor_addr.hpp>
@@ -23,6 +24,7 @@
 #include <caf/behavior.hpp>
 #include <caf/event_based_actor.hpp>
 
+#include "plugins/plugin_chain.hpp"
 #include "stages/actor_stats.hpp"
 
 namespace troupe {
@@ -42,10 +44,21 @@ class actor_stats_registry {
   std::shared_ptr<actor_stats> find(caf::actor_id id) const;
   std::vector<entry> entries() const;  // in the order the actors started
 
+  // A stage's plugins (plugins/plugin_chain), whose counters the inspector shows beside the
+  // actors: held weakly, so they leave with the stage that owns them. A pool of tokenizers
+  // sharing one chain registers it once.
+  void add_plugins(std::string stage, std::weak_ptr<const plugin_chain> chain);
+  // Each live chain's counters, one per plugin, with the stage that runs it.
+  std::vector<std::pair<std::string, plugin_counters>> plugin_stage_counters() const;
+
  private:
   mutable std::mutex mutex_;
   std::vector<entry> entries_;  // guarded by mutex_
+  std::vector<std::pair<std::string, std::weak_ptr<const plugin_chain>>> plugins_;  // guarded by mutex_
 };
+
+// Registers `chain` (when it runs any plugin) with `system`'s registry, if it has one.
+void register_plugins(caf::actor_system& system, std::string stage, const std::shared_ptr<const plugin_chain>& chain);
 
 // Mixed into an actor_system_config to give the system a registry (node/node.cpp,
 // node/remote_node.cpp).

@@ -92,7 +92,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
            exact_float{x.frequency_penalty}, has_seed, seed,
            x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs, x.prompt_logprobs, guided_kind_value,
            x.guided.source, x.guided.choices, x.num_speculative_tokens, x.logit_bias, x.skip_special_tokens,
-           pooling_value, x.normalize_embedding, caf::meta::load_callback([&]() -> caf::error {
+           pooling_value, x.normalize_embedding, x.logits_plugins, caf::meta::load_callback([&]() -> caf::error {
              if (has_seed) x.seed = seed; else x.seed.reset();
              x.guided.kind = static_cast<guided_kind>(guided_kind_value);
              x.pooling = static_cast<pooling_kind>(pooling_value);
@@ -126,8 +126,13 @@ typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, failed_request& x) {
+  return f(caf::meta::type_name("failed_request"), x.request_id, x.why);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens);
+  return f(caf::meta::type_name("step_result"), x.step_id, x.tokens, x.failed);
 }
 
 template <class Inspector>
@@ -397,7 +402,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
   auto transport = static_cast<uint8_t>(x.kv_transport);
   return f(caf::meta::type_name("worker_spec"), x.model, x.kv_bind_host, x.kv_transfer_timeout_ms, x.draft_model,
-           x.ngram, x.pipeline, transport, caf::meta::load_callback([&]() -> caf::error {
+           x.ngram, x.pipeline, transport, x.plugins, caf::meta::load_callback([&]() -> caf::error {
              if (transport > static_cast<uint8_t>(kv_transport::nccl)) {
                return caf::make_error(caf::sec::runtime_error,
                                       "worker_spec: kv_transport " + std::to_string(transport) + " is not a transport");

@@ -157,6 +157,13 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
       }
     }
   } else {
+    // A request the worker failed alone (a logits plugin): ended first, so the update skips its token.
+    for (const failed_request& f : done.result.failed) {
+      if (scheduler_.abort(f.request_id)) {
+        timelines_.erase(f.request_id);
+        out.tokens.failures.push_back(request_failed{f.request_id, error_code::internal, f.why});
+      }
+    }
     for (auto& delta : scheduler_.update(plan, done.result)) emit(out, std::move(delta));
   }
   plan_next(out);

@@ -45,6 +45,7 @@
 #include "kvtransfer/kv_receiver.hpp"
 #include "kvtransfer/kv_sender.hpp"
 #include "stages/engine_router.hpp"
+#include "plugins/plugin_chain.hpp"
 #include "stages/stage_specs.hpp"
 
 namespace troupe {
@@ -164,8 +165,13 @@ worker_drafts load_worker_drafts(const worker_spec& spec, const served_model& ta
 // `spec.pipeline`, connecting to them with the node's CURVE keys for curve:// stages (nothing
 // without a pipeline). Throws naming the stage that cannot be used, which fails the spawn.
 void attach_pipeline_stages(const worker_spec& spec, const kv_channel_keys& keys, served_model& served);
+// Loads the plugins of `spec` that run the logits hook (none: null), on the worker's node before
+// it starts: a library that cannot be loaded fails the spawn, naming it.
+std::shared_ptr<plugin_chain> load_worker_logits_plugins(const worker_spec& spec);
+// logits_plugins: run on the rows of the requests that name them (null: none loaded).
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served,
-                           worker_kv_settings kv = {}, worker_drafts drafts = {});
+                           worker_kv_settings kv = {}, worker_drafts drafts = {},
+                           std::shared_ptr<plugin_chain> logits_plugins = nullptr);
 
 // The KV data plane of one engine instance. The model is held so that it outlives the receiver
 // importing into it (members are destroyed in reverse order).

@@ -63,6 +63,9 @@ struct worker_spec {
   // Pipeline stages (issue 27): the model's earlier layers on remote stage servers; the worker
   // loads the rest (model.backend.layers is pipeline.engine_layers()) and drives them.
   pipeline_plan pipeline;
+  // The server's plugins: the worker loads those that run the logits hook and runs them on the
+  // rows of the requests that name them (sampling_params::logits_plugins).
+  std::vector<plugin_spec> plugins;
   // The node's own CURVE keys, filled in where the worker is spawned, never sent: the secret key
   // stays on its node (the inspect overload leaves it out).
   kv_channel_keys kv_keys;

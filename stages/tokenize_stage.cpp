@@ -1,5 +1,7 @@
 #include "stages/tokenize_stage.hpp"
 
+#include <algorithm>
+
 #include "stages/stage_clock.hpp"
 
 namespace troupe {
@@ -10,6 +12,7 @@ tokenize_stage::tokenize_stage(tokenizer tok, int vocab_size, int max_model_len,
       vocab_size_(vocab_size),
       max_model_len_(max_model_len),
       plugins_(std::move(plugins)) {
+  if (plugins_) logits_plugins_ = plugins_->names_running("logits");
   if (plugins_ && plugins_->empty()) plugins_.reset();
 }
 
@@ -76,6 +79,15 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
     if (b.token_id >= vocab_size_) {
       return fail(error_code::bad_request, "field 'logit_bias': token id " + std::to_string(b.token_id) +
                                                " is outside the vocabulary of " + std::to_string(vocab_size_));
+    }
+  }
+  for (size_t i = 0; i < request.sampling.logits_plugins.size(); ++i) {
+    const std::string& name = request.sampling.logits_plugins[i];
+    if (std::find(logits_plugins_.begin(), logits_plugins_.end(), name) == logits_plugins_.end()) {
+      std::string loaded;
+      for (const std::string& known : logits_plugins_) loaded += (loaded.empty() ? "'" : ", '") + known + "'";
+      return fail(error_code::bad_request, "field 'plugins[" + std::to_string(i) + "]': no logits plugin named '" + name +
+                                               "' is loaded (" + (loaded.empty() ? "none is" : loaded + " are") + ")");
     }
   }
   out.sampling = std::move(request.sampling);

@@ -15,7 +15,8 @@ namespace troupe {
 class tokenize_stage {
  public:
   // vocab_size: the model's; max_model_len: prompt + output tokens of one sequence; plugins:
-  // the request hooks each checked prompt goes through last (null: none).
+  // the request hooks each checked prompt goes through last (null: none); the logits plugins
+  // among them are the only names a request's `plugins` may give.
   tokenize_stage(tokenizer tok, int vocab_size, int max_model_len, std::shared_ptr<plugin_chain> plugins = nullptr);
 
   std::variant<schedule_request, request_failed> run(tokenize_request request) const;
@@ -31,6 +32,7 @@ class tokenize_stage {
   int vocab_size_;
   int max_model_len_;
   std::shared_ptr<plugin_chain> plugins_;  // thread-safe: the pool's actors share it
+  std::vector<std::string> logits_plugins_;  // the server's plugins that run the logits hook
 };
 
 }  // namespace troupe

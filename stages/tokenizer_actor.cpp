@@ -29,9 +29,10 @@ caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_
   quit_with(self, spec.router);  // a tokenizer without its controller's router serves no one
   std::shared_ptr<const tokenize_stage> stage;
   try {
+    auto plugins = std::make_shared<plugin_chain>(spec.plugins, "request");
+    register_plugins(self->system(), "tokenizer", plugins);
     stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
-                                                   spec.vocab_size, spec.max_model_len,
-                                                   std::make_shared<plugin_chain>(spec.plugins, "request"));
+                                                   spec.vocab_size, spec.max_model_len, plugins);
   } catch (const std::exception& e) {
     return refused_placement(self, "tokenizer", e.what());
   }

@@ -9,6 +9,7 @@
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_layer_streamer.hpp"
 #include "stages/message_inspect.hpp"
+#include "stages/plugin_logits_hook.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/stage_actors.hpp"
 #include "stages/stage_clock.hpp"
@@ -74,11 +75,23 @@ worker_drafts load_worker_drafts(const worker_spec& spec, const served_model& ta
   return drafts;
 }
 
+std::shared_ptr<plugin_chain> load_worker_logits_plugins(const worker_spec& spec) {
+  if (spec.plugins.empty()) return nullptr;
+  auto chain = std::make_shared<plugin_chain>(spec.plugins, "logits");
+  if (chain->empty()) return nullptr;
+  for (const plugin_counters& c : chain->counters()) spdlog::info("worker: logits plugin '{}' loaded", c.plugin);
+  return chain;
+}
+
 caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served,
-                           worker_kv_settings kv, worker_drafts drafts) {
+                           worker_kv_settings kv, worker_drafts drafts, std::shared_ptr<plugin_chain> logits_plugins) {
   keep_exception_in_exit_reason(self);
   auto runner = std::make_shared<model_runner>(*served->backend_model);
   runner->set_draft_proposer(make_draft_proposer(*served, std::move(drafts)));
+  if (logits_plugins) {
+    register_plugins(self->system(), "worker", logits_plugins);
+    runner->set_logits_hook(std::make_unique<plugin_logits_hook>(logits_plugins));
+  }
   auto endpoints = std::make_shared<kv_endpoints>();
   endpoints->served = served;
   endpoints->transfer_timeout = kv.transfer_timeout;
@@ -151,7 +164,9 @@ caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec s
   std::shared_ptr<served_model> served;
   worker_kv_settings kv;
   worker_drafts drafts;
+  std::shared_ptr<plugin_chain> logits_plugins;
   try {
+    logits_plugins = load_worker_logits_plugins(spec);
     served = load_served_model(spec.model);
     attach_pipeline_stages(spec, spec.kv_keys, *served);
     kv.bind_host = spec.kv_bind_host;
@@ -168,7 +183,7 @@ caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec s
                 served->device_note);
   }
   spdlog::info("worker: {}", describe(*served));
-  return worker_actor(self, std::move(served), std::move(kv), std::move(drafts));
+  return worker_actor(self, std::move(served), std::move(kv), std::move(drafts), std::move(logits_plugins));
 }
 
 }  // namespace troupe

@@ -353,6 +353,13 @@ void read_sampling(request_fields& fields, openai_request& r, const openai_limit
     s.max_tokens = chat ? limits.max_model_len : std::min(16, limits.max_model_len);
   }
   if (const json* v = fields.take("stop")) s.stop = read_stop(*v, limits);
+  if (const json* v = fields.take("plugins")) {
+    // An extension (like vLLM's extra fields): the logits plugins this request wants.
+    if (!v->is_array()) wrong_type("plugins", "an array of plugin names", *v);
+    for (size_t i = 0; i < v->size() && i <= limits.max_logits_plugins; ++i) {
+      s.logits_plugins.push_back(read_string((*v)[i], "plugins[" + std::to_string(i) + "]", limits.max_string_bytes));
+    }
+  }
   if (const json* v = fields.take("stop_token_ids")) {
     s.stop_token_ids = read_token_ids(*v, "stop_token_ids", limits.max_prompt_token_ids);
   }

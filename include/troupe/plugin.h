@@ -11,8 +11,14 @@
  *   output   in the detokenizer stage, once per detokenized delta of a request: pass, rewrite the
  *            delta's text (holding some back for the next delta is a rewrite), or stop the request
  *            with a reason;
- * (The logits hook, in the worker before sampling, and the route hook, in the router, are planned;
- * they will come as members added at the end of troupe_plugin in a later minor version.)
+ *   logits   (ABI 1.1) in the worker, once per step for each request that names the plugin in its
+ *            `plugins` field, on the request's row of logits just before sampling: change any
+ *            logit in place, or mask a token by setting its logit to -INFINITY. On the CPU backend
+ *            the row is the sampler's own; on CUDA the hook is host-side: a step with such a
+ *            request copies its logits rows to host memory (4 bytes x vocabulary per row) and is
+ *            sampled on the host instead of the device.
+ * (The route hook, in the router, is planned; it will come as a member added at the end of
+ * troupe_plugin in a later minor version.)
  *
  * Versions are negotiated both ways: the host passes its own version to troupe_plugin_init (a
  * plugin may refuse a host too old for it), and the plugin writes the version it was built
@@ -43,7 +49,7 @@ extern "C" {
 #endif
 
 #define TROUPE_PLUGIN_ABI_MAJOR 1u
-#define TROUPE_PLUGIN_ABI_MINOR 0u
+#define TROUPE_PLUGIN_ABI_MINOR 1u
 
 /* What a hook decided. */
 typedef enum troupe_plugin_status {
@@ -87,6 +93,17 @@ typedef struct troupe_output {
   int32_t is_final; /* 1: the request's last delta: text held back must be released now */
 } troupe_output;
 
+/* One request's row of logits as the logits hook sees it (ABI 1.1). */
+typedef struct troupe_logits {
+  int64_t request_id;
+  const int32_t* token_ids; /* [num_token_ids] the prompt, then every token generated so far */
+  size_t num_token_ids;
+  size_t num_prompt_ids; /* the first num_prompt_ids of token_ids are the prompt */
+  float* logits;         /* [vocab_size] writable in place; -INFINITY masks a token. NaN or +INFINITY
+                            fails the request, and so does masking every token */
+  size_t vocab_size;
+} troupe_logits;
+
 /* How a hook answers beyond its status. Each function copies what it is given. */
 typedef struct troupe_reply troupe_reply;
 struct troupe_reply {
@@ -115,6 +132,12 @@ typedef struct troupe_plugin {
    * tokenizer stage's instance sees a request in one on_request call and is not told of its end,
    * so keep nothing per request there. May be NULL. */
   void (*on_request_end)(void* state, int64_t request_id);
+  /* ABI 1.1. The logits hook: OK after changing row->logits in place, or ERROR (fails only that
+   * request). Called from the worker's one thread, one request's row at a time, every step the
+   * request samples a token; keep it to microseconds: it adds to every step of the batch. A
+   * plugin built against 1.0 leaves it NULL (the host zeroes troupe_plugin before init). Its
+   * requests' ends reach on_request_end of the worker's instance, as on the detokenizer's. */
+  troupe_plugin_status (*on_logits)(void* state, const troupe_logits* row, troupe_reply* reply);
 } troupe_plugin;
 
 /* The one symbol a plugin library exports. config_json is the plugin's configuration (a JSON

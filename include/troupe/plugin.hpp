@@ -9,6 +9,7 @@
 //     troupe_plugin_status on_request(const troupe_request& r, troupe_sampling& s, troupe::plugin_reply_ref reply);
 //     troupe_plugin_status on_output(const troupe_output& o, troupe::plugin_reply_ref reply);  // optional
 //     void on_request_end(int64_t request_id);                                                 // optional
+//     troupe_plugin_status on_logits(const troupe_logits& row, troupe::plugin_reply_ref reply); // optional (ABI 1.1)
 //   };
 //   TROUPE_PLUGIN_CLASS(my_plugin, "my-plugin")
 #ifndef TROUPE_PLUGIN_HPP
@@ -62,6 +63,17 @@ troupe_plugin_status on_output(void* state, const troupe_output* output, troupe_
 }
 
 template <class T>
+troupe_plugin_status on_logits(void* state, const troupe_logits* row, troupe_reply* reply) {
+  try {
+    return static_cast<T*>(state)->on_logits(*row, plugin_reply_ref{reply});
+  } catch (const std::exception& e) {
+    return failed(reply, e.what());
+  } catch (...) {
+    return failed(reply, nullptr);
+  }
+}
+
+template <class T>
 void on_request_end(void* state, int64_t request_id) {
   try {
     static_cast<T*>(state)->on_request_end(request_id);
@@ -103,6 +115,9 @@ int init(uint32_t host_major, uint32_t host_minor, const char* config_json, trou
   }
   if constexpr (requires(T& t, const troupe_output& o) { t.on_output(o, plugin_reply_ref{reply}); }) {
     out->on_output = &plugin_detail::on_output<T>;
+  }
+  if constexpr (requires(T& t, const troupe_logits& l) { t.on_logits(l, plugin_reply_ref{reply}); }) {
+    out->on_logits = &plugin_detail::on_logits<T>;
   }
   if constexpr (requires(T& t) { t.on_request_end(int64_t{0}); }) out->on_request_end = &plugin_detail::on_request_end<T>;
   return 0;

@@ -208,3 +208,68 @@ TEST(actor_metrics_text, every_actor_and_scheduler_as_prometheus_text) {
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+cluster_inspection with_plugins() {
+  cluster_inspection c = sample();
+  plugin_row logits;
+  logits.stage = "worker";
+  logits.counters = {"banned_phrases", "logits", 120, 2, 1, 0, 0.004, 0.02, 0.5};
+  plugin_row quota;
+  quota.stage = "tokenizer";
+  quota.counters = {"token-quota", "request", 9, 0, 0, 3, 0.0021, 0.09, 0.04};
+  c.nodes[1].plugins = {logits, quota};
+  return c;
+}
+
+TEST(inspection, plugin_rows_round_trip_and_a_node_from_before_them_has_none) {
+  const cluster_inspection before = with_plugins();
+  const cluster_inspection after = cluster_inspection_from_json(nlohmann::json::parse(to_json(before).dump()));
+  EXPECT_EQ(to_json(after), to_json(before));
+  ASSERT_EQ(after.nodes[1].plugins.size(), 2u);
+  EXPECT_EQ(after.nodes[1].plugins[0].stage, "worker");
+  EXPECT_EQ(after.nodes[1].plugins[0].counters.num_over_budget, 1);
+  EXPECT_EQ(after.nodes[1].plugins[1].counters.num_rejected, 3);
+  nlohmann::json old = to_json(before);
+  old["nodes"][1].erase("plugins");
+  EXPECT_TRUE(cluster_inspection_from_json(old).nodes[1].plugins.empty());
+  old["nodes"][1]["plugins"] = {{{"stage", "worker"}}};
+  try {
+    cluster_inspection_from_json(old);
+    ADD_FAILURE() << "a plugin row without its fields was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a plugin has no field 'plugin'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(inspection_table, shows_each_plugin_as_a_stage) {
+  std::string all;
+  for (const std::string& line : render_inspection(with_plugins(), inspect_column::mailbox, 160)) all += line + "\n";
+  EXPECT_NE(all.find("PLUGIN           NODE         STAGE        HOOK"), std::string::npos) << all;
+  EXPECT_NE(all.find("banned_phrases   node-a       worker       logits          120       2      1        0      4.0us"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("token-quota      node-a       tokenizer    request           9       0      0        3      2.1us"),
+            std::string::npos)
+      << all;
+}
+
+TEST(actor_metrics_text, each_plugin_as_a_stage_with_its_calls_errors_and_times) {
+  const std::string text = actor_metrics_text(with_plugins());
+  const std::string labels = "{node=\"node-a\",stage=\"worker\",plugin=\"banned_phrases\",hook=\"logits\"} ";
+  EXPECT_NE(text.find("# TYPE troupe:plugin_calls_total counter\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe:plugin_calls_total" + labels + "120\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe:plugin_errors_total" + labels + "2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe:plugin_over_budget_total" + labels + "1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe:plugin_call_seconds_total" + labels + "0.0005\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe:plugin_call_p50_seconds" + labels + "4e-06\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe:plugin_rejections_total{node=\"node-a\",stage=\"tokenizer\",plugin=\"token-quota\","
+                      "hook=\"request\"} 3\n"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace troupe

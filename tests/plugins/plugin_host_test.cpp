@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "plugins/plugin_chain.hpp"
 #include "plugins/plugin_library.hpp"
@@ -46,10 +48,10 @@ TEST(plugin_library, refuses_each_broken_library_naming_it_and_what_was_wrong) {
 
   const std::string major = load_error(spec_of(test_plugin("wrong_version")));
   EXPECT_NE(major.find(test_plugin("wrong_version")), std::string::npos) << major;
-  EXPECT_NE(major.find("built for plugin ABI 2.0, but this server has ABI 1.0"), std::string::npos) << major;
+  EXPECT_NE(major.find("built for plugin ABI 2.0, but this server has ABI 1.1"), std::string::npos) << major;
 
   const std::string minor = load_error(spec_of(test_plugin("newer_minor")));
-  EXPECT_NE(minor.find("built for plugin ABI 1.1"), std::string::npos) << minor;
+  EXPECT_NE(minor.find("built for plugin ABI 1.2"), std::string::npos) << minor;
 
   const std::string init = load_error(spec_of(test_plugin("init_fails")));
   EXPECT_NE(init.find("troupe_plugin_init failed: the key 'limit' is required"), std::string::npos) << init;
@@ -225,6 +227,90 @@ TEST(token_quota_example, charges_each_key_and_refuses_past_its_quota) {
   auto anonymous = chain.on_request(5, ids, "", "", sampling, 100, 64);
   ASSERT_TRUE(anonymous);
   EXPECT_NE(anonymous->message.find("requests need an API key"), std::string::npos);
+}
+
+// A row of logits and the history the logits hook sees with it.
+struct logits_case {
+  std::vector<int32_t> tokens{1, 2, 3};  // the prompt [1, 2], then one output (3)
+  size_t num_prompt = 2;
+  std::vector<float> logits = std::vector<float>(16, 0.5f);
+};
+
+TEST(plugin_library, a_plugin_of_abi_1_0_loads_without_the_logits_hook) {
+  plugin_spec spec = spec_of(test_plugin("empty"), R"({"abi_minor": 0})");
+  auto old = plugin_library::load(spec);
+  EXPECT_EQ(old->plugin().abi_minor, 0u);
+  EXPECT_EQ(old->plugin().on_logits, nullptr);
+  EXPECT_FALSE(old->runs("logits"));
+  EXPECT_TRUE(old->runs("request"));
+  plugin_chain chain({spec}, "request");
+  EXPECT_TRUE(chain.names_running("logits").empty());
+  EXPECT_EQ(chain.names_running("request"), std::vector<std::string>{"empty"});
+  // The same library at 1.1 offers its logits hook; asking a 1.0 library for it is refused.
+  EXPECT_EQ(plugin_chain({spec_of(test_plugin("empty"))}, "request").names_running("logits"),
+            std::vector<std::string>{"empty"});
+  spec.hooks = {"logits"};
+  EXPECT_NE(load_error(spec).find("asks for its logits hook, which it does not implement"), std::string::npos);
+}
+
+TEST(plugin_chain, each_misbehaving_logits_hook_fails_its_request_and_is_counted) {
+  plugin_chain chain({spec_of(test_plugin("misbehaving"), R"({"mode": "logits_by_prompt"})")}, "logits");
+  ASSERT_FALSE(chain.empty());
+  const std::pair<int32_t, const char*> cases[] = {
+      {10, "plugin 'misbehaving' failed in its logits hook: the database is down"},
+      {11, "plugin 'misbehaving' failed in its logits hook: thrown on purpose"},
+      {12, "ms in its logits hook, over its budget of 50 ms"},
+      {13, "for token 8 (a logit is finite, or -inf to mask its token)"},
+      {14, "plugin 'misbehaving' masked every token of the vocabulary"},
+  };
+  for (const auto& [first, expected] : cases) {
+    logits_case row;
+    row.tokens[0] = first;
+    auto verdict = chain.on_logits({"misbehaving"}, 7, row.tokens, row.num_prompt, row.logits);
+    ASSERT_TRUE(verdict) << first;
+    EXPECT_EQ(verdict->what, plugin_verdict::kind::failed);
+    EXPECT_NE(verdict->message.find(expected), std::string::npos) << first << ": " << verdict->message;
+  }
+  logits_case fine;
+  EXPECT_FALSE(chain.on_logits({"misbehaving"}, 7, fine.tokens, fine.num_prompt, fine.logits));
+  // A name the chain does not run fails the request, naming it.
+  auto unknown = chain.on_logits({"misbehaving", "other"}, 7, fine.tokens, fine.num_prompt, fine.logits);
+  ASSERT_TRUE(unknown);
+  EXPECT_NE(unknown->message.find("plugin 'other' is not a logits plugin this worker runs"), std::string::npos);
+  const plugin_counters c = chain.counters().at(0);
+  EXPECT_EQ(c.hook, "logits");
+  EXPECT_EQ(c.num_calls, 7);
+  EXPECT_EQ(c.num_errors, 5);
+  EXPECT_EQ(c.num_over_budget, 1);
+  EXPECT_GE(c.p99_ms, 100.0);
+}
+
+TEST(banned_phrases_example, masks_only_the_token_that_would_complete_a_phrase) {
+  plugin_chain chain({spec_of(example_plugin("banned_phrases"), R"({"phrases": [[3, 4, 5], [9], [3, 6]]})")}, "logits");
+  ASSERT_EQ(chain.names_running("logits"), std::vector<std::string>{"banned_phrases"});
+  auto masked = [&](std::vector<int32_t> tokens, size_t num_prompt) {
+    logits_case row;
+    row.tokens = std::move(tokens);
+    EXPECT_FALSE(chain.on_logits({"banned_phrases"}, 1, row.tokens, num_prompt, row.logits));
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < row.logits.size(); ++i) {
+      if (std::isinf(row.logits[i])) out.push_back(static_cast<int32_t>(i));
+      else EXPECT_EQ(row.logits[i], 0.5f) << "token " << i << " changed but not masked";
+    }
+    return out;
+  };
+  // Outputs end with 3: 6 completes [3, 6]; [3, 4, 5] needs 4 first. A one-token phrase: always.
+  EXPECT_EQ(masked({1, 2, 3}, 2), (std::vector<int32_t>{6, 9}));
+  EXPECT_EQ(masked({1, 2, 3, 4}, 2), (std::vector<int32_t>{5, 9}));
+  EXPECT_EQ(masked({1, 2, 7}, 2), (std::vector<int32_t>{9}));
+  // Only outputs count: the same 3 and 4 in the prompt ban nothing.
+  EXPECT_EQ(masked({3, 4}, 2), (std::vector<int32_t>{9}));
+  EXPECT_EQ(masked({3, 4, 8}, 1), (std::vector<int32_t>{9}));
+  // Its configuration is checked at start, naming the library.
+  EXPECT_NE(load_error(spec_of(example_plugin("banned_phrases"), R"({"phrases": [[1, -2]]})")).find("which is not a token id"),
+            std::string::npos);
+  EXPECT_NE(load_error(spec_of(example_plugin("banned_phrases"), "{}")).find("\"phrases\" must be a non-empty array"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -53,6 +53,7 @@ sampling_params full_params() {
   p.skip_special_tokens = false;
   p.pooling = pooling_kind::mean;
   p.normalize_embedding = false;
+  p.logits_plugins = {"banned_phrases", "other"};
   return p;
 }
 
@@ -107,7 +108,8 @@ std::vector<step_result> samples(of<step_result>) {
   step_result r;
   r.step_id = 98;
   r.tokens = {full_token(), {43, 7, -0.5f, {}, {}}};
-  return {r};
+  r.failed = {{43, "plugin 'banned_phrases' failed in its logits hook: no"}};
+  return {r, step_result{}};
 }
 
 token_logprobs full_logprobs() { return {-0.75f, {4, 9}, {-0.75f, -1.5f}}; }
@@ -320,6 +322,7 @@ std::vector<worker_spec> samples(of<worker_spec>) {
   spec.pipeline.micro_batches = 3;
   spec.pipeline.step_timeout_ms = 1234;
   spec.pipeline.connect_timeout_ms = 567;
+  spec.plugins = {sample_plugin()};
   return {spec, worker_spec{full_model_spec()}};
 }
 std::vector<worker_description> samples(of<worker_description>) {
@@ -371,6 +374,7 @@ void expect_same(const sampling_params& a, const sampling_params& b) {
   EXPECT_EQ(a.skip_special_tokens, b.skip_special_tokens);
   EXPECT_EQ(a.pooling, b.pooling);
   EXPECT_EQ(a.normalize_embedding, b.normalize_embedding);
+  EXPECT_EQ(a.logits_plugins, b.logits_plugins);
 }
 
 void expect_same(const scheduled_sequence& a, const scheduled_sequence& b) {
@@ -409,6 +413,11 @@ void expect_same(const sampled_token& a, const sampled_token& b) {
 void expect_same(const step_result& a, const step_result& b) {
   EXPECT_EQ(a.step_id, b.step_id);
   expect_same_list(a.tokens, b.tokens);
+  ASSERT_EQ(a.failed.size(), b.failed.size());
+  for (size_t i = 0; i < a.failed.size(); ++i) {
+    EXPECT_EQ(a.failed[i].request_id, b.failed[i].request_id);
+    EXPECT_EQ(a.failed[i].why, b.failed[i].why);
+  }
 }
 
 void expect_same(const token_logprobs& a, const token_logprobs& b) {
@@ -658,6 +667,7 @@ void expect_same(const worker_spec& a, const worker_spec& b) {
   EXPECT_EQ(a.pipeline.micro_batches, b.pipeline.micro_batches);
   EXPECT_EQ(a.pipeline.step_timeout_ms, b.pipeline.step_timeout_ms);
   EXPECT_EQ(a.pipeline.connect_timeout_ms, b.pipeline.connect_timeout_ms);
+  expect_same_list(a.plugins, b.plugins);
 }
 
 void expect_same(const worker_description& a, const worker_description& b) {

@@ -2,7 +2,10 @@
 // of pass, reject, error, throw, sleep (past a 50 ms budget), bad_ids, huge_text, stop,
 // rewrite_ids, rewrite_max_tokens, bad_sampling, upper (output: the text in capitals); by_tenant
 // (request hook: the mode is the request's tenant). huge_text, stop and upper act only on output.
+// The logits hook (ABI 1.1) acts in mode logits_by_prompt only, by the request's first prompt
+// token: 10 error, 11 throw, 12 sleep, 13 a NaN logit, 14 every token masked; else it passes.
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -53,6 +56,20 @@ class misbehaving {
     }
     if (mode_ == "by_tenant") return TROUPE_PLUGIN_OK;
     return act(mode_, reply);
+  }
+
+  troupe_plugin_status on_logits(const troupe_logits& row, troupe::plugin_reply_ref reply) {
+    if (mode_ != "logits_by_prompt" || row.num_token_ids == 0) return TROUPE_PLUGIN_OK;
+    switch (row.token_ids[0]) {
+      case 10: return act("error", reply);
+      case 11: return act("throw", reply);
+      case 12: return act("sleep", reply);
+      case 13: row.logits[row.vocab_size / 2] = NAN; return TROUPE_PLUGIN_OK;
+      case 14:
+        for (size_t i = 0; i < row.vocab_size; ++i) row.logits[i] = -INFINITY;
+        return TROUPE_PLUGIN_OK;
+      default: return TROUPE_PLUGIN_OK;
+    }
   }
 
  private:
