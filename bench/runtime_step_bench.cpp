@@ -276,7 +276,7 @@ int main(int argc, char** argv) try {
   bench_config cfg(3, policy);  // as a node with its default two tokenizers
   caf::actor_system system(cfg);
   auto worker = system.spawn<caf::detached>(troupe::worker_actor, served, troupe::worker_kv_settings{},
-                                            troupe::worker_drafts{});
+                                            troupe::worker_drafts{}, std::shared_ptr<troupe::plugin_chain>{});
   caf::actor kv_agent;  // the scheduler needs its worker's KV agent (unused: no disaggregation here)
   {
     caf::scoped_actor asker(system);
