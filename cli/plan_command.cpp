@@ -31,7 +31,7 @@ struct plan_flags {
   std::string metrics_url;
   std::string step_model;
   int threads = 0;
-  int calibrate_requests = 8;
+  int calibrate_requests = 32;  // batches up to this: decode batches as large as serving meets fit better
   // The instances' limits (from the calibrated model or the scraped server when not given).
   int num_kv_blocks = 0;
   int block_size = 16;
