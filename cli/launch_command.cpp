@@ -40,6 +40,11 @@ bool signal_pending(const sigset_t& signals) {
   return sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM);
 }
 
+// A child logs in launch's format (its lines then pass through launch as JSON too).
+void with_log_format(child_spec& spec, const std::string& format) {
+  if (format != "text") spec.argv.insert(spec.argv.end(), {"--log-format", format});
+}
+
 int run(const serve_flags& flags) {
   spdlog::set_level(spdlog::level::from_str(flags.log_level));
   if (flags.batch_invariant) {
@@ -79,12 +84,14 @@ int run(const serve_flags& flags) {
                                " (nodes accept only mutual TLS; make them with `troupe certs`)");
     }
     supervised_child child{node_child_spec(n, t.cluster.credentials, self, node_log_level(flags.log_level)), n.restart};
+    with_log_format(child.spec, flags.log_format);
     child.pid = launcher.start(child.spec);
     supervised.push_back(std::move(child));
   }
   // The pipeline's stages before the controller, whose engine connects to them as it starts.
   for (stage_process& p : local_stage_processes(t, self, node_log_level(flags.log_level))) {
     supervised_child child{std::move(p.spec), p.restart};
+    with_log_format(child.spec, flags.log_format);
     child.pid = launcher.start(child.spec);
     supervised.push_back(std::move(child));
   }

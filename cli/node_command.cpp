@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/command_registry.hpp"
+#include "doors/operator_log.hpp"
 #include "node/remote_node.hpp"
 #include "node/topology.hpp"
 
@@ -18,6 +19,7 @@ struct node_flags {
   std::string credentials;
   std::string name;
   std::string log_level = "info";
+  std::string log_format = "text";  // applied while the command line is parsed
   int64_t handshake_timeout_ms = 5000;
   size_t max_pending_handshakes = 64;
   size_t max_connections = 256;
@@ -52,6 +54,9 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--credentials", f->credentials, "credentials directory from `troupe certs` (ca.crt, NAME.crt, NAME.key)");
   app->add_option("--name", f->name, "this member's name in the credentials (NAME.crt), also the node's name")->required();
   app->add_option("--log-level", f->log_level, "trace | debug | info | warn | error")->capture_default_str();
+  app->add_option("--log-format", f->log_format, "text | json (one JSON object per log line)")
+      ->capture_default_str()
+      ->each([](const std::string& name) { set_log_format(parse_log_format(name)); });
   // The cluster port's bounds (as [cluster] sets the controller's): a connection that has not
   // finished its TLS handshake by then is closed; at most so many may be pending (the oldest is
   // closed for a newer one) and so many open; no CAF message above max_message_mb is read.

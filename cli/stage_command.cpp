@@ -12,6 +12,7 @@
 
 #include "backends/backend_selection.hpp"
 #include "cli/command_registry.hpp"
+#include "doors/operator_log.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_channel.hpp"
 #include "model/layer_range.hpp"
@@ -34,6 +35,7 @@ struct stage_flags {
   std::string kv_cache_dtype = "auto";
   int max_tokens = 1 << 16;
   std::string log_level = "info";
+  std::string log_format = "text";  // applied while the command line is parsed
   std::string credentials;  // the cluster's credentials directory: the link is CURVE-authenticated
   std::string name;         // this stage's member name there
 };
@@ -121,6 +123,8 @@ const bool registered = register_command([](CLI::App& parent) {
                   "without them it serves kvtcp:// on loopback");
   app->add_option("--name", flags->name, "this stage's member name in --credentials (NAME.kv.key)");
   app->add_option("--log-level", flags->log_level, "trace | debug | info | warn | error");
+  app->add_option("--log-format", flags->log_format, "text | json (one JSON object per log line)")
+      ->each([](const std::string& name) { set_log_format(parse_log_format(name)); });
   return command{app, [flags] { return run_stage(*flags); }};
 });
 

@@ -13,7 +13,10 @@
 #include <stdexcept>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "doors/operator_log.hpp"
 
 namespace troupe {
 
@@ -65,6 +68,14 @@ struct node_launcher::child {
     return text.empty() ? " (it printed nothing)" : text;
   }
 };
+
+std::string label_child_line(const std::string& name, const std::string& line, bool json) {
+  if (!json) return name + " | " + line;
+  nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!object.is_object()) object = {{"level", "info"}, {"msg", line}};
+  object["node"] = name;
+  return object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 child_spec node_child_spec(const node_address& address, const std::filesystem::path& credentials,
                            const std::filesystem::path& troupe_binary, const std::string& log_level) {
@@ -181,7 +192,7 @@ void node_launcher::forward_output(child& c) {
     for (size_t end = pending.find('\n'); end != std::string::npos; end = pending.find('\n', start)) {
       std::string line = pending.substr(start, end - start);
       start = end + 1;
-      emit(c.spec.name + " | " + line);
+      emit(label_child_line(c.spec.name, line, current_log_format() == log_format::json));
       std::lock_guard lock(mutex_);
       if (!c.ready && line.find(c.spec.ready_text) != std::string::npos) {
         c.ready = true;

@@ -46,6 +46,12 @@ struct child_state {
 child_spec node_child_spec(const node_address& address, const std::filesystem::path& credentials,
                            const std::filesystem::path& troupe_binary, const std::string& log_level);
 
+// A child's output line as launch prints it: "NAME | line" in text; in JSON (launch's
+// --log-format json, which its children were given too) the child's own JSON object with a "node"
+// field added, or, for a line that is not one (a crash message), a JSON object holding it, so
+// every line launch prints parses as JSON.
+std::string label_child_line(const std::string& name, const std::string& line, bool json);
+
 class node_launcher {
  public:
   // Receives each line the children print, already prefixed ("NAME | line"); calls are

@@ -69,6 +69,9 @@ class launch_process {
         process_({troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint", "tcp://127.0.0.1:*",
                   "--log-level", "info"},
                  log) {}
+  // The same with `extra` flags after launch's own.
+  launch_process(const fs::path& topology, const fs::path& log, const std::vector<std::string>& extra)
+      : log_path_(log), process_(with_flags(topology, extra), log) {}
   // The same from the working directory `cwd` (`cd DIR && exec troupe launch ...`: the pid is
   // launch's own).
   launch_process(const fs::path& topology, const fs::path& log, const fs::path& cwd)
@@ -137,6 +140,13 @@ class launch_process {
   std::string log() const { return read_file(log_path_); }
 
  private:
+  static std::vector<std::string> with_flags(const fs::path& topology, const std::vector<std::string>& extra) {
+    std::vector<std::string> argv{troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint",
+                                  "tcp://127.0.0.1:*", "--log-level", "info"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
   fs::path log_path_;
   child_process process_;
   std::string endpoint_;
@@ -210,6 +220,28 @@ TEST_F(launch_e2e, launch_starts_both_nodes_serves_and_a_sigterm_stops_it_all_wi
     EXPECT_NE(launch.log().find(name + " (pid " + std::to_string(pid) + ") stopped: exit code 0"), std::string::npos)
         << launch.log();
   }
+}
+
+// Issue 26: with --log-format json every line launch prints is one JSON object, its nodes' lines
+// too (they are started with the same format and labelled with a "node" field, not a prefix).
+TEST_F(launch_e2e, with_log_format_json_every_line_of_launch_and_its_nodes_is_json) {
+  launch_process launch(write_topology(free_port(), free_port()), dir_.path() / "launch.log",
+                        std::vector<std::string>{"--log-format", "json"});
+  ASSERT_TRUE(launch.wait_for_log("listening on", 3, 90s)) << launch.log();  // both nodes and the door
+  ASSERT_TRUE(launch.wait_for_log(R"("node":"n2")", 1, 30s)) << launch.log();
+  sigterm_ends_launch_promptly(launch);
+  std::istringstream lines(launch.log());
+  std::string line;
+  int num_lines = 0, num_node_lines = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    ++num_lines;
+    const nlohmann::json object = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(object.is_object()) << "not a JSON object: " << line;
+    if (object.contains("node")) ++num_node_lines;
+  }
+  EXPECT_GE(num_node_lines, 2) << launch.log();
+  EXPECT_GT(num_lines, num_node_lines) << launch.log();  // launch's own lines too
 }
 
 TEST_F(launch_e2e, nodes_die_with_a_launch_killed_without_cleanup) {

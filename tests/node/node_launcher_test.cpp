@@ -5,6 +5,7 @@
 #include "node/node_launcher.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -218,6 +219,26 @@ TEST(node_launcher, a_node_child_runs_troupe_node_with_its_address_credentials_a
   EXPECT_EQ(spec.argv, (std::vector<std::string>{"/usr/bin/troupe", "node", "--listen", "127.0.0.1:4611", "--credentials",
                                                  "certs", "--name", "engine-a", "--log-level", "info"}));
   EXPECT_EQ(spec.ready_text, "node engine-a listening on");
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+TEST(node_launcher, a_childs_line_is_labelled_with_its_node_and_stays_json_in_json_mode) {
+  EXPECT_EQ(label_child_line("engine-a", "ready", false), "engine-a | ready");
+  const auto own = nlohmann::json::parse(label_child_line("engine-a", R"({"level":"warn","msg":"slow"})", true));
+  EXPECT_EQ(own["node"], "engine-a");
+  EXPECT_EQ(own["level"], "warn");
+  EXPECT_EQ(own["msg"], "slow");
+  // A line that is not a JSON object (a crash message, a JSON scalar) is carried as one.
+  for (const char* raw : {"terminate called after throwing", "42", "{\"cut"}) {
+    const auto wrapped = nlohmann::json::parse(label_child_line("engine-a", raw, true));
+    EXPECT_EQ(wrapped["msg"], raw);
+    EXPECT_EQ(wrapped["node"], "engine-a");
+  }
 }
 
 }  // namespace
