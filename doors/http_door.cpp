@@ -44,6 +44,13 @@ namespace troupe {
 
 namespace {
 
+// A header's value whole: get_header_value goes through a C string, so `Bearer KEY\0junk` read as
+// `Bearer KEY` (issue 25). Empty when absent.
+std::string whole_header(const httplib::Request& req, const char* name) {
+  const auto found = req.headers.find(name);
+  return found == req.headers.end() ? std::string() : found->second;
+}
+
 // Set on a connection worker's thread when the request it serves was answered before its body
 // was read (see install_routes): the connection cannot be kept.
 thread_local bool body_left_unread = false;
@@ -176,15 +183,11 @@ struct http_door::impl {
   void serve(http_connection connection);
   // The [[tenants]] tenant whose key the request carries (Bearer or x-api-key), or nullopt.
   std::optional<std::string> tenant_of_request_key(const httplib::Request& req) const {
-    const auto whole = [&req](const char* name) {
-      const auto found = req.headers.find(name);
-      return found == req.headers.end() ? std::string() : found->second;
-    };
-    const std::string bearer = whole("Authorization");
+    const std::string bearer = whole_header(req, "Authorization");
     if (bearer.rfind("Bearer ", 0) == 0) {
       if (auto tenant = options.tenants->tenant_of_key(std::string_view(bearer).substr(7))) return tenant;
     }
-    const std::string x_api_key = whole("x-api-key");
+    const std::string x_api_key = whole_header(req, "x-api-key");
     if (!x_api_key.empty()) return options.tenants->tenant_of_key(x_api_key);
     return std::nullopt;
   }
@@ -589,12 +592,8 @@ void http_door::impl::install_routes() {
     // OpenAI's clients send `Authorization: Bearer <key>`, Anthropic's `x-api-key: <key>`. Each
     // value whole: get_header_value goes through a C string, so `Bearer KEY\0junk` read as
     // `Bearer KEY` and was let in (issue 25).
-    const auto whole = [&req](const char* name) {
-      const auto found = req.headers.find(name);
-      return found == req.headers.end() ? std::string() : found->second;
-    };
-    const std::string header = whole("Authorization");
-    const std::string x_api_key = whole("x-api-key");
+    const std::string header = whole_header(req, "Authorization");
+    const std::string x_api_key = whole_header(req, "x-api-key");
     const std::string prefix = "Bearer ";
     if (header.empty() && x_api_key.empty()) {
       respond(req, res, make_error(401, "invalid_request_error",
