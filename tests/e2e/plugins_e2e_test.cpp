@@ -51,6 +51,18 @@ std::pair<int, nlohmann::json> http_post(const serve_process& server, const std:
   return {res->status, nlohmann::json::parse(res->body, nullptr, false)};
 }
 
+// Every request has ended and given its KV blocks back (bounded wait: 5 s).
+void expect_every_block_free(client& c) {
+  for (int i = 0; i < 50; ++i) {
+    stats_reply s = c.stats();
+    if (s.num_running == 0 && s.num_free_blocks == s.num_total_blocks) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  stats_reply s = c.stats();
+  EXPECT_EQ(s.num_running, 0);
+  EXPECT_EQ(s.num_free_blocks, s.num_total_blocks);
+}
+
 bool contains_run(const std::vector<int32_t>& ids, const std::vector<int32_t>& run) {
   return std::search(ids.begin(), ids.end(), run.begin(), run.end()) != ids.end();
 }
@@ -178,14 +190,7 @@ TEST(plugins_e2e, each_misbehaving_logits_hook_fails_only_its_request) {
     EXPECT_EQ(c.generate(by_first_token(40)).usage.completion_tokens, 6) << "after " << first;
   }
   // The failed requests' blocks were given back.
-  for (int i = 0; i < 50; ++i) {
-    stats_reply s = c.stats();
-    if (s.num_running == 0 && s.num_free_blocks == s.num_total_blocks) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  stats_reply s = c.stats();
-  EXPECT_EQ(s.num_running, 0);
-  EXPECT_EQ(s.num_free_blocks, s.num_total_blocks);
+  expect_every_block_free(c);
   // The errors and the overrun are counted on the worker's plugin row.
   httplib::Client http("127.0.0.1", server.http_port());
   auto res = http.Get("/metrics");
@@ -294,14 +299,7 @@ TEST(plugins_e2e, an_output_hook_that_returns_garbage_fails_its_request_and_the_
     }
   }
   // The failed requests' blocks were given back: the scheduler ended them.
-  for (int i = 0; i < 50; ++i) {
-    stats_reply s = c.stats();
-    if (s.num_running == 0 && s.num_free_blocks == s.num_total_blocks) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  stats_reply s = c.stats();
-  EXPECT_EQ(s.num_running, 0);
-  EXPECT_EQ(s.num_free_blocks, s.num_total_blocks);
+  expect_every_block_free(c);
 }
 
 TEST(plugins_e2e, an_output_hook_can_stop_a_request) {
