@@ -13,6 +13,11 @@ namespace troupe {
 
 namespace {
 
+// A step that could not run because the step before it failed (its message carries that cause).
+struct previous_step_failed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // The token `request_id` got in `samples`, or nullptr. `cursor` starts where the previous lookup
 // ended: plans list running sequences in one order, so the search usually ends at once.
 template <class Samples>
@@ -208,6 +213,12 @@ void model_runner::fill_previous_samples(const step_plan& plan, const sample_lis
     const scheduled_sequence& s = plan.sequences[i];
     if (!s.input_from_previous_sample) continue;
     const int32_t* token = find_sample(previous, s.request_id, cursor);
+    if ((token == nullptr || s.new_token_ids.empty()) && !last_failure_.empty()) {
+      // The common case under overlapped scheduling: this step was planned before the one
+      // before it failed. Its requests fail with that step's cause, which names what broke.
+      throw previous_step_failed("step " + std::to_string(plan.step_id) +
+                                 " needs the samples of the step before it, which failed: " + last_failure_);
+    }
     if (token == nullptr || s.new_token_ids.empty()) {
       throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " asks for the token request " +
                                std::to_string(s.request_id) + " sampled in the previous step, which sampled none");
@@ -218,6 +229,19 @@ void model_runner::fill_previous_samples(const step_plan& plan, const sample_lis
 }
 
 step_result model_runner::run(const step_plan& plan) {
+  try {
+    step_result result = run_step(plan);
+    last_failure_.clear();
+    return result;
+  } catch (const previous_step_failed&) {
+    throw;  // the cause stays the first failed step's, however many follow it
+  } catch (const std::exception& e) {
+    last_failure_ = e.what();
+    throw;
+  }
+}
+
+step_result model_runner::run_step(const step_plan& plan) {
   step_result result;
   result.step_id = plan.step_id;
   // Only the run right before may be referred to; after a failed run nothing may be.

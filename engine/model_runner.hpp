@@ -40,6 +40,9 @@ class model_runner {
   // (structured output included, with the grammar's token mask).
   explicit model_runner(model& m, uint64_t sampler_seed = std::random_device{}(), bool device_sampling = true);
 
+  // Runs one step. A step that throws leaves the runner usable; the step after it may not ask
+  // for its samples, and one that does fails with the failed step's cause (overlapped
+  // scheduling plans the next step before the failure is known).
   step_result run(const step_plan& plan);
 
   // Prefill-only requests (scheduled_sequence::kv_send_transfer_id) stream their KV out into
@@ -155,6 +158,7 @@ class model_runner {
   // prompt (token_of_entry[i], or -1), attaches the finished embedding.
   void pool_hidden_states(const step_plan& plan, const std::vector<int>& token_of_entry, step_result& result);
   void sample_on_host(const step_plan& plan, step_result& result);
+  step_result run_step(const step_plan& plan);
   // Runs entry `entry`'s logits plugins on its row `row`; false (and the request in
   // result.failed) when they failed it.
   bool run_logits_plugins(const step_plan& plan, size_t entry, int row, step_result& result);
@@ -183,6 +187,7 @@ class model_runner {
   std::vector<const std::vector<int32_t>*> tables_;      // [plan entries] their block tables
   sample_list last_samples_;      // what the last run sampled
   sample_list previous_samples_;  // the run before's, kept for its capacity
+  std::string last_failure_;      // why the last run threw; empty when it did not
   forward_batch batch_;
   std::vector<float> logits_;  // [num_logits, vocab_size]
   bool device_sampling_;

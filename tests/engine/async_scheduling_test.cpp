@@ -243,5 +243,66 @@ TEST(async_scheduling, the_runner_fills_in_its_previous_samples_and_refuses_unkn
   EXPECT_THROW(runner.run(stale), std::runtime_error);
 }
 
+// Overlapped scheduling plans step N+1 before step N's failure is known (a pipeline stage died,
+// the device failed): N+1 fails with N's cause, so every request it fails learns what broke,
+// and the cause does not nest however many steps follow.
+TEST(async_scheduling, a_step_after_a_failed_step_fails_with_the_first_failures_cause) {
+  kv_echo_model model(8, 4, 24);
+  model_runner runner(model, 1);
+  scheduled_sequence s;
+  s.request_id = 3;
+  s.new_token_ids = {5, 6, 7};
+  s.block_table = {99};  // outside the pool of 8 blocks: the step throws
+  s.sample = true;
+  s.params = sampling_params{};
+  step_plan broken;
+  broken.step_id = 0;
+  broken.sequences.push_back(s);
+  std::string cause;
+  try {
+    runner.run(broken);
+  } catch (const std::runtime_error& e) {
+    cause = e.what();
+  }
+  ASSERT_NE(cause.find("block id 99"), std::string::npos) << cause;
+
+  scheduled_sequence next = s;
+  next.block_table = {0};
+  next.num_computed_tokens = 3;
+  next.new_token_ids = {-1};
+  next.input_from_previous_sample = true;
+  next.output_index = 1;
+  for (uint64_t step = 1; step <= 2; ++step) {
+    step_plan after;
+    after.step_id = step;
+    after.sequences.push_back(next);
+    try {
+      runner.run(after);
+      ADD_FAILURE() << "step " << step << " ran without the samples of the failed step";
+    } catch (const std::runtime_error& e) {
+      const std::string why = e.what();
+      EXPECT_NE(why.find("which failed: " + cause), std::string::npos) << why;
+      EXPECT_EQ(why.find("needs the samples"), why.rfind("needs the samples")) << "the cause nested: " << why;
+    }
+  }
+  // A step that asks for nothing runs, and afterwards an unknown sample is a malformed plan again.
+  scheduled_sequence fresh = s;
+  fresh.request_id = 5;
+  fresh.block_table = {1};
+  step_plan clean;
+  clean.step_id = 3;
+  clean.sequences.push_back(fresh);
+  ASSERT_EQ(runner.run(clean).tokens.size(), 1u);
+  step_plan stale;
+  stale.step_id = 4;
+  stale.sequences.push_back(next);
+  try {
+    runner.run(stale);
+    ADD_FAILURE() << "a step asking for a sample nobody drew ran";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("which sampled none"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace troupe
