@@ -17,13 +17,13 @@ struct engine_config {
   int max_model_len = 2048;            // prompt + generated tokens of one sequence
   bool enable_prefix_caching = true;
   // The scheduler stage keeps two steps in flight: it plans step N+1 while the worker runs step N
-  // (docs/architecture.md, "Overlapped scheduling"). The synchronous llm_engine ignores it.
+  // (docs/design/engine.md, "Overlapped scheduling"). The synchronous llm_engine ignores it.
   bool async_scheduling = false;
   // Token ids a step result may carry are below this; 0: unknown, not checked.
   int vocab_size = 0;
   // The model's hidden size: the length of the embeddings its pooling requests get; 0: unknown.
   int hidden_size = 0;
-  // Speculative decoding (docs/architecture.md, "Speculative decoding"): draft slots per step
+  // Speculative decoding (docs/design/engine.md, "Speculative decoding"): draft slots per step
   // for a request that does not choose (sampling_params::num_speculative_tokens -1; 0: off),
   // and the most any request may have. The worker proposes the drafts (n-gram prompt lookup,
   // or its draft model) and verifies them in the step's one forward.
@@ -31,7 +31,7 @@ struct engine_config {
   int max_speculative_tokens = 16;
   // How far back any query attends: > 0 when every layer of the model slides a window this wide
   // (Mistral v0.1), and a sequence's blocks that leave it go back to the pool as it grows, so its
-  // KV is bounded by the window (docs/architecture.md, "Sliding windows"); 0 keeps every block.
+  // KV is bounded by the window (docs/design/models.md, "Sliding windows"); 0 keeps every block.
   // -1: the model's (llm_engine::fit_to_model and served_model fill it in; a scheduler given -1
   // keeps every block).
   int kv_window = -1;

@@ -1,5 +1,5 @@
 #pragma once
-// A request's part in prefill/decode disaggregation (docs/architecture.md, "Prefill/decode
+// A request's part in prefill/decode disaggregation (docs/design/cluster.md, "Prefill/decode
 // disaggregation"). The router gives a disaggregated request to two engine instances under one
 // transfer id: the prefill instance computes the prompt, samples the first token and streams
 // the request's KV out layer by layer (role send), then forgets the request; the decode instance

@@ -64,7 +64,7 @@ struct stage_placement {
   std::vector<std::string> engines{"controller"};       // a scheduler and its worker each (mixed)
   std::vector<std::string> detokenizers{"controller"};  // requests spread by id
   // Disaggregation: engine instances that only prefill, and ones that only decode (docs/
-  // architecture.md, "Prefill/decode disaggregation"). A [placement] naming either and not
+  // design/cluster.md, "Prefill/decode disaggregation"). A [placement] naming either and not
   // `engines` places no mixed instance.
   std::vector<std::string> prefill;
   std::vector<std::string> decode;
@@ -84,7 +84,7 @@ struct disaggregation_settings {
   kv_transport transport = kv_transport::zmq;
 };
 
-// [speculative]: speculative decoding (docs/architecture.md, "Speculative decoding"). Every
+// [speculative]: speculative decoding (docs/design/engine.md, "Speculative decoding"). Every
 // worker proposes drafts, from its draft model when one is named, else by n-gram prompt lookup;
 // the target model verifies them, so outputs are the same either way.
 struct speculative_settings {
@@ -160,7 +160,7 @@ struct topology {
   // request whose TTFT target cannot be met, "best_effort" serves it late.
   scheduling_policy_kind scheduling_policy = scheduling_policy_kind::priority;
   slo_admission_mode slo_admission = slo_admission_mode::best_effort;
-  // Plan step N+1 while the worker runs step N (docs/architecture.md, "Overlapped scheduling").
+  // Plan step N+1 while the worker runs step N (docs/design/engine.md, "Overlapped scheduling").
   // Read from true | false | "on" | "off" | "auto"; auto is on for both backends (measured in
   // docs/benchmarks.md: on the CPU too it halves the runtime's cost per step).
   bool async_scheduling = true;

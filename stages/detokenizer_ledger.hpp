@@ -1,6 +1,6 @@
 #pragma once
 // What the router sent each request's detokenizer, kept so that a detokenizer lost with its node
-// can be replaced without the client noticing (docs/architecture.md, "Failover"). A detokenizer
+// can be replaced without the client noticing (docs/design/cluster.md, "Failover"). A detokenizer
 // holds per-request state (the incremental decoder's unfinished bytes, the stop-string matcher's
 // held tail) that dies with it, as do the token batches still in its mailbox. The ledger keeps
 // every delta (and failure) forwarded for a request while it runs, and for `keep_ended` after its

@@ -54,7 +54,7 @@ struct schedule_request {
   kv_handoff kv;
 };
 
-// -- prefill/decode disaggregation (docs/architecture.md) ------------------------------------------
+// -- prefill/decode disaggregation (docs/design/cluster.md) ------------------------------------------
 //   router ─schedule_request (kv send)▶ prefill scheduler; ─schedule_request (kv receive)▶ decode scheduler
 //   decode scheduler ─kv_expect_msg▶ its KV agent ─(kv_ready_msg response)▶ decode scheduler ─▶ router
 //   router ─kv_ready_msg▶ prefill KV agent (its sender may send); KV frames go on the data plane

@@ -6,8 +6,8 @@
 //
 // A step's start travels as an age (how long before the answer was sent), never as a stamp: the
 // schedulers' steady clocks may be other hosts'. The router turns each instance's ages into ages
-// before its own answer with the round trip it measured (docs/architecture.md, "Metrics and
-// traces").
+// before its own answer with the round trip it measured (docs/design/serving.md, "Metrics,
+// traces and inspection").
 
 #include <cstdint>
 #include <string>

@@ -1,7 +1,7 @@
 #pragma once
 // The router of a mixture-of-experts layer, and the dispatch plan it implies: which rows of the
 // batch each expert computes. Plain functions over plain buffers, so that the plan is what a
-// later expert-parallel layer would send between workers (docs/architecture.md, "Mixture of
+// later expert-parallel layer would send between workers (docs/design/models.md, "Mixture of
 // experts").
 
 #include <cstdint>

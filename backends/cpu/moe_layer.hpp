@@ -19,7 +19,7 @@
 // An expert no token chose is never read, so decoding one token reads top-k experts' weights,
 // not all of them. Only `compute` touches expert weights: experts placed on other workers would
 // replace it by a send of the gathered rows and a receive of their outputs, the dispatch plan
-// being exactly the all-to-all's layout (docs/architecture.md).
+// being exactly the all-to-all's layout (docs/design/models.md).
 
 #include <cstdint>
 #include <vector>

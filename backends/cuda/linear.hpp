@@ -9,7 +9,7 @@
 //   into a scratch buffer of the activation dtype, and cuBLASLt multiplies each slice on the
 //   tensor cores. The simplest prefill path that is compute-efficient: the dequantization reads
 //   the quantized slice once and writes it once, work that is small against a prefill's product
-//   once a step has a few hundred tokens (docs/architecture.md gives the trade-off; a fused
+//   once a step has a few hundred tokens (docs/design/models.md gives the trade-off; a fused
 //   kernel that dequantizes tiles into shared memory is the step after, if measurements ask).
 //
 // Nothing allocates after construction and nothing waits on the host: a step through here can

@@ -12,7 +12,7 @@
 // adds an activation quantization kernel and its error, and a second code path per type. Decoding
 // to f32 keeps one decoder per type shared with the prefill dequantizer, and results the CPU
 // backend matches to f32 rounding; the int8 path is the next step if measurements show decode
-// batches bound by arithmetic (docs/architecture.md).
+// batches bound by arithmetic (docs/design/models.md).
 //
 // Work split: a CTA of 4 warps computes 2 weight rows (each activation load serves both) for up
 // to 8 tokens; its 128 threads split the row's blocks, `parts` threads a block, and the CTA

@@ -8,7 +8,7 @@
 // is exactly
 //   q4_0 [d f16][16 bytes]          d = scale, when zero is 8 (symmetric GPTQ / compressed-tensors)
 //   q4_1 [d f16][m f16][16 bytes]   d = scale, m = -zero * scale rounded to f16 (AWQ, asymmetric)
-// the only loss being m's f16 rounding: |error| <= 2^-11 |zero * scale| (docs/architecture.md
+// the only loss being m's f16 rounding: |error| <= 2^-11 |zero * scale| (docs/benchmarks.md
 // gives its measured effect on logits).
 //
 // Act-order (GPTQ desc_act, compressed-tensors actorder "group"): g_idx scatters a group's
