@@ -52,10 +52,15 @@
 #if defined(__CUDACC__)
 #define TROUPE_HOST_DEVICE __host__ __device__ __forceinline__
 #define TROUPE_HOST_DEVICE_CONSTEXPR __host__ __device__ constexpr
-#define TROUPE_UNROLL _Pragma("unroll")
 #else
 #define TROUPE_HOST_DEVICE inline
 #define TROUPE_HOST_DEVICE_CONSTEXPR constexpr
+#endif
+// Only nvcc's device pass knows `#pragma unroll`; its host pass hands the code to g++, which
+// would warn about an unknown pragma (and -Werror stops the build).
+#if defined(__CUDA_ARCH__)
+#define TROUPE_UNROLL _Pragma("unroll")
+#else
 #define TROUPE_UNROLL
 #endif
 
