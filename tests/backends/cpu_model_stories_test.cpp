@@ -4,8 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 
@@ -14,38 +12,21 @@
 #include "model/loader/model_loader.hpp"
 #include "tests/backends/cpu_greedy_support.hpp"
 #include "tests/backends/cpu_test_support.hpp"
+#include "tests/stories_references.hpp"
 
 namespace troupe {
 namespace {
 
 const std::string stories_dir = std::string(TROUPE_SHARED_DIR) + "/models/stories260K";
 
-struct reference {
-  std::string prompt;
-  std::vector<int32_t> input_ids;
-  std::vector<int32_t> generated_ids;
-};
-
-std::vector<reference> load_references() {
-  std::ifstream file(stories_dir + "/refs.json");
-  if (!file) throw std::runtime_error("cannot open " + stories_dir + "/refs.json");
-  const auto json = nlohmann::json::parse(file);
-  std::vector<reference> refs;
-  for (const auto& r : json.at("references")) {
-    refs.push_back({r.at("prompt").get<std::string>(), r.at("input_ids").get<std::vector<int32_t>>(),
-                    r.at("generated_ids").get<std::vector<int32_t>>()});
-  }
-  return refs;
-}
-
 void expect_reference_continuations(const std::string& path) {
   const loaded_model loaded = load_model(load_options{path});
-  const auto refs = load_references();
+  const auto& refs = test::stories_references();
   ASSERT_EQ(refs.size(), 3u);
   for (cpu::simd_level level : test::supported_simd_levels()) {
     test::scoped_simd_level force(level);
     auto m = make_cpu_model(loaded.config, loaded.weights, {32, 4}, 2);
-    for (const reference& ref : refs) {
+    for (const test::stories_reference& ref : refs) {
       // Blocks in reverse order, so that the block table really is followed.
       std::vector<int32_t> blocks(32);
       std::iota(blocks.rbegin(), blocks.rend(), 0);

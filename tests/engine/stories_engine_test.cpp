@@ -5,35 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-
-#include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_model.hpp"
 #include "engine/llm_engine.hpp"
 #include "model/loader/model_loader.hpp"
 #include "tests/shared_models.hpp"
+#include "tests/stories_references.hpp"
 
 namespace troupe {
 namespace {
 
 const std::filesystem::path stories_dir = std::filesystem::path(TROUPE_SHARED_DIR) / "models" / "stories260K";
-
-struct reference {
-  std::vector<int32_t> input_ids;
-  std::vector<int32_t> generated_ids;
-};
-
-std::vector<reference> load_refs() {
-  std::ifstream in(stories_dir / "refs.json");
-  nlohmann::json doc = nlohmann::json::parse(in);
-  std::vector<reference> refs;
-  for (const auto& r : doc.at("references")) {
-    refs.push_back({r.at("input_ids").get<std::vector<int32_t>>(), r.at("generated_ids").get<std::vector<int32_t>>()});
-  }
-  return refs;
-}
 
 struct stories_case {
   const char* name;
@@ -60,7 +43,7 @@ TEST_P(stories_engine, reproduces_reference_continuations) {
   config.enable_prefix_caching = c.prefix_caching;
   llm_engine engine(std::move(m), config, std::nullopt, 1);
 
-  const std::vector<reference> refs = load_refs();
+  const auto& refs = test::stories_references();
   ASSERT_EQ(refs.size(), 3u);
   // Every reference prompt three times with different lengths, interleaved.
   std::map<int64_t, std::pair<size_t, int>> wanted;  // request -> (reference, max_tokens)

@@ -15,22 +15,15 @@
 #include "stages/detokenize_stage.hpp"
 #include "stages/scheduler_stage.hpp"
 #include "tests/shared_models.hpp"
+#include "tests/stories_references.hpp"
 
 namespace troupe {
 namespace {
 
 const std::string stories = TROUPE_SHARED_DIR "/models/stories260K/hf";
 
-// "Once upon a time" -> ", there was a little girl named Lily. She loved to play outside in the
-// park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily"
-const std::vector<int32_t> prompt_ids = {1, 403, 407, 261, 378};
-const std::vector<int32_t> reference_ids = {
-    432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292,
-    411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426,
-    338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310};
-const std::string reference_text =
-    ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a "
-    "big, red ball. She wanted to play with it, but it was too high.\nLily";
+// The reference greedy continuation of "Once upon a time" on stories260K (refs.json).
+const test::stories_reference& once_upon_a_time() { return test::stories_reference_for("Once upon a time"); }
 
 class detokenize_stage_test : public ::testing::Test {
  protected:
@@ -44,7 +37,7 @@ class detokenize_stage_test : public ::testing::Test {
                            finish_reason finish = finish_reason::none) {
     token_delta d;
     d.request_id = id;
-    d.token_ids = {reference_ids[index]};
+    d.token_ids = {once_upon_a_time().generated_ids[index]};
     d.logprobs = {token_logprobs{-0.5f * static_cast<float>(index), {}, {}}};
     if (index == 0) d.stop = std::move(stop);
     d.finish = finish;
@@ -109,15 +102,15 @@ struct client_view {
 TEST_F(detokenize_stage_test, without_stop_strings_the_text_is_the_reference) {
   detokenize_stage stage(*tok_);
   client_view client;
-  for (size_t i = 0; i < reference_ids.size(); ++i) {
-    const bool last = i + 1 == reference_ids.size();
+  for (size_t i = 0; i < once_upon_a_time().generated_ids.size(); ++i) {
+    const bool last = i + 1 == once_upon_a_time().generated_ids.size();
     auto out = stage.run(token(7, i, {}, last ? finish_reason::length : finish_reason::none));
     EXPECT_TRUE(out.stopped_ids.empty());
     ASSERT_EQ(out.texts.deltas.size(), 1u);
     client.take(out.texts);
   }
-  EXPECT_EQ(client.text, reference_text);
-  EXPECT_EQ(client.ids, reference_ids);
+  EXPECT_EQ(client.text, once_upon_a_time().completion);
+  EXPECT_EQ(client.ids, once_upon_a_time().generated_ids);
   EXPECT_EQ(client.finish, finish_reason::length);
   EXPECT_EQ(stage.num_live(), 0u);
 }
@@ -131,7 +124,7 @@ TEST_F(detokenize_stage_test, the_output_keeps_its_first_space_and_special_token
   for (size_t i = 1; i < 4; ++i) {  // " there was a" after ","
     token_delta d;
     d.request_id = 8;
-    d.token_ids = {reference_ids[i]};
+    d.token_ids = {once_upon_a_time().generated_ids[i]};
     token_batch batch;
     batch.deltas.push_back(std::move(d));
     batch.timelines.push_back({});
@@ -154,10 +147,10 @@ TEST_F(detokenize_stage_test, the_output_keeps_its_first_space_and_special_token
 TEST_F(detokenize_stage_test, a_stop_string_across_tokens_holds_the_final_until_the_scheduler_confirms) {
   detokenize_stage stage(*tok_);
   const std::string stop = "girl named Li";
-  const std::string before = reference_text.substr(0, reference_text.find(stop));
+  const std::string before = once_upon_a_time().completion.substr(0, once_upon_a_time().completion.find(stop));
   client_view client;
-  size_t matched_at = reference_ids.size();
-  for (size_t i = 0; i < reference_ids.size(); ++i) {
+  size_t matched_at = once_upon_a_time().generated_ids.size();
+  for (size_t i = 0; i < once_upon_a_time().generated_ids.size(); ++i) {
     auto out = stage.run(token(3, i, {stop, "zebra"}));
     client.take(out.texts);
     EXPECT_EQ(client.text.find("girl"), std::string::npos) << "a prefix of the stop string escaped";
@@ -168,7 +161,7 @@ TEST_F(detokenize_stage_test, a_stop_string_across_tokens_holds_the_final_until_
       break;
     }
   }
-  ASSERT_LT(matched_at, reference_ids.size()) << "the stop string never matched";
+  ASSERT_LT(matched_at, once_upon_a_time().generated_ids.size()) << "the stop string never matched";
   // The scheduler sampled two more tokens before it heard: both are dropped.
   EXPECT_TRUE(stage.run(token(3, matched_at + 1)).texts.deltas.empty());
   EXPECT_TRUE(stage.run(token(3, matched_at + 2)).texts.deltas.empty());
@@ -183,7 +176,7 @@ TEST_F(detokenize_stage_test, a_stop_string_across_tokens_holds_the_final_until_
   EXPECT_EQ(client.finish, finish_reason::stop);
   // The ids are those up to the token that completed the stop string: their text is the
   // delivered text followed by (at least) the stop string.
-  const std::vector<int32_t> kept(reference_ids.begin(), reference_ids.begin() + matched_at + 1);
+  const std::vector<int32_t> kept(once_upon_a_time().generated_ids.begin(), once_upon_a_time().generated_ids.begin() + matched_at + 1);
   EXPECT_EQ(client.ids, kept);
   EXPECT_EQ(tok_->decode(kept, true).substr(0, before.size() + stop.size()), before + stop);
   EXPECT_NE(tok_->decode(std::vector<int32_t>(kept.begin(), kept.end() - 1), true).find(before), std::string::npos);
@@ -207,7 +200,7 @@ TEST_F(detokenize_stage_test, a_stop_string_at_the_very_start_gives_empty_text) 
   client.take(out.texts);
   client.take(stage.run(scheduler_final(1, finish_reason::stop, 2)).texts);
   EXPECT_EQ(client.text, "");
-  EXPECT_EQ(client.ids, (std::vector<int32_t>{reference_ids[0], reference_ids[1]}));
+  EXPECT_EQ(client.ids, (std::vector<int32_t>{once_upon_a_time().generated_ids[0], once_upon_a_time().generated_ids[1]}));
   EXPECT_EQ(client.finish, finish_reason::stop);
   EXPECT_EQ(client.num_finals, 1);
 }
@@ -219,8 +212,8 @@ TEST_F(detokenize_stage_test, a_match_in_the_schedulers_last_delta_ends_there_as
   client_view client;
   const std::string stop = "Lily.";
   size_t i = 0;
-  for (; i < reference_ids.size(); ++i) {
-    const std::string so_far = tok_->decode(std::vector<int32_t>(reference_ids.begin(), reference_ids.begin() + i + 1), true);
+  for (; i < once_upon_a_time().generated_ids.size(); ++i) {
+    const std::string so_far = tok_->decode(std::vector<int32_t>(once_upon_a_time().generated_ids.begin(), once_upon_a_time().generated_ids.begin() + i + 1), true);
     const bool completes = so_far.find(stop) != std::string::npos;
     auto out = stage.run(token(5, i, {stop}, completes ? finish_reason::length : finish_reason::none));
     EXPECT_TRUE(out.stopped_ids.empty());
@@ -240,7 +233,7 @@ TEST_F(detokenize_stage_test, the_schedulers_own_finish_after_a_match_still_ends
   detokenize_stage stage(*tok_);
   client_view client;
   size_t i = 0;
-  for (; i < reference_ids.size(); ++i) {
+  for (; i < once_upon_a_time().generated_ids.size(); ++i) {
     auto out = stage.run(token(9, i, {"little"}));
     client.take(out.texts);
     if (!out.stopped_ids.empty()) break;
@@ -257,18 +250,18 @@ TEST_F(detokenize_stage_test, the_held_tail_is_released_when_the_request_ends_ot
   // "Lily!" never completes; "Lily" at the very end is held until the finish releases it.
   detokenize_stage stage(*tok_);
   client_view client;
-  for (size_t i = 0; i < reference_ids.size(); ++i) {
-    const bool last = i + 1 == reference_ids.size();
+  for (size_t i = 0; i < once_upon_a_time().generated_ids.size(); ++i) {
+    const bool last = i + 1 == once_upon_a_time().generated_ids.size();
     auto out = stage.run(token(4, i, {"Lily!"}, last ? finish_reason::length : finish_reason::none));
     client.take(out.texts);
     // Before the last token, all but the "L" (or "Li") that could start "Lily!" is out.
-    if (i + 2 == reference_ids.size()) {
-      EXPECT_EQ(client.text, reference_text.substr(0, client.text.size()));
+    if (i + 2 == once_upon_a_time().generated_ids.size()) {
+      EXPECT_EQ(client.text, once_upon_a_time().completion.substr(0, client.text.size()));
       EXPECT_EQ(client.text.back(), '\n') << "held back too little or too much: " << client.text;
     }
   }
-  EXPECT_EQ(client.text, reference_text);
-  EXPECT_EQ(client.ids, reference_ids);
+  EXPECT_EQ(client.text, once_upon_a_time().completion);
+  EXPECT_EQ(client.ids, once_upon_a_time().generated_ids);
   EXPECT_EQ(client.finish, finish_reason::length);
 }
 
@@ -299,7 +292,7 @@ TEST_F(detokenize_stage_test, requests_in_one_batch_keep_their_own_stop_strings)
   }
   EXPECT_EQ(stopped.text, ", there was a little girl named ");
   EXPECT_EQ(stopped.num_finals, 1);
-  EXPECT_EQ(plain.text, tok_->decode(std::vector<int32_t>(reference_ids.begin(), reference_ids.begin() + 20), true));
+  EXPECT_EQ(plain.text, tok_->decode(std::vector<int32_t>(once_upon_a_time().generated_ids.begin(), once_upon_a_time().generated_ids.begin() + 20), true));
   EXPECT_EQ(plain.finish, finish_reason::length);
   EXPECT_EQ(plain.num_finals, 1);
   EXPECT_EQ(stage.num_live(), 0u);
@@ -310,7 +303,7 @@ step_result reference_answer(const step_plan& plan) {
   step_result result;
   result.step_id = plan.step_id;
   for (const auto& s : plan.sequences) {
-    if (s.sample) result.tokens.push_back(sampled_token{s.request_id, reference_ids[s.output_index], 0.0f, {}, {}});
+    if (s.sample) result.tokens.push_back(sampled_token{s.request_id, once_upon_a_time().generated_ids[s.output_index], 0.0f, {}, {}});
   }
   return result;
 }
@@ -333,7 +326,7 @@ TEST_F(detokenize_stage_test, with_the_engine_scheduler_the_stop_frees_every_blo
   params.temperature = 0.0f;
   params.max_tokens = 50;
   params.stop = {"outside in"};
-  ASSERT_FALSE(sched.add_request(11, prompt_ids, params));
+  ASSERT_FALSE(sched.add_request(11, once_upon_a_time().input_ids, params));
   detokenize_stage stage(*tok_);
   client_view client;
   int steps = 0;
@@ -362,7 +355,7 @@ TEST_F(detokenize_stage_test, with_the_engine_scheduler_the_stop_frees_every_blo
   EXPECT_EQ(client.finish, finish_reason::stop);
   ASSERT_TRUE(client.metrics);
   EXPECT_EQ(client.metrics->num_output_tokens, static_cast<int>(client.ids.size()));
-  EXPECT_EQ(client.metrics->num_prompt_tokens, static_cast<int>(prompt_ids.size()));
+  EXPECT_EQ(client.metrics->num_prompt_tokens, static_cast<int>(once_upon_a_time().input_ids.size()));
   EXPECT_EQ(stage.num_live(), 0u);
 }
 
@@ -421,7 +414,7 @@ class wired_stages {
 schedule_request wired_request(int64_t id, std::vector<std::string> stop) {
   schedule_request request;
   request.request_id = id;
-  request.prompt_ids = prompt_ids;
+  request.prompt_ids = once_upon_a_time().input_ids;
   request.sampling.temperature = 0.0f;
   request.sampling.max_tokens = 50;
   request.sampling.stop = std::move(stop);

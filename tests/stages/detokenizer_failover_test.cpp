@@ -13,35 +13,30 @@
 #include "stages/detokenize_stage.hpp"
 #include "stages/detokenizer_ledger.hpp"
 #include "tests/shared_models.hpp"
+#include "tests/stories_references.hpp"
 
 namespace troupe {
 namespace {
 
 const std::string stories = TROUPE_SHARED_DIR "/models/stories260K/hf";
 
-// The reference greedy continuation of "Once upon a time" on stories260K.
-const std::vector<int32_t> reference_ids = {
-    432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292,
-    411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426,
-    338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310};
-const std::string reference_text =
-    ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a "
-    "big, red ball. She wanted to play with it, but it was too high.\nLily";
+// The reference greedy continuation of "Once upon a time" on stories260K (refs.json).
+const test::stories_reference& once_upon_a_time() { return test::stories_reference_for("Once upon a time"); }
 
 // The scheduler's deltas for one request: two tokens each (the last one finishes it by length).
 std::vector<token_batch> scheduler_batches(int64_t id, std::vector<std::string> stop) {
   std::vector<token_batch> batches;
-  for (size_t i = 0; i < reference_ids.size(); i += 2) {
+  for (size_t i = 0; i < once_upon_a_time().generated_ids.size(); i += 2) {
     token_delta d;
     d.request_id = id;
-    d.token_ids.assign(reference_ids.begin() + static_cast<std::ptrdiff_t>(i),
-                       reference_ids.begin() + static_cast<std::ptrdiff_t>(std::min(i + 2, reference_ids.size())));
+    d.token_ids.assign(once_upon_a_time().generated_ids.begin() + static_cast<std::ptrdiff_t>(i),
+                       once_upon_a_time().generated_ids.begin() + static_cast<std::ptrdiff_t>(std::min(i + 2, once_upon_a_time().generated_ids.size())));
     for (size_t k = 0; k < d.token_ids.size(); ++k) d.logprobs.push_back({-0.25f * static_cast<float>(i + k), {}, {}});
     if (i == 0) d.stop = stop;
-    if (i + 2 >= reference_ids.size()) {
+    if (i + 2 >= once_upon_a_time().generated_ids.size()) {
       d.finish = finish_reason::length;
       d.metrics = request_metrics{};
-      d.metrics->num_output_tokens = static_cast<int>(reference_ids.size());
+      d.metrics->num_output_tokens = static_cast<int>(once_upon_a_time().generated_ids.size());
     }
     token_batch batch;
     batch.deltas.push_back(std::move(d));
@@ -109,16 +104,16 @@ class detokenizer_failover_test : public ::testing::Test {
 };
 
 TEST_F(detokenizer_failover_test, at_any_moment_of_the_loss_the_client_gets_every_token_once) {
-  const size_t num_batches = (reference_ids.size() + 1) / 2;
+  const size_t num_batches = (once_upon_a_time().generated_ids.size() + 1) / 2;
   for (size_t num_run = 0; num_run <= num_batches; ++num_run) {
     for (size_t num_in_mailbox = 0; num_in_mailbox <= 3; ++num_in_mailbox) {
       SCOPED_TRACE("lost after " + std::to_string(num_run) + " batches, " + std::to_string(num_in_mailbox) +
                    " in its mailbox");
       const client_view client = lose_and_resume(num_run, num_in_mailbox, {"zebra"});
-      EXPECT_EQ(client.text, reference_text);
-      EXPECT_EQ(client.ids, reference_ids);
-      ASSERT_EQ(client.logprobs.size(), reference_ids.size());
-      for (size_t i = 0; i < reference_ids.size(); ++i) EXPECT_EQ(client.logprobs[i].logprob, -0.25f * static_cast<float>(i));
+      EXPECT_EQ(client.text, once_upon_a_time().completion);
+      EXPECT_EQ(client.ids, once_upon_a_time().generated_ids);
+      ASSERT_EQ(client.logprobs.size(), once_upon_a_time().generated_ids.size());
+      for (size_t i = 0; i < once_upon_a_time().generated_ids.size(); ++i) EXPECT_EQ(client.logprobs[i].logprob, -0.25f * static_cast<float>(i));
       EXPECT_EQ(client.num_finals, 1);
       if (HasFailure()) return;
     }
@@ -127,11 +122,11 @@ TEST_F(detokenizer_failover_test, at_any_moment_of_the_loss_the_client_gets_ever
 
 TEST_F(detokenizer_failover_test, a_held_prefix_of_a_stop_string_is_neither_lost_nor_repeated) {
   // "girl named L" is held back while it may become the stop string, then released as text.
-  const size_t num_batches = (reference_ids.size() + 1) / 2;
+  const size_t num_batches = (once_upon_a_time().generated_ids.size() + 1) / 2;
   for (size_t num_run = 0; num_run <= num_batches; ++num_run) {
     SCOPED_TRACE("lost after " + std::to_string(num_run) + " batches");
     const client_view client = lose_and_resume(num_run, 1, {"girl named Lx"});
-    EXPECT_EQ(client.text, reference_text);
+    EXPECT_EQ(client.text, once_upon_a_time().completion);
     EXPECT_EQ(client.num_finals, 1);
     if (HasFailure()) return;
   }
@@ -169,7 +164,7 @@ TEST_F(detokenizer_failover_test, a_stop_string_still_ends_the_text_after_the_lo
     confirm.deltas.push_back(final_delta);
     confirm.timelines.push_back({});
     client.take(replacement.run(confirm).texts);
-    EXPECT_EQ(client.text, reference_text.substr(0, reference_text.find(stop)));
+    EXPECT_EQ(client.text, once_upon_a_time().completion.substr(0, once_upon_a_time().completion.find(stop)));
     EXPECT_EQ(client.num_finals, 1);
   }
 }
@@ -191,7 +186,7 @@ TEST_F(detokenizer_failover_test, a_failure_that_died_with_the_detokenizer_is_se
   ledger.record(failed, 0);
   const detokenizer_ledger::resumption resumed = ledger.resume({{5, 2}});
   ASSERT_EQ(resumed.primes.size(), 1u);
-  EXPECT_EQ(resumed.primes[0].spelled_ids, std::vector<int32_t>(reference_ids.begin(), reference_ids.begin() + 2));
+  EXPECT_EQ(resumed.primes[0].spelled_ids, std::vector<int32_t>(once_upon_a_time().generated_ids.begin(), once_upon_a_time().generated_ids.begin() + 2));
   EXPECT_TRUE(resumed.replay.deltas.empty());
   ASSERT_EQ(resumed.replay.failures.size(), 1u);
   EXPECT_EQ(resumed.replay.failures[0].message, "the step failed");
