@@ -273,9 +273,14 @@ step_result model_runner::run_step(const step_plan& plan) {
   // The check reads only parameters; the masks come after it, so a step that stays on the host
   // (every step on the CPU backend) never queries a matcher twice.
   last_on_device_ = can_sample_on_device(plan) && take_device_masks(plan);
+  // Forward, then sample: on the device in one call where the logits are, else from host rows.
   if (last_on_device_) {
-    sample_on_device(plan, result);
+    set_device_sampling_rows(plan);
+    device_tokens_.assign(rows_.size(), -1);
+    model_.forward_sample(batch_, rows_, device_tokens_.data());
+    take_device_samples(plan, result);
   } else {
+    forward_to_host();
     sample_on_host(plan, result);
   }
   if (batch_.after_layer_kv) kv_out_->finish_step();
@@ -366,7 +371,7 @@ bool model_runner::take_device_masks(const step_plan& plan) {
   return true;
 }
 
-void model_runner::sample_on_device(const step_plan& plan, step_result& result) {
+void model_runner::set_device_sampling_rows(const step_plan& plan) {
   rows_.clear();
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const scheduled_sequence& s = plan.sequences[i];
@@ -382,8 +387,9 @@ void model_runner::sample_on_device(const step_plan& plan, step_result& result) 
     row.allowed_bits = device_masks_[i];  // structured output: the grammar's mask, applied on the device
     rows_.push_back(row);
   }
-  device_tokens_.assign(rows_.size(), -1);
-  model_.forward_sample(batch_, rows_, device_tokens_.data());
+}
+
+void model_runner::take_device_samples(const step_plan& plan, step_result& result) {
   const int vocab = model_.config().vocab_size;
   result.tokens.reserve(rows_.size());
   size_t row = 0;
@@ -410,16 +416,17 @@ void model_runner::sample_on_device(const step_plan& plan, step_result& result) 
   }
 }
 
-void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
-  const int vocab = model_.config().vocab_size;
-  logits_.resize(static_cast<size_t>(batch_.num_logits()) * vocab);
+void model_runner::forward_to_host() {
+  logits_.resize(static_cast<size_t>(batch_.num_logits()) * static_cast<size_t>(model_.config().vocab_size));
   batch_.hidden_out = nullptr;
   if (!batch_.hidden_rows.empty()) {
     hidden_.resize(batch_.hidden_rows.size() * static_cast<size_t>(model_.config().hidden_size));
     batch_.hidden_out = hidden_.data();
   }
   model_.forward(batch_, logits_.data());
+}
 
+void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
   int num_prompt_rows = 0;
   for (int n : prompt_entry_rows_) num_prompt_rows += n;
   result.tokens.reserve(static_cast<size_t>(batch_.num_logits() - num_prompt_rows));
@@ -438,7 +445,7 @@ void model_runner::sample_on_host(const step_plan& plan, step_result& result) {
   take_prompt_logprobs(plan, token_of_entry, row, result);
 }
 
-bool model_runner::run_logits_plugins(const step_plan& plan, size_t entry, int row, step_result& result) {
+void model_runner::run_logits_plugins(const step_plan& plan, size_t entry, int row, step_result& result) {
   const scheduled_sequence& s = plan.sequences[entry];
   request_state& state = *entry_states_[entry];
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
@@ -450,10 +457,9 @@ bool model_runner::run_logits_plugins(const step_plan& plan, size_t entry, int r
                                 state.num_prompt_tokens,
                                 std::span<float>(logits_.data() + static_cast<size_t>(row) * vocab, vocab));
   }
-  if (why.empty()) return true;
+  if (why.empty()) return;
   state.plugins_failed = true;
   result.failed.push_back(failed_request{s.request_id, std::move(why)});
-  return false;
 }
 
 void model_runner::end_request(int64_t request_id) {

@@ -143,7 +143,12 @@ class model_runner {
   // Queries each constrained row's matcher for this step's mask into device_masks_; false when
   // one has no bit mask (or allows nothing), which keeps the step on the host.
   bool take_device_masks(const step_plan& plan);
-  void sample_on_device(const step_plan& plan, step_result& result);
+  // The device sampler's row per sampled entry (rows_): parameters, seed and offset, mask.
+  void set_device_sampling_rows(const step_plan& plan);
+  // The tokens forward_sample drew (device_tokens_) into result, checked, and into the matchers.
+  void take_device_samples(const step_plan& plan, step_result& result);
+  // Runs the forward with the logits (and pooled hidden rows) landing in host memory.
+  void forward_to_host();
   // Asks for the hidden rows pooling requests need (batch_.hidden_rows, hidden_entry_rows_).
   void collect_hidden_rows(const step_plan& plan);
   // Asks for a logits row at each prompt position whose next token is a prompt token, for
@@ -157,11 +162,14 @@ class model_runner {
   // Folds the rows' hidden states into their requests' pools and, on the token sampled after a
   // prompt (token_of_entry[i], or -1), attaches the finished embedding.
   void pool_hidden_states(const step_plan& plan, const std::vector<int>& token_of_entry, step_result& result);
+  // Samples every sampled entry from the host logits forward_to_host left (logits plugins,
+  // drafts verified, pooling and prompt logprobs taken on the way).
   void sample_on_host(const step_plan& plan, step_result& result);
+  // run() without its bookkeeping of failures: flatten, forward, sample.
   step_result run_step(const step_plan& plan);
-  // Runs entry `entry`'s logits plugins on its row `row`; false (and the request in
-  // result.failed) when they failed it.
-  bool run_logits_plugins(const step_plan& plan, size_t entry, int row, step_result& result);
+  // Runs entry `entry`'s logits plugins on its row `row`; when they fail it, the request goes
+  // into result.failed (its token is still sampled: the scheduler drops it with the request).
+  void run_logits_plugins(const step_plan& plan, size_t entry, int row, step_result& result);
   // The request left the worker for good: its logits plugins drop what they kept for it.
   void end_request(int64_t request_id);
   // Verifies entry `entry`'s drafts against its logits rows, starting at `row`: the accepted
