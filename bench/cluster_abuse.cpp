@@ -76,9 +76,14 @@ struct options {
 };
 
 int num_failures = 0;
+std::vector<std::string> failed_checks;  // repeated at the end, where a log's tail shows them
+std::string current_part;
 void check(bool ok, const std::string& what) {
   std::printf("  %s %s\n", ok ? "ok  " : "FAIL", what.c_str());
-  if (!ok) ++num_failures;
+  if (!ok) {
+    ++num_failures;
+    failed_checks.push_back(current_part + ": " + what);
+  }
 }
 
 // ---- a cluster of real processes ----------------------------------------------------------
@@ -341,6 +346,7 @@ bool idle_within(const std::string& endpoint, troupe::stats_reply& last) {
 // ---- parts -------------------------------------------------------------------------------------
 
 void flood(const options& o, const fs::path& dir, const std::string& topology) {
+  current_part = "flood on " + topology;
   std::printf("flood on %s: RLIMIT_NOFILE %d, %d idle connections per port%s, handshake timeout %d ms (load %.1f)\n",
               topology.c_str(), o.nofile, o.flood, o.flood_doors ? " (the doors' too)" : " (not the client doors')",
               o.handshake_timeout_ms, load_average());
@@ -433,6 +439,7 @@ void flood(const options& o, const fs::path& dir, const std::string& topology) {
 }
 
 void aborts(const options& o, const fs::path& dir, const std::string& topology, std::mt19937& rng) {
+  current_part = "aborts on " + topology;
   std::printf("aborts on %s: %d generate/abort pairs, %d disconnects (load %.1f)\n", topology.c_str(), o.pairs,
               o.disconnects, load_average());
   std::unique_ptr<cluster> c;
@@ -626,6 +633,7 @@ int main(int argc, char** argv) try {
   std::printf("troupe_abuse%s: seed %u, %u hardware threads\n", o.short_run ? " --short" : "", o.seed,
               std::thread::hardware_concurrency());
   for (const std::string& part : split(o.parts)) {
+    current_part = part;
     if (part == "flood") {
       for (const std::string& topology : split(o.flood_topologies)) flood(o, dir, topology);
     } else if (part == "aborts") {
@@ -638,6 +646,7 @@ int main(int argc, char** argv) try {
   }
   std::error_code ignored;
   if (num_failures == 0) fs::remove_all(dir, ignored);
+  for (const std::string& what : failed_checks) std::printf("FAIL %s\n", what.c_str());
   std::printf("%s: %d failed check%s%s\n", num_failures ? "FAILED" : "passed", num_failures,
               num_failures == 1 ? "" : "s", num_failures ? (", logs in " + dir.string()).c_str() : "");
   return num_failures == 0 ? 0 : 1;
