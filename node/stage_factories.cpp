@@ -63,7 +63,7 @@ spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, 
   kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);
   kv.keys = kv_keys;
   kv.transport = spec.kv_transport;
-  check_worker_kv_transport(kv.transport, *served->backend_model);  // fails the spawn, as a bad draft does
+  check_kv_transport(kv.transport, *served->backend_model);  // fails the spawn, as a bad draft does
   worker_drafts drafts = load_worker_drafts(spec, *served);
   caf::actor actor = system.spawn<caf::detached>(worker_actor, served, kv, std::move(drafts), std::move(logits_plugins));
   return {std::move(actor), std::move(served)};

@@ -40,10 +40,7 @@
 #include <caf/sec.hpp>
 
 #include "engine/engine_config.hpp"
-#include "kvtransfer/kv_device_destinations.hpp"
-#include "kvtransfer/nccl_kv_inbox.hpp"
-#include "kvtransfer/kv_receiver.hpp"
-#include "kvtransfer/kv_sender.hpp"
+#include "kvtransfer/kv_connector.hpp"
 #include "stages/engine_router.hpp"
 #include "plugins/plugin_chain.hpp"
 #include "stages/stage_specs.hpp"
@@ -154,10 +151,6 @@ struct worker_drafts {
   std::shared_ptr<served_model> draft_model;
   ngram_settings ngram;
 };
-// Where a worker starts (the node that owns its GPU): throws std::runtime_error naming why
-// `transport` cannot carry KV for `m` here (a build without CUDA, no GPU answering, a pool in host
-// memory, a transport the engine does not drive). zmq always can.
-void check_worker_kv_transport(kv_transport transport, const model& m);
 // Loads the draft model `spec` names, if any, for `target`'s vocabulary (on the node that runs the
 // worker, before it starts: a bad draft fails the spawn, naming its path).
 worker_drafts load_worker_drafts(const worker_spec& spec, const served_model& target);
@@ -173,38 +166,14 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
                            worker_kv_settings kv = {}, worker_drafts drafts = {},
                            std::shared_ptr<plugin_chain> logits_plugins = nullptr);
 
-// The KV data plane of one engine instance. The model is held so that it outlives the receiver
-// importing into it (members are destroyed in reverse order).
-struct kv_endpoints {
-  std::shared_ptr<served_model> served;
-  std::unique_ptr<kv_sender> sender;
-  // Made at the first transfer this instance is to receive (the KV agent's first kv_expect_msg),
-  // never before: a topology that does not disaggregate opens no KV listener at all (issue 25:
-  // colocated serving listened on 127.0.0.1, and a local peer dripping a frame held its shutdown).
-  std::unique_ptr<kv_receiver> receiver;
-  std::function<std::unique_ptr<kv_receiver>()> make_receiver;
-  kv_receiver& opened_receiver() {
-    if (!receiver) receiver = make_receiver();
-    return *receiver;
-  }
-  // A device transport (kv_transport "cuda_ipc" or "nccl"); empty and null on zmq. The pool's
-  // handle (cuda_ipc; nccl's are per peer, below) goes in this instance's kv_ready answers (its
-  // receiver then expects the KV in place); the destinations of transfers it prefills wait in
-  // device_destinations for its forward thread.
-  std::string kv_pool_handle;
-  std::shared_ptr<kv_device_destinations> device_destinations;
-  // kv_transport "nccl": the decode side's pairs, one per prefill peer; each kv_ready answer
-  // carries the handle of its transfer's peer (kv_pool_handle stays empty).
-  std::shared_ptr<nccl_kv_inbox> device_inbox;
-  std::chrono::milliseconds transfer_timeout{10000};
-};
 // The KV agent: an event-based actor beside the worker that never blocks (the worker does, while
-// it computes), so transfers are set up while steps run. It takes kv_expect_msg from its
-// scheduler (answered with kv_ready_msg), kv_cancel_msg, kv_ready_msg from the router (for its
-// sender) and (kv_leases_atom) → kv_lease_counts; the receiver's completions come back through it
-// to the scheduler that reserved the transfer (kv_arrival_msg).
+// it computes), so transfers are set up while steps run. A shell over the instance's
+// kv_connector (kvtransfer/kv_connector.hpp): it takes kv_expect_msg from its scheduler
+// (answered with kv_ready_msg), kv_cancel_msg, kv_ready_msg from the router (for its sender) and
+// (kv_leases_atom) → kv_lease_counts; the receiver's completions come back through it to the
+// scheduler that reserved the transfer (kv_arrival_msg).
 using kv_leases_atom = caf::atom_constant<caf::atom("kvleases")>;
-caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_endpoints> endpoints);
+caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_connector> connector);
 
 caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,
                                 caf::actor frontend);

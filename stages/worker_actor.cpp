@@ -7,7 +7,7 @@
 #include "engine/model_runner.hpp"
 #include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
-#include "kvtransfer/kv_layer_streamer.hpp"
+#include "kvtransfer/kv_connector.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/plugin_logits_hook.hpp"
 #include "stages/instrumented_actor.hpp"
@@ -31,40 +31,7 @@ std::unique_ptr<draft_proposer> make_draft_proposer(const served_model& target, 
   return std::make_unique<ngram_proposer>(drafts.ngram);
 }
 
-// A GPU transport's half on this worker (the node that owns the GPU); check_worker_kv_transport
-// has refused it by name where it cannot run.
-kv_device_path start_device_transport(kv_transport transport, const model& m, kv_endpoints& endpoints) {
-  check_worker_kv_transport(transport, m);
-  const std::optional<device_kv_pool> pool = m.kv_pool_on_device();
-  kv_device_path device{make_device_kv_copier(transport, *pool), std::make_shared<kv_device_destinations>()};
-  endpoints.device_destinations = device.destinations;
-  if (transport == kv_transport::nccl) {
-    endpoints.device_inbox = std::make_shared<nccl_kv_inbox>(*pool, make_device_kv_pair_links(transport, *pool));
-    spdlog::info("worker: KV transport nccl: each layer's KV sent and received with NCCL on GPU {} (one communicator "
-                 "per prefill/decode pair, its id over the cluster's control path), in-place frames over the KV plane",
-                 pool->device);
-    return device;
-  }
-  endpoints.kv_pool_handle = device_kv_pool_handle(transport, *pool);
-  spdlog::info("worker: KV transport {}: KV copied device to device from and into the pool on GPU {}, in-place frames "
-               "over the KV plane",
-               kv_transport_name(transport), pool->device);
-  return device;
-}
-
 }  // namespace
-
-void check_worker_kv_transport(kv_transport transport, const model& m) {
-  if (transport == kv_transport::zmq) return;
-  const std::string named = "kv_transport \"" + std::string(kv_transport_name(transport)) + "\"";
-  if (const std::string why = kv_transport_unavailable(transport); !why.empty()) {
-    throw std::runtime_error(named + " cannot run on this node: " + why + "; use \"zmq\"");
-  }
-  if (!m.kv_pool_on_device()) {
-    throw std::runtime_error(named + " copies KV in GPU memory, and backend " + m.backend_name() +
-                             " keeps its KV pool in host memory; serve the model on cuda or use \"zmq\"");
-  }
-}
 
 worker_drafts load_worker_drafts(const worker_spec& spec, const served_model& target) {
   worker_drafts drafts;
@@ -92,38 +59,28 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
     register_plugins(self->system(), "worker", logits_plugins);
     runner->set_logits_hook(std::make_unique<plugin_logits_hook>(logits_plugins));
   }
-  auto endpoints = std::make_shared<kv_endpoints>();
-  endpoints->served = served;
-  endpoints->transfer_timeout = kv.transfer_timeout;
-  kv_device_path device;
-  if (kv.transport != kv_transport::zmq) device = start_device_transport(kv.transport, *served->backend_model, *endpoints);
-  kv_channel_settings channel;
-  channel.bind_host = kv.bind_host;
-  channel.keys = kv.keys;
-  endpoints->sender = std::make_unique<kv_sender>(
-      channel, kv_sender_events{[](uint64_t transfer_id, const std::string& why) {
-        spdlog::warn("kv sender: transfer {} failed: {}", transfer_id, why);
-      }});
   // The receiver reports on its own thread; the agent's mailbox brings it back to actor land. A
   // weak handle: the agent owns the receiver, which must not keep the agent alive.
   auto agent_slot = std::make_shared<caf::weak_actor_ptr>();
   auto report = [agent_slot](kv_arrival_msg arrival) {
     if (auto agent = agent_slot->lock()) caf::anon_send(caf::actor_cast<caf::actor>(agent), std::move(arrival));
   };
-  // A raw pointer: the endpoints own the function that makes their receiver.
-  endpoints->make_receiver = [e = endpoints.get(), channel, report] {
-    return std::make_unique<kv_receiver>(
-        *e->served->backend_model, channel,
-        kv_receiver_events{
-            [report](uint64_t transfer_id, int64_t request_id) { report(kv_arrival_msg{request_id, transfer_id, true, {}}); },
-            [report](uint64_t transfer_id, int64_t request_id, const std::string& why) {
-              report(kv_arrival_msg{request_id, transfer_id, false, why});
-            }},
-        e->device_inbox);
-  };
-  runner->stream_kv_to(std::make_unique<kv_layer_streamer>(*served->backend_model, *endpoints->sender,
-                                                            kv.transfer_timeout, std::move(device)));
-  caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, endpoints);
+  kv_connector_settings kv_settings;
+  kv_settings.channel.bind_host = kv.bind_host;
+  kv_settings.channel.keys = kv.keys;
+  kv_settings.transfer_timeout = kv.transfer_timeout;
+  kv_settings.transport = kv.transport;
+  // Aliasing the served model: the connector keeps it (and so the pool its receiver imports
+  // into) alive.
+  auto connector = std::make_shared<kv_connector>(
+      std::shared_ptr<model>(served, served->backend_model.get()), kv_settings,
+      kv_receiver_events{
+          [report](uint64_t transfer_id, int64_t request_id) { report(kv_arrival_msg{request_id, transfer_id, true, {}}); },
+          [report](uint64_t transfer_id, int64_t request_id, const std::string& why) {
+            report(kv_arrival_msg{request_id, transfer_id, false, why});
+          }});
+  runner->stream_kv_to(connector->make_layer_sink());
+  caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, connector);
   *agent_slot = caf::actor_cast<caf::weak_actor_ptr>(agent);
 
   // Structured output masks tokens by their bytes; a model without EOS ids cannot end a
@@ -173,7 +130,7 @@ caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec s
     kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);
     kv.keys = std::move(spec.kv_keys);
     kv.transport = spec.kv_transport;
-    check_worker_kv_transport(kv.transport, *served->backend_model);
+    check_kv_transport(kv.transport, *served->backend_model);
     drafts = load_worker_drafts(spec, *served);
   } catch (const std::exception& e) {
     return refused_placement(self, "worker", e.what());

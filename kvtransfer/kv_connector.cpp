@@ -1,0 +1,139 @@
+#include "kvtransfer/kv_connector.hpp"
+
+#include <optional>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "kvtransfer/device_kv_copier.hpp"
+#include "model/model.hpp"
+
+namespace troupe {
+
+namespace {
+
+// The streamer, with a share of the connector that owns its sender, the model and the device path.
+class connector_sink final : public kv_layer_sink {
+ public:
+  connector_sink(std::shared_ptr<kv_connector> owner, std::unique_ptr<kv_layer_streamer> streamer)
+      : owner_(std::move(owner)), streamer_(std::move(streamer)) {}
+  void start(int64_t request_id, uint64_t transfer_id) override { streamer_->start(request_id, transfer_id); }
+  void forget(int64_t request_id, bool preempted) override { streamer_->forget(request_id, preempted); }
+  bool prepare(const step_plan& plan, const std::vector<const std::vector<int32_t>*>& tables) override {
+    return streamer_->prepare(plan, tables);
+  }
+  void on_layer_written(int layer) override { streamer_->on_layer_written(layer); }
+  void finish_step() override { streamer_->finish_step(); }
+
+ private:
+  std::shared_ptr<kv_connector> owner_;  // declared first: destroyed after the streamer
+  std::unique_ptr<kv_layer_streamer> streamer_;
+};
+
+}  // namespace
+
+void check_kv_transport(kv_transport transport, const model& m) {
+  if (transport == kv_transport::zmq) return;
+  const std::string named = "kv_transport \"" + std::string(kv_transport_name(transport)) + "\"";
+  if (const std::string why = kv_transport_unavailable(transport); !why.empty()) {
+    throw std::runtime_error(named + " cannot run on this node: " + why + "; use \"zmq\"");
+  }
+  if (!m.kv_pool_on_device()) {
+    throw std::runtime_error(named + " copies KV in GPU memory, and backend " + m.backend_name() +
+                             " keeps its KV pool in host memory; serve the model on cuda or use \"zmq\"");
+  }
+}
+
+kv_connector::kv_connector(std::shared_ptr<model> m, kv_connector_settings settings, kv_receiver_events events)
+    : model_(std::move(m)), settings_(std::move(settings)), events_(std::move(events)) {
+  if (settings_.transport != kv_transport::zmq) {
+    // A GPU transport's half on this worker (the node that owns the GPU).
+    check_kv_transport(settings_.transport, *model_);
+    const std::optional<device_kv_pool> pool = model_->kv_pool_on_device();
+    device_ = kv_device_path{make_device_kv_copier(settings_.transport, *pool), std::make_shared<kv_device_destinations>()};
+    if (settings_.transport == kv_transport::nccl) {
+      device_inbox_ = std::make_shared<nccl_kv_inbox>(*pool, make_device_kv_pair_links(settings_.transport, *pool));
+      spdlog::info("worker: KV transport nccl: each layer's KV sent and received with NCCL on GPU {} (one "
+                   "communicator per prefill/decode pair, its id over the cluster's control path), in-place frames "
+                   "over the KV plane",
+                   pool->device);
+    } else {
+      kv_pool_handle_ = device_kv_pool_handle(settings_.transport, *pool);
+      spdlog::info("worker: KV transport {}: KV copied device to device from and into the pool on GPU {}, in-place "
+                   "frames over the KV plane",
+                   kv_transport_name(settings_.transport), pool->device);
+    }
+  }
+  sender_ = std::make_unique<kv_sender>(settings_.channel,
+                                        kv_sender_events{[](uint64_t transfer_id, const std::string& why) {
+                                          spdlog::warn("kv sender: transfer {} failed: {}", transfer_id, why);
+                                        }});
+}
+
+kv_connector::~kv_connector() = default;
+
+std::unique_ptr<kv_layer_sink> kv_connector::make_layer_sink() {
+  return std::make_unique<connector_sink>(
+      shared_from_this(), std::make_unique<kv_layer_streamer>(*model_, *sender_, settings_.transfer_timeout, device_));
+}
+
+kv_destination kv_connector::expect(const kv_reservation& r, std::chrono::milliseconds timeout) {
+  if (!receiver_) receiver_ = std::make_unique<kv_receiver>(*model_, settings_.channel, events_, device_inbox_);
+  kv_expectation expectation;
+  expectation.transfer_id = r.transfer_id;
+  expectation.request_id = r.request_id;
+  expectation.block_ids = r.block_ids;
+  expectation.num_tokens = r.num_tokens;
+  expectation.deadline = std::chrono::steady_clock::now() + timeout;
+  // A device transport writes the blocks itself: its frames only count the layers in.
+  expectation.in_place = !kv_pool_handle_.empty() || device_inbox_;
+  std::string pool_handle = kv_pool_handle_;
+  if (device_inbox_) {
+    // nccl: the communicator of the prefill peer the router chose, named in the handle.
+    nccl_kv_inbox::handle pair = device_inbox_->handle_for(r.peer);
+    pool_handle = std::move(pair.bytes);
+    expectation.device_pair = std::move(pair.pair_id);
+  }
+  const bool in_place = expectation.in_place;
+  receiver_->expect(std::move(expectation));
+  kv_destination destination{r.request_id, r.transfer_id, receiver_->endpoint(), receiver_->public_key(), {}, {}};
+  if (in_place) {
+    destination.kv_pool_handle = std::move(pool_handle);
+    destination.block_ids = r.block_ids;
+  }
+  return destination;
+}
+
+void kv_connector::cancel(uint64_t transfer_id) {
+  if (receiver_) receiver_->cancel(transfer_id);
+}
+
+void kv_connector::send_to(kv_destination d) {
+  if (!d.kv_pool_handle.empty() || device_.destinations) {
+    if (!device_.destinations || d.kv_pool_handle.empty()) {
+      // Every worker of a topology has the same transport; two that differ cannot meet.
+      spdlog::warn("kv agent: transfer {} of request {}: the decode side {} a device destination, this worker's KV "
+                   "transport {} one; its receiver will time out",
+                   d.transfer_id, d.request_id, d.kv_pool_handle.empty() ? "gave no" : "gave",
+                   device_.destinations ? "needs" : "takes no");
+    } else {
+      try {
+        device_.destinations->put(d.transfer_id,
+                                  kv_device_destination{std::move(d.kv_pool_handle), std::move(d.block_ids)},
+                                  std::chrono::steady_clock::now() + settings_.transfer_timeout);
+      } catch (const std::exception& e) {
+        spdlog::warn("kv agent: request {}: {}; its receiver will time out", d.request_id, e.what());
+      }
+    }
+  }
+  sender_->ready(d.transfer_id, std::move(d.endpoint), std::move(d.public_key));
+}
+
+kv_connector_leases kv_connector::leases() const {
+  const kv_receiver_stats in = receiver_ ? receiver_->stats() : kv_receiver_stats{};
+  const kv_sender_stats out = sender_->stats();
+  return kv_connector_leases{static_cast<int32_t>(in.num_expected), static_cast<int32_t>(out.num_transfers),
+                             in.num_refused};
+}
+
+}  // namespace troupe

@@ -1,0 +1,102 @@
+#pragma once
+// The KV plane of one engine instance, as its worker and KV agent see it: one plain class that
+// owns the transport (in-process, plain TCP, ZeroMQ with CURVE; CUDA IPC or NCCL for the bytes
+// themselves), the sender, and the receiver with its leases. The engine sees only the layer sink
+// it makes (kv_layer_sink); the KV agent actor only turns messages into these calls.
+//
+//   decode side   expect(reservation)  -> where the prefill side must send (endpoint, key, and
+//                                         for a device transport the pool and blocks)
+//                 cancel(transfer)        the reservation is given up
+//   prefill side  make_layer_sink()    -> what the runner streams each computed layer into
+//                 send_to(destination)    the decode side's answer, from the router
+//
+// The receiver is made at the first expectation, never before: a topology that does not
+// disaggregate opens no KV listener (issue 25).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/kv_handoff.hpp"
+#include "engine/kv_layer_sink.hpp"
+#include "kvtransfer/kv_channel.hpp"
+#include "kvtransfer/kv_device_destinations.hpp"
+#include "kvtransfer/kv_layer_streamer.hpp"
+#include "kvtransfer/kv_receiver.hpp"
+#include "kvtransfer/kv_sender.hpp"
+#include "kvtransfer/kv_transport.hpp"
+#include "kvtransfer/nccl_kv_inbox.hpp"
+
+namespace troupe {
+
+class model;
+
+struct kv_connector_settings {
+  kv_channel_settings channel;
+  std::chrono::milliseconds transfer_timeout{10000};
+  kv_transport transport = kv_transport::zmq;  // a GPU one is refused by name where it cannot run
+};
+
+// Where a transfer's frames go, as the decode side answers a reservation.
+struct kv_destination {
+  int64_t request_id = 0;
+  uint64_t transfer_id = 0;
+  std::string endpoint;
+  std::string public_key;
+  // A device transport's destination: the decode pool (cuda_ipc's handle, or nccl's pair and
+  // geometry) and the blocks reserved; both empty on the host transports.
+  std::string kv_pool_handle;
+  std::vector<int32_t> block_ids;
+};
+
+struct kv_connector_leases {
+  int32_t num_expected = 0;  // receiver: transfers whose blocks are reserved here
+  int32_t num_sending = 0;   // sender: transfers with frames held or queued
+  uint64_t num_refused_frames = 0;
+};
+
+// Where a worker starts (the node that owns its GPU): throws std::runtime_error naming why
+// `transport` cannot carry KV for `m` here (a build without CUDA, no GPU answering, a pool in host
+// memory). zmq always can.
+void check_kv_transport(kv_transport transport, const model& m);
+
+class kv_connector : public std::enable_shared_from_this<kv_connector> {
+ public:
+  // The connector keeps `m` alive (the receiver imports into its pool). The receiver's
+  // completions and failures come through `events`, on its thread. Throws (check_kv_transport)
+  // for a transport that cannot run here.
+  kv_connector(std::shared_ptr<model> m, kv_connector_settings settings, kv_receiver_events events);
+  ~kv_connector();
+  kv_connector(const kv_connector&) = delete;
+  kv_connector& operator=(const kv_connector&) = delete;
+
+  // The runner's KV sink: each layer a step writes goes to the sender (or a device copy) at once.
+  // The sink holds a share of the connector (which must be owned by a std::shared_ptr), so the
+  // sender it writes into lives as long as the runner does.
+  std::unique_ptr<kv_layer_sink> make_layer_sink();
+
+  // A reservation of this (decode) instance's blocks: its lease, and where to send. Throws
+  // naming why (a bad reservation, a receiver that cannot listen).
+  kv_destination expect(const kv_reservation& reservation, std::chrono::milliseconds timeout);
+  void cancel(uint64_t transfer_id);
+  // Where a transfer this (prefill) instance computes must go. A device destination the transport
+  // cannot use is logged and left to time out on the receiver's side; never throws.
+  void send_to(kv_destination destination);
+
+  kv_connector_leases leases() const;
+
+ private:
+  std::shared_ptr<model> model_;
+  kv_connector_settings settings_;
+  kv_receiver_events events_;
+  kv_device_path device_;
+  std::string kv_pool_handle_;                 // cuda_ipc: this pool's handle, in every answer
+  std::shared_ptr<nccl_kv_inbox> device_inbox_;  // nccl: the decode side's pairs
+  // Declared last: destroyed first, while the model they read and write is still there.
+  std::unique_ptr<kv_sender> sender_;
+  std::unique_ptr<kv_receiver> receiver_;
+};
+
+}  // namespace troupe
