@@ -134,4 +134,20 @@ class child {
   int status_ = 0;
 };
 
+// `troupe certs` into `dir`/certs for the cluster's members `names` (the controller among them):
+// waits for it (20 s at most) and throws with its log when it fails.
+inline void make_cluster_certs(const std::string& troupe, const std::filesystem::path& dir,
+                               const std::vector<std::string>& names) {
+  std::vector<std::string> args{troupe, "certs", "--out", (dir / "certs").string()};
+  for (const std::string& name : names) {
+    args.push_back("--name");
+    args.push_back(name);
+  }
+  child certs(args, dir / "certs.log");
+  for (int i = 0; i < 1000 && certs.alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (certs.alive() || !WIFEXITED(certs.status()) || WEXITSTATUS(certs.status()) != 0) {
+    throw std::runtime_error("troupe certs failed: " + certs.log());
+  }
+}
+
 }  // namespace troupe::bench

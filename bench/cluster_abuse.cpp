@@ -622,13 +622,7 @@ int main(int argc, char** argv) try {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each result as it comes, also into a file
   const fs::path dir = fs::temp_directory_path() / ("troupe_abuse_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  child certs({o.troupe, "certs", "--out", (dir / "certs").string(), "--name", "controller", "--name", "n1", "--name",
-               "n2", "--name", "r1", "--name", "r2", "--name", "p1", "--name", "p2", "--name", "d1"},
-              dir / "certs.log");
-  for (int i = 0; i < 1000 && certs.alive(); ++i) std::this_thread::sleep_for(20ms);
-  if (certs.alive() || !WIFEXITED(certs.status()) || WEXITSTATUS(certs.status()) != 0) {
-    throw std::runtime_error("troupe certs failed: " + certs.log());
-  }
+  troupe::bench::make_cluster_certs(o.troupe, dir, {"controller", "n1", "n2", "r1", "r2", "p1", "p2", "d1"});
   std::mt19937 rng(o.seed);
   std::printf("troupe_abuse%s: seed %u, %u hardware threads\n", o.short_run ? " --short" : "", o.seed,
               std::thread::hardware_concurrency());

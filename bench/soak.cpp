@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_process.hpp"
@@ -254,32 +255,23 @@ void check(bool ok, const std::string& what) {
 
 int main(int argc, char** argv) try {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--troupe") o.troupe = value();
-    else if (a == "--bench") o.bench = value();
-    else if (a == "--model") o.model = value();
-    else if (a == "--topology") o.topology = value();
-    else if (a == "--out") o.out = value();
-    else if (a == "--minutes") o.minutes = std::stod(value());
-    else if (a == "--warmup-min") o.warmup_minutes = std::stod(value());
-    else if (a == "--load") o.load = std::stod(value());
-    else if (a == "--rate") o.rate = std::stod(value());
-    else if (a == "--max-growth-mb") o.max_growth_mb = std::stod(value());
-    else if (a == "--window-s") o.window_s = std::stoi(value());
-    else if (a == "--probe-concurrency") o.probe_concurrency = std::stoi(value());
-    else if (a == "--input-len") o.input_len = std::stoi(value());
-    else if (a == "--output-len") o.output_len = std::stoi(value());
-    else if (a == "--vocab-size") o.vocab_size = std::stoi(value());
-    else throw std::runtime_error("unknown argument " + a);
-  }
-  if (o.troupe.empty() || o.bench.empty() || o.model.empty()) {
-    throw std::runtime_error("--troupe, --bench and --model are required");
-  }
+  CLI::App app{"troupe_soak: a long run at a share of measured capacity; RSS, KV blocks and leases, errors"};
+  app.add_option("--troupe", o.troupe, "the troupe binary")->required();
+  app.add_option("--bench", o.bench, "the troupe-bench binary")->required();
+  app.add_option("--model", o.model, "the model to serve")->required();
+  app.add_option("--topology", o.topology, "colocated | 1p1d")->check(CLI::IsMember({"colocated", "1p1d"}));
+  app.add_option("--out", o.out, "folder for samples.csv, windows.csv and the logs (default: a temp folder)");
+  app.add_option("--minutes", o.minutes, "length of the run");
+  app.add_option("--warmup-min", o.warmup_minutes, "minutes before RSS must stay flat");
+  app.add_option("--load", o.load, "share of the measured capacity to send");
+  app.add_option("--rate", o.rate, "requests/s to send instead (no capacity probe)");
+  app.add_option("--max-growth-mb", o.max_growth_mb, "RSS growth after warm-up allowed per process");
+  app.add_option("--window-s", o.window_s, "seconds of load per troupe-bench run");
+  app.add_option("--probe-concurrency", o.probe_concurrency, "clients of the capacity probe's closed loop");
+  app.add_option("--input-len", o.input_len, "prompt tokens");
+  app.add_option("--output-len", o.output_len, "output tokens");
+  app.add_option("--vocab-size", o.vocab_size, "random prompt ids are drawn below this");
+  CLI11_PARSE(app, argc, argv);
   if (o.minutes <= o.warmup_minutes) throw std::runtime_error("--minutes must exceed --warmup-min");
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const fs::path dir = o.out.empty() ? fs::temp_directory_path() / ("troupe_soak_" + std::to_string(::getpid()))
@@ -288,13 +280,7 @@ int main(int argc, char** argv) try {
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_port());
   const fs::path topology = write_topology(o, dir, endpoint, free_port());
   if (o.topology == "1p1d") {
-    child certs({o.troupe, "certs", "--out", (dir / "certs").string(), "--name", "controller", "--name", "prefill-a",
-                 "--name", "decode-a"},
-                dir / "certs.log");
-    for (int i = 0; i < 1000 && certs.alive(); ++i) std::this_thread::sleep_for(20ms);
-    if (certs.alive() || !WIFEXITED(certs.status()) || WEXITSTATUS(certs.status()) != 0) {
-      throw std::runtime_error("troupe certs failed: " + certs.log());
-    }
+    troupe::bench::make_cluster_certs(o.troupe, dir, {"controller", "prefill-a", "decode-a"});
   }
   const std::vector<std::string> server_args =
       o.topology == "1p1d" ? std::vector<std::string>{o.troupe, "launch", topology.string(), "--log-level", "info"}

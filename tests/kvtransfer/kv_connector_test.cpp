@@ -11,6 +11,7 @@
 
 #include "kvtransfer/kv_connector.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
+#include "tests/kvtransfer/kv_stream_steps.hpp"
 
 namespace troupe::test {
 namespace {
@@ -31,22 +32,9 @@ class kv_connector_test : public kv_plane_test {
     return kv_reservation{request_id, transfer_id, blocks_b, num_tokens, "prefill"};
   }
 
-  // What the runner does for the prompt, in two chunks: every layer written, step by step.
+  // What the runner does for the prompt, in two chunks.
   void compute_prompt(kv_layer_sink& sink) {
-    const std::vector<int> cuts = {0, 6, num_tokens};
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      scheduled_sequence s;
-      s.request_id = request_id;
-      s.num_computed_tokens = cuts[i];
-      s.new_token_ids.assign(kv_transfer_prompt.begin() + cuts[i], kv_transfer_prompt.begin() + cuts[i + 1]);
-      s.block_table = blocks_a;
-      s.sample = i + 2 == cuts.size();
-      step_plan plan;
-      plan.sequences.push_back(s);
-      ASSERT_TRUE(sink.prepare(plan, {&blocks_a})) << "chunk " << i;
-      for (int layer = 0; layer < num_layers(); ++layer) sink.on_layer_written(layer);
-      sink.finish_step();
-    }
+    stream_prompt(sink, request_id, kv_transfer_prompt, blocks_a, {0, 6, num_tokens}, num_layers());
   }
 };
 

@@ -9,27 +9,15 @@
 
 #include "kvtransfer/kv_layer_streamer.hpp"
 #include "tests/kvtransfer/kv_plane_support.hpp"
+#include "tests/kvtransfer/kv_stream_steps.hpp"
 
 namespace troupe::test {
 namespace {
 
 class kv_layer_streamer_host : public kv_plane_test {
  protected:
-  // Streams the prompt of `request` through `out` in the chunks `cuts` names ({0, ..., num_tokens}).
   void stream(kv_layer_streamer& out, int64_t request, const std::vector<int>& cuts) {
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      scheduled_sequence s;
-      s.request_id = request;
-      s.num_computed_tokens = cuts[i];
-      s.new_token_ids.assign(kv_transfer_prompt.begin() + cuts[i], kv_transfer_prompt.begin() + cuts[i + 1]);
-      s.block_table = blocks_a;
-      s.sample = i + 2 == cuts.size();
-      step_plan plan;
-      plan.sequences.push_back(s);
-      ASSERT_TRUE(out.prepare(plan, {&blocks_a})) << "chunk " << i;
-      for (int layer = 0; layer < num_layers(); ++layer) out.on_layer_written(layer);
-      out.finish_step();
-    }
+    stream_prompt(out, request, kv_transfer_prompt, blocks_a, cuts, num_layers());
   }
 };
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvtransfer/kv_layer_streamer.hpp"
+#include "engine/kv_layer_sink.hpp"
 #include "engine/step_plan.hpp"
 
 namespace troupe::test {
@@ -26,9 +26,9 @@ inline step_plan prefill_step(int64_t request_id, const std::vector<int32_t>& pr
   return plan;
 }
 
-// Runs `prompt` through `out` in the chunks `cuts` names ({first computed token, ...,
+// Runs `prompt` through `out` (a kv_layer_streamer, or a connector's sink) in the chunks `cuts` names ({first computed token, ...,
 // num_tokens}), each step writing every one of `num_layers` layers.
-inline void stream_prompt(kv_layer_streamer& out, int64_t request_id, const std::vector<int32_t>& prompt,
+inline void stream_prompt(kv_layer_sink& out, int64_t request_id, const std::vector<int32_t>& prompt,
                           const std::vector<int32_t>& blocks, const std::vector<int>& cuts, int num_layers) {
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     const step_plan plan = prefill_step(request_id, prompt, blocks, cuts[i], cuts[i + 1], i + 2 == cuts.size());
