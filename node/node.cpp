@@ -445,6 +445,8 @@ node::node(const topology& t) : topology_(t) {
   for (const std::string& node : tp.placement.prefill) instances.emplace_back(node, engine_role::prefill);
   for (const std::string& node : tp.placement.decode) instances.emplace_back(node, engine_role::decode);
   routing.block_size = tp.model.block_size;
+  // Route plugins run in the router, here on the controller (one instance for all requests).
+  routing.route_plugins = std::make_shared<plugin_chain>(tp.plugins, "route");
   auto router = s.system.spawn(router_actor, routing);
   s.downstream.router_actor = router;
   s.actors.push_back(router);

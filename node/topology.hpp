@@ -150,7 +150,8 @@ struct topology {
   // [tokenizer]
   int tokenizer_pool_size = 2;
   // [[plugins]] and `troupe serve --plugin`, in order: their request hooks run in the tokenizers,
-  // their output hooks in the detokenizers (include/troupe/plugin.h).
+  // their output hooks in the detokenizers, their logits hooks in the workers and their route
+  // hooks in the controller's router (include/troupe/plugin.h).
   std::vector<plugin_spec> plugins;
   // [scheduler] (and model.max_num_seqs, model.num_kv_blocks, ...)
   int max_num_batched_tokens = 2048;

@@ -272,6 +272,44 @@ std::optional<plugin_verdict> plugin_chain::on_logits(const std::vector<std::str
   return std::nullopt;
 }
 
+plugin_chain::route_answer plugin_chain::on_route(const troupe_route_request& request) {
+  for (entry& e : plugins_) {
+    const troupe_plugin& p = e.library->plugin();
+    const std::string& name = e.library->name();
+    size_t chosen = TROUPE_ROUTE_NO_OPINION;
+    plugin_reply reply;
+    const timed_status call = call_timed(name, e.library->spec().budget_ms, *e.stats, "route",
+                                         [&] { return p.on_route(p.state, &request, &chosen, &reply.c); });
+    if (call.failure) return {std::nullopt, call.failure};
+    auto failure = [&](std::string message) {
+      e.stats->record(call.elapsed_ns, plugin_stats::outcome::error);
+      return route_answer{std::nullopt, plugin_verdict{plugin_verdict::kind::failed, name, std::move(message)}};
+    };
+    if (call.status != TROUPE_PLUGIN_OK) {
+      return failure(quoted(name) + " failed in its route hook" +
+                     (call.status == TROUPE_PLUGIN_ERROR
+                          ? ""
+                          : " (status " + std::to_string(call.status) + " is not a route hook's answer)") +
+                     ": " + reason(reply));
+    }
+    if (chosen == TROUPE_ROUTE_NO_OPINION) {
+      e.stats->record(call.elapsed_ns, plugin_stats::outcome::ok);
+      continue;
+    }
+    if (chosen >= request.num_candidates) {
+      return failure(quoted(name) + " returned garbage: it chose candidate " + std::to_string(chosen) + " of " +
+                     std::to_string(request.num_candidates) + " (an index is below the number of candidates)");
+    }
+    if (request.candidates[chosen].draining) {
+      return failure(quoted(name) + " chose engine instance " + std::to_string(request.candidates[chosen].instance_id) +
+                     ", which is draining and takes no new request");
+    }
+    e.stats->record(call.elapsed_ns, plugin_stats::outcome::ok);
+    return {chosen, std::nullopt};
+  }
+  return {};
+}
+
 void plugin_chain::end_request(int64_t request_id, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     entry* e = find(name);

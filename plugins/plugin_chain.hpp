@@ -65,6 +65,16 @@ class plugin_chain {
                                           std::span<const int32_t> token_ids, size_t num_prompt_ids,
                                           std::span<float> logits);
 
+  // The route hooks on a request being dispatched (request->candidates non-empty), in order until
+  // one has an opinion: its choice, an index into the candidates; nullopt for no opinion. An
+  // error, a throw, an overrun, an index past the candidates or one of a draining candidate
+  // fails the request (the verdict, kind failed).
+  struct route_answer {
+    std::optional<size_t> chosen;
+    std::optional<plugin_verdict> failure;
+  };
+  route_answer on_route(const troupe_route_request& request);
+
   // The request ended (any way): every plugin drops what it kept for it.
   void end_request(int64_t request_id);
   // The same for the named plugins only (a logits request's).

@@ -47,9 +47,10 @@ std::unique_ptr<plugin_library> plugin_library::load(const plugin_spec& spec) {
                              " (the major must match, the minor be at most the server's)");
   }
   lib->name_ = !spec.name.empty() ? spec.name : (p.name && *p.name ? std::string(p.name) : spec.library);
-  // A plugin built against ABI 1.0 never wrote on_logits: the host's zeroed struct keeps it NULL.
-  if (!p.on_request && !p.on_output && !p.on_logits) {
-    throw std::runtime_error(who + ": implements no hook (on_request, on_output and on_logits are all NULL)");
+  // A plugin built against an older minor never wrote the hooks added since (on_logits in 1.1,
+  // on_route in 1.2): the host's zeroed struct keeps them NULL.
+  if (!p.on_request && !p.on_output && !p.on_logits && !p.on_route) {
+    throw std::runtime_error(who + ": implements no hook (on_request, on_output, on_logits and on_route are all NULL)");
   }
   for (const std::string& hook : spec.hooks) {
     if (!lib->implements(hook)) {
@@ -61,7 +62,7 @@ std::unique_ptr<plugin_library> plugin_library::load(const plugin_spec& spec) {
 
 bool plugin_library::implements(const std::string& hook) const {
   return (hook == "request" && plugin_.on_request) || (hook == "output" && plugin_.on_output) ||
-         (hook == "logits" && plugin_.on_logits);
+         (hook == "logits" && plugin_.on_logits) || (hook == "route" && plugin_.on_route);
 }
 
 bool plugin_library::runs(const std::string& hook) const {

@@ -23,7 +23,7 @@ class plugin_library {
   const troupe_plugin& plugin() const { return plugin_; }
   const std::string& name() const { return name_; }
   const plugin_spec& spec() const { return spec_; }
-  // The library fills in the hook's function ("request", "output" or "logits").
+  // The library fills in the hook's function ("request", "output", "logits" or "route").
   bool implements(const std::string& hook) const;
   // The spec asks for the hook (or for every hook) and the library implements it.
   bool runs(const std::string& hook) const;

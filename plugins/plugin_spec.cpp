@@ -14,7 +14,7 @@ void validate(const plugin_spec& spec) {
   for (const std::string& hook : spec.hooks) {
     if (std::find_if(std::begin(plugin_hook_names), std::end(plugin_hook_names),
                      [&](const char* known) { return hook == known; }) == std::end(plugin_hook_names)) {
-      throw std::runtime_error(who + ": unknown hook '" + hook + "' (expected request, output or logits)");
+      throw std::runtime_error(who + ": unknown hook '" + hook + "' (expected request, output, logits or route)");
     }
   }
   if (spec.budget_ms < 1 || spec.budget_ms > 60000) {

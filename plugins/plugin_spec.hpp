@@ -10,7 +10,7 @@
 namespace troupe {
 
 // The hooks a plugin may implement (include/troupe/plugin.h).
-inline constexpr const char* plugin_hook_names[] = {"request", "output", "logits"};
+inline constexpr const char* plugin_hook_names[] = {"request", "output", "logits", "route"};
 
 struct plugin_spec {
   std::string name;            // for errors and /metrics; "" : the library's own name for itself

@@ -12,7 +12,7 @@ namespace troupe {
 
 struct plugin_counters {
   std::string plugin;  // its name
-  std::string hook;    // request | output
+  std::string hook;    // request | output | logits | route
   int64_t num_calls = 0;
   int64_t num_errors = 0;        // failed requests: error returns, exceptions, garbage results
   int64_t num_over_budget = 0;   // of the errors: calls that took longer than the budget

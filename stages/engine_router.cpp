@@ -4,6 +4,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <string>
 
 namespace troupe {
 
@@ -18,22 +19,6 @@ constexpr int64_t running_sequence_cost = 16;
 constexpr int64_t full_pool_cost = int64_t(1) << 40;
 
 }  // namespace
-
-const char* engine_role_name(engine_role role) {
-  switch (role) {
-    case engine_role::mixed: return "mixed";
-    case engine_role::prefill: return "prefill";
-    case engine_role::decode: return "decode";
-  }
-  return "unknown";
-}
-
-engine_role parse_engine_role(const std::string& text) {
-  if (text == "mixed") return engine_role::mixed;
-  if (text == "prefill") return engine_role::prefill;
-  if (text == "decode") return engine_role::decode;
-  throw std::invalid_argument("engine role '" + text + "' is not mixed, prefill or decode");
-}
 
 engine_router::engine_router(int block_size)
     // Transfer ids start at random: a receiver refuses frames of a transfer it does not expect,
@@ -103,10 +88,72 @@ std::optional<engine_instance_id> engine_router::pick(std::initializer_list<engi
       // Worth it while the extra work queued there is less than the prefill a cache hit saves.
       if (cost(instances_.at(owner->second), num_blocks) - best_cost < block_size_) best = owner->second;
     }
-    if (prefix_owner_.size() >= max_prefix_owners) prefix_owner_.clear();
-    prefix_owner_[*prefix] = *best;
+    note_prefix_owner(request, *best);
   }
   return best;
+}
+
+void engine_router::note_prefix_owner(const schedule_request& request, engine_instance_id id) {
+  const std::optional<uint64_t> prefix = first_block_hash(request.prompt_ids);
+  if (!prefix) return;
+  if (prefix_owner_.size() >= max_prefix_owners) prefix_owner_.clear();
+  prefix_owner_[*prefix] = id;
+}
+
+bool engine_router::any_active(std::initializer_list<engine_role> roles) const {
+  return std::any_of(instances_.begin(), instances_.end(), [&](const auto& entry) {
+    return entry.second.state == engine_state::active &&
+           std::find(roles.begin(), roles.end(), entry.second.role) != roles.end();
+  });
+}
+
+std::optional<engine_instance_id> engine_router::ask_policy(std::initializer_list<engine_role> roles,
+                                                            const schedule_request& request) {
+  std::optional<engine_instance_id> prefix_owner;
+  const std::optional<uint64_t> prefix = first_block_hash(request.prompt_ids);
+  if (prefix) {
+    if (auto owner = prefix_owner_.find(*prefix); owner != prefix_owner_.end()) prefix_owner = owner->second;
+  }
+  std::vector<route_candidate> candidates;
+  for (const auto& [id, instance] : instances_) {
+    if (std::find(roles.begin(), roles.end(), instance.role) == roles.end()) continue;
+    route_candidate c;
+    c.id = id;
+    c.node = instance.node;
+    c.role = instance.role;
+    c.state = instance.state;
+    c.load = instance.load;
+    c.num_requests = instance.num_requests;
+    c.num_queued_prompt_tokens = instance.num_queued_prompt_tokens;
+    // What the router knows: the instance that last computed the prompt's first block holds it.
+    if (prefix) c.prefix_hit_tokens = prefix_owner == id ? block_size_ : 0;
+    candidates.push_back(std::move(c));
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  route_query query;
+  query.request_id = request.request_id;
+  query.tenant = request.targets.tenant;
+  query.num_prompt_ids = request.prompt_ids.size();
+  query.num_resumed_ids = request.resumed_output_ids.size();
+  const route_decision decision = policy_->choose(query, candidates);
+  switch (decision.what) {
+    case route_decision::kind::no_opinion: return std::nullopt;
+    case route_decision::kind::failed:
+      throw std::runtime_error(decision.message.empty() ? policy_->name() + " failed to route the request"
+                                                        : decision.message);
+    case route_decision::kind::chosen: break;
+  }
+  // Checked here too: a policy's wrong answer fails its request, never the router.
+  if (decision.index >= candidates.size()) {
+    throw std::runtime_error(policy_->name() + " chose candidate " + std::to_string(decision.index) + " of " +
+                             std::to_string(candidates.size()));
+  }
+  const route_candidate& chosen = candidates[decision.index];
+  if (chosen.state != engine_state::active) {
+    throw std::runtime_error(policy_->name() + " chose engine instance " + std::to_string(chosen.id) +
+                             ", which is draining and takes no new request");
+  }
+  return chosen.id;
 }
 
 void engine_router::charge(request_record& record) {
@@ -166,13 +213,38 @@ void engine_router::uncharge(request_record& record) {
 std::optional<engine_router::routed> engine_router::route(const schedule_request& request) {
   const int64_t num_tokens = static_cast<int64_t>(request.prompt_ids.size() + request.resumed_output_ids.size());
   const int num_blocks = static_cast<int>((num_tokens + block_size_ - 1) / block_size_);
+  route_error_.clear();
   routed where;
-  std::optional<engine_instance_id> prefill = pick({engine_role::prefill}, request, num_blocks, true);
+  // The route policy chooses the instance that computes the prompt, among those of the roles the
+  // built-in policy would pick from (below), before it does.
+  std::optional<engine_instance_id> chosen;
+  if (policy_) {
+    const bool pair = any_active({engine_role::prefill}) && any_active({engine_role::decode});
+    const bool whole = any_active({engine_role::mixed, engine_role::decode});
+    try {
+      if (pair) {
+        chosen = ask_policy({engine_role::prefill}, request);
+      } else if (whole) {
+        chosen = ask_policy({engine_role::mixed, engine_role::decode}, request);
+      } else if (any_active({engine_role::prefill})) {
+        chosen = ask_policy({engine_role::prefill}, request);
+      }
+    } catch (const std::exception& e) {
+      route_error_ = e.what();
+      return std::nullopt;
+    }
+    if (chosen) note_prefix_owner(request, *chosen);
+  }
+  const bool chosen_prefill = chosen && instances_.at(*chosen).role == engine_role::prefill;
+  std::optional<engine_instance_id> prefill =
+      chosen ? (chosen_prefill ? chosen : std::nullopt) : pick({engine_role::prefill}, request, num_blocks, true);
   std::optional<engine_instance_id> decode = prefill ? pick({engine_role::decode}, request, num_blocks, false) : std::nullopt;
   if (prefill && decode) {
     where.instance = *prefill;
     where.decode = *decode;
     where.transfer_id = next_transfer_id_++;
+  } else if (chosen) {
+    where.instance = *chosen;
   } else {
     // No pair: a mixed or decode instance computes it whole; a prefill instance only when
     // nothing else is left.

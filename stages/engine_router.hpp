@@ -25,6 +25,14 @@
 // transfer fails, the other half is aborted and the request runs again from its prompt and the
 // tokens streamed so far; a request whose transfer failed max_transfer_attempts times ends with
 // the reason.
+//
+// A route policy (stages/route_policy.hpp, a plugin's route hook when served) may choose the
+// instance that computes a request's prompt before the built-in policy does: the whole request's
+// instance, or the prefill half of a pair (the decode half stays the router's choice). It sees
+// the instances of the roles that may take the prompt, draining ones included (so an affinity
+// policy sees its instance going), with the prefix-hit estimate of each. No opinion: the
+// built-in policy decides; a failure or an invalid choice: the request is not routed and
+// route_error() says why.
 
 #include <cstdint>
 #include <deque>
@@ -36,18 +44,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include <memory>
+
+#include "stages/engine_role.hpp"
 #include "stages/messages.hpp"
+#include "stages/route_policy.hpp"
 
 namespace troupe {
-
-using engine_instance_id = int32_t;
-
-enum class engine_state : uint8_t { active, draining };
-
-enum class engine_role : uint8_t { mixed, prefill, decode };
-const char* engine_role_name(engine_role role);
-// "mixed", "prefill" or "decode"; throws std::invalid_argument naming the text otherwise.
-engine_role parse_engine_role(const std::string& text);
 
 // What the router asks its actor to send besides forwarded tokens (take_commands()).
 struct router_commands {
@@ -73,6 +76,9 @@ class engine_router {
   // block_size: the KV block size of every instance (prefix affinity hashes the first block).
   explicit engine_router(int block_size);
 
+  // The policy consulted before the built-in one for every route(); nullptr: none.
+  void set_route_policy(std::shared_ptr<route_policy> policy) { policy_ = std::move(policy); }
+
   engine_instance_id add_instance(std::string node, engine_role role = engine_role::mixed, std::string quantization = {});
   // The instance's occupancy before it has sent a token batch (its answer to a stats query).
   void set_load(engine_instance_id id, const engine_load& load);
@@ -86,8 +92,12 @@ class engine_router {
     uint64_t transfer_id = 0;
   };
   // Picks an instance for a new request (or a re-run one) and records it there; nullopt when no
-  // instance takes requests (none, or all draining).
+  // instance takes requests (none, or all draining), or when the route policy failed the
+  // request: route_error() then says why.
   std::optional<routed> route(const schedule_request& request);
+  // Why the last route() returned nullopt: the route policy's failure (naming it), or "" when no
+  // instance takes requests.
+  const std::string& route_error() const { return route_error_; }
 
   // A token batch from `from`: deltas of requests that are not (any more) on `from` are dropped,
   // the others recorded (tokens appended, finished ones forgotten) and returned to forward.
@@ -166,6 +176,12 @@ class engine_router {
   // The active instance of one of `roles` with the least cost, prefix affinity considered.
   std::optional<engine_instance_id> pick(std::initializer_list<engine_role> roles, const schedule_request& request,
                                          int num_blocks, bool use_prefix_affinity);
+  bool any_active(std::initializer_list<engine_role> roles) const;
+  // The route policy's choice among the instances of `roles`: nullopt for no opinion; throws
+  // std::runtime_error with the message the request fails with.
+  std::optional<engine_instance_id> ask_policy(std::initializer_list<engine_role> roles, const schedule_request& request);
+  // The instance that computes the prompt's first block from now on (prefix affinity).
+  void note_prefix_owner(const schedule_request& request, engine_instance_id id);
   // What a request charges an instance, and undoing it (a record charges at most two).
   void charge(request_record& record);
   void uncharge(request_record& record);
@@ -174,6 +190,8 @@ class engine_router {
   void forget(std::unordered_map<int64_t, request_record>::iterator it);
 
   int block_size_;
+  std::shared_ptr<route_policy> policy_;
+  std::string route_error_;
   engine_instance_id next_id_ = 0;
   uint64_t next_tie_break_ = 0;
   uint64_t next_transfer_id_;

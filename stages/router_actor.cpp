@@ -10,6 +10,7 @@
 #include "stages/instance_fan_in.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/instrumented_actor.hpp"
+#include "stages/plugin_route_policy.hpp"
 #include "stages/stage_actors.hpp"
 
 namespace troupe {
@@ -29,6 +30,10 @@ const char* state_name(engine_state state) { return state == engine_state::activ
 caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   keep_exception_in_exit_reason(self);
   auto router = std::make_shared<engine_router>(spec.block_size);
+  if (spec.route_plugins && !spec.route_plugins->empty()) {
+    router->set_route_policy(std::make_shared<plugin_route_policy>(spec.route_plugins));
+    register_plugins(self->system(), "router", spec.route_plugins);
+  }
   auto engines = std::make_shared<std::unordered_map<engine_instance_id, engine_handles>>();
   const caf::actor frontend = spec.reply_to;
   auto detokenizers = std::make_shared<std::vector<caf::actor>>(spec.detokenizers);
@@ -53,12 +58,31 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     }
     return std::nullopt;
   };
+  // Each request's part of the batch to its detokenizer, noted in the ledger first; a part for a
+  // detokenizer being resumed stays in the ledger, which the resumption sends.
+  auto forward_to_detokenizers = [=](token_batch batch) {
+    std::vector<token_batch> parts = split_for_detokenizers(std::move(batch), detokenizers->size());
+    const timestamp_ns now = ledger ? steady_now_ns() : 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].empty()) continue;
+      if (ledger) ledger->record(parts[i], now);
+      if (!(*resumptions)[i].resuming) self->send((*detokenizers)[i], std::move(parts[i]));
+    }
+  };
   // Sends the request to the instance the router picks (to both halves of a disaggregated
   // pair, the decode half first so its reservation starts at once), or fails it when none
   // takes requests.
   auto dispatch = [=](schedule_request request) {
     const int64_t id = request.request_id;
     const std::optional<engine_router::routed> where = router->route(request);
+    if (!where && !router->route_error().empty()) {
+      // A route plugin failed it: through its detokenizer, which holds text of a re-run one.
+      router->drop(id);
+      token_batch failed;
+      failed.failures.push_back(request_failed{id, error_code::internal, router->route_error()});
+      forward_to_detokenizers(std::move(failed));
+      return;
+    }
     if (!where) {
       router->drop(id);
       self->send(frontend, request_failed{id, error_code::unavailable,
@@ -81,17 +105,6 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     const caf::actor& scheduler = engines->at(where->instance).scheduler;
     self->send(scheduler, std::move(request));
     if (where->aborted_early) self->send(scheduler, abort_request_msg{id});
-  };
-  // Each request's part of the batch to its detokenizer, noted in the ledger first; a part for a
-  // detokenizer being resumed stays in the ledger, which the resumption sends.
-  auto forward_to_detokenizers = [=](token_batch batch) {
-    std::vector<token_batch> parts = split_for_detokenizers(std::move(batch), detokenizers->size());
-    const timestamp_ns now = ledger ? steady_now_ns() : 0;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      if (parts[i].empty()) continue;
-      if (ledger) ledger->record(parts[i], now);
-      if (!(*resumptions)[i].resuming) self->send((*detokenizers)[i], std::move(parts[i]));
-    }
   };
   // A detokenizer placed in place of a lost one at `index`: the frontend says what each client
   // has, and the new one is sent the rest (stages/detokenizer_ledger.hpp).

@@ -132,6 +132,9 @@ struct router_spec {
   // Keep what goes to the detokenizers (stages/detokenizer_ledger.hpp) so that one lost with its
   // node can be replaced mid-stream: set when a detokenizer runs on another node.
   bool keep_detokenizer_ledger = false;
+  // The plugins whose route hooks choose instances before the router's own policy (a chain built
+  // for "route"; null or empty: none). Loaded by the controller, so a bad library fails serve.
+  std::shared_ptr<plugin_chain> route_plugins;
 };
 caf::behavior router_actor(caf::event_based_actor* self, router_spec spec);
 

@@ -17,8 +17,10 @@
  *            the row is the sampler's own; on CUDA the hook is host-side: a step with such a
  *            request copies its logits rows to host memory (4 bytes x vocabulary per row) and is
  *            sampled on the host instead of the device.
- * (The route hook, in the router, is planned; it will come as a member added at the end of
- * troupe_plugin in a later minor version.)
+ *   route    (ABI 1.2) in the router, once each time a request is dispatched to an engine instance
+ *            (a re-run after its instance was lost is dispatched again): choose the instance among
+ *            the candidates, given their loads and the router's prefix-hit estimates, or give no
+ *            opinion (the router's own policy decides).
  *
  * Versions are negotiated both ways: the host passes its own version to troupe_plugin_init (a
  * plugin may refuse a host too old for it), and the plugin writes the version it was built
@@ -49,7 +51,7 @@ extern "C" {
 #endif
 
 #define TROUPE_PLUGIN_ABI_MAJOR 1u
-#define TROUPE_PLUGIN_ABI_MINOR 1u
+#define TROUPE_PLUGIN_ABI_MINOR 2u
 
 /* What a hook decided. */
 typedef enum troupe_plugin_status {
@@ -104,6 +106,43 @@ typedef struct troupe_logits {
   size_t vocab_size;
 } troupe_logits;
 
+/* One engine instance the route hook may choose (ABI 1.2). */
+typedef struct troupe_route_candidate {
+  int32_t instance_id; /* the router's id for the instance: stable for its life, never reused */
+  int32_t role;        /* 0 mixed (whole requests), 1 prefill, 2 decode */
+  int32_t draining;    /* 1: it finishes its requests and takes no new one: choosing it is an error */
+  const char* node;    /* [node_len] the node it runs on */
+  size_t node_len;
+  /* As the instance last reported (with every token batch it sends): */
+  int32_t num_free_blocks;  /* KV blocks free in its pool */
+  int32_t num_total_blocks; /* 0: no report yet */
+  int32_t num_running;      /* sequences it runs */
+  int32_t num_waiting;      /* requests queued in its scheduler */
+  /* As the router counts, with no reporting lag: */
+  int32_t num_requests;             /* routed there and not finished */
+  int64_t num_queued_prompt_tokens; /* prompt tokens of those that have no first token yet */
+  /* The router's estimate of this request's prompt tokens already in the instance's prefix
+   * cache (it tracks which instance last computed each prompt's first KV block): -1 when it has
+   * no estimate (the prompt is shorter than a block). */
+  int64_t prefix_hit_tokens;
+} troupe_route_candidate;
+
+/* A request being dispatched, as the route hook sees it (ABI 1.2). */
+typedef struct troupe_route_request {
+  int64_t request_id;
+  const char* tenant; /* [tenant_len] its tenant: the `tenant` field (OpenAI's `user`), or the
+                         [[tenants]] tenant its API key names; empty: anonymous. The key itself is
+                         never passed to plugins. */
+  size_t tenant_len;
+  size_t num_prompt_ids;  /* the prompt's length in tokens */
+  size_t num_resumed_ids; /* a re-run: output tokens it already generated on a lost instance (0 when new) */
+  const troupe_route_candidate* candidates; /* [num_candidates] at least one; in instance id order */
+  size_t num_candidates;
+} troupe_route_request;
+
+/* The route hook's "no opinion": *chosen as the host sets it before each call. */
+#define TROUPE_ROUTE_NO_OPINION ((size_t)-1)
+
 /* How a hook answers beyond its status. Each function copies what it is given. */
 typedef struct troupe_reply troupe_reply;
 struct troupe_reply {
@@ -138,6 +177,19 @@ typedef struct troupe_plugin {
    * plugin built against 1.0 leaves it NULL (the host zeroes troupe_plugin before init). Its
    * requests' ends reach on_request_end of the worker's instance, as on the detokenizer's. */
   troupe_plugin_status (*on_logits)(void* state, const troupe_logits* row, troupe_reply* reply);
+  /* ABI 1.2. The route hook: return OK after writing into *chosen the index (in
+   * request->candidates) of the instance that takes the request, or OK leaving *chosen as the
+   * host set it (TROUPE_ROUTE_NO_OPINION: the router's own policy decides), or ERROR (the
+   * request fails, the message naming the plugin). An index past the candidates, or one of a
+   * draining candidate, fails the request as garbage. Called on the router's one thread, one
+   * request at a time (so route state needs no lock), for every dispatch; it delays every
+   * request behind it: keep it to microseconds. The candidates are the instances that may take
+   * the request's prompt: every mixed (and decode) instance, or in a disaggregated topology the
+   * prefill instances (the router pairs the chosen one with a decode instance of its own
+   * choosing). With several route plugins, the first with an opinion decides. The router's
+   * instance never sees on_request_end. A plugin built against 1.1 or older leaves it NULL. */
+  troupe_plugin_status (*on_route)(void* state, const troupe_route_request* request, size_t* chosen,
+                                   troupe_reply* reply);
 } troupe_plugin;
 
 /* The one symbol a plugin library exports. config_json is the plugin's configuration (a JSON

@@ -10,6 +10,8 @@
 //     troupe_plugin_status on_output(const troupe_output& o, troupe::plugin_reply_ref reply);  // optional
 //     void on_request_end(int64_t request_id);                                                 // optional
 //     troupe_plugin_status on_logits(const troupe_logits& row, troupe::plugin_reply_ref reply); // optional (ABI 1.1)
+//     troupe_plugin_status on_route(const troupe_route_request& r, size_t& chosen,               // optional (ABI 1.2)
+//                                   troupe::plugin_reply_ref reply);
 //   };
 //   TROUPE_PLUGIN_CLASS(my_plugin, "my-plugin")
 #ifndef TROUPE_PLUGIN_HPP
@@ -74,6 +76,17 @@ troupe_plugin_status on_logits(void* state, const troupe_logits* row, troupe_rep
 }
 
 template <class T>
+troupe_plugin_status on_route(void* state, const troupe_route_request* request, size_t* chosen, troupe_reply* reply) {
+  try {
+    return static_cast<T*>(state)->on_route(*request, *chosen, plugin_reply_ref{reply});
+  } catch (const std::exception& e) {
+    return failed(reply, e.what());
+  } catch (...) {
+    return failed(reply, nullptr);
+  }
+}
+
+template <class T>
 void on_request_end(void* state, int64_t request_id) {
   try {
     static_cast<T*>(state)->on_request_end(request_id);
@@ -118,6 +131,11 @@ int init(uint32_t host_major, uint32_t host_minor, const char* config_json, trou
   }
   if constexpr (requires(T& t, const troupe_logits& l) { t.on_logits(l, plugin_reply_ref{reply}); }) {
     out->on_logits = &plugin_detail::on_logits<T>;
+  }
+  if constexpr (requires(T& t, const troupe_route_request& r, size_t& chosen) {
+                  t.on_route(r, chosen, plugin_reply_ref{reply});
+                }) {
+    out->on_route = &plugin_detail::on_route<T>;
   }
   if constexpr (requires(T& t) { t.on_request_end(int64_t{0}); }) out->on_request_end = &plugin_detail::on_request_end<T>;
   return 0;

@@ -315,7 +315,7 @@ TEST(plugins_e2e, an_output_hook_can_stop_a_request) {
 TEST(plugins_e2e, a_library_the_server_cannot_use_stops_it_at_start_naming_the_library) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   const std::pair<std::string, std::string> cases[] = {
-      {test_plugin("wrong_version"), "built for plugin ABI 2.0, but this server has ABI 1.1"},
+      {test_plugin("wrong_version"), "built for plugin ABI 2.0, but this server has ABI 1.2"},
       {test_plugin("missing_symbol"), "exports no troupe_plugin_init"},
       {test_plugin("init_fails"), "troupe_plugin_init failed: the key 'limit' is required"},
       {"/nonexistent/libplugin.so", "cannot be loaded"},

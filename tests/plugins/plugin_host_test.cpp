@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,10 +51,10 @@ TEST(plugin_library, refuses_each_broken_library_naming_it_and_what_was_wrong) {
 
   const std::string major = load_error(spec_of(test_plugin("wrong_version")));
   EXPECT_NE(major.find(test_plugin("wrong_version")), std::string::npos) << major;
-  EXPECT_NE(major.find("built for plugin ABI 2.0, but this server has ABI 1.1"), std::string::npos) << major;
+  EXPECT_NE(major.find("built for plugin ABI 2.0, but this server has ABI 1.2"), std::string::npos) << major;
 
   const std::string minor = load_error(spec_of(test_plugin("newer_minor")));
-  EXPECT_NE(minor.find("built for plugin ABI 1.2"), std::string::npos) << minor;
+  EXPECT_NE(minor.find("built for plugin ABI 1.3"), std::string::npos) << minor;
 
   const std::string init = load_error(spec_of(test_plugin("init_fails")));
   EXPECT_NE(init.find("troupe_plugin_init failed: the key 'limit' is required"), std::string::npos) << init;
@@ -311,6 +314,136 @@ TEST(banned_phrases_example, masks_only_the_token_that_would_complete_a_phrase) 
             std::string::npos);
   EXPECT_NE(load_error(spec_of(example_plugin("banned_phrases"), "{}")).find("\"phrases\" must be a non-empty array"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// Candidates as the router hands them to the route hook: instance ids 0..n-1 unless given.
+struct route_case {
+  std::vector<troupe_route_candidate> candidates;
+  std::string tenant;
+
+  route_case(size_t n, std::string tenant_name) : tenant(std::move(tenant_name)) {
+    for (size_t i = 0; i < n; ++i) {
+      troupe_route_candidate c{};
+      c.instance_id = static_cast<int32_t>(i);
+      c.node = "node-a";  // a literal: a copied case keeps pointing at valid text
+      c.node_len = 6;
+      c.prefix_hit_tokens = -1;
+      candidates.push_back(c);
+    }
+  }
+  troupe_route_request request() const {
+    troupe_route_request r{};
+    r.request_id = 3;
+    r.tenant = tenant.data();
+    r.tenant_len = tenant.size();
+    r.num_prompt_ids = 5;
+    r.candidates = candidates.data();
+    r.num_candidates = candidates.size();
+    return r;
+  }
+};
+
+TEST(plugin_library, a_plugin_of_abi_1_1_loads_without_the_route_hook) {
+  auto old = plugin_library::load(spec_of(test_plugin("empty")));
+  EXPECT_EQ(old->plugin().abi_minor, 1u);
+  EXPECT_EQ(old->plugin().on_route, nullptr);
+  EXPECT_FALSE(old->runs("route"));
+  EXPECT_TRUE(old->runs("logits"));
+  EXPECT_TRUE(plugin_chain({spec_of(test_plugin("empty"))}, "route").empty());
+  plugin_spec spec = spec_of(test_plugin("empty"));
+  spec.hooks = {"route"};
+  EXPECT_NE(load_error(spec).find("asks for its route hook, which it does not implement"), std::string::npos);
+}
+
+TEST(plugin_chain, a_route_hook_chooses_passes_or_fails_its_request_naming_the_plugin) {
+  plugin_chain chain({spec_of(test_plugin("misbehaving"), R"({"mode": "route_by_tenant"})")}, "route");
+  ASSERT_EQ(chain.names_running("route"), std::vector<std::string>{"misbehaving"});
+
+  route_case pick(2, "pick_1");
+  plugin_chain::route_answer chosen = chain.on_route(pick.request());
+  EXPECT_FALSE(chosen.failure);
+  EXPECT_EQ(chosen.chosen, std::optional<size_t>(1));
+
+  route_case none(2, "anyone");
+  plugin_chain::route_answer no_opinion = chain.on_route(none.request());
+  EXPECT_FALSE(no_opinion.failure);
+  EXPECT_FALSE(no_opinion.chosen);
+
+  route_case draining(2, "draining");
+  draining.candidates[1].draining = 1;
+  const std::pair<route_case, const char*> failures[] = {
+      {route_case(2, "error"), "plugin 'misbehaving' failed in its route hook: the database is down"},
+      {route_case(2, "throw"), "plugin 'misbehaving' failed in its route hook: thrown on purpose"},
+      {route_case(2, "sleep"), "ms in its route hook, over its budget of 50 ms"},
+      {route_case(2, "index_9"), "plugin 'misbehaving' returned garbage: it chose candidate 9 of 2"},
+      {draining, "plugin 'misbehaving' chose engine instance 1, which is draining"},
+  };
+  for (const auto& [c, expected] : failures) {
+    plugin_chain::route_answer answer = chain.on_route(c.request());
+    ASSERT_TRUE(answer.failure) << c.tenant;
+    EXPECT_FALSE(answer.chosen);
+    EXPECT_NE(answer.failure->message.find(expected), std::string::npos) << c.tenant << ": " << answer.failure->message;
+  }
+  const plugin_counters counters = chain.counters().at(0);
+  EXPECT_EQ(counters.hook, "route");
+  EXPECT_EQ(counters.num_calls, 7);
+  EXPECT_EQ(counters.num_errors, 5);
+  EXPECT_EQ(counters.num_over_budget, 1);
+}
+
+TEST(tenant_affinity_example, pins_each_tenant_to_one_instance_and_moves_it_when_that_one_drains_or_goes) {
+  plugin_chain chain({spec_of(example_plugin("tenant_affinity"))}, "route");
+  ASSERT_EQ(chain.names_running("route"), std::vector<std::string>{"tenant-affinity"});
+  auto route = [&](const route_case& c) {
+    plugin_chain::route_answer answer = chain.on_route(c.request());
+    EXPECT_FALSE(answer.failure) << answer.failure->message;
+    return answer.chosen;
+  };
+  // Anonymous requests are left to the router ("anonymous": "balance", the default).
+  EXPECT_FALSE(route(route_case(3, "")));
+
+  // Every tenant sticks to its instance whatever the loads; 40 tenants spread over all three.
+  std::map<std::string, size_t> home;
+  std::set<size_t> used;
+  for (int i = 0; i < 40; ++i) {
+    const std::string tenant = "tenant-" + std::to_string(i);
+    route_case c(3, tenant);
+    const std::optional<size_t> first = route(c);
+    ASSERT_TRUE(first) << tenant;
+    home[tenant] = *first;
+    used.insert(*first);
+    c.candidates[*first].num_requests = 50;  // far busier now: it stays
+    c.candidates[*first].num_queued_prompt_tokens = 9000;
+    EXPECT_EQ(route(c), first) << tenant;
+  }
+  EXPECT_EQ(used.size(), 3u);
+
+  // Its instance draining: the tenant moves to the least loaded one left, and stays there.
+  const std::string tenant = "tenant-0";
+  route_case drained(3, tenant);
+  const size_t was = home[tenant];
+  drained.candidates[was].draining = 1;
+  for (size_t i = 0; i < 3; ++i) drained.candidates[i].num_requests = 10;
+  const size_t least = (was + 1) % 3;
+  drained.candidates[least].num_requests = 2;
+  EXPECT_EQ(route(drained), std::optional<size_t>(least));
+  route_case after(3, tenant);
+  after.candidates[least].num_requests = 30;
+  EXPECT_EQ(route(after), std::optional<size_t>(least)) << "moved for good";
+
+  // Its instance gone (not among the candidates): to the least loaded left.
+  const std::string other = "tenant-1";
+  route_case gone(2, other);
+  gone.candidates[0].instance_id = static_cast<int32_t>(home[other] == 0 ? 1 : 0);
+  gone.candidates[1].instance_id = static_cast<int32_t>(home[other] == 2 ? 1 : 2);
+  gone.candidates[0].num_queued_prompt_tokens = 100;
+  EXPECT_EQ(route(gone), std::optional<size_t>(1));
 }
 
 }  // namespace

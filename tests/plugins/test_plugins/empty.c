@@ -1,7 +1,8 @@
 /* A plugin whose hooks do nothing (request, output and logits): what a plugin costs the server
- * by itself (bench/plugin_overhead, docs/benchmarks.md), and a plain-C plugin of ABI 1.1. With
- * {"abi_minor": 0} in its config it claims ABI 1.0 and fills only the 1.0 hooks, as a library
- * built before the logits hook existed: the host still loads it. */
+ * by itself (bench/plugin_overhead, docs/benchmarks.md), and a plain-C plugin. It claims ABI 1.1
+ * (it has no route hook; the host still loads it). With {"abi_minor": 0} in its config it claims
+ * ABI 1.0 and fills only the 1.0 hooks, as a library built before the logits hook existed: the
+ * host still loads it. */
 #include <string.h>
 
 #include <troupe/plugin.h>
@@ -27,7 +28,7 @@ TROUPE_PLUGIN_EXPORT int troupe_plugin_init(uint32_t major, uint32_t minor, cons
   (void)major, (void)minor, (void)reply;
   const int as_1_0 = config != NULL && strstr(config, "\"abi_minor\": 0") != NULL;
   out->abi_major = TROUPE_PLUGIN_ABI_MAJOR;
-  out->abi_minor = as_1_0 ? 0 : TROUPE_PLUGIN_ABI_MINOR;
+  out->abi_minor = as_1_0 ? 0 : 1;
   out->name = "empty";
   out->on_request = on_request;
   out->on_output = on_output;

@@ -72,6 +72,23 @@ class misbehaving {
     }
   }
 
+  // ABI 1.2, in mode route_by_tenant only: the request's tenant says what to do ("error",
+  // "throw", "sleep", "index_9", "draining": the first draining candidate, "pick_1"); any other
+  // tenant gets no opinion.
+  troupe_plugin_status on_route(const troupe_route_request& request, size_t& chosen, troupe::plugin_reply_ref reply) {
+    if (mode_ != "route_by_tenant") return TROUPE_PLUGIN_OK;
+    const std::string tenant(request.tenant, request.tenant_len);
+    if (tenant == "error" || tenant == "throw" || tenant == "sleep") return act(tenant, reply);
+    if (tenant == "index_9") chosen = 9;
+    if (tenant == "pick_1") chosen = 1;
+    if (tenant == "draining") {
+      for (size_t i = 0; i < request.num_candidates; ++i) {
+        if (request.candidates[i].draining) chosen = i;
+      }
+    }
+    return TROUPE_PLUGIN_OK;
+  }
+
  private:
   std::string mode_;
 };
