@@ -385,6 +385,8 @@ void scheduler::preempt(sequence* seq, step_plan& plan) {
 }
 
 int scheduler::recompute_all_running() {
+  // The lost KV includes every cached prefix's: none may be hit again.
+  kv_.forget_cached_prefixes();
   const int count = num_running();
   while (!running_.empty()) {
     sequence* seq = running_.back();

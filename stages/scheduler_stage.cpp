@@ -236,8 +236,9 @@ scheduler_stage::outputs scheduler_stage::tick(timestamp_ns now) {
   std::vector<int64_t> expired;
   for (const auto& [request_id, tracked] : timelines_) {
     const sequence* seq = scheduler_.find(request_id);
-    // KV on its way from a prefill instance does not pass the lost stage.
-    if (seq == nullptr || seq->status == sequence_status::waiting_for_kv) continue;
+    // Only requests still queued: one running again is served (the stage is back), and KV on its
+    // way from a prefill instance does not pass the lost stage.
+    if (seq == nullptr || (seq->status != sequence_status::waiting && seq->status != sequence_status::preempted)) continue;
     if (now - std::max(lost_stage_since_, tracked.received) > wait_ns) expired.push_back(request_id);
   }
   if (!expired.empty()) {
