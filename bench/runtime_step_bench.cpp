@@ -295,7 +295,7 @@ int main(int argc, char** argv) try {
                                       std::make_shared<troupe::detokenize_stage>(*served->tok), sink);
       // No router: one instance, token batches straight to the detokenizer (nothing is refused here).
       auto scheduler = system.spawn(troupe::scheduler_actor, config, std::vector<int32_t>{}, worker, detokenizer,
-                                    kv_agent, std::chrono::milliseconds(10000));
+                                    kv_agent, std::chrono::milliseconds(10000), std::chrono::milliseconds(30000));
       timing->take_records();
       for (int s = 0; s < num_seqs; ++s) {
         troupe::schedule_request r;

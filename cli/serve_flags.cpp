@@ -148,6 +148,10 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--micro-batches", flags.micro_batches,
                  "pipeline stages: micro-batches a step is cut into so the stages overlap (1 to 64; default 2)")
       ->check(CLI::Range(1, 64));
+  app.add_option("--pipeline-failover-wait-ms", flags.pipeline_failover_wait_ms,
+                 "pipeline stages: how long requests wait for a lost stage to come back before they fail naming it "
+                 "(0: at once; default 30000; [pipeline] failover_wait_ms)")
+      ->check(CLI::Range(0, 3600000));
 }
 
 topology topology_from_flags(const serve_flags& flags) {
@@ -234,6 +238,7 @@ topology topology_from_flags(const serve_flags& flags) {
     for (const std::string& text : flags.pipeline_stages) t.pipeline.stages.push_back(parse_remote_stage(text));
   }
   if (flags.micro_batches > 0) t.pipeline.micro_batches = flags.micro_batches;
+  if (flags.pipeline_failover_wait_ms >= 0) t.pipeline.failover_wait_ms = flags.pipeline_failover_wait_ms;
   resolve_pipeline_stage_endpoints(t);  // after --set: the credentials decide kvtcp:// or curve://
   t.validate();
   return t;

@@ -69,6 +69,7 @@ struct serve_flags {
   std::string log_format = "text";  // applied while the command line is parsed (every line after)
   std::vector<std::string> pipeline_stages;  // kvtcp://HOST:PORT@FIRST-LAST each, in layer order
   int micro_batches = 0;                     // 0: not given (the file's, else 2)
+  int pipeline_failover_wait_ms = -1;        // -1: not given (the file's, else 30000)
   std::vector<std::string> plugins;          // PATH[,CONFIG-JSON] each, after the file's [[plugins]]
 };
 

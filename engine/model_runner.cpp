@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/ngram_proposer.hpp"
+#include "model/stage_lost_error.hpp"
 
 namespace troupe {
 
@@ -16,6 +17,11 @@ namespace {
 // A step that could not run because the step before it failed (its message carries that cause).
 struct previous_step_failed : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+// The same when that cause was a lost pipeline stage: its type goes on with it, so the requests
+// of this step too are run again instead of failed (model/stage_lost_error.hpp).
+struct previous_step_lost_stage : stage_lost_error {
+  using stage_lost_error::stage_lost_error;
 };
 
 // The token `request_id` got in `samples`, or nullptr. `cursor` starts where the previous lookup
@@ -216,8 +222,10 @@ void model_runner::fill_previous_samples(const step_plan& plan, const sample_lis
     if ((token == nullptr || s.new_token_ids.empty()) && !last_failure_.empty()) {
       // The common case under overlapped scheduling: this step was planned before the one
       // before it failed. Its requests fail with that step's cause, which names what broke.
-      throw previous_step_failed("step " + std::to_string(plan.step_id) +
-                                 " needs the samples of the step before it, which failed: " + last_failure_);
+      const std::string why =
+          "step " + std::to_string(plan.step_id) + " needs the samples of the step before it, which failed: " + last_failure_;
+      if (last_failure_lost_stage_) throw previous_step_lost_stage(why);
+      throw previous_step_failed(why);
     }
     if (token == nullptr || s.new_token_ids.empty()) {
       throw std::runtime_error("model_runner: step " + std::to_string(plan.step_id) + " asks for the token request " +
@@ -232,11 +240,19 @@ step_result model_runner::run(const step_plan& plan) {
   try {
     step_result result = run_step(plan);
     last_failure_.clear();
+    last_failure_lost_stage_ = false;
     return result;
   } catch (const previous_step_failed&) {
     throw;  // the cause stays the first failed step's, however many follow it
+  } catch (const previous_step_lost_stage&) {
+    throw;
+  } catch (const stage_lost_error& e) {
+    last_failure_ = e.what();
+    last_failure_lost_stage_ = true;
+    throw;
   } catch (const std::exception& e) {
     last_failure_ = e.what();
+    last_failure_lost_stage_ = false;
     throw;
   }
 }

@@ -42,7 +42,8 @@ class model_runner {
 
   // Runs one step. A step that throws leaves the runner usable; the step after it may not ask
   // for its samples, and one that does fails with the failed step's cause (overlapped
-  // scheduling plans the next step before the failure is known).
+  // scheduling plans the next step before the failure is known), as a stage_lost_error when the
+  // failed step's was one.
   step_result run(const step_plan& plan);
 
   // Prefill-only requests (scheduled_sequence::kv_send_transfer_id) stream their KV out into
@@ -196,6 +197,7 @@ class model_runner {
   sample_list last_samples_;      // what the last run sampled
   sample_list previous_samples_;  // the run before's, kept for its capacity
   std::string last_failure_;      // why the last run threw; empty when it did not
+  bool last_failure_lost_stage_ = false;  // it threw a stage_lost_error
   forward_batch batch_;
   std::vector<float> logits_;  // [num_logits, vocab_size]
   bool device_sampling_;

@@ -239,7 +239,13 @@ step_plan scheduler::schedule() {
     prefill_left -= num_new;
   }
   // An empty plan is not sent: the ids wait for the next one.
-  if (!plan.sequences.empty()) plan.finished_ids = std::exchange(finished_since_plan_, {});
+  if (!plan.sequences.empty()) {
+    plan.finished_ids = std::exchange(finished_since_plan_, {});
+    // Listed before this plan's own: the worker drops them before it reads the entries, which
+    // may bring them back with a new block table.
+    plan.preempted_ids.insert(plan.preempted_ids.begin(), preempted_since_plan_.begin(), preempted_since_plan_.end());
+    preempted_since_plan_.clear();
+  }
   return plan;
 }
 
@@ -366,12 +372,28 @@ void scheduler::remove_running(sequence* seq) {
   if (it != running_.end()) running_.erase(it);
 }
 
-void scheduler::preempt(sequence* seq, step_plan& plan) {
+void scheduler::requeue_for_recompute(sequence* seq) {
   remove_running(seq);
   kv_.free(seq->blocks);
   seq->reset_for_recompute();
   waiting_.push_back(seq);
+}
+
+void scheduler::preempt(sequence* seq, step_plan& plan) {
+  requeue_for_recompute(seq);
   plan.preempted_ids.push_back(seq->request_id());
+}
+
+int scheduler::recompute_all_running() {
+  // The lost KV includes every cached prefix's: none may be hit again.
+  kv_.forget_cached_prefixes();
+  const int count = num_running();
+  while (!running_.empty()) {
+    sequence* seq = running_.back();
+    requeue_for_recompute(seq);
+    preempted_since_plan_.push_back(seq->request_id());
+  }
+  return count;
 }
 
 sequence_status scheduler::stop_status(const sampling_params& p, int32_t token_id, int num_output_tokens,

@@ -123,6 +123,11 @@ class scheduler {
   const kv_cache_manager& kv_cache() const { return kv_; }
   // After a failed step: no later request may hit a prefix whose KV that step may have spoiled.
   int forget_cached_prefixes() { return kv_.forget_cached_prefixes(); }
+  // The model lost the KV of every running sequence (a pipeline stage restarted): each goes back
+  // to waiting as a preempted one, to be recomputed from its tokens, prompt and outputs so far,
+  // when admitted again. Its outputs stay outputs (counts, penalties, the sampler's output index),
+  // so its deltas go on from the next new token. The next plan tells the worker. Returns how many.
+  int recompute_all_running();
   const engine_config& config() const { return config_; }
   // The live request with this id, or nullptr.
   const sequence* find(int64_t request_id) const;
@@ -162,6 +167,8 @@ class scheduler {
   void insert_running(sequence* seq);
   void remove_running(sequence* seq);
   void preempt(sequence* seq, step_plan& plan);
+  // Takes a running sequence's blocks and puts it back to waiting, to be recomputed.
+  void requeue_for_recompute(sequence* seq);
   // Preempts running sequences the next waiting request may displace (the policy says which),
   // until it could be admitted: blocks for its prompt and a seat.
   void preempt_for_waiting_head(step_plan& plan);
@@ -189,6 +196,8 @@ class scheduler {
   uint64_t next_step_id_ = 0;
   // Requests the worker knows that ended since the last non-empty plan (which carries them).
   std::vector<int64_t> finished_since_plan_;
+  // Requests preempted outside schedule() (recompute_all_running) since the last non-empty plan.
+  std::vector<int64_t> preempted_since_plan_;
 };
 
 }  // namespace troupe

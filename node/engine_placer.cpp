@@ -40,6 +40,7 @@ scheduler_spec engine_placer::scheduler_for(const worker_description& descriptio
   scheduler_spec spec{config, description.eos_token_ids, std::move(worker), router_};
   spec.kv_agent = description.kv_agent;
   spec.kv_transfer_timeout_ms = topology_.disaggregation.kv_transfer_timeout_ms;
+  spec.pipeline_failover_wait_ms = topology_.pipeline.failover_wait_ms;
   return spec;
 }
 

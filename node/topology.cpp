@@ -620,6 +620,10 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   pipeline.read("micro_batches", t.pipeline.micro_batches);
   pipeline.read("step_timeout_ms", t.pipeline.step_timeout_ms);
   pipeline.read("connect_timeout_ms", t.pipeline.connect_timeout_ms);
+  pipeline.read("reconnect_first_delay_ms", t.pipeline.reconnect_first_delay_ms);
+  pipeline.read("reconnect_max_delay_ms", t.pipeline.reconnect_max_delay_ms);
+  pipeline.read("reconnect_attempts", t.pipeline.reconnect_attempts);
+  pipeline.read("failover_wait_ms", t.pipeline.failover_wait_ms);
   pipeline.finish();
   t.validate();
   return t;

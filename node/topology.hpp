@@ -173,7 +173,9 @@ struct topology {
   speculative_settings speculative;
   // [pipeline]: the model's earlier layers on `troupe stage` servers, the engine holding the
   // rest (issue 27): stages = [{ endpoint = "kvtcp://HOST:PORT", layers = "0-15" }, ...],
-  // micro_batches, step_timeout_ms. One engine instance, on the CPU, so far.
+  // micro_batches, step_timeout_ms, connect_timeout_ms, reconnect_first_delay_ms,
+  // reconnect_max_delay_ms, reconnect_attempts, failover_wait_ms. One engine instance, on the
+  // CPU, so far.
   pipeline_plan pipeline;
   // The [[nodes]] entry that runs each remote stage, index for index with pipeline.stages, for
   // stages written { node = NAME, layers = "0-15" } ("" for one written with its endpoint):

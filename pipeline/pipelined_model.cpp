@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "model/stage_lost_error.hpp"
 #include "pipeline/stage_health.hpp"
 #include "pipeline/stage_link.hpp"
 
@@ -22,6 +23,25 @@ void pipeline_settings::validate() const {
   if (connect_timeout.count() <= 0 || step_timeout.count() <= 0) {
     throw std::runtime_error("pipeline timeouts must be positive");
   }
+  if (reconnect_first_delay.count() <= 0 || reconnect_max_delay < reconnect_first_delay) {
+    throw std::runtime_error("pipeline reconnect_first_delay_ms must be positive and reconnect_max_delay_ms at least it, got " +
+                             std::to_string(reconnect_first_delay.count()) + " and " +
+                             std::to_string(reconnect_max_delay.count()));
+  }
+  if (reconnect_attempts < 1 || reconnect_attempts > 1000000) {
+    throw std::runtime_error("pipeline reconnect_attempts must be 1 to 1000000, got " + std::to_string(reconnect_attempts));
+  }
+}
+
+pipeline_settings pipeline_plan::settings() const {
+  pipeline_settings settings;
+  settings.micro_batches = micro_batches;
+  settings.step_timeout = std::chrono::milliseconds(step_timeout_ms);
+  settings.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
+  settings.reconnect_first_delay = std::chrono::milliseconds(reconnect_first_delay_ms);
+  settings.reconnect_max_delay = std::chrono::milliseconds(reconnect_max_delay_ms);
+  settings.reconnect_attempts = reconnect_attempts;
+  return settings;
 }
 
 void pipeline_plan::validate() const {
@@ -39,11 +59,10 @@ void pipeline_plan::validate() const {
     }
     next = s.layers.end;
   }
-  pipeline_settings settings;
-  settings.micro_batches = micro_batches;
-  settings.step_timeout = std::chrono::milliseconds(step_timeout_ms);
-  settings.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
-  settings.validate();
+  if (failover_wait_ms < 0) {
+    throw std::runtime_error("pipeline failover_wait_ms must be 0 or more, got " + std::to_string(failover_wait_ms));
+  }
+  settings().validate();
 }
 
 remote_stage parse_remote_stage(const std::string& text) {
@@ -162,8 +181,9 @@ class pipelined_model final : public model {
       std::lock_guard lock(links_mutex_);
       for (size_t i = 0; i < links_.size(); ++i) {
         if (std::string why = links_[i]->broken(); !why.empty()) {
-          throw std::runtime_error(why + " (the stage is down: its link reconnects with back-off, and steps fail "
-                                         "until it is back)");
+          note_if_lost(i);  // on the board before the step's requests hear of it
+          throw stage_lost_error(why + " (the stage is down: its link reconnects with back-off, and steps fail "
+                                       "until it is back)");
         }
       }
     }
@@ -224,23 +244,23 @@ class pipelined_model final : public model {
       }
     }
     if (!failure.empty()) {
+      bool lost = false;
       {
         // On the board before the step's requests hear of it: /health names the stage at once.
         std::lock_guard lock(links_mutex_);
-        for (size_t i = 0; i < links_.size(); ++i) note_if_lost(i);
+        for (size_t i = 0; i < links_.size(); ++i) lost = note_if_lost(i) || lost;
       }
       reconnect_wake_.notify_all();  // start reconnecting now, not at the next poll
+      // A stage that refused a frame still serves: that is this step's own failure.
+      if (lost) throw stage_lost_error(failure);
       throw std::runtime_error(failure);
     }
     mark_kv_written(batch);
   }
 
  private:
-  // How a lost stage's link is tried again: the first retry soon, then doubling up to a cap,
-  // a bounded number of times (about 4 minutes in all with these) before it stays down.
-  static constexpr auto reconnect_first_delay = std::chrono::milliseconds(100);
-  static constexpr auto reconnect_max_delay = std::chrono::milliseconds(2000);
-  static constexpr int max_reconnect_attempts = 120;
+  // How often the reconnector looks at the links; the back-off between attempts is the
+  // settings' (reconnect_first_delay doubling up to reconnect_max_delay, reconnect_attempts).
   static constexpr auto reconnect_poll = std::chrono::milliseconds(100);
 
   struct reconnect_state {
@@ -290,7 +310,7 @@ class pipelined_model final : public model {
         std::unique_ptr<stage_link> link;
         std::string why;
         try {
-          link = connect(i, std::min(settings_.connect_timeout, reconnect_max_delay));
+          link = connect(i, std::min(settings_.connect_timeout, settings_.reconnect_max_delay));
           if (link->num_blocks() < shape_.num_blocks) {
             why = "the stage came back with " + std::to_string(link->num_blocks()) + " KV blocks, fewer than the " +
                   std::to_string(shape_.num_blocks) + " the engine schedules";
@@ -309,14 +329,15 @@ class pipelined_model final : public model {
           continue;
         }
         ++r.attempts;
-        if (r.attempts >= max_reconnect_attempts) {
+        if (r.attempts >= settings_.reconnect_attempts) {
           r.given_up = true;
           spdlog::error("{}: gave up reconnecting after {} attempts: {}", stage_key(i), r.attempts, why);
           stage_health_board::instance().down(stage_key(i), "down; gave up reconnecting after " +
                                                                  std::to_string(r.attempts) + " attempts: " + why);
           continue;
         }
-        const auto delay = std::min<std::chrono::milliseconds>(reconnect_max_delay, reconnect_first_delay * (1 << std::min(r.attempts, 5)));
+        const auto delay = std::min<std::chrono::milliseconds>(settings_.reconnect_max_delay,
+                                                                settings_.reconnect_first_delay * (1 << std::min(r.attempts, 16)));
         r.next_attempt = std::chrono::steady_clock::now() + delay;
         stage_health_board::instance().down(stage_key(i), "down; reconnect attempt " + std::to_string(r.attempts) +
                                                                " failed (" + why + "), next in " +
@@ -334,7 +355,7 @@ class pipelined_model final : public model {
     if (broken.empty()) return false;
     if (!r.reported) {
       r.reported = true;
-      spdlog::warn("{}; reconnecting (at most {} attempts)", broken, max_reconnect_attempts);
+      spdlog::warn("{}; reconnecting (at most {} attempts)", broken, settings_.reconnect_attempts);
       stage_health_board::instance().down(stage_key(i), "down (" + broken + "); reconnecting");
     }
     return true;
@@ -370,7 +391,7 @@ class pipelined_model final : public model {
         const int32_t block = batch.block_tables[static_cast<size_t>(table + k)];
         if (block < 0 || static_cast<size_t>(block) >= block_epoch_.size()) continue;  // released (a window)
         if (block_epoch_[static_cast<size_t>(block)] != kv_epoch_) {
-          throw std::runtime_error("a pipeline stage restarted since this request's KV was computed, and its layers' "
+          throw stage_lost_error("a pipeline stage restarted since this request's KV was computed, and its layers' "
                                    "KV went with it (block " + std::to_string(block) +
                                    "): the request must run again from its prompt");
         }
@@ -439,11 +460,8 @@ std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, l
 std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, const pipeline_plan& plan,
                                             const kv_channel_keys& keys) {
   plan.validate();
-  pipeline_settings settings;
+  pipeline_settings settings = plan.settings();
   settings.keys = keys;
-  settings.micro_batches = plan.micro_batches;
-  settings.step_timeout = std::chrono::milliseconds(plan.step_timeout_ms);
-  settings.connect_timeout = std::chrono::milliseconds(plan.connect_timeout_ms);
   return make_pipelined_model(std::move(last_stage), plan.engine_layers(), plan.stages, settings);
 }
 

@@ -26,6 +26,8 @@ struct remote_stage {
   layer_range layers;
 };
 
+struct pipeline_settings;
+
 // Where an engine's earlier layers run and how they are driven: the topology's [pipeline] and
 // `troupe serve --pipeline-stage`, carried to the worker that loads the engine's own layers
 // (the rest: engine_layers()).
@@ -34,13 +36,26 @@ struct pipeline_plan {
   int32_t micro_batches = 2;
   int32_t step_timeout_ms = 60000;
   int32_t connect_timeout_ms = 10000;
+  // A lost stage's link is tried again after reconnect_first_delay_ms, the delay doubling up to
+  // reconnect_max_delay_ms, at most reconnect_attempts times (about 4 minutes with these) before
+  // it stays down and /health says it gave up.
+  int32_t reconnect_first_delay_ms = 100;
+  int32_t reconnect_max_delay_ms = 2000;
+  int32_t reconnect_attempts = 120;
+  // How long the engine's scheduler keeps the requests of a lost stage (and new ones) waiting
+  // for it to come back, to run them again from their tokens; past it they fail naming the
+  // stage. 0: they fail at once.
+  int32_t failover_wait_ms = 30000;
 
   bool empty() const { return stages.empty(); }
   // The layers the engine itself holds: from the last remote stage's end to the model's last.
   layer_range engine_layers() const { return stages.empty() ? layer_range{} : layer_range{stages.back().layers.end, 0}; }
   // Throws std::runtime_error naming the bad field: endpoints that are not kvtcp://HOST:PORT,
-  // stages that do not follow one another from layer 0, a micro-batch count or timeout out of range.
+  // stages that do not follow one another from layer 0, a micro-batch count, timeout, back-off
+  // or failover wait out of range.
   void validate() const;
+  // The link settings this plan asks for (keys aside).
+  pipeline_settings settings() const;
 };
 
 // "kvtcp://HOST:PORT@FIRST-LAST", as `--pipeline-stage` takes it. Throws naming the text.
@@ -52,6 +67,11 @@ struct pipeline_settings {
   std::chrono::milliseconds connect_timeout{10000};
   // How long one micro-batch may take at one stage before the link is given up.
   std::chrono::milliseconds step_timeout{60000};
+  // A lost stage's reconnection: the first retry after reconnect_first_delay, then doubling up to
+  // reconnect_max_delay, at most reconnect_attempts tries (pipeline_plan has the keys).
+  std::chrono::milliseconds reconnect_first_delay{100};
+  std::chrono::milliseconds reconnect_max_delay{2000};
+  int reconnect_attempts = 120;
   // The cluster's CURVE keys (this member's pair and the members'), for curve:// stages.
   kv_channel_keys keys;
 

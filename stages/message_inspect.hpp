@@ -238,7 +238,7 @@ typename Inspector::result_type inspect(Inspector& f, kv_lease_counts& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_done& x) {
-  return f(caf::meta::type_name("step_done"), x.result, x.compute_ns, x.error);
+  return f(caf::meta::type_name("step_done"), x.result, x.compute_ns, x.error, x.stage_lost);
 }
 
 template <class Inspector>
@@ -395,7 +395,8 @@ typename Inspector::result_type inspect(Inspector& f, remote_stage& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pipeline_plan& x) {
-  return f(caf::meta::type_name("pipeline_plan"), x.stages, x.micro_batches, x.step_timeout_ms, x.connect_timeout_ms);
+  return f(caf::meta::type_name("pipeline_plan"), x.stages, x.micro_batches, x.step_timeout_ms, x.connect_timeout_ms,
+           x.reconnect_first_delay_ms, x.reconnect_max_delay_ms, x.reconnect_attempts, x.failover_wait_ms);
 }
 
 template <class Inspector>
@@ -420,7 +421,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_description& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_spec& x) {
   return f(caf::meta::type_name("scheduler_spec"), x.config, x.eos_token_ids, x.worker, x.router, x.kv_agent,
-           x.kv_transfer_timeout_ms);
+           x.kv_transfer_timeout_ms, x.pipeline_failover_wait_ms);
 }
 
 template <class Inspector>

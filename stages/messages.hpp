@@ -123,6 +123,9 @@ struct step_done {
   step_result result;
   duration_ns compute_ns = 0;  // the worker's clock: plan received -> result ready
   std::string error;
+  // The error is a lost pipeline stage's (model/stage_lost_error.hpp): the step's requests are
+  // not at fault and run again once the stage is back, instead of failing with it.
+  bool stage_lost = false;
 };
 
 // The per-request timeline the scheduler keeps; attached to a request's final delta. Durations

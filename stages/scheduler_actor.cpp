@@ -3,15 +3,25 @@
 #include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/scheduler_stage.hpp"
+#include "stages/stage_clock.hpp"
 #include "stages/stage_actors.hpp"
 
 namespace troupe {
 
+namespace {
+// How often requests waiting for a lost pipeline stage look again: well under a restart's time.
+constexpr std::chrono::milliseconds pipeline_tick_interval{50};
+}  // namespace
+
 caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
                               std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router,
-                              caf::actor kv_agent, std::chrono::milliseconds kv_transfer_timeout) {
+                              caf::actor kv_agent, std::chrono::milliseconds kv_transfer_timeout,
+                              std::chrono::milliseconds pipeline_failover_wait) {
   keep_exception_in_exit_reason(self);
-  auto stage = std::make_shared<scheduler_stage>(config, std::move(eos_token_ids));
+  auto stage = std::make_shared<scheduler_stage>(config, std::move(eos_token_ids), pipeline_failover_wait);
+  // While requests wait for a lost pipeline stage, a tick now and then times them out and plans
+  // once the stage is back (nothing else would wake this actor then).
+  auto tick_pending = std::make_shared<bool>(false);
   // Delivers a stage call's outputs: the next plan first, so the worker starts computing while
   // the deltas travel to the detokenizer.
   auto deliver = std::make_shared<std::function<void(scheduler_stage::outputs)>>();
@@ -49,6 +59,10 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
     for (uint64_t transfer_id : out.kv_cancels) self->send(kv_agent, kv_cancel_msg{transfer_id});
     for (kv_failed_msg& failure : out.kv_failures) self->send(router, std::move(failure));
     for (kv_arrival_msg& landed : out.kv_landed) self->send(router, std::move(landed));
+    if (stage->waiting_for_pipeline() && !*tick_pending) {
+      *tick_pending = true;
+      self->delayed_send(self, pipeline_tick_interval, pipeline_tick_atom::value);
+    }
   };
   self->attach_functor([deliver] { *deliver = nullptr; });  // breaks the self-reference cycle
   return instrumented(self, "scheduler", {
@@ -71,6 +85,10 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
         return promise;
       },
       [=](trace_query& query) -> trace_answer { return stage->trace(query); },
+      [=](pipeline_tick_atom) {
+        *tick_pending = false;
+        (*deliver)(stage->tick(steady_now_ns()));
+      },
       [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
   });
 }
@@ -84,7 +102,8 @@ caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_
   quit_with(self, spec.router);
   return scheduler_actor(self, spec.config, std::move(spec.eos_token_ids), std::move(spec.worker),
                          std::move(spec.router), std::move(spec.kv_agent),
-                         std::chrono::milliseconds(spec.kv_transfer_timeout_ms));
+                         std::chrono::milliseconds(spec.kv_transfer_timeout_ms),
+                         std::chrono::milliseconds(spec.pipeline_failover_wait_ms));
 }
 
 }  // namespace troupe

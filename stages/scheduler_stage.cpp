@@ -1,5 +1,6 @@
 #include "stages/scheduler_stage.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -27,8 +28,11 @@ constexpr size_t max_handed_off = 4096;
 
 }  // namespace
 
-scheduler_stage::scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids)
-    : scheduler_(config, std::move(eos_token_ids)), max_in_flight_(config.async_scheduling ? 2 : 1) {}
+scheduler_stage::scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids,
+                                 std::chrono::milliseconds pipeline_failover_wait)
+    : scheduler_(config, std::move(eos_token_ids)),
+      max_in_flight_(config.async_scheduling ? 2 : 1),
+      pipeline_failover_wait_(pipeline_failover_wait) {}
 
 void scheduler_stage::emit(outputs& out, token_delta delta) {
   request_timeline timeline;
@@ -144,19 +148,39 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
     failure = "the worker returned a malformed step result: " + why;
   }
   if (!failure.empty()) {
-    // The step's requests cannot trust their KV any more: end them with the reason. Nor can a
-    // later request trust a cached prefix: the step may have written part of a block's KV, and a
-    // pipeline stage that restarted lost every block's KV of its layers.
+    // The step's requests cannot trust their KV any more. Nor can a later request trust a cached
+    // prefix: the step may have written part of a block's KV, and a pipeline stage that restarted
+    // lost every block's KV of its layers.
     if (const int forgotten = scheduler_.forget_cached_prefixes(); forgotten > 0) {
       spdlog::info("scheduler: forgot {} cached prefix blocks after a failed step", forgotten);
     }
+    if (done.stage_lost && pipeline_failover_wait_.count() > 0) {
+      // Not the requests' fault: they run again from their tokens once the stage is back. Every
+      // running one, not only this step's: the stage's KV of all of them is gone.
+      if (lost_stage_since_ == 0) {
+        lost_stage_since_ = now;
+        lost_stage_cause_ = done.error;
+      }
+      const int requeued = scheduler_.recompute_all_running();
+      spdlog::warn("scheduler: step {} lost a pipeline stage ({}); {} running requests wait to run again from their "
+                   "tokens, for at most {} ms",
+                   plan.step_id, done.error, requeued, pipeline_failover_wait_.count());
+      plan_next(out);  // holds while the stage is down; tick() plans once it is back
+      return out;
+    }
     for (const auto& seq : plan.sequences) {
+      // Put back by a lost stage since this step was planned: its KV is gone anyway, and it
+      // runs again once the stage is back (this step's failure is a consequence of the loss).
+      const sequence* live = scheduler_.find(seq.request_id);
+      if (lost_stage_since_ != 0 && live != nullptr && live->status != sequence_status::running) continue;
       if (scheduler_.abort(seq.request_id)) {
         timelines_.erase(seq.request_id);
         out.tokens.failures.push_back(request_failed{seq.request_id, error_code::internal, failure});
       }
     }
   } else {
+    lost_stage_since_ = 0;  // the pipeline computes again
+    lost_stage_cause_.clear();
     // A request the worker failed alone (a logits plugin): ended first, so the update skips its token.
     for (const failed_request& f : done.result.failed) {
       if (scheduler_.abort(f.request_id)) {
@@ -205,7 +229,41 @@ scheduler_stage::outputs scheduler_stage::hand_over(const kv_handover_msg& hando
   return out;
 }
 
+scheduler_stage::outputs scheduler_stage::tick(timestamp_ns now) {
+  outputs out;
+  if (lost_stage_since_ == 0) return out;
+  const timestamp_ns wait_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(pipeline_failover_wait_).count();
+  std::vector<int64_t> expired;
+  for (const auto& [request_id, tracked] : timelines_) {
+    const sequence* seq = scheduler_.find(request_id);
+    // Only requests still queued: one running again is served (the stage is back), and KV on its
+    // way from a prefill instance does not pass the lost stage.
+    if (seq == nullptr || (seq->status != sequence_status::waiting && seq->status != sequence_status::preempted)) continue;
+    if (now - std::max(lost_stage_since_, tracked.received) > wait_ns) expired.push_back(request_id);
+  }
+  if (!expired.empty()) {
+    const std::string down = stage_health_board::instance().down_text();
+    const std::string why = "a pipeline stage was down for longer than failover_wait_ms (" +
+                            std::to_string(pipeline_failover_wait_.count()) + " ms): " +
+                            (down.empty() ? lost_stage_cause_ : down);
+    spdlog::warn("scheduler: {} requests failed waiting for a lost pipeline stage: {}", expired.size(), why);
+    for (int64_t request_id : expired) {
+      if (!scheduler_.abort(request_id)) continue;
+      timelines_.erase(request_id);
+      out.tokens.failures.push_back(request_failed{request_id, error_code::unavailable, why});
+    }
+  }
+  plan_next(out);
+  return out;
+}
+
+bool scheduler_stage::holding_for_pipeline() const {
+  if (lost_stage_since_ == 0) return false;
+  return !in_flight_.empty() || !stage_health_board::instance().down_text().empty();
+}
+
 void scheduler_stage::plan_next(outputs& out) {
+  if (holding_for_pipeline()) return;
   while (in_flight_.size() < max_in_flight_ && scheduler_.has_unfinished()) {
     // Behind a speculative step the next plan would leave out every request it verifies
     // drafts for (their token counts are unknown until it ends): wait for its result instead.

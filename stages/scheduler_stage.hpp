@@ -4,6 +4,7 @@
 // into token deltas, answers aborts and stats, and keeps each request's timeline. Every call
 // returns what must be sent on; the actor only delivers it.
 
+#include <chrono>
 #include <deque>
 #include <optional>
 #include <unordered_map>
@@ -11,6 +12,7 @@
 
 #include "engine/scheduler.hpp"
 #include "stages/messages.hpp"
+#include "stages/stage_clock.hpp"
 #include "stages/step_log.hpp"
 #include "stages/trace_messages.hpp"
 
@@ -35,7 +37,9 @@ class scheduler_stage {
     std::vector<kv_arrival_msg> kv_landed;  // to the router: the prefill half may go now
   };
 
-  scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids);
+  // `pipeline_failover_wait`: how long requests wait for a lost pipeline stage (below).
+  scheduler_stage(const engine_config& config, std::vector<int32_t> eos_token_ids,
+                  std::chrono::milliseconds pipeline_failover_wait = std::chrono::milliseconds(30000));
 
   outputs add(schedule_request request);
   // `quietly`: the router drops this half of a disaggregated request (abort_request_msg::quietly).
@@ -43,7 +47,18 @@ class scheduler_stage {
   // The detokenizer matched a stop string: finish the request now so its blocks are free for
   // the next step. Its final delta goes to the detokenizer, which holds the truncated text.
   outputs stop(int64_t request_id);
+  // A step that failed because a pipeline stage was lost (step_done::stage_lost) ends none of
+  // its requests: every running request gives up its KV and waits to be recomputed from its
+  // tokens (scheduler::recompute_all_running), and no step is planned while the stage is down
+  // (the process's stage_health_board) or a step from before is still out. Any other failed step
+  // ends its requests with the reason.
   outputs step_finished(const step_done& done);
+  // While waiting for a lost stage (waiting_for_pipeline), called every so often with the time:
+  // requests that have waited longer than the failover wait (from the loss, or from their
+  // arrival when later) fail naming the stage; once the stage is back the next step is planned.
+  outputs tick(timestamp_ns now);
+  // Requests wait for a lost pipeline stage: the caller should tick() until this is false.
+  bool waiting_for_pipeline() const { return lost_stage_since_ != 0 && scheduler_.has_unfinished(); }
   // The KV agent's word on a reserved transfer: complete (the request runs once its first token
   // is handed over) or failed (the request leaves this instance; the router hears why).
   outputs kv_arrived(const kv_arrival_msg& arrival);
@@ -68,6 +83,9 @@ class scheduler_stage {
   };
 
   void plan_next(outputs& out);
+  // No step may be planned: a stage is lost and not back yet, or a step planned before the loss
+  // is still out (its requests were put back; it comes back failed or stale).
+  bool holding_for_pipeline() const;
   void emit(outputs& out, token_delta delta);
 
   scheduler scheduler_;
@@ -85,6 +103,12 @@ class scheduler_stage {
   std::deque<int64_t> handed_off_order_;
 
   step_log steps_;
+  // Since when (steady_now_ns) a lost pipeline stage holds the requests; 0: none is. Ends with
+  // the first step that succeeds. `lost_stage_cause_`: that first failed step's error, which names
+  // the stage, for requests that time out when the health board no longer says why.
+  std::chrono::milliseconds pipeline_failover_wait_;
+  timestamp_ns lost_stage_since_ = 0;
+  std::string lost_stage_cause_;
 };
 
 }  // namespace troupe

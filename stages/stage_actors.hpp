@@ -89,10 +89,14 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
 // Owns the engine's scheduler; keeps one step in flight (two with async_scheduling) and plans
 // the next one as soon as a result arrives. Never blocks. Token batches (with the instance's
 // load) and refusals go to `router`; a stats_query is answered as the response.
-// `kv_agent` is its worker's (disaggregated requests reserve transfers there).
+// `kv_agent` is its worker's (disaggregated requests reserve transfers there). A pipelined
+// engine's requests wait up to `pipeline_failover_wait` for a lost stage to come back; the actor
+// ticks itself (pipeline_tick_atom) meanwhile (stages/scheduler_stage.hpp).
 caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
                               std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router,
-                              caf::actor kv_agent, std::chrono::milliseconds kv_transfer_timeout);
+                              caf::actor kv_agent, std::chrono::milliseconds kv_transfer_timeout,
+                              std::chrono::milliseconds pipeline_failover_wait);
+using pipeline_tick_atom = caf::atom_constant<caf::atom("pipetick")>;
 
 // The router (stages/engine_router.hpp), always on the controller: it is local, so its spec may
 // hold a callback. The controller adds engine instances with

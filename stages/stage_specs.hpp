@@ -91,10 +91,16 @@ struct scheduler_spec {
   caf::actor router;
   caf::actor kv_agent;                     // the worker's (worker_description::kv_agent)
   int32_t kv_transfer_timeout_ms = 10000;  // a reserved transfer's deadline
+  // A pipelined engine: how long requests wait for a lost stage (pipeline_plan::failover_wait_ms).
+  int32_t pipeline_failover_wait_ms = 30000;
 
   // Throws std::runtime_error naming the first field a stage could not start with.
   void validate() const {
     config.validate();
+    if (pipeline_failover_wait_ms < 0) {
+      throw std::runtime_error("scheduler_spec: pipeline_failover_wait_ms must be 0 or more, got " +
+                               std::to_string(pipeline_failover_wait_ms));
+    }
     if (!worker) throw std::runtime_error("scheduler_spec: no worker to send step plans to");
     if (!router) throw std::runtime_error("scheduler_spec: no router to send tokens to");
     if (!kv_agent) throw std::runtime_error("scheduler_spec: no KV agent for disaggregated requests");

@@ -8,6 +8,7 @@
 #include "engine/ngram_proposer.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_connector.hpp"
+#include "model/stage_lost_error.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/plugin_logits_hook.hpp"
 #include "stages/instrumented_actor.hpp"
@@ -96,6 +97,10 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
         const timestamp_ns begin = steady_now_ns();
         try {
           done.result = runner->run(plan);
+        } catch (const stage_lost_error& e) {
+          done.error = e.what();
+          done.stage_lost = true;
+          done.result.step_id = plan.step_id;
         } catch (const std::exception& e) {
           done.error = e.what();
           done.result.step_id = plan.step_id;

@@ -109,18 +109,21 @@ TEST(pipeline_e2e, three_stages_small_chunks_micro_batches_and_drafts_answer_the
   EXPECT_EQ(tokens_of(serve_together(pipelined, requests())), expected);
 }
 
-TEST(pipeline_e2e, a_stage_that_dies_fails_requests_by_name_and_the_server_answers) {
+TEST(pipeline_e2e, a_stage_that_dies_fails_requests_by_name_past_the_failover_wait_and_the_server_answers) {
   stage_process front("0-1");
-  serve_process pipelined({"--pipeline-stage", front.argument("0-1")});
+  serve_process pipelined({"--pipeline-stage", front.argument("0-1"), "--pipeline-failover-wait-ms", "1000"});
   front.kill_now();
   client c = pipelined.make_client();
   c.set_timeout(std::chrono::seconds(30));
+  const auto sent = std::chrono::steady_clock::now();
   try {
     c.generate(greedy("Once upon a time", 20));
     ADD_FAILURE() << "a request through a dead stage succeeded";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("pipeline stage 0-1 at kvtcp://"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("failover_wait_ms (1000 ms)"), std::string::npos) << e.what();
   }
+  EXPECT_GE(std::chrono::steady_clock::now() - sent, std::chrono::milliseconds(900)) << "it did not wait for the stage";
   EXPECT_TRUE(pipelined.alive());
   // The server still answers, and says which stage is down (as /health does) while its link
   // tries to reconnect.

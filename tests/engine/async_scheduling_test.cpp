@@ -12,6 +12,7 @@
 
 #include "engine/model_runner.hpp"
 #include "engine/scheduler.hpp"
+#include "model/stage_lost_error.hpp"
 #include "tests/engine/engine_test_support.hpp"
 
 namespace troupe {
@@ -302,6 +303,115 @@ TEST(async_scheduling, a_step_after_a_failed_step_fails_with_the_first_failures_
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("which sampled none"), std::string::npos) << e.what();
   }
+}
+
+// A model part that runs elsewhere was lost (a pipeline stage): the runner's failure keeps its
+// type, also for the step planned behind it, so the scheduler puts the requests back instead of
+// failing them (model/stage_lost_error.hpp); the next failure of another kind is plain again.
+TEST(async_scheduling, a_step_after_a_lost_stage_fails_as_a_lost_stage_too) {
+  class losing_model : public kv_echo_model {
+   public:
+    using kv_echo_model::kv_echo_model;
+    bool lost = false;
+    void forward(const forward_batch& batch, float* logits) override {
+      if (lost) throw stage_lost_error("pipeline stage 0-1 at kvtcp://127.0.0.1:1: connection lost");
+      kv_echo_model::forward(batch, logits);
+    }
+  };
+  losing_model model(8, 4, 24);
+  model_runner runner(model, 1);
+  scheduled_sequence s;
+  s.request_id = 3;
+  s.new_token_ids = {5, 6, 7};
+  s.block_table = {0};
+  s.sample = true;
+  s.params = sampling_params{};
+  step_plan first;
+  first.step_id = 0;
+  first.sequences.push_back(s);
+  model.lost = true;
+  EXPECT_THROW(runner.run(first), stage_lost_error);
+  model.lost = false;
+  scheduled_sequence next = s;
+  next.num_computed_tokens = 3;
+  next.new_token_ids = {-1};
+  next.input_from_previous_sample = true;
+  next.output_index = 1;
+  step_plan after;
+  after.step_id = 1;
+  after.sequences.push_back(next);
+  try {
+    runner.run(after);
+    ADD_FAILURE() << "a step ran without the samples of the failed step";
+  } catch (const stage_lost_error& e) {
+    EXPECT_NE(std::string(e.what()).find("which failed: pipeline stage 0-1"), std::string::npos) << e.what();
+  }
+  // Another kind of failure (a block outside the pool) is not a lost stage, nor is the step after it.
+  scheduled_sequence broken = s;
+  broken.block_table = {99};
+  step_plan bad;
+  bad.step_id = 2;
+  bad.sequences.push_back(broken);
+  bool lost_type = true;
+  try {
+    runner.run(bad);
+  } catch (const stage_lost_error&) {
+  } catch (const std::runtime_error&) {
+    lost_type = false;
+  }
+  EXPECT_FALSE(lost_type);
+  after.step_id = 3;
+  try {
+    runner.run(after);
+    ADD_FAILURE() << "a step ran without the samples of the failed step";
+  } catch (const stage_lost_error& e) {
+    ADD_FAILURE() << "a lost stage's type outlived the next failure: " << e.what();
+  } catch (const std::runtime_error&) {
+  }
+}
+
+// The plain scheduler's half: every running sequence gives its blocks back and waits, keeping its
+// outputs; the next plan names them as preempted and sends their whole history again.
+TEST(async_scheduling, recompute_all_running_puts_every_running_request_back_with_its_outputs) {
+  engine_config config;
+  config.block_size = 4;
+  config.num_kv_blocks = 16;
+  config.max_num_batched_tokens = 32;
+  config.vocab_size = 24;
+  scheduler sched(config, {testing::test_eos});
+  sampling_params params;
+  params.max_tokens = 10;
+  params.ignore_eos = true;
+  ASSERT_FALSE(sched.add_request(1, {5, 6, 7}, params).has_value());
+  ASSERT_FALSE(sched.add_request(2, {8, 9}, params).has_value());
+  kv_echo_model model(16, 4, 24);
+  model_runner runner(model, 1);
+  for (int step = 0; step < 3; ++step) {
+    const step_plan plan = sched.schedule();
+    sched.update(plan, runner.run(plan));
+  }
+  const int outputs_1 = sched.find(1)->num_output_tokens();
+  ASSERT_EQ(outputs_1, 3);
+  EXPECT_EQ(sched.recompute_all_running(), 2);
+  EXPECT_EQ(sched.num_running(), 0);
+  EXPECT_EQ(sched.num_waiting(), 2);
+  EXPECT_EQ(sched.num_free_blocks(), 16);
+  EXPECT_EQ(sched.find(1)->num_output_tokens(), outputs_1);
+  const step_plan again = sched.schedule();
+  EXPECT_EQ(std::set<int64_t>(again.preempted_ids.begin(), again.preempted_ids.end()), (std::set<int64_t>{1, 2}));
+  ASSERT_EQ(again.sequences.size(), 2u);
+  for (const scheduled_sequence& entry : again.sequences) {
+    EXPECT_EQ(entry.num_computed_tokens, 0);
+    EXPECT_EQ(entry.block_table_start, 0);
+  }
+  // Run to the end: the outputs equal an undisturbed run's (the echo model reads the whole context).
+  sched.update(again, runner.run(again));
+  for (int step = 0; step < 20 && sched.has_unfinished(); ++step) {
+    const step_plan plan = sched.schedule();
+    sched.update(plan, runner.run(plan));
+  }
+  EXPECT_FALSE(sched.has_unfinished());
+  EXPECT_EQ(sched.num_free_blocks(), 16);
 }
 
 }  // namespace

@@ -463,6 +463,20 @@ TEST(topology, pipeline_stages_are_read_and_checked) {
                "unknown key 'layer' in [pipeline.stages]");
   expect_error("[pipeline]\nstages = \"0-1\"\n", "stages must be an array of tables");
   expect_error(stage0 + "]\nmicro_batches = 0\n", "micro_batches must be 1 to 64, got 0");
+  // The failover wait and the reconnect back-off (defaults: 30 s; 100 ms doubling to 2 s, 120 tries).
+  EXPECT_EQ(two.pipeline.failover_wait_ms, 30000);
+  EXPECT_EQ(two.pipeline.reconnect_attempts, 120);
+  const topology tuned = parse_topology(stage0 + "]\nfailover_wait_ms = 1500\nreconnect_first_delay_ms = 50\n"
+                                                 "reconnect_max_delay_ms = 400\nreconnect_attempts = 7\n",
+                                        "tuned.toml");
+  EXPECT_EQ(tuned.pipeline.failover_wait_ms, 1500);
+  EXPECT_EQ(tuned.pipeline.settings().reconnect_first_delay, std::chrono::milliseconds(50));
+  EXPECT_EQ(tuned.pipeline.settings().reconnect_max_delay, std::chrono::milliseconds(400));
+  EXPECT_EQ(tuned.pipeline.settings().reconnect_attempts, 7);
+  expect_error(stage0 + "]\nfailover_wait_ms = -1\n", "failover_wait_ms must be a non-negative integer");
+  expect_error(stage0 + "]\nreconnect_attempts = 0\n", "reconnect_attempts must be 1 to 1000000, got 0");
+  expect_error(stage0 + "]\nreconnect_first_delay_ms = 500\nreconnect_max_delay_ms = 100\n",
+               "reconnect_max_delay_ms at least it");
   expect_error(stage0 + "]\n[placement]\nengines = [\"controller\", \"controller\"]\n",
                "[pipeline] drives one engine instance; [placement] places 2");
   expect_error(stage0 + "]\n[node]\ndevice = \"cuda\"\n", "[pipeline] stages run on the CPU backend so far");
