@@ -445,6 +445,15 @@ node::node(const topology& t) : topology_(t) {
   for (const std::string& node : tp.placement.prefill) instances.emplace_back(node, engine_role::prefill);
   for (const std::string& node : tp.placement.decode) instances.emplace_back(node, engine_role::decode);
   routing.block_size = tp.model.block_size;
+  // Waiting for an instance to come back makes sense only where one can: an engine on another
+  // node (launch restarts it, the keeper places it again) or one `troupe scale --add` can add.
+  const bool instance_can_come_back =
+      !tp.cluster.admin_listen.empty() ||
+      std::any_of(instances.begin(), instances.end(), [&tp](const auto& i) { return i.first != tp.cluster.name; });
+  if (instance_can_come_back) {
+    routing.failover_wait.bound = std::chrono::milliseconds(tp.cluster.failover_wait_ms);
+    routing.failover_wait.max_waiting = static_cast<size_t>(tp.cluster.failover_max_waiting);
+  }
   auto router = s.system.spawn(router_actor, routing);
   s.downstream.router_actor = router;
   s.actors.push_back(router);

@@ -135,6 +135,9 @@ struct router_spec {
   // Keep what goes to the detokenizers (stages/detokenizer_ledger.hpp) so that one lost with its
   // node can be replaced mid-stream: set when a detokenizer runs on another node.
   bool keep_detokenizer_ledger = false;
+  // [cluster] failover_wait_ms, failover_max_waiting: how long and how many requests wait for an
+  // instance while none takes requests (stages/engine_router.hpp, "Failover wait").
+  failover_wait_settings failover_wait;
 };
 caf::behavior router_actor(caf::event_based_actor* self, router_spec spec);
 
