@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "cli/command_registry.hpp"
-#include "kvtransfer/kv_channel.hpp"
-#include "node/cluster_credentials.hpp"
+#include "node/cluster_member_issuer.hpp"
 
 namespace troupe::cli {
 namespace {
@@ -29,11 +28,8 @@ int run(const certs_flags& flags) {
               << " signs members: keep it off the nodes)\n";
   }
   for (const std::string& name : flags.names) {
-    const member_credentials files = issue_member_certificate(dir, name, flags.days, flags.replace);
-    verify_member_credentials(files);
+    const member_credentials files = issue_cluster_member(dir, name, flags.days, flags.replace);
     std::cout << "issued " << name << ": " << files.certificate.string() << ", " << files.private_key.string() << "\n";
-    // The KV data plane authenticates with CURVE, not TLS: each member gets its key pair too.
-    write_kv_channel_keys(dir, name, flags.replace);
     std::cout << "  KV channel keys: " << (dir / (name + ".kv.key")).string() << ", "
               << (dir / (name + ".kv.pub")).string() << " (copy every *.kv.pub to every member)\n";
   }

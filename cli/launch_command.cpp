@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "cli/command_registry.hpp"
 #include "cli/serve_flags.hpp"
 #include "model/layer_range.hpp"
+#include "node/launch_credentials.hpp"
 #include "node/local_host.hpp"
 #include "node/node.hpp"
 #include "node/node_launcher.hpp"
@@ -45,11 +47,41 @@ void with_log_format(child_spec& spec, const std::string& format) {
   if (format != "text") spec.argv.insert(spec.argv.end(), {"--log-format", format});
 }
 
-int run(const serve_flags& flags) {
-  spdlog::set_level(spdlog::level::from_str(flags.log_level));
-  if (flags.batch_invariant) {
+// A TOML literal string ('...', no escapes) when it can be one, for a --set value.
+std::string toml_string(const std::string& text) {
+  if (text.find('\'') == std::string::npos) return "'" + text + "'";
+  throw std::runtime_error("the state directory's path " + text + " has a ' in it: give another --state-dir");
+}
+
+// A local launch with no credentials gets its private CA (node/launch_credentials.hpp): the
+// flags then name it as if the topology had ([cluster] credentials, through --set).
+serve_flags with_private_credentials(const serve_flags& flags, const std::string& state_dir) {
+  const std::filesystem::path file = flags.config;
+  const topology as_read = load_topology_unvalidated(file, flags.overrides);
+  const std::filesystem::path state =
+      state_dir.empty() ? default_launch_state_dir(file) : std::filesystem::absolute(state_dir);
+  const std::optional<launch_credentials> made = local_launch_credentials(as_read, state, flags.config);
+  if (!made) return flags;
+  if (made->made_ca || made->num_issued > 0) {
+    spdlog::info("no [cluster] credentials and every member runs here: {} certificates for {} members in {} (a "
+                 "cluster with nodes on other machines needs `troupe certs`)",
+                 made->made_ca ? "made a private CA and" : "issued from the private CA", made->num_issued,
+                 made->dir.string());
+  } else {
+    spdlog::info("no [cluster] credentials and every member runs here: using the private CA made earlier in {}",
+                 made->dir.string());
+  }
+  serve_flags out = flags;
+  out.overrides.push_back("cluster.credentials=" + toml_string(made->dir.string()));
+  return out;
+}
+
+int run(const serve_flags& given, const std::string& state_dir) {
+  spdlog::set_level(spdlog::level::from_str(given.log_level));
+  if (given.batch_invariant) {
     throw std::runtime_error("--batch-invariant is a `troupe serve` flag: a launched topology's nodes do not take it");
   }
+  const serve_flags flags = with_private_credentials(given, state_dir);
   const topology t = topology_from_flags(flags);
   // Blocked before any thread starts (the launcher's readers, the controller's actors), so that
   // only the controller's sigwait, or the check below while the nodes start, sees them.
@@ -124,7 +156,11 @@ const bool registered = register_command([](CLI::App& parent) {
       "launch", "run a whole topology: start its [[nodes]] on this machine, then the controller (`serve --config FILE`)");
   app->add_option("file", flags->config, "topology file (TOML), e.g. config/replicas-2.toml")->required();
   add_serve_flags(*app, *flags);
-  return command{app, [flags] { return run(*flags); }};
+  auto state_dir = std::make_shared<std::string>();
+  app->add_option("--state-dir", *state_dir,
+                  "where launch keeps its state (a local launch's private CA); default: "
+                  "$XDG_STATE_HOME or ~/.local/state, then troupe/launch/STEM-HASH");
+  return command{app, [flags, state_dir] { return run(*flags, *state_dir); }};
 });
 
 }  // namespace

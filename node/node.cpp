@@ -447,6 +447,15 @@ node::node(const topology& t) : topology_(t) {
   routing.block_size = tp.model.block_size;
   // Route plugins run in the router, here on the controller (one instance for all requests).
   routing.route_plugins = std::make_shared<plugin_chain>(tp.plugins, "route");
+  // Waiting for an instance to come back makes sense only where one can: an engine on another
+  // node (launch restarts it, the keeper places it again) or one `troupe scale --add` can add.
+  const bool instance_can_come_back =
+      !tp.cluster.admin_listen.empty() ||
+      std::any_of(instances.begin(), instances.end(), [&tp](const auto& i) { return i.first != tp.cluster.name; });
+  if (instance_can_come_back) {
+    routing.failover_wait.bound = std::chrono::milliseconds(tp.cluster.failover_wait_ms);
+    routing.failover_wait.max_waiting = static_cast<size_t>(tp.cluster.failover_max_waiting);
+  }
   auto router = s.system.spawn(router_actor, routing);
   s.downstream.router_actor = router;
   s.actors.push_back(router);

@@ -347,6 +347,14 @@ void topology::validate() const {
     throw std::runtime_error("[cluster] max_added_instances must be in 0..1024, got " +
                              std::to_string(cluster.max_added_instances));
   }
+  if (cluster.failover_wait_ms < 0 || cluster.failover_wait_ms > 3600000) {
+    throw std::runtime_error("[cluster] failover_wait_ms must be in 0..3600000, got " +
+                             std::to_string(cluster.failover_wait_ms));
+  }
+  if (cluster.failover_max_waiting < 1 || cluster.failover_max_waiting > 1000000) {
+    throw std::runtime_error("[cluster] failover_max_waiting must be in 1..1000000, got " +
+                             std::to_string(cluster.failover_max_waiting));
+  }
   if ((!colocated() || !cluster.admin_listen.empty()) && cluster.credentials.empty()) {
     throw std::runtime_error("[cluster] credentials is required when stages run on other nodes or an admin door is open "
                              "(make them with `troupe certs`)");
@@ -407,7 +415,10 @@ void topology::validate() const {
   }
 }
 
-topology parse_topology(std::string_view toml_text, const std::string& source) {
+namespace {
+
+// The file's keys into a topology, without validate(): the checks come after the caller is done.
+topology parse_topology_unvalidated(std::string_view toml_text, const std::string& source) {
   toml::table root = parse_toml(toml_text, source);
   static const std::set<std::string> sections = {"model",   "node",      "frontend",  "http",          "tokenizer",
                                                   "scheduler", "cluster", "placement", "disaggregation",
@@ -500,6 +511,8 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   }
   t.cluster.tls.max_message_bytes = max_message_mb << 20;
   cluster.read("max_added_instances", t.cluster.max_added_instances);
+  cluster.read("failover_wait_ms", t.cluster.failover_wait_ms);
+  cluster.read("failover_max_waiting", t.cluster.failover_max_waiting);
   cluster.finish();
   // The placement's default names the controller, whatever [cluster] calls it.
   t.placement = stage_placement{{t.cluster.name}, {t.cluster.name}, {t.cluster.name}};
@@ -625,6 +638,13 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   pipeline.read("reconnect_attempts", t.pipeline.reconnect_attempts);
   pipeline.read("failover_wait_ms", t.pipeline.failover_wait_ms);
   pipeline.finish();
+  return t;
+}
+
+}  // namespace
+
+topology parse_topology(std::string_view toml_text, const std::string& source) {
+  topology t = parse_topology_unvalidated(toml_text, source);
   t.validate();
   return t;
 }
@@ -730,6 +750,12 @@ void apply_override(toml::table& root, const std::string& override_text) {
 topology load_topology(const std::filesystem::path& path) { return load_topology(path, {}); }
 
 topology load_topology(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  topology t = load_topology_unvalidated(path, overrides);
+  t.validate();
+  return t;
+}
+
+topology load_topology_unvalidated(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open topology file " + path.string());
   std::stringstream text;
@@ -747,7 +773,7 @@ topology load_topology(const std::filesystem::path& path, const std::vector<std:
     for (const std::string& o : overrides) source += " " + o;
     source += ")";
   }
-  topology t = parse_topology(toml_text, source);
+  topology t = parse_topology_unvalidated(toml_text, source);
   // The file's directory made absolute now: the process may change directory later.
   resolve_topology_paths(t, std::filesystem::absolute(path).parent_path());
   return t;

@@ -55,6 +55,12 @@ struct cluster_settings {
   // Engine instances `troupe scale --add` may add beyond the topology's own; each holds a model
   // and a KV pool on its node.
   int max_added_instances = 16;
+  // While no engine instance takes requests (the last one was lost), requests wait this long for
+  // one to come back (launch restarting its node, the keeper placing it again) before failing
+  // with `unavailable`; 0 fails them at once. At most failover_max_waiting wait; more are refused
+  // at once. Only where an instance can come back: some engine on another node, or an admin door.
+  int failover_wait_ms = 30000;
+  int failover_max_waiting = 1024;
 };
 
 // [placement]: which node runs each stage. Every entry names a [[nodes]] entry or the
@@ -211,6 +217,9 @@ topology load_topology(const std::filesystem::path& path);
 // `true`, `["n1"]`, `"text"`), else taken as a string. A key the topology does not know, or a
 // value of the wrong type, fails like one in the file, naming the key and the override.
 topology load_topology(const std::filesystem::path& path, const std::vector<std::string>& overrides);
+// The same without validate(), for a caller that fills in what it provides first (`troupe
+// launch`: a local launch's private credentials) and then loads the file for real.
+topology load_topology_unvalidated(const std::filesystem::path& path, const std::vector<std::string>& overrides);
 
 // `relative` resolved against `base` (a directory); an absolute or empty path unchanged.
 std::filesystem::path resolve_against(const std::filesystem::path& base, const std::filesystem::path& relative);

@@ -20,17 +20,82 @@ constexpr int64_t full_pool_cost = int64_t(1) << 40;
 
 }  // namespace
 
-engine_router::engine_router(int block_size)
+engine_router::engine_router(int block_size, failover_wait_settings wait)
     // Transfer ids start at random: a receiver refuses frames of a transfer it does not expect,
     // and ids of a restarted controller must not meet a late frame of its predecessor's.
-    : block_size_(std::max(1, block_size)), next_transfer_id_((std::random_device{}() | 1ull) << 20) {}
+    : block_size_(std::max(1, block_size)),
+      wait_(wait),
+      next_transfer_id_((std::random_device{}() | 1ull) << 20) {}
 
 engine_instance_id engine_router::add_instance(std::string node, engine_role role, std::string quantization) {
   const engine_instance_id id = next_id_++;
   instances_[id].node = std::move(node);
   instances_[id].role = role;
   instances_[id].quantization = std::move(quantization);
+  for (waiting_request& waiting : waiting_) commands_.reruns.push_back(std::move(waiting.request));
+  waiting_.clear();
   return id;
+}
+
+bool engine_router::wait_for_instance(const schedule_request& request, timestamp_ns now) {
+  if (is_waiting(request.request_id)) return true;  // tokenized twice: it waits once
+  if (wait_.bound.count() <= 0 || waiting_.size() >= wait_.max_waiting) {
+    drop(request.request_id);
+    return false;
+  }
+  waiting_request waiting;
+  waiting.request = request;
+  waiting.request.kv = {};
+  waiting.deadline = now + std::chrono::duration_cast<std::chrono::nanoseconds>(wait_.bound).count();
+  waiting_.push_back(std::move(waiting));
+  return true;
+}
+
+bool engine_router::is_waiting(int64_t request_id) const {
+  return std::any_of(waiting_.begin(), waiting_.end(),
+                     [&](const waiting_request& w) { return w.request.request_id == request_id; });
+}
+
+std::optional<timestamp_ns> engine_router::next_wait_deadline() const {
+  if (waiting_.empty()) return std::nullopt;
+  return waiting_.front().deadline;
+}
+
+void engine_router::expire_waiting(timestamp_ns now) {
+  while (!waiting_.empty() && waiting_.front().deadline <= now) {
+    const int64_t id = waiting_.front().request.request_id;
+    waiting_.pop_front();
+    drop(id);  // a re-run's record: what it streamed is of no use now
+    commands_.failures.push_back(request_failed{
+        id, error_code::unavailable,
+        "no engine instance is available: none came back within failover_wait_ms (" +
+            std::to_string(wait_.bound.count()) + " ms)"});
+  }
+}
+
+bool engine_router::end_waiting(int64_t request_id, finish_reason reason) {
+  auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                         [&](const waiting_request& w) { return w.request.request_id == request_id; });
+  if (it == waiting_.end()) return false;
+  // The final delta an instance would send for a request it ends before its next token.
+  token_delta end;
+  end.request_id = request_id;
+  end.finish = reason;
+  request_metrics metrics;
+  metrics.num_prompt_tokens = static_cast<int>(it->request.prompt_ids.size());
+  metrics.num_output_tokens = static_cast<int>(it->request.resumed_output_ids.size());
+  end.metrics = metrics;
+  commands_.ended.deltas.push_back(std::move(end));
+  commands_.ended.timelines.emplace_back();
+  waiting_.erase(it);
+  drop(request_id);
+  return true;
+}
+
+std::vector<int64_t> engine_router::waiting_requests() const {
+  std::vector<int64_t> ids;
+  for (const waiting_request& w : waiting_) ids.push_back(w.request.request_id);
+  return ids;
 }
 
 void engine_router::set_load(engine_instance_id id, const engine_load& load) {

@@ -33,7 +33,13 @@
 // policy sees its instance going), with the prefix-hit estimate of each. No opinion: the
 // built-in policy decides; a failure or an invalid choice: the request is not routed and
 // route_error() says why.
+// Failover wait: while no instance takes requests (the last one was lost, or every one drains),
+// a request — a new one, or one re-run from a lost instance — waits, bounded, for an instance to
+// join (`troupe launch` restarting its node, the keeper placing it again) and is then routed
+// there as a re-run (take_commands()), instead of failing at once. Past the bound it fails with
+// `unavailable`; beyond max_waiting waiting requests, more are refused at once.
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
@@ -49,6 +55,7 @@
 #include "stages/engine_role.hpp"
 #include "stages/messages.hpp"
 #include "stages/route_policy.hpp"
+#include "stages/stage_clock.hpp"
 
 namespace troupe {
 
@@ -58,6 +65,15 @@ struct router_commands {
   std::vector<std::pair<engine_instance_id, kv_handover_msg>> handovers;
   std::vector<schedule_request> reruns;  // to route again (dispatch)
   std::vector<request_failed> failures;  // to the frontend: the request has ended
+  // Requests that ended while waiting for an instance (aborted, stopped): their final deltas,
+  // to the detokenizers like any instance's.
+  token_batch ended;
+};
+
+// [cluster] failover_wait_ms and failover_max_waiting (see "Failover wait" above).
+struct failover_wait_settings {
+  std::chrono::milliseconds bound{0};  // 0: a request no instance takes fails at once
+  size_t max_waiting = 1024;           // requests waiting at once; more are refused at once
 };
 
 struct engine_instance_info {
@@ -74,11 +90,13 @@ struct engine_instance_info {
 class engine_router {
  public:
   // block_size: the KV block size of every instance (prefix affinity hashes the first block).
-  explicit engine_router(int block_size);
+  explicit engine_router(int block_size, failover_wait_settings wait = {});
 
   // The policy consulted before the built-in one for every route(); nullptr: none.
   void set_route_policy(std::shared_ptr<route_policy> policy) { policy_ = std::move(policy); }
 
+  // A new instance takes requests at once: every request waiting for one comes back in
+  // take_commands().reruns, oldest first, to be routed again once the caller knows the instance.
   engine_instance_id add_instance(std::string node, engine_role role = engine_role::mixed, std::string quantization = {});
   // The instance's occupancy before it has sent a token batch (its answer to a stats query).
   void set_load(engine_instance_id id, const engine_load& load);
@@ -132,6 +150,22 @@ class engine_router {
   // An instance is gone: it is forgotten, and its unfinished requests come back, each ready to be
   // re-run elsewhere (prompt, sampling and the tokens streamed so far). Unknown ids: nothing.
   std::vector<schedule_request> remove_instance(engine_instance_id id);
+
+  // route() found no instance for `request`: it waits (true) until an instance joins or until
+  // `now` plus the bound, when expire_waiting() fails it. False when it may not wait (a bound of
+  // 0, or max_waiting already wait): it is forgotten and the caller fails it at once.
+  bool wait_for_instance(const schedule_request& request, timestamp_ns now);
+  bool is_waiting(int64_t request_id) const;
+  size_t num_waiting() const { return waiting_.size(); }
+  // When the oldest waiting request's bound passes; nullopt when none waits.
+  std::optional<timestamp_ns> next_wait_deadline() const;
+  // Every waiting request whose bound passed by `now` fails (take_commands().failures).
+  void expire_waiting(timestamp_ns now);
+  // A waiting request ends with `reason` (a client's abort, a stop string): its final delta is in
+  // take_commands().ended. False when it does not wait.
+  bool end_waiting(int64_t request_id, finish_reason reason);
+  // The ids of every waiting request (to abort them all).
+  std::vector<int64_t> waiting_requests() const;
 
   // Stops new requests to the instance; its requests run to their end. False for an unknown id.
   bool drain(engine_instance_id id);
@@ -192,6 +226,13 @@ class engine_router {
   int block_size_;
   std::shared_ptr<route_policy> policy_;
   std::string route_error_;
+  failover_wait_settings wait_;
+  struct waiting_request {
+    schedule_request request;  // as route() would take it (a re-run's streamed tokens included)
+    timestamp_ns deadline = 0;
+  };
+  // In arrival order, so also in deadline order (one bound for all).
+  std::deque<waiting_request> waiting_;
   engine_instance_id next_id_ = 0;
   uint64_t next_tie_break_ = 0;
   uint64_t next_transfer_id_;

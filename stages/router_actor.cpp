@@ -25,19 +25,26 @@ struct engine_handles {
 
 const char* state_name(engine_state state) { return state == engine_state::active ? "active" : "draining"; }
 
+// The router's own timer: the oldest request waiting for an instance may have reached its bound.
+using failover_wait_atom = caf::atom_constant<caf::atom("fowait")>;
+
 }  // namespace
 
 caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   keep_exception_in_exit_reason(self);
-  auto router = std::make_shared<engine_router>(spec.block_size);
+  auto router = std::make_shared<engine_router>(spec.block_size, spec.failover_wait);
   if (spec.route_plugins && !spec.route_plugins->empty()) {
     router->set_route_policy(std::make_shared<plugin_route_policy>(spec.route_plugins));
     register_plugins(self->system(), "router", spec.route_plugins);
   }
+  // Whether a failover_wait_atom is on its way: one at a time, for the oldest waiting request
+  // (deadlines grow with arrival, so the oldest is always the next due).
+  auto wait_timer_armed = std::make_shared<bool>(false);
   auto engines = std::make_shared<std::unordered_map<engine_instance_id, engine_handles>>();
   const caf::actor frontend = spec.reply_to;
   auto detokenizers = std::make_shared<std::vector<caf::actor>>(spec.detokenizers);
   const auto timeout = spec.request_timeout;
+  const auto wait_bound = spec.failover_wait.bound;
   auto on_lost = spec.on_engine_lost;
   auto on_tokenized = spec.on_tokenized;
   auto on_tokenizer_lost = spec.on_tokenizer_lost;
@@ -69,6 +76,14 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
       if (!(*resumptions)[i].resuming) self->send((*detokenizers)[i], std::move(parts[i]));
     }
   };
+  auto arm_wait_timer = [=] {
+    const std::optional<timestamp_ns> due = router->next_wait_deadline();
+    if (*wait_timer_armed || !due) return;
+    *wait_timer_armed = true;
+    const auto delay = std::chrono::nanoseconds(std::max<timestamp_ns>(0, *due - steady_now_ns()));
+    self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(delay) + std::chrono::milliseconds(1),
+                       failover_wait_atom::value);
+  };
   // Sends the request to the instance the router picks (to both halves of a disaggregated
   // pair, the decode half first so its reservation starts at once), or fails it when none
   // takes requests.
@@ -84,9 +99,19 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
       return;
     }
     if (!where) {
-      router->drop(id);
+      // None takes requests: the request waits (bounded) for one to join, or fails at once.
+      if (router->wait_for_instance(request, steady_now_ns())) {
+        arm_wait_timer();
+        return;
+      }
       self->send(frontend, request_failed{id, error_code::unavailable,
-                                          "no engine instance is available (every one was lost or is draining)"});
+                                          router->num_waiting() > 0
+                                              ? "no engine instance is available (" +
+                                                    std::to_string(router->num_waiting()) +
+                                                    " requests already wait for one, the most [cluster] "
+                                                    "failover_max_waiting allows)"
+                                              : std::string("no engine instance is available (every one was "
+                                                            "lost or is draining)")});
       return;
     }
     request.kv = {};
@@ -168,6 +193,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
       batch.failures.push_back(std::move(failure));
       forward_to_detokenizers(std::move(batch));
     }
+    if (!commands.ended.empty()) forward_to_detokenizers(std::move(commands.ended));
     for (schedule_request& request : commands.reruns) dispatch(std::move(request));
   };
   // A draining instance whose last request ended is stopped; it is no loss, so no re-run.
@@ -207,6 +233,10 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
                    engine_role_name(role), self->system().render(down.reason), reruns.size(), engines->size());
       carry_out();  // the other halves of its disaggregated requests are aborted first
       for (schedule_request& request : reruns) dispatch(std::move(request));
+      if (router->num_waiting() > 0) {
+        spdlog::warn("router: {} requests wait up to {} ms (failover_wait_ms) for an engine instance to come back",
+                     router->num_waiting(), wait_bound.count());
+      }
       // A draining instance was on its way out: placing it again would undo the drain.
       if (on_lost && state == engine_state::active) on_lost(id, node, role);
       return;
@@ -222,6 +252,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
         }
+        const size_t num_waited = router->num_waiting();
         const engine_instance_id id = router->add_instance(node, role, std::move(quantization));
         self->monitor(scheduler);
         self->monitor(worker);
@@ -235,6 +266,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             [](caf::error&) {});  // a lost instance: the down handler deals with it
         engines->emplace(id, engine_handles{std::move(scheduler), std::move(worker), std::move(kv_agent)});
         spdlog::info("router: engine instance {} on {} joined as {} ({} serving)", id, node, role_name, engines->size());
+        if (num_waited > 0) spdlog::info("router: {} requests that waited for an engine instance run on instance {}", num_waited, id);
+        carry_out();  // the requests that waited for an instance (add_instance handed them back)
         return id;
       },
       [=](drain_engine_atom, engine_instance_id id) -> bool {
@@ -258,6 +291,18 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         for (const auto& [request_id, instance] : router->routed_requests()) {
           self->send(engines->at(instance).scheduler, abort_request_msg{request_id});
         }
+        for (int64_t request_id : router->waiting_requests()) router->end_waiting(request_id, finish_reason::abort);
+        carry_out();
+      },
+      [=](failover_wait_atom) {
+        *wait_timer_armed = false;
+        const size_t before = router->num_waiting();
+        router->expire_waiting(steady_now_ns());
+        if (const size_t expired = before - router->num_waiting(); expired > 0) {
+          spdlog::warn("router: {} requests failed: no engine instance came back within failover_wait_ms", expired);
+        }
+        carry_out();
+        arm_wait_timer();
       },
       // Disaggregation, from a decode half's scheduler: its reservation (passed on to the prefill
       // half's KV agent), its KV landed, or its transfer failed.
@@ -294,7 +339,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         if (on_tokenized) on_tokenized(request.request_id);
         // A request tokenized twice (sent again after its tokenizer was lost, though that one had
         // passed it on already): the first one runs.
-        if (router->instance_of(request.request_id)) return;
+        if (router->instance_of(request.request_id) || router->is_waiting(request.request_id)) return;
         dispatch(std::move(request));
       },
       [=](token_batch& batch) {
@@ -313,11 +358,17 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         stop_if_drained(*from);
       },
       [=](stop_request_msg& stop) {
-        if (auto instance = router->instance_of(stop.request_id)) self->send(engines->at(*instance).scheduler, stop);
+        if (auto instance = router->instance_of(stop.request_id)) {
+          self->send(engines->at(*instance).scheduler, stop);
+        } else if (router->end_waiting(stop.request_id, finish_reason::stop)) {
+          carry_out();
+        }
       },
       [=](abort_request_msg& abort) {
         if (std::vector<engine_instance_id> holders = router->holders_of(abort.request_id); !holders.empty()) {
           for (engine_instance_id holder : holders) self->send(engines->at(holder).scheduler, abort);
+        } else if (router->end_waiting(abort.request_id, finish_reason::abort)) {
+          carry_out();
         } else {
           router->abort_unrouted(abort.request_id);
         }

@@ -139,6 +139,9 @@ struct router_spec {
   // The plugins whose route hooks choose instances before the router's own policy (a chain built
   // for "route"; null or empty: none). Loaded by the controller, so a bad library fails serve.
   std::shared_ptr<plugin_chain> route_plugins;
+  // [cluster] failover_wait_ms, failover_max_waiting: how long and how many requests wait for an
+  // instance while none takes requests (stages/engine_router.hpp, "Failover wait").
+  failover_wait_settings failover_wait;
 };
 caf::behavior router_actor(caf::event_based_actor* self, router_spec spec);
 

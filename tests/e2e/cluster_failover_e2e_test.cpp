@@ -48,6 +48,9 @@ class cluster_failover_e2e : public ::testing::Test {
     for (auto& node : replicas.nodes) node.kv_cache_dtype = "f32";
     replicas.engines = {"engine-a", "engine-b"};
     replicas.connect_timeout_ms = 2000;  // each try on a node still down waits this long
+    // Requests fail at once when both nodes are gone (the waiting for one to come back is
+    // launch_failover_wait_e2e's).
+    replicas.failover_wait_ms = 0;
     controller_.emplace(controller_process::kind::serve, replicas.write(dir_ / "replicas-2.toml"),
                         dir_ / "controller.log");
   }

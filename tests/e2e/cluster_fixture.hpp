@@ -91,6 +91,7 @@ struct topology_spec {
   int heartbeat_interval_ms = 500;
   int connection_timeout_ms = 3000;
   int reconnect_interval_ms = 200;
+  int failover_wait_ms = -1;  // [cluster] failover_wait_ms; -1: the default
   std::string device = "auto";  // [node] device
   std::string dtype;            // [node] dtype (CUDA activations); empty: the default
   std::string kv_cache_dtype;   // [node] kv_cache_dtype; empty: the default (auto)
@@ -112,6 +113,7 @@ struct topology_spec {
       << "connect_timeout_ms = " << connect_timeout_ms << "\nrequest_timeout_ms = 30000\n"
       << "heartbeat_interval_ms = " << heartbeat_interval_ms << "\nconnection_timeout_ms = " << connection_timeout_ms
       << "\nreconnect_interval_ms = " << reconnect_interval_ms << "\n";
+    if (failover_wait_ms >= 0) t << "failover_wait_ms = " << failover_wait_ms << "\n";
     if (admin) t << "admin_listen = \"127.0.0.1:0\"\n";
     for (const auto& n : nodes) {
       t << "[[nodes]]\nname = \"" << n.name << "\"\naddress = \"127.0.0.1:" << n.port << "\"\n";

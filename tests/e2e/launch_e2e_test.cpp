@@ -272,6 +272,60 @@ TEST_F(launch_e2e, a_node_that_cannot_listen_fails_launch_by_name_and_the_other_
   EXPECT_EQ(log.find("zmq door: listening"), std::string::npos) << "the controller started anyway:\n" << log;
 }
 
+// Issue 26: a launch whose members all run here and that names no credentials makes a private
+// CA in its state directory (the same files `troupe certs` writes), says so, serves with it, and
+// a later launch reuses it.
+TEST_F(launch_e2e, a_local_launch_without_credentials_makes_a_private_ca_in_its_state_dir_and_reuses_it) {
+  const fs::path path = dir_.path() / "no-credentials.toml";
+  std::ofstream(path) << "[model]\npath = \"" << stories_dir << "\"\n[node]\nthreads = 1\n"
+                      << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "[[nodes]]\nname = \"n2\"\naddress = \"localhost:" << free_port() << "\"\n"
+                      << "[placement]\nengines = [\"n1\"]\n";
+  const fs::path state = dir_.path() / "state";
+  const fs::path made = state / "credentials";
+  {
+    launch_process launch(path, dir_.path() / "first.log", {"--state-dir", state.string()});
+    ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
+    EXPECT_TRUE(launch.wait_for_log("made a private CA and certificates for 3 members in " + made.string(), 1, 5s))
+        << launch.log();
+    client c(launch.endpoint());
+    c.set_timeout(60s);
+    generate_request request;
+    request.prompt = "Once upon a time";
+    request.sampling.temperature = 0.0f;
+    request.sampling.max_tokens = 60;
+    EXPECT_EQ(c.generate(request).text, stories_reference("Once upon a time").at("completion").get<std::string>())
+        << "the engine on n1, reached over the private CA's TLS";
+    sigterm_ends_launch_promptly(launch);
+  }
+  for (const char* file : {"ca.crt", "ca.key", "controller.crt", "controller.key", "n1.crt", "n1.key", "n2.crt",
+                           "n1.kv.key", "n1.kv.pub", "controller.kv.pub"}) {
+    EXPECT_TRUE(fs::exists(made / file)) << file;
+  }
+  EXPECT_EQ(fs::status(state).permissions() & fs::perms::all, fs::perms::owner_all) << "private keys: the user's only";
+  const std::string ca_before = read_file(made / "ca.crt");
+
+  launch_process again(path, dir_.path() / "second.log", {"--state-dir", state.string()});
+  ASSERT_TRUE(again.wait_until_serving({"n1", "n2"})) << again.log();
+  EXPECT_NE(again.log().find("using the private CA made earlier in " + made.string()), std::string::npos) << again.log();
+  EXPECT_EQ(read_file(made / "ca.crt"), ca_before) << "the CA is made once";
+  sigterm_ends_launch_promptly(again);
+}
+
+TEST_F(launch_e2e, a_topology_with_a_remote_node_and_no_credentials_is_refused_naming_troupe_certs) {
+  const fs::path path = dir_.path() / "remote.toml";
+  std::ofstream(path) << "[model]\npath = \"" << stories_dir << "\"\n[node]\nthreads = 1\n"
+                      << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "[[nodes]]\nname = \"far\"\naddress = \"10.255.255.1:7000\"\n"
+                      << "[placement]\nengines = [\"n1\", \"far\"]\n";
+  const fs::path state = dir_.path() / "state";
+  const run_result r = run_troupe("launch " + shell_quote(path.string()) + " --state-dir " + shell_quote(state.string()));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("node far at 10.255.255.1:7000 is not this machine"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("`troupe certs`"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(state / "credentials")) << "no CA made for a cluster launch cannot equip";
+}
+
 // Issue 25: a topology whose model path does not exist was found out by the node that loaded it,
 // after the nodes had started and the controller had waited 30 s for an answer that never came
 // ("exit_reason(unknown)"). launch now checks the files of every member it starts here first.

@@ -305,6 +305,30 @@ TEST(topology_placement, replicas_2_places_an_engine_on_each_of_two_nodes) {
   EXPECT_EQ(t.find_node("controller"), nullptr);
 }
 
+TEST(topology_cluster, failover_wait_keys_have_defaults_are_read_and_bounded) {
+  const topology defaults = parse_topology("");
+  EXPECT_EQ(defaults.cluster.failover_wait_ms, 30000);
+  EXPECT_EQ(defaults.cluster.failover_max_waiting, 1024);
+  const topology set = parse_topology("[cluster]\nfailover_wait_ms = 0\nfailover_max_waiting = 7\n");
+  EXPECT_EQ(set.cluster.failover_wait_ms, 0) << "0: requests fail at once, as before the key";
+  EXPECT_EQ(set.cluster.failover_max_waiting, 7);
+  auto error_of = [](const std::string& text) {
+    try {
+      parse_topology(text);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of("[cluster]\nfailover_wait_ms = -1\n").find("failover_wait_ms must be a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(error_of("[cluster]\nfailover_wait_ms = 3600001\n").find("failover_wait_ms must be in 0..3600000, got 3600001"),
+            std::string::npos);
+  EXPECT_NE(error_of("[cluster]\nfailover_max_waiting = 0\n").find("failover_max_waiting must be in 1..1000000, got 0"),
+            std::string::npos);
+  EXPECT_EQ(load_topology(TROUPE_SOURCE_DIR "/config/replicas-2.toml").cluster.failover_wait_ms, 30000);
+}
+
 TEST(topology_placement, split_stages_gives_each_stage_its_own_node) {
   auto t = load_topology(TROUPE_SOURCE_DIR "/config/split-stages.toml");
   ASSERT_EQ(t.nodes.size(), 3u);

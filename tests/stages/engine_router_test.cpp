@@ -232,5 +232,127 @@ TEST(engine_router, an_abort_that_overtakes_its_request_is_applied_when_it_comes
   EXPECT_FALSE(router.route(request(10, {1}))->aborted_early);
 }
 
+// Failover wait ([cluster] failover_wait_ms): while no instance takes requests they wait, bounded.
+constexpr timestamp_ns ms = 1000000;
+
+failover_wait_settings wait_for(int64_t bound_ms, size_t max_waiting = 16) {
+  failover_wait_settings wait;
+  wait.bound = std::chrono::milliseconds(bound_ms);
+  wait.max_waiting = max_waiting;
+  return wait;
+}
+
+TEST(engine_router_failover_wait, requests_of_the_last_lost_instance_and_new_ones_wait_and_run_on_the_next_to_join) {
+  engine_router router(block_size, wait_for(1000));
+  const auto lost = router.add_instance("a");
+  ASSERT_TRUE(router.route(request(1, prompt_of(10, 6))));
+  router.on_tokens(lost, batch({delta(1, {7, 8})}));
+  std::vector<schedule_request> reruns = router.remove_instance(lost);
+  ASSERT_EQ(reruns.size(), 1u);
+  // Nothing left: the re-run waits, and so does a new request that comes meanwhile.
+  ASSERT_FALSE(router.route(reruns[0]));
+  EXPECT_TRUE(router.wait_for_instance(reruns[0], 0));
+  ASSERT_FALSE(router.route(request(2, prompt_of(40, 3))));
+  EXPECT_TRUE(router.wait_for_instance(request(2, prompt_of(40, 3)), 5 * ms));
+  EXPECT_TRUE(router.is_waiting(1));
+  EXPECT_TRUE(router.is_waiting(2));
+  EXPECT_EQ(router.num_waiting(), 2u);
+  EXPECT_EQ(router.next_wait_deadline(), 1000 * ms);
+  router.expire_waiting(999 * ms);  // not yet
+  EXPECT_TRUE(router.take_commands().failures.empty());
+
+  const auto back = router.add_instance("a");
+  EXPECT_EQ(router.num_waiting(), 0u);
+  router_commands commands = router.take_commands();
+  ASSERT_EQ(commands.reruns.size(), 2u) << "every waiting request comes back to be routed";
+  EXPECT_EQ(commands.reruns[0].request_id, 1) << "oldest first";
+  EXPECT_EQ(commands.reruns[0].resumed_output_ids, (std::vector<int32_t>{7, 8})) << "what the client already has";
+  EXPECT_EQ(commands.reruns[1].request_id, 2);
+  EXPECT_TRUE(commands.reruns[1].resumed_output_ids.empty());
+  for (const schedule_request& again : commands.reruns) {
+    const auto where = router.route(again);
+    ASSERT_TRUE(where);
+    EXPECT_EQ(where->instance, back);
+  }
+  // The re-run's stream goes on where it was: tokens from the new instance follow 7, 8.
+  const token_batch out = router.on_tokens(back, batch({delta(1, {9}, true), delta(2, {3})}));
+  ASSERT_EQ(out.deltas.size(), 2u);
+  EXPECT_EQ(router.num_requests(), 1u) << "request 1 finished, request 2 runs";
+  router.expire_waiting(2000 * ms);
+  EXPECT_TRUE(router.take_commands().failures.empty()) << "nothing waits any more";
+}
+
+TEST(engine_router_failover_wait, past_the_bound_a_waiting_request_fails_unavailable_and_is_forgotten) {
+  engine_router router(block_size, wait_for(1000));
+  const auto lost = router.add_instance("a");
+  ASSERT_TRUE(router.route(request(1, prompt_of(10, 6))));
+  router.on_tokens(lost, batch({delta(1, {7})}));
+  std::vector<schedule_request> reruns = router.remove_instance(lost);
+  ASSERT_EQ(reruns.size(), 1u);
+  ASSERT_TRUE(router.wait_for_instance(reruns[0], 0));
+  ASSERT_TRUE(router.wait_for_instance(request(2, prompt_of(40, 3)), 500 * ms));
+  router.expire_waiting(1000 * ms);
+  router_commands commands = router.take_commands();
+  ASSERT_EQ(commands.failures.size(), 1u) << "only the one whose bound passed";
+  EXPECT_EQ(commands.failures[0].request_id, 1);
+  EXPECT_EQ(commands.failures[0].code, error_code::unavailable);
+  EXPECT_NE(commands.failures[0].message.find("no engine instance is available"), std::string::npos);
+  EXPECT_NE(commands.failures[0].message.find("failover_wait_ms (1000 ms)"), std::string::npos);
+  EXPECT_EQ(router.next_wait_deadline(), 1500 * ms);
+  router.expire_waiting(1500 * ms);
+  EXPECT_EQ(router.take_commands().failures.size(), 1u);
+  EXPECT_FALSE(router.next_wait_deadline());
+  EXPECT_EQ(router.num_requests(), 0u) << "the re-run's record went with it";
+  router.add_instance("b");
+  EXPECT_TRUE(router.take_commands().reruns.empty()) << "a failed request is not run when an instance comes";
+}
+
+TEST(engine_router_failover_wait, an_abort_or_a_stop_ends_a_waiting_request_with_its_final_delta) {
+  engine_router router(block_size, wait_for(1000));
+  ASSERT_TRUE(router.wait_for_instance(request(1, prompt_of(10, 6)), 0));
+  schedule_request resumed = request(2, prompt_of(20, 3));
+  resumed.resumed_output_ids = {4, 5};
+  ASSERT_TRUE(router.wait_for_instance(resumed, 0));
+  EXPECT_TRUE(router.end_waiting(1, finish_reason::abort));
+  EXPECT_TRUE(router.end_waiting(2, finish_reason::stop));
+  EXPECT_FALSE(router.end_waiting(1, finish_reason::abort)) << "ended once";
+  EXPECT_FALSE(router.end_waiting(3, finish_reason::abort)) << "never waited";
+  router_commands commands = router.take_commands();
+  ASSERT_EQ(commands.ended.deltas.size(), 2u);
+  ASSERT_EQ(commands.ended.timelines.size(), 2u);
+  EXPECT_EQ(commands.ended.deltas[0].request_id, 1);
+  EXPECT_EQ(commands.ended.deltas[0].finish, finish_reason::abort);
+  EXPECT_TRUE(commands.ended.deltas[0].token_ids.empty()) << "no token the client has not had";
+  ASSERT_TRUE(commands.ended.deltas[0].metrics);
+  EXPECT_EQ(commands.ended.deltas[0].metrics->num_prompt_tokens, 6);
+  EXPECT_EQ(commands.ended.deltas[1].finish, finish_reason::stop);
+  EXPECT_EQ(commands.ended.deltas[1].metrics->num_output_tokens, 2);
+  EXPECT_EQ(router.num_waiting(), 0u);
+  router.add_instance("a");
+  EXPECT_TRUE(router.take_commands().reruns.empty()) << "an ended request is not run when an instance comes";
+  router.expire_waiting(5000 * ms);
+  EXPECT_TRUE(router.take_commands().failures.empty());
+}
+
+TEST(engine_router_failover_wait, beyond_the_cap_or_with_no_bound_a_request_is_refused_at_once) {
+  engine_router capped(block_size, wait_for(1000, 2));
+  EXPECT_TRUE(capped.wait_for_instance(request(1, {1}), 0));
+  EXPECT_TRUE(capped.wait_for_instance(request(2, {1}), 0));
+  EXPECT_FALSE(capped.wait_for_instance(request(3, {1}), 0)) << "two wait already";
+  EXPECT_TRUE(capped.wait_for_instance(request(2, {1}), 0)) << "the same request (tokenized twice) waits once";
+  EXPECT_EQ(capped.num_waiting(), 2u);
+  EXPECT_FALSE(capped.is_waiting(3));
+  EXPECT_EQ(capped.waiting_requests(), (std::vector<int64_t>{1, 2}));
+
+  engine_router at_once(block_size);  // failover_wait_ms = 0: today's behaviour
+  const auto only = at_once.add_instance("a");
+  ASSERT_TRUE(at_once.route(request(1, {1, 2})));
+  std::vector<schedule_request> reruns = at_once.remove_instance(only);
+  ASSERT_EQ(reruns.size(), 1u);
+  EXPECT_FALSE(at_once.wait_for_instance(reruns[0], 0));
+  EXPECT_EQ(at_once.num_requests(), 0u) << "refused: the caller fails it, nothing is kept";
+  EXPECT_EQ(at_once.num_waiting(), 0u);
+}
+
 }  // namespace
 }  // namespace troupe
