@@ -116,12 +116,12 @@ device_choice choose_device(device_request requested) {
   return {device_kind::cpu, "device auto: " + why + "; running on the CPU"};
 }
 
-std::unique_ptr<model> make_backend_model(const model_config& config, const weight_store& weights,
-                                          device_kind device, const kv_pool_request& kv,
-                                          const backend_options& options) {
+std::unique_ptr<model> make_backend_model(const model_config& config, const weight_store& weights, device_kind device,
+                                          const kv_pool_request& kv, const backend_options& options) {
   if (device == device_kind::cuda) {
     if (!options.layers.resolved(config.num_layers).whole(config.num_layers)) {
-      throw std::runtime_error("pipeline stage of layers " + layer_range_text(options.layers.resolved(config.num_layers)) +
+      throw std::runtime_error("pipeline stage of layers " +
+                               layer_range_text(options.layers.resolved(config.num_layers)) +
                                ": pipeline stages run on the CPU backend only so far (use --device cpu)");
     }
 #ifdef TROUPE_HAVE_CUDA

@@ -52,7 +52,7 @@ struct backend_options {
   int threads = 0;                      // CPU compute threads; 0: every hardware thread
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory model + KV pool may take
   dtype cuda_dtype = dtype::bf16;       // CUDA activations: f32 | f16 | bf16
-  int nano_batches = 1;  // CUDA: streams a kernel-by-kernel step is spread over (1 to 4)
+  int nano_batches = 1;                 // CUDA: streams a kernel-by-kernel step is spread over (1 to 4)
   // The KV cache's element type, as parse_kv_cache_dtype reads it. "auto": on the CPU f16 for a
   // model whose layers' products are batch-invariant (quantized weights), else f32 (see
   // resolve_kv_cache_dtype); cuda_dtype on CUDA.
@@ -79,8 +79,7 @@ struct kv_pool_request {
 
 // Builds the model on `device`. Throws std::runtime_error naming what is wrong (a bad dtype, a
 // budget that holds no block, a model the backend cannot run).
-std::unique_ptr<model> make_backend_model(const model_config& config, const weight_store& weights,
-                                          device_kind device, const kv_pool_request& kv,
-                                          const backend_options& options);
+std::unique_ptr<model> make_backend_model(const model_config& config, const weight_store& weights, device_kind device,
+                                          const kv_pool_request& kv, const backend_options& options);
 
 }  // namespace troupe

@@ -77,15 +77,24 @@ int main(int argc, char** argv) try {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--heads") heads = std::stoi(value);
-    else if (flag == "--kv-heads") kv_heads = std::stoi(value);
-    else if (flag == "--head-dim") head_dim = std::stoi(value);
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--contexts") contexts_arg = value;
-    else if (flag == "--chunk") chunk = std::stoi(value);
-    else if (flag == "--kv-cache-dtype") kv_dtype_arg = value;
-    else if (flag == "--reps") reps = std::stoi(value);
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--heads")
+      heads = std::stoi(value);
+    else if (flag == "--kv-heads")
+      kv_heads = std::stoi(value);
+    else if (flag == "--head-dim")
+      head_dim = std::stoi(value);
+    else if (flag == "--threads")
+      threads = std::stoi(value);
+    else if (flag == "--contexts")
+      contexts_arg = value;
+    else if (flag == "--chunk")
+      chunk = std::stoi(value);
+    else if (flag == "--kv-cache-dtype")
+      kv_dtype_arg = value;
+    else if (flag == "--reps")
+      reps = std::stoi(value);
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   const troupe::dtype kv_dtype = troupe::parse_kv_cache_dtype(kv_dtype_arg).value_or(troupe::dtype::f16);
   const std::vector<int> contexts = parse_list(contexts_arg);
@@ -111,13 +120,14 @@ int main(int argc, char** argv) try {
     for (int t0 = 0; t0 < max_context; t0 += 1024) {
       const int n = std::min(1024, max_context - t0);
       for (float& v : rows) v = normal(rng);
-      for (int t = 0; t < n; ++t) slots[t] = int64_t{blocks[(t0 + t) / block_size]} * block_size + (t0 + t) % block_size;
+      for (int t = 0; t < n; ++t)
+        slots[t] = int64_t{blocks[(t0 + t) / block_size]} * block_size + (t0 + t) % block_size;
       kv.write(0, rows.data(), rows.data(), kv_dim, slots.data(), n);
     }
   }
   troupe::cpu::thread_pool pool(threads);
-  const troupe::cpu::attention_params params{heads, kv_heads, head_dim, block_size, num_blocks,
-                                             1.0f / std::sqrt(static_cast<float>(head_dim)), kv_dtype};
+  const troupe::cpu::attention_params params{
+      heads, kv_heads, head_dim, block_size, num_blocks, 1.0f / std::sqrt(static_cast<float>(head_dim)), kv_dtype};
   troupe::cpu::attention_workspace workspace;
   std::vector<float> q(static_cast<size_t>(chunk) * q_dim, 0.1f), out(q.size());
   {
@@ -137,8 +147,10 @@ int main(int argc, char** argv) try {
   std::printf("attention: %d heads / %d kv heads, head_dim %d, KV %s, %s, %d threads; best of %d\n", heads, kv_heads,
               head_dim, troupe::dtype_name(kv_dtype).data(),
               troupe::cpu::simd_level_name(troupe::cpu::active_simd_level()).data(), threads, reps);
-  std::printf("| context | decode µs | KV GB/s | ns / context token | decode CPU µs | prefill %d tokens ms | GFLOP/s | prefill CPU ms |\n",
-              chunk);
+  std::printf(
+      "| context | decode µs | KV GB/s | ns / context token | decode CPU µs | prefill %d tokens ms | GFLOP/s | prefill "
+      "CPU ms |\n",
+      chunk);
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const int context : contexts) {
     const troupe::forward_batch decode = batch_for(context, 1);
@@ -157,8 +169,9 @@ int main(int argc, char** argv) try {
     double visible = 0;  // (query, key) pairs the chunk's causal mask lets through
     for (int i = 0; i < num_new; ++i) visible += context - num_new + i + 1;
     const double flops = 4.0 * head_dim * heads * visible;
-    std::printf("| %d | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n", context, d.wall * 1e6, kv_bytes / d.wall / 1e9,
-                d.wall * 1e9 / context, d.cpu * 1e6, p.wall * 1e3, flops / p.wall / 1e9, p.cpu * 1e3);
+    std::printf("| %d | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f |\n", context, d.wall * 1e6,
+                kv_bytes / d.wall / 1e9, d.wall * 1e9 / context, d.cpu * 1e6, p.wall * 1e3, flops / p.wall / 1e9,
+                p.cpu * 1e3);
   }
   return 0;
 } catch (const std::exception& e) {

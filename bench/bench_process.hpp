@@ -124,8 +124,8 @@ class child {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     const std::string text_now = log();
-    throw std::runtime_error(what + (alive() ? " did not log \"" : " exited before it logged \"") + text + "\"; log:\n" +
-                             text_now.substr(text_now.size() > 3000 ? text_now.size() - 3000 : 0));
+    throw std::runtime_error(what + (alive() ? " did not log \"" : " exited before it logged \"") + text +
+                             "\"; log:\n" + text_now.substr(text_now.size() > 3000 ? text_now.size() - 3000 : 0));
   }
 
  private:

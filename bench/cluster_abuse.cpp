@@ -107,8 +107,7 @@ class cluster {
     if (bounded) out << "handshake_timeout_ms = " << o.handshake_timeout_ms << "\n";
     out << "[http]\nenabled = true\nhost = \"127.0.0.1\"\nport = 0\n";
     if (bounded) out << "request_timeout_ms = " << o.handshake_timeout_ms << "\n";
-    out
-        << "[tokenizer]\npool_size = 1\n"
+    out << "[tokenizer]\npool_size = 1\n"
         << "[scheduler]\nmax_num_batched_tokens = 1024\nmax_num_seqs = 64\nkv_memory_mb = 16\n"
         << "[disaggregation]\nkv_transfer_timeout_ms = 5000\n";
     std::vector<std::string> nodes = engines;
@@ -128,8 +127,8 @@ class cluster {
     for (const std::string& n : nodes) {
       const std::string address = "127.0.0.1:" + std::to_string(free_port());
       out << "[[nodes]]\nname = \"" << n << "\"\naddress = \"" << address << "\"\n";
-      std::vector<std::string> args{o.troupe, "node", "--listen", address, "--credentials", (dir / "certs").string(),
-                                    "--name", n, "--log-level", "info"};
+      std::vector<std::string> args{o.troupe, "node", "--listen",    address, "--credentials", (dir / "certs").string(),
+                                    "--name", n,      "--log-level", "info"};
       if (bounded) {
         args.push_back("--handshake-timeout-ms");
         args.push_back(std::to_string(o.handshake_timeout_ms));
@@ -310,9 +309,10 @@ bool http_completion(uint16_t port, const std::string& model, int salt) {
   if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
     const std::string body = "{\"model\":\"" + model + "\",\"prompt\":\"Once upon a time " + std::to_string(salt) +
                              "\",\"max_tokens\":4,\"temperature\":0}";
-    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                                "Content-Type: application/json\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string request =
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        "Content-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
       char buffer[4096];
       for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, static_cast<size_t>(n));
@@ -443,15 +443,18 @@ void aborts(const options& o, const fs::path& dir, const std::string& topology, 
   std::printf("aborts on %s: %d generate/abort pairs, %d disconnects (load %.1f)\n", topology.c_str(), o.pairs,
               o.disconnects, load_average());
   std::unique_ptr<cluster> c;
-  if (topology == "colocated") c = std::make_unique<cluster>(o, dir, topology, std::vector<std::string>{},
-                                                             std::vector<std::string>{}, std::vector<std::string>{});
-  if (topology == "replicas") c = std::make_unique<cluster>(o, dir, topology, std::vector<std::string>{"r1", "r2"},
-                                                            std::vector<std::string>{}, std::vector<std::string>{});
-  if (topology == "1p1d") c = std::make_unique<cluster>(o, dir, topology, std::vector<std::string>{},
-                                                        std::vector<std::string>{"p1"}, std::vector<std::string>{"d1"});
-  if (topology == "2p1d") c = std::make_unique<cluster>(o, dir, topology, std::vector<std::string>{},
-                                                        std::vector<std::string>{"p1", "p2"},
-                                                        std::vector<std::string>{"d1"});
+  if (topology == "colocated")
+    c = std::make_unique<cluster>(o, dir, topology, std::vector<std::string>{}, std::vector<std::string>{},
+                                  std::vector<std::string>{});
+  if (topology == "replicas")
+    c = std::make_unique<cluster>(o, dir, topology, std::vector<std::string>{"r1", "r2"}, std::vector<std::string>{},
+                                  std::vector<std::string>{});
+  if (topology == "1p1d")
+    c = std::make_unique<cluster>(o, dir, topology, std::vector<std::string>{}, std::vector<std::string>{"p1"},
+                                  std::vector<std::string>{"d1"});
+  if (topology == "2p1d")
+    c = std::make_unique<cluster>(o, dir, topology, std::vector<std::string>{}, std::vector<std::string>{"p1", "p2"},
+                                  std::vector<std::string>{"d1"});
   if (!c) throw std::runtime_error("unknown topology '" + topology + "' (colocated, replicas, 1p1d or 2p1d)");
   troupe::client client(c->endpoint());
   std::map<std::string, int> terminals;  // request id -> terminal replies seen
@@ -514,13 +517,14 @@ void aborts(const options& o, const fs::path& dir, const std::string& topology, 
   const bool idle = idle_within(c->endpoint(), stats);
   check(idle, topology + ": idle after the aborts and " + std::to_string(o.disconnects) + " disconnects (in flight " +
                   std::to_string(stats.num_requests_in_flight) + ", waiting for KV " +
-                  std::to_string(stats.num_waiting_for_kv) + ", KV leases " + std::to_string(stats.num_kv_leases) + ")");
+                  std::to_string(stats.num_waiting_for_kv) + ", KV leases " + std::to_string(stats.num_kv_leases) +
+                  ")");
   for (auto& [name, process] : c->processes()) check(process->alive(), topology + ": " + name + " is alive");
 }
 
 void sigterms(const options& o, const fs::path& dir, std::mt19937& rng) {
-  std::printf("sigterm: %d SIGTERMs at random moments of start-up and load, drain bound %d ms (load %.1f)\n", o.sigterms,
-              o.drain_ms, load_average());
+  std::printf("sigterm: %d SIGTERMs at random moments of start-up and load, drain bound %d ms (load %.1f)\n",
+              o.sigterms, o.drain_ms, load_average());
   std::uniform_int_distribution<int> delay_ms(0, 1500);
   int num_late = 0;
   double longest = 0;
@@ -571,8 +575,8 @@ void sigterms(const options& o, const fs::path& dir, std::mt19937& rng) {
                   process.log().substr(process.log().size() > 1500 ? process.log().size() - 1500 : 0).c_str());
     }
   }
-  check(num_late == 0, std::to_string(o.sigterms - num_late) + " of " + std::to_string(o.sigterms) +
-                           " exited within " + std::to_string(o.drain_ms) + " ms (longest " +
+  check(num_late == 0, std::to_string(o.sigterms - num_late) + " of " + std::to_string(o.sigterms) + " exited within " +
+                           std::to_string(o.drain_ms) + " ms (longest " +
                            std::to_string(static_cast<int>(longest * 1000)) + " ms)");
 }
 
@@ -593,19 +597,32 @@ int main(int argc, char** argv) try {
       if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--troupe") o.troupe = value();
-    else if (a == "--model") o.model = value();
-    else if (a == "--parts") o.parts = value();
-    else if (a == "--topologies") o.topologies = value();
-    else if (a == "--flood-topologies") o.flood_topologies = value();
-    else if (a == "--seed") o.seed = static_cast<unsigned>(std::stoul(value()));
-    else if (a == "--flood") o.flood = std::stoi(value());
-    else if (a == "--nofile") o.nofile = std::stoi(value());
-    else if (a == "--pairs") o.pairs = std::stoi(value());
-    else if (a == "--disconnects") o.disconnects = std::stoi(value());
-    else if (a == "--sigterms") o.sigterms = std::stoi(value());
-    else if (a == "--drain-ms") o.drain_ms = std::stoi(value());
-    else if (a == "--spare-doors") o.flood_doors = false;
+    if (a == "--troupe")
+      o.troupe = value();
+    else if (a == "--model")
+      o.model = value();
+    else if (a == "--parts")
+      o.parts = value();
+    else if (a == "--topologies")
+      o.topologies = value();
+    else if (a == "--flood-topologies")
+      o.flood_topologies = value();
+    else if (a == "--seed")
+      o.seed = static_cast<unsigned>(std::stoul(value()));
+    else if (a == "--flood")
+      o.flood = std::stoi(value());
+    else if (a == "--nofile")
+      o.nofile = std::stoi(value());
+    else if (a == "--pairs")
+      o.pairs = std::stoi(value());
+    else if (a == "--disconnects")
+      o.disconnects = std::stoi(value());
+    else if (a == "--sigterms")
+      o.sigterms = std::stoi(value());
+    else if (a == "--drain-ms")
+      o.drain_ms = std::stoi(value());
+    else if (a == "--spare-doors")
+      o.flood_doors = false;
     else if (a == "--short") {
       o.short_run = true;
       o.flood = 150, o.nofile = 256, o.flood_requests = 3, o.pairs = 30, o.disconnects = 8, o.sigterms = 4;

@@ -236,7 +236,8 @@ double mean(const std::vector<double>& v) {
 struct row {
   std::string layout;
   int streams = 0;
-  double tokens_per_s = 0, best_tokens_per_s = 0, e2e_mean = 0, e2e_p50 = 0, e2e_p99 = 0, ttft_mean = 0, ttft_p50 = 0, ttft_p99 = 0;
+  double tokens_per_s = 0, best_tokens_per_s = 0, e2e_mean = 0, e2e_p50 = 0, e2e_p99 = 0, ttft_mean = 0, ttft_p50 = 0,
+         ttft_p99 = 0;
   double load = 0;
   int samples = 0;
 };
@@ -283,13 +284,25 @@ row measure(const options& o, const cluster& c, const std::string& layout, int s
                   (after - cpu_before.at(name)) * 1e6 / tokens);
     cpu += item;
   }
-  row out{layout,         streams,          tokens / seconds, best, mean(e2e), percentile(e2e, 50), percentile(e2e, 99),
-          mean(ttft),     percentile(ttft, 50), percentile(ttft, 99), load_average(), static_cast<int>(all.size())};
-  std::printf("  %-10s streams %2d: %7.1f tok/s (best %s %.1f)  e2e mean %.3f p50 %.3f p99 %.3f s  ttft mean %.4f p50 %.4f p99 %.4f s"
-              "  (%d requests, load %.2f)\n    CPU per 1000 tokens: %s\n",
-              layout.c_str(), streams, out.tokens_per_s, streams == 1 ? "request" : "round", out.best_tokens_per_s,
-              out.e2e_mean, out.e2e_p50, out.e2e_p99, out.ttft_mean,
-              out.ttft_p50, out.ttft_p99, out.samples, out.load, cpu.c_str());
+  row out{layout,
+          streams,
+          tokens / seconds,
+          best,
+          mean(e2e),
+          percentile(e2e, 50),
+          percentile(e2e, 99),
+          mean(ttft),
+          percentile(ttft, 50),
+          percentile(ttft, 99),
+          load_average(),
+          static_cast<int>(all.size())};
+  std::printf(
+      "  %-10s streams %2d: %7.1f tok/s (best %s %.1f)  e2e mean %.3f p50 %.3f p99 %.3f s  ttft mean %.4f p50 %.4f p99 "
+      "%.4f s"
+      "  (%d requests, load %.2f)\n    CPU per 1000 tokens: %s\n",
+      layout.c_str(), streams, out.tokens_per_s, streams == 1 ? "request" : "round", out.best_tokens_per_s,
+      out.e2e_mean, out.e2e_p50, out.e2e_p99, out.ttft_mean, out.ttft_p50, out.ttft_p99, out.samples, out.load,
+      cpu.c_str());
   std::fflush(stdout);
   return out;
 }
@@ -413,12 +426,13 @@ kill_trial run_kill_trial(const options& o, const fs::path& dir, int trial, int 
   out.affected_ms.assign(silences.begin(), silences.begin() + static_cast<long>(k));
   if (k < silences.size()) out.others_max_ms = silences[k];
   std::sort(out.affected_ms.begin(), out.affected_ms.end());
-  std::printf("  kill trial %d (%s): router re-ran %d requests; kill -> next token of those: min %.1f median %.1f "
-              "max %.1f ms; longest silence of the other %zu streams %.1f ms; the router logged the loss %.0f ms "
-              "after the kill (load %.2f)\n",
-              trial, victim.c_str(), out.rerun, out.affected_ms.empty() ? 0 : out.affected_ms.front(),
-              percentile(out.affected_ms, 50), out.affected_ms.empty() ? 0 : out.affected_ms.back(),
-              silences.size() - k, out.others_max_ms, out.noticed_ms, load_average());
+  std::printf(
+      "  kill trial %d (%s): router re-ran %d requests; kill -> next token of those: min %.1f median %.1f "
+      "max %.1f ms; longest silence of the other %zu streams %.1f ms; the router logged the loss %.0f ms "
+      "after the kill (load %.2f)\n",
+      trial, victim.c_str(), out.rerun, out.affected_ms.empty() ? 0 : out.affected_ms.front(),
+      percentile(out.affected_ms, 50), out.affected_ms.empty() ? 0 : out.affected_ms.back(), silences.size() - k,
+      out.others_max_ms, out.noticed_ms, load_average());
   std::fflush(stdout);
   return out;
 }
@@ -445,27 +459,41 @@ int main(int argc, char** argv) try {
     }
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
     const std::string value = argv[++i];
-    const std::map<std::string, int*> ints = {
-        {"--threads", &o.threads},           {"--prompt", &o.prompt},
-        {"--decode", &o.decode},             {"--single-requests", &o.single_requests},
-        {"--rounds", &o.rounds},             {"--streams", &o.streams},
-        {"--kill-trials", &o.kill_trials},   {"--kill-streams", &o.kill_streams},
-        {"--kill-decode", &o.kill_decode},   {"--kill-after-ms", &o.kill_after_ms},
-        {"--cycles", &o.cycles}};
-    if (flag == "--troupe") o.troupe = value;
-    else if (flag == "--model") o.model = value;
-    else if (flag == "--load-format") o.load_format = value;
-    else if (flag == "--parts") o.parts = value;
-    else if (auto it = ints.find(flag); it != ints.end()) *it->second = std::stoi(value);
-    else throw std::runtime_error("unknown flag " + flag + " (see the comment at the top of bench/cluster_bench.cpp)");
+    const std::map<std::string, int*> ints = {{"--threads", &o.threads},
+                                              {"--prompt", &o.prompt},
+                                              {"--decode", &o.decode},
+                                              {"--single-requests", &o.single_requests},
+                                              {"--rounds", &o.rounds},
+                                              {"--streams", &o.streams},
+                                              {"--kill-trials", &o.kill_trials},
+                                              {"--kill-streams", &o.kill_streams},
+                                              {"--kill-decode", &o.kill_decode},
+                                              {"--kill-after-ms", &o.kill_after_ms},
+                                              {"--cycles", &o.cycles}};
+    if (flag == "--troupe")
+      o.troupe = value;
+    else if (flag == "--model")
+      o.model = value;
+    else if (flag == "--load-format")
+      o.load_format = value;
+    else if (flag == "--parts")
+      o.parts = value;
+    else if (auto it = ints.find(flag); it != ints.end())
+      *it->second = std::stoi(value);
+    else
+      throw std::runtime_error("unknown flag " + flag + " (see the comment at the top of bench/cluster_bench.cpp)");
   }
-  if (o.troupe.empty() || !fs::exists(o.troupe)) throw std::runtime_error("--troupe PATH of the troupe binary is required");
+  if (o.troupe.empty() || !fs::exists(o.troupe))
+    throw std::runtime_error("--troupe PATH of the troupe binary is required");
   if (o.model.empty()) throw std::runtime_error("--model DIR is required");
   o.troupe = fs::absolute(o.troupe).string();
   o.model = fs::absolute(o.model).string();
-  if (o.threads < 2 || o.threads % 2 != 0) throw std::runtime_error("--threads must be even and >= 2 (remote-2 halves it)");
+  if (o.threads < 2 || o.threads % 2 != 0)
+    throw std::runtime_error("--threads must be even and >= 2 (remote-2 halves it)");
   const int vocab = read_vocab(o.model);
-  auto wants = [&](const std::string& part) { return ("," + o.parts + ",").find("," + part + ",") != std::string::npos; };
+  auto wants = [&](const std::string& part) {
+    return ("," + o.parts + ",").find("," + part + ",") != std::string::npos;
+  };
 
   std::string tmpl = (fs::temp_directory_path() / "troupe-cluster-bench-XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("cannot make a temp dir from " + tmpl);
@@ -474,19 +502,23 @@ int main(int argc, char** argv) try {
     fs::path dir;
     bool keep;
     ~remover() {
-      if (keep) std::printf("kept %s\n", dir.c_str());
-      else fs::remove_all(dir);
+      if (keep)
+        std::printf("kept %s\n", dir.c_str());
+      else
+        fs::remove_all(dir);
     }
   } remove_at_end{dir, o.keep_dir};
 
   const std::string certs = o.troupe + " certs --out " + (dir / "certs").string() +
-                            " --name controller --name engine-a --name engine-b > " + (dir / "certs.log").string() + " 2>&1";
+                            " --name controller --name engine-a --name engine-b > " + (dir / "certs.log").string() +
+                            " 2>&1";
   if (std::system(certs.c_str()) != 0) throw std::runtime_error("troupe certs failed: " + read_text(dir / "certs.log"));
 
-  std::printf("cluster bench: model %s, %u hardware threads, threads %d (remote-2: %d per node), prompt %d, decode %d, "
-              "load average %.2f\n",
-              o.model.c_str(), std::thread::hardware_concurrency(), o.threads, o.threads / 2, o.prompt, o.decode,
-              load_average());
+  std::printf(
+      "cluster bench: model %s, %u hardware threads, threads %d (remote-2: %d per node), prompt %d, decode %d, "
+      "load average %.2f\n",
+      o.model.c_str(), std::thread::hardware_concurrency(), o.threads, o.threads / 2, o.prompt, o.decode,
+      load_average());
   std::vector<row> rows;
   for (int cycle = 0; cycle < o.cycles; ++cycle) {
     if (wants("colocated")) {

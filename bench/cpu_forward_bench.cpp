@@ -16,7 +16,8 @@
 //       the step time and the aggregate tokens/s.
 //   --integer-kernels off: quantized weights through f32 conversions (the path before the integer
 //   kernels); --repack off: quantized weights read in their GGUF layout at every step, not
-//   repacked at load (backends/cpu/quant_repack.hpp); --gemm-min-rows N: where float weights switch from row dots to sgemm (was 8, now 32);
+//   repacked at load (backends/cpu/quant_repack.hpp); --gemm-min-rows N: where float weights switch from row dots to
+//   sgemm (was 8, now 32);
 //   --experts-side-by-side off: a mixture-of-experts layer's decode runs its experts one after
 //   another across all threads, not each whole on one thread (backends/cpu/moe_layer.hpp).
 //   --huge-pages off: weights that are not repacked read from the file's mapping (4 KiB pages), not
@@ -58,7 +59,8 @@ using clock_type = std::chrono::steady_clock;
 
 troupe::dtype parse_dtype(const std::string& name) {
   if (auto type = troupe::dtype_from_name(name)) return *type;
-  throw std::runtime_error("unknown --dtype '" + name + "' (expected f32, f16, bf16, fp8_e4m3 or a GGUF type such as q4_k)");
+  throw std::runtime_error("unknown --dtype '" + name +
+                           "' (expected f32, f16, bf16, fp8_e4m3 or a GGUF type such as q4_k)");
 }
 
 double seconds_since(clock_type::time_point start) {
@@ -113,26 +115,46 @@ int main(int argc, char** argv) try {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--dtype") dtype_arg = value;
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--prompt") prompt = std::stoi(value);
-    else if (flag == "--decode") decode = std::stoi(value);
-    else if (flag == "--reps") reps = std::stoi(value);
-    else if (flag == "--model") model_path = value;
-    else if (flag == "--make") make_dir = value;
-    else if (flag == "--tokenizer") tokenizer = value;
-    else if (flag == "--streams") streams_arg = value;
-    else if (flag == "--context") context = std::stoi(value);
-    else if (flag == "--integer-kernels") troupe::cpu::set_matmul_integer_kernels(value != "off");
-    else if (flag == "--repack") troupe::cpu::set_weight_repacking(value != "off");
-    else if (flag == "--huge-pages") troupe::cpu::set_weights_in_huge_pages(value != "off");
-    else if (flag == "--experts-side-by-side") troupe::cpu::moe_layer::set_experts_side_by_side(value != "off");
-    else if (flag == "--gemm-min-rows") troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
-    else if (flag == "--chunk") chunk = std::stoi(value);
-    else if (flag == "--kv-cache-dtype") kv_dtype_arg = value;
-    else if (flag == "--bandwidth") bandwidth = std::stoi(value);
-    else if (flag == "--warmup") warmup = std::stoi(value);
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--dtype")
+      dtype_arg = value;
+    else if (flag == "--threads")
+      threads = std::stoi(value);
+    else if (flag == "--prompt")
+      prompt = std::stoi(value);
+    else if (flag == "--decode")
+      decode = std::stoi(value);
+    else if (flag == "--reps")
+      reps = std::stoi(value);
+    else if (flag == "--model")
+      model_path = value;
+    else if (flag == "--make")
+      make_dir = value;
+    else if (flag == "--tokenizer")
+      tokenizer = value;
+    else if (flag == "--streams")
+      streams_arg = value;
+    else if (flag == "--context")
+      context = std::stoi(value);
+    else if (flag == "--integer-kernels")
+      troupe::cpu::set_matmul_integer_kernels(value != "off");
+    else if (flag == "--repack")
+      troupe::cpu::set_weight_repacking(value != "off");
+    else if (flag == "--huge-pages")
+      troupe::cpu::set_weights_in_huge_pages(value != "off");
+    else if (flag == "--experts-side-by-side")
+      troupe::cpu::moe_layer::set_experts_side_by_side(value != "off");
+    else if (flag == "--gemm-min-rows")
+      troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
+    else if (flag == "--chunk")
+      chunk = std::stoi(value);
+    else if (flag == "--kv-cache-dtype")
+      kv_dtype_arg = value;
+    else if (flag == "--bandwidth")
+      bandwidth = std::stoi(value);
+    else if (flag == "--warmup")
+      warmup = std::stoi(value);
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   if (threads <= 0) threads = troupe::cpu::hardware_threads();
   if (!make_dir.empty()) {
@@ -246,15 +268,16 @@ int main(int argc, char** argv) try {
   };
 
   std::printf("model: %d layers, hidden %d, heads %d/%d, intermediate %d, vocab %d, %s weights (%.1f MiB)\n",
-              config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads,
-              config.intermediate_size, config.vocab_size, model_path.empty() ? dtype_arg.c_str() : model_path.c_str(),
+              config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads, config.intermediate_size,
+              config.vocab_size, model_path.empty() ? dtype_arg.c_str() : model_path.c_str(),
               weights.total_bytes() / 1048576.0);
   std::printf("backend: %s\n", model->backend_name().c_str());
   // Load: the file opened and its tensors viewed (mapped), then the model made from them (the
   // repack at load, which also touches every page of the mapped weights for the first time).
-  std::printf("load: %.2f s (open %.2f s, make model %.2f s; load average %.2f); after load VmRSS %.0f MB, VmHWM %.0f MB\n",
-              read_s + make_s, read_s, make_s, troupe::bench::load_average(), troupe::bench::process_memory_mb("VmRSS"),
-              troupe::bench::process_memory_mb("VmHWM"));
+  std::printf(
+      "load: %.2f s (open %.2f s, make model %.2f s; load average %.2f); after load VmRSS %.0f MB, VmHWM %.0f MB\n",
+      read_s + make_s, read_s, make_s, troupe::bench::load_average(), troupe::bench::process_memory_mb("VmRSS"),
+      troupe::bench::process_memory_mb("VmHWM"));
 
   double best_prompt = 0, best_decode = 0, best_prompt_cpu = 0, best_decode_cpu = 0;
   for (int rep = 1 - warmup; rep <= reps; ++rep) {  // round 0 warms caches and page tables
@@ -278,13 +301,15 @@ int main(int argc, char** argv) try {
     best_decode = std::max(best_decode, decode / decode_s);
     best_prompt_cpu = std::max(best_prompt_cpu, prompt / prompt_cpu_s);
     best_decode_cpu = std::max(best_decode_cpu, decode / decode_cpu_s);
-    std::printf("rep %d: prompt %d tokens %.3f s (%.1f tok/s), decode %d tokens %.3f s (%.2f tok/s); per CPU second of "
-                "each thread: prompt %.1f tok/s, decode %.2f tok/s\n",
-                rep, prompt, prompt_s, prompt / prompt_s, decode, decode_s, decode / decode_s, prompt / prompt_cpu_s,
-                decode / decode_cpu_s);
+    std::printf(
+        "rep %d: prompt %d tokens %.3f s (%.1f tok/s), decode %d tokens %.3f s (%.2f tok/s); per CPU second of "
+        "each thread: prompt %.1f tok/s, decode %.2f tok/s\n",
+        rep, prompt, prompt_s, prompt / prompt_s, decode, decode_s, decode / decode_s, prompt / prompt_cpu_s,
+        decode / decode_cpu_s);
   }
-  std::printf("best: prompt %.1f tok/s, decode %.2f tok/s (threads %d); CPU clock: prompt %.1f tok/s, decode %.2f tok/s\n",
-              best_prompt, best_decode, threads, best_prompt_cpu, best_decode_cpu);
+  std::printf(
+      "best: prompt %.1f tok/s, decode %.2f tok/s (threads %d); CPU clock: prompt %.1f tok/s, decode %.2f tok/s\n",
+      best_prompt, best_decode, threads, best_prompt_cpu, best_decode_cpu);
   if (bandwidth > 0 && best_decode > 0) {
     // A decode step reads every weight once (the embedding: one row; a tied lm_head is the
     // embedding, read whole; experts: only the routed ones) and every cached K and V byte of the
@@ -298,25 +323,30 @@ int main(int argc, char** argv) try {
       for (const auto& expert : layer.experts) {
         for (const std::string* name : {&expert.gate_proj, &expert.up_proj, &expert.down_proj, &expert.gate_bias,
                                         &expert.up_bias, &expert.down_bias}) {
-          if (const troupe::weight_tensor* t = name->empty() ? nullptr : weights.find(*name)) routed_bytes += t->num_bytes;
+          if (const troupe::weight_tensor* t = name->empty() ? nullptr : weights.find(*name))
+            routed_bytes += t->num_bytes;
         }
       }
     }
     if (routed_bytes > 0) {
-      const double active = weight_bytes - routed_bytes * (1.0 - double(config.moe.experts_per_token) / config.moe.num_experts);
+      const double active =
+          weight_bytes - routed_bytes * (1.0 - double(config.moe.experts_per_token) / config.moe.num_experts);
       std::printf("experts: %.1f MB of %.1f MB of weights are routed experts; a token reads %d of %d: %.1f MB active\n",
-                  routed_bytes / 1e6, weight_bytes / 1e6, config.moe.experts_per_token, config.moe.num_experts, active / 1e6);
+                  routed_bytes / 1e6, weight_bytes / 1e6, config.moe.experts_per_token, config.moe.num_experts,
+                  active / 1e6);
       weight_bytes = static_cast<size_t>(active);
     }
     const double context = prompt + decode / 2.0;  // the mean context of the decode steps
-    const double kv_bytes = context * config.num_layers * 2.0 *
-                            static_cast<double>(troupe::kv_bytes(kv_dtype, size_t(config.num_kv_heads) * config.head_dim));
+    const double kv_bytes =
+        context * config.num_layers * 2.0 *
+        static_cast<double>(troupe::kv_bytes(kv_dtype, size_t(config.num_kv_heads) * config.head_dim));
     const double rate = dram_read_rate(threads);
     const double roof_ms = (weight_bytes + kv_bytes) / rate * 1e3, step_ms = 1e3 / best_decode;
-    std::printf("roof: DRAM read %.1f GB/s (%d threads); decode step reads %.1f MB of weights + %.1f MB of KV "
-                "(%s) = %.3f ms at the roof; measured %.3f ms: roof/measured %.2f\n",
-                rate / 1e9, threads, weight_bytes / 1e6, kv_bytes / 1e6, troupe::dtype_name(kv_dtype).data(), roof_ms,
-                step_ms, roof_ms / step_ms);
+    std::printf(
+        "roof: DRAM read %.1f GB/s (%d threads); decode step reads %.1f MB of weights + %.1f MB of KV "
+        "(%s) = %.3f ms at the roof; measured %.3f ms: roof/measured %.2f\n",
+        rate / 1e9, threads, weight_bytes / 1e6, kv_bytes / 1e6, troupe::dtype_name(kv_dtype).data(), roof_ms, step_ms,
+        roof_ms / step_ms);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -95,8 +95,8 @@ weight_store shared_layer_weights(const model_config& c, const std::string& spec
         bytes = std::make_shared<std::vector<std::byte>>(n * 2);
         std::memcpy(bytes->data(), values->data(), n * 2);
       } else {
-        bytes = std::make_shared<std::vector<std::byte>>(
-            cuda::testing::random_quantized_rows(type, shape[0], shape[1], static_cast<uint32_t>(by_shape.size()), 0.03f));
+        bytes = std::make_shared<std::vector<std::byte>>(cuda::testing::random_quantized_rows(
+            type, shape[0], shape[1], static_cast<uint32_t>(by_shape.size()), 0.03f));
       }
       store.keep_alive(bytes);
     }

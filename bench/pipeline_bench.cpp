@@ -117,13 +117,20 @@ int run(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const std::string value = argv[i + 1];
-    if (flag == "--model") path = value;
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--streams") streams = std::stoi(value);
-    else if (flag == "--steps") steps = std::stoi(value);
-    else if (flag == "--split") split = std::stoi(value);
-    else if (flag == "--reps") reps = std::stoi(value);
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--model")
+      path = value;
+    else if (flag == "--threads")
+      threads = std::stoi(value);
+    else if (flag == "--streams")
+      streams = std::stoi(value);
+    else if (flag == "--steps")
+      steps = std::stoi(value);
+    else if (flag == "--split")
+      split = std::stoi(value);
+    else if (flag == "--reps")
+      reps = std::stoi(value);
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   if (path.empty()) throw std::runtime_error("--model MODEL is required");
   const loaded_model whole = load_model(load_options{path});
@@ -142,14 +149,15 @@ int run(int argc, char** argv) {
   auto colocated = make_cpu_model(c, whole.weights, {num_blocks, block_size}, threads, dtype::f16);
   auto front_model = make_cpu_model(c, front_weights.weights, {num_blocks, block_size}, threads, dtype::f16, front);
   stage_server server(*front_model, front, {});
-  std::printf("model %s: %d layers, hidden %d; stages: layers %s on a stage server, %s here; %d threads each; "
-              "load average %.2f\n",
-              path.c_str(), c.num_layers, c.hidden_size, layer_range_text(front).c_str(), layer_range_text(back).c_str(),
-              threads, bench::load_average());
+  std::printf(
+      "model %s: %d layers, hidden %d; stages: layers %s on a stage server, %s here; %d threads each; "
+      "load average %.2f\n",
+      path.c_str(), c.num_layers, c.hidden_size, layer_range_text(front).c_str(), layer_range_text(back).c_str(),
+      threads, bench::load_average());
 
   auto pipelined_with = [&](int micro_batches, timed_model** timed) {
-    auto timed_back =
-        std::make_unique<timed_model>(make_cpu_model(c, back_weights.weights, {num_blocks, block_size}, threads, dtype::f16, back));
+    auto timed_back = std::make_unique<timed_model>(
+        make_cpu_model(c, back_weights.weights, {num_blocks, block_size}, threads, dtype::f16, back));
     *timed = timed_back.get();
     pipeline_settings settings;
     settings.micro_batches = micro_batches;
@@ -170,7 +178,8 @@ int run(int argc, char** argv) {
   }
   // Streams with 1, 2 and 4 micro-batches: tokens/s and each stage's busy share.
   double whole_s = 1e30;
-  for (int r = 0; r < reps; ++r) whole_s = std::min(whole_s, decode_seconds(*colocated, streams, prompt, steps, blocks_per_seq));
+  for (int r = 0; r < reps; ++r)
+    whole_s = std::min(whole_s, decode_seconds(*colocated, streams, prompt, steps, blocks_per_seq));
   // The same cores in one place: the whole model with both stages' threads.
   double whole_both_s = 1e30;
   {
@@ -191,7 +200,8 @@ int run(int argc, char** argv) {
     const uint64_t busy_before = server.busy_ns();
     timed->reset();
     const auto begin = clock_type::now();
-    for (int i = 0; i < steps; ++i) pipelined->forward(step_batch(streams, prompt + i, 1, blocks_per_seq), logits.data());
+    for (int i = 0; i < steps; ++i)
+      pipelined->forward(step_batch(streams, prompt + i, 1, blocks_per_seq), logits.data());
     const double wall = seconds_since(begin);
     const double front_busy = (server.busy_ns() - busy_before) / 1e9 / wall;
     const double back_busy = timed->busy_seconds() / wall;
@@ -214,9 +224,10 @@ int run(int argc, char** argv) {
     const double compute = (server.busy_ns() - busy_before) / 1e9 + timed->busy_seconds();
     const size_t bytes = static_cast<size_t>(tokens) * c.hidden_size * sizeof(float);
     const double plain = plain_tcp_round_trip(bytes, 20);
-    std::printf("residual of %d tokens (%.2f MB each way): pipeline step beyond compute %.2f ms; plain TCP there and "
-                "back %.2f ms\n",
-                tokens, bytes / 1e6, 1e3 * (wall - compute), 1e3 * plain);
+    std::printf(
+        "residual of %d tokens (%.2f MB each way): pipeline step beyond compute %.2f ms; plain TCP there and "
+        "back %.2f ms\n",
+        tokens, bytes / 1e6, 1e3 * (wall - compute), 1e3 * plain);
   }
   return 0;
 }

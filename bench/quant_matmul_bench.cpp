@@ -109,11 +109,17 @@ std::vector<std::byte> random_weights(dtype type, int64_t rows, int64_t cols, ui
   }
   for (size_t at = 0; at < bytes.size(); at += traits.block_bytes) {
     switch (type) {
-      case dtype::q4_1: case dtype::q5_1: case dtype::q4_k: case dtype::q5_k:
+      case dtype::q4_1:
+      case dtype::q5_1:
+      case dtype::q4_k:
+      case dtype::q5_k:
         set_f16(at, 0.01f);
         set_f16(at + 2, 0.005f);
         break;
-      case dtype::q2_k: set_f16(at + 80, 0.01f); set_f16(at + 82, 0.005f); break;
+      case dtype::q2_k:
+        set_f16(at + 80, 0.01f);
+        set_f16(at + 82, 0.005f);
+        break;
       case dtype::q3_k: set_f16(at + 108, 0.01f); break;
       case dtype::q6_k: set_f16(at + 208, 0.01f); break;
       case dtype::mxfp4: bytes[at] = std::byte{120}; break;
@@ -161,17 +167,28 @@ int main(int argc, char** argv) try {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--types") types_arg = value;
-    else if (flag == "--shape") shape_arg = value;
-    else if (flag == "--rows") rows_arg = value;
-    else if (flag == "--prompt") prompt = std::stoi(value);
-    else if (flag == "--prompt-shape") prompt_shape_arg = value;
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--reps") reps = std::stoi(value);
-    else if (flag == "--baseline") baseline = value == "on";
-    else if (flag == "--probe-mib") probe_mib = std::stoi(value);
-    else if (flag == "--clock") cpu_clock = value == "cpu";
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--types")
+      types_arg = value;
+    else if (flag == "--shape")
+      shape_arg = value;
+    else if (flag == "--rows")
+      rows_arg = value;
+    else if (flag == "--prompt")
+      prompt = std::stoi(value);
+    else if (flag == "--prompt-shape")
+      prompt_shape_arg = value;
+    else if (flag == "--threads")
+      threads = std::stoi(value);
+    else if (flag == "--reps")
+      reps = std::stoi(value);
+    else if (flag == "--baseline")
+      baseline = value == "on";
+    else if (flag == "--probe-mib")
+      probe_mib = std::stoi(value);
+    else if (flag == "--clock")
+      cpu_clock = value == "cpu";
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   if (threads <= 0) threads = troupe::cpu::hardware_threads();
   const auto [m, k] = parse_shape(shape_arg);
@@ -221,7 +238,10 @@ int main(int argc, char** argv) try {
     for (int pass = 0; pass < (baseline ? 2 : 1); ++pass) {
       const bool integer = pass == 0;
       std::printf("%-8s %9.1f",
-                  (std::string(troupe::dtype_name(type)) + (integer ? "" : quantized ? " f32" : " @8")).c_str(),
+                  (std::string(troupe::dtype_name(type)) + (integer     ? ""
+                                                            : quantized ? " f32"
+                                                                        : " @8"))
+                      .c_str(),
                   bytes.size() / 1048576.0);
       double gemv = 0;
       for (int n : row_counts) {

@@ -61,8 +61,7 @@ namespace {
 using troupe::timestamp_ns;
 
 timestamp_ns wall_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -153,7 +152,8 @@ struct run_outcome {
 };
 
 // Stands in for the frontend: counts the text it is handed and says when all requests ended.
-caf::behavior sink_actor(caf::event_based_actor* self, int num_requests, std::shared_ptr<std::promise<run_outcome>> done) {
+caf::behavior sink_actor(caf::event_based_actor* self, int num_requests,
+                         std::shared_ptr<std::promise<run_outcome>> done) {
   auto outcome = std::make_shared<run_outcome>();
   auto finish_one = [=] {
     if (++outcome->num_finished == num_requests) done->set_value(*outcome);
@@ -179,7 +179,7 @@ struct step_figures {
   double forward_us = 0;  // per step
   double gap_mean_us = 0;
   double gap_median_us = 0;
-  double cpu_us = 0;      // runtime CPU per step
+  double cpu_us = 0;  // runtime CPU per step
 };
 
 // Figures over the longest run of consecutive forwards in which all `num_seqs` decode; nothing
@@ -213,7 +213,8 @@ std::optional<step_figures> figures_of(const std::vector<forward_record>& record
   f.gap_mean_us = std::accumulate(gaps.begin(), gaps.end(), 0.0) / n / 1e3;
   std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
   f.gap_median_us = gaps[gaps.size() / 2] / 1e3;
-  const double process_cpu = static_cast<double>(records[last].process_cpu_at_begin - records[first].process_cpu_at_begin);
+  const double process_cpu =
+      static_cast<double>(records[last].process_cpu_at_begin - records[first].process_cpu_at_begin);
   f.cpu_us = (process_cpu - forward_cpu_ns) / n / 1e3;
   return f;
 }
@@ -235,17 +236,28 @@ int main(int argc, char** argv) try {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--model") model_path = value;
-    else if (flag == "--seqs") seq_counts = parse_list(value);
-    else if (flag == "--steps") steps = std::stoi(value);
-    else if (flag == "--reps") reps = std::stoi(value);
-    else if (flag == "--prompt") prompt_len = std::stoi(value);
-    else if (flag == "--forward" && (value == "real" || value == "null")) null_forward = value == "null";
-    else if (flag == "--async" && (value == "on" || value == "off")) async_scheduling = value == "on";
-    else if (flag == "--policy" && (value == "sharing" || value == "stealing")) policy = value;
-    else if (flag == "--penalties" && (value == "on" || value == "off")) penalties = value == "on";
-    else throw std::runtime_error("unknown flag or value: " + flag + " " + value +
-                                  " (expected --model DIR, --seqs N,N, --steps N, --reps N, --prompt N, --forward real|null, --async on|off, --policy sharing|stealing)");
+    if (flag == "--model")
+      model_path = value;
+    else if (flag == "--seqs")
+      seq_counts = parse_list(value);
+    else if (flag == "--steps")
+      steps = std::stoi(value);
+    else if (flag == "--reps")
+      reps = std::stoi(value);
+    else if (flag == "--prompt")
+      prompt_len = std::stoi(value);
+    else if (flag == "--forward" && (value == "real" || value == "null"))
+      null_forward = value == "null";
+    else if (flag == "--async" && (value == "on" || value == "off"))
+      async_scheduling = value == "on";
+    else if (flag == "--policy" && (value == "sharing" || value == "stealing"))
+      policy = value;
+    else if (flag == "--penalties" && (value == "on" || value == "off"))
+      penalties = value == "on";
+    else
+      throw std::runtime_error("unknown flag or value: " + flag + " " + value +
+                               " (expected --model DIR, --seqs N,N, --steps N, --reps N, --prompt N, --forward "
+                               "real|null, --async on|off, --policy sharing|stealing)");
   }
   if (steps < 4 || reps < 1 || prompt_len < 1) throw std::runtime_error("--steps >= 4, --reps >= 1, --prompt >= 1");
   const int max_seqs = *std::max_element(seq_counts.begin(), seq_counts.end());
@@ -267,10 +279,11 @@ int main(int argc, char** argv) try {
   config.async_scheduling = async_scheduling;
   config.validate();
 
-  std::printf("model %s (vocab %d), %s forward, %d decode steps per run, best of %d, async scheduling %s, %s pool, "
-              "load average %.2f\n",
-              model_path.c_str(), vocab, null_forward ? "null" : "real", steps, reps, async_scheduling ? "on" : "off",
-              policy.c_str(), load_average());
+  std::printf(
+      "model %s (vocab %d), %s forward, %d decode steps per run, best of %d, async scheduling %s, %s pool, "
+      "load average %.2f\n",
+      model_path.c_str(), vocab, null_forward ? "null" : "real", steps, reps, async_scheduling ? "on" : "off",
+      policy.c_str(), load_average());
   std::printf("%6s %8s %11s %11s %10s %12s %10s\n", "seqs", "steps", "step (us)", "model (us)", "gap (us)",
               "gap med (us)", "cpu (us)");
   bench_config cfg(3, policy);  // as a node with its default two tokenizers
@@ -291,8 +304,8 @@ int main(int argc, char** argv) try {
       auto done = std::make_shared<std::promise<run_outcome>>();
       auto finished = done->get_future();
       auto sink = system.spawn(sink_actor, num_seqs, done);
-      auto detokenizer = system.spawn(troupe::detokenizer_actor,
-                                      std::make_shared<troupe::detokenize_stage>(*served->tok), sink);
+      auto detokenizer =
+          system.spawn(troupe::detokenizer_actor, std::make_shared<troupe::detokenize_stage>(*served->tok), sink);
       // No router: one instance, token batches straight to the detokenizer (nothing is refused here).
       auto scheduler = system.spawn(troupe::scheduler_actor, config, std::vector<int32_t>{}, worker, detokenizer,
                                     kv_agent, std::chrono::milliseconds(10000), std::chrono::milliseconds(30000));

@@ -88,20 +88,28 @@ int main(int argc, char** argv) try {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--endpoint") endpoint = value;
-    else if (flag == "--streams") stream_counts = parse_list(value);
-    else if (flag == "--prompt") prompt_len = std::stoi(value);
-    else if (flag == "--decode") decode = std::stoi(value);
-    else if (flag == "--reps") reps = std::stoi(value);
-    else if (flag == "--vocab") vocab = std::stoi(value);
+    if (flag == "--endpoint")
+      endpoint = value;
+    else if (flag == "--streams")
+      stream_counts = parse_list(value);
+    else if (flag == "--prompt")
+      prompt_len = std::stoi(value);
+    else if (flag == "--decode")
+      decode = std::stoi(value);
+    else if (flag == "--reps")
+      reps = std::stoi(value);
+    else if (flag == "--vocab")
+      vocab = std::stoi(value);
     else if (flag == "--plugins") {
       std::stringstream names(value);
       for (std::string name; std::getline(names, name, ',');) plugins.push_back(name);
-    }
-    else throw std::runtime_error("unknown flag " + flag + " (expected --endpoint, --streams, --prompt, --decode, --reps, --vocab, --plugins)");
+    } else
+      throw std::runtime_error("unknown flag " + flag +
+                               " (expected --endpoint, --streams, --prompt, --decode, --reps, --vocab, --plugins)");
   }
   if (endpoint.empty()) throw std::runtime_error("--endpoint tcp://HOST:PORT of a running troupe serve is required");
-  if (prompt_len < 1 || decode < 1 || reps < 1 || vocab < 16) throw std::runtime_error("--prompt, --decode, --reps >= 1; --vocab >= 16");
+  if (prompt_len < 1 || decode < 1 || reps < 1 || vocab < 16)
+    throw std::runtime_error("--prompt, --decode, --reps >= 1; --vocab >= 16");
 
   std::printf("troupe: prompt %d, decode %d tokens per stream, best of %d, load average %.2f\n", prompt_len, decode,
               reps, load_average());
@@ -115,7 +123,8 @@ int main(int argc, char** argv) try {
       for (const auto& r : results) {
         if (!r.error.empty()) throw std::runtime_error("a stream failed: " + r.error);
         if (r.num_tokens != decode) {
-          throw std::runtime_error("a stream got " + std::to_string(r.num_tokens) + " tokens, expected " + std::to_string(decode));
+          throw std::runtime_error("a stream got " + std::to_string(r.num_tokens) + " tokens, expected " +
+                                   std::to_string(decode));
         }
         total += r.num_tokens;
       }

@@ -139,11 +139,17 @@ struct window_result {
 
 window_result run_bench(const options& o, const std::string& endpoint, const fs::path& json,
                         const std::vector<std::string>& load_args, const fs::path& log) {
-  std::vector<std::string> args{o.bench,        "--endpoint",   endpoint,
-                                "--input-len",  std::to_string(o.input_len),
-                                "--output-len", std::to_string(o.output_len),
-                                "--vocab-size", std::to_string(o.vocab_size),
-                                "--json",       json.string()};
+  std::vector<std::string> args{o.bench,
+                                "--endpoint",
+                                endpoint,
+                                "--input-len",
+                                std::to_string(o.input_len),
+                                "--output-len",
+                                std::to_string(o.output_len),
+                                "--vocab-size",
+                                std::to_string(o.vocab_size),
+                                "--json",
+                                json.string()};
   args.insert(args.end(), load_args.begin(), load_args.end());
   {
     child bench(args, log);
@@ -174,7 +180,7 @@ window_result run_bench(const options& o, const std::string& endpoint, const fs:
 // ---- the sampler ----------------------------------------------------------------------------
 
 struct sample {
-  double t = 0;                   // seconds since the load began
+  double t = 0;  // seconds since the load began
   std::map<std::string, double> rss;
   troupe::stats_reply stats;
   bool stats_ok = false;
@@ -274,8 +280,8 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   if (o.minutes <= o.warmup_minutes) throw std::runtime_error("--minutes must exceed --warmup-min");
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  const fs::path dir = o.out.empty() ? fs::temp_directory_path() / ("troupe_soak_" + std::to_string(::getpid()))
-                                     : fs::path(o.out);
+  const fs::path dir =
+      o.out.empty() ? fs::temp_directory_path() / ("troupe_soak_" + std::to_string(::getpid())) : fs::path(o.out);
   fs::create_directories(dir);
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_port());
   const fs::path topology = write_topology(o, dir, endpoint, free_port());
@@ -283,9 +289,9 @@ int main(int argc, char** argv) try {
     troupe::bench::make_cluster_certs(o.troupe, dir, {"controller", "prefill-a", "decode-a"});
   }
   const std::vector<std::string> server_args =
-      o.topology == "1p1d" ? std::vector<std::string>{o.troupe, "launch", topology.string(), "--log-level", "info"}
-                           : std::vector<std::string>{o.troupe, "serve", "--config", topology.string(), "--log-level",
-                                                      "info"};
+      o.topology == "1p1d"
+          ? std::vector<std::string>{o.troupe, "launch", topology.string(), "--log-level", "info"}
+          : std::vector<std::string>{o.troupe, "serve", "--config", topology.string(), "--log-level", "info"};
   child server(server_args, dir / "server.log");
   server.wait_for("serving: ZeroMQ on", "the server (" + o.topology + ")", 180s);
   std::printf("troupe_soak: %s, %.0f minutes, %u hardware threads, load average %.1f, files in %s\n",
@@ -318,11 +324,10 @@ int main(int argc, char** argv) try {
   const int per_window = std::max(1, static_cast<int>(std::lround(rate * o.window_s)));
   for (int w = 0; w < 100000 && clock_type::now() < end && server.alive(); ++w) {
     const double at = std::chrono::duration<double>(clock_type::now() - start).count();
-    const window_result r =
-        run_bench(o, endpoint, dir / "window.json",
-                  {"--request-rate", std::to_string(rate), "--num-prompts", std::to_string(per_window), "--seed",
-                   std::to_string(w + 1)},
-                  dir / "window.log");
+    const window_result r = run_bench(o, endpoint, dir / "window.json",
+                                      {"--request-rate", std::to_string(rate), "--num-prompts",
+                                       std::to_string(per_window), "--seed", std::to_string(w + 1)},
+                                      dir / "window.log");
     total_requests += r.num_requests;
     total_completed += r.num_completed;
     total_errors += r.num_errors;
@@ -331,8 +336,8 @@ int main(int argc, char** argv) try {
             << r.throughput << ',' << r.ttft_p50_ms << ',' << r.ttft_p99_ms << ',' << r.tpot_p50_ms << ','
             << r.tpot_p99_ms << '\n';
     windows.flush();
-    std::printf("  window %3d at %6.0f s: %d/%d completed, %d errors, %.2f req/s, TTFT p50 %.0f ms p99 %.0f ms\n", w, at,
-                r.num_completed, r.num_requests, r.num_errors, r.throughput, r.ttft_p50_ms, r.ttft_p99_ms);
+    std::printf("  window %3d at %6.0f s: %d/%d completed, %d errors, %.2f req/s, TTFT p50 %.0f ms p99 %.0f ms\n", w,
+                at, r.num_completed, r.num_requests, r.num_errors, r.throughput, r.ttft_p50_ms, r.ttft_p99_ms);
   }
   const bool alive = server.alive();
 
@@ -380,9 +385,10 @@ int main(int argc, char** argv) try {
     const double span = t.empty() ? 0 : t.back() - t.front();
     const double growth = per_s * span;
     const auto [low, high] = std::minmax_element(mb.begin(), mb.end());
-    std::printf("  %-12s RSS after warm-up: %.1f -> %.1f MiB (min %.1f, max %.1f), fitted growth %+.2f MiB over "
-                "%.0f s (%+.2f MiB/hour)\n",
-                name.c_str(), mb.front(), mb.back(), *low, *high, growth, span, per_s * 3600);
+    std::printf(
+        "  %-12s RSS after warm-up: %.1f -> %.1f MiB (min %.1f, max %.1f), fitted growth %+.2f MiB over "
+        "%.0f s (%+.2f MiB/hour)\n",
+        name.c_str(), mb.front(), mb.back(), *low, *high, growth, span, per_s * 3600);
     check(growth <= o.max_growth_mb, name + " RSS flat after warm-up (fitted growth " + std::to_string(growth) +
                                          " MiB <= " + std::to_string(o.max_growth_mb) + ")");
   }

@@ -57,9 +57,12 @@ int main(int argc, char** argv) {
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--model") path = argv[i + 1];
-    else if (flag == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
-    else if (flag == "--threads") threads = static_cast<unsigned>(std::max(1, std::atoi(argv[i + 1])));
+    if (flag == "--model")
+      path = argv[i + 1];
+    else if (flag == "--reps")
+      reps = std::max(1, std::atoi(argv[i + 1]));
+    else if (flag == "--threads")
+      threads = static_cast<unsigned>(std::max(1, std::atoi(argv[i + 1])));
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;

@@ -47,36 +47,36 @@ const bool registered = register_command([](CLI::App& parent) {
                   "speculative decoding: draft tokens verified per step, up to 16 (0: off; -1: the server's default)");
   app->add_flag("--ignore-eos", flags->ignore_eos, "keep going past end of text");
   app->add_flag("--usage", flags->show_usage, "print token counts and timings to stderr");
-  return command{app, [flags] {
-    client c(flags->endpoint, flags->api_key);
-    c.set_connect_timeout(std::chrono::milliseconds(static_cast<int64_t>(flags->connect_timeout * 1000)));
-    c.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(flags->request_timeout * 1000)));
-    generate_request request;
-    request.prompt = flags->prompt;
-    request.sampling.max_tokens = flags->max_tokens;
-    request.sampling.temperature = flags->temperature;
-    request.sampling.top_k = flags->top_k;
-    request.sampling.top_p = flags->top_p;
-    request.sampling.ignore_eos = flags->ignore_eos;
-    request.sampling.stop = flags->stop;
-    request.sampling.num_speculative_tokens = flags->num_speculative_tokens;
-    if (flags->seed >= 0) request.sampling.seed = static_cast<uint64_t>(flags->seed);
-    auto result = c.generate(std::move(request), [](const delta_reply& delta) {
-      std::cout << delta.text << std::flush;
-    });
-    std::cout << "\n";
-    if (flags->show_usage) {
-      std::cerr << "finish " << result.finish_reason << ", prompt " << result.usage.prompt_tokens
-                << " tokens, completion " << result.usage.completion_tokens << " tokens, ttft "
-                << result.timings.ttft * 1e3 << " ms, tpot " << result.timings.tpot * 1e3
-                << " ms, e2e " << result.timings.e2e * 1e3 << " ms\n";
-      if (const auto& s = result.usage.speculative) {
-        std::cerr << "speculative: " << s->draft_tokens << " draft tokens, " << s->accepted_tokens << " accepted ("
-                  << s->acceptance_rate * 100 << " %), " << s->tokens_per_step << " tokens per step\n";
-      }
-    }
-    return 0;
-  }};
+  return command{
+      app, [flags] {
+        client c(flags->endpoint, flags->api_key);
+        c.set_connect_timeout(std::chrono::milliseconds(static_cast<int64_t>(flags->connect_timeout * 1000)));
+        c.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(flags->request_timeout * 1000)));
+        generate_request request;
+        request.prompt = flags->prompt;
+        request.sampling.max_tokens = flags->max_tokens;
+        request.sampling.temperature = flags->temperature;
+        request.sampling.top_k = flags->top_k;
+        request.sampling.top_p = flags->top_p;
+        request.sampling.ignore_eos = flags->ignore_eos;
+        request.sampling.stop = flags->stop;
+        request.sampling.num_speculative_tokens = flags->num_speculative_tokens;
+        if (flags->seed >= 0) request.sampling.seed = static_cast<uint64_t>(flags->seed);
+        auto result =
+            c.generate(std::move(request), [](const delta_reply& delta) { std::cout << delta.text << std::flush; });
+        std::cout << "\n";
+        if (flags->show_usage) {
+          std::cerr << "finish " << result.finish_reason << ", prompt " << result.usage.prompt_tokens
+                    << " tokens, completion " << result.usage.completion_tokens << " tokens, ttft "
+                    << result.timings.ttft * 1e3 << " ms, tpot " << result.timings.tpot * 1e3 << " ms, e2e "
+                    << result.timings.e2e * 1e3 << " ms\n";
+          if (const auto& s = result.usage.speculative) {
+            std::cerr << "speculative: " << s->draft_tokens << " draft tokens, " << s->accepted_tokens << " accepted ("
+                      << s->acceptance_rate * 100 << " %), " << s->tokens_per_step << " tokens per step\n";
+          }
+        }
+        return 0;
+      }};
 });
 
 }  // namespace

@@ -69,7 +69,8 @@ std::vector<int32_t> prompt_ids(const generate_flags& flags, const tokenizer& to
   nlohmann::json messages = nlohmann::json::array();
   if (!flags.system.empty()) messages.push_back({{"role", "system"}, {"content", flags.system}});
   messages.push_back({{"role", "user"}, {"content", flags.chat}});
-  const std::string text = chat_template(tok.chat_template_source()).apply(messages, true, tok.bos_token(), tok.eos_token());
+  const std::string text =
+      chat_template(tok.chat_template_source()).apply(messages, true, tok.bos_token(), tok.eos_token());
   // The template writes BOS itself where the model wants one.
   return tok.encode(text, false);
 }
@@ -102,7 +103,10 @@ sampling_params to_params(const generate_flags& flags) {
 
 void print_logprobs(const tokenizer& tok, const std::vector<int32_t>& ids, const std::vector<token_logprobs>& lps) {
   for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
-    std::string line = fmt::format("logprob {:>6} {:<16} {:9.4f}", ids[i], nlohmann::json(tok.id_to_token(ids[i])).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), lps[i].logprob);
+    std::string line = fmt::format(
+        "logprob {:>6} {:<16} {:9.4f}", ids[i],
+        nlohmann::json(tok.id_to_token(ids[i])).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+        lps[i].logprob);
     for (size_t k = 0; k < lps[i].top_token_ids.size(); ++k) {
       line += fmt::format("  {}:{:.4f}", lps[i].top_token_ids[k], lps[i].top_logprobs[k]);
     }
@@ -114,16 +118,17 @@ void print_logprobs(const tokenizer& tok, const std::vector<int32_t>& ids, const
 // prompt lookup. Checked before the target runs: a draft of another vocabulary is refused by name.
 std::unique_ptr<draft_proposer> make_proposer(const generate_flags& flags, const model_spec& target, int vocab_size) {
   if (flags.ngram_min < 1 || flags.ngram_max < flags.ngram_min) {
-    throw std::runtime_error(fmt::format("--ngram-min {} and --ngram-max {} must satisfy 1 <= min <= max", flags.ngram_min,
-                                         flags.ngram_max));
+    throw std::runtime_error(fmt::format("--ngram-min {} and --ngram-max {} must satisfy 1 <= min <= max",
+                                         flags.ngram_min, flags.ngram_max));
   }
-  if (flags.draft_model.empty()) return std::make_unique<ngram_proposer>(ngram_settings{flags.ngram_min, flags.ngram_max});
+  if (flags.draft_model.empty())
+    return std::make_unique<ngram_proposer>(ngram_settings{flags.ngram_min, flags.ngram_max});
   model_spec draft = target;
   draft.path = flags.draft_model;
   draft.format = load_format::auto_detect;
   draft.max_model_len = 0;
-  draft.num_kv_blocks = (target.max_model_len + protocol_limits{}.max_speculative_tokens + draft.block_size - 1) /
-                        draft.block_size;
+  draft.num_kv_blocks =
+      (target.max_model_len + protocol_limits{}.max_speculative_tokens + draft.block_size - 1) / draft.block_size;
   try {
     return std::make_unique<draft_model_proposer>(load_draft_model(draft, vocab_size), vocab_size);
   } catch (const std::exception& e) {
@@ -185,12 +190,12 @@ int run(const generate_flags& flags) {
     for (token_delta& out : engine.step()) {
       size_t printable = out.token_ids.size();
       if (out.finish == finish_reason::stop && printable > 0) --printable;  // the stop token itself
-      size_t kept = matcher.matched() ? 0 : out.token_ids.size();  // nothing after a match
+      size_t kept = matcher.matched() ? 0 : out.token_ids.size();           // nothing after a match
       for (size_t i = 0; i < printable && !matcher.matched(); ++i) {
         auto step = matcher.push(detok.push(out.token_ids[i]));
         std::cout << step.text;
         if (step.matched) {
-          kept = i + 1;  // the token that completed the stop string is the last one counted
+          kept = i + 1;                   // the token that completed the stop string is the last one counted
           engine.stop(added.request_id);  // false when this very step finished it anyway
         }
       }
@@ -219,7 +224,8 @@ int run(const generate_flags& flags) {
     const request_metrics& mt = *last->metrics;
     const double decode_time = mt.e2e - mt.ttft;
     const double prompt_rate = mt.ttft > 0 ? mt.num_prompt_tokens / mt.ttft : 0.0;
-    const double gen_rate = mt.num_output_tokens > 1 && decode_time > 0 ? (mt.num_output_tokens - 1) / decode_time : 0.0;
+    const double gen_rate =
+        mt.num_output_tokens > 1 && decode_time > 0 ? (mt.num_output_tokens - 1) / decode_time : 0.0;
     std::cerr << fmt::format(
         "prompt tokens: {}, prompt tokens/s: {:.1f}, generated tokens: {}, generated tokens/s: {:.1f}, "
         "finish: {}, TTFT: {:.1f} ms, TPOT: {:.2f} ms, backend: {}\n",
@@ -237,7 +243,8 @@ int run(const generate_flags& flags) {
 const bool registered = register_command([](CLI::App& parent) {
   auto f = std::make_shared<generate_flags>();
   auto* app = parent.add_subcommand("generate", "generate text from a prompt (CPU or CUDA), streamed to stdout");
-  app->add_option("--model", f->model_path, "HF model directory, .gguf file (or config.json for dummy weights)")->required();
+  app->add_option("--model", f->model_path, "HF model directory, .gguf file (or config.json for dummy weights)")
+      ->required();
   app->add_option("--load-format", f->load_format, "auto | safetensors | gguf | dummy")->capture_default_str();
   auto* prompt = app->add_option("--prompt", f->prompt, "the prompt text (BOS added as the tokenizer says)");
   auto* chat = app->add_option("--chat", f->chat, "a user message, rendered with the model's chat template");
@@ -256,17 +263,21 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--stop", f->stop, "text that ends generation, not printed (repeatable)");
   app->add_option("--threads", f->threads, "CPU threads (0: one per hardware thread)")->capture_default_str();
   app->add_option("--device", f->device, "cpu | cuda | auto (cuda when a GPU answers; else the CPU, with a warning)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))->capture_default_str();
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
   app->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "CUDA: share of the GPU's memory to use")
       ->capture_default_str();
   app->add_option("--dtype", f->dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
   app->add_option("--kv-cache-dtype", f->kv_cache_dtype,
-                  "KV cache element type: auto (CPU: f16 for quantized weights, else f32; CUDA: --dtype) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
+                  "KV cache element type: auto (CPU: f16 for quantized weights, else f32; CUDA: --dtype) | f32 | f16 | "
+                  "bf16 | q8_0 | fp8_e4m3")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0", "fp8_e4m3"}))
       ->capture_default_str();
   app->add_option("--nano-batches", f->nano_batches, "CUDA: spread the prompt's steps over this many streams (1 to 4)")
-      ->check(CLI::Range(1, 4))->capture_default_str();
+      ->check(CLI::Range(1, 4))
+      ->capture_default_str();
   app->add_option("--logprobs", f->logprobs, "print each token's logprob and the top N on stderr");
   app->add_option("--num-speculative-tokens", f->num_speculative_tokens,
                   "speculative decoding: draft tokens verified per step, up to 16 (0: off; -1: the engine's default)")
@@ -274,7 +285,8 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_flag("--ignore-eos", f->ignore_eos, "keep generating past EOS");
   app->add_option("--draft-model", f->draft_model,
                   "a smaller model of the same vocabulary that proposes the drafts (default: n-gram prompt lookup)");
-  app->add_option("--ngram-min", f->ngram_min, "n-gram prompt lookup: the shortest suffix matched")->capture_default_str();
+  app->add_option("--ngram-min", f->ngram_min, "n-gram prompt lookup: the shortest suffix matched")
+      ->capture_default_str();
   app->add_option("--ngram-max", f->ngram_max, "n-gram prompt lookup: the longest suffix, tried first")
       ->capture_default_str();
   return command{app, [f] { return run(*f); }};

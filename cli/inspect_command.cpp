@@ -142,7 +142,8 @@ const bool registered = register_command([](CLI::App& parent) {
       "inspect", "watch every actor of every node of a running controller, like top (its [cluster] admin_listen)");
   app->add_option("--controller", f->controller, "HOST:PORT of the controller's admin door")->required();
   // Not marked required for CLI11: a missing one gets the reason, not just the flag's name.
-  app->add_option("--credentials", f->credentials, "credentials directory from `troupe certs` (ca.crt, NAME.crt, NAME.key)");
+  app->add_option("--credentials", f->credentials,
+                  "credentials directory from `troupe certs` (ca.crt, NAME.crt, NAME.key)");
   app->add_option("--name", f->name, "this member's name in the credentials (NAME.crt)")->required();
   app->add_flag("--once", f->once, "print one snapshot and exit (a table, or JSON with --json)");
   app->add_flag("--json", f->json, "with --once: print the snapshot as JSON");

@@ -32,9 +32,7 @@ namespace {
 constexpr auto node_start_timeout = std::chrono::seconds(30);
 
 // The nodes log at least at info level: their `listening on` line is how launch sees them up.
-std::string node_log_level(const std::string& level) {
-  return level == "trace" || level == "debug" ? level : "info";
-}
+std::string node_log_level(const std::string& level) { return level == "trace" || level == "debug" ? level : "info"; }
 
 bool signal_pending(const sigset_t& signals) {
   sigset_t pending;
@@ -63,10 +61,10 @@ serve_flags with_private_credentials(const serve_flags& flags, const std::string
   const std::optional<launch_credentials> made = local_launch_credentials(as_read, state, flags.config);
   if (!made) return flags;
   if (made->made_ca || made->num_issued > 0) {
-    spdlog::info("no [cluster] credentials and every member runs here: {} certificates for {} members in {} (a "
-                 "cluster with nodes on other machines needs `troupe certs`)",
-                 made->made_ca ? "made a private CA and" : "issued from the private CA", made->num_issued,
-                 made->dir.string());
+    spdlog::info(
+        "no [cluster] credentials and every member runs here: {} certificates for {} members in {} (a "
+        "cluster with nodes on other machines needs `troupe certs`)",
+        made->made_ca ? "made a private CA and" : "issued from the private CA", made->num_issued, made->dir.string());
   } else {
     spdlog::info("no [cluster] credentials and every member runs here: using the private CA made earlier in {}",
                  made->dir.string());
@@ -130,9 +128,11 @@ int run(const serve_flags& given, const std::string& state_dir) {
   for (size_t i = 0; i < t.pipeline_stage_nodes.size(); ++i) {
     const node_address* n = t.find_node(t.pipeline_stage_nodes[i]);
     if (n && !is_local_host(n->host)) {
-      spdlog::info("pipeline stage {} on node {} at {}:{} is not this machine: start it there with `troupe stage "
-                   "--layers {} --host {} --port {}`", layer_range_text(t.pipeline.stages[i].layers), n->name, n->host,
-                   n->port, layer_range_text(t.pipeline.stages[i].layers), n->host, n->port);
+      spdlog::info(
+          "pipeline stage {} on node {} at {}:{} is not this machine: start it there with `troupe stage "
+          "--layers {} --host {} --port {}`",
+          layer_range_text(t.pipeline.stages[i].layers), n->name, n->host, n->port,
+          layer_range_text(t.pipeline.stages[i].layers), n->host, n->port);
     }
   }
   if (!launcher.wait_until_ready(node_start_timeout, [&] { return signal_pending(signals); })) {
@@ -153,7 +153,8 @@ int run(const serve_flags& given, const std::string& state_dir) {
 const bool registered = register_command([](CLI::App& parent) {
   auto flags = std::make_shared<serve_flags>();
   auto* app = parent.add_subcommand(
-      "launch", "run a whole topology: start its [[nodes]] on this machine, then the controller (`serve --config FILE`)");
+      "launch",
+      "run a whole topology: start its [[nodes]] on this machine, then the controller (`serve --config FILE`)");
   app->add_option("file", flags->config, "topology file (TOML), e.g. config/replicas-2.toml")->required();
   add_serve_flags(*app, *flags);
   auto state_dir = std::make_shared<std::string>();

@@ -51,8 +51,10 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--listen", f->listen, "HOST:PORT to accept controllers on (PORT 0: any free port, logged)")
       ->required();
   // Not marked required for CLI11: a missing one gets the reason, not just the flag's name.
-  app->add_option("--credentials", f->credentials, "credentials directory from `troupe certs` (ca.crt, NAME.crt, NAME.key)");
-  app->add_option("--name", f->name, "this member's name in the credentials (NAME.crt), also the node's name")->required();
+  app->add_option("--credentials", f->credentials,
+                  "credentials directory from `troupe certs` (ca.crt, NAME.crt, NAME.key)");
+  app->add_option("--name", f->name, "this member's name in the credentials (NAME.crt), also the node's name")
+      ->required();
   app->add_option("--log-level", f->log_level, "trace | debug | info | warn | error")->capture_default_str();
   app->add_option("--log-format", f->log_format, "text | json (one JSON object per log line)")
       ->capture_default_str()
@@ -60,10 +62,12 @@ const bool registered = register_command([](CLI::App& parent) {
   // The cluster port's bounds (as [cluster] sets the controller's): a connection that has not
   // finished its TLS handshake by then is closed; at most so many may be pending (the oldest is
   // closed for a newer one) and so many open; no CAF message above max_message_mb is read.
-  app->add_option("--handshake-timeout-ms", f->handshake_timeout_ms, "a TLS handshake's deadline")->capture_default_str();
+  app->add_option("--handshake-timeout-ms", f->handshake_timeout_ms, "a TLS handshake's deadline")
+      ->capture_default_str();
   app->add_option("--max-pending-handshakes", f->max_pending_handshakes, "connections in their handshake at once")
       ->capture_default_str();
-  app->add_option("--max-connections", f->max_connections, "open connections on the cluster port")->capture_default_str();
+  app->add_option("--max-connections", f->max_connections, "open connections on the cluster port")
+      ->capture_default_str();
   app->add_option("--max-message-mb", f->max_message_mb, "the largest CAF message read from a member")
       ->capture_default_str();
   return command{app, [f] { return run(*f); }};

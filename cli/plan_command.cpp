@@ -203,7 +203,8 @@ calibration scrape(const std::string& url) {
     const auto feature_at = line.find("feature=\"");
     const auto close = line.find('}');
     if (instance_at == std::string::npos || feature_at == std::string::npos || close == std::string::npos) continue;
-    const std::string this_instance = line.substr(instance_at + 10, line.find('"', instance_at + 10) - instance_at - 10);
+    const std::string this_instance =
+        line.substr(instance_at + 10, line.find('"', instance_at + 10) - instance_at - 10);
     if (instance.empty()) instance = this_instance;
     if (this_instance != instance) continue;
     const std::string feature = line.substr(feature_at + 9, line.find('"', feature_at + 9) - feature_at - 9);
@@ -223,8 +224,7 @@ calibration scrape(const std::string& url) {
 }
 
 std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_config& config,
-                                          const step_time_model::coefficients& step_seconds,
-                                          const service_level& slo) {
+                                          const step_time_model::coefficients& step_seconds, const service_level& slo) {
   std::vector<int> budgets = flags.budgets;
   if (budgets.empty()) budgets.push_back(config.max_num_batched_tokens);
   std::vector<std::pair<int, int>> splits{{0, 0}};  // (prefill, decode); 0,0: colocated
@@ -264,7 +264,8 @@ std::string slug(const std::string& name) {
 int run(const plan_flags& flags) {
   const int sources = !flags.calibrate_model.empty() + !flags.metrics_url.empty() + !flags.step_model.empty();
   if (sources != 1) {
-    throw std::runtime_error("give the step-time model one way: --calibrate MODEL, --metrics-url URL or --step-model A,B,C,D");
+    throw std::runtime_error(
+        "give the step-time model one way: --calibrate MODEL, --metrics-url URL or --step-model A,B,C,D");
   }
   if (flags.rates.empty()) throw std::runtime_error("--rates: give at least one request rate");
   if (flags.workers < 1 || flags.workers > 64) throw std::runtime_error("--workers must be in [1, 64]");
@@ -282,7 +283,7 @@ int run(const plan_flags& flags) {
   config.block_size = flags.block_size;
   config.num_kv_blocks = flags.num_kv_blocks > 0 ? flags.num_kv_blocks : calibrated.num_kv_blocks;
   if (config.num_kv_blocks <= 0) throw std::runtime_error("--num-kv-blocks: the KV pool's size is not known; give it");
-  config.max_model_len = flags.max_model_len > 0 ? flags.max_model_len
+  config.max_model_len = flags.max_model_len > 0        ? flags.max_model_len
                          : calibrated.max_model_len > 0 ? calibrated.max_model_len
                                                         : config.max_model_len;
   config.max_num_seqs = flags.max_num_seqs;
@@ -348,22 +349,29 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--calibrate", f->calibrate_model, "a model to time: run it briefly and fit the step-time model");
   app->add_option("--metrics-url", f->metrics_url, "http://host:port of a serving Troupe: its fitted step-time model");
   app->add_option("--step-model", f->step_model, "the step-time model's seconds: step,token,sequence,attention_pair");
-  app->add_option("--threads", f->threads, "--calibrate: CPU threads, as the server will use (0: all)")->capture_default_str();
-  app->add_option("--calibrate-requests", f->calibrate_requests, "--calibrate: the largest batch it times")->capture_default_str();
+  app->add_option("--threads", f->threads, "--calibrate: CPU threads, as the server will use (0: all)")
+      ->capture_default_str();
+  app->add_option("--calibrate-requests", f->calibrate_requests, "--calibrate: the largest batch it times")
+      ->capture_default_str();
   app->add_option("--num-kv-blocks", f->num_kv_blocks, "each instance's KV pool (default: the calibrated model's)");
-  app->add_option("--kv-memory-mb", f->kv_memory_mb, "--calibrate: the KV pool's memory, as serve's flag")->capture_default_str();
+  app->add_option("--kv-memory-mb", f->kv_memory_mb, "--calibrate: the KV pool's memory, as serve's flag")
+      ->capture_default_str();
   app->add_option("--block-size", f->block_size, "tokens per KV block")->capture_default_str();
   app->add_option("--max-model-len", f->max_model_len, "context length (default: the model's)");
   app->add_option("--max-num-seqs", f->max_num_seqs, "sequences running at once per instance")->capture_default_str();
   app->add_option("--scheduling-policy", f->scheduling_policy, "priority | fcfs | slo | fair")->capture_default_str();
-  app->add_option("--slo-admission", f->slo_admission, "best_effort | reject (with the slo policy)")->capture_default_str();
-  app->add_option("--bench-run", f->bench_run, "a tools/bench --json file: simulate its very requests (rescaled per rate)");
-  app->add_option("--mix", f->mix, "a request class SHARE:INPUT_LEN:OUTPUT_LEN (repeatable), e.g. 0.8:64:32 0.2:1024:32");
+  app->add_option("--slo-admission", f->slo_admission, "best_effort | reject (with the slo policy)")
+      ->capture_default_str();
+  app->add_option("--bench-run", f->bench_run,
+                  "a tools/bench --json file: simulate its very requests (rescaled per rate)");
+  app->add_option("--mix", f->mix,
+                  "a request class SHARE:INPUT_LEN:OUTPUT_LEN (repeatable), e.g. 0.8:64:32 0.2:1024:32");
   app->add_option("--input-len", f->input_len, "prompt tokens (without --mix)")->capture_default_str();
   app->add_option("--output-len", f->output_len, "output tokens (without --mix)")->capture_default_str();
   app->add_option("--input-dist", f->input_dist, "fixed | uniform | lognormal")->capture_default_str();
   app->add_option("--output-dist", f->output_dist, "fixed | uniform | lognormal")->capture_default_str();
-  app->add_option("--input-spread", f->input_spread, "uniform: +-share of the mean; lognormal: sigma")->capture_default_str();
+  app->add_option("--input-spread", f->input_spread, "uniform: +-share of the mean; lognormal: sigma")
+      ->capture_default_str();
   app->add_option("--output-spread", f->output_spread, "as --input-spread")->capture_default_str();
   app->add_option("--num-prompts", f->num_prompts, "requests per simulated run")->capture_default_str();
   app->add_option("--burstiness", f->burstiness, "gamma shape of the gaps: 1 Poisson")->capture_default_str();
@@ -372,10 +380,13 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--workers", f->workers, "engine instances to place: colocated xN and every xPyD with x + y = N")
       ->capture_default_str();
   app->add_option("--budgets", f->budgets, "token budgets per step to try (max_num_batched_tokens)")->delimiter(',');
-  app->add_option("--kv-latency-ms", f->kv_latency_ms, "xPyD: a KV transfer's fixed cost after its prefill")->capture_default_str();
-  app->add_option("--kv-us-per-token", f->kv_us_per_token, "xPyD: and its cost per prompt token")->capture_default_str();
+  app->add_option("--kv-latency-ms", f->kv_latency_ms, "xPyD: a KV transfer's fixed cost after its prefill")
+      ->capture_default_str();
+  app->add_option("--kv-us-per-token", f->kv_us_per_token, "xPyD: and its cost per prompt token")
+      ->capture_default_str();
   app->add_option("--slo", f->slo, "targets, e.g. ttft=200ms,tpot=50ms")->capture_default_str();
-  app->add_option("--goodput-target", f->goodput_target, "share of requests that must meet the SLO")->capture_default_str();
+  app->add_option("--goodput-target", f->goodput_target, "share of requests that must meet the SLO")
+      ->capture_default_str();
   app->add_option("--horizon", f->horizon_s, "simulated seconds after the last arrival before the rest count as missed")
       ->capture_default_str();
   app->add_option("--out", f->out_dir, "write each topology's rows as a tools/bench sweep.csv here");

@@ -36,7 +36,8 @@ int run(const scale_flags& flags) {
   if (flags.connect_timeout_ms <= 0) throw std::invalid_argument("--connect-timeout-ms must be positive");
   if (flags.timeout_ms && *flags.timeout_ms <= 0) throw std::invalid_argument("--timeout-ms must be positive");
   options.connect_timeout = std::chrono::milliseconds(flags.connect_timeout_ms);
-  const auto timeout = std::chrono::milliseconds(flags.timeout_ms.value_or(flags.add ? add_timeout_ms : request_timeout_ms));
+  const auto timeout =
+      std::chrono::milliseconds(flags.timeout_ms.value_or(flags.add ? add_timeout_ms : request_timeout_ms));
   admin_client admin(options);
   if (flags.add) {
     std::cout << "added " << admin.add_engine(*flags.add, timeout, flags.role) << "\n";
@@ -55,7 +56,8 @@ const bool registered = register_command([](CLI::App& parent) {
       "scale", "add, drain or list the engine instances of a running controller (its [cluster] admin_listen)");
   app->add_option("--controller", f->controller, "HOST:PORT of the controller's admin door")->required();
   // Not marked required for CLI11: a missing one gets the reason, not just the flag's name.
-  app->add_option("--credentials", f->credentials, "credentials directory from `troupe certs` (ca.crt, NAME.crt, NAME.key)");
+  app->add_option("--credentials", f->credentials,
+                  "credentials directory from `troupe certs` (ca.crt, NAME.crt, NAME.key)");
   app->add_option("--name", f->name, "this member's name in the credentials (NAME.crt)")->required();
   auto* add = app->add_option("--add", f->add, "place a new engine instance on this node (a [[nodes]] name)");
   app->add_option("--role", f->role, "with --add: the new instance's role (mixed, prefill or decode)")
@@ -65,7 +67,8 @@ const bool registered = register_command([](CLI::App& parent) {
   auto* list = app->add_flag("--list", f->list, "print one line per engine instance");
   add->excludes(drain)->excludes(list);
   drain->excludes(list);
-  app->add_option("--timeout-ms", f->timeout_ms, "wait this long for the answer (default: 60000 for --add, else 30000)");
+  app->add_option("--timeout-ms", f->timeout_ms,
+                  "wait this long for the answer (default: 60000 for --add, else 30000)");
   app->add_option("--connect-timeout-ms", f->connect_timeout_ms, "wait this long for the connection")
       ->capture_default_str();
   app->callback([app] {

@@ -43,8 +43,9 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--zmq-handshake-timeout-ms", flags.zmq_handshake_timeout_ms,
                  "a ZeroMQ client must finish its handshake within this (100 to 600000; default 5000)")
       ->check(CLI::Range(100, 600000));
-  app.add_option("--zmq-max-pending-handshakes", flags.zmq_max_pending_handshakes,
-                 "ZeroMQ connections in their handshake at once, the oldest closed for a newer one (1 to 65536; default 64)")
+  app.add_option(
+         "--zmq-max-pending-handshakes", flags.zmq_max_pending_handshakes,
+         "ZeroMQ connections in their handshake at once, the oldest closed for a newer one (1 to 65536; default 64)")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   app.add_option("--zmq-max-connections", flags.zmq_max_connections,
                  "ZeroMQ connections open at once (0: a quarter of the open-files limit, three descriptors each; "
@@ -56,8 +57,9 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--scheduling-policy", flags.scheduling_policy,
                  "how waiting requests are ordered: fcfs | priority (default) | slo | fair")
       ->check(CLI::IsMember({"fcfs", "priority", "slo", "fair"}));
-  app.add_option("--slo-admission", flags.slo_admission,
-                 "slo policy: reject (refuse at once a request whose TTFT target cannot be met) | best_effort (default)")
+  app.add_option(
+         "--slo-admission", flags.slo_admission,
+         "slo policy: reject (refuse at once a request whose TTFT target cannot be met) | best_effort (default)")
       ->check(CLI::IsMember({"reject", "best_effort"}));
   app.add_option("--num-kv-blocks", flags.num_kv_blocks, "KV blocks in the pool");
   app.add_option("--kv-memory-mb", flags.kv_memory_mb, "KV pool budget when --num-kv-blocks is not given");
@@ -74,7 +76,8 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--dtype", flags.dtype, "CUDA activations and KV pool: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
-                 "KV cache element type: auto (CPU: f16 for quantized weights, else f32; CUDA: --dtype) | f32 | f16 | bf16 | q8_0 | fp8_e4m3")
+                 "KV cache element type: auto (CPU: f16 for quantized weights, else f32; CUDA: --dtype) | f32 | f16 | "
+                 "bf16 | q8_0 | fp8_e4m3")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0", "fp8_e4m3"}));
   app.add_flag("--batch-invariant", flags.batch_invariant,
                "CPU: float weights' products sum in one order at every batch size, so a request's output "
@@ -106,7 +109,8 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
       ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   app.add_option("--http-max-header-bytes", flags.http_max_header_bytes, "larger request line and headers get 431");
   app.add_option("--set", flags.overrides,
-                 "KEY=VALUE: override a topology file key (repeatable), e.g. http.port=8001, nodes.engine-a.address=\"127.0.0.1:4700\"")
+                 "KEY=VALUE: override a topology file key (repeatable), e.g. http.port=8001, "
+                 "nodes.engine-a.address=\"127.0.0.1:4700\"")
       ->allow_extra_args(false);  // one KEY=VALUE per --set: the file argument is never taken
   app.add_option("--served-model-name", flags.served_model_name, "the model name the HTTP API answers to");
   app.add_option("--allowed-origins", flags.allowed_origins,
@@ -114,7 +118,8 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
                  "repeatable or comma-separated; default none")
       ->delimiter(',');
   app.add_option("--tool-call-parser", flags.tool_call_parser,
-                 "how the model writes tool calls: auto (from its chat template) | llama3_json | hermes | mistral | openai | none");
+                 "how the model writes tool calls: auto (from its chat template) | llama3_json | hermes | mistral | "
+                 "openai | none");
   app.add_option("--reasoning-parser", flags.reasoning_parser,
                  "how the model writes its reasoning: auto (from its chat template) | think | harmony | none");
   app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
@@ -135,16 +140,19 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
   app.add_option("--log-format", flags.log_format, "text | json (one JSON object per log line, every line)")
       ->check(CLI::IsMember({"text", "json"}))
       ->each([](const std::string& name) { set_log_format(parse_log_format(name)); });
-  app.add_option("--drain-timeout", flags.drain_timeout_s,
-                 "seconds running requests may go on after SIGTERM before they end with an error (0 to 3600; default 30)")
+  app.add_option(
+         "--drain-timeout", flags.drain_timeout_s,
+         "seconds running requests may go on after SIGTERM before they end with an error (0 to 3600; default 30)")
       ->check(CLI::Range(0, 3600));
-  app.add_option("--log-stats-interval", flags.log_stats_interval_s,
-                 "seconds between throughput lines, printed only when something happened (0: off; at most 3600; default 10)")
+  app.add_option(
+         "--log-stats-interval", flags.log_stats_interval_s,
+         "seconds between throughput lines, printed only when something happened (0: off; at most 3600; default 10)")
       ->check(CLI::Range(0, 3600));
   app.add_flag("--no-access-log", flags.no_access_log, "no line per finished request");
-  app.add_option("--pipeline-stage", flags.pipeline_stages,
-                 "a remote pipeline stage holding the model's earlier layers, KVTCP_ENDPOINT@FIRST-LAST as `troupe stage` "
-                 "prints it; repeat in layer order from layer 0 (this engine holds the layers after the last)");
+  app.add_option(
+      "--pipeline-stage", flags.pipeline_stages,
+      "a remote pipeline stage holding the model's earlier layers, KVTCP_ENDPOINT@FIRST-LAST as `troupe stage` "
+      "prints it; repeat in layer order from layer 0 (this engine holds the layers after the last)");
   app.add_option("--micro-batches", flags.micro_batches,
                  "pipeline stages: micro-batches a step is cut into so the stages overlap (1 to 64; default 2)")
       ->check(CLI::Range(1, 64));
@@ -172,7 +180,8 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.listen_backlog > 0) t.listen_backlog = flags.listen_backlog;
   if (flags.zmq_handshake_timeout_ms > 0) t.zmq_handshake_timeout_ms = flags.zmq_handshake_timeout_ms;
   // In 0..65536 by their checks above: no narrowing loses a bit.
-  if (flags.zmq_max_pending_handshakes > 0) t.zmq_max_pending_handshakes = static_cast<size_t>(flags.zmq_max_pending_handshakes);
+  if (flags.zmq_max_pending_handshakes > 0)
+    t.zmq_max_pending_handshakes = static_cast<size_t>(flags.zmq_max_pending_handshakes);
   if (flags.zmq_max_connections >= 0) t.zmq_max_connections = static_cast<size_t>(flags.zmq_max_connections);
   if (flags.max_num_seqs > 0) m.max_num_seqs = flags.max_num_seqs;
   if (flags.max_num_batched_tokens > 0) t.max_num_batched_tokens = flags.max_num_batched_tokens;
@@ -223,7 +232,8 @@ topology topology_from_flags(const serve_flags& flags) {
   if (flags.num_speculative_tokens >= 0) {
     spec.num_draft_tokens = flags.num_speculative_tokens;
     // Asking for more drafts than the file's limit raises the limit.
-    if (flags.max_speculative_tokens < 0) spec.max_draft_tokens = std::max(spec.max_draft_tokens, spec.num_draft_tokens);
+    if (flags.max_speculative_tokens < 0)
+      spec.max_draft_tokens = std::max(spec.max_draft_tokens, spec.num_draft_tokens);
   }
   if (!flags.draft_model.empty()) spec.draft_model = flags.draft_model;
   if (flags.draft_kv_memory_mb > 0) spec.draft_kv_memory_mb = flags.draft_kv_memory_mb;

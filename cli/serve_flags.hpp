@@ -13,7 +13,7 @@
 namespace troupe::cli {
 
 struct serve_flags {
-  std::string config;  // the topology file; --config for serve, the argument for launch
+  std::string config;                  // the topology file; --config for serve, the argument for launch
   std::vector<std::string> overrides;  // --set KEY=VALUE on the file's keys (load_topology)
   std::string model;
   std::string load_format;
@@ -66,7 +66,7 @@ struct serve_flags {
   int drain_timeout_s = -1;       // -1: not given (the file's, else 30)
   int log_stats_interval_s = -1;  // -1: not given (the file's, else 10)
   bool no_access_log = false;
-  std::string log_format = "text";  // applied while the command line is parsed (every line after)
+  std::string log_format = "text";           // applied while the command line is parsed (every line after)
   std::vector<std::string> pipeline_stages;  // kvtcp://HOST:PORT@FIRST-LAST each, in layer order
   int micro_batches = 0;                     // 0: not given (the file's, else 2)
   int pipeline_failover_wait_ms = -1;        // -1: not given (the file's, else 30000)

@@ -36,8 +36,8 @@ struct stage_flags {
   int max_tokens = 1 << 16;
   std::string log_level = "info";
   std::string log_format = "text";  // applied while the command line is parsed
-  std::string credentials;  // the cluster's credentials directory: the link is CURVE-authenticated
-  std::string name;         // this stage's member name there
+  std::string credentials;          // the cluster's credentials directory: the link is CURVE-authenticated
+  std::string name;                 // this stage's member name there
 };
 
 // Waits for SIGTERM or SIGINT (blocked in every thread started after this, so sigwait takes it).
@@ -105,7 +105,8 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--host", flags->host, "where to listen (loopback only without --credentials)");
   app->add_option("--port", flags->port, "the port to listen on (0: any free one; the endpoint is printed)")
       ->check(CLI::Range(0, 65535));
-  app->add_option("--threads", flags->threads, "compute threads (0: one per hardware thread)")->check(CLI::NonNegativeNumber);
+  app->add_option("--threads", flags->threads, "compute threads (0: one per hardware thread)")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--block-size", flags->block_size, "tokens per KV block; must equal the engine's (default 16)")
       ->check(CLI::PositiveNumber);
   app->add_option("--num-kv-blocks", flags->num_kv_blocks, "KV blocks of this stage's layers (0: from --kv-memory-mb)")

@@ -79,13 +79,15 @@ nlohmann::json read_messages(const std::string& path) {
   }
   // Either a list of messages or an OpenAI-style request body with "messages".
   if (doc.is_object() && doc.contains("messages")) doc = doc["messages"];
-  if (!doc.is_array()) throw std::runtime_error("chat file " + path + " must hold a JSON array of {role, content} messages");
+  if (!doc.is_array())
+    throw std::runtime_error("chat file " + path + " must hold a JSON array of {role, content} messages");
   // Checked here, so a malformed message is named instead of failing deep inside a template.
   for (std::size_t i = 0; i < doc.size(); ++i) {
     const auto& message = doc[i];
     const std::string where = "chat file " + path + ", message " + std::to_string(i);
     if (!message.is_object()) throw std::runtime_error(where + ": expected an object {role, content}");
-    if (!message.contains("role") || !message["role"].is_string()) throw std::runtime_error(where + ": needs a string \"role\"");
+    if (!message.contains("role") || !message["role"].is_string())
+      throw std::runtime_error(where + ": needs a string \"role\"");
     if (!message.contains("content") && !message.contains("tool_calls"))
       throw std::runtime_error(where + ": needs \"content\" (or \"tool_calls\")");
   }
@@ -104,8 +106,10 @@ int run(const tokenize_flags& flags) {
                                  std::to_string(tok.vocab_size() - 1) + ")");
     }
     const std::string text = tok.decode(ids, flags.no_special);
-    if (flags.json) std::cout << nlohmann::json{{"text", text}, {"ids", ids}}.dump() << "\n";
-    else std::cout << text << "\n";
+    if (flags.json)
+      std::cout << nlohmann::json{{"text", text}, {"ids", ids}}.dump() << "\n";
+    else
+      std::cout << text << "\n";
     return 0;
   }
 
@@ -131,7 +135,8 @@ int run(const tokenize_flags& flags) {
   if (flags.json) {
     nlohmann::json tokens = nlohmann::json::array();
     for (std::int32_t id : ids) tokens.push_back(tok.id_to_token(id));
-    std::cout << nlohmann::json{{"text", text}, {"ids", ids}, {"tokens", tokens}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+    std::cout << nlohmann::json{{"text", text}, {"ids", ids}, {"tokens", tokens}}.dump(
+                     -1, ' ', false, nlohmann::json::error_handler_t::replace)
               << "\n";
     return 0;
   }
@@ -145,7 +150,8 @@ const bool registered = register_command([](CLI::App& parent) {
   auto* app = parent.add_subcommand("tokenize", "encode text to token ids, or decode ids to text");
   app->add_option("--tokenizer", flags->tokenizer_path, "HF model directory, tokenizer.json or .gguf file")->required();
   app->add_flag("--decode", flags->decode, "read token ids and print the text");
-  app->add_option("--chat", flags->chat_file, "JSON file of chat messages: print them rendered with the chat template (--json: and their ids)");
+  app->add_option("--chat", flags->chat_file,
+                  "JSON file of chat messages: print them rendered with the chat template (--json: and their ids)");
   app->add_flag("--no-special", flags->no_special, "encode without BOS/EOS; decode skipping special tokens");
   app->add_flag("--json", flags->json, "print JSON: text, ids (and tokens)");
   app->add_option("text", flags->text, "text (or ids with --decode); read verbatim from stdin when absent");

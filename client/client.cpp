@@ -60,8 +60,8 @@ client::client(const std::string& endpoint, std::string api_key)
   impl_->socket.set(zmq::sockopt::sndtimeo, static_cast<int>(connect_timeout_.count()));
   const std::string events_endpoint =
       "inproc://troupe-client-events-" + std::to_string(reinterpret_cast<uintptr_t>(impl_.get()));
-  const int lost = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+  const int lost = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
   if (zmq_socket_monitor(impl_->socket.handle(), events_endpoint.c_str(), lost) != 0) {
     throw std::runtime_error("cannot watch the connection to " + endpoint + ": " + zmq_strerror(zmq_errno()));
   }
@@ -91,7 +91,11 @@ void client::send_raw(const std::string& frame) {
 }
 
 void client::send(client_request request) {
-  std::visit([&](auto& r) { if (r.api_key.empty()) r.api_key = api_key_; }, request);
+  std::visit(
+      [&](auto& r) {
+        if (r.api_key.empty()) r.api_key = api_key_;
+      },
+      request);
   send_raw(encode_request(request));
 }
 
@@ -107,7 +111,8 @@ std::optional<server_reply> client::receive_answer(std::chrono::milliseconds tim
   zmq::pollitem_t items[] = {{impl_->socket.handle(), 0, ZMQ_POLLIN, 0}, {impl_->events.handle(), 0, ZMQ_POLLIN, 0}};
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     zmq::poll(items, 2, left);
     if (items[0].revents & ZMQ_POLLIN) return receive(std::chrono::milliseconds(0));
@@ -121,8 +126,7 @@ std::optional<server_reply> client::receive_answer(std::chrono::milliseconds tim
   throw client_unreachable("no reply from " + endpoint_ + " to " + what + " within " + seconds_text(timeout));
 }
 
-completion client::generate(generate_request request,
-                            const std::function<void(const delta_reply&)>& on_delta) {
+completion client::generate(generate_request request, const std::function<void(const delta_reply&)>& on_delta) {
   if (request.id.empty()) request.id = next_id();
   completion result;
   result.id = request.id;

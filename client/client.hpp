@@ -57,8 +57,7 @@ class client {
   // client_unreachable when no connection is made within the connect timeout, nothing arrives
   // within the request timeout, or the connection closes before the answer (a peer that is not a
   // troupe ZeroMQ door, or a server that went away: its reply can no longer come).
-  completion generate(generate_request request,
-                      const std::function<void(const delta_reply&)>& on_delta = {});
+  completion generate(generate_request request, const std::function<void(const delta_reply&)>& on_delta = {});
   // Asks the server to stop request `id`; its last delta then says finish_reason "abort".
   void abort(const std::string& id);
   stats_reply stats();

@@ -17,11 +17,11 @@ struct access_entry {
   client_door door = client_door::zmq;
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;
-  double ttft_ms = -1;   // -1: no first reply was seen (it failed before)
-  double total_ms = -1;  // from entering the stages to its end; -1: its arrival is not known
-  std::string finish;    // stop | length | abort | error
-  std::string error;     // for finish "error": the error code's name and message
-  int32_t instance = -1; // the engine instance that ended it (traces' and /metrics' id); -1: none
+  double ttft_ms = -1;    // -1: no first reply was seen (it failed before)
+  double total_ms = -1;   // from entering the stages to its end; -1: its arrival is not known
+  std::string finish;     // stop | length | abort | error
+  std::string error;      // for finish "error": the error code's name and message
+  int32_t instance = -1;  // the engine instance that ended it (traces' and /metrics' id); -1: none
 };
 
 // `request 42 door=http prompt=12 output=100 ttft=15.2ms total=410.0ms finish=stop instance=0`

@@ -34,7 +34,7 @@ json complete(const std::string& name, const char* category, int pid, int tid, t
               timestamp_ns origin, json args = json::object()) {
   const int64_t ts = whole_micros(begin, origin);
   const int64_t until = whole_micros(std::max(begin, end), origin);
-  return json{{"name", name}, {"cat", category}, {"ph", "X"},  {"pid", pid},
+  return json{{"name", name}, {"cat", category}, {"ph", "X"},         {"pid", pid},
               {"tid", tid},   {"ts", ts},        {"dur", until - ts}, {"args", std::move(args)}};
 }
 
@@ -101,11 +101,13 @@ std::string build_chrome_trace(const trace_window& window) {
 
   std::map<int32_t, trace_instance> instance_of;
   for (const trace_instance& i : window.instances) instance_of[i.instance] = i;
-  for (const placed_step& p : window.steps) instance_of.try_emplace(p.step.instance).first->second.instance = p.step.instance;
+  for (const placed_step& p : window.steps)
+    instance_of.try_emplace(p.step.instance).first->second.instance = p.step.instance;
   for (const auto& [instance, info] : instance_of) {
     const int pid = first_instance_pid + instance;
-    json name = metadata("process_name", pid, 0,
-                         "scheduler instance " + std::to_string(instance) + (info.node.empty() ? "" : " on " + info.node));
+    json name =
+        metadata("process_name", pid, 0,
+                 "scheduler instance " + std::to_string(instance) + (info.node.empty() ? "" : " on " + info.node));
     // How far this row's steps may lie off the requests' clock, for a reader (or a test) to judge
     // a step that seems to poke out of its request.
     name["args"]["clock_error_us"] = static_cast<double>(info.clock_error_ns) / 1e3;

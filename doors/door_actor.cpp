@@ -20,36 +20,38 @@ constexpr size_t max_counted_requests = 65536;
 caf::behavior door_actor(caf::event_based_actor* self, reply_router* router) {
   // Output tokens sent to each running request's client; a request leaves at its end.
   auto delivered = std::make_shared<std::unordered_map<int64_t, int32_t>>();
-  return instrumented(self, "frontend", {
-      [router, delivered](text_batch& batch) {
-        for (const text_delta& d : batch.deltas) {
-          if (d.delta.finished()) {
-            delivered->erase(d.delta.request_id);
-          } else {
-            (*delivered)[d.delta.request_id] += static_cast<int32_t>(d.delta.token_ids.size());
-          }
-        }
-        if (delivered->size() > max_counted_requests) {
-          std::erase_if(*delivered, [router](const auto& entry) { return !router->tracks(entry.first); });
-        }
-        router->route(std::move(batch));
-      },
-      [router, delivered](request_failed& failed) {
-        delivered->erase(failed.request_id);
-        router->route(std::move(failed));
-      },
-      [router](stats_answer& stats) { router->route(std::move(stats)); },
-      [router](trace_answer& trace) { router->route(std::move(trace)); },
-      [router, delivered](delivered_tokens_atom, const std::vector<int64_t>& ids) {
-        std::vector<int32_t> counts;
-        counts.reserve(ids.size());
-        for (int64_t id : ids) {
-          auto it = delivered->find(id);
-          counts.push_back(!router->tracks(id) ? -1 : it == delivered->end() ? 0 : it->second);
-        }
-        return counts;
-      },
-  });
+  return instrumented(self, "frontend",
+                      {
+                          [router, delivered](text_batch& batch) {
+                            for (const text_delta& d : batch.deltas) {
+                              if (d.delta.finished()) {
+                                delivered->erase(d.delta.request_id);
+                              } else {
+                                (*delivered)[d.delta.request_id] += static_cast<int32_t>(d.delta.token_ids.size());
+                              }
+                            }
+                            if (delivered->size() > max_counted_requests) {
+                              std::erase_if(*delivered,
+                                            [router](const auto& entry) { return !router->tracks(entry.first); });
+                            }
+                            router->route(std::move(batch));
+                          },
+                          [router, delivered](request_failed& failed) {
+                            delivered->erase(failed.request_id);
+                            router->route(std::move(failed));
+                          },
+                          [router](stats_answer& stats) { router->route(std::move(stats)); },
+                          [router](trace_answer& trace) { router->route(std::move(trace)); },
+                          [router, delivered](delivered_tokens_atom, const std::vector<int64_t>& ids) {
+                            std::vector<int32_t> counts;
+                            counts.reserve(ids.size());
+                            for (int64_t id : ids) {
+                              auto it = delivered->find(id);
+                              counts.push_back(!router->tracks(id) ? -1 : it == delivered->end() ? 0 : it->second);
+                            }
+                            return counts;
+                          },
+                      });
 }
 
 }  // namespace troupe

@@ -160,7 +160,8 @@ struct http_door::impl {
 
   std::mutex stats_mutex;
   std::unordered_map<uint64_t, std::promise<stats_answer>> stats_waiters;
-  std::unordered_map<uint64_t, std::promise<std::pair<trace_answer, timestamp_ns>>> trace_waiters;  // guarded by stats_mutex
+  std::unordered_map<uint64_t, std::promise<std::pair<trace_answer, timestamp_ns>>>
+      trace_waiters;  // guarded by stats_mutex
 
   // Unknown request fields already warned about (each is logged once, then only listed in the
   // response header); bounded, so a client inventing names cannot grow it.
@@ -196,7 +197,8 @@ struct http_door::impl {
   std::optional<stats_answer> query_stats(std::chrono::milliseconds timeout);
   // The engine instances' steps of the last `window`, with the moment their ages count back from
   // (the midpoint of this query's round trip, whose half each instance's clock error includes).
-  std::optional<std::pair<trace_answer, timestamp_ns>> query_trace(duration_ns window, std::chrono::milliseconds timeout);
+  std::optional<std::pair<trace_answer, timestamp_ns>> query_trace(duration_ns window,
+                                                                   std::chrono::milliseconds timeout);
   void serve_trace(const httplib::Request& req, httplib::Response& res);
   void abort_unfinished(const generation_session& session) {
     for (int64_t id : session.unfinished_request_ids()) downstream.abort(id);
@@ -204,7 +206,7 @@ struct http_door::impl {
 };
 
 http_door::http_door(http_options options, door_downstream& downstream, request_admission& admission,
-                             const serving_counters& counters, token_text_fn token_text)
+                     const serving_counters& counters, token_text_fn token_text)
     : impl_(std::make_unique<impl>(std::move(options), downstream, admission, counters, std::move(token_text))) {}
 
 http_door::~http_door() { stop(); }
@@ -312,8 +314,10 @@ void http_door::impl::serve_trace(const httplib::Request& req, httplib::Response
   }
   const auto window = static_cast<duration_ns>(seconds * 1e9);
   auto answer = query_trace(window, 5000ms);
-  if (!answer) return respond(req, res, make_error(503, "server_error", "the engine instances did not answer within 5 s"));
-  if (!answer->first.unavailable.empty()) return respond(req, res, make_error(503, "server_error", answer->first.unavailable));
+  if (!answer)
+    return respond(req, res, make_error(503, "server_error", "the engine instances did not answer within 5 s"));
+  if (!answer->first.unavailable.empty())
+    return respond(req, res, make_error(503, "server_error", answer->first.unavailable));
   const timestamp_ns now = answer->second;
   trace_window w;
   w.end = now;
@@ -328,7 +332,7 @@ void http_door::impl::serve_trace(const httplib::Request& req, httplib::Response
 }
 
 void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request& req, httplib::Response& res,
-                                   const httplib::ContentReader& reader) {
+                               const httplib::ContentReader& reader) {
   // The body, bounded: httplib skips a larger Content-Length itself; the rest of a chunked body
   // too large is read and dropped, so that the connection stays usable for the next request,
   // up to a point where draining costs more than the connection is worth.
@@ -344,8 +348,9 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
     return num_dropped <= 16 * options.max_body_bytes;
   });
   if (num_dropped > 0 || res.status == 413) {
-    respond(req, res, make_error(413, "invalid_request_error",
-                            "the request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"));
+    respond(req, res,
+            make_error(413, "invalid_request_error",
+                       "the request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"));
     return;
   }
   if (!read) {
@@ -369,11 +374,13 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
     options.tenants->apply_defaults(request.priority, request.targets);
   }
   if (endpoint == openai_endpoint::embeddings) {
-    if (options.embedding_size <= 0) return respond(req, res, make_error(404, "not_found_error", "this server serves no embeddings"));
+    if (options.embedding_size <= 0)
+      return respond(req, res, make_error(404, "not_found_error", "this server serves no embeddings"));
     if (request.embedding_dimensions != 0 && request.embedding_dimensions != options.embedding_size) {
-      return respond(req, res, bad_parameter("dimensions", "'dimensions': this model's embeddings have " +
-                                                               std::to_string(options.embedding_size) + " dimensions, not " +
-                                                               std::to_string(request.embedding_dimensions)));
+      return respond(req, res,
+                     bad_parameter("dimensions", "'dimensions': this model's embeddings have " +
+                                                     std::to_string(options.embedding_size) + " dimensions, not " +
+                                                     std::to_string(request.embedding_dimensions)));
     }
     request.sampling.pooling = options.embedding_pooling;
     request.sampling.normalize_embedding = options.embedding_normalize;
@@ -395,9 +402,10 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   if (num_generating.fetch_add(1) >= max_generating) {
     --num_generating;
     res.set_header("Retry-After", "1");
-    return respond(req, res, make_error(503, "overloaded_error",
-                                   "all " + std::to_string(max_generating) +
-                                       " generation connections of this server are busy; retry later"));
+    return respond(req, res,
+                   make_error(503, "overloaded_error",
+                              "all " + std::to_string(max_generating) +
+                                  " generation connections of this server are busy; retry later"));
   }
   struct generating_slot {
     std::atomic<int>& count;
@@ -409,10 +417,11 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   const auto first_id = admission.admit(client_door::http, num_choices);
   if (!first_id) {
     res.set_header("Retry-After", "1");
-    return respond(req, res, make_error(429, "rate_limit_error",
-                                   "the server holds its maximum of " + std::to_string(admission.max_in_flight()) +
-                                       " requests in flight; retry later",
-                                   "too_many_requests"));
+    return respond(req, res,
+                   make_error(429, "rate_limit_error",
+                              "the server holds its maximum of " + std::to_string(admission.max_in_flight()) +
+                                  " requests in flight; retry later",
+                              "too_many_requests"));
   }
   std::shared_ptr<generation_session> session;
   if (request.endpoint == openai_endpoint::embeddings) {
@@ -453,8 +462,9 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   };
   auto give_up = [&] {
     abort_unfinished(*session);
-    respond(req, res, stopping ? make_error(503, "overloaded_error", "the server is shutting down")
-                          : make_error(400, "invalid_request_error", "the client closed the connection"));
+    respond(req, res,
+            stopping ? make_error(503, "overloaded_error", "the server is shutting down")
+                     : make_error(400, "invalid_request_error", "the client closed the connection"));
   };
 
   // The status line waits for every choice's first event: a prompt the tokenizer refuses or a
@@ -509,8 +519,10 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
 bool http_door::impl::allow_origin(const httplib::Request& req, httplib::Response& res) const {
   if (options.allowed_origins.empty() || !req.has_header("Origin")) return false;
   const std::string origin = req.get_header_value("Origin");
-  const bool any = std::find(options.allowed_origins.begin(), options.allowed_origins.end(), "*") != options.allowed_origins.end();
-  if (!any && std::find(options.allowed_origins.begin(), options.allowed_origins.end(), origin) == options.allowed_origins.end()) {
+  const bool any =
+      std::find(options.allowed_origins.begin(), options.allowed_origins.end(), "*") != options.allowed_origins.end();
+  if (!any && std::find(options.allowed_origins.begin(), options.allowed_origins.end(), origin) ==
+                  options.allowed_origins.end()) {
     return false;
   }
   res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
@@ -527,8 +539,10 @@ void http_door::impl::note_ignored_fields(const std::vector<std::string>& fields
   std::lock_guard lock(ignored_mutex);
   for (const std::string& f : fields) {
     if (ignored_logged.size() >= 256 || !ignored_logged.insert(f).second) continue;
-    spdlog::warn("http: ignoring the unknown request field '{}' (logged once; listed in each response's "
-                 "X-Troupe-Ignored-Fields header)", f);
+    spdlog::warn(
+        "http: ignoring the unknown request field '{}' (logged once; listed in each response's "
+        "X-Troupe-Ignored-Fields header)",
+        f);
   }
 }
 
@@ -545,7 +559,8 @@ std::optional<api_error> http_door::impl::plan(openai_request& request, std::opt
   if (!planned.note.empty()) spdlog::info("http: {}", planned.note);
   request.prompts.at(0).text = std::move(planned.prompt);
   request.sampling.skip_special_tokens = planned.skip_special_tokens;
-  const bool changed = planned.guided.kind != request.sampling.guided.kind || planned.guided.source != request.sampling.guided.source;
+  const bool changed =
+      planned.guided.kind != request.sampling.guided.kind || planned.guided.source != request.sampling.guided.source;
   request.sampling.guided = std::move(planned.guided);
   if (changed && is_guided(request.sampling)) {
     // The grammar the plan made (tool calls, the answer after the reasoning) must compile and
@@ -596,9 +611,10 @@ void http_door::impl::install_routes() {
     const std::string x_api_key = whole_header(req, "x-api-key");
     const std::string prefix = "Bearer ";
     if (header.empty() && x_api_key.empty()) {
-      respond(req, res, make_error(401, "invalid_request_error",
-                              "missing API key: send the header 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
-                              "invalid_api_key"));
+      respond(req, res,
+              make_error(401, "invalid_request_error",
+                         "missing API key: send the header 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+                         "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }
     const auto known = [this](std::string_view key) {
@@ -626,22 +642,22 @@ void http_door::impl::install_routes() {
     }
     return handled;
   });
-  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
-                                        const httplib::ContentReader& reader) {
-    generate(openai_endpoint::completions, req, res, reader);
-  });
-  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res,
-                                             const httplib::ContentReader& reader) {
-    generate(openai_endpoint::chat_completions, req, res, reader);
-  });
-  server.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res,
-                                       const httplib::ContentReader& reader) {
-    generate(openai_endpoint::embeddings, req, res, reader);
-  });
-  server.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res,
-                                     const httplib::ContentReader& reader) {
-    generate(openai_endpoint::anthropic_messages, req, res, reader);
-  });
+  server.Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                generate(openai_endpoint::completions, req, res, reader);
+              });
+  server.Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                generate(openai_endpoint::chat_completions, req, res, reader);
+              });
+  server.Post("/v1/embeddings",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                generate(openai_endpoint::embeddings, req, res, reader);
+              });
+  server.Post("/v1/messages",
+              [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                generate(openai_endpoint::anthropic_messages, req, res, reader);
+              });
   auto tokenize_route = [this](auto respond_with) {
     return [this, respond_with](const httplib::Request& req, httplib::Response& res) {
       if (!options.text_tokenizer) {
@@ -664,7 +680,8 @@ void http_door::impl::install_routes() {
     auto& request = std::get<openai_request>(parsed);
     std::optional<output_parsing> parsing;
     if (auto error = plan(request, parsing)) return respond(req, res, *error);
-    if (!options.text_tokenizer) return respond(req, res, make_error(503, "server_error", "this server has no tokenizer"));
+    if (!options.text_tokenizer)
+      return respond(req, res, make_error(503, "server_error", "this server has no tokenizer"));
     const bool has_template = options.chat && options.chat->has_template();
     const size_t count = options.text_tokenizer->encode(request.prompts.at(0).text, !has_template).size();
     res.set_content(json{{"input_tokens", count}}.dump(), "application/json");
@@ -675,8 +692,11 @@ void http_door::impl::install_routes() {
     res.set_content(version_response(), "application/json");
   });
   auto model_card = [this] {
-    json card{{"id", options.model_name}, {"object", "model"}, {"created", unix_seconds()},
-              {"owned_by", "troupe"}, {"max_model_len", options.limits.max_model_len}};
+    json card{{"id", options.model_name},
+              {"object", "model"},
+              {"created", unix_seconds()},
+              {"owned_by", "troupe"},
+              {"max_model_len", options.limits.max_model_len}};
     if (!options.quantization.empty()) card["quantization"] = options.quantization;
     return card;
   };
@@ -685,8 +705,8 @@ void http_door::impl::install_routes() {
   });
   server.Get("/v1/models/(.+)", [this, model_card](const httplib::Request& req, httplib::Response& res) {
     if (req.matches[1] != options.model_name) {
-      api_error e = make_error(404, "invalid_request_error", "the model '" + std::string(req.matches[1]) + "' does not exist",
-                               "model_not_found");
+      api_error e = make_error(404, "invalid_request_error",
+                               "the model '" + std::string(req.matches[1]) + "' does not exist", "model_not_found");
       e.param = "model";
       return respond(req, res, e);
     }
@@ -738,18 +758,20 @@ void http_door::impl::install_routes() {
   });
   server.Get("/debug/trace", [this](const httplib::Request& req, httplib::Response& res) { serve_trace(req, res); });
   // Statuses httplib decides itself (unknown path, 413 before the handler) get OpenAI's shape.
-  server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 404) {
-      respond(req, res, make_error(404, "not_found_error", "no such endpoint: " + req.method + " " + req.path));
-    } else if (res.status == 413) {
-      respond(req, res, make_error(413, "invalid_request_error", "the request body is too large"));
-    } else {
-      respond(req, res, make_error(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
-                              "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  server.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 404) {
+          respond(req, res, make_error(404, "not_found_error", "no such endpoint: " + req.method + " " + req.path));
+        } else if (res.status == 413) {
+          respond(req, res, make_error(413, "invalid_request_error", "the request body is too large"));
+        } else {
+          respond(req, res,
+                  make_error(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+                             "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path));
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown error";
     try {
@@ -770,10 +792,10 @@ void http_door::start() {
   auto& s = *impl_;
   // A client gone mid-write must cost an error return, not the process.
   std::signal(SIGPIPE, SIG_IGN);
-  s.timeout_body = make_error(408, "invalid_request_error",
-                              "the request did not arrive whole within " +
-                                  std::to_string(s.options.request_timeout_ms) + " ms")
-                       .to_json();
+  s.timeout_body =
+      make_error(408, "invalid_request_error",
+                 "the request did not arrive whole within " + std::to_string(s.options.request_timeout_ms) + " ms")
+          .to_json();
   // A client keeps its connection for as many requests as it likes (httplib's default was 5,
   // and every reconnection is a handshake and a trip through the accept queue): between them
   // it waits in the reception, holding no thread.
@@ -787,9 +809,11 @@ void http_door::start() {
   reception.max_connections = s.options.max_waiting_connections > 0
                                   ? s.options.max_waiting_connections
                                   : door_connection_share(current_open_files_limit().soft, reception.max_connections);
-  s.reception = std::make_unique<request_reception>(reception, [&s](http_connection c) { s.workers->submit(std::move(c)); });
-  s.workers = std::make_unique<connection_workers>(std::max(4, s.options.max_connections), s.options.reserved_connections,
-                                                   [&s](http_connection c) { s.serve(std::move(c)); });
+  s.reception =
+      std::make_unique<request_reception>(reception, [&s](http_connection c) { s.workers->submit(std::move(c)); });
+  s.workers =
+      std::make_unique<connection_workers>(std::max(4, s.options.max_connections), s.options.reserved_connections,
+                                           [&s](http_connection c) { s.serve(std::move(c)); });
   s.server.on_accept = [&s](int fd) { s.reception->add_new(fd); };
   s.server.new_task_queue = [] { return new inline_task_queue; };
   s.server.set_payload_max_length(s.options.max_body_bytes);

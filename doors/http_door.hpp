@@ -30,7 +30,7 @@ namespace troupe {
 
 struct http_options {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: any free port (port() says which)
+  int port = 8000;      // 0: any free port (port() says which)
   std::string api_key;  // empty: none asked for; else `Authorization: Bearer <key>` on /v1/*
   // [[tenants]]: their keys are let in too (and pin the request's tenant), their defaults fill
   // what a request leaves unset. Null: none.
@@ -51,7 +51,7 @@ struct http_options {
   // waiting longest is closed. 0: a quarter of the open-files limit (16..4096), so a flood of idle
   // connections cannot take the descriptors the engine needs.
   size_t max_waiting_connections = 0;
-  std::string model_name;  // what /v1/models lists and requests must name
+  std::string model_name;    // what /v1/models lists and requests must name
   std::string quantization;  // shown by /v1/models ("Q4_K_M", "bf16"); empty: not shown
   // CORS: origins whose pages may call the API ("*": any); a preflight (OPTIONS) from one of them
   // is answered without a key, and responses to them carry Access-Control-Allow-Origin. Empty: no
@@ -79,7 +79,7 @@ struct http_options {
 class http_door : public door_inbox {
  public:
   http_door(http_options options, door_downstream& downstream, request_admission& admission,
-                const serving_counters& counters, token_text_fn token_text);
+            const serving_counters& counters, token_text_fn token_text);
   ~http_door() override;
   http_door(const http_door&) = delete;
   http_door& operator=(const http_door&) = delete;

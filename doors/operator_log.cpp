@@ -55,7 +55,8 @@ void json_log_formatter::format(const spdlog::details::log_msg& msg, spdlog::mem
   const std::string_view payload(msg.payload.data(), msg.payload.size());
   nlohmann::ordered_json line;
   line["time"] = utc_time(msg.time);
-  line["level"] = std::string(spdlog::level::to_string_view(msg.level).data(), spdlog::level::to_string_view(msg.level).size());
+  line["level"] =
+      std::string(spdlog::level::to_string_view(msg.level).data(), spdlog::level::to_string_view(msg.level).size());
   if (payload.substr(0, structured_marker.size()) == structured_marker) {
     line["event"] = std::string(msg.logger_name.data(), msg.logger_name.size());
     const nlohmann::json fields = nlohmann::json::parse(payload.substr(structured_marker.size()), nullptr, false);

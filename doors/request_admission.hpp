@@ -20,9 +20,7 @@ namespace troupe {
 
 enum class client_door : uint8_t { zmq = 0, http = 1 };
 inline constexpr int num_client_doors = 2;
-inline constexpr const char* client_door_name(client_door door) {
-  return door == client_door::zmq ? "zmq" : "http";
-}
+inline constexpr const char* client_door_name(client_door door) { return door == client_door::zmq ? "zmq" : "http"; }
 
 class request_admission {
  public:
@@ -73,7 +71,7 @@ class request_admission {
   uint64_t num_refused(client_door door) const { return num_refused_[static_cast<int>(door)].load(); }
 
  private:
-  static constexpr int door_bits = 1;  // enough for num_client_doors
+  static constexpr int door_bits = 1;                                        // enough for num_client_doors
   static constexpr int sequence_bits = 63 - controller_id_bits - door_bits;  // 47: 1.4e14 ids
 
   std::atomic<int64_t> max_in_flight_;

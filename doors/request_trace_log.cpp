@@ -12,7 +12,8 @@ void request_trace_log::add(request_record record) {
 
 std::vector<request_record> request_trace_log::finished_since(timestamp_ns since) const {
   std::lock_guard lock(mutex_);
-  auto first = std::find_if(records_.begin(), records_.end(), [&](const request_record& r) { return r.finish >= since; });
+  auto first =
+      std::find_if(records_.begin(), records_.end(), [&](const request_record& r) { return r.finish >= since; });
   return {first, records_.end()};
 }
 

@@ -33,7 +33,8 @@ std::string throughput_log_text(const throughput_line& l) {
   std::string text = fmt::format("throughput: prompt {:.1f} tok/s, generation {:.1f} tok/s, {} finished over {:.1f} s",
                                  l.prompt_tokens_per_s, l.generation_tokens_per_s, l.num_finished, l.seconds);
   if (l.has_engine_gauges) {
-    text += fmt::format("; running {}, waiting {}; KV cache {:.1f}% used", l.num_running, l.num_waiting, l.kv_used_percent);
+    text +=
+        fmt::format("; running {}, waiting {}; KV cache {:.1f}% used", l.num_running, l.num_waiting, l.kv_used_percent);
   }
   return text;
 }

@@ -36,8 +36,7 @@ void warn_if_backlog_capped(int backlog) {
   std::ifstream in("/proc/sys/net/core/somaxconn");
   int somaxconn = 0;
   if (in >> somaxconn && somaxconn > 0 && somaxconn < backlog) {
-    spdlog::warn("zmq door: listen_backlog {} is capped by the kernel at net.core.somaxconn = {}", backlog,
-                 somaxconn);
+    spdlog::warn("zmq door: listen_backlog {} is capped by the kernel at net.core.somaxconn = {}", backlog, somaxconn);
   }
 }
 
@@ -142,9 +141,9 @@ void zmq_door::start() {
     relay.backlog = options_.listen_backlog;
     relay.target_path = s.relay_directory->path() + "/router.sock";
     relay.limits.max_pending = std::max<size_t>(options_.max_pending_handshakes, 1);
-    relay.limits.max_connections =
-        options_.max_connections > 0 ? options_.max_connections
-                                     : door_connection_share(current_open_files_limit().soft, 3 * 4096) / 3;
+    relay.limits.max_connections = options_.max_connections > 0
+                                       ? options_.max_connections
+                                       : door_connection_share(current_open_files_limit().soft, 3 * 4096) / 3;
     // Fewer pending slots than open ones: a client connecting during a flood of silent
     // connections then evicts the oldest of them instead of being refused until they time out
     // (under a low open-files limit the share, 21 connections at 256, was below the 64 slots,
@@ -169,7 +168,8 @@ void zmq_door::start() {
     bound_endpoint_ = s.router.get(zmq::sockopt::last_endpoint);
     spdlog::info("zmq door: listening on {}", bound_endpoint_);
   }
-  std::string monitor_endpoint = "inproc://troupe-zmq-door-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  std::string monitor_endpoint =
+      "inproc://troupe-zmq-door-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
   if (zmq_socket_monitor(s.router.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
     throw std::runtime_error("zmq door: cannot monitor the ROUTER socket: " + std::string(zmq_strerror(zmq_errno())));
   }
@@ -239,9 +239,9 @@ void zmq_door::loop() {
         options_.tenants && !api_key.empty() ? options_.tenants->tenant_of_key(api_key) : std::nullopt;
     const bool keyed = !options_.api_key.empty() || (options_.tenants && options_.tenants->has_keys());
     if (keyed && !key_tenant && (options_.api_key.empty() || !api_key_matches(api_key, options_.api_key))) {
-      s.send_error(routing_id, id, error_code::unauthorized,
-                   api_key.empty() ? "field 'api_key': missing (this server requires a key)"
-                                   : "field 'api_key': wrong key");
+      s.send_error(
+          routing_id, id, error_code::unauthorized,
+          api_key.empty() ? "field 'api_key': missing (this server requires a key)" : "field 'api_key': wrong key");
       return;
     }
     if (auto* generate = std::get_if<generate_request>(&request); generate && options_.tenants) {

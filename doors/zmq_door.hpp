@@ -39,8 +39,8 @@ struct zmq_door_options {
   // what a generate request leaves unset. Null: none.
   std::shared_ptr<const tenant_table> tenants;
   protocol_limits limits;
-  int max_prompt_tokens = 1 << 20;    // from the model's context; a token-id prompt this long is refused early
-  int listen_backlog = 4096;          // TCP connections queued before accept (capped by net.core.somaxconn)
+  int max_prompt_tokens = 1 << 20;  // from the model's context; a token-id prompt this long is refused early
+  int listen_backlog = 4096;        // TCP connections queued before accept (capped by net.core.somaxconn)
   // A connection must finish ZeroMQ's greeting and handshake within this, or it is closed: by
   // the door's relay while the client has not sent its greeting, by libzmq after (libzmq's own
   // default is 30 s; docs/reliability.md).

@@ -17,8 +17,8 @@ struct door_timing {
   duration_ns e2e_ns = 0;
 };
 
-delta_reply to_reply(const std::string& client_id, const text_delta& d, bool want_logprobs,
-                     bool with_prompt_logprobs, const door_timing& door) {
+delta_reply to_reply(const std::string& client_id, const text_delta& d, bool want_logprobs, bool with_prompt_logprobs,
+                     const door_timing& door) {
   delta_reply r;
   r.id = client_id;
   r.text = d.text;
@@ -67,8 +67,8 @@ void log_finished(const text_delta& d, const std::string& client_id, const door_
       "request {} ('{}') {}: tokenize {:.3f} ms; scheduler: queue {:.3f} ms, first step done +{:.3f} ms, last "
       "+{:.3f} ms, {} steps; worker: first step {:.3f} ms; door: ttft {:.3f} ms, e2e {:.3f} ms",
       d.delta.request_id, client_id, finish_reason_name(d.delta.finish), ms(t.tokenize_ns), ms(t.queue_ns),
-      ms(t.first_step_done_ns), ms(t.last_step_done_ns), t.num_steps, ms(t.first_step_compute_ns),
-      ms(door.ttft_ns), ms(door.e2e_ns));
+      ms(t.first_step_done_ns), ms(t.last_step_done_ns), t.num_steps, ms(t.first_step_compute_ns), ms(door.ttft_ns),
+      ms(door.e2e_ns));
 }
 
 }  // namespace
@@ -178,11 +178,11 @@ zmq_request_table::outputs zmq_request_table::on_event(const door_event& event, 
       stats_waiters_.erase(it);
       return out;
     }
-    out.replies.push_back({std::move(it->second.routing_id),
-                           stats_reply{std::move(it->second.id), stats->num_free_blocks, stats->num_total_blocks,
-                                       stats->num_running, stats->num_waiting,
-                                       static_cast<int>(admission_.num_in_flight()), stats->num_waiting_for_kv,
-                                       stats->num_kv_leases}});
+    out.replies.push_back(
+        {std::move(it->second.routing_id),
+         stats_reply{std::move(it->second.id), stats->num_free_blocks, stats->num_total_blocks, stats->num_running,
+                     stats->num_waiting, static_cast<int>(admission_.num_in_flight()), stats->num_waiting_for_kv,
+                     stats->num_kv_leases}});
     stats_waiters_.erase(it);
   }
   return out;

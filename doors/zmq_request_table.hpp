@@ -79,7 +79,7 @@ class zmq_request_table {
     bool client_gone = false;
     timestamp_ns arrival = 0;
     timestamp_ns first_tokens = 0;  // when the first delta with tokens came back; 0 before
-    delta_reply pending;  // the whole completion so far when not streaming
+    delta_reply pending;            // the whole completion so far when not streaming
   };
   struct stats_waiter {
     std::string routing_id;
@@ -90,8 +90,7 @@ class zmq_request_table {
   void gone(const std::string& routing_id, outputs& out);
   // Drops a finished or failed request and returns its in-flight slot.
   void forget(int64_t request_id);
-  static void refuse(outputs& out, const std::string& routing_id, std::string id, error_code code,
-                     std::string message);
+  static void refuse(outputs& out, const std::string& routing_id, std::string id, error_code code, std::string message);
 
   request_admission& admission_;
   int max_prompt_tokens_;

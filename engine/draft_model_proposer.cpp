@@ -17,8 +17,9 @@ namespace troupe {
 namespace {
 
 std::string vocab_mismatch(const std::string& source, int vocab, int target_vocab_size) {
-  return fmt::format("draft model {} has vocab_size {}, the target model {}: a draft must share the target's vocabulary",
-                     source, vocab, target_vocab_size);
+  return fmt::format(
+      "draft model {} has vocab_size {}, the target model {}: a draft must share the target's vocabulary", source,
+      vocab, target_vocab_size);
 }
 
 model& checked_draft(const std::shared_ptr<served_model>& draft, int target_vocab_size) {
@@ -81,13 +82,13 @@ draft_model_proposer::draft_model_proposer(model& draft, int target_vocab_size, 
       num_blocks_(draft.kv_shape().num_blocks),
       max_model_len_(max_model_len > 0 ? max_model_len : draft.config().max_position_embeddings) {
   if (vocab_size_ != target_vocab_size) {
-    throw std::runtime_error(fmt::format(
-        "draft model has vocab_size {}, the target model {}: a draft must share the target's vocabulary", vocab_size_,
-        target_vocab_size));
+    throw std::runtime_error(
+        fmt::format("draft model has vocab_size {}, the target model {}: a draft must share the target's vocabulary",
+                    vocab_size_, target_vocab_size));
   }
   if (block_size_ <= 0 || num_blocks_ <= 0) {
-    throw std::runtime_error(fmt::format("draft model: its KV pool of {} blocks of {} tokens holds nothing",
-                                         num_blocks_, block_size_));
+    throw std::runtime_error(
+        fmt::format("draft model: its KV pool of {} blocks of {} tokens holds nothing", num_blocks_, block_size_));
   }
   // Without a stated context, the pool is the limit.
   if (max_model_len_ <= 0) max_model_len_ = num_blocks_ * block_size_;
@@ -123,8 +124,8 @@ bool draft_model_proposer::prepare(const draft_request& r, int num_drafts, reque
   // Usually all of it matches: one memcmp settles that; only a rollback looks for where.
   size_t common = limit;
   if (limit > 0 && std::memcmp(state.fed.data(), r.history.data(), limit * sizeof(int32_t)) != 0) {
-    common = static_cast<size_t>(
-        std::mismatch(state.fed.begin(), state.fed.begin() + limit, r.history.begin()).first - state.fed.begin());
+    common = static_cast<size_t>(std::mismatch(state.fed.begin(), state.fed.begin() + limit, r.history.begin()).first -
+                                 state.fed.begin());
   }
   state.fed.resize(common);
   // Positions up to history - 1 + (num_drafts - 1) get K/V: the last draft is never fed.
@@ -188,8 +189,8 @@ void draft_model_proposer::propose(std::span<const draft_request> requests, std:
 void draft_model_proposer::build_batch(std::span<const draft_request> requests,
                                        const std::vector<std::vector<int32_t>>& drafts, int position) {
   forward_batch& b = batch_;
-  for (auto* v : {&b.token_ids, &b.positions, &b.query_start, &b.context_lengths, &b.block_table_start,
-                  &b.block_tables, &b.logits_rows}) {
+  for (auto* v : {&b.token_ids, &b.positions, &b.query_start, &b.context_lengths, &b.block_table_start, &b.block_tables,
+                  &b.logits_rows}) {
     v->clear();
   }
   b.slot_mapping.clear();

@@ -54,7 +54,7 @@ class draft_model_proposer final : public draft_proposer {
   };
   // A request drafting in this call.
   struct active_request {
-    size_t index = 0;        // into the call's requests and drafts
+    size_t index = 0;  // into the call's requests and drafts
     request_state* state = nullptr;
     int32_t first_new = 0;   // the first history position not yet in the pool
     int32_t num_drafts = 0;  // drafts it gets (forwards it takes part in)
@@ -82,18 +82,18 @@ class draft_model_proposer final : public draft_proposer {
   uint64_t num_calls_ = 0;
 
   // Per call, kept for their capacity: propose allocates nothing once they have grown.
-  std::vector<active_request> active_;      // [requests drafting]
+  std::vector<active_request> active_;  // [requests drafting]
   forward_batch batch_;
-  std::vector<float> logits_;               // [num_logits, vocab_size]
-  std::vector<device_sampling_row> rows_;   // [num_logits] greedy rows for on-device argmax
-  std::vector<int32_t> tokens_;             // [num_logits]
+  std::vector<float> logits_;              // [num_logits, vocab_size]
+  std::vector<device_sampling_row> rows_;  // [num_logits] greedy rows for on-device argmax
+  std::vector<int32_t> tokens_;            // [num_logits]
 };
 
 // Loads the draft model `spec` names for a target of `target_vocab_size` tokens: no tokenizer
-// (only ids cross; a config.json path auto-detects as random weights of its shape), and a KV pool of exactly spec.num_kv_blocks, or what spec.kv_memory_mb holds
-// at f32, on either device (on CUDA a pool sized from free memory would take what the target left
-// for everything else). Throws std::runtime_error naming the path and both vocabularies when they
-// differ, before the weights reach the device.
+// (only ids cross; a config.json path auto-detects as random weights of its shape), and a KV pool of exactly
+// spec.num_kv_blocks, or what spec.kv_memory_mb holds at f32, on either device (on CUDA a pool sized from free memory
+// would take what the target left for everything else). Throws std::runtime_error naming the path and both vocabularies
+// when they differ, before the weights reach the device.
 std::shared_ptr<served_model> load_draft_model(const model_spec& spec, int target_vocab_size);
 
 }  // namespace troupe

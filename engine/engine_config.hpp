@@ -9,12 +9,12 @@
 namespace troupe {
 
 struct engine_config {
-  int block_size = 16;                 // tokens per KV block
-  int num_kv_blocks = 0;               // 0: take the model's KV pool size
-  int max_num_batched_tokens = 2048;   // token budget of one step (prefill chunks + decodes)
-  int max_num_seqs = 256;              // sequences running at once
-  int max_waiting_requests = 1024;     // beyond this, add_request answers `overloaded`
-  int max_model_len = 2048;            // prompt + generated tokens of one sequence
+  int block_size = 16;                // tokens per KV block
+  int num_kv_blocks = 0;              // 0: take the model's KV pool size
+  int max_num_batched_tokens = 2048;  // token budget of one step (prefill chunks + decodes)
+  int max_num_seqs = 256;             // sequences running at once
+  int max_waiting_requests = 1024;    // beyond this, add_request answers `overloaded`
+  int max_model_len = 2048;           // prompt + generated tokens of one sequence
   bool enable_prefix_caching = true;
   // The scheduler stage keeps two steps in flight: it plans step N+1 while the worker runs step N
   // (docs/design/engine.md, "Overlapped scheduling"). The synchronous llm_engine ignores it.
@@ -56,12 +56,14 @@ struct engine_config {
     positive("max_waiting_requests", max_waiting_requests);
     positive("max_model_len", max_model_len);
     if (kv_window < -1) {
-      throw std::runtime_error("engine_config: kv_window must be -1 (the model's), 0 (keep every block) or positive, got " +
-                               std::to_string(kv_window));
+      throw std::runtime_error(
+          "engine_config: kv_window must be -1 (the model's), 0 (keep every block) or positive, got " +
+          std::to_string(kv_window));
     }
     if (max_speculative_tokens < 0 || num_speculative_tokens < 0 || num_speculative_tokens > max_speculative_tokens) {
       throw std::runtime_error("engine_config: num_speculative_tokens " + std::to_string(num_speculative_tokens) +
-                               " must be in [0, max_speculative_tokens " + std::to_string(max_speculative_tokens) + "]");
+                               " must be in [0, max_speculative_tokens " + std::to_string(max_speculative_tokens) +
+                               "]");
     }
   }
 };

@@ -9,7 +9,8 @@ sequence* fair_policy::next_waiting(const std::vector<sequence*>& waiting) const
   double best_count = 0;
   for (sequence* seq : waiting) {
     const double count = virtual_tokens(seq->targets.tenant);
-    if (best == nullptr || count < best_count || (count == best_count && seq->arrival_order() < best->arrival_order())) {
+    if (best == nullptr || count < best_count ||
+        (count == best_count && seq->arrival_order() < best->arrival_order())) {
       best = seq;
       best_count = count;
     }

@@ -8,7 +8,9 @@ namespace troupe {
 
 class fcfs_policy : public scheduling_policy {
  public:
-  bool runs_before(const sequence& a, const sequence& b) const override { return a.arrival_order() < b.arrival_order(); }
+  bool runs_before(const sequence& a, const sequence& b) const override {
+    return a.arrival_order() < b.arrival_order();
+  }
   sequence* next_waiting(const std::vector<sequence*>& waiting) const override;
 };
 

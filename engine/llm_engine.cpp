@@ -24,8 +24,9 @@ engine_config llm_engine::fit_to_model(engine_config config, const model& m) {
   if (model_len > 0 && config.max_model_len > model_len) config.max_model_len = model_len;
   if (config.kv_window < 0) config.kv_window = attention_reach(m.config());
   if (config.kv_window > 0 && config.kv_window < attention_reach(m.config())) {
-    throw std::runtime_error("llm_engine: kv_window " + std::to_string(config.kv_window) + " is narrower than the model's window of " +
-                             std::to_string(attention_reach(m.config())) + " tokens");
+    throw std::runtime_error("llm_engine: kv_window " + std::to_string(config.kv_window) +
+                             " is narrower than the model's window of " + std::to_string(attention_reach(m.config())) +
+                             " tokens");
   }
   if (config.kv_window > 0 && attention_reach(m.config()) == 0) {
     throw std::runtime_error("llm_engine: kv_window " + std::to_string(config.kv_window) +
@@ -49,16 +50,16 @@ add_request_result llm_engine::add_request(std::vector<int32_t> prompt_ids, samp
   const int vocab = model_->config().vocab_size;
   for (int32_t t : prompt_ids) {
     if (t < 0 || t >= vocab) {
-      return {-1, request_error{request_error_code::invalid_request,
-                                "prompt token id " + std::to_string(t) + " is outside the vocabulary of " +
-                                    std::to_string(vocab)}};
+      return {-1, request_error{request_error_code::invalid_request, "prompt token id " + std::to_string(t) +
+                                                                         " is outside the vocabulary of " +
+                                                                         std::to_string(vocab)}};
     }
   }
   for (int32_t t : resumed_output_ids) {
     if (t < 0 || t >= vocab) {
-      return {-1, request_error{request_error_code::invalid_request,
-                                "resumed output token id " + std::to_string(t) + " is outside the vocabulary of " +
-                                    std::to_string(vocab)}};
+      return {-1, request_error{request_error_code::invalid_request, "resumed output token id " + std::to_string(t) +
+                                                                         " is outside the vocabulary of " +
+                                                                         std::to_string(vocab)}};
     }
   }
   if (is_guided(params)) {

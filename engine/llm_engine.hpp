@@ -43,7 +43,9 @@ class llm_engine {
                                  std::span<const int32_t> resumed_output_ids = {});
   // Structured output needs the tokenizer's vocabulary as bytes (engine/guided_vocabulary.hpp);
   // without it a constrained request is refused.
-  void set_vocabulary(std::shared_ptr<const token_vocabulary> vocabulary) { runner_.set_vocabulary(std::move(vocabulary)); }
+  void set_vocabulary(std::shared_ptr<const token_vocabulary> vocabulary) {
+    runner_.set_vocabulary(std::move(vocabulary));
+  }
   // Speculative decoding's drafts (n-gram prompt lookup unless set; engine/draft_proposer.hpp).
   void set_draft_proposer(std::unique_ptr<draft_proposer> proposer) { runner_.set_draft_proposer(std::move(proposer)); }
   // False for an unknown (or already finished) id; the abort's output comes with the next step.

@@ -71,9 +71,8 @@ void flatten_plan(const step_plan& plan, int block_size, TableOf table_of, Draft
     const int blocks_needed = (context + block_size - 1) / block_size;
     if (static_cast<int>(block_table.size()) < blocks_needed) {
       throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) + " has " +
-                               std::to_string(block_table.size()) + " KV blocks for " +
-                               std::to_string(context) + " tokens, expected at least " +
-                               std::to_string(blocks_needed));
+                               std::to_string(block_table.size()) + " KV blocks for " + std::to_string(context) +
+                               " tokens, expected at least " + std::to_string(blocks_needed));
     }
     for (int i = 0; i < num_inputs; ++i) {
       const int position = s.num_computed_tokens + i;
@@ -87,7 +86,8 @@ void flatten_plan(const step_plan& plan, int block_size, TableOf table_of, Draft
     batch.block_tables.insert(batch.block_tables.end(), block_table.begin(), block_table.begin() + blocks_needed);
     batch.block_table_start.push_back(static_cast<int32_t>(batch.block_tables.size()));
     if (s.sample) {
-      for (int row = batch.query_start.back() - 1 - static_cast<int>(drafts.size()); row < batch.query_start.back(); ++row) {
+      for (int row = batch.query_start.back() - 1 - static_cast<int>(drafts.size()); row < batch.query_start.back();
+           ++row) {
         batch.logits_rows.push_back(row);
       }
     }
@@ -203,11 +203,10 @@ void model_runner::start_matcher(uint64_t step_id, const scheduled_sequence& s, 
   // the matcher walks them first.
   for (size_t i = static_cast<size_t>(s.num_prompt_tokens); i < s.penalty_token_ids.size(); ++i) {
     if (!state.matcher->advance(s.penalty_token_ids[i])) {
-      throw std::runtime_error("model_runner: step " + std::to_string(step_id) + " resumes request " +
-                               std::to_string(s.request_id) + " whose output token " +
-                               std::to_string(s.penalty_token_ids[i]) + " (output " +
-                               std::to_string(i - static_cast<size_t>(s.num_prompt_tokens)) +
-                               ") its grammar does not allow");
+      throw std::runtime_error(
+          "model_runner: step " + std::to_string(step_id) + " resumes request " + std::to_string(s.request_id) +
+          " whose output token " + std::to_string(s.penalty_token_ids[i]) + " (output " +
+          std::to_string(i - static_cast<size_t>(s.num_prompt_tokens)) + ") its grammar does not allow");
     }
   }
   if (!state.keeps_history()) state.penalty_token_ids.clear();  // the matcher holds what counts
@@ -222,8 +221,8 @@ void model_runner::fill_previous_samples(const step_plan& plan, const sample_lis
     if ((token == nullptr || s.new_token_ids.empty()) && !last_failure_.empty()) {
       // The common case under overlapped scheduling: this step was planned before the one
       // before it failed. Its requests fail with that step's cause, which names what broke.
-      const std::string why =
-          "step " + std::to_string(plan.step_id) + " needs the samples of the step before it, which failed: " + last_failure_;
+      const std::string why = "step " + std::to_string(plan.step_id) +
+                              " needs the samples of the step before it, which failed: " + last_failure_;
       if (last_failure_lost_stage_) throw previous_step_lost_stage(why);
       throw previous_step_failed(why);
     }
@@ -284,7 +283,8 @@ step_result model_runner::run_step(const step_plan& plan) {
   if (kv_out_) {
     tables_.clear();
     for (const request_state* state : entry_states_) tables_.push_back(&state->block_table);
-    if (kv_out_->prepare(plan, tables_)) batch_.after_layer_kv = [this](int layer) { kv_out_->on_layer_written(layer); };
+    if (kv_out_->prepare(plan, tables_))
+      batch_.after_layer_kv = [this](int layer) { kv_out_->on_layer_written(layer); };
   }
   // The check reads only parameters; the masks come after it, so a step that stays on the host
   // (every step on the CPU backend) never queries a matcher twice.
@@ -428,7 +428,8 @@ void model_runner::take_device_samples(const step_plan& plan, step_result& resul
   }
   size_t next = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    if (plan.sequences[i].sample) record_output(plan.sequences[i].request_id, *entry_states_[i], result.tokens[next++].token_id);
+    if (plan.sequences[i].sample)
+      record_output(plan.sequences[i].request_id, *entry_states_[i], result.tokens[next++].token_id);
   }
 }
 
@@ -467,7 +468,8 @@ void model_runner::run_logits_plugins(const step_plan& plan, size_t entry, int r
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
   std::string why;
   if (!logits_hook_) {
-    why = "this worker runs no logits plugins, and the request names plugin '" + state.params.logits_plugins.front() + "'";
+    why = "this worker runs no logits plugins, and the request names plugin '" + state.params.logits_plugins.front() +
+          "'";
   } else {
     why = logits_hook_->process(state.params.logits_plugins, s.request_id, state.penalty_token_ids,
                                 state.num_prompt_tokens,
@@ -510,9 +512,10 @@ void model_runner::take_prompt_logprobs(const step_plan& plan, const std::vector
     for (int k = 0; k < prompt_entry_rows_[i]; ++k, ++row) {
       const size_t next = static_cast<size_t>(s.num_computed_tokens + k + 1);
       if (next >= state.penalty_token_ids.size()) {
-        throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) + " wants prompt logprobs at " +
-                                 "position " + std::to_string(next) + " but its entry sent a prompt of " +
-                                 std::to_string(state.penalty_token_ids.size()) + " tokens");
+        throw std::runtime_error("model_runner: request " + std::to_string(s.request_id) +
+                                 " wants prompt logprobs at " + "position " + std::to_string(next) +
+                                 " but its entry sent a prompt of " + std::to_string(state.penalty_token_ids.size()) +
+                                 " tokens");
       }
       std::span<const float> logits(logits_.data() + static_cast<size_t>(row) * vocab, vocab);
       state.prompt_logprobs.push_back(
@@ -534,8 +537,7 @@ void model_runner::collect_hidden_rows(const step_plan& plan) {
     const int first_row = batch_.query_start[i];
     // The prompt's rows of this entry (a plan made before the request's end was seen may feed
     // its sampled token back: that row is no part of the prompt).
-    const int num_prompt_rows =
-        std::clamp(state.num_prompt_tokens - s.num_computed_tokens, 0, s.num_new_tokens());
+    const int num_prompt_rows = std::clamp(state.num_prompt_tokens - s.num_computed_tokens, 0, s.num_new_tokens());
     if (state.params.pooling == pooling_kind::mean) {
       for (int k = 0; k < num_prompt_rows; ++k) batch_.hidden_rows.push_back(first_row + k);
       hidden_entry_rows_[i] = num_prompt_rows;

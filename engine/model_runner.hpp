@@ -180,31 +180,31 @@ class model_runner {
   model& model_;
   sampler sampler_;
   std::unique_ptr<draft_proposer> proposer_;
-  std::vector<draft_request> draft_requests_;       // this run's, for the proposer
-  std::vector<size_t> draft_entries_;                // [draft_requests_] their plan entries
-  std::vector<std::vector<int32_t>> proposed_;       // [draft_requests_] what the proposer said
-  std::vector<std::vector<int32_t>> drafts_;         // [plan entries] the drafts verified this run
+  std::vector<draft_request> draft_requests_;   // this run's, for the proposer
+  std::vector<size_t> draft_entries_;           // [draft_requests_] their plan entries
+  std::vector<std::vector<int32_t>> proposed_;  // [draft_requests_] what the proposer said
+  std::vector<std::vector<int32_t>> drafts_;    // [plan entries] the drafts verified this run
   std::unique_ptr<kv_layer_sink> kv_out_;
   std::unique_ptr<logits_hook> logits_hook_;
 
-  std::vector<float> hidden_;                 // [hidden rows, hidden_size] this run's pooled rows
-  std::vector<int> hidden_entry_rows_;        // [plan entries] how many of them each entry has
-  std::vector<int> prompt_entry_rows_;        // [plan entries] prompt logprob rows of each entry
+  std::vector<float> hidden_;           // [hidden rows, hidden_size] this run's pooled rows
+  std::vector<int> hidden_entry_rows_;  // [plan entries] how many of them each entry has
+  std::vector<int> prompt_entry_rows_;  // [plan entries] prompt logprob rows of each entry
   request_grammars grammars_;
   std::unordered_map<int64_t, request_state> requests_;  // by request id
-  std::vector<request_state*> entry_states_;              // [plan entries] of this run
+  std::vector<request_state*> entry_states_;             // [plan entries] of this run
   std::vector<const std::vector<int32_t>*> tables_;      // [plan entries] their block tables
-  sample_list last_samples_;      // what the last run sampled
-  sample_list previous_samples_;  // the run before's, kept for its capacity
-  std::string last_failure_;      // why the last run threw; empty when it did not
-  bool last_failure_lost_stage_ = false;  // it threw a stage_lost_error
+  sample_list last_samples_;                             // what the last run sampled
+  sample_list previous_samples_;                         // the run before's, kept for its capacity
+  std::string last_failure_;                             // why the last run threw; empty when it did not
+  bool last_failure_lost_stage_ = false;                 // it threw a stage_lost_error
   forward_batch batch_;
   std::vector<float> logits_;  // [num_logits, vocab_size]
   bool device_sampling_;
   bool last_on_device_ = false;
-  std::mt19937_64 device_rng_;              // seeds for unseeded rows sampled on the device
-  std::vector<device_sampling_row> rows_;   // [num_logits]
-  std::vector<int32_t> device_tokens_;      // [num_logits]
+  std::mt19937_64 device_rng_;                           // seeds for unseeded rows sampled on the device
+  std::vector<device_sampling_row> rows_;                // [num_logits]
+  std::vector<int32_t> device_tokens_;                   // [num_logits]
   std::vector<std::span<const uint64_t>> device_masks_;  // [plan entries] allowed_bits, or empty
 };
 

@@ -7,10 +7,10 @@
 namespace troupe {
 
 enum class request_error_code {
-  overloaded,       // the waiting queue is full: retry later or elsewhere
-  slo_unattainable, // the slo policy predicts the request's TTFT target cannot be met behind this queue
-  invalid_request,  // the request can never run (empty prompt, too long, bad parameters)
-  duplicate_id,     // a live request already has this id
+  overloaded,        // the waiting queue is full: retry later or elsewhere
+  slo_unattainable,  // the slo policy predicts the request's TTFT target cannot be met behind this queue
+  invalid_request,   // the request can never run (empty prompt, too long, bad parameters)
+  duplicate_id,      // a live request already has this id
 };
 
 struct request_error {

@@ -28,10 +28,12 @@ std::unique_ptr<grammar_matcher> request_grammars::start(const guided_decoding& 
     try {
       grammar = compile_guided(guided);
     } catch (const grammar_error& e) {
-      throw std::runtime_error("request " + std::to_string(request_id) + ": its constraint cannot be compiled: " + e.what());
+      throw std::runtime_error("request " + std::to_string(request_id) +
+                               ": its constraint cannot be compiled: " + e.what());
     }
     if (masks_.size() >= max_cached_masks) masks_.clear();
-    it = masks_.emplace(key, std::make_shared<token_masks>(std::move(grammar), spelled ? with_special_ : vocabulary_)).first;
+    it = masks_.emplace(key, std::make_shared<token_masks>(std::move(grammar), spelled ? with_special_ : vocabulary_))
+             .first;
   }
   return std::make_unique<grammar_matcher>(it->second);
 }

@@ -6,10 +6,10 @@
 namespace troupe {
 
 enum class sequence_status {
-  waiting,         // queued, holds no blocks
-  running,         // holds blocks, scheduled every step it fits the budget
-  waiting_for_kv,  // decode side of a disaggregated pair: its KV is still arriving; skipped
-  preempted,       // lost its blocks to make room; back in the queue, recomputed when readmitted
+  waiting,           // queued, holds no blocks
+  running,           // holds blocks, scheduled every step it fits the budget
+  waiting_for_kv,    // decode side of a disaggregated pair: its KV is still arriving; skipped
+  preempted,         // lost its blocks to make room; back in the queue, recomputed when readmitted
   finished_stopped,  // sampled EOS or a stop token
   finished_length,   // reached max_tokens or max_model_len
   finished_aborted,  // aborted by the client

@@ -55,7 +55,8 @@ sampled_token sampler::sample(std::span<const float> logits, const sampling_para
     if (context.allowed_token_ids.empty()) mask_logits(logits, context);  // throws, naming the request
     const int32_t best_any = argmax(logits);
     const auto& bits = context.allowed_bits;
-    if (static_cast<size_t>(best_any) / 64 < bits.size() && (bits[static_cast<size_t>(best_any) / 64] >> (best_any & 63) & 1)) {
+    if (static_cast<size_t>(best_any) / 64 < bits.size() &&
+        (bits[static_cast<size_t>(best_any) / 64] >> (best_any & 63) & 1)) {
       out.token_id = best_any;  // the model's own choice is allowed: no scan of the mask
       if (params.logprobs >= 0) fill_logprobs(logits, params.logprobs, out);
       return out;
@@ -91,7 +92,8 @@ void sampler::prepare_row(std::span<const float> logits, const sampling_params& 
   }
   for (const token_bias& b : params.logit_bias) {
     // Ids past the model's rows (a tokenizer larger than the model) have no logit to move.
-    if (b.token_id >= 0 && static_cast<size_t>(b.token_id) < work_.size()) work_[static_cast<size_t>(b.token_id)] += b.bias;
+    if (b.token_id >= 0 && static_cast<size_t>(b.token_id) < work_.size())
+      work_[static_cast<size_t>(b.token_id)] += b.bias;
   }
   if (uses_penalties(params)) apply_penalties(params, context);
 }
@@ -278,9 +280,8 @@ void sampler::top_logprobs(std::span<const float> logits, int top_n, double log_
   if (top_n <= 0) return;
   order_.resize(static_cast<size_t>(vocab));
   std::iota(order_.begin(), order_.end(), 0);
-  std::partial_sort(order_.begin(), order_.begin() + top_n, order_.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::partial_sort(order_.begin(), order_.begin() + top_n, order_.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   for (int i = 0; i < top_n; ++i) {
     ids.push_back(order_[i]);
     logprobs.push_back(static_cast<float>(logits[order_[i]] - log_z));

@@ -40,8 +40,7 @@ class sampler {
   explicit sampler(uint64_t unseeded_seed = std::random_device{}());
 
   // logits: [vocab_size] the model's raw logits for the row (left untouched).
-  sampled_token sample(std::span<const float> logits, const sampling_params& params,
-                       const sample_context& context);
+  sampled_token sample(std::span<const float> logits, const sampling_params& params, const sample_context& context);
 
   // Speculative decoding: the token a position yields when the proposer drafted `draft` there,
   // and whether the draft is `accepted`. Greedy requests: the token sample() gives, accepted
@@ -77,8 +76,8 @@ class sampler {
   void top_logprobs(std::span<const float> logits, int top_n, double log_z, std::vector<int32_t>& ids,
                     std::vector<float>& logprobs);
 
-  std::vector<float> work_;     // [vocab_size] processed logits, then unnormalized probabilities
-  std::vector<int32_t> order_;  // [vocab_size] candidate token ids
+  std::vector<float> work_;      // [vocab_size] processed logits, then unnormalized probabilities
+  std::vector<int32_t> order_;   // [vocab_size] candidate token ids
   std::vector<int32_t> counts_;  // [vocab_size] output occurrences (penalties), kept zeroed
   std::vector<uint8_t> seen_;    // [vocab_size] in prompt or output (penalties), kept zeroed
   std::vector<int32_t> touched_;

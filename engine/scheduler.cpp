@@ -362,9 +362,10 @@ void scheduler::mark_scheduled(sequence& seq, const scheduled_sequence& entry) {
 }
 
 void scheduler::insert_running(sequence* seq) {
-  running_.insert(std::upper_bound(running_.begin(), running_.end(), seq,
-                                   [this](const sequence* a, const sequence* b) { return policy_->runs_before(*a, *b); }),
-                  seq);
+  running_.insert(
+      std::upper_bound(running_.begin(), running_.end(), seq,
+                       [this](const sequence* a, const sequence* b) { return policy_->runs_before(*a, *b); }),
+      seq);
 }
 
 void scheduler::remove_running(sequence* seq) {
@@ -413,8 +414,8 @@ sequence_status scheduler::stop_status(const sequence& seq, int32_t token_id) co
   return stop_status(seq.params(), token_id, seq.num_output_tokens(), seq.num_tokens());
 }
 
-std::string scheduler::entry_token_count(const step_outline& plan, const planned_sequence& s,
-                                         const step_result& result, size_t next, size_t& count) const {
+std::string scheduler::entry_token_count(const step_outline& plan, const planned_sequence& s, const step_result& result,
+                                         size_t next, size_t& count) const {
   const std::string step = "step " + std::to_string(plan.step_id);
   count = 0;
   if (!s.sample) return {};

@@ -67,9 +67,8 @@ class scheduler {
   // any request, but into waiting_for_kv: blocks for its prompt and resumed outputs are
   // reserved (take_kv_reservations lists them for the KV receiver), it takes no part in steps
   // and is never preempted, and it runs from the step after both kv_arrived and hand_over.
-  std::optional<request_error> add_request(int64_t request_id, std::vector<int32_t> prompt_ids,
-                                           sampling_params params, int priority = 0,
-                                           engine_clock::time_point arrival = engine_clock::now(),
+  std::optional<request_error> add_request(int64_t request_id, std::vector<int32_t> prompt_ids, sampling_params params,
+                                           int priority = 0, engine_clock::time_point arrival = engine_clock::now(),
                                            std::span<const int32_t> resumed_output_ids = {}, kv_handoff kv = {},
                                            service_targets targets = {});
 
@@ -133,8 +132,7 @@ class scheduler {
   const sequence* find(int64_t request_id) const;
 
  private:
-  std::optional<request_error> check_request(int64_t request_id, int num_prompt_tokens,
-                                             const sampling_params& params,
+  std::optional<request_error> check_request(int64_t request_id, int num_prompt_tokens, const sampling_params& params,
                                              std::span<const int32_t> resumed_output_ids) const;
   // Why `resumed_output_ids` cannot be the outputs of a request still running, or "".
   std::string check_resumed_outputs(std::span<const int32_t> resumed_output_ids, const sampling_params& params) const;
@@ -187,8 +185,8 @@ class scheduler {
   // Behind a pointer, so the policy's reference survives a move of the scheduler.
   std::unique_ptr<step_time_model> step_times_ = std::make_unique<step_time_model>();
   std::unique_ptr<scheduling_policy> policy_;
-  std::vector<sequence*> waiting_;  // the policy picks from it
-  std::vector<sequence*> running_;  // in the policy's running order: the back is preempted first
+  std::vector<sequence*> waiting_;         // the policy picks from it
+  std::vector<sequence*> running_;         // in the policy's running order: the back is preempted first
   std::vector<sequence*> waiting_for_kv_;  // role receive, blocks reserved, KV arriving
   std::vector<kv_reservation> new_kv_reservations_;
   uint64_t next_arrival_order_ = 0;

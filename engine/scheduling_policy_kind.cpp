@@ -10,7 +10,8 @@ scheduling_policy_kind parse_scheduling_policy(std::string_view name) {
   if (name == "priority") return scheduling_policy_kind::priority;
   if (name == "slo") return scheduling_policy_kind::slo;
   if (name == "fair") return scheduling_policy_kind::fair;
-  throw std::invalid_argument("scheduling policy \"" + std::string(name) + "\" is not one of fcfs, priority, slo, fair");
+  throw std::invalid_argument("scheduling policy \"" + std::string(name) +
+                              "\" is not one of fcfs, priority, slo, fair");
 }
 
 slo_admission_mode parse_slo_admission(std::string_view name) {

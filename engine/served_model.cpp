@@ -53,8 +53,9 @@ void model_spec::validate_settings() const {
   if (num_kv_blocks == 0) positive(kv_memory_mb, "kv_memory_mb (when num_kv_blocks is 0)");
   if (memory_budget_mb < 0) throw std::runtime_error("memory_budget_mb must be 0 (no bound) or positive");
   if (memory_budget_mb > 0 && num_kv_blocks == 0 && kv_memory_mb >= memory_budget_mb) {
-    throw std::runtime_error("the KV budget of " + std::to_string(kv_memory_mb) + " MiB leaves nothing of the memory budget of " +
-                             std::to_string(memory_budget_mb) + " MiB for the weights");
+    throw std::runtime_error("the KV budget of " + std::to_string(kv_memory_mb) +
+                             " MiB leaves nothing of the memory budget of " + std::to_string(memory_budget_mb) +
+                             " MiB for the weights");
   }
   if (max_model_len < 0 || max_model_len > max_served_model_len) {
     throw std::runtime_error("max_model_len must be 0 (the model's) or 1.." + std::to_string(max_served_model_len) +
@@ -97,8 +98,8 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
     // The KV pool takes its budget; the weights get the rest (a pool of num_kv_blocks is not counted).
     const uint64_t kv_mb = spec.num_kv_blocks == 0 ? static_cast<uint64_t>(spec.kv_memory_mb) : 0;
     options.max_weight_bytes = (static_cast<uint64_t>(spec.memory_budget_mb) - kv_mb) << 20;
-    options.budget_note = "a memory budget of " + std::to_string(spec.memory_budget_mb) + " MiB, " + std::to_string(kv_mb) +
-                          " MiB of it the KV pool's";
+    options.budget_note = "a memory budget of " + std::to_string(spec.memory_budget_mb) + " MiB, " +
+                          std::to_string(kv_mb) + " MiB of it the KV pool's";
   }
   served->loaded = load_model(options);
   const model_config& config = served->loaded.config;
@@ -112,9 +113,9 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   if (spec.max_model_len > config.max_position_embeddings && config.max_position_embeddings > 0) {
     // Positions past the model's trained length give garbage, not a longer context: refused, as
     // vLLM refuses it, rather than quietly cut.
-    throw std::runtime_error("--max-model-len " + std::to_string(spec.max_model_len) + " is above the model's limit of " +
-                             std::to_string(config.max_position_embeddings) + " tokens (max_position_embeddings of " +
-                             spec.path + ")");
+    throw std::runtime_error("--max-model-len " + std::to_string(spec.max_model_len) +
+                             " is above the model's limit of " + std::to_string(config.max_position_embeddings) +
+                             " tokens (max_position_embeddings of " + spec.path + ")");
   }
   if (spec.max_model_len > 0) served->max_model_len = spec.max_model_len;
   // The CUDA attention has no window yet: a model whose every layer slides (Mistral v0.1) serves
@@ -124,8 +125,9 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   const bool window_caps_context = device.kind == device_kind::cuda && reach > 0 && reach < served->max_model_len;
   if (window_caps_context) {
     if (spec.max_model_len > reach) {
-      throw std::runtime_error("--max-model-len " + std::to_string(spec.max_model_len) + " is above the sliding window of " +
-                               std::to_string(reach) + " tokens, which caps the context on CUDA (use --device cpu)");
+      throw std::runtime_error("--max-model-len " + std::to_string(spec.max_model_len) +
+                               " is above the sliding window of " + std::to_string(reach) +
+                               " tokens, which caps the context on CUDA (use --device cpu)");
     }
     served->max_model_len = reach;
   }
@@ -163,9 +165,8 @@ std::string describe(const served_model& served) {
   const kv_cache_shape shape = served.backend_model->kv_shape();
   return fmt::format("model {} ({}, {}, {} layers, hidden {}, vocab {}) on {}: {} KV blocks of {} tokens, context {}",
                      served.loaded.source.string(), config.architecture_name, served.loaded.quantization,
-                     config.num_layers, config.hidden_size,
-                     config.vocab_size, served.backend_model->backend_name(), shape.num_blocks, shape.block_size,
-                     served.max_model_len);
+                     config.num_layers, config.hidden_size, config.vocab_size, served.backend_model->backend_name(),
+                     shape.num_blocks, shape.block_size, served.max_model_len);
 }
 
 }  // namespace troupe

@@ -22,10 +22,10 @@ struct model_spec {
   device_request device = device_request::cpu;
   backend_options backend;
   int block_size = 16;
-  int num_kv_blocks = 0;    // 0: size the pool from memory (kv_memory_mb on the CPU)
-  int kv_memory_mb = 512;   // CPU KV budget when num_kv_blocks is 0
-  int max_model_len = 0;    // 0: the model's max_position_embeddings (at most max_served_model_len)
-  int max_num_seqs = 128;   // a pool sized from memory never holds more than these at full length
+  int num_kv_blocks = 0;   // 0: size the pool from memory (kv_memory_mb on the CPU)
+  int kv_memory_mb = 512;  // CPU KV budget when num_kv_blocks is 0
+  int max_model_len = 0;   // 0: the model's max_position_embeddings (at most max_served_model_len)
+  int max_num_seqs = 128;  // a pool sized from memory never holds more than these at full length
   // The memory this process may take for the model (its pipeline stage's weights) and its KV
   // pool (kv_memory_mb), in MiB; 0: no bound. A model that does not fit is refused before its
   // weights are read, naming the bytes it needs (`--memory-budget-mb`, [node] memory_budget_mb).
@@ -39,7 +39,7 @@ struct model_spec {
 struct served_model {
   loaded_model loaded;  // must outlive `backend_model`, which views its weights
   std::unique_ptr<troupe::model> backend_model;
-  std::string device_note;                // why the device differs from the request; empty if not
+  std::string device_note;  // why the device differs from the request; empty if not
   std::unique_ptr<tokenizer> tok;
   int max_model_len = 0;
   // The model's EOS ids (config.json / generation_config / GGUF) and the tokenizer's (a chat

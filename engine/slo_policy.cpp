@@ -106,7 +106,8 @@ std::string slo_policy::refusal(const sequence& seq, const std::vector<sequence*
   }
   for (const sequence* s : waiting) ahead += remaining_prefill(*s);
   const int64_t total = ahead + remaining_prefill(seq);
-  const int budget = std::max(config_.max_num_batched_tokens - static_cast<int>(decodes.num_tokens), config_.block_size);
+  const int budget =
+      std::max(config_.max_num_batched_tokens - static_cast<int>(decodes.num_tokens), config_.block_size);
   const int64_t num_steps = (total + budget - 1) / budget;
   step_shape step = decodes;
   step.add(static_cast<int>(std::min<int64_t>(budget, total)), 0);
@@ -115,9 +116,10 @@ std::string slo_policy::refusal(const sequence& seq, const std::vector<sequence*
   const double target_s = seq.targets.ttft_ms / 1000.0;
   if (predicted_s <= target_s) return {};
   return "request " + std::to_string(seq.request_id()) + ": its TTFT target of " +
-         std::to_string(static_cast<int64_t>(std::lround(seq.targets.ttft_ms))) + " ms cannot be met: " +
-         std::to_string(ahead) + " prompt tokens are queued ahead of it, about " +
-         std::to_string(static_cast<int64_t>(std::lround(predicted_s * 1000))) + " ms to its first token at the predicted step times";
+         std::to_string(static_cast<int64_t>(std::lround(seq.targets.ttft_ms))) +
+         " ms cannot be met: " + std::to_string(ahead) + " prompt tokens are queued ahead of it, about " +
+         std::to_string(static_cast<int64_t>(std::lround(predicted_s * 1000))) +
+         " ms to its first token at the predicted step times";
 }
 
 }  // namespace troupe

@@ -26,7 +26,9 @@ class slo_policy : public scheduling_policy {
   slo_policy(const engine_config& config, const step_time_model& step_times)
       : config_(config), step_times_(step_times) {}  // copies the config, keeps a reference to the model
 
-  bool runs_before(const sequence& a, const sequence& b) const override { return a.arrival_order() < b.arrival_order(); }
+  bool runs_before(const sequence& a, const sequence& b) const override {
+    return a.arrival_order() < b.arrival_order();
+  }
   sequence* next_waiting(const std::vector<sequence*>& waiting) const override;
   int prefill_token_cap(const step_shape& decodes, double tightest_tpot_s) const override;
 
@@ -39,8 +41,8 @@ class slo_policy : public scheduling_policy {
   double full_step_seconds() const;
   // Why `seq` (not yet queued, with a TTFT target) cannot meet its target behind the prefill of
   // `waiting` and `running`, or "" when it can, or has no target. `now` is when it is decided.
-  std::string refusal(const sequence& seq, const std::vector<sequence*>& waiting,
-                      const std::vector<sequence*>& running, engine_clock::time_point now) const override;
+  std::string refusal(const sequence& seq, const std::vector<sequence*>& waiting, const std::vector<sequence*>& running,
+                      engine_clock::time_point now) const override;
 
  private:
   // Predicted seconds to prefill `num_tokens` after `num_computed`, in budget-sized chunks.

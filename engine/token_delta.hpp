@@ -20,7 +20,7 @@ struct token_logprobs {
 // distribution given the prompt tokens before it. A prompt of n tokens has n - 1 of these, for its
 // tokens 1 .. n - 1 (the first has nothing before it).
 struct prompt_token_logprob {
-  int32_t token_id = 0;                // the prompt's token at this position
+  int32_t token_id = 0;  // the prompt's token at this position
   float logprob = 0.0f;
   int32_t rank = 0;                    // 1 + the number of tokens the model found more likely
   std::vector<int32_t> top_token_ids;  // [top_n] most likely tokens, most likely first
@@ -58,7 +58,7 @@ struct token_delta {
   // A prefill-only request's last delta on its prefill instance (not a final one): the decode
   // instance goes on with the request (engine/kv_handoff.hpp).
   bool handed_off = false;
-  uint64_t kv_transfer_id = 0;  // with handed_off: the transfer it was prefilled under
+  uint64_t kv_transfer_id = 0;             // with handed_off: the transfer it was prefilled under
   std::optional<request_metrics> metrics;  // set when finished
   // The request's stop strings, on its first delta only: they ride with the tokens so the stage
   // that turns ids into text (the detokenizer) can match them without a side channel.

@@ -26,8 +26,8 @@ struct nfa {
 
   int32_t add_state() {
     if (epsilon.size() >= max_nfa_states) {
-      throw grammar_error("the pattern is too large: its automaton needs more than " +
-                          std::to_string(max_nfa_states) + " NFA states (lower the repetition counts)");
+      throw grammar_error("the pattern is too large: its automaton needs more than " + std::to_string(max_nfa_states) +
+                          " NFA states (lower the repetition counts)");
     }
     epsilon.emplace_back();
     edges.emplace_back();
@@ -249,7 +249,8 @@ byte_dfa byte_dfa::compile(const regex_tree& tree, int max_states) {
     for (int32_t s : sets[current]) {
       if (s == accept) accepts = true;
       for (const byte_edge& e : n.edges[static_cast<size_t>(s)]) {
-        for (int c = dfa.byte_class_[e.lo]; c <= dfa.byte_class_[e.hi]; ++c) targets[static_cast<size_t>(c)].push_back(e.to);
+        for (int c = dfa.byte_class_[e.lo]; c <= dfa.byte_class_[e.hi]; ++c)
+          targets[static_cast<size_t>(c)].push_back(e.to);
       }
     }
     dfa.accepting_.push_back(accepts ? 1 : 0);
@@ -260,7 +261,8 @@ byte_dfa byte_dfa::compile(const regex_tree& tree, int max_states) {
         auto [it, inserted] = ids.emplace(targets[c], static_cast<int32_t>(sets.size()));
         if (inserted) {
           if (static_cast<int>(sets.size()) >= max_states) {
-            throw grammar_error("the grammar is too large: its automaton needs more than " + std::to_string(max_states) +
+            throw grammar_error("the grammar is too large: its automaton needs more than " +
+                                std::to_string(max_states) +
                                 " states (lower maxLength / maxItems / repetition counts, or simplify the schema)");
           }
           sets.push_back(targets[c]);

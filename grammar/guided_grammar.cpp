@@ -114,11 +114,10 @@ std::optional<sampling_problem> check_guided_decoding(const sampling_params& par
   }
   const int32_t shortest = grammar->dfa.distance(grammar->dfa.start());
   if (params.max_tokens < shortest + 1) {
-    return sampling_problem{"max_tokens", std::to_string(params.max_tokens) +
-                                              " leaves no room for the constraint's shortest output of " +
-                                              std::to_string(shortest) +
-                                              " bytes and its EOS (one token per byte at worst): at least " +
-                                              std::to_string(shortest + 1)};
+    return sampling_problem{
+        "max_tokens", std::to_string(params.max_tokens) + " leaves no room for the constraint's shortest output of " +
+                          std::to_string(shortest) + " bytes and its EOS (one token per byte at worst): at least " +
+                          std::to_string(shortest + 1)};
   }
   return std::nullopt;
 }

@@ -50,8 +50,8 @@ std::string same_length_range(const std::string& lo, const std::string& hi) {
   parts.push_back(lo.substr(0, 1) + same_length_range(lo.substr(1), std::string(rest, '9')));
   if (hi[0] - lo[0] > 1) {
     const char a = static_cast<char>(lo[0] + 1), b = static_cast<char>(hi[0] - 1);
-    parts.push_back((a == b ? std::string(1, a) : "[" + std::string(1, a) + "-" + std::string(1, b) + "]") +
-                    "[0-9]{" + std::to_string(rest) + "}");
+    parts.push_back((a == b ? std::string(1, a) : "[" + std::string(1, a) + "-" + std::string(1, b) + "]") + "[0-9]{" +
+                    std::to_string(rest) + "}");
   }
   parts.push_back(hi.substr(0, 1) + same_length_range(std::string(rest, '0'), hi.substr(1)));
   return alternation(parts);
@@ -70,7 +70,9 @@ std::string non_negative_range(uint64_t a, std::optional<uint64_t> b) {
     if (lo <= hi) parts.push_back(same_length_range(std::to_string(lo), std::to_string(hi)));
   }
   // No upper bound: up to 15 digits in all, as json_integer.
-  if (!b) parts.push_back("[1-9][0-9]{" + std::to_string(a_digits) + "," + std::to_string(std::max<size_t>(a_digits, 14)) + "}");
+  if (!b)
+    parts.push_back("[1-9][0-9]{" + std::to_string(a_digits) + "," + std::to_string(std::max<size_t>(a_digits, 14)) +
+                    "}");
   if (parts.empty()) return {};
   return alternation(parts);
 }
@@ -93,17 +95,44 @@ std::string format_regex(const std::string& format, const std::string& path) {
 }
 
 const std::set<std::string>& annotation_keywords() {
-  static const std::set<std::string> keys = {"title", "description", "examples", "default", "$schema", "$id",
-                                             "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
-                                             "definitions", "additionalProperties"};
+  static const std::set<std::string> keys = {"title",
+                                             "description",
+                                             "examples",
+                                             "default",
+                                             "$schema",
+                                             "$id",
+                                             "$comment",
+                                             "deprecated",
+                                             "readOnly",
+                                             "writeOnly",
+                                             "$defs",
+                                             "definitions",
+                                             "additionalProperties"};
   return keys;
 }
 
 const std::set<std::string>& supported_keywords() {
-  static const std::set<std::string> keys = {
-      "type", "properties", "required", "items", "minItems", "maxItems", "enum", "const", "minLength",
-      "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
-      "oneOf", "allOf", "$ref", "uniqueItems"};
+  static const std::set<std::string> keys = {"type",
+                                             "properties",
+                                             "required",
+                                             "items",
+                                             "minItems",
+                                             "maxItems",
+                                             "enum",
+                                             "const",
+                                             "minLength",
+                                             "maxLength",
+                                             "pattern",
+                                             "format",
+                                             "minimum",
+                                             "maximum",
+                                             "exclusiveMinimum",
+                                             "exclusiveMaximum",
+                                             "anyOf",
+                                             "oneOf",
+                                             "allOf",
+                                             "$ref",
+                                             "uniqueItems"};
   return keys;
 }
 
@@ -193,7 +222,8 @@ class schema_converter {
       }
     }
     if (section.empty() || name.empty() || name.find('/') != std::string::npos) {
-      throw grammar_error(path + ".$ref: \"" + target + "\" is not supported (only #/$defs/NAME and #/definitions/NAME)");
+      throw grammar_error(path + ".$ref: \"" + target +
+                          "\" is not supported (only #/$defs/NAME and #/definitions/NAME)");
     }
     if (!root_.is_object() || !root_.contains(section) || !root_[section].contains(name)) {
       throw grammar_error(path + ".$ref: \"" + target + "\" names no definition");
@@ -403,7 +433,8 @@ class schema_converter {
     if (max >= 0 && max < min) {
       throw grammar_error(path + ": maxItems " + std::to_string(max) + " is below minItems " + std::to_string(min));
     }
-    const std::string item = s.contains("items") ? convert(s["items"], path + ".items") : json_value_regex(default_json_depth - 1);
+    const std::string item =
+        s.contains("items") ? convert(s["items"], path + ".items") : json_value_regex(default_json_depth - 1);
     if (max == 0) return R"(\[\])";
     if (min == 0) return R"(\[(?:)" + item + repeat("," + item, 0, max < 0 ? -1 : max - 1) + R"()?\])";
     return R"(\[)" + item + repeat("," + item, min - 1, max < 0 ? -1 : max - 1) + R"(\])";

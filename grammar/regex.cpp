@@ -18,7 +18,8 @@ constexpr int max_repeat_count = 10000;
 
 const std::vector<codepoint_range> digit_ranges = {{'0', '9'}};
 const std::vector<codepoint_range> word_ranges = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-const std::vector<codepoint_range> space_ranges = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x2028, 0x2029}, {0xFEFF, 0xFEFF}};
+const std::vector<codepoint_range> space_ranges = {
+    {'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x2028, 0x2029}, {0xFEFF, 0xFEFF}};
 
 class parser {
  public:
@@ -177,7 +178,8 @@ class parser {
   uint32_t read_hex(int digits) {
     uint32_t value = 0;
     for (int i = 0; i < digits; ++i) {
-      if (at_end() || !std::isxdigit(static_cast<unsigned char>(peek()))) fail("a hex escape needs " + std::to_string(digits) + " hex digits");
+      if (at_end() || !std::isxdigit(static_cast<unsigned char>(peek())))
+        fail("a hex escape needs " + std::to_string(digits) + " hex digits");
       const char h = peek();
       value = value * 16 + static_cast<uint32_t>(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
       ++pos_;
@@ -286,10 +288,9 @@ class parser {
 };
 
 bool is_plain(uint32_t cp) {
-  return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_' ||
-         cp == ' ' || cp == ',' || cp == ':' || cp == '"' || cp == '-' || cp == '@' || cp == '#' || cp == '%' ||
-         cp == '=' || cp == '!' || cp == '~' || cp == '`' || cp == '\'' || cp == ';' || cp == '<' || cp == '>' ||
-         cp == '&';
+  return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_' || cp == ' ' ||
+         cp == ',' || cp == ':' || cp == '"' || cp == '-' || cp == '@' || cp == '#' || cp == '%' || cp == '=' ||
+         cp == '!' || cp == '~' || cp == '`' || cp == '\'' || cp == ';' || cp == '<' || cp == '>' || cp == '&';
 }
 
 std::string escaped_codepoint(uint32_t cp, bool in_class) {

@@ -29,7 +29,8 @@ token_masks::token_masks(std::shared_ptr<const compiled_grammar> grammar,
       int32_t best = budget_[s];
       for (uint8_t b : usable) {
         const int32_t t = dfa.next(static_cast<int32_t>(s), b);
-        if (t != byte_dfa::dead && budget_[static_cast<size_t>(t)] + 1 < best) best = budget_[static_cast<size_t>(t)] + 1;
+        if (t != byte_dfa::dead && budget_[static_cast<size_t>(t)] + 1 < best)
+          best = budget_[static_cast<size_t>(t)] + 1;
       }
       if (best < budget_[s]) {
         budget_[s] = best;

@@ -7,7 +7,8 @@ namespace troupe {
 
 token_vocabulary::token_vocabulary(std::vector<std::string> bytes, std::vector<int32_t> end_ids)
     : bytes_(std::move(bytes)), end_ids_(std::move(end_ids)), is_end_(bytes_.size(), 0) {
-  if (end_ids_.empty()) throw std::invalid_argument("token_vocabulary: a constrained output needs an end (EOS) token id");
+  if (end_ids_.empty())
+    throw std::invalid_argument("token_vocabulary: a constrained output needs an end (EOS) token id");
   for (int32_t id : end_ids_) {
     if (id < 0 || id >= size()) {
       throw std::invalid_argument("token_vocabulary: end token id " + std::to_string(id) +

@@ -38,10 +38,10 @@ class token_vocabulary {
  private:
   std::vector<std::string> bytes_;  // [vocab]
   std::vector<int32_t> end_ids_;
-  std::vector<uint8_t> is_end_;     // [vocab]
+  std::vector<uint8_t> is_end_;                                      // [vocab]
   std::vector<uint8_t> single_byte_ = std::vector<uint8_t>(256, 0);  // [256]
-  std::vector<trie_node> trie_;     // preorder
-  std::vector<int32_t> sorted_tokens_;  // token ids with bytes, sorted by their bytes
+  std::vector<trie_node> trie_;                                      // preorder
+  std::vector<int32_t> sorted_tokens_;                               // token ids with bytes, sorted by their bytes
   int32_t max_token_bytes_ = 0;
 };
 

@@ -44,14 +44,12 @@ void block_pool::acquire(int32_t block_id) {
 void block_pool::release(int32_t block_id) {
   block& b = blocks_.at(block_id);
   if (b.ref_count <= 0) {
-    throw std::runtime_error("block_pool: released block " + std::to_string(block_id) +
-                             " which has no references");
+    throw std::runtime_error("block_pool: released block " + std::to_string(block_id) + " which has no references");
   }
   if (--b.ref_count == 0) push_free_tail(block_id);
 }
 
-int32_t block_pool::find_cached(block_hash parent, block_hash hash,
-                                std::span<const int32_t> tokens) const {
+int32_t block_pool::find_cached(block_hash parent, block_hash hash, std::span<const int32_t> tokens) const {
   if (!enable_prefix_caching_) return -1;
   auto it = cached_.find(hash);
   if (it == cached_.end()) return -1;
@@ -67,9 +65,8 @@ void block_pool::cache_full_block(int32_t block_id, block_hash parent, block_has
                                   std::span<const int32_t> tokens) {
   if (!enable_prefix_caching_) return;
   if (static_cast<int>(tokens.size()) != block_size_) {
-    throw std::runtime_error("block_pool: only full blocks are cached; block " + std::to_string(block_id) +
-                             " has " + std::to_string(tokens.size()) + " tokens, expected " +
-                             std::to_string(block_size_));
+    throw std::runtime_error("block_pool: only full blocks are cached; block " + std::to_string(block_id) + " has " +
+                             std::to_string(tokens.size()) + " tokens, expected " + std::to_string(block_size_));
   }
   block& b = blocks_.at(block_id);
   if (b.cached) return;

@@ -39,8 +39,7 @@ class block_pool {
   int32_t find_cached(block_hash parent, block_hash hash, std::span<const int32_t> tokens) const;
   // Registers a full, computed block under its chained hash. A block whose hash is already owned
   // by another block stays uncached (the first copy wins).
-  void cache_full_block(int32_t block_id, block_hash parent, block_hash hash,
-                        std::span<const int32_t> tokens);
+  void cache_full_block(int32_t block_id, block_hash parent, block_hash hash, std::span<const int32_t> tokens);
 
   // Forgets every cached block's hash (the blocks stay where they are, referenced or free): for
   // when the KV behind them can no longer be trusted (a step failed part way, a pipeline stage

@@ -46,8 +46,7 @@ class kv_cache_manager {
 
   // Registers the table's full blocks whose tokens are all computed (the first
   // `num_computed_tokens` of `token_ids`) in the prefix cache.
-  void cache_computed_blocks(block_table& table, std::span<const int32_t> token_ids,
-                             int num_computed_tokens);
+  void cache_computed_blocks(block_table& table, std::span<const int32_t> token_ids, int num_computed_tokens);
 
   // Gives back the table's blocks whose tokens all lie before token `first_needed` (no query to
   // come attends to them: they left every layer's sliding window), at most the first

@@ -90,8 +90,9 @@ std::string cuda_ipc_pool_handle(const device_kv_pool& pool) {
 
 device_kv_pool cuda_ipc_handle_geometry(const std::string& handle) {
   const handle_fields fields = read_handle(handle);
-  return device_kv_pool{fields.device, nullptr, fields.num_layers, fields.num_blocks, fields.block_bytes,
-                        static_cast<dtype>(fields.element)};
+  return device_kv_pool{fields.device,      nullptr,
+                        fields.num_layers,  fields.num_blocks,
+                        fields.block_bytes, static_cast<dtype>(fields.element)};
 }
 
 cuda_ipc_kv_copier::cuda_ipc_kv_copier(device_kv_pool local) : local_(local) {
@@ -115,8 +116,9 @@ cuda_ipc_kv_copier::opened_peer& cuda_ipc_kv_copier::open(const std::string& pee
   // Opened on this process's device: the mapping is reachable from it (peer access, enabled
   // lazily, when the peer's pool is on another GPU of the host).
   check(cudaSetDevice(local_.device), "cudaSetDevice");
-  const device_kv_pool geometry{fields.device, nullptr, fields.num_layers, fields.num_blocks, fields.block_bytes,
-                                static_cast<dtype>(fields.element)};
+  const device_kv_pool geometry{fields.device,      nullptr,
+                                fields.num_layers,  fields.num_blocks,
+                                fields.block_bytes, static_cast<dtype>(fields.element)};
   if (void* here = advertised_here(peer_handle)) {
     opened_peer peer{geometry, false};
     peer.pool.base = here;
@@ -134,16 +136,17 @@ void cuda_ipc_kv_copier::copy_to(const std::string& peer_handle, std::span<const
                                  std::span<const int32_t> peer_blocks, int first_layer, int num_layers,
                                  std::chrono::steady_clock::time_point /*deadline: its copies are local and short*/) {
   // Checked against the handle's geometry before the handle is opened or a byte moves.
-  const std::vector<device_kv_run> runs = device_kv_runs(local_, local_blocks, cuda_ipc_handle_geometry(peer_handle),
-                                                         peer_blocks, first_layer, num_layers);
+  const std::vector<device_kv_run> runs =
+      device_kv_runs(local_, local_blocks, cuda_ipc_handle_geometry(peer_handle), peer_blocks, first_layer, num_layers);
   opened_peer& peer = open(peer_handle);
   check(cudaSetDevice(local_.device), "cudaSetDevice");
   auto stream = static_cast<cudaStream_t>(stream_);
   const auto* source = static_cast<const char*>(local_.base);
   auto* target = static_cast<char*>(peer.pool.base);
   for (const device_kv_run& run : runs) {
-    check(cudaMemcpyAsync(target + run.dst_offset, source + run.src_offset, run.bytes, cudaMemcpyDeviceToDevice, stream),
-          "cudaMemcpyAsync into a peer's KV pool");
+    check(
+        cudaMemcpyAsync(target + run.dst_offset, source + run.src_offset, run.bytes, cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpyAsync into a peer's KV pool");
   }
   // Complete before the caller's in-place frame tells the receiver the blocks are there.
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize after the KV copies");

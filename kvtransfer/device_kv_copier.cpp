@@ -34,7 +34,8 @@ std::string without_copier(kv_transport transport) {
 std::string device_kv_pool_handle(kv_transport transport, const device_kv_pool& pool) {
   if (const std::string why = without_copier(transport); !why.empty()) throw std::runtime_error(why);
   if (transport == kv_transport::nccl) {
-    throw std::runtime_error("kv_transport \"nccl\" names a pool per prefill peer (nccl_kv_inbox::handle_for), not once");
+    throw std::runtime_error(
+        "kv_transport \"nccl\" names a pool per prefill peer (nccl_kv_inbox::handle_for), not once");
   }
 #if TROUPE_KV_CUDA
   return cuda_ipc_pool_handle(pool);
@@ -59,7 +60,8 @@ std::shared_ptr<kv_pair_links> make_device_kv_pair_links(kv_transport transport,
 
 std::unique_ptr<device_kv_copier> make_device_kv_copier(kv_transport transport, const device_kv_pool& local) {
   if (const std::string why = without_copier(transport); !why.empty()) throw std::runtime_error(why);
-  if (transport == kv_transport::nccl) return std::make_unique<nccl_kv_copier>(local, make_device_kv_pair_links(transport, local));
+  if (transport == kv_transport::nccl)
+    return std::make_unique<nccl_kv_copier>(local, make_device_kv_pair_links(transport, local));
 #if TROUPE_KV_CUDA
   return std::make_unique<cuda_ipc_kv_copier>(local);
 #else

@@ -17,7 +17,8 @@ void check_ids(const device_kv_pool& pool, std::span<const int32_t> ids, const c
       refuse(std::string(side) + " block id " + std::to_string(id) + " is outside the pool of " +
              std::to_string(pool.num_blocks) + " blocks");
     }
-    if (unique && !seen.insert(id).second) refuse(std::string(side) + " block id " + std::to_string(id) + " appears twice");
+    if (unique && !seen.insert(id).second)
+      refuse(std::string(side) + " block id " + std::to_string(id) + " appears twice");
   }
 }
 
@@ -61,8 +62,8 @@ std::vector<device_kv_run> device_kv_runs(const device_kv_pool& src, std::span<c
                dst_blocks[i + n] == dst_blocks[i] + static_cast<int32_t>(n)) {
           ++n;
         }
-        runs.push_back({device_kv_offset(src, layer, side, src_blocks[i]), device_kv_offset(dst, layer, side, dst_blocks[i]),
-                        n * src.block_bytes});
+        runs.push_back({device_kv_offset(src, layer, side, src_blocks[i]),
+                        device_kv_offset(dst, layer, side, dst_blocks[i]), n * src.block_bytes});
         i += n;
       }
     }

@@ -50,24 +50,27 @@ kv_connector::kv_connector(std::shared_ptr<model> m, kv_connector_settings setti
     // A GPU transport's half on this worker (the node that owns the GPU).
     check_kv_transport(settings_.transport, *model_);
     const std::optional<device_kv_pool> pool = model_->kv_pool_on_device();
-    device_ = kv_device_path{make_device_kv_copier(settings_.transport, *pool), std::make_shared<kv_device_destinations>()};
+    device_ =
+        kv_device_path{make_device_kv_copier(settings_.transport, *pool), std::make_shared<kv_device_destinations>()};
     if (settings_.transport == kv_transport::nccl) {
       device_inbox_ = std::make_shared<nccl_kv_inbox>(*pool, make_device_kv_pair_links(settings_.transport, *pool));
-      spdlog::info("worker: KV transport nccl: each layer's KV sent and received with NCCL on GPU {} (one "
-                   "communicator per prefill/decode pair, its id over the cluster's control path), in-place frames "
-                   "over the KV plane",
-                   pool->device);
+      spdlog::info(
+          "worker: KV transport nccl: each layer's KV sent and received with NCCL on GPU {} (one "
+          "communicator per prefill/decode pair, its id over the cluster's control path), in-place frames "
+          "over the KV plane",
+          pool->device);
     } else {
       kv_pool_handle_ = device_kv_pool_handle(settings_.transport, *pool);
-      spdlog::info("worker: KV transport {}: KV copied device to device from and into the pool on GPU {}, in-place "
-                   "frames over the KV plane",
-                   kv_transport_name(settings_.transport), pool->device);
+      spdlog::info(
+          "worker: KV transport {}: KV copied device to device from and into the pool on GPU {}, in-place "
+          "frames over the KV plane",
+          kv_transport_name(settings_.transport), pool->device);
     }
   }
-  sender_ = std::make_unique<kv_sender>(settings_.channel,
-                                        kv_sender_events{[](uint64_t transfer_id, const std::string& why) {
-                                          spdlog::warn("kv sender: transfer {} failed: {}", transfer_id, why);
-                                        }});
+  sender_ =
+      std::make_unique<kv_sender>(settings_.channel, kv_sender_events{[](uint64_t transfer_id, const std::string& why) {
+                                    spdlog::warn("kv sender: transfer {} failed: {}", transfer_id, why);
+                                  }});
 }
 
 kv_connector::~kv_connector() = default;
@@ -112,10 +115,11 @@ void kv_connector::send_to(kv_destination d) {
   if (!d.kv_pool_handle.empty() || device_.destinations) {
     if (!device_.destinations || d.kv_pool_handle.empty()) {
       // Every worker of a topology has the same transport; two that differ cannot meet.
-      spdlog::warn("kv agent: transfer {} of request {}: the decode side {} a device destination, this worker's KV "
-                   "transport {} one; its receiver will time out",
-                   d.transfer_id, d.request_id, d.kv_pool_handle.empty() ? "gave no" : "gave",
-                   device_.destinations ? "needs" : "takes no");
+      spdlog::warn(
+          "kv agent: transfer {} of request {}: the decode side {} a device destination, this worker's KV "
+          "transport {} one; its receiver will time out",
+          d.transfer_id, d.request_id, d.kv_pool_handle.empty() ? "gave no" : "gave",
+          device_.destinations ? "needs" : "takes no");
     } else {
       try {
         device_.destinations->put(d.transfer_id,

@@ -92,7 +92,7 @@ class kv_connector : public std::enable_shared_from_this<kv_connector> {
   kv_connector_settings settings_;
   kv_receiver_events events_;
   kv_device_path device_;
-  std::string kv_pool_handle_;                 // cuda_ipc: this pool's handle, in every answer
+  std::string kv_pool_handle_;                   // cuda_ipc: this pool's handle, in every answer
   std::shared_ptr<nccl_kv_inbox> device_inbox_;  // nccl: the decode side's pairs
   // Declared last: destroyed first, while the model they read and write is still there.
   std::unique_ptr<kv_sender> sender_;

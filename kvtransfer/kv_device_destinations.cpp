@@ -7,7 +7,7 @@
 namespace troupe {
 
 void kv_device_destinations::put(uint64_t transfer_id, kv_device_destination destination,
-                                  std::chrono::steady_clock::time_point deadline) {
+                                 std::chrono::steady_clock::time_point deadline) {
   const std::string named = "kv transfer " + std::to_string(transfer_id) + ": ";
   if (destination.pool_handle.empty()) throw std::invalid_argument(named + "the device destination has no pool handle");
   if (destination.pool_handle.size() > max_kv_pool_handle_bytes) {

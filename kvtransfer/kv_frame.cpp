@@ -103,16 +103,19 @@ kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_
   }
   if (h.span.block_size <= 0) refuse("block_size " + std::to_string(h.span.block_size) + " is not positive");
   if (h.token_begin < 0 || h.token_end <= h.token_begin) {
-    refuse("token range [" + std::to_string(h.token_begin) + ", " + std::to_string(h.token_end) + ") is empty or negative");
+    refuse("token range [" + std::to_string(h.token_begin) + ", " + std::to_string(h.token_end) +
+           ") is empty or negative");
   }
   if (h.token_begin % h.span.block_size != 0) {
     refuse("token_begin " + std::to_string(h.token_begin) + " is not a multiple of block_size " +
            std::to_string(h.span.block_size));
   }
-  const int64_t blocks = (int64_t{h.token_end} + h.span.block_size - 1) / h.span.block_size - h.token_begin / h.span.block_size;
+  const int64_t blocks =
+      (int64_t{h.token_end} + h.span.block_size - 1) / h.span.block_size - h.token_begin / h.span.block_size;
   if (h.span.num_blocks != blocks) {
     refuse("num_blocks " + std::to_string(h.span.num_blocks) + " does not cover tokens [" +
-           std::to_string(h.token_begin) + ", " + std::to_string(h.token_end) + "): expected " + std::to_string(blocks));
+           std::to_string(h.token_begin) + ", " + std::to_string(h.token_end) + "): expected " +
+           std::to_string(blocks));
   }
   if (h.span.num_layers <= 0 || h.span.first_layer < 0) {
     refuse("layer range first " + std::to_string(h.span.first_layer) + " count " + std::to_string(h.span.num_layers) +
@@ -125,7 +128,8 @@ kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_
       refuse("payload_bytes " + std::to_string(h.payload_bytes) + " in an in-place frame (expected " +
              std::to_string(expected) + ")");
     }
-    refuse("payload_bytes " + std::to_string(h.payload_bytes) + " does not match the span's " + std::to_string(expected));
+    refuse("payload_bytes " + std::to_string(h.payload_bytes) + " does not match the span's " +
+           std::to_string(expected));
   }
   if (h.payload_bytes > max_payload_bytes) {
     refuse("payload of " + std::to_string(h.payload_bytes) + " bytes is above the limit of " +

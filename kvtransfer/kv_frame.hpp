@@ -29,9 +29,9 @@ inline constexpr uint16_t kv_frame_version = 1;
 struct kv_frame_header {
   uint64_t transfer_id = 0;  // names one transfer of one request (a fresh id per routing)
   int64_t request_id = 0;
-  int32_t token_begin = 0;   // block-aligned
-  int32_t token_end = 0;     // > token_begin
-  kv_span_header span;       // span.num_blocks == blocks covering [token_begin, token_end)
+  int32_t token_begin = 0;     // block-aligned
+  int32_t token_end = 0;       // > token_begin
+  kv_span_header span;         // span.num_blocks == blocks covering [token_begin, token_end)
   uint64_t payload_bytes = 0;  // == kv_span_bytes(span), or 0 when in_place
   // A device transport (CUDA IPC, NCCL) already wrote the span into the receiver's blocks; the
   // frame carries no payload and only tells the receiver's lease that these tokens are in. A

@@ -5,7 +5,7 @@
 namespace troupe {
 
 kv_layer_streamer::kv_layer_streamer(const model& m, kv_sender& sender, std::chrono::milliseconds timeout,
-                             kv_device_path device)
+                                     kv_device_path device)
     : model_(m), sender_(sender), device_(std::move(device)), timeout_(timeout), block_size_(m.kv_shape().block_size) {}
 
 void kv_layer_streamer::start(int64_t request_id, uint64_t transfer_id) {
@@ -52,9 +52,10 @@ bool kv_layer_streamer::prepare(const step_plan& plan, const std::vector<const s
       // usually here already; otherwise the decode side's answer is a few messages away.
       e.state->peer = device_.destinations->take(e.state->transfer_id, e.state->deadline);
       if (!e.state->peer) {
-        spdlog::warn("kv stream: no device destination for request {} (transfer {}) by its deadline; its receiver "
-                     "will time out",
-                     e.request_id, e.state->transfer_id);
+        spdlog::warn(
+            "kv stream: no device destination for request {} (transfer {}) by its deadline; its receiver "
+            "will time out",
+            e.request_id, e.state->transfer_id);
         e.state->broken = true;
         continue;
       }
@@ -110,7 +111,8 @@ void kv_layer_streamer::copy_in_place(step_entry& e, std::span<const int32_t> id
   header.request_id = e.request_id;
   header.token_begin = e.token_begin;
   header.token_end = e.token_end;
-  header.span = kv_span_for(model_.config(), model_.kv_shape(), static_cast<int>(ids.size()), layer, 1, model_.kv_dtype());
+  header.span =
+      kv_span_for(model_.config(), model_.kv_shape(), static_cast<int>(ids.size()), layer, 1, model_.kv_dtype());
   header.payload_bytes = 0;
   header.in_place = true;
   std::vector<std::byte> payload;
@@ -129,7 +131,7 @@ void kv_layer_streamer::copy_in_place(step_entry& e, std::span<const int32_t> id
 }
 
 bool kv_layer_streamer::copy_layer(step_entry& e, std::span<const int32_t> ids, std::span<const int32_t> peer_ids,
-                               int layer) {
+                                   int layer) {
   try {
     device_.copier->copy_to(e.state->peer->pool_handle, ids, peer_ids, layer, 1, e.state->deadline);
   } catch (const std::exception& error) {

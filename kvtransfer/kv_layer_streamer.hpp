@@ -41,7 +41,7 @@ namespace troupe {
 
 // A device transport's half on the prefill worker: both set, or neither (the host path).
 struct kv_device_path {
-  std::shared_ptr<device_kv_copier> copier;               // used on the forward's thread only
+  std::shared_ptr<device_kv_copier> copier;              // used on the forward's thread only
   std::shared_ptr<kv_device_destinations> destinations;  // filled by the worker's KV agent
   explicit operator bool() const { return copier && destinations; }
 };
@@ -76,9 +76,9 @@ class kv_layer_streamer final : public kv_layer_sink {
     uint64_t transfer_id = 0;
     int32_t num_tokens_sent = 0;  // every layer holds tokens [0, this) on the sender's queue
     bool last_chunk_sent = false;
-    bool broken = false;  // the sender refused a frame: nothing more is sent for it
+    bool broken = false;                             // the sender refused a frame: nothing more is sent for it
     std::chrono::steady_clock::time_point deadline;  // the sender's, for the wait on a device destination
-    std::optional<kv_device_destination> peer;        // the device path's, once taken
+    std::optional<kv_device_destination> peer;       // the device path's, once taken
   };
   struct step_entry {
     int64_t request_id = 0;

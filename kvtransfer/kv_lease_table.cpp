@@ -19,7 +19,8 @@ kv_lease_table::kv_lease_table(const model_config& config, kv_cache_shape pool, 
 
 void kv_lease_table::expect(kv_expectation e) {
   const std::string name = kv_transfer_name(e.transfer_id, e.request_id);
-  if (e.num_tokens <= 0) throw std::invalid_argument(name + ": num_tokens " + std::to_string(e.num_tokens) + " is not positive");
+  if (e.num_tokens <= 0)
+    throw std::invalid_argument(name + ": num_tokens " + std::to_string(e.num_tokens) + " is not positive");
   const int64_t blocks_needed = (int64_t{e.num_tokens} + pool_.block_size - 1) / pool_.block_size;
   if (static_cast<int64_t>(e.block_ids.size()) < blocks_needed) {
     throw std::invalid_argument(name + ": " + std::to_string(e.block_ids.size()) + " block_ids for " +
@@ -31,14 +32,17 @@ void kv_lease_table::expect(kv_expectation e) {
       throw std::invalid_argument(name + ": block id " + std::to_string(id) + " is outside the pool of " +
                                   std::to_string(pool_.num_blocks) + " blocks");
     }
-    if (!seen.insert(id).second) throw std::invalid_argument(name + ": block id " + std::to_string(id) + " appears twice");
+    if (!seen.insert(id).second)
+      throw std::invalid_argument(name + ": block id " + std::to_string(id) + " appears twice");
   }
   if (!e.device_pair.empty() && (!device_pairs_ || !e.in_place)) {
-    throw std::invalid_argument(name + ": a device_pair needs an in-place expectation and a receiver with an nccl inbox");
+    throw std::invalid_argument(name +
+                                ": a device_pair needs an in-place expectation and a receiver with an nccl inbox");
   }
   if (leases_.contains(e.transfer_id)) throw std::invalid_argument(name + ": transfer_id is already expected");
   const uint64_t id = e.transfer_id;
-  leases_.emplace(id, kv_lease{std::move(e), std::vector<int32_t>(num_layers_, 0), std::vector<int32_t>(num_layers_, 0)});
+  leases_.emplace(id,
+                  kv_lease{std::move(e), std::vector<int32_t>(num_layers_, 0), std::vector<int32_t>(num_layers_, 0)});
 }
 
 std::optional<std::string> kv_lease_table::cancel(uint64_t transfer_id) {
@@ -53,8 +57,10 @@ kv_frame_verdict kv_lease_table::admit(const kv_frame_header& h, size_t payload_
   auto it = leases_.find(h.transfer_id);
   if (it == leases_.end()) {
     // A late frame of a cancelled or timed-out transfer is normal: refused, nothing failed.
-    return {nullptr, kv_transfer_name(h.transfer_id, h.request_id) + " is not expected (unknown, finished, cancelled or timed out)",
-            std::nullopt};
+    return {
+        nullptr,
+        kv_transfer_name(h.transfer_id, h.request_id) + " is not expected (unknown, finished, cancelled or timed out)",
+        std::nullopt};
   }
   const std::string why = mismatch(it->second, h, payload_size);
   if (why.empty()) return {&it->second, {}, std::nullopt};
@@ -134,8 +140,9 @@ std::string kv_lease_table::mismatch(const kv_lease& lease, const kv_frame_heade
            std::to_string(e.request_id);
   }
   if (h.in_place != e.in_place) {
-    return h.in_place ? "the frame says its KV was written in place (a device transport), the transfer expects its bytes"
-                      : "the frame carries bytes, the transfer expects its KV written in place by a device transport";
+    return h.in_place
+               ? "the frame says its KV was written in place (a device transport), the transfer expects its bytes"
+               : "the frame carries bytes, the transfer expects its KV written in place by a device transport";
   }
   if (h.sequenced != !e.device_pair.empty()) {
     return h.sequenced ? "the frame carries a pair sequence, the transfer is not received over an nccl pair"
@@ -149,8 +156,8 @@ std::string kv_lease_table::mismatch(const kv_lease& lease, const kv_frame_heade
   if (h.span.block_size != pool_.block_size || h.span.num_kv_heads != num_kv_heads_ || h.span.head_dim != head_dim_) {
     return "geometry block_size " + std::to_string(h.span.block_size) + ", num_kv_heads " +
            std::to_string(h.span.num_kv_heads) + ", head_dim " + std::to_string(h.span.head_dim) +
-           " differs from the model's " + std::to_string(pool_.block_size) + ", " + std::to_string(num_kv_heads_) + ", " +
-           std::to_string(head_dim_);
+           " differs from the model's " + std::to_string(pool_.block_size) + ", " + std::to_string(num_kv_heads_) +
+           ", " + std::to_string(head_dim_);
   }
   if (int64_t{h.span.first_layer} + h.span.num_layers > num_layers_) {
     return "layer range first " + std::to_string(h.span.first_layer) + " count " + std::to_string(h.span.num_layers) +

@@ -12,8 +12,8 @@ namespace {
 
 struct entry {
   kv_frame_sink* sink = nullptr;
-  int num_inside = 0;      // senders inside take_frame now
-  bool leaving = false;    // unregistering: no new deliveries
+  int num_inside = 0;    // senders inside take_frame now
+  bool leaving = false;  // unregistering: no new deliveries
 };
 
 struct registry {

@@ -119,11 +119,11 @@ class kv_receiver::impl final : public kv_frame_sink {
     unregister_local_receiver(endpoint_);  // no sender of this process is inside take_frame after this
     stop_ = true;
     if (relay_) relay_->stop();  // no sender reaches the PULL socket while it closes
-    thread_.join();  // no connection is accepted after this
+    thread_.join();              // no connection is accepted after this
     // A read inside a frame returns at once: a peer dripping a frame must not hold the shutdown.
     if (guard_) guard_->shut_all();
     for (const auto& r : readers_) r->thread.join();  // each closes its connection
-    if (inbox_) inbox_->close();  // joins the pairs' threads: no receive calls back after this
+    if (inbox_) inbox_->close();                      // joins the pairs' threads: no receive calls back after this
     for (const tcp_connection& c : silent_) ::close(c.fd);
     if (listener_ >= 0) ::close(listener_);
   }
@@ -174,7 +174,8 @@ class kv_receiver::impl final : public kv_frame_sink {
     std::vector<std::byte> buffer;  // [the largest payload so far], reused frame after frame
     uint64_t ticket = 0;            // its entry in guard_
   };
-  std::optional<outcome> take_frame_locked(std::span<const std::byte> header_bytes, std::span<const std::byte> payload) {
+  std::optional<outcome> take_frame_locked(std::span<const std::byte> header_bytes,
+                                           std::span<const std::byte> payload) {
     kv_frame_header h;
     try {
       h = decode_kv_frame_header(header_bytes, settings_.max_payload_bytes);
@@ -522,7 +523,8 @@ class kv_receiver::impl final : public kv_frame_sink {
       stats_.last_refusal = "a peer failed the CURVE handshake on " + endpoint_ + " (no or wrong keys)";
     }
     // A refused peer reconnects every 100 ms: the 1st, 2nd, 4th, 8th ... refusal is logged.
-    if ((n & (n - 1)) == 0) spdlog::warn("kv receiver {}: refused connection {}: {}", endpoint_, n, stats_.last_refusal);
+    if ((n & (n - 1)) == 0)
+      spdlog::warn("kv receiver {}: refused connection {}: {}", endpoint_, n, stats_.last_refusal);
   }
 
   void expire(std::chrono::steady_clock::time_point now) {
@@ -567,7 +569,7 @@ class kv_receiver::impl final : public kv_frame_sink {
   // sender connecting meanwhile evicts the oldest of them instead of being refused until they
   // time out (with the two equal, a flood kept the senders out for first_frame_timeout).
   static constexpr size_t max_pending = 16;
-  static constexpr std::chrono::milliseconds stall_timeout{1000};  // inside a frame
+  static constexpr std::chrono::milliseconds stall_timeout{1000};        // inside a frame
   static constexpr std::chrono::milliseconds first_frame_timeout{5000};  // a connection's first header
   int listener_ = -1;
   std::vector<tcp_connection> silent_;  // accepted, nothing to read yet: the thread's only
@@ -576,7 +578,7 @@ class kv_receiver::impl final : public kv_frame_sink {
     std::atomic<bool> done{false};  // its connection is closed: join it
   };
   std::vector<std::unique_ptr<tcp_reader>> readers_;  // the thread's only (the destructor's after it)
-  std::optional<connection_guard> guard_;  // the listener's bounds; shut_all ends reads in flight
+  std::optional<connection_guard> guard_;             // the listener's bounds; shut_all ends reads in flight
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -40,12 +40,12 @@ struct kv_receiver_events {
 };
 
 struct kv_receiver_stats {
-  uint64_t num_frames = 0;          // imported
-  uint64_t num_bytes = 0;           // imported payload bytes
-  uint64_t num_refused = 0;         // refused frames
-  std::string last_refusal;         // why the latest was refused
-  uint64_t num_refused_peers = 0;   // connections refused at the CURVE handshake (no or unknown keys)
-  size_t num_expected = 0;          // live expectations (leases)
+  uint64_t num_frames = 0;         // imported
+  uint64_t num_bytes = 0;          // imported payload bytes
+  uint64_t num_refused = 0;        // refused frames
+  std::string last_refusal;        // why the latest was refused
+  uint64_t num_refused_peers = 0;  // connections refused at the CURVE handshake (no or unknown keys)
+  size_t num_expected = 0;         // live expectations (leases)
 };
 
 class kv_receiver {

@@ -129,9 +129,9 @@ class kv_sender::impl {
       }
       if (num_buffered_bytes_ + size > settings_.max_buffered_bytes) {
         pool_->give_back(std::move(frame.payload));
-        fail_locked(it, "the sender's buffer of " + std::to_string(settings_.max_buffered_bytes) +
-                            " bytes is full (" + std::to_string(num_buffered_bytes_) + " queued, a frame of " +
-                            std::to_string(size) + " more)");
+        fail_locked(it, "the sender's buffer of " + std::to_string(settings_.max_buffered_bytes) + " bytes is full (" +
+                            std::to_string(num_buffered_bytes_) + " queued, a frame of " + std::to_string(size) +
+                            " more)");
         wake_.notify_all();
         return false;
       }
@@ -376,12 +376,8 @@ class kv_sender::impl {
       num_destinations_ = sockets_.size() + tcp_sockets_.size();
     }
     switch (kv_tcp_write_frame(it->second, frame.header, frame.payload, deadline, why)) {
-      case kv_tcp_write::done:
-        blocked_.erase(key);
-        return hand_result::handed;
-      case kv_tcp_write::no_room:
-        blocked_.insert(key);
-        return hand_result::socket_full;
+      case kv_tcp_write::done: blocked_.erase(key); return hand_result::handed;
+      case kv_tcp_write::no_room: blocked_.insert(key); return hand_result::socket_full;
       default:
         why = "sending to " + to.endpoint + ": " + why;
         {

@@ -34,11 +34,11 @@ struct kv_sender_events {
 };
 
 struct kv_sender_stats {
-  uint64_t num_frames = 0;        // handed to a socket or a local receiver
+  uint64_t num_frames = 0;  // handed to a socket or a local receiver
   uint64_t num_bytes = 0;
-  size_t num_transfers = 0;       // open (leases)
-  size_t num_buffered_bytes = 0;  // queued, not yet sent
-  size_t num_destinations = 0;    // sockets open (one per destination endpoint)
+  size_t num_transfers = 0;            // open (leases)
+  size_t num_buffered_bytes = 0;       // queued, not yet sent
+  size_t num_destinations = 0;         // sockets open (one per destination endpoint)
   uint64_t num_buffers_reused = 0;     // take_buffer() served from a buffer a sent frame gave back
   uint64_t num_buffers_allocated = 0;  // take_buffer() that allocated
   size_t num_pooled_buffers = 0;       // kept for reuse now

@@ -218,7 +218,8 @@ bool kv_tcp_read_exact(int fd, std::span<std::byte> out, std::chrono::steady_clo
       return false;
     }
     if (errno == EINTR) continue;
-    why = errno == EAGAIN || errno == EWOULDBLOCK ? "the peer stalled inside a frame" : "reading a frame: " + system_error();
+    why = errno == EAGAIN || errno == EWOULDBLOCK ? "the peer stalled inside a frame"
+                                                  : "reading a frame: " + system_error();
     return false;
   }
   return true;

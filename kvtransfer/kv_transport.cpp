@@ -12,7 +12,8 @@ kv_transport parse_kv_transport(std::string_view name) {
   if (name == "zmq") return kv_transport::zmq;
   if (name == "cuda_ipc") return kv_transport::cuda_ipc;
   if (name == "nccl") return kv_transport::nccl;
-  throw std::invalid_argument("kv_transport \"" + std::string(name) + "\" is not one of \"zmq\", \"cuda_ipc\", \"nccl\"");
+  throw std::invalid_argument("kv_transport \"" + std::string(name) +
+                              "\" is not one of \"zmq\", \"cuda_ipc\", \"nccl\"");
 }
 
 std::string_view kv_transport_name(kv_transport transport) {

@@ -130,7 +130,8 @@ void nccl_kv_channel::post(std::span<const int32_t> blocks, int first_layer, int
     }
   }
   const ncclResult_t end = ncclGroupEnd();
-  if (r != ncclSuccess) abort(std::string(side_ == side::prefill ? "ncclSend: " : "ncclRecv: ") + ncclGetErrorString(r));
+  if (r != ncclSuccess)
+    abort(std::string(side_ == side::prefill ? "ncclSend: " : "ncclRecv: ") + ncclGetErrorString(r));
   if (end != ncclSuccess && end != ncclInProgress) abort(std::string("ncclGroupEnd: ") + ncclGetErrorString(end));
   wait_for_comm(deadline, stop, "posting the layer's blocks");
 }
@@ -151,13 +152,15 @@ void nccl_kv_channel::wait(std::chrono::steady_clock::time_point deadline, const
     }
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(comm, &state);
-    if (state != ncclSuccess && state != ncclInProgress) abort(std::string("the copies failed: ") + ncclGetErrorString(state));
+    if (state != ncclSuccess && state != ncclInProgress)
+      abort(std::string("the copies failed: ") + ncclGetErrorString(state));
     if (std::chrono::steady_clock::now() >= deadline) {
       abort("the deadline passed before the peer " + std::string(side_ == side::prefill ? "received" : "sent") +
             " every block");
     }
-    if (stop && stop()) abort("stopped before the peer " + std::string(side_ == side::prefill ? "received" : "sent") +
-                              " every block (the transfer ended)");
+    if (stop && stop())
+      abort("stopped before the peer " + std::string(side_ == side::prefill ? "received" : "sent") +
+            " every block (the transfer ended)");
     std::this_thread::sleep_for(poll_interval);
   }
 }
@@ -169,7 +172,8 @@ class nccl_pair_links final : public kv_pair_links {
   explicit nccl_pair_links(device_kv_pool pool) : pool_(pool) {}
   std::string make_id() override { return make_nccl_unique_id(); }
   std::unique_ptr<kv_pair_link> join(const std::string& id, kv_pair_side side,
-                                     std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop) override {
+                                     std::chrono::steady_clock::time_point deadline,
+                                     const kv_link_stop& stop) override {
     return std::make_unique<nccl_kv_channel>(pool_, id, side, deadline, stop);
   }
 

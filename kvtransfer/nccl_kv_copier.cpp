@@ -24,8 +24,9 @@ void nccl_kv_copier::copy_to(const std::string& peer_handle, std::span<const int
                              std::chrono::steady_clock::time_point deadline) {
   const nccl_pool_handle& handle = parsed(peer_handle);
   if (std::find(dead_ids_.begin(), dead_ids_.end(), handle.pair_id) != dead_ids_.end()) {
-    throw std::runtime_error("nccl kv copier: the transfer names a pair that broke earlier (the decode side makes a "
-                             "new one for its next transfer)");
+    throw std::runtime_error(
+        "nccl kv copier: the transfer names a pair that broke earlier (the decode side makes a "
+        "new one for its next transfer)");
   }
   auto it = pairs_.find(handle.pair_id);
   try {

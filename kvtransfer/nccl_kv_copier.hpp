@@ -60,7 +60,7 @@ class nccl_kv_copier final : public device_kv_copier {
     uint64_t num_posted = 0;
   };
   std::map<std::string, pair> pairs_;  // by pair id
-  std::deque<std::string> dead_ids_;  // oldest first
+  std::deque<std::string> dead_ids_;   // oldest first
   std::string last_handle_;
   nccl_pool_handle last_parsed_;
 };

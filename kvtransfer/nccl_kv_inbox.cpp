@@ -20,15 +20,15 @@ constexpr auto end_grace = std::chrono::seconds(1);
 struct nccl_kv_inbox::pair {
   std::string id;
   std::string peer;
-  std::deque<nccl_kv_receive> queue;           // in sequence, for the thread
-  std::map<uint64_t, nccl_kv_receive> held;    // arrived before one they follow
-  uint64_t next_sequence = 0;                  // the next to queue
+  std::deque<nccl_kv_receive> queue;         // in sequence, for the thread
+  std::map<uint64_t, nccl_kv_receive> held;  // arrived before one they follow
+  uint64_t next_sequence = 0;                // the next to queue
   bool broken = false;
-  std::string why;                 // why it broke
-  std::atomic<bool> stop{false};   // polled by the link's waits
-  bool busy = false;               // a receive is posted or being waited for
+  std::string why;                // why it broke
+  std::atomic<bool> stop{false};  // polled by the link's waits
+  bool busy = false;              // a receive is posted or being waited for
   std::chrono::steady_clock::time_point busy_until;
-  bool finished = false;           // its thread has left its loop
+  bool finished = false;  // its thread has left its loop
   std::condition_variable wake;
   std::thread thread;
 };
@@ -43,8 +43,9 @@ nccl_kv_inbox::~nccl_kv_inbox() { close(); }
 
 nccl_kv_inbox::handle nccl_kv_inbox::handle_for(const std::string& peer) {
   if (peer.empty()) {
-    throw std::invalid_argument("nccl kv inbox: the transfer names no prefill peer (kv_handoff.peer); nccl needs one "
-                                "communicator per prefill instance");
+    throw std::invalid_argument(
+        "nccl kv inbox: the transfer names no prefill peer (kv_handoff.peer); nccl needs one "
+        "communicator per prefill instance");
   }
   std::vector<std::thread> finished;
   handle h;

@@ -90,7 +90,7 @@ class nccl_kv_inbox {
   const size_t max_pairs_;
   const size_t max_held_;
   mutable std::mutex mutex_;
-  std::condition_variable idle_;  // a pair's receive finished
+  std::condition_variable idle_;                        // a pair's receive finished
   std::map<std::string, std::shared_ptr<pair>> pairs_;  // by id, broken ones until their thread ends
   std::map<std::string, std::string> live_id_of_peer_;
   bool closed_ = false;

@@ -46,10 +46,12 @@ std::string encode_nccl_pool_handle(const std::string& pair_id, const device_kv_
 
 nccl_pool_handle decode_nccl_pool_handle(const std::string& bytes) {
   if (bytes.size() < fixed_bytes) {
-    refuse(std::to_string(bytes.size()) + " bytes, fewer than the " + std::to_string(fixed_bytes) + " of its fixed fields");
+    refuse(std::to_string(bytes.size()) + " bytes, fewer than the " + std::to_string(fixed_bytes) +
+           " of its fixed fields");
   }
   size_t at = 0;
-  if (const uint64_t magic = get(bytes, at, 4); magic != handle_magic) refuse("magic " + std::to_string(magic) + " is not \"TVNC\"");
+  if (const uint64_t magic = get(bytes, at, 4); magic != handle_magic)
+    refuse("magic " + std::to_string(magic) + " is not \"TVNC\"");
   if (const uint64_t version = get(bytes, at, 4); version != handle_version) {
     refuse("version " + std::to_string(version) + ", expected " + std::to_string(handle_version));
   }

@@ -12,7 +12,7 @@
 namespace troupe {
 
 struct nccl_pool_handle {
-  std::string pair_id;    // kv_pair_links::make_id bytes (an ncclUniqueId on a GPU)
+  std::string pair_id;      // kv_pair_links::make_id bytes (an ncclUniqueId on a GPU)
   device_kv_pool geometry;  // base null and device 0: the pool is in another process
 };
 

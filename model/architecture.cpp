@@ -27,7 +27,8 @@ std::array<architecture_traits, 11> make_table() {
   llama.gguf_permuted_qk = true;
 
   auto& mistral = table[static_cast<int>(architecture::mistral)];
-  mistral = row(architecture::mistral, "mistral", "MistralForCausalLM", "mistral", "llama");  // llama.cpp runs Mistral as llama
+  mistral = row(architecture::mistral, "mistral", "MistralForCausalLM", "mistral",
+                "llama");  // llama.cpp runs Mistral as llama
   mistral.gguf_permuted_qk = true;
 
   auto& qwen2 = table[static_cast<int>(architecture::qwen2)];
@@ -39,7 +40,8 @@ std::array<architecture_traits, 11> make_table() {
   qwen3.always_qk_norm = true;
 
   auto& mixtral = table[static_cast<int>(architecture::mixtral)];
-  mixtral = row(architecture::mixtral, "mixtral", "MixtralForCausalLM", "mixtral", "llama");  // llama.cpp: llama with experts
+  mixtral =
+      row(architecture::mixtral, "mixtral", "MixtralForCausalLM", "mixtral", "llama");  // llama.cpp: llama with experts
   mixtral.gguf_permuted_qk = true;
   mixtral.experts = true;
 
@@ -134,7 +136,8 @@ std::string architecture_gguf_names() {
 }
 
 float attention_scale(const model_config& config) {
-  const float scalar = config.query_pre_attn_scalar > 0 ? config.query_pre_attn_scalar : static_cast<float>(config.head_dim);
+  const float scalar =
+      config.query_pre_attn_scalar > 0 ? config.query_pre_attn_scalar : static_cast<float>(config.head_dim);
   return 1.0f / std::sqrt(scalar);
 }
 

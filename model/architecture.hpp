@@ -24,15 +24,15 @@ struct architecture_traits {
   std::string_view hf_model_type;  // config.json "model_type": "qwen3_moe"
   std::string_view gguf_name;      // general.architecture: "qwen3moe"
   norm_kind norm = norm_kind::rms;
-  bool post_block_norms = false;   // Gemma: a norm on each block's output before the residual add
-  bool scale_embeddings = false;   // Gemma: embeddings times sqrt(hidden_size)
-  bool fused_qkv = false;          // checkpoints store qkv_proj [q + k + v, hidden] (Phi-3)
-  bool fused_gate_up = false;      // checkpoints store gate_up_proj [2 * intermediate, hidden] (Phi-3)
+  bool post_block_norms = false;       // Gemma: a norm on each block's output before the residual add
+  bool scale_embeddings = false;       // Gemma: embeddings times sqrt(hidden_size)
+  bool fused_qkv = false;              // checkpoints store qkv_proj [q + k + v, hidden] (Phi-3)
+  bool fused_gate_up = false;          // checkpoints store gate_up_proj [2 * intermediate, hidden] (Phi-3)
   bool always_attention_bias = false;  // Qwen2, Qwen2-MoE: q/k/v biases whatever the config says
-  bool always_qk_norm = false;     // Qwen3, Qwen3-MoE, Gemma 3
-  bool output_bias = false;        // gpt-oss: o_proj carries a bias
-  bool experts = false;            // a mixture of experts replaces the MLP
-  bool gguf_permuted_qk = false;   // GGUF arch "llama": q/k rows interleaved for RoPE
+  bool always_qk_norm = false;         // Qwen3, Qwen3-MoE, Gemma 3
+  bool output_bias = false;            // gpt-oss: o_proj carries a bias
+  bool experts = false;                // a mixture of experts replaces the MLP
+  bool gguf_permuted_qk = false;       // GGUF arch "llama": q/k rows interleaved for RoPE
 };
 
 const architecture_traits& traits_of(architecture arch);

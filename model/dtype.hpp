@@ -22,20 +22,20 @@ enum class dtype : uint8_t {
   f32,
   f16,
   bf16,
-  q8_0,     // blocks of 32: f16 scale, 32 int8
-  q4_0,     // blocks of 32: f16 scale, 16 bytes of 4-bit values (offset 8)
-  q4_1,     // blocks of 32: f16 scale, f16 min, 16 bytes of 4-bit values
-  q5_0,     // blocks of 32: f16 scale, 32 high bits, 16 bytes of low nibbles (offset 16)
-  q5_1,     // blocks of 32: f16 scale, f16 min, 32 high bits, 16 bytes of low nibbles
-  q2_k,     // super-blocks of 256: 16 sub-blocks of 16 with 4-bit scale and min, 2-bit values
-  q3_k,     // super-blocks of 256: 16 sub-blocks of 16 with 6-bit scales, 3-bit values
-  q4_k,     // super-blocks of 256: 8 sub-blocks of 32 with 6-bit scale and min, 4-bit values
-  q5_k,     // super-blocks of 256: 8 sub-blocks of 32 with 6-bit scale and min, 5-bit values
-  q6_k,     // super-blocks of 256: 16 sub-blocks of 16 with int8 scales, 6-bit values
-  iq4_nl,   // blocks of 32: f16 scale, 4-bit indices into a non-linear table of 16 values
-  iq4_xs,   // super-blocks of 256: 8 sub-blocks of 32 with 6-bit scales, iq4_nl's table
-  mxfp4,    // blocks of 32: an E8M0 exponent, 4-bit E2M1 values (OCP microscaling)
-  fp8_e4m3, // one byte per element, E4M3FN; a checkpoint's per-row scales ride in weight_tensor
+  q8_0,           // blocks of 32: f16 scale, 32 int8
+  q4_0,           // blocks of 32: f16 scale, 16 bytes of 4-bit values (offset 8)
+  q4_1,           // blocks of 32: f16 scale, f16 min, 16 bytes of 4-bit values
+  q5_0,           // blocks of 32: f16 scale, 32 high bits, 16 bytes of low nibbles (offset 16)
+  q5_1,           // blocks of 32: f16 scale, f16 min, 32 high bits, 16 bytes of low nibbles
+  q2_k,           // super-blocks of 256: 16 sub-blocks of 16 with 4-bit scale and min, 2-bit values
+  q3_k,           // super-blocks of 256: 16 sub-blocks of 16 with 6-bit scales, 3-bit values
+  q4_k,           // super-blocks of 256: 8 sub-blocks of 32 with 6-bit scale and min, 4-bit values
+  q5_k,           // super-blocks of 256: 8 sub-blocks of 32 with 6-bit scale and min, 5-bit values
+  q6_k,           // super-blocks of 256: 16 sub-blocks of 16 with int8 scales, 6-bit values
+  iq4_nl,         // blocks of 32: f16 scale, 4-bit indices into a non-linear table of 16 values
+  iq4_xs,         // super-blocks of 256: 8 sub-blocks of 32 with 6-bit scales, iq4_nl's table
+  mxfp4,          // blocks of 32: an E8M0 exponent, 4-bit E2M1 values (OCP microscaling)
+  fp8_e4m3,       // one byte per element, E4M3FN; a checkpoint's per-row scales ride in weight_tensor
   fp8_e4m3_b128,  // blocks of 128: an f32 scale, 128 E4M3FN values (block-wise scaled FP8 checkpoints)
 };
 
@@ -69,9 +69,7 @@ inline constexpr std::array<dtype_traits, num_dtypes> all_dtype_traits = {{
     {"fp8_e4m3_b128", 128, 132, true},
 }};
 
-static constexpr const dtype_traits& dtype_traits_of(dtype type) {
-  return all_dtype_traits[static_cast<size_t>(type)];
-}
+static constexpr const dtype_traits& dtype_traits_of(dtype type) { return all_dtype_traits[static_cast<size_t>(type)]; }
 
 static constexpr std::string_view dtype_name(dtype type) { return dtype_traits_of(type).name; }
 static constexpr int64_t dtype_block_size(dtype type) { return dtype_traits_of(type).block_size; }

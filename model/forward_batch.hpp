@@ -12,14 +12,14 @@
 namespace troupe {
 
 struct forward_batch {
-  std::vector<int32_t> token_ids;   // [num_tokens]
-  std::vector<int32_t> positions;   // [num_tokens] position of each token in its sequence
+  std::vector<int32_t> token_ids;     // [num_tokens]
+  std::vector<int32_t> positions;     // [num_tokens] position of each token in its sequence
   std::vector<int64_t> slot_mapping;  // [num_tokens] KV slot each new token's K/V is written to
 
   // Per sequence i: its new tokens are rows query_start[i] .. query_start[i+1] of the batch,
   // and it attends to context_lengths[i] tokens in all (already cached + new).
-  std::vector<int32_t> query_start;      // [num_seqs + 1]
-  std::vector<int32_t> context_lengths;  // [num_seqs]
+  std::vector<int32_t> query_start;        // [num_seqs + 1]
+  std::vector<int32_t> context_lengths;    // [num_seqs]
   std::vector<int32_t> block_table_start;  // [num_seqs + 1] offsets into block_tables
   std::vector<int32_t> block_tables;       // concatenated block ids of every sequence
 

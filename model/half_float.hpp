@@ -58,10 +58,10 @@ static inline uint16_t f32_to_f16(float value) {
   std::memcpy(&bits, &value, 4);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;               // NaN
-  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;              // overflow (rounds to inf)
-  if (abs_bits < 0x38800000u) {                                    // subnormal or zero in f16
-    if (abs_bits < 0x33000000u) return sign;                       // below half the smallest
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;  // overflow (rounds to inf)
+  if (abs_bits < 0x38800000u) {                        // subnormal or zero in f16
+    if (abs_bits < 0x33000000u) return sign;           // below half the smallest
     const uint32_t exponent = abs_bits >> 23;
     const uint32_t mantissa = (abs_bits & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - exponent;  // 14..24 → denormal shift of (113 - exp) + 13

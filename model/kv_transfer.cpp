@@ -54,7 +54,8 @@ void check_kv_element(dtype element, int head_dim) {
   }
   if (element == dtype::q8_0 && head_dim % q8_0_block_size != 0) {
     throw std::invalid_argument(
-        "KV cache dtype q8_0 stores blocks of 32 along each head and needs head_dim to be a multiple of 32, got head_dim " +
+        "KV cache dtype q8_0 stores blocks of 32 along each head and needs head_dim to be a multiple of 32, got "
+        "head_dim " +
         std::to_string(head_dim));
   }
 }
@@ -138,13 +139,14 @@ size_t kv_span_bytes(const kv_span_header& header) {
 
 kv_span_header kv_span_for(const model_config& config, const kv_cache_shape& pool, int num_blocks, int first_layer,
                            int num_layers, dtype element) {
-  return kv_span_header{first_layer, num_layers, num_blocks, pool.block_size, config.num_kv_heads, config.head_dim,
-                        element};
+  return kv_span_header{first_layer,         num_layers,      num_blocks, pool.block_size,
+                        config.num_kv_heads, config.head_dim, element};
 }
 
 void check_kv_transfer(const model_config& config, const kv_cache_shape& pool, std::span<const int32_t> block_ids,
                        const kv_span_header& header, size_t data_bytes, kv_transfer_direction direction) {
-  if (header.num_kv_heads != config.num_kv_heads) refuse(mismatch("num_kv_heads", header.num_kv_heads, config.num_kv_heads));
+  if (header.num_kv_heads != config.num_kv_heads)
+    refuse(mismatch("num_kv_heads", header.num_kv_heads, config.num_kv_heads));
   if (header.head_dim != config.head_dim) refuse(mismatch("head_dim", header.head_dim, config.head_dim));
   if (header.block_size != pool.block_size) refuse(mismatch("block_size", header.block_size, pool.block_size));
   if (header.first_layer < 0 || header.num_layers <= 0 ||

@@ -52,10 +52,10 @@ void check_pipeline_ranges(const std::vector<layer_range>& ranges, int num_layer
     const layer_range& r = ranges[i];
     check_layer_range(r, num_layers);
     if (r.first != next) {
-      throw std::runtime_error("pipeline stage " + std::to_string(i) + " holds layers " + layer_range_text(r) +
-                               (r.first > next ? "; layers " + std::to_string(next) + "-" + std::to_string(r.first - 1) +
-                                                     " are in no stage"
-                                               : "; layer " + std::to_string(r.first) + " is in an earlier stage too"));
+      throw std::runtime_error(
+          "pipeline stage " + std::to_string(i) + " holds layers " + layer_range_text(r) +
+          (r.first > next ? "; layers " + std::to_string(next) + "-" + std::to_string(r.first - 1) + " are in no stage"
+                          : "; layer " + std::to_string(r.first) + " is in an earlier stage too"));
     }
     next = r.end;
   }
@@ -74,8 +74,8 @@ std::vector<layer_range> split_layers_by_bytes(const std::vector<size_t>& layer_
   }
   // Greedy on the running total: stage s ends at the first layer boundary past s+1 shares of the
   // whole, leaving at least one layer for each stage after it.
-  const double total = static_cast<double>(
-      std::accumulate(layer_bytes.begin(), layer_bytes.end(), size_t{0}) + first_stage_extra + last_stage_extra);
+  const double total = static_cast<double>(std::accumulate(layer_bytes.begin(), layer_bytes.end(), size_t{0}) +
+                                           first_stage_extra + last_stage_extra);
   std::vector<layer_range> stages;
   double so_far = static_cast<double>(first_stage_extra);
   int first = 0;

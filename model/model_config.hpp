@@ -45,9 +45,9 @@ struct rope_scaling_config {
   // yarn
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
-  float mscale = 0.0f;           // DeepSeek's form of the attention factor (0: unset)
+  float mscale = 0.0f;  // DeepSeek's form of the attention factor (0: unset)
   float mscale_all_dim = 0.0f;
-  bool truncate = true;          // floor/ceil the correction range (gpt-oss says false)
+  bool truncate = true;  // floor/ceil the correction range (gpt-oss says false)
   // yarn and longrope: multiplies cos and sin (0: the type's default from factor)
   float attention_factor = 0.0f;
   // longrope: [rotary_dim / 2] divisors of each frequency
@@ -56,7 +56,8 @@ struct rope_scaling_config {
 };
 
 // Llama 3.x's rope_scaling.
-inline rope_scaling_config llama3_rope_scaling(float factor, float low_freq_factor, float high_freq_factor, int original) {
+inline rope_scaling_config llama3_rope_scaling(float factor, float low_freq_factor, float high_freq_factor,
+                                               int original) {
   rope_scaling_config s;
   s.type = rope_scaling_type::llama3;
   s.factor = factor;
@@ -76,14 +77,14 @@ enum class router_scoring {
 // The mixture-of-experts block of the layers that have one (num_experts > 0).
 struct moe_config {
   int num_experts = 0;
-  int experts_per_token = 0;          // top-k
-  int expert_intermediate_size = 0;   // each expert's SwiGLU width
+  int experts_per_token = 0;                // top-k
+  int expert_intermediate_size = 0;         // each expert's SwiGLU width
   int shared_expert_intermediate_size = 0;  // 0: no shared expert (Qwen2-MoE has one, with a sigmoid gate)
   router_scoring scoring = router_scoring::softmax;
-  bool norm_topk_prob = false;        // renormalise the k weights to sum to 1
-  float routed_scaling_factor = 1.0f; // multiplies the routed experts' weights
-  bool router_bias = false;           // gpt-oss
-  bool expert_bias = false;           // gpt-oss: gate/up/down of every expert carry a bias
+  bool norm_topk_prob = false;         // renormalise the k weights to sum to 1
+  float routed_scaling_factor = 1.0f;  // multiplies the routed experts' weights
+  bool router_bias = false;            // gpt-oss
+  bool expert_bias = false;            // gpt-oss: gate/up/down of every expert carry a bias
 };
 
 enum class activation_kind {
@@ -96,7 +97,7 @@ struct model_config {
   architecture arch = architecture::llama;
   std::string architecture_name;  // as written in config.json, e.g. "LlamaForCausalLM"
   int hidden_size = 0;
-  int intermediate_size = 0;      // the dense MLP's width (layers without experts)
+  int intermediate_size = 0;  // the dense MLP's width (layers without experts)
   int num_layers = 0;
   int num_heads = 0;
   int num_kv_heads = 0;

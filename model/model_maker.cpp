@@ -97,8 +97,9 @@ void write_gguf(const made_model& made, const model_maker_options& options, cons
     if (layout.permuted_heads > 0) {
       std::vector<float> permuted(values.size());
       const int64_t rows = layout.shape.front();
-      permute_rows_hf_to_gguf(reinterpret_cast<const std::byte*>(values.data()), reinterpret_cast<std::byte*>(permuted.data()),
-                              rows, values.size() / rows * sizeof(float), layout.permuted_heads);
+      permute_rows_hf_to_gguf(reinterpret_cast<const std::byte*>(values.data()),
+                              reinterpret_cast<std::byte*>(permuted.data()), rows, values.size() / rows * sizeof(float),
+                              layout.permuted_heads);
       values.swap(permuted);
     }
     if (layout.norm_plus_one) {
@@ -153,7 +154,9 @@ int token_id(const tokenizer_sources& tokenizer, const char* key) {
   const auto& config = tokenizer.tokenizer_config;
   if (!config.is_object() || !config.contains(key)) return -1;
   const auto& value = config[key];
-  std::string content = value.is_string() ? value.get<std::string>() : value.is_object() ? value.value("content", "") : "";
+  std::string content = value.is_string()   ? value.get<std::string>()
+                        : value.is_object() ? value.value("content", "")
+                                            : "";
   if (content.empty()) return -1;
   for (const auto& added : tokenizer.tokenizer_json.value("added_tokens", nlohmann::json::array())) {
     if (added.value("content", "") == content) return added.at("id").get<int>();
@@ -176,7 +179,8 @@ void configure_rope_scaling(const model_maker_options& options, model_config& co
   rope_scaling_config s;
   s.factor = options.rope_scaling_factor > 0 ? options.rope_scaling_factor : kind == "llama3" ? 8.0f : 4.0f;
   s.original_max_position_embeddings = static_cast<int>(config.max_position_embeddings / s.factor);
-  if (s.original_max_position_embeddings < 1) throw std::runtime_error("--max-position-embeddings is too small for the rope scaling factor");
+  if (s.original_max_position_embeddings < 1)
+    throw std::runtime_error("--max-position-embeddings is too small for the rope scaling factor");
   const int half = rotary_dims(config) / 2;
   if (kind == "linear") {
     s.type = rope_scaling_type::linear;
@@ -197,7 +201,8 @@ void configure_rope_scaling(const model_maker_options& options, model_config& co
     }
     s.attention_factor = longrope_attention_factor(config.max_position_embeddings, s.original_max_position_embeddings);
   } else {
-    throw std::runtime_error("unknown --rope-scaling '" + kind + "' (expected none, linear, dynamic, llama3, yarn or longrope)");
+    throw std::runtime_error("unknown --rope-scaling '" + kind +
+                             "' (expected none, linear, dynamic, llama3, yarn or longrope)");
   }
   config.rope_scaling = s;
 }
@@ -207,7 +212,9 @@ void configure_rope_scaling(const model_maker_options& options, model_config& co
 model_config model_maker_config(const model_maker_options& options, int vocab_size) {
   const std::string arch_name = options.arch == "llama3" ? "llama" : options.arch;
   const std::optional<architecture> arch = architecture_from_name(arch_name);
-  if (!arch) throw std::runtime_error("unknown --arch '" + options.arch + "' (expected llama3 or one of " + architecture_names() + ")");
+  if (!arch)
+    throw std::runtime_error("unknown --arch '" + options.arch + "' (expected llama3 or one of " +
+                             architecture_names() + ")");
   const architecture_traits& traits = traits_of(*arch);
   model_config config;
   config.arch = *arch;
@@ -230,11 +237,12 @@ model_config model_maker_config(const model_maker_options& options, int vocab_si
   } else {
     throw std::runtime_error("--hidden-size must be a multiple of --heads unless --head-dim is given");
   }
-  if (config.head_dim % 2 != 0) throw std::runtime_error("head_dim must be even for RoPE, got " + std::to_string(config.head_dim));
+  if (config.head_dim % 2 != 0)
+    throw std::runtime_error("head_dim must be even for RoPE, got " + std::to_string(config.head_dim));
   if (options.rotary_dim != 0) {
     if (options.rotary_dim < 0 || options.rotary_dim % 2 != 0 || options.rotary_dim > config.head_dim) {
-      throw std::runtime_error("--rotary-dim must be even and at most head_dim " + std::to_string(config.head_dim) + ", got " +
-                               std::to_string(options.rotary_dim));
+      throw std::runtime_error("--rotary-dim must be even and at most head_dim " + std::to_string(config.head_dim) +
+                               ", got " + std::to_string(options.rotary_dim));
     }
     if (options.rotary_dim != config.head_dim) config.rotary_dim = options.rotary_dim;
   }
@@ -248,10 +256,10 @@ model_config model_maker_config(const model_maker_options& options, int vocab_si
     case architecture::phi3: config.rms_norm_eps = 1e-5f; break;
     default: config.rms_norm_eps = 1e-6f; break;
   }
-  config.rope_theta = options.arch == "llama3"                                        ? 500000.0f
+  config.rope_theta = options.arch == "llama3"                                                  ? 500000.0f
                       : config.arch == architecture::llama || config.arch == architecture::phi3 ? 10000.0f
-                      : config.arch == architecture::gpt_oss                          ? 150000.0f
-                                                                                      : 1000000.0f;
+                      : config.arch == architecture::gpt_oss                                    ? 150000.0f
+                                                                                                : 1000000.0f;
 
   if (traits.experts) {
     moe_config& moe = config.moe;
@@ -262,16 +270,17 @@ model_config model_maker_config(const model_maker_options& options, int vocab_si
                                std::to_string(moe.num_experts));
     }
     const bool qwen = config.arch == architecture::qwen2_moe || config.arch == architecture::qwen3_moe;
-    moe.expert_intermediate_size = or_default(options.expert_intermediate_size,
-                                              qwen ? std::max(1, config.intermediate_size / 2) : config.intermediate_size,
-                                              "--expert-intermediate-size");
+    moe.expert_intermediate_size = or_default(
+        options.expert_intermediate_size, qwen ? std::max(1, config.intermediate_size / 2) : config.intermediate_size,
+        "--expert-intermediate-size");
     // Mixtral's and gpt-oss's config.json name the experts' width intermediate_size.
     if (!qwen) config.intermediate_size = moe.expert_intermediate_size;
     if (config.arch == architecture::qwen2_moe) {
-      moe.shared_expert_intermediate_size =
-          or_default(options.shared_expert_intermediate_size, config.intermediate_size, "--shared-expert-intermediate-size");
+      moe.shared_expert_intermediate_size = or_default(options.shared_expert_intermediate_size,
+                                                       config.intermediate_size, "--shared-expert-intermediate-size");
     }
-    moe.norm_topk_prob = config.arch == architecture::mixtral || options.norm_topk_prob.value_or(config.arch == architecture::qwen3_moe);
+    moe.norm_topk_prob =
+        config.arch == architecture::mixtral || options.norm_topk_prob.value_or(config.arch == architecture::qwen3_moe);
     if (config.arch == architecture::gpt_oss) {
       moe.scoring = router_scoring::softmax_over_top_k;
       moe.router_bias = true;
@@ -281,7 +290,8 @@ model_config model_maker_config(const model_maker_options& options, int vocab_si
       config.attention_sinks = true;
     }
   } else if (options.num_experts != 0 || options.experts_per_token != 0) {
-    throw std::runtime_error("--experts applies to mixtral, qwen2_moe, qwen3_moe and gpt_oss only, not " + options.arch);
+    throw std::runtime_error("--experts applies to mixtral, qwen2_moe, qwen3_moe and gpt_oss only, not " +
+                             options.arch);
   }
 
   int window = options.sliding_window;
@@ -306,8 +316,8 @@ model_config model_maker_config(const model_maker_options& options, int vocab_si
     // Gemma 3: five sliding layers to a full one; Gemma 2 and gpt-oss alternate; Mistral v0.1
     // slides on every layer.
     const int pattern = config.arch == architecture::gemma3 ? 6 : config.arch == architecture::mistral ? 1 : 2;
-    if (config.arch != architecture::gemma2 && config.arch != architecture::gemma3 && config.arch != architecture::gpt_oss &&
-        config.arch != architecture::mistral) {
+    if (config.arch != architecture::gemma2 && config.arch != architecture::gemma3 &&
+        config.arch != architecture::gpt_oss && config.arch != architecture::mistral) {
       throw std::runtime_error("--sliding-window applies to mistral, gemma2, gemma3 and gpt_oss only");
     }
     config.sliding_window = positive(window, "--sliding-window");

@@ -22,8 +22,8 @@ struct model_maker_options {
   int num_layers = 2;
   int num_heads = 4;
   int num_kv_heads = 2;
-  int head_dim = 0;        // 0: hidden_size / num_heads
-  int vocab_size = 0;      // 0: the tokenizer's; otherwise must equal it
+  int head_dim = 0;    // 0: hidden_size / num_heads
+  int vocab_size = 0;  // 0: the tokenizer's; otherwise must equal it
   int max_position_embeddings = 2048;
   bool tie_word_embeddings = false;  // Gemma always ties
   // Mixture of experts (0: the architecture's small default).
@@ -33,12 +33,12 @@ struct model_maker_options {
   int shared_expert_intermediate_size = 0;  // Qwen2-MoE: intermediate_size
   std::optional<bool> norm_topk_prob;       // Qwen MoE: false for qwen2_moe, true for qwen3_moe
   // Attention extras.
-  int sliding_window = 0;                   // 0: the architecture's (Gemma 2: 4096, Gemma 3: 512, gpt-oss: 128, Mistral: none)
+  int sliding_window = 0;  // 0: the architecture's (Gemma 2: 4096, Gemma 3: 512, gpt-oss: 128, Mistral: none)
   std::optional<float> attn_logit_softcapping;   // Gemma 2: 50
   std::optional<float> final_logit_softcapping;  // Gemma 2: 30
   // gpt-oss: random sinks; without, every sink is -infinity (inert, as if the model had none).
   bool attention_sinks = false;
-  int rotary_dim = 0;       // 0: head_dim; smaller turns only the first rotary_dim of each head
+  int rotary_dim = 0;  // 0: head_dim; smaller turns only the first rotary_dim of each head
   // "" (the architecture's: llama3 for arch llama3, none otherwise) | none | linear | dynamic |
   // llama3 | yarn | longrope; factor 0: 8 for llama3, 4 otherwise. The original context is
   // max_position_embeddings / factor.
@@ -47,7 +47,7 @@ struct model_maker_options {
   dtype type = dtype::f32;  // a quantized type applies to the GGUF; the HF copy then gets f16
   uint64_t seed = 0;
   float init_stddev = 0.02f;
-  float norm_jitter = 0.1f;  // norms 1 ± jitter, so a norm applied wrongly shows in the output
+  float norm_jitter = 0.1f;         // norms 1 ± jitter, so a norm applied wrongly shows in the output
   std::filesystem::path tokenizer;  // HF dir, tokenizer.json or .gguf
   std::filesystem::path out;        // directory to create / fill
 };

@@ -75,7 +75,7 @@ struct model_quantizer::source {
   std::vector<input_tensor> tensors;
   quant::model_facts facts;
   std::vector<std::shared_ptr<const void>> owners;  // mappings and re-laid-out buffers
-  weight_store hf_weights;                           // an HF input's mapped tensors
+  weight_store hf_weights;                          // an HF input's mapped tensors
 
   static std::unique_ptr<source> open_gguf(const std::filesystem::path& path);
   static std::unique_ptr<source> open_hf(const std::filesystem::path& path);
@@ -127,14 +127,15 @@ std::unique_ptr<model_quantizer::source> model_quantizer::source::open_hf(const 
   in->facts.num_kv_heads = config.num_kv_heads;
   in->facts.num_experts = config.moe.num_experts;
   in->facts.tied_embeddings = config.tie_word_embeddings;
-  in->facts.llama_70b = gguf_architecture_name(config) == "llama" && config.num_layers == 80 &&
-                        config.num_heads != config.num_kv_heads;
+  in->facts.llama_70b =
+      gguf_architecture_name(config) == "llama" && config.num_layers == 80 && config.num_heads != config.num_kv_heads;
 
   for (const gguf_tensor_layout& layout : gguf_tensor_layouts(config)) {
     const weight_tensor& first = in->hf_weights.get(layout.parts.front());
     const bool one_d = layout.shape.size() == 1 || layout.gguf_1d;
-    std::vector<int64_t> dims = one_d ? std::vector<int64_t>{first.num_elements() * static_cast<int64_t>(layout.parts.size())}
-                                      : std::vector<int64_t>{layout.shape.rbegin(), layout.shape.rend()};
+    std::vector<int64_t> dims =
+        one_d ? std::vector<int64_t>{first.num_elements() * static_cast<int64_t>(layout.parts.size())}
+              : std::vector<int64_t>{layout.shape.rbegin(), layout.shape.rend()};
     const bool as_stored = layout.parts.size() == 1 && !layout.norm_plus_one && first.row_scales.empty() &&
                            first.input_order.empty() && (layout.permuted_heads == 0 || !is_quantized(first.type));
     if (as_stored) {
@@ -163,21 +164,25 @@ std::unique_ptr<model_quantizer::source> model_quantizer::source::open_hf(const 
     if (layout.permuted_heads > 0) {
       std::vector<float> permuted(values->size());
       const int64_t rows = layout.shape.front();
-      permute_rows_hf_to_gguf(reinterpret_cast<const std::byte*>(values->data()), reinterpret_cast<std::byte*>(permuted.data()),
-                              rows, values->size() / static_cast<size_t>(rows) * sizeof(float), layout.permuted_heads);
+      permute_rows_hf_to_gguf(reinterpret_cast<const std::byte*>(values->data()),
+                              reinterpret_cast<std::byte*>(permuted.data()), rows,
+                              values->size() / static_cast<size_t>(rows) * sizeof(float), layout.permuted_heads);
       values->swap(permuted);
     }
     if (layout.norm_plus_one) {
       for (float& v : *values) v += 1.0f;
     }
-    in->tensors.push_back({layout.gguf_name, std::move(dims), dtype::f32, reinterpret_cast<const std::byte*>(values->data()),
-                           values->size() * sizeof(float)});
+    in->tensors.push_back({layout.gguf_name, std::move(dims), dtype::f32,
+                           reinterpret_cast<const std::byte*>(values->data()), values->size() * sizeof(float)});
     in->owners.push_back(values);
   }
   for (gguf_extra_tensor& extra : gguf_rope_tensors(config)) {
     auto values = std::make_shared<std::vector<float>>(std::move(extra.values));
-    in->tensors.push_back({extra.name, {static_cast<int64_t>(values->size())}, dtype::f32,
-                           reinterpret_cast<const std::byte*>(values->data()), values->size() * sizeof(float)});
+    in->tensors.push_back({extra.name,
+                           {static_cast<int64_t>(values->size())},
+                           dtype::f32,
+                           reinterpret_cast<const std::byte*>(values->data()),
+                           values->size() * sizeof(float)});
     in->owners.push_back(values);
   }
   return in;
@@ -186,15 +191,16 @@ std::unique_ptr<model_quantizer::source> model_quantizer::source::open_hf(const 
 model_quantizer::model_quantizer(quantize_options options) : options_(std::move(options)) {
   auto preset = quant::find_preset(options_.type);
   if (!preset) {
-    throw std::runtime_error("unknown quantization type '" + options_.type + "' (expected one of " + quant::preset_names() +
-                             "; Q3_K, Q4_K and Q5_K mean their _M mixes)");
+    throw std::runtime_error("unknown quantization type '" + options_.type + "' (expected one of " +
+                             quant::preset_names() + "; Q3_K, Q4_K and Q5_K mean their _M mixes)");
   }
   preset_ = *preset;
   if (options_.input.empty()) throw std::runtime_error("the input model is required (an HF directory or a .gguf file)");
   if (!std::filesystem::exists(options_.input)) {
     throw std::runtime_error("input model '" + options_.input.string() + "' does not exist");
   }
-  source_ = std::filesystem::is_directory(options_.input) ? source::open_hf(options_.input) : source::open_gguf(options_.input);
+  source_ = std::filesystem::is_directory(options_.input) ? source::open_hf(options_.input)
+                                                          : source::open_gguf(options_.input);
 
   std::unique_ptr<importance_matrix> importance;
   if (!options_.importance.empty()) {
@@ -206,9 +212,8 @@ model_quantizer::model_quantizer(quantize_options options) : options_(std::move(
   source_->facts.has_importance = importance != nullptr;
 
   for (const input_tensor& t : source_->tensors) {
-    const quant::tensor_choice choice =
-        quant::choose_tensor_type(preset_, options_.pure, source_->facts,
-                                  {t.name, t.columns(), static_cast<int>(t.dims.size()), t.type});
+    const quant::tensor_choice choice = quant::choose_tensor_type(
+        preset_, options_.pure, source_->facts, {t.name, t.columns(), static_cast<int>(t.dims.size()), t.type});
     planned_tensor planned{t.name, t.dims, t.type, choice.type, choice.fell_back, false};
     if (planned.to != planned.from && !plain_float(planned.from)) {
       throw std::runtime_error("tensor '" + t.name + "' of '" + options_.input.string() + "' is already " +
@@ -223,11 +228,11 @@ model_quantizer::model_quantizer(quantize_options options) : options_(std::move(
           planned.weighted = true;
         } else if (t.name == "token_embd.weight") {
           // llama.cpp skips a mismatched token_embd entry too: it is read by row, not multiplied.
-          spdlog::warn("importance entry of {} has {} values, expected {}; quantizing it unweighted", t.name, entry->size(),
-                       t.columns() * matrices);
+          spdlog::warn("importance entry of {} has {} values, expected {}; quantizing it unweighted", t.name,
+                       entry->size(), t.columns() * matrices);
         } else {
-          throw std::runtime_error("importance matrix '" + options_.importance.string() + "': entry '" + t.name + "' has " +
-                                   std::to_string(entry->size()) + " values, expected " +
+          throw std::runtime_error("importance matrix '" + options_.importance.string() + "': entry '" + t.name +
+                                   "' has " + std::to_string(entry->size()) + " values, expected " +
                                    std::to_string(t.columns() * matrices) + " (one per column" +
                                    (matrices > 1 ? " of each of " + std::to_string(matrices) + " matrices)" : ")") +
                                    "; was it computed for another model?");
@@ -243,7 +248,8 @@ model_quantizer::model_quantizer(quantize_options options) : options_(std::move(
   if (importance) {
     // What llama-quantize records of an imatrix.
     writer.set("quantize.imatrix.file", gguf_value::string(options_.importance.string()));
-    if (!importance->datasets.empty()) writer.set("quantize.imatrix.dataset", gguf_value::string(importance->datasets.front()));
+    if (!importance->datasets.empty())
+      writer.set("quantize.imatrix.dataset", gguf_value::string(importance->datasets.front()));
     writer.set("quantize.imatrix.entries_count", gguf_value::u32(static_cast<uint32_t>(importance->entries.size())));
     if (importance->chunk_count > 0) {
       writer.set("quantize.imatrix.chunks_count", gguf_value::u32(static_cast<uint32_t>(importance->chunk_count)));
@@ -260,8 +266,8 @@ model_quantizer::model_quantizer(quantize_options options) : options_(std::move(
 model_quantizer::~model_quantizer() = default;
 
 quantize_result model_quantizer::run() {
-  const int num_threads =
-      std::max(1, options_.num_threads > 0 ? options_.num_threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const int num_threads = std::max(
+      1, options_.num_threads > 0 ? options_.num_threads : static_cast<int>(std::thread::hardware_concurrency()));
   uint64_t total_values = 0;
   for (const input_tensor& t : source_->tensors) total_values += static_cast<uint64_t>(t.num_elements());
   progress_bar bar("quantizing to " + std::string(preset_.name), total_values, options_.show_progress);
@@ -278,8 +284,8 @@ quantize_result model_quantizer::run() {
     const float* importance = planned.weighted ? importance_->find(in.name)->data() : nullptr;
     writer.add_tensor(planned.name, gguf_type_of(planned.to), planned.dims, out_bytes,
                       [this, &planned, &in, importance, num_threads, &bar](std::byte* out) {
-                        spdlog::debug("{} [{}] {} -> {}", planned.name, shape_string(planned.dims), ggml_style_name(planned.from),
-                                      ggml_style_name(planned.to));
+                        spdlog::debug("{} [{}] {} -> {}", planned.name, shape_string(planned.dims),
+                                      ggml_style_name(planned.from), ggml_style_name(planned.to));
                         quantize_tensor(in, planned, importance, num_threads, out);
                         bar.advance(static_cast<uint64_t>(in.num_elements()));
                       });

@@ -25,13 +25,13 @@ namespace troupe {
 struct importance_matrix;
 
 struct quantize_options {
-  std::filesystem::path input;   // HF directory or .gguf
-  std::filesystem::path output;  // .gguf to write (replaced)
-  std::string type = "Q4_K_M";   // a preset (quant::preset_names()) or MXFP4
-  bool pure = false;             // every matrix in the preset's base type, no per-tensor mix
+  std::filesystem::path input;       // HF directory or .gguf
+  std::filesystem::path output;      // .gguf to write (replaced)
+  std::string type = "Q4_K_M";       // a preset (quant::preset_names()) or MXFP4
+  bool pure = false;                 // every matrix in the preset's base type, no per-tensor mix
   std::filesystem::path importance;  // imatrix file; empty: none
-  int num_threads = 0;           // 0: every core
-  bool show_progress = true;     // a bar on a terminal
+  int num_threads = 0;               // 0: every core
+  bool show_progress = true;         // a bar on a terminal
 };
 
 // One output tensor and the type chosen for it.

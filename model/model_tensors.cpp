@@ -120,7 +120,8 @@ std::vector<tensor_spec> expected_tensors(const model_config& config, layer_rang
   const int64_t expert_inter = config.moe.expert_intermediate_size;
   const int64_t shared_inter = config.moe.shared_expert_intermediate_size;
   const model_tensor_names names = tensor_names(config);
-  const tensor_role norm_role = traits_of(config.arch).norm == norm_kind::rms_one_plus ? tensor_role::norm_offset : tensor_role::norm;
+  const tensor_role norm_role =
+      traits_of(config.arch).norm == norm_kind::rms_one_plus ? tensor_role::norm_offset : tensor_role::norm;
   std::vector<tensor_spec> specs;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, tensor_role role) {
     if (!name.empty()) specs.push_back({name, std::move(shape), role});

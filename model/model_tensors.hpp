@@ -27,34 +27,34 @@ bool has_qk_norm(const model_config& config);
 
 // One routed expert's SwiGLU (an empty bias name: no bias).
 struct expert_tensor_names {
-  std::string gate_proj, up_proj;   // [expert_intermediate, hidden]
-  std::string down_proj;            // [hidden, expert_intermediate]
-  std::string gate_bias, up_bias;   // [expert_intermediate]; gpt-oss
-  std::string down_bias;            // [hidden]; gpt-oss
+  std::string gate_proj, up_proj;  // [expert_intermediate, hidden]
+  std::string down_proj;           // [hidden, expert_intermediate]
+  std::string gate_bias, up_bias;  // [expert_intermediate]; gpt-oss
+  std::string down_bias;           // [hidden]; gpt-oss
 };
 
 // The names of one decoder layer's tensors. Where the model has no such tensor the name is
 // empty, and a backend must not look for it (a file may still hold one: it is ignored).
 struct layer_tensor_names {
-  std::string attn_norm;            // [hidden] before attention
-  std::string q_proj;               // [num_heads * head_dim, hidden]
-  std::string k_proj, v_proj;       // [num_kv_heads * head_dim, hidden]
-  std::string q_bias;               // [num_heads * head_dim]; empty without attention bias
-  std::string k_bias, v_bias;       // [num_kv_heads * head_dim]; empty without attention bias
-  std::string q_norm, k_norm;       // [head_dim]; empty without q/k norm
-  std::string o_proj;               // [hidden, num_heads * head_dim]
-  std::string o_bias;               // [hidden]; gpt-oss
-  std::string sinks;                // [num_heads]; gpt-oss
-  std::string attn_post_norm;       // [hidden] on the attention output; Gemma
-  std::string ffn_norm;             // [hidden] before the MLP or the experts
-  std::string ffn_post_norm;        // [hidden] on the MLP output; Gemma
+  std::string attn_norm;       // [hidden] before attention
+  std::string q_proj;          // [num_heads * head_dim, hidden]
+  std::string k_proj, v_proj;  // [num_kv_heads * head_dim, hidden]
+  std::string q_bias;          // [num_heads * head_dim]; empty without attention bias
+  std::string k_bias, v_bias;  // [num_kv_heads * head_dim]; empty without attention bias
+  std::string q_norm, k_norm;  // [head_dim]; empty without q/k norm
+  std::string o_proj;          // [hidden, num_heads * head_dim]
+  std::string o_bias;          // [hidden]; gpt-oss
+  std::string sinks;           // [num_heads]; gpt-oss
+  std::string attn_post_norm;  // [hidden] on the attention output; Gemma
+  std::string ffn_norm;        // [hidden] before the MLP or the experts
+  std::string ffn_post_norm;   // [hidden] on the MLP output; Gemma
   // Dense MLP (empty in a mixture-of-experts layer).
-  std::string gate_proj, up_proj;   // [intermediate, hidden]
-  std::string down_proj;            // [hidden, intermediate]
+  std::string gate_proj, up_proj;  // [intermediate, hidden]
+  std::string down_proj;           // [hidden, intermediate]
   // Mixture of experts (empty in a dense layer).
-  std::string router;               // [num_experts, hidden]
-  std::string router_bias;          // [num_experts]; gpt-oss
-  std::vector<expert_tensor_names> experts;  // [num_experts]
+  std::string router;                            // [num_experts, hidden]
+  std::string router_bias;                       // [num_experts]; gpt-oss
+  std::vector<expert_tensor_names> experts;      // [num_experts]
   std::string shared_gate_proj, shared_up_proj;  // [shared_intermediate, hidden]; Qwen2-MoE
   std::string shared_down_proj;                  // [hidden, shared_intermediate]
   std::string shared_expert_gate;                // [1, hidden]: sigmoid gate of the shared expert
@@ -63,7 +63,7 @@ struct layer_tensor_names {
 struct model_tensor_names {
   std::string embed_tokens;  // [vocab, hidden]
   std::vector<layer_tensor_names> layers;
-  std::string final_norm;    // [hidden]
+  std::string final_norm;  // [hidden]
   // The output projection [vocab, hidden]: "lm_head.weight", or embed_tokens when the
   // embeddings are tied (then an lm_head.weight in the file is ignored, as transformers does).
   std::string lm_head;
@@ -72,11 +72,11 @@ struct model_tensor_names {
 model_tensor_names tensor_names(const model_config& config);
 
 enum class tensor_role {
-  matrix,     // a linear layer or embedding: [out, in]
-  norm,       // an RMSNorm weight (initialized near 1)
+  matrix,       // a linear layer or embedding: [out, in]
+  norm,         // an RMSNorm weight (initialized near 1)
   norm_offset,  // an RMSNorm weight applied as (1 + w) (Gemma; initialized near 0)
-  bias,       // a bias (attention, router, experts)
-  sinks,      // gpt-oss: per-head attention sink logits
+  bias,         // a bias (attention, router, experts)
+  sinks,        // gpt-oss: per-head attention sink logits
 };
 
 struct tensor_spec {

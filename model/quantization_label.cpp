@@ -42,7 +42,8 @@ std::string quantization_label(const weight_store& weights, std::optional<uint32
   std::map<dtype, uint64_t> bytes;
   for (const auto& [name, tensor] : weights.tensors()) bytes[tensor.type] += tensor.num_bytes;
   if (bytes.empty()) return "none";
-  const auto largest = std::max_element(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const auto largest =
+      std::max_element(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   return ggml_style_name(largest->first);
 }
 

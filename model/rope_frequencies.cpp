@@ -30,7 +30,8 @@ void apply_llama3(const rope_scaling_config& s, int original, std::vector<float>
     if (wavelen > low_freq_wavelen) {
       freq = freq / s.factor;
     } else {
-      const float smooth = (static_cast<float>(original) / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      const float smooth =
+          (static_cast<float>(original) / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
       freq = (1.0f - smooth) * freq / s.factor + smooth * freq;
     }
   }
@@ -73,24 +74,26 @@ float longrope_attention_factor(int max_position_embeddings, int original_max_po
   if (original_max_position_embeddings <= 0) return 1.0f;
   const double scale = static_cast<double>(max_position_embeddings) / original_max_position_embeddings;
   if (scale <= 1.0) return 1.0f;
-  return static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(static_cast<double>(original_max_position_embeddings))));
+  return static_cast<float>(
+      std::sqrt(1 + std::log(scale) / std::log(static_cast<double>(original_max_position_embeddings))));
 }
 
 float dynamic_ntk_base(const model_config& config) {
   const int dims = rotary_dims(config);
   const double factor = config.rope_scaling ? config.rope_scaling->factor : 1.0;
   if (dims <= 2) return config.rope_theta;
-  return static_cast<float>(config.rope_theta * std::pow(factor * factor - (factor - 1), static_cast<double>(dims) / (dims - 2)));
+  return static_cast<float>(config.rope_theta *
+                            std::pow(factor * factor - (factor - 1), static_cast<double>(dims) / (dims - 2)));
 }
 
 rope_parameters rope_for_layer(const model_config& config, int layer) {
   const int dims = rotary_dims(config);
   if (dims <= 0 || dims % 2 != 0 || dims > config.head_dim) {
-    throw std::runtime_error("RoPE needs an even rotary dimension of at most head_dim " + std::to_string(config.head_dim) +
-                             ", got " + std::to_string(dims));
+    throw std::runtime_error("RoPE needs an even rotary dimension of at most head_dim " +
+                             std::to_string(config.head_dim) + ", got " + std::to_string(dims));
   }
-  const bool local = config.rope_local_theta > 0 && layer >= 0 && layer < static_cast<int>(config.sliding_layers.size()) &&
-                     config.sliding_layers[layer];
+  const bool local = config.rope_local_theta > 0 && layer >= 0 &&
+                     layer < static_cast<int>(config.sliding_layers.size()) && config.sliding_layers[layer];
   rope_parameters result;
   if (local) {  // Gemma 3: sliding layers keep their own base and no scaling
     result.inv_freq = default_inv_freq(config.rope_local_theta, dims);
@@ -102,15 +105,14 @@ rope_parameters rope_for_layer(const model_config& config, int layer) {
     return result;
   }
   const rope_scaling_config& s = *config.rope_scaling;
-  const int original = s.original_max_position_embeddings > 0 ? s.original_max_position_embeddings : config.max_position_embeddings;
+  const int original =
+      s.original_max_position_embeddings > 0 ? s.original_max_position_embeddings : config.max_position_embeddings;
   switch (s.type) {
     case rope_scaling_type::linear:
       result.inv_freq = default_inv_freq(theta, dims);
       for (float& f : result.inv_freq) f /= s.factor;
       break;
-    case rope_scaling_type::dynamic:
-      result.inv_freq = default_inv_freq(dynamic_ntk_base(config), dims);
-      break;
+    case rope_scaling_type::dynamic: result.inv_freq = default_inv_freq(dynamic_ntk_base(config), dims); break;
     case rope_scaling_type::llama3:
       result.inv_freq = default_inv_freq(theta, dims);
       apply_llama3(s, original, result.inv_freq);
@@ -124,8 +126,8 @@ rope_parameters rope_for_layer(const model_config& config, int layer) {
       const std::vector<float>& divisors = long_context ? s.long_factor : s.short_factor;
       if (static_cast<int>(divisors.size()) != dims / 2) {
         throw std::runtime_error(std::string("longrope ") + (long_context ? "long_factor" : "short_factor") + " has " +
-                                 std::to_string(divisors.size()) + " values, expected rotary dimensions / 2 = " +
-                                 std::to_string(dims / 2));
+                                 std::to_string(divisors.size()) +
+                                 " values, expected rotary dimensions / 2 = " + std::to_string(dims / 2));
       }
       result.inv_freq.resize(dims / 2);
       for (int i = 0; i < dims / 2; ++i) {

@@ -9,7 +9,8 @@
 namespace troupe {
 
 struct rope_parameters {
-  std::vector<float> inv_freq;    // [rotary_dims / 2]: dimension i (and i + rotary_dims/2) turns by position * inv_freq[i]
+  std::vector<float>
+      inv_freq;  // [rotary_dims / 2]: dimension i (and i + rotary_dims/2) turns by position * inv_freq[i]
   float attention_factor = 1.0f;  // multiplies cos and sin (YaRN's and longrope's attention scaling)
 };
 

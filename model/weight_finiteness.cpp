@@ -51,8 +51,9 @@ __attribute__((target("avx2"))) bool any_all_ones_avx2_u16(const std::byte* data
   int64_t i = 0;
   for (; i + 64 <= count; i += 64) {
     const std::byte* p = data + i * 2;
-    any = _mm256_or_si256(any, _mm256_or_si256(_mm256_or_si256(all_ones_lanes_u16(p, m), all_ones_lanes_u16(p + 32, m)),
-                                               _mm256_or_si256(all_ones_lanes_u16(p + 64, m), all_ones_lanes_u16(p + 96, m))));
+    any = _mm256_or_si256(
+        any, _mm256_or_si256(_mm256_or_si256(all_ones_lanes_u16(p, m), all_ones_lanes_u16(p + 32, m)),
+                             _mm256_or_si256(all_ones_lanes_u16(p + 64, m), all_ones_lanes_u16(p + 96, m))));
   }
   for (; i + 16 <= count; i += 16) any = _mm256_or_si256(any, all_ones_lanes_u16(data + i * 2, m));
   return !_mm256_testz_si256(any, any) || any_all_ones_scalar<uint16_t>(data + i * 2, count - i, mask);
@@ -64,8 +65,9 @@ __attribute__((target("avx2"))) bool any_all_ones_avx2_u32(const std::byte* data
   int64_t i = 0;
   for (; i + 32 <= count; i += 32) {
     const std::byte* p = data + i * 4;
-    any = _mm256_or_si256(any, _mm256_or_si256(_mm256_or_si256(all_ones_lanes_u32(p, m), all_ones_lanes_u32(p + 32, m)),
-                                               _mm256_or_si256(all_ones_lanes_u32(p + 64, m), all_ones_lanes_u32(p + 96, m))));
+    any = _mm256_or_si256(
+        any, _mm256_or_si256(_mm256_or_si256(all_ones_lanes_u32(p, m), all_ones_lanes_u32(p + 32, m)),
+                             _mm256_or_si256(all_ones_lanes_u32(p + 64, m), all_ones_lanes_u32(p + 96, m))));
   }
   for (; i + 8 <= count; i += 8) any = _mm256_or_si256(any, all_ones_lanes_u32(data + i * 4, m));
   return !_mm256_testz_si256(any, any) || any_all_ones_scalar<uint32_t>(data + i * 4, count - i, mask);
@@ -121,8 +123,7 @@ bool width_supported(finiteness_scan_width width) {
     case finiteness_scan_width::scalar: return true;
 #if defined(__x86_64__)
     case finiteness_scan_width::avx2: return __builtin_cpu_supports("avx2");
-    case finiteness_scan_width::avx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    case finiteness_scan_width::avx512: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 #else
     default: return false;
 #endif
@@ -198,8 +199,7 @@ std::optional<int64_t> first_non_finite(const weight_tensor& tensor, bool allow_
     case dtype::bf16:
       return first_all_ones_exponent<uint16_t>(width, tensor.data, static_cast<int64_t>(tensor.num_bytes / 2), 0x7f80u,
                                                allow ? 0xff80u : 0u);
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 
@@ -217,7 +217,8 @@ void check_weights_finite(const weight_store& weights, const std::string& source
       bad[t] = first_non_finite(*tensors[t].second, is_sink(*tensors[t].first), width);
       if (!bad[t]) continue;
       size_t seen = first_bad;
-      while (t < seen && !first_bad.compare_exchange_weak(seen, t)) {}
+      while (t < seen && !first_bad.compare_exchange_weak(seen, t)) {
+      }
     }
   };
   unsigned num_threads = max_threads != 0 ? max_threads : std::max(1u, std::thread::hardware_concurrency());
@@ -233,7 +234,8 @@ void check_weights_finite(const weight_store& weights, const std::string& source
   const int64_t cols = tensor->cols();
   throw std::runtime_error("tensor " + *name + " of " + source + " holds a NaN or infinite value at element " +
                            std::to_string(at) + " (row " + std::to_string(at / cols) + ", column " +
-                           std::to_string(at % cols) + "): the file is damaged or was written from a run that diverged");
+                           std::to_string(at % cols) +
+                           "): the file is damaged or was written from a run that diverged");
 }
 
 }  // namespace troupe

@@ -23,7 +23,8 @@ const weight_tensor& weight_store::get(const std::string& name) const {
   const weight_tensor* tensor = find(name);
   if (!tensor) throw std::runtime_error("model has no tensor '" + name + "'");
   if (tensor->data == nullptr && tensor->num_bytes > 0) {
-    throw std::runtime_error("tensor '" + name + "' was released after a backend repacked it (weight_store::release_copies)");
+    throw std::runtime_error("tensor '" + name +
+                             "' was released after a backend repacked it (weight_store::release_copies)");
   }
   return *tensor;
 }

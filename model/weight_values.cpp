@@ -35,7 +35,8 @@ void check_weight_layout(const weight_tensor& tensor) {
     }
     for (size_t r = 0; r < tensor.row_scales.size(); ++r) {
       if (!std::isfinite(tensor.row_scales[r])) {
-        throw std::runtime_error("tensor '" + tensor.name + "' has a NaN or infinite scale for row " + std::to_string(r));
+        throw std::runtime_error("tensor '" + tensor.name + "' has a NaN or infinite scale for row " +
+                                 std::to_string(r));
       }
     }
   }

@@ -41,8 +41,8 @@ uint64_t connection_guard::admit(int fd, std::string_view peer, uint64_t* evicte
   }
   if (!evicted.empty()) {
     log_.refuse("still in its handshake when the pending slots were full",
-                "the oldest of " + std::to_string(limits_.max_pending) + " connections still in their handshake (from " +
-                    evicted + ") closed to make room");
+                "the oldest of " + std::to_string(limits_.max_pending) +
+                    " connections still in their handshake (from " + evicted + ") closed to make room");
   }
   if (ticket != 0) return ticket;
   log_.refuse("over the open-connection limit", refusal);

@@ -35,9 +35,9 @@ struct connection_counts {
   size_t num_pending = 0;
   size_t num_established = 0;
   uint64_t num_admitted = 0;
-  uint64_t num_refused = 0;   // closed at once: the listener was full
-  uint64_t num_evicted = 0;   // pending ones shut to make room for a newer one
-  uint64_t num_timed_out = 0; // pending ones shut at their handshake deadline
+  uint64_t num_refused = 0;    // closed at once: the listener was full
+  uint64_t num_evicted = 0;    // pending ones shut to make room for a newer one
+  uint64_t num_timed_out = 0;  // pending ones shut at their handshake deadline
 };
 
 class connection_guard {

@@ -27,8 +27,9 @@ open_files_raise raise_open_files_limit(size_t ceiling) {
   result.after = result.before;
   rlimit files{};
   if (::getrlimit(RLIMIT_NOFILE, &files) != 0) return result;
-  const rlim_t target = files.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(ceiling)
-                                                        : std::min<rlim_t>(files.rlim_max, static_cast<rlim_t>(ceiling));
+  const rlim_t target = files.rlim_max == RLIM_INFINITY
+                            ? static_cast<rlim_t>(ceiling)
+                            : std::min<rlim_t>(files.rlim_max, static_cast<rlim_t>(ceiling));
   if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < target) {
     files.rlim_cur = target;
     if (::setrlimit(RLIMIT_NOFILE, &files) == 0) result.after = current_open_files_limit();

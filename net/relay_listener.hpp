@@ -27,12 +27,12 @@ struct relay_listener_options {
   std::string host = "127.0.0.1";  // a numeric address, "*" (every IPv4 interface) or a host name
   uint16_t port = 0;               // 0: one the kernel chooses (port() says which)
   int backlog = 4096;
-  std::string target_path;         // the Unix socket the server listens on
+  std::string target_path;  // the Unix socket the server listens on
   connection_limits limits;
   // A client is through its handshake, as far as the relay can tell, once it has sent this many
   // bytes (a ZMTP 3 greeting is 64; the server's own handshake timer covers the rest).
   size_t greeting_bytes = 64;
-  std::string where = "relay";     // names the listener in logs and errors (its address follows)
+  std::string where = "relay";  // names the listener in logs and errors (its address follows)
 };
 
 class relay_listener {

@@ -33,7 +33,8 @@ int connect_tcp(const std::string& host, uint16_t port, std::chrono::millisecond
     }
     int error = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
     if (error == EINPROGRESS) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       pollfd p{fd, POLLOUT, 0};
       int rc;
       do {

@@ -29,8 +29,8 @@ std::string actor_metrics_text(const cluster_inspection& cluster) {
     family(out, name, type, help);
     for (const node_inspection& node : cluster.nodes) {
       for (const actor_row& row : node.actors) {
-        out << name << "{node=\"" << escape_label_value(node.node) << "\",stage=\"" << escape_label_value(row.stage) << "\",actor=\""
-            << row.actor_id << "\"} " << number(value(row.stats)) << '\n';
+        out << name << "{node=\"" << escape_label_value(node.node) << "\",stage=\"" << escape_label_value(row.stage)
+            << "\",actor=\"" << row.actor_id << "\"} " << number(value(row.stats)) << '\n';
       }
     }
   };
@@ -90,15 +90,18 @@ std::string actor_metrics_text(const cluster_inspection& cluster) {
   plugins("troupe:plugin_errors_total", "counter",
           "Calls that failed their request: error returns, exceptions, garbage, calls over budget.",
           [](const plugin_counters& c) { return static_cast<double>(c.num_errors); });
-  plugins("troupe:plugin_over_budget_total", "counter", "Calls that took longer than the plugin's budget (among the errors).",
+  plugins("troupe:plugin_over_budget_total", "counter",
+          "Calls that took longer than the plugin's budget (among the errors).",
           [](const plugin_counters& c) { return static_cast<double>(c.num_over_budget); });
-  plugins("troupe:plugin_rejections_total", "counter", "Requests the plugin refused (request hook) or stopped (output hook).",
+  plugins("troupe:plugin_rejections_total", "counter",
+          "Requests the plugin refused (request hook) or stopped (output hook).",
           [](const plugin_counters& c) { return static_cast<double>(c.num_rejected); });
   plugins("troupe:plugin_call_seconds_total", "counter", "Time spent in the plugin's hook.",
           [](const plugin_counters& c) { return c.total_ms / 1e3; });
   plugins("troupe:plugin_call_p50_seconds", "gauge", "Median time of the hook's calls since the stage started.",
           [](const plugin_counters& c) { return c.p50_ms / 1e3; });
-  plugins("troupe:plugin_call_p99_seconds", "gauge", "99th percentile time of the hook's calls since the stage started.",
+  plugins("troupe:plugin_call_p99_seconds", "gauge",
+          "99th percentile time of the hook's calls since the stage started.",
           [](const plugin_counters& c) { return c.p99_ms / 1e3; });
   return out.str();
 }

@@ -1,6 +1,5 @@
 #include "node/admin_client.hpp"
 
-
 #include <charconv>
 #include <optional>
 #include <set>
@@ -85,7 +84,8 @@ struct admin_client::impl {
 
 admin_client::admin_client(const admin_client_options& options) {
   if (options.credentials_dir.empty()) {
-    throw std::runtime_error("--credentials is required: the admin door takes members of the cluster only (troupe certs)");
+    throw std::runtime_error(
+        "--credentials is required: the admin door takes members of the cluster only (troupe certs)");
   }
   if (options.name.empty()) throw std::runtime_error("--name is required: the member whose certificate to use");
   if (options.host.empty()) throw std::runtime_error("--controller needs a host, e.g. 127.0.0.1:4600");
@@ -99,7 +99,8 @@ admin_client::admin_client(const admin_client_options& options) {
   impl_->where = "the controller's admin door at " + options.host + ":" + std::to_string(options.port);
   std::string failure;
   const auto started = std::chrono::steady_clock::now();
-  if (auto admin = tls_remote_actor(impl_->system, options.host, options.port, options.connect_timeout + std::chrono::seconds(1))) {
+  if (auto admin = tls_remote_actor(impl_->system, options.host, options.port,
+                                    options.connect_timeout + std::chrono::seconds(1))) {
     impl_->admin = std::move(*admin);
   } else if (admin.error() == caf::sec::no_actor_published_at_port) {
     failure = "nothing is published on that port";
@@ -117,7 +118,8 @@ admin_client::admin_client(const admin_client_options& options) {
 
 admin_client::~admin_client() = default;
 
-std::string admin_client::add_engine(const std::string& node, std::chrono::milliseconds timeout, const std::string& role) {
+std::string admin_client::add_engine(const std::string& node, std::chrono::milliseconds timeout,
+                                     const std::string& role) {
   return impl_->ask<std::string>("adding a " + role + " engine instance on node '" + node + "' through " + impl_->where,
                                  timeout, scale_add_atom::value, node, role);
 }

@@ -21,8 +21,8 @@ namespace troupe {
 struct admin_client_options {
   std::string host;  // the controller's [cluster] admin_listen
   uint16_t port = 0;
-  std::filesystem::path credentials_dir;  // from `troupe certs`: ca.crt, NAME.crt, NAME.key
-  std::string name;                       // this member's name in the credentials
+  std::filesystem::path credentials_dir;             // from `troupe certs`: ca.crt, NAME.crt, NAME.key
+  std::string name;                                  // this member's name in the credentials
   std::chrono::milliseconds connect_timeout{10000};  // as [cluster] connect_timeout_ms
 };
 

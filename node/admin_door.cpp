@@ -32,42 +32,44 @@ caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, c
   // The instances this door added and has not drained: each holds a model and a KV pool on its
   // node, so an unbounded `scale --add` loop exhausted a node's memory (issue 25).
   auto added = std::make_shared<std::set<engine_instance_id>>();
-  return instrumented(self, "admin", {
-      [=](scale_add_atom, const std::string& node, const std::string& role_name) -> caf::result<std::string> {
-        if (static_cast<int>(added->size()) >= max_added) {
-          spdlog::warn("admin: refused to add an engine instance on {}: {} added already", node, added->size());
-          return caf::make_error(caf::sec::runtime_error,
-                                 "this controller has added " + std::to_string(added->size()) +
-                                     " engine instances already, its [cluster] max_added_instances (" +
-                                     std::to_string(max_added) + "): drain one of them first");
-        }
-        spdlog::info("admin: adding a {} engine instance on {}", role_name, node);
-        try {
-          const engine_role role = parse_engine_role(role_name);
-          placed_engine placed = placer->place(node, role);
-          added->insert(placed.id);
-          if (on_added) on_added();
-          const std::string kind = role == engine_role::mixed ? "" : std::string(engine_role_name(role)) + " ";
-          return kind + "engine instance " + std::to_string(placed.id) + " on " + node;
-        } catch (const std::exception& e) {
-          spdlog::warn("admin: adding an engine instance on {} failed: {}", node, e.what());
-          return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
-        }
-      },
-      [=](drain_engine_atom drain, engine_instance_id id) -> caf::result<bool> {
-        auto promise = self->make_response_promise<bool>();
-        self->request(router, caf::infinite, drain, id)
-            .then(
-                [=](bool draining) mutable {
-                  if (draining) added->erase(id);  // its node frees it with its last request
-                  promise.deliver(draining);
-                },
-                [=](caf::error& error) mutable { promise.deliver(std::move(error)); });
-        return promise;
-      },
-      [=](list_engines_atom list) { return self->delegate(router, list); },
-      [=](inspect_atom inspect) { return self->delegate(inspector, inspect); },
-  });
+  return instrumented(
+      self, "admin",
+      {
+          [=](scale_add_atom, const std::string& node, const std::string& role_name) -> caf::result<std::string> {
+            if (static_cast<int>(added->size()) >= max_added) {
+              spdlog::warn("admin: refused to add an engine instance on {}: {} added already", node, added->size());
+              return caf::make_error(caf::sec::runtime_error,
+                                     "this controller has added " + std::to_string(added->size()) +
+                                         " engine instances already, its [cluster] max_added_instances (" +
+                                         std::to_string(max_added) + "): drain one of them first");
+            }
+            spdlog::info("admin: adding a {} engine instance on {}", role_name, node);
+            try {
+              const engine_role role = parse_engine_role(role_name);
+              placed_engine placed = placer->place(node, role);
+              added->insert(placed.id);
+              if (on_added) on_added();
+              const std::string kind = role == engine_role::mixed ? "" : std::string(engine_role_name(role)) + " ";
+              return kind + "engine instance " + std::to_string(placed.id) + " on " + node;
+            } catch (const std::exception& e) {
+              spdlog::warn("admin: adding an engine instance on {} failed: {}", node, e.what());
+              return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+            }
+          },
+          [=](drain_engine_atom drain, engine_instance_id id) -> caf::result<bool> {
+            auto promise = self->make_response_promise<bool>();
+            self->request(router, caf::infinite, drain, id)
+                .then(
+                    [=](bool draining) mutable {
+                      if (draining) added->erase(id);  // its node frees it with its last request
+                      promise.deliver(draining);
+                    },
+                    [=](caf::error& error) mutable { promise.deliver(std::move(error)); });
+            return promise;
+          },
+          [=](list_engines_atom list) { return self->delegate(router, list); },
+          [=](inspect_atom inspect) { return self->delegate(inspector, inspect); },
+      });
 }
 
 }  // namespace
@@ -86,8 +88,8 @@ caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_
   auto bound = tls_publish(system, admin, where.port, where.host);
   if (!bound) {
     caf::anon_send_exit(admin, caf::exit_reason::user_shutdown);
-    throw std::runtime_error("[cluster] admin_listen " + t.cluster.admin_listen + ": cannot listen: " +
-                             system.render(bound.error()));
+    throw std::runtime_error("[cluster] admin_listen " + t.cluster.admin_listen +
+                             ": cannot listen: " + system.render(bound.error()));
   }
   spdlog::info("admin door on {}:{}", where.host, *bound);
   return admin;

@@ -49,8 +49,8 @@ void check_name(std::string_view name) {
     throw std::runtime_error("a member name must be 1 to 64 characters, got '" + std::string(name) + "'");
   }
   for (char c : name) {
-    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                         c == '_' || c == '-';
+    const bool allowed =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!allowed) {
       throw std::runtime_error("a member name may hold only letters, digits, '.', '_' and '-', got '" +
                                std::string(name) + "'");
@@ -89,14 +89,16 @@ cert_ptr new_certificate(EVP_PKEY* key, std::string_view common_name, int valid_
   check(RAND_bytes(serial_bytes, sizeof serial_bytes), "no random bytes for a serial number");
   serial_bytes[0] &= 0x7f;
   std::unique_ptr<BIGNUM, openssl_free> serial(BN_bin2bn(serial_bytes, sizeof serial_bytes, nullptr));
-  if (!serial || !BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert.get()))) fail("cannot set a serial number");
+  if (!serial || !BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert.get())))
+    fail("cannot set a serial number");
   // Valid from an hour ago: clocks of the cluster's machines may differ a little.
   if (!X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600) ||
       !X509_gmtime_adj(X509_getm_notAfter(cert.get()), static_cast<long>(valid_days) * 86400)) {
     fail("cannot set the validity period");
   }
   X509_NAME* subject = X509_get_subject_name(cert.get());
-  check(X509_NAME_add_entry_by_txt(subject, "O", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>("troupe"), -1, -1, 0),
+  check(X509_NAME_add_entry_by_txt(subject, "O", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>("troupe"), -1,
+                                   -1, 0),
         "cannot set the subject");
   check(X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8,
                                    reinterpret_cast<const unsigned char*>(std::string(common_name).c_str()), -1, -1, 0),
@@ -160,7 +162,8 @@ void make_cluster_ca(const fs::path& dir, std::string_view cluster_name, int val
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error("cannot create " + dir.string() + ": " + ec.message());
   if (fs::exists(dir / "ca.crt") || fs::exists(dir / "ca.key")) {
-    throw std::runtime_error(dir.string() + " already holds a CA (ca.crt/ca.key); every certificate it issued "
+    throw std::runtime_error(dir.string() +
+                             " already holds a CA (ca.crt/ca.key); every certificate it issued "
                              "would stop working if it were replaced. Use another directory.");
   }
   key_ptr key = new_key();
@@ -198,7 +201,8 @@ member_credentials issue_member_certificate(const fs::path& dir, std::string_vie
   // Every member both accepts connections and makes them.
   add_extension(cert.get(), ca.get(), NID_ext_key_usage, "serverAuth,clientAuth");
   add_extension(cert.get(), ca.get(), NID_authority_key_identifier, "keyid:always");
-  if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) <= 0) fail("cannot sign the certificate of " + std::string(name));
+  if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) <= 0)
+    fail("cannot sign the certificate of " + std::string(name));
   write_file(files.private_key, to_pem(key.get()), true);
   write_file(files.certificate, to_pem(cert.get()), false);
   return files;

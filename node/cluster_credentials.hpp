@@ -30,8 +30,8 @@ void make_cluster_ca(const std::filesystem::path& dir, std::string_view cluster_
 
 // Issues NAME.crt/NAME.key in `dir`, signed by the CA there, for TLS client and server use. A
 // name is 1 to 64 of [A-Za-z0-9._-]. Refuses to overwrite an existing member unless `replace`.
-member_credentials issue_member_certificate(const std::filesystem::path& dir, std::string_view name,
-                                            int valid_days, bool replace = false);
+member_credentials issue_member_certificate(const std::filesystem::path& dir, std::string_view name, int valid_days,
+                                            bool replace = false);
 
 // Checks, before any connection is made, that the member's files exist, that the key belongs to
 // the certificate, and that the certificate chains to the CA and is valid now; throws naming what

@@ -25,8 +25,7 @@ std::string drain_plan::refusal() const {
 
 drain_plan::action drain_plan::next(clock::time_point now, size_t num_running, bool interrupted) {
   switch (phase_) {
-    case phase::serving:
-      return action::wait;
+    case phase::serving: return action::wait;
     case phase::draining:
       if (num_running == 0) {
         phase_ = phase::stopped;
@@ -45,8 +44,7 @@ drain_plan::action drain_plan::next(clock::time_point now, size_t num_running, b
         return action::stop;
       }
       return action::wait;
-    case phase::stopped:
-      return action::stop;
+    case phase::stopped: return action::stop;
   }
   return action::stop;
 }

@@ -68,14 +68,16 @@ placed_engine engine_placer::place(const std::string& node, engine_role role) {
     spawned_worker worker = spawn_worker(system_, worker_for(node), local_kv_keys_);
     placed.local_model = worker.served;
     placed.worker = worker.actor;
-    placed.description = link_.ask<worker_description>(placed.worker, "the controller's own worker", describe_atom::value);
+    placed.description =
+        link_.ask<worker_description>(placed.worker, "the controller's own worker", describe_atom::value);
     placed.scheduler = spawn_scheduler(system_, scheduler_for(placed.description, placed.worker));
   } else {
     const node_address* address = topology_.find_node(node);
     if (!address) throw std::runtime_error("no node named '" + node + "' in the topology's [[nodes]]");
     placed.worker = link_.spawn(*address, "worker", caf::make_message(worker_for(node)), &stopping_);
     try {
-      placed.description = link_.ask<worker_description>(placed.worker, "the worker on node " + node, describe_atom::value);
+      placed.description =
+          link_.ask<worker_description>(placed.worker, "the worker on node " + node, describe_atom::value);
       placed.scheduler = link_.spawn(*address, "scheduler",
                                      caf::make_message(scheduler_for(placed.description, placed.worker)), &stopping_);
     } catch (...) {
@@ -86,7 +88,8 @@ placed_engine engine_placer::place(const std::string& node, engine_role role) {
   placed.id = link_.ask<engine_instance_id>(router_, "the router", engine_joined_atom::value, placed.scheduler,
                                             placed.worker, node, placed.description.kv_agent,
                                             std::string(engine_role_name(role)), placed.description.quantization);
-  spdlog::info("engine instance {} on {} ({}): {}", placed.id, node, engine_role_name(role), placed.description.summary);
+  spdlog::info("engine instance {} on {} ({}): {}", placed.id, node, engine_role_name(role),
+               placed.description.summary);
   return placed;
 }
 

@@ -14,7 +14,8 @@ T field(const nlohmann::json& j, const char* name, const char* where) {
   try {
     return j.at(name).get<T>();
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(std::string("inspection JSON: ") + where + "." + name + " has the wrong type: " + e.what());
+    throw std::runtime_error(std::string("inspection JSON: ") + where + "." + name +
+                             " has the wrong type: " + e.what());
   }
 }
 
@@ -54,9 +55,12 @@ actor_row actor_row_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json to_json(const scheduler_row& row) {
-  return {{"actor_id", row.actor_id},         {"num_free_blocks", row.num_free_blocks},
-          {"num_total_blocks", row.num_total_blocks}, {"kv_usage", row.kv_usage()},
-          {"num_running", row.num_running},   {"num_waiting", row.num_waiting},
+  return {{"actor_id", row.actor_id},
+          {"num_free_blocks", row.num_free_blocks},
+          {"num_total_blocks", row.num_total_blocks},
+          {"kv_usage", row.kv_usage()},
+          {"num_running", row.num_running},
+          {"num_waiting", row.num_waiting},
           {"error", row.error}};
 }
 
@@ -112,12 +116,8 @@ nlohmann::json to_json(const node_inspection& node) {
   for (const scheduler_row& row : node.schedulers) schedulers.push_back(to_json(row));
   nlohmann::json plugins = nlohmann::json::array();
   for (const plugin_row& row : node.plugins) plugins.push_back(to_json(row));
-  return {{"node", node.node},
-          {"reachable", node.reachable},
-          {"error", node.error},
-          {"actors", std::move(actors)},
-          {"schedulers", std::move(schedulers)},
-          {"plugins", std::move(plugins)}};
+  return {{"node", node.node},           {"reachable", node.reachable},         {"error", node.error},
+          {"actors", std::move(actors)}, {"schedulers", std::move(schedulers)}, {"plugins", std::move(plugins)}};
 }
 
 nlohmann::json to_json(const cluster_inspection& cluster) {
@@ -132,13 +132,15 @@ node_inspection node_inspection_from_json(const nlohmann::json& j) {
   node.node = field<std::string>(j, "node", where);
   node.reachable = field<bool>(j, "reachable", where);
   node.error = field<std::string>(j, "error", where);
-  for (const nlohmann::json& row : field<nlohmann::json>(j, "actors", where)) node.actors.push_back(actor_row_from_json(row));
+  for (const nlohmann::json& row : field<nlohmann::json>(j, "actors", where))
+    node.actors.push_back(actor_row_from_json(row));
   for (const nlohmann::json& row : field<nlohmann::json>(j, "schedulers", where)) {
     node.schedulers.push_back(scheduler_row_from_json(row));
   }
   // Optional: a node from before plugins were inspected sends none.
   if (j.contains("plugins")) {
-    for (const nlohmann::json& row : field<nlohmann::json>(j, "plugins", where)) node.plugins.push_back(plugin_row_from_json(row));
+    for (const nlohmann::json& row : field<nlohmann::json>(j, "plugins", where))
+      node.plugins.push_back(plugin_row_from_json(row));
   }
   return node;
 }

@@ -1,10 +1,10 @@
 #pragma once
 // One look inside a running cluster (`troupe inspect`): every instrumented actor of every node
 // with its statistics (stages/actor_stats.hpp), every scheduler's KV usage, running and
-// waiting counts, and every stage's plugins with their counters (plugins/plugin_stats.hpp). A node's inspector (node/node_inspector.hpp) answers with its node's part, the
-// controller's cluster inspector (node/cluster_inspector.hpp) gathers every node's, and the whole
-// travels as JSON: the same text the admin door answers, `troupe inspect --once --json` prints
-// and the live view reads. Plain data, no CAF.
+// waiting counts, and every stage's plugins with their counters (plugins/plugin_stats.hpp). A node's inspector
+// (node/node_inspector.hpp) answers with its node's part, the controller's cluster inspector
+// (node/cluster_inspector.hpp) gathers every node's, and the whole travels as JSON: the same text the admin door
+// answers, `troupe inspect --once --json` prints and the live view reads. Plain data, no CAF.
 
 #include <cstdint>
 #include <string>
@@ -18,7 +18,7 @@
 namespace troupe {
 
 struct actor_row {
-  std::string stage;     // "tokenizer", "router", "scheduler", "worker", "detokenizer", "frontend", ...
+  std::string stage;      // "tokenizer", "router", "scheduler", "worker", "detokenizer", "frontend", ...
   uint64_t actor_id = 0;  // unique within its node
   actor_stats_snapshot stats;
 };

@@ -20,11 +20,11 @@ struct column_info {
 
 // The first letter of each header is its key, but for p99 (9): p is p50's.
 constexpr column_info columns[] = {
-    {inspect_column::node, "NODE", "node", 'n', 12},          {inspect_column::stage, "STAGE", "stage", 's', 17},
-    {inspect_column::actor, "ID", "actor", 'i', 5},           {inspect_column::mailbox, "MAILBOX", "mailbox", 'm', 8},
-    {inspect_column::max_mailbox, "MAX", "max", 'x', 6},      {inspect_column::rate, "MSG/S", "rate", 'r', 9},
-    {inspect_column::busy, "BUSY%", "busy", 'b', 6},          {inspect_column::p50, "P50", "p50", 'p', 10},
-    {inspect_column::p99, "P99", "p99", '9', 10},             {inspect_column::messages, "TOTAL", "messages", 't', 10},
+    {inspect_column::node, "NODE", "node", 'n', 12},     {inspect_column::stage, "STAGE", "stage", 's', 17},
+    {inspect_column::actor, "ID", "actor", 'i', 5},      {inspect_column::mailbox, "MAILBOX", "mailbox", 'm', 8},
+    {inspect_column::max_mailbox, "MAX", "max", 'x', 6}, {inspect_column::rate, "MSG/S", "rate", 'r', 9},
+    {inspect_column::busy, "BUSY%", "busy", 'b', 6},     {inspect_column::p50, "P50", "p50", 'p', 10},
+    {inspect_column::p99, "P99", "p99", '9', 10},        {inspect_column::messages, "TOTAL", "messages", 't', 10},
 };
 
 const column_info& info(inspect_column c) {
@@ -163,9 +163,10 @@ std::vector<std::string> render_inspection(const cluster_inspection& cluster, in
                          " nodes (" + std::to_string(num_reachable) + " answering), " + std::to_string(rows.size()) +
                          " actors - sorted by " + info(by).name,
                      width));
-  head.push_back(cut("keys: n s i m x r b p 9 t (or <- ->) sort by that column, q quits; rates, busy and "
-                     "handler times over the last second",
-                     width));
+  head.push_back(
+      cut("keys: n s i m x r b p 9 t (or <- ->) sort by that column, q quits; rates, busy and "
+          "handler times over the last second",
+          width));
   head.emplace_back();
   std::string header;
   for (const column_info& i : columns) {
@@ -182,7 +183,8 @@ std::vector<std::string> render_inspection(const cluster_inspection& cluster, in
   if (any_scheduler) {
     tail.emplace_back();
     tail.push_back(cut(pad("SCHEDULER", 12, true) + " " + pad("ID", 5, false) + " " + pad("KV%", 6, false) + " " +
-                           pad("FREE/TOTAL", 13, false) + " " + pad("RUNNING", 8, false) + " " + pad("WAITING", 8, false),
+                           pad("FREE/TOTAL", 13, false) + " " + pad("RUNNING", 8, false) + " " +
+                           pad("WAITING", 8, false),
                        width));
     for (const node_inspection& node : cluster.nodes) {
       for (const scheduler_row& s : node.schedulers) {
@@ -211,14 +213,13 @@ std::vector<std::string> render_inspection(const cluster_inspection& cluster, in
     for (const node_inspection& node : cluster.nodes) {
       for (const plugin_row& p : node.plugins) {
         const plugin_counters& c = p.counters;
-        tail.push_back(cut(pad(c.plugin, 16, true) + " " + pad(node.node, 12, true) + " " + pad(p.stage, 12, true) + " " +
-                               pad(c.hook, 8, true) + " " + pad(std::to_string(c.num_calls), 10, false) + " " +
-                               pad(std::to_string(c.num_errors), 7, false) + " " +
-                               pad(std::to_string(c.num_over_budget), 6, false) + " " +
-                               pad(std::to_string(c.num_rejected), 8, false) + " " +
-                               pad(duration_text(c.p50_ms * 1e3), 10, false) + " " +
-                               pad(duration_text(c.p99_ms * 1e3), 10, false),
-                           width));
+        tail.push_back(cut(
+            pad(c.plugin, 16, true) + " " + pad(node.node, 12, true) + " " + pad(p.stage, 12, true) + " " +
+                pad(c.hook, 8, true) + " " + pad(std::to_string(c.num_calls), 10, false) + " " +
+                pad(std::to_string(c.num_errors), 7, false) + " " + pad(std::to_string(c.num_over_budget), 6, false) +
+                " " + pad(std::to_string(c.num_rejected), 8, false) + " " +
+                pad(duration_text(c.p50_ms * 1e3), 10, false) + " " + pad(duration_text(c.p99_ms * 1e3), 10, false),
+            width));
       }
     }
   }

@@ -11,7 +11,8 @@ namespace troupe {
 bool is_local_host(const std::string& host) {
   if (host == "localhost") return true;
   // "[::1]" is how an IPv6 address is often written before a port.
-  const std::string address = host.size() > 2 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2) : host;
+  const std::string address =
+      host.size() > 2 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2) : host;
   in_addr v4{};
   in6_addr v6{};
   const bool is_v4 = ::inet_pton(AF_INET, address.c_str(), &v4) == 1;

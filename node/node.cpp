@@ -62,9 +62,8 @@ class node_config : public caf::actor_system_config, public actor_stats_host {
     set("scheduler.policy", caf::atom("sharing"));
     set("scheduler.max-threads", static_cast<size_t>(num_threads));
     set("logger.console", caf::atom("none"));
-    for_each_message_type([this](auto type, const char* name) {
-      add_message_type<typename decltype(type)::type>(name);
-    });
+    for_each_message_type(
+        [this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
     register_stage_types(*this);  // the controller spawns its own stages by name too
     if (!needs_cluster(t)) return;
     verify_member_credentials(credentials_in(t.cluster.credentials, t.cluster.name));
@@ -138,8 +137,9 @@ class actor_downstream : public door_downstream {
     {
       std::lock_guard lock(tokenizers_mutex);
       for (auto it = kept_tokenizations.begin(); it != kept_tokenizations.end();) {
-        const bool in_pool = std::any_of(tokenizers.begin(), tokenizers.end(),
-                                         [&](const placed_stage& stage) { return stage.actor == it->second.tokenizer; });
+        const bool in_pool = std::any_of(tokenizers.begin(), tokenizers.end(), [&](const placed_stage& stage) {
+          return stage.actor == it->second.tokenizer;
+        });
         if (!router->tracks(it->first)) {
           it = kept_tokenizations.erase(it);
           continue;
@@ -183,7 +183,7 @@ class actor_downstream : public door_downstream {
   std::mutex tokenizers_mutex;
   std::vector<placed_stage> tokenizers;  // guarded: replaced when a lost tokenizer node is back
   size_t next_tokenizer_index = 0;       // guarded by tokenizers_mutex
-  caf::actor router_actor;  // aborts and stats go to the engine instances through it
+  caf::actor router_actor;               // aborts and stats go to the engine instances through it
   reply_router* router = nullptr;
   std::mutex failure_mutex;
   std::string failure;  // what failed first, once a stage has
@@ -223,16 +223,16 @@ struct node::impl {
   std::unique_ptr<troupe::http_door> web_door;  // null when [http] is not enabled
   std::unique_ptr<tokenizer> door_tokenizer;    // the HTTP door spells logprob tokens with it
   std::unique_ptr<engine_placer> placer;
-  std::vector<caf::actor> actors;  // guarded by downstream.watch_mutex once serving
+  std::vector<caf::actor> actors;                          // guarded by downstream.watch_mutex once serving
   std::vector<std::pair<std::string, caf::actor>> stages;  // by stage name, for fail_stage
-  caf::actor admin;  // null without [cluster] admin_listen
+  caf::actor admin;                                        // null without [cluster] admin_listen
   caf::actor inspector;  // the cluster inspector: troupe inspect (through admin) and /metrics
   const topology* t = nullptr;
   // What a lost tokenizer pool or detokenizer is placed again from.
   std::optional<tokenizer_spec> tokenizing;
   std::optional<detokenizer_spec> detokenizing;
   std::vector<placed_stage> detokenizers;  // in the router's order; guarded by downstream.watch_mutex
-  throughput_log throughput;  // fed by the operator stats answers, on the frontend actor's thread
+  throughput_log throughput;               // fed by the operator stats answers, on the frontend actor's thread
 
   impl(int num_threads, const topology& tp) : config(num_threads, tp), system(config), t(&tp) {
     if (needs_cluster(tp)) {
@@ -298,7 +298,8 @@ std::vector<caf::actor> actors_of(const std::vector<placed_stage>& stages) {
 // than let them hang. A stage of this process is a bug: the node stays out of service. A stage on
 // another node is placed again when that node answers, and then the node serves again.
 void node::impl::watch(const std::string& stage, const std::string& node, const caf::actor& actor) {
-  actor->attach_functor([this, gate = downstream.gate, stage, node, address = actor.address()](const caf::error& reason) {
+  actor->attach_functor([this, gate = downstream.gate, stage, node,
+                         address = actor.address()](const caf::error& reason) {
     if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) return;
     std::lock_guard watching(gate->mutex);
     if (gate->closed) return;  // the node is going or gone: `this` may be too
@@ -357,7 +358,8 @@ void node::impl::restore(const std::string& kind, const std::string& node) {
     std::lock_guard watching(downstream.watch_mutex);
     for (const placed_stage& stage : fresh) actors.push_back(stage.actor);
   } else if (kind == "detokenizer") {
-    std::vector<placed_stage> fresh = place_stages(system, *t, {here}, "detokenizer", caf::make_message(*detokenizing), 1);
+    std::vector<placed_stage> fresh =
+        place_stages(system, *t, {here}, "detokenizer", caf::make_message(*detokenizing), 1);
     watch("detokenizer", here, fresh.front().actor);
     spdlog::info("the detokenizer stage of node {} now runs on {}", node, here);
     std::lock_guard watching(downstream.watch_mutex);
@@ -411,7 +413,8 @@ node::node(const topology& t) : topology_(t) {
   auto front = s.system.spawn(door_actor, &s.router);
   s.actors.push_back(front);
   s.detokenizing = detokenizer_spec{tp.model.path, front, tp.plugins};
-  s.detokenizers = place_stages(s.system, tp, tp.placement.detokenizers, "detokenizer", caf::make_message(*s.detokenizing), 1);
+  s.detokenizers =
+      place_stages(s.system, tp, tp.placement.detokenizers, "detokenizer", caf::make_message(*s.detokenizing), 1);
   const std::vector<caf::actor> detokenizers = actors_of(s.detokenizers);
   s.actors.insert(s.actors.end(), detokenizers.begin(), detokenizers.end());
 
@@ -438,7 +441,8 @@ node::node(const topology& t) : topology_(t) {
     routing.on_tokenized = [&s](int64_t request_id) { s.downstream.tokenized(request_id); };
     routing.on_tokenizer_lost = [&s] { s.downstream.resend_lost_tokenizations(); };
   }
-  if (!tp.cluster.credentials.empty()) placer->set_local_kv_keys(load_kv_channel_keys(tp.cluster.credentials, tp.cluster.name));
+  if (!tp.cluster.credentials.empty())
+    placer->set_local_kv_keys(load_kv_channel_keys(tp.cluster.credentials, tp.cluster.name));
   // Mixed instances, then the prefill and the decode halves of a disaggregated topology.
   std::vector<std::pair<std::string, engine_role>> instances;
   for (const std::string& node : tp.placement.engines) instances.emplace_back(node, engine_role::mixed);
@@ -471,8 +475,8 @@ node::node(const topology& t) : topology_(t) {
   const int max_model_len = model.config.max_model_len;
 
   // One bound on requests in flight for both doors: what the schedulers can run and queue.
-  s.admission = std::make_unique<request_admission>(
-      (int64_t(tp.max_waiting_requests) + tp.model.max_num_seqs) * int64_t(instances.size()));
+  s.admission = std::make_unique<request_admission>((int64_t(tp.max_waiting_requests) + tp.model.max_num_seqs) *
+                                                    int64_t(instances.size()));
   spdlog::info("controller instance {} (the high bits of its request ids)", s.admission->controller_id());
   zmq_door_options options;
   options.endpoint = tp.zmq_endpoint;
@@ -498,8 +502,11 @@ node::node(const topology& t) : topology_(t) {
       caf::scoped_actor asker(*system);
       std::string text;
       asker->request(inspector, std::chrono::seconds(3), inspect_atom::value)
-          .receive([&](std::string& json) { text = actor_metrics_text(cluster_inspection_from_json(nlohmann::json::parse(json))); },
-                   [&](caf::error&) {});
+          .receive(
+              [&](std::string& json) {
+                text = actor_metrics_text(cluster_inspection_from_json(nlohmann::json::parse(json)));
+              },
+              [&](caf::error&) {});
       return text;
     };
     web.host = tp.http_host;
@@ -526,8 +533,8 @@ node::node(const topology& t) : topology_(t) {
       web.embedding_normalize = pooling.normalize;
       web.embedding_size = model.config.hidden_size;
       spdlog::info("embeddings: {} pooling{}, {} dimensions (from {})",
-                   pooling.pooling == pooling_kind::mean ? "mean" : "last-token", pooling.normalize ? ", normalized" : "",
-                   web.embedding_size, pooling.source);
+                   pooling.pooling == pooling_kind::mean ? "mean" : "last-token",
+                   pooling.normalize ? ", normalized" : "", web.embedding_size, pooling.source);
     }
     if (tp.tool_call_parser != "auto") web.answer_format.tools = *parse_tool_call_syntax(tp.tool_call_parser);
     if (tp.reasoning_parser != "auto") web.answer_format.reasoning = *parse_reasoning_syntax(tp.reasoning_parser);
@@ -537,7 +544,7 @@ node::node(const topology& t) : topology_(t) {
     // Logprobs show each token's bytes, which add up to the text (a continuation's detokenization).
     web.token_is_special = [tok](int32_t id) { return tok->is_special(id); };
     s.web_door = std::make_unique<http_door>(web, s.downstream, *s.admission, s.router.counters(),
-                                                  [tok](int32_t id) { return tok->token_bytes(id); });
+                                             [tok](int32_t id) { return tok->token_bytes(id); });
     s.router.set_door(client_door::http, s.web_door.get());
   }
 
@@ -545,7 +552,8 @@ node::node(const topology& t) : topology_(t) {
                                 tp.plugins};
   std::vector<placed_stage> tokenizers;
   if (tp.placement.tokenizers.size() == 1 && tp.placement.tokenizers.front() == tp.cluster.name) {
-    for (caf::actor& tokenizer : spawn_tokenizers(s.system, *s.tokenizing, tp.tokenizer_pool_size)) {  // one tokenizer, shared
+    for (caf::actor& tokenizer :
+         spawn_tokenizers(s.system, *s.tokenizing, tp.tokenizer_pool_size)) {  // one tokenizer, shared
       tokenizers.push_back({tp.cluster.name, std::move(tokenizer)});
     }
   } else {
@@ -577,25 +585,27 @@ node::node(const topology& t) : topology_(t) {
     // An added instance can run and queue as many requests as each of the topology's.
     request_admission* admission = s.admission.get();
     const int64_t per_instance = int64_t(tp.max_waiting_requests) + tp.model.max_num_seqs;
-    s.admin = open_admin_door(s.system, tp, placer, s.downstream.router_actor,
-                              [admission, per_instance] { admission->grow(per_instance); }, s.inspector);
+    s.admin = open_admin_door(
+        s.system, tp, placer, s.downstream.router_actor, [admission, per_instance] { admission->grow(per_instance); },
+        s.inspector);
   }
   s.door->start();
   if (s.web_door) s.web_door->start();
   // Both addresses on one line: what a user looks for first.
-  const std::string http = s.web_door ? fmt::format(", OpenAI-compatible HTTP API on http://{}:{}/v1 (model '{}')", tp.http_host,
-                                                    s.web_door->port(),
-                                                    tp.model_name())
+  const std::string http = s.web_door ? fmt::format(", OpenAI-compatible HTTP API on http://{}:{}/v1 (model '{}')",
+                                                    tp.http_host, s.web_door->port(), tp.model_name())
                                       : std::string(", HTTP API off");
   spdlog::info("serving: ZeroMQ on {}{}", s.door->bound_endpoint(), http);
-  spdlog::info("scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers, {} engine instances",
-               tp.max_num_batched_tokens, tp.model.max_num_seqs, tp.max_waiting_requests,
-               tp.async_scheduling ? "on" : "off", tokenizers.size(), engines.size());
+  spdlog::info(
+      "scheduler: {} batched tokens, {} seqs, {} waiting, async scheduling {}; {} tokenizers, {} engine instances",
+      tp.max_num_batched_tokens, tp.model.max_num_seqs, tp.max_waiting_requests, tp.async_scheduling ? "on" : "off",
+      tokenizers.size(), engines.size());
   const speculative_settings& spec = tp.speculative;
   spdlog::info("speculative decoding: {} drafts per step for requests that do not choose, up to {}, from {}",
                spec.num_draft_tokens, spec.max_draft_tokens,
-               spec.draft_model.empty() ? fmt::format("n-gram prompt lookup n={}..{}", spec.ngram.min_n, spec.ngram.max_n)
-                                        : "draft model " + spec.draft_model);
+               spec.draft_model.empty()
+                   ? fmt::format("n-gram prompt lookup n={}..{}", spec.ngram.min_n, spec.ngram.max_n)
+                   : "draft model " + spec.draft_model);
 }
 
 void node::fail_stage(const std::string& stage, const std::string& reason) {

@@ -81,8 +81,16 @@ child_spec node_child_spec(const node_address& address, const std::filesystem::p
                            const std::filesystem::path& troupe_binary, const std::string& log_level) {
   child_spec spec;
   spec.name = address.name;
-  spec.argv = {troupe_binary.string(), "node", "--listen", address.host + ":" + std::to_string(address.port),
-               "--credentials", credentials.string(), "--name", address.name, "--log-level", log_level};
+  spec.argv = {troupe_binary.string(),
+               "node",
+               "--listen",
+               address.host + ":" + std::to_string(address.port),
+               "--credentials",
+               credentials.string(),
+               "--name",
+               address.name,
+               "--log-level",
+               log_level};
   spec.ready_text = "node " + address.name + " listening on";
   return spec;
 }
@@ -107,7 +115,8 @@ pid_t node_launcher::start(const child_spec& spec) {
   argv.push_back(nullptr);
   int output[2];
   int exec_failure[2];  // carries errno when exec fails; closed on a successful exec
-  if (::pipe2(output, O_CLOEXEC) != 0) throw std::runtime_error("node_launcher: pipe: " + std::string(std::strerror(errno)));
+  if (::pipe2(output, O_CLOEXEC) != 0)
+    throw std::runtime_error("node_launcher: pipe: " + std::string(std::strerror(errno)));
   if (::pipe2(exec_failure, O_CLOEXEC) != 0) {
     const int e = errno;
     ::close(output[0]);
@@ -267,14 +276,16 @@ bool node_launcher::wait_until_ready(std::chrono::milliseconds timeout, const st
         for (const auto& c : children_) {
           if (c->ready) continue;
           throw std::runtime_error(c->spec.name + " did not come up within " + std::to_string(timeout.count()) +
-                                   " ms (no line with '" + c->spec.ready_text + "'); its last lines:" + c->last_lines());
+                                   " ms (no line with '" + c->spec.ready_text +
+                                   "'); its last lines:" + c->last_lines());
         }
       }
       changed_.wait_until(lock, std::min(deadline, now + poll_interval));
     }
     if (cancelled && cancelled()) return false;
   }
-  throw std::runtime_error("node_launcher: the children did not come up within " + std::to_string(timeout.count()) + " ms");
+  throw std::runtime_error("node_launcher: the children did not come up within " + std::to_string(timeout.count()) +
+                           " ms");
 }
 
 void node_launcher::stop(std::chrono::milliseconds grace) {

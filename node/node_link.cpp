@@ -25,14 +25,17 @@ caf::actor node_link::connect(const node_address& node, const std::atomic<bool>*
   // Bounded by the deadline; a refused connection costs nothing, so retrying every 100 ms waits
   // out a node that is still starting (troupe launch starts them just before the controller).
   for (int attempt = 0; attempt < 100000; ++attempt) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     auto agent = tls_remote_actor(system_, node.host, node.port, std::max(left, std::chrono::milliseconds(100)));
     if (agent) return *agent;
     last_error = system_.render(agent.error());
     // A refused TLS handshake (a certificate of another CA) will not heal by waiting.
     if (agent.error() == caf::sec::disconnect_during_handshake) {
-      throw std::runtime_error("cannot reach " + where(node) + ": the TLS handshake failed (does its certificate come "
-                               "from the cluster's CA, and ours from its?): " + last_error);
+      throw std::runtime_error("cannot reach " + where(node) +
+                               ": the TLS handshake failed (does its certificate come "
+                               "from the cluster's CA, and ours from its?): " +
+                               last_error);
     }
     if (std::chrono::steady_clock::now() + std::chrono::milliseconds(100) >= deadline) break;
     if (cancel && cancel->load()) throw std::runtime_error("connecting to " + where(node) + ": cancelled");
@@ -47,7 +50,8 @@ caf::actor node_link::spawn(const node_address& node, const std::string& type, c
   caf::actor agent = connect(node, cancel);
   auto stage = system_.middleman().remote_spawn<caf::actor>(agent->node(), type, std::move(spec),
                                                             std::chrono::milliseconds(settings_.request_timeout_ms));
-  if (!stage) throw std::runtime_error("cannot spawn a " + type + " on " + where(node) + ": " + system_.render(stage.error()));
+  if (!stage)
+    throw std::runtime_error("cannot spawn a " + type + " on " + where(node) + ": " + system_.render(stage.error()));
   return *stage;
 }
 

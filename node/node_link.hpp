@@ -43,7 +43,6 @@ class node_link {
 
 // -- ask: waits for the answer or the stage's end, whichever comes first --------------------------
 
-
 template <class T, class... Ts>
 T node_link::ask(const caf::actor& stage, const std::string& what, Ts&&... message) const {
   caf::scoped_actor self(system_);

@@ -79,8 +79,8 @@ void node_supervisor::watch() {
       const restart_decision d = w.policy.after_exit(state->failed, now - w.started, now);
       switch (d.what) {
         case restart_decision::action::restart:
-          spdlog::warn("restarting {} in {} ms (restart = \"{}\"; it ended with {})", w.child.spec.name, d.delay.count(),
-                       restart_mode_name(w.child.mode), state->exit_status);
+          spdlog::warn("restarting {} in {} ms (restart = \"{}\"; it ended with {})", w.child.spec.name,
+                       d.delay.count(), restart_mode_name(w.child.mode), state->exit_status);
           w.restart_at = now + d.delay;
           break;
         case restart_decision::action::stay_down:

@@ -47,12 +47,30 @@ std::vector<stage_process> local_stage_processes(const topology& t, const std::f
     p.spec.name = node->name;
     // The stage's KV pool is sized as the engine's: the engine schedules the smallest pool of its
     // stages, and the block size must be the same on both ends.
-    p.spec.argv = {troupe_binary.string(), "stage", "--model", m.path, "--load-format", load_format_flag(m.format),
-                   "--layers", layers, "--host", node->host, "--port", std::to_string(node->port),
-                   "--block-size", std::to_string(m.block_size), "--num-kv-blocks", std::to_string(m.num_kv_blocks),
-                   "--kv-memory-mb", std::to_string(m.kv_memory_mb), "--threads", std::to_string(m.backend.threads),
-                   "--kv-cache-dtype", node->kv_cache_dtype.empty() ? m.backend.kv_cache_dtype : node->kv_cache_dtype,
-                   "--log-level", log_level};
+    p.spec.argv = {troupe_binary.string(),
+                   "stage",
+                   "--model",
+                   m.path,
+                   "--load-format",
+                   load_format_flag(m.format),
+                   "--layers",
+                   layers,
+                   "--host",
+                   node->host,
+                   "--port",
+                   std::to_string(node->port),
+                   "--block-size",
+                   std::to_string(m.block_size),
+                   "--num-kv-blocks",
+                   std::to_string(m.num_kv_blocks),
+                   "--kv-memory-mb",
+                   std::to_string(m.kv_memory_mb),
+                   "--threads",
+                   std::to_string(m.backend.threads),
+                   "--kv-cache-dtype",
+                   node->kv_cache_dtype.empty() ? m.backend.kv_cache_dtype : node->kv_cache_dtype,
+                   "--log-level",
+                   log_level};
     if (m.memory_budget_mb > 0) {
       p.spec.argv.insert(p.spec.argv.end(), {"--memory-budget-mb", std::to_string(m.memory_budget_mb)});
     }

@@ -95,22 +95,24 @@ class remote_node_config : public caf::actor_system_config, public actor_stats_h
     // The controller drops a connection that stays silent for its connection_timeout_ms: the
     // node keeps it alive with heartbeats (topology.hpp: node_heartbeat_interval_ms).
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(node_heartbeat_interval_ms)});
-    for_each_message_type([this](auto type, const char* name) {
-      add_message_type<typename decltype(type)::type>(name);
-    });
-    register_stage_types(*this, [registry](const std::string& type, const caf::actor& stage) {
-      spdlog::info("stage {} spawned by a controller", type);
-      registry->add(type, stage);
-      // The stage's end, whatever its reason (a failed load ends it with the file's name).
-      stage->attach_functor([registry, type, addr = stage.address()](const caf::error& reason) {
-        registry->remove(addr);
-        if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) {
-          spdlog::info("stage {} stopped", type);
-        } else {
-          spdlog::error("stage {} ended: {}", type, caf::to_string(reason));
-        }
-      });
-    }, kv_keys);
+    for_each_message_type(
+        [this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
+    register_stage_types(
+        *this,
+        [registry](const std::string& type, const caf::actor& stage) {
+          spdlog::info("stage {} spawned by a controller", type);
+          registry->add(type, stage);
+          // The stage's end, whatever its reason (a failed load ends it with the file's name).
+          stage->attach_functor([registry, type, addr = stage.address()](const caf::error& reason) {
+            registry->remove(addr);
+            if (!reason || reason == caf::exit_reason::user_shutdown || reason == caf::exit_reason::normal) {
+              spdlog::info("stage {} stopped", type);
+            } else {
+              spdlog::error("stage {} ended: {}", type, caf::to_string(reason));
+            }
+          });
+        },
+        kv_keys);
   }
 };
 
@@ -120,16 +122,17 @@ caf::behavior node_agent(caf::event_based_actor* self, std::string name, const s
                          caf::actor inspector) {
   auto peers = std::make_shared<std::set<std::string>>();
   self->link_to(inspector);  // they go together
-  return instrumented(self, "agent", {
-      [=](ping_atom) -> caf::message {
-        if (const auto& sender = self->current_sender()) {
-          const std::string peer = to_string(sender->node());
-          if (peers->insert(peer).second) spdlog::info("node {}: peer {} connected", name, peer);
-        }
-        return caf::make_message(name, registry->types());
-      },
-      [=](inspect_atom inspect) { return self->delegate(inspector, inspect); },  // `troupe inspect`
-  });
+  return instrumented(self, "agent",
+                      {
+                          [=](ping_atom) -> caf::message {
+                            if (const auto& sender = self->current_sender()) {
+                              const std::string peer = to_string(sender->node());
+                              if (peers->insert(peer).second) spdlog::info("node {}: peer {} connected", name, peer);
+                            }
+                            return caf::make_message(name, registry->types());
+                          },
+                          [=](inspect_atom inspect) { return self->delegate(inspector, inspect); },  // `troupe inspect`
+                      });
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #pragma once
 // A node that a controller places stages on (`troupe node`): one CAF actor system with the
-// middleman and the cluster's TLS plane (node/tls_middleman.hpp), every stage type registered by name (node/stage_factories.hpp),
-// and a small agent actor published over mutual TLS. It loads nothing until a controller
+// middleman and the cluster's TLS plane (node/tls_middleman.hpp), every stage type registered by name
+// (node/stage_factories.hpp), and a small agent actor published over mutual TLS. It loads nothing until a controller
 // remote-spawns a stage from its spec; then the stage loads what it needs, on this node.
 //
 // Only members of the cluster's CA get in: the agent is published with the member's certificate
@@ -25,11 +25,11 @@ namespace troupe {
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 
 struct remote_node_options {
-  std::string host;  // the address to listen on, e.g. 127.0.0.1
-  uint16_t port = 0;  // 0: the system chooses (see remote_node::port)
+  std::string host;                       // the address to listen on, e.g. 127.0.0.1
+  uint16_t port = 0;                      // 0: the system chooses (see remote_node::port)
   std::filesystem::path credentials_dir;  // from `troupe certs`: ca.crt, NAME.crt, NAME.key
-  std::string name;  // this member's name in the credentials, also the node's name in logs
-  tls_limits tls;    // the bounds of its cluster port (--handshake-timeout-ms, ...)
+  std::string name;                       // this member's name in the credentials, also the node's name in logs
+  tls_limits tls;                         // the bounds of its cluster port (--handshake-timeout-ms, ...)
 };
 
 // "HOST:PORT" (PORT 0 to 65535) into options' host and port; throws std::invalid_argument naming

@@ -9,7 +9,8 @@ restart_mode parse_restart_mode(std::string_view text) {
   if (text == "always") return restart_mode::always;
   if (text == "on-failure") return restart_mode::on_failure;
   if (text == "never") return restart_mode::never;
-  throw std::runtime_error("restart must be \"always\", \"on-failure\" or \"never\", got \"" + std::string(text) + "\"");
+  throw std::runtime_error("restart must be \"always\", \"on-failure\" or \"never\", got \"" + std::string(text) +
+                           "\"");
 }
 
 std::string_view restart_mode_name(restart_mode mode) {
@@ -39,7 +40,8 @@ restart_decision restart_policy::after_exit(bool failed, clock::duration ran_for
   while (!restarts_.empty() && now - restarts_.front() >= limits_.window) restarts_.pop_front();
   if (static_cast<int>(restarts_.size()) >= limits_.max_restarts) {
     const auto window_s = std::chrono::duration_cast<std::chrono::seconds>(limits_.window).count();
-    return {restart_decision::action::give_up, {},
+    return {restart_decision::action::give_up,
+            {},
             std::to_string(restarts_.size()) + " restarts within " + std::to_string(window_s) + " s"};
   }
   restarts_.push_back(now);

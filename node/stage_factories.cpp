@@ -14,8 +14,8 @@ namespace {
 
 // Wraps a factory so that `on_spawn` hears of every stage it makes.
 caf::actor_factory announced(std::string type, caf::actor_factory make, stage_spawned_fn on_spawn) {
-  return [type = std::move(type), make = std::move(make), on_spawn = std::move(on_spawn)](
-             caf::actor_config& cfg, caf::message& args) {
+  return [type = std::move(type), make = std::move(make), on_spawn = std::move(on_spawn)](caf::actor_config& cfg,
+                                                                                          caf::message& args) {
     caf::actor_factory_result made = make(cfg, args);
     if (on_spawn && made.first) on_spawn(type, caf::actor_cast<caf::actor>(made.first));
     return made;
@@ -29,16 +29,20 @@ void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_
                            announced("tokenizer", caf::make_actor_factory(tokenizer_actor_from_spec), on_spawn));
   config.add_actor_factory("scheduler",
                            announced("scheduler", caf::make_actor_factory(scheduler_actor_from_spec), on_spawn));
-  config.add_actor_factory(
-      "detokenizer", announced("detokenizer", caf::make_actor_factory(detokenizer_actor_from_spec), on_spawn));
+  config.add_actor_factory("detokenizer",
+                           announced("detokenizer", caf::make_actor_factory(detokenizer_actor_from_spec), on_spawn));
   // CAF's factories spawn on the shared scheduler; the worker loads a model and computes, so its
   // factory marks it detached (its own thread), as the colocated node spawns it.
   caf::actor_factory worker = caf::make_actor_factory(worker_actor_from_spec);
-  config.add_actor_factory("worker", announced("worker", [worker, kv_keys](caf::actor_config& cfg, caf::message& args) {
-    cfg.flags |= caf::abstract_actor::is_detached_flag;
-    if (args.match_elements<worker_spec>()) args.get_mutable_as<worker_spec>(0).kv_keys = kv_keys;
-    return worker(cfg, args);
-  }, on_spawn));
+  config.add_actor_factory("worker", announced(
+                                         "worker",
+                                         [worker, kv_keys](caf::actor_config& cfg, caf::message& args) {
+                                           cfg.flags |= caf::abstract_actor::is_detached_flag;
+                                           if (args.match_elements<worker_spec>())
+                                             args.get_mutable_as<worker_spec>(0).kv_keys = kv_keys;
+                                           return worker(cfg, args);
+                                         },
+                                         on_spawn));
 }
 
 std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count) {
@@ -65,7 +69,8 @@ spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, 
   kv.transport = spec.kv_transport;
   check_kv_transport(kv.transport, *served->backend_model);  // fails the spawn, as a bad draft does
   worker_drafts drafts = load_worker_drafts(spec, *served);
-  caf::actor actor = system.spawn<caf::detached>(worker_actor, served, kv, std::move(drafts), std::move(logits_plugins));
+  caf::actor actor =
+      system.spawn<caf::detached>(worker_actor, served, kv, std::move(drafts), std::move(logits_plugins));
   return {std::move(actor), std::move(served)};
 }
 

@@ -120,8 +120,9 @@ class tls_session {
                                   "TLS handshake with " + peer_ + " refused: " + reason + " (" + side + ")");
       return;
     }
-    bounds_.guard->log().refuse("closed during the TLS handshake",
-                                "TLS handshake with " + peer_ + " refused: the peer closed the connection (" + side + ")");
+    bounds_.guard->log().refuse(
+        "closed during the TLS handshake",
+        "TLS handshake with " + peer_ + " refused: the peer closed the connection (" + side + ")");
   }
 
   SSL* ssl_;

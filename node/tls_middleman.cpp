@@ -91,8 +91,8 @@ class tls_middleman_actor : public caf::io::middleman_actor_impl {
     auto fd = caf::io::network::new_tcp_acceptor_impl(port, addr, reuse);
     if (!fd) return std::move(fd.error());
     const auto bound = caf::io::network::local_port_of_fd(*fd);
-    const std::string where = "TLS port " + std::string(addr ? addr : "*") + ":" +
-                              std::to_string(bound ? *bound : port);
+    const std::string where =
+        "TLS port " + std::string(addr ? addr : "*") + ":" + std::to_string(bound ? *bound : port);
     auto guard = std::make_shared<connection_guard>(state_->limits.connections, where);
     state_->add_listener(guard);
     return make_tls_doorman(mpx(), *fd, {state_->context, std::move(guard), state_->limits.max_message_bytes});

@@ -35,7 +35,8 @@ class table_reader {
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!node->is_number()) bad(key, "a number");
       const double value = *node->value<double>();
-      if (!std::isfinite(value) || std::fabs(value) > double(std::numeric_limits<T>::max())) bad(key, "a finite number");
+      if (!std::isfinite(value) || std::fabs(value) > double(std::numeric_limits<T>::max()))
+        bad(key, "a finite number");
       out = static_cast<T>(value);
     } else if constexpr (std::is_same_v<T, std::string>) {
       auto value = node->value<std::string>();
@@ -115,8 +116,7 @@ class table_reader {
     if (!table_) return;
     for (const auto& [key, value] : *table_) {
       if (!known_.count(std::string(key.str()))) {
-        throw std::runtime_error(source_ + ": unknown key '" + std::string(key.str()) + "' in [" +
-                                 name_ + "]");
+        throw std::runtime_error(source_ + ": unknown key '" + std::string(key.str()) + "' in [" + name_ + "]");
       }
     }
   }
@@ -179,11 +179,12 @@ void check_tls_limits(const tls_limits& limits, const std::string& where) {
                              std::to_string(c.handshake_timeout.count()));
   }
   if (c.max_pending < 1 || c.max_pending > 65536) {
-    throw std::runtime_error(where + "max_pending_handshakes must be in 1..65536, got " + std::to_string(c.max_pending));
+    throw std::runtime_error(where + "max_pending_handshakes must be in 1..65536, got " +
+                             std::to_string(c.max_pending));
   }
   if (c.max_connections < c.max_pending || c.max_connections > 65536) {
-    throw std::runtime_error(where + "max_connections must be in max_pending_handshakes (" + std::to_string(c.max_pending) +
-                             ")..65536, got " + std::to_string(c.max_connections));
+    throw std::runtime_error(where + "max_connections must be in max_pending_handshakes (" +
+                             std::to_string(c.max_pending) + ")..65536, got " + std::to_string(c.max_connections));
   }
   if (limits.max_message_bytes < (size_t(1) << 20) || limits.max_message_bytes > (size_t(4) << 30)) {
     throw std::runtime_error(where + "max_message_mb must be in 1..4096, got " +
@@ -198,8 +199,8 @@ model_spec speculative_settings::draft_spec(const model_spec& target) const {
   draft.format = load_format::auto_detect;
   draft.num_kv_blocks = 0;
   draft.kv_memory_mb = draft_kv_memory_mb;
-  draft.max_model_len = 0;  // the draft's own; the proposer drafts for no longer history
-  draft.backend.layers = {};  // the whole draft, even where the target is a pipeline's last stage
+  draft.max_model_len = 0;     // the draft's own; the proposer drafts for no longer history
+  draft.backend.layers = {};   // the whole draft, even where the target is a pipeline's last stage
   draft.memory_budget_mb = 0;  // the target's budget is the target's
   return draft;
 }
@@ -225,13 +226,17 @@ void topology::check_door_connection_caps() const {
                              std::to_string(zmq_max_pending_handshakes));
   }
   if (zmq_max_connections != 0 && (zmq_max_connections < zmq_max_pending_handshakes || zmq_max_connections > 65536)) {
-    throw std::runtime_error("[frontend] max_connections must be 0 (a quarter of the open-files limit) or in "
-                             "max_pending_handshakes (" + std::to_string(zmq_max_pending_handshakes) + ")..65536, got " +
-                             std::to_string(zmq_max_connections));
+    throw std::runtime_error(
+        "[frontend] max_connections must be 0 (a quarter of the open-files limit) or in "
+        "max_pending_handshakes (" +
+        std::to_string(zmq_max_pending_handshakes) + ")..65536, got " + std::to_string(zmq_max_connections));
   }
-  if (http_max_waiting_connections != 0 && (http_max_waiting_connections < 16 || http_max_waiting_connections > 65536)) {
-    throw std::runtime_error("[http] max_waiting_connections must be 0 (a quarter of the open-files limit) or in "
-                             "16..65536, got " + std::to_string(http_max_waiting_connections));
+  if (http_max_waiting_connections != 0 &&
+      (http_max_waiting_connections < 16 || http_max_waiting_connections > 65536)) {
+    throw std::runtime_error(
+        "[http] max_waiting_connections must be 0 (a quarter of the open-files limit) or in "
+        "16..65536, got " +
+        std::to_string(http_max_waiting_connections));
   }
 }
 
@@ -246,9 +251,10 @@ void topology::validate() const {
     // One driving engine per set of stage servers: a stage serves one link at a time and holds
     // the KV of that engine's blocks.
     if (placement.engines.size() != 1 || !placement.prefill.empty() || !placement.decode.empty()) {
-      throw std::runtime_error("[pipeline] drives one engine instance; [placement] places " +
-                               std::to_string(placement.engines.size() + placement.prefill.size() + placement.decode.size()) +
-                               " (prefill/decode pairs and replicas of a pipeline come later)");
+      throw std::runtime_error(
+          "[pipeline] drives one engine instance; [placement] places " +
+          std::to_string(placement.engines.size() + placement.prefill.size() + placement.decode.size()) +
+          " (prefill/decode pairs and replicas of a pipeline come later)");
     }
     if (model.device == device_request::cuda) {
       throw std::runtime_error("[pipeline] stages run on the CPU backend so far; use device = \"cpu\"");
@@ -274,11 +280,12 @@ void topology::validate() const {
     if (!node_names.insert(n.name).second) throw std::runtime_error("[[nodes]] '" + n.name + "' is listed twice");
   }
   auto check_placement = [&](const std::vector<std::string>& names, const char* key, bool may_be_empty = false) {
-    if (names.empty() && !may_be_empty) throw std::runtime_error(std::string("[placement] ") + key + " places no instance");
+    if (names.empty() && !may_be_empty)
+      throw std::runtime_error(std::string("[placement] ") + key + " places no instance");
     for (const std::string& name : names) {
       if (name != cluster.name && !node_names.count(name)) {
-        throw std::runtime_error(std::string("[placement] ") + key + ": '" + name + "' is neither a [[nodes]] name nor the controller ('" +
-                                 cluster.name + "')");
+        throw std::runtime_error(std::string("[placement] ") + key + ": '" + name +
+                                 "' is neither a [[nodes]] name nor the controller ('" + cluster.name + "')");
       }
     }
   };
@@ -294,9 +301,11 @@ void topology::validate() const {
     throw std::runtime_error("[disaggregation] kv_transfer_timeout_ms must be positive, got " +
                              std::to_string(disaggregation.kv_transfer_timeout_ms));
   }
-  if (disaggregation.controller_kv_host.empty()) throw std::runtime_error("[disaggregation] controller_kv_host is empty");
+  if (disaggregation.controller_kv_host.empty())
+    throw std::runtime_error("[disaggregation] controller_kv_host is empty");
   if (disaggregation.transport != kv_transport::zmq) {
-    const std::string named = "[disaggregation] kv_transport \"" + std::string(kv_transport_name(disaggregation.transport)) + "\"";
+    const std::string named =
+        "[disaggregation] kv_transport \"" + std::string(kv_transport_name(disaggregation.transport)) + "\"";
     if (const std::string why = kv_transport_unavailable(disaggregation.transport); !why.empty()) {
       throw std::runtime_error(named + " cannot run here: " + why + "; use \"zmq\"");
     }
@@ -307,20 +316,24 @@ void topology::validate() const {
   }
   check_placement(placement.detokenizers, "detokenizers");
   if (!pipeline_stage_nodes.empty() && pipeline_stage_nodes.size() != pipeline.stages.size()) {
-    throw std::runtime_error("[pipeline] names the nodes of " + std::to_string(pipeline_stage_nodes.size()) + " stages for " +
-                             std::to_string(pipeline.stages.size()) + " stages");
+    throw std::runtime_error("[pipeline] names the nodes of " + std::to_string(pipeline_stage_nodes.size()) +
+                             " stages for " + std::to_string(pipeline.stages.size()) + " stages");
   }
   std::set<std::string> stage_nodes;
   for (const std::string& name : pipeline_stage_nodes) {
     if (name.empty()) continue;
-    if (!node_names.count(name)) throw std::runtime_error("[pipeline] stage node '" + name + "' is not a [[nodes]] name");
+    if (!node_names.count(name))
+      throw std::runtime_error("[pipeline] stage node '" + name + "' is not a [[nodes]] name");
     if (!stage_nodes.insert(name).second) {
-      throw std::runtime_error("[pipeline] node '" + name + "' runs two stages: one `troupe stage` per [[nodes]] entry, "
+      throw std::runtime_error("[pipeline] node '" + name +
+                               "' runs two stages: one `troupe stage` per [[nodes]] entry, "
                                "which listens on the node's address");
     }
     using placed_list = std::pair<const std::vector<std::string>*, const char*>;
-    const placed_list lists[] = {{&placement.tokenizers, "tokenizers"}, {&placement.engines, "engines"},
-                                 {&placement.detokenizers, "detokenizers"}, {&placement.prefill, "prefill"},
+    const placed_list lists[] = {{&placement.tokenizers, "tokenizers"},
+                                 {&placement.engines, "engines"},
+                                 {&placement.detokenizers, "detokenizers"},
+                                 {&placement.prefill, "prefill"},
                                  {&placement.decode, "decode"}};
     for (const auto& [names, key] : lists) {
       if (std::find(names->begin(), names->end(), name) != names->end()) {
@@ -332,8 +345,8 @@ void topology::validate() const {
   }
   auto at_least = [](int value, int least, const char* name) {
     if (value < least) {
-      throw std::runtime_error(std::string("[cluster] ") + name + " must be at least " + std::to_string(least) + ", got " +
-                               std::to_string(value));
+      throw std::runtime_error(std::string("[cluster] ") + name + " must be at least " + std::to_string(least) +
+                               ", got " + std::to_string(value));
     }
   };
   at_least(cluster.connect_timeout_ms, 100, "connect_timeout_ms");
@@ -356,8 +369,9 @@ void topology::validate() const {
                              std::to_string(cluster.failover_max_waiting));
   }
   if ((!colocated() || !cluster.admin_listen.empty()) && cluster.credentials.empty()) {
-    throw std::runtime_error("[cluster] credentials is required when stages run on other nodes or an admin door is open "
-                             "(make them with `troupe certs`)");
+    throw std::runtime_error(
+        "[cluster] credentials is required when stages run on other nodes or an admin door is open "
+        "(make them with `troupe certs`)");
   }
   const int max_drafts = protocol_limits{}.max_speculative_tokens;
   if (speculative.max_draft_tokens > max_drafts) {
@@ -373,7 +387,8 @@ void topology::validate() const {
                              std::to_string(speculative.draft_kv_memory_mb));
   }
   if (speculative.ngram.min_n < 1) {
-    throw std::runtime_error("[speculative] ngram_min must be at least 1, got " + std::to_string(speculative.ngram.min_n));
+    throw std::runtime_error("[speculative] ngram_min must be at least 1, got " +
+                             std::to_string(speculative.ngram.min_n));
   }
   if (speculative.ngram.max_n < speculative.ngram.min_n) {
     throw std::runtime_error("[speculative] ngram_max " + std::to_string(speculative.ngram.max_n) +
@@ -384,7 +399,8 @@ void topology::validate() const {
                              " (the tokens the lookup searches), got " + std::to_string(speculative.ngram.max_n));
   }
   if (drain_timeout_s < 0 || drain_timeout_s > 3600) {
-    throw std::runtime_error("[frontend] drain_timeout_s must be in 0..3600 seconds, got " + std::to_string(drain_timeout_s));
+    throw std::runtime_error("[frontend] drain_timeout_s must be in 0..3600 seconds, got " +
+                             std::to_string(drain_timeout_s));
   }
   if (log_stats_interval_s < 0 || log_stats_interval_s > 3600) {
     throw std::runtime_error("[frontend] log_stats_interval_s must be in 0..3600 seconds (0: off), got " +
@@ -392,10 +408,12 @@ void topology::validate() const {
   }
   if (http_enabled) {
     if (http_host.empty()) throw std::runtime_error("[http] host is empty");
-    if (http_port > 65535) throw std::runtime_error("[http] port must be in 0..65535, got " + std::to_string(http_port));
+    if (http_port > 65535)
+      throw std::runtime_error("[http] port must be in 0..65535, got " + std::to_string(http_port));
     if (http_max_body_bytes < 1024) throw std::runtime_error("[http] max_body_bytes must be at least 1024");
     if (http_max_connections < 16) {
-      throw std::runtime_error("[http] max_connections must be at least 16, got " + std::to_string(http_max_connections));
+      throw std::runtime_error("[http] max_connections must be at least 16, got " +
+                               std::to_string(http_max_connections));
     }
     if (http_request_timeout_ms < 100) {
       throw std::runtime_error("[http] request_timeout_ms must be at least 100, got " +
@@ -411,7 +429,8 @@ void topology::validate() const {
                              "\" is not one of auto, llama3_json, hermes, mistral, openai, none");
   }
   if (reasoning_parser != "auto" && !parse_reasoning_syntax(reasoning_parser)) {
-    throw std::runtime_error("[http] reasoning_parser \"" + reasoning_parser + "\" is not one of auto, think, harmony, none");
+    throw std::runtime_error("[http] reasoning_parser \"" + reasoning_parser +
+                             "\" is not one of auto, think, harmony, none");
   }
 }
 
@@ -420,17 +439,18 @@ namespace {
 // The file's keys into a topology, without validate(): the checks come after the caller is done.
 topology parse_topology_unvalidated(std::string_view toml_text, const std::string& source) {
   toml::table root = parse_toml(toml_text, source);
-  static const std::set<std::string> sections = {"model",   "node",      "frontend",  "http",          "tokenizer",
-                                                  "scheduler", "cluster", "placement", "disaggregation",
-                                                  "speculative", "pipeline"};
+  static const std::set<std::string> sections = {"model",          "node",        "frontend", "http",
+                                                 "tokenizer",      "scheduler",   "cluster",  "placement",
+                                                 "disaggregation", "speculative", "pipeline"};
   for (const auto& [key, value] : root) {
     const bool node_list =
         (key.str() == "nodes" || key.str() == "plugins" || key.str() == "tenants") && value.is_array_of_tables();
     if (!node_list && (!sections.count(std::string(key.str())) || !value.is_table())) {
-      throw std::runtime_error(source + ": unknown section or top-level key '" +
-                               std::string(key.str()) + "' (expected [model], [node], [frontend], "
-                               "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [[plugins]], [[tenants]], [placement], "
-                               "[disaggregation], [speculative], [pipeline])");
+      throw std::runtime_error(
+          source + ": unknown section or top-level key '" + std::string(key.str()) +
+          "' (expected [model], [node], [frontend], "
+          "[http], [tokenizer], [scheduler], [cluster], [[nodes]], [[plugins]], [[tenants]], [placement], "
+          "[disaggregation], [speculative], [pipeline])");
     }
   }
   topology t;
@@ -507,7 +527,8 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
   size_t max_message_mb = t.cluster.tls.max_message_bytes >> 20;
   cluster.read("max_message_mb", max_message_mb);
   if (max_message_mb < 1 || max_message_mb > 4096) {
-    throw std::runtime_error(source + ": [cluster] max_message_mb must be in 1..4096, got " + std::to_string(max_message_mb));
+    throw std::runtime_error(source + ": [cluster] max_message_mb must be in 1..4096, got " +
+                             std::to_string(max_message_mb));
   }
   t.cluster.tls.max_message_bytes = max_message_mb << 20;
   cluster.read("max_added_instances", t.cluster.max_added_instances);
@@ -609,13 +630,15 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
       std::string node;
       stage.read("endpoint", remote.endpoint);
       stage.read("node", node);
-      stage.read_parsed("layers", remote.layers,
-                        [](const std::string& text) { return parse_layer_range(text, std::numeric_limits<int>::max()); });
+      stage.read_parsed("layers", remote.layers, [](const std::string& text) {
+        return parse_layer_range(text, std::numeric_limits<int>::max());
+      });
       stage.finish();
       const std::string which = source + ": [pipeline] stage " + std::to_string(t.pipeline.stages.size());
       if (!node.empty() && !remote.endpoint.empty()) {
-        throw std::runtime_error(which + " gives both endpoint and node: give the endpoint of a stage started by hand, "
-                                         "or the [[nodes]] entry `troupe launch` starts it on");
+        throw std::runtime_error(which +
+                                 " gives both endpoint and node: give the endpoint of a stage started by hand, "
+                                 "or the [[nodes]] entry `troupe launch` starts it on");
       }
       if (node.empty() && remote.endpoint.empty()) {
         throw std::runtime_error(which + " gives neither endpoint nor node");
@@ -717,14 +740,16 @@ void apply_override(toml::table& root, const std::string& override_text) {
       } else {
         for (toml::node& e : *entries) {
           toml::table* candidate = e.as_table();
-          if (candidate && candidate->get("name") && candidate->get("name")->value<std::string>() == which) entry = candidate;
+          if (candidate && candidate->get("name") && candidate->get("name")->value<std::string>() == which)
+            entry = candidate;
         }
       }
       if (!entry) {
         std::string names;
         for (toml::node& e : *entries) {
           const toml::table* candidate = e.as_table();
-          const auto name = candidate && candidate->get("name") ? candidate->get("name")->value<std::string>() : std::nullopt;
+          const auto name =
+              candidate && candidate->get("name") ? candidate->get("name")->value<std::string>() : std::nullopt;
           names += (names.empty() ? "" : ", ") + name.value_or("?");
         }
         throw std::runtime_error(where + ": no [[" + part + "]] entry '" + which + "' (by name or index 0.." +

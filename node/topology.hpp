@@ -94,9 +94,9 @@ struct disaggregation_settings {
 // worker proposes drafts, from its draft model when one is named, else by n-gram prompt lookup;
 // the target model verifies them, so outputs are the same either way.
 struct speculative_settings {
-  int num_draft_tokens = 0;   // drafts per step for a request that does not choose; 0: off
-  int max_draft_tokens = 16;  // the most a request may ask for (protocol_limits::max_speculative_tokens)
-  std::string draft_model;    // HF directory, .gguf or config.json of the target's vocabulary; empty: n-gram
+  int num_draft_tokens = 0;     // drafts per step for a request that does not choose; 0: off
+  int max_draft_tokens = 16;    // the most a request may ask for (protocol_limits::max_speculative_tokens)
+  std::string draft_model;      // HF directory, .gguf or config.json of the target's vocabulary; empty: n-gram
   int draft_kv_memory_mb = 64;  // the draft's own KV pool (CPU; on CUDA it takes its share of the GPU)
   ngram_settings ngram;         // ngram_min, ngram_max
 
@@ -134,15 +134,15 @@ struct topology {
   // [http]: the OpenAI-compatible API (docs/http_api.md), guarded by the same api_key.
   bool http_enabled = false;  // config/colocated.toml turns it on; so does --http-port
   std::string http_host = "127.0.0.1";
-  int http_port = 8000;       // 0: any free port (logged)
+  int http_port = 8000;  // 0: any free port (logged)
   size_t http_max_body_bytes = 4u << 20;
-  int http_max_connections = 256;  // connections served at once; each open stream holds one
+  int http_max_connections = 256;       // connections served at once; each open stream holds one
   int http_request_timeout_ms = 10000;  // a request's line, headers and body all in by then, else 408
   // [http] max_waiting_connections: connections waiting for a request at once (the one waiting
   // longest closed for a newer one); 0: a quarter of the open-files limit, 16..4096.
   size_t http_max_waiting_connections = 0;
   size_t http_max_header_bytes = 64u << 10;  // a request line and headers larger: 431
-  std::string served_model_name;   // the `model` requests name; empty: model_name()'s default
+  std::string served_model_name;             // the `model` requests name; empty: model_name()'s default
   // [model] path as the topology file wrote it, before it was resolved against the file's
   // directory: the served name's default stays what the user wrote. Empty: model.path as given.
   std::string model_path_as_written;

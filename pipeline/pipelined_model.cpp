@@ -24,12 +24,13 @@ void pipeline_settings::validate() const {
     throw std::runtime_error("pipeline timeouts must be positive");
   }
   if (reconnect_first_delay.count() <= 0 || reconnect_max_delay < reconnect_first_delay) {
-    throw std::runtime_error("pipeline reconnect_first_delay_ms must be positive and reconnect_max_delay_ms at least it, got " +
-                             std::to_string(reconnect_first_delay.count()) + " and " +
-                             std::to_string(reconnect_max_delay.count()));
+    throw std::runtime_error(
+        "pipeline reconnect_first_delay_ms must be positive and reconnect_max_delay_ms at least it, got " +
+        std::to_string(reconnect_first_delay.count()) + " and " + std::to_string(reconnect_max_delay.count()));
   }
   if (reconnect_attempts < 1 || reconnect_attempts > 1000000) {
-    throw std::runtime_error("pipeline reconnect_attempts must be 1 to 1000000, got " + std::to_string(reconnect_attempts));
+    throw std::runtime_error("pipeline reconnect_attempts must be 1 to 1000000, got " +
+                             std::to_string(reconnect_attempts));
   }
 }
 
@@ -54,8 +55,9 @@ void pipeline_plan::validate() const {
                                "\" is not kvtcp://HOST:PORT or curve://HOST:PORT/KEY (what `troupe stage` prints)");
     }
     if (s.layers.first != next || s.layers.end <= s.layers.first) {
-      throw std::runtime_error(which + " holds layers " + layer_range_text(s.layers) + "; expected it to start at layer " +
-                               std::to_string(next) + " (stages follow one another from layer 0)");
+      throw std::runtime_error(which + " holds layers " + layer_range_text(s.layers) +
+                               "; expected it to start at layer " + std::to_string(next) +
+                               " (stages follow one another from layer 0)");
     }
     next = s.layers.end;
   }
@@ -68,7 +70,8 @@ void pipeline_plan::validate() const {
 remote_stage parse_remote_stage(const std::string& text) {
   const size_t at = text.rfind('@');
   if (at == std::string::npos || at == 0 || at + 1 == text.size()) {
-    throw std::runtime_error("pipeline stage \"" + text + "\": expected ENDPOINT@FIRST-LAST (kvtcp://HOST:PORT or curve://HOST:PORT/KEY)");
+    throw std::runtime_error("pipeline stage \"" + text +
+                             "\": expected ENDPOINT@FIRST-LAST (kvtcp://HOST:PORT or curve://HOST:PORT/KEY)");
   }
   return {text.substr(0, at), parse_layer_range(text.substr(at + 1), std::numeric_limits<int>::max())};
 }
@@ -124,8 +127,8 @@ class pipelined_model final : public model {
     ranges.push_back(last_layers_);
     check_pipeline_ranges(ranges, c.num_layers);
     if (remote.empty()) throw std::runtime_error("a pipelined model needs at least one remote stage");
-    const stage_hello expected_base{0, 0, c.num_layers, c.hidden_size, c.vocab_size, last_->kv_shape().block_size,
-                                    last_->kv_shape().num_blocks};
+    const stage_hello expected_base{
+        0, 0, c.num_layers, c.hidden_size, c.vocab_size, last_->kv_shape().block_size, last_->kv_shape().num_blocks};
     expected_base_ = expected_base;
     remote_ = remote;
     for (size_t i = 0; i < remote_.size(); ++i) links_.push_back(connect(i, settings_.connect_timeout));
@@ -154,7 +157,8 @@ class pipelined_model final : public model {
   kv_cache_shape kv_shape() const override { return shape_; }
   std::string backend_name() const override {
     std::string text = "pipeline of " + std::to_string(links_.size() + 1) + " stages (";
-    for (const auto& link : links_) text += "layers " + layer_range_text(link->layers()) + " at " + link->endpoint() + "; ";
+    for (const auto& link : links_)
+      text += "layers " + layer_range_text(link->layers()) + " at " + link->endpoint() + "; ";
     return text + "layers " + layer_range_text(last_layers_) + " here: " + last_->backend_name() + ")";
   }
   dtype kv_dtype() const override { return last_->kv_dtype(); }
@@ -170,8 +174,9 @@ class pipelined_model final : public model {
 
   void forward(const forward_batch& batch, float* logits) override {
     if (batch.after_layer_kv) {
-      throw std::runtime_error("a pipelined model cannot stream its KV layer by layer yet (prefill/decode "
-                               "disaggregation with pipeline stages)");
+      throw std::runtime_error(
+          "a pipelined model cannot stream its KV layer by layer yet (prefill/decode "
+          "disaggregation with pipeline stages)");
     }
     if (batch.residual_in != nullptr || batch.residual_out != nullptr) {
       throw std::runtime_error("a pipelined model is the whole model: no residual_in / residual_out");
@@ -182,8 +187,9 @@ class pipelined_model final : public model {
       for (size_t i = 0; i < links_.size(); ++i) {
         if (std::string why = links_[i]->broken(); !why.empty()) {
           note_if_lost(i);  // on the board before the step's requests hear of it
-          throw stage_lost_error(why + " (the stage is down: its link reconnects with back-off, and steps fail "
-                                       "until it is back)");
+          throw stage_lost_error(why +
+                                 " (the stage is down: its link reconnects with back-off, and steps fail "
+                                 "until it is back)");
         }
       }
     }
@@ -239,8 +245,8 @@ class pipelined_model final : public model {
       part_logits_.resize(places.size() * static_cast<size_t>(vocab));
       last_->forward(local, part_logits_.data());
       for (size_t k = 0; k < places.size(); ++k) {
-        std::memcpy(logits + places[k] * static_cast<size_t>(vocab), part_logits_.data() + k * static_cast<size_t>(vocab),
-                    static_cast<size_t>(vocab) * sizeof(float));
+        std::memcpy(logits + places[k] * static_cast<size_t>(vocab),
+                    part_logits_.data() + k * static_cast<size_t>(vocab), static_cast<size_t>(vocab) * sizeof(float));
       }
     }
     if (!failure.empty()) {
@@ -321,8 +327,10 @@ class pipelined_model final : public model {
         }
         lock.lock();
         if (link) {
-          spdlog::info("{}: reconnected after {} failed attempts; the KV it held is gone, so requests that had "
-                       "computed KV fail and run again from their prompt when sent again", stage_key(i), r.attempts);
+          spdlog::info(
+              "{}: reconnected after {} failed attempts; the KV it held is gone, so requests that had "
+              "computed KV fail and run again from their prompt when sent again",
+              stage_key(i), r.attempts);
           r = reconnect_state{};
           r.replacement = std::move(link);
           stage_health_board::instance().up(stage_key(i));
@@ -332,16 +340,16 @@ class pipelined_model final : public model {
         if (r.attempts >= settings_.reconnect_attempts) {
           r.given_up = true;
           spdlog::error("{}: gave up reconnecting after {} attempts: {}", stage_key(i), r.attempts, why);
-          stage_health_board::instance().down(stage_key(i), "down; gave up reconnecting after " +
-                                                                 std::to_string(r.attempts) + " attempts: " + why);
+          stage_health_board::instance().down(
+              stage_key(i), "down; gave up reconnecting after " + std::to_string(r.attempts) + " attempts: " + why);
           continue;
         }
-        const auto delay = std::min<std::chrono::milliseconds>(settings_.reconnect_max_delay,
-                                                                settings_.reconnect_first_delay * (1 << std::min(r.attempts, 16)));
+        const auto delay = std::min<std::chrono::milliseconds>(
+            settings_.reconnect_max_delay, settings_.reconnect_first_delay * (1 << std::min(r.attempts, 16)));
         r.next_attempt = std::chrono::steady_clock::now() + delay;
         stage_health_board::instance().down(stage_key(i), "down; reconnect attempt " + std::to_string(r.attempts) +
-                                                               " failed (" + why + "), next in " +
-                                                               std::to_string(delay.count()) + " ms");
+                                                              " failed (" + why + "), next in " +
+                                                              std::to_string(delay.count()) + " ms");
       }
     }
   }
@@ -391,9 +399,10 @@ class pipelined_model final : public model {
         const int32_t block = batch.block_tables[static_cast<size_t>(table + k)];
         if (block < 0 || static_cast<size_t>(block) >= block_epoch_.size()) continue;  // released (a window)
         if (block_epoch_[static_cast<size_t>(block)] != kv_epoch_) {
-          throw stage_lost_error("a pipeline stage restarted since this request's KV was computed, and its layers' "
-                                   "KV went with it (block " + std::to_string(block) +
-                                   "): the request must run again from its prompt");
+          throw stage_lost_error(
+              "a pipeline stage restarted since this request's KV was computed, and its layers' "
+              "KV went with it (block " +
+              std::to_string(block) + "): the request must run again from its prompt");
         }
       }
     }
@@ -442,9 +451,9 @@ class pipelined_model final : public model {
   uint32_t kv_epoch_ = 1;
   std::vector<uint32_t> block_epoch_;
   uint64_t step_id_ = 0;
-  std::vector<micro_batch_job> jobs_;     // this forward's, one per micro-batch
-  std::vector<forward_batch> slices_;     // their arrays
-  std::vector<float> part_logits_;        // [rows of one micro-batch, vocab]
+  std::vector<micro_batch_job> jobs_;  // this forward's, one per micro-batch
+  std::vector<forward_batch> slices_;  // their arrays
+  std::vector<float> part_logits_;     // [rows of one micro-batch, vocab]
   std::mutex mutex_;
   std::condition_variable came_back_;
   std::vector<size_t> arrived_;  // indices of this forward's micro-batches back from the stages
@@ -453,7 +462,8 @@ class pipelined_model final : public model {
 }  // namespace
 
 std::unique_ptr<model> make_pipelined_model(std::unique_ptr<model> last_stage, layer_range last_layers,
-                                            const std::vector<remote_stage>& remote, const pipeline_settings& settings) {
+                                            const std::vector<remote_stage>& remote,
+                                            const pipeline_settings& settings) {
   return std::make_unique<pipelined_model>(std::move(last_stage), last_layers, remote, settings);
 }
 

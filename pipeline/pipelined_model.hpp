@@ -49,7 +49,9 @@ struct pipeline_plan {
 
   bool empty() const { return stages.empty(); }
   // The layers the engine itself holds: from the last remote stage's end to the model's last.
-  layer_range engine_layers() const { return stages.empty() ? layer_range{} : layer_range{stages.back().layers.end, 0}; }
+  layer_range engine_layers() const {
+    return stages.empty() ? layer_range{} : layer_range{stages.back().layers.end, 0};
+  }
   // Throws std::runtime_error naming the bad field: endpoints that are not kvtcp://HOST:PORT,
   // stages that do not follow one another from layer 0, a micro-batch count, timeout, back-off
   // or failover wait out of range.

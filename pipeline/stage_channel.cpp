@@ -55,7 +55,8 @@ class tcp_channel final : public stage_channel {
 // it waits on its socket.
 class curve_channel final : public stage_channel {
  public:
-  curve_channel(bool server, const kv_channel_keys& keys, uint64_t max_frame_bytes) : socket_(context_, zmq::socket_type::pair) {
+  curve_channel(bool server, const kv_channel_keys& keys, uint64_t max_frame_bytes)
+      : socket_(context_, zmq::socket_type::pair) {
     if (keys.empty()) throw std::runtime_error("pipeline stage link: curve:// needs the cluster's CURVE keys");
     if (server) {
       zap_.emplace(context_, zmq::socket_type::rep);  // bound before the CURVE socket (curve_zap.hpp)
@@ -151,8 +152,9 @@ std::pair<std::string, std::string> split_curve_endpoint(const std::string& endp
   const std::string rest = endpoint.substr(curve_stage_scheme.size());
   const size_t slash = rest.find('/');
   if (!is_curve_stage_endpoint(endpoint) || slash == std::string::npos || rest.size() - slash - 1 != 40) {
-    throw std::runtime_error("pipeline stage endpoint \"" + endpoint +
-                             "\" is not curve://HOST:PORT/KEY (the stage's 40-character public key, as `troupe stage` prints it)");
+    throw std::runtime_error(
+        "pipeline stage endpoint \"" + endpoint +
+        "\" is not curve://HOST:PORT/KEY (the stage's 40-character public key, as `troupe stage` prints it)");
   }
   return {"tcp://" + rest.substr(0, slash), rest.substr(slash + 1)};
 }

@@ -95,7 +95,8 @@ uint64_t stage_payload_bytes(const stage_frame_header& h) {
 
 stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, const stage_frame_limits& limits) {
   if (bytes.size() != stage_frame_header_bytes) {
-    refuse("header of " + std::to_string(bytes.size()) + " bytes, expected " + std::to_string(stage_frame_header_bytes));
+    refuse("header of " + std::to_string(bytes.size()) + " bytes, expected " +
+           std::to_string(stage_frame_header_bytes));
   }
   const std::byte* p = bytes.data();
   if (get<uint32_t>(p, 0) != stage_frame_magic) refuse("bad magic (not a pipeline stage frame)");
@@ -104,7 +105,8 @@ stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, c
   }
   stage_frame_header h;
   const uint16_t kind = get<uint16_t>(p, 6);
-  if (kind < static_cast<uint16_t>(stage_frame_kind::hello) || kind > static_cast<uint16_t>(stage_frame_kind::failure)) {
+  if (kind < static_cast<uint16_t>(stage_frame_kind::hello) ||
+      kind > static_cast<uint16_t>(stage_frame_kind::failure)) {
     refuse("unknown kind " + std::to_string(kind));
   }
   h.kind = static_cast<stage_frame_kind>(kind);
@@ -118,7 +120,8 @@ stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, c
   check_count("num_tokens", h.num_tokens, limits.max_tokens);
   check_count("num_seqs", h.num_seqs, std::min(limits.max_seqs, h.num_tokens));
   check_count("num_block_ids", h.num_block_ids, limits.max_block_ids);
-  if (h.kind == stage_frame_kind::result && h.hidden_size == 0 && h.num_tokens > 0) refuse("a result without its residual");
+  if (h.kind == stage_frame_kind::result && h.hidden_size == 0 && h.num_tokens > 0)
+    refuse("a result without its residual");
   if (h.hidden_size != 0 && h.hidden_size != limits.hidden_size) {
     refuse("residual width " + std::to_string(h.hidden_size) + ", expected " + std::to_string(limits.hidden_size));
   }
@@ -177,7 +180,8 @@ void decode_work_arrays(const stage_frame_header& h, std::span<const std::byte> 
   // Offsets run from 0 to their array's end without going back; each token's position lies in
   // its sequence's context (the model checks blocks and slots against its pool).
   auto check_offsets = [&](const std::vector<int32_t>& starts, int64_t end, const char* name) {
-    if (starts.front() != 0 || starts.back() != end) refuse(std::string(name) + " must run from 0 to " + std::to_string(end));
+    if (starts.front() != 0 || starts.back() != end)
+      refuse(std::string(name) + " must run from 0 to " + std::to_string(end));
     for (size_t i = 1; i < starts.size(); ++i) {
       if (starts[i] < starts[i - 1]) refuse(std::string(name) + " goes back at sequence " + std::to_string(i - 1));
     }
@@ -186,7 +190,8 @@ void decode_work_arrays(const stage_frame_header& h, std::span<const std::byte> 
   check_offsets(batch.block_table_start, h.num_block_ids, "block_table_start");
   for (int64_t i = 0; i < s; ++i) {
     const int32_t context = batch.context_lengths[static_cast<size_t>(i)];
-    for (int32_t t = batch.query_start[static_cast<size_t>(i)]; t < batch.query_start[static_cast<size_t>(i) + 1]; ++t) {
+    for (int32_t t = batch.query_start[static_cast<size_t>(i)]; t < batch.query_start[static_cast<size_t>(i) + 1];
+         ++t) {
       const int32_t position = batch.positions[static_cast<size_t>(t)];
       if (position < 0 || position >= context) {
         refuse("token " + std::to_string(t) + " at position " + std::to_string(position) + " outside its context of " +

@@ -51,7 +51,7 @@ struct stage_frame_header {
 // What one stage is, as the hello and its answer say it.
 struct stage_hello {
   int32_t first_layer = 0;
-  int32_t end_layer = 0;  // one past the last
+  int32_t end_layer = 0;   // one past the last
   int32_t num_layers = 0;  // the whole model's
   int32_t hidden_size = 0;
   int32_t vocab_size = 0;

@@ -45,7 +45,8 @@ stage_server::stage_server(model& stage, layer_range layers, stage_server_settin
     }
     listener_ = kv_tcp_listen(settings_.host, endpoint_, settings_.port);
   } else {
-    curve_ = curve_stage_server(settings_.host, settings_.port, settings_.keys, stage_max_frame_bytes(limits_), endpoint_);
+    curve_ =
+        curve_stage_server(settings_.host, settings_.port, settings_.keys, stage_max_frame_bytes(limits_), endpoint_);
   }
   thread_ = std::thread([this] { serve(); });
 }
@@ -96,11 +97,17 @@ void stage_server::send_failure(stage_channel& channel, const stage_frame_header
 
 bool stage_server::greet(stage_channel& channel, const stage_frame_header& header) {
   std::vector<std::byte> payload(header.payload_bytes);
-  if (const std::string why = channel.read(payload, deadline_after(settings_.stall_timeout)); !why.empty()) return false;
+  if (const std::string why = channel.read(payload, deadline_after(settings_.stall_timeout)); !why.empty())
+    return false;
   const stage_hello wanted = decode_stage_hello(payload);
   const model_config& c = stage_.config();
-  const stage_hello held{layers_.first, layers_.end,  c.num_layers, c.hidden_size,
-                         c.vocab_size,  stage_.kv_shape().block_size, stage_.kv_shape().num_blocks};
+  const stage_hello held{layers_.first,
+                         layers_.end,
+                         c.num_layers,
+                         c.hidden_size,
+                         c.vocab_size,
+                         stage_.kv_shape().block_size,
+                         stage_.kv_shape().num_blocks};
   std::string mismatch;
   if (wanted.first_layer != held.first_layer || wanted.end_layer != held.end_layer) {
     mismatch = "the link expects layers " + layer_range_text({wanted.first_layer, wanted.end_layer}) +
@@ -187,7 +194,8 @@ void stage_server::compute(stage_channel& channel, const stage_frame_header& hea
   result.num_tokens = header.num_tokens;
   result.hidden_size = c.hidden_size;
   result.payload_bytes = stage_payload_bytes(result);
-  if (!send(channel, result, std::as_bytes(std::span(residual_out_)))) throw std::runtime_error("the link took no result");
+  if (!send(channel, result, std::as_bytes(std::span(residual_out_))))
+    throw std::runtime_error("the link took no result");
 }
 
 }  // namespace troupe

@@ -72,8 +72,8 @@ class stage_server {
   stage_server_settings settings_;
   stage_frame_limits limits_;
   std::string endpoint_;
-  int listener_ = -1;                         // plain TCP
-  std::unique_ptr<stage_channel> curve_;      // CURVE: the one bound socket
+  int listener_ = -1;                     // plain TCP
+  std::unique_ptr<stage_channel> curve_;  // CURVE: the one bound socket
   // One frame's buffers, reused.
   forward_batch batch_;
   std::vector<std::byte> arrays_;

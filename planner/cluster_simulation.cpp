@@ -45,8 +45,8 @@ void simulated_cluster::validate() const {
 
 double simulation_result::attainment(const service_level& slo) const {
   if (requests.empty()) return 0;
-  const auto met = std::count_if(requests.begin(), requests.end(),
-                                 [&](const simulated_outcome& r) { return r.meets(slo); });
+  const auto met =
+      std::count_if(requests.begin(), requests.end(), [&](const simulated_outcome& r) { return r.meets(slo); });
   return static_cast<double>(met) / static_cast<double>(requests.size());
 }
 
@@ -189,9 +189,9 @@ class cluster_run {
       fail(request.request_id, "the router chose an unknown instance");
       return false;
     }
-    if (auto error = instance->sched->add_request(request.request_id, request.prompt_ids, request.sampling,
-                                                  request.priority, arrival, request.resumed_output_ids,
-                                                  std::move(kv), request.targets)) {
+    if (auto error =
+            instance->sched->add_request(request.request_id, request.prompt_ids, request.sampling, request.priority,
+                                         arrival, request.resumed_output_ids, std::move(kv), request.targets)) {
       router_.on_refusal(instance_id, request_failed{request.request_id, error_code::overloaded, error->message});
       apply_commands();
       fail(request.request_id, "refused: " + error->message);
@@ -274,9 +274,9 @@ class cluster_run {
       // The KV streamed out layer by layer while the prompt was computed; what is left when
       // the prefill ends is the transfer's latency and its share per token.
       const planned_request& planned = workload_[static_cast<size_t>(handover.request_id)];
-      transfers_.push_back(kv_transfer_end{
-          now_s_ + cluster_.kv_latency_s + cluster_.kv_seconds_per_token * planned.prompt_len, decode_id,
-          handover.request_id, handover.transfer_id});
+      transfers_.push_back(
+          kv_transfer_end{now_s_ + cluster_.kv_latency_s + cluster_.kv_seconds_per_token * planned.prompt_len,
+                          decode_id, handover.request_id, handover.transfer_id});
     }
     for (schedule_request& rerun : commands.reruns) dispatch(std::move(rerun));
     for (const request_failed& failure : commands.failures) fail(failure.request_id, failure.message);

@@ -52,7 +52,7 @@ struct simulated_outcome {
   double last_token_s = -1;
   int output_tokens = 0;
   std::vector<double> token_gaps_s;  // between streamed tokens after the first (a delta's tokens share its gap)
-  std::string error;  // why it failed (refused, not finished within the horizon); empty when served
+  std::string error;                 // why it failed (refused, not finished within the horizon); empty when served
 
   bool ok() const { return error.empty() && finish_s >= 0; }
   double ttft() const { return first_token_s - arrival_s; }

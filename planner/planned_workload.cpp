@@ -22,8 +22,7 @@ namespace {
 int draw_length(const planned_length& length, std::mt19937_64& rng) {
   double value = length.mean;
   switch (length.distribution) {
-    case planned_length_distribution::fixed:
-      break;
+    case planned_length_distribution::fixed: break;
     case planned_length_distribution::uniform: {
       std::uniform_real_distribution<double> pick(length.mean * (1 - length.spread), length.mean * (1 + length.spread));
       value = pick(rng);
@@ -83,7 +82,8 @@ std::vector<planned_request> load_bench_run(const std::string& path) {
     throw std::runtime_error(path + " is not JSON: " + e.what());
   }
   if (!run.contains("requests") || !run["requests"].is_array() || run["requests"].empty()) {
-    throw std::runtime_error(path + " holds no \"requests\" array (write one with tools/bench --json, without --sweep)");
+    throw std::runtime_error(path +
+                             " holds no \"requests\" array (write one with tools/bench --json, without --sweep)");
   }
   std::vector<planned_request> requests;
   for (const nlohmann::json& r : run["requests"]) {

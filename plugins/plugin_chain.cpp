@@ -72,9 +72,10 @@ timed_status call_timed(const std::string& name, int32_t budget_ms, plugin_stats
   result.elapsed_ns = now_ns() - start;
   if (result.elapsed_ns > int64_t{budget_ms} * 1000000) {
     stats.record(result.elapsed_ns, plugin_stats::outcome::over_budget);
-    result.failure = plugin_verdict{plugin_verdict::kind::failed, name,
-                                    quoted(name) + " took " + std::to_string(result.elapsed_ns / 1000000) + " ms in its " +
-                                        hook + " hook, over its budget of " + std::to_string(budget_ms) + " ms"};
+    result.failure =
+        plugin_verdict{plugin_verdict::kind::failed, name,
+                       quoted(name) + " took " + std::to_string(result.elapsed_ns / 1000000) + " ms in its " + hook +
+                           " hook, over its budget of " + std::to_string(budget_ms) + " ms"};
   }
   return result;
 }
@@ -94,8 +95,7 @@ plugin_chain::plugin_chain(const std::vector<plugin_spec>& specs, const std::str
 
 std::optional<plugin_verdict> plugin_chain::on_request(int64_t request_id, std::vector<int32_t>& prompt_ids,
                                                        const std::string& prompt_text, const std::string& tenant,
-                                                       sampling_params& sampling, int vocab_size,
-                                                       int max_model_len) {
+                                                       sampling_params& sampling, int vocab_size, int max_model_len) {
   for (entry& e : plugins_) {
     const troupe_plugin& p = e.library->plugin();
     const std::string& name = e.library->name();
@@ -122,14 +122,14 @@ std::optional<plugin_verdict> plugin_chain::on_request(int64_t request_id, std::
     if (status == TROUPE_PLUGIN_REJECT) {
       e.stats->record(elapsed, plugin_stats::outcome::rejected);
       return plugin_verdict{plugin_verdict::kind::rejected, name,
-                            quoted(name) + " rejected the request: " +
-                                reason(reply)};
+                            quoted(name) + " rejected the request: " + reason(reply)};
     }
     if (status != TROUPE_PLUGIN_OK) {
       return record_failure(plugin_stats::outcome::error,
                             quoted(name) + " failed in its request hook" +
-                                (status == TROUPE_PLUGIN_ERROR ? "" : " (status " + std::to_string(status) +
-                                                                          " is not a request hook's answer)") +
+                                (status == TROUPE_PLUGIN_ERROR
+                                     ? ""
+                                     : " (status " + std::to_string(status) + " is not a request hook's answer)") +
                                 ": " + reason(reply));
     }
     if (!reply.overflow.empty()) {
@@ -137,13 +137,14 @@ std::optional<plugin_verdict> plugin_chain::on_request(int64_t request_id, std::
     }
     if (reply.prompt_ids) {
       const std::vector<int32_t>& ids = *reply.prompt_ids;
-      if (ids.empty()) return record_failure(plugin_stats::outcome::error, quoted(name) + " rewrote the prompt to no tokens");
+      if (ids.empty())
+        return record_failure(plugin_stats::outcome::error, quoted(name) + " rewrote the prompt to no tokens");
       for (size_t i = 0; i < ids.size(); ++i) {
         if (ids[i] < 0 || ids[i] >= vocab_size) {
           return record_failure(plugin_stats::outcome::error,
                                 quoted(name) + " returned garbage: token id " + std::to_string(ids[i]) +
-                                    " at position " + std::to_string(i) + " of its prompt is outside the vocabulary of " +
-                                    std::to_string(vocab_size));
+                                    " at position " + std::to_string(i) +
+                                    " of its prompt is outside the vocabulary of " + std::to_string(vocab_size));
         }
       }
       if (static_cast<int64_t>(ids.size()) >= max_model_len) {
@@ -192,17 +193,18 @@ std::optional<plugin_verdict> plugin_chain::on_output(int64_t request_id, std::s
     if (status == TROUPE_PLUGIN_ERROR || (status != TROUPE_PLUGIN_OK && status != TROUPE_PLUGIN_STOP)) {
       return failure(plugin_stats::outcome::error,
                      quoted(name) + " failed in its output hook" +
-                         (status == TROUPE_PLUGIN_ERROR ? "" : " (status " + std::to_string(status) +
-                                                                   " is not an output hook's answer)") +
+                         (status == TROUPE_PLUGIN_ERROR
+                              ? ""
+                              : " (status " + std::to_string(status) + " is not an output hook's answer)") +
                          ": " + reason(reply));
     }
-    if (!reply.overflow.empty()) return failure(plugin_stats::outcome::error, quoted(name) + " returned garbage: " + reply.overflow);
+    if (!reply.overflow.empty())
+      return failure(plugin_stats::outcome::error, quoted(name) + " returned garbage: " + reply.overflow);
     if (reply.text) text = std::move(*reply.text);
     if (status == TROUPE_PLUGIN_STOP) {
       e.stats->record(elapsed, plugin_stats::outcome::rejected);
       return plugin_verdict{plugin_verdict::kind::stopped, name,
-                            quoted(name) + " stopped the request: " +
-                                reason(reply)};
+                            quoted(name) + " stopped the request: " + reason(reply)};
     }
     e.stats->record(elapsed, plugin_stats::outcome::ok);
   }

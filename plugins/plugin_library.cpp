@@ -35,8 +35,8 @@ std::unique_ptr<plugin_library> plugin_library::load(const plugin_spec& spec) {
   }
   if (rc != 0) {
     lib->plugin_ = {};  // a failed init owns no state: nothing to destroy
-    throw std::runtime_error(who + ": troupe_plugin_init failed: " +
-                             (reply.message.empty() ? "no reason given" : reply.message));
+    throw std::runtime_error(
+        who + ": troupe_plugin_init failed: " + (reply.message.empty() ? "no reason given" : reply.message));
   }
   lib->initialized_ = true;
   const troupe_plugin& p = lib->plugin_;
@@ -67,7 +67,8 @@ bool plugin_library::implements(const std::string& hook) const {
 
 bool plugin_library::runs(const std::string& hook) const {
   const bool implemented = implements(hook);
-  const bool asked = spec_.hooks.empty() || std::find(spec_.hooks.begin(), spec_.hooks.end(), hook) != spec_.hooks.end();
+  const bool asked =
+      spec_.hooks.empty() || std::find(spec_.hooks.begin(), spec_.hooks.end(), hook) != spec_.hooks.end();
   return implemented && asked;
 }
 

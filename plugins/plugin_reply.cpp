@@ -16,8 +16,8 @@ void set_prompt_ids(troupe_reply* reply, const int32_t* ids, size_t num_ids) {
   if (!reply) return;
   plugin_reply& host = host_of(reply);
   if (num_ids > host.max_ids || (!ids && num_ids)) {
-    host.overflow = "set_prompt_ids with " + std::to_string(num_ids) + " ids (at most " +
-                    std::to_string(host.max_ids) + ")";
+    host.overflow =
+        "set_prompt_ids with " + std::to_string(num_ids) + " ids (at most " + std::to_string(host.max_ids) + ")";
     return;
   }
   host.prompt_ids.emplace(ids, ids + num_ids);

@@ -26,7 +26,8 @@ void validate(const plugin_spec& spec) {
   } catch (const std::exception& e) {
     throw std::runtime_error(who + ": its config is not JSON: " + e.what());
   }
-  if (!config.is_object()) throw std::runtime_error(who + ": its config must be a JSON object, got " + spec.config_json);
+  if (!config.is_object())
+    throw std::runtime_error(who + ": its config must be a JSON object, got " + spec.config_json);
 }
 
 plugin_spec parse_plugin_argument(const std::string& argument) {

@@ -13,8 +13,8 @@ namespace troupe {
 inline constexpr const char* plugin_hook_names[] = {"request", "output", "logits", "route"};
 
 struct plugin_spec {
-  std::string name;            // for errors and /metrics; "" : the library's own name for itself
-  std::string library;         // the shared library's path
+  std::string name;                // for errors and /metrics; "" : the library's own name for itself
+  std::string library;             // the shared library's path
   std::string config_json = "{}";  // handed to troupe_plugin_init
   std::vector<std::string> hooks;  // the hooks to run; empty: every one the library implements
   int32_t budget_ms = 50;          // a call that takes longer fails its request

@@ -14,9 +14,9 @@ struct plugin_counters {
   std::string plugin;  // its name
   std::string hook;    // request | output | logits | route
   int64_t num_calls = 0;
-  int64_t num_errors = 0;        // failed requests: error returns, exceptions, garbage results
-  int64_t num_over_budget = 0;   // of the errors: calls that took longer than the budget
-  int64_t num_rejected = 0;      // requests refused (request hook) or stopped (output hook)
+  int64_t num_errors = 0;       // failed requests: error returns, exceptions, garbage results
+  int64_t num_over_budget = 0;  // of the errors: calls that took longer than the budget
+  int64_t num_rejected = 0;     // requests refused (request hook) or stopped (output hook)
   double p50_ms = 0;
   double p99_ms = 0;
   double total_ms = 0;

@@ -27,8 +27,8 @@ const char* error_code_name(error_code code) {
 
 std::optional<error_code> error_code_from_name(const std::string& name) {
   for (auto code : {error_code::bad_request, error_code::unauthorized, error_code::prompt_too_long,
-                    error_code::overloaded, error_code::slo_unattainable, error_code::duplicate_id, error_code::not_found,
-                    error_code::unavailable, error_code::internal}) {
+                    error_code::overloaded, error_code::slo_unattainable, error_code::duplicate_id,
+                    error_code::not_found, error_code::unavailable, error_code::internal}) {
     if (name == error_code_name(code)) return code;
   }
   return std::nullopt;
@@ -122,8 +122,7 @@ int64_t read_int(const msgpack::object& o, const std::string& field, int64_t lo,
     fail(field, std::string("expected an integer, got ") + type_name(o));
   }
   if (value < lo || value > hi) {
-    fail(field, std::to_string(value) + " is out of range [" + std::to_string(lo) + ", " +
-                    std::to_string(hi) + "]");
+    fail(field, std::to_string(value) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   return value;
 }
@@ -133,8 +132,7 @@ bool read_bool(const msgpack::object& o, const std::string& field) {
   return o.via.boolean;
 }
 
-std::vector<int32_t> read_token_ids(const msgpack::object& o, const std::string& field,
-                                    size_t max_count) {
+std::vector<int32_t> read_token_ids(const msgpack::object& o, const std::string& field, size_t max_count) {
   if (o.type != msgpack::type::ARRAY) fail(field, std::string("expected an array, got ") + type_name(o));
   if (o.via.array.size > max_count) {
     fail(field, "more than " + std::to_string(max_count) + " entries");
@@ -142,8 +140,8 @@ std::vector<int32_t> read_token_ids(const msgpack::object& o, const std::string&
   std::vector<int32_t> ids;
   ids.reserve(o.via.array.size);
   for (uint32_t i = 0; i < o.via.array.size; ++i) {
-    ids.push_back(static_cast<int32_t>(read_int(o.via.array.ptr[i], field + "[" + std::to_string(i) + "]",
-                                                0, std::numeric_limits<int32_t>::max())));
+    ids.push_back(static_cast<int32_t>(
+        read_int(o.via.array.ptr[i], field + "[" + std::to_string(i) + "]", 0, std::numeric_limits<int32_t>::max())));
   }
   return ids;
 }
@@ -229,7 +227,8 @@ void read_slo(const msgpack::object& o, service_targets& targets, const protocol
     if (v == nullptr) return;
     const std::string name = std::string("slo.") + key;
     const double ms = read_float(*v, name);
-    if (!std::isfinite(ms) || ms < 0) fail(name, "must be a number of milliseconds, zero or positive, got " + std::to_string(ms));
+    if (!std::isfinite(ms) || ms < 0)
+      fail(name, "must be a number of milliseconds, zero or positive, got " + std::to_string(ms));
     out = ms;
   };
   target("ttft_ms", targets.ttft_ms);
@@ -255,11 +254,12 @@ void read_guided(map_fields& fields, guided_decoding& g, const protocol_limits& 
     ++num_asked;
   }
   if (const auto* v = fields.take("guided_choice")) {
-    if (v->type != msgpack::type::ARRAY) fail("guided_choice", std::string("expected an array of strings, got ") + type_name(*v));
+    if (v->type != msgpack::type::ARRAY)
+      fail("guided_choice", std::string("expected an array of strings, got ") + type_name(*v));
     g = {guided_kind::choice, "", {}};
     for (uint32_t i = 0; i < v->via.array.size && i <= limits.max_guided_choices; ++i) {
-      g.choices.push_back(read_string(v->via.array.ptr[i], "guided_choice[" + std::to_string(i) + "]",
-                                      limits.max_string_bytes));
+      g.choices.push_back(
+          read_string(v->via.array.ptr[i], "guided_choice[" + std::to_string(i) + "]", limits.max_string_bytes));
     }
     ++num_asked;
   }
@@ -296,7 +296,8 @@ void read_sampling(map_fields& fields, sampling_params& s, const protocol_limits
   }
   if (const auto* v = fields.take("stop")) s.stop = read_stop_strings(*v, limits);
   if (const auto* v = fields.take("plugins")) {
-    if (v->type != msgpack::type::ARRAY) fail("plugins", std::string("expected an array of strings, got ") + type_name(*v));
+    if (v->type != msgpack::type::ARRAY)
+      fail("plugins", std::string("expected an array of strings, got ") + type_name(*v));
     // One past the limit is read, so the value rules name the count.
     for (uint32_t i = 0; i < v->via.array.size && i <= limits.max_logits_plugins; ++i) {
       s.logits_plugins.push_back(
@@ -358,15 +359,15 @@ client_request decode_fields(map_fields& fields, const std::string& type, std::s
     ++num_inputs;
   }
   if (num_inputs != 1) {
-    throw field_error(num_inputs == 0
-                          ? "one of 'prompt', 'prompt_token_ids' or 'messages' is required"
-                          : "give only one of 'prompt', 'prompt_token_ids' and 'messages'");
+    throw field_error(num_inputs == 0 ? "one of 'prompt', 'prompt_token_ids' or 'messages' is required"
+                                      : "give only one of 'prompt', 'prompt_token_ids' and 'messages'");
   }
   read_sampling(fields, request.sampling, limits);
   if (const auto* v = fields.take("stream")) request.stream = read_bool(*v, "stream");
   if (const auto* v = fields.take("priority")) request.priority = int(read_int(*v, "priority", -1000000, 1000000));
   if (const auto* v = fields.take("slo")) read_slo(*v, request.targets, limits);
-  if (const auto* v = fields.take("tenant")) request.targets.tenant = read_string(*v, "tenant", limits.max_string_bytes);
+  if (const auto* v = fields.take("tenant"))
+    request.targets.tenant = read_string(*v, "tenant", limits.max_string_bytes);
   fields.reject_unknown();
   return request;
 }
@@ -397,10 +398,10 @@ void pack_ids(packer& p, const std::vector<int32_t>& ids) {
 
 }  // namespace
 
-std::variant<client_request, protocol_error> decode_request(std::string_view frame,
-                                                            const protocol_limits& limits) {
+std::variant<client_request, protocol_error> decode_request(std::string_view frame, const protocol_limits& limits) {
   if (frame.size() > limits.max_frame_bytes) {
-    return protocol_error{{}, error_code::bad_request,
+    return protocol_error{{},
+                          error_code::bad_request,
                           "frame of " + std::to_string(frame.size()) + " bytes exceeds the limit of " +
                               std::to_string(limits.max_frame_bytes)};
   }
@@ -409,18 +410,21 @@ std::variant<client_request, protocol_error> decode_request(std::string_view fra
   try {
     size_t offset = 0;
     // The limits stop a small frame from announcing huge containers (msgpack reserves for them).
-    msgpack::unpack_limit unpack_limits(limits.max_prompt_token_ids, limits.max_map_entries,
-                                        limits.max_string_bytes, 0, 0, limits.max_depth);
+    msgpack::unpack_limit unpack_limits(limits.max_prompt_token_ids, limits.max_map_entries, limits.max_string_bytes, 0,
+                                        0, limits.max_depth);
     handle = msgpack::unpack(frame.data(), frame.size(), offset, nullptr, nullptr, unpack_limits);
     if (offset != frame.size()) {
-      return protocol_error{{}, error_code::bad_request,
-                            "malformed msgpack: " + std::to_string(frame.size() - offset) +
-                                " trailing bytes after the request map"};
+      return protocol_error{
+          {},
+          error_code::bad_request,
+          "malformed msgpack: " + std::to_string(frame.size() - offset) + " trailing bytes after the request map"};
     }
   } catch (const msgpack::size_overflow& e) {
-    return protocol_error{{}, error_code::bad_request,
+    return protocol_error{{},
+                          error_code::bad_request,
                           std::string("malformed msgpack: a container, string or nesting exceeds "
-                                      "the server's limits (") + e.what() + ")"};
+                                      "the server's limits (") +
+                              e.what() + ")"};
   } catch (const std::exception& e) {
     return protocol_error{{}, error_code::bad_request, std::string("malformed msgpack: ") + e.what()};
   }
@@ -461,71 +465,120 @@ std::string encode_request(const client_request& request) {
           const bool has_slo = r.targets.ttft_ms > 0 || r.targets.tpot_ms > 0;
           n += (has_slo ? 1 : 0) + (r.targets.tenant.empty() ? 0 : 1);
           p.pack_map(n);
-          pack_str(p, "type"); pack_str(p, "generate");
-          pack_str(p, "id"); pack_str(p, r.id);
+          pack_str(p, "type");
+          pack_str(p, "generate");
+          pack_str(p, "id");
+          pack_str(p, r.id);
           if (r.prompt) {
-            pack_str(p, "prompt"); pack_str(p, *r.prompt);
+            pack_str(p, "prompt");
+            pack_str(p, *r.prompt);
           } else if (r.prompt_token_ids) {
-            pack_str(p, "prompt_token_ids"); pack_ids(p, *r.prompt_token_ids);
+            pack_str(p, "prompt_token_ids");
+            pack_ids(p, *r.prompt_token_ids);
           } else {
             pack_str(p, "messages");
             const auto& messages = r.messages ? *r.messages : std::vector<chat_message>{};
             p.pack_array(static_cast<uint32_t>(messages.size()));
             for (const auto& m : messages) {
               p.pack_map(2);
-              pack_str(p, "role"); pack_str(p, m.role);
-              pack_str(p, "content"); pack_str(p, m.content);
+              pack_str(p, "role");
+              pack_str(p, m.role);
+              pack_str(p, "content");
+              pack_str(p, m.content);
             }
           }
-          pack_str(p, "temperature"); p.pack(s.temperature);
-          pack_str(p, "top_k"); p.pack(s.top_k);
-          pack_str(p, "top_p"); p.pack(s.top_p);
-          pack_str(p, "min_p"); p.pack(s.min_p);
-          pack_str(p, "repetition_penalty"); p.pack(s.repetition_penalty);
-          pack_str(p, "presence_penalty"); p.pack(s.presence_penalty);
-          pack_str(p, "frequency_penalty"); p.pack(s.frequency_penalty);
-          pack_str(p, "max_tokens"); p.pack(s.max_tokens);
-          pack_str(p, "stop_token_ids"); pack_ids(p, s.stop_token_ids);
+          pack_str(p, "temperature");
+          p.pack(s.temperature);
+          pack_str(p, "top_k");
+          p.pack(s.top_k);
+          pack_str(p, "top_p");
+          p.pack(s.top_p);
+          pack_str(p, "min_p");
+          p.pack(s.min_p);
+          pack_str(p, "repetition_penalty");
+          p.pack(s.repetition_penalty);
+          pack_str(p, "presence_penalty");
+          p.pack(s.presence_penalty);
+          pack_str(p, "frequency_penalty");
+          p.pack(s.frequency_penalty);
+          pack_str(p, "max_tokens");
+          p.pack(s.max_tokens);
+          pack_str(p, "stop_token_ids");
+          pack_ids(p, s.stop_token_ids);
           pack_str(p, "stop");
           p.pack_array(static_cast<uint32_t>(s.stop.size()));
           for (const auto& text : s.stop) pack_str(p, text);
-          pack_str(p, "ignore_eos"); p.pack(s.ignore_eos);
-          pack_str(p, "logprobs"); p.pack(s.logprobs);
-          if (s.prompt_logprobs >= 0) { pack_str(p, "prompt_logprobs"); p.pack(s.prompt_logprobs); }
+          pack_str(p, "ignore_eos");
+          p.pack(s.ignore_eos);
+          pack_str(p, "logprobs");
+          p.pack(s.logprobs);
+          if (s.prompt_logprobs >= 0) {
+            pack_str(p, "prompt_logprobs");
+            p.pack(s.prompt_logprobs);
+          }
           if (!s.logits_plugins.empty()) {
             pack_str(p, "plugins");
             p.pack_array(static_cast<uint32_t>(s.logits_plugins.size()));
             for (const auto& name : s.logits_plugins) pack_str(p, name);
           }
-          pack_str(p, "stream"); p.pack(r.stream);
-          pack_str(p, "priority"); p.pack(r.priority);
+          pack_str(p, "stream");
+          p.pack(r.stream);
+          pack_str(p, "priority");
+          p.pack(r.priority);
           if (has_slo) {
             pack_str(p, "slo");
             p.pack_map(2);
-            pack_str(p, "ttft_ms"); p.pack(r.targets.ttft_ms);
-            pack_str(p, "tpot_ms"); p.pack(r.targets.tpot_ms);
+            pack_str(p, "ttft_ms");
+            p.pack(r.targets.ttft_ms);
+            pack_str(p, "tpot_ms");
+            p.pack(r.targets.tpot_ms);
           }
-          if (!r.targets.tenant.empty()) { pack_str(p, "tenant"); pack_str(p, r.targets.tenant); }
-          if (s.seed) { pack_str(p, "seed"); p.pack(*s.seed); }
-          if (speculative_chosen) { pack_str(p, "num_speculative_tokens"); p.pack(s.num_speculative_tokens); }
+          if (!r.targets.tenant.empty()) {
+            pack_str(p, "tenant");
+            pack_str(p, r.targets.tenant);
+          }
+          if (s.seed) {
+            pack_str(p, "seed");
+            p.pack(*s.seed);
+          }
+          if (speculative_chosen) {
+            pack_str(p, "num_speculative_tokens");
+            p.pack(s.num_speculative_tokens);
+          }
           switch (s.guided.kind) {
             case guided_kind::none: break;
-            case guided_kind::json_schema: pack_str(p, "guided_json"); pack_str(p, s.guided.source); break;
-            case guided_kind::json_object: pack_str(p, "guided_json_object"); p.pack(true); break;
-            case guided_kind::regex: pack_str(p, "guided_regex"); pack_str(p, s.guided.source); break;
+            case guided_kind::json_schema:
+              pack_str(p, "guided_json");
+              pack_str(p, s.guided.source);
+              break;
+            case guided_kind::json_object:
+              pack_str(p, "guided_json_object");
+              p.pack(true);
+              break;
+            case guided_kind::regex:
+              pack_str(p, "guided_regex");
+              pack_str(p, s.guided.source);
+              break;
             case guided_kind::choice:
               pack_str(p, "guided_choice");
               p.pack_array(static_cast<uint32_t>(s.guided.choices.size()));
               for (const auto& choice : s.guided.choices) pack_str(p, choice);
               break;
           }
-          if (!r.api_key.empty()) { pack_str(p, "api_key"); pack_str(p, r.api_key); }
+          if (!r.api_key.empty()) {
+            pack_str(p, "api_key");
+            pack_str(p, r.api_key);
+          }
         } else {
           p.pack_map(r.api_key.empty() ? 2 : 3);
           pack_str(p, "type");
           pack_str(p, std::is_same_v<T, abort_request> ? "abort" : "stats");
-          pack_str(p, "id"); pack_str(p, r.id);
-          if (!r.api_key.empty()) { pack_str(p, "api_key"); pack_str(p, r.api_key); }
+          pack_str(p, "id");
+          pack_str(p, r.id);
+          if (!r.api_key.empty()) {
+            pack_str(p, "api_key");
+            pack_str(p, r.api_key);
+          }
         }
       },
       request);
@@ -542,17 +595,23 @@ std::string encode_reply(const server_reply& reply) {
           uint32_t n = 4 + (r.logprobs ? 1 : 0) + (r.prompt_logprobs ? 1 : 0) + (r.finish_reason ? 1 : 0) +
                        (r.usage ? 1 : 0) + (r.timings ? 1 : 0);
           p.pack_map(n);
-          pack_str(p, "type"); pack_str(p, "delta");
-          pack_str(p, "id"); pack_str(p, r.id);
-          pack_str(p, "text"); pack_str(p, r.text);
-          pack_str(p, "token_ids"); pack_ids(p, r.token_ids);
+          pack_str(p, "type");
+          pack_str(p, "delta");
+          pack_str(p, "id");
+          pack_str(p, r.id);
+          pack_str(p, "text");
+          pack_str(p, r.text);
+          pack_str(p, "token_ids");
+          pack_ids(p, r.token_ids);
           if (r.logprobs) {
             pack_str(p, "logprobs");
             p.pack_array(static_cast<uint32_t>(r.logprobs->size()));
             for (const auto& lp : *r.logprobs) {
               p.pack_map(3);
-              pack_str(p, "token_id"); p.pack(lp.token_id);
-              pack_str(p, "logprob"); p.pack(lp.logprob);
+              pack_str(p, "token_id");
+              p.pack(lp.token_id);
+              pack_str(p, "logprob");
+              p.pack(lp.logprob);
               pack_str(p, "top");
               pack_top(p, lp.top);
             }
@@ -562,55 +621,85 @@ std::string encode_reply(const server_reply& reply) {
             p.pack_array(static_cast<uint32_t>(r.prompt_logprobs->size()));
             for (const auto& lp : *r.prompt_logprobs) {
               p.pack_map(4);
-              pack_str(p, "token_id"); p.pack(lp.token_id);
-              pack_str(p, "logprob"); p.pack(lp.logprob);
-              pack_str(p, "rank"); p.pack(lp.rank);
+              pack_str(p, "token_id");
+              p.pack(lp.token_id);
+              pack_str(p, "logprob");
+              p.pack(lp.logprob);
+              pack_str(p, "rank");
+              p.pack(lp.rank);
               pack_str(p, "top");
               pack_top(p, lp.top);
             }
           }
-          if (r.finish_reason) { pack_str(p, "finish_reason"); pack_str(p, *r.finish_reason); }
+          if (r.finish_reason) {
+            pack_str(p, "finish_reason");
+            pack_str(p, *r.finish_reason);
+          }
           if (r.usage) {
             pack_str(p, "usage");
             const auto& speculative = r.usage->speculative;
             p.pack_map(speculative ? 4 : 3);
-            pack_str(p, "prompt_tokens"); p.pack(r.usage->prompt_tokens);
-            pack_str(p, "completion_tokens"); p.pack(r.usage->completion_tokens);
-            pack_str(p, "num_preemptions"); p.pack(r.usage->num_preemptions);
+            pack_str(p, "prompt_tokens");
+            p.pack(r.usage->prompt_tokens);
+            pack_str(p, "completion_tokens");
+            p.pack(r.usage->completion_tokens);
+            pack_str(p, "num_preemptions");
+            p.pack(r.usage->num_preemptions);
             if (speculative) {
               pack_str(p, "speculative");
               p.pack_map(4);
-              pack_str(p, "draft_tokens"); p.pack(speculative->draft_tokens);
-              pack_str(p, "accepted_tokens"); p.pack(speculative->accepted_tokens);
-              pack_str(p, "acceptance_rate"); p.pack(speculative->acceptance_rate);
-              pack_str(p, "tokens_per_step"); p.pack(speculative->tokens_per_step);
+              pack_str(p, "draft_tokens");
+              p.pack(speculative->draft_tokens);
+              pack_str(p, "accepted_tokens");
+              p.pack(speculative->accepted_tokens);
+              pack_str(p, "acceptance_rate");
+              p.pack(speculative->acceptance_rate);
+              pack_str(p, "tokens_per_step");
+              p.pack(speculative->tokens_per_step);
             }
           }
           if (r.timings) {
             pack_str(p, "timings");
             p.pack_map(4);
-            pack_str(p, "queue"); p.pack(r.timings->queue);
-            pack_str(p, "ttft"); p.pack(r.timings->ttft);
-            pack_str(p, "tpot"); p.pack(r.timings->tpot);
-            pack_str(p, "e2e"); p.pack(r.timings->e2e);
+            pack_str(p, "queue");
+            p.pack(r.timings->queue);
+            pack_str(p, "ttft");
+            p.pack(r.timings->ttft);
+            pack_str(p, "tpot");
+            p.pack(r.timings->tpot);
+            pack_str(p, "e2e");
+            p.pack(r.timings->e2e);
           }
         } else if constexpr (std::is_same_v<T, error_reply>) {
           p.pack_map(4);
-          pack_str(p, "type"); pack_str(p, "error");
-          pack_str(p, "id"); pack_str(p, r.id);
-          pack_str(p, "code"); pack_str(p, error_code_name(r.code));
-          pack_str(p, "message"); pack_str(p, r.message);
+          pack_str(p, "type");
+          pack_str(p, "error");
+          pack_str(p, "id");
+          pack_str(p, r.id);
+          pack_str(p, "code");
+          pack_str(p, error_code_name(r.code));
+          pack_str(p, "message");
+          pack_str(p, r.message);
         } else {
           p.pack_map(9);
-          pack_str(p, "type"); pack_str(p, "stats");
-          pack_str(p, "id"); pack_str(p, r.id);
-          pack_str(p, "num_free_blocks"); p.pack(r.num_free_blocks);
-          pack_str(p, "num_total_blocks"); p.pack(r.num_total_blocks);
-          pack_str(p, "num_running"); p.pack(r.num_running);
-          pack_str(p, "num_waiting"); p.pack(r.num_waiting);
-          pack_str(p, "num_requests_in_flight"); p.pack(r.num_requests_in_flight);
-          pack_str(p, "num_waiting_for_kv"); p.pack(r.num_waiting_for_kv);
-          pack_str(p, "num_kv_leases"); p.pack(r.num_kv_leases);
+          pack_str(p, "type");
+          pack_str(p, "stats");
+          pack_str(p, "id");
+          pack_str(p, r.id);
+          pack_str(p, "num_free_blocks");
+          p.pack(r.num_free_blocks);
+          pack_str(p, "num_total_blocks");
+          p.pack(r.num_total_blocks);
+          pack_str(p, "num_running");
+          p.pack(r.num_running);
+          pack_str(p, "num_waiting");
+          p.pack(r.num_waiting);
+          pack_str(p, "num_requests_in_flight");
+          p.pack(r.num_requests_in_flight);
+          pack_str(p, "num_waiting_for_kv");
+          p.pack(r.num_waiting_for_kv);
+          pack_str(p, "num_kv_leases");
+          p.pack(r.num_kv_leases);
         }
       },
       reply);
@@ -624,8 +713,7 @@ std::string as_string(const msgpack::object& o) { return o.as<std::string>(); }
 const msgpack::object* find(const msgpack::object& map, std::string_view key) {
   for (uint32_t i = 0; i < map.via.map.size; ++i) {
     const auto& kv = map.via.map.ptr[i];
-    if (kv.key.type == msgpack::type::STR &&
-        std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key) {
+    if (kv.key.type == msgpack::type::STR && std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == key) {
       return &kv.val;
     }
   }
@@ -687,9 +775,9 @@ server_reply decode_reply(std::string_view frame) {
         // Only when the engine verified drafts for the request.
         if (const auto* s = find(*v, "speculative")) {
           if (s->type != msgpack::type::MAP) throw std::runtime_error("server reply's usage.speculative is not a map");
-          r.usage->speculative = speculative_usage{need(*s, "draft_tokens").as<int>(), need(*s, "accepted_tokens").as<int>(),
-                                                   need(*s, "acceptance_rate").as<double>(),
-                                                   need(*s, "tokens_per_step").as<double>()};
+          r.usage->speculative =
+              speculative_usage{need(*s, "draft_tokens").as<int>(), need(*s, "accepted_tokens").as<int>(),
+                                need(*s, "acceptance_rate").as<double>(), need(*s, "tokens_per_step").as<double>()};
         }
       }
       if (const auto* v = find(o, "timings")) {

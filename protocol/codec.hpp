@@ -18,8 +18,7 @@ struct protocol_error {
   std::string message;
 };
 
-std::variant<client_request, protocol_error> decode_request(std::string_view frame,
-                                                            const protocol_limits& limits = {});
+std::variant<client_request, protocol_error> decode_request(std::string_view frame, const protocol_limits& limits = {});
 std::string encode_request(const client_request& request);
 
 // Replies are produced by the server, so decoding them may throw std::runtime_error.

@@ -19,16 +19,16 @@ struct token_logprob {
 struct prompt_logprob {
   int32_t token_id = 0;
   float logprob = 0.0f;
-  int32_t rank = 0;  // 1 + the number of tokens the model found more likely
+  int32_t rank = 0;                            // 1 + the number of tokens the model found more likely
   std::vector<std::pair<int32_t, float>> top;  // the n most likely tokens
 };
 
 // Speculative decoding's part in a request: sent only when the engine verified drafts for it.
 struct speculative_usage {
-  int draft_tokens = 0;           // draft tokens proposed and verified
-  int accepted_tokens = 0;        // of those, the ones the model agreed with (kept as outputs)
-  double acceptance_rate = 0.0;   // accepted_tokens / draft_tokens
-  double tokens_per_step = 0.0;   // output tokens per engine step that sampled the request (1: no gain)
+  int draft_tokens = 0;          // draft tokens proposed and verified
+  int accepted_tokens = 0;       // of those, the ones the model agreed with (kept as outputs)
+  double acceptance_rate = 0.0;  // accepted_tokens / draft_tokens
+  double tokens_per_step = 0.0;  // output tokens per engine step that sampled the request (1: no gain)
 };
 
 struct usage_info {
@@ -43,7 +43,7 @@ struct timing_info {
   double queue = 0.0;  // arrival -> first scheduled
   double ttft = 0.0;   // arrival -> first token
   double tpot = 0.0;
-  double e2e = 0.0;    // arrival -> finish
+  double e2e = 0.0;  // arrival -> finish
 };
 
 // A piece of a completion; the last one carries finish_reason, usage and timings.

@@ -24,8 +24,8 @@ struct generate_request {
   std::optional<std::vector<int32_t>> prompt_token_ids;
   std::optional<std::vector<chat_message>> messages;
   sampling_params sampling;
-  bool stream = true;  // false: one reply with the whole completion
-  int priority = 0;    // lower runs first among waiting requests; ties in arrival order
+  bool stream = true;       // false: one reply with the whole completion
+  int priority = 0;         // lower runs first among waiting requests; ties in arrival order
   service_targets targets;  // `tenant` and `slo: {ttft_ms, tpot_ms}`
   std::string api_key;
 };

@@ -76,10 +76,9 @@ std::optional<sampling_problem> validate_sampling_params(const sampling_params& 
                                                    std::to_string(limits.max_logprobs) + "] (-1: none)"};
   }
   if (p.num_speculative_tokens < -1 || p.num_speculative_tokens > limits.max_speculative_tokens) {
-    return sampling_problem{"num_speculative_tokens", std::to_string(p.num_speculative_tokens) +
-                                                          " is out of range [-1, " +
-                                                          std::to_string(limits.max_speculative_tokens) +
-                                                          "] (-1: the server's default, 0: off)"};
+    return sampling_problem{"num_speculative_tokens",
+                            std::to_string(p.num_speculative_tokens) + " is out of range [-1, " +
+                                std::to_string(limits.max_speculative_tokens) + "] (-1: the server's default, 0: off)"};
   }
   if (p.logit_bias.size() > limits.max_logit_bias) {
     return sampling_problem{"logit_bias", "more than " + std::to_string(limits.max_logit_bias) + " entries"};

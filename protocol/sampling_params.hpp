@@ -34,10 +34,10 @@ struct token_bias {
 };
 
 struct sampling_params {
-  float temperature = 1.0f;  // 0 means greedy
-  int top_k = 0;             // 0: off (a request's -1 is made 0 by normalize_sampling_params)
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;        // 0: off
+  float temperature = 1.0f;         // 0 means greedy
+  int top_k = 0;                    // 0: off (a request's -1 is made 0 by normalize_sampling_params)
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
   float repetition_penalty = 1.0f;  // 1: off; applied to prompt and generated tokens
   float presence_penalty = 0.0f;    // applied to generated tokens
   float frequency_penalty = 0.0f;   // applied to generated tokens

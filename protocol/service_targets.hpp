@@ -14,4 +14,3 @@ struct service_targets {
 };
 
 }  // namespace troupe
-

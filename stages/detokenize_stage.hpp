@@ -29,9 +29,9 @@ namespace troupe {
 class detokenize_stage {
  public:
   struct outputs {
-    text_batch texts;                  // to the frontend (when not empty)
+    text_batch texts;                      // to the frontend (when not empty)
     std::vector<request_failed> failures;  // to the frontend, after the texts
-    std::vector<int64_t> stopped_ids;  // matched a stop string: the scheduler must finish them
+    std::vector<int64_t> stopped_ids;      // matched a stop string: the scheduler must finish them
   };
 
   explicit detokenize_stage(tokenizer tok, std::shared_ptr<plugin_chain> plugins = nullptr)
@@ -57,7 +57,7 @@ class detokenize_stage {
 
     incremental_detokenizer detokenizer;
     stop_string_matcher matcher;
-    int num_output_tokens = 0;               // tokens passed on so far
+    int num_output_tokens = 0;                // tokens passed on so far
     std::optional<text_delta> stopped_final;  // after a match: waits for the scheduler's final
     bool failed = false;  // a plugin failed it: the client has its error; drop all until the scheduler's final
   };

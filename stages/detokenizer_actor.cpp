@@ -11,26 +11,29 @@ namespace troupe {
 caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,
                                 caf::actor frontend) {
   keep_exception_in_exit_reason(self);
-  return instrumented(self, "detokenizer", {
-      [=](token_batch& batch) {
-        auto out = stage->run(std::move(batch));
-        if (!out.texts.deltas.empty()) self->send(frontend, std::move(out.texts));
-        for (auto& failure : out.failures) self->send(frontend, std::move(failure));
-        if (out.stopped_ids.empty()) return;
-        // The batch came from the scheduler that owns these requests; its final delta for each
-        // releases the text the stage holds.
-        auto scheduler = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!scheduler) {
-          spdlog::error("detokenizer: a token batch without a sender matched stop strings; its requests cannot finish");
-          return;
-        }
-        for (int64_t id : out.stopped_ids) self->send(scheduler, stop_request_msg{id});
-      },
-      // From the router, before the deltas of a request it takes over from a lost detokenizer.
-      [=](detokenizer_resume_msg& resume) { stage->resume(resume); },
-      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-      [](loaded_atom) { return true; },
-  });
+  return instrumented(
+      self, "detokenizer",
+      {
+          [=](token_batch& batch) {
+            auto out = stage->run(std::move(batch));
+            if (!out.texts.deltas.empty()) self->send(frontend, std::move(out.texts));
+            for (auto& failure : out.failures) self->send(frontend, std::move(failure));
+            if (out.stopped_ids.empty()) return;
+            // The batch came from the scheduler that owns these requests; its final delta for each
+            // releases the text the stage holds.
+            auto scheduler = caf::actor_cast<caf::actor>(self->current_sender());
+            if (!scheduler) {
+              spdlog::error(
+                  "detokenizer: a token batch without a sender matched stop strings; its requests cannot finish");
+              return;
+            }
+            for (int64_t id : out.stopped_ids) self->send(scheduler, stop_request_msg{id});
+          },
+          // From the router, before the deltas of a request it takes over from a lost detokenizer.
+          [=](detokenizer_resume_msg& resume) { stage->resume(resume); },
+          [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
+          [](loaded_atom) { return true; },
+      });
 }
 
 caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokenizer_spec spec) {

@@ -14,8 +14,8 @@ namespace troupe {
 
 struct detokenizer_resume_msg {
   int64_t request_id = 0;
-  std::vector<std::string> stop;   // the request's stop strings (its first delta carried them)
-  bool skip_special_tokens = true;  // likewise
+  std::vector<std::string> stop;     // the request's stop strings (its first delta carried them)
+  bool skip_special_tokens = true;   // likewise
   std::vector<int32_t> spelled_ids;  // the output tokens whose text the client already has
 };
 

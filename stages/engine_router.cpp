@@ -23,9 +23,7 @@ constexpr int64_t full_pool_cost = int64_t(1) << 40;
 engine_router::engine_router(int block_size, failover_wait_settings wait)
     // Transfer ids start at random: a receiver refuses frames of a transfer it does not expect,
     // and ids of a restarted controller must not meet a late frame of its predecessor's.
-    : block_size_(std::max(1, block_size)),
-      wait_(wait),
-      next_transfer_id_((std::random_device{}() | 1ull) << 20) {}
+    : block_size_(std::max(1, block_size)), wait_(wait), next_transfer_id_((std::random_device{}() | 1ull) << 20) {}
 
 engine_instance_id engine_router::add_instance(std::string node, engine_role role, std::string quantization) {
   const engine_instance_id id = next_id_++;
@@ -66,10 +64,10 @@ void engine_router::expire_waiting(timestamp_ns now) {
     const int64_t id = waiting_.front().request.request_id;
     waiting_.pop_front();
     drop(id);  // a re-run's record: what it streamed is of no use now
-    commands_.failures.push_back(request_failed{
-        id, error_code::unavailable,
-        "no engine instance is available: none came back within failover_wait_ms (" +
-            std::to_string(wait_.bound.count()) + " ms)"});
+    commands_.failures.push_back(
+        request_failed{id, error_code::unavailable,
+                       "no engine instance is available: none came back within failover_wait_ms (" +
+                           std::to_string(wait_.bound.count()) + " ms)"});
   }
 }
 
@@ -303,7 +301,8 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
   const bool chosen_prefill = chosen && instances_.at(*chosen).role == engine_role::prefill;
   std::optional<engine_instance_id> prefill =
       chosen ? (chosen_prefill ? chosen : std::nullopt) : pick({engine_role::prefill}, request, num_blocks, true);
-  std::optional<engine_instance_id> decode = prefill ? pick({engine_role::decode}, request, num_blocks, false) : std::nullopt;
+  std::optional<engine_instance_id> decode =
+      prefill ? pick({engine_role::decode}, request, num_blocks, false) : std::nullopt;
   if (prefill && decode) {
     where.instance = *prefill;
     where.decode = *decode;
@@ -313,7 +312,8 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
   } else {
     // No pair: a mixed or decode instance computes it whole; a prefill instance only when
     // nothing else is left.
-    std::optional<engine_instance_id> whole = pick({engine_role::mixed, engine_role::decode}, request, num_blocks, true);
+    std::optional<engine_instance_id> whole =
+        pick({engine_role::mixed, engine_role::decode}, request, num_blocks, true);
     if (!whole) whole = pick({engine_role::prefill}, request, num_blocks, true);
     if (!whole) return std::nullopt;
     where.instance = *whole;
@@ -512,11 +512,10 @@ std::vector<schedule_request> engine_router::remove_instance(engine_instance_id 
   for (auto it = requests_.begin(); it != requests_.end(); ++it) {
     const request_record& record = it->second;
     const bool disaggregated = record.transfer_id != 0;
-    const bool affected =
-        record.instance == id ||
-        (disaggregated && !record.handed_off && (record.prefill == id || record.decode == id)) ||
-        // Handed off, but the KV is still on its way from the lost prefill half: it never comes.
-        (disaggregated && record.handed_off && record.prefill == id && !record.kv_landed);
+    const bool affected = record.instance == id ||
+                          (disaggregated && !record.handed_off && (record.prefill == id || record.decode == id)) ||
+                          // Handed off, but the KV is still on its way from the lost prefill half: it never comes.
+                          (disaggregated && record.handed_off && record.prefill == id && !record.kv_landed);
     if (affected) run_again(it, id);
   }
   instances_.erase(id);

@@ -81,10 +81,10 @@ struct engine_instance_info {
   std::string node;  // where it runs, for logs and `troupe scale --list`
   engine_state state = engine_state::active;
   engine_role role = engine_role::mixed;
-  int32_t num_requests = 0;         // routed there and not finished
+  int32_t num_requests = 0;              // routed there and not finished
   int64_t num_queued_prompt_tokens = 0;  // of those without a first token yet
-  engine_load load;                 // as last reported
-  std::string quantization;         // its model's ("Q4_K_M"), for `troupe scale --list`
+  engine_load load;                      // as last reported
+  std::string quantization;              // its model's ("Q4_K_M"), for `troupe scale --list`
 };
 
 class engine_router {
@@ -97,7 +97,8 @@ class engine_router {
 
   // A new instance takes requests at once: every request waiting for one comes back in
   // take_commands().reruns, oldest first, to be routed again once the caller knows the instance.
-  engine_instance_id add_instance(std::string node, engine_role role = engine_role::mixed, std::string quantization = {});
+  engine_instance_id add_instance(std::string node, engine_role role = engine_role::mixed,
+                                  std::string quantization = {});
   // The instance's occupancy before it has sent a token batch (its answer to a stats query).
   void set_load(engine_instance_id id, const engine_load& load);
 
@@ -181,9 +182,9 @@ class engine_router {
  private:
   struct request_record {
     engine_instance_id instance = 0;  // whose tokens are the request's now (-1: on none)
-    schedule_request request;       // as first routed: prompt, sampling, priority
-    std::vector<int32_t> streamed;  // every output token forwarded so far, resumed ones included
-    bool started = false;           // a token came back since it was (re-)routed
+    schedule_request request;         // as first routed: prompt, sampling, priority
+    std::vector<int32_t> streamed;    // every output token forwarded so far, resumed ones included
+    bool started = false;             // a token came back since it was (re-)routed
     // Disaggregated (transfer_id != 0): the prefill half, the decode half, and where it stands.
     uint64_t transfer_id = 0;
     engine_instance_id prefill = -1;
@@ -213,7 +214,8 @@ class engine_router {
   bool any_active(std::initializer_list<engine_role> roles) const;
   // The route policy's choice among the instances of `roles`: nullopt for no opinion; throws
   // std::runtime_error with the message the request fails with.
-  std::optional<engine_instance_id> ask_policy(std::initializer_list<engine_role> roles, const schedule_request& request);
+  std::optional<engine_instance_id> ask_policy(std::initializer_list<engine_role> roles,
+                                               const schedule_request& request);
   // The instance that computes the prompt's first block from now on (prefix affinity).
   void note_prefix_owner(const schedule_request& request, engine_instance_id id);
   // What a request charges an instance, and undoing it (a record charges at most two).

@@ -33,9 +33,9 @@ namespace troupe {
 class actor_stats_registry {
  public:
   struct entry {
-    std::string stage;       // "tokenizer", "router", "scheduler", "worker", "detokenizer", ...
-    caf::actor_id id = 0;    // unique within the node
-    caf::actor_addr actor;   // weak: the registry keeps no actor alive
+    std::string stage;      // "tokenizer", "router", "scheduler", "worker", "detokenizer", ...
+    caf::actor_id id = 0;   // unique within the node
+    caf::actor_addr actor;  // weak: the registry keeps no actor alive
     std::shared_ptr<actor_stats> stats;
   };
 
@@ -53,7 +53,7 @@ class actor_stats_registry {
 
  private:
   mutable std::mutex mutex_;
-  std::vector<entry> entries_;  // guarded by mutex_
+  std::vector<entry> entries_;                                                      // guarded by mutex_
   std::vector<std::pair<std::string, std::weak_ptr<const plugin_chain>>> plugins_;  // guarded by mutex_
 };
 

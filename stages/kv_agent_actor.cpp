@@ -12,40 +12,46 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_co
   keep_exception_in_exit_reason(self);
   // Which scheduler reserved each expected transfer: the receiver's word goes back there.
   auto reserved_by = std::make_shared<std::unordered_map<uint64_t, caf::actor>>();
-  return instrumented(self, "kv_agent", {
-      [=](kv_expect_msg& expect) -> caf::result<kv_ready_msg> {
-        kv_destination d;
-        try {
-          d = connector->expect(expect.reservation, std::chrono::milliseconds(expect.timeout_ms));
-        } catch (const std::exception& e) {
-          return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
-        }
-        (*reserved_by)[d.transfer_id] = caf::actor_cast<caf::actor>(self->current_sender());
-        return kv_ready_msg{d.request_id, d.transfer_id, std::move(d.endpoint), std::move(d.public_key),
-                            std::move(d.kv_pool_handle), std::move(d.block_ids)};
-      },
-      // From the receiver's thread (through the mailbox): a transfer completed or failed.
-      [=](kv_arrival_msg& arrival) {
-        auto it = reserved_by->find(arrival.transfer_id);
-        if (it == reserved_by->end()) return;  // cancelled meanwhile
-        self->send(it->second, std::move(arrival));
-        reserved_by->erase(it);
-      },
-      [=](kv_cancel_msg& cancel) {
-        connector->cancel(cancel.transfer_id);
-        reserved_by->erase(cancel.transfer_id);
-      },
-      // From the router: where a transfer this instance prefills must go.
-      [=](kv_ready_msg& ready) {
-        connector->send_to(kv_destination{ready.request_id, ready.transfer_id, std::move(ready.endpoint),
-                                          std::move(ready.public_key), std::move(ready.kv_pool_handle),
-                                          std::move(ready.block_ids)});
-      },
-      [=](kv_leases_atom) -> kv_lease_counts {
-        const kv_connector_leases leases = connector->leases();
-        return kv_lease_counts{leases.num_expected, leases.num_sending, leases.num_refused_frames};
-      },
-  });
+  return instrumented(
+      self, "kv_agent",
+      {
+          [=](kv_expect_msg& expect) -> caf::result<kv_ready_msg> {
+            kv_destination d;
+            try {
+              d = connector->expect(expect.reservation, std::chrono::milliseconds(expect.timeout_ms));
+            } catch (const std::exception& e) {
+              return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+            }
+            (*reserved_by)[d.transfer_id] = caf::actor_cast<caf::actor>(self->current_sender());
+            return kv_ready_msg{d.request_id,
+                                d.transfer_id,
+                                std::move(d.endpoint),
+                                std::move(d.public_key),
+                                std::move(d.kv_pool_handle),
+                                std::move(d.block_ids)};
+          },
+          // From the receiver's thread (through the mailbox): a transfer completed or failed.
+          [=](kv_arrival_msg& arrival) {
+            auto it = reserved_by->find(arrival.transfer_id);
+            if (it == reserved_by->end()) return;  // cancelled meanwhile
+            self->send(it->second, std::move(arrival));
+            reserved_by->erase(it);
+          },
+          [=](kv_cancel_msg& cancel) {
+            connector->cancel(cancel.transfer_id);
+            reserved_by->erase(cancel.transfer_id);
+          },
+          // From the router: where a transfer this instance prefills must go.
+          [=](kv_ready_msg& ready) {
+            connector->send_to(kv_destination{ready.request_id, ready.transfer_id, std::move(ready.endpoint),
+                                              std::move(ready.public_key), std::move(ready.kv_pool_handle),
+                                              std::move(ready.block_ids)});
+          },
+          [=](kv_leases_atom) -> kv_lease_counts {
+            const kv_connector_leases leases = connector->leases();
+            return kv_lease_counts{leases.num_expected, leases.num_sending, leases.num_refused_frames};
+          },
+      });
 }
 
 }  // namespace troupe

@@ -89,11 +89,14 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   auto pooling_value = static_cast<uint8_t>(x.pooling);
   return f(caf::meta::type_name("sampling_params"), exact_float{x.temperature}, x.top_k, exact_float{x.top_p},
            exact_float{x.min_p}, exact_float{x.repetition_penalty}, exact_float{x.presence_penalty},
-           exact_float{x.frequency_penalty}, has_seed, seed,
-           x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.logprobs, x.prompt_logprobs, guided_kind_value,
-           x.guided.source, x.guided.choices, x.num_speculative_tokens, x.logit_bias, x.skip_special_tokens,
-           pooling_value, x.normalize_embedding, x.logits_plugins, caf::meta::load_callback([&]() -> caf::error {
-             if (has_seed) x.seed = seed; else x.seed.reset();
+           exact_float{x.frequency_penalty}, has_seed, seed, x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos,
+           x.logprobs, x.prompt_logprobs, guided_kind_value, x.guided.source, x.guided.choices,
+           x.num_speculative_tokens, x.logit_bias, x.skip_special_tokens, pooling_value, x.normalize_embedding,
+           x.logits_plugins, caf::meta::load_callback([&]() -> caf::error {
+             if (has_seed)
+               x.seed = seed;
+             else
+               x.seed.reset();
              x.guided.kind = static_cast<guided_kind>(guided_kind_value);
              x.pooling = static_cast<pooling_kind>(pooling_value);
              return caf::none;
@@ -104,25 +107,27 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduled_sequence& x) {
   bool has_params = x.params.has_value();
   sampling_params params = x.params.value_or(sampling_params{});
-  return f(caf::meta::type_name("scheduled_sequence"), x.request_id, x.num_computed_tokens,
-           x.new_token_ids, x.input_from_previous_sample, x.block_table_start, x.block_table, x.sample, x.output_index,
-           has_params, params, x.penalty_token_ids, x.num_prompt_tokens, x.kv_send_transfer_id,
-           x.num_draft_slots, x.speculative, caf::meta::load_callback([&]() -> caf::error {
-             if (has_params) x.params = std::move(params); else x.params.reset();
+  return f(caf::meta::type_name("scheduled_sequence"), x.request_id, x.num_computed_tokens, x.new_token_ids,
+           x.input_from_previous_sample, x.block_table_start, x.block_table, x.sample, x.output_index, has_params,
+           params, x.penalty_token_ids, x.num_prompt_tokens, x.kv_send_transfer_id, x.num_draft_slots, x.speculative,
+           caf::meta::load_callback([&]() -> caf::error {
+             if (has_params)
+               x.params = std::move(params);
+             else
+               x.params.reset();
              return caf::none;
            }));
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
-  return f(caf::meta::type_name("step_plan"), x.step_id, x.sequences, x.preempted_ids,
-           x.finished_ids);
+  return f(caf::meta::type_name("step_plan"), x.step_id, x.sequences, x.preempted_ids, x.finished_ids);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
-  return f(caf::meta::type_name("sampled_token"), x.request_id, x.token_id, exact_float{x.logprob},
-           x.top_token_ids, exact_floats{x.top_logprobs}, x.num_drafts, exact_floats{x.embedding}, x.prompt_logprobs);
+  return f(caf::meta::type_name("sampled_token"), x.request_id, x.token_id, exact_float{x.logprob}, x.top_token_ids,
+           exact_floats{x.top_logprobs}, x.num_drafts, exact_floats{x.embedding}, x.prompt_logprobs);
 }
 
 template <class Inspector>
@@ -143,25 +148,28 @@ typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, prompt_token_logprob& x) {
-  return f(caf::meta::type_name("prompt_token_logprob"), x.token_id, exact_float{x.logprob}, x.rank,
-           x.top_token_ids, exact_floats{x.top_logprobs});
+  return f(caf::meta::type_name("prompt_token_logprob"), x.token_id, exact_float{x.logprob}, x.rank, x.top_token_ids,
+           exact_floats{x.top_logprobs});
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_metrics& x) {
   return f(caf::meta::type_name("request_metrics"), exact_double{x.queue_time}, exact_double{x.ttft},
-           exact_double{x.tpot}, exact_double{x.e2e},
-           x.num_prompt_tokens, x.num_output_tokens, x.num_cached_tokens, x.num_preemptions,
-           x.num_draft_tokens, x.num_accepted_tokens, x.num_sampling_steps);
+           exact_double{x.tpot}, exact_double{x.e2e}, x.num_prompt_tokens, x.num_output_tokens, x.num_cached_tokens,
+           x.num_preemptions, x.num_draft_tokens, x.num_accepted_tokens, x.num_sampling_steps);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
   bool has_metrics = x.metrics.has_value();
   request_metrics metrics = x.metrics.value_or(request_metrics{});
-  return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish, x.handed_off, x.kv_transfer_id,
-           has_metrics, metrics, x.stop, x.skip_special_tokens, exact_floats{x.embedding}, x.prompt_logprobs, caf::meta::load_callback([&]() -> caf::error {
-             if (has_metrics) x.metrics = metrics; else x.metrics.reset();
+  return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish, x.handed_off,
+           x.kv_transfer_id, has_metrics, metrics, x.stop, x.skip_special_tokens, exact_floats{x.embedding},
+           x.prompt_logprobs, caf::meta::load_callback([&]() -> caf::error {
+             if (has_metrics)
+               x.metrics = metrics;
+             else
+               x.metrics.reset();
              return caf::none;
            }));
 }
@@ -173,14 +181,14 @@ typename Inspector::result_type inspect(Inspector& f, service_targets& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tokenize_request& x) {
-  return f(caf::meta::type_name("tokenize_request"), x.request_id, x.kind, x.prompt,
-           x.prompt_token_ids, x.messages, x.sampling, x.priority, x.targets);
+  return f(caf::meta::type_name("tokenize_request"), x.request_id, x.kind, x.prompt, x.prompt_token_ids, x.messages,
+           x.sampling, x.priority, x.targets);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
-  return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling,
-           x.priority, x.targets, x.tokenize_ns, x.resumed_output_ids, x.kv);
+  return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling, x.priority, x.targets,
+           x.tokenize_ns, x.resumed_output_ids, x.kv);
 }
 // A peer name comes from another node: bounded before anyone keys a communicator by it.
 inline caf::error check_kv_peer(const char* message, const std::string& peer) {
@@ -243,15 +251,13 @@ typename Inspector::result_type inspect(Inspector& f, step_done& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_timeline& x) {
-  return f(caf::meta::type_name("request_timeline"), x.tokenize_ns, x.queue_ns,
-           x.first_step_done_ns, x.last_step_done_ns, x.first_step_compute_ns, x.num_steps, x.kv_reserved_ns,
-           x.kv_landed_ns, x.instance);
+  return f(caf::meta::type_name("request_timeline"), x.tokenize_ns, x.queue_ns, x.first_step_done_ns,
+           x.last_step_done_ns, x.first_step_compute_ns, x.num_steps, x.kv_reserved_ns, x.kv_landed_ns, x.instance);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_load& x) {
-  return f(caf::meta::type_name("engine_load"), x.num_free_blocks, x.num_total_blocks, x.num_running,
-           x.num_waiting);
+  return f(caf::meta::type_name("engine_load"), x.num_free_blocks, x.num_total_blocks, x.num_running, x.num_waiting);
 }
 
 template <class Inspector>
@@ -296,9 +302,8 @@ typename Inspector::result_type inspect(Inspector& f, stats_query& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
-  return f(caf::meta::type_name("stats_answer"), x.tag, x.num_free_blocks, x.num_total_blocks,
-           x.num_running, x.num_waiting, x.unavailable, x.num_waiting_for_kv, x.num_kv_leases,
-           x.num_slo_rejections, x.step_models);
+  return f(caf::meta::type_name("stats_answer"), x.tag, x.num_free_blocks, x.num_total_blocks, x.num_running,
+           x.num_waiting, x.unavailable, x.num_waiting_for_kv, x.num_kv_leases, x.num_slo_rejections, x.step_models);
 }
 
 template <class Inspector>
@@ -348,8 +353,8 @@ typename Inspector::result_type inspect(Inspector& f, backend_options& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_spec& x) {
-  return f(caf::meta::type_name("model_spec"), x.path, x.format, x.device, x.backend, x.block_size,
-           x.num_kv_blocks, x.kv_memory_mb, x.max_model_len, x.max_num_seqs, x.memory_budget_mb);
+  return f(caf::meta::type_name("model_spec"), x.path, x.format, x.device, x.backend, x.block_size, x.num_kv_blocks,
+           x.kv_memory_mb, x.max_model_len, x.max_num_seqs, x.memory_budget_mb);
 }
 
 template <class Inspector>
@@ -357,14 +362,15 @@ typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
   auto policy = static_cast<uint8_t>(x.scheduling_policy);
   auto admission = static_cast<uint8_t>(x.slo_admission);
   return f(caf::meta::type_name("engine_config"), x.block_size, x.num_kv_blocks, x.max_num_batched_tokens,
-           x.max_num_seqs, x.max_waiting_requests, x.max_model_len, x.enable_prefix_caching,
-           x.async_scheduling, x.vocab_size, x.hidden_size, x.num_speculative_tokens, x.max_speculative_tokens, x.kv_window,
-           policy, admission, caf::meta::load_callback([&]() -> caf::error {
+           x.max_num_seqs, x.max_waiting_requests, x.max_model_len, x.enable_prefix_caching, x.async_scheduling,
+           x.vocab_size, x.hidden_size, x.num_speculative_tokens, x.max_speculative_tokens, x.kv_window, policy,
+           admission, caf::meta::load_callback([&]() -> caf::error {
              if (policy > static_cast<uint8_t>(scheduling_policy_kind::fair) ||
                  admission > static_cast<uint8_t>(slo_admission_mode::reject)) {
-               return caf::make_error(caf::sec::runtime_error,
-                                      "engine_config: scheduling policy " + std::to_string(policy) + " / slo admission " +
-                                          std::to_string(admission) + " is not one the engine knows");
+               return caf::make_error(caf::sec::runtime_error, "engine_config: scheduling policy " +
+                                                                   std::to_string(policy) + " / slo admission " +
+                                                                   std::to_string(admission) +
+                                                                   " is not one the engine knows");
              }
              x.scheduling_policy = static_cast<scheduling_policy_kind>(policy);
              x.slo_admission = static_cast<slo_admission_mode>(admission);
@@ -384,8 +390,8 @@ typename Inspector::result_type inspect(Inspector& f, plugin_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tokenizer_spec& x) {
-  return f(caf::meta::type_name("tokenizer_spec"), x.tokenizer_path, x.vocab_size, x.max_model_len,
-           x.router, x.reply_to, x.plugins);
+  return f(caf::meta::type_name("tokenizer_spec"), x.tokenizer_path, x.vocab_size, x.max_model_len, x.router,
+           x.reply_to, x.plugins);
 }
 
 template <class Inspector>
@@ -415,7 +421,8 @@ typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_description& x) {
-  return f(caf::meta::type_name("worker_description"), x.config, x.eos_token_ids, x.summary, x.quantization, x.kv_agent);
+  return f(caf::meta::type_name("worker_description"), x.config, x.eos_token_ids, x.summary, x.quantization,
+           x.kv_agent);
 }
 
 template <class Inspector>

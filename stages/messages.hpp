@@ -45,7 +45,7 @@ struct schedule_request {
   std::vector<int32_t> prompt_ids;
   sampling_params sampling;
   int32_t priority = 0;
-  service_targets targets;  // tenant and latency targets (the fair and slo policies)
+  service_targets targets;      // tenant and latency targets (the fair and slo policies)
   duration_ns tokenize_ns = 0;  // the tokenizer's clock: request received -> prompt ids checked
   // Tokens this request already generated on an instance that was lost (and the client already
   // has): the re-run continues after them. Empty for a fresh request.
@@ -113,8 +113,8 @@ struct kv_cancel_msg {
 
 // A KV agent's leases now (what must be zero on an idle instance).
 struct kv_lease_counts {
-  int32_t num_expected = 0;     // receiver: transfers whose blocks are reserved here
-  int32_t num_sending = 0;      // sender: transfers with frames held or queued
+  int32_t num_expected = 0;  // receiver: transfers whose blocks are reserved here
+  int32_t num_sending = 0;   // sender: transfers with frames held or queued
   uint64_t num_refused_frames = 0;
 };
 
@@ -208,10 +208,10 @@ struct stats_query {
 
 // One instance's step-time model (engine/step_time_model.hpp), for /metrics.
 struct step_model_report {
-  int32_t instance = 0;               // set by the router
-  std::vector<double> coefficients;   // [4] seconds per: step, token, sequence, attention pair
-  double rms_error_s = 0;             // of the fit over the steps it holds
-  int64_t num_steps = 0;              // steps measured in all
+  int32_t instance = 0;              // set by the router
+  std::vector<double> coefficients;  // [4] seconds per: step, token, sequence, attention pair
+  double rms_error_s = 0;            // of the fit over the steps it holds
+  int64_t num_steps = 0;             // steps measured in all
 };
 
 struct stats_answer {

@@ -81,7 +81,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     if (*wait_timer_armed || !due) return;
     *wait_timer_armed = true;
     const auto delay = std::chrono::nanoseconds(std::max<timestamp_ns>(0, *due - steady_now_ns()));
-    self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(delay) + std::chrono::milliseconds(1),
+    self->delayed_send(self,
+                       std::chrono::duration_cast<std::chrono::milliseconds>(delay) + std::chrono::milliseconds(1),
                        failover_wait_atom::value);
   };
   // Sends the request to the instance the router picks (to both halves of a disaggregated
@@ -104,14 +105,14 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         arm_wait_timer();
         return;
       }
-      self->send(frontend, request_failed{id, error_code::unavailable,
-                                          router->num_waiting() > 0
-                                              ? "no engine instance is available (" +
-                                                    std::to_string(router->num_waiting()) +
-                                                    " requests already wait for one, the most [cluster] "
-                                                    "failover_max_waiting allows)"
-                                              : std::string("no engine instance is available (every one was "
-                                                            "lost or is draining)")});
+      self->send(frontend,
+                 request_failed{id, error_code::unavailable,
+                                router->num_waiting() > 0
+                                    ? "no engine instance is available (" + std::to_string(router->num_waiting()) +
+                                          " requests already wait for one, the most [cluster] "
+                                          "failover_max_waiting allows)"
+                                    : std::string("no engine instance is available (every one was "
+                                                  "lost or is draining)")});
       return;
     }
     request.kv = {};
@@ -137,7 +138,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     detokenizer_resumption& resumption = (*resumptions)[index];
     resumption.resuming = true;
     const uint64_t generation = ++resumption.generation;
-    const std::vector<int64_t> asked = ledger ? ledger->requests_of(index, detokenizers->size()) : std::vector<int64_t>{};
+    const std::vector<int64_t> asked =
+        ledger ? ledger->requests_of(index, detokenizers->size()) : std::vector<int64_t>{};
     auto finish = [=](const std::unordered_map<int64_t, int32_t>& counts) {
       if ((*resumptions)[index].generation != generation) return;  // replaced again meanwhile
       (*resumptions)[index].resuming = false;
@@ -229,8 +231,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
         if (info.id == id) role = info.role;
       }
       std::vector<schedule_request> reruns = router->remove_instance(id);
-      spdlog::warn("router: engine instance {} on {} lost ({}, {}); re-running its {} requests on the {} left", id, node,
-                   engine_role_name(role), self->system().render(down.reason), reruns.size(), engines->size());
+      spdlog::warn("router: engine instance {} on {} lost ({}, {}); re-running its {} requests on the {} left", id,
+                   node, engine_role_name(role), self->system().render(down.reason), reruns.size(), engines->size());
       carry_out();  // the other halves of its disaggregated requests are aborted first
       for (schedule_request& request : reruns) dispatch(std::move(request));
       if (router->num_waiting() > 0) {
@@ -243,188 +245,195 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     }
   });
 
-  return instrumented(self, "router", {
-      [=](engine_joined_atom, caf::actor scheduler, caf::actor worker, std::string node, caf::actor kv_agent,
-          std::string role_name, std::string quantization) -> caf::result<engine_instance_id> {
-        engine_role role = engine_role::mixed;
-        try {
-          role = parse_engine_role(role_name);
-        } catch (const std::exception& e) {
-          return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
-        }
-        const size_t num_waited = router->num_waiting();
-        const engine_instance_id id = router->add_instance(node, role, std::move(quantization));
-        self->monitor(scheduler);
-        self->monitor(worker);
-        // Its pool as it starts, so the load it is judged by (and `troupe scale --list`) does not
-        // wait for its first token batch.
-        self->request(scheduler, timeout, stats_query{0}).then(
-            [=](stats_answer& answer) {
-              router->set_load(id, engine_load{answer.num_free_blocks, answer.num_total_blocks, answer.num_running,
-                                               answer.num_waiting});
-            },
-            [](caf::error&) {});  // a lost instance: the down handler deals with it
-        engines->emplace(id, engine_handles{std::move(scheduler), std::move(worker), std::move(kv_agent)});
-        spdlog::info("router: engine instance {} on {} joined as {} ({} serving)", id, node, role_name, engines->size());
-        if (num_waited > 0) spdlog::info("router: {} requests that waited for an engine instance run on instance {}", num_waited, id);
-        carry_out();  // the requests that waited for an instance (add_instance handed them back)
-        return id;
-      },
-      [=](drain_engine_atom, engine_instance_id id) -> bool {
-        if (!router->drain(id)) return false;
-        spdlog::info("router: draining engine instance {}", id);
-        stop_if_drained(id);
-        return true;
-      },
-      [=](set_detokenizers_atom, std::vector<caf::actor>& replaced) {
-        if (replaced.size() != detokenizers->size()) return;
-        for (size_t i = 0; i < replaced.size(); ++i) {
-          if (replaced[i] == (*detokenizers)[i]) continue;
-          (*detokenizers)[i] = replaced[i];
-          resume_detokenizer(i);
-        }
-      },
-      [=](retokenize_atom) {
-        if (on_tokenizer_lost) on_tokenizer_lost();
-      },
-      [=](abort_all_atom) {
-        for (const auto& [request_id, instance] : router->routed_requests()) {
-          self->send(engines->at(instance).scheduler, abort_request_msg{request_id});
-        }
-        for (int64_t request_id : router->waiting_requests()) router->end_waiting(request_id, finish_reason::abort);
-        carry_out();
-      },
-      [=](failover_wait_atom) {
-        *wait_timer_armed = false;
-        const size_t before = router->num_waiting();
-        router->expire_waiting(steady_now_ns());
-        if (const size_t expired = before - router->num_waiting(); expired > 0) {
-          spdlog::warn("router: {} requests failed: no engine instance came back within failover_wait_ms", expired);
-        }
-        carry_out();
-        arm_wait_timer();
-      },
-      // Disaggregation, from a decode half's scheduler: its reservation (passed on to the prefill
-      // half's KV agent), its KV landed, or its transfer failed.
-      [=](kv_ready_msg& ready) {
-        const std::optional<engine_instance_id> from = instance_of_sender();
-        if (!from) return;
-        if (auto prefill = router->on_kv_ready(*from, ready)) self->send(engines->at(*prefill).kv_agent, std::move(ready));
-      },
-      [=](kv_arrival_msg& arrival) {
-        if (const std::optional<engine_instance_id> from = instance_of_sender()) router->on_kv_landed(*from, arrival);
-      },
-      [=](kv_failed_msg& failed) {
-        const std::optional<engine_instance_id> from = instance_of_sender();
-        if (!from) return;
-        spdlog::warn("router: request {} lost its KV transfer on engine instance {}: {}", failed.request_id, *from,
-                     failed.why);
-        router->on_kv_failed(*from, failed);
-        carry_out();
-        stop_if_drained(*from);
-      },
-      [=](list_engines_atom) -> std::vector<std::string> {
-        std::vector<std::string> lines;
-        for (const engine_instance_info& info : router->instances()) {
-          lines.push_back(std::to_string(info.id) + " " + info.node + " " + state_name(info.state) + " requests=" +
-                          std::to_string(info.num_requests) + " queued_prompt_tokens=" +
-                          std::to_string(info.num_queued_prompt_tokens) + " free_blocks=" +
-                          std::to_string(info.load.num_free_blocks) + "/" + std::to_string(info.load.num_total_blocks) +
-                          " role=" + engine_role_name(info.role) + " quantization=" +
-                          (info.quantization.empty() ? "unknown" : info.quantization));
-        }
-        return lines;
-      },
-      [=](schedule_request& request) {
-        if (on_tokenized) on_tokenized(request.request_id);
-        // A request tokenized twice (sent again after its tokenizer was lost, though that one had
-        // passed it on already): the first one runs.
-        if (router->instance_of(request.request_id) || router->is_waiting(request.request_id)) return;
-        dispatch(std::move(request));
-      },
-      [=](token_batch& batch) {
-        const std::optional<engine_instance_id> from = instance_of_sender();
-        if (!from) return;  // from an instance already lost or stopped: its requests moved on
-        token_batch out = router->on_tokens(*from, std::move(batch));
-        carry_out();
-        forward_to_detokenizers(std::move(out));
-        stop_if_drained(*from);
-      },
-      [=](request_failed& refusal) {
-        const std::optional<engine_instance_id> from = instance_of_sender();
-        if (!from || !router->on_refusal(*from, refusal)) return;
-        carry_out();
-        self->send(frontend, std::move(refusal));
-        stop_if_drained(*from);
-      },
-      [=](stop_request_msg& stop) {
-        if (auto instance = router->instance_of(stop.request_id)) {
-          self->send(engines->at(*instance).scheduler, stop);
-        } else if (router->end_waiting(stop.request_id, finish_reason::stop)) {
-          carry_out();
-        }
-      },
-      [=](abort_request_msg& abort) {
-        if (std::vector<engine_instance_id> holders = router->holders_of(abort.request_id); !holders.empty()) {
-          for (engine_instance_id holder : holders) self->send(engines->at(holder).scheduler, abort);
-        } else if (router->end_waiting(abort.request_id, finish_reason::abort)) {
-          carry_out();
-        } else {
-          router->abort_unrouted(abort.request_id);
-        }
-      },
-      [=](stats_query& query) {
-        if (engines->empty()) {
-          self->send(frontend, stats_answer{query.tag, 0, 0, 0, 0, "no engine instance is available"});
-          return;
-        }
-        auto total = std::make_shared<stats_fan_in>(query.tag, static_cast<int>(engines->size()));
-        auto settle = [=] {
-          if (total->settled()) self->send(frontend, total->reply());
-        };
-        for (const auto& [id, handles] : *engines) {
-          self->request(handles.scheduler, timeout, query)
-              .then(
-                  [=](stats_answer& answer) {
-                    for (auto& model : answer.step_models) model.instance = id;
-                    total->add(answer);
-                    settle();
-                  },
-                  [=](caf::error& error) {
-                    total->fail(self->system().render(error));
-                    settle();
-                  });
-        }
-      },
-      [=](trace_query& query) {
-        if (engines->empty()) {
-          self->send(frontend, trace_answer{query.tag, {}, {}, "no engine instance is available"});
-          return;
-        }
-        auto total = std::make_shared<trace_fan_in>(query.tag, static_cast<int>(engines->size()));
-        auto settle = [=] {
-          if (total->settled()) self->send(frontend, total->reply(steady_now_ns()));
-        };
-        std::unordered_map<engine_instance_id, std::string> nodes;
-        for (const auto& info : router->instances()) nodes[info.id] = info.node;
-        for (const auto& [id, handles] : *engines) {
-          const timestamp_ns sent = steady_now_ns();
-          const auto instance = static_cast<int32_t>(id);
-          const std::string node = nodes[id];
-          self->request(handles.scheduler, timeout, query)
-              .then(
-                  [=](trace_answer& answer) {
-                    total->add(instance, node, std::move(answer), sent, steady_now_ns());
-                    settle();
-                  },
-                  [=](caf::error& error) {
-                    total->fail(self->system().render(error));
-                    settle();
-                  });
-        }
-      },
-      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-  });
+  return instrumented(
+      self, "router",
+      {
+          [=](engine_joined_atom, caf::actor scheduler, caf::actor worker, std::string node, caf::actor kv_agent,
+              std::string role_name, std::string quantization) -> caf::result<engine_instance_id> {
+            engine_role role = engine_role::mixed;
+            try {
+              role = parse_engine_role(role_name);
+            } catch (const std::exception& e) {
+              return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+            }
+            const size_t num_waited = router->num_waiting();
+            const engine_instance_id id = router->add_instance(node, role, std::move(quantization));
+            self->monitor(scheduler);
+            self->monitor(worker);
+            // Its pool as it starts, so the load it is judged by (and `troupe scale --list`) does not
+            // wait for its first token batch.
+            self->request(scheduler, timeout, stats_query{0})
+                .then(
+                    [=](stats_answer& answer) {
+                      router->set_load(id, engine_load{answer.num_free_blocks, answer.num_total_blocks,
+                                                       answer.num_running, answer.num_waiting});
+                    },
+                    [](caf::error&) {});  // a lost instance: the down handler deals with it
+            engines->emplace(id, engine_handles{std::move(scheduler), std::move(worker), std::move(kv_agent)});
+            spdlog::info("router: engine instance {} on {} joined as {} ({} serving)", id, node, role_name,
+                         engines->size());
+            if (num_waited > 0)
+              spdlog::info("router: {} requests that waited for an engine instance run on instance {}", num_waited, id);
+            carry_out();  // the requests that waited for an instance (add_instance handed them back)
+            return id;
+          },
+          [=](drain_engine_atom, engine_instance_id id) -> bool {
+            if (!router->drain(id)) return false;
+            spdlog::info("router: draining engine instance {}", id);
+            stop_if_drained(id);
+            return true;
+          },
+          [=](set_detokenizers_atom, std::vector<caf::actor>& replaced) {
+            if (replaced.size() != detokenizers->size()) return;
+            for (size_t i = 0; i < replaced.size(); ++i) {
+              if (replaced[i] == (*detokenizers)[i]) continue;
+              (*detokenizers)[i] = replaced[i];
+              resume_detokenizer(i);
+            }
+          },
+          [=](retokenize_atom) {
+            if (on_tokenizer_lost) on_tokenizer_lost();
+          },
+          [=](abort_all_atom) {
+            for (const auto& [request_id, instance] : router->routed_requests()) {
+              self->send(engines->at(instance).scheduler, abort_request_msg{request_id});
+            }
+            for (int64_t request_id : router->waiting_requests()) router->end_waiting(request_id, finish_reason::abort);
+            carry_out();
+          },
+          [=](failover_wait_atom) {
+            *wait_timer_armed = false;
+            const size_t before = router->num_waiting();
+            router->expire_waiting(steady_now_ns());
+            if (const size_t expired = before - router->num_waiting(); expired > 0) {
+              spdlog::warn("router: {} requests failed: no engine instance came back within failover_wait_ms", expired);
+            }
+            carry_out();
+            arm_wait_timer();
+          },
+          // Disaggregation, from a decode half's scheduler: its reservation (passed on to the prefill
+          // half's KV agent), its KV landed, or its transfer failed.
+          [=](kv_ready_msg& ready) {
+            const std::optional<engine_instance_id> from = instance_of_sender();
+            if (!from) return;
+            if (auto prefill = router->on_kv_ready(*from, ready))
+              self->send(engines->at(*prefill).kv_agent, std::move(ready));
+          },
+          [=](kv_arrival_msg& arrival) {
+            if (const std::optional<engine_instance_id> from = instance_of_sender())
+              router->on_kv_landed(*from, arrival);
+          },
+          [=](kv_failed_msg& failed) {
+            const std::optional<engine_instance_id> from = instance_of_sender();
+            if (!from) return;
+            spdlog::warn("router: request {} lost its KV transfer on engine instance {}: {}", failed.request_id, *from,
+                         failed.why);
+            router->on_kv_failed(*from, failed);
+            carry_out();
+            stop_if_drained(*from);
+          },
+          [=](list_engines_atom) -> std::vector<std::string> {
+            std::vector<std::string> lines;
+            for (const engine_instance_info& info : router->instances()) {
+              lines.push_back(std::to_string(info.id) + " " + info.node + " " + state_name(info.state) +
+                              " requests=" + std::to_string(info.num_requests) +
+                              " queued_prompt_tokens=" + std::to_string(info.num_queued_prompt_tokens) +
+                              " free_blocks=" + std::to_string(info.load.num_free_blocks) + "/" +
+                              std::to_string(info.load.num_total_blocks) + " role=" + engine_role_name(info.role) +
+                              " quantization=" + (info.quantization.empty() ? "unknown" : info.quantization));
+            }
+            return lines;
+          },
+          [=](schedule_request& request) {
+            if (on_tokenized) on_tokenized(request.request_id);
+            // A request tokenized twice (sent again after its tokenizer was lost, though that one had
+            // passed it on already): the first one runs.
+            if (router->instance_of(request.request_id) || router->is_waiting(request.request_id)) return;
+            dispatch(std::move(request));
+          },
+          [=](token_batch& batch) {
+            const std::optional<engine_instance_id> from = instance_of_sender();
+            if (!from) return;  // from an instance already lost or stopped: its requests moved on
+            token_batch out = router->on_tokens(*from, std::move(batch));
+            carry_out();
+            forward_to_detokenizers(std::move(out));
+            stop_if_drained(*from);
+          },
+          [=](request_failed& refusal) {
+            const std::optional<engine_instance_id> from = instance_of_sender();
+            if (!from || !router->on_refusal(*from, refusal)) return;
+            carry_out();
+            self->send(frontend, std::move(refusal));
+            stop_if_drained(*from);
+          },
+          [=](stop_request_msg& stop) {
+            if (auto instance = router->instance_of(stop.request_id)) {
+              self->send(engines->at(*instance).scheduler, stop);
+            } else if (router->end_waiting(stop.request_id, finish_reason::stop)) {
+              carry_out();
+            }
+          },
+          [=](abort_request_msg& abort) {
+            if (std::vector<engine_instance_id> holders = router->holders_of(abort.request_id); !holders.empty()) {
+              for (engine_instance_id holder : holders) self->send(engines->at(holder).scheduler, abort);
+            } else if (router->end_waiting(abort.request_id, finish_reason::abort)) {
+              carry_out();
+            } else {
+              router->abort_unrouted(abort.request_id);
+            }
+          },
+          [=](stats_query& query) {
+            if (engines->empty()) {
+              self->send(frontend, stats_answer{query.tag, 0, 0, 0, 0, "no engine instance is available"});
+              return;
+            }
+            auto total = std::make_shared<stats_fan_in>(query.tag, static_cast<int>(engines->size()));
+            auto settle = [=] {
+              if (total->settled()) self->send(frontend, total->reply());
+            };
+            for (const auto& [id, handles] : *engines) {
+              self->request(handles.scheduler, timeout, query)
+                  .then(
+                      [=](stats_answer& answer) {
+                        for (auto& model : answer.step_models) model.instance = id;
+                        total->add(answer);
+                        settle();
+                      },
+                      [=](caf::error& error) {
+                        total->fail(self->system().render(error));
+                        settle();
+                      });
+            }
+          },
+          [=](trace_query& query) {
+            if (engines->empty()) {
+              self->send(frontend, trace_answer{query.tag, {}, {}, "no engine instance is available"});
+              return;
+            }
+            auto total = std::make_shared<trace_fan_in>(query.tag, static_cast<int>(engines->size()));
+            auto settle = [=] {
+              if (total->settled()) self->send(frontend, total->reply(steady_now_ns()));
+            };
+            std::unordered_map<engine_instance_id, std::string> nodes;
+            for (const auto& info : router->instances()) nodes[info.id] = info.node;
+            for (const auto& [id, handles] : *engines) {
+              const timestamp_ns sent = steady_now_ns();
+              const auto instance = static_cast<int32_t>(id);
+              const std::string node = nodes[id];
+              self->request(handles.scheduler, timeout, query)
+                  .then(
+                      [=](trace_answer& answer) {
+                        total->add(instance, node, std::move(answer), sent, steady_now_ns());
+                        settle();
+                      },
+                      [=](caf::error& error) {
+                        total->fail(self->system().render(error));
+                        settle();
+                      });
+            }
+          },
+          [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
+      });
 }
 
 }  // namespace troupe

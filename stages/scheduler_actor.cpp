@@ -13,9 +13,9 @@ namespace {
 constexpr std::chrono::milliseconds pipeline_tick_interval{50};
 }  // namespace
 
-caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
-                              std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router,
-                              caf::actor kv_agent, std::chrono::milliseconds kv_transfer_timeout,
+caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config, std::vector<int32_t> eos_token_ids,
+                              caf::actor worker, caf::actor router, caf::actor kv_agent,
+                              std::chrono::milliseconds kv_transfer_timeout,
                               std::chrono::milliseconds pipeline_failover_wait) {
   keep_exception_in_exit_reason(self);
   auto stage = std::make_shared<scheduler_stage>(config, std::move(eos_token_ids), pipeline_failover_wait);
@@ -29,14 +29,18 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
     // With async scheduling two plans may go out; the worker answers them in order.
     for (step_plan& plan : out.plans) {
       const uint64_t step_id = plan.step_id;
-      self->request(worker, caf::infinite, std::move(plan)).then(
-          [=](step_done& done) { const auto timed = timed_response(self); (*deliver)(stage->step_finished(done)); },
-          [=](caf::error& error) {
-            step_done failed;
-            failed.result.step_id = step_id;
-            failed.error = "worker unreachable: " + self->system().render(error);
-            (*deliver)(stage->step_finished(failed));
-          });
+      self->request(worker, caf::infinite, std::move(plan))
+          .then(
+              [=](step_done& done) {
+                const auto timed = timed_response(self);
+                (*deliver)(stage->step_finished(done));
+              },
+              [=](caf::error& error) {
+                step_done failed;
+                failed.result.step_id = step_id;
+                failed.error = "worker unreachable: " + self->system().render(error);
+                (*deliver)(stage->step_finished(failed));
+              });
     }
     if (!out.tokens.empty()) {
       out.tokens.load = stage->load();
@@ -52,8 +56,9 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
                     kv_expect_msg{std::move(reservation), static_cast<int32_t>(kv_transfer_timeout.count())})
           .then([=](kv_ready_msg& ready) { self->send(router, std::move(ready)); },
                 [=](caf::error& error) {
-                  (*deliver)(stage->kv_arrived(kv_arrival_msg{
-                      request_id, transfer_id, false, "the KV agent did not take the transfer: " + self->system().render(error)}));
+                  (*deliver)(stage->kv_arrived(
+                      kv_arrival_msg{request_id, transfer_id, false,
+                                     "the KV agent did not take the transfer: " + self->system().render(error)}));
                 });
     }
     for (uint64_t transfer_id : out.kv_cancels) self->send(kv_agent, kv_cancel_msg{transfer_id});
@@ -65,32 +70,33 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
     }
   };
   self->attach_functor([deliver] { *deliver = nullptr; });  // breaks the self-reference cycle
-  return instrumented(self, "scheduler", {
-      [=](schedule_request& request) { (*deliver)(stage->add(std::move(request))); },
-      [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id, abort.quietly)); },
-      [=](stop_request_msg& stop) { (*deliver)(stage->stop(stop.request_id)); },
-      [=](kv_arrival_msg& arrival) { (*deliver)(stage->kv_arrived(arrival)); },
-      [=](kv_handover_msg& handover) { (*deliver)(stage->hand_over(handover)); },
-      // The pool's numbers and the KV agent's open transfers: an idle instance has none of either.
-      [=](stats_query& query) -> caf::result<stats_answer> {
-        auto promise = self->make_response_promise<stats_answer>();
-        stats_answer answer = stage->stats(query.tag);
-        self->request(kv_agent, kv_transfer_timeout, kv_leases_atom::value)
-            .then(
-                [=](kv_lease_counts& leases) mutable {
-                  answer.num_kv_leases = leases.num_expected + leases.num_sending;
-                  promise.deliver(answer);
-                },
-                [=](caf::error&) mutable { promise.deliver(answer); });
-        return promise;
-      },
-      [=](trace_query& query) -> trace_answer { return stage->trace(query); },
-      [=](pipeline_tick_atom) {
-        *tick_pending = false;
-        (*deliver)(stage->tick(steady_now_ns()));
-      },
-      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-  });
+  return instrumented(self, "scheduler",
+                      {
+                          [=](schedule_request& request) { (*deliver)(stage->add(std::move(request))); },
+                          [=](abort_request_msg& abort) { (*deliver)(stage->abort(abort.request_id, abort.quietly)); },
+                          [=](stop_request_msg& stop) { (*deliver)(stage->stop(stop.request_id)); },
+                          [=](kv_arrival_msg& arrival) { (*deliver)(stage->kv_arrived(arrival)); },
+                          [=](kv_handover_msg& handover) { (*deliver)(stage->hand_over(handover)); },
+                          // The pool's numbers and the KV agent's open transfers: an idle instance has none of either.
+                          [=](stats_query& query) -> caf::result<stats_answer> {
+                            auto promise = self->make_response_promise<stats_answer>();
+                            stats_answer answer = stage->stats(query.tag);
+                            self->request(kv_agent, kv_transfer_timeout, kv_leases_atom::value)
+                                .then(
+                                    [=](kv_lease_counts& leases) mutable {
+                                      answer.num_kv_leases = leases.num_expected + leases.num_sending;
+                                      promise.deliver(answer);
+                                    },
+                                    [=](caf::error&) mutable { promise.deliver(answer); });
+                            return promise;
+                          },
+                          [=](trace_query& query) -> trace_answer { return stage->trace(query); },
+                          [=](pipeline_tick_atom) {
+                            *tick_pending = false;
+                            (*deliver)(stage->tick(steady_now_ns()));
+                          },
+                          [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
+                      });
 }
 
 caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_spec spec) {

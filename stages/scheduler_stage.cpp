@@ -70,10 +70,10 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
   // The engine measures queue time, ttft and e2e from now, on this stage's clock: the door's
   // arrival stamp belongs to another process, perhaps another host.
   const timestamp_ns received = steady_now_ns();
-  if (auto error = scheduler_.add_request(request.request_id, std::move(request.prompt_ids),
-                                          std::move(request.sampling), request.priority,
-                                          engine_clock::time_point(std::chrono::nanoseconds(received)),
-                                          request.resumed_output_ids, request.kv, request.targets)) {
+  if (auto error =
+          scheduler_.add_request(request.request_id, std::move(request.prompt_ids), std::move(request.sampling),
+                                 request.priority, engine_clock::time_point(std::chrono::nanoseconds(received)),
+                                 request.resumed_output_ids, request.kv, request.targets)) {
     out.refusals.push_back(request_failed{request.request_id, to_error_code(error->code), error->message});
     return out;
   }
@@ -162,9 +162,10 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
         lost_stage_cause_ = done.error;
       }
       const int requeued = scheduler_.recompute_all_running();
-      spdlog::warn("scheduler: step {} lost a pipeline stage ({}); {} running requests wait to run again from their "
-                   "tokens, for at most {} ms",
-                   plan.step_id, done.error, requeued, pipeline_failover_wait_.count());
+      spdlog::warn(
+          "scheduler: step {} lost a pipeline stage ({}); {} running requests wait to run again from their "
+          "tokens, for at most {} ms",
+          plan.step_id, done.error, requeued, pipeline_failover_wait_.count());
       plan_next(out);  // holds while the stage is down; tick() plans once it is back
       return out;
     }
@@ -220,7 +221,8 @@ scheduler_stage::outputs scheduler_stage::hand_over(const kv_handover_msg& hando
   if (std::string why = scheduler_.hand_over(handover.request_id, handover.transfer_id, handover.token_ids);
       !why.empty()) {
     const sequence* seq = scheduler_.find(handover.request_id);
-    if (seq != nullptr && seq->status == sequence_status::waiting_for_kv) out.kv_cancels.push_back(seq->kv().transfer_id);
+    if (seq != nullptr && seq->status == sequence_status::waiting_for_kv)
+      out.kv_cancels.push_back(seq->kv().transfer_id);
     scheduler_.abort(handover.request_id);
     timelines_.erase(handover.request_id);
     out.tokens.failures.push_back(request_failed{handover.request_id, error_code::internal, why});
@@ -238,14 +240,15 @@ scheduler_stage::outputs scheduler_stage::tick(timestamp_ns now) {
     const sequence* seq = scheduler_.find(request_id);
     // Only requests still queued: one running again is served (the stage is back), and KV on its
     // way from a prefill instance does not pass the lost stage.
-    if (seq == nullptr || (seq->status != sequence_status::waiting && seq->status != sequence_status::preempted)) continue;
+    if (seq == nullptr || (seq->status != sequence_status::waiting && seq->status != sequence_status::preempted))
+      continue;
     if (now - std::max(lost_stage_since_, tracked.received) > wait_ns) expired.push_back(request_id);
   }
   if (!expired.empty()) {
     const std::string down = stage_health_board::instance().down_text();
     const std::string why = "a pipeline stage was down for longer than failover_wait_ms (" +
-                            std::to_string(pipeline_failover_wait_.count()) + " ms): " +
-                            (down.empty() ? lost_stage_cause_ : down);
+                            std::to_string(pipeline_failover_wait_.count()) +
+                            " ms): " + (down.empty() ? lost_stage_cause_ : down);
     spdlog::warn("scheduler: {} requests failed waiting for a lost pipeline stage: {}", expired.size(), why);
     for (int64_t request_id : expired) {
       if (!scheduler_.abort(request_id)) continue;
@@ -290,12 +293,18 @@ void scheduler_stage::plan_next(outputs& out) {
 }
 
 stats_answer scheduler_stage::stats(uint64_t tag) const {
-  stats_answer answer{tag, scheduler_.num_free_blocks(), scheduler_.kv_cache().num_blocks(),
-                      scheduler_.num_running(), scheduler_.num_waiting(), {}};
+  stats_answer answer{tag,
+                      scheduler_.num_free_blocks(),
+                      scheduler_.kv_cache().num_blocks(),
+                      scheduler_.num_running(),
+                      scheduler_.num_waiting(),
+                      {}};
   answer.num_waiting_for_kv = scheduler_.num_waiting_for_kv();
   answer.num_slo_rejections = scheduler_.num_slo_rejections();
   const step_time_model& model = scheduler_.step_times();
-  answer.step_models.push_back(step_model_report{0, {model.fitted().begin(), model.fitted().end()}, model.rms_error(),
+  answer.step_models.push_back(step_model_report{0,
+                                                 {model.fitted().begin(), model.fitted().end()},
+                                                 model.rms_error(),
                                                  static_cast<int64_t>(model.num_observed())});
   // A pipelined engine whose remote stage is lost cannot compute a step: /health says which.
   answer.unavailable = stage_health_board::instance().down_text();

@@ -21,7 +21,7 @@ namespace troupe {
 class scheduler_stage {
  public:
   struct outputs {
-    std::vector<step_plan> plans;   // to the worker, in this order
+    std::vector<step_plan> plans;  // to the worker, in this order
     // To the detokenizer (when not empty): deltas, and the requests a failed step ended, which
     // the detokenizer must forget before it tells the frontend.
     token_batch tokens;

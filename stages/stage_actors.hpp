@@ -9,8 +9,10 @@
 //                | trace_query, their answers, kv_ready_msg,          | token_batch (detokenizers), request_failed,
 //                | kv_arrival_msg, kv_failed_msg; engine_joined,      | stats_answer, trace_answer (frontend)
 //                | drain_engine, list_engines, abort_all,             |
-//                | set_detokenizers, retokenize (the controller)      | delivered_tokens (frontend), detokenizer_resume_msg
-//   scheduler    | schedule_request, abort_request_msg,               | step_plan (worker), token_batch, request_failed,
+//                | set_detokenizers, retokenize (the controller)      | delivered_tokens (frontend),
+//                detokenizer_resume_msg
+//   scheduler    | schedule_request, abort_request_msg,               | step_plan (worker), token_batch,
+//   request_failed,
 //                | stop_request_msg, stats_query, trace_query,        | kv_ready_msg, kv_arrival_msg, kv_failed_msg
 //                | kv_ready_msg, kv_arrival_msg, kv_handover_msg      | (router), kv_expect_msg, kv_cancel_msg,
 //                | (and step_done, kv answers as responses)           | kv_leases (KV agent), stats/trace answers
@@ -73,9 +75,7 @@ inline void quit_with(caf::event_based_actor* self, const caf::actor& peer) {
 }
 
 // A stage_failure_drill's handler: throws its reason, as a bug in the stage would.
-inline void fail_for_drill(const std::string& reason) {
-  throw std::runtime_error("failure drill: " + reason);
-}
+inline void fail_for_drill(const std::string& reason) { throw std::runtime_error("failure drill: " + reason); }
 
 class tokenize_stage;
 class detokenize_stage;
@@ -92,9 +92,9 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
 // `kv_agent` is its worker's (disaggregated requests reserve transfers there). A pipelined
 // engine's requests wait up to `pipeline_failover_wait` for a lost stage to come back; the actor
 // ticks itself (pipeline_tick_atom) meanwhile (stages/scheduler_stage.hpp).
-caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config,
-                              std::vector<int32_t> eos_token_ids, caf::actor worker, caf::actor router,
-                              caf::actor kv_agent, std::chrono::milliseconds kv_transfer_timeout,
+caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config, std::vector<int32_t> eos_token_ids,
+                              caf::actor worker, caf::actor router, caf::actor kv_agent,
+                              std::chrono::milliseconds kv_transfer_timeout,
                               std::chrono::milliseconds pipeline_failover_wait);
 using pipeline_tick_atom = caf::atom_constant<caf::atom("pipetick")>;
 
@@ -120,9 +120,9 @@ using delivered_tokens_atom = caf::atom_constant<caf::atom("delivtok")>;
 using retokenize_atom = caf::atom_constant<caf::atom("retoken")>;
 
 struct router_spec {
-  int block_size = 16;                   // the engines' KV block size
-  std::vector<caf::actor> detokenizers;  // a request's deltas go to detokenizers[detokenizer_of(id, size)]
-  caf::actor reply_to;                   // requests that no instance can take; stats answers
+  int block_size = 16;                               // the engines' KV block size
+  std::vector<caf::actor> detokenizers;              // a request's deltas go to detokenizers[detokenizer_of(id, size)]
+  caf::actor reply_to;                               // requests that no instance can take; stats answers
   std::chrono::milliseconds request_timeout{30000};  // a stats query to an instance
   // Called when an instance is lost (not drained), after its requests were re-run elsewhere:
   // the controller places a new one when it can.

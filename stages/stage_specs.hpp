@@ -26,18 +26,19 @@ namespace troupe {
 
 // A tokenizer stage: prompts in (tokenize_request), checked prompt ids out to the scheduler.
 struct tokenizer_spec {
-  std::string tokenizer_path;  // a model path (HF directory, .gguf, config.json) or a tokenizer.json's folder
-  int vocab_size = 0;          // prompt ids must be below it: the model's, not the tokenizer's
-  int max_model_len = 0;       // prompts must leave room for at least one generated token
-  caf::actor router;           // where checked requests go (schedule_request): the controller's router
-  caf::actor reply_to;         // where refusals go (request_failed): the doors' actor
+  std::string tokenizer_path;        // a model path (HF directory, .gguf, config.json) or a tokenizer.json's folder
+  int vocab_size = 0;                // prompt ids must be below it: the model's, not the tokenizer's
+  int max_model_len = 0;             // prompts must leave room for at least one generated token
+  caf::actor router;                 // where checked requests go (schedule_request): the controller's router
+  caf::actor reply_to;               // where refusals go (request_failed): the doors' actor
   std::vector<plugin_spec> plugins;  // their request hooks run on each prompt (include/troupe/plugin.h)
 
   // Throws std::runtime_error naming the first field a stage could not start with.
   void validate() const {
     for (const plugin_spec& plugin : plugins) troupe::validate(plugin);
     if (tokenizer_path.empty()) throw std::runtime_error("tokenizer_spec: tokenizer_path is empty");
-    if (vocab_size <= 0) throw std::runtime_error("tokenizer_spec: vocab_size must be positive, got " + std::to_string(vocab_size));
+    if (vocab_size <= 0)
+      throw std::runtime_error("tokenizer_spec: vocab_size must be positive, got " + std::to_string(vocab_size));
     if (max_model_len <= 0) {
       throw std::runtime_error("tokenizer_spec: max_model_len must be positive, got " + std::to_string(max_model_len));
     }
@@ -77,9 +78,9 @@ struct worker_spec {
 struct worker_description {
   engine_config config;  // block_size, num_kv_blocks, max_model_len, vocab_size of the loaded model
   std::vector<int32_t> eos_token_ids;
-  std::string summary;   // describe(served_model), for the controller's log
+  std::string summary;       // describe(served_model), for the controller's log
   std::string quantization;  // loaded_model::quantization ("Q4_K_M"), for /v1/models and `troupe scale --list`
-  caf::actor kv_agent;   // the worker's KV agent (stages/stage_actors.hpp): its scheduler talks to it
+  caf::actor kv_agent;       // the worker's KV agent (stages/stage_actors.hpp): its scheduler talks to it
 };
 
 // A scheduler stage: loads nothing; plans steps for `worker`, hands tokens and refusals to the
@@ -113,8 +114,8 @@ struct scheduler_spec {
 
 // A detokenizer stage: token deltas in, text deltas out to `reply_to`.
 struct detokenizer_spec {
-  std::string tokenizer_path;  // as in tokenizer_spec
-  caf::actor reply_to;         // text batches and failed requests: the doors' actor
+  std::string tokenizer_path;        // as in tokenizer_spec
+  caf::actor reply_to;               // text batches and failed requests: the doors' actor
   std::vector<plugin_spec> plugins;  // their output hooks run on each delta's text
 
   // Throws std::runtime_error naming the first field a stage could not start with.

@@ -11,7 +11,8 @@ void step_log::planned(uint64_t step_id, timestamp_ns now) {
 }
 
 void step_log::finished(const step_outline& step, timestamp_ns now, duration_ns compute_ns) {
-  auto it = std::find_if(pending_.begin(), pending_.end(), [&](const pending_step& p) { return p.step_id == step.step_id; });
+  auto it =
+      std::find_if(pending_.begin(), pending_.end(), [&](const pending_step& p) { return p.step_id == step.step_id; });
   if (it == pending_.end()) return;
   recorded_step r;
   // With two steps in flight the worker starts the second when it has answered the first: the
@@ -42,7 +43,8 @@ void step_log::finished(const step_outline& step, timestamp_ns now, duration_ns 
 std::vector<step_event> step_log::recent(duration_ns window, timestamp_ns now) const {
   std::vector<step_event> out;
   // Steps are recorded in finishing order, which is their starting order: plans are answered in turn.
-  auto first = std::find_if(steps_.begin(), steps_.end(), [&](const recorded_step& r) { return now - r.start <= window; });
+  auto first =
+      std::find_if(steps_.begin(), steps_.end(), [&](const recorded_step& r) { return now - r.start <= window; });
   for (auto it = first; it != steps_.end(); ++it) {
     step_event e = it->event;
     e.age_ns = now - it->start;

@@ -43,10 +43,9 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
         field = "prompt_token_ids";
         for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
           if (request.prompt_token_ids[i] >= vocab_size_) {
-            return fail(error_code::bad_request,
-                        "field 'prompt_token_ids[" + std::to_string(i) + "]': " +
-                            std::to_string(request.prompt_token_ids[i]) +
-                            " is outside the vocabulary of " + std::to_string(vocab_size_));
+            return fail(error_code::bad_request, "field 'prompt_token_ids[" + std::to_string(i) +
+                                                     "]': " + std::to_string(request.prompt_token_ids[i]) +
+                                                     " is outside the vocabulary of " + std::to_string(vocab_size_));
           }
         }
         out.prompt_ids = std::move(request.prompt_token_ids);
@@ -70,10 +69,10 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
     return fail(error_code::bad_request, std::string("field '") + field + "': encodes to no tokens");
   }
   if (static_cast<int64_t>(out.prompt_ids.size()) >= max_model_len_) {
-    return fail(error_code::prompt_too_long,
-                std::string("field '") + field + "': the prompt has " + std::to_string(out.prompt_ids.size()) +
-                    " tokens, leaving no room to generate within the context of " +
-                    std::to_string(max_model_len_) + " tokens");
+    return fail(error_code::prompt_too_long, std::string("field '") + field + "': the prompt has " +
+                                                 std::to_string(out.prompt_ids.size()) +
+                                                 " tokens, leaving no room to generate within the context of " +
+                                                 std::to_string(max_model_len_) + " tokens");
   }
   for (const token_bias& b : request.sampling.logit_bias) {
     if (b.token_id >= vocab_size_) {
@@ -86,8 +85,9 @@ std::variant<schedule_request, request_failed> tokenize_stage::run(tokenize_requ
     if (std::find(logits_plugins_.begin(), logits_plugins_.end(), name) == logits_plugins_.end()) {
       std::string loaded;
       for (const std::string& known : logits_plugins_) loaded += (loaded.empty() ? "'" : ", '") + known + "'";
-      return fail(error_code::bad_request, "field 'plugins[" + std::to_string(i) + "]': no logits plugin named '" + name +
-                                               "' is loaded (" + (loaded.empty() ? "none is" : loaded + " are") + ")");
+      return fail(error_code::bad_request, "field 'plugins[" + std::to_string(i) + "]': no logits plugin named '" +
+                                               name + "' is loaded (" + (loaded.empty() ? "none is" : loaded + " are") +
+                                               ")");
     }
   }
   out.sampling = std::move(request.sampling);

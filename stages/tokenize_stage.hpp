@@ -31,7 +31,7 @@ class tokenize_stage {
   chat_prompt chat_prompt_;
   int vocab_size_;
   int max_model_len_;
-  std::shared_ptr<plugin_chain> plugins_;  // thread-safe: the pool's actors share it
+  std::shared_ptr<plugin_chain> plugins_;    // thread-safe: the pool's actors share it
   std::vector<std::string> logits_plugins_;  // the server's plugins that run the logits hook
 };
 

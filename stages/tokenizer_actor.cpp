@@ -9,18 +9,19 @@ namespace troupe {
 caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<const tokenize_stage> stage,
                               caf::actor router, caf::actor frontend) {
   keep_exception_in_exit_reason(self);
-  return instrumented(self, "tokenizer", {
-      [=](tokenize_request& request) {
-        auto result = stage->run(std::move(request));
-        if (auto* ready = std::get_if<schedule_request>(&result)) {
-          self->send(router, std::move(*ready));
-        } else {
-          self->send(frontend, std::move(std::get<request_failed>(result)));
-        }
-      },
-      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-      [](loaded_atom) { return true; },
-  });
+  return instrumented(self, "tokenizer",
+                      {
+                          [=](tokenize_request& request) {
+                            auto result = stage->run(std::move(request));
+                            if (auto* ready = std::get_if<schedule_request>(&result)) {
+                              self->send(router, std::move(*ready));
+                            } else {
+                              self->send(frontend, std::move(std::get<request_failed>(result)));
+                            }
+                          },
+                          [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
+                          [](loaded_atom) { return true; },
+                      });
 }
 
 caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_spec spec) {

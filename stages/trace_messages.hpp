@@ -20,11 +20,11 @@ namespace troupe {
 // One scheduler step: from its plan being sent to the worker (or the previous step's result, when
 // that came later) to its result coming back.
 struct step_event {
-  int32_t instance = 0;       // the engine instance (set by the router)
+  int32_t instance = 0;  // the engine instance (set by the router)
   uint64_t step_id = 0;
-  duration_ns age_ns = 0;     // the step's start, this long before the answer carrying it was sent
-  duration_ns elapsed_ns = 0;   // the scheduler's clock: plan sent -> result received
-  duration_ns compute_ns = 0;   // the worker's clock: plan received -> result ready
+  duration_ns age_ns = 0;      // the step's start, this long before the answer carrying it was sent
+  duration_ns elapsed_ns = 0;  // the scheduler's clock: plan sent -> result received
+  duration_ns compute_ns = 0;  // the worker's clock: plan received -> result ready
   // Batch composition, told from the chunk alone: a sequence is in decode when its chunk is one
   // token on top of computed ones (its last sample), else in prefill. A prompt's last chunk of
   // exactly one token (after a prefix-cache hit or chunking) therefore counts as decode.

@@ -51,8 +51,8 @@ std::shared_ptr<plugin_chain> load_worker_logits_plugins(const worker_spec& spec
   return chain;
 }
 
-caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served,
-                           worker_kv_settings kv, worker_drafts drafts, std::shared_ptr<plugin_chain> logits_plugins) {
+caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served, worker_kv_settings kv,
+                           worker_drafts drafts, std::shared_ptr<plugin_chain> logits_plugins) {
   keep_exception_in_exit_reason(self);
   auto runner = std::make_shared<model_runner>(*served->backend_model);
   runner->set_draft_proposer(make_draft_proposer(*served, std::move(drafts)));
@@ -75,11 +75,12 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   // into) alive.
   auto connector = std::make_shared<kv_connector>(
       std::shared_ptr<model>(served, served->backend_model.get()), kv_settings,
-      kv_receiver_events{
-          [report](uint64_t transfer_id, int64_t request_id) { report(kv_arrival_msg{request_id, transfer_id, true, {}}); },
-          [report](uint64_t transfer_id, int64_t request_id, const std::string& why) {
-            report(kv_arrival_msg{request_id, transfer_id, false, why});
-          }});
+      kv_receiver_events{[report](uint64_t transfer_id, int64_t request_id) {
+                           report(kv_arrival_msg{request_id, transfer_id, true, {}});
+                         },
+                         [report](uint64_t transfer_id, int64_t request_id, const std::string& why) {
+                           report(kv_arrival_msg{request_id, transfer_id, false, why});
+                         }});
   runner->stream_kv_to(connector->make_layer_sink());
   caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, connector);
   *agent_slot = caf::actor_cast<caf::weak_actor_ptr>(agent);
@@ -91,29 +92,30 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
     runner->set_vocabulary(make_token_vocabulary(*served->tok, vocab, served->eos_token_ids),
                            make_token_vocabulary(*served->tok, vocab, served->eos_token_ids, /*spell_special=*/true));
   }
-  return instrumented(self, "worker", {
-      [served, runner](step_plan& plan) -> step_done {
-        step_done done;
-        const timestamp_ns begin = steady_now_ns();
-        try {
-          done.result = runner->run(plan);
-        } catch (const stage_lost_error& e) {
-          done.error = e.what();
-          done.stage_lost = true;
-          done.result.step_id = plan.step_id;
-        } catch (const std::exception& e) {
-          done.error = e.what();
-          done.result.step_id = plan.step_id;
-        }
-        done.compute_ns = steady_now_ns() - begin;
-        return done;
-      },
-      [served, agent](describe_atom) {
-        return worker_description{served->base_engine_config(), served->eos_token_ids, describe(*served),
-                                  served->loaded.quantization, agent};
-      },
-      [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
-  });
+  return instrumented(self, "worker",
+                      {
+                          [served, runner](step_plan& plan) -> step_done {
+                            step_done done;
+                            const timestamp_ns begin = steady_now_ns();
+                            try {
+                              done.result = runner->run(plan);
+                            } catch (const stage_lost_error& e) {
+                              done.error = e.what();
+                              done.stage_lost = true;
+                              done.result.step_id = plan.step_id;
+                            } catch (const std::exception& e) {
+                              done.error = e.what();
+                              done.result.step_id = plan.step_id;
+                            }
+                            done.compute_ns = steady_now_ns() - begin;
+                            return done;
+                          },
+                          [served, agent](describe_atom) {
+                            return worker_description{served->base_engine_config(), served->eos_token_ids,
+                                                      describe(*served), served->loaded.quantization, agent};
+                          },
+                          [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
+                      });
 }
 
 void attach_pipeline_stages(const worker_spec& spec, const kv_channel_keys& keys, served_model& served) {

@@ -34,7 +34,8 @@ class ggml_oracle {
   std::vector<std::byte> quantize(uint32_t ggml_type, const float* values, int64_t rows, int64_t per_row,
                                   size_t bytes_per_row, const float* importance = nullptr) const {
     std::vector<std::byte> out(bytes_per_row * static_cast<size_t>(rows));
-    const size_t written = quantize_chunk_(static_cast<int>(ggml_type), values, out.data(), 0, rows, per_row, importance);
+    const size_t written =
+        quantize_chunk_(static_cast<int>(ggml_type), values, out.data(), 0, rows, per_row, importance);
     if (written != out.size()) {
       throw std::runtime_error("ggml_quantize_chunk wrote " + std::to_string(written) + " bytes, expected " +
                                std::to_string(out.size()));

@@ -28,21 +28,20 @@ inline bool running_in_ci() {
 inline std::string missing_shared_model(const std::filesystem::path& path) {
   if (std::filesystem::exists(path)) return {};
   const auto relative = path.lexically_relative(shared_models_dir);
-  const std::string model = relative.empty() || *relative.begin() == ".." ? path.filename().string()
-                                                                          : relative.begin()->string();
-  return model + " not found at " + path.string() + ": CI needs ../shared/models (TROUPE_SHARED_DIR=" +
-         std::string(TROUPE_SHARED_DIR) + ")";
+  const std::string model =
+      relative.empty() || *relative.begin() == ".." ? path.filename().string() : relative.begin()->string();
+  return model + " not found at " + path.string() +
+         ": CI needs ../shared/models (TROUPE_SHARED_DIR=" + std::string(TROUPE_SHARED_DIR) + ")";
 }
 
 }  // namespace troupe::test
 
 // Ends the test when `path` (a shared model's file or folder) is missing: a skip on a
 // developer's machine, a failure in CI. Use in a test body or SetUp.
-#define TROUPE_REQUIRE_SHARED_MODEL(path)                                                          \
-  do {                                                                                             \
-    if (const std::string troupe_missing = ::troupe::test::missing_shared_model(path);             \
-        !troupe_missing.empty()) {                                                                 \
-      if (::troupe::test::running_in_ci()) FAIL() << troupe_missing;                               \
-      GTEST_SKIP() << troupe_missing << " (skipped; in CI this fails)";                            \
-    }                                                                                              \
+#define TROUPE_REQUIRE_SHARED_MODEL(path)                                                                         \
+  do {                                                                                                            \
+    if (const std::string troupe_missing = ::troupe::test::missing_shared_model(path); !troupe_missing.empty()) { \
+      if (::troupe::test::running_in_ci()) FAIL() << troupe_missing;                                              \
+      GTEST_SKIP() << troupe_missing << " (skipped; in CI this fails)";                                           \
+    }                                                                                                             \
   } while (0)

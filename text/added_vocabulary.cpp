@@ -13,7 +13,8 @@ void added_vocabulary::trie::insert(std::string_view key, std::int32_t value) {
   for (char ch : key) {
     const auto byte = static_cast<unsigned char>(ch);
     auto& children = nodes_[current].children;
-    auto it = std::lower_bound(children.begin(), children.end(), byte, [](const auto& c, unsigned char b) { return c.first < b; });
+    auto it = std::lower_bound(children.begin(), children.end(), byte,
+                               [](const auto& c, unsigned char b) { return c.first < b; });
     if (it != children.end() && it->first == byte) {
       current = it->second;
     } else {
@@ -27,14 +28,16 @@ void added_vocabulary::trie::insert(std::string_view key, std::int32_t value) {
   if (nodes_[current].value < 0) nodes_[current].value = value;
 }
 
-std::pair<std::size_t, std::int32_t> added_vocabulary::trie::longest_match(std::string_view text, std::size_t pos) const {
+std::pair<std::size_t, std::int32_t> added_vocabulary::trie::longest_match(std::string_view text,
+                                                                           std::size_t pos) const {
   if (!first_bytes_[static_cast<unsigned char>(text[pos])]) return {0, -1};
   std::pair<std::size_t, std::int32_t> best{0, -1};
   std::int32_t current = 0;
   for (std::size_t i = pos; i < text.size(); ++i) {
     const auto byte = static_cast<unsigned char>(text[i]);
     const auto& children = nodes_[current].children;
-    auto it = std::lower_bound(children.begin(), children.end(), byte, [](const auto& c, unsigned char b) { return c.first < b; });
+    auto it = std::lower_bound(children.begin(), children.end(), byte,
+                               [](const auto& c, unsigned char b) { return c.first < b; });
     if (it == children.end() || it->first != byte) break;
     current = it->second;
     if (nodes_[current].value >= 0) best = {i + 1 - pos, nodes_[current].value};
@@ -66,7 +69,8 @@ void added_vocabulary::split(const trie& matcher, std::string_view text, std::ve
     if (out[i].token < 0) continue;
     const added_token& token = tokens_[out[i].token];
     if (token.lstrip && i > first && out[i - 1].token < 0) out[i - 1].text = utf8::trim_end_js(out[i - 1].text);
-    if (token.rstrip && i + 1 < out.size() && out[i + 1].token < 0) out[i + 1].text = utf8::trim_start_js(out[i + 1].text);
+    if (token.rstrip && i + 1 < out.size() && out[i + 1].token < 0)
+      out[i + 1].text = utf8::trim_start_js(out[i + 1].text);
   }
   for (std::size_t i = first; i < out.size(); ++i) {
     out[i].index = i - first;

@@ -37,8 +37,10 @@ class added_vocabulary {
   template <typename Normalize>
   added_vocabulary(std::vector<added_token> tokens, Normalize&& normalize) : tokens_(std::move(tokens)) {
     for (std::size_t i = 0; i < tokens_.size(); ++i) {
-      if (tokens_[i].normalized) normalized_.insert(normalize(tokens_[i].content), static_cast<std::int32_t>(i));
-      else raw_.insert(tokens_[i].content, static_cast<std::int32_t>(i));
+      if (tokens_[i].normalized)
+        normalized_.insert(normalize(tokens_[i].content), static_cast<std::int32_t>(i));
+      else
+        raw_.insert(tokens_[i].content, static_cast<std::int32_t>(i));
     }
   }
 

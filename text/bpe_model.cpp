@@ -12,7 +12,8 @@ namespace troupe {
 
 bpe_model::bpe_model(const nlohmann::json& model) {
   const std::string type = model.value("type", "BPE");
-  if (type != "BPE") throw std::runtime_error("tokenizer.json model type '" + type + "' is not supported (expected BPE)");
+  if (type != "BPE")
+    throw std::runtime_error("tokenizer.json model type '" + type + "' is not supported (expected BPE)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix", "continuing_subword_suffix"}) {
     if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty())
       throw std::runtime_error(std::string("BPE model: a non-empty ") + key + " is not supported");
@@ -33,10 +34,12 @@ bpe_model::bpe_model(const nlohmann::json& model) {
   id_to_token_.assign(static_cast<std::size_t>(max_id + 1), std::string());
   for (const auto& [token, id] : vocab_) id_to_token_[id] = token;
 
-  if (model.contains("unk_token") && model["unk_token"].is_string()) unk_id_ = token_to_id(model["unk_token"].get<std::string>());
+  if (model.contains("unk_token") && model["unk_token"].is_string())
+    unk_id_ = token_to_id(model["unk_token"].get<std::string>());
   byte_fallback_ = model.value("byte_fallback", false);
   fuse_unk_ = model.value("fuse_unk", false);
-  ignore_merges_ = model.contains("ignore_merges") && model["ignore_merges"].is_boolean() && model["ignore_merges"].get<bool>();
+  ignore_merges_ =
+      model.contains("ignore_merges") && model["ignore_merges"].is_boolean() && model["ignore_merges"].get<bool>();
 
   const auto& byte_chars = byte_level::byte_to_utf8();
   for (int b = 0; b < 256; ++b) {
@@ -101,7 +104,8 @@ const std::string* bpe_model::id_to_token(std::int32_t id) const {
 
 void bpe_model::append_unknown(std::string_view text, std::vector<std::int32_t>& ids) const {
   if (byte_fallback_) {
-    const bool all_bytes = std::all_of(text.begin(), text.end(), [&](char c) { return byte_fallback_ids_[static_cast<unsigned char>(c)] >= 0; });
+    const bool all_bytes = std::all_of(text.begin(), text.end(),
+                                       [&](char c) { return byte_fallback_ids_[static_cast<unsigned char>(c)] >= 0; });
     if (all_bytes) {
       for (char c : text) ids.push_back(byte_fallback_ids_[static_cast<unsigned char>(c)]);
       return;
@@ -141,13 +145,14 @@ void bpe_model::encode(std::string_view piece, bool byte_level, std::vector<std:
   if (cacheable) {
     std::lock_guard lock(cache_mutex_);
     if (cache_.size() >= max_cache_entries) cache_.clear();
-    cache_.emplace(std::string(piece), std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end()));
+    cache_.emplace(std::string(piece),
+                   std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end()));
   }
 }
 
 void bpe_model::merge_symbols(std::string_view piece, bool byte_level, std::vector<std::int32_t>& ids) const {
   struct symbol {
-    std::int32_t id;  // -1: a character outside the vocabulary (never merges)
+    std::int32_t id;           // -1: a character outside the vocabulary (never merges)
     std::uint32_t begin, end;  // bytes of the piece it covers
     std::int32_t prev, next;   // neighbours in the linked list; -1 at the ends
   };
@@ -162,9 +167,9 @@ void bpe_model::merge_symbols(std::string_view piece, bool byte_level, std::vect
       const std::size_t begin = pos;
       const auto lead = static_cast<unsigned char>(piece[pos]);
       pos += utf8::sequence_length(lead);
-      const std::int32_t id = lead < 0x80 ? ascii_ids_[lead] : token_to_id(piece.substr(begin, pos - begin)).value_or(-1);
-      symbols.push_back({id, static_cast<std::uint32_t>(begin),
-                         static_cast<std::uint32_t>(pos), 0, 0});
+      const std::int32_t id =
+          lead < 0x80 ? ascii_ids_[lead] : token_to_id(piece.substr(begin, pos - begin)).value_or(-1);
+      symbols.push_back({id, static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(pos), 0, 0});
     }
   }
   const auto n = static_cast<std::int32_t>(symbols.size());
@@ -210,8 +215,10 @@ void bpe_model::merge_symbols(std::string_view piece, bool byte_level, std::vect
 
   for (std::int32_t i = 0; i >= 0 && i < n; i = symbols[i].next) {
     const symbol& s = symbols[i];
-    if (s.id >= 0) ids.push_back(s.id);
-    else append_unknown(piece.substr(s.begin, s.end - s.begin), ids);
+    if (s.id >= 0)
+      ids.push_back(s.id);
+    else
+      append_unknown(piece.substr(s.begin, s.end - s.begin), ids);
   }
 }
 

@@ -71,8 +71,8 @@ class bpe_model {
       if (slot.key == ~std::uint64_t{0}) return nullptr;
     }
   }
-  std::array<std::int32_t, 128> ascii_ids_{};  // ASCII character -> id (-1: not in vocabulary)
-  std::array<std::int32_t, 256> byte_level_ids_{};  // byte -> id of its byte-level character, or -1
+  std::array<std::int32_t, 128> ascii_ids_{};          // ASCII character -> id (-1: not in vocabulary)
+  std::array<std::int32_t, 256> byte_level_ids_{};     // byte -> id of its byte-level character, or -1
   std::array<std::int32_t, 256> byte_fallback_ids_{};  // byte -> id of "<0xHH>", or -1
   std::optional<std::int32_t> unk_id_;
   bool byte_fallback_ = false;

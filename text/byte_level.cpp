@@ -13,9 +13,12 @@ struct alphabet {
   alphabet() {
     // Printable Latin-1 bytes keep their own code point; the rest are moved to U+0100 upwards
     // in byte order.
-    auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+    auto printable = [](int b) {
+      return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
     int shifted = 0;
-    for (int b = 0; b < 256; ++b) byte_to_char[b] = printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + shifted++);
+    for (int b = 0; b < 256; ++b)
+      byte_to_char[b] = printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + shifted++);
     char_to_byte.fill(-1);
     for (int b = 0; b < 256; ++b) {
       utf8::append(byte_to_utf8[b], byte_to_char[b]);

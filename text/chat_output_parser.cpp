@@ -326,10 +326,10 @@ class tool_call_extractor {
 
   tool_call_syntax syntax_;
   std::string held_;
-  std::string blank_;          // content blanks not yet passed on
-  std::string opening_;        // the marker that began the calls, for text that turns out not to be one
+  std::string blank_;    // content blanks not yet passed on
+  std::string opening_;  // the marker that began the calls, for text that turns out not to be one
   bool in_calls_ = false;
-  bool at_start_ = true;       // llama3_json: only blanks so far
+  bool at_start_ = true;  // llama3_json: only blanks so far
   bool called_ = false;
 };
 

@@ -5,7 +5,8 @@
 namespace troupe {
 
 chat_prompt::chat_prompt(const tokenizer& tok) : bos_token_(tok.bos_token()), eos_token_(tok.eos_token()) {
-  if (!tok.chat_template_source().empty()) template_ = std::make_shared<const chat_template>(tok.chat_template_source());
+  if (!tok.chat_template_source().empty())
+    template_ = std::make_shared<const chat_template>(tok.chat_template_source());
 }
 
 const std::string& chat_prompt::template_source() const {

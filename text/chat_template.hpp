@@ -20,8 +20,7 @@ class chat_template {
   // messages, add_generation_prompt, bos_token or eos_token is an error. Throws std::runtime_error
   // (jinja_runtime_error) when rendering fails, including the template's own raise_exception().
   std::string apply(const nlohmann::json& messages, bool add_generation_prompt, const std::string& bos_token,
-                    const std::string& eos_token,
-                    const nlohmann::json& extra_context = nlohmann::json::object()) const;
+                    const std::string& eos_token, const nlohmann::json& extra_context = nlohmann::json::object()) const;
 
   // The same with insertion-ordered objects: `tojson` then writes keys (of tools, tool-call
   // arguments) in the order the client sent them, as Python and JavaScript do. nlohmann::json

@@ -103,12 +103,14 @@ std::unique_ptr<normalizer> normalizer::from_json(const nlohmann::json& config) 
   if (type == "Replace") {
     const auto& pattern = config.at("pattern");
     std::string content = config.value("content", "");
-    if (pattern.contains("String")) return std::make_unique<replace_normalizer>(pattern["String"].get<std::string>(), std::nullopt, content);
+    if (pattern.contains("String"))
+      return std::make_unique<replace_normalizer>(pattern["String"].get<std::string>(), std::nullopt, content);
     if (pattern.contains("Regex"))
       return std::make_unique<replace_normalizer>("", unicode_regex(pattern["Regex"].get<std::string>()), content);
     throw std::runtime_error("Replace normalizer: pattern must have a String or Regex, got " + pattern.dump());
   }
-  if (type == "Strip") return std::make_unique<strip_normalizer>(config.value("strip_left", false), config.value("strip_right", false));
+  if (type == "Strip")
+    return std::make_unique<strip_normalizer>(config.value("strip_left", false), config.value("strip_right", false));
   if (type == "Sequence") {
     std::vector<std::unique_ptr<normalizer>> steps;
     for (const auto& step : config.at("normalizers"))

@@ -37,14 +37,18 @@ void append_pair_processing(const nlohmann::json& config, post_processor& out) {
 void append(const nlohmann::json& config, const post_processor::token_lookup& lookup, post_processor& out) {
   if (config.is_null()) return;
   const std::string type = config.value("type", "");
-  if (type == "TemplateProcessing") append_template(config, lookup, out);
-  else if (type == "ByteLevel") return;
-  else if (type == "BertProcessing" || type == "RobertaProcessing") append_pair_processing(config, out);
+  if (type == "TemplateProcessing")
+    append_template(config, lookup, out);
+  else if (type == "ByteLevel")
+    return;
+  else if (type == "BertProcessing" || type == "RobertaProcessing")
+    append_pair_processing(config, out);
   else if (type == "Sequence")
     for (const auto& step : config.at("processors")) append(step, lookup, out);
   else
-    throw std::runtime_error("tokenizer.json post_processor type '" + type +
-                             "' is not supported (expected TemplateProcessing, ByteLevel, BertProcessing, RobertaProcessing or Sequence)");
+    throw std::runtime_error(
+        "tokenizer.json post_processor type '" + type +
+        "' is not supported (expected TemplateProcessing, ByteLevel, BertProcessing, RobertaProcessing or Sequence)");
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ class split_pre_tokenizer final : public pre_tokenizer {
       return;
     }
     if (literal_.empty()) return;
-    for (std::size_t pos = text.find(literal_); pos != std::string::npos; pos = text.find(literal_, pos + literal_.size()))
+    for (std::size_t pos = text.find(literal_); pos != std::string::npos;
+         pos = text.find(literal_, pos + literal_.size()))
       on_match(pos, pos + literal_.size());
   }
 
@@ -54,12 +55,12 @@ class split_pre_tokenizer final : public pre_tokenizer {
           emit(std::move(gap));
           emit(std::move(match));
           break;
-        case split_behavior::removed:
-          emit(std::move(gap));
-          break;
+        case split_behavior::removed: emit(std::move(gap)); break;
         case split_behavior::merged_with_previous:
-          if (!gap.empty() || out.empty()) emit(gap + match);
-          else out.back() += match;
+          if (!gap.empty() || out.empty())
+            emit(gap + match);
+          else
+            out.back() += match;
           break;
         case split_behavior::merged_with_next:
           emit(carry + gap);
@@ -78,7 +79,8 @@ class split_pre_tokenizer final : public pre_tokenizer {
 };
 
 // GPT-2's own split, used when a ByteLevel pre-tokenizer has use_regex.
-constexpr const char* gpt2_pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+constexpr const char* gpt2_pattern =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 class byte_level_pre_tokenizer final : public pre_tokenizer {
  public:
@@ -97,7 +99,8 @@ class byte_level_pre_tokenizer final : public pre_tokenizer {
         out.push_back(std::move(piece));
         continue;
       }
-      regex_->for_each_match(piece, [&](std::size_t begin, std::size_t end) { out.push_back(piece.substr(begin, end - begin)); });
+      regex_->for_each_match(
+          piece, [&](std::size_t begin, std::size_t end) { out.push_back(piece.substr(begin, end - begin)); });
     }
     pieces = std::move(out);
   }
@@ -132,7 +135,8 @@ class sequence_pre_tokenizer final : public pre_tokenizer {
   explicit sequence_pre_tokenizer(std::vector<std::unique_ptr<pre_tokenizer>> steps) : steps_(std::move(steps)) {
     for (std::size_t i = 0; i + 1 < steps_.size(); ++i)
       if (steps_[i]->is_byte_level())
-        throw std::runtime_error("pre_tokenizer Sequence: a ByteLevel step must be the last one (it changes the alphabet)");
+        throw std::runtime_error(
+            "pre_tokenizer Sequence: a ByteLevel step must be the last one (it changes the alphabet)");
   }
 
   void pre_tokenize(std::vector<std::string>& pieces, std::size_t section_index) const override {
@@ -164,9 +168,11 @@ std::unique_ptr<pre_tokenizer> pre_tokenizer::from_json(const nlohmann::json& co
     const auto behavior = parse_behavior(config.value("behavior", "Isolated"));
     const bool invert = config.value("invert", false);
     if (pattern.contains("Regex"))
-      return std::make_unique<split_pre_tokenizer>(unicode_regex(pattern["Regex"].get<std::string>()), "", behavior, invert);
+      return std::make_unique<split_pre_tokenizer>(unicode_regex(pattern["Regex"].get<std::string>()), "", behavior,
+                                                   invert);
     if (pattern.contains("String"))
-      return std::make_unique<split_pre_tokenizer>(std::nullopt, pattern["String"].get<std::string>(), behavior, invert);
+      return std::make_unique<split_pre_tokenizer>(std::nullopt, pattern["String"].get<std::string>(), behavior,
+                                                   invert);
     throw std::runtime_error("Split pre-tokenizer: pattern must have a String or Regex, got " + pattern.dump());
   }
   if (type == "ByteLevel") {
@@ -176,7 +182,8 @@ std::unique_ptr<pre_tokenizer> pre_tokenizer::from_json(const nlohmann::json& co
   }
   if (type == "Metaspace") {
     std::string scheme = config.value("prepend_scheme", "always");
-    if (config.contains("add_prefix_space") && config["add_prefix_space"].is_boolean() && !config["add_prefix_space"].get<bool>())
+    if (config.contains("add_prefix_space") && config["add_prefix_space"].is_boolean() &&
+        !config["add_prefix_space"].get<bool>())
       scheme = "never";
     return std::make_unique<metaspace_pre_tokenizer>(config.value("replacement", "\u2581"), scheme);
   }

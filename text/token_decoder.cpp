@@ -9,7 +9,7 @@ namespace troupe {
 
 std::string clean_up_tokenization(std::string text) {
   static const std::pair<const char*, const char*> rules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
       {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : rules) text = replace_all(text, from, to);
   return text;
@@ -37,14 +37,17 @@ std::string strip_token(std::string text, const std::string& content, std::size_
   std::size_t begin = 0;
   for (std::size_t i = 0; i < start && text.compare(begin, content.size(), content) == 0; ++i) begin += content.size();
   std::size_t end = text.size();
-  for (std::size_t i = 0; i < stop && end >= begin + content.size() && text.compare(end - content.size(), content.size(), content) == 0; ++i)
+  for (std::size_t i = 0;
+       i < stop && end >= begin + content.size() && text.compare(end - content.size(), content.size(), content) == 0;
+       ++i)
     end -= content.size();
   return text.substr(begin, end - begin);
 }
 
 }  // namespace
 
-token_decoder::token_decoder(const nlohmann::json& decoder, bool clean_up_tokenization_spaces) : clean_up_(clean_up_tokenization_spaces) {
+token_decoder::token_decoder(const nlohmann::json& decoder, bool clean_up_tokenization_spaces)
+    : clean_up_(clean_up_tokenization_spaces) {
   if (decoder.is_null()) {
     kind_ = kind::join_with_space;
     return;
@@ -79,8 +82,9 @@ token_decoder::token_decoder(const nlohmann::json& decoder, bool clean_up_tokeni
       token_strip_start_ = step.value("start", 0);
       token_strip_stop_ = step.value("stop", 0);
     } else {
-      throw std::runtime_error("decoder step '" + step_type + "' in " + decoder.dump() +
-                               " is not supported here (expected Replace/Strip per token, ByteFallback, Fuse, then Strip)");
+      throw std::runtime_error(
+          "decoder step '" + step_type + "' in " + decoder.dump() +
+          " is not supported here (expected Replace/Strip per token, ByteFallback, Fuse, then Strip)");
     }
   }
 }
@@ -98,8 +102,7 @@ token_decoder::state token_decoder::start(bool continuation) const {
 
 std::string token_decoder::token_bytes(std::string_view token, bool is_added) const {
   switch (kind_) {
-    case kind::join_with_space:
-      return " " + std::string(token);
+    case kind::join_with_space: return " " + std::string(token);
     case kind::byte_level: {
       if (is_added) return std::string(token);
       std::string bytes;
@@ -119,9 +122,15 @@ std::string token_decoder::token_bytes(std::string_view token, bool is_added) co
       for (const auto& [from, to] : replacements_) {
         if (text.find(from) != std::string::npos) text = replace_all(text, from, to);
       }
-      if (!token_strip_content_.empty()) text = strip_token(std::move(text), token_strip_content_, token_strip_start_, token_strip_stop_);
+      if (!token_strip_content_.empty())
+        text = strip_token(std::move(text), token_strip_content_, token_strip_start_, token_strip_stop_);
       if (byte_fallback_ && text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>') {
-        const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+        const auto hex = [](char c) {
+          return c >= '0' && c <= '9'   ? c - '0'
+                 : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                 : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                        : -1;
+        };
         const int high = hex(text[3]), low = hex(text[4]);
         if (high >= 0 && low >= 0) return std::string(1, static_cast<char>(high * 16 + low));
       }
@@ -163,9 +172,15 @@ void token_decoder::push(state& s, std::string_view token, bool is_added, std::s
         if (text.find(from) != std::string::npos) text = replace_all(text, from, to);
       }
       if (metaspace_ && first && !text.empty() && text[0] == ' ') text.erase(0, 1);
-      if (!token_strip_content_.empty()) text = strip_token(std::move(text), token_strip_content_, token_strip_start_, token_strip_stop_);
+      if (!token_strip_content_.empty())
+        text = strip_token(std::move(text), token_strip_content_, token_strip_start_, token_strip_stop_);
       if (byte_fallback_ && text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>') {
-        const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+        const auto hex = [](char c) {
+          return c >= '0' && c <= '9'   ? c - '0'
+                 : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                 : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                        : -1;
+        };
         const int high = hex(text[3]), low = hex(text[4]);
         if (high >= 0 && low >= 0) {
           std::string decoded;

@@ -26,13 +26,13 @@ class token_decoder {
 
   // What one decoding run remembers between tokens.
   struct state {
-    utf8::stream_decoder bytes;       // the current run of raw bytes
-    std::size_t strip_left = 0;       // leading strip characters still to drop
+    utf8::stream_decoder bytes;  // the current run of raw bytes
+    std::size_t strip_left = 0;  // leading strip characters still to drop
     bool strip_left_done = false;
-    std::string held_trailing;        // possible trailing strip characters, held back
-    std::string cleanup_pending;      // text the clean-up rules could still change
+    std::string held_trailing;    // possible trailing strip characters, held back
+    std::string cleanup_pending;  // text the clean-up rules could still change
     bool first_token = true;
-    bool raw = false;                 // a continuation: no whole-text strip, no clean-up
+    bool raw = false;  // a continuation: no whole-text strip, no clean-up
   };
 
   // continuation: the text continues one already decoded (a prompt): its first token keeps its
@@ -59,11 +59,11 @@ class token_decoder {
 
   kind kind_ = kind::join_with_space;
   std::vector<std::pair<std::string, std::string>> replacements_;  // per token, in order
-  std::string token_strip_content_;  // per-token Strip (before Fuse)
+  std::string token_strip_content_;                                // per-token Strip (before Fuse)
   std::size_t token_strip_start_ = 0, token_strip_stop_ = 0;
-  bool metaspace_ = false;           // Metaspace: the first token loses one leading space
+  bool metaspace_ = false;  // Metaspace: the first token loses one leading space
   bool byte_fallback_ = false;
-  std::string strip_content_;        // Strip of the whole text (after Fuse)
+  std::string strip_content_;  // Strip of the whole text (after Fuse)
   std::size_t strip_start_ = 0, strip_stop_ = 0;
   bool clean_up_ = false;
 };

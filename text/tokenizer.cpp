@@ -24,7 +24,8 @@ const nlohmann::json& config_value(const nlohmann::json& config, const char* key
 // tokenizer_config writes a token either as a string or as {"content": "...", ...}.
 std::string token_string(const nlohmann::json& value) {
   if (value.is_string()) return value.get<std::string>();
-  if (value.is_object() && value.contains("content") && value["content"].is_string()) return value["content"].get<std::string>();
+  if (value.is_object() && value.contains("content") && value["content"].is_string())
+    return value["content"].get<std::string>();
   return "";
 }
 
@@ -40,7 +41,8 @@ std::vector<added_token> parse_added_tokens(const nlohmann::json& tokenizer_json
     token.rstrip = t.value("rstrip", false);
     token.single_word = t.value("single_word", false);
     // As in the reference: special tokens are matched raw unless they say otherwise.
-    token.normalized = t.contains("normalized") && t["normalized"].is_boolean() ? t["normalized"].get<bool>() : !token.special;
+    token.normalized =
+        t.contains("normalized") && t["normalized"].is_boolean() ? t["normalized"].get<bool>() : !token.special;
     if (token.id < 0) throw std::runtime_error("added token '" + token.content + "' has a negative id");
     tokens.push_back(std::move(token));
   }
@@ -64,9 +66,8 @@ tokenizer_impl::tokenizer_impl(const nlohmann::json& tokenizer_json, const nlohm
     : normalizer_(normalizer::from_json(config_value(tokenizer_json, "normalizer"))),
       pre_tokenizer_(pre_tokenizer::from_json(config_value(tokenizer_json, "pre_tokenizer"))),
       model(tokenizer_json.at("model")),
-      added(parse_added_tokens(tokenizer_json), [this](const std::string& content) {
-        return normalizer_ ? normalizer_->normalize(content) : content;
-      }) {
+      added(parse_added_tokens(tokenizer_json),
+            [this](const std::string& content) { return normalizer_ ? normalizer_->normalize(content) : content; }) {
   const nlohmann::json& clean_up = config_value(config, "clean_up_tokenization_spaces");
   // Absent means no clean-up (current transformers default; it would break round trips).
   decoder = token_decoder(config_value(tokenizer_json, "decoder"), clean_up.is_boolean() && clean_up.get<bool>());
@@ -84,11 +85,13 @@ tokenizer_impl::tokenizer_impl(const nlohmann::json& tokenizer_json, const nlohm
       if (const auto id = lookup(token_string(value))) entries[*id].special = true;
   }
 
-  post = post_processor::from_json(config_value(tokenizer_json, "post_processor"), [this](std::string_view t) { return lookup(t); });
+  post = post_processor::from_json(config_value(tokenizer_json, "post_processor"),
+                                   [this](std::string_view t) { return lookup(t); });
 
   bos_token = token_string(config_value(config, "bos_token"));
   eos_token = token_string(config_value(config, "eos_token"));
-  if (!bos_token.empty()) bos_id = lookup(bos_token);
+  if (!bos_token.empty())
+    bos_id = lookup(bos_token);
   else if (!config.is_object() || !config.contains("bos_token")) {
     // No config: the post-processor's leading special token is the BOS.
     if (!post.prefix.empty()) {
@@ -120,7 +123,8 @@ std::optional<std::int32_t> tokenizer_impl::lookup(std::string_view token) const
   return model.token_to_id(token);
 }
 
-void tokenizer_impl::encode_section(std::string_view text, std::size_t section_index, std::vector<std::int32_t>& ids) const {
+void tokenizer_impl::encode_section(std::string_view text, std::size_t section_index,
+                                    std::vector<std::int32_t>& ids) const {
   std::string normalized = normalizer_ ? normalizer_->normalize(std::string(text)) : std::string(text);
   if (normalized.empty()) return;
   std::vector<text_section> parts;
@@ -151,7 +155,8 @@ void tokenizer_impl::encode_section(std::string_view text, std::size_t section_i
 
 tokenizer tokenizer::from_json(const nlohmann::json& tokenizer_json, const nlohmann::json& tokenizer_config) {
   if (!tokenizer_json.is_object() || !tokenizer_json.contains("model"))
-    throw std::runtime_error("tokenizer.json must be an object with a 'model' (got " + std::string(tokenizer_json.type_name()) + ")");
+    throw std::runtime_error("tokenizer.json must be an object with a 'model' (got " +
+                             std::string(tokenizer_json.type_name()) + ")");
   return tokenizer(std::make_shared<const detail::tokenizer_impl>(tokenizer_json, tokenizer_config));
 }
 
@@ -195,8 +200,10 @@ std::vector<std::int32_t> tokenizer::encode(std::string_view text, bool add_spec
   std::vector<text_section> sections;
   impl.added.split_raw(text, sections);
   for (const auto& section : sections) {
-    if (section.token >= 0) ids.push_back(section.token);
-    else if (!section.text.empty()) impl.encode_section(section.text, section.index, ids);
+    if (section.token >= 0)
+      ids.push_back(section.token);
+    else if (!section.text.empty())
+      impl.encode_section(section.text, section.index, ids);
   }
   if (add_special_tokens) ids.insert(ids.end(), impl.post.suffix.begin(), impl.post.suffix.end());
   return ids;

@@ -40,9 +40,8 @@ using cpu::weight_view;
 // A small tensor (norm weight, bias) of any dtype as f32, checked to hold `size` elements.
 std::vector<float> small_tensor_f32(const weight_tensor& tensor, int64_t size) {
   if (tensor.num_elements() != size) {
-    throw std::runtime_error("tensor '" + tensor.name + "' has " +
-                             std::to_string(tensor.num_elements()) + " elements, expected " +
-                             std::to_string(size));
+    throw std::runtime_error("tensor '" + tensor.name + "' has " + std::to_string(tensor.num_elements()) +
+                             " elements, expected " + std::to_string(size));
   }
   std::vector<float> values(size);
   cpu::scalar_row_kernels().to_f32[static_cast<int>(tensor.type)](tensor.data, size, values.data());
@@ -57,9 +56,9 @@ void check_config(const model_config& c) {
   require(c.intermediate_size > 0, "intermediate_size must be positive");
   require(c.num_layers > 0, "num_layers must be positive");
   require(c.num_heads > 0 && c.num_kv_heads > 0, "num_heads and num_kv_heads must be positive");
-  require(c.num_heads % c.num_kv_heads == 0,
-          "num_heads (" + std::to_string(c.num_heads) + ") must be a multiple of num_kv_heads (" +
-              std::to_string(c.num_kv_heads) + ")");
+  require(c.num_heads % c.num_kv_heads == 0, "num_heads (" + std::to_string(c.num_heads) +
+                                                 ") must be a multiple of num_kv_heads (" +
+                                                 std::to_string(c.num_kv_heads) + ")");
   require(c.head_dim > 0 && c.head_dim % 2 == 0, "head_dim must be positive and even");
   require(c.vocab_size > 0, "vocab_size must be positive");
   if (c.moe.num_experts > 0) {
@@ -84,10 +83,13 @@ std::vector<float> norm_weights(const weight_tensor& tensor, int64_t size, norm_
 
 class cpu_model final : public model {
  public:
-  cpu_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
-            int num_threads, dtype kv_dtype, layer_range stage)
-      : config_(with_head_dim(config)), traits_(traits_of(config_.arch)), stage_(checked_stage(config_, stage)),
-        pool_(num_threads), kv_(with_layers(config_, stage_.count()), kv_shape, kv_dtype) {
+  cpu_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape, int num_threads,
+            dtype kv_dtype, layer_range stage)
+      : config_(with_head_dim(config)),
+        traits_(traits_of(config_.arch)),
+        stage_(checked_stage(config_, stage)),
+        pool_(num_threads),
+        kv_(with_layers(config_, stage_.count()), kv_shape, kv_dtype) {
     check_config(config_);
     const model_config& c = config_;
     const int64_t hidden = c.hidden_size;
@@ -143,7 +145,7 @@ class cpu_model final : public model {
       }
     }
     repack_weights_for_decode(names, weights);
-    attention_params_ = {c.num_heads, c.num_kv_heads, c.head_dim, kv_shape.block_size,
+    attention_params_ = {c.num_heads,         c.num_kv_heads,     c.head_dim, kv_shape.block_size,
                          kv_shape.num_blocks, attention_scale(c), kv_dtype};
     attention_params_.softcap = c.attn_logit_softcapping;
   }
@@ -178,9 +180,9 @@ class cpu_model final : public model {
     const int64_t n = batch.num_tokens();
     const int64_t hidden = c.hidden_size;
     reserve(n, batch.num_logits());
-    float* x = x_.data();        // [n, hidden] the residual stream
-    float* h = h_.data();        // [n, hidden] normed input of a block
-    float* out = out_.data();    // [n, hidden] a block's output
+    float* x = x_.data();      // [n, hidden] the residual stream
+    float* h = h_.data();      // [n, hidden] normed input of a block
+    float* out = out_.data();  // [n, hidden] a block's output
 
     if (batch.residual_in != nullptr) {  // a later pipeline stage: where the previous one left off
       std::memcpy(x, batch.residual_in, static_cast<size_t>(n * hidden) * sizeof(float));
@@ -215,7 +217,8 @@ class cpu_model final : public model {
       const int64_t num_hidden = static_cast<int64_t>(batch.hidden_rows.size());
       for (int64_t r = 0; r < num_hidden; ++r) {
         const int32_t row = batch.hidden_rows[static_cast<size_t>(r)];
-        if (row < 0 || row >= n) throw std::invalid_argument("cpu_model: hidden row " + std::to_string(row) + " outside the batch");
+        if (row < 0 || row >= n)
+          throw std::invalid_argument("cpu_model: hidden row " + std::to_string(row) + " outside the batch");
         std::memcpy(batch.hidden_out + r * hidden, x + static_cast<int64_t>(row) * hidden, hidden * sizeof(float));
       }
       cpu::rms_norm(pool_, batch.hidden_out, num_hidden, hidden, final_norm_.data(), c.rms_norm_eps, batch.hidden_out);
@@ -226,12 +229,11 @@ class cpu_model final : public model {
     if (num_logits == 0) return;
     float* last = logits_hidden_.data();  // [num_logits, hidden]
     for (int64_t r = 0; r < num_logits; ++r) {
-      std::memcpy(last + r * hidden, x + static_cast<int64_t>(batch.logits_rows[r]) * hidden,
-                  hidden * sizeof(float));
+      std::memcpy(last + r * hidden, x + static_cast<int64_t>(batch.logits_rows[r]) * hidden, hidden * sizeof(float));
     }
     norm(last, num_logits, final_norm_, last);
     cpu::matmul(pool_, last, num_logits, lm_head_, logits, scratch_);  // [num_logits, vocab]
-    if (c.final_logit_softcapping > 0) {  // Gemma 2: cap * tanh(logits / cap)
+    if (c.final_logit_softcapping > 0) {                               // Gemma 2: cap * tanh(logits / cap)
       const float cap = c.final_logit_softcapping;
       for (int64_t i = 0; i < num_logits * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
     }
@@ -273,8 +275,8 @@ class cpu_model final : public model {
       cpu::rms_norm(pool_, q, n * c.num_heads, c.head_dim, layer.q_norm.data(), c.rms_norm_eps, q);
       cpu::rms_norm(pool_, k, n * c.num_kv_heads, c.head_dim, layer.k_norm.data(), c.rms_norm_eps, k);
     }
-    cpu::apply_rope(pool_, q, q_dim, c.num_heads, k, kv_dim, c.num_kv_heads, n, c.head_dim,
-                    batch.positions.data(), layer.rope);
+    cpu::apply_rope(pool_, q, q_dim, c.num_heads, k, kv_dim, c.num_kv_heads, n, c.head_dim, batch.positions.data(),
+                    layer.rope);
     kv_.write(index, k, v, kv_dim, batch.slot_mapping.data(), n);
     if (batch.after_layer_kv) batch.after_layer_kv(stage_.first + index);
     cpu::attention_params params = attention_params_;
@@ -364,29 +366,30 @@ class cpu_model final : public model {
     const bool first = stage_.holds_embedding();
     const bool last = stage_.holds_head(config_.num_layers);
     if (first != (batch.residual_in == nullptr)) {
-      throw std::runtime_error(first ? "forward_batch: residual_in given to the first pipeline stage, which embeds tokens"
-                                     : "forward_batch: pipeline stage of layers " + layer_range_text(stage_) +
-                                           " needs residual_in (the previous stage's output)");
+      throw std::runtime_error(first
+                                   ? "forward_batch: residual_in given to the first pipeline stage, which embeds tokens"
+                                   : "forward_batch: pipeline stage of layers " + layer_range_text(stage_) +
+                                         " needs residual_in (the previous stage's output)");
     }
     if (last != (batch.residual_out == nullptr)) {
-      throw std::runtime_error(last ? "forward_batch: residual_out given to the last pipeline stage, which computes logits"
-                                    : "forward_batch: pipeline stage of layers " + layer_range_text(stage_) +
-                                          " needs residual_out (the next stage's input)");
+      throw std::runtime_error(
+          last ? "forward_batch: residual_out given to the last pipeline stage, which computes logits"
+               : "forward_batch: pipeline stage of layers " + layer_range_text(stage_) +
+                     " needs residual_out (the next stage's input)");
     }
     if (!last && (!batch.logits_rows.empty() || !batch.hidden_rows.empty())) {
       throw std::runtime_error("forward_batch: logits or hidden rows asked of pipeline stage " +
                                layer_range_text(stage_) + "; only the last stage computes them");
     }
     if (batch.positions.size() != n || batch.slot_mapping.size() != n) {
-      throw std::runtime_error("forward_batch: token_ids, positions and slot_mapping have " +
-                               std::to_string(n) + ", " + std::to_string(batch.positions.size()) +
-                               " and " + std::to_string(batch.slot_mapping.size()) +
-                               " entries, expected the same count");
+      throw std::runtime_error("forward_batch: token_ids, positions and slot_mapping have " + std::to_string(n) + ", " +
+                               std::to_string(batch.positions.size()) + " and " +
+                               std::to_string(batch.slot_mapping.size()) + " entries, expected the same count");
     }
     for (int32_t row : batch.logits_rows) {
       if (row < 0 || row >= static_cast<int32_t>(n)) {
-        throw std::runtime_error("forward_batch: logits row " + std::to_string(row) +
-                                 " is outside the batch of " + std::to_string(n) + " tokens");
+        throw std::runtime_error("forward_batch: logits row " + std::to_string(row) + " is outside the batch of " +
+                                 std::to_string(n) + " tokens");
       }
     }
     cpu::check_attention_batch(batch, attention_params_);
@@ -437,8 +440,8 @@ class cpu_model final : public model {
       layer_weights& layer = layers_[i];
       const layer_tensor_names& n = names.layers[stage_.first + i];
       const std::pair<weight_view*, const std::string*> matrices[] = {
-          {&layer.q_proj, &n.q_proj}, {&layer.k_proj, &n.k_proj},       {&layer.v_proj, &n.v_proj},
-          {&layer.o_proj, &n.o_proj}, {&layer.gate_proj, &n.gate_proj}, {&layer.up_proj, &n.up_proj},
+          {&layer.q_proj, &n.q_proj},      {&layer.k_proj, &n.k_proj},       {&layer.v_proj, &n.v_proj},
+          {&layer.o_proj, &n.o_proj},      {&layer.gate_proj, &n.gate_proj}, {&layer.up_proj, &n.up_proj},
           {&layer.down_proj, &n.down_proj}};
       for (const auto& [w, name] : matrices) {
         if (w->data == nullptr) continue;
@@ -486,22 +489,21 @@ class cpu_model final : public model {
   const std::vector<std::string>& weights_not_read() const { return not_read_; }
 
  private:
-
   model_config config_;
   const architecture_traits& traits_;
   layer_range stage_;  // the layers this model holds (all but in a pipeline stage)
   cpu::thread_pool pool_;
-  cpu::kv_pool kv_;  // the stage's layers only, numbered from 0
-  weight_view embed_tokens_;  // [vocab, hidden]; first stage only
-  weight_view lm_head_;       // [vocab, hidden]; embed_tokens_ when tied; last stage only
-  std::vector<float> final_norm_;  // [hidden]; last stage only
+  cpu::kv_pool kv_;                    // the stage's layers only, numbered from 0
+  weight_view embed_tokens_;           // [vocab, hidden]; first stage only
+  weight_view lm_head_;                // [vocab, hidden]; embed_tokens_ when tied; last stage only
+  std::vector<float> final_norm_;      // [hidden]; last stage only
   std::vector<layer_weights> layers_;  // [stage_.count()]
   cpu::activation activation_;
   cpu::attention_params attention_params_;
 
-  cpu::repacked_buffer repacked_;  // the repacked copies the views point at, one buffer
+  cpu::repacked_buffer repacked_;          // the repacked copies the views point at, one buffer
   cpu::repacked_buffer huge_page_copies_;  // the matrices not repacked, in huge pages (huge_page_weights.hpp)
-  std::vector<std::string> not_read_;  // the store's tensors repacked_ replaces
+  std::vector<std::string> not_read_;      // the store's tensors repacked_ replaces
   std::vector<float> x_, h_, out_, q_, k_, v_, attn_, gate_, up_, logits_hidden_;
   std::vector<float> scratch_;  // converted weight slabs for sgemm
   cpu::attention_workspace attention_workspace_;
@@ -510,8 +512,8 @@ class cpu_model final : public model {
 
 }  // namespace
 
-std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights,
-                                      kv_cache_shape kv_shape, int num_threads, dtype kv_dtype, layer_range layers) {
+std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
+                                      int num_threads, dtype kv_dtype, layer_range layers) {
   return std::make_unique<cpu_model>(config, weights, kv_shape, num_threads, kv_dtype, layers);
 }
 

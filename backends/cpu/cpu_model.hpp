@@ -22,9 +22,8 @@ namespace troupe {
 // and runs forward_batch's residual_in / residual_out as model/forward_batch.hpp says. Throws
 // std::runtime_error naming the tensor or config field that does not fit (std::invalid_argument
 // for a KV dtype that does not fit).
-std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights,
-                                      kv_cache_shape kv_shape, int num_threads = 0, dtype kv_dtype = dtype::f16,
-                                      layer_range layers = {});
+std::unique_ptr<model> make_cpu_model(const model_config& config, const weight_store& weights, kv_cache_shape kv_shape,
+                                      int num_threads = 0, dtype kv_dtype = dtype::f16, layer_range layers = {});
 
 // The weight store's tensors a model made by make_cpu_model copied into its repacked layout and
 // never reads again (empty for any other model), for weight_store::release_copies.

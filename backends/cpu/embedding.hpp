@@ -10,7 +10,7 @@ namespace troupe::cpu {
 
 // out [num_tokens, table.cols] = table[token_ids[t]]. Throws std::runtime_error naming the
 // token when an id is outside [0, table.rows).
-void embedding_lookup(thread_pool& pool, const weight_view& table, const int32_t* token_ids,
-                      int64_t num_tokens, float* out);
+void embedding_lookup(thread_pool& pool, const weight_view& table, const int32_t* token_ids, int64_t num_tokens,
+                      float* out);
 
 }  // namespace troupe::cpu

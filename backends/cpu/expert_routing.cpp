@@ -11,7 +11,8 @@ void route_tokens(const float* logits, int64_t num_tokens, const moe_config& moe
   const int num_experts = moe.num_experts;
   const int k = moe.experts_per_token;
   if (k <= 0 || k > num_experts) {
-    throw std::runtime_error("MoE routing: experts_per_token " + std::to_string(k) + " must be in 1.." + std::to_string(num_experts));
+    throw std::runtime_error("MoE routing: experts_per_token " + std::to_string(k) + " must be in 1.." +
+                             std::to_string(num_experts));
   }
   routing.top_k = k;
   routing.experts.resize(num_tokens * k);

@@ -18,7 +18,9 @@ std::atomic<bool> copying{true};
 
 // The repacked layouts are in huge pages already, or would be with repacking on: a benchmark
 // that turns repacking off measures the file's own layout.
-bool is_copied(const weight_view& w) { return w.data != nullptr && w.repacked == nullptr && !has_repacked_layout(w.type); }
+bool is_copied(const weight_view& w) {
+  return w.data != nullptr && w.repacked == nullptr && !has_repacked_layout(w.type);
+}
 
 size_t bytes_of(const weight_view& w) { return row_bytes(w.type, w.cols) * static_cast<size_t>(w.rows); }
 

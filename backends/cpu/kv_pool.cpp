@@ -38,8 +38,7 @@ void kv_pool::aligned_free::operator()(std::byte* p) const { ::operator delete[]
 kv_pool::kv_pool(const model_config& config, kv_cache_shape shape, dtype element) : shape_(shape), element_(element) {
   if (shape.num_blocks <= 0 || shape.block_size <= 0) {
     throw std::runtime_error("KV cache shape needs num_blocks > 0 and block_size > 0, got " +
-                             std::to_string(shape.num_blocks) + " blocks of " +
-                             std::to_string(shape.block_size));
+                             std::to_string(shape.num_blocks) + " blocks of " + std::to_string(shape.block_size));
   }
   check_kv_element(element, config.head_dim);
   slot_elements_ = static_cast<int64_t>(config.num_kv_heads) * config.head_dim;
@@ -58,9 +57,8 @@ void kv_pool::write(int layer, const float* k, const float* v, int64_t ld, const
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0 || slot >= num_slots()) {
-      throw std::runtime_error("slot_mapping[" + std::to_string(t) + "] = " +
-                               std::to_string(slot) + " is outside the KV pool of " +
-                               std::to_string(num_slots()) + " slots");
+      throw std::runtime_error("slot_mapping[" + std::to_string(t) + "] = " + std::to_string(slot) +
+                               " is outside the KV pool of " + std::to_string(num_slots()) + " slots");
     }
     encode(k + t * ld, slot_elements_, key_pool + slot * slot_bytes_);
     encode(v + t * ld, slot_elements_, value_pool + slot * slot_bytes_);

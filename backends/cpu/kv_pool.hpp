@@ -34,23 +34,23 @@ class kv_pool {
   int64_t num_slots() const { return static_cast<int64_t>(shape_.num_blocks) * shape_.block_size; }
   size_t slot_bytes() const { return slot_bytes_; }  // one token's K (or V), every KV head
 
-  std::byte* keys(int layer) { return data_.get() + layer_offset(layer); }                  // [slots, kv_heads, head_dim]
-  std::byte* values(int layer) { return data_.get() + layer_offset(layer) + pool_bytes_; }  // [slots, kv_heads, head_dim]
+  std::byte* keys(int layer) { return data_.get() + layer_offset(layer); }  // [slots, kv_heads, head_dim]
+  std::byte* values(int layer) {
+    return data_.get() + layer_offset(layer) + pool_bytes_;
+  }  // [slots, kv_heads, head_dim]
   const std::byte* keys(int layer) const { return data_.get() + layer_offset(layer); }
   const std::byte* values(int layer) const { return data_.get() + layer_offset(layer) + pool_bytes_; }
 
   // Writes each new token's K and V (f32 rows of k / v, ld floats apart, num_kv_heads *
   // head_dim used) into its slot of `layer`, converted to the element type. Throws
   // std::runtime_error on a slot outside the pool.
-  void write(int layer, const float* k, const float* v, int64_t ld, const int64_t* slot_mapping,
-             int64_t num_tokens);
+  void write(int layer, const float* k, const float* v, int64_t ld, const int64_t* slot_mapping, int64_t num_tokens);
 
   // Copies the span `header` describes between blocks `block_ids` of the pool and `span` (layout
   // in model/kv_transfer.hpp), converting between the pool's element type and the span's. The
   // caller has run check_kv_transfer: these only copy.
   void export_blocks(std::span<const int32_t> block_ids, const kv_span_header& header, std::span<std::byte> span) const;
-  void import_blocks(std::span<const int32_t> block_ids, const kv_span_header& header,
-                     std::span<const std::byte> span);
+  void import_blocks(std::span<const int32_t> block_ids, const kv_span_header& header, std::span<const std::byte> span);
 
   // Bytes one block takes across all layers, K and V, in `element`.
   static size_t bytes_per_block(const model_config& config, int block_size, dtype element);

@@ -61,8 +61,8 @@ void set_blas_threads(int num_threads) {
 // then every thread multiplies its tiles of weight rows (quant_kernels.hpp). The weight rows are
 // split in multiples of 16 (a tile on every level), statically for a few activation rows (equal
 // shares of memory traffic), in smaller dynamic chunks for many (compute: whoever is free).
-void quantized_matmul(thread_pool& pool, const quant_kernels& kernels, const float* x, int64_t n,
-                      const weight_view& w, float* y, std::vector<float>& scratch) {
+void quantized_matmul(thread_pool& pool, const quant_kernels& kernels, const float* x, int64_t n, const weight_view& w,
+                      float* y, std::vector<float>& scratch) {
   const int64_t m = w.rows;
   const int64_t k = w.cols;
   if (k % dtype_block_size(w.type) != 0) {
@@ -77,7 +77,7 @@ void quantized_matmul(thread_pool& pool, const quant_kernels& kernels, const flo
   const size_t total = act_bytes + per_thread * threads + 64;
   if (scratch.size() * sizeof(float) < total) scratch.resize((total + sizeof(float) - 1) / sizeof(float));
   std::byte* base = reinterpret_cast<std::byte*>(scratch.data());
-  act_block* acts = reinterpret_cast<act_block*>(base);  // [n, k / 32]
+  act_block* acts = reinterpret_cast<act_block*>(base);           // [n, k / 32]
   std::byte* thread_scratch = base + (act_bytes + 63) / 64 * 64;  // [threads][per_thread]
 
   const quantize_acts_fn quantize = kernels.quantize_acts[static_cast<int>(w.type)];
@@ -91,7 +91,8 @@ void quantized_matmul(thread_pool& pool, const quant_kernels& kernels, const flo
   }
 
   const quant_matmul_fn repacked_multiply = kernels.matmul_repacked[static_cast<int>(w.type)];
-  const bool use_repacked = w.repacked != nullptr && repacked_multiply != nullptr && w.repack_rows == kernels.repack_rows;
+  const bool use_repacked =
+      w.repacked != nullptr && repacked_multiply != nullptr && w.repack_rows == kernels.repack_rows;
   const quant_matmul_fn multiply = use_repacked ? repacked_multiply : kernels.matmul[static_cast<int>(w.type)];
   // Repacked: row `begin` (a multiple of 16, so of the tile's rows) starts tile begin / R.
   const size_t tile_bytes = use_repacked ? repacked_tile_bytes(w.type, k, w.repack_rows) : 0;
@@ -101,7 +102,8 @@ void quantized_matmul(thread_pool& pool, const quant_kernels& kernels, const flo
   };
   constexpr int64_t tile = 16;
   // Every chunk starts at a multiple of the tile (repacked weights are addressed by tile).
-  const int64_t min_rows = (std::max<int64_t>(tile, min_macs_per_chunk / std::max<int64_t>(1, n * k)) + tile - 1) / tile * tile;
+  const int64_t min_rows =
+      (std::max<int64_t>(tile, min_macs_per_chunk / std::max<int64_t>(1, n * k)) + tile - 1) / tile * tile;
   const int64_t per_thread_rows = (m + threads - 1) / threads;
   if (n < few_rows) {
     pool.parallel_for(0, m, std::max(min_rows, (per_thread_rows + tile - 1) / tile * tile), multiply_rows);
@@ -121,9 +123,8 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
 
 weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
   if (tensor.shape.size() != 2 || tensor.shape[0] != rows || tensor.shape[1] != cols) {
-    throw std::runtime_error("tensor '" + tensor.name + "' has shape " +
-                             shape_string(tensor.shape) + ", expected [" + std::to_string(rows) +
-                             ", " + std::to_string(cols) + "]");
+    throw std::runtime_error("tensor '" + tensor.name + "' has shape " + shape_string(tensor.shape) + ", expected [" +
+                             std::to_string(rows) + ", " + std::to_string(cols) + "]");
   }
   if (cols % dtype_block_size(tensor.type) != 0) {
     throw std::runtime_error("tensor '" + tensor.name + "' is " + std::string(dtype_name(tensor.type)) + " with " +
@@ -131,8 +132,8 @@ weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
                              std::to_string(dtype_block_size(tensor.type)));
   }
   if (tensor.num_bytes < row_bytes(tensor.type, cols) * static_cast<size_t>(rows)) {
-    throw std::runtime_error("tensor '" + tensor.name + "' holds " +
-                             std::to_string(tensor.num_bytes) + " bytes, too few for its shape");
+    throw std::runtime_error("tensor '" + tensor.name + "' holds " + std::to_string(tensor.num_bytes) +
+                             " bytes, too few for its shape");
   }
   check_weight_layout(tensor);
   weight_view view{tensor.type, rows, cols, tensor.data, nullptr, nullptr};
@@ -157,8 +158,7 @@ void set_matmul_float_rows_at_every_count(bool on) { float_rows_at_every_count.s
 int matmul_gemm_min_rows() { return gemm_min_rows.load(std::memory_order_relaxed); }
 void set_matmul_gemm_min_rows(int rows) { gemm_min_rows.store(std::max(1, rows)); }
 
-void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
-            std::vector<float>& scratch) {
+void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y, std::vector<float>& scratch) {
   if (n <= 0 || w.rows <= 0) return;
   const int64_t m = w.rows;
   const int64_t k = w.cols;
@@ -263,8 +263,8 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
           w_rows = slab_f32;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
-                    static_cast<int>(k), 1.0f, x, static_cast<int>(k), w_rows, static_cast<int>(k), 0.0f,
-                    y + row, static_cast<int>(m));
+                    static_cast<int>(k), 1.0f, x, static_cast<int>(k), w_rows, static_cast<int>(k), 0.0f, y + row,
+                    static_cast<int>(m));
       }
     });
     return;
@@ -272,9 +272,8 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
 
   set_blas_threads(pool.num_threads());
   if (w.type == dtype::f32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(m),
-                static_cast<int>(k), 1.0f, x, static_cast<int>(k),
-                reinterpret_cast<const float*>(w.data), static_cast<int>(k), 0.0f, y,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                1.0f, x, static_cast<int>(k), reinterpret_cast<const float*>(w.data), static_cast<int>(k), 0.0f, y,
                 static_cast<int>(m));
     return;
   }
@@ -286,9 +285,9 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
     pool.parallel_for(0, rows, 8, [&](int64_t begin, int64_t end, int) {
       convert(w.data + (slab + begin) * stride, (end - begin) * k, slab_f32 + begin * k);
     });
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
-                static_cast<int>(rows), static_cast<int>(k), 1.0f, x, static_cast<int>(k),
-                slab_f32, static_cast<int>(k), 0.0f, y + slab, static_cast<int>(m));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+                static_cast<int>(k), 1.0f, x, static_cast<int>(k), slab_f32, static_cast<int>(k), 0.0f, y + slab,
+                static_cast<int>(m));
   }
 }
 

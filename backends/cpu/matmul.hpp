@@ -73,7 +73,6 @@ void set_matmul_float_rows_at_every_count(bool on);
 
 // y [n, w.rows] = x [n, w.cols] · wᵀ. `scratch` holds converted weight slabs between calls
 // (grown on demand, so steady-state steps do not allocate).
-void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
-            std::vector<float>& scratch);
+void matmul(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y, std::vector<float>& scratch);
 
 }  // namespace troupe::cpu

@@ -86,7 +86,8 @@ void moe_layer::forward(thread_pool& pool, const float* x, int64_t n, float* out
   float* gathered = ws.gathered.data();      // [n * k, hidden] grouped by expert
   float* expert_out = ws.expert_out.data();  // [n * k, hidden]
   for (int64_t row = 0; row < assignments; ++row) {
-    std::memcpy(gathered + row * hidden, x + static_cast<int64_t>(ws.dispatch.tokens[row]) * hidden, hidden * sizeof(float));
+    std::memcpy(gathered + row * hidden, x + static_cast<int64_t>(ws.dispatch.tokens[row]) * hidden,
+                hidden * sizeof(float));
   }
 
   // Compute: one grouped product per expert with tokens; the others are never read.
@@ -121,17 +122,18 @@ void moe_layer::forward(thread_pool& pool, const float* x, int64_t n, float* out
   // Combine in slot order.
   const float* weights = ws.routing.weights.data();
   const int32_t* row_of = ws.dispatch.row_of.data();
-  pool.parallel_for(0, n, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, hidden)), [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* dst = out + t * hidden;
-      std::fill(dst, dst + hidden, 0.0f);
-      for (int j = 0; j < k; ++j) {
-        const float w = weights[t * k + j];
-        const float* src = expert_out + static_cast<int64_t>(row_of[t * k + j]) * hidden;
-        for (int64_t i = 0; i < hidden; ++i) dst[i] += w * src[i];
-      }
-    }
-  });
+  pool.parallel_for(0, n, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, hidden)),
+                    [&](int64_t begin, int64_t end, int) {
+                      for (int64_t t = begin; t < end; ++t) {
+                        float* dst = out + t * hidden;
+                        std::fill(dst, dst + hidden, 0.0f);
+                        for (int j = 0; j < k; ++j) {
+                          const float w = weights[t * k + j];
+                          const float* src = expert_out + static_cast<int64_t>(row_of[t * k + j]) * hidden;
+                          for (int64_t i = 0; i < hidden; ++i) dst[i] += w * src[i];
+                        }
+                      }
+                    });
 
   // Shared expert (Qwen2-MoE): always on, scaled by its own sigmoid gate.
   if (weights_.shared_gate.data) {

@@ -33,16 +33,16 @@
 namespace troupe::cpu {
 
 struct expert_weights {
-  weight_view gate, up;           // [expert_intermediate, hidden]
-  weight_view down;               // [hidden, expert_intermediate]
-  std::vector<float> gate_bias;   // [expert_intermediate]; empty without biases
-  std::vector<float> up_bias;     // [expert_intermediate]
-  std::vector<float> down_bias;   // [hidden]
+  weight_view gate, up;          // [expert_intermediate, hidden]
+  weight_view down;              // [hidden, expert_intermediate]
+  std::vector<float> gate_bias;  // [expert_intermediate]; empty without biases
+  std::vector<float> up_bias;    // [expert_intermediate]
+  std::vector<float> down_bias;  // [hidden]
 };
 
 struct moe_weights {
-  weight_view router;                 // [experts, hidden]
-  std::vector<float> router_bias;     // [experts]; empty without
+  weight_view router;              // [experts, hidden]
+  std::vector<float> router_bias;  // [experts]; empty without
   std::vector<expert_weights> experts;
   // Qwen2-MoE's shared expert (empty views without one).
   weight_view shared_gate, shared_up;  // [shared_intermediate, hidden]
@@ -58,18 +58,18 @@ struct expert_buffers {
 
 // Buffers reused from step to step.
 struct moe_workspace {
-  std::vector<float> logits;        // [n, experts]
+  std::vector<float> logits;  // [n, experts]
   expert_routing routing;
   expert_dispatch dispatch;
-  std::vector<float> gathered;      // [n * top_k, hidden] inputs, grouped by expert
-  expert_buffers shared_buffers;    // compute_expert's, when every thread works on one expert
-  std::vector<expert_buffers> per_thread;  // when the experts run side by side
-  std::vector<float> expert_out;    // [n * top_k, hidden]
+  std::vector<float> gathered;                // [n * top_k, hidden] inputs, grouped by expert
+  expert_buffers shared_buffers;              // compute_expert's, when every thread works on one expert
+  std::vector<expert_buffers> per_thread;     // when the experts run side by side
+  std::vector<float> expert_out;              // [n * top_k, hidden]
   std::vector<float> shared_gate, shared_up;  // [n, shared_intermediate]
-  std::vector<float> shared_out;    // [n, hidden]
-  std::vector<float> shared_scale;  // [n]
-  std::vector<float> scratch;       // matmul's converted weight slabs (router, shared expert)
-  std::vector<int32_t> experts_used;  // expert ids with tokens in the last call (for tests and stats)
+  std::vector<float> shared_out;              // [n, hidden]
+  std::vector<float> shared_scale;            // [n]
+  std::vector<float> scratch;                 // matmul's converted weight slabs (router, shared expert)
+  std::vector<int32_t> experts_used;          // expert ids with tokens in the last call (for tests and stats)
 };
 
 class moe_layer {

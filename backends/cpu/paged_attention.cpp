@@ -26,9 +26,7 @@ float sink_factor(float max, float sum, float sink) {
   return scaled / (scaled + 1.0f);
 }
 
-[[noreturn]] void bad_batch(const std::string& what) {
-  throw std::runtime_error("forward_batch: " + what);
-}
+[[noreturn]] void bad_batch(const std::string& what) { throw std::runtime_error("forward_batch: " + what); }
 
 }  // namespace
 
@@ -50,23 +48,19 @@ void check_attention_batch(const forward_batch& batch, const attention_params& s
     const int context = batch.context_lengths[s];
     if (num_new < 0 || context < num_new) {
       bad_batch("sequence " + std::to_string(s) + " has " + std::to_string(num_new) +
-                " new tokens and context length " + std::to_string(context) +
-                " (expected 0 <= new <= context)");
+                " new tokens and context length " + std::to_string(context) + " (expected 0 <= new <= context)");
     }
     const int first = batch.block_table_start[s];
     const int last = batch.block_table_start[s + 1];
     const int needed = (context + shape.block_size - 1) / shape.block_size;
-    if (first < 0 || last < first || last > static_cast<int>(batch.block_tables.size()) ||
-        last - first < needed) {
-      bad_batch("sequence " + std::to_string(s) + " needs " + std::to_string(needed) +
-                " blocks for context " + std::to_string(context) + ", its block table has " +
-                std::to_string(last - first));
+    if (first < 0 || last < first || last > static_cast<int>(batch.block_tables.size()) || last - first < needed) {
+      bad_batch("sequence " + std::to_string(s) + " needs " + std::to_string(needed) + " blocks for context " +
+                std::to_string(context) + ", its block table has " + std::to_string(last - first));
     }
     for (int b = first; b < first + needed; ++b) {
       if (batch.block_tables[b] < 0 || batch.block_tables[b] >= shape.num_blocks) {
-        bad_batch("sequence " + std::to_string(s) + " uses block " +
-                  std::to_string(batch.block_tables[b]) + ", outside the pool of " +
-                  std::to_string(shape.num_blocks) + " blocks");
+        bad_batch("sequence " + std::to_string(s) + " uses block " + std::to_string(batch.block_tables[b]) +
+                  ", outside the pool of " + std::to_string(shape.num_blocks) + " blocks");
       }
     }
   }
@@ -127,7 +121,8 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
       const attention_workspace::piece_plan base = pieces[b];  // a copy: pieces grows below
       const int first_end = (base.key_begin / partition + 1) * partition;
       if (first_end >= base.key_end) continue;  // one partition: nothing to split
-      attention_workspace::merge_plan merge{base.seq, base.kv_head, base.first_query, base.num_queries, num_partials, 0};
+      attention_workspace::merge_plan merge{base.seq,         base.kv_head, base.first_query,
+                                            base.num_queries, num_partials, 0};
       pieces[b].key_end = first_end;
       pieces[b].partial = num_partials++;
       for (int32_t begin = first_end; begin < base.key_end; begin += partition) {
@@ -138,12 +133,14 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
       merges.push_back(merge);
     }
     partial_floats = static_cast<size_t>(max_rows) * (head_dim + 2);
-    if (workspace.partials.size() < partial_floats * num_partials) workspace.partials.resize(partial_floats * num_partials);
+    if (workspace.partials.size() < partial_floats * num_partials)
+      workspace.partials.resize(partial_floats * num_partials);
   }
 
   // Per thread: the kernels' scratch, then max and sum of the rows of a piece that writes out.
   const size_t scratch_floats = kernels.scratch_floats(head_dim) + 2 * static_cast<size_t>(max_rows);
-  if (workspace.per_thread.size() < scratch_floats * num_threads) workspace.per_thread.resize(scratch_floats * num_threads);
+  if (workspace.per_thread.size() < scratch_floats * num_threads)
+    workspace.per_thread.resize(scratch_floats * num_threads);
 
   // A finished row's softmax gains its sink (if the model has them): rows r = (token r / group,
   // head r % group) at acc + (r / group) * ld + (r % group) * head_dim.
@@ -222,7 +219,8 @@ void paged_attention(thread_pool& pool, const float* q, int64_t ldq, const std::
       merge.rows = plan.num_queries * group;
       merge.group = group;
       merge.head_dim = head_dim;
-      merge.out = out + (batch.query_start[plan.seq] + plan.first_query) * ldo + int64_t{plan.kv_head} * group * head_dim;
+      merge.out =
+          out + (batch.query_start[plan.seq] + plan.first_query) * ldo + int64_t{plan.kv_head} * group * head_dim;
       merge.ldo = ldo;
       merge.max = scratch;
       merge.sum = scratch + max_rows;

@@ -32,8 +32,8 @@ struct attention_params {
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_size = 0;
-  int64_t num_blocks = 0;     // blocks in the pool, to check block tables against
-  float scale = 0.0f;         // usually 1 / sqrt(head_dim)
+  int64_t num_blocks = 0;      // blocks in the pool, to check block tables against
+  float scale = 0.0f;          // usually 1 / sqrt(head_dim)
   dtype kv_type = dtype::f32;  // the pool's element type (a KV element: model/kv_transfer.hpp)
   // Variants of the softmax, all off by default:
   // - window > 0 (a sliding layer): the query at position p sees keys at positions > p - window,
@@ -68,7 +68,7 @@ struct attention_workspace {
   };
   std::vector<piece_plan> pieces;
   std::vector<merge_plan> merges;
-  std::vector<float> partials;   // [num_partials, partial_floats]: acc [rows, head_dim], max [rows], sum [rows]
+  std::vector<float> partials;    // [num_partials, partial_floats]: acc [rows, head_dim], max [rows], sum [rows]
   std::vector<float> per_thread;  // [num_threads, kernel scratch]
 };
 

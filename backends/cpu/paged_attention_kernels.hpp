@@ -60,9 +60,9 @@ struct attention_piece {
   int block_size = 0;
   int key_begin = 0;  // the keys this piece reads: [key_begin, key_end)
   int key_end = 0;
-  int first_limit = 0;  // token i sees keys < first_limit + i (causality)
-  int window = 0;       // > 0: token i sees only keys >= first_limit + i - window (sliding)
-  float scale = 0.0f;   // softmax scale
+  int first_limit = 0;   // token i sees keys < first_limit + i (causality)
+  int window = 0;        // > 0: token i sees only keys >= first_limit + i - window (sliding)
+  float scale = 0.0f;    // softmax scale
   float softcap = 0.0f;  // > 0: scores (natural units) become softcap * tanh(score / softcap)
 };
 

@@ -16,7 +16,9 @@ struct avx2_attention_vec {
   static reg set1(float v) { return _mm256_set1_ps(v); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
-  static reg load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static reg load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static reg load_bf16(const uint16_t* p) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
@@ -42,11 +44,12 @@ struct avx2_attention_vec {
   static void store_bf16(uint16_t* p, reg v) {
     const __m256i bits = _mm256_castps_si256(v);
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
     const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
     const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    const __m256i chosen = _mm256_castps_si256(
-        _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet), nan));
+    const __m256i chosen =
+        _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet), nan));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow16(chosen));
   }
   static void store_bytes(uint8_t* p, __m256i lanes) {  // 32-bit lanes in [0, 255] → bytes
@@ -69,11 +72,12 @@ struct avx2_attention_vec {
     const __m256 absolute = _mm256_castsi256_ps(magnitude);
     const __m256i subnormal = _mm256_cvtps_epi32(_mm256_mul_ps(absolute, _mm256_set1_ps(512.0f)));
     const __m256 small = _mm256_cmp_ps(absolute, _mm256_set1_ps(0.015625f), _CMP_LT_OQ);
-    __m256i code = _mm256_castps_si256(
-        _mm256_blendv_ps(_mm256_castsi256_ps(normal), _mm256_castsi256_ps(subnormal), small));
+    __m256i code =
+        _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(normal), _mm256_castsi256_ps(subnormal), small));
     code = _mm256_min_epi32(code, _mm256_set1_epi32(0x7e));
     const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    code = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code), _mm256_castsi256_ps(_mm256_set1_epi32(0x7f)), nan));
+    code = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(code), _mm256_castsi256_ps(_mm256_set1_epi32(0x7f)), nan));
     store_bytes(p, _mm256_or_si256(code, sign));
   }
   static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }

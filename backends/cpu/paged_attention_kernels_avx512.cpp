@@ -19,7 +19,9 @@ struct avx512_attention_vec {
   static reg set1(float v) { return _mm512_set1_ps(v); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
-  static reg load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static reg load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static reg load_bf16(const uint16_t* p) {
     const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
@@ -36,15 +38,18 @@ struct avx512_attention_vec {
     return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(magnitude, sign)), _mm512_set1_ps(256.0f));
   }
   static void store_f16(uint16_t* p, reg v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   static void store_bf16(uint16_t* p, reg v) {
     const __m512i bits = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    const __m512i rounded =
+        _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
     const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
     const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
   }
   static void store_i8(int8_t* p, reg v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
@@ -116,7 +121,8 @@ struct avx512_attention_vec {
     }
     for (int c = 0; c < 4; ++c) {
       const reg low_a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), high_a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee);
-      const reg low_b = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44), high_b = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
+      const reg low_b = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44),
+                high_b = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
       v[c] = _mm512_shuffle_f32x4(low_a, low_b, 0x88);
       v[4 + c] = _mm512_shuffle_f32x4(low_a, low_b, 0xdd);
       v[8 + c] = _mm512_shuffle_f32x4(high_a, high_b, 0x88);

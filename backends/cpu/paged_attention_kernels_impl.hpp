@@ -74,7 +74,9 @@ struct kv_row<V, dtype::bf16> {
 
 template <class V>
 struct kv_row<V, dtype::fp8_e4m3> {
-  static typename V::reg load(const std::byte* row, int e) { return V::load_fp8(reinterpret_cast<const uint8_t*>(row) + e); }
+  static typename V::reg load(const std::byte* row, int e) {
+    return V::load_fp8(reinterpret_cast<const uint8_t*>(row) + e);
+  }
   static float scalar(const std::byte* row, int e) {
     uint8_t bits[V::width > 1 ? V::width : 1] = {};
     bits[0] = static_cast<uint8_t>(row[e]);
@@ -117,8 +119,10 @@ void encode_kv_row(const float* in, int64_t count, std::byte* out) {
   } else if constexpr (T == dtype::f16 || T == dtype::bf16) {
     uint16_t* dst = reinterpret_cast<uint16_t*>(out);
     for (; e + W <= count; e += W) {
-      if constexpr (T == dtype::f16) V::store_f16(dst + e, V::load(in + e));
-      else V::store_bf16(dst + e, V::load(in + e));
+      if constexpr (T == dtype::f16)
+        V::store_f16(dst + e, V::load(in + e));
+      else
+        V::store_bf16(dst + e, V::load(in + e));
     }
     for (; e < count; ++e) {
       const uint16_t bits = T == dtype::f16 ? f32_to_f16(in[e]) : f32_to_bf16(in[e]);
@@ -274,7 +278,9 @@ constexpr int score_pass_rows(int rp, int g, int registers) {
 }
 
 template <class V>
-constexpr int decode_rows_max() { return V::width > 1 ? static_cast<int>(V::width) : 8; }
+constexpr int decode_rows_max() {
+  return V::width > 1 ? static_cast<int>(V::width) : 8;
+}
 
 template <class V>
 size_t decode_scratch_floats(int head_dim) {
@@ -290,10 +296,10 @@ void decode_piece_rows(const attention_piece& p, const attention_partial& out, f
   using reg = typename V::reg;
   using row = kv_row<V, T>;
   constexpr int W = static_cast<int>(V::width);
-  constexpr int G = key_tile / W;                 // registers of a row's scores
+  constexpr int G = key_tile / W;  // registers of a row's scores
   constexpr int registers = V::width >= 16 ? 32 : 16;
   constexpr int RC = score_pass_rows(RP, G, registers);  // rows per score pass
-  constexpr int CH = 2 * RP + 3 <= registers ? 2 : 1;  // value registers per pass of P·V
+  constexpr int CH = 2 * RP + 3 <= registers ? 2 : 1;    // value registers per pass of P·V
   constexpr int P = attention_partition_keys;
   const int rows = p.num_queries * p.group;
   const int hd = p.head_dim;
@@ -301,10 +307,10 @@ void decode_piece_rows(const attention_piece& p, const attention_partial& out, f
   const int full = hd / W * W;  // elements in whole registers; the rest go one at a time
   const int head_bytes = static_cast<int>(row_bytes(T, hd));
 
-  float* qs = scratch;                   // [RP, hdp] queries * scale * log2 e; padded rows 0
-  float* probs = qs + RP * hdp;          // [RP, key_tile] scores, then probabilities
-  float* spare = probs + RP * key_tile;  // [hdp] the accumulator of padded rows (discarded)
-  float* kt = spare + hdp;               // [hd, key_tile] the tile's keys, dimension-major
+  float* qs = scratch;                      // [RP, hdp] queries * scale * log2 e; padded rows 0
+  float* probs = qs + RP * hdp;             // [RP, key_tile] scores, then probabilities
+  float* spare = probs + RP * key_tile;     // [hdp] the accumulator of padded rows (discarded)
+  float* kt = spare + hdp;                  // [hd, key_tile] the tile's keys, dimension-major
   float* folded_acc = kt + hdp * key_tile;  // [RP, hdp] the partitions before the current one
 
   float* acc[RP];  // each row's weighted sum of values over the current partition, [hd]
@@ -376,7 +382,8 @@ void decode_piece_rows(const attention_piece& p, const attention_partial& out, f
     const int per_block = num_blocks > 0 ? (next_n + num_blocks - 1) / num_blocks : next_n;
     int prefetched = 0;
     auto prefetch_some = [&] {
-      for (int end = prefetched + per_block < next_n ? prefetched + per_block : next_n; prefetched < end; ++prefetched) {
+      for (int end = prefetched + per_block < next_n ? prefetched + per_block : next_n; prefetched < end;
+           ++prefetched) {
         prefetch_row(p.keys + offsets[current][prefetched], head_bytes);
         prefetch_row(p.values + offsets[current][prefetched], head_bytes);
       }
@@ -504,9 +511,13 @@ void decode_piece(const attention_piece& p, const attention_partial& out, float*
 // K or V element against RB registers of rows.
 
 template <class V>
-constexpr int tile_row_count() { return V::width > 1 ? 4 * static_cast<int>(V::width) : 8; }
+constexpr int tile_row_count() {
+  return V::width > 1 ? 4 * static_cast<int>(V::width) : 8;
+}
 template <class V>
-constexpr int keys_per_block() { return V::width >= 16 ? 8 : 4; }
+constexpr int keys_per_block() {
+  return V::width >= 16 ? 8 : 4;
+}
 constexpr int row_registers = 2;  // RB
 
 template <class V>
@@ -573,7 +584,8 @@ inline void fold_softmax_states(float* max, float* sum, float* acc, const float*
   const reg add = V::select(empty, V::zero(), V::exp2(V::sub(part_max, new_max)));
   V::store(sum, V::add(V::mul(V::load(sum), keep), V::mul(V::load(l), add)));
   V::store(max, new_max);
-  for (int d = 0; d < hd; ++d) V::store(acc + d * ld, V::fma(V::load(a + d * ld), add, V::mul(V::load(acc + d * ld), keep)));
+  for (int d = 0; d < hd; ++d)
+    V::store(acc + d * ld, V::fma(V::load(a + d * ld), add, V::mul(V::load(acc + d * ld), keep)));
 }
 
 template <class V, dtype T>
@@ -589,12 +601,12 @@ void tiled_piece(const attention_piece& p, const attention_partial& out, float* 
   const int total_rows = p.num_queries * p.group;
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
-  float* qt = scratch;                  // [hd, RT] queries * scale * log2 e, transposed
-  float* ot = qt + hd * RT;             // [hd, RT] weighted sums of values over the current partition, transposed
-  float* folded_ot = ot + hd * RT;      // [hd, RT] the partitions before the current one
-  float* kf = folded_ot + hd * RT;      // [key_tile, hd] the tile's keys as f32
-  float* vf = kf + key_tile * hd;       // [key_tile, hd] the tile's values as f32
-  float* st = vf + key_tile * hd;       // [key_tile, RT] scores, then probabilities
+  float* qt = scratch;                      // [hd, RT] queries * scale * log2 e, transposed
+  float* ot = qt + hd * RT;                 // [hd, RT] weighted sums of values over the current partition, transposed
+  float* folded_ot = ot + hd * RT;          // [hd, RT] the partitions before the current one
+  float* kf = folded_ot + hd * RT;          // [key_tile, hd] the tile's keys as f32
+  float* vf = kf + key_tile * hd;           // [key_tile, hd] the tile's values as f32
+  float* st = vf + key_tile * hd;           // [key_tile, RT] scores, then probabilities
   float* running_max = st + key_tile * RT;  // [RT]
   float* running_sum = running_max + RT;    // [RT]
   float* correction = running_sum + RT;     // [RT]
@@ -690,13 +702,15 @@ void tiled_piece(const attention_piece& p, const attention_partial& out, float* 
         for (int j = 0; j < np; ++j) tile_max = V::max(tile_max, V::load(st + j * rtp + b));
         const reg new_max = V::max(old_max, tile_max);
         // A row that has seen nothing yet keeps -inf; shift it by 0 so that exp2 gives 0, not NaN.
-        const reg shift = V::select(V::less(new_max, V::set1(std::numeric_limits<float>::lowest())), V::zero(), new_max);
+        const reg shift =
+            V::select(V::less(new_max, V::set1(std::numeric_limits<float>::lowest())), V::zero(), new_max);
         for (int j = 0; j < np; ++j) V::store(st + j * rtp + b, V::exp2(V::sub(V::load(st + j * rtp + b), shift)));
         // tile_sum's halving, rows across lanes (keys past np count 0).
         reg halves[key_tile / 2];
         for (int j = 0; j < key_tile / 2; ++j) {
           const reg low = j < np ? V::load(st + j * rtp + b) : V::zero();
-          halves[j] = j + key_tile / 2 < np ? V::add(low, V::load(st + (j + key_tile / 2) * rtp + b)) : V::add(low, V::zero());
+          halves[j] =
+              j + key_tile / 2 < np ? V::add(low, V::load(st + (j + key_tile / 2) * rtp + b)) : V::add(low, V::zero());
         }
         for (int h = key_tile / 4; h >= 1; h /= 2)
           for (int j = 0; j < h; ++j) halves[j] = V::add(halves[j], halves[j + h]);

@@ -127,7 +127,8 @@ struct q2_k_codes : code_traits<dtype::q2_k, 256, 84, 16, 0, 3, true> {
         M[b * 16 + s] = -(dmin * static_cast<float>(scales[s] >> 4));
       }
       for (int h = 0; h < 2; ++h) {
-        for (int s = 0; s < 4; ++s) B::field32(qs + 32 * h, 2 * s, 3, static_cast<int8_t>(Bias), codes + b * 256 + 128 * h + 32 * s);
+        for (int s = 0; s < 4; ++s)
+          B::field32(qs + 32 * h, 2 * s, 3, static_cast<int8_t>(Bias), codes + b * 256 + 128 * h + 32 * s);
       }
     }
   }

@@ -41,8 +41,8 @@ using quantize_acts_fn = void (*)(const float* x, int64_t k, act_block* out);
 // y[j * ldy + r] = row r of w · activation row j, for r < num_rows, j < n. w points at the first
 // weight row (rows row_bytes(type, k) apart); x holds n rows of k / 32 blocks; scratch is this
 // thread's, at least scratch_bytes(n, k) bytes.
-using quant_matmul_fn = void (*)(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x,
-                                 int64_t n, float* y, int64_t ldy, std::byte* scratch);
+using quant_matmul_fn = void (*)(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x, int64_t n,
+                                 float* y, int64_t ldy, std::byte* scratch);
 
 struct quant_kernels {
   // Indexed by dtype; null for the types these kernels do not cover (f32, f16, bf16, fp8_e4m3).

@@ -62,7 +62,9 @@ struct avx2_qvec : x86_bytes<false> {
   static freg fzero() { return _mm256_setzero_ps(); }
   static freg fload(const float* p) { return _mm256_loadu_ps(p); }
   // R f16 values widened (exact, F16C, as the decoders' half()).
-  static freg fload_half(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static freg fload_half(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static void fstore(float* p, freg v) { _mm256_storeu_ps(p, v); }
   static freg fset1(float v) { return _mm256_set1_ps(v); }
   static freg fmul(freg a, freg b) { return _mm256_mul_ps(a, b); }
@@ -76,7 +78,8 @@ struct avx2_qvec : x86_bytes<false> {
   static void interleave(const int8_t* codes, int64_t count, uint8_t* out) {
     for (int64_t c = 0; c < count; c += 32) {
       __m256i r[8];
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i * chunk_elements + c));
+      for (int i = 0; i < 8; ++i)
+        r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i * chunk_elements + c));
       __m256i t[8], u[8];
       for (int i = 0; i < 4; ++i) {
         t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);

@@ -205,8 +205,12 @@ void multiply_rows(const tile_span& t, int64_t num_blocks, const act_block* x, i
   float* am = accm + j0 * R;
   switch (count) {
     case 1: return multiply<V, T, 1>(t, num_blocks, rows_x, a, am);
-    case 2: if constexpr (V::act_rows >= 2) return multiply<V, T, 2>(t, num_blocks, rows_x, a, am); break;
-    case 3: if constexpr (V::act_rows >= 3) return multiply<V, T, 3>(t, num_blocks, rows_x, a, am); break;
+    case 2:
+      if constexpr (V::act_rows >= 2) return multiply<V, T, 2>(t, num_blocks, rows_x, a, am);
+      break;
+    case 3:
+      if constexpr (V::act_rows >= 3) return multiply<V, T, 3>(t, num_blocks, rows_x, a, am);
+      break;
     default: return multiply<V, T, V::act_rows>(t, num_blocks, rows_x, a, am);
   }
 }
@@ -227,7 +231,9 @@ constexpr size_t align64(size_t bytes) {
 }
 
 // k rounded up to whole chunks: interleave() writes whole 64-column groups, past a short last chunk.
-constexpr size_t padded_width(int64_t k) { return static_cast<size_t>((k + chunk_elements - 1) / chunk_elements * chunk_elements); }
+constexpr size_t padded_width(int64_t k) {
+  return static_cast<size_t>((k + chunk_elements - 1) / chunk_elements * chunk_elements);
+}
 
 // Per thread: the chunk staging; a tile decoded over all k (codes padded_width(k) * R bytes, D and
 // M padded_width(k) / 16 * R floats each); the sums of n activation rows ([n][R] each).
@@ -246,8 +252,8 @@ size_t quant_scratch_bytes(int64_t n, int64_t k) {
 //   plus scales), then each group of act_rows activation rows runs along it with its sums in
 //   registers, its activations in L1 (sweeping every row's blocks at each chunk would not fit).
 template <class V, class T>
-void quant_matmul(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x, int64_t n,
-                  float* y, int64_t ldy, std::byte* scratch) {
+void quant_matmul(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x, int64_t n, float* y, int64_t ldy,
+                  std::byte* scratch) {
   constexpr int R = V::R;
   constexpr int A = V::act_rows;
   const size_t stride = row_bytes(T::type, k);
@@ -261,7 +267,7 @@ void quant_matmul(const std::byte* w, int64_t k, int64_t num_rows, const act_blo
   base += align64<V>(padded_width(k) / 16 * R * sizeof(float));
   float* tile_M = reinterpret_cast<float*>(base);  // [padded_width(k) / sub][R]
   base += align64<V>(padded_width(k) / 16 * R * sizeof(float));
-  float* acc = reinterpret_cast<float*>(base);  // [n][R]
+  float* acc = reinterpret_cast<float*>(base);                                                 // [n][R]
   float* accm = acc + align64<V>(static_cast<size_t>(n) * R * sizeof(float)) / sizeof(float);  // [n][R]
   const bool few_rows = n <= A;
   for (int64_t r0 = 0; r0 < num_rows; r0 += R) {
@@ -286,9 +292,11 @@ void quant_matmul(const std::byte* w, int64_t k, int64_t num_rows, const act_blo
     if (!few_rows) {
       // The next tile's rows, whole, while this one is multiplied (tens of microseconds at these
       // row counts): decoded back to back, its chunks would otherwise wait on DRAM line by line.
-      if (r0 + R < num_rows) prefetch_chunk(w + (r0 + R) * stride, stride, static_cast<int>(smaller(R, num_rows - r0 - R)), 0, stride);
+      if (r0 + R < num_rows)
+        prefetch_chunk(w + (r0 + R) * stride, stride, static_cast<int>(smaller(R, num_rows - r0 - R)), 0, stride);
       const tile_span whole{tile_w, tile_D, tile_M};
-      for (int64_t j = 0; j < n; j += A) multiply_rows<V, T>(whole, k / 32, x, x_blocks, j, smaller(A, n - j), acc, accm);
+      for (int64_t j = 0; j < n; j += A)
+        multiply_rows<V, T>(whole, k / 32, x, x_blocks, j, smaller(A, n - j), acc, accm);
     }
     for (int64_t j = 0; j < n; ++j) {
       float* out = y + j * ldy + r0;

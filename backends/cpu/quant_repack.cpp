@@ -72,7 +72,8 @@ void unpack_q6_k(const uint8_t* ql, const uint8_t* qh, unpacked_block& u) {
 void store_nibble_pairs(const uint8_t* codes, int count, int R, int r, uint8_t* out) {
   for (int p = 0; p < count / 8; ++p) {
     uint8_t* dst = out + (p * R + r) * 4;
-    for (int i = 0; i < 4; ++i) dst[i] = static_cast<uint8_t>((codes[8 * p + i] & 0x0f) | ((codes[8 * p + 4 + i] & 0x0f) << 4));
+    for (int i = 0; i < 4; ++i)
+      dst[i] = static_cast<uint8_t>((codes[8 * p + i] & 0x0f) | ((codes[8 * p + 4 + i] & 0x0f) << 4));
   }
 }
 
@@ -99,7 +100,7 @@ void repack_k_scale_header(const std::byte* block, int R, int r, std::byte* head
 }
 
 void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
-  uint8_t* codes = reinterpret_cast<uint8_t*>(out);  // [32][R][4]
+  uint8_t* codes = reinterpret_cast<uint8_t*>(out);   // [32][R][4]
   repack_k_scale_header(block, R, r, out + 128 * R);  // d, -dmin, scales, mins after the codes
   unpacked_block u;
   unpack_q4_k(quant::bytes_at(block + 16), u);
@@ -109,9 +110,10 @@ void repack_q4_k_block(const std::byte* block, int R, int r, std::byte* out) {
 // Q4_K's layout plus the fifth bits: byte i of sub-block s holds those of element 32s + 8p + i
 // in bit 2p and of element 32s + 8p + 4 + i in bit 2p + 1, the two codes of pair p's byte i.
 void repack_q5_k_block(const std::byte* block, int R, int r, std::byte* out) {
-  uint8_t* low = reinterpret_cast<uint8_t*>(out);          // [32][R][4]
-  uint8_t* high = low + 128 * R;                            // [8][R][4]
-  repack_k_scale_header(block, R, r, reinterpret_cast<std::byte*>(high + 32 * R));  // d, -dmin, scales, mins after the fifth bits
+  uint8_t* low = reinterpret_cast<uint8_t*>(out);  // [32][R][4]
+  uint8_t* high = low + 128 * R;                   // [8][R][4]
+  repack_k_scale_header(block, R, r,
+                        reinterpret_cast<std::byte*>(high + 32 * R));  // d, -dmin, scales, mins after the fifth bits
   unpacked_block u;
   unpack_q5_k(quant::bytes_at(block + 16), quant::bytes_at(block + 48), u);
   store_nibble_pairs(u.codes, 256, R, r, low);
@@ -131,9 +133,9 @@ void repack_q5_k_block(const std::byte* block, int R, int r, std::byte* out) {
 // IQ4_XS (136 bytes: f16 d, 16 bits of high scale bits, 4 bytes of low ones, then 16 bytes of
 // indices per 32-element sub-block: element j < 16 the low nibble of byte j, j + 16 its high).
 void repack_iq4_xs_block(const std::byte* block, int R, int r, std::byte* out) {
-  uint8_t* codes = reinterpret_cast<uint8_t*>(out);          // [32][R][4]
-  float* d = reinterpret_cast<float*>(out + 128 * R);        // [R]
-  int8_t* sc = reinterpret_cast<int8_t*>(d + R);             // [8][R]
+  uint8_t* codes = reinterpret_cast<uint8_t*>(out);    // [32][R][4]
+  float* d = reinterpret_cast<float*>(out + 128 * R);  // [R]
+  int8_t* sc = reinterpret_cast<int8_t*>(d + R);       // [8][R]
   d[r] = quant::read_f16(block);
   unpacked_block u;
   for (int s = 0; s < 8; ++s) {
@@ -148,10 +150,10 @@ void repack_iq4_xs_block(const std::byte* block, int R, int r, std::byte* out) {
 }
 
 void repack_q6_k_block(const std::byte* block, int R, int r, std::byte* out) {
-  uint8_t* low = reinterpret_cast<uint8_t*>(out);           // [32][R][4]
-  uint8_t* high = low + 128 * R;                             // [16][R][4]
-  float* d = reinterpret_cast<float*>(high + 64 * R);        // [R]
-  int8_t* sc = reinterpret_cast<int8_t*>(d + R);             // [16][R]
+  uint8_t* low = reinterpret_cast<uint8_t*>(out);      // [32][R][4]
+  uint8_t* high = low + 128 * R;                       // [16][R][4]
+  float* d = reinterpret_cast<float*>(high + 64 * R);  // [R]
+  int8_t* sc = reinterpret_cast<int8_t*>(d + R);       // [16][R]
   d[r] = quant::read_f16(block + 208);
   for (int s = 0; s < 16; ++s) sc[s * R + r] = static_cast<int8_t>(quant::bytes_at(block + 192)[s]);
   unpacked_block u;
@@ -171,8 +173,8 @@ void repack_q6_k_block(const std::byte* block, int R, int r, std::byte* out) {
 // Q4_0 (18 bytes: f16 d, 16 bytes of nibbles; element j < 16 the low nibble of qs[j], j + 16
 // its high nibble) into lane r of a repacked block.
 void repack_q4_0_block(const std::byte* block, int R, int r, std::byte* out) {
-  uint8_t* codes = reinterpret_cast<uint8_t*>(out);             // [4][R][4]
-  uint16_t* d = reinterpret_cast<uint16_t*>(out + 16 * R);      // [R]
+  uint8_t* codes = reinterpret_cast<uint8_t*>(out);         // [4][R][4]
+  uint16_t* d = reinterpret_cast<uint16_t*>(out + 16 * R);  // [R]
   std::memcpy(&d[r], block, 2);
   const uint8_t* qs = quant::bytes_at(block + 2);
   uint8_t c[32];
@@ -185,8 +187,8 @@ void repack_q4_0_block(const std::byte* block, int R, int r, std::byte* out) {
 
 // Q8_0 (34 bytes: f16 d, 32 signed codes) into lane r of a repacked block.
 void repack_q8_0_block(const std::byte* block, int R, int r, std::byte* out) {
-  uint8_t* codes = reinterpret_cast<uint8_t*>(out);             // [8][R][4]
-  uint16_t* d = reinterpret_cast<uint16_t*>(out + 32 * R);      // [R]
+  uint8_t* codes = reinterpret_cast<uint8_t*>(out);         // [8][R][4]
+  uint16_t* d = reinterpret_cast<uint16_t*>(out + 32 * R);  // [R]
   std::memcpy(&d[r], block, 2);
   for (int g = 0; g < 8; ++g) std::memcpy(codes + (g * R + r) * 4, block + 2 + 4 * g, 4);
 }

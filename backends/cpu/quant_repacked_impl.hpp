@@ -33,12 +33,12 @@ void multiply_k32_repacked(const std::byte* tile, int64_t num_super, const act_b
   for (int j = 0; j < N; ++j) acc[j] = accm[j] = V::fzero();
   for (int64_t b = 0; b < num_super; ++b) {
     const std::byte* block = tile + b * block_bytes;
-    const uint8_t* codes = reinterpret_cast<const uint8_t*>(block);         // [32][R][4]
-    const uint8_t* high = codes + 128 * R;                                   // [8][R][4] (Q5_K)
-    const float* d = reinterpret_cast<const float*>(block + codes_bytes);   // [R]
-    const float* neg_dmin = d + R;                                           // [R] (with a min)
+    const uint8_t* codes = reinterpret_cast<const uint8_t*>(block);                    // [32][R][4]
+    const uint8_t* high = codes + 128 * R;                                             // [8][R][4] (Q5_K)
+    const float* d = reinterpret_cast<const float*>(block + codes_bytes);              // [R]
+    const float* neg_dmin = d + R;                                                     // [R] (with a min)
     const int8_t* sc = reinterpret_cast<const int8_t*>(d + (T::has_min ? 2 : 1) * R);  // [8][R]
-    const int8_t* m = sc + 8 * R;                                            // [8][R] (with a min)
+    const int8_t* m = sc + 8 * R;                                                      // [8][R] (with a min)
     if (prefetch && b + 1 < num_super) {
       const std::byte* next = block + block_bytes;
       for (size_t off = 0; off < block_bytes; off += 64) __builtin_prefetch(next + off);
@@ -103,8 +103,8 @@ void multiply_k32_repacked(const std::byte* tile, int64_t num_super, const act_b
 // The same for repacked Q6_K: sub-blocks of 16, codes 0..63 standing for code - 32 (the
 // activations' corr takes the 32 back out, as in quant_matmul), no min.
 template <class V, int N>
-void multiply_q6_k_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc_mem,
-                            float*, bool prefetch) {
+void multiply_q6_k_repacked(const std::byte* tile, int64_t num_super, const act_block* const* x, float* acc_mem, float*,
+                            bool prefetch) {
   using policy = code_policy<V, q6_k_codes>;
   static_assert(!policy::sign_trick && policy::offset == 32, "repacked Q6_K codes are the unsigned 6-bit q");
   constexpr int R = V::R;
@@ -112,10 +112,10 @@ void multiply_q6_k_repacked(const std::byte* tile, int64_t num_super, const act_
   for (int j = 0; j < N; ++j) acc[j] = V::fzero();
   for (int64_t b = 0; b < num_super; ++b) {
     const std::byte* block = tile + b * q6_k_repacked_block_bytes(R);
-    const uint8_t* low = reinterpret_cast<const uint8_t*>(block);       // [32][R][4]
-    const uint8_t* high = low + 128 * R;                                 // [16][R][4]
-    const float* d = reinterpret_cast<const float*>(high + 64 * R);      // [R]
-    const int8_t* sc = reinterpret_cast<const int8_t*>(d + R);           // [16][R]
+    const uint8_t* low = reinterpret_cast<const uint8_t*>(block);    // [32][R][4]
+    const uint8_t* high = low + 128 * R;                             // [16][R][4]
+    const float* d = reinterpret_cast<const float*>(high + 64 * R);  // [R]
+    const int8_t* sc = reinterpret_cast<const int8_t*>(d + R);       // [16][R]
     if (prefetch && b + 1 < num_super) {
       const std::byte* next = block + q6_k_repacked_block_bytes(R);
       for (size_t off = 0; off < q6_k_repacked_block_bytes(R); off += 64) __builtin_prefetch(next + off);
@@ -167,7 +167,7 @@ void multiply_legacy_repacked(const std::byte* tile, int64_t num_blocks, const a
   for (int j = 0; j < N; ++j) acc[j] = V::fzero();
   for (int64_t b = 0; b < num_blocks; ++b) {
     const std::byte* block = tile + b * block_bytes;
-    const uint8_t* codes = reinterpret_cast<const uint8_t*>(block);          // [groups][R][4]
+    const uint8_t* codes = reinterpret_cast<const uint8_t*>(block);              // [groups][R][4]
     const uint16_t* d = reinterpret_cast<const uint16_t*>(block + codes_bytes);  // [R]
     if (prefetch && b % ahead == 0 && b + ahead < num_blocks) {
       const std::byte* next = block + ahead * block_bytes;
@@ -227,8 +227,8 @@ void multiply_repacked(const std::byte* tile, int64_t num_blocks, const act_bloc
 // tile boundary); each tile is read from memory once and, for more than act_rows activation
 // rows, again from cache by each further group of act_rows.
 template <class V, class T>
-void quant_matmul_repacked(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x, int64_t n,
-                           float* y, int64_t ldy, std::byte*) {
+void quant_matmul_repacked(const std::byte* w, int64_t k, int64_t num_rows, const act_block* x, int64_t n, float* y,
+                           int64_t ldy, std::byte*) {
   constexpr int R = V::R;
   constexpr int A = V::act_rows;
   const int64_t num_super = k / T::block;  // blocks of T along a row
@@ -245,8 +245,12 @@ void quant_matmul_repacked(const std::byte* w, int64_t k, int64_t num_rows, cons
       for (int64_t i = 0; i < count; ++i) rows_x[i] = x + (j0 + i) * x_blocks;
       switch (count) {
         case 1: multiply_repacked<V, T, 1>(tile, num_super, rows_x, acc, accm, j0 == 0); break;
-        case 2: if constexpr (A >= 2) multiply_repacked<V, T, 2>(tile, num_super, rows_x, acc, accm, j0 == 0); break;
-        case 3: if constexpr (A >= 3) multiply_repacked<V, T, 3>(tile, num_super, rows_x, acc, accm, j0 == 0); break;
+        case 2:
+          if constexpr (A >= 2) multiply_repacked<V, T, 2>(tile, num_super, rows_x, acc, accm, j0 == 0);
+          break;
+        case 3:
+          if constexpr (A >= 3) multiply_repacked<V, T, 3>(tile, num_super, rows_x, acc, accm, j0 == 0);
+          break;
         default: multiply_repacked<V, T, A>(tile, num_super, rows_x, acc, accm, j0 == 0); break;
       }
       for (int64_t i = 0; i < count; ++i) {

@@ -76,7 +76,9 @@ struct avx512_qvec : x86_bytes<true> {
   static freg fzero() { return _mm512_setzero_ps(); }
   static freg fload(const float* p) { return _mm512_loadu_ps(p); }
   // R f16 values widened (exact, as the decoders' half()).
-  static freg fload_half(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static freg fload_half(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static void fstore(float* p, freg v) { _mm512_storeu_ps(p, v); }
   static freg fset1(float v) { return _mm512_set1_ps(v); }
   static freg fmul(freg a, freg b) { return _mm512_mul_ps(a, b); }

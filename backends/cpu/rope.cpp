@@ -7,12 +7,12 @@
 
 namespace troupe::cpu {
 
-void apply_rope(thread_pool& pool, float* q, int64_t ldq, int num_heads, float* k, int64_t ldk,
-                int num_kv_heads, int64_t num_tokens, int head_dim, const int32_t* positions,
-                const rope_parameters& rope) {
+void apply_rope(thread_pool& pool, float* q, int64_t ldq, int num_heads, float* k, int64_t ldk, int num_kv_heads,
+                int64_t num_tokens, int head_dim, const int32_t* positions, const rope_parameters& rope) {
   const int half = static_cast<int>(rope.inv_freq.size());
   if (2 * half > head_dim) {
-    throw std::runtime_error("RoPE over " + std::to_string(2 * half) + " dimensions exceeds head_dim " + std::to_string(head_dim));
+    throw std::runtime_error("RoPE over " + std::to_string(2 * half) + " dimensions exceeds head_dim " +
+                             std::to_string(head_dim));
   }
   const float* inv_freq = rope.inv_freq.data();
   const float scale = rope.attention_factor;

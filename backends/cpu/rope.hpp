@@ -14,8 +14,7 @@ namespace troupe::cpu {
 
 // Rotates q [num_tokens, num_heads, head_dim] and k [num_tokens, num_kv_heads, head_dim] in
 // place (rows ldq / ldk floats apart) for each token's position.
-void apply_rope(thread_pool& pool, float* q, int64_t ldq, int num_heads, float* k, int64_t ldk,
-                int num_kv_heads, int64_t num_tokens, int head_dim, const int32_t* positions,
-                const rope_parameters& rope);
+void apply_rope(thread_pool& pool, float* q, int64_t ldq, int num_heads, float* k, int64_t ldk, int num_kv_heads,
+                int64_t num_tokens, int head_dim, const int32_t* positions, const rope_parameters& rope);
 
 }  // namespace troupe::cpu

@@ -13,8 +13,8 @@ namespace troupe::cpu {
 
 // y[j * ldy + r] = dot(x[j * ldx .. + k], row r of w) for j < n, r < num_rows.
 // `w` points at the first row; rows are row_bytes(type, k) apart.
-using dot_rows_fn = void (*)(const float* x, int64_t n, int64_t ldx, const std::byte* w,
-                             int64_t k, int64_t num_rows, float* y, int64_t ldy);
+using dot_rows_fn = void (*)(const float* x, int64_t n, int64_t ldx, const std::byte* w, int64_t k, int64_t num_rows,
+                             float* y, int64_t ldy);
 
 // dst[0 .. count) = the `count` elements at `src` as f32 (count: whole blocks of a quantized type).
 using to_f32_fn = void (*)(const std::byte* src, int64_t count, float* dst);
@@ -22,13 +22,11 @@ using to_f32_fn = void (*)(const std::byte* src, int64_t count, float* dst);
 // Scores of a tile of queries against a run of cached keys, and the weighted sum of values:
 // the two halves of attention's inner loop (see paged_attention.cpp).
 //   scores[q * num_keys + t] = scale * dot(queries[q * ldq ..], keys[t * ldk ..])   (head_dim)
-using attention_scores_fn = void (*)(const float* queries, int64_t num_queries, int64_t ldq,
-                                     const float* keys, int64_t num_keys, int64_t ldk,
-                                     int64_t head_dim, float scale, float* scores);
+using attention_scores_fn = void (*)(const float* queries, int64_t num_queries, int64_t ldq, const float* keys,
+                                     int64_t num_keys, int64_t ldk, int64_t head_dim, float scale, float* scores);
 //   out[q * ldo ..] += sum_t probs[q * num_keys + t] * values[t * ldv ..]
-using attention_values_fn = void (*)(const float* probs, int64_t num_queries, int64_t num_keys,
-                                     const float* values, int64_t ldv, int64_t head_dim,
-                                     float* out, int64_t ldo);
+using attention_values_fn = void (*)(const float* probs, int64_t num_queries, int64_t num_keys, const float* values,
+                                     int64_t ldv, int64_t head_dim, float* out, int64_t ldo);
 
 struct row_kernels {
   dot_rows_fn dot_rows[num_dtypes];  // indexed by dtype

@@ -21,9 +21,7 @@ namespace {
 // Reads `count` weights starting at element i as a register, for each plain dtype.
 template <class V>
 struct load_f32_weights {
-  static typename V::reg load(const std::byte* w, int64_t i) {
-    return V::load(reinterpret_cast<const float*>(w) + i);
-  }
+  static typename V::reg load(const std::byte* w, int64_t i) { return V::load(reinterpret_cast<const float*>(w) + i); }
   static float scalar(const std::byte* w, int64_t i) {
     float value;
     std::memcpy(&value, w + i * 4, 4);
@@ -113,8 +111,7 @@ inline void dot_tile_q8_0(const float* x, int64_t ldx, const std::byte* w, int64
 // order exactly (the same bits), while every activation register now serves R weight rows and
 // every weight register N activation rows: many activation rows are bound by FMAs, not loads.
 template <class V, class L, int N, int R>
-inline void dot_tile_rows(const float* x, int64_t ldx, const std::byte* w, size_t row_stride, int64_t k,
-                          float* out) {
+inline void dot_tile_rows(const float* x, int64_t ldx, const std::byte* w, size_t row_stride, int64_t k, float* out) {
   constexpr int64_t W = V::width;
   typename V::reg acc[R][N][2];
   for (int r = 0; r < R; ++r)
@@ -150,8 +147,8 @@ inline void dot_tile_rows(const float* x, int64_t ldx, const std::byte* w, size_
 }
 
 template <class V, int N, int R>
-inline void dot_tile_rows_for(dtype type, const float* x, int64_t ldx, const std::byte* w, size_t row_stride,
-                              int64_t k, float* out) {
+inline void dot_tile_rows_for(dtype type, const float* x, int64_t ldx, const std::byte* w, size_t row_stride, int64_t k,
+                              float* out) {
   switch (type) {
     case dtype::f32: return dot_tile_rows<V, load_f32_weights<V>, N, R>(x, ldx, w, row_stride, k, out);
     case dtype::f16: return dot_tile_rows<V, load_f16_weights<V>, N, R>(x, ldx, w, row_stride, k, out);
@@ -161,8 +158,7 @@ inline void dot_tile_rows_for(dtype type, const float* x, int64_t ldx, const std
 }
 
 template <class V, int N>
-inline void dot_tile_for(dtype type, const float* x, int64_t ldx, const std::byte* w, int64_t k,
-                         float* out) {
+inline void dot_tile_for(dtype type, const float* x, int64_t ldx, const std::byte* w, int64_t k, float* out) {
   // Two accumulators per activation row whatever N is, so a row's sum is formed in the same
   // order whether it is dotted alone or beside others (batch invariance); two chains of FMAs
   // already stream weights faster than one core's share of memory bandwidth.
@@ -179,8 +175,8 @@ inline void dot_tile_for(dtype type, const float* x, int64_t ldx, const std::byt
 // R weight rows at rows [r, r + R) against every activation row, in groups of V::pair_acts (as
 // many as the registers hold beside R weight registers), float types only.
 template <class V, int R>
-inline void dot_row_group(dtype type, const float* x, int64_t n, int64_t ldx, const std::byte* row,
-                          size_t row_stride, int64_t k, float* y, int64_t ldy) {
+inline void dot_row_group(dtype type, const float* x, int64_t n, int64_t ldx, const std::byte* row, size_t row_stride,
+                          int64_t k, float* y, int64_t ldy) {
   constexpr int A = V::pair_acts;
   float out[R * A];
   for (int64_t j0 = 0; j0 < n; j0 += A) {
@@ -200,9 +196,8 @@ inline void dot_row_group(dtype type, const float* x, int64_t n, int64_t ldx, co
 }
 
 template <class V>
-inline void dot_rows_strided(dtype type, const float* x, int64_t n, int64_t ldx,
-                             const std::byte* w, size_t row_stride, int64_t k, int64_t num_rows,
-                             float* y, int64_t ldy) {
+inline void dot_rows_strided(dtype type, const float* x, int64_t n, int64_t ldx, const std::byte* w, size_t row_stride,
+                             int64_t k, int64_t num_rows, float* y, int64_t ldy) {
   float out[4];
   int64_t r = 0;
   // Tiles of V::tile_rows weight rows, then a pair, for the float types; the rest one row at a
@@ -210,9 +205,11 @@ inline void dot_rows_strided(dtype type, const float* x, int64_t n, int64_t ldx,
   static_assert(V::pair_acts <= 4, "out[] holds 4");
   if (type == dtype::f32 || type == dtype::f16 || type == dtype::bf16) {
     constexpr int R = V::tile_rows;
-    for (; r + R <= num_rows; r += R) dot_row_group<V, R>(type, x, n, ldx, w + r * row_stride, row_stride, k, y + r, ldy);
+    for (; r + R <= num_rows; r += R)
+      dot_row_group<V, R>(type, x, n, ldx, w + r * row_stride, row_stride, k, y + r, ldy);
     if constexpr (R > 2) {
-      for (; r + 2 <= num_rows; r += 2) dot_row_group<V, 2>(type, x, n, ldx, w + r * row_stride, row_stride, k, y + r, ldy);
+      for (; r + 2 <= num_rows; r += 2)
+        dot_row_group<V, 2>(type, x, n, ldx, w + r * row_stride, row_stride, k, y + r, ldy);
     }
   }
   for (; r < num_rows; ++r) {
@@ -232,8 +229,8 @@ inline void dot_rows_strided(dtype type, const float* x, int64_t n, int64_t ldx,
 }
 
 template <class V, dtype T>
-void dot_rows(const float* x, int64_t n, int64_t ldx, const std::byte* w, int64_t k,
-              int64_t num_rows, float* y, int64_t ldy) {
+void dot_rows(const float* x, int64_t n, int64_t ldx, const std::byte* w, int64_t k, int64_t num_rows, float* y,
+              int64_t ldy) {
   dot_rows_strided<V>(T, x, n, ldx, w, row_bytes(T, k), k, num_rows, y, ldy);
 }
 
@@ -242,8 +239,8 @@ void dot_rows(const float* x, int64_t n, int64_t ldx, const std::byte* w, int64_
 // everywhere, not fast. (No std::vector here: its inline members compiled with this file's ISA
 // flags could become the copy the whole program links.)
 template <class V, dtype T>
-void dot_rows_via_f32(const float* x, int64_t n, int64_t ldx, const std::byte* w, int64_t k,
-                      int64_t num_rows, float* y, int64_t ldy) {
+void dot_rows_via_f32(const float* x, int64_t n, int64_t ldx, const std::byte* w, int64_t k, int64_t num_rows, float* y,
+                      int64_t ldy) {
   constexpr int64_t chunk = 2048;  // a multiple of every block size
   alignas(64) float decoded[chunk];
   const size_t stride = row_bytes(T, k);
@@ -254,8 +251,8 @@ void dot_rows_via_f32(const float* x, int64_t n, int64_t ldx, const std::byte* w
       quant::dequantize_row(T, w + r * stride + row_bytes(T, begin), decoded, count);
       for (int64_t j = 0; j < n; ++j) {
         float partial;
-        dot_tile<V, load_f32_weights<V>, 1, 2>(x + j * ldx + begin, ldx,
-                                               reinterpret_cast<const std::byte*>(decoded), count, &partial);
+        dot_tile<V, load_f32_weights<V>, 1, 2>(x + j * ldx + begin, ldx, reinterpret_cast<const std::byte*>(decoded),
+                                               count, &partial);
         y[j * ldy + r] += partial;
       }
     }
@@ -270,7 +267,8 @@ void reference_to_f32(const std::byte* src, int64_t count, float* dst) {
 template <class V, int... I>
 void fill_generic_kernels(row_kernels& table, std::integer_sequence<int, I...>) {
   ((table.dot_rows[I] = &dot_rows_via_f32<V, static_cast<dtype>(I)>,
-    table.to_f32[I] = &reference_to_f32<static_cast<dtype>(I)>), ...);
+    table.to_f32[I] = &reference_to_f32<static_cast<dtype>(I)>),
+   ...);
 }
 
 template <class V>
@@ -308,27 +306,23 @@ void q8_0_to_f32_rows(const std::byte* src, int64_t count, float* dst) {
 }
 
 template <class V>
-void attention_scores(const float* queries, int64_t num_queries, int64_t ldq, const float* keys,
-                      int64_t num_keys, int64_t ldk, int64_t head_dim, float scale,
-                      float* scores) {
-  dot_rows_strided<V>(dtype::f32, queries, num_queries, ldq,
-                      reinterpret_cast<const std::byte*>(keys), static_cast<size_t>(ldk) * 4,
-                      head_dim, num_keys, scores, num_keys);
+void attention_scores(const float* queries, int64_t num_queries, int64_t ldq, const float* keys, int64_t num_keys,
+                      int64_t ldk, int64_t head_dim, float scale, float* scores) {
+  dot_rows_strided<V>(dtype::f32, queries, num_queries, ldq, reinterpret_cast<const std::byte*>(keys),
+                      static_cast<size_t>(ldk) * 4, head_dim, num_keys, scores, num_keys);
   for (int64_t i = 0; i < num_queries * num_keys; ++i) scores[i] *= scale;
 }
 
 template <class V>
-void attention_values(const float* probs, int64_t num_queries, int64_t num_keys,
-                      const float* values, int64_t ldv, int64_t head_dim, float* out,
-                      int64_t ldo) {
+void attention_values(const float* probs, int64_t num_queries, int64_t num_keys, const float* values, int64_t ldv,
+                      int64_t head_dim, float* out, int64_t ldo) {
   for (int64_t q = 0; q < num_queries; ++q) {
     float* o = out + q * ldo;
     for (int64_t t = 0; t < num_keys; ++t) {
       const typename V::reg p = V::set1(probs[q * num_keys + t]);
       const float* v = values + t * ldv;
       int64_t d = 0;
-      for (; d + V::width <= head_dim; d += V::width)
-        V::store(o + d, V::fma(p, V::load(v + d), V::load(o + d)));
+      for (; d + V::width <= head_dim; d += V::width) V::store(o + d, V::fma(p, V::load(v + d), V::load(o + d)));
       const float ps = probs[q * num_keys + t];
       for (; d < head_dim; ++d) o[d] += ps * v[d];
     }

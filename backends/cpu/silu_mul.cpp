@@ -5,8 +5,8 @@
 
 namespace troupe::cpu {
 
-void silu_mul(thread_pool& pool, const float* gate, const float* up, int64_t ld_in,
-              int64_t num_rows, int64_t dim, float* out, int64_t ld_out) {
+void silu_mul(thread_pool& pool, const float* gate, const float* up, int64_t ld_in, int64_t num_rows, int64_t dim,
+              float* out, int64_t ld_out) {
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, dim));
   pool.parallel_for(0, num_rows, grain, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {

@@ -9,7 +9,7 @@ namespace troupe::cpu {
 
 // gate, up, out: [num_rows, dim] with rows ld_in (gate, up) and ld_out (out) floats apart;
 // out may alias gate.
-void silu_mul(thread_pool& pool, const float* gate, const float* up, int64_t ld_in,
-              int64_t num_rows, int64_t dim, float* out, int64_t ld_out);
+void silu_mul(thread_pool& pool, const float* gate, const float* up, int64_t ld_in, int64_t num_rows, int64_t dim,
+              float* out, int64_t ld_out);
 
 }  // namespace troupe::cpu

@@ -25,8 +25,7 @@ bool simd_level_supported(simd_level level) {
   switch (level) {
     case simd_level::scalar: return true;
     case simd_level::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case simd_level::avx512:
       return simd_level_supported(simd_level::avx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&

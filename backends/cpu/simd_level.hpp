@@ -7,9 +7,9 @@
 namespace troupe::cpu {
 
 enum class simd_level {
-  scalar,  // portable C++; runs anywhere
-  avx2,    // AVX2 + FMA + F16C
-  avx512,  // AVX-512 F/BW/VL/DQ (+ the AVX2 set)
+  scalar,       // portable C++; runs anywhere
+  avx2,         // AVX2 + FMA + F16C
+  avx512,       // AVX-512 F/BW/VL/DQ (+ the AVX2 set)
   avx512_vnni,  // the AVX-512 set + VNNI (vpdpbusd: int8 dot products for the quantized types)
 };
 

@@ -83,8 +83,7 @@ void thread_pool::parallel_for(int64_t begin, int64_t end, int64_t grain, const 
   run(begin, end, std::max<int64_t>({1, grain, per_thread}), fn);
 }
 
-void thread_pool::parallel_for_dynamic(int64_t begin, int64_t end, int64_t chunk,
-                                       const range_fn& fn) {
+void thread_pool::parallel_for_dynamic(int64_t begin, int64_t end, int64_t chunk, const range_fn& fn) {
   if (end <= begin) return;
   run(begin, end, std::max<int64_t>(1, chunk), fn);
 }

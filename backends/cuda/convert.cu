@@ -11,10 +11,11 @@ void convert(const void* in, dtype from, void* out, dtype to, int64_t n, cudaStr
   dispatch_activation(to, "convert", [&](auto out_type) {
     using Out = decltype(out_type);
     if (from == dtype::q8_0) {
-      if (n % 32 != 0) throw std::runtime_error("CUDA convert: a Q8_0 tensor of " + std::to_string(n) +
-                                                " values is not a whole number of 32-value blocks");
-      dequantize_q8_0_kernel<Out><<<blocks, threads, 0, stream>>>(static_cast<const uint8_t*>(in),
-                                                                  static_cast<Out*>(out), n);
+      if (n % 32 != 0)
+        throw std::runtime_error("CUDA convert: a Q8_0 tensor of " + std::to_string(n) +
+                                 " values is not a whole number of 32-value blocks");
+      dequantize_q8_0_kernel<Out>
+          <<<blocks, threads, 0, stream>>>(static_cast<const uint8_t*>(in), static_cast<Out*>(out), n);
       check_launch("dequantize_q8_0_kernel");
       return;
     }

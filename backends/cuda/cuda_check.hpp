@@ -24,7 +24,8 @@ inline void check(cudaError_t status, const char* what) {
 
 inline void check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    throw cuda_error(std::string("cuBLAS: ") + what + " failed with status " + std::to_string(static_cast<int>(status)));
+    throw cuda_error(std::string("cuBLAS: ") + what + " failed with status " +
+                     std::to_string(static_cast<int>(status)));
   }
 }
 

@@ -61,15 +61,15 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 // Linear weights keep GGUF block types as stored (cuda::linear_weight); the rest is in the
 // activation dtype.
 struct layer_weights {
-  cuda::linear_weight qkv;      // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]
-  device_buffer qkv_bias;       // [(num_heads + 2 * num_kv_heads) * head_dim] (Qwen2) or empty
-  cuda::linear_weight o;        // [hidden, num_heads * head_dim]
-  cuda::linear_weight gate_up;  // [2 * intermediate, hidden]
-  cuda::linear_weight down;     // [hidden, intermediate]
+  cuda::linear_weight qkv;       // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]
+  device_buffer qkv_bias;        // [(num_heads + 2 * num_kv_heads) * head_dim] (Qwen2) or empty
+  cuda::linear_weight o;         // [hidden, num_heads * head_dim]
+  cuda::linear_weight gate_up;   // [2 * intermediate, hidden]
+  cuda::linear_weight down;      // [hidden, intermediate]
   device_buffer input_norm;      // [hidden]
   device_buffer post_attn_norm;  // [hidden]
-  device_buffer q_norm;  // [head_dim] (Qwen3) or empty
-  device_buffer k_norm;  // [head_dim] (Qwen3) or empty
+  device_buffer q_norm;          // [head_dim] (Qwen3) or empty
+  device_buffer k_norm;          // [head_dim] (Qwen3) or empty
 };
 
 // Device-side copy of one step's forward_batch plus the attention plan, at fixed offsets so a
@@ -192,8 +192,8 @@ class cuda_model final : public model {
   dtype kv_dtype() const override { return kv_type_; }
 
   std::optional<device_kv_pool> kv_pool_on_device() const override {
-    return device_kv_pool{options_.device, kv_pool_.get(), config_.num_layers, kv_shape_.num_blocks, kv_layer_bytes(1),
-                          kv_type_};
+    return device_kv_pool{options_.device,      kv_pool_.get(),    config_.num_layers,
+                          kv_shape_.num_blocks, kv_layer_bytes(1), kv_type_};
   }
 
   // Device-to-host per contiguous run (one block of one side of one layer), then the conversion
@@ -263,8 +263,7 @@ class cuda_model final : public model {
 
   // The logits stay on the GPU: only the sampling parameters (and the constrained rows' token
   // masks, one [masked rows, words] copy) go up and one id per row comes down.
-  void forward_sample(const forward_batch& batch, std::span<const device_sampling_row> rows,
-                      int32_t* tokens) override {
+  void forward_sample(const forward_batch& batch, std::span<const device_sampling_row> rows, int32_t* tokens) override {
     validate_batch(batch);
     if (rows.size() != static_cast<size_t>(batch.num_logits())) {
       throw std::runtime_error("cuda model: " + std::to_string(rows.size()) + " sampling rows for " +
@@ -372,8 +371,9 @@ class cuda_model final : public model {
     const model_config& c = config_;
     if (c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 ||
         c.vocab_size <= 0 || c.intermediate_size <= 0) {
-      throw std::runtime_error("cuda model: config has a non-positive size (hidden, layers, heads, head_dim, vocab, "
-                               "intermediate must all be > 0)");
+      throw std::runtime_error(
+          "cuda model: config has a non-positive size (hidden, layers, heads, head_dim, vocab, "
+          "intermediate must all be > 0)");
     }
     if (c.num_heads % c.num_kv_heads != 0) {
       throw std::runtime_error("cuda model: num_heads " + std::to_string(c.num_heads) +
@@ -392,8 +392,8 @@ class cuda_model final : public model {
     }
     if (options_.max_graph_batch < 1) throw std::runtime_error("cuda model: max_graph_batch must be >= 1");
     if (options_.nano_batches < 1 || options_.nano_batches > max_nano_batches) {
-      throw std::runtime_error("cuda model: nano_batches must be in [1, " + std::to_string(max_nano_batches) + "], got " +
-                               std::to_string(options_.nano_batches));
+      throw std::runtime_error("cuda model: nano_batches must be in [1, " + std::to_string(max_nano_batches) +
+                               "], got " + std::to_string(options_.nano_batches));
     }
     if (options_.min_nano_batch_rows < 1) throw std::runtime_error("cuda model: min_nano_batch_rows must be >= 1");
     if (options_.quantized_gemv_max_tokens < 0) {
@@ -458,14 +458,16 @@ class cuda_model final : public model {
     for (int i = 0; i < c.num_layers; ++i) {
       const layer_tensor_names& n = names.layers[i];
       layer_weights& l = layers_[i];
-      l.qkv = upload_linear({&expect(weights, n.q_proj, {q_width, hidden}), &expect(weights, n.k_proj, {kv_width, hidden}),
-                             &expect(weights, n.v_proj, {kv_width, hidden})});
+      l.qkv =
+          upload_linear({&expect(weights, n.q_proj, {q_width, hidden}), &expect(weights, n.k_proj, {kv_width, hidden}),
+                         &expect(weights, n.v_proj, {kv_width, hidden})});
       if (!n.q_bias.empty()) {
         l.qkv_bias = upload({&expect(weights, n.q_bias, {q_width}), &expect(weights, n.k_bias, {kv_width}),
                              &expect(weights, n.v_bias, {kv_width})});
       }
       l.o = upload_linear({&expect(weights, n.o_proj, {hidden, q_width})});
-      l.gate_up = upload_linear({&expect(weights, n.gate_proj, {inter, hidden}), &expect(weights, n.up_proj, {inter, hidden})});
+      l.gate_up =
+          upload_linear({&expect(weights, n.gate_proj, {inter, hidden}), &expect(weights, n.up_proj, {inter, hidden})});
       l.down = upload_linear({&expect(weights, n.down_proj, {hidden, inter})});
       l.input_norm = upload({&expect(weights, n.attn_norm, {hidden})});
       l.post_attn_norm = upload({&expect(weights, n.ffn_norm, {hidden})});
@@ -476,7 +478,8 @@ class cuda_model final : public model {
     }
     staging_.release();
     std::string counts;
-    for (const auto& [type, count] : tensor_counts_) counts += (counts.empty() ? "" : ", ") + type + ": " + std::to_string(count);
+    for (const auto& [type, count] : tensor_counts_)
+      counts += (counts.empty() ? "" : ", ") + type + ": " + std::to_string(count);
     spdlog::info("cuda model: {:.1f} MiB of weights on cuda:{} ({})", static_cast<double>(weight_bytes_) / (1 << 20),
                  options_.device, counts);
   }
@@ -608,9 +611,13 @@ class cuda_model final : public model {
   }
 
   template <typename T>
-  T* host_at(size_t offset) { return reinterpret_cast<T*>(meta_host_.as<char>() + offset); }
+  T* host_at(size_t offset) {
+    return reinterpret_cast<T*>(meta_host_.as<char>() + offset);
+  }
   template <typename T>
-  T* device_at(size_t offset) const { return reinterpret_cast<T*>(meta_device_.as<char>() + offset); }
+  T* device_at(size_t offset) const {
+    return reinterpret_cast<T*>(meta_device_.as<char>() + offset);
+  }
 
   // Writes the step into pinned memory; returns how many bytes to upload.
   size_t pack_step(const forward_batch& b, int rows, int seqs, const std::vector<int32_t>& query_start,
@@ -647,7 +654,8 @@ class cuda_model final : public model {
     if (static_cast<int>(b.positions.size()) != n || static_cast<int>(b.slot_mapping.size()) != n) {
       fail("positions and slot_mapping must have one entry per token (" + std::to_string(n) + ")");
     }
-    if (static_cast<int>(b.query_start.size()) != seqs + 1 || static_cast<int>(b.block_table_start.size()) != seqs + 1) {
+    if (static_cast<int>(b.query_start.size()) != seqs + 1 ||
+        static_cast<int>(b.block_table_start.size()) != seqs + 1) {
       fail("query_start and block_table_start must have num_seqs + 1 = " + std::to_string(seqs + 1) + " entries");
     }
     if (b.query_start[0] != 0 || b.query_start[seqs] != n) fail("query_start must run from 0 to num_tokens");
@@ -707,8 +715,8 @@ class cuda_model final : public model {
   // reads only its own sequences' rows: the parts share the activation buffers without overlap.
   // `layer_events`: record layer_kv_event(layer, part) on each part's stream right after that
   // layer's KV store (report_layers_written waits on them).
-  void run_step(int rows, int logits_rows, const cuda::paged_attention_plan& plan,
-                const std::vector<nano_batch>& parts, bool layer_events) {
+  void run_step(int rows, int logits_rows, const cuda::paged_attention_plan& plan, const std::vector<nano_batch>& parts,
+                bool layer_events) {
     const model_config& c = config_;
     const int hidden = c.hidden_size, inter = c.intermediate_size;
     const int q_width = c.num_heads * c.head_dim, kv_width = c.num_kv_heads * c.head_dim;
@@ -758,8 +766,9 @@ class cuda_model final : public model {
     std::vector<lane_view> lanes;
     int work = 0;
     for (size_t p = 0; p < parts.size(); ++p) {
-      lane_view lane{p == 0 ? stream_ : side_lanes_[p - 1].stream, p == 0 ? linear_.get() : side_lanes_[p - 1].linear.get(),
-                     whole, parts[p].first_row, parts[p].num_rows()};
+      lane_view lane{p == 0 ? stream_ : side_lanes_[p - 1].stream,
+                     p == 0 ? linear_.get() : side_lanes_[p - 1].linear.get(), whole, parts[p].first_row,
+                     parts[p].num_rows()};
       int end_work = work;
       while (end_work < plan.num_work() && plan.work_items[2 * end_work] < parts[p].end_seq) ++end_work;
       const size_t skipped = static_cast<size_t>(work) * c.num_kv_heads * plan.num_splits * plan.rows_per_cta;
@@ -779,7 +788,8 @@ class cuda_model final : public model {
     // The side lanes start once the step's metadata (uploaded on stream_) is there.
     if (lanes.size() > 1) {
       check(cudaEventRecord(step_ready_, stream_), "cudaEventRecord");
-      for (size_t p = 1; p < lanes.size(); ++p) check(cudaStreamWaitEvent(lanes[p].stream, step_ready_, 0), "cudaStreamWaitEvent");
+      for (size_t p = 1; p < lanes.size(); ++p)
+        check(cudaStreamWaitEvent(lanes[p].stream, step_ready_, 0), "cudaStreamWaitEvent");
     }
 
     for (const lane_view& lane : lanes) {
@@ -808,8 +818,8 @@ class cuda_model final : public model {
                    c.num_heads, c.num_kv_heads, c.head_dim, type_, s);
         const char* k = static_cast<const char*>(qkv) + static_cast<size_t>(q_width) * dtype_size(type_);
         const char* v = k + static_cast<size_t>(kv_width) * dtype_size(type_);
-        cuda::kv_cache_store(k, v, qkv_width, slots + r0, k_cache(i), v_cache(i), n, c.num_kv_heads, c.head_dim,
-                             type_, kv_type_, s);
+        cuda::kv_cache_store(k, v, qkv_width, slots + r0, k_cache(i), v_cache(i), n, c.num_kv_heads, c.head_dim, type_,
+                             kv_type_, s);
         if (layer_events) check(cudaEventRecord(layer_kv_event(i, static_cast<int>(p)), s), "cudaEventRecord");
         lane.attention.k_cache = k_cache(i);
         lane.attention.v_cache = v_cache(i);
@@ -874,19 +884,19 @@ class cuda_model final : public model {
   cudaEvent_t step_ready_ = nullptr;  // recorded on stream_ after the metadata upload
   // [num_layers, nano_batches]: layer L's KV store done on lane p (steps with after_layer_kv).
   std::vector<cudaEvent_t> layer_kv_written_;
-  int num_step_lanes_ = 1;  // lanes the last run_step used
+  int num_step_lanes_ = 1;                 // lanes the last run_step used
   cudaStream_t kv_copy_stream_ = nullptr;  // export_kv / import_kv, beside the compute streams
 
   cuda::linear_weight embed_;    // [vocab, hidden]
   cuda::linear_weight lm_head_;  // [vocab, hidden]; embed_'s storage when tied
   device_buffer final_norm_;     // [hidden]
   std::vector<layer_weights> layers_;
-  device_buffer inv_freq_;  // [head_dim / 2] f32
-  device_buffer staging_;   // upload staging for weights in another dtype
-  size_t weight_bytes_ = 0;   // device memory the weights take (quantized ones as stored)
-  size_t scratch_bytes_ = 0;  // each lane's dequantization scratch (cuda::linear)
+  device_buffer inv_freq_;                    // [head_dim / 2] f32
+  device_buffer staging_;                     // upload staging for weights in another dtype
+  size_t weight_bytes_ = 0;                   // device memory the weights take (quantized ones as stored)
+  size_t scratch_bytes_ = 0;                  // each lane's dequantization scratch (cuda::linear)
   std::map<std::string, int> tensor_counts_;  // "q4_k": 97, "f32->bf16": 65
-  device_buffer kv_pool_;   // per layer: K then V, each [num_blocks, block_size, num_kv_heads, head_dim]
+  device_buffer kv_pool_;  // per layer: K then V, each [num_blocks, block_size, num_kv_heads, head_dim]
 
   step_capacity capacity_;
   size_t meta_bytes_ = 0;
@@ -894,21 +904,21 @@ class cuda_model final : public model {
          off_table_start_ = 0, off_work_ = 0, off_logits_rows_ = 0, off_tables_ = 0;
   device_buffer meta_device_;
   cuda::pinned_buffer meta_host_;
-  device_buffer residual_;   // [tokens, hidden]
-  device_buffer block_out_;  // [tokens, hidden] output of o_proj / down_proj
-  device_buffer normed_;     // [tokens, hidden]
-  device_buffer qkv_;        // [tokens, (num_heads + 2 * num_kv_heads) * head_dim]
-  device_buffer attn_out_;   // [tokens, num_heads * head_dim]
-  device_buffer gate_up_;    // [tokens, 2 * intermediate]
-  device_buffer act_;        // [tokens, intermediate]
-  device_buffer gathered_;   // [logits, hidden]
-  device_buffer logits_;     // [logits, vocab] f32
-  pinned_buffer sample_params_host_;  // [logits] cuda::sampling_row
-  device_buffer sample_params_;       // [logits] cuda::sampling_row
-  device_buffer sampled_;             // [logits] int32 token ids
-  pinned_buffer sample_masks_host_;   // [masked rows, ceil(vocab / 64)] uint64 token masks
-  device_buffer sample_masks_;        // [masked rows, ceil(vocab / 64)] uint64 token masks
-  device_buffer workspace_;  // attention split partials
+  device_buffer residual_;                 // [tokens, hidden]
+  device_buffer block_out_;                // [tokens, hidden] output of o_proj / down_proj
+  device_buffer normed_;                   // [tokens, hidden]
+  device_buffer qkv_;                      // [tokens, (num_heads + 2 * num_kv_heads) * head_dim]
+  device_buffer attn_out_;                 // [tokens, num_heads * head_dim]
+  device_buffer gate_up_;                  // [tokens, 2 * intermediate]
+  device_buffer act_;                      // [tokens, intermediate]
+  device_buffer gathered_;                 // [logits, hidden]
+  device_buffer logits_;                   // [logits, vocab] f32
+  pinned_buffer sample_params_host_;       // [logits] cuda::sampling_row
+  device_buffer sample_params_;            // [logits] cuda::sampling_row
+  device_buffer sampled_;                  // [logits] int32 token ids
+  pinned_buffer sample_masks_host_;        // [masked rows, ceil(vocab / 64)] uint64 token masks
+  device_buffer sample_masks_;             // [masked rows, ceil(vocab / 64)] uint64 token masks
+  device_buffer workspace_;                // attention split partials
   std::map<int, cudaGraphExec_t> graphs_;  // decode bucket -> captured step
 };
 
@@ -918,18 +928,23 @@ class cuda_model final : public model {
 void check_cuda_supports(const model_config& c) {
   const architecture_traits& t = traits_of(c.arch);
   std::string missing;
-  if (t.experts || c.moe.num_experts > 0) missing = "mixture-of-experts layers";
-  else if (t.norm != norm_kind::rms || t.post_block_norms || t.scale_embeddings) missing = "Gemma's norms and embedding scale";
-  else if (c.activation != activation_kind::silu) missing = "activations other than SiLU";
-  else if (t.output_bias || c.attention_sinks || c.attn_logit_softcapping > 0 || c.final_logit_softcapping > 0) missing = "attention extras";
+  if (t.experts || c.moe.num_experts > 0)
+    missing = "mixture-of-experts layers";
+  else if (t.norm != norm_kind::rms || t.post_block_norms || t.scale_embeddings)
+    missing = "Gemma's norms and embedding scale";
+  else if (c.activation != activation_kind::silu)
+    missing = "activations other than SiLU";
+  else if (t.output_bias || c.attention_sinks || c.attn_logit_softcapping > 0 || c.final_logit_softcapping > 0)
+    missing = "attention extras";
   else if (c.sliding_window > 0 && c.sliding_window < c.max_position_embeddings &&
            std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end()) {
     missing = "sliding-window attention (window " + std::to_string(c.sliding_window) + " of a " +
               std::to_string(c.max_position_embeddings) + "-token context)";
-  }
-  else if (c.rotary_dim > 0 || (c.rope_scaling && c.rope_scaling->type != rope_scaling_type::llama3)) missing = "partial or scaled RoPE other than llama3";
+  } else if (c.rotary_dim > 0 || (c.rope_scaling && c.rope_scaling->type != rope_scaling_type::llama3))
+    missing = "partial or scaled RoPE other than llama3";
   if (!missing.empty()) {
-    throw std::runtime_error("the CUDA backend does not run " + std::string(t.hf_name) + " yet (" + missing + "); use --device cpu");
+    throw std::runtime_error("the CUDA backend does not run " + std::string(t.hf_name) + " yet (" + missing +
+                             "); use --device cpu");
   }
 }
 

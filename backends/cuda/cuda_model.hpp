@@ -19,7 +19,7 @@ namespace troupe {
 
 struct cuda_options {
   int device = 0;
-  dtype activation = dtype::bf16;       // f32, f16 or bf16: weights and activations
+  dtype activation = dtype::bf16;  // f32, f16 or bf16: weights and activations
   // The KV pool's element type (f32, f16, bf16, q8_0 with head_dim % 32 == 0, fp8_e4m3); none:
   // the activation dtype.
   std::optional<dtype> kv_cache;

@@ -13,7 +13,8 @@ void dequantize_rows(const void* table, dtype table_type, const float* row_scale
   };
   const int block_size = quant_blocks::decoder_block_size(table_type);
   if (block_size == 0) fail("no CUDA kernel decodes this type");
-  if (cols <= 0 || cols % block_size != 0) fail("rows must be whole blocks of " + std::to_string(block_size) + " values");
+  if (cols <= 0 || cols % block_size != 0)
+    fail("rows must be whole blocks of " + std::to_string(block_size) + " values");
   if (reinterpret_cast<uintptr_t>(table) % 16 != 0) fail("the table must start 16-byte aligned");
   if (reinterpret_cast<uintptr_t>(out) % 16 != 0 || ldo % 8 != 0 || ldo < cols) {
     fail("the output must start 16-byte aligned with rows a multiple of 8 values apart, at least cols wide");

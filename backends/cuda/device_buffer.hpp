@@ -57,7 +57,9 @@ class cuda_allocation {
 
   void* get() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t size() const { return num_bytes_; }
   explicit operator bool() const { return data_ != nullptr; }
 

@@ -29,7 +29,8 @@ size_t dequantize_scratch_bytes(const linear_weight& weight, dtype activation, s
   return static_cast<size_t>(rows) * row;
 }
 
-linear::linear(size_t scratch_bytes, int gemv_max_tokens) : scratch_(scratch_bytes), gemv_max_tokens_(gemv_max_tokens) {}
+linear::linear(size_t scratch_bytes, int gemv_max_tokens)
+    : scratch_(scratch_bytes), gemv_max_tokens_(gemv_max_tokens) {}
 
 void linear::run(const linear_weight& weight, const void* x, const void* bias, void* y, int tokens, dtype in_type,
                  dtype out_type, cudaStream_t stream) {
@@ -49,8 +50,8 @@ void linear::run(const linear_weight& weight, const void* x, const void* bias, v
         quant_gemv(weight.data(part), part.type, weight.row_scales_from(part.first_row), part.rows, in, x, in, in_type,
                    tokens, bias_at(part.first_row), y_at(part.first_row), out, out_type, stream);
       } else {
-        matmul_.run(x, weight.data(part), bias_at(part.first_row), y_at(part.first_row), tokens, in, part.rows,
-                    in_type, out_type, stream, out);
+        matmul_.run(x, weight.data(part), bias_at(part.first_row), y_at(part.first_row), tokens, in, part.rows, in_type,
+                    out_type, stream, out);
       }
     }
     return;

@@ -22,7 +22,9 @@ std::string describe(const weight_tensor& tensor) {
 
 }  // namespace
 
-bool kept_quantized(dtype type) { return quant_blocks::visit(type, [](auto) {}); }
+bool kept_quantized(dtype type) {
+  return quant_blocks::visit(type, [](auto) {});
+}
 
 bool stored_quantized(const weight_tensor& tensor) {
   if (!kept_quantized(tensor.type) || !tensor.input_order.empty()) return false;
@@ -50,8 +52,8 @@ void upload_converted(const weight_tensor& tensor, dtype to, void* destination, 
     check(cudaMemcpy(destination, tensor.data, tensor.num_bytes, cudaMemcpyHostToDevice), "upload weight");
     return;
   }
-  const bool device_converts =
-      tensor.type == dtype::f32 || tensor.type == dtype::f16 || tensor.type == dtype::bf16 || tensor.type == dtype::q8_0;
+  const bool device_converts = tensor.type == dtype::f32 || tensor.type == dtype::f16 || tensor.type == dtype::bf16 ||
+                               tensor.type == dtype::q8_0;
   if (!device_converts || !tensor.plain()) {
     // A type without a device conversion, or a checkpoint's row scales or act-order columns: the
     // tensor's values (weight_rows_f32, the one definition of them) made on the host.

@@ -4,9 +4,9 @@
 // GGUF block type, FP8 E4M3 and its b128 blocks) stays as it is in the file, quantized weights
 // never widened in memory, a checkpoint's per-row scales beside it (row_scales); every other type,
 // and a tensor with act-order columns (weight_tensor::input_order), is converted to the
-// activation dtype on upload, its values made by weight_rows_f32. Fused layers (q|k|v, gate|up) are the parts of one weight, so
-// they run as one product even where a file gives them different types (Q4_K_M keeps v_proj and
-// some down projections in q6_k); consecutive parts of one type merge into one.
+// activation dtype on upload, its values made by weight_rows_f32. Fused layers (q|k|v, gate|up) are the parts of one
+// weight, so they run as one product even where a file gives them different types (Q4_K_M keeps v_proj and some down
+// projections in q6_k); consecutive parts of one type merge into one.
 
 #include <cuda_runtime.h>
 
@@ -25,7 +25,7 @@ struct linear_part {
   dtype type = dtype::f32;  // a block type (quantized), or the activation dtype
   int first_row = 0;        // of the weight's out_features
   int rows = 0;
-  size_t offset = 0;        // bytes into the storage; 256-aligned, as cudaMalloc aligns
+  size_t offset = 0;  // bytes into the storage; 256-aligned, as cudaMalloc aligns
 };
 
 struct linear_weight {

@@ -70,9 +70,9 @@ matmul::plan& matmul::plan_for(const key& k) {
     check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
           "set EPILOGUE");
     const cudaDataType_t bias_type = cuda_type(out_type);
-    check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                         sizeof(bias_type)),
-          "set BIAS_DATA_TYPE");
+    check(
+        cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
+        "set BIAS_DATA_TYPE");
   }
   // Column-major views: A = W^T stored [in, out] (ld in), B = x^T [in, tokens], C = y^T [out, tokens] (ld ldy).
   check(cublasLtMatrixLayoutCreate(&p.a, cuda_type(in_type), in_features, out_features, in_features), "layout A");

@@ -28,8 +28,8 @@ class matmul {
 
   // x [tokens, in] of `in_type`; weight [out, in] of `in_type`; bias [out] of `out_type` or null;
   // y [tokens, ldy] of `out_type` (ldy 0: out) (f32 out with 16-bit in is allowed: logits).
-  void run(const void* x, const void* weight, const void* bias, void* y, int tokens, int in_features,
-           int out_features, dtype in_type, dtype out_type, cudaStream_t stream, int64_t ldy = 0);
+  void run(const void* x, const void* weight, const void* bias, void* y, int tokens, int in_features, int out_features,
+           dtype in_type, dtype out_type, cudaStream_t stream, int64_t ldy = 0);
 
  private:
   struct plan;

@@ -11,7 +11,8 @@ std::vector<nano_batch> plan_nano_batches(const std::vector<int32_t>& query_star
   if (query_start.empty() || query_start.front() != 0) {
     throw std::runtime_error("nano batches: query_start must begin with 0");
   }
-  if (max_pieces < 1) throw std::runtime_error("nano batches: max_pieces must be >= 1, got " + std::to_string(max_pieces));
+  if (max_pieces < 1)
+    throw std::runtime_error("nano batches: max_pieces must be >= 1, got " + std::to_string(max_pieces));
   const int num_seqs = static_cast<int>(query_start.size()) - 1;
   const int rows = query_start.back();
   const int pieces = std::clamp(std::min(max_pieces, num_seqs), 1, std::max(1, rows / std::max(1, min_rows)));

@@ -22,8 +22,8 @@ void embedding(const void* table, const int32_t* ids, void* out, int n, int cols
 // With `residual`: residual = x + residual, then out = rms_norm(residual) * weight.
 // Without: out = rms_norm(x) * weight.
 // x, residual, out [rows, cols]; weight [cols]
-void rms_norm(const void* x, void* residual, const void* weight, void* out, int rows, int cols, float eps,
-              dtype type, cudaStream_t stream);
+void rms_norm(const void* x, void* residual, const void* weight, void* out, int rows, int cols, float eps, dtype type,
+              cudaStream_t stream);
 
 // Rotary embedding in the HF rotate-half layout, in place on the q and k heads of each row of
 // `qkv` (row = q heads, then k heads, each head_dim wide; row_stride elements apart). With
@@ -87,8 +87,8 @@ void sample(const float* logits, int rows, int vocab, const sampling_row* params
 // (masks [num_masks, mask_words], bit t of word t / 64; tokens past mask_words * 64 refused)
 // counts as logit -inf, in argmax and in the draw alike. A masked row that allows no token
 // (or only NaN logits) gets -1, never a refused token.
-void sample(const float* logits, int rows, int vocab, const sampling_row* params, const uint64_t* masks,
-            int mask_words, int32_t* out, cudaStream_t stream);
+void sample(const float* logits, int rows, int vocab, const sampling_row* params, const uint64_t* masks, int mask_words,
+            int32_t* out, cudaStream_t stream);
 
 // The uniform number in [0, 1) that `sample` draws for (seed, offset): exposed so that tests can
 // reproduce a draw on the host.

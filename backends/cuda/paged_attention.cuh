@@ -33,16 +33,16 @@ __global__ void __launch_bounds__(attention_threads) paged_attention_kernel(page
   constexpr int tile = attention_tile;
   constexpr float log2e = 1.4426950408889634f;
   const int rows = p.rows_per_cta, head_dim = p.head_dim;
-  float* q_s = smem;                             // [rows, head_dim] q * scale * log2(e)
-  float* o_s = q_s + rows * head_dim;            // [rows, head_dim] unnormalized output
-  float* k_s = o_s + rows * head_dim;            // [tile, head_dim + 1] padded: lanes read columns
-  float* v_s = k_s + tile * (head_dim + 1);      // [tile, head_dim]
-  float* s_s = v_s + tile * head_dim;            // [rows, tile + 1] scores, then probabilities
-  float* max_s = s_s + rows * (tile + 1);        // [rows] running max (base-2 logits)
-  float* sum_s = max_s + rows;                   // [rows] running sum of probabilities
-  float* alpha_s = sum_s + rows;                 // [rows] rescale of this tile
+  float* q_s = smem;                                      // [rows, head_dim] q * scale * log2(e)
+  float* o_s = q_s + rows * head_dim;                     // [rows, head_dim] unnormalized output
+  float* k_s = o_s + rows * head_dim;                     // [tile, head_dim + 1] padded: lanes read columns
+  float* v_s = k_s + tile * (head_dim + 1);               // [tile, head_dim]
+  float* s_s = v_s + tile * head_dim;                     // [rows, tile + 1] scores, then probabilities
+  float* max_s = s_s + rows * (tile + 1);                 // [rows] running max (base-2 logits)
+  float* sum_s = max_s + rows;                            // [rows] running sum of probabilities
+  float* alpha_s = sum_s + rows;                          // [rows] rescale of this tile
   int* q_row_s = reinterpret_cast<int*>(alpha_s + rows);  // [rows] batch row, -1 when unused
-  int* limit_s = q_row_s + rows;                 // [rows] kv positions < limit are visible
+  int* limit_s = q_row_s + rows;                          // [rows] kv positions < limit are visible
 
   const int work = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
   const int seq = p.work_items[2 * work], first_row = p.work_items[2 * work + 1];

@@ -37,7 +37,8 @@ paged_attention_plan plan_paged_attention(const std::vector<int32_t>& query_star
   }
   // Split the context only when the CTAs would not fill the GPU twice over.
   const long long ctas = static_cast<long long>(plan.num_work()) * num_kv_heads;
-  int splits = ctas == 0 ? 1 : static_cast<int>(std::clamp<long long>((2LL * num_sms + ctas - 1) / ctas, 1, max_splits));
+  int splits =
+      ctas == 0 ? 1 : static_cast<int>(std::clamp<long long>((2LL * num_sms + ctas - 1) / ctas, 1, max_splits));
   if (max_context > 0) splits = std::min(splits, std::max(1, max_context / tokens_per_split));
   plan.num_splits = splits;
   return plan;

@@ -101,7 +101,8 @@ TROUPE_HOST_DEVICE void load_words(const std::byte* p, uint32_t (&words)[N]) {
   } else if constexpr (Align >= 2) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
     TROUPE_UNROLL
-    for (int i = 0; i < N; ++i) words[i] = static_cast<uint32_t>(h[2 * i]) | (static_cast<uint32_t>(h[2 * i + 1]) << 16);
+    for (int i = 0; i < N; ++i)
+      words[i] = static_cast<uint32_t>(h[2 * i]) | (static_cast<uint32_t>(h[2 * i + 1]) << 16);
   } else {
     const uint8_t* b = reinterpret_cast<const uint8_t*>(p);
     TROUPE_UNROLL
@@ -135,7 +136,9 @@ TROUPE_HOST_DEVICE uint32_t load_u16(const std::byte* p) {
 #endif
 }
 
-TROUPE_HOST_DEVICE uint32_t load_u8(const std::byte* p) { return static_cast<uint32_t>(*reinterpret_cast<const uint8_t*>(p)); }
+TROUPE_HOST_DEVICE uint32_t load_u8(const std::byte* p) {
+  return static_cast<uint32_t>(*reinterpret_cast<const uint8_t*>(p));
+}
 
 TROUPE_HOST_DEVICE float bits_as_float(uint32_t bits) {
 #if TROUPE_DEVICE_BRANCH
@@ -209,7 +212,8 @@ TROUPE_HOST_DEVICE float byte_value(uint32_t v) {
 
 constexpr uint32_t pack_levels(int a, int b, int c, int d) {
   return static_cast<uint32_t>(static_cast<uint8_t>(a)) | (static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8) |
-         (static_cast<uint32_t>(static_cast<uint8_t>(c)) << 16) | (static_cast<uint32_t>(static_cast<uint8_t>(d)) << 24);
+         (static_cast<uint32_t>(static_cast<uint8_t>(c)) << 16) |
+         (static_cast<uint32_t>(static_cast<uint8_t>(d)) << 24);
 }
 
 // 16-entry tables of int8 levels, packed four to a word (entry i in byte i % 4 of word i / 4).
@@ -238,9 +242,7 @@ TROUPE_HOST_DEVICE uint32_t lookup4(uint32_t indices) {
 }
 
 // 2^(e - 128) for an E8M0 byte: half its power of two (block_fields.hpp: e8m0_half).
-TROUPE_HOST_DEVICE float e8m0_half(uint32_t e) {
-  return bits_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
-}
+TROUPE_HOST_DEVICE float e8m0_half(uint32_t e) { return bits_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23)); }
 
 // Word i of `words` for an i known only at run time, through selects: indexing a register array
 // with a run-time value would put the array in (slow) local memory.

@@ -13,7 +13,8 @@ void quant_gemv(const void* weight, dtype weight_type, const float* row_scales, 
   };
   const int block_size = quant_blocks::decoder_block_size(weight_type);
   if (block_size == 0) fail("no CUDA kernel decodes this type");
-  if (cols <= 0 || cols % block_size != 0) fail("rows must be whole blocks of " + std::to_string(block_size) + " values");
+  if (cols <= 0 || cols % block_size != 0)
+    fail("rows must be whole blocks of " + std::to_string(block_size) + " values");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || ldx % 8 != 0 || ldx < cols) {
     fail("activations must start 16-byte aligned with rows a multiple of 8 values apart, at least cols wide");
   }

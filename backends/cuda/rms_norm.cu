@@ -4,8 +4,8 @@
 
 namespace troupe::cuda {
 
-void rms_norm(const void* x, void* residual, const void* weight, void* out, int rows, int cols, float eps,
-              dtype type, cudaStream_t stream) {
+void rms_norm(const void* x, void* residual, const void* weight, void* out, int rows, int cols, float eps, dtype type,
+              cudaStream_t stream) {
   if (rows == 0) return;
   dispatch_activation(type, "rms_norm", [&](auto tag) {
     using T = decltype(tag);

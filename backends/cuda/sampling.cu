@@ -13,8 +13,8 @@ void sample(const float* logits, int rows, int vocab, const sampling_row* params
   sample(logits, rows, vocab, params, nullptr, 0, out, stream);
 }
 
-void sample(const float* logits, int rows, int vocab, const sampling_row* params, const uint64_t* masks,
-            int mask_words, int32_t* out, cudaStream_t stream) {
+void sample(const float* logits, int rows, int vocab, const sampling_row* params, const uint64_t* masks, int mask_words,
+            int32_t* out, cudaStream_t stream) {
   if (rows == 0) return;
   sample_kernel<<<rows, sampling_threads, 0, stream>>>(logits, vocab, params, masks, mask_words, out);
   check_launch("sample_kernel");

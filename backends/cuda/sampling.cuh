@@ -88,17 +88,16 @@ __device__ inline int block_argmax(const float* row, int vocab, const uint64_t* 
 }
 
 // logits [rows, vocab], out [rows]
-__global__ void __launch_bounds__(sampling_threads) argmax_kernel(const float* __restrict__ logits, int vocab,
-                                                                  int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(sampling_threads)
+    argmax_kernel(const float* __restrict__ logits, int vocab, int32_t* __restrict__ out) {
   const int index = block_argmax(logits + static_cast<int64_t>(blockIdx.x) * vocab, vocab);
   if (threadIdx.x == 0) out[blockIdx.x] = index;
 }
 
 // logits [rows, vocab], params [rows], masks [num_masks, mask_words] (rows with mask_row >= 0), out [rows]
-__global__ void __launch_bounds__(sampling_threads) sample_kernel(const float* __restrict__ logits, int vocab,
-                                                                  const sampling_row* __restrict__ params,
-                                                                  const uint64_t* __restrict__ masks, int mask_words,
-                                                                  int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(sampling_threads)
+    sample_kernel(const float* __restrict__ logits, int vocab, const sampling_row* __restrict__ params,
+                  const uint64_t* __restrict__ masks, int mask_words, int32_t* __restrict__ out) {
   using reduce_t = cub::BlockReduce<float, sampling_threads>;
   using scan_t = cub::BlockScan<float, sampling_threads>;
   __shared__ union {
@@ -167,7 +166,10 @@ __global__ void __launch_bounds__(sampling_threads) sample_kernel(const float* _
     float low = 0.0f, high = 1.0f;  // count(p >= low) >= k > count(p >= high) once high moved
     for (int step = 0; step < 32; ++step) {
       const float mid = 0.5f * (low + high);
-      if (mass_at_least(mid, true) >= static_cast<float>(param.top_k)) low = mid; else high = mid;
+      if (mass_at_least(mid, true) >= static_cast<float>(param.top_k))
+        low = mid;
+      else
+        high = mid;
     }
     threshold = low;
   }
@@ -176,7 +178,10 @@ __global__ void __launch_bounds__(sampling_threads) sample_kernel(const float* _
     float low = threshold, high = 1.0f;  // mass(p >= low) >= target
     for (int step = 0; step < 32; ++step) {
       const float mid = 0.5f * (low + high);
-      if (mass_at_least(mid, false) >= target) low = mid; else high = mid;
+      if (mass_at_least(mid, false) >= target)
+        low = mid;
+      else
+        high = mid;
     }
     threshold = low;
   }

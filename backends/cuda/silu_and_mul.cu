@@ -10,8 +10,8 @@ void silu_and_mul(const void* gate_up, void* out, int rows, int inter, dtype typ
   dispatch_activation(type, "silu_and_mul", [&](auto tag) {
     using T = decltype(tag);
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 132 * 16));
-    silu_and_mul_kernel<T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(gate_up), static_cast<T*>(out), rows,
-                                                       inter);
+    silu_and_mul_kernel<T>
+        <<<blocks, 256, 0, stream>>>(static_cast<const T*>(gate_up), static_cast<T*>(out), rows, inter);
     check_launch("silu_and_mul_kernel");
   });
 }

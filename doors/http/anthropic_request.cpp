@@ -21,7 +21,8 @@ std::string read_result_content(const json& v, const std::string& where, const p
     if (!v[i].is_object()) wrong_type(at, "a content block", v[i]);
     request_fields block(v[i], ignored, at);
     const json* type = block.take("type");
-    if (!type || read_string(*type, at + ".type", 64) != "text") fail(at + ".type", "only \"text\" blocks are supported here");
+    if (!type || read_string(*type, at + ".type", 64) != "text")
+      fail(at + ".type", "only \"text\" blocks are supported here");
     const json* t = block.take("text");
     if (!t) fail(at + ".text", "missing");
     text += read_string(*t, at + ".text", limits.max_string_bytes);
@@ -32,7 +33,8 @@ std::string read_result_content(const json& v, const std::string& where, const p
 // One message of Anthropic's shape into the chat's (OpenAI's, which templates read): a user
 // turn's tool_result blocks become tool messages (before its text), an assistant turn's tool_use
 // blocks its tool_calls and its thinking blocks its reasoning_content.
-void read_message(const json& v, size_t index, const protocol_limits& limits, json& messages, std::vector<std::string>& ignored) {
+void read_message(const json& v, size_t index, const protocol_limits& limits, json& messages,
+                  std::vector<std::string>& ignored) {
   const std::string where = "messages[" + std::to_string(index) + "]";
   if (!v.is_object()) wrong_type(where, "an object", v);
   request_fields fields(v, ignored, where);
@@ -66,17 +68,21 @@ void read_message(const json& v, size_t index, const protocol_limits& limits, js
         if (!id) fail(at + ".id", "missing");
         if (!name) fail(at + ".name", "missing");
         if (input && !input->is_object()) wrong_type(at + ".input", "an object", *input);
-        json function = {{"name", read_string(*name, at + ".name", 256)}, {"arguments", input ? *input : json::object()}};
-        calls.push_back({{"id", read_string(*id, at + ".id", 256)}, {"type", "function"}, {"function", std::move(function)}});
+        json function = {{"name", read_string(*name, at + ".name", 256)},
+                         {"arguments", input ? *input : json::object()}};
+        calls.push_back(
+            {{"id", read_string(*id, at + ".id", 256)}, {"type", "function"}, {"function", std::move(function)}});
       } else if (t == "tool_result" && r == "user") {
         const json* id = block.take("tool_use_id");
         if (!id) fail(at + ".tool_use_id", "missing");
         const json* result = block.take("content");
-        std::string result_text = result ? read_result_content(*result, at + ".content", limits, ignored) : std::string();
+        std::string result_text =
+            result ? read_result_content(*result, at + ".content", limits, ignored) : std::string();
         if (const json* error = block.take("is_error"); error && read_bool(*error, at + ".is_error")) {
           result_text = "Error: " + result_text;
         }
-        messages.push_back({{"role", "tool"}, {"tool_call_id", read_string(*id, at + ".tool_use_id", 256)}, {"content", result_text}});
+        messages.push_back(
+            {{"role", "tool"}, {"tool_call_id", read_string(*id, at + ".tool_use_id", 256)}, {"content", result_text}});
       } else if (t == "thinking" && r == "assistant") {
         const json* s = block.take("thinking");
         if (s) reasoning += read_string(*s, at + ".thinking", limits.max_string_bytes);
@@ -121,7 +127,8 @@ std::vector<chat_tool> read_tools(const json& v, std::vector<std::string>& ignor
     if (!name) fail(at + ".name", "missing");
     tool.name = read_string(*name, at + ".name", 64);
     if (tool.name.empty() ||
-        tool.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != std::string::npos) {
+        tool.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+            std::string::npos) {
       fail(at + ".name", "\"" + tool.name + "\" must be 1 to 64 letters, digits, '_', '-' or '.'");
     }
     if (!names.insert(tool.name).second) fail(at + ".name", "\"" + tool.name + "\" names two tools");
@@ -194,8 +201,10 @@ std::variant<openai_request, api_error> parse_anthropic_request(std::string_view
     if (!messages) fail("messages", "missing");
     if (!messages->is_array()) wrong_type("messages", "an array", *messages);
     if (messages->empty()) fail("messages", "is empty");
-    if (messages->size() > limits.max_messages) fail("messages", "more than " + std::to_string(limits.max_messages) + " entries");
-    for (size_t i = 0; i < messages->size(); ++i) read_message((*messages)[i], i, limits, chat.messages, r.ignored_fields);
+    if (messages->size() > limits.max_messages)
+      fail("messages", "more than " + std::to_string(limits.max_messages) + " entries");
+    for (size_t i = 0; i < messages->size(); ++i)
+      read_message((*messages)[i], i, limits, chat.messages, r.ignored_fields);
 
     if (const json* v = fields.take("tools")) chat.tools = read_tools(*v, r.ignored_fields);
     chat.tool_choice = chat.tools.empty() ? tool_choice_kind::none : tool_choice_kind::automatic;

@@ -95,8 +95,9 @@ std::string anthropic_response_builder::close() {
   std::string out;
   if (open_ == block::thinking) {
     // A signature ends every thinking block Anthropic streams; this server signs nothing.
-    out += sse::named_event("content_block_delta", dump({{"type", "content_block_delta"}, {"index", index_},
-                                                          {"delta", {{"type", "signature_delta"}, {"signature", ""}}}}));
+    out += sse::named_event("content_block_delta", dump({{"type", "content_block_delta"},
+                                                         {"index", index_},
+                                                         {"delta", {{"type", "signature_delta"}, {"signature", ""}}}}));
   }
   open_ = block::none;
   return out + sse::named_event("content_block_stop", dump({{"type", "content_block_stop"}, {"index", index_}}));
@@ -107,7 +108,8 @@ std::string anthropic_response_builder::open(block kind) {
   std::string out = close();
   open_ = kind;
   ++index_;
-  const json block = kind == block::thinking ? json{{"type", "thinking"}, {"thinking", ""}} : json{{"type", "text"}, {"text", ""}};
+  const json block =
+      kind == block::thinking ? json{{"type", "thinking"}, {"thinking", ""}} : json{{"type", "text"}, {"text", ""}};
   return out + sse::named_event("content_block_start",
                                 dump({{"type", "content_block_start"}, {"index", index_}, {"content_block", block}}));
 }
@@ -116,13 +118,16 @@ std::string anthropic_response_builder::events(int, const choice_output& piece) 
   std::string out = start_message();
   if (!piece.reasoning.empty()) {
     out += open(block::thinking);
-    out += sse::named_event("content_block_delta", dump({{"type", "content_block_delta"}, {"index", index_},
-                                                          {"delta", {{"type", "thinking_delta"}, {"thinking", piece.reasoning}}}}));
+    out += sse::named_event("content_block_delta",
+                            dump({{"type", "content_block_delta"},
+                                  {"index", index_},
+                                  {"delta", {{"type", "thinking_delta"}, {"thinking", piece.reasoning}}}}));
   }
   if (!piece.text.empty()) {
     out += open(block::text);
-    out += sse::named_event("content_block_delta", dump({{"type", "content_block_delta"}, {"index", index_},
-                                                          {"delta", {{"type", "text_delta"}, {"text", piece.text}}}}));
+    out += sse::named_event("content_block_delta", dump({{"type", "content_block_delta"},
+                                                         {"index", index_},
+                                                         {"delta", {{"type", "text_delta"}, {"text", piece.text}}}}));
   }
   for (const auto& call : piece.tool_calls) {
     out += close();
@@ -135,8 +140,10 @@ std::string anthropic_response_builder::events(int, const choice_output& piece) 
     event["index"] = index_;
     event["content_block"] = std::move(start);
     out += sse::named_event("content_block_start", event.dump(-1, ' ', false, ordered::error_handler_t::replace));
-    out += sse::named_event("content_block_delta", dump({{"type", "content_block_delta"}, {"index", index_},
-                                                          {"delta", {{"type", "input_json_delta"}, {"partial_json", input}}}}));
+    out += sse::named_event("content_block_delta",
+                            dump({{"type", "content_block_delta"},
+                                  {"index", index_},
+                                  {"delta", {{"type", "input_json_delta"}, {"partial_json", input}}}}));
     out += sse::named_event("content_block_stop", dump({{"type", "content_block_stop"}, {"index", index_}}));
   }
   if (piece.finish_reason) stop_reason_ = anthropic_stop_reason(*piece.finish_reason);
@@ -146,10 +153,11 @@ std::string anthropic_response_builder::events(int, const choice_output& piece) 
 std::string anthropic_response_builder::end(const usage_counts& usage) {
   std::string out = start_message();
   out += close();
-  out += sse::named_event("message_delta",
-                          dump({{"type", "message_delta"},
-                                {"delta", {{"stop_reason", stop_reason_}, {"stop_sequence", nullptr}}},
-                                {"usage", {{"input_tokens", usage.prompt_tokens}, {"output_tokens", usage.completion_tokens}}}}));
+  out += sse::named_event(
+      "message_delta",
+      dump({{"type", "message_delta"},
+            {"delta", {{"stop_reason", stop_reason_}, {"stop_sequence", nullptr}}},
+            {"usage", {{"input_tokens", usage.prompt_tokens}, {"output_tokens", usage.completion_tokens}}}}));
   return out + sse::named_event("message_stop", dump({{"type", "message_stop"}}));
 }
 

@@ -29,7 +29,7 @@ class anthropic_response_builder : public response_writer {
   enum class block { none, thinking, text };
 
   nlohmann::ordered_json tool_use(const parsed_tool_call& call);
-  std::string open(block kind);   // closes the open block first, when it is another kind
+  std::string open(block kind);  // closes the open block first, when it is another kind
   std::string close();
   std::string start_message();
 

@@ -47,7 +47,8 @@ json template_messages(const chat_request& chat, const chat_format& format) {
     auto reasoning = m.find("reasoning_content");
     if (reasoning == m.end()) continue;
     const auto content = m.find("content");
-    const bool has_content = content != m.end() && content->is_string() && !content->get_ref<const std::string&>().empty();
+    const bool has_content =
+        content != m.end() && content->is_string() && !content->get_ref<const std::string&>().empty();
     if (!has_content || !m.contains("tool_calls")) m["thinking"] = *reasoning;
     m.erase("reasoning_content");
   }
@@ -75,7 +76,8 @@ chat_plan plan_chat(const chat_request& chat, const chat_prompt& prompt, const c
   try {
     plan.prompt = prompt.render(template_messages(chat, format), variables);
   } catch (const std::exception& e) {
-    throw chat_plan_error{"messages", std::string("'messages': the model's chat template cannot render them: ") + e.what()};
+    throw chat_plan_error{"messages",
+                          std::string("'messages': the model's chat template cannot render them: ") + e.what()};
   }
 
   const bool harmony = harmony_output(format);
@@ -92,8 +94,8 @@ chat_plan plan_chat(const chat_request& chat, const chat_prompt& prompt, const c
   plan.parsing.starts_in_reasoning = format.reasoning == reasoning_syntax::think && prompt_opens_reasoning(plan.prompt);
   // Llama's <|python_tag|>, Mistral's [TOOL_CALLS] and gpt-oss's channel markers are special
   // tokens: the text must keep them for the answer to be read back.
-  const bool marked_calls = plan.parsing.parse_tool_calls &&
-                            (format.tools == tool_call_syntax::llama3_json || format.tools == tool_call_syntax::mistral);
+  const bool marked_calls = plan.parsing.parse_tool_calls && (format.tools == tool_call_syntax::llama3_json ||
+                                                              format.tools == tool_call_syntax::mistral);
   plan.skip_special_tokens = !(marked_calls || harmony);
 
   answer_shape shape;

@@ -18,12 +18,12 @@
 namespace troupe {
 
 struct chat_plan {
-  std::string prompt;             // the rendered chat
+  std::string prompt;  // the rendered chat
   output_parsing parsing;
   bool skip_special_tokens = true;
-  guided_decoding guided;         // kind none: unconstrained
-  std::string guided_param;       // the field a problem with `guided` is reported under
-  std::string note;               // why a grammar was left out (for the log), else empty
+  guided_decoding guided;    // kind none: unconstrained
+  std::string guided_param;  // the field a problem with `guided` is reported under
+  std::string note;          // why a grammar was left out (for the log), else empty
 };
 
 // The request's fault, in terms of its own fields.

@@ -10,7 +10,8 @@ json tools_for_template(const std::vector<chat_tool>& tools) {
     json function = json::object();
     function["name"] = tool.name;
     if (!tool.description.empty()) function["description"] = tool.description;
-    function["parameters"] = tool.parameters.empty() ? json{{"type", "object"}, {"properties", json::object()}} : tool.parameters;
+    function["parameters"] =
+        tool.parameters.empty() ? json{{"type", "object"}, {"properties", json::object()}} : tool.parameters;
     list.push_back(json{{"type", "function"}, {"function", std::move(function)}});
   }
   return list;

@@ -27,7 +27,7 @@ struct chat_request {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   std::vector<chat_tool> tools;
   tool_choice_kind tool_choice = tool_choice_kind::automatic;  // none when there are no tools
-  std::string tool_choice_name;                                 // tool_choice function
+  std::string tool_choice_name;                                // tool_choice function
   bool parallel_tool_calls = true;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
   std::string reasoning_effort;                                               // "" when not given

@@ -37,16 +37,20 @@ void close_connection(http_connection& connection) {
 }
 
 bool send_final_error(int fd, int status, const std::string& reason, const std::string& json_body) {
-  const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                               "\r\nContent-Type: application/json\r\nContent-Length: " +
-                               std::to_string(json_body.size()) + "\r\nConnection: close\r\n\r\n" + json_body;
+  const std::string response =
+      "HTTP/1.1 " + std::to_string(status) + " " + reason +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(json_body.size()) +
+      "\r\nConnection: close\r\n\r\n" + json_body;
   const ssize_t n = ::send(fd, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   return n == static_cast<ssize_t>(response.size());
 }
 
 connection_stream::connection_stream(http_connection connection, std::chrono::milliseconds write_timeout,
                                      const std::atomic<bool>& stopping, const std::string& timeout_body)
-    : connection_(std::move(connection)), write_timeout_(write_timeout), stopping_(stopping), timeout_body_(timeout_body) {}
+    : connection_(std::move(connection)),
+      write_timeout_(write_timeout),
+      stopping_(stopping),
+      timeout_body_(timeout_body) {}
 
 connection_stream::~connection_stream() { close_connection(connection_); }
 
@@ -57,8 +61,7 @@ http_connection connection_stream::release() {
 }
 
 bool connection_stream::is_readable() const {
-  return num_consumed_ < connection_.pending.size() ||
-         (!timed_out_ && poll_one(connection_.fd, POLLIN, 0ms) > 0);
+  return num_consumed_ < connection_.pending.size() || (!timed_out_ && poll_one(connection_.fd, POLLIN, 0ms) > 0);
 }
 
 bool connection_stream::is_writable() const {
@@ -82,7 +85,7 @@ ssize_t connection_stream::read(char* ptr, size_t size) {
     char block[16384];
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(connection_.deadline -
-                                                                               std::chrono::steady_clock::now());
+                                                                              std::chrono::steady_clock::now());
       const int ready = poll_one(connection_.fd, POLLIN, std::clamp(left + 1ms, 0ms, 200ms));
       if (ready < 0) return -1;
       if (ready > 0) {
@@ -114,13 +117,15 @@ ssize_t connection_stream::write(const char* ptr, size_t size) {
 void connection_stream::get_remote_ip_and_port(std::string& ip, int& port) const {
   sockaddr_storage address{};
   socklen_t length = sizeof address;
-  if (::getpeername(connection_.fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) describe_address(address, ip, port);
+  if (::getpeername(connection_.fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+    describe_address(address, ip, port);
 }
 
 void connection_stream::get_local_ip_and_port(std::string& ip, int& port) const {
   sockaddr_storage address{};
   socklen_t length = sizeof address;
-  if (::getsockname(connection_.fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) describe_address(address, ip, port);
+  if (::getsockname(connection_.fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+    describe_address(address, ip, port);
 }
 
 }  // namespace troupe

@@ -18,8 +18,8 @@ using steady_time = std::chrono::steady_clock::time_point;
 // A connection between two requests, or while one arrives: it owns its socket.
 struct http_connection {
   int fd = -1;
-  std::string pending;     // bytes received and not yet read by httplib: the next request's start
-  steady_time deadline{};  // the request now arriving must be whole by then
+  std::string pending;      // bytes received and not yet read by httplib: the next request's start
+  steady_time deadline{};   // the request now arriving must be whole by then
   steady_time queued_at{};  // when it was handed to the workers: a wait for one is not its fault
 };
 

@@ -16,7 +16,8 @@ bool is_probe(std::string_view header_block) {
 
 connection_workers::connection_workers(int num_threads, int num_reserved, serve_fn serve) : serve_(std::move(serve)) {
   num_reserved = std::clamp(num_reserved, 0, std::max(0, num_threads - 1));
-  for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this, probes_only = i < num_reserved] { work(probes_only); });
+  for (int i = 0; i < num_threads; ++i)
+    threads_.emplace_back([this, probes_only = i < num_reserved] { work(probes_only); });
 }
 
 connection_workers::~connection_workers() { stop(); }
@@ -58,7 +59,9 @@ void connection_workers::work(bool probes_only) {
     http_connection next;
     {
       std::unique_lock lock(mutex_);
-      (probes_only ? probe_waiting_ : any_waiting_).wait(lock, [&] { return stopping_ || !probes_.empty() || (!probes_only && !others_.empty()); });
+      (probes_only ? probe_waiting_ : any_waiting_).wait(lock, [&] {
+        return stopping_ || !probes_.empty() || (!probes_only && !others_.empty());
+      });
       if (stopping_) return;
       auto& queue = !probes_.empty() ? probes_ : others_;
       next = std::move(queue.front());

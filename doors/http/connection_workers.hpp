@@ -40,11 +40,11 @@ class connection_workers {
 
   serve_fn serve_;
   std::mutex mutex_;
-  std::condition_variable any_waiting_;     // for the threads that take anything
-  std::condition_variable probe_waiting_;   // for the reserved ones
-  std::deque<http_connection> probes_;  // guarded by mutex_
-  std::deque<http_connection> others_;  // guarded by mutex_
-  bool stopping_ = false;               // guarded by mutex_
+  std::condition_variable any_waiting_;    // for the threads that take anything
+  std::condition_variable probe_waiting_;  // for the reserved ones
+  std::deque<http_connection> probes_;     // guarded by mutex_
+  std::deque<http_connection> others_;     // guarded by mutex_
+  bool stopping_ = false;                  // guarded by mutex_
   std::vector<std::thread> threads_;
 };
 

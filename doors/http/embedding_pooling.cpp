@@ -41,9 +41,10 @@ pooling_settings read_pooling_settings(const std::filesystem::path& model_path) 
     } else if (c.value("pooling_mode_lasttoken", false)) {
       out.pooling = pooling_kind::last;
     } else {
-      throw std::runtime_error(config_path.string() +
-                               ": its pooling mode is not served (mean tokens and last token are; CLS, max and weighted "
-                               "mean are not)");
+      throw std::runtime_error(
+          config_path.string() +
+          ": its pooling mode is not served (mean tokens and last token are; CLS, max and weighted "
+          "mean are not)");
     }
     out.source = config_path.string();
   }

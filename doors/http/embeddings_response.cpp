@@ -19,7 +19,8 @@ std::string base64_floats(const std::vector<float>& values) {
   for (size_t i = 0; i < bytes.size(); i += 3) {
     const size_t n = std::min<size_t>(3, bytes.size() - i);
     uint32_t chunk = 0;
-    for (size_t k = 0; k < n; ++k) chunk |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + k])) << (16 - 8 * k);
+    for (size_t k = 0; k < n; ++k)
+      chunk |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + k])) << (16 - 8 * k);
     for (size_t k = 0; k < 4; ++k) out.push_back(k <= n ? alphabet[(chunk >> (18 - 6 * k)) & 63] : '=');
   }
   return out;

@@ -36,12 +36,12 @@ choice_output piece_of(const text_delta& d, bool want_prompt_logprobs) {
 generation_session::generation_session(openai_request request, int64_t first_request_id, int64_t created,
                                        token_text_fn token_text, std::optional<output_parsing> parsing,
                                        token_special_fn is_special)
-    : generation_session(request, first_request_id,
-                         std::make_unique<openai_response_builder>(request, response_id(request, first_request_id), created,
-                                                                   std::move(token_text), parsing ? &*parsing : nullptr,
-                                                                   static_cast<uint64_t>(first_request_id),
-                                                                   std::move(is_special)),
-                         parsing) {}
+    : generation_session(
+          request, first_request_id,
+          std::make_unique<openai_response_builder>(request, response_id(request, first_request_id), created,
+                                                    std::move(token_text), parsing ? &*parsing : nullptr,
+                                                    static_cast<uint64_t>(first_request_id), std::move(is_special)),
+          parsing) {}
 
 generation_session::generation_session(openai_request request, int64_t first_request_id,
                                        std::unique_ptr<response_writer> writer, std::optional<output_parsing> parsing)

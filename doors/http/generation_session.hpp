@@ -66,12 +66,12 @@ class generation_session {
   openai_request request_;
   int64_t first_request_id_;
   std::unique_ptr<response_writer> writer_;
-  std::vector<choice_output> outputs_;       // [choices]: everything so far (not streaming)
-  std::vector<engine_event> unsent_;         // streaming: applied, not yet in take_stream_text
-  std::vector<chat_output_parser> parsers_;  // [choices] when the output is parsed, else empty
-  std::vector<bool> called_;                 // [choices]: a tool call was made
-  std::vector<std::string> echo_;            // [choices] with echo: the prompt text not yet sent
-  std::vector<bool> started_, finished_;     // [choices]
+  std::vector<choice_output> outputs_;                  // [choices]: everything so far (not streaming)
+  std::vector<engine_event> unsent_;                    // streaming: applied, not yet in take_stream_text
+  std::vector<chat_output_parser> parsers_;             // [choices] when the output is parsed, else empty
+  std::vector<bool> called_;                            // [choices]: a tool call was made
+  std::vector<std::string> echo_;                       // [choices] with echo: the prompt text not yet sent
+  std::vector<bool> started_, finished_;                // [choices]
   std::vector<int> prompt_tokens_, completion_tokens_;  // [choices], from the final delta
   speculative_tally speculative_;                       // the finished choices', summed
   int num_started_ = 0;

@@ -29,7 +29,8 @@ guided_decoding read_guided_fields(const guided_fields& f, size_t max_string_byt
       ++num_asked;
     } else if (type == "json_schema") {
       const auto it = v->find("json_schema");
-      if (it == v->end() || !it->is_object()) fail("response_format.json_schema", "missing (an object with \"schema\")");
+      if (it == v->end() || !it->is_object())
+        fail("response_format.json_schema", "missing (an object with \"schema\")");
       for (const auto& [key, value] : it->items()) {
         if (key != "name" && key != "schema" && key != "strict" && key != "description") {
           fail("response_format.json_schema." + key, "unrecognized field");
@@ -83,7 +84,8 @@ guided_decoding read_guided_fields(const guided_fields& f, size_t max_string_byt
     ++num_asked;
   }
   if (num_asked > 1) {
-    fail(param, "give only one of response_format (json_object / json_schema), guided_json, guided_regex and guided_choice");
+    fail(param,
+         "give only one of response_format (json_object / json_schema), guided_json, guided_regex and guided_choice");
   }
   return g;
 }

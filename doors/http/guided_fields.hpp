@@ -17,7 +17,7 @@
 namespace troupe {
 
 struct guided_field_error {
-  std::string param;    // the field as the client named it ("response_format.json_schema.schema")
+  std::string param;  // the field as the client named it ("response_format.json_schema.schema")
   std::string problem;
 };
 

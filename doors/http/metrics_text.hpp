@@ -18,7 +18,7 @@ namespace troupe {
 struct metrics_snapshot {
   uint64_t num_requests_zmq = 0;  // admitted, per door
   uint64_t num_requests_http = 0;
-  uint64_t num_refused_zmq = 0;   // refused by the shared in-flight bound, per door
+  uint64_t num_refused_zmq = 0;  // refused by the shared in-flight bound, per door
   uint64_t num_refused_http = 0;
   int64_t num_requests_in_flight = 0;
   int64_t max_requests_in_flight = 0;

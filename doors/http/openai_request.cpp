@@ -34,7 +34,8 @@ std::string read_content(const json& v, const std::string& param, const protocol
     auto body = part.find("text");
     if (body == part.end()) fail(where + ".text", "missing");
     text += read_string(*body, where + ".text", limits.max_string_bytes);
-    if (text.size() > limits.max_string_bytes) fail(param, "longer than " + std::to_string(limits.max_string_bytes) + " bytes");
+    if (text.size() > limits.max_string_bytes)
+      fail(param, "longer than " + std::to_string(limits.max_string_bytes) + " bytes");
   }
   return text;
 }
@@ -96,7 +97,8 @@ json read_messages(const json& v, const protocol_limits& limits, std::vector<std
     const json* role = fields.take("role");
     if (!role) fail(where + ".role", "missing");
     const std::string r = read_string(*role, where + ".role", 64);
-    if (!roles.count(r)) fail(where + ".role", "unknown role \"" + r + "\" (system, developer, user, assistant or tool)");
+    if (!roles.count(r))
+      fail(where + ".role", "unknown role \"" + r + "\" (system, developer, user, assistant or tool)");
     message["role"] = r;
     const json* content = fields.take("content");
     const json* tool_calls = r == "assistant" ? fields.take("tool_calls") : nullptr;
@@ -110,13 +112,15 @@ json read_messages(const json& v, const protocol_limits& limits, std::vector<std
     if (const json* name = fields.take("name")) message["name"] = read_string(*name, where + ".name", 256);
     if (tool_calls) message["tool_calls"] = read_tool_calls(*tool_calls, where + ".tool_calls", ignored);
     if (r == "tool") {
-      if (const json* id = fields.take("tool_call_id")) message["tool_call_id"] = read_string(*id, where + ".tool_call_id", 256);
+      if (const json* id = fields.take("tool_call_id"))
+        message["tool_call_id"] = read_string(*id, where + ".tool_call_id", 256);
     }
     if (r == "assistant") {
       // An earlier turn's reasoning, as vLLM returns it (and as some clients name it).
       const json* reasoning = fields.take("reasoning_content");
       if (!reasoning) reasoning = fields.take("reasoning");
-      if (reasoning) message["reasoning_content"] = read_string(*reasoning, where + ".reasoning_content", limits.max_string_bytes);
+      if (reasoning)
+        message["reasoning_content"] = read_string(*reasoning, where + ".reasoning_content", limits.max_string_bytes);
     }
     messages.push_back(std::move(message));
   }
@@ -146,16 +150,20 @@ std::vector<chat_tool> read_tools(const json& v, std::vector<std::string>& ignor
     if (!name) fail(at + ".function.name", "missing");
     tool.name = read_string(*name, at + ".function.name", 64);
     // OpenAI's rule; it also keeps names safe to spell inside the call syntaxes' JSON and markers.
-    if (tool.name.empty() || tool.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != std::string::npos) {
+    if (tool.name.empty() ||
+        tool.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+            std::string::npos) {
       fail(at + ".function.name", "\"" + tool.name + "\" must be 1 to 64 letters, digits, '_', '-' or '.'");
     }
     if (!names.insert(tool.name).second) fail(at + ".function.name", "\"" + tool.name + "\" names two tools");
-    if (const json* d = inner.take("description")) tool.description = read_string(*d, at + ".function.description", 1 << 16);
+    if (const json* d = inner.take("description"))
+      tool.description = read_string(*d, at + ".function.description", 1 << 16);
     if (const json* p = inner.take("parameters")) {
       if (!p->is_object()) wrong_type(at + ".function.parameters", "a JSON schema (an object)", *p);
       tool.parameters = *p;
     }
-    if (const json* strict = inner.take("strict")) (void)read_bool(*strict, at + ".function.strict");  // always followed
+    if (const json* strict = inner.take("strict"))
+      (void)read_bool(*strict, at + ".function.strict");  // always followed
     tools.push_back(std::move(tool));
   }
   return tools;
@@ -171,7 +179,8 @@ void read_tool_choice(const json& v, chat_request& chat) {
     } else if (c == "required") {
       chat.tool_choice = tool_choice_kind::required;
     } else {
-      fail("tool_choice", "\"" + c + "\" is not one of \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+      fail("tool_choice",
+           "\"" + c + "\" is not one of \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
     }
   } else if (v.is_object()) {
     const auto function = v.find("function");
@@ -184,7 +193,8 @@ void read_tool_choice(const json& v, chat_request& chat) {
   } else {
     wrong_type("tool_choice", "a string or an object", v);
   }
-  if (chat.tool_choice == tool_choice_kind::required && chat.tools.empty()) fail("tool_choice", "\"required\" needs tools");
+  if (chat.tool_choice == tool_choice_kind::required && chat.tools.empty())
+    fail("tool_choice", "\"required\" needs tools");
   if (chat.tool_choice == tool_choice_kind::function) {
     bool found = false;
     for (const auto& t : chat.tools) found = found || t.name == chat.tool_choice_name;
@@ -202,7 +212,8 @@ void read_chat(request_fields& fields, openai_request& r, const openai_limits& l
   if (const json* v = fields.take("tools")) chat.tools = read_tools(*v, r.ignored_fields);
   chat.tool_choice = chat.tools.empty() ? tool_choice_kind::none : tool_choice_kind::automatic;
   if (const json* v = fields.take("tool_choice")) read_tool_choice(*v, chat);
-  if (const json* v = fields.take("parallel_tool_calls")) chat.parallel_tool_calls = read_bool(*v, "parallel_tool_calls");
+  if (const json* v = fields.take("parallel_tool_calls"))
+    chat.parallel_tool_calls = read_bool(*v, "parallel_tool_calls");
   if (const json* v = fields.take("chat_template_kwargs")) {
     if (!v->is_object()) wrong_type("chat_template_kwargs", "an object", *v);
     chat.template_kwargs = *v;
@@ -220,7 +231,8 @@ void read_chat(request_fields& fields, openai_request& r, const openai_limits& l
 }
 
 // `prompt` (completions) or `input` (embeddings): a string, strings, token ids, or arrays of them.
-std::vector<openai_prompt> read_prompts(const json& v, const openai_limits& limits, const std::string& name, int max_prompts) {
+std::vector<openai_prompt> read_prompts(const json& v, const openai_limits& limits, const std::string& name,
+                                        int max_prompts) {
   const protocol_limits& p = limits;
   auto text_prompt = [&](const json& s, const std::string& param) {
     openai_prompt prompt;
@@ -243,7 +255,8 @@ std::vector<openai_prompt> read_prompts(const json& v, const openai_limits& limi
     if (v[0].is_number_integer()) {
       prompts.push_back(id_prompt(v, name));  // one prompt of token ids
     } else {
-      if (v.size() > static_cast<size_t>(max_prompts)) fail(name, "more than " + std::to_string(max_prompts) + " entries");
+      if (v.size() > static_cast<size_t>(max_prompts))
+        fail(name, "more than " + std::to_string(max_prompts) + " entries");
       for (size_t i = 0; i < v.size(); ++i) {
         const std::string param = name + "[" + std::to_string(i) + "]";
         if (v[i].is_string()) {
@@ -269,10 +282,12 @@ void read_embeddings(request_fields& fields, openai_request& r, const openai_lim
   r.prompts = read_prompts(*input, limits, "input", limits.max_embedding_inputs);
   if (const json* v = fields.take("encoding_format")) {
     const std::string format = read_string(*v, "encoding_format", 16);
-    if (format != "float" && format != "base64") fail("encoding_format", "\"" + format + "\" is not \"float\" or \"base64\"");
+    if (format != "float" && format != "base64")
+      fail("encoding_format", "\"" + format + "\" is not \"float\" or \"base64\"");
     r.embedding_base64 = format == "base64";
   }
-  if (const json* v = fields.take("dimensions")) r.embedding_dimensions = static_cast<int>(read_int(*v, "dimensions", 1, 1 << 20));
+  if (const json* v = fields.take("dimensions"))
+    r.embedding_dimensions = static_cast<int>(read_int(*v, "dimensions", 1, 1 << 20));
   (void)fields.take("user");
   r.sampling.max_tokens = 1;
   r.sampling.temperature = 0.0f;
@@ -283,7 +298,8 @@ void read_embeddings(request_fields& fields, openai_request& r, const openai_lim
 // in milliseconds, zero or positive; 0: none) and `tenant`, which OpenAI's `user` stands in for
 // when it is not given (the fair policy shares the engine among tenants).
 void read_service(request_fields& fields, openai_request& r, const openai_limits& limits) {
-  if (const json* v = fields.take("priority")) r.priority = static_cast<int>(read_int(*v, "priority", -1000000, 1000000));
+  if (const json* v = fields.take("priority"))
+    r.priority = static_cast<int>(read_int(*v, "priority", -1000000, 1000000));
   if (const json* v = fields.take("slo")) {
     if (!v->is_object()) wrong_type("slo", "an object", *v);
     request_fields slo(*v, r.ignored_fields, "slo");
@@ -370,7 +386,8 @@ void read_sampling(request_fields& fields, openai_request& r, const openai_limit
   if (const json* v = fields.take("logit_bias")) {
     // {"token id": bias}: the keys are token ids written as strings.
     if (!v->is_object()) wrong_type("logit_bias", "an object of token ids and biases", *v);
-    if (v->size() > limits.max_logit_bias) fail("logit_bias", "more than " + std::to_string(limits.max_logit_bias) + " entries");
+    if (v->size() > limits.max_logit_bias)
+      fail("logit_bias", "more than " + std::to_string(limits.max_logit_bias) + " entries");
     for (auto it = v->begin(); it != v->end(); ++it) {
       const std::string param = "logit_bias." + it.key();
       size_t used = 0;
@@ -497,7 +514,8 @@ std::variant<openai_request, api_error> parse_openai_request(openai_endpoint end
       if (!r.stream) fail("stream_options", "only allowed when \"stream\" is true");
       if (!v->is_object()) wrong_type("stream_options", "an object", *v);
       request_fields options(*v, r.ignored_fields, "stream_options");
-      if (const json* usage = options.take("include_usage")) r.include_usage = read_bool(*usage, "stream_options.include_usage");
+      if (const json* usage = options.take("include_usage"))
+        r.include_usage = read_bool(*usage, "stream_options.include_usage");
     }
     read_sampling(fields, r, limits);
     read_service(fields, r, limits);

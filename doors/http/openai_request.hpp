@@ -46,18 +46,22 @@ struct openai_request {
   // -1: none. Completions: `logprobs` = top n (0..). Chat: `logprobs` true gives 0, and
   // `top_logprobs` the top n.
   int logprobs = -1;
-  bool echo = false;  // completions: the prompt's text comes first in each choice
-  std::string guided_param;  // the field that asked for structured output (response_format, guided_json...)
-  chat_request chat;  // chat completions: the conversation, its tools, the template's variables
+  bool echo = false;              // completions: the prompt's text comes first in each choice
+  std::string guided_param;       // the field that asked for structured output (response_format, guided_json...)
+  chat_request chat;              // chat completions: the conversation, its tools, the template's variables
   bool embedding_base64 = false;  // embeddings: encoding_format "base64" (little-endian float32)
   int embedding_dimensions = 0;   // embeddings: `dimensions` (0: not given; must be the model's)
   // Fields the server does not know, ignored ("bogus", "messages[1].extra").
   std::vector<std::string> ignored_fields;
 
   int num_choices() const { return static_cast<int>(prompts.size()) * n; }
-  bool is_chat() const { return endpoint == openai_endpoint::chat_completions || endpoint == openai_endpoint::anthropic_messages; }
+  bool is_chat() const {
+    return endpoint == openai_endpoint::chat_completions || endpoint == openai_endpoint::anthropic_messages;
+  }
   const char* prompt_param() const {
-    return endpoint == openai_endpoint::completions ? "prompt" : endpoint == openai_endpoint::embeddings ? "input" : "messages";
+    return endpoint == openai_endpoint::completions  ? "prompt"
+           : endpoint == openai_endpoint::embeddings ? "input"
+                                                     : "messages";
   }
 };
 
@@ -66,7 +70,7 @@ struct openai_request {
 struct openai_limits : protocol_limits {
   int max_prompts = 64;
   int max_n = 16;
-  int max_choices = 64;         // prompts x n
+  int max_choices = 64;  // prompts x n
   int max_json_depth = 32;
   int max_embedding_inputs = 2048;  // inputs of one /v1/embeddings request
 };

@@ -24,9 +24,7 @@ json usage_json(const usage_counts& usage) {
   return out;
 }
 
-std::string dump_json(const json& value) {
-  return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string dump_json(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 openai_response_builder::openai_response_builder(const openai_request& request, std::string id, int64_t created,
                                                  token_text_fn token_text, const output_parsing* parsing,
@@ -135,13 +133,15 @@ json openai_response_builder::choice_logprobs(int index, const choice_output& pi
       const auto& lp = piece.logprobs[i];
       const std::string bytes = output_bytes(piece.token_ids[i]);
       json top = json::array();
-      for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size() &&
-                         static_cast<int>(k) < logprobs_;
+      for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size() && static_cast<int>(k) < logprobs_;
            ++k) {
         const std::string other = token_text_(lp.top_token_ids[k]);
-        top.push_back({{"token", logprob_token_text(other)}, {"logprob", lp.top_logprobs[k]}, {"bytes", byte_list(other)}});
+        top.push_back(
+            {{"token", logprob_token_text(other)}, {"logprob", lp.top_logprobs[k]}, {"bytes", byte_list(other)}});
       }
-      content.push_back({{"token", logprob_token_text(bytes)}, {"logprob", lp.logprob}, {"bytes", byte_list(bytes)},
+      content.push_back({{"token", logprob_token_text(bytes)},
+                         {"logprob", lp.logprob},
+                         {"bytes", byte_list(bytes)},
                          {"top_logprobs", top}});
     }
     return {{"content", content}, {"refusal", nullptr}};
@@ -158,8 +158,7 @@ json openai_response_builder::choice_logprobs(int index, const choice_output& pi
     token_logprobs.push_back(lp.logprob);
     if (logprobs_ > 0) {
       json top = json::object();
-      for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size() &&
-                         static_cast<int>(k) < logprobs_;
+      for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size() && static_cast<int>(k) < logprobs_;
            ++k) {
         const std::string text = logprob_token_text(token_text_(lp.top_token_ids[k]));
         if (!top.contains(text)) top[text] = lp.top_logprobs[k];
@@ -172,7 +171,9 @@ json openai_response_builder::choice_logprobs(int index, const choice_output& pi
     text_offset.push_back(offset - (inside && offset > 0 ? 1 : 0));
     offset += num_characters(bytes);
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
           {"text_offset", text_offset}};
 }
 
@@ -187,8 +188,8 @@ json openai_response_builder::prompt_logprobs_json(const choice_output& piece) c
       position[key] = {{"logprob", logprob}, {"rank", rank}, {"decoded_token", logprob_token_text(token_text_(token))}};
     };
     add(lp.token_id, lp.logprob, lp.rank);
-    for (size_t k = 0; k < lp.top_token_ids.size() && k < lp.top_logprobs.size() && static_cast<int>(k) < prompt_logprobs_;
-         ++k) {
+    for (size_t k = 0;
+         k < lp.top_token_ids.size() && k < lp.top_logprobs.size() && static_cast<int>(k) < prompt_logprobs_; ++k) {
       add(lp.top_token_ids[k], lp.top_logprobs[k], static_cast<int32_t>(k) + 1);
     }
     out.push_back(std::move(position));
@@ -202,7 +203,8 @@ json openai_response_builder::full_response(const std::vector<choice_output>& ch
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const auto& c = choices[i];
-    json choice = {{"index", i}, {"logprobs", choice_logprobs(static_cast<int>(i), c)},
+    json choice = {{"index", i},
+                   {"logprobs", choice_logprobs(static_cast<int>(i), c)},
                    {"finish_reason", c.finish_reason ? json(*c.finish_reason) : json(nullptr)}};
     if (chat) {
       json message = {{"role", "assistant"},
@@ -219,7 +221,8 @@ json openai_response_builder::full_response(const std::vector<choice_output>& ch
   }
   out["choices"] = std::move(list);
   // A chat's prompt is one for all its choices: vLLM gives its logprobs once, beside them.
-  if (chat && prompt_logprobs_ >= 0) out["prompt_logprobs"] = choices.empty() ? json(nullptr) : prompt_logprobs_json(choices[0]);
+  if (chat && prompt_logprobs_ >= 0)
+    out["prompt_logprobs"] = choices.empty() ? json(nullptr) : prompt_logprobs_json(choices[0]);
   out["usage"] = usage_json(usage);
   return out;
 }
@@ -248,7 +251,8 @@ std::vector<json> openai_response_builder::chunks(int index, const choice_output
   }
   auto make = [&](json delta_or_text, bool first, bool last) {
     json out = envelope(chat ? "chat.completion.chunk" : "text_completion");
-    json choice = {{"index", index}, {"logprobs", first ? choice_logprobs(index, piece) : json(nullptr)},
+    json choice = {{"index", index},
+                   {"logprobs", first ? choice_logprobs(index, piece) : json(nullptr)},
                    {"finish_reason", last && piece.finish_reason ? json(*piece.finish_reason) : json(nullptr)}};
     if (first && !prompt_logprobs.is_null()) (chat ? out : choice)["prompt_logprobs"] = std::move(prompt_logprobs);
     choice[chat ? "delta" : "text"] = std::move(delta_or_text);

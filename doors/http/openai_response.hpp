@@ -70,9 +70,9 @@ class openai_response_builder : public response_writer {
   token_text_fn token_text_;
   token_special_fn is_special_;
   bool skip_special_tokens_;
-  std::vector<bool> role_sent_;           // [choices]: chat streams name the role once
-  std::vector<size_t> num_text_chars_;    // [choices]: completions' text_offset so far (code points)
-  std::vector<int> num_tool_calls_;       // [choices]: calls sent so far (their stream index)
+  std::vector<bool> role_sent_;         // [choices]: chat streams name the role once
+  std::vector<size_t> num_text_chars_;  // [choices]: completions' text_offset so far (code points)
+  std::vector<int> num_tool_calls_;     // [choices]: calls sent so far (their stream index)
   bool reasoning_field_ = false;
   tool_call_syntax id_syntax_ = tool_call_syntax::none;
   uint64_t id_seed_ = 0;

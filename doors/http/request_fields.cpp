@@ -10,7 +10,8 @@ std::variant<json, api_error> parse_request_body(std::string_view body, int max_
   try {
     json::parser_callback_t within_depth = [max_depth](int depth, json::parse_event_t, json&) {
       if (depth > max_depth) {
-        throw parameter_error{bad_parameter("", "the request body nests deeper than " + std::to_string(max_depth) + " levels")};
+        throw parameter_error{
+            bad_parameter("", "the request body nests deeper than " + std::to_string(max_depth) + " levels")};
       }
       return true;
     };

@@ -38,7 +38,8 @@ uint64_t declared_content_length(std::string_view block) {
     const std::string_view rest = block.substr(line + 2);
     if (rest.size() < name.size()) return 0;
     bool same = true;
-    for (size_t i = 0; i < name.size() && same; ++i) same = std::tolower(static_cast<unsigned char>(rest[i])) == name[i];
+    for (size_t i = 0; i < name.size() && same; ++i)
+      same = std::tolower(static_cast<unsigned char>(rest[i])) == name[i];
     if (!same) continue;
     uint64_t value = 0;
     for (size_t i = name.size(); i < rest.size() && rest[i] != '\r'; ++i) {
@@ -187,8 +188,9 @@ void request_reception::admit(waiting w) {
       if (!refuse_oversized_body(w, end)) return on_ready_(std::move(w.connection));
       w.since = steady::now();
     } else if (w.connection.pending.size() > options_.max_header_bytes) {
-      refuse(w, 431, "Request Header Fields Too Large",
-             error_body("the request's line and headers exceed " + std::to_string(options_.max_header_bytes) + " bytes"));
+      refuse(
+          w, 431, "Request Header Fields Too Large",
+          error_body("the request's line and headers exceed " + std::to_string(options_.max_header_bytes) + " bytes"));
       w.since = steady::now();
     }
     w.num_searched = w.connection.pending.size();

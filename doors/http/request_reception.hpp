@@ -27,8 +27,8 @@ struct reception_options {
   size_t max_header_bytes = 64u << 10;
   std::chrono::milliseconds request_timeout{5000};
   std::chrono::milliseconds idle_timeout{5000};  // a kept-alive connection's wait for its next request
-  size_t max_connections = 4096;  // waiting at once; past it, the one waiting longest is closed
-  size_t max_body_bytes = 0;  // a larger Content-Length gets 413 at once; 0: not checked here
+  size_t max_connections = 4096;                 // waiting at once; past it, the one waiting longest is closed
+  size_t max_body_bytes = 0;                     // a larger Content-Length gets 413 at once; 0: not checked here
 };
 
 // Where the header block in `bytes` ends (one past its blank line), or npos while it has not.
@@ -88,8 +88,8 @@ class request_reception {
   int wake_fd_ = -1;
   std::thread thread_;
   std::mutex mutex_;
-  std::vector<waiting> incoming_;  // guarded by mutex_
-  bool stopped_ = false;           // guarded by mutex_
+  std::vector<waiting> incoming_;             // guarded by mutex_
+  bool stopped_ = false;                      // guarded by mutex_
   std::unordered_map<int, waiting> waiting_;  // reception thread only
   std::atomic<uint64_t> num_refused_{0};
 };

@@ -14,8 +14,8 @@ void check_model(request_fields& fields, const tokenize_context& context) {
   if (!model) return;
   const std::string name = read_string(*model, "model", 1024);
   if (name != context.model_name) {
-    api_error e = bad_parameter("model", "the model '" + name + "' does not exist; this server serves '" +
-                                             context.model_name + "'");
+    api_error e = bad_parameter(
+        "model", "the model '" + name + "' does not exist; this server serves '" + context.model_name + "'");
     e.status = 404;
     e.code = "model_not_found";
     throw parameter_error{e};
@@ -47,7 +47,8 @@ std::variant<std::string, api_error> tokenize_response(std::string_view body, co
         if (const json* v = fields.take(key)) chat_body[key] = *v;
       }
       bool generation_prompt = true, special = false;
-      if (const json* v = fields.take("add_generation_prompt")) generation_prompt = read_bool(*v, "add_generation_prompt");
+      if (const json* v = fields.take("add_generation_prompt"))
+        generation_prompt = read_bool(*v, "add_generation_prompt");
       if (const json* v = fields.take("add_special_tokens")) special = read_bool(*v, "add_special_tokens");
       auto chat = parse_openai_request(openai_endpoint::chat_completions, chat_body.dump(), context.limits);
       if (auto* error = std::get_if<api_error>(&chat)) return *error;

@@ -78,7 +78,8 @@ std::string call_regex(const answer_shape& shape, const std::vector<size_t>& too
         one = literal("{\"name\": \"" + tool.name + "\", \"parameters\": ") + "(?:" + args + ")" + literal("}");
         break;
       case tool_call_syntax::harmony:
-        one = literal("<|channel|>commentary to=functions." + tool.name + " <|constrain|>json<|message|>") + "(?:" + args + ")";
+        one = literal("<|channel|>commentary to=functions." + tool.name + " <|constrain|>json<|message|>") +
+              "(?:" + args + ")";
         break;
     }
     alternatives += (alternatives.empty() ? "" : "|") + one;
@@ -89,15 +90,12 @@ std::string call_regex(const answer_shape& shape, const std::vector<size_t>& too
   const bool parallel = shape.parallel && shape.format.tools != tool_call_syntax::harmony &&
                         shape.format.tools != tool_call_syntax::llama3_json;
   switch (shape.format.tools) {
-    case tool_call_syntax::hermes:
-      return call + (parallel ? "(?:\\n" + call + ")*" : "");
+    case tool_call_syntax::hermes: return call + (parallel ? "(?:\\n" + call + ")*" : "");
     case tool_call_syntax::mistral:
     case tool_call_syntax::none:
       return literal("[TOOL_CALLS][") + call + (parallel ? "(?:, " + call + ")*" : "") + literal("]");
-    case tool_call_syntax::llama3_json:
-      return call + (parallel ? "(?:; " + call + ")*" : "");
-    case tool_call_syntax::harmony:
-      return call;
+    case tool_call_syntax::llama3_json: return call + (parallel ? "(?:; " + call + ")*" : "");
+    case tool_call_syntax::harmony: return call;
   }
   return call;
 }
@@ -109,7 +107,8 @@ std::string text_without_calls(tool_call_syntax syntax) {
     case tool_call_syntax::mistral: return regex_avoiding("[TOOL_CALLS]");
     case tool_call_syntax::llama3_json:
       // A Llama reply is a call when it begins (after blanks) with '{' or <|python_tag|>.
-      return std::string(blanks) + "(?:|[^ \\t\\r\\n{<]" + std::string(any_text) + "|" + deviating("<|python_tag|>") + ")";
+      return std::string(blanks) + "(?:|[^ \\t\\r\\n{<]" + std::string(any_text) + "|" + deviating("<|python_tag|>") +
+             ")";
     case tool_call_syntax::harmony:
     case tool_call_syntax::none: break;
   }
@@ -120,7 +119,8 @@ std::string text_without_calls(tool_call_syntax syntax) {
 
 std::string regex_avoiding(std::string_view lit) {
   if (lit.size() < 2 || lit.substr(1).find(lit[0]) != std::string_view::npos) {
-    throw grammar_error("regex_avoiding: \"" + std::string(lit) + "\" must be 2 characters or more, its first one unrepeated");
+    throw grammar_error("regex_avoiding: \"" + std::string(lit) +
+                        "\" must be 2 characters or more, its first one unrepeated");
   }
   // The automaton that finds `lit`, as a regex: state k has matched lit[0, k). From any state,
   // lit[0] leads to state 1; from state k >= 1, lit[k] to k + 1 (never to the end), anything else
@@ -143,7 +143,8 @@ std::string regex_avoiding(std::string_view lit) {
 
 std::string answer_regex(const answer_shape& shape, const std::vector<size_t>& tool_index) {
   std::string prefix;
-  const bool harmony = shape.format.reasoning == reasoning_syntax::harmony || shape.format.tools == tool_call_syntax::harmony;
+  const bool harmony =
+      shape.format.reasoning == reasoning_syntax::harmony || shape.format.tools == tool_call_syntax::harmony;
   if (harmony) {
     // gpt-oss: an analysis message may come first; no message may contain the markers' "<|".
     prefix = "(?:" + literal("<|channel|>analysis<|message|>") + regex_avoiding("<|") +
@@ -156,7 +157,8 @@ std::string answer_regex(const answer_shape& shape, const std::vector<size_t>& t
   std::string text;
   if (!shape.calls_required) {
     if (harmony) {
-      text = literal("<|channel|>final<|message|>") + (shape.text_regex ? "(?:" + *shape.text_regex + ")" : regex_avoiding("<|"));
+      text = literal("<|channel|>final<|message|>") +
+             (shape.text_regex ? "(?:" + *shape.text_regex + ")" : regex_avoiding("<|"));
     } else {
       text = shape.text_regex ? *shape.text_regex : text_without_calls(shape.format.tools);
     }

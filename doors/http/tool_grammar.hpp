@@ -22,9 +22,9 @@ struct answer_shape {
   // prompt ended inside <think>: the output must close it).
   enum class reasoning { none, optional, open };
   reasoning thinking = reasoning::none;
-  std::vector<const chat_tool*> callable;     // the tools a call may name (empty: no calls)
-  bool calls_required = false;                // required / a named function: no text instead
-  bool parallel = true;                       // more than one call
+  std::vector<const chat_tool*> callable;  // the tools a call may name (empty: no calls)
+  bool calls_required = false;             // required / a named function: no text instead
+  bool parallel = true;                    // more than one call
   // What text the answer may be when it calls nothing: any text that holds no call marker, or
   // (structured output) this regex.
   std::optional<std::string> text_regex;

@@ -15,9 +15,9 @@
 // host-side tokenization of text could split a phrase differently from how the model writes it.
 // Get a phrase's ids from the server: POST /tokenize {"prompt": "red ball", "add_special_tokens":
 // false, "return_token_strs": true} (no leading space: a SentencePiece tokenizer marks the word start
-// itself, and a space would add a token of its own; token_strs shows what each id is). Configuration: {"phrases": [[1234, 567], [89]]}. A phrase of one token bans that token.
-// What it bans is the token sequence: the model may still spell the same text with other tokens
-// (a rarer split); list those sequences too where it matters.
+// itself, and a space would add a token of its own; token_strs shows what each id is). Configuration: {"phrases":
+// [[1234, 567], [89]]}. A phrase of one token bans that token. What it bans is the token sequence: the model may still
+// spell the same text with other tokens (a rarer split); list those sequences too where it matters.
 //
 // Only the generated tokens count: a phrase begun in the prompt and completed by the output is
 // not banned (the client wrote its first half).
@@ -43,7 +43,8 @@ class banned_phrases {
       throw std::runtime_error("\"phrases\" must be a non-empty array of token-id arrays");
     }
     for (const auto& phrase : phrases) {
-      if (!phrase.is_array() || phrase.empty()) throw std::runtime_error("each phrase must be a non-empty array of token ids");
+      if (!phrase.is_array() || phrase.empty())
+        throw std::runtime_error("each phrase must be a non-empty array of token ids");
       std::vector<int32_t> ids;
       for (const auto& id : phrase) {
         if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {

@@ -51,7 +51,8 @@ class tenant_affinity {
     max_tenants_ = config.value("max_tenants", int64_t{65536});
     const std::string anonymous = config.value("anonymous", std::string("balance"));
     if (max_tenants_ < 1) throw std::runtime_error("max_tenants must be at least 1");
-    if (anonymous != "balance" && anonymous != "pin") throw std::runtime_error("anonymous must be \"balance\" or \"pin\"");
+    if (anonymous != "balance" && anonymous != "pin")
+      throw std::runtime_error("anonymous must be \"balance\" or \"pin\"");
     pin_anonymous_ = anonymous == "pin";
   }
 

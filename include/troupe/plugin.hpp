@@ -121,34 +121,34 @@ int init(uint32_t host_major, uint32_t host_minor, const char* config_json, trou
   out->abi_minor = TROUPE_PLUGIN_ABI_MINOR;
   out->name = name;
   out->destroy = &destroy<T>;
-  if constexpr (requires(T& t, const troupe_request& r, troupe_sampling& s) {
+  if constexpr (requires(T & t, const troupe_request& r, troupe_sampling& s) {
                   t.on_request(r, s, plugin_reply_ref{reply});
                 }) {
     out->on_request = &plugin_detail::on_request<T>;
   }
-  if constexpr (requires(T& t, const troupe_output& o) { t.on_output(o, plugin_reply_ref{reply}); }) {
+  if constexpr (requires(T & t, const troupe_output& o) { t.on_output(o, plugin_reply_ref{reply}); }) {
     out->on_output = &plugin_detail::on_output<T>;
   }
-  if constexpr (requires(T& t, const troupe_logits& l) { t.on_logits(l, plugin_reply_ref{reply}); }) {
+  if constexpr (requires(T & t, const troupe_logits& l) { t.on_logits(l, plugin_reply_ref{reply}); }) {
     out->on_logits = &plugin_detail::on_logits<T>;
   }
-  if constexpr (requires(T& t, const troupe_route_request& r, size_t& chosen) {
+  if constexpr (requires(T & t, const troupe_route_request& r, size_t& chosen) {
                   t.on_route(r, chosen, plugin_reply_ref{reply});
                 }) {
     out->on_route = &plugin_detail::on_route<T>;
   }
-  if constexpr (requires(T& t) { t.on_request_end(int64_t{0}); }) out->on_request_end = &plugin_detail::on_request_end<T>;
+  if constexpr (requires(T & t) { t.on_request_end(int64_t{0}); })
+    out->on_request_end = &plugin_detail::on_request_end<T>;
   return 0;
 }
 
 }  // namespace plugin_detail
 }  // namespace troupe
 
-#define TROUPE_PLUGIN_CLASS(T, NAME)                                                                  \
-  extern "C" TROUPE_PLUGIN_EXPORT int troupe_plugin_init(uint32_t host_major, uint32_t host_minor,    \
-                                                         const char* config_json, troupe_plugin* out, \
-                                                         troupe_reply* reply) {                       \
-    return ::troupe::plugin_detail::init<T>(host_major, host_minor, config_json, out, reply, NAME);   \
+#define TROUPE_PLUGIN_CLASS(T, NAME)                                                                                \
+  extern "C" TROUPE_PLUGIN_EXPORT int troupe_plugin_init(                                                           \
+      uint32_t host_major, uint32_t host_minor, const char* config_json, troupe_plugin* out, troupe_reply* reply) { \
+    return ::troupe::plugin_detail::init<T>(host_major, host_minor, config_json, out, reply, NAME);                 \
   }
 
 #endif  // TROUPE_PLUGIN_HPP

@@ -95,11 +95,12 @@ void check_dummy_weights_fit(const model_config& config, dtype type, const std::
   const uint64_t available = available_memory_bytes();
   const double total = need.weights + need.largest_values;
   if (available > 0 && total > static_cast<double>(available)) {
-    throw std::runtime_error("dummy weights of " + what + " need " + gib(need.weights) + " (" + gib(need.largest_values) +
-                             " more while the largest tensor is made: hidden_size " + std::to_string(config.hidden_size) +
-                             ", intermediate_size " + std::to_string(config.intermediate_size) + ", " +
-                             std::to_string(config.num_layers) + " layers, vocab " + std::to_string(config.vocab_size) +
-                             ") but " + gib(static_cast<double>(available)) + " of memory is available");
+    throw std::runtime_error("dummy weights of " + what + " need " + gib(need.weights) + " (" +
+                             gib(need.largest_values) + " more while the largest tensor is made: hidden_size " +
+                             std::to_string(config.hidden_size) + ", intermediate_size " +
+                             std::to_string(config.intermediate_size) + ", " + std::to_string(config.num_layers) +
+                             " layers, vocab " + std::to_string(config.vocab_size) + ") but " +
+                             gib(static_cast<double>(available)) + " of memory is available");
   }
 }
 

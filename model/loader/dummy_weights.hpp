@@ -13,8 +13,8 @@
 namespace troupe {
 
 struct dummy_init {
-  float stddev = 0.02f;       // matrices and biases: normal(0, stddev), small so activations stay sane
-  float norm_jitter = 0.0f;   // norms: 1 + uniform(-jitter, jitter); 0 gives exactly 1
+  float stddev = 0.02f;      // matrices and biases: normal(0, stddev), small so activations stay sane
+  float norm_jitter = 0.0f;  // norms: 1 + uniform(-jitter, jitter); 0 gives exactly 1
 };
 
 // The f32 values of one tensor. Depends only on (seed, spec.name, init), not on the order in

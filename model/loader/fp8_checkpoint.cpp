@@ -23,7 +23,8 @@ std::vector<float> read_scales(const safetensors_tensor& scale) {
   for (size_t i = 0; i < values.size(); ++i) {
     values[i] = scale.float_at(static_cast<int64_t>(i));
     if (!std::isfinite(values[i])) {
-      fail(scale.name, "holds " + std::to_string(values[i]) + " at element " + std::to_string(i) + " (NaN or infinite)");
+      fail(scale.name,
+           "holds " + std::to_string(values[i]) + " at element " + std::to_string(i) + " (NaN or infinite)");
     }
   }
   return values;
@@ -43,8 +44,9 @@ void check_no_nan(const safetensors_tensor& weight) {
 
 // Rows of `weight` as fp8_e4m3_b128 blocks, block (r, c) taking the scale of scale block
 // (r / block_rows, 128 c / block_cols).
-std::shared_ptr<std::vector<std::byte>> to_b128_blocks(const safetensors_tensor& weight, const std::vector<float>& scales,
-                                                       int64_t block_rows, int64_t block_cols) {
+std::shared_ptr<std::vector<std::byte>> to_b128_blocks(const safetensors_tensor& weight,
+                                                       const std::vector<float>& scales, int64_t block_rows,
+                                                       int64_t block_cols) {
   const int64_t rows = weight.shape[0];
   const int64_t cols = weight.shape[1];
   const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
@@ -65,12 +67,14 @@ std::shared_ptr<std::vector<std::byte>> to_b128_blocks(const safetensors_tensor&
 
 }  // namespace
 
-unpacked_weight read_fp8_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q) {
+unpacked_weight read_fp8_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix,
+                               const hf_quantization& q) {
   const std::string name = prefix + ".weight";
   const safetensors_tensor* weight = checkpoint.find(name);
   if (!weight) fail(name, "is missing");
   if (weight->type_name != "F8_E4M3") fail(name, "is " + weight->type_name + ", expected F8_E4M3");
-  if (weight->shape.size() != 2) fail(name, "has shape " + shape_string(weight->shape) + ", expected [out_features, in_features]");
+  if (weight->shape.size() != 2)
+    fail(name, "has shape " + shape_string(weight->shape) + ", expected [out_features, in_features]");
   const safetensors_tensor* scale = checkpoint.find(prefix + ".weight_scale_inv");
   if (!scale) scale = checkpoint.find(prefix + ".weight_scale");
   if (!scale) {
@@ -97,9 +101,9 @@ unpacked_weight read_fp8_layer(const safetensors_checkpoint& checkpoint, const s
   const auto [block_rows, block_cols] = *q.weight_block;
   const std::vector<int64_t> grid = {(rows + block_rows - 1) / block_rows, (cols + block_cols - 1) / block_cols};
   if (scale->shape != grid) {
-    fail(scale->name, "has shape " + shape_string(scale->shape) + ", expected " + shape_string(grid) + " for blocks of " +
-                          std::to_string(block_rows) + "x" + std::to_string(block_cols) + " of " + name + " " +
-                          shape_string(weight->shape));
+    fail(scale->name, "has shape " + shape_string(scale->shape) + ", expected " + shape_string(grid) +
+                          " for blocks of " + std::to_string(block_rows) + "x" + std::to_string(block_cols) + " of " +
+                          name + " " + shape_string(weight->shape));
   }
   if (cols % quant::fp8_b128_block_size != 0 || block_cols % quant::fp8_b128_block_size != 0) {
     fail(name, "has " + std::to_string(cols) + " columns in scale blocks of " + std::to_string(block_cols) +

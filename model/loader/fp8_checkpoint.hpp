@@ -22,6 +22,7 @@ namespace troupe {
 // The weight of linear layer `prefix` ("model.layers.0.mlp.up_proj"), named prefix + ".weight".
 // Throws std::runtime_error naming the tensor for a missing, misshapen or NaN / infinite scale, a
 // NaN weight, or block scales whose columns do not fit blocks of 128.
-unpacked_weight read_fp8_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q);
+unpacked_weight read_fp8_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix,
+                               const hf_quantization& q);
 
 }  // namespace troupe

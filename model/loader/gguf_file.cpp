@@ -14,10 +14,12 @@ constexpr int max_array_depth = 4;
 
 class cursor {
  public:
-  cursor(const std::filesystem::path& path, const std::byte* data, size_t size) : path_(path), data_(data), size_(size) {}
+  cursor(const std::filesystem::path& path, const std::byte* data, size_t size)
+      : path_(path), data_(data), size_(size) {}
 
   [[noreturn]] void fail(const std::string& problem) const {
-    throw std::runtime_error("GGUF file '" + path_.string() + "': " + problem + " (at byte " + std::to_string(offset_) + ")");
+    throw std::runtime_error("GGUF file '" + path_.string() + "': " + problem + " (at byte " + std::to_string(offset_) +
+                             ")");
   }
   size_t offset() const { return offset_; }
   size_t remaining() const { return size_ - offset_; }
@@ -33,7 +35,8 @@ class cursor {
 
   std::string read_string(const char* what) {
     uint64_t length = read<uint64_t>(what);
-    if (length > remaining()) fail(std::string("truncated: ") + what + " of " + std::to_string(length) + " bytes runs past the end");
+    if (length > remaining())
+      fail(std::string("truncated: ") + what + " of " + std::to_string(length) + " bytes runs past the end");
     std::string text(reinterpret_cast<const char*>(data_ + offset_), length);
     offset_ += length;
     return text;
@@ -48,10 +51,17 @@ class cursor {
 
 size_t scalar_size(gguf_value_type type) {
   switch (type) {
-    case gguf_value_type::uint8: case gguf_value_type::int8: case gguf_value_type::boolean: return 1;
-    case gguf_value_type::uint16: case gguf_value_type::int16: return 2;
-    case gguf_value_type::uint32: case gguf_value_type::int32: case gguf_value_type::float32: return 4;
-    case gguf_value_type::uint64: case gguf_value_type::int64: case gguf_value_type::float64: return 8;
+    case gguf_value_type::uint8:
+    case gguf_value_type::int8:
+    case gguf_value_type::boolean: return 1;
+    case gguf_value_type::uint16:
+    case gguf_value_type::int16: return 2;
+    case gguf_value_type::uint32:
+    case gguf_value_type::int32:
+    case gguf_value_type::float32: return 4;
+    case gguf_value_type::uint64:
+    case gguf_value_type::int64:
+    case gguf_value_type::float64: return 8;
     case gguf_value_type::string: return 8;  // at least its length
     case gguf_value_type::array: return 12;  // at least its element type and count
   }
@@ -99,9 +109,14 @@ nlohmann::json read_value(cursor& in, gguf_value_type type, gguf_value_type* ele
 
 bool is_integer_type(gguf_value_type type) {
   switch (type) {
-    case gguf_value_type::uint8: case gguf_value_type::int8: case gguf_value_type::uint16:
-    case gguf_value_type::int16: case gguf_value_type::uint32: case gguf_value_type::int32:
-    case gguf_value_type::uint64: case gguf_value_type::int64: return true;
+    case gguf_value_type::uint8:
+    case gguf_value_type::int8:
+    case gguf_value_type::uint16:
+    case gguf_value_type::int16:
+    case gguf_value_type::uint32:
+    case gguf_value_type::int32:
+    case gguf_value_type::uint64:
+    case gguf_value_type::int64: return true;
     default: return false;
   }
 }
@@ -129,7 +144,8 @@ gguf_file gguf_file::open(const std::filesystem::path& path) {
   for (uint64_t i = 0; i < num_keys; ++i) {
     std::string key = in.read_string("a metadata key");
     uint32_t raw_type = in.read<uint32_t>("a metadata value type");
-    if (!valid_value_type(raw_type)) in.fail("metadata key '" + key + "' has unknown value type " + std::to_string(raw_type));
+    if (!valid_value_type(raw_type))
+      in.fail("metadata key '" + key + "' has unknown value type " + std::to_string(raw_type));
     gguf_value value;
     value.type = static_cast<gguf_value_type>(raw_type);
     value.value = read_value(in, value.type, &value.element_type, 0);
@@ -149,7 +165,8 @@ gguf_file gguf_file::open(const std::filesystem::path& path) {
     info.name = in.read_string("a tensor name");
     uint32_t num_dims = in.read<uint32_t>("a tensor's dimension count");
     if (num_dims == 0 || num_dims > max_dims) {
-      in.fail("tensor '" + info.name + "' has " + std::to_string(num_dims) + " dimensions (expected 1.." + std::to_string(max_dims) + ")");
+      in.fail("tensor '" + info.name + "' has " + std::to_string(num_dims) + " dimensions (expected 1.." +
+              std::to_string(max_dims) + ")");
     }
     uint64_t num_elements = 1;
     for (uint32_t d = 0; d < num_dims; ++d) {
@@ -187,7 +204,8 @@ gguf_file gguf_file::open(const std::filesystem::path& path) {
     if (info.offset > data_bytes || info.num_bytes > data_bytes - info.offset) {
       throw std::runtime_error("GGUF file '" + path.string() + "': tensor '" + info.name + "' data [" +
                                std::to_string(info.offset) + ", " + std::to_string(info.offset + info.num_bytes) +
-                               ") lies outside the " + std::to_string(data_bytes) + "-byte data section (truncated file?)");
+                               ") lies outside the " + std::to_string(data_bytes) +
+                               "-byte data section (truncated file?)");
     }
     info.data = file.mapping_->data() + data_start + info.offset;
     if (info.num_bytes) by_offset.push_back(&info);
@@ -219,21 +237,24 @@ std::optional<int64_t> gguf_file::find_int(const std::string& key) const {
 std::optional<double> gguf_file::find_float(const std::string& key) const {
   const gguf_value* v = find(key);
   if (!v) return std::nullopt;
-  if (!v->value.is_number()) throw std::runtime_error("GGUF file '" + path().string() + "': metadata '" + key + "' is not a number");
+  if (!v->value.is_number())
+    throw std::runtime_error("GGUF file '" + path().string() + "': metadata '" + key + "' is not a number");
   return v->value.get<double>();
 }
 
 std::optional<std::string> gguf_file::find_string(const std::string& key) const {
   const gguf_value* v = find(key);
   if (!v) return std::nullopt;
-  if (v->type != gguf_value_type::string) throw std::runtime_error("GGUF file '" + path().string() + "': metadata '" + key + "' is not a string");
+  if (v->type != gguf_value_type::string)
+    throw std::runtime_error("GGUF file '" + path().string() + "': metadata '" + key + "' is not a string");
   return v->value.get<std::string>();
 }
 
 std::optional<bool> gguf_file::find_bool(const std::string& key) const {
   const gguf_value* v = find(key);
   if (!v) return std::nullopt;
-  if (v->type != gguf_value_type::boolean) throw std::runtime_error("GGUF file '" + path().string() + "': metadata '" + key + "' is not a bool");
+  if (v->type != gguf_value_type::boolean)
+    throw std::runtime_error("GGUF file '" + path().string() + "': metadata '" + key + "' is not a bool");
   return v->value.get<bool>();
 }
 
@@ -261,7 +282,8 @@ std::string gguf_file::get_string(const std::string& key) const {
 const nlohmann::json& gguf_file::get_array(const std::string& key) const {
   const gguf_value* v = find(key);
   if (!v) missing(path(), key);
-  if (v->type != gguf_value_type::array) throw std::runtime_error("GGUF file '" + path().string() + "': metadata '" + key + "' is not an array");
+  if (v->type != gguf_value_type::array)
+    throw std::runtime_error("GGUF file '" + path().string() + "': metadata '" + key + "' is not an array");
   return v->value;
 }
 

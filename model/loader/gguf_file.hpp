@@ -22,7 +22,7 @@ struct gguf_tensor_info {
   uint32_t type = 0;          // ggml type id (gguf_tensor_type when Troupe supports it)
   uint64_t offset = 0;        // from the start of the data section
   const std::byte* data = nullptr;
-  size_t num_bytes = 0;       // 0 when the type is not one Troupe supports
+  size_t num_bytes = 0;  // 0 when the type is not one Troupe supports
 
   // Outermost first, as weight_tensor holds it: GGUF [in, out] is shape [out, in].
   std::vector<int64_t> shape() const { return {dims.rbegin(), dims.rend()}; }

@@ -24,7 +24,8 @@ namespace {
 
 int positive_int(const gguf_file& file, const std::string& key) {
   int64_t value = file.get_int(key);
-  if (value <= 0 || value > (int64_t{1} << 30)) fail(file, "'" + key + "' is " + std::to_string(value) + ", expected a positive integer");
+  if (value <= 0 || value > (int64_t{1} << 30))
+    fail(file, "'" + key + "' is " + std::to_string(value) + ", expected a positive integer");
   return static_cast<int>(value);
 }
 
@@ -48,7 +49,8 @@ void read_llama3_scaling(const gguf_file& file, model_config& config) {
     scaling.factor = static_cast<float>(*factor);
     scaling.low_freq_factor = static_cast<float>(file.get_float("troupe.rope_scaling.low_freq_factor"));
     scaling.high_freq_factor = static_cast<float>(file.get_float("troupe.rope_scaling.high_freq_factor"));
-    scaling.original_max_position_embeddings = static_cast<int>(file.get_int("troupe.rope_scaling.original_max_position_embeddings"));
+    scaling.original_max_position_embeddings =
+        static_cast<int>(file.get_int("troupe.rope_scaling.original_max_position_embeddings"));
     config.rope_scaling = scaling;
     return;
   }
@@ -86,8 +88,9 @@ void read_rope_scaling(const gguf_file& file, const std::string& p, model_config
     scaling.original_max_position_embeddings = original;
     scaling.long_factor = f32_values(file, *long_factors, rotary_dims(config) / 2);
     scaling.short_factor = f32_values(file, *short_factors, rotary_dims(config) / 2);
-    scaling.attention_factor = static_cast<float>(file.find_float(p + "rope.scaling.attn_factor")
-                                                      .value_or(longrope_attention_factor(config.max_position_embeddings, original)));
+    scaling.attention_factor =
+        static_cast<float>(file.find_float(p + "rope.scaling.attn_factor")
+                               .value_or(longrope_attention_factor(config.max_position_embeddings, original)));
     config.rope_scaling = scaling;
     return;
   }
@@ -112,7 +115,9 @@ void read_rope_scaling(const gguf_file& file, const std::string& p, model_config
     // GGUF has no key for it.
     scaling.truncate = config.arch != architecture::gpt_oss;
   } else {
-    fail(file, "unsupported rope scaling type '" + type + "' (supported: none, linear, yarn, longrope through rope_factors_*, llama3 through rope_freqs.weight)");
+    fail(file,
+         "unsupported rope scaling type '" + type +
+             "' (supported: none, linear, yarn, longrope through rope_factors_*, llama3 through rope_freqs.weight)");
   }
   if (!(scaling.factor > 0)) fail(file, "rope.scaling.factor must be positive for " + type + " scaling");
   config.rope_scaling = scaling;
@@ -122,7 +127,8 @@ void read_rope_scaling(const gguf_file& file, const std::string& p, model_config
 architecture read_architecture(const gguf_file& file, const std::string& arch_name) {
   const std::optional<architecture> arch = architecture_from_gguf_name(arch_name);
   if (!arch) fail(file, "unsupported architecture '" + arch_name + "'; supported: " + architecture_gguf_names());
-  if (*arch == architecture::llama && file.find_int(arch_name + ".expert_count").value_or(0) > 0) return architecture::mixtral;
+  if (*arch == architecture::llama && file.find_int(arch_name + ".expert_count").value_or(0) > 0)
+    return architecture::mixtral;
   return *arch;
 }
 
@@ -131,10 +137,12 @@ void read_moe(const gguf_file& file, const std::string& p, model_config& config)
   moe_config& moe = config.moe;
   moe.num_experts = positive_int(file, p + "expert_count");
   moe.experts_per_token = positive_int(file, p + "expert_used_count");
-  moe.expert_intermediate_size = file.find_int(p + "expert_feed_forward_length") ? positive_int(file, p + "expert_feed_forward_length")
-                                                                                : config.intermediate_size;
+  moe.expert_intermediate_size = file.find_int(p + "expert_feed_forward_length")
+                                     ? positive_int(file, p + "expert_feed_forward_length")
+                                     : config.intermediate_size;
   if (moe.experts_per_token > moe.num_experts) {
-    fail(file, "expert_used_count " + std::to_string(moe.experts_per_token) + " exceeds expert_count " + std::to_string(moe.num_experts));
+    fail(file, "expert_used_count " + std::to_string(moe.experts_per_token) + " exceeds expert_count " +
+                   std::to_string(moe.num_experts));
   }
   // llama.cpp fixes the routing per architecture; so does Troupe for its files.
   switch (config.arch) {
@@ -153,22 +161,28 @@ void read_moe(const gguf_file& file, const std::string& p, model_config& config)
       break;
     default: break;
   }
-  if (config.arch == architecture::mixtral || config.arch == architecture::gpt_oss) config.intermediate_size = moe.expert_intermediate_size;
+  if (config.arch == architecture::mixtral || config.arch == architecture::gpt_oss)
+    config.intermediate_size = moe.expert_intermediate_size;
 }
 
 // Sliding layers: the pattern key (a count or one flag per layer) or the family's default.
 void read_sliding_window(const gguf_file& file, const std::string& p, model_config& config) {
   const architecture arch = config.arch;
-  int window = file.find_int(p + "attention.sliding_window") ? static_cast<int>(file.get_int(p + "attention.sliding_window")) : 0;
+  int window = file.find_int(p + "attention.sliding_window")
+                   ? static_cast<int>(file.get_int(p + "attention.sliding_window"))
+                   : 0;
   if (arch == architecture::gemma2 && window == 0) window = 4096;  // llama.cpp's default for Gemma 2
-  if (window <= 0 || arch == architecture::phi3) return;  // llama.cpp runs Phi-3 without its window, as here
+  if (window <= 0 || arch == architecture::phi3) return;           // llama.cpp runs Phi-3 without its window, as here
   config.sliding_window = window;
   config.sliding_layers.assign(config.num_layers, true);
-  int pattern = arch == architecture::gemma2 || arch == architecture::gpt_oss ? 2 : arch == architecture::gemma3 ? 6 : 1;
+  int pattern = arch == architecture::gemma2 || arch == architecture::gpt_oss ? 2
+                : arch == architecture::gemma3                                ? 6
+                                                                              : 1;
   if (const gguf_value* value = file.find(p + "attention.sliding_window_pattern")) {
     if (value->type == gguf_value_type::array) {
       const nlohmann::json& flags = file.get_array(p + "attention.sliding_window_pattern");
-      if (static_cast<int>(flags.size()) != config.num_layers) fail(file, "sliding_window_pattern must have one flag per layer");
+      if (static_cast<int>(flags.size()) != config.num_layers)
+        fail(file, "sliding_window_pattern must have one flag per layer");
       for (int i = 0; i < config.num_layers; ++i) config.sliding_layers[i] = flags[i].get<bool>();
       return;
     }
@@ -211,7 +225,8 @@ std::vector<float> llama3_rope_factors(const model_config& config) {
     } else if (wavelen > low_wavelen) {
       factors.push_back(scaling.factor);
     } else {
-      double smooth = (original / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor);
+      double smooth =
+          (original / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor);
       factors.push_back(static_cast<float>(1.0 / ((1 - smooth) / scaling.factor + smooth)));
     }
   }
@@ -230,24 +245,29 @@ model_config gguf_model_config(const gguf_file& file) {
   if (config.arch == architecture::gpt_oss) config.activation = activation_kind::swiglu_oai;
   const std::string p = arch_name + ".";
   config.hidden_size = positive_int(file, p + "embedding_length");
-  config.intermediate_size = file.find_int(p + "feed_forward_length") ? positive_int(file, p + "feed_forward_length") : 0;
+  config.intermediate_size =
+      file.find_int(p + "feed_forward_length") ? positive_int(file, p + "feed_forward_length") : 0;
   config.num_layers = positive_int(file, p + "block_count");
   config.num_heads = positive_int(file, p + "attention.head_count");
-  config.num_kv_heads = file.find_int(p + "attention.head_count_kv") ? positive_int(file, p + "attention.head_count_kv") : config.num_heads;
+  config.num_kv_heads = file.find_int(p + "attention.head_count_kv") ? positive_int(file, p + "attention.head_count_kv")
+                                                                     : config.num_heads;
   config.head_dim = file.find_int(p + "attention.key_length") ? positive_int(file, p + "attention.key_length")
                                                               : config.hidden_size / config.num_heads;
   if (file.find_int(p + "rope.dimension_count")) {
     const int dims = positive_int(file, p + "rope.dimension_count");
     if (dims > config.head_dim || dims % 2 != 0) {
-      fail(file, "rope.dimension_count " + std::to_string(dims) + " must be even and at most head_dim " + std::to_string(config.head_dim));
+      fail(file, "rope.dimension_count " + std::to_string(dims) + " must be even and at most head_dim " +
+                     std::to_string(config.head_dim));
     }
     if (dims != config.head_dim) config.rotary_dim = dims;
   }
-  config.max_position_embeddings = file.find_int(p + "context_length") ? positive_int(file, p + "context_length") : 2048;
+  config.max_position_embeddings =
+      file.find_int(p + "context_length") ? positive_int(file, p + "context_length") : 2048;
   config.rms_norm_eps = static_cast<float>(file.find_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   config.rope_theta = static_cast<float>(file.find_float(p + "rope.freq_base").value_or(10000.0));
   if (config.num_heads % config.num_kv_heads != 0) {
-    fail(file, "head_count " + std::to_string(config.num_heads) + " is not a multiple of head_count_kv " + std::to_string(config.num_kv_heads));
+    fail(file, "head_count " + std::to_string(config.num_heads) + " is not a multiple of head_count_kv " +
+                   std::to_string(config.num_kv_heads));
   }
   const gguf_tensor_info* embeddings = file.find_tensor("token_embd.weight");
   if (!embeddings) fail(file, "has no token_embd.weight tensor");
@@ -285,11 +305,12 @@ void add_parts(const gguf_file& file, const gguf_tensor_layout& layout, const gg
   int64_t expected = 1;
   for (int64_t d : layout.shape) expected *= d;
   if (whole.num_elements() != expected || whole.shape.back() != layout.shape.back()) {
-    fail(file, "tensor '" + info.name + "' has shape " + shape_string(whole.shape) + ", expected " + shape_string(layout.shape));
+    fail(file, "tensor '" + info.name + "' has shape " + shape_string(whole.shape) + ", expected " +
+                   shape_string(layout.shape));
   }
   if (auto bad = quant::first_bad_scale_block(whole.type, whole.data, whole.num_elements())) {
-    fail(file, "tensor '" + info.name + "' (" + std::string(dtype_name(whole.type)) + ") has a NaN or infinite scale in block " +
-                   std::to_string(*bad));
+    fail(file, "tensor '" + info.name + "' (" + std::string(dtype_name(whole.type)) +
+                   ") has a NaN or infinite scale in block " + std::to_string(*bad));
   }
   const std::byte* data = whole.data;
   std::shared_ptr<const void> owned_copy;  // set when the parts' bytes are this copy

@@ -19,7 +19,8 @@ void write_rope_gguf(gguf_writer& writer, const std::string& p, const model_conf
       writer.set("troupe.rope_scaling.factor", gguf_value::f32(s.factor));
       writer.set("troupe.rope_scaling.low_freq_factor", gguf_value::f32(s.low_freq_factor));
       writer.set("troupe.rope_scaling.high_freq_factor", gguf_value::f32(s.high_freq_factor));
-      writer.set("troupe.rope_scaling.original_max_position_embeddings", gguf_value::u32(s.original_max_position_embeddings));
+      writer.set("troupe.rope_scaling.original_max_position_embeddings",
+                 gguf_value::u32(s.original_max_position_embeddings));
       break;
     case rope_scaling_type::linear:
       writer.set(p + "rope.scaling.type", gguf_value::string("linear"));

@@ -13,16 +13,11 @@ namespace {
 
 // Per-layer parts of the Llama family: GGUF name part, HF name part (without ".weight"/".bias").
 constexpr std::pair<const char*, const char*> layer_parts[] = {
-    {"attn_norm", "input_layernorm"},
-    {"attn_q", "self_attn.q_proj"},
-    {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},
-    {"attn_output", "self_attn.o_proj"},
-    {"attn_q_norm", "self_attn.q_norm"},
-    {"attn_k_norm", "self_attn.k_norm"},
-    {"ffn_norm", "post_attention_layernorm"},
-    {"ffn_gate", "mlp.gate_proj"},
-    {"ffn_up", "mlp.up_proj"},
+    {"attn_norm", "input_layernorm"},    {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},      {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"}, {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"}, {"ffn_norm", "post_attention_layernorm"},
+    {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},
 };
 
@@ -179,7 +174,9 @@ class layout_builder {
 
 }  // namespace
 
-std::vector<gguf_tensor_layout> gguf_tensor_layouts(const model_config& config) { return layout_builder(config).build(); }
+std::vector<gguf_tensor_layout> gguf_tensor_layouts(const model_config& config) {
+  return layout_builder(config).build();
+}
 
 std::optional<std::string> hf_name_from_gguf(const std::string& gguf_name) {
   for (const auto& [gguf, hf] : global_names) {

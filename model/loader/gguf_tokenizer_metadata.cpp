@@ -83,7 +83,8 @@ int tokenizer_vocab_size(const tokenizer_sources& sources) {
   int size = 0;
   for (const auto& [token, id] : model.at("vocab").items()) size = std::max(size, id.get<int>() + 1);
   if (sources.tokenizer_json.contains("added_tokens")) {
-    for (const auto& added : sources.tokenizer_json["added_tokens"]) size = std::max(size, added.at("id").get<int>() + 1);
+    for (const auto& added : sources.tokenizer_json["added_tokens"])
+      size = std::max(size, added.at("id").get<int>() + 1);
   }
   return size;
 }
@@ -105,7 +106,8 @@ void add_tokenizer_metadata(gguf_writer& writer, const tokenizer_sources& source
                                                             : static_cast<int>(gguf_token_type::normal);
     filled[id] = true;
   }
-  const std::string unk_token = model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"].get<std::string>() : "";
+  const std::string unk_token =
+      model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"].get<std::string>() : "";
   if (sources.tokenizer_json.contains("added_tokens")) {
     for (const auto& added : sources.tokenizer_json["added_tokens"]) {
       int id = added.at("id").get<int>();
@@ -197,7 +199,8 @@ void add_tokenizer_metadata(gguf_writer& writer, const tokenizer_sources& source
       writer.set("tokenizer.chat_template", gguf_value::string(chat_template.get<std::string>()));
     } else if (chat_template.is_array()) {
       for (const auto& named : chat_template) {
-        if (named.value("name", "") == "default") writer.set("tokenizer.chat_template", gguf_value::string(named.at("template").get<std::string>()));
+        if (named.value("name", "") == "default")
+          writer.set("tokenizer.chat_template", gguf_value::string(named.at("template").get<std::string>()));
       }
     }
   }

@@ -15,15 +15,39 @@ inline constexpr uint32_t gguf_magic = 0x46554747;  // "GGUF" little-endian
 inline constexpr uint64_t gguf_default_alignment = 32;
 
 enum class gguf_value_type : uint32_t {
-  uint8 = 0, int8 = 1, uint16 = 2, int16 = 3, uint32 = 4, int32 = 5, float32 = 6,
-  boolean = 7, string = 8, array = 9, uint64 = 10, int64 = 11, float64 = 12,
+  uint8 = 0,
+  int8 = 1,
+  uint16 = 2,
+  int16 = 3,
+  uint32 = 4,
+  int32 = 5,
+  float32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  uint64 = 10,
+  int64 = 11,
+  float64 = 12,
 };
 
 // ggml tensor type ids Troupe loads (the numbers are ggml's, as GGUF stores them).
 enum class gguf_tensor_type : uint32_t {
-  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8,
-  q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14,
-  iq4_nl = 20, iq4_xs = 23, bf16 = 30, mxfp4 = 39,
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
+  q8_0 = 8,
+  q2_k = 10,
+  q3_k = 11,
+  q4_k = 12,
+  q5_k = 13,
+  q6_k = 14,
+  iq4_nl = 20,
+  iq4_xs = 23,
+  bf16 = 30,
+  mxfp4 = 39,
 };
 
 // ggml's name of any type id it has defined ("Q4_K", "IQ2_XXS"), loadable or not, so a refusal

@@ -45,7 +45,8 @@ void put_value(byte_sink& out, gguf_value_type type, gguf_value_type element_typ
       if (element_type == gguf_value_type::array) {
         throw std::runtime_error("GGUF writer: nested arrays are not supported (key '" + key + "')");
       }
-      if (!value.is_array()) throw std::runtime_error("GGUF writer: key '" + key + "' is typed array but holds no array");
+      if (!value.is_array())
+        throw std::runtime_error("GGUF writer: key '" + key + "' is typed array but holds no array");
       out.put(static_cast<uint32_t>(element_type));
       out.put<uint64_t>(value.size());
       for (const auto& element : value) put_value(out, element_type, gguf_value_type::uint8, element, key);
@@ -72,8 +73,8 @@ void gguf_writer::add_tensor(const std::string& name, gguf_tensor_type type, std
   tensors_.back().data = std::move(data);
 }
 
-void gguf_writer::add_tensor(const std::string& name, gguf_tensor_type type, std::vector<int64_t> dims, size_t num_bytes,
-                             tensor_producer produce) {
+void gguf_writer::add_tensor(const std::string& name, gguf_tensor_type type, std::vector<int64_t> dims,
+                             size_t num_bytes, tensor_producer produce) {
   for (const auto& tensor : tensors_) {
     if (tensor.name == name) throw std::runtime_error("GGUF writer: duplicate tensor '" + name + "'");
   }

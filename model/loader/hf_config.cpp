@@ -78,7 +78,8 @@ std::vector<float> float_list(const nlohmann::json& scaling, const char* key) {
   if (it == scaling.end() || !it->is_array()) fail(std::string("longrope rope_scaling needs a list '") + key + "'");
   std::vector<float> values;
   for (const auto& v : *it) {
-    if (!v.is_number() || v.get<double>() <= 0) fail(std::string("rope_scaling '") + key + "' must hold positive numbers");
+    if (!v.is_number() || v.get<double>() <= 0)
+      fail(std::string("rope_scaling '") + key + "' must hold positive numbers");
     values.push_back(v.get<float>());
   }
   return values;
@@ -95,8 +96,8 @@ std::optional<rope_scaling_config> parse_rope_scaling(const nlohmann::json& conf
   if (type == "default") return std::nullopt;
   rope_scaling_config result;
   result.factor = value_or<float>(scaling, "factor", 1.0f);
-  result.original_max_position_embeddings = value_or<int>(
-      scaling, "original_max_position_embeddings", value_or<int>(config, "original_max_position_embeddings", 0));
+  result.original_max_position_embeddings = value_or<int>(scaling, "original_max_position_embeddings",
+                                                          value_or<int>(config, "original_max_position_embeddings", 0));
   if (type == "linear") {
     result.type = rope_scaling_type::linear;
   } else if (type == "dynamic") {
@@ -124,21 +125,25 @@ std::optional<rope_scaling_config> parse_rope_scaling(const nlohmann::json& conf
     // transformers (and llama.cpp's converter) take the default attention factor from the
     // checkpoint's context against the original one; fixed here, before a served context may
     // lower max_position_embeddings.
-    if (result.original_max_position_embeddings == 0) result.original_max_position_embeddings = parsed.max_position_embeddings;
+    if (result.original_max_position_embeddings == 0)
+      result.original_max_position_embeddings = parsed.max_position_embeddings;
     result.attention_factor = value_or<float>(
         scaling, "attention_factor",
         longrope_attention_factor(parsed.max_position_embeddings, result.original_max_position_embeddings));
   } else {
-    fail("unsupported rope_scaling type '" + type + "' (supported: linear, dynamic, llama3, yarn, longrope, su, or none)");
+    fail("unsupported rope_scaling type '" + type +
+         "' (supported: linear, dynamic, llama3, yarn, longrope, su, or none)");
   }
   if (!(result.factor > 0)) fail("rope_scaling factor must be positive");
-  if (result.original_max_position_embeddings == 0) result.original_max_position_embeddings = parsed.max_position_embeddings;
+  if (result.original_max_position_embeddings == 0)
+    result.original_max_position_embeddings = parsed.max_position_embeddings;
   return result;
 }
 
 // The activation a config names must be the one its architecture is built with.
 activation_kind parse_activation(const nlohmann::json& config, architecture arch) {
-  const std::string act = value_or<std::string>(config, "hidden_activation", value_or<std::string>(config, "hidden_act", ""));
+  const std::string act =
+      value_or<std::string>(config, "hidden_activation", value_or<std::string>(config, "hidden_act", ""));
   switch (arch) {
     case architecture::gemma2:
     case architecture::gemma3:
@@ -148,7 +153,8 @@ activation_kind parse_activation(const nlohmann::json& config, architecture arch
       return activation_kind::gelu_tanh;
     case architecture::gpt_oss: return activation_kind::swiglu_oai;
     default:
-      if (!act.empty() && act != "silu" && act != "swish") fail("hidden_act '" + act + "' is not supported (expected silu)");
+      if (!act.empty() && act != "silu" && act != "swish")
+        fail("hidden_act '" + act + "' is not supported (expected silu)");
       return activation_kind::silu;
   }
 }
@@ -216,13 +222,15 @@ void parse_moe(const nlohmann::json& config, model_config& result) {
         moe.shared_expert_intermediate_size = required_int(config, "shared_expert_intermediate_size");
       }
       // Dense layers among sparse ones: no released checkpoint has them, nor does GGUF say so.
-      if (value_or<int>(config, "decoder_sparse_step", 1) != 1) fail("decoder_sparse_step other than 1 is not supported");
-      if (has(config, "mlp_only_layers") && !config["mlp_only_layers"].empty()) fail("mlp_only_layers is not supported (expected [])");
+      if (value_or<int>(config, "decoder_sparse_step", 1) != 1)
+        fail("decoder_sparse_step other than 1 is not supported");
+      if (has(config, "mlp_only_layers") && !config["mlp_only_layers"].empty())
+        fail("mlp_only_layers is not supported (expected [])");
       break;
     case architecture::gpt_oss:
       moe.num_experts = required_int(config, "num_local_experts");
       moe.experts_per_token = has(config, "num_experts_per_tok") ? required_int(config, "num_experts_per_tok")
-                                                                  : required_int(config, "experts_per_token");
+                                                                 : required_int(config, "experts_per_token");
       moe.expert_intermediate_size = result.intermediate_size;
       moe.scoring = router_scoring::softmax_over_top_k;
       moe.router_bias = true;
@@ -241,7 +249,8 @@ void parse_gemma(const nlohmann::json& config, model_config& result) {
   result.query_pre_attn_scalar = value_or<float>(config, "query_pre_attn_scalar", static_cast<float>(result.head_dim));
   result.final_logit_softcapping = value_or<float>(config, "final_logit_softcapping", 0.0f);
   result.attn_logit_softcapping = value_or<float>(config, "attn_logit_softcapping", 0.0f);
-  if (result.arch == architecture::gemma3) result.rope_local_theta = value_or<float>(config, "rope_local_base_freq", 10000.0f);
+  if (result.arch == architecture::gemma3)
+    result.rope_local_theta = value_or<float>(config, "rope_local_base_freq", 10000.0f);
   // Gemma ties its embeddings unless the config says otherwise.
   result.tie_word_embeddings = value_or<bool>(config, "tie_word_embeddings", true);
 }
@@ -266,7 +275,8 @@ model_config parse_hf_config(const nlohmann::json& config, const nlohmann::json&
   result.intermediate_size = required_int(config, "intermediate_size");
   result.num_layers = required_int(config, "num_hidden_layers");
   result.num_heads = required_int(config, "num_attention_heads");
-  result.num_kv_heads = has(config, "num_key_value_heads") ? required_int(config, "num_key_value_heads") : result.num_heads;
+  result.num_kv_heads =
+      has(config, "num_key_value_heads") ? required_int(config, "num_key_value_heads") : result.num_heads;
   result.vocab_size = required_int(config, "vocab_size");
   if (has(config, "head_dim")) {
     result.head_dim = required_int(config, "head_dim");
@@ -285,8 +295,8 @@ model_config parse_hf_config(const nlohmann::json& config, const nlohmann::json&
     const double factor = config["partial_rotary_factor"].get<double>();
     const int dims = static_cast<int>(result.head_dim * factor);
     if (!(factor > 0 && factor <= 1) || dims % 2 != 0 || dims == 0) {
-      fail("partial_rotary_factor " + std::to_string(factor) + " does not give an even number of rotary dimensions of head_dim " +
-           std::to_string(result.head_dim));
+      fail("partial_rotary_factor " + std::to_string(factor) +
+           " does not give an even number of rotary dimensions of head_dim " + std::to_string(result.head_dim));
     }
     if (dims != result.head_dim) result.rotary_dim = dims;
   }
@@ -347,7 +357,8 @@ namespace {
 nlohmann::json rope_scaling_json(const rope_scaling_config& s) {
   nlohmann::json j;
   j["factor"] = s.factor;
-  if (s.original_max_position_embeddings > 0) j["original_max_position_embeddings"] = s.original_max_position_embeddings;
+  if (s.original_max_position_embeddings > 0)
+    j["original_max_position_embeddings"] = s.original_max_position_embeddings;
   switch (s.type) {
     case rope_scaling_type::linear: j["rope_type"] = "linear"; break;
     case rope_scaling_type::dynamic: j["rope_type"] = "dynamic"; break;
@@ -422,7 +433,8 @@ nlohmann::json to_hf_config(const model_config& config) {
       j["norm_topk_prob"] = moe.norm_topk_prob;
       j["decoder_sparse_step"] = 1;
       j["mlp_only_layers"] = nlohmann::json::array();
-      if (config.arch == architecture::qwen2_moe) j["shared_expert_intermediate_size"] = moe.shared_expert_intermediate_size;
+      if (config.arch == architecture::qwen2_moe)
+        j["shared_expert_intermediate_size"] = moe.shared_expert_intermediate_size;
       break;
     case architecture::gpt_oss:
       j["num_local_experts"] = moe.num_experts;
@@ -433,16 +445,18 @@ nlohmann::json to_hf_config(const model_config& config) {
     case architecture::gemma2:
     case architecture::gemma3:
       j["query_pre_attn_scalar"] = config.query_pre_attn_scalar;
-      j["final_logit_softcapping"] = config.final_logit_softcapping > 0 ? nlohmann::json(config.final_logit_softcapping) : nlohmann::json(nullptr);
-      j["attn_logit_softcapping"] = config.attn_logit_softcapping > 0 ? nlohmann::json(config.attn_logit_softcapping) : nlohmann::json(nullptr);
+      j["final_logit_softcapping"] =
+          config.final_logit_softcapping > 0 ? nlohmann::json(config.final_logit_softcapping) : nlohmann::json(nullptr);
+      j["attn_logit_softcapping"] =
+          config.attn_logit_softcapping > 0 ? nlohmann::json(config.attn_logit_softcapping) : nlohmann::json(nullptr);
       if (config.arch == architecture::gemma3) j["rope_local_base_freq"] = config.rope_local_theta;
       break;
     default: break;
   }
   if (config.sliding_window > 0) {
     j["sliding_window"] = config.sliding_window;
-    if (config.arch == architecture::qwen2 || config.arch == architecture::qwen3 || config.arch == architecture::qwen2_moe ||
-        config.arch == architecture::qwen3_moe) {
+    if (config.arch == architecture::qwen2 || config.arch == architecture::qwen3 ||
+        config.arch == architecture::qwen2_moe || config.arch == architecture::qwen3_moe) {
       j["use_sliding_window"] = true;
     }
     nlohmann::json types = nlohmann::json::array();

@@ -15,7 +15,8 @@ namespace {
 }
 
 std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return text;
 }
 
@@ -25,7 +26,8 @@ bool present(const nlohmann::json& object, const char* key) {
 }
 
 // The first of `keys` present (configs of different tool versions name a field differently).
-const nlohmann::json* field(const nlohmann::json& object, std::initializer_list<const char*> keys, std::string* which = nullptr) {
+const nlohmann::json* field(const nlohmann::json& object, std::initializer_list<const char*> keys,
+                            std::string* which = nullptr) {
   for (const char* key : keys) {
     if (present(object, key)) {
       if (which) *which = key;
@@ -44,7 +46,8 @@ int64_t int_field(const nlohmann::json& object, std::initializer_list<const char
   return value->get<int64_t>();
 }
 
-bool bool_field(const nlohmann::json& object, std::initializer_list<const char*> keys, bool fallback, const std::string& source) {
+bool bool_field(const nlohmann::json& object, std::initializer_list<const char*> keys, bool fallback,
+                const std::string& source) {
   std::string key;
   const nlohmann::json* value = field(object, keys, &key);
   if (!value) return fallback;
@@ -52,8 +55,8 @@ bool bool_field(const nlohmann::json& object, std::initializer_list<const char*>
   return value->get<bool>();
 }
 
-std::string string_field(const nlohmann::json& object, std::initializer_list<const char*> keys, const std::string& fallback,
-                         const std::string& source) {
+std::string string_field(const nlohmann::json& object, std::initializer_list<const char*> keys,
+                         const std::string& fallback, const std::string& source) {
   std::string key;
   const nlohmann::json* value = field(object, keys, &key);
   if (!value) return fallback;
@@ -151,7 +154,8 @@ void parse_compressed_tensors(const nlohmann::json& config, hf_quantization& q) 
     const nlohmann::json& sparsity = config["sparsity_config"];
     const std::string format = sparsity.is_object() ? string_field(sparsity, {"format"}, "dense", q.source) : "dense";
     if (sparsity.is_object() && !sparsity.empty() && format != "dense") {
-      fail(q.source, "'sparsity_config' has format '" + format + "'; sparse compressed-tensors checkpoints do not load");
+      fail(q.source,
+           "'sparsity_config' has format '" + format + "'; sparse compressed-tensors checkpoints do not load");
     }
   }
   if (present(config, "transform_config")) fail(q.source, "'transform_config' (rotations) is not supported");
@@ -192,7 +196,8 @@ void parse_compressed_tensors(const nlohmann::json& config, hf_quantization& q) 
         if (group_size <= 0) fail(q.source, where + ".weights.group_size must be positive with strategy group");
         scheme.weight_block = std::array<int64_t, 2>{1, group_size};
       } else if (strategy != "tensor" && strategy != "channel") {
-        fail(q.source, where + ".weights.strategy is '" + strategy + "'; FP8 weights load per tensor, channel, group or block");
+        fail(q.source,
+             where + ".weights.strategy is '" + strategy + "'; FP8 weights load per tensor, channel, group or block");
       }
       scheme.static_input_scales = present(group, "input_activations") && group["input_activations"].is_object() &&
                                    !bool_field(group["input_activations"], {"dynamic"}, true, q.source);
@@ -214,9 +219,8 @@ void parse_compressed_tensors(const nlohmann::json& config, hf_quantization& q) 
         fail(q.source, where + ".weights.strategy is '" + strategy + "'; int4 weights load per group or channel");
       }
       scheme.symmetric = bool_field(weights, {"symmetric"}, true, q.source);
-      const std::string actorder = present(weights, "actorder") && weights["actorder"].is_string()
-                                       ? weights["actorder"].get<std::string>()
-                                       : "";
+      const std::string actorder =
+          present(weights, "actorder") && weights["actorder"].is_string() ? weights["actorder"].get<std::string>() : "";
       scheme.act_order = actorder == "group";
     } else {
       fail(q.source, where + ".weights is " + type + " with num_bits " + std::to_string(bits) +
@@ -226,8 +230,8 @@ void parse_compressed_tensors(const nlohmann::json& config, hf_quantization& q) 
     if (first) {
       q = scheme;
       first = false;
-    } else if (scheme.layout != q.layout || scheme.group_size != q.group_size || scheme.weight_block != q.weight_block ||
-               scheme.act_order != q.act_order) {
+    } else if (scheme.layout != q.layout || scheme.group_size != q.group_size ||
+               scheme.weight_block != q.weight_block || scheme.act_order != q.act_order) {
       fail(q.source, "'config_groups' mix different weight schemes; one scheme for every group is supported");
     }
   }
@@ -272,7 +276,8 @@ std::optional<hf_quantization> read_hf_quantization(const std::filesystem::path&
     const char* name;
     const char* method;
   };
-  for (const legacy_file& legacy : {legacy_file{"quantize_config.json", "gptq"}, legacy_file{"quant_config.json", "awq"}}) {
+  for (const legacy_file& legacy :
+       {legacy_file{"quantize_config.json", "gptq"}, legacy_file{"quant_config.json", "awq"}}) {
     const std::filesystem::path path = directory / legacy.name;
     if (!std::filesystem::exists(path)) continue;
     nlohmann::json config = read_json_file(path);
@@ -288,7 +293,8 @@ std::string describe(const hf_quantization& q) {
     case hf_quant_layout::fp8:
       text += "fp8 e4m3 weights";
       if (q.weight_block) {
-        text += ", scales per " + std::to_string((*q.weight_block)[0]) + "x" + std::to_string((*q.weight_block)[1]) + " block";
+        text += ", scales per " + std::to_string((*q.weight_block)[0]) + "x" + std::to_string((*q.weight_block)[1]) +
+                " block";
       }
       if (q.static_input_scales) text += ", static activation scales ignored (activations stay f32 on the CPU)";
       break;

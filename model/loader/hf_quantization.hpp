@@ -55,8 +55,8 @@ struct hf_quantization {
 
   // fp8
   std::optional<std::array<int64_t, 2>> weight_block;  // [rows, cols] sharing one scale
-  bool static_input_scales = false;  // activation_scheme "static": the CPU ignores input_scale
-                                     // (activations stay f32 there)
+  bool static_input_scales = false;                    // activation_scheme "static": the CPU ignores input_scale
+                                                       // (activations stay f32 there)
 };
 
 // nullopt when the checkpoint declares no quantization. Throws std::runtime_error naming the

@@ -9,9 +9,11 @@
 namespace troupe {
 namespace {
 
-const weight_tensor& checkpoint_tensor(const weight_store& store, const std::string& name, const std::vector<int64_t>& shape) {
+const weight_tensor& checkpoint_tensor(const weight_store& store, const std::string& name,
+                                       const std::vector<int64_t>& shape) {
   const weight_tensor* tensor = store.find(name);
-  if (!tensor) throw std::runtime_error("checkpoint tensor " + name + " is missing; expected shape " + shape_string(shape));
+  if (!tensor)
+    throw std::runtime_error("checkpoint tensor " + name + " is missing; expected shape " + shape_string(shape));
   if (tensor->shape != shape) {
     throw std::runtime_error("checkpoint tensor " + name + " has shape " + shape_string(tensor->shape) + ", expected " +
                              shape_string(shape));
@@ -20,7 +22,8 @@ const weight_tensor& checkpoint_tensor(const weight_store& store, const std::str
 }
 
 // Row slices [first_row, first_row + rows) of a [*, cols] tensor, as a view named `name`.
-void add_rows(weight_store& store, const weight_tensor& whole, const std::string& name, int64_t first_row, int64_t rows) {
+void add_rows(weight_store& store, const weight_tensor& whole, const std::string& name, int64_t first_row,
+              int64_t rows) {
   const size_t row_size = row_bytes(whole.type, whole.cols());
   weight_tensor part;
   part.name = name;
@@ -46,7 +49,8 @@ void adapt_phi3(const model_config& config, weight_store& store) {
     const layer_tensor_names& l = names.layers[i];
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     if (!store.contains(l.q_proj)) {
-      const weight_tensor& qkv = checkpoint_tensor(store, prefix + "self_attn.qkv_proj.weight", {q_rows + 2 * kv_rows, hidden});
+      const weight_tensor& qkv =
+          checkpoint_tensor(store, prefix + "self_attn.qkv_proj.weight", {q_rows + 2 * kv_rows, hidden});
       add_rows(store, qkv, l.q_proj, 0, q_rows);
       add_rows(store, qkv, l.k_proj, q_rows, kv_rows);
       add_rows(store, qkv, l.v_proj, q_rows + kv_rows, kv_rows);
@@ -62,7 +66,8 @@ void adapt_phi3(const model_config& config, weight_store& store) {
 // Element (i, j) of each expert of a packed [experts, a, b] tensor goes to canonical place
 // `place(i, j)` of the expert's matrix; elements move as bytes, so any plain dtype keeps its type.
 template <typename Place>
-std::shared_ptr<std::vector<std::byte>> repack(const weight_tensor& packed, int64_t expert, int64_t out_elements, Place place) {
+std::shared_ptr<std::vector<std::byte>> repack(const weight_tensor& packed, int64_t expert, int64_t out_elements,
+                                               Place place) {
   const size_t element = row_bytes(packed.type, 1);
   const int64_t a = packed.shape[1], b = packed.shape[2];
   auto buffer = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(out_elements) * element);
@@ -70,7 +75,9 @@ std::shared_ptr<std::vector<std::byte>> repack(const weight_tensor& packed, int6
   for (int64_t i = 0; i < a; ++i) {
     for (int64_t j = 0; j < b; ++j) {
       const int64_t to = place(i, j);
-      if (to >= 0) std::memcpy(buffer->data() + static_cast<size_t>(to) * element, src + static_cast<size_t>(i * b + j) * element, element);
+      if (to >= 0)
+        std::memcpy(buffer->data() + static_cast<size_t>(to) * element, src + static_cast<size_t>(i * b + j) * element,
+                    element);
     }
   }
   return buffer;
@@ -98,9 +105,10 @@ void adapt_gpt_oss(const model_config& config, weight_store& store) {
     if (l.experts.empty() || store.contains(l.experts[0].gate_proj)) continue;
     const std::string p = "model.layers." + std::to_string(i) + ".mlp.experts.";
     if (store.contains(p + "gate_up_proj_blocks")) {
-      throw std::runtime_error("checkpoint tensor " + p +
-                               "gate_up_proj_blocks holds MXFP4 experts, which Troupe reads from GGUF files (llama.cpp's "
-                               "convert_hf_to_gguf.py keeps them MXFP4) or from a BF16 checkpoint, not from MXFP4 safetensors yet");
+      throw std::runtime_error(
+          "checkpoint tensor " + p +
+          "gate_up_proj_blocks holds MXFP4 experts, which Troupe reads from GGUF files (llama.cpp's "
+          "convert_hf_to_gguf.py keeps them MXFP4) or from a BF16 checkpoint, not from MXFP4 safetensors yet");
     }
     const weight_tensor& gate_up = checkpoint_tensor(store, p + "gate_up_proj", {experts, hidden, 2 * inter});
     const weight_tensor& gate_up_bias = checkpoint_tensor(store, p + "gate_up_proj_bias", {experts, 2 * inter});
@@ -113,9 +121,11 @@ void adapt_gpt_oss(const model_config& config, weight_store& store) {
       const expert_tensor_names& x = l.experts[e];
       // gate_up[e][h][2 * k + s]: s = 0 is gate row k, s = 1 up row k, column h.
       add_owned(store, x.gate_proj, gate_up.type, {inter, hidden},
-                repack(gate_up, e, inter * hidden, [&](int64_t h, int64_t c) { return c % 2 == 0 ? (c / 2) * hidden + h : -1; }));
+                repack(gate_up, e, inter * hidden,
+                       [&](int64_t h, int64_t c) { return c % 2 == 0 ? (c / 2) * hidden + h : -1; }));
       add_owned(store, x.up_proj, gate_up.type, {inter, hidden},
-                repack(gate_up, e, inter * hidden, [&](int64_t h, int64_t c) { return c % 2 == 1 ? (c / 2) * hidden + h : -1; }));
+                repack(gate_up, e, inter * hidden,
+                       [&](int64_t h, int64_t c) { return c % 2 == 1 ? (c / 2) * hidden + h : -1; }));
       add_owned(store, x.down_proj, down.type, {hidden, inter},
                 repack(down, e, hidden * inter, [&](int64_t k, int64_t h) { return h * inter + k; }));
       // Biases: [experts, 2 * inter] seen as [experts, 1, 2 * inter].
@@ -127,7 +137,8 @@ void adapt_gpt_oss(const model_config& config, weight_store& store) {
                 repack(bias_view, e, inter, [](int64_t, int64_t c) { return c % 2 == 1 ? c / 2 : -1; }));
       weight_tensor down_bias_view = down_bias;
       down_bias_view.shape = {experts, 1, hidden};
-      add_owned(store, x.down_bias, down_bias.type, {hidden}, repack(down_bias_view, e, hidden, [](int64_t, int64_t c) { return c; }));
+      add_owned(store, x.down_bias, down_bias.type, {hidden},
+                repack(down_bias_view, e, hidden, [](int64_t, int64_t c) { return c; }));
     }
   }
 }
@@ -145,8 +156,8 @@ void adapt_hf_tensors(const model_config& config, weight_store& store) {
   if (config.arch == architecture::gpt_oss) adapt_gpt_oss(config, store);
 }
 
-std::vector<hf_checkpoint_tensor> hf_checkpoint_tensors(const model_config& config,
-                                                        const std::function<std::vector<float>(const tensor_spec&)>& values_of) {
+std::vector<hf_checkpoint_tensor> hf_checkpoint_tensors(
+    const model_config& config, const std::function<std::vector<float>(const tensor_spec&)>& values_of) {
   const std::vector<tensor_spec> specs = expected_tensors(config);
   std::map<std::string, const tensor_spec*> by_name;
   for (const tensor_spec& spec : specs) by_name[spec.name] = &spec;
@@ -159,14 +170,17 @@ std::vector<hf_checkpoint_tensor> hf_checkpoint_tensors(const model_config& conf
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     if (config.arch == architecture::phi3) {
       const int64_t rows = by_name.at(l.q_proj)->shape[0] + 2 * by_name.at(l.k_proj)->shape[0];
-      out.push_back({prefix + "self_attn.qkv_proj.weight", {rows, config.hidden_size},
+      out.push_back({prefix + "self_attn.qkv_proj.weight",
+                     {rows, config.hidden_size},
                      concat({values(l.q_proj), values(l.k_proj), values(l.v_proj)})});
-      out.push_back({prefix + "mlp.gate_up_proj.weight", {2 * int64_t{config.intermediate_size}, config.hidden_size},
+      out.push_back({prefix + "mlp.gate_up_proj.weight",
+                     {2 * int64_t{config.intermediate_size}, config.hidden_size},
                      concat({values(l.gate_proj), values(l.up_proj)})});
       packed.insert({l.q_proj, l.k_proj, l.v_proj, l.gate_proj, l.up_proj});
     }
     if (config.arch == architecture::gpt_oss && !l.experts.empty()) {
-      const int64_t experts = config.moe.num_experts, hidden = config.hidden_size, inter = config.moe.expert_intermediate_size;
+      const int64_t experts = config.moe.num_experts, hidden = config.hidden_size,
+                    inter = config.moe.expert_intermediate_size;
       hf_checkpoint_tensor gate_up{prefix + "mlp.experts.gate_up_proj", {experts, hidden, 2 * inter}, {}};
       hf_checkpoint_tensor gate_up_bias{prefix + "mlp.experts.gate_up_proj_bias", {experts, 2 * inter}, {}};
       hf_checkpoint_tensor down{prefix + "mlp.experts.down_proj", {experts, inter, hidden}, {}};

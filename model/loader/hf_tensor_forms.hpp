@@ -33,7 +33,7 @@ struct hf_checkpoint_tensor {
 
 // The checkpoint tensors that hold `config`'s canonical tensors, in a stable order, from each
 // canonical tensor's values (`values_of`).
-std::vector<hf_checkpoint_tensor> hf_checkpoint_tensors(const model_config& config,
-                                                        const std::function<std::vector<float>(const tensor_spec&)>& values_of);
+std::vector<hf_checkpoint_tensor> hf_checkpoint_tensors(
+    const model_config& config, const std::function<std::vector<float>(const tensor_spec&)>& values_of);
 
 }  // namespace troupe

@@ -43,14 +43,15 @@ layout_tensors tensors_of(hf_quant_layout layout) {
 // Scales of activations and of a quantized KV cache: meaningful to engines that compute in FP8,
 // not to Troupe's f32 activations and its own KV-cache dtype.
 bool is_activation_scale(std::string_view name) {
-  for (std::string_view suffix : {".input_scale", ".output_scale", ".k_scale", ".v_scale", ".q_scale", ".prob_scale",
-                                  ".kv_scale"}) {
+  for (std::string_view suffix :
+       {".input_scale", ".output_scale", ".k_scale", ".v_scale", ".q_scale", ".prob_scale", ".kv_scale"}) {
     if (ends_with(name, suffix)) return true;
   }
   return false;
 }
 
-unpacked_weight unpack_layer(const safetensors_checkpoint& checkpoint, const hf_quantization& q, const std::string& prefix) {
+unpacked_weight unpack_layer(const safetensors_checkpoint& checkpoint, const hf_quantization& q,
+                             const std::string& prefix) {
   switch (q.layout) {
     case hf_quant_layout::fp8: return read_fp8_layer(checkpoint, prefix, q);
     case hf_quant_layout::awq: return repack_int4(read_awq_layer(checkpoint, prefix, q));
@@ -132,14 +133,16 @@ void add_hf_weights(const safetensors_checkpoint& checkpoint, const std::optiona
     for (std::string_view companion : layout.companions) {
       if (ends_with(tensor.name, companion)) {
         const std::string prefix = tensor.name.substr(0, tensor.name.size() - companion.size());
-        throw std::runtime_error("tensor " + tensor.name + " of file " + tensor.file.string() + " has no quantized " + prefix +
-                                 std::string(layout.marker) + " beside it (a " + q.method + " layer needs both)");
+        throw std::runtime_error("tensor " + tensor.name + " of file " + tensor.file.string() + " has no quantized " +
+                                 prefix + std::string(layout.marker) + " beside it (a " + q.method +
+                                 " layer needs both)");
       }
     }
     store.add(tensor.as_weight());
   }
   std::string counts;
-  for (const auto& [type, count] : num_by_type) counts += (counts.empty() ? "" : ", ") + type + ": " + std::to_string(count);
+  for (const auto& [type, count] : num_by_type)
+    counts += (counts.empty() ? "" : ", ") + type + ": " + std::to_string(count);
   spdlog::info("{}; quantized layers loaded as {}{}", describe(q), counts.empty() ? "none" : counts,
                num_reordered ? " (" + std::to_string(num_reordered) + " with act-order columns)" : "");
 }

@@ -49,13 +49,14 @@ importance_matrix load_gguf(const std::filesystem::path& path) {
     }
     const std::string name = info.name.substr(0, info.name.size() - sums_suffix.size());
     const gguf_tensor_info* counts_info = file.find_tensor(name + counts_suffix);
-    if (!counts_info) fail(path, "entry '" + name + "' has sums (" + info.name + ") but no counts (" + name + counts_suffix + ")");
+    if (!counts_info)
+      fail(path, "entry '" + name + "' has sums (" + info.name + ") but no counts (" + name + counts_suffix + ")");
     std::vector<float> sums = f32_values(info);
     const std::vector<float> counts = f32_values(*counts_info);
     // [columns, matrices]: each matrix's sums are divided by its own count.
     if (counts.empty() || sums.size() % counts.size() != 0) {
-      fail(path, "entry '" + name + "' has " + std::to_string(sums.size()) + " sums for " + std::to_string(counts.size()) +
-                     " counts, expected a whole number of sums per count");
+      fail(path, "entry '" + name + "' has " + std::to_string(sums.size()) + " sums for " +
+                     std::to_string(counts.size()) + " counts, expected a whole number of sums per count");
     }
     const size_t columns = sums.size() / counts.size();
     for (size_t m = 0; m < counts.size(); ++m) {

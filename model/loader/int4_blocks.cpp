@@ -34,8 +34,8 @@ void check_layer(const int4_layer& layer) {
   const auto rows = static_cast<size_t>(layer.rows);
   const auto cols = static_cast<size_t>(layer.cols);
   const auto groups = static_cast<size_t>(layer.num_groups);
-  if (layer.codes.size() != rows * cols || layer.zeros.size() != groups * rows || layer.scales.size() != groups * rows ||
-      layer.group.size() != cols) {
+  if (layer.codes.size() != rows * cols || layer.zeros.size() != groups * rows ||
+      layer.scales.size() != groups * rows || layer.group.size() != cols) {
     fail(layer, "unpacked sizes do not match its shape (an unpacker bug)");
   }
   if (layer.cols % block != 0) {
@@ -51,12 +51,12 @@ void check_layer(const int4_layer& layer) {
     for (int64_t r = 0; r < layer.rows; ++r) {
       const float scale = layer.scales[g * layer.rows + r];
       if (!std::isfinite(scale)) {
-        fail(layer, "scale of group " + std::to_string(g) + ", row " + std::to_string(r) + " is " + std::to_string(scale) +
-                        " (NaN or infinite)");
+        fail(layer, "scale of group " + std::to_string(g) + ", row " + std::to_string(r) + " is " +
+                        std::to_string(scale) + " (NaN or infinite)");
       }
       if (std::fabs(scale) > f16_max || std::fabs(scale * layer.zeros[g * layer.rows + r]) > f16_max) {
-        fail(layer, "scale of group " + std::to_string(g) + ", row " + std::to_string(r) + " (" + std::to_string(scale) +
-                        ") does not fit the f16 of a 4-bit block");
+        fail(layer, "scale of group " + std::to_string(g) + ", row " + std::to_string(r) + " (" +
+                        std::to_string(scale) + ") does not fit the f16 of a 4-bit block");
       }
     }
   }
@@ -66,7 +66,8 @@ void check_layer(const int4_layer& layer) {
 
 double int4_layer::value(int64_t row, int64_t col) const {
   const int64_t g = group[col];
-  return static_cast<double>(scales[g * rows + row]) * (static_cast<int>(codes[row * cols + col]) - zeros[g * rows + row]);
+  return static_cast<double>(scales[g * rows + row]) *
+         (static_cast<int>(codes[row * cols + col]) - zeros[g * rows + row]);
 }
 
 unpacked_weight repack_int4(const int4_layer& layer) {
@@ -77,15 +78,17 @@ unpacked_weight repack_int4(const int4_layer& layer) {
   if (!natural) {
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return layer.group[a] < layer.group[b]; });
     if (!blocks_share_groups(layer, order)) {
-      fail(layer, "its g_idx gives a group a number of columns that is not a multiple of 32, so no order of the "
-                  "columns cuts the groups into 4-bit blocks");
+      fail(layer,
+           "its g_idx gives a group a number of columns that is not a multiple of 32, so no order of the "
+           "columns cuts the groups into 4-bit blocks");
     }
   }
   const bool symmetric = std::all_of(layer.zeros.begin(), layer.zeros.end(), [](uint8_t z) { return z == 8; });
   const dtype type = symmetric ? dtype::q4_0 : dtype::q4_1;
   const size_t block_bytes = dtype_traits_of(type).block_bytes;
   const size_t stride = row_bytes(type, layer.cols);
-  auto buffer = std::make_shared<std::vector<std::byte>>(stride * static_cast<size_t>(layer.rows));  // [rows, cols/32 blocks]
+  auto buffer =
+      std::make_shared<std::vector<std::byte>>(stride * static_cast<size_t>(layer.rows));  // [rows, cols/32 blocks]
   for (int64_t r = 0; r < layer.rows; ++r) {
     const uint8_t* codes = layer.codes.data() + r * layer.cols;  // [cols]
     for (int64_t b = 0; b < layer.cols / block; ++b) {

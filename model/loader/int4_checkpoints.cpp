@@ -20,8 +20,8 @@ constexpr int64_t transpose_tile = 32;
   throw std::runtime_error("tensor '" + tensor + "' " + problem);
 }
 
-const safetensors_tensor& need(const safetensors_checkpoint& checkpoint, const std::string& name, const hf_quantization& q,
-                               const std::string& layout) {
+const safetensors_tensor& need(const safetensors_checkpoint& checkpoint, const std::string& name,
+                               const hf_quantization& q, const std::string& layout) {
   const safetensors_tensor* tensor = checkpoint.find(name);
   if (!tensor) fail(name, "is missing; " + q.method + " layers need " + layout);
   return *tensor;
@@ -36,7 +36,8 @@ void expect_type(const safetensors_tensor& tensor, bool integer, const std::stri
 
 void expect_shape(const safetensors_tensor& tensor, const std::vector<int64_t>& shape, const std::string& meaning) {
   if (tensor.shape != shape) {
-    fail(tensor.name, "has shape " + shape_string(tensor.shape) + ", expected " + shape_string(shape) + " (" + meaning + ")");
+    fail(tensor.name,
+         "has shape " + shape_string(tensor.shape) + ", expected " + shape_string(shape) + " (" + meaning + ")");
   }
 }
 
@@ -81,7 +82,8 @@ void assign_groups(int4_layer& layer, const safetensors_checkpoint& checkpoint, 
   if (const safetensors_tensor* g_idx = checkpoint.find(g_idx_name)) {
     read_g_idx(layer, *g_idx);
   } else if (q.act_order) {
-    fail(g_idx_name, "is missing, but " + act_order + " in " + q.source + ": act-order needs each input column's group");
+    fail(g_idx_name,
+         "is missing, but " + act_order + " in " + q.source + ": act-order needs each input column's group");
   } else {
     const int64_t expected = fill_sequential_groups(layer, q.group_size);
     if (expected != layer.num_groups) {
@@ -107,7 +109,8 @@ int4_layer empty_layer(const std::string& prefix, int64_t rows, int64_t cols, in
 
 }  // namespace
 
-int4_layer read_awq_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q) {
+int4_layer read_awq_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix,
+                          const hf_quantization& q) {
   const std::string layout = "qweight [in, out/8], qzeros [in/group, out/8] and scales [in/group, out]";
   const safetensors_tensor& qweight = need(checkpoint, prefix + ".qweight", q, layout);
   const safetensors_tensor& qzeros = need(checkpoint, prefix + ".qzeros", q, layout);
@@ -121,15 +124,16 @@ int4_layer read_awq_layer(const safetensors_checkpoint& checkpoint, const std::s
   if (out % 8 != 0) fail(scales.name, "has " + std::to_string(out) + " output columns, expected a multiple of 8 (AWQ)");
   const int64_t words = out / 8;
   if (qweight.shape.size() != 2 || qweight.shape[1] != words || qweight.shape[0] <= 0) {
-    fail(qweight.name, "has shape " + shape_string(qweight.shape) + ", expected [in_features, " + std::to_string(words) +
-                           "] (AWQ; " + std::to_string(out) + " output columns as in " + scales.name + ")");
+    fail(qweight.name, "has shape " + shape_string(qweight.shape) + ", expected [in_features, " +
+                           std::to_string(words) + "] (AWQ; " + std::to_string(out) + " output columns as in " +
+                           scales.name + ")");
   }
   const int64_t in = qweight.shape[0];
   const int64_t group = q.group_size > 0 ? q.group_size : in;
   if (in != groups * group) {
     fail(qweight.name, "has " + std::to_string(in) + " input rows, expected " + std::to_string(groups) + " groups of " +
-                           std::to_string(group) + " (" + scales.name + " " + shape_string(scales.shape) + ", group_size from " +
-                           q.source + ")");
+                           std::to_string(group) + " (" + scales.name + " " + shape_string(scales.shape) +
+                           ", group_size from " + q.source + ")");
   }
   expect_shape(qzeros, {groups, words}, "[in_features / group_size, out_features / 8] (AWQ)");
 
@@ -155,7 +159,8 @@ int4_layer read_awq_layer(const safetensors_checkpoint& checkpoint, const std::s
   return layer;
 }
 
-int4_layer read_gptq_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q) {
+int4_layer read_gptq_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix,
+                           const hf_quantization& q) {
   const std::string layout = "qweight [in/8, out], qzeros [groups, out/8], scales [groups, out] and g_idx [in]";
   const safetensors_tensor& qweight = need(checkpoint, prefix + ".qweight", q, layout);
   const safetensors_tensor& qzeros = need(checkpoint, prefix + ".qzeros", q, layout);
@@ -166,10 +171,12 @@ int4_layer read_gptq_layer(const safetensors_checkpoint& checkpoint, const std::
   expect_2d(scales, "[groups, out_features] (GPTQ)");
   const int64_t groups = scales.shape[0];
   const int64_t out = scales.shape[1];
-  if (out % 8 != 0) fail(scales.name, "has " + std::to_string(out) + " output columns, expected a multiple of 8 (GPTQ)");
+  if (out % 8 != 0)
+    fail(scales.name, "has " + std::to_string(out) + " output columns, expected a multiple of 8 (GPTQ)");
   if (qweight.shape.size() != 2 || qweight.shape[1] != out || qweight.shape[0] <= 0) {
-    fail(qweight.name, "has shape " + shape_string(qweight.shape) + ", expected [in_features / 8, " + std::to_string(out) +
-                           "] (GPTQ; " + std::to_string(out) + " output columns as in " + scales.name + ")");
+    fail(qweight.name, "has shape " + shape_string(qweight.shape) + ", expected [in_features / 8, " +
+                           std::to_string(out) + "] (GPTQ; " + std::to_string(out) + " output columns as in " +
+                           scales.name + ")");
   }
   const int64_t in = qweight.shape[0] * 8;
   expect_shape(qzeros, {groups, out / 8}, "[groups, out_features / 8] (GPTQ)");
@@ -212,7 +219,8 @@ int4_layer read_packed_int4_layer(const safetensors_checkpoint& checkpoint, cons
   if (const safetensors_tensor* shape = checkpoint.find(prefix + ".weight_shape")) {
     if (!shape->is_integer() || shape->num_elements() != 2 || shape->integer_at(0) != out ||
         shape->integer_at(1) <= (words - 1) * 8 || shape->integer_at(1) > in) {
-      fail(shape->name, "must hold [out_features, in_features] matching " + packed.name + " " + shape_string(packed.shape));
+      fail(shape->name,
+           "must hold [out_features, in_features] matching " + packed.name + " " + shape_string(packed.shape));
     }
     in = shape->integer_at(1);
   }
@@ -242,7 +250,8 @@ int4_layer read_packed_int4_layer(const safetensors_checkpoint& checkpoint, cons
       for (int64_t o = 0; o < out; ++o) {
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t zero = zero_point->integer_at(o * groups + g);
-          if (zero < -8 || zero > 7) fail(zero_point->name, "holds " + std::to_string(zero) + ", outside int4's [-8, 7]");
+          if (zero < -8 || zero > 7)
+            fail(zero_point->name, "holds " + std::to_string(zero) + ", outside int4's [-8, 7]");
           layer.zeros[g * out + o] = static_cast<uint8_t>(zero + 8);
         }
       }

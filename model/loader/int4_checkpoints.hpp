@@ -27,8 +27,10 @@ namespace troupe {
 // Each reads linear layer `prefix` ("model.layers.0.mlp.up_proj") into an int4_layer named
 // prefix + ".weight". Throws std::runtime_error naming the tensor and what was expected (missing
 // tensor, wrong dtype or shape, a g_idx out of range, desc_act without g_idx).
-int4_layer read_awq_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q);
-int4_layer read_gptq_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix, const hf_quantization& q);
+int4_layer read_awq_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix,
+                          const hf_quantization& q);
+int4_layer read_gptq_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix,
+                           const hf_quantization& q);
 int4_layer read_packed_int4_layer(const safetensors_checkpoint& checkpoint, const std::string& prefix,
                                   const hf_quantization& q);
 

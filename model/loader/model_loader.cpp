@@ -29,19 +29,23 @@ constexpr size_t page_bytes = 4096;
 load_format detect_format(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) throw std::runtime_error("model path '" + path.string() + "' does not exist");
   if (std::filesystem::is_directory(path)) {
-    if (std::filesystem::exists(path / "model.safetensors") || std::filesystem::exists(path / "model.safetensors.index.json")) {
+    if (std::filesystem::exists(path / "model.safetensors") ||
+        std::filesystem::exists(path / "model.safetensors.index.json")) {
       return load_format::safetensors;
     }
     for (const auto& entry : std::filesystem::directory_iterator(path)) {
       if (entry.path().extension() == ".gguf") {
-        throw std::runtime_error("model directory '" + path.string() + "' has no safetensors weights; to load the GGUF file pass it directly: '" +
+        throw std::runtime_error("model directory '" + path.string() +
+                                 "' has no safetensors weights; to load the GGUF file pass it directly: '" +
                                  entry.path().string() + "'");
       }
     }
-    throw std::runtime_error("model directory '" + path.string() + "' has neither model.safetensors nor model.safetensors.index.json");
+    throw std::runtime_error("model directory '" + path.string() +
+                             "' has neither model.safetensors nor model.safetensors.index.json");
   }
   if (path.extension() == ".gguf") return load_format::gguf;
-  throw std::runtime_error("cannot tell the format of '" + path.string() + "': expected an HF directory or a .gguf file");
+  throw std::runtime_error("cannot tell the format of '" + path.string() +
+                           "': expected an HF directory or a .gguf file");
 }
 
 // Reads one byte per page so the weights are resident before the first step, with a bar.
@@ -64,7 +68,8 @@ load_format parse_load_format(std::string_view name) {
   if (name == "safetensors") return load_format::safetensors;
   if (name == "gguf") return load_format::gguf;
   if (name == "dummy") return load_format::dummy;
-  throw std::runtime_error("unknown load format '" + std::string(name) + "' (expected auto, safetensors, gguf or dummy)");
+  throw std::runtime_error("unknown load format '" + std::string(name) +
+                           "' (expected auto, safetensors, gguf or dummy)");
 }
 
 namespace {
@@ -84,7 +89,8 @@ void keep_what_this_process_holds(loaded_model& model, const load_options& optio
     auto mib = [](uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); };
     throw std::runtime_error("the weights of layers " + layer_range_text(layers) + " need " + mib(needed) + " (" +
                              std::to_string(needed) + " bytes), above the " + mib(options.max_weight_bytes) +
-                             " this process may hold" + (options.budget_note.empty() ? "" : " (" + options.budget_note + ")") +
+                             " this process may hold" +
+                             (options.budget_note.empty() ? "" : " (" + options.budget_note + ")") +
                              "; cut the model into pipeline stages (troupe stage --layers) or raise the budget");
   }
 }

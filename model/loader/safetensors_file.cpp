@@ -29,10 +29,9 @@ struct known_dtype {
 };
 
 constexpr known_dtype known_dtypes[] = {
-    {"F32", 4, dtype::f32},  {"F16", 2, dtype::f16},        {"BF16", 2, dtype::bf16},
-    {"F8_E4M3", 1, dtype::fp8_e4m3},
-    {"I64", 8, std::nullopt}, {"I32", 4, std::nullopt}, {"I16", 2, std::nullopt},
-    {"I8", 1, std::nullopt},  {"U8", 1, std::nullopt},
+    {"F32", 4, dtype::f32},          {"F16", 2, dtype::f16},   {"BF16", 2, dtype::bf16},
+    {"F8_E4M3", 1, dtype::fp8_e4m3}, {"I64", 8, std::nullopt}, {"I32", 4, std::nullopt},
+    {"I16", 2, std::nullopt},        {"I8", 1, std::nullopt},  {"U8", 1, std::nullopt},
 };
 
 const known_dtype* find_dtype(std::string_view name) {
@@ -77,7 +76,8 @@ int64_t safetensors_tensor::integer_at(int64_t i) const {
   if (type_name == "I16") return static_cast<int16_t>(quant::read_u16(data + 2 * i));
   if (type_name == "I8") return static_cast<int8_t>(quant::bytes_at(data)[i]);
   if (type_name == "U8") return quant::bytes_at(data)[i];
-  throw std::runtime_error("tensor " + name + " of file " + file.string() + " is " + type_name + ", expected an integer type");
+  throw std::runtime_error("tensor " + name + " of file " + file.string() + " is " + type_name +
+                           ", expected an integer type");
 }
 
 float safetensors_tensor::float_at(int64_t i) const {
@@ -89,7 +89,8 @@ float safetensors_tensor::float_at(int64_t i) const {
   if (type_name == "F16") return f16_to_f32(quant::read_u16(data + 2 * i));
   if (type_name == "BF16") return bf16_to_f32(quant::read_u16(data + 2 * i));
   if (type_name == "F8_E4M3") return quant::fp8_e4m3_to_f32(quant::bytes_at(data)[i]);
-  throw std::runtime_error("tensor " + name + " of file " + file.string() + " is " + type_name + ", expected a float type");
+  throw std::runtime_error("tensor " + name + " of file " + file.string() + " is " + type_name +
+                           ", expected a float type");
 }
 
 std::optional<dtype> safetensors_tensor::weight_type() const {
@@ -119,7 +120,8 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
   file.mapping_ = mapped_file::open(path);
   const std::byte* base = file.mapping_->data();
   const size_t file_size = file.mapping_->size();
-  if (file_size < 8) fail(path, "truncated: " + std::to_string(file_size) + " bytes, too short for the 8-byte header length");
+  if (file_size < 8)
+    fail(path, "truncated: " + std::to_string(file_size) + " bytes, too short for the 8-byte header length");
   uint64_t header_bytes;
   std::memcpy(&header_bytes, base, 8);
   if (header_bytes < 2 || header_bytes > max_header_bytes) {
@@ -160,7 +162,8 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
     const known_dtype* known = find_dtype(dtype_name_text);
     if (!known) {
       throw std::runtime_error("unsupported dtype " + dtype_name_text + " in tensor " + name + " of file " +
-                               path.string() + " (supported: F32, F16, BF16, F8_E4M3; I64, I32, I16, I8, U8 in "
+                               path.string() +
+                               " (supported: F32, F16, BF16, F8_E4M3; I64, I32, I16, I8, U8 in "
                                "quantized checkpoints)");
     }
     const auto& shape = entry["shape"];
@@ -182,7 +185,8 @@ safetensors_file safetensors_file::open(const std::filesystem::path& path) {
     uint64_t end = offsets[1].get<uint64_t>();
     if (begin > end || end > data_bytes) {
       fail(path, "tensor '" + name + "' data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                     "] lie outside the " + std::to_string(data_bytes) + "-byte data area (truncated file or lying header)");
+                     "] lie outside the " + std::to_string(data_bytes) +
+                     "-byte data area (truncated file or lying header)");
     }
     uint64_t expected = num_elements * known->element_bytes;
     if (end - begin != expected) {
@@ -236,17 +240,20 @@ safetensors_checkpoint read_safetensors_directory(const std::filesystem::path& d
   }
   std::map<std::string, std::set<std::string>> names_by_shard;
   for (const auto& [name, shard] : index["weight_map"].items()) {
-    if (!shard.is_string()) throw std::runtime_error("'" + index_path.string() + "': weight_map entry '" + name + "' is not a file name");
+    if (!shard.is_string())
+      throw std::runtime_error("'" + index_path.string() + "': weight_map entry '" + name + "' is not a file name");
     std::string shard_name = shard.get<std::string>();
     if (shard_name.find('/') != std::string::npos || shard_name == "..") {
-      throw std::runtime_error("'" + index_path.string() + "': shard name '" + shard_name + "' must be a plain file name");
+      throw std::runtime_error("'" + index_path.string() + "': shard name '" + shard_name +
+                               "' must be a plain file name");
     }
     names_by_shard[shard_name].insert(name);
   }
   for (const auto& [shard_name, names] : names_by_shard) {
     std::filesystem::path shard_path = directory / shard_name;
     if (!std::filesystem::exists(shard_path)) {
-      throw std::runtime_error("shard '" + shard_path.string() + "' named by '" + index_path.string() + "' does not exist");
+      throw std::runtime_error("shard '" + shard_path.string() + "' named by '" + index_path.string() +
+                               "' does not exist");
     }
     safetensors_file shard = safetensors_file::open(shard_path);
     checkpoint.mappings.push_back(shard.mapping());
@@ -261,7 +268,8 @@ safetensors_checkpoint read_safetensors_directory(const std::filesystem::path& d
     }
     for (const auto& name : names) {
       if (!found.count(name)) {
-        throw std::runtime_error("tensor '" + name + "' is mapped to shard '" + shard_path.string() + "' but is not in it");
+        throw std::runtime_error("tensor '" + name + "' is mapped to shard '" + shard_path.string() +
+                                 "' but is not in it");
       }
     }
   }

@@ -13,9 +13,11 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<weig
   stored.reserve(tensors.size());
   for (const auto& tensor : tensors) {
     if (!tensor.plain()) {
-      throw std::runtime_error("tensor '" + tensor.name + "' has row scales or a column order, which safetensors cannot hold");
+      throw std::runtime_error("tensor '" + tensor.name +
+                               "' has row scales or a column order, which safetensors cannot hold");
     }
-    stored.push_back({tensor.name, safetensors_dtype_name(tensor.type), tensor.shape, tensor.data, tensor.num_bytes, path});
+    stored.push_back(
+        {tensor.name, safetensors_dtype_name(tensor.type), tensor.shape, tensor.data, tensor.num_bytes, path});
   }
   write_safetensors(path, stored);
 }
@@ -26,11 +28,11 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<safe
   uint64_t offset = 0;
   for (const auto& tensor : tensors) {
     if (!safetensors_element_bytes(tensor.type_name)) {
-      throw std::runtime_error("tensor '" + tensor.name + "': safetensors dtype '" + tensor.type_name + "' is not one Troupe writes");
+      throw std::runtime_error("tensor '" + tensor.name + "': safetensors dtype '" + tensor.type_name +
+                               "' is not one Troupe writes");
     }
-    header[tensor.name] = {{"dtype", tensor.type_name},
-                           {"shape", tensor.shape},
-                           {"data_offsets", {offset, offset + tensor.num_bytes}}};
+    header[tensor.name] = {
+        {"dtype", tensor.type_name}, {"shape", tensor.shape}, {"data_offsets", {offset, offset + tensor.num_bytes}}};
     offset += tensor.num_bytes;
   }
   std::string text = header.dump();

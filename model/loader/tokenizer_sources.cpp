@@ -118,8 +118,9 @@ tokenizer_sources tokenizer_sources_from_gguf(const gguf_file& file) {
   if (file.find("tokenizer.ggml.token_type")) {
     const json& type_array = file.get_array("tokenizer.ggml.token_type");
     if (type_array.size() != tokens.size()) {
-      throw std::runtime_error("GGUF file '" + file.path().string() + "': token_type has " + std::to_string(type_array.size()) +
-                               " entries for " + std::to_string(tokens.size()) + " tokens");
+      throw std::runtime_error("GGUF file '" + file.path().string() + "': token_type has " +
+                               std::to_string(type_array.size()) + " entries for " + std::to_string(tokens.size()) +
+                               " tokens");
     }
     for (size_t i = 0; i < tokens.size(); ++i) types[i] = type_array[i].get<int>();
   }
@@ -127,7 +128,8 @@ tokenizer_sources tokenizer_sources_from_gguf(const gguf_file& file) {
     auto id = file.find_int(key);
     if (!id) return -1;
     if (*id < 0 || *id >= vocab_size) {
-      throw std::runtime_error("GGUF file '" + file.path().string() + "': " + key + " " + std::to_string(*id) + " is outside the vocabulary");
+      throw std::runtime_error("GGUF file '" + file.path().string() + "': " + key + " " + std::to_string(*id) +
+                               " is outside the vocabulary");
     }
     return static_cast<int>(*id);
   };
@@ -148,10 +150,11 @@ tokenizer_sources tokenizer_sources_from_gguf(const gguf_file& file) {
   json added_decoder = json::object();
   for (int id = 0; id < vocab_size; ++id) {
     auto type = static_cast<gguf_token_type>(types[id]);
-    if (type != gguf_token_type::control && type != gguf_token_type::unknown && type != gguf_token_type::user_defined) continue;
+    if (type != gguf_token_type::control && type != gguf_token_type::unknown && type != gguf_token_type::user_defined)
+      continue;
     const bool special = type != gguf_token_type::user_defined;
-    json entry = {{"content", tokens[id]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                  {"normalized", false}, {"special", special}};
+    json entry = {{"content", tokens[id]}, {"single_word", false}, {"lstrip", false},
+                  {"rstrip", false},       {"normalized", false},  {"special", special}};
     added_decoder[std::to_string(id)] = entry;
     entry["id"] = id;
     added.push_back(entry);
@@ -179,9 +182,15 @@ tokenizer_sources tokenizer_sources_from_gguf(const gguf_file& file) {
     if (!scores.is_array() || scores.size() != tokens.size()) {
       throw std::runtime_error("GGUF file '" + file.path().string() + "': a llama tokenizer needs one score per token");
     }
-    tokenizer["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", unk >= 0 ? json(tokens[unk]) : json()},
-                          {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", true},
-                          {"byte_fallback", true}, {"ignore_merges", false}, {"vocab", vocab},
+    tokenizer["model"] = {{"type", "BPE"},
+                          {"dropout", nullptr},
+                          {"unk_token", unk >= 0 ? json(tokens[unk]) : json()},
+                          {"continuing_subword_prefix", nullptr},
+                          {"end_of_word_suffix", nullptr},
+                          {"fuse_unk", true},
+                          {"byte_fallback", true},
+                          {"ignore_merges", false},
+                          {"vocab", vocab},
                           {"merges", merges_from_scores(tokens, scores, types, ids)}};
     config["tokenizer_class"] = "LlamaTokenizerFast";
     config["legacy"] = true;
@@ -190,23 +199,32 @@ tokenizer_sources tokenizer_sources_from_gguf(const gguf_file& file) {
     const bool llama3 = pre == "llama-bpe" || pre == "llama3" || pre == "smaug-bpe";
     const bool o200k = pre == "gpt-4o";
     tokenizer["normalizer"] = pre == "qwen2" ? json{{"type", "NFC"}} : json();
-    tokenizer["pre_tokenizer"] = llama3 ? split_then_byte_level(llama3_split_pattern)
+    tokenizer["pre_tokenizer"] = llama3           ? split_then_byte_level(llama3_split_pattern)
                                  : pre == "qwen2" ? split_then_byte_level(qwen2_split_pattern)
                                  : o200k          ? split_then_byte_level(o200k_split_pattern)
                                                   : byte_level(true);
-    tokenizer["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+    tokenizer["decoder"] = {
+        {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
     json merges = json::array();
     if (file.find("tokenizer.ggml.merges")) {
       for (const auto& m : file.get_array("tokenizer.ggml.merges")) merges.push_back(m.get<std::string>());
     }
-    tokenizer["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                          {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                          {"byte_fallback", false}, {"ignore_merges", llama3 || o200k}, {"vocab", vocab}, {"merges", merges}};
+    tokenizer["model"] = {{"type", "BPE"},
+                          {"dropout", nullptr},
+                          {"unk_token", nullptr},
+                          {"continuing_subword_prefix", nullptr},
+                          {"end_of_word_suffix", nullptr},
+                          {"fuse_unk", false},
+                          {"byte_fallback", false},
+                          {"ignore_merges", llama3 || o200k},
+                          {"vocab", vocab},
+                          {"merges", merges}};
     config["tokenizer_class"] = "PreTrainedTokenizerFast";
   }
-  tokenizer["post_processor"] = (add_bos || add_eos) ? template_processing(tokens, bos, eos, add_bos, add_eos)
-                                                     : json{{"type", "ByteLevel"}, {"add_prefix_space", false},
-                                                            {"trim_offsets", false}, {"use_regex", false}};
+  tokenizer["post_processor"] =
+      (add_bos || add_eos)
+          ? template_processing(tokens, bos, eos, add_bos, add_eos)
+          : json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   if (model == "llama" && !add_bos && !add_eos) tokenizer["post_processor"] = nullptr;
 
   config["add_bos_token"] = add_bos;

@@ -34,8 +34,7 @@ static inline const uint8_t* bytes_at(const std::byte* p) { return reinterpret_c
 
 // IQ4_NL / IQ4_XS: the 16 levels a 4-bit index selects (a non-uniform grid denser near zero,
 // fitted to the distribution of trained weights), multiplied by the block's scale.
-static constexpr int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                          1,    13,   25,  38,  53,  69,  89,  113};
+static constexpr int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 // MXFP4: the 16 values of an E2M1 nibble (sign, 2-bit exponent, 1-bit mantissa), doubled so they
 // are integers: 0, 0.5, 1, 1.5, 2, 3, 4, 6 become 0, 1, 2, 3, 4, 6, 8, 12. The block's E8M0

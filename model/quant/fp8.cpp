@@ -28,7 +28,7 @@ uint8_t f32_to_fp8_e4m3(float value) {
   if (magnitude < std::ldexp(1.0f, -6)) {
     // Subnormals are multiples of 2^-9: round the count of them to nearest even.
     const float steps = std::nearbyint(magnitude * 512.0f);  // default rounding: to nearest even
-    return sign | static_cast<uint8_t>(steps);  // steps == 8 is the smallest normal, 0x08: correct
+    return sign | static_cast<uint8_t>(steps);               // steps == 8 is the smallest normal, 0x08: correct
   }
   int exponent;
   const float fraction = std::frexp(magnitude, &exponent);  // magnitude = fraction * 2^exponent, fraction in [0.5, 1)

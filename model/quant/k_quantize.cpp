@@ -43,7 +43,8 @@ void pack_scale_min(const uint8_t* scales, const uint8_t* mins, uint8_t* packed 
 void pack_low_nibbles(const uint8_t* codes /* [256] */, uint8_t* qs /* [128] */) {
   for (int pair = 0; pair < 4; ++pair) {
     for (int l = 0; l < 32; ++l) {
-      qs[32 * pair + l] = static_cast<uint8_t>((codes[64 * pair + l] & 0x0f) | ((codes[64 * pair + 32 + l] & 0x0f) << 4));
+      qs[32 * pair + l] =
+          static_cast<uint8_t>((codes[64 * pair + l] & 0x0f) | ((codes[64 * pair + 32 + l] & 0x0f) << 4));
     }
   }
 }
@@ -54,7 +55,8 @@ void quantize_q2_k(const float* x, std::byte* blocks, int64_t count, const float
   affine_super_block fit;
   for (int64_t b = 0; b < count / k_block_size; ++b) {
     std::byte* block = blocks + b * 84;
-    fit_affine_super_block(x + b * k_block_size, weights_at(weights, b * k_block_size), 16, 3, 15, block + 80, block + 82, &fit);
+    fit_affine_super_block(x + b * k_block_size, weights_at(weights, b * k_block_size), 16, 3, 15, block + 80,
+                           block + 82, &fit);
     for (int j = 0; j < 16; ++j) bytes(block)[j] = static_cast<uint8_t>(fit.scale_codes[j] | (fit.min_codes[j] << 4));
     pack_two_bit_codes(fit.codes, bytes(block + 16));
   }
@@ -90,7 +92,8 @@ void quantize_q4_k(const float* x, std::byte* blocks, int64_t count, const float
   affine_super_block fit;
   for (int64_t b = 0; b < count / k_block_size; ++b) {
     std::byte* block = blocks + b * 144;
-    fit_affine_super_block(x + b * k_block_size, weights_at(weights, b * k_block_size), 32, 15, 63, block, block + 2, &fit);
+    fit_affine_super_block(x + b * k_block_size, weights_at(weights, b * k_block_size), 32, 15, 63, block, block + 2,
+                           &fit);
     pack_scale_min(fit.scale_codes, fit.min_codes, bytes(block + 4));
     pack_low_nibbles(fit.codes, bytes(block + 16));
   }
@@ -100,7 +103,8 @@ void quantize_q5_k(const float* x, std::byte* blocks, int64_t count, const float
   affine_super_block fit;
   for (int64_t b = 0; b < count / k_block_size; ++b) {
     std::byte* block = blocks + b * 176;
-    fit_affine_super_block(x + b * k_block_size, weights_at(weights, b * k_block_size), 32, 31, 63, block, block + 2, &fit);
+    fit_affine_super_block(x + b * k_block_size, weights_at(weights, b * k_block_size), 32, 31, 63, block, block + 2,
+                           &fit);
     pack_scale_min(fit.scale_codes, fit.min_codes, bytes(block + 4));
     // The fifth bit of element 64 i + l (l < 32) is bit 2i of qh[l]; of 64 i + 32 + l, bit 2i + 1.
     uint8_t* qh = bytes(block + 16);

@@ -40,7 +40,8 @@ void pack_fifth_bits(const uint8_t* codes /* [32] */, std::byte* qh /* [4] */) {
 void round_affine(const float* x, int n, float scale, float offset, int max_code, uint8_t* codes) {
   const float inverse = scale != 0 ? 1.0f / scale : 0.0f;
   for (int i = 0; i < n; ++i) {
-    codes[i] = static_cast<uint8_t>(round_to_integer(std::clamp((x[i] - offset) * inverse, 0.0f, static_cast<float>(max_code))));
+    codes[i] = static_cast<uint8_t>(
+        round_to_integer(std::clamp((x[i] - offset) * inverse, 0.0f, static_cast<float>(max_code))));
   }
 }
 
@@ -67,7 +68,8 @@ void quantize_affine(const float* x, std::byte* blocks, int64_t count, const flo
   for (int64_t b = 0; b < count / block_size; ++b) {
     const float* xb = x + b * block_size;
     std::byte* out = blocks + b * static_cast<int64_t>(block_bytes);
-    const scale_and_offset fit = fit_scale_offset(xb, weights_at(weights, b * block_size), block_size, max_code, false, codes);
+    const scale_and_offset fit =
+        fit_scale_offset(xb, weights_at(weights, b * block_size), block_size, max_code, false, codes);
     const float d = store_f16(out, fit.scale);
     const float m = store_f16(out + 2, fit.offset);
     round_affine(xb, block_size, d, m, max_code, codes);

@@ -53,7 +53,8 @@ void quantize_row(dtype type, const float* x, int64_t count, std::byte* out, con
         for (int64_t j = 0; j < fp8_b128_block_size; ++j) amax = std::max(amax, std::fabs(v[j]));
         const float scale = amax > 0.0f ? amax / fp8_e4m3_max : 1.0f;
         std::memcpy(block, &scale, 4);
-        for (int64_t j = 0; j < fp8_b128_block_size; ++j) block[4 + j] = static_cast<std::byte>(f32_to_fp8_e4m3(v[j] / scale));
+        for (int64_t j = 0; j < fp8_b128_block_size; ++j)
+          block[4 + j] = static_cast<std::byte>(f32_to_fp8_e4m3(v[j] / scale));
       }
       return;
   }

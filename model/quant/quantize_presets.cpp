@@ -218,8 +218,8 @@ std::optional<quantize_preset> preset_of_file_type(uint32_t type) {
 
 bool is_quantizable(const std::string& name, int num_dims) {
   if (num_dims < 2 || !ends_with(name, "weight")) return false;
-  for (std::string_view kept : {"_norm.weight", "ffn_gate_inp.weight", "position_embd", "token_types", "ssm_conv1d",
-                                "attn_rel_b.weight"}) {
+  for (std::string_view kept :
+       {"_norm.weight", "ffn_gate_inp.weight", "position_embd", "token_types", "ssm_conv1d", "attn_rel_b.weight"}) {
     if (contains(name, kept)) return false;
   }
   return true;

@@ -16,10 +16,10 @@
 namespace troupe::quant {
 
 struct quantize_preset {
-  std::string_view name;  // as llama-quantize spells it: "Q4_K_M"
-  uint32_t file_type;     // GGUF general.file_type (llama.cpp's llama_ftype number)
-  dtype base;             // the type most tensors get
-  bool pure = false;      // every quantizable tensor gets `base` (no per-tensor rules)
+  std::string_view name;          // as llama-quantize spells it: "Q4_K_M"
+  uint32_t file_type;             // GGUF general.file_type (llama.cpp's llama_ftype number)
+  dtype base;                     // the type most tensors get
+  bool pure = false;              // every quantizable tensor gets `base` (no per-tensor rules)
   bool needs_importance = false;  // refused without an importance matrix (Q2_K_S)
 };
 

@@ -32,7 +32,6 @@ inline float round_to_integer(float v) {
   return (v + magic) - magic;
 }
 
-
 // The values a code selects, in ascending order; code k decodes to scale * values[k].
 struct level_grid {
   std::span<const float> values;

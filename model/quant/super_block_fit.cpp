@@ -76,9 +76,10 @@ void fit_symmetric_super_block(const float* x, const float* w, int sub_size, con
 void fit_affine_super_block(const float* x, const float* w, int sub_size, int max_code, int max_scale_code,
                             std::byte* d_field, std::byte* dmin_field, affine_super_block* out) {
   const int num_sub = super_block_size / sub_size;
-  const level_grid scale_grid{std::span<const float>(integer_levels<0, 63>).first(static_cast<size_t>(max_scale_code) + 1),
-                              true};
-  float sub_scales[16] = {}, sub_mins[16] = {}, scale_importance[16] = {}, min_importance[16] = {};  // num_sub of them set
+  const level_grid scale_grid{
+      std::span<const float>(integer_levels<0, 63>).first(static_cast<size_t>(max_scale_code) + 1), true};
+  float sub_scales[16] = {}, sub_mins[16] = {}, scale_importance[16] = {},
+        min_importance[16] = {};  // num_sub of them set
   for (int j = 0; j < num_sub; ++j) {
     const float* xs = x + j * sub_size;
     const float* ws = at(w, j * sub_size);
@@ -94,8 +95,10 @@ void fit_affine_super_block(const float* x, const float* w, int sub_size, int ma
     scale_importance[j] = static_cast<float>(level2);
     min_importance[j] = static_cast<float>(weight);
   }
-  out->d = store_f16(d_field, fit_scale(sub_scales, scale_importance, num_sub, scale_grid, out->scale_codes, scale_window));
-  out->dmin = store_f16(dmin_field, fit_scale(sub_mins, min_importance, num_sub, scale_grid, out->min_codes, scale_window));
+  out->d =
+      store_f16(d_field, fit_scale(sub_scales, scale_importance, num_sub, scale_grid, out->scale_codes, scale_window));
+  out->dmin =
+      store_f16(dmin_field, fit_scale(sub_mins, min_importance, num_sub, scale_grid, out->min_codes, scale_window));
 
   uint8_t trial[32];
   for (int j = 0; j < num_sub; ++j) {
@@ -104,10 +107,12 @@ void fit_affine_super_block(const float* x, const float* w, int sub_size, int ma
     uint8_t* codes = out->codes + j * sub_size;
     const int rounded_scale = out->scale_codes[j], rounded_min = out->min_codes[j];
     double best = std::numeric_limits<double>::infinity();
-    for (int s = std::max(0, rounded_scale - neighbourhood); s <= std::min(max_scale_code, rounded_scale + neighbourhood); ++s) {
-      for (int m = std::max(0, rounded_min - neighbourhood); m <= std::min(max_scale_code, rounded_min + neighbourhood); ++m) {
-        const double error = affine_error(xs, ws, sub_size, out->d * static_cast<float>(s), out->dmin * static_cast<float>(m),
-                                          max_code, trial);
+    for (int s = std::max(0, rounded_scale - neighbourhood);
+         s <= std::min(max_scale_code, rounded_scale + neighbourhood); ++s) {
+      for (int m = std::max(0, rounded_min - neighbourhood); m <= std::min(max_scale_code, rounded_min + neighbourhood);
+           ++m) {
+        const double error = affine_error(xs, ws, sub_size, out->d * static_cast<float>(s),
+                                          out->dmin * static_cast<float>(m), max_code, trial);
         if (error < best) {
           best = error;
           out->scale_codes[j] = static_cast<uint8_t>(s);

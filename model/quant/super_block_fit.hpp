@@ -43,7 +43,8 @@ struct affine_super_block {
   uint8_t codes[super_block_size] = {};
 };
 
-void fit_affine_super_block(const float* x /* [256] */, const float* w /* [256] or nullptr */, int sub_size, int max_code,
-                            int max_scale_code, std::byte* d_field, std::byte* dmin_field, affine_super_block* out);
+void fit_affine_super_block(const float* x /* [256] */, const float* w /* [256] or nullptr */, int sub_size,
+                            int max_code, int max_scale_code, std::byte* d_field, std::byte* dmin_field,
+                            affine_super_block* out);
 
 }  // namespace troupe::quant

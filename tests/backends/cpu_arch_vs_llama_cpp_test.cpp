@@ -67,15 +67,15 @@ constexpr int num_short_prompts = 8;
 constexpr int short_steps = 16;
 constexpr int long_prompt_length = 256;
 constexpr int long_steps = 64;
-constexpr int num_oracle_logits = 8;      // llama.cpp's top tokens compared per step
+constexpr int num_oracle_logits = 8;  // llama.cpp's top tokens compared per step
 // Troupe vs the float64 reference: 2e-4 for logits of magnitude up to ~5 (f32 rounding grows
 // with the logits' size, so larger ones get a proportionally larger bound). Measured: at most
 // ~1e-4 (gpt-oss at 320 tokens of context; 2e-5 to 8e-5 for the others), ~1.4e-5 on the short
 // prompts alone.
 constexpr double logit_tolerance = 2e-4;
 constexpr double logit_scale = 5.0;
-constexpr double close_call = 1e-2;       // margins this small are printed
-constexpr int oracle_context = 4096;      // > every prompt; > longrope's original context (long factors)
+constexpr double close_call = 1e-2;   // margins this small are printed
+constexpr int oracle_context = 4096;  // > every prompt; > longrope's original context (long factors)
 // The sliding layers' window in the models that have them: well inside the long prompt (256 + 64
 // tokens), so its later positions attend to the window only.
 constexpr int sliding_window = 64;
@@ -84,7 +84,7 @@ struct arch_case {
   std::string name;
   std::string arch;  // make-model --arch
   std::function<void(model_maker_options&)> adjust = [](model_maker_options&) {};
-  bool llama_cpp = true;                 // compared with llama.cpp as well as the reference
+  bool llama_cpp = true;  // compared with llama.cpp as well as the reference
   double llama_cpp_tolerance = 1e-4;
 };
 
@@ -109,7 +109,8 @@ const std::vector<arch_case>& cases() {
          o.sliding_window = sliding_window;
        },
        true, 1e-2},
-      {"gemma2", "gemma2", [](model_maker_options& o) { o.sliding_window = sliding_window; }, true, 1e-2},  // soft-caps 50 and 30
+      {"gemma2", "gemma2", [](model_maker_options& o) { o.sliding_window = sliding_window; }, true,
+       1e-2},  // soft-caps 50 and 30
       // Mistral v0.1's window on every layer. llama.cpp's Llama graph (which runs Mistral GGUFs)
       // has no window, so this one is checked against the float64 reference only.
       {"mistral_sliding", "mistral", [](model_maker_options& o) { o.sliding_window = sliding_window; }, false},
@@ -146,9 +147,9 @@ using top_logits = std::vector<std::pair<int32_t, double>>;
 struct oracle_result {
   std::vector<int32_t> generated;
   std::vector<double> margins;
-  std::vector<top_logits> top;                             // [step] llama.cpp's top logits
-  std::vector<top_logits> prompt_top;                      // [prompt position] (long prompt only)
-  std::vector<std::vector<double>> reference_logits;       // [step][vocab] float64 forward pass
+  std::vector<top_logits> top;                               // [step] llama.cpp's top logits
+  std::vector<top_logits> prompt_top;                        // [prompt position] (long prompt only)
+  std::vector<std::vector<double>> reference_logits;         // [step][vocab] float64 forward pass
   std::vector<std::vector<double>> reference_prompt_logits;  // [prompt position][vocab]
 };
 
@@ -193,7 +194,8 @@ std::vector<std::vector<float>> prompt_logits(model& m, const std::vector<int32_
   std::vector<float> all(batch.logits_rows.size() * vocab);
   m.forward(batch, all.data());
   std::vector<std::vector<float>> rows;
-  for (size_t r = 0; r < batch.logits_rows.size(); ++r) rows.emplace_back(all.begin() + r * vocab, all.begin() + (r + 1) * vocab);
+  for (size_t r = 0; r < batch.logits_rows.size(); ++r)
+    rows.emplace_back(all.begin() + r * vocab, all.begin() + (r + 1) * vocab);
   return rows;
 }
 
@@ -222,9 +224,9 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
       prompts_.push_back(prompt);
       steps_.push_back(long_prompt ? long_steps : short_steps);
       const std::string command = "node " + std::string(TROUPE_ORACLE_DIR) + "/llama_cpp_oracle.mjs" + model_flags +
-                                  " --f32-kv-cache --context-size " + std::to_string(oracle_context) + " --prompt-ids " +
-                                  join_ids(prompt) + " --steps " + std::to_string(steps_.back()) + " --logits " +
-                                  std::to_string(num_oracle_logits) +
+                                  " --f32-kv-cache --context-size " + std::to_string(oracle_context) +
+                                  " --prompt-ids " + join_ids(prompt) + " --steps " + std::to_string(steps_.back()) +
+                                  " --logits " + std::to_string(num_oracle_logits) +
                                   (long_prompt ? " --prompt-logits " + std::to_string(num_oracle_logits) : "");
       std::istringstream lines(run_command(command + " 2>&1"));
       for (const arch_case& c : cases()) {
@@ -281,7 +283,8 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
           const auto json = nlohmann::json::parse(line);
           oracle_[c.name][p].reference_logits = json.at("logits").get<std::vector<std::vector<double>>>();
           if (json.contains("prompt_logits")) {
-            oracle_[c.name][p].reference_prompt_logits = json.at("prompt_logits").get<std::vector<std::vector<double>>>();
+            oracle_[c.name][p].reference_prompt_logits =
+                json.at("prompt_logits").get<std::vector<std::vector<double>>>();
           }
         } catch (const std::exception&) {
           oracle_error_ = "float64 reference failed on " + c.name + ": " + command + "\n" + line;
@@ -302,14 +305,17 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
 
   // Largest |ours - theirs| over the vocabulary (reference) and over llama.cpp's top tokens, in
   // units of the tolerance's logit scale.
-  static errors compare(const std::vector<float>& ours, const std::vector<double>& reference, const top_logits* llama_cpp) {
+  static errors compare(const std::vector<float>& ours, const std::vector<double>& reference,
+                        const top_logits* llama_cpp) {
     errors e;
     double largest = 0;
     for (double v : reference) largest = std::max(largest, std::abs(v));
     const double scale = std::max(1.0, largest / logit_scale);
-    for (size_t i = 0; i < reference.size(); ++i) e.vs_reference = std::max(e.vs_reference, std::abs(ours[i] - reference[i]) / scale);
+    for (size_t i = 0; i < reference.size(); ++i)
+      e.vs_reference = std::max(e.vs_reference, std::abs(ours[i] - reference[i]) / scale);
     if (llama_cpp) {
-      for (const auto& [id, logit] : *llama_cpp) e.vs_llama_cpp = std::max(e.vs_llama_cpp, std::abs(ours[id] - logit) / scale);
+      for (const auto& [id, logit] : *llama_cpp)
+        e.vs_llama_cpp = std::max(e.vs_llama_cpp, std::abs(ours[id] - logit) / scale);
     }
     return e;
   }
@@ -335,11 +341,13 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
         const auto ours = prompt_logits(*m, prompts_[p]);
         ASSERT_EQ(ours.size(), theirs.reference_prompt_logits.size());
         for (size_t i = 0; i < ours.size(); ++i) {
-          const errors e = compare(ours[i], theirs.reference_prompt_logits[i], c.llama_cpp ? &theirs.prompt_top[i] : nullptr);
+          const errors e =
+              compare(ours[i], theirs.reference_prompt_logits[i], c.llama_cpp ? &theirs.prompt_top[i] : nullptr);
           worst_vs_reference = std::max(worst_vs_reference, e.vs_reference);
           worst_vs_llama_cpp = std::max(worst_vs_llama_cpp, e.vs_llama_cpp);
           EXPECT_LE(e.vs_reference, logit_tolerance) << name << " prompt position " << i << ": logits vs float64";
-          EXPECT_LE(e.vs_llama_cpp, c.llama_cpp_tolerance) << name << " prompt position " << i << ": logits vs llama.cpp";
+          EXPECT_LE(e.vs_llama_cpp, c.llama_cpp_tolerance)
+              << name << " prompt position " << i << ": logits vs llama.cpp";
         }
       }
       const auto ours = test::teacher_forced_logits(*m, prompts_[p], theirs.generated);
@@ -351,9 +359,11 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
         const errors e = compare(logits, theirs.reference_logits[step], c.llama_cpp ? &theirs.top[step] : nullptr);
         worst_vs_reference = std::max(worst_vs_reference, e.vs_reference);
         worst_vs_llama_cpp = std::max(worst_vs_llama_cpp, e.vs_llama_cpp);
-        EXPECT_LE(e.vs_reference, logit_tolerance) << name << " prompt " << p << " step " << step << ": logits vs float64";
+        EXPECT_LE(e.vs_reference, logit_tolerance)
+            << name << " prompt " << p << " step " << step << ": logits vs float64";
         if (!c.llama_cpp) continue;
-        EXPECT_LE(e.vs_llama_cpp, c.llama_cpp_tolerance) << name << " prompt " << p << " step " << step << ": logits vs llama.cpp";
+        EXPECT_LE(e.vs_llama_cpp, c.llama_cpp_tolerance)
+            << name << " prompt " << p << " step " << step << ": logits vs llama.cpp";
 
         const int32_t expected = theirs.generated[step];
         const int32_t chosen = test::argmax(logits.data(), vocab);
@@ -363,9 +373,9 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
         const double margin = logits[chosen] - second;
         closest = std::min(closest, margin);
         if (chosen != expected || margin < close_call) {
-          std::printf("[%s] prompt %zu step %zu: %s, margins llama.cpp %.2e / Troupe %.2e (tokens %d / %d)\n", name.c_str(), p,
-                      step, chosen == expected ? "close call, same token" : "near-tie flip", theirs.margins[step], margin,
-                      expected, chosen);
+          std::printf("[%s] prompt %zu step %zu: %s, margins llama.cpp %.2e / Troupe %.2e (tokens %d / %d)\n",
+                      name.c_str(), p, step, chosen == expected ? "close call, same token" : "near-tie flip",
+                      theirs.margins[step], margin, expected, chosen);
         }
         if (chosen == expected) continue;
         ++flips;
@@ -376,13 +386,15 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
       // The issue's own words, checked directly: free-running greedy decoding gives llama.cpp's
       // tokens (implied by the steps above when nothing flipped; here through the normal path).
       if (c.llama_cpp && flips == flips_before) {
-        EXPECT_EQ(test::greedy_generate(*m, prompts_[p], static_cast<int>(steps)).generated, theirs.generated) << name << " prompt " << p;
+        EXPECT_EQ(test::greedy_generate(*m, prompts_[p], static_cast<int>(steps)).generated, theirs.generated)
+            << name << " prompt " << p;
       }
     }
-    std::printf("[%s] %d greedy steps and %d prompt positions compared: max |logit error| %.2e vs float64, %.2e vs "
-                "llama.cpp; smallest margin %.2e; %d near-tie flips (bound %.0e)\n",
-                name.c_str(), compared, long_prompt_length - 1, worst_vs_reference, worst_vs_llama_cpp, closest, flips,
-                flip_bound);
+    std::printf(
+        "[%s] %d greedy steps and %d prompt positions compared: max |logit error| %.2e vs float64, %.2e vs "
+        "llama.cpp; smallest margin %.2e; %d near-tie flips (bound %.0e)\n",
+        name.c_str(), compared, long_prompt_length - 1, worst_vs_reference, worst_vs_llama_cpp, closest, flips,
+        flip_bound);
     expect_gguf_equals_hf(name, *m);
   }
 
@@ -395,7 +407,8 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
     const auto b = test::teacher_forced_logits(*m, prompts_.back(), theirs.generated);
     double worst = 0;
     for (size_t s = 0; s < a.size(); ++s)
-      for (size_t i = 0; i < a[s].size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(a[s][i] - b[s][i])));
+      for (size_t i = 0; i < a[s].size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::abs(a[s][i] - b[s][i])));
     EXPECT_LE(worst, 1e-5) << name << ": the GGUF copy's logits differ from the HF copy's";
   }
 
@@ -409,7 +422,8 @@ class cpu_arch_vs_llama_cpp : public ::testing::Test {
     for (int p = 0; p < num_short_prompts; ++p) {
       const oracle_result& theirs = oracle_[name][p];
       const auto ours = test::teacher_forced_logits(*m, prompts_[p], theirs.generated);
-      for (size_t step = 0; step < ours.size(); ++step) worst = std::max(worst, compare(ours[step], theirs.reference_logits[step], &theirs.top[step]).vs_llama_cpp);
+      for (size_t step = 0; step < ours.size(); ++step)
+        worst = std::max(worst, compare(ours[step], theirs.reference_logits[step], &theirs.top[step]).vs_llama_cpp);
     }
     return worst;
   }
@@ -435,8 +449,8 @@ TEST_F(cpu_arch_vs_llama_cpp, every_architecture_and_rope_scaling_agrees) {
   // logits far behind.
   const double qwen3_unnormalised = worst_with_routing("qwen3_moe", false);
   const double qwen2_normalised = worst_with_routing("qwen2_moe", true);
-  std::printf("wrong routing: Qwen3-MoE unnormalised off by %.2e, Qwen2-MoE normalised off by %.2e\n", qwen3_unnormalised,
-              qwen2_normalised);
+  std::printf("wrong routing: Qwen3-MoE unnormalised off by %.2e, Qwen2-MoE normalised off by %.2e\n",
+              qwen3_unnormalised, qwen2_normalised);
   EXPECT_GT(qwen3_unnormalised, 100 * case_named("qwen3_moe").llama_cpp_tolerance);
   EXPECT_GT(qwen2_normalised, 100 * case_named("qwen2_moe").llama_cpp_tolerance);
 }

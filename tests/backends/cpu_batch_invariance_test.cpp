@@ -141,9 +141,8 @@ void expect_batch_invariance(const model_config& config, const weight_store& wei
       seq.computed = end;
     }
     if (batch.num_seqs() == 0) {
-      bool done = std::all_of(seqs.begin(), seqs.end(), [](const sequence_plan& q) {
-        return q.computed >= static_cast<int>(q.tokens.size());
-      });
+      bool done = std::all_of(seqs.begin(), seqs.end(),
+                              [](const sequence_plan& q) { return q.computed >= static_cast<int>(q.tokens.size()); });
       if (done) break;
       continue;
     }

@@ -43,7 +43,16 @@ std::filesystem::path work_dir() {
   return std::filesystem::path(TROUPE_BINARY_DIR) / "cpu_hf_quantized" / std::to_string(getpid());
 }
 
-enum class format { awq, awq_f16_scales, gptq_v1, gptq_act_order, compressed_int4, fp8_tensor, fp8_channel, fp8_blocks };
+enum class format {
+  awq,
+  awq_f16_scales,
+  gptq_v1,
+  gptq_act_order,
+  compressed_int4,
+  fp8_tensor,
+  fp8_channel,
+  fp8_blocks
+};
 
 struct format_case {
   format kind;
@@ -53,7 +62,8 @@ struct format_case {
 };
 
 const format_case cases[] = {
-    {format::awq, "awq", "llama", R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm"})"},
+    {format::awq, "awq", "llama",
+     R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm"})"},
     // Scales as AutoAWQ stores them (any f16): q4_1's min = -zero * scale rounds to f16, the one
     // inexact step of the repacking; its effect on the logits is printed.
     {format::awq_f16_scales, "awq_f16_scales", "mistral",
@@ -194,9 +204,9 @@ TEST_P(cpu_hf_quantized_model, logits_equal_the_dequantized_f32_checkpoints) {
   const loaded_model quantized = load_model(load_options{dir});
   const loaded_model reference = load_model(load_options{dir.string() + "_f32"});
   const dtype expected_type = c.kind == format::fp8_tensor || c.kind == format::fp8_channel ? dtype::fp8_e4m3
-                              : c.kind == format::fp8_blocks                                 ? dtype::fp8_e4m3_b128
-                              : c.kind == format::gptq_act_order                             ? dtype::q4_0
-                                                                                             : dtype::q4_1;
+                              : c.kind == format::fp8_blocks                                ? dtype::fp8_e4m3_b128
+                              : c.kind == format::gptq_act_order                            ? dtype::q4_0
+                                                                                            : dtype::q4_1;
   const weight_tensor& down = quantized.weights.get("model.layers.1.mlp.down_proj.weight");
   EXPECT_EQ(down.type, expected_type);
   EXPECT_EQ(!down.input_order.empty(), c.kind == format::gptq_act_order || c.kind == format::compressed_int4);
@@ -233,17 +243,21 @@ TEST_P(cpu_hf_quantized_model, logits_equal_the_dequantized_f32_checkpoints) {
       }
     }
     if (flips == 0) {
-      EXPECT_EQ(test::greedy_generate(*quantized_model, prompt, num_steps).generated, greedy.generated) << "prompt " << p;
+      EXPECT_EQ(test::greedy_generate(*quantized_model, prompt, num_steps).generated, greedy.generated)
+          << "prompt " << p;
     }
   }
-  std::printf("%s: %d steps, largest logit difference %.3g, %d flips (logits up to %.3g; quantizing moved them by "
-              "up to %.3g)\n",
-              c.name, compared, worst, flips, largest_logit, quantization_effect);
+  std::printf(
+      "%s: %d steps, largest logit difference %.3g, %d flips (logits up to %.3g; quantizing moved them by "
+      "up to %.3g)\n",
+      c.name, compared, worst, flips, largest_logit, quantization_effect);
   EXPECT_LE(worst, logit_tolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(formats, cpu_hf_quantized_model, ::testing::ValuesIn(cases),
-                         [](const ::testing::TestParamInfo<format_case>& info) { return std::string(info.param.name); });
+                         [](const ::testing::TestParamInfo<format_case>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace troupe

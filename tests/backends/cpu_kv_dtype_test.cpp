@@ -78,10 +78,11 @@ std::vector<dtype_comparison> compare_kv_dtypes(const model_config& config, cons
   }
   const int total = static_cast<int>(prompts.size()) * num_steps;
   for (size_t o = 0; o < others.size(); ++o) {
-    std::printf("[ %s ] KV %s against %s: teacher-forced argmax agreement %d/%d, max logit error %.3g (largest "
-                "|logit| %.3g), free-running greedy prefix %d/%d tokens\n",
-                label.c_str(), dtype_name(others[o]).data(), dtype_name(reference).data(), results[o].forced_agreement,
-                total, results[o].max_logit_error, results[o].max_logit, results[o].free_prefix, total);
+    std::printf(
+        "[ %s ] KV %s against %s: teacher-forced argmax agreement %d/%d, max logit error %.3g (largest "
+        "|logit| %.3g), free-running greedy prefix %d/%d tokens\n",
+        label.c_str(), dtype_name(others[o]).data(), dtype_name(reference).data(), results[o].forced_agreement, total,
+        results[o].max_logit_error, results[o].max_logit, results[o].free_prefix, total);
   }
   return results;
 }
@@ -161,8 +162,8 @@ TEST(cpu_kv_dtype, random_model_q8_0_and_fp8_caches_against_f16) {
   init.stddev = 0.12f;  // peaked logits, as a trained model's: few near-ties
   const weight_store weights = make_dummy_weights(config, dtype::f16, 41, init);
   const auto prompts = random_prompts(3, config.vocab_size, 9);
-  const auto results =
-      compare_kv_dtypes(config, weights, prompts, dtype::f16, {dtype::bf16, dtype::q8_0, dtype::fp8_e4m3}, "random qwen2");
+  const auto results = compare_kv_dtypes(config, weights, prompts, dtype::f16,
+                                         {dtype::bf16, dtype::q8_0, dtype::fp8_e4m3}, "random qwen2");
   const int total = static_cast<int>(prompts.size()) * num_steps;
   // Measured (logits up to 9.5): bf16 188/192 steps agree (largest logit error 0.14), q8_0
   // 180/192 (0.42), fp8 149/192 (2.3).
@@ -247,7 +248,8 @@ TEST(cpu_kv_dtype, greedy_tokens_equal_llama_cpp_at_a_4k_context) {
   const auto ours_f32 = test::teacher_forced_logits(*f32, prompt, exact.generated);
   double worst_f32 = 0;
   for (int step = 0; step < steps; ++step) {
-    for (const auto& [id, logit] : exact.top[step]) worst_f32 = std::max(worst_f32, std::fabs(ours_f32[step][id] - logit));
+    for (const auto& [id, logit] : exact.top[step])
+      worst_f32 = std::max(worst_f32, std::fabs(ours_f32[step][id] - logit));
     EXPECT_EQ(test::argmax(ours_f32[step].data(), vocab), exact.generated[step]) << "f32 step " << step;
   }
   EXPECT_LT(worst_f32, 2e-3) << "f32 caches: logits against llama.cpp's";
@@ -269,9 +271,10 @@ TEST(cpu_kv_dtype, greedy_tokens_equal_llama_cpp_at_a_4k_context) {
     EXPECT_EQ(test::argmax(ours[step].data(), vocab), theirs.generated[step])
         << "step " << step << ", llama.cpp's margin " << theirs.margins[step];
   }
-  std::printf("[ 4k context ] f32 caches: max logit difference %.3g; defaults: %d of %d steps compared (margin >= %.2g), "
-              "max logit difference %.3g\n",
-              worst_f32, compared, steps, near_tie, worst);
+  std::printf(
+      "[ 4k context ] f32 caches: max logit difference %.3g; defaults: %d of %d steps compared (margin >= %.2g), "
+      "max logit difference %.3g\n",
+      worst_f32, compared, steps, near_tie, worst);
   EXPECT_GE(compared, steps / 2) << "too few steps outside near-ties to compare";
   std::filesystem::remove_all(dir);
 }

@@ -37,9 +37,7 @@ void expect_reference_continuations(const std::string& path) {
   }
 }
 
-TEST(cpu_model_stories, hf_greedy_matches_references) {
-  expect_reference_continuations(stories_dir + "/hf");
-}
+TEST(cpu_model_stories, hf_greedy_matches_references) { expect_reference_continuations(stories_dir + "/hf"); }
 
 TEST(cpu_model_stories, gguf_greedy_matches_references) {
   expect_reference_continuations(stories_dir + "/gguf/stories260K-f32.gguf");

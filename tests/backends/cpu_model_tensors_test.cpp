@@ -35,7 +35,8 @@ model_config tiny_llama() {
 void add_random(weight_store& store, const std::string& name, std::vector<int64_t> shape, uint32_t seed) {
   int64_t count = 1;
   for (int64_t d : shape) count *= d;
-  auto bytes = std::make_shared<std::vector<std::byte>>(test::encode(test::random_floats(count, seed, 0.5f), dtype::f32));
+  auto bytes =
+      std::make_shared<std::vector<std::byte>>(test::encode(test::random_floats(count, seed, 0.5f), dtype::f32));
   weight_tensor tensor;
   tensor.name = name;
   tensor.type = dtype::f32;
@@ -79,7 +80,8 @@ TEST(cpu_model_tensors, biases_and_qk_norms_the_config_does_not_imply_are_ignore
   const model_config config = tiny_llama();
   const weight_store plain = make_dummy_weights(config, dtype::f32, 5, {0.1f, 0.1f});
   weight_store extra = plain;
-  const int64_t q_dim = int64_t{config.num_heads} * config.head_dim, kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
+  const int64_t q_dim = int64_t{config.num_heads} * config.head_dim,
+                kv_dim = int64_t{config.num_kv_heads} * config.head_dim;
   for (int layer = 0; layer < config.num_layers; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
     add_random(extra, p + "q_proj.bias", {q_dim}, 20 + layer);

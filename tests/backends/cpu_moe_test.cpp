@@ -151,7 +151,8 @@ std::vector<double> naive(const random_moe& m, const float* x) {
   for (int e : order) {
     const cpu::expert_weights& w = m.weights.experts[e];
     const std::vector<float> biases[3] = {w.gate_bias, w.up_bias, w.down_bias};
-    swiglu(w.gate, w.up, w.down, w.gate_bias.empty() ? nullptr : biases, out, m.moe.norm_topk_prob ? probs[e] / chosen : probs[e]);
+    swiglu(w.gate, w.up, w.down, w.gate_bias.empty() ? nullptr : biases, out,
+           m.moe.norm_topk_prob ? probs[e] / chosen : probs[e]);
   }
   if (m.weights.shared_gate.data) {
     const double gate = 1 / (1 + std::exp(-dot(m.weights.shared_expert_gate, 0, x)));
@@ -169,15 +170,16 @@ void expect_naive(const random_moe& m, int64_t n) {
   layer.forward(pool, x.data(), n, out.data(), ws);
   for (int64_t t = 0; t < n; ++t) {
     const std::vector<double> want = naive(m, x.data() + t * m.hidden);
-    for (int64_t i = 0; i < m.hidden; ++i) ASSERT_NEAR(out[t * m.hidden + i], want[i], 1e-4 * (1 + std::abs(want[i]))) << t << "," << i;
+    for (int64_t i = 0; i < m.hidden; ++i)
+      ASSERT_NEAR(out[t * m.hidden + i], want[i], 1e-4 * (1 + std::abs(want[i]))) << t << "," << i;
   }
 }
 
 TEST(cpu_moe_layer, equals_a_naive_evaluation_of_the_chosen_experts) {
-  expect_naive(random_moe(8, 2, true, false, false), 37);   // Mixtral / Qwen3-MoE style
-  expect_naive(random_moe(6, 3, false, true, false), 21);   // Qwen2-MoE: no renormalisation, shared expert
-  expect_naive(random_moe(4, 2, true, false, true), 9);     // biased experts
-  expect_naive(random_moe(16, 4, true, false, false), 1);   // one decode token
+  expect_naive(random_moe(8, 2, true, false, false), 37);  // Mixtral / Qwen3-MoE style
+  expect_naive(random_moe(6, 3, false, true, false), 21);  // Qwen2-MoE: no renormalisation, shared expert
+  expect_naive(random_moe(4, 2, true, false, true), 9);    // biased experts
+  expect_naive(random_moe(16, 4, true, false, false), 1);  // one decode token
 }
 
 // Decoding one token computes its top-k experts only: every other expert's weights are
@@ -192,7 +194,8 @@ TEST(cpu_moe_layer, decode_reads_only_the_routed_experts) {
   random_moe pruned = m;
   for (int e = 0; e < 16; ++e) {
     if (std::find(routing.experts.begin(), routing.experts.end(), e) != routing.experts.end()) continue;
-    pruned.weights.experts[e].gate.data = pruned.weights.experts[e].up.data = pruned.weights.experts[e].down.data = nullptr;
+    pruned.weights.experts[e].gate.data = pruned.weights.experts[e].up.data = pruned.weights.experts[e].down.data =
+        nullptr;
   }
   cpu::thread_pool pool(2);
   const cpu::moe_layer layer(pruned.moe, cpu::activation{}, pruned.hidden, pruned.weights);
@@ -224,7 +227,8 @@ TEST(cpu_moe_layer, experts_side_by_side_give_the_same_bits_as_one_after_another
     cpu::moe_layer::set_experts_side_by_side(true);
     EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float))) << n << " tokens";
     std::vector<double> want = naive(m, x.data());
-    for (int64_t i = 0; i < m.hidden; ++i) ASSERT_NEAR(out[1][i], want[i], 1e-4 * (1 + std::abs(want[i]))) << n << " tokens, " << i;
+    for (int64_t i = 0; i < m.hidden; ++i)
+      ASSERT_NEAR(out[1][i], want[i], 1e-4 * (1 + std::abs(want[i]))) << n << " tokens, " << i;
   }
 }
 

@@ -77,7 +77,7 @@ TEST(cpu_half_float, round_trips_every_f16_and_bf16_value) {
   EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
-  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);   // tie to even
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);  // tie to even
   EXPECT_FLOAT_EQ(f16_to_f32(0xc000), -2.0f);
 }
 
@@ -111,8 +111,8 @@ TEST(cpu_matmul, matches_naive_reference_for_every_dtype_and_path) {
             cpu::matmul(pool, x.data(), n, w, y.data(), scratch);
             for (int64_t i = 0; i < n * m; ++i) {
               ASSERT_NEAR(y[i], expected[i], 2e-6 * magnitude[i] + 1e-6)
-                  << dtype_name(type) << " " << cpu::simd_level_name(level) << " k=" << k
-                  << " n=" << n << (gemm_min_rows == 1 ? " sgemm" : " dots") << " at " << i;
+                  << dtype_name(type) << " " << cpu::simd_level_name(level) << " k=" << k << " n=" << n
+                  << (gemm_min_rows == 1 ? " sgemm" : " dots") << " at " << i;
             }
           }
         }
@@ -138,8 +138,8 @@ TEST(cpu_matmul, row_dots_give_each_output_the_same_bits_in_any_batch_and_tile) 
       std::vector<float> scratch, alone(m);
       // Each weight row by itself (a view of one row: never in a pair), activation row 0 alone.
       for (int64_t r = 0; r < m; ++r) {
-        cpu::matmul(pool, x.data(), 1, cpu::weight_view{type, 1, k, w_bytes.data() + row_bytes(type, k) * r},
-                    &alone[r], scratch);
+        cpu::matmul(pool, x.data(), 1, cpu::weight_view{type, 1, k, w_bytes.data() + row_bytes(type, k) * r}, &alone[r],
+                    scratch);
       }
       for (int64_t n = 1; n <= 9; ++n) {
         std::vector<float> y(n * m);
@@ -165,7 +165,8 @@ TEST(cpu_matmul, sgemm_over_per_thread_slabs_covers_every_row) {
   const auto w_ref = test::decode_naive(w_bytes, dtype::f16, m * k);
   const auto x = test::random_floats(n * k, 6);
   std::vector<float> y(n * m, -1.0f), scratch;
-  cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data(), nullptr, nullptr}, y.data(), scratch);
+  cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data(), nullptr, nullptr}, y.data(),
+              scratch);
   cpu::set_matmul_gemm_min_rows(saved_switch);
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t r = 0; r < m; ++r) {
@@ -202,8 +203,7 @@ TEST(cpu_rms_norm, matches_naive_reference) {
     double sum = 0;
     for (int64_t i = 0; i < dim; ++i) sum += double(x[r * dim + i]) * x[r * dim + i];
     const double inv = 1.0 / std::sqrt(sum / dim + 1e-5);
-    for (int64_t i = 0; i < dim; ++i)
-      ASSERT_NEAR(out[r * dim + i], x[r * dim + i] * inv * weight[i], 1e-5);
+    for (int64_t i = 0; i < dim; ++i) ASSERT_NEAR(out[r * dim + i], x[r * dim + i] * inv * weight[i], 1e-5);
   }
 }
 
@@ -218,8 +218,8 @@ TEST(cpu_rope, rotates_halves_by_position) {
   auto k = test::random_floats(tokens * kv_heads * hd, 6);
   const auto q0 = q, k0 = k;
   const std::vector<int32_t> positions = {0, 7, 300};
-  cpu::apply_rope(pool, q.data(), heads * hd, heads, k.data(), kv_heads * hd, kv_heads, tokens, hd,
-                  positions.data(), rope);
+  cpu::apply_rope(pool, q.data(), heads * hd, heads, k.data(), kv_heads * hd, kv_heads, tokens, hd, positions.data(),
+                  rope);
   auto check = [&](const std::vector<float>& before, const std::vector<float>& after, int nh) {
     for (int t = 0; t < tokens; ++t)
       for (int h = 0; h < nh; ++h)

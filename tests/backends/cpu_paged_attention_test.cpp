@@ -44,9 +44,10 @@ std::string level_name(cpu::simd_level level) { return std::string(cpu::simd_lev
 // Values that exercise rounding: ties of f16/bf16/fp8, fp8 subnormals and saturation, zeros.
 std::vector<float> awkward_floats(size_t count, uint32_t seed) {
   std::vector<float> values = test::random_floats(count, seed, 2.0f);
-  const float special[] = {0.0f,       -0.0f,       1.0f,        -1.0f,    448.0f,  -448.0f,   464.0f,  500.0f,
-                           -1e6f,      0.0009765625f, 0.00146484375f, 0.0048828125f, 1.0625f, 1.1875f, 3.0e-5f, -6.1e-5f,
-                           65504.0f,   1.00048828125f, 1.00390625f, 2.0e-3f, -0.013671875f, 0.015625f, 0.0146484375f, 7.0e-8f};
+  const float special[] = {0.0f,        -0.0f,   1.0f,          -1.0f,         448.0f,         -448.0f,
+                           464.0f,      500.0f,  -1e6f,         0.0009765625f, 0.00146484375f, 0.0048828125f,
+                           1.0625f,     1.1875f, 3.0e-5f,       -6.1e-5f,      65504.0f,       1.00048828125f,
+                           1.00390625f, 2.0e-3f, -0.013671875f, 0.015625f,     0.0146484375f,  7.0e-8f};
   for (size_t i = 0; i < count; i += 3) values[i] = special[(i / 3) % std::size(special)];
   return values;
 }
@@ -165,7 +166,8 @@ std::string describe(const attention_case& c) {
   std::string text = "head_dim " + std::to_string(c.head_dim) + ", kv heads " + std::to_string(c.num_kv_heads) +
                      ", group " + std::to_string(c.group) + ", block " + std::to_string(c.block_size) + ", " +
                      std::string(dtype_name(c.kv)) + ", (context, new):";
-  for (size_t s = 0; s < c.context.size(); ++s) text += " (" + std::to_string(c.context[s]) + ", " + std::to_string(c.num_new[s]) + ")";
+  for (size_t s = 0; s < c.context.size(); ++s)
+    text += " (" + std::to_string(c.context[s]) + ", " + std::to_string(c.num_new[s]) + ")";
   if (c.window > 0) text += ", window " + std::to_string(c.window);
   if (c.softcap > 0) text += ", softcap " + std::to_string(c.softcap);
   if (c.sinks) text += ", sinks";
@@ -254,7 +256,8 @@ void expect_matches_reference(const attention_case& c, uint32_t seed) {
         double max_score = sink;
         for (int t = first; t < visible; ++t) {
           double dot = 0;
-          for (int d = 0; d < hd; ++d) dot += double(q[size_t(row) * q_dim + h * hd + d]) * seq_k[s][size_t(t) * slot + g * hd + d];
+          for (int d = 0; d < hd; ++d)
+            dot += double(q[size_t(row) * q_dim + h * hd + d]) * seq_k[s][size_t(t) * slot + g * hd + d];
           scores[t] = dot * scale;
           if (c.softcap > 0) scores[t] = c.softcap * std::tanh(scores[t] / c.softcap);
           max_score = std::max(max_score, scores[t]);
@@ -276,7 +279,8 @@ void expect_matches_reference(const attention_case& c, uint32_t seed) {
     cpu::attention_workspace workspace;
     for (int repeat = 0; repeat < 2; ++repeat) {  // the second call reuses the workspace
       std::vector<float> out(size_t(tokens) * q_dim, -7.0f);
-      cpu::paged_attention(pool, q.data(), q_dim, kv.keys(0), kv.values(0), batch, params, out.data(), q_dim, workspace);
+      cpu::paged_attention(pool, q.data(), q_dim, kv.keys(0), kv.values(0), batch, params, out.data(), q_dim,
+                           workspace);
       double max_error = 0;
       size_t worst = 0;
       for (size_t i = 0; i < out.size(); ++i) {
@@ -310,7 +314,8 @@ attention_case mixed_batch(int head_dim, int group, dtype kv, int block_size) {
 TEST(cpu_paged_attention, every_head_size_and_gqa_ratio) {
   uint32_t seed = 1;
   for (int head_dim : {64, 80, 96, 128, 256}) {
-    for (int group = 1; group <= 8; ++group) expect_matches_reference(mixed_batch(head_dim, group, dtype::f16, 16), seed++);
+    for (int group = 1; group <= 8; ++group)
+      expect_matches_reference(mixed_batch(head_dim, group, dtype::f16, 16), seed++);
   }
 }
 
@@ -391,8 +396,8 @@ TEST(cpu_paged_attention, windows_soft_capping_and_sinks) {
     }
     // A long decode split across threads, a long chunk and a decode beside it: the window
     // starts keys far into the context, where a split's first range may hold none of them.
-    for (const auto& [context, num_new] : {std::pair<std::vector<int>, std::vector<int>>{{4097, 1200}, {1, 3}},
-                                           {{3000, 900}, {70, 1}}}) {
+    for (const auto& [context, num_new] :
+         {std::pair<std::vector<int>, std::vector<int>>{{4097, 1200}, {1, 3}}, {{3000, 900}, {70, 1}}}) {
       attention_case c;
       c.head_dim = 128;
       c.group = 4;
@@ -478,8 +483,13 @@ void expect_the_same_bits_however_cut(const attention_case& c, uint32_t seed) {
   fill(other_blocks, other_context, seed * 7 + 2);
   const auto q = test::random_floats(size_t(context) * q_dim, seed * 7 + 4, c.q_scale);
   const std::vector<float> sinks = test::random_floats(config.num_heads, seed * 7 + 5, 4.0f);
-  cpu::attention_params params{config.num_heads, c.num_kv_heads, c.head_dim, c.block_size, num_blocks,
-                               1.0f / std::sqrt(float(c.head_dim)), c.kv};
+  cpu::attention_params params{config.num_heads,
+                               c.num_kv_heads,
+                               c.head_dim,
+                               c.block_size,
+                               num_blocks,
+                               1.0f / std::sqrt(float(c.head_dim)),
+                               c.kv};
   params.window = c.window;
   params.softcap = c.softcap;
   params.sinks = c.sinks ? sinks.data() : nullptr;
@@ -497,7 +507,8 @@ void expect_the_same_bits_however_cut(const attention_case& c, uint32_t seed) {
   }
   cuts.push_back({random_chunks, 3, true, "random chunks beside a decode, 3 threads"});
   std::vector<int> even_chunks;
-  for (int covered = 0; covered < context; covered += even_chunks.back()) even_chunks.push_back(std::min(64, context - covered));
+  for (int covered = 0; covered < context; covered += even_chunks.back())
+    even_chunks.push_back(std::min(64, context - covered));
   cuts.push_back({even_chunks, 2, false, "chunks of 64, 2 threads"});
 
   for (cpu::simd_level level : supported_simd_levels()) {
@@ -525,10 +536,10 @@ TEST(cpu_paged_attention, a_querys_output_has_the_same_bits_however_the_step_is_
     float softcap;
     bool sinks;
   };
-  for (const variant v : {variant{64, 4, 2, 16, dtype::f16, 0, 0, false}, variant{80, 1, 2, 7, dtype::f32, 0, 0, false},
-                          variant{128, 8, 1, 16, dtype::q8_0, 300, 30.0f, true},
-                          variant{64, 2, 1, 32, dtype::bf16, 100, 0, false},
-                          variant{96, 3, 1, 16, dtype::fp8_e4m3, 0, 0, true}}) {
+  for (const variant v :
+       {variant{64, 4, 2, 16, dtype::f16, 0, 0, false}, variant{80, 1, 2, 7, dtype::f32, 0, 0, false},
+        variant{128, 8, 1, 16, dtype::q8_0, 300, 30.0f, true}, variant{64, 2, 1, 32, dtype::bf16, 100, 0, false},
+        variant{96, 3, 1, 16, dtype::fp8_e4m3, 0, 0, true}}) {
     attention_case c;
     c.head_dim = v.head_dim;
     c.group = v.group;

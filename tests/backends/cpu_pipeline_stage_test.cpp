@@ -76,7 +76,8 @@ std::vector<std::vector<float>> generate(std::vector<stage>& stages, int steps) 
   int a_done = 0, b_done = 0;
   std::vector<std::vector<float>> all;
   for (int step = 0; step <= steps; ++step) {
-    std::vector<float> logits = run_pipeline(stages, two_sequence_batch(a, a_done, b, b_done), c.hidden_size, c.vocab_size);
+    std::vector<float> logits =
+        run_pipeline(stages, two_sequence_batch(a, a_done, b, b_done), c.hidden_size, c.vocab_size);
     a_done = static_cast<int>(a.size());
     b_done = static_cast<int>(b.size());
     a.push_back(test::argmax(logits.data(), c.vocab_size));

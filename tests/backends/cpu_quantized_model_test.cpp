@@ -104,8 +104,8 @@ TEST(cpu_quantized_model, stories260k_quantized_runs_like_its_dequantized_twin) 
   for (dtype type : {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::iq4_nl, dtype::mxfp4}) {
     const test::quantized_pair pair = test::quantize_store(loaded.weights, type);
     ASSERT_EQ(pair.num_quantized, 5 * 6 + 1) << dtype_name(type);  // q, k, v, o, gate, up per layer; embeddings
-    expect_close_twins(compare_twins(loaded.config, pair, prompt, forced), 7 * 5,
-                       static_cast<int>(forced.size()), std::string(dtype_name(type)));
+    expect_close_twins(compare_twins(loaded.config, pair, prompt, forced), 7 * 5, static_cast<int>(forced.size()),
+                       std::string(dtype_name(type)));
   }
 }
 

@@ -152,9 +152,9 @@ struct quantized_case {
 };
 
 const std::vector<quantized_case> cases = {
-    {"F32", false},    {"q8_0", true},   {"q4_0", true},   {"q4_1", true},   {"q5_0", true},   {"q5_1", true},
-    {"q2_k", true},    {"q3_k", true},   {"q4_k", true},   {"q5_k", true},   {"q6_k", true},   {"iq4_nl", true},
-    {"iq4_xs", true},  {"mxfp4", true},  {"Q2_K", false},  {"Q3_K_M", false}, {"Q4_K_S", false}, {"Q4_K_M", false},
+    {"F32", false},    {"q8_0", true},    {"q4_0", true},  {"q4_1", true},    {"q5_0", true},    {"q5_1", true},
+    {"q2_k", true},    {"q3_k", true},    {"q4_k", true},  {"q5_k", true},    {"q6_k", true},    {"iq4_nl", true},
+    {"iq4_xs", true},  {"mxfp4", true},   {"Q2_K", false}, {"Q3_K_M", false}, {"Q4_K_S", false}, {"Q4_K_M", false},
     {"Q5_K_S", false}, {"Q5_K_M", false}, {"Q6_K", false}, {"IQ4_XS", false}, {"Q4_0", false},
 };
 
@@ -248,7 +248,8 @@ class cpu_quantized_vs_llama_cpp : public ::testing::Test {
     double rounding = 0;
     const oracle_run& f32 = oracle_.at("F32");
     for (int t = 0; t < prompt_length; ++t) {
-      for (int i = 0; i < vocab; ++i) rounding = std::max<double>(rounding, std::fabs(theirs.prompt_logits[t][i] - f32.prompt_logits[t][i]));
+      for (int i = 0; i < vocab; ++i)
+        rounding = std::max<double>(rounding, std::fabs(theirs.prompt_logits[t][i] - f32.prompt_logits[t][i]));
     }
     const bool eight_bits_or_more = c.type == "F32" || c.type == "q8_0" || c.type == "Q8_0";
     if (!eight_bits_or_more) {
@@ -276,8 +277,9 @@ class cpu_quantized_vs_llama_cpp : public ::testing::Test {
     if (flip.empty()) {
       EXPECT_EQ(greedy.generated, theirs.generated) << c.label();
     }
-    std::printf("[%-15s] top-1 %5.1f %%, mean KL %.2e, max |dlogit| %.3f (the weights' rounding: %.2f), greedy %d/%d same%s\n",
-                c.label().c_str(), 100 * agreement, mean_kl, worst_logit, rounding, same, greedy_steps, flip.c_str());
+    std::printf(
+        "[%-15s] top-1 %5.1f %%, mean KL %.2e, max |dlogit| %.3f (the weights' rounding: %.2f), greedy %d/%d same%s\n",
+        c.label().c_str(), 100 * agreement, mean_kl, worst_logit, rounding, same, greedy_steps, flip.c_str());
   }
 
   static inline std::map<std::string, oracle_run> oracle_;
@@ -288,7 +290,6 @@ class cpu_quantized_vs_llama_cpp : public ::testing::Test {
 TEST_F(cpu_quantized_vs_llama_cpp, every_type_and_preset_agrees_with_llama_cpp) {
   for (const quantized_case& c : cases) expect_agreement(c);
 }
-
 
 // stories260K: the types whose 32-value blocks fit its rows of 64, each against the F32 model.
 struct stories_case {
@@ -324,7 +325,7 @@ TEST(cpu_quantized_stories260k, each_fitting_type_stays_close_to_f32) {
   if (auto missing = test::missing_shared_model(f32_path); !missing.empty()) GTEST_SKIP() << missing;
   // Bounds from measurement (q8_0 99.4 %, 2.1e-4; 5-bit >= 97.8 %, <= 1.4e-2; 4-bit >= 88.9 %, <= 6.1e-2).
   const std::vector<stories_case> types = {{"q8_0", 0.98, 1e-3}, {"q5_0", 0.95, 3e-2}, {"q5_1", 0.95, 3e-2},
-                                           {"q4_0", 0.85, 0.1},  {"q4_1", 0.85, 0.1}, {"iq4_nl", 0.85, 0.1}};
+                                           {"q4_0", 0.85, 0.1},  {"q4_1", 0.85, 0.1},  {"iq4_nl", 0.85, 0.1}};
   const nlohmann::json refs = nlohmann::json::parse(std::ifstream(test::stories260k_dir / "refs.json"));
   const std::filesystem::path dir = work_dir() / "stories";
   std::filesystem::create_directories(dir);
@@ -371,7 +372,8 @@ TEST(cpu_quantized_stories260k, each_fitting_type_stays_close_to_f32) {
     for (const auto& ref : refs.at("references")) {
       const auto expected = ref.at("generated_ids").get<std::vector<int32_t>>();
       const auto greedy = test::greedy_generate(*ours->m, ref.at("input_ids").get<std::vector<int32_t>>(),
-                                                static_cast<int>(expected.size())).generated;
+                                                static_cast<int>(expected.size()))
+                              .generated;
       int prefix = 0;
       while (prefix < static_cast<int>(expected.size()) && greedy[prefix] == expected[prefix]) ++prefix;
       prefix_total += prefix;
@@ -381,14 +383,17 @@ TEST(cpu_quantized_stories260k, each_fitting_type_stays_close_to_f32) {
     if (testing::llama_quantize_oracle::available()) {
       // The same type from llama.cpp's quantizer (--pure, no imatrix): how far its file is from F32.
       const std::filesystem::path theirs_path = dir / (c.type + ".llama.cpp.gguf");
-      testing::llama_quantize_oracle::instance().quantize(f32_path, theirs_path, quant::find_preset(c.type)->file_type, {}, true);
+      testing::llama_quantize_oracle::instance().quantize(f32_path, theirs_path, quant::find_preset(c.type)->file_type,
+                                                          {}, true);
       const closeness theirs = closeness_to(*cpu_model_of(theirs_path)->m, vocab, refs, f32_logits);
-      versus_ggml = fmt::format("; llama.cpp's quantizer: {:.1f} %, KL {:.2e} (ours / theirs {:.2f})", 100 * theirs.agreement,
-                                theirs.mean_kl, close.mean_kl / theirs.mean_kl);
+      versus_ggml = fmt::format("; llama.cpp's quantizer: {:.1f} %, KL {:.2e} (ours / theirs {:.2f})",
+                                100 * theirs.agreement, theirs.mean_kl, close.mean_kl / theirs.mean_kl);
       EXPECT_LE(close.mean_kl, 1.1 * theirs.mean_kl) << c.type << ": further from F32 than llama.cpp's quantizer";
     }
-    std::printf("[stories260K %-6s] top-1 agreement with F32 %5.1f %%, mean KL %.2e, free greedy matches F32 for %d of %d tokens%s\n",
-                c.type.c_str(), 100 * close.agreement, close.mean_kl, prefix_total, steps, versus_ggml.c_str());
+    std::printf(
+        "[stories260K %-6s] top-1 agreement with F32 %5.1f %%, mean KL %.2e, free greedy matches F32 for %d of %d "
+        "tokens%s\n",
+        c.type.c_str(), 100 * close.agreement, close.mean_kl, prefix_total, steps, versus_ggml.c_str());
   }
 
   // llama.cpp loads each quantized file and continues the first reference prompt as Troupe does.
@@ -396,8 +401,8 @@ TEST(cpu_quantized_stories260k, each_fitting_type_stays_close_to_f32) {
   const auto& first = refs.at("references")[0];
   const auto prompt = first.at("input_ids").get<std::vector<int32_t>>();
   constexpr int steps = 60;
-  std::istringstream lines(run_command("node " + std::string(TROUPE_ORACLE_DIR) + "/llama_cpp_oracle.mjs" + model_flags +
-                                       " --f32-kv-cache --prompt-ids " + join_ids(prompt) + " --steps " +
+  std::istringstream lines(run_command("node " + std::string(TROUPE_ORACLE_DIR) + "/llama_cpp_oracle.mjs" +
+                                       model_flags + " --f32-kv-cache --prompt-ids " + join_ids(prompt) + " --steps " +
                                        std::to_string(steps) + " 2>&1"));
   for (const stories_case& c : types) {
     std::string line;
@@ -418,8 +423,8 @@ TEST(cpu_quantized_stories260k, each_fitting_type_stays_close_to_f32) {
           << "stories260K " << c.type << " step " << same << ": not a near-tie";
       break;
     }
-    std::printf("[stories260K %-6s] llama.cpp's greedy continuation equals Troupe's for %d of %d tokens\n", c.type.c_str(),
-                same, steps);
+    std::printf("[stories260K %-6s] llama.cpp's greedy continuation equals Troupe's for %d of %d tokens\n",
+                c.type.c_str(), same, steps);
   }
 }
 

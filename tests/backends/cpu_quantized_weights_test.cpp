@@ -62,7 +62,8 @@ TEST(cpu_fp8_kernels, convert_exactly_and_dot_like_the_reference_at_every_simd_l
           std::vector<float> converted(m * k);
           kernels.to_f32[static_cast<int>(type)](w.data(), m * k, converted.data());
           for (int64_t i = 0; i < m * k; ++i) {
-            ASSERT_EQ(converted[i], reference[i]) << dtype_name(type) << " " << cpu::simd_level_name(level) << " at " << i;
+            ASSERT_EQ(converted[i], reference[i])
+                << dtype_name(type) << " " << cpu::simd_level_name(level) << " at " << i;
           }
           std::vector<float> y(n * m, -1.0f);
           kernels.dot_rows[static_cast<int>(type)](x.data(), n, k, w.data(), k, m, y.data(), m);
@@ -132,9 +133,10 @@ TEST(cpu_quantized_weights, matmul_applies_row_scales_and_column_order_on_every_
   // (The gather and the scaling are the same code for every type; these types' kernels compute in
   // f32, so the tolerance can stay tight. q4 act-order layers run end to end in
   // cpu_hf_quantized_model_test.cpp.)
-  for (const weight_case& c : {weight_case{dtype::fp8_e4m3, 160, true, false}, weight_case{dtype::fp8_e4m3, 100, true, true},
-                               weight_case{dtype::f32, 96, true, true}, weight_case{dtype::f16, 64, false, true},
-                               weight_case{dtype::fp8_e4m3_b128, 256, false, false}}) {
+  for (const weight_case& c :
+       {weight_case{dtype::fp8_e4m3, 160, true, false}, weight_case{dtype::fp8_e4m3, 100, true, true},
+        weight_case{dtype::f32, 96, true, true}, weight_case{dtype::f16, 64, false, true},
+        weight_case{dtype::fp8_e4m3_b128, 256, false, false}}) {
     const test_weight w = make_weight(c.type, m, c.k, c.scaled, c.reordered, static_cast<uint32_t>(c.k));
     std::vector<float> values(m * c.k);  // [m, k] what the weight stands for
     weight_rows_f32(w.tensor, 0, m, values.data());
@@ -198,7 +200,8 @@ TEST(cpu_quantized_weights, view_of_refuses_row_scales_or_orders_that_do_not_fit
     cpu::view_of(w.tensor, 4, 32);
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("'w' has a column order that is not a permutation"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'w' has a column order that is not a permutation"), std::string::npos)
+        << e.what();
   }
   w = make_weight(dtype::fp8_e4m3, 4, 32, true, false, 9);
   w.tensor.row_scales[2] = NAN;

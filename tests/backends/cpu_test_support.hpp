@@ -19,8 +19,8 @@ namespace troupe::test {
 
 inline std::vector<cpu::simd_level> supported_simd_levels() {
   std::vector<cpu::simd_level> levels;
-  for (auto level : {cpu::simd_level::scalar, cpu::simd_level::avx2, cpu::simd_level::avx512,
-                     cpu::simd_level::avx512_vnni})
+  for (auto level :
+       {cpu::simd_level::scalar, cpu::simd_level::avx2, cpu::simd_level::avx512, cpu::simd_level::avx512_vnni})
     if (cpu::simd_level_supported(level)) levels.push_back(level);
   return levels;
 }
@@ -99,8 +99,7 @@ inline std::vector<double> decode_naive(const std::vector<std::byte>& bytes, dty
         values[i] = static_cast<double>(f16_to_f32(bits)) * q;
         break;
       }
-      default:
-        throw std::invalid_argument("decode_naive: no naive decoder for " + std::string(dtype_name(type)));
+      default: throw std::invalid_argument("decode_naive: no naive decoder for " + std::string(dtype_name(type)));
     }
   }
   return values;

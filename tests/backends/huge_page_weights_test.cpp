@@ -23,7 +23,7 @@
 namespace troupe {
 namespace {
 
-#define REQUIRE_HUGE_PAGES()                                                               \
+#define REQUIRE_HUGE_PAGES() \
   if (!cpu::transparent_huge_pages_on_request()) GTEST_SKIP() << "THP is off on this kernel"
 
 TEST(huge_page_weights, float_views_move_to_the_copy_with_their_bytes_and_file_pages_are_dropped) {

@@ -64,11 +64,12 @@ struct kernel_run {
   std::vector<float> y;              // [n, m]
 };
 
-kernel_run run_kernels(const cpu::quant_kernels& kernels, dtype type, const std::vector<std::byte>& w,
-                       int64_t m, int64_t k, const float* x, int64_t n) {
+kernel_run run_kernels(const cpu::quant_kernels& kernels, dtype type, const std::vector<std::byte>& w, int64_t m,
+                       int64_t k, const float* x, int64_t n) {
   kernel_run run;
   run.acts.resize(static_cast<size_t>(n * (k / 32)));
-  for (int64_t j = 0; j < n; ++j) kernels.quantize_acts[static_cast<int>(type)](x + j * k, k, run.acts.data() + j * (k / 32));
+  for (int64_t j = 0; j < n; ++j)
+    kernels.quantize_acts[static_cast<int>(type)](x + j * k, k, run.acts.data() + j * (k / 32));
   std::vector<std::byte> scratch(kernels.scratch_bytes(n, k));
   run.y.assign(static_cast<size_t>(n * m), std::numeric_limits<float>::quiet_NaN());
   kernels.matmul[static_cast<int>(type)](w.data(), k, m, run.acts.data(), n, run.y.data(), m, scratch.data());
@@ -141,9 +142,8 @@ TEST(quant_kernels, to_f32_gives_the_reference_dequantizers_floats_bit_for_bit) 
         std::vector<float> got(want.size(), -1.0f);
         cpu::active_kernels().to_f32[static_cast<int>(type)](blocks.data(), rows * k, got.data());
         for (size_t i = 0; i < want.size(); ++i) {
-          ASSERT_TRUE(same_bits(got[i], want[i])) << dtype_name(type) << " at " << cpu::simd_level_name(level)
-                                                  << ", k " << k << ", element " << i << ": " << got[i] << " vs "
-                                                  << want[i];
+          ASSERT_TRUE(same_bits(got[i], want[i])) << dtype_name(type) << " at " << cpu::simd_level_name(level) << ", k "
+                                                  << k << ", element " << i << ": " << got[i] << " vs " << want[i];
         }
       }
     }
@@ -159,7 +159,8 @@ TEST(quant_kernels, activations_quantize_per_32_to_nearest_with_max_over_127_on_
     for (auto level : supported_simd_levels()) {
       const cpu::quant_kernels& kernels = cpu::quant_kernels_for(level);
       std::vector<cpu::act_block> acts(6 * k / 32);
-      for (int64_t j = 0; j < 6; ++j) kernels.quantize_acts[static_cast<int>(type)](x.data() + j * k, k, acts.data() + j * k / 32);
+      for (int64_t j = 0; j < 6; ++j)
+        kernels.quantize_acts[static_cast<int>(type)](x.data() + j * k, k, acts.data() + j * k / 32);
       for (size_t b = 0; b < acts.size(); ++b) {
         const float* xb = x.data() + b * 32;
         float amax = 0;
@@ -216,7 +217,8 @@ TEST(quant_kernels, products_match_double_dots_for_every_type_level_row_count_an
         // Every level computes the same canonical sum: the same bits.
         if (first_level.empty()) first_level = all.y;
         for (size_t i = 0; i < all.y.size(); ++i) {
-          ASSERT_TRUE(same_bits(all.y[i], first_level[i])) << where << ": output " << i << " differs from the first level's";
+          ASSERT_TRUE(same_bits(all.y[i], first_level[i]))
+              << where << ": output " << i << " differs from the first level's";
         }
         // Any number of rows gives each row the bits it gets among 40: batch invariance.
         for (int64_t n = 1; n < max_n; n = n == 6 ? 8 : n + 1) {
@@ -282,13 +284,14 @@ TEST(quant_kernels, matmul_gives_the_same_bits_for_any_thread_count_and_row_coun
           cpu::matmul(pool, x.data(), n, w, y.data(), scratch);
           if (first.empty()) first = y;
           for (size_t i = 0; i < y.size(); ++i) {
-            ASSERT_TRUE(same_bits(y[i], first[i])) << dtype_name(type) << " at " << cpu::simd_level_name(level)
-                                                   << ", " << n << " rows, " << threads << " threads: output " << i;
+            ASSERT_TRUE(same_bits(y[i], first[i])) << dtype_name(type) << " at " << cpu::simd_level_name(level) << ", "
+                                                   << n << " rows, " << threads << " threads: output " << i;
           }
         }
         // Row 0 is the same row of x whatever n is.
         if (want.empty()) want.assign(first.begin(), first.begin() + m);
-        for (int64_t r = 0; r < m; ++r) ASSERT_TRUE(same_bits(first[r], want[r])) << dtype_name(type) << ", " << n << " rows";
+        for (int64_t r = 0; r < m; ++r)
+          ASSERT_TRUE(same_bits(first[r], want[r])) << dtype_name(type) << ", " << n << " rows";
       }
     }
   }
@@ -317,11 +320,13 @@ TEST(quant_repack, repacked_products_have_the_gguf_kernels_bits) {
         const std::string where = std::string(dtype_name(type)) + " at " + std::string(cpu::simd_level_name(level)) +
                                   ", k " + std::to_string(k);
         cpu::thread_pool pool(1);
-        const cpu::repacked_buffer packed = cpu::repack_weights(pool, cpu::weight_view{type, m, k, w.data()}, kernels.repack_rows);
+        const cpu::repacked_buffer packed =
+            cpu::repack_weights(pool, cpu::weight_view{type, m, k, w.data()}, kernels.repack_rows);
         for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{5}, max_n}) {
           const kernel_run want = run_kernels(kernels, type, w, m, k, x.data(), n);
           std::vector<float> got(static_cast<size_t>(n * m), std::numeric_limits<float>::quiet_NaN());
-          kernels.matmul_repacked[static_cast<int>(type)](packed.get(), k, m, want.acts.data(), n, got.data(), m, nullptr);
+          kernels.matmul_repacked[static_cast<int>(type)](packed.get(), k, m, want.acts.data(), n, got.data(), m,
+                                                          nullptr);
           for (int64_t i = 0; i < n * m; ++i) {
             ASSERT_TRUE(same_bits(got[i], want.y[i])) << where << ", " << n << " rows: output " << i << " is " << got[i]
                                                       << ", the GGUF kernel gives " << want.y[i];
@@ -336,30 +341,30 @@ TEST(quant_repack, repacked_products_have_the_gguf_kernels_bits) {
 TEST(quant_repack, matmul_over_repacked_weights_gives_the_same_bits_for_any_thread_and_row_count) {
   const int64_t m = 100, k = 512;
   for (dtype type : {dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_xs, dtype::q4_0, dtype::q8_0}) {
-  const std::vector<std::byte> bytes = test::random_blocks(type, m, k, 31);
-  for (auto level : supported_simd_levels()) {
-    scoped_simd_level scope(level);
-    const cpu::weight_view plain{type, m, k, bytes.data()};
-    cpu::weight_view packed = plain;
-    cpu::thread_pool setup(2);
-    const cpu::repacked_buffer owned = cpu::repack_for_active_level(setup, {&packed});
-    if (owned == nullptr) continue;  // the scalar level has no repacked layout
-    ASSERT_NE(packed.repacked, nullptr);
-    for (int64_t n : {1, 3, 9, 130}) {
-      const std::vector<float> x = random_activations(n, k, 32);
-      for (int threads : {1, 2, 3}) {
-        cpu::thread_pool pool(threads);
-        std::vector<float> scratch;
-        std::vector<float> want(static_cast<size_t>(n * m)), got(static_cast<size_t>(n * m));
-        cpu::matmul(pool, x.data(), n, plain, want.data(), scratch);
-        cpu::matmul(pool, x.data(), n, packed, got.data(), scratch);
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_TRUE(same_bits(got[i], want[i])) << dtype_name(type) << " at " << cpu::simd_level_name(level) << ", "
-                                                  << n << " rows, " << threads << " threads: output " << i;
+    const std::vector<std::byte> bytes = test::random_blocks(type, m, k, 31);
+    for (auto level : supported_simd_levels()) {
+      scoped_simd_level scope(level);
+      const cpu::weight_view plain{type, m, k, bytes.data()};
+      cpu::weight_view packed = plain;
+      cpu::thread_pool setup(2);
+      const cpu::repacked_buffer owned = cpu::repack_for_active_level(setup, {&packed});
+      if (owned == nullptr) continue;  // the scalar level has no repacked layout
+      ASSERT_NE(packed.repacked, nullptr);
+      for (int64_t n : {1, 3, 9, 130}) {
+        const std::vector<float> x = random_activations(n, k, 32);
+        for (int threads : {1, 2, 3}) {
+          cpu::thread_pool pool(threads);
+          std::vector<float> scratch;
+          std::vector<float> want(static_cast<size_t>(n * m)), got(static_cast<size_t>(n * m));
+          cpu::matmul(pool, x.data(), n, plain, want.data(), scratch);
+          cpu::matmul(pool, x.data(), n, packed, got.data(), scratch);
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_TRUE(same_bits(got[i], want[i])) << dtype_name(type) << " at " << cpu::simd_level_name(level) << ", "
+                                                    << n << " rows, " << threads << " threads: output " << i;
+          }
         }
       }
     }
-  }
   }
 }
 

@@ -21,8 +21,8 @@ namespace troupe::test {
 
 // Every GGUF block type with CPU integer kernels.
 inline const std::vector<dtype>& quantized_types() {
-  static const std::vector<dtype> types = {dtype::q4_0, dtype::q4_1, dtype::q5_0,  dtype::q5_1,   dtype::q8_0,
-                                           dtype::q2_k, dtype::q3_k, dtype::q4_k,  dtype::q5_k,   dtype::q6_k,
+  static const std::vector<dtype> types = {dtype::q4_0,   dtype::q4_1,   dtype::q5_0, dtype::q5_1, dtype::q8_0,
+                                           dtype::q2_k,   dtype::q3_k,   dtype::q4_k, dtype::q5_k, dtype::q6_k,
                                            dtype::iq4_nl, dtype::iq4_xs, dtype::mxfp4};
   return types;
 }
@@ -31,7 +31,10 @@ inline const std::vector<dtype>& quantized_types() {
 // scales, any bit pattern of which is valid).
 inline std::vector<size_t> f16_scale_fields(dtype type) {
   switch (type) {
-    case dtype::q4_1: case dtype::q5_1: case dtype::q4_k: case dtype::q5_k: return {0, 2};
+    case dtype::q4_1:
+    case dtype::q5_1:
+    case dtype::q4_k:
+    case dtype::q5_k: return {0, 2};
     case dtype::q2_k: return {80, 82};
     case dtype::q3_k: return {108};
     case dtype::q6_k: return {208};
@@ -106,9 +109,9 @@ inline quantized_pair quantize_store(const weight_store& f32_weights, dtype type
       continue;
     }
     const int64_t rows = tensor.shape[0];
-    auto blocks = std::make_shared<std::vector<std::byte>>(oracle.quantize(
-        static_cast<uint32_t>(gguf_type_of(type)), reinterpret_cast<const float*>(tensor.data), rows, cols,
-        row_bytes(type, cols)));
+    auto blocks = std::make_shared<std::vector<std::byte>>(oracle.quantize(static_cast<uint32_t>(gguf_type_of(type)),
+                                                                           reinterpret_cast<const float*>(tensor.data),
+                                                                           rows, cols, row_bytes(type, cols)));
     auto values = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(rows * cols) * 4);
     quant::dequantize_row(type, blocks->data(), reinterpret_cast<float*>(values->data()), rows * cols);
     weight_tensor q = tensor;

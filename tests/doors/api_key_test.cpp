@@ -12,10 +12,10 @@ namespace {
 TEST(api_key, matches_only_the_exact_key) {
   const std::string key = "s3cret-key";
   EXPECT_TRUE(api_key_matches("s3cret-key", key));
-  EXPECT_FALSE(api_key_matches("S3cret-key", key));   // first byte
-  EXPECT_FALSE(api_key_matches("s3cret-kez", key));   // last byte
-  EXPECT_FALSE(api_key_matches("s3cret-ke", key));    // a prefix
-  EXPECT_FALSE(api_key_matches("s3cret-key ", key));  // the key and more
+  EXPECT_FALSE(api_key_matches("S3cret-key", key));            // first byte
+  EXPECT_FALSE(api_key_matches("s3cret-kez", key));            // last byte
+  EXPECT_FALSE(api_key_matches("s3cret-ke", key));             // a prefix
+  EXPECT_FALSE(api_key_matches("s3cret-key ", key));           // the key and more
   EXPECT_FALSE(api_key_matches("s3cret-keys3cret-key", key));  // the key twice
   EXPECT_FALSE(api_key_matches("", key));
   EXPECT_FALSE(api_key_matches(key, ""));

@@ -95,7 +95,8 @@ TEST(chrome_trace, lays_out_requests_and_steps_in_the_trace_event_format) {
   // Each instance's row states how far its steps may lie off the requests' clock.
   std::map<int, double> clock_error_us;
   for (const json& e : events) {
-    if (e["name"] == "process_name" && e["args"].contains("clock_error_us")) clock_error_us[e["pid"]] = e["args"]["clock_error_us"];
+    if (e["name"] == "process_name" && e["args"].contains("clock_error_us"))
+      clock_error_us[e["pid"]] = e["args"]["clock_error_us"];
   }
   EXPECT_EQ(clock_error_us, (std::map<int, double>{{100, 0.0}, {102, 1.5}}));
 
@@ -148,9 +149,8 @@ TEST(chrome_trace, a_disaggregated_request_shows_its_kv_transfer_between_reserva
   r.timeline.kv_reserved_ns = 1 * ms;  // the decode half's clock, from its receipt (after tokenize)
   r.timeline.kv_landed_ns = 3 * ms;
   const std::vector<request_phase> phases = request_phases(r);
-  const auto kv = std::find_if(phases.begin(), phases.end(), [](const request_phase& p) {
-    return std::string(p.name) == "kv_transfer";
-  });
+  const auto kv = std::find_if(phases.begin(), phases.end(),
+                               [](const request_phase& p) { return std::string(p.name) == "kv_transfer"; });
   ASSERT_NE(kv, phases.end());
   EXPECT_EQ(kv->begin, r.arrival + 2 * ms);
   EXPECT_EQ(kv->end, r.arrival + 4 * ms);

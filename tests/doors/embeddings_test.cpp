@@ -24,8 +24,9 @@ namespace fs = std::filesystem;
 TEST(embeddings, inputs_become_one_engine_request_each_that_samples_one_token) {
   openai_limits limits;
   limits.max_model_len = 128;
-  auto parsed = parse_openai_request(openai_endpoint::embeddings,
-                                     R"({"model":"m","input":["a","b",[1,2]],"encoding_format":"base64","stream":true})", limits);
+  auto parsed =
+      parse_openai_request(openai_endpoint::embeddings,
+                           R"({"model":"m","input":["a","b",[1,2]],"encoding_format":"base64","stream":true})", limits);
   ASSERT_TRUE(std::holds_alternative<openai_request>(parsed)) << std::get<api_error>(parsed).message;
   const auto& r = std::get<openai_request>(parsed);
   ASSERT_EQ(r.prompts.size(), 3u);

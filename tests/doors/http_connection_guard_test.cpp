@@ -29,7 +29,9 @@ struct socket_pair {
   ~socket_pair() {
     if (client >= 0) ::close(client);
   }
-  void send(std::string_view bytes) const { ASSERT_EQ(::send(client, bytes.data(), bytes.size(), MSG_NOSIGNAL), ssize_t(bytes.size())); }
+  void send(std::string_view bytes) const {
+    ASSERT_EQ(::send(client, bytes.data(), bytes.size(), MSG_NOSIGNAL), ssize_t(bytes.size()));
+  }
   // What the server wrote, within `within`.
   std::string reply(std::chrono::milliseconds within = 10s) const {
     pollfd p{client, POLLIN, 0};
@@ -92,7 +94,8 @@ TEST(request_reception, hands_over_a_header_block_sent_in_pieces_with_the_bytes_
 TEST(request_reception, connections_queued_for_its_thread_are_bounded_too) {
   reception_options options;
   options.max_connections = 8;
-  request_reception reception(options, [](http_connection c) { close_connection(c); });  // not started: its thread never takes them
+  request_reception reception(
+      options, [](http_connection c) { close_connection(c); });  // not started: its thread never takes them
   std::vector<std::unique_ptr<socket_pair>> pairs;
   for (int i = 0; i < 50; ++i) {
     pairs.push_back(std::make_unique<socket_pair>());

@@ -93,9 +93,10 @@ TEST(http_door_edges, a_content_length_over_the_bound_gets_413_at_once) {
   EXPECT_EQ(status, 413);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "answered only after the request timeout";
   // A huge number (more digits than 64 bits hold) is over the bound too.
-  EXPECT_EQ(raw_status(d.door->port(),
-                       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n", 5s),
-            413);
+  EXPECT_EQ(
+      raw_status(d.door->port(),
+                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n", 5s),
+      413);
   // Within the bound the body is still read: a bad JSON body is the door's 400, not a 413.
   EXPECT_EQ(raw_status(d.door->port(),
                        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

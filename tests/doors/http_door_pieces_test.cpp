@@ -56,7 +56,8 @@ struct recording_inbox : door_inbox {
   void post(door_event event) override { events.push_back(std::move(event)); }
 };
 
-text_delta delta(int64_t id, std::string text, finish_reason finish = finish_reason::none, int prompt = 0, int output = 0) {
+text_delta delta(int64_t id, std::string text, finish_reason finish = finish_reason::none, int prompt = 0,
+                 int output = 0) {
   text_delta d;
   d.delta.request_id = id;
   d.text = std::move(text);
@@ -280,11 +281,10 @@ TEST(generation_session, prompt_logprobs_in_vllms_shape) {
   last.delta.token_ids = {8};
   session.apply({0, last});
   const json body = json::parse(session.full_body());
-  const json expected = json::array(
-      {nullptr,
-       {{"403", {{"logprob", -2.5}, {"rank", 3}, {"decoded_token", "t403"}}},
-        {"11", {{"logprob", -0.5}, {"rank", 1}, {"decoded_token", "t11"}}}},
-       {{"261", {{"logprob", -0.25}, {"rank", 1}, {"decoded_token", "t261"}}}}});
+  const json expected = json::array({nullptr,
+                                     {{"403", {{"logprob", -2.5}, {"rank", 3}, {"decoded_token", "t403"}}},
+                                      {"11", {{"logprob", -0.5}, {"rank", 1}, {"decoded_token", "t11"}}}},
+                                     {{"261", {{"logprob", -0.25}, {"rank", 1}, {"decoded_token", "t261"}}}}});
   EXPECT_EQ(body["choices"][0]["prompt_logprobs"], expected) << body.dump();
 }
 
@@ -345,7 +345,8 @@ text_delta piece(int64_t id, std::string text, finish_reason finish = finish_rea
   return d;
 }
 
-const std::vector<std::string> qwen3_output = {"<th", "ink>\nPlan", " it.\n</think>\n\n", "<tool_call>\n{\"name\": \"get_weather\", ",
+const std::vector<std::string> qwen3_output = {"<th", "ink>\nPlan", " it.\n</think>\n\n",
+                                               "<tool_call>\n{\"name\": \"get_weather\", ",
                                                "\"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"};
 
 std::string streamed_text(generation_session& session) {
@@ -405,8 +406,8 @@ TEST(generation_session, a_chat_answer_splits_into_reasoning_content_and_tool_ca
 TEST(anthropic_response, a_message_and_its_events_in_anthropic_shape) {
   openai_request r = chat_request_of(false);
   r.endpoint = openai_endpoint::anthropic_messages;
-  generation_session whole(r, 2, std::make_unique<anthropic_response_builder>("m", "msg_1", tool_call_syntax::hermes, 2),
-                           qwen3_parsing());
+  generation_session whole(
+      r, 2, std::make_unique<anthropic_response_builder>("m", "msg_1", tool_call_syntax::hermes, 2), qwen3_parsing());
   for (size_t i = 0; i < qwen3_output.size(); ++i) {
     const bool last = i + 1 == qwen3_output.size();
     whole.apply({0, piece(whole.request_id(0), qwen3_output[i], last ? finish_reason::stop : finish_reason::none)});
@@ -426,8 +427,8 @@ TEST(anthropic_response, a_message_and_its_events_in_anthropic_shape) {
   EXPECT_EQ(message["usage"]["output_tokens"], 9);
 
   r.stream = true;
-  generation_session stream(r, 2, std::make_unique<anthropic_response_builder>("m", "msg_1", tool_call_syntax::hermes, 2),
-                            qwen3_parsing());
+  generation_session stream(
+      r, 2, std::make_unique<anthropic_response_builder>("m", "msg_1", tool_call_syntax::hermes, 2), qwen3_parsing());
   const std::string text = streamed_text(stream);
   EXPECT_TRUE(stream.stream_ended());
   // event: NAME / data: {...} pairs, in Anthropic's order.
@@ -441,14 +442,15 @@ TEST(anthropic_response, a_message_and_its_events_in_anthropic_shape) {
   }
   ASSERT_EQ(names.size(), data.size());
   for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(data[i]["type"], names[i]);
-  const std::vector<std::string> expected = {"message_start", "content_block_start", "content_block_delta",
+  const std::vector<std::string> expected = {"message_start",       "content_block_start", "content_block_delta",
                                              "content_block_delta", "content_block_delta", "content_block_stop",
                                              "content_block_start", "content_block_delta", "content_block_stop",
-                                             "message_delta", "message_stop"};
+                                             "message_delta",       "message_stop"};
   EXPECT_EQ(names, expected);
   std::string thinking;
   for (const auto& d : data) {
-    if (d["type"] == "content_block_delta" && d["delta"]["type"] == "thinking_delta") thinking += d["delta"]["thinking"].get<std::string>();
+    if (d["type"] == "content_block_delta" && d["delta"]["type"] == "thinking_delta")
+      thinking += d["delta"]["thinking"].get<std::string>();
   }
   EXPECT_EQ(thinking, "Plan it.\n");
   EXPECT_EQ(data[6]["content_block"]["type"], "tool_use");
@@ -470,12 +472,17 @@ TEST(generation_session, logprob_bytes_add_up_to_the_text_and_offsets_count_char
   // Tokens: " \xe2" + "\x82\xac" (a split euro sign), then "s".
   auto bytes_of = [](int32_t id) -> std::string { return id == 1 ? " \xe2" : id == 2 ? "\x82\xac" : "s"; };
   generation_session session(r, 2, 1000, bytes_of);
-  text_delta d = delta(session.request_id(0), " \xe2\x82\xac" "s", finish_reason::length, 1, 3);
+  text_delta d = delta(session.request_id(0),
+                       " \xe2\x82\xac"
+                       "s",
+                       finish_reason::length, 1, 3);
   d.delta.token_ids = {1, 2, 3};
   d.delta.logprobs = {token_logprobs{-0.5f, {}, {}}, token_logprobs{-0.25f, {}, {}}, token_logprobs{-1.0f, {}, {}}};
   session.apply({0, d});
   const json body = json::parse(session.full_body());
-  EXPECT_EQ(body["choices"][0]["text"], "caf\xc3\xa9  \xe2\x82\xac" "s");
+  EXPECT_EQ(body["choices"][0]["text"],
+            "caf\xc3\xa9  \xe2\x82\xac"
+            "s");
   const auto& lp = body["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"][0], "bytes:\\x20\\xe2");
   EXPECT_EQ(lp["tokens"][2], "s");

@@ -108,7 +108,7 @@ struct door_fixture {
     options.max_connections = 16;
     options.limits.max_model_len = 64;
     door = std::make_unique<http_door>(options, downstream, admission, counters,
-                                           [](int32_t id) { return "t" + std::to_string(id); });
+                                       [](int32_t id) { return "t" + std::to_string(id); });
     downstream.door = door.get();
     door->start();
   }
@@ -260,18 +260,20 @@ TEST(http_door, unknown_fields_are_ignored_and_named_and_anthropic_gets_its_own_
   httplib::Client c = f.client();
   // Unknown fields: ignored, listed in a header.
   c.set_bearer_token_auth("k");
-  auto chat = c.Post("/v1/chat/completions",
-                     R"({"model":"tiny","messages":[{"role":"user","content":"hi","x_cache":1}],"reasoning":{"effort":"low"},"max_tokens":3})",
-                     "application/json");
+  auto chat = c.Post(
+      "/v1/chat/completions",
+      R"({"model":"tiny","messages":[{"role":"user","content":"hi","x_cache":1}],"reasoning":{"effort":"low"},"max_tokens":3})",
+      "application/json");
   ASSERT_EQ(chat->status, 200) << chat->body;
   EXPECT_EQ(chat->get_header_value("X-Troupe-Ignored-Fields"), "messages[0].x_cache, reasoning");
   EXPECT_EQ(json::parse(chat->body)["choices"][0]["message"]["content"], "w0 w1 w2 ");
   // Anthropic's route, with the key as x-api-key; its errors in its shape.
   httplib::Client a = f.client();
   httplib::Headers key = {{"x-api-key", "k"}, {"anthropic-version", "2023-06-01"}};
-  auto message = a.Post("/v1/messages", key,
-                        R"({"model":"tiny","max_tokens":3,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]})",
-                        "application/json");
+  auto message =
+      a.Post("/v1/messages", key,
+             R"({"model":"tiny","max_tokens":3,"system":"Be brief.","messages":[{"role":"user","content":"hi"}]})",
+             "application/json");
   ASSERT_EQ(message->status, 200) << message->body;
   const json m = json::parse(message->body);
   EXPECT_EQ(m["type"], "message");
@@ -283,7 +285,8 @@ TEST(http_door, unknown_fields_are_ignored_and_named_and_anthropic_gets_its_own_
   auto refused = a.Post("/v1/messages", R"({"model":"tiny","messages":[]})", "application/json");
   EXPECT_EQ(refused->status, 401);
   EXPECT_EQ(json::parse(refused->body)["error"]["type"], "authentication_error");
-  auto bad = a.Post("/v1/messages", key, R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})", "application/json");
+  auto bad = a.Post("/v1/messages", key, R"({"model":"tiny","messages":[{"role":"user","content":"hi"}]})",
+                    "application/json");
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(json::parse(bad->body)["type"], "error");
   EXPECT_EQ(json::parse(bad->body)["error"]["type"], "invalid_request_error");

@@ -82,17 +82,16 @@ TEST(metrics_text, serving_families_render_counts_by_reason_and_the_gauges_when_
   m.serving.num_finished_abort = 1;
   m.serving.time_to_first_token.observe(0.003);
   std::string text = render_metrics(m);
-  for (const char* line : {"troupe:prompt_tokens_total{model_name=\"m\"} 12\n",
-                           "troupe:generation_tokens_total{model_name=\"m\"} 34\n",
-                           "troupe:num_preemptions_total{model_name=\"m\"} 2\n",
-                           "troupe:request_success_total{model_name=\"m\",finished_reason=\"stop\"} 3\n",
-                           "troupe:request_success_total{model_name=\"m\",finished_reason=\"length\"} 4\n",
-                           "troupe:request_success_total{model_name=\"m\",finished_reason=\"abort\"} 1\n",
-                           "troupe:time_to_first_token_seconds_count{model_name=\"m\"} 1\n",
-                           "# TYPE troupe:e2e_request_latency_seconds histogram\n",
-                           "# TYPE troupe:request_queue_time_seconds histogram\n",
-                           "# TYPE troupe:inter_token_latency_seconds histogram\n",
-                           "# TYPE troupe:time_per_output_token_seconds histogram\n"}) {
+  for (const char* line :
+       {"troupe:prompt_tokens_total{model_name=\"m\"} 12\n", "troupe:generation_tokens_total{model_name=\"m\"} 34\n",
+        "troupe:num_preemptions_total{model_name=\"m\"} 2\n",
+        "troupe:request_success_total{model_name=\"m\",finished_reason=\"stop\"} 3\n",
+        "troupe:request_success_total{model_name=\"m\",finished_reason=\"length\"} 4\n",
+        "troupe:request_success_total{model_name=\"m\",finished_reason=\"abort\"} 1\n",
+        "troupe:time_to_first_token_seconds_count{model_name=\"m\"} 1\n",
+        "# TYPE troupe:e2e_request_latency_seconds histogram\n", "# TYPE troupe:request_queue_time_seconds histogram\n",
+        "# TYPE troupe:inter_token_latency_seconds histogram\n",
+        "# TYPE troupe:time_per_output_token_seconds histogram\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
   }
   EXPECT_EQ(text.find("troupe:num_requests_running"), std::string::npos) << "no scheduler answer, no gauge";

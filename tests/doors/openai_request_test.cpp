@@ -53,11 +53,13 @@ TEST(openai_request, priority_slo_and_tenant_are_read_and_checked) {
 }
 
 TEST(openai_request, an_slo_refusal_is_429_and_a_full_queue_503) {
-  const api_error slo = from_engine_error(error_code::slo_unattainable, "request 3: its TTFT target of 5 ms cannot be met", "prompt");
+  const api_error slo =
+      from_engine_error(error_code::slo_unattainable, "request 3: its TTFT target of 5 ms cannot be met", "prompt");
   EXPECT_EQ(slo.status, 429);
   EXPECT_EQ(slo.code, "slo_unattainable");
-  EXPECT_EQ(from_engine_error(error_code::overloaded, "request 3: the waiting queue is full (4 requests)", "prompt").status,
-            503);
+  EXPECT_EQ(
+      from_engine_error(error_code::overloaded, "request 3: the waiting queue is full (4 requests)", "prompt").status,
+      503);
 }
 
 TEST(openai_request, completion_fields_map_to_sampling_params) {
@@ -164,7 +166,9 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
       {completions, R"({"model":"m","prompt":"x","max_tokens":513})", "max_tokens"},
       {completions, R"({"model":"m","prompt":"x","stop":5})", "stop"},
       {completions, R"({"model":"m","prompt":"x","stop":["a",""]})", "stop[1]"},
-      {completions, R"({"model":"m","prompt":"x","stop":["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"]})", "stop"},
+      {completions,
+       R"({"model":"m","prompt":"x","stop":["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"]})",
+       "stop"},
       {completions, R"({"model":"m","prompt":"x","n":0})", "n"},
       {completions, R"({"model":"m","prompt":"x","n":100})", "n"},
       {completions, R"({"model":"m","prompt":["a","b","c","d","e"],"n":16})", "n"},
@@ -178,8 +182,10 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
       {completions, R"({"model":"m","prompt":"x","logit_bias":[5]})", "logit_bias"},
       {completions, R"({"model":"m","prompt":"x","num_speculative_tokens":17})", "num_speculative_tokens"},
       {completions, R"({"model":"m","prompt":"x","num_speculative_tokens":"4"})", "num_speculative_tokens"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":-2})", "num_speculative_tokens"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":2.5})", "num_speculative_tokens"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":-2})",
+       "num_speculative_tokens"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":2.5})",
+       "num_speculative_tokens"},
       {chat, R"({"model":"m"})", "messages"},
       {chat, R"({"model":"m","messages":[]})", "messages"},
       {chat, R"({"model":"m","messages":"hi"})", "messages"},
@@ -187,26 +193,45 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
       {chat, R"({"model":"m","messages":[{"role":"wizard","content":"hi"}]})", "messages[0].role"},
       {chat, R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content[0].type"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+       "messages[0].content[0].type"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})", "max_completion_tokens"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools[0].function"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]})", "tools[0].type"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"a b"}}]})", "tools[0].function.name"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":[]}}]})", "tools[0].function.parameters"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})",
+       "max_completion_tokens"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
+       "tools[0].function"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]})",
+       "tools[0].type"},
+      {chat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"a b"}}]})",
+       "tools[0].function.name"},
+      {chat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":[]}}]})",
+       "tools[0].function.parameters"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})", "tool_choice"},
+      {chat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
+       "tool_choice"},
       {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"})", "tool_choice"},
-      {chat, R"({"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function"}]}]})", "messages[0].tool_calls[0].function"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":true})", "chat_template_kwargs"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"reasoning_effort":"maximal"})", "reasoning_effort"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","not":{}}}}})", "response_format"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}})", "response_format.type"},
-      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})", "response_format.json_schema"},
+      {chat, R"({"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function"}]}]})",
+       "messages[0].tool_calls[0].function"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"chat_template_kwargs":true})",
+       "chat_template_kwargs"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"reasoning_effort":"maximal"})",
+       "reasoning_effort"},
+      {chat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","not":{}}}}})",
+       "response_format"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}})",
+       "response_format.type"},
+      {chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})",
+       "response_format.json_schema"},
       {completions, R"js({"model":"m","prompt":"x","guided_regex":"(?=a)b"})js", "guided_regex"},
       {completions, R"({"model":"m","prompt":"x","guided_choice":"yes"})", "guided_choice"},
       {completions, R"({"model":"m","prompt":"x","guided_choice":["yes"],"guided_regex":"a"})", "guided_choice"},
-      {completions, R"({"model":"m","prompt":"x","guided_json":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]},"max_tokens":4})", "max_tokens"},
+      {completions,
+       R"({"model":"m","prompt":"x","guided_json":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]},"max_tokens":4})",
+       "max_tokens"},
   };
   for (const auto& c : cases) {
     api_error e = parse_error(c.endpoint, c.body);
@@ -218,12 +243,13 @@ TEST(openai_request, each_bad_input_names_its_parameter) {
 }
 
 TEST(openai_request, unknown_fields_are_ignored_and_listed) {
-  auto r = parse_ok(chat, R"({"model":"m","temprature":0,"messages":[{"role":"user","content":"x","extra":1,"cache_control":{}}],
+  auto r = parse_ok(
+      chat, R"({"model":"m","temprature":0,"messages":[{"role":"user","content":"x","extra":1,"cache_control":{}}],
       "stream":true,"stream_options":{"include_usage":true,"bogus":1},"reasoning":{"effort":"low"},
       "tools":[{"type":"function","function":{"name":"f","x-vendor":2},"other":3}]})");
-  EXPECT_EQ(r.ignored_fields, (std::vector<std::string>{"messages[0].extra", "messages[0].cache_control",
-                                                        "tools[0].function.x-vendor", "tools[0].other",
-                                                        "stream_options.bogus", "temprature", "reasoning"}));
+  EXPECT_EQ(r.ignored_fields,
+            (std::vector<std::string>{"messages[0].extra", "messages[0].cache_control", "tools[0].function.x-vendor",
+                                      "tools[0].other", "stream_options.bogus", "temprature", "reasoning"}));
   EXPECT_TRUE(r.include_usage);
   EXPECT_TRUE(parse_ok(completions, R"({"model":"m","prompt":"x"})").ignored_fields.empty());
 }
@@ -259,9 +285,10 @@ TEST(openai_request, tools_tool_choice_and_tool_turns_reach_the_chat) {
   EXPECT_EQ(automatic.chat.tool_choice, tool_choice_kind::automatic);
   EXPECT_EQ(parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}]})").chat.tool_choice,
             tool_choice_kind::none);
-  EXPECT_EQ(parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[],"tool_choice":"none"})")
-                .chat.tool_choice,
-            tool_choice_kind::none);
+  EXPECT_EQ(
+      parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[],"tool_choice":"none"})")
+          .chat.tool_choice,
+      tool_choice_kind::none);
 }
 
 TEST(openai_request, logit_bias_and_echo) {
@@ -278,9 +305,9 @@ TEST(openai_request, num_speculative_tokens_is_an_extra_sampling_field_on_both_e
   EXPECT_EQ(parse_ok(completions, R"({"model":"m","prompt":"x","num_speculative_tokens":null})")
                 .sampling.num_speculative_tokens,
             -1);
-  EXPECT_EQ(parse_ok(completions, R"({"model":"m","prompt":"x","num_speculative_tokens":4})")
-                .sampling.num_speculative_tokens,
-            4);
+  EXPECT_EQ(
+      parse_ok(completions, R"({"model":"m","prompt":"x","num_speculative_tokens":4})").sampling.num_speculative_tokens,
+      4);
   EXPECT_EQ(parse_ok(chat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"num_speculative_tokens":0})")
                 .sampling.num_speculative_tokens,
             0);
@@ -298,15 +325,17 @@ TEST(openai_request, malformed_bodies) {
     EXPECT_TRUE(e.param.empty()) << body;
   }
   // Deep nesting is refused before it costs more than its bytes.
-  std::string deep = "{\"model\":\"m\",\"prompt\":\"x\",\"user\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  std::string deep =
+      "{\"model\":\"m\",\"prompt\":\"x\",\"user\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
   api_error e = parse_error(completions, deep);
   EXPECT_NE(e.message.find("nests deeper"), std::string::npos) << e.message;
 }
 
 TEST(openai_request, error_json_has_openai_shape) {
   api_error e = bad_parameter("temperature", "'temperature': bad");
-  EXPECT_EQ(e.to_json(),
-            R"({"error":{"code":null,"message":"'temperature': bad","param":"temperature","type":"invalid_request_error"}})");
+  EXPECT_EQ(
+      e.to_json(),
+      R"({"error":{"code":null,"message":"'temperature': bad","param":"temperature","type":"invalid_request_error"}})");
 }
 
 }  // namespace
@@ -324,8 +353,8 @@ TEST(openai_request, reads_structured_output_fields_keeping_the_schema_order) {
   EXPECT_EQ(r.sampling.guided.kind, guided_kind::json_schema);
   // The client's order, not nlohmann::json's sorted one: the output lists zeta first.
   EXPECT_LT(r.sampling.guided.source.find("zeta"), r.sampling.guided.source.find("alpha"));
-  auto object = parse_ok(openai_endpoint::completions,
-                         R"({"model":"m","prompt":"x","response_format":{"type":"json_object"}})");
+  auto object =
+      parse_ok(openai_endpoint::completions, R"({"model":"m","prompt":"x","response_format":{"type":"json_object"}})");
   EXPECT_EQ(object.sampling.guided.kind, guided_kind::json_object);
   auto text = parse_ok(openai_endpoint::completions, R"({"model":"m","prompt":"x","response_format":{"type":"text"}})");
   EXPECT_EQ(text.sampling.guided.kind, guided_kind::none);

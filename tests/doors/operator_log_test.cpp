@@ -55,7 +55,8 @@ TEST(access_log, text_and_fields_say_the_same_and_leave_out_what_is_not_known) {
   e.total_ms = 410;
   e.finish = "stop";
   e.instance = 0;
-  EXPECT_EQ(access_log_text(e), "request 42 door=http prompt=12 output=100 ttft=15.2ms total=410.0ms finish=stop instance=0");
+  EXPECT_EQ(access_log_text(e),
+            "request 42 door=http prompt=12 output=100 ttft=15.2ms total=410.0ms finish=stop instance=0");
   const json f = access_log_fields(e);
   EXPECT_EQ(f["request_id"], 42);
   EXPECT_EQ(f["door"], "http");
@@ -70,7 +71,8 @@ TEST(access_log, text_and_fields_say_the_same_and_leave_out_what_is_not_known) {
   failed.request_id = 7;
   failed.finish = "error";
   failed.error = "unavailable: the server is draining";
-  EXPECT_EQ(access_log_text(failed), "request 7 door=zmq prompt=0 output=0 finish=error error=\"unavailable: the server is draining\"");
+  EXPECT_EQ(access_log_text(failed),
+            "request 7 door=zmq prompt=0 output=0 finish=error error=\"unavailable: the server is draining\"");
   const json g = access_log_fields(failed);
   EXPECT_FALSE(g.contains("ttft_ms"));
   EXPECT_FALSE(g.contains("instance"));

@@ -129,10 +129,9 @@ TEST(speculative_usage, the_openai_usage_sums_every_choice) {
   ASSERT_TRUE(session.all_finished());
   const json usage = json::parse(session.full_body()).at("usage");
   EXPECT_EQ(usage.at("completion_tokens"), 29);
-  EXPECT_EQ(usage.at("speculative"), (json{{"draft_tokens", 24},
-                                           {"accepted_tokens", 18},
-                                           {"acceptance_rate", 0.75},
-                                           {"tokens_per_step", 29.0 / 11}}));
+  EXPECT_EQ(
+      usage.at("speculative"),
+      (json{{"draft_tokens", 24}, {"accepted_tokens", 18}, {"acceptance_rate", 0.75}, {"tokens_per_step", 29.0 / 11}}));
 }
 
 TEST(speculative_usage, the_openai_usage_has_no_speculative_object_without_drafts) {
@@ -173,27 +172,26 @@ TEST(speculative_usage, serving_metrics_count_finished_requests_and_metrics_text
   EXPECT_EQ(s.speculative.num_draft_tokens, 24u);
   EXPECT_EQ(s.speculative.num_accepted_tokens, 18u);
   EXPECT_EQ(s.speculative.num_sampling_steps, 17u);  // all three requests' steps
-  EXPECT_EQ(s.tokens_per_step.count(), 2u);           // only the two that had drafts
+  EXPECT_EQ(s.tokens_per_step.count(), 2u);          // only the two that had drafts
   EXPECT_DOUBLE_EQ(s.tokens_per_step.sum(), 2.5 + 3.0);
 
   metrics_snapshot m;
   m.model_name = "m";
   m.serving = s;
   const std::string text = render_metrics(m);
-  for (const char* line : {"# TYPE troupe_spec_draft_tokens_total counter\n", "troupe_spec_draft_tokens_total 24\n",
-                           "# TYPE troupe_spec_accepted_tokens_total counter\n", "troupe_spec_accepted_tokens_total 18\n",
-                           "# TYPE troupe_spec_sampling_steps_total counter\n", "troupe_spec_sampling_steps_total 17\n",
-                           "# TYPE troupe_spec_acceptance_rate gauge\n", "troupe_spec_acceptance_rate 0.75\n",
-                           "# TYPE troupe_spec_tokens_per_step histogram\n",
-                           "troupe_spec_tokens_per_step_bucket{le=\"2\"} 0\n",
-                           "troupe_spec_tokens_per_step_bucket{le=\"2.5\"} 1\n",
-                           "troupe_spec_tokens_per_step_bucket{le=\"3\"} 2\n",
-                           "troupe_spec_tokens_per_step_bucket{le=\"+Inf\"} 2\n", "troupe_spec_tokens_per_step_count 2\n"}) {
+  for (const char* line :
+       {"# TYPE troupe_spec_draft_tokens_total counter\n", "troupe_spec_draft_tokens_total 24\n",
+        "# TYPE troupe_spec_accepted_tokens_total counter\n", "troupe_spec_accepted_tokens_total 18\n",
+        "# TYPE troupe_spec_sampling_steps_total counter\n", "troupe_spec_sampling_steps_total 17\n",
+        "# TYPE troupe_spec_acceptance_rate gauge\n", "troupe_spec_acceptance_rate 0.75\n",
+        "# TYPE troupe_spec_tokens_per_step histogram\n", "troupe_spec_tokens_per_step_bucket{le=\"2\"} 0\n",
+        "troupe_spec_tokens_per_step_bucket{le=\"2.5\"} 1\n", "troupe_spec_tokens_per_step_bucket{le=\"3\"} 2\n",
+        "troupe_spec_tokens_per_step_bucket{le=\"+Inf\"} 2\n", "troupe_spec_tokens_per_step_count 2\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
   }
-  for (const char* family : {"troupe_spec_draft_tokens_total", "troupe_spec_accepted_tokens_total",
-                             "troupe_spec_sampling_steps_total", "troupe_spec_acceptance_rate",
-                             "troupe_spec_tokens_per_step"}) {
+  for (const char* family :
+       {"troupe_spec_draft_tokens_total", "troupe_spec_accepted_tokens_total", "troupe_spec_sampling_steps_total",
+        "troupe_spec_acceptance_rate", "troupe_spec_tokens_per_step"}) {
     EXPECT_NE(text.find(std::string("# HELP ") + family + " "), std::string::npos) << family;
   }
   // A server that never speculated says so with zeros, not with missing series.

@@ -8,9 +8,7 @@
 namespace troupe {
 namespace {
 
-tenant_table two_tenants() {
-  return tenant_table({{"chat", "key-chat", 0, 200, 50}, {"batch", "", 3, 0, 0}});
-}
+tenant_table two_tenants() { return tenant_table({{"chat", "key-chat", 0, 200, 50}, {"batch", "", 3, 0, 0}}); }
 
 TEST(tenant_table, a_tenants_defaults_fill_only_what_the_request_left_unset) {
   const tenant_table tenants = two_tenants();

@@ -38,7 +38,8 @@ TEST(tool_grammar, text_avoiding_a_marker_is_text_without_it) {
 std::vector<chat_tool> weather_tools() {
   chat_tool weather;
   weather.name = "get_weather";
-  weather.parameters = ojson::parse(R"({"type": "object", "properties": {"location": {"type": "string", "maxLength": 12},
+  weather.parameters =
+      ojson::parse(R"({"type": "object", "properties": {"location": {"type": "string", "maxLength": 12},
       "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["location"], "additionalProperties": false})");
   chat_tool search;
   search.name = "search";
@@ -60,7 +61,8 @@ std::string random_output(const byte_dfa& dfa, std::mt19937& rng, size_t soft_li
     return out;
   }
   for (;;) {
-    if (dfa.accepting(state) && (rng() % 8 == 0 || !dfa.has_transitions(state) || out.size() > soft_limit * 3)) return out;
+    if (dfa.accepting(state) && (rng() % 8 == 0 || !dfa.has_transitions(state) || out.size() > soft_limit * 3))
+      return out;
     std::vector<uint8_t> options;
     for (int b = 0; b < 256; ++b) {
       const int32_t next = dfa.next(state, static_cast<uint8_t>(b));
@@ -100,7 +102,8 @@ void expect_valid_call(const parsed_tool_call& call, const std::vector<chat_tool
   const ojson args = ojson::parse(call.arguments);
   ASSERT_TRUE(args.is_object()) << text;
   if (!tool->parameters.contains("properties")) return;
-  for (const auto& required : tool->parameters["required"]) EXPECT_TRUE(args.contains(required.get<std::string>())) << text;
+  for (const auto& required : tool->parameters["required"])
+    EXPECT_TRUE(args.contains(required.get<std::string>())) << text;
   for (auto it = args.begin(); it != args.end(); ++it) {
     ASSERT_TRUE(tool->parameters["properties"].contains(it.key())) << it.key() << " in " << text;
     const auto& schema = tool->parameters["properties"][it.key()];
@@ -183,16 +186,20 @@ TEST(tool_grammar, calls_as_the_templates_show_them_are_allowed_and_text_only_wh
   const auto tools = weather_tools();
   struct example {
     chat_format format;
-    std::string call;   // one call, as the family's template writes it
-    std::string text;   // a plain answer
+    std::string call;  // one call, as the family's template writes it
+    std::string text;  // a plain answer
   };
   const std::vector<example> examples = {
       {{tool_call_syntax::hermes, reasoning_syntax::none},
-       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\":\"Paris\",\"unit\":\"celsius\"}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+       "{\"location\":\"Paris\",\"unit\":\"celsius\"}}\n</tool_call>",
        "It is sunny."},
       {{tool_call_syntax::mistral, reasoning_syntax::none},
-       "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\":\"x\",\"limit\":3}}]", "Bonjour."},
-      {{tool_call_syntax::llama3_json, reasoning_syntax::none}, "{\"name\": \"ping\", \"parameters\": {}}", "Hello {x}"},
+       "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\":\"x\",\"limit\":3}}]",
+       "Bonjour."},
+      {{tool_call_syntax::llama3_json, reasoning_syntax::none},
+       "{\"name\": \"ping\", \"parameters\": {}}",
+       "Hello {x}"},
       {{tool_call_syntax::harmony, reasoning_syntax::harmony},
        "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
        "<|constrain|>json<|message|>{\"location\":\"Rome\"}",
@@ -212,7 +219,8 @@ TEST(tool_grammar, calls_as_the_templates_show_them_are_allowed_and_text_only_wh
     // A call of a tool that was not offered, or with arguments off its schema, is not.
     std::string unknown = e.call;
     for (const char* name : {"get_weather", "search", "ping"}) {
-      if (const size_t at = unknown.find(name); at != std::string::npos) unknown.replace(at, std::string(name).size(), "rm_rf");
+      if (const size_t at = unknown.find(name); at != std::string::npos)
+        unknown.replace(at, std::string(name).size(), "rm_rf");
     }
     EXPECT_FALSE(automatic.matches(unknown)) << unknown;
   }
@@ -237,7 +245,8 @@ TEST(tool_grammar, reasoning_comes_first_and_structured_output_after_it) {
 TEST(tool_grammar, a_schema_it_cannot_enforce_is_named_by_its_tool) {
   chat_tool bad;
   bad.name = "bad";
-  bad.parameters = ojson::parse(R"({"type": "object", "properties": {"x": {"type": "string", "not": {"const": "y"}}}})");
+  bad.parameters =
+      ojson::parse(R"({"type": "object", "properties": {"x": {"type": "string", "not": {"const": "y"}}}})");
   answer_shape shape;
   shape.format = {tool_call_syntax::hermes, reasoning_syntax::none};
   shape.callable.push_back(&bad);

@@ -208,7 +208,7 @@ TEST(zmq_door, a_tenants_key_is_let_in_pins_its_tenant_and_brings_its_defaults) 
   const auto* error = std::get_if<error_reply>(&*refusal);
   ASSERT_TRUE(error);
   EXPECT_EQ(error->code, error_code::unauthorized);
-  send("tenant-key", "key-chat", "batch");   // the key says chat, whatever it claims
+  send("tenant-key", "key-chat", "batch");    // the key says chat, whatever it claims
   send("server-key", "server-key", "batch");  // the server's key: the tenant it names
   for (int i = 0; i < 200; ++i) {
     {

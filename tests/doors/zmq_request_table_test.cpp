@@ -112,7 +112,7 @@ TEST_F(zmq_request_table_test, streaming_replies_go_to_the_requests_client_piece
   EXPECT_EQ(last.usage->completion_tokens, 3);
   ASSERT_TRUE(last.timings);
   EXPECT_DOUBLE_EQ(last.timings->ttft, 0.05);  // the door's clock: arrival at 1234 ns -> first tokens
-  EXPECT_FALSE(last.logprobs);  // not asked for
+  EXPECT_FALSE(last.logprobs);                 // not asked for
   // Finished: forgotten, its slot returned, and a late event for it sends nothing.
   EXPECT_EQ(table.num_live_requests(), 0u);
   EXPECT_EQ(admission.num_in_flight(), 0);
@@ -256,7 +256,8 @@ TEST_F(zmq_request_table_test, stats_are_asked_of_the_stages_and_answered_to_the
 TEST_F(zmq_request_table_test, a_node_that_cannot_answer_stats_says_why) {
   auto out = table.on_request("peer-1", stats_request{"s1", ""}, 1);
   ASSERT_TRUE(out.stats_query);
-  out = table.on_event(stats_answer{*out.stats_query, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"});
+  out = table.on_event(
+      stats_answer{*out.stats_query, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"});
   ASSERT_EQ(out.replies.size(), 1u);
   const auto* error = std::get_if<error_reply>(&out.replies[0].reply);
   ASSERT_TRUE(error);

@@ -34,8 +34,8 @@ struct family_case {
 class agents_e2e : public ::testing::TestWithParam<family_case> {};
 
 json run_battery(const std::string& script, const std::string& base_url, const family_case& c) {
-  const json plan = {{"base_url", base_url}, {"model", c.family}, {"api_key", "agent-k3y"}, {"seeds", 3},
-                     {"reasoning", c.reasoning}};
+  const json plan = {
+      {"base_url", base_url}, {"model", c.family}, {"api_key", "agent-k3y"}, {"seeds", 3}, {"reasoning", c.reasoning}};
   const fs::path path = fs::temp_directory_path() / ("troupe-agents-plan-" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << plan.dump();
   const run_result node = run_command("node " TROUPE_ORACLE_DIR "/" + script + " @" + path.string());

@@ -25,7 +25,8 @@ const fs::path bench_binary = fs::path(TROUPE_BINARY_DIR) / "bin" / "troupe-benc
 
 fs::path scratch_path(const std::string& name) {
   static std::atomic<int> num{0};
-  return fs::temp_directory_path() / ("troupe_bench_e2e_" + std::to_string(::getpid()) + "_" + std::to_string(num++) + "_" + name);
+  return fs::temp_directory_path() /
+         ("troupe_bench_e2e_" + std::to_string(::getpid()) + "_" + std::to_string(num++) + "_" + name);
 }
 
 // The fake server on ports of its own, stopped when the test ends, also on a failed assertion.
@@ -33,11 +34,11 @@ class fake_server {
  public:
   fake_server(double ttft_ms, double tpot_ms, int max_concurrency)
       : zmq_port_(free_port()), http_port_(free_port()), log_(scratch_path("fake.log")) {
-    process_.emplace(std::vector<std::string>{bench_binary.string(), "--fake-server", "--zmq-endpoint", endpoint(),
-                                              "--http-port", std::to_string(http_port_), "--ttft-ms", std::to_string(ttft_ms),
-                                              "--tpot-ms", std::to_string(tpot_ms), "--max-concurrency",
-                                              std::to_string(max_concurrency)},
-                     log_);
+    process_.emplace(
+        std::vector<std::string>{bench_binary.string(), "--fake-server", "--zmq-endpoint", endpoint(), "--http-port",
+                                 std::to_string(http_port_), "--ttft-ms", std::to_string(ttft_ms), "--tpot-ms",
+                                 std::to_string(tpot_ms), "--max-concurrency", std::to_string(max_concurrency)},
+        log_);
     for (int i = 0; i < 200 && process_->alive(); ++i) {
       if (read_file(log_).find("fake server: ready") != std::string::npos) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -122,9 +123,10 @@ TEST_F(bench_tool, reports_the_injected_ttft_and_tpot_over_openai_http) {
 TEST_F(bench_tool, finds_the_goodput_of_a_server_of_known_capacity) {
   fake_server server(50, 10, 2);
   const double capacity = 2 / (0.050 + 9 * 0.010);
-  const json result = run_bench("--backend troupe-zmq --endpoint " + server.endpoint() +
-                                " --num-prompts 40 --input-len 8 --output-len 10 --burstiness 1000"
-                                " --slo ttft=100ms,tpot=15ms --find-goodput --goodput-start-rate 8 --goodput-max-runs 10");
+  const json result =
+      run_bench("--backend troupe-zmq --endpoint " + server.endpoint() +
+                " --num-prompts 40 --input-len 8 --output-len 10 --burstiness 1000"
+                " --slo ttft=100ms,tpot=15ms --find-goodput --goodput-start-rate 8 --goodput-max-runs 10");
   ASSERT_TRUE(result.contains("goodput")) << result.dump();
   const json& g = result["goodput"];
   ASSERT_TRUE(g["goodput_rate"].is_number()) << g.dump();
@@ -146,12 +148,14 @@ TEST_F(bench_tool, sends_sharegpt_prompts_with_the_answers_lengths) {
     for (int w = 0; w < 6 + 3 * i; ++w) answer += "word ";
     expected_output += (6 + 3 * i) * 4 / 3;
     data.push_back({{"id", std::to_string(i)},
-                    {"conversations", {{{"from", "human"}, {"value", "tell me a story number " + std::to_string(i)}},
-                                       {{"from", "gpt"}, {"value", answer}}}}});
+                    {"conversations",
+                     {{{"from", "human"}, {"value", "tell me a story number " + std::to_string(i)}},
+                      {{"from", "gpt"}, {"value", answer}}}}});
   }
   std::ofstream(file) << data.dump();
-  const json result = run_bench("--backend openai --base-url " + server.base_url() + " --dataset sharegpt --dataset-path " +
-                                shell_quote(file.string()) + " --num-prompts 6 --concurrency 3");
+  const json result =
+      run_bench("--backend openai --base-url " + server.base_url() + " --dataset sharegpt --dataset-path " +
+                shell_quote(file.string()) + " --num-prompts 6 --concurrency 3");
   fs::remove(file);
   ASSERT_TRUE(result.contains("summary")) << result.dump();
   EXPECT_EQ(result["summary"]["num_completed"], 6);
@@ -170,8 +174,9 @@ TEST_F(bench_tool, sends_sharegpt_prompts_with_the_answers_lengths) {
 // distribution stay around their mean.
 TEST_F(bench_tool, random_workloads_send_the_lengths_asked_for) {
   fake_server server(1, 1, 16);
-  json result = run_bench("--backend troupe-zmq --endpoint " + server.endpoint() +
-                          " --num-prompts 12 --input-len 8 --shared-prefix-len 32 --num-prefix-groups 3 --output-len 5");
+  json result =
+      run_bench("--backend troupe-zmq --endpoint " + server.endpoint() +
+                " --num-prompts 12 --input-len 8 --shared-prefix-len 32 --num-prefix-groups 3 --output-len 5");
   ASSERT_TRUE(result.contains("summary")) << result.dump();
   EXPECT_EQ(result["summary"]["total_input_tokens"], 12 * (32 + 8));
   EXPECT_EQ(result["summary"]["total_output_tokens"], 12 * 5);
@@ -202,8 +207,10 @@ TEST_F(bench_tool, sweeps_a_server_setting_across_restarts_and_writes_csv_and_pl
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
   const std::string server_cmd = shell_quote(bench_binary.string()) + " --fake-server --zmq-endpoint " + endpoint +
                                  " --ttft-ms 20 --tpot-ms 5 --max-concurrency {}";
-  const json result = run_bench("--backend troupe-zmq --endpoint " + endpoint + " --num-prompts 16 --input-len 4 --output-len 5"
-                                " --concurrency 4 --slo ttft=100ms,tpot=20ms --sweep max-concurrency=1,4 --sweep-rounds 2 --warmup 2 --server-cmd " +
+  const json result = run_bench("--backend troupe-zmq --endpoint " + endpoint +
+                                " --num-prompts 16 --input-len 4 --output-len 5"
+                                " --concurrency 4 --slo ttft=100ms,tpot=20ms --sweep max-concurrency=1,4 "
+                                "--sweep-rounds 2 --warmup 2 --server-cmd " +
                                 shell_quote(server_cmd) + " --out " + shell_quote(out.string()));
   ASSERT_TRUE(result.contains("sweep")) << result.dump();
   const json& runs = result["sweep"]["runs"];
@@ -231,8 +238,9 @@ TEST_F(bench_tool, sweeps_a_server_setting_across_restarts_and_writes_csv_and_pl
   }
   EXPECT_TRUE(fs::exists(out / "server-max-concurrency-1.log"));
   // --replot draws the same plots again from the CSV alone.
-  const auto replot = run_command(shell_quote(bench_binary.string()) + " --replot " + shell_quote((out / "sweep.csv").string()) +
-                                  " --out " + shell_quote((out / "again").string()));
+  const auto replot =
+      run_command(shell_quote(bench_binary.string()) + " --replot " + shell_quote((out / "sweep.csv").string()) +
+                  " --out " + shell_quote((out / "again").string()));
   EXPECT_EQ(replot.exit_code, 0) << replot.err;
   EXPECT_EQ(read_file(out / "again" / "sweep.csv"), csv);
   EXPECT_EQ(read_file(out / "again" / "tpot_vs_throughput.svg"), read_file(out / "tpot_vs_throughput.svg"));
@@ -263,9 +271,7 @@ TEST_F(bench_tool, counts_refused_requests_as_failures_with_the_servers_message)
 }
 
 TEST_F(bench_tool, refuses_bad_flags_naming_them) {
-  auto run = [](const std::string& args) {
-    return run_command(shell_quote(bench_binary.string()) + " " + args);
-  };
+  auto run = [](const std::string& args) { return run_command(shell_quote(bench_binary.string()) + " " + args); };
   auto r = run("--slo ttft=fast --find-goodput");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("ttft=fast"), std::string::npos) << r.err;
@@ -288,14 +294,15 @@ TEST_F(bench_tool, measures_troupe_serve_over_both_protocols) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_root / "hf" / "config.json");
   if (!fs::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
   serve_process server({"--http-port", "0"});
-  const std::string common = " --num-prompts 8 --input-len 16 --output-len 12 --concurrency 4 --request-rate 20 --tokenizer " +
-                             shell_quote(stories_dir);
+  const std::string common =
+      " --num-prompts 8 --input-len 16 --output-len 12 --concurrency 4 --request-rate 20 --tokenizer " +
+      shell_quote(stories_dir);
   json result = run_bench("--backend troupe-zmq --endpoint " + server.endpoint() + common);
   ASSERT_TRUE(result.contains("summary")) << result.dump();
   json s = result["summary"];
   EXPECT_EQ(s["num_completed"], 8);
   EXPECT_EQ(s["num_errors"], 0) << s["errors"].dump();
-  EXPECT_EQ(s["total_input_tokens"], 8 * 16);  // token ids go as they are
+  EXPECT_EQ(s["total_input_tokens"], 8 * 16);   // token ids go as they are
   EXPECT_EQ(s["total_output_tokens"], 8 * 12);  // ignore_eos
   EXPECT_GT(s["ttft"]["mean_ms"].get<double>(), 0);
   EXPECT_LE(s["ttft"]["mean_ms"].get<double>(), s["e2e"]["mean_ms"].get<double>());
@@ -303,7 +310,8 @@ TEST_F(bench_tool, measures_troupe_serve_over_both_protocols) {
   EXPECT_GT(s["output_throughput"].get<double>(), 0);
 
   for (const std::string chat : {"", " --chat"}) {
-    result = run_bench("--backend openai --base-url http://127.0.0.1:" + std::to_string(server.http_port()) + chat + common);
+    result =
+        run_bench("--backend openai --base-url http://127.0.0.1:" + std::to_string(server.http_port()) + chat + common);
     ASSERT_TRUE(result.contains("summary")) << result.dump();
     s = result["summary"];
     EXPECT_EQ(s["num_completed"], 8) << chat;

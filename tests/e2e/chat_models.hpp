@@ -69,8 +69,13 @@ inline void rename_special(nlohmann::json& tokenizer_json, int id, const std::st
 }
 
 inline void add_special(nlohmann::json& tokenizer_json, int id, const std::string& content) {
-  tokenizer_json["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                                            {"rstrip", false}, {"normalized", false}, {"special", true}});
+  tokenizer_json["added_tokens"].push_back({{"id", id},
+                                            {"content", content},
+                                            {"single_word", false},
+                                            {"lstrip", false},
+                                            {"rstrip", false},
+                                            {"normalized", false},
+                                            {"special", true}});
 }
 
 // The tokenizer directory of one family, composed as the header says.
@@ -89,10 +94,9 @@ inline void write_tokenizer(const std::string& family, const std::filesystem::pa
     } else {
       rename_special(tok, 128000, "<|startoftext|>");
       rename_special(tok, 128001, "<|endoftext|>");
-      const std::pair<int, const char*> harmony[] = {{128002, "<|return|>"}, {128003, "<|constrain|>"},
-                                                     {128004, "<|channel|>"}, {128005, "<|start|>"},
-                                                     {128008, "<|end|>"},     {128010, "<|message|>"},
-                                                     {128011, "<|call|>"}};
+      const std::pair<int, const char*> harmony[] = {
+          {128002, "<|return|>"}, {128003, "<|constrain|>"}, {128004, "<|channel|>"}, {128005, "<|start|>"},
+          {128008, "<|end|>"},    {128010, "<|message|>"},   {128011, "<|call|>"}};
       for (const auto& [id, name] : harmony) rename_special(tok, id, name);
       config["bos_token"] = "<|startoftext|>";
       config["eos_token"] = "<|return|>";
@@ -170,8 +174,10 @@ inline chat_model chat_model_for(const std::string& family) {
     nlohmann::json generation = d::read_json(options.out / "generation_config.json");
     nlohmann::json ids = nlohmann::json::array();
     if (generation.contains("eos_token_id")) {
-      if (generation["eos_token_id"].is_array()) ids = generation["eos_token_id"];
-      else ids.push_back(generation["eos_token_id"]);
+      if (generation["eos_token_id"].is_array())
+        ids = generation["eos_token_id"];
+      else
+        ids.push_back(generation["eos_token_id"]);
     }
     for (const auto& name : more) {
       for (const auto& added : tok["added_tokens"]) {

@@ -35,7 +35,8 @@ struct admin_client_config : caf::actor_system_config {
     set("openssl.certificate", files.certificate.string());
     set("openssl.key", files.private_key.string());
     set("openssl.cafile", files.ca_certificate.string());
-    for_each_message_type([this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
+    for_each_message_type(
+        [this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
   }
 };
 
@@ -77,7 +78,8 @@ class cluster_credentials_e2e : public ::testing::Test {
 bool refusal_logged(const node_process& node) {
   for (int i = 0; i < 250; ++i) {
     const std::string log = node.log();
-    if (log.find("TLS handshake with ") != std::string::npos && log.find(" refused: ") != std::string::npos) return true;
+    if (log.find("TLS handshake with ") != std::string::npos && log.find(" refused: ") != std::string::npos)
+      return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
@@ -183,9 +185,10 @@ TEST_F(cluster_credentials_e2e, an_admin_client_of_another_ca_gets_no_answer_and
     caf::actor_system system(config);
     auto admin = caf::openssl::remote_actor(system, "127.0.0.1", port);
     EXPECT_FALSE(admin) << "an admin certificate from another CA was accepted";
-    EXPECT_TRUE(controller.wait_for_log("refused: error:0A000086:SSL routines::certificate verify failed (accepting side)", 1,
-                                        10s))
-        << "the controller did not log the refused admin:\n" << controller.log();
+    EXPECT_TRUE(controller.wait_for_log(
+        "refused: error:0A000086:SSL routines::certificate verify failed (accepting side)", 1, 10s))
+        << "the controller did not log the refused admin:\n"
+        << controller.log();
     if (admin) {
       caf::scoped_actor self(system);
       self->request(*admin, 10s, scale_add_atom::value, std::string("engine-a"))

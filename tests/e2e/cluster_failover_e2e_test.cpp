@@ -71,7 +71,8 @@ class cluster_failover_e2e : public ::testing::Test {
     const std::string back = "engine on node " + node.name() + " is back";
     const int before = count_of(controller_->log(), back);
     node.start();
-    ASSERT_TRUE(controller_->wait_for_log(back, before + 1, 30s)) << node.name() << " not back:\n" << controller_->log();
+    ASSERT_TRUE(controller_->wait_for_log(back, before + 1, 30s)) << node.name() << " not back:\n"
+                                                                  << controller_->log();
   }
 
   scratch_dir dir_;
@@ -86,7 +87,8 @@ TEST_F(cluster_failover_e2e, twenty_kill_9_trials_lose_no_request_and_no_token) 
   const uint64_t seed = replay ? std::stoull(replay) : std::random_device{}();
   std::mt19937_64 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  std::printf("cluster_failover_e2e seed %llu (TROUPE_FAILOVER_SEED replays it)\n", static_cast<unsigned long long>(seed));
+  std::printf("cluster_failover_e2e seed %llu (TROUPE_FAILOVER_SEED replays it)\n",
+              static_cast<unsigned long long>(seed));
 
   const std::vector<mixed_request> mix = request_mix(8, prompts, 120, 200, true, 3);
   const std::vector<outcome> expected = references(mix);
@@ -106,7 +108,7 @@ TEST_F(cluster_failover_e2e, twenty_kill_9_trials_lose_no_request_and_no_token) 
     for (size_t i = 0; i < mix.size(); ++i) {
       // Equal text and ids of the concatenated deltas: no token lost, none sent twice.
       EXPECT_TRUE(same_output(got[i], expected[i])) << "request " << i << " after killing " << victim.name() << " at "
-                                                     << kill_after.count() << " ms: " << got[i] << " != " << expected[i];
+                                                    << kill_after.count() << " ms: " << got[i] << " != " << expected[i];
     }
     const stats_reply idle = wait_until_idle(*controller_);
     EXPECT_EQ(idle.num_running, 0);
@@ -159,7 +161,8 @@ TEST_F(cluster_failover_e2e, both_engine_nodes_killed_fail_requests_by_cause_and
     mixed_request late = mix[0];
     late.http = http;
     const outcome o = run_one(*controller_, late, 30s);
-    EXPECT_NE(o.error.find("no engine instance is available"), std::string::npos) << (http ? "HTTP: " : "ZeroMQ: ") << o;
+    EXPECT_NE(o.error.find("no engine instance is available"), std::string::npos)
+        << (http ? "HTTP: " : "ZeroMQ: ") << o;
     EXPECT_EQ(o.error.rfind(http ? "HTTP 503: " : "unavailable: ", 0), 0u) << o;
   }
 

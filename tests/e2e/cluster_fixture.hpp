@@ -81,17 +81,17 @@ struct topology_spec {
   std::vector<std::string> tokenizers{"controller"};
   std::vector<std::string> engines{"controller"};
   std::vector<std::string> detokenizers{"controller"};
-  std::vector<std::string> prefill;  // disaggregation: prefill-only instances
-  std::vector<std::string> decode;   // and decode-only ones
+  std::vector<std::string> prefill;   // disaggregation: prefill-only instances
+  std::vector<std::string> decode;    // and decode-only ones
   int max_num_batched_tokens = 2048;  // small: prompts are prefilled in chunks
   int kv_transfer_timeout_ms = 10000;
   int num_speculative_tokens = 0;  // [speculative] num_draft_tokens: the default for requests that do not choose
-  bool admin = false;  // admin_listen on 127.0.0.1, port 0
+  bool admin = false;              // admin_listen on 127.0.0.1, port 0
   int connect_timeout_ms = 10000;
   int heartbeat_interval_ms = 500;
   int connection_timeout_ms = 3000;
   int reconnect_interval_ms = 200;
-  int failover_wait_ms = -1;  // [cluster] failover_wait_ms; -1: the default
+  int failover_wait_ms = -1;    // [cluster] failover_wait_ms; -1: the default
   std::string device = "auto";  // [node] device
   std::string dtype;            // [node] dtype (CUDA activations); empty: the default
   std::string kv_cache_dtype;   // [node] kv_cache_dtype; empty: the default (auto)
@@ -100,11 +100,13 @@ struct topology_spec {
   std::string toml() const {
     std::ostringstream t;
     t << "[model]\npath = \"" << model_path << "\"\nload_format = \"auto\"\n"
-      << "[node]\ndevice = \"" << device << "\"\nthreads = 1\n" << (dtype.empty() ? "" : "dtype = \"" + dtype + "\"\n")
+      << "[node]\ndevice = \"" << device << "\"\nthreads = 1\n"
+      << (dtype.empty() ? "" : "dtype = \"" + dtype + "\"\n")
       << (kv_cache_dtype.empty() ? "" : "kv_cache_dtype = \"" + kv_cache_dtype + "\"\n")
       << "[http]\nenabled = true\nhost = \"127.0.0.1\"\nport = 0\n"
       << "[tokenizer]\npool_size = 2\n"
-      << "[scheduler]\nmax_num_batched_tokens = " << max_num_batched_tokens << "\nmax_num_seqs = 64\nkv_memory_mb = 32\n"
+      << "[scheduler]\nmax_num_batched_tokens = " << max_num_batched_tokens
+      << "\nmax_num_seqs = 64\nkv_memory_mb = 32\n"
       << "[disaggregation]\nkv_transfer_timeout_ms = " << kv_transfer_timeout_ms << "\n";
     if (!kv_transport.empty()) t << "kv_transport = \"" << kv_transport << "\"\n";
     if (num_speculative_tokens > 0) t << "[speculative]\nnum_draft_tokens = " << num_speculative_tokens << "\n";
@@ -151,10 +153,10 @@ class node_process {
   void start() {
     if (process_ && process_->alive()) throw std::logic_error("node " + name_ + " runs already");
     log_path_ = dir_ / (name_ + "." + std::to_string(num_starts_++) + ".log");
-    process_.emplace(std::vector<std::string>{troupe_binary.string(), "node", "--listen",
-                                              "127.0.0.1:" + std::to_string(port_), "--credentials",
-                                              credentials_.string(), "--name", name_, "--log-level", "info"},
-                     log_path_);
+    process_.emplace(
+        std::vector<std::string>{troupe_binary.string(), "node", "--listen", "127.0.0.1:" + std::to_string(port_),
+                                 "--credentials", credentials_.string(), "--name", name_, "--log-level", "info"},
+        log_path_);
     const std::string listening = "node " + name_ + " listening on";
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     for (int i = 0; i < 1500 && process_->alive() && std::chrono::steady_clock::now() < deadline; ++i) {
@@ -383,7 +385,8 @@ inline outcome run_over_http(const controller_process& server, const generate_re
                          {"temperature", request.sampling.temperature},
                          {"stream", request.stream}};
   if (request.sampling.seed) body["seed"] = *request.sampling.seed;
-  if (request.sampling.num_speculative_tokens >= 0) body["num_speculative_tokens"] = request.sampling.num_speculative_tokens;
+  if (request.sampling.num_speculative_tokens >= 0)
+    body["num_speculative_tokens"] = request.sampling.num_speculative_tokens;
   if (request.stream) body["stream_options"] = {{"include_usage", true}};
   httplib::Client c("127.0.0.1", server.http_port());
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout).count();
@@ -460,8 +463,9 @@ inline stats_reply wait_until_idle(const controller_process& server, std::chrono
   client c = server.make_client(5s);
   const auto deadline = std::chrono::steady_clock::now() + within;
   stats_reply s = c.stats();
-  for (int i = 0; i < 2000 && (s.num_running != 0 || s.num_waiting != 0 || s.num_free_blocks != s.num_total_blocks ||
-                               s.num_requests_in_flight != 0 || s.num_waiting_for_kv != 0 || s.num_kv_leases != 0) &&
+  for (int i = 0; i < 2000 &&
+                  (s.num_running != 0 || s.num_waiting != 0 || s.num_free_blocks != s.num_total_blocks ||
+                   s.num_requests_in_flight != 0 || s.num_waiting_for_kv != 0 || s.num_kv_leases != 0) &&
                   std::chrono::steady_clock::now() < deadline;
        ++i) {
     std::this_thread::sleep_for(10ms);
@@ -507,8 +511,9 @@ inline void expect_launch_answers_like(const fs::path& dir, const std::string& n
     if (same_output(got[i], expected[i])) continue;
     if (++num_different <= 5) {
       ADD_FAILURE() << "request " << i << " (" << (mix[i].http ? "HTTP" : "ZeroMQ")
-                    << (mix[i].request.stream ? ", streamed" : "") << (mix[i].request.sampling.seed ? ", seeded" : ", greedy")
-                    << "): " << got[i] << " != " << expected[i];
+                    << (mix[i].request.stream ? ", streamed" : "")
+                    << (mix[i].request.sampling.seed ? ", seeded" : ", greedy") << "): " << got[i]
+                    << " != " << expected[i];
     }
   }
   EXPECT_EQ(num_different, 0) << "of " << mix.size();

@@ -76,8 +76,7 @@ class cluster_stage_loss_e2e : public ::testing::Test {
     split.engines = {"engine"};
     split.detokenizers = {"detokenizer"};
     const std::string name = "split-stages-" + std::to_string(attempt);
-    controller_.emplace(controller_process::kind::serve, split.write(dir_ / (name + ".toml")),
-                        dir_ / (name + ".log"));
+    controller_.emplace(controller_process::kind::serve, split.write(dir_ / (name + ".toml")), dir_ / (name + ".log"));
   }
 
   int health() const {
@@ -104,25 +103,27 @@ class cluster_stage_loss_e2e : public ::testing::Test {
     for (int trial = 0; trial < trials; ++trial) {
       SCOPED_TRACE("trial " + std::to_string(trial));
       start_cluster(trial);
-      const auto kill_after = std::chrono::milliseconds(earliest + static_cast<int>(rng() % static_cast<uint64_t>(latest - earliest + 1)));
+      const auto kill_after =
+          std::chrono::milliseconds(earliest + static_cast<int>(rng() % static_cast<uint64_t>(latest - earliest + 1)));
       std::vector<outcome> got(mix_.size());
       auto threads = send_together(*controller_, mix_, 0, mix_.size(), got, 60s);
       std::this_thread::sleep_for(kill_after);
       for (size_t victim : victims) nodes_[victim].kill9();
       for (auto& t : threads) t.join();
       for (size_t i = 0; i < mix_.size(); ++i) {
-        EXPECT_TRUE(same_output(got[i], expected_[i]))
-            << "request " << i << " after kill -9 at " << kill_after.count() << " ms: " << got[i] << " != " << expected_[i];
+        EXPECT_TRUE(same_output(got[i], expected_[i])) << "request " << i << " after kill -9 at " << kill_after.count()
+                                                       << " ms: " << got[i] << " != " << expected_[i];
       }
       for (size_t victim : victims) {
-        EXPECT_TRUE(controller_->wait_for_log(stage + " stage of node " + nodes_[victim].name() + " now runs on controller",
-                                              1, 20s))
+        EXPECT_TRUE(controller_->wait_for_log(
+            stage + " stage of node " + nodes_[victim].name() + " now runs on controller", 1, 20s))
             << controller_->log();
       }
       // The stage is back, on the controller: the cluster serves, /health says so, nothing held.
       EXPECT_EQ(health(), 200);
       const std::vector<outcome> after = run_in_waves(*controller_, mix_, mix_.size());
-      for (size_t i = 0; i < mix_.size(); ++i) EXPECT_TRUE(same_output(after[i], expected_[i])) << "after: " << after[i];
+      for (size_t i = 0; i < mix_.size(); ++i)
+        EXPECT_TRUE(same_output(after[i], expected_[i])) << "after: " << after[i];
       const stats_reply idle = wait_until_idle(*controller_);
       EXPECT_EQ(idle.num_requests_in_flight, 0);
       EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "KV blocks held after the trial";

@@ -75,7 +75,8 @@ class disagg_failover_e2e : public ::testing::Test {
     const std::string back = role + " on node " + node.name() + " is back";
     const int before = count_of(controller_->log(), back);
     node.start();
-    ASSERT_TRUE(controller_->wait_for_log(back, before + 1, 30s)) << node.name() << " not back:\n" << controller_->log();
+    ASSERT_TRUE(controller_->wait_for_log(back, before + 1, 30s)) << node.name() << " not back:\n"
+                                                                  << controller_->log();
   }
 
   void kill_trials(node_process& victim, const std::string& role) {
@@ -100,8 +101,9 @@ class disagg_failover_e2e : public ::testing::Test {
       victim.kill9();
       for (auto& t : threads) t.join();
       for (size_t i = 0; i < mix.size(); ++i) {
-        EXPECT_TRUE(same_output(got[i], expected[i])) << "request " << i << " after killing " << victim.name() << " at "
-                                                       << kill_after.count() << " ms: " << got[i] << " != " << expected[i];
+        EXPECT_TRUE(same_output(got[i], expected[i]))
+            << "request " << i << " after killing " << victim.name() << " at " << kill_after.count()
+            << " ms: " << got[i] << " != " << expected[i];
       }
       const stats_reply idle = wait_until_idle(*controller_);
       EXPECT_EQ(idle.num_running, 0);

@@ -209,7 +209,8 @@ TEST_F(disagg_outputs_e2e, prefill_and_decode_with_different_kv_dtypes_answer_li
       topology_spec colocated;
       colocated.model_path = stories_dir;
       colocated.kv_cache_dtype = p.decode_dtype;
-      controller_process reference(controller_process::kind::serve, colocated.write(dir_ / (p.name + "-colocated.toml")),
+      controller_process reference(controller_process::kind::serve,
+                                   colocated.write(dir_ / (p.name + "-colocated.toml")),
                                    dir_ / (p.name + "-colocated.log"));
       expected = greedy_answers(reference, prompts);
     }
@@ -232,8 +233,8 @@ TEST_F(disagg_outputs_e2e, prefill_and_decode_with_different_kv_dtypes_answer_li
     size_t num_compared = 0;
     float largest = 0.0f;
     expect_close_to(greedy_answers(launch, prompts), expected, p.tolerance, largest, num_compared);
-    std::printf("[ %s ] %zu greedy tokens compared, largest logprob difference %.2e (tolerance %.0e)\n",
-                p.name.c_str(), num_compared, largest, p.tolerance);
+    std::printf("[ %s ] %zu greedy tokens compared, largest logprob difference %.2e (tolerance %.0e)\n", p.name.c_str(),
+                num_compared, largest, p.tolerance);
     EXPECT_GE(num_compared, 60u) << "too few tokens before a near-tie to say anything";
 
     const std::vector<outcome> got = run_in_waves(launch, mix, wave);

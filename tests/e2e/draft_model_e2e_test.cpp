@@ -1,7 +1,7 @@
 // Speculative decoding with a draft model, through the real server: greedy outputs equal a server
 // without speculation whether the draft is the target itself (every draft right) or a random
-// model of the same vocabulary (nearly every draft wrong; made by make-model, or a config.json), the draft is named in the log, and a
-// draft of another vocabulary stops the server at startup naming it. `troupe generate` likewise.
+// model of the same vocabulary (nearly every draft wrong; made by make-model, or a config.json), the draft is named in
+// the log, and a draft of another vocabulary stops the server at startup naming it. `troupe generate` likewise.
 
 #include <gtest/gtest.h>
 
@@ -24,8 +24,10 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::vector<std::string> prompts = {
-    "Once upon a time", "Lily and Ben went to the park", "The little dog", "One day, a girl named Sue",
-    "Tom had a red ball", "The sun was hot", "Mom said", "A big bird flew",
+    "Once upon a time",   "Lily and Ben went to the park",
+    "The little dog",     "One day, a girl named Sue",
+    "Tom had a red ball", "The sun was hot",
+    "Mom said",           "A big bird flew",
 };
 
 // ~20 greedy requests of different prompts and lengths, some repeating their prompt's words.
@@ -94,8 +96,10 @@ class draft_model_e2e : public ::testing::Test {
   // A random 2-layer model of stories260K's tokenizer: a draft that is almost always wrong.
   std::string random_draft() {
     const fs::path out = dir_.path() / "random-draft";
-    const run_result made = run_troupe("make-model --layers 2 --hidden-size 32 --heads 4 --kv-heads 2 --seed 7 "
-                                       "--tokenizer " + shell_quote(stories_dir) + " --out " + shell_quote(out.string()));
+    const run_result made = run_troupe(
+        "make-model --layers 2 --hidden-size 32 --heads 4 --kv-heads 2 --seed 7 "
+        "--tokenizer " +
+        shell_quote(stories_dir) + " --out " + shell_quote(out.string()));
     EXPECT_EQ(made.exit_code, 0) << made.err;
     return out.string();
   }
@@ -132,13 +136,15 @@ TEST_F(draft_model_e2e, the_server_drafts_so_a_request_takes_fewer_steps) {
 }
 
 TEST_F(draft_model_e2e, the_worker_names_its_draft_and_the_server_its_defaults) {
-  serve_process server({"--draft-model", stories_dir, "--num-speculative-tokens", "2", "--max-speculative-tokens", "5"});
+  serve_process server(
+      {"--draft-model", stories_dir, "--num-speculative-tokens", "2", "--max-speculative-tokens", "5"});
   const std::string log = log_with(server, "speculative decoding: 2 drafts");
   EXPECT_NE(log.find("worker: speculative decoding drafts from draft model " + stories_dir + " (vocab 512)"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("speculative decoding: 2 drafts per step for requests that do not choose, up to 5, from draft model"),
-            std::string::npos)
+  EXPECT_NE(
+      log.find("speculative decoding: 2 drafts per step for requests that do not choose, up to 5, from draft model"),
+      std::string::npos)
       << log;
 }
 
@@ -151,9 +157,9 @@ TEST_F(draft_model_e2e, without_a_draft_model_the_worker_looks_up_n_grams_as_the
             std::string::npos)
       << log;
   // Settings that cannot work stop the server before it loads anything, naming the field.
-  const run_result r = run_command("timeout 60 " + shell_quote(troupe_binary.string()) + " serve --model " +
-                                   shell_quote(stories_dir) + " --threads 1 --zmq-endpoint 'tcp://127.0.0.1:*' " +
-                                   "--ngram-min 5 --ngram-max 3 2>&1");
+  const run_result r =
+      run_command("timeout 60 " + shell_quote(troupe_binary.string()) + " serve --model " + shell_quote(stories_dir) +
+                  " --threads 1 --zmq-endpoint 'tcp://127.0.0.1:*' " + "--ngram-min 5 --ngram-max 3 2>&1");
   EXPECT_NE(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("[speculative] ngram_max 3 is below ngram_min 5"), std::string::npos) << r.out;
 }

@@ -24,20 +24,23 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 json run_node(const std::string& script, const json& plan, const std::string& tag) {
-  const fs::path path = fs::temp_directory_path() / ("troupe-embeddings-" + tag + "-" + std::to_string(::getpid()) + ".json");
+  const fs::path path =
+      fs::temp_directory_path() / ("troupe-embeddings-" + tag + "-" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << plan.dump();
-  const run_result node = run_command("node " TROUPE_ORACLE_DIR "/" + script + " " + (script == "openai_client.mjs" ? "@" : "") +
-                                      path.string());
+  const run_result node = run_command("node " TROUPE_ORACLE_DIR "/" + script + " " +
+                                      (script == "openai_client.mjs" ? "@" : "") + path.string());
   fs::remove(path);
   return json::parse(node.out.empty() ? "null" : node.out, nullptr, false);
 }
 
 // The reference's final hidden states of each prompt, pooled and normalized here.
-std::vector<std::vector<double>> reference_embeddings(const std::string& model_dir, const std::vector<std::vector<int>>& prompts,
-                                                      bool mean) {
+std::vector<std::vector<double>> reference_embeddings(const std::string& model_dir,
+                                                      const std::vector<std::vector<int>>& prompts, bool mean) {
   json runs = json::array();
-  for (const auto& ids : prompts) runs.push_back({{"model", model_dir}, {"prompt_ids", ids}, {"forced_ids", json::array()}, {"hidden_states", true}});
-  const fs::path path = fs::temp_directory_path() / ("troupe-embeddings-reference-" + std::to_string(::getpid()) + ".json");
+  for (const auto& ids : prompts)
+    runs.push_back({{"model", model_dir}, {"prompt_ids", ids}, {"forced_ids", json::array()}, {"hidden_states", true}});
+  const fs::path path =
+      fs::temp_directory_path() / ("troupe-embeddings-reference-" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << json{{"runs", runs}}.dump();
   const run_result node = run_command("node " TROUPE_ORACLE_DIR "/llama_reference.mjs " + path.string());
   fs::remove(path);
@@ -65,8 +68,9 @@ std::vector<std::vector<double>> reference_embeddings(const std::string& model_d
 
 void expect_embeddings_match(const serve_process& server, const std::string& model_dir, bool mean) {
   const std::vector<json> inputs = {"Once upon a time", "Lily wanted", "Zoo", json::array({1, 403, 407, 261})};
-  const json plan = {{"base_url", "http://127.0.0.1:" + std::to_string(server.http_port()) + "/v1"},
-                     {"requests", json::array({{{"api", "embeddings"}, {"params", {{"model", "m"}, {"input", inputs}}}}})}};
+  const json plan = {
+      {"base_url", "http://127.0.0.1:" + std::to_string(server.http_port()) + "/v1"},
+      {"requests", json::array({{{"api", "embeddings"}, {"params", {{"model", "m"}, {"input", inputs}}}}})}};
   const json results = run_node("openai_client.mjs", plan, mean ? "mean" : "last");
   ASSERT_TRUE(results.is_array() && results[0]["ok"].get<bool>()) << results.dump();
   const json& data = results[0]["data"];
@@ -78,8 +82,9 @@ void expect_embeddings_match(const serve_process& server, const std::string& mod
     if (input.is_array()) {
       prompts.push_back(input.get<std::vector<int>>());
     } else {
-      prompts.push_back(json::parse(c.Post("/tokenize", json{{"prompt", input}}.dump(), "application/json")->body)["tokens"]
-                            .get<std::vector<int>>());
+      prompts.push_back(
+          json::parse(c.Post("/tokenize", json{{"prompt", input}}.dump(), "application/json")->body)["tokens"]
+              .get<std::vector<int>>());
     }
   }
   const auto expected = reference_embeddings(model_dir, prompts, mean);
@@ -117,7 +122,8 @@ TEST(embeddings_e2e, last_and_mean_pooling_equal_the_float64_reference_in_batch_
   const fs::path dir = fs::temp_directory_path() / ("troupe-mean-pooled-" + std::to_string(::getpid()));
   fs::create_directories(dir / "1_Pooling");
   for (const auto& entry : fs::directory_iterator(stories_dir)) fs::copy(entry.path(), dir / entry.path().filename());
-  std::ofstream(dir / "modules.json") << R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+  std::ofstream(dir / "modules.json")
+      << R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
     {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
     {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}])";
   std::ofstream(dir / "1_Pooling" / "config.json") << R"({"word_embedding_dimension":64,"pooling_mode_cls_token":false,

@@ -38,7 +38,8 @@ TEST_P(generate_e2e, greedy_text_matches_the_references) {
 }
 
 TEST_P(generate_e2e, seeded_sampling_is_reproducible) {
-  const std::string base = "generate " + model_arg() + " --prompt 'Once upon a time' --temperature 1.0 --top-p 0.95 "
+  const std::string base = "generate " + model_arg() +
+                           " --prompt 'Once upon a time' --temperature 1.0 --top-p 0.95 "
                            "--max-tokens 40 --threads 1 --seed ";
   run_result a = run_troupe(base + "7");
   run_result b = run_troupe(base + "7");
@@ -51,7 +52,8 @@ TEST_P(generate_e2e, seeded_sampling_is_reproducible) {
 
 TEST_P(generate_e2e, stop_id_ends_generation_without_printing_it) {
   // The greedy "Zoo" continuation's 4th token is 298 ("gir", of " girl"); stop there.
-  run_result r = run_troupe("generate " + model_arg() + " --prompt Zoo --temperature 0 --stop-id 298 --threads 1 --max-tokens 60");
+  run_result r =
+      run_troupe("generate " + model_arg() + " --prompt Zoo --temperature 0 --stop-id 298 --threads 1 --max-tokens 60");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, " was a little");
   EXPECT_NE(r.err.find("generated tokens: 4,"), std::string::npos) << r.err;
@@ -65,7 +67,8 @@ TEST_P(generate_e2e, device_cuda_is_the_gpu_or_an_error_and_auto_falls_back) {
   const auto refs = stories_references();
   const auto& ref = refs.at(0);
   const std::string args = " --dtype f32 --prompt " + shell_quote(ref.at("prompt").get<std::string>()) +
-                           " --temperature 0 --threads 1 --max-tokens " + std::to_string(ref.at("max_new_tokens").get<int>());
+                           " --temperature 0 --threads 1 --max-tokens " +
+                           std::to_string(ref.at("max_new_tokens").get<int>());
   run_result cuda = run_troupe("generate " + model_arg() + " --device cuda" + args);
   run_result automatic = run_troupe("generate " + model_arg() + " --device auto" + args);
   ASSERT_EQ(automatic.exit_code, 0) << automatic.err;

@@ -100,7 +100,8 @@ TEST_P(hf_quantized_generate_e2e, greedy_text_equals_the_dequantized_f32_checkpo
   int same_as_f32_original = 0, prompts = 0;
   for (const auto& ref : stories_references()) {
     const std::string args = " --prompt " + shell_quote(ref.at("prompt").get<std::string>()) +
-                             " --temperature 0 --threads 1 --max-tokens " + std::to_string(ref.at("max_new_tokens").get<int>());
+                             " --temperature 0 --threads 1 --max-tokens " +
+                             std::to_string(ref.at("max_new_tokens").get<int>());
     const run_result ours = run_troupe("generate --model " + shell_quote(quantized.string()) + args);
     const run_result twin = run_troupe("generate --model " + shell_quote(quantized.string() + "_f32") + args);
     ASSERT_EQ(ours.exit_code, 0) << ours.err << ours.out;
@@ -112,13 +113,15 @@ TEST_P(hf_quantized_generate_e2e, greedy_text_equals_the_dequantized_f32_checkpo
       // scale, zero or column order gives other text from the first token.
       size_t same = 0;
       while (same < ours.out.size() && same < twin.out.size() && ours.out[same] == twin.out[same]) ++same;
-      EXPECT_GE(same, std::min<size_t>(24, twin.out.size())) << "prompt " << ref.at("prompt") << ": " << ours.out << " / " << twin.out;
+      EXPECT_GE(same, std::min<size_t>(24, twin.out.size()))
+          << "prompt " << ref.at("prompt") << ": " << ours.out << " / " << twin.out;
     } else {
       EXPECT_EQ(ours.out, twin.out) << "prompt " << ref.at("prompt");
     }
-    EXPECT_NE(ours.err.find(GetParam() == layout::gptq ? "quantized layers loaded as q4_1: 20 (20 with act-order columns)"
-                                                       : "quantized layers loaded as fp8_e4m3: 35"),
-              std::string::npos)
+    EXPECT_NE(
+        ours.err.find(GetParam() == layout::gptq ? "quantized layers loaded as q4_1: 20 (20 with act-order columns)"
+                                                 : "quantized layers loaded as fp8_e4m3: 35"),
+        std::string::npos)
         << ours.err;
     ++prompts;
     same_as_f32_original += ours.out == ref.at("completion").get<std::string>();
@@ -134,7 +137,8 @@ TEST_P(hf_quantized_generate_e2e, an_unsupported_method_is_refused_by_name) {
   nlohmann::json config = read_json_file(quantized / "config.json");
   config["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
   std::ofstream(quantized / "config.json") << config.dump(2);
-  const run_result r = run_troupe("generate --model " + shell_quote(quantized.string()) + " --prompt Hi --max-tokens 2");
+  const run_result r =
+      run_troupe("generate --model " + shell_quote(quantized.string()) + " --prompt Hi --max-tokens 2");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("quantization_config: 'quant_method' is 'bitsandbytes', which Troupe does not load"),
             std::string::npos)

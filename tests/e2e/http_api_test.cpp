@@ -104,9 +104,9 @@ struct http_server {
   }
 };
 
-#define REQUIRE_FIXTURES()                                                                   \
-  do {                                                                                       \
-    TROUPE_REQUIRE_SHARED_MODEL(stories_dir);                                                \
+#define REQUIRE_FIXTURES()                                                                                  \
+  do {                                                                                                      \
+    TROUPE_REQUIRE_SHARED_MODEL(stories_dir);                                                               \
     if (!have_openai_client()) GTEST_SKIP() << "no openai npm package (run tools/setup.sh --with-oracles)"; \
   } while (0)
 
@@ -123,7 +123,8 @@ TEST(http_api, openai_client_matches_the_zmq_path_at_temperature_0) {
   ASSERT_FALSE(text.text.empty());
   ASSERT_FALSE(chat.text.empty());
 
-  json completion_params = {{"model", model_name}, {"prompt", "Once upon a time"}, {"max_tokens", 60}, {"temperature", 0}};
+  json completion_params = {
+      {"model", model_name}, {"prompt", "Once upon a time"}, {"max_tokens", 60}, {"temperature", 0}};
   json chat_params = {{"model", model_name},
                       {"messages", {{{"role", "user"}, {"content", "Tell me about Lily"}}}},
                       {"max_completion_tokens", 40},
@@ -166,12 +167,23 @@ TEST(http_api, openai_client_matches_the_zmq_path_at_temperature_0) {
 TEST(http_api, sampling_parameters_n_seeds_and_logprobs) {
   REQUIRE_FIXTURES();
   http_server server;
-  json params = {{"model", model_name}, {"prompt", "Lily wanted"}, {"max_tokens", 24}, {"temperature", 0.9},
-                 {"top_p", 0.95}, {"top_k", 40}, {"min_p", 0.02}, {"presence_penalty", 0.3},
-                 {"frequency_penalty", 0.2}, {"repetition_penalty", 1.05}, {"seed", 1234}, {"n", 3}};
-  json logprob_params = {{"model", model_name}, {"prompt", "Zoo"}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 2}};
+  json params = {{"model", model_name},
+                 {"prompt", "Lily wanted"},
+                 {"max_tokens", 24},
+                 {"temperature", 0.9},
+                 {"top_p", 0.95},
+                 {"top_k", 40},
+                 {"min_p", 0.02},
+                 {"presence_penalty", 0.3},
+                 {"frequency_penalty", 0.2},
+                 {"repetition_penalty", 1.05},
+                 {"seed", 1234},
+                 {"n", 3}};
+  json logprob_params = {
+      {"model", model_name}, {"prompt", "Zoo"}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 2}};
   json chat_logprobs = {{"model", model_name}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
-                        {"max_tokens", 8}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3}};
+                        {"max_tokens", 8},     {"temperature", 0},
+                        {"logprobs", true},    {"top_logprobs", 3}};
   json results = server.openai({{{"api", "completions"}, {"params", params}},
                                 {{"api", "completions"}, {"params", params}},
                                 {{"api", "completions"}, {"params", logprob_params}},
@@ -215,11 +227,15 @@ TEST(http_api, stop_strings_end_the_text_before_the_match) {
   const std::string full = zmq.generate(greedy("Once upon a time", 60)).text;
   const auto cut = full.find("Lily");
   ASSERT_NE(cut, std::string::npos) << full;
-  json params = {{"model", model_name}, {"prompt", "Once upon a time"}, {"max_tokens", 60}, {"temperature", 0},
+  json params = {{"model", model_name},
+                 {"prompt", "Once upon a time"},
+                 {"max_tokens", 60},
+                 {"temperature", 0},
                  {"stop", {"Lily", "never appears"}}};
   json streamed = params;
   streamed["stream"] = true;
-  json results = server.openai({{{"api", "completions"}, {"params", params}}, {{"api", "completions"}, {"params", streamed}}});
+  json results =
+      server.openai({{{"api", "completions"}, {"params", params}}, {{"api", "completions"}, {"params", streamed}}});
   ASSERT_EQ(results.size(), 2u);
   for (const auto& r : results) {
     ASSERT_TRUE(r["ok"]) << r.dump();
@@ -241,10 +257,13 @@ TEST(http_api, curl_gets_one_event_per_generated_token) {
   reference.sampling.ignore_eos = true;
   const completion expected = zmq.generate(reference);
   ASSERT_EQ(expected.token_ids.size(), 400u);
-  const std::string body = json{{"model", model_name}, {"prompt", "Once upon a time"}, {"max_tokens", 400},
-                                {"ignore_eos", true}, {"temperature", 0}, {"stream", true}, {"logprobs", 0}}
-                               .dump();
-  const std::string command = "curl -sN " + server.base_url() + "/completions -H 'Content-Type: application/json' -d '" + body + "'";
+  const std::string body = json{
+      {"model", model_name}, {"prompt", "Once upon a time"},
+      {"max_tokens", 400},   {"ignore_eos", true},
+      {"temperature", 0},    {"stream", true},
+      {"logprobs", 0}}.dump();
+  const std::string command =
+      "curl -sN " + server.base_url() + "/completions -H 'Content-Type: application/json' -d '" + body + "'";
   FILE* pipe = ::popen(command.c_str(), "r");
   ASSERT_TRUE(pipe);
   std::vector<json> events;
@@ -283,8 +302,11 @@ TEST(http_api, concurrent_streams_complete_and_dropped_ones_free_their_kv) {
   json requests = json::array();
   for (int i = 0; i < 64; ++i) {
     const bool drop = i % 4 == 3;  // 16 of 64
-    json params = {{"model", model_name}, {"prompt", prompts[i % prompts.size()]}, {"temperature", 0},
-                   {"max_tokens", drop ? 400 : 40}, {"stream", true}};
+    json params = {{"model", model_name},
+                   {"prompt", prompts[i % prompts.size()]},
+                   {"temperature", 0},
+                   {"max_tokens", drop ? 400 : 40},
+                   {"stream", true}};
     if (drop) params["ignore_eos"] = true;
     if (i % 2 == 0) {
       params.erase("prompt");
@@ -354,7 +376,8 @@ TEST(http_api, bad_requests_get_their_status_and_the_server_keeps_serving) {
                "temperature", "wrong temperature type");
   expect_error(post("/v1/completions", R"({"model":"gpt-9","prompt":"x"})"), 404, "model", "unknown model");
   expect_error(post("/v1/chat/completions", R"({"model":"stories260K"})"), 400, "messages", "missing messages");
-  expect_error(post("/v1/chat/completions", R"({"model":"stories260K","messages":[{"role":"user","content":"x"}],"max_tokens":1000000000})"),
+  expect_error(post("/v1/chat/completions",
+                    R"({"model":"stories260K","messages":[{"role":"user","content":"x"}],"max_tokens":1000000000})"),
                400, "max_tokens", "huge max_tokens");
   expect_error(post("/v1/completions", R"({"model":"stories260K","prompt":"x","n":1000})"), 400, "n", "huge n");
   {
@@ -365,26 +388,31 @@ TEST(http_api, bad_requests_get_their_status_and_the_server_keeps_serving) {
     EXPECT_EQ(ignored->status, 200) << ignored->body;
     EXPECT_EQ(ignored->get_header_value("X-Troupe-Ignored-Fields"), "bogus");
   }
-  expect_error(post("/v1/completions", R"({"model":"stories260K","prompt":[1,2,100000]})"), 400, "", "token id outside the vocabulary");
+  expect_error(post("/v1/completions", R"({"model":"stories260K","prompt":[1,2,100000]})"), 400, "",
+               "token id outside the vocabulary");
   expect_error(post("/v1/completions", std::string(70000, ' ')), 413, "", "oversized body");
   expect_error(c.Get("/v1/nowhere"), 404, "", "unknown path");
   httplib::Client anonymous("127.0.0.1", server.http_port);
-  expect_error(anonymous.Post("/v1/completions", R"({"model":"stories260K","prompt":"x"})", json_type), 401, "", "missing key");
+  expect_error(anonymous.Post("/v1/completions", R"({"model":"stories260K","prompt":"x"})", json_type), 401, "",
+               "missing key");
   anonymous.set_bearer_token_auth("wrong");
-  expect_error(anonymous.Post("/v1/completions", R"({"model":"stories260K","prompt":"x"})", json_type), 401, "", "wrong key");
+  expect_error(anonymous.Post("/v1/completions", R"({"model":"stories260K","prompt":"x"})", json_type), 401, "",
+               "wrong key");
   expect_error(anonymous.Get("/v1/models"), 401, "", "models with a wrong key");
   // /health and /metrics need no key (load balancers and scrapers).
   EXPECT_EQ(anonymous.Get("/health")->status, 200);
   // The real client sees the same statuses.
   if (have_openai_client()) {
-    json results = server.openai({{{"api", "completions"}, {"params", {{"model", model_name}, {"prompt", "x"}}}}}, false, "wrong");
+    json results =
+        server.openai({{{"api", "completions"}, {"params", {{"model", model_name}, {"prompt", "x"}}}}}, false, "wrong");
     EXPECT_EQ(results[0]["status"], 401) << results.dump();
     results = server.openai({{{"api", "completions"}, {"params", {{"model", "gpt-9"}, {"prompt", "x"}}}}});
     EXPECT_EQ(results[0]["status"], 404) << results.dump();
     EXPECT_EQ(results[0]["error"]["code"], "model_not_found") << results.dump();
   }
   // Still serving, and the same key guards the ZeroMQ door.
-  auto ok = post("/v1/completions", R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":5,"temperature":0})");
+  auto ok =
+      post("/v1/completions", R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":5,"temperature":0})");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
   client keyless(server.zmq.endpoint());
@@ -406,8 +434,9 @@ TEST(http_api, the_key_from_a_key_file_guards_both_doors) {
   EXPECT_NE(refusal(run_troupe(serve + " --api-key-file " + shell_quote(empty_file.string()))).find("holds no key"),
             std::string::npos);
   EXPECT_NE(refusal(run_troupe(serve + " --api-key-file /nonexistent/key")).find("cannot open"), std::string::npos);
-  EXPECT_NE(refusal(run_troupe(serve + " --api-key x --api-key-file " + shell_quote(key_file.string()))).find("not both"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal(run_troupe(serve + " --api-key x --api-key-file " + shell_quote(key_file.string()))).find("not both"),
+      std::string::npos);
   fs::remove(empty_file);
 
   {
@@ -433,8 +462,13 @@ TEST(http_api, overload_is_429_while_the_shared_bound_is_full) {
   json requests = json::array();
   for (int i = 0; i < 6; ++i) {
     requests.push_back({{"api", "completions"},
-                        {"params", {{"model", model_name}, {"prompt", "Once upon a time"}, {"max_tokens", 300},
-                                    {"ignore_eos", true}, {"temperature", 0}, {"stream", true}}}});
+                        {"params",
+                         {{"model", model_name},
+                          {"prompt", "Once upon a time"},
+                          {"max_tokens", 300},
+                          {"ignore_eos", true},
+                          {"temperature", 0},
+                          {"stream", true}}}});
   }
   json results = server.openai(requests, /*concurrent=*/true);
   ASSERT_EQ(results.size(), 6u);

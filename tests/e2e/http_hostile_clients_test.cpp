@@ -154,8 +154,10 @@ TEST(http_hostile_clients, slowloris_connections_do_not_starve_health) {
   // outnumber the first.
   http_server server({"--http-request-timeout-ms", "1000", "--http-max-connections", "64"});
   constexpr int num_attackers = 300;
-  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                           "Content-Length: 64\r\nX-Padding: " + std::string(200, 'a') + "\r\n\r\n";
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: 64\r\nX-Padding: " +
+      std::string(200, 'a') + "\r\n\r\n";
   const std::string request = head + std::string(64, ' ');
   std::atomic<bool> attacking{true};
   std::atomic<int> num_cut_off{0};  // attacking connections the server closed
@@ -205,8 +207,8 @@ TEST(http_hostile_clients, slowloris_connections_do_not_starve_health) {
   attacking = false;
   attacker.join();
 
-  EXPECT_GE(num_answered, num_probes - 1) << "/health answered " << num_answered << " of " << num_probes
-                                          << " probes during the attack";
+  EXPECT_GE(num_answered, num_probes - 1)
+      << "/health answered " << num_answered << " of " << num_probes << " probes during the attack";
   EXPECT_GT(num_cut_off.load(), num_attackers / 2) << "slow requests are cut off at the request timeout";
   EXPECT_TRUE(server.healthy());
 }
@@ -251,7 +253,8 @@ TEST(http_hostile_clients, header_flood_gets_431_without_the_server_growing) {
 TEST(http_hostile_clients, pipelined_requests_are_answered_in_order) {
   REQUIRE_MODEL();
   http_server server;
-  const std::string body = R"({"model": "stories260K", "prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})";
+  const std::string body =
+      R"({"model": "stories260K", "prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})";
   const std::string requests =
       "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body +
@@ -278,8 +281,9 @@ TEST(http_hostile_clients, a_body_sent_too_slowly_gets_408) {
   http_server server({"--http-request-timeout-ms", "1000"});
   raw_connection c(server.http_port);
   ASSERT_TRUE(c.open());
-  ASSERT_TRUE(c.send_all("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                         "Content-Length: 100\r\n\r\n{"));
+  ASSERT_TRUE(
+      c.send_all("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 "Content-Length: 100\r\n\r\n{"));
   // The rest of the body a byte each 200 ms: it would take 20 s.
   std::string reply;
   for (int i = 0; i < 40 && !c.has_reply(); ++i) {

@@ -33,7 +33,8 @@ namespace fs = std::filesystem;
 bool have_openai_client() { return fs::exists(TROUPE_ORACLE_DIR "/node_modules/openai/package.json"); }
 
 json openai(int port, const json& requests, const std::string& api_key = "none") {
-  const json plan = {{"base_url", "http://127.0.0.1:" + std::to_string(port) + "/v1"}, {"api_key", api_key}, {"requests", requests}};
+  const json plan = {
+      {"base_url", "http://127.0.0.1:" + std::to_string(port) + "/v1"}, {"api_key", api_key}, {"requests", requests}};
   const fs::path path = fs::temp_directory_path() / ("troupe-surface-plan-" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << plan.dump();
   const run_result node = run_command("node " TROUPE_ORACLE_DIR "/openai_client.mjs @" + path.string());
@@ -114,11 +115,18 @@ TEST(http_surface, logprobs_spell_the_text_on_sentencepiece_and_byte_level_model
     serve_process server({"--http-port", "0", "--served-model-name", "m"});
     json requests = json::array();
     for (const char* prompt : {"Once upon a time there", "Lily wanted", "Zoo"}) {
-      requests.push_back({{"api", "completions"},
-                          {"params", {{"model", "m"}, {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}, {"logprobs", 2}}}});
+      requests.push_back(
+          {{"api", "completions"},
+           {"params", {{"model", "m"}, {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}, {"logprobs", 2}}}});
       requests.push_back({{"api", "chat"},
-                          {"params", {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", prompt}}}}, {"max_tokens", 24},
-                                      {"temperature", 0.8}, {"seed", 3}, {"logprobs", true}, {"top_logprobs", 2}}}});
+                          {"params",
+                           {{"model", "m"},
+                            {"messages", {{{"role", "user"}, {"content", prompt}}}},
+                            {"max_tokens", 24},
+                            {"temperature", 0.8},
+                            {"seed", 3},
+                            {"logprobs", true},
+                            {"top_logprobs", 2}}}});
     }
     const json results = openai(server.http_port(), requests);
     expect_logprobs_spell_the_text(results, "stories260K");
@@ -135,12 +143,23 @@ TEST(http_surface, logprobs_spell_the_text_on_sentencepiece_and_byte_level_model
     json requests = json::array();
     for (int seed = 0; seed < 4; ++seed) {
       requests.push_back({{"api", "completions"},
-                          {"params", {{"model", "m"}, {"prompt", "Bonjour, ça va? 漢字"}, {"max_tokens", 40}, {"temperature", 1},
-                                      {"seed", seed}, {"logprobs", 1}, {"guided_regex", "[^\\x00-\\x1f]{10,40}"}}}});
+                          {"params",
+                           {{"model", "m"},
+                            {"prompt", "Bonjour, ça va? 漢字"},
+                            {"max_tokens", 40},
+                            {"temperature", 1},
+                            {"seed", seed},
+                            {"logprobs", 1},
+                            {"guided_regex", "[^\\x00-\\x1f]{10,40}"}}}});
       requests.push_back({{"api", "chat"},
-                          {"params", {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "é"}}}}, {"max_tokens", 30},
-                                      {"temperature", 1}, {"seed", seed}, {"logprobs", true},
-                                      {"guided_regex", "[^\\x00-\\x1f]{10,40}"}}}});
+                          {"params",
+                           {{"model", "m"},
+                            {"messages", {{{"role", "user"}, {"content", "é"}}}},
+                            {"max_tokens", 30},
+                            {"temperature", 1},
+                            {"seed", seed},
+                            {"logprobs", true},
+                            {"guided_regex", "[^\\x00-\\x1f]{10,40}"}}}});
     }
     expect_logprobs_spell_the_text(openai(server.http_port(), requests), "qwen byte-level");
   }
@@ -151,7 +170,8 @@ TEST(http_surface, logit_bias_and_echo) {
   if (!have_openai_client()) GTEST_SKIP() << "no openai npm package";
   serve_process server({"--http-port", "0", "--served-model-name", "m"});
   auto greedy = [&](json extra) {  // extra: an object (json({}) is null, which update() refuses)
-    json params = {{"model", "m"}, {"prompt", "Once upon a time there"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 0}};
+    json params = {
+        {"model", "m"}, {"prompt", "Once upon a time there"}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", 0}};
     params.update(extra);
     return json{{"api", "completions"}, {"params", params}};
   };
@@ -171,31 +191,36 @@ TEST(http_surface, logit_bias_and_echo) {
   ASSERT_EQ(json(std::vector<json>(ids.begin(), ids.end() - 1)), prompt_ids) << ids.dump();
   const int first_id = ids.back();
   // "Zoo" begins with a piece of its own ("\u2581Z..."), spelled with a space.
-  auto zoo = json::parse(c.Post("/tokenize", R"({"prompt":"Zoo","add_special_tokens":false,"return_token_strs":true})",
-                                "application/json")->body);
+  auto zoo = json::parse(
+      c.Post("/tokenize", R"({"prompt":"Zoo","add_special_tokens":false,"return_token_strs":true})", "application/json")
+          ->body);
   const int forced_id = zoo["tokens"][0];
   std::string forced = zoo["token_strs"][0];
   if (forced.rfind("\xe2\x96\x81", 0) == 0) forced = " " + forced.substr(3);
-  const json results = openai(server.http_port(), json::array({greedy({{"logit_bias", {{std::to_string(first_id), -100}}}}),
-                                                               greedy({{"logit_bias", {{std::to_string(forced_id), 100}}}}),
-                                                               greedy({{"echo", true}}),
-                                                               greedy({{"logit_bias", {{"100000", 1}}}})}));
+  const json results =
+      openai(server.http_port(), json::array({greedy({{"logit_bias", {{std::to_string(first_id), -100}}}}),
+                                              greedy({{"logit_bias", {{std::to_string(forced_id), 100}}}}),
+                                              greedy({{"echo", true}}), greedy({{"logit_bias", {{"100000", 1}}}})}));
   EXPECT_NE(results[0]["choices"][0]["logprobs"]["tokens"][0], first) << results[0].dump();
   EXPECT_EQ(results[1]["choices"][0]["logprobs"]["tokens"][0], forced) << results[1].dump();
-  EXPECT_EQ(results[2]["choices"][0]["text"], "Once upon a time there" + plain["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(results[2]["choices"][0]["text"],
+            "Once upon a time there" + plain["choices"][0]["text"].get<std::string>());
   EXPECT_EQ(results[2]["choices"][0]["logprobs"]["text_offset"][0], 22);  // past the echoed prompt
   EXPECT_FALSE(results[3]["ok"].get<bool>());
   EXPECT_EQ(results[3]["status"], 400);
-  EXPECT_NE(results[3]["error"]["message"].get<std::string>().find("logit_bias"), std::string::npos) << results[3].dump();
+  EXPECT_NE(results[3]["error"]["message"].get<std::string>().find("logit_bias"), std::string::npos)
+      << results[3].dump();
 }
 
 TEST(http_surface, tokenize_detokenize_version_cors_and_x_api_key) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
-  serve_process server({"--http-port", "0", "--served-model-name", "m", "--allowed-origins", "https://app.example"}, "k3y");
+  serve_process server({"--http-port", "0", "--served-model-name", "m", "--allowed-origins", "https://app.example"},
+                       "k3y");
   httplib::Client c("127.0.0.1", server.http_port());
   httplib::Headers key = {{"x-api-key", "k3y"}};
   // vLLM's shapes.
-  auto tokens = c.Post("/tokenize", key, R"({"model":"m","prompt":"Once upon a time","return_token_strs":true})", "application/json");
+  auto tokens = c.Post("/tokenize", key, R"({"model":"m","prompt":"Once upon a time","return_token_strs":true})",
+                       "application/json");
   ASSERT_EQ(tokens->status, 200) << tokens->body;
   const json t = json::parse(tokens->body);
   EXPECT_EQ(t["tokens"], json({1, 403, 407, 261, 378}));  // refs.json's input ids (BOS first)
@@ -222,7 +247,8 @@ TEST(http_surface, tokenize_detokenize_version_cors_and_x_api_key) {
   httplib::Request preflight;
   preflight.method = "OPTIONS";
   preflight.path = "/v1/chat/completions";
-  preflight.headers = {{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "POST"},
+  preflight.headers = {{"Origin", "https://app.example"},
+                       {"Access-Control-Request-Method", "POST"},
                        {"Access-Control-Request-Headers", "authorization, content-type"}};
   auto pre = c.send(preflight);
   ASSERT_TRUE(pre);
@@ -237,24 +263,25 @@ TEST(http_surface, tokenize_detokenize_version_cors_and_x_api_key) {
   EXPECT_NE(c.send(preflight)->status, 204);
   // Both addresses on one line.
   EXPECT_NE(server.log().find("serving: ZeroMQ on tcp://127.0.0.1:"), std::string::npos) << server.log();
-  EXPECT_NE(server.log().find(", OpenAI-compatible HTTP API on http://127.0.0.1:" + std::to_string(server.http_port()) + "/v1"),
+  EXPECT_NE(server.log().find(", OpenAI-compatible HTTP API on http://127.0.0.1:" + std::to_string(server.http_port()) +
+                              "/v1"),
             std::string::npos)
       << server.log();
 }
 
 TEST(http_surface, settings_a_server_cannot_honour_stop_it) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
-  const std::string serve = "timeout 60 " + shell_quote(troupe_binary.string()) + " serve --model " + shell_quote(stories_dir) +
-                            " --threads 1 --http off --zmq-endpoint 'tcp://127.0.0.1:*'";
+  const std::string serve = "timeout 60 " + shell_quote(troupe_binary.string()) + " serve --model " +
+                            shell_quote(stories_dir) + " --threads 1 --http off --zmq-endpoint 'tcp://127.0.0.1:*'";
   const run_result long_context = run_command(serve + " --max-model-len 4096 2>&1");
   EXPECT_NE(long_context.exit_code, 0) << long_context.out;
   EXPECT_NE(long_context.out.find("--max-model-len 4096 is above the model's limit of 512 tokens"), std::string::npos)
       << long_context.out;
   // Without a topology file the HTTP API is on, at port 8000: an address that cannot be bound
   // shows it without taking the port from anyone.
-  const run_result http_default = run_command("timeout 60 " + shell_quote(troupe_binary.string()) + " serve --model " +
-                                              shell_quote(stories_dir) +
-                                              " --threads 1 --zmq-endpoint 'tcp://127.0.0.1:*' --http-host 999.0.0.1 2>&1");
+  const run_result http_default =
+      run_command("timeout 60 " + shell_quote(troupe_binary.string()) + " serve --model " + shell_quote(stories_dir) +
+                  " --threads 1 --zmq-endpoint 'tcp://127.0.0.1:*' --http-host 999.0.0.1 2>&1");
   EXPECT_NE(http_default.exit_code, 0) << http_default.out;
   EXPECT_NE(http_default.out.find("cannot bind 999.0.0.1:8000"), std::string::npos) << http_default.out;
   if (choose_device(device_request::auto_detect).kind == device_kind::cpu) {
@@ -280,8 +307,8 @@ TEST(http_surface, clients_name_an_unreachable_server_within_their_connect_timeo
   EXPECT_LT(seconds, 4.0) << r.out;  // the 1 s timeout, and the process's start
   // The Python client too.
   if (fs::exists("/usr/bin/python3")) {
-    const run_result py = run_command("/usr/bin/python3 " TROUPE_SOURCE_DIR "/examples/python/client.py --endpoint " + endpoint +
-                                      " --prompt hi --connect-timeout 1 2>&1");
+    const run_result py = run_command("/usr/bin/python3 " TROUPE_SOURCE_DIR "/examples/python/client.py --endpoint " +
+                                      endpoint + " --prompt hi --connect-timeout 1 2>&1");
     if (py.out.find("No module named") == std::string::npos) {
       EXPECT_NE(py.exit_code, 0) << py.out;
       EXPECT_NE(py.out.find("cannot reach a server at " + endpoint), std::string::npos) << py.out;

@@ -32,10 +32,10 @@ const fs::path inspect_tool = fs::path(TROUPE_SOURCE_DIR) / "tools" / "inspect";
 // One `tools/inspect --once --json` run (the script execs this build's binary); the parsed
 // snapshot, or a failure that quotes what it printed.
 cluster_inspection inspect_once(const fs::path& credentials, int admin_port) {
-  const run_result r = run_command("TROUPE=" + shell_quote(troupe_binary.string()) + " " +
-                                   shell_quote(inspect_tool.string()) + " --controller 127.0.0.1:" +
-                                   std::to_string(admin_port) + " --credentials " +
-                                   shell_quote(credentials.string()) + " --name watcher --once --json");
+  const run_result r =
+      run_command("TROUPE=" + shell_quote(troupe_binary.string()) + " " + shell_quote(inspect_tool.string()) +
+                  " --controller 127.0.0.1:" + std::to_string(admin_port) + " --credentials " +
+                  shell_quote(credentials.string()) + " --name watcher --once --json");
   if (r.exit_code != 0) {
     throw std::runtime_error("tools/inspect exited with " + std::to_string(r.exit_code) + ": " + r.err + r.out);
   }
@@ -94,7 +94,8 @@ TEST(inspect_e2e, lists_every_actor_of_every_node_and_sees_mailboxes_rise_and_dr
   ASSERT_EQ(before.nodes.size(), 3u);
   for (const node_inspection& n : before.nodes) EXPECT_TRUE(n.reachable) << n.node << ": " << n.error;
   const std::multiset<std::string> controller_stages{"admin", "cluster-inspector", "frontend", "inspector", "router"};
-  const std::multiset<std::string> a_stages{"agent", "inspector", "kv_agent", "scheduler", "tokenizer", "tokenizer", "worker"};
+  const std::multiset<std::string> a_stages{"agent",     "inspector", "kv_agent", "scheduler",
+                                            "tokenizer", "tokenizer", "worker"};
   const std::multiset<std::string> b_stages{"agent", "detokenizer", "inspector", "kv_agent", "scheduler", "worker"};
   ASSERT_NE(node_named(before, "controller"), nullptr);
   ASSERT_NE(node_named(before, "node-a"), nullptr);

@@ -35,7 +35,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using troupe::testing::scratch_dir;
 
-
 // /proc/PID/stat: "PID (COMM) STATE PPID ..."; a pid gone or a zombie does not run.
 std::optional<std::pair<char, pid_t>> state_and_parent(pid_t pid) {
   const std::string text = read_file("/proc/" + std::to_string(pid) + "/stat");
@@ -91,8 +90,9 @@ class launch_process {
       std::smatch m;
       bool all = std::regex_search(text, m, zmq_line);
       if (all) endpoint_ = m[1];
-      for (const std::string& n : nodes) all = all && text.find(n + " | ") != std::string::npos &&
-                                                text.find("node " + n + " listening on") != std::string::npos;
+      for (const std::string& n : nodes)
+        all = all && text.find(n + " | ") != std::string::npos &&
+              text.find("node " + n + " listening on") != std::string::npos;
       if (all) return true;
       std::this_thread::sleep_for(20ms);
     }
@@ -141,8 +141,9 @@ class launch_process {
 
  private:
   static std::vector<std::string> with_flags(const fs::path& topology, const std::vector<std::string>& extra) {
-    std::vector<std::string> argv{troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint",
-                                  "tcp://127.0.0.1:*", "--log-level", "info"};
+    std::vector<std::string> argv{
+        troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint", "tcp://127.0.0.1:*",
+        "--log-level",          "info"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -307,7 +308,8 @@ TEST_F(launch_e2e, a_local_launch_without_credentials_makes_a_private_ca_in_its_
 
   launch_process again(path, dir_.path() / "second.log", {"--state-dir", state.string()});
   ASSERT_TRUE(again.wait_until_serving({"n1", "n2"})) << again.log();
-  EXPECT_NE(again.log().find("using the private CA made earlier in " + made.string()), std::string::npos) << again.log();
+  EXPECT_NE(again.log().find("using the private CA made earlier in " + made.string()), std::string::npos)
+      << again.log();
   EXPECT_EQ(read_file(made / "ca.crt"), ca_before) << "the CA is made once";
   sigterm_ends_launch_promptly(again);
 }
@@ -319,7 +321,8 @@ TEST_F(launch_e2e, a_topology_with_a_remote_node_and_no_credentials_is_refused_n
                       << "[[nodes]]\nname = \"far\"\naddress = \"10.255.255.1:7000\"\n"
                       << "[placement]\nengines = [\"n1\", \"far\"]\n";
   const fs::path state = dir_.path() / "state";
-  const run_result r = run_troupe("launch " + shell_quote(path.string()) + " --state-dir " + shell_quote(state.string()));
+  const run_result r =
+      run_troupe("launch " + shell_quote(path.string()) + " --state-dir " + shell_quote(state.string()));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("node far at 10.255.255.1:7000 is not this machine"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("`troupe certs`"), std::string::npos) << r.err;
@@ -366,9 +369,10 @@ TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_namin
   auto in = [](const fs::path& dir, const std::string& command) {
     return std::vector<std::string>{"/bin/sh", "-c", "cd " + shell_quote(dir.string()) + " && exec " + command};
   };
-  child_process node(in(there, shell_quote(troupe_binary.string()) + " node --listen 127.0.0.1:" + std::to_string(port) +
-                                   " --credentials " + shell_quote(credentials().string()) + " --name n1"),
-                     dir_.path() / "node.log");
+  child_process node(
+      in(there, shell_quote(troupe_binary.string()) + " node --listen 127.0.0.1:" + std::to_string(port) +
+                    " --credentials " + shell_quote(credentials().string()) + " --name n1"),
+      dir_.path() / "node.log");
   const fs::path path = dir_.path() / "remote.toml";
   std::ofstream(path) << "[model]\npath = \"/proc/self/cwd/model\"\n[node]\nthreads = 1\n"
                       << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
@@ -388,10 +392,11 @@ TEST_F(launch_e2e, a_node_that_cannot_load_its_model_refuses_the_placement_namin
   EXPECT_NE(serve.exit_status(), 0) << log;
   EXPECT_LT(seconds, 15.0) << log;
   EXPECT_NE(log.find("the worker on node n1"), std::string::npos) << log;
-  EXPECT_NE(log.find("this node cannot run the worker: tokenizer path '/proc/self/cwd/model' does not exist"), std::string::npos) << log;
+  EXPECT_NE(log.find("this node cannot run the worker: tokenizer path '/proc/self/cwd/model' does not exist"),
+            std::string::npos)
+      << log;
   EXPECT_TRUE(node.alive()) << "the node that refused is still up for other placements";
 }
-
 
 // The same for a tokenizer or detokenizer placed on a node that cannot load the tokenizer: it
 // refuses its placement with the reason, which the controller gets by asking it and reports,
@@ -410,10 +415,10 @@ TEST_F(launch_e2e, a_node_that_cannot_load_the_tokenizer_refuses_its_tokenizer_o
       return std::vector<std::string>{"/bin/sh", "-c", "cd " + shell_quote(dir.string()) + " && exec " + command};
     };
     const fs::path node_log = dir_.path() / (stage + "-node.log");
-    child_process node(in(there, shell_quote(troupe_binary.string()) + " node --listen 127.0.0.1:" +
-                                     std::to_string(port) + " --credentials " + shell_quote(credentials().string()) +
-                                     " --name n1"),
-                       node_log);
+    child_process node(
+        in(there, shell_quote(troupe_binary.string()) + " node --listen 127.0.0.1:" + std::to_string(port) +
+                      " --credentials " + shell_quote(credentials().string()) + " --name n1"),
+        node_log);
     const fs::path path = dir_.path() / (stage + ".toml");
     // The engine on the controller, which has the model; only the stage under test on n1.
     std::ofstream(path) << "[model]\npath = \"/proc/self/cwd/model\"\n[node]\nthreads = 1\n"

@@ -62,8 +62,8 @@ class launch_failover_wait_e2e : public ::testing::Test {
                         << "[scheduler]\nmax_num_batched_tokens = 2048\nmax_num_seqs = 64\nkv_memory_mb = 32\n"
                         << "[cluster]\nname = \"controller\"\nconnect_timeout_ms = 2000\nreconnect_interval_ms = 200\n"
                         << "failover_wait_ms = " << failover_wait_ms << "\n"
-                        << "[[nodes]]\nname = \"engine-a\"\naddress = \"127.0.0.1:" << free_port()
-                        << "\"\nrestart = \"" << restart << "\"\n"
+                        << "[[nodes]]\nname = \"engine-a\"\naddress = \"127.0.0.1:" << free_port() << "\"\nrestart = \""
+                        << restart << "\"\n"
                         << "[placement]\nengines = [\"engine-a\"]\n";
     return path;
   }
@@ -86,15 +86,15 @@ TEST_F(launch_failover_wait_e2e, the_only_engine_node_killed_its_streams_wait_fo
   const std::vector<outcome> expected = references(mix);
   ASSERT_FALSE(HasFailure());
 
-  controller_process launch(controller_process::kind::launch, write_topology("on-failure", 60000),
-                            dir_ / "launch.log");
+  controller_process launch(controller_process::kind::launch, write_topology("on-failure", 60000), dir_ / "launch.log");
   // No credentials named, every member here: launch made its private CA and says where.
   EXPECT_NE(launch.log().find("made a private CA and certificates for 2 members in "), std::string::npos)
       << launch.log();
   const fs::path state = dir_ / "state" / "troupe" / "launch";
   ASSERT_TRUE(fs::exists(state)) << launch.log();
   int num_cas = 0;
-  for (const auto& entry : fs::directory_iterator(state)) num_cas += fs::exists(entry.path() / "credentials" / "ca.crt");
+  for (const auto& entry : fs::directory_iterator(state))
+    num_cas += fs::exists(entry.path() / "credentials" / "ca.crt");
   EXPECT_EQ(num_cas, 1);
 
   const char* replay = std::getenv("TROUPE_FAILOVER_SEED");
@@ -118,7 +118,8 @@ TEST_F(launch_failover_wait_e2e, the_only_engine_node_killed_its_streams_wait_fo
     }
     // The kill met requests in flight, they waited, and they ran on the restarted node.
     EXPECT_TRUE(launch.wait_for_log("for an engine instance to come back", trial + 1, 5s)) << launch.log();
-    EXPECT_TRUE(launch.wait_for_log("that waited for an engine instance run on instance", trial + 1, 5s)) << launch.log();
+    EXPECT_TRUE(launch.wait_for_log("that waited for an engine instance run on instance", trial + 1, 5s))
+        << launch.log();
     const stats_reply idle = wait_until_idle(launch);
     EXPECT_EQ(idle.num_requests_in_flight, 0);
     EXPECT_GT(idle.num_total_blocks, 0);

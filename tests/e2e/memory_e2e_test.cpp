@@ -59,21 +59,23 @@ TEST(memory_e2e, a_q4_k_m_models_rss_stays_within_a_tenth_of_weights_kv_pool_and
   const memory_log tiny = generate((stories_root / "gguf/stories260K-f32.gguf").string());
   const double fixed = tiny.rss_after_request - tiny.weights - tiny.kv_pool;
 
-  run_result made = run_troupe("make-model --arch llama --hidden-size 1024 --intermediate-size 2816 --layers 6 --heads 16 "
-                               "--kv-heads 4 --dtype f16 --seed 7 --tokenizer " + shell_quote(stories_dir) +
-                               " --out " + shell_quote((dir / "f16").string()));
+  run_result made = run_troupe(
+      "make-model --arch llama --hidden-size 1024 --intermediate-size 2816 --layers 6 --heads 16 "
+      "--kv-heads 4 --dtype f16 --seed 7 --tokenizer " +
+      shell_quote(stories_dir) + " --out " + shell_quote((dir / "f16").string()));
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string q4 = (dir / "q4_k_m.gguf").string();
-  run_result quantized = run_troupe("quantize " + shell_quote((dir / "f16/model.gguf").string()) + " " + shell_quote(q4) +
-                                    " --type Q4_K_M --threads 2");
+  run_result quantized = run_troupe("quantize " + shell_quote((dir / "f16/model.gguf").string()) + " " +
+                                    shell_quote(q4) + " --type Q4_K_M --threads 2");
   ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
   const memory_log m = generate(q4);
   ASSERT_GT(m.weights, 30.0) << "the model is meant to outweigh the fixed overhead";
   const double bound = 1.10 * (m.weights + m.kv_pool + fixed);
-  std::printf("fixed overhead %.1f MiB (stories260K: RSS %.1f, weights %.1f, KV pool %.1f); Q4_K_M: weights %.1f MiB, "
-              "KV pool %.1f MiB, RSS after load %.1f, after the request %.1f, peak %.1f; bound %.1f MiB\n",
-              fixed, tiny.rss_after_request, tiny.weights, tiny.kv_pool, m.weights, m.kv_pool, m.rss_after_load,
-              m.rss_after_request, m.peak, bound);
+  std::printf(
+      "fixed overhead %.1f MiB (stories260K: RSS %.1f, weights %.1f, KV pool %.1f); Q4_K_M: weights %.1f MiB, "
+      "KV pool %.1f MiB, RSS after load %.1f, after the request %.1f, peak %.1f; bound %.1f MiB\n",
+      fixed, tiny.rss_after_request, tiny.weights, tiny.kv_pool, m.weights, m.kv_pool, m.rss_after_load,
+      m.rss_after_request, m.peak, bound);
   EXPECT_LE(m.rss_after_load, bound);
   EXPECT_LE(m.rss_after_request, bound);
 }

@@ -1,9 +1,9 @@
 // /metrics and /debug/trace of a real `troupe serve` after a short run through both doors: the
 // exposition parses with a Prometheus text-format parser nobody here wrote
 // (tests/oracles/prometheus_oracle.mjs), its histograms count every request served and its time
-// to first token agrees with the ZeroMQ clients' own and lies inside the HTTP clients'; the trace, fetched with `troupe trace`, loads in
-// Chrome DevTools' trace engine (tests/oracles/trace_oracle.mjs) with every request's spans
-// nested on its own thread and its end-to-end span equal to what /metrics observed.
+// to first token agrees with the ZeroMQ clients' own and lies inside the HTTP clients'; the trace, fetched with `troupe
+// trace`, loads in Chrome DevTools' trace engine (tests/oracles/trace_oracle.mjs) with every request's spans nested on
+// its own thread and its end-to-end span equal to what /metrics observed.
 
 #include <gtest/gtest.h>
 
@@ -47,7 +47,8 @@ struct scratch_file {
 };
 
 json run_oracle(const std::string& script, const fs::path& input) {
-  const run_result node = run_command("node " + shell_quote(oracle_dir + "/" + script) + " " + shell_quote(input.string()));
+  const run_result node =
+      run_command("node " + shell_quote(oracle_dir + "/" + script) + " " + shell_quote(input.string()));
   try {
     return json::parse(node.out);
   } catch (const std::exception&) {
@@ -121,9 +122,13 @@ TEST(metrics_trace_e2e, metrics_parse_count_every_request_and_agree_with_clients
   json plan = {{"base_url", "http://127.0.0.1:" + std::to_string(port) + "/v1"}, {"concurrent", false}};
   for (int i = 0; i < num_per_door; ++i) {
     plan["requests"].push_back({{"api", "completions"},
-                                {"params", {{"model", model_name}, {"prompt", "Lily saw " + std::to_string(i)},
-                                            {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true},
-                                            {"stream_options", {{"include_usage", true}}}}}});
+                                {"params",
+                                 {{"model", model_name},
+                                  {"prompt", "Lily saw " + std::to_string(i)},
+                                  {"max_tokens", max_tokens},
+                                  {"temperature", 0},
+                                  {"stream", true},
+                                  {"stream_options", {{"include_usage", true}}}}}});
   }
   scratch_file plan_file("plan.json");
   std::ofstream(plan_file.path) << plan.dump();
@@ -146,9 +151,9 @@ TEST(metrics_trace_e2e, metrics_parse_count_every_request_and_agree_with_clients
   for (const json& f : parsed["families"]) types[f["name"]] = f["type"];
   const json& samples = parsed["samples"];
 
-  const std::vector<std::string> histograms = {"troupe:time_to_first_token_seconds", "troupe:time_per_output_token_seconds",
-                                               "troupe:inter_token_latency_seconds", "troupe:e2e_request_latency_seconds",
-                                               "troupe:request_queue_time_seconds"};
+  const std::vector<std::string> histograms = {
+      "troupe:time_to_first_token_seconds", "troupe:time_per_output_token_seconds",
+      "troupe:inter_token_latency_seconds", "troupe:e2e_request_latency_seconds", "troupe:request_queue_time_seconds"};
   for (const std::string& h : histograms) {
     SCOPED_TRACE(h);
     EXPECT_EQ(types[h], "HISTOGRAM");
@@ -242,7 +247,8 @@ TEST(metrics_trace_e2e, metrics_parse_count_every_request_and_agree_with_clients
       for (std::sregex_iterator it(expr.begin(), expr.end(), metric_name), end; it != end; ++it) {
         std::string name = it->str();
         for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-          if (name.size() > strlen(suffix) && name.ends_with(suffix) && types.count(name.substr(0, name.size() - strlen(suffix)))) {
+          if (name.size() > strlen(suffix) && name.ends_with(suffix) &&
+              types.count(name.substr(0, name.size() - strlen(suffix)))) {
             name.resize(name.size() - strlen(suffix));
           }
         }
@@ -318,10 +324,10 @@ TEST(metrics_trace_e2e, metrics_agree_with_tools_bench_on_the_same_run) {
   constexpr int num_requests = 24;
   constexpr int output_len = 20;
   scratch_file report("bench.json");
-  const run_result bench = run_command(shell_quote(bench_binary.string()) + " --backend troupe-zmq --endpoint " +
-                                       server.endpoint() + " --num-prompts " + std::to_string(num_requests) +
-                                       " --input-len 32 --output-len " + std::to_string(output_len) +
-                                       " --concurrency 4 --seed 3 --json " + shell_quote(report.path.string()));
+  const run_result bench =
+      run_command(shell_quote(bench_binary.string()) + " --backend troupe-zmq --endpoint " + server.endpoint() +
+                  " --num-prompts " + std::to_string(num_requests) + " --input-len 32 --output-len " +
+                  std::to_string(output_len) + " --concurrency 4 --seed 3 --json " + shell_quote(report.path.string()));
   ASSERT_EQ(bench.exit_code, 0) << bench.out << bench.err;
   std::ifstream report_file(report.path);
   const json summary = json::parse(report_file)["summary"];

@@ -29,11 +29,12 @@ class stage_process {
                          std::vector<std::string> extra_args = {})
       : log_path_(std::filesystem::temp_directory_path() /
                   ("troupe_stage_" + std::to_string(::getpid()) + "_" + layers + ".log")) {
-    std::vector<std::string> args = {troupe_binary.string(), "stage", "--model", model, "--layers", layers,
-                                     "--threads", "1", "--log-level", "info"};
+    std::vector<std::string> args = {
+        troupe_binary.string(), "stage", "--model", model, "--layers", layers, "--threads", "1", "--log-level", "info"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     process_.emplace(std::move(args), log_path_);
-    static const std::regex listening(R"(listening on ((?:kvtcp://127\.0\.0\.1:[0-9]+|curve://127\.0\.0\.1:[0-9]+/\S{40})))");
+    static const std::regex listening(
+        R"(listening on ((?:kvtcp://127\.0\.0\.1:[0-9]+|curve://127\.0\.0\.1:[0-9]+/\S{40})))");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (int i = 0; i < 3000 && process_->alive() && std::chrono::steady_clock::now() < deadline; ++i) {
       std::smatch m;
@@ -70,8 +71,8 @@ std::vector<generate_request> requests() {
   for (const auto& ref : stories_references()) {
     all.push_back(greedy(ref.at("prompt").get<std::string>(), ref.at("max_new_tokens").get<int>()));
   }
-  const char* prompts[] = {"Once upon a time", "Once upon a time there was", "The cat", "The dog and the cat",
-                           "Lily wanted", "Tom and Sue went to the park", "One day", "One day, a big"};
+  const char* prompts[] = {"Once upon a time", "Once upon a time there was",   "The cat", "The dog and the cat",
+                           "Lily wanted",      "Tom and Sue went to the park", "One day", "One day, a big"};
   for (int i = 0; i < 9; ++i) all.push_back(greedy(prompts[i % 8], 12 + 5 * i));
   return all;
 }
@@ -152,7 +153,8 @@ TEST(pipeline_e2e, a_stage_with_the_clusters_credentials_serves_over_curve) {
   const std::filesystem::path certs =
       std::filesystem::temp_directory_path() / ("troupe_pipeline_certs_" + std::to_string(::getpid()));
   std::filesystem::remove_all(certs);
-  const run_result made = run_troupe("certs --out " + shell_quote(certs.string()) + " --name controller --name stage-a");
+  const run_result made =
+      run_troupe("certs --out " + shell_quote(certs.string()) + " --name controller --name stage-a");
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const auto expected = colocated_tokens();
   stage_process front("0-1", stories_dir, {"--credentials", certs.string(), "--name", "stage-a"});
@@ -178,9 +180,10 @@ TEST(pipeline_e2e, a_model_over_one_budget_is_refused_whole_and_serves_in_two_st
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("troupe_pipeline_model_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  const run_result made = run_troupe("make-model --hidden-size 512 --intermediate-size 2048 --layers 8 --heads 8 "
-                                     "--kv-heads 8 --dtype q8_0 --tokenizer " + shell_quote(stories_dir) + " --out " +
-                                     shell_quote(dir.string()));
+  const run_result made = run_troupe(
+      "make-model --hidden-size 512 --intermediate-size 2048 --layers 8 --heads 8 "
+      "--kv-heads 8 --dtype q8_0 --tokenizer " +
+      shell_quote(stories_dir) + " --out " + shell_quote(dir.string()));
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string model = (dir / "model.gguf").string();
   const std::vector<std::string> budget = {"--memory-budget-mb", "40", "--kv-memory-mb", "8"};

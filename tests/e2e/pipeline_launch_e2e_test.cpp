@@ -197,7 +197,7 @@ TEST_F(pipeline_launch_e2e, launch_starts_the_stage_and_answers_like_the_colocat
   EXPECT_EQ(launch.wait_for_health(200, 30s).first, 200);  // the HTTP door may come up after the ZeroMQ one
   const int status = launch.stop_with_sigterm();
   EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n"
-                                                                           << launch.log();
+                                                                             << launch.log();
   EXPECT_FALSE(running(stage[0])) << "the stage outlived launch";
 }
 
@@ -278,7 +278,7 @@ TEST_F(pipeline_launch_e2e, a_killed_stage_loses_no_request_shows_in_health_and_
   EXPECT_EQ(tokens_of(launch_together(launch, requests())), expected);
   const int status = launch.stop_with_sigterm();
   EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n"
-                                                                           << launch.log();
+                                                                             << launch.log();
   EXPECT_FALSE(running(pids.back())) << "the restarted stage outlived launch";
 }
 

@@ -25,8 +25,8 @@ TEST(plan_e2e, a_calibrated_plan_ranks_every_topology_and_writes_their_sweeps) {
                                   shell_quote(out.path().string()));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("calibrated on"), std::string::npos) << r.err;
-  for (const char* topology : {"colocated x2, budget 128", "colocated x2, budget 512", "1P1D, budget 128",
-                               "1P1D, budget 512"}) {
+  for (const char* topology :
+       {"colocated x2, budget 128", "colocated x2, budget 512", "1P1D, budget 128", "1P1D, budget 512"}) {
     EXPECT_NE(r.out.find(topology), std::string::npos) << topology << "\n" << r.out;
   }
   EXPECT_NE(r.out.find("Recommended: "), std::string::npos) << r.out;

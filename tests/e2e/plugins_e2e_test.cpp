@@ -43,7 +43,8 @@ std::pair<int, nlohmann::json> http_completion(const serve_process& server, cons
 }
 
 // POST `path` with a JSON body; the status and the parsed body.
-std::pair<int, nlohmann::json> http_post(const serve_process& server, const std::string& path, const nlohmann::json& body) {
+std::pair<int, nlohmann::json> http_post(const serve_process& server, const std::string& path,
+                                         const nlohmann::json& body) {
   httplib::Client c("127.0.0.1", server.http_port());
   c.set_read_timeout(60, 0);
   auto res = c.Post(path, body.dump(), "application/json");
@@ -106,8 +107,11 @@ TEST(plugins_e2e, banned_phrases_keeps_a_phrase_out_of_greedy_output_through_bot
   EXPECT_EQ(banned.text.substr(0, first), plain.text.substr(0, first));
 
   // HTTP, the `plugins` extra field: the same output.
-  auto [status, body] = http_completion(server, {{"model", "stories"}, {"prompt", reference_prompt}, {"max_tokens", 60},
-                                                 {"temperature", 0}, {"plugins", {"banned_phrases"}}});
+  auto [status, body] = http_completion(server, {{"model", "stories"},
+                                                 {"prompt", reference_prompt},
+                                                 {"max_tokens", 60},
+                                                 {"temperature", 0},
+                                                 {"plugins", {"banned_phrases"}}});
   ASSERT_EQ(status, 200) << body.dump();
   EXPECT_EQ(body["choices"][0]["text"].get<std::string>(), banned.text);
 
@@ -118,12 +122,13 @@ TEST(plugins_e2e, banned_phrases_keeps_a_phrase_out_of_greedy_output_through_bot
     ADD_FAILURE() << "a request naming an unknown plugin was served";
   } catch (const client_error& e) {
     EXPECT_EQ(e.code(), error_code::bad_request);
-    EXPECT_NE(std::string(e.what()).find("field 'plugins[1]': no logits plugin named 'nope' is loaded ('banned_phrases' are)"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "field 'plugins[1]': no logits plugin named 'nope' is loaded ('banned_phrases' are)"),
               std::string::npos)
         << e.what();
   }
-  auto [bad_status, bad_body] = http_completion(server, {{"model", "stories"}, {"prompt", reference_prompt},
-                                                         {"max_tokens", 5}, {"plugins", {"nope"}}});
+  auto [bad_status, bad_body] = http_completion(
+      server, {{"model", "stories"}, {"prompt", reference_prompt}, {"max_tokens", 5}, {"plugins", {"nope"}}});
   EXPECT_EQ(bad_status, 400) << bad_body.dump();
   EXPECT_NE(bad_body.dump().find("no logits plugin named 'nope'"), std::string::npos) << bad_body.dump();
   EXPECT_EQ(c.generate(greedy(reference_prompt, 5)).usage.completion_tokens, 5);
@@ -135,16 +140,17 @@ TEST(plugins_e2e, banned_phrases_keeps_a_phrase_out_of_greedy_output_through_bot
   const std::filesystem::path metrics_path =
       std::filesystem::temp_directory_path() / ("troupe-plugins-metrics-" + std::to_string(::getpid()) + ".txt");
   std::ofstream(metrics_path) << res->body;
-  const run_result oracle = run_command("node " + shell_quote(std::string(TROUPE_ORACLE_DIR) + "/prometheus_oracle.mjs") +
-                                        " " + shell_quote(metrics_path.string()));
+  const run_result oracle =
+      run_command("node " + shell_quote(std::string(TROUPE_ORACLE_DIR) + "/prometheus_oracle.mjs") + " " +
+                  shell_quote(metrics_path.string()));
   std::filesystem::remove(metrics_path);
   const nlohmann::json parsed = nlohmann::json::parse(oracle.out, nullptr, false);
   ASSERT_TRUE(parsed.is_object() && parsed.value("ok", false)) << oracle.out << oracle.err;
   auto value = [&](const std::string& name) {
     for (const nlohmann::json& sample : parsed["samples"]) {
       const auto& labels = sample["labels"];
-      if (sample["name"] == name && labels.value("plugin", "") == "banned_phrases" && labels.value("hook", "") == "logits" &&
-          labels.value("stage", "") == "worker") {
+      if (sample["name"] == name && labels.value("plugin", "") == "banned_phrases" &&
+          labels.value("hook", "") == "logits" && labels.value("stage", "") == "worker") {
         return sample["value"].get<double>();
       }
     }
@@ -214,9 +220,9 @@ TEST(plugins_e2e, quota_and_redactor_through_both_doors) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
   const std::string reference = stories_reference(reference_prompt).at("completion").get<std::string>();
   ASSERT_NE(reference.find("Lily"), std::string::npos) << "the reference continuation names Lily";
-  serve_process server({"--http", "on", "--http-port", "0", "--served-model-name", "stories",
-                        "--plugin", example_plugin("token_quota") + R"(,{"tokens_per_key": 100, "anonymous": true})",
-                        "--plugin", example_plugin("pii_redactor") + R"(,{"word": "Lily"})"});
+  serve_process server({"--http", "on", "--http-port", "0", "--served-model-name", "stories", "--plugin",
+                        example_plugin("token_quota") + R"(,{"tokens_per_key": 100, "anonymous": true})", "--plugin",
+                        example_plugin("pii_redactor") + R"(,{"word": "Lily"})"});
   client c = server.make_client();
   c.set_timeout(std::chrono::seconds(60));
 
@@ -239,19 +245,22 @@ TEST(plugins_e2e, quota_and_redactor_through_both_doors) {
     ADD_FAILURE() << "the request past alice's quota was served";
   } catch (const client_error& e) {
     EXPECT_EQ(e.code(), error_code::bad_request);
-    EXPECT_NE(std::string(e.what()).find("plugin 'token-quota' rejected the request: the key 'alice' has used its quota"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("plugin 'token-quota' rejected the request: the key 'alice' has used its quota"),
+        std::string::npos)
         << e.what();
   }
   EXPECT_EQ(c.generate(tenant_request("bob", 8)).usage.completion_tokens, 8);
 
   // The HTTP door: a 400 JSON error naming the plugin, and bob still served.
-  auto [status, body] = http_completion(server, {{"model", "stories"}, {"prompt", reference_prompt}, {"max_tokens", 10},
-                                                 {"temperature", 0}, {"user", "alice"}});
+  auto [status, body] = http_completion(
+      server,
+      {{"model", "stories"}, {"prompt", reference_prompt}, {"max_tokens", 10}, {"temperature", 0}, {"user", "alice"}});
   EXPECT_EQ(status, 400) << body.dump();
   EXPECT_NE(body.dump().find("plugin 'token-quota' rejected the request"), std::string::npos) << body.dump();
-  auto [ok_status, ok_body] = http_completion(server, {{"model", "stories"}, {"prompt", reference_prompt},
-                                                       {"max_tokens", 20}, {"temperature", 0}, {"user", "carol"}});
+  auto [ok_status, ok_body] = http_completion(
+      server,
+      {{"model", "stories"}, {"prompt", reference_prompt}, {"max_tokens", 20}, {"temperature", 0}, {"user", "carol"}});
   ASSERT_EQ(ok_status, 200) << ok_body.dump();
   const std::string text = ok_body["choices"][0]["text"].get<std::string>();
   EXPECT_EQ(text, expected.substr(0, text.size()));
@@ -322,8 +331,8 @@ TEST(plugins_e2e, a_library_the_server_cannot_use_stops_it_at_start_naming_the_l
   };
   for (const auto& [library, expected] : cases) {
     const run_result r = run_command("timeout 120 " + shell_quote(troupe_binary.string()) + " serve --model " +
-                                     shell_quote(stories_dir) + " --zmq-endpoint tcp://127.0.0.1:0 --http off --plugin " +
-                                     shell_quote(library));
+                                     shell_quote(stories_dir) +
+                                     " --zmq-endpoint tcp://127.0.0.1:0 --http off --plugin " + shell_quote(library));
     EXPECT_NE(r.exit_code, 0) << library;
     EXPECT_NE(r.exit_code, 124) << library << ": the server started";
     EXPECT_NE((r.out + r.err).find(library), std::string::npos) << r.err;

@@ -58,7 +58,8 @@ void expect_same_as_zmq(const json& list, const std::vector<int32_t>& prompt, co
     EXPECT_TRUE(position[key]["decoded_token"].is_string());
     // The prompt's token and the top n (one fewer entry when the token is among them).
     EXPECT_EQ(position.size(), z.rank <= top_n ? top_n : top_n + 1) << what << " position " << i;
-    for (const auto& [id, value] : z.top) EXPECT_TRUE(position.contains(std::to_string(id))) << what << " position " << i;
+    for (const auto& [id, value] : z.top)
+      EXPECT_TRUE(position.contains(std::to_string(id))) << what << " position " << i;
   }
 }
 
@@ -111,12 +112,14 @@ TEST(prompt_logprobs_e2e, equal_a_greedy_continuations_logprobs_over_zmq_and_htt
     ASSERT_EQ(p.top.size(), static_cast<size_t>(top_n));
     for (int j = 0; j < top_n; ++j) {
       EXPECT_EQ(p.top[static_cast<size_t>(j)].first, decoded[static_cast<size_t>(k)].top[static_cast<size_t>(j)].first);
-      EXPECT_NEAR(p.top[static_cast<size_t>(j)].second, decoded[static_cast<size_t>(k)].top[static_cast<size_t>(j)].second, 1e-4f);
+      EXPECT_NEAR(p.top[static_cast<size_t>(j)].second,
+                  decoded[static_cast<size_t>(k)].top[static_cast<size_t>(j)].second, 1e-4f);
     }
   }
 
   // HTTP completions, whole and streamed: the same numbers in vLLM's shape.
-  const json body = {{"model", "m"}, {"prompt", text}, {"max_tokens", 2}, {"temperature", 0}, {"prompt_logprobs", top_n}};
+  const json body = {
+      {"model", "m"}, {"prompt", text}, {"max_tokens", 2}, {"temperature", 0}, {"prompt_logprobs", top_n}};
   const json whole = post(server.http_port(), "/v1/completions", body, status);
   ASSERT_EQ(status, 200) << whole.dump();
   expect_same_as_zmq(whole["choices"][0]["prompt_logprobs"], text, prompt, "completions");
@@ -134,7 +137,9 @@ TEST(prompt_logprobs_e2e, equal_a_greedy_continuations_logprobs_over_zmq_and_htt
 
   // A chat: one list beside the choices, as long as the templated prompt.
   const json chat = post(server.http_port(), "/v1/chat/completions",
-                         {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2},
+                         {{"model", "m"},
+                          {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                          {"max_tokens", 2},
                           {"prompt_logprobs", 0}},
                          status);
   ASSERT_EQ(status, 200) << chat.dump();

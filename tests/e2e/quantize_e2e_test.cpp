@@ -42,7 +42,8 @@ TEST_F(quantize_e2e, a_quantized_file_is_written_loaded_and_logged) {
   EXPECT_NE(plan.out.find("Q4_0: q4_0: "), std::string::npos) << plan.out;
   EXPECT_FALSE(std::filesystem::exists(dir_ / "x.gguf"));
 
-  run_result generated = run_troupe("generate --model " + shell_quote(out) + " --prompt Zoo --temperature 0 --threads 1 --max-tokens 8");
+  run_result generated =
+      run_troupe("generate --model " + shell_quote(out) + " --prompt Zoo --temperature 0 --threads 1 --max-tokens 8");
   ASSERT_EQ(generated.exit_code, 0) << generated.err;
   EXPECT_NE(generated.err.find("weights of '" + out + "' (Q8_0): q8_0: "), std::string::npos) << generated.err;
   EXPECT_NE(generated.err.find("MiB"), std::string::npos) << generated.err;

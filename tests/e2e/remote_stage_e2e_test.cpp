@@ -43,9 +43,10 @@ class node_process {
  public:
   node_process(const fs::path& credentials, const std::string& name, const fs::path& dir)
       : log_path_(dir / (name + ".log")) {
-    process_.emplace(std::vector<std::string>{troupe_binary.string(), "node", "--listen", "127.0.0.1:0", "--credentials",
-                                              credentials.string(), "--name", name, "--log-level", "info"},
-                     log_path_);
+    process_.emplace(
+        std::vector<std::string>{troupe_binary.string(), "node", "--listen", "127.0.0.1:0", "--credentials",
+                                 credentials.string(), "--name", name, "--log-level", "info"},
+        log_path_);
     static const std::regex listening(R"(node [A-Za-z0-9._-]+ listening on 127\.0\.0\.1:([0-9]+))");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     for (int i = 0; i < 1500 && process_->alive() && std::chrono::steady_clock::now() < deadline; ++i) {
@@ -84,7 +85,8 @@ struct controller_config : caf::actor_system_config {
     set("openssl.certificate", files.certificate.string());
     set("openssl.key", files.private_key.string());
     set("openssl.cafile", files.ca_certificate.string());
-    for_each_message_type([this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
+    for_each_message_type(
+        [this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
   }
 };
 
@@ -97,8 +99,11 @@ std::optional<node_answer> ping(caf::actor_system& system, const caf::actor& age
   caf::scoped_actor self(system);
   std::optional<node_answer> answer;
   self->request(agent, request_timeout, ping_atom::value)
-      .receive([&](std::string& name, std::vector<std::string>& stages) { answer = node_answer{name, stages}; },
-               [&](caf::error& e) { ADD_FAILURE() << "ping: " << system.render(e); });
+      .receive(
+          [&](std::string& name, std::vector<std::string>& stages) {
+            answer = node_answer{name, stages};
+          },
+          [&](caf::error& e) { ADD_FAILURE() << "ping: " << system.render(e); });
   return answer;
 }
 
@@ -116,7 +121,8 @@ class remote_stage_e2e : public ::testing::Test {
   void SetUp() override {
     TROUPE_REQUIRE_SHARED_MODEL(stories_root);
     const fs::path credentials = dir_.path() / "credentials";
-    const run_result made = run_troupe("certs --out " + shell_quote(credentials.string()) + " --name node1 --name controller");
+    const run_result made =
+        run_troupe("certs --out " + shell_quote(credentials.string()) + " --name node1 --name controller");
     ASSERT_EQ(made.exit_code, 0) << made.err;
     controller_files_ = credentials_in(credentials, "controller");
     node_.emplace(credentials, "node1", dir_.path());
@@ -143,7 +149,7 @@ TEST_F(remote_stage_e2e, a_remotely_spawned_tokenizer_sends_its_schedule_request
   auto tok = load_model_tokenizer(stories_dir);
   tokenizer_spec spec{stories_dir, 512, 512, caf::actor_cast<caf::actor>(self), caf::actor_cast<caf::actor>(self)};
   auto tokenizer = system.middleman().remote_spawn<caf::actor>((*agent)->node(), "tokenizer", caf::make_message(spec),
-                                                              request_timeout);
+                                                               request_timeout);
   ASSERT_TRUE(tokenizer) << system.render(tokenizer.error()) << "\nnode log:\n" << node_->log();
 
   tokenize_request request;
@@ -160,7 +166,8 @@ TEST_F(remote_stage_e2e, a_remotely_spawned_tokenizer_sends_its_schedule_request
         EXPECT_EQ(scheduled.sampling.max_tokens, 5);
       },
       [&](request_failed& failed) { ADD_FAILURE() << "refused: " << failed.message; },
-      caf::after(request_timeout) >> [&] { ADD_FAILURE() << "no schedule_request within 30 s\n" << node_->log(); });
+      caf::after(request_timeout) >> [&] { ADD_FAILURE() << "no schedule_request within 30 s\n"
+                                                         << node_->log(); });
   EXPECT_TRUE(received);
 
   // A prompt past the stage's limits comes back to the reply actor as a refusal, not a crash.
@@ -197,7 +204,7 @@ TEST_F(remote_stage_e2e, a_remotely_spawned_worker_runs_a_step_plan_like_a_local
   model.num_kv_blocks = 16;
   model.max_num_seqs = 2;
   auto worker = system.middleman().remote_spawn<caf::actor>((*agent)->node(), "worker",
-                                                           caf::make_message(worker_spec{model}), request_timeout);
+                                                            caf::make_message(worker_spec{model}), request_timeout);
   ASSERT_TRUE(worker) << system.render(worker.error()) << "\nnode log:\n" << node_->log();
 
   auto tok = load_model_tokenizer(stories_dir);
@@ -217,7 +224,9 @@ TEST_F(remote_stage_e2e, a_remotely_spawned_worker_runs_a_step_plan_like_a_local
   std::optional<step_done> remote;
   self->request(*worker, request_timeout, plan)
       .receive([&](step_done& done) { remote = std::move(done); },
-               [&](caf::error& e) { ADD_FAILURE() << "step_plan: " << system.render(e) << "\nnode log:\n" << node_->log(); });
+               [&](caf::error& e) {
+                 ADD_FAILURE() << "step_plan: " << system.render(e) << "\nnode log:\n" << node_->log();
+               });
   ASSERT_TRUE(remote);
   EXPECT_EQ(remote->error, "");
   ASSERT_EQ(remote->result.tokens.size(), 1u);
@@ -247,7 +256,7 @@ TEST_F(remote_stage_e2e, a_stage_whose_spec_names_a_missing_file_ends_and_the_no
   tokenizer_spec spec{"/nonexistent/troupe-model", 512, 512, caf::actor_cast<caf::actor>(self),
                       caf::actor_cast<caf::actor>(self)};
   auto tokenizer = system.middleman().remote_spawn<caf::actor>((*agent)->node(), "tokenizer", caf::make_message(spec),
-                                                              request_timeout);
+                                                               request_timeout);
   ASSERT_TRUE(tokenizer) << system.render(tokenizer.error());
   // The stage fails loading, on the node: it refuses its placement, answering its placer's first
   // question with the reason (naming the file), and then ends.
@@ -291,7 +300,8 @@ TEST_F(remote_stage_e2e, a_member_of_another_ca_is_refused_and_the_node_keeps_se
 TEST(remote_node_e2e, a_node_without_credentials_refuses_to_start) {
   const run_result r = run_troupe("node --listen 127.0.0.1:0 --name node1 2>&1");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.out.find("--credentials is required: nodes authenticate with mutual TLS (troupe certs)"), std::string::npos)
+  EXPECT_NE(r.out.find("--credentials is required: nodes authenticate with mutual TLS (troupe certs)"),
+            std::string::npos)
       << r.out;
 }
 

@@ -45,10 +45,10 @@ class node_process {
  public:
   node_process(const fs::path& credentials, const std::string& name, const fs::path& dir, uint16_t port = 0)
       : log_path_(dir / (name + "_" + std::to_string(num_started_++) + ".log")) {
-    process_.emplace(std::vector<std::string>{troupe_binary.string(), "node", "--listen",
-                                              "127.0.0.1:" + std::to_string(port), "--credentials",
-                                              credentials.string(), "--name", name, "--log-level", "info"},
-                     log_path_);
+    process_.emplace(
+        std::vector<std::string>{troupe_binary.string(), "node", "--listen", "127.0.0.1:" + std::to_string(port),
+                                 "--credentials", credentials.string(), "--name", name, "--log-level", "info"},
+        log_path_);
     static const std::regex listening(R"(node [A-Za-z0-9._-]+ listening on 127\.0\.0\.1:([0-9]+))");
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     for (int i = 0; i < 1500 && process_->alive() && std::chrono::steady_clock::now() < deadline; ++i) {
@@ -98,7 +98,8 @@ struct instance_line {
 };
 
 std::map<int, instance_line> parse_instances(const std::vector<std::string>& lines) {
-  static const std::regex line_format(R"(^([0-9]+) (\S+) (active|draining) requests=([0-9]+) queued_prompt_tokens=[0-9]+ free_blocks=[0-9]+/[0-9]+ role=(mixed|prefill|decode) quantization=(F32|F16|BF16|f32|f16|bf16|Q[0-9A-Z_]+|IQ4_(NL|XS)|MXFP4)$)");
+  static const std::regex line_format(
+      R"(^([0-9]+) (\S+) (active|draining) requests=([0-9]+) queued_prompt_tokens=[0-9]+ free_blocks=[0-9]+/[0-9]+ role=(mixed|prefill|decode) quantization=(F32|F16|BF16|f32|f16|bf16|Q[0-9A-Z_]+|IQ4_(NL|XS)|MXFP4)$)");
   std::map<int, instance_line> out;
   for (const std::string& line : lines) {
     std::smatch m;
@@ -186,7 +187,6 @@ class request_flow {
   std::vector<std::thread> threads_;
 };
 
-
 class scale_e2e : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -206,8 +206,9 @@ class scale_e2e : public ::testing::Test {
     std::ofstream(topology) << "[model]\npath = \"" << stories_dir << "\"\n"
                             << "[node]\nthreads = 1\n"
                             << "[cluster]\ncredentials = \"" << credentials().string() << "\"\n"
-                            << "name = \"controller\"\nadmin_listen = \"127.0.0.1:0\"\n" << cluster_extra
-                            << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << n1_->port() << "\"\n"
+                            << "name = \"controller\"\nadmin_listen = \"127.0.0.1:0\"\n"
+                            << cluster_extra << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << n1_->port()
+                            << "\"\n"
                             << "[[nodes]]\nname = \"n2\"\naddress = \"127.0.0.1:" << n2_->port() << "\"\n"
                             << "[placement]\nengines = [\"n1\"]\n";
     server_.emplace(std::vector<std::string>{"--config", topology.string()});
@@ -357,7 +358,9 @@ TEST_F(scale_e2e, an_instance_added_on_n2_serves_and_a_drained_instance_finishes
       << server_->log();
   EXPECT_TRUE(shows_within([&] { return n1_->log(); }, "stage scheduler stopped", 10s)) << n1_->log();
   EXPECT_TRUE(shows_within([&] { return n1_->log(); }, "stage worker stopped", 10s)) << n1_->log();
-  EXPECT_EQ(server_->log().find("engine instance 0 on n1 lost"), std::string::npos) << "a drained instance is no loss:\n" << server_->log();
+  EXPECT_EQ(server_->log().find("engine instance 0 on n1 lost"), std::string::npos)
+      << "a drained instance is no loss:\n"
+      << server_->log();
   auto after = instances(*admin);
   ASSERT_EQ(after.size(), 1u);
   EXPECT_EQ(after.at(1).node, "n2");
@@ -449,8 +452,9 @@ TEST_F(scale_e2e, unknown_ids_unknown_nodes_and_a_foreign_ca_fail_with_exit_1_an
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const run_result foreign = scale("--list --connect-timeout-ms 5000", other);
   EXPECT_EQ(foreign.exit_code, 1) << foreign.err;
-  EXPECT_NE(foreign.err.find("cannot connect to the controller's admin door at 127.0.0.1:" + std::to_string(admin_port_)),
-            std::string::npos)
+  EXPECT_NE(
+      foreign.err.find("cannot connect to the controller's admin door at 127.0.0.1:" + std::to_string(admin_port_)),
+      std::string::npos)
       << foreign.err;
   EXPECT_EQ(foreign.out, "");
 

@@ -15,8 +15,9 @@ TEST(serve_clients, python_example_and_troupe_complete_stream_the_reference) {
   // The first 60 greedy tokens after "Once upon a time".
   const std::string reference = stories_reference("Once upon a time").at("completion").get<std::string>();
   serve_process server({}, "k3y");
-  const run_result python = run_command("/usr/bin/python3 " TROUPE_SOURCE_DIR "/examples/python/client.py --endpoint " +
-                                        server.endpoint() + " --api-key k3y --prompt 'Once upon a time' --max-tokens 60");
+  const run_result python =
+      run_command("/usr/bin/python3 " TROUPE_SOURCE_DIR "/examples/python/client.py --endpoint " + server.endpoint() +
+                  " --api-key k3y --prompt 'Once upon a time' --max-tokens 60");
   EXPECT_EQ(python.out, reference + "\n") << python.err;
   const run_result complete = run_troupe("complete --endpoint " + server.endpoint() +
                                          " --api-key k3y --prompt 'Once upon a time' --max-tokens 60");

@@ -149,8 +149,8 @@ TEST(serve_connection_burst, the_default_backlog_fits_256_clients_and_every_one_
   EXPECT_EQ(listen_backlog_of(port_of(server.endpoint())), expected)
       << "the ZeroMQ port's accept queue is not the configured backlog (capped by net.core.somaxconn)";
   const auto failures = serve_burst(server.endpoint(), num_clients);
-  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << num_clients << " clients failed, first: "
-                                << (failures.empty() ? "" : failures.front());
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << num_clients
+                                << " clients failed, first: " << (failures.empty() ? "" : failures.front());
   EXPECT_TRUE(server.alive());
 }
 
@@ -160,7 +160,6 @@ TEST(serve_connection_burst, listen_backlog_sets_the_accept_queue) {
   serve_process server({"--listen-backlog", std::to_string(wanted)});
   EXPECT_EQ(listen_backlog_of(port_of(server.endpoint())), wanted);
 }
-
 
 // True when the server closed `fd` (end of stream or reset) within `within_ms`.
 bool closed_by_server(int fd, int within_ms) {

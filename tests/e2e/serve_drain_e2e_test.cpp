@@ -37,9 +37,9 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 
 struct http_answer {
-  int status = 0;        // 0: no answer
-  std::string headers;   // the status line and headers
-  std::string body;      // as sent (a stream keeps its chunk sizes: only substrings are looked at)
+  int status = 0;       // 0: no answer
+  std::string headers;  // the status line and headers
+  std::string body;     // as sent (a stream keeps its chunk sizes: only substrings are looked at)
   bool first_data = false;
 };
 
@@ -192,7 +192,8 @@ load_result sigterm_under_load(server_process& server, int num_each, int max_tok
   if (!then) {
     EXPECT_EQ(health.status, 503) << health.body;
     EXPECT_NE(health.body.find("draining"), std::string::npos) << health.body;
-    const http_answer late = http_request(port, "POST", "/v1/completions", completion_body(8, false).dump(), nullptr, 10s);
+    const http_answer late =
+        http_request(port, "POST", "/v1/completions", completion_body(8, false).dump(), nullptr, 10s);
     EXPECT_EQ(late.status, 503) << late.headers << "\n" << late.body;
     EXPECT_NE(late.headers.find("Retry-After: "), std::string::npos) << late.headers;
     EXPECT_NE(late.body.find("draining"), std::string::npos) << late.body;
@@ -240,7 +241,8 @@ int check_every_end(const load_result& r, int max_tokens, const std::string& why
 TEST(serve_drain, sigterm_with_no_drain_time_ends_running_streams_with_an_error_and_done_then_exits_0) {
   // --max-num-seqs 2: most requests wait in the queue, so the signal finds requests running and
   // waiting whatever the machine's speed; a drain of 0 s ends them all at its first look.
-  serve_process server({"--http-port", "0", "--drain-timeout", "0", "--max-num-seqs", "2", "--log-stats-interval", "0"});
+  serve_process server(
+      {"--http-port", "0", "--drain-timeout", "0", "--max-num-seqs", "2", "--log-stats-interval", "0"});
   const load_result r = sigterm_under_load(server, 4, 400, 2);
   EXPECT_GT(check_every_end(r, 400, "drain timeout of 0 s"), 0) << "no request was running at the signal";
   ASSERT_TRUE(wait_for_exit(server, 20s)) << "still running 20 s after SIGTERM; its log:\n" << server.log();
@@ -249,7 +251,8 @@ TEST(serve_drain, sigterm_with_no_drain_time_ends_running_streams_with_an_error_
 }
 
 TEST(serve_drain, a_drain_long_enough_lets_every_running_stream_complete_whole) {
-  serve_process server({"--http-port", "0", "--drain-timeout", "60", "--max-num-seqs", "2", "--log-stats-interval", "0"});
+  serve_process server(
+      {"--http-port", "0", "--drain-timeout", "60", "--max-num-seqs", "2", "--log-stats-interval", "0"});
   const load_result r = sigterm_under_load(server, 3, 300, 2);
   EXPECT_EQ(check_every_end(r, 300, "drain"), 0);
   ASSERT_TRUE(wait_for_exit(server, 30s)) << "still running 30 s after SIGTERM; its log:\n" << server.log();
@@ -258,7 +261,8 @@ TEST(serve_drain, a_drain_long_enough_lets_every_running_stream_complete_whole) 
 
 TEST(serve_drain, a_second_signal_ends_a_long_drain_at_once_with_the_error_events) {
   // One sequence at a time: 16 requests of 480 tokens take seconds whatever the machine.
-  serve_process server({"--http-port", "0", "--drain-timeout", "600", "--max-num-seqs", "1", "--log-stats-interval", "0"});
+  serve_process server(
+      {"--http-port", "0", "--drain-timeout", "600", "--max-num-seqs", "1", "--log-stats-interval", "0"});
   std::chrono::steady_clock::time_point second;
   const load_result r = sigterm_under_load(server, 8, 480, 1, [&] {
     std::this_thread::sleep_for(200ms);
@@ -279,7 +283,8 @@ TEST(serve_drain, a_controller_with_its_engine_on_another_node_drains_the_same_w
   spec.credentials = dir / "certs";
   spec.nodes = {engine.entry()};
   spec.engines = {"engine-a"};
-  std::ofstream(dir / "controller.toml") << spec.toml() << "[frontend]\ndrain_timeout_s = 0\nlog_stats_interval_s = 0\n";
+  std::ofstream(dir / "controller.toml") << spec.toml()
+                                         << "[frontend]\ndrain_timeout_s = 0\nlog_stats_interval_s = 0\n";
   cluster::controller_process controller(cluster::controller_process::kind::serve, dir / "controller.toml",
                                          dir / "controller.log");
   const load_result r = sigterm_under_load(controller, 4, 480, 2);
@@ -306,7 +311,8 @@ TEST(serve_logs, json_log_format_gives_one_parsed_access_line_per_request_and_th
   serve_process server({"--http-port", "0", "--log-format", "json", "--log-stats-interval", "1"});
   const int port = server.http_port();
   for (int max_tokens : {5, 7, 9}) {
-    const http_answer a = http_request(port, "POST", "/v1/completions", completion_body(max_tokens, max_tokens == 7).dump());
+    const http_answer a =
+        http_request(port, "POST", "/v1/completions", completion_body(max_tokens, max_tokens == 7).dump());
     ASSERT_EQ(a.status, 200) << a.body;
   }
   client c = server.make_client();
@@ -335,7 +341,8 @@ TEST(serve_logs, json_log_format_gives_one_parsed_access_line_per_request_and_th
     EXPECT_TRUE(line.contains("time") && line.contains("level")) << line.dump();
     if (line.value("event", "") == "throughput") {
       ++num_throughput;
-      EXPECT_GT(line["generation_tokens_per_s"].get<double>() + line["prompt_tokens_per_s"].get<double>(), 0) << line.dump();
+      EXPECT_GT(line["generation_tokens_per_s"].get<double>() + line["prompt_tokens_per_s"].get<double>(), 0)
+          << line.dump();
       EXPECT_TRUE(line.contains("kv_used_percent")) << line.dump();
     }
     if (line.value("event", "") != "access") continue;
@@ -352,7 +359,8 @@ TEST(serve_logs, json_log_format_gives_one_parsed_access_line_per_request_and_th
     EXPECT_EQ(line["instance"], 0) << line.dump();
     access.insert({line["door"].get<std::string>(), line["output_tokens"].get<int>()});
   }
-  const std::multiset<std::pair<std::string, int>> expected = {{"http", 5}, {"http", 7}, {"http", 9}, {"zmq", 4}, {"zmq", 6}};
+  const std::multiset<std::pair<std::string, int>> expected = {
+      {"http", 5}, {"http", 7}, {"http", 9}, {"zmq", 4}, {"zmq", 6}};
   EXPECT_EQ(access, expected);
   EXPECT_EQ(num_failed, 1);
   EXPECT_GE(num_throughput, 1);

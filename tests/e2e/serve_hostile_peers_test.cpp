@@ -54,7 +54,8 @@ class raw_connection {
     std::string out;
     const auto deadline = std::chrono::steady_clock::now() + within;
     while (out.size() < count) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
@@ -151,7 +152,8 @@ TEST(serve_hostile_peers, old_protocols_and_garbage_never_end_the_server) {
     const server_reply decoded = decode_reply(reply);
     const auto* delta = std::get_if<delta_reply>(&decoded);
     ASSERT_TRUE(delta) << "expected the completion, got "
-                       << (std::holds_alternative<error_reply>(decoded) ? std::get<error_reply>(decoded).message : "stats");
+                       << (std::holds_alternative<error_reply>(decoded) ? std::get<error_reply>(decoded).message
+                                                                        : "stats");
     EXPECT_EQ(delta->id, "old-1");
     EXPECT_EQ(delta->finish_reason, "length");
     EXPECT_EQ(delta->token_ids.size(), 8u);

@@ -39,14 +39,14 @@ class serve_process {
       : api_key_(std::move(api_key)), log_path_(unique_log_path()) {
     for (const char* owned : {"--log-level", "--port", "--zmq-endpoint"}) {
       if (std::find(extra_args.begin(), extra_args.end(), owned) != extra_args.end()) {
-        throw std::invalid_argument(std::string("serve_process sets ") + owned + " itself; remove it from the arguments");
+        throw std::invalid_argument(std::string("serve_process sets ") + owned +
+                                    " itself; remove it from the arguments");
       }
     }
     const bool key_file = std::find(extra_args.begin(), extra_args.end(), "--api-key-file") != extra_args.end();
     const bool http = wants_http(extra_args);
-    std::vector<std::string> args = {troupe_binary.string(), "serve", "--model", model,
-                                     "--zmq-endpoint", "tcp://127.0.0.1:*", "--threads", "1",
-                                     "--log-level", "info"};
+    std::vector<std::string> args = {troupe_binary.string(), "serve",     "--model", model,         "--zmq-endpoint",
+                                     "tcp://127.0.0.1:*",    "--threads", "1",       "--log-level", "info"};
     if (!api_key_.empty() && !key_file) {
       args.push_back("--api-key");
       args.push_back(api_key_);
@@ -84,9 +84,10 @@ class serve_process {
     }
     const std::string log = read_file(log_path_);
     stop();
-    throw std::runtime_error("troupe serve did not come up (" +
-                             std::string(endpoint_.empty() ? "no ZeroMQ endpoint logged" : "no answer on " + endpoint_) +
-                             (http && http_port_ == 0 ? ", no HTTP port logged" : "") + "); its log:\n" + log);
+    throw std::runtime_error(
+        "troupe serve did not come up (" +
+        std::string(endpoint_.empty() ? "no ZeroMQ endpoint logged" : "no answer on " + endpoint_) +
+        (http && http_port_ == 0 ? ", no HTTP port logged" : "") + "); its log:\n" + log);
   }
   serve_process(const serve_process&) = delete;
   serve_process& operator=(const serve_process&) = delete;

@@ -44,21 +44,48 @@ bad_frame make_bad(int i, std::mt19937& rng) {
       s[0] = '\xc1';  // never valid msgpack
       return {s, "malformed msgpack"};
     }
-    case 1: head(3); p.pack(std::string("prompt")); p.pack(42); return {{b.data(), b.size()}, "'prompt'"};
-    case 2: head(4); p.pack(std::string("prompt")); p.pack(std::string("x"));
-      p.pack(std::string("max_tokens")); p.pack(-3); return {{b.data(), b.size()}, "'max_tokens'"};
-    case 3: head(4); p.pack(std::string("prompt")); p.pack(std::string("x"));
-      p.pack(std::string("colour")); p.pack(1); return {{b.data(), b.size()}, "unknown field 'colour'"};
-    case 4: head(3); p.pack(std::string("prompt")); p.pack(std::string("")); return {{b.data(), b.size()}, "'prompt': is empty"};
-    case 5: head(4); p.pack(std::string("prompt")); p.pack(std::string("x"));
-      p.pack(std::string("max_tokens")); p.pack(uint64_t(1) << 62); return {{b.data(), b.size()}, "'max_tokens'"};
+    case 1:
+      head(3);
+      p.pack(std::string("prompt"));
+      p.pack(42);
+      return {{b.data(), b.size()}, "'prompt'"};
+    case 2:
+      head(4);
+      p.pack(std::string("prompt"));
+      p.pack(std::string("x"));
+      p.pack(std::string("max_tokens"));
+      p.pack(-3);
+      return {{b.data(), b.size()}, "'max_tokens'"};
+    case 3:
+      head(4);
+      p.pack(std::string("prompt"));
+      p.pack(std::string("x"));
+      p.pack(std::string("colour"));
+      p.pack(1);
+      return {{b.data(), b.size()}, "unknown field 'colour'"};
+    case 4:
+      head(3);
+      p.pack(std::string("prompt"));
+      p.pack(std::string(""));
+      return {{b.data(), b.size()}, "'prompt': is empty"};
+    case 5:
+      head(4);
+      p.pack(std::string("prompt"));
+      p.pack(std::string("x"));
+      p.pack(std::string("max_tokens"));
+      p.pack(uint64_t(1) << 62);
+      return {{b.data(), b.size()}, "'max_tokens'"};
     case 6: {  // a prompt longer than the context (512 for stories260K)
       head(3);
       p.pack(std::string("prompt_token_ids"));
       p.pack(std::vector<int>(600, 300));
       return {{b.data(), b.size()}, "context"};
     }
-    default: p.pack_array(2); p.pack(1); p.pack(2); return {{b.data(), b.size()}, "expected a map"};
+    default:
+      p.pack_array(2);
+      p.pack(1);
+      p.pack(2);
+      return {{b.data(), b.size()}, "expected a map"};
   }
 }
 
@@ -89,9 +116,12 @@ TEST(serve_protocol, malformed_frames_get_errors_and_valid_requests_complete) {
   msgpack::sbuffer b;
   packer p(b);
   p.pack_map(3);
-  p.pack(std::string("type")); p.pack(std::string("generate"));
-  p.pack(std::string("id")); p.pack(std::string("nokey"));
-  p.pack(std::string("prompt")); p.pack(std::string("hi"));
+  p.pack(std::string("type"));
+  p.pack(std::string("generate"));
+  p.pack(std::string("id"));
+  p.pack(std::string("nokey"));
+  p.pack(std::string("prompt"));
+  p.pack(std::string("hi"));
   c.send_raw(std::string(b.data(), b.size()));
   expected_by_id["nokey"] = "api_key";
 
@@ -141,7 +171,9 @@ TEST_P(serve_abort, explicit_abort_and_client_gone_free_the_kv) {
     r.sampling.ignore_eos = true;
     r.id = "long";
     int deltas = 0;
-    auto out = c.generate(r, [&](const delta_reply&) { if (++deltas == 3) c.abort("long"); });
+    auto out = c.generate(r, [&](const delta_reply&) {
+      if (++deltas == 3) c.abort("long");
+    });
     EXPECT_EQ(out.finish_reason, "abort");
     EXPECT_LT(out.token_ids.size(), 400u);
   }

@@ -18,7 +18,8 @@ using nlohmann::json;
 
 TEST(slo_admission, an_unattainable_ttft_is_refused_at_once_and_counted) {
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
-  serve_process server({"--http-port", "0", "--served-model-name", "m", "--scheduling-policy", "slo", "--slo-admission", "reject"});
+  serve_process server(
+      {"--http-port", "0", "--served-model-name", "m", "--scheduling-policy", "slo", "--slo-admission", "reject"});
   httplib::Client c("127.0.0.1", server.http_port());
   c.set_read_timeout(60, 0);
   auto post = [&](const json& extra) {
@@ -33,8 +34,7 @@ TEST(slo_admission, an_unattainable_ttft_is_refused_at_once_and_counted) {
   // No step is that fast: refused, at once.
   const auto start = std::chrono::steady_clock::now();
   auto refused = post({{"slo", {{"ttft_ms", 0.01}}}});
-  const double refused_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double refused_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 429) << refused->body;
   const json error = json::parse(refused->body)["error"];
@@ -51,7 +51,8 @@ TEST(slo_admission, an_unattainable_ttft_is_refused_at_once_and_counted) {
   ASSERT_TRUE(metrics);
   const std::string& text = metrics->body;
   EXPECT_NE(text.find("troupe_requests_rejected_total{reason=\"ttft_unattainable\"} 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("troupe_step_time_coefficient_seconds{instance=\"0\",feature=\"token\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe_step_time_coefficient_seconds{instance=\"0\",feature=\"token\"}"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("troupe_step_time_fit_rms_seconds{instance=\"0\"}"), std::string::npos) << text;
   EXPECT_EQ(text.find("troupe_step_time_steps_observed_total{instance=\"0\"} 0\n"), std::string::npos)
       << "no step measured: " << text;

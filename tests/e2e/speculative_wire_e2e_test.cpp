@@ -59,7 +59,10 @@ std::map<std::string, double> metrics(int port) {
 }
 
 json greedy(int num_speculative_tokens) {
-  return {{"prompt", repeating_prompt}, {"max_tokens", 48}, {"temperature", 0}, {"ignore_eos", true},
+  return {{"prompt", repeating_prompt},
+          {"max_tokens", 48},
+          {"temperature", 0},
+          {"ignore_eos", true},
           {"num_speculative_tokens", num_speculative_tokens}};
 }
 
@@ -165,8 +168,9 @@ TEST_F(speculative_wire, the_bench_reports_acceptance_and_tokens_per_step) {
   if (!fs::exists(bench_binary)) GTEST_SKIP() << "no troupe-bench at " << bench_binary;
   serve_process server({"--http-port", "0", "--served-model-name", "stories260K"});
   const fs::path out = fs::temp_directory_path() / ("troupe-spec-bench-" + std::to_string(::getpid()) + ".json");
-  for (const std::string& target : {"--backend troupe-zmq --endpoint " + server.endpoint(),
-                                   "--backend openai --base-url http://127.0.0.1:" + std::to_string(server.http_port())}) {
+  for (const std::string& target :
+       {"--backend troupe-zmq --endpoint " + server.endpoint(),
+        "--backend openai --base-url http://127.0.0.1:" + std::to_string(server.http_port())}) {
     const run_result run = run_command(shell_quote(bench_binary.string()) + " " + target +
                                        " --num-prompts 4 --input-len 16 --output-len 64 --concurrency 2"
                                        " --num-speculative-tokens 4 --tokenizer " +

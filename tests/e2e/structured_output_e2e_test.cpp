@@ -91,17 +91,28 @@ TEST(structured_output_e2e, openai_client_outputs_validate_and_bad_constraints_a
     expected.push_back({{"kind", "schema"}, {"schema", person_schema}});
   }
   requests.push_back({{"api", "chat"},
-                      {"params", {{"model", "stories260K"}, {"messages", messages}, {"max_tokens", 60},
-                                  {"response_format", {{"type", "json_object"}}}}}});
+                      {"params",
+                       {{"model", "stories260K"},
+                        {"messages", messages},
+                        {"max_tokens", 60},
+                        {"response_format", {{"type", "json_object"}}}}}});
   expected.push_back({{"kind", "schema"}, {"schema", {{"type", "object"}}}});
   const json choices = json::array({"once", "twice", "never again"});
   requests.push_back({{"api", "completions"},
-                      {"params", {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 20},
-                                  {"temperature", 1.0}, {"guided_choice", choices}}}});
+                      {"params",
+                       {{"model", "stories260K"},
+                        {"prompt", "Once upon a time"},
+                        {"max_tokens", 20},
+                        {"temperature", 1.0},
+                        {"guided_choice", choices}}}});
   expected.push_back({{"kind", "choice"}, {"choices", choices}});
   requests.push_back({{"api", "completions"},
-                      {"params", {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 30},
-                                  {"temperature", 1.0}, {"guided_regex", "[A-Z][a-z]+ (is|was) [0-9]{1,3}"}}}});
+                      {"params",
+                       {{"model", "stories260K"},
+                        {"prompt", "Once upon a time"},
+                        {"max_tokens", 30},
+                        {"temperature", 1.0},
+                        {"guided_regex", "[A-Z][a-z]+ (is|was) [0-9]{1,3}"}}}});
   expected.push_back({{"kind", "regex"}, {"pattern", "[A-Z][a-z]+ (is|was) [0-9]{1,3}"}});
 
   const json results = server.openai(requests);
@@ -127,7 +138,8 @@ TEST(structured_output_e2e, openai_client_outputs_validate_and_bad_constraints_a
   http.set_read_timeout(60, 0);
   auto bad = http.Post("/v1/chat/completions", R"({"model":"stories260K","messages":[{"role":"user","content":"x"}],
       "response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","properties":
-      {"a":{"type":"string","minLength":1,"not":{}}}}}}})", "application/json");
+      {"a":{"type":"string","minLength":1,"not":{}}}}}}})",
+                       "application/json");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400) << bad->body;
   const json body = json::parse(bad->body);

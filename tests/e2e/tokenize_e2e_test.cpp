@@ -87,18 +87,21 @@ TEST_P(tokenize_e2e, decodes_prompt_and_continuation_back_to_the_reference_text)
   EXPECT_EQ(bos.out, "<s> Zoo\n");
 }
 
-INSTANTIATE_TEST_SUITE_P(forms, tokenize_e2e,
-                         ::testing::Values("hf", "hf/tokenizer.json", "gguf/stories260K-f32.gguf"),
+INSTANTIATE_TEST_SUITE_P(forms, tokenize_e2e, ::testing::Values("hf", "hf/tokenizer.json", "gguf/stories260K-f32.gguf"),
                          [](const auto& info) {
                            return info.index == 0 ? std::string("hf_dir") : info.index == 1 ? "tokenizer_json" : "gguf";
                          });
 
 TEST(tokenize_e2e_chat, renders_the_qwen3_chat_template_and_its_ids) {
   if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
-  if (!std::filesystem::exists(qwen3_dir / "tokenizer_config.json")) GTEST_SKIP() << "npm oracles not installed at " << qwen3_dir;
-  const auto chat_path = std::filesystem::temp_directory_path() / ("troupe_tokenize_chat_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(chat_path) << R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}])";
-  const std::string args = "--tokenizer " + shell_quote(qwen3_dir.string()) + " --chat " + shell_quote(chat_path.string());
+  if (!std::filesystem::exists(qwen3_dir / "tokenizer_config.json"))
+    GTEST_SKIP() << "npm oracles not installed at " << qwen3_dir;
+  const auto chat_path =
+      std::filesystem::temp_directory_path() / ("troupe_tokenize_chat_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(chat_path)
+      << R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}])";
+  const std::string args =
+      "--tokenizer " + shell_quote(qwen3_dir.string()) + " --chat " + shell_quote(chat_path.string());
 
   const std::string rendered =
       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n";
@@ -118,8 +121,8 @@ TEST(tokenize_e2e_chat, renders_the_qwen3_chat_template_and_its_ids) {
   EXPECT_EQ(doc.at("ids").size(), tokens.size());
 
   // The stories260K tokenizer has no template: a clear refusal.
-  const run_result none = run_tokenize("--tokenizer " + shell_quote(stories_dir) + " --chat " +
-                                       shell_quote(chat_path.string()));
+  const run_result none =
+      run_tokenize("--tokenizer " + shell_quote(stories_dir) + " --chat " + shell_quote(chat_path.string()));
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("chat_template"), std::string::npos) << none.err;
   std::filesystem::remove(chat_path);
@@ -154,7 +157,8 @@ TEST(tokenize_e2e_errors, name_the_missing_or_bad_input) {
   EXPECT_NE(json_out_of_range.err.find("600"), std::string::npos) << json_out_of_range.err;
 
   if (std::filesystem::exists(qwen3_dir / "tokenizer_config.json")) {
-    const auto chat_path = std::filesystem::temp_directory_path() / ("troupe_tokenize_bad_chat_" + std::to_string(::getpid()) + ".json");
+    const auto chat_path =
+        std::filesystem::temp_directory_path() / ("troupe_tokenize_bad_chat_" + std::to_string(::getpid()) + ".json");
     std::ofstream(chat_path) << R"([{"role": "user", "content": "hi"}, {"role": "assistant"}])";
     const run_result no_content =
         run_tokenize("--tokenizer " + shell_quote(qwen3_dir.string()) + " --chat " + shell_quote(chat_path.string()));

@@ -39,7 +39,8 @@ class device_sampling_model : public kv_echo_model {
       const std::span<const uint64_t> bits = rows[r].allowed_bits;
       last_masks.emplace_back(bits.begin(), bits.end());
       auto allowed = [&](int t) {
-        return bits.empty() || (static_cast<size_t>(t) / 64 < bits.size() && (bits[static_cast<size_t>(t) / 64] >> (t & 63) & 1));
+        return bits.empty() ||
+               (static_cast<size_t>(t) / 64 < bits.size() && (bits[static_cast<size_t>(t) / 64] >> (t & 63) & 1));
       };
       // Greedy like the GPU's argmax (refused tokens count as -inf, ties to the lowest id).
       int best = -1;
@@ -64,8 +65,6 @@ class device_sampling_model : public kv_echo_model {
   std::vector<device_sampling_row> last_rows;
   std::vector<std::vector<uint64_t>> last_masks;  // [rows] copies of the rows' allowed_bits
 };
-
-
 
 step_plan prefill_plan(std::vector<sampling_params> params) {
   step_plan plan;

@@ -390,7 +390,8 @@ TEST(draft_model_proposer, a_loaded_draft_of_another_vocabulary_is_refused_namin
     FAIL() << "a draft of another vocabulary was loaded";
   } catch (const std::runtime_error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find(stories_hf.string() + " has vocab_size 512, the target model 32000"), std::string::npos) << what;
+    EXPECT_NE(what.find(stories_hf.string() + " has vocab_size 512, the target model 32000"), std::string::npos)
+        << what;
   }
 }
 

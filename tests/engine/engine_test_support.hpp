@@ -15,8 +15,8 @@ inline constexpr int32_t test_eos = 2;
 
 inline std::unique_ptr<scheduler> create_scheduler(int num_blocks, int block_size = 16,
                                                    int max_num_batched_tokens = 8192, int max_num_seqs = 128,
-                                                   bool enable_prefix_caching = true,
-                                                   int max_waiting_requests = 1024, int max_model_len = 4096) {
+                                                   bool enable_prefix_caching = true, int max_waiting_requests = 1024,
+                                                   int max_model_len = 4096) {
   engine_config config;
   config.num_kv_blocks = num_blocks;
   config.block_size = block_size;

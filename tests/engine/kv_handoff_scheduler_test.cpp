@@ -107,7 +107,8 @@ TEST(kv_handoff_scheduler, a_decode_only_request_waits_for_its_kv_and_first_toke
   EXPECT_EQ(entry.output_index, 1) << "seeded sampling goes on at the same index";
   EXPECT_EQ(entry.block_table_start, 0);
   std::vector<int32_t> outputs{undisturbed[0]};
-  for (const token_delta& d : s->update(plan, fake_run(plan))) outputs.insert(outputs.end(), d.token_ids.begin(), d.token_ids.end());
+  for (const token_delta& d : s->update(plan, fake_run(plan)))
+    outputs.insert(outputs.end(), d.token_ids.begin(), d.token_ids.end());
   EXPECT_EQ(run_to_end(*s, 9, outputs), undisturbed);
   EXPECT_EQ(s->num_free_blocks(), 64);
 }

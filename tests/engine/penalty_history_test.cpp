@@ -51,8 +51,8 @@ TEST(penalty_history, only_the_entry_that_starts_a_request_carries_it) {
         EXPECT_EQ(s.num_prompt_tokens, 8);
       } else {
         ++num_later;
-        EXPECT_TRUE(s.penalty_token_ids.empty()) << "step " << step << " resends request " << s.request_id
-                                                 << "'s history";
+        EXPECT_TRUE(s.penalty_token_ids.empty())
+            << "step " << step << " resends request " << s.request_id << "'s history";
       }
     }
     sched->update(plan, fake_run(plan));

@@ -107,7 +107,8 @@ outcome run_alone(llm_engine& engine, const std::vector<int32_t>& prompt, const 
 // The resumed run's new outputs against the undisturbed run's outputs from index k on.
 void expect_continues(const outcome& undisturbed, const outcome& resumed, size_t k, const std::string& what) {
   SCOPED_TRACE(what + ", resumed after " + std::to_string(k) + " outputs");
-  const std::vector<int32_t> rest(undisturbed.tokens.begin() + static_cast<std::ptrdiff_t>(k), undisturbed.tokens.end());
+  const std::vector<int32_t> rest(undisturbed.tokens.begin() + static_cast<std::ptrdiff_t>(k),
+                                  undisturbed.tokens.end());
   EXPECT_EQ(resumed.tokens, rest);
   EXPECT_EQ(resumed.finish, undisturbed.finish);
   ASSERT_TRUE(resumed.metrics.has_value());
@@ -357,9 +358,9 @@ TEST(resumed_request_scheduler, refuses_resumed_outputs_of_a_request_that_cannot
     EXPECT_EQ(sched.num_waiting(), 0) << c.name;
   }
   // ignore_eos makes an eos an ordinary output, and the scheduler keeps serving.
-  EXPECT_FALSE(sched.add_request(1, make_prompt(8), greedy(10), 0, engine_clock::now(),
-                                 std::vector<int32_t>{1000, test_eos})
-                   .has_value());
+  EXPECT_FALSE(
+      sched.add_request(1, make_prompt(8), greedy(10), 0, engine_clock::now(), std::vector<int32_t>{1000, test_eos})
+          .has_value());
   EXPECT_EQ(sched.num_waiting(), 1);
 }
 

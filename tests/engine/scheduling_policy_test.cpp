@@ -38,7 +38,8 @@ service_targets targets(std::string tenant, double ttft_ms = 0, double tpot_ms =
 }
 
 engine_clock::time_point ago(double seconds) {
-  return engine_clock::now() - std::chrono::duration_cast<engine_clock::duration>(std::chrono::duration<double>(seconds));
+  return engine_clock::now() -
+         std::chrono::duration_cast<engine_clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 // Steps to the end; returns request ids in the order they were first planned.

@@ -29,9 +29,9 @@ class schema_corpus_builder {
   bool chance(int percent) { return pick(1, 100) <= percent; }
 
   nlohmann::ordered_json object(int depth) {
-    static const char* names[] = {"id", "name", "email", "age", "price", "tags", "address", "status", "created",
-                                  "score", "items", "owner", "count", "active", "code", "notes", "rating",
-                                  "location", "phone", "kind"};
+    static const char* names[] = {"id",     "name",    "email",  "age",      "price", "tags",  "address",
+                                  "status", "created", "score",  "items",    "owner", "count", "active",
+                                  "code",   "notes",   "rating", "location", "phone", "kind"};
     nlohmann::ordered_json props = nlohmann::ordered_json::object();
     std::vector<std::string> required;
     const int n = pick(1, depth == 0 ? 5 : 3);
@@ -55,8 +55,8 @@ class schema_corpus_builder {
       case 0: return {{"type", "string"}};
       case 1: return {{"type", "string"}, {"minLength", pick(0, 3)}, {"maxLength", pick(4, 12)}};
       case 2: {
-        static const char* patterns[] = {"^[A-Z]{3}-[0-9]{4}$", "^[a-z]+(-[a-z]+)*$", "^\\+?[0-9]{7,12}$",
-                                         "^(red|green|blue)$", "[0-9]{2}", "^[A-Za-z ]{1,20}$",
+        static const char* patterns[] = {"^[A-Z]{3}-[0-9]{4}$",         "^[a-z]+(-[a-z]+)*$", "^\\+?[0-9]{7,12}$",
+                                         "^(red|green|blue)$",          "[0-9]{2}",           "^[A-Za-z ]{1,20}$",
                                          "^v[0-9]+\\.[0-9]+\\.[0-9]+$", "^#[0-9a-fA-F]{6}$"};
         return {{"type", "string"}, {"pattern", patterns[pick(0, 7)]}};
       }
@@ -81,9 +81,10 @@ class schema_corpus_builder {
       }
       case 6: return {{"type", "boolean"}};
       case 7: {
-        static const std::vector<std::vector<std::string>> enums = {
-            {"draft", "published", "archived"}, {"S", "M", "L", "XL"}, {"low", "medium", "high", "critical"},
-            {"cat", "dog", "bird"}};
+        static const std::vector<std::vector<std::string>> enums = {{"draft", "published", "archived"},
+                                                                    {"S", "M", "L", "XL"},
+                                                                    {"low", "medium", "high", "critical"},
+                                                                    {"cat", "dog", "bird"}};
         return {{"enum", enums[static_cast<size_t>(pick(0, 3))]}};
       }
       case 8: return {{"type", nlohmann::ordered_json::array({chance(50) ? "string" : "integer", "null"})}};

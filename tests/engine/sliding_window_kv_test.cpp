@@ -73,8 +73,8 @@ class sliding_window_kv : public ::testing::Test {
       if (kv.pool().ref_count(id) == 0 && !kv.pool().is_cached(id)) free_ids.push_back(id);
     }
     if (free_ids.empty()) return;
-    const kv_span_header header = kv_span_for(m.config(), m.kv_shape(), static_cast<int>(free_ids.size()), 0,
-                                              m.config().num_layers, dtype::f32);
+    const kv_span_header header =
+        kv_span_for(m.config(), m.kv_shape(), static_cast<int>(free_ids.size()), 0, m.config().num_layers, dtype::f32);
     std::vector<float> garbage(kv_span_bytes(header) / sizeof(float), 50.0f);
     m.import_kv(free_ids, header, std::as_bytes(std::span(garbage)));
   }
@@ -82,8 +82,8 @@ class sliding_window_kv : public ::testing::Test {
   // Greedy requests of `prompt`, one after another, in an engine of `num_blocks` blocks;
   // kv_window -1: the model's. One output per request. With `poison`, free blocks are
   // overwritten after every step.
-  static std::vector<run_output> run(const std::vector<int32_t>& prompt, int num_blocks, int kv_window, bool prefix_caching,
-                                     int repeats = 1, bool poison = false) {
+  static std::vector<run_output> run(const std::vector<int32_t>& prompt, int num_blocks, int kv_window,
+                                     bool prefix_caching, int repeats = 1, bool poison = false) {
     loaded_model loaded = load_model(load_options{dir_});
     auto m = make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{num_blocks, block_size}, 2, dtype::f32);
     model* raw = m.get();
@@ -159,8 +159,8 @@ TEST_F(sliding_window_kv, a_long_request_holds_the_window_and_matches_a_run_that
   }
   EXPECT_LE(releasing.most_blocks_held, bound);
   EXPECT_LE(releasing.most_blocks_used, bound);
-  std::printf("window %d, %d-token prompt: %d blocks held at most (bound %d), %d without releasing\n", window, prompt_length,
-              releasing.most_blocks_held, bound, keeping.most_blocks_held);
+  std::printf("window %d, %d-token prompt: %d blocks held at most (bound %d), %d without releasing\n", window,
+              prompt_length, releasing.most_blocks_held, bound, keeping.most_blocks_held);
 
   // With the prefix cache on, the long request again: its blocks are registered, given back and
   // evicted in turn, and it still runs in the small pool with the same outputs.

@@ -128,7 +128,8 @@ TEST(speculative_sampler, outputs_follow_the_target_distribution_whatever_the_dr
     EXPECT_LT(x2, chi_square_limit(dof)) << "draft " << draft;
     // The draft is accepted exactly as often as the target would have chosen it.
     const double p_draft = static_cast<size_t>(draft) < p.size() ? p[static_cast<size_t>(draft)] : 0.0;
-    EXPECT_NEAR(static_cast<double>(accepted_count) / trials, p_draft, 4.0 * std::sqrt(p_draft * (1 - p_draft) / trials) + 1e-9)
+    EXPECT_NEAR(static_cast<double>(accepted_count) / trials, p_draft,
+                4.0 * std::sqrt(p_draft * (1 - p_draft) / trials) + 1e-9)
         << "draft " << draft;
   }
 }
@@ -184,9 +185,9 @@ test_engine make_engine(const engine_setup& setup, int num_speculative_tokens) {
   config.num_speculative_tokens = num_speculative_tokens;
   config.max_speculative_tokens = num_speculative_tokens == 0 ? 0 : 16;  // plain: nobody speculates
   made.engine = std::make_unique<llm_engine>(
-      make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{setup.num_blocks, setup.block_size}, 1, setup.kv_dtype),
-      config,
-      std::vector<int32_t>{2}, /*sampler_seed=*/9);
+      make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{setup.num_blocks, setup.block_size}, 1,
+                     setup.kv_dtype),
+      config, std::vector<int32_t>{2}, /*sampler_seed=*/9);
   const tokenizer tok = tokenizer::from_directory(stories_hf);
   made.engine->set_vocabulary(make_token_vocabulary(tok, loaded.config.vocab_size, {2}));
   return made;
@@ -291,21 +292,22 @@ TEST_P(speculative_engine, greedy_outputs_equal_plain_decoding) {
   EXPECT_EQ(spec_engine->get_scheduler().num_free_blocks(), GetParam().num_blocks) << "every block back";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    pools, speculative_engine,
-    ::testing::Values(engine_setup{512, 16, 2048, load_format::safetensors},
-                      // Chunked prefill (budget 5) and a pool too small for every request at once.
-                      engine_setup{48, 4, 5, load_format::safetensors},
-                      engine_setup{512, 16, 2048, load_format::dummy},
-                      engine_setup{512, 16, 2048, load_format::safetensors, dtype::f32},
-                      // An fp8 KV cache: drafts, their rollback, prefix-cache hits (the mix
-                      // repeats its prompts) and guided requests over 8-bit K/V.
-                      engine_setup{512, 16, 2048, load_format::safetensors, dtype::fp8_e4m3}),
-    [](const auto& info) {
-      const engine_setup& s = info.param;
-      if (s.kv_dtype != dtype::f16) return std::string(dtype_name(s.kv_dtype)) + "_kv";
-      return std::string(s.format == load_format::dummy ? "random_weights" : s.num_blocks < 100 ? "tight_pool" : "roomy");
-    });
+INSTANTIATE_TEST_SUITE_P(pools, speculative_engine,
+                         ::testing::Values(engine_setup{512, 16, 2048, load_format::safetensors},
+                                           // Chunked prefill (budget 5) and a pool too small for every request at once.
+                                           engine_setup{48, 4, 5, load_format::safetensors},
+                                           engine_setup{512, 16, 2048, load_format::dummy},
+                                           engine_setup{512, 16, 2048, load_format::safetensors, dtype::f32},
+                                           // An fp8 KV cache: drafts, their rollback, prefix-cache hits (the mix
+                                           // repeats its prompts) and guided requests over 8-bit K/V.
+                                           engine_setup{512, 16, 2048, load_format::safetensors, dtype::fp8_e4m3}),
+                         [](const auto& info) {
+                           const engine_setup& s = info.param;
+                           if (s.kv_dtype != dtype::f16) return std::string(dtype_name(s.kv_dtype)) + "_kv";
+                           return std::string(s.format == load_format::dummy ? "random_weights"
+                                              : s.num_blocks < 100           ? "tight_pool"
+                                                                             : "roomy");
+                         });
 
 // Every output position's token frequencies over many seeded requests, with and without drafts:
 // a two-sample chi-square test per position (cells too rare to judge merged into one).

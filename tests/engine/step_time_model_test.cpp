@@ -38,7 +38,7 @@ TEST(step_time_model, predicts_from_the_prior_until_steps_are_seen) {
 
 TEST(step_time_model, shape_counts_tokens_sequences_and_attention_pairs) {
   step_outline step;
-  step.sequences.push_back({1, 99, 1, true, 0});   // a decode over 100 tokens
+  step.sequences.push_back({1, 99, 1, true, 0});    // a decode over 100 tokens
   step.sequences.push_back({2, 32, 16, false, 0});  // a chunk of 16 after 32
   const step_shape s = shape_of(step);
   EXPECT_EQ(s.num_tokens, 17);

@@ -33,7 +33,8 @@ class stories_engine : public ::testing::TestWithParam<stories_case> {};
 TEST_P(stories_engine, reproduces_reference_continuations) {
   const stories_case& c = GetParam();
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir / "refs.json");
-  loaded_model loaded = load_model(load_options{stories_dir / c.source, load_format::auto_detect, dtype::f32, 0, false});
+  loaded_model loaded =
+      load_model(load_options{stories_dir / c.source, load_format::auto_detect, dtype::f32, 0, false});
   auto m = make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{c.num_blocks, c.block_size}, 1);
   engine_config config;
   config.block_size = c.block_size;
@@ -78,16 +79,15 @@ TEST_P(stories_engine, reproduces_reference_continuations) {
   EXPECT_EQ(engine.get_scheduler().num_free_blocks(), c.num_blocks);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    pools, stories_engine,
-    ::testing::Values(
-        // Budget 3 < every prompt: prompts are cut into chunks. 9 sequences of up to 65 tokens
-        // in 40 blocks of 4: preemption.
-        stories_case{"hf_chunked", "hf", 4, 40, 3, 16, true},
-        stories_case{"hf_no_prefix_cache", "hf", 4, 40, 3, 16, false},
-        stories_case{"hf_blocks16", "hf", 16, 12, 64, 16, true},
-        stories_case{"gguf", "gguf/stories260K-f32.gguf", 8, 20, 4, 16, true}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(pools, stories_engine,
+                         ::testing::Values(
+                             // Budget 3 < every prompt: prompts are cut into chunks. 9 sequences of up to 65 tokens
+                             // in 40 blocks of 4: preemption.
+                             stories_case{"hf_chunked", "hf", 4, 40, 3, 16, true},
+                             stories_case{"hf_no_prefix_cache", "hf", 4, 40, 3, 16, false},
+                             stories_case{"hf_blocks16", "hf", 16, 12, 64, 16, true},
+                             stories_case{"gguf", "gguf/stories260K-f32.gguf", 8, 20, 4, 16, true}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace troupe

@@ -31,9 +31,16 @@ std::vector<constrained_case> build_cases(int num_schemas, int max_len) {
   corpus.slack_seed = 11;
   corpus.num_schemas = num_schemas;
   corpus.max_slack = 200;  // from no slack at all (the length rule decides every token) to plenty
-  corpus.patterns = {"[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8})?", "\\d{3}-\\d{4}", "(yes|no|maybe)!?",
-                     "[a-z]+@[a-z]+\\.(com|org)", "-?\\d+(\\.\\d{1,2})?", "(ab|cd){2,5}x*",
-                     "[^\\n\"]{5,20}", "#[0-9a-f]{6}", "\\w+ \\w+", "(0|[1-9][0-9]*)(,(0|[1-9][0-9]*))*"};
+  corpus.patterns = {"[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8})?",
+                     "\\d{3}-\\d{4}",
+                     "(yes|no|maybe)!?",
+                     "[a-z]+@[a-z]+\\.(com|org)",
+                     "-?\\d+(\\.\\d{1,2})?",
+                     "(ab|cd){2,5}x*",
+                     "[^\\n\"]{5,20}",
+                     "#[0-9a-f]{6}",
+                     "\\w+ \\w+",
+                     "(0|[1-9][0-9]*)(,(0|[1-9][0-9]*))*"};
   corpus.choices = {{"positive", "negative", "neutral"},
                     {"Paris", "London", "Rome", "Tōkyō"},
                     {"A", "B", "C", "D", "none of the above"}};

@@ -49,7 +49,8 @@ TEST(byte_dfa, distance_counts_the_bytes_to_acceptance) {
 
 TEST(byte_dfa, agrees_with_std_regex_on_sampled_strings) {
   const char* patterns[] = {"(ab|a)*b?", "[a-c]{1,3}d|x+", "(a|b)(c|d)*e{0,2}", "a?b?c?"};
-  const char* inputs[] = {"", "a", "ab", "abab", "b", "abcd", "ccd", "xxx", "ace", "acdee", "bdddeee", "abc", "ac", "ba"};
+  const char* inputs[] = {"",    "a",   "ab",    "abab",    "b",   "abcd", "ccd",
+                          "xxx", "ace", "acdee", "bdddeee", "abc", "ac",   "ba"};
   for (const char* pattern : patterns) {
     const byte_dfa dfa = byte_dfa::compile(pattern);
     const std::regex reference(pattern, std::regex::ECMAScript);

@@ -122,7 +122,8 @@ TEST(grammar_matcher, a_choice_is_one_of_its_strings) {
 TEST(guided_grammar, the_door_check_names_what_cannot_be_compiled_and_a_too_small_max_tokens) {
   sampling_params p;
   p.max_tokens = 100;
-  p.guided = {guided_kind::json_schema, R"js({"type":"object","properties":{"a":{"type":"string","pattern":"(?<=x)"}}})js", {}};
+  p.guided = {
+      guided_kind::json_schema, R"js({"type":"object","properties":{"a":{"type":"string","pattern":"(?<=x)"}}})js", {}};
   auto problem = check_guided_decoding(p);
   ASSERT_TRUE(problem);
   EXPECT_EQ(problem->field, "guided_json");

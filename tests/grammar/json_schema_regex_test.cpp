@@ -27,9 +27,9 @@ TEST(json_schema_regex, object_properties_come_in_schema_order_with_optional_one
   EXPECT_TRUE(dfa.matches(R"({"z":1,"a":true,"m":"x"})"));
   EXPECT_TRUE(dfa.matches(R"({"a":false})"));
   EXPECT_TRUE(dfa.matches(R"({"a":false,"m":""})"));
-  EXPECT_FALSE(dfa.matches(R"({"z":1})"));                // a is required
-  EXPECT_FALSE(dfa.matches(R"({"a":true,"z":1})"));       // the schema's order
-  EXPECT_FALSE(dfa.matches(R"({ "a":true})"));            // no whitespace
+  EXPECT_FALSE(dfa.matches(R"({"z":1})"));           // a is required
+  EXPECT_FALSE(dfa.matches(R"({"a":true,"z":1})"));  // the schema's order
+  EXPECT_FALSE(dfa.matches(R"({ "a":true})"));       // no whitespace
 }
 
 TEST(json_schema_regex, all_optional_properties_place_their_commas_right) {
@@ -71,13 +71,14 @@ TEST(json_schema_regex, integer_ranges_are_exact) {
   struct range_case {
     std::optional<int64_t> lo, hi;
   };
-  for (const range_case& r : {range_case{-15, 123}, range_case{7, 7}, range_case{0, 1000}, range_case{-1000, -10},
-                              range_case{95, std::nullopt}, range_case{std::nullopt, -3}, range_case{std::nullopt, 42}}) {
+  for (const range_case& r :
+       {range_case{-15, 123}, range_case{7, 7}, range_case{0, 1000}, range_case{-1000, -10},
+        range_case{95, std::nullopt}, range_case{std::nullopt, -3}, range_case{std::nullopt, 42}}) {
     const byte_dfa dfa = byte_dfa::compile(integer_range_regex(r.lo, r.hi));
     for (int64_t v = -1500; v <= 1500; ++v) {
       const bool inside = (!r.lo || v >= *r.lo) && (!r.hi || v <= *r.hi);
-      ASSERT_EQ(dfa.matches(std::to_string(v)), inside) << v << " in [" << r.lo.value_or(-999999) << ", "
-                                                       << r.hi.value_or(999999) << "]";
+      ASSERT_EQ(dfa.matches(std::to_string(v)), inside)
+          << v << " in [" << r.lo.value_or(-999999) << ", " << r.hi.value_or(999999) << "]";
     }
     EXPECT_FALSE(dfa.matches("-0"));
     EXPECT_FALSE(dfa.matches("007"));
@@ -93,14 +94,16 @@ TEST(json_schema_regex, number_bounds_hold_for_fractions_and_exclusive_ends) {
   EXPECT_FALSE(dfa.matches("-2"));
   EXPECT_FALSE(dfa.matches("-2.5"));
   EXPECT_FALSE(dfa.matches("4"));
-  EXPECT_FALSE(dfa.matches("3.9"));  // approximated away: no fraction above the last whole unit
+  EXPECT_FALSE(dfa.matches("3.9"));   // approximated away: no fraction above the last whole unit
   EXPECT_FALSE(dfa.matches("1.50"));  // a fraction never ends in 0 (so it is never a bound itself)
 }
 
 TEST(json_schema_regex, enums_consts_anyof_refs_and_nullable_types) {
-  const byte_dfa dfa = schema_dfa(R"({"$defs":{"p":{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}},
+  const byte_dfa dfa =
+      schema_dfa(R"({"$defs":{"p":{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}},
       "anyOf":[{"$ref":"#/$defs/p"},{"enum":["a b",3,null,{"k":[1]}]},{"type":["boolean","null"]}]})");
-  for (const char* ok : {R"({"x":5})", R"("a b")", "3", "null", R"({"k":[1]})", "true"}) EXPECT_TRUE(dfa.matches(ok)) << ok;
+  for (const char* ok : {R"({"x":5})", R"("a b")", "3", "null", R"({"k":[1]})", "true"})
+    EXPECT_TRUE(dfa.matches(ok)) << ok;
   EXPECT_FALSE(dfa.matches(R"("a")"));
 }
 
@@ -108,14 +111,16 @@ TEST(json_schema_regex, any_json_object_nests_to_its_depth) {
   const byte_dfa dfa = byte_dfa::compile(json_object_regex(2));
   EXPECT_TRUE(dfa.matches(R"({"a":{"b":null},"c":[1,"x",-1.5e3]})"));
   EXPECT_FALSE(dfa.matches(R"({"a":{"b":[1]}})"));  // three deep
-  EXPECT_FALSE(dfa.matches("[1]"));                       // an object, not any value
+  EXPECT_FALSE(dfa.matches("[1]"));                 // an object, not any value
 }
 
 TEST(json_schema_regex, refuses_unsupported_parts_naming_where_they_are) {
-  EXPECT_NE(refusal(R"({"properties":{"a":{"type":"string","minLength":1,"not":{}}}})").find("$.properties.a: the keyword \"not\""),
+  EXPECT_NE(refusal(R"({"properties":{"a":{"type":"string","minLength":1,"not":{}}}})")
+                .find("$.properties.a: the keyword \"not\""),
             std::string::npos);
-  EXPECT_NE(refusal(R"({"$defs":{"n":{"properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"})").find("recursive"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal(R"({"$defs":{"n":{"properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"})").find("recursive"),
+      std::string::npos);
   EXPECT_NE(refusal(R"({"type":"integer","minimum":5,"maximum":3})").find("no value"), std::string::npos);
   EXPECT_NE(refusal(R"({"type":"string","format":"hostname"})").find("\"hostname\""), std::string::npos);
   EXPECT_NE(refusal(R"({"type":"array","uniqueItems":true})").find("uniqueItems"), std::string::npos);

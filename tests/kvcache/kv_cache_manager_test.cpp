@@ -39,7 +39,7 @@ TEST(kv_cache_manager, blocks_behind_a_window_are_released_in_place) {
   kv_cache_manager kv(10, 4, true);
   block_table table;
   const std::vector<int32_t> ids = tokens(100, 24);
-  kv.allocate(table, prefix_hit{}, 20);  // 5 blocks
+  kv.allocate(table, prefix_hit{}, 20);      // 5 blocks
   kv.cache_computed_blocks(table, ids, 16);  // blocks 0-3 registered
   const std::vector<int32_t> before = table.block_ids;
   // Tokens before 9 are no query's: blocks 0 and 1 (tokens 0-7) go, block 2 (8-11) stays; only
@@ -51,7 +51,7 @@ TEST(kv_cache_manager, blocks_behind_a_window_are_released_in_place) {
   EXPECT_EQ(table.block_ids[1], block_table::released);
   EXPECT_EQ(table.block_ids[2], before[2]);
   EXPECT_EQ(kv.num_free_blocks(), 7);
-  EXPECT_EQ(kv.release_before(table, 9, 4), 0);  // already given back
+  EXPECT_EQ(kv.release_before(table, 9, 4), 0);    // already given back
   EXPECT_EQ(kv.release_before(table, 100, 3), 1);  // the limit: block 2 only
   // The released blocks are still a prefix another request may find.
   EXPECT_EQ(kv.find_cached_prefix(ids).num_tokens, 16);

@@ -46,11 +46,13 @@ TEST(device_kv_runs, blocks_consecutive_on_both_sides_move_in_one_run_per_layer_
 
 TEST(device_kv_runs, a_run_breaks_where_either_side_is_not_consecutive) {
   // Consecutive on the source only, then on the destination only: no merging either time.
-  const std::vector<device_kv_run> runs = device_kv_runs(pool(), std::vector<int32_t>{1, 2, 7, 3}, pool(), std::vector<int32_t>{4, 9, 5, 6}, 0, 1);
+  const std::vector<device_kv_run> runs =
+      device_kv_runs(pool(), std::vector<int32_t>{1, 2, 7, 3}, pool(), std::vector<int32_t>{4, 9, 5, 6}, 0, 1);
   ASSERT_EQ(runs.size(), 8u);  // 4 blocks x (K, V)
   for (const device_kv_run& run : runs) EXPECT_EQ(run.bytes, 256u);
   // Pools of different sizes: the destination's offsets use its own block count.
-  const std::vector<device_kv_run> other = device_kv_runs(pool(), std::vector<int32_t>{0}, pool(40), std::vector<int32_t>{39}, 2, 1);
+  const std::vector<device_kv_run> other =
+      device_kv_runs(pool(), std::vector<int32_t>{0}, pool(40), std::vector<int32_t>{39}, 2, 1);
   EXPECT_EQ(other[1].dst_offset, ((2 * 2 + 1) * 40 + 39) * 256u);
 }
 

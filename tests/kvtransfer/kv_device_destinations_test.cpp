@@ -37,7 +37,7 @@ TEST(kv_device_destinations, refuses_bad_destinations_by_name_and_drops_expired_
   refused(3, {"h", {3}}, "2 device destinations are held already");
   held.erase(2);
   held.put(3, {"h", {3}}, std::chrono::steady_clock::now());  // expires at once
-  held.put(4, {"h", {4}}, in(60s));                          // room: 3 was dropped
+  held.put(4, {"h", {4}}, in(60s));                           // room: 3 was dropped
   EXPECT_EQ(held.num_held(), 2u);
   const auto taken = held.take(4, in(1s));
   ASSERT_TRUE(taken);

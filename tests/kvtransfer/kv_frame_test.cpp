@@ -148,13 +148,55 @@ TEST(kv_frame, bad_magic_version_and_length_are_refused) {
 }
 
 TEST(kv_frame, token_ranges_layers_and_element_types_are_checked) {
-  expect_refused([] { auto h = good_header(); h.token_begin = 17; return h; }(), "token_begin 17");
-  expect_refused([] { auto h = good_header(); h.token_end = 16; return h; }(), "token range");
-  expect_refused([] { auto h = good_header(); h.token_begin = -16; return h; }(), "token range");
-  expect_refused([] { auto h = good_header(); h.span.block_size = 0; return h; }(), "block_size");
-  expect_refused([] { auto h = good_header(); h.span.num_layers = 0; return h; }(), "layer range");
-  expect_refused([] { auto h = good_header(); h.span.first_layer = -1; return h; }(), "layer range");
-  expect_refused([] { auto h = good_header(); h.span.element = dtype::q4_k; return h; }(), "element type");
+  expect_refused(
+      [] {
+        auto h = good_header();
+        h.token_begin = 17;
+        return h;
+      }(),
+      "token_begin 17");
+  expect_refused(
+      [] {
+        auto h = good_header();
+        h.token_end = 16;
+        return h;
+      }(),
+      "token range");
+  expect_refused(
+      [] {
+        auto h = good_header();
+        h.token_begin = -16;
+        return h;
+      }(),
+      "token range");
+  expect_refused(
+      [] {
+        auto h = good_header();
+        h.span.block_size = 0;
+        return h;
+      }(),
+      "block_size");
+  expect_refused(
+      [] {
+        auto h = good_header();
+        h.span.num_layers = 0;
+        return h;
+      }(),
+      "layer range");
+  expect_refused(
+      [] {
+        auto h = good_header();
+        h.span.first_layer = -1;
+        return h;
+      }(),
+      "layer range");
+  expect_refused(
+      [] {
+        auto h = good_header();
+        h.span.element = dtype::q4_k;
+        return h;
+      }(),
+      "element type");
 }
 
 TEST(kv_frame, sizes_that_overflow_are_refused_not_wrapped) {

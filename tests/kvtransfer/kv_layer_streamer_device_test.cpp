@@ -36,7 +36,8 @@ class host_copier final : public device_kv_copier {
                std::span<const int32_t> peer_blocks, int first_layer, int num_layers,
                std::chrono::steady_clock::time_point) override {
     if (peer_handle != pool_of_b) throw std::invalid_argument("unknown peer handle");
-    calls.push_back({{local_blocks.begin(), local_blocks.end()}, {peer_blocks.begin(), peer_blocks.end()}, first_layer});
+    calls.push_back(
+        {{local_blocks.begin(), local_blocks.end()}, {peer_blocks.begin(), peer_blocks.end()}, first_layer});
     move_kv(from_, calls.back().local, to_, calls.back().peer, first_layer, num_layers, dtype::f32);
   }
 

@@ -46,7 +46,8 @@ class kv_layer_streamer_nccl : public kv_plane_test {
   // Both pools' geometry as a device pool would describe it (the memory links do not read base).
   device_kv_pool geometry() const {
     const kv_cache_shape shape = a_->kv_shape();
-    const size_t block_bytes = static_cast<size_t>(shape.block_size) * a_->config().num_kv_heads * a_->config().head_dim * 4;
+    const size_t block_bytes =
+        static_cast<size_t>(shape.block_size) * a_->config().num_kv_heads * a_->config().head_dim * 4;
     return device_kv_pool{0, nullptr, num_layers(), shape.num_blocks, block_bytes, dtype::f32};
   }
 
@@ -186,7 +187,8 @@ TEST_F(kv_layer_streamer_nccl, a_second_prefill_peer_gets_its_own_id_and_a_peer_
 
 // A prefill peer whose data never comes: the decode side's receive gives up at the transfer's
 // deadline and fails it, no lease is left on either side, and the pair is dropped.
-TEST_F(kv_layer_streamer_nccl, a_peer_that_never_sends_its_data_fails_the_transfer_at_its_deadline_and_leaves_no_lease) {
+TEST_F(kv_layer_streamer_nccl,
+       a_peer_that_never_sends_its_data_fails_the_transfer_at_its_deadline_and_leaves_no_lease) {
   fabric_.drop_sends = true;
   expect(12, prefill_peer, 500ms);
   kv_sender sender({}, {});

@@ -23,7 +23,7 @@ class kv_layer_streamer_host : public kv_plane_test {
 
 TEST_F(kv_layer_streamer_host, a_second_request_streams_from_the_buffers_the_first_gave_back) {
   kv_channel_settings settings;
-  settings.allow_direct = false;  // over the socket (plain TCP), as between two processes
+  settings.allow_direct = false;                            // over the socket (plain TCP), as between two processes
   settings.pooled_idle_release = std::chrono::minutes(10);  // a slow machine's pause frees nothing
   event_log received;
   kv_receiver receiver(*b_, settings, received.receiver_events());

@@ -165,7 +165,8 @@ TEST(kv_lease_table, a_frame_that_does_not_fit_fails_its_lease_naming_why) {
     change(h, payload);
     cases.push_back({std::move(why), h, payload});
   };
-  add("the frame names request 7, the transfer is for request 101", [](kv_frame_header& h, size_t&) { h.request_id = 7; });
+  add("the frame names request 7, the transfer is for request 101",
+      [](kv_frame_header& h, size_t&) { h.request_id = 7; });
   add("the frame says its KV was written in place", [](kv_frame_header& h, size_t& p) {
     h.in_place = true;
     h.payload_bytes = p = 0;
@@ -203,12 +204,13 @@ TEST(kv_lease_table, a_frame_that_does_not_fit_fails_its_lease_naming_why) {
   const kv_frame_header bytes = frame(1, 0, 0, 4);
   const kv_frame_verdict v = table.admit(bytes, bytes.payload_bytes);
   ASSERT_TRUE(v.failed);
-  EXPECT_NE(v.failed->why.find("the frame carries bytes, the transfer expects its KV written in place"), std::string::npos);
+  EXPECT_NE(v.failed->why.find("the frame carries bytes, the transfer expects its KV written in place"),
+            std::string::npos);
 }
 
 TEST(kv_lease_table, leases_past_their_deadline_fail_naming_the_layer_furthest_behind) {
   kv_lease_table table(small_config(), small_pool, false);
-  table.expect(lease_for(1));       // deadline t0 + 10ms
+  table.expect(lease_for(1));  // deadline t0 + 10ms
   kv_expectation later = lease_for(2, 4, {7});
   later.deadline = t0 + 1s;
   table.expect(later);

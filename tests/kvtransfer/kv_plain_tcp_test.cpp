@@ -148,7 +148,8 @@ TEST_F(kv_plane_test, over_plain_tcp_a_dripping_peer_is_cut_off_and_cannot_hold_
   stop = true;
   dripping.join();
   EXPECT_LT(took, 800ms) << "the shutdown waited "
-                         << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms for the dripping peer";
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                         << " ms for the dripping peer";
 }
 
 // Each sender's connection is read on its own: while a peer drips a frame (a byte every 100 ms,
@@ -173,8 +174,7 @@ TEST_F(kv_plane_test, over_plain_tcp_a_dripping_peer_delays_no_other_sender) {
   stop = true;
   dripping.join();
   ASSERT_TRUE(taken) << receiver.stats().last_refusal;
-  EXPECT_LT(took, 400ms) << "the frame waited "
-                         << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+  EXPECT_LT(took, 400ms) << "the frame waited " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                          << " ms behind a dripping peer";
 }
 

@@ -104,14 +104,16 @@ inline kv_channel_settings zmq_channel() {
   return settings;
 }
 
-inline std::chrono::steady_clock::time_point in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
+inline std::chrono::steady_clock::time_point in(std::chrono::milliseconds d) {
+  return std::chrono::steady_clock::now() + d;
+}
 
 // Two CPU instances of stories260K (pools of 16 blocks of 4): A has prefilled the prompt.
 class kv_plane_test : public ::testing::Test {
  protected:
   static constexpr int64_t request_id = 42;
-  const std::vector<int32_t> blocks_a = {5, 2, 9};   // the prefill side's
-  const std::vector<int32_t> blocks_b = {0, 11, 6};  // the decode side's: other ids on purpose
+  const std::vector<int32_t> blocks_a = {5, 2, 9};                     // the prefill side's
+  const std::vector<int32_t> blocks_b = {0, 11, 6};                    // the decode side's: other ids on purpose
   const int num_tokens = static_cast<int>(kv_transfer_prompt.size());  // 11: 3 blocks, the last partly filled
 
   void SetUp() override {
@@ -147,7 +149,8 @@ class kv_plane_test : public ::testing::Test {
     f.header.request_id = request_id;
     f.header.token_begin = token_begin;
     f.header.token_end = token_end;
-    f.header.span = kv_span_for(a_->config(), a_->kv_shape(), static_cast<int>(ids.size()), first_layer, count, element);
+    f.header.span =
+        kv_span_for(a_->config(), a_->kv_shape(), static_cast<int>(ids.size()), first_layer, count, element);
     f.payload.resize(kv_span_bytes(f.header.span));
     f.header.payload_bytes = f.payload.size();
     a_->export_kv(ids, first_layer, count, element, f.payload);

@@ -45,7 +45,7 @@ TEST_F(kv_plane_test, a_transfer_through_the_socket_continues_bitwise_equal) {
   EXPECT_EQ(stats.num_expected, 0u);  // the lease ended with the transfer
   EXPECT_TRUE(sender.wait_idle(10s));
   EXPECT_EQ(sender.stats().num_frames, uint64_t(num_layers()));
-  EXPECT_EQ(sender.stats().num_transfers, 0u);  // finished and sent: closed
+  EXPECT_EQ(sender.stats().num_transfers, 0u);     // finished and sent: closed
   EXPECT_EQ(sender.stats().num_destinations, 1u);  // the socket is kept for the next transfer
   EXPECT_EQ(sent.size(), 0u);
   // Completed on the receiver's thread: the frames came through its socket.

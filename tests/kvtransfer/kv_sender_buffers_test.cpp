@@ -220,8 +220,8 @@ void transfers_arrive_intact_under_heavy_reuse(kv_channel_settings settings) {
   constexpr int num_layers = 6, num_threads = 4, transfers_per_thread = 6, blocks_per_transfer = 16;  // 1 MiB frames
   constexpr int num_transfers = num_threads * transfers_per_thread;
   checking_model decode_side(num_layers, num_transfers * blocks_per_transfer);
-  const kv_span_header layer_span = kv_span_for(decode_side.config(), decode_side.kv_shape(), blocks_per_transfer, 0, 1,
-                                                dtype::f32);
+  const kv_span_header layer_span =
+      kv_span_for(decode_side.config(), decode_side.kv_shape(), blocks_per_transfer, 0, 1, dtype::f32);
   const size_t frame_bytes = kv_span_bytes(layer_span);
   settings.max_pooled_bytes = 4 * frame_bytes;
   event_log received;

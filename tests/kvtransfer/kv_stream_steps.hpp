@@ -26,8 +26,8 @@ inline step_plan prefill_step(int64_t request_id, const std::vector<int32_t>& pr
   return plan;
 }
 
-// Runs `prompt` through `out` (a kv_layer_streamer, or a connector's sink) in the chunks `cuts` names ({first computed token, ...,
-// num_tokens}), each step writing every one of `num_layers` layers.
+// Runs `prompt` through `out` (a kv_layer_streamer, or a connector's sink) in the chunks `cuts` names ({first computed
+// token, ..., num_tokens}), each step writing every one of `num_layers` layers.
 inline void stream_prompt(kv_layer_sink& out, int64_t request_id, const std::vector<int32_t>& prompt,
                           const std::vector<int32_t>& blocks, const std::vector<int>& cuts, int num_layers) {
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {

@@ -134,8 +134,8 @@ class memory_pair_fabric {
 
   // Waits on `p` until `done`, the deadline or `stop`; false (the pair then aborted) on the latter.
   template <class Done>
-  static bool wait_locked(pair_state& p, std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline,
-                          const kv_link_stop& stop, Done done) {
+  static bool wait_locked(pair_state& p, std::unique_lock<std::mutex>& lock,
+                          std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop, Done done) {
     while (!done()) {
       if (p.aborted) return false;
       if (std::chrono::steady_clock::now() >= deadline || (stop && stop())) return false;
@@ -156,7 +156,8 @@ class memory_pair_fabric {
       std::unique_lock lock(p_->mutex);
       if (p_->aborted) fail(lock, "the pair was aborted: " + p_->why);
       if (side_ == kv_pair_side::decode) {
-        p_->receives.push_back({&into_, {blocks.begin(), blocks.end()}, first_layer, num_layers, ++p_->num_posted_receives});
+        p_->receives.push_back(
+            {&into_, {blocks.begin(), blocks.end()}, first_layer, num_layers, ++p_->num_posted_receives});
         ++posted_;
         match_locked(*p_);
         return;
@@ -180,7 +181,8 @@ class memory_pair_fabric {
       const bool ok = wait_locked(*p_, lock, deadline, stop, [&] {
         return side_ == kv_pair_side::decode ? p_->num_met_receives >= target : p_->num_delivered >= target;
       });
-      if (!ok) fail(lock, p_->aborted ? "the pair was aborted: " + p_->why : "the deadline passed or the wait was stopped");
+      if (!ok)
+        fail(lock, p_->aborted ? "the pair was aborted: " + p_->why : "the deadline passed or the wait was stopped");
     }
 
     bool broken() const override { return broken_; }
@@ -222,7 +224,8 @@ class memory_pair_fabric {
       return "memory pair " + std::to_string(++fabric_.num_ids_);
     }
     std::unique_ptr<kv_pair_link> join(const std::string& id, kv_pair_side side,
-                                       std::chrono::steady_clock::time_point deadline, const kv_link_stop& stop) override {
+                                       std::chrono::steady_clock::time_point deadline,
+                                       const kv_link_stop& stop) override {
       std::shared_ptr<pair_state> p = fabric_.get(id);
       std::unique_lock lock(p->mutex);
       if (p->aborted) throw std::runtime_error("memory links: pair " + id + " was aborted");

@@ -32,7 +32,7 @@ TEST(gguf_file, reads_stories260k_metadata_and_tensors) {
   EXPECT_EQ(file.tensors().size(), 48u);
   const gguf_tensor_info* k = file.find_tensor("blk.0.attn_k.weight");
   ASSERT_NE(k, nullptr);
-  EXPECT_EQ(k->dims, (std::vector<int64_t>{64, 32}));    // innermost first
+  EXPECT_EQ(k->dims, (std::vector<int64_t>{64, 32}));     // innermost first
   EXPECT_EQ(k->shape(), (std::vector<int64_t>{32, 64}));  // [out, in]
   EXPECT_EQ(k->num_bytes, 32u * 64 * 4);
 }
@@ -103,7 +103,8 @@ TEST(gguf_file, write_read_round_trip_of_all_value_types_and_tensor_types) {
   for (size_t block = 0; block < values.size() / 32; ++block) {
     float max_abs = 0;
     for (int i = 0; i < 32; ++i) max_abs = std::max(max_abs, std::fabs(values[block * 32 + i]));
-    for (int i = 0; i < 32; ++i) EXPECT_NEAR(back[block * 32 + i], values[block * 32 + i], max_abs / 127 * 0.51f + 1e-3f);
+    for (int i = 0; i < 32; ++i)
+      EXPECT_NEAR(back[block * 32 + i], values[block * 32 + i], max_abs / 127 * 0.51f + 1e-3f);
   }
   std::vector<float> f16_back(values.size());
   convert_to_f32(file.find_tensor("f16")->data, dtype::f16, f16_back);
@@ -133,7 +134,8 @@ TEST(gguf_file, truncated_and_lying_files_are_rejected) {
 TEST(gguf_file, unsupported_tensor_type_is_named_when_used) {
   testing::scratch_dir dir;
   gguf_writer writer;
-  writer.add_tensor("blk.0.attn_q.weight", static_cast<gguf_tensor_type>(16), {256}, std::vector<std::byte>(66));  // IQ2_XXS
+  writer.add_tensor("blk.0.attn_q.weight", static_cast<gguf_tensor_type>(16), {256},
+                    std::vector<std::byte>(66));  // IQ2_XXS
   writer.write(dir / "iq2.gguf");
   gguf_file file = gguf_file::open(dir / "iq2.gguf");
   expect_error([&] { file.view(file.tensors()[0], "x"); }, {"type IQ2_XXS", "blk.0.attn_q.weight", "iq2.gguf", "Q4_K"});

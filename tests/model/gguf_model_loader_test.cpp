@@ -56,10 +56,12 @@ TEST(gguf_model_loader, permutation_round_trips_and_matches_the_hf_rule) {
   // 2 heads of head_dim 4, rows tagged by their HF index.
   std::vector<float> hf_rows = {0, 1, 2, 3, 4, 5, 6, 7};
   std::vector<float> gguf_rows(8), back(8);
-  permute_rows_hf_to_gguf(reinterpret_cast<const std::byte*>(hf_rows.data()), reinterpret_cast<std::byte*>(gguf_rows.data()), 8, 4, 2);
+  permute_rows_hf_to_gguf(reinterpret_cast<const std::byte*>(hf_rows.data()),
+                          reinterpret_cast<std::byte*>(gguf_rows.data()), 8, 4, 2);
   // Interleaved pairs: per head, HF rows (0,2),(1,3) become adjacent.
   EXPECT_EQ(gguf_rows, (std::vector<float>{0, 2, 1, 3, 4, 6, 5, 7}));
-  permute_rows_gguf_to_hf(reinterpret_cast<const std::byte*>(gguf_rows.data()), reinterpret_cast<std::byte*>(back.data()), 8, 4, 2);
+  permute_rows_gguf_to_hf(reinterpret_cast<const std::byte*>(gguf_rows.data()),
+                          reinterpret_cast<std::byte*>(back.data()), 8, 4, 2);
   EXPECT_EQ(back, hf_rows);
 }
 
@@ -92,7 +94,8 @@ TEST(gguf_model_loader, unknown_gguf_architecture_is_named) {
   size_t at = whole.find("llama");
   whole.replace(at, 5, "gpt_x");
   testing::write_text(dir / "arch.gguf", whole);
-  testing::expect_error([&] { load_model({dir / "arch.gguf"}); }, {"arch.gguf", "unsupported architecture 'gpt_x'", "llama, qwen2, qwen3"});
+  testing::expect_error([&] { load_model({dir / "arch.gguf"}); },
+                        {"arch.gguf", "unsupported architecture 'gpt_x'", "llama, qwen2, qwen3"});
 }
 
 // Whether the page holding p is mapped into this process (bit 63 of its /proc/self/pagemap entry,
@@ -101,7 +104,8 @@ bool page_resident(const std::byte* p) {
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const int fd = open("/proc/self/pagemap", O_RDONLY);
   uint64_t entry = 0;
-  const bool read = fd >= 0 && pread(fd, &entry, sizeof entry, static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / page * 8)) == sizeof entry;
+  const bool read = fd >= 0 && pread(fd, &entry, sizeof entry,
+                                     static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / page * 8)) == sizeof entry;
   if (fd >= 0) close(fd);
   return read && (entry >> 63) != 0;
 }
@@ -159,7 +163,8 @@ TEST(gguf_model_loader, unpermuted_q_and_k_leave_no_mapped_pages_resident) {
   const gguf_tensor_info& v = *file.find_tensor("blk.0.attn_v.weight");
   const std::byte* v_bytes = base + (v.data - file.mapping()->data());
   unsigned sum = 0;
-  for (size_t i = 0; i < v.num_bytes; i += 64) sum += static_cast<unsigned>(reinterpret_cast<const volatile uint8_t*>(v_bytes)[i]);
+  for (size_t i = 0; i < v.num_bytes; i += 64)
+    sum += static_cast<unsigned>(reinterpret_cast<const volatile uint8_t*>(v_bytes)[i]);
   const auto [whole, resident] = resident_pages(v, file);
   ASSERT_GT(whole, 0);
   EXPECT_EQ(resident, whole) << "v's pages, just read, should be resident (sum " << sum << ")";

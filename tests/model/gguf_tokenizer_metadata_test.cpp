@@ -14,7 +14,8 @@ namespace {
 
 // HF tokenizer -> GGUF metadata -> synthesized HF tokenizer must encode and decode like the
 // original: the path every GGUF made by the model maker (and every llama.cpp GGUF) takes.
-void expect_round_trip(const std::filesystem::path& source, const std::string& expected_model, const std::string& expected_pre) {
+void expect_round_trip(const std::filesystem::path& source, const std::string& expected_model,
+                       const std::string& expected_pre) {
   testing::scratch_dir dir;
   tokenizer_sources original = load_tokenizer_sources(source);
   gguf_writer writer;
@@ -37,9 +38,10 @@ void expect_round_trip(const std::filesystem::path& source, const std::string& e
   EXPECT_EQ(a.vocab_size(), b.vocab_size());
   EXPECT_EQ(a.bos_token_id(), b.bos_token_id());
   EXPECT_EQ(a.eos_token(), b.eos_token());
-  for (const char* text : {"Hello world! It's 2024, isn't it?", "  leading spaces and trailing  ", "line\nbreaks\r\n\ttabs",
-                           "caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 emoji", "12345678 digits",
-                           "x<|im_end|>y </s> <s>", ""}) {
+  for (const char* text :
+       {"Hello world! It's 2024, isn't it?", "  leading spaces and trailing  ", "line\nbreaks\r\n\ttabs",
+        "caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 emoji", "12345678 digits",
+        "x<|im_end|>y </s> <s>", ""}) {
     std::vector<int32_t> ids = a.encode(text);
     EXPECT_EQ(b.encode(text), ids) << source << ": " << text;
     EXPECT_EQ(b.decode(ids), a.decode(ids)) << source << ": " << text;
@@ -84,7 +86,8 @@ TEST(gguf_tokenizer_metadata, phi3_vocab_matches_llama_cpp_test_ids) {
     std::vector<std::string> parts;
     const std::string marker = "\n__ggml_vocab_test__\n";
     size_t begin = 0;
-    for (size_t at; (at = text.find(marker, begin)) != std::string::npos; begin = at + marker.size()) parts.push_back(text.substr(begin, at - begin));
+    for (size_t at; (at = text.find(marker, begin)) != std::string::npos; begin = at + marker.size())
+      parts.push_back(text.substr(begin, at - begin));
     return parts;
   };
   const std::vector<std::string> inputs = split(testing::read_text(vocab.string() + ".inp"));

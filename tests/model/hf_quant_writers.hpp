@@ -183,9 +183,10 @@ inline std::vector<owned_tensor> pack_compressed_int4(const std::string& prefix,
   std::vector<float> scale(c.out * c.groups);
   for (int64_t o = 0; o < c.out; ++o)
     for (int64_t g = 0; g < c.groups; ++g) scale[o * c.groups + g] = c.scale[g * c.out + o];
-  std::vector<owned_tensor> tensors = {make_tensor(prefix + ".weight_packed", "I32", {c.out, words}, packed),
-                                       float_tensor(prefix + ".weight_scale", "BF16", {c.out, c.groups}, scale),
-                                       make_tensor(prefix + ".weight_shape", "I64", {2}, std::vector<int64_t>{c.out, c.in})};
+  std::vector<owned_tensor> tensors = {
+      make_tensor(prefix + ".weight_packed", "I32", {c.out, words}, packed),
+      float_tensor(prefix + ".weight_scale", "BF16", {c.out, c.groups}, scale),
+      make_tensor(prefix + ".weight_shape", "I64", {2}, std::vector<int64_t>{c.out, c.in})};
   if (!symmetric) {
     std::vector<int32_t> zero_point(((c.out + 7) / 8) * c.groups);
     for (int64_t w = 0; w < (c.out + 7) / 8; ++w)
@@ -203,9 +204,9 @@ inline std::vector<owned_tensor> pack_compressed_int4(const std::string& prefix,
 // An FP8 layer before writing: value(o, i) = scale of (o, i) * e4m3(code[o, i]).
 struct fp8_codes {
   int64_t out = 0, in = 0;
-  std::vector<uint8_t> code;  // [out, in], E4M3FN bytes, never NaN
+  std::vector<uint8_t> code;               // [out, in], E4M3FN bytes, never NaN
   int64_t block_rows = 0, block_cols = 0;  // one scale per block of [block_rows, block_cols]
-  std::vector<float> scale;   // [ceil(out / block_rows), ceil(in / block_cols)]
+  std::vector<float> scale;                // [ceil(out / block_rows), ceil(in / block_cols)]
 
   float scale_of(int64_t o, int64_t i) const {
     const int64_t scale_cols = (in + block_cols - 1) / block_cols;
@@ -249,8 +250,8 @@ inline float short_float(float x) {
 // symmetric with zero 8); act_order assigns columns to groups in a random order, as desc_act does.
 // Scales get 7 significant bits (exact through q4_1's f16 min), or with short_scales false the
 // f16 the tools store, whose -zero * scale then rounds in q4_1.
-inline int4_codes quantize_int4(const std::vector<float>& w, int64_t out, int64_t in, int64_t group_size, bool act_order,
-                                bool symmetric, uint32_t seed, bool short_scales = true) {
+inline int4_codes quantize_int4(const std::vector<float>& w, int64_t out, int64_t in, int64_t group_size,
+                                bool act_order, bool symmetric, uint32_t seed, bool short_scales = true) {
   int4_codes c = random_int4(out, in, group_size, act_order, symmetric, seed);  // groups; codes overwritten
   for (int64_t g = 0; g < c.groups; ++g) {
     for (int64_t o = 0; o < out; ++o) {
@@ -267,7 +268,8 @@ inline int4_codes quantize_int4(const std::vector<float>& w, int64_t out, int64_
       c.zero[g * out + o] = static_cast<uint8_t>(zero);
       for (int64_t i = 0; i < in; ++i) {
         if (c.group[i] != g) continue;
-        c.code[o * in + i] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(w[o * in + i] / scale)) + zero, 0, 15));
+        c.code[o * in + i] =
+            static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(w[o * in + i] / scale)) + zero, 0, 15));
       }
     }
   }
@@ -275,7 +277,8 @@ inline int4_codes quantize_int4(const std::vector<float>& w, int64_t out, int64_
 }
 
 // FP8 with one scale per [block_rows, block_cols] block: scale = max|w| / 448 of the block.
-inline fp8_codes quantize_fp8(const std::vector<float>& w, int64_t out, int64_t in, int64_t block_rows, int64_t block_cols) {
+inline fp8_codes quantize_fp8(const std::vector<float>& w, int64_t out, int64_t in, int64_t block_rows,
+                              int64_t block_cols) {
   fp8_codes c = random_fp8(out, in, block_rows, block_cols, 0);
   const int64_t scale_cols = (in + block_cols - 1) / block_cols;
   std::fill(c.scale.begin(), c.scale.end(), 0.0f);

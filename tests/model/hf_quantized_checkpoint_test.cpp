@@ -22,11 +22,16 @@ using testing::expect_error;
 
 const std::string layer = "model.layers.0.mlp.up_proj";
 
-hf_quantization config(const std::string& json) { return parse_hf_quantization(nlohmann::json::parse(json), "test config"); }
+hf_quantization config(const std::string& json) {
+  return parse_hf_quantization(nlohmann::json::parse(json), "test config");
+}
 
-const hf_quantization awq = config(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm"})");
-const hf_quantization gptq_v1 = config(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": false, "sym": false})");
-const hf_quantization gptq_act_order = config(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true, "sym": true})");
+const hf_quantization awq =
+    config(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm"})");
+const hf_quantization gptq_v1 =
+    config(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": false, "sym": false})");
+const hf_quantization gptq_act_order =
+    config(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true, "sym": true})");
 
 // The weights `tensors` load into (an FP8 weight with row scales views the tensors' bytes, which
 // must then outlive the store).
@@ -53,8 +58,8 @@ void expect_exact(const weight_tensor& tensor, const Codes& codes) {
   for (int64_t o = 0; o < codes.out; ++o) {
     for (int64_t i = 0; i < codes.in; ++i) {
       if (values[o * codes.in + i] != codes.value(o, i) && mismatches++ < 5) {
-        ADD_FAILURE() << tensor.name << " (" << o << ", " << i << "): loaded " << values[o * codes.in + i] << ", expected "
-                      << codes.value(o, i);
+        ADD_FAILURE() << tensor.name << " (" << o << ", " << i << "): loaded " << values[o * codes.in + i]
+                      << ", expected " << codes.value(o, i);
       }
     }
   }
@@ -88,7 +93,8 @@ TEST(hf_quantized_checkpoint, gptq_v2_and_symmetric_gptq_load_exactly_the_latter
 
   const test::int4_codes symmetric = test::random_int4(32, 256, 0, false, true, 4);  // group_size -1
   const hf_quantization per_row = config(R"({"quant_method": "gptq", "bits": 4, "group_size": -1, "sym": true})");
-  const weight_store store = load(test::pack_gptq(layer, symmetric, true, false), per_row);  // no g_idx: groups in order
+  const weight_store store =
+      load(test::pack_gptq(layer, symmetric, true, false), per_row);  // no g_idx: groups in order
   EXPECT_EQ(store.get(layer + ".weight").type, dtype::q4_0);
   expect_exact(store.get(layer + ".weight"), symmetric);
 }
@@ -144,7 +150,8 @@ TEST(hf_quantized_checkpoint, fp8_per_tensor_and_per_channel_scales_ride_beside_
       "strategy": "channel", "symmetric": true, "dynamic": false}, "input_activations": {"num_bits": 8,
       "type": "float", "strategy": "token", "dynamic": true}}}, "ignore": ["lm_head"]})");
   const test::fp8_codes per_channel = test::random_fp8(24, 96, 1, 96, 9);
-  const std::vector<test::owned_tensor> channel_tensors = test::pack_fp8(layer, per_channel, "weight_scale", "BF16", {24, 1});
+  const std::vector<test::owned_tensor> channel_tensors =
+      test::pack_fp8(layer, per_channel, "weight_scale", "BF16", {24, 1});
   const weight_store channel_store = load(channel_tensors, channel);  // views channel_tensors' bytes
   EXPECT_EQ(channel_store.get(layer + ".weight").type, dtype::fp8_e4m3);
   expect_exact(channel_store.get(layer + ".weight"), per_channel);
@@ -165,7 +172,8 @@ TEST(hf_quantized_checkpoint, fp8_block_scales_become_b128_blocks) {
       "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "group",
       "group_size": 256}}}})");
   const test::fp8_codes grouped = test::random_fp8(8, 512, 1, 256, 11);
-  expect_exact(load(test::pack_fp8(layer, grouped, "weight_scale", "BF16", {8, 2}), group).get(layer + ".weight"), grouped);
+  expect_exact(load(test::pack_fp8(layer, grouped, "weight_scale", "BF16", {8, 2}), group).get(layer + ".weight"),
+               grouped);
 }
 
 // AWQ's scales are arbitrary f16: q4_1 keeps d exactly, and m = -zero * scale loses at most half
@@ -227,7 +235,8 @@ TEST(hf_quantized_checkpoint, configs_of_every_tool_parse_and_other_methods_are_
   auto refused = [](const std::string& json, std::initializer_list<std::string> parts) {
     expect_error([&] { config(json); }, parts);
   };
-  refused(R"({"quant_method": "bitsandbytes", "load_in_4bit": true})", {"test config", "'quant_method'", "'bitsandbytes'"});
+  refused(R"({"quant_method": "bitsandbytes", "load_in_4bit": true})",
+          {"test config", "'quant_method'", "'bitsandbytes'"});
   refused(R"({"quant_method": "hqq"})", {"'hqq'", "not load"});
   refused(R"({"quant_method": "exl2"})", {"'exl2'"});
   refused(R"({"bits": 4})", {"'quant_method' is missing"});
@@ -270,7 +279,8 @@ TEST(hf_quantized_checkpoint, config_is_read_from_config_json_or_the_older_tools
   const auto old_llm_compressor = read_hf_quantization(dir.path());
   ASSERT_TRUE(old_llm_compressor);
   EXPECT_EQ(old_llm_compressor->layout, hf_quant_layout::fp8);
-  testing::write_text(dir / "config.json", R"({"quantization_config": {"quant_method": "awq", "bits": 3, "group_size": 128}})");
+  testing::write_text(dir / "config.json",
+                      R"({"quantization_config": {"quant_method": "awq", "bits": 3, "group_size": 128}})");
   expect_error([&] { read_hf_quantization(dir.path()); }, {"config.json quantization_config", "'bits' is 3"});
 }
 
@@ -296,8 +306,11 @@ TEST(hf_quantized_checkpoint, bad_tensors_are_refused_naming_the_tensor) {
   test::fp8_codes fp8 = test::random_fp8(16, 128, 1, 128, 15);
   fp8.scale[3] = std::numeric_limits<float>::infinity();
   const hf_quantization fp8_config = config(R"({"quant_method": "fp8"})");
-  expect_error([&] { load(test::pack_fp8(layer, fp8, "weight_scale", "F32", {16, 1}), fp8_config); },
-               {layer + ".weight_scale", "element 3", "NaN or infinite"});
+  expect_error(
+      [&] {
+        load(test::pack_fp8(layer, fp8, "weight_scale", "F32", {16, 1}), fp8_config);
+      },
+      {layer + ".weight_scale", "element 3", "NaN or infinite"});
 
   // desc_act without g_idx.
   const test::int4_codes act_order = test::random_int4(32, 256, 128, true, true, 16);

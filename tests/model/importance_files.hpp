@@ -18,8 +18,8 @@
 namespace troupe::testing {
 
 // `means`: tensor name -> mean square per column (one matrix each); `count` activations each.
-inline void write_gguf_imatrix(const std::filesystem::path& path, const std::map<std::string, std::vector<float>>& means,
-                               float count = 512.0f) {
+inline void write_gguf_imatrix(const std::filesystem::path& path,
+                               const std::map<std::string, std::vector<float>>& means, float count = 512.0f) {
   gguf_writer writer;
   writer.set("general.type", gguf_value::string("imatrix"));
   writer.set("imatrix.datasets", gguf_value::array(gguf_value_type::string, {"calibration.txt"}));
@@ -33,14 +33,15 @@ inline void write_gguf_imatrix(const std::filesystem::path& path, const std::map
   for (const auto& [name, values] : means) {
     std::vector<float> sums(values);
     for (float& v : sums) v *= count;
-    writer.add_tensor(name + ".in_sum2", gguf_tensor_type::f32, {static_cast<int64_t>(values.size()), 1}, bytes_of(sums));
+    writer.add_tensor(name + ".in_sum2", gguf_tensor_type::f32, {static_cast<int64_t>(values.size()), 1},
+                      bytes_of(sums));
     writer.add_tensor(name + ".counts", gguf_tensor_type::f32, {1, 1}, bytes_of({count}));
   }
   writer.write(path);
 }
 
-inline void write_legacy_imatrix(const std::filesystem::path& path, const std::map<std::string, std::vector<float>>& means,
-                                 int32_t calls = 10) {
+inline void write_legacy_imatrix(const std::filesystem::path& path,
+                                 const std::map<std::string, std::vector<float>>& means, int32_t calls = 10) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   auto put_i32 = [&](int32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
   put_i32(static_cast<int32_t>(means.size()));

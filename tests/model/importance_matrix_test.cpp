@@ -32,7 +32,8 @@ TEST(importance_matrix, both_formats_read_back_the_means) {
       const std::vector<float>* values = matrix.find(tensor);
       ASSERT_NE(values, nullptr) << name << " " << tensor;
       ASSERT_EQ(values->size(), expected.size());
-      for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR((*values)[i], expected[i], 1e-6f * (1 + expected[i])) << name;
+      for (size_t i = 0; i < expected.size(); ++i)
+        EXPECT_NEAR((*values)[i], expected[i], 1e-6f * (1 + expected[i])) << name;
     }
     EXPECT_EQ(matrix.find("blk.1.attn_q.weight"), nullptr);
     EXPECT_EQ(matrix.datasets, std::vector<std::string>{"calibration.txt"}) << name;
@@ -70,20 +71,23 @@ TEST(importance_matrix, broken_files_are_refused_naming_file_and_entry) {
   expect_error([&] { load_importance_matrix(dir / "none.dat"); }, {"none.dat", "cannot be opened"});
 
   testing::write_legacy_imatrix(dir / "negative.dat", {{"blk.0.attn_k.weight", {1.0f, -2.0f}}});
-  expect_error([&] { load_importance_matrix(dir / "negative.dat"); }, {"negative.dat", "blk.0.attn_k.weight", "value 1"});
+  expect_error([&] { load_importance_matrix(dir / "negative.dat"); },
+               {"negative.dat", "blk.0.attn_k.weight", "value 1"});
   testing::write_gguf_imatrix(dir / "nan.gguf", {{"blk.0.attn_k.weight", {1.0f, NAN}}});
   expect_error([&] { load_importance_matrix(dir / "nan.gguf"); }, {"nan.gguf", "blk.0.attn_k.weight", "finite"});
 
   gguf_writer no_counts;
   no_counts.add_tensor("blk.0.attn_q.weight.in_sum2", gguf_tensor_type::f32, {2, 1}, std::vector<std::byte>(8));
   no_counts.write(dir / "no_counts.gguf");
-  expect_error([&] { load_importance_matrix(dir / "no_counts.gguf"); }, {"no_counts.gguf", "blk.0.attn_q.weight", "no counts"});
+  expect_error([&] { load_importance_matrix(dir / "no_counts.gguf"); },
+               {"no_counts.gguf", "blk.0.attn_q.weight", "no counts"});
 
   gguf_writer f16_sums;
   f16_sums.add_tensor("blk.0.attn_q.weight.in_sum2", gguf_tensor_type::f16, {2, 1}, std::vector<std::byte>(4));
   f16_sums.add_tensor("blk.0.attn_q.weight.counts", gguf_tensor_type::f32, {1, 1}, std::vector<std::byte>(4));
   f16_sums.write(dir / "f16.gguf");
-  expect_error([&] { load_importance_matrix(dir / "f16.gguf"); }, {"f16.gguf", "blk.0.attn_q.weight.in_sum2", "F16", "F32"});
+  expect_error([&] { load_importance_matrix(dir / "f16.gguf"); },
+               {"f16.gguf", "blk.0.attn_q.weight.in_sum2", "F16", "F32"});
 
   gguf_writer model_file;
   model_file.add_tensor("token_embd.weight", gguf_tensor_type::f32, {2, 1}, std::vector<std::byte>(8));

@@ -101,11 +101,12 @@ TEST(kv_span, conversions_between_every_kv_type_go_through_f32) {
     // a sixteenth for fp8's 3 mantissa bits, half a step of max|block| / 127 for q8_0.
     for (size_t i = 0; i < count; ++i) {
       const double x = values[i], y = decoded[i];
-      const double bound = from == dtype::f32 ? 0.0
-                           : from == dtype::f16 ? std::fabs(x) * 0x1p-11
+      const double bound = from == dtype::f32    ? 0.0
+                           : from == dtype::f16  ? std::fabs(x) * 0x1p-11
                            : from == dtype::bf16 ? std::fabs(x) * 0x1p-8
-                           : from == dtype::fp8_e4m3 ? (std::fabs(x) > 448 ? std::fabs(x) - 448 : std::fabs(x) / 16 + 0x1p-10)
-                                                     : 1000.0 / 127 / 2 * 1.001;
+                           : from == dtype::fp8_e4m3
+                               ? (std::fabs(x) > 448 ? std::fabs(x) - 448 : std::fabs(x) / 16 + 0x1p-10)
+                               : 1000.0 / 127 / 2 * 1.001;
       ASSERT_LE(std::fabs(x - y), bound) << dtype_name(from) << " element " << i << ": " << x << " became " << y;
     }
   }

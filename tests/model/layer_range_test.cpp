@@ -53,11 +53,17 @@ TEST(layer_range, default_is_the_whole_model) {
 
 TEST(layer_range, pipeline_stages_must_cover_every_layer_once_in_order) {
   EXPECT_NO_THROW(check_pipeline_ranges({{0, 2}, {2, 5}}, 5));
-  EXPECT_NE(error_of([] { check_pipeline_ranges({{0, 2}, {3, 5}}, 5); }).find("layers 2-2 are in no stage"),
+  EXPECT_NE(error_of([] {
+              check_pipeline_ranges({{0, 2}, {3, 5}}, 5);
+            }).find("layers 2-2 are in no stage"),
             std::string::npos);
-  EXPECT_NE(error_of([] { check_pipeline_ranges({{0, 3}, {2, 5}}, 5); }).find("layer 2 is in an earlier stage"),
+  EXPECT_NE(error_of([] {
+              check_pipeline_ranges({{0, 3}, {2, 5}}, 5);
+            }).find("layer 2 is in an earlier stage"),
             std::string::npos);
-  EXPECT_NE(error_of([] { check_pipeline_ranges({{0, 2}, {2, 4}}, 5); }).find("layers 4-4 are in no stage"),
+  EXPECT_NE(error_of([] {
+              check_pipeline_ranges({{0, 2}, {2, 4}}, 5);
+            }).find("layers 4-4 are in no stage"),
             std::string::npos);
   EXPECT_NE(error_of([] { check_pipeline_ranges({}, 5); }).find("at least one stage"), std::string::npos);
 }
@@ -65,8 +71,7 @@ TEST(layer_range, pipeline_stages_must_cover_every_layer_once_in_order) {
 TEST(layer_range, split_by_bytes_balances_the_stages) {
   const std::vector<size_t> equal(32, 100);
   EXPECT_EQ(split_layers_by_bytes(equal, 0, 0, 2), (std::vector<layer_range>{{0, 16}, {16, 32}}));
-  EXPECT_EQ(split_layers_by_bytes(equal, 0, 0, 4),
-            (std::vector<layer_range>{{0, 8}, {8, 16}, {16, 24}, {24, 32}}));
+  EXPECT_EQ(split_layers_by_bytes(equal, 0, 0, 4), (std::vector<layer_range>{{0, 8}, {8, 16}, {16, 24}, {24, 32}}));
   // A large embedding on the first stage and head on the last push layers to the middle.
   const std::vector<layer_range> with_ends = split_layers_by_bytes(std::vector<size_t>(8, 100), 400, 400, 2);
   EXPECT_EQ(with_ends, (std::vector<layer_range>{{0, 4}, {4, 8}}));
@@ -76,7 +81,9 @@ TEST(layer_range, split_by_bytes_balances_the_stages) {
   const std::vector<layer_range> lopsided = split_layers_by_bytes({1000, 1, 1, 1}, 0, 0, 4);
   EXPECT_EQ(lopsided, (std::vector<layer_range>{{0, 1}, {1, 2}, {2, 3}, {3, 4}}));
   check_pipeline_ranges(lopsided, 4);
-  EXPECT_NE(error_of([] { split_layers_by_bytes({1, 2}, 0, 0, 3); }).find("cannot split 2 layers into 3"),
+  EXPECT_NE(error_of([] {
+              split_layers_by_bytes({1, 2}, 0, 0, 3);
+            }).find("cannot split 2 layers into 3"),
             std::string::npos);
 }
 

@@ -13,10 +13,19 @@ using nlohmann::json;
 using testing::expect_error;
 
 json llama_config() {
-  return {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 172},
-          {"num_hidden_layers", 2}, {"num_attention_heads", 8}, {"num_key_value_heads", 4},
-          {"vocab_size", 512}, {"max_position_embeddings", 512}, {"rms_norm_eps", 1e-5},
-          {"rope_theta", 10000.0}, {"tie_word_embeddings", true}, {"bos_token_id", 1}, {"eos_token_id", 2}};
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"hidden_size", 64},
+          {"intermediate_size", 172},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 8},
+          {"num_key_value_heads", 4},
+          {"vocab_size", 512},
+          {"max_position_embeddings", 512},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},
+          {"tie_word_embeddings", true},
+          {"bos_token_id", 1},
+          {"eos_token_id", 2}};
 }
 
 TEST(loader_hf_config, reads_stories260k) {
@@ -39,8 +48,11 @@ TEST(loader_hf_config, reads_stories260k) {
 
 TEST(loader_hf_config, llama3_rope_scaling_and_eos_list_merged_with_generation_config) {
   json config = llama_config();
-  config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
-                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  config["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", 32.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 8192}};
   config["eos_token_id"] = {128001, 128008};
   json generation = {{"eos_token_id", {128001, 128009}}};
   model_config parsed = parse_hf_config(config, generation);
@@ -73,7 +85,8 @@ TEST(loader_hf_config, rope_scaling_types_of_the_families) {
   EXPECT_FLOAT_EQ(yarn.beta_fast, 32.0f);
   config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
   EXPECT_EQ(parse_hf_config(config).rope_scaling->type, rope_scaling_type::linear);
-  EXPECT_EQ(parse_hf_config(config).rope_scaling->original_max_position_embeddings, 32768);  // the context it was trained at
+  EXPECT_EQ(parse_hf_config(config).rope_scaling->original_max_position_embeddings,
+            32768);  // the context it was trained at
   config["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
   EXPECT_EQ(parse_hf_config(config).rope_scaling->type, rope_scaling_type::dynamic);
   config["rope_scaling"] = {{"rope_type", "default"}};
@@ -83,10 +96,19 @@ TEST(loader_hf_config, rope_scaling_types_of_the_families) {
 }
 
 json mixtral_config() {
-  return {{"architectures", {"MixtralForCausalLM"}}, {"hidden_size", 4096}, {"intermediate_size", 14336},
-          {"num_local_experts", 8}, {"num_experts_per_tok", 2}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
-          {"num_key_value_heads", 8}, {"max_position_embeddings", 32768}, {"rope_theta", 1e6}, {"sliding_window", nullptr},
-          {"vocab_size", 32000}, {"rms_norm_eps", 1e-5}};
+  return {{"architectures", {"MixtralForCausalLM"}},
+          {"hidden_size", 4096},
+          {"intermediate_size", 14336},
+          {"num_local_experts", 8},
+          {"num_experts_per_tok", 2},
+          {"num_hidden_layers", 32},
+          {"num_attention_heads", 32},
+          {"num_key_value_heads", 8},
+          {"max_position_embeddings", 32768},
+          {"rope_theta", 1e6},
+          {"sliding_window", nullptr},
+          {"vocab_size", 32000},
+          {"rms_norm_eps", 1e-5}};
 }
 
 TEST(loader_hf_config, mixture_of_experts_families) {
@@ -99,11 +121,24 @@ TEST(loader_hf_config, mixture_of_experts_families) {
   EXPECT_EQ(mixtral.moe.scoring, router_scoring::softmax);
 
   // Qwen3-30B-A3B's config.json.
-  json qwen3 = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"hidden_size", 2048}, {"intermediate_size", 6144},
-                {"moe_intermediate_size", 768}, {"num_experts", 128}, {"num_experts_per_tok", 8}, {"norm_topk_prob", true},
-                {"num_hidden_layers", 48}, {"num_attention_heads", 32}, {"num_key_value_heads", 4}, {"head_dim", 128},
-                {"vocab_size", 151936}, {"max_position_embeddings", 40960}, {"rope_theta", 1000000}, {"decoder_sparse_step", 1},
-                {"mlp_only_layers", json::array()}, {"sliding_window", nullptr}, {"use_sliding_window", false}};
+  json qwen3 = {{"architectures", {"Qwen3MoeForCausalLM"}},
+                {"hidden_size", 2048},
+                {"intermediate_size", 6144},
+                {"moe_intermediate_size", 768},
+                {"num_experts", 128},
+                {"num_experts_per_tok", 8},
+                {"norm_topk_prob", true},
+                {"num_hidden_layers", 48},
+                {"num_attention_heads", 32},
+                {"num_key_value_heads", 4},
+                {"head_dim", 128},
+                {"vocab_size", 151936},
+                {"max_position_embeddings", 40960},
+                {"rope_theta", 1000000},
+                {"decoder_sparse_step", 1},
+                {"mlp_only_layers", json::array()},
+                {"sliding_window", nullptr},
+                {"use_sliding_window", false}};
   model_config q3 = parse_hf_config(qwen3);
   EXPECT_EQ(q3.arch, architecture::qwen3_moe);
   EXPECT_TRUE(q3.qk_norm);
@@ -118,10 +153,19 @@ TEST(loader_hf_config, mixture_of_experts_families) {
   expect_error([&] { parse_hf_config(qwen3); }, {"num_experts_per_tok", "129"});
 
   // Qwen1.5-MoE-A2.7B: a shared expert, no renormalisation, qkv bias.
-  json qwen2 = {{"architectures", {"Qwen2MoeForCausalLM"}}, {"hidden_size", 2048}, {"intermediate_size", 5632},
-                {"moe_intermediate_size", 1408}, {"shared_expert_intermediate_size", 5632}, {"num_experts", 60},
-                {"num_experts_per_tok", 4}, {"norm_topk_prob", false}, {"num_hidden_layers", 24}, {"num_attention_heads", 16},
-                {"num_key_value_heads", 16}, {"vocab_size", 151936}, {"max_position_embeddings", 8192}};
+  json qwen2 = {{"architectures", {"Qwen2MoeForCausalLM"}},
+                {"hidden_size", 2048},
+                {"intermediate_size", 5632},
+                {"moe_intermediate_size", 1408},
+                {"shared_expert_intermediate_size", 5632},
+                {"num_experts", 60},
+                {"num_experts_per_tok", 4},
+                {"norm_topk_prob", false},
+                {"num_hidden_layers", 24},
+                {"num_attention_heads", 16},
+                {"num_key_value_heads", 16},
+                {"vocab_size", 151936},
+                {"max_position_embeddings", 8192}};
   model_config q2 = parse_hf_config(qwen2);
   EXPECT_EQ(q2.arch, architecture::qwen2_moe);
   EXPECT_TRUE(q2.attention_bias);
@@ -134,14 +178,33 @@ TEST(loader_hf_config, mixture_of_experts_families) {
 TEST(loader_hf_config, gpt_oss) {
   json layer_types = json::array();
   for (int i = 0; i < 24; ++i) layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
-  json config = {{"architectures", {"GptOssForCausalLM"}}, {"hidden_size", 2880}, {"intermediate_size", 2880},
-                 {"num_local_experts", 32}, {"num_experts_per_tok", 4}, {"experts_per_token", 4}, {"num_hidden_layers", 24},
-                 {"num_attention_heads", 64}, {"num_key_value_heads", 8}, {"head_dim", 64}, {"vocab_size", 201088},
-                 {"max_position_embeddings", 131072}, {"rope_theta", 150000}, {"sliding_window", 128}, {"layer_types", layer_types},
-                 {"swiglu_limit", 7.0}, {"attention_bias", true}, {"tie_word_embeddings", false}, {"rms_norm_eps", 1e-5},
+  json config = {{"architectures", {"GptOssForCausalLM"}},
+                 {"hidden_size", 2880},
+                 {"intermediate_size", 2880},
+                 {"num_local_experts", 32},
+                 {"num_experts_per_tok", 4},
+                 {"experts_per_token", 4},
+                 {"num_hidden_layers", 24},
+                 {"num_attention_heads", 64},
+                 {"num_key_value_heads", 8},
+                 {"head_dim", 64},
+                 {"vocab_size", 201088},
+                 {"max_position_embeddings", 131072},
+                 {"rope_theta", 150000},
+                 {"sliding_window", 128},
+                 {"layer_types", layer_types},
+                 {"swiglu_limit", 7.0},
+                 {"attention_bias", true},
+                 {"tie_word_embeddings", false},
+                 {"rms_norm_eps", 1e-5},
                  {"hidden_act", "silu"},
-                 {"rope_scaling", {{"beta_fast", 32.0}, {"beta_slow", 1.0}, {"factor", 32.0}, {"original_max_position_embeddings", 4096},
-                                   {"rope_type", "yarn"}, {"truncate", false}}}};
+                 {"rope_scaling",
+                  {{"beta_fast", 32.0},
+                   {"beta_slow", 1.0},
+                   {"factor", 32.0},
+                   {"original_max_position_embeddings", 4096},
+                   {"rope_type", "yarn"},
+                   {"truncate", false}}}};
   model_config c = parse_hf_config(config);
   EXPECT_EQ(c.arch, architecture::gpt_oss);
   EXPECT_EQ(c.moe.scoring, router_scoring::softmax_over_top_k);
@@ -163,11 +226,21 @@ TEST(loader_hf_config, gpt_oss) {
 }
 
 TEST(loader_hf_config, gemma2_and_gemma3) {
-  json gemma2 = {{"architectures", {"Gemma2ForCausalLM"}}, {"hidden_size", 2304}, {"intermediate_size", 9216},
-                 {"num_hidden_layers", 26}, {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 256},
-                 {"query_pre_attn_scalar", 256}, {"attn_logit_softcapping", 50.0}, {"final_logit_softcapping", 30.0},
-                 {"sliding_window", 4096}, {"hidden_activation", "gelu_pytorch_tanh"}, {"vocab_size", 256000},
-                 {"max_position_embeddings", 8192}, {"rope_theta", 10000}};
+  json gemma2 = {{"architectures", {"Gemma2ForCausalLM"}},
+                 {"hidden_size", 2304},
+                 {"intermediate_size", 9216},
+                 {"num_hidden_layers", 26},
+                 {"num_attention_heads", 8},
+                 {"num_key_value_heads", 4},
+                 {"head_dim", 256},
+                 {"query_pre_attn_scalar", 256},
+                 {"attn_logit_softcapping", 50.0},
+                 {"final_logit_softcapping", 30.0},
+                 {"sliding_window", 4096},
+                 {"hidden_activation", "gelu_pytorch_tanh"},
+                 {"vocab_size", 256000},
+                 {"max_position_embeddings", 8192},
+                 {"rope_theta", 10000}};
   model_config g2 = parse_hf_config(gemma2);
   EXPECT_EQ(g2.arch, architecture::gemma2);
   EXPECT_EQ(g2.activation, activation_kind::gelu_tanh);
@@ -181,12 +254,24 @@ TEST(loader_hf_config, gemma2_and_gemma3) {
   gemma2["hidden_activation"] = "relu";
   expect_error([&] { parse_hf_config(gemma2); }, {"relu", "gelu_pytorch_tanh"});
 
-  json gemma3 = {{"architectures", {"Gemma3ForCausalLM"}}, {"hidden_size", 1152}, {"intermediate_size", 6912},
-                 {"num_hidden_layers", 26}, {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"head_dim", 256},
-                 {"query_pre_attn_scalar", 256}, {"sliding_window", 512}, {"sliding_window_pattern", 6},
-                 {"rope_local_base_freq", 10000}, {"rope_theta", 1000000}, {"rope_scaling", nullptr},
-                 {"final_logit_softcapping", nullptr}, {"attn_logit_softcapping", nullptr}, {"vocab_size", 262144},
-                 {"max_position_embeddings", 32768}, {"hidden_activation", "gelu_pytorch_tanh"}};
+  json gemma3 = {{"architectures", {"Gemma3ForCausalLM"}},
+                 {"hidden_size", 1152},
+                 {"intermediate_size", 6912},
+                 {"num_hidden_layers", 26},
+                 {"num_attention_heads", 4},
+                 {"num_key_value_heads", 1},
+                 {"head_dim", 256},
+                 {"query_pre_attn_scalar", 256},
+                 {"sliding_window", 512},
+                 {"sliding_window_pattern", 6},
+                 {"rope_local_base_freq", 10000},
+                 {"rope_theta", 1000000},
+                 {"rope_scaling", nullptr},
+                 {"final_logit_softcapping", nullptr},
+                 {"attn_logit_softcapping", nullptr},
+                 {"vocab_size", 262144},
+                 {"max_position_embeddings", 32768},
+                 {"hidden_activation", "gelu_pytorch_tanh"}};
   model_config g3 = parse_hf_config(gemma3);
   EXPECT_EQ(g3.arch, architecture::gemma3);
   EXPECT_TRUE(g3.qk_norm);
@@ -203,11 +288,20 @@ TEST(loader_hf_config, phi3_longrope_and_partial_rotary) {
     long_factor.push_back(1.0 + 0.5 * i);
   }
   // Phi-4-mini: 3/4 of each 128-wide head rotates.
-  json config = {{"architectures", {"Phi3ForCausalLM"}}, {"hidden_size", 3072}, {"intermediate_size", 8192},
-                 {"num_hidden_layers", 32}, {"num_attention_heads", 24}, {"num_key_value_heads", 8},
-                 {"max_position_embeddings", 131072}, {"original_max_position_embeddings", 4096},
-                 {"partial_rotary_factor", 0.75}, {"rope_theta", 10000}, {"vocab_size", 200064}, {"hidden_act", "silu"},
-                 {"rope_scaling", {{"type", "longrope"}, {"short_factor", short_factor}, {"long_factor", long_factor}}}};
+  json config = {
+      {"architectures", {"Phi3ForCausalLM"}},
+      {"hidden_size", 3072},
+      {"intermediate_size", 8192},
+      {"num_hidden_layers", 32},
+      {"num_attention_heads", 24},
+      {"num_key_value_heads", 8},
+      {"max_position_embeddings", 131072},
+      {"original_max_position_embeddings", 4096},
+      {"partial_rotary_factor", 0.75},
+      {"rope_theta", 10000},
+      {"vocab_size", 200064},
+      {"hidden_act", "silu"},
+      {"rope_scaling", {{"type", "longrope"}, {"short_factor", short_factor}, {"long_factor", long_factor}}}};
   model_config c = parse_hf_config(config);
   EXPECT_EQ(c.arch, architecture::phi3);
   EXPECT_EQ(c.head_dim, 128);
@@ -234,7 +328,7 @@ TEST(loader_hf_config, a_sliding_window_applies_where_the_family_uses_it) {
   EXPECT_EQ(c.max_position_embeddings, 32768);  // no longer capped to the window
   EXPECT_EQ(c.sliding_window, 4096);
   EXPECT_EQ(c.sliding_layers, std::vector<bool>(c.num_layers, true));  // Mistral v0.1: every layer
-  config["sliding_window"] = nullptr;  // Mistral v0.2+: no window
+  config["sliding_window"] = nullptr;                                  // Mistral v0.2+: no window
   EXPECT_EQ(parse_hf_config(config).sliding_window, 0);
 
   config["architectures"] = {"Qwen2ForCausalLM"};
@@ -251,8 +345,8 @@ TEST(loader_hf_config, a_sliding_window_applies_where_the_family_uses_it) {
 TEST(loader_hf_config, unknown_architecture_names_it_and_the_supported_ones) {
   json config = llama_config();
   config["architectures"] = {"GPTNeoXForCausalLM"};
-  expect_error([&] { parse_hf_config(config); },
-               {"GPTNeoXForCausalLM", "LlamaForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM"});
+  expect_error([&] { parse_hf_config(config); }, {"GPTNeoXForCausalLM", "LlamaForCausalLM", "Qwen3MoeForCausalLM",
+                                                  "GptOssForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM"});
 }
 
 TEST(loader_hf_config, missing_field_and_missing_file_are_named) {

@@ -62,8 +62,9 @@ TEST(loader_model_loader, shape_mismatch_names_tensor_and_both_shapes) {
   }
   write_safetensors(dir / "model.safetensors", tensors);
   copy_configs(dir.path());
-  expect_error([&] { load_model({dir.path()}); },
-               {"tensor model.layers.2.self_attn.k_proj.weight has shape [16,64], expected [32,64] from", "config.json"});
+  expect_error(
+      [&] { load_model({dir.path()}); },
+      {"tensor model.layers.2.self_attn.k_proj.weight has shape [16,64], expected [32,64] from", "config.json"});
 }
 
 TEST(loader_model_loader, missing_tensor_and_missing_weights_are_named) {
@@ -117,7 +118,7 @@ TEST(loader_model_loader, non_finite_values_are_found_in_every_float_type) {
   f32[9000] = 3.0e38f;  // large but finite
   EXPECT_FALSE(first_non_finite(tensor_of(dtype::f32, f32.data(), f32.size() * 4, 10000)));
   std::vector<uint16_t> half(5000, 0x3c00);  // f16 1.0
-  half[4999] = 0x7bff;                        // f16's largest finite
+  half[4999] = 0x7bff;                       // f16's largest finite
   EXPECT_FALSE(first_non_finite(tensor_of(dtype::f16, half.data(), half.size() * 2, 5000)));
   half[17] = 0xfc00;  // -inf
   EXPECT_EQ(first_non_finite(tensor_of(dtype::f16, half.data(), half.size() * 2, 5000)), 17);

@@ -63,8 +63,9 @@ TEST_P(loader_model_maker, hf_and_gguf_hold_the_same_weights) {
   loaded_model hf = load_model({made.hf_dir});
   loaded_model gguf = load_model({made.gguf_path});
   EXPECT_EQ(hf.config.arch, made.config.arch);
-  EXPECT_EQ(gguf.config.arch, arch == "mistral" ? architecture::llama : made.config.arch);  // llama.cpp runs Mistral as llama
-  EXPECT_EQ(hf.config.vocab_size, 512);  // fixed by the tokenizer
+  EXPECT_EQ(gguf.config.arch,
+            arch == "mistral" ? architecture::llama : made.config.arch);  // llama.cpp runs Mistral as llama
+  EXPECT_EQ(hf.config.vocab_size, 512);                                   // fixed by the tokenizer
   EXPECT_EQ(gguf.config.vocab_size, 512);
   EXPECT_EQ(gguf.config.head_dim, hf.config.head_dim);
   EXPECT_EQ(gguf.config.intermediate_size, hf.config.intermediate_size);
@@ -91,7 +92,8 @@ TEST_P(loader_model_maker, hf_and_gguf_hold_the_same_weights) {
   if (scaled) {
     EXPECT_EQ(gguf.config.rope_scaling->type, hf.config.rope_scaling->type);
     EXPECT_EQ(gguf.config.rope_scaling->truncate, hf.config.rope_scaling->truncate);
-    EXPECT_EQ(gguf.config.rope_scaling->original_max_position_embeddings, hf.config.rope_scaling->original_max_position_embeddings);
+    EXPECT_EQ(gguf.config.rope_scaling->original_max_position_embeddings,
+              hf.config.rope_scaling->original_max_position_embeddings);
   }
   EXPECT_EQ(gguf.config.eos_token_ids, hf.config.eos_token_ids);
   EXPECT_EQ(hf.config.bos_token_id, 1);
@@ -121,15 +123,15 @@ TEST_P(loader_model_maker, hf_and_gguf_hold_the_same_weights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(arches, loader_model_maker,
-                         ::testing::Values("llama", "llama3", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
-                                           "gpt_oss", "gemma2", "gemma3", "phi3"));
+                         ::testing::Values("llama", "llama3", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
+                                           "qwen3_moe", "gpt_oss", "gemma2", "gemma3", "phi3"));
 
 // llama.cpp itself (node-llama-cpp, offline) loads every architecture's GGUF, Q8_0 included,
 // and decodes: tensor names, shapes, metadata and tokenizer are all what it expects.
 TEST(loader_model_maker_options, llama_cpp_loads_and_runs_every_arch) {
   testing::scratch_dir dir;
-  const std::vector<std::string> arches = {"llama", "llama3", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
-                                           "qwen3_moe", "gpt_oss", "gemma2", "gemma3", "phi3"};
+  const std::vector<std::string> arches = {"llama",     "llama3",    "mistral", "qwen2",  "qwen3",  "mixtral",
+                                           "qwen2_moe", "qwen3_moe", "gpt_oss", "gemma2", "gemma3", "phi3"};
   std::vector<std::filesystem::path> ggufs;
   for (const auto& arch : arches) {
     model_maker_options options = small_model(arch, dir / arch);

@@ -12,7 +12,9 @@
 
 namespace troupe::testing {
 
-inline std::filesystem::path shared_model_dir() { return std::filesystem::path(TROUPE_SHARED_DIR) / "models/stories260K"; }
+inline std::filesystem::path shared_model_dir() {
+  return std::filesystem::path(TROUPE_SHARED_DIR) / "models/stories260K";
+}
 
 inline void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -32,7 +34,8 @@ void expect_error(F&& call, std::initializer_list<std::string> parts) {
     ADD_FAILURE() << "expected an error mentioning '" << *parts.begin() << "'";
   } catch (const std::exception& e) {
     std::string message = e.what();
-    for (const auto& part : parts) EXPECT_NE(message.find(part), std::string::npos) << "message: " << message << "\nmissing: " << part;
+    for (const auto& part : parts)
+      EXPECT_NE(message.find(part), std::string::npos) << "message: " << message << "\nmissing: " << part;
   }
 }
 

@@ -33,8 +33,9 @@ TEST(loader_tokenizer_sources, gguf_llama_tokenizer_matches_the_hf_one) {
   tokenizer from_hf = tokenizer::from_json(hf.tokenizer_json, hf.tokenizer_config);
   tokenizer from_gguf = tokenizer::from_json(gguf.tokenizer_json, gguf.tokenizer_config);
   EXPECT_EQ(from_gguf.encode("Once upon a time"), (std::vector<int32_t>{1, 403, 407, 261, 378}));
-  for (const char* text : {"Zoo", "Lily wanted", "  two  spaces\nnew line\ttab", "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80", "",
-                           "She said, \"Hello!\" 123 4567."}) {
+  for (const char* text :
+       {"Zoo", "Lily wanted", "  two  spaces\nnew line\ttab", "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80",
+        "", "She said, \"Hello!\" 123 4567."}) {
     std::vector<int32_t> ids = from_gguf.encode(text);
     EXPECT_EQ(ids, from_hf.encode(text)) << text;
     EXPECT_EQ(from_gguf.decode(ids, true), from_hf.decode(ids, true)) << text;

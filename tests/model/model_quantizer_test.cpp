@@ -38,7 +38,8 @@ made_model make_small_model(const std::filesystem::path& out, bool tied = false)
   return make_model(options);
 }
 
-quantize_options options_for(const std::filesystem::path& in, const std::filesystem::path& out, const std::string& type) {
+quantize_options options_for(const std::filesystem::path& in, const std::filesystem::path& out,
+                             const std::string& type) {
   quantize_options options;
   options.input = in;
   options.output = out;
@@ -70,7 +71,8 @@ double relative_error(const std::vector<float>& x, const std::vector<float>& y, 
 class model_quantizer_test : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (auto missing = test::missing_shared_model(test::stories260k_dir / "hf"); !missing.empty()) GTEST_SKIP() << missing;
+    if (auto missing = test::missing_shared_model(test::stories260k_dir / "hf"); !missing.empty())
+      GTEST_SKIP() << missing;
   }
   testing::scratch_dir dir_;
 };
@@ -139,8 +141,9 @@ TEST_F(model_quantizer_test, an_hf_directory_gives_the_same_tensors_as_its_gguf_
       ASSERT_EQ(ta.num_bytes, tb->num_bytes) << type << " " << ta.name;
       EXPECT_EQ(std::memcmp(ta.data, tb->data, ta.num_bytes), 0) << type << " " << ta.name << " differs";
     }
-    for (const char* key : {"general.architecture", "llama.block_count", "llama.embedding_length", "llama.attention.head_count_kv",
-                            "llama.rope.freq_base", "tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.bos_token_id"}) {
+    for (const char* key :
+         {"general.architecture", "llama.block_count", "llama.embedding_length", "llama.attention.head_count_kv",
+          "llama.rope.freq_base", "tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.bos_token_id"}) {
       ASSERT_NE(b.find(key), nullptr) << key;
       EXPECT_EQ(a.find(key)->value, b.find(key)->value) << key;
     }
@@ -192,9 +195,12 @@ TEST_F(model_quantizer_test, threads_change_no_byte) {
 
 TEST_F(model_quantizer_test, bad_inputs_are_refused_naming_what_is_wrong) {
   const made_model made = make_small_model(dir_ / "model");
-  expect_error([&] { model_quantizer(options_for(made.gguf_path, dir_ / "x.gguf", "Q9_K")); }, {"Q9_K", "Q4_K_M", "IQ4_XS"});
-  expect_error([&] { model_quantizer(options_for(dir_ / "nowhere.gguf", dir_ / "x.gguf", "Q8_0")); }, {"nowhere.gguf", "does not exist"});
-  expect_error([&] { model_quantizer(options_for(made.gguf_path, dir_ / "x.gguf", "Q2_K_S")); }, {"Q2_K_S", "importance matrix"});
+  expect_error([&] { model_quantizer(options_for(made.gguf_path, dir_ / "x.gguf", "Q9_K")); },
+               {"Q9_K", "Q4_K_M", "IQ4_XS"});
+  expect_error([&] { model_quantizer(options_for(dir_ / "nowhere.gguf", dir_ / "x.gguf", "Q8_0")); },
+               {"nowhere.gguf", "does not exist"});
+  expect_error([&] { model_quantizer(options_for(made.gguf_path, dir_ / "x.gguf", "Q2_K_S")); },
+               {"Q2_K_S", "importance matrix"});
 
   model_quantizer(options_for(made.gguf_path, dir_ / "q4.gguf", "Q4_K_M")).run();
   expect_error([&] { model_quantizer(options_for(dir_ / "q4.gguf", dir_ / "x.gguf", "Q8_0")); },
@@ -203,7 +209,8 @@ TEST_F(model_quantizer_test, bad_inputs_are_refused_naming_what_is_wrong) {
   testing::write_gguf_imatrix(dir_ / "short.gguf", {{"blk.1.ffn_up.weight", std::vector<float>(100, 1.0f)}});
   quantize_options wrong_size = options_for(made.gguf_path, dir_ / "x.gguf", "Q4_K_M");
   wrong_size.importance = dir_ / "short.gguf";
-  expect_error([&] { model_quantizer refused(wrong_size); }, {"short.gguf", "blk.1.ffn_up.weight", "100 values", "expected 256"});
+  expect_error([&] { model_quantizer refused(wrong_size); },
+               {"short.gguf", "blk.1.ffn_up.weight", "100 values", "expected 256"});
 
   // A NaN weight: refused naming tensor, row and column, and no output is left behind.
   const gguf_file source = gguf_file::open(made.gguf_path);

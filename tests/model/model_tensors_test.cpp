@@ -79,8 +79,8 @@ model_config with_experts(architecture arch) {
 
 TEST(model_tensors, expected_tensors_are_exactly_the_named_ones) {
   for (architecture arch : {architecture::llama, architecture::mistral, architecture::qwen2, architecture::qwen3,
-                            architecture::mixtral, architecture::qwen2_moe, architecture::qwen3_moe, architecture::gpt_oss,
-                            architecture::gemma2, architecture::gemma3, architecture::phi3}) {
+                            architecture::mixtral, architecture::qwen2_moe, architecture::qwen3_moe,
+                            architecture::gpt_oss, architecture::gemma2, architecture::gemma3, architecture::phi3}) {
     for (bool tied : {false, true}) {
       model_config c = with_experts(arch);
       if (arch != architecture::mixtral && arch != architecture::qwen2_moe && arch != architecture::qwen3_moe &&
@@ -92,13 +92,17 @@ TEST(model_tensors, expected_tensors_are_exactly_the_named_ones) {
       std::set<std::string> named = {n.embed_tokens, n.final_norm, n.lm_head};
       for (const auto& l : n.layers) {
         for (const std::string* name :
-             {&l.attn_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.q_bias, &l.k_bias, &l.v_bias, &l.q_norm, &l.k_norm, &l.o_proj,
-              &l.o_bias, &l.sinks, &l.attn_post_norm, &l.ffn_norm, &l.ffn_post_norm, &l.gate_proj, &l.up_proj, &l.down_proj,
-              &l.router, &l.router_bias, &l.shared_gate_proj, &l.shared_up_proj, &l.shared_down_proj, &l.shared_expert_gate}) {
+             {&l.attn_norm,        &l.q_proj,         &l.k_proj,           &l.v_proj,
+              &l.q_bias,           &l.k_bias,         &l.v_bias,           &l.q_norm,
+              &l.k_norm,           &l.o_proj,         &l.o_bias,           &l.sinks,
+              &l.attn_post_norm,   &l.ffn_norm,       &l.ffn_post_norm,    &l.gate_proj,
+              &l.up_proj,          &l.down_proj,      &l.router,           &l.router_bias,
+              &l.shared_gate_proj, &l.shared_up_proj, &l.shared_down_proj, &l.shared_expert_gate}) {
           if (!name->empty()) named.insert(*name);
         }
         for (const auto& e : l.experts) {
-          for (const std::string* name : {&e.gate_proj, &e.up_proj, &e.down_proj, &e.gate_bias, &e.up_bias, &e.down_bias}) {
+          for (const std::string* name :
+               {&e.gate_proj, &e.up_proj, &e.down_proj, &e.gate_bias, &e.up_bias, &e.down_bias}) {
             if (!name->empty()) named.insert(*name);
           }
         }
@@ -123,9 +127,15 @@ TEST(model_tensors, each_family_names_its_checkpoint_tensors) {
   EXPECT_EQ(q2.shared_expert_gate, "model.layers.0.mlp.shared_expert_gate.weight");
   EXPECT_FALSE(q2.q_bias.empty());  // Qwen2's attention
   for (const auto& spec : expected_tensors(qwen2_moe)) {
-    if (spec.name == q2.shared_expert_gate) { EXPECT_EQ(spec.shape, (std::vector<int64_t>{1, 16})); }
-    if (spec.name == q2.shared_down_proj) { EXPECT_EQ(spec.shape, (std::vector<int64_t>{16, 24})); }
-    if (spec.name == q2.experts[0].down_proj) { EXPECT_EQ(spec.shape, (std::vector<int64_t>{16, 8})); }
+    if (spec.name == q2.shared_expert_gate) {
+      EXPECT_EQ(spec.shape, (std::vector<int64_t>{1, 16}));
+    }
+    if (spec.name == q2.shared_down_proj) {
+      EXPECT_EQ(spec.shape, (std::vector<int64_t>{16, 24}));
+    }
+    if (spec.name == q2.experts[0].down_proj) {
+      EXPECT_EQ(spec.shape, (std::vector<int64_t>{16, 8}));
+    }
   }
 
   const layer_tensor_names oss = tensor_names(with_experts(architecture::gpt_oss)).layers[0];
@@ -143,7 +153,9 @@ TEST(model_tensors, each_family_names_its_checkpoint_tensors) {
   EXPECT_EQ(g.ffn_post_norm, "model.layers.0.post_feedforward_layernorm.weight");
   EXPECT_FALSE(g.q_norm.empty());
   for (const auto& spec : expected_tensors(gemma)) {
-    if (spec.name == g.attn_norm || spec.name == g.q_norm) { EXPECT_EQ(spec.role, tensor_role::norm_offset) << spec.name; }
+    if (spec.name == g.attn_norm || spec.name == g.q_norm) {
+      EXPECT_EQ(spec.role, tensor_role::norm_offset) << spec.name;
+    }
   }
 }
 

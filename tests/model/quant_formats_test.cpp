@@ -27,9 +27,9 @@ struct format_case {
 };
 
 const std::vector<format_case> gguf_quantized = {
-    {dtype::q4_0, "q4_0"}, {dtype::q4_1, "q4_1"}, {dtype::q5_0, "q5_0"},     {dtype::q5_1, "q5_1"},
-    {dtype::q8_0, "q8_0"}, {dtype::q2_k, "q2_K"}, {dtype::q3_k, "q3_K"},     {dtype::q4_k, "q4_K"},
-    {dtype::q5_k, "q5_K"}, {dtype::q6_k, "q6_K"}, {dtype::iq4_nl, "iq4_nl"}, {dtype::iq4_xs, "iq4_xs"},
+    {dtype::q4_0, "q4_0"},   {dtype::q4_1, "q4_1"}, {dtype::q5_0, "q5_0"},     {dtype::q5_1, "q5_1"},
+    {dtype::q8_0, "q8_0"},   {dtype::q2_k, "q2_K"}, {dtype::q3_k, "q3_K"},     {dtype::q4_k, "q4_K"},
+    {dtype::q5_k, "q5_K"},   {dtype::q6_k, "q6_K"}, {dtype::iq4_nl, "iq4_nl"}, {dtype::iq4_xs, "iq4_xs"},
     {dtype::mxfp4, "mxfp4"},
 };
 
@@ -73,10 +73,10 @@ TEST(quant_formats, every_gguf_type_decodes_exactly_as_ggml_does) {
 TEST(quant_formats, block_sizes_are_ggmls) {
   // Bytes of one 256-element row of each type, from ggml's own block structs.
   const std::vector<std::pair<dtype, size_t>> expected = {
-      {dtype::q4_0, 8 * 18},  {dtype::q4_1, 8 * 20}, {dtype::q5_0, 8 * 22}, {dtype::q5_1, 8 * 24},
-      {dtype::q8_0, 8 * 34},  {dtype::q2_k, 84},     {dtype::q3_k, 110},    {dtype::q4_k, 144},
+      {dtype::q4_0, 8 * 18},  {dtype::q4_1, 8 * 20}, {dtype::q5_0, 8 * 22},   {dtype::q5_1, 8 * 24},
+      {dtype::q8_0, 8 * 34},  {dtype::q2_k, 84},     {dtype::q3_k, 110},      {dtype::q4_k, 144},
       {dtype::q5_k, 176},     {dtype::q6_k, 210},    {dtype::iq4_nl, 8 * 18}, {dtype::iq4_xs, 136},
-      {dtype::mxfp4, 8 * 17}, {dtype::f16, 512},     {dtype::bf16, 512},    {dtype::f32, 1024},
+      {dtype::mxfp4, 8 * 17}, {dtype::f16, 512},     {dtype::bf16, 512},      {dtype::f32, 1024},
   };
   for (const auto& [type, bytes] : expected) EXPECT_EQ(row_bytes(type, 256), bytes) << dtype_name(type);
 }
@@ -85,7 +85,8 @@ TEST(quant_formats, names_parse_in_any_case_and_ggml_names_every_type) {
   EXPECT_EQ(dtype_from_name("Q4_K"), dtype::q4_k);
   EXPECT_EQ(dtype_from_name("iq4_XS"), dtype::iq4_xs);
   EXPECT_EQ(dtype_from_name("q4_k_m"), std::nullopt);
-  for (int i = 0; i < num_dtypes; ++i) EXPECT_EQ(dtype_from_name(dtype_name(static_cast<dtype>(i))), static_cast<dtype>(i));
+  for (int i = 0; i < num_dtypes; ++i)
+    EXPECT_EQ(dtype_from_name(dtype_name(static_cast<dtype>(i))), static_cast<dtype>(i));
   EXPECT_EQ(ggml_type_name(16), "IQ2_XXS");
   EXPECT_EQ(ggml_type_name(39), "MXFP4");
   EXPECT_EQ(ggml_type_name(99), "type 99");
@@ -102,8 +103,11 @@ TEST(quant_formats, a_non_finite_scale_is_found_by_block) {
     EXPECT_EQ(quant::first_bad_scale_block(type, blocks.data(), 1024), std::nullopt) << dtype_name(type);
     // Poison the last f16 scale field of block 2 (for q2_k that is dmin, for q4_1 the min).
     const size_t block_bytes = dtype_traits_of(type).block_bytes;
-    const size_t field = type == dtype::q2_k ? 82 : type == dtype::q3_k ? 108 : type == dtype::q6_k ? 208
-                                                  : type == dtype::q4_1 || type == dtype::q4_k ? 2 : 0;
+    const size_t field = type == dtype::q2_k                          ? 82
+                         : type == dtype::q3_k                        ? 108
+                         : type == dtype::q6_k                        ? 208
+                         : type == dtype::q4_1 || type == dtype::q4_k ? 2
+                                                                      : 0;
     const uint16_t nan_bits = 0x7e00;
     const int64_t bad_block = dtype_block_size(type) == 256 ? 2 : 5;
     std::memcpy(blocks.data() + bad_block * block_bytes + field, &nan_bits, 2);
@@ -130,7 +134,7 @@ TEST(quant_formats, fp8_e4m3_round_trips_every_code_and_rounds_to_nearest_even) 
   // Halfway between 1 (mantissa 0, even) and 1.125 (mantissa 1): to 1; between 1.125 and 1.25: to 1.25.
   EXPECT_EQ(quant::f32_to_fp8_e4m3(1.0625f), 0x38);
   EXPECT_EQ(quant::f32_to_fp8_e4m3(1.1875f), 0x3a);
-  EXPECT_EQ(quant::f32_to_fp8_e4m3(1e6f), 0x7e);    // saturates
+  EXPECT_EQ(quant::f32_to_fp8_e4m3(1e6f), 0x7e);  // saturates
   EXPECT_EQ(quant::f32_to_fp8_e4m3(-1e6f), 0xfe);
   EXPECT_EQ(quant::f32_to_fp8_e4m3(std::ldexp(1.0f, -11)), 0x00);  // a quarter of the smallest step: to zero
   EXPECT_EQ(quant::f32_to_fp8_e4m3(-0.0f), 0x80);

@@ -37,9 +37,9 @@ struct type_case {
 };
 
 const std::vector<type_case> gguf_quantized = {
-    {dtype::q4_0, "q4_0"}, {dtype::q4_1, "q4_1"}, {dtype::q5_0, "q5_0"},     {dtype::q5_1, "q5_1"},
-    {dtype::q8_0, "q8_0"}, {dtype::q2_k, "q2_K"}, {dtype::q3_k, "q3_K"},     {dtype::q4_k, "q4_K"},
-    {dtype::q5_k, "q5_K"}, {dtype::q6_k, "q6_K"}, {dtype::iq4_nl, "iq4_nl"}, {dtype::iq4_xs, "iq4_xs"},
+    {dtype::q4_0, "q4_0"},   {dtype::q4_1, "q4_1"}, {dtype::q5_0, "q5_0"},     {dtype::q5_1, "q5_1"},
+    {dtype::q8_0, "q8_0"},   {dtype::q2_k, "q2_K"}, {dtype::q3_k, "q3_K"},     {dtype::q4_k, "q4_K"},
+    {dtype::q5_k, "q5_K"},   {dtype::q6_k, "q6_K"}, {dtype::iq4_nl, "iq4_nl"}, {dtype::iq4_xs, "iq4_xs"},
     {dtype::mxfp4, "mxfp4"},
 };
 
@@ -100,7 +100,8 @@ TEST(quant_quantize, ggml_reads_the_blocks_troupe_writes_exactly_as_troupe_does)
         EXPECT_EQ(first_difference, ours.size())
             << dtype_name(c.type) << " on " << data.name << ": element " << first_difference << " decodes to "
             << ours[first_difference] << ", ggml reads " << theirs[first_difference];
-        EXPECT_EQ(quant::first_bad_scale_block(c.type, blocks.data(), rows * per_row), std::nullopt) << dtype_name(c.type);
+        EXPECT_EQ(quant::first_bad_scale_block(c.type, blocks.data(), rows * per_row), std::nullopt)
+            << dtype_name(c.type);
         EXPECT_LT(relative_error(data.values, ours, rows, per_row, nullptr), 0.6) << dtype_name(c.type);
       }
     }
@@ -118,9 +119,9 @@ TEST(quant_quantize, error_is_within_five_percent_of_ggmls_quantizer) {
       std::printf("  %-7s", std::string(dtype_name(c.type)).c_str());
       for (const float* weights : {static_cast<const float*>(nullptr), importance.data()}) {
         const std::vector<std::byte> ours_blocks = quantize_rows(c.type, data.values, rows, per_row, weights);
-        const std::vector<std::byte> theirs_blocks = oracle.quantize(static_cast<uint32_t>(gguf_type_of(c.type)),
-                                                                     data.values.data(), rows, per_row,
-                                                                     row_bytes(c.type, per_row), weights);
+        const std::vector<std::byte> theirs_blocks =
+            oracle.quantize(static_cast<uint32_t>(gguf_type_of(c.type)), data.values.data(), rows, per_row,
+                            row_bytes(c.type, per_row), weights);
         std::vector<float> ours(data.values.size()), theirs(data.values.size());
         quant::dequantize_row(c.type, ours_blocks.data(), ours.data(), rows * per_row);
         quant::dequantize_row(c.type, theirs_blocks.data(), theirs.data(), rows * per_row);
@@ -215,7 +216,8 @@ TEST(quant_scale_fit, the_scale_and_offset_sweep_is_never_worse_than_a_dense_sea
         float lo = *std::min_element(x.begin(), x.end()), hi = *std::max_element(x.begin(), x.end());
         if (at_most_zero) lo = std::min(lo, 0.0f);
         std::vector<uint8_t> codes(32);
-        const quant::scale_and_offset fit = quant::fit_scale_offset(x.data(), w.data(), 32, max_code, at_most_zero, codes.data());
+        const quant::scale_and_offset fit =
+            quant::fit_scale_offset(x.data(), w.data(), 32, max_code, at_most_zero, codes.data());
         auto rounded_error = [&](double d, double m) {
           double e = 0;
           for (int i = 0; i < 32; ++i) {
@@ -235,7 +237,8 @@ TEST(quant_scale_fit, the_scale_and_offset_sweep_is_never_worse_than_a_dense_sea
           double sw = 0, sx = 0, sxx = 0, sq = 0, sqq = 0, sxq = 0;
           for (int i = 0; i < 32; ++i) {
             const double q = std::clamp(std::floor((x[i] - lo) * t + 0.5), 0.0, static_cast<double>(max_code));
-            sw += w[i], sx += w[i] * x[i], sxx += w[i] * x[i] * x[i], sq += w[i] * q, sqq += w[i] * q * q, sxq += w[i] * x[i] * q;
+            sw += w[i], sx += w[i] * x[i], sxx += w[i] * x[i] * x[i], sq += w[i] * q, sqq += w[i] * q * q,
+                sxq += w[i] * x[i] * q;
           }
           const double det = sw * sqq - sq * sq;
           if (det <= 0) continue;
@@ -251,8 +254,10 @@ TEST(quant_scale_fit, the_scale_and_offset_sweep_is_never_worse_than_a_dense_sea
         }
         if (ours > dense_rounded * (1 + 1e-5)) ++dense_better, worst = std::max(worst, ours / dense_rounded);
       }
-      std::printf("max code %d%s: a dense search rounding each trial again beat the sweep on %d of 60 runs, by at most %.1f %%\n",
-                  max_code, at_most_zero ? " (offset <= 0)" : "", dense_better, 100 * (worst - 1));
+      std::printf(
+          "max code %d%s: a dense search rounding each trial again beat the sweep on %d of 60 runs, by at most %.1f "
+          "%%\n",
+          max_code, at_most_zero ? " (offset <= 0)" : "", dense_better, 100 * (worst - 1));
     }
   }
 }

@@ -63,8 +63,9 @@ void expect_same_types_as_llama_cpp(const model_case& c, const testing::scratch_
     const auto preset = quant::find_preset(preset_name);
     ASSERT_TRUE(preset) << preset_name;
     const std::filesystem::path theirs_path = dir / (std::string(c.name) + "." + preset_name + ".gguf");
-    testing::llama_quantize_oracle::instance().quantize(made.gguf_path, theirs_path, preset->file_type,
-                                                        with_importance ? means : std::map<std::string, std::vector<float>>{});
+    testing::llama_quantize_oracle::instance().quantize(
+        made.gguf_path, theirs_path, preset->file_type,
+        with_importance ? means : std::map<std::string, std::vector<float>>{});
     const gguf_file theirs = gguf_file::open(theirs_path);
 
     quantize_options options;
@@ -91,7 +92,8 @@ void expect_same_types_as_llama_cpp(const model_case& c, const testing::scratch_
 
 TEST(quantize_presets, every_tensor_gets_the_type_llama_cpp_gives_it) {
   if (!testing::llama_quantize_oracle::available()) GTEST_SKIP() << "the npm oracles are not installed";
-  if (auto missing = test::missing_shared_model(test::stories260k_dir / "hf"); !missing.empty()) GTEST_SKIP() << missing;
+  if (auto missing = test::missing_shared_model(test::stories260k_dir / "hf"); !missing.empty())
+    GTEST_SKIP() << missing;
   testing::scratch_dir dir;
 
   model_case deep{"8 layers gqa 4", small_model(dir / "deep"), {}};
@@ -100,8 +102,8 @@ TEST(quantize_presets, every_tensor_gets_the_type_llama_cpp_gives_it) {
   deep.options.num_layers = 8;
   deep.options.num_heads = 8;
   deep.options.num_kv_heads = 2;
-  deep.presets = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
-                  "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "F16", "BF16", "F32"};
+  deep.presets = {"Q4_0",   "Q4_1",   "Q5_0",   "Q5_1", "Q8_0",   "Q2_K",   "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
+                  "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "F16",    "BF16",   "F32"};
 
   model_case tied{"tied gqa 1", small_model(dir / "tied"), {"Q2_K", "Q3_K_M", "Q4_K_M", "IQ4_XS", "Q8_0"}};
   tied.options.arch = "qwen2";
@@ -112,7 +114,8 @@ TEST(quantize_presets, every_tensor_gets_the_type_llama_cpp_gives_it) {
   tied.options.num_kv_heads = 4;
   tied.options.tie_word_embeddings = true;
 
-  model_case narrow{"rows of 96, 80", small_model(dir / "narrow"), {"Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_XS", "Q4_0"}};
+  model_case narrow{
+      "rows of 96, 80", small_model(dir / "narrow"), {"Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_XS", "Q4_0"}};
   narrow.options.hidden_size = 96;
   narrow.options.intermediate_size = 80;
   narrow.options.num_layers = 2;
@@ -143,7 +146,8 @@ TEST(quantize_presets, names_aliases_and_file_types) {
   EXPECT_EQ(file_type_label(999), std::nullopt);
   EXPECT_NE(quant::preset_names().find("IQ4_XS"), std::string::npos);
   // The load log's counts, in llama.cpp's spelling, most first.
-  EXPECT_EQ(describe_type_counts({{dtype::q4_k, 97}, {dtype::q6_k, 33}, {dtype::f32, 65}}), "q4_K: 97, f32: 65, q6_K: 33");
+  EXPECT_EQ(describe_type_counts({{dtype::q4_k, 97}, {dtype::q6_k, 33}, {dtype::f32, 65}}),
+            "q4_K: 97, f32: 65, q6_K: 33");
   EXPECT_EQ(ggml_style_name(dtype::iq4_xs), "iq4_xs");
   EXPECT_EQ(ggml_style_name(dtype::q8_0), "q8_0");
 }

@@ -48,7 +48,8 @@ loaded_model load(const std::filesystem::path& path) {
 }
 
 TEST(quantized_bad_files, each_defect_is_refused_naming_the_tensor) {
-  if (auto missing = test::missing_shared_model(test::stories260k_dir / "hf"); !missing.empty()) GTEST_SKIP() << missing;
+  if (auto missing = test::missing_shared_model(test::stories260k_dir / "hf"); !missing.empty())
+    GTEST_SKIP() << missing;
   testing::scratch_dir dir;
   model_maker_options maker;
   maker.tokenizer = test::stories260k_dir / "hf";
@@ -89,7 +90,7 @@ TEST(quantized_bad_files, each_defect_is_refused_naming_the_tensor) {
 
   // A type llama.cpp has and Troupe does not: refused by its name.
   rewrite(good, dir / "iq2.gguf", "blk.1.ffn_down.weight", [](tensor_edit& t) {
-    t.type = 16;                                      // IQ2_XXS: 66 bytes per 256 values
+    t.type = 16;  // IQ2_XXS: 66 bytes per 256 values
     t.bytes.resize(static_cast<size_t>(t.dims[0] / 256 * 66 * t.dims[1]));
   });
   expect_error([&] { load(dir / "iq2.gguf"); }, {"iq2.gguf", "blk.1.ffn_down.weight", "IQ2_XXS"});

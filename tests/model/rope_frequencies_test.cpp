@@ -34,7 +34,7 @@ TEST(rope_frequencies, follow_llama3_scaling) {
     }
     ASSERT_NEAR(scaled[i], want, 1e-5 * want) << i;
   }
-  EXPECT_EQ(scaled[0], plain[0]);                   // high frequencies untouched
+  EXPECT_EQ(scaled[0], plain[0]);                    // high frequencies untouched
   EXPECT_NEAR(scaled[63], plain[63] / 8.0f, 1e-12);  // the lowest divided by the factor
 }
 
@@ -69,7 +69,9 @@ TEST(rope_frequencies, dynamic_ntk_grows_the_base_for_factor_times_the_context) 
 
 // transformers' _compute_yarn_parameters, written out in double.
 std::vector<double> yarn(double factor, bool truncate, int dims, double theta, double original) {
-  auto correction = [&](double rotations) { return dims * std::log(original / (rotations * 2 * std::numbers::pi)) / (2 * std::log(theta)); };
+  auto correction = [&](double rotations) {
+    return dims * std::log(original / (rotations * 2 * std::numbers::pi)) / (2 * std::log(theta));
+  };
   double low = correction(32), high = correction(1);
   if (truncate) low = std::floor(low), high = std::ceil(high);
   low = std::max(low, 0.0);
@@ -88,10 +90,11 @@ TEST(rope_frequencies, yarn_ramps_between_the_correction_dimensions_and_scales_a
     config.rope_scaling->truncate = truncate;
     const rope_parameters rope = rope_for_layer(config, 0);
     const std::vector<double> want = yarn(8.0, truncate, 64, 10000.0, 2048.0);
-    for (int i = 0; i < 32; ++i) EXPECT_NEAR(rope.inv_freq[i], want[i], 1e-5 * want[i]) << i << (truncate ? " truncated" : "");
+    for (int i = 0; i < 32; ++i)
+      EXPECT_NEAR(rope.inv_freq[i], want[i], 1e-5 * want[i]) << i << (truncate ? " truncated" : "");
     EXPECT_NEAR(rope.attention_factor, 0.1 * std::log(8.0) + 1, 1e-6);
   }
-  EXPECT_EQ(rope_for_layer(config, 0).inv_freq[0], 1.0f);            // fast dimensions extrapolate
+  EXPECT_EQ(rope_for_layer(config, 0).inv_freq[0], 1.0f);                        // fast dimensions extrapolate
   EXPECT_NEAR(rope_for_layer(config, 0).inv_freq[31], plain(31, 64) / 8, 1e-9);  // slow ones interpolate
   config.rope_scaling->mscale = 1.0f;  // DeepSeek's form: mscale / mscale_all_dim
   config.rope_scaling->mscale_all_dim = 0.5f;

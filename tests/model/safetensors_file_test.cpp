@@ -35,7 +35,8 @@ TEST(safetensors_file, reads_stories260k_with_every_tensor_in_bounds) {
 }
 
 TEST(safetensors_file, missing_file_is_named) {
-  expect_error([] { safetensors_file::open("/nonexistent/model.safetensors"); }, {"/nonexistent/model.safetensors", "does not exist"});
+  expect_error([] { safetensors_file::open("/nonexistent/model.safetensors"); },
+               {"/nonexistent/model.safetensors", "does not exist"});
 }
 
 TEST(safetensors_file, truncated_file_is_named) {
@@ -56,22 +57,27 @@ TEST(safetensors_file, lying_headers_are_rejected) {
     expect_error([&] { safetensors_file::open(dir / "bad.safetensors"); }, parts);
   };
   // Size does not match shape × dtype.
-  check(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 24, {"bad.safetensors", "'w'", "20 bytes", "24"});
+  check(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 24,
+        {"bad.safetensors", "'w'", "20 bytes", "24"});
   // Offsets past the data area.
   check(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", 16, {"'w'", "outside"});
   // Overlapping tensors.
-  check(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 16,
-        {"'a'", "'b'", "overlap"});
+  check(
+      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+      16, {"'a'", "'b'", "overlap"});
   // Not JSON.
   check("{not json", 0, {"bad.safetensors", "JSON"});
   // Unsupported dtype.
-  check(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})", 16, {"unsupported dtype F64 in tensor w of file", "bad.safetensors"});
+  check(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})", 16,
+        {"unsupported dtype F64 in tensor w of file", "bad.safetensors"});
   // Integer tensors are read (a quantized checkpoint's packed weights) but are no weights.
-  testing::write_text(dir / "ints.safetensors", raw_file(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16));
+  testing::write_text(dir / "ints.safetensors",
+                      raw_file(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16));
   safetensors_file ints = safetensors_file::open(dir / "ints.safetensors");
   EXPECT_EQ(ints.tensors().at(0).integer_at(1), 0x0101010101010101);
   weight_store store;
-  expect_error([&] { ints.add_to(store); }, {"unsupported dtype I64 in tensor w of file", "ints.safetensors", "quantization_config"});
+  expect_error([&] { ints.add_to(store); },
+               {"unsupported dtype I64 in tensor w of file", "ints.safetensors", "quantization_config"});
   // Negative dimension.
   check(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, {"'w'", "dimension"});
 }

@@ -19,8 +19,8 @@ namespace {
 
 struct float_type {
   dtype type;
-  size_t bytes;             // per element
-  uint32_t one;             // 1.0
+  size_t bytes;  // per element
+  uint32_t one;  // 1.0
   uint32_t nan, pos_inf, neg_inf;
   uint32_t largest_finite;  // all exponent bits but one set
 };
@@ -37,7 +37,8 @@ const std::vector<float_type>& float_types() {
 // A buffer of `count` elements of `t`, each 1.0, with raw element access.
 class elements {
  public:
-  elements(const float_type& t, int64_t count) : t_(t), count_(count), bytes_(static_cast<size_t>(count) * t.bytes + 64) {
+  elements(const float_type& t, int64_t count)
+      : t_(t), count_(count), bytes_(static_cast<size_t>(count) * t.bytes + 64) {
     for (int64_t i = 0; i < count; ++i) set(i, t.one);
   }
   void set(int64_t i, uint32_t bits) {

@@ -73,7 +73,8 @@ TEST(cluster_credentials, nothing_is_overwritten_and_bad_names_are_refused) {
   make_cluster_ca(dir.path(), "test", 2);
   EXPECT_NE(error_of([&] { make_cluster_ca(dir.path(), "test", 2); }).find("already holds a CA"), std::string::npos);
   issue_member_certificate(dir.path(), "node1", 1);
-  EXPECT_NE(error_of([&] { issue_member_certificate(dir.path(), "node1", 1); }).find("already exists"), std::string::npos);
+  EXPECT_NE(error_of([&] { issue_member_certificate(dir.path(), "node1", 1); }).find("already exists"),
+            std::string::npos);
   EXPECT_NO_THROW(issue_member_certificate(dir.path(), "node1", 1, true));
   EXPECT_NE(error_of([&] { issue_member_certificate(dir.path(), "../x", 1); }).find("only letters"), std::string::npos);
   EXPECT_NE(error_of([&] { issue_member_certificate(dir.path(), "", 1); }).find("1 to 64"), std::string::npos);

@@ -109,7 +109,7 @@ TEST(inspection_table, sorts_by_every_column) {
   EXPECT_EQ(stages(inspect_column::p50), "worker scheduler router frontend ");
   EXPECT_EQ(stages(inspect_column::p99), "worker scheduler router frontend ");
   EXPECT_EQ(stages(inspect_column::stage), "frontend router scheduler worker ");
-  EXPECT_EQ(stages(inspect_column::node), "frontend router scheduler worker ");  // then by stage
+  EXPECT_EQ(stages(inspect_column::node), "frontend router scheduler worker ");   // then by stage
   EXPECT_EQ(stages(inspect_column::actor), "frontend router worker scheduler ");  // ids ascending
   EXPECT_EQ(stages(inspect_column::max_mailbox), "scheduler router worker frontend ");
   EXPECT_EQ(stages(inspect_column::messages), "router frontend scheduler worker ");
@@ -171,8 +171,9 @@ TEST(actor_metrics_text, every_actor_and_scheduler_as_prometheus_text) {
   EXPECT_NE(text.find("troupe:actor_mailbox_depth{node=\"node-a\",stage=\"scheduler\",actor=\"13\"} 7\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("troupe:actor_messages_total{node=\"controller\",stage=\"odd\\\"stage\\\\name\",actor=\"11\"} 2000\n"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("troupe:actor_messages_total{node=\"controller\",stage=\"odd\\\"stage\\\\name\",actor=\"11\"} 2000\n"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("troupe:actor_handler_p50_seconds{node=\"node-a\",stage=\"worker\",actor=\"12\"} 0.0017\n"),
             std::string::npos)
@@ -248,11 +249,13 @@ TEST(inspection_table, shows_each_plugin_as_a_stage) {
   std::string all;
   for (const std::string& line : render_inspection(with_plugins(), inspect_column::mailbox, 160)) all += line + "\n";
   EXPECT_NE(all.find("PLUGIN           NODE         STAGE        HOOK"), std::string::npos) << all;
-  EXPECT_NE(all.find("banned_phrases   node-a       worker       logits          120       2      1        0      4.0us"),
-            std::string::npos)
+  EXPECT_NE(
+      all.find("banned_phrases   node-a       worker       logits          120       2      1        0      4.0us"),
+      std::string::npos)
       << all;
-  EXPECT_NE(all.find("token-quota      node-a       tokenizer    request           9       0      0        3      2.1us"),
-            std::string::npos)
+  EXPECT_NE(
+      all.find("token-quota      node-a       tokenizer    request           9       0      0        3      2.1us"),
+      std::string::npos)
       << all;
 }
 

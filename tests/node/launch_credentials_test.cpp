@@ -44,8 +44,9 @@ TEST(launch_credentials, a_topology_that_needs_none_or_names_its_own_gets_none) 
   scratch_dir dir;
   EXPECT_FALSE(local_launch_credentials(unvalidated(dir.path(), ""), dir.path() / "state", "t.toml"))
       << "colocated, no admin door";
-  const std::string named = "[cluster]\ncredentials = \"certs\"\n[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:7001\"\n"
-                            "[placement]\nengines = [\"n1\"]\n";
+  const std::string named =
+      "[cluster]\ncredentials = \"certs\"\n[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:7001\"\n"
+      "[placement]\nengines = [\"n1\"]\n";
   EXPECT_FALSE(local_launch_credentials(unvalidated(dir.path(), named), dir.path() / "state", "t.toml"))
       << "credentials named: the user's own";
   EXPECT_FALSE(fs::exists(dir.path() / "state"));

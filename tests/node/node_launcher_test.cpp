@@ -214,10 +214,12 @@ TEST(node_launcher, children_die_with_a_launcher_killed_without_cleanup) {
 }
 
 TEST(node_launcher, a_node_child_runs_troupe_node_with_its_address_credentials_and_name) {
-  const child_spec spec = node_child_spec(node_address{"engine-a", "127.0.0.1", 4611}, "certs", "/usr/bin/troupe", "info");
+  const child_spec spec =
+      node_child_spec(node_address{"engine-a", "127.0.0.1", 4611}, "certs", "/usr/bin/troupe", "info");
   EXPECT_EQ(spec.name, "engine-a");
-  EXPECT_EQ(spec.argv, (std::vector<std::string>{"/usr/bin/troupe", "node", "--listen", "127.0.0.1:4611", "--credentials",
-                                                 "certs", "--name", "engine-a", "--log-level", "info"}));
+  EXPECT_EQ(spec.argv,
+            (std::vector<std::string>{"/usr/bin/troupe", "node", "--listen", "127.0.0.1:4611", "--credentials", "certs",
+                                      "--name", "engine-a", "--log-level", "info"}));
   EXPECT_EQ(spec.ready_text, "node engine-a listening on");
 }
 

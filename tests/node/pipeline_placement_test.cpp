@@ -56,8 +56,10 @@ TEST(pipeline_placement, with_credentials_stages_are_curve_with_the_nodes_key_an
   write_kv_channel_keys(dir.path(), "far");
   topology t = parse_topology(two_stage_nodes + "[cluster]\ncredentials = \"" + dir.path().string() + "\"\n");
   resolve_pipeline_stage_endpoints(t);
-  EXPECT_EQ(t.pipeline.stages[0].endpoint, "curve://127.0.0.1:7201/" + load_kv_channel_keys(dir.path(), "a").public_key);
-  EXPECT_EQ(t.pipeline.stages[1].endpoint, "curve://10.1.2.3:7202/" + load_kv_channel_keys(dir.path(), "far").public_key);
+  EXPECT_EQ(t.pipeline.stages[0].endpoint,
+            "curve://127.0.0.1:7201/" + load_kv_channel_keys(dir.path(), "a").public_key);
+  EXPECT_EQ(t.pipeline.stages[1].endpoint,
+            "curve://10.1.2.3:7202/" + load_kv_channel_keys(dir.path(), "far").public_key);
   const std::vector<stage_process> here = local_stage_processes(t, "/bin/troupe", "info");
   ASSERT_EQ(here.size(), 1u);
   EXPECT_TRUE(has_pair(here[0].spec.argv, "--credentials", dir.path().string()));

@@ -39,7 +39,8 @@ TEST(remote_node, parses_a_listen_address) {
 
 TEST(remote_node, a_bad_listen_address_is_named) {
   remote_node_options options;
-  for (const std::string bad : {"127.0.0.1", ":4500", "127.0.0.1:", "127.0.0.1:70000", "127.0.0.1:45x", "127.0.0.1:-1"}) {
+  for (const std::string bad :
+       {"127.0.0.1", ":4500", "127.0.0.1:", "127.0.0.1:70000", "127.0.0.1:45x", "127.0.0.1:-1"}) {
     SCOPED_TRACE(bad);
     const std::string error = error_of([&] { parse_listen_address(bad, options); });
     EXPECT_NE(error.find("--listen '" + bad + "'"), std::string::npos) << error;

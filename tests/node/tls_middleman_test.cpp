@@ -67,7 +67,8 @@ bool closed_by_peer(int fd, std::chrono::milliseconds within) {
   char buffer[4096];
   while (std::chrono::steady_clock::now() < deadline) {
     pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, left.count()))) != 1) continue;
     const ssize_t n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
     if (n <= 0) return true;  // 0: end of stream; -1: reset

@@ -53,7 +53,8 @@ TEST_F(topology_files, a_missing_model_path_is_named_with_the_members_that_need_
     check_topology_files(two_nodes(missing), {"controller"}, "t.toml");
     FAIL() << "a missing model path passed";
   } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()), "t.toml: [model] path '" + missing + "' does not exist (the stages on controller)");
+    EXPECT_EQ(std::string(e.what()),
+              "t.toml: [model] path '" + missing + "' does not exist (the stages on controller)");
   }
   // A member with no stage here needs no model: n2 runs elsewhere, and the check is its own.
   topology elsewhere = two_nodes(missing);

@@ -16,9 +16,10 @@ namespace {
 TEST(topology, the_shipped_colocated_file_parses) {
   auto t = load_topology(TROUPE_SOURCE_DIR "/config/colocated.toml");
   EXPECT_EQ(t.model.device, device_request::auto_detect);  // cuda when a GPU answers, else the CPU
-  EXPECT_TRUE(t.async_scheduling);  // "auto" is on
+  EXPECT_TRUE(t.async_scheduling);                         // "auto" is on
   // Resolved against the file's directory (config/), whatever the working directory.
-  EXPECT_EQ(std::filesystem::path(t.model.path), (std::filesystem::path(TROUPE_SOURCE_DIR) / "../shared/models/stories260K/hf").lexically_normal());
+  EXPECT_EQ(std::filesystem::path(t.model.path),
+            (std::filesystem::path(TROUPE_SOURCE_DIR) / "../shared/models/stories260K/hf").lexically_normal());
   EXPECT_EQ(t.model_name(), "../../shared/models/stories260K/hf");  // the served name as written
   EXPECT_EQ(t.zmq_endpoint, "tcp://127.0.0.1:5557");
   // A burst of clients must fit the accept queue, not wait a second for SYN retries.
@@ -105,7 +106,9 @@ async_scheduling = true
   EXPECT_TRUE(t.async_scheduling);
   EXPECT_EQ(parse_topology("[scheduler]\nasync_scheduling = false\n").async_scheduling, false);
   EXPECT_EQ(parse_topology("[scheduler]\nasync_scheduling = \"auto\"\n").async_scheduling, true);
-  EXPECT_EQ(parse_topology("[node]\ndevice = \"auto\"\ngpu_memory_utilization = 1\n").model.backend.gpu_memory_utilization, 1.0f);
+  EXPECT_EQ(
+      parse_topology("[node]\ndevice = \"auto\"\ngpu_memory_utilization = 1\n").model.backend.gpu_memory_utilization,
+      1.0f);
 }
 
 void expect_error(const std::string& text, const std::string& needle) {
@@ -141,7 +144,8 @@ TEST(topology, errors_name_the_problem) {
 // Integers are checked against the setting's own type before they are narrowed (issue 25:
 // max_num_seqs 4294967301 became 5; 2^40 was reported as "got 0"), floats must be finite.
 TEST(topology, numbers_are_checked_before_they_are_narrowed) {
-  expect_error("[scheduler]\nmax_num_seqs = 4294967301\n", "max_num_seqs must be a non-negative integer (at most 2147483647), got 4294967301");
+  expect_error("[scheduler]\nmax_num_seqs = 4294967301\n",
+               "max_num_seqs must be a non-negative integer (at most 2147483647), got 4294967301");
   expect_error("[scheduler]\nmax_num_seqs = 1099511627776\n", "got 1099511627776");
   expect_error("[scheduler]\nmax_num_batched_tokens = 9223372036854775807\n", "got 9223372036854775807");
   expect_error("[node]\ngpu_memory_utilization = nan\n", "gpu_memory_utilization must be a finite number");
@@ -161,7 +165,8 @@ TEST(topology, max_model_len_is_bounded_where_it_is_read) {
 TEST(topology, the_zmq_doors_handshake_timeout_is_read_and_range_checked) {
   EXPECT_EQ(parse_topology("").zmq_handshake_timeout_ms, 5000);
   EXPECT_EQ(parse_topology("[frontend]\nhandshake_timeout_ms = 2000\n").zmq_handshake_timeout_ms, 2000);
-  expect_error("[frontend]\nhandshake_timeout_ms = 0\n", "[frontend] handshake_timeout_ms must be in 100..600000, got 0");
+  expect_error("[frontend]\nhandshake_timeout_ms = 0\n",
+               "[frontend] handshake_timeout_ms must be in 100..600000, got 0");
 }
 
 TEST(topology, the_cluster_ports_bounds_are_read_and_range_checked) {
@@ -244,8 +249,9 @@ served_model_name = "tiny"
 // The client doors' connection caps (issue 25): the ZeroMQ door's relay and the HTTP door's
 // waiting connections, settable in the file; 0 (the default) is a share of the open-files limit.
 TEST(topology_doors, connection_caps_are_read_and_checked_in_range_before_narrowing) {
-  auto t = parse_topology("[frontend]\nmax_pending_handshakes = 8\nmax_connections = 100\nhandshake_timeout_ms = 700\n"
-                          "[http]\nenabled = true\nmax_waiting_connections = 32\n");
+  auto t = parse_topology(
+      "[frontend]\nmax_pending_handshakes = 8\nmax_connections = 100\nhandshake_timeout_ms = 700\n"
+      "[http]\nenabled = true\nmax_waiting_connections = 32\n");
   EXPECT_EQ(t.zmq_max_pending_handshakes, 8u);
   EXPECT_EQ(t.zmq_max_connections, 100u);
   EXPECT_EQ(t.zmq_handshake_timeout_ms, 700);
@@ -254,13 +260,15 @@ TEST(topology_doors, connection_caps_are_read_and_checked_in_range_before_narrow
   EXPECT_EQ(defaults.zmq_max_pending_handshakes, 64u);
   EXPECT_EQ(defaults.zmq_max_connections, 0u);
   EXPECT_EQ(defaults.http_max_waiting_connections, 0u);
-  expect_error("[frontend]\nmax_pending_handshakes = 0\n", "[frontend] max_pending_handshakes must be in 1..65536, got 0");
+  expect_error("[frontend]\nmax_pending_handshakes = 0\n",
+               "[frontend] max_pending_handshakes must be in 1..65536, got 0");
   expect_error("[frontend]\nmax_pending_handshakes = 70000\n", "max_pending_handshakes must be in 1..65536, got 70000");
   // Not narrowed first: 2^32 + 5 is not 5, and a negative count is named as such.
   expect_error("[frontend]\nmax_pending_handshakes = 4294967301\n", "4294967301");
   expect_error("[frontend]\nmax_connections = -3\n", "max_connections");
   expect_error("[frontend]\nmax_pending_handshakes = 16\nmax_connections = 8\n",
-               "[frontend] max_connections must be 0 (a quarter of the open-files limit) or in max_pending_handshakes (16)..65536, got 8");
+               "[frontend] max_connections must be 0 (a quarter of the open-files limit) or in max_pending_handshakes "
+               "(16)..65536, got 8");
   expect_error("[http]\nenabled = true\nmax_waiting_connections = 4\n",
                "[http] max_waiting_connections must be 0 (a quarter of the open-files limit) or in 16..65536, got 4");
   expect_error("[http]\nenabled = true\nmax_waiting_connections = 18446744073709551616\n", "not representable");
@@ -322,8 +330,9 @@ TEST(topology_cluster, failover_wait_keys_have_defaults_are_read_and_bounded) {
   };
   EXPECT_NE(error_of("[cluster]\nfailover_wait_ms = -1\n").find("failover_wait_ms must be a non-negative integer"),
             std::string::npos);
-  EXPECT_NE(error_of("[cluster]\nfailover_wait_ms = 3600001\n").find("failover_wait_ms must be in 0..3600000, got 3600001"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("[cluster]\nfailover_wait_ms = 3600001\n").find("failover_wait_ms must be in 0..3600000, got 3600001"),
+      std::string::npos);
   EXPECT_NE(error_of("[cluster]\nfailover_max_waiting = 0\n").find("failover_max_waiting must be in 1..1000000, got 0"),
             std::string::npos);
   EXPECT_EQ(load_topology(TROUPE_SOURCE_DIR "/config/replicas-2.toml").cluster.failover_wait_ms, 30000);
@@ -372,9 +381,11 @@ std::string parse_error(const std::string& text) {
 
 TEST(topology_placement, errors_name_the_node_or_setting) {
   const std::string cluster = "[cluster]\ncredentials = \"certs\"\n";
-  EXPECT_NE(parse_error("[placement]\nengines = [\"nowhere\"]\n[cluster]\ncredentials=\"c\"\n").find("'nowhere' is neither"),
+  EXPECT_NE(
+      parse_error("[placement]\nengines = [\"nowhere\"]\n[cluster]\ncredentials=\"c\"\n").find("'nowhere' is neither"),
+      std::string::npos);
+  EXPECT_NE(parse_error("[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1\"\n").find("must be HOST:PORT"),
             std::string::npos);
-  EXPECT_NE(parse_error("[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1\"\n").find("must be HOST:PORT"), std::string::npos);
   EXPECT_NE(parse_error("[[nodes]]\nname = \"a\"\naddress = \"h:1\"\n[[nodes]]\nname = \"a\"\naddress = \"h:2\"\n")
                 .find("listed twice"),
             std::string::npos);
@@ -442,7 +453,8 @@ TEST(topology_speculative, errors_name_the_field) {
   expect_error("[speculative]\nnum_draft_tokens = 5\nmax_draft_tokens = 4\n",
                "[speculative] num_draft_tokens 5 exceeds max_draft_tokens 4");
   expect_error("[speculative]\nmax_draft_tokens = 17\n", "[speculative] max_draft_tokens must be in 0..16, got 17");
-  expect_error("[speculative]\nnum_draft_tokens = -1\n", "[speculative] num_draft_tokens must be a non-negative integer");
+  expect_error("[speculative]\nnum_draft_tokens = -1\n",
+               "[speculative] num_draft_tokens must be a non-negative integer");
   expect_error("[speculative]\nnum_draft_tokens = \"four\"\n", "[speculative] num_draft_tokens must be an integer");
   expect_error("[speculative]\ndraft_model = \"/d\"\ndraft_kv_memory_mb = 0\n",
                "[speculative] draft_kv_memory_mb must be positive, got 0");
@@ -490,8 +502,9 @@ TEST(topology, pipeline_stages_are_read_and_checked) {
   // The failover wait and the reconnect back-off (defaults: 30 s; 100 ms doubling to 2 s, 120 tries).
   EXPECT_EQ(two.pipeline.failover_wait_ms, 30000);
   EXPECT_EQ(two.pipeline.reconnect_attempts, 120);
-  const topology tuned = parse_topology(stage0 + "]\nfailover_wait_ms = 1500\nreconnect_first_delay_ms = 50\n"
-                                                 "reconnect_max_delay_ms = 400\nreconnect_attempts = 7\n",
+  const topology tuned = parse_topology(stage0 +
+                                            "]\nfailover_wait_ms = 1500\nreconnect_first_delay_ms = 50\n"
+                                            "reconnect_max_delay_ms = 400\nreconnect_attempts = 7\n",
                                         "tuned.toml");
   EXPECT_EQ(tuned.pipeline.failover_wait_ms, 1500);
   EXPECT_EQ(tuned.pipeline.settings().reconnect_first_delay, std::chrono::milliseconds(50));
@@ -517,25 +530,31 @@ TEST(topology, pipeline_stages_placed_on_nodes_are_read_and_checked) {
   EXPECT_EQ(launched.pipeline_stage_nodes, (std::vector<std::string>{"stage-a"}));
   EXPECT_TRUE(launched.colocated()) << "a stage node is not a node the controller places stages on";
 
-  const std::string nodes = "[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\n"
-                            "[[nodes]]\nname = \"b\"\naddress = \"127.0.0.1:7202\"\n";
-  const topology two = parse_topology(nodes + "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }, "
-                                              "{ node = \"b\", layers = \"2-3\" }]\n");
+  const std::string nodes =
+      "[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\n"
+      "[[nodes]]\nname = \"b\"\naddress = \"127.0.0.1:7202\"\n";
+  const topology two = parse_topology(nodes +
+                                      "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }, "
+                                      "{ node = \"b\", layers = \"2-3\" }]\n");
   ASSERT_EQ(two.pipeline.stages.size(), 2u);
   EXPECT_EQ(two.pipeline.stages[1].endpoint, "kvtcp://127.0.0.1:7202");
   EXPECT_EQ(two.pipeline_stage_nodes, (std::vector<std::string>{"a", "b"}));
   // An endpoint and a node mixed: the node's entry only for the placed one.
-  const topology mixed = parse_topology(nodes + "[pipeline]\nstages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", "
-                                                "layers = \"0-1\" }, { node = \"b\", layers = \"2-3\" }]\n");
+  const topology mixed = parse_topology(nodes +
+                                        "[pipeline]\nstages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", "
+                                        "layers = \"0-1\" }, { node = \"b\", layers = \"2-3\" }]\n");
   EXPECT_EQ(mixed.pipeline_stage_nodes, (std::vector<std::string>{"", "b"}));
 
   expect_error(nodes + "[pipeline]\nstages = [{ node = \"c\", layers = \"0-1\" }]\n",
                "[pipeline] stage 0: node 'c' is not a [[nodes]] name");
-  expect_error(nodes + "[pipeline]\nstages = [{ node = \"a\", endpoint = \"kvtcp://127.0.0.1:1\", layers = \"0-1\" }]\n",
-               "[pipeline] stage 0 gives both endpoint and node");
-  expect_error(nodes + "[pipeline]\nstages = [{ layers = \"0-1\" }]\n", "[pipeline] stage 0 gives neither endpoint nor node");
-  expect_error(nodes + "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }, { node = \"a\", layers = \"2-3\" }]\n",
-               "[pipeline] node 'a' runs two stages");
+  expect_error(
+      nodes + "[pipeline]\nstages = [{ node = \"a\", endpoint = \"kvtcp://127.0.0.1:1\", layers = \"0-1\" }]\n",
+      "[pipeline] stage 0 gives both endpoint and node");
+  expect_error(nodes + "[pipeline]\nstages = [{ layers = \"0-1\" }]\n",
+               "[pipeline] stage 0 gives neither endpoint nor node");
+  expect_error(
+      nodes + "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }, { node = \"a\", layers = \"2-3\" }]\n",
+      "[pipeline] node 'a' runs two stages");
   expect_error(nodes + "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }]\n[placement]\ntokenizers = [\"a\"]\n",
                "[pipeline] node 'a' runs a pipeline stage, so [placement] tokenizers cannot place there too");
   expect_error(nodes + "[pipeline]\nstages = [{ node = \"a\", layers = \"0-1\" }]\n[placement]\nengines = [\"a\"]\n",
@@ -548,12 +567,13 @@ TEST(topology_paths, every_relative_path_resolves_against_the_files_directory_fr
   const troupe::testing::scratch_dir dir;
   const std::filesystem::path sub = dir.path() / "deploy";
   std::filesystem::create_directories(sub);
-  std::ofstream(sub / "topo.toml") << "[model]\npath = \"models/m\"\n"
-                                   << "[speculative]\ndraft_model = \"../drafts/d.gguf\"\n"
-                                   << "[cluster]\ncredentials = \"certs\"\n"
-                                   << "[[plugins]]\nname = \"mine\"\nlibrary = \"plugins/libmine.so\"\nhooks = [\"request\"]\n"
-                                   << "budget_ms = 20\nconfig = { limit = 3, label = \"x\" }\n"
-                                   << "[[plugins]]\nlibrary = \"libsystemwide.so\"\nhooks = [\"output\"]\n";
+  std::ofstream(sub / "topo.toml")
+      << "[model]\npath = \"models/m\"\n"
+      << "[speculative]\ndraft_model = \"../drafts/d.gguf\"\n"
+      << "[cluster]\ncredentials = \"certs\"\n"
+      << "[[plugins]]\nname = \"mine\"\nlibrary = \"plugins/libmine.so\"\nhooks = [\"request\"]\n"
+      << "budget_ms = 20\nconfig = { limit = 3, label = \"x\" }\n"
+      << "[[plugins]]\nlibrary = \"libsystemwide.so\"\nhooks = [\"output\"]\n";
   const std::filesystem::path before = std::filesystem::current_path();
   std::filesystem::current_path("/");  // anywhere but the file's directory
   const topology t = load_topology(std::filesystem::relative(sub / "topo.toml", "/"));
@@ -617,8 +637,9 @@ class topology_overrides : public ::testing::Test {
 };
 
 TEST_F(topology_overrides, set_a_key_in_the_file_one_absent_from_it_and_a_whole_section) {
-  const topology t = load_topology(file_, {"http.port=8001", "scheduler.max_num_seqs=7", "placement.engines=[\"a\", \"b\"]",
-                                           "frontend.api_key=secret", "http.enabled=true"});
+  const topology t =
+      load_topology(file_, {"http.port=8001", "scheduler.max_num_seqs=7", "placement.engines=[\"a\", \"b\"]",
+                            "frontend.api_key=secret", "http.enabled=true"});
   EXPECT_EQ(t.http_port, 8001);
   EXPECT_EQ(t.model.max_num_seqs, 7);
   EXPECT_EQ(t.placement.engines, (std::vector<std::string>{"a", "b"}));

@@ -42,7 +42,8 @@ std::string expected_refusal(kv_transport transport) {
 TEST(worker_kv_transport, a_worker_that_cannot_carry_its_transport_refuses_to_spawn_naming_why) {
   TROUPE_REQUIRE_SHARED_MODEL(stories260k_dir / "hf");
   caf::actor_system_config config;
-  for_each_message_type([&](auto type, const char* name) { config.add_message_type<typename decltype(type)::type>(name); });
+  for_each_message_type(
+      [&](auto type, const char* name) { config.add_message_type<typename decltype(type)::type>(name); });
   caf::actor_system system(config);
   for (kv_transport transport : {kv_transport::cuda_ipc, kv_transport::nccl}) {
     SCOPED_TRACE(std::string(kv_transport_name(transport)));

@@ -109,14 +109,16 @@ TEST_F(pipelined_model_test, two_and_three_stages_generate_the_whole_models_toke
         served_stages front = serve({{0, 2}});
         loaded_stage last = load_stage({2, 5});
         auto pipelined = make_pipelined_model(std::move(last.m), {2, 5}, front.remote, settings);
-        EXPECT_EQ(generate(std::move(pipelined), budget), expected) << micro_batches << " micro-batches, budget " << budget;
+        EXPECT_EQ(generate(std::move(pipelined), budget), expected)
+            << micro_batches << " micro-batches, budget " << budget;
         EXPECT_GT(front.servers[0]->frames_computed(), 0u);
       }
       {
         served_stages front = serve({{0, 1}, {1, 3}});
         loaded_stage last = load_stage({3, 5});
         auto pipelined = make_pipelined_model(std::move(last.m), {3, 5}, front.remote, settings);
-        EXPECT_EQ(generate(std::move(pipelined), budget), expected) << "3 stages, " << micro_batches << " micro-batches";
+        EXPECT_EQ(generate(std::move(pipelined), budget), expected)
+            << "3 stages, " << micro_batches << " micro-batches";
       }
     }
   }
@@ -193,8 +195,7 @@ TEST_F(pipelined_model_test, a_restarted_stage_is_reconnected_and_kv_computed_be
   front.servers.clear();  // the stage's process is gone
   EXPECT_THROW(pipelined->forward(test::one_sequence_batch(tokens, 2, 3, {0, 1}, block_size), logits.data()),
                std::runtime_error);
-  const std::string down =
-      wait_for_board([](const std::string& text) { return !text.empty(); });
+  const std::string down = wait_for_board([](const std::string& text) { return !text.empty(); });
   EXPECT_NE(down.find("pipeline stage 0-1 at " + endpoint + ": down"), std::string::npos) << down;
   try {
     pipelined->forward(test::one_sequence_batch(tokens, 0, 2, {2, 3}, block_size), logits.data());
@@ -229,8 +230,8 @@ TEST_F(pipelined_model_test, a_stage_answers_a_bad_frame_with_a_failure_and_keep
   served_stages front = serve({{0, 2}});
   // A raw client: hello, then a work frame whose token id is outside the vocabulary.
   std::string why;
-  const int fd = kv_tcp_connect(front.remote[0].endpoint, std::chrono::milliseconds(2000),
-                                std::chrono::milliseconds(2000), why);
+  const int fd =
+      kv_tcp_connect(front.remote[0].endpoint, std::chrono::milliseconds(2000), std::chrono::milliseconds(2000), why);
   ASSERT_GE(fd, 0) << why;
   kv_tcp_prepare_accepted(fd, std::chrono::milliseconds(5000));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -240,10 +241,10 @@ TEST_F(pipelined_model_test, a_stage_answers_a_bad_frame_with_a_failure_and_keep
   hello.payload_bytes = stage_hello_bytes;
   std::array<std::byte, stage_frame_header_bytes> head{};
   encode_stage_frame_header(hello, head);
-  ASSERT_EQ(kv_tcp_write_frame(fd, head,
-                               encode_stage_hello({0, 2, c.num_layers, c.hidden_size, c.vocab_size, block_size, 8}),
-                               deadline, why),
-            kv_tcp_write::done);
+  ASSERT_EQ(
+      kv_tcp_write_frame(fd, head, encode_stage_hello({0, 2, c.num_layers, c.hidden_size, c.vocab_size, block_size, 8}),
+                         deadline, why),
+      kv_tcp_write::done);
   stage_frame_limits limits;
   limits.hidden_size = c.hidden_size;
   ASSERT_TRUE(kv_tcp_read_exact(fd, head, deadline, why)) << why;
@@ -286,8 +287,8 @@ TEST_F(pipelined_model_test, a_stage_answers_a_bad_frame_with_a_failure_and_keep
 // like the whole model; an engine whose key is not a member's never gets a hello answered; a
 // curve:// stage without credentials is refused by name.
 TEST_F(pipelined_model_test, curve_links_serve_members_only) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("troupe_pipeline_keys_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("troupe_pipeline_keys_" + std::to_string(::getpid()));
   const std::filesystem::path outsiders = dir / "outsiders";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(outsiders);

@@ -79,7 +79,7 @@ TEST(stage_frame, lying_headers_are_refused_before_the_payload) {
   EXPECT_NE(with(6, uint16_t{77}).find("unknown kind 77"), std::string::npos);
   EXPECT_NE(with(20, int32_t{-1}).find("num_tokens -1"), std::string::npos);
   EXPECT_NE(with(20, int32_t{1 << 20}).find("num_tokens"), std::string::npos);  // past max_tokens
-  EXPECT_NE(with(24, int32_t{9}).find("num_seqs 9"), std::string::npos);         // more sequences than tokens
+  EXPECT_NE(with(24, int32_t{9}).find("num_seqs 9"), std::string::npos);        // more sequences than tokens
   EXPECT_NE(with(28, int32_t{1 << 30}).find("num_block_ids"), std::string::npos);
   EXPECT_NE(with(32, int32_t{17}).find("residual width 17, expected 16"), std::string::npos);
   EXPECT_NE(with(40, uint64_t{1} << 40).find("its counts make"), std::string::npos);  // the size lies
@@ -88,7 +88,8 @@ TEST(stage_frame, lying_headers_are_refused_before_the_payload) {
   failure.payload_bytes = stage_failure_max_bytes + 1;
   std::array<std::byte, stage_frame_header_bytes> text_head{};
   encode_stage_frame_header(failure, text_head);
-  EXPECT_NE(refusal([&] { decode_stage_frame_header(text_head, limits); }).find("failure text bytes"), std::string::npos);
+  EXPECT_NE(refusal([&] { decode_stage_frame_header(text_head, limits); }).find("failure text bytes"),
+            std::string::npos);
 }
 
 TEST(stage_frame, inconsistent_arrays_are_refused_by_name) {
@@ -102,10 +103,17 @@ TEST(stage_frame, inconsistent_arrays_are_refused_by_name) {
     forward_batch out;
     return refusal([&] { decode_work_arrays(h, std::span(head).subspan(stage_frame_header_bytes), vocab, out); });
   };
-  EXPECT_NE(refused([](forward_batch& b) { b.query_start = {0, 3, 3}; }).find("query_start must run from 0 to 4"),
+  EXPECT_NE(refused([](forward_batch& b) {
+              b.query_start = {0, 3, 3};
+            }).find("query_start must run from 0 to 4"),
             std::string::npos);
-  EXPECT_NE(refused([](forward_batch& b) { b.query_start = {0, 5, 4}; }).find("query_start goes back"), std::string::npos);
-  EXPECT_NE(refused([](forward_batch& b) { b.block_table_start = {0, 4, 3}; }).find("block_table_start goes back"),
+  EXPECT_NE(refused([](forward_batch& b) {
+              b.query_start = {0, 5, 4};
+            }).find("query_start goes back"),
+            std::string::npos);
+  EXPECT_NE(refused([](forward_batch& b) {
+              b.block_table_start = {0, 4, 3};
+            }).find("block_table_start goes back"),
             std::string::npos);
   EXPECT_NE(refused([](forward_batch& b) { b.positions[1] = 5; }).find("position 5 outside its context of 5"),
             std::string::npos);

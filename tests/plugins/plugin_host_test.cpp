@@ -297,8 +297,10 @@ TEST(banned_phrases_example, masks_only_the_token_that_would_complete_a_phrase) 
     EXPECT_FALSE(chain.on_logits({"banned_phrases"}, 1, row.tokens, num_prompt, row.logits));
     std::vector<int32_t> out;
     for (size_t i = 0; i < row.logits.size(); ++i) {
-      if (std::isinf(row.logits[i])) out.push_back(static_cast<int32_t>(i));
-      else EXPECT_EQ(row.logits[i], 0.5f) << "token " << i << " changed but not masked";
+      if (std::isinf(row.logits[i]))
+        out.push_back(static_cast<int32_t>(i));
+      else
+        EXPECT_EQ(row.logits[i], 0.5f) << "token " << i << " changed but not masked";
     }
     return out;
   };
@@ -310,7 +312,8 @@ TEST(banned_phrases_example, masks_only_the_token_that_would_complete_a_phrase) 
   EXPECT_EQ(masked({3, 4}, 2), (std::vector<int32_t>{9}));
   EXPECT_EQ(masked({3, 4, 8}, 1), (std::vector<int32_t>{9}));
   // Its configuration is checked at start, naming the library.
-  EXPECT_NE(load_error(spec_of(example_plugin("banned_phrases"), R"({"phrases": [[1, -2]]})")).find("which is not a token id"),
+  EXPECT_NE(load_error(spec_of(example_plugin("banned_phrases"), R"({"phrases": [[1, -2]]})"))
+                .find("which is not a token id"),
             std::string::npos);
   EXPECT_NE(load_error(spec_of(example_plugin("banned_phrases"), "{}")).find("\"phrases\" must be a non-empty array"),
             std::string::npos);

@@ -39,13 +39,12 @@ TEST(codec_plugins, bad_names_are_refused_naming_the_field) {
     json value;
     const char* words;
   };
-  for (const bad_case& c : {bad_case{"banned_phrases", "field 'plugins': expected an array of strings, got string"},
-                            bad_case{json::array({1}), "field 'plugins[0]'"},
-                            bad_case{json::array({""}), "field 'plugins[0]': is empty"},
-                            bad_case{json::array({"a", "a"}), "field 'plugins[1]': names 'a' a second time"},
-                            bad_case{json::array({"a", "b", "c", "d", "e", "f", "g", "h", "i"}),
-                                     "field 'plugins': more than 8 entries"},
-                            bad_case{json::array({std::string(129, 'x')}), "longer than 128 bytes"}}) {
+  for (const bad_case& c :
+       {bad_case{"banned_phrases", "field 'plugins': expected an array of strings, got string"},
+        bad_case{json::array({1}), "field 'plugins[0]'"}, bad_case{json::array({""}), "field 'plugins[0]': is empty"},
+        bad_case{json::array({"a", "a"}), "field 'plugins[1]': names 'a' a second time"},
+        bad_case{json::array({"a", "b", "c", "d", "e", "f", "g", "h", "i"}), "field 'plugins': more than 8 entries"},
+        bad_case{json::array({std::string(129, 'x')}), "longer than 128 bytes"}}) {
     auto result = decode_json({{"type", "generate"}, {"id", "p2"}, {"prompt", "x"}, {"plugins", c.value}});
     ASSERT_TRUE(std::holds_alternative<protocol_error>(result)) << c.value.dump() << " was accepted";
     const protocol_error& error = std::get<protocol_error>(result);

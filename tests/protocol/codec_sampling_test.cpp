@@ -70,9 +70,9 @@ TEST(codec_sampling, guided_fields_travel_both_ways_and_only_one_at_a_time) {
   EXPECT_EQ(request.sampling.guided.kind, guided_kind::json_schema);
   EXPECT_EQ(request.sampling.guided.source, R"({"type":"boolean"})");
   // What the client library encodes, the door decodes to the same constraint.
-  for (const guided_decoding& g : {guided_decoding{guided_kind::choice, "", {"yes", "no"}},
-                                   guided_decoding{guided_kind::regex, "[a-z]+", {}},
-                                   guided_decoding{guided_kind::json_object, "", {}}}) {
+  for (const guided_decoding& g :
+       {guided_decoding{guided_kind::choice, "", {"yes", "no"}}, guided_decoding{guided_kind::regex, "[a-z]+", {}},
+        guided_decoding{guided_kind::json_object, "", {}}}) {
     generate_request out = request;
     out.sampling.guided = g;
     auto back = decode_request(encode_request(client_request{out}), protocol_limits{});

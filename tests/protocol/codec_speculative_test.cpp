@@ -57,8 +57,8 @@ TEST(codec_speculative, left_to_the_server_it_is_not_sent_and_decodes_as_the_def
   EXPECT_EQ(as_generate(decode_request(std::string(frame.begin(), frame.end()))).sampling.num_speculative_tokens, -1);
   json nil_value = {{"type", "generate"}, {"id", "s3"}, {"prompt", "x"}, {"num_speculative_tokens", nullptr}};
   const std::vector<uint8_t> nil_frame = json::to_msgpack(nil_value);
-  EXPECT_EQ(as_generate(decode_request(std::string(nil_frame.begin(), nil_frame.end()))).sampling.num_speculative_tokens,
-            -1);
+  EXPECT_EQ(
+      as_generate(decode_request(std::string(nil_frame.begin(), nil_frame.end()))).sampling.num_speculative_tokens, -1);
 }
 
 TEST(codec_speculative, a_bad_value_is_refused_naming_the_field_and_the_range) {
@@ -67,10 +67,10 @@ TEST(codec_speculative, a_bad_value_is_refused_naming_the_field_and_the_range) {
     json value;
     const char* words;
   };
-  for (const bad_case& c : {bad_case{17, "17 is out of range [-1, 16]"}, bad_case{-2, "-2 is out of range [-1, 16]"},
-                            bad_case{int64_t{1} << 33, "does not fit in a 32-bit integer"},
-                            bad_case{"4", "expected an integer, got string"},
-                            bad_case{1.5, "expected an integer, got float"}}) {
+  for (const bad_case& c :
+       {bad_case{17, "17 is out of range [-1, 16]"}, bad_case{-2, "-2 is out of range [-1, 16]"},
+        bad_case{int64_t{1} << 33, "does not fit in a 32-bit integer"},
+        bad_case{"4", "expected an integer, got string"}, bad_case{1.5, "expected an integer, got float"}}) {
     json request = {{"type", "generate"}, {"id", "s4"}, {"prompt", "x"}, {"num_speculative_tokens", c.value}};
     const std::vector<uint8_t> frame = json::to_msgpack(request);
     auto result = decode_request(std::string(frame.begin(), frame.end()), limits);
@@ -98,9 +98,10 @@ TEST(codec_speculative, usage_carries_the_speculative_figures_only_when_given) {
   last.usage = usage_info{7, 20, 0, speculative_usage{24, 18, 0.75, 20.0 / 6.0}};
   const std::string frame = encode_reply(last);
   const json wire = json::from_msgpack(std::vector<uint8_t>(frame.begin(), frame.end()));
-  EXPECT_EQ(wire.at("usage").at("speculative"),
-            (json{{"draft_tokens", 24}, {"accepted_tokens", 18}, {"acceptance_rate", 0.75},
-                  {"tokens_per_step", 20.0 / 6.0}}));
+  EXPECT_EQ(
+      wire.at("usage").at("speculative"),
+      (json{
+          {"draft_tokens", 24}, {"accepted_tokens", 18}, {"acceptance_rate", 0.75}, {"tokens_per_step", 20.0 / 6.0}}));
   const auto got = std::get<delta_reply>(decode_reply(frame));
   ASSERT_TRUE(got.usage && got.usage->speculative);
   EXPECT_EQ(got.usage->speculative->draft_tokens, 24);

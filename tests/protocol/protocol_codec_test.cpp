@@ -113,9 +113,12 @@ TEST(protocol_codec, refuses_a_bad_slo_naming_the_field) {
     msgpack::sbuffer buffer;
     msgpack::packer<msgpack::sbuffer> p(buffer);
     p.pack_map(4);
-    p.pack(std::string("type")); p.pack(std::string("generate"));
-    p.pack(std::string("id")); p.pack(std::string("r1"));
-    p.pack(std::string("prompt")); p.pack(std::string("hi"));
+    p.pack(std::string("type"));
+    p.pack(std::string("generate"));
+    p.pack(std::string("id"));
+    p.pack(std::string("r1"));
+    p.pack(std::string("prompt"));
+    p.pack(std::string("hi"));
     p.pack(std::string("slo"));
     pack_slo(p);
     auto result = decode_request(std::string_view(buffer.data(), buffer.size()));
@@ -124,18 +127,21 @@ TEST(protocol_codec, refuses_a_bad_slo_naming_the_field) {
   };
   std::string why = refusal("{ttft_ms: -5}", [](auto& p) {
     p.pack_map(1);
-    p.pack(std::string("ttft_ms")); p.pack(-5);
+    p.pack(std::string("ttft_ms"));
+    p.pack(-5);
   });
   EXPECT_NE(why.find("'slo.ttft_ms'"), std::string::npos) << why;
   EXPECT_NE(why.find("zero or positive"), std::string::npos) << why;
   why = refusal("{tpot_ms: \"fast\"}", [](auto& p) {
     p.pack_map(1);
-    p.pack(std::string("tpot_ms")); p.pack(std::string("fast"));
+    p.pack(std::string("tpot_ms"));
+    p.pack(std::string("fast"));
   });
   EXPECT_NE(why.find("'slo.tpot_ms'"), std::string::npos) << why;
   why = refusal("{deadline: 1}", [](auto& p) {
     p.pack_map(1);
-    p.pack(std::string("deadline")); p.pack(1);
+    p.pack(std::string("deadline"));
+    p.pack(1);
   });
   EXPECT_NE(why.find("deadline"), std::string::npos) << why;
   why = refusal("7", [](auto& p) { p.pack(7); });
@@ -171,8 +177,7 @@ TEST(protocol_codec, not_a_map_and_wrong_types_name_the_problem) {
   EXPECT_NE(error_of(std::string(buffer.data(), buffer.size())).find("expected a map"), std::string::npos);
   EXPECT_NE(error_of(valid_generate().set("temperature", std::string("hot")).build()).find("'temperature'"),
             std::string::npos);
-  EXPECT_NE(error_of(valid_generate().set("stream", 1).build()).find("'stream': expected a bool"),
-            std::string::npos);
+  EXPECT_NE(error_of(valid_generate().set("stream", 1).build()).find("'stream': expected a bool"), std::string::npos);
   frame_builder b;
   b.set("type", std::string("generate")).set("id", 5).set("prompt", std::string("x"));
   EXPECT_NE(error_of(b.build()).find("'id': expected a string"), std::string::npos);
@@ -213,7 +218,10 @@ TEST(protocol_codec, prompt_presence_rules) {
   none.set("type", std::string("generate")).set("id", std::string("r"));
   EXPECT_NE(error_of(none.build()).find("one of 'prompt'"), std::string::npos);
   EXPECT_NE(error_of(valid_generate()
-                         .add("prompt_token_ids", [](auto& p) { p.pack(std::vector<int>{1, 2}); })
+                         .add("prompt_token_ids",
+                              [](auto& p) {
+                                p.pack(std::vector<int>{1, 2});
+                              })
                          .build())
                 .find("only one of"),
             std::string::npos);

@@ -72,11 +72,23 @@ TEST(sampling_validation, each_rule_at_its_edges) {
       {"logprobs -2", [](sampling_params& s) { s.logprobs = -2; }, "logprobs"},
       {"16 stop strings of 256 bytes", [](sampling_params& s) { s.stop.assign(16, std::string(256, 'a')); }, nullptr},
       {"17 stop strings", [](sampling_params& s) { s.stop.assign(17, "a"); }, "stop"},
-      {"a stop string of 257 bytes", [](sampling_params& s) { s.stop = {"a", std::string(257, 'a')}; }, "stop[1]"},
-      {"an empty stop string", [](sampling_params& s) { s.stop = {"a", "b", ""}; }, "stop[2]"},
+      {"a stop string of 257 bytes",
+       [](sampling_params& s) {
+         s.stop = {"a", std::string(257, 'a')};
+       },
+       "stop[1]"},
+      {"an empty stop string",
+       [](sampling_params& s) {
+         s.stop = {"a", "b", ""};
+       },
+       "stop[2]"},
       {"64 stop ids", [](sampling_params& s) { s.stop_token_ids.assign(64, 3); }, nullptr},
       {"65 stop ids", [](sampling_params& s) { s.stop_token_ids.assign(65, 3); }, "stop_token_ids"},
-      {"a negative stop id", [](sampling_params& s) { s.stop_token_ids = {3, -1}; }, "stop_token_ids[1]"},
+      {"a negative stop id",
+       [](sampling_params& s) {
+         s.stop_token_ids = {3, -1};
+       },
+       "stop_token_ids[1]"},
   };
   for (const auto& c : cases) {
     sampling_params params;

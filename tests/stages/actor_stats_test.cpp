@@ -33,8 +33,8 @@ TEST(handler_time_histogram, bins_are_ordered_and_hold_their_values) {
 TEST(handler_time_histogram, quantiles_of_known_values) {
   handler_time_histogram h;
   EXPECT_EQ(h.quantile_us(0.5), 0);
-  for (int i = 0; i < 98; ++i) h.add(10'000);   // 10 us
-  for (int i = 0; i < 2; ++i) h.add(5 * ms);    // 5 ms
+  for (int i = 0; i < 98; ++i) h.add(10'000);  // 10 us
+  for (int i = 0; i < 2; ++i) h.add(5 * ms);   // 5 ms
   EXPECT_EQ(h.count(), 100);
   EXPECT_NEAR(h.quantile_us(0.5), 10, 10 / 8.0);
   EXPECT_NEAR(h.quantile_us(0.98), 10, 10 / 8.0);

@@ -176,7 +176,8 @@ TEST_F(detokenize_stage_test, a_stop_string_across_tokens_holds_the_final_until_
   EXPECT_EQ(client.finish, finish_reason::stop);
   // The ids are those up to the token that completed the stop string: their text is the
   // delivered text followed by (at least) the stop string.
-  const std::vector<int32_t> kept(once_upon_a_time().generated_ids.begin(), once_upon_a_time().generated_ids.begin() + matched_at + 1);
+  const std::vector<int32_t> kept(once_upon_a_time().generated_ids.begin(),
+                                  once_upon_a_time().generated_ids.begin() + matched_at + 1);
   EXPECT_EQ(client.ids, kept);
   EXPECT_EQ(tok_->decode(kept, true).substr(0, before.size() + stop.size()), before + stop);
   EXPECT_NE(tok_->decode(std::vector<int32_t>(kept.begin(), kept.end() - 1), true).find(before), std::string::npos);
@@ -200,7 +201,8 @@ TEST_F(detokenize_stage_test, a_stop_string_at_the_very_start_gives_empty_text) 
   client.take(out.texts);
   client.take(stage.run(scheduler_final(1, finish_reason::stop, 2)).texts);
   EXPECT_EQ(client.text, "");
-  EXPECT_EQ(client.ids, (std::vector<int32_t>{once_upon_a_time().generated_ids[0], once_upon_a_time().generated_ids[1]}));
+  EXPECT_EQ(client.ids,
+            (std::vector<int32_t>{once_upon_a_time().generated_ids[0], once_upon_a_time().generated_ids[1]}));
   EXPECT_EQ(client.finish, finish_reason::stop);
   EXPECT_EQ(client.num_finals, 1);
 }
@@ -213,7 +215,9 @@ TEST_F(detokenize_stage_test, a_match_in_the_schedulers_last_delta_ends_there_as
   const std::string stop = "Lily.";
   size_t i = 0;
   for (; i < once_upon_a_time().generated_ids.size(); ++i) {
-    const std::string so_far = tok_->decode(std::vector<int32_t>(once_upon_a_time().generated_ids.begin(), once_upon_a_time().generated_ids.begin() + i + 1), true);
+    const std::string so_far = tok_->decode(std::vector<int32_t>(once_upon_a_time().generated_ids.begin(),
+                                                                 once_upon_a_time().generated_ids.begin() + i + 1),
+                                            true);
     const bool completes = so_far.find(stop) != std::string::npos;
     auto out = stage.run(token(5, i, {stop}, completes ? finish_reason::length : finish_reason::none));
     EXPECT_TRUE(out.stopped_ids.empty());
@@ -292,7 +296,9 @@ TEST_F(detokenize_stage_test, requests_in_one_batch_keep_their_own_stop_strings)
   }
   EXPECT_EQ(stopped.text, ", there was a little girl named ");
   EXPECT_EQ(stopped.num_finals, 1);
-  EXPECT_EQ(plain.text, tok_->decode(std::vector<int32_t>(once_upon_a_time().generated_ids.begin(), once_upon_a_time().generated_ids.begin() + 20), true));
+  EXPECT_EQ(plain.text, tok_->decode(std::vector<int32_t>(once_upon_a_time().generated_ids.begin(),
+                                                          once_upon_a_time().generated_ids.begin() + 20),
+                                     true));
   EXPECT_EQ(plain.finish, finish_reason::length);
   EXPECT_EQ(plain.num_finals, 1);
   EXPECT_EQ(stage.num_live(), 0u);
@@ -303,7 +309,9 @@ step_result reference_answer(const step_plan& plan) {
   step_result result;
   result.step_id = plan.step_id;
   for (const auto& s : plan.sequences) {
-    if (s.sample) result.tokens.push_back(sampled_token{s.request_id, once_upon_a_time().generated_ids[s.output_index], 0.0f, {}, {}});
+    if (s.sample)
+      result.tokens.push_back(
+          sampled_token{s.request_id, once_upon_a_time().generated_ids[s.output_index], 0.0f, {}, {}});
   }
   return result;
 }
@@ -358,7 +366,6 @@ TEST_F(detokenize_stage_test, with_the_engine_scheduler_the_stop_frees_every_blo
   EXPECT_EQ(client.metrics->num_prompt_tokens, static_cast<int>(once_upon_a_time().input_ids.size()));
   EXPECT_EQ(stage.num_live(), 0u);
 }
-
 
 // The scheduler and detokenizer stages wired as their actors wire them: the scheduler's token
 // batches (deltas, then the requests a failed step ended) go to the detokenizer, whose texts and

@@ -30,7 +30,8 @@ std::vector<token_batch> scheduler_batches(int64_t id, std::vector<std::string> 
     token_delta d;
     d.request_id = id;
     d.token_ids.assign(once_upon_a_time().generated_ids.begin() + static_cast<std::ptrdiff_t>(i),
-                       once_upon_a_time().generated_ids.begin() + static_cast<std::ptrdiff_t>(std::min(i + 2, once_upon_a_time().generated_ids.size())));
+                       once_upon_a_time().generated_ids.begin() +
+                           static_cast<std::ptrdiff_t>(std::min(i + 2, once_upon_a_time().generated_ids.size())));
     for (size_t k = 0; k < d.token_ids.size(); ++k) d.logprobs.push_back({-0.25f * static_cast<float>(i + k), {}, {}});
     if (i == 0) d.stop = stop;
     if (i + 2 >= once_upon_a_time().generated_ids.size()) {
@@ -113,7 +114,8 @@ TEST_F(detokenizer_failover_test, at_any_moment_of_the_loss_the_client_gets_ever
       EXPECT_EQ(client.text, once_upon_a_time().completion);
       EXPECT_EQ(client.ids, once_upon_a_time().generated_ids);
       ASSERT_EQ(client.logprobs.size(), once_upon_a_time().generated_ids.size());
-      for (size_t i = 0; i < once_upon_a_time().generated_ids.size(); ++i) EXPECT_EQ(client.logprobs[i].logprob, -0.25f * static_cast<float>(i));
+      for (size_t i = 0; i < once_upon_a_time().generated_ids.size(); ++i)
+        EXPECT_EQ(client.logprobs[i].logprob, -0.25f * static_cast<float>(i));
       EXPECT_EQ(client.num_finals, 1);
       if (HasFailure()) return;
     }
@@ -186,7 +188,8 @@ TEST_F(detokenizer_failover_test, a_failure_that_died_with_the_detokenizer_is_se
   ledger.record(failed, 0);
   const detokenizer_ledger::resumption resumed = ledger.resume({{5, 2}});
   ASSERT_EQ(resumed.primes.size(), 1u);
-  EXPECT_EQ(resumed.primes[0].spelled_ids, std::vector<int32_t>(once_upon_a_time().generated_ids.begin(), once_upon_a_time().generated_ids.begin() + 2));
+  EXPECT_EQ(resumed.primes[0].spelled_ids, std::vector<int32_t>(once_upon_a_time().generated_ids.begin(),
+                                                                once_upon_a_time().generated_ids.begin() + 2));
   EXPECT_TRUE(resumed.replay.deltas.empty());
   ASSERT_EQ(resumed.replay.failures.size(), 1u);
   EXPECT_EQ(resumed.replay.failures[0].message, "the step failed");

@@ -68,7 +68,8 @@ TEST(detokenizer_shards, the_requests_of_one_door_reach_every_detokenizer) {
   const int64_t controller = int64_t{0x1234} << 48;
   for (size_t n : {2u, 4u}) {
     std::set<size_t> owners;
-    for (int64_t sequence = 0; sequence < 64; ++sequence) owners.insert(detokenizer_of(controller | (sequence << 1), n));
+    for (int64_t sequence = 0; sequence < 64; ++sequence)
+      owners.insert(detokenizer_of(controller | (sequence << 1), n));
     EXPECT_EQ(owners.size(), n) << n << " detokenizers";
   }
 }

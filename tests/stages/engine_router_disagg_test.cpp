@@ -52,7 +52,8 @@ TEST(engine_router_disagg, a_pair_prefills_hands_over_and_decodes) {
   EXPECT_NE(where->transfer_id, 0u);
   EXPECT_EQ(router.holders_of(1), (std::vector<engine_instance_id>{p, d}));
   EXPECT_EQ(router.on_kv_ready(d, kv_ready_msg{1, where->transfer_id, "tcp://x:1", ""}), p);
-  EXPECT_FALSE(router.on_kv_ready(p, kv_ready_msg{1, where->transfer_id, "tcp://x:1", ""})) << "not from the decode half";
+  EXPECT_FALSE(router.on_kv_ready(p, kv_ready_msg{1, where->transfer_id, "tcp://x:1", ""}))
+      << "not from the decode half";
 
   const token_batch out = router.on_tokens(p, batch(handed_off(1, 42, where->transfer_id)));
   ASSERT_EQ(out.deltas.size(), 1u);

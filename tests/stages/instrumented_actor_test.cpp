@@ -33,32 +33,35 @@ class stats_config : public caf::actor_system_config, public actor_stats_host {
 
 // Doubles what it is asked; an atom-free int message keeps the test free of registrations.
 caf::behavior doubler(caf::event_based_actor* self) {
-  return instrumented(self, "doubler", {
-      [](int x) { return 2 * x; },
-  });
+  return instrumented(self, "doubler",
+                      {
+                          [](int x) { return 2 * x; },
+                      });
 }
 
 // Blocks in its first message until `release` is set, so the messages sent meanwhile wait.
 caf::behavior blocker(caf::event_based_actor* self, std::shared_future<void> release) {
-  return instrumented(self, "blocker", {
-      [release](int first) {
-        if (first == 0) release.wait();
-      },
-  });
+  return instrumented(self, "blocker",
+                      {
+                          [release](int first) {
+                            if (first == 0) release.wait();
+                          },
+                      });
 }
 
 // Asks `peer` to double x and adds one in its response handler, timed as one more message.
 caf::behavior asker(caf::event_based_actor* self, caf::actor peer) {
-  return instrumented(self, "asker", {
-      [=](int x) -> caf::result<int> {
-        auto promise = self->make_response_promise();
-        self->request(peer, caf::infinite, x).then([=](int doubled) mutable {
-          const auto timed = timed_response(self);
-          promise.deliver(doubled + 1);
-        });
-        return promise;
-      },
-  });
+  return instrumented(self, "asker",
+                      {
+                          [=](int x) -> caf::result<int> {
+                            auto promise = self->make_response_promise();
+                            self->request(peer, caf::infinite, x).then([=](int doubled) mutable {
+                              const auto timed = timed_response(self);
+                              promise.deliver(doubled + 1);
+                            });
+                            return promise;
+                          },
+                      });
 }
 
 const actor_stats_registry::entry* find_stage(const std::vector<actor_stats_registry::entry>& entries,

@@ -210,7 +210,8 @@ std::vector<stats_answer> samples(of<stats_answer>) {
   stats_answer with_models{79, 1, 2, 3, 4, "", 0, 0};
   with_models.num_slo_rejections = 17;
   with_models.step_models = samples(of<step_model_report>{});
-  return {{77, 10, 64, 3, 4, "", 2, 5}, {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"},
+  return {{77, 10, 64, 3, 4, "", 2, 5},
+          {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"},
           with_models};
 }
 std::vector<service_targets> samples(of<service_targets>) { return {{}, {"tenant-z", 0.5, 1e6}}; }
@@ -221,7 +222,8 @@ std::string longest_peer() {
   return peer;
 }
 std::vector<kv_handoff> samples(of<kv_handoff>) {
-  return {{kv_role::send, 99, ""}, {kv_role::receive, ~0ull, "17@0123abcd#4711"}, {kv_role::receive, 1, longest_peer()}};
+  return {
+      {kv_role::send, 99, ""}, {kv_role::receive, ~0ull, "17@0123abcd#4711"}, {kv_role::receive, 1, longest_peer()}};
 }
 std::vector<kv_reservation> samples(of<kv_reservation>) {
   return {{42, 7, {3, 9, 1}, 40, ""}, {43, 8, {2}, 3, longest_peer()}};
@@ -234,7 +236,9 @@ std::vector<kv_ready_msg> samples(of<kv_ready_msg>) {
   for (size_t i = 0; i < in_place.kv_pool_handle.size(); ++i) in_place.kv_pool_handle[i] = static_cast<char>(i * 7);
   return {{42, 7, "tcp://127.0.0.1:4711", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"}, in_place};
 }
-std::vector<kv_arrival_msg> samples(of<kv_arrival_msg>) { return {{42, 7, true, ""}, {43, 8, false, "deadline passed"}}; }
+std::vector<kv_arrival_msg> samples(of<kv_arrival_msg>) {
+  return {{42, 7, true, ""}, {43, 8, false, "deadline passed"}};
+}
 std::vector<kv_handover_msg> samples(of<kv_handover_msg>) { return {{42, 7, {1000}}}; }
 std::vector<kv_failed_msg> samples(of<kv_failed_msg>) { return {{42, 7, "the transfer's deadline passed"}}; }
 std::vector<kv_cancel_msg> samples(of<kv_cancel_msg>) { return {{7}}; }
@@ -248,7 +252,8 @@ std::vector<step_event> samples(of<step_event>) { return {full_step_event()}; }
 std::vector<trace_query> samples(of<trace_query>) { return {trace_query{91, 5'000'000'000}}; }
 std::vector<trace_instance> samples(of<trace_instance>) { return {trace_instance{4, "worker-b", 1250}}; }
 std::vector<trace_answer> samples(of<trace_answer>) {
-  return {trace_answer{92, {full_step_event(), full_step_event()}, {trace_instance{4, "worker-b", 1250}}, "none answered"}};
+  return {
+      trace_answer{92, {full_step_event(), full_step_event()}, {trace_instance{4, "worker-b", 1250}}, "none answered"}};
 }
 
 // The specs carry actor handles: three live actors of the test's own system, set by the test
@@ -318,7 +323,8 @@ std::vector<worker_spec> samples(of<worker_spec>) {
   spec.draft_model.path = "/models/draft/config.json";
   spec.ngram = {1, 5, 300};
   spec.kv_transport = kv_transport::cuda_ipc;
-  spec.pipeline.stages = {{"kvtcp://127.0.0.1:7101", {0, 8}}, {"curve://10.0.0.2:7102/" + std::string(40, 'k'), {8, 16}}};
+  spec.pipeline.stages = {{"kvtcp://127.0.0.1:7101", {0, 8}},
+                          {"curve://10.0.0.2:7102/" + std::string(40, 'k'), {8, 16}}};
   spec.pipeline.micro_batches = 3;
   spec.pipeline.step_timeout_ms = 1234;
   spec.pipeline.connect_timeout_ms = 567;
@@ -855,11 +861,19 @@ uint64_t bits_of(double v) { return std::bit_cast<uint64_t>(v); }
 TEST(message_serialization, floats_and_doubles_round_trip_bit_for_bit) {
   caf::actor_system_config config;
   caf::actor_system sys{config};
-  const std::vector<float> floats = {
-      1e-45f, -1e-45f, 1e-40f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
-      std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 0.0f, -0.0f,
-      std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-      std::bit_cast<float>(uint32_t{0x7fc01234}), std::bit_cast<float>(uint32_t{0xff800001})};
+  const std::vector<float> floats = {1e-45f,
+                                     -1e-45f,
+                                     1e-40f,
+                                     std::numeric_limits<float>::denorm_min(),
+                                     std::numeric_limits<float>::min(),
+                                     std::numeric_limits<float>::max(),
+                                     -std::numeric_limits<float>::max(),
+                                     0.0f,
+                                     -0.0f,
+                                     std::numeric_limits<float>::infinity(),
+                                     -std::numeric_limits<float>::infinity(),
+                                     std::bit_cast<float>(uint32_t{0x7fc01234}),
+                                     std::bit_cast<float>(uint32_t{0xff800001})};
   for (float v : floats) {
     SCOPED_TRACE("bits " + std::to_string(bits_of(v)));
     sampling_params p = full_params();

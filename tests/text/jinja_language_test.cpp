@@ -32,22 +32,32 @@ const feature_case feature_cases[] = {
     {"loop_filter_else_break_continue",
      "{% for x in xs if x > 1 %}{{ x }}{% if loop.last %}.{% endif %}{% else %}empty{% endfor %}|"
      "{% for x in [] %}a{% else %}none{% endfor %}|"
-     "{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 3 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+     "{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 3 %}{% break %}{% endif %}{{ x }}{% endfor "
+     "%}",
      "{}"},
-    {"dict_iteration", "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}|{{ d|items|list }}", "{}"},
-    {"slicing", "{{ xs[::-1] }} {{ xs[1:] }} {{ xs[:-1] }} {{ xs[-1] }} {{ 'h\u00e9llo'[1:3] }} {{ 'abc'[-1] }} {{ 'abc'[::-1] }} {{ xs[5] }}", "{}"},
+    {"dict_iteration",
+     "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}|{{ d|items|list }}",
+     "{}"},
+    {"slicing",
+     "{{ xs[::-1] }} {{ xs[1:] }} {{ xs[:-1] }} {{ xs[-1] }} {{ 'h\u00e9llo'[1:3] }} {{ 'abc'[-1] }} {{ 'abc'[::-1] }} "
+     "{{ xs[5] }}",
+     "{}"},
     {"string_methods",
-     "{{ s.startswith('a') }} {{ s.endswith(('z', 'c')) }} {{ s.split(',') }} {{ ' a  b '.split() }} {{ s.split(',', 1) }}"
+     "{{ s.startswith('a') }} {{ s.endswith(('z', 'c')) }} {{ s.split(',') }} {{ ' a  b '.split() }} {{ s.split(',', "
+     "1) }}"
      " [{{ '  x '.strip() }}|{{ ' x '.lstrip() }}|{{ ' x '.rstrip() }}] {{ s.upper() }} {{ s.replace(',', ';') }}"
-     " {{ 'hello world'.title() }} {{ 'abc'.capitalize() }} {{ s.length }} {{ 'x</think>\\n\\nyz'.split('</think>')[-1].lstrip() }}",
+     " {{ 'hello world'.title() }} {{ 'abc'.capitalize() }} {{ s.length }} {{ "
+     "'x</think>\\n\\nyz'.split('</think>')[-1].lstrip() }}",
      "{}"},
     {"filters",
-     "{{ xs|length }} [{{ '  t  '|trim }}] {{ 3|string }} {{ xs|first }} {{ xs|last }} {{ xs|join(', ') }} {{ d|tojson }}"
+     "{{ xs|length }} [{{ '  t  '|trim }}] {{ 3|string }} {{ xs|first }} {{ xs|last }} {{ xs|join(', ') }} {{ d|tojson "
+     "}}"
      " {{ xs|reverse|list }} {{ missing|default('dflt') }} {{ ''|default('e', true) }} {{ 'x'|upper }} {{ d|length }}"
      " {{ '42'|int + 1 }} {{ '2.5'|float }} {{ true|string }} {{ -3|abs }}",
      "{}"},
     {"tojson_formats",
-     "{{ data|tojson }}\n{{ data|tojson(indent=2) }}\n{{ data|tojson(ensure_ascii=true) }}\n{{ data|tojson(separators=(',', ':')) }}\n{{ data }}",
+     "{{ data|tojson }}\n{{ data|tojson(indent=2) }}\n{{ data|tojson(ensure_ascii=true) }}\n{{ "
+     "data|tojson(separators=(',', ':')) }}\n{{ data }}",
      R"({"data": {"s": "\u00e9\"\\\n\t\u0001 \ud83d\ude00", "f": 1.5, "i": 3, "neg": -2, "big": 1e21, "small": 1e-7,
          "whole": 2.0, "arr": [], "obj": {}, "nul": null, "b": false, "nested": [{"a": [1, {"b": null}]}]}})"},
     {"tests",
@@ -55,7 +65,10 @@ const feature_case feature_cases[] = {
      " {{ 3 is number }} {{ 4 is even }} {{ 3 is odd }} {{ y is undefined }} {{ x is not none }} {{ d is iterable }}"
      " {{ true is boolean }} {{ 1.5 is integer }} {{ 'ab' is lower }}",
      "{}"},
-    {"membership", "{{ 'a' in 'cat' }} {{ 'k' in d }} {{ 2 in xs }} {{ 'z' not in xs }} {{ 'q' in missing }} {{ 'tool_calls' in ms[2] }}", "{}"},
+    {"membership",
+     "{{ 'a' in 'cat' }} {{ 'k' in d }} {{ 2 in xs }} {{ 'z' not in xs }} {{ 'q' in missing }} {{ 'tool_calls' in "
+     "ms[2] }}",
+     "{}"},
     {"literals_concat_ternary",
      "{% set o = {'a': 1, 'b': [1, 2], 'c': {'d': 'e'}} %}{{ o.a ~ '-' ~ o['b'][1] }} {{ 'yes' if o.a == 1 else 'no' }}"
      " {{ o.get('z', 'fallback') }} {{ o.get('a') }} {{ o.get('z') }} {{ o.c.d }} {{ o }}",
@@ -66,29 +79,46 @@ const feature_case feature_cases[] = {
      "{% set inner = 1 %}{% for i in xs %}{% set inner = i %}{% endfor %} {{ inner }}",
      "{}"},
     {"macros",
-     "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Bob') }} {{ greet('Al', punct='?') }}"
+     "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Bob') }} {{ greet('Al', "
+     "punct='?') }}"
      " {{ greet(name='Kw') }}",
      "{}"},
-    {"set_and_filter_blocks", "{% set x %}inner {{ 1 + 2 }}{% endset %}[{{ x }}]{% filter upper %}shout {{ x }}{% endfilter %}", "{}"},
+    {"set_and_filter_blocks",
+     "{% set x %}inner {{ 1 + 2 }}{% endset %}[{{ x }}]{% filter upper %}shout {{ x }}{% endfilter %}", "{}"},
     {"arithmetic",
-     "{{ 7 // 2 }} {{ 7 / 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ -3 + 1.5 }} {{ 1.0 }} {{ 10 * 0.1 }} {{ 0.1 + 0.2 }}"
+     "{{ 7 // 2 }} {{ 7 / 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ -3 + 1.5 }} {{ 1.0 }} {{ 10 * 0.1 }} {{ 0.1 + "
+     "0.2 }}"
      " {{ 3.0 * 2 }} {{ 1 / 3 }} {{ 100000000000000000000.0 }} {{ -1 }}",
      "{}"},
-    {"undefined_and_none", "[{{ missing }}|{{ missing.attr }}|{{ none }}|{{ d.missing is defined }}|{{ missing == none }}|{{ n.attr }}]", "{}"},
+    {"undefined_and_none",
+     "[{{ missing }}|{{ missing.attr }}|{{ none }}|{{ d.missing is defined }}|{{ missing == none }}|{{ n.attr }}]",
+     "{}"},
     {"string_escapes", "{{ 'tab\\there' }}|{{ \"q\\\"x\" }}|{{ 'a\\\\b' }}|{{ 'u\\u00e9' }}|{{ 'adj' 'acent' }}", "{}"},
-    {"equality", "{{ 1 == 1.0 }} {{ '1' == 1 }} {{ true == 1 }} {{ [1] == [1] }} {{ ms[1] == ms[1] }} {{ 'a' != 'b' }}", "{}"},
-    {"logic_values", "{{ 0 or 'x' }} {{ 'a' and 'b' }} {{ [] or 'empty' }} {{ none is not none }} {{ not xs }} {{ 1 < 2 and 2 <= 2 }}", "{}"},
+    {"equality", "{{ 1 == 1.0 }} {{ '1' == 1 }} {{ true == 1 }} {{ [1] == [1] }} {{ ms[1] == ms[1] }} {{ 'a' != 'b' }}",
+     "{}"},
+    {"logic_values",
+     "{{ 0 or 'x' }} {{ 'a' and 'b' }} {{ [] or 'empty' }} {{ none is not none }} {{ not xs }} {{ 1 < 2 and 2 <= 2 }}",
+     "{}"},
     {"select_map_attr",
      "{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='content')|join(',') }}"
      " {{ ms|rejectattr('role', 'equalto', 'user')|list|length }} {{ ms|selectattr('tool_calls')|list|length }}"
      " {{ ms|selectattr('tool_calls', 'undefined')|list|length }} {{ ms|map(attribute='missing', default='-')|join }}",
      "{}"},
-    {"sorting", "{{ [3, 1, 2]|sort }} {{ ['b', 'A', 'c']|sort }} {{ [1, 1, 2]|unique|list }} {{ d|dictsort }} {{ ms|sort(attribute='role')|map(attribute='content')|join }}", "{}"},
+    {"sorting",
+     "{{ [3, 1, 2]|sort }} {{ ['b', 'A', 'c']|sort }} {{ [1, 1, 2]|unique|list }} {{ d|dictsort }} {{ "
+     "ms|sort(attribute='role')|map(attribute='content')|join }}",
+     "{}"},
     {"indent", "{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ 'a\\nb'|indent(first=true) }}|{{ 'a\\nb'|indent }}", "{}"},
-    {"range_and_concat", "{% for i in range(3) %}{{ i }}{% endfor %} {{ range(1, 7, 2)|list }} {{ 'v' ~ 1.0 }} {{ 'v' + [1, 'a'] }} {{ 'n' + 2 }}", "{}"},
-    {"generation_tags", "a {% generation %}  x  {% endgeneration %} b|{%- generation -%} y {%- endgeneration -%}|", "{}"},
-    {"set_tuple_and_scoping", "{% set a, b = [1, 2] %}{{ a }}{{ b }}{% if true %}{% set c = 3 %}{% endif %}{{ c }}", "{}"},
-    {"unicode_text", "\u00e9\u6f22\u5b57 {{ '\u00fcber'|upper }} {{ '\U0001F600x'|length }} {{ '\u6f22\u5b57'[0] }}", "{}"},
+    {"range_and_concat",
+     "{% for i in range(3) %}{{ i }}{% endfor %} {{ range(1, 7, 2)|list }} {{ 'v' ~ 1.0 }} {{ 'v' + [1, 'a'] }} {{ 'n' "
+     "+ 2 }}",
+     "{}"},
+    {"generation_tags", "a {% generation %}  x  {% endgeneration %} b|{%- generation -%} y {%- endgeneration -%}|",
+     "{}"},
+    {"set_tuple_and_scoping", "{% set a, b = [1, 2] %}{{ a }}{{ b }}{% if true %}{% set c = 3 %}{% endif %}{{ c }}",
+     "{}"},
+    {"unicode_text", "\u00e9\u6f22\u5b57 {{ '\u00fcber'|upper }} {{ '\U0001F600x'|length }} {{ '\u6f22\u5b57'[0] }}",
+     "{}"},
     // Rendering errors: the message must be the reference's.
     {"error_unknown_filter", "{{ x | nosuchfilter }}", "{}"},
     {"error_unknown_array_filter", "{{ xs | frobnicate }}", "{}"},
@@ -135,7 +165,8 @@ TEST_F(jinja_language, every_feature_renders_like_the_reference) {
 }
 
 // The same behaviours, pinned without node, so that a machine without the oracle still checks them.
-std::string render(const std::string& source, const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
+std::string render(const std::string& source,
+                   const nlohmann::ordered_json& context = nlohmann::ordered_json::object()) {
   const auto r = testing::render_in_cpp(source, context);
   if (!r.ok) throw std::runtime_error(r.output);
   return r.output;
@@ -147,9 +178,11 @@ TEST(jinja_language_pinned, whitespace_control_matches_hf_settings) {
 }
 
 TEST(jinja_language_pinned, loops_slices_and_namespace) {
-  EXPECT_EQ(render("{% for x in [1, 2, 3][::-1] %}{{ loop.index0 }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}"),
-            "03,12,21");
-  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for x in [1, 2] %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}"), "3");
+  EXPECT_EQ(
+      render("{% for x in [1, 2, 3][::-1] %}{{ loop.index0 }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}"),
+      "03,12,21");
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for x in [1, 2] %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}"),
+            "3");
 }
 
 TEST(jinja_language_pinned, tojson_uses_python_separators) {

@@ -18,7 +18,8 @@ inline jinja_oracle_result render_in_cpp(const std::string& source, const nlohma
   try {
     const jinja_template t(source);
     std::vector<std::pair<std::string, jinja_value>> variables;
-    for (auto it = context.begin(); it != context.end(); ++it) variables.emplace_back(it.key(), jinja_value::from_json(it.value()));
+    for (auto it = context.begin(); it != context.end(); ++it)
+      variables.emplace_back(it.key(), jinja_value::from_json(it.value()));
     result.output = t.render(variables);
     result.ok = true;
   } catch (const std::exception& e) {

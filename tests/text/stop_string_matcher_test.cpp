@@ -180,7 +180,9 @@ TEST(stop_string_matcher, finish_releases_the_held_tail) {
 
 TEST(stop_string_matcher, utf8_characters_are_never_split) {
   // "é" is C3 A9; "ü" is C3 BC. A stop "ü" must not hold back or cut inside "é".
-  stop_string_matcher m({"\xC3\xBC" "ber"});
+  stop_string_matcher m(
+      {"\xC3\xBC"
+       "ber"});
   auto a = m.push("caf\xC3\xA9 ");
   EXPECT_EQ(a.text, "caf\xC3\xA9 ");
   auto b = m.push("\xC3\xBC");

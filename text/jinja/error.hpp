@@ -10,8 +10,8 @@ namespace troupe {
 class jinja_syntax_error : public std::runtime_error {
  public:
   jinja_syntax_error(const std::string& what, int line, int column)
-      : std::runtime_error("jinja syntax error at " + std::to_string(line) + ":" + std::to_string(column) +
-                           ": " + what),
+      : std::runtime_error("jinja syntax error at " + std::to_string(line) + ":" + std::to_string(column) + ": " +
+                           what),
         line_(line),
         column_(column) {}
   int line() const { return line_; }

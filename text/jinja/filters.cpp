@@ -157,9 +157,11 @@ jinja_value jinja_interpreter::apply_plain_filter(const jinja_value& operand, co
   if (operand.is_number()) {
     const bool is_int = operand.kind() == jinja_kind::integer;
     if (name == "abs") {
-      return is_int ? jinja_value::integer(std::llabs(operand.as_int())) : jinja_value::floating(std::fabs(operand.as_number()));
+      return is_int ? jinja_value::integer(std::llabs(operand.as_int()))
+                    : jinja_value::floating(std::fabs(operand.as_number()));
     }
-    if (name == "int") return is_int ? operand : jinja_value::integer(static_cast<std::int64_t>(std::floor(operand.as_number())));
+    if (name == "int")
+      return is_int ? operand : jinja_value::integer(static_cast<std::int64_t>(std::floor(operand.as_number())));
     if (name == "float") return jinja_value::floating(operand.as_number());
     if (name == "string") return jinja_value::string(operand.to_output());
     throw jinja_runtime_error("Unknown NumericValue filter: " + name);
@@ -183,7 +185,8 @@ jinja_value jinja_interpreter::apply_plain_filter(const jinja_value& operand, co
   throw jinja_runtime_error("Cannot apply filter \"" + name + "\" to type: " + operand.type_name());
 }
 
-jinja_value jinja_interpreter::apply_call_filter(const jinja_value& operand, const jinja_node& call, jinja_scope& scope) {
+jinja_value jinja_interpreter::apply_call_filter(const jinja_value& operand, const jinja_node& call,
+                                                 jinja_scope& scope) {
   const jinja_node& callee = *call.children[0];
   if (callee.kind != nk::identifier) throw jinja_runtime_error("Unknown filter: expected a name");
   const std::string& name = callee.text;
@@ -217,7 +220,8 @@ jinja_value jinja_interpreter::apply_call_filter(const jinja_value& operand, con
     jinja_array values;
     if (operand.is_string()) {
       const auto cps = js::decode_utf8(operand.as_string());
-      for (std::size_t i = 0; i < cps.size(); ++i) values.push_back(jinja_value::string(js::encode_utf8(cps, i, i + 1)));
+      for (std::size_t i = 0; i < cps.size(); ++i)
+        values.push_back(jinja_value::string(js::encode_utf8(cps, i, i + 1)));
     } else if (operand.is_array()) {
       values = operand.items();
     } else {
@@ -230,8 +234,8 @@ jinja_value jinja_interpreter::apply_call_filter(const jinja_value& operand, con
   }
   if (name == "int" || name == "float") {
     const jinja_call_args args = evaluate_arguments(call.children, 1, scope);
-    const jinja_value fallback = positional_or(
-        args, 0, "default", name == "int" ? jinja_value::integer(0) : jinja_value::floating(0.0));
+    const jinja_value fallback =
+        positional_or(args, 0, "default", name == "int" ? jinja_value::integer(0) : jinja_value::floating(0.0));
     if (operand.is_string()) {
       if (name == "int") {
         std::int64_t v = 0;
@@ -282,15 +286,18 @@ jinja_value jinja_interpreter::apply_call_filter(const jinja_value& operand, con
     if (name == "selectattr" || name == "rejectattr") {
       const bool select = name == "selectattr";
       for (const auto& item : items) {
-        if (!item.is_attribute_container()) throw jinja_runtime_error("`" + name + "` can only be applied to array of objects");
+        if (!item.is_attribute_container())
+          throw jinja_runtime_error("`" + name + "` can only be applied to array of objects");
       }
       for (std::size_t i = 1; i < call.children.size(); ++i) {
-        if (call.children[i]->kind != nk::string_literal) throw jinja_runtime_error("arguments of `" + name + "` must be strings");
+        if (call.children[i]->kind != nk::string_literal)
+          throw jinja_runtime_error("arguments of `" + name + "` must be strings");
       }
       const std::string attr = call.children.size() > 1 ? call.children[1]->text : std::string();
       const bool has_test_name = call.children.size() > 2;
       const std::string test_name = has_test_name ? call.children[2]->text : std::string();
-      const jinja_value argument = call.children.size() > 3 ? jinja_value::string(call.children[3]->text) : jinja_value();
+      const jinja_value argument =
+          call.children.size() > 3 ? jinja_value::string(call.children[3]->text) : jinja_value();
       if (has_test_name && !has_test(test_name)) throw jinja_runtime_error("Unknown test: " + test_name);
       jinja_array out;
       for (const auto& item : items) {
@@ -324,10 +331,12 @@ jinja_value jinja_interpreter::apply_call_filter(const jinja_value& operand, con
       if (width.kind() != jinja_kind::integer) throw jinja_runtime_error("width must be a number");
       const jinja_value first = positional_or(args, 1, "first", jinja_value::boolean(false));
       const jinja_value blank = positional_or(args, 2, "blank", jinja_value::boolean(false));
-      return jinja_value::string(indent_lines(operand.as_string(), std::string(static_cast<std::size_t>(std::max<std::int64_t>(width.as_int(), 0)), ' '),
-                                              first.truthy(), blank.truthy()));
+      return jinja_value::string(indent_lines(
+          operand.as_string(), std::string(static_cast<std::size_t>(std::max<std::int64_t>(width.as_int(), 0)), ' '),
+          first.truthy(), blank.truthy()));
     }
-    if (name == "replace") return member_builtin(operand, "replace").callable()(evaluate_arguments(call.children, 1, scope));
+    if (name == "replace")
+      return member_builtin(operand, "replace").callable()(evaluate_arguments(call.children, 1, scope));
     throw jinja_runtime_error("Unknown StringValue filter: " + name);
   }
   if (operand.is_object()) {

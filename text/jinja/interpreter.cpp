@@ -86,7 +86,8 @@ jinja_value jinja_interpreter::evaluate(const jinja_node& node, jinja_scope& sco
     case nk::tuple_literal: {
       jinja_array items;
       for (const auto& c : node.children) items.push_back(evaluate(*c, scope));
-      return node.kind == nk::array_literal ? jinja_value::array(std::move(items)) : jinja_value::tuple(std::move(items));
+      return node.kind == nk::array_literal ? jinja_value::array(std::move(items))
+                                            : jinja_value::tuple(std::move(items));
     }
     case nk::object_literal: {
       jinja_object fields;
@@ -212,7 +213,8 @@ jinja_value jinja_interpreter::evaluate_binary(const jinja_node& node, jinja_sco
     const bool found = right.fields().find(left.as_string()) != nullptr;
     return jinja_value::boolean(op == "in" ? found : !found);
   }
-  throw jinja_runtime_error("Unknown operator \"" + op + "\" between " + left.type_name() + " and " + right.type_name());
+  throw jinja_runtime_error("Unknown operator \"" + op + "\" between " + left.type_name() + " and " +
+                            right.type_name());
 }
 
 jinja_value jinja_interpreter::evaluate_unary(const jinja_node& node, jinja_scope& scope) {
@@ -263,7 +265,8 @@ jinja_value jinja_interpreter::evaluate_member(const jinja_node& node, jinja_sco
   }
 
   if (object.is_attribute_container()) {
-    if (!property.is_string()) throw jinja_runtime_error("Cannot access property with non-string: got " + property.type_name());
+    if (!property.is_string())
+      throw jinja_runtime_error("Cannot access property with non-string: got " + property.type_name());
     if (const jinja_value* found = object.fields().find(property.as_string())) return *found;
     return object.is_object() ? member_builtin(object, property.as_string()) : jinja_value();
   }
@@ -287,7 +290,8 @@ jinja_value jinja_interpreter::evaluate_member(const jinja_node& node, jinja_sco
     if (property.is_string()) return member_builtin(object, property.as_string());
     throw jinja_runtime_error("Cannot access property with non-string/non-number: got " + property.type_name());
   }
-  if (!property.is_string()) throw jinja_runtime_error("Cannot access property with non-string: got " + property.type_name());
+  if (!property.is_string())
+    throw jinja_runtime_error("Cannot access property with non-string: got " + property.type_name());
   return member_builtin(object, property.as_string());
 }
 
@@ -331,7 +335,8 @@ jinja_value jinja_interpreter::evaluate_test(const jinja_node& node, jinja_scope
 jinja_value jinja_interpreter::evaluate_set(const jinja_node& node, jinja_scope& scope) {
   const jinja_node& target = *node.children[0];
   const jinja_node* value_node = node.child(1);
-  const jinja_value rhs = value_node ? evaluate(*value_node, scope) : jinja_value::string(render_block(node.body, scope));
+  const jinja_value rhs =
+      value_node ? evaluate(*value_node, scope) : jinja_value::string(render_block(node.body, scope));
   if (target.kind == nk::identifier) {
     scope.set(target.text, rhs);
   } else if (target.kind == nk::tuple_literal) {
@@ -463,7 +468,8 @@ jinja_value jinja_interpreter::define_macro(const jinja_node& node, jinja_scope&
                     }
                   }
                 }
-                if (!bound && p.kind == nk::keyword_argument) pending_defaults.emplace_back(p.text, p.children[0].get());
+                if (!bound && p.kind == nk::keyword_argument)
+                  pending_defaults.emplace_back(p.text, p.children[0].get());
                 local.set(p.text, value);
               }
               for (std::size_t k = 0; k < args.keyword.size(); ++k) {

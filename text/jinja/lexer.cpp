@@ -120,8 +120,8 @@ mapped_text preprocess(std::string_view source) {
   const std::string& t = lstripped.text;
   for (std::size_t i = 0; i < t.size(); ++i) {
     trimmed.push(t[i], lstripped.origin[i]);
-    if (t[i] == '}' && i > 0 && (t[i - 1] == '#' || t[i - 1] == '%' || t[i - 1] == '-') &&
-        i + 1 < t.size() && t[i + 1] == '\n') {
+    if (t[i] == '}' && i > 0 && (t[i - 1] == '#' || t[i - 1] == '%' || t[i - 1] == '-') && i + 1 < t.size() &&
+        t[i + 1] == '\n') {
       ++i;  // drop the newline
     }
   }
@@ -147,7 +147,10 @@ mapped_text preprocess(std::string_view source) {
     j += 2;
     std::size_t before = i;
     while (before > copied)
-      if (std::size_t n = space_before(s, before)) before -= n; else break;
+      if (std::size_t n = space_before(s, before))
+        before -= n;
+      else
+        break;
     std::size_t after = j;
     while (std::size_t n = space_at(s, after)) after += n;
     for (std::size_t k = copied; k < before; ++k) out.push(s[k], trimmed.origin[k]);
@@ -313,8 +316,7 @@ class lexer {
       case jinja_token_type::numeric_literal:
       case jinja_token_type::string_literal:
       case jinja_token_type::close_paren:
-      case jinja_token_type::close_square_bracket:
-        return false;
+      case jinja_token_type::close_square_bracket: return false;
       default: break;
     }
     const std::size_t start = pos_;

@@ -76,7 +76,8 @@ class parser {
   const jinja_token& expect(tt type, const std::string& what) {
     if (current_ >= tokens_.size()) fail_here(what + ", got end of template");
     const jinja_token& t = tokens_[current_];
-    if (t.type != type) fail(what + ", got " + to_string(t.type) + (t.value.empty() ? "" : " '" + t.value + "'"), t.offset);
+    if (t.type != type)
+      fail(what + ", got " + to_string(t.type) + (t.value.empty() ? "" : " '" + t.value + "'"), t.offset);
     ++current_;
     return t;
   }
@@ -90,7 +91,8 @@ class parser {
   void parse_until(std::vector<jinja_node_ptr>& into, std::initializer_list<const char*> names, const char* closer,
                    std::size_t opened_at) {
     while (!is_statement(names)) {
-      if (current_ >= tokens_.size()) fail(std::string("Missing {% ") + closer + " %} for the block opened here", opened_at);
+      if (current_ >= tokens_.size())
+        fail(std::string("Missing {% ") + closer + " %} for the block opened here", opened_at);
       into.push_back(parse_any());
     }
   }
@@ -124,7 +126,8 @@ class parser {
   jinja_node_ptr parse_statement() {
     const std::size_t open = expect(tt::open_statement, "Expected opening statement token").offset;
     const jinja_token& name_token = peek();
-    if (name_token.type != tt::identifier) fail(std::string("Unknown statement, got ") + to_string(name_token.type), name_token.offset);
+    if (name_token.type != tt::identifier)
+      fail(std::string("Unknown statement, got ") + to_string(name_token.type), name_token.offset);
     const std::string name = name_token.value;
     jinja_node_ptr result;
     if (name == "set") {
@@ -432,8 +435,9 @@ class parser {
       if (is(tt::equals)) {
         ++current_;
         if (argument->kind != nk::identifier) {
-          fail(parameters ? "Expected identifier for parameter declaration" : "Expected identifier for keyword argument",
-               argument->offset);
+          fail(
+              parameters ? "Expected identifier for parameter declaration" : "Expected identifier for keyword argument",
+              argument->offset);
         }
         auto kw = make(nk::keyword_argument, argument->offset);
         kw->text = argument->text;

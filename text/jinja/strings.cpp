@@ -113,7 +113,7 @@ std::size_t utf16_length(std::string_view text) {
   for (char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
     if (utf8::is_continuation_byte(c)) continue;
-    n += (c & 0xF8) == 0xF0 ? 2 : 1;   // astral characters take a surrogate pair
+    n += (c & 0xF8) == 0xF0 ? 2 : 1;  // astral characters take a surrogate pair
   }
   return n;
 }

@@ -66,12 +66,9 @@ namespace {
 template <typename Json>
 jinja_value convert_json(const Json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null:
-      return jinja_value::none();
-    case nlohmann::json::value_t::boolean:
-      return jinja_value::boolean(j.template get<bool>());
-    case nlohmann::json::value_t::number_integer:
-      return jinja_value::integer(j.template get<std::int64_t>());
+    case nlohmann::json::value_t::null: return jinja_value::none();
+    case nlohmann::json::value_t::boolean: return jinja_value::boolean(j.template get<bool>());
+    case nlohmann::json::value_t::number_integer: return jinja_value::integer(j.template get<std::int64_t>());
     case nlohmann::json::value_t::number_unsigned: {
       const auto u = j.template get<std::uint64_t>();
       if (u > static_cast<std::uint64_t>(INT64_MAX)) return jinja_value::floating(static_cast<double>(u));
@@ -85,8 +82,7 @@ jinja_value convert_json(const Json& j) {
       }
       return jinja_value::floating(d);
     }
-    case nlohmann::json::value_t::string:
-      return jinja_value::string(j.template get<std::string>());
+    case nlohmann::json::value_t::string: return jinja_value::string(j.template get<std::string>());
     case nlohmann::json::value_t::array: {
       jinja_array items;
       items.reserve(j.size());
@@ -99,8 +95,7 @@ jinja_value convert_json(const Json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) fields.entries.emplace_back(it.key(), convert_json(it.value()));
       return jinja_value::object(std::move(fields));
     }
-    default:
-      throw std::invalid_argument("jinja: cannot convert a binary JSON value to a template value");
+    default: throw std::invalid_argument("jinja: cannot convert a binary JSON value to a template value");
   }
 }
 
@@ -220,8 +215,7 @@ bool jinja_value::strict_equals(const jinja_value& other) const {
     case jinja_kind::ns:
       return std::get<std::shared_ptr<jinja_object>>(data_) == std::get<std::shared_ptr<jinja_object>>(other.data_);
     case jinja_kind::function:
-      return std::get<std::shared_ptr<jinja_function>>(data_) ==
-             std::get<std::shared_ptr<jinja_function>>(other.data_);
+      return std::get<std::shared_ptr<jinja_function>>(data_) == std::get<std::shared_ptr<jinja_function>>(other.data_);
     default: return false;
   }
 }

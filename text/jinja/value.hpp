@@ -45,9 +45,9 @@ enum class jinja_kind {
   floating,
   string,
   array,
-  tuple,      // an array written (a, b); differs from array only in its type name
+  tuple,  // an array written (a, b); differs from array only in its type name
   object,
-  ns,         // namespace(): the one mutable-by-attribute object
+  ns,  // namespace(): the one mutable-by-attribute object
   function,
 };
 

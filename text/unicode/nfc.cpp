@@ -12,8 +12,7 @@ namespace {
 namespace tables = unicode_tables;
 
 // Hangul syllables are composed arithmetically (Unicode chapter 3.12).
-constexpr char32_t hangul_s_base = 0xAC00, hangul_l_base = 0x1100, hangul_v_base = 0x1161,
-                   hangul_t_base = 0x11A7;
+constexpr char32_t hangul_s_base = 0xAC00, hangul_l_base = 0x1100, hangul_v_base = 0x1161, hangul_t_base = 0x11A7;
 constexpr int hangul_l_count = 19, hangul_v_count = 21, hangul_t_count = 28;
 constexpr int hangul_n_count = hangul_v_count * hangul_t_count;
 constexpr int hangul_s_count = hangul_l_count * hangul_n_count;
@@ -22,9 +21,8 @@ int combining_class(char32_t cp) {
   if (cp < 0x300) return 0;
   const auto* begin = tables::combining_class_ranges;
   const auto* end = begin + tables::num_combining_class_ranges;
-  const auto* it = std::upper_bound(begin, end, cp, [](char32_t c, const tables::combining_class_range& r) {
-    return c < r.first;
-  });
+  const auto* it =
+      std::upper_bound(begin, end, cp, [](char32_t c, const tables::combining_class_range& r) { return c < r.first; });
   if (it == begin) return 0;
   --it;
   return cp <= it->last ? it->combining_class : 0;
@@ -41,9 +39,8 @@ void decompose(char32_t cp, std::vector<char32_t>& out) {
   if (cp >= 0xC0) {
     const auto* begin = tables::decompositions;
     const auto* end = begin + tables::num_decompositions;
-    const auto* it = std::lower_bound(begin, end, cp, [](const tables::decomposition_entry& e, char32_t c) {
-      return e.code_point < c;
-    });
+    const auto* it = std::lower_bound(
+        begin, end, cp, [](const tables::decomposition_entry& e, char32_t c) { return e.code_point < c; });
     if (it != end && it->code_point == cp) {
       out.insert(out.end(), tables::decomposition_code_points + it->offset,
                  tables::decomposition_code_points + it->offset + it->length);
@@ -59,8 +56,9 @@ char32_t compose_pair(char32_t first, char32_t second) {
       second < hangul_v_base + hangul_v_count) {
     return hangul_s_base + ((first - hangul_l_base) * hangul_v_count + (second - hangul_v_base)) * hangul_t_count;
   }
-  if (first >= hangul_s_base && first < hangul_s_base + hangul_s_count && (first - hangul_s_base) % hangul_t_count == 0 &&
-      second > hangul_t_base && second < hangul_t_base + hangul_t_count) {
+  if (first >= hangul_s_base && first < hangul_s_base + hangul_s_count &&
+      (first - hangul_s_base) % hangul_t_count == 0 && second > hangul_t_base &&
+      second < hangul_t_base + hangul_t_count) {
     return first + (second - hangul_t_base);
   }
   const auto* begin = tables::compositions;

@@ -34,17 +34,23 @@ std::string translate_oniguruma_pattern(std::string_view pattern) {
   for (std::size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\') {
-      if (i + 1 >= pattern.size()) throw std::runtime_error("regex '" + std::string(pattern) + "' ends with a backslash");
+      if (i + 1 >= pattern.size())
+        throw std::runtime_error("regex '" + std::string(pattern) + "' ends with a backslash");
       const char e = pattern[++i];
       if (e == 's') {
-        if (in_class) out += white_space_body;
-        else out += "[" + std::string(white_space_body) + "]";
+        if (in_class)
+          out += white_space_body;
+        else
+          out += "[" + std::string(white_space_body) + "]";
       } else if (e == 'S') {
-        if (in_class) throw std::runtime_error("regex '" + std::string(pattern) + "': \\S inside a character class is not supported");
+        if (in_class)
+          throw std::runtime_error("regex '" + std::string(pattern) +
+                                   "': \\S inside a character class is not supported");
         out += "[^" + std::string(white_space_body) + "]";
       } else if ((e == 'p' || e == 'P' || e == 'x') && i + 1 < pattern.size() && pattern[i + 1] == '{') {
         const std::size_t close = pattern.find('}', i);
-        if (close == std::string_view::npos) throw std::runtime_error("regex '" + std::string(pattern) + "': unterminated \\" + e + "{");
+        if (close == std::string_view::npos)
+          throw std::runtime_error("regex '" + std::string(pattern) + "': unterminated \\" + e + "{");
         out.push_back('\\');
         out.append(pattern.substr(i, close - i + 1));
         i = close;
@@ -58,7 +64,8 @@ std::string translate_oniguruma_pattern(std::string_view pattern) {
       if (c == ']') in_class = false;
       if (folding() && std::isalpha(static_cast<unsigned char>(c))) {
         // A range a-z folds to a-zA-Z; a single letter to both cases.
-        if (i + 2 < pattern.size() && pattern[i + 1] == '-' && std::isalpha(static_cast<unsigned char>(pattern[i + 2]))) {
+        if (i + 2 < pattern.size() && pattern[i + 1] == '-' &&
+            std::isalpha(static_cast<unsigned char>(pattern[i + 2]))) {
           const char last = pattern[i + 2];
           out += std::string{static_cast<char>(std::tolower(c)), '-', static_cast<char>(std::tolower(last)),
                              static_cast<char>(std::toupper(c)), '-', static_cast<char>(std::toupper(last))};
@@ -84,8 +91,10 @@ std::string translate_oniguruma_pattern(std::string_view pattern) {
         group_folds.push_back(true);
         out += "(?:";
         i += 3;
-      } else if (pattern.substr(i, 2) == "(?" && i + 2 < pattern.size() && std::isalpha(static_cast<unsigned char>(pattern[i + 2])) && pattern[i + 2] != 'P') {
-        throw std::runtime_error("regex '" + std::string(pattern) + "': inline option group at " + std::to_string(i) + " is not supported");
+      } else if (pattern.substr(i, 2) == "(?" && i + 2 < pattern.size() &&
+                 std::isalpha(static_cast<unsigned char>(pattern[i + 2])) && pattern[i + 2] != 'P') {
+        throw std::runtime_error("regex '" + std::string(pattern) + "': inline option group at " + std::to_string(i) +
+                                 " is not supported");
       } else {
         group_folds.push_back(false);
         out.push_back(c);
@@ -154,7 +163,8 @@ unicode_regex::unicode_regex(std::string_view oniguruma_pattern) : source_(onigu
   code_ = std::move(result);
 }
 
-bool unicode_regex::find(std::string_view text, std::size_t start, std::size_t& match_begin, std::size_t& match_end) const {
+bool unicode_regex::find(std::string_view text, std::size_t start, std::size_t& match_begin,
+                         std::size_t& match_end) const {
   auto& s = scratch();
   // The caller validated the UTF-8 once; checking it again on every call would make scanning a
   // long text quadratic.

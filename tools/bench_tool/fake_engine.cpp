@@ -26,16 +26,21 @@ int count_words(const std::string& text) {
 }
 
 fake_engine::fake_engine(const fake_server_settings& settings, zmq::socket_t* socket, engine_inbox& inbox)
-    : settings_(settings), socket_(socket), inbox_(inbox),
-      ttft_(std::chrono::duration_cast<fake_clock::duration>(std::chrono::duration<double, std::milli>(settings.ttft_ms))),
-      tpot_(std::chrono::duration_cast<fake_clock::duration>(std::chrono::duration<double, std::milli>(settings.tpot_ms))) {}
+    : settings_(settings),
+      socket_(socket),
+      inbox_(inbox),
+      ttft_(std::chrono::duration_cast<fake_clock::duration>(
+          std::chrono::duration<double, std::milli>(settings.ttft_ms))),
+      tpot_(std::chrono::duration_cast<fake_clock::duration>(
+          std::chrono::duration<double, std::milli>(settings.tpot_ms))) {}
 
 void fake_engine::run(const std::atomic<bool>& stop) {
   while (!stop) {
     auto timeout = std::chrono::milliseconds(200);
     const auto now = fake_clock::now();
     for (const auto& r : running_) {
-      const auto wait = std::chrono::ceil<std::chrono::milliseconds>(std::max(r.next_due - now, fake_clock::duration::zero()));
+      const auto wait =
+          std::chrono::ceil<std::chrono::milliseconds>(std::max(r.next_due - now, fake_clock::duration::zero()));
       timeout = std::min(timeout, wait);
     }
     std::vector<zmq::pollitem_t> items = {{nullptr, inbox_.wake_fd(), ZMQ_POLLIN, 0}};
@@ -114,7 +119,8 @@ void fake_engine::handle_zmq(const std::string& routing_id, bool delimiter, std:
     for (auto* list : {&waiting_, &running_}) {
       for (auto it = list->begin(); it != list->end(); ++it) {
         if (!it->stream && it->id == a->id && it->routing_id == routing_id) {
-          delta_reply last{it->id, "", {}, std::nullopt, "abort", usage_info{it->prompt_tokens, it->num_sent, 0}, std::nullopt};
+          delta_reply last{it->id,      "", {}, std::nullopt, "abort", usage_info{it->prompt_tokens, it->num_sent, 0},
+                           std::nullopt};
           reply(routing_id, delimiter, last);
           list->erase(it);
           return;
@@ -219,9 +225,10 @@ void fake_engine::send_http_token(fake_request& r, bool last) {
                                   {"created", 0},
                                   {"model", "fake"},
                                   {"choices", nlohmann::json::array()},
-                                  {"usage", {{"prompt_tokens", r.prompt_tokens},
-                                             {"completion_tokens", r.num_sent},
-                                             {"total_tokens", r.prompt_tokens + r.num_sent}}}};
+                                  {"usage",
+                                   {{"prompt_tokens", r.prompt_tokens},
+                                    {"completion_tokens", r.num_sent},
+                                    {"total_tokens", r.prompt_tokens + r.num_sent}}}};
     events += "data: " + usage_chunk.dump() + "\n\n";
   }
   std::lock_guard lock(r.stream->mutex);

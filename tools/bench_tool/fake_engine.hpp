@@ -38,7 +38,7 @@ struct http_stream {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   bool finished = false;
-  std::atomic<bool> gone{false};   // the client went away: the engine frees its slot
+  std::atomic<bool> gone{false};  // the client went away: the engine frees its slot
 };
 
 struct http_request {

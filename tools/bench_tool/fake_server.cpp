@@ -41,7 +41,8 @@ std::optional<nlohmann::json> parse_openai(const std::string& body, bool chat, h
     const auto& p = j["prompt"];
     if (p.is_string()) {
       out.prompt_tokens = count_words(p);
-    } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const auto& v) { return v.is_number_integer(); })) {
+    } else if (p.is_array() && !p.empty() &&
+               std::all_of(p.begin(), p.end(), [](const auto& v) { return v.is_number_integer(); })) {
       out.prompt_tokens = static_cast<int>(p.size());
     } else {
       return openai_error("'prompt' must be a string or an array of token ids (one prompt)", "prompt");
@@ -49,7 +50,8 @@ std::optional<nlohmann::json> parse_openai(const std::string& body, bool chat, h
   }
   const char* max_field = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (j.contains(max_field)) {
-    if (!j[max_field].is_number_integer() || j[max_field].get<long long>() < 1 || j[max_field].get<long long>() > 1000000) {
+    if (!j[max_field].is_number_integer() || j[max_field].get<long long>() < 1 ||
+        j[max_field].get<long long>() > 1000000) {
       return openai_error(std::string("'") + max_field + "' must be an integer in 1..1000000", max_field);
     }
     out.max_tokens = j[max_field].get<int>();
@@ -168,7 +170,8 @@ int run_fake_server(const fake_server_settings& settings, const std::atomic<bool
         }
         // Whole: wait for the end (the engine always ends a request, also when it stops).
         std::unique_lock lock(channel->mutex);
-        for (int i = 0; i < 36000 && !channel->finished; ++i) channel->changed.wait_for(lock, std::chrono::milliseconds(100));
+        for (int i = 0; i < 36000 && !channel->finished; ++i)
+          channel->changed.wait_for(lock, std::chrono::milliseconds(100));
         nlohmann::json choice = {{"index", 0}, {"finish_reason", "length"}};
         if (chat) {
           choice["message"] = {{"role", "assistant"}, {"content", channel->text}};
@@ -180,17 +183,19 @@ int run_fake_server(const fake_server_settings& settings, const std::atomic<bool
                                {"created", 0},
                                {"model", "fake"},
                                {"choices", nlohmann::json::array({choice})},
-                               {"usage", {{"prompt_tokens", channel->prompt_tokens},
-                                          {"completion_tokens", channel->completion_tokens},
-                                          {"total_tokens", channel->prompt_tokens + channel->completion_tokens}}}};
+                               {"usage",
+                                {{"prompt_tokens", channel->prompt_tokens},
+                                 {"completion_tokens", channel->completion_tokens},
+                                 {"total_tokens", channel->prompt_tokens + channel->completion_tokens}}}};
         res.set_content(body.dump(), "application/json");
       };
     };
     http.Post("/v1/completions", completions(false));
     http.Post("/v1/chat/completions", completions(true));
     // Port 0: any free port, named in the ready line.
-    http_port = settings.http_port == 0 ? http.bind_to_any_port(settings.http_host.c_str())
-                                        : (http.bind_to_port(settings.http_host.c_str(), settings.http_port) ? settings.http_port : -1);
+    http_port = settings.http_port == 0
+                    ? http.bind_to_any_port(settings.http_host.c_str())
+                    : (http.bind_to_port(settings.http_host.c_str(), settings.http_port) ? settings.http_port : -1);
     if (http_port <= 0) {
       std::fprintf(stderr, "fake server: cannot bind HTTP %s:%d\n", settings.http_host.c_str(), settings.http_port);
       return 1;
@@ -198,7 +203,8 @@ int run_fake_server(const fake_server_settings& settings, const std::atomic<bool
     http_runner.thread = std::thread([&] { http.listen_after_bind(); });
   }
   const std::string zmq_bound = socket ? socket->get(zmq::sockopt::last_endpoint) : std::string("off");
-  const std::string http_bound = http_port > 0 ? "http://" + settings.http_host + ":" + std::to_string(http_port) : "off";
+  const std::string http_bound =
+      http_port > 0 ? "http://" + settings.http_host + ":" + std::to_string(http_port) : "off";
   std::printf("fake server: ready (zmq %s, http %s; ttft %.1f ms, tpot %.1f ms, %d at once)\n", zmq_bound.c_str(),
               http_bound.c_str(), settings.ttft_ms, settings.tpot_ms, settings.max_concurrency);
   std::fflush(stdout);

@@ -15,9 +15,9 @@
 namespace troupe::bench_tool {
 
 struct fake_server_settings {
-  std::string zmq_endpoint;      // empty: no ZeroMQ door; a wildcard port (tcp://127.0.0.1:*) is allowed
+  std::string zmq_endpoint;  // empty: no ZeroMQ door; a wildcard port (tcp://127.0.0.1:*) is allowed
   std::string http_host = "127.0.0.1";
-  int http_port = -1;            // -1: no HTTP door; 0: any free port
+  int http_port = -1;  // -1: no HTTP door; 0: any free port
   double ttft_ms = 100;
   double tpot_ms = 20;
   int max_concurrency = 4;

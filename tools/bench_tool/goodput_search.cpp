@@ -28,7 +28,8 @@ goodput_result find_goodput(const std::function<double(double rate)>& run_at, co
     }
   }
   // Bisect.
-  while (met && missed && static_cast<int>(result.probes.size()) < s.max_runs && (*missed - *met) / *met > s.tolerance) {
+  while (met && missed && static_cast<int>(result.probes.size()) < s.max_runs &&
+         (*missed - *met) / *met > s.tolerance) {
     const double mid = (*met + *missed) / 2;
     if (probe(mid)) {
       met = mid;

@@ -15,7 +15,7 @@ struct goodput_search_settings {
   double target = 0.9;      // share of requests that must meet the SLO
   double tolerance = 0.02;  // stop when (miss - met) / met is below this
   int max_runs = 12;
-  double min_rate = 1e-3;   // below this the server meets the target at no rate worth naming
+  double min_rate = 1e-3;  // below this the server meets the target at no rate worth naming
 };
 
 struct goodput_probe {
@@ -25,8 +25,8 @@ struct goodput_probe {
 };
 
 struct goodput_result {
-  std::optional<double> rate;       // the highest rate found to meet the target
-  bool bracketed = false;           // false: no miss was found within max_runs (rate is a lower bound)
+  std::optional<double> rate;         // the highest rate found to meet the target
+  bool bracketed = false;             // false: no miss was found within max_runs (rate is a lower bound)
   std::vector<goodput_probe> probes;  // every run, in order
 };
 

@@ -85,7 +85,8 @@ load_result run_load(server_client& server, const std::vector<bench_request>& re
   // every worker is busy, and draws the progress bar while it waits.
   auto redraw_after = start;
   for (int i = 0; i < n; ++i) {
-    const auto due = start + std::chrono::duration_cast<bench_clock::duration>(std::chrono::duration<double>(offsets[i]));
+    const auto due =
+        start + std::chrono::duration_cast<bench_clock::duration>(std::chrono::duration<double>(offsets[i]));
     std::unique_lock lock(mutex);
     while (bench_clock::now() < due) {
       changed.wait_until(lock, settings.progress ? std::min(due, redraw_after) : due);

@@ -16,7 +16,7 @@ struct load_settings {
   double burstiness = 1.0;  // the gamma shape of the gaps (1: Poisson)
   int concurrency = 0;      // requests in flight at most; 0: no bound
   uint64_t seed = 0;
-  bool progress = false;    // a progress bar on stderr
+  bool progress = false;  // a progress bar on stderr
 };
 
 struct load_result {

@@ -97,7 +97,8 @@ double parse_rate(const std::string& text) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || !(rate > 0)) throw std::invalid_argument("--request-rate '" + text + "' is not a rate above 0 or inf");
+  if (used != text.size() || !(rate > 0))
+    throw std::invalid_argument("--request-rate '" + text + "' is not a rate above 0 or inf");
   return rate;
 }
 
@@ -175,7 +176,8 @@ struct bench_context {
   // (threads starting, pages faulted in) do not count.
   void warm_up() const {
     if (o.warmup <= 0) return;
-    const std::vector<bench_request> first(requests.begin(), requests.begin() + std::min<size_t>(o.warmup, requests.size()));
+    const std::vector<bench_request> first(requests.begin(),
+                                           requests.begin() + std::min<size_t>(o.warmup, requests.size()));
     load_settings s;
     s.rate = INFINITY;
     s.concurrency = o.concurrency;
@@ -236,17 +238,22 @@ int run_bench(const options& o) {
   if (o.backend != "troupe-zmq" && o.backend != "openai") {
     throw std::invalid_argument("--backend '" + o.backend + "' is not troupe-zmq or openai");
   }
-  if (o.dataset != "random" && o.dataset != "sharegpt") throw std::invalid_argument("--dataset '" + o.dataset + "' is not random or sharegpt");
+  if (o.dataset != "random" && o.dataset != "sharegpt")
+    throw std::invalid_argument("--dataset '" + o.dataset + "' is not random or sharegpt");
   const double rate = parse_rate(o.request_rate);
   slo targets;
   if (!o.slo_text.empty()) targets = parse_slo(o.slo_text);
-  if (o.find_goodput && targets.empty()) throw std::invalid_argument("--find-goodput needs --slo (e.g. ttft=200ms,tpot=50ms)");
+  if (o.find_goodput && targets.empty())
+    throw std::invalid_argument("--find-goodput needs --slo (e.g. ttft=200ms,tpot=50ms)");
   std::optional<sweep_spec> sweep;
   if (!o.sweep_text.empty()) sweep = parse_sweep(o.sweep_text);
-  if (sweep && sweep->is_rate() && o.find_goodput) throw std::invalid_argument("--find-goodput searches the rate itself; it cannot go with --sweep rate=...");
+  if (sweep && sweep->is_rate() && o.find_goodput)
+    throw std::invalid_argument("--find-goodput searches the rate itself; it cannot go with --sweep rate=...");
   const bool server_sweep = sweep && !sweep->is_rate();
   if (server_sweep && o.server_cmd.find("{}") == std::string::npos) {
-    throw std::invalid_argument("--sweep " + sweep->key + "=... restarts the server per value: it needs --server-cmd with {} where the value goes");
+    throw std::invalid_argument(
+        "--sweep " + sweep->key +
+        "=... restarts the server per value: it needs --server-cmd with {} where the value goes");
   }
 
   std::optional<troupe::tokenizer> tokenizer;
@@ -326,58 +333,89 @@ int run_bench(const options& o) {
 
 int main(int argc, char** argv) {
   options o;
-  CLI::App app{"troupe-bench: latency, throughput and goodput of a serving endpoint (Troupe's ZeroMQ protocol or the OpenAI HTTP API)"};
+  CLI::App app{
+      "troupe-bench: latency, throughput and goodput of a serving endpoint (Troupe's ZeroMQ protocol or the OpenAI "
+      "HTTP API)"};
   app.add_option("--backend", o.backend, "troupe-zmq | openai")->capture_default_str();
   app.add_option("--endpoint", o.endpoint, "ZeroMQ endpoint (troupe-zmq)")->capture_default_str();
-  app.add_option("--base-url", o.base_url, "http://host:port of an OpenAI-compatible server (openai)")->capture_default_str();
+  app.add_option("--base-url", o.base_url, "http://host:port of an OpenAI-compatible server (openai)")
+      ->capture_default_str();
   app.add_flag("--chat", o.chat, "use /v1/chat/completions instead of /v1/completions");
   app.add_option("--model", o.model, "the model to name in OpenAI requests (default: the first of GET /v1/models)");
   app.add_option("--api-key", o.api_key, "sent as api_key (ZeroMQ) or Authorization: Bearer (HTTP)");
   app.add_option("--dataset", o.dataset, "random | sharegpt")->capture_default_str();
   app.add_option("--dataset-path", o.dataset_path, "a ShareGPT-format JSON file");
-  app.add_option("--input-len", o.input_len, "prompt tokens (random; the mean with a distribution)")->capture_default_str();
-  app.add_option("--output-len", o.output_len, "output tokens (random: default 128; sharegpt: fixed instead of the gpt turn's length)");
+  app.add_option("--input-len", o.input_len, "prompt tokens (random; the mean with a distribution)")
+      ->capture_default_str();
+  app.add_option("--output-len", o.output_len,
+                 "output tokens (random: default 128; sharegpt: fixed instead of the gpt turn's length)");
   app.add_option("--input-dist", o.input_dist, "fixed | uniform | normal | lognormal")->capture_default_str();
   app.add_option("--output-dist", o.output_dist, "fixed | uniform | normal | lognormal")->capture_default_str();
-  app.add_option("--input-spread", o.input_spread, "uniform: +-share of the mean; normal: stddev / mean; lognormal: sigma")->capture_default_str();
+  app.add_option("--input-spread", o.input_spread,
+                 "uniform: +-share of the mean; normal: stddev / mean; lognormal: sigma")
+      ->capture_default_str();
   app.add_option("--output-spread", o.output_spread, "as --input-spread, for output lengths")->capture_default_str();
-  app.add_option("--shared-prefix-len", o.shared_prefix_len, "tokens every request of a group starts with")->capture_default_str();
-  app.add_option("--num-prefix-groups", o.num_prefix_groups, "groups of shared-prefix requests (round-robin)")->capture_default_str();
-  app.add_option("--vocab-size", o.vocab_size, "random token ids are drawn from [3, this) (no --tokenizer)")->capture_default_str();
-  app.add_option("--tokenizer", o.tokenizer_dir, "a Hugging Face model directory: exact token counts, and text prompts of exactly that many tokens");
-  app.add_option("--request-rate", o.request_rate, "requests/s (Poisson at --burstiness 1), or inf: all at once")->capture_default_str();
-  app.add_option("--burstiness", o.burstiness, "gamma shape of the gaps between requests: 1 Poisson, < 1 burstier, > 1 more even")->capture_default_str();
-  app.add_option("--concurrency", o.concurrency, "requests in flight at most (0: no bound); alone, a closed loop of N clients")->capture_default_str();
+  app.add_option("--shared-prefix-len", o.shared_prefix_len, "tokens every request of a group starts with")
+      ->capture_default_str();
+  app.add_option("--num-prefix-groups", o.num_prefix_groups, "groups of shared-prefix requests (round-robin)")
+      ->capture_default_str();
+  app.add_option("--vocab-size", o.vocab_size, "random token ids are drawn from [3, this) (no --tokenizer)")
+      ->capture_default_str();
+  app.add_option("--tokenizer", o.tokenizer_dir,
+                 "a Hugging Face model directory: exact token counts, and text prompts of exactly that many tokens");
+  app.add_option("--request-rate", o.request_rate, "requests/s (Poisson at --burstiness 1), or inf: all at once")
+      ->capture_default_str();
+  app.add_option("--burstiness", o.burstiness,
+                 "gamma shape of the gaps between requests: 1 Poisson, < 1 burstier, > 1 more even")
+      ->capture_default_str();
+  app.add_option("--concurrency", o.concurrency,
+                 "requests in flight at most (0: no bound); alone, a closed loop of N clients")
+      ->capture_default_str();
   app.add_option("--num-prompts", o.num_prompts, "requests per run")->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the lengths, prompts and arrivals")->capture_default_str();
   app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str();
   app.add_option("--num-speculative-tokens", o.num_speculative_tokens,
                  "send num_speculative_tokens with each request (Troupe: draft tokens verified per step, 0: off; "
                  "-1: not sent, the server's default)")
-      ->check(CLI::Range(-1, 16))->capture_default_str();
-  app.add_flag("--no-ignore-eos", o.no_ignore_eos, "do not send ignore_eos (for servers that refuse it; outputs may then end early)");
+      ->check(CLI::Range(-1, 16))
+      ->capture_default_str();
+  app.add_flag("--no-ignore-eos", o.no_ignore_eos,
+               "do not send ignore_eos (for servers that refuse it; outputs may then end early)");
   app.add_option("--timeout", o.timeout_s, "seconds one request may take")->capture_default_str();
   app.add_option("--json", o.json_path, "write the full result as JSON to this file");
   app.add_flag("--progress", o.progress, "a progress bar on stderr even when it is not a terminal");
   app.add_option("--slo", o.slo_text, "targets a request must meet, e.g. ttft=200ms,tpot=50ms (also e2e)");
-  app.add_flag("--find-goodput", o.find_goodput, "search the highest rate at which --goodput-target of requests meet --slo");
+  app.add_flag("--find-goodput", o.find_goodput,
+               "search the highest rate at which --goodput-target of requests meet --slo");
   app.add_option("--goodput-start-rate", o.goodput_start_rate, "the search's first rate")->capture_default_str();
   app.add_option("--goodput-max-runs", o.goodput_max_runs, "the search's bound on runs")->capture_default_str();
-  app.add_option("--goodput-target", o.goodput_target, "share of requests that must meet the SLO")->capture_default_str();
-  app.add_option("--goodput-tolerance", o.goodput_tolerance, "the search stops when its bracket is narrower than this share")->capture_default_str();
-  app.add_option("--sweep", o.sweep_text, "rate=1,2,4 or a server flag such as max-num-batched-tokens=256,512 (with --server-cmd)");
-  app.add_option("--sweep-rounds", o.sweep_rounds, "run the sweep this many times, alternating the order; the plots take each value's best round (lowest median E2E)")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "requests sent and not counted before measuring (after each server start)")->capture_default_str();
-  app.add_option("--server-cmd", o.server_cmd, "a server to start (per sweep value: {} is replaced by it), wait for and stop after");
-  app.add_option("--server-timeout", o.server_timeout_s, "seconds to wait for the server command to answer")->capture_default_str();
-  app.add_option("--out", o.out_dir, "folder for the sweep's CSV and SVG plots and the server logs")->capture_default_str();
+  app.add_option("--goodput-target", o.goodput_target, "share of requests that must meet the SLO")
+      ->capture_default_str();
+  app.add_option("--goodput-tolerance", o.goodput_tolerance,
+                 "the search stops when its bracket is narrower than this share")
+      ->capture_default_str();
+  app.add_option("--sweep", o.sweep_text,
+                 "rate=1,2,4 or a server flag such as max-num-batched-tokens=256,512 (with --server-cmd)");
+  app.add_option("--sweep-rounds", o.sweep_rounds,
+                 "run the sweep this many times, alternating the order; the plots take each value's best round (lowest "
+                 "median E2E)")
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "requests sent and not counted before measuring (after each server start)")
+      ->capture_default_str();
+  app.add_option("--server-cmd", o.server_cmd,
+                 "a server to start (per sweep value: {} is replaced by it), wait for and stop after");
+  app.add_option("--server-timeout", o.server_timeout_s, "seconds to wait for the server command to answer")
+      ->capture_default_str();
+  app.add_option("--out", o.out_dir, "folder for the sweep's CSV and SVG plots and the server logs")
+      ->capture_default_str();
   app.add_option("--replot", o.replot_csv, "draw the plots of a sweep.csv again into --out, without running anything");
   app.add_flag("--fake-server", o.fake_server, "serve as a test server with known delays instead of benchmarking");
   app.add_option("--zmq-endpoint", o.fake.zmq_endpoint, "fake server: ZeroMQ endpoint to bind");
   app.add_option("--http-port", o.fake.http_port, "fake server: HTTP port on 127.0.0.1");
   app.add_option("--ttft-ms", o.fake.ttft_ms, "fake server: admission -> first token")->capture_default_str();
   app.add_option("--tpot-ms", o.fake.tpot_ms, "fake server: time between tokens")->capture_default_str();
-  app.add_option("--max-concurrency", o.fake.max_concurrency, "fake server: requests served at once; the rest wait")->capture_default_str();
+  app.add_option("--max-concurrency", o.fake.max_concurrency, "fake server: requests served at once; the rest wait")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   ::signal(SIGPIPE, SIG_IGN);

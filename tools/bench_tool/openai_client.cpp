@@ -30,7 +30,8 @@ http_target parse_base_url(const std::string& url) {
   }
   http_target t{m[1], m[2]};
   while (!t.prefix.empty() && t.prefix.back() == '/') t.prefix.pop_back();
-  if (t.prefix.size() >= 3 && t.prefix.compare(t.prefix.size() - 3, 3, "/v1") == 0) t.prefix.resize(t.prefix.size() - 3);
+  if (t.prefix.size() >= 3 && t.prefix.compare(t.prefix.size() - 3, 3, "/v1") == 0)
+    t.prefix.resize(t.prefix.size() - 3);
   return t;
 }
 
@@ -144,7 +145,8 @@ class openai_session : public server_session {
         const auto& choice = chunk["choices"][0];
         std::string text;
         if (chat_) {
-          if (choice.contains("delta") && choice["delta"].contains("content") && choice["delta"]["content"].is_string()) {
+          if (choice.contains("delta") && choice["delta"].contains("content") &&
+              choice["delta"]["content"].is_string()) {
             text = choice["delta"]["content"];
           }
         } else if (choice.contains("text") && choice["text"].is_string()) {
@@ -194,7 +196,11 @@ class openai_server_client : public server_client {
  public:
   openai_server_client(http_target target, std::string api_key, std::string model, bool chat,
                        const request_settings& settings)
-      : target_(std::move(target)), api_key_(std::move(api_key)), model_(std::move(model)), chat_(chat), settings_(settings) {}
+      : target_(std::move(target)),
+        api_key_(std::move(api_key)),
+        model_(std::move(model)),
+        chat_(chat),
+        settings_(settings) {}
 
   std::unique_ptr<server_session> open_session() override {
     std::string model;
@@ -217,7 +223,8 @@ class openai_server_client : public server_client {
     auto http = make_http(target_, api_key_, std::chrono::seconds(10));
     auto res = http->Get(target_.prefix + "/v1/models");
     if (!res) throw std::runtime_error("GET /v1/models failed (" + httplib::to_string(res.error()) + "); give --model");
-    if (res->status != 200) throw std::runtime_error("GET /v1/models: " + error_text(res->status, res->body) + "; give --model");
+    if (res->status != 200)
+      throw std::runtime_error("GET /v1/models: " + error_text(res->status, res->body) + "; give --model");
     try {
       return nlohmann::json::parse(res->body).at("data").at(0).at("id").get<std::string>();
     } catch (const nlohmann::json::exception&) {

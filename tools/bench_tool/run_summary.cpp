@@ -21,11 +21,16 @@ double parse_duration(const std::string& name, const std::string& text) {
   }
   const std::string unit = text.substr(used);
   double scale = 0;
-  if (unit == "ms") scale = 1e-3;
-  else if (unit == "s") scale = 1.0;
-  else if (unit == "us") scale = 1e-6;
-  else throw std::invalid_argument("--slo " + name + "=" + text + ": unit '" + unit + "' is not one of us, ms, s");
-  if (!(value > 0) || !std::isfinite(value)) throw std::invalid_argument("--slo " + name + "=" + text + ": must be above 0");
+  if (unit == "ms")
+    scale = 1e-3;
+  else if (unit == "s")
+    scale = 1.0;
+  else if (unit == "us")
+    scale = 1e-6;
+  else
+    throw std::invalid_argument("--slo " + name + "=" + text + ": unit '" + unit + "' is not one of us, ms, s");
+  if (!(value > 0) || !std::isfinite(value))
+    throw std::invalid_argument("--slo " + name + "=" + text + ": must be above 0");
   return value * scale;
 }
 
@@ -45,13 +50,18 @@ slo parse_slo(const std::string& text) {
   std::string item;
   while (std::getline(in, item, ',')) {
     const auto eq = item.find('=');
-    if (eq == std::string::npos) throw std::invalid_argument("--slo: '" + item + "' is not name=value (e.g. ttft=200ms)");
+    if (eq == std::string::npos)
+      throw std::invalid_argument("--slo: '" + item + "' is not name=value (e.g. ttft=200ms)");
     const std::string name = item.substr(0, eq);
     const double seconds = parse_duration(name, item.substr(eq + 1));
-    if (name == "ttft") targets.ttft = seconds;
-    else if (name == "tpot") targets.tpot = seconds;
-    else if (name == "e2e") targets.e2e = seconds;
-    else throw std::invalid_argument("--slo: unknown target '" + name + "' (expected ttft, tpot or e2e)");
+    if (name == "ttft")
+      targets.ttft = seconds;
+    else if (name == "tpot")
+      targets.tpot = seconds;
+    else if (name == "e2e")
+      targets.e2e = seconds;
+    else
+      throw std::invalid_argument("--slo: unknown target '" + name + "' (expected ttft, tpot or e2e)");
   }
   if (targets.empty()) throw std::invalid_argument("--slo: no target given (e.g. ttft=200ms,tpot=50ms)");
   return targets;
@@ -134,30 +144,30 @@ run_summary summarize_run(const std::vector<request_record>& records, double dur
 namespace {
 
 nlohmann::json stats_json(const latency_stats& s) {
-  return {{"mean_ms", s.mean * 1e3}, {"median_ms", s.median * 1e3}, {"p90_ms", s.p90 * 1e3},
-          {"p99_ms", s.p99 * 1e3},   {"min_ms", s.min * 1e3},       {"max_ms", s.max * 1e3},
-          {"count", s.count}};
+  return {{"mean_ms", s.mean * 1e3}, {"median_ms", s.median * 1e3}, {"p90_ms", s.p90 * 1e3}, {"p99_ms", s.p99 * 1e3},
+          {"min_ms", s.min * 1e3},   {"max_ms", s.max * 1e3},       {"count", s.count}};
 }
 
 }  // namespace
 
 nlohmann::json to_json(const run_summary& s) {
-  nlohmann::json j = {{"offered_rate", std::isinf(s.offered_rate) ? nlohmann::json("inf") : nlohmann::json(s.offered_rate)},
-                      {"concurrency", s.concurrency},
-                      {"num_requests", s.num_requests},
-                      {"num_completed", s.num_completed},
-                      {"num_errors", s.num_errors},
-                      {"duration_s", s.duration},
-                      {"total_input_tokens", s.total_input_tokens},
-                      {"total_output_tokens", s.total_output_tokens},
-                      {"request_throughput", s.request_throughput},
-                      {"input_throughput", s.input_throughput},
-                      {"output_throughput", s.output_throughput},
-                      {"ttft", stats_json(s.ttft)},
-                      {"tpot", stats_json(s.tpot)},
-                      {"itl", stats_json(s.itl)},
-                      {"e2e", stats_json(s.e2e)},
-                      {"errors", s.first_errors}};
+  nlohmann::json j = {
+      {"offered_rate", std::isinf(s.offered_rate) ? nlohmann::json("inf") : nlohmann::json(s.offered_rate)},
+      {"concurrency", s.concurrency},
+      {"num_requests", s.num_requests},
+      {"num_completed", s.num_completed},
+      {"num_errors", s.num_errors},
+      {"duration_s", s.duration},
+      {"total_input_tokens", s.total_input_tokens},
+      {"total_output_tokens", s.total_output_tokens},
+      {"request_throughput", s.request_throughput},
+      {"input_throughput", s.input_throughput},
+      {"output_throughput", s.output_throughput},
+      {"ttft", stats_json(s.ttft)},
+      {"tpot", stats_json(s.tpot)},
+      {"itl", stats_json(s.itl)},
+      {"e2e", stats_json(s.e2e)},
+      {"errors", s.first_errors}};
   if (s.slo_attainment) {
     j["slo_attainment"] = *s.slo_attainment;
     j["goodput"] = *s.goodput;
@@ -173,8 +183,13 @@ nlohmann::json to_json(const run_summary& s) {
 }
 
 nlohmann::json to_json(const request_record& r) {
-  nlohmann::json j = {{"ok", r.ok}, {"prompt_tokens", r.prompt_tokens}, {"output_tokens", r.output_tokens},
-                      {"start_s", r.start}, {"ttft_s", r.ttft}, {"tpot_s", r.tpot()}, {"e2e_s", r.e2e},
+  nlohmann::json j = {{"ok", r.ok},
+                      {"prompt_tokens", r.prompt_tokens},
+                      {"output_tokens", r.output_tokens},
+                      {"start_s", r.start},
+                      {"ttft_s", r.ttft},
+                      {"tpot_s", r.tpot()},
+                      {"e2e_s", r.e2e},
                       {"itl_s", r.itl}};
   if (!r.ok) j["error"] = r.error;
   if (r.speculative) {

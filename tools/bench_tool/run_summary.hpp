@@ -40,16 +40,16 @@ struct run_summary {
   int num_requests = 0;
   int num_completed = 0;
   int num_errors = 0;
-  double duration = 0;      // the run's start -> its last reply
+  double duration = 0;  // the run's start -> its last reply
   long long total_input_tokens = 0;
   long long total_output_tokens = 0;
   double request_throughput = 0;  // completed requests/s
   double input_throughput = 0;    // prompt tokens/s
   double output_throughput = 0;   // output tokens/s
   latency_stats ttft, tpot, itl, e2e;
-  std::optional<double> slo_attainment;  // share of all requests (failed ones miss) meeting the SLO
-  std::optional<double> goodput;         // requests/s meeting the SLO
-  std::vector<std::string> first_errors; // up to 5, for the report
+  std::optional<double> slo_attainment;   // share of all requests (failed ones miss) meeting the SLO
+  std::optional<double> goodput;          // requests/s meeting the SLO
+  std::vector<std::string> first_errors;  // up to 5, for the report
   // Speculative decoding, when the server reported it for some completed request.
   struct speculation {
     int num_requests = 0;  // completed requests with usage.speculative

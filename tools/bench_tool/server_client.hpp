@@ -16,7 +16,7 @@ using bench_clock = std::chrono::steady_clock;
 
 struct request_settings {
   double temperature = 0.0;
-  bool ignore_eos = true;  // so output lengths are as asked, where the server supports it
+  bool ignore_eos = true;           // so output lengths are as asked, where the server supports it
   int num_speculative_tokens = -1;  // sent when >= 0 (Troupe's extension); -1: the server's default
   std::chrono::seconds timeout{600};
 };

@@ -12,20 +12,28 @@ namespace {
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
 
 std::string fmt(double v) {
   char b[32];
-  if (std::fabs(v) >= 100 || v == std::floor(v)) std::snprintf(b, sizeof b, "%.0f", v);
-  else if (std::fabs(v) >= 10) std::snprintf(b, sizeof b, "%.1f", v);
-  else std::snprintf(b, sizeof b, "%.2f", v);
+  if (std::fabs(v) >= 100 || v == std::floor(v))
+    std::snprintf(b, sizeof b, "%.0f", v);
+  else if (std::fabs(v) >= 10)
+    std::snprintf(b, sizeof b, "%.1f", v);
+  else
+    std::snprintf(b, sizeof b, "%.2f", v);
   return b;
 }
 
@@ -81,12 +89,14 @@ std::string render_svg(const plot_spec& input) {
 
   std::string svg;
   char b[512];
-  std::snprintf(b, sizeof b,
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-                "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-                width, height, width, height);
+  std::snprintf(
+      b, sizeof b,
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+      width, height, width, height);
   svg += b;
-  svg += "<text x=\"" + fmt(width / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" + escape(spec.title) + "</text>\n";
+  svg += "<text x=\"" + fmt(width / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" + escape(spec.title) +
+         "</text>\n";
   // Grid and ticks.
   for (double x = x_min; x <= x_max + x_step / 2; x += x_step) {
     std::snprintf(b, sizeof b,
@@ -102,8 +112,9 @@ std::string render_svg(const plot_spec& input) {
                   left, py(y), left + plot_w, py(y), left - 6, py(y) + 4, fmt(y).c_str());
     svg += b;
   }
-  std::snprintf(b, sizeof b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n",
-                left, top, plot_w, plot_h);
+  std::snprintf(b, sizeof b,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n", left,
+                top, plot_w, plot_h);
   svg += b;
   svg += "<text x=\"" + fmt(left + plot_w / 2) + "\" y=\"" + fmt(height - 18) + "\" text-anchor=\"middle\">" +
          escape(spec.x_label) + "</text>\n";
@@ -119,10 +130,12 @@ std::string render_svg(const plot_spec& input) {
       std::snprintf(b, sizeof b, "%.1f,%.1f ", px(s.x[i]), py(s.y[i]));
       points += b;
     }
-    svg += std::string("<polyline fill=\"none\" stroke=\"") + color + "\" stroke-width=\"2\" points=\"" + points + "\"/>\n";
+    svg += std::string("<polyline fill=\"none\" stroke=\"") + color + "\" stroke-width=\"2\" points=\"" + points +
+           "\"/>\n";
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
       if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
-      std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", px(s.x[i]), py(s.y[i]), color);
+      std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", px(s.x[i]), py(s.y[i]),
+                    color);
       svg += b;
       if (i < s.labels.size() && !s.labels[i].empty()) {
         std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"%s\">%s</text>\n",

@@ -21,7 +21,7 @@ struct plot_spec {
   std::string x_label;
   std::string y_label;
   std::vector<plot_series> series;
-  double y_min_at_most = 0.0;  // the y axis starts at or below this (0: from zero)
+  double y_min_at_most = 0.0;   // the y axis starts at or below this (0: from zero)
   std::optional<double> y_max;  // a fixed top (100 for percentages), else from the data
   bool x_log2 = false;          // x on a log2 axis (settings that double: 32, 64, ..., 512)
 };

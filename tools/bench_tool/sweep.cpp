@@ -70,22 +70,24 @@ std::vector<sweep_row> best_rounds(const sweep_spec& spec, const std::vector<swe
 
 std::string sweep_csv(const sweep_spec& spec, const std::vector<sweep_row>& rows) {
   std::ostringstream out;
-  out << spec.key << ",round,offered_rate,concurrency,completed,errors,duration_s,request_throughput,input_throughput,output_throughput";
+  out << spec.key
+      << ",round,offered_rate,concurrency,completed,errors,duration_s,request_throughput,input_throughput,output_"
+         "throughput";
   for (const char* m : {"ttft", "tpot", "itl", "e2e"}) {
     out << ',' << m << "_mean_ms," << m << "_median_ms," << m << "_p90_ms," << m << "_p99_ms";
   }
   out << ",slo_attainment,goodput_rate\n";
   for (const auto& row : rows) {
     const auto& s = row.summary;
-    out << row.value << ',' << row.round << ',' << num(s.offered_rate) << ',' << s.concurrency << ',' << s.num_completed << ',' << s.num_errors
-        << ',' << num(s.duration) << ',' << num(s.request_throughput) << ',' << num(s.input_throughput) << ','
-        << num(s.output_throughput);
+    out << row.value << ',' << row.round << ',' << num(s.offered_rate) << ',' << s.concurrency << ',' << s.num_completed
+        << ',' << s.num_errors << ',' << num(s.duration) << ',' << num(s.request_throughput) << ','
+        << num(s.input_throughput) << ',' << num(s.output_throughput);
     add_stats(out, s.ttft);
     add_stats(out, s.tpot);
     add_stats(out, s.itl);
     add_stats(out, s.e2e);
-    out << ',' << (s.slo_attainment ? num(*s.slo_attainment) : "") << ',' << (row.goodput_rate ? num(*row.goodput_rate) : "")
-        << '\n';
+    out << ',' << (s.slo_attainment ? num(*s.slo_attainment) : "") << ','
+        << (row.goodput_rate ? num(*row.goodput_rate) : "") << '\n';
   }
   return out.str();
 }
@@ -117,8 +119,8 @@ std::pair<sweep_spec, std::vector<sweep_row>> read_sweep_csv(const std::string& 
     if (line.empty()) continue;
     const auto f = split(line);
     if (f.size() != num_columns) {
-      throw std::runtime_error("'" + path + "' line " + std::to_string(line_number) + " has " + std::to_string(f.size()) +
-                               " fields, not " + std::to_string(num_columns));
+      throw std::runtime_error("'" + path + "' line " + std::to_string(line_number) + " has " +
+                               std::to_string(f.size()) + " fields, not " + std::to_string(num_columns));
     }
     auto number = [&](size_t i) {
       try {
@@ -150,7 +152,8 @@ std::pair<sweep_spec, std::vector<sweep_row>> read_sweep_csv(const std::string& 
     }
     if (!f[26].empty()) s.slo_attainment = number(26);
     if (!f[27].empty()) row.goodput_rate = number(27);
-    if (std::find(spec.values.begin(), spec.values.end(), row.value) == spec.values.end()) spec.values.push_back(row.value);
+    if (std::find(spec.values.begin(), spec.values.end(), row.value) == spec.values.end())
+      spec.values.push_back(row.value);
     rows.push_back(std::move(row));
   }
   return {spec, rows};
@@ -189,18 +192,24 @@ std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep
   latency.title = "Latency against throughput (" + spec.key + " sweep)";
   latency.x_label = "output throughput (tokens/s)";
   latency.y_label = "latency (ms)";
-  latency.series = {series("TTFT median", [](const run_summary& s) { return s.ttft.median; }, true),
-                    series("TTFT p99", [](const run_summary& s) { return s.ttft.p99; }, false),
-                    series("E2E median", [](const run_summary& s) { return s.e2e.median; }, false)};
+  latency.series = {series(
+                        "TTFT median", [](const run_summary& s) { return s.ttft.median; }, true),
+                    series(
+                        "TTFT p99", [](const run_summary& s) { return s.ttft.p99; }, false),
+                    series(
+                        "E2E median", [](const run_summary& s) { return s.e2e.median; }, false)};
   write("latency_vs_throughput.svg", render_svg(latency));
 
   plot_spec tpot;
   tpot.title = "Time per output token against throughput (" + spec.key + " sweep)";
   tpot.x_label = "output throughput (tokens/s)";
   tpot.y_label = "TPOT (ms)";
-  tpot.series = {series("TPOT median", [](const run_summary& s) { return s.tpot.median; }, true),
-                 series("TPOT p99", [](const run_summary& s) { return s.tpot.p99; }, false),
-                 series("ITL p99", [](const run_summary& s) { return s.itl.p99; }, false)};
+  tpot.series = {series(
+                     "TPOT median", [](const run_summary& s) { return s.tpot.median; }, true),
+                 series(
+                     "TPOT p99", [](const run_summary& s) { return s.tpot.p99; }, false),
+                 series(
+                     "ITL p99", [](const run_summary& s) { return s.itl.p99; }, false)};
   write("tpot_vs_throughput.svg", render_svg(tpot));
 
   // A server setting that is a number (a token budget, a batch size): latency against the setting

@@ -38,7 +38,7 @@ std::pair<sweep_spec, std::vector<sweep_row>> read_sweep_csv(const std::string& 
 
 // Writes sweep.csv (every round) and the plots (best rounds) into `dir` (created); returns the
 // files written.
-std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep_spec& spec, const std::vector<sweep_row>& rows,
-                                             bool with_slo);
+std::vector<std::string> write_sweep_outputs(const std::string& dir, const sweep_spec& spec,
+                                             const std::vector<sweep_row>& rows, bool with_slo);
 
 }  // namespace troupe::bench_tool

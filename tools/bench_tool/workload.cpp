@@ -16,24 +16,25 @@ namespace {
 
 // Common short English words: with GPT-style BPE each is one token after a space.
 const char* const common_words[] = {
-    "the", "of", "and", "to", "in", "is", "was", "he", "for", "it", "with", "as", "his", "on", "be", "at",
-    "by", "had", "are", "but", "from", "or", "have", "an", "they", "which", "one", "you", "were", "her",
-    "all", "she", "there", "would", "their", "we", "him", "been", "has", "when", "who", "will", "more",
-    "no", "if", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "can", "only",
-    "other", "new", "some", "could", "time", "these", "two", "may", "then", "do", "first", "any", "my",
-    "now", "such", "like", "our", "over", "man", "me", "even", "most", "made", "after", "also", "did",
-    "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down",
-    "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good",
-    "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between",
-    "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last"};
+    "the",   "of",     "and",   "to",    "in",      "is",    "was",   "he",      "for",     "it",      "with",
+    "as",    "his",    "on",    "be",    "at",      "by",    "had",   "are",     "but",     "from",    "or",
+    "have",  "an",     "they",  "which", "one",     "you",   "were",  "her",     "all",     "she",     "there",
+    "would", "their",  "we",    "him",   "been",    "has",   "when",  "who",     "will",    "more",    "no",
+    "if",    "out",    "so",    "said",  "what",    "up",    "its",   "about",   "into",    "than",    "them",
+    "can",   "only",   "other", "new",   "some",    "could", "time",  "these",   "two",     "may",     "then",
+    "do",    "first",  "any",   "my",    "now",     "such",  "like",  "our",     "over",    "man",     "me",
+    "even",  "most",   "made",  "after", "also",    "did",   "many",  "before",  "must",    "through", "back",
+    "years", "where",  "much",  "your",  "way",     "well",  "down",  "should",  "because", "each",    "just",
+    "those", "people", "how",   "too",   "little",  "state", "good",  "very",    "make",    "world",   "still",
+    "own",   "see",    "men",   "work",  "long",    "get",   "here",  "between", "both",    "life",    "being",
+    "under", "never",  "day",   "same",  "another", "know",  "while", "last"};
 constexpr int num_common_words = sizeof(common_words) / sizeof(common_words[0]);
 
 int draw_length(const length_spec& spec, std::mt19937_64& rng) {
   const double mean = spec.mean;
   double value = mean;
   switch (spec.distribution) {
-    case length_distribution::fixed:
-      break;
+    case length_distribution::fixed: break;
     case length_distribution::uniform: {
       std::uniform_real_distribution<double> d(mean * (1.0 - spec.spread), mean * (1.0 + spec.spread));
       value = d(rng);
@@ -87,7 +88,8 @@ length_distribution parse_length_distribution(const std::string& name) {
   if (name == "uniform") return length_distribution::uniform;
   if (name == "normal") return length_distribution::normal;
   if (name == "lognormal") return length_distribution::lognormal;
-  throw std::invalid_argument("unknown length distribution '" + name + "' (expected fixed, uniform, normal or lognormal)");
+  throw std::invalid_argument("unknown length distribution '" + name +
+                              "' (expected fixed, uniform, normal or lognormal)");
 }
 
 std::vector<bench_request> make_random_requests(const random_workload& w, int num_requests, prompt_form form,
@@ -140,10 +142,12 @@ std::vector<bench_request> load_sharegpt_requests(const std::string& path, int n
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error("the ShareGPT file '" + path + "' is not JSON: " + e.what());
   }
-  if (!data.is_array()) throw std::runtime_error("the ShareGPT file '" + path + "' is not a JSON array of conversations");
+  if (!data.is_array())
+    throw std::runtime_error("the ShareGPT file '" + path + "' is not a JSON array of conversations");
   if (form == prompt_form::token_ids && !tokenizer) {
-    throw std::invalid_argument("ShareGPT prompts over the ZeroMQ door as token ids need --tokenizer; "
-                                "without one they are sent as text");
+    throw std::invalid_argument(
+        "ShareGPT prompts over the ZeroMQ door as token ids need --tokenizer; "
+        "without one they are sent as text");
   }
   std::vector<size_t> order(data.size());
   std::iota(order.begin(), order.end(), 0);
@@ -168,8 +172,7 @@ std::vector<bench_request> load_sharegpt_requests(const std::string& path, int n
     if (tokenizer) {
       auto ids = tokenizer->encode(prompt, true);
       r.prompt_len = static_cast<int>(ids.size());
-      r.output_len = fixed_output_len ? *fixed_output_len
-                                      : static_cast<int>(tokenizer->encode(answer, false).size());
+      r.output_len = fixed_output_len ? *fixed_output_len : static_cast<int>(tokenizer->encode(answer, false).size());
       if (form == prompt_form::token_ids) r.prompt_ids = std::move(ids);
     } else {
       r.prompt_len = count_words(prompt) * 4 / 3;
@@ -183,7 +186,8 @@ std::vector<bench_request> load_sharegpt_requests(const std::string& path, int n
   if (static_cast<int>(requests.size()) < num_requests) {
     throw std::runtime_error("the ShareGPT file '" + path + "' has " + std::to_string(requests.size()) +
                              " usable conversations (a human turn then a gpt turn, an answer of 4 tokens or more); "
-                             "--num-prompts asks for " + std::to_string(num_requests));
+                             "--num-prompts asks for " +
+                             std::to_string(num_requests));
   }
   return requests;
 }

@@ -38,10 +38,10 @@ enum class prompt_form { token_ids, text };
 struct random_workload {
   length_spec input;
   length_spec output;
-  int shared_prefix_len = 0;   // tokens every request of a group starts with
-  int num_prefix_groups = 1;   // requests take their group round-robin
-  int vocab_size = 256;        // random ids are drawn from [first_token_id, vocab_size)
-  int first_token_id = 3;      // below: the control tokens (unk, BOS, EOS) of Llama-style vocabularies
+  int shared_prefix_len = 0;  // tokens every request of a group starts with
+  int num_prefix_groups = 1;  // requests take their group round-robin
+  int vocab_size = 256;       // random ids are drawn from [first_token_id, vocab_size)
+  int first_token_id = 3;     // below: the control tokens (unk, BOS, EOS) of Llama-style vocabularies
 };
 
 // Random prompts: token ids (the ZeroMQ door takes them as they are), or text of about that many

@@ -204,8 +204,7 @@ model_config tiny_config(architecture arch) {
       c.head_dim = 64;  // wider than hidden / heads, as Qwen3 does
       c.tie_word_embeddings = true;
       break;
-    default:
-      throw std::invalid_argument("no CUDA test config for this architecture");
+    default: throw std::invalid_argument("no CUDA test config for this architecture");
   }
   return c;
 }
@@ -234,7 +233,8 @@ void compare_steps_with_cpu(const model_config& config, const weight_store& weig
     std::vector<float> gpu_logits(batch.num_logits() * vocab), cpu_logits(batch.num_logits() * vocab);
     gpu->forward(batch, gpu_logits.data());
     cpu->forward(batch, cpu_logits.data());
-    EXPECT_LT(normalized_error(gpu_logits, cpu_logits), allowed) << config.architecture_name << " " << label << " step " << s;
+    EXPECT_LT(normalized_error(gpu_logits, cpu_logits), allowed)
+        << config.architecture_name << " " << label << " step " << s;
     // Both continue with the CPU's greedy choice so the batches stay identical.
     for (int r = 0; r < batch.num_logits(); ++r) {
       driver.tokens(driver.logits_seqs()[r]).push_back(argmax_row(&cpu_logits[r * vocab], vocab));
@@ -354,8 +354,8 @@ TEST(cuda_model, sizes_the_kv_pool_from_free_memory) {
   auto gpu = make_cuda_model(config, weights, kv_cache_shape{0, 16}, options);
   size_t free_bytes = 0, total_bytes = 0;
   cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const double pool = 2.0 * config.num_layers * gpu->kv_shape().num_blocks * 16 * config.num_kv_heads *
-                      config.head_dim * 2;
+  const double pool =
+      2.0 * config.num_layers * gpu->kv_shape().num_blocks * 16 * config.num_kv_heads * config.head_dim * 2;
   EXPECT_GT(gpu->kv_shape().num_blocks, 0);
   EXPECT_LE(pool, 0.05 * total_bytes);
   EXPECT_NE(gpu->backend_name().find("cuda"), std::string::npos);
@@ -422,7 +422,8 @@ TEST(cuda_quantized_model, every_weight_type_matches_the_cpu_backend) {
     // Untied (llama) and tied (qwen2, qwen3: the output layer reads the quantized embedding table).
     const model_config config = quantizable_config(archs[i++ % archs.size()]);
     auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 41, test_init()));
-    const weight_store weights = with_quantized_matrices(base, [&](const std::string&) { return type; }, 7);
+    const weight_store weights = with_quantized_matrices(
+        base, [&](const std::string&) { return type; }, 7);
     // Both backends multiply the exact decoded weights in f32.
     compare_quantized_with_cpu(config, weights, dtype::f32, 1e-4, std::string(dtype_name(type)) + " in f32");
   }
@@ -460,8 +461,8 @@ TEST(cuda_quantized_model, fp8_models_with_row_and_block_scales_match_the_cpu_ba
     compare_quantized_with_cpu(config, weights, dtype::f32, 1e-4, "fp8 in f32");
     compare_quantized_with_cpu(config, weights, dtype::bf16, 3e-2, "fp8 in bf16");
     auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 51, test_init()));
-    const weight_store blocks =
-        with_quantized_matrices(base, [](const std::string&) { return dtype::fp8_e4m3_b128; }, 11);
+    const weight_store blocks = with_quantized_matrices(
+        base, [](const std::string&) { return dtype::fp8_e4m3_b128; }, 11);
     compare_quantized_with_cpu(config, blocks, dtype::f32, 1e-4, "fp8_e4m3_b128 in f32");
   }
 }
@@ -470,7 +471,8 @@ TEST(cuda_quantized_model, nano_batches_with_quantized_weights_match_the_cpu_bac
   TROUPE_REQUIRE_GPU();
   const model_config config = quantizable_config(architecture::llama);
   auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 45, test_init()));
-  const weight_store weights = with_quantized_matrices(base, [](const std::string&) { return dtype::q4_0; }, 13);
+  const weight_store weights = with_quantized_matrices(
+      base, [](const std::string&) { return dtype::q4_0; }, 13);
   step_list steps{{{0, 1, 2, 3}, {20, 11, 9, 6}}, {{1, 3, 0, 2}, {1, 1, 9, 8}}};
   for (int i = 0; i < 3; ++i) steps.push_back({{0, 1, 2, 3}, {1, 1, 1, 1}});
   cuda_options options;
@@ -523,7 +525,8 @@ TEST(cuda_quantized_model, weights_stay_quantized_in_device_memory) {
   config.head_dim = 64;
   config.vocab_size = 8192;
   auto base = std::make_shared<weight_store>(make_dummy_weights(config, dtype::f32, 47, test_init()));
-  const weight_store q4 = with_quantized_matrices(base, [](const std::string&) { return dtype::q4_0; }, 17);
+  const weight_store q4 = with_quantized_matrices(
+      base, [](const std::string&) { return dtype::q4_0; }, 17);
   const weight_store f16 = make_dummy_weights(config, dtype::f16, 47, test_init());
   size_t matrices_f16 = 0, matrices_q4 = 0, vectors = 0;
   for (const auto& [name, tensor] : q4.tensors()) {

@@ -22,7 +22,8 @@
 static inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
   const uint64_t both = static_cast<uint64_t>(x) | (static_cast<uint64_t>(y) << 32);
   unsigned int result = 0;
-  for (int n = 0; n < 4; ++n) result |= static_cast<unsigned int>((both >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+  for (int n = 0; n < 4; ++n)
+    result |= static_cast<unsigned int>((both >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
   return result;
 }
 

@@ -15,10 +15,8 @@ namespace troupe::test::cluster {
 
 inline const std::vector<std::string> gpu_disagg_prompts = {
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun",
-    "Once upon a time, there was a little girl named Lily. She had a big red ball",
-    "The little dog ran to the park",
-    "Lily and Tom went to the park. They saw a big tree with a swing. Tom wanted to swing first",
-    "One day, a bird"};
+    "Once upon a time, there was a little girl named Lily. She had a big red ball", "The little dog ran to the park",
+    "Lily and Tom went to the park. They saw a big tree with a swing. Tom wanted to swing first", "One day, a bird"};
 
 inline constexpr size_t gpu_disagg_wave = 20;
 

@@ -20,7 +20,8 @@ TEST(generate_device, cuda_f32_prints_what_the_cpu_prints) {
   const auto refs = stories_references();
   for (const auto& ref : refs) {
     const std::string args = "generate --model " + shell_quote(stories_dir) + " --prompt " +
-                             shell_quote(ref.at("prompt").get<std::string>()) + " --temperature 0 --threads 1 --max-tokens " +
+                             shell_quote(ref.at("prompt").get<std::string>()) +
+                             " --temperature 0 --threads 1 --max-tokens " +
                              std::to_string(ref.at("max_new_tokens").get<int>());
     const run_result cpu = run_troupe(args + " --device cpu");
     const run_result gpu = run_troupe(args + " --device cuda --dtype f32");

@@ -175,8 +175,7 @@ TEST(nccl_kv_channel, a_peer_that_never_joins_is_given_up_at_the_deadline) {
   cuda::device_buffer local(pool_bytes());
   const auto start = std::chrono::steady_clock::now();
   try {
-    nccl_kv_channel channel(pool_at(local.get()), make_nccl_unique_id(), nccl_kv_channel::side::prefill,
-                            start + 2s);
+    nccl_kv_channel channel(pool_at(local.get()), make_nccl_unique_id(), nccl_kv_channel::side::prefill, start + 2s);
     ADD_FAILURE() << "joined a pair of two alone";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("deadline"), std::string::npos) << e.what();

@@ -65,8 +65,8 @@ TEST_F(cuda_kv_transfer, gpu_to_gpu_without_the_import_differs) {
 
 // The exporter computes the prompt's KV; the importer's own run of the same prompt is the
 // reference for its decode step after the import.
-void expect_cross_backend(model& exporter, model& importer, model& importer_reference, dtype element,
-                          float tolerance, const std::string& what) {
+void expect_cross_backend(model& exporter, model& importer, model& importer_reference, dtype element, float tolerance,
+                          const std::string& what) {
   // The exporter's next token for both, even where the reference would pick another.
   const int32_t next = test::prefill(exporter, kv_transfer_prompt, blocks_a);
   test::prefill(importer_reference, kv_transfer_prompt, blocks_a);

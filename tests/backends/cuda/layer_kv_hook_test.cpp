@@ -138,9 +138,8 @@ class cuda_layer_kv_hook : public ::testing::Test {
 TEST_F(cuda_layer_kv_hook, prefill_exports_each_layer_as_the_cpu_computes_it) {
   const std::vector<sequence_blocks> sequences = {{{5, 2, 9}, static_cast<int>(test::kv_transfer_prompt.size())}};
   const int block_size = pool_shape.block_size;
-  const forward_batch batch = test::one_sequence_batch(test::kv_transfer_prompt, 0,
-                                                       static_cast<int>(test::kv_transfer_prompt.size()),
-                                                       sequences[0].blocks, block_size);
+  const forward_batch batch = test::one_sequence_batch(
+      test::kv_transfer_prompt, 0, static_cast<int>(test::kv_transfer_prompt.size()), sequences[0].blocks, block_size);
   auto reference = cpu();
   const hook_record cpu_record = forward_recording(*reference, batch, sequences);
   // f32 pool: only the two backends' arithmetic differs; bf16: the pool rounds each value.
@@ -155,7 +154,7 @@ TEST_F(cuda_layer_kv_hook, prefill_exports_each_layer_as_the_cpu_computes_it) {
 TEST_F(cuda_layer_kv_hook, nano_batches_report_a_layer_once_every_lane_wrote_it) {
   const std::vector<sequence_blocks> sequences = {{{5, 2, 9}, 11}, {{1, 12, 7}, 11}};
   const std::vector<std::vector<int32_t>> prompts = {test::kv_transfer_prompt,
-                                                      {1, 365, 323, 353, 322, 383, 432, 378, 261, 407, 403}};
+                                                     {1, 365, 323, 353, 322, 383, 432, 378, 261, 407, 403}};
   const forward_batch batch = two_sequence_batch(prompts, {0, 0}, sequences, pool_shape.block_size);
   auto reference = cpu();
   const hook_record cpu_record = forward_recording(*reference, batch, sequences);

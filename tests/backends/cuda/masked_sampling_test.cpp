@@ -32,9 +32,7 @@ std::vector<int32_t> make_allowed(mask_kind kind, const float* logits, int vocab
     case mask_kind::narrow:
       for (int i = 0; i < 20; ++i) ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
       break;
-    case mask_kind::single:
-      ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
-      break;
+    case mask_kind::single: ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab))); break;
     case mask_kind::least_likely: {
       // The five lowest logits: the row's own choice is always refused, and the mask is all that decides.
       std::vector<int32_t> order(static_cast<size_t>(vocab));
@@ -44,8 +42,7 @@ std::vector<int32_t> make_allowed(mask_kind kind, const float* logits, int vocab
       ids.assign(order.begin(), order.begin() + 5);
       break;
     }
-    case mask_kind::nothing:
-      break;
+    case mask_kind::nothing: break;
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
@@ -67,7 +64,7 @@ struct row_setting {
 void check_masked_rows_match_the_host_sampler(int vocab, uint32_t rng_seed) {
   std::mt19937 rng(rng_seed);
   const int words = (vocab + 63) / 64;
-  const std::vector<row_setting> settings{{0.0f, 0, 1.0f}, {0.8f, 0, 1.0f}, {1.0f, 5, 1.0f},
+  const std::vector<row_setting> settings{{0.0f, 0, 1.0f}, {0.8f, 0, 1.0f},  {1.0f, 5, 1.0f},
                                           {1.2f, 0, 0.9f}, {1.0f, 20, 0.7f}, {1.0f, 1, 1.0f}};
   const std::vector<mask_kind> kinds{mask_kind::wide, mask_kind::narrow, mask_kind::single, mask_kind::least_likely};
   const int seeds_per_case = 6;
@@ -131,7 +128,8 @@ void check_masked_rows_match_the_host_sampler(int vocab, uint32_t rng_seed) {
     }
     ++num_sampled;
     if (token != expected) {
-      differing += " row " + std::to_string(r) + ": device " + std::to_string(token) + ", host " + std::to_string(expected) + ";";
+      differing += " row " + std::to_string(r) + ": device " + std::to_string(token) + ", host " +
+                   std::to_string(expected) + ";";
     }
   }
   // Same uniform, same filters: only a draw within float rounding of a bucket or top-p edge may
@@ -154,8 +152,8 @@ TEST(cuda_masked_sampling, a_mask_that_allows_nothing_gives_minus_one_never_a_re
   std::vector<uint64_t> masks(2 * static_cast<size_t>(words), 0);  // mask 0 allows nothing
   // Mask 1 allows token 4000 alone: the rows above must not read it (rows index their own mask).
   masks[static_cast<size_t>(words) + 4000 / 64] = uint64_t{1} << (4000 % 64);
-  const std::vector<sampling_row> params{{0.0f, 0, 1.0f, 1, 0, 0}, {1.0f, 5, 0.9f, 2, 0, 0}, {1.0f, 0, 1.0f, 3, 0, 0},
-                                         {0.0f, 0, 1.0f, 4, 0, -1}};
+  const std::vector<sampling_row> params{
+      {0.0f, 0, 1.0f, 1, 0, 0}, {1.0f, 5, 0.9f, 2, 0, 0}, {1.0f, 0, 1.0f, 3, 0, 0}, {0.0f, 0, 1.0f, 4, 0, -1}};
   device_buffer logits_d = to_device(dtype::f32, logits), params_d = to_device_raw(params);
   device_buffer masks_d = to_device_raw(masks);
   device_buffer out = poisoned(4 * 4);

@@ -180,7 +180,8 @@ TEST(cuda_ops, kv_cache_store_writes_slots_and_skips_padding) {
     device_buffer v_cache = poisoned(num_slots * width * element_size(type));
     const char* base = qkv_d.as<char>();
     kv_cache_store(base + width * element_size(type), base + 2 * width * element_size(type), stride,
-                   slots_d.as<int64_t>(), k_cache.get(), v_cache.get(), tokens, kv_heads, head_dim, type, type, nullptr);
+                   slots_d.as<int64_t>(), k_cache.get(), v_cache.get(), tokens, kv_heads, head_dim, type, type,
+                   nullptr);
     const std::vector<float> k = from_device(type, k_cache.get(), num_slots * width);
     const std::vector<float> v = from_device(type, v_cache.get(), num_slots * width);
     std::vector<bool> written(num_slots, false);

@@ -68,7 +68,8 @@ void run_case(const attention_case& c, dtype type, uint32_t seed, dtype kv_type)
   const paged_attention_plan plan =
       plan_paged_attention(query_start, c.num_heads, c.num_kv_heads, head_dim, c.max_context_hint, num_sms);
   device_buffer q_d = to_device(type, qkv), k_d = to_device_raw(k_encoded.bytes), v_d = to_device_raw(v_encoded.bytes);
-  device_buffer qs_d = to_device_raw(query_start), ctx_d = to_device_raw(std::vector<int32_t>(c.contexts.begin(), c.contexts.end()));
+  device_buffer qs_d = to_device_raw(query_start),
+                ctx_d = to_device_raw(std::vector<int32_t>(c.contexts.begin(), c.contexts.end()));
   device_buffer bts_d = to_device_raw(block_table_start), bt_d = to_device_raw(block_tables);
   device_buffer work_d = to_device_raw(plan.work_items);
   device_buffer workspace = poisoned(paged_attention_workspace_floats(plan, c.num_kv_heads, head_dim) * 4);
@@ -114,8 +115,8 @@ void run_case(const attention_case& c, dtype type, uint32_t seed, dtype kv_type)
         std::vector<double> scores(visible);
         double best = -INFINITY;
         for (int t = 0; t < visible; ++t) {
-          const int64_t slot = int64_t{block_tables[block_table_start[s] + t / c.block_size]} * c.block_size +
-                               t % c.block_size;
+          const int64_t slot =
+              int64_t{block_tables[block_table_start[s] + t / c.block_size]} * c.block_size + t % c.block_size;
           double dot = 0.0;
           for (int d = 0; d < head_dim; ++d) {
             dot += double{qkv[row * q_stride + h * head_dim + d]} *
@@ -127,8 +128,8 @@ void run_case(const attention_case& c, dtype type, uint32_t seed, dtype kv_type)
         double total = 0.0;
         for (double& score : scores) total += (score = std::exp(score - best));
         for (int t = 0; t < visible; ++t) {
-          const int64_t slot = int64_t{block_tables[block_table_start[s] + t / c.block_size]} * c.block_size +
-                               t % c.block_size;
+          const int64_t slot =
+              int64_t{block_tables[block_table_start[s] + t / c.block_size]} * c.block_size + t % c.block_size;
           for (int d = 0; d < head_dim; ++d) {
             ref[(int64_t{row} * c.num_heads + h) * head_dim + d] +=
                 scores[t] / total * v_pool[(slot * c.num_kv_heads + kv_head) * head_dim + d];
@@ -139,8 +140,7 @@ void run_case(const attention_case& c, dtype type, uint32_t seed, dtype kv_type)
   }
   EXPECT_LT(normalized_error(got, ref), type == dtype::f32 ? 1e-5 : tolerance(type))
       << dtype_name(type) << " KV " << dtype_name(kv_type) << " head_dim " << head_dim << " group " << group
-      << " splits " << plan.num_splits
-      << " rows/cta " << plan.rows_per_cta;
+      << " splits " << plan.num_splits << " rows/cta " << plan.rows_per_cta;
 }
 
 TEST(cuda_paged_attention, mixed_prefill_chunks_and_decodes) {

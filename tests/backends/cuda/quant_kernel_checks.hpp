@@ -55,8 +55,8 @@ void expect_parts_decode_to_the_reference_values() {
               std::memcpy(&got, &out[run * 8 + j], 4);
               std::memcpy(&want, &reference[element], 4);
               ASSERT_EQ(got, want) << dtype_name(type) << " block " << b << " part " << part << " run " << run
-                                   << " element " << element % block::size << ": " << out[run * 8 + j]
-                                   << ", reference " << reference[element];
+                                   << " element " << element % block::size << ": " << out[run * 8 + j] << ", reference "
+                                   << reference[element];
             }
           }
         }
@@ -183,7 +183,8 @@ void check_dequantize_for(dtype type) {
     const int64_t row_bytes = cols / Block::size * Block::bytes;
     for (int r = 0; r < rows; ++r) {
       for (int item = 0; item < cols / Block::size * Block::parts; ++item) {
-        dequantize_item<Block>(table.get() + r * row_bytes, item, scales[r], reinterpret_cast<Out*>(out.get()) + r * cols);
+        dequantize_item<Block>(table.get() + r * row_bytes, item, scales[r],
+                               reinterpret_cast<Out*>(out.get()) + r * cols);
       }
     }
     for (size_t i = 0; i < reference.size(); ++i) {

@@ -88,10 +88,12 @@ TEST(cuda_quant_matmul, gemv_and_dequantized_gemm_match_the_reference_for_every_
       for (dtype activation : activation_types()) {
         for (int tokens : {1, 3, 8, 64, 300}) {
           const std::vector<float> x = rounded(activation, random_values(static_cast<size_t>(tokens) * cols, rng));
-          const std::vector<float> bias = tokens == 3 ? rounded(activation, random_values(rows, rng)) : std::vector<float>{};
+          const std::vector<float> bias =
+              tokens == 3 ? rounded(activation, random_values(rows, rng)) : std::vector<float>{};
           const std::vector<double> ref = reference_product(x, w, bias, tokens, rows, cols);
           for (bool gemv : {true, false}) {
-            const std::vector<float> y = run_linear(gemv ? gemv_layer : gemm_layer, weight, activation, x, bias, tokens);
+            const std::vector<float> y =
+                run_linear(gemv ? gemv_layer : gemm_layer, weight, activation, x, bias, tokens);
             EXPECT_LT(normalized_error(y, ref), tolerance(activation))
                 << dtype_name(type) << " [" << rows << ", " << cols << "] x " << dtype_name(activation) << ", "
                 << tokens << " tokens, " << (gemv ? "GEMV" : "dequantize + cuBLASLt");
@@ -196,7 +198,8 @@ TEST(cuda_quant_matmul, dequantize_rows_gathers_rows_exactly) {
     device_buffer table_d = to_device_raw(bytes), ids_d = to_device_raw(ids);
     for (dtype out_type : activation_types()) {
       device_buffer out = poisoned(static_cast<size_t>(n) * cols * element_size(out_type));
-      dequantize_rows(table_d.get(), type, nullptr, cols, ids_d.as<int32_t>(), 0, n, out.get(), cols, out_type, nullptr);
+      dequantize_rows(table_d.get(), type, nullptr, cols, ids_d.as<int32_t>(), 0, n, out.get(), cols, out_type,
+                      nullptr);
       const std::vector<float> got = from_device(out_type, out.get(), static_cast<size_t>(n) * cols);
       for (int i = 0; i < n; ++i) {
         for (int c = 0; c < cols; ++c) {
@@ -299,8 +302,7 @@ TEST(cuda_quant_matmul, row_scales_and_act_order_columns_give_the_tensors_values
 TEST(cuda_quant_matmul, refuses_misshapen_weights_and_misaligned_activations_naming_them) {
   device_buffer staging;
   const std::vector<std::byte> bytes = random_quantized_rows(dtype::q4_k, 4, 256, 1);
-  const weight_tensor not_whole_blocks =
-      host_tensor("model.layers.0.mlp.down_proj.weight", dtype::q4_k, 8, 128, bytes);
+  const weight_tensor not_whole_blocks = host_tensor("model.layers.0.mlp.down_proj.weight", dtype::q4_k, 8, 128, bytes);
   try {
     upload_linear_weight({&not_whole_blocks}, dtype::bf16, staging, nullptr);
     ADD_FAILURE() << "rows of half a block were accepted";
@@ -320,12 +322,12 @@ TEST(cuda_quant_matmul, refuses_misshapen_weights_and_misaligned_activations_nam
   EXPECT_THROW(quant_gemv(bytes.data(), dtype::q4_k, nullptr, 4, 256, x + 1, 256, dtype::f32, 1, nullptr, x, 4,
                           dtype::f32, nullptr),
                std::runtime_error);
-  EXPECT_THROW(quant_gemv(bytes.data(), dtype::q4_k, nullptr, 4, 200, x, 256, dtype::f32, 1, nullptr, x, 4, dtype::f32,
-                          nullptr),
-               std::runtime_error);
-  EXPECT_THROW(quant_gemv(bytes.data(), dtype::bf16, nullptr, 4, 256, x, 256, dtype::f32, 1, nullptr, x, 4, dtype::f32,
-                          nullptr),
-               std::runtime_error);
+  EXPECT_THROW(
+      quant_gemv(bytes.data(), dtype::q4_k, nullptr, 4, 200, x, 256, dtype::f32, 1, nullptr, x, 4, dtype::f32, nullptr),
+      std::runtime_error);
+  EXPECT_THROW(
+      quant_gemv(bytes.data(), dtype::bf16, nullptr, 4, 256, x, 256, dtype::f32, 1, nullptr, x, 4, dtype::f32, nullptr),
+      std::runtime_error);
 }
 
 }  // namespace

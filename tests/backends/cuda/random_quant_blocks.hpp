@@ -22,8 +22,8 @@ namespace troupe::cuda::testing {
 
 // Every GGUF weight type the CUDA kernels decode.
 inline const std::vector<dtype>& quantized_weight_types() {
-  static const std::vector<dtype> types{dtype::q4_0, dtype::q4_1, dtype::q5_0,  dtype::q5_1,   dtype::q8_0,
-                                        dtype::q2_k, dtype::q3_k, dtype::q4_k,  dtype::q5_k,   dtype::q6_k,
+  static const std::vector<dtype> types{dtype::q4_0,   dtype::q4_1,   dtype::q5_0, dtype::q5_1, dtype::q8_0,
+                                        dtype::q2_k,   dtype::q3_k,   dtype::q4_k, dtype::q5_k, dtype::q6_k,
                                         dtype::iq4_nl, dtype::iq4_xs, dtype::mxfp4};
   return types;
 }
@@ -46,7 +46,8 @@ inline int64_t device_block_size(dtype type) { return std::max<int64_t>(dtype_bl
 // the device hold, and are checked, on the host.
 struct aligned_bytes {
   explicit aligned_bytes(size_t size)
-      : size(size), data(static_cast<std::byte*>(std::aligned_alloc(256, (size + 255) / 256 * 256 + 256)), &std::free) {}
+      : size(size),
+        data(static_cast<std::byte*>(std::aligned_alloc(256, (size + 255) / 256 * 256 + 256)), &std::free) {}
   std::byte* get() const { return data.get(); }
   size_t size;
   std::unique_ptr<std::byte, void (*)(void*)> data;
@@ -93,7 +94,8 @@ inline std::vector<std::byte> random_quantized_rows(dtype type, int64_t rows, in
   const float d_size = magnitude / code_range(type);
   if (type == dtype::fp8_e4m3 || type == dtype::fp8_e4m3_b128) {
     for (std::byte& b : bytes) {
-      if ((static_cast<uint8_t>(b) & 0x7f) == 0x7f) b = static_cast<std::byte>(static_cast<uint8_t>(b) - 1);  // NaN -> 448
+      if ((static_cast<uint8_t>(b) & 0x7f) == 0x7f)
+        b = static_cast<std::byte>(static_cast<uint8_t>(b) - 1);  // NaN -> 448
     }
   }
   for (int64_t b = 0; b < num_blocks; ++b) {

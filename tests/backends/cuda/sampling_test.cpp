@@ -97,8 +97,8 @@ TEST(cuda_sampling, greedy_rows_and_top_k_one_are_argmax) {
   std::mt19937 rng(33);
   const int rows = 4, vocab = 32000;
   const std::vector<float> logits = random_values(rows * vocab, rng, 2.0f);
-  const std::vector<sampling_row> params{{0.0f, 0, 1.0f, 1, 0}, {1.0f, 1, 1.0f, 2, 0}, {0.0f, 5, 0.5f, 3, 0},
-                                         {1.0f, 1, 0.9f, 4, 9}};
+  const std::vector<sampling_row> params{
+      {0.0f, 0, 1.0f, 1, 0}, {1.0f, 1, 1.0f, 2, 0}, {0.0f, 5, 0.5f, 3, 0}, {1.0f, 1, 0.9f, 4, 9}};
   device_buffer logits_d = to_device(dtype::f32, logits), params_d = to_device_raw(params);
   device_buffer out = poisoned(rows * 4);
   sample(logits_d.as<float>(), rows, vocab, params_d.as<sampling_row>(), out.as<int32_t>(), nullptr);

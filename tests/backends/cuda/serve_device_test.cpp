@@ -15,8 +15,13 @@ namespace {
 TEST(serve_device, cuda_f32_serves_what_the_cpu_serves) {
   TROUPE_REQUIRE_GPU();
   TROUPE_REQUIRE_SHARED_MODEL(stories_dir);
-  const std::vector<std::string> prompts = {"Once upon a time", "Zoo", "Lily wanted", "The little dog ran to the park",
-                                            "Tom and Sam were best friends. One day", "A", "She looked at the sky"};
+  const std::vector<std::string> prompts = {"Once upon a time",
+                                            "Zoo",
+                                            "Lily wanted",
+                                            "The little dog ran to the park",
+                                            "Tom and Sam were best friends. One day",
+                                            "A",
+                                            "She looked at the sky"};
   std::vector<generate_request> requests;
   for (int i = 0; i < 16; ++i) {
     requests.push_back(greedy(prompts[i % prompts.size()], 8 + (i * 13) % 50));

@@ -108,9 +108,9 @@ TEST_P(structured_output_cuda, device_masked_outputs_validate_and_greedy_rows_eq
   counting_model& gpu = *counting;
   llm_engine on_gpu(std::move(counting), config, std::vector<int32_t>{2}, /*sampler_seed=*/9);
   on_gpu.set_vocabulary(vocabulary);
-  llm_engine on_cpu(make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{num_blocks, block_size}, 1, dtype::f32),
-                    config,
-                    std::vector<int32_t>{2}, /*sampler_seed=*/9);
+  llm_engine on_cpu(
+      make_cpu_model(loaded.config, loaded.weights, kv_cache_shape{num_blocks, block_size}, 1, dtype::f32), config,
+      std::vector<int32_t>{2}, /*sampler_seed=*/9);
   on_cpu.set_vocabulary(vocabulary);
 
   const std::vector<int32_t> prompt = tok.encode("Once upon a time, there was a little");

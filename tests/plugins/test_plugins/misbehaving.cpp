@@ -40,7 +40,8 @@ class misbehaving {
     return TROUPE_PLUGIN_OK;
   }
 
-  troupe_plugin_status on_request(const troupe_request& request, troupe_sampling& sampling, troupe::plugin_reply_ref reply) {
+  troupe_plugin_status on_request(const troupe_request& request, troupe_sampling& sampling,
+                                  troupe::plugin_reply_ref reply) {
     const std::string mode = mode_ == "by_tenant" ? std::string(request.tenant, request.tenant_len) : mode_;
     if (mode == "huge_text" || mode == "stop" || mode == "upper") return TROUPE_PLUGIN_OK;
     if (mode == "rewrite_max_tokens") sampling.max_tokens = 3;
