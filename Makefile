@@ -5,7 +5,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: setup configure build serve test bench clean
+.PHONY: setup configure build serve test bench clean format
 
 setup:
 	bash tools/setup.sh --with-oracles
@@ -21,6 +21,9 @@ serve: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+format:
+	bash tools/check_format.sh --fix
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -9,7 +9,7 @@ debian_packages=(
   libspdlog-dev libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libcpp-httplib-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libjemalloc-dev
-  python3 python3-zmq python3-msgpack curl nodejs
+  clang-format python3 python3-zmq python3-msgpack curl nodejs
 )
 
 missing=()
