@@ -59,6 +59,12 @@ std::optional<timestamp_ns> engine_router::next_wait_deadline() const {
   return waiting_.front().deadline;
 }
 
+std::optional<timestamp_ns> engine_router::wait_timer_to_set() {
+  if (wait_timer_set_ || waiting_.empty()) return std::nullopt;
+  wait_timer_set_ = true;
+  return waiting_.front().deadline;
+}
+
 void engine_router::expire_waiting(timestamp_ns now) {
   while (!waiting_.empty() && waiting_.front().deadline <= now) {
     const int64_t id = waiting_.front().request.request_id;

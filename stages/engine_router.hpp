@@ -160,6 +160,11 @@ class engine_router {
   size_t num_waiting() const { return waiting_.size(); }
   // When the oldest waiting request's bound passes; nullopt when none waits.
   std::optional<timestamp_ns> next_wait_deadline() const;
+  // The caller's one timer for expire_waiting(): the deadline to set it for, when a request waits
+  // and no timer is set (deadlines grow with arrival, so the oldest is always the next due); it
+  // counts as set until wait_timer_fired(). nullopt: nothing to set.
+  std::optional<timestamp_ns> wait_timer_to_set();
+  void wait_timer_fired() { wait_timer_set_ = false; }
   // Every waiting request whose bound passed by `now` fails (take_commands().failures).
   void expire_waiting(timestamp_ns now);
   // A waiting request ends with `reason` (a client's abort, a stop string): its final delta is in
@@ -235,6 +240,7 @@ class engine_router {
   };
   // In arrival order, so also in deadline order (one bound for all).
   std::deque<waiting_request> waiting_;
+  bool wait_timer_set_ = false;
   engine_instance_id next_id_ = 0;
   uint64_t next_tie_break_ = 0;
   uint64_t next_transfer_id_;

@@ -4,8 +4,7 @@
 #include <caf/stateful_actor.hpp>
 #include <spdlog/spdlog.h>
 
-#include "stages/detokenizer_ledger.hpp"
-#include "stages/detokenizer_shards.hpp"
+#include "stages/detokenizer_fanout.hpp"
 #include "stages/engine_router.hpp"
 #include "stages/instance_fan_in.hpp"
 #include "stages/message_inspect.hpp"
@@ -37,9 +36,6 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     router->set_route_policy(std::make_shared<plugin_route_policy>(spec.route_plugins));
     register_plugins(self->system(), "router", spec.route_plugins);
   }
-  // Whether a failover_wait_atom is on its way: one at a time, for the oldest waiting request
-  // (deadlines grow with arrival, so the oldest is always the next due).
-  auto wait_timer_armed = std::make_shared<bool>(false);
   auto engines = std::make_shared<std::unordered_map<engine_instance_id, engine_handles>>();
   const caf::actor frontend = spec.reply_to;
   auto detokenizers = std::make_shared<std::vector<caf::actor>>(spec.detokenizers);
@@ -48,14 +44,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   auto on_lost = spec.on_engine_lost;
   auto on_tokenized = spec.on_tokenized;
   auto on_tokenizer_lost = spec.on_tokenizer_lost;
-  // Detokenizer failover: what each one was sent, and per detokenizer whether it is being resumed
-  // (its deltas wait in the ledger) under which generation (a later replacement overrides).
-  auto ledger = spec.keep_detokenizer_ledger ? std::make_shared<detokenizer_ledger>() : nullptr;
-  struct detokenizer_resumption {
-    bool resuming = false;
-    uint64_t generation = 0;
-  };
-  auto resumptions = std::make_shared<std::vector<detokenizer_resumption>>(spec.detokenizers.size());
+  // Which detokenizer gets what, and the resumption of a replaced one (stages/detokenizer_fanout.hpp).
+  auto fanout = std::make_shared<detokenizer_fanout>(spec.detokenizers.size(), spec.keep_detokenizer_ledger);
 
   auto instance_of_sender = [=]() -> std::optional<engine_instance_id> {
     const caf::strong_actor_ptr& sender = self->current_sender();
@@ -65,21 +55,14 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     }
     return std::nullopt;
   };
-  // Each request's part of the batch to its detokenizer, noted in the ledger first; a part for a
-  // detokenizer being resumed stays in the ledger, which the resumption sends.
   auto forward_to_detokenizers = [=](token_batch batch) {
-    std::vector<token_batch> parts = split_for_detokenizers(std::move(batch), detokenizers->size());
-    const timestamp_ns now = ledger ? steady_now_ns() : 0;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      if (parts[i].empty()) continue;
-      if (ledger) ledger->record(parts[i], now);
-      if (!(*resumptions)[i].resuming) self->send((*detokenizers)[i], std::move(parts[i]));
+    for (detokenizer_fanout::part& part : fanout->route(std::move(batch), steady_now_ns())) {
+      self->send((*detokenizers)[part.detokenizer], std::move(part.batch));
     }
   };
   auto arm_wait_timer = [=] {
-    const std::optional<timestamp_ns> due = router->next_wait_deadline();
-    if (*wait_timer_armed || !due) return;
-    *wait_timer_armed = true;
+    const std::optional<timestamp_ns> due = router->wait_timer_to_set();
+    if (!due) return;
     const auto delay = std::chrono::nanoseconds(std::max<timestamp_ns>(0, *due - steady_now_ns()));
     self->delayed_send(self,
                        std::chrono::duration_cast<std::chrono::milliseconds>(delay) + std::chrono::milliseconds(1),
@@ -133,45 +116,34 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     if (where->aborted_early) self->send(scheduler, abort_request_msg{id});
   };
   // A detokenizer placed in place of a lost one at `index`: the frontend says what each client
-  // has, and the new one is sent the rest (stages/detokenizer_ledger.hpp).
+  // has, and the new one is sent the rest.
   auto resume_detokenizer = [=](size_t index) {
-    detokenizer_resumption& resumption = (*resumptions)[index];
-    resumption.resuming = true;
-    const uint64_t generation = ++resumption.generation;
-    const std::vector<int64_t> asked =
-        ledger ? ledger->requests_of(index, detokenizers->size()) : std::vector<int64_t>{};
-    auto finish = [=](const std::unordered_map<int64_t, int32_t>& counts) {
-      if ((*resumptions)[index].generation != generation) return;  // replaced again meanwhile
-      (*resumptions)[index].resuming = false;
-      if (!ledger) return;
-      // Requests that came while the frontend answered: their clients have nothing yet.
-      std::vector<std::pair<int64_t, int32_t>> delivered;
-      for (int64_t id : ledger->requests_of(index, detokenizers->size())) {
-        auto it = counts.find(id);
-        delivered.emplace_back(id, it == counts.end() ? 0 : it->second);
-      }
-      detokenizer_ledger::resumption out = ledger->resume(delivered);
+    const detokenizer_fanout::resume_ticket ticket = fanout->begin_resume(index);
+    auto finish = [=](const std::unordered_map<int64_t, int32_t>& delivered) {
+      std::optional<detokenizer_ledger::resumption> out = fanout->finish_resume(ticket, delivered);
+      if (!out) return;
       const caf::actor& detokenizer = (*detokenizers)[index];
-      for (detokenizer_resume_msg& prime : out.primes) self->send(detokenizer, std::move(prime));
-      const size_t num_deltas = out.replay.deltas.size();
-      if (!out.replay.empty()) self->send(detokenizer, std::move(out.replay));
+      for (detokenizer_resume_msg& prime : out->primes) self->send(detokenizer, std::move(prime));
+      const size_t num_deltas = out->replay.deltas.size();
+      if (!out->replay.empty()) self->send(detokenizer, std::move(out->replay));
       spdlog::info("router: detokenizer {} replaced; {} requests resumed there ({} deltas sent again)", index,
-                   out.primes.size(), num_deltas);
+                   out->primes.size(), num_deltas);
     };
+    const std::vector<int64_t>& asked = ticket.asked;
     self->request(frontend, timeout, delivered_tokens_atom::value, asked)
         .then(
             [=](std::vector<int32_t>& counts) {
               std::unordered_map<int64_t, int32_t> by_id;
-              for (size_t i = 0; i < asked.size() && i < counts.size(); ++i) by_id[asked[i]] = counts[i];
+              for (size_t i = 0; i < ticket.asked.size() && i < counts.size(); ++i) by_id[ticket.asked[i]] = counts[i];
               finish(by_id);
             },
             [=](caf::error& error) {
               // Cannot happen short of a bug (the frontend is in this process): the requests
               // could only hang, so they end with the reason.
               spdlog::error("router: the frontend did not say what its clients have ({}): failing {} requests",
-                            self->system().render(error), asked.size());
+                            self->system().render(error), ticket.asked.size());
               std::unordered_map<int64_t, int32_t> ended;
-              for (int64_t id : asked) {
+              for (int64_t id : ticket.asked) {
                 ended[id] = -1;
                 self->send(frontend, request_failed{id, error_code::internal,
                                                     "its detokenizer was lost and could not be resumed"});
@@ -302,7 +274,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             carry_out();
           },
           [=](failover_wait_atom) {
-            *wait_timer_armed = false;
+            router->wait_timer_fired();
             const size_t before = router->num_waiting();
             router->expire_waiting(steady_now_ns());
             if (const size_t expired = before - router->num_waiting(); expired > 0) {

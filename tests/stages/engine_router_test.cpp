@@ -307,6 +307,22 @@ TEST(engine_router_failover_wait, past_the_bound_a_waiting_request_fails_unavail
   EXPECT_TRUE(router.take_commands().reruns.empty()) << "a failed request is not run when an instance comes";
 }
 
+TEST(engine_router_failover_wait, one_timer_at_a_time_set_for_the_oldest_waiting_request) {
+  engine_router router(block_size, wait_for(1000));
+  EXPECT_FALSE(router.wait_timer_to_set()) << "nothing waits";
+  ASSERT_TRUE(router.wait_for_instance(request(1, prompt_of(10, 3)), 0));
+  EXPECT_EQ(router.wait_timer_to_set(), 1000 * ms);
+  ASSERT_TRUE(router.wait_for_instance(request(2, prompt_of(20, 3)), 300 * ms));
+  EXPECT_FALSE(router.wait_timer_to_set()) << "one is set already, for the oldest";
+  router.wait_timer_fired();
+  router.expire_waiting(1000 * ms);
+  EXPECT_EQ(router.take_commands().failures.size(), 1u);
+  EXPECT_EQ(router.wait_timer_to_set(), 1300 * ms) << "the next is set for the one left";
+  router.wait_timer_fired();
+  router.expire_waiting(1300 * ms);
+  EXPECT_FALSE(router.wait_timer_to_set()) << "none waits any more";
+}
+
 TEST(engine_router_failover_wait, an_abort_or_a_stop_ends_a_waiting_request_with_its_final_delta) {
   engine_router router(block_size, wait_for(1000));
   ASSERT_TRUE(router.wait_for_instance(request(1, prompt_of(10, 6)), 0));
