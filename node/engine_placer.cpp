@@ -11,8 +11,8 @@
 
 namespace troupe {
 
-engine_placer::engine_placer(caf::actor_system& system, const topology& t)
-    : system_(system), topology_(t), link_(system, t.cluster), keeper_([this] { keep(); }) {}
+engine_placer::engine_placer(caf::actor_system& system, const topology& t, caf::actor owner)
+    : system_(system), topology_(t), link_(system, t.cluster, std::move(owner)), keeper_([this] { keep(); }) {}
 
 engine_placer::~engine_placer() { stop(); }
 

@@ -40,7 +40,8 @@ struct placed_engine {
 
 class engine_placer {
  public:
-  engine_placer(caf::actor_system& system, const topology& t);
+  // `owner`: the controller's presence actor, named to nodes as its stages' owner (node_link).
+  engine_placer(caf::actor_system& system, const topology& t, caf::actor owner = {});
   ~engine_placer();  // stops the keeper
   engine_placer(const engine_placer&) = delete;
   engine_placer& operator=(const engine_placer&) = delete;

@@ -38,6 +38,7 @@
 #include "node/inspection.hpp"
 #include "node/node_inspector.hpp"
 #include "node/node_link.hpp"
+#include "node/stage_owner.hpp"
 #include "node/stage_factories.hpp"
 #include "node/tls_middleman.hpp"
 #include "stages/instrumented_actor.hpp"
@@ -227,6 +228,7 @@ struct node::impl {
   std::vector<std::pair<std::string, caf::actor>> stages;  // by stage name, for fail_stage
   caf::actor admin;                                        // null without [cluster] admin_listen
   caf::actor inspector;  // the cluster inspector: troupe inspect (through admin) and /metrics
+  caf::actor presence;   // what nodes watch to stop this controller's stages (node/stage_owner.hpp)
   const topology* t = nullptr;
   // What a lost tokenizer pool or detokenizer is placed again from.
   std::optional<tokenizer_spec> tokenizing;
@@ -238,6 +240,7 @@ struct node::impl {
     if (needs_cluster(tp)) {
       tls = std::make_unique<tls_middleman>(system, credentials_in(tp.cluster.credentials, tp.cluster.name),
                                             tp.cluster.tls);
+      presence = system.spawn(controller_presence);
     }
   }
 
@@ -250,6 +253,7 @@ struct node::impl {
     downstream.close_watch();
     if (placer) placer->stop();
     if (admin) caf::anon_send_exit(admin, caf::exit_reason::user_shutdown);
+    if (presence) caf::anon_send_exit(presence, caf::exit_reason::user_shutdown);
     for (auto& actor : actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
 };
@@ -260,8 +264,8 @@ namespace {
 // factories a node uses, remotely by name over the node link.
 std::vector<placed_stage> place_stages(caf::actor_system& system, const topology& t,
                                        const std::vector<std::string>& where, const std::string& type,
-                                       const caf::message& spec, int count_each) {
-  node_link link(system, t.cluster);
+                                       const caf::message& spec, int count_each, const caf::actor& owner) {
+  node_link link(system, t.cluster, owner);
   std::vector<placed_stage> placed;
   for (const std::string& node : where) {
     for (int i = 0; i < count_each; ++i) {
@@ -341,7 +345,7 @@ void node::impl::restore(const std::string& kind, const std::string& node) {
   const std::string& here = t->cluster.name;
   if (kind == "tokenizer") {
     std::vector<placed_stage> fresh =
-        place_stages(system, *t, {here}, "tokenizer", caf::make_message(*tokenizing), t->tokenizer_pool_size);
+        place_stages(system, *t, {here}, "tokenizer", caf::make_message(*tokenizing), t->tokenizer_pool_size, presence);
     std::vector<placed_stage> pool;
     {
       std::lock_guard lock(downstream.tokenizers_mutex);
@@ -359,7 +363,7 @@ void node::impl::restore(const std::string& kind, const std::string& node) {
     for (const placed_stage& stage : fresh) actors.push_back(stage.actor);
   } else if (kind == "detokenizer") {
     std::vector<placed_stage> fresh =
-        place_stages(system, *t, {here}, "detokenizer", caf::make_message(*detokenizing), 1);
+        place_stages(system, *t, {here}, "detokenizer", caf::make_message(*detokenizing), 1, presence);
     watch("detokenizer", here, fresh.front().actor);
     spdlog::info("the detokenizer stage of node {} now runs on {}", node, here);
     std::lock_guard watching(downstream.watch_mutex);
@@ -413,14 +417,14 @@ node::node(const topology& t) : topology_(t) {
   auto front = s.system.spawn(door_actor, &s.router);
   s.actors.push_back(front);
   s.detokenizing = detokenizer_spec{tp.model.path, front, tp.plugins};
-  s.detokenizers =
-      place_stages(s.system, tp, tp.placement.detokenizers, "detokenizer", caf::make_message(*s.detokenizing), 1);
+  s.detokenizers = place_stages(s.system, tp, tp.placement.detokenizers, "detokenizer",
+                                caf::make_message(*s.detokenizing), 1, s.presence);
   const std::vector<caf::actor> detokenizers = actors_of(s.detokenizers);
   s.actors.insert(s.actors.end(), detokenizers.begin(), detokenizers.end());
 
   // The engines: every instance the placement names, through the router. Instances that come
   // later (a node back, `troupe scale`) join the same router.
-  s.placer = std::make_unique<engine_placer>(s.system, tp);
+  s.placer = std::make_unique<engine_placer>(s.system, tp, s.presence);
   engine_placer* placer = s.placer.get();
   placer->set_stage_restorer([&s](const std::string& kind, const std::string& node) { s.restore(kind, node); });
   router_spec routing;
@@ -558,7 +562,7 @@ node::node(const topology& t) : topology_(t) {
     }
   } else {
     tokenizers = place_stages(s.system, tp, tp.placement.tokenizers, "tokenizer", caf::make_message(*s.tokenizing),
-                              tp.tokenizer_pool_size);
+                              tp.tokenizer_pool_size, s.presence);
   }
   s.downstream.set_tokenizers(tokenizers);
   s.downstream.router = &s.router;
@@ -626,6 +630,7 @@ node::~node() {
   impl_->door->stop();
   impl_->placer->stop();  // after it, nothing adds to the actors
   if (impl_->admin) caf::anon_send_exit(impl_->admin, caf::exit_reason::user_shutdown);
+  if (impl_->presence) caf::anon_send_exit(impl_->presence, caf::exit_reason::user_shutdown);
   for (auto& actor : impl_->actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   impl_->system.await_all_actors_done();
 }

@@ -6,7 +6,9 @@
 
 #include <caf/io/middleman.hpp>
 #include <caf/sec.hpp>
+#include <caf/send.hpp>
 
+#include "node/stage_owner.hpp"
 #include "node/tls_middleman.hpp"
 
 namespace troupe {
@@ -52,6 +54,8 @@ caf::actor node_link::spawn(const node_address& node, const std::string& type, c
                                                             std::chrono::milliseconds(settings_.request_timeout_ms));
   if (!stage)
     throw std::runtime_error("cannot spawn a " + type + " on " + where(node) + ": " + system_.render(stage.error()));
+  // The node stops it if this process goes away (node/stage_owner.hpp).
+  if (owner_) caf::anon_send(agent, stage_owner_atom::value, *stage, owner_);
   return *stage;
 }
 

@@ -21,7 +21,10 @@ namespace troupe {
 
 class node_link {
  public:
-  node_link(caf::actor_system& system, const cluster_settings& settings) : system_(system), settings_(settings) {}
+  // `owner`: the controller's presence actor, named to each node as the owner of the stages
+  // spawned there (node/stage_owner.hpp); null: none named.
+  node_link(caf::actor_system& system, const cluster_settings& settings, caf::actor owner = {})
+      : system_(system), settings_(settings), owner_(std::move(owner)) {}
 
   // The node's agent; retries a refused connection (a node still starting) until the deadline,
   // or until `*cancel` turns true (a controller shutting down).
@@ -39,6 +42,7 @@ class node_link {
  private:
   caf::actor_system& system_;
   const cluster_settings& settings_;
+  caf::actor owner_;
 };
 
 // -- ask: waits for the answer or the stage's end, whichever comes first --------------------------

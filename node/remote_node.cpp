@@ -5,7 +5,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <memory>
+#include <algorithm>
 #include <charconv>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -24,6 +26,7 @@
 #include "node/node_inspector.hpp"
 #include "node/topology.hpp"
 #include "node/stage_factories.hpp"
+#include "node/stage_owner.hpp"
 #include "node/tls_middleman.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
@@ -117,11 +120,32 @@ class remote_node_config : public caf::actor_system_config, public actor_stats_h
 };
 
 // Answers pings with the node's name and its stages, and logs the first message of each peer:
-// CAF 0.17 tells no one of a connection (or a refused handshake) until a message arrives.
+// CAF 0.17 tells no one of a connection (or a refused handshake) until a message arrives. Stops
+// the stages a controller placed here once that controller is gone (node/stage_owner.hpp).
 caf::behavior node_agent(caf::event_based_actor* self, std::string name, const stage_registry* registry,
                          caf::actor inspector) {
   auto peers = std::make_shared<std::set<std::string>>();
+  // Per controller (its presence actor), the stages it placed here.
+  auto owned = std::make_shared<std::map<caf::actor_addr, std::vector<caf::actor>>>();
   self->link_to(inspector);  // they go together
+  self->set_down_handler([=](caf::down_msg& down) {
+    auto it = owned->find(down.source);
+    if (it == owned->end()) return;
+    std::vector<caf::actor> stages = std::move(it->second);
+    owned->erase(it);
+    const std::vector<caf::actor> running = registry->actors();
+    size_t num_running = 0;
+    for (const caf::actor& stage : stages) {
+      if (std::find(running.begin(), running.end(), stage) != running.end()) ++num_running;
+    }
+    spdlog::warn("node {}: the controller that placed {} running stages here is gone ({}); stopping them", name,
+                 num_running, self->system().render(down.reason));
+    for (const caf::actor& stage : stages) {
+      self->send_exit(stage, caf::exit_reason::user_shutdown);
+      // Held for the vanished peer's proxies, which it will never release (see ~impl below).
+      self->system().registry().erase(stage.id());
+    }
+  });
   return instrumented(self, "agent",
                       {
                           [=](ping_atom) -> caf::message {
@@ -130,6 +154,17 @@ caf::behavior node_agent(caf::event_based_actor* self, std::string name, const s
                               if (peers->insert(peer).second) spdlog::info("node {}: peer {} connected", name, peer);
                             }
                             return caf::make_message(name, registry->types());
+                          },
+                          [=](stage_owner_atom, caf::actor stage, caf::actor owner) {
+                            if (!stage || !owner) return;
+                            auto [it, first] = owned->try_emplace(owner.address());
+                            if (first) self->monitor(owner);
+                            it->second.push_back(std::move(stage));
+                            // Stages that ended on their own need not be stopped later.
+                            const std::vector<caf::actor> running = registry->actors();
+                            std::erase_if(it->second, [&](const caf::actor& s) {
+                              return std::find(running.begin(), running.end(), s) == running.end();
+                            });
                           },
                           [=](inspect_atom inspect) { return self->delegate(inspector, inspect); },  // `troupe inspect`
                       });
