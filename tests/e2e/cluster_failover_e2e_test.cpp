@@ -57,15 +57,6 @@ class cluster_failover_e2e : public ::testing::Test {
 
   fs::path credentials() const { return dir_ / "certs"; }
 
-  // The reference outputs of `mix`, all at once on the colocated server.
-  std::vector<outcome> references(const std::vector<mixed_request>& mix) {
-    std::vector<outcome> out(mix.size());
-    auto threads = send_together(*reference_, mix, 0, mix.size(), out);
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].error, "") << "reference " << i;
-    return out;
-  }
-
   // Starts `node` again on its address and waits (bounded) until the controller has it back.
   void restart(node_process& node) {
     const std::string back = "engine on node " + node.name() + " is back";
@@ -91,7 +82,7 @@ TEST_F(cluster_failover_e2e, twenty_kill_9_trials_lose_no_request_and_no_token) 
               static_cast<unsigned long long>(seed));
 
   const std::vector<mixed_request> mix = request_mix(8, prompts, 120, 200, true, 3);
-  const std::vector<outcome> expected = references(mix);
+  const std::vector<outcome> expected = reference_outcomes(*reference_, mix);
   ASSERT_FALSE(HasFailure());
 
   for (int trial = 0; trial < 20; ++trial) {
@@ -132,7 +123,7 @@ TEST_F(cluster_failover_e2e, twenty_kill_9_trials_lose_no_request_and_no_token) 
 
 TEST_F(cluster_failover_e2e, both_engine_nodes_killed_fail_requests_by_cause_and_one_back_serves_again) {
   const std::vector<mixed_request> mix = request_mix(4, prompts, 200, 250, false, 5);
-  const std::vector<outcome> expected = references(mix);
+  const std::vector<outcome> expected = reference_outcomes(*reference_, mix);
   ASSERT_FALSE(HasFailure());
 
   std::vector<outcome> got(mix.size());

@@ -447,6 +447,17 @@ inline std::vector<std::thread> send_together(const controller_process& server, 
   return threads;
 }
 
+// The reference outputs of `mix`, all at once on `reference` (a colocated server nothing kills):
+// what a failover test's requests must still produce. Every one must succeed there.
+inline std::vector<outcome> reference_outcomes(const controller_process& reference,
+                                               const std::vector<mixed_request>& mix) {
+  std::vector<outcome> out(mix.size());
+  auto threads = send_together(reference, mix, 0, mix.size(), out);
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].error, "") << "reference " << i;
+  return out;
+}
+
 // The whole mix in waves of `wave` concurrent requests.
 inline std::vector<outcome> run_in_waves(const controller_process& server, const std::vector<mixed_request>& mix,
                                          size_t wave) {

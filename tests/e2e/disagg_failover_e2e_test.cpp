@@ -62,14 +62,6 @@ class disagg_failover_e2e : public ::testing::Test {
 
   fs::path credentials() const { return dir_ / "certs"; }
 
-  std::vector<outcome> references(const std::vector<mixed_request>& mix) {
-    std::vector<outcome> out(mix.size());
-    auto threads = send_together(*reference_, mix, 0, mix.size(), out);
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].error, "") << "reference " << i;
-    return out;
-  }
-
   // Starts `node` again and waits (bounded) until the controller has its instance back.
   void restart(node_process& node, const std::string& role) {
     const std::string back = role + " on node " + node.name() + " is back";
@@ -88,7 +80,7 @@ class disagg_failover_e2e : public ::testing::Test {
                 static_cast<unsigned long long>(seed));
 
     const std::vector<mixed_request> mix = request_mix(8, prompts, 60, 160, true, 7);
-    const std::vector<outcome> expected = references(mix);
+    const std::vector<outcome> expected = reference_outcomes(*reference_, mix);
     ASSERT_FALSE(HasFailure());
 
     for (int trial = 0; trial < 20; ++trial) {

@@ -68,14 +68,6 @@ class launch_failover_wait_e2e : public ::testing::Test {
     return path;
   }
 
-  std::vector<outcome> references(const std::vector<mixed_request>& mix) {
-    std::vector<outcome> out(mix.size());
-    auto threads = send_together(*reference_, mix, 0, mix.size(), out);
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].error, "") << "reference " << i;
-    return out;
-  }
-
   scratch_dir dir_;
   std::optional<std::string> saved_state_home_;
   std::optional<controller_process> reference_;
@@ -83,7 +75,7 @@ class launch_failover_wait_e2e : public ::testing::Test {
 
 TEST_F(launch_failover_wait_e2e, the_only_engine_node_killed_its_streams_wait_for_the_restart_and_lose_no_token) {
   const std::vector<mixed_request> mix = request_mix(8, prompts, 150, 220, true, 11);
-  const std::vector<outcome> expected = references(mix);
+  const std::vector<outcome> expected = reference_outcomes(*reference_, mix);
   ASSERT_FALSE(HasFailure());
 
   controller_process launch(controller_process::kind::launch, write_topology("on-failure", 60000), dir_ / "launch.log");

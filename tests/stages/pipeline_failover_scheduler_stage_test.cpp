@@ -13,12 +13,10 @@
 #include <map>
 #include <thread>
 
-#include "backends/cpu/cpu_model.hpp"
-#include "engine/model_runner.hpp"
-#include "model/loader/model_loader.hpp"
 #include "pipeline/stage_health.hpp"
 #include "stages/scheduler_stage.hpp"
 #include "tests/shared_models.hpp"
+#include "tests/stages/stories_stage_driver.hpp"
 
 namespace troupe::test {
 namespace {
@@ -29,13 +27,6 @@ constexpr int num_blocks = 64;
 constexpr int block_size = 4;
 const std::string lost_stage = "pipeline stage 0-1 at kvtcp://127.0.0.1:1";
 
-struct request_outcome {
-  std::vector<int32_t> tokens;
-  finish_reason finish = finish_reason::none;
-  std::optional<request_metrics> metrics;
-  std::vector<request_failed> failures;
-};
-
 // The board says the stage is down for the test's length, and never after it.
 class stage_down_on_board {
  public:
@@ -44,87 +35,25 @@ class stage_down_on_board {
   void up() { stage_health_board::instance().up(lost_stage); }
 };
 
-// One stage and one runner over stories260K: plans go to the runner in order, its answers back;
-// lose_next(n) answers the next n plans as a worker whose pipeline stage was lost.
-class stage_on_stories {
+// The stage and runner of stories_stage_driver.hpp; lose_next(n) answers the next n plans as a
+// worker whose pipeline stage was lost (`marked`: step_done::stage_lost; else a failure like any).
+class stage_on_stories : public stories_stage_driver {
  public:
   stage_on_stories(bool async_scheduling, std::chrono::milliseconds failover_wait)
-      : loaded_(load_model(load_options{stories260k_dir / "hf", load_format::auto_detect, dtype::f32, 0, false})),
-        model_(make_cpu_model(loaded_.config, loaded_.weights, kv_cache_shape{num_blocks, block_size}, 1)),
-        runner_(*model_, 1),
-        stage_(config(async_scheduling, loaded_.config.vocab_size), {2}, failover_wait) {}
-
-  void add(schedule_request request) { take(stage_.add(std::move(request))); }
-  // `marked`: the worker says the stage was lost (step_done::stage_lost); else a failure like any.
+      : stories_stage_driver(stories_stage_options{.async_scheduling = async_scheduling,
+                                                   .num_blocks = num_blocks,
+                                                   .block_size = block_size,
+                                                   .pipeline_failover_wait = failover_wait,
+                                                   .failures_expected = true}) {}
   void lose_next(int n, bool marked = true) {
-    num_to_lose_ = n;
-    marked_ = marked;
-  }
-  // Runs plans until none is left (bounded).
-  void run(int max_steps = 500) {
-    for (int steps = 0; !plans_.empty() && steps < max_steps; ++steps) step();
-    EXPECT_TRUE(plans_.empty()) << "the stage still had plans after " << max_steps << " steps";
-  }
-  void step() {
-    step_plan plan = std::move(plans_.front());
-    plans_.pop_front();
-    step_done done;
-    done.compute_ns = 1;
-    if (num_to_lose_ > 0) {
-      --num_to_lose_;
-      done.result.step_id = plan.step_id;
-      done.error = lost_stage + ": the connection was lost";
-      done.stage_lost = marked_;
-    } else {
-      done.result = runner_.run(plan);
-    }
-    take(stage_.step_finished(done));
-  }
-  void tick(timestamp_ns now) { take(stage_.tick(now)); }
-
-  size_t num_plans() const { return plans_.size(); }
-  std::map<int64_t, request_outcome> outcomes;
-  const scheduler_stage& stage() const { return stage_; }
-  std::vector<int64_t> preempted_ids_seen;
-
- private:
-  static engine_config config(bool async_scheduling, int vocab_size) {
-    engine_config c;
-    c.block_size = block_size;
-    c.num_kv_blocks = num_blocks;
-    c.max_num_batched_tokens = 16;  // prompts take several steps
-    c.max_num_seqs = 8;
-    c.max_model_len = 128;
-    c.vocab_size = vocab_size;
-    c.async_scheduling = async_scheduling;
-    return c;
-  }
-
-  void take(scheduler_stage::outputs out) {
-    EXPECT_TRUE(out.refusals.empty()) << out.refusals.front().message;
-    for (auto& plan : out.plans) {
-      preempted_ids_seen.insert(preempted_ids_seen.end(), plan.preempted_ids.begin(), plan.preempted_ids.end());
-      plans_.push_back(std::move(plan));
-    }
-    for (const request_failed& f : out.tokens.failures) outcomes[f.request_id].failures.push_back(f);
-    for (const token_delta& d : out.tokens.deltas) {
-      request_outcome& o = outcomes[d.request_id];
-      EXPECT_EQ(o.finish, finish_reason::none) << "request " << d.request_id << " got a delta after its final";
-      o.tokens.insert(o.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-      if (d.finished()) {
-        o.finish = d.finish;
-        o.metrics = d.metrics;
-      }
+    for (int i = 0; i < n; ++i) {
+      answer_next([marked](const step_plan& plan, step_done& done) {
+        done.result.step_id = plan.step_id;
+        done.error = lost_stage + ": the connection was lost";
+        done.stage_lost = marked;
+      });
     }
   }
-
-  loaded_model loaded_;
-  std::unique_ptr<model> model_;
-  model_runner runner_;
-  scheduler_stage stage_;
-  std::deque<step_plan> plans_;
-  int num_to_lose_ = 0;
-  bool marked_ = true;
 };
 
 schedule_request story_request(int64_t id, std::vector<int32_t> prompt) {
@@ -151,10 +80,10 @@ class pipeline_failover_scheduler_stage : public ::testing::TestWithParam<bool> 
 };
 
 TEST_P(pipeline_failover_scheduler_stage, requests_of_a_lost_stage_wait_and_continue_their_streams_once_it_is_back) {
-  std::map<int64_t, request_outcome> undisturbed;
+  std::map<int64_t, stage_request_outcome> undisturbed;
   {
     stage_on_stories alone(GetParam(), 30s);
-    for (int64_t id = 1; id <= 3; ++id) alone.add(story_request(id, prompts[id - 1]));
+    for (int64_t id = 1; id <= 3; ++id) ASSERT_TRUE(alone.add(story_request(id, prompts[id - 1])).empty());
     alone.run();
     undisturbed = alone.outcomes;
   }
@@ -164,7 +93,7 @@ TEST_P(pipeline_failover_scheduler_stage, requests_of_a_lost_stage_wait_and_cont
   for (int k : {1, 4, 12, 22}) {
     SCOPED_TRACE("lost after " + std::to_string(k) + " steps, async_scheduling " + std::to_string(GetParam()));
     stage_on_stories node(GetParam(), 30s);
-    for (int64_t id = 1; id <= 3; ++id) node.add(story_request(id, prompts[id - 1]));
+    for (int64_t id = 1; id <= 3; ++id) ASSERT_TRUE(node.add(story_request(id, prompts[id - 1])).empty());
     for (int s = 0; s < k; ++s) node.step();
     std::optional<stage_down_on_board> board;
     board.emplace();
@@ -178,7 +107,7 @@ TEST_P(pipeline_failover_scheduler_stage, requests_of_a_lost_stage_wait_and_cont
     EXPECT_EQ(held.num_free_blocks, num_blocks) << "the lost KV's blocks are free";
     EXPECT_NE(held.unavailable.find(lost_stage), std::string::npos) << held.unavailable;
     // A new request waits too.
-    node.add(story_request(4, prompts[0]));
+    ASSERT_TRUE(node.add(story_request(4, prompts[0])).empty());
     node.tick(ms_from_now(10));
     EXPECT_EQ(node.num_plans(), 0u) << "a step was planned while the stage is down";
 
@@ -188,7 +117,7 @@ TEST_P(pipeline_failover_scheduler_stage, requests_of_a_lost_stage_wait_and_cont
     node.run();
     EXPECT_FALSE(node.stage().waiting_for_pipeline());
     for (int64_t id = 1; id <= 3; ++id) {
-      const request_outcome& got = node.outcomes[id];
+      const stage_request_outcome& got = node.outcomes[id];
       EXPECT_TRUE(got.failures.empty()) << "request " << id << ": " << got.failures.front().message;
       EXPECT_EQ(got.tokens, undisturbed[id].tokens) << "request " << id;
       EXPECT_EQ(got.finish, finish_reason::length) << "request " << id;
@@ -205,17 +134,17 @@ TEST_P(pipeline_failover_scheduler_stage, requests_of_a_lost_stage_wait_and_cont
 
 TEST_P(pipeline_failover_scheduler_stage, requests_fail_naming_the_stage_once_they_waited_past_the_failover_wait) {
   stage_on_stories node(GetParam(), 100ms);
-  for (int64_t id = 1; id <= 2; ++id) node.add(story_request(id, prompts[id - 1]));
+  for (int64_t id = 1; id <= 2; ++id) ASSERT_TRUE(node.add(story_request(id, prompts[id - 1])).empty());
   for (int s = 0; s < 3; ++s) node.step();
   stage_down_on_board board;
   node.lose_next(static_cast<int>(node.num_plans()));
   for (size_t n = node.num_plans(); n > 0; --n) node.step();
   EXPECT_TRUE(node.outcomes[1].failures.empty()) << "failed at once instead of waiting";
   std::this_thread::sleep_for(80ms);
-  node.add(story_request(3, prompts[2]));  // arrives while the stage is down: waits its own 100 ms
-  node.tick(ms_from_now(40));              // past the first two's wait, not the third's
+  ASSERT_TRUE(node.add(story_request(3, prompts[2])).empty());  // arrives while the stage is down: waits its own 100 ms
+  node.tick(ms_from_now(40));                                   // past the first two's wait, not the third's
   for (int64_t id = 1; id <= 2; ++id) {
-    const request_outcome& got = node.outcomes[id];
+    const stage_request_outcome& got = node.outcomes[id];
     ASSERT_EQ(got.failures.size(), 1u) << "request " << id;
     EXPECT_EQ(got.failures[0].code, error_code::unavailable);
     EXPECT_NE(got.failures[0].message.find("failover_wait_ms (100 ms)"), std::string::npos) << got.failures[0].message;
@@ -236,7 +165,7 @@ TEST_P(pipeline_failover_scheduler_stage, with_no_failover_wait_or_another_cause
   for (const bool marked : {true, false}) {
     SCOPED_TRACE(marked ? "stage lost, failover_wait_ms 0" : "a failure not marked as a lost stage");
     stage_on_stories node(GetParam(), marked ? 0ms : 30s);
-    node.add(story_request(1, prompts[0]));
+    ASSERT_TRUE(node.add(story_request(1, prompts[0])).empty());
     node.step();
     node.lose_next(1, marked);
     node.step();

@@ -9,11 +9,9 @@
 #include <deque>
 #include <map>
 
-#include "backends/cpu/cpu_model.hpp"
-#include "engine/model_runner.hpp"
-#include "model/loader/model_loader.hpp"
 #include "stages/scheduler_stage.hpp"
 #include "tests/shared_models.hpp"
+#include "tests/stages/stories_stage_driver.hpp"
 
 namespace troupe::test {
 namespace {
@@ -21,82 +19,12 @@ namespace {
 constexpr int num_blocks = 48;
 constexpr int block_size = 4;
 
-struct request_outcome {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<std::string>> stops;  // each delta's stop strings
-  finish_reason finish = finish_reason::none;
-  std::optional<request_metrics> metrics;
-};
-
-// One stage and one runner over stories260K: plans go to the runner in order, its answers back.
-class stage_on_stories {
+// The stage and runner of stories_stage_driver.hpp; no request may fail.
+class stage_on_stories : public stories_stage_driver {
  public:
   explicit stage_on_stories(bool async_scheduling)
-      : loaded_(load_model(load_options{stories260k_dir / "hf", load_format::auto_detect, dtype::f32, 0, false})),
-        model_(make_cpu_model(loaded_.config, loaded_.weights, kv_cache_shape{num_blocks, block_size}, 1)),
-        runner_(*model_, 1),
-        stage_(config(async_scheduling, loaded_.config.vocab_size), {2}) {}
-
-  // What the stage refused, straight to the frontend.
-  std::vector<request_failed> add(schedule_request request) {
-    scheduler_stage::outputs out = stage_.add(std::move(request));
-    std::vector<request_failed> refusals = std::move(out.refusals);
-    out.refusals.clear();
-    take(std::move(out));
-    return refusals;
-  }
-
-  // Runs plans until none is left (bounded).
-  void run(int max_steps = 500) {
-    for (int steps = 0; !plans_.empty() && steps < max_steps; ++steps) step();
-    EXPECT_TRUE(plans_.empty()) << "the stage still had plans after " << max_steps << " steps";
-  }
-  void step() {
-    step_plan plan = std::move(plans_.front());
-    plans_.pop_front();
-    step_done done;
-    done.result = runner_.run(plan);
-    done.compute_ns = 1;
-    take(stage_.step_finished(done));
-  }
-
-  std::map<int64_t, request_outcome> outcomes;
-  const scheduler_stage& stage() const { return stage_; }
-
- private:
-  static engine_config config(bool async_scheduling, int vocab_size) {
-    engine_config c;
-    c.block_size = block_size;
-    c.num_kv_blocks = num_blocks;
-    c.max_num_batched_tokens = 16;  // a resumed prefill takes several steps
-    c.max_num_seqs = 8;
-    c.max_model_len = 128;
-    c.vocab_size = vocab_size;
-    c.async_scheduling = async_scheduling;
-    return c;
-  }
-
-  void take(scheduler_stage::outputs out) {
-    EXPECT_TRUE(out.refusals.empty()) << out.refusals.front().message;
-    EXPECT_TRUE(out.tokens.failures.empty()) << out.tokens.failures.front().message;
-    for (auto& plan : out.plans) plans_.push_back(std::move(plan));
-    for (const token_delta& d : out.tokens.deltas) {
-      request_outcome& o = outcomes[d.request_id];
-      EXPECT_EQ(o.finish, finish_reason::none) << "request " << d.request_id << " got a delta after its final";
-      o.tokens.insert(o.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-      o.stops.push_back(d.stop);
-      if (d.finished()) {
-        o.finish = d.finish;
-        o.metrics = d.metrics;
-      }
-    }
-  }
-
-  loaded_model loaded_;
-  std::unique_ptr<model> model_;
-  model_runner runner_;
-  scheduler_stage stage_;
-  std::deque<step_plan> plans_;
+      : stories_stage_driver(stories_stage_options{
+            .async_scheduling = async_scheduling, .num_blocks = num_blocks, .block_size = block_size}) {}
 };
 
 schedule_request story_request(int64_t id, std::vector<int32_t> prompt, std::vector<int32_t> resumed = {}) {
@@ -124,7 +52,7 @@ class resumed_scheduler_stage : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(resumed_scheduler_stage, continues_the_undisturbed_stream_beside_a_fresh_request) {
-  request_outcome undisturbed;
+  stage_request_outcome undisturbed;
   {
     stage_on_stories alone(GetParam());
     ASSERT_TRUE(alone.add(story_request(1, story_prompt)).empty());
@@ -145,7 +73,7 @@ TEST_P(resumed_scheduler_stage, continues_the_undisturbed_stream_beside_a_fresh_
     ASSERT_TRUE(node.add(story_request(6, story_prompt, resumed)).empty());
     node.run();
 
-    const request_outcome& got = node.outcomes[6];
+    const stage_request_outcome& got = node.outcomes[6];
     EXPECT_EQ(got.tokens, std::vector<int32_t>(undisturbed.tokens.begin() + static_cast<std::ptrdiff_t>(k),
                                                undisturbed.tokens.end()));
     EXPECT_EQ(got.finish, finish_reason::length);
