@@ -19,6 +19,8 @@ struct scale_flags {
   std::optional<std::string> add;
   std::string role = "mixed";
   std::optional<int32_t> drain;
+  std::optional<std::string> drain_node;
+  int drain_timeout_ms = 0;
   bool list = false;
   std::optional<int> timeout_ms;
   int connect_timeout_ms = 10000;
@@ -44,6 +46,18 @@ int run(const scale_flags& flags) {
   } else if (flags.drain) {
     admin.drain_engine(*flags.drain, timeout);
     std::cout << "draining engine instance " << *flags.drain << ": it stops once its last request ends\n";
+  } else if (flags.drain_node) {
+    if (flags.drain_timeout_ms < 0) throw std::invalid_argument("--drain-timeout-ms must be 0 or more");
+    const std::vector<engine_instance_id> ids =
+        admin.drain_node(*flags.drain_node, std::chrono::milliseconds(flags.drain_timeout_ms), timeout);
+    std::string list;
+    for (engine_instance_id id : ids) list += (list.empty() ? "" : ", ") + std::to_string(id);
+    std::cout << "draining node " << *flags.drain_node << " (engine instances " << list << "): "
+              << (flags.drain_timeout_ms > 0
+                      ? "each stops once its last request ends, or after " + std::to_string(flags.drain_timeout_ms) +
+                            " ms with the rest re-run elsewhere"
+                      : std::string("each stops once its last request ends"))
+              << "\n";
   } else {
     for (const std::string& line : admin.list_engines(timeout)) std::cout << line << "\n";
   }
@@ -64,16 +78,24 @@ const bool registered = register_command([](CLI::App& parent) {
       ->check(CLI::IsMember({"mixed", "prefill", "decode"}))
       ->capture_default_str();
   auto* drain = app->add_option("--drain", f->drain, "stop routing requests to this instance id; it stops when idle");
+  auto* drain_node = app->add_option("--drain-node", f->drain_node,
+                                     "drain every engine instance on this node (take the node out of service)");
+  auto* drain_timeout = app->add_option("--drain-timeout-ms", f->drain_timeout_ms,
+                                        "with --drain-node: after this long, re-run the requests still there on "
+                                        "other instances and stop (0: wait for them to end)")
+                            ->capture_default_str();
+  drain_timeout->needs(drain_node);
   auto* list = app->add_flag("--list", f->list, "print one line per engine instance");
-  add->excludes(drain)->excludes(list);
-  drain->excludes(list);
+  add->excludes(drain)->excludes(drain_node)->excludes(list);
+  drain->excludes(drain_node)->excludes(list);
+  drain_node->excludes(list);
   app->add_option("--timeout-ms", f->timeout_ms,
                   "wait this long for the answer (default: 60000 for --add, else 30000)");
   app->add_option("--connect-timeout-ms", f->connect_timeout_ms, "wait this long for the connection")
       ->capture_default_str();
   app->callback([app] {
-    if (app->count("--add") + app->count("--drain") + app->count("--list") == 0) {
-      throw CLI::ValidationError("troupe scale", "give one of --add NODE, --drain ID or --list");
+    if (app->count("--add") + app->count("--drain") + app->count("--drain-node") + app->count("--list") == 0) {
+      throw CLI::ValidationError("troupe scale", "give one of --add NODE, --drain ID or --list (or --drain-node NODE)");
     }
   });
   return command{app, [f] { return run(*f); }};

@@ -1,6 +1,7 @@
 #include "node/admin_client.hpp"
 
 #include <charconv>
+#include <limits>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -46,6 +47,8 @@ class admin_client_config : public caf::actor_system_config {
     // The controller drops a connection silent for its connection_timeout_ms, and an --add
     // waits in silence while the node loads the model: heartbeat as a node does.
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(node_heartbeat_interval_ms)});
+    // The one answer type that is not built in (drain_node_atom's ids), by the controller's name.
+    add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
   }
 };
 
@@ -131,6 +134,22 @@ void admin_client::drain_engine(engine_instance_id id, std::chrono::milliseconds
     throw std::runtime_error("the controller has no engine instance " + std::to_string(id) +
                              " (troupe scale --list shows them)");
   }
+}
+
+std::vector<engine_instance_id> admin_client::drain_node(const std::string& node, std::chrono::milliseconds deadline,
+                                                         std::chrono::milliseconds timeout) {
+  if (deadline.count() < 0 || deadline.count() > std::numeric_limits<int32_t>::max()) {
+    throw std::invalid_argument("the drain's deadline must be 0 to " +
+                                std::to_string(std::numeric_limits<int32_t>::max()) + " ms");
+  }
+  std::vector<int32_t> ids =
+      impl_->ask<std::vector<int32_t>>("draining node '" + node + "' through " + impl_->where, timeout,
+                                       drain_node_atom::value, node, static_cast<int32_t>(deadline.count()));
+  if (ids.empty()) {
+    throw std::runtime_error("the controller has no active engine instance on node '" + node +
+                             "' (troupe scale --list shows them)");
+  }
+  return std::vector<engine_instance_id>(ids.begin(), ids.end());
 }
 
 std::vector<std::string> admin_client::list_engines(std::chrono::milliseconds timeout) {

@@ -45,6 +45,11 @@ class admin_client {
   // Stops new requests to instance `id`; it stops once its last request ends. Throws for an id
   // the controller does not have.
   void drain_engine(engine_instance_id id, std::chrono::milliseconds timeout);
+  // Drains every engine instance on `node`; their ids. `deadline`: how long their requests may
+  // run on there (zero: to their end); after it the ones left re-run elsewhere. Throws when the
+  // node has no active instance.
+  std::vector<engine_instance_id> drain_node(const std::string& node, std::chrono::milliseconds deadline,
+                                             std::chrono::milliseconds timeout);
   // One line per instance: "ID NODE active|draining requests=.. queued_prompt_tokens=.. free_blocks=F/T".
   std::vector<std::string> list_engines(std::chrono::milliseconds timeout);
   // One look at every actor of every node and every scheduler's load (node/inspection.hpp), as

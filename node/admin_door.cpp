@@ -67,6 +67,19 @@ caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, c
                     [=](caf::error& error) mutable { promise.deliver(std::move(error)); });
             return promise;
           },
+          [=](drain_node_atom drain, const std::string& node,
+              int32_t deadline_ms) -> caf::result<std::vector<int32_t>> {
+            auto promise = self->make_response_promise<std::vector<int32_t>>();
+            spdlog::info("admin: draining node {}", node);
+            self->request(router, caf::infinite, drain, node, deadline_ms)
+                .then(
+                    [=](std::vector<int32_t>& draining) mutable {
+                      for (int32_t id : draining) added->erase(id);
+                      promise.deliver(std::move(draining));
+                    },
+                    [=](caf::error& error) mutable { promise.deliver(std::move(error)); });
+            return promise;
+          },
           [=](list_engines_atom list) { return self->delegate(router, list); },
           [=](inspect_atom inspect) { return self->delegate(inspector, inspect); },
       });

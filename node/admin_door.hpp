@@ -9,6 +9,9 @@
 //                                          (role: "mixed", "prefill" or "decode"); an error once
 //                                          [cluster] max_added_instances added ones are not drained
 //   (drain_engine_atom, instance id)     → bool: false for an unknown id
+//   (drain_node_atom, node, deadline ms) → std::vector<int32_t>: the instances on the node now
+//                                          draining; past the deadline (> 0) those still busy are
+//                                          taken out and their requests re-run elsewhere
 //   (list_engines_atom)                  → std::vector<std::string>: one line per instance
 //   (inspect_atom)                       → std::string: every node's actors and schedulers as JSON
 //                                          (node/cluster_inspector.hpp, `troupe inspect`)

@@ -542,6 +542,17 @@ bool engine_router::drain(engine_instance_id id) {
   return true;
 }
 
+std::vector<engine_instance_id> engine_router::drain_node(const std::string& node) {
+  std::vector<engine_instance_id> drained;
+  for (auto& [id, record] : instances_) {
+    if (record.node != node || record.state != engine_state::active) continue;
+    record.state = engine_state::draining;
+    drained.push_back(id);
+  }
+  std::sort(drained.begin(), drained.end());
+  return drained;
+}
+
 bool engine_router::drained(engine_instance_id id) const {
   auto it = instances_.find(id);
   return it != instances_.end() && it->second.state == engine_state::draining && it->second.num_requests == 0;

@@ -175,6 +175,9 @@ class engine_router {
 
   // Stops new requests to the instance; its requests run to their end. False for an unknown id.
   bool drain(engine_instance_id id);
+  // Drains every active instance on `node`; their ids, in id order (none: an unknown node, or one
+  // whose instances all drain already).
+  std::vector<engine_instance_id> drain_node(const std::string& node);
   // A draining instance with no request left: it may be stopped.
   bool drained(engine_instance_id id) const;
 

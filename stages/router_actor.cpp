@@ -26,6 +26,8 @@ const char* state_name(engine_state state) { return state == engine_state::activ
 
 // The router's own timer: the oldest request waiting for an instance may have reached its bound.
 using failover_wait_atom = caf::atom_constant<caf::atom("fowait")>;
+// A node drain's deadline for one of its instances.
+using drain_deadline_atom = caf::atom_constant<caf::atom("draindue")>;
 
 }  // namespace
 
@@ -181,38 +183,48 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     self->send_exit(handles.worker, caf::exit_reason::user_shutdown);
   };
 
-  self->set_down_handler([=](caf::down_msg& down) {
-    for (auto it = engines->begin(); it != engines->end(); ++it) {
-      if (it->second.scheduler.address() != down.source && it->second.worker.address() != down.source) continue;
-      const engine_instance_id id = it->first;
-      const engine_handles handles = it->second;
-      engines->erase(it);
-      std::string node;
-      engine_state state = engine_state::active;
-      for (const auto& info : router->instances()) {
-        if (info.id == id) {
-          node = info.node;
-          state = info.state;
-        }
-      }
-      // The other half of the instance cannot work alone.
-      self->send_exit(handles.scheduler, caf::exit_reason::user_shutdown);
-      self->send_exit(handles.worker, caf::exit_reason::user_shutdown);
-      engine_role role = engine_role::mixed;
-      for (const auto& info : router->instances()) {
-        if (info.id == id) role = info.role;
-      }
-      std::vector<schedule_request> reruns = router->remove_instance(id);
+  // Takes instance `id` out now: both halves stopped, its unfinished requests re-run on the
+  // others (each stream goes on where it was). `lost`: it failed (the keeper may place it again);
+  // else a drain whose time ran out, which is no loss.
+  auto take_out = [=](engine_instance_id id, const std::string& why, bool lost) {
+    auto it = engines->find(id);
+    if (it == engines->end()) return;
+    const engine_handles handles = it->second;
+    engines->erase(it);
+    std::string node;
+    engine_state state = engine_state::active;
+    engine_role role = engine_role::mixed;
+    for (const auto& info : router->instances()) {
+      if (info.id != id) continue;
+      node = info.node;
+      state = info.state;
+      role = info.role;
+    }
+    // The other half of the instance cannot work alone.
+    self->send_exit(handles.scheduler, caf::exit_reason::user_shutdown);
+    self->send_exit(handles.worker, caf::exit_reason::user_shutdown);
+    std::vector<schedule_request> reruns = router->remove_instance(id);
+    if (lost) {
       spdlog::warn("router: engine instance {} on {} lost ({}, {}); re-running its {} requests on the {} left", id,
-                   node, engine_role_name(role), self->system().render(down.reason), reruns.size(), engines->size());
-      carry_out();  // the other halves of its disaggregated requests are aborted first
-      for (schedule_request& request : reruns) dispatch(std::move(request));
-      if (router->num_waiting() > 0) {
-        spdlog::warn("router: {} requests wait up to {} ms (failover_wait_ms) for an engine instance to come back",
-                     router->num_waiting(), wait_bound.count());
-      }
-      // A draining instance was on its way out: placing it again would undo the drain.
-      if (on_lost && state == engine_state::active) on_lost(id, node, role);
+                   node, engine_role_name(role), why, reruns.size(), engines->size());
+    } else {
+      spdlog::info("router: engine instance {} on {} taken out ({}); re-running its {} requests on the {} left", id,
+                   node, why, reruns.size(), engines->size());
+    }
+    carry_out();  // the other halves of its disaggregated requests are aborted first
+    for (schedule_request& request : reruns) dispatch(std::move(request));
+    if (router->num_waiting() > 0) {
+      spdlog::warn("router: {} requests wait up to {} ms (failover_wait_ms) for an engine instance to come back",
+                   router->num_waiting(), wait_bound.count());
+    }
+    // A draining instance was on its way out: placing it again would undo the drain.
+    if (lost && on_lost && state == engine_state::active) on_lost(id, node, role);
+  };
+
+  self->set_down_handler([=](caf::down_msg& down) {
+    for (const auto& [id, handles] : *engines) {
+      if (handles.scheduler.address() != down.source && handles.worker.address() != down.source) continue;
+      take_out(id, self->system().render(down.reason), true);
       return;
     }
   });
@@ -262,6 +274,24 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
               (*detokenizers)[i] = replaced[i];
               resume_detokenizer(i);
             }
+          },
+          [=](drain_node_atom, const std::string& node, int32_t deadline_ms) -> std::vector<int32_t> {
+            const std::vector<engine_instance_id> drained = router->drain_node(node);
+            spdlog::info("router: draining the {} engine instances on {}{}", drained.size(), node,
+                         deadline_ms > 0 ? "; those still busy in " + std::to_string(deadline_ms) +
+                                               " ms are taken out and their requests re-run elsewhere"
+                                         : std::string());
+            for (engine_instance_id id : drained) {
+              stop_if_drained(id);
+              if (deadline_ms > 0 && engines->count(id)) {
+                self->delayed_send(self, std::chrono::milliseconds(deadline_ms), drain_deadline_atom::value, id);
+              }
+            }
+            return std::vector<int32_t>(drained.begin(), drained.end());
+          },
+          [=](drain_deadline_atom, engine_instance_id id) {
+            // Still there: its requests did not all end within the drain's time.
+            if (engines->count(id)) take_out(id, "its drain's time ran out", false);
           },
           [=](retokenize_atom) {
             if (on_tokenizer_lost) on_tokenizer_lost();

@@ -103,8 +103,12 @@ using pipeline_tick_atom = caf::atom_constant<caf::atom("pipetick")>;
 // (engine_joined_atom, scheduler, worker, node name, kv agent, role name, quantization) → engine_instance_id
 // (role: "mixed", "prefill" or "decode"), drains one with
 // (drain_engine_atom, id) → bool and lists them with (list_engines_atom) → lines of text.
+// (drain_node_atom, node name, int32_t deadline_ms) → std::vector<int32_t> drains every active
+// instance on a node (their ids); past the deadline (if > 0) an instance still busy is taken out
+// and its requests re-run elsewhere, each stream going on where it was.
 using engine_joined_atom = caf::atom_constant<caf::atom("engjoin")>;
 using drain_engine_atom = caf::atom_constant<caf::atom("engdrain")>;
+using drain_node_atom = caf::atom_constant<caf::atom("nodedrain")>;
 using list_engines_atom = caf::atom_constant<caf::atom("englist")>;
 // (set_detokenizers_atom, std::vector<caf::actor>): the detokenizers from now on (one was
 // replaced); (abort_all_atom): abort every request on an instance (the node failed them all).

@@ -410,6 +410,57 @@ TEST_F(scale_e2e, an_instance_lost_while_draining_is_not_placed_again_when_its_n
   EXPECT_EQ(after.at(1).node, "n2");
 }
 
+// `troupe scale --drain-node n1 --drain-timeout-ms 50` while n1 is busy with long requests (500
+// tokens, far more than 50 ms of steps): no new request goes there, and after 50 ms the ones
+// still running are taken out and re-run on n2,
+// each stream going on where it was (the flow checks every output against the undisturbed one).
+// The instance stops, is no loss (nothing is placed on n1 again), and n2 serves on alone.
+TEST_F(scale_e2e, a_drained_node_past_its_timeout_hands_its_requests_to_the_other_instances_losing_none) {
+  ASSERT_NO_FATAL_FAILURE(start_cluster());
+  const std::vector<generate_request> kinds = request_kinds(500);
+  const std::vector<std::vector<int32_t>> expected = reference_outputs(kinds);
+  auto admin = connect_admin();
+  ASSERT_EQ(admin->add_engine("n2", 60s), "engine instance 1 on n2");
+  {
+    request_flow flow(*server_, kinds, expected, 6);
+    bool busy = false;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (int i = 0; i < 5000 && !busy && std::chrono::steady_clock::now() < deadline; ++i) {
+      busy = instances(*admin)[0].num_requests >= 2;
+      if (!busy) std::this_thread::sleep_for(5ms);
+    }
+    ASSERT_TRUE(busy) << "instance 0 never held two requests";
+    const run_result drained = scale("--drain-node n1 --drain-timeout-ms 50");
+    ASSERT_EQ(drained.exit_code, 0) << drained.err << "\ncontroller log:\n" << server_->log();
+    EXPECT_EQ(drained.out,
+              "draining node n1 (engine instances 0): each stops once its last request ends, or after 50 ms with "
+              "the rest re-run elsewhere\n");
+    EXPECT_TRUE(shows_within([&] { return server_->log(); }, "router: engine instance 0 on n1 taken out", 30s))
+        << server_->log();
+    const int num_ok_at_stop = flow.num_ok();
+    for (int i = 0; i < 3000 && flow.num_ok() < num_ok_at_stop + 6 && flow.errors().empty(); ++i) {
+      std::this_thread::sleep_for(20ms);
+    }
+    flow.stop();
+    EXPECT_EQ(flow.errors(), std::vector<std::string>{});  // the re-run ones included
+    EXPECT_GE(flow.num_ok(), num_ok_at_stop + 6);
+  }
+  EXPECT_EQ(server_->log().find("engine instance 0 on n1 lost"), std::string::npos)
+      << "a drained instance is no loss:\n"
+      << server_->log();
+  EXPECT_TRUE(shows_within([&] { return n1_->log(); }, "stage worker stopped", 10s)) << n1_->log();
+  auto after = instances(*admin);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after.at(1).node, "n2");
+  // Nothing more to drain there, and an unknown node: both refused by name.
+  const run_result again = scale("--drain-node n1");
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("no active engine instance on node 'n1'"), std::string::npos) << again.err;
+  const run_result nowhere = scale("--drain-node nowhere");
+  EXPECT_EQ(nowhere.exit_code, 1);
+  EXPECT_NE(nowhere.err.find("no active engine instance on node 'nowhere'"), std::string::npos) << nowhere.err;
+}
+
 // Each added instance holds a model and a KV pool on its node: the admin door adds at most
 // [cluster] max_added_instances that are not drained (issue 25: no cap, +265 MB a time).
 TEST_F(scale_e2e, adding_beyond_max_added_instances_is_refused_until_one_is_drained) {

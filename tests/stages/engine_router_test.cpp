@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "stages/engine_router.hpp"
 
 namespace troupe {
@@ -219,6 +221,29 @@ TEST(engine_router, a_draining_instance_is_drained_when_its_last_request_ends) {
   router.on_tokens(a, batch({delta(on_a, {1}, true)}));
   EXPECT_TRUE(router.drained(a));
   EXPECT_FALSE(router.drain(42));
+}
+
+TEST(engine_router, draining_a_node_drains_each_active_instance_there_and_nothing_elsewhere) {
+  engine_router router(block_size);
+  const auto a1 = router.add_instance("a");
+  const auto b = router.add_instance("b");
+  const auto a2 = router.add_instance("a");
+  EXPECT_EQ(router.drain_node("a"), (std::vector<engine_instance_id>{a1, a2}));
+  for (const engine_instance_info& info : router.instances()) {
+    EXPECT_EQ(info.state, info.id == b ? engine_state::active : engine_state::draining) << info.id;
+  }
+  for (int64_t id = 1; id <= 4; ++id) EXPECT_EQ(router.route(request(id, {1}))->instance, b);
+  EXPECT_TRUE(router.drained(a1)) << "idle: it may stop at once";
+  EXPECT_TRUE(router.drain_node("a").empty()) << "draining already";
+  EXPECT_TRUE(router.drain_node("nowhere").empty());
+  // Taken out past its deadline (the router actor's timer), a draining instance's unfinished
+  // requests come back to be re-run elsewhere.
+  router.add_instance("c");
+  EXPECT_EQ(router.drain_node("b"), std::vector<engine_instance_id>{b});
+  std::vector<int64_t> rerun_ids;
+  for (const schedule_request& r : router.remove_instance(b)) rerun_ids.push_back(r.request_id);
+  std::sort(rerun_ids.begin(), rerun_ids.end());
+  EXPECT_EQ(rerun_ids, (std::vector<int64_t>{1, 2, 3, 4}));
 }
 
 TEST(engine_router, an_abort_that_overtakes_its_request_is_applied_when_it_comes) {

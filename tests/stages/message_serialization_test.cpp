@@ -203,6 +203,7 @@ std::vector<detokenizer_resume_msg> samples(of<detokenizer_resume_msg>) {
 }
 std::vector<stage_failure_drill> samples(of<stage_failure_drill>) { return {{"drill"}}; }
 std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
+std::vector<std::vector<int32_t>> samples(of<std::vector<int32_t>>) { return {{0, 3, 2147483647}, {}}; }
 std::vector<step_model_report> samples(of<step_model_report>) {
   return {{3, {2e-3, 5e-5, 1e-4, 1e-8}, 4.5e-4, 1234}, {0, {}, 0, 0}};
 }
@@ -352,6 +353,7 @@ std::vector<detokenizer_spec> samples(of<detokenizer_spec>) {
 template <class T>
 void expect_same_list(const std::vector<T>& a, const std::vector<T>& b);
 
+void expect_same(const std::vector<int32_t>& a, const std::vector<int32_t>& b) { EXPECT_EQ(a, b); }
 void expect_same(const chat_message& a, const chat_message& b) {
   EXPECT_EQ(a.role, b.role);
   EXPECT_EQ(a.content, b.content);
@@ -808,7 +810,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 48);
+  EXPECT_EQ(num_types, 49);
   for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;
