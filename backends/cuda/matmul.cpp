@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "backends/cuda/cublaslt_library.hpp"
 #include "backends/cuda/cuda_check.hpp"
 
 namespace troupe::cuda {
@@ -39,18 +40,18 @@ struct matmul::plan {
   cublasLtMatmulAlgo_t algo{};
 
   ~plan() {
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (operation) cublasLtMatmulDescDestroy(operation);
+    if (a) cublaslt().layout_destroy(a);
+    if (b) cublaslt().layout_destroy(b);
+    if (c) cublaslt().layout_destroy(c);
+    if (operation) cublaslt().desc_destroy(operation);
   }
 };
 
-matmul::matmul() : workspace_(workspace_bytes) { check(cublasLtCreate(&handle_), "cublasLtCreate"); }
+matmul::matmul() : workspace_(workspace_bytes) { check(cublaslt().create(&handle_), "cublasLtCreate"); }
 
 matmul::~matmul() {
   for (auto& [k, p] : plans_) delete p;
-  if (handle_) cublasLtDestroy(handle_);
+  if (handle_) cublaslt().destroy(handle_);
 }
 
 matmul::plan& matmul::plan_for(const key& k) {
@@ -60,30 +61,30 @@ matmul::plan& matmul::plan_for(const key& k) {
 
   auto owned = std::make_unique<plan>();
   plan& p = *owned;
-  check(cublasLtMatmulDescCreate(&p.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check(cublaslt().desc_create(&p.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
+  check(cublaslt().desc_set_attribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
         "set TRANSA");
-  check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)), "set TRANSB");
+  check(cublaslt().desc_set_attribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)), "set TRANSB");
   if (bias) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+    check(cublaslt().desc_set_attribute(p.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
           "set EPILOGUE");
     const cudaDataType_t bias_type = cuda_type(out_type);
     check(
-        cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
+        cublaslt().desc_set_attribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
         "set BIAS_DATA_TYPE");
   }
   // Column-major views: A = W^T stored [in, out] (ld in), B = x^T [in, tokens], C = y^T [out, tokens] (ld ldy).
-  check(cublasLtMatrixLayoutCreate(&p.a, cuda_type(in_type), in_features, out_features, in_features), "layout A");
-  check(cublasLtMatrixLayoutCreate(&p.b, cuda_type(in_type), in_features, tokens, in_features), "layout B");
-  check(cublasLtMatrixLayoutCreate(&p.c, cuda_type(out_type), out_features, tokens, ldy), "layout C");
+  check(cublaslt().layout_create(&p.a, cuda_type(in_type), in_features, out_features, in_features), "layout A");
+  check(cublaslt().layout_create(&p.b, cuda_type(in_type), in_features, tokens, in_features), "layout B");
+  check(cublaslt().layout_create(&p.c, cuda_type(out_type), out_features, tokens, ldy), "layout C");
 
   cublasLtMatmulPreference_t preference = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  check(cublaslt().preference_create(&preference), "cublasLtMatmulPreferenceCreate");
   const uint64_t max_workspace = workspace_bytes;
-  check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
-                                             sizeof(max_workspace)),
+  check(cublaslt().preference_set_attribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+                                            sizeof(max_workspace)),
         "set MAX_WORKSPACE_BYTES");
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_w},
@@ -92,13 +93,13 @@ matmul::plan& matmul::plan_for(const key& k) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y},
   };
   for (const auto& [attribute, bytes] : alignments) {
-    check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)), "set MIN_ALIGNMENT");
+    check(cublaslt().preference_set_attribute(preference, attribute, &bytes, sizeof(bytes)), "set MIN_ALIGNMENT");
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.operation, p.a, p.b, p.c, p.c, preference, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
+      cublaslt().algo_get_heuristic(handle_, p.operation, p.a, p.b, p.c, p.c, preference, 1, &result, &found);
+  cublaslt().preference_destroy(preference);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
     throw cuda_error("cuBLASLt has no algorithm for a " + std::string(dtype_name(in_type)) + " matmul of " +
                      std::to_string(tokens) + " tokens x " + std::to_string(in_features) + " -> " +
@@ -121,12 +122,12 @@ void matmul::run(const void* x, const void* weight, const void* bias, void* y, i
   plan& p = plan_for(key{tokens, in_features, out_features, static_cast<int>(in_type), static_cast<int>(out_type),
                          bias != nullptr, ldy, alignment_of(weight), alignment_of(x), alignment_of(y)});
   if (bias) {
-    check(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+    check(cublaslt().desc_set_attribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
           "set BIAS_POINTER");
   }
   const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(handle_, p.operation, &alpha, weight, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
-                       workspace_.get(), workspace_.size(), stream),
+  check(cublaslt().matmul(handle_, p.operation, &alpha, weight, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                          workspace_.get(), workspace_.size(), stream),
         "cublasLtMatmul");
 }
 
