@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "doors/access_log.hpp"
 #include "doors/api_key.hpp"
 #include "doors/chrome_trace.hpp"
 #include "doors/http/anthropic_request.hpp"
@@ -144,6 +145,14 @@ struct http_door::impl {
   request_admission& admission;
   const serving_counters& counters;
   token_text_fn token_text;
+
+  // A generation request refused before admission: its error, and its access line.
+  void refuse(const httplib::Request& req, httplib::Response& res, const api_error& error) const {
+    if (options.access_log) {
+      log_refusal(refusal_entry{client_door::http, {}, error.type, error.status, error.message, req.path});
+    }
+    respond(req, res, error);
+  }
 
   openai_server server;
   std::unique_ptr<request_reception> reception;
@@ -348,24 +357,24 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
     return num_dropped <= 16 * options.max_body_bytes;
   });
   if (num_dropped > 0 || res.status == 413) {
-    respond(req, res,
-            make_error(413, "invalid_request_error",
-                       "the request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"));
+    refuse(req, res,
+           make_error(413, "invalid_request_error",
+                      "the request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"));
     return;
   }
   if (!read) {
-    respond(req, res, make_error(400, "invalid_request_error", "the request body could not be read"));
+    refuse(req, res, make_error(400, "invalid_request_error", "the request body could not be read"));
     return;
   }
   // A draining server takes no new work (its body was read, so the connection stays usable):
   // a client or balancer retries elsewhere, or here once a restarted server answers.
   if (auto closed = admission.closed_reason()) {
     res.set_header("Retry-After", "1");
-    return respond(req, res, make_error(503, "service_unavailable_error", *closed));
+    return refuse(req, res, make_error(503, "service_unavailable_error", *closed));
   }
   auto parsed = endpoint == openai_endpoint::anthropic_messages ? parse_anthropic_request(body, options.limits)
                                                                 : parse_openai_request(endpoint, body, options.limits);
-  if (auto* error = std::get_if<api_error>(&parsed)) return respond(req, res, *error);
+  if (auto* error = std::get_if<api_error>(&parsed)) return refuse(req, res, *error);
   auto& request = std::get<openai_request>(parsed);
   note_ignored_fields(request.ignored_fields, res);
   if (options.tenants) {
@@ -375,12 +384,12 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   }
   if (endpoint == openai_endpoint::embeddings) {
     if (options.embedding_size <= 0)
-      return respond(req, res, make_error(404, "not_found_error", "this server serves no embeddings"));
+      return refuse(req, res, make_error(404, "not_found_error", "this server serves no embeddings"));
     if (request.embedding_dimensions != 0 && request.embedding_dimensions != options.embedding_size) {
-      return respond(req, res,
-                     bad_parameter("dimensions", "'dimensions': this model's embeddings have " +
-                                                     std::to_string(options.embedding_size) + " dimensions, not " +
-                                                     std::to_string(request.embedding_dimensions)));
+      return refuse(req, res,
+                    bad_parameter("dimensions", "'dimensions': this model's embeddings have " +
+                                                    std::to_string(options.embedding_size) + " dimensions, not " +
+                                                    std::to_string(request.embedding_dimensions)));
     }
     request.sampling.pooling = options.embedding_pooling;
     request.sampling.normalize_embedding = options.embedding_normalize;
@@ -391,21 +400,21 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
                                  options.model_name + "' (GET /v1/models)",
                              "model_not_found");
     e.param = "model";
-    return respond(req, res, e);
+    return refuse(req, res, e);
   }
 
   std::optional<output_parsing> parsing;
-  if (auto error = plan(request, parsing)) return respond(req, res, *error);
+  if (auto error = plan(request, parsing)) return refuse(req, res, *error);
 
   // Each open stream holds a connection thread; keep some for /health and /metrics.
   const int max_generating = std::max(1, options.max_connections - options.reserved_connections);
   if (num_generating.fetch_add(1) >= max_generating) {
     --num_generating;
     res.set_header("Retry-After", "1");
-    return respond(req, res,
-                   make_error(503, "overloaded_error",
-                              "all " + std::to_string(max_generating) +
-                                  " generation connections of this server are busy; retry later"));
+    return refuse(req, res,
+                  make_error(503, "overloaded_error",
+                             "all " + std::to_string(max_generating) +
+                                 " generation connections of this server are busy; retry later"));
   }
   struct generating_slot {
     std::atomic<int>& count;
@@ -417,11 +426,11 @@ void http_door::impl::generate(openai_endpoint endpoint, const httplib::Request&
   const auto first_id = admission.admit(client_door::http, num_choices);
   if (!first_id) {
     res.set_header("Retry-After", "1");
-    return respond(req, res,
-                   make_error(429, "rate_limit_error",
-                              "the server holds its maximum of " + std::to_string(admission.max_in_flight()) +
-                                  " requests in flight; retry later",
-                              "too_many_requests"));
+    return refuse(req, res,
+                  make_error(429, "rate_limit_error",
+                             "the server holds its maximum of " + std::to_string(admission.max_in_flight()) +
+                                 " requests in flight; retry later",
+                             "too_many_requests"));
   }
   std::shared_ptr<generation_session> session;
   if (request.endpoint == openai_endpoint::embeddings) {
@@ -611,10 +620,10 @@ void http_door::impl::install_routes() {
     const std::string x_api_key = whole_header(req, "x-api-key");
     const std::string prefix = "Bearer ";
     if (header.empty() && x_api_key.empty()) {
-      respond(req, res,
-              make_error(401, "invalid_request_error",
-                         "missing API key: send the header 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
-                         "invalid_api_key"));
+      refuse(req, res,
+             make_error(401, "invalid_request_error",
+                        "missing API key: send the header 'Authorization: Bearer <key>' or 'x-api-key: <key>'",
+                        "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }
     const auto known = [this](std::string_view key) {
@@ -624,7 +633,7 @@ void http_door::impl::install_routes() {
     const bool bearer_ok = header.rfind(prefix, 0) == 0 && known(std::string_view(header).substr(prefix.size()));
     const bool x_ok = !x_api_key.empty() && known(x_api_key);
     if (!bearer_ok && !x_ok) {
-      respond(req, res, make_error(401, "invalid_request_error", "incorrect API key provided", "invalid_api_key"));
+      refuse(req, res, make_error(401, "invalid_request_error", "incorrect API key provided", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;

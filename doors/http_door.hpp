@@ -51,6 +51,9 @@ struct http_options {
   // waiting longest is closed. 0: a quarter of the open-files limit (16..4096), so a flood of idle
   // connections cannot take the descriptors the engine needs.
   size_t max_waiting_connections = 0;
+  // [frontend] access_log: a line for each generation request refused here before admission
+  // (doors/access_log.hpp), as the reply router writes one for each that ends.
+  bool access_log = false;
   std::string model_name;    // what /v1/models lists and requests must name
   std::string quantization;  // shown by /v1/models ("Q4_K_M", "bf16"); empty: not shown
   // CORS: origins whose pages may call the API ("*": any); a preflight (OPTIONS) from one of them

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 #include <zmq.hpp>
 
+#include "doors/access_log.hpp"
 #include "doors/api_key.hpp"
 #include "doors/zmq_request_table.hpp"
 #include "grammar/guided_grammar.hpp"
@@ -96,15 +97,21 @@ struct zmq_door::state {
     (void)router.send(zmq::buffer(payload), zmq::send_flags::dontwait);
   }
 
+  // A request refused before the table saw it (malformed, unauthorized, a constraint that does
+  // not compile): its error reply, and its access line when the log is on.
   void send_error(const std::string& routing_id, std::string id, error_code code, std::string message) {
+    if (access_log) log_refusal(refusal_entry{client_door::zmq, id, error_code_name(code), 0, message});
     send_reply(routing_id, error_reply{std::move(id), code, std::move(message)});
   }
+  bool access_log = false;
 };
 
 zmq_door::zmq_door(zmq_door_options options, door_downstream& downstream, request_admission& admission)
     : options_(std::move(options)),
       downstream_(downstream),
-      state_(std::make_unique<state>(admission, options_.max_prompt_tokens)) {}
+      state_(std::make_unique<state>(admission, options_.max_prompt_tokens)) {
+  state_->access_log = options_.access_log;
+}
 
 zmq_door::~zmq_door() { stop(); }
 
@@ -208,6 +215,9 @@ void zmq_door::loop() {
 
   // Sends what the table asks for: replies to clients, work to the stages.
   auto deliver = [&](zmq_request_table::outputs out) {
+    if (s.access_log) {
+      for (const refusal_entry& refusal : out.refusals) log_refusal(refusal);
+    }
     for (const auto& r : out.replies) s.send_reply(r.routing_id, r.reply);
     if (out.submit) downstream_.submit(std::move(*out.submit));
     for (int64_t request_id : out.aborts) downstream_.abort(request_id);

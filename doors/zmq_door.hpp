@@ -52,6 +52,9 @@ struct zmq_door_options {
   // per connection (the client's, the relay's and libzmq's), so a flood cannot take the
   // descriptors the engine needs.
   size_t max_connections = 0;
+  // [frontend] access_log: a line for each request refused here, as the reply router writes one
+  // for each that ends (doors/access_log.hpp).
+  bool access_log = false;
 };
 
 class zmq_door : public door_inbox {

@@ -105,27 +105,31 @@ zmq_request_table::outputs zmq_request_table::on_request(const std::string& rout
     return out;
   }
   auto& generate = std::get<generate_request>(request);
+  auto refuse_generate = [&](error_code code, std::string message) {
+    out.refusals.push_back(refusal_entry{client_door::zmq, generate.id, error_code_name(code), 0, message});
+    refuse(out, routing_id, generate.id, code, std::move(message));
+  };
   if (by_client_id_.count({routing_id, generate.id})) {
-    refuse(out, routing_id, generate.id, error_code::duplicate_id,
-           "field 'id': request '" + generate.id + "' is still in flight for this client");
+    refuse_generate(error_code::duplicate_id,
+                    "field 'id': request '" + generate.id + "' is still in flight for this client");
     return out;
   }
   if (generate.prompt_token_ids && generate.prompt_token_ids->size() >= static_cast<size_t>(max_prompt_tokens_)) {
-    refuse(out, routing_id, generate.id, error_code::prompt_too_long,
-           "field 'prompt_token_ids': " + std::to_string(generate.prompt_token_ids->size()) +
-               " tokens leave no room to generate within the context of " + std::to_string(max_prompt_tokens_) +
-               " tokens");
+    refuse_generate(error_code::prompt_too_long,
+                    "field 'prompt_token_ids': " + std::to_string(generate.prompt_token_ids->size()) +
+                        " tokens leave no room to generate within the context of " +
+                        std::to_string(max_prompt_tokens_) + " tokens");
     return out;
   }
   // A draining server takes no new work: the client should go to another server now.
   if (auto closed = admission_.closed_reason()) {
-    refuse(out, routing_id, generate.id, error_code::unavailable, *closed);
+    refuse_generate(error_code::unavailable, *closed);
     return out;
   }
   const auto admitted = admission_.admit(client_door::zmq);
   if (!admitted) {
-    refuse(out, routing_id, generate.id, error_code::overloaded,
-           "the server holds " + std::to_string(admission_.max_in_flight()) + " requests already; retry later");
+    refuse_generate(error_code::overloaded, "the server holds " + std::to_string(admission_.max_in_flight()) +
+                                                " requests already; retry later");
     return out;
   }
   const int64_t request_id = *admitted;

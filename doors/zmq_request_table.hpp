@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "doors/door_events.hpp"
+#include "doors/access_log.hpp"
 #include "doors/request_admission.hpp"
 #include "protocol/replies.hpp"
 #include "protocol/requests.hpp"
@@ -34,6 +35,7 @@ class zmq_request_table {
  public:
   struct outputs {
     std::vector<addressed_reply> replies;  // to clients, in this order
+    std::vector<refusal_entry> refusals;   // generate requests refused before admission (the access log's)
     std::optional<tokenize_request> submit;
     std::vector<int64_t> aborts;
     std::optional<uint64_t> stats_query;

@@ -494,6 +494,7 @@ node::node(const topology& t) : topology_(t) {
   options.handshake_timeout_ms = tp.zmq_handshake_timeout_ms;
   options.max_pending_handshakes = tp.zmq_max_pending_handshakes;
   options.max_connections = tp.zmq_max_connections;
+  options.access_log = tp.access_log;
   s.door = std::make_unique<zmq_door>(options, s.downstream, *s.admission);
   s.router.set_door(client_door::zmq, s.door.get());
   s.inspector = spawn_cluster_inspector(s.system, tp);
@@ -516,6 +517,7 @@ node::node(const topology& t) : topology_(t) {
     web.host = tp.http_host;
     web.port = tp.http_port;
     web.api_key = tp.api_key;
+    web.access_log = tp.access_log;
     web.tenants = tenants;
     web.max_body_bytes = tp.http_max_body_bytes;
     web.max_connections = tp.http_max_connections;

@@ -122,6 +122,30 @@ TEST(throughput_log, a_line_per_busy_interval_none_for_an_idle_one) {
   EXPECT_FALSE(throughput_log_fields(*line).contains("kv_used_percent"));
 }
 
+TEST(access_log, a_refusal_names_the_door_code_and_why_and_quotes_what_the_client_sent) {
+  refusal_entry http{client_door::http, {}, "invalid_request_error", 401, "incorrect API key provided",
+                     "/v1/completions"};
+  EXPECT_EQ(refusal_log_text(http),
+            "refused door=http status=401 path=\"/v1/completions\" code=invalid_request_error "
+            "error=\"incorrect API key provided\"");
+  const json f = refusal_log_fields(http);
+  EXPECT_EQ(f["door"], "http");
+  EXPECT_EQ(f["finish"], "refused");
+  EXPECT_EQ(f["http_status"], 401);
+  EXPECT_EQ(f["path"], "/v1/completions");
+  EXPECT_FALSE(f.contains("client_id"));
+
+  // A client's id with a newline and a quote cannot forge a line or a field; a long one is cut.
+  refusal_entry zmq{client_door::zmq, "a\"b\nrequest 9 finish=stop", "duplicate_id", 0, "still in flight", {}};
+  const std::string text = refusal_log_text(zmq);
+  EXPECT_EQ(text, "refused door=zmq code=duplicate_id id=\"a\\\"b\\nrequest 9 finish=stop\" error=\"still in flight\"");
+  EXPECT_EQ(text.find('\n'), std::string::npos);
+  EXPECT_FALSE(refusal_log_fields(zmq).contains("http_status"));
+  zmq.client_id = std::string(1000, 'x');
+  EXPECT_LT(refusal_log_text(zmq).size(), 300u);
+  EXPECT_EQ(refusal_log_fields(zmq)["client_id"].get<std::string>().size(), 128u + 3u);
+}
+
 TEST(operator_log, json_format_makes_every_line_one_object_and_structured_fields_top_level) {
   captured_log log(log_format::json);
   spdlog::info("serving: ZeroMQ on {}", "tcp://127.0.0.1:5557");

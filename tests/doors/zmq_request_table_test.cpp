@@ -355,6 +355,12 @@ TEST(zmq_request_table_limits, requests_beyond_the_shared_bound_are_overloaded_u
   EXPECT_NE(std::get<error_reply>(out.replies[0].reply).message.find("holds 2 requests"), std::string::npos);
   EXPECT_EQ(table.num_live_requests(), 1u);
   EXPECT_EQ(admission.num_refused(client_door::zmq), 1u);
+  // The access log's record of it: the client's id, the code, the reason it was told.
+  ASSERT_EQ(out.refusals.size(), 1u);
+  EXPECT_EQ(out.refusals[0].client_id, "2");
+  EXPECT_EQ(out.refusals[0].code, "overloaded");
+  EXPECT_EQ(out.refusals[0].message, std::get<error_reply>(out.replies[0].reply).message);
+  EXPECT_TRUE(first.refusals.empty()) << "an admitted request is no refusal";
 
   (void)table.on_event(batch_of({piece(first.submit->request_id, "", {1}, finish_reason::stop)}));
   EXPECT_TRUE(table.on_request("peer-1", generate("2"), 1).submit);

@@ -366,6 +366,46 @@ TEST(serve_logs, json_log_format_gives_one_parsed_access_line_per_request_and_th
   EXPECT_GE(num_throughput, 1);
 }
 
+TEST(serve_logs, a_request_refused_at_either_door_gets_an_access_line_too) {
+  serve_process server({"--http-port", "0", "--log-format", "json"}, "the-key");
+  // Over ZeroMQ with a wrong key, over HTTP with none: both refused before admission.
+  client wrong(server.endpoint(), "not-the-key");
+  wrong.set_timeout(10s);
+  generate_request r = greedy("Once upon a time", 4);
+  r.id = "mine-1";
+  EXPECT_THROW(wrong.generate(r), client_error);
+  const http_answer a = http_request(server.http_port(), "POST", "/v1/completions", completion_body(4, false).dump());
+  EXPECT_EQ(a.status, 401) << a.body;
+  // One that is served, for contrast: a "request" line, not a "refused" one.
+  client c = server.make_client();
+  ASSERT_EQ(c.generate(greedy("Once upon a time", 4)).token_ids.size(), 4u);
+  std::vector<json> refused;
+  int num_served = 0;
+  for (int i = 0; i < 50 && (refused.size() < 2 || num_served < 1); ++i) {
+    refused.clear();
+    num_served = 0;
+    std::this_thread::sleep_for(100ms);
+    for (const json& line : json_lines(server.log())) {
+      if (line.value("event", "") != "access") continue;
+      if (line.value("finish", "") == "refused") {
+        refused.push_back(line);
+      } else {
+        ++num_served;
+      }
+    }
+  }
+  ASSERT_EQ(refused.size(), 2u) << server.log();
+  EXPECT_EQ(num_served, 1) << server.log();
+  const json& zmq = refused[0]["door"] == "zmq" ? refused[0] : refused[1];
+  const json& http = refused[0]["door"] == "zmq" ? refused[1] : refused[0];
+  EXPECT_EQ(zmq["code"], "unauthorized") << zmq.dump();
+  EXPECT_EQ(zmq["client_id"], "mine-1") << zmq.dump();
+  EXPECT_EQ(zmq["msg"].get<std::string>().rfind("refused door=zmq code=unauthorized", 0), 0u) << zmq.dump();
+  EXPECT_EQ(http["http_status"], 401) << http.dump();
+  EXPECT_EQ(http["path"], "/v1/completions") << http.dump();
+  EXPECT_NE(http["error"].get<std::string>().find("missing API key"), std::string::npos) << http.dump();
+}
+
 TEST(serve_logs, no_access_log_and_a_zero_stats_interval_turn_both_lines_off) {
   serve_process server({"--no-access-log", "--log-stats-interval", "0"});
   client c = server.make_client();
