@@ -562,5 +562,40 @@ TEST_F(launch_e2e, a_never_restarted_node_stays_down_and_sigterm_with_nodes_dead
   }
 }
 
+// `--set KEY=VALUE` overrides a topology key from the command line, through the real binary: a
+// node's restart mode (the file says on-failure, the default; --set says never) and a section the
+// file does not have ([frontend] access_log). A key the topology does not know, or a value of the
+// wrong type, fails launch before any node starts, naming the key and the --set.
+TEST_F(launch_e2e, set_overrides_topology_keys_and_a_bad_one_is_refused_by_name) {
+  launch_process launch(
+      write_topology(free_port(), free_port()), dir_.path() / "launch.log",
+      std::vector<std::string>{"--set", "nodes.n2.restart=never", "--set", "frontend.access_log=false"});
+  ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
+  client c(launch.endpoint());
+  c.set_timeout(60s);
+  generate_request request;
+  request.prompt = "Once upon a time";
+  request.sampling.max_tokens = 4;
+  EXPECT_EQ(c.generate(request).token_ids.size(), 4u);
+  const auto pids = launch.node_pids();
+  ASSERT_EQ(pids.size(), 2u) << launch.log();
+  ASSERT_EQ(::kill(pids.at("n2"), SIGKILL), 0);
+  EXPECT_TRUE(launch.wait_for_log("n2 stays down: restart = \"never\"", 1, 30s)) << launch.log();
+  EXPECT_EQ(launch.log().find(" door=zmq prompt="), std::string::npos) << "an access line with access_log=false:\n"
+                                                                       << launch.log();
+  sigterm_ends_launch_promptly(launch);
+
+  const fs::path topology = dir_.path() / "topology.toml";
+  const run_result unknown = run_troupe("launch " + shell_quote(topology.string()) + " --set nodes.n2.restrat=never");
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("restrat"), std::string::npos) << unknown.err;
+  EXPECT_NE(unknown.err.find("--set"), std::string::npos) << unknown.err;
+  const run_result wrong_type =
+      run_troupe("launch " + shell_quote(topology.string()) + " --set scheduler.max_num_seqs=many");
+  EXPECT_NE(wrong_type.exit_code, 0);
+  EXPECT_NE(wrong_type.err.find("max_num_seqs"), std::string::npos) << wrong_type.err;
+  EXPECT_EQ(wrong_type.err.find("listening on"), std::string::npos) << "a node started before the refusal";
+}
+
 }  // namespace
 }  // namespace troupe::test
