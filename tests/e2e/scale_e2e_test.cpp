@@ -245,6 +245,17 @@ class scale_e2e : public ::testing::Test {
     }
   }
 
+  // Waits (bounded) until `instance` holds at least two requests at once: busy enough that a drain
+  // or a loss now catches requests mid-stream.
+  bool holds_two_requests(admin_client& admin, int instance) const {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (int i = 0; i < 5000 && std::chrono::steady_clock::now() < deadline; ++i) {
+      if (instances(admin)[instance].num_requests >= 2) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+
   // Each kind's output from the one undisturbed instance, requested one at a time.
   std::vector<std::vector<int32_t>> reference_outputs(const std::vector<generate_request>& kinds) const {
     std::vector<std::vector<int32_t>> out;
@@ -319,13 +330,7 @@ TEST_F(scale_e2e, an_instance_added_on_n2_serves_and_a_drained_instance_finishes
   // go to n2, so it empties and stops although the flow never pauses.
   {
     request_flow flow(*server_, kinds, expected, 6);
-    bool busy = false;
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    for (int i = 0; i < 5000 && !busy && std::chrono::steady_clock::now() < deadline; ++i) {
-      busy = instances(*admin)[0].num_requests >= 2;
-      if (!busy) std::this_thread::sleep_for(5ms);
-    }
-    ASSERT_TRUE(busy) << "instance 0 never held two requests";
+    ASSERT_TRUE(holds_two_requests(*admin, 0)) << "instance 0 never held two requests";
     const run_result drained = scale("--drain 0");
     ASSERT_EQ(drained.exit_code, 0) << drained.err;
     EXPECT_EQ(drained.out, "draining engine instance 0: it stops once its last request ends\n");
@@ -379,13 +384,7 @@ TEST_F(scale_e2e, an_instance_lost_while_draining_is_not_placed_again_when_its_n
   const uint16_t n1_port = n1_->port();
   {
     request_flow flow(*server_, kinds, expected, 6);
-    bool busy = false;
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    for (int i = 0; i < 5000 && !busy && std::chrono::steady_clock::now() < deadline; ++i) {
-      busy = instances(*admin)[0].num_requests >= 2;
-      if (!busy) std::this_thread::sleep_for(5ms);
-    }
-    ASSERT_TRUE(busy) << "instance 0 never held two requests";
+    ASSERT_TRUE(holds_two_requests(*admin, 0)) << "instance 0 never held two requests";
     admin->drain_engine(0, 10s);
     n1_->kill_now();
     ASSERT_TRUE(shows_within([&] { return server_->log(); }, "router: engine instance 0 on n1 lost", 30s))
@@ -423,13 +422,7 @@ TEST_F(scale_e2e, a_drained_node_past_its_timeout_hands_its_requests_to_the_othe
   ASSERT_EQ(admin->add_engine("n2", 60s), "engine instance 1 on n2");
   {
     request_flow flow(*server_, kinds, expected, 6);
-    bool busy = false;
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    for (int i = 0; i < 5000 && !busy && std::chrono::steady_clock::now() < deadline; ++i) {
-      busy = instances(*admin)[0].num_requests >= 2;
-      if (!busy) std::this_thread::sleep_for(5ms);
-    }
-    ASSERT_TRUE(busy) << "instance 0 never held two requests";
+    ASSERT_TRUE(holds_two_requests(*admin, 0)) << "instance 0 never held two requests";
     const run_result drained = scale("--drain-node n1 --drain-timeout-ms 50");
     ASSERT_EQ(drained.exit_code, 0) << drained.err << "\ncontroller log:\n" << server_->log();
     EXPECT_EQ(drained.out,
