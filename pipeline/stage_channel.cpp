@@ -1,9 +1,12 @@
 #include "pipeline/stage_channel.hpp"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -46,6 +49,18 @@ class tcp_channel final : public stage_channel {
     std::string why;
     return kv_tcp_read_exact(fd_, out, deadline, why) ? "" : why;
   }
+  std::string peer_gone() override {
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) <= 0) return "";
+    if (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) return "the stage closed the connection";
+    // Readable between frames: either the close (0 bytes) or bytes nobody asked for.
+    char byte = 0;
+    const ssize_t n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return "the stage closed the connection";
+    if (n > 0) return "the stage sent bytes while no step was asked of it";
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return "";
+    return std::string("the connection failed: ") + std::strerror(errno);
+  }
 
  private:
   int fd_;
@@ -69,6 +84,15 @@ class curve_channel final : public stage_channel {
     } else {
       socket_.set(zmq::sockopt::curve_publickey, keys.public_key);
       socket_.set(zmq::sockopt::curve_secretkey, keys.secret_key);
+      // PAIR reconnects by itself and says nothing of a lost peer: its disconnects are watched.
+      const std::string events = "inproc://troupe-stage-link-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+      if (zmq_socket_monitor(socket_.handle(), events.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+        throw std::runtime_error(std::string("pipeline stage link: cannot watch the connection: ") +
+                                 zmq_strerror(zmq_errno()));
+      }
+      monitor_.emplace(context_, zmq::socket_type::pair);
+      monitor_->set(zmq::sockopt::linger, 0);
+      monitor_->connect(events);
     }
     socket_.set(zmq::sockopt::linger, 0);
     socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(max_frame_bytes));
@@ -78,6 +102,18 @@ class curve_channel final : public stage_channel {
   }
 
   zmq::socket_t& socket() { return socket_; }
+
+  std::string peer_gone() override {
+    if (!monitor_) return "";
+    std::string gone;
+    zmq::message_t event;
+    while (monitor_->recv(event, zmq::recv_flags::dontwait)) {
+      zmq::message_t address;  // every event is two frames; the second names the peer's address
+      (void)monitor_->recv(address, zmq::recv_flags::none);
+      gone = "the connection to the stage closed";
+    }
+    return gone;
+  }
 
   std::string write(std::span<const std::byte> head, std::span<const std::byte> tail, time_point deadline) override {
     socket_.set(zmq::sockopt::sndtimeo, std::max(1, milliseconds_until(deadline)));
@@ -141,6 +177,7 @@ class curve_channel final : public stage_channel {
   zmq::context_t context_;
   std::optional<zmq::socket_t> zap_;  // declared before socket_: bound first, closed last
   zmq::socket_t socket_;
+  std::optional<zmq::socket_t> monitor_;  // the engine's end only: socket_'s disconnects
   std::set<std::string> allowed_;
   std::vector<zmq::message_t> parts_;  // the frame being read
   size_t part_ = 0, offset_ = 0;

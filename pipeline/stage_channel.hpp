@@ -37,6 +37,9 @@ class stage_channel {
   virtual std::string read_header(std::span<std::byte, stage_frame_header_bytes> header, time_point deadline) = 0;
   // Reads the next out.size() bytes of the current frame's payload; why not, or "".
   virtual std::string read(std::span<std::byte> out, time_point deadline) = 0;
+  // Between frames, on the engine's end: whether the stage went away (its process died, the
+  // connection closed); why, or "" while it is there. Does not wait.
+  virtual std::string peer_gone() = 0;
 };
 
 // A plain TCP connection (kv_tcp_connect or accepted), owned from here on.

@@ -74,6 +74,9 @@ stage_link::stage_link(std::string endpoint, layer_range layers, const stage_hel
     throw fail("the stage holds layers " + layer_range_text({held.first_layer, held.end_layer}));
   }
   num_blocks_ = held.num_blocks;
+  // What the connection's set-up went through (a first attempt closed while the stage started)
+  // is not the stage going away: only what happens from here on counts.
+  (void)channel_->peer_gone();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -105,7 +108,19 @@ void stage_link::run() {
     std::string down;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (!wake_.wait_for(lock, idle_probe_interval, [&] { return stopping_ || !queue_.empty(); })) {
+        // Idle: a stage that died now is noticed now (on the health board, and reconnected), not
+        // at the next step, which would fail for it.
+        if (broken_.empty()) {
+          lock.unlock();
+          const std::string why = channel_->peer_gone();
+          lock.lock();
+          if (!why.empty() && broken_.empty()) {
+            broken_ = "pipeline stage " + layer_range_text(layers_) + " at " + endpoint_ + ": " + why;
+          }
+        }
+        continue;
+      }
       if (queue_.empty()) return;  // stopping, nothing left to hand on
       job = queue_.front();
       queue_.pop_front();

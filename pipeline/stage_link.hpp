@@ -61,6 +61,9 @@ class stage_link {
   // for the steps it missed is gone, so a new connection could only compute wrong answers.
   std::string broken() const;
 
+  // How often an idle link looks whether its stage is still there (stage_channel::peer_gone).
+  static constexpr std::chrono::milliseconds idle_probe_interval{250};
+
  private:
   void run();
   // Sends `job` to the stage and reads its answer into job->stream[1]; why not, or "".

@@ -24,6 +24,7 @@
 #include "model/loader/model_loader.hpp"
 #include "pipeline/pipelined_model.hpp"
 #include "pipeline/stage_health.hpp"
+#include "pipeline/stage_link.hpp"
 #include "pipeline/stage_server.hpp"
 #include "tests/backends/cpu_greedy_support.hpp"
 #include "tests/backends/pipeline_stage_support.hpp"
@@ -226,6 +227,26 @@ TEST_F(pipelined_model_test, a_restarted_stage_is_reconnected_and_kv_computed_be
                      logits.data());
 }
 
+// A stage lost while no step runs is on the board (and its link reconnecting) at once: /health
+// says so before any request is sent into it (issue 27's idle liveness probe).
+TEST_F(pipelined_model_test, an_idle_stage_that_goes_away_is_reported_without_a_step) {
+  served_stages front = serve({{0, 2}});
+  const std::string endpoint = front.remote[0].endpoint;
+  loaded_stage last = load_stage({2, 5});
+  pipeline_settings settings;
+  settings.step_timeout = std::chrono::milliseconds(3000);
+  auto pipelined = make_pipelined_model(std::move(last.m), {2, 5}, front.remote, settings);
+  std::vector<float> logits(512);
+  pipelined->forward(test::one_sequence_batch({1, 403}, 0, 2, {0}, block_size), logits.data());
+  // Idle for longer than a probe: still up.
+  std::this_thread::sleep_for(3 * stage_link::idle_probe_interval);
+  EXPECT_EQ(stage_health_board::instance().down_text(), "");
+  front.servers.clear();  // the stage's process is gone; no step is asked of it
+  const std::string down = wait_for_board([](const std::string& text) { return !text.empty(); });
+  // "down" and why: the probe's reason, or already the reconnector's first failed attempt.
+  EXPECT_NE(down.find("pipeline stage 0-1 at " + endpoint + ": down"), std::string::npos) << down;
+}
+
 TEST_F(pipelined_model_test, a_stage_answers_a_bad_frame_with_a_failure_and_keeps_serving) {
   served_stages front = serve({{0, 2}});
   // A raw client: hello, then a work frame whose token id is outside the vocabulary.
@@ -321,8 +342,16 @@ TEST_F(pipelined_model_test, curve_links_serve_members_only) {
   // A member still gets in after the refusals.
   pipeline_settings settings;
   settings.keys = load_kv_channel_keys(dir, "engine");
-  EXPECT_NO_THROW(make_pipelined_model(load_stage({2, 5}).m, {2, 5}, front.remote, settings));
+  std::unique_ptr<model> member;
+  ASSERT_NO_THROW(member = make_pipelined_model(load_stage({2, 5}).m, {2, 5}, front.remote, settings));
+  // Over CURVE too, a stage that goes away while idle is reported without a step.
+  std::this_thread::sleep_for(3 * stage_link::idle_probe_interval);
+  EXPECT_EQ(stage_health_board::instance().down_text(), "");
   front.servers.clear();
+  const std::string down = wait_for_board([](const std::string& text) { return !text.empty(); });
+  EXPECT_NE(down.find("pipeline stage 0-1 at curve://"), std::string::npos) << down;
+  EXPECT_NE(down.find(": down"), std::string::npos) << down;
+  member.reset();
   std::filesystem::remove_all(dir);
 }
 
