@@ -48,7 +48,7 @@ struct http_options {
   int max_connections = 256;
   int reserved_connections = 8;
   // Connections waiting for a request at once (holding a descriptor, no thread); past it the one
-  // waiting longest is closed. 0: a quarter of the open-files limit (16..4096), so a flood of idle
+  // waiting longest is closed. 0: a sixth of the open-files limit (16..4096), so a flood of idle
   // connections cannot take the descriptors the engine needs.
   size_t max_waiting_connections = 0;
   // [frontend] access_log: a line for each generation request refused here before admission

@@ -48,7 +48,7 @@ struct zmq_door_options {
   // A tcp:// endpoint's connections go through the door's own listener (net/relay_listener.hpp):
   // at most this many still in their handshake (the oldest closed for a newer one) ...
   size_t max_pending_handshakes = 64;
-  // ... and at most this many open; 0: a quarter of the open-files limit's descriptors, three
+  // ... and at most this many open; 0: a sixth of the open-files limit's descriptors, three
   // per connection (the client's, the relay's and libzmq's), so a flood cannot take the
   // descriptors the engine needs.
   size_t max_connections = 0;

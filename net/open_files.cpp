@@ -38,7 +38,7 @@ open_files_raise raise_open_files_limit(size_t ceiling) {
 }
 
 size_t door_connection_share(size_t soft_limit, size_t door_max) {
-  return std::clamp<size_t>(soft_limit / 4, 16, std::max<size_t>(door_max, 16));
+  return std::clamp<size_t>(soft_limit / 6, 16, std::max<size_t>(door_max, 16));
 }
 
 }  // namespace troupe

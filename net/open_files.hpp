@@ -24,9 +24,11 @@ struct open_files_raise {
 };
 open_files_raise raise_open_files_limit(size_t ceiling = size_t{1} << 20);
 
-// The most connections one client door keeps open at once: a quarter of the soft limit, so that
-// two doors flooded at once still leave half the descriptors to the engine (the cluster's links,
-// the KV plane, files), and at least 16, at most `door_max`.
+// The most connections one client door keeps open at once: a sixth of the soft limit, so that a
+// controller whose three listeners are flooded at once (the two client doors and its cluster
+// port, whose pending handshakes are bounded apart) still keeps a quarter of its descriptors for
+// the engine (the cluster's links, the KV plane, files); at least 16, at most `door_max`. (A
+// quarter each left too little: under RLIMIT_NOFILE 256 a flooded controller peaked at 215-232.)
 size_t door_connection_share(size_t soft_limit, size_t door_max);
 
 }  // namespace troupe

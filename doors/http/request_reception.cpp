@@ -132,9 +132,10 @@ void request_reception::hand_over(waiting w) {
   std::lock_guard lock(mutex_);
   if (stopped_) return close_connection(w.connection);
   // httplib's accept thread can outrun this one (a flood on a loaded machine): the queue between
-  // them is bounded too, the one waiting longest closed, or every connection queued here held a
-  // descriptor until the reception took it (the controller reached its open-files limit).
-  if (incoming_.size() >= options_.max_connections) {
+  // them counts against the same bound as the connections waiting in the reception, the one
+  // queued longest closed, or every connection queued here held a descriptor until the reception
+  // took it (the controller reached its open-files limit).
+  while (!incoming_.empty() && incoming_.size() + num_waiting_.load() >= options_.max_connections) {
     close_connection(incoming_.front().connection);
     incoming_.erase(incoming_.begin());
   }
@@ -166,6 +167,7 @@ void request_reception::run() {
       }
     }
     expire(steady::now());
+    num_waiting_ = waiting_.size();
   }
   for (auto& [fd, w] : waiting_) close_connection(w.connection);
   waiting_.clear();
@@ -207,6 +209,7 @@ void request_reception::admit(waiting w) {
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.connection.fd, &e) != 0) return close_connection(w.connection);
   const int fd = w.connection.fd;
   waiting_.emplace(fd, std::move(w));
+  num_waiting_ = waiting_.size();
 }
 
 void request_reception::on_readable(int fd) {

@@ -91,6 +91,9 @@ class request_reception {
   std::vector<waiting> incoming_;             // guarded by mutex_
   bool stopped_ = false;                      // guarded by mutex_
   std::unordered_map<int, waiting> waiting_;  // reception thread only
+  // waiting_'s size as of the reception thread's last pass, for hand_over's bound on the accept
+  // thread (a pass late at most: the reception drops the oldest waiting past the bound itself).
+  std::atomic<size_t> num_waiting_{0};
   std::atomic<uint64_t> num_refused_{0};
 };
 
