@@ -16,6 +16,11 @@ std::string number(double value) {
   return text;
 }
 
+// An engine's actors carry its instance id, the one `troupe scale --list`, traces and logs use.
+std::string instance_label(int32_t instance) {
+  return instance >= 0 ? ",instance=\"" + std::to_string(instance) + "\"" : std::string();
+}
+
 void family(std::ostringstream& out, const char* name, const char* type, const char* help) {
   out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
 }
@@ -30,7 +35,8 @@ std::string actor_metrics_text(const cluster_inspection& cluster) {
     for (const node_inspection& node : cluster.nodes) {
       for (const actor_row& row : node.actors) {
         out << name << "{node=\"" << escape_label_value(node.node) << "\",stage=\"" << escape_label_value(row.stage)
-            << "\",actor=\"" << row.actor_id << "\"} " << number(value(row.stats)) << '\n';
+            << "\",actor=\"" << row.actor_id << '"' << instance_label(row.instance) << "} " << number(value(row.stats))
+            << '\n';
       }
     }
   };
@@ -62,8 +68,8 @@ std::string actor_metrics_text(const cluster_inspection& cluster) {
     for (const node_inspection& node : cluster.nodes) {
       for (const scheduler_row& row : node.schedulers) {
         if (!row.error.empty()) continue;  // unknown: no sample rather than a made-up one
-        out << name << "{node=\"" << escape_label_value(node.node) << "\",actor=\"" << row.actor_id << "\"} "
-            << number(value(row)) << '\n';
+        out << name << "{node=\"" << escape_label_value(node.node) << "\",actor=\"" << row.actor_id << '"'
+            << instance_label(row.instance) << "} " << number(value(row)) << '\n';
       }
     }
   };

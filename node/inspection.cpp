@@ -19,20 +19,27 @@ T field(const nlohmann::json& j, const char* name, const char* where) {
   }
 }
 
+// The engine instance, written only when known and read as -1 when absent (an older node's JSON).
+int32_t instance_from_json(const nlohmann::json& j, const char* where) {
+  return j.contains("instance") ? field<int32_t>(j, "instance", where) : -1;
+}
+
 nlohmann::json to_json(const actor_row& row) {
   const actor_stats_snapshot& s = row.stats;
-  return {{"stage", row.stage},
-          {"actor_id", row.actor_id},
-          {"num_messages", s.num_messages},
-          {"mailbox_depth", s.mailbox_depth},
-          {"max_mailbox_depth", s.max_mailbox_depth},
-          {"messages_per_s", s.messages_per_s},
-          {"busy_share", s.busy_share},
-          {"handler_p50_us", s.handler_p50_us},
-          {"handler_p99_us", s.handler_p99_us},
-          {"mean_mailbox_depth", s.mean_mailbox_depth},
-          {"estimated_wait_ms", s.estimated_wait_ms},
-          {"since_last_s", s.since_last_s}};
+  nlohmann::json j = {{"stage", row.stage},
+                      {"actor_id", row.actor_id},
+                      {"num_messages", s.num_messages},
+                      {"mailbox_depth", s.mailbox_depth},
+                      {"max_mailbox_depth", s.max_mailbox_depth},
+                      {"messages_per_s", s.messages_per_s},
+                      {"busy_share", s.busy_share},
+                      {"handler_p50_us", s.handler_p50_us},
+                      {"handler_p99_us", s.handler_p99_us},
+                      {"mean_mailbox_depth", s.mean_mailbox_depth},
+                      {"estimated_wait_ms", s.estimated_wait_ms},
+                      {"since_last_s", s.since_last_s}};
+  if (row.instance >= 0) j["instance"] = row.instance;
+  return j;
 }
 
 actor_row actor_row_from_json(const nlohmann::json& j) {
@@ -40,6 +47,7 @@ actor_row actor_row_from_json(const nlohmann::json& j) {
   actor_row row;
   row.stage = field<std::string>(j, "stage", where);
   row.actor_id = field<uint64_t>(j, "actor_id", where);
+  row.instance = instance_from_json(j, where);
   actor_stats_snapshot& s = row.stats;
   s.num_messages = field<int64_t>(j, "num_messages", where);
   s.mailbox_depth = field<int64_t>(j, "mailbox_depth", where);
@@ -55,19 +63,22 @@ actor_row actor_row_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json to_json(const scheduler_row& row) {
-  return {{"actor_id", row.actor_id},
-          {"num_free_blocks", row.num_free_blocks},
-          {"num_total_blocks", row.num_total_blocks},
-          {"kv_usage", row.kv_usage()},
-          {"num_running", row.num_running},
-          {"num_waiting", row.num_waiting},
-          {"error", row.error}};
+  nlohmann::json j = {{"actor_id", row.actor_id},
+                      {"num_free_blocks", row.num_free_blocks},
+                      {"num_total_blocks", row.num_total_blocks},
+                      {"kv_usage", row.kv_usage()},
+                      {"num_running", row.num_running},
+                      {"num_waiting", row.num_waiting},
+                      {"error", row.error}};
+  if (row.instance >= 0) j["instance"] = row.instance;
+  return j;
 }
 
 scheduler_row scheduler_row_from_json(const nlohmann::json& j) {
   constexpr const char* where = "a scheduler";
   scheduler_row row;
   row.actor_id = field<uint64_t>(j, "actor_id", where);
+  row.instance = instance_from_json(j, where);
   row.num_free_blocks = field<int64_t>(j, "num_free_blocks", where);
   row.num_total_blocks = field<int64_t>(j, "num_total_blocks", where);
   row.num_running = field<int64_t>(j, "num_running", where);

@@ -21,10 +21,12 @@ struct actor_row {
   std::string stage;      // "tokenizer", "router", "scheduler", "worker", "detokenizer", "frontend", ...
   uint64_t actor_id = 0;  // unique within its node
   actor_stats_snapshot stats;
+  int32_t instance = -1;  // a scheduler's or worker's engine instance (the router's id); -1: none
 };
 
 struct scheduler_row {
   uint64_t actor_id = 0;  // the scheduler's row in `actors`
+  int32_t instance = -1;  // its engine instance; -1: not known
   int64_t num_free_blocks = 0;
   int64_t num_total_blocks = 0;
   int64_t num_running = 0;

@@ -83,7 +83,9 @@ std::string cell(const inspected_actor& a, inspect_column c) {
   const actor_stats_snapshot& s = a.row.stats;
   switch (c) {
     case inspect_column::node: return a.node;
-    case inspect_column::stage: return a.row.stage;
+    // An engine's actors by the instance id `troupe scale --list`, traces and logs use.
+    case inspect_column::stage:
+      return a.row.instance >= 0 ? a.row.stage + " @" + std::to_string(a.row.instance) : a.row.stage;
     case inspect_column::actor: return std::to_string(a.row.actor_id);
     case inspect_column::mailbox: return std::to_string(s.mailbox_depth);
     case inspect_column::max_mailbox: return std::to_string(s.max_mailbox_depth);

@@ -53,6 +53,17 @@ void actor_stats_registry::remove(caf::actor_id id) {
   std::erase_if(entries_, [id](const entry& e) { return e.id == id; });
 }
 
+void actor_stats_registry::set_instance(caf::actor_id id, int32_t instance) {
+  std::lock_guard lock(mutex_);
+  for (entry& e : entries_) {
+    if (e.id == id) e.instance = instance;
+  }
+}
+
+void name_engine_instance(caf::event_based_actor* self, int32_t instance) {
+  if (actor_stats_registry* registry = stats_registry_of(self->system())) registry->set_instance(self->id(), instance);
+}
+
 std::shared_ptr<actor_stats> actor_stats_registry::find(caf::actor_id id) const {
   std::lock_guard lock(mutex_);
   for (const entry& e : entries_) {

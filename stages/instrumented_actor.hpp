@@ -37,10 +37,15 @@ class actor_stats_registry {
     caf::actor_id id = 0;   // unique within the node
     caf::actor_addr actor;  // weak: the registry keeps no actor alive
     std::shared_ptr<actor_stats> stats;
+    // The engine instance a scheduler or worker serves (the router's id, as `troupe scale
+    // --list`, traces and logs name it); -1: not an engine's actor, or not told yet.
+    int32_t instance = -1;
   };
 
   std::shared_ptr<actor_stats> add(std::string stage, caf::actor_id id, caf::actor_addr actor);
   void remove(caf::actor_id id);
+  // Names the engine instance actor `id` serves; unknown ids: nothing.
+  void set_instance(caf::actor_id id, int32_t instance);
   std::shared_ptr<actor_stats> find(caf::actor_id id) const;
   std::vector<entry> entries() const;  // in the order the actors started
 
@@ -73,6 +78,9 @@ class actor_stats_host {
 
 // The registry of `system`, or null when its config is no actor_stats_host.
 actor_stats_registry* stats_registry_of(caf::actor_system& system);
+
+// Tells `self`'s entry which engine instance it serves (the router's engine_instance_atom).
+void name_engine_instance(caf::event_based_actor* self, int32_t instance);
 
 // Registers `self` under `stage` and returns `inner` wrapped (or `inner` itself without a
 // registry). The entry goes when the actor ends.

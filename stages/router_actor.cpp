@@ -244,6 +244,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             const engine_instance_id id = router->add_instance(node, role, std::move(quantization));
             self->monitor(scheduler);
             self->monitor(worker);
+            self->send(scheduler, engine_instance_atom::value, id);
+            self->send(worker, engine_instance_atom::value, id);
             // Its pool as it starts, so the load it is judged by (and `troupe scale --list`) does not
             // wait for its first token batch.
             self->request(scheduler, timeout, stats_query{0})

@@ -95,6 +95,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
                             *tick_pending = false;
                             (*deliver)(stage->tick(steady_now_ns()));
                           },
+                          [self](engine_instance_atom, int32_t instance) { name_engine_instance(self, instance); },
                           [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
                       });
 }

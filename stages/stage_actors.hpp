@@ -109,6 +109,9 @@ using pipeline_tick_atom = caf::atom_constant<caf::atom("pipetick")>;
 using engine_joined_atom = caf::atom_constant<caf::atom("engjoin")>;
 using drain_engine_atom = caf::atom_constant<caf::atom("engdrain")>;
 using drain_node_atom = caf::atom_constant<caf::atom("nodedrain")>;
+// (engine_instance_atom, id), from the router to a joined instance's scheduler and worker: the id
+// they are known by, which `troupe inspect` and /metrics then show beside their actor ids.
+using engine_instance_atom = caf::atom_constant<caf::atom("enginst")>;
 using list_engines_atom = caf::atom_constant<caf::atom("englist")>;
 // (set_detokenizers_atom, std::vector<caf::actor>): the detokenizers from now on (one was
 // replaced); (abort_all_atom): abort every request on an instance (the node failed them all).

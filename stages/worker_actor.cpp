@@ -114,6 +114,7 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
                             return worker_description{served->base_engine_config(), served->eos_token_ids,
                                                       describe(*served), served->loaded.quantization, agent};
                           },
+                          [self](engine_instance_atom, int32_t instance) { name_engine_instance(self, instance); },
                           [](stage_failure_drill& drill) { fail_for_drill(drill.reason); },
                       });
 }

@@ -163,6 +163,39 @@ TEST(inspection_table, shows_actors_schedulers_and_unreachable_nodes_within_the_
   EXPECT_NE(shown.find("UNREACHABLE"), std::string::npos) << shown;
 }
 
+// An engine's scheduler and worker carry the router's instance id (the one `troupe scale --list`,
+// traces and logs use): through the JSON, as a Prometheus label, in the live view's stage column.
+// Actors of no engine, and JSON from a node that sends none, have none.
+TEST(inspection, an_engine_instance_rides_along_in_json_metrics_and_the_table) {
+  cluster_inspection c = sample();
+  c.nodes[1].actors[0].instance = 3;  // node-a's worker
+  c.nodes[1].actors[1].instance = 3;  // and scheduler
+  c.nodes[1].schedulers[0].instance = 3;
+  const cluster_inspection back = cluster_inspection_from_json(to_json(c));
+  EXPECT_EQ(back.nodes[1].actors[0].instance, 3);
+  EXPECT_EQ(back.nodes[1].schedulers[0].instance, 3);
+  EXPECT_EQ(back.nodes[0].actors[0].instance, -1) << "the router serves no one instance";
+  nlohmann::json older = to_json(c.nodes[1]);
+  older["actors"][0].erase("instance");
+  EXPECT_EQ(node_inspection_from_json(older).actors[0].instance, -1);
+
+  const std::string text = actor_metrics_text(c);
+  EXPECT_NE(text.find("troupe:actor_busy_ratio{node=\"node-a\",stage=\"worker\",actor=\"12\",instance=\"3\"} 0.6\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("troupe:scheduler_num_requests_running{node=\"node-a\",actor=\"13\",instance=\"3\"} 20\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("troupe:actor_busy_ratio{node=\"controller\",stage=\"router\",actor=\"11\"} 0.02\n"),
+            std::string::npos)
+      << text;
+
+  std::string all;
+  for (const std::string& line : render_inspection(c, inspect_column::mailbox, 120)) all += line + "\n";
+  EXPECT_NE(all.find("scheduler @3"), std::string::npos) << all;
+  EXPECT_NE(all.find("worker @3"), std::string::npos) << all;
+}
+
 TEST(actor_metrics_text, every_actor_and_scheduler_as_prometheus_text) {
   cluster_inspection c = sample();
   c.nodes[0].actors[0].stage = "odd\"stage\\name";  // label values are escaped
