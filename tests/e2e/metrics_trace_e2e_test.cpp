@@ -230,6 +230,9 @@ TEST(metrics_trace_e2e, metrics_parse_count_every_request_and_agree_with_clients
           s["labels"].value("node", "") == "controller") {
         ++found;
         EXPECT_EQ(s["value"].get<double>(), 0.0) << stage << ": a mailbox not drained after the run";
+        // An engine's actors are named by its instance, as scale --list and the traces name it.
+        const bool engine_actor = std::string(stage) == "scheduler" || std::string(stage) == "worker";
+        EXPECT_EQ(s["labels"].value("instance", ""), engine_actor ? "0" : "") << stage << ": " << s.dump();
       }
     }
     EXPECT_GE(found, 1) << "no mailbox gauge for the " << stage << " stage";
