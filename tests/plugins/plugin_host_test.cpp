@@ -265,6 +265,7 @@ TEST(plugin_chain, each_misbehaving_logits_hook_fails_its_request_and_is_counted
       {12, "ms in its logits hook, over its budget of 50 ms"},
       {13, "for token 8 (a logit is finite, or -inf to mask its token)"},
       {14, "plugin 'misbehaving' masked every token of the vocabulary"},
+      {15, "returned garbage: logit inf for token 3"},
   };
   for (const auto& [first, expected] : cases) {
     logits_case row;
@@ -276,14 +277,17 @@ TEST(plugin_chain, each_misbehaving_logits_hook_fails_its_request_and_is_counted
   }
   logits_case fine;
   EXPECT_FALSE(chain.on_logits({"misbehaving"}, 7, fine.tokens, fine.num_prompt, fine.logits));
+  logits_case one_left;  // every token but the last masked: still a row to sample from
+  one_left.tokens[0] = 16;
+  EXPECT_FALSE(chain.on_logits({"misbehaving"}, 7, one_left.tokens, one_left.num_prompt, one_left.logits));
   // A name the chain does not run fails the request, naming it.
   auto unknown = chain.on_logits({"misbehaving", "other"}, 7, fine.tokens, fine.num_prompt, fine.logits);
   ASSERT_TRUE(unknown);
   EXPECT_NE(unknown->message.find("plugin 'other' is not a logits plugin this worker runs"), std::string::npos);
   const plugin_counters c = chain.counters().at(0);
   EXPECT_EQ(c.hook, "logits");
-  EXPECT_EQ(c.num_calls, 7);
-  EXPECT_EQ(c.num_errors, 5);
+  EXPECT_EQ(c.num_calls, 9);
+  EXPECT_EQ(c.num_errors, 6);
   EXPECT_EQ(c.num_over_budget, 1);
   EXPECT_GE(c.p99_ms, 100.0);
 }

@@ -69,6 +69,13 @@ class misbehaving {
       case 14:
         for (size_t i = 0; i < row.vocab_size; ++i) row.logits[i] = -INFINITY;
         return TROUPE_PLUGIN_OK;
+      case 15:  // +inf is garbage; the -inf masks beside it are not
+        for (size_t i = 0; i + 1 < row.vocab_size; ++i) row.logits[i] = -INFINITY;
+        row.logits[3] = INFINITY;
+        return TROUPE_PLUGIN_OK;
+      case 16:  // one token left unmasked: a valid row
+        for (size_t i = 0; i + 1 < row.vocab_size; ++i) row.logits[i] = -INFINITY;
+        return TROUPE_PLUGIN_OK;
       default: return TROUPE_PLUGIN_OK;
     }
   }
