@@ -3,7 +3,8 @@
 namespace troupe {
 
 caf::behavior controller_presence(caf::event_based_actor*) {
-  // It answers nothing a peer could send: its only use is to be watched.
+  // Its only use is to be watched; CAF ends an actor whose behaviour is empty, so it keeps one
+  // handler that does nothing.
   return {[](stage_owner_atom) {}};
 }
 

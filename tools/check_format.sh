@@ -3,12 +3,12 @@
 # of the repository. The ctest test `format` runs the check; `make format` runs the fix.
 set -euo pipefail
 
-root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+# Usage: check_format.sh [ROOT] [--fix]; ROOT defaults to the repository holding this script.
+root=$(cd "$(dirname "$0")/.." && pwd)
 mode=check
-if [[ ${2:-} == --fix || ${1:-} == --fix ]]; then
-  mode=fix
-  [[ ${1:-} == --fix ]] && root=$(cd "$(dirname "$0")/.." && pwd)
-fi
+for arg in "$@"; do
+  if [[ $arg == --fix ]]; then mode=fix; else root=$arg; fi
+done
 cd "$root"
 
 if ! command -v clang-format >/dev/null; then

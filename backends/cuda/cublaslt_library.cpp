@@ -13,7 +13,10 @@ namespace troupe::cuda {
 
 namespace {
 
-std::atomic<bool> loaded{false};
+// Set once the table is filled; every matmul reads it, so the steady state takes no lock.
+std::atomic<bool> ready{false};
+cublaslt_api api{};
+std::mutex loading;
 
 // The build's own copy first (its toolkit), then the runtime's search path by soname.
 std::vector<std::string> candidates() {
@@ -40,39 +43,36 @@ cublaslt_api load() {
     tried += "\n  " + candidate + ": " + dlerror();
   }
   if (!library) throw cuda_error("cuBLASLt: cannot load the library; tried:" + tried);
-  cublaslt_api api{};
-  resolve(library, "cublasLtCreate", api.create, file);
-  resolve(library, "cublasLtDestroy", api.destroy, file);
-  resolve(library, "cublasLtMatmul", api.matmul, file);
-  resolve(library, "cublasLtMatmulAlgoGetHeuristic", api.algo_get_heuristic, file);
-  resolve(library, "cublasLtMatmulDescCreate", api.desc_create, file);
-  resolve(library, "cublasLtMatmulDescDestroy", api.desc_destroy, file);
-  resolve(library, "cublasLtMatmulDescSetAttribute", api.desc_set_attribute, file);
-  resolve(library, "cublasLtMatmulPreferenceCreate", api.preference_create, file);
-  resolve(library, "cublasLtMatmulPreferenceDestroy", api.preference_destroy, file);
-  resolve(library, "cublasLtMatmulPreferenceSetAttribute", api.preference_set_attribute, file);
-  resolve(library, "cublasLtMatrixLayoutCreate", api.layout_create, file);
-  resolve(library, "cublasLtMatrixLayoutDestroy", api.layout_destroy, file);
+  cublaslt_api table{};
+  resolve(library, "cublasLtCreate", table.create, file);
+  resolve(library, "cublasLtDestroy", table.destroy, file);
+  resolve(library, "cublasLtMatmul", table.matmul, file);
+  resolve(library, "cublasLtMatmulAlgoGetHeuristic", table.algo_get_heuristic, file);
+  resolve(library, "cublasLtMatmulDescCreate", table.desc_create, file);
+  resolve(library, "cublasLtMatmulDescDestroy", table.desc_destroy, file);
+  resolve(library, "cublasLtMatmulDescSetAttribute", table.desc_set_attribute, file);
+  resolve(library, "cublasLtMatmulPreferenceCreate", table.preference_create, file);
+  resolve(library, "cublasLtMatmulPreferenceDestroy", table.preference_destroy, file);
+  resolve(library, "cublasLtMatmulPreferenceSetAttribute", table.preference_set_attribute, file);
+  resolve(library, "cublasLtMatrixLayoutCreate", table.layout_create, file);
+  resolve(library, "cublasLtMatrixLayoutDestroy", table.layout_destroy, file);
   // Never closed: handles and plans made from it live as long as the models that use them.
-  loaded = true;
-  return api;
+  return table;
 }
 
 }  // namespace
 
 const cublaslt_api& cublaslt() {
+  if (ready.load(std::memory_order_acquire)) return api;
   // A failed load is tried again by the next model rather than remembered as a static's exception.
-  static std::mutex mutex;
-  static cublaslt_api api{};
-  static bool ready = false;
-  std::lock_guard lock(mutex);
-  if (!ready) {
+  std::lock_guard lock(loading);
+  if (!ready.load(std::memory_order_relaxed)) {
     api = load();
-    ready = true;
+    ready.store(true, std::memory_order_release);
   }
   return api;
 }
 
-bool cublaslt_loaded() { return loaded; }
+bool cublaslt_loaded() { return ready.load(std::memory_order_acquire); }
 
 }  // namespace troupe::cuda

@@ -24,7 +24,8 @@ struct cublaslt_api {
   decltype(&::cublasLtMatrixLayoutDestroy) layout_destroy;
 };
 
-// The library's entry points, loaded on the first call (thread-safe); throws cuda_error naming
+// The library's entry points, loaded on the first call (thread-safe; later calls take no lock,
+// so a matmul may call it each time); throws cuda_error naming
 // each file it tried and why (dlerror) when none loads or a symbol is missing.
 const cublaslt_api& cublaslt();
 
