@@ -25,11 +25,23 @@ const char* error_code_name(error_code code) {
   return "internal";
 }
 
+namespace {
+constexpr error_code all_error_codes[] = {
+    error_code::bad_request, error_code::unauthorized,     error_code::prompt_too_long,
+    error_code::overloaded,  error_code::slo_unattainable, error_code::duplicate_id,
+    error_code::not_found,   error_code::unavailable,      error_code::internal};
+}  // namespace
+
 std::optional<error_code> error_code_from_name(const std::string& name) {
-  for (auto code : {error_code::bad_request, error_code::unauthorized, error_code::prompt_too_long,
-                    error_code::overloaded, error_code::slo_unattainable, error_code::duplicate_id,
-                    error_code::not_found, error_code::unavailable, error_code::internal}) {
+  for (auto code : all_error_codes) {
     if (name == error_code_name(code)) return code;
+  }
+  return std::nullopt;
+}
+
+std::optional<error_code> error_code_from_value(int value) {
+  for (auto code : all_error_codes) {
+    if (static_cast<int>(code) == value) return code;
   }
   return std::nullopt;
 }

@@ -60,8 +60,11 @@ struct delta_reply {
   std::optional<std::vector<prompt_logprob>> prompt_logprobs;
 };
 
-enum class error_code {
-  bad_request,       // malformed frame, wrong type, unknown field, out-of-range value
+// The project's one error enum: the codes on the wire (by name, docs/protocol.md), the scheduler's
+// refusals (engine/request_error.hpp) and the errors actors answer with (a CAF error category,
+// stages/error_category.hpp). Numbered from 1: CAF reads an error with code 0 as no error.
+enum class error_code : uint8_t {
+  bad_request = 1,   // malformed frame, wrong type, unknown field, out-of-range value
   unauthorized,      // missing or wrong api_key
   prompt_too_long,   // prompt plus max_tokens cannot fit the context
   overloaded,        // the waiting queue is full
@@ -74,6 +77,8 @@ enum class error_code {
 
 const char* error_code_name(error_code code);
 std::optional<error_code> error_code_from_name(const std::string& name);
+// The code numbered `value`, if any: a code read as a number (from another node) is checked here.
+std::optional<error_code> error_code_from_value(int value);
 
 struct error_reply {
   std::string id;  // empty when the request's id could not be read
