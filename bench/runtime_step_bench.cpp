@@ -53,6 +53,7 @@
 #include "engine/served_model.hpp"
 #include "node/topology.hpp"
 #include "stages/detokenize_stage.hpp"
+#include "stages/error_category.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/stage_actors.hpp"
 
@@ -142,6 +143,7 @@ class bench_config : public caf::actor_system_config {
     set("scheduler.policy", caf::atom_from_string(policy));
     set("scheduler.max-threads", static_cast<size_t>(num_threads));
     set("logger.console", caf::atom("none"));
+    troupe::register_error_category(*this);
   }
 };
 

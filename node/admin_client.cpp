@@ -16,6 +16,7 @@
 #include "node/node_inspector.hpp"
 #include "node/tls_middleman.hpp"
 #include "node/topology.hpp"
+#include "stages/error_category.hpp"
 #include "stages/stage_actors.hpp"
 
 namespace troupe {
@@ -49,6 +50,7 @@ class admin_client_config : public caf::actor_system_config {
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(node_heartbeat_interval_ms)});
     // The one answer type that is not built in (drain_node_atom's ids), by the controller's name.
     add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
+    register_error_category(*this);  // the controller answers with the project's errors
   }
 };
 

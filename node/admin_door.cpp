@@ -12,6 +12,7 @@
 #include "node/node_inspector.hpp"
 #include "node/remote_node.hpp"
 #include "node/tls_middleman.hpp"
+#include "stages/error_category.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/stage_actors.hpp"
@@ -38,22 +39,29 @@ caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, c
           [=](scale_add_atom, const std::string& node, const std::string& role_name) -> caf::result<std::string> {
             if (static_cast<int>(added->size()) >= max_added) {
               spdlog::warn("admin: refused to add an engine instance on {}: {} added already", node, added->size());
-              return caf::make_error(caf::sec::runtime_error,
+              return caf::make_error(error_code::overloaded,
                                      "this controller has added " + std::to_string(added->size()) +
                                          " engine instances already, its [cluster] max_added_instances (" +
                                          std::to_string(max_added) + "): drain one of them first");
             }
             spdlog::info("admin: adding a {} engine instance on {}", role_name, node);
+            engine_role role = engine_role::mixed;
             try {
-              const engine_role role = parse_engine_role(role_name);
+              role = parse_engine_role(role_name);
+            } catch (const std::exception& e) {
+              spdlog::warn("admin: adding an engine instance on {} failed: {}", node, e.what());
+              return caf::make_error(error_code::bad_request, std::string(e.what()));
+            }
+            try {
               placed_engine placed = placer->place(node, role);
               added->insert(placed.id);
               if (on_added) on_added();
               const std::string kind = role == engine_role::mixed ? "" : std::string(engine_role_name(role)) + " ";
               return kind + "engine instance " + std::to_string(placed.id) + " on " + node;
             } catch (const std::exception& e) {
+              // The node is unknown, unreachable or refused the placement (no room for the model).
               spdlog::warn("admin: adding an engine instance on {} failed: {}", node, e.what());
-              return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+              return caf::make_error(error_code::unavailable, std::string(e.what()));
             }
           },
           [=](drain_engine_atom drain, engine_instance_id id) -> caf::result<bool> {

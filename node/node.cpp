@@ -41,6 +41,7 @@
 #include "node/stage_owner.hpp"
 #include "node/stage_factories.hpp"
 #include "node/tls_middleman.hpp"
+#include "stages/error_category.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
@@ -65,6 +66,7 @@ class node_config : public caf::actor_system_config, public actor_stats_host {
     set("logger.console", caf::atom("none"));
     for_each_message_type(
         [this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
+    register_error_category(*this);
     register_stage_types(*this);  // the controller spawns its own stages by name too
     if (!needs_cluster(t)) return;
     verify_member_credentials(credentials_in(t.cluster.credentials, t.cluster.name));

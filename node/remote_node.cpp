@@ -28,6 +28,7 @@
 #include "node/stage_factories.hpp"
 #include "node/stage_owner.hpp"
 #include "node/tls_middleman.hpp"
+#include "stages/error_category.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
@@ -100,6 +101,7 @@ class remote_node_config : public caf::actor_system_config, public actor_stats_h
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(node_heartbeat_interval_ms)});
     for_each_message_type(
         [this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
+    register_error_category(*this);
     register_stage_types(
         *this,
         [registry](const std::string& type, const caf::actor& stage) {

@@ -19,6 +19,7 @@
 #include "net/tcp_connect.hpp"
 #include "node/tls_connection.hpp"
 #include "node/tls_doorman.hpp"
+#include "stages/error_category.hpp"
 
 namespace troupe {
 
@@ -159,7 +160,7 @@ caf::io::middleman_actor tls_middleman_of(caf::actor_system& system) {
 caf::expected<uint16_t> tls_publish(caf::actor_system& system, const caf::actor& whom, uint16_t port,
                                     const std::string& host, std::chrono::milliseconds timeout) {
   const caf::io::middleman_actor tls = tls_middleman_of(system);
-  if (!tls) return caf::make_error(caf::sec::runtime_error, "this process has no TLS middleman");
+  if (!tls) return caf::make_error(error_code::internal, "this process has no TLS middleman");
   if (!whom) return caf::make_error(caf::sec::cannot_publish_invalid_actor);
   auto f = caf::make_function_view(tls, caf::duration{timeout});
   return f(caf::publish_atom::value, port, caf::actor_cast<caf::strong_actor_ptr>(whom), system.message_types(whom),
@@ -169,7 +170,7 @@ caf::expected<uint16_t> tls_publish(caf::actor_system& system, const caf::actor&
 caf::expected<caf::actor> tls_remote_actor(caf::actor_system& system, const std::string& host, uint16_t port,
                                            std::chrono::milliseconds timeout) {
   const caf::io::middleman_actor tls = tls_middleman_of(system);
-  if (!tls) return caf::make_error(caf::sec::runtime_error, "this process has no TLS middleman");
+  if (!tls) return caf::make_error(error_code::internal, "this process has no TLS middleman");
   auto f = caf::make_function_view(tls, caf::duration{timeout});
   auto found = f(caf::connect_atom::value, host, port);
   if (!found) return std::move(found.error());

@@ -2,6 +2,7 @@
 
 #include <caf/event_based_actor.hpp>
 
+#include "stages/error_category.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/stage_actors.hpp"
@@ -20,7 +21,7 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_co
             try {
               d = connector->expect(expect.reservation, std::chrono::milliseconds(expect.timeout_ms));
             } catch (const std::exception& e) {
-              return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+              return caf::make_error(error_code::unavailable, std::string(e.what()));
             }
             (*reserved_by)[d.transfer_id] = caf::actor_cast<caf::actor>(self->current_sender());
             return kv_ready_msg{d.request_id,

@@ -11,10 +11,10 @@
 #include <caf/error.hpp>
 #include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
-#include <caf/sec.hpp>
 
 #include "kvtransfer/device_kv_copier.hpp"
 #include "stages/detokenizer_resume.hpp"
+#include "stages/error_category.hpp"
 #include "stages/messages.hpp"
 #include "stages/stage_specs.hpp"
 #include "stages/trace_messages.hpp"
@@ -193,7 +193,7 @@ typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
 // A peer name comes from another node: bounded before anyone keys a communicator by it.
 inline caf::error check_kv_peer(const char* message, const std::string& peer) {
   if (peer.size() <= max_kv_peer_bytes) return caf::none;
-  return caf::make_error(caf::sec::runtime_error, std::string(message) + ": a peer of " + std::to_string(peer.size()) +
+  return caf::make_error(error_code::bad_request, std::string(message) + ": a peer of " + std::to_string(peer.size()) +
                                                       " bytes, at most " + std::to_string(max_kv_peer_bytes));
 }
 template <class Inspector>
@@ -216,7 +216,7 @@ typename Inspector::result_type inspect(Inspector& f, kv_ready_msg& x) {
   return f(caf::meta::type_name("kv_ready_msg"), x.request_id, x.transfer_id, x.endpoint, x.public_key,
            x.kv_pool_handle, x.block_ids, caf::meta::load_callback([&]() -> caf::error {
              if (x.kv_pool_handle.size() > max_kv_pool_handle_bytes) {
-               return caf::make_error(caf::sec::runtime_error,
+               return caf::make_error(error_code::bad_request,
                                       "kv_ready_msg: a kv_pool_handle of " + std::to_string(x.kv_pool_handle.size()) +
                                           " bytes, at most " + std::to_string(max_kv_pool_handle_bytes));
              }
@@ -313,7 +313,18 @@ typename Inspector::result_type inspect(Inspector& f, step_model_report& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_failed& x) {
-  return f(caf::meta::type_name("request_failed"), x.request_id, x.code, x.message);
+  // The code travels as its number and is checked as it is read: a client gets a code it knows.
+  auto code = static_cast<uint8_t>(x.code);
+  return f(caf::meta::type_name("request_failed"), x.request_id, code, x.message,
+           caf::meta::load_callback([&]() -> caf::error {
+             const std::optional<error_code> known = error_code_from_value(code);
+             if (!known) {
+               return caf::make_error(error_code::bad_request, "request_failed: error code " + std::to_string(code) +
+                                                                   " is not one the wire knows");
+             }
+             x.code = *known;
+             return caf::none;
+           }));
 }
 
 template <class Inspector>
@@ -367,7 +378,7 @@ typename Inspector::result_type inspect(Inspector& f, engine_config& x) {
            admission, caf::meta::load_callback([&]() -> caf::error {
              if (policy > static_cast<uint8_t>(scheduling_policy_kind::fair) ||
                  admission > static_cast<uint8_t>(slo_admission_mode::reject)) {
-               return caf::make_error(caf::sec::runtime_error, "engine_config: scheduling policy " +
+               return caf::make_error(error_code::bad_request, "engine_config: scheduling policy " +
                                                                    std::to_string(policy) + " / slo admission " +
                                                                    std::to_string(admission) +
                                                                    " is not one the engine knows");
@@ -411,7 +422,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_spec& x) {
   return f(caf::meta::type_name("worker_spec"), x.model, x.kv_bind_host, x.kv_transfer_timeout_ms, x.draft_model,
            x.ngram, x.pipeline, transport, x.plugins, caf::meta::load_callback([&]() -> caf::error {
              if (transport > static_cast<uint8_t>(kv_transport::nccl)) {
-               return caf::make_error(caf::sec::runtime_error,
+               return caf::make_error(error_code::bad_request,
                                       "worker_spec: kv_transport " + std::to_string(transport) + " is not a transport");
              }
              x.kv_transport = static_cast<troupe::kv_transport>(transport);

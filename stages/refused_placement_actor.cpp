@@ -2,6 +2,7 @@
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
+#include "stages/error_category.hpp"
 #include "stages/stage_actors.hpp"
 
 namespace troupe {
@@ -9,7 +10,7 @@ namespace troupe {
 caf::behavior refused_placement(caf::event_based_actor* self, const std::string& stage, const std::string& reason) {
   spdlog::error("{}: refusing the placement: {}", stage, reason);
   const caf::error refusal =
-      caf::make_error(caf::sec::runtime_error, "this node cannot run the " + stage + ": " + reason);
+      caf::make_error(error_code::unavailable, "this node cannot run the " + stage + ": " + reason);
   self->set_default_handler([self, refusal](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
     // Soon after this answer: the placer has the reason; the stage has nothing else to do.
     self->delayed_send(self, std::chrono::milliseconds(200), caf::exit_msg{self->address(), refusal});

@@ -8,6 +8,7 @@
 #include "stages/engine_router.hpp"
 #include "stages/instance_fan_in.hpp"
 #include "stages/message_inspect.hpp"
+#include "stages/error_category.hpp"
 #include "stages/instrumented_actor.hpp"
 #include "stages/plugin_route_policy.hpp"
 #include "stages/stage_actors.hpp"
@@ -141,13 +142,13 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             },
             [=](caf::error& error) {
               // Cannot happen short of a bug (the frontend is in this process): the requests
-              // could only hang, so they end with the reason.
+              // could only hang, so they end, with the code the frontend's error maps to.
               spdlog::error("router: the frontend did not say what its clients have ({}): failing {} requests",
                             self->system().render(error), ticket.asked.size());
               std::unordered_map<int64_t, int32_t> ended;
               for (int64_t id : ticket.asked) {
                 ended[id] = -1;
-                self->send(frontend, request_failed{id, error_code::internal,
+                self->send(frontend, request_failed{id, wire_code_of(error),
                                                     "its detokenizer was lost and could not be resumed"});
               }
               finish(ended);
@@ -238,7 +239,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             try {
               role = parse_engine_role(role_name);
             } catch (const std::exception& e) {
-              return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+              return caf::make_error(error_code::bad_request, std::string(e.what()));
             }
             const size_t num_waited = router->num_waiting();
             const engine_instance_id id = router->add_instance(node, role, std::move(quantization));

@@ -39,27 +39,29 @@
 #include <caf/behavior.hpp>
 #include <caf/error.hpp>
 #include <caf/event_based_actor.hpp>
-#include <caf/sec.hpp>
 
 #include "engine/engine_config.hpp"
 #include "kvtransfer/kv_connector.hpp"
 #include "stages/engine_router.hpp"
+#include "stages/error_category.hpp"
 #include "plugins/plugin_chain.hpp"
 #include "stages/stage_specs.hpp"
 
 namespace troupe {
 
-// Makes an exception that escapes one of `self`'s handlers end the actor with the exception's
-// message as its exit reason (CAF's default keeps only "runtime_error"), so the node's monitor
-// can say what failed. Every stage actor calls it first.
+// Makes an exception that escapes one of `self`'s handlers end the actor with an `internal` error
+// carrying the exception's message as its exit reason (CAF's default keeps only "runtime_error"),
+// so the node's monitor can say what failed. Errors are values between actors
+// (stages/error_category.hpp); this is the last guard for a bug, not a way to answer. Every stage
+// actor calls it first.
 inline void keep_exception_in_exit_reason(caf::event_based_actor* self) {
   self->set_exception_handler([](std::exception_ptr& thrown) -> caf::error {
     try {
       std::rethrow_exception(thrown);
     } catch (const std::exception& e) {
-      return caf::make_error(caf::sec::runtime_error, std::string(e.what()));
+      return caf::make_error(error_code::internal, std::string(e.what()));
     } catch (...) {
-      return caf::make_error(caf::sec::runtime_error, std::string("an exception that is not a std::exception"));
+      return caf::make_error(error_code::internal, std::string("an exception that is not a std::exception"));
     }
   });
 }

@@ -15,6 +15,7 @@
 
 #include "node/admin_door.hpp"
 #include "node/cluster_credentials.hpp"
+#include "stages/error_category.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
 #include "stages/stage_actors.hpp"
@@ -37,6 +38,7 @@ struct admin_client_config : caf::actor_system_config {
     set("openssl.cafile", files.ca_certificate.string());
     for_each_message_type(
         [this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
+    register_error_category(*this);
   }
 };
 

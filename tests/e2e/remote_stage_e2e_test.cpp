@@ -23,6 +23,7 @@
 #include "engine/served_model.hpp"
 #include "node/cluster_credentials.hpp"
 #include "node/remote_node.hpp"
+#include "stages/error_category.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
 #include "tests/e2e/e2e_support.hpp"
@@ -87,6 +88,7 @@ struct controller_config : caf::actor_system_config {
     set("openssl.cafile", files.ca_certificate.string());
     for_each_message_type(
         [this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
+    register_error_category(*this);
   }
 };
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "node/stage_factories.hpp"
+#include "stages/error_category.hpp"
 #include "stages/message_inspect.hpp"
 #include "stages/message_types.hpp"
 #include "stages/stage_actors.hpp"
@@ -44,6 +45,7 @@ TEST(worker_kv_transport, a_worker_that_cannot_carry_its_transport_refuses_to_sp
   caf::actor_system_config config;
   for_each_message_type(
       [&](auto type, const char* name) { config.add_message_type<typename decltype(type)::type>(name); });
+  register_error_category(config);
   caf::actor_system system(config);
   for (kv_transport transport : {kv_transport::cuda_ipc, kv_transport::nccl}) {
     SCOPED_TRACE(std::string(kv_transport_name(transport)));
