@@ -50,25 +50,23 @@ add_request_result llm_engine::add_request(std::vector<int32_t> prompt_ids, samp
   const int vocab = model_->config().vocab_size;
   for (int32_t t : prompt_ids) {
     if (t < 0 || t >= vocab) {
-      return {-1, request_error{request_error_code::invalid_request, "prompt token id " + std::to_string(t) +
-                                                                         " is outside the vocabulary of " +
-                                                                         std::to_string(vocab)}};
+      return {-1, request_error{error_code::bad_request, "prompt token id " + std::to_string(t) +
+                                                             " is outside the vocabulary of " + std::to_string(vocab)}};
     }
   }
   for (int32_t t : resumed_output_ids) {
     if (t < 0 || t >= vocab) {
-      return {-1, request_error{request_error_code::invalid_request, "resumed output token id " + std::to_string(t) +
-                                                                         " is outside the vocabulary of " +
-                                                                         std::to_string(vocab)}};
+      return {-1, request_error{error_code::bad_request, "resumed output token id " + std::to_string(t) +
+                                                             " is outside the vocabulary of " + std::to_string(vocab)}};
     }
   }
   if (is_guided(params)) {
     if (!runner_.has_vocabulary()) {
-      return {-1, request_error{request_error_code::invalid_request,
+      return {-1, request_error{error_code::bad_request,
                                 "structured output needs the tokenizer's vocabulary (llm_engine::set_vocabulary)"}};
     }
     if (auto problem = check_guided_decoding(params)) {
-      return {-1, request_error{request_error_code::invalid_request, problem->field + " " + problem->problem}};
+      return {-1, request_error{error_code::bad_request, problem->field + " " + problem->problem}};
     }
   }
   const int64_t id = next_request_id_;

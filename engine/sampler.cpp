@@ -24,7 +24,7 @@ double to_unit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-
 
 }  // namespace
 
-std::string check_sampling_params(const sampling_params& p) {
+std::optional<std::string> check_sampling_params(const sampling_params& p) {
   // The context bound is the scheduler's to check (prompt + max_tokens against max_model_len).
   if (auto problem = validate_sampling_params(p, protocol_limits{})) return problem->field + " " + problem->problem;
   if (p.top_k < 0) return "top_k: -1 (off) must be normalized to 0 before it reaches the engine";

@@ -6,6 +6,7 @@
 // request samples the same tokens whatever else shares its batch.
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -29,10 +30,10 @@ struct sample_context {
   std::span<const uint64_t> allowed_bits;  // [vocab / 64] the same set, when at hand (or empty)
 };
 
-// An empty string when `params` are usable, otherwise what is wrong with them: the doors' one
-// check (validate_sampling_params, protocol/sampling_params.hpp), and that they were normalized
-// (top_k -1 made 0), as every door and `troupe generate` do before a request reaches the engine.
-std::string check_sampling_params(const sampling_params& params);
+// What is wrong with `params`, or nothing when they are usable: the doors' one check
+// (validate_sampling_params, protocol/sampling_params.hpp), and that they were normalized (top_k
+// -1 made 0), as every door and `troupe generate` do before a request reaches the engine.
+std::optional<std::string> check_sampling_params(const sampling_params& params);
 bool uses_penalties(const sampling_params& params);
 
 class sampler {

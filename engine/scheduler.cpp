@@ -26,12 +26,10 @@ std::optional<request_error> scheduler::check_request(int64_t request_id, int nu
                                                       const sampling_params& params,
                                                       std::span<const int32_t> resumed_output_ids) const {
   auto invalid = [&](std::string why) {
-    return request_error{request_error_code::invalid_request,
-                         "request " + std::to_string(request_id) + ": " + std::move(why)};
+    return request_error{error_code::bad_request, "request " + std::to_string(request_id) + ": " + std::move(why)};
   };
   if (sequences_.count(request_id) != 0) {
-    return request_error{request_error_code::duplicate_id,
-                         "request " + std::to_string(request_id) + " is already live"};
+    return request_error{error_code::duplicate_id, "request " + std::to_string(request_id) + " is already live"};
   }
   if (num_prompt_tokens == 0) return invalid("the prompt is empty");
   const int num_resumed = static_cast<int>(resumed_output_ids.size());
@@ -41,8 +39,8 @@ std::optional<request_error> scheduler::check_request(int64_t request_id, int nu
     return invalid("the prompt has " + std::to_string(num_prompt_tokens) + " tokens" + resumed +
                    ", leaving no room to generate within max_model_len " + std::to_string(config_.max_model_len));
   }
-  if (std::string why = check_sampling_params(params); !why.empty()) return invalid(why);
-  if (std::string why = check_resumed_outputs(resumed_output_ids, params); !why.empty()) return invalid(why);
+  if (auto why = check_sampling_params(params)) return invalid(std::move(*why));
+  if (auto why = check_resumed_outputs(resumed_output_ids, params)) return invalid(std::move(*why));
   // A sequence must fit the pool alone, or it could be preempted forever. Behind a sliding
   // window it holds at most the window and a step's tokens (and one block each side of them).
   const int64_t most_tokens =
@@ -56,15 +54,15 @@ std::optional<request_error> scheduler::check_request(int64_t request_id, int nu
                    std::to_string(kv_.num_blocks()));
   }
   if (num_waiting() >= config_.max_waiting_requests) {
-    return request_error{request_error_code::overloaded,
-                         "request " + std::to_string(request_id) + ": the waiting queue is full (" +
-                             std::to_string(config_.max_waiting_requests) + " requests)"};
+    return request_error{error_code::overloaded, "request " + std::to_string(request_id) +
+                                                     ": the waiting queue is full (" +
+                                                     std::to_string(config_.max_waiting_requests) + " requests)"};
   }
   return std::nullopt;
 }
 
-std::string scheduler::check_resumed_outputs(std::span<const int32_t> resumed_output_ids,
-                                             const sampling_params& params) const {
+std::optional<std::string> scheduler::check_resumed_outputs(std::span<const int32_t> resumed_output_ids,
+                                                            const sampling_params& params) const {
   const int num_resumed = static_cast<int>(resumed_output_ids.size());
   // A request with that many outputs has already ended with finish_reason length: resuming it
   // would send a second final. The router that resumes requests never holds one such.
@@ -107,9 +105,9 @@ std::optional<request_error> scheduler::add_request(int64_t request_id, std::vec
   seq->targets = std::move(targets);
   // A role receive request's prompt is computed elsewhere: its TTFT is not this queue's to judge.
   if (config_.slo_admission == slo_admission_mode::reject && kv.role != kv_role::receive) {
-    if (std::string why = policy_->refusal(*seq, waiting_, running_, clock_now()); !why.empty()) {
+    if (auto why = policy_->refusal(*seq, waiting_, running_, clock_now())) {
       ++num_slo_rejections_;
-      return request_error{request_error_code::slo_unattainable, std::move(why)};
+      return request_error{error_code::slo_unattainable, std::move(*why)};
     }
   }
   ++next_arrival_order_;
@@ -414,8 +412,8 @@ sequence_status scheduler::stop_status(const sequence& seq, int32_t token_id) co
   return stop_status(seq.params(), token_id, seq.num_output_tokens(), seq.num_tokens());
 }
 
-std::string scheduler::entry_token_count(const step_outline& plan, const planned_sequence& s, const step_result& result,
-                                         size_t next, size_t& count) const {
+std::optional<std::string> scheduler::entry_token_count(const step_outline& plan, const planned_sequence& s,
+                                                        const step_result& result, size_t next, size_t& count) const {
   const std::string step = "step " + std::to_string(plan.step_id);
   count = 0;
   if (!s.sample) return {};
@@ -458,7 +456,7 @@ std::string scheduler::entry_token_count(const step_outline& plan, const planned
   return {};
 }
 
-std::string scheduler::check_result(const step_outline& plan, const step_result& result) const {
+std::optional<std::string> scheduler::check_result(const step_outline& plan, const step_result& result) const {
   if (result.step_id != plan.step_id) {
     return "the result of step " + std::to_string(result.step_id) + " came back for step " +
            std::to_string(plan.step_id);
@@ -466,7 +464,7 @@ std::string scheduler::check_result(const step_outline& plan, const step_result&
   size_t next_token = 0;
   for (const planned_sequence& s : plan.sequences) {
     size_t count = 0;
-    if (std::string why = entry_token_count(plan, s, result, next_token, count); !why.empty()) return why;
+    if (auto why = entry_token_count(plan, s, result, next_token, count)) return why;
     next_token += count;
   }
   if (next_token != result.tokens.size()) {
@@ -481,8 +479,8 @@ std::string scheduler::check_result(const step_outline& plan, const step_result&
 
 std::vector<token_delta> scheduler::update(const step_outline& plan, const step_result& result) {
   // All checks first: a result refused halfway would leave some sequences advanced and others not.
-  if (std::string why = check_result(plan, result); !why.empty()) {
-    throw std::invalid_argument("scheduler: " + why);
+  if (auto why = check_result(plan, result)) {
+    throw std::invalid_argument("scheduler: " + *why);
   }
   std::vector<token_delta> deltas;
   deltas.reserve(result.tokens.size());

@@ -75,8 +75,8 @@ class scheduler {
   step_plan schedule();
   // Why `result` cannot be the outcome of `step` (another step's id, a token for a request the
   // step did not sample, one missing or duplicated, out of plan order, a token id outside the
-  // vocabulary, logprob lists of unequal length), or an empty string when it can. Changes nothing.
-  std::string check_result(const step_outline& step, const step_result& result) const;
+  // vocabulary, logprob lists of unequal length), or nothing when it can. Changes nothing.
+  std::optional<std::string> check_result(const step_outline& step, const step_result& result) const;
   // Applies a step's outcome: advances computed tokens, appends sampled tokens, finishes and
   // frees sequences. Entries for requests aborted or preempted since the plan are ignored.
   // A result check_result refuses throws std::invalid_argument before anything changes.
@@ -134,8 +134,9 @@ class scheduler {
  private:
   std::optional<request_error> check_request(int64_t request_id, int num_prompt_tokens, const sampling_params& params,
                                              std::span<const int32_t> resumed_output_ids) const;
-  // Why `resumed_output_ids` cannot be the outputs of a request still running, or "".
-  std::string check_resumed_outputs(std::span<const int32_t> resumed_output_ids, const sampling_params& params) const;
+  // Why `resumed_output_ids` cannot be the outputs of a request still running, or nothing.
+  std::optional<std::string> check_resumed_outputs(std::span<const int32_t> resumed_output_ids,
+                                                   const sampling_params& params) const;
   engine_clock::time_point clock_now() const { return clock_ ? clock_() : engine_clock::now(); }
   scheduled_sequence plan_entry(const sequence& seq, int num_new_tokens, int num_draft_slots) const;
   // Speculative decoding: the drafts a request asks for per step (its own choice, or the
@@ -144,9 +145,9 @@ class scheduler {
   // Draft slots for an entry of `num_new_tokens` (0 unless it samples), within what is left of
   // the budget, max_tokens and max_model_len.
   int draft_slots(const sequence& seq, int num_new_tokens, int budget_left) const;
-  // How many of `result`'s tokens from `next` on belong to `entry`, or why they cannot.
-  std::string entry_token_count(const step_outline& step, const planned_sequence& entry, const step_result& result,
-                                size_t next, size_t& count) const;
+  // How many of `result`'s tokens from `next` on belong to `entry` (in `count`), or why they cannot.
+  std::optional<std::string> entry_token_count(const step_outline& step, const planned_sequence& entry,
+                                               const step_result& result, size_t next, size_t& count) const;
   static void mark_scheduled(sequence& seq, const scheduled_sequence& entry);
   // Sliding-window models (config_.kv_window > 0): gives back the sequence's blocks that no query
   // to come attends to.

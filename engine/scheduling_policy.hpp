@@ -16,6 +16,7 @@
 
 #include <climits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,10 @@ class scheduling_policy {
   // `seq` joined the waiting queue for the first time.
   virtual void arrived(const sequence& /*seq*/) {}
   // Why `seq`, about to be queued behind `waiting` and `running`, should be refused at once
-  // (overloaded), or "" to queue it. Only the slo policy refuses, and only when asked to.
-  virtual std::string refusal(const sequence& /*seq*/, const std::vector<sequence*>& /*waiting*/,
-                              const std::vector<sequence*>& /*running*/, engine_clock::time_point /*now*/) const {
+  // (overloaded), or nothing to queue it. Only the slo policy refuses, and only when asked to.
+  virtual std::optional<std::string> refusal(const sequence& /*seq*/, const std::vector<sequence*>& /*waiting*/,
+                                             const std::vector<sequence*>& /*running*/,
+                                             engine_clock::time_point /*now*/) const {
     return {};
   }
   // `seq` ended (finished, aborted or handed off) and leaves the scheduler.

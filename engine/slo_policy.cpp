@@ -88,8 +88,9 @@ int slo_policy::prefill_token_cap(const step_shape& decodes, double tightest_tpo
   return std::max(lo, config_.block_size);
 }
 
-std::string slo_policy::refusal(const sequence& seq, const std::vector<sequence*>& waiting,
-                                const std::vector<sequence*>& running, engine_clock::time_point now) const {
+std::optional<std::string> slo_policy::refusal(const sequence& seq, const std::vector<sequence*>& waiting,
+                                               const std::vector<sequence*>& running,
+                                               engine_clock::time_point now) const {
   if (seq.targets.ttft_ms <= 0) return {};
   // Everything queued now is prefilled before it or alongside it, a budget per step, while the
   // running decodes ride in every step. HRRN may let it pass some of them; counting them all

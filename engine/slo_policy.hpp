@@ -14,6 +14,7 @@
 // Early rejection (engine_config::slo_admission "reject"): refusal() tells a request whose TTFT
 // target cannot be met given the prefill queued ahead of it and the predicted step times.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,10 @@ class slo_policy : public scheduling_policy {
   // The predicted duration of one step that spends the whole token budget on prefill.
   double full_step_seconds() const;
   // Why `seq` (not yet queued, with a TTFT target) cannot meet its target behind the prefill of
-  // `waiting` and `running`, or "" when it can, or has no target. `now` is when it is decided.
-  std::string refusal(const sequence& seq, const std::vector<sequence*>& waiting, const std::vector<sequence*>& running,
-                      engine_clock::time_point now) const override;
+  // `waiting` and `running`, or nothing when it can, or has no target. `now` is when it is decided.
+  std::optional<std::string> refusal(const sequence& seq, const std::vector<sequence*>& waiting,
+                                     const std::vector<sequence*>& running,
+                                     engine_clock::time_point now) const override;
 
  private:
   // Predicted seconds to prefill `num_tokens` after `num_computed`, in budget-sized chunks.

@@ -13,16 +13,6 @@ namespace troupe {
 
 namespace {
 
-error_code to_error_code(request_error_code code) {
-  switch (code) {
-    case request_error_code::overloaded: return error_code::overloaded;
-    case request_error_code::slo_unattainable: return error_code::slo_unattainable;
-    case request_error_code::duplicate_id: return error_code::duplicate_id;
-    case request_error_code::invalid_request: return error_code::bad_request;
-  }
-  return error_code::internal;
-}
-
 constexpr size_t max_early_aborts = 4096;
 constexpr size_t max_handed_off = 4096;
 
@@ -74,7 +64,7 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
           scheduler_.add_request(request.request_id, std::move(request.prompt_ids), std::move(request.sampling),
                                  request.priority, engine_clock::time_point(std::chrono::nanoseconds(received)),
                                  request.resumed_output_ids, request.kv, request.targets)) {
-    out.refusals.push_back(request_failed{request.request_id, to_error_code(error->code), error->message});
+    out.refusals.push_back(request_failed{request.request_id, error->code, error->message});
     return out;
   }
   handed_off_.erase(request.request_id);  // a new run of the id: its aborts are its own
@@ -143,9 +133,9 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
   std::string failure;
   if (!done.error.empty()) {
     failure = "the worker failed a step: " + done.error;
-  } else if (std::string why = scheduler_.check_result(plan, done.result); !why.empty()) {
+  } else if (auto why = scheduler_.check_result(plan, done.result)) {
     // Refused whole, before anything changed: applying part of it would corrupt other requests.
-    failure = "the worker returned a malformed step result: " + why;
+    failure = "the worker returned a malformed step result: " + *why;
   }
   if (!failure.empty()) {
     // The step's requests cannot trust their KV any more. Nor can a later request trust a cached

@@ -126,11 +126,11 @@ TEST(llm_engine, refuses_bad_requests_with_a_reason) {
   llm_engine engine(echo_model(8, 4, &raw), config, std::nullopt, 1);
   auto out_of_vocab = engine.add_request({5, vocab}, greedy(2));
   ASSERT_FALSE(out_of_vocab.ok());
-  EXPECT_EQ(out_of_vocab.error->code, request_error_code::invalid_request);
+  EXPECT_EQ(out_of_vocab.error->code, error_code::bad_request);
   ASSERT_TRUE(engine.add_request({5, 6}, greedy(2)).ok());
   auto full = engine.add_request({5, 6}, greedy(2));
   ASSERT_FALSE(full.ok());
-  EXPECT_EQ(full.error->code, request_error_code::overloaded);
+  EXPECT_EQ(full.error->code, error_code::overloaded);
   run(engine);
 }
 

@@ -353,7 +353,7 @@ TEST(resumed_request_scheduler, refuses_resumed_outputs_of_a_request_that_cannot
   for (const refusal_case& c : cases) {
     auto error = sched.add_request(1, make_prompt(8), c.params, 0, engine_clock::now(), c.resumed);
     ASSERT_TRUE(error.has_value()) << c.name;
-    EXPECT_EQ(error->code, request_error_code::invalid_request) << c.name;
+    EXPECT_EQ(error->code, error_code::bad_request) << c.name;
     EXPECT_NE(error->message.find(c.expected), std::string::npos) << c.name << ": " << error->message;
     EXPECT_EQ(sched.num_waiting(), 0) << c.name;
   }

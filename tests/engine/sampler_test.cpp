@@ -274,18 +274,18 @@ TEST(sampler, logprobs_are_the_raw_log_softmax) {
 
 TEST(sampler, checks_parameters) {
   sampling_params p;
-  EXPECT_EQ(check_sampling_params(p), "");
+  EXPECT_EQ(check_sampling_params(p), std::nullopt);
   p.top_p = 1.5f;
-  EXPECT_NE(check_sampling_params(p), "");
+  EXPECT_NE(check_sampling_params(p), std::nullopt);
   p = {};
   p.temperature = -1.0f;
-  EXPECT_NE(check_sampling_params(p), "");
+  EXPECT_NE(check_sampling_params(p), std::nullopt);
   p = {};
   p.max_tokens = 0;
-  EXPECT_NE(check_sampling_params(p), "");
+  EXPECT_NE(check_sampling_params(p), std::nullopt);
   p = {};
   p.repetition_penalty = 0.0f;
-  EXPECT_NE(check_sampling_params(p), "");
+  EXPECT_NE(check_sampling_params(p), std::nullopt);
   p = {};
   p.stop = {"ok", ""};
   EXPECT_EQ(check_sampling_params(p), "stop[1] is empty");

@@ -191,7 +191,7 @@ TEST(scheduler, full_waiting_queue_answers_overloaded) {
   ASSERT_FALSE(s->add_request(2, make_prompt(3), greedy(2)));
   auto error = s->add_request(3, make_prompt(3), greedy(2));
   ASSERT_TRUE(error.has_value());
-  EXPECT_EQ(error->code, request_error_code::overloaded);
+  EXPECT_EQ(error->code, error_code::overloaded);
   EXPECT_EQ(s->find(3), nullptr);
   step_plan plan = s->schedule();  // both admitted: the queue has room again
   s->update(plan, fake_run(plan));
@@ -202,14 +202,14 @@ TEST(scheduler, full_waiting_queue_answers_overloaded) {
 
 TEST(scheduler, refuses_requests_that_can_never_run) {
   auto s = create_scheduler(4, 4, 8192, 128, true, 1024, /*max_model_len=*/32);
-  EXPECT_EQ(s->add_request(1, {}, greedy(2))->code, request_error_code::invalid_request);
-  EXPECT_EQ(s->add_request(2, make_prompt(32), greedy(2))->code, request_error_code::invalid_request);
-  EXPECT_EQ(s->add_request(3, make_prompt(10), greedy(10))->code, request_error_code::invalid_request);  // > 4 blocks
+  EXPECT_EQ(s->add_request(1, {}, greedy(2))->code, error_code::bad_request);
+  EXPECT_EQ(s->add_request(2, make_prompt(32), greedy(2))->code, error_code::bad_request);
+  EXPECT_EQ(s->add_request(3, make_prompt(10), greedy(10))->code, error_code::bad_request);  // > 4 blocks
   sampling_params bad = greedy(2);
   bad.top_p = 0.0f;
-  EXPECT_EQ(s->add_request(4, make_prompt(3), bad)->code, request_error_code::invalid_request);
+  EXPECT_EQ(s->add_request(4, make_prompt(3), bad)->code, error_code::bad_request);
   ASSERT_FALSE(s->add_request(5, make_prompt(3), greedy(2)));
-  EXPECT_EQ(s->add_request(5, make_prompt(3), greedy(2))->code, request_error_code::duplicate_id);
+  EXPECT_EQ(s->add_request(5, make_prompt(3), greedy(2))->code, error_code::duplicate_id);
   EXPECT_EQ(s->num_waiting(), 1);
 }
 

@@ -249,7 +249,7 @@ TEST(scheduling_policy, slo_refuses_at_once_a_request_whose_ttft_cannot_be_met) 
     EXPECT_FALSE(untargeted);
     if (admission == "reject") {
       ASSERT_TRUE(refused);
-      EXPECT_EQ(refused->code, request_error_code::slo_unattainable);
+      EXPECT_EQ(refused->code, error_code::slo_unattainable);
       EXPECT_NE(refused->message.find("TTFT target of 200 ms cannot be met"), std::string::npos) << refused->message;
       EXPECT_EQ(s->find(100), nullptr);
       EXPECT_EQ(s->num_slo_rejections(), 1);

@@ -86,7 +86,7 @@ TEST(served_model, a_context_past_the_served_bound_is_capped_from_the_model_and_
   EXPECT_EQ(served->max_model_len, max_served_model_len);
   sampling_params whole_context;
   whole_context.max_tokens = served->max_model_len;
-  EXPECT_EQ(check_sampling_params(whole_context), "");
+  EXPECT_EQ(check_sampling_params(whole_context), std::nullopt);
 
   spec.max_model_len = max_served_model_len + 1;
   try {
