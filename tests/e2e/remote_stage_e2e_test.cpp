@@ -263,9 +263,17 @@ TEST_F(remote_stage_e2e, a_stage_whose_spec_names_a_missing_file_ends_and_the_no
   // The stage fails loading, on the node: it refuses its placement, answering its placer's first
   // question with the reason (naming the file), and then ends.
   std::string refusal;
+  std::optional<error_code> code;
   self->request(*tokenizer, request_timeout, loaded_atom::value)
-      .receive([&](bool) { refusal = "loaded"; }, [&](caf::error& e) { refusal = system.render(e); });
+      .receive([&](bool) { refusal = "loaded"; },
+               [&](caf::error& e) {
+                 refusal = system.render(e);
+                 if (e.category() == error_category) code = wire_code_of(e);
+               });
   EXPECT_NE(refusal.find("this node cannot run the tokenizer"), std::string::npos) << refusal;
+  // The node's error crosses as the project's: its code survives, and this process renders it.
+  EXPECT_EQ(code, error_code::unavailable) << refusal;
+  EXPECT_EQ(refusal.rfind("unavailable: this node cannot run the tokenizer", 0), 0u) << refusal;
   EXPECT_NE(refusal.find("/nonexistent/troupe-model"), std::string::npos) << refusal;
   EXPECT_TRUE(log_shows(*node_, "stage tokenizer ended")) << node_->log();
   EXPECT_NE(node_->log().find("/nonexistent/troupe-model"), std::string::npos) << node_->log();
