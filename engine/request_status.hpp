@@ -22,6 +22,19 @@ inline bool is_finished(sequence_status status) {
          status == sequence_status::finished_aborted;
 }
 
+inline std::string_view sequence_status_name(sequence_status status) {
+  switch (status) {
+    case sequence_status::waiting: return "waiting";
+    case sequence_status::running: return "running";
+    case sequence_status::waiting_for_kv: return "waiting_for_kv";
+    case sequence_status::preempted: return "preempted";
+    case sequence_status::finished_stopped: return "finished_stopped";
+    case sequence_status::finished_length: return "finished_length";
+    case sequence_status::finished_aborted: return "finished_aborted";
+  }
+  return "unknown";
+}
+
 inline finish_reason finish_reason_of(sequence_status status) {
   switch (status) {
     case sequence_status::finished_stopped: return finish_reason::stop;

@@ -101,8 +101,7 @@ std::optional<request_error> scheduler::add_request(int64_t request_id, std::vec
     return error;
   }
   auto seq = std::make_unique<sequence>(request_id, std::move(prompt_ids), std::move(params), priority,
-                                        next_arrival_order_, arrival, resumed_output_ids, kv);
-  seq->targets = std::move(targets);
+                                        next_arrival_order_, arrival, resumed_output_ids, kv, std::move(targets));
   // A role receive request's prompt is computed elsewhere: its TTFT is not this queue's to judge.
   if (config_.slo_admission == slo_admission_mode::reject && kv.role != kv_role::receive) {
     if (auto why = policy_->refusal(*seq, waiting_, running_, clock_now())) {
@@ -136,7 +135,7 @@ step_plan scheduler::schedule() {
   for (const sequence* seq : running_) {
     if (!is_decoding(*seq)) continue;
     decodes.add(1, seq->num_scheduled_tokens());
-    const double tpot_s = seq->targets.tpot_ms / 1000.0;
+    const double tpot_s = seq->targets().tpot_ms / 1000.0;
     if (tpot_s > 0 && (tightest_tpot_s == 0 || tpot_s < tightest_tpot_s)) tightest_tpot_s = tpot_s;
   }
   int prefill_left = policy_->prefill_token_cap(decodes, tightest_tpot_s);
@@ -153,12 +152,12 @@ step_plan scheduler::schedule() {
       continue;
     }
     release_behind_window(*seq);
-    int slots = draft_slots(*seq, num_new, budget - num_new);
+    int slots = draft_slots(*seq, seq->num_scheduled_tokens(), num_new, budget - num_new);
     // Drafts are a bet on speed: when their blocks are not free, the entry goes without them.
-    if (slots > 0 && !kv_.can_append(seq->blocks, seq->num_scheduled_tokens() + num_new + slots)) slots = 0;
+    if (slots > 0 && !kv_.can_append(seq->blocks(), seq->num_scheduled_tokens() + num_new + slots)) slots = 0;
     const int needed = seq->num_scheduled_tokens() + num_new + slots;
     bool preempted_self = false;
-    while (!kv_.can_append(seq->blocks, needed)) {
+    while (!kv_.can_append(seq->blocks(), needed)) {
       sequence* victim = running_.back();
       preempt(victim, plan);
       preempted_any = true;
@@ -168,9 +167,9 @@ step_plan scheduler::schedule() {
       }
     }
     if (preempted_self) break;
-    kv_.append(seq->blocks, needed);
+    kv_.append(seq->blocks(), needed);
     plan.sequences.push_back(plan_entry(*seq, num_new, slots));
-    mark_scheduled(*seq, plan.sequences.back());
+    seq->planned(plan.sequences.back());
     policy_->charge(*seq, num_new);
     budget -= num_new + slots;
     if (prefill) prefill_left -= num_new;
@@ -180,24 +179,21 @@ step_plan scheduler::schedule() {
   // Admitting while preempting would only swap one sequence's blocks for another's.
   while (!preempted_any && !waiting_.empty() && num_running() + num_waiting_for_kv() < config_.max_num_seqs) {
     sequence* seq = policy_->next_waiting(waiting_);
-    if (seq->kv().role == kv_role::receive) {
+    // A receive request that ran and was preempted since is recomputed from its tokens like any
+    // other: its KV came once.
+    if (seq->kv().role == kv_role::receive && seq->status() == sequence_status::waiting) {
       // Fresh blocks, not the prefix cache's: the import writes into them, and a cached block
       // may be shared with running requests. The KV costs no compute, so no budget. Tokens
       // handed over already (the prefill side may be quicker than this admission) are not part
       // of the KV: they are the next step's input.
-      const int needed = seq->num_tokens() - seq->num_handed_over_tokens;
+      const int needed = seq->num_tokens() - seq->num_handed_over_tokens();
       if (!kv_.can_allocate(prefix_hit{}, needed)) break;
-      kv_.allocate(seq->blocks, prefix_hit{}, needed);
-      seq->num_kv_tokens = needed;
-      seq->status = sequence_status::waiting_for_kv;
-      if (!seq->timeline.scheduled) {
-        seq->timeline.scheduled = true;
-        seq->timeline.first_scheduled = now;
-      }
+      kv_.allocate(seq->blocks(), prefix_hit{}, needed);
+      seq->reserve_kv(needed, now);
       erase_waiting(seq);
       waiting_for_kv_.push_back(seq);
       new_kv_reservations_.push_back(
-          kv_reservation{seq->request_id(), seq->kv().transfer_id, seq->blocks.block_ids, needed, seq->kv().peer});
+          kv_reservation{seq->request_id(), seq->kv().transfer_id, seq->blocks().block_ids, needed, seq->kv().peer});
       continue;
     }
     if (budget <= 0 || prefill_left <= 0) break;
@@ -205,7 +201,7 @@ step_plan scheduler::schedule() {
     // logits (until the first token carried them): a cached prefix would skip them.
     const bool every_prompt_row = seq->params().pooling == pooling_kind::mean ||
                                   (seq->params().prompt_logprobs >= 0 && seq->num_output_tokens() == 0);
-    prefix_hit hit = every_prompt_row ? prefix_hit{} : kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes);
+    prefix_hit hit = every_prompt_row ? prefix_hit{} : kv_.find_cached_prefix(seq->token_ids(), seq->block_hashes());
     // Behind a sliding window a sequence is admitted with what fits the window: a longer hit
     // would hold more blocks than a pool sized for the window may have (its head is released
     // only after the first step). Its leading blocks are as good a prefix, recomputed beyond.
@@ -214,24 +210,15 @@ step_plan scheduler::schedule() {
     int needed = hit.num_tokens + num_new;
     if (!kv_.can_allocate(hit, needed)) break;  // strict order: nobody jumps the head
     // A prompt whose last chunk runs now may already speculate on its first outputs.
-    seq->num_computed_tokens = hit.num_tokens;
-    int slots = draft_slots(*seq, num_new, budget - num_new);
+    int slots = draft_slots(*seq, hit.num_tokens, num_new, budget - num_new);
     if (slots > 0 && !kv_.can_allocate(hit, needed + slots)) slots = 0;
     needed += slots;
-    kv_.allocate(seq->blocks, hit, needed);
-    seq->num_computed_tokens = hit.num_tokens;
-    if (!seq->timeline.scheduled) {
-      seq->timeline.scheduled = true;
-      seq->timeline.first_scheduled = now;
-      // Usage counts cached tokens among the prompt's; a resumed request's hit may go further.
-      seq->num_cached_tokens = std::min(hit.num_tokens, seq->num_prompt_tokens());
-    }
-    seq->status = sequence_status::running;
-    seq->admitted_step = plan.step_id;
+    kv_.allocate(seq->blocks(), hit, needed);
+    seq->admit(hit.num_tokens, plan.step_id, now);
     erase_waiting(seq);
     insert_running(seq);
     plan.sequences.push_back(plan_entry(*seq, num_new, slots));
-    mark_scheduled(*seq, plan.sequences.back());
+    seq->planned(plan.sequences.back());
     policy_->charge(*seq, num_new);
     budget -= num_new + slots;
     prefill_left -= num_new;
@@ -269,12 +256,12 @@ void scheduler::erase_waiting(sequence* seq) { waiting_.erase(std::find(waiting_
 bool scheduler::ends_with_pending_sample(const sequence& seq) const {
   // The step in flight samples this sequence's last token: a further token would only be
   // thrown away, and could need a block beyond what the request was admitted for.
-  if (seq.num_pending_samples == 0) return false;
+  if (seq.num_pending_samples() == 0) return false;
   // A prefill-only request is handed off after the sample in flight.
   if (seq.kv().role == kv_role::send) return true;
   // How many tokens a speculating request gains is known only from the result.
   if (requested_drafts(seq) > 0) return true;
-  return seq.num_output_tokens() + seq.num_pending_samples >= seq.params().max_tokens ||
+  return seq.num_output_tokens() + seq.num_pending_samples() >= seq.params().max_tokens ||
          seq.num_expected_tokens() >= config_.max_model_len;
 }
 
@@ -285,12 +272,12 @@ int scheduler::requested_drafts(const sequence& seq) const {
   return std::min(asked < 0 ? config_.num_speculative_tokens : asked, config_.max_speculative_tokens);
 }
 
-int scheduler::draft_slots(const sequence& seq, int num_new_tokens, int budget_left) const {
+int scheduler::draft_slots(const sequence& seq, int first_new_token, int num_new_tokens, int budget_left) const {
   int slots = requested_drafts(seq);
-  if (slots <= 0 || seq.num_scheduled_tokens() + num_new_tokens != seq.num_expected_tokens()) return 0;
+  if (slots <= 0 || first_new_token + num_new_tokens != seq.num_expected_tokens()) return 0;
   // This step yields up to slots + 1 outputs: they must fit max_tokens and max_model_len.
   slots = std::min(slots, budget_left);
-  slots = std::min(slots, seq.params().max_tokens - seq.num_output_tokens() - seq.num_pending_samples - 1);
+  slots = std::min(slots, seq.params().max_tokens - seq.num_output_tokens() - seq.num_pending_samples() - 1);
   slots = std::min(slots, config_.max_model_len - seq.num_expected_tokens() - 1);
   return std::max(slots, 0);
 }
@@ -309,11 +296,11 @@ scheduled_sequence scheduler::plan_entry(const sequence& seq, int num_new_tokens
     s.new_token_ids.push_back(-1);
     s.input_from_previous_sample = true;
   }
-  const auto& blocks = seq.blocks.block_ids;
-  s.block_table_start = std::min(seq.num_blocks_on_worker, static_cast<int>(blocks.size()));
+  const auto& blocks = seq.blocks().block_ids;
+  s.block_table_start = std::min(seq.num_blocks_on_worker(), static_cast<int>(blocks.size()));
   s.block_table.assign(blocks.begin() + s.block_table_start, blocks.end());
   s.sample = end == seq.num_expected_tokens();
-  s.output_index = seq.num_output_tokens() + seq.num_pending_samples;
+  s.output_index = seq.num_output_tokens() + seq.num_pending_samples();
   if (s.sample) s.num_draft_slots = num_draft_slots;
   if (s.block_table_start == 0) {
     s.params = seq.params();
@@ -349,14 +336,7 @@ void scheduler::release_behind_window(sequence& seq) {
   // back: a released place never reaches it (its copy keeps the old id, which attention no
   // longer reads; the block may meanwhile serve another sequence, whose writes come in later
   // steps than any read of this one's).
-  kv_.release_before(seq.blocks, seq.num_computed_tokens - config_.kv_window + 1, seq.num_blocks_on_worker);
-}
-
-void scheduler::mark_scheduled(sequence& seq, const scheduled_sequence& entry) {
-  seq.num_inflight_tokens += entry.num_new_tokens();
-  seq.num_blocks_on_worker = entry.block_table_start + static_cast<int>(entry.block_table.size());
-  seq.known_to_worker = true;
-  if (entry.sample) ++seq.num_pending_samples;
+  kv_.release_before(seq.blocks(), seq.num_computed_tokens() - config_.kv_window + 1, seq.num_blocks_on_worker());
 }
 
 void scheduler::insert_running(sequence* seq) {
@@ -373,8 +353,8 @@ void scheduler::remove_running(sequence* seq) {
 
 void scheduler::requeue_for_recompute(sequence* seq) {
   remove_running(seq);
-  kv_.free(seq->blocks);
-  seq->reset_for_recompute();
+  kv_.free(seq->blocks());
+  seq->preempt();
   waiting_.push_back(seq);
 }
 
@@ -495,48 +475,47 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
     if (it == sequences_.end()) continue;  // aborted since the plan
     sequence& seq = *it->second;
     // An entry from before the sequence's preemption (or from an aborted namesake) is stale.
-    if (seq.status != sequence_status::running || plan.step_id < seq.admitted_step ||
-        seq.num_computed_tokens != s.num_computed_tokens) {
+    if (seq.status() != sequence_status::running || plan.step_id < seq.admitted_step() ||
+        seq.num_computed_tokens() != s.num_computed_tokens) {
       continue;
     }
-    // The accepted drafts' K/V is in the pool as well; the rejected slots are rolled back.
-    const int num_accepted = count > 0 ? static_cast<int>(count) - 1 : 0;
-    seq.num_computed_tokens += s.num_new_tokens + num_accepted;
-    seq.num_inflight_tokens -= s.num_new_tokens;
     if (count == 0) {
-      kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
+      seq.chunk_computed(s.num_new_tokens);
+      kv_.cache_computed_blocks(seq.blocks(), seq.token_ids(), seq.num_computed_tokens());
       continue;
     }
-    --seq.num_pending_samples;
-    ++seq.num_sampling_steps;
-    seq.num_draft_tokens += result.tokens[first_token].num_drafts;
+    // The tokens that become outputs: up to the first that ends the request.
+    std::vector<int32_t> outputs;
+    sequence_status status = sequence_status::running;
+    for (size_t i = first_token; i < first_token + count && !is_finished(status); ++i) {
+      const int32_t token_id = result.tokens[i].token_id;
+      outputs.push_back(token_id);
+      const int num_added = static_cast<int>(outputs.size());
+      status = stop_status(seq.params(), token_id, seq.num_output_tokens() + num_added, seq.num_tokens() + num_added);
+    }
+    // For the detokenizer, on the request's first delta from this engine (resumed or not).
+    const bool first_delta = seq.num_output_tokens() == seq.num_resumed_output_tokens();
+    const bool first_output = seq.num_output_tokens() == 0;
+    seq.sample_returned(s.num_new_tokens, result.tokens[first_token].num_drafts, static_cast<int>(count), outputs, now);
+    kv_.cache_computed_blocks(seq.blocks(), seq.token_ids(), seq.num_computed_tokens());
 
     token_delta delta;
     delta.request_id = s.request_id;
-    // For the detokenizer, on the request's first delta from this engine (resumed or not).
-    if (seq.num_output_tokens() == seq.num_resumed_output_tokens()) {
+    if (first_delta) {
       delta.stop = seq.params().stop;
       delta.skip_special_tokens = seq.params().skip_special_tokens;
     }
-    sequence_status status = sequence_status::running;
-    for (size_t i = first_token; i < first_token + count && !is_finished(status); ++i) {
+    for (size_t i = first_token; i < first_token + outputs.size(); ++i) {
       const sampled_token& token = result.tokens[i];
-      seq.append_token(token.token_id, now);
       delta.token_ids.push_back(token.token_id);
       if (!token.embedding.empty()) delta.embedding = token.embedding;
-      if (seq.params().prompt_logprobs >= 0 && i == first_token && seq.num_output_tokens() == 1) {
+      if (seq.params().prompt_logprobs >= 0 && i == first_token && first_output) {
         delta.prompt_logprobs = token.prompt_logprobs;
       }
       if (seq.params().logprobs >= 0) {
         delta.logprobs.push_back({token.logprob, token.top_token_ids, token.top_logprobs});
       }
-      status = stop_status(seq, token.token_id);
     }
-    // Drafts after a token that ended the request never became outputs: they do not count as
-    // accepted, and their K/V does not count as computed.
-    seq.num_accepted_tokens += static_cast<int>(delta.token_ids.size()) - 1;
-    seq.num_computed_tokens = std::min(seq.num_computed_tokens, seq.num_tokens() - 1);
-    kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
     if (is_finished(status)) {
       token_delta last = finish(seq, status, now);  // destroys seq
       delta.finish = last.finish;
@@ -544,7 +523,7 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
     } else if (seq.kv().role == kv_role::send) {
       delta.handed_off = true;
       delta.kv_transfer_id = seq.kv().transfer_id;
-      release(seq, seq.status);  // destroys seq: the decode instance goes on with it
+      release(seq, seq.status());  // destroys seq: the decode instance goes on with it
     }
     deltas.push_back(std::move(delta));
   }
@@ -564,7 +543,7 @@ std::optional<token_delta> scheduler::stop(int64_t request_id) {
 }
 
 token_delta scheduler::finish(sequence& seq, sequence_status status, engine_clock::time_point now) {
-  const sequence_status queued_as = seq.status;
+  const sequence_status queued_as = seq.status();
   seq.finish(status, now);
   token_delta delta;
   delta.request_id = seq.request_id();
@@ -583,25 +562,26 @@ void scheduler::release(sequence& seq, sequence_status queued_as) {
     erase_waiting(&seq);
   }
   policy_->left(seq);
-  kv_.free(seq.blocks);
-  if (seq.known_to_worker) finished_since_plan_.push_back(seq.request_id());
+  kv_.free(seq.blocks());
+  if (seq.known_to_worker()) finished_since_plan_.push_back(seq.request_id());
   sequences_.erase(seq.request_id());
 }
 
 bool scheduler::kv_arrived(int64_t request_id, uint64_t transfer_id) {
   auto it = sequences_.find(request_id);
-  if (it == sequences_.end() || it->second->status != sequence_status::waiting_for_kv ||
+  if (it == sequences_.end() || it->second->status() != sequence_status::waiting_for_kv ||
       it->second->kv().transfer_id != transfer_id) {
     return false;
   }
-  it->second->kv_arrived = true;
+  it->second->kv_complete();
   start_if_ready(*it->second);
   return true;
 }
 
-std::string scheduler::hand_over(int64_t request_id, uint64_t transfer_id, std::span<const int32_t> token_ids) {
+std::optional<std::string> scheduler::hand_over(int64_t request_id, uint64_t transfer_id,
+                                                std::span<const int32_t> token_ids) {
   auto it = sequences_.find(request_id);
-  if (it == sequences_.end() || it->second->kv().role != kv_role::receive || it->second->handed_off ||
+  if (it == sequences_.end() || it->second->kv().role != kv_role::receive || it->second->handed_off() ||
       it->second->kv().transfer_id != transfer_id) {
     return {};
   }
@@ -626,25 +606,16 @@ std::string scheduler::hand_over(int64_t request_id, uint64_t transfer_id, std::
              ", which ends the request (the prefill side should have finished it)";
     }
   }
-  const auto now = clock_now();
-  for (int32_t id : token_ids) {
-    seq.append_token(id, now);
-    ++seq.num_handed_over_tokens;
-  }
-  seq.handed_off = true;
-  if (seq.status == sequence_status::waiting_for_kv) start_if_ready(seq);
+  seq.hand_over(token_ids, clock_now());
+  if (seq.status() == sequence_status::waiting_for_kv) start_if_ready(seq);
   return {};
 }
 
 void scheduler::start_if_ready(sequence& seq) {
-  if (!seq.kv_arrived || !seq.handed_off) return;
+  if (!seq.ready_to_start()) return;
+  seq.start_from_kv(next_step_id_);
   waiting_for_kv_.erase(std::find(waiting_for_kv_.begin(), waiting_for_kv_.end(), &seq));
-  // The pool holds the prompt's (and resumed outputs') KV; the handed-over token is the next
-  // step's input, as a decode's always is.
-  seq.num_computed_tokens = seq.num_kv_tokens;
-  seq.status = sequence_status::running;
-  seq.admitted_step = next_step_id_;
-  kv_.cache_computed_blocks(seq.blocks, seq.token_ids(), seq.num_computed_tokens);
+  kv_.cache_computed_blocks(seq.blocks(), seq.token_ids(), seq.num_computed_tokens());
   insert_running(&seq);
 }
 

@@ -98,9 +98,9 @@ class scheduler {
   bool kv_arrived(int64_t request_id, uint64_t transfer_id);
   // The prefill side's output tokens for a waiting_for_kv request (its first sampled token):
   // they follow the prompt and resumed outputs as outputs. Returns why they cannot be (a token
-  // outside the vocabulary, or one that would have ended the request there), or "" when they are
-  // taken or the request or transfer is unknown (ignored).
-  std::string hand_over(int64_t request_id, uint64_t transfer_id, std::span<const int32_t> token_ids);
+  // outside the vocabulary, or one that would have ended the request there), or nothing when they
+  // are taken or the request or transfer is unknown (ignored). A refused hand-over changes nothing.
+  std::optional<std::string> hand_over(int64_t request_id, uint64_t transfer_id, std::span<const int32_t> token_ids);
 
   // The clock that stamps arrivals' queueing, tokens and finishes, and that the policies' deadlines
   // are judged on: the steady clock unless set. `troupe plan` runs this very scheduler on a
@@ -142,13 +142,12 @@ class scheduler {
   // Speculative decoding: the drafts a request asks for per step (its own choice, or the
   // engine's default; capped by max_speculative_tokens); 0 when it does not speculate here.
   int requested_drafts(const sequence& seq) const;
-  // Draft slots for an entry of `num_new_tokens` (0 unless it samples), within what is left of
-  // the budget, max_tokens and max_model_len.
-  int draft_slots(const sequence& seq, int num_new_tokens, int budget_left) const;
+  // Draft slots for an entry of `num_new_tokens` from token `first_new_token` on (0 unless it
+  // samples), within what is left of the budget, max_tokens and max_model_len.
+  int draft_slots(const sequence& seq, int first_new_token, int num_new_tokens, int budget_left) const;
   // How many of `result`'s tokens from `next` on belong to `entry` (in `count`), or why they cannot.
   std::optional<std::string> entry_token_count(const step_outline& step, const planned_sequence& entry,
                                                const step_result& result, size_t next, size_t& count) const;
-  static void mark_scheduled(sequence& seq, const scheduled_sequence& entry);
   // Sliding-window models (config_.kv_window > 0): gives back the sequence's blocks that no query
   // to come attends to.
   void release_behind_window(sequence& seq);

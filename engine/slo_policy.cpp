@@ -13,7 +13,7 @@ double seconds_between(engine_clock::time_point from, engine_clock::time_point t
 }
 
 // What a sequence still has to prefill before its first (next) sample.
-int remaining_prefill(const sequence& seq) { return std::max(seq.num_tokens() - seq.num_computed_tokens, 0); }
+int remaining_prefill(const sequence& seq) { return std::max(seq.num_tokens() - seq.num_computed_tokens(), 0); }
 }  // namespace
 
 double slo_policy::prefill_seconds(int num_tokens, int num_computed) const {
@@ -28,7 +28,7 @@ double slo_policy::prefill_seconds(int num_tokens, int num_computed) const {
 }
 
 double slo_policy::service_seconds(const sequence& seq) const {
-  return prefill_seconds(remaining_prefill(seq), seq.num_computed_tokens);
+  return prefill_seconds(remaining_prefill(seq), seq.num_computed_tokens());
 }
 
 double slo_policy::full_step_seconds() const {
@@ -38,8 +38,8 @@ double slo_policy::full_step_seconds() const {
 }
 
 double slo_policy::slack_seconds(const sequence& seq) const {
-  const double waited = seconds_between(seq.timeline.arrival, now_);
-  return seq.targets.ttft_ms / 1000.0 - waited - service_seconds(seq);
+  const double waited = seconds_between(seq.timeline().arrival, now_);
+  return seq.targets().ttft_ms / 1000.0 - waited - service_seconds(seq);
 }
 
 sequence* slo_policy::next_waiting(const std::vector<sequence*>& waiting) const {
@@ -51,16 +51,16 @@ sequence* slo_policy::next_waiting(const std::vector<sequence*>& waiting) const 
   double best_ratio = -1;
   for (sequence* seq : waiting) {
     // A request that produced tokens already (preempted) is past its TTFT: HRRN alone.
-    if (seq->targets.ttft_ms > 0 && seq->num_output_tokens() == seq->num_resumed_output_tokens()) {
+    if (seq->targets().ttft_ms > 0 && seq->num_output_tokens() == seq->num_resumed_output_tokens()) {
       const double slack = slack_seconds(*seq);
-      const double deadline = seq->targets.ttft_ms / 1000.0 - seconds_between(seq->timeline.arrival, now_);
+      const double deadline = seq->targets().ttft_ms / 1000.0 - seconds_between(seq->timeline().arrival, now_);
       if (slack >= 0 && slack < step_s && (due == nullptr || deadline < due_deadline)) {
         due = seq;
         due_deadline = deadline;
       }
     }
     const double service = std::max(service_seconds(*seq), 1e-9);
-    const double ratio = (std::max(seconds_between(seq->timeline.arrival, now_), 0.0) + service) / service;
+    const double ratio = (std::max(seconds_between(seq->timeline().arrival, now_), 0.0) + service) / service;
     if (best == nullptr || ratio > best_ratio ||
         (ratio == best_ratio && seq->arrival_order() < best->arrival_order())) {
       best = seq;
@@ -91,7 +91,7 @@ int slo_policy::prefill_token_cap(const step_shape& decodes, double tightest_tpo
 std::optional<std::string> slo_policy::refusal(const sequence& seq, const std::vector<sequence*>& waiting,
                                                const std::vector<sequence*>& running,
                                                engine_clock::time_point now) const {
-  if (seq.targets.ttft_ms <= 0) return {};
+  if (seq.targets().ttft_ms <= 0) return {};
   // Everything queued now is prefilled before it or alongside it, a budget per step, while the
   // running decodes ride in every step. HRRN may let it pass some of them; counting them all
   // makes the refusal err towards admitting only what surely fits.
@@ -113,11 +113,11 @@ std::optional<std::string> slo_policy::refusal(const sequence& seq, const std::v
   step_shape step = decodes;
   step.add(static_cast<int>(std::min<int64_t>(budget, total)), 0);
   const double predicted_s = static_cast<double>(num_steps) * step_times_.predict(step) +
-                             std::max(seconds_between(seq.timeline.arrival, now), 0.0);
-  const double target_s = seq.targets.ttft_ms / 1000.0;
+                             std::max(seconds_between(seq.timeline().arrival, now), 0.0);
+  const double target_s = seq.targets().ttft_ms / 1000.0;
   if (predicted_s <= target_s) return {};
   return "request " + std::to_string(seq.request_id()) + ": its TTFT target of " +
-         std::to_string(static_cast<int64_t>(std::lround(seq.targets.ttft_ms))) +
+         std::to_string(static_cast<int64_t>(std::lround(seq.targets().ttft_ms))) +
          " ms cannot be met: " + std::to_string(ahead) + " prompt tokens are queued ahead of it, about " +
          std::to_string(static_cast<int64_t>(std::lround(predicted_s * 1000))) +
          " ms to its first token at the predicted step times";

@@ -78,7 +78,8 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
 scheduler_stage::outputs scheduler_stage::abort(int64_t request_id, bool quietly) {
   outputs out;
   const sequence* seq = scheduler_.find(request_id);
-  if (seq != nullptr && seq->status == sequence_status::waiting_for_kv) out.kv_cancels.push_back(seq->kv().transfer_id);
+  if (seq != nullptr && seq->status() == sequence_status::waiting_for_kv)
+    out.kv_cancels.push_back(seq->kv().transfer_id);
   if (quietly) {
     if (scheduler_.abort(request_id)) timelines_.erase(request_id);
     handed_off_.erase(request_id);
@@ -103,7 +104,8 @@ scheduler_stage::outputs scheduler_stage::stop(int64_t request_id) {
   outputs out;
   // An unknown id already finished (its final delta is on its way to the detokenizer).
   const sequence* seq = scheduler_.find(request_id);
-  if (seq != nullptr && seq->status == sequence_status::waiting_for_kv) out.kv_cancels.push_back(seq->kv().transfer_id);
+  if (seq != nullptr && seq->status() == sequence_status::waiting_for_kv)
+    out.kv_cancels.push_back(seq->kv().transfer_id);
   if (auto delta = scheduler_.stop(request_id)) emit(out, std::move(*delta));
   plan_next(out);
   return out;
@@ -163,7 +165,7 @@ scheduler_stage::outputs scheduler_stage::step_finished(const step_done& done) {
       // Put back by a lost stage since this step was planned: its KV is gone anyway, and it
       // runs again once the stage is back (this step's failure is a consequence of the loss).
       const sequence* live = scheduler_.find(seq.request_id);
-      if (lost_stage_since_ != 0 && live != nullptr && live->status != sequence_status::running) continue;
+      if (lost_stage_since_ != 0 && live != nullptr && live->status() != sequence_status::running) continue;
       if (scheduler_.abort(seq.request_id)) {
         timelines_.erase(seq.request_id);
         out.tokens.failures.push_back(request_failed{seq.request_id, error_code::internal, failure});
@@ -208,14 +210,13 @@ scheduler_stage::outputs scheduler_stage::kv_arrived(const kv_arrival_msg& arriv
 
 scheduler_stage::outputs scheduler_stage::hand_over(const kv_handover_msg& handover) {
   outputs out;
-  if (std::string why = scheduler_.hand_over(handover.request_id, handover.transfer_id, handover.token_ids);
-      !why.empty()) {
+  if (auto why = scheduler_.hand_over(handover.request_id, handover.transfer_id, handover.token_ids)) {
     const sequence* seq = scheduler_.find(handover.request_id);
-    if (seq != nullptr && seq->status == sequence_status::waiting_for_kv)
+    if (seq != nullptr && seq->status() == sequence_status::waiting_for_kv)
       out.kv_cancels.push_back(seq->kv().transfer_id);
     scheduler_.abort(handover.request_id);
     timelines_.erase(handover.request_id);
-    out.tokens.failures.push_back(request_failed{handover.request_id, error_code::internal, why});
+    out.tokens.failures.push_back(request_failed{handover.request_id, error_code::internal, std::move(*why)});
   }
   plan_next(out);
   return out;
@@ -230,7 +231,7 @@ scheduler_stage::outputs scheduler_stage::tick(timestamp_ns now) {
     const sequence* seq = scheduler_.find(request_id);
     // Only requests still queued: one running again is served (the stage is back), and KV on its
     // way from a prefill instance does not pass the lost stage.
-    if (seq == nullptr || (seq->status != sequence_status::waiting && seq->status != sequence_status::preempted))
+    if (seq == nullptr || (seq->status() != sequence_status::waiting && seq->status() != sequence_status::preempted))
       continue;
     if (now - std::max(lost_stage_since_, tracked.received) > wait_ns) expired.push_back(request_id);
   }

@@ -206,7 +206,7 @@ TEST(async_scheduling, an_aborted_id_reused_while_its_old_step_is_in_flight_is_n
   auto deltas = sched->update(n1, testing::fake_run(n1));
   ASSERT_EQ(deltas.size(), 1u);
   EXPECT_EQ(deltas[0].token_ids, std::vector<int32_t>{1000});
-  EXPECT_EQ(sched->find(1)->num_computed_tokens, 4);
+  EXPECT_EQ(sched->find(1)->num_computed_tokens(), 4);
 }
 
 TEST(async_scheduling, the_runner_fills_in_its_previous_samples_and_refuses_unknown_ones) {

@@ -37,7 +37,7 @@ TEST(block_table_diff, decode_entries_send_only_the_blocks_appended_since_the_la
     worker_table.insert(worker_table.end(), s.block_table.begin(), s.block_table.end());
     // Only a step that crosses into a new block sends one.
     EXPECT_LE(s.block_table.size(), step == 0 ? 2u : 1u) << "step " << step;
-    EXPECT_EQ(worker_table, sched->find(1)->blocks.block_ids) << "step " << step;
+    EXPECT_EQ(worker_table, sched->find(1)->blocks().block_ids) << "step " << step;
     sched->update(plan, fake_run(plan));
   }
 }
@@ -71,7 +71,7 @@ TEST(block_table_diff, a_preempted_sequence_comes_back_with_its_whole_table) {
     for (const scheduled_sequence& s : plan.sequences) {
       if (preempted.erase(s.request_id)) {
         EXPECT_EQ(s.block_table_start, 0) << "request " << s.request_id;
-        EXPECT_EQ(s.block_table, sched->find(s.request_id)->blocks.block_ids);
+        EXPECT_EQ(s.block_table, sched->find(s.request_id)->blocks().block_ids);
         saw_readmission = true;
       }
     }

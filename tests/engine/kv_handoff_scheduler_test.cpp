@@ -92,13 +92,13 @@ TEST(kv_handoff_scheduler, a_decode_only_request_waits_for_its_kv_and_first_toke
   EXPECT_EQ(reserved[0].num_tokens, 40);
   EXPECT_EQ(reserved[0].block_ids.size(), 3u);
   EXPECT_EQ(s->num_free_blocks(), 61);
-  EXPECT_EQ(s->find(9)->status, sequence_status::waiting_for_kv);
+  EXPECT_EQ(s->find(9)->status(), sequence_status::waiting_for_kv);
   EXPECT_EQ(s->num_waiting_for_kv(), 1);
 
   EXPECT_FALSE(s->kv_arrived(9, 41)) << "another transfer's word";
   EXPECT_TRUE(s->kv_arrived(9, 42));
   EXPECT_TRUE(s->schedule().empty()) << "the first token has not come";
-  EXPECT_EQ(s->hand_over(9, 42, std::vector<int32_t>{undisturbed[0]}), "");
+  EXPECT_EQ(s->hand_over(9, 42, std::vector<int32_t>{undisturbed[0]}), std::nullopt);
   const step_plan plan = s->schedule();
   ASSERT_EQ(plan.sequences.size(), 1u);
   const scheduled_sequence& entry = plan.sequences[0];
@@ -117,7 +117,7 @@ TEST(kv_handoff_scheduler, a_first_token_may_come_before_the_kv) {
   auto s = create_scheduler(64, 16);
   ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3, {}}));
   s->schedule();
-  EXPECT_EQ(s->hand_over(9, 3, std::vector<int32_t>{1000}), "");
+  EXPECT_EQ(s->hand_over(9, 3, std::vector<int32_t>{1000}), std::nullopt);
   EXPECT_TRUE(s->schedule().empty());
   EXPECT_TRUE(s->kv_arrived(9, 3));
   EXPECT_EQ(s->schedule().sequences.size(), 1u);
@@ -128,7 +128,7 @@ TEST(kv_handoff_scheduler, a_first_token_handed_over_before_the_reservation_is_n
   // prompt's KV only, and the token is the first step's input.
   auto s = create_scheduler(64, 16);
   ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4), 0, engine_clock::now(), {}, {kv_role::receive, 3, {}}));
-  EXPECT_EQ(s->hand_over(9, 3, std::vector<int32_t>{1000}), "");
+  EXPECT_EQ(s->hand_over(9, 3, std::vector<int32_t>{1000}), std::nullopt);
   s->schedule();
   const std::vector<kv_reservation> reserved = s->take_kv_reservations();
   ASSERT_EQ(reserved.size(), 1u);
@@ -162,8 +162,8 @@ TEST(kv_handoff_scheduler, a_reservation_counts_against_max_num_seqs_and_is_neve
   EXPECT_EQ(plan.sequences.size(), 1u) << "request 3 waits: the reservation and request 2 fill max_num_seqs";
   for (int step = 0; step < 60 && !plan.empty(); ++step) {
     s->update(plan, fake_run(plan));
-    EXPECT_EQ(s->find(1)->status, sequence_status::waiting_for_kv);
-    EXPECT_EQ(s->find(1)->blocks.block_ids.size(), 2u);
+    EXPECT_EQ(s->find(1)->status(), sequence_status::waiting_for_kv);
+    EXPECT_EQ(s->find(1)->blocks().block_ids.size(), 2u);
     plan = s->schedule();
   }
 }
@@ -188,9 +188,9 @@ TEST(kv_handoff_scheduler, a_handed_over_token_that_would_have_ended_the_request
   ASSERT_FALSE(s->add_request(9, make_prompt(20), greedy(4, /*ignore_eos=*/false), 0, engine_clock::now(), {},
                               {kv_role::receive, 1, {}}));
   s->schedule();
-  EXPECT_NE(s->hand_over(9, 1, std::vector<int32_t>{test_eos}).find("ends the request"), std::string::npos);
-  EXPECT_NE(s->hand_over(10, 1, std::vector<int32_t>{5}), "x") << "an unknown request is ignored";
-  EXPECT_EQ(s->hand_over(10, 1, std::vector<int32_t>{5}), "");
+  EXPECT_NE(s->hand_over(9, 1, std::vector<int32_t>{test_eos}).value_or("").find("ends the request"),
+            std::string::npos);
+  EXPECT_EQ(s->hand_over(10, 1, std::vector<int32_t>{5}), std::nullopt) << "an unknown request is ignored";
 }
 
 // A refused hand-over must leave the sequence as it was: the tokens before the bad one are not
@@ -203,14 +203,49 @@ TEST(kv_handoff_scheduler, a_refused_hand_over_changes_nothing) {
   const sequence* seq = s->find(9);
   ASSERT_NE(seq, nullptr);
   const int tokens_before = seq->num_tokens();
-  EXPECT_NE(s->hand_over(9, 1, std::vector<int32_t>{5, 6, test_eos}).find("ends the request"), std::string::npos);
+  EXPECT_NE(s->hand_over(9, 1, std::vector<int32_t>{5, 6, test_eos}).value_or("").find("ends the request"),
+            std::string::npos);
   EXPECT_EQ(seq->num_tokens(), tokens_before);
-  EXPECT_EQ(seq->num_handed_over_tokens, 0);
-  EXPECT_NE(s->hand_over(9, 1, std::vector<int32_t>{5, -1}).find("outside the vocabulary"), std::string::npos);
+  EXPECT_EQ(seq->num_handed_over_tokens(), 0);
+  EXPECT_NE(s->hand_over(9, 1, std::vector<int32_t>{5, -1}).value_or("").find("outside the vocabulary"),
+            std::string::npos);
   EXPECT_EQ(seq->num_tokens(), tokens_before);
-  EXPECT_EQ(s->hand_over(9, 1, std::vector<int32_t>{5}), "");
+  EXPECT_EQ(s->hand_over(9, 1, std::vector<int32_t>{5}), std::nullopt);
   EXPECT_EQ(seq->num_tokens(), tokens_before + 1);
-  EXPECT_EQ(seq->num_handed_over_tokens, 1);
+  EXPECT_EQ(seq->num_handed_over_tokens(), 1);
+}
+
+// Once running, a decode-only request is an ordinary one: when it loses its KV (a pipeline stage
+// restarted, or preemption) it is recomputed from its tokens, not given a second reservation
+// for a KV that will never come again.
+TEST(kv_handoff_scheduler, a_running_decode_only_request_that_loses_its_kv_is_recomputed) {
+  const std::vector<int32_t> undisturbed = [] {
+    auto plain = create_scheduler(64, 16);
+    EXPECT_FALSE(plain->add_request(9, make_prompt(40), greedy(6)));
+    return run_to_end(*plain, 9);
+  }();
+  auto s = create_scheduler(64, 16);
+  ASSERT_FALSE(s->add_request(9, make_prompt(40), greedy(6), 0, engine_clock::now(), {}, {kv_role::receive, 4, {}}));
+  s->schedule();
+  ASSERT_EQ(s->take_kv_reservations().size(), 1u);
+  ASSERT_TRUE(s->kv_arrived(9, 4));
+  ASSERT_EQ(s->hand_over(9, 4, std::vector<int32_t>{undisturbed[0]}), std::nullopt);
+  std::vector<int32_t> outputs{undisturbed[0]};
+  const step_plan first = s->schedule();
+  for (const token_delta& d : s->update(first, fake_run(first)))
+    outputs.insert(outputs.end(), d.token_ids.begin(), d.token_ids.end());
+
+  EXPECT_EQ(s->recompute_all_running(), 1);
+  EXPECT_EQ(s->find(9)->status(), sequence_status::preempted);
+  const step_plan recompute = s->schedule();
+  EXPECT_TRUE(s->take_kv_reservations().empty()) << "its KV came once";
+  ASSERT_EQ(recompute.sequences.size(), 1u);
+  EXPECT_EQ(recompute.sequences[0].num_computed_tokens, 0) << "recomputed from its first token";
+  EXPECT_EQ(s->find(9)->status(), sequence_status::running);
+  for (const token_delta& d : s->update(recompute, fake_run(recompute)))
+    outputs.insert(outputs.end(), d.token_ids.begin(), d.token_ids.end());
+  EXPECT_EQ(run_to_end(*s, 9, outputs), undisturbed);
+  EXPECT_EQ(s->num_free_blocks(), 64);
 }
 
 }  // namespace
@@ -235,7 +270,7 @@ TEST(kv_handoff_scheduler, a_prefill_only_request_keeps_its_blocks_behind_a_slid
       step_plan plan = s.schedule();
       s.update(plan, fake_run(plan));
     }
-    return s.find(5)->blocks.num_held_blocks();
+    return s.find(5)->blocks().num_held_blocks();
   };
   // When the fifth chunk of 32 was planned (128 tokens computed, the next query at 128 sees keys
   // from 97 on), blocks 0-5 (tokens 0-95) had left the window; 10 blocks cover the 160 tokens.

@@ -77,7 +77,7 @@ TEST(penalty_history, the_runner_keeps_each_history_in_step_with_the_scheduler) 
     sched->update(plan, runner.run(plan));
     for (int id = 1; id <= 3; ++id) {
       const sequence* seq = sched->find(id);
-      if (seq == nullptr || seq->status != sequence_status::running || seq->num_output_tokens() == 0) continue;
+      if (seq == nullptr || seq->status() != sequence_status::running || seq->num_output_tokens() == 0) continue;
       const std::vector<int32_t>* held = runner.penalty_history(id);
       ASSERT_NE(held, nullptr) << "step " << step << " request " << id;
       EXPECT_EQ(*held, tokens_of(*seq)) << "step " << step << " request " << id;

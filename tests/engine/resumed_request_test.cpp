@@ -311,7 +311,7 @@ TEST(resumed_request_scheduler, the_resumed_outputs_are_prefilled_with_the_promp
   ASSERT_NE(it, second.sequences.end());
   EXPECT_EQ(it->num_computed_tokens, 8);  // two full blocks of 4 of the 11 tokens
   ASSERT_NE(sched->find(2), nullptr);
-  EXPECT_EQ(sched->find(2)->num_cached_tokens, 6);  // usage counts only the prompt's
+  EXPECT_EQ(sched->find(2)->metrics().num_cached_tokens, 6);  // usage counts only the prompt's
 }
 
 TEST(resumed_request_scheduler, the_penalty_history_counts_the_resumed_tokens_as_outputs) {

@@ -29,7 +29,7 @@ struct seq_state {
 seq_state state_of(const scheduler& s, int64_t id) {
   const sequence* seq = s.find(id);
   if (seq == nullptr) return {-1, -1, -1, -1};
-  return {seq->num_computed_tokens, seq->num_inflight_tokens, seq->num_pending_samples, seq->num_output_tokens()};
+  return {seq->num_computed_tokens(), seq->num_inflight_tokens(), seq->num_pending_samples(), seq->num_output_tokens()};
 }
 
 // Two requests, both sampled by the first step (vocab 2000, so fake_run's 1000 + k fits).

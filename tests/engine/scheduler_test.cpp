@@ -57,7 +57,7 @@ TEST(scheduler, chunked_prefill_splits_a_long_prompt_under_the_budget) {
     EXPECT_EQ(deltas.size(), i == 3 ? 1u : 0u);
   }
   EXPECT_EQ(chunks, (std::vector<int>{16, 16, 16, 2}));
-  EXPECT_EQ(s->find(7)->num_computed_tokens, 50);
+  EXPECT_EQ(s->find(7)->num_computed_tokens(), 50);
   auto outputs = run_to_end(*s);
   EXPECT_EQ(outputs[7], (std::vector<int32_t>{1001, 1002}));
   EXPECT_EQ(s->num_free_blocks(), 64);
@@ -113,8 +113,8 @@ TEST(scheduler, preempts_newest_when_blocks_run_out_and_recomputes_it) {
     for (int64_t id : plan.preempted_ids) {
       EXPECT_EQ(id, 2);  // the newest goes first
       saw_preemption = true;
-      EXPECT_EQ(s->find(2)->status, sequence_status::preempted);
-      EXPECT_TRUE(s->find(2)->blocks.empty());
+      EXPECT_EQ(s->find(2)->status(), sequence_status::preempted);
+      EXPECT_TRUE(s->find(2)->blocks().empty());
     }
     for (const auto& e : plan.sequences) {
       if (e.request_id == 2 && e.num_computed_tokens == 0 && e.num_new_tokens() > 4) {
@@ -146,12 +146,12 @@ TEST(scheduler, prefix_cache_hit_skips_computed_blocks_and_shares_them) {
   const auto& second = plan.sequences[1];
   EXPECT_EQ(second.num_computed_tokens, 32);  // two full blocks from the cache
   EXPECT_EQ(second.num_new_tokens(), 8);
-  const auto& first_table = s->find(1)->blocks.block_ids;
+  const auto& first_table = s->find(1)->blocks().block_ids;
   EXPECT_EQ(second.block_table[0], first_table[0]);
   EXPECT_EQ(second.block_table[1], first_table[1]);
   EXPECT_NE(second.block_table[2], first_table[2]);
   EXPECT_EQ(s->kv_cache().pool().ref_count(first_table[0]), 2);
-  EXPECT_EQ(s->find(2)->num_cached_tokens, 32);
+  EXPECT_EQ(s->find(2)->metrics().num_cached_tokens, 32);
   collect(outputs, s->update(plan, fake_run(plan)));
   outputs = run_to_end(*s, outputs);
   EXPECT_EQ(outputs[1], expected_outputs(8));

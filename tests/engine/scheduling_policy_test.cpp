@@ -223,12 +223,10 @@ TEST(scheduling_policy, fair_alternates_tenants_with_backlogs_and_starves_none) 
 
 TEST(scheduling_policy, fair_gives_an_idle_tenant_no_credit_to_burst_with) {
   fair_policy policy;
-  sequence a1(1, make_prompt(4), greedy(2), 0, 0);
-  a1.targets.tenant = "a";
+  sequence a1(1, make_prompt(4), greedy(2), 0, 0, engine_clock::now(), {}, {}, targets("a"));
   policy.arrived(a1);
   policy.charge(a1, 1000);
-  sequence b1(2, make_prompt(4), greedy(2), 0, 1);
-  b1.targets.tenant = "b";
+  sequence b1(2, make_prompt(4), greedy(2), 0, 1, engine_clock::now(), {}, {}, targets("b"));
   policy.arrived(b1);
   // b comes in at a's count, not at zero: it cannot run 1000 tokens ahead of a.
   EXPECT_EQ(policy.virtual_tokens("b"), 1000);

@@ -112,8 +112,8 @@ class sliding_window_kv : public ::testing::Test {
           for (const auto& l : o.logprobs) out.logprobs.push_back(l.logprob);
         }
         if (const sequence* seq = engine.get_scheduler().find(added.request_id)) {
-          out.most_blocks_held = std::max(out.most_blocks_held, seq->blocks.num_held_blocks());
-          out.cached_tokens = std::max(out.cached_tokens, seq->num_cached_tokens);
+          out.most_blocks_held = std::max(out.most_blocks_held, seq->blocks().num_held_blocks());
+          out.cached_tokens = std::max(out.cached_tokens, seq->metrics().num_cached_tokens);
         }
         out.most_blocks_used = std::max(out.most_blocks_used, num_blocks - engine.get_scheduler().num_free_blocks());
         if (poison) poison_free_blocks(*raw, engine.get_scheduler().kv_cache());

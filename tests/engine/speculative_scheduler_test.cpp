@@ -53,10 +53,10 @@ TEST(speculative_scheduler, slots_are_counted_in_the_budget_and_the_blocks) {
   EXPECT_EQ(deltas[0].token_ids, (std::vector<int32_t>{500, 501, 502, 503}));
   const sequence* seq = sched->find(1);
   ASSERT_NE(seq, nullptr);
-  EXPECT_EQ(seq->num_computed_tokens, 9);
+  EXPECT_EQ(seq->num_computed_tokens(), 9);
   EXPECT_EQ(seq->num_tokens(), 10);
-  EXPECT_EQ(seq->num_draft_tokens, 5);
-  EXPECT_EQ(seq->num_accepted_tokens, 3);
+  EXPECT_EQ(seq->metrics().num_draft_tokens, 5);
+  EXPECT_EQ(seq->metrics().num_accepted_tokens, 3);
   // The next step computes the last output and 5 new drafts: positions 9..14, 4 blocks.
   plan = sched->schedule();
   ASSERT_EQ(plan.sequences.size(), 1u);
@@ -67,8 +67,8 @@ TEST(speculative_scheduler, slots_are_counted_in_the_budget_and_the_blocks) {
   // Nothing accepted: one token, the slots rolled back.
   deltas = sched->update(plan, result_with(plan, 1, 5, 0));
   EXPECT_EQ(deltas[0].token_ids, (std::vector<int32_t>{504}));
-  EXPECT_EQ(sched->find(1)->num_computed_tokens, 10);
-  EXPECT_EQ(sched->find(1)->num_sampling_steps, 2);
+  EXPECT_EQ(sched->find(1)->num_computed_tokens(), 10);
+  EXPECT_EQ(sched->find(1)->metrics().num_sampling_steps, 2);
 }
 
 TEST(speculative_scheduler, slots_stop_at_the_budget_max_tokens_and_max_model_len) {
@@ -146,7 +146,7 @@ TEST(speculative_scheduler, refuses_results_beyond_the_slots) {
       sched->check_result(outline, result_with(plan, 2, 0, 1)).value_or("").find("more than its 0 drafts and one"),
       std::string::npos);
   EXPECT_THROW(sched->update(plan, result_with(plan, 1, 3, 3)), std::invalid_argument);
-  EXPECT_EQ(sched->find(1)->num_computed_tokens, 0) << "a refused result changes nothing";
+  EXPECT_EQ(sched->find(1)->num_computed_tokens(), 0) << "a refused result changes nothing";
 }
 
 TEST(speculative_scheduler, a_speculating_request_is_not_planned_behind_its_own_pending_sample) {

@@ -24,16 +24,16 @@ TEST(waiting_head, is_hashed_once_while_it_waits_for_blocks) {
   ASSERT_EQ(plan.sequences.size(), 1u) << "request 2 must wait";
   sched->update(plan, fake_run(plan));  // request 1's prompt blocks enter the cache
   plan = sched->schedule();
-  ASSERT_EQ(sched->find(2)->status, sequence_status::waiting);
+  ASSERT_EQ(sched->find(2)->status(), sequence_status::waiting);
   // Two hits, then the first miss: the lookup stops there, with three hashes kept.
-  EXPECT_EQ(sched->find(2)->block_hashes.size(), 3u);
+  EXPECT_EQ(sched->find(2)->block_hashes().size(), 3u);
   const uint64_t hashed = sched->kv_cache().num_blocks_hashed();
   int num_waiting_steps = 0;
   for (int step = 0; step < 40 && sched->has_unfinished(); ++step) {
     sched->update(plan, fake_run(plan));
     plan = sched->schedule();
     const sequence* waiting = sched->find(2);
-    if (waiting == nullptr || waiting->status != sequence_status::waiting) break;
+    if (waiting == nullptr || waiting->status() != sequence_status::waiting) break;
     ++num_waiting_steps;
     EXPECT_EQ(sched->kv_cache().num_blocks_hashed(), hashed) << "step " << step << " rehashed the waiting head";
   }
