@@ -262,9 +262,17 @@ step_result model_runner::run_step(const step_plan& plan) {
   // Only the run right before may be referred to; after a failed run nothing may be.
   previous_samples_.swap(last_samples_);
   last_samples_.clear();
-  const sample_list& previous = previous_samples_;
   apply_entries(plan);
   if (plan.empty()) return result;
+  prepare_batch(plan, previous_samples_);
+  forward(plan);
+  sample(plan, result);
+  if (batch_.after_layer_kv) kv_out_->finish_step();
+  remember_samples(result);
+  return result;
+}
+
+void model_runner::prepare_batch(const step_plan& plan, const sample_list& previous) {
   const kv_cache_shape shape = model_.kv_shape();
   propose_drafts(plan);
   flatten_plan(
@@ -286,20 +294,32 @@ step_result model_runner::run_step(const step_plan& plan) {
     if (kv_out_->prepare(plan, tables_))
       batch_.after_layer_kv = [this](int layer) { kv_out_->on_layer_written(layer); };
   }
+}
+
+void model_runner::forward(const step_plan& plan) {
   // The check reads only parameters; the masks come after it, so a step that stays on the host
   // (every step on the CPU backend) never queries a matcher twice.
   last_on_device_ = can_sample_on_device(plan) && take_device_masks(plan);
-  // Forward, then sample: on the device in one call where the logits are, else from host rows.
+  if (!last_on_device_) {
+    forward_to_host();
+    return;
+  }
+  // Where the logits stay on the device, the model draws the tokens in the same call: the rows
+  // never cross to the host.
+  set_device_sampling_rows(plan);
+  device_tokens_.assign(rows_.size(), -1);
+  model_.forward_sample(batch_, rows_, device_tokens_.data());
+}
+
+void model_runner::sample(const step_plan& plan, step_result& result) {
   if (last_on_device_) {
-    set_device_sampling_rows(plan);
-    device_tokens_.assign(rows_.size(), -1);
-    model_.forward_sample(batch_, rows_, device_tokens_.data());
     take_device_samples(plan, result);
   } else {
-    forward_to_host();
     sample_on_host(plan, result);
   }
-  if (batch_.after_layer_kv) kv_out_->finish_step();
+}
+
+void model_runner::remember_samples(const step_result& result) {
   // The last token of each request (an entry that verified drafts yields several) is what a
   // placeholder input in the next plan stands for.
   last_samples_.reserve(result.tokens.size());
@@ -310,7 +330,6 @@ step_result model_runner::run_step(const step_plan& plan) {
       last_samples_.emplace_back(t.request_id, t.token_id);
     }
   }
-  return result;
 }
 
 void model_runner::record_output(int64_t request_id, request_state& state, int32_t token) {

@@ -166,8 +166,18 @@ class model_runner {
   // Samples every sampled entry from the host logits forward_to_host left (logits plugins,
   // drafts verified, pooling and prompt logprobs taken on the way).
   void sample_on_host(const step_plan& plan, step_result& result);
-  // run() without its bookkeeping of failures: flatten, forward, sample.
+  // run() without its bookkeeping of failures: prepare_batch, forward, sample, remember_samples.
   step_result run_step(const step_plan& plan);
+  // The plan as one flattened forward_batch: drafts proposed, the previous run's samples filled
+  // in, the rows pooling and prompt logprobs need, block ids checked, the KV sink told.
+  void prepare_batch(const step_plan& plan, const sample_list& previous);
+  // Runs the model over the batch: the logits land in host memory (logits_), or, where every
+  // sampled row can be drawn on the device, stay there and the tokens come back (device_tokens_).
+  void forward(const step_plan& plan);
+  // The step's tokens into result, from where forward left the logits.
+  void sample(const step_plan& plan, step_result& result);
+  // What this run sampled, for the next plan's placeholder inputs.
+  void remember_samples(const step_result& result);
   // Runs entry `entry`'s logits plugins on its row `row`; when they fail it, the request goes
   // into result.failed (its token is still sampled: the scheduler drops it with the request).
   void run_logits_plugins(const step_plan& plan, size_t entry, int row, step_result& result);

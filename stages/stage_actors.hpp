@@ -2,26 +2,25 @@
 // The stage actors of a node. Each is a thin shell over a plain class: a message comes in, a call
 // is made, messages go out. Included only by the actor files and the node (it pulls in CAF).
 //
-//   stage        | receives                                           | sends
-//   tokenizer    | tokenize_request                                   | schedule_request (router) / request_failed
-//   router       | schedule_request, token_batch, request_failed,     | schedule_request, abort, stop, kv_handover_msg,
-//                | abort_request_msg, stop_request_msg, stats_query,  | kv_ready_msg, stats/trace queries (schedulers),
-//                | trace_query, their answers, kv_ready_msg,          | token_batch (detokenizers), request_failed,
-//                | kv_arrival_msg, kv_failed_msg; engine_joined,      | stats_answer, trace_answer (frontend)
-//                | drain_engine, list_engines, abort_all,             |
-//                | set_detokenizers, retokenize (the controller)      | delivered_tokens (frontend),
-//                detokenizer_resume_msg
-//   scheduler    | schedule_request, abort_request_msg,               | step_plan (worker), token_batch,
-//   request_failed,
-//                | stop_request_msg, stats_query, trace_query,        | kv_ready_msg, kv_arrival_msg, kv_failed_msg
-//                | kv_ready_msg, kv_arrival_msg, kv_handover_msg      | (router), kv_expect_msg, kv_cancel_msg,
-//                | (and step_done, kv answers as responses)           | kv_leases (KV agent), stats/trace answers
-//   worker       | step_plan, kv_arrival_msg, describe                | step_done, worker_description (responses),
-//                |                                                    | kv_arrival_msg (KV agent)
-//   KV agent     | kv_expect_msg, kv_cancel_msg, kv_ready_msg,        | kv_ready_msg, kv_lease_counts (responses),
-//                | kv_arrival_msg, kv_leases                          | kv_arrival_msg (its scheduler)
-//   detokenizer  | token_batch, detokenizer_resume_msg                | text_batch, request_failed,
-//                |                                                    | stop_request_msg (to the batch's sender)
+//   stage        | receives                                        | sends
+//   tokenizer    | tokenize_request                                | schedule_request (router), request_failed
+//   router       | schedule_request, token_batch, request_failed,  | schedule_request, abort, stop, kv_handover_msg,
+//                | abort_request_msg, stop_request_msg,            | kv_ready_msg, stats/trace queries (schedulers),
+//                | stats_query, trace_query and their answers,     | token_batch, detokenizer_resume_msg
+//                | kv_ready_msg, kv_arrival_msg, kv_failed_msg;    | (detokenizers), request_failed, stats_answer,
+//                | from the controller: engine_joined, drain_*,    | trace_answer, delivered_tokens (frontend),
+//                | list_engines, abort_all, set_detokenizers,      | engine_instance (joined schedulers, workers)
+//                | retokenize                                      |
+//   scheduler    | schedule_request, abort_request_msg,            | step_plan (worker), token_batch, request_failed,
+//                | stop_request_msg, stats_query, trace_query,     | kv_ready_msg, kv_arrival_msg, kv_failed_msg
+//                | kv_ready_msg, kv_arrival_msg, kv_handover_msg   | (router), kv_expect_msg, kv_cancel_msg,
+//                | (step_done, kv answers as responses)            | kv_leases (KV agent), stats/trace answers
+//   worker       | step_plan, kv_arrival_msg, describe             | step_done, worker_description (responses),
+//                |                                                 | kv_arrival_msg (KV agent)
+//   KV agent     | kv_expect_msg, kv_cancel_msg, kv_ready_msg,     | kv_ready_msg, kv_lease_counts (responses),
+//                | kv_arrival_msg, kv_leases                       | kv_arrival_msg (its scheduler)
+//   detokenizer  | token_batch, detokenizer_resume_msg             | text_batch, request_failed,
+//                |                                                 | stop_request_msg (to the batch's sender)
 //   docs/architecture.md ("Messages") says what each carries.
 //   every stage also takes a stage_failure_drill (node::fail_stage), which makes it throw.
 
