@@ -245,10 +245,12 @@ topology topology_from_flags(const serve_flags& flags) {
   if (!flags.pipeline_stages.empty()) {
     t.pipeline.stages.clear();
     t.pipeline_stage_nodes.clear();
+    t.pipeline_split_nodes.clear();
     for (const std::string& text : flags.pipeline_stages) t.pipeline.stages.push_back(parse_remote_stage(text));
   }
   if (flags.micro_batches > 0) t.pipeline.micro_batches = flags.micro_batches;
   if (flags.pipeline_failover_wait_ms >= 0) t.pipeline.failover_wait_ms = flags.pipeline_failover_wait_ms;
+  split_pipeline_by_bytes(t);           // after --model: the bytes are the served model's
   resolve_pipeline_stage_endpoints(t);  // after --set: the credentials decide kvtcp:// or curve://
   t.validate();
   return t;

@@ -1,7 +1,9 @@
 #include "model/layer_range.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -72,29 +74,44 @@ std::vector<layer_range> split_layers_by_bytes(const std::vector<size_t>& layer_
     throw std::runtime_error("cannot split " + std::to_string(num_layers) + " layers into " +
                              std::to_string(num_stages) + " pipeline stages (1 to one per layer)");
   }
-  // Greedy on the running total: stage s ends at the first layer boundary past s+1 shares of the
-  // whole, leaving at least one layer for each stage after it.
-  const double total = static_cast<double>(std::accumulate(layer_bytes.begin(), layer_bytes.end(), size_t{0}) +
-                                           first_stage_extra + last_stage_extra);
-  std::vector<layer_range> stages;
-  double so_far = static_cast<double>(first_stage_extra);
-  int first = 0;
-  for (int s = 0; s < num_stages - 1; ++s) {
-    const double target = total * (s + 1) / num_stages;
-    int end = first + 1;  // every stage gets a layer
-    so_far += static_cast<double>(layer_bytes[static_cast<size_t>(first)]);
-    const int latest_end = num_layers - (num_stages - 1 - s);  // leave one per later stage
-    // Take the next layer while that brings the total closer to this stage's share.
-    while (end < latest_end) {
-      const double with_next = so_far + static_cast<double>(layer_bytes[static_cast<size_t>(end)]);
-      if (std::abs(with_next - target) >= std::abs(so_far - target)) break;
-      so_far = with_next;
-      ++end;
+  // The contiguous split whose largest stage is smallest (the slowest stage paces the pipeline,
+  // and the fullest node bounds the model): best[s][e] is that largest stage over layers [0, e)
+  // cut into s + 1 stages. Layers and stages are few (hundreds, tens), so the square is cheap.
+  std::vector<size_t> prefix(static_cast<size_t>(num_layers) + 1, 0);
+  for (int i = 0; i < num_layers; ++i) prefix[i + 1] = prefix[i] + layer_bytes[static_cast<size_t>(i)];
+  auto stage_bytes = [&](int first, int end) {
+    size_t bytes = prefix[static_cast<size_t>(end)] - prefix[static_cast<size_t>(first)];
+    if (first == 0) bytes += first_stage_extra;
+    if (end == num_layers) bytes += last_stage_extra;
+    return bytes;
+  };
+  constexpr size_t unreachable = std::numeric_limits<size_t>::max();
+  const size_t width = static_cast<size_t>(num_layers) + 1;
+  std::vector<size_t> best(static_cast<size_t>(num_stages) * width, unreachable);
+  std::vector<int> cut(best.size(), 0);  // where the last of those stages begins
+  for (int e = 1; e <= num_layers; ++e) best[static_cast<size_t>(e)] = stage_bytes(0, e);
+  for (int s = 1; s < num_stages; ++s) {
+    for (int e = s + 1; e <= num_layers; ++e) {
+      const size_t at = static_cast<size_t>(s) * width + static_cast<size_t>(e);
+      // The earliest cut wins a tie, so equal layers split the same way every time.
+      for (int b = s; b < e; ++b) {
+        const size_t before = best[static_cast<size_t>(s - 1) * width + static_cast<size_t>(b)];
+        if (before == unreachable) continue;
+        const size_t largest = std::max(before, stage_bytes(b, e));
+        if (largest < best[at]) {
+          best[at] = largest;
+          cut[at] = b;
+        }
+      }
     }
-    stages.push_back({first, end});
-    first = end;
   }
-  stages.push_back({first, num_layers});
+  std::vector<layer_range> stages(static_cast<size_t>(num_stages));
+  int end = num_layers;
+  for (int s = num_stages - 1; s >= 0; --s) {
+    const int first = s == 0 ? 0 : cut[static_cast<size_t>(s) * width + static_cast<size_t>(end)];
+    stages[static_cast<size_t>(s)] = {first, end};
+    end = first;
+  }
   return stages;
 }
 

@@ -45,7 +45,8 @@ void check_layer_range(const layer_range& range, int num_layers);
 // (a pipeline's stages): names the gap or overlap.
 void check_pipeline_ranges(const std::vector<layer_range>& ranges, int num_layers);
 
-// Splits the layers into `num_stages` contiguous ranges of about equal bytes, given each layer's
+// Splits the layers into `num_stages` contiguous ranges whose largest (in bytes) is as small as it
+// can be, given each layer's
 // bytes and what the first stage (embedding) and the last (final norm, lm_head) hold besides
 // (a tied lm_head is the embedding: the last stage then reads it too, count it there as well).
 // Every stage gets at least one layer. Throws std::runtime_error when num_stages is not in

@@ -1,7 +1,10 @@
 #include "node/pipeline_placement.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include "kvtransfer/kv_channel.hpp"
 #include "model/layer_range.hpp"
+#include "model/loader/model_part_bytes.hpp"
 #include "node/local_host.hpp"
 
 namespace troupe {
@@ -19,6 +22,48 @@ const char* load_format_flag(load_format format) {
 }
 
 }  // namespace
+
+void split_pipeline_by_bytes(topology& t) {
+  if (t.pipeline_split_nodes.empty()) return;
+  if (t.model.format == load_format::dummy) {
+    throw std::runtime_error(
+        "[pipeline] nodes splits the model by its bytes: a dummy model has no file to weigh; "
+        "list the stages with their layers");
+  }
+  const model_part_bytes parts = read_model_part_bytes(t.model.path);
+  const int num_stages = static_cast<int>(t.pipeline_split_nodes.size()) + 1;  // and the controller's, last
+  std::vector<layer_range> ranges;
+  try {
+    ranges = split_layers_by_bytes(parts.layers, parts.embedding, parts.head, num_stages);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("[pipeline] nodes: " + std::string(e.what()) + " (" +
+                             std::to_string(t.pipeline_split_nodes.size()) + " nodes and the controller)");
+  }
+  auto stage_bytes = [&](const layer_range& r) {
+    size_t bytes = 0;
+    for (int layer = r.first; layer < r.end; ++layer) bytes += parts.layers[static_cast<size_t>(layer)];
+    if (r.first == 0) bytes += parts.embedding;
+    if (r.end == static_cast<int>(parts.layers.size())) bytes += parts.head;
+    return bytes;
+  };
+  t.pipeline.stages.clear();
+  t.pipeline_stage_nodes.clear();
+  for (size_t i = 0; i < t.pipeline_split_nodes.size(); ++i) {
+    const std::string& name = t.pipeline_split_nodes[i];
+    const node_address* node = t.find_node(name);
+    if (!node) throw std::runtime_error("[pipeline] nodes: '" + name + "' is not a [[nodes]] name");
+    remote_stage stage;
+    stage.endpoint = "kvtcp://" + node->host + ":" + std::to_string(node->port);
+    stage.layers = ranges[i];
+    t.pipeline.stages.push_back(std::move(stage));
+    t.pipeline_stage_nodes.push_back(name);
+    spdlog::info("pipeline: layers {} on {} ({:.1f} MiB of weights)", layer_range_text(ranges[i]), name,
+                 static_cast<double>(stage_bytes(ranges[i])) / (1 << 20));
+  }
+  spdlog::info("pipeline: layers {} on the controller ({:.1f} MiB of weights)", layer_range_text(ranges.back()),
+               static_cast<double>(stage_bytes(ranges.back())) / (1 << 20));
+  t.pipeline_split_nodes.clear();
+}
 
 void resolve_pipeline_stage_endpoints(topology& t) {
   for (size_t i = 0; i < t.pipeline_stage_nodes.size() && i < t.pipeline.stages.size(); ++i) {

@@ -13,6 +13,12 @@
 
 namespace troupe {
 
+// [pipeline] nodes = [...]: cuts the model into one stage per node and the controller's (the
+// last), of about equal bytes as its files' headers weigh them (model/loader/model_part_bytes.hpp),
+// and turns them into stages placed on those nodes, logging each stage's layers and bytes.
+// Nothing without nodes. Throws naming the model path, or when there are more stages than layers.
+void split_pipeline_by_bytes(topology& t);
+
 // Rewrites the endpoint of every stage placed on a node: with [cluster] credentials,
 // curve://HOST:PORT/KEY with the node's public CURVE key (NAME.kv.key there), else
 // kvtcp://HOST:PORT as parsed. Throws std::runtime_error naming a missing key file.

@@ -319,6 +319,18 @@ void topology::validate() const {
     throw std::runtime_error("[pipeline] names the nodes of " + std::to_string(pipeline_stage_nodes.size()) +
                              " stages for " + std::to_string(pipeline.stages.size()) + " stages");
   }
+  if (!pipeline_split_nodes.empty()) {
+    if (!pipeline.stages.empty()) {
+      throw std::runtime_error(
+          "[pipeline] gives both stages and nodes: list the stages with their layers, or the nodes to split the "
+          "model over by bytes");
+    }
+    std::set<std::string> named;
+    for (const std::string& name : pipeline_split_nodes) {
+      if (!node_names.count(name)) throw std::runtime_error("[pipeline] nodes: '" + name + "' is not a [[nodes]] name");
+      if (!named.insert(name).second) throw std::runtime_error("[pipeline] nodes: '" + name + "' is listed twice");
+    }
+  }
   std::set<std::string> stage_nodes;
   for (const std::string& name : pipeline_stage_nodes) {
     if (name.empty()) continue;
@@ -653,6 +665,7 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
       t.pipeline.stages.push_back(std::move(remote));
     }
   }
+  pipeline.read("nodes", t.pipeline_split_nodes);
   pipeline.read("micro_batches", t.pipeline.micro_batches);
   pipeline.read("step_timeout_ms", t.pipeline.step_timeout_ms);
   pipeline.read("connect_timeout_ms", t.pipeline.connect_timeout_ms);

@@ -188,6 +188,10 @@ struct topology {
   // `troupe launch` starts a `troupe stage` there, listening on the node's address, and the
   // endpoint is that address (node/pipeline_placement.hpp). Such a node runs nothing else.
   std::vector<std::string> pipeline_stage_nodes;
+  // [pipeline] nodes = ["a", "b"]: the model cut by bytes into one stage per node, in order, and
+  // the controller's engine holding the last (node/pipeline_placement.hpp, split_pipeline_by_bytes
+  // turns them into stages and empties this). Either this or stages.
+  std::vector<std::string> pipeline_split_nodes;
 
   // The name the HTTP API serves the model as: served_model_name, else the model path as written.
   std::string model_name() const;

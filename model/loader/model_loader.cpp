@@ -26,6 +26,21 @@ namespace {
 constexpr uint64_t big_model_bytes = uint64_t{1} << 30;
 constexpr size_t page_bytes = 4096;
 
+// Reads one byte per page so the weights are resident before the first step, with a bar.
+void prefault(const weight_store& weights, bool show_progress) {
+  const uint64_t total = weights.total_bytes();
+  progress_bar bar("loading weights", total, show_progress && total >= big_model_bytes);
+  volatile unsigned char sink = 0;
+  for (const auto& [name, tensor] : weights.tensors()) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(tensor.data);
+    for (size_t offset = 0; offset < tensor.num_bytes; offset += page_bytes) sink = sink + bytes[offset];
+    bar.advance(tensor.num_bytes);
+  }
+  bar.finish();
+}
+
+}  // namespace
+
 load_format detect_format(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) throw std::runtime_error("model path '" + path.string() + "' does not exist");
   if (std::filesystem::is_directory(path)) {
@@ -47,21 +62,6 @@ load_format detect_format(const std::filesystem::path& path) {
   throw std::runtime_error("cannot tell the format of '" + path.string() +
                            "': expected an HF directory or a .gguf file");
 }
-
-// Reads one byte per page so the weights are resident before the first step, with a bar.
-void prefault(const weight_store& weights, bool show_progress) {
-  const uint64_t total = weights.total_bytes();
-  progress_bar bar("loading weights", total, show_progress && total >= big_model_bytes);
-  volatile unsigned char sink = 0;
-  for (const auto& [name, tensor] : weights.tensors()) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(tensor.data);
-    for (size_t offset = 0; offset < tensor.num_bytes; offset += page_bytes) sink = sink + bytes[offset];
-    bar.advance(tensor.num_bytes);
-  }
-  bar.finish();
-}
-
-}  // namespace
 
 load_format parse_load_format(std::string_view name) {
   if (name == "auto") return load_format::auto_detect;

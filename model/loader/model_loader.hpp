@@ -44,6 +44,10 @@ struct loaded_model {
 // unsupported architecture or dtype, "tensor X has shape [a,b], expected [c,d] from config.json").
 loaded_model load_model(const load_options& options);
 
+// The format of the model at `path`: safetensors for an HF directory, gguf for a .gguf file.
+// Throws naming the path when it is missing or neither.
+load_format detect_format(const std::filesystem::path& path);
+
 // "auto", "safetensors", "gguf", "dummy" (throws naming the bad value).
 load_format parse_load_format(std::string_view name);
 

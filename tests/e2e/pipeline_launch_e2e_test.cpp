@@ -201,6 +201,36 @@ TEST_F(pipeline_launch_e2e, launch_starts_the_stage_and_answers_like_the_colocat
   EXPECT_FALSE(running(stage[0])) << "the stage outlived launch";
 }
 
+// [pipeline] nodes: launch weighs the model, cuts it into a stage per node and the controller's
+// (layers 0-1 and 2-3 on the nodes, 4 and the head here, the split of least largest stage),
+// starts both stages, and answers like the colocated server.
+TEST_F(pipeline_launch_e2e, nodes_split_the_model_by_bytes_and_answer_like_the_colocated_server) {
+  std::vector<std::vector<int32_t>> expected;
+  {
+    serve_process colocated({});
+    expected = tokens_of(serve_together(colocated, requests()));
+  }
+  const fs::path path = dir_.path() / "split.toml";
+  std::ofstream(path) << "[model]\npath = \"" << stories_dir << "\"\n"
+                      << "[node]\nthreads = 1\n"
+                      << "[[nodes]]\nname = \"stage-a\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "[[nodes]]\nname = \"stage-b\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "[pipeline]\nnodes = [\"stage-a\", \"stage-b\"]\n";
+  pipeline_launch launch(path, dir_.path() / "launch.log", free_port());
+  ASSERT_TRUE(launch.wait_until_serving()) << launch.log();
+  const std::string log = launch.log();
+  EXPECT_NE(log.find("pipeline: layers 0-1 on stage-a"), std::string::npos) << log;
+  EXPECT_NE(log.find("pipeline: layers 2-3 on stage-b"), std::string::npos) << log;
+  EXPECT_NE(log.find("pipeline: layers 4-4 on the controller"), std::string::npos) << log;
+  EXPECT_NE(log.find("pipeline stage 2-3 listening on"), std::string::npos) << log;
+  EXPECT_NE(log.find("pipeline of 3 stages (layers 0-1 at kvtcp://127.0.0.1:"), std::string::npos) << log;
+  ASSERT_EQ(launch.pids_of("stage-b").size(), 1u) << log;
+  EXPECT_EQ(tokens_of(launch_together(launch, requests())), expected);
+  const int status = launch.stop_with_sigterm();
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n"
+                                                                             << launch.log();
+}
+
 // The load of the kill tests: long greedy requests, two prompts.
 generate_request load_request(int thread) {
   return greedy(thread % 2 ? "Once upon a time" : "The dog and the cat", 400);

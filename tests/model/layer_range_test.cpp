@@ -81,6 +81,11 @@ TEST(layer_range, split_by_bytes_balances_the_stages) {
   const std::vector<layer_range> lopsided = split_layers_by_bytes({1000, 1, 1, 1}, 0, 0, 4);
   EXPECT_EQ(lopsided, (std::vector<layer_range>{{0, 1}, {1, 2}, {2, 3}, {3, 4}}));
   check_pipeline_ranges(lopsided, 4);
+  // stories260K's bytes (f32: a layer, the embedding, the tied head with the final norm) in three
+  // stages: a split that fills the first stages to their share first would give the middle one
+  // three layers (545,280 bytes); the best puts at most 494,592 bytes on any stage.
+  EXPECT_EQ(split_layers_by_bytes(std::vector<size_t>(5, 181760), 131072, 131328, 3),
+            (std::vector<layer_range>{{0, 2}, {2, 4}, {4, 5}}));
   EXPECT_NE(error_of([] {
               split_layers_by_bytes({1, 2}, 0, 0, 3);
             }).find("cannot split 2 layers into 3"),

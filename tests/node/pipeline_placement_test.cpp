@@ -11,6 +11,7 @@
 #include "kvtransfer/kv_channel.hpp"
 #include "node/pipeline_placement.hpp"
 #include "tests/scratch_dir.hpp"
+#include "tests/shared_models.hpp"
 
 namespace troupe {
 namespace {
@@ -76,6 +77,50 @@ TEST(pipeline_placement, a_node_without_its_curve_key_is_named) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("a.kv.key"), std::string::npos) << e.what();
   }
+}
+
+// [pipeline] nodes = [...]: the model weighed by its headers and cut so that no stage holds more
+// than it must; stories260K's five f32 layers over two nodes and the controller (the bytes are
+// in tests/model/layer_range_test.cpp).
+TEST(pipeline_placement, nodes_split_the_model_by_bytes_with_the_controller_holding_the_last_stage) {
+  TROUPE_REQUIRE_SHARED_MODEL(test::stories260k_dir / "hf");
+  topology t = parse_topology("[model]\npath = \"" + (test::stories260k_dir / "hf").string() +
+                              "\"\n[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\n"
+                              "[[nodes]]\nname = \"b\"\naddress = \"127.0.0.1:7202\"\n"
+                              "[pipeline]\nnodes = [\"a\", \"b\"]\n");
+  EXPECT_TRUE(t.pipeline.stages.empty()) << "cut when the model is known, after the flags";
+  split_pipeline_by_bytes(t);
+  ASSERT_EQ(t.pipeline.stages.size(), 2u);
+  EXPECT_EQ(t.pipeline.stages[0].layers, (layer_range{0, 2}));
+  EXPECT_EQ(t.pipeline.stages[1].layers, (layer_range{2, 4}));
+  EXPECT_EQ(t.pipeline.engine_layers().first, 4) << "the controller's engine holds layer 4 and the head";
+  EXPECT_EQ(t.pipeline_stage_nodes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(t.pipeline_split_nodes.empty());
+  resolve_pipeline_stage_endpoints(t);
+  EXPECT_EQ(t.pipeline.stages[1].endpoint, "kvtcp://127.0.0.1:7202");
+  t.validate();
+  const std::vector<stage_process> here = local_stage_processes(t, "/bin/troupe", "info");
+  ASSERT_EQ(here.size(), 2u);
+  EXPECT_TRUE(has_pair(here[0].spec.argv, "--layers", "0-1"));
+  EXPECT_TRUE(has_pair(here[1].spec.argv, "--layers", "2-3"));
+}
+
+TEST(pipeline_placement, nodes_to_split_over_are_checked_by_name) {
+  const std::string model = "[model]\npath = \"/models/m\"\n[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\n";
+  auto error_of = [&](const std::string& pipeline) {
+    try {
+      topology t = parse_topology(model + "[pipeline]\n" + pipeline);
+      split_pipeline_by_bytes(t);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("nodes = [\"z\"]\n").find("'z' is not a [[nodes]] name"), std::string::npos);
+  EXPECT_NE(error_of("nodes = [\"a\", \"a\"]\n").find("'a' is listed twice"), std::string::npos);
+  EXPECT_NE(error_of("nodes = [\"a\"]\nstages = [{ node = \"a\", layers = \"0-1\" }]\n").find("both stages and nodes"),
+            std::string::npos);
+  EXPECT_NE(error_of("nodes = [\"a\"]\n").find("/models/m"), std::string::npos) << "a model that is not there";
 }
 
 }  // namespace

@@ -529,6 +529,10 @@ TEST(topology, pipeline_stages_placed_on_nodes_are_read_and_checked) {
   EXPECT_EQ(launched.pipeline.stages[0].layers, (layer_range{0, 2}));
   EXPECT_EQ(launched.pipeline_stage_nodes, (std::vector<std::string>{"stage-a"}));
   EXPECT_TRUE(launched.colocated()) << "a stage node is not a node the controller places stages on";
+  // Split by bytes: the nodes are kept until the model is known (node/pipeline_placement.hpp).
+  const topology split = load_topology(TROUPE_SOURCE_DIR "/config/pipeline-split.toml");
+  EXPECT_EQ(split.pipeline_split_nodes, (std::vector<std::string>{"stage-a", "stage-b"}));
+  EXPECT_TRUE(split.pipeline.stages.empty());
 
   const std::string nodes =
       "[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\n"
