@@ -84,10 +84,19 @@ void client::set_connect_timeout(std::chrono::milliseconds timeout) {
 
 void client::send_raw(const std::string& frame) {
   impl_->forget_events();
-  if (!impl_->socket.send(zmq::buffer(frame), zmq::send_flags::none)) {
-    throw client_unreachable("cannot reach a server at " + endpoint_ + ": no connection within " +
-                             seconds_text(connect_timeout_) + " (is `troupe serve` running there?)");
+  if (impl_->socket.send(zmq::buffer(frame), zmq::send_flags::none)) return;
+  // Connections that were made and closed meanwhile: something listens there and turns them away.
+  int num_closed = 0;
+  while (impl_->take_event()) ++num_closed;
+  if (num_closed > 0) {
+    throw client_unreachable("cannot reach a server at " + endpoint_ + ": it closed the connection before the ZeroMQ " +
+                             "handshake finished, " + std::to_string(num_closed) + " times within " +
+                             seconds_text(connect_timeout_) +
+                             " (a troupe door at its connection limit does, and says so in its log; or it is not "
+                             "a troupe ZeroMQ door)");
   }
+  throw client_unreachable("cannot reach a server at " + endpoint_ + ": no connection within " +
+                           seconds_text(connect_timeout_) + " (is `troupe serve` running there?)");
 }
 
 void client::send(client_request request) {

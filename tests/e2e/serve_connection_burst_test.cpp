@@ -26,6 +26,7 @@
 
 #include <zmq.hpp>
 
+#include "client/client.hpp"
 #include "node/topology.hpp"
 #include "protocol/codec.hpp"
 #include "tests/e2e/serve_process.hpp"
@@ -195,6 +196,36 @@ TEST(serve_connection_burst, the_doors_caps_are_set_by_flags) {
   EXPECT_FALSE(closed_by_server(http[16], 100));
   for (int fd : zmq) ::close(fd);
   for (int fd : http) ::close(fd);
+  EXPECT_TRUE(server.alive());
+}
+
+// A door at its connection limit closes each new connection at once; the client says that is what
+// happened (a server turned it away, not "is it running?"). Once the slot is free it is served.
+TEST(serve_connection_burst, a_client_turned_away_at_the_connection_limit_is_told_so) {
+  if (!std::filesystem::exists(stories_dir)) GTEST_SKIP() << "no " << stories_dir;
+  serve_process server(
+      {"--zmq-max-pending-handshakes", "1", "--zmq-max-connections", "1", "--zmq-handshake-timeout-ms", "60000"});
+  ASSERT_TRUE(server.alive());
+  const int held = testing::connect_loopback(static_cast<uint16_t>(port_of(server.endpoint())));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // accepted: the one slot is taken
+  std::string message;
+  {
+    client turned_away(server.endpoint());
+    turned_away.set_connect_timeout(std::chrono::milliseconds(2000));
+    try {
+      turned_away.stats();
+    } catch (const client_unreachable& e) {
+      message = e.what();
+    }
+  }
+  EXPECT_NE(message.find("it closed the connection before the ZeroMQ handshake finished"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("connection limit"), std::string::npos) << message;
+  ::close(held);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  client served(server.endpoint());
+  served.set_timeout(std::chrono::seconds(30));
+  EXPECT_NO_THROW(served.stats());
   EXPECT_TRUE(server.alive());
 }
 }  // namespace
