@@ -1,5 +1,8 @@
 #include "engine/process_memory.hpp"
 
+#include <dlfcn.h>
+#include <malloc.h>
+
 #include <fstream>
 #include <string>
 
@@ -15,6 +18,16 @@ process_memory current_process_memory() {
     if (size_t v = kib("VmHWM:")) memory.peak_bytes = v;
   }
   return memory;
+}
+
+void return_freed_memory() {
+  using mallctl_function = int (*)(const char*, void*, size_t*, void*, size_t);
+  if (auto mallctl = reinterpret_cast<mallctl_function>(dlsym(RTLD_DEFAULT, "mallctl"))) {
+    // 4096 is MALLCTL_ARENAS_ALL: every arena.
+    mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0);
+    return;
+  }
+  malloc_trim(0);
 }
 
 }  // namespace troupe

@@ -149,6 +149,7 @@ std::shared_ptr<served_model> load_served_model(const model_spec& spec, std::uni
   served->backend_model = make_backend_model(run_config, served->loaded.weights, device.kind, kv, spec.backend);
   // Memory after load is the weights once: the loader's copies the backend repacked are freed.
   served->loaded.weights.release_copies(cpu_weights_not_read(*served->backend_model));
+  return_freed_memory();
   log_memory_after_load(*served);
 
   for (int id : config.eos_token_ids) served->eos_token_ids.push_back(id);
