@@ -29,6 +29,13 @@ std::vector<int32_t> run_to_end(scheduler& s, int64_t id, std::vector<int32_t> o
   return outputs;
 }
 
+// Request 9 (a 40-token prompt, 6 greedy outputs) run whole on one ordinary scheduler.
+std::vector<int32_t> undisturbed_outputs() {
+  auto plain = create_scheduler(64, 16);
+  EXPECT_FALSE(plain->add_request(9, make_prompt(40), greedy(6)));
+  return run_to_end(*plain, 9);
+}
+
 TEST(kv_handoff_scheduler, a_prefill_only_request_is_handed_off_after_its_first_token) {
   auto s = create_scheduler(64, 16, /*max_num_batched_tokens=*/16);
   ASSERT_FALSE(s->add_request(5, make_prompt(40), greedy(10), 0, engine_clock::now(), {}, {kv_role::send, 77, {}}));
@@ -74,11 +81,7 @@ TEST(kv_handoff_scheduler, a_prefill_only_request_that_ends_at_its_first_token_f
 }
 
 TEST(kv_handoff_scheduler, a_decode_only_request_waits_for_its_kv_and_first_token_then_continues_as_one_run) {
-  const std::vector<int32_t> undisturbed = [] {
-    auto plain = create_scheduler(64, 16);
-    EXPECT_FALSE(plain->add_request(9, make_prompt(40), greedy(6)));
-    return run_to_end(*plain, 9);
-  }();
+  const std::vector<int32_t> undisturbed = undisturbed_outputs();
 
   auto s = create_scheduler(64, 16);
   ASSERT_FALSE(s->add_request(9, make_prompt(40), greedy(6), 0, engine_clock::now(), {},
@@ -219,11 +222,7 @@ TEST(kv_handoff_scheduler, a_refused_hand_over_changes_nothing) {
 // restarted, or preemption) it is recomputed from its tokens, not given a second reservation
 // for a KV that will never come again.
 TEST(kv_handoff_scheduler, a_running_decode_only_request_that_loses_its_kv_is_recomputed) {
-  const std::vector<int32_t> undisturbed = [] {
-    auto plain = create_scheduler(64, 16);
-    EXPECT_FALSE(plain->add_request(9, make_prompt(40), greedy(6)));
-    return run_to_end(*plain, 9);
-  }();
+  const std::vector<int32_t> undisturbed = undisturbed_outputs();
   auto s = create_scheduler(64, 16);
   ASSERT_FALSE(s->add_request(9, make_prompt(40), greedy(6), 0, engine_clock::now(), {}, {kv_role::receive, 4, {}}));
   s->schedule();
