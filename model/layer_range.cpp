@@ -67,39 +67,44 @@ void check_pipeline_ranges(const std::vector<layer_range>& ranges, int num_layer
   }
 }
 
-std::vector<layer_range> split_layers_by_bytes(const std::vector<size_t>& layer_bytes, size_t first_stage_extra,
-                                               size_t last_stage_extra, int num_stages) {
+std::vector<layer_range> split_layers_by_capacity(const std::vector<size_t>& layer_bytes, size_t first_stage_extra,
+                                                  size_t last_stage_extra, const std::vector<double>& capacities) {
   const int num_layers = static_cast<int>(layer_bytes.size());
+  const int num_stages = static_cast<int>(capacities.size());
   if (num_stages < 1 || num_stages > num_layers) {
     throw std::runtime_error("cannot split " + std::to_string(num_layers) + " layers into " +
                              std::to_string(num_stages) + " pipeline stages (1 to one per layer)");
   }
-  // The contiguous split whose largest stage is smallest (the slowest stage paces the pipeline,
-  // and the fullest node bounds the model): best[s][e] is that largest stage over layers [0, e)
-  // cut into s + 1 stages. Layers and stages are few (hundreds, tens), so the square is cheap.
+  for (double capacity : capacities) {
+    if (!(capacity > 0)) throw std::runtime_error("a pipeline stage's capacity must be positive");
+  }
+  // The contiguous split whose fullest stage (its bytes over its capacity) is least full: the
+  // slowest stage paces the pipeline, and the fullest node bounds the model. best[s][e] is that
+  // share over layers [0, e) cut into s + 1 stages. Layers and stages are few (hundreds, tens),
+  // so the square is cheap.
   std::vector<size_t> prefix(static_cast<size_t>(num_layers) + 1, 0);
   for (int i = 0; i < num_layers; ++i) prefix[i + 1] = prefix[i] + layer_bytes[static_cast<size_t>(i)];
-  auto stage_bytes = [&](int first, int end) {
+  auto share = [&](int stage, int first, int end) {
     size_t bytes = prefix[static_cast<size_t>(end)] - prefix[static_cast<size_t>(first)];
     if (first == 0) bytes += first_stage_extra;
     if (end == num_layers) bytes += last_stage_extra;
-    return bytes;
+    return static_cast<double>(bytes) / capacities[static_cast<size_t>(stage)];
   };
-  constexpr size_t unreachable = std::numeric_limits<size_t>::max();
+  constexpr double unreachable = std::numeric_limits<double>::infinity();
   const size_t width = static_cast<size_t>(num_layers) + 1;
-  std::vector<size_t> best(static_cast<size_t>(num_stages) * width, unreachable);
+  std::vector<double> best(static_cast<size_t>(num_stages) * width, unreachable);
   std::vector<int> cut(best.size(), 0);  // where the last of those stages begins
-  for (int e = 1; e <= num_layers; ++e) best[static_cast<size_t>(e)] = stage_bytes(0, e);
+  for (int e = 1; e <= num_layers; ++e) best[static_cast<size_t>(e)] = share(0, 0, e);
   for (int s = 1; s < num_stages; ++s) {
     for (int e = s + 1; e <= num_layers; ++e) {
       const size_t at = static_cast<size_t>(s) * width + static_cast<size_t>(e);
       // The earliest cut wins a tie, so equal layers split the same way every time.
       for (int b = s; b < e; ++b) {
-        const size_t before = best[static_cast<size_t>(s - 1) * width + static_cast<size_t>(b)];
+        const double before = best[static_cast<size_t>(s - 1) * width + static_cast<size_t>(b)];
         if (before == unreachable) continue;
-        const size_t largest = std::max(before, stage_bytes(b, e));
-        if (largest < best[at]) {
-          best[at] = largest;
+        const double fullest = std::max(before, share(s, b, e));
+        if (fullest < best[at]) {
+          best[at] = fullest;
           cut[at] = b;
         }
       }
@@ -113,6 +118,16 @@ std::vector<layer_range> split_layers_by_bytes(const std::vector<size_t>& layer_
     end = first;
   }
   return stages;
+}
+
+std::vector<layer_range> split_layers_by_bytes(const std::vector<size_t>& layer_bytes, size_t first_stage_extra,
+                                               size_t last_stage_extra, int num_stages) {
+  if (num_stages < 1) {
+    throw std::runtime_error("cannot split " + std::to_string(layer_bytes.size()) + " layers into " +
+                             std::to_string(num_stages) + " pipeline stages (1 to one per layer)");
+  }
+  return split_layers_by_capacity(layer_bytes, first_stage_extra, last_stage_extra,
+                                  std::vector<double>(static_cast<size_t>(num_stages), 1.0));
 }
 
 }  // namespace troupe

@@ -53,5 +53,10 @@ void check_pipeline_ranges(const std::vector<layer_range>& ranges, int num_layer
 // 1 .. layer_bytes.size().
 std::vector<layer_range> split_layers_by_bytes(const std::vector<size_t>& layer_bytes, size_t first_stage_extra,
                                                size_t last_stage_extra, int num_stages);
+// The same for stages of unequal room (a node's memory for weights): the split whose fullest
+// stage, its bytes over capacities[stage], is least full; one stage per capacity. Throws as above,
+// or when a capacity is not positive.
+std::vector<layer_range> split_layers_by_capacity(const std::vector<size_t>& layer_bytes, size_t first_stage_extra,
+                                                  size_t last_stage_extra, const std::vector<double>& capacities);
 
 }  // namespace troupe

@@ -21,6 +21,11 @@ const char* load_format_flag(load_format format) {
   return "auto";
 }
 
+// The MiB a stage on `node` may hold (its own budget, else [node]'s), 0 for no bound.
+int stage_budget_mb(const topology& t, const node_address* node) {
+  return node != nullptr && node->memory_budget_mb > 0 ? node->memory_budget_mb : t.model.memory_budget_mb;
+}
+
 }  // namespace
 
 void split_pipeline_by_bytes(topology& t) {
@@ -30,14 +35,40 @@ void split_pipeline_by_bytes(topology& t) {
         "[pipeline] nodes splits the model by its bytes: a dummy model has no file to weigh; "
         "list the stages with their layers");
   }
+  std::vector<const node_address*> nodes;
+  for (const std::string& name : t.pipeline_split_nodes) {
+    const node_address* node = t.find_node(name);
+    if (!node) throw std::runtime_error("[pipeline] nodes: '" + name + "' is not a [[nodes]] name");
+    nodes.push_back(node);
+  }
   const model_part_bytes parts = read_model_part_bytes(t.model.path);
-  const int num_stages = static_cast<int>(t.pipeline_split_nodes.size()) + 1;  // and the controller's, last
+  const size_t num_stages = nodes.size() + 1;  // and the controller's, last
+  auto stage_name = [&](size_t i) { return i < nodes.size() ? nodes[i]->name : std::string("the controller"); };
+  // Each stage's room for weights when every stage has a budget (the KV pool takes its share of
+  // each, as a stage's load counts it): the split then fills the nodes in proportion.
+  const uint64_t kv_mb = t.model.num_kv_blocks == 0 ? static_cast<uint64_t>(t.model.kv_memory_mb) : 0;
+  std::vector<double> room_bytes;
+  for (size_t i = 0; i < num_stages; ++i) {
+    const int budget_mb = stage_budget_mb(t, i < nodes.size() ? nodes[i] : nullptr);
+    if (budget_mb <= 0) {
+      room_bytes.clear();
+      break;
+    }
+    if (static_cast<uint64_t>(budget_mb) <= kv_mb) {
+      throw std::runtime_error("[pipeline] nodes: " + stage_name(i) + "'s memory budget of " +
+                               std::to_string(budget_mb) + " MiB leaves nothing beside its KV pool of " +
+                               std::to_string(kv_mb) + " MiB");
+    }
+    room_bytes.push_back(static_cast<double>((static_cast<uint64_t>(budget_mb) - kv_mb) << 20));
+  }
   std::vector<layer_range> ranges;
   try {
-    ranges = split_layers_by_bytes(parts.layers, parts.embedding, parts.head, num_stages);
+    ranges = room_bytes.empty()
+                 ? split_layers_by_bytes(parts.layers, parts.embedding, parts.head, static_cast<int>(num_stages))
+                 : split_layers_by_capacity(parts.layers, parts.embedding, parts.head, room_bytes);
   } catch (const std::exception& e) {
-    throw std::runtime_error("[pipeline] nodes: " + std::string(e.what()) + " (" +
-                             std::to_string(t.pipeline_split_nodes.size()) + " nodes and the controller)");
+    throw std::runtime_error("[pipeline] nodes: " + std::string(e.what()) + " (" + std::to_string(nodes.size()) +
+                             " nodes and the controller)");
   }
   auto stage_bytes = [&](const layer_range& r) {
     size_t bytes = 0;
@@ -46,22 +77,30 @@ void split_pipeline_by_bytes(topology& t) {
     if (r.end == static_cast<int>(parts.layers.size())) bytes += parts.head;
     return bytes;
   };
+  auto mib = [](double bytes) { return fmt::format("{:.1f} MiB", bytes / (1 << 20)); };
+  // Refused before anything starts: even the best split leaves a stage past its node's room.
+  for (size_t i = 0; i < room_bytes.size(); ++i) {
+    const size_t needed = stage_bytes(ranges[i]);
+    if (static_cast<double>(needed) > room_bytes[i]) {
+      throw std::runtime_error("[pipeline] nodes: the model does not fit: layers " + layer_range_text(ranges[i]) +
+                               " on " + stage_name(i) + " need " + mib(static_cast<double>(needed)) + " (" +
+                               std::to_string(needed) + " bytes) of weights, above the " + mib(room_bytes[i]) +
+                               " its memory budget leaves beside the KV pool; add nodes or raise their budgets");
+    }
+  }
   t.pipeline.stages.clear();
   t.pipeline_stage_nodes.clear();
-  for (size_t i = 0; i < t.pipeline_split_nodes.size(); ++i) {
-    const std::string& name = t.pipeline_split_nodes[i];
-    const node_address* node = t.find_node(name);
-    if (!node) throw std::runtime_error("[pipeline] nodes: '" + name + "' is not a [[nodes]] name");
+  for (size_t i = 0; i < num_stages; ++i) {
+    const std::string room = room_bytes.empty() ? "" : " of the " + mib(room_bytes[i]) + " it has for them";
+    spdlog::info("pipeline: layers {} on {} ({} of weights{})", layer_range_text(ranges[i]), stage_name(i),
+                 mib(static_cast<double>(stage_bytes(ranges[i]))), room);
+    if (i == nodes.size()) break;  // the controller's stage is the engine's own layers
     remote_stage stage;
-    stage.endpoint = "kvtcp://" + node->host + ":" + std::to_string(node->port);
+    stage.endpoint = "kvtcp://" + nodes[i]->host + ":" + std::to_string(nodes[i]->port);
     stage.layers = ranges[i];
     t.pipeline.stages.push_back(std::move(stage));
-    t.pipeline_stage_nodes.push_back(name);
-    spdlog::info("pipeline: layers {} on {} ({:.1f} MiB of weights)", layer_range_text(ranges[i]), name,
-                 static_cast<double>(stage_bytes(ranges[i])) / (1 << 20));
+    t.pipeline_stage_nodes.push_back(nodes[i]->name);
   }
-  spdlog::info("pipeline: layers {} on the controller ({:.1f} MiB of weights)", layer_range_text(ranges.back()),
-               static_cast<double>(stage_bytes(ranges.back())) / (1 << 20));
   t.pipeline_split_nodes.clear();
 }
 
@@ -116,8 +155,8 @@ std::vector<stage_process> local_stage_processes(const topology& t, const std::f
                    node->kv_cache_dtype.empty() ? m.backend.kv_cache_dtype : node->kv_cache_dtype,
                    "--log-level",
                    log_level};
-    if (m.memory_budget_mb > 0) {
-      p.spec.argv.insert(p.spec.argv.end(), {"--memory-budget-mb", std::to_string(m.memory_budget_mb)});
+    if (const int budget_mb = stage_budget_mb(t, node); budget_mb > 0) {
+      p.spec.argv.insert(p.spec.argv.end(), {"--memory-budget-mb", std::to_string(budget_mb)});
     }
     if (!t.cluster.credentials.empty()) {
       p.spec.argv.insert(p.spec.argv.end(), {"--credentials", t.cluster.credentials.string(), "--name", node->name});

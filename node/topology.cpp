@@ -558,7 +558,13 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
       node_entry.read("address", where);
       node_entry.read_parsed("kv_cache_dtype", address.kv_cache_dtype, checked_kv_cache_dtype);
       node_entry.read_parsed("restart", address.restart, parse_restart_mode);
+      node_entry.read("memory_budget_mb", address.memory_budget_mb);
       node_entry.finish();
+      if (address.memory_budget_mb < 0) {
+        throw std::runtime_error(source + ": [[nodes]] '" + address.name +
+                                 "' memory_budget_mb must be 0 ([node]'s) or positive, got " +
+                                 std::to_string(address.memory_budget_mb));
+      }
       if (address.name.empty()) throw std::runtime_error(source + ": a [[nodes]] entry has no name");
       parse_node_address(where, address, source + ": [[nodes]] '" + address.name + "'");
       t.nodes.push_back(std::move(address));

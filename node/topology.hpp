@@ -31,6 +31,9 @@ struct node_address {
   std::string kv_cache_dtype;
   // What `troupe launch` does when the node it started here dies (node/restart_policy.hpp).
   restart_mode restart = restart_mode::on_failure;
+  // What a pipeline stage here may hold, weights and KV pool, in MiB; 0: [node] memory_budget_mb.
+  // A stage refuses to load past it, and [pipeline] nodes splits the model by it.
+  int memory_budget_mb = 0;
 };
 
 // How often a `troupe node` heartbeats its controllers; a controller's connection_timeout_ms

@@ -86,6 +86,16 @@ TEST(layer_range, split_by_bytes_balances_the_stages) {
   // three layers (545,280 bytes); the best puts at most 494,592 bytes on any stage.
   EXPECT_EQ(split_layers_by_bytes(std::vector<size_t>(5, 181760), 131072, 131328, 3),
             (std::vector<layer_range>{{0, 2}, {2, 4}, {4, 5}}));
+  // Stages of unequal room are filled in proportion: a node with three times the memory takes
+  // three times the layers.
+  EXPECT_EQ(split_layers_by_capacity(std::vector<size_t>(8, 100), 0, 0, {1.0, 3.0}),
+            (std::vector<layer_range>{{0, 2}, {2, 8}}));
+  EXPECT_EQ(split_layers_by_capacity(std::vector<size_t>(8, 100), 0, 0, {1.0, 1.0}),
+            split_layers_by_bytes(std::vector<size_t>(8, 100), 0, 0, 2));
+  EXPECT_NE(error_of([] {
+              split_layers_by_capacity({1, 2}, 0, 0, {1.0, 0.0});
+            }).find("capacity must be positive"),
+            std::string::npos);
   EXPECT_NE(error_of([] {
               split_layers_by_bytes({1, 2}, 0, 0, 3);
             }).find("cannot split 2 layers into 3"),

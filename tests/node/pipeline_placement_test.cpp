@@ -105,6 +105,40 @@ TEST(pipeline_placement, nodes_split_the_model_by_bytes_with_the_controller_hold
   EXPECT_TRUE(has_pair(here[1].spec.argv, "--layers", "2-3"));
 }
 
+// With a memory budget on every stage ([[nodes]] memory_budget_mb, the controller's [node] one),
+// the split fills them in proportion to what each has beside its KV pool: here 1, 1 and 4 MiB,
+// so the controller takes three of the five layers where the even split gave it one. Each stage
+// process is started with its own node's budget.
+TEST(pipeline_placement, nodes_with_memory_budgets_are_filled_in_proportion) {
+  TROUPE_REQUIRE_SHARED_MODEL(test::stories260k_dir / "hf");
+  topology t = parse_topology("[model]\npath = \"" + (test::stories260k_dir / "hf").string() +
+                              "\"\n[node]\nmemory_budget_mb = 5\n[scheduler]\nkv_memory_mb = 1\n"
+                              "[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\nmemory_budget_mb = 2\n"
+                              "[[nodes]]\nname = \"b\"\naddress = \"127.0.0.1:7202\"\nmemory_budget_mb = 2\n"
+                              "[pipeline]\nnodes = [\"a\", \"b\"]\n");
+  split_pipeline_by_bytes(t);
+  ASSERT_EQ(t.pipeline.stages.size(), 2u);
+  EXPECT_EQ(t.pipeline.stages[0].layers, (layer_range{0, 1}));
+  EXPECT_EQ(t.pipeline.stages[1].layers, (layer_range{1, 2}));
+  EXPECT_EQ(t.pipeline.engine_layers().first, 2);
+  const std::vector<stage_process> here = local_stage_processes(t, "/bin/troupe", "info");
+  ASSERT_EQ(here.size(), 2u);
+  EXPECT_TRUE(has_pair(here[0].spec.argv, "--memory-budget-mb", "2")) << "the node's own budget, not [node]'s";
+
+  topology cramped = parse_topology("[model]\npath = \"" + (test::stories260k_dir / "hf").string() +
+                                    "\"\n[node]\nmemory_budget_mb = 5\n[scheduler]\nkv_memory_mb = 1\n"
+                                    "[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\nmemory_budget_mb = 1\n"
+                                    "[pipeline]\nnodes = [\"a\"]\n");
+  try {
+    split_pipeline_by_bytes(cramped);
+    FAIL() << "split over a node whose budget is all KV pool";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a's memory budget of 1 MiB leaves nothing beside its KV pool of 1 MiB"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(pipeline_placement, nodes_to_split_over_are_checked_by_name) {
   const std::string model = "[model]\npath = \"/models/m\"\n[[nodes]]\nname = \"a\"\naddress = \"127.0.0.1:7201\"\n";
   auto error_of = [&](const std::string& pipeline) {
