@@ -485,14 +485,14 @@ std::vector<token_delta> scheduler::update(const step_outline& plan, const step_
       continue;
     }
     // The tokens that become outputs: up to the first that ends the request.
-    std::vector<int32_t> outputs;
+    size_t num_outputs = 0;
     sequence_status status = sequence_status::running;
-    for (size_t i = first_token; i < first_token + count && !is_finished(status); ++i) {
-      const int32_t token_id = result.tokens[i].token_id;
-      outputs.push_back(token_id);
-      const int num_added = static_cast<int>(outputs.size());
+    while (num_outputs < count && !is_finished(status)) {
+      const int32_t token_id = result.tokens[first_token + num_outputs].token_id;
+      const int num_added = static_cast<int>(++num_outputs);
       status = stop_status(seq.params(), token_id, seq.num_output_tokens() + num_added, seq.num_tokens() + num_added);
     }
+    const std::span<const sampled_token> outputs(result.tokens.data() + first_token, num_outputs);
     // For the detokenizer, on the request's first delta from this engine (resumed or not).
     const bool first_delta = seq.num_output_tokens() == seq.num_resumed_output_tokens();
     const bool first_output = seq.num_output_tokens() == 0;

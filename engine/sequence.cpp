@@ -87,8 +87,8 @@ void sequence::chunk_computed(int num_new_tokens) {
   num_inflight_tokens_ -= num_new_tokens;
 }
 
-void sequence::sample_returned(int num_new_tokens, int num_drafts, int num_verified, std::span<const int32_t> outputs,
-                               engine_clock::time_point now) {
+void sequence::sample_returned(int num_new_tokens, int num_drafts, int num_verified,
+                               std::span<const sampled_token> outputs, engine_clock::time_point now) {
   require(status_ == sequence_status::running, "sample_returned", "a running sequence");
   require(num_new_tokens >= 0 && num_new_tokens <= num_inflight_tokens_, "sample_returned",
           "at most its tokens in flight");
@@ -103,7 +103,7 @@ void sequence::sample_returned(int num_new_tokens, int num_drafts, int num_verif
   --num_pending_samples_;
   ++num_sampling_steps_;
   num_draft_tokens_ += num_drafts;
-  for (int32_t token_id : outputs) append_token(token_id, now);
+  for (const sampled_token& token : outputs) append_token(token.token_id, now);
   // Drafts after a token that ended the request never became outputs: they do not count as
   // accepted, and their K/V does not count as computed.
   num_accepted_tokens_ += static_cast<int>(outputs.size()) - 1;

@@ -114,7 +114,7 @@ class sequence {
   // Running: a planned entry of `num_new_tokens` that sampled came back: `num_drafts` drafts were
   // verified, `num_verified` tokens came back for it (the target's and the accepted drafts'), and
   // `outputs` (the first of them, up to the one that ends it) become outputs.
-  void sample_returned(int num_new_tokens, int num_drafts, int num_verified, std::span<const int32_t> outputs,
+  void sample_returned(int num_new_tokens, int num_drafts, int num_verified, std::span<const sampled_token> outputs,
                        engine_clock::time_point now);
   // Role receive, waiting_for_kv: the KV of the reservation is complete in its blocks.
   void kv_complete();

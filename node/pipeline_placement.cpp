@@ -70,17 +70,10 @@ void split_pipeline_by_bytes(topology& t) {
     throw std::runtime_error("[pipeline] nodes: " + std::string(e.what()) + " (" + std::to_string(nodes.size()) +
                              " nodes and the controller)");
   }
-  auto stage_bytes = [&](const layer_range& r) {
-    size_t bytes = 0;
-    for (int layer = r.first; layer < r.end; ++layer) bytes += parts.layers[static_cast<size_t>(layer)];
-    if (r.first == 0) bytes += parts.embedding;
-    if (r.end == static_cast<int>(parts.layers.size())) bytes += parts.head;
-    return bytes;
-  };
   auto mib = [](double bytes) { return fmt::format("{:.1f} MiB", bytes / (1 << 20)); };
   // Refused before anything starts: even the best split leaves a stage past its node's room.
   for (size_t i = 0; i < room_bytes.size(); ++i) {
-    const size_t needed = stage_bytes(ranges[i]);
+    const size_t needed = parts.bytes_of(ranges[i]);
     if (static_cast<double>(needed) > room_bytes[i]) {
       throw std::runtime_error("[pipeline] nodes: the model does not fit: layers " + layer_range_text(ranges[i]) +
                                " on " + stage_name(i) + " need " + mib(static_cast<double>(needed)) + " (" +
@@ -93,7 +86,7 @@ void split_pipeline_by_bytes(topology& t) {
   for (size_t i = 0; i < num_stages; ++i) {
     const std::string room = room_bytes.empty() ? "" : " of the " + mib(room_bytes[i]) + " it has for them";
     spdlog::info("pipeline: layers {} on {} ({} of weights{})", layer_range_text(ranges[i]), stage_name(i),
-                 mib(static_cast<double>(stage_bytes(ranges[i]))), room);
+                 mib(static_cast<double>(parts.bytes_of(ranges[i]))), room);
     if (i == nodes.size()) break;  // the controller's stage is the engine's own layers
     remote_stage stage;
     stage.endpoint = "kvtcp://" + nodes[i]->host + ":" + std::to_string(nodes[i]->port);

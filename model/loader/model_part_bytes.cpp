@@ -38,6 +38,14 @@ tensor_part part_of_tensor(std::string_view name) {
   return {};
 }
 
+size_t model_part_bytes::bytes_of(const layer_range& range) const {
+  size_t bytes = 0;
+  for (int layer = range.first; layer < range.end; ++layer) bytes += layers.at(static_cast<size_t>(layer));
+  if (range.holds_embedding()) bytes += embedding;
+  if (range.holds_head(static_cast<int>(layers.size()))) bytes += head;
+  return bytes;
+}
+
 model_part_bytes read_model_part_bytes(const std::filesystem::path& path) {
   std::vector<std::pair<std::string, size_t>> tensors;
   if (detect_format(path) == load_format::gguf) {

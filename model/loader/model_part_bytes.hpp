@@ -10,12 +10,17 @@
 #include <string_view>
 #include <vector>
 
+#include "model/layer_range.hpp"
+
 namespace troupe {
 
 struct model_part_bytes {
   std::vector<size_t> layers;  // [decoder layer]
   size_t embedding = 0;        // the first stage's besides its layers
   size_t head = 0;             // the last stage's besides its layers
+
+  // The bytes a stage holding `range` (resolved) reads: its layers, and an end's if it has one.
+  size_t bytes_of(const layer_range& range) const;
 };
 
 // The part bytes of the HF directory or GGUF file at `path` (as load_model takes it). Throws

@@ -26,6 +26,13 @@ counts counts_of(const sequence& seq) {
           seq.num_tokens(), seq.num_blocks_on_worker()};
 }
 
+// Sampled tokens with these ids, as a step returns them for request 1.
+std::vector<sampled_token> sampled(std::vector<int32_t> ids) {
+  std::vector<sampled_token> tokens;
+  for (int32_t id : ids) tokens.push_back({1, id, 0.0f, {}, {}});
+  return tokens;
+}
+
 scheduled_sequence entry_for(const sequence& seq, int num_new_tokens, bool sample) {
   scheduled_sequence entry;
   entry.request_id = seq.request_id();
@@ -49,8 +56,7 @@ TEST(sequence_transitions, a_prompt_runs_in_two_chunks_and_samples) {
   seq.planned(entry_for(seq, 6, true));
   EXPECT_EQ(seq.num_pending_samples(), 1);
   EXPECT_EQ(seq.num_expected_tokens(), 21);
-  const std::vector<int32_t> outputs{1000};
-  seq.sample_returned(6, /*num_drafts=*/0, /*num_verified=*/1, outputs, engine_clock::now());
+  seq.sample_returned(6, /*num_drafts=*/0, /*num_verified=*/1, sampled({1000}), engine_clock::now());
   EXPECT_EQ(counts_of(seq), (counts{sequence_status::running, 20, 0, 0, 21, 2}));
   EXPECT_TRUE(seq.known_to_worker());
 }
@@ -60,8 +66,7 @@ TEST(sequence_transitions, accepted_drafts_count_as_computed_up_to_the_token_tha
   seq.admit(0, 1, engine_clock::now());
   seq.planned(entry_for(seq, 8, true));
   // Three drafts verified, four tokens back; the second ends the request, so two are outputs.
-  const std::vector<int32_t> outputs{1000, 1001};
-  seq.sample_returned(8, 3, 4, outputs, engine_clock::now());
+  seq.sample_returned(8, 3, 4, sampled({1000, 1001}), engine_clock::now());
   EXPECT_EQ(seq.num_tokens(), 10);
   EXPECT_EQ(seq.num_computed_tokens(), 9) << "never past the last output";
   EXPECT_EQ(seq.metrics().num_draft_tokens, 3);
@@ -89,7 +94,7 @@ TEST(sequence_transitions, a_transition_its_state_does_not_allow_changes_nothing
   seq.planned(entry_for(seq, 4, false));
   const counts planned = counts_of(seq);
   EXPECT_THROW(seq.chunk_computed(5), std::logic_error) << "more than its tokens in flight";
-  EXPECT_THROW(seq.sample_returned(4, 0, 1, std::vector<int32_t>{9}, engine_clock::now()), std::logic_error)
+  EXPECT_THROW(seq.sample_returned(4, 0, 1, sampled({9}), engine_clock::now()), std::logic_error)
       << "no sample pending";
   EXPECT_EQ(counts_of(seq), planned);
 

@@ -42,6 +42,10 @@ TEST(model_part_bytes, stories260k_weighs_the_same_from_its_hf_directory_and_its
   EXPECT_EQ(gguf.layers, hf.layers);
   EXPECT_EQ(gguf.embedding, hf.embedding);
   EXPECT_EQ(gguf.head, hf.head);
+  // A stage's bytes: its layers, and the end it holds.
+  EXPECT_EQ(hf.bytes_of({0, 2}), hf.embedding + 2 * 181760);
+  EXPECT_EQ(hf.bytes_of({2, 4}), 2u * 181760);
+  EXPECT_EQ(hf.bytes_of({4, 5}), 181760 + hf.head);
 }
 
 TEST(model_part_bytes, a_path_that_is_no_model_is_named) {
