@@ -466,6 +466,8 @@ node::node(const topology& t) : topology_(t) {
     routing.failover_wait.bound = std::chrono::milliseconds(tp.cluster.failover_wait_ms);
     routing.failover_wait.max_waiting = static_cast<size_t>(tp.cluster.failover_max_waiting);
   }
+  routing.pair_admission.reservation_wait_bound =
+      std::chrono::milliseconds(tp.disaggregation.reservation_wait_bound_ms());
   auto router = s.system.spawn(router_actor, routing);
   s.downstream.router_actor = router;
   s.actors.push_back(router);

@@ -301,6 +301,13 @@ void topology::validate() const {
     throw std::runtime_error("[disaggregation] kv_transfer_timeout_ms must be positive, got " +
                              std::to_string(disaggregation.kv_transfer_timeout_ms));
   }
+  if (disaggregation.reservation_wait_ms < 0 ||
+      (disaggregation.reservation_wait_ms > 0 &&
+       disaggregation.reservation_wait_ms >= disaggregation.kv_transfer_timeout_ms)) {
+    throw std::runtime_error("[disaggregation] reservation_wait_ms must be from 1 to below kv_transfer_timeout_ms (" +
+                             std::to_string(disaggregation.kv_transfer_timeout_ms) + "), got " +
+                             std::to_string(disaggregation.reservation_wait_ms));
+  }
   if (disaggregation.controller_kv_host.empty())
     throw std::runtime_error("[disaggregation] controller_kv_host is empty");
   if (disaggregation.transport != kv_transport::zmq) {
@@ -629,6 +636,7 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
   }
   table_reader disaggregation(root["disaggregation"].as_table(), "disaggregation", source);
   disaggregation.read("kv_transfer_timeout_ms", t.disaggregation.kv_transfer_timeout_ms);
+  disaggregation.read("reservation_wait_ms", t.disaggregation.reservation_wait_ms);
   disaggregation.read("controller_kv_host", t.disaggregation.controller_kv_host);
   disaggregation.read_parsed("kv_transport", t.disaggregation.transport, parse_kv_transport);
   disaggregation.finish();

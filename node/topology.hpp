@@ -3,6 +3,7 @@
 // Every setting is parsed and checked here, where it is read: enums, not strings, go on.
 // Read from a TOML file (config/colocated.toml), then overridden by command-line flags.
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -84,6 +85,14 @@ struct disaggregation_settings {
   // A transfer not complete by then (from the decode side's reservation) is given up on both
   // sides and the request runs again; also bounds how long a prefill side holds its frames.
   int kv_transfer_timeout_ms = 10000;
+  // A decode instance whose oldest request has waited this long for its KV blocks takes no new
+  // pair, and with none left new requests are refused as `overloaded` (stages/engine_router.hpp,
+  // "Pair admission"). 0 (unset): half of kv_transfer_timeout_ms. Set: below it, or the bound is
+  // useless (the transfers would expire first).
+  int reservation_wait_ms = 0;
+  int reservation_wait_bound_ms() const {
+    return reservation_wait_ms > 0 ? reservation_wait_ms : std::max(1, kv_transfer_timeout_ms / 2);
+  }
   // Where the controller's own engine instances receive KV (a node's bind on its [[nodes]] host).
   std::string controller_kv_host = "127.0.0.1";
   // kv_transport: "zmq" (default), "cuda_ipc" or "nccl" (kvtransfer/kv_transport.hpp). A GPU

@@ -20,10 +20,13 @@ constexpr int64_t full_pool_cost = int64_t(1) << 40;
 
 }  // namespace
 
-engine_router::engine_router(int block_size, failover_wait_settings wait)
+engine_router::engine_router(int block_size, failover_wait_settings wait, pair_admission_settings admission)
     // Transfer ids start at random: a receiver refuses frames of a transfer it does not expect,
     // and ids of a restarted controller must not meet a late frame of its predecessor's.
-    : block_size_(std::max(1, block_size)), wait_(wait), next_transfer_id_((std::random_device{}() | 1ull) << 20) {}
+    : block_size_(std::max(1, block_size)),
+      wait_(wait),
+      admission_(admission),
+      next_transfer_id_((std::random_device{}() | 1ull) << 20) {}
 
 engine_instance_id engine_router::add_instance(std::string node, engine_role role, std::string quantization) {
   const engine_instance_id id = next_id_++;
@@ -127,10 +130,12 @@ int64_t engine_router::cost(const instance_record& instance, int num_prompt_bloc
 
 std::optional<engine_instance_id> engine_router::pick(std::initializer_list<engine_role> roles,
                                                       const schedule_request& request, int num_blocks,
-                                                      bool use_prefix_affinity) {
+                                                      bool use_prefix_affinity,
+                                                      const std::vector<engine_instance_id>& behind) {
   std::vector<engine_instance_id> ids;
   for (const auto& [id, instance] : instances_) {
-    if (instance.state == engine_state::active && std::find(roles.begin(), roles.end(), instance.role) != roles.end()) {
+    if (instance.state == engine_state::active && std::find(roles.begin(), roles.end(), instance.role) != roles.end() &&
+        std::find(behind.begin(), behind.end(), id) == behind.end()) {
       ids.push_back(id);
     }
   }
@@ -167,6 +172,24 @@ void engine_router::note_prefix_owner(const schedule_request& request, engine_in
   if (!prefix) return;
   if (prefix_owner_.size() >= max_prefix_owners) prefix_owner_.clear();
   prefix_owner_[*prefix] = id;
+}
+
+std::vector<engine_instance_id> engine_router::decode_instances_behind(timestamp_ns now,
+                                                                       duration_ns& least_wait) const {
+  std::vector<engine_instance_id> behind;
+  least_wait = std::numeric_limits<duration_ns>::max();
+  if (admission_.reservation_wait_bound.count() <= 0) return behind;
+  const duration_ns bound =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(admission_.reservation_wait_bound).count();
+  for (const auto& [id, instance] : instances_) {
+    if (instance.role != engine_role::decode || instance.state != engine_state::active) continue;
+    if (instance.awaiting_blocks.empty()) continue;
+    const duration_ns waited = now - instance.awaiting_blocks.begin()->first;
+    if (waited <= bound) continue;
+    behind.push_back(id);
+    least_wait = std::min(least_wait, waited);
+  }
+  return behind;
 }
 
 bool engine_router::any_active(std::initializer_list<engine_role> roles) const {
@@ -244,6 +267,9 @@ void engine_router::charge(request_record& record) {
     // The prefill half queues its prompt; the decode half will run a sequence.
     charge_queued(record.prefill);
     charge_started(record.decode);
+    if (auto it = instances_.find(record.decode); it != instances_.end() && !record.kv_reserved) {
+      it->second.awaiting_blocks.emplace(record.routed_at, record.request.request_id);
+    }
   } else if (record.instance >= 0) {
     if (record.started) {
       charge_started(record.instance);
@@ -270,6 +296,9 @@ void engine_router::uncharge(request_record& record) {
   if (record.transfer_id != 0 && !record.handed_off) {
     uncharge_queued(record.prefill);
     uncharge_started(record.decode);
+    if (auto it = instances_.find(record.decode); it != instances_.end()) {
+      it->second.awaiting_blocks.erase({record.routed_at, record.request.request_id});
+    }
   } else if (record.instance >= 0) {
     if (record.started) {
       uncharge_started(record.instance);
@@ -279,10 +308,11 @@ void engine_router::uncharge(request_record& record) {
   }
 }
 
-std::optional<engine_router::routed> engine_router::route(const schedule_request& request) {
+std::optional<engine_router::routed> engine_router::route(const schedule_request& request, timestamp_ns now) {
   const int64_t num_tokens = static_cast<int64_t>(request.prompt_ids.size() + request.resumed_output_ids.size());
   const int num_blocks = static_cast<int>((num_tokens + block_size_ - 1) / block_size_);
   route_error_.clear();
+  route_error_code_ = error_code::internal;
   routed where;
   // The route policy chooses the instance that computes the prompt, among those of the roles the
   // built-in policy would pick from (below), before it does.
@@ -307,8 +337,21 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
   const bool chosen_prefill = chosen && instances_.at(*chosen).role == engine_role::prefill;
   std::optional<engine_instance_id> prefill =
       chosen ? (chosen_prefill ? chosen : std::nullopt) : pick({engine_role::prefill}, request, num_blocks, true);
+  duration_ns least_wait = 0;
+  const std::vector<engine_instance_id> behind =
+      prefill ? decode_instances_behind(now, least_wait) : std::vector<engine_instance_id>{};
   std::optional<engine_instance_id> decode =
-      prefill ? pick({engine_role::decode}, request, num_blocks, false) : std::nullopt;
+      prefill ? pick({engine_role::decode}, request, num_blocks, false, behind) : std::nullopt;
+  if (prefill && !decode && !behind.empty() && !any_active({engine_role::mixed})) {
+    // Every decode instance is behind: a request sent now would wait past its transfer's
+    // deadline, and computing it whole on a decode instance adds to what it cannot keep up with.
+    route_error_code_ = error_code::overloaded;
+    route_error_ = "the decode instances are behind: their oldest request has waited " +
+                   std::to_string(least_wait / 1'000'000) + " ms for KV blocks, past [disaggregation] " +
+                   "reservation_wait_ms (" + std::to_string(admission_.reservation_wait_bound.count()) +
+                   " ms); try again shortly";
+    return std::nullopt;
+  }
   if (prefill && decode) {
     where.instance = *prefill;
     where.decode = *decode;
@@ -319,7 +362,7 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
     // No pair: a mixed or decode instance computes it whole; a prefill instance only when
     // nothing else is left.
     std::optional<engine_instance_id> whole =
-        pick({engine_role::mixed, engine_role::decode}, request, num_blocks, true);
+        pick({engine_role::mixed, engine_role::decode}, request, num_blocks, true, behind);
     if (!whole) whole = pick({engine_role::prefill}, request, num_blocks, true);
     if (!whole) return std::nullopt;
     where.instance = *whole;
@@ -340,6 +383,8 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
   record.decode = where.decode.value_or(-1);
   record.handed_off = false;
   record.kv_landed = false;
+  record.kv_reserved = false;
+  record.routed_at = now;
   charge(record);
   where.aborted_early = early_aborts_.erase(request.request_id) > 0;
   return where;
@@ -360,7 +405,7 @@ void engine_router::run_again(std::unordered_map<int64_t, request_record>::itera
   record.started = false;
   record.transfer_id = 0;
   record.prefill = record.decode = -1;
-  record.handed_off = record.kv_landed = false;
+  record.handed_off = record.kv_landed = record.kv_reserved = false;
   schedule_request again = record.request;
   again.resumed_output_ids = record.streamed;
   commands_.reruns.push_back(std::move(again));
@@ -473,6 +518,11 @@ std::optional<engine_instance_id> engine_router::on_kv_ready(engine_instance_id 
     return std::nullopt;
   }
   if (!instances_.count(it->second.prefill)) return std::nullopt;
+  if (!it->second.kv_reserved && !it->second.handed_off) {
+    uncharge(it->second);
+    it->second.kv_reserved = true;  // no longer waits for its blocks (pair admission)
+    charge(it->second);
+  }
   return it->second.prefill;
 }
 
@@ -580,6 +630,7 @@ std::vector<engine_instance_info> engine_router::instances() const {
     info.num_queued_prompt_tokens = instance.num_queued_prompt_tokens;
     info.load = instance.load;
     info.quantization = instance.quantization;
+    info.num_awaiting_blocks = static_cast<int32_t>(instance.awaiting_blocks.size());
     out.push_back(std::move(info));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });

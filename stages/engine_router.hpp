@@ -38,11 +38,25 @@
 // join (`troupe launch` restarting its node, the keeper placing it again) and is then routed
 // there as a re-run (take_commands()), instead of failing at once. Past the bound it fails with
 // `unavailable`; beyond max_waiting waiting requests, more are refused at once.
+//
+// Pair admission: a decode half reserves its blocks when its scheduler admits it, in queue
+// order, while the prefill half computes at once and holds the KV on its sender until the
+// reservation names the destination, within the transfer's deadline. When the decode instances
+// fall behind (an open-loop load past their capacity), reservations come later and later, then
+// past that deadline: the transfers fail, each failure re-runs its request, and the re-runs add
+// the same work again to a side that has none to spare. A soak at 100 requests/s on a pair whose
+// decode side did 96 collapsed that way, nothing completing for minutes (docs/benchmarks.md,
+// "Soak"). So the router keeps, per decode instance, the requests still waiting for their
+// blocks, and an instance whose oldest has waited longer than reservation_wait_bound takes no
+// new pair; with none left (and no mixed instance to take the request whole) a request is
+// refused as `overloaded`, at once, before any work is spent on it. Throughput stays at what
+// the pair can do, and the excess is told so instead of timing out.
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
+#include <set>
 #include <utility>
 #include <optional>
 #include <string>
@@ -76,6 +90,14 @@ struct failover_wait_settings {
   size_t max_waiting = 1024;           // requests waiting at once; more are refused at once
 };
 
+// How long the oldest request at a decode instance may wait for its blocks before that instance
+// takes no new pair (see "Pair admission" above); 0: no bound. [disaggregation]
+// reservation_wait_ms, by default half the KV transfer's deadline: a request admitted just
+// under the bound still has the other half to be sent in.
+struct pair_admission_settings {
+  std::chrono::milliseconds reservation_wait_bound{0};
+};
+
 struct engine_instance_info {
   engine_instance_id id = 0;
   std::string node;  // where it runs, for logs and `troupe scale --list`
@@ -85,12 +107,13 @@ struct engine_instance_info {
   int64_t num_queued_prompt_tokens = 0;  // of those without a first token yet
   engine_load load;                      // as last reported
   std::string quantization;              // its model's ("Q4_K_M"), for `troupe scale --list`
+  int32_t num_awaiting_blocks = 0;       // decode halves routed there that have not reserved yet
 };
 
 class engine_router {
  public:
   // block_size: the KV block size of every instance (prefix affinity hashes the first block).
-  explicit engine_router(int block_size, failover_wait_settings wait = {});
+  explicit engine_router(int block_size, failover_wait_settings wait = {}, pair_admission_settings admission = {});
 
   // The policy consulted before the built-in one for every route(); nullptr: none.
   void set_route_policy(std::shared_ptr<route_policy> policy) { policy_ = std::move(policy); }
@@ -110,13 +133,16 @@ class engine_router {
     std::optional<engine_instance_id> decode;
     uint64_t transfer_id = 0;
   };
-  // Picks an instance for a new request (or a re-run one) and records it there; nullopt when no
-  // instance takes requests (none, or all draining), or when the route policy failed the
-  // request: route_error() then says why.
-  std::optional<routed> route(const schedule_request& request);
-  // Why the last route() returned nullopt: the route policy's failure (naming it), or "" when no
-  // instance takes requests.
+  // Picks an instance for a new request (or a re-run one) at `now` and records it there; nullopt
+  // when no instance takes requests (none, or all draining), or when the request is refused:
+  // the route policy failed it, or every decode instance is behind (pair admission).
+  // route_error() then says why and route_error_code() with which code.
+  std::optional<routed> route(const schedule_request& request, timestamp_ns now);
+  std::optional<routed> route(const schedule_request& request) { return route(request, steady_now_ns()); }
+  // Why the last route() returned nullopt: a refusal's reason, or "" when no instance takes
+  // requests.
   const std::string& route_error() const { return route_error_; }
+  error_code route_error_code() const { return route_error_code_; }
 
   // A token batch from `from`: deltas of requests that are not (any more) on `from` are dropped,
   // the others recorded (tokens appended, finished ones forgotten) and returned to forward.
@@ -197,8 +223,10 @@ class engine_router {
     uint64_t transfer_id = 0;
     engine_instance_id prefill = -1;
     engine_instance_id decode = -1;
-    bool handed_off = false;  // the prefill half's token came: `instance` is the decode half
-    bool kv_landed = false;   // the decode half has the whole KV
+    bool handed_off = false;     // the prefill half's token came: `instance` is the decode half
+    bool kv_landed = false;      // the decode half has the whole KV
+    bool kv_reserved = false;    // the decode half's kv_ready came
+    timestamp_ns routed_at = 0;  // when the pair was chosen: its wait for the decode half's blocks
     int transfer_attempts = 0;
     int64_t charged_tokens = 0;  // the prompt and streamed tokens when it was last charged
   };
@@ -211,14 +239,21 @@ class engine_router {
     int64_t num_queued_prompt_tokens = 0;
     engine_load load;
     std::string quantization;
+    // Decode halves routed here without their blocks yet, oldest first (routed_at, request id).
+    std::set<std::pair<timestamp_ns, int64_t>> awaiting_blocks;
   };
 
   // What a request costs on an instance, in tokens of work ahead of it.
   int64_t cost(const instance_record& instance, int num_prompt_blocks) const;
   std::optional<uint64_t> first_block_hash(const std::vector<int32_t>& prompt) const;
   // The active instance of one of `roles` with the least cost, prefix affinity considered.
+  // `behind`: instances left out (pair admission).
   std::optional<engine_instance_id> pick(std::initializer_list<engine_role> roles, const schedule_request& request,
-                                         int num_blocks, bool use_prefix_affinity);
+                                         int num_blocks, bool use_prefix_affinity,
+                                         const std::vector<engine_instance_id>& behind = {});
+  // The active decode instances whose oldest request waiting for its blocks has waited past the
+  // bound at `now`, and how long the least behind of them has.
+  std::vector<engine_instance_id> decode_instances_behind(timestamp_ns now, duration_ns& least_wait) const;
   bool any_active(std::initializer_list<engine_role> roles) const;
   // The route policy's choice among the instances of `roles`: nullopt for no opinion; throws
   // std::runtime_error with the message the request fails with.
@@ -236,7 +271,9 @@ class engine_router {
   int block_size_;
   std::shared_ptr<route_policy> policy_;
   std::string route_error_;
+  error_code route_error_code_ = error_code::internal;
   failover_wait_settings wait_;
+  pair_admission_settings admission_;
   struct waiting_request {
     schedule_request request;  // as route() would take it (a re-run's streamed tokens included)
     timestamp_ns deadline = 0;

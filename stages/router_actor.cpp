@@ -34,7 +34,7 @@ using drain_deadline_atom = caf::atom_constant<caf::atom("draindue")>;
 
 caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   keep_exception_in_exit_reason(self);
-  auto router = std::make_shared<engine_router>(spec.block_size, spec.failover_wait);
+  auto router = std::make_shared<engine_router>(spec.block_size, spec.failover_wait, spec.pair_admission);
   if (spec.route_plugins && !spec.route_plugins->empty()) {
     router->set_route_policy(std::make_shared<plugin_route_policy>(spec.route_plugins));
     register_plugins(self->system(), "router", spec.route_plugins);
@@ -78,10 +78,11 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     const int64_t id = request.request_id;
     const std::optional<engine_router::routed> where = router->route(request);
     if (!where && !router->route_error().empty()) {
-      // A route plugin failed it: through its detokenizer, which holds text of a re-run one.
+      // Refused (a route plugin failed it, or the decode side is behind): through its
+      // detokenizer, which holds text of a re-run one.
       router->drop(id);
       token_batch failed;
-      failed.failures.push_back(request_failed{id, error_code::internal, router->route_error()});
+      failed.failures.push_back(request_failed{id, router->route_error_code(), router->route_error()});
       forward_to_detokenizers(std::move(failed));
       return;
     }
@@ -345,7 +346,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
                               " queued_prompt_tokens=" + std::to_string(info.num_queued_prompt_tokens) +
                               " free_blocks=" + std::to_string(info.load.num_free_blocks) + "/" +
                               std::to_string(info.load.num_total_blocks) + " role=" + engine_role_name(info.role) +
-                              " quantization=" + (info.quantization.empty() ? "unknown" : info.quantization));
+                              " quantization=" + (info.quantization.empty() ? "unknown" : info.quantization) +
+                              " awaiting_blocks=" + std::to_string(info.num_awaiting_blocks));
             }
             return lines;
           },

@@ -150,6 +150,9 @@ struct router_spec {
   // [cluster] failover_wait_ms, failover_max_waiting: how long and how many requests wait for an
   // instance while none takes requests (stages/engine_router.hpp, "Failover wait").
   failover_wait_settings failover_wait;
+  // [disaggregation] reservation_wait_ms: when a decode instance is behind (stages/engine_router.hpp,
+  // "Pair admission").
+  pair_admission_settings pair_admission;
 };
 caf::behavior router_actor(caf::event_based_actor* self, router_spec spec);
 

@@ -207,6 +207,21 @@ TEST(topology, kv_transport_is_zmq_unless_asked_and_a_gpu_transport_that_cannot_
   }
 }
 
+// [disaggregation] reservation_wait_ms: half the transfer's deadline unless set, and a set one
+// must leave the transfer time to be sent.
+TEST(topology, reservation_wait_is_half_the_transfer_deadline_unless_set_below_it) {
+  EXPECT_EQ(parse_topology("").disaggregation.reservation_wait_bound_ms(), 5000);
+  EXPECT_EQ(
+      parse_topology("[disaggregation]\nkv_transfer_timeout_ms = 3000\n").disaggregation.reservation_wait_bound_ms(),
+      1500);
+  EXPECT_EQ(parse_topology("[disaggregation]\nreservation_wait_ms = 2000\n").disaggregation.reservation_wait_bound_ms(),
+            2000);
+  expect_error("[disaggregation]\nkv_transfer_timeout_ms = 3000\nreservation_wait_ms = 3000\n",
+               "[disaggregation] reservation_wait_ms must be from 1 to below kv_transfer_timeout_ms (3000), got 3000");
+  expect_error("[disaggregation]\nreservation_wait_ms = -1\n",
+               "[disaggregation] reservation_wait_ms must be a non-negative integer");
+}
+
 // The [http] section: the shipped file turns the API on; bad values are named.
 
 TEST(topology_http, the_shipped_file_serves_http_on_8000) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "stages/engine_router.hpp"
 
 namespace troupe {
@@ -155,6 +157,92 @@ TEST(engine_router_disagg, a_failed_transfer_runs_again_then_ends_with_the_reaso
   ASSERT_EQ(commands.failures.size(), 1u);
   EXPECT_NE(commands.failures[0].message.find("its deadline passed"), std::string::npos);
   EXPECT_EQ(router.num_requests(), 0u);
+}
+
+// Pair admission: a decode instance whose oldest request has waited past the bound for its
+// blocks takes no new pair; with none left a request is refused as overloaded before any work
+// is spent on it, and admission resumes once reservations catch up.
+constexpr timestamp_ns ms = 1'000'000;
+
+engine_router admitting_router(int bound_ms) {
+  return engine_router(4, {}, pair_admission_settings{std::chrono::milliseconds(bound_ms)});
+}
+
+TEST(engine_router_disagg, a_decode_side_behind_its_reservations_refuses_new_pairs_as_overloaded) {
+  engine_router router = admitting_router(5000);
+  const auto p = router.add_instance("p", engine_role::prefill);
+  const auto d = router.add_instance("d", engine_role::decode);
+  const auto first = router.route(request(1), 0);
+  ASSERT_TRUE(first && first->decode);
+  ASSERT_TRUE(router.route(request(2), 1000 * ms)) << "its oldest has waited 1 s: within the bound";
+  ASSERT_TRUE(router.route(request(3), 5000 * ms)) << "exactly the bound is still within it";
+  EXPECT_EQ(router.instances()[d].num_awaiting_blocks, 3);
+
+  EXPECT_FALSE(router.route(request(4), 5001 * ms));
+  EXPECT_EQ(router.route_error_code(), error_code::overloaded);
+  EXPECT_NE(router.route_error().find("waited 5001 ms for KV blocks"), std::string::npos) << router.route_error();
+  EXPECT_NE(router.route_error().find("reservation_wait_ms (5000 ms)"), std::string::npos) << router.route_error();
+  EXPECT_FALSE(router.instance_of(4)) << "a refused request is recorded nowhere";
+  EXPECT_EQ(router.instances()[p].num_requests, 3) << "nor charged to the prefill side";
+
+  // The decode side reserves the oldest: the next oldest has waited 4 s, so it takes pairs again.
+  ASSERT_TRUE(router.on_kv_ready(d, kv_ready_msg{1, first->transfer_id, "tcp://x:1", ""}));
+  EXPECT_EQ(router.instances()[d].num_awaiting_blocks, 2);
+  const auto fifth = router.route(request(5), 5001 * ms);
+  ASSERT_TRUE(fifth && fifth->decode);
+  EXPECT_EQ(*fifth->decode, d);
+}
+
+TEST(engine_router_disagg, a_pair_goes_to_the_decode_instance_that_keeps_up) {
+  engine_router router = admitting_router(100);
+  router.add_instance("p", engine_role::prefill);
+  const auto d1 = router.add_instance("d1", engine_role::decode);
+  const auto d2 = router.add_instance("d2", engine_role::decode);
+  std::map<engine_instance_id, int> pairs;
+  for (int64_t id = 1; id <= 4; ++id) {
+    const auto where = router.route(request(id), 0);
+    ASSERT_TRUE(where && where->decode);
+    ++pairs[*where->decode];
+    // d2 reserves everything it is sent; d1 nothing, and falls behind.
+    if (*where->decode == d2) {
+      ASSERT_TRUE(router.on_kv_ready(d2, kv_ready_msg{id, where->transfer_id, "", ""}));
+    }
+  }
+  EXPECT_EQ(pairs[d1], 2);
+  EXPECT_EQ(pairs[d2], 2);
+  for (int64_t id = 5; id <= 8; ++id) {
+    const auto where = router.route(request(id), 101 * ms);
+    ASSERT_TRUE(where && where->decode) << id;
+    EXPECT_EQ(*where->decode, d2) << "d1's oldest has waited past the bound";
+    router.on_kv_ready(d2, kv_ready_msg{id, where->transfer_id, "", ""});
+  }
+}
+
+TEST(engine_router_disagg, a_refusal_for_a_decode_side_behind_never_computes_the_request_whole_there) {
+  engine_router router = admitting_router(100);
+  router.add_instance("p", engine_role::prefill);
+  router.add_instance("d", engine_role::decode);
+  ASSERT_TRUE(router.route(request(1), 0));
+  EXPECT_FALSE(router.route(request(2), 200 * ms)) << "no mixed instance: refused";
+  EXPECT_EQ(router.route_error_code(), error_code::overloaded);
+  const auto m = router.add_instance("m", engine_role::mixed);
+  const auto whole = router.route(request(3), 200 * ms);
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->instance, m) << "a mixed instance takes it whole";
+  EXPECT_FALSE(whole->decode);
+}
+
+TEST(engine_router_disagg, a_re_run_pair_waits_for_its_blocks_from_when_it_was_routed_again) {
+  engine_router router = admitting_router(100);
+  router.add_instance("p", engine_role::prefill);
+  const auto d = router.add_instance("d", engine_role::decode);
+  auto where = router.route(request(1), 0);
+  router.on_kv_failed(d, kv_failed_msg{1, where->transfer_id, "its deadline passed"});
+  router_commands commands = router.take_commands();
+  ASSERT_EQ(commands.reruns.size(), 1u);
+  EXPECT_EQ(router.instances()[d].num_awaiting_blocks, 0) << "the failed attempt waits no more";
+  ASSERT_TRUE(router.route(commands.reruns[0], 1000 * ms));
+  EXPECT_TRUE(router.route(request(2), 1050 * ms)) << "the re-run has waited 50 ms, not 1050";
 }
 
 }  // namespace
