@@ -87,11 +87,11 @@ struct disaggregation_settings {
   int kv_transfer_timeout_ms = 10000;
   // A decode instance whose oldest request has waited this long for its KV blocks takes no new
   // pair, and with none left new requests are refused as `overloaded` (stages/engine_router.hpp,
-  // "Pair admission"). 0 (unset): half of kv_transfer_timeout_ms. Set: below it, or the bound is
+  // "Pair admission"). 0 (unset): a third of kv_transfer_timeout_ms. Set: below it, or the bound is
   // useless (the transfers would expire first).
   int reservation_wait_ms = 0;
   int reservation_wait_bound_ms() const {
-    return reservation_wait_ms > 0 ? reservation_wait_ms : std::max(1, kv_transfer_timeout_ms / 2);
+    return reservation_wait_ms > 0 ? reservation_wait_ms : std::max(1, kv_transfer_timeout_ms / 3);
   }
   // Where the controller's own engine instances receive KV (a node's bind on its [[nodes]] host).
   std::string controller_kv_host = "127.0.0.1";

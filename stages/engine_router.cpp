@@ -267,9 +267,6 @@ void engine_router::charge(request_record& record) {
     // The prefill half queues its prompt; the decode half will run a sequence.
     charge_queued(record.prefill);
     charge_started(record.decode);
-    if (auto it = instances_.find(record.decode); it != instances_.end() && !record.kv_reserved) {
-      it->second.awaiting_blocks.emplace(record.routed_at, record.request.request_id);
-    }
   } else if (record.instance >= 0) {
     if (record.started) {
       charge_started(record.instance);
@@ -296,9 +293,6 @@ void engine_router::uncharge(request_record& record) {
   if (record.transfer_id != 0 && !record.handed_off) {
     uncharge_queued(record.prefill);
     uncharge_started(record.decode);
-    if (auto it = instances_.find(record.decode); it != instances_.end()) {
-      it->second.awaiting_blocks.erase({record.routed_at, record.request.request_id});
-    }
   } else if (record.instance >= 0) {
     if (record.started) {
       uncharge_started(record.instance);
@@ -386,11 +380,21 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
   record.kv_reserved = false;
   record.routed_at = now;
   charge(record);
+  if (record.transfer_id != 0) instances_.at(record.decode).awaiting_blocks.emplace(now, request.request_id);
   where.aborted_early = early_aborts_.erase(request.request_id) > 0;
   return where;
 }
 
+void engine_router::stop_awaiting_blocks(request_record& record) {
+  if (record.transfer_id == 0 || record.kv_reserved) return;
+  record.kv_reserved = true;
+  if (auto it = instances_.find(record.decode); it != instances_.end()) {
+    it->second.awaiting_blocks.erase({record.routed_at, record.request.request_id});
+  }
+}
+
 void engine_router::forget(std::unordered_map<int64_t, request_record>::iterator it) {
+  stop_awaiting_blocks(it->second);
   uncharge(it->second);
   requests_.erase(it);
 }
@@ -400,6 +404,7 @@ void engine_router::run_again(std::unordered_map<int64_t, request_record>::itera
   for (engine_instance_id holder : holders_of(it->first)) {
     if (holder != except && instances_.count(holder)) commands_.aborts.emplace_back(holder, it->first);
   }
+  stop_awaiting_blocks(record);
   uncharge(record);
   record.instance = -1;  // on no instance until routed again
   record.started = false;
@@ -518,11 +523,7 @@ std::optional<engine_instance_id> engine_router::on_kv_ready(engine_instance_id 
     return std::nullopt;
   }
   if (!instances_.count(it->second.prefill)) return std::nullopt;
-  if (!it->second.kv_reserved && !it->second.handed_off) {
-    uncharge(it->second);
-    it->second.kv_reserved = true;  // no longer waits for its blocks (pair admission)
-    charge(it->second);
-  }
+  stop_awaiting_blocks(it->second);
   return it->second.prefill;
 }
 

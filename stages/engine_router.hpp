@@ -92,8 +92,11 @@ struct failover_wait_settings {
 
 // How long the oldest request at a decode instance may wait for its blocks before that instance
 // takes no new pair (see "Pair admission" above); 0: no bound. [disaggregation]
-// reservation_wait_ms, by default half the KV transfer's deadline: a request admitted just
-// under the bound still has the other half to be sent in.
+// reservation_wait_ms, by default a third of the KV transfer's deadline. The bound is on the
+// oldest's wait, and the requests admitted until it is reached still queue behind it: with
+// arrivals at r times what the decode side reserves, the last one admitted waits about r times
+// the bound. A third leaves room for r up to 3 before transfers expire (at 1.5 times capacity
+// with half the deadline, 28 of 4,500 requests still lost their transfer).
 struct pair_admission_settings {
   std::chrono::milliseconds reservation_wait_bound{0};
 };
@@ -264,6 +267,9 @@ class engine_router {
   // What a request charges an instance, and undoing it (a record charges at most two).
   void charge(request_record& record);
   void uncharge(request_record& record);
+  // The decode half's kv_ready came, or the attempt ended: it no longer waits for its blocks. The
+  // wait outlives the hand-off: under load the prefill half's first token comes first.
+  void stop_awaiting_blocks(request_record& record);
   // Aborts every half of the request except on `except`, and queues its re-run.
   void run_again(std::unordered_map<int64_t, request_record>::iterator it, engine_instance_id except);
   void forget(std::unordered_map<int64_t, request_record>::iterator it);

@@ -207,13 +207,13 @@ TEST(topology, kv_transport_is_zmq_unless_asked_and_a_gpu_transport_that_cannot_
   }
 }
 
-// [disaggregation] reservation_wait_ms: half the transfer's deadline unless set, and a set one
+// [disaggregation] reservation_wait_ms: a third of the transfer's deadline unless set, and a set one
 // must leave the transfer time to be sent.
-TEST(topology, reservation_wait_is_half_the_transfer_deadline_unless_set_below_it) {
-  EXPECT_EQ(parse_topology("").disaggregation.reservation_wait_bound_ms(), 5000);
+TEST(topology, reservation_wait_is_a_third_of_the_transfer_deadline_unless_set_below_it) {
+  EXPECT_EQ(parse_topology("").disaggregation.reservation_wait_bound_ms(), 3333);
   EXPECT_EQ(
       parse_topology("[disaggregation]\nkv_transfer_timeout_ms = 3000\n").disaggregation.reservation_wait_bound_ms(),
-      1500);
+      1000);
   EXPECT_EQ(parse_topology("[disaggregation]\nreservation_wait_ms = 2000\n").disaggregation.reservation_wait_bound_ms(),
             2000);
   expect_error("[disaggregation]\nkv_transfer_timeout_ms = 3000\nreservation_wait_ms = 3000\n",

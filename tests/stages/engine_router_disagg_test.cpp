@@ -185,6 +185,13 @@ TEST(engine_router_disagg, a_decode_side_behind_its_reservations_refuses_new_pai
   EXPECT_FALSE(router.instance_of(4)) << "a refused request is recorded nowhere";
   EXPECT_EQ(router.instances()[p].num_requests, 3) << "nor charged to the prefill side";
 
+  // Under load the prefill half's first token comes before the decode half's blocks: the
+  // hand-off does not end the wait.
+  router.on_tokens(p, batch(handed_off(1, 42, first->transfer_id)));
+  EXPECT_EQ(router.instance_of(1), d);
+  EXPECT_EQ(router.instances()[d].num_awaiting_blocks, 3);
+  EXPECT_FALSE(router.route(request(4), 5001 * ms)) << "still behind";
+
   // The decode side reserves the oldest: the next oldest has waited 4 s, so it takes pairs again.
   ASSERT_TRUE(router.on_kv_ready(d, kv_ready_msg{1, first->transfer_id, "tcp://x:1", ""}));
   EXPECT_EQ(router.instances()[d].num_awaiting_blocks, 2);
