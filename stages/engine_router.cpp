@@ -341,7 +341,7 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
     // deadline, and computing it whole on a decode instance adds to what it cannot keep up with.
     route_error_code_ = error_code::overloaded;
     route_error_ = "the decode instances are behind: their oldest request has waited " +
-                   std::to_string(least_wait / 1'000'000) + " ms for KV blocks, past [disaggregation] " +
+                   std::to_string((least_wait + 999'999) / 1'000'000) + " ms for KV blocks, past [disaggregation] " +
                    "reservation_wait_ms (" + std::to_string(admission_.reservation_wait_bound.count()) +
                    " ms); try again shortly";
     return std::nullopt;
