@@ -71,6 +71,7 @@ nlohmann::json to_json(const scheduler_row& row) {
                       {"num_waiting", row.num_waiting},
                       {"error", row.error}};
   if (row.instance >= 0) j["instance"] = row.instance;
+  if (!row.pipeline_busy.empty()) j["pipeline_busy"] = row.pipeline_busy;
   return j;
 }
 
@@ -84,6 +85,7 @@ scheduler_row scheduler_row_from_json(const nlohmann::json& j) {
   row.num_running = field<int64_t>(j, "num_running", where);
   row.num_waiting = field<int64_t>(j, "num_waiting", where);
   row.error = field<std::string>(j, "error", where);
+  if (j.contains("pipeline_busy")) row.pipeline_busy = field<std::string>(j, "pipeline_busy", where);
   return row;
 }
 

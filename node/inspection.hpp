@@ -32,6 +32,9 @@ struct scheduler_row {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
   std::string error;  // non-empty when it did not answer in time: the counts are then unknown
+  // A pipelined engine's stages and each one's busy share of the last 10 s ("0-1:41.2%,2-4:38.0%",
+  // pipeline/stage_load.hpp); "" when it is not a pipeline (absent from older JSON).
+  std::string pipeline_busy;
 
   double kv_usage() const {
     return num_total_blocks > 0 ? 1.0 - static_cast<double>(num_free_blocks) / static_cast<double>(num_total_blocks)

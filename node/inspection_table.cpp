@@ -197,6 +197,8 @@ std::vector<std::string> render_inspection(const cluster_inspection& cluster, in
           line += pad(fixed(s.kv_usage() * 100, 1), 6, false) + " " +
                   pad(std::to_string(s.num_free_blocks) + "/" + std::to_string(s.num_total_blocks), 13, false) + " " +
                   pad(std::to_string(s.num_running), 8, false) + " " + pad(std::to_string(s.num_waiting), 8, false);
+          // A pipeline's stages, each with the share of the last 10 s it computed.
+          if (!s.pipeline_busy.empty()) line += "  stages " + s.pipeline_busy;
         }
         tail.push_back(cut(line, width));
       }

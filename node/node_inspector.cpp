@@ -71,6 +71,7 @@ caf::behavior node_inspector_actor(caf::event_based_actor* self, std::string nod
                         row.num_running = answer.num_running;
                         row.num_waiting = answer.num_waiting;
                         row.error = answer.unavailable;
+                        row.pipeline_busy = answer.pipeline_busy;
                         pending->settle();
                       },
                       [self, pending, i](caf::error& error) {

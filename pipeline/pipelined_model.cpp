@@ -12,6 +12,7 @@
 
 #include "model/stage_lost_error.hpp"
 #include "pipeline/stage_health.hpp"
+#include "pipeline/stage_load.hpp"
 #include "pipeline/stage_link.hpp"
 
 namespace troupe {
@@ -149,7 +150,11 @@ class pipelined_model final : public model {
     }
     reconnect_wake_.notify_all();
     if (reconnector_.joinable()) reconnector_.join();
-    for (size_t i = 0; i < remote_.size(); ++i) stage_health_board::instance().up(stage_key(i));
+    for (size_t i = 0; i < remote_.size(); ++i) {
+      stage_health_board::instance().up(stage_key(i));
+      stage_load_board::instance().forget(remote_[i].layers, remote_[i].endpoint);
+    }
+    stage_load_board::instance().forget(last_layers_, local_stage_name);
     links_.clear();  // joins the link threads before the rest goes
   }
 
@@ -216,6 +221,7 @@ class pipelined_model final : public model {
     // Each micro-batch's local stage runs as it comes back (in order: the links are FIFO), its
     // logits rows placed where the whole batch's logits_rows put them.
     std::string failure;
+    std::chrono::nanoseconds local_busy{0};
     for (size_t i = 0; i < cuts.size(); ++i) {
       micro_batch_job* job = wait_for(i);
       if (!job->failure.empty() || !failure.empty()) {
@@ -230,7 +236,9 @@ class pipelined_model final : public model {
         local.logits_rows = batch.logits_rows;
         local.hidden_rows = batch.hidden_rows;
         local.hidden_out = batch.hidden_out;
+        const auto begin = std::chrono::steady_clock::now();
         last_->forward(local, logits);
+        local_busy += std::chrono::steady_clock::now() - begin;
         continue;
       }
       std::vector<size_t> places;  // where each of this micro-batch's logits rows goes
@@ -243,12 +251,15 @@ class pipelined_model final : public model {
         }
       }
       part_logits_.resize(places.size() * static_cast<size_t>(vocab));
+      const auto begin = std::chrono::steady_clock::now();
       last_->forward(local, part_logits_.data());
+      local_busy += std::chrono::steady_clock::now() - begin;
       for (size_t k = 0; k < places.size(); ++k) {
         std::memcpy(logits + places[k] * static_cast<size_t>(vocab),
                     part_logits_.data() + k * static_cast<size_t>(vocab), static_cast<size_t>(vocab) * sizeof(float));
       }
     }
+    record_stage_load(local_busy);
     if (!failure.empty()) {
       bool lost = false;
       {
@@ -276,6 +287,19 @@ class pipelined_model final : public model {
     bool given_up = false;
     std::unique_ptr<stage_link> replacement;  // connected, not yet installed by forward()
   };
+
+  // What `troupe scale --list` calls the engine's own stage.
+  static constexpr const char* local_stage_name = "here";
+
+  // Each stage's compute in the step just done, on the process's board (pipeline/stage_load.hpp).
+  void record_stage_load(std::chrono::nanoseconds local_busy) {
+    const auto now = std::chrono::steady_clock::now();
+    stage_load_board& board = stage_load_board::instance();
+    for (size_t i = 0; i < links_.size(); ++i) {
+      board.add(remote_[i].layers, remote_[i].endpoint, std::chrono::nanoseconds(links_[i]->take_busy_ns()), now);
+    }
+    board.add(last_layers_, local_stage_name, local_busy, now);
+  }
 
   std::string stage_key(size_t i) const {
     return "pipeline stage " + layer_range_text(remote_[i].layers) + " at " + remote_[i].endpoint;

@@ -61,6 +61,7 @@ void encode_stage_frame_header(const stage_frame_header& h, std::span<std::byte,
   put(p, 24, h.num_seqs);
   put(p, 28, h.num_block_ids);
   put(p, 32, h.hidden_size);
+  put(p, 36, h.compute_us);
   put(p, 40, h.payload_bytes);
 }
 
@@ -116,6 +117,7 @@ stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, c
   h.num_seqs = get<int32_t>(p, 24);
   h.num_block_ids = get<int32_t>(p, 28);
   h.hidden_size = get<int32_t>(p, 32);
+  h.compute_us = get<uint32_t>(p, 36);
   h.payload_bytes = get<uint64_t>(p, 40);
   check_count("num_tokens", h.num_tokens, limits.max_tokens);
   check_count("num_seqs", h.num_seqs, std::min(limits.max_seqs, h.num_tokens));

@@ -45,6 +45,9 @@ struct stage_frame_header {
   int32_t num_seqs = 0;
   int32_t num_block_ids = 0;
   int32_t hidden_size = 0;  // width of the residual rows the frame carries; 0: none
+  // result: how long the stage computed the frame, in microseconds (its busy time, what `troupe
+  // scale --list` shows as the stage's busy share); 0 in other frames.
+  uint32_t compute_us = 0;
   uint64_t payload_bytes = 0;
 };
 

@@ -166,6 +166,7 @@ std::string stage_link::exchange(micro_batch_job& job) {
                       std::to_string(answer.micro_batch) + " for step " + std::to_string(job.step_id) +
                       " micro-batch " + std::to_string(job.index));
   }
+  busy_ns_ += uint64_t{answer.compute_us} * 1000;
   job.stream[1].resize(static_cast<size_t>(answer.num_tokens) * static_cast<size_t>(hidden_size_));
   if (std::string why = channel_->read(std::as_writable_bytes(std::span(job.stream[1])), deadline); !why.empty()) {
     return break_link(why);

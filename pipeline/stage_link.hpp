@@ -5,6 +5,7 @@
 // micro-batch says, and the micro-batch handed on to the next link or back to the model. Links
 // chained this way overlap: stage k works on micro-batch i + 1 while stage k + 1 works on i.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -60,6 +61,8 @@ class stage_link {
   // Why the link is down, or "" while it is up. A link that failed stays down: the stage's KV
   // for the steps it missed is gone, so a new connection could only compute wrong answers.
   std::string broken() const;
+  // The stage's compute time its results reported since the last call (what it was busy with).
+  uint64_t take_busy_ns() { return busy_ns_.exchange(0); }
 
   // How often an idle link looks whether its stage is still there (stage_channel::peer_gone).
   static constexpr std::chrono::milliseconds idle_probe_interval{250};
@@ -82,6 +85,7 @@ class stage_link {
   std::deque<micro_batch_job*> queue_;
   std::string broken_;
   bool stopping_ = false;
+  std::atomic<uint64_t> busy_ns_{0};
   std::thread thread_;
 };
 

@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 
@@ -173,6 +175,7 @@ void stage_server::compute(stage_channel& channel, const stage_frame_header& hea
   std::string why = channel.read(arrays_, deadline);
   if (why.empty()) why = channel.read(std::as_writable_bytes(std::span(residual_in_)), deadline);
   if (!why.empty()) throw std::runtime_error(why);
+  uint64_t computed_ns = 0;
   try {
     decode_work_arrays(header, arrays_, first ? c.vocab_size : 0, batch_);
     batch_.residual_in = first ? nullptr : residual_in_.data();
@@ -180,8 +183,9 @@ void stage_server::compute(stage_channel& channel, const stage_frame_header& hea
     batch_.residual_out = residual_out_.data();
     const auto begin = std::chrono::steady_clock::now();
     stage_.forward(batch_, nullptr);
-    busy_ns_ += static_cast<uint64_t>(
+    computed_ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
+    busy_ns_ += computed_ns;
   } catch (const std::exception& e) {
     send_failure(channel, header, "pipeline stage " + layer_range_text(layers_) + ": " + e.what());
     return;
@@ -193,6 +197,7 @@ void stage_server::compute(stage_channel& channel, const stage_frame_header& hea
   result.micro_batch = header.micro_batch;
   result.num_tokens = header.num_tokens;
   result.hidden_size = c.hidden_size;
+  result.compute_us = static_cast<uint32_t>(std::min<uint64_t>(computed_ns / 1000, UINT32_MAX));
   result.payload_bytes = stage_payload_bytes(result);
   if (!send(channel, result, std::as_bytes(std::span(residual_out_))))
     throw std::runtime_error("the link took no result");

@@ -228,6 +228,9 @@ struct stats_answer {
   // Requests refused at once because their TTFT target could not be met (slo_admission reject).
   int64_t num_slo_rejections = 0;
   std::vector<step_model_report> step_models;  // one per instance that answered
+  // A pipelined engine's stages and each one's busy share of the last 10 s, "0-3:41.2%,4-7:38.0%"
+  // (pipeline/stage_load.hpp); "" for an engine that is not a pipeline.
+  std::string pipeline_busy;
 };
 
 }  // namespace troupe

@@ -27,6 +27,8 @@ const char* state_name(engine_state state) { return state == engine_state::activ
 
 // The router's own timer: the oldest request waiting for an instance may have reached its bound.
 using failover_wait_atom = caf::atom_constant<caf::atom("fowait")>;
+// How long `troupe scale --list` waits for an instance's stages before it lists the instance without.
+constexpr auto list_stats_timeout = std::chrono::seconds(2);
 // How often a stream of refused requests is logged (summed).
 constexpr timestamp_ns refusal_log_interval_ns = 10'000'000'000;
 // A node drain's deadline for one of its instances.
@@ -356,18 +358,48 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             carry_out();
             stop_if_drained(*from);
           },
-          [=](list_engines_atom) -> std::vector<std::string> {
-            std::vector<std::string> lines;
+          // One line per instance; a pipelined one's stages and their busy shares are asked of its
+          // scheduler (the stage board is its process's), so the answer waits for those.
+          [=](list_engines_atom) -> caf::result<std::vector<std::string>> {
+            struct listing {
+              caf::response_promise promise;
+              std::vector<std::string> lines;
+              size_t num_left = 0;
+              void finish_one() {
+                if (--num_left == 0) promise.deliver(std::move(lines));
+              }
+            };
+            auto list = std::make_shared<listing>();
+            std::vector<caf::actor> schedulers;
             for (const engine_instance_info& info : router->instances()) {
-              lines.push_back(std::to_string(info.id) + " " + info.node + " " + state_name(info.state) +
-                              " requests=" + std::to_string(info.num_requests) +
-                              " queued_prompt_tokens=" + std::to_string(info.num_queued_prompt_tokens) +
-                              " free_blocks=" + std::to_string(info.load.num_free_blocks) + "/" +
-                              std::to_string(info.load.num_total_blocks) + " role=" + engine_role_name(info.role) +
-                              " quantization=" + (info.quantization.empty() ? "unknown" : info.quantization) +
-                              " awaiting_blocks=" + std::to_string(info.num_awaiting_blocks));
+              list->lines.push_back(std::to_string(info.id) + " " + info.node + " " + state_name(info.state) +
+                                    " requests=" + std::to_string(info.num_requests) +
+                                    " queued_prompt_tokens=" + std::to_string(info.num_queued_prompt_tokens) +
+                                    " free_blocks=" + std::to_string(info.load.num_free_blocks) + "/" +
+                                    std::to_string(info.load.num_total_blocks) +
+                                    " role=" + engine_role_name(info.role) +
+                                    " quantization=" + (info.quantization.empty() ? "unknown" : info.quantization) +
+                                    " awaiting_blocks=" + std::to_string(info.num_awaiting_blocks));
+              auto it = engines->find(info.id);
+              schedulers.push_back(it == engines->end() ? caf::actor{} : it->second.scheduler);
             }
-            return lines;
+            if (list->lines.empty()) return list->lines;
+            list->promise = self->make_response_promise();
+            list->num_left = schedulers.size();
+            for (size_t i = 0; i < schedulers.size(); ++i) {
+              if (!schedulers[i]) {
+                list->finish_one();
+                continue;
+              }
+              self->request(schedulers[i], list_stats_timeout, stats_query{0})
+                  .then(
+                      [=](stats_answer& answer) {
+                        if (!answer.pipeline_busy.empty()) list->lines[i] += " stages=" + answer.pipeline_busy;
+                        list->finish_one();
+                      },
+                      [=](caf::error&) { list->finish_one(); });
+            }
+            return caf::result<std::vector<std::string>>(caf::delegated<std::vector<std::string>>());
           },
           [=](schedule_request& request) {
             if (on_tokenized) on_tokenized(request.request_id);

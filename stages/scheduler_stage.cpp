@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "pipeline/stage_health.hpp"
+#include "pipeline/stage_load.hpp"
 #include "stages/stage_clock.hpp"
 
 namespace troupe {
@@ -299,6 +300,7 @@ stats_answer scheduler_stage::stats(uint64_t tag) const {
                                                  static_cast<int64_t>(model.num_observed())});
   // A pipelined engine whose remote stage is lost cannot compute a step: /health says which.
   answer.unavailable = stage_health_board::instance().down_text();
+  answer.pipeline_busy = stage_busy_text(stage_load_board::instance().shares(std::chrono::steady_clock::now()));
   return answer;
 }
 

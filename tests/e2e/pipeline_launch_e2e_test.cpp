@@ -231,6 +231,40 @@ TEST_F(pipeline_launch_e2e, nodes_split_the_model_by_bytes_and_answer_like_the_c
                                                                              << launch.log();
 }
 
+// `troupe scale --list` names the pipelined instance's stages, each with its busy share of the
+// last 10 s: the stage's own compute time (a remote stage's from its result frames), more than
+// nothing once requests ran, at most all of it.
+TEST_F(pipeline_launch_e2e, scale_list_shows_each_stage_and_its_busy_share) {
+  const fs::path certs = dir_.path() / "certs";
+  const run_result made =
+      run_troupe("certs --out " + shell_quote(certs.string()) + " --name controller --name stage-a --name admin");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string cluster =
+      "[cluster]\nname = \"controller\"\ncredentials = \"" + certs.string() + "\"\nadmin_listen = \"127.0.0.1:0\"\n";
+  pipeline_launch launch(write_topology(cluster), dir_.path() / "launch.log", free_port());
+  ASSERT_TRUE(launch.wait_until_serving()) << launch.log();
+  std::smatch m;
+  const std::string log = launch.log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(admin door on 127\.0\.0\.1:([0-9]+))"))) << log;
+  const std::string admin_port = m[1];
+  launch_together(launch, requests());
+
+  const run_result listed = run_troupe("scale --controller 127.0.0.1:" + admin_port + " --credentials " +
+                                       shell_quote(certs.string()) + " --name admin --list");
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const std::regex stages(R"( stages=0-1:([0-9]+\.[0-9])%,2-4:([0-9]+\.[0-9])%$)");
+  std::smatch s;
+  const std::string line = listed.out.substr(0, listed.out.find('\n'));
+  ASSERT_TRUE(std::regex_search(line, s, stages)) << listed.out << listed.err;
+  const double remote = std::stod(s[1]), local = std::stod(s[2]);
+  EXPECT_GT(remote + local, 0.0) << line;
+  EXPECT_LE(remote, 100.0) << line;
+  EXPECT_LE(local, 100.0) << line;
+  const int status = launch.stop_with_sigterm();
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n"
+                                                                             << launch.log();
+}
+
 // The load of the kill tests: long greedy requests, two prompts.
 generate_request load_request(int thread) {
   return greedy(thread % 2 ? "Once upon a time" : "The dog and the cat", 400);

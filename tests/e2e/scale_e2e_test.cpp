@@ -99,7 +99,7 @@ struct instance_line {
 
 std::map<int, instance_line> parse_instances(const std::vector<std::string>& lines) {
   static const std::regex line_format(
-      R"(^([0-9]+) (\S+) (active|draining) requests=([0-9]+) queued_prompt_tokens=[0-9]+ free_blocks=[0-9]+/[0-9]+ role=(mixed|prefill|decode) quantization=(F32|F16|BF16|f32|f16|bf16|Q[0-9A-Z_]+|IQ4_(NL|XS)|MXFP4) awaiting_blocks=[0-9]+$)");
+      R"(^([0-9]+) (\S+) (active|draining) requests=([0-9]+) queued_prompt_tokens=[0-9]+ free_blocks=[0-9]+/[0-9]+ role=(mixed|prefill|decode) quantization=(F32|F16|BF16|f32|f16|bf16|Q[0-9A-Z_]+|IQ4_(NL|XS)|MXFP4) awaiting_blocks=[0-9]+( stages=\S+)?$)");
   std::map<int, instance_line> out;
   for (const std::string& line : lines) {
     std::smatch m;

@@ -48,6 +48,7 @@ cluster_inspection sample() {
   s.num_total_blocks = 2000;
   s.num_running = 20;
   s.num_waiting = 4;
+  s.pipeline_busy = "0-1:41.2%,2-4:38.0%";
   a.schedulers = {s};
   node_inspection b;
   b.node = "node-b";
@@ -70,10 +71,21 @@ TEST(inspection, json_round_trips_every_field) {
   EXPECT_EQ(worker.stats.max_mailbox_depth, 6);
   EXPECT_DOUBLE_EQ(worker.stats.since_last_s, 0.25);
   EXPECT_EQ(after.nodes[1].schedulers[0].num_waiting, 4);
+  EXPECT_EQ(after.nodes[1].schedulers[0].pipeline_busy, "0-1:41.2%,2-4:38.0%");
   EXPECT_DOUBLE_EQ(after.nodes[1].schedulers[0].kv_usage(), 0.25);
   EXPECT_FALSE(after.nodes[2].reachable);
   EXPECT_EQ(after.nodes[2].error, "no answer within 1500 ms");
   EXPECT_DOUBLE_EQ(to_json(before)["nodes"][1]["schedulers"][0]["kv_usage"].get<double>(), 0.25);
+}
+
+// A scheduler of an engine that is not a pipeline (or from a node of before pipelines) has no
+// stages: the field is left out, and its absence reads as none.
+TEST(inspection, a_scheduler_without_stages_leaves_the_field_out) {
+  cluster_inspection c = sample();
+  c.nodes[1].schedulers[0].pipeline_busy.clear();
+  const nlohmann::json j = to_json(c);
+  EXPECT_FALSE(j["nodes"][1]["schedulers"][0].contains("pipeline_busy"));
+  EXPECT_EQ(cluster_inspection_from_json(j).nodes[1].schedulers[0].pipeline_busy, "");
 }
 
 TEST(inspection, a_missing_or_mistyped_field_is_named) {
@@ -147,7 +159,9 @@ TEST(inspection_table, shows_actors_schedulers_and_unreachable_nodes_within_the_
   EXPECT_NE(all.find("3 nodes (2 answering), 4 actors"), std::string::npos) << all;
   // The actor rows in mailbox order: scheduler (7) before router (3).
   EXPECT_LT(all.find("scheduler "), all.find("router "));
-  EXPECT_NE(all.find("node-a          13   25.0     1500/2000       20        4"), std::string::npos) << all;
+  EXPECT_NE(all.find("node-a          13   25.0     1500/2000       20        4  stages 0-1:41.2%,2-4:38.0%"),
+            std::string::npos)
+      << all;
   EXPECT_NE(all.find("node node-b UNREACHABLE: no answer within 1500 ms"), std::string::npos) << all;
   EXPECT_NE(all.find("1.70ms"), std::string::npos) << all;  // the worker's p50 in its unit
 

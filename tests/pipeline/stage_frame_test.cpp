@@ -64,6 +64,25 @@ TEST(stage_frame, a_work_frame_round_trips) {
   EXPECT_EQ(back.block_tables, b.block_tables);
 }
 
+// A result frame carries the stage's compute time (its busy share in `troupe scale --list`).
+TEST(stage_frame, a_result_frame_carries_the_stages_compute_time) {
+  stage_frame_header result;
+  result.kind = stage_frame_kind::result;
+  result.step_id = 9;
+  result.num_tokens = 3;
+  result.hidden_size = 16;
+  result.compute_us = 4'000'000'000u;
+  result.payload_bytes = stage_payload_bytes(result);
+  std::vector<std::byte> head(stage_frame_header_bytes);
+  encode_stage_frame_header(result,
+                            std::span<std::byte, stage_frame_header_bytes>(head.data(), stage_frame_header_bytes));
+  stage_frame_limits limits;
+  limits.hidden_size = 16;
+  const stage_frame_header back = header_of(head, limits);
+  EXPECT_EQ(back.compute_us, 4'000'000'000u);
+  EXPECT_EQ(back.payload_bytes, 3u * 16u * 4u);
+}
+
 TEST(stage_frame, lying_headers_are_refused_before_the_payload) {
   std::vector<std::byte> head;
   encode_work_frame(1, 0, sample_batch(), 16, head);
