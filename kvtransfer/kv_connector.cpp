@@ -44,7 +44,8 @@ void check_kv_transport(kv_transport transport, const model& m) {
   }
 }
 
-kv_connector::kv_connector(std::shared_ptr<model> m, kv_connector_settings settings, kv_receiver_events events)
+kv_connector::kv_connector(std::shared_ptr<model> m, kv_connector_settings settings, kv_receiver_events events,
+                           kv_sender_events sender_events)
     : model_(std::move(m)), settings_(std::move(settings)), events_(std::move(events)) {
   if (settings_.transport != kv_transport::zmq) {
     // A GPU transport's half on this worker (the node that owns the GPU).
@@ -67,10 +68,8 @@ kv_connector::kv_connector(std::shared_ptr<model> m, kv_connector_settings setti
           kv_transport_name(settings_.transport), pool->device);
     }
   }
-  sender_ =
-      std::make_unique<kv_sender>(settings_.channel, kv_sender_events{[](uint64_t transfer_id, const std::string& why) {
-                                    spdlog::warn("kv sender: transfer {} failed: {}", transfer_id, why);
-                                  }});
+  // The sender logs each failure itself.
+  sender_ = std::make_unique<kv_sender>(settings_.channel, std::move(sender_events));
 }
 
 kv_connector::~kv_connector() = default;

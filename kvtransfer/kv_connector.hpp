@@ -65,9 +65,12 @@ void check_kv_transport(kv_transport transport, const model& m);
 class kv_connector : public std::enable_shared_from_this<kv_connector> {
  public:
   // The connector keeps `m` alive (the receiver imports into its pool). The receiver's
-  // completions and failures come through `events`, on its thread. Throws (check_kv_transport)
+  // completions and failures come through `events`, on its thread; the sender's failures (a
+  // transfer this prefill side gave up: its deadline passed, the peer refused it) through
+  // `sender_events`, on the sender's thread (the sender logs them). Throws (check_kv_transport)
   // for a transport that cannot run here.
-  kv_connector(std::shared_ptr<model> m, kv_connector_settings settings, kv_receiver_events events);
+  kv_connector(std::shared_ptr<model> m, kv_connector_settings settings, kv_receiver_events events,
+               kv_sender_events sender_events = {});
   ~kv_connector();
   kv_connector(const kv_connector&) = delete;
   kv_connector& operator=(const kv_connector&) = delete;

@@ -536,16 +536,32 @@ void engine_router::on_kv_landed(engine_instance_id from, const kv_arrival_msg& 
 void engine_router::on_kv_failed(engine_instance_id from, const kv_failed_msg& failed) {
   auto it = requests_.find(failed.request_id);
   if (it == requests_.end() || it->second.transfer_id != failed.transfer_id || it->second.decode != from) return;
+  transfer_failed(it, from, failed.why);
+}
+
+void engine_router::on_kv_send_failed(engine_instance_id from, const kv_failed_msg& failed) {
+  if (failed.transfer_id == 0) return;
+  auto it = std::find_if(requests_.begin(), requests_.end(), [&](const auto& entry) {
+    return entry.second.transfer_id == failed.transfer_id && entry.second.prefill == from;
+  });
+  if (it == requests_.end()) return;
+  // The prefill half may still hold the request (a transfer refused mid-prompt): it goes too.
+  transfer_failed(it, -1, failed.why);
+}
+
+void engine_router::transfer_failed(std::unordered_map<int64_t, request_record>::iterator it, engine_instance_id except,
+                                    const std::string& why) {
+  const int64_t request_id = it->first;
   if (++it->second.transfer_attempts < max_transfer_attempts) {
-    run_again(it, from);
+    run_again(it, except);
     return;
   }
-  for (engine_instance_id holder : holders_of(failed.request_id)) {
-    if (holder != from) commands_.aborts.emplace_back(holder, failed.request_id);
+  for (engine_instance_id holder : holders_of(request_id)) {
+    if (holder != except) commands_.aborts.emplace_back(holder, request_id);
   }
   commands_.failures.push_back(request_failed{
-      failed.request_id, error_code::internal,
-      "the request's KV transfer failed " + std::to_string(max_transfer_attempts) + " times; the last: " + failed.why});
+      request_id, error_code::internal,
+      "the request's KV transfer failed " + std::to_string(max_transfer_attempts) + " times; the last: " + why});
   forget(it);
 }
 

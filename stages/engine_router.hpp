@@ -169,6 +169,11 @@ class engine_router {
   // The decode half dropped the request: its transfer failed. The prefill half (if it still
   // holds it) is aborted and the request re-run, or failed after max_transfer_attempts.
   void on_kv_failed(engine_instance_id from, const kv_failed_msg& failed);
+  // The prefill half's sender gave the transfer up (its deadline passed, its peer refused it):
+  // the decode half could only wait for its own deadline, so both halves are aborted and the
+  // request re-run (or failed) as for on_kv_failed. Found by transfer id (the sender knows no
+  // request); a stale one (an earlier attempt, another instance) is ignored.
+  void on_kv_send_failed(engine_instance_id from, const kv_failed_msg& failed);
   router_commands take_commands() { return std::exchange(commands_, {}); }
 
   // Transfers tried per request before it ends with the last failure's reason.
@@ -272,6 +277,10 @@ class engine_router {
   void stop_awaiting_blocks(request_record& record);
   // Aborts every half of the request except on `except`, and queues its re-run.
   void run_again(std::unordered_map<int64_t, request_record>::iterator it, engine_instance_id except);
+  // A failed transfer's request runs again (except on `except`, which dropped it already), or
+  // after max_transfer_attempts ends with `why`.
+  void transfer_failed(std::unordered_map<int64_t, request_record>::iterator it, engine_instance_id except,
+                       const std::string& why);
   void forget(std::unordered_map<int64_t, request_record>::iterator it);
 
   int block_size_;

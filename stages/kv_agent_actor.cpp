@@ -13,6 +13,8 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_co
   keep_exception_in_exit_reason(self);
   // Which scheduler reserved each expected transfer: the receiver's word goes back there.
   auto reserved_by = std::make_shared<std::unordered_map<uint64_t, caf::actor>>();
+  // The router, as its first kv_ready names it: where this prefill side's sender failures go.
+  auto router = std::make_shared<caf::actor>();
   return instrumented(
       self, "kv_agent",
       {
@@ -44,9 +46,15 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_co
           },
           // From the router: where a transfer this instance prefills must go.
           [=](kv_ready_msg& ready) {
+            if (!*router) *router = caf::actor_cast<caf::actor>(self->current_sender());
             connector->send_to(kv_destination{ready.request_id, ready.transfer_id, std::move(ready.endpoint),
                                               std::move(ready.public_key), std::move(ready.kv_pool_handle),
                                               std::move(ready.block_ids)});
+          },
+          // From the sender's thread (through the mailbox): it gave a transfer up. The router re-runs
+          // the request now instead of leaving its decode half to wait for the same deadline.
+          [=](kv_failed_msg& failed) {
+            if (*router) self->send(*router, std::move(failed));
           },
           [=](kv_leases_atom) -> kv_lease_counts {
             const kv_connector_leases leases = connector->leases();

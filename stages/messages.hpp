@@ -60,6 +60,8 @@ struct schedule_request {
 //   router ─kv_ready_msg▶ prefill KV agent (its sender may send); KV frames go on the data plane
 //   decode KV agent ─kv_arrival_msg▶ decode scheduler; router ─kv_handover_msg▶ decode scheduler
 //   decode scheduler ─kv_failed_msg▶ router (the request was dropped there: re-run it)
+//   prefill KV agent ─kv_failed_msg▶ router (its sender gave the transfer up: re-run it now,
+//                                     rather than leave the decode half waiting for its deadline)
 
 // Decode scheduler -> its instance's KV agent: expect this transfer in these blocks until the
 // deadline. Answered with the kv_ready_msg the prefill side needs.
@@ -99,7 +101,8 @@ struct kv_handover_msg {
 };
 
 // Decode scheduler -> router: the request's KV transfer failed and the request left this
-// instance; the router runs it again or ends it with `why`.
+// instance; the router runs it again or ends it with `why`. Also prefill KV agent -> router: its
+// sender gave the transfer up (request_id 0: the sender knows transfers only).
 struct kv_failed_msg {
   int64_t request_id = 0;
   uint64_t transfer_id = 0;

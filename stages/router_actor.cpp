@@ -62,6 +62,14 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     }
     return std::nullopt;
   };
+  auto instance_of_kv_agent = [=]() -> std::optional<engine_instance_id> {
+    const caf::strong_actor_ptr& sender = self->current_sender();
+    if (!sender) return std::nullopt;
+    for (const auto& [id, handles] : *engines) {
+      if (handles.kv_agent && handles.kv_agent.address() == sender->address()) return id;
+    }
+    return std::nullopt;
+  };
   auto forward_to_detokenizers = [=](token_batch batch) {
     for (detokenizer_fanout::part& part : fanout->route(std::move(batch), steady_now_ns())) {
       self->send((*detokenizers)[part.detokenizer], std::move(part.batch));
@@ -350,13 +358,20 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
               router->on_kv_landed(*from, arrival);
           },
           [=](kv_failed_msg& failed) {
-            const std::optional<engine_instance_id> from = instance_of_sender();
-            if (!from) return;
-            spdlog::warn("router: request {} lost its KV transfer on engine instance {}: {}", failed.request_id, *from,
-                         failed.why);
-            router->on_kv_failed(*from, failed);
-            carry_out();
-            stop_if_drained(*from);
+            if (const std::optional<engine_instance_id> from = instance_of_sender()) {
+              spdlog::warn("router: request {} lost its KV transfer on engine instance {}: {}", failed.request_id,
+                           *from, failed.why);
+              router->on_kv_failed(*from, failed);
+              carry_out();
+              stop_if_drained(*from);
+              return;
+            }
+            // A prefill half's KV agent: its sender gave the transfer up (logged there).
+            if (const std::optional<engine_instance_id> from = instance_of_kv_agent()) {
+              router->on_kv_send_failed(*from, failed);
+              carry_out();
+              stop_if_drained(*from);
+            }
           },
           // One line per instance; a pipelined one's stages and their busy shares are asked of its
           // scheduler (the stage board is its process's), so the answer waits for those.

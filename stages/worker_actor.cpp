@@ -66,6 +66,12 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   auto report = [agent_slot](kv_arrival_msg arrival) {
     if (auto agent = agent_slot->lock()) caf::anon_send(caf::actor_cast<caf::actor>(agent), std::move(arrival));
   };
+  // So does the sender, for a transfer it gave up: the agent tells the router.
+  auto report_send_failure = [agent_slot](uint64_t transfer_id, const std::string& why) {
+    if (auto agent = agent_slot->lock()) {
+      caf::anon_send(caf::actor_cast<caf::actor>(agent), kv_failed_msg{0, transfer_id, why});
+    }
+  };
   kv_connector_settings kv_settings;
   kv_settings.channel.bind_host = kv.bind_host;
   kv_settings.channel.keys = kv.keys;
@@ -80,7 +86,8 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
                          },
                          [report](uint64_t transfer_id, int64_t request_id, const std::string& why) {
                            report(kv_arrival_msg{request_id, transfer_id, false, why});
-                         }});
+                         }},
+      kv_sender_events{report_send_failure});
   runner->stream_kv_to(connector->make_layer_sink());
   caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, connector);
   *agent_slot = caf::actor_cast<caf::weak_actor_ptr>(agent);

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kvtransfer/kv_connector.hpp"
@@ -93,6 +96,31 @@ TEST_F(kv_connector_test, a_device_transport_is_refused_by_name_for_a_pool_in_ho
           << e.what();
     }
   }
+}
+
+// A transfer the prefill side gives up (no destination by its deadline) is reported through the
+// sender events, with its id: the KV agent tells the router, which re-runs the request at once.
+TEST_F(kv_connector_test, a_transfer_the_sender_gives_up_is_reported) {
+  std::mutex mutex;
+  std::vector<std::pair<uint64_t, std::string>> failed;
+  kv_connector_settings settings = over_the_socket();
+  settings.transfer_timeout = 200ms;
+  auto prefill = std::make_shared<kv_connector>(borrowed(*a_), settings, kv_receiver_events{},
+                                                kv_sender_events{[&](uint64_t transfer_id, const std::string& why) {
+                                                  std::lock_guard lock(mutex);
+                                                  failed.emplace_back(transfer_id, why);
+                                                }});
+  std::unique_ptr<kv_layer_sink> sink = prefill->make_layer_sink();
+  sink->start(request_id, 11);
+  compute_prompt(*sink);  // no send_to: the decode side never reserved
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(mutex);
+    return !failed.empty();
+  }));
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].first, 11u);
+  EXPECT_NE(failed[0].second.find("no ready"), std::string::npos) << failed[0].second;
 }
 
 TEST_F(kv_connector_test, the_runners_sink_keeps_its_connector_alive) {

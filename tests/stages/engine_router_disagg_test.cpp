@@ -159,6 +159,35 @@ TEST(engine_router_disagg, a_failed_transfer_runs_again_then_ends_with_the_reaso
   EXPECT_EQ(router.num_requests(), 0u);
 }
 
+// The prefill half's sender gave the transfer up: the decode half would wait for its own
+// deadline, so the router aborts it now (and the prefill half, when it still holds the request)
+// and runs the request again; a stale report (an earlier attempt, another instance) is ignored.
+TEST(engine_router_disagg, a_transfer_the_prefill_side_gave_up_runs_again_at_once) {
+  engine_router router(4);
+  const auto p = router.add_instance("p", engine_role::prefill);
+  const auto d = router.add_instance("d", engine_role::decode);
+  const auto where = router.route(request(1));
+  router.on_tokens(p, batch(handed_off(1, 42, where->transfer_id)));
+  router.on_kv_send_failed(d, kv_failed_msg{0, where->transfer_id, "not the prefill half"});
+  router.on_kv_send_failed(p, kv_failed_msg{0, where->transfer_id + 1, "another transfer"});
+  EXPECT_TRUE(router.take_commands().reruns.empty());
+
+  router.on_kv_send_failed(p, kv_failed_msg{0, where->transfer_id, "its deadline passed (no ready)"});
+  router_commands commands = router.take_commands();
+  ASSERT_EQ(commands.reruns.size(), 1u);
+  EXPECT_EQ(commands.reruns[0].resumed_output_ids, std::vector<int32_t>{42}) << "the streamed token goes on";
+  EXPECT_EQ(commands.aborts, (std::vector<std::pair<engine_instance_id, int64_t>>{{d, 1}}))
+      << "the decode half, past the hand-off the only holder";
+
+  // Before the hand-off the prefill half still holds it: both halves go.
+  const auto again = router.route(commands.reruns[0]);
+  ASSERT_TRUE(again && again->decode);
+  router.on_kv_send_failed(p, kv_failed_msg{0, again->transfer_id, "the peer refused it"});
+  commands = router.take_commands();
+  ASSERT_EQ(commands.reruns.size(), 1u);
+  EXPECT_EQ(commands.aborts, (std::vector<std::pair<engine_instance_id, int64_t>>{{p, 1}, {d, 1}}));
+}
+
 // Pair admission: a decode instance whose oldest request has waited past the bound for its
 // blocks takes no new pair; with none left a request is refused as overloaded before any work
 // is spent on it, and admission resumes once reservations catch up.
