@@ -54,22 +54,18 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   // Which detokenizer gets what, and the resumption of a replaced one (stages/detokenizer_fanout.hpp).
   auto fanout = std::make_shared<detokenizer_fanout>(spec.detokenizers.size(), spec.keep_detokenizer_ledger);
 
-  auto instance_of_sender = [=]() -> std::optional<engine_instance_id> {
+  // The instance whose scheduler (or KV agent) sent the current message.
+  auto instance_whose = [=](caf::actor engine_handles::*member) -> std::optional<engine_instance_id> {
     const caf::strong_actor_ptr& sender = self->current_sender();
     if (!sender) return std::nullopt;
     for (const auto& [id, handles] : *engines) {
-      if (handles.scheduler.address() == sender->address()) return id;
+      const caf::actor& actor = handles.*member;
+      if (actor && actor.address() == sender->address()) return id;
     }
     return std::nullopt;
   };
-  auto instance_of_kv_agent = [=]() -> std::optional<engine_instance_id> {
-    const caf::strong_actor_ptr& sender = self->current_sender();
-    if (!sender) return std::nullopt;
-    for (const auto& [id, handles] : *engines) {
-      if (handles.kv_agent && handles.kv_agent.address() == sender->address()) return id;
-    }
-    return std::nullopt;
-  };
+  auto instance_of_sender = [=] { return instance_whose(&engine_handles::scheduler); };
+  auto instance_of_kv_agent = [=] { return instance_whose(&engine_handles::kv_agent); };
   auto forward_to_detokenizers = [=](token_batch batch) {
     for (detokenizer_fanout::part& part : fanout->route(std::move(batch), steady_now_ns())) {
       self->send((*detokenizers)[part.detokenizer], std::move(part.batch));
