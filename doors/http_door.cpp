@@ -758,6 +758,7 @@ void http_door::impl::install_routes() {
       m.scheduler = metrics_snapshot::scheduler_gauges{stats->num_free_blocks, stats->num_total_blocks,
                                                        stats->num_running, stats->num_waiting};
       m.num_slo_rejections = stats->num_slo_rejections;
+      m.num_overload_refusals = stats->num_overload_refusals;
       m.step_models = stats->step_models;
     }
     m.model_name = options.model_name;

@@ -183,7 +183,7 @@ std::vector<engine_instance_id> engine_router::decode_instances_behind(timestamp
       std::chrono::duration_cast<std::chrono::nanoseconds>(admission_.reservation_wait_bound).count();
   for (const auto& [id, instance] : instances_) {
     if (instance.role != engine_role::decode || instance.state != engine_state::active) continue;
-    if (instance.awaiting_blocks.empty()) continue;
+    if (instance.awaiting_blocks.size() <= admission_.min_backlog) continue;
     const duration_ns waited = now - instance.awaiting_blocks.begin()->first;
     if (waited <= bound) continue;
     behind.push_back(id);
@@ -340,6 +340,7 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
     // Every decode instance is behind: a request sent now would wait past its transfer's
     // deadline, and computing it whole on a decode instance adds to what it cannot keep up with.
     route_error_code_ = error_code::overloaded;
+    ++num_overload_refusals_;
     route_error_ = "the decode instances are behind: their oldest request has waited " +
                    std::to_string((least_wait + 999'999) / 1'000'000) + " ms for KV blocks, past [disaggregation] " +
                    "reservation_wait_ms (" + std::to_string(admission_.reservation_wait_bound.count()) +

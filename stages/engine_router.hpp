@@ -47,10 +47,10 @@
 // the same work again to a side that has none to spare. A soak at 100 requests/s on a pair whose
 // decode side did 96 collapsed that way, nothing completing for minutes (docs/benchmarks.md,
 // "Soak"). So the router keeps, per decode instance, the requests still waiting for their
-// blocks, and an instance whose oldest has waited longer than reservation_wait_bound takes no
-// new pair; with none left (and no mixed instance to take the request whole) a request is
-// refused as `overloaded`, at once, before any work is spent on it. Throughput stays at what
-// the pair can do, and the excess is told so instead of timing out.
+// blocks, and an instance with more than min_backlog of them whose oldest has waited longer than
+// reservation_wait_bound takes no new pair; with none left (and no mixed instance to take the request whole) a request
+// is refused as `overloaded`, at once, before any work is spent on it. Throughput stays at what the pair can do, and
+// the excess is told so instead of timing out.
 
 #include <chrono>
 #include <cstdint>
@@ -99,6 +99,10 @@ struct failover_wait_settings {
 // with half the deadline, 28 of 4,500 requests still lost their transfer).
 struct pair_admission_settings {
   std::chrono::milliseconds reservation_wait_bound{0};
+  // And only with more than this many waiting: a handful waiting past the bound is a slow moment
+  // (a starved process on a busy machine), not a queue growing past capacity, and refusing then
+  // would fail requests a moment's patience serves.
+  size_t min_backlog = 16;
 };
 
 struct engine_instance_info {
@@ -146,6 +150,8 @@ class engine_router {
   // requests.
   const std::string& route_error() const { return route_error_; }
   error_code route_error_code() const { return route_error_code_; }
+  // Requests refused because every decode instance was behind (pair admission), ever.
+  int64_t num_overload_refusals() const { return num_overload_refusals_; }
 
   // A token batch from `from`: deltas of requests that are not (any more) on `from` are dropped,
   // the others recorded (tokens appended, finished ones forgotten) and returned to forward.
@@ -287,6 +293,7 @@ class engine_router {
   std::shared_ptr<route_policy> policy_;
   std::string route_error_;
   error_code route_error_code_ = error_code::internal;
+  int64_t num_overload_refusals_ = 0;
   failover_wait_settings wait_;
   pair_admission_settings admission_;
   struct waiting_request {

@@ -234,6 +234,9 @@ struct stats_answer {
   // A pipelined engine's stages and each one's busy share of the last 10 s, "0-3:41.2%,4-7:38.0%"
   // (pipeline/stage_load.hpp); "" for an engine that is not a pipeline.
   std::string pipeline_busy;
+  // Requests the router refused at once because every decode instance was behind (pair
+  // admission, stages/engine_router.hpp); set by the router on its summed answer.
+  int64_t num_overload_refusals = 0;
 };
 
 }  // namespace troupe

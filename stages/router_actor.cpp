@@ -457,7 +457,10 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             }
             auto total = std::make_shared<stats_fan_in>(query.tag, static_cast<int>(engines->size()));
             auto settle = [=] {
-              if (total->settled()) self->send(frontend, total->reply());
+              if (!total->settled()) return;
+              stats_answer answer = total->reply();
+              answer.num_overload_refusals = router->num_overload_refusals();
+              self->send(frontend, std::move(answer));
             };
             for (const auto& [id, handles] : *engines) {
               self->request(handles.scheduler, timeout, query)

@@ -171,8 +171,10 @@ std::string render_metrics(const metrics_snapshot& m) {
   }
   if (m.scheduler) {
     family(out, "troupe_requests_rejected_total", "counter",
-           "Requests refused at once by the slo policy, by reason (their TTFT target could not be met).")
-        .sample(m.num_slo_rejections, "{reason=\"ttft_unattainable\"}");
+           "Requests refused at once, by reason: ttft_unattainable (the slo policy: their TTFT target could not be "
+           "met), decode_behind (pair admission: every decode instance was behind).")
+        .sample(m.num_slo_rejections, "{reason=\"ttft_unattainable\"}")
+        .sample(m.num_overload_refusals, "{reason=\"decode_behind\"}");
     if (!m.step_models.empty()) {
       static const char* const features[] = {"step", "token", "sequence", "attention_pair"};
       // Each family's samples right under its own header.

@@ -42,6 +42,7 @@ struct metrics_snapshot {
   std::optional<scheduler_gauges> scheduler;
   // From the same answer: early rejections and each instance's step-time model.
   int64_t num_slo_rejections = 0;
+  int64_t num_overload_refusals = 0;  // the router's pair admission
   std::vector<step_model_report> step_models;
   std::string model_name;  // the model_name label of the troupe: families
   serving_metrics_snapshot serving;

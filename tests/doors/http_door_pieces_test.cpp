@@ -293,7 +293,11 @@ TEST(metrics_text, prometheus_exposition) {
   m.num_requests_http = 3;
   m.num_requests_in_flight = 2;
   m.scheduler = metrics_snapshot::scheduler_gauges{10, 20, 1, 2};
+  m.num_slo_rejections = 4;
+  m.num_overload_refusals = 9;
   std::string text = render_metrics(m);
+  EXPECT_NE(text.find("troupe_requests_rejected_total{reason=\"ttft_unattainable\"} 4\n"), std::string::npos);
+  EXPECT_NE(text.find("troupe_requests_rejected_total{reason=\"decode_behind\"} 9\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE troupe_requests_total counter\n"), std::string::npos);
   EXPECT_NE(text.find("troupe_requests_total{door=\"http\"} 3\n"), std::string::npos);
   EXPECT_NE(text.find("troupe_requests_in_flight 2\n"), std::string::npos);

@@ -193,8 +193,9 @@ TEST(engine_router_disagg, a_transfer_the_prefill_side_gave_up_runs_again_at_onc
 // is spent on it, and admission resumes once reservations catch up.
 constexpr timestamp_ns ms = 1'000'000;
 
+// Any backlog counts here; the default's minimum has a test of its own.
 engine_router admitting_router(int bound_ms) {
-  return engine_router(4, {}, pair_admission_settings{std::chrono::milliseconds(bound_ms)});
+  return engine_router(4, {}, pair_admission_settings{std::chrono::milliseconds(bound_ms), 0});
 }
 
 TEST(engine_router_disagg, a_decode_side_behind_its_reservations_refuses_new_pairs_as_overloaded) {
@@ -212,6 +213,7 @@ TEST(engine_router_disagg, a_decode_side_behind_its_reservations_refuses_new_pai
   EXPECT_NE(router.route_error().find("waited 5001 ms for KV blocks"), std::string::npos) << router.route_error();
   EXPECT_NE(router.route_error().find("reservation_wait_ms (5000 ms)"), std::string::npos) << router.route_error();
   EXPECT_FALSE(router.instance_of(4)) << "a refused request is recorded nowhere";
+  EXPECT_EQ(router.num_overload_refusals(), 1) << "counted for /metrics";
   EXPECT_EQ(router.instances()[p].num_requests, 3) << "nor charged to the prefill side";
 
   // Under load the prefill half's first token comes before the decode half's blocks: the
@@ -227,6 +229,17 @@ TEST(engine_router_disagg, a_decode_side_behind_its_reservations_refuses_new_pai
   const auto fifth = router.route(request(5), 5001 * ms);
   ASSERT_TRUE(fifth && fifth->decode);
   EXPECT_EQ(*fifth->decode, d);
+}
+
+TEST(engine_router_disagg, a_few_requests_waiting_past_the_bound_are_a_slow_moment_not_a_backlog) {
+  engine_router router(4, {}, pair_admission_settings{std::chrono::milliseconds(100)});
+  router.add_instance("p", engine_role::prefill);
+  const auto d = router.add_instance("d", engine_role::decode);
+  for (int64_t id = 1; id <= 16; ++id) ASSERT_TRUE(router.route(request(id), 0)) << id;
+  EXPECT_EQ(router.instances()[d].num_awaiting_blocks, 16);
+  ASSERT_TRUE(router.route(request(17), 200 * ms)) << "16 waiting: the default's minimum backlog";
+  EXPECT_FALSE(router.route(request(18), 200 * ms)) << "17 waiting past the bound: behind";
+  EXPECT_EQ(router.route_error_code(), error_code::overloaded);
 }
 
 TEST(engine_router_disagg, a_pair_goes_to_the_decode_instance_that_keeps_up) {

@@ -210,6 +210,8 @@ std::vector<step_model_report> samples(of<step_model_report>) {
 std::vector<stats_answer> samples(of<stats_answer>) {
   stats_answer with_models{79, 1, 2, 3, 4, "", 0, 0};
   with_models.num_slo_rejections = 17;
+  with_models.pipeline_busy = "0-1:41.2%,2-4:38.0%";
+  with_models.num_overload_refusals = 23;
   with_models.step_models = samples(of<step_model_report>{});
   return {{77, 10, 64, 3, 4, "", 2, 5},
           {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"},
@@ -752,6 +754,8 @@ void expect_same(const stats_answer& a, const stats_answer& b) {
   EXPECT_EQ(a.num_waiting_for_kv, b.num_waiting_for_kv);
   EXPECT_EQ(a.num_kv_leases, b.num_kv_leases);
   EXPECT_EQ(a.num_slo_rejections, b.num_slo_rejections);
+  EXPECT_EQ(a.pipeline_busy, b.pipeline_busy);
+  EXPECT_EQ(a.num_overload_refusals, b.num_overload_refusals);
   ASSERT_EQ(a.step_models.size(), b.step_models.size());
   for (size_t i = 0; i < a.step_models.size(); ++i) expect_same(a.step_models[i], b.step_models[i]);
 }
