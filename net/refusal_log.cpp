@@ -4,8 +4,8 @@
 
 namespace troupe {
 
-refusal_log::refusal_log(std::string where, std::chrono::milliseconds window)
-    : where_(std::move(where)), window_(window) {}
+refusal_log::refusal_log(std::string where, std::chrono::milliseconds window, std::string what)
+    : where_(std::move(where)), window_(window), what_(std::move(what)) {}
 
 void refusal_log::refuse(std::string_view kind, std::string_view reason) {
   const auto now = std::chrono::steady_clock::now();
@@ -16,7 +16,7 @@ void refusal_log::refuse(std::string_view kind, std::string_view reason) {
     logged_in_window_ = true;
     window_start_ = now;
     ++num_lines_;
-    spdlog::warn("{}: refused a connection: {} (more refusals are summed every {} s)", where_, reason,
+    spdlog::warn("{}: refused a {}: {} (more refusals are summed every {} s)", where_, what_, reason,
                  window_.count() / 1000.0);
     return;
   }
@@ -45,7 +45,7 @@ void refusal_log::summarize_locked(std::chrono::steady_clock::time_point now) {
   logged_in_window_ = true;
   window_start_ = now;
   ++num_lines_;
-  spdlog::warn("{}: refused {} more connection{} in the last {} s: {}", where_, total, total == 1 ? "" : "s",
+  spdlog::warn("{}: refused {} more {}{} in the last {} s: {}", where_, total, what_, total == 1 ? "" : "s",
                window_.count() / 1000.0, kinds);
 }
 

@@ -1,8 +1,8 @@
 #pragma once
-// Refused connections, logged at a bounded rate. A flood of strangers (thousands of connections a
-// second) must not become a flood of log lines: the first refusal of a window is logged at once,
-// in full, and the rest are counted by reason and logged as one summary line when the window has
-// passed (at the next refusal or the owner's next `flush`). Thread-safe.
+// Refused connections (or requests), logged at a bounded rate. A flood of strangers (thousands of
+// connections a second), or of requests past capacity, must not become a flood of log lines: the first refusal of a
+// window is logged at once, in full, and the rest are counted by reason and logged as one summary line when the window
+// has passed (at the next refusal or the owner's next `flush`). Thread-safe.
 
 #include <chrono>
 #include <cstdint>
@@ -15,10 +15,12 @@ namespace troupe {
 
 class refusal_log {
  public:
-  // `where` names the listener in every line, e.g. "cluster port 127.0.0.1:4500".
-  explicit refusal_log(std::string where, std::chrono::milliseconds window = std::chrono::seconds(10));
+  // `where` names the listener in every line, e.g. "cluster port 127.0.0.1:4500"; `what` is
+  // what it refuses ("connection", "request").
+  explicit refusal_log(std::string where, std::chrono::milliseconds window = std::chrono::seconds(10),
+                       std::string what = "connection");
 
-  // One refused connection. `reason` is counted under `kind` (a short fixed phrase, e.g. "no TLS
+  // One refusal. `reason` is counted under `kind` (a short fixed phrase, e.g. "no TLS
   // handshake within 5000 ms") and logged in full when it is the window's first.
   void refuse(std::string_view kind, std::string_view reason);
   void refuse(std::string_view kind) { refuse(kind, kind); }
@@ -33,6 +35,7 @@ class refusal_log {
 
   const std::string where_;
   const std::chrono::milliseconds window_;
+  const std::string what_;
   mutable std::mutex mutex_;
   std::chrono::steady_clock::time_point window_start_{};
   bool logged_in_window_ = false;

@@ -4,6 +4,7 @@
 #include <caf/stateful_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include "net/refusal_log.hpp"
 #include "stages/detokenizer_fanout.hpp"
 #include "stages/engine_router.hpp"
 #include "stages/instance_fan_in.hpp"
@@ -29,8 +30,6 @@ const char* state_name(engine_state state) { return state == engine_state::activ
 using failover_wait_atom = caf::atom_constant<caf::atom("fowait")>;
 // How long `troupe scale --list` waits for an instance's stages before it lists the instance without.
 constexpr auto list_stats_timeout = std::chrono::seconds(2);
-// How often a stream of refused requests is logged (summed).
-constexpr timestamp_ns refusal_log_interval_ns = 10'000'000'000;
 // A node drain's deadline for one of its instances.
 using drain_deadline_atom = caf::atom_constant<caf::atom("draindue")>;
 
@@ -79,29 +78,18 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
                        std::chrono::duration_cast<std::chrono::milliseconds>(delay) + std::chrono::milliseconds(1),
                        failover_wait_atom::value);
   };
+  // Refusals at a bounded rate: past capacity they come by the thousand.
+  auto refusals = std::make_shared<refusal_log>("router", std::chrono::seconds(10), "request");
   // Sends the request to the instance the router picks (to both halves of a disaggregated
   // pair, the decode half first so its reservation starts at once), or fails it when none
   // takes requests.
-  // Refusals are logged summed, at most once per interval: under overload they come by the thousand.
-  struct refusal_log {
-    int64_t num_since_logged = 0;
-    timestamp_ns logged_at = 0;
-  };
-  auto refusals = std::make_shared<refusal_log>();
-  auto log_refusal = [=](const std::string& why) {
-    ++refusals->num_since_logged;
-    const timestamp_ns now = steady_now_ns();
-    if (refusals->logged_at != 0 && now - refusals->logged_at < refusal_log_interval_ns) return;
-    spdlog::warn("router: refused {} requests{}: {}", refusals->num_since_logged,
-                 refusals->logged_at == 0 ? "" : " in the last 10 s", why);
-    refusals->num_since_logged = 0;
-    refusals->logged_at = now;
-  };
   auto dispatch = [=](schedule_request request) {
     const int64_t id = request.request_id;
     const std::optional<engine_router::routed> where = router->route(request);
     if (!where && !router->route_error().empty()) {
-      log_refusal(router->route_error());
+      refusals->refuse(router->route_error_code() == error_code::overloaded ? "the decode instances are behind"
+                                                                            : "a route policy failed it",
+                       router->route_error());
       // Refused (a route plugin failed it, or the decode side is behind): through its
       // detokenizer, which holds text of a re-run one.
       router->drop(id);
