@@ -89,7 +89,7 @@ std::vector<planned_request> load_bench_run(const std::string& path) {
   for (const nlohmann::json& r : run["requests"]) {
     planned_request p;
     try {
-      p.arrival_s = r.at("start").get<double>();
+      p.arrival_s = r.at("start_s").get<double>();  // tools/bench_tool/run_summary.cpp writes these
       p.prompt_len = r.at("prompt_tokens").get<int>();
       p.output_len = r.at("output_tokens").get<int>();
     } catch (const nlohmann::json::exception& e) {

@@ -48,15 +48,16 @@ TEST(planned_workload, lengths_follow_their_distribution) {
 TEST(planned_workload, a_bench_run_is_read_back_in_order_and_rescaled) {
   testing::scratch_dir dir;
   const std::string path = (dir / "run.json").string();
+  // The keys tools/bench --json writes (tools/bench_tool/run_summary.cpp).
   std::ofstream(path) << R"({"summary": {}, "requests": [
-      {"ok": true, "start": 0.5, "prompt_tokens": 30, "output_tokens": 4},
-      {"ok": true, "start": 0.0, "prompt_tokens": 10, "output_tokens": 2}]})";
+      {"ok": true, "start_s": 0.5, "prompt_tokens": 30, "output_tokens": 4},
+      {"ok": true, "start_s": 0.0, "prompt_tokens": 10, "output_tokens": 2}]})";
   const auto run = load_bench_run(path);
   ASSERT_EQ(run.size(), 2u);
   EXPECT_EQ(run[0].prompt_len, 10);
   EXPECT_EQ(run[1].arrival_s, 0.5);
   EXPECT_DOUBLE_EQ(at_rate(run, 2.0, 4.0)[1].arrival_s, 0.25);
-  std::ofstream(path) << R"({"requests": [{"ok": false, "start": 0.0, "prompt_tokens": 0, "output_tokens": 0}]})";
+  std::ofstream(path) << R"({"requests": [{"ok": false, "start_s": 0.0, "prompt_tokens": 0, "output_tokens": 0}]})";
   EXPECT_THROW(load_bench_run(path), std::runtime_error);
   std::ofstream(path) << R"({"summary": {}})";
   EXPECT_THROW(load_bench_run(path), std::runtime_error);
