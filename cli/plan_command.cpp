@@ -100,21 +100,34 @@ service_level parse_slo(const std::string& text) {
   return slo;
 }
 
-step_time_model::coefficients parse_step_model(const std::string& text) {
-  step_time_model::coefficients c{};
+// "step,token,sequence,context_token,attention_pair[,token_floor]": seconds per feature, then the
+// floor in tokens (1 when left out).
+step_cost parse_step_model(const std::string& text) {
+  constexpr const char* takes =
+      "--step-model takes 5 numbers (seconds per step, token, sequence, context token, attention pair) and "
+      "optionally a 6th, the token floor";
+  std::vector<double> numbers;
   std::stringstream in(text);
   std::string part;
-  size_t i = 0;
   while (std::getline(in, part, ',')) {
-    if (i == c.size()) throw std::runtime_error("--step-model takes 4 numbers (step, token, sequence, attention pair)");
+    size_t used = 0;
+    double value = 0;
     try {
-      c[i++] = std::stod(part);
+      value = std::stod(part, &used);
     } catch (const std::exception&) {
-      throw std::runtime_error("--step-model: '" + part + "' is not a number of seconds");
+      used = 0;
     }
+    if (used == 0 || used != part.size()) throw std::runtime_error("--step-model: '" + part + "' is not a number");
+    numbers.push_back(value);
   }
-  if (i != c.size()) throw std::runtime_error("--step-model takes 4 numbers (step, token, sequence, attention pair)");
-  return c;
+  if (numbers.size() != step_cost::num_features && numbers.size() != step_cost::num_features + 1) {
+    throw std::runtime_error(takes);
+  }
+  step_cost cost;
+  std::copy_n(numbers.begin(), step_cost::num_features, cost.seconds.begin());
+  if (numbers.size() > step_cost::num_features) cost.token_floor = numbers.back();
+  if (!(cost.token_floor >= 1)) throw std::runtime_error("--step-model: the token floor must be at least 1");
+  return cost;
 }
 
 // "SHARE:INPUT:OUTPUT", e.g. 0.8:64:32.
@@ -130,7 +143,7 @@ request_class parse_mix_class(const std::string& text) {
 }
 
 struct calibration {
-  step_time_model::coefficients step_seconds{};
+  step_cost step_times;
   int num_kv_blocks = 0;
   int max_model_len = 0;
 };
@@ -174,7 +187,7 @@ calibration calibrate(const plan_flags& flags) {
     }
   }
   const step_time_model& fitted = engine.get_scheduler().step_times();
-  out.step_seconds = fitted.fitted();
+  out.step_times = fitted.fitted();
   std::fprintf(stderr, "calibrated on %s: %zu steps, fit error %.3f ms (rms)\n", flags.calibrate_model.c_str(),
                fitted.num_observed(), 1e3 * fitted.rms_error());
   return out;
@@ -194,10 +207,21 @@ calibration scrape(const std::string& url) {
   std::stringstream lines(response->body);
   std::string line;
   std::string instance;
-  int found = 0;
-  const char* const features[] = {"step", "token", "sequence", "attention_pair"};
+  size_t found = 0;
+  // The floor's line names the instance alone; it is the first instance's when it comes first.
+  std::string floor_instance;
+  double floor = 1;
   while (std::getline(lines, line)) {
     if (line.rfind("troupe_kv_blocks_total ", 0) == 0) out.num_kv_blocks = std::stoi(line.substr(23));
+    if (line.rfind("troupe_step_time_token_floor{instance=\"", 0) == 0) {
+      const size_t from = line.find('"') + 1;
+      const std::string this_instance = line.substr(from, line.find('"', from) - from);
+      if (floor_instance.empty()) {
+        floor_instance = this_instance;
+        floor = std::stod(line.substr(line.find('}') + 1));
+      }
+      continue;
+    }
     if (line.rfind("troupe_step_time_coefficient_seconds{", 0) != 0) continue;
     const auto instance_at = line.find("instance=\"");
     const auto feature_at = line.find("feature=\"");
@@ -208,14 +232,15 @@ calibration scrape(const std::string& url) {
     if (instance.empty()) instance = this_instance;
     if (this_instance != instance) continue;
     const std::string feature = line.substr(feature_at + 9, line.find('"', feature_at + 9) - feature_at - 9);
-    for (size_t j = 0; j < 4; ++j) {
-      if (feature == features[j]) {
-        out.step_seconds[j] = std::stod(line.substr(close + 1));
+    for (size_t j = 0; j < step_cost::num_features; ++j) {
+      if (feature == step_cost::feature_name(j)) {
+        out.step_times.seconds[j] = std::stod(line.substr(close + 1));
         ++found;
       }
     }
   }
-  if (found != 4) {
+  if (!floor_instance.empty() && floor_instance == instance) out.step_times.token_floor = std::max(floor, 1.0);
+  if (found != step_cost::num_features) {
     throw std::runtime_error("--metrics-url: " + url +
                              "/metrics shows no step-time model (troupe_step_time_coefficient_seconds): is it Troupe, "
                              "and has it served a step?");
@@ -224,7 +249,7 @@ calibration scrape(const std::string& url) {
 }
 
 std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_config& config,
-                                          const step_time_model::coefficients& step_seconds, const service_level& slo) {
+                                          const step_cost& step_times, const service_level& slo) {
   std::vector<int> budgets = flags.budgets;
   if (budgets.empty()) budgets.push_back(config.max_num_batched_tokens);
   std::vector<std::pair<int, int>> splits{{0, 0}};  // (prefill, decode); 0,0: colocated
@@ -238,7 +263,7 @@ std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_
       c.num_decode = decode;
       c.config = config;
       c.config.max_num_batched_tokens = budget;
-      c.step_seconds = step_seconds;
+      c.step_times = step_times;
       c.kv_latency_s = flags.kv_latency_ms / 1e3;
       c.kv_seconds_per_token = flags.kv_us_per_token / 1e6;
       c.targets = slo;
@@ -277,7 +302,7 @@ int run(const plan_flags& flags) {
   } else if (!flags.metrics_url.empty()) {
     calibrated = scrape(flags.metrics_url);
   } else {
-    calibrated.step_seconds = parse_step_model(flags.step_model);
+    calibrated.step_times = parse_step_model(flags.step_model);
   }
   engine_config config;
   config.block_size = flags.block_size;
@@ -290,9 +315,11 @@ int run(const plan_flags& flags) {
   config.scheduling_policy = parse_scheduling_policy(flags.scheduling_policy);
   config.slo_admission = parse_slo_admission(flags.slo_admission);
   config.kv_window = 0;
-  const auto& c = calibrated.step_seconds;
-  std::printf("step-time model: %.3g s + %.3g s/token + %.3g s/sequence + %.3g s/attention pair; %d KV blocks of %d\n",
-              c[0], c[1], c[2], c[3], config.num_kv_blocks, config.block_size);
+  const auto& c = calibrated.step_times.seconds;
+  std::printf(
+      "step-time model: %.3g s + %.3g s/token (at least %g tokens) + %.3g s/sequence + %.3g s/context token + %.3g "
+      "s/attention pair; %d KV blocks of %d\n",
+      c[0], c[1], calibrated.step_times.token_floor, c[2], c[3], c[4], config.num_kv_blocks, config.block_size);
 
   // The workload at each rate: drawn with one seed (the same requests, spaced for the rate), or a
   // recorded bench run rescaled from its own rate.
@@ -317,7 +344,7 @@ int run(const plan_flags& flags) {
   };
 
   std::vector<plan_row> rows;
-  for (const simulated_cluster& cluster : candidates(flags, config, calibrated.step_seconds, slo)) {
+  for (const simulated_cluster& cluster : candidates(flags, config, calibrated.step_times, slo)) {
     for (double rate : flags.rates) {
       const std::vector<planned_request> workload = workload_at(rate);
       const simulation_result result = simulate(cluster, workload, flags.horizon_s);
@@ -348,7 +375,8 @@ const bool registered = register_command([](CLI::App& parent) {
   auto* app = parent.add_subcommand("plan", "predict which topology serves a workload best under an SLO (simulated)");
   app->add_option("--calibrate", f->calibrate_model, "a model to time: run it briefly and fit the step-time model");
   app->add_option("--metrics-url", f->metrics_url, "http://host:port of a serving Troupe: its fitted step-time model");
-  app->add_option("--step-model", f->step_model, "the step-time model's seconds: step,token,sequence,attention_pair");
+  app->add_option("--step-model", f->step_model,
+                  "the step-time model: seconds per step,token,sequence,context_token,attention_pair[,token floor]");
   app->add_option("--threads", f->threads, "--calibrate: CPU threads, as the server will use (0: all)")
       ->capture_default_str();
   app->add_option("--calibrate-requests", f->calibrate_requests, "--calibrate: the largest batch it times")

@@ -37,9 +37,11 @@ void simulated_cluster::validate() const {
   }
   // A fitted coefficient may be negative (least squares over features that move together); the
   // model's prediction is never below zero whatever they are.
-  for (double c : step_seconds) {
+  for (double c : step_times.seconds) {
     if (!std::isfinite(c)) throw std::invalid_argument("step-time coefficients must be finite numbers");
   }
+  if (!(step_times.token_floor >= 1))
+    throw std::invalid_argument("the step-time model's token floor must be at least 1");
   config.validate();
 }
 
@@ -59,7 +61,6 @@ constexpr int32_t sampled_token_id = 7;
 struct simulated_instance {
   engine_instance_id id = 0;
   std::unique_ptr<scheduler> sched;
-  step_time_model step_times;
   bool busy = false;
   double busy_until = 0;
   step_outline running;
@@ -84,7 +85,6 @@ class cluster_run {
         instance->id = router_.add_instance("simulated", role);
         instance->sched = std::make_unique<scheduler>(cluster.config, std::vector<int32_t>{});
         instance->sched->set_clock([this] { return at(now_s_); });
-        instance->step_times = step_time_model(cluster.step_seconds);
         router_.set_load(instance->id, load_of(*instance));
         instances_.emplace(instance->id, std::move(instance));
       }
@@ -217,7 +217,7 @@ class cluster_run {
       if (plan.empty()) continue;
       instance->running = outline_of(plan);
       instance->busy = true;
-      instance->busy_until = now_s_ + instance->step_times.predict(shape_of(instance->running));
+      instance->busy_until = now_s_ + cluster_.step_times.predict(shape_of(instance->running));
       ++result_.num_steps;
     }
   }
@@ -229,7 +229,7 @@ class cluster_run {
       const step_outline& step = instance->running;
       // The scheduler's own model learns the step's time as it would from the worker's report,
       // so the slo policy predicts with what it would have fitted online.
-      instance->sched->observe_step(step, instance->step_times.predict(shape_of(step)));
+      instance->sched->observe_step(step, cluster_.step_times.predict(shape_of(step)));
       step_result result;
       result.step_id = step.step_id;
       for (const planned_sequence& s : step.sequences) {

@@ -32,10 +32,10 @@ struct simulated_cluster {
   int num_mixed = 1;    // instances that prefill and decode (colocated)
   int num_prefill = 0;  // xPyD: prefill-only and decode-only instances
   int num_decode = 0;
-  engine_config config;  // every instance's: KV pool, token budget, policy
-  step_time_model::coefficients step_seconds = step_time_model::default_prior;
-  double kv_latency_s = 0;          // a disaggregated request's KV: fixed cost after its prefill
-  double kv_seconds_per_token = 0;  // and per prompt token
+  engine_config config;                                   // every instance's: KV pool, token budget, policy
+  step_cost step_times = step_time_model::default_prior;  // what each planned step takes
+  double kv_latency_s = 0;                                // a disaggregated request's KV: fixed cost after its prefill
+  double kv_seconds_per_token = 0;                        // and per prompt token
   // The targets the requests carry (the slo policy orders and rejects by them).
   service_level targets;
 

@@ -10,10 +10,10 @@ void step_log::planned(uint64_t step_id, timestamp_ns now) {
   while (pending_.size() > 8) pending_.pop_front();
 }
 
-void step_log::finished(const step_outline& step, timestamp_ns now, duration_ns compute_ns) {
+duration_ns step_log::finished(const step_outline& step, timestamp_ns now, duration_ns compute_ns) {
   auto it =
       std::find_if(pending_.begin(), pending_.end(), [&](const pending_step& p) { return p.step_id == step.step_id; });
-  if (it == pending_.end()) return;
+  if (it == pending_.end()) return 0;
   recorded_step r;
   // With two steps in flight the worker starts the second when it has answered the first: the
   // step runs from the later of its plan and the previous result, so steps never overlap.
@@ -36,8 +36,10 @@ void step_log::finished(const step_outline& step, timestamp_ns now, duration_ns 
       e.num_prefill_tokens += s.num_new_tokens;
     }
   }
+  const duration_ns elapsed = e.elapsed_ns;
   steps_.push_back(std::move(r));
   while (steps_.size() > capacity_) steps_.pop_front();
+  return elapsed;
 }
 
 std::vector<step_event> step_log::recent(duration_ns window, timestamp_ns now) const {

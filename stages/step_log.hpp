@@ -24,8 +24,9 @@ class step_log {
   // the previous step's result when that came later (async scheduling sends the next plan while
   // the worker still runs the last one, which it answers first).
   void planned(uint64_t step_id, timestamp_ns now);
-  // Its result came back at `now` (a step never planned here is ignored).
-  void finished(const step_outline& step, timestamp_ns now, duration_ns compute_ns);
+  // Its result came back at `now` (a step never planned here is ignored). Returns how long the
+  // step held the engine, from its start as above to now; 0 for a step never planned here.
+  duration_ns finished(const step_outline& step, timestamp_ns now, duration_ns compute_ns);
 
   // The steps that started within `window` before `now`, oldest first, with their start as an
   // age before `now`.

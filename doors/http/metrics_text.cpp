@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/step_time_model.hpp"
+
 namespace troupe {
 
 namespace {
@@ -176,16 +178,20 @@ std::string render_metrics(const metrics_snapshot& m) {
         .sample(m.num_slo_rejections, "{reason=\"ttft_unattainable\"}")
         .sample(m.num_overload_refusals, "{reason=\"decode_behind\"}");
     if (!m.step_models.empty()) {
-      static const char* const features[] = {"step", "token", "sequence", "attention_pair"};
       // Each family's samples right under its own header.
       family coefficients(out, "troupe_step_time_coefficient_seconds", "gauge",
                           "The step-time model's seconds per feature, fitted online per instance.");
       for (const step_model_report& r : m.step_models) {
-        for (size_t j = 0; j < r.coefficients.size() && j < 4; ++j) {
-          coefficients.sample(r.coefficients[j],
-                              fmt::format("{{instance=\"{}\",feature=\"{}\"}}", r.instance, features[j]).c_str());
+        for (size_t j = 0; j < r.coefficients.size() && j < step_cost::num_features; ++j) {
+          coefficients.sample(
+              r.coefficients[j],
+              fmt::format("{{instance=\"{}\",feature=\"{}\"}}", r.instance, step_cost::feature_name(j)).c_str());
         }
       }
+      family floor(out, "troupe_step_time_token_floor", "gauge",
+                   "The step-time model's token floor: a step costs at least this many new tokens' matmuls.");
+      for (const step_model_report& r : m.step_models)
+        floor.sample(r.token_floor, fmt::format("{{instance=\"{}\"}}", r.instance).c_str());
       family rms(out, "troupe_step_time_fit_rms_seconds", "gauge",
                  "Root mean square of measured minus predicted step time over the steps the fit holds.");
       for (const step_model_report& r : m.step_models)

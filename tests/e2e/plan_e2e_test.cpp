@@ -52,14 +52,18 @@ TEST(plan_e2e, flags_that_cannot_make_a_plan_are_named) {
   EXPECT_NE(none.err.find("--calibrate MODEL, --metrics-url URL or --step-model"), std::string::npos) << none.err;
   const run_result three = run_troupe("plan --step-model 0.001,0.0001 --rates 1 --num-kv-blocks 100");
   EXPECT_NE(three.exit_code, 0);
-  EXPECT_NE(three.err.find("--step-model takes 4 numbers"), std::string::npos) << three.err;
-  const run_result slo = run_troupe("plan --step-model 0.001,0.0001,0,0 --rates 1 --num-kv-blocks 100 --slo ttft=fast");
+  EXPECT_NE(three.err.find("--step-model takes 5 numbers"), std::string::npos) << three.err;
+  const run_result slo =
+      run_troupe("plan --step-model 0.001,0.0001,0,0,0 --rates 1 --num-kv-blocks 100 --slo ttft=fast");
   EXPECT_NE(slo.exit_code, 0);
   EXPECT_NE(slo.err.find("ttft 'fast'"), std::string::npos) << slo.err;
-  const run_result mix = run_troupe("plan --step-model 0.001,0.0001,0,0 --rates 1 --num-kv-blocks 100 --mix 0.8:64");
+  const run_result mix = run_troupe("plan --step-model 0.001,0.0001,0,0,0 --rates 1 --num-kv-blocks 100 --mix 0.8:64");
   EXPECT_NE(mix.exit_code, 0);
   EXPECT_NE(mix.err.find("SHARE:INPUT_LEN:OUTPUT_LEN"), std::string::npos) << mix.err;
-  const run_result given = run_troupe("plan --step-model 0.001,0.0001,0,0 --rates 1,2 --num-kv-blocks 100");
+  const run_result floor = run_troupe("plan --step-model 0.001,0.0001,0,0,0,0.5 --rates 1 --num-kv-blocks 100");
+  EXPECT_NE(floor.exit_code, 0);
+  EXPECT_NE(floor.err.find("token floor must be at least 1"), std::string::npos) << floor.err;
+  const run_result given = run_troupe("plan --step-model 0.001,0.0001,0,0,0 --rates 1,2 --num-kv-blocks 100");
   EXPECT_EQ(given.exit_code, 0) << given.err;
   EXPECT_NE(given.out.find("colocated x1, budget 2048"), std::string::npos) << given.out;
 }

@@ -54,6 +54,10 @@ TEST(slo_admission, an_unattainable_ttft_is_refused_at_once_and_counted) {
   EXPECT_NE(text.find("troupe_step_time_coefficient_seconds{instance=\"0\",feature=\"token\"}"), std::string::npos)
       << text;
   EXPECT_NE(text.find("troupe_step_time_fit_rms_seconds{instance=\"0\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe_step_time_coefficient_seconds{instance=\"0\",feature=\"context_token\"}"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("troupe_step_time_token_floor{instance=\"0\"}"), std::string::npos) << text;
   EXPECT_EQ(text.find("troupe_step_time_steps_observed_total{instance=\"0\"} 0\n"), std::string::npos)
       << "no step measured: " << text;
 }

@@ -24,7 +24,7 @@ simulated_cluster cluster_of(int mixed, int prefill = 0, int decode = 0) {
   c.config.max_model_len = 2048;
   c.config.max_num_batched_tokens = 2048;
   c.config.kv_window = 0;
-  c.step_seconds = {step_s, 0, 0, 0};
+  c.step_times = step_cost{{step_s, 0, 0, 0, 0}, 1};
   return c;
 }
 
@@ -91,7 +91,7 @@ TEST(cluster_simulation, replicas_split_a_burst_that_one_instance_would_queue) {
 
 TEST(cluster_simulation, past_its_capacity_a_cluster_misses_the_slo_it_holds_below) {
   simulated_cluster c = cluster_of(1);
-  c.step_seconds = {0.002, 1e-4, 0, 0};  // a 256-token prompt: ~28 ms
+  c.step_times = step_cost{{0.002, 1e-4, 0, 0, 0}, 1};  // a 256-token prompt: ~28 ms
   const service_level slo{0.2, 0.05};
   std::vector<request_class> mix{{1.0, {256}, {16}}};
   const auto slow = draw_workload(mix, 100, 2.0, 1.0, 7);

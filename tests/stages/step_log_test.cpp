@@ -35,9 +35,9 @@ TEST(step_log, steps_in_flight_together_pair_by_id_run_one_after_the_other_and_a
   step_log log;
   log.planned(1, 100);
   log.planned(2, 150);  // async scheduling: planned before step 1's result
-  log.finished(outline(1, {{5, 3, 1, true}}), 300, 0);
-  log.finished(outline(9, {{5, 4, 1, true}}), 320, 0);
-  log.finished(outline(2, {{5, 4, 1, true}}), 400, 0);
+  EXPECT_EQ(log.finished(outline(1, {{5, 3, 1, true}}), 300, 0), 200);
+  EXPECT_EQ(log.finished(outline(9, {{5, 4, 1, true}}), 320, 0), 0);    // never planned
+  EXPECT_EQ(log.finished(outline(2, {{5, 4, 1, true}}), 400, 0), 100);  // what the scheduler's step-time model learns
   const std::vector<step_event> steps = log.recent(1000, 500);
   ASSERT_EQ(steps.size(), 2u);
   EXPECT_EQ(steps[0].step_id, 1u);
