@@ -5,6 +5,7 @@
 // xPyD split of --workers, each token budget) is run at each rate, and the table and the choice
 // are printed; --out writes each topology's rows as a tools/bench sweep.csv (--replot draws them).
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -40,6 +41,7 @@ struct plan_flags {
   int kv_memory_mb = 512;
   std::string scheduling_policy = "priority";
   std::string slo_admission = "best_effort";
+  std::string async_scheduling = "on";  // as serve: the next step planned while one runs
   // The workload.
   std::string bench_run;
   std::vector<std::string> mix;
@@ -149,8 +151,10 @@ struct calibration {
 };
 
 // Runs the model itself on bursts of prompts of several lengths and batch sizes (plain llm_engine,
-// as `troupe generate` does) and takes the step-time model its scheduler fitted.
-calibration calibrate(const plan_flags& flags) {
+// as `troupe generate` does) and takes the step-time model its scheduler fitted. The lengths are
+// a spread (16 tokens, a quarter of the longest, the longest) and `workload_lengths`, so the fit
+// has seen the steps the plan will meet.
+calibration calibrate(const plan_flags& flags, const std::vector<int>& workload_lengths) {
   model_spec spec;
   spec.path = flags.calibrate_model;
   spec.backend.threads = flags.threads;
@@ -172,7 +176,11 @@ calibration calibrate(const plan_flags& flags) {
   std::uniform_int_distribution<int32_t> token(3, vocab - 1);
   const int longest = std::max(16, std::min(1024, config.max_model_len / 2));
   for (int batch : {1, flags.calibrate_requests / 2, flags.calibrate_requests}) {
-    for (int prompt_len : {16, longest / 4, longest}) {
+    std::vector<int> lengths{16, longest / 4, longest};
+    for (int length : workload_lengths) lengths.push_back(std::clamp(length, 1, longest));
+    std::sort(lengths.begin(), lengths.end());
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+    for (int prompt_len : lengths) {
       for (int i = 0; i < std::max(1, batch); ++i) {
         std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
         for (int32_t& id : prompt) id = token(rng);
@@ -290,36 +298,11 @@ int run(const plan_flags& flags) {
   const int sources = !flags.calibrate_model.empty() + !flags.metrics_url.empty() + !flags.step_model.empty();
   if (sources != 1) {
     throw std::runtime_error(
-        "give the step-time model one way: --calibrate MODEL, --metrics-url URL or --step-model A,B,C,D");
+        "give the step-time model one way: --calibrate MODEL, --metrics-url URL or --step-model A,B,C,D,E");
   }
   if (flags.rates.empty()) throw std::runtime_error("--rates: give at least one request rate");
   if (flags.workers < 1 || flags.workers > 64) throw std::runtime_error("--workers must be in [1, 64]");
   const service_level slo = parse_slo(flags.slo);
-
-  calibration calibrated;
-  if (!flags.calibrate_model.empty()) {
-    calibrated = calibrate(flags);
-  } else if (!flags.metrics_url.empty()) {
-    calibrated = scrape(flags.metrics_url);
-  } else {
-    calibrated.step_times = parse_step_model(flags.step_model);
-  }
-  engine_config config;
-  config.block_size = flags.block_size;
-  config.num_kv_blocks = flags.num_kv_blocks > 0 ? flags.num_kv_blocks : calibrated.num_kv_blocks;
-  if (config.num_kv_blocks <= 0) throw std::runtime_error("--num-kv-blocks: the KV pool's size is not known; give it");
-  config.max_model_len = flags.max_model_len > 0        ? flags.max_model_len
-                         : calibrated.max_model_len > 0 ? calibrated.max_model_len
-                                                        : config.max_model_len;
-  config.max_num_seqs = flags.max_num_seqs;
-  config.scheduling_policy = parse_scheduling_policy(flags.scheduling_policy);
-  config.slo_admission = parse_slo_admission(flags.slo_admission);
-  config.kv_window = 0;
-  const auto& c = calibrated.step_times.seconds;
-  std::printf(
-      "step-time model: %.3g s + %.3g s/token (at least %g tokens) + %.3g s/sequence + %.3g s/context token + %.3g "
-      "s/attention pair; %d KV blocks of %d\n",
-      c[0], c[1], calibrated.step_times.token_floor, c[2], c[3], c[4], config.num_kv_blocks, config.block_size);
 
   // The workload at each rate: drawn with one seed (the same requests, spaced for the rate), or a
   // recorded bench run rescaled from its own rate.
@@ -342,6 +325,41 @@ int run(const plan_flags& flags) {
     if (!recorded.empty()) return at_rate(recorded, recorded_rate, rate);
     return draw_workload(mix, flags.num_prompts, rate, flags.burstiness, flags.seed);
   };
+
+  calibration calibrated;
+  if (!flags.calibrate_model.empty()) {
+    // The workload's prompt lengths at their 10th, 50th and 90th percentiles.
+    std::vector<int> lengths;
+    for (const planned_request& r : workload_at(flags.rates.front())) lengths.push_back(r.prompt_len);
+    std::sort(lengths.begin(), lengths.end());
+    std::vector<int> percentiles;
+    for (double q : {0.1, 0.5, 0.9}) {
+      if (!lengths.empty())
+        percentiles.push_back(lengths[static_cast<size_t>(q * static_cast<double>(lengths.size() - 1))]);
+    }
+    calibrated = calibrate(flags, percentiles);
+  } else if (!flags.metrics_url.empty()) {
+    calibrated = scrape(flags.metrics_url);
+  } else {
+    calibrated.step_times = parse_step_model(flags.step_model);
+  }
+  engine_config config;
+  config.block_size = flags.block_size;
+  config.num_kv_blocks = flags.num_kv_blocks > 0 ? flags.num_kv_blocks : calibrated.num_kv_blocks;
+  if (config.num_kv_blocks <= 0) throw std::runtime_error("--num-kv-blocks: the KV pool's size is not known; give it");
+  config.max_model_len = flags.max_model_len > 0        ? flags.max_model_len
+                         : calibrated.max_model_len > 0 ? calibrated.max_model_len
+                                                        : config.max_model_len;
+  config.max_num_seqs = flags.max_num_seqs;
+  config.scheduling_policy = parse_scheduling_policy(flags.scheduling_policy);
+  config.slo_admission = parse_slo_admission(flags.slo_admission);
+  config.async_scheduling = flags.async_scheduling == "on";
+  config.kv_window = 0;
+  const auto& c = calibrated.step_times.seconds;
+  std::printf(
+      "step-time model: %.3g s + %.3g s/token (at least %g tokens) + %.3g s/sequence + %.3g s/context token + %.3g "
+      "s/attention pair; %d KV blocks of %d\n",
+      c[0], c[1], calibrated.step_times.token_floor, c[2], c[3], c[4], config.num_kv_blocks, config.block_size);
 
   std::vector<plan_row> rows;
   for (const simulated_cluster& cluster : candidates(flags, config, calibrated.step_times, slo)) {
@@ -389,6 +407,10 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--max-num-seqs", f->max_num_seqs, "sequences running at once per instance")->capture_default_str();
   app->add_option("--scheduling-policy", f->scheduling_policy, "priority | fcfs | slo | fair")->capture_default_str();
   app->add_option("--slo-admission", f->slo_admission, "best_effort | reject (with the slo policy)")
+      ->capture_default_str();
+  app->add_option("--async-scheduling", f->async_scheduling,
+                  "on | off, as the served instances run (serve's default: on)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   app->add_option("--bench-run", f->bench_run,
                   "a tools/bench --json file: simulate its very requests (rescaled per rate)");

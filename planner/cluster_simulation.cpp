@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -61,9 +62,10 @@ constexpr int32_t sampled_token_id = 7;
 struct simulated_instance {
   engine_instance_id id = 0;
   std::unique_ptr<scheduler> sched;
-  bool busy = false;
-  double busy_until = 0;
-  step_outline running;
+  // Planned steps, the running one first: with async scheduling the next is planned when one
+  // starts, as the scheduler stage does (at most two out), else one at a time.
+  std::deque<step_outline> in_flight;
+  double busy_until = 0;  // when the first of in_flight ends
 };
 
 struct kv_transfer_end {
@@ -102,7 +104,7 @@ class cluster_run {
       double next = std::numeric_limits<double>::infinity();
       if (next_arrival < workload_.size()) next = workload_[next_arrival].arrival_s;
       for (const auto& [id, instance] : instances_) {
-        if (instance->busy) next = std::min(next, instance->busy_until);
+        if (!instance->in_flight.empty()) next = std::min(next, instance->busy_until);
       }
       for (const kv_transfer_end& t : transfers_) next = std::min(next, t.at_s);
       if (next == std::numeric_limits<double>::infinity() || next > last_arrival + horizon_s) break;
@@ -211,22 +213,29 @@ class cluster_run {
   }
 
   void start_steps() {
+    const size_t max_in_flight = cluster_.config.async_scheduling ? 2 : 1;
     for (auto& [id, instance] : instances_) {
-      if (instance->busy || !instance->sched->has_unfinished()) continue;
-      const step_plan plan = instance->sched->schedule();
-      if (plan.empty()) continue;
-      instance->running = outline_of(plan);
-      instance->busy = true;
-      instance->busy_until = now_s_ + cluster_.step_times.predict(shape_of(instance->running));
-      ++result_.num_steps;
+      while (instance->in_flight.size() < max_in_flight && instance->sched->has_unfinished()) {
+        const step_plan plan = instance->sched->schedule();
+        if (plan.empty()) break;
+        instance->in_flight.push_back(outline_of(plan));
+        if (instance->in_flight.size() == 1) {
+          instance->busy_until = now_s_ + cluster_.step_times.predict(shape_of(instance->in_flight.front()));
+        }
+        ++result_.num_steps;
+      }
     }
   }
 
   void finish_steps() {
     for (auto& [id, instance] : instances_) {
-      if (!instance->busy || instance->busy_until > now_s_) continue;
-      instance->busy = false;
-      const step_outline& step = instance->running;
+      if (instance->in_flight.empty() || instance->busy_until > now_s_) continue;
+      const step_outline step = std::move(instance->in_flight.front());
+      instance->in_flight.pop_front();
+      // The worker takes up the plan already out at once.
+      if (!instance->in_flight.empty()) {
+        instance->busy_until = now_s_ + cluster_.step_times.predict(shape_of(instance->in_flight.front()));
+      }
       // The scheduler's own model learns the step's time as it would from the worker's report,
       // so the slo policy predicts with what it would have fitted online.
       instance->sched->observe_step(step, cluster_.step_times.predict(shape_of(step)));

@@ -8,9 +8,11 @@
 // slo policy's prefill cap and early rejection, the router's load balancing and its xPyD split.
 //
 // Time moves from event to event (an arrival, a step's end, a KV transfer's end); an idle
-// instance with work plans its next step at once, as the scheduler actor does. Steps are not
-// overlapped (the serving scheduler plans step N+1 while N runs, which hides its own planning
-// time, not the step's). Plain class, single-threaded, deterministic.
+// instance with work plans its next step at once, as the scheduler actor does. With async
+// scheduling (`config.async_scheduling`, serving's default) step N+1 is planned when N starts, as
+// the scheduler stage does, so a request arriving while a step runs waits for the one after the
+// next: leaving that out put every predicted TTFT about one decode step short. Plain class,
+// single-threaded, deterministic.
 
 #include <cstdint>
 #include <string>

@@ -40,6 +40,26 @@ TEST(cluster_simulation, a_lone_request_takes_one_step_for_its_prompt_and_one_pe
   EXPECT_EQ(r.num_steps, 5);
 }
 
+TEST(cluster_simulation, with_async_scheduling_a_request_arriving_mid_step_waits_for_the_step_after_the_next) {
+  // A decodes from 0; B arrives 5 ms into A's first step. One step at a time, B's prompt runs in
+  // the second step (first token at 20 ms); with async scheduling the second step was planned
+  // when the first started, so B's prompt runs in the third (first token at 30 ms), as serving
+  // plans it.
+  const std::vector<planned_request> workload{{0.0, 16, 10}, {0.005, 16, 2}};
+  simulated_cluster one_at_a_time = cluster_of(1);
+  const simulation_result sync = simulate(one_at_a_time, workload);
+  ASSERT_TRUE(sync.requests[1].ok()) << sync.requests[1].error;
+  EXPECT_NEAR(sync.requests[1].first_token_s, 2 * step_s, 1e-9);
+  simulated_cluster overlapped = cluster_of(1);
+  overlapped.config.async_scheduling = true;
+  const simulation_result async = simulate(overlapped, workload);
+  for (const simulated_outcome& o : async.requests) ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_NEAR(async.requests[1].first_token_s, 3 * step_s, 1e-9);
+  // A's tokens still come one a step: decodes are planned ahead on placeholders.
+  EXPECT_EQ(async.requests[0].output_tokens, 10);
+  EXPECT_NEAR(async.requests[0].finish_s, 10 * step_s, 1e-9);
+}
+
 TEST(cluster_simulation, a_prompt_longer_than_the_budget_is_prefilled_in_chunks) {
   simulated_cluster c = cluster_of(1);
   c.config.max_num_batched_tokens = 16;
