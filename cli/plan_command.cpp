@@ -19,6 +19,7 @@
 #include "engine/llm_engine.hpp"
 #include "engine/served_model.hpp"
 #include "planner/plan_sweep.hpp"
+#include "planner/served_step_costs.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -146,6 +147,8 @@ request_class parse_mix_class(const std::string& text) {
 
 struct calibration {
   step_cost step_times;
+  std::optional<step_cost> prefill_step_times;  // a disaggregated server's, each role's own
+  std::optional<step_cost> decode_step_times;
   int num_kv_blocks = 0;
   int max_model_len = 0;
 };
@@ -201,7 +204,8 @@ calibration calibrate(const plan_flags& flags, const std::vector<int>& workload_
   return out;
 }
 
-// The coefficients of the first instance in a server's /metrics, and its KV pool.
+// Each role's step-time model in a server's /metrics (planner/served_step_costs.hpp), and its
+// KV pool.
 calibration scrape(const std::string& url) {
   httplib::Client client(url);
   client.set_connection_timeout(5);
@@ -211,53 +215,47 @@ calibration scrape(const std::string& url) {
   if (response->status != 200) {
     throw std::runtime_error("--metrics-url: " + url + "/metrics answered HTTP " + std::to_string(response->status));
   }
-  calibration out;
-  std::stringstream lines(response->body);
-  std::string line;
-  std::string instance;
-  size_t found = 0;
-  // The floor's line names the instance alone; it is the first instance's when it comes first.
-  std::string floor_instance;
-  double floor = 1;
-  while (std::getline(lines, line)) {
-    if (line.rfind("troupe_kv_blocks_total ", 0) == 0) out.num_kv_blocks = std::stoi(line.substr(23));
-    if (line.rfind("troupe_step_time_token_floor{instance=\"", 0) == 0) {
-      const size_t from = line.find('"') + 1;
-      const std::string this_instance = line.substr(from, line.find('"', from) - from);
-      if (floor_instance.empty()) {
-        floor_instance = this_instance;
-        floor = std::stod(line.substr(line.find('}') + 1));
-      }
-      continue;
-    }
-    if (line.rfind("troupe_step_time_coefficient_seconds{", 0) != 0) continue;
-    const auto instance_at = line.find("instance=\"");
-    const auto feature_at = line.find("feature=\"");
-    const auto close = line.find('}');
-    if (instance_at == std::string::npos || feature_at == std::string::npos || close == std::string::npos) continue;
-    const std::string this_instance =
-        line.substr(instance_at + 10, line.find('"', instance_at + 10) - instance_at - 10);
-    if (instance.empty()) instance = this_instance;
-    if (this_instance != instance) continue;
-    const std::string feature = line.substr(feature_at + 9, line.find('"', feature_at + 9) - feature_at - 9);
-    for (size_t j = 0; j < step_cost::num_features; ++j) {
-      if (feature == step_cost::feature_name(j)) {
-        out.step_times.seconds[j] = std::stod(line.substr(close + 1));
-        ++found;
-      }
-    }
+  served_step_costs served;
+  try {
+    served = parse_served_step_costs(response->body);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("--metrics-url: " + url + "/metrics: " + e.what());
   }
-  if (!floor_instance.empty() && floor_instance == instance) out.step_times.token_floor = std::max(floor, 1.0);
-  if (found != step_cost::num_features) {
+  if (served.empty()) {
     throw std::runtime_error("--metrics-url: " + url +
                              "/metrics shows no step-time model (troupe_step_time_coefficient_seconds): is it Troupe, "
                              "and has it served a step?");
   }
+  calibration out;
+  out.num_kv_blocks = served.num_kv_blocks;
+  out.prefill_step_times = served.prefill;
+  out.decode_step_times = served.decode;
+  if (served.mixed) {
+    out.step_times = *served.mixed;
+  } else {
+    // A disaggregated server has no instance that does both: colocated rows borrow the prefill
+    // instance's fit (its steps are the larger), and say so.
+    out.step_times = served.prefill ? *served.prefill : *served.decode;
+    std::fprintf(stderr, "%s/metrics: no mixed instance; colocated rows use the %s instance's step-time model\n",
+                 url.c_str(), served.prefill ? "prefill" : "decode");
+  }
   return out;
 }
 
+// "3.9 ms + 0.251 ms/token (at least 1 tokens) + ...": a step-time model for the table's header.
+std::string describe(const step_cost& cost) {
+  const auto& c = cost.seconds;
+  char text[256];
+  std::snprintf(
+      text, sizeof text,
+      "%.3g s + %.3g s/token (at least %g tokens) + %.3g s/sequence + %.3g s/context token + %.3g s/attention "
+      "pair",
+      c[0], c[1], cost.token_floor, c[2], c[3], c[4]);
+  return text;
+}
+
 std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_config& config,
-                                          const step_cost& step_times, const service_level& slo) {
+                                          const calibration& calibrated, const service_level& slo) {
   std::vector<int> budgets = flags.budgets;
   if (budgets.empty()) budgets.push_back(config.max_num_batched_tokens);
   std::vector<std::pair<int, int>> splits{{0, 0}};  // (prefill, decode); 0,0: colocated
@@ -271,7 +269,9 @@ std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_
       c.num_decode = decode;
       c.config = config;
       c.config.max_num_batched_tokens = budget;
-      c.step_times = step_times;
+      c.step_times = calibrated.step_times;
+      c.prefill_step_times = calibrated.prefill_step_times;
+      c.decode_step_times = calibrated.decode_step_times;
       c.kv_latency_s = flags.kv_latency_ms / 1e3;
       c.kv_seconds_per_token = flags.kv_us_per_token / 1e6;
       c.targets = slo;
@@ -355,14 +355,17 @@ int run(const plan_flags& flags) {
   config.slo_admission = parse_slo_admission(flags.slo_admission);
   config.async_scheduling = flags.async_scheduling == "on";
   config.kv_window = 0;
-  const auto& c = calibrated.step_times.seconds;
-  std::printf(
-      "step-time model: %.3g s + %.3g s/token (at least %g tokens) + %.3g s/sequence + %.3g s/context token + %.3g "
-      "s/attention pair; %d KV blocks of %d\n",
-      c[0], c[1], calibrated.step_times.token_floor, c[2], c[3], c[4], config.num_kv_blocks, config.block_size);
+  std::printf("step-time model: %s; %d KV blocks of %d\n", describe(calibrated.step_times).c_str(),
+              config.num_kv_blocks, config.block_size);
+  if (calibrated.prefill_step_times) {
+    std::printf("prefill instances' step-time model: %s\n", describe(*calibrated.prefill_step_times).c_str());
+  }
+  if (calibrated.decode_step_times) {
+    std::printf("decode instances' step-time model: %s\n", describe(*calibrated.decode_step_times).c_str());
+  }
 
   std::vector<plan_row> rows;
-  for (const simulated_cluster& cluster : candidates(flags, config, calibrated.step_times, slo)) {
+  for (const simulated_cluster& cluster : candidates(flags, config, calibrated, slo)) {
     for (double rate : flags.rates) {
       const std::vector<planned_request> workload = workload_at(rate);
       const simulation_result result = simulate(cluster, workload, flags.horizon_s);

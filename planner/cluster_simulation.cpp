@@ -25,6 +25,12 @@ std::string simulated_cluster::name() const {
   return topology + ", budget " + std::to_string(config.max_num_batched_tokens);
 }
 
+const step_cost& simulated_cluster::step_times_of(engine_role role) const {
+  if (role == engine_role::prefill && prefill_step_times) return *prefill_step_times;
+  if (role == engine_role::decode && decode_step_times) return *decode_step_times;
+  return step_times;
+}
+
 void simulated_cluster::validate() const {
   if (num_mixed < 0 || num_prefill < 0 || num_decode < 0 || num_mixed + num_prefill + num_decode == 0) {
     throw std::invalid_argument("a simulated cluster needs at least one instance and no negative counts");
@@ -38,11 +44,13 @@ void simulated_cluster::validate() const {
   }
   // A fitted coefficient may be negative (least squares over features that move together); the
   // model's prediction is never below zero whatever they are.
-  for (double c : step_times.seconds) {
-    if (!std::isfinite(c)) throw std::invalid_argument("step-time coefficients must be finite numbers");
+  for (engine_role role : {engine_role::mixed, engine_role::prefill, engine_role::decode}) {
+    const step_cost& cost = step_times_of(role);
+    for (double c : cost.seconds) {
+      if (!std::isfinite(c)) throw std::invalid_argument("step-time coefficients must be finite numbers");
+    }
+    if (!(cost.token_floor >= 1)) throw std::invalid_argument("the step-time model's token floor must be at least 1");
   }
-  if (!(step_times.token_floor >= 1))
-    throw std::invalid_argument("the step-time model's token floor must be at least 1");
   config.validate();
 }
 
@@ -61,6 +69,7 @@ constexpr int32_t sampled_token_id = 7;
 
 struct simulated_instance {
   engine_instance_id id = 0;
+  const step_cost* step_times = nullptr;  // its role's
   std::unique_ptr<scheduler> sched;
   // Planned steps, the running one first: with async scheduling the next is planned when one
   // starts, as the scheduler stage does (at most two out), else one at a time.
@@ -85,6 +94,7 @@ class cluster_run {
       for (int i = 0; i < count; ++i) {
         auto instance = std::make_unique<simulated_instance>();
         instance->id = router_.add_instance("simulated", role);
+        instance->step_times = &cluster.step_times_of(role);
         instance->sched = std::make_unique<scheduler>(cluster.config, std::vector<int32_t>{});
         instance->sched->set_clock([this] { return at(now_s_); });
         router_.set_load(instance->id, load_of(*instance));
@@ -220,7 +230,7 @@ class cluster_run {
         if (plan.empty()) break;
         instance->in_flight.push_back(outline_of(plan));
         if (instance->in_flight.size() == 1) {
-          instance->busy_until = now_s_ + cluster_.step_times.predict(shape_of(instance->in_flight.front()));
+          instance->busy_until = now_s_ + instance->step_times->predict(shape_of(instance->in_flight.front()));
         }
         ++result_.num_steps;
       }
@@ -234,11 +244,11 @@ class cluster_run {
       instance->in_flight.pop_front();
       // The worker takes up the plan already out at once.
       if (!instance->in_flight.empty()) {
-        instance->busy_until = now_s_ + cluster_.step_times.predict(shape_of(instance->in_flight.front()));
+        instance->busy_until = now_s_ + instance->step_times->predict(shape_of(instance->in_flight.front()));
       }
       // The scheduler's own model learns the step's time as it would from the worker's report,
       // so the slo policy predicts with what it would have fitted online.
-      instance->sched->observe_step(step, cluster_.step_times.predict(shape_of(step)));
+      instance->sched->observe_step(step, instance->step_times->predict(shape_of(step)));
       step_result result;
       result.step_id = step.step_id;
       for (const planned_sequence& s : step.sequences) {

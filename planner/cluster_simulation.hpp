@@ -15,12 +15,14 @@
 // single-threaded, deterministic.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/engine_config.hpp"
 #include "engine/step_time_model.hpp"
 #include "planner/planned_workload.hpp"
+#include "stages/engine_role.hpp"
 
 namespace troupe {
 
@@ -36,11 +38,16 @@ struct simulated_cluster {
   int num_decode = 0;
   engine_config config;                                   // every instance's: KV pool, token budget, policy
   step_cost step_times = step_time_model::default_prior;  // what each planned step takes
-  double kv_latency_s = 0;                                // a disaggregated request's KV: fixed cost after its prefill
-  double kv_seconds_per_token = 0;                        // and per prompt token
+  // A prefill-only or decode-only instance's steps, when they were measured apart (the fits of a
+  // disaggregated server's instances); otherwise step_times.
+  std::optional<step_cost> prefill_step_times;
+  std::optional<step_cost> decode_step_times;
+  double kv_latency_s = 0;          // a disaggregated request's KV: fixed cost after its prefill
+  double kv_seconds_per_token = 0;  // and per prompt token
   // The targets the requests carry (the slo policy orders and rejects by them).
   service_level targets;
 
+  const step_cost& step_times_of(engine_role role) const;
   // "colocated x1" or "1P1D", with the token budget: for tables.
   std::string name() const;
   // Throws std::invalid_argument naming the first impossible setting.

@@ -212,6 +212,7 @@ struct stats_query {
 // One instance's step-time model (engine/step_time_model.hpp), for /metrics.
 struct step_model_report {
   int32_t instance = 0;              // set by the router
+  std::string role = "mixed";        // the instance's: mixed, prefill or decode (set by the router)
   std::vector<double> coefficients;  // [5] seconds per: step, token, sequence, context token, attention pair
   double token_floor = 1;            // the token feature is max(new tokens, this)
   double rms_error_s = 0;            // of the fit over the steps it holds

@@ -26,6 +26,14 @@ struct engine_handles {
 
 const char* state_name(engine_state state) { return state == engine_state::active ? "active" : "draining"; }
 
+// "mixed", "prefill" or "decode": what an instance's step-time model in /metrics was fitted on.
+std::string role_name_of(const engine_router& router, engine_instance_id id) {
+  for (const engine_instance_info& info : router.instances()) {
+    if (info.id == id) return engine_role_name(info.role);
+  }
+  return engine_role_name(engine_role::mixed);
+}
+
 // The router's own timer: the oldest request waiting for an instance may have reached its bound.
 using failover_wait_atom = caf::atom_constant<caf::atom("fowait")>;
 // How long `troupe scale --list` waits for an instance's stages before it lists the instance without.
@@ -454,7 +462,11 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
               self->request(handles.scheduler, timeout, query)
                   .then(
                       [=](stats_answer& answer) {
-                        for (auto& model : answer.step_models) model.instance = id;
+                        const std::string role = role_name_of(*router, id);
+                        for (auto& model : answer.step_models) {
+                          model.instance = id;
+                          model.role = role;
+                        }
                         total->add(answer);
                         settle();
                       },

@@ -300,11 +300,12 @@ stats_answer scheduler_stage::stats(uint64_t tag) const {
   answer.num_slo_rejections = scheduler_.num_slo_rejections();
   const step_time_model& model = scheduler_.step_times();
   const step_cost& fitted = model.fitted();
-  answer.step_models.push_back(step_model_report{0,
-                                                 {fitted.seconds.begin(), fitted.seconds.end()},
-                                                 fitted.token_floor,
-                                                 model.rms_error(),
-                                                 static_cast<int64_t>(model.num_observed())});
+  step_model_report report;  // instance and role: the router's to set
+  report.coefficients.assign(fitted.seconds.begin(), fitted.seconds.end());
+  report.token_floor = fitted.token_floor;
+  report.rms_error_s = model.rms_error();
+  report.num_steps = static_cast<int64_t>(model.num_observed());
+  answer.step_models.push_back(std::move(report));
   // A pipelined engine whose remote stage is lost cannot compute a step: /health says which.
   answer.unavailable = stage_health_board::instance().down_text();
   answer.pipeline_busy = stage_busy_text(stage_load_board::instance().shares(std::chrono::steady_clock::now()));

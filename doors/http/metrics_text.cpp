@@ -183,15 +183,15 @@ std::string render_metrics(const metrics_snapshot& m) {
                           "The step-time model's seconds per feature, fitted online per instance.");
       for (const step_model_report& r : m.step_models) {
         for (size_t j = 0; j < r.coefficients.size() && j < step_cost::num_features; ++j) {
-          coefficients.sample(
-              r.coefficients[j],
-              fmt::format("{{instance=\"{}\",feature=\"{}\"}}", r.instance, step_cost::feature_name(j)).c_str());
+          coefficients.sample(r.coefficients[j], fmt::format("{{instance=\"{}\",role=\"{}\",feature=\"{}\"}}",
+                                                             r.instance, r.role, step_cost::feature_name(j))
+                                                     .c_str());
         }
       }
       family floor(out, "troupe_step_time_token_floor", "gauge",
                    "The step-time model's token floor: a step costs at least this many new tokens' matmuls.");
       for (const step_model_report& r : m.step_models)
-        floor.sample(r.token_floor, fmt::format("{{instance=\"{}\"}}", r.instance).c_str());
+        floor.sample(r.token_floor, fmt::format("{{instance=\"{}\",role=\"{}\"}}", r.instance, r.role).c_str());
       family rms(out, "troupe_step_time_fit_rms_seconds", "gauge",
                  "Root mean square of measured minus predicted step time over the steps the fit holds.");
       for (const step_model_report& r : m.step_models)

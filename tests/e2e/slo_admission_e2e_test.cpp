@@ -51,13 +51,14 @@ TEST(slo_admission, an_unattainable_ttft_is_refused_at_once_and_counted) {
   ASSERT_TRUE(metrics);
   const std::string& text = metrics->body;
   EXPECT_NE(text.find("troupe_requests_rejected_total{reason=\"ttft_unattainable\"} 1\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("troupe_step_time_coefficient_seconds{instance=\"0\",feature=\"token\"}"), std::string::npos)
-      << text;
-  EXPECT_NE(text.find("troupe_step_time_fit_rms_seconds{instance=\"0\"}"), std::string::npos) << text;
-  EXPECT_NE(text.find("troupe_step_time_coefficient_seconds{instance=\"0\",feature=\"context_token\"}"),
+  EXPECT_NE(text.find("troupe_step_time_coefficient_seconds{instance=\"0\",role=\"mixed\",feature=\"token\"}"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("troupe_step_time_token_floor{instance=\"0\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe_step_time_fit_rms_seconds{instance=\"0\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe_step_time_coefficient_seconds{instance=\"0\",role=\"mixed\",feature=\"context_token\"}"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("troupe_step_time_token_floor{instance=\"0\",role=\"mixed\"}"), std::string::npos) << text;
   EXPECT_EQ(text.find("troupe_step_time_steps_observed_total{instance=\"0\"} 0\n"), std::string::npos)
       << "no step measured: " << text;
 }

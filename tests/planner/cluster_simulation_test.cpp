@@ -60,6 +60,19 @@ TEST(cluster_simulation, with_async_scheduling_a_request_arriving_mid_step_waits
   EXPECT_NEAR(async.requests[0].finish_s, 10 * step_s, 1e-9);
 }
 
+TEST(cluster_simulation, prefill_and_decode_instances_step_at_their_own_roles_cost) {
+  // Measured apart, a disaggregated server's prefill steps cost 30 ms and its decode steps 5 ms;
+  // a mixed instance's model (10 ms) times neither.
+  simulated_cluster c = cluster_of(0, 1, 1);
+  c.prefill_step_times = step_cost{{0.030, 0, 0, 0, 0}, 1};
+  c.decode_step_times = step_cost{{0.005, 0, 0, 0, 0}, 1};
+  const simulation_result r = simulate(c, {{0.0, 32, 5}});
+  const simulated_outcome& o = r.requests[0];
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_NEAR(o.ttft(), 0.030, 1e-9);
+  EXPECT_NEAR(o.tpot(), 0.005, 1e-3);  // after the KV transfer, each token a 5 ms decode step
+}
+
 TEST(cluster_simulation, a_prompt_longer_than_the_budget_is_prefilled_in_chunks) {
   simulated_cluster c = cluster_of(1);
   c.config.max_num_batched_tokens = 16;
