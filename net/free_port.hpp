@@ -1,9 +1,12 @@
 #pragma once
 // A loopback port no one listens on now. Tests and benchmarks start servers and nodes as child
-// processes on ports they must name in advance (a topology lists its nodes' addresses); binding
-// port 0 and reading what the kernel chose gives one that is free at that moment. A race with
-// another process taking it before the child binds is possible and rare: the kernel hands out
-// ephemeral ports in turn, so a port just released is not handed out again soon.
+// processes on ports they must name in advance (a topology lists its nodes' addresses), so the
+// port is picked here and bound by the child moments later. It is picked below the kernel's
+// ephemeral range (/proc/sys/net/ipv4/ip_local_port_range), at random, and checked by binding it:
+// ephemeral ports are what every outgoing connection takes as its local port, so one picked from
+// that range could be taken by some client's socket before the child binds it (a test that opens
+// hundreds of connections lost its controller's port that way). Below the range only another
+// explicit pick can take it, and a random one among thousands rarely does.
 
 #include <cstdint>
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 namespace troupe {
 namespace {
 
@@ -25,6 +27,19 @@ TEST(free_loopback_port, names_a_port_a_listener_can_bind) {
   // While it is held, the next answer is another port.
   EXPECT_NE(free_loopback_port(), port);
   ::close(fd);
+}
+
+// Ports of the ephemeral range are every outgoing connection's local port; one picked there
+// could be taken by a client's socket before the server binds it.
+TEST(free_loopback_port, picks_below_the_ephemeral_range) {
+  int low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
+  if (low - 10000 < 1000) GTEST_SKIP() << "the ephemeral range starts at " << low;
+  for (int i = 0; i < 20; ++i) {
+    const uint16_t port = free_loopback_port();
+    EXPECT_GE(port, 10000);
+    EXPECT_LT(port, low);
+  }
 }
 
 }  // namespace
