@@ -26,8 +26,10 @@ slo=${SLO:-ttft=200ms,tpot=20ms}
 troupe="$build/bin/troupe"
 bench="$build/bin/troupe-bench"
 case "$topology" in colocated | 1p1d) ;; *) echo "TOPOLOGY must be colocated or 1p1d" >&2; exit 2 ;; esac
-vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$(dirname "$model")/config.json" 2>/dev/null ||
-  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$model/config.json")
+config="$model/config.json"
+[[ -f "$config" ]] || config="$(dirname "$model")/config.json"
+vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$config")
+context=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['max_position_embeddings'])" "$config")
 
 # OUT keeps the server log, every bench JSON and the plans; without it they go at the end.
 work=${OUT:-$(mktemp -d)}
@@ -108,7 +110,7 @@ for round in $(seq "$rounds"); do
 done
 
 # The plans, on the requests tools/bench sent at the first rate (rescaled to each rate).
-plan_args=(--bench-run "$work/measured-${rate_list[0]}-1.json" --rates "$rates" --slo "$slo" --max-model-len 2048)
+plan_args=(--bench-run "$work/measured-${rate_list[0]}-1.json" --rates "$rates" --slo "$slo" --max-model-len "$context")
 if [[ "$topology" == 1p1d ]]; then plan_args+=(--workers 2); fi
 plan() {  # NAME ARGS... -> the topology's rows as "rate attainment" lines in $work/NAME.plan
   local name=$1
