@@ -38,6 +38,14 @@ std::string_view step_cost::feature_name(size_t j) {
   return j < num_features ? names[j] : std::string_view{};
 }
 
+double step_time_model::seconds_per_prompt_token() const {
+  constexpr int chunk = 256;
+  if (num_observed_ < 32) return 0;
+  step_shape shape;
+  shape.add(chunk, 0);
+  return fit_.predict(shape) / chunk;
+}
+
 step_time_model::step_time_model(step_cost prior, size_t capacity, double prior_weight)
     : prior_(prior), fit_(prior), capacity_(std::max<size_t>(capacity, 1)), prior_weight_(prior_weight) {}
 

@@ -81,6 +81,9 @@ class step_time_model {
   double predict(const step_shape& shape) const { return fit_.predict(shape); }
 
   const step_cost& fitted() const { return fit_; }
+  // What one token of a 256-token prompt chunk costs, by the fit; 0 until 32 steps are measured
+  // (before that the prior speaks, not this machine). The router compares instances by it.
+  double seconds_per_prompt_token() const;
   // Steps measured in all, and those the fit holds now (at most the capacity).
   size_t num_observed() const { return num_observed_; }
   size_t num_samples() const { return samples_.size(); }

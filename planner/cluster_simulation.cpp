@@ -143,7 +143,8 @@ class cluster_run {
 
   static engine_load load_of(const simulated_instance& instance) {
     const scheduler& s = *instance.sched;
-    return engine_load{s.num_free_blocks(), s.kv_cache().num_blocks(), s.num_running(), s.num_waiting()};
+    return engine_load{s.num_free_blocks(), s.kv_cache().num_blocks(), s.num_running(), s.num_waiting(),
+                       s.step_times().seconds_per_prompt_token()};
   }
 
   schedule_request request_for(size_t index) {

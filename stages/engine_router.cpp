@@ -141,13 +141,34 @@ std::optional<engine_instance_id> engine_router::pick(std::initializer_list<engi
   }
   if (ids.empty()) return std::nullopt;
   std::sort(ids.begin(), ids.end());
+  // Each instance's work ahead in tokens, weighed by what a token costs there (its step-time
+  // model, reported with its load), so a slower instance's queue counts for more. An instance
+  // that has not measured enough steps yet counts as the candidates' mean; with none measured,
+  // or all alike, the order is the tokens' own.
+  double known_sum = 0;
+  int num_known = 0;
+  for (engine_instance_id id : ids) {
+    const double s = instances_.at(id).load.seconds_per_prompt_token;
+    if (s > 0) {
+      known_sum += s;
+      ++num_known;
+    }
+  }
+  const double unknown = num_known > 0 ? known_sum / num_known : 1.0;
+  auto token_seconds = [&](engine_instance_id id) {
+    const double s = instances_.at(id).load.seconds_per_prompt_token;
+    return s > 0 ? s : unknown;
+  };
+  auto weighed = [&](engine_instance_id id) {
+    return static_cast<double>(cost(instances_.at(id), num_blocks)) * token_seconds(id);
+  };
   // Ties go round the instances in id order, starting after the last one picked.
   const size_t start = next_tie_break_++;
   std::optional<engine_instance_id> best;
-  int64_t best_cost = std::numeric_limits<int64_t>::max();
+  double best_cost = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < ids.size(); ++i) {
     const engine_instance_id id = ids[(start + i) % ids.size()];
-    const int64_t c = cost(instances_.at(id), num_blocks);
+    const double c = weighed(id);
     if (c < best_cost) {
       best_cost = c;
       best = id;
@@ -160,7 +181,7 @@ std::optional<engine_instance_id> engine_router::pick(std::initializer_list<engi
     if (owner != prefix_owner_.end() && owner->second != *best &&
         std::find(ids.begin(), ids.end(), owner->second) != ids.end()) {
       // Worth it while the extra work queued there is less than the prefill a cache hit saves.
-      if (cost(instances_.at(owner->second), num_blocks) - best_cost < block_size_) best = owner->second;
+      if (weighed(owner->second) - best_cost < block_size_ * token_seconds(owner->second)) best = owner->second;
     }
     note_prefix_owner(request, *best);
   }

@@ -257,7 +257,8 @@ typename Inspector::result_type inspect(Inspector& f, request_timeline& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_load& x) {
-  return f(caf::meta::type_name("engine_load"), x.num_free_blocks, x.num_total_blocks, x.num_running, x.num_waiting);
+  return f(caf::meta::type_name("engine_load"), x.num_free_blocks, x.num_total_blocks, x.num_running, x.num_waiting,
+           x.seconds_per_prompt_token);
 }
 
 template <class Inspector>

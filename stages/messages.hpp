@@ -160,6 +160,10 @@ struct engine_load {
   int32_t num_total_blocks = 0;  // 0: no report yet
   int32_t num_running = 0;
   int32_t num_waiting = 0;
+  // What a prompt token costs there, by its step-time model (engine/step_time_model.hpp); 0 until
+  // it has measured enough steps. The router weighs each instance's queue by it, so a slower
+  // instance's queue counts for more.
+  double seconds_per_prompt_token = 0;
 };
 
 // One step's deltas, for the detokenizer. timelines[i] is set for finished deltas[i]. A request

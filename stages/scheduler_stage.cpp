@@ -325,7 +325,7 @@ namespace troupe {
 
 engine_load scheduler_stage::load() const {
   return engine_load{scheduler_.num_free_blocks(), scheduler_.kv_cache().num_blocks(), scheduler_.num_running(),
-                     scheduler_.num_waiting()};
+                     scheduler_.num_waiting(), scheduler_.step_times().seconds_per_prompt_token()};
 }
 
 }  // namespace troupe

@@ -157,6 +157,18 @@ TEST(step_time_model, a_run_of_large_steps_does_not_push_the_small_ones_out) {
   EXPECT_NEAR(model.predict(one), t(one), 0.05 * t(one));
 }
 
+TEST(step_time_model, a_prompt_token_s_cost_is_told_once_enough_steps_are_measured) {
+  const truth t{2e-3, 1e-4, 0, 0, 0, 1};
+  step_time_model model;
+  const auto shapes = varied_shapes(40);
+  for (int i = 0; i < 31; ++i) model.observe(shapes[i], t(shapes[i]));
+  EXPECT_EQ(model.seconds_per_prompt_token(), 0) << "31 steps: the prior's, not this machine's";
+  model.observe(shapes[31], t(shapes[31]));
+  step_shape chunk;
+  chunk.add(256, 0);
+  EXPECT_NEAR(model.seconds_per_prompt_token(), t(chunk) / 256, 0.02 * t(chunk) / 256);
+}
+
 TEST(step_time_model, ignores_times_that_are_not_durations) {
   step_time_model model;
   model.observe(shape(10, 1, 10, 10), 0);

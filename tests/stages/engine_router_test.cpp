@@ -101,6 +101,37 @@ TEST(engine_router, equal_instances_take_turns) {
   EXPECT_EQ(on_a, 5);
 }
 
+TEST(engine_router, a_slower_instance_s_queue_counts_for_more_by_its_step_time_model) {
+  // b's step-time model says a prompt token costs three times what it costs on a: with prompts
+  // queued on both (none finishes), a takes three of every four, where equal instances alternate.
+  engine_router router(block_size);
+  const auto a = router.add_instance("a");
+  const auto b = router.add_instance("b");
+  router.set_load(a, engine_load{64, 64, 0, 0, 1e-4});
+  router.set_load(b, engine_load{64, 64, 0, 0, 3e-4});
+  int on_a = 0;
+  for (int64_t id = 1; id <= 8; ++id) {
+    auto where = router.route(request(id, prompt_of(static_cast<int>(100 * id), 30)));
+    ASSERT_TRUE(where);
+    on_a += where->instance == a;
+  }
+  EXPECT_EQ(on_a, 6);
+  // An instance that has not measured enough steps counts as the others' mean: b unknown and
+  // a alone known, they weigh alike and alternate again.
+  engine_router fresh(block_size);
+  const auto c = fresh.add_instance("c");
+  const auto d = fresh.add_instance("d");
+  fresh.set_load(c, engine_load{64, 64, 0, 0, 1e-4});
+  fresh.set_load(d, engine_load{64, 64, 0, 0, 0});
+  int on_c = 0;
+  for (int64_t id = 1; id <= 8; ++id) {
+    auto where = fresh.route(request(id, prompt_of(static_cast<int>(100 * id), 30)));
+    ASSERT_TRUE(where);
+    on_c += where->instance == c;
+  }
+  EXPECT_EQ(on_c, 4);
+}
+
 TEST(engine_router, a_pool_reported_full_is_avoided) {
   engine_router router(block_size);
   const auto a = router.add_instance("a");

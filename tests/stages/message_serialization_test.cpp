@@ -182,7 +182,7 @@ std::vector<request_timeline> samples(of<request_timeline>) { return {full_timel
 
 request_failed full_failure() { return {42, error_code::overloaded, "the waiting queue is full"}; }
 
-engine_load full_load() { return {10, 64, 3, 4}; }
+engine_load full_load() { return {10, 64, 3, 4, 2.5e-5}; }
 std::vector<engine_load> samples(of<engine_load>) { return {full_load()}; }
 
 std::vector<token_batch> samples(of<token_batch>) {
@@ -550,6 +550,7 @@ void expect_same(const engine_load& a, const engine_load& b) {
   EXPECT_EQ(a.num_total_blocks, b.num_total_blocks);
   EXPECT_EQ(a.num_running, b.num_running);
   EXPECT_EQ(a.num_waiting, b.num_waiting);
+  EXPECT_EQ(a.seconds_per_prompt_token, b.seconds_per_prompt_token);
 }
 
 void expect_same(const step_done& a, const step_done& b) {
