@@ -146,9 +146,7 @@ request_class parse_mix_class(const std::string& text) {
 }
 
 struct calibration {
-  step_cost step_times;
-  std::optional<step_cost> prefill_step_times;  // a disaggregated server's, each role's own
-  std::optional<step_cost> decode_step_times;
+  step_costs_by_role step_times;
   int num_kv_blocks = 0;
   int max_model_len = 0;
 };
@@ -178,11 +176,11 @@ calibration calibrate(const plan_flags& flags, const std::vector<int>& workload_
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> token(3, vocab - 1);
   const int longest = std::max(16, std::min(1024, config.max_model_len / 2));
+  std::vector<int> lengths{16, longest / 4, longest};
+  for (int length : workload_lengths) lengths.push_back(std::clamp(length, 1, longest));
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
   for (int batch : {1, flags.calibrate_requests / 2, flags.calibrate_requests}) {
-    std::vector<int> lengths{16, longest / 4, longest};
-    for (int length : workload_lengths) lengths.push_back(std::clamp(length, 1, longest));
-    std::sort(lengths.begin(), lengths.end());
-    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
     for (int prompt_len : lengths) {
       for (int i = 0; i < std::max(1, batch); ++i) {
         std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
@@ -198,7 +196,7 @@ calibration calibrate(const plan_flags& flags, const std::vector<int>& workload_
     }
   }
   const step_time_model& fitted = engine.get_scheduler().step_times();
-  out.step_times = fitted.fitted();
+  out.step_times.mixed = fitted.fitted();
   std::fprintf(stderr, "calibrated on %s: %zu steps, fit error %.3f ms (rms)\n", flags.calibrate_model.c_str(),
                fitted.num_observed(), 1e3 * fitted.rms_error());
   return out;
@@ -228,14 +226,14 @@ calibration scrape(const std::string& url) {
   }
   calibration out;
   out.num_kv_blocks = served.num_kv_blocks;
-  out.prefill_step_times = served.prefill;
-  out.decode_step_times = served.decode;
+  out.step_times.prefill = served.prefill;
+  out.step_times.decode = served.decode;
   if (served.mixed) {
-    out.step_times = *served.mixed;
+    out.step_times.mixed = *served.mixed;
   } else {
     // A disaggregated server has no instance that does both: colocated rows borrow the prefill
     // instance's fit (its steps are the larger), and say so.
-    out.step_times = served.prefill ? *served.prefill : *served.decode;
+    out.step_times.mixed = served.prefill ? *served.prefill : *served.decode;
     std::fprintf(stderr, "%s/metrics: no mixed instance; colocated rows use the %s instance's step-time model\n",
                  url.c_str(), served.prefill ? "prefill" : "decode");
   }
@@ -270,8 +268,6 @@ std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_
       c.config = config;
       c.config.max_num_batched_tokens = budget;
       c.step_times = calibrated.step_times;
-      c.prefill_step_times = calibrated.prefill_step_times;
-      c.decode_step_times = calibrated.decode_step_times;
       c.kv_latency_s = flags.kv_latency_ms / 1e3;
       c.kv_seconds_per_token = flags.kv_us_per_token / 1e6;
       c.targets = slo;
@@ -341,7 +337,7 @@ int run(const plan_flags& flags) {
   } else if (!flags.metrics_url.empty()) {
     calibrated = scrape(flags.metrics_url);
   } else {
-    calibrated.step_times = parse_step_model(flags.step_model);
+    calibrated.step_times.mixed = parse_step_model(flags.step_model);
   }
   engine_config config;
   config.block_size = flags.block_size;
@@ -355,13 +351,13 @@ int run(const plan_flags& flags) {
   config.slo_admission = parse_slo_admission(flags.slo_admission);
   config.async_scheduling = flags.async_scheduling == "on";
   config.kv_window = 0;
-  std::printf("step-time model: %s; %d KV blocks of %d\n", describe(calibrated.step_times).c_str(),
+  std::printf("step-time model: %s; %d KV blocks of %d\n", describe(calibrated.step_times.mixed).c_str(),
               config.num_kv_blocks, config.block_size);
-  if (calibrated.prefill_step_times) {
-    std::printf("prefill instances' step-time model: %s\n", describe(*calibrated.prefill_step_times).c_str());
+  if (calibrated.step_times.prefill) {
+    std::printf("prefill instances' step-time model: %s\n", describe(*calibrated.step_times.prefill).c_str());
   }
-  if (calibrated.decode_step_times) {
-    std::printf("decode instances' step-time model: %s\n", describe(*calibrated.decode_step_times).c_str());
+  if (calibrated.step_times.decode) {
+    std::printf("decode instances' step-time model: %s\n", describe(*calibrated.step_times.decode).c_str());
   }
 
   std::vector<plan_row> rows;

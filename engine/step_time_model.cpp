@@ -176,13 +176,17 @@ void step_time_model::refit() {
       fit_ = step_cost{beta, floor_of(f)};
     }
   }
-  if (!found) return;
+}
+
+double step_time_model::rms_error() const {
+  // Computed when asked (a stats query), not on every step: it walks every step held.
+  if (samples_.empty()) return 0;
   double sum_sq = 0;
   for (const sample& s : samples_) {
     const double error = s.seconds - fit_.predict(s.shape);
     sum_sq += error * error;
   }
-  rms_error_ = std::sqrt(sum_sq / static_cast<double>(samples_.size()));
+  return std::sqrt(sum_sq / static_cast<double>(samples_.size()));
 }
 
 }  // namespace troupe

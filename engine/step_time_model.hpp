@@ -88,7 +88,7 @@ class step_time_model {
   size_t num_observed() const { return num_observed_; }
   size_t num_samples() const { return samples_.size(); }
   // Root mean square of (measured - predicted) over the samples held, in seconds; 0 with none.
-  double rms_error() const { return rms_error_; }
+  double rms_error() const;
 
  private:
   static constexpr size_t num_floors = 9;  // 1, 2, 4, ... 256 tokens
@@ -124,7 +124,6 @@ class step_time_model {
   std::array<size_t, num_size_classes> class_counts_{};
   std::array<normal_sums, num_floors> sums_{};
   size_t num_observed_ = 0;
-  double rms_error_ = 0;
 };
 
 }  // namespace troupe

@@ -1,8 +1,9 @@
 #pragma once
 // Refused connections (or requests), logged at a bounded rate. A flood of strangers (thousands of
-// connections a second), or of requests past capacity, must not become a flood of log lines: the first refusal of a
-// window is logged at once, in full, and the rest are counted by reason and logged as one summary line when the window
-// has passed (at the next refusal or the owner's next `flush`). Thread-safe.
+// connections a second), or of requests past capacity, must not become a flood of log lines: the
+// first refusal of a window is logged at once, in full, and the rest are counted by reason and
+// logged as one summary line when the window has passed (at the next refusal or the owner's next
+// `flush`). Thread-safe.
 
 #include <chrono>
 #include <cstdint>

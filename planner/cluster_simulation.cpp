@@ -25,10 +25,10 @@ std::string simulated_cluster::name() const {
   return topology + ", budget " + std::to_string(config.max_num_batched_tokens);
 }
 
-const step_cost& simulated_cluster::step_times_of(engine_role role) const {
-  if (role == engine_role::prefill && prefill_step_times) return *prefill_step_times;
-  if (role == engine_role::decode && decode_step_times) return *decode_step_times;
-  return step_times;
+const step_cost& step_costs_by_role::of(engine_role role) const {
+  if (role == engine_role::prefill && prefill) return *prefill;
+  if (role == engine_role::decode && decode) return *decode;
+  return mixed;
 }
 
 void simulated_cluster::validate() const {
@@ -45,7 +45,7 @@ void simulated_cluster::validate() const {
   // A fitted coefficient may be negative (least squares over features that move together); the
   // model's prediction is never below zero whatever they are.
   for (engine_role role : {engine_role::mixed, engine_role::prefill, engine_role::decode}) {
-    const step_cost& cost = step_times_of(role);
+    const step_cost& cost = step_times.of(role);
     for (double c : cost.seconds) {
       if (!std::isfinite(c)) throw std::invalid_argument("step-time coefficients must be finite numbers");
     }
@@ -94,7 +94,7 @@ class cluster_run {
       for (int i = 0; i < count; ++i) {
         auto instance = std::make_unique<simulated_instance>();
         instance->id = router_.add_instance("simulated", role);
-        instance->step_times = &cluster.step_times_of(role);
+        instance->step_times = &cluster.step_times.of(role);
         instance->sched = std::make_unique<scheduler>(cluster.config, std::vector<int32_t>{});
         instance->sched->set_clock([this] { return at(now_s_); });
         router_.set_load(instance->id, load_of(*instance));

@@ -32,22 +32,28 @@ struct service_level {
   double tpot_s = 0;
 };
 
+// What a step costs on each role's instances: mixed instances' model, and a prefill-only or
+// decode-only instance's when it was measured apart (the fits of a disaggregated server's
+// instances); a role without its own uses the mixed one.
+struct step_costs_by_role {
+  step_cost mixed = step_time_model::default_prior;
+  std::optional<step_cost> prefill;
+  std::optional<step_cost> decode;
+
+  const step_cost& of(engine_role role) const;
+};
+
 struct simulated_cluster {
   int num_mixed = 1;    // instances that prefill and decode (colocated)
   int num_prefill = 0;  // xPyD: prefill-only and decode-only instances
   int num_decode = 0;
-  engine_config config;                                   // every instance's: KV pool, token budget, policy
-  step_cost step_times = step_time_model::default_prior;  // what each planned step takes
-  // A prefill-only or decode-only instance's steps, when they were measured apart (the fits of a
-  // disaggregated server's instances); otherwise step_times.
-  std::optional<step_cost> prefill_step_times;
-  std::optional<step_cost> decode_step_times;
+  engine_config config;             // every instance's: KV pool, token budget, policy
+  step_costs_by_role step_times;    // what each planned step takes
   double kv_latency_s = 0;          // a disaggregated request's KV: fixed cost after its prefill
   double kv_seconds_per_token = 0;  // and per prompt token
   // The targets the requests carry (the slo policy orders and rejects by them).
   service_level targets;
 
-  const step_cost& step_times_of(engine_role role) const;
   // "colocated x1" or "1P1D", with the token budget: for tables.
   std::string name() const;
   // Throws std::invalid_argument naming the first impossible setting.

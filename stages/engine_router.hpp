@@ -48,9 +48,9 @@
 // decode side did 96 collapsed that way, nothing completing for minutes (docs/benchmarks.md,
 // "Soak"). So the router keeps, per decode instance, the requests still waiting for their
 // blocks, and an instance with more than min_backlog of them whose oldest has waited longer than
-// reservation_wait_bound takes no new pair; with none left (and no mixed instance to take the request whole) a request
-// is refused as `overloaded`, at once, before any work is spent on it. Throughput stays at what the pair can do, and
-// the excess is told so instead of timing out.
+// reservation_wait_bound takes no new pair; with none left (and no mixed instance to take the
+// request whole) a request is refused as `overloaded`, at once, before any work is spent on it.
+// Throughput stays at what the pair can do, and the excess is told so instead of timing out.
 
 #include <chrono>
 #include <cstdint>

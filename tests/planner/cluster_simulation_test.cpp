@@ -24,7 +24,7 @@ simulated_cluster cluster_of(int mixed, int prefill = 0, int decode = 0) {
   c.config.max_model_len = 2048;
   c.config.max_num_batched_tokens = 2048;
   c.config.kv_window = 0;
-  c.step_times = step_cost{{step_s, 0, 0, 0, 0}, 1};
+  c.step_times.mixed = step_cost{{step_s, 0, 0, 0, 0}, 1};
   return c;
 }
 
@@ -55,7 +55,7 @@ TEST(cluster_simulation, with_async_scheduling_a_request_arriving_mid_step_waits
   const simulation_result async = simulate(overlapped, workload);
   for (const simulated_outcome& o : async.requests) ASSERT_TRUE(o.ok()) << o.error;
   EXPECT_NEAR(async.requests[1].first_token_s, 3 * step_s, 1e-9);
-  // A's tokens still come one a step: decodes are planned ahead on placeholders.
+  // A still gets a token every step: its decodes are planned ahead on placeholders.
   EXPECT_EQ(async.requests[0].output_tokens, 10);
   EXPECT_NEAR(async.requests[0].finish_s, 10 * step_s, 1e-9);
 }
@@ -64,8 +64,8 @@ TEST(cluster_simulation, prefill_and_decode_instances_step_at_their_own_roles_co
   // Measured apart, a disaggregated server's prefill steps cost 30 ms and its decode steps 5 ms;
   // a mixed instance's model (10 ms) times neither.
   simulated_cluster c = cluster_of(0, 1, 1);
-  c.prefill_step_times = step_cost{{0.030, 0, 0, 0, 0}, 1};
-  c.decode_step_times = step_cost{{0.005, 0, 0, 0, 0}, 1};
+  c.step_times.prefill = step_cost{{0.030, 0, 0, 0, 0}, 1};
+  c.step_times.decode = step_cost{{0.005, 0, 0, 0, 0}, 1};
   const simulation_result r = simulate(c, {{0.0, 32, 5}});
   const simulated_outcome& o = r.requests[0];
   ASSERT_TRUE(o.ok()) << o.error;
@@ -124,7 +124,7 @@ TEST(cluster_simulation, replicas_split_a_burst_that_one_instance_would_queue) {
 
 TEST(cluster_simulation, past_its_capacity_a_cluster_misses_the_slo_it_holds_below) {
   simulated_cluster c = cluster_of(1);
-  c.step_times = step_cost{{0.002, 1e-4, 0, 0, 0}, 1};  // a 256-token prompt: ~28 ms
+  c.step_times.mixed = step_cost{{0.002, 1e-4, 0, 0, 0}, 1};  // a 256-token prompt: ~28 ms
   const service_level slo{0.2, 0.05};
   std::vector<request_class> mix{{1.0, {256}, {16}}};
   const auto slow = draw_workload(mix, 100, 2.0, 1.0, 7);

@@ -101,6 +101,17 @@ TEST(engine_router, equal_instances_take_turns) {
   EXPECT_EQ(on_a, 5);
 }
 
+// Routes `count` prompts of 30 distinct tokens that never finish; how many went to `instance`.
+int routed_to(engine_router& router, engine_instance_id instance, int count) {
+  int on = 0;
+  for (int64_t id = 1; id <= count; ++id) {
+    auto where = router.route(request(id, prompt_of(static_cast<int>(100 * id), 30)));
+    if (!where) ADD_FAILURE() << "request " << id << " was not routed";
+    on += where && where->instance == instance;
+  }
+  return on;
+}
+
 TEST(engine_router, a_slower_instance_s_queue_counts_for_more_by_its_step_time_model) {
   // b's step-time model says a prompt token costs three times what it costs on a: with prompts
   // queued on both (none finishes), a takes three of every four, where equal instances alternate.
@@ -109,13 +120,7 @@ TEST(engine_router, a_slower_instance_s_queue_counts_for_more_by_its_step_time_m
   const auto b = router.add_instance("b");
   router.set_load(a, engine_load{64, 64, 0, 0, 1e-4});
   router.set_load(b, engine_load{64, 64, 0, 0, 3e-4});
-  int on_a = 0;
-  for (int64_t id = 1; id <= 8; ++id) {
-    auto where = router.route(request(id, prompt_of(static_cast<int>(100 * id), 30)));
-    ASSERT_TRUE(where);
-    on_a += where->instance == a;
-  }
-  EXPECT_EQ(on_a, 6);
+  EXPECT_EQ(routed_to(router, a, 8), 6);
   // An instance that has not measured enough steps counts as the others' mean: b unknown and
   // a alone known, they weigh alike and alternate again.
   engine_router fresh(block_size);
@@ -123,13 +128,7 @@ TEST(engine_router, a_slower_instance_s_queue_counts_for_more_by_its_step_time_m
   const auto d = fresh.add_instance("d");
   fresh.set_load(c, engine_load{64, 64, 0, 0, 1e-4});
   fresh.set_load(d, engine_load{64, 64, 0, 0, 0});
-  int on_c = 0;
-  for (int64_t id = 1; id <= 8; ++id) {
-    auto where = fresh.route(request(id, prompt_of(static_cast<int>(100 * id), 30)));
-    ASSERT_TRUE(where);
-    on_c += where->instance == c;
-  }
-  EXPECT_EQ(on_c, 4);
+  EXPECT_EQ(routed_to(fresh, c, 8), 4);
 }
 
 TEST(engine_router, a_pool_reported_full_is_avoided) {
