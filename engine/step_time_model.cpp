@@ -29,7 +29,7 @@ double step_cost::predict(const step_shape& shape) const {
   const coefficients x = features(shape);
   double t = 0;
   for (size_t j = 0; j < num_features; ++j) t += seconds[j] * x[j];
-  return std::max(t, 0.0);
+  return std::max(t, min_seconds);
 }
 
 std::string_view step_cost::feature_name(size_t j) {
@@ -54,6 +54,7 @@ void step_time_model::observe(const step_shape& shape, double seconds) {
   const auto tokens = static_cast<uint64_t>(std::max(shape.num_tokens, 1.0));
   const size_t size_class = std::min<size_t>(std::bit_width(tokens) - 1, num_size_classes - 1);
   samples_.push_back({shape, seconds, num_observed_, size_class});
+  fastest_ = samples_.size() == 1 ? seconds : std::min(fastest_, seconds);
   ++class_counts_[size_class];
   add_to_sums(samples_.back(), +1);
   ++num_observed_;
@@ -74,7 +75,13 @@ void step_time_model::evict_one() {
   }
   add_to_sums(*victim, -1);
   --class_counts_[victim->size_class];
+  const bool was_fastest = victim->seconds == fastest_;
   samples_.erase(victim);
+  if (was_fastest && !samples_.empty()) {
+    fastest_ = std::min_element(samples_.begin(), samples_.end(), [](const sample& a, const sample& b) {
+                 return a.seconds < b.seconds;
+               })->seconds;
+  }
 }
 
 void step_time_model::add_to_sums(const sample& s, double sign) {
@@ -173,7 +180,7 @@ void step_time_model::refit() {
     if (!found || residual < best_residual * (1 - 1e-6)) {
       found = true;
       best_residual = residual;
-      fit_ = step_cost{beta, floor_of(f)};
+      fit_ = step_cost{beta, floor_of(f), fastest_};
     }
   }
 }

@@ -59,6 +59,11 @@ struct step_cost {
 
   coefficients seconds{};  // per: step, token, sequence, context token, attention pair
   double token_floor = 1;  // the token feature is max(new tokens, this)
+  // No step is predicted faster than this: the fastest step measured. A fit over few steps, or
+  // over steps of one shape, can put negative costs on features that move together, and a step
+  // of another shape would come out free: a planned decode took no time, a 0.01 ms TTFT target
+  // looked attainable.
+  double min_seconds = 0;
 
   // The predicted duration of a step of this shape, in seconds (never below zero).
   double predict(const step_shape& shape) const;
@@ -124,6 +129,7 @@ class step_time_model {
   std::array<size_t, num_size_classes> class_counts_{};
   std::array<normal_sums, num_floors> sums_{};
   size_t num_observed_ = 0;
+  double fastest_ = 0;  // the fastest step held; 0 with none
 };
 
 }  // namespace troupe

@@ -50,6 +50,10 @@ void simulated_cluster::validate() const {
       if (!std::isfinite(c)) throw std::invalid_argument("step-time coefficients must be finite numbers");
     }
     if (!(cost.token_floor >= 1)) throw std::invalid_argument("the step-time model's token floor must be at least 1");
+    if (!(cost.min_seconds >= 0) || !std::isfinite(cost.min_seconds)) {
+      throw std::invalid_argument(
+          "the step-time model's least step time must be a finite number of seconds, 0 or more");
+    }
   }
   config.validate();
 }

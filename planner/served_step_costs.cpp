@@ -42,11 +42,14 @@ served_step_costs parse_served_step_costs(const std::string& metrics_text) {
   std::map<std::string, instance_fit> fits;  // by instance
   std::vector<std::string> order;            // instances in the order the text names them
   std::map<std::string, double> floors;
+  std::map<std::string, double> fastest;
   std::stringstream lines(metrics_text);
   std::string line;
   while (std::getline(lines, line)) {
     if (line.rfind("troupe_kv_blocks_total ", 0) == 0) {
       out.num_kv_blocks = static_cast<int>(sample_value(line));
+    } else if (line.rfind("troupe_step_time_min_step_seconds{", 0) == 0) {
+      fastest[label(line, "instance")] = sample_value(line);
     } else if (line.rfind("troupe_step_time_token_floor{", 0) == 0) {
       floors[label(line, "instance")] = sample_value(line);
     } else if (line.rfind("troupe_step_time_coefficient_seconds{", 0) == 0) {
@@ -68,6 +71,8 @@ served_step_costs parse_served_step_costs(const std::string& metrics_text) {
     instance_fit& fit = fits[instance];
     if (!std::all_of(fit.seen.begin(), fit.seen.end(), [](bool seen) { return seen; })) continue;
     if (auto floor = floors.find(instance); floor != floors.end()) fit.cost.token_floor = std::max(floor->second, 1.0);
+    if (auto least = fastest.find(instance); least != fastest.end())
+      fit.cost.min_seconds = std::max(least->second, 0.0);
     // Without a role label the instance ran whatever came: it plans the mixed instances.
     std::optional<step_cost>& slot = fit.role == "prefill"  ? out.prefill
                                      : fit.role == "decode" ? out.decode

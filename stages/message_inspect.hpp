@@ -310,8 +310,8 @@ typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_model_report& x) {
-  return f(caf::meta::type_name("step_model_report"), x.instance, x.role, x.coefficients, x.token_floor, x.rms_error_s,
-           x.num_steps);
+  return f(caf::meta::type_name("step_model_report"), x.instance, x.role, x.coefficients, x.token_floor, x.min_step_s,
+           x.rms_error_s, x.num_steps);
 }
 
 template <class Inspector>

@@ -219,6 +219,7 @@ struct step_model_report {
   std::string role = "mixed";        // the instance's: mixed, prefill or decode (set by the router)
   std::vector<double> coefficients;  // [5] seconds per: step, token, sequence, context token, attention pair
   double token_floor = 1;            // the token feature is max(new tokens, this)
+  double min_step_s = 0;             // no step is predicted faster (the fastest measured)
   double rms_error_s = 0;            // of the fit over the steps it holds
   int64_t num_steps = 0;             // steps measured in all
 };

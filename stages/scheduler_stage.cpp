@@ -303,6 +303,7 @@ stats_answer scheduler_stage::stats(uint64_t tag) const {
   step_model_report report;  // instance and role: the router's to set
   report.coefficients.assign(fitted.seconds.begin(), fitted.seconds.end());
   report.token_floor = fitted.token_floor;
+  report.min_step_s = fitted.min_seconds;
   report.rms_error_s = model.rms_error();
   report.num_steps = static_cast<int64_t>(model.num_observed());
   answer.step_models.push_back(std::move(report));

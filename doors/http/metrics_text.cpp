@@ -192,6 +192,10 @@ std::string render_metrics(const metrics_snapshot& m) {
                    "The step-time model's token floor: a step costs at least this many new tokens' matmuls.");
       for (const step_model_report& r : m.step_models)
         floor.sample(r.token_floor, fmt::format("{{instance=\"{}\",role=\"{}\"}}", r.instance, r.role).c_str());
+      family fastest(out, "troupe_step_time_min_step_seconds", "gauge",
+                     "The step-time model's least prediction: the fastest step it holds.");
+      for (const step_model_report& r : m.step_models)
+        fastest.sample(r.min_step_s, fmt::format("{{instance=\"{}\",role=\"{}\"}}", r.instance, r.role).c_str());
       family rms(out, "troupe_step_time_fit_rms_seconds", "gauge",
                  "Root mean square of measured minus predicted step time over the steps the fit holds.");
       for (const step_model_report& r : m.step_models)

@@ -169,6 +169,24 @@ TEST(step_time_model, a_prompt_token_s_cost_is_told_once_enough_steps_are_measur
   EXPECT_NEAR(model.seconds_per_prompt_token(), t(chunk) / 256, 0.02 * t(chunk) / 256);
 }
 
+TEST(step_time_model, no_step_is_predicted_faster_than_the_fastest_measured) {
+  // Decodes of one shape only: the fit leaves every other direction to the prior and the
+  // noise; whatever it says of a step far from them, the prediction is no less than the
+  // fastest step held.
+  step_time_model model;
+  for (int i = 0; i < 12; ++i) {
+    step_shape s;
+    for (int d = 0; d < 4; ++d) s.add(1, 100 + i);
+    model.observe(s, 1e-3 * (1 + 0.1 * (i % 3)));
+  }
+  EXPECT_DOUBLE_EQ(model.fitted().min_seconds, 1e-3);
+  step_shape tiny;
+  tiny.add(5, 0);
+  EXPECT_GE(model.predict(tiny), 1e-3);
+  const step_cost negative{{-1e-3, 0, 0, 0, 0}, 1, 2e-4};
+  EXPECT_DOUBLE_EQ(negative.predict(tiny), 2e-4);
+}
+
 TEST(step_time_model, ignores_times_that_are_not_durations) {
   step_time_model model;
   model.observe(shape(10, 1, 10, 10), 0);

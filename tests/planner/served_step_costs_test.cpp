@@ -17,6 +17,7 @@ step_model_report report(int32_t instance, std::string role, std::vector<double>
   r.role = std::move(role);
   r.coefficients = std::move(coefficients);
   r.token_floor = floor;
+  r.min_step_s = 1e-3 * floor;
   r.num_steps = 100;
   return r;
 }
@@ -42,6 +43,7 @@ TEST(served_step_costs, each_role_gets_its_first_instance_fit_from_the_rendered_
   EXPECT_EQ(served.prefill->token_floor, 1);
   EXPECT_EQ(served.decode->seconds, (step_cost::coefficients{3e-3, 2e-4, 5e-5, 2e-6, 0}));
   EXPECT_EQ(served.decode->token_floor, 16);
+  EXPECT_DOUBLE_EQ(served.decode->min_seconds, 16e-3);
 }
 
 TEST(served_step_costs, a_colocated_server_gives_the_mixed_fit_and_an_unlabelled_one_counts_as_mixed) {

@@ -205,7 +205,7 @@ std::vector<stage_failure_drill> samples(of<stage_failure_drill>) { return {{"dr
 std::vector<stats_query> samples(of<stats_query>) { return {{77}}; }
 std::vector<std::vector<int32_t>> samples(of<std::vector<int32_t>>) { return {{0, 3, 2147483647}, {}}; }
 std::vector<step_model_report> samples(of<step_model_report>) {
-  return {{3, "prefill", {2e-3, 5e-5, 1e-4, 2e-7, 1e-8}, 16, 4.5e-4, 1234}, {0, "mixed", {}, 1, 0, 0}};
+  return {{3, "prefill", {2e-3, 5e-5, 1e-4, 2e-7, 1e-8}, 16, 1.5e-3, 4.5e-4, 1234}, {0, "mixed", {}, 1, 0, 0, 0}};
 }
 std::vector<stats_answer> samples(of<stats_answer>) {
   stats_answer with_models{79, 1, 2, 3, 4, "", 0, 0};
@@ -742,6 +742,7 @@ void expect_same(const step_model_report& a, const step_model_report& b) {
   EXPECT_EQ(a.instance, b.instance);
   EXPECT_EQ(a.coefficients, b.coefficients);
   EXPECT_EQ(a.token_floor, b.token_floor);
+  EXPECT_EQ(a.min_step_s, b.min_step_s);
   EXPECT_EQ(a.role, b.role);
   EXPECT_EQ(a.rms_error_s, b.rms_error_s);
   EXPECT_EQ(a.num_steps, b.num_steps);
