@@ -1,7 +1,8 @@
 // troupe launch FILE: every [[nodes]] entry on this machine as a child `troupe node` (or, for a
-// node that runs a [pipeline] stage, a child `troupe stage`), then the controller (what `troupe
-// serve --config FILE` runs, with the same flags); a child that dies is started again
-// (node/node_supervisor.hpp); a signal stops the controller, then the children.
+// node that runs a [pipeline] stage, a child `troupe stage`), then the controller as a child
+// `troupe serve --config FILE` with launch's own serve flags; a child that dies is started again
+// (node/node_supervisor.hpp), the controller too. A signal stops the controller (its drain runs
+// with the nodes still up), then the nodes. Launch ends when the controller stays down for good.
 
 #include <signal.h>
 
@@ -20,7 +21,6 @@
 #include "model/layer_range.hpp"
 #include "node/launch_credentials.hpp"
 #include "node/local_host.hpp"
-#include "node/node.hpp"
 #include "node/node_launcher.hpp"
 #include "node/node_supervisor.hpp"
 #include "node/pipeline_placement.hpp"
@@ -30,6 +30,10 @@ namespace troupe::cli {
 namespace {
 
 constexpr auto node_start_timeout = std::chrono::seconds(30);
+// The controller loads the model before its doors open: a large one takes minutes.
+constexpr auto controller_start_timeout = std::chrono::minutes(10);
+// Past the drain timeout, the controller's last replies and its shutdown.
+constexpr auto controller_stop_margin = std::chrono::seconds(10);
 
 // The nodes log at least at info level: their `listening on` line is how launch sees them up.
 std::string node_log_level(const std::string& level) { return level == "trace" || level == "debug" ? level : "info"; }
@@ -38,6 +42,39 @@ bool signal_pending(const sigset_t& signals) {
   sigset_t pending;
   sigpending(&pending);
   return sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM);
+}
+
+// The controller's command line: the serve flags launch was given, the --set overrides launch
+// added (a private CA), and a log level that shows the line launch waits for.
+std::vector<std::string> controller_args(const CLI::App& app, const serve_flags& given, const serve_flags& flags) {
+  std::vector<std::string> args;
+  const std::vector<std::string> forwarded = given_serve_flags(app);
+  for (size_t i = 0; i < forwarded.size(); ++i) {
+    if (forwarded[i] == "--log-level" && i + 1 < forwarded.size()) {
+      ++i;
+      continue;
+    }
+    args.push_back(forwarded[i]);
+  }
+  for (size_t i = given.overrides.size(); i < flags.overrides.size(); ++i) {
+    args.insert(args.end(), {"--set", flags.overrides[i]});
+  }
+  args.insert(args.end(), {"--log-level", node_log_level(flags.log_level)});
+  return args;
+}
+
+// Waits for SIGINT or SIGTERM (0) or for the controller to stay down for good (1: nothing serves
+// without it, so launch ends and says why).
+int wait_for_signal_or_lost_controller(const sigset_t& signals, const node_supervisor& controller) {
+  for (;;) {
+    timespec tick{0, 100'000'000};
+    if (sigtimedwait(&signals, nullptr, &tick) > 0) return 0;
+    const std::vector<std::string> down = controller.down();
+    if (!down.empty()) {
+      spdlog::error("the controller {} stays down: stopping the nodes and ending launch", down.front());
+      return 1;
+    }
+  }
 }
 
 // A child logs in launch's format (its lines then pass through launch as JSON too).
@@ -74,7 +111,7 @@ serve_flags with_private_credentials(const serve_flags& flags, const std::string
   return out;
 }
 
-int run(const serve_flags& given, const std::string& state_dir) {
+int run(const serve_flags& given, const std::string& state_dir, const CLI::App& app) {
   spdlog::set_level(spdlog::level::from_str(given.log_level));
   if (given.batch_invariant) {
     throw std::runtime_error("--batch-invariant is a `troupe serve` flag: a launched topology's nodes do not take it");
@@ -135,33 +172,53 @@ int run(const serve_flags& given, const std::string& state_dir) {
           layer_range_text(t.pipeline.stages[i].layers), n->host, n->port);
     }
   }
-  if (!launcher.wait_until_ready(node_start_timeout, [&] { return signal_pending(signals); })) {
+  auto interrupted = [&] { return signal_pending(signals); };
+  if (!launcher.wait_until_ready(node_start_timeout, interrupted)) {
     spdlog::info("signal while the nodes started: stopping them");
     return 0;
   }
   // From here a node that dies is started again as its [[nodes]] restart says; the controller
   // places its stages on it again when it is back.
   node_supervisor supervisor(launcher, std::move(supervised));
-  serve_until_signal(t);
-  // The nodes first, then the supervisor: the nodes it restarted are tied to its thread, and a
-  // stopping launcher starts none.
+
+  // The controller, a child like the nodes so that it can be started again: a restarted one
+  // takes the nodes back (their stages of the dead one ended with it, node/stage_owner.hpp).
+  node_launcher controller_launcher;
+  supervised_child controller{controller_child_spec(t.cluster.name, std::filesystem::absolute(flags.config), self,
+                                                    controller_args(app, given, flags)),
+                              t.cluster.restart};
+  controller.pid = controller_launcher.start(controller.spec);
+  if (!controller_launcher.wait_until_ready(controller_start_timeout, interrupted)) {
+    spdlog::info("signal while the controller started: stopping it and the nodes");
+    controller_launcher.stop();
+    launcher.stop();
+    return 0;
+  }
+  node_supervisor controller_supervisor(controller_launcher, {controller});
+  const int code = wait_for_signal_or_lost_controller(signals, controller_supervisor);
+  // The controller first, given its drain (running requests finish on the nodes), then the
+  // nodes. Each launcher before its supervisor: the children a supervisor restarted are tied to
+  // its thread, and a stopping launcher starts none. A second signal ends the drain now.
+  controller_launcher.stop(std::chrono::seconds(t.drain_timeout_s) + controller_stop_margin, interrupted);
+  controller_supervisor.stop();
   launcher.stop();
   supervisor.stop();
-  return 0;
+  return code;
 }
 
 const bool registered = register_command([](CLI::App& parent) {
   auto flags = std::make_shared<serve_flags>();
   auto* app = parent.add_subcommand(
       "launch",
-      "run a whole topology: start its [[nodes]] on this machine, then the controller (`serve --config FILE`)");
+      "run a whole topology: start its [[nodes]] on this machine, then the controller (`serve --config FILE`), and "
+      "start again any that dies");
   app->add_option("file", flags->config, "topology file (TOML), e.g. config/replicas-2.toml")->required();
   add_serve_flags(*app, *flags);
   auto state_dir = std::make_shared<std::string>();
   app->add_option("--state-dir", *state_dir,
                   "where launch keeps its state (a local launch's private CA); default: "
                   "$XDG_STATE_HOME or ~/.local/state, then troupe/launch/STEM-HASH");
-  return command{app, [flags, state_dir] { return run(*flags, *state_dir); }};
+  return command{app, [flags, state_dir, app] { return run(*flags, *state_dir, *app); }};
 });
 
 }  // namespace

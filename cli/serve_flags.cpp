@@ -162,6 +162,26 @@ void add_serve_flags(CLI::App& app, serve_flags& flags) {
       ->check(CLI::Range(0, 3600000));
 }
 
+std::vector<std::string> given_serve_flags(const CLI::App& app) {
+  // Which options are serve flags: those add_serve_flags binds, so the list is written once.
+  CLI::App serve_only;
+  serve_flags unused;
+  add_serve_flags(serve_only, unused);
+  std::vector<std::string> args;
+  for (const CLI::Option* given : app.get_options()) {
+    if (given->count() == 0) continue;
+    const std::string name = given->get_name();
+    if (serve_only.get_option_no_throw(name) == nullptr) continue;
+    if (given->get_expected_max() == 0) {  // a flag: present or not
+      if (given->as<bool>()) args.push_back(name);
+      continue;
+    }
+    // One value each time: a repeated option (--set, --plugin) keeps its order.
+    for (const std::string& value : given->results()) args.insert(args.end(), {name, value});
+  }
+  return args;
+}
+
 topology topology_from_flags(const serve_flags& flags) {
   if (flags.config.empty() && !flags.overrides.empty()) {
     throw std::runtime_error("--set overrides a topology file's keys: give the file too");

@@ -76,6 +76,11 @@ struct serve_flags {
 // Binds every flag but the topology file itself (each command names that its own way).
 void add_serve_flags(CLI::App& app, serve_flags& flags);
 
+// The serve flags given to `app` (parsed, bound by add_serve_flags), as a command line that
+// gives `troupe serve` the same settings: how `troupe launch` hands its flags to the controller
+// it runs as a child. The command's own options (launch's file, --state-dir) are left out.
+std::vector<std::string> given_serve_flags(const CLI::App& app);
+
 // The topology file (none: the defaults) with the flags laid over it, validated; throws
 // std::runtime_error naming the bad setting.
 topology topology_from_flags(const serve_flags& flags);

@@ -95,6 +95,17 @@ child_spec node_child_spec(const node_address& address, const std::filesystem::p
   return spec;
 }
 
+child_spec controller_child_spec(const std::string& name, const std::filesystem::path& topology_file,
+                                 const std::filesystem::path& troupe_binary,
+                                 const std::vector<std::string>& serve_args) {
+  child_spec spec;
+  spec.name = name;
+  spec.argv = {troupe_binary.string(), "serve", "--config", topology_file.string()};
+  spec.argv.insert(spec.argv.end(), serve_args.begin(), serve_args.end());
+  spec.ready_text = "serving: ZeroMQ on";
+  return spec;
+}
+
 node_launcher::node_launcher(line_sink sink) : sink_(std::move(sink)) {}
 
 node_launcher::~node_launcher() { stop(); }
@@ -288,7 +299,7 @@ bool node_launcher::wait_until_ready(std::chrono::milliseconds timeout, const st
                            " ms");
 }
 
-void node_launcher::stop(std::chrono::milliseconds grace) {
+void node_launcher::stop(std::chrono::milliseconds grace, const std::function<bool()>& hurry) {
   {
     std::lock_guard starting(start_mutex_);  // no start half done
     std::lock_guard lock(mutex_);
@@ -305,7 +316,19 @@ void node_launcher::stop(std::chrono::milliseconds grace) {
   for (const auto& c : children_) {
     if (!c->exited) ::kill(c->pid, SIGTERM);
   }
-  if (!changed_.wait_for(lock, grace, all_exited)) {
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  bool hurried = false;
+  while (!all_exited() && std::chrono::steady_clock::now() < deadline) {
+    changed_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + poll_interval));
+    if (hurried || !hurry || all_exited()) continue;
+    lock.unlock();
+    hurried = hurry();
+    lock.lock();
+    for (const auto& c : children_) {
+      if (hurried && !c->exited) ::kill(c->pid, SIGTERM);
+    }
+  }
+  if (!all_exited()) {
     for (const auto& c : children_) {
       if (c->exited) continue;
       spdlog::warn("{} (pid {}) still runs {} ms after SIGTERM: killing it", c->spec.name, c->pid, grace.count());

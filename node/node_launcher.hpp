@@ -46,6 +46,12 @@ struct child_state {
 child_spec node_child_spec(const node_address& address, const std::filesystem::path& credentials,
                            const std::filesystem::path& troupe_binary, const std::string& log_level);
 
+// The child that runs the controller `name` (the topology's [cluster] name): `BINARY serve --config
+// FILE SERVE-ARGS...`, up once its doors serve (it logs `serving: ZeroMQ on`, at info level).
+child_spec controller_child_spec(const std::string& name, const std::filesystem::path& topology_file,
+                                 const std::filesystem::path& troupe_binary,
+                                 const std::vector<std::string>& serve_args);
+
 // A child's output line as launch prints it: "NAME | line" in text; in JSON (launch's
 // --log-format json, which its children were given too) the child's own JSON object with a "node"
 // field added, or, for a line that is not one (a crash message), a JSON object holding it, so
@@ -75,8 +81,10 @@ class node_launcher {
   bool wait_until_ready(std::chrono::milliseconds timeout, const std::function<bool()>& cancelled = {});
 
   // SIGTERM to every child still running, SIGKILL to those still running after `grace`; returns
-  // once all are reaped. A child that exits on its own before this is logged as a warning.
-  void stop(std::chrono::milliseconds grace = std::chrono::seconds(5));
+  // once all are reaped. A child that exits on its own before this is logged as a warning. Once
+  // `hurry` (polled every 100 ms) says so, those still running get a second SIGTERM (a server's
+  // second signal ends its drain at once).
+  void stop(std::chrono::milliseconds grace = std::chrono::seconds(5), const std::function<bool()>& hurry = {});
 
   // Every child started, in order: a restarted one is a new entry, its earlier runs stay.
   std::vector<child_state> children() const;

@@ -39,6 +39,17 @@ void node_supervisor::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::vector<std::string> node_supervisor::down() const {
+  std::lock_guard lock(mutex_);
+  return down_;
+}
+
+void node_supervisor::leave_down(watched& w) {
+  w.down = true;
+  std::lock_guard lock(mutex_);
+  down_.push_back(w.child.spec.name);
+}
+
 void node_supervisor::watch() {
   using clock = std::chrono::steady_clock;
   std::unique_lock lock(mutex_);
@@ -65,8 +76,8 @@ void node_supervisor::watch() {
           if (d.what == restart_decision::action::restart) {
             w.restart_at = now + d.delay;
           } else {
-            w.down = true;
             spdlog::error("giving up on {}: {}; it stays down", w.child.spec.name, d.why);
+            leave_down(w);
           }
         }
         continue;
@@ -85,11 +96,11 @@ void node_supervisor::watch() {
           break;
         case restart_decision::action::stay_down:
           spdlog::warn("{} stays down: {}", w.child.spec.name, d.why);
-          w.down = true;
+          leave_down(w);
           break;
         case restart_decision::action::give_up:
           spdlog::error("giving up on {}: {}; it stays down", w.child.spec.name, d.why);
-          w.down = true;
+          leave_down(w);
           break;
       }
     }

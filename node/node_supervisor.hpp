@@ -40,15 +40,20 @@ class node_supervisor {
   // Ends the watching thread promptly (a pending restart is dropped); idempotent.
   void stop();
 
+  // The children left down for good (their restart mode, or given up on), in the order they went.
+  std::vector<std::string> down() const;
+
  private:
   struct watched;
   void watch();
+  void leave_down(watched& w);
 
   node_launcher& launcher_;
   std::vector<watched> children_;  // only the watching thread touches them
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  std::vector<std::string> down_;  // guarded by mutex_
   std::thread thread_;
 };
 

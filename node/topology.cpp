@@ -553,6 +553,7 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
   cluster.read("max_added_instances", t.cluster.max_added_instances);
   cluster.read("failover_wait_ms", t.cluster.failover_wait_ms);
   cluster.read("failover_max_waiting", t.cluster.failover_max_waiting);
+  cluster.read_parsed("restart", t.cluster.restart, parse_restart_mode);
   cluster.finish();
   // The placement's default names the controller, whatever [cluster] calls it.
   t.placement = stage_placement{{t.cluster.name}, {t.cluster.name}, {t.cluster.name}};

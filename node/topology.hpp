@@ -65,6 +65,8 @@ struct cluster_settings {
   // at once. Only where an instance can come back: some engine on another node, or an admin door.
   int failover_wait_ms = 30000;
   int failover_max_waiting = 1024;
+  // What `troupe launch` does when the controller it started dies (as a node's restart).
+  restart_mode restart = restart_mode::on_failure;
 };
 
 // [placement]: which node runs each stage. Every entry names a [[nodes]] entry or the

@@ -1,7 +1,8 @@
 // `troupe launch FILE`: a topology with two [[nodes]] on 127.0.0.1 ports of their own. The
 // placement keeps every stage on the controller, so the nodes idle and the controller serves;
-// what is checked is the nodes' lives: started as children of launch, stopped by its SIGTERM,
-// gone with it when it is killed, and a node that cannot start failing the launch by name.
+// what is checked is the lives of launch's children (the nodes and the controller): started by
+// launch, stopped by its SIGTERM, gone with it when it is killed, started again when they die,
+// and a node that cannot start failing the launch by name.
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -68,9 +70,11 @@ class launch_process {
         process_({troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint", "tcp://127.0.0.1:*",
                   "--log-level", "info"},
                  log) {}
-  // The same with `extra` flags after launch's own.
-  launch_process(const fs::path& topology, const fs::path& log, const std::vector<std::string>& extra)
-      : log_path_(log), process_(with_flags(topology, extra), log) {}
+  // The same with `extra` flags after launch's own, and the controller's ZeroMQ door on
+  // `zmq_endpoint` (a fixed port, for a controller that is started again).
+  launch_process(const fs::path& topology, const fs::path& log, const std::vector<std::string>& extra,
+                 const std::string& zmq_endpoint = "tcp://127.0.0.1:*")
+      : log_path_(log), process_(with_flags(topology, extra, zmq_endpoint), log) {}
   // The same from the working directory `cwd` (`cd DIR && exec troupe launch ...`: the pid is
   // launch's own).
   launch_process(const fs::path& topology, const fs::path& log, const fs::path& cwd)
@@ -99,15 +103,16 @@ class launch_process {
     return false;
   }
 
-  // Each node's pid, from launch's `started NAME (pid N)` lines.
+  // Each node's latest pid, from launch's `started NAME (pid N)` lines (the controller's apart).
   std::map<std::string, pid_t> node_pids() const {
-    static const std::regex started(R"(started ([A-Za-z0-9._-]+) \(pid ([0-9]+)\))");
-    std::map<std::string, pid_t> pids;
-    const std::string text = log();
-    for (std::sregex_iterator i(text.begin(), text.end(), started), end; i != end; ++i) {
-      pids[(*i)[1]] = static_cast<pid_t>(std::stoi((*i)[2]));
-    }
+    std::map<std::string, pid_t> pids = started_pids();
+    pids.erase("controller");
     return pids;
+  }
+  // The controller's latest pid, or -1 before launch started it.
+  pid_t controller_pid() const {
+    const std::map<std::string, pid_t> pids = started_pids();
+    return pids.count("controller") ? pids.at("controller") : -1;
   }
 
   // Waits (bounded) for launch to end; its waitpid status, or -1 when it still runs.
@@ -140,10 +145,20 @@ class launch_process {
   std::string log() const { return read_file(log_path_); }
 
  private:
-  static std::vector<std::string> with_flags(const fs::path& topology, const std::vector<std::string>& extra) {
-    std::vector<std::string> argv{
-        troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint", "tcp://127.0.0.1:*",
-        "--log-level",          "info"};
+  std::map<std::string, pid_t> started_pids() const {
+    static const std::regex started(R"(started ([A-Za-z0-9._-]+) \(pid ([0-9]+)\))");
+    std::map<std::string, pid_t> pids;
+    const std::string text = log();
+    for (std::sregex_iterator i(text.begin(), text.end(), started), end; i != end; ++i) {
+      pids[(*i)[1]] = static_cast<pid_t>(std::stoi((*i)[2]));
+    }
+    return pids;
+  }
+
+  static std::vector<std::string> with_flags(const fs::path& topology, const std::vector<std::string>& extra,
+                                             const std::string& zmq_endpoint) {
+    std::vector<std::string> argv{troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint", zmq_endpoint,
+                                  "--log-level",          "info"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -194,8 +209,9 @@ class launch_e2e : public ::testing::Test {
 TEST_F(launch_e2e, launch_starts_both_nodes_serves_and_a_sigterm_stops_it_all_with_exit_0) {
   launch_process launch(write_topology(free_port(), free_port()), dir_.path() / "launch.log");
   ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
-  const auto pids = launch.node_pids();
+  auto pids = launch.node_pids();
   ASSERT_EQ(pids.size(), 2u) << launch.log();
+  pids["controller"] = launch.controller_pid();  // a child too, stopped the same way
   for (const auto& [name, pid] : pids) {
     const auto s = state_and_parent(pid);
     ASSERT_TRUE(s) << name;
@@ -245,11 +261,12 @@ TEST_F(launch_e2e, with_log_format_json_every_line_of_launch_and_its_nodes_is_js
   EXPECT_GT(num_lines, num_node_lines) << launch.log();  // launch's own lines too
 }
 
-TEST_F(launch_e2e, nodes_die_with_a_launch_killed_without_cleanup) {
+TEST_F(launch_e2e, nodes_and_the_controller_die_with_a_launch_killed_without_cleanup) {
   launch_process launch(write_topology(free_port(), free_port()), dir_.path() / "launch.log");
   ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
-  const auto pids = launch.node_pids();
+  auto pids = launch.node_pids();
   ASSERT_EQ(pids.size(), 2u) << launch.log();
+  pids["controller"] = launch.controller_pid();
   ASSERT_EQ(::kill(launch.pid(), SIGKILL), 0);
   ASSERT_NE(launch.wait_for_exit(30s), -1);
   for (const auto& [name, pid] : pids) {
@@ -532,6 +549,111 @@ TEST_F(launch_e2e, a_killed_engine_node_is_restarted_each_time_and_sigterm_still
 
   sigterm_ends_launch_promptly(launch);
   for (pid_t pid : seen) EXPECT_FALSE(running(pid)) << "pid " << pid << " outlived launch";
+}
+
+// Issue 26: the controller is launch's child like the nodes. Killed with SIGKILL three times
+// (every stage on n1, so each new controller must take the node back), it is started again each
+// time on the same door and serves the reference text; the node stopped the dead one's stages
+// each time. Then SIGTERM ends launch within 5 s, no child left.
+TEST_F(launch_e2e, a_killed_controller_is_restarted_each_time_takes_the_node_back_and_serves) {
+  const fs::path path = dir_.path() / "on-n1.toml";
+  std::ofstream(path) << "[model]\npath = \"" << stories_dir << "\"\n[node]\nthreads = 1\n"
+                      << "[cluster]\ncredentials = \"" << credentials().string() << "\"\nname = \"controller\"\n"
+                      << "[[nodes]]\nname = \"n1\"\naddress = \"127.0.0.1:" << free_port() << "\"\n"
+                      << "[placement]\nengines = [\"n1\"]\ntokenizers = [\"n1\"]\ndetokenizers = [\"n1\"]\n";
+  const std::string door = "tcp://127.0.0.1:" + std::to_string(free_port());
+  launch_process launch(path, dir_.path() / "launch.log", {}, door);
+  ASSERT_TRUE(launch.wait_until_serving({"n1"})) << launch.log();
+  std::vector<pid_t> seen{launch.node_pids().at("n1")};  // every child pid, all checked gone at the end
+  struct guard {
+    std::vector<pid_t>& pids;
+    ~guard() {
+      for (pid_t pid : pids) {
+        if (running(pid)) ::kill(pid, SIGKILL);  // also on a failed assertion
+      }
+    }
+  } cleanup{seen};
+  const std::string reference = stories_reference("Once upon a time").at("completion").get<std::string>();
+  auto serves = [&] {
+    client c(door);
+    c.set_timeout(60s);
+    generate_request request;
+    request.prompt = "Once upon a time";
+    request.sampling.temperature = 0.0f;
+    request.sampling.max_tokens = 60;
+    return c.generate(request).text;
+  };
+  EXPECT_EQ(serves(), reference);
+  for (size_t round = 1; round <= 3; ++round) {
+    SCOPED_TRACE("kill " + std::to_string(round));
+    const pid_t controller = launch.controller_pid();
+    seen.push_back(controller);
+    if (round == 1) {
+      // Streams in flight get a clear end, not silence until their timeout: killed at the first
+      // delta any of them gets, each ends at once, completed or with the connection's loss.
+      std::once_flag killed;
+      std::vector<std::string> ends(8);
+      std::vector<std::thread> streams;
+      const auto start = std::chrono::steady_clock::now();
+      for (size_t i = 0; i < ends.size(); ++i) {
+        streams.emplace_back([&, i] {
+          client c(door);
+          c.set_timeout(60s);
+          generate_request request;
+          request.prompt = "Once upon a time";
+          request.sampling.max_tokens = 400;
+          request.sampling.ignore_eos = true;
+          try {
+            c.generate(request,
+                       [&](const delta_reply&) { std::call_once(killed, [&] { ::kill(controller, SIGKILL); }); });
+            ends[i] = "completed";
+          } catch (const client_unreachable& e) {
+            ends[i] = e.what();
+          }
+        });
+      }
+      for (std::thread& t : streams) t.join();
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << "a stream waited for its timeout";
+      size_t cut = 0;
+      for (const std::string& end : ends) {
+        cut += end.find("the connection closed") != std::string::npos;
+        EXPECT_TRUE(end == "completed" || end.find("the connection closed") != std::string::npos) << end;
+      }
+      EXPECT_GT(cut, 0u) << "every stream completed before the kill";
+    } else {
+      ASSERT_EQ(::kill(controller, SIGKILL), 0);
+    }
+    ASSERT_TRUE(launch.wait_for_log("restarting controller in ", round, 30s)) << launch.log();
+    ASSERT_TRUE(launch.wait_for_log("the controller that placed", round, 30s)) << launch.log();
+    ASSERT_TRUE(launch.wait_for_log("serving: ZeroMQ on " + door, round + 1, 90s)) << launch.log();
+    const pid_t restarted = launch.controller_pid();
+    EXPECT_NE(restarted, controller);
+    EXPECT_EQ(state_and_parent(restarted)->second, launch.pid()) << "the new controller is not launch's child";
+    EXPECT_EQ(serves(), reference);
+  }
+  EXPECT_EQ(launch.node_pids().at("n1"), seen.front()) << "n1 was started again:\n" << launch.log();
+  seen.push_back(launch.controller_pid());
+  sigterm_ends_launch_promptly(launch);
+  for (pid_t pid : seen) EXPECT_FALSE(running(pid)) << "pid " << pid << " outlived launch";
+}
+
+// With `[cluster] restart = "never"` a dead controller stays down, and nothing serves without it:
+// launch stops its nodes and ends with exit code 1, saying why.
+TEST_F(launch_e2e, a_controller_that_stays_down_ends_launch_with_its_nodes) {
+  launch_process launch(write_topology(free_port(), free_port()), dir_.path() / "launch.log",
+                        std::vector<std::string>{"--set", "cluster.restart=never"});
+  ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
+  auto pids = launch.node_pids();
+  pids["controller"] = launch.controller_pid();
+  ASSERT_EQ(::kill(pids.at("controller"), SIGKILL), 0);
+  const int status = launch.wait_for_exit(30s);
+  ASSERT_NE(status, -1) << "launch still runs with its controller down:\n" << launch.log();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status << "\n" << launch.log();
+  EXPECT_NE(launch.log().find("the controller controller stays down"), std::string::npos) << launch.log();
+  for (const auto& [name, pid] : pids) {
+    EXPECT_TRUE(gone_within(pid, 10s)) << name << " (pid " << pid << ") outlived launch";
+    if (running(pid)) ::kill(pid, SIGKILL);
+  }
 }
 
 // Each [[nodes]] entry's restart mode is its own: n2 (restart = "never") killed stays down and

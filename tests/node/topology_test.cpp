@@ -673,6 +673,12 @@ TEST_F(topology_overrides, a_nodes_entry_by_name_or_by_index) {
   EXPECT_EQ(t.nodes[1].restart, restart_mode::on_failure);
 }
 
+TEST_F(topology_overrides, the_controllers_restart_mode_is_a_cluster_key) {
+  EXPECT_EQ(load_topology(file_).cluster.restart, restart_mode::on_failure);
+  EXPECT_EQ(load_topology(file_, {"cluster.restart=always"}).cluster.restart, restart_mode::always);
+  EXPECT_NE(error_of({"cluster.restart=sometimes"}).find("sometimes"), std::string::npos);
+}
+
 TEST_F(topology_overrides, a_later_set_wins_and_relative_paths_still_mean_the_files_directory) {
   const topology t = load_topology(file_, {"http.port=1", "http.port=2", "model.path=models/x"});
   EXPECT_EQ(t.http_port, 2);
