@@ -37,10 +37,18 @@ void detokenize_stage::forget(int64_t request_id) {
 }
 
 void detokenize_stage::resume(const detokenizer_resume_msg& resume) {
-  live_.erase(resume.request_id);
+  if (live_.erase(resume.request_id)) forget(resume.request_id);
   live_request& request =
       live_.try_emplace(resume.request_id, tokenizer_, resume.stop, resume.skip_special_tokens).first->second;
-  for (int32_t id : resume.spelled_ids) (void)request.matcher.push(request.detokenizer.push(id));
+  // The output hooks see that text again, a token's text a call, their answer discarded (the
+  // client has it): a plugin's state for the request (a redactor's held-back start of a word) is
+  // rebuilt, not lost with the old stage. Token by token, not in one call: a plugin may bound what
+  // it holds by the size of a call (the redactor releases past 256 bytes). A failure shows on the
+  // next delta, as it would have on the lost stage.
+  for (int32_t id : resume.spelled_ids) {
+    std::string text = request.matcher.push(request.detokenizer.push(id)).text;
+    if (plugins_ && !text.empty()) (void)plugins_->on_output(resume.request_id, text, /*is_final=*/false);
+  }
   request.num_output_tokens = static_cast<int>(resume.spelled_ids.size());
 }
 

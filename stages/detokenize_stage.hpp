@@ -43,7 +43,9 @@ class detokenize_stage {
   outputs run(token_batch batch);
   // Takes over a request from a lost detokenizer: spells `resume.spelled_ids` (whose text the
   // client already has) without output, so the request's next deltas continue its text exactly
-  // (stages/detokenizer_resume.hpp). Replaces any state the stage held for the request.
+  // (stages/detokenizer_resume.hpp), and hands that text to the output plugins a token at a time,
+  // their answers discarded, so that their state for the request is rebuilt. Replaces any state
+  // the stage held for the request.
   void resume(const detokenizer_resume_msg& resume);
   // Requests whose state the stage holds: each is dropped when the request ends, whichever way.
   size_t num_live() const { return live_.size(); }

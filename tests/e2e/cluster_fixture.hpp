@@ -96,6 +96,7 @@ struct topology_spec {
   std::string dtype;            // [node] dtype (CUDA activations); empty: the default
   std::string kv_cache_dtype;   // [node] kv_cache_dtype; empty: the default (auto)
   std::string kv_transport;     // [disaggregation] kv_transport; empty: the default (zmq)
+  std::string extra_toml;       // appended as is, after [placement] (e.g. [[plugins]] tables)
 
   std::string toml() const {
     std::ostringstream t;
@@ -110,7 +111,7 @@ struct topology_spec {
       << "[disaggregation]\nkv_transfer_timeout_ms = " << kv_transfer_timeout_ms << "\n";
     if (!kv_transport.empty()) t << "kv_transport = \"" << kv_transport << "\"\n";
     if (num_speculative_tokens > 0) t << "[speculative]\nnum_draft_tokens = " << num_speculative_tokens << "\n";
-    if (credentials.empty()) return t.str();
+    if (credentials.empty()) return t.str() + extra_toml;
     t << "[cluster]\ncredentials = \"" << credentials.string() << "\"\nname = \"controller\"\n"
       << "connect_timeout_ms = " << connect_timeout_ms << "\nrequest_timeout_ms = 30000\n"
       << "heartbeat_interval_ms = " << heartbeat_interval_ms << "\nconnection_timeout_ms = " << connection_timeout_ms
@@ -130,6 +131,7 @@ struct topology_spec {
       << "\ndetokenizers = " << list(detokenizers) << "\n";
     if (!prefill.empty()) t << "prefill = " << list(prefill) << "\n";
     if (!decode.empty()) t << "decode = " << list(decode) << "\n";
+    t << extra_toml;
     return t.str();
   }
 
