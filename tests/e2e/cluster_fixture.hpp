@@ -238,15 +238,7 @@ class controller_process {
   }
 
   // The pids of the nodes `troupe launch` started, from its `started NAME (pid N)` lines.
-  std::map<std::string, pid_t> launched_pids() const {
-    static const std::regex started(R"(started ([A-Za-z0-9._-]+) \(pid ([0-9]+)\))");
-    std::map<std::string, pid_t> pids;
-    const std::string text = log();
-    for (std::sregex_iterator i(text.begin(), text.end(), started), end; i != end; ++i) {
-      pids[(*i)[1]] = static_cast<pid_t>(std::stoi((*i)[2]));
-    }
-    return pids;
-  }
+  std::map<std::string, pid_t> launched_pids() const { return launched_pids_in(log()); }
 
   const std::string& endpoint() const { return endpoint_; }
   int http_port() const { return http_port_; }

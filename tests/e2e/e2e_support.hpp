@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -166,6 +168,17 @@ inline nlohmann::json stories_reference(const std::string& prompt) {
 
 // A loopback port free now (net/free_port.hpp), for a process started moments later.
 inline uint16_t free_port() { return free_loopback_port(); }
+
+// Each child `troupe launch` started, by name, with its latest pid: from its `started NAME (pid
+// N)` lines in `log`.
+inline std::map<std::string, pid_t> launched_pids_in(const std::string& log) {
+  static const std::regex started(R"(started ([A-Za-z0-9._-]+) \(pid ([0-9]+)\))");
+  std::map<std::string, pid_t> pids;
+  for (std::sregex_iterator i(log.begin(), log.end(), started), end; i != end; ++i) {
+    pids[(*i)[1]] = static_cast<pid_t>(std::stoi((*i)[2]));
+  }
+  return pids;
+}
 
 // A socket listening on 127.0.0.1 for the test's length that never accepts: its port is taken,
 // and a peer's TCP connection completes (the kernel's backlog) but nothing ever answers on it.

@@ -16,7 +16,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -105,13 +104,13 @@ class launch_process {
 
   // Each node's latest pid, from launch's `started NAME (pid N)` lines (the controller's apart).
   std::map<std::string, pid_t> node_pids() const {
-    std::map<std::string, pid_t> pids = started_pids();
+    std::map<std::string, pid_t> pids = launched_pids_in(log());
     pids.erase("controller");
     return pids;
   }
   // The controller's latest pid, or -1 before launch started it.
   pid_t controller_pid() const {
-    const std::map<std::string, pid_t> pids = started_pids();
+    const std::map<std::string, pid_t> pids = launched_pids_in(log());
     return pids.count("controller") ? pids.at("controller") : -1;
   }
 
@@ -145,16 +144,6 @@ class launch_process {
   std::string log() const { return read_file(log_path_); }
 
  private:
-  std::map<std::string, pid_t> started_pids() const {
-    static const std::regex started(R"(started ([A-Za-z0-9._-]+) \(pid ([0-9]+)\))");
-    std::map<std::string, pid_t> pids;
-    const std::string text = log();
-    for (std::sregex_iterator i(text.begin(), text.end(), started), end; i != end; ++i) {
-      pids[(*i)[1]] = static_cast<pid_t>(std::stoi((*i)[2]));
-    }
-    return pids;
-  }
-
   static std::vector<std::string> with_flags(const fs::path& topology, const std::vector<std::string>& extra,
                                              const std::string& zmq_endpoint) {
     std::vector<std::string> argv{troupe_binary.string(), "launch", topology.string(), "--zmq-endpoint", zmq_endpoint,
@@ -166,6 +155,28 @@ class launch_process {
   fs::path log_path_;
   child_process process_;
   std::string endpoint_;
+};
+
+// The reference prompt's greedy completion (60 tokens) from the server at `endpoint`.
+std::string once_upon_a_time_from(const std::string& endpoint) {
+  client c(endpoint);
+  c.set_timeout(60s);
+  generate_request request;
+  request.prompt = "Once upon a time";
+  request.sampling.temperature = 0.0f;
+  request.sampling.max_tokens = 60;
+  return c.generate(request).text;
+}
+
+// SIGKILL to every pid still running in `pids` when it goes: no child outlives a test, also one
+// that failed an assertion.
+struct kill_at_exit {
+  const std::vector<pid_t>& pids;
+  ~kill_at_exit() {
+    for (pid_t pid : pids) {
+      if (running(pid)) ::kill(pid, SIGKILL);
+    }
+  }
 };
 
 // SIGTERM to launch ends it within 5 s (issue 26's bound), whatever state its nodes are in, with
@@ -220,13 +231,7 @@ TEST_F(launch_e2e, launch_starts_both_nodes_serves_and_a_sigterm_stops_it_all_wi
   }
 
   const std::string reference = stories_reference("Once upon a time").at("completion").get<std::string>();
-  client c(launch.endpoint());
-  c.set_timeout(60s);
-  generate_request request;
-  request.prompt = "Once upon a time";
-  request.sampling.temperature = 0.0f;
-  request.sampling.max_tokens = 60;
-  EXPECT_EQ(c.generate(request).text, reference);
+  EXPECT_EQ(once_upon_a_time_from(launch.endpoint()), reference);
 
   ASSERT_EQ(::kill(launch.pid(), SIGTERM), 0);
   const int status = launch.wait_for_exit(60s);
@@ -508,25 +513,9 @@ TEST_F(launch_e2e, a_killed_engine_node_is_restarted_each_time_and_sigterm_still
   launch_process launch(path, dir_.path() / "launch.log");
   ASSERT_TRUE(launch.wait_until_serving({"n1", "n2"})) << launch.log();
   std::vector<pid_t> seen;  // every pid n1 had, all checked gone at the end
-  auto stop_all = [&] {     // also on a failed assertion: no child outlives the test
-    for (pid_t pid : seen) {
-      if (running(pid)) ::kill(pid, SIGKILL);
-    }
-  };
-  struct guard {
-    std::function<void()> f;
-    ~guard() { f(); }
-  } cleanup{stop_all};
+  const kill_at_exit cleanup{seen};
   const std::string reference = stories_reference("Once upon a time").at("completion").get<std::string>();
-  auto serves = [&] {
-    client c(launch.endpoint());
-    c.set_timeout(60s);
-    generate_request request;
-    request.prompt = "Once upon a time";
-    request.sampling.temperature = 0.0f;
-    request.sampling.max_tokens = 60;
-    return c.generate(request).text;
-  };
+  auto serves = [&] { return once_upon_a_time_from(launch.endpoint()); };
   EXPECT_EQ(serves(), reference);
   for (size_t round = 1; round <= 3; ++round) {
     SCOPED_TRACE("kill " + std::to_string(round));
@@ -565,24 +554,9 @@ TEST_F(launch_e2e, a_killed_controller_is_restarted_each_time_takes_the_node_bac
   launch_process launch(path, dir_.path() / "launch.log", {}, door);
   ASSERT_TRUE(launch.wait_until_serving({"n1"})) << launch.log();
   std::vector<pid_t> seen{launch.node_pids().at("n1")};  // every child pid, all checked gone at the end
-  struct guard {
-    std::vector<pid_t>& pids;
-    ~guard() {
-      for (pid_t pid : pids) {
-        if (running(pid)) ::kill(pid, SIGKILL);  // also on a failed assertion
-      }
-    }
-  } cleanup{seen};
+  const kill_at_exit cleanup{seen};
   const std::string reference = stories_reference("Once upon a time").at("completion").get<std::string>();
-  auto serves = [&] {
-    client c(door);
-    c.set_timeout(60s);
-    generate_request request;
-    request.prompt = "Once upon a time";
-    request.sampling.temperature = 0.0f;
-    request.sampling.max_tokens = 60;
-    return c.generate(request).text;
-  };
+  auto serves = [&] { return once_upon_a_time_from(door); };
   EXPECT_EQ(serves(), reference);
   for (size_t round = 1; round <= 3; ++round) {
     SCOPED_TRACE("kill " + std::to_string(round));
