@@ -67,6 +67,10 @@ struct token_delta {
   bool skip_special_tokens = true;
   // A pooling request's embedding ([hidden_size]), on the delta of the token sampled with it.
   std::vector<float> embedding;
+  // The run of the request that produced it (schedule_request::attempt). A run the router has
+  // replaced may still have deltas on their way, from the very instance the new run went to
+  // (the only one left): the router drops those by this number.
+  uint32_t attempt = 0;
 
   bool finished() const { return finish != finish_reason::none; }
 };

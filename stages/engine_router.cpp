@@ -390,7 +390,10 @@ std::optional<engine_router::routed> engine_router::route(const schedule_request
     record.request = request;
     record.request.kv = {};
     record.streamed = request.resumed_output_ids;
+  } else {
+    ++record.attempt;  // run again (run_again): what the earlier run still sends is not this one's
   }
+  where.attempt = record.attempt;
   // A re-run left its old instances in run_again, so it is charged nowhere now.
   record.instance = where.instance;
   record.started = false;
@@ -449,6 +452,9 @@ token_batch engine_router::on_tokens(engine_instance_id from, token_batch batch)
     auto it = requests_.find(delta.request_id);
     if (it == requests_.end()) continue;
     request_record& record = it->second;
+    // An earlier run's delta, sent before the abort of that run reached its instance: this one
+    // is on its way from the same instance or another, and its tokens are not these.
+    if (delta.attempt != record.attempt) continue;
     const bool prefill_half = record.transfer_id != 0 && !record.handed_off;
     if (record.instance != from) {
       // The decode half ended the request before the hand-off: an abort reached it first (a

@@ -139,6 +139,7 @@ class engine_router {
     // `kv.transfer_id`. Send the request to both, with kv_for(role) set.
     std::optional<engine_instance_id> decode;
     uint64_t transfer_id = 0;
+    uint32_t attempt = 0;  // the run it is: set schedule_request::attempt to it for both halves
   };
   // Picks an instance for a new request (or a re-run one) at `now` and records it there; nullopt
   // when no instance takes requests (none, or all draining), or when the request is refused:
@@ -243,6 +244,7 @@ class engine_router {
     timestamp_ns routed_at = 0;  // when the pair was chosen: its wait for the decode half's blocks
     int transfer_attempts = 0;
     int64_t charged_tokens = 0;  // the prompt and streamed tokens when it was last charged
+    uint32_t attempt = 0;        // its current run: deltas of another are an earlier run's, dropped
   };
   struct instance_record {
     std::string node;

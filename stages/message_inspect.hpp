@@ -165,7 +165,7 @@ typename Inspector::result_type inspect(Inspector& f, token_delta& x) {
   request_metrics metrics = x.metrics.value_or(request_metrics{});
   return f(caf::meta::type_name("token_delta"), x.request_id, x.token_ids, x.logprobs, x.finish, x.handed_off,
            x.kv_transfer_id, has_metrics, metrics, x.stop, x.skip_special_tokens, exact_floats{x.embedding},
-           x.prompt_logprobs, caf::meta::load_callback([&]() -> caf::error {
+           x.prompt_logprobs, x.attempt, caf::meta::load_callback([&]() -> caf::error {
              if (has_metrics)
                x.metrics = metrics;
              else
@@ -188,7 +188,7 @@ typename Inspector::result_type inspect(Inspector& f, tokenize_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
   return f(caf::meta::type_name("schedule_request"), x.request_id, x.prompt_ids, x.sampling, x.priority, x.targets,
-           x.tokenize_ns, x.resumed_output_ids, x.kv);
+           x.tokenize_ns, x.resumed_output_ids, x.kv, x.attempt);
 }
 // A peer name comes from another node: bounded before anyone keys a communicator by it.
 inline caf::error check_kv_peer(const char* message, const std::string& peer) {

@@ -52,6 +52,10 @@ struct schedule_request {
   std::vector<int32_t> resumed_output_ids;
   // Its half of a disaggregated pair, when the router split it (engine/kv_handoff.hpp).
   kv_handoff kv;
+  // Which run of the request this is: the router counts them (0 the first, one more each time it
+  // runs it again) and the scheduler stamps it on every delta, so that the router can drop what
+  // an earlier run still sends (engine/token_delta.hpp).
+  uint32_t attempt = 0;
 };
 
 // -- prefill/decode disaggregation (docs/design/cluster.md) ------------------------------------------

@@ -123,6 +123,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
       return;
     }
     request.kv = {};
+    request.attempt = where->attempt;
     if (where->decode) {
       const caf::actor& decode = engines->at(*where->decode).scheduler;
       schedule_request receive = request;

@@ -26,6 +26,7 @@ scheduler_stage::scheduler_stage(const engine_config& config, std::vector<int32_
       pipeline_failover_wait_(pipeline_failover_wait) {}
 
 void scheduler_stage::emit(outputs& out, token_delta delta) {
+  if (auto it = timelines_.find(delta.request_id); it != timelines_.end()) delta.attempt = it->second.attempt;
   request_timeline timeline;
   if (delta.handed_off) {
     timelines_.erase(delta.request_id);
@@ -50,6 +51,7 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
   if (early_aborts_.erase(request.request_id)) {
     token_delta aborted;
     aborted.request_id = request.request_id;
+    aborted.attempt = request.attempt;
     aborted.finish = finish_reason::abort;
     request_metrics metrics;
     metrics.num_prompt_tokens = static_cast<int>(request.prompt_ids.size());
@@ -72,6 +74,7 @@ scheduler_stage::outputs scheduler_stage::add(schedule_request request) {
   tracked_timeline& tracked = timelines_[request.request_id];
   tracked.received = received;
   tracked.timeline.tokenize_ns = request.tokenize_ns;
+  tracked.attempt = request.attempt;
   plan_next(out);
   return out;
 }

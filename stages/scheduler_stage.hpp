@@ -80,6 +80,7 @@ class scheduler_stage {
     timestamp_ns received = 0;
     bool scheduled = false;  // queue_ns counts to the first admission, not to re-admissions
     request_timeline timeline;
+    uint32_t attempt = 0;  // the router's run of the request, stamped on its deltas
   };
 
   void plan_next(outputs& out);

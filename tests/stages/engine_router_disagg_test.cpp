@@ -35,10 +35,12 @@ token_delta handed_off(int64_t id, int32_t token, uint64_t transfer) {
   return d;
 }
 
-token_delta plain(int64_t id, int32_t token) {
+// A delta of the request's run `attempt` (routed::attempt: 0 its first, one more each re-run).
+token_delta plain(int64_t id, int32_t token, uint32_t attempt = 0) {
   token_delta d;
   d.request_id = id;
   d.token_ids = {token};
+  d.attempt = attempt;
   return d;
 }
 
@@ -95,9 +97,45 @@ TEST(engine_router_disagg, a_lost_decode_half_aborts_the_prefill_half_and_its_st
   EXPECT_FALSE(again->decode);
   // The first attempt's hand-off, sent before the abort reached it, is not this attempt's token.
   EXPECT_TRUE(router.on_tokens(p, batch(handed_off(1, 42, first->transfer_id))).deltas.empty());
-  const token_batch out = router.on_tokens(p, batch(plain(1, 42)));
+  const token_batch out = router.on_tokens(p, batch(plain(1, 42, again->attempt)));
   ASSERT_EQ(out.deltas.size(), 1u);
   EXPECT_TRUE(router.take_commands().handovers.empty());
+}
+
+// The prefill half is lost after its hand-off but before the decode half has the whole KV: the
+// decode half is aborted and the request runs again whole on the decode instance, the only one
+// left. What the aborted decode half sent before the abort reached it comes from that same
+// instance; its tokens are not the new run's (which continues from the tokens the router had),
+// and forwarding them repeated text to the client (disagg_failover_e2e, once in a CI run).
+TEST(engine_router_disagg, a_re_run_on_the_aborted_halfs_instance_drops_what_that_half_still_sends) {
+  engine_router router(4);
+  const auto p = router.add_instance("p", engine_role::prefill);
+  const auto d = router.add_instance("d", engine_role::decode);
+  const auto first = router.route(request(1));
+  ASSERT_TRUE(first && first->decode);
+  EXPECT_EQ(first->attempt, 0u);
+  ASSERT_TRUE(router.on_kv_ready(d, kv_ready_msg{1, first->transfer_id, "tcp://x:1", ""}));
+  router.on_tokens(p, batch(handed_off(1, 42, first->transfer_id)));
+  EXPECT_EQ(router.instance_of(1), d);
+  (void)router.take_commands();
+
+  const std::vector<schedule_request> reruns = router.remove_instance(p);
+  ASSERT_EQ(reruns.size(), 1u) << "its KV had not landed";
+  EXPECT_EQ(reruns[0].resumed_output_ids, (std::vector<int32_t>{42}));
+  const router_commands commands = router.take_commands();
+  ASSERT_EQ(commands.aborts.size(), 1u);
+  EXPECT_EQ(commands.aborts[0], std::make_pair(d, int64_t{1}));
+  const auto again = router.route(reruns[0]);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->instance, d);
+  EXPECT_FALSE(again->decode);
+  EXPECT_EQ(again->attempt, 1u);
+
+  // The aborted half's late tokens, from the instance the request now runs on, are dropped.
+  EXPECT_TRUE(router.on_tokens(d, batch(plain(1, 43, first->attempt))).deltas.empty());
+  const token_batch out = router.on_tokens(d, batch(plain(1, 43, again->attempt)));
+  ASSERT_EQ(out.deltas.size(), 1u);
+  EXPECT_EQ(out.deltas[0].token_ids, (std::vector<int32_t>{43}));
 }
 
 // A client's abort reaches both halves; the decode half may end the request (finish abort)

@@ -26,11 +26,13 @@ std::vector<int32_t> prompt_of(int first, int length) {
   return ids;
 }
 
-token_delta delta(int64_t id, std::vector<int32_t> tokens, bool finished = false) {
+// A delta of the request's run `attempt` (routed::attempt: 0 its first, one more each re-run).
+token_delta delta(int64_t id, std::vector<int32_t> tokens, bool finished = false, uint32_t attempt = 0) {
   token_delta d;
   d.request_id = id;
   d.token_ids = std::move(tokens);
   if (finished) d.finish = finish_reason::length;
+  d.attempt = attempt;
   return d;
 }
 
@@ -204,7 +206,8 @@ TEST(engine_router, records_the_stream_and_hands_back_re_runs_when_an_instance_i
   EXPECT_EQ(router.instance_of(1), kept);
   // A late batch of the lost instance changes nothing; the new one's tokens continue the stream.
   EXPECT_TRUE(router.on_tokens(lost, batch({delta(1, {50})})).deltas.empty());
-  router.on_tokens(kept, batch({delta(1, {14})}));
+  EXPECT_EQ(again->attempt, 1u) << "its second run";
+  router.on_tokens(kept, batch({delta(1, {14}, false, again->attempt)}));
   reruns = router.remove_instance(kept);
   ASSERT_EQ(reruns.size(), 2u);
   EXPECT_EQ(reruns[0].request_id, 1) << "oldest first";
@@ -324,13 +327,16 @@ TEST(engine_router_failover_wait, requests_of_the_last_lost_instance_and_new_one
   EXPECT_EQ(commands.reruns[0].resumed_output_ids, (std::vector<int32_t>{7, 8})) << "what the client already has";
   EXPECT_EQ(commands.reruns[1].request_id, 2);
   EXPECT_TRUE(commands.reruns[1].resumed_output_ids.empty());
+  std::vector<uint32_t> attempts;
   for (const schedule_request& again : commands.reruns) {
     const auto where = router.route(again);
     ASSERT_TRUE(where);
     EXPECT_EQ(where->instance, back);
+    attempts.push_back(where->attempt);
   }
+  EXPECT_EQ(attempts, (std::vector<uint32_t>{1, 0})) << "request 1 runs a second time, request 2 a first";
   // The re-run's stream goes on where it was: tokens from the new instance follow 7, 8.
-  const token_batch out = router.on_tokens(back, batch({delta(1, {9}, true), delta(2, {3})}));
+  const token_batch out = router.on_tokens(back, batch({delta(1, {9}, true, 1), delta(2, {3})}));
   ASSERT_EQ(out.deltas.size(), 2u);
   EXPECT_EQ(router.num_requests(), 1u) << "request 1 finished, request 2 runs";
   router.expire_waiting(2000 * ms);

@@ -132,6 +132,7 @@ token_delta full_delta() {
   d.skip_special_tokens = false;
   d.embedding = {0.25f, -1.5f};
   d.prompt_logprobs = {full_prompt_logprob(), full_prompt_logprob()};
+  d.attempt = 3;
   return d;
 }
 
@@ -166,6 +167,7 @@ std::vector<schedule_request> samples(of<schedule_request>) {
   r.tokenize_ns = 2000;
   r.resumed_output_ids = {7, 8};
   r.kv = kv_handoff{kv_role::receive, 0x1234567890ull, "<prefill KV agent> 17@0123abcd#4711"};
+  r.attempt = 2;
   return {r};
 }
 
@@ -468,6 +470,7 @@ void expect_same(const token_delta& a, const token_delta& b) {
   EXPECT_EQ(a.skip_special_tokens, b.skip_special_tokens);
   EXPECT_EQ(a.embedding, b.embedding);
   expect_same_list(a.prompt_logprobs, b.prompt_logprobs);
+  EXPECT_EQ(a.attempt, b.attempt);
 }
 
 void expect_same(const tokenize_request& a, const tokenize_request& b) {
@@ -496,6 +499,7 @@ void expect_same(const schedule_request& a, const schedule_request& b) {
   EXPECT_EQ(a.kv.role, b.kv.role);
   EXPECT_EQ(a.kv.transfer_id, b.kv.transfer_id);
   EXPECT_EQ(a.kv.peer, b.kv.peer);
+  EXPECT_EQ(a.attempt, b.attempt);
 }
 
 void expect_same(const kv_handoff& a, const kv_handoff& b) {

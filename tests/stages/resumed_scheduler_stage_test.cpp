@@ -91,6 +91,22 @@ TEST_P(resumed_scheduler_stage, continues_the_undisturbed_stream_beside_a_fresh_
   }
 }
 
+// Every delta of a run carries the run's number from its schedule_request (the router drops an
+// earlier run's deltas by it), the resumed run's and the fresh request's alike.
+TEST_P(resumed_scheduler_stage, stamps_every_delta_with_the_run_it_belongs_to) {
+  stage_on_stories stage(GetParam());
+  schedule_request resumed = story_request(1, story_prompt, {story_prompt[1], story_prompt[2]});
+  resumed.attempt = 2;
+  ASSERT_TRUE(stage.add(std::move(resumed)).empty());
+  ASSERT_TRUE(stage.add(story_request(2, other_prompt)).empty());
+  stage.run();
+  ASSERT_FALSE(stage.outcomes[1].attempts.empty());
+  for (uint32_t attempt : stage.outcomes[1].attempts) EXPECT_EQ(attempt, 2u);
+  ASSERT_FALSE(stage.outcomes[2].attempts.empty());
+  for (uint32_t attempt : stage.outcomes[2].attempts) EXPECT_EQ(attempt, 0u);
+  EXPECT_EQ(stage.outcomes[1].finish, finish_reason::length);
+}
+
 TEST_P(resumed_scheduler_stage, refuses_a_resumed_request_that_has_already_finished_and_keeps_serving) {
   stage_on_stories node(GetParam());
   schedule_request finished = story_request(3, story_prompt, std::vector<int32_t>(20, 300));

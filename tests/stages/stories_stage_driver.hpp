@@ -25,6 +25,7 @@ namespace troupe::test {
 struct stage_request_outcome {
   std::vector<int32_t> tokens;
   std::vector<std::vector<std::string>> stops;  // each delta's stop strings
+  std::vector<uint32_t> attempts;               // each delta's run of the request
   finish_reason finish = finish_reason::none;
   std::optional<request_metrics> metrics;
   std::vector<request_failed> failures;
@@ -115,6 +116,7 @@ class stories_stage_driver {
       EXPECT_EQ(o.finish, finish_reason::none) << "request " << d.request_id << " got a delta after its final";
       o.tokens.insert(o.tokens.end(), d.token_ids.begin(), d.token_ids.end());
       o.stops.push_back(d.stop);
+      o.attempts.push_back(d.attempt);
       if (d.finished()) {
         o.finish = d.finish;
         o.metrics = d.metrics;
