@@ -379,6 +379,7 @@ inline outcome run_over_http(const controller_process& server, const generate_re
                          {"temperature", request.sampling.temperature},
                          {"stream", request.stream}};
   if (request.sampling.seed) body["seed"] = *request.sampling.seed;
+  if (!request.sampling.logits_plugins.empty()) body["plugins"] = request.sampling.logits_plugins;
   if (request.sampling.num_speculative_tokens >= 0)
     body["num_speculative_tokens"] = request.sampling.num_speculative_tokens;
   if (request.stream) body["stream_options"] = {{"include_usage", true}};

@@ -1,9 +1,10 @@
-// Plugins on another node of a launched topology (issue 28): the tokenizers and the detokenizer on
+// Plugins on other nodes of a launched topology (issue 28): the tokenizers and the detokenizer on
 // node "front", the engine on node "engine", `troupe launch` starting both. The request hook
 // (the token quota) runs in the tokenizers on front, the output hook (the PII redactor) in the
-// detokenizer on front, each loaded there from the stage's spec. 16 greedy streams, half over
-// ZeroMQ and half over HTTP, answer as a colocated server with the same plugins does; /metrics
-// shows the hooks' calls on front. Then kill -9 of front mid-stream: its stages are placed on the
+// detokenizer on front, the logits hook (banned phrases, named by half the requests) in the
+// worker on engine, each loaded there from its stage's spec. 16 greedy streams, half over ZeroMQ
+// and half over HTTP, answer as a colocated server with the same plugins does; /metrics shows
+// the hooks' calls on their nodes. Then kill -9 of front mid-stream: its stages are placed on the
 // controller, each stream goes on and completes with the colocated server's text — the
 // redactor's state for a stream (the held-back start of the word it hides) is rebuilt by the new
 // detokenizer, so no word leaks and no held text is lost.
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "tests/e2e/cluster_fixture.hpp"
+#include "text/tokenizer.hpp"
 #include "tests/scratch_dir.hpp"
 
 namespace troupe::test::cluster {
@@ -38,12 +40,21 @@ std::string example_plugin(const std::string& name) {
   return std::string(TROUPE_BINARY_DIR) + "/plugins/libtroupe_" + name + ".so";
 }
 
-// The quota (large: it only counts here) and the redactor, hiding "Lily".
+// The phrase the logits plugin bans, as token ids (what /tokenize gives a user).
+std::string banned_phrase_ids() {
+  const std::vector<int32_t> ids = tokenizer::from_directory(stories_dir).encode("named Lily", false);
+  std::string list = "[";
+  for (size_t i = 0; i < ids.size(); ++i) list += (i ? ", " : "") + std::to_string(ids[i]);
+  return list + "]";
+}
+
+// The quota (large: it only counts here), the redactor, hiding "Lily", and the banned phrase.
 std::string plugins_toml() {
   return "[[plugins]]\nlibrary = \"" + example_plugin("token_quota") +
          "\"\nconfig = { tokens_per_key = 1000000, anonymous = true }\n"
          "[[plugins]]\nlibrary = \"" +
-         example_plugin("pii_redactor") + "\"\nconfig = { word = \"Lily\" }\n";
+         example_plugin("pii_redactor") + "\"\nconfig = { word = \"Lily\" }\n" + "[[plugins]]\nlibrary = \"" +
+         example_plugin("banned_phrases") + "\"\nconfig = { phrases = [" + banned_phrase_ids() + "] }\n";
 }
 
 // The value of the first `metric` line of `text` whose labels hold every one of `labels`; -1
@@ -66,22 +77,31 @@ class plugin_cluster_e2e : public ::testing::Test {
     TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
     make_credentials(dir_ / "certs", {"controller", "front", "engine"});
     mix_ = request_mix(16, prompts, 100, 200, true, 29);
-    for (mixed_request& m : mix_) {
-      m.request.sampling.temperature = 0.0f;
-      m.request.stream = true;
+    for (size_t i = 0; i < mix_.size(); ++i) {
+      mix_[i].request.sampling.temperature = 0.0f;
+      mix_[i].request.stream = true;
+      if (i % 2 == 1) mix_[i].request.sampling.logits_plugins = {"banned_phrases"};
     }
     topology_spec colocated;
     colocated.extra_toml = plugins_toml();
     controller_process reference(controller_process::kind::serve, colocated.write(dir_ / "colocated.toml"),
                                  dir_ / "colocated.log");
     expected_ = run_in_waves(reference, mix_, mix_.size());
-    size_t num_redacted = 0;
-    for (const outcome& o : expected_) {
+    size_t num_redacted = 0, num_with_phrase = 0;
+    for (size_t i = 0; i < expected_.size(); ++i) {
+      const outcome& o = expected_[i];
       ASSERT_EQ(o.error, "") << "reference: " << o;
       EXPECT_EQ(o.text.find("Lily"), std::string::npos) << "the colocated redactor let the word through: " << o;
       num_redacted += o.text.find("[redacted]") != std::string::npos;
+      // "named Lily", redacted: never in a request that names the banned phrase.
+      const bool has_phrase = o.text.find("named [redacted]") != std::string::npos;
+      if (i % 2 == 1) {
+        EXPECT_FALSE(has_phrase) << "request " << i << " names the banned phrase: " << o;
+      }
+      num_with_phrase += has_phrase;
     }
     ASSERT_GT(num_redacted, 4u) << "too few streams meet the redactor's word to test it";
+    ASSERT_GT(num_with_phrase, 0u) << "no stream that does not ban the phrase has it: the ban tests nothing";
   }
 
   // `troupe launch` of front (tokenizers, detokenizer) and engine, with the plugins.
@@ -109,7 +129,7 @@ class plugin_cluster_e2e : public ::testing::Test {
   std::vector<outcome> expected_;
 };
 
-TEST_F(plugin_cluster_e2e, request_and_output_hooks_run_on_the_node_of_their_stage_through_both_doors) {
+TEST_F(plugin_cluster_e2e, each_hook_runs_on_the_node_of_its_stage_through_both_doors) {
   controller_process cluster = launch("split");
   const std::vector<outcome> got = run_in_waves(cluster, mix_, 8);
   for (size_t i = 0; i < mix_.size(); ++i) {
@@ -122,6 +142,10 @@ TEST_F(plugin_cluster_e2e, request_and_output_hooks_run_on_the_node_of_their_sta
       << text;
   EXPECT_GT(
       metric_value(text, "troupe:plugin_calls_total", {"node=\"front\"", "stage=\"tokenizer\"", "hook=\"request\""}), 0)
+      << text;
+  EXPECT_GT(metric_value(text, "troupe:plugin_calls_total",
+                         {"node=\"engine\"", "stage=\"worker\"", "plugin=\"banned_phrases\"", "hook=\"logits\""}),
+            0)
       << text;
   EXPECT_LT(metric_value(text, "troupe:plugin_calls_total", {"node=\"controller\"", "hook=\"output\""}), 1) << text;
 }
