@@ -26,21 +26,20 @@ scheduler_stage::scheduler_stage(const engine_config& config, std::vector<int32_
       pipeline_failover_wait_(pipeline_failover_wait) {}
 
 void scheduler_stage::emit(outputs& out, token_delta delta) {
-  if (auto it = timelines_.find(delta.request_id); it != timelines_.end()) delta.attempt = it->second.attempt;
+  // One lookup per delta: the run it belongs to, and on its last delta here its timeline.
+  const auto tracked = timelines_.find(delta.request_id);
+  if (tracked != timelines_.end()) delta.attempt = tracked->second.attempt;
   request_timeline timeline;
   if (delta.handed_off) {
-    timelines_.erase(delta.request_id);
+    if (tracked != timelines_.end()) timelines_.erase(tracked);
     if (handed_off_.insert(delta.request_id).second) handed_off_order_.push_back(delta.request_id);
     while (handed_off_order_.size() > max_handed_off) {
       handed_off_.erase(handed_off_order_.front());
       handed_off_order_.pop_front();
     }
-  } else if (delta.finished()) {
-    auto it = timelines_.find(delta.request_id);
-    if (it != timelines_.end()) {
-      timeline = it->second.timeline;
-      timelines_.erase(it);
-    }
+  } else if (delta.finished() && tracked != timelines_.end()) {
+    timeline = tracked->second.timeline;
+    timelines_.erase(tracked);
   }
   out.tokens.deltas.push_back(std::move(delta));
   out.tokens.timelines.push_back(timeline);

@@ -44,6 +44,26 @@ token_delta plain(int64_t id, int32_t token, uint32_t attempt = 0) {
   return d;
 }
 
+// `lost` goes: the request's one re-run, after the router aborted its half on `survivor`, routed
+// again, whole, on `survivor` (the only instance left).
+struct re_run {
+  schedule_request request;
+  engine_router::routed where;
+};
+re_run run_again_on(engine_router& router, engine_instance_id lost, engine_instance_id survivor) {
+  const std::vector<schedule_request> reruns = router.remove_instance(lost);
+  EXPECT_EQ(reruns.size(), 1u);
+  const router_commands commands = router.take_commands();
+  EXPECT_EQ(commands.aborts, (std::vector<std::pair<engine_instance_id, int64_t>>{{survivor, 1}}));
+  if (reruns.empty()) return {};
+  const auto again = router.route(reruns[0]);
+  EXPECT_TRUE(again);
+  if (!again) return {reruns[0], {}};
+  EXPECT_EQ(again->instance, survivor);
+  EXPECT_FALSE(again->decode);
+  return {reruns[0], *again};
+}
+
 TEST(engine_router_disagg, a_pair_prefills_hands_over_and_decodes) {
   engine_router router(4);
   const auto p = router.add_instance("p", engine_role::prefill);
@@ -85,19 +105,12 @@ TEST(engine_router_disagg, a_lost_decode_half_aborts_the_prefill_half_and_its_st
   const auto d = router.add_instance("d", engine_role::decode);
   const auto first = router.route(request(1));
   ASSERT_TRUE(first && first->decode);
-  const std::vector<schedule_request> reruns = router.remove_instance(d);
-  ASSERT_EQ(reruns.size(), 1u);
-  router_commands commands = router.take_commands();
-  ASSERT_EQ(commands.aborts.size(), 1u);
-  EXPECT_EQ(commands.aborts[0], std::make_pair(p, int64_t{1}));
   // Run again: only the prefill instance is left, so it computes the request whole.
-  const auto again = router.route(reruns[0]);
-  ASSERT_TRUE(again);
-  EXPECT_EQ(again->instance, p);
-  EXPECT_FALSE(again->decode);
+  const re_run again = run_again_on(router, d, p);
+  ASSERT_FALSE(HasFailure());
   // The first attempt's hand-off, sent before the abort reached it, is not this attempt's token.
   EXPECT_TRUE(router.on_tokens(p, batch(handed_off(1, 42, first->transfer_id))).deltas.empty());
-  const token_batch out = router.on_tokens(p, batch(plain(1, 42, again->attempt)));
+  const token_batch out = router.on_tokens(p, batch(plain(1, 42, again.where.attempt)));
   ASSERT_EQ(out.deltas.size(), 1u);
   EXPECT_TRUE(router.take_commands().handovers.empty());
 }
@@ -119,21 +132,15 @@ TEST(engine_router_disagg, a_re_run_on_the_aborted_halfs_instance_drops_what_tha
   EXPECT_EQ(router.instance_of(1), d);
   (void)router.take_commands();
 
-  const std::vector<schedule_request> reruns = router.remove_instance(p);
-  ASSERT_EQ(reruns.size(), 1u) << "its KV had not landed";
-  EXPECT_EQ(reruns[0].resumed_output_ids, (std::vector<int32_t>{42}));
-  const router_commands commands = router.take_commands();
-  ASSERT_EQ(commands.aborts.size(), 1u);
-  EXPECT_EQ(commands.aborts[0], std::make_pair(d, int64_t{1}));
-  const auto again = router.route(reruns[0]);
-  ASSERT_TRUE(again);
-  EXPECT_EQ(again->instance, d);
-  EXPECT_FALSE(again->decode);
-  EXPECT_EQ(again->attempt, 1u);
+  // Its KV had not landed: it runs again, whole, on the decode instance.
+  const re_run again = run_again_on(router, p, d);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(again.request.resumed_output_ids, (std::vector<int32_t>{42}));
+  EXPECT_EQ(again.where.attempt, 1u);
 
   // The aborted half's late tokens, from the instance the request now runs on, are dropped.
   EXPECT_TRUE(router.on_tokens(d, batch(plain(1, 43, first->attempt))).deltas.empty());
-  const token_batch out = router.on_tokens(d, batch(plain(1, 43, again->attempt)));
+  const token_batch out = router.on_tokens(d, batch(plain(1, 43, again.where.attempt)));
   ASSERT_EQ(out.deltas.size(), 1u);
   EXPECT_EQ(out.deltas[0].token_ids, (std::vector<int32_t>{43}));
 }
