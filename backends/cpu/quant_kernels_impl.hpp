@@ -217,11 +217,12 @@ void multiply_rows(const tile_span& t, int64_t num_blocks, const act_block* x, i
 
 // Asks for the blocks of rows [0, rows) at byte offset `at` of each row (`bytes` of them): a
 // tile reads R strided streams a few hundred bytes at a time, which the hardware prefetchers do
-// not follow well, so the next chunk is requested while this one is multiplied.
+// not follow well, so the next chunk is requested while this one is multiplied, into L2 (as the
+// repacked kernels do; Q3_K_M decode of the 1.1 B model 1.06-1.09x against L1).
 inline void prefetch_chunk(const std::byte* w, size_t stride, int rows, size_t at, size_t bytes) {
   for (int r = 0; r < rows; ++r) {
     const std::byte* p = w + r * stride + at;
-    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
   }
 }
 
