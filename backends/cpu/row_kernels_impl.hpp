@@ -123,14 +123,16 @@ inline void dot_tile_rows(const float* x, int64_t ldx, const std::byte* w, size_
   // L2 at the same offset. A 2048-wide f16 row is one 4 KiB page, and the hardware prefetchers
   // stop at page boundaries: without this every row starts with a wait on memory, and short rows
   // stream at about half the rate of long ones (troupe_bench_quant, f16 5632x2048 vs 2048x5632).
-  // A prefetch never faults, so the last tile's, past the matrix, is harmless.
+  // Each 64-byte line is asked for once, as the step that reaches its start passes (a step is
+  // two lines of f32 on AVX-512, half a line of f16 on AVX2). A prefetch never faults, so the
+  // last tile's, past the matrix, is harmless.
   constexpr int64_t step_bytes = 2 * W * L::bytes;
   const char* next_tile = reinterpret_cast<const char*>(w) + R * row_stride;
   int64_t i = 0;
   for (; i + 2 * W <= k; i += 2 * W) {
-    for (int r = 0; r < R; ++r)
-      for (int64_t line = 0; line < step_bytes; line += 64)
-        __builtin_prefetch(next_tile + r * row_stride + i * L::bytes + line, 0, 2);
+    const int64_t at = i * L::bytes;
+    for (int64_t line = (at + 63) / 64 * 64; line < at + step_bytes; line += 64)
+      for (int r = 0; r < R; ++r) __builtin_prefetch(next_tile + r * row_stride + line, 0, 2);
     for (int u = 0; u < 2; ++u) {
       typename V::reg wv[R];
       for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * row_stride, i + u * W);
