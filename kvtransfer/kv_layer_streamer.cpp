@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace troupe {
 
 kv_layer_streamer::kv_layer_streamer(const model& m, kv_sender& sender, std::chrono::milliseconds timeout,
@@ -59,6 +61,9 @@ bool kv_layer_streamer::prepare(const step_plan& plan, const std::vector<const s
         e.state->broken = true;
         continue;
       }
+      // The decode side counts its deadline from the reservation this destination comes from;
+      // so do the copies (kv_sender does the same for its frames at the ready).
+      e.state->deadline = std::max(e.state->deadline, std::chrono::steady_clock::now() + timeout_);
     }
     step_.push_back(e);
   }

@@ -48,9 +48,10 @@ struct kv_device_path {
 
 class kv_layer_streamer final : public kv_layer_sink {
  public:
-  // `m` and `sender` must outlive this. A transfer that has not been sent whole `timeout` after
-  // it started is dropped by the sender (the receiver's own deadline fails it there). `device`
-  // set: the KV goes device to device and the frames are in place.
+  // `m` and `sender` must outlive this. A transfer whose destination is not known `timeout`
+  // after it started, or that has not been sent whole `timeout` after its destination came, is
+  // dropped by the sender (the receiver's own deadline fails it there). `device` set: the KV goes
+  // device to device and the frames are in place.
   kv_layer_streamer(const model& m, kv_sender& sender, std::chrono::milliseconds timeout, kv_device_path device = {});
 
   // A plan entry started request `request_id` on the worker with a send transfer (again, after a
@@ -77,7 +78,7 @@ class kv_layer_streamer final : public kv_layer_sink {
     int32_t num_tokens_sent = 0;  // every layer holds tokens [0, this) on the sender's queue
     bool last_chunk_sent = false;
     bool broken = false;                             // the sender refused a frame: nothing more is sent for it
-    std::chrono::steady_clock::time_point deadline;  // the sender's, for the wait on a device destination
+    std::chrono::steady_clock::time_point deadline;  // the wait on a device destination's, then the copies'
     std::optional<kv_device_destination> peer;       // the device path's, once taken
   };
   struct step_entry {

@@ -100,6 +100,8 @@ class kv_sender::impl {
       auto [it, inserted] = transfers_.try_emplace(transfer_id);
       if (!inserted) throw std::invalid_argument(transfer_name(transfer_id) + " is already open");
       it->second.deadline = deadline;
+      it->second.window =
+          std::max(std::chrono::steady_clock::duration::zero(), deadline - std::chrono::steady_clock::now());
       if (auto early = early_ready_.find(transfer_id); early != early_ready_.end()) {
         it->second.to = std::move(early->second);
         early_ready_.erase(early);
@@ -151,7 +153,12 @@ class kv_sender::impl {
       destination to{std::move(endpoint), std::move(server_public_key)};
       auto it = transfers_.find(transfer_id);
       if (it != transfers_.end()) {
-        if (!it->second.to) it->second.to = std::move(to);
+        if (!it->second.to) {
+          it->second.to = std::move(to);
+          // The decode side reserved its blocks just now and counts its own deadline from there:
+          // the frames get the whole window from this moment too, however long the reservation took.
+          it->second.deadline = std::max(it->second.deadline, std::chrono::steady_clock::now() + it->second.window);
+        }
       } else if (early_ready_.try_emplace(transfer_id, std::move(to)).second) {
         early_order_.push_back(transfer_id);
         while (early_order_.size() > max_early_ready) {
@@ -196,7 +203,8 @@ class kv_sender::impl {
  private:
   struct transfer {
     std::chrono::steady_clock::time_point deadline;
-    std::deque<queued_frame> frames;  // FIFO: sent in the order queued
+    std::chrono::steady_clock::duration window{};  // open()'s deadline less the time it was opened
+    std::deque<queued_frame> frames;               // FIFO: sent in the order queued
     std::optional<destination> to;
     bool finished = false;   // its last frame is queued
     bool in_flight = false;  // the thread is handing one of its frames over now

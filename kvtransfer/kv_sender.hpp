@@ -5,9 +5,10 @@
 //
 // A transfer's frames may be queued before its destination is known (the decode instance has
 // not reserved its blocks yet): they wait, holding their memory, until ready() names the
-// destination or the transfer's deadline passes. That buffered memory is the prefill side's
-// lease: bounded per sender (max_buffered_bytes), released when the frames are handed to the
-// socket, when the transfer is cancelled, or at its deadline (then `failed` is called).
+// destination or the transfer's deadline passes (open() says how that deadline runs). That
+// buffered memory is the prefill side's lease: bounded per sender (max_buffered_bytes), released
+// when the frames are handed to the socket, when the transfer is cancelled, or at its deadline
+// (then `failed` is called).
 //
 // The payload buffers are recycled: a frame's buffer goes back to the sender's pool once its
 // bytes are on the socket (plain TCP), once ZeroMQ frees the message (after its I/O thread sent
@@ -57,7 +58,10 @@ class kv_sender {
   // Its contents are unspecified: the caller writes every byte. Every buffer send() takes, from
   // here or not, comes back to the pool once its bytes have left or its frame was dropped.
   std::vector<std::byte> take_buffer(size_t bytes);
-  // Opens a transfer that must be sent (ready + all frames) before `deadline`.
+  // Opens a transfer whose destination must be known (ready) before `deadline`. Its frames must
+  // then be sent within as long again, counted from the ready: the decode side counts its own
+  // deadline from the reservation the ready announces, so a reservation that came late (the
+  // decode side behind) does not leave the transfer only the rest of its first window.
   void open(uint64_t transfer_id, std::chrono::steady_clock::time_point deadline);
   // Queues one frame (header.payload_bytes == payload.size()) of an open transfer; frames of one
   // transfer are sent in the order queued. Returns false (and drops the frame) for a transfer

@@ -1,8 +1,11 @@
 // The sender's leases: frames wait for their destination holding memory, bounded by
-// max_buffered_bytes and released at the deadline, on cancel, or once handed over; a socket to a
-// peer that takes nothing is closed at the deadline with what ZeroMQ held for it.
+// max_buffered_bytes and released at the deadline, on cancel, or once handed over; a late
+// destination gives the frames the deadline's whole window again; a socket to a peer that takes
+// nothing is closed at the deadline with what ZeroMQ held for it.
 
 #include <gtest/gtest.h>
+
+#include <thread>
 
 #include "tests/kvtransfer/kv_plane_support.hpp"
 
@@ -29,6 +32,33 @@ TEST_F(kv_plane_test, frames_wait_for_ready_and_the_deadline_releases_them_with_
   EXPECT_FALSE(sender.send(late.header, std::move(late.payload)));  // closed
   EXPECT_TRUE(sender.wait_idle(5s));
   EXPECT_EQ(sent.count(7), 1u);
+}
+
+TEST_F(kv_plane_test, a_late_ready_gives_the_frames_the_whole_window_from_the_reservation) {
+  // The decode side reserves late (it was behind) and counts its deadline from the reservation;
+  // the prefill side must too, or the transfer fails at its first window's end with the
+  // reservation made and the frames on their way.
+  event_log received;
+  kv_receiver receiver(*b_, zmq_channel(), received.receiver_events());
+  event_log sent;
+  kv_sender sender(zmq_channel(), sent.sender_events());
+  sender.open(7, in(1000ms));
+  frame first = frame_of(7, 0, 1, 0, num_tokens);
+  ASSERT_TRUE(sender.send(first.header, std::move(first.payload)));
+  std::this_thread::sleep_for(600ms);
+  receiver.expect(expectation(7, 1000ms));
+  sender.ready(7, receiver.endpoint(), receiver.public_key());
+  std::this_thread::sleep_for(600ms);  // past open()'s deadline, inside the reservation's window
+  for (int layer = 1; layer < num_layers(); ++layer) {
+    frame f = frame_of(7, layer, 1, 0, num_tokens);
+    ASSERT_TRUE(sender.send(f.header, std::move(f.payload))) << "layer " << layer;
+  }
+  sender.finish(7);
+  const auto done = received.wait_for(7);
+  ASSERT_TRUE(done) << receiver.stats().last_refusal;
+  EXPECT_TRUE(done->completed) << done->why;
+  EXPECT_EQ(decode_on_b(), expected_);
+  EXPECT_EQ(sent.size(), 0u);
 }
 
 TEST_F(kv_plane_test, the_buffer_limit_fails_the_transfer_that_exceeds_it) {
