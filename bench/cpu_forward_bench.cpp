@@ -17,7 +17,8 @@
 //   --integer-kernels off: quantized weights through f32 conversions (the path before the integer
 //   kernels); --repack off: quantized weights read in their GGUF layout at every step, not
 //   repacked at load (backends/cpu/quant_repack.hpp); --gemm-min-rows N: where float weights switch from row dots to
-//   sgemm (was 8, now 32);
+//   sgemm; --float-rows-at-every-count on: float weights take the cache-blocked row dots from
+//   there on instead of sgemm (the server's --batch-invariant);
 //   --experts-side-by-side off: a mixture-of-experts layer's decode runs its experts one after
 //   another across all threads, not each whole on one thread (backends/cpu/moe_layer.hpp).
 //   --huge-pages off: weights that are not repacked read from the file's mapping (4 KiB pages), not
@@ -39,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/blas_core.hpp"
 #include "backends/backend_selection.hpp"
 #include "backends/cpu/cpu_model.hpp"
 #include "backends/cpu/huge_page_weights.hpp"
@@ -109,6 +111,7 @@ double dram_read_rate(int threads) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
   std::string dtype_arg = "f32", model_path, make_dir, tokenizer, streams_arg, kv_dtype_arg = "f16";
   int threads = 0, prompt = 512, decode = 64, reps = 3, context = 64, chunk = 2048, bandwidth = 0, warmup = 1;
   for (int i = 1; i < argc; ++i) {
@@ -145,6 +148,8 @@ int main(int argc, char** argv) try {
       troupe::cpu::moe_layer::set_experts_side_by_side(value != "off");
     else if (flag == "--gemm-min-rows")
       troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
+    else if (flag == "--float-rows-at-every-count")
+      troupe::cpu::set_matmul_float_rows_at_every_count(value != "off");
     else if (flag == "--chunk")
       chunk = std::stoi(value);
     else if (flag == "--kv-cache-dtype")

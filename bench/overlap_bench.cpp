@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "backends/cpu/blas_core.hpp"
 #include "backends/cpu/cpu_model.hpp"
 #include "engine/model_runner.hpp"
 #include "model/loader/model_loader.hpp"
@@ -131,6 +132,7 @@ run_figures run_once(model& m, const bench_settings& settings, bool async_schedu
 }  // namespace troupe
 
 int main(int argc, char** argv) try {
+  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
   using namespace troupe;
   std::string model_path = "../shared/models/stories260K/hf";
   bench_settings settings;

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/blas_core.hpp"
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "backends/cpu/thread_pool.hpp"
@@ -160,6 +161,7 @@ std::vector<dtype> parse_types(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
   std::string types_arg = "all", shape_arg = "4096x14336", rows_arg = "1,8,32,64", prompt_shape_arg = "4096x4096";
   int threads = 0, reps = 5, prompt = 512, probe_mib = 512;
   bool baseline = true;

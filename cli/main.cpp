@@ -7,6 +7,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "backends/cpu/blas_core.hpp"
 #include "cli/command_registry.hpp"
 #include "net/open_files.hpp"
 
@@ -18,6 +19,9 @@ std::vector<command_factory>& command_factories() {
 }  // namespace troupe::cli
 
 int main(int argc, char** argv) {
+  // Before anything else: OpenBLAS's kernels are chosen as the library loads, and a CPU it does
+  // not know gets SSE3 ones (backends/cpu/blas_core.hpp); this starts over with the right ones.
+  troupe::cpu::restart_with_fitting_blas_core(argv);
   // Logs go to stderr: stdout carries only a command's output (ids, generated text), so it can
   // be piped or compared.
   spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/blas_core.hpp"
 #include "backends/cpu/embedding.hpp"
 #include "backends/cpu/quant_repack.hpp"
 #include "backends/cpu/gated_activation.hpp"
@@ -155,10 +156,20 @@ class cpu_model final : public model {
   std::string backend_name() const override {
     const std::string stage = stage_.whole(config_.num_layers) ? "" : ", layers " + layer_range_text(stage_);
     return "cpu (" + std::string(cpu::simd_level_name(cpu::active_simd_level())) + ", " +
-           std::to_string(pool_.num_threads()) + " threads, KV " + std::string(dtype_name(kv_.element())) + stage + ")";
+           std::to_string(pool_.num_threads()) + " threads, KV " + std::string(dtype_name(kv_.element())) + stage +
+           ", " + blas_core_text() + ")";
   }
 
   dtype kv_dtype() const override { return kv_.element(); }
+
+  // The OpenBLAS kernels prompts run on, and what to do when they are below this CPU (a program
+  // that did not restart itself with cpu::restart_with_fitting_blas_core).
+  static std::string blas_core_text() {
+    const std::string core = cpu::blas_core_name();
+    const std::string better = cpu::better_blas_core(cpu::detected_simd_level(), core);
+    if (better.empty()) return "OpenBLAS " + core;
+    return "OpenBLAS " + core + ", below this CPU: set OPENBLAS_CORETYPE=" + better;
+  }
 
   void export_kv(std::span<const int32_t> block_ids, int first_layer, int num_layers, dtype element,
                  std::span<std::byte> out) const override {

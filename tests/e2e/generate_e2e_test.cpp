@@ -91,6 +91,18 @@ INSTANTIATE_TEST_SUITE_P(formats, generate_e2e, ::testing::Values("hf", "gguf/st
 // spdlog (which reports the error) may write to either stream.
 std::string all_output(const run_result& r) { return r.out + r.err; }
 
+TEST(generate_cli, the_prompt_runs_on_openblas_kernels_that_fit_the_cpu) {
+  // OpenBLAS gives a CPU its build does not know SSE3 kernels (backends/cpu/blas_core.hpp);
+  // troupe starts over with ones that fit, unless the user chose with OPENBLAS_CORETYPE.
+  if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
+  TROUPE_REQUIRE_SHARED_MODEL(stories_root / "refs.json");
+  const std::string args = " generate --model " + shell_quote(stories_dir) + " --prompt Zoo --max-tokens 2 --threads 1";
+  run_result r = run_command("env -u OPENBLAS_CORETYPE " + shell_quote(troupe_binary.string()) + args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(", OpenBLAS "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("below this CPU"), std::string::npos) << r.err;
+}
+
 TEST(generate_cli, refuses_bad_usage_with_a_message) {
   if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
   const std::string model = "--model " + shell_quote(stories_dir);
