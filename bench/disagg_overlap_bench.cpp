@@ -25,6 +25,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "backends/cpu/blas_core.hpp"
 #include "bench/bench_support.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/served_model.hpp"
@@ -115,6 +116,7 @@ step_plan decode_plan(int64_t id, int32_t token, int context, int block_size, ui
 }  // namespace
 
 int main(int argc, char** argv) {
+  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
   CLI::App app{"KV transfer overlap: how much of it the layer-wise stream hides behind prefill compute"};
   std::string model_path;
   int prompt_len = 2048;

@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/blas_core.hpp"
 #include "backends/cpu/cpu_model.hpp"
 #include "kvtransfer/kv_receiver.hpp"
 #include "kvtransfer/kv_sender.hpp"
@@ -382,6 +383,7 @@ std::vector<size_t> parse_sizes(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
   std::vector<size_t> sizes = {16, 64, 256};
   int reps = 5;
   for (int i = 1; i < argc; ++i) {

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/blas_core.hpp"
 #include "bench/bench_support.hpp"
 #include "bench/timed_model.hpp"
 #include "backends/cpu/cpu_model.hpp"
@@ -236,6 +237,7 @@ int run(int argc, char** argv) {
 }  // namespace troupe
 
 int main(int argc, char** argv) {
+  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
   try {
     return troupe::run(argc, argv);
   } catch (const std::exception& e) {

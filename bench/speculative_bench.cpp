@@ -44,6 +44,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "backends/cpu/blas_core.hpp"
 #include "backends/cpu/cpu_model.hpp"
 #include "bench/bench_support.hpp"
 #include "bench/timed_model.hpp"
@@ -663,6 +664,7 @@ void print_projection(const std::vector<engine_row>& rows, const step_costs& cos
 }  // namespace troupe
 
 int main(int argc, char** argv) try {
+  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
   using namespace troupe;
   CLI::App app{"speculative decoding (n-gram drafts) against plain decoding, and the cost of verification"};
   std::string model_path = TROUPE_SHARED_DIR "/models/stories260K/hf";
