@@ -17,53 +17,10 @@
 
 #include "tests/e2e/e2e_support.hpp"
 #include "tests/e2e/serve_process.hpp"
+#include "tests/e2e/stage_process.hpp"
 
 namespace troupe::test {
 namespace {
-
-// `troupe stage` on stories260K (or `model`) holding `layers`, on a port of its own choosing
-// (read from its log); stopped when it goes out of scope.
-class stage_process {
- public:
-  explicit stage_process(const std::string& layers, const std::string& model = stories_dir,
-                         std::vector<std::string> extra_args = {})
-      : log_path_(std::filesystem::temp_directory_path() /
-                  ("troupe_stage_" + std::to_string(::getpid()) + "_" + layers + ".log")) {
-    std::vector<std::string> args = {
-        troupe_binary.string(), "stage", "--model", model, "--layers", layers, "--threads", "1", "--log-level", "info"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    process_.emplace(std::move(args), log_path_);
-    static const std::regex listening(
-        R"(listening on ((?:kvtcp://127\.0\.0\.1:[0-9]+|curve://127\.0\.0\.1:[0-9]+/\S{40})))");
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    for (int i = 0; i < 3000 && process_->alive() && std::chrono::steady_clock::now() < deadline; ++i) {
-      std::smatch m;
-      const std::string log = read_file(log_path_);
-      if (std::regex_search(log, m, listening)) {
-        endpoint_ = m[1];
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    const std::string log = read_file(log_path_);
-    process_->stop();
-    throw std::runtime_error("troupe stage " + layers + " did not come up; its log:\n" + log);
-  }
-  ~stage_process() {
-    process_->stop();
-    std::error_code ignored;
-    std::filesystem::remove(log_path_, ignored);
-  }
-
-  // What --pipeline-stage takes: ENDPOINT@LAYERS.
-  std::string argument(const std::string& layers) const { return endpoint_ + "@" + layers; }
-  void kill_now() { ::kill(process_->pid(), SIGKILL); }
-
- private:
-  std::filesystem::path log_path_;
-  std::optional<child_process> process_;
-  std::string endpoint_;
-};
 
 // Twelve greedy requests at once: the references' prompts and more, prompts sharing prefixes.
 std::vector<generate_request> requests() {
