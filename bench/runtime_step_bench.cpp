@@ -294,7 +294,7 @@ int main(int argc, char** argv) try {
   caf::actor_system system(cfg);
   auto worker = system.spawn<caf::detached>(troupe::worker_actor, served, troupe::worker_kv_settings{},
                                             troupe::worker_drafts{}, std::shared_ptr<troupe::plugin_chain>{});
-  caf::actor kv_agent;  // the scheduler needs its worker's KV agent (unused: no disaggregation here)
+  troupe::kv_agent_handle kv_agent;  // the scheduler needs its worker's KV agent (unused: no disaggregation here)
   {
     caf::scoped_actor asker(system);
     asker->request(worker, caf::infinite, troupe::describe_atom::value)
@@ -308,11 +308,17 @@ int main(int argc, char** argv) try {
       auto done = std::make_shared<std::promise<run_outcome>>();
       auto finished = done->get_future();
       auto sink = system.spawn(sink_actor, num_seqs, done);
+      // The sink stands in for the doors' actor: it takes the text batches and refusals the
+      // detokenizer sends (the only messages it sends there).
       auto detokenizer =
-          system.spawn(troupe::detokenizer_actor, std::make_shared<troupe::detokenize_stage>(*served->tok), sink);
-      // No router: one instance, token batches straight to the detokenizer (nothing is refused here).
-      auto scheduler = system.spawn(troupe::scheduler_actor, config, std::vector<int32_t>{}, worker, detokenizer,
-                                    kv_agent, std::chrono::milliseconds(10000), std::chrono::milliseconds(30000));
+          system.spawn(troupe::detokenizer_actor, std::make_shared<troupe::detokenize_stage>(*served->tok),
+                       caf::actor_cast<troupe::frontend_handle>(sink));
+      // No router: one instance, token batches straight to the detokenizer, which stands in for
+      // the router (nothing is refused here and there is no KV plane, so token batches are all the
+      // scheduler sends it).
+      auto scheduler = system.spawn(troupe::scheduler_actor, config, std::vector<int32_t>{}, worker,
+                                    caf::actor_cast<troupe::router_handle>(detokenizer), kv_agent,
+                                    std::chrono::milliseconds(10000), std::chrono::milliseconds(30000));
       timing->take_records();
       for (int s = 0; s < num_seqs; ++s) {
         troupe::schedule_request r;
@@ -335,7 +341,9 @@ int main(int argc, char** argv) try {
       }
       // The worker's last forward happened before the last token reached the sink.
       auto records = timing->take_records();
-      for (auto& a : {sink, detokenizer, scheduler}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      for (auto& a : {sink, caf::actor_cast<caf::actor>(detokenizer), caf::actor_cast<caf::actor>(scheduler)}) {
+        caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      }
       if (rep == 0) continue;
       if (auto figures = figures_of(records, num_seqs)) {
         runs.push_back(*figures);

@@ -17,7 +17,7 @@ constexpr size_t max_counted_requests = 65536;
 
 }  // namespace
 
-caf::behavior door_actor(caf::event_based_actor* self, reply_router* router) {
+frontend_handle::behavior_type door_actor(frontend_handle::pointer self, reply_router* router) {
   // Output tokens sent to each running request's client; a request leaves at its end.
   auto delivered = std::make_shared<std::unordered_map<int64_t, int32_t>>();
   return instrumented(self, "frontend",

@@ -7,13 +7,12 @@
 // had the request's end): what a detokenizer placed in place of a lost one resumes from
 // (stages/detokenizer_ledger.hpp).
 
-#include <caf/behavior.hpp>
-#include <caf/event_based_actor.hpp>
+#include "stages/stage_interfaces.hpp"
 
 namespace troupe {
 
 class reply_router;
 
-caf::behavior door_actor(caf::event_based_actor* self, reply_router* router);
+frontend_handle::behavior_type door_actor(frontend_handle::pointer self, reply_router* router);
 
 }  // namespace troupe

@@ -27,7 +27,7 @@ constexpr std::chrono::milliseconds node_inspect_timeout{500};
 constexpr std::chrono::milliseconds cluster_inspect_timeout{1500};
 
 // Detached: placing an instance blocks while the node loads the model.
-caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, caf::actor router,
+caf::behavior admin_actor(caf::event_based_actor* self, engine_placer* placer, router_handle router,
                           std::function<void()> on_added, caf::actor inspector, int max_added) {
   self->link_to(inspector);  // the cluster's inspector goes with the door
   // The instances this door added and has not drained: each holds a model and a KV pool on its
@@ -100,7 +100,7 @@ caf::actor spawn_cluster_inspector(caf::actor_system& system, const topology& t)
   return system.spawn(cluster_inspector_actor, &t, std::move(local), cluster_inspect_timeout);
 }
 
-caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router,
+caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, router_handle router,
                            std::function<void()> on_added, caf::actor inspector) {
   remote_node_options where;
   parse_listen_address(t.cluster.admin_listen, where);

@@ -36,7 +36,7 @@ using scale_add_atom = caf::atom_constant<caf::atom("scaleadd")>;
 // door answers `troupe inspect` from it and /metrics renders its per-actor gauges.
 caf::actor spawn_cluster_inspector(caf::actor_system& system, const topology& t);
 
-caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, caf::actor router,
+caf::actor open_admin_door(caf::actor_system& system, const topology& t, engine_placer* placer, router_handle router,
                            std::function<void()> on_added, caf::actor inspector);
 
 }  // namespace troupe

@@ -25,7 +25,7 @@ void engine_placer::stop() {
   if (keeper_.joinable()) keeper_.join();
 }
 
-scheduler_spec engine_placer::scheduler_for(const worker_description& description, caf::actor worker) const {
+scheduler_spec engine_placer::scheduler_for(const worker_description& description, worker_handle worker) const {
   // The worker's own pool and limits, the topology's budgets.
   engine_config config = description.config;
   config.max_num_batched_tokens = topology_.max_num_batched_tokens;
@@ -74,12 +74,12 @@ placed_engine engine_placer::place(const std::string& node, engine_role role) {
   } else {
     const node_address* address = topology_.find_node(node);
     if (!address) throw std::runtime_error("no node named '" + node + "' in the topology's [[nodes]]");
-    placed.worker = link_.spawn(*address, "worker", caf::make_message(worker_for(node)), &stopping_);
+    placed.worker = link_.spawn<worker_handle>(*address, "worker", caf::make_message(worker_for(node)), &stopping_);
     try {
       placed.description =
           link_.ask<worker_description>(placed.worker, "the worker on node " + node, describe_atom::value);
-      placed.scheduler = link_.spawn(*address, "scheduler",
-                                     caf::make_message(scheduler_for(placed.description, placed.worker)), &stopping_);
+      placed.scheduler = link_.spawn<scheduler_handle>(
+          *address, "scheduler", caf::make_message(scheduler_for(placed.description, placed.worker)), &stopping_);
     } catch (...) {
       caf::anon_send_exit(placed.worker, caf::exit_reason::user_shutdown);
       throw;

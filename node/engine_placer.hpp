@@ -33,8 +33,8 @@ struct placed_engine {
   std::string node;
   engine_role role = engine_role::mixed;
   worker_description description;
-  caf::actor worker;
-  caf::actor scheduler;
+  worker_handle worker;
+  scheduler_handle scheduler;
   std::shared_ptr<const served_model> local_model;  // set when it runs on the controller
 };
 
@@ -47,7 +47,7 @@ class engine_placer {
   engine_placer& operator=(const engine_placer&) = delete;
 
   // The router new instances join; set once, before the first place().
-  void set_router(caf::actor router) { router_ = std::move(router); }
+  void set_router(router_handle router) { router_ = std::move(router); }
   // The controller's own KV channel keys (its workers' CURVE identity); empty without credentials.
   void set_local_kv_keys(kv_channel_keys keys) { local_kv_keys_ = std::move(keys); }
 
@@ -72,13 +72,13 @@ class engine_placer {
 
  private:
   void keep();
-  scheduler_spec scheduler_for(const worker_description& description, caf::actor worker) const;
+  scheduler_spec scheduler_for(const worker_description& description, worker_handle worker) const;
   worker_spec worker_for(const std::string& node) const;
 
   caf::actor_system& system_;
   const topology& topology_;
   node_link link_;
-  caf::actor router_;
+  router_handle router_;
   kv_channel_keys local_kv_keys_;
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -77,10 +77,15 @@ class node_config : public caf::actor_system_config, public actor_stats_host {
 };
 
 // A stage and the node it runs on (the controller's own name for this process).
+// A stage and the node it runs on; `Handle` is its interface (stages/stage_interfaces.hpp), or
+// caf::actor where only its life is watched.
+template <class Handle>
 struct placed_stage {
   std::string node;
-  caf::actor actor;
+  Handle actor;
 };
+using placed_tokenizer = placed_stage<tokenizer_handle>;
+using placed_detokenizer = placed_stage<detokenizer_handle>;
 
 // The doors' way into the actor system: anonymous sends from the ZeroMQ thread and from the
 // HTTP connection threads.
@@ -92,7 +97,7 @@ class actor_downstream : public door_downstream {
       router->route(request_failed{request.request_id, error_code::internal, out_of_service_message()});
       return;
     }
-    caf::actor tokenizer;
+    tokenizer_handle tokenizer;
     {
       std::lock_guard lock(tokenizers_mutex);
       if (!tokenizers.empty()) tokenizer = tokenizers[next_tokenizer_index++ % tokenizers.size()].actor;
@@ -101,7 +106,7 @@ class actor_downstream : public door_downstream {
     // No tokenizer only while a lost one is being replaced: the request waits in the kept ones.
     if (tokenizer) caf::anon_send(tokenizer, std::move(request));
   }
-  void set_tokenizers(std::vector<placed_stage> pool) {
+  void set_tokenizers(std::vector<placed_tokenizer> pool) {
     std::lock_guard lock(tokenizers_mutex);
     tokenizers = std::move(pool);
   }
@@ -110,13 +115,13 @@ class actor_downstream : public door_downstream {
   // tokenizers_mutex) until the router has it; a tokenizer lost with its node takes the requests
   // in its mailbox along, and these are sent again to the tokenizers left (resend_lost_tokenizations).
   struct kept_tokenization {
-    caf::actor tokenizer;  // where it went (null: nowhere yet)
+    tokenizer_handle tokenizer;  // where it went (null: nowhere yet)
     tokenize_request request;
   };
   bool keep_tokenizations = false;  // set once, before serving: a tokenizer runs on another node
   std::unordered_map<int64_t, kept_tokenization> kept_tokenizations;
   size_t forget_ended_tokenizations_at = 4096;
-  void keep_tokenization(const caf::actor& tokenizer, const tokenize_request& request) {
+  void keep_tokenization(const tokenizer_handle& tokenizer, const tokenize_request& request) {
     kept_tokenizations[request.request_id] = {tokenizer, request};
     if (kept_tokenizations.size() <= forget_ended_tokenizations_at) return;
     // Requests a tokenizer refused (the client has its error) never reach the router.
@@ -130,17 +135,17 @@ class actor_downstream : public door_downstream {
   // A tokenizer is gone: no request goes to it from now on.
   void drop_tokenizer(const caf::actor_addr& lost) {
     std::lock_guard lock(tokenizers_mutex);
-    std::erase_if(tokenizers, [&](const placed_stage& stage) { return stage.actor.address() == lost; });
+    std::erase_if(tokenizers, [&](const placed_tokenizer& stage) { return stage.actor.address() == lost; });
   }
   // On the router's thread, after every request a lost tokenizer passed on was routed: the rest
   // of what went to tokenizers no longer in the pool is tokenized again.
   void resend_lost_tokenizations() {
-    std::vector<std::pair<caf::actor, tokenize_request>> again;
+    std::vector<std::pair<tokenizer_handle, tokenize_request>> again;
     size_t num_unplaced = 0;
     {
       std::lock_guard lock(tokenizers_mutex);
       for (auto it = kept_tokenizations.begin(); it != kept_tokenizations.end();) {
-        const bool in_pool = std::any_of(tokenizers.begin(), tokenizers.end(), [&](const placed_stage& stage) {
+        const bool in_pool = std::any_of(tokenizers.begin(), tokenizers.end(), [&](const placed_tokenizer& stage) {
           return stage.actor == it->second.tokenizer;
         });
         if (!router->tracks(it->first)) {
@@ -184,9 +189,9 @@ class actor_downstream : public door_downstream {
   }
 
   std::mutex tokenizers_mutex;
-  std::vector<placed_stage> tokenizers;  // guarded: replaced when a lost tokenizer node is back
-  size_t next_tokenizer_index = 0;       // guarded by tokenizers_mutex
-  caf::actor router_actor;               // aborts and stats go to the engine instances through it
+  std::vector<placed_tokenizer> tokenizers;  // guarded: replaced when a lost tokenizer node is back
+  size_t next_tokenizer_index = 0;           // guarded by tokenizers_mutex
+  router_handle router_actor;                // aborts and stats go to the engine instances through it
   reply_router* router = nullptr;
   std::mutex failure_mutex;
   std::string failure;  // what failed first, once a stage has
@@ -235,8 +240,8 @@ struct node::impl {
   // What a lost tokenizer pool or detokenizer is placed again from.
   std::optional<tokenizer_spec> tokenizing;
   std::optional<detokenizer_spec> detokenizing;
-  std::vector<placed_stage> detokenizers;  // in the router's order; guarded by downstream.watch_mutex
-  throughput_log throughput;               // fed by the operator stats answers, on the frontend actor's thread
+  std::vector<placed_detokenizer> detokenizers;  // in the router's order; guarded by downstream.watch_mutex
+  throughput_log throughput;                     // fed by the operator stats answers, on the frontend actor's thread
 
   impl(int num_threads, const topology& tp) : config(num_threads, tp), system(config), t(&tp) {
     if (needs_cluster(tp)) {
@@ -263,20 +268,21 @@ struct node::impl {
 namespace {
 
 // The stages of one kind, spawned on each node the placement names: locally through the same
-// factories a node uses, remotely by name over the node link.
-std::vector<placed_stage> place_stages(caf::actor_system& system, const topology& t,
-                                       const std::vector<std::string>& where, const std::string& type,
-                                       const caf::message& spec, int count_each, const caf::actor& owner) {
+// factories a node uses, remotely by name over the node link; either way as a `Handle`.
+template <class Handle>
+std::vector<placed_stage<Handle>> place_stages(caf::actor_system& system, const topology& t,
+                                               const std::vector<std::string>& where, const std::string& type,
+                                               const caf::message& spec, int count_each, const caf::actor& owner) {
   node_link link(system, t.cluster, owner);
-  std::vector<placed_stage> placed;
+  std::vector<placed_stage<Handle>> placed;
   for (const std::string& node : where) {
     for (int i = 0; i < count_each; ++i) {
       if (node == t.cluster.name) {
-        auto stage = system.spawn<caf::actor>(type, spec);
+        auto stage = system.spawn<Handle>(type, spec);
         if (!stage) throw std::runtime_error("cannot spawn a " + type + ": " + system.render(stage.error()));
         placed.push_back({node, *stage});
       } else {
-        placed.push_back({node, link.spawn(*t.find_node(node), type, spec)});
+        placed.push_back({node, link.spawn<Handle>(*t.find_node(node), type, spec)});
         spdlog::info("{} placed on node {}", type, node);
       }
       // One that could not load its tokenizer there answers with the reason (a refused
@@ -289,9 +295,10 @@ std::vector<placed_stage> place_stages(caf::actor_system& system, const topology
   return placed;
 }
 
-std::vector<caf::actor> actors_of(const std::vector<placed_stage>& stages) {
-  std::vector<caf::actor> out;
-  for (const placed_stage& stage : stages) out.push_back(stage.actor);
+template <class Handle>
+std::vector<Handle> actors_of(const std::vector<placed_stage<Handle>>& stages) {
+  std::vector<Handle> out;
+  for (const placed_stage<Handle>& stage : stages) out.push_back(stage.actor);
   return out;
 }
 
@@ -346,35 +353,35 @@ void node::impl::restore(const std::string& kind, const std::string& node) {
   // service) and has the tokenizer files (it checked them at start).
   const std::string& here = t->cluster.name;
   if (kind == "tokenizer") {
-    std::vector<placed_stage> fresh =
-        place_stages(system, *t, {here}, "tokenizer", caf::make_message(*tokenizing), t->tokenizer_pool_size, presence);
-    std::vector<placed_stage> pool;
+    std::vector<placed_tokenizer> fresh = place_stages<tokenizer_handle>(
+        system, *t, {here}, "tokenizer", caf::make_message(*tokenizing), t->tokenizer_pool_size, presence);
+    std::vector<placed_tokenizer> pool;
     {
       std::lock_guard lock(downstream.tokenizers_mutex);
-      for (const placed_stage& stage : downstream.tokenizers) {
+      for (const placed_tokenizer& stage : downstream.tokenizers) {
         if (stage.node != node) pool.push_back(stage);
       }
     }
     pool.insert(pool.end(), fresh.begin(), fresh.end());
     downstream.set_tokenizers(std::move(pool));
-    for (const placed_stage& stage : fresh) watch("tokenizer", here, stage.actor);
+    for (const placed_tokenizer& stage : fresh) watch("tokenizer", here, caf::actor_cast<caf::actor>(stage.actor));
     // Behind every request the lost ones passed on, in the router's mailbox.
     caf::anon_send(downstream.router_actor, retokenize_atom::value);
     spdlog::info("the tokenizer stage of node {} now runs on {}", node, here);
     std::lock_guard watching(downstream.watch_mutex);
-    for (const placed_stage& stage : fresh) actors.push_back(stage.actor);
+    for (const placed_tokenizer& stage : fresh) actors.push_back(caf::actor_cast<caf::actor>(stage.actor));
   } else if (kind == "detokenizer") {
-    std::vector<placed_stage> fresh =
-        place_stages(system, *t, {here}, "detokenizer", caf::make_message(*detokenizing), 1, presence);
-    watch("detokenizer", here, fresh.front().actor);
+    std::vector<placed_detokenizer> fresh = place_stages<detokenizer_handle>(
+        system, *t, {here}, "detokenizer", caf::make_message(*detokenizing), 1, presence);
+    watch("detokenizer", here, caf::actor_cast<caf::actor>(fresh.front().actor));
     spdlog::info("the detokenizer stage of node {} now runs on {}", node, here);
     std::lock_guard watching(downstream.watch_mutex);
     // Each lost one of this node is replaced by the new one, keeping the router's order.
-    for (placed_stage& stage : detokenizers) {
+    for (placed_detokenizer& stage : detokenizers) {
       if (stage.node == node) stage = fresh.front();
     }
     caf::anon_send(downstream.router_actor, set_detokenizers_atom::value, actors_of(detokenizers));
-    actors.push_back(fresh.front().actor);
+    actors.push_back(caf::actor_cast<caf::actor>(fresh.front().actor));
   }
   std::lock_guard watching(downstream.watch_mutex);
   downstream.lost_remote.erase({kind, node});
@@ -417,12 +424,12 @@ node::node(const topology& t) : topology_(t) {
     }
   });
   auto front = s.system.spawn(door_actor, &s.router);
-  s.actors.push_back(front);
+  s.actors.push_back(caf::actor_cast<caf::actor>(front));
   s.detokenizing = detokenizer_spec{tp.model.path, front, tp.plugins};
-  s.detokenizers = place_stages(s.system, tp, tp.placement.detokenizers, "detokenizer",
-                                caf::make_message(*s.detokenizing), 1, s.presence);
-  const std::vector<caf::actor> detokenizers = actors_of(s.detokenizers);
-  s.actors.insert(s.actors.end(), detokenizers.begin(), detokenizers.end());
+  s.detokenizers = place_stages<detokenizer_handle>(s.system, tp, tp.placement.detokenizers, "detokenizer",
+                                                    caf::make_message(*s.detokenizing), 1, s.presence);
+  const std::vector<detokenizer_handle> detokenizers = actors_of(s.detokenizers);
+  for (const detokenizer_handle& d : detokenizers) s.actors.push_back(caf::actor_cast<caf::actor>(d));
 
   // The engines: every instance the placement names, through the router. Instances that come
   // later (a node back, `troupe scale`) join the same router.
@@ -470,7 +477,7 @@ node::node(const topology& t) : topology_(t) {
       std::chrono::milliseconds(tp.disaggregation.reservation_wait_bound_ms());
   auto router = s.system.spawn(router_actor, routing);
   s.downstream.router_actor = router;
-  s.actors.push_back(router);
+  s.actors.push_back(caf::actor_cast<caf::actor>(router));
   placer->set_router(router);
   std::vector<placed_engine> engines;
   for (const auto& [node, role] : instances) engines.push_back(placer->place(node, role));
@@ -560,33 +567,41 @@ node::node(const topology& t) : topology_(t) {
 
   s.tokenizing = tokenizer_spec{tp.model.path, model.config.vocab_size, max_model_len, s.downstream.router_actor, front,
                                 tp.plugins};
-  std::vector<placed_stage> tokenizers;
+  std::vector<placed_tokenizer> tokenizers;
   if (tp.placement.tokenizers.size() == 1 && tp.placement.tokenizers.front() == tp.cluster.name) {
-    for (caf::actor& tokenizer :
+    for (tokenizer_handle& tokenizer :
          spawn_tokenizers(s.system, *s.tokenizing, tp.tokenizer_pool_size)) {  // one tokenizer, shared
       tokenizers.push_back({tp.cluster.name, std::move(tokenizer)});
     }
   } else {
-    tokenizers = place_stages(s.system, tp, tp.placement.tokenizers, "tokenizer", caf::make_message(*s.tokenizing),
-                              tp.tokenizer_pool_size, s.presence);
+    tokenizers = place_stages<tokenizer_handle>(s.system, tp, tp.placement.tokenizers, "tokenizer",
+                                                caf::make_message(*s.tokenizing), tp.tokenizer_pool_size, s.presence);
   }
   s.downstream.set_tokenizers(tokenizers);
   s.downstream.router = &s.router;
-  for (const placed_stage& tokenizer : tokenizers) s.actors.push_back(tokenizer.actor);
-  for (const placed_engine& engine : engines) s.actors.insert(s.actors.end(), {engine.scheduler, engine.worker});
+  for (const placed_tokenizer& tokenizer : tokenizers) s.actors.push_back(caf::actor_cast<caf::actor>(tokenizer.actor));
+  for (const placed_engine& engine : engines) {
+    s.actors.insert(s.actors.end(),
+                    {caf::actor_cast<caf::actor>(engine.scheduler), caf::actor_cast<caf::actor>(engine.worker)});
+  }
   // A stage that fails ends the node's service (until a lost node is back, impl::watch); an
   // engine instance on another node is the router's to replace (failover), so only the
   // controller's own engines are watched here.
   const std::string& here = tp.cluster.name;
-  std::vector<std::pair<std::string, placed_stage>> watched = {{"frontend", {here, front}},
-                                                               {"router", {here, s.downstream.router_actor}}};
-  for (const placed_stage& detokenizer : s.detokenizers) watched.push_back({"detokenizer", detokenizer});
+  std::vector<std::pair<std::string, placed_stage<caf::actor>>> watched = {
+      {"frontend", {here, caf::actor_cast<caf::actor>(front)}},
+      {"router", {here, caf::actor_cast<caf::actor>(s.downstream.router_actor)}}};
+  for (const placed_detokenizer& detokenizer : s.detokenizers) {
+    watched.push_back({"detokenizer", {detokenizer.node, caf::actor_cast<caf::actor>(detokenizer.actor)}});
+  }
   for (const placed_engine& engine : engines) {
     if (engine.node != here) continue;
-    watched.push_back({"worker", {here, engine.worker}});
-    watched.push_back({"scheduler", {here, engine.scheduler}});
+    watched.push_back({"worker", {here, caf::actor_cast<caf::actor>(engine.worker)}});
+    watched.push_back({"scheduler", {here, caf::actor_cast<caf::actor>(engine.scheduler)}});
   }
-  for (const placed_stage& tokenizer : tokenizers) watched.push_back({"tokenizer", tokenizer});
+  for (const placed_tokenizer& tokenizer : tokenizers) {
+    watched.push_back({"tokenizer", {tokenizer.node, caf::actor_cast<caf::actor>(tokenizer.actor)}});
+  }
   for (const auto& [name, stage] : watched) {
     s.stages.emplace_back(name, stage.actor);
     s.watch(name, stage.node, stage.actor);

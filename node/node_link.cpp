@@ -13,13 +13,9 @@
 
 namespace troupe {
 
-namespace {
-
-std::string where(const node_address& node) {
+std::string node_link::where(const node_address& node) {
   return "node " + node.name + " at " + node.host + ":" + std::to_string(node.port);
 }
-
-}  // namespace
 
 caf::actor node_link::connect(const node_address& node, const std::atomic<bool>* cancel) const {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings_.connect_timeout_ms);
@@ -47,16 +43,8 @@ caf::actor node_link::connect(const node_address& node, const std::atomic<bool>*
                            " ms (is `troupe node` running there with credentials of the same CA?): " + last_error);
 }
 
-caf::actor node_link::spawn(const node_address& node, const std::string& type, caf::message spec,
-                            const std::atomic<bool>* cancel) const {
-  caf::actor agent = connect(node, cancel);
-  auto stage = system_.middleman().remote_spawn<caf::actor>(agent->node(), type, std::move(spec),
-                                                            std::chrono::milliseconds(settings_.request_timeout_ms));
-  if (!stage)
-    throw std::runtime_error("cannot spawn a " + type + " on " + where(node) + ": " + system_.render(stage.error()));
-  // The node stops it if this process goes away (node/stage_owner.hpp).
-  if (owner_) caf::anon_send(agent, stage_owner_atom::value, *stage, owner_);
-  return *stage;
+void node_link::tell_owner(const caf::actor& agent, const caf::actor& stage) const {
+  if (owner_) caf::anon_send(agent, stage_owner_atom::value, stage, owner_);
 }
 
 }  // namespace troupe

@@ -11,6 +11,7 @@
 #include <string>
 
 #include <caf/actor.hpp>
+#include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/message.hpp>
@@ -30,16 +31,24 @@ class node_link {
   // or until `*cancel` turns true (a controller shutting down).
   caf::actor connect(const node_address& node, const std::atomic<bool>* cancel = nullptr) const;
 
-  // Spawns a stage of `type` ("tokenizer", "scheduler", "worker", "detokenizer") on the node.
-  caf::actor spawn(const node_address& node, const std::string& type, caf::message spec,
-                   const std::atomic<bool>* cancel = nullptr) const;
+  // Spawns a stage of `type` ("tokenizer", "scheduler", "worker", "detokenizer") on the node, as
+  // a `Handle` (stages/stage_interfaces.hpp for the typed ones): the node refuses the spawn when
+  // the stage registered under `type` has another interface.
+  template <class Handle = caf::actor>
+  Handle spawn(const node_address& node, const std::string& type, caf::message spec,
+               const std::atomic<bool>* cancel = nullptr) const;
 
   // Asks `stage` (on some node) and waits for one answer of type T, or for the stage to end
   // (its exit reason names what went wrong, e.g. a model that would not load); throws then.
-  template <class T, class... Ts>
-  T ask(const caf::actor& stage, const std::string& what, Ts&&... message) const;
+  template <class T, class Handle, class... Ts>
+  T ask(const Handle& stage, const std::string& what, Ts&&... message) const;
 
  private:
+  // Names this link's owner to `agent` as the owner of `stage` (node/stage_owner.hpp).
+  void tell_owner(const caf::actor& agent, const caf::actor& stage) const;
+  // "node NAME at HOST:PORT", for errors.
+  static std::string where(const node_address& node);
+
   caf::actor_system& system_;
   const cluster_settings& settings_;
   caf::actor owner_;
@@ -47,8 +56,21 @@ class node_link {
 
 // -- ask: waits for the answer or the stage's end, whichever comes first --------------------------
 
-template <class T, class... Ts>
-T node_link::ask(const caf::actor& stage, const std::string& what, Ts&&... message) const {
+template <class Handle>
+Handle node_link::spawn(const node_address& node, const std::string& type, caf::message spec,
+                        const std::atomic<bool>* cancel) const {
+  caf::actor agent = connect(node, cancel);
+  auto stage = system_.middleman().remote_spawn<Handle>(agent->node(), type, std::move(spec),
+                                                        std::chrono::milliseconds(settings_.request_timeout_ms));
+  if (!stage)
+    throw std::runtime_error("cannot spawn a " + type + " on " + where(node) + ": " + system_.render(stage.error()));
+  // The node stops it if this process goes away (node/stage_owner.hpp).
+  tell_owner(agent, caf::actor_cast<caf::actor>(*stage));
+  return *stage;
+}
+
+template <class T, class Handle, class... Ts>
+T node_link::ask(const Handle& stage, const std::string& what, Ts&&... message) const {
   caf::scoped_actor self(system_);
   self->monitor(stage);
   std::optional<T> answer;

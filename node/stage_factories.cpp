@@ -45,13 +45,13 @@ void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_
                                          on_spawn));
 }
 
-std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count) {
+std::vector<tokenizer_handle> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count) {
   spec.validate();
   auto plugins = std::make_shared<plugin_chain>(spec.plugins, "request");
   register_plugins(system, "tokenizer", plugins);
   auto stage = std::make_shared<const tokenize_stage>(std::move(*load_model_tokenizer(spec.tokenizer_path)),
                                                       spec.vocab_size, spec.max_model_len, plugins);
-  std::vector<caf::actor> pool;
+  std::vector<tokenizer_handle> pool;
   for (int i = 0; i < count; ++i) {
     pool.push_back(system.spawn(tokenizer_actor, stage, spec.router, spec.reply_to));
   }
@@ -69,19 +69,14 @@ spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, 
   kv.transport = spec.kv_transport;
   check_kv_transport(kv.transport, *served->backend_model);  // fails the spawn, as a bad draft does
   worker_drafts drafts = load_worker_drafts(spec, *served);
-  caf::actor actor =
+  worker_handle actor =
       system.spawn<caf::detached>(worker_actor, served, kv, std::move(drafts), std::move(logits_plugins));
   return {std::move(actor), std::move(served)};
 }
 
-caf::actor spawn_scheduler(caf::actor_system& system, const scheduler_spec& spec) {
+scheduler_handle spawn_scheduler(caf::actor_system& system, const scheduler_spec& spec) {
   spec.validate();
   return system.spawn(scheduler_actor_from_spec, spec);
-}
-
-caf::actor spawn_detokenizer(caf::actor_system& system, const detokenizer_spec& spec) {
-  spec.validate();
-  return system.spawn(detokenizer_actor_from_spec, spec);
 }
 
 }  // namespace troupe

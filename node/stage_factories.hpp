@@ -13,6 +13,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "engine/served_model.hpp"
+#include "stages/stage_interfaces.hpp"
 #include "stages/stage_specs.hpp"
 
 namespace troupe {
@@ -28,18 +29,17 @@ void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_
                           kv_channel_keys kv_keys = {});
 
 // `count` tokenizer actors sharing one tokenizer, loaded here once. Throws naming the file.
-std::vector<caf::actor> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count);
+std::vector<tokenizer_handle> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count);
 
 // The worker, detached, over the model the spec names, loaded here (once); the model comes back
 // too, for what the node derives from it (limits, EOS ids, the KV pool's size). Throws naming the
 // path or setting that is wrong.
 struct spawned_worker {
-  caf::actor actor;
+  worker_handle actor;
   std::shared_ptr<const served_model> served;
 };
 spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, const kv_channel_keys& kv_keys = {});
 
-caf::actor spawn_scheduler(caf::actor_system& system, const scheduler_spec& spec);
-caf::actor spawn_detokenizer(caf::actor_system& system, const detokenizer_spec& spec);
+scheduler_handle spawn_scheduler(caf::actor_system& system, const scheduler_spec& spec);
 
 }  // namespace troupe

@@ -8,8 +8,13 @@
 
 namespace troupe {
 
-caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,
-                                caf::actor frontend) {
+namespace {
+// What a token batch's sender must take back: the router's and a scheduler's interfaces both do.
+using stop_taker_handle = caf::typed_actor<caf::reacts_to<stop_request_msg>>;
+}  // namespace
+
+detokenizer_handle::behavior_type detokenizer_actor(detokenizer_handle::pointer self,
+                                                    std::shared_ptr<detokenize_stage> stage, frontend_handle frontend) {
   keep_exception_in_exit_reason(self);
   return instrumented(
       self, "detokenizer",
@@ -19,15 +24,16 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
             if (!out.texts.deltas.empty()) self->send(frontend, std::move(out.texts));
             for (auto& failure : out.failures) self->send(frontend, std::move(failure));
             if (out.stopped_ids.empty()) return;
-            // The batch came from the scheduler that owns these requests; its final delta for each
+            // The batch's sender (the router, which passes the stop to the scheduler that owns the
+            // request; or a scheduler itself, as in the runtime bench): its final delta for each
             // releases the text the stage holds.
-            auto scheduler = caf::actor_cast<caf::actor>(self->current_sender());
-            if (!scheduler) {
+            auto owner = caf::actor_cast<stop_taker_handle>(self->current_sender());
+            if (!owner) {
               spdlog::error(
                   "detokenizer: a token batch without a sender matched stop strings; its requests cannot finish");
               return;
             }
-            for (int64_t id : out.stopped_ids) self->send(scheduler, stop_request_msg{id});
+            for (int64_t id : out.stopped_ids) self->send(owner, stop_request_msg{id});
           },
           // From the router, before the deltas of a request it takes over from a lost detokenizer.
           [=](detokenizer_resume_msg& resume) { stage->resume(resume); },
@@ -36,7 +42,7 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
       });
 }
 
-caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokenizer_spec spec) {
+detokenizer_handle::behavior_type detokenizer_actor_from_spec(detokenizer_handle::pointer self, detokenizer_spec spec) {
   keep_exception_in_exit_reason(self);
   spec.validate();
   quit_with(self, spec.reply_to);  // its text has nowhere to go once the controller is gone

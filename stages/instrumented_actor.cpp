@@ -14,7 +14,7 @@ namespace {
 // matched message counts: an unmatched one goes on to CAF's default handler untimed.
 class instrumented_behavior : public caf::detail::behavior_impl {
  public:
-  instrumented_behavior(caf::event_based_actor* self, std::shared_ptr<actor_stats> stats, caf::behavior inner)
+  instrumented_behavior(caf::scheduled_actor* self, std::shared_ptr<actor_stats> stats, caf::behavior inner)
       : behavior_impl(inner.timeout()), self_(self), stats_(std::move(stats)), inner_(inner.as_behavior_impl()) {}
 
   caf::match_case::result invoke(caf::detail::invoke_result_visitor& f, caf::type_erased_tuple& xs) override {
@@ -34,7 +34,7 @@ class instrumented_behavior : public caf::detail::behavior_impl {
   void handle_timeout() override { inner_->handle_timeout(); }
 
  private:
-  caf::event_based_actor* self_;  // the behaviour lives and runs inside this actor only
+  caf::scheduled_actor* self_;  // the behaviour lives and runs inside this actor only
   std::shared_ptr<actor_stats> stats_;
   caf::intrusive_ptr<caf::detail::behavior_impl> inner_;
 };
@@ -60,7 +60,7 @@ void actor_stats_registry::set_instance(caf::actor_id id, int32_t instance) {
   }
 }
 
-void name_engine_instance(caf::event_based_actor* self, int32_t instance) {
+void name_engine_instance(caf::scheduled_actor* self, int32_t instance) {
   if (actor_stats_registry* registry = stats_registry_of(self->system())) registry->set_instance(self->id(), instance);
 }
 
@@ -109,7 +109,7 @@ actor_stats_registry* stats_registry_of(caf::actor_system& system) {
   return host ? &host->stats_registry() : nullptr;
 }
 
-caf::behavior instrumented(caf::event_based_actor* self, std::string stage, caf::behavior inner) {
+caf::behavior instrumented(caf::scheduled_actor* self, std::string stage, caf::behavior inner) {
   actor_stats_registry* registry = stats_registry_of(self->system());
   if (!registry || !inner) return inner;
   const caf::actor_id id = self->id();
@@ -127,7 +127,7 @@ response_timer::~response_timer() {
   if (stats_) stats_->record(begin_, steady_now_ns() - begin_, depth_);
 }
 
-response_timer timed_response(caf::event_based_actor* self) {
+response_timer timed_response(caf::scheduled_actor* self) {
   actor_stats_registry* registry = stats_registry_of(self->system());
   std::shared_ptr<actor_stats> stats = registry ? registry->find(self->id()) : nullptr;
   const int64_t depth = stats ? static_cast<int64_t>(self->mailbox().size()) : 0;

@@ -23,6 +23,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/behavior.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/typed_behavior.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include "plugins/plugin_chain.hpp"
 #include "stages/actor_stats.hpp"
@@ -80,11 +82,19 @@ class actor_stats_host {
 actor_stats_registry* stats_registry_of(caf::actor_system& system);
 
 // Tells `self`'s entry which engine instance it serves (the router's engine_instance_atom).
-void name_engine_instance(caf::event_based_actor* self, int32_t instance);
+void name_engine_instance(caf::scheduled_actor* self, int32_t instance);
 
 // Registers `self` under `stage` and returns `inner` wrapped (or `inner` itself without a
 // registry). The entry goes when the actor ends.
-caf::behavior instrumented(caf::event_based_actor* self, std::string stage, caf::behavior inner);
+caf::behavior instrumented(caf::scheduled_actor* self, std::string stage, caf::behavior inner);
+// The same for a typed stage (stages/stage_interfaces.hpp): `inner` is checked against the
+// interface where it is written; the wrapper passes every message on to it unchanged.
+template <class... Sigs>
+caf::typed_behavior<Sigs...> instrumented(caf::typed_event_based_actor<Sigs...>* self, std::string stage,
+                                          caf::typed_behavior<Sigs...> inner) {
+  return {typename caf::typed_behavior<Sigs...>::unsafe_init{},
+          instrumented(static_cast<caf::scheduled_actor*>(self), std::move(stage), std::move(inner.unbox()))};
+}
 
 // Times the scope it lives in as one handled message of `self` (a response handler's body):
 // `[=](step_done& done) { auto timed = timed_response(self); ... }`. Does nothing for an actor
@@ -101,6 +111,6 @@ class response_timer {
   int64_t depth_ = 0;
   timestamp_ns begin_ = 0;
 };
-response_timer timed_response(caf::event_based_actor* self);
+response_timer timed_response(caf::scheduled_actor* self);
 
 }  // namespace troupe

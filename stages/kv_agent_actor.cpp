@@ -9,12 +9,12 @@
 
 namespace troupe {
 
-caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_connector> connector) {
+kv_agent_handle::behavior_type kv_agent_actor(kv_agent_handle::pointer self, std::shared_ptr<kv_connector> connector) {
   keep_exception_in_exit_reason(self);
   // Which scheduler reserved each expected transfer: the receiver's word goes back there.
-  auto reserved_by = std::make_shared<std::unordered_map<uint64_t, caf::actor>>();
+  auto reserved_by = std::make_shared<std::unordered_map<uint64_t, scheduler_handle>>();
   // The router, as its first kv_ready names it: where this prefill side's sender failures go.
-  auto router = std::make_shared<caf::actor>();
+  auto router = std::make_shared<router_handle>();
   return instrumented(
       self, "kv_agent",
       {
@@ -25,7 +25,7 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_co
             } catch (const std::exception& e) {
               return caf::make_error(error_code::unavailable, std::string(e.what()));
             }
-            (*reserved_by)[d.transfer_id] = caf::actor_cast<caf::actor>(self->current_sender());
+            (*reserved_by)[d.transfer_id] = caf::actor_cast<scheduler_handle>(self->current_sender());
             return kv_ready_msg{d.request_id,
                                 d.transfer_id,
                                 std::move(d.endpoint),
@@ -46,7 +46,7 @@ caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_co
           },
           // From the router: where a transfer this instance prefills must go.
           [=](kv_ready_msg& ready) {
-            if (!*router) *router = caf::actor_cast<caf::actor>(self->current_sender());
+            if (!*router) *router = caf::actor_cast<router_handle>(self->current_sender());
             connector->send_to(kv_destination{ready.request_id, ready.transfer_id, std::move(ready.endpoint),
                                               std::move(ready.public_key), std::move(ready.kv_pool_handle),
                                               std::move(ready.block_ids)});

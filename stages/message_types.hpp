@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "stages/messages.hpp"
+#include "stages/stage_interfaces.hpp"
 #include "stages/stage_specs.hpp"
 #include "stages/trace_messages.hpp"
 
@@ -68,6 +69,15 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<step_model_report>{}, "step_model_report");
   // Engine instance ids in an answer that crosses to `troupe scale` (drain_node_atom).
   f(std::type_identity<std::vector<int32_t>>{}, "std::vector<int32_t>");
+  // The typed stage handles and lists that travel as message elements (the router's
+  // engine_joined_atom, set_detokenizers_atom and the frontend's delivered_tokens_atom): named, so
+  // every stage interface (stages/stage_interfaces.hpp) renders with readable names.
+  f(std::type_identity<scheduler_handle>{}, "scheduler_handle");
+  f(std::type_identity<worker_handle>{}, "worker_handle");
+  f(std::type_identity<kv_agent_handle>{}, "kv_agent_handle");
+  f(std::type_identity<detokenizer_handle>{}, "detokenizer_handle");
+  f(std::type_identity<std::vector<detokenizer_handle>>{}, "std::vector<detokenizer_handle>");
+  f(std::type_identity<std::vector<int64_t>>{}, "std::vector<int64_t>");
 }
 
 }  // namespace troupe

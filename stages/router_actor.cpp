@@ -19,9 +19,9 @@ namespace troupe {
 namespace {
 
 struct engine_handles {
-  caf::actor scheduler;
-  caf::actor worker;
-  caf::actor kv_agent;
+  scheduler_handle scheduler;
+  worker_handle worker;
+  kv_agent_handle kv_agent;
 };
 
 const char* state_name(engine_state state) { return state == engine_state::active ? "active" : "draining"; }
@@ -34,16 +34,12 @@ std::string role_name_of(const engine_router& router, engine_instance_id id) {
   return engine_role_name(engine_role::mixed);
 }
 
-// The router's own timer: the oldest request waiting for an instance may have reached its bound.
-using failover_wait_atom = caf::atom_constant<caf::atom("fowait")>;
 // How long `troupe scale --list` waits for an instance's stages before it lists the instance without.
 constexpr auto list_stats_timeout = std::chrono::seconds(2);
-// A node drain's deadline for one of its instances.
-using drain_deadline_atom = caf::atom_constant<caf::atom("draindue")>;
 
 }  // namespace
 
-caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
+router_handle::behavior_type router_actor(router_handle::pointer self, router_spec spec) {
   keep_exception_in_exit_reason(self);
   auto router = std::make_shared<engine_router>(spec.block_size, spec.failover_wait, spec.pair_admission);
   if (spec.route_plugins && !spec.route_plugins->empty()) {
@@ -51,8 +47,8 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     register_plugins(self->system(), "router", spec.route_plugins);
   }
   auto engines = std::make_shared<std::unordered_map<engine_instance_id, engine_handles>>();
-  const caf::actor frontend = spec.reply_to;
-  auto detokenizers = std::make_shared<std::vector<caf::actor>>(spec.detokenizers);
+  const frontend_handle frontend = spec.reply_to;
+  auto detokenizers = std::make_shared<std::vector<detokenizer_handle>>(spec.detokenizers);
   const auto timeout = spec.request_timeout;
   const auto wait_bound = spec.failover_wait.bound;
   auto on_lost = spec.on_engine_lost;
@@ -62,11 +58,11 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   auto fanout = std::make_shared<detokenizer_fanout>(spec.detokenizers.size(), spec.keep_detokenizer_ledger);
 
   // The instance whose scheduler (or KV agent) sent the current message.
-  auto instance_whose = [=](caf::actor engine_handles::*member) -> std::optional<engine_instance_id> {
+  auto instance_whose = [=](auto engine_handles::*member) -> std::optional<engine_instance_id> {
     const caf::strong_actor_ptr& sender = self->current_sender();
     if (!sender) return std::nullopt;
     for (const auto& [id, handles] : *engines) {
-      const caf::actor& actor = handles.*member;
+      const auto& actor = handles.*member;
       if (actor && actor.address() == sender->address()) return id;
     }
     return std::nullopt;
@@ -125,18 +121,18 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     request.kv = {};
     request.attempt = where->attempt;
     if (where->decode) {
-      const caf::actor& decode = engines->at(*where->decode).scheduler;
+      const scheduler_handle& decode = engines->at(*where->decode).scheduler;
       schedule_request receive = request;
       // The prefill instance by its KV agent's address: unique per process incarnation, so a
       // restarted prefill process gets a new communicator on the decode side (kv_transport nccl).
-      const caf::actor& prefill_agent = engines->at(where->instance).kv_agent;
+      const kv_agent_handle& prefill_agent = engines->at(where->instance).kv_agent;
       receive.kv = kv_handoff{kv_role::receive, where->transfer_id,
                               prefill_agent ? caf::to_string(prefill_agent.address()) : std::string()};
       self->send(decode, std::move(receive));
       if (where->aborted_early) self->send(decode, abort_request_msg{id});
       request.kv = kv_handoff{kv_role::send, where->transfer_id, {}};
     }
-    const caf::actor& scheduler = engines->at(where->instance).scheduler;
+    const scheduler_handle& scheduler = engines->at(where->instance).scheduler;
     self->send(scheduler, std::move(request));
     if (where->aborted_early) self->send(scheduler, abort_request_msg{id});
   };
@@ -147,7 +143,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
     auto finish = [=](const std::unordered_map<int64_t, int32_t>& delivered) {
       std::optional<detokenizer_ledger::resumption> out = fanout->finish_resume(ticket, delivered);
       if (!out) return;
-      const caf::actor& detokenizer = (*detokenizers)[index];
+      const detokenizer_handle& detokenizer = (*detokenizers)[index];
       for (detokenizer_resume_msg& prime : out->primes) self->send(detokenizer, std::move(prime));
       const size_t num_deltas = out->replay.deltas.size();
       if (!out->replay.empty()) self->send(detokenizer, std::move(out->replay));
@@ -255,8 +251,9 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
   return instrumented(
       self, "router",
       {
-          [=](engine_joined_atom, caf::actor scheduler, caf::actor worker, std::string node, caf::actor kv_agent,
-              std::string role_name, std::string quantization) -> caf::result<engine_instance_id> {
+          [=](engine_joined_atom, scheduler_handle scheduler, worker_handle worker, std::string node,
+              kv_agent_handle kv_agent, std::string role_name,
+              std::string quantization) -> caf::result<engine_instance_id> {
             engine_role role = engine_role::mixed;
             try {
               role = parse_engine_role(role_name);
@@ -292,7 +289,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
             stop_if_drained(id);
             return true;
           },
-          [=](set_detokenizers_atom, std::vector<caf::actor>& replaced) {
+          [=](set_detokenizers_atom, std::vector<detokenizer_handle>& replaced) {
             if (replaced.size() != detokenizers->size()) return;
             for (size_t i = 0; i < replaced.size(); ++i) {
               if (replaced[i] == (*detokenizers)[i]) continue;
@@ -378,7 +375,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
               }
             };
             auto list = std::make_shared<listing>();
-            std::vector<caf::actor> schedulers;
+            std::vector<scheduler_handle> schedulers;
             for (const engine_instance_info& info : router->instances()) {
               list->lines.push_back(std::to_string(info.id) + " " + info.node + " " + state_name(info.state) +
                                     " requests=" + std::to_string(info.num_requests) +
@@ -389,7 +386,7 @@ caf::behavior router_actor(caf::event_based_actor* self, router_spec spec) {
                                     " quantization=" + (info.quantization.empty() ? "unknown" : info.quantization) +
                                     " awaiting_blocks=" + std::to_string(info.num_awaiting_blocks));
               auto it = engines->find(info.id);
-              schedulers.push_back(it == engines->end() ? caf::actor{} : it->second.scheduler);
+              schedulers.push_back(it == engines->end() ? scheduler_handle{} : it->second.scheduler);
             }
             if (list->lines.empty()) return list->lines;
             list->promise = self->make_response_promise();

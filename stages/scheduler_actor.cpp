@@ -13,10 +13,11 @@ namespace {
 constexpr std::chrono::milliseconds pipeline_tick_interval{50};
 }  // namespace
 
-caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config, std::vector<int32_t> eos_token_ids,
-                              caf::actor worker, caf::actor router, caf::actor kv_agent,
-                              std::chrono::milliseconds kv_transfer_timeout,
-                              std::chrono::milliseconds pipeline_failover_wait) {
+scheduler_handle::behavior_type scheduler_actor(scheduler_handle::pointer self, engine_config config,
+                                                std::vector<int32_t> eos_token_ids, worker_handle worker,
+                                                router_handle router, kv_agent_handle kv_agent,
+                                                std::chrono::milliseconds kv_transfer_timeout,
+                                                std::chrono::milliseconds pipeline_failover_wait) {
   keep_exception_in_exit_reason(self);
   auto stage = std::make_shared<scheduler_stage>(config, std::move(eos_token_ids), pipeline_failover_wait);
   // While requests wait for a lost pipeline stage, a tick now and then times them out and plans
@@ -100,7 +101,7 @@ caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config
                       });
 }
 
-caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_spec spec) {
+scheduler_handle::behavior_type scheduler_actor_from_spec(scheduler_handle::pointer self, scheduler_spec spec) {
   keep_exception_in_exit_reason(self);
   spec.validate();
   // One instance: the worker goes with its scheduler, and both go with the controller's router

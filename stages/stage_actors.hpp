@@ -2,27 +2,9 @@
 // The stage actors of a node. Each is a thin shell over a plain class: a message comes in, a call
 // is made, messages go out. Included only by the actor files and the node (it pulls in CAF).
 //
-//   stage        | receives                                        | sends
-//   tokenizer    | tokenize_request                                | schedule_request (router), request_failed
-//   router       | schedule_request, token_batch, request_failed,  | schedule_request, abort, stop, kv_handover_msg,
-//                | abort_request_msg, stop_request_msg,            | kv_ready_msg, stats/trace queries (schedulers),
-//                | stats_query, trace_query and their answers,     | token_batch, detokenizer_resume_msg
-//                | kv_ready_msg, kv_arrival_msg, kv_failed_msg;    | (detokenizers), request_failed, stats_answer,
-//                | from the controller: engine_joined, drain_*,    | trace_answer, delivered_tokens (frontend),
-//                | list_engines, abort_all, set_detokenizers,      | engine_instance (joined schedulers, workers)
-//                | retokenize                                      |
-//   scheduler    | schedule_request, abort_request_msg,            | step_plan (worker), token_batch, request_failed,
-//                | stop_request_msg, stats_query, trace_query,     | kv_ready_msg, kv_arrival_msg, kv_failed_msg
-//                | kv_ready_msg, kv_arrival_msg, kv_handover_msg   | (router), kv_expect_msg, kv_cancel_msg,
-//                | (step_done, kv answers as responses)            | kv_leases (KV agent), stats/trace answers
-//   worker       | step_plan, kv_arrival_msg, describe             | step_done, worker_description (responses),
-//                |                                                 | kv_arrival_msg (KV agent)
-//   KV agent     | kv_expect_msg, kv_cancel_msg, kv_ready_msg,     | kv_ready_msg, kv_lease_counts (responses),
-//                | kv_arrival_msg, kv_leases                       | kv_arrival_msg (its scheduler)
-//   detokenizer  | token_batch, detokenizer_resume_msg             | text_batch, request_failed,
-//                |                                                 | stop_request_msg (to the batch's sender)
-//   docs/architecture.md ("Messages") says what each carries.
-//   every stage also takes a stage_failure_drill (node::fail_stage), which makes it throw.
+// What each stage takes and answers is its typed interface (stages/stage_interfaces.hpp); what
+// each message carries is docs/architecture.md ("Messages"). Every stage but the KV agent and the
+// doors' actor also takes a stage_failure_drill (node::fail_stage), which makes it throw.
 
 #include <chrono>
 #include <cstdint>
@@ -38,12 +20,14 @@
 #include <caf/behavior.hpp>
 #include <caf/error.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include "engine/engine_config.hpp"
 #include "kvtransfer/kv_connector.hpp"
 #include "stages/engine_router.hpp"
 #include "stages/error_category.hpp"
 #include "plugins/plugin_chain.hpp"
+#include "stages/stage_interfaces.hpp"
 #include "stages/stage_specs.hpp"
 
 namespace troupe {
@@ -53,7 +37,7 @@ namespace troupe {
 // so the node's monitor can say what failed. Errors are values between actors
 // (stages/error_category.hpp); this is the last guard for a bug, not a way to answer. Every stage
 // actor calls it first.
-inline void keep_exception_in_exit_reason(caf::event_based_actor* self) {
+inline void keep_exception_in_exit_reason(caf::scheduled_actor* self) {
   self->set_exception_handler([](std::exception_ptr& thrown) -> caf::error {
     try {
       std::rethrow_exception(thrown);
@@ -68,7 +52,8 @@ inline void keep_exception_in_exit_reason(caf::event_based_actor* self) {
 // Makes `self` end when `peer` does, with peer's reason. A stage spawned by a controller watches
 // the controller's actor it sends to: when the controller is gone (its node's connection lost,
 // which kills every proxy of it), the stage stops rather than hold its memory for no one.
-inline void quit_with(caf::event_based_actor* self, const caf::actor& peer) {
+template <class Handle>
+void quit_with(caf::scheduled_actor* self, const Handle& peer) {
   self->monitor(peer);
   self->set_down_handler([self, watched = peer.address()](caf::down_msg& down) {
     if (down.source == watched) self->quit(down.reason);
@@ -84,8 +69,9 @@ struct served_model;
 
 // `frontend` below is the doors' actor (doors/door_actor.hpp): replies go there.
 
-caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<const tokenize_stage> stage,
-                              caf::actor router, caf::actor frontend);
+tokenizer_handle::behavior_type tokenizer_actor(tokenizer_handle::pointer self,
+                                                std::shared_ptr<const tokenize_stage> stage, router_handle router,
+                                                frontend_handle frontend);
 
 // Owns the engine's scheduler; keeps one step in flight (two with async_scheduling) and plans
 // the next one as soon as a result arrives. Never blocks. Token batches (with the instance's
@@ -93,44 +79,19 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
 // `kv_agent` is its worker's (disaggregated requests reserve transfers there). A pipelined
 // engine's requests wait up to `pipeline_failover_wait` for a lost stage to come back; the actor
 // ticks itself (pipeline_tick_atom) meanwhile (stages/scheduler_stage.hpp).
-caf::behavior scheduler_actor(caf::event_based_actor* self, engine_config config, std::vector<int32_t> eos_token_ids,
-                              caf::actor worker, caf::actor router, caf::actor kv_agent,
-                              std::chrono::milliseconds kv_transfer_timeout,
-                              std::chrono::milliseconds pipeline_failover_wait);
-using pipeline_tick_atom = caf::atom_constant<caf::atom("pipetick")>;
+scheduler_handle::behavior_type scheduler_actor(scheduler_handle::pointer self, engine_config config,
+                                                std::vector<int32_t> eos_token_ids, worker_handle worker,
+                                                router_handle router, kv_agent_handle kv_agent,
+                                                std::chrono::milliseconds kv_transfer_timeout,
+                                                std::chrono::milliseconds pipeline_failover_wait);
 
 // The router (stages/engine_router.hpp), always on the controller: it is local, so its spec may
-// hold a callback. The controller adds engine instances with
-// (engine_joined_atom, scheduler, worker, node name, kv agent, role name, quantization) → engine_instance_id
-// (role: "mixed", "prefill" or "decode"), drains one with
-// (drain_engine_atom, id) → bool and lists them with (list_engines_atom) → lines of text.
-// (drain_node_atom, node name, int32_t deadline_ms) → std::vector<int32_t> drains every active
-// instance on a node (their ids); past the deadline (if > 0) an instance still busy is taken out
-// and its requests re-run elsewhere, each stream going on where it was.
-using engine_joined_atom = caf::atom_constant<caf::atom("engjoin")>;
-using drain_engine_atom = caf::atom_constant<caf::atom("engdrain")>;
-using drain_node_atom = caf::atom_constant<caf::atom("nodedrain")>;
-// (engine_instance_atom, id), from the router to a joined instance's scheduler and worker: the id
-// they are known by, which `troupe inspect` and /metrics then show beside their actor ids.
-using engine_instance_atom = caf::atom_constant<caf::atom("enginst")>;
-using list_engines_atom = caf::atom_constant<caf::atom("englist")>;
-// (set_detokenizers_atom, std::vector<caf::actor>): the detokenizers from now on (one was
-// replaced); (abort_all_atom): abort every request on an instance (the node failed them all).
-// A detokenizer that replaces a lost one (an actor other than the one at its index) takes over
-// its requests mid-stream: the router asks the frontend (delivered_tokens_atom, ids) →
-// std::vector<int32_t> how many output tokens each client has, holds that detokenizer's deltas
-// meanwhile, and sends it what stages/detokenizer_ledger.hpp says.
-using set_detokenizers_atom = caf::atom_constant<caf::atom("setdetok")>;
-using abort_all_atom = caf::atom_constant<caf::atom("abortall")>;
-using delivered_tokens_atom = caf::atom_constant<caf::atom("delivtok")>;
-// (retokenize_atom): a tokenizer was lost; the router calls router_spec::on_tokenizer_lost once
-// every request that tokenizer had already passed on (ahead in the router's mailbox) is routed.
-using retokenize_atom = caf::atom_constant<caf::atom("retoken")>;
+// hold a callback. Its interface (router_handle) is in stages/stage_interfaces.hpp.
 
 struct router_spec {
   int block_size = 16;                               // the engines' KV block size
-  std::vector<caf::actor> detokenizers;              // a request's deltas go to detokenizers[detokenizer_of(id, size)]
-  caf::actor reply_to;                               // requests that no instance can take; stats answers
+  std::vector<detokenizer_handle> detokenizers;      // a request's deltas go to detokenizers[detokenizer_of(id, size)]
+  frontend_handle reply_to;                          // requests that no instance can take; stats answers
   std::chrono::milliseconds request_timeout{30000};  // a stats query to an instance
   // Called when an instance is lost (not drained), after its requests were re-run elsewhere:
   // the controller places a new one when it can.
@@ -154,12 +115,11 @@ struct router_spec {
   // "Pair admission").
   pair_admission_settings pair_admission;
 };
-caf::behavior router_actor(caf::event_based_actor* self, router_spec spec);
+router_handle::behavior_type router_actor(router_handle::pointer self, router_spec spec);
 
 // Owns the model and its runner; spawned detached (it computes, so it gets its own thread).
 // Answers (describe_atom) with its worker_description. It also owns the instance's KV data plane
 // (a sender and a receiver over its model) and spawns, linked, the KV agent that speaks for them.
-using describe_atom = caf::atom_constant<caf::atom("describe")>;
 struct worker_kv_settings {
   std::string bind_host = "127.0.0.1";
   std::chrono::milliseconds transfer_timeout{10000};
@@ -183,9 +143,9 @@ void attach_pipeline_stages(const worker_spec& spec, const kv_channel_keys& keys
 // it starts: a library that cannot be loaded fails the spawn, naming it.
 std::shared_ptr<plugin_chain> load_worker_logits_plugins(const worker_spec& spec);
 // logits_plugins: run on the rows of the requests that name them (null: none loaded).
-caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served,
-                           worker_kv_settings kv = {}, worker_drafts drafts = {},
-                           std::shared_ptr<plugin_chain> logits_plugins = nullptr);
+worker_handle::behavior_type worker_actor(worker_handle::pointer self, std::shared_ptr<served_model> served,
+                                          worker_kv_settings kv = {}, worker_drafts drafts = {},
+                                          std::shared_ptr<plugin_chain> logits_plugins = nullptr);
 
 // The KV agent: an event-based actor beside the worker that never blocks (the worker does, while
 // it computes), so transfers are set up while steps run. A shell over the instance's
@@ -193,11 +153,10 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
 // (answered with kv_ready_msg), kv_cancel_msg, kv_ready_msg from the router (for its sender) and
 // (kv_leases_atom) → kv_lease_counts; the receiver's completions come back through it to the
 // scheduler that reserved the transfer (kv_arrival_msg).
-using kv_leases_atom = caf::atom_constant<caf::atom("kvleases")>;
-caf::behavior kv_agent_actor(caf::event_based_actor* self, std::shared_ptr<kv_connector> connector);
+kv_agent_handle::behavior_type kv_agent_actor(kv_agent_handle::pointer self, std::shared_ptr<kv_connector> connector);
 
-caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<detokenize_stage> stage,
-                                caf::actor frontend);
+detokenizer_handle::behavior_type detokenizer_actor(detokenizer_handle::pointer self,
+                                                    std::shared_ptr<detokenize_stage> stage, frontend_handle frontend);
 
 // -- stages started from their specs (stages/stage_specs.hpp) -----------------------------------
 // What a node registers for remote spawning and spawns for itself: each loads what its stage
@@ -206,16 +165,21 @@ caf::behavior detokenizer_actor(caf::event_based_actor* self, std::shared_ptr<de
 // placement: it answers its placer's first question with the reason, then ends. Ending at once is
 // not enough: CAF 0.17 tells a remote monitor of an actor that ended before the monitor arrived
 // only "exit_reason(unknown)".
-caf::behavior refused_placement(caf::event_based_actor* self, const std::string& stage, const std::string& reason);
-// A tokenizer or detokenizer answers (loaded_atom) with true: its tokenizer loaded (a refused one
-// answers with the error). The controller asks every one it places (node/node.cpp).
-using loaded_atom = caf::atom_constant<caf::atom("loaded")>;
+caf::behavior refused_placement(caf::scheduled_actor* self, const std::string& stage, const std::string& reason);
+// The same for a typed stage: it answers whatever comes first with the reason, whatever its
+// interface says it would answer (so it is built unchecked from the untyped refusal).
+template <class... Sigs>
+caf::typed_behavior<Sigs...> refused_placement(caf::typed_event_based_actor<Sigs...>* self, const std::string& stage,
+                                               const std::string& reason) {
+  return {typename caf::typed_behavior<Sigs...>::unsafe_init{},
+          refused_placement(static_cast<caf::scheduled_actor*>(self), stage, reason)};
+}
 
 // Loads its own tokenizer (a pool spawned by one node shares one: node/stage_factories.hpp).
-caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_spec spec);
-caf::behavior scheduler_actor_from_spec(caf::event_based_actor* self, scheduler_spec spec);
+tokenizer_handle::behavior_type tokenizer_actor_from_spec(tokenizer_handle::pointer self, tokenizer_spec spec);
+scheduler_handle::behavior_type scheduler_actor_from_spec(scheduler_handle::pointer self, scheduler_spec spec);
 // Loads the model; spawn it detached (node/stage_factories.hpp does).
-caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec);
-caf::behavior detokenizer_actor_from_spec(caf::event_based_actor* self, detokenizer_spec spec);
+worker_handle::behavior_type worker_actor_from_spec(worker_handle::pointer self, worker_spec spec);
+detokenizer_handle::behavior_type detokenizer_actor_from_spec(detokenizer_handle::pointer self, detokenizer_spec spec);
 
 }  // namespace troupe

@@ -4,7 +4,8 @@
 // node spawns its own stages from the same specs (stages/stage_factories.hpp). A spec names files
 // to load, never loaded objects, so the node that runs the stage loads only what the stage needs
 // (a tokenizer node maps no weights). Every actor a stage sends to travels inside the spec as a
-// caf::actor (CAF serializes a handle as its node and id, a proxy on the far side): no pointers.
+// typed actor handles (stages/stage_interfaces.hpp; CAF serializes a handle as its node and id, a
+// proxy on the far side): no pointers.
 // Their CAF inspect overloads are in stages/message_inspect.hpp.
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "kvtransfer/kv_transport.hpp"
 #include "pipeline/pipelined_model.hpp"
 #include "plugins/plugin_spec.hpp"
+#include "stages/stage_interfaces.hpp"
 
 namespace troupe {
 
@@ -29,8 +31,8 @@ struct tokenizer_spec {
   std::string tokenizer_path;        // a model path (HF directory, .gguf, config.json) or a tokenizer.json's folder
   int vocab_size = 0;                // prompt ids must be below it: the model's, not the tokenizer's
   int max_model_len = 0;             // prompts must leave room for at least one generated token
-  caf::actor router;                 // where checked requests go (schedule_request): the controller's router
-  caf::actor reply_to;               // where refusals go (request_failed): the doors' actor
+  router_handle router;              // where checked requests go (schedule_request): the controller's router
+  frontend_handle reply_to;          // where refusals go (request_failed): the doors' actor
   std::vector<plugin_spec> plugins;  // their request hooks run on each prompt (include/troupe/plugin.h)
 
   // Throws std::runtime_error naming the first field a stage could not start with.
@@ -72,25 +74,14 @@ struct worker_spec {
   kv_channel_keys kv_keys;
 };
 
-// What a worker tells the controller about the model it loaded, on a describe request: the
-// scheduler of its instance must plan for exactly its KV pool, and the doors check prompts
-// against its limits.
-struct worker_description {
-  engine_config config;  // block_size, num_kv_blocks, max_model_len, vocab_size of the loaded model
-  std::vector<int32_t> eos_token_ids;
-  std::string summary;       // describe(served_model), for the controller's log
-  std::string quantization;  // loaded_model::quantization ("Q4_K_M"), for /v1/models and `troupe scale --list`
-  caf::actor kv_agent;       // the worker's KV agent (stages/stage_actors.hpp): its scheduler talks to it
-};
-
 // A scheduler stage: loads nothing; plans steps for `worker`, hands tokens and refusals to the
 // controller's router. With the worker it makes one engine instance.
 struct scheduler_spec {
   engine_config config;  // block count and size must match the worker's KV pool (its description)
   std::vector<int32_t> eos_token_ids;
-  caf::actor worker;
-  caf::actor router;
-  caf::actor kv_agent;                     // the worker's (worker_description::kv_agent)
+  worker_handle worker;
+  router_handle router;
+  kv_agent_handle kv_agent;                // the worker's (worker_description::kv_agent)
   int32_t kv_transfer_timeout_ms = 10000;  // a reserved transfer's deadline
   // A pipelined engine: how long requests wait for a lost stage (pipeline_plan::failover_wait_ms).
   int32_t pipeline_failover_wait_ms = 30000;
@@ -115,7 +106,7 @@ struct scheduler_spec {
 // A detokenizer stage: token deltas in, text deltas out to `reply_to`.
 struct detokenizer_spec {
   std::string tokenizer_path;        // as in tokenizer_spec
-  caf::actor reply_to;               // text batches and failed requests: the doors' actor
+  frontend_handle reply_to;          // text batches and failed requests: the doors' actor
   std::vector<plugin_spec> plugins;  // their output hooks run on each delta's text
 
   // Throws std::runtime_error naming the first field a stage could not start with.

@@ -6,8 +6,9 @@
 
 namespace troupe {
 
-caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<const tokenize_stage> stage,
-                              caf::actor router, caf::actor frontend) {
+tokenizer_handle::behavior_type tokenizer_actor(tokenizer_handle::pointer self,
+                                                std::shared_ptr<const tokenize_stage> stage, router_handle router,
+                                                frontend_handle frontend) {
   keep_exception_in_exit_reason(self);
   return instrumented(self, "tokenizer",
                       {
@@ -24,7 +25,7 @@ caf::behavior tokenizer_actor(caf::event_based_actor* self, std::shared_ptr<cons
                       });
 }
 
-caf::behavior tokenizer_actor_from_spec(caf::event_based_actor* self, tokenizer_spec spec) {
+tokenizer_handle::behavior_type tokenizer_actor_from_spec(tokenizer_handle::pointer self, tokenizer_spec spec) {
   keep_exception_in_exit_reason(self);
   spec.validate();
   quit_with(self, spec.router);  // a tokenizer without its controller's router serves no one

@@ -51,8 +51,9 @@ std::shared_ptr<plugin_chain> load_worker_logits_plugins(const worker_spec& spec
   return chain;
 }
 
-caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_model> served, worker_kv_settings kv,
-                           worker_drafts drafts, std::shared_ptr<plugin_chain> logits_plugins) {
+worker_handle::behavior_type worker_actor(worker_handle::pointer self, std::shared_ptr<served_model> served,
+                                          worker_kv_settings kv, worker_drafts drafts,
+                                          std::shared_ptr<plugin_chain> logits_plugins) {
   keep_exception_in_exit_reason(self);
   auto runner = std::make_shared<model_runner>(*served->backend_model);
   runner->set_draft_proposer(make_draft_proposer(*served, std::move(drafts)));
@@ -64,12 +65,12 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
   // weak handle: the agent owns the receiver, which must not keep the agent alive.
   auto agent_slot = std::make_shared<caf::weak_actor_ptr>();
   auto report = [agent_slot](kv_arrival_msg arrival) {
-    if (auto agent = agent_slot->lock()) caf::anon_send(caf::actor_cast<caf::actor>(agent), std::move(arrival));
+    if (auto agent = agent_slot->lock()) caf::anon_send(caf::actor_cast<kv_agent_handle>(agent), std::move(arrival));
   };
   // So does the sender, for a transfer it gave up: the agent tells the router.
   auto report_send_failure = [agent_slot](uint64_t transfer_id, const std::string& why) {
     if (auto agent = agent_slot->lock()) {
-      caf::anon_send(caf::actor_cast<caf::actor>(agent), kv_failed_msg{0, transfer_id, why});
+      caf::anon_send(caf::actor_cast<kv_agent_handle>(agent), kv_failed_msg{0, transfer_id, why});
     }
   };
   kv_connector_settings kv_settings;
@@ -89,7 +90,7 @@ caf::behavior worker_actor(caf::event_based_actor* self, std::shared_ptr<served_
                          }},
       kv_sender_events{report_send_failure});
   runner->stream_kv_to(connector->make_layer_sink());
-  caf::actor agent = self->spawn<caf::linked>(kv_agent_actor, connector);
+  kv_agent_handle agent = self->spawn<caf::linked>(kv_agent_actor, connector);
   *agent_slot = caf::actor_cast<caf::weak_actor_ptr>(agent);
 
   // Structured output masks tokens by their bytes; a model without EOS ids cannot end a
@@ -131,7 +132,7 @@ void attach_pipeline_stages(const worker_spec& spec, const kv_channel_keys& keys
   served.backend_model = make_pipelined_model(std::move(served.backend_model), spec.pipeline, keys);
 }
 
-caf::behavior worker_actor_from_spec(caf::event_based_actor* self, worker_spec spec) {
+worker_handle::behavior_type worker_actor_from_spec(worker_handle::pointer self, worker_spec spec) {
   keep_exception_in_exit_reason(self);
   std::shared_ptr<served_model> served;
   worker_kv_settings kv;

@@ -4,9 +4,9 @@
 The layer table is read from docs/architecture.md (section "Layers, bottom up"), so the docs and
 the code cannot drift apart: a folder missing from the table, a table row naming no folder, or an
 include that reaches up (or sideways) fails this test. CAF may be included only by actors
-(`*_actor.*`, `stage_actors.hpp`), `stages/message_inspect.hpp`, `stages/stage_specs.hpp` (specs
-carry actor handles), `stages/error_category.hpp` (the project's errors as a CAF error category)
-and the node: the plain classes compile without it.
+(`*_actor.*`, `stage_actors.hpp`), `stages/stage_interfaces.hpp` (the stages' typed interfaces),
+`stages/message_inspect.hpp`, `stages/stage_specs.hpp` (specs carry actor handles),
+`stages/error_category.hpp` (the project's errors as a CAF error category) and the node: the plain classes compile without it.
 
 Some separations are held as rules of their own, checked whatever the table says, so that a row
 edited to allow them still fails (FORBIDDEN): the engine core never includes the KV data plane
@@ -74,7 +74,8 @@ def layer_of(path, layers):
 def may_include_caf(path):
     name = os.path.basename(path)
     return (name.endswith(('_actor.cpp', '_actor.hpp')) or name == 'stage_actors.hpp'
-            or path in ('stages/message_inspect.hpp', 'stages/stage_specs.hpp', 'stages/error_category.hpp')
+            or path in ('stages/stage_interfaces.hpp', 'stages/message_inspect.hpp', 'stages/stage_specs.hpp',
+                        'stages/error_category.hpp')
             or path.startswith('node/'))
 
 

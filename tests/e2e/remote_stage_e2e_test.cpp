@@ -149,9 +149,10 @@ TEST_F(remote_stage_e2e, a_remotely_spawned_tokenizer_sends_its_schedule_request
 
   caf::scoped_actor self(system);  // the scheduler and the doors, as far as the tokenizer knows
   auto tok = load_model_tokenizer(stories_dir);
-  tokenizer_spec spec{stories_dir, 512, 512, caf::actor_cast<caf::actor>(self), caf::actor_cast<caf::actor>(self)};
-  auto tokenizer = system.middleman().remote_spawn<caf::actor>((*agent)->node(), "tokenizer", caf::make_message(spec),
-                                                               request_timeout);
+  tokenizer_spec spec{stories_dir, 512, 512, caf::actor_cast<router_handle>(self),
+                      caf::actor_cast<frontend_handle>(self)};
+  auto tokenizer = system.middleman().remote_spawn<tokenizer_handle>((*agent)->node(), "tokenizer",
+                                                                     caf::make_message(spec), request_timeout);
   ASSERT_TRUE(tokenizer) << system.render(tokenizer.error()) << "\nnode log:\n" << node_->log();
 
   tokenize_request request;
@@ -191,6 +192,31 @@ TEST_F(remote_stage_e2e, a_remotely_spawned_tokenizer_sends_its_schedule_request
   caf::anon_send_exit(*tokenizer, caf::exit_reason::user_shutdown);
 }
 
+// A stage is asked for by its typed interface (stages/stage_interfaces.hpp): asked for as an
+// untyped actor, or as a stage it is not, the node refuses the spawn.
+TEST_F(remote_stage_e2e, a_stage_asked_for_with_another_interface_is_refused) {
+  controller_config config(controller_files_);
+  caf::actor_system system(config);
+  auto agent = caf::openssl::remote_actor(system, "127.0.0.1", node_->port());
+  ASSERT_TRUE(agent) << system.render(agent.error()) << "\nnode log:\n" << node_->log();
+  caf::scoped_actor self(system);
+  tokenizer_spec spec{stories_dir, 512, 512, caf::actor_cast<router_handle>(self),
+                      caf::actor_cast<frontend_handle>(self)};
+  auto untyped = system.middleman().remote_spawn<caf::actor>((*agent)->node(), "tokenizer", caf::make_message(spec),
+                                                             request_timeout);
+  ASSERT_FALSE(untyped) << "a tokenizer was handed out as an untyped actor";
+  EXPECT_EQ(untyped.error(), caf::sec::unexpected_actor_messaging_interface) << system.render(untyped.error());
+  auto other = system.middleman().remote_spawn<detokenizer_handle>((*agent)->node(), "tokenizer",
+                                                                   caf::make_message(spec), request_timeout);
+  ASSERT_FALSE(other) << "a tokenizer was handed out as a detokenizer";
+  EXPECT_EQ(other.error(), caf::sec::unexpected_actor_messaging_interface) << system.render(other.error());
+  // The node serves on: the tokenizer asked for as itself is spawned.
+  auto tokenizer = system.middleman().remote_spawn<tokenizer_handle>((*agent)->node(), "tokenizer",
+                                                                     caf::make_message(spec), request_timeout);
+  ASSERT_TRUE(tokenizer) << system.render(tokenizer.error()) << "\nnode log:\n" << node_->log();
+  caf::anon_send_exit(*tokenizer, caf::exit_reason::user_shutdown);
+}
+
 // The same one-step plan, run by a worker remote-spawned from a worker_spec and by a model_runner
 // over a model loaded here from the same spec, samples the same token.
 TEST_F(remote_stage_e2e, a_remotely_spawned_worker_runs_a_step_plan_like_a_local_runner) {
@@ -205,8 +231,8 @@ TEST_F(remote_stage_e2e, a_remotely_spawned_worker_runs_a_step_plan_like_a_local
   model.backend.threads = 1;
   model.num_kv_blocks = 16;
   model.max_num_seqs = 2;
-  auto worker = system.middleman().remote_spawn<caf::actor>((*agent)->node(), "worker",
-                                                            caf::make_message(worker_spec{model}), request_timeout);
+  auto worker = system.middleman().remote_spawn<worker_handle>((*agent)->node(), "worker",
+                                                               caf::make_message(worker_spec{model}), request_timeout);
   ASSERT_TRUE(worker) << system.render(worker.error()) << "\nnode log:\n" << node_->log();
 
   auto tok = load_model_tokenizer(stories_dir);
@@ -255,10 +281,10 @@ TEST_F(remote_stage_e2e, a_stage_whose_spec_names_a_missing_file_ends_and_the_no
   auto agent = caf::openssl::remote_actor(system, "127.0.0.1", node_->port());
   ASSERT_TRUE(agent) << system.render(agent.error());
   caf::scoped_actor self(system);
-  tokenizer_spec spec{"/nonexistent/troupe-model", 512, 512, caf::actor_cast<caf::actor>(self),
-                      caf::actor_cast<caf::actor>(self)};
-  auto tokenizer = system.middleman().remote_spawn<caf::actor>((*agent)->node(), "tokenizer", caf::make_message(spec),
-                                                               request_timeout);
+  tokenizer_spec spec{"/nonexistent/troupe-model", 512, 512, caf::actor_cast<router_handle>(self),
+                      caf::actor_cast<frontend_handle>(self)};
+  auto tokenizer = system.middleman().remote_spawn<tokenizer_handle>((*agent)->node(), "tokenizer",
+                                                                     caf::make_message(spec), request_timeout);
   ASSERT_TRUE(tokenizer) << system.render(tokenizer.error());
   // The stage fails loading, on the node: it refuses its placement, answering its placer's first
   // question with the reason (naming the file), and then ends.

@@ -267,6 +267,12 @@ struct sample_handles {
   caf::actor first, second, third;
 };
 sample_handles handles;
+// One of them as a typed stage's handle (stages/stage_interfaces.hpp): only its identity travels,
+// so the actor behind it need not have that interface.
+template <class Handle>
+Handle as(const caf::actor& actor) {
+  return caf::actor_cast<Handle>(actor);
+}
 
 backend_options full_backend() {
   backend_options b;
@@ -318,7 +324,12 @@ plugin_spec sample_plugin() {
   return {"quota", "/opt/plugins/libquota.so", R"({"tokens_per_key": 7})", {"request", "output"}, 75};
 }
 std::vector<tokenizer_spec> samples(of<tokenizer_spec>) {
-  return {{"/models/stories260K/hf", 512, 300, handles.first, handles.second, {sample_plugin()}}};
+  return {{"/models/stories260K/hf",
+           512,
+           300,
+           as<router_handle>(handles.first),
+           as<frontend_handle>(handles.second),
+           {sample_plugin()}}};
 }
 std::vector<worker_spec> samples(of<worker_spec>) {
   worker_spec spec{full_model_spec()};
@@ -339,17 +350,26 @@ std::vector<worker_spec> samples(of<worker_spec>) {
 std::vector<worker_description> samples(of<worker_description>) {
   // Pushed one by one: an initializer list of this type trips GCC 12's -Wfree-nonheap-object.
   std::vector<worker_description> all;
-  all.push_back({full_engine_config(), {2, 7}, "stories260K: 5 layers", "Q4_K_M", handles.third});
+  all.push_back({full_engine_config(), {2, 7}, "stories260K: 5 layers", "Q4_K_M", as<kv_agent_handle>(handles.third)});
   return all;
 }
 std::vector<scheduler_spec> samples(of<scheduler_spec>) {
-  scheduler_spec spec{full_engine_config(), {2, 7}, handles.first, handles.second};
-  spec.kv_agent = handles.third;
+  scheduler_spec spec{
+      full_engine_config(), {2, 7}, as<worker_handle>(handles.first), as<router_handle>(handles.second)};
+  spec.kv_agent = as<kv_agent_handle>(handles.third);
   spec.kv_transfer_timeout_ms = 2500;
   return {spec};
 }
+std::vector<scheduler_handle> samples(of<scheduler_handle>) { return {as<scheduler_handle>(handles.first), {}}; }
+std::vector<worker_handle> samples(of<worker_handle>) { return {as<worker_handle>(handles.second)}; }
+std::vector<kv_agent_handle> samples(of<kv_agent_handle>) { return {as<kv_agent_handle>(handles.third)}; }
+std::vector<detokenizer_handle> samples(of<detokenizer_handle>) { return {as<detokenizer_handle>(handles.first)}; }
+std::vector<std::vector<detokenizer_handle>> samples(of<std::vector<detokenizer_handle>>) {
+  return {{as<detokenizer_handle>(handles.first), as<detokenizer_handle>(handles.second)}, {}};
+}
+std::vector<std::vector<int64_t>> samples(of<std::vector<int64_t>>) { return {{0, -1, int64_t{1} << 62}, {}}; }
 std::vector<detokenizer_spec> samples(of<detokenizer_spec>) {
-  return {{"/models/stories260K/hf", handles.third, {sample_plugin(), plugin_spec{"", "/p.so"}}}};
+  return {{"/models/stories260K/hf", as<frontend_handle>(handles.third), {sample_plugin(), plugin_spec{"", "/p.so"}}}};
 }
 
 // -- field-by-field equality ------------------------------------------------------------------------
@@ -358,6 +378,16 @@ template <class T>
 void expect_same_list(const std::vector<T>& a, const std::vector<T>& b);
 
 void expect_same(const std::vector<int32_t>& a, const std::vector<int32_t>& b) { EXPECT_EQ(a, b); }
+void expect_same(const std::vector<int64_t>& a, const std::vector<int64_t>& b) { EXPECT_EQ(a, b); }
+// A typed handle comes back as the same actor (or none).
+template <class... Sigs>
+void expect_same(const caf::typed_actor<Sigs...>& a, const caf::typed_actor<Sigs...>& b) {
+  EXPECT_TRUE(a == b) << caf::to_string(a.address()) << " came back as " << caf::to_string(b.address());
+}
+void expect_same(const std::vector<detokenizer_handle>& a, const std::vector<detokenizer_handle>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) expect_same(a[i], b[i]);
+}
 void expect_same(const chat_message& a, const chat_message& b) {
   EXPECT_EQ(a.role, b.role);
   EXPECT_EQ(a.content, b.content);
@@ -822,7 +852,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 49);
+  EXPECT_EQ(num_types, 55);
   for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;
