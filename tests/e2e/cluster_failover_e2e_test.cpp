@@ -73,13 +73,9 @@ class cluster_failover_e2e : public ::testing::Test {
 };
 
 TEST_F(cluster_failover_e2e, twenty_kill_9_trials_lose_no_request_and_no_token) {
-  // TROUPE_FAILOVER_SEED replays a logged run's kill moments and victims.
-  const char* replay = std::getenv("TROUPE_FAILOVER_SEED");
-  const uint64_t seed = replay ? std::stoull(replay) : std::random_device{}();
+  const uint64_t seed = failover_seed("cluster_failover_e2e");
   std::mt19937_64 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  std::printf("cluster_failover_e2e seed %llu (TROUPE_FAILOVER_SEED replays it)\n",
-              static_cast<unsigned long long>(seed));
 
   const std::vector<mixed_request> mix = request_mix(8, prompts, 120, 200, true, 3);
   const std::vector<outcome> expected = reference_outcomes(*reference_, mix);
@@ -114,8 +110,7 @@ TEST_F(cluster_failover_e2e, twenty_kill_9_trials_lose_no_request_and_no_token) 
   const std::string log = controller_->log();
   EXPECT_GE(count_of(log, "; re-running its "), 20) << "a kill the router did not see:\n" << log;
   static const std::regex rerun(R"(re-running its ([0-9]+) requests)");
-  int num_rerun = 0;
-  for (std::sregex_iterator i(log.begin(), log.end(), rerun), end; i != end; ++i) num_rerun += std::stoi((*i)[1]);
+  const int num_rerun = sum_of(log, rerun);
   EXPECT_GT(num_rerun, 10) << "the kills hardly met a request in flight:\n" << log;
   std::printf("cluster_failover_e2e: %d requests re-run after 20 kills\n", num_rerun);
   if (HasFailure()) ADD_FAILURE() << "controller log:\n" << log;

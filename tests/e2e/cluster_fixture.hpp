@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -49,6 +52,23 @@ inline int count_of(const std::string& text, const std::string& words) {
   int n = 0;
   for (size_t at = text.find(words); at != std::string::npos; at = text.find(words, at + words.size())) ++n;
   return n;
+}
+
+// The seed of a failover test's kill moments and victims: TROUPE_FAILOVER_SEED replays a logged
+// run's; otherwise a fresh one, printed under `test` so that a failure can be replayed.
+inline uint64_t failover_seed(const std::string& test) {
+  const char* replay = std::getenv("TROUPE_FAILOVER_SEED");
+  const uint64_t seed = replay ? std::stoull(replay) : std::random_device{}();
+  std::printf("%s seed %llu (TROUPE_FAILOVER_SEED replays it)\n", test.c_str(), static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+// The sum of the first numbers in every match of `pattern` (one group) in `text`: what a log's
+// lines count ("re-running its 3 requests").
+inline int sum_of(const std::string& text, const std::regex& pattern) {
+  int sum = 0;
+  for (std::sregex_iterator i(text.begin(), text.end(), pattern), end; i != end; ++i) sum += std::stoi((*i)[1]);
+  return sum;
 }
 
 // Waits (bounded) until `child` exits; false when it still runs after `bound`.

@@ -38,13 +38,6 @@ std::vector<mixed_request> greedy_streams() {
   return mix;
 }
 
-// The sum of the first numbers in every match of `pattern` (one group) in `text`.
-int sum_of(const std::string& text, const std::regex& pattern) {
-  int sum = 0;
-  for (std::sregex_iterator i(text.begin(), text.end(), pattern), end; i != end; ++i) sum += std::stoi((*i)[1]);
-  return sum;
-}
-
 class cluster_stage_loss_e2e : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -92,13 +85,9 @@ class cluster_stage_loss_e2e : public ::testing::Test {
   // The kill comes between `earliest` and `latest` ms after the streams start.
   std::string kill_mid_stream(const std::vector<size_t>& victims, const std::string& stage, int trials, int earliest,
                               int latest) {
-    // TROUPE_FAILOVER_SEED replays a logged run's kill moments.
-    const char* replay = std::getenv("TROUPE_FAILOVER_SEED");
-    const uint64_t seed = replay ? std::stoull(replay) : std::random_device{}();
+    const uint64_t seed = failover_seed("cluster_stage_loss_e2e");
     std::mt19937_64 rng(seed);
     SCOPED_TRACE("seed " + std::to_string(seed));
-    std::printf("cluster_stage_loss_e2e seed %llu (TROUPE_FAILOVER_SEED replays it)\n",
-                static_cast<unsigned long long>(seed));
     std::string logs;
     for (int trial = 0; trial < trials; ++trial) {
       SCOPED_TRACE("trial " + std::to_string(trial));

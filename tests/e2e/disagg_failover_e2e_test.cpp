@@ -72,12 +72,9 @@ class disagg_failover_e2e : public ::testing::Test {
   }
 
   void kill_trials(node_process& victim, const std::string& role) {
-    const char* replay = std::getenv("TROUPE_FAILOVER_SEED");
-    const uint64_t seed = replay ? std::stoull(replay) : std::random_device{}();
+    const uint64_t seed = failover_seed("disagg_failover_e2e (" + role + ")");
     std::mt19937_64 rng(seed);
     SCOPED_TRACE("seed " + std::to_string(seed));
-    std::printf("disagg_failover_e2e (%s) seed %llu (TROUPE_FAILOVER_SEED replays it)\n", role.c_str(),
-                static_cast<unsigned long long>(seed));
 
     const std::vector<mixed_request> mix = request_mix(8, prompts, 60, 160, true, 7);
     const std::vector<outcome> expected = reference_outcomes(*reference_, mix);
@@ -110,8 +107,7 @@ class disagg_failover_e2e : public ::testing::Test {
     }
     const std::string log = controller_->log();
     static const std::regex rerun(R"(re-running its ([0-9]+) requests)");
-    int num_rerun = 0;
-    for (std::sregex_iterator i(log.begin(), log.end(), rerun), end; i != end; ++i) num_rerun += std::stoi((*i)[1]);
+    const int num_rerun = sum_of(log, rerun);
     EXPECT_GT(num_rerun, 10) << "the kills hardly met a request in flight:\n" << log;
     std::printf("disagg_failover_e2e: %d requests re-run after 20 kills of the %s node\n", num_rerun, role.c_str());
     if (HasFailure()) ADD_FAILURE() << "controller log:\n" << log;

@@ -91,8 +91,7 @@ TEST_F(launch_failover_wait_e2e, the_only_engine_node_killed_its_streams_wait_fo
     num_cas += fs::exists(entry.path() / "credentials" / "ca.crt");
   EXPECT_EQ(num_cas, 1);
 
-  const char* replay = std::getenv("TROUPE_FAILOVER_SEED");
-  const uint64_t seed = replay ? std::stoull(replay) : std::random_device{}();
+  const uint64_t seed = failover_seed("launch_failover_wait_e2e");
   std::mt19937_64 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
   constexpr int num_trials = 3;

@@ -134,13 +134,9 @@ TEST_F(pipeline_outputs_e2e, the_200_request_mix_answers_like_colocated_in_two_a
 }
 
 TEST_F(pipeline_outputs_e2e, twenty_kill_9_trials_of_a_stage_lose_no_request_and_no_token) {
-  // TROUPE_FAILOVER_SEED replays a logged run's kill moments and victims.
-  const char* replay = std::getenv("TROUPE_FAILOVER_SEED");
-  const uint64_t seed = replay ? std::stoull(replay) : std::random_device{}();
+  const uint64_t seed = failover_seed("pipeline_outputs_e2e");
   std::mt19937_64 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  std::printf("pipeline_outputs_e2e seed %llu (TROUPE_FAILOVER_SEED replays it)\n",
-              static_cast<unsigned long long>(seed));
 
   const std::vector<mixed_request> mix = request_mix(8, prompts, 60, 160, true, 3);
   std::vector<outcome> expected;
@@ -231,8 +227,7 @@ TEST_F(pipeline_outputs_e2e, twenty_kill_9_trials_of_a_stage_lose_no_request_and
   const std::string log = server->log();
   // The kills met steps in flight, not only an idle engine: the scheduler put requests back.
   static const std::regex put_back(R"(lost a pipeline stage \([^)]*\); ([0-9]+) running requests wait)");
-  int num_put_back = 0;
-  for (std::sregex_iterator i(log.begin(), log.end(), put_back), end; i != end; ++i) num_put_back += std::stoi((*i)[1]);
+  const int num_put_back = sum_of(log, put_back);
   EXPECT_GT(num_put_back, 10) << "the kills hardly met a request in flight:\n" << log;
   EXPECT_GE(count_of(log, "reconnected after"), 10) << log;
   std::printf("pipeline_outputs_e2e: %d running requests put back after 20 kills\n", num_put_back);

@@ -151,12 +151,9 @@ TEST_F(plugin_cluster_e2e, each_hook_runs_on_the_node_of_its_stage_through_both_
 }
 
 TEST_F(plugin_cluster_e2e, the_plugins_node_killed_mid_stream_loses_no_text_and_leaks_no_word) {
-  const char* replay = std::getenv("TROUPE_FAILOVER_SEED");  // replays a logged run's kill moments
-  const uint64_t seed = replay ? std::stoull(replay) : std::random_device{}();
+  const uint64_t seed = failover_seed("plugin_cluster_e2e");
   std::mt19937_64 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  std::printf("plugin_cluster_e2e seed %llu (TROUPE_FAILOVER_SEED replays it)\n",
-              static_cast<unsigned long long>(seed));
   for (int trial = 0; trial < 3; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
     controller_process cluster = launch("kill-" + std::to_string(trial));
