@@ -64,26 +64,23 @@ placed_engine engine_placer::place(const std::string& node, engine_role role) {
   placed_engine placed;
   placed.node = node;
   placed.role = role;
-  if (node == topology_.cluster.name) {
-    spawned_worker worker = spawn_worker(system_, worker_for(node), local_kv_keys_);
-    placed.local_model = worker.served;
-    placed.worker = worker.actor;
+  // The worker and its scheduler are built from their specs, here or on the node, the same way.
+  const bool here = node == topology_.cluster.name;
+  const node_address* address = here ? nullptr : topology_.find_node(node);
+  if (!here && !address) throw std::runtime_error("no node named '" + node + "' in the topology's [[nodes]]");
+  placed.worker = link_.spawn_on<worker_handle>(address, "worker", caf::make_message(worker_for(node)), &stopping_);
+  try {
+    // It answers once its model is loaded (or with why it could not be): here that takes what it
+    // takes; another node must answer within request_timeout_ms.
     placed.description =
-        link_.ask<worker_description>(placed.worker, "the controller's own worker", describe_atom::value);
-    placed.scheduler = spawn_scheduler(system_, scheduler_for(placed.description, placed.worker));
-  } else {
-    const node_address* address = topology_.find_node(node);
-    if (!address) throw std::runtime_error("no node named '" + node + "' in the topology's [[nodes]]");
-    placed.worker = link_.spawn<worker_handle>(*address, "worker", caf::make_message(worker_for(node)), &stopping_);
-    try {
-      placed.description =
-          link_.ask<worker_description>(placed.worker, "the worker on node " + node, describe_atom::value);
-      placed.scheduler = link_.spawn<scheduler_handle>(
-          *address, "scheduler", caf::make_message(scheduler_for(placed.description, placed.worker)), &stopping_);
-    } catch (...) {
-      caf::anon_send_exit(placed.worker, caf::exit_reason::user_shutdown);
-      throw;
-    }
+        here ? link_.ask_within<worker_description>(placed.worker, "the controller's own worker", caf::infinite,
+                                                    describe_atom::value)
+             : link_.ask<worker_description>(placed.worker, "the worker on node " + node, describe_atom::value);
+    placed.scheduler = link_.spawn_on<scheduler_handle>(
+        address, "scheduler", caf::make_message(scheduler_for(placed.description, placed.worker)), &stopping_);
+  } catch (...) {
+    caf::anon_send_exit(placed.worker, caf::exit_reason::user_shutdown);
+    throw;
   }
   placed.id = link_.ask<engine_instance_id>(router_, "the router", engine_joined_atom::value, placed.scheduler,
                                             placed.worker, node, placed.description.kv_agent,

@@ -35,7 +35,6 @@ struct placed_engine {
   worker_description description;
   worker_handle worker;
   scheduler_handle scheduler;
-  std::shared_ptr<const served_model> local_model;  // set when it runs on the controller
 };
 
 class engine_placer {
@@ -48,8 +47,6 @@ class engine_placer {
 
   // The router new instances join; set once, before the first place().
   void set_router(router_handle router) { router_ = std::move(router); }
-  // The controller's own KV channel keys (its workers' CURVE identity); empty without credentials.
-  void set_local_kv_keys(kv_channel_keys keys) { local_kv_keys_ = std::move(keys); }
 
   // Places one instance on `node` (a [[nodes]] name, or the controller's own name), waits until
   // its worker has loaded the model, and adds it to the router. Throws std::runtime_error naming
@@ -79,7 +76,6 @@ class engine_placer {
   const topology& topology_;
   node_link link_;
   router_handle router_;
-  kv_channel_keys local_kv_keys_;
   std::mutex mutex_;
   std::condition_variable wake_;
   stage_restorer restore_;

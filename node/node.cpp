@@ -67,7 +67,10 @@ class node_config : public caf::actor_system_config, public actor_stats_host {
     for_each_message_type(
         [this](auto type, const char* name) { add_message_type<typename decltype(type)::type>(name); });
     register_error_category(*this);
-    register_stage_types(*this);  // the controller spawns its own stages by name too
+    // The controller spawns its own stages by name too; its workers carry KV with its keys.
+    register_stage_types(*this, {},
+                         t.cluster.credentials.empty() ? kv_channel_keys{}
+                                                       : load_kv_channel_keys(t.cluster.credentials, t.cluster.name));
     if (!needs_cluster(t)) return;
     verify_member_credentials(credentials_in(t.cluster.credentials, t.cluster.name));
     load<caf::io::middleman>();
@@ -76,9 +79,8 @@ class node_config : public caf::actor_system_config, public actor_stats_host {
   }
 };
 
-// A stage and the node it runs on (the controller's own name for this process).
-// A stage and the node it runs on; `Handle` is its interface (stages/stage_interfaces.hpp), or
-// caf::actor where only its life is watched.
+// A stage and the node it runs on (the controller's own name for this process); `Handle` is its
+// interface (stages/stage_interfaces.hpp), or caf::actor where only its life is watched.
 template <class Handle>
 struct placed_stage {
   std::string node;
@@ -267,8 +269,8 @@ struct node::impl {
 
 namespace {
 
-// The stages of one kind, spawned on each node the placement names: locally through the same
-// factories a node uses, remotely by name over the node link; either way as a `Handle`.
+// The stages of one kind, spawned on each node the placement names from their spec, through the
+// same factories here and there (node_link::spawn_on), as a `Handle`.
 template <class Handle>
 std::vector<placed_stage<Handle>> place_stages(caf::actor_system& system, const topology& t,
                                                const std::vector<std::string>& where, const std::string& type,
@@ -277,14 +279,11 @@ std::vector<placed_stage<Handle>> place_stages(caf::actor_system& system, const 
   std::vector<placed_stage<Handle>> placed;
   for (const std::string& node : where) {
     for (int i = 0; i < count_each; ++i) {
-      if (node == t.cluster.name) {
-        auto stage = system.spawn<Handle>(type, spec);
-        if (!stage) throw std::runtime_error("cannot spawn a " + type + ": " + system.render(stage.error()));
-        placed.push_back({node, *stage});
-      } else {
-        placed.push_back({node, link.spawn<Handle>(*t.find_node(node), type, spec)});
-        spdlog::info("{} placed on node {}", type, node);
-      }
+      const bool here = node == t.cluster.name;
+      const node_address* address = here ? nullptr : t.find_node(node);
+      if (!here && !address) throw std::runtime_error("no node named '" + node + "' in the topology's [[nodes]]");
+      placed.push_back({node, link.spawn_on<Handle>(address, type, spec)});
+      if (!here) spdlog::info("{} placed on node {}", type, node);
       // One that could not load its tokenizer there answers with the reason (a refused
       // placement) rather than ending unheard: the operator learns the node, stage and why now.
       if (type == "tokenizer" || type == "detokenizer") {
@@ -454,8 +453,6 @@ node::node(const topology& t) : topology_(t) {
     routing.on_tokenized = [&s](int64_t request_id) { s.downstream.tokenized(request_id); };
     routing.on_tokenizer_lost = [&s] { s.downstream.resend_lost_tokenizations(); };
   }
-  if (!tp.cluster.credentials.empty())
-    placer->set_local_kv_keys(load_kv_channel_keys(tp.cluster.credentials, tp.cluster.name));
   // Mixed instances, then the prefill and the decode halves of a disaggregated topology.
   std::vector<std::pair<std::string, engine_role>> instances;
   for (const std::string& node : tp.placement.engines) instances.emplace_back(node, engine_role::mixed);
@@ -482,10 +479,6 @@ node::node(const topology& t) : topology_(t) {
   std::vector<placed_engine> engines;
   for (const auto& [node, role] : instances) engines.push_back(placer->place(node, role));
   const worker_description& model = engines.front().description;
-  if (const auto& local = engines.front().local_model; local && !local->device_note.empty()) {
-    spdlog::log(tp.model.device == device_request::cuda ? spdlog::level::warn : spdlog::level::info, "{}",
-                local->device_note);
-  }
   spdlog::info("{}", model.summary);
   const int max_model_len = model.config.max_model_len;
 
@@ -567,16 +560,10 @@ node::node(const topology& t) : topology_(t) {
 
   s.tokenizing = tokenizer_spec{tp.model.path, model.config.vocab_size, max_model_len, s.downstream.router_actor, front,
                                 tp.plugins};
-  std::vector<placed_tokenizer> tokenizers;
-  if (tp.placement.tokenizers.size() == 1 && tp.placement.tokenizers.front() == tp.cluster.name) {
-    for (tokenizer_handle& tokenizer :
-         spawn_tokenizers(s.system, *s.tokenizing, tp.tokenizer_pool_size)) {  // one tokenizer, shared
-      tokenizers.push_back({tp.cluster.name, std::move(tokenizer)});
-    }
-  } else {
-    tokenizers = place_stages<tokenizer_handle>(s.system, tp, tp.placement.tokenizers, "tokenizer",
-                                                caf::make_message(*s.tokenizing), tp.tokenizer_pool_size, s.presence);
-  }
+  // A pool placed on one node shares one loaded tokenizer there (stages/shared_tokenize_stages.hpp).
+  std::vector<placed_tokenizer> tokenizers =
+      place_stages<tokenizer_handle>(s.system, tp, tp.placement.tokenizers, "tokenizer",
+                                     caf::make_message(*s.tokenizing), tp.tokenizer_pool_size, s.presence);
   s.downstream.set_tokenizers(tokenizers);
   s.downstream.router = &s.router;
   for (const placed_tokenizer& tokenizer : tokenizers) s.actors.push_back(caf::actor_cast<caf::actor>(tokenizer.actor));

@@ -38,10 +38,24 @@ class node_link {
   Handle spawn(const node_address& node, const std::string& type, caf::message spec,
                const std::atomic<bool>* cancel = nullptr) const;
 
+  // The same on `node`, or in this process when `node` is null (the controller's own stages):
+  // through the same factory either way (node/stage_factories.hpp), so a stage is built from its
+  // spec wherever it runs.
+  template <class Handle>
+  Handle spawn_on(const node_address* node, const std::string& type, caf::message spec,
+                  const std::atomic<bool>* cancel = nullptr) const;
+
   // Asks `stage` (on some node) and waits for one answer of type T, or for the stage to end
   // (its exit reason names what went wrong, e.g. a model that would not load); throws then.
+  // ask waits at most request_timeout_ms; ask_within as long as `timeout` says (caf::infinite:
+  // a stage of this process loading a model, which takes what it takes).
   template <class T, class Handle, class... Ts>
-  T ask(const Handle& stage, const std::string& what, Ts&&... message) const;
+  T ask(const Handle& stage, const std::string& what, Ts&&... message) const {
+    return ask_within<T>(stage, what, std::chrono::milliseconds(settings_.request_timeout_ms),
+                         std::forward<Ts>(message)...);
+  }
+  template <class T, class Handle, class Timeout, class... Ts>
+  T ask_within(const Handle& stage, const std::string& what, const Timeout& timeout, Ts&&... message) const;
 
  private:
   // Names this link's owner to `agent` as the owner of `stage` (node/stage_owner.hpp).
@@ -69,13 +83,21 @@ Handle node_link::spawn(const node_address& node, const std::string& type, caf::
   return *stage;
 }
 
-template <class T, class Handle, class... Ts>
-T node_link::ask(const Handle& stage, const std::string& what, Ts&&... message) const {
+template <class Handle>
+Handle node_link::spawn_on(const node_address* node, const std::string& type, caf::message spec,
+                           const std::atomic<bool>* cancel) const {
+  if (node) return spawn<Handle>(*node, type, std::move(spec), cancel);
+  auto stage = system_.spawn<Handle>(type, std::move(spec));
+  if (!stage) throw std::runtime_error("cannot spawn a " + type + ": " + system_.render(stage.error()));
+  return *stage;
+}
+
+template <class T, class Handle, class Timeout, class... Ts>
+T node_link::ask_within(const Handle& stage, const std::string& what, const Timeout& timeout, Ts&&... message) const {
   caf::scoped_actor self(system_);
   self->monitor(stage);
   std::optional<T> answer;
   std::string failure;
-  const auto timeout = std::chrono::milliseconds(settings_.request_timeout_ms);
   self->request(stage, timeout, std::forward<Ts>(message)...)
       .receive([&](T& value) { answer = std::move(value); },
                [&](caf::error& error) { failure = system_.render(error); });

@@ -28,18 +28,4 @@ using stage_spawned_fn = std::function<void(const std::string& type, const caf::
 void register_stage_types(caf::actor_system_config& config, stage_spawned_fn on_spawn = {},
                           kv_channel_keys kv_keys = {});
 
-// `count` tokenizer actors sharing one tokenizer, loaded here once. Throws naming the file.
-std::vector<tokenizer_handle> spawn_tokenizers(caf::actor_system& system, const tokenizer_spec& spec, int count);
-
-// The worker, detached, over the model the spec names, loaded here (once); the model comes back
-// too, for what the node derives from it (limits, EOS ids, the KV pool's size). Throws naming the
-// path or setting that is wrong.
-struct spawned_worker {
-  worker_handle actor;
-  std::shared_ptr<const served_model> served;
-};
-spawned_worker spawn_worker(caf::actor_system& system, const worker_spec& spec, const kv_channel_keys& kv_keys = {});
-
-scheduler_handle spawn_scheduler(caf::actor_system& system, const scheduler_spec& spec);
-
 }  // namespace troupe

@@ -9,9 +9,12 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
+#include <chrono>
 #include <string>
+#include <variant>
 
 #include "node/stage_factories.hpp"
 #include "stages/error_category.hpp"
@@ -40,26 +43,38 @@ std::string expected_refusal(kv_transport transport) {
                      : named + "cannot run on this node: " + why;
 }
 
+// The worker spawned by name from its spec, as every node spawns one, and asked to describe
+// itself (what the engine placer asks first): its description, or the error it refused with.
+std::variant<worker_description, std::string> spawn_and_describe(caf::actor_system& system, const worker_spec& spec) {
+  auto worker = system.spawn<worker_handle>("worker", caf::make_message(spec));
+  if (!worker) return "cannot spawn: " + system.render(worker.error());
+  std::variant<worker_description, std::string> out = std::string("no answer");
+  caf::scoped_actor self(system);
+  self->request(*worker, std::chrono::seconds(60), describe_atom::value)
+      .receive([&](worker_description& d) { out = std::move(d); }, [&](caf::error& e) { out = system.render(e); });
+  caf::anon_send_exit(*worker, caf::exit_reason::user_shutdown);
+  return out;
+}
+
 TEST(worker_kv_transport, a_worker_that_cannot_carry_its_transport_refuses_to_spawn_naming_why) {
   TROUPE_REQUIRE_SHARED_MODEL(stories260k_dir / "hf");
   caf::actor_system_config config;
   for_each_message_type(
       [&](auto type, const char* name) { config.add_message_type<typename decltype(type)::type>(name); });
   register_error_category(config);
+  register_stage_types(config);
   caf::actor_system system(config);
   for (kv_transport transport : {kv_transport::cuda_ipc, kv_transport::nccl}) {
     SCOPED_TRACE(std::string(kv_transport_name(transport)));
-    try {
-      spawn_worker(system, cpu_worker(transport));
-      ADD_FAILURE() << "the worker spawned";
-    } catch (const std::runtime_error& e) {
-      EXPECT_NE(std::string(e.what()).find(expected_refusal(transport)), std::string::npos) << e.what();
-      EXPECT_EQ(std::string(e.what()).find("not driven"), std::string::npos) << "nccl is served: " << e.what();
-    }
+    const auto answer = spawn_and_describe(system, cpu_worker(transport));
+    ASSERT_TRUE(std::holds_alternative<std::string>(answer)) << "the worker started";
+    const std::string& refusal = std::get<std::string>(answer);
+    EXPECT_NE(refusal.find(expected_refusal(transport)), std::string::npos) << refusal;
+    EXPECT_EQ(refusal.find("not driven"), std::string::npos) << "nccl is served: " << refusal;
   }
-  spawned_worker zmq = spawn_worker(system, cpu_worker(kv_transport::zmq));
-  ASSERT_TRUE(zmq.actor);
-  caf::anon_send_exit(zmq.actor, caf::exit_reason::user_shutdown);
+  const auto zmq = spawn_and_describe(system, cpu_worker(kv_transport::zmq));
+  ASSERT_TRUE(std::holds_alternative<worker_description>(zmq)) << std::get<std::string>(zmq);
+  EXPECT_GT(std::get<worker_description>(zmq).config.num_kv_blocks, 0);
 }
 
 }  // namespace
