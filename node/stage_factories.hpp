@@ -1,7 +1,7 @@
 #pragma once
-// Starting stages from their specs (stages/stage_specs.hpp), the one way every node does it: the
-// colocated node spawns its own stages through these, and a node that serves a controller
-// registers the same stage actors by name for remote spawning (register_stage_types).
+// Starting stages from their specs (stages/stage_specs.hpp), the one way every node does it: each
+// registers the stage actors by name (register_stage_types), and a controller spawns its own
+// stages through them as it spawns a node's remotely (node/node_link.hpp, spawn_on).
 
 #include <functional>
 #include <memory>
