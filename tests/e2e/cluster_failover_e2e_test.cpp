@@ -97,12 +97,7 @@ TEST_F(cluster_failover_e2e, twenty_kill_9_trials_lose_no_request_and_no_token) 
       EXPECT_TRUE(same_output(got[i], expected[i])) << "request " << i << " after killing " << victim.name() << " at "
                                                     << kill_after.count() << " ms: " << got[i] << " != " << expected[i];
     }
-    const stats_reply idle = wait_until_idle(*controller_);
-    EXPECT_EQ(idle.num_running, 0);
-    EXPECT_EQ(idle.num_waiting, 0);
-    EXPECT_EQ(idle.num_requests_in_flight, 0);
-    EXPECT_GT(idle.num_total_blocks, 0);
-    EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "KV blocks held after the trial";
+    expect_nothing_held(*controller_);
     restart(victim);
     if (HasFailure()) break;  // one trial's failure, with its log, not twenty
   }

@@ -500,6 +500,19 @@ inline stats_reply wait_until_idle(const controller_process& server, std::chrono
   return s;
 }
 
+// After a failover trial: the server ends idle (a bounded wait) holding nothing: no request
+// running, waiting or in flight, every KV block free, no reservation or transfer open.
+inline void expect_nothing_held(const controller_process& server) {
+  const stats_reply idle = wait_until_idle(server);
+  EXPECT_EQ(idle.num_running, 0) << "requests still running after the trial";
+  EXPECT_EQ(idle.num_waiting, 0) << "requests still waiting after the trial";
+  EXPECT_EQ(idle.num_requests_in_flight, 0) << "requests still held after the trial";
+  EXPECT_GT(idle.num_total_blocks, 0);
+  EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "KV blocks held after the trial";
+  EXPECT_EQ(idle.num_waiting_for_kv, 0) << "a reservation left after the trial";
+  EXPECT_EQ(idle.num_kv_leases, 0) << "a KV transfer left open after the trial";
+}
+
 // Bytes a process has written through write/send calls (its sockets and log included), from
 // /proc/PID/io; -1 when gone. A node that forwarded tokens for many requests wrote far more than
 // one that only heartbeated.

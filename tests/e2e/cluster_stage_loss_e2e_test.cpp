@@ -113,9 +113,7 @@ class cluster_stage_loss_e2e : public ::testing::Test {
       const std::vector<outcome> after = run_in_waves(*controller_, mix_, mix_.size());
       for (size_t i = 0; i < mix_.size(); ++i)
         EXPECT_TRUE(same_output(after[i], expected_[i])) << "after: " << after[i];
-      const stats_reply idle = wait_until_idle(*controller_);
-      EXPECT_EQ(idle.num_requests_in_flight, 0);
-      EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "KV blocks held after the trial";
+      expect_nothing_held(*controller_);
       const std::string log = controller_->log();
       EXPECT_EQ(log.find("failed 0 requests"), std::string::npos) << log;
       logs += log;

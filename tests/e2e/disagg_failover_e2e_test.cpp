@@ -94,14 +94,7 @@ class disagg_failover_e2e : public ::testing::Test {
             << "request " << i << " after killing " << victim.name() << " at " << kill_after.count()
             << " ms: " << got[i] << " != " << expected[i];
       }
-      const stats_reply idle = wait_until_idle(*controller_);
-      EXPECT_EQ(idle.num_running, 0);
-      EXPECT_EQ(idle.num_waiting, 0);
-      EXPECT_EQ(idle.num_requests_in_flight, 0);
-      EXPECT_GT(idle.num_total_blocks, 0);
-      EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "KV blocks held after the trial";
-      EXPECT_EQ(idle.num_waiting_for_kv, 0) << "a reservation left after the trial";
-      EXPECT_EQ(idle.num_kv_leases, 0) << "a KV transfer left open after the trial";
+      expect_nothing_held(*controller_);
       restart(victim, role);
       if (HasFailure()) break;  // one trial's failure, with its log, not twenty
     }

@@ -113,10 +113,7 @@ TEST_F(launch_failover_wait_e2e, the_only_engine_node_killed_its_streams_wait_fo
     EXPECT_TRUE(launch.wait_for_log("for an engine instance to come back", trial + 1, 5s)) << launch.log();
     EXPECT_TRUE(launch.wait_for_log("that waited for an engine instance run on instance", trial + 1, 5s))
         << launch.log();
-    const stats_reply idle = wait_until_idle(launch);
-    EXPECT_EQ(idle.num_requests_in_flight, 0);
-    EXPECT_GT(idle.num_total_blocks, 0);
-    EXPECT_EQ(idle.num_free_blocks, idle.num_total_blocks) << "KV blocks held after the trial";
+    expect_nothing_held(launch);
     if (HasFailure()) break;
   }
   if (HasFailure()) ADD_FAILURE() << "launch log:\n" << launch.log();
