@@ -32,9 +32,9 @@ class node_link {
   caf::actor connect(const node_address& node, const std::atomic<bool>* cancel = nullptr) const;
 
   // Spawns a stage of `type` ("tokenizer", "scheduler", "worker", "detokenizer") on the node, as
-  // a `Handle` (stages/stage_interfaces.hpp for the typed ones): the node refuses the spawn when
-  // the stage registered under `type` has another interface.
-  template <class Handle = caf::actor>
+  // its `Handle` (stages/stage_interfaces.hpp): the node refuses the spawn when the stage
+  // registered under `type` has another interface.
+  template <class Handle>
   Handle spawn(const node_address& node, const std::string& type, caf::message spec,
                const std::atomic<bool>* cancel = nullptr) const;
 

@@ -1,7 +1,5 @@
 #include "stages/shared_tokenize_stages.hpp"
 
-#include <iterator>
-
 namespace troupe {
 
 std::shared_ptr<const tokenize_stage> shared_tokenize_stages::get(
