@@ -27,8 +27,17 @@ class scripted_downstream : public door_downstream {
   std::optional<request_failed> fail_with;
   http_door* door = nullptr;
 
-  ~scripted_downstream() override {
-    for (auto& t : threads_) t.join();
+  ~scripted_downstream() override { join_answers(); }
+
+  // Waits for every answering thread. The door must outlive them: one that has not yet seen its
+  // request's abort still posts to the door.
+  void join_answers() {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
   }
 
   void submit(tokenize_request request) override {
@@ -112,7 +121,10 @@ struct door_fixture {
     downstream.door = door.get();
     door->start();
   }
-  ~door_fixture() { door->stop(); }
+  ~door_fixture() {
+    door->stop();
+    downstream.join_answers();  // before `door` goes: an answer may still be on its way to it
+  }
 
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", door->port());
