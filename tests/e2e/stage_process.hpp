@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -42,9 +43,13 @@ class stage_process {
   // when it exits first or the bound passes. A restart on a chosen port keeps the endpoint.
   void start() {
     if (process_ && process_->alive()) throw std::logic_error("stage " + layers_ + " runs already");
-    const std::filesystem::path log =
-        std::filesystem::temp_directory_path() /
-        ("troupe_stage_" + std::to_string(::getpid()) + "_" + layers_ + "." + std::to_string(logs_.size()) + ".log");
+    // Named by this object too: two stages of the same layers (a pipelined prefill's and its
+    // decode's) must not read each other's endpoint.
+    static std::atomic<int> next_instance{0};
+    if (instance_ < 0) instance_ = next_instance++;
+    const std::filesystem::path log = std::filesystem::temp_directory_path() /
+                                      ("troupe_stage_" + std::to_string(::getpid()) + "_" + std::to_string(instance_) +
+                                       "_" + layers_ + "." + std::to_string(logs_.size()) + ".log");
     logs_.push_back(log);
     std::vector<std::string> args = {
         troupe_binary.string(), "stage", "--model", model_, "--layers", layers_, "--threads", "1",
@@ -93,6 +98,7 @@ class stage_process {
   std::string layers_;
   std::string model_;
   std::vector<std::string> extra_args_;
+  int instance_ = -1;  // names its logs
   uint16_t port_;
   std::vector<std::filesystem::path> logs_;
   std::optional<child_process> process_;
