@@ -167,22 +167,59 @@ class pipelined_model final : public model {
     return text + "layers " + layer_range_text(last_layers_) + " here: " + last_->backend_name() + ")";
   }
   dtype kv_dtype() const override { return last_->kv_dtype(); }
-  // KV moves for the local stage's layers only; the model refuses the remote stages' by name.
+  // KV moves stage by stage: each stage's share of the layers goes over its link (its KV frames,
+  // pipeline/stage_frame.hpp) or, for the layers here, to the local model. A span is layer-major
+  // (model/kv_transfer.hpp), so each stage's share is one contiguous piece of it.
   void export_kv(std::span<const int32_t> block_ids, int first_layer, int num_layers, dtype element,
                  std::span<std::byte> out) const override {
-    last_->export_kv(block_ids, first_layer, num_layers, element, out);
+    const kv_span_header whole =
+        kv_span_for(config(), shape_, static_cast<int>(block_ids.size()), first_layer, num_layers, element);
+    check_kv_transfer(config(), shape_, block_ids, whole, out.size(), kv_transfer_direction::export_from_pool);
+    std::lock_guard lock(links_mutex_);  // the links stay while they are used
+    for_each_stage_share(whole, [&](int stage, const kv_span_header& share, size_t offset, size_t bytes) {
+      if (stage < 0) {
+        last_->export_kv(block_ids, share.first_layer, share.num_layers, element, out.subspan(offset, bytes));
+        return;
+      }
+      if (std::string why = links_[static_cast<size_t>(stage)]->export_kv(block_ids, share, out.subspan(offset, bytes));
+          !why.empty()) {
+        throw std::runtime_error(why);
+      }
+    });
   }
+
+  // An import into a remote stage is trusted as long as no stage restarted since the import of
+  // the block's first layer began (the KV plane sends a request's layers in order from 0, so a
+  // restart part way through leaves the earlier layers lost: the import fails and the transfer
+  // runs again).
   void import_kv(std::span<const int32_t> block_ids, const kv_span_header& header,
                  std::span<const std::byte> data) override {
-    last_->import_kv(block_ids, header, data);
+    check_kv_transfer(config(), shape_, block_ids, header, data.size(), kv_transfer_direction::import_into_pool);
+    std::lock_guard lock(links_mutex_);
+    if (header.first_layer == 0) {
+      for (const int32_t block : block_ids) block_epoch_[static_cast<size_t>(block)] = kv_epoch_;
+    } else {
+      for (const int32_t block : block_ids) {
+        if (block_epoch_[static_cast<size_t>(block)] != kv_epoch_) {
+          throw std::runtime_error("a pipeline stage restarted while KV was imported into block " +
+                                   std::to_string(block) + ": its earlier layers went with it");
+        }
+      }
+    }
+    for_each_stage_share(header, [&](int stage, const kv_span_header& share, size_t offset, size_t bytes) {
+      if (stage < 0) {
+        last_->import_kv(block_ids, share, data.subspan(offset, bytes));
+        return;
+      }
+      if (std::string why =
+              links_[static_cast<size_t>(stage)]->import_kv(block_ids, share, data.subspan(offset, bytes));
+          !why.empty()) {
+        throw std::runtime_error(why);
+      }
+    });
   }
 
   void forward(const forward_batch& batch, float* logits) override {
-    if (batch.after_layer_kv) {
-      throw std::runtime_error(
-          "a pipelined model cannot stream its KV layer by layer yet (prefill/decode "
-          "disaggregation with pipeline stages)");
-    }
     if (batch.residual_in != nullptr || batch.residual_out != nullptr) {
       throw std::runtime_error("a pipelined model is the whole model: no residual_in / residual_out");
     }
@@ -273,9 +310,37 @@ class pipelined_model final : public model {
       throw std::runtime_error(failure);
     }
     mark_kv_written(batch);
+    // A disaggregated prefill streams its KV: each layer once every micro-batch has been through
+    // it; here, once the forward is done (the remote layers' KV is fetched from their stages).
+    if (batch.after_layer_kv) {
+      for (int layer = 0; layer < config().num_layers; ++layer) batch.after_layer_kv(layer);
+    }
   }
 
  private:
+  // Calls fn(stage, share, offset, bytes) for each stage holding some of `whole`'s layers, in
+  // layer order: stage is the link's index, or -1 for the layers here; share is `whole` cut to
+  // that stage's layers, found at [offset, offset + bytes) of the span.
+  template <class Fn>
+  void for_each_stage_share(const kv_span_header& whole, Fn&& fn) const {
+    kv_span_header one_layer = whole;
+    one_layer.num_layers = 1;
+    const size_t layer_bytes = kv_span_bytes(one_layer);
+    const int end = whole.first_layer + whole.num_layers;
+    for (int stage = 0; stage <= static_cast<int>(remote_.size()); ++stage) {
+      const bool here = stage == static_cast<int>(remote_.size());
+      const layer_range held = here ? last_layers_ : remote_[static_cast<size_t>(stage)].layers;
+      const int first = std::max(whole.first_layer, held.first);
+      const int last_end = std::min(end, held.end);
+      if (first >= last_end) continue;
+      kv_span_header share = whole;
+      share.first_layer = first;
+      share.num_layers = last_end - first;
+      fn(here ? -1 : stage, share, static_cast<size_t>(first - whole.first_layer) * layer_bytes,
+         static_cast<size_t>(share.num_layers) * layer_bytes);
+    }
+  }
+
   // How often the reconnector looks at the links; the back-off between attempts is the
   // settings' (reconnect_first_delay doubling up to reconnect_max_delay, reconnect_attempts).
   static constexpr auto reconnect_poll = std::chrono::milliseconds(100);
@@ -466,7 +531,7 @@ class pipelined_model final : public model {
   // links_ and reconnects_ change under links_mutex_; forward() reads links_ without it only
   // between its install_reconnected_links() and its return (the reconnector never replaces one).
   std::vector<std::unique_ptr<stage_link>> links_;
-  std::mutex links_mutex_;
+  mutable std::mutex links_mutex_;
   std::condition_variable reconnect_wake_;
   std::vector<reconnect_state> reconnects_;
   bool stopping_ = false;

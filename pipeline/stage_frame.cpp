@@ -72,7 +72,13 @@ uint64_t stage_max_frame_bytes(const stage_frame_limits& limits) {
   most.num_seqs = std::min(limits.max_seqs, limits.max_tokens);
   most.num_block_ids = limits.max_block_ids;
   most.hidden_size = limits.hidden_size;
-  return stage_frame_header_bytes + std::max<uint64_t>(stage_payload_bytes(most), stage_failure_max_bytes);
+  const uint64_t kv =
+      stage_kv_descriptor_bytes + uint64_t{4} * static_cast<uint64_t>(limits.max_block_ids) + limits.max_kv_bytes;
+  return stage_frame_header_bytes + std::max({stage_payload_bytes(most), uint64_t{stage_failure_max_bytes}, kv});
+}
+
+uint64_t stage_kv_request_bytes(const stage_frame_header& h) {
+  return stage_kv_descriptor_bytes + uint64_t{4} * static_cast<uint64_t>(h.num_block_ids);
 }
 
 uint64_t stage_work_array_bytes(const stage_frame_header& h) {
@@ -90,6 +96,10 @@ uint64_t stage_payload_bytes(const stage_frame_header& h) {
     case stage_frame_kind::work: return stage_work_array_bytes(h) + residual;
     case stage_frame_kind::result: return residual;
     case stage_frame_kind::failure: return h.payload_bytes;  // text of its own length, bounded below
+    case stage_frame_kind::kv_export: return stage_kv_request_bytes(h);
+    case stage_frame_kind::kv_data:
+    case stage_frame_kind::kv_import: return h.payload_bytes;  // the span's bytes, bounded below
+    case stage_frame_kind::kv_done: return 0;
   }
   return 0;
 }
@@ -107,7 +117,7 @@ stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, c
   stage_frame_header h;
   const uint16_t kind = get<uint16_t>(p, 6);
   if (kind < static_cast<uint16_t>(stage_frame_kind::hello) ||
-      kind > static_cast<uint16_t>(stage_frame_kind::failure)) {
+      kind > static_cast<uint16_t>(stage_frame_kind::kv_done)) {
     refuse("unknown kind " + std::to_string(kind));
   }
   h.kind = static_cast<stage_frame_kind>(kind);
@@ -127,9 +137,25 @@ stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, c
   if (h.hidden_size != 0 && h.hidden_size != limits.hidden_size) {
     refuse("residual width " + std::to_string(h.hidden_size) + ", expected " + std::to_string(limits.hidden_size));
   }
+  const bool kv = h.kind >= stage_frame_kind::kv_export;
+  if (kv && (h.num_tokens != 0 || h.num_seqs != 0 || h.hidden_size != 0)) {
+    refuse("a KV frame carries no tokens, sequences or residual");
+  }
+  const auto bytes_beyond = [&](uint64_t before) -> int64_t {
+    if (h.payload_bytes < before) {
+      refuse("payload of " + std::to_string(h.payload_bytes) + " bytes, its KV request alone takes " +
+             std::to_string(before));
+    }
+    return static_cast<int64_t>(std::min<uint64_t>(h.payload_bytes - before, INT64_MAX));
+  };
+  const auto most_kv = static_cast<int64_t>(std::min<uint64_t>(limits.max_kv_bytes, INT64_MAX));
   if (h.kind == stage_frame_kind::failure) {
     check_count("failure text bytes", static_cast<int64_t>(std::min<uint64_t>(h.payload_bytes, INT64_MAX)),
                 stage_failure_max_bytes);
+  } else if (h.kind == stage_frame_kind::kv_data) {
+    check_count("KV data bytes", bytes_beyond(0), most_kv);
+  } else if (h.kind == stage_frame_kind::kv_import) {
+    check_count("KV data bytes", bytes_beyond(stage_kv_request_bytes(h)), most_kv);
   } else if (h.payload_bytes != stage_payload_bytes(h)) {
     refuse("payload of " + std::to_string(h.payload_bytes) + " bytes, its counts make " +
            std::to_string(stage_payload_bytes(h)));
@@ -208,6 +234,62 @@ void decode_work_arrays(const stage_frame_header& h, std::span<const std::byte> 
         refuse("token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(vocab_size));
       }
     }
+  }
+}
+
+void encode_kv_request(stage_frame_kind kind, uint64_t step_id, const kv_span_header& span,
+                       std::span<const int32_t> block_ids, uint64_t data_bytes, std::vector<std::byte>& head) {
+  stage_frame_header h;
+  h.kind = kind;
+  h.step_id = step_id;
+  h.num_block_ids = static_cast<int32_t>(block_ids.size());
+  h.payload_bytes = stage_kv_request_bytes(h) + data_bytes;
+  head.assign(stage_frame_header_bytes, std::byte{0});
+  encode_stage_frame_header(h, std::span<std::byte, stage_frame_header_bytes>(head.data(), stage_frame_header_bytes));
+  const int32_t fields[] = {span.first_layer,
+                            span.num_layers,
+                            span.num_blocks,
+                            span.block_size,
+                            span.num_kv_heads,
+                            span.head_dim,
+                            static_cast<int32_t>(span.element)};
+  const size_t at = head.size();
+  head.resize(at + sizeof fields + block_ids.size_bytes());
+  std::memcpy(head.data() + at, fields, sizeof fields);
+  if (!block_ids.empty()) std::memcpy(head.data() + at + sizeof fields, block_ids.data(), block_ids.size_bytes());
+}
+
+void decode_kv_request(const stage_frame_header& h, std::span<const std::byte> bytes, stage_kv_request& request) {
+  if (bytes.size() != stage_kv_request_bytes(h)) {
+    refuse("KV request of " + std::to_string(bytes.size()) + " bytes, expected " +
+           std::to_string(stage_kv_request_bytes(h)));
+  }
+  int32_t f[7];
+  std::memcpy(f, bytes.data(), sizeof f);
+  kv_span_header& span = request.span;
+  span.first_layer = f[0];
+  span.num_layers = f[1];
+  span.num_blocks = f[2];
+  span.block_size = f[3];
+  span.num_kv_heads = f[4];
+  span.head_dim = f[5];
+  if (f[6] < 0 || f[6] > UINT8_MAX) refuse("KV element type " + std::to_string(f[6]) + " is not one");
+  span.element = static_cast<dtype>(f[6]);
+  if (span.num_blocks != h.num_block_ids) {
+    refuse("the KV request names " + std::to_string(span.num_blocks) + " blocks and carries " +
+           std::to_string(h.num_block_ids) + " ids");
+  }
+  size_t at = stage_kv_descriptor_bytes;
+  take(bytes, at, h.num_block_ids, request.block_ids);
+  uint64_t span_bytes = 0;
+  try {
+    span_bytes = kv_span_bytes(span);
+  } catch (const std::invalid_argument& e) {
+    refuse(std::string("KV span: ") + e.what());
+  }
+  if (h.kind == stage_frame_kind::kv_import && h.payload_bytes - bytes.size() != span_bytes) {
+    refuse("KV import of " + std::to_string(h.payload_bytes - bytes.size()) + " data bytes, its span takes " +
+           std::to_string(span_bytes));
   }
 }
 

@@ -9,6 +9,17 @@
 //                              stream entering the stage (absent for the first stage, which embeds)
 //   result     stage -> link   the residual stream leaving the stage, [num_tokens, hidden_size]
 //   failure    stage -> link   why the stage refused or could not run the frame (UTF-8 text)
+//   kv_export  link -> stage   the KV of some of the stage's layers in some blocks, asked for
+//   kv_data    stage -> link   those bytes (model/kv_transfer.hpp's span layout)
+//   kv_import  link -> stage   KV for some of the stage's layers, to write into some blocks
+//   kv_done    stage -> link   the import is in the stage's pool (no payload)
+//
+// The KV frames move a request's KV between a stage's pool and the engine that drives it (a
+// pipelined prefill or decode instance of a disaggregated pair: the engine's KV plane carries it
+// on). Their payload starts with a KV request: the span's descriptor (kv_span_header as seven
+// i32: first_layer, num_layers, num_blocks, block_size, num_kv_heads, head_dim, element), then
+// the block ids i32[num_block_ids]; an import's span bytes follow. A KV frame's data is bounded
+// by the receiver's max_kv_bytes before it is read.
 //
 // Work payload, in order, little-endian (forward_batch's fields, model/forward_batch.hpp):
 //   token_ids i32[n], positions i32[n], slot_mapping i64[n], query_start i32[s + 1],
@@ -27,6 +38,7 @@
 #include <vector>
 
 #include "model/forward_batch.hpp"
+#include "model/kv_transfer.hpp"
 
 namespace troupe {
 
@@ -35,7 +47,20 @@ inline constexpr uint16_t stage_frame_version = 1;
 inline constexpr size_t stage_frame_header_bytes = 48;
 inline constexpr size_t stage_failure_max_bytes = 4096;
 
-enum class stage_frame_kind : uint16_t { hello = 1, hello_ack = 2, work = 3, result = 4, failure = 5 };
+enum class stage_frame_kind : uint16_t {
+  hello = 1,
+  hello_ack = 2,
+  work = 3,
+  result = 4,
+  failure = 5,
+  kv_export = 6,
+  kv_data = 7,
+  kv_import = 8,
+  kv_done = 9,
+};
+
+// The KV request at the start of a kv_export or kv_import payload, before the block ids.
+inline constexpr size_t stage_kv_descriptor_bytes = 7 * 4;
 
 struct stage_frame_header {
   stage_frame_kind kind = stage_frame_kind::work;
@@ -70,6 +95,9 @@ struct stage_frame_limits {
   int32_t max_seqs = 1 << 12;
   int32_t max_block_ids = 1 << 20;
   int32_t hidden_size = 0;  // the only residual width accepted (0: none expected yet)
+  // The most KV bytes one kv_import or kv_data frame may carry (0: none). A stage server: its
+  // pool's bytes for its layers at the widest KV element; a link: exactly what it asked for.
+  uint64_t max_kv_bytes = 0;
 };
 
 // The largest frame `limits` let through (header, arrays and residual at their bounds): what a
@@ -97,6 +125,25 @@ void encode_work_frame(uint64_t step_id, uint32_t micro_batch, const forward_bat
 // against `vocab_size` when it is positive (the first stage embeds them).
 void decode_work_arrays(const stage_frame_header& header, std::span<const std::byte> arrays, int32_t vocab_size,
                         forward_batch& batch);
+
+// A KV frame's request: which layers, blocks and element type (model/kv_transfer.hpp).
+struct stage_kv_request {
+  kv_span_header span;
+  std::vector<int32_t> block_ids;
+};
+
+// The bytes of a kv_export or kv_import payload before an import's data: the descriptor and the
+// block ids.
+uint64_t stage_kv_request_bytes(const stage_frame_header& header);
+// A kv_export (`data_bytes` 0) or kv_import frame's head for `span` over `block_ids`: the header,
+// the descriptor and the ids; an import's data is sent after it as it is.
+void encode_kv_request(stage_frame_kind kind, uint64_t step_id, const kv_span_header& span,
+                       std::span<const int32_t> block_ids, uint64_t data_bytes, std::vector<std::byte>& head);
+// Fills `request` from a KV frame's request part (`bytes`, stage_kv_request_bytes long). Throws
+// std::invalid_argument naming what is wrong: a descriptor whose block count is not the
+// header's, a span whose geometry or element type cannot be (kv_span_bytes), or an import whose
+// data is not the span's bytes.
+void decode_kv_request(const stage_frame_header& header, std::span<const std::byte> bytes, stage_kv_request& request);
 
 std::vector<std::byte> encode_stage_hello(const stage_hello& hello);
 // Throws std::invalid_argument for a payload that is not stage_hello_bytes long.

@@ -92,9 +92,38 @@ stage_link::~stage_link() {
 void stage_link::push(micro_batch_job* job) {
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back(job);
+    queue_.push_back({job, nullptr});
   }
   wake_.notify_one();
+}
+
+std::string stage_link::export_kv(std::span<const int32_t> block_ids, const kv_span_header& span,
+                                  std::span<std::byte> out) {
+  kv_job job;
+  job.kind = stage_frame_kind::kv_export;
+  job.block_ids = block_ids;
+  job.span = span;
+  job.out = out;
+  return run_kv_job(job);
+}
+
+std::string stage_link::import_kv(std::span<const int32_t> block_ids, const kv_span_header& span,
+                                  std::span<const std::byte> data) {
+  kv_job job;
+  job.kind = stage_frame_kind::kv_import;
+  job.block_ids = block_ids;
+  job.span = span;
+  job.data = data;
+  return run_kv_job(job);
+}
+
+std::string stage_link::run_kv_job(kv_job& job) {
+  std::unique_lock lock(mutex_);
+  if (stopping_) return "pipeline stage " + layer_range_text(layers_) + " at " + endpoint_ + ": the link is closing";
+  queue_.push_back({nullptr, &job});
+  wake_.notify_one();
+  kv_done_.wait(lock, [&] { return job.done; });
+  return job.failure;
 }
 
 std::string stage_link::broken() const {
@@ -122,9 +151,24 @@ void stage_link::run() {
         continue;
       }
       if (queue_.empty()) return;  // stopping, nothing left to hand on
-      job = queue_.front();
+      const queued next = queue_.front();
       queue_.pop_front();
       down = broken_;
+      if (next.kv != nullptr) {
+        kv_job& kv = *next.kv;
+        lock.unlock();
+        std::string why = down;
+        if (why.empty()) {
+          why = exchange(kv);
+          if (!why.empty()) why = "pipeline stage " + layer_range_text(layers_) + " at " + endpoint_ + ": " + why;
+        }
+        lock.lock();
+        kv.failure = std::move(why);
+        kv.done = true;
+        kv_done_.notify_all();
+        continue;
+      }
+      job = next.micro_batch;
     }
     if (job->failure.empty()) {
       if (!down.empty()) {
@@ -170,6 +214,40 @@ std::string stage_link::exchange(micro_batch_job& job) {
   job.stream[1].resize(static_cast<size_t>(answer.num_tokens) * static_cast<size_t>(hidden_size_));
   if (std::string why = channel_->read(std::as_writable_bytes(std::span(job.stream[1])), deadline); !why.empty()) {
     return break_link(why);
+  }
+  return "";
+}
+
+std::string stage_link::exchange(kv_job& job) {
+  const bool exporting = job.kind == stage_frame_kind::kv_export;
+  const uint64_t id = ++kv_exchanges_;
+  encode_kv_request(job.kind, id, job.span, job.block_ids, exporting ? 0 : job.data.size(), head_);
+  const auto deadline = std::chrono::steady_clock::now() + step_timeout_;
+  auto break_link = [&](std::string reason) {
+    std::lock_guard lock(mutex_);
+    broken_ = "pipeline stage " + layer_range_text(layers_) + " at " + endpoint_ + ": " + reason;
+    return reason;
+  };
+  if (std::string why = channel_->write(head_, exporting ? std::span<const std::byte>{} : job.data, deadline);
+      !why.empty()) {
+    return break_link(why);
+  }
+  stage_frame_limits limits;
+  limits.hidden_size = hidden_size_;
+  limits.max_kv_bytes = exporting ? job.out.size() : 0;
+  stage_frame_header answer;
+  if (std::string why = read_header(*channel_, limits, deadline, answer); !why.empty()) return break_link(why);
+  if (answer.kind == stage_frame_kind::failure) {
+    return read_failure(*channel_, answer, deadline);  // refused whole: still in step
+  }
+  const stage_frame_kind expected = exporting ? stage_frame_kind::kv_data : stage_frame_kind::kv_done;
+  if (answer.kind != expected || answer.step_id != id || (exporting && answer.payload_bytes != job.out.size())) {
+    return break_link("the stage answered KV " + std::string(exporting ? "export " : "import ") + std::to_string(id) +
+                      " with another frame (" + std::to_string(answer.payload_bytes) + " bytes for exchange " +
+                      std::to_string(answer.step_id) + ")");
+  }
+  if (exporting) {
+    if (std::string why = channel_->read(job.out, deadline); !why.empty()) return break_link(why);
   }
   return "";
 }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,6 +62,14 @@ class stage_link {
   // Why the link is down, or "" while it is up. A link that failed stays down: the stage's KV
   // for the steps it missed is gone, so a new connection could only compute wrong answers.
   std::string broken() const;
+  // Moves the KV of some of the stage's layers (span.first_layer .. + num_layers, global layer
+  // numbers) in `block_ids` out of its pool into `out` (kv_span_bytes(span) long, in
+  // span.element) or into it from `data`. Sent by the link's thread between micro-batches, in
+  // queue order; blocks until the stage answered. Why not, or "" (a stage's refusal leaves the
+  // link up; a broken exchange breaks it).
+  std::string export_kv(std::span<const int32_t> block_ids, const kv_span_header& span, std::span<std::byte> out);
+  std::string import_kv(std::span<const int32_t> block_ids, const kv_span_header& span,
+                        std::span<const std::byte> data);
   // The stage's compute time its results reported since the last call (what it was busy with).
   uint64_t take_busy_ns() { return busy_ns_.exchange(0); }
 
@@ -68,9 +77,29 @@ class stage_link {
   static constexpr std::chrono::milliseconds idle_probe_interval{250};
 
  private:
+  // A KV export or import waiting for the link's thread.
+  struct kv_job {
+    stage_frame_kind kind = stage_frame_kind::kv_export;
+    std::span<const int32_t> block_ids;
+    kv_span_header span;
+    std::span<std::byte> out;         // an export's
+    std::span<const std::byte> data;  // an import's
+    std::string failure;
+    bool done = false;
+  };
+  // What the link's thread takes next: a micro-batch or a KV job.
+  struct queued {
+    micro_batch_job* micro_batch = nullptr;
+    kv_job* kv = nullptr;
+  };
+
   void run();
   // Sends `job` to the stage and reads its answer into job->stream[1]; why not, or "".
   std::string exchange(micro_batch_job& job);
+  // Sends a KV job and reads its answer; why not, or "".
+  std::string exchange(kv_job& job);
+  // Queues `job` and waits until the link's thread has done it.
+  std::string run_kv_job(kv_job& job);
 
   std::string endpoint_;
   layer_range layers_;
@@ -82,7 +111,9 @@ class stage_link {
   std::vector<std::byte> head_;  // the frame's header and arrays, reused
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<micro_batch_job*> queue_;
+  std::condition_variable kv_done_;
+  std::deque<queued> queue_;
+  uint64_t kv_exchanges_ = 0;  // numbers the KV frames (their step_id), so an answer is checked
   std::string broken_;
   bool stopping_ = false;
   std::atomic<uint64_t> busy_ns_{0};

@@ -39,6 +39,9 @@ stage_server::stage_server(model& stage, layer_range layers, stage_server_settin
                              " end the model; the last stage runs where the requests are sampled");
   }
   limits_.hidden_size = c.hidden_size;
+  // The most one KV frame may carry: the stage's whole pool for its layers, as f32 (the widest).
+  limits_.max_kv_bytes = kv_span_bytes(
+      kv_span_for(c, stage_.kv_shape(), stage_.kv_shape().num_blocks, layers_.first, layers_.count(), dtype::f32));
   if (settings_.keys.empty()) {
     if (!is_loopback_host(settings_.host)) {
       throw std::runtime_error("pipeline stage server: host " + settings_.host +
@@ -151,8 +154,15 @@ void stage_server::serve_link(stage_channel& channel, bool framed) {
         if (!greeted && !framed) return;
         continue;
       }
-      if (header.kind != stage_frame_kind::work) throw std::invalid_argument("expected a hello or a work frame");
-      if (!greeted) throw std::invalid_argument("a work frame before the link's hello");
+      if (header.kind != stage_frame_kind::work && header.kind != stage_frame_kind::kv_export &&
+          header.kind != stage_frame_kind::kv_import) {
+        throw std::invalid_argument("expected a hello, a work or a KV frame");
+      }
+      if (!greeted) throw std::invalid_argument("a work or KV frame before the link's hello");
+      if (header.kind != stage_frame_kind::work) {
+        move_kv(channel, header);
+        continue;
+      }
       if ((header.hidden_size == 0) != first) {
         throw std::invalid_argument(first ? "the first stage embeds tokens; a residual was sent"
                                           : "a residual is needed by this stage and was not sent");
@@ -164,6 +174,68 @@ void stage_server::serve_link(stage_channel& channel, bool framed) {
     }
     compute(channel, header);
   }
+}
+
+std::string stage_server::skip(stage_channel& channel, uint64_t bytes) {
+  std::array<std::byte, 65536> sink{};
+  const auto deadline = deadline_after(settings_.stall_timeout);
+  while (bytes > 0) {
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(bytes, sink.size()));
+    if (std::string why = channel.read(std::span(sink.data(), take), deadline); !why.empty()) return why;
+    bytes -= take;
+  }
+  return "";
+}
+
+void stage_server::move_kv(stage_channel& channel, const stage_frame_header& header) {
+  const bool exporting = header.kind == stage_frame_kind::kv_export;
+  const auto deadline = deadline_after(settings_.stall_timeout);
+  std::vector<std::byte> request_bytes(stage_kv_request_bytes(header));  // bounded by max_block_ids
+  if (std::string why = channel.read(request_bytes, deadline); !why.empty()) throw std::runtime_error(why);
+  const uint64_t data_bytes = header.payload_bytes - request_bytes.size();
+  stage_kv_request request;
+  try {
+    decode_kv_request(header, request_bytes, request);
+    const kv_span_header& span = request.span;
+    if (span.num_layers < 1 || span.first_layer < layers_.first ||
+        int64_t{span.first_layer} + span.num_layers > layers_.end) {
+      throw std::invalid_argument("KV of layers " + std::to_string(span.first_layer) + "+" +
+                                  std::to_string(span.num_layers) + " is not in this stage (layers " +
+                                  layer_range_text(layers_) + ")");
+    }
+    // Everything the model checks (geometry, element, blocks in the pool, no block twice in an
+    // import), before a byte of data is read or an export's buffer allocated.
+    check_kv_transfer(stage_.config(), stage_.kv_shape(), request.block_ids, span,
+                      exporting ? kv_span_bytes(span) : data_bytes,
+                      exporting ? kv_transfer_direction::export_from_pool : kv_transfer_direction::import_into_pool);
+  } catch (const std::invalid_argument& e) {
+    send_failure(channel, header, "pipeline stage " + layer_range_text(layers_) + ": " + e.what());
+    if (std::string why = skip(channel, data_bytes); !why.empty()) throw std::runtime_error(why);
+    return;
+  }
+  stage_frame_header answer;
+  answer.step_id = header.step_id;
+  try {
+    if (exporting) {
+      kv_data_.resize(kv_span_bytes(request.span));
+      stage_.export_kv(request.block_ids, request.span.first_layer, request.span.num_layers, request.span.element,
+                       kv_data_);
+      answer.kind = stage_frame_kind::kv_data;
+      answer.payload_bytes = kv_data_.size();
+    } else {
+      kv_data_.resize(data_bytes);
+      if (std::string why = channel.read(kv_data_, deadline); !why.empty()) throw std::runtime_error(why);
+      stage_.import_kv(request.block_ids, request.span, kv_data_);
+      answer.kind = stage_frame_kind::kv_done;
+    }
+  } catch (const std::invalid_argument& e) {
+    send_failure(channel, header, "pipeline stage " + layer_range_text(layers_) + ": " + e.what());
+    return;
+  }
+  ++kv_frames_;
+  const std::span<const std::byte> payload =
+      exporting ? std::span<const std::byte>(kv_data_) : std::span<const std::byte>{};
+  if (!send(channel, answer, payload)) throw std::runtime_error("the link took no KV answer");
 }
 
 void stage_server::compute(stage_channel& channel, const stage_frame_header& header) {

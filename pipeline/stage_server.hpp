@@ -8,6 +8,10 @@
 // failure naming what was wrong (the link stays usable when the frame was read whole; over plain
 // TCP a header that cannot be trusted ends the connection).
 //
+// KV frames move the KV of this stage's layers between its pool and the driver (a pipelined
+// prefill exports it, a pipelined decode imports it), checked against the pool before a byte of
+// data is read.
+//
 // The stage's KV lives here, in the blocks the driving scheduler names: a driver that
 // reconnects after losing its link finds the KV of its old steps, which it must not trust (the
 // pipelined model never reconnects).
@@ -53,6 +57,8 @@ class stage_server {
   const std::string& endpoint() const { return endpoint_; }
   uint64_t frames_computed() const { return frames_computed_.load(); }
   uint64_t frames_refused() const { return frames_refused_.load(); }
+  // KV exports and imports answered.
+  uint64_t kv_frames() const { return kv_frames_.load(); }
   // Time spent computing frames (the stage's busy share over a wall-clock interval).
   uint64_t busy_ns() const { return busy_ns_.load(); }
 
@@ -64,6 +70,11 @@ class stage_server {
   // Answers a hello: true (after an ack) when the stage is what the link expects.
   bool greet(stage_channel& channel, const stage_frame_header& header);
   void compute(stage_channel& channel, const stage_frame_header& header);
+  // Answers a kv_export with kv_data or a kv_import with kv_done, or refuses it by name.
+  void move_kv(stage_channel& channel, const stage_frame_header& header);
+  // Reads and drops `bytes` of the current frame's payload (a refused import's data, so that a
+  // stream stays in step); why not, or "".
+  std::string skip(stage_channel& channel, uint64_t bytes);
   bool send(stage_channel& channel, const stage_frame_header& header, std::span<const std::byte> payload);
   void send_failure(stage_channel& channel, const stage_frame_header& about, const std::string& why);
 
@@ -78,9 +89,11 @@ class stage_server {
   forward_batch batch_;
   std::vector<std::byte> arrays_;
   std::vector<float> residual_in_, residual_out_;  // [num_tokens, hidden] each
+  std::vector<std::byte> kv_data_;                 // a KV frame's span
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> frames_computed_{0};
   std::atomic<uint64_t> frames_refused_{0};
+  std::atomic<uint64_t> kv_frames_{0};
   std::atomic<uint64_t> busy_ns_{0};
   std::thread thread_;
 };

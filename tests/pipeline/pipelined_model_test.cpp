@@ -2,7 +2,8 @@
 // into 2 and 3 stages, with 1 to 3 micro-batches and chunked prefill forced small, generates the
 // same greedy tokens as the whole model; a stage that is not the one expected is refused at
 // connect by name; a stage that goes away fails the next step by name instead of hanging; a
-// stage keeps serving after a frame it refuses.
+// stage keeps serving after a frame it refuses; KV streams out of one pipeline and into another
+// (disaggregation with pipelined instances) and a stage refuses KV outside its pool by name.
 
 #include <gtest/gtest.h>
 
@@ -225,6 +226,85 @@ TEST_F(pipelined_model_test, a_restarted_stage_is_reconnected_and_kv_computed_be
   // And that sequence goes on from the KV it computed since.
   pipelined->forward(test::one_sequence_batch({1, 403, 407, 261, 378, 432, 300}, 6, 7, {4, 5}, block_size),
                      logits.data());
+}
+
+// Disaggregation with pipelines on both sides (issue 27): a pipelined prefill streams its KV
+// layer by layer (each layer once, in order, after its forward), the remote stages' layers
+// fetched over their links, the bytes the whole model exports; imported layer by layer into a
+// pipeline cut elsewhere and into other blocks, it decodes the whole model's logits.
+TEST_F(pipelined_model_test, kv_streams_out_of_one_pipeline_and_into_another) {
+  served_stages prefill_front = serve({{0, 2}});
+  loaded_stage prefill_last = load_stage({2, 5});
+  auto prefill = make_pipelined_model(std::move(prefill_last.m), {2, 5}, prefill_front.remote, {});
+  loaded_stage whole = load_stage({});
+  const model_config& c = whole.m->config();
+  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 432, 300};
+  const std::vector<int32_t> prefill_blocks = {0, 1};
+  std::vector<float> logits(512), expected(512);
+
+  forward_batch batch = test::one_sequence_batch(tokens, 0, 6, prefill_blocks, block_size);
+  std::vector<int> layers_streamed;
+  std::vector<std::vector<std::byte>> layer_kv;
+  batch.after_layer_kv = [&](int layer) {
+    layers_streamed.push_back(layer);
+    const kv_span_header span = kv_span_for(c, prefill->kv_shape(), 2, layer, 1, dtype::f32);
+    layer_kv.emplace_back(kv_span_bytes(span));
+    prefill->export_kv(prefill_blocks, layer, 1, dtype::f32, layer_kv.back());
+  };
+  prefill->forward(batch, logits.data());
+  whole.m->forward(test::one_sequence_batch(tokens, 0, 6, prefill_blocks, block_size), expected.data());
+  EXPECT_EQ(logits, expected);
+  EXPECT_EQ(layers_streamed, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(prefill_front.servers[0]->kv_frames(), 2u);  // layers 0 and 1 came from the stage
+
+  // Every layer at once, in both element types: the whole model's bytes.
+  for (dtype element : {dtype::f32, dtype::f16}) {
+    const size_t bytes = kv_span_bytes(kv_span_for(c, prefill->kv_shape(), 2, 0, c.num_layers, element));
+    std::vector<std::byte> from_pipeline(bytes), from_whole(bytes);
+    prefill->export_kv(prefill_blocks, 0, c.num_layers, element, from_pipeline);
+    whole.m->export_kv(prefill_blocks, 0, c.num_layers, element, from_whole);
+    EXPECT_TRUE(from_pipeline == from_whole) << dtype_name(element);
+  }
+
+  // Into a 3-stage decode pipeline, into blocks 7 and 9, one layer at a time as the KV plane
+  // sends it; then a decode step reads it.
+  served_stages decode_front = serve({{0, 1}, {1, 3}});
+  loaded_stage decode_last = load_stage({3, 5});
+  auto decode = make_pipelined_model(std::move(decode_last.m), {3, 5}, decode_front.remote, {});
+  const std::vector<int32_t> decode_blocks = {7, 9};
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    decode->import_kv(decode_blocks, kv_span_for(c, decode->kv_shape(), 2, layer, 1, dtype::f32),
+                      layer_kv[static_cast<size_t>(layer)]);
+  }
+  EXPECT_EQ(decode_front.servers[0]->kv_frames(), 1u);
+  EXPECT_EQ(decode_front.servers[1]->kv_frames(), 2u);
+  decode->forward(test::one_sequence_batch(tokens, 6, 7, decode_blocks, block_size), logits.data());
+  whole.m->forward(test::one_sequence_batch(tokens, 6, 7, prefill_blocks, block_size), expected.data());
+  EXPECT_EQ(logits, expected);
+}
+
+// A stage checks a KV request against its own pool and layers before it reads a byte of data,
+// answers it with a failure naming what was wrong, and serves the link on.
+TEST_F(pipelined_model_test, a_stage_refuses_kv_outside_its_pool_or_layers_by_name) {
+  served_stages front = serve({{0, 2}});
+  const model_config& c = front.stages[0].m->config();
+  const stage_hello expected{0, 2, c.num_layers, c.hidden_size, c.vocab_size, block_size, num_blocks};
+  stage_link link(front.remote[0].endpoint, {0, 2}, expected, std::chrono::milliseconds(2000),
+                  std::chrono::milliseconds(5000));
+  const kv_span_header one_block = kv_span_for(c, front.stages[0].m->kv_shape(), 1, 0, 1, dtype::f32);
+  std::vector<std::byte> data(kv_span_bytes(one_block));
+  const std::vector<int32_t> outside = {num_blocks + 5};
+  EXPECT_NE(link.import_kv(outside, one_block, data).find(std::to_string(num_blocks + 5)), std::string::npos);
+  kv_span_header layer_three = one_block;
+  layer_three.first_layer = 3;
+  const std::vector<int32_t> inside = {3};
+  EXPECT_NE(link.import_kv(inside, layer_three, data).find("is not in this stage (layers 0-1)"), std::string::npos);
+  EXPECT_EQ(link.broken(), "");
+  EXPECT_EQ(link.import_kv(inside, one_block, data), "");
+  std::vector<std::byte> back(data.size(), std::byte{1});
+  EXPECT_EQ(link.export_kv(inside, one_block, back), "");
+  EXPECT_TRUE(back == data);
+  EXPECT_EQ(front.servers[0]->frames_refused(), 2u);
 }
 
 // A stage lost while no step runs is on the board (and its link reconnecting) at once: /health

@@ -111,6 +111,83 @@ TEST(stage_frame, lying_headers_are_refused_before_the_payload) {
             std::string::npos);
 }
 
+// KV frames (a pipelined prefill's or decode's KV moving through the engine that drives the
+// stages): the request round-trips; sizes that lie, data past the receiver's bound, a block count
+// other than the ids carried and element types that are not KV types are refused by name, before
+// any data is read.
+TEST(stage_frame, kv_frames_round_trip_and_lying_ones_are_refused) {
+  kv_span_header span;
+  span.first_layer = 1;
+  span.num_layers = 2;
+  span.num_blocks = 3;
+  span.block_size = 4;
+  span.num_kv_heads = 2;
+  span.head_dim = 8;
+  span.element = dtype::f16;
+  const std::vector<int32_t> ids = {7, 2, 9};
+  const uint64_t data_bytes = kv_span_bytes(span);  // 2 layers x K,V x 3 blocks x 4 x 2 x 8 x 2 bytes
+  ASSERT_EQ(data_bytes, 2u * 2u * 3u * 4u * 2u * 8u * 2u);
+  stage_frame_limits limits;
+  limits.max_kv_bytes = data_bytes;
+  std::vector<std::byte> head;
+  encode_kv_request(stage_frame_kind::kv_import, 42, span, ids, data_bytes, head);
+  const stage_frame_header h = header_of(head, limits);
+  EXPECT_EQ(h.kind, stage_frame_kind::kv_import);
+  EXPECT_EQ(h.step_id, 42u);
+  EXPECT_EQ(h.num_block_ids, 3);
+  EXPECT_EQ(h.payload_bytes, stage_kv_descriptor_bytes + 3 * 4 + data_bytes);
+  stage_kv_request back;
+  decode_kv_request(h, std::span(head).subspan(stage_frame_header_bytes), back);
+  EXPECT_EQ(back.block_ids, ids);
+  EXPECT_EQ(back.span.first_layer, 1);
+  EXPECT_EQ(back.span.num_layers, 2);
+  EXPECT_EQ(back.span.head_dim, 8);
+  EXPECT_EQ(back.span.element, dtype::f16);
+
+  // More data than the receiver takes: refused from the header alone.
+  stage_frame_limits smaller = limits;
+  smaller.max_kv_bytes = data_bytes - 1;
+  EXPECT_NE(refusal([&] { header_of(head, smaller); }).find("KV data bytes"), std::string::npos);
+  // An export asks for nothing but the request; its payload must be exactly that.
+  encode_kv_request(stage_frame_kind::kv_export, 1, span, ids, 0, head);
+  EXPECT_EQ(header_of(head, limits).payload_bytes, stage_kv_descriptor_bytes + 3 * 4);
+  auto with = [&](size_t offset, auto value) {
+    std::vector<std::byte> bad(head.begin(), head.begin() + stage_frame_header_bytes);
+    std::memcpy(bad.data() + offset, &value, sizeof value);
+    return refusal([&] { header_of(bad, limits); });
+  };
+  EXPECT_NE(with(40, uint64_t{1} << 40).find("its counts make"), std::string::npos);
+  EXPECT_NE(with(20, int32_t{5}).find("a KV frame carries no tokens"), std::string::npos);
+  // kv_data from a stage: bounded by what was asked for.
+  stage_frame_header data;
+  data.kind = stage_frame_kind::kv_data;
+  data.payload_bytes = data_bytes + 1;
+  std::array<std::byte, stage_frame_header_bytes> data_head{};
+  encode_stage_frame_header(data, data_head);
+  EXPECT_NE(refusal([&] { decode_stage_frame_header(data_head, limits); }).find("KV data bytes"), std::string::npos);
+
+  // The request itself: its block count against the ids, its element type, an import's data
+  // against its span.
+  auto request_refusal = [&](stage_frame_kind kind, kv_span_header edited, uint64_t edited_data) {
+    std::vector<std::byte> frame;
+    encode_kv_request(kind, 1, edited, ids, edited_data, frame);
+    stage_frame_limits any;
+    any.max_kv_bytes = uint64_t{1} << 30;
+    const stage_frame_header eh = header_of(frame, any);
+    stage_kv_request r;
+    return refusal([&] { decode_kv_request(eh, std::span(frame).subspan(stage_frame_header_bytes), r); });
+  };
+  kv_span_header two_blocks = span;
+  two_blocks.num_blocks = 2;
+  EXPECT_NE(request_refusal(stage_frame_kind::kv_export, two_blocks, 0).find("names 2 blocks and carries 3 ids"),
+            std::string::npos);
+  kv_span_header q4 = span;
+  q4.element = dtype::q4_0;
+  EXPECT_NE(request_refusal(stage_frame_kind::kv_export, q4, 0).find("KV span"), std::string::npos);
+  EXPECT_NE(request_refusal(stage_frame_kind::kv_import, span, data_bytes - 2).find("its span takes"),
+            std::string::npos);
+}
+
 TEST(stage_frame, inconsistent_arrays_are_refused_by_name) {
   auto refused = [](auto edit, int vocab = 100) {
     forward_batch b = sample_batch();
