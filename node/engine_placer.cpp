@@ -44,7 +44,7 @@ scheduler_spec engine_placer::scheduler_for(const worker_description& descriptio
   return spec;
 }
 
-worker_spec engine_placer::worker_for(const std::string& node) const {
+worker_spec engine_placer::worker_for(const std::string& node, engine_role role) const {
   worker_spec spec{topology_.model};
   const node_address* address = topology_.find_node(node);
   if (address && !address->kv_cache_dtype.empty()) spec.model.backend.kv_cache_dtype = address->kv_cache_dtype;
@@ -54,9 +54,9 @@ worker_spec engine_placer::worker_for(const std::string& node) const {
   spec.kv_transport = topology_.disaggregation.transport;
   spec.draft_model = topology_.speculative.draft_spec(spec.model);  // the draft's KV as the node's
   spec.ngram = topology_.speculative.ngram;
-  spec.pipeline = topology_.pipeline;
+  spec.pipeline = topology_.pipeline_for(role);
   spec.plugins = topology_.plugins;
-  spec.model.backend.layers = topology_.pipeline.engine_layers();
+  spec.model.backend.layers = spec.pipeline.engine_layers();
   return spec;
 }
 
@@ -68,7 +68,8 @@ placed_engine engine_placer::place(const std::string& node, engine_role role) {
   const bool here = node == topology_.cluster.name;
   const node_address* address = here ? nullptr : topology_.find_node(node);
   if (!here && !address) throw std::runtime_error("no node named '" + node + "' in the topology's [[nodes]]");
-  placed.worker = link_.spawn_on<worker_handle>(address, "worker", caf::make_message(worker_for(node)), &stopping_);
+  placed.worker =
+      link_.spawn_on<worker_handle>(address, "worker", caf::make_message(worker_for(node, role)), &stopping_);
   try {
     // It answers once its model is loaded (or with why it could not be): here that takes what it
     // takes; another node must answer within request_timeout_ms.

@@ -70,7 +70,7 @@ class engine_placer {
  private:
   void keep();
   scheduler_spec scheduler_for(const worker_description& description, worker_handle worker) const;
-  worker_spec worker_for(const std::string& node) const;
+  worker_spec worker_for(const std::string& node, engine_role role) const;
 
   caf::actor_system& system_;
   const topology& topology_;

@@ -246,6 +246,12 @@ void topology::validate() const {
   };
   model.validate_settings();  // the path may come later, from --model; loading checks it
   if (zmq_endpoint.empty()) throw std::runtime_error("zmq_endpoint is empty");
+  const bool pair_pipelined = !prefill_pipeline_stages.empty() || !decode_pipeline_stages.empty();
+  if (pair_pipelined && !pipeline.empty()) {
+    throw std::runtime_error(
+        "[pipeline] gives stages (one colocated engine) and prefill_stages or decode_stages (a prefill/decode "
+        "pair): give one or the other");
+  }
   if (!pipeline.empty()) {
     pipeline.validate();
     // One driving engine per set of stage servers: a stage serves one link at a time and holds
@@ -254,11 +260,28 @@ void topology::validate() const {
       throw std::runtime_error(
           "[pipeline] drives one engine instance; [placement] places " +
           std::to_string(placement.engines.size() + placement.prefill.size() + placement.decode.size()) +
-          " (prefill/decode pairs and replicas of a pipeline come later)");
+          " (for a prefill/decode pair of pipelines give prefill_stages and decode_stages; replicas of a pipeline "
+          "come later)");
     }
-    if (model.device == device_request::cuda) {
-      throw std::runtime_error("[pipeline] stages run on the CPU backend so far; use device = \"cpu\"");
+  }
+  if (pair_pipelined) {
+    if (!placement.engines.empty() || placement.prefill.size() != 1 || placement.decode.size() != 1) {
+      throw std::runtime_error(
+          "[pipeline] prefill_stages and decode_stages drive one prefill and one decode "
+          "instance; [placement] places " +
+          std::to_string(placement.prefill.size()) + " prefill, " + std::to_string(placement.decode.size()) +
+          " decode and " + std::to_string(placement.engines.size()) + " mixed");
     }
+    for (const engine_role role : {engine_role::prefill, engine_role::decode}) {
+      try {
+        pipeline_for(role).validate();
+      } catch (const std::runtime_error& e) {
+        throw std::runtime_error(std::string("[pipeline] ") + engine_role_name(role) + "_stages: " + e.what());
+      }
+    }
+  }
+  if ((!pipeline.empty() || pair_pipelined) && model.device == device_request::cuda) {
+    throw std::runtime_error("[pipeline] stages run on the CPU backend so far; use device = \"cpu\"");
   }
   positive(tokenizer_pool_size, "tokenizer pool_size");
   positive(max_num_batched_tokens, "max_num_batched_tokens");
@@ -650,9 +673,13 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
   speculative.read("ngram_max", t.speculative.ngram.max_n);
   speculative.finish();
   table_reader pipeline(root["pipeline"].as_table(), "pipeline", source);
-  if (const toml::array* stages = pipeline.read_tables("stages")) {
+  // `key`'s stages; `with_nodes`: a stage may name the [[nodes]] entry launch starts it on.
+  auto read_stages = [&](const char* key, bool with_nodes) {
+    std::vector<remote_stage> read;
+    const toml::array* stages = pipeline.read_tables(key);
+    if (!stages) return read;
     for (const toml::node& entry : *stages) {
-      table_reader stage(entry.as_table(), "pipeline.stages", source);
+      table_reader stage(entry.as_table(), std::string("pipeline.") + key, source);
       remote_stage remote;
       std::string node;
       stage.read("endpoint", remote.endpoint);
@@ -661,7 +688,13 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
         return parse_layer_range(text, std::numeric_limits<int>::max());
       });
       stage.finish();
-      const std::string which = source + ": [pipeline] stage " + std::to_string(t.pipeline.stages.size());
+      const std::string which = source + ": [pipeline] " + (with_nodes ? std::string("stage") : std::string(key)) +
+                                " " + std::to_string(read.size());
+      if (!node.empty() && !with_nodes) {
+        throw std::runtime_error(which +
+                                 " names a node; the stages of a prefill/decode pair are given by endpoint "
+                                 "(start each with `troupe stage`)");
+      }
       if (!node.empty() && !remote.endpoint.empty()) {
         throw std::runtime_error(which +
                                  " gives both endpoint and node: give the endpoint of a stage started by hand, "
@@ -676,10 +709,14 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
         // Plain TCP for now; the cluster's credentials make it curve:// (resolve_pipeline_stage_endpoints).
         remote.endpoint = "kvtcp://" + address->host + ":" + std::to_string(address->port);
       }
-      t.pipeline_stage_nodes.push_back(std::move(node));
-      t.pipeline.stages.push_back(std::move(remote));
+      if (with_nodes) t.pipeline_stage_nodes.push_back(std::move(node));
+      read.push_back(std::move(remote));
     }
-  }
+    return read;
+  };
+  t.pipeline.stages = read_stages("stages", true);
+  t.prefill_pipeline_stages = read_stages("prefill_stages", false);
+  t.decode_pipeline_stages = read_stages("decode_stages", false);
   pipeline.read("nodes", t.pipeline_split_nodes);
   pipeline.read("micro_batches", t.pipeline.micro_batches);
   pipeline.read("step_timeout_ms", t.pipeline.step_timeout_ms);
@@ -698,6 +735,13 @@ topology parse_topology(std::string_view toml_text, const std::string& source) {
   topology t = parse_topology_unvalidated(toml_text, source);
   t.validate();
   return t;
+}
+
+pipeline_plan topology::pipeline_for(engine_role role) const {
+  pipeline_plan plan = pipeline;
+  if (role == engine_role::prefill) plan.stages = prefill_pipeline_stages;
+  if (role == engine_role::decode) plan.stages = decode_pipeline_stages;
+  return plan;
 }
 
 std::string topology::model_name() const {

@@ -15,6 +15,7 @@
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_transport.hpp"
 #include "pipeline/pipelined_model.hpp"
+#include "stages/engine_role.hpp"
 #include "doors/tenant_table.hpp"
 #include "plugins/plugin_spec.hpp"
 #include "node/restart_policy.hpp"
@@ -206,6 +207,17 @@ struct topology {
   // the controller's engine holding the last (node/pipeline_placement.hpp, split_pipeline_by_bytes
   // turns them into stages and empties this). Either this or stages.
   std::vector<std::string> pipeline_split_nodes;
+  // [pipeline] prefill_stages / decode_stages: a prefill/decode pair whose instances are each a
+  // pipeline ({ endpoint = ..., layers = ... } as in stages; started with `troupe stage`). Each
+  // instance's stage servers serve it alone, so the pair is one prefill and one decode instance.
+  // The other [pipeline] settings apply to both. The prefill streams its KV layer by layer after
+  // each forward, its stages' layers fetched over their links; the decode imports each layer
+  // into the stage that holds it.
+  std::vector<remote_stage> prefill_pipeline_stages;
+  std::vector<remote_stage> decode_pipeline_stages;
+  // The pipeline of an engine instance in `role`: [pipeline] stages for a mixed instance,
+  // prefill_stages or decode_stages for the pair's.
+  pipeline_plan pipeline_for(engine_role role) const;
 
   // The name the HTTP API serves the model as: served_model_name, else the model path as written.
   std::string model_name() const;

@@ -3,6 +3,8 @@
 //   and HTTP, streamed and not) answers with the colocated server's greedy outputs through a
 //   2-stage pipeline and through a 3-stage one with chunked prefill forced small, three
 //   micro-batches and speculative decoding;
+// - a 1P1D whose prefill and decode instances are each a 2-stage pipeline answers the mix like
+//   colocated;
 // - kill -9 of a stage at a random moment, 20 trials: every request completes with the output of
 //   an undisturbed colocated server (seeded sampling too), no token lost or sent twice, the
 //   engine ends each trial with every KV block free and nothing held, and the stage that was not
@@ -17,6 +19,7 @@
 #include <cstdlib>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,6 +134,47 @@ TEST_F(pipeline_outputs_e2e, the_200_request_mix_answers_like_colocated_in_two_a
                         expected, pipelined->log());
     EXPECT_NE(pipelined->log().find("pipeline of 3 stages"), std::string::npos) << pipelined->log();
   }
+}
+
+// A prefill/decode pair whose instances are each a 2-stage pipeline (`troupe launch`: a prefill
+// node and a decode node, each driving a `troupe stage` of layers 0-1): the prefill streams its
+// KV layer by layer, its stage's layers fetched over the stage link, and the decode imports each
+// layer into the stage holding it. The 200-request mix answers like colocated, and nothing is
+// held at the end.
+TEST_F(pipeline_outputs_e2e, a_1p1d_whose_prefill_and_decode_are_2_stage_pipelines_answers_like_colocated) {
+  const std::vector<mixed_request> mix = greedy_only(request_mix(200, prompts, 8, 64, true, 5));
+  constexpr size_t wave = 25;
+  std::vector<outcome> expected;
+  {
+    auto colocated = start_server("colocated", {});
+    expected = run_in_waves(*colocated, mix, wave);
+    for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(expected[i].error, "") << "colocated, request " << i;
+  }
+  make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a"});
+  stage_process prefill_front("0-1", stories_dir, stage_args);
+  stage_process decode_front("0-1", stories_dir, stage_args);
+  topology_spec pair;
+  pair.kv_cache_dtype = "f32";
+  pair.credentials = dir_.path() / "certs";
+  pair.nodes = {{"prefill-a", free_port()}, {"decode-a", free_port()}};
+  pair.prefill = {"prefill-a"};
+  pair.decode = {"decode-a"};
+  pair.engines = {};
+  pair.extra_toml = "[pipeline]\nprefill_stages = [{ endpoint = \"" + prefill_front.endpoint() +
+                    "\", layers = \"0-1\" }]\ndecode_stages = [{ endpoint = \"" + decode_front.endpoint() +
+                    "\", layers = \"0-1\" }]\nmicro_batches = 2\n";
+  const std::string log = expect_launch_answers_like(dir_.path(), "1p1d-pipelines", pair, mix, expected,
+                                                     {{"prefill-a", 8192}, {"decode-a", 32768}}, wave);
+  // The controller's line for each engine instance names what its worker runs.
+  int num_pipelined = 0;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("(prefill): model") == std::string::npos && line.find("(decode): model") == std::string::npos)
+      continue;
+    EXPECT_NE(line.find("on pipeline of 2 stages"), std::string::npos) << line;
+    ++num_pipelined;
+  }
+  EXPECT_EQ(num_pipelined, 2) << log;
 }
 
 TEST_F(pipeline_outputs_e2e, twenty_kill_9_trials_of_a_stage_lose_no_request_and_no_token) {

@@ -534,6 +534,43 @@ TEST(topology, pipeline_stages_are_read_and_checked) {
   expect_error(stage0 + "]\n[node]\ndevice = \"cuda\"\n", "[pipeline] stages run on the CPU backend so far");
 }
 
+// [pipeline] prefill_stages / decode_stages: a prefill/decode pair whose instances are each a
+// pipeline; each role's engine gets its own stages and the shared settings; the pair is one
+// prefill and one decode instance, its stages given by endpoint, and not beside [pipeline] stages.
+TEST(topology, a_prefill_decode_pair_of_pipelines_is_read_and_checked) {
+  const topology pair = load_topology(TROUPE_SOURCE_DIR "/config/pipeline-1p1d.toml");
+  EXPECT_TRUE(pair.pipeline.empty());
+  const pipeline_plan prefill = pair.pipeline_for(engine_role::prefill);
+  const pipeline_plan decode = pair.pipeline_for(engine_role::decode);
+  ASSERT_EQ(prefill.stages.size(), 1u);
+  ASSERT_EQ(decode.stages.size(), 1u);
+  EXPECT_EQ(prefill.stages[0].endpoint, "kvtcp://127.0.0.1:7111");
+  EXPECT_EQ(decode.stages[0].endpoint, "kvtcp://127.0.0.1:7112");
+  EXPECT_EQ(decode.engine_layers(), (layer_range{2, 0}));
+  EXPECT_EQ(decode.micro_batches, 2);
+  EXPECT_TRUE(pair.pipeline_for(engine_role::mixed).empty());
+
+  const std::string nodes =
+      "[cluster]\ncredentials = \"certs\"\nname = \"controller\"\n"
+      "[[nodes]]\nname = \"p\"\naddress = \"127.0.0.1:7201\"\n"
+      "[[nodes]]\nname = \"d\"\naddress = \"127.0.0.1:7202\"\n";
+  const std::string one_each = "[placement]\nengines = []\nprefill = [\"p\"]\ndecode = [\"d\"]\n";
+  const std::string stages =
+      "[pipeline]\nprefill_stages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", layers = \"0-1\" }]\n";
+  EXPECT_EQ(parse_topology(nodes + one_each + stages).pipeline_for(engine_role::prefill).stages.size(), 1u);
+  expect_error(nodes + "[placement]\nengines = []\nprefill = [\"p\", \"d\"]\ndecode = [\"d\"]\n" + stages,
+               "drive one prefill and one decode instance; [placement] places 2 prefill, 1 decode");
+  expect_error(nodes + one_each + stages + "stages = [{ endpoint = \"kvtcp://127.0.0.1:7103\", layers = \"0-1\" }]\n",
+               "give one or the other");
+  expect_error(nodes + one_each + "[pipeline]\ndecode_stages = [{ node = \"p\", layers = \"0-1\" }]\n",
+               "[pipeline] decode_stages 0 names a node");
+  expect_error(
+      nodes + one_each + "[pipeline]\ndecode_stages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", layers = \"1-2\" }]\n",
+      "expected it to start at layer 0");
+  expect_error(nodes + one_each + stages + "[node]\ndevice = \"cuda\"\n",
+               "[pipeline] stages run on the CPU backend so far");
+}
+
 // [pipeline] stages placed on [[nodes]] (`troupe launch` starts them): the endpoint is the node's
 // address; a stage names an endpoint or a node, never both or neither; a node runs one stage and
 // nothing else.
