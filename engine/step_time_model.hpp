@@ -16,11 +16,12 @@
 // decode takes 3 ms.
 //
 // The fit is ridge least squares of the relative error (each step weighted by 1/seconds², so the
-// few long prompts do not drown the many short decodes) over the steps held, pulled toward a
-// prior that holds alone until steps are seen and fades as they come (worth `prior_weight` steps
-// at first, less as 1/n² after, never below a thousandth), so a feature that never varied (no
-// prefill seen yet) keeps its prior coefficient instead of an arbitrary one. The floor is chosen
-// among powers of two by the residual each one leaves.
+// few long prompts do not drown the many short decodes) over the steps held, every cost held at
+// zero or more (Lawson-Hanson: a cost is never negative, and a negative one made other shapes'
+// steps free), pulled toward a prior that holds alone until steps are seen and fades as they come
+// (worth `prior_weight` steps at first, less as 1/n² after, never below a thousandth), so a
+// feature that never varied (no prefill seen yet) keeps its prior coefficient instead of an
+// arbitrary one. The floor is chosen among powers of two by the residual each one leaves.
 //
 // Memory is bounded: past `capacity` steps the oldest step of the most common size (by powers of
 // two of its tokens) goes, so a run of large steps does not push every small one out and the fit
@@ -116,9 +117,12 @@ class step_time_model {
   void add_to_sums(const sample& s, double sign);
   void recompute_sums();
   void evict_one();
-  // The ridge solution for one floor and the weighted squared residual it leaves; false if it is
-  // not finite.
+  // The ridge solution for one floor, every cost at least zero, and the weighted squared
+  // residual it leaves; false if it is not finite.
   bool solve(size_t f, step_cost::coefficients& beta, double& residual) const;
+  // The minimum of ½βᵀGβ − rᵀβ over β ≥ 0 (G positive definite: the ridge keeps it so).
+  static bool solve_nonnegative(const double (&gram)[step_cost::num_features][step_cost::num_features],
+                                const double (&rhs)[step_cost::num_features], step_cost::coefficients& beta);
   void refit();
 
   step_cost prior_;

@@ -187,6 +187,34 @@ TEST(step_time_model, no_step_is_predicted_faster_than_the_fastest_measured) {
   EXPECT_DOUBLE_EQ(negative.predict(tiny), 2e-4);
 }
 
+// Steps that grow faster with more sequences (a machine whose serving stack's share of the cores
+// falls as batches grow) would read as a negative cost per sequence: the fit holds every cost at
+// zero or more, and says the constant instead.
+TEST(step_time_model, no_cost_is_negative_even_where_the_steps_suggest_it) {
+  step_time_model model;
+  double mean = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int num_seqs = 1 + i % 16;
+    step_shape s;
+    for (int d = 0; d < num_seqs; ++d) s.add(1, 100);
+    const double seconds = 4e-3 - 1e-4 * num_seqs;
+    model.observe(s, seconds);
+    mean += seconds / 200;
+  }
+  for (size_t j = 0; j < step_cost::num_features; ++j) {
+    EXPECT_GE(model.fitted().seconds[j], 0.0) << step_cost::feature_name(j);
+  }
+  step_shape one;
+  one.add(1, 100);
+  EXPECT_NEAR(model.predict(one), mean, 0.5e-3);
+  // Where the truth has no negative cost the constraint changes nothing: exact steps of a
+  // positive truth with one cost at zero are fitted exactly.
+  const truth exact{1e-3, 2e-5, 0, 3e-8, 1e-9, 1};
+  step_time_model positive;
+  for (const step_shape& v : varied_shapes(300)) positive.observe(v, exact(v));
+  for (const step_shape& v : varied_shapes(40)) EXPECT_NEAR(positive.predict(v), exact(v), 1e-3 * exact(v));
+}
+
 TEST(step_time_model, ignores_times_that_are_not_durations) {
   step_time_model model;
   model.observe(shape(10, 1, 10, 10), 0);
