@@ -196,6 +196,9 @@ class pipelined_model final : public model {
                  std::span<const std::byte> data) override {
     check_kv_transfer(config(), shape_, block_ids, header, data.size(), kv_transfer_direction::import_into_pool);
     std::lock_guard lock(links_mutex_);
+    // A decode instance with nothing to decode runs no forward, and a reconnected stage's link
+    // would wait for one to be installed while every import into it failed.
+    if (!in_forward_) install_reconnected_links_locked();
     if (header.first_layer == 0) {
       for (const int32_t block : block_ids) block_epoch_[static_cast<size_t>(block)] = kv_epoch_;
     } else {
@@ -224,6 +227,13 @@ class pipelined_model final : public model {
       throw std::runtime_error("a pipelined model is the whole model: no residual_in / residual_out");
     }
     install_reconnected_links();
+    struct forward_scope {  // in_forward_ ends however the forward does
+      pipelined_model& m;
+      ~forward_scope() {
+        std::lock_guard lock(m.links_mutex_);
+        m.in_forward_ = false;
+      }
+    } scope{*this};
     {
       std::lock_guard lock(links_mutex_);
       for (size_t i = 0; i < links_.size(); ++i) {
@@ -458,10 +468,17 @@ class pipelined_model final : public model {
     return true;
   }
 
-  // Called by forward() only, when no micro-batch is in flight: the reconnected links replace
-  // the broken ones, and a new KV epoch begins (the restarted stage holds no KV).
+  // Called by forward() when it starts, before any micro-batch is in flight: the reconnected
+  // links replace the broken ones, and the forward is on until it returns (in_forward_).
   void install_reconnected_links() {
     std::lock_guard lock(links_mutex_);
+    install_reconnected_links_locked();
+    in_forward_ = true;
+  }
+
+  // The reconnected links replace the broken ones, and a new KV epoch begins (the restarted stage
+  // holds no KV). Only while no forward runs; links_mutex_ held.
+  void install_reconnected_links_locked() {
     bool installed = false;
     for (size_t i = 0; i < links_.size(); ++i) {
       if (!reconnects_[i].replacement) continue;
@@ -529,12 +546,14 @@ class pipelined_model final : public model {
   stage_hello expected_base_{};
   std::vector<remote_stage> remote_;
   // links_ and reconnects_ change under links_mutex_; forward() reads links_ without it only
-  // between its install_reconnected_links() and its return (the reconnector never replaces one).
+  // between its install_reconnected_links() and its return (in_forward_: the reconnector never
+  // replaces one, and an import installs reconnected links only while no forward runs).
   std::vector<std::unique_ptr<stage_link>> links_;
   mutable std::mutex links_mutex_;
   std::condition_variable reconnect_wake_;
   std::vector<reconnect_state> reconnects_;
   bool stopping_ = false;
+  bool in_forward_ = false;  // under links_mutex_
   std::thread reconnector_;
   // Which KV epoch wrote each block: an epoch ends when a lost stage's link is installed again.
   uint32_t kv_epoch_ = 1;

@@ -137,6 +137,9 @@ void stage_link::run() {
     std::string down;
     {
       std::unique_lock lock(mutex_);
+      // A broken link lets go of its connection at once, so the stage's end is not left
+      // half-closed, holding its port against the stage restarted on it.
+      if (!broken_.empty()) channel_.reset();
       if (!wake_.wait_for(lock, idle_probe_interval, [&] { return stopping_ || !queue_.empty(); })) {
         // Idle: a stage that died now is noticed now (on the health board, and reconnected), not
         // at the next step, which would fail for it.

@@ -283,6 +283,48 @@ TEST_F(pipelined_model_test, kv_streams_out_of_one_pipeline_and_into_another) {
   EXPECT_EQ(logits, expected);
 }
 
+// A decode pipeline runs no forward while it has nothing to decode: a stage that restarted
+// then is installed by the next import, which goes to the new stage, and the decode that follows
+// reads it.
+TEST_F(pipelined_model_test, an_import_after_a_stage_restarted_reaches_the_new_stage_without_a_forward) {
+  served_stages front = serve({{0, 2}});
+  const std::string endpoint = front.remote[0].endpoint;
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  // Listening on a port of its own choosing, as `troupe launch` starts a stage, so that the
+  // restarted one can bind it again while the old connection's end waits out TIME_WAIT.
+  stage_server_settings fixed;
+  fixed.port = port;
+  front.servers.clear();
+  front.servers.push_back(std::make_unique<stage_server>(*front.stages[0].m, layer_range{0, 2}, fixed));
+  loaded_stage last = load_stage({2, 5});
+  loaded_stage whole = load_stage({});
+  const model_config& c = whole.m->config();
+  pipeline_settings settings;
+  settings.reconnect_first_delay = std::chrono::milliseconds(20);
+  settings.reconnect_max_delay = std::chrono::milliseconds(50);
+  auto decode = make_pipelined_model(std::move(last.m), {2, 5}, front.remote, settings);
+
+  front.servers.clear();  // the stage's process is gone, and comes back on its port
+  EXPECT_NE(wait_for_board([](const std::string& text) { return !text.empty(); }), "") << "never noticed";
+  front.servers.push_back(std::make_unique<stage_server>(*front.stages[0].m, layer_range{0, 2}, fixed));
+  EXPECT_EQ(wait_for_board([](const std::string& text) { return text.empty(); }), "") << "never reconnected";
+
+  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 432, 300};
+  const std::vector<int32_t> blocks = {0, 1};
+  std::vector<float> logits(512), expected(512);
+  whole.m->forward(test::one_sequence_batch(tokens, 0, 6, blocks, block_size), expected.data());
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const kv_span_header span = kv_span_for(c, whole.m->kv_shape(), 2, layer, 1, dtype::f32);
+    std::vector<std::byte> bytes(kv_span_bytes(span));
+    whole.m->export_kv(blocks, layer, 1, dtype::f32, bytes);
+    decode->import_kv(blocks, kv_span_for(c, decode->kv_shape(), 2, layer, 1, dtype::f32), bytes);
+  }
+  EXPECT_EQ(front.servers[0]->kv_frames(), 2u);  // layers 0 and 1, into the stage that came back
+  decode->forward(test::one_sequence_batch(tokens, 6, 7, blocks, block_size), logits.data());
+  whole.m->forward(test::one_sequence_batch(tokens, 6, 7, blocks, block_size), expected.data());
+  EXPECT_EQ(logits, expected);
+}
+
 // A stage checks a KV request against its own pool and layers before it reads a byte of data,
 // answers it with a failure naming what was wrong, and serves the link on.
 TEST_F(pipelined_model_test, a_stage_refuses_kv_outside_its_pool_or_layers_by_name) {
