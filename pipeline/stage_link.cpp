@@ -99,21 +99,13 @@ void stage_link::push(micro_batch_job* job) {
 
 std::string stage_link::export_kv(std::span<const int32_t> block_ids, const kv_span_header& span,
                                   std::span<std::byte> out) {
-  kv_job job;
-  job.kind = stage_frame_kind::kv_export;
-  job.block_ids = block_ids;
-  job.span = span;
-  job.out = out;
+  kv_job job{stage_frame_kind::kv_export, block_ids, span, out, {}};
   return run_kv_job(job);
 }
 
 std::string stage_link::import_kv(std::span<const int32_t> block_ids, const kv_span_header& span,
                                   std::span<const std::byte> data) {
-  kv_job job;
-  job.kind = stage_frame_kind::kv_import;
-  job.block_ids = block_ids;
-  job.span = span;
-  job.data = data;
+  kv_job job{stage_frame_kind::kv_import, block_ids, span, {}, data};
   return run_kv_job(job);
 }
 

@@ -103,18 +103,25 @@ class pipeline_outputs_e2e : public ::testing::Test {
                                              spec.write(dir_ / (name + ".toml")), dir_ / (name + ".log"));
   }
 
+  // The 200-request mix, greedy (the prompts share prefixes; ZeroMQ and HTTP, streamed and not).
+  static std::vector<mixed_request> greedy_mix() { return greedy_only(request_mix(200, prompts, 8, 64, true, 5)); }
+
+  // What a colocated server answers to `mix`, every request answered without an error.
+  std::vector<outcome> colocated_outcomes(const std::vector<mixed_request>& mix) {
+    auto colocated = start_server("colocated", {});
+    std::vector<outcome> expected = run_in_waves(*colocated, mix, wave);
+    for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(expected[i].error, "") << "colocated, request " << i;
+    return expected;
+  }
+
+  static constexpr size_t wave = 25;  // requests sent at once
   scratch_dir dir_;
 };
 
 TEST_F(pipeline_outputs_e2e, the_200_request_mix_answers_like_colocated_in_two_and_three_stages) {
-  const std::vector<mixed_request> mix = greedy_only(request_mix(200, prompts, 8, 64, true, 5));
-  constexpr size_t wave = 25;
-  std::vector<outcome> expected;
-  {
-    auto colocated = start_server("colocated", {});
-    expected = run_in_waves(*colocated, mix, wave);
-    for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(expected[i].error, "") << "colocated, request " << i;
-  }
+  const std::vector<mixed_request> mix = greedy_mix();
+  const std::vector<outcome> expected = colocated_outcomes(mix);
+  ASSERT_FALSE(HasFailure());
   {
     stage_process front("0-1", stories_dir, stage_args);
     topology_spec two;
@@ -142,14 +149,9 @@ TEST_F(pipeline_outputs_e2e, the_200_request_mix_answers_like_colocated_in_two_a
 // layer into the stage holding it. The 200-request mix answers like colocated, and nothing is
 // held at the end.
 TEST_F(pipeline_outputs_e2e, a_1p1d_whose_prefill_and_decode_are_2_stage_pipelines_answers_like_colocated) {
-  const std::vector<mixed_request> mix = greedy_only(request_mix(200, prompts, 8, 64, true, 5));
-  constexpr size_t wave = 25;
-  std::vector<outcome> expected;
-  {
-    auto colocated = start_server("colocated", {});
-    expected = run_in_waves(*colocated, mix, wave);
-    for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(expected[i].error, "") << "colocated, request " << i;
-  }
+  const std::vector<mixed_request> mix = greedy_mix();
+  const std::vector<outcome> expected = colocated_outcomes(mix);
+  ASSERT_FALSE(HasFailure());
   make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a"});
   stage_process prefill_front("0-1", stories_dir, stage_args);
   stage_process decode_front("0-1", stories_dir, stage_args);
