@@ -116,14 +116,13 @@ TEST(stage_frame, lying_headers_are_refused_before_the_payload) {
 // other than the ids carried and element types that are not KV types are refused by name, before
 // any data is read.
 TEST(stage_frame, kv_frames_round_trip_and_lying_ones_are_refused) {
-  kv_span_header span;
-  span.first_layer = 1;
-  span.num_layers = 2;
-  span.num_blocks = 3;
-  span.block_size = 4;
-  span.num_kv_heads = 2;
-  span.head_dim = 8;
-  span.element = dtype::f16;
+  const kv_span_header span{.first_layer = 1,
+                            .num_layers = 2,
+                            .num_blocks = 3,
+                            .block_size = 4,
+                            .num_kv_heads = 2,
+                            .head_dim = 8,
+                            .element = dtype::f16};
   const std::vector<int32_t> ids = {7, 2, 9};
   const uint64_t data_bytes = kv_span_bytes(span);  // 2 layers x K,V x 3 blocks x 4 x 2 x 8 x 2 bytes
   ASSERT_EQ(data_bytes, 2u * 2u * 3u * 4u * 2u * 8u * 2u);
