@@ -181,8 +181,11 @@ class pipelined_model final : public model {
         last_->export_kv(block_ids, share.first_layer, share.num_layers, element, out.subspan(offset, bytes));
         return;
       }
-      if (std::string why = links_[static_cast<size_t>(stage)]->export_kv(block_ids, share, out.subspan(offset, bytes));
-          !why.empty()) {
+      stage_link& link = *links_[static_cast<size_t>(stage)];
+      if (std::string why = link.export_kv(block_ids, share, out.subspan(offset, bytes)); !why.empty()) {
+        // From a prefill's forward: a lost stage fails the step as one, so its requests wait for
+        // the stage and run again.
+        if (!link.broken().empty()) throw stage_lost_error(why);
         throw std::runtime_error(why);
       }
     });
