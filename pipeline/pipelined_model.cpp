@@ -198,10 +198,8 @@ class pipelined_model final : public model {
   void import_kv(std::span<const int32_t> block_ids, const kv_span_header& header,
                  std::span<const std::byte> data) override {
     check_kv_transfer(config(), shape_, block_ids, header, data.size(), kv_transfer_direction::import_into_pool);
-    std::lock_guard lock(links_mutex_);
-    // A decode instance with nothing to decode runs no forward, and a reconnected stage's link
-    // would wait for one to be installed while every import into it failed.
-    if (!in_forward_) install_reconnected_links_locked();
+    std::unique_lock lock(links_mutex_);
+    wait_for_stages_of(header, lock);
     if (header.first_layer == 0) {
       for (const int32_t block : block_ids) block_epoch_[static_cast<size_t>(block)] = kv_epoch_;
     } else {
@@ -331,6 +329,25 @@ class pipelined_model final : public model {
   }
 
  private:
+  // Before an import: a stage it writes into that is down is waited for, as long as connecting to
+  // it may take, and a reconnected one installed when no forward runs (a decode instance with
+  // nothing to decode runs none). Otherwise a decode instance's transfers would fail one after
+  // another while its stage restarts, and their requests with them. links_mutex_ held by `lock`.
+  void wait_for_stages_of(const kv_span_header& span, std::unique_lock<std::mutex>& lock) {
+    const auto deadline = std::chrono::steady_clock::now() + settings_.connect_timeout;
+    for (;;) {
+      if (!in_forward_) install_reconnected_links_locked();
+      bool waiting = false;
+      for_each_stage_share(span, [&](int stage, const kv_span_header&, size_t, size_t) {
+        if (stage < 0) return;
+        const reconnect_state& r = reconnects_[static_cast<size_t>(stage)];
+        waiting = waiting || (!links_[static_cast<size_t>(stage)]->broken().empty() && !r.given_up);
+      });
+      if (!waiting || stopping_ || std::chrono::steady_clock::now() >= deadline) return;
+      reconnect_wake_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+  }
+
   // Calls fn(stage, share, offset, bytes) for each stage holding some of `whole`'s layers, in
   // layer order: stage is the link's index, or -1 for the layers here; share is `whole` cut to
   // that stage's layers, found at [offset, offset + bytes) of the span.
