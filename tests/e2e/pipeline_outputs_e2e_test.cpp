@@ -283,7 +283,7 @@ TEST_F(pipeline_outputs_e2e, twenty_kill_9_trials_of_a_stage_lose_no_request_and
 // decode's) at a random moment of a mix of 8 requests, restarted on its port after 0-400 ms, six
 // trials: every request completes with the undisturbed colocated output (seeded sampling too),
 // each trial ends with nothing held (blocks, reservations, KV transfers), and the engine takes
-// the restarted stage back.
+// the restarted stage back. `troupe scale --list` shows both instances' stages.
 TEST_F(pipeline_outputs_e2e, a_stage_of_a_pipelined_pair_killed_loses_no_request_and_no_token) {
   const uint64_t seed = failover_seed("pipeline_outputs_e2e_pair");
   std::mt19937_64 rng(seed);
@@ -297,7 +297,7 @@ TEST_F(pipeline_outputs_e2e, a_stage_of_a_pipelined_pair_killed_loses_no_request
   }
   ASSERT_FALSE(HasFailure());
 
-  make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a"});
+  make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a", "admin"});
   std::deque<stage_process> stages;  // the prefill's, then the decode's
   stages.emplace_back("0-1", stories_dir, stage_args, free_port());
   stages.emplace_back("0-1", stories_dir, stage_args, free_port());
@@ -308,6 +308,7 @@ TEST_F(pipeline_outputs_e2e, a_stage_of_a_pipelined_pair_killed_loses_no_request
   pair.prefill = {"prefill-a"};
   pair.decode = {"decode-a"};
   pair.engines = {};
+  pair.admin = true;
   pair.extra_toml = "[pipeline]\nprefill_stages = [{ endpoint = \"" + stages[0].endpoint() +
                     "\", layers = \"0-1\" }]\ndecode_stages = [{ endpoint = \"" + stages[1].endpoint() +
                     "\", layers = \"0-1\" }]\nmicro_batches = 2\nreconnect_first_delay_ms = 50\n"
@@ -328,6 +329,19 @@ TEST_F(pipeline_outputs_e2e, a_stage_of_a_pipelined_pair_killed_loses_no_request
           << launch.log();
     }
   }
+  // `troupe scale --list` names each instance's stages with their busy shares (from each node's
+  // own stages), the prefill's and the decode's.
+  const run_result listed =
+      run_troupe("scale --controller 127.0.0.1:" + std::to_string(launch.admin_port()) + " --credentials " +
+                 shell_quote((dir_.path() / "certs").string()) + " --name admin --list");
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  for (const char* role : {"prefill", "decode"}) {
+    EXPECT_TRUE(std::regex_search(
+        listed.out, std::regex(std::string(" role=") + role + " .* stages=0-1:[0-9]+\\.[0-9]%,2-4:[0-9]+\\.[0-9]%\n")))
+        << role << ":\n"
+        << listed.out;
+  }
+
   for (int trial = 0; trial < 6; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
     const size_t victim = rng() % 2;
