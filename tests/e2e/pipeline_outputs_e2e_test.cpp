@@ -8,7 +8,9 @@
 // - kill -9 of a stage at a random moment, 20 trials: every request completes with the output of
 //   an undisturbed colocated server (seeded sampling too), no token lost or sent twice, the
 //   engine ends each trial with every KV block free and nothing held, and the stage that was not
-//   killed serves on without a restart, its memory not growing trial after trial.
+//   killed serves on without a restart, its memory not growing trial after trial;
+// - kill -9 of one of a pipelined pair's stages, 6 trials: the same, and the pair's engines take
+//   the restarted stage back.
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -114,6 +116,81 @@ class pipeline_outputs_e2e : public ::testing::Test {
     return expected;
   }
 
+  // The kill trials' mix (8 requests of 60-160 tokens, a third seeded-sampled) and what a
+  // colocated server answers to it.
+  static std::vector<mixed_request> kill_mix() { return request_mix(8, prompts, 60, 160, true, 3); }
+  std::vector<outcome> colocated_reference(const std::vector<mixed_request>& mix) {
+    auto colocated = start_server("colocated", {});
+    return reference_outcomes(*colocated, mix);
+  }
+
+  // A prefill/decode pair whose instances each drive one of these stages (`troupe launch` of a
+  // prefill and a decode node, mutual TLS; the credentials are made here, an admin's too).
+  topology_spec pipelined_pair(const stage_process& prefill_stage, const stage_process& decode_stage,
+                               const std::string& extra) {
+    make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a", "admin"});
+    topology_spec pair;
+    pair.kv_cache_dtype = "f32";
+    pair.credentials = dir_.path() / "certs";
+    pair.nodes = {{"prefill-a", free_port()}, {"decode-a", free_port()}};
+    pair.prefill = {"prefill-a"};
+    pair.decode = {"decode-a"};
+    pair.engines = {};
+    pair.extra_toml = "[pipeline]\nprefill_stages = [{ endpoint = \"" + prefill_stage.endpoint() + "\", layers = \"" +
+                      prefill_stage.layers() + "\" }]\ndecode_stages = [{ endpoint = \"" + decode_stage.endpoint() +
+                      "\", layers = \"" + decode_stage.layers() + "\" }]\n" + extra;
+    return pair;
+  }
+
+  // How long `mix` takes `server` undisturbed: the quicker of two rounds (the first warms it up),
+  // each answering `expected`. The kill trials fall within it.
+  static std::chrono::milliseconds undisturbed_mix_time(const controller_process& server,
+                                                        const std::vector<mixed_request>& mix,
+                                                        const std::vector<outcome>& expected) {
+    auto mix_time = std::chrono::milliseconds::max();
+    for (int round = 0; round < 2; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<outcome> got(mix.size());
+      auto threads = send_together(server, mix, 0, mix.size(), got, 60s);
+      for (auto& t : threads) t.join();
+      mix_time = std::min(
+          mix_time, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start));
+      for (size_t i = 0; i < mix.size(); ++i) {
+        EXPECT_TRUE(same_output(got[i], expected[i]))
+            << "undisturbed, request " << i << ": " << got[i] << " != " << expected[i];
+      }
+    }
+    std::printf("the mix takes %lld ms undisturbed\n", static_cast<long long>(mix_time.count()));
+    return mix_time;
+  }
+
+  // One kill trial: `mix` sent to `server`, `victim` killed with SIGKILL at a random moment within
+  // 3/4 of `mix_time` and started again on its port after 0-400 ms; every request must answer
+  // `expected` (equal text and ids of the concatenated deltas: no token lost, none sent twice).
+  static void kill_during_mix(const controller_process& server, const std::vector<mixed_request>& mix,
+                              const std::vector<outcome>& expected, stage_process& victim, const std::string& name,
+                              std::chrono::milliseconds mix_time, std::mt19937_64& rng) {
+    const auto kill_after = std::chrono::milliseconds(
+        2 + static_cast<long long>(rng() % static_cast<uint64_t>(std::max<long long>(1, mix_time.count() * 3 / 4))));
+    const auto down_for = std::chrono::milliseconds(rng() % 400);
+    std::vector<outcome> got(mix.size());
+    auto threads = send_together(server, mix, 0, mix.size(), got, 60s);
+    std::this_thread::sleep_for(kill_after);
+    victim.kill9();
+    std::this_thread::sleep_for(down_for);
+    try {
+      victim.start();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < mix.size(); ++i) {
+      EXPECT_TRUE(same_output(got[i], expected[i]))
+          << "request " << i << " after killing " << name << " at " << kill_after.count() << " ms, down "
+          << down_for.count() << " ms: " << got[i] << " != " << expected[i];
+    }
+  }
+
   static constexpr size_t wave = 25;  // requests sent at once
   scratch_dir dir_;
 };
@@ -152,19 +229,9 @@ TEST_F(pipeline_outputs_e2e, a_1p1d_whose_prefill_and_decode_are_2_stage_pipelin
   const std::vector<mixed_request> mix = greedy_mix();
   const std::vector<outcome> expected = colocated_outcomes(mix);
   ASSERT_FALSE(HasFailure());
-  make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a"});
   stage_process prefill_front("0-1", stories_dir, stage_args);
   stage_process decode_front("0-1", stories_dir, stage_args);
-  topology_spec pair;
-  pair.kv_cache_dtype = "f32";
-  pair.credentials = dir_.path() / "certs";
-  pair.nodes = {{"prefill-a", free_port()}, {"decode-a", free_port()}};
-  pair.prefill = {"prefill-a"};
-  pair.decode = {"decode-a"};
-  pair.engines = {};
-  pair.extra_toml = "[pipeline]\nprefill_stages = [{ endpoint = \"" + prefill_front.endpoint() +
-                    "\", layers = \"0-1\" }]\ndecode_stages = [{ endpoint = \"" + decode_front.endpoint() +
-                    "\", layers = \"0-1\" }]\nmicro_batches = 2\n";
+  const topology_spec pair = pipelined_pair(prefill_front, decode_front, "micro_batches = 2\n");
   const std::string log = expect_launch_answers_like(dir_.path(), "1p1d-pipelines", pair, mix, expected,
                                                      {{"prefill-a", 8192}, {"decode-a", 32768}}, wave);
   // The controller's line for each engine instance names what its worker runs.
@@ -184,12 +251,8 @@ TEST_F(pipeline_outputs_e2e, twenty_kill_9_trials_of_a_stage_lose_no_request_and
   std::mt19937_64 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
 
-  const std::vector<mixed_request> mix = request_mix(8, prompts, 60, 160, true, 3);
-  std::vector<outcome> expected;
-  {
-    auto colocated = start_server("colocated", {});
-    expected = reference_outcomes(*colocated, mix);
-  }
+  const std::vector<mixed_request> mix = kill_mix();
+  const std::vector<outcome> expected = colocated_reference(mix);
   ASSERT_FALSE(HasFailure());
 
   // Each stage on a port of the test's choosing, so a killed one comes back on the same endpoint;
@@ -208,50 +271,16 @@ TEST_F(pipeline_outputs_e2e, twenty_kill_9_trials_of_a_stage_lose_no_request_and
   // finished requests and steps fill, thousands of requests long, so its check is the counts.)
   long stage_kib_since_start[2] = {-1, -1};
   long most_growth_kib = 0;
-  // The kills fall while the mix runs: at a random moment within the time it takes undisturbed
-  // (measured here, once the server is warm; its outputs must be the colocated ones too).
-  auto mix_time = std::chrono::milliseconds::max();
-  for (int round = 0; round < 2; ++round) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<outcome> got(mix.size());
-    auto threads = send_together(*server, mix, 0, mix.size(), got, 60s);
-    for (auto& t : threads) t.join();
-    mix_time = std::min(
-        mix_time, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start));
-    for (size_t i = 0; i < mix.size(); ++i) {
-      ASSERT_TRUE(same_output(got[i], expected[i]))
-          << "undisturbed, request " << i << ": " << got[i] << " != " << expected[i];
-    }
-  }
-  std::printf("the mix takes %lld ms undisturbed\n", static_cast<long long>(mix_time.count()));
+  // The kills fall while the mix runs, at a random moment within the time it takes undisturbed.
+  const auto mix_time = undisturbed_mix_time(*server, mix, expected);
+  ASSERT_FALSE(HasFailure());
 
   for (int trial = 0; trial < 20; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
     const size_t victim = rng() % 2;
     stage_process& killed = stages[victim];
     const stage_process& survivor = stages[1 - victim];
-    const auto kill_after = std::chrono::milliseconds(
-        2 + static_cast<long long>(rng() % static_cast<uint64_t>(std::max<long long>(1, mix_time.count() * 3 / 4))));
-    const auto down_for = std::chrono::milliseconds(rng() % 400);
-
-    std::vector<outcome> got(mix.size());
-    auto threads = send_together(*server, mix, 0, mix.size(), got, 60s);
-    std::this_thread::sleep_for(kill_after);
-    killed.kill9();
-    std::this_thread::sleep_for(down_for);
-    try {
-      killed.start();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << e.what();
-    }
-    for (auto& t : threads) t.join();
-
-    for (size_t i = 0; i < mix.size(); ++i) {
-      // Equal text and ids of the concatenated deltas: no token lost, none sent twice.
-      EXPECT_TRUE(same_output(got[i], expected[i]))
-          << "request " << i << " after killing stage " << killed.layers() << " at " << kill_after.count()
-          << " ms, down " << down_for.count() << " ms: " << got[i] << " != " << expected[i];
-    }
+    kill_during_mix(*server, mix, expected, killed, "stage " + killed.layers(), mix_time, rng);
     // The link is back (a request may have finished before the kill and none needed it yet).
     for (int i = 0; i < 500 && health_status(*server) != 200; ++i) std::this_thread::sleep_for(20ms);
     EXPECT_EQ(health_status(*server), 200) << "the engine did not take stage " << killed.layers() << " back";
@@ -289,46 +318,21 @@ TEST_F(pipeline_outputs_e2e, a_stage_of_a_pipelined_pair_killed_loses_no_request
   std::mt19937_64 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
 
-  const std::vector<mixed_request> mix = request_mix(8, prompts, 60, 160, true, 3);
-  std::vector<outcome> expected;
-  {
-    auto colocated = start_server("colocated", {});
-    expected = reference_outcomes(*colocated, mix);
-  }
+  const std::vector<mixed_request> mix = kill_mix();
+  const std::vector<outcome> expected = colocated_reference(mix);
   ASSERT_FALSE(HasFailure());
 
-  make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a", "admin"});
-  std::deque<stage_process> stages;  // the prefill's, then the decode's
+  std::deque<stage_process> stages;  // the prefill's, then the decode's, each on a port of its own
   stages.emplace_back("0-1", stories_dir, stage_args, free_port());
   stages.emplace_back("0-1", stories_dir, stage_args, free_port());
-  topology_spec pair;
-  pair.kv_cache_dtype = "f32";
-  pair.credentials = dir_.path() / "certs";
-  pair.nodes = {{"prefill-a", free_port()}, {"decode-a", free_port()}};
-  pair.prefill = {"prefill-a"};
-  pair.decode = {"decode-a"};
-  pair.engines = {};
+  topology_spec pair = pipelined_pair(stages[0], stages[1],
+                                      "micro_batches = 2\nreconnect_first_delay_ms = 50\nreconnect_max_delay_ms = 200\n"
+                                      "failover_wait_ms = 30000\n");
   pair.admin = true;
-  pair.extra_toml = "[pipeline]\nprefill_stages = [{ endpoint = \"" + stages[0].endpoint() +
-                    "\", layers = \"0-1\" }]\ndecode_stages = [{ endpoint = \"" + stages[1].endpoint() +
-                    "\", layers = \"0-1\" }]\nmicro_batches = 2\nreconnect_first_delay_ms = 50\n"
-                    "reconnect_max_delay_ms = 200\nfailover_wait_ms = 30000\n";
   controller_process launch(controller_process::kind::launch, pair.write(dir_ / "pair.toml"), dir_ / "pair.log");
 
-  auto mix_time = std::chrono::milliseconds::max();
-  for (int round = 0; round < 2; ++round) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<outcome> got(mix.size());
-    auto threads = send_together(launch, mix, 0, mix.size(), got, 60s);
-    for (auto& t : threads) t.join();
-    mix_time = std::min(
-        mix_time, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start));
-    for (size_t i = 0; i < mix.size(); ++i) {
-      ASSERT_TRUE(same_output(got[i], expected[i]))
-          << "undisturbed, request " << i << ": " << got[i] << " != " << expected[i] << "\n"
-          << launch.log();
-    }
-  }
+  const auto mix_time = undisturbed_mix_time(launch, mix, expected);
+  ASSERT_FALSE(HasFailure()) << launch.log();
   // `troupe scale --list` names each instance's stages with their busy shares (from each node's
   // own stages), the prefill's and the decode's.
   const run_result listed =
@@ -346,25 +350,8 @@ TEST_F(pipeline_outputs_e2e, a_stage_of_a_pipelined_pair_killed_loses_no_request
     SCOPED_TRACE("trial " + std::to_string(trial));
     const size_t victim = rng() % 2;
     stage_process& killed = stages[victim];
-    const auto kill_after = std::chrono::milliseconds(
-        2 + static_cast<long long>(rng() % static_cast<uint64_t>(std::max<long long>(1, mix_time.count() * 3 / 4))));
-    const auto down_for = std::chrono::milliseconds(rng() % 400);
-    std::vector<outcome> got(mix.size());
-    auto threads = send_together(launch, mix, 0, mix.size(), got, 90s);
-    std::this_thread::sleep_for(kill_after);
-    killed.kill9();
-    std::this_thread::sleep_for(down_for);
-    try {
-      killed.start();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << e.what();
-    }
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < mix.size(); ++i) {
-      EXPECT_TRUE(same_output(got[i], expected[i]))
-          << "request " << i << " after killing the " << (victim == 0 ? "prefill's" : "decode's") << " stage at "
-          << kill_after.count() << " ms, down " << down_for.count() << " ms: " << got[i] << " != " << expected[i];
-    }
+    kill_during_mix(launch, mix, expected, killed, victim == 0 ? "the prefill's stage" : "the decode's stage", mix_time,
+                    rng);
     expect_nothing_held(launch);
     // Its engine took the restarted stage back (an idle one notices the loss by itself).
     for (int i = 0; i < 500 && killed.log().find("link up") == std::string::npos; ++i)
