@@ -37,6 +37,7 @@
 #include "doors/http/request_reception.hpp"
 #include "doors/http/tokenize_endpoints.hpp"
 #include "doors/http/server_sent_events.hpp"
+#include "engine/process_cpu.hpp"
 #include "grammar/guided_grammar.hpp"
 #include "net/open_files.hpp"
 #include "stages/stage_clock.hpp"
@@ -754,6 +755,9 @@ void http_door::impl::install_routes() {
     m.num_http_responses_4xx = num_responses_by_class[4] + reception->num_refused();
     m.num_http_responses_5xx = num_responses_by_class[5];
     m.num_http_streams_open = num_streams_open;
+    const process_cpu_time cpu = process_cpu_while_serving();
+    m.process_cpu_seconds = cpu.total_s;
+    m.compute_cpu_seconds = cpu.compute_s;
     if (auto stats = query_stats(2000ms); stats && stats->unavailable.empty()) {
       m.scheduler = metrics_snapshot::scheduler_gauges{stats->num_free_blocks, stats->num_total_blocks,
                                                        stats->num_running, stats->num_waiting};

@@ -37,6 +37,7 @@
 #include "node/engine_placer.hpp"
 #include "node/inspection.hpp"
 #include "node/node_inspector.hpp"
+#include "engine/process_cpu.hpp"
 #include "node/node_link.hpp"
 #include "node/stage_owner.hpp"
 #include "node/stage_factories.hpp"
@@ -603,6 +604,7 @@ node::node(const topology& t) : topology_(t) {
   }
   s.door->start();
   if (s.web_door) s.web_door->start();
+  mark_serving_began();  // /metrics' CPU counters leave the loading out
   // Both addresses on one line: what a user looks for first.
   const std::string http = s.web_door ? fmt::format(", OpenAI-compatible HTTP API on http://{}:{}/v1 (model '{}')",
                                                     tp.http_host, s.web_door->port(), tp.model_name())

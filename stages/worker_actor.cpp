@@ -6,6 +6,7 @@
 #include "engine/guided_vocabulary.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/ngram_proposer.hpp"
+#include "engine/process_cpu.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_connector.hpp"
 #include "model/stage_lost_error.hpp"
@@ -105,6 +106,7 @@ worker_handle::behavior_type worker_actor(worker_handle::pointer self, std::shar
                           [served, runner](step_plan& plan) -> step_done {
                             step_done done;
                             const timestamp_ns begin = steady_now_ns();
+                            const int64_t cpu_begin = thread_cpu_ns();
                             try {
                               done.result = runner->run(plan);
                             } catch (const stage_lost_error& e) {
@@ -116,6 +118,7 @@ worker_handle::behavior_type worker_actor(worker_handle::pointer self, std::shar
                               done.result.step_id = plan.step_id;
                             }
                             done.compute_ns = steady_now_ns() - begin;
+                            add_step_cpu_ns(thread_cpu_ns() - cpu_begin);
                             return done;
                           },
                           [served, agent](describe_atom) {

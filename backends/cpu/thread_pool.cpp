@@ -1,7 +1,9 @@
 #include "backends/cpu/thread_pool.hpp"
 
-#include <algorithm>
+#include <pthread.h>
 #include <sched.h>
+
+#include <algorithm>
 
 namespace troupe::cpu {
 
@@ -58,6 +60,8 @@ void thread_pool::run_chunks(int thread_index) {
 }
 
 void thread_pool::worker_loop(int thread_index) {
+  // The name engine/process_cpu.hpp counts as the model's compute (and `top -H` shows).
+  pthread_setname_np(pthread_self(), "troupe-compute");
   uint32_t seen = 0;
   for (;;) {
     uint32_t now = generation_.load(std::memory_order_acquire);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "engine/step_time_model.hpp"
 
 namespace troupe {
@@ -161,6 +163,16 @@ std::string render_metrics(const metrics_snapshot& m) {
       .sample(m.num_http_responses_5xx, "{code=\"5xx\"}");
   family(out, "troupe_http_streams_open", "gauge", "Server-sent event streams being written.")
       .sample(m.num_http_streams_open);
+  family(out, "troupe_process_cpu_seconds_total", "counter",
+         "CPU time of this process since it began serving (loading left out), user and system.")
+      .sample(m.process_cpu_seconds);
+  family(out, "troupe_compute_cpu_seconds_total", "counter",
+         "CPU time of this process's model steps since it began serving (the threads that ran them, while they did).")
+      .sample(m.compute_cpu_seconds);
+  family(out, "troupe_stack_cpu_seconds_total", "counter",
+         "CPU time of this process's serving stack since it began serving: all of it but the model steps' "
+         "(doors, tokenizers, actors, detokenizer).")
+      .sample(std::max(0.0, m.process_cpu_seconds - m.compute_cpu_seconds));
   if (m.scheduler) {
     const auto& s = *m.scheduler;
     family(out, "troupe_kv_blocks_free", "gauge", "KV cache blocks free (cached prefixes count as free).")

@@ -32,6 +32,10 @@ struct metrics_snapshot {
   uint64_t num_http_responses_4xx = 0;
   uint64_t num_http_responses_5xx = 0;
   int64_t num_http_streams_open = 0;
+  // This process's CPU time since it began serving: all of it, and the model's steps' share
+  // (engine/process_cpu.hpp).
+  double process_cpu_seconds = 0;
+  double compute_cpu_seconds = 0;
   // The scheduler's answer to a stats query; absent when it did not answer in time.
   struct scheduler_gauges {
     int num_free_blocks = 0;

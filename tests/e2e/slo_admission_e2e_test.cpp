@@ -62,6 +62,15 @@ TEST(slo_admission, an_unattainable_ttft_is_refused_at_once_and_counted) {
   EXPECT_NE(text.find("troupe_step_time_token_floor{instance=\"0\",role=\"mixed\"}"), std::string::npos) << text;
   EXPECT_EQ(text.find("troupe_step_time_steps_observed_total{instance=\"0\"} 0\n"), std::string::npos)
       << "no step measured: " << text;
+  // The CPU it spent serving, split: the served request's steps are compute, its door, tokenizer
+  // and detokenizer the stack's (what `troupe plan --cores` charges).
+  auto value_of = [&](const std::string& family) {
+    const size_t at = text.find("\n" + family + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + family.size() + 2));
+  };
+  EXPECT_GT(value_of("troupe_compute_cpu_seconds_total"), 0) << text;
+  EXPECT_GT(value_of("troupe_stack_cpu_seconds_total"), 0) << text;
+  EXPECT_GE(value_of("troupe_process_cpu_seconds_total"), value_of("troupe_compute_cpu_seconds_total")) << text;
 }
 
 }  // namespace
