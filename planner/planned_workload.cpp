@@ -72,15 +72,22 @@ std::vector<planned_request> draw_workload(const std::vector<request_class>& mix
   return requests;
 }
 
-std::vector<planned_request> load_bench_run(const std::string& path) {
+namespace {
+
+nlohmann::json read_bench_run(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open the bench run " + path);
-  nlohmann::json run;
   try {
-    run = nlohmann::json::parse(in);
+    return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path + " is not JSON: " + e.what());
   }
+}
+
+}  // namespace
+
+std::vector<planned_request> load_bench_run(const std::string& path) {
+  const nlohmann::json run = read_bench_run(path);
   if (!run.contains("requests") || !run["requests"].is_array() || run["requests"].empty()) {
     throw std::runtime_error(path +
                              " holds no \"requests\" array (write one with tools/bench --json, without --sweep)");
@@ -104,6 +111,20 @@ std::vector<planned_request> load_bench_run(const std::string& path) {
   std::stable_sort(requests.begin(), requests.end(),
                    [](const planned_request& a, const planned_request& b) { return a.arrival_s < b.arrival_s; });
   return requests;
+}
+
+double bench_run_client_cpu_per_request(const std::string& path) {
+  const nlohmann::json run = read_bench_run(path);
+  const nlohmann::json* summary = run.contains("summary") ? &run["summary"] : nullptr;
+  if (!summary || !summary->contains("client_cpu_seconds") || !summary->contains("num_requests")) return 0;
+  try {
+    const double cpu = summary->at("client_cpu_seconds").get<double>();
+    const int requests = summary->at("num_requests").get<int>();
+    if (!(cpu >= 0) || requests <= 0) throw std::runtime_error("a negative CPU time or no requests");
+    return cpu / requests;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": summary's client_cpu_seconds or num_requests: " + e.what());
+  }
 }
 
 std::vector<planned_request> at_rate(std::vector<planned_request> requests, double from_rate, double to_rate) {

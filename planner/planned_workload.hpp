@@ -46,6 +46,11 @@ std::vector<planned_request> draw_workload(const std::vector<request_class>& mix
 // output_tokens), in the order sent. Throws std::runtime_error naming the file and what is wrong.
 std::vector<planned_request> load_bench_run(const std::string& path);
 
+// The bench process's own CPU per request over that run (its summary's client_cpu_seconds over
+// num_requests): what the client took from cores it shared with the server. 0 when the run
+// did not record it; throws std::runtime_error naming the file when it is not a number.
+double bench_run_client_cpu_per_request(const std::string& path);
+
 // The same requests at another rate: arrival times scaled by from_rate / to_rate.
 std::vector<planned_request> at_rate(std::vector<planned_request> requests, double from_rate, double to_rate);
 

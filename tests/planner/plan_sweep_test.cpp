@@ -64,6 +64,23 @@ TEST(planned_workload, a_bench_run_is_read_back_in_order_and_rescaled) {
   EXPECT_THROW(load_bench_run((dir / "missing.json").string()), std::runtime_error);
 }
 
+TEST(planned_workload, a_bench_runs_own_cpu_per_request_is_read_when_it_was_recorded) {
+  testing::scratch_dir dir;
+  const std::string path = (dir / "run.json").string();
+  // tools/bench --json writes the summary's client_cpu_seconds and num_requests.
+  std::ofstream(path) << R"({"summary": {"num_requests": 4, "client_cpu_seconds": 0.02}, "requests": []})";
+  EXPECT_DOUBLE_EQ(bench_run_client_cpu_per_request(path), 0.005);
+  std::ofstream(path) << R"({"summary": {"num_requests": 4}})";  // an older bench: not recorded
+  EXPECT_EQ(bench_run_client_cpu_per_request(path), 0);
+  std::ofstream(path) << R"({"summary": {"num_requests": 4, "client_cpu_seconds": "a lot"}})";
+  try {
+    bench_run_client_cpu_per_request(path);
+    ADD_FAILURE() << "a CPU time that is not a number was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("client_cpu_seconds"), std::string::npos) << e.what();
+  }
+}
+
 TEST(plan_sweep, the_ranking_prefers_the_topology_that_holds_the_slo_at_the_highest_rate) {
   std::vector<plan_row> rows;
   auto row = [&](const char* topology, double rate, double attainment) {

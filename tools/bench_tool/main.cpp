@@ -4,6 +4,7 @@
 // measures other servers. README, "Benchmarking a server", has the commands.
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -153,6 +154,14 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   if (!(out << j.dump(2) << '\n')) throw std::runtime_error("cannot write --json " + path);
 }
 
+// This process's CPU time so far, user and system.
+double own_cpu_seconds() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 // One load at `rate`, summarized.
 struct bench_context {
   const options& o;
@@ -168,8 +177,11 @@ struct bench_context {
     s.concurrency = o.concurrency;
     s.seed = o.seed;
     s.progress = progress;
+    const double cpu_before = own_cpu_seconds();
     load_result result = run_load(client, requests, s);
-    return {summarize_run(result.records, result.duration, rate, o.concurrency, targets), std::move(result)};
+    run_summary summary = summarize_run(result.records, result.duration, rate, o.concurrency, targets);
+    summary.client_cpu_seconds = own_cpu_seconds() - cpu_before;
+    return {std::move(summary), std::move(result)};
   }
 
   // Requests whose figures are thrown away, so that a freshly started server's first requests

@@ -167,7 +167,8 @@ nlohmann::json to_json(const run_summary& s) {
       {"tpot", stats_json(s.tpot)},
       {"itl", stats_json(s.itl)},
       {"e2e", stats_json(s.e2e)},
-      {"errors", s.first_errors}};
+      {"errors", s.first_errors},
+      {"client_cpu_seconds", s.client_cpu_seconds}};
   if (s.slo_attainment) {
     j["slo_attainment"] = *s.slo_attainment;
     j["goodput"] = *s.goodput;

@@ -59,6 +59,9 @@ struct run_summary {
     double tokens_per_step = 0;  // the mean of those requests' own figures
   };
   std::optional<speculation> speculative;
+  // This bench process's own CPU over the run (user and system): on a machine it shares with the
+  // server, `troupe plan` charges it to the shared cores (--bench-run).
+  double client_cpu_seconds = 0;
 };
 
 run_summary summarize_run(const std::vector<request_record>& records, double duration, double offered_rate,
