@@ -6,7 +6,9 @@
 # is part of the answer), and then `troupe plan` predicts the same rates for the same requests
 # (--bench-run: the very arrivals and lengths tools/bench sent) from two step-time models: the
 # serving instance's own fit (--metrics-url, after the rounds) and a short calibration of the
-# model alone (--calibrate). With STEP_MODEL set (e.g. the colocated run's fit, printed as
+# model alone (--calibrate); each of them again on the machine's cores shared with the serving
+# stack and the client (--cores: the stack's CPU read from the server's /metrics, the client's from
+# its bench run). With STEP_MODEL set (e.g. the colocated run's fit, printed as
 # "step-time model: ..."), a third prediction uses it: a 1P1D plan from a colocated profile.
 #
 #   bench/plan_vs_bench.sh BUILD_DIR MODEL TOPOLOGY RATES [ROUNDS=2] [PROMPTS=200]
@@ -124,11 +126,19 @@ plan() {  # NAME ARGS... -> the topology's rows as "rate attainment" lines in $w
     >"$work/$name.plan"
 }
 plan server --metrics-url "http://127.0.0.1:$http_port"
+# On the cores the server, its serving stack and the client share: the stack's CPU from the
+# server's /metrics, the client's from the bench run (troupe plan --cores).
+cores=$(nproc)
+plan server_shared --metrics-url "http://127.0.0.1:$http_port" --cores "$cores" --threads 1
+stack_ms=$(sed -n 's/.*serving stack \([0-9.e+-]*\) ms a request.*/\1/p' "$work/server_shared.out")
+grep "^shared cores" "$work/server_shared.out" | sed "s/^/  /"
 kill "$server" 2>/dev/null || true
 wait "$server" 2>/dev/null || true
 server=""
 plan calibrate --calibrate "$model" --threads 1 --kv-memory-mb 64
-columns=(server calibrate)
+plan calibrate_shared --calibrate "$model" --threads 1 --kv-memory-mb 64 --cores "$cores" \
+  --stack-ms-per-request "$stack_ms" --stack-ms-per-token "$stack_ms"
+columns=(server server_shared calibrate calibrate_shared)
 if [[ -n "${STEP_MODEL:-}" ]]; then
   plan given --step-model "$STEP_MODEL" --num-kv-blocks "$(sed -n 's/.*; \([0-9]*\) KV blocks.*/\1/p' "$work/server.out")"
   columns+=(given)

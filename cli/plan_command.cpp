@@ -64,6 +64,12 @@ struct plan_flags {
   std::string slo = "ttft=1s,tpot=100ms";
   double goodput_target = 0.9;
   double horizon_s = 600;
+  // One machine's cores shared by the instances, their serving stack and the clients.
+  int cores = 0;
+  std::string stack_metrics_url;     // default: --metrics-url
+  double stack_ms_per_request = -1;  // -1: from the server's /metrics
+  double stack_ms_per_token = -1;
+  double client_ms_per_request = -1;  // -1: from --bench-run
   std::string out_dir;
 };
 
@@ -202,9 +208,7 @@ calibration calibrate(const plan_flags& flags, const std::vector<int>& workload_
   return out;
 }
 
-// Each role's step-time model in a server's /metrics (planner/served_step_costs.hpp), and its
-// KV pool.
-calibration scrape(const std::string& url) {
+served_step_costs fetch_served(const std::string& url) {
   httplib::Client client(url);
   client.set_connection_timeout(5);
   client.set_read_timeout(10);
@@ -213,12 +217,17 @@ calibration scrape(const std::string& url) {
   if (response->status != 200) {
     throw std::runtime_error("--metrics-url: " + url + "/metrics answered HTTP " + std::to_string(response->status));
   }
-  served_step_costs served;
   try {
-    served = parse_served_step_costs(response->body);
+    return parse_served_step_costs(response->body);
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error("--metrics-url: " + url + "/metrics: " + e.what());
   }
+}
+
+// Each role's step-time model in a server's /metrics (planner/served_step_costs.hpp), and its
+// KV pool.
+calibration scrape(const std::string& url) {
+  const served_step_costs served = fetch_served(url);
   if (served.empty()) {
     throw std::runtime_error("--metrics-url: " + url +
                              "/metrics shows no step-time model (troupe_step_time_coefficient_seconds): is it Troupe, "
@@ -253,7 +262,8 @@ std::string describe(const step_cost& cost) {
 }
 
 std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_config& config,
-                                          const calibration& calibrated, const service_level& slo) {
+                                          const calibration& calibrated, const service_level& slo,
+                                          const shared_cores& host) {
   std::vector<int> budgets = flags.budgets;
   if (budgets.empty()) budgets.push_back(config.max_num_batched_tokens);
   std::vector<std::pair<int, int>> splits{{0, 0}};  // (prefill, decode); 0,0: colocated
@@ -271,11 +281,37 @@ std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_
       c.kv_latency_s = flags.kv_latency_ms / 1e3;
       c.kv_seconds_per_token = flags.kv_us_per_token / 1e6;
       c.targets = slo;
+      c.host = host;
       c.validate();
       out.push_back(c);
     }
   }
   return out;
+}
+
+// --cores: the serving stack's CPU from the flags or the server's /metrics (each request's arrival
+// and each streamed token one message through the stack), the clients' from --bench-run.
+shared_cores host_of(const plan_flags& flags) {
+  shared_cores host;
+  if (flags.cores <= 0) return host;
+  host.cores = flags.cores;
+  host.threads_per_instance = flags.threads > 0 ? flags.threads : flags.cores;
+  const std::string& url = flags.stack_metrics_url.empty() ? flags.metrics_url : flags.stack_metrics_url;
+  double per_message = 0;
+  if ((flags.stack_ms_per_request < 0 || flags.stack_ms_per_token < 0) && !url.empty()) {
+    per_message = fetch_served(url).stack_seconds_per_message();
+  }
+  host.stack_seconds_per_request = flags.stack_ms_per_request >= 0 ? flags.stack_ms_per_request / 1e3 : per_message;
+  host.stack_seconds_per_token = flags.stack_ms_per_token >= 0 ? flags.stack_ms_per_token / 1e3 : per_message;
+  host.client_seconds_per_request = flags.client_ms_per_request >= 0 ? flags.client_ms_per_request / 1e3
+                                    : flags.bench_run.empty()        ? 0.0
+                                                              : bench_run_client_cpu_per_request(flags.bench_run);
+  std::printf(
+      "shared cores: %d (an instance's step keeps %d busy); serving stack %.3g ms a request + %.3g ms a token; "
+      "clients %.3g ms a request\n",
+      host.cores, host.threads_per_instance, host.stack_seconds_per_request * 1e3, host.stack_seconds_per_token * 1e3,
+      host.client_seconds_per_request * 1e3);
+  return host;
 }
 
 std::string slug(const std::string& name) {
@@ -361,7 +397,8 @@ int run(const plan_flags& flags) {
   }
 
   std::vector<plan_row> rows;
-  for (const simulated_cluster& cluster : candidates(flags, config, calibrated, slo)) {
+  const shared_cores host = host_of(flags);
+  for (const simulated_cluster& cluster : candidates(flags, config, calibrated, slo, host)) {
     for (double rate : flags.rates) {
       const std::vector<planned_request> workload = workload_at(rate);
       const simulation_result result = simulate(cluster, workload, flags.horizon_s);
@@ -436,6 +473,18 @@ const bool registered = register_command([](CLI::App& parent) {
   app->add_option("--slo", f->slo, "targets, e.g. ttft=200ms,tpot=50ms")->capture_default_str();
   app->add_option("--goodput-target", f->goodput_target, "share of requests that must meet the SLO")
       ->capture_default_str();
+  app->add_option("--cores", f->cores,
+                  "the cores the instances share with their serving stack and clients, on one machine (0: each "
+                  "instance on cores of its own, the stack free)")
+      ->capture_default_str();
+  app->add_option("--stack-metrics-url", f->stack_metrics_url,
+                  "--cores: a serving Troupe whose /metrics give the serving stack's CPU (default: --metrics-url)");
+  app->add_option("--stack-ms-per-request", f->stack_ms_per_request,
+                  "--cores: the stack's CPU for a request's arrival (default: from /metrics)");
+  app->add_option("--stack-ms-per-token", f->stack_ms_per_token,
+                  "--cores: the stack's CPU for each streamed token (default: from /metrics)");
+  app->add_option("--client-ms-per-request", f->client_ms_per_request,
+                  "--cores: the clients' CPU per request on the same cores (default: --bench-run's own)");
   app->add_option("--horizon", f->horizon_s, "simulated seconds after the last arrival before the rest count as missed")
       ->capture_default_str();
   app->add_option("--out", f->out_dir, "write each topology's rows as a tools/bench sweep.csv here");

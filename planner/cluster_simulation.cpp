@@ -42,6 +42,16 @@ void simulated_cluster::validate() const {
   if (!(kv_latency_s >= 0) || !(kv_seconds_per_token >= 0)) {
     throw std::invalid_argument("KV transfer costs must be zero or positive");
   }
+  if (host.cores < 0 || host.threads_per_instance < 1) {
+    throw std::invalid_argument(
+        "shared cores: the cores must be 0 (not shared) or more, and an instance's threads 1 "
+        "or more");
+  }
+  for (double cost : {host.stack_seconds_per_request, host.stack_seconds_per_token, host.client_seconds_per_request}) {
+    if (!(cost >= 0) || !std::isfinite(cost)) {
+      throw std::invalid_argument("shared cores: the stack's and the clients' CPU costs must be finite, 0 or more");
+    }
+  }
   // A fitted coefficient may be negative (least squares over features that move together); the
   // model's prediction is never below zero whatever they are.
   for (engine_role role : {engine_role::mixed, engine_role::prefill, engine_role::decode}) {
@@ -78,7 +88,15 @@ struct simulated_instance {
   // Planned steps, the running one first: with async scheduling the next is planned when one
   // starts, as the scheduler stage does (at most two out), else one at a time.
   std::deque<step_outline> in_flight;
-  double busy_until = 0;  // when the first of in_flight ends
+  double remaining_s = 0;  // the first of in_flight's work left, in seconds at full speed
+};
+
+// Work of the serving stack, done in order: a request's arrival (dispatched when done) or a
+// batch of tokens on their way to the client (delivered when done).
+struct stack_job {
+  double remaining_s = 0;
+  std::optional<size_t> arrival;
+  token_batch tokens;
 };
 
 struct kv_transfer_end {
@@ -92,6 +110,11 @@ class cluster_run {
  public:
   cluster_run(const simulated_cluster& cluster, const std::vector<planned_request>& workload)
       : cluster_(cluster), workload_(workload), router_(cluster.config.block_size) {
+    if (cluster.host.shared() && workload.size() > 1) {
+      const double span = workload.back().arrival_s - workload.front().arrival_s;
+      const double rate = span > 0 ? static_cast<double>(workload.size() - 1) / span : 0;
+      client_load_ = std::min(static_cast<double>(cluster.host.cores), rate * cluster.host.client_seconds_per_request);
+    }
     result_.requests.resize(workload.size());
     for (size_t i = 0; i < workload.size(); ++i) result_.requests[i].arrival_s = workload[i].arrival_s;
     auto add = [&](engine_role role, int count) {
@@ -115,15 +138,19 @@ class cluster_run {
     size_t next_arrival = 0;
     // Bounded: every step ends a planned step of a live request, and time stops at the horizon.
     while (true) {
+      const double speed = speed_now();
       double next = std::numeric_limits<double>::infinity();
       if (next_arrival < workload_.size()) next = workload_[next_arrival].arrival_s;
       for (const auto& [id, instance] : instances_) {
-        if (!instance->in_flight.empty()) next = std::min(next, instance->busy_until);
+        if (!instance->in_flight.empty()) next = std::min(next, now_s_ + instance->remaining_s / speed);
       }
+      if (!stack_.empty()) next = std::min(next, now_s_ + stack_.front().remaining_s / speed);
       for (const kv_transfer_end& t : transfers_) next = std::min(next, t.at_s);
       if (next == std::numeric_limits<double>::infinity() || next > last_arrival + horizon_s) break;
+      work_for((next - now_s_) * speed);
       now_s_ = next;
       finish_steps();
+      finish_stack_jobs();
       land_transfers();
       while (next_arrival < workload_.size() && workload_[next_arrival].arrival_s <= now_s_) {
         arrive(next_arrival++);
@@ -140,6 +167,28 @@ class cluster_run {
   }
 
  private:
+  // Work (seconds at full speed) done by each runner between two events.
+  static constexpr double done_within = 1e-12;
+
+  // What share of its speed everything running gets: 1 unless more want the shared cores than
+  // there are.
+  double speed_now() const {
+    if (!cluster_.host.shared()) return 1;
+    double wanted = client_load_ + (stack_.empty() ? 0.0 : 1.0);
+    for (const auto& [id, instance] : instances_) {
+      if (!instance->in_flight.empty()) wanted += cluster_.host.threads_per_instance;
+    }
+    const double cores = cluster_.host.cores;
+    return wanted > cores ? cores / wanted : 1.0;
+  }
+
+  void work_for(double seconds) {
+    for (auto& [id, instance] : instances_) {
+      if (!instance->in_flight.empty()) instance->remaining_s -= seconds;
+    }
+    if (!stack_.empty()) stack_.front().remaining_s -= seconds;
+  }
+
   static engine_clock::time_point at(double seconds) {
     return engine_clock::time_point{} +
            std::chrono::duration_cast<engine_clock::duration>(std::chrono::duration<double>(seconds));
@@ -168,7 +217,38 @@ class cluster_run {
     return request;
   }
 
-  void arrive(size_t index) { dispatch(request_for(index)); }
+  // Through the stack first when it has a cost, else straight to the router.
+  void arrive(size_t index) {
+    if (cluster_.host.shared() && cluster_.host.stack_seconds_per_request > 0) {
+      stack_.push_back(stack_job{cluster_.host.stack_seconds_per_request, index, {}});
+      return;
+    }
+    dispatch(request_for(index));
+  }
+
+  // Tokens reach the client after the stack's work on them, in order behind what it has.
+  void send_to_client(token_batch batch) {
+    if (!cluster_.host.shared() || (stack_.empty() && cluster_.host.stack_seconds_per_token <= 0)) {
+      deliver(batch);
+      return;
+    }
+    size_t num_tokens = 0;
+    for (const token_delta& delta : batch.deltas) num_tokens += delta.token_ids.size();
+    stack_.push_back(stack_job{cluster_.host.stack_seconds_per_token * static_cast<double>(num_tokens), std::nullopt,
+                               std::move(batch)});
+  }
+
+  void finish_stack_jobs() {
+    while (!stack_.empty() && stack_.front().remaining_s <= done_within) {
+      stack_job job = std::move(stack_.front());
+      stack_.pop_front();
+      if (job.arrival) {
+        dispatch(request_for(*job.arrival));
+      } else {
+        deliver(job.tokens);
+      }
+    }
+  }
 
   // Routes a new or re-run request and hands it (or its two halves) to the schedulers.
   void dispatch(schedule_request request) {
@@ -235,7 +315,7 @@ class cluster_run {
         if (plan.empty()) break;
         instance->in_flight.push_back(outline_of(plan));
         if (instance->in_flight.size() == 1) {
-          instance->busy_until = now_s_ + instance->step_times->predict(shape_of(instance->in_flight.front()));
+          instance->remaining_s = instance->step_times->predict(shape_of(instance->in_flight.front()));
         }
         ++result_.num_steps;
       }
@@ -244,12 +324,12 @@ class cluster_run {
 
   void finish_steps() {
     for (auto& [id, instance] : instances_) {
-      if (instance->in_flight.empty() || instance->busy_until > now_s_) continue;
+      if (instance->in_flight.empty() || instance->remaining_s > done_within) continue;
       const step_outline step = std::move(instance->in_flight.front());
       instance->in_flight.pop_front();
       // The worker takes up the plan already out at once.
       if (!instance->in_flight.empty()) {
-        instance->busy_until = now_s_ + instance->step_times->predict(shape_of(instance->in_flight.front()));
+        instance->remaining_s = instance->step_times->predict(shape_of(instance->in_flight.front()));
       }
       // The scheduler's own model learns the step's time as it would from the worker's report,
       // so the slo policy predicts with what it would have fitted online.
@@ -263,7 +343,7 @@ class cluster_run {
       batch.deltas = instance->sched->update(step, result);
       batch.timelines.resize(batch.deltas.size());
       batch.load = load_of(*instance);
-      deliver(router_.on_tokens(id, std::move(batch)));
+      send_to_client(router_.on_tokens(id, std::move(batch)));
       apply_commands();
     }
   }
@@ -323,6 +403,8 @@ class cluster_run {
   engine_router router_;
   std::map<engine_instance_id, std::unique_ptr<simulated_instance>> instances_;  // ordered: deterministic
   std::vector<kv_transfer_end> transfers_;
+  std::deque<stack_job> stack_;
+  double client_load_ = 0;  // cores the clients keep busy, on shared cores
   simulation_result result_;
   std::mt19937_64 rng_{0x7e0c};
   double now_s_ = 0;

@@ -7,6 +7,14 @@
 // serves: chunked prefill under the token budget, preemption, prefix-free admission order, the
 // slo policy's prefill cap and early rejection, the router's load balancing and its xPyD split.
 //
+// On one machine (`simulated_cluster::host`) the instances share their cores with the serving
+// stack and the clients, as every server of this project's benches does: the stack is one more
+// thread that serves its messages in order (a request's arrival: door, tokenizer, router; each
+// streamed token: scheduler, router, detokenizer, door), a client load takes its share, and when
+// more want to run than there are cores each runs at cores / wanted of its speed (processor
+// sharing). On stories260K a step is 0.3-1 ms and the stack's work per request as large, so a
+// plan that charged only steps served 300 req/s where the server held 200.
+//
 // Time moves from event to event (an arrival, a step's end, a KV transfer's end); an idle
 // instance with work plans its next step at once, as the scheduler actor does. With async
 // scheduling (`config.async_scheduling`, serving's default) step N+1 is planned when N starts, as
@@ -43,6 +51,18 @@ struct step_costs_by_role {
   const step_cost& of(engine_role role) const;
 };
 
+// The cores instances share with their serving stack and clients; cores 0: not shared (each
+// instance computes on cores of its own, and the stack costs nothing).
+struct shared_cores {
+  int cores = 0;
+  int threads_per_instance = 1;           // what a step keeps busy (serve's --threads)
+  double stack_seconds_per_request = 0;   // CPU of a request's arrival through the stack
+  double stack_seconds_per_token = 0;     // and of each token it streams
+  double client_seconds_per_request = 0;  // the clients' CPU per request on the same cores
+
+  bool shared() const { return cores > 0; }
+};
+
 struct simulated_cluster {
   int num_mixed = 1;    // instances that prefill and decode (colocated)
   int num_prefill = 0;  // xPyD: prefill-only and decode-only instances
@@ -53,6 +73,7 @@ struct simulated_cluster {
   double kv_seconds_per_token = 0;  // and per prompt token
   // The targets the requests carry (the slo policy orders and rejects by them).
   service_level targets;
+  shared_cores host;
 
   // "colocated x1" or "1P1D", with the token budget: for tables.
   std::string name() const;

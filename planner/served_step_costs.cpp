@@ -37,6 +37,11 @@ struct instance_fit {
 
 }  // namespace
 
+double served_step_costs::stack_seconds_per_message() const {
+  const int64_t messages = num_requests_finished + num_generation_tokens;
+  return messages > 0 ? stack_cpu_seconds / static_cast<double>(messages) : 0.0;
+}
+
 served_step_costs parse_served_step_costs(const std::string& metrics_text) {
   served_step_costs out;
   std::map<std::string, instance_fit> fits;  // by instance
@@ -48,6 +53,12 @@ served_step_costs parse_served_step_costs(const std::string& metrics_text) {
   while (std::getline(lines, line)) {
     if (line.rfind("troupe_kv_blocks_total ", 0) == 0) {
       out.num_kv_blocks = static_cast<int>(sample_value(line));
+    } else if (line.rfind("troupe_stack_cpu_seconds_total ", 0) == 0) {
+      out.stack_cpu_seconds = sample_value(line);
+    } else if (line.rfind("troupe_requests_finished_total{", 0) == 0) {
+      out.num_requests_finished += static_cast<int64_t>(sample_value(line));
+    } else if (line.rfind("troupe_generation_tokens_total ", 0) == 0) {
+      out.num_generation_tokens = static_cast<int64_t>(sample_value(line));
     } else if (line.rfind("troupe_step_time_min_step_seconds{", 0) == 0) {
       fastest[label(line, "instance")] = sample_value(line);
     } else if (line.rfind("troupe_step_time_token_floor{", 0) == 0) {

@@ -149,10 +149,70 @@ TEST(cluster_simulation, a_request_the_scheduler_refuses_fails_with_its_reason) 
   EXPECT_TRUE(r.requests[1].ok()) << r.requests[1].error;
 }
 
+TEST(cluster_simulation, on_shared_cores_a_step_runs_at_the_share_it_gets) {
+  // One core, and a client that keeps one core busy (1 request/s x 1 s of its CPU each): the
+  // instance's steps run at half speed, so each 10 ms step ends after 20 ms.
+  const std::vector<planned_request> workload{{0.0, 16, 5}, {1.0, 16, 5}};
+  simulated_cluster c = cluster_of(1);
+  const simulation_result alone = simulate(c, workload);
+  ASSERT_TRUE(alone.requests[0].ok()) << alone.requests[0].error;
+  EXPECT_NEAR(alone.requests[0].ttft(), step_s, 1e-9);
+  c.host.cores = 1;
+  c.host.client_seconds_per_request = 1.0;
+  const simulation_result shared = simulate(c, workload);
+  for (const simulated_outcome& o : shared.requests) {
+    ASSERT_TRUE(o.ok()) << o.error;
+    EXPECT_NEAR(o.ttft(), 2 * step_s, 1e-9);
+    EXPECT_NEAR(o.finish_s - o.arrival_s, 10 * step_s, 1e-9);
+  }
+}
+
+TEST(cluster_simulation, a_serving_stack_that_cannot_keep_up_delays_each_request_more_than_the_last) {
+  // A request every 5 ms, and the stack spends 10 ms on each arrival (one thread, in order):
+  // request k reaches the scheduler 10 (k + 1) ms in, whatever the steps cost. Without the
+  // stack's cost the same requests wait for no more than a step or two.
+  std::vector<planned_request> workload;
+  for (int k = 0; k < 50; ++k) workload.push_back({0.005 * k, 16, 1});
+  simulated_cluster c = cluster_of(1);
+  c.step_times.mixed = step_cost{{0.001, 0, 0, 0, 0}, 1};
+  const simulation_result free_stack = simulate(c, workload);
+  c.host.cores = 2;
+  c.host.stack_seconds_per_request = 0.010;
+  const simulation_result costly_stack = simulate(c, workload);
+  for (size_t k = 0; k < workload.size(); ++k) {
+    ASSERT_TRUE(free_stack.requests[k].ok()) << free_stack.requests[k].error;
+    ASSERT_TRUE(costly_stack.requests[k].ok()) << costly_stack.requests[k].error;
+    EXPECT_LT(free_stack.requests[k].ttft(), 0.005);
+    EXPECT_GE(costly_stack.requests[k].ttft(), 0.005 * static_cast<double>(k) + 0.010 - 1e-9) << "request " << k;
+  }
+  EXPECT_GT(costly_stack.requests.back().ttft(), 0.25);
+}
+
+TEST(cluster_simulation, streamed_tokens_reach_the_client_after_the_stacks_work_on_them) {
+  // 3 ms of the stack's CPU per token: each token reaches the client 3 ms after its step.
+  simulated_cluster c = cluster_of(1);
+  c.host.cores = 2;
+  c.host.stack_seconds_per_token = 0.003;
+  const simulation_result r = simulate(c, {{0.0, 16, 5}});
+  const simulated_outcome& o = r.requests[0];
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_NEAR(o.first_token_s, step_s + 0.003, 1e-9);
+  EXPECT_NEAR(o.finish_s, 5 * step_s + 0.003, 1e-9);
+  EXPECT_EQ(o.output_tokens, 5);
+}
+
 TEST(cluster_simulation, impossible_clusters_and_unordered_workloads_are_refused) {
   EXPECT_THROW(simulate(cluster_of(0), {{0.0, 8, 2}}), std::invalid_argument);
   EXPECT_THROW(simulate(cluster_of(0, 1, 0), {{0.0, 8, 2}}), std::invalid_argument);
   EXPECT_THROW(simulate(cluster_of(1), {{1.0, 8, 2}, {0.5, 8, 2}}), std::invalid_argument);
+  simulated_cluster negative_stack = cluster_of(1);
+  negative_stack.host.cores = 2;
+  negative_stack.host.stack_seconds_per_token = -0.001;
+  EXPECT_THROW(simulate(negative_stack, {{0.0, 8, 2}}), std::invalid_argument);
+  simulated_cluster no_threads = cluster_of(1);
+  no_threads.host.cores = 2;
+  no_threads.host.threads_per_instance = 0;
+  EXPECT_THROW(simulate(no_threads, {{0.0, 8, 2}}), std::invalid_argument);
 }
 
 }  // namespace

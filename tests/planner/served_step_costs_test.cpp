@@ -46,6 +46,25 @@ TEST(served_step_costs, each_role_gets_its_first_instance_fit_from_the_rendered_
   EXPECT_DOUBLE_EQ(served.decode->min_seconds, 16e-3);
 }
 
+TEST(served_step_costs, the_serving_stacks_cpu_is_read_per_message_through_it) {
+  // 30 requests finished (by three reasons) that streamed 270 tokens: 300 messages through the
+  // stack, which spent 4.5 s of CPU beside 10 s of the model's.
+  metrics_snapshot m = served_with({report(0, "mixed", {2e-3, 1e-4, 0, 0, 0}, 1)});
+  m.num_finished_stop = 10;
+  m.num_finished_length = 15;
+  m.num_finished_abort = 5;
+  m.num_generation_tokens = 270;
+  m.process_cpu_seconds = 14.5;
+  m.compute_cpu_seconds = 10;
+  const served_step_costs served = parse_served_step_costs(render_metrics(m));
+  EXPECT_DOUBLE_EQ(served.stack_cpu_seconds, 4.5);
+  EXPECT_EQ(served.num_requests_finished, 30);
+  EXPECT_EQ(served.num_generation_tokens, 270);
+  EXPECT_DOUBLE_EQ(served.stack_seconds_per_message(), 0.015);
+  // Before any request finished there is nothing to divide by.
+  EXPECT_EQ(parse_served_step_costs(render_metrics(served_with({}))).stack_seconds_per_message(), 0);
+}
+
 TEST(served_step_costs, a_colocated_server_gives_the_mixed_fit_and_an_unlabelled_one_counts_as_mixed) {
   const served_step_costs colocated =
       parse_served_step_costs(render_metrics(served_with({report(0, "mixed", {2e-3, 1e-4, 0, 0, 0}, 8)})));
