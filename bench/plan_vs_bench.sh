@@ -136,7 +136,10 @@ kill "$server" 2>/dev/null || true
 wait "$server" 2>/dev/null || true
 server=""
 plan calibrate --calibrate "$model" --threads 1 --kv-memory-mb 64
-plan calibrate_shared --calibrate "$model" --threads 1 --kv-memory-mb 64 --cores "$cores" \
+# The same calibration on the shared cores (a second calibration would differ by the machine's
+# minute as much as the two models do).
+read -r -a calibrated <<<"$(sed -n 's/^as flags: //p' "$work/calibrate.out")"
+plan calibrate_shared "${calibrated[@]}" --cores "$cores" --threads 1 \
   --stack-ms-per-request "$stack_ms" --stack-ms-per-token "$stack_ms"
 columns=(server server_shared calibrate calibrate_shared)
 if [[ -n "${STEP_MODEL:-}" ]]; then

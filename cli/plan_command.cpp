@@ -6,8 +6,10 @@
 // are printed; --out writes each topology's rows as a tools/bench sweep.csv (--replot draws them).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -66,10 +68,11 @@ struct plan_flags {
   double horizon_s = 600;
   // One machine's cores shared by the instances, their serving stack and the clients.
   int cores = 0;
-  std::string stack_metrics_url;     // default: --metrics-url
-  double stack_ms_per_request = -1;  // -1: from the server's /metrics
-  double stack_ms_per_token = -1;
-  double client_ms_per_request = -1;  // -1: from --bench-run
+  std::string stack_metrics_url;  // default: --metrics-url
+  // Not given (NaN): the stack's from the server's /metrics, the clients' from --bench-run.
+  double stack_ms_per_request = std::numeric_limits<double>::quiet_NaN();
+  double stack_ms_per_token = std::numeric_limits<double>::quiet_NaN();
+  double client_ms_per_request = std::numeric_limits<double>::quiet_NaN();
   std::string out_dir;
 };
 
@@ -109,12 +112,12 @@ service_level parse_slo(const std::string& text) {
   return slo;
 }
 
-// "step,token,sequence,context_token,attention_pair[,token_floor]": seconds per feature, then the
-// floor in tokens (1 when left out).
+// "step,token,sequence,context_token,attention_pair[,token_floor[,least_step]]": seconds per
+// feature, then the floor in tokens (1 when left out) and the least step's seconds (0).
 step_cost parse_step_model(const std::string& text) {
   constexpr const char* takes =
       "--step-model takes 5 numbers (seconds per step, token, sequence, context token, attention pair) and "
-      "optionally a 6th, the token floor";
+      "optionally a 6th, the token floor, and a 7th, the least step's seconds";
   std::vector<double> numbers;
   std::stringstream in(text);
   std::string part;
@@ -129,13 +132,15 @@ step_cost parse_step_model(const std::string& text) {
     if (used == 0 || used != part.size()) throw std::runtime_error("--step-model: '" + part + "' is not a number");
     numbers.push_back(value);
   }
-  if (numbers.size() != step_cost::num_features && numbers.size() != step_cost::num_features + 1) {
+  if (numbers.size() < step_cost::num_features || numbers.size() > step_cost::num_features + 2) {
     throw std::runtime_error(takes);
   }
   step_cost cost;
   std::copy_n(numbers.begin(), step_cost::num_features, cost.seconds.begin());
-  if (numbers.size() > step_cost::num_features) cost.token_floor = numbers.back();
+  if (numbers.size() > step_cost::num_features) cost.token_floor = numbers[step_cost::num_features];
+  if (numbers.size() > step_cost::num_features + 1) cost.min_seconds = numbers[step_cost::num_features + 1];
   if (!(cost.token_floor >= 1)) throw std::runtime_error("--step-model: the token floor must be at least 1");
+  if (!(cost.min_seconds >= 0)) throw std::runtime_error("--step-model: the least step must be 0 s or more");
   return cost;
 }
 
@@ -298,13 +303,14 @@ shared_cores host_of(const plan_flags& flags) {
   host.threads_per_instance = flags.threads > 0 ? flags.threads : flags.cores;
   const std::string& url = flags.stack_metrics_url.empty() ? flags.metrics_url : flags.stack_metrics_url;
   double per_message = 0;
-  if ((flags.stack_ms_per_request < 0 || flags.stack_ms_per_token < 0) && !url.empty()) {
+  if ((std::isnan(flags.stack_ms_per_request) || std::isnan(flags.stack_ms_per_token)) && !url.empty()) {
     per_message = fetch_served(url).stack_seconds_per_message();
   }
-  host.stack_seconds_per_request = flags.stack_ms_per_request >= 0 ? flags.stack_ms_per_request / 1e3 : per_message;
-  host.stack_seconds_per_token = flags.stack_ms_per_token >= 0 ? flags.stack_ms_per_token / 1e3 : per_message;
-  host.client_seconds_per_request = flags.client_ms_per_request >= 0 ? flags.client_ms_per_request / 1e3
-                                    : flags.bench_run.empty()        ? 0.0
+  auto given_or = [](double ms, double otherwise) { return std::isnan(ms) ? otherwise : ms / 1e3; };
+  host.stack_seconds_per_request = given_or(flags.stack_ms_per_request, per_message);
+  host.stack_seconds_per_token = given_or(flags.stack_ms_per_token, per_message);
+  host.client_seconds_per_request = !std::isnan(flags.client_ms_per_request) ? flags.client_ms_per_request / 1e3
+                                    : flags.bench_run.empty()                ? 0.0
                                                               : bench_run_client_cpu_per_request(flags.bench_run);
   std::printf(
       "shared cores: %d (an instance's step keeps %d busy); serving stack %.3g ms a request + %.3g ms a token; "
@@ -389,6 +395,12 @@ int run(const plan_flags& flags) {
   config.kv_window = 0;
   std::printf("step-time model: %s; %d KV blocks of %d\n", describe(calibrated.step_times.mixed).c_str(),
               config.num_kv_blocks, config.block_size);
+  // The same model as flags, so another plan can reuse a calibration (each one differs by the
+  // machine's minute: up to 15 % on the cost per token here).
+  const step_cost& mixed = calibrated.step_times.mixed;
+  std::printf("as flags: --step-model %.6g,%.6g,%.6g,%.6g,%.6g,%g,%.6g --num-kv-blocks %d\n", mixed.seconds[0],
+              mixed.seconds[1], mixed.seconds[2], mixed.seconds[3], mixed.seconds[4], mixed.token_floor,
+              mixed.min_seconds, config.num_kv_blocks);
   if (calibrated.step_times.prefill) {
     std::printf("prefill instances' step-time model: %s\n", describe(*calibrated.step_times.prefill).c_str());
   }
@@ -429,8 +441,10 @@ const bool registered = register_command([](CLI::App& parent) {
   auto* app = parent.add_subcommand("plan", "predict which topology serves a workload best under an SLO (simulated)");
   app->add_option("--calibrate", f->calibrate_model, "a model to time: run it briefly and fit the step-time model");
   app->add_option("--metrics-url", f->metrics_url, "http://host:port of a serving Troupe: its fitted step-time model");
-  app->add_option("--step-model", f->step_model,
-                  "the step-time model: seconds per step,token,sequence,context_token,attention_pair[,token floor]");
+  app->add_option(
+      "--step-model", f->step_model,
+      "the step-time model: seconds per step,token,sequence,context_token,attention_pair[,token floor[,least "
+      "step]]");
   app->add_option("--threads", f->threads, "--calibrate: CPU threads, as the server will use (0: all)")
       ->capture_default_str();
   app->add_option("--calibrate-requests", f->calibrate_requests, "--calibrate: the largest batch it times")

@@ -45,6 +45,32 @@ TEST(plan_e2e, a_calibrated_plan_ranks_every_topology_and_writes_their_sweeps) {
   }
 }
 
+TEST(plan_e2e, on_shared_cores_the_serving_stacks_cpu_can_bound_the_rate) {
+  if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
+  // 1 ms steps hold 50 req/s easily; a stack that spends 40 ms of CPU on each request cannot.
+  const std::string plan =
+      "plan --step-model 0.001,0,0,0,0 --num-kv-blocks 400 --input-len 16 --output-len 4 --num-prompts 100 --rates 50 "
+      "--slo ttft=200ms,tpot=100ms";
+  const run_result free_stack = run_troupe(plan);
+  ASSERT_EQ(free_stack.exit_code, 0) << free_stack.err;
+  EXPECT_NE(free_stack.out.find("100.0%"), std::string::npos) << free_stack.out;
+  const run_result costly_stack = run_troupe(plan + " --cores 2 --stack-ms-per-request 40 --stack-ms-per-token 0");
+  ASSERT_EQ(costly_stack.exit_code, 0) << costly_stack.err;
+  EXPECT_NE(costly_stack.out.find("shared cores: 2"), std::string::npos) << costly_stack.out;
+  EXPECT_EQ(costly_stack.out.find("100.0%"), std::string::npos) << costly_stack.out;
+  // The plan's model as flags gives the same plan again.
+  const size_t flags_at = free_stack.out.find("as flags: ");
+  ASSERT_NE(flags_at, std::string::npos) << free_stack.out;
+  const std::string flags = free_stack.out.substr(flags_at + 10, free_stack.out.find('\n', flags_at) - flags_at - 10);
+  const run_result again = run_troupe(
+      "plan " + flags + " --input-len 16 --output-len 4 --num-prompts 100 --rates 50 --slo ttft=200ms,tpot=100ms");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, free_stack.out);
+  const run_result negative = run_troupe(plan + " --cores 2 --stack-ms-per-token -1 --stack-ms-per-request -2");
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.err.find("CPU costs must be finite, 0 or more"), std::string::npos) << negative.err;
+}
+
 TEST(plan_e2e, flags_that_cannot_make_a_plan_are_named) {
   if (!std::filesystem::exists(troupe_binary)) GTEST_SKIP() << "no troupe binary at " << troupe_binary;
   const run_result none = run_troupe("plan --rates 1 --num-kv-blocks 100");
