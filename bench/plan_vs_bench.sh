@@ -131,6 +131,7 @@ plan server --metrics-url "http://127.0.0.1:$http_port"
 cores=$(nproc)
 plan server_shared --metrics-url "http://127.0.0.1:$http_port" --cores "$cores" --threads 1
 stack_ms=$(sed -n 's/.*serving stack \([0-9.e+-]*\) ms a request.*/\1/p' "$work/server_shared.out")
+stack_threads=$(sed -n 's/.* on \([0-9]*\) threads;.*/\1/p' "$work/server_shared.out")
 grep "^shared cores" "$work/server_shared.out" | sed "s/^/  /"
 kill "$server" 2>/dev/null || true
 wait "$server" 2>/dev/null || true
@@ -140,7 +141,7 @@ plan calibrate --calibrate "$model" --threads 1 --kv-memory-mb 64
 # minute as much as the two models do).
 read -r -a calibrated <<<"$(sed -n 's/^as flags: //p' "$work/calibrate.out")"
 plan calibrate_shared "${calibrated[@]}" --cores "$cores" --threads 1 \
-  --stack-ms-per-request "$stack_ms" --stack-ms-per-token "$stack_ms"
+  --stack-ms-per-request "$stack_ms" --stack-ms-per-token "$stack_ms" --stack-threads "$stack_threads"
 columns=(server server_shared calibrate calibrate_shared)
 if [[ -n "${STEP_MODEL:-}" ]]; then
   plan given --step-model "$STEP_MODEL" --num-kv-blocks "$(sed -n 's/.*; \([0-9]*\) KV blocks.*/\1/p' "$work/server.out")"

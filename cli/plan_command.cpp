@@ -73,6 +73,7 @@ struct plan_flags {
   double stack_ms_per_request = std::numeric_limits<double>::quiet_NaN();
   double stack_ms_per_token = std::numeric_limits<double>::quiet_NaN();
   double client_ms_per_request = std::numeric_limits<double>::quiet_NaN();
+  int stack_threads = 0;  // 0: from /metrics
   std::string out_dir;
 };
 
@@ -304,8 +305,11 @@ shared_cores host_of(const plan_flags& flags) {
   const std::string& url = flags.stack_metrics_url.empty() ? flags.metrics_url : flags.stack_metrics_url;
   double per_message = 0;
   if ((std::isnan(flags.stack_ms_per_request) || std::isnan(flags.stack_ms_per_token)) && !url.empty()) {
-    per_message = fetch_served(url).stack_seconds_per_message();
+    const served_step_costs served = fetch_served(url);
+    per_message = served.stack_seconds_per_message();
+    host.stack_threads = std::max(1, served.num_stack_processes);
   }
+  if (flags.stack_threads > 0) host.stack_threads = flags.stack_threads;
   auto given_or = [](double ms, double otherwise) { return std::isnan(ms) ? otherwise : ms / 1e3; };
   host.stack_seconds_per_request = given_or(flags.stack_ms_per_request, per_message);
   host.stack_seconds_per_token = given_or(flags.stack_ms_per_token, per_message);
@@ -313,10 +317,10 @@ shared_cores host_of(const plan_flags& flags) {
                                     : flags.bench_run.empty()                ? 0.0
                                                               : bench_run_client_cpu_per_request(flags.bench_run);
   std::printf(
-      "shared cores: %d (an instance's step keeps %d busy); serving stack %.3g ms a request + %.3g ms a token; "
-      "clients %.3g ms a request\n",
+      "shared cores: %d (an instance's step keeps %d busy); serving stack %.3g ms a request + %.3g ms a token on %d "
+      "threads; clients %.3g ms a request\n",
       host.cores, host.threads_per_instance, host.stack_seconds_per_request * 1e3, host.stack_seconds_per_token * 1e3,
-      host.client_seconds_per_request * 1e3);
+      host.stack_threads, host.client_seconds_per_request * 1e3);
   return host;
 }
 
@@ -497,6 +501,8 @@ const bool registered = register_command([](CLI::App& parent) {
                   "--cores: the stack's CPU for a request's arrival (default: from /metrics)");
   app->add_option("--stack-ms-per-token", f->stack_ms_per_token,
                   "--cores: the stack's CPU for each streamed token (default: from /metrics)");
+  app->add_option("--stack-threads", f->stack_threads,
+                  "--cores: the stack's work in progress at once (default: the processes /metrics shows, else 1)");
   app->add_option("--client-ms-per-request", f->client_ms_per_request,
                   "--cores: the clients' CPU per request on the same cores (default: --bench-run's own)");
   app->add_option("--horizon", f->horizon_s, "simulated seconds after the last arrival before the rest count as missed")

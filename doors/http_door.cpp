@@ -758,12 +758,14 @@ void http_door::impl::install_routes() {
     const process_cpu_time cpu = process_cpu_while_serving();
     m.process_cpu_seconds = cpu.total_s;
     m.compute_cpu_seconds = cpu.compute_s;
+    m.own_process = process_identity();
     if (auto stats = query_stats(2000ms); stats && stats->unavailable.empty()) {
       m.scheduler = metrics_snapshot::scheduler_gauges{stats->num_free_blocks, stats->num_total_blocks,
                                                        stats->num_running, stats->num_waiting};
       m.num_slo_rejections = stats->num_slo_rejections;
       m.num_overload_refusals = stats->num_overload_refusals;
       m.step_models = stats->step_models;
+      m.processes = stats->processes;
     }
     m.model_name = options.model_name;
     m.serving = counters.metrics.snapshot();

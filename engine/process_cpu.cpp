@@ -74,6 +74,12 @@ process_cpu_time current_process_cpu() {
   return cpu;
 }
 
+std::string process_identity() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string(host) + ":" + std::to_string(getpid());
+}
+
 void mark_serving_began() {
   const process_cpu_time now = current_process_cpu();
   std::lock_guard lock(serving_began_mutex);

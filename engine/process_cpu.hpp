@@ -11,6 +11,7 @@
 // The stack is the rest.
 
 #include <cstdint>
+#include <string>
 
 namespace troupe {
 
@@ -32,6 +33,9 @@ void add_step_cpu_ns(int64_t ns);
 // Reads /proc/self/task for the pool threads: call it per scrape, not per step. Zeros for what
 // cannot be read.
 process_cpu_time current_process_cpu();
+
+// "host:pid": tells this process from the others of a cluster, on one machine or several.
+std::string process_identity();
 
 // Marks the moment the server began serving: what the process spent before (loading the model,
 // starting its stages) is no request's cost.

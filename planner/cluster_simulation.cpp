@@ -42,10 +42,10 @@ void simulated_cluster::validate() const {
   if (!(kv_latency_s >= 0) || !(kv_seconds_per_token >= 0)) {
     throw std::invalid_argument("KV transfer costs must be zero or positive");
   }
-  if (host.cores < 0 || host.threads_per_instance < 1) {
+  if (host.cores < 0 || host.threads_per_instance < 1 || host.stack_threads < 1) {
     throw std::invalid_argument(
-        "shared cores: the cores must be 0 (not shared) or more, and an instance's threads 1 "
-        "or more");
+        "shared cores: the cores must be 0 (not shared) or more, and an instance's and the stack's threads 1 or "
+        "more");
   }
   for (double cost : {host.stack_seconds_per_request, host.stack_seconds_per_token, host.client_seconds_per_request}) {
     if (!(cost >= 0) || !std::isfinite(cost)) {
@@ -144,7 +144,9 @@ class cluster_run {
       for (const auto& [id, instance] : instances_) {
         if (!instance->in_flight.empty()) next = std::min(next, now_s_ + instance->remaining_s / speed);
       }
-      if (!stack_.empty()) next = std::min(next, now_s_ + stack_.front().remaining_s / speed);
+      for (size_t i = 0; i < stack_jobs_running(); ++i) {
+        next = std::min(next, now_s_ + std::max(0.0, stack_[i].remaining_s) / speed);
+      }
       for (const kv_transfer_end& t : transfers_) next = std::min(next, t.at_s);
       if (next == std::numeric_limits<double>::infinity() || next > last_arrival + horizon_s) break;
       work_for((next - now_s_) * speed);
@@ -174,7 +176,7 @@ class cluster_run {
   // there are.
   double speed_now() const {
     if (!cluster_.host.shared()) return 1;
-    double wanted = client_load_ + (stack_.empty() ? 0.0 : 1.0);
+    double wanted = client_load_ + static_cast<double>(stack_jobs_running());
     for (const auto& [id, instance] : instances_) {
       if (!instance->in_flight.empty()) wanted += cluster_.host.threads_per_instance;
     }
@@ -186,7 +188,12 @@ class cluster_run {
     for (auto& [id, instance] : instances_) {
       if (!instance->in_flight.empty()) instance->remaining_s -= seconds;
     }
-    if (!stack_.empty()) stack_.front().remaining_s -= seconds;
+    for (size_t i = 0; i < stack_jobs_running(); ++i) stack_[i].remaining_s -= seconds;
+  }
+
+  // The stack's jobs in progress: the first stack_threads of its queue.
+  size_t stack_jobs_running() const {
+    return std::min(stack_.size(), static_cast<size_t>(cluster_.host.stack_threads));
   }
 
   static engine_clock::time_point at(double seconds) {
@@ -238,6 +245,7 @@ class cluster_run {
                                std::move(batch)});
   }
 
+  // In order: a job done behind one still running waits for it (tokens reach a client in order).
   void finish_stack_jobs() {
     while (!stack_.empty() && stack_.front().remaining_s <= done_within) {
       stack_job job = std::move(stack_.front());

@@ -12,8 +12,9 @@
 // thread that serves its messages in order (a request's arrival: door, tokenizer, router; each
 // streamed token: scheduler, router, detokenizer, door), a client load takes its share, and when
 // more want to run than there are cores each runs at cores / wanted of its speed (processor
-// sharing). On stories260K a step is 0.3-1 ms and the stack's work per request as large, so a
-// plan that charged only steps served 300 req/s where the server held 200.
+// sharing). A disaggregated cluster's processes each run a stack: `stack_threads` of its jobs
+// progress at once, retiring in order. On stories260K a step is 0.3-1 ms and the stack's work per request as large, so
+// a plan that charged only steps served 300 req/s where the server held 200.
 //
 // Time moves from event to event (an arrival, a step's end, a KV transfer's end); an idle
 // instance with work plans its next step at once, as the scheduler actor does. With async
@@ -56,6 +57,7 @@ struct step_costs_by_role {
 struct shared_cores {
   int cores = 0;
   int threads_per_instance = 1;           // what a step keeps busy (serve's --threads)
+  int stack_threads = 1;                  // the stack's work in progress at once (a cluster's processes)
   double stack_seconds_per_request = 0;   // CPU of a request's arrival through the stack
   double stack_seconds_per_token = 0;     // and of each token it streams
   double client_seconds_per_request = 0;  // the clients' CPU per request on the same cores

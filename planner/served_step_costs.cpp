@@ -53,8 +53,10 @@ served_step_costs parse_served_step_costs(const std::string& metrics_text) {
   while (std::getline(lines, line)) {
     if (line.rfind("troupe_kv_blocks_total ", 0) == 0) {
       out.num_kv_blocks = static_cast<int>(sample_value(line));
-    } else if (line.rfind("troupe_stack_cpu_seconds_total ", 0) == 0) {
-      out.stack_cpu_seconds = sample_value(line);
+    } else if (line.rfind("troupe_stack_cpu_seconds_total ", 0) == 0 ||
+               line.rfind("troupe_node_stack_cpu_seconds_total{", 0) == 0) {
+      out.stack_cpu_seconds += sample_value(line);
+      ++out.num_stack_processes;
     } else if (line.rfind("troupe_requests_finished_total{", 0) == 0) {
       out.num_requests_finished += static_cast<int64_t>(sample_value(line));
     } else if (line.rfind("troupe_generation_tokens_total ", 0) == 0) {

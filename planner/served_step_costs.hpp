@@ -21,9 +21,11 @@ struct served_step_costs {
   std::optional<step_cost> prefill;
   std::optional<step_cost> decode;
   int num_kv_blocks = 0;  // troupe_kv_blocks_total; 0 when the text has none
-  // The serving stack's CPU (troupe_stack_cpu_seconds_total) and the messages it carried: the
-  // requests finished (every reason) and the tokens they streamed.
+  // The serving stack's CPU (troupe_stack_cpu_seconds_total, and a disaggregated cluster's nodes'
+  // troupe_node_stack_cpu_seconds_total) and the messages it carried: the requests finished
+  // (every reason) and the tokens they streamed.
   double stack_cpu_seconds = 0;
+  int num_stack_processes = 0;  // the processes whose stacks it sums
   int64_t num_requests_finished = 0;
   int64_t num_generation_tokens = 0;
 

@@ -1,5 +1,7 @@
 #include "stages/instance_fan_in.hpp"
 
+#include <algorithm>
+
 namespace troupe {
 
 stats_fan_in::stats_fan_in(uint64_t tag, int num_instances) : num_pending_(num_instances) { sum_.tag = tag; }
@@ -13,6 +15,11 @@ void stats_fan_in::add(const stats_answer& answer) {
   sum_.num_kv_leases += answer.num_kv_leases;
   sum_.num_slo_rejections += answer.num_slo_rejections;
   sum_.step_models.insert(sum_.step_models.end(), answer.step_models.begin(), answer.step_models.end());
+  for (const process_cpu_report& p : answer.processes) {
+    const bool known = std::any_of(sum_.processes.begin(), sum_.processes.end(),
+                                   [&](const process_cpu_report& q) { return q.process == p.process; });
+    if (!known) sum_.processes.push_back(p);
+  }
   if (answer.unavailable.empty()) {
     ++num_serving_;
   } else {

@@ -305,7 +305,12 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stats_answer& x) {
   return f(caf::meta::type_name("stats_answer"), x.tag, x.num_free_blocks, x.num_total_blocks, x.num_running,
            x.num_waiting, x.unavailable, x.num_waiting_for_kv, x.num_kv_leases, x.num_slo_rejections, x.step_models,
-           x.pipeline_busy, x.num_overload_refusals);
+           x.processes, x.pipeline_busy, x.num_overload_refusals);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, process_cpu_report& x) {
+  return f(caf::meta::type_name("process_cpu_report"), x.process, x.total_s, x.compute_s);
 }
 
 template <class Inspector>

@@ -67,6 +67,7 @@ void for_each_message_type(F&& f) {
   f(std::type_identity<detokenizer_spec>{}, "detokenizer_spec");
   f(std::type_identity<service_targets>{}, "service_targets");
   f(std::type_identity<step_model_report>{}, "step_model_report");
+  f(std::type_identity<process_cpu_report>{}, "process_cpu_report");
   // Engine instance ids in an answer that crosses to `troupe scale` (drain_node_atom).
   f(std::type_identity<std::vector<int32_t>>{}, "std::vector<int32_t>");
   // The typed stage handles and lists that travel as message elements (the router's

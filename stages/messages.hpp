@@ -228,6 +228,15 @@ struct step_model_report {
   int64_t num_steps = 0;             // steps measured in all
 };
 
+// The CPU one process has spent since it began serving (engine/process_cpu.hpp), from a
+// scheduler's answer: a disaggregated cluster's nodes each run a serving stack of their own
+// (scheduler, KV agent, KV sender and receiver) on cores a plan may share.
+struct process_cpu_report {
+  std::string process;  // "host:pid": one entry per process however many instances it holds
+  double total_s = 0;
+  double compute_s = 0;  // the model's steps
+};
+
 struct stats_answer {
   uint64_t tag = 0;
   int32_t num_free_blocks = 0;
@@ -242,6 +251,7 @@ struct stats_answer {
   // Requests refused at once because their TTFT target could not be met (slo_admission reject).
   int64_t num_slo_rejections = 0;
   std::vector<step_model_report> step_models;  // one per instance that answered
+  std::vector<process_cpu_report> processes;   // the processes of the instances that answered
   // A pipelined engine's stages and each one's busy share of the last 10 s, "0-3:41.2%,4-7:38.0%"
   // (pipeline/stage_load.hpp); "" for an engine that is not a pipeline.
   std::string pipeline_busy;

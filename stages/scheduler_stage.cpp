@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/process_cpu.hpp"
 #include "pipeline/stage_health.hpp"
 #include "pipeline/stage_load.hpp"
 #include "stages/stage_clock.hpp"
@@ -309,6 +310,8 @@ stats_answer scheduler_stage::stats(uint64_t tag) const {
   report.rms_error_s = model.rms_error();
   report.num_steps = static_cast<int64_t>(model.num_observed());
   answer.step_models.push_back(std::move(report));
+  const process_cpu_time cpu = process_cpu_while_serving();
+  answer.processes.push_back(process_cpu_report{process_identity(), cpu.total_s, cpu.compute_s});
   // A pipelined engine whose remote stage is lost cannot compute a step: /health says which.
   answer.unavailable = stage_health_board::instance().down_text();
   answer.pipeline_busy = stage_busy_text(stage_load_board::instance().shares(std::chrono::steady_clock::now()));

@@ -151,6 +151,7 @@ worker_handle::behavior_type worker_actor_from_spec(worker_handle::pointer self,
     kv.transport = spec.kv_transport;
     check_kv_transport(kv.transport, *served->backend_model);
     drafts = load_worker_drafts(spec, *served);
+    mark_serving_began();  // a node's CPU counters (scheduler answers) leave the loading out
   } catch (const std::exception& e) {
     return refused_placement(self, "worker", e.what());
   }

@@ -130,6 +130,26 @@ void render_speculative(std::string& out, const serving_metrics_snapshot& s) {
                    "", s.tokens_per_step);
 }
 
+// The other processes that hold engine instances (a disaggregated cluster's nodes), each once.
+void render_node_cpu(std::string& out, const metrics_snapshot& m) {
+  std::vector<const process_cpu_report*> nodes;
+  for (const process_cpu_report& p : m.processes) {
+    if (p.process != m.own_process) nodes.push_back(&p);
+  }
+  if (nodes.empty()) return;
+  auto label = [](const process_cpu_report& p) {
+    return fmt::format("{{process=\"{}\"}}", escape_label_value(p.process));
+  };
+  family compute(out, "troupe_node_compute_cpu_seconds_total", "counter",
+                 "CPU time of another process's model steps since it began serving, per process holding engine "
+                 "instances.");
+  for (const process_cpu_report* p : nodes) compute.sample(p->compute_s, label(*p).c_str());
+  family stack(out, "troupe_node_stack_cpu_seconds_total", "counter",
+               "CPU time of another process's serving stack (all but its model steps) since it began serving, per "
+               "process holding engine instances.");
+  for (const process_cpu_report* p : nodes) stack.sample(std::max(0.0, p->total_s - p->compute_s), label(*p).c_str());
+}
+
 }  // namespace
 
 std::string render_metrics(const metrics_snapshot& m) {
@@ -173,6 +193,7 @@ std::string render_metrics(const metrics_snapshot& m) {
          "CPU time of this process's serving stack since it began serving: all of it but the model steps' "
          "(doors, tokenizers, actors, detokenizer).")
       .sample(std::max(0.0, m.process_cpu_seconds - m.compute_cpu_seconds));
+  render_node_cpu(out, m);
   if (m.scheduler) {
     const auto& s = *m.scheduler;
     family(out, "troupe_kv_blocks_free", "gauge", "KV cache blocks free (cached prefixes count as free).")

@@ -48,6 +48,10 @@ struct metrics_snapshot {
   int64_t num_slo_rejections = 0;
   int64_t num_overload_refusals = 0;  // the router's pair admission
   std::vector<step_model_report> step_models;
+  // The engine instances' processes (from the same answer) and this one's identity: the others
+  // are a disaggregated cluster's nodes, shown beside this process's own CPU.
+  std::vector<process_cpu_report> processes;
+  std::string own_process;
   std::string model_name;  // the model_name label of the troupe: families
   serving_metrics_snapshot serving;
   // Appended as it is: more families in the same format (e.g. per-stage gauges), each name used

@@ -188,6 +188,24 @@ TEST(cluster_simulation, a_serving_stack_that_cannot_keep_up_delays_each_request
   EXPECT_GT(costly_stack.requests.back().ttft(), 0.25);
 }
 
+TEST(cluster_simulation, a_stack_of_several_processes_works_on_as_many_jobs_at_once) {
+  // Two requests at once, 10 ms of the stack's CPU each: one thread dispatches the second 10 ms
+  // after the first, two threads both at 10 ms (on cores enough for all).
+  const std::vector<planned_request> workload{{0.0, 16, 1}, {0.0, 16, 1}};
+  simulated_cluster c = cluster_of(1);
+  c.host.cores = 8;
+  c.host.stack_seconds_per_request = 0.010;
+  const simulation_result one = simulate(c, workload);
+  c.host.stack_threads = 2;
+  const simulation_result two = simulate(c, workload);
+  for (const simulation_result* r : {&one, &two}) {
+    for (const simulated_outcome& o : r->requests) ASSERT_TRUE(o.ok()) << o.error;
+  }
+  EXPECT_NEAR(one.requests[1].ttft() - one.requests[0].ttft(), 0.010, 1e-9);
+  EXPECT_NEAR(two.requests[0].ttft(), two.requests[1].ttft(), 1e-9);
+  EXPECT_NEAR(two.requests[1].ttft(), 0.010 + step_s, 1e-9);
+}
+
 TEST(cluster_simulation, streamed_tokens_reach_the_client_after_the_stacks_work_on_them) {
   // 3 ms of the stack's CPU per token: each token reaches the client 3 ms after its step.
   simulated_cluster c = cluster_of(1);

@@ -61,6 +61,18 @@ TEST(served_step_costs, the_serving_stacks_cpu_is_read_per_message_through_it) {
   EXPECT_EQ(served.num_requests_finished, 30);
   EXPECT_EQ(served.num_generation_tokens, 270);
   EXPECT_DOUBLE_EQ(served.stack_seconds_per_message(), 0.015);
+  EXPECT_EQ(served.num_stack_processes, 1);
+  // A disaggregated cluster's node processes are shown each once beside this one's, and summed;
+  // an instance in this very process is not shown twice.
+  m.own_process = "controller:1";
+  m.processes = {{"controller:1", 14.5, 10}, {"prefill:2", 3.0, 2.0}, {"decode:3", 4.0, 2.5}};
+  const std::string text = render_metrics(m);
+  EXPECT_NE(text.find("troupe_node_stack_cpu_seconds_total{process=\"prefill:2\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("troupe_node_compute_cpu_seconds_total{process=\"decode:3\"} 2.5\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("process=\"controller:1\""), std::string::npos) << text;
+  const served_step_costs cluster = parse_served_step_costs(text);
+  EXPECT_DOUBLE_EQ(cluster.stack_cpu_seconds, 4.5 + 1.0 + 1.5);
+  EXPECT_EQ(cluster.num_stack_processes, 3);
   // Before any request finished there is nothing to divide by.
   EXPECT_EQ(parse_served_step_costs(render_metrics(served_with({}))).stack_seconds_per_message(), 0);
 }

@@ -35,6 +35,23 @@ TEST(stats_fan_in, sums_every_answer_and_settles_on_the_last) {
   EXPECT_EQ(sum.unavailable, "") << "some instance answered: the counts stand";
 }
 
+TEST(stats_fan_in, each_process_is_reported_once_however_many_instances_it_holds) {
+  // Two instances in one node process and one in another: two processes, the first answer's.
+  stats_fan_in total(8, 3);
+  stats_answer a = answer_of(1, 16, 0, 0), b = answer_of(1, 16, 0, 0), c = answer_of(1, 16, 0, 0);
+  a.processes = {{"host:11", 5.0, 4.0}};
+  b.processes = {{"host:11", 5.5, 4.5}};
+  c.processes = {{"host:12", 2.0, 1.0}};
+  total.add(a);
+  total.add(b);
+  total.add(c);
+  const stats_answer sum = total.reply();
+  ASSERT_EQ(sum.processes.size(), 2u);
+  EXPECT_EQ(sum.processes[0].process, "host:11");
+  EXPECT_EQ(sum.processes[0].total_s, 5.0);
+  EXPECT_EQ(sum.processes[1].process, "host:12");
+}
+
 TEST(stats_fan_in, no_answer_at_all_says_why) {
   stats_fan_in total(1, 2);
   total.fail("first");

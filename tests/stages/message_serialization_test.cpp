@@ -209,12 +209,16 @@ std::vector<std::vector<int32_t>> samples(of<std::vector<int32_t>>) { return {{0
 std::vector<step_model_report> samples(of<step_model_report>) {
   return {{3, "prefill", {2e-3, 5e-5, 1e-4, 2e-7, 1e-8}, 16, 1.5e-3, 4.5e-4, 1234}, {0, "mixed", {}, 1, 0, 0, 0}};
 }
+std::vector<process_cpu_report> samples(of<process_cpu_report>) {
+  return {{"decode-node:4242", 12.5, 9.25}, {"", 0, 0}};
+}
 std::vector<stats_answer> samples(of<stats_answer>) {
   stats_answer with_models{79, 1, 2, 3, 4, "", 0, 0};
   with_models.num_slo_rejections = 17;
   with_models.pipeline_busy = "0-1:41.2%,2-4:38.0%";
   with_models.num_overload_refusals = 23;
   with_models.step_models = samples(of<step_model_report>{});
+  with_models.processes = samples(of<process_cpu_report>{});
   return {{77, 10, 64, 3, 4, "", 2, 5},
           {78, 0, 0, 0, 0, "the node is out of service: the scheduler stage failed"},
           with_models};
@@ -782,6 +786,12 @@ void expect_same(const step_model_report& a, const step_model_report& b) {
   EXPECT_EQ(a.num_steps, b.num_steps);
 }
 
+void expect_same(const process_cpu_report& a, const process_cpu_report& b) {
+  EXPECT_EQ(a.process, b.process);
+  EXPECT_EQ(a.total_s, b.total_s);
+  EXPECT_EQ(a.compute_s, b.compute_s);
+}
+
 void expect_same(const stats_answer& a, const stats_answer& b) {
   EXPECT_EQ(a.tag, b.tag);
   EXPECT_EQ(a.num_free_blocks, b.num_free_blocks);
@@ -796,6 +806,8 @@ void expect_same(const stats_answer& a, const stats_answer& b) {
   EXPECT_EQ(a.num_overload_refusals, b.num_overload_refusals);
   ASSERT_EQ(a.step_models.size(), b.step_models.size());
   for (size_t i = 0; i < a.step_models.size(); ++i) expect_same(a.step_models[i], b.step_models[i]);
+  ASSERT_EQ(a.processes.size(), b.processes.size());
+  for (size_t i = 0; i < a.processes.size(); ++i) expect_same(a.processes[i], b.processes[i]);
 }
 
 template <class T>
@@ -852,7 +864,7 @@ TEST(message_serialization, every_registered_type_round_trips_field_by_field) {
     ++num_types;
   });
   // The node registers exactly this list (node_config calls for_each_message_type).
-  EXPECT_EQ(num_types, 55);
+  EXPECT_EQ(num_types, 56);
   for (auto* handle : {&handles.first, &handles.second, &handles.third}) {
     caf::anon_send_exit(*handle, caf::exit_reason::user_shutdown);
     *handle = nullptr;
