@@ -144,9 +144,7 @@ class cluster_run {
       for (const auto& [id, instance] : instances_) {
         if (!instance->in_flight.empty()) next = std::min(next, now_s_ + instance->remaining_s / speed);
       }
-      for (size_t i = 0; i < stack_jobs_running(); ++i) {
-        next = std::min(next, now_s_ + std::max(0.0, stack_[i].remaining_s) / speed);
-      }
+      for_each_running_stack_job([&](stack_job& job) { next = std::min(next, now_s_ + job.remaining_s / speed); });
       for (const kv_transfer_end& t : transfers_) next = std::min(next, t.at_s);
       if (next == std::numeric_limits<double>::infinity() || next > last_arrival + horizon_s) break;
       work_for((next - now_s_) * speed);
@@ -174,9 +172,10 @@ class cluster_run {
 
   // What share of its speed everything running gets: 1 unless more want the shared cores than
   // there are.
-  double speed_now() const {
+  double speed_now() {
     if (!cluster_.host.shared()) return 1;
-    double wanted = client_load_ + static_cast<double>(stack_jobs_running());
+    double wanted = client_load_;
+    for_each_running_stack_job([&](const stack_job&) { wanted += 1; });
     for (const auto& [id, instance] : instances_) {
       if (!instance->in_flight.empty()) wanted += cluster_.host.threads_per_instance;
     }
@@ -188,12 +187,20 @@ class cluster_run {
     for (auto& [id, instance] : instances_) {
       if (!instance->in_flight.empty()) instance->remaining_s -= seconds;
     }
-    for (size_t i = 0; i < stack_jobs_running(); ++i) stack_[i].remaining_s -= seconds;
+    for_each_running_stack_job([&](stack_job& job) { job.remaining_s -= seconds; });
   }
 
-  // The stack's jobs in progress: the first stack_threads of its queue.
-  size_t stack_jobs_running() const {
-    return std::min(stack_.size(), static_cast<size_t>(cluster_.host.stack_threads));
+  // The stack's jobs in progress: the first stack_threads of its queue with work left (one done
+  // behind a running one holds no thread while it waits to retire).
+  template <class F>
+  void for_each_running_stack_job(F&& f) {
+    int running = 0;
+    for (stack_job& job : stack_) {
+      if (running == cluster_.host.stack_threads) break;
+      if (job.remaining_s <= done_within) continue;
+      f(job);
+      ++running;
+    }
   }
 
   static engine_clock::time_point at(double seconds) {

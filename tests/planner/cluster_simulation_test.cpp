@@ -204,6 +204,15 @@ TEST(cluster_simulation, a_stack_of_several_processes_works_on_as_many_jobs_at_o
   EXPECT_NEAR(one.requests[1].ttft() - one.requests[0].ttft(), 0.010, 1e-9);
   EXPECT_NEAR(two.requests[0].ttft(), two.requests[1].ttft(), 1e-9);
   EXPECT_NEAR(two.requests[1].ttft(), 0.010 + step_s, 1e-9);
+  // Jobs of different sizes: a short one done behind a long one waits to retire and holds no
+  // thread meanwhile (time moves on; it once stood still there).
+  c.host.stack_seconds_per_token = 0.001;
+  const simulation_result mixed = simulate(c, {{0.0, 16, 3}, {0.0, 16, 3}, {0.001, 16, 3}});
+  for (const simulated_outcome& o : mixed.requests) {
+    ASSERT_TRUE(o.ok()) << o.error;
+    EXPECT_EQ(o.output_tokens, 3);
+    EXPECT_GT(o.finish_s, o.first_token_s);
+  }
 }
 
 TEST(cluster_simulation, streamed_tokens_reach_the_client_after_the_stacks_work_on_them) {
