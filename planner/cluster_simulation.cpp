@@ -89,6 +89,7 @@ struct simulated_instance {
   // starts, as the scheduler stage does (at most two out), else one at a time.
   std::deque<step_outline> in_flight;
   double remaining_s = 0;  // the first of in_flight's work left, in seconds at full speed
+  double started_s = 0;    // when the first of in_flight began
 };
 
 // Work of the serving stack, done in order: a request's arrival (dispatched when done) or a
@@ -331,6 +332,7 @@ class cluster_run {
         instance->in_flight.push_back(outline_of(plan));
         if (instance->in_flight.size() == 1) {
           instance->remaining_s = instance->step_times->predict(shape_of(instance->in_flight.front()));
+          instance->started_s = now_s_;
         }
         ++result_.num_steps;
       }
@@ -342,13 +344,15 @@ class cluster_run {
       if (instance->in_flight.empty() || instance->remaining_s > done_within) continue;
       const step_outline step = std::move(instance->in_flight.front());
       instance->in_flight.pop_front();
+      const double took_s = now_s_ - instance->started_s;  // its prediction, or longer on shared cores
       // The worker takes up the plan already out at once.
       if (!instance->in_flight.empty()) {
         instance->remaining_s = instance->step_times->predict(shape_of(instance->in_flight.front()));
+        instance->started_s = now_s_;
       }
       // The scheduler's own model learns the step's time as it would from the worker's report,
       // so the slo policy predicts with what it would have fitted online.
-      instance->sched->observe_step(step, instance->step_times->predict(shape_of(step)));
+      instance->sched->observe_step(step, took_s);
       step_result result;
       result.step_id = step.step_id;
       for (const planned_sequence& s : step.sequences) {
