@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -44,15 +45,51 @@ double thread_stat_seconds(const std::filesystem::path& task) {
   return static_cast<double>(utime + stime) / static_cast<double>(ticks_per_second > 0 ? ticks_per_second : 100);
 }
 
-double compute_threads_seconds() {
-  double seconds = 0;
-  std::error_code error;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    if (std::getline(comm, name) && name == compute_thread_name) seconds += thread_stat_seconds(task.path());
+// Which of this process's threads are compute threads, by thread id. A server has hundreds of
+// threads (HTTP, ZeroMQ, actors) and a scheduler answers stats with this on its own thread, so
+// a thread's name is read at the first two calls that see it (the second: a thread may be seen
+// between its start and its naming), not at every call; a thread id gone from the listing is
+// forgotten, so a reused id is read again.
+class compute_thread_census {
+ public:
+  double seconds() {
+    std::lock_guard lock(mutex_);
+    std::map<std::string, verdict> seen;
+    double total = 0;
+    std::error_code error;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
+      const std::string tid = task.path().filename().string();
+      verdict v;
+      if (auto known = verdicts_.find(tid); known != verdicts_.end()) v = known->second;
+      if (!v.compute && v.looks < 2) {
+        v.compute = named_compute(task.path());
+        ++v.looks;
+      }
+      seen.emplace(tid, v);
+      if (v.compute) total += thread_stat_seconds(task.path());
+    }
+    verdicts_ = std::move(seen);
+    return total;
   }
-  return seconds;
+
+ private:
+  static bool named_compute(const std::filesystem::path& task) {
+    std::ifstream comm(task / "comm");
+    std::string name;
+    return std::getline(comm, name) && name == compute_thread_name;
+  }
+
+  struct verdict {
+    bool compute = false;
+    int looks = 0;  // times its name was read
+  };
+  std::mutex mutex_;
+  std::map<std::string, verdict> verdicts_;
+};
+
+double compute_threads_seconds() {
+  static compute_thread_census census;
+  return census.seconds();
 }
 
 }  // namespace
