@@ -310,6 +310,11 @@ shared_cores host_of(const plan_flags& flags) {
     host.stack_threads = std::max(1, served.num_stack_processes);
   }
   if (flags.stack_threads > 0) host.stack_threads = flags.stack_threads;
+  if (!flags.metrics_url.empty()) {
+    std::fprintf(stderr,
+                 "note: a server's own step fit already holds the contention it was fitted under, and --cores charges "
+                 "it again; a --calibrate model (with --stack-metrics-url) plans shared cores better\n");
+  }
   auto given_or = [](double ms, double otherwise) { return std::isnan(ms) ? otherwise : ms / 1e3; };
   host.stack_seconds_per_request = given_or(flags.stack_ms_per_request, per_message);
   host.stack_seconds_per_token = given_or(flags.stack_ms_per_token, per_message);
