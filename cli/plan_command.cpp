@@ -11,6 +11,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -161,6 +162,7 @@ struct calibration {
   step_costs_by_role step_times;
   int num_kv_blocks = 0;
   int max_model_len = 0;
+  std::optional<served_step_costs> served;  // what --metrics-url read, stack CPU included
 };
 
 // Runs the model itself on bursts of prompts of several lengths and batch sizes (plain llm_engine,
@@ -240,6 +242,7 @@ calibration scrape(const std::string& url) {
                              "and has it served a step?");
   }
   calibration out;
+  out.served = served;
   out.num_kv_blocks = served.num_kv_blocks;
   out.step_times.prefill = served.prefill;
   out.step_times.decode = served.decode;
@@ -297,17 +300,20 @@ std::vector<simulated_cluster> candidates(const plan_flags& flags, const engine_
 
 // --cores: the serving stack's CPU from the flags or the server's /metrics (each request's arrival
 // and each streamed token one message through the stack), the clients' from --bench-run.
-shared_cores host_of(const plan_flags& flags) {
+shared_cores host_of(const plan_flags& flags, const calibration& calibrated) {
   shared_cores host;
   if (flags.cores <= 0) return host;
   host.cores = flags.cores;
   host.threads_per_instance = flags.threads > 0 ? flags.threads : flags.cores;
-  const std::string& url = flags.stack_metrics_url.empty() ? flags.metrics_url : flags.stack_metrics_url;
   double per_message = 0;
-  if ((std::isnan(flags.stack_ms_per_request) || std::isnan(flags.stack_ms_per_token)) && !url.empty()) {
-    const served_step_costs served = fetch_served(url);
-    per_message = served.stack_seconds_per_message();
-    host.stack_threads = std::max(1, served.num_stack_processes);
+  if (std::isnan(flags.stack_ms_per_request) || std::isnan(flags.stack_ms_per_token)) {
+    // The step model's own scrape when it came from --metrics-url: one read of the server.
+    std::optional<served_step_costs> served =
+        flags.stack_metrics_url.empty() ? calibrated.served : fetch_served(flags.stack_metrics_url);
+    if (served) {
+      per_message = served->stack_seconds_per_message();
+      host.stack_threads = std::max(1, served->num_stack_processes);
+    }
   }
   if (flags.stack_threads > 0) host.stack_threads = flags.stack_threads;
   if (!flags.metrics_url.empty()) {
@@ -418,7 +424,7 @@ int run(const plan_flags& flags) {
   }
 
   std::vector<plan_row> rows;
-  const shared_cores host = host_of(flags);
+  const shared_cores host = host_of(flags, calibrated);
   for (const simulated_cluster& cluster : candidates(flags, config, calibrated, slo, host)) {
     for (double rate : flags.rates) {
       const std::vector<planned_request> workload = workload_at(rate);

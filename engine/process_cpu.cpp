@@ -19,6 +19,7 @@ std::atomic<int64_t> step_cpu_ns{0};
 
 std::mutex serving_began_mutex;
 process_cpu_time cpu_when_serving_began;
+bool serving_began = false;
 
 double clock_seconds(clockid_t clock) {
   timespec t{};
@@ -120,6 +121,8 @@ std::string process_identity() {
 void mark_serving_began() {
   const process_cpu_time now = current_process_cpu();
   std::lock_guard lock(serving_began_mutex);
+  if (serving_began) return;
+  serving_began = true;
   cpu_when_serving_began = now;
 }
 

@@ -38,7 +38,9 @@ process_cpu_time current_process_cpu();
 std::string process_identity();
 
 // Marks the moment the server began serving: what the process spent before (loading the model,
-// starting its stages) is no request's cost.
+// starting its stages) is no request's cost. The first call counts, later ones do nothing, so
+// the counters in /metrics never go back (a worker added later by `troupe scale` loads on the
+// stack's side of the split).
 void mark_serving_began();
 // The process's CPU since mark_serving_began (since its start when never marked).
 process_cpu_time process_cpu_while_serving();

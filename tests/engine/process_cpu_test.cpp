@@ -62,6 +62,9 @@ TEST(process_cpu, what_was_spent_before_serving_began_is_left_out) {
   EXPECT_LT(serving.total_s, 0.02);
   burn_cpu(0.05);
   EXPECT_GE(process_cpu_while_serving().total_s, 0.05);
+  // A later mark (a worker loaded afterwards) moves nothing: the counters never go back.
+  mark_serving_began();
+  EXPECT_GE(process_cpu_while_serving().total_s, 0.05);
 }
 
 }  // namespace
