@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -256,6 +257,8 @@ class pipelined_model final : public model {
     {
       std::lock_guard lock(mutex_);
       arrived_.clear();
+      passed_.assign(links_.size(), 0);
+      stage_failed_ = false;
     }
     for (size_t i = 0; i < cuts.size(); ++i) {
       slices_[i] = slice_sequences(batch, cuts[i].first, cuts[i].second);
@@ -267,17 +270,22 @@ class pipelined_model final : public model {
       links_.front()->push(&job);
     }
     // Each micro-batch's local stage runs as it comes back (in order: the links are FIFO), its
-    // logits rows placed where the whole batch's logits_rows put them.
+    // logits rows placed where the whole batch's logits_rows put them. A disaggregated prefill
+    // streams its KV (after_layer_kv) while it computes: a remote stage's layers as soon as every
+    // micro-batch has left that stage (wait_for), the local layers one by one inside the last
+    // micro-batch's forward, when each is written for all of them.
     std::string failure;
+    kv_stream_progress streaming{static_cast<bool>(batch.after_layer_kv)};
     std::chrono::nanoseconds local_busy{0};
     for (size_t i = 0; i < cuts.size(); ++i) {
-      micro_batch_job* job = wait_for(i);
-      if (!job->failure.empty() || !failure.empty()) {
+      micro_batch_job* job = wait_for(i, batch, streaming);
+      if (!job->failure.empty() || !failure.empty() || streaming.error) {
         if (failure.empty()) failure = job->failure;
         continue;  // the rest still come back before their buffers may go
       }
       forward_batch& local = slices_[i];
       local.residual_in = job->stream[0].data();
+      local.after_layer_kv = i + 1 == cuts.size() ? batch.after_layer_kv : nullptr;
       const int32_t row_begin = batch.query_start[static_cast<size_t>(cuts[i].first)];
       const int32_t row_end = batch.query_start[static_cast<size_t>(cuts[i].second)];
       if (cuts.size() == 1) {
@@ -308,7 +316,7 @@ class pipelined_model final : public model {
       }
     }
     record_stage_load(local_busy);
-    if (!failure.empty()) {
+    if (!failure.empty() || streaming.error) {
       bool lost = false;
       {
         // On the board before the step's requests hear of it: /health names the stage at once.
@@ -316,16 +324,14 @@ class pipelined_model final : public model {
         for (size_t i = 0; i < links_.size(); ++i) lost = note_if_lost(i) || lost;
       }
       reconnect_wake_.notify_all();  // start reconnecting now, not at the next poll
+      // The KV stream's own failure as it was thrown (a stage lost while its layers were fetched
+      // is a stage_lost_error already).
+      if (streaming.error) std::rethrow_exception(streaming.error);
       // A stage that refused a frame still serves: that is this step's own failure.
       if (lost) throw stage_lost_error(failure);
       throw std::runtime_error(failure);
     }
     mark_kv_written(batch);
-    // A disaggregated prefill streams its KV: each layer once every micro-batch has been through
-    // it; here, once the forward is done (the remote layers' KV is fetched from their stages).
-    if (batch.after_layer_kv) {
-      for (int layer = 0; layer < config().num_layers; ++layer) batch.after_layer_kv(layer);
-    }
   }
 
  private:
@@ -410,12 +416,15 @@ class pipelined_model final : public model {
 
   void wire_links() {
     for (size_t i = 0; i < links_.size(); ++i) {
-      if (i + 1 < links_.size()) {
-        stage_link* next = links_[i + 1].get();
-        links_[i]->hand_on_to([next](micro_batch_job* job) { next->push(job); });
-      } else {
-        links_[i]->hand_on_to([this](micro_batch_job* job) { arrived(job); });
-      }
+      stage_link* next = i + 1 < links_.size() ? links_[i + 1].get() : nullptr;
+      links_[i]->hand_on_to([this, i, next](micro_batch_job* job) {
+        left_stage(i, *job);
+        if (next) {
+          next->push(job);
+        } else {
+          arrived(job);
+        }
+      });
     }
   }
 
@@ -543,6 +552,17 @@ class pipelined_model final : public model {
     }
   }
 
+  // Called by link i's thread as a micro-batch leaves its stage (computed there, or failed there
+  // or before), before the next link or the model may touch it.
+  void left_stage(size_t i, const micro_batch_job& job) {
+    {
+      std::lock_guard lock(mutex_);
+      if (i < passed_.size()) ++passed_[i];
+      if (!job.failure.empty()) stage_failed_ = true;
+    }
+    came_back_.notify_all();
+  }
+
   void arrived(micro_batch_job* job) {
     {
       std::lock_guard lock(mutex_);
@@ -551,12 +571,38 @@ class pipelined_model final : public model {
     came_back_.notify_all();
   }
 
+  // How far a forward's KV stream has come: the remote stages whose layers went to after_layer_kv
+  // (in order), and what after_layer_kv threw, if it did (the forward rethrows it once every
+  // micro-batch is back, since the links still write into this forward's buffers until then).
+  struct kv_stream_progress {
+    bool on = false;
+    size_t stages_streamed = 0;
+    std::exception_ptr error;
+  };
+
   // Micro-batch i once it is back from the remote stages (every link bounds its wait, and a
-  // failed one passes the job on, so this returns).
-  micro_batch_job* wait_for(size_t i) {
+  // failed one passes the job on, so this returns). Meanwhile, when the forward streams its KV,
+  // each remote stage's layers go to after_layer_kv as soon as every micro-batch has left that
+  // stage: stage k's KV is fetched over its link while stage k + 1 still computes.
+  micro_batch_job* wait_for(size_t i, const forward_batch& batch, kv_stream_progress& streaming) {
     std::unique_lock lock(mutex_);
-    came_back_.wait(lock, [&] { return std::find(arrived_.begin(), arrived_.end(), i) != arrived_.end(); });
-    return &jobs_[i];
+    for (;;) {
+      const size_t next = streaming.stages_streamed;
+      if (streaming.on && !streaming.error && !stage_failed_ && next < links_.size() && passed_[next] == jobs_.size()) {
+        ++streaming.stages_streamed;
+        lock.unlock();
+        try {
+          const layer_range layers = links_[next]->layers();
+          for (int layer = layers.first; layer < layers.end; ++layer) batch.after_layer_kv(layer);
+        } catch (...) {
+          streaming.error = std::current_exception();
+        }
+        lock.lock();
+        continue;
+      }
+      if (std::find(arrived_.begin(), arrived_.end(), i) != arrived_.end()) return &jobs_[i];
+      came_back_.wait(lock);
+    }
   }
 
   std::unique_ptr<model> last_;
@@ -585,6 +631,8 @@ class pipelined_model final : public model {
   std::mutex mutex_;
   std::condition_variable came_back_;
   std::vector<size_t> arrived_;  // indices of this forward's micro-batches back from the stages
+  std::vector<size_t> passed_;   // per link: how many of this forward's micro-batches have left it
+  bool stage_failed_ = false;    // a micro-batch of this forward failed at a remote stage
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <map>
@@ -229,9 +230,9 @@ TEST_F(pipelined_model_test, a_restarted_stage_is_reconnected_and_kv_computed_be
 }
 
 // Disaggregation with pipelines on both sides (issue 27): a pipelined prefill streams its KV
-// layer by layer (each layer once, in order, after its forward), the remote stages' layers
-// fetched over their links, the bytes the whole model exports; imported layer by layer into a
-// pipeline cut elsewhere and into other blocks, it decodes the whole model's logits.
+// layer by layer (each layer once, in order), the remote stages' layers fetched over their links, the bytes the whole
+// model exports; imported layer by layer into a pipeline cut elsewhere and into other blocks, it decodes the whole
+// model's logits.
 TEST_F(pipelined_model_test, kv_streams_out_of_one_pipeline_and_into_another) {
   served_stages prefill_front = serve({{0, 2}});
   loaded_stage prefill_last = load_stage({2, 5});
@@ -281,6 +282,97 @@ TEST_F(pipelined_model_test, kv_streams_out_of_one_pipeline_and_into_another) {
   decode->forward(test::one_sequence_batch(tokens, 6, 7, decode_blocks, block_size), logits.data());
   whole.m->forward(test::one_sequence_batch(tokens, 6, 7, prefill_blocks, block_size), expected.data());
   EXPECT_EQ(logits, expected);
+}
+
+// The local stage of a pipeline, saying when each of its forwards begins and ends in a log the
+// test shares with its after_layer_kv.
+class logged_stage final : public model {
+ public:
+  logged_stage(std::unique_ptr<model> inner, std::vector<std::string>& log) : inner_(std::move(inner)), log_(log) {}
+  const model_config& config() const override { return inner_->config(); }
+  kv_cache_shape kv_shape() const override { return inner_->kv_shape(); }
+  std::string backend_name() const override { return inner_->backend_name(); }
+  dtype kv_dtype() const override { return inner_->kv_dtype(); }
+  void export_kv(std::span<const int32_t> block_ids, int first_layer, int num_layers, dtype element,
+                 std::span<std::byte> out) const override {
+    inner_->export_kv(block_ids, first_layer, num_layers, element, out);
+  }
+  void forward(const forward_batch& batch, float* logits) override {
+    log_.push_back("local begins");
+    inner_->forward(batch, logits);
+    log_.push_back("local ends");
+  }
+
+ private:
+  std::unique_ptr<model> inner_;
+  std::vector<std::string>& log_;
+};
+
+// A pipelined prefill streams its KV while it computes, not after: a remote stage's layers as
+// soon as every micro-batch has left it (before the last micro-batch's local layers run), the
+// local layers inside that last micro-batch's forward, each once every micro-batch wrote it. The
+// logits and the streamed bytes are the whole model's.
+TEST_F(pipelined_model_test, a_pipelined_prefill_streams_each_stages_kv_while_it_computes) {
+  served_stages front = serve({{0, 1}, {1, 3}});
+  loaded_stage last = load_stage({3, 5});
+  loaded_stage whole = load_stage({});
+  const model_config& c = whole.m->config();
+  std::vector<std::string> log;
+  pipeline_settings settings;
+  settings.micro_batches = 2;
+  auto prefill =
+      make_pipelined_model(std::make_unique<logged_stage>(std::move(last.m), log), {3, 5}, front.remote, settings);
+
+  // Two sequences, so two micro-batches: blocks 0-1 and 2-3.
+  const std::vector<int32_t> first = {1, 403, 407, 261, 378, 432};
+  const std::vector<int32_t> second = {1, 300, 311, 322, 333, 344, 355};
+  forward_batch batch = test::one_sequence_batch(first, 0, 6, {0, 1}, block_size);
+  const forward_batch other = test::one_sequence_batch(second, 0, 7, {2, 3}, block_size);
+  batch.token_ids.insert(batch.token_ids.end(), other.token_ids.begin(), other.token_ids.end());
+  batch.positions.insert(batch.positions.end(), other.positions.begin(), other.positions.end());
+  batch.slot_mapping.insert(batch.slot_mapping.end(), other.slot_mapping.begin(), other.slot_mapping.end());
+  batch.query_start = {0, 6, 13};
+  batch.context_lengths = {6, 7};
+  batch.block_table_start = {0, 2, 4};
+  batch.block_tables = {0, 1, 2, 3};
+  batch.logits_rows = {5, 12};
+  const std::vector<int32_t> blocks = {0, 1, 2, 3};
+  std::vector<std::vector<std::byte>> layer_kv;
+  batch.after_layer_kv = [&](int layer) {
+    log.push_back("layer " + std::to_string(layer));
+    const kv_span_header span = kv_span_for(c, prefill->kv_shape(), 4, layer, 1, dtype::f32);
+    layer_kv.emplace_back(kv_span_bytes(span));
+    prefill->export_kv(blocks, layer, 1, dtype::f32, layer_kv.back());
+  };
+  std::vector<float> logits(2 * 512);
+  prefill->forward(batch, logits.data());
+
+  ASSERT_EQ(layer_kv.size(), static_cast<size_t>(c.num_layers)) << ::testing::PrintToString(log);
+  std::vector<std::string> layers_in_order;
+  for (const std::string& event : log) {
+    if (event.starts_with("layer")) layers_in_order.push_back(event);
+  }
+  EXPECT_EQ(layers_in_order, (std::vector<std::string>{"layer 0", "layer 1", "layer 2", "layer 3", "layer 4"}));
+  // The last local forward: layers 3 and 4 inside it, the remote stages' before it.
+  const auto index_of = [&](const std::string& event) {
+    return std::find(log.begin(), log.end(), event) - log.begin();
+  };
+  const auto last_begin = log.rend() - std::find(log.rbegin(), log.rend(), "local begins") - 1;
+  EXPECT_EQ(std::count(log.begin(), log.end(), "local begins"), 2) << ::testing::PrintToString(log);
+  EXPECT_LT(index_of("layer 2"), last_begin) << ::testing::PrintToString(log);
+  EXPECT_GT(index_of("layer 3"), last_begin) << ::testing::PrintToString(log);
+  EXPECT_EQ(log.back(), "local ends") << ::testing::PrintToString(log);
+
+  std::vector<float> expected(2 * 512);
+  forward_batch plain = batch;
+  plain.after_layer_kv = nullptr;
+  whole.m->forward(plain, expected.data());  // the same blocks of the whole model's own pool
+  EXPECT_EQ(logits, expected);
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    std::vector<std::byte> from_whole(layer_kv[static_cast<size_t>(layer)].size());
+    whole.m->export_kv(blocks, layer, 1, dtype::f32, from_whole);
+    EXPECT_TRUE(from_whole == layer_kv[static_cast<size_t>(layer)]) << "layer " << layer;
+  }
 }
 
 // A decode pipeline runs no forward while it has nothing to decode: a stage that restarted
