@@ -13,7 +13,12 @@
 // Then one decode step on D from the imported KV (its time is the yardstick for the gap), and
 // the token it samples is checked against P continuing itself.
 //
+// With --stage-layers N the prefill side is a 2-stage pipeline (issue 27): layers 0 .. N-1 on a
+// stage server in this process over loopback TCP (its KV fetched over the stage link as the KV
+// plane sends it), the rest driven by the pipelined model.
+//
 // Usage: troupe_bench_disagg_overlap --model DIR [--prompt 2048] [--chunk 0] [--reps 3] [--threads 2]
+//                                    [--stage-layers N]
 
 #include <algorithm>
 #include <chrono>
@@ -26,12 +31,15 @@
 #include <CLI/CLI.hpp>
 
 #include "backends/cpu/blas_core.hpp"
+#include "backends/cpu/cpu_model.hpp"
 #include "bench/bench_support.hpp"
 #include "engine/model_runner.hpp"
 #include "engine/served_model.hpp"
 #include "kvtransfer/kv_receiver.hpp"
 #include "kvtransfer/kv_layer_streamer.hpp"
 #include "kvtransfer/kv_sender.hpp"
+#include "pipeline/pipelined_model.hpp"
+#include "pipeline/stage_server.hpp"
 
 namespace {
 
@@ -128,6 +136,11 @@ int main(int argc, char** argv) {
   app.add_option("--chunk", chunk, "prefill chunk (max_num_batched_tokens); 0: whole prompt")->capture_default_str();
   app.add_option("--reps", reps, "repeats (median reported)")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads per model")->capture_default_str();
+  int stage_layers = 0;
+  app.add_option("--stage-layers", stage_layers,
+                 "the prefill side as a 2-stage pipeline: layers 0..N-1 on a stage server over loopback TCP; 0: one "
+                 "model")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   model_spec spec;
@@ -137,8 +150,25 @@ int main(int argc, char** argv) {
   spec.block_size = 16;
   spec.num_kv_blocks = prompt_len / 16 + 8;
   spec.max_model_len = prompt_len + 64;
-  auto prefill_side = load_served_model(spec);
   auto decode_side = load_served_model(spec);
+  const layer_range front{0, stage_layers}, back{stage_layers, 0};
+  if (stage_layers > 0) spec.backend.layers = back;
+  auto prefill_side = load_served_model(spec);
+  // The pipeline's first stage: its own weights and pool, served over loopback TCP.
+  std::unique_ptr<loaded_model> front_weights;
+  std::unique_ptr<model> front_model;
+  std::unique_ptr<stage_server> front_server;
+  if (stage_layers > 0) {
+    load_options options{model_path};
+    options.show_progress = false;
+    options.layers = front;
+    front_weights = std::make_unique<loaded_model>(load_model(options));
+    front_model = make_cpu_model(front_weights->config, front_weights->weights, prefill_side->backend_model->kv_shape(),
+                                 threads, prefill_side->backend_model->kv_dtype(), front);
+    front_server = std::make_unique<stage_server>(*front_model, front, stage_server_settings{});
+    prefill_side->backend_model = make_pipelined_model(std::move(prefill_side->backend_model), back,
+                                                       {{front_server->endpoint(), front}}, pipeline_settings{});
+  }
   const int vocab = prefill_side->backend_model->config().vocab_size;
   std::vector<int32_t> prompt;
   for (int i = 0; i < prompt_len; ++i) prompt.push_back(3 + (i * 7919) % (vocab - 3));
@@ -179,6 +209,7 @@ int main(int argc, char** argv) {
               model_path.c_str(), prefill_side->backend_model->config().num_layers, prompt_len,
               chunk > 0 ? ("chunks of " + std::to_string(chunk)).c_str() : "one chunk", kv_bytes / 1048576.0, threads,
               troupe::bench::load_average());
+  if (stage_layers > 0) std::printf("prefill side: %s\n", prefill_side->backend_model->backend_name().c_str());
 
   uint64_t step_id = 0;
   uint64_t transfer = 1000;
