@@ -22,6 +22,7 @@ namespace {
 std::atomic<int> gemm_min_rows{32};
 std::atomic<bool> integer_kernels{true};
 std::atomic<bool> float_rows_at_every_count{false};
+std::atomic<bool> float_panels{true};
 
 // Float weights at many activation rows through the row dots (float_rows_at_every_count): a
 // thread takes this many weight rows at a time (256 KiB of f16 at k = 2048, kept in L2 while
@@ -119,6 +120,43 @@ constexpr int64_t min_outputs_per_scale_task = int64_t{1} << 16;
 void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
                    std::vector<float>& scratch);
 
+// 16-bit float weights at many activation rows (row_kernels.hpp, panel_gemm_fn): a block of
+// activation rows is transposed once, then each thread multiplies its weight rows a few at a
+// time, converted into its cache, so the weight is never written out as f32 nor repacked. Blocks
+// of panel_block_rows bound the transposed copy (and the scratch) for a long prompt; each block
+// reads the weight once more, which its arithmetic dwarfs.
+constexpr int64_t panel_block_rows = 512;
+
+void panel_matmul(thread_pool& pool, const row_kernels& kernels, panel_gemm_fn panel, const float* x, int64_t n,
+                  const weight_view& w, float* y, std::vector<float>& scratch) {
+  const int64_t m = w.rows;
+  const int64_t k = w.cols;
+  const size_t stride = row_bytes(w.type, k);
+  const int64_t tile = kernels.panel_tile_rows;
+  const int64_t block = std::min(n, panel_block_rows);
+  const size_t packed = static_cast<size_t>((block + tile - 1) / tile * tile * k);
+  const int64_t per_thread_rows = (m + pool.num_threads() - 1) / pool.num_threads();
+  // At most 128 weight rows a chunk: their partial sums (128 x block floats) stay in L2 beside
+  // the activations' chunk.
+  const int64_t chunk = std::clamp<int64_t>(per_thread_rows / 4 / 16 * 16, 16, 128);
+  const size_t per_thread = kernels.panel_scratch_floats(k, block, chunk);
+  if (scratch.size() < packed + per_thread * pool.num_threads())
+    scratch.resize(packed + per_thread * pool.num_threads());
+  float* xt = scratch.data();
+  for (int64_t j0 = 0; j0 < n; j0 += block) {
+    const int64_t rows = std::min(block, n - j0);
+    const int64_t num_tiles = (rows + tile - 1) / tile;
+    pool.parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end, int) {
+      const int64_t count = std::min(rows, end * tile) - begin * tile;
+      kernels.pack_activations(x + (j0 + begin * tile) * k, count, k, k, xt + begin * tile * k);
+    });
+    pool.parallel_for_dynamic(0, m, chunk, [&](int64_t begin, int64_t end, int thread_index) {
+      panel(xt, rows, k, w.data + begin * stride, end - begin, y + j0 * m + begin, m,
+            xt + packed + per_thread * thread_index);
+    });
+  }
+}
+
 }  // namespace
 
 weight_view view_of(const weight_tensor& tensor, int64_t rows, int64_t cols) {
@@ -151,6 +189,9 @@ bool matmul_batch_invariant(dtype type) {
   }
   return active_quant_kernels().matmul[static_cast<int>(type)] != nullptr && matmul_integer_kernels();
 }
+
+bool matmul_float_panels() { return float_panels.load(std::memory_order_relaxed); }
+void set_matmul_float_panels(bool on) { float_panels.store(on, std::memory_order_relaxed); }
 
 bool matmul_float_rows_at_every_count() { return float_rows_at_every_count.load(std::memory_order_relaxed); }
 void set_matmul_float_rows_at_every_count(bool on) { float_rows_at_every_count.store(on, std::memory_order_relaxed); }
@@ -237,6 +278,12 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
     pool.parallel_for(0, m, grain, [&](int64_t begin, int64_t end, int) {
       dot(x, n, k, w.data + begin * stride, k, end - begin, y + begin, m);
     });
+    return;
+  }
+
+  const panel_gemm_fn panel = kernels.panel_gemm[static_cast<int>(w.type)];
+  if (panel != nullptr && matmul_float_panels()) {
+    panel_matmul(pool, kernels, panel, x, n, w, y, scratch);
     return;
   }
 

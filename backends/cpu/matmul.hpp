@@ -9,13 +9,20 @@
 //   contiguous range of weight rows and streams them once, dotting pairs of rows with groups of
 //   up to four activations in registers (SIMD row kernels): memory-bandwidth bound for a few
 //   rows, FMA-bound for more, each weight read once per step;
-// - from there to 127 rows (larger decode batches, short chunks): the pool's threads take slabs
-//   of weight rows and multiply each with a single-threaded OpenBLAS sgemm; a weight in another
-//   dtype is converted one small slab at a time (~256 KiB of f32, kept in the core's cache), an
-//   f32 weight is used in place;
-// - 128 rows and more (prefill): one sgemm on OpenBLAS's threads (as many as the pool's) over
-//   the whole f32 weight, or over slabs of at most 64 MiB converted to f32 by the pool first
-//   (compute bound; the conversion is O(m·k) against O(n·m·k) of arithmetic).
+// - from there on, f16 and bf16 weights take the panel kernels (row_kernels.hpp): the
+//   activations transposed once per block of 512 rows, then each thread multiplies its weight
+//   rows eight at a time (four on AVX2), converted to f32 into its cache, against every tile of
+//   activations, taking k in chunks that keep the activations' share in L2. The weight is read
+//   as stored, never written out as f32 nor repacked: 1.2-1.3x the slabs + sgemm below on a
+//   128-token prompt of a 1.1 B F16 model, level with them at 512 (docs/benchmarks.md);
+// - f32 weights (and 16-bit ones on a level without panel kernels, or with
+//   set_matmul_float_panels(false)) from there to 127 rows (larger decode batches, short
+//   chunks): the pool's threads take slabs of weight rows and multiply each with a
+//   single-threaded OpenBLAS sgemm; a weight in another dtype is converted one small slab at a
+//   time (~256 KiB of f32, kept in the core's cache), an f32 weight is used in place;
+// - and 128 rows and more (prefill): one sgemm on OpenBLAS's threads (as many as the pool's)
+//   over the whole f32 weight, or over slabs of at most 64 MiB converted to f32 by the pool
+//   first (compute bound; the conversion is O(m·k) against O(n·m·k) of arithmetic).
 
 #include <cstdint>
 #include <vector>
@@ -70,6 +77,12 @@ bool matmul_batch_invariant(dtype type);
 // (backend_selection.hpp).
 bool matmul_float_rows_at_every_count();
 void set_matmul_float_rows_at_every_count(bool on);
+
+// Whether f16 and bf16 weights take the panel kernels from matmul_gemm_min_rows rows on (the
+// default; row_kernels.hpp, panel_gemm_fn) or, when off, the f32 slabs + sgemm they took before,
+// kept so benchmarks can measure one against the other.
+bool matmul_float_panels();
+void set_matmul_float_panels(bool on);
 
 // y [n, w.rows] = x [n, w.cols] · wᵀ. `scratch` holds converted weight slabs between calls
 // (grown on demand, so steady-state steps do not allocate).

@@ -344,6 +344,113 @@ void attention_values(const float* probs, int64_t num_queries, int64_t num_keys,
   }
 }
 
+// ---- Prompt products with 16-bit float weights (row_kernels.hpp, panel_gemm_fn) ----------------
+// A tile is two registers of activation rows (lanes are rows) against PR weight rows: per
+// element of k, two loads of the transposed activations and PR broadcasts of converted weights
+// feed 2 * PR multiply-adds, so the FMA units, not the loads, set the pace.
+
+template <class V>
+constexpr int64_t panel_width() {
+  return 2 * V::width;
+}
+template <class V>
+constexpr int panel_weight_rows() {
+  return V::width >= 16 ? 8 : 4;  // 2 * PR accumulators, two activation registers and a broadcast
+}
+
+// The converted weight rows of one chunk, then the partial sums of every tile (up to max_rows
+// weight rows against n activation rows) between chunks.
+template <class V>
+size_t panel_scratch_floats(int64_t k, int64_t n, int64_t max_rows) {
+  constexpr int64_t PR = panel_weight_rows<V>();
+  constexpr int64_t TW = panel_width<V>();
+  return static_cast<size_t>(PR * k + (max_rows + PR - 1) / PR * PR * ((n + TW - 1) / TW * TW));
+}
+
+template <class V>
+void pack_activations(const float* x, int64_t n, int64_t ldx, int64_t k, float* xt) {
+  constexpr int64_t T = panel_width<V>();
+  for (int64_t j0 = 0; j0 < n; j0 += T) {
+    float* tile = xt + (j0 / T) * k * T;
+    const int64_t rows = n - j0 < T ? n - j0 : T;
+    for (int64_t i = 0; i < k; ++i) {
+      float* column = tile + i * T;
+      for (int64_t j = 0; j < rows; ++j) column[j] = x[(j0 + j) * ldx + i];
+      for (int64_t j = rows; j < T; ++j) column[j] = 0.0f;
+    }
+  }
+}
+
+// Elements of k per pass over the activations: a pass reads n * chunk floats of the packed
+// activations for every PR weight rows, so they stay in L2 (256 KiB, beside the partial sums)
+// whatever the prompt.
+inline int64_t panel_k_chunk(int64_t n, int64_t k) {
+  const int64_t fits = (int64_t{64} << 10) / (n > 0 ? n : 1) / 16 * 16;
+  const int64_t chunk = fits < 64 ? 64 : fits;
+  return chunk < k ? chunk : k;
+}
+
+template <class V, dtype T>
+void panel_gemm(const float* xt, int64_t n, int64_t k, const std::byte* w, int64_t num_rows, float* y, int64_t ldy,
+                float* scratch) {
+  using reg = typename V::reg;
+  constexpr int64_t W = V::width;
+  constexpr int64_t TW = panel_width<V>();
+  constexpr int PR = panel_weight_rows<V>();
+  const size_t stride = row_bytes(T, k);
+  const int64_t chunk = panel_k_chunk(n, k);
+  const int64_t num_tiles = (n + TW - 1) / TW;
+  float* weights = scratch;            // [PR, chunk]
+  float* partials = scratch + PR * k;  // [groups of PR rows][tiles][PR, TW]
+  for (int64_t c0 = 0; c0 < k; c0 += chunk) {
+    const int64_t kn = k - c0 < chunk ? k - c0 : chunk;
+    const bool first = c0 == 0, last = c0 + kn == k;
+    for (int64_t r0 = 0; r0 < num_rows; r0 += PR) {
+      const int64_t rows = num_rows - r0 < PR ? num_rows - r0 : PR;
+      // PR weight rows' elements [c0, c0 + kn) as f32 (rows past the last: zero), read from L1.
+      for (int64_t r = 0; r < PR; ++r) {
+        float* dst = weights + r * kn;
+        const std::byte* src = w + (r0 + r) * stride + c0 * 2;
+        if (r >= rows) {
+          for (int64_t i = 0; i < kn; ++i) dst[i] = 0.0f;
+        } else if constexpr (T == dtype::f16) {
+          f16_to_f32_rows<V>(src, kn, dst);
+        } else {
+          bf16_to_f32_rows<V>(src, kn, dst);
+        }
+      }
+      for (int64_t t = 0; t < num_tiles; ++t) {
+        const float* tile = xt + t * k * TW + c0 * TW;
+        // Each output goes on from its sum over the earlier chunks: its products are added in
+        // k's order whatever the chunks.
+        float* part = partials + ((r0 / PR) * num_tiles + t) * PR * TW;
+        reg acc[PR][2];
+        for (int r = 0; r < PR; ++r) {
+          acc[r][0] = first ? V::zero() : V::load(part + r * TW);
+          acc[r][1] = first ? V::zero() : V::load(part + r * TW + W);
+        }
+        for (int64_t i = 0; i < kn; ++i) {
+          const reg x0 = V::load(tile + i * TW), x1 = V::load(tile + i * TW + W);
+          for (int r = 0; r < PR; ++r) {
+            const reg b = V::set1(weights[r * kn + i]);
+            acc[r][0] = V::fma(b, x0, acc[r][0]);
+            acc[r][1] = V::fma(b, x1, acc[r][1]);
+          }
+        }
+        for (int r = 0; r < PR; ++r) {
+          V::store(part + r * TW, acc[r][0]);
+          V::store(part + r * TW + W, acc[r][1]);
+        }
+        if (!last) continue;
+        const int64_t j0 = t * TW;
+        const int64_t count = n - j0 < TW ? n - j0 : TW;
+        for (int64_t j = 0; j < count; ++j)
+          for (int64_t r = 0; r < rows; ++r) y[(j0 + j) * ldy + r0 + r] = part[r * TW + j];
+      }
+    }
+  }
+}
+
 template <class V>
 row_kernels make_row_kernels() {
   row_kernels table{};
@@ -358,6 +465,13 @@ row_kernels make_row_kernels() {
   table.to_f32[static_cast<int>(dtype::q8_0)] = &q8_0_to_f32_rows<V>;
   table.attention_scores = &attention_scores<V>;
   table.attention_values = &attention_values<V>;
+  if constexpr (V::width > 1) {
+    table.panel_gemm[static_cast<int>(dtype::f16)] = &panel_gemm<V, dtype::f16>;
+    table.panel_gemm[static_cast<int>(dtype::bf16)] = &panel_gemm<V, dtype::bf16>;
+    table.pack_activations = &pack_activations<V>;
+    table.panel_tile_rows = static_cast<int>(panel_width<V>());
+    table.panel_scratch_floats = &panel_scratch_floats<V>;
+  }
   return table;
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cstring>
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -12,6 +13,7 @@
 
 #include "backends/cpu/embedding.hpp"
 #include "backends/cpu/matmul.hpp"
+#include "backends/cpu/row_kernels.hpp"
 #include "backends/cpu/rms_norm.hpp"
 #include "backends/cpu/rope.hpp"
 #include "backends/cpu/silu_mul.hpp"
@@ -106,17 +108,59 @@ TEST(cpu_matmul, matches_naive_reference_for_every_dtype_and_path) {
         for (cpu::simd_level level : supported_simd_levels()) {
           scoped_simd_level force(level);
           for (int gemm_min_rows : {1, INT_MAX}) {
-            cpu::set_matmul_gemm_min_rows(gemm_min_rows);
-            std::vector<float> y(n * m, -1.0f), scratch;
-            cpu::matmul(pool, x.data(), n, w, y.data(), scratch);
-            for (int64_t i = 0; i < n * m; ++i) {
-              ASSERT_NEAR(y[i], expected[i], 2e-6 * magnitude[i] + 1e-6)
-                  << dtype_name(type) << " " << cpu::simd_level_name(level) << " k=" << k << " n=" << n
-                  << (gemm_min_rows == 1 ? " sgemm" : " dots") << " at " << i;
+            for (bool panels : {true, false}) {
+              cpu::set_matmul_gemm_min_rows(gemm_min_rows);
+              cpu::set_matmul_float_panels(panels);
+              std::vector<float> y(n * m, -1.0f), scratch;
+              cpu::matmul(pool, x.data(), n, w, y.data(), scratch);
+              for (int64_t i = 0; i < n * m; ++i) {
+                ASSERT_NEAR(y[i], expected[i], 2e-6 * magnitude[i] + 1e-6)
+                    << dtype_name(type) << " " << cpu::simd_level_name(level) << " k=" << k << " n=" << n
+                    << (gemm_min_rows == 1 ? (panels ? " panels" : " sgemm") : " dots") << " at " << i;
+              }
             }
           }
         }
       }
+    }
+  }
+  cpu::set_matmul_gemm_min_rows(saved_switch);
+  cpu::set_matmul_float_panels(true);
+}
+
+// The panel kernels of 16-bit weights (row_kernels.hpp) at prompt sizes: a prompt long enough
+// that k is taken in several chunks, activation and weight rows that fill no whole tile, and
+// chunks handed out over the pool, against double sums; and every output is its products added
+// in k's order, so a row has the same bits in a long prompt (chunked) as in a short one (whole).
+TEST(cpu_matmul, panel_kernels_cover_chunks_and_tails_with_the_same_bits) {
+  cpu::thread_pool pool(3);
+  const int64_t m = 45, k = 200, long_n = 2100, short_n = 33;
+  const int saved_switch = cpu::matmul_gemm_min_rows();
+  cpu::set_matmul_gemm_min_rows(1);
+  for (dtype type : {dtype::f16, dtype::bf16}) {
+    const auto w_bytes = test::encode(test::random_floats(m * k, 21), type);
+    const auto w_ref = test::decode_naive(w_bytes, type, m * k);
+    const cpu::weight_view w{type, m, k, w_bytes.data(), nullptr, nullptr};
+    const auto x = test::random_floats(long_n * k, 22);
+    for (cpu::simd_level level : supported_simd_levels()) {
+      scoped_simd_level force(level);
+      std::vector<float> whole(long_n * m, -1.0f), part(short_n * m, -1.0f), scratch;
+      cpu::matmul(pool, x.data(), long_n, w, whole.data(), scratch);
+      cpu::matmul(pool, x.data(), short_n, w, part.data(), scratch);
+      for (int64_t j = 0; j < long_n; j += j < 40 ? 1 : 97) {
+        for (int64_t r = 0; r < m; ++r) {
+          double expected = 0, magnitude = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            expected += x[j * k + i] * w_ref[r * k + i];
+            magnitude += std::fabs(x[j * k + i] * w_ref[r * k + i]);
+          }
+          ASSERT_NEAR(whole[j * m + r], expected, 2e-6 * magnitude + 1e-6)
+              << dtype_name(type) << " " << cpu::simd_level_name(level) << " row " << r << " of activation " << j;
+        }
+      }
+      if (cpu::active_kernels().panel_gemm[static_cast<int>(type)] == nullptr) continue;  // the scalar level
+      EXPECT_EQ(std::memcmp(whole.data(), part.data(), part.size() * 4), 0)
+          << dtype_name(type) << " " << cpu::simd_level_name(level);
     }
   }
   cpu::set_matmul_gemm_min_rows(saved_switch);
@@ -154,13 +198,15 @@ TEST(cpu_matmul, row_dots_give_each_output_the_same_bits_in_any_batch_and_tile) 
   cpu::set_matmul_gemm_min_rows(saved_switch);
 }
 
-// Decode batches of f16 weights go through per-thread slabs of converted rows: more rows than
-// one slab holds (a remainder slab too), handed out over the pool, give the reference products.
+// Without the panel kernels (or on a level that has none), decode batches of f16 weights go
+// through per-thread slabs of converted rows: more rows than one slab holds (a remainder slab
+// too), handed out over the pool, give the reference products.
 TEST(cpu_matmul, sgemm_over_per_thread_slabs_covers_every_row) {
   cpu::thread_pool pool(3);
   const int64_t m = 300, k = 512, n = 12;  // slabs of 128 rows: 128 + 128 + 44
   const int saved_switch = cpu::matmul_gemm_min_rows();
   cpu::set_matmul_gemm_min_rows(1);
+  cpu::set_matmul_float_panels(false);
   const auto w_bytes = test::encode(test::random_floats(m * k, 5), dtype::f16);
   const auto w_ref = test::decode_naive(w_bytes, dtype::f16, m * k);
   const auto x = test::random_floats(n * k, 6);
@@ -168,6 +214,7 @@ TEST(cpu_matmul, sgemm_over_per_thread_slabs_covers_every_row) {
   cpu::matmul(pool, x.data(), n, cpu::weight_view{dtype::f16, m, k, w_bytes.data(), nullptr, nullptr}, y.data(),
               scratch);
   cpu::set_matmul_gemm_min_rows(saved_switch);
+  cpu::set_matmul_float_panels(true);
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t r = 0; r < m; ++r) {
       double expected = 0, magnitude = 0;
