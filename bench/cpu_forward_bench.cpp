@@ -18,7 +18,8 @@
 //   kernels); --repack off: quantized weights read in their GGUF layout at every step, not
 //   repacked at load (backends/cpu/quant_repack.hpp); --gemm-min-rows N: where float weights switch from row dots to
 //   sgemm; --float-rows-at-every-count on: float weights take the cache-blocked row dots from
-//   there on instead of sgemm (the server's --batch-invariant);
+//   there on instead of sgemm (the server's --batch-invariant); --float-panels off: f16 and bf16
+//   weights from there through f32 slabs + sgemm, not the panel kernels (backends/cpu/row_kernels.hpp);
 //   --experts-side-by-side off: a mixture-of-experts layer's decode runs its experts one after
 //   another across all threads, not each whole on one thread (backends/cpu/moe_layer.hpp).
 //   --huge-pages off: weights that are not repacked read from the file's mapping (4 KiB pages), not
@@ -150,6 +151,8 @@ int main(int argc, char** argv) try {
       troupe::cpu::set_matmul_gemm_min_rows(std::stoi(value));
     else if (flag == "--float-rows-at-every-count")
       troupe::cpu::set_matmul_float_rows_at_every_count(value != "off");
+    else if (flag == "--float-panels")
+      troupe::cpu::set_matmul_float_panels(value != "off");
     else if (flag == "--chunk")
       chunk = std::stoi(value);
     else if (flag == "--kv-cache-dtype")
@@ -221,7 +224,7 @@ int main(int argc, char** argv) try {
         batch.block_table_start.push_back(0);
         for (int s = 0; s < n; ++s) {
           for (int t = first; t < first + count; ++t) {
-            batch.token_ids.push_back(5 + (t * 31 + s * 7) % 997);
+            batch.token_ids.push_back((5 + (t * 31 + s * 7) % 997) % config.vocab_size);
             batch.positions.push_back(t);
             batch.slot_mapping.push_back(int64_t{s} * per_seq * block_size + t);
           }

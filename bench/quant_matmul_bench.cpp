@@ -207,9 +207,11 @@ int main(int argc, char** argv) try {
 
   std::vector<float> scratch;
   const int gemm_min_rows = troupe::cpu::matmul_gemm_min_rows();
-  // integer: quantized weights through the integer kernels; else the f32 path, and float weights
-  // with the previous switch point (8 rows).
-  auto step_seconds = [&](const troupe::cpu::weight_view& w, int64_t n, bool integer) {
+  // integer: quantized weights through the integer kernels, float weights through the row dots
+  // at every count; else the f32 path, and float weights with the previous switch point (8 rows)
+  // and without the 16-bit panel kernels. panels: 16-bit float weights as served by default
+  // (row dots below matmul_gemm_min_rows, the panel kernels from there).
+  auto step_seconds = [&](const troupe::cpu::weight_view& w, int64_t n, bool integer, bool panels = false) {
     const std::vector<float> x = [&] {
       std::vector<float> v(static_cast<size_t>(n * w.cols));
       std::mt19937 rng(7);
@@ -218,12 +220,14 @@ int main(int argc, char** argv) try {
       return v;
     }();
     std::vector<float> y(static_cast<size_t>(n * w.rows));
-    troupe::cpu::set_matmul_integer_kernels(integer);
-    troupe::cpu::set_matmul_float_rows_at_every_count(integer);
-    if (!integer) troupe::cpu::set_matmul_gemm_min_rows(8);
+    troupe::cpu::set_matmul_integer_kernels(integer || panels);
+    troupe::cpu::set_matmul_float_rows_at_every_count(integer && !panels);
+    troupe::cpu::set_matmul_float_panels(panels);
+    if (!integer && !panels) troupe::cpu::set_matmul_gemm_min_rows(8);
     const double s = best_seconds(reps, [&] { troupe::cpu::matmul(pool, x.data(), n, w, y.data(), scratch); });
     troupe::cpu::set_matmul_integer_kernels(true);
     troupe::cpu::set_matmul_float_rows_at_every_count(true);
+    troupe::cpu::set_matmul_float_panels(true);
     troupe::cpu::set_matmul_gemm_min_rows(gemm_min_rows);
     return s;
   };
@@ -258,16 +262,23 @@ int main(int argc, char** argv) try {
   }
 
   if (prompt > 0) {
-    std::printf("\nprompt: %d rows x w %lldx%lld, GFLOP/s (integer kernels, or float row dots / f32 slabs + sgemm)\n",
-                prompt, static_cast<long long>(pm), static_cast<long long>(pk));
+    std::printf(
+        "\nprompt: %d rows x w %lldx%lld, GFLOP/s (integer kernels, or float row dots / f32 slabs + sgemm;\n"
+        "f16 and bf16 also through the panel kernels, as served, and their ratio to slabs + sgemm)\n",
+        prompt, static_cast<long long>(pm), static_cast<long long>(pk));
     for (dtype type : parse_types(types_arg)) {
       const std::vector<std::byte> bytes = random_weights(type, pm, pk, 2);
       const troupe::cpu::weight_view w{type, pm, pk, bytes.data()};
       const double flops = 2.0 * prompt * pm * pk;
       const double integer = flops / step_seconds(w, prompt, true) / 1e9;
       const double f32 = baseline ? flops / step_seconds(w, prompt, false) / 1e9 : 0;
-      std::printf("%-8s %8.1f %8.1f  %.2fx\n", std::string(troupe::dtype_name(type)).c_str(), integer, f32,
+      std::printf("%-8s %8.1f %8.1f  %.2fx", std::string(troupe::dtype_name(type)).c_str(), integer, f32,
                   f32 > 0 ? integer / f32 : 0.0);
+      if (type == dtype::f16 || type == dtype::bf16) {
+        const double panels = flops / step_seconds(w, prompt, false, true) / 1e9;
+        std::printf("  panels %8.1f  %.2fx", panels, f32 > 0 ? panels / f32 : 0.0);
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
   }
