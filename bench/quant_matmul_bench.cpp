@@ -30,6 +30,7 @@
 
 #include "backends/cpu/blas_core.hpp"
 #include "backends/cpu/matmul.hpp"
+#include "backends/cpu/row_kernels.hpp"
 #include "backends/cpu/simd_level.hpp"
 #include "backends/cpu/thread_pool.hpp"
 #include "bench/bench_support.hpp"
@@ -264,7 +265,7 @@ int main(int argc, char** argv) try {
   if (prompt > 0) {
     std::printf(
         "\nprompt: %d rows x w %lldx%lld, GFLOP/s (integer kernels, or float row dots / f32 slabs + sgemm;\n"
-        "f16 and bf16 also through the panel kernels, as served, and their ratio to slabs + sgemm)\n",
+        "f16, bf16 and fp8_e4m3 also through the panel kernels, as served, and their ratio to slabs + sgemm)\n",
         prompt, static_cast<long long>(pm), static_cast<long long>(pk));
     for (dtype type : parse_types(types_arg)) {
       const std::vector<std::byte> bytes = random_weights(type, pm, pk, 2);
@@ -274,7 +275,7 @@ int main(int argc, char** argv) try {
       const double f32 = baseline ? flops / step_seconds(w, prompt, false) / 1e9 : 0;
       std::printf("%-8s %8.1f %8.1f  %.2fx", std::string(troupe::dtype_name(type)).c_str(), integer, f32,
                   f32 > 0 ? integer / f32 : 0.0);
-      if (type == dtype::f16 || type == dtype::bf16) {
+      if (troupe::cpu::panel_weight_type(type)) {
         const double panels = flops / step_seconds(w, prompt, false, true) / 1e9;
         std::printf("  panels %8.1f  %.2fx", panels, f32 > 0 ? panels / f32 : 0.0);
       }

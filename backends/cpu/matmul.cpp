@@ -120,41 +120,37 @@ constexpr int64_t min_outputs_per_scale_task = int64_t{1} << 16;
 void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_view& w, float* y,
                    std::vector<float>& scratch);
 
-// 16-bit float weights at many activation rows (row_kernels.hpp, panel_gemm_fn): a block of
-// activation rows is transposed once, then each thread multiplies its weight rows a few at a
-// time, converted into its cache, so the weight is never written out as f32 nor repacked. Blocks
-// of panel_block_rows bound the transposed copy (and the scratch) for a long prompt; each block
-// reads the weight once more, which its arithmetic dwarfs.
-constexpr int64_t panel_block_rows = 512;
+// Narrow float weights at many activation rows (row_kernels.hpp, panel_gemm_fn): the
+// activations are transposed once, then each thread multiplies its weight rows a few at a time,
+// converted into its cache, so the weight is never written out as f32 nor repacked. Up to this
+// many rows: from there OpenBLAS's sgemm over the converted weight is ahead (0.8-0.9x at 512 and
+// 1,024 rows, 1.0-1.9x at 256; docs/benchmarks.md), and the transposed copy stays small.
+constexpr int64_t panel_max_rows = 512;
 
-void panel_matmul(thread_pool& pool, const row_kernels& kernels, panel_gemm_fn panel, const float* x, int64_t n,
-                  const weight_view& w, float* y, std::vector<float>& scratch) {
+void panel_matmul(thread_pool& pool, const row_kernels& kernels, const float* x, int64_t n, const weight_view& w,
+                  float* y, std::vector<float>& scratch) {
   const int64_t m = w.rows;
   const int64_t k = w.cols;
   const size_t stride = row_bytes(w.type, k);
   const int64_t tile = kernels.panel_tile_rows;
-  const int64_t block = std::min(n, panel_block_rows);
-  const size_t packed = static_cast<size_t>((block + tile - 1) / tile * tile * k);
+  const int64_t num_tiles = (n + tile - 1) / tile;
+  const size_t packed = static_cast<size_t>(num_tiles * tile * k);
   const int64_t per_thread_rows = (m + pool.num_threads() - 1) / pool.num_threads();
-  // At most 128 weight rows a chunk: their partial sums (128 x block floats) stay in L2 beside
-  // the activations' chunk.
+  // At most 128 weight rows a chunk: their partial sums (128 x n floats) stay in L2 beside the
+  // activations' chunk.
   const int64_t chunk = std::clamp<int64_t>(per_thread_rows / 4 / 16 * 16, 16, 128);
-  const size_t per_thread = kernels.panel_scratch_floats(k, block, chunk);
+  const size_t per_thread = kernels.panel_scratch_floats(k, n, chunk);
   if (scratch.size() < packed + per_thread * pool.num_threads())
     scratch.resize(packed + per_thread * pool.num_threads());
   float* xt = scratch.data();
-  for (int64_t j0 = 0; j0 < n; j0 += block) {
-    const int64_t rows = std::min(block, n - j0);
-    const int64_t num_tiles = (rows + tile - 1) / tile;
-    pool.parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end, int) {
-      const int64_t count = std::min(rows, end * tile) - begin * tile;
-      kernels.pack_activations(x + (j0 + begin * tile) * k, count, k, k, xt + begin * tile * k);
-    });
-    pool.parallel_for_dynamic(0, m, chunk, [&](int64_t begin, int64_t end, int thread_index) {
-      panel(xt, rows, k, w.data + begin * stride, end - begin, y + j0 * m + begin, m,
-            xt + packed + per_thread * thread_index);
-    });
-  }
+  pool.parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end, int) {
+    const int64_t count = std::min(n, end * tile) - begin * tile;
+    kernels.pack_activations(x + begin * tile * k, count, k, k, xt + begin * tile * k);
+  });
+  pool.parallel_for_dynamic(0, m, chunk, [&](int64_t begin, int64_t end, int thread_index) {
+    kernels.panel_gemm(xt, n, k, w.data + begin * stride, w.type, kernels.to_f32[static_cast<int>(w.type)], end - begin,
+                       y + begin, m, xt + packed + per_thread * thread_index);
+  });
 }
 
 }  // namespace
@@ -281,9 +277,8 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
     return;
   }
 
-  const panel_gemm_fn panel = kernels.panel_gemm[static_cast<int>(w.type)];
-  if (panel != nullptr && matmul_float_panels()) {
-    panel_matmul(pool, kernels, panel, x, n, w, y, scratch);
+  if (n < panel_max_rows && kernels.panel_gemm != nullptr && panel_weight_type(w.type) && matmul_float_panels()) {
+    panel_matmul(pool, kernels, x, n, w, y, scratch);
     return;
   }
 

@@ -28,23 +28,28 @@ using attention_scores_fn = void (*)(const float* queries, int64_t num_queries, 
 using attention_values_fn = void (*)(const float* probs, int64_t num_queries, int64_t num_keys, const float* values,
                                      int64_t ldv, int64_t head_dim, float* out, int64_t ldo);
 
-// A prompt's product with 16-bit float weights, without converting the whole weight to f32 first.
-// The activations are transposed once, in tiles of panel_tile_rows rows: xt[tile][k][panel_tile_rows]
-// (the rows past n zero); then each call multiplies num_rows weight rows with every tile,
-// converting a few weight rows at a time into `scratch` while both stay in the core's cache
-// (`scratch`: panel_scratch_floats(k, n, num_rows) floats):
+// A prompt's product with float weights stored narrower than f32 (f16, bf16, fp8_e4m3: a
+// conversion per element, no blocks), without converting the whole weight to f32 first. The
+// activations are transposed once, in tiles of panel_tile_rows rows: xt[tile][k][panel_tile_rows]
+// (the rows past n zero); then each call multiplies num_rows weight rows (`type`, converted by
+// `convert`, the table's to_f32) with every tile, a few weight rows at a time converted into
+// `scratch` while both stay in the core's cache (panel_scratch_floats(k, n, num_rows) floats):
 //   y[j * ldy + r] = dot(x row j, weight row r) for j < n, r < num_rows,
 // each a sum over k in order, one multiply-add per element.
 using pack_activations_fn = void (*)(const float* x, int64_t n, int64_t ldx, int64_t k, float* xt);
-using panel_gemm_fn = void (*)(const float* xt, int64_t n, int64_t k, const std::byte* w, int64_t num_rows, float* y,
-                               int64_t ldy, float* scratch);
+using panel_gemm_fn = void (*)(const float* xt, int64_t n, int64_t k, const std::byte* w, dtype type, to_f32_fn convert,
+                               int64_t num_rows, float* y, int64_t ldy, float* scratch);
+
+// The weight types the panel kernels take (their elements convert one by one).
+inline bool panel_weight_type(dtype type) {
+  return type == dtype::f16 || type == dtype::bf16 || type == dtype::fp8_e4m3;
+}
 
 struct row_kernels {
-  dot_rows_fn dot_rows[num_dtypes];  // indexed by dtype
-  to_f32_fn to_f32[num_dtypes];      // indexed by dtype
-  // Indexed by dtype: f16 and bf16 (null for the others and where a level has none).
-  panel_gemm_fn panel_gemm[num_dtypes];
-  pack_activations_fn pack_activations;
+  dot_rows_fn dot_rows[num_dtypes];    // indexed by dtype
+  to_f32_fn to_f32[num_dtypes];        // indexed by dtype
+  panel_gemm_fn panel_gemm = nullptr;  // for panel_weight_type()s; null where a level has none
+  pack_activations_fn pack_activations = nullptr;
   int panel_tile_rows = 0;  // activation rows per tile of xt
   size_t (*panel_scratch_floats)(int64_t k, int64_t n, int64_t max_rows) = nullptr;
   attention_scores_fn attention_scores;

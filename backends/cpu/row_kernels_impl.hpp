@@ -390,14 +390,14 @@ inline int64_t panel_k_chunk(int64_t n, int64_t k) {
   return chunk < k ? chunk : k;
 }
 
-template <class V, dtype T>
-void panel_gemm(const float* xt, int64_t n, int64_t k, const std::byte* w, int64_t num_rows, float* y, int64_t ldy,
-                float* scratch) {
+template <class V>
+void panel_gemm(const float* xt, int64_t n, int64_t k, const std::byte* w, dtype type, to_f32_fn convert,
+                int64_t num_rows, float* y, int64_t ldy, float* scratch) {
   using reg = typename V::reg;
   constexpr int64_t W = V::width;
   constexpr int64_t TW = panel_width<V>();
   constexpr int PR = panel_weight_rows<V>();
-  const size_t stride = row_bytes(T, k);
+  const size_t stride = row_bytes(type, k);
   const int64_t chunk = panel_k_chunk(n, k);
   const int64_t num_tiles = (n + TW - 1) / TW;
   float* weights = scratch;            // [PR, chunk]
@@ -410,13 +410,10 @@ void panel_gemm(const float* xt, int64_t n, int64_t k, const std::byte* w, int64
       // PR weight rows' elements [c0, c0 + kn) as f32 (rows past the last: zero), read from L1.
       for (int64_t r = 0; r < PR; ++r) {
         float* dst = weights + r * kn;
-        const std::byte* src = w + (r0 + r) * stride + c0 * 2;
         if (r >= rows) {
           for (int64_t i = 0; i < kn; ++i) dst[i] = 0.0f;
-        } else if constexpr (T == dtype::f16) {
-          f16_to_f32_rows<V>(src, kn, dst);
         } else {
-          bf16_to_f32_rows<V>(src, kn, dst);
+          convert(w + (r0 + r) * stride + row_bytes(type, c0), kn, dst);
         }
       }
       for (int64_t t = 0; t < num_tiles; ++t) {
@@ -466,8 +463,7 @@ row_kernels make_row_kernels() {
   table.attention_scores = &attention_scores<V>;
   table.attention_values = &attention_values<V>;
   if constexpr (V::width > 1) {
-    table.panel_gemm[static_cast<int>(dtype::f16)] = &panel_gemm<V, dtype::f16>;
-    table.panel_gemm[static_cast<int>(dtype::bf16)] = &panel_gemm<V, dtype::bf16>;
+    table.panel_gemm = &panel_gemm<V>;
     table.pack_activations = &pack_activations<V>;
     table.panel_tile_rows = static_cast<int>(panel_width<V>());
     table.panel_scratch_floats = &panel_scratch_floats<V>;
