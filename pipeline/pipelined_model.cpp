@@ -248,7 +248,6 @@ class pipelined_model final : public model {
       }
     }
     check_kv_written_since_reconnect(batch);
-    const int vocab = config().vocab_size;
     const int wanted = batch.hidden_rows.empty() ? settings_.micro_batches : 1;
     const std::vector<std::pair<int, int>> cuts = cut_micro_batches(batch, wanted);
     const uint64_t step = ++step_id_;
@@ -276,43 +275,18 @@ class pipelined_model final : public model {
     // micro-batch's forward, when each is written for all of them.
     std::string failure;
     kv_stream_progress streaming{static_cast<bool>(batch.after_layer_kv)};
+    std::exception_ptr local_error;  // the local stage's, rethrown once every micro-batch is back
     std::chrono::nanoseconds local_busy{0};
     for (size_t i = 0; i < cuts.size(); ++i) {
       micro_batch_job* job = wait_for(i, batch, streaming);
-      if (!job->failure.empty() || !failure.empty() || streaming.error) {
+      if (!job->failure.empty() || !failure.empty() || streaming.error || local_error) {
         if (failure.empty()) failure = job->failure;
         continue;  // the rest still come back before their buffers may go
       }
-      forward_batch& local = slices_[i];
-      local.residual_in = job->stream[0].data();
-      local.after_layer_kv = i + 1 == cuts.size() ? batch.after_layer_kv : nullptr;
-      const int32_t row_begin = batch.query_start[static_cast<size_t>(cuts[i].first)];
-      const int32_t row_end = batch.query_start[static_cast<size_t>(cuts[i].second)];
-      if (cuts.size() == 1) {
-        local.logits_rows = batch.logits_rows;
-        local.hidden_rows = batch.hidden_rows;
-        local.hidden_out = batch.hidden_out;
-        const auto begin = std::chrono::steady_clock::now();
-        last_->forward(local, logits);
-        local_busy += std::chrono::steady_clock::now() - begin;
-        continue;
-      }
-      std::vector<size_t> places;  // where each of this micro-batch's logits rows goes
-      local.logits_rows.clear();
-      for (size_t j = 0; j < batch.logits_rows.size(); ++j) {
-        const int32_t row = batch.logits_rows[j];
-        if (row >= row_begin && row < row_end) {
-          local.logits_rows.push_back(row - row_begin);
-          places.push_back(j);
-        }
-      }
-      part_logits_.resize(places.size() * static_cast<size_t>(vocab));
-      const auto begin = std::chrono::steady_clock::now();
-      last_->forward(local, part_logits_.data());
-      local_busy += std::chrono::steady_clock::now() - begin;
-      for (size_t k = 0; k < places.size(); ++k) {
-        std::memcpy(logits + places[k] * static_cast<size_t>(vocab),
-                    part_logits_.data() + k * static_cast<size_t>(vocab), static_cast<size_t>(vocab) * sizeof(float));
+      try {
+        local_busy += run_local_stage(batch, cuts, i, *job, logits);
+      } catch (...) {
+        local_error = std::current_exception();
       }
     }
     record_stage_load(local_busy);
@@ -331,10 +305,49 @@ class pipelined_model final : public model {
       if (lost) throw stage_lost_error(failure);
       throw std::runtime_error(failure);
     }
+    if (local_error) std::rethrow_exception(local_error);
     mark_kv_written(batch);
   }
 
  private:
+  // Micro-batch i (cuts[i] of `batch`) through the layers here, once it is back from the remote
+  // stages: its logits rows go where the whole batch's logits_rows put them, and the last
+  // micro-batch carries after_layer_kv (each local layer is then written for all of them).
+  // Returns the time it took.
+  std::chrono::nanoseconds run_local_stage(const forward_batch& batch, const std::vector<std::pair<int, int>>& cuts,
+                                           size_t i, micro_batch_job& job, float* logits) {
+    forward_batch& local = slices_[i];
+    local.residual_in = job.stream[0].data();
+    local.after_layer_kv = i + 1 == cuts.size() ? batch.after_layer_kv : nullptr;
+    const auto begin = std::chrono::steady_clock::now();
+    if (cuts.size() == 1) {
+      local.logits_rows = batch.logits_rows;
+      local.hidden_rows = batch.hidden_rows;
+      local.hidden_out = batch.hidden_out;
+      last_->forward(local, logits);
+      return std::chrono::steady_clock::now() - begin;
+    }
+    const int vocab = config().vocab_size;
+    const int32_t row_begin = batch.query_start[static_cast<size_t>(cuts[i].first)];
+    const int32_t row_end = batch.query_start[static_cast<size_t>(cuts[i].second)];
+    std::vector<size_t> places;  // where each of this micro-batch's logits rows goes
+    local.logits_rows.clear();
+    for (size_t j = 0; j < batch.logits_rows.size(); ++j) {
+      const int32_t row = batch.logits_rows[j];
+      if (row >= row_begin && row < row_end) {
+        local.logits_rows.push_back(row - row_begin);
+        places.push_back(j);
+      }
+    }
+    part_logits_.resize(places.size() * static_cast<size_t>(vocab));
+    last_->forward(local, part_logits_.data());
+    for (size_t k = 0; k < places.size(); ++k) {
+      std::memcpy(logits + places[k] * static_cast<size_t>(vocab), part_logits_.data() + k * static_cast<size_t>(vocab),
+                  static_cast<size_t>(vocab) * sizeof(float));
+    }
+    return std::chrono::steady_clock::now() - begin;
+  }
+
   // Before an import: a stage it writes into that is down is waited for, as long as connecting to
   // it may take, and a reconnected one installed when no forward runs (a decode instance with
   // nothing to decode runs none). Otherwise a decode instance's transfers would fail one after

@@ -375,6 +375,65 @@ TEST_F(pipelined_model_test, a_pipelined_prefill_streams_each_stages_kv_while_it
   }
 }
 
+// The local stage of a pipeline whose first forward fails.
+class failing_once_stage final : public model {
+ public:
+  explicit failing_once_stage(std::unique_ptr<model> inner) : inner_(std::move(inner)) {}
+  const model_config& config() const override { return inner_->config(); }
+  kv_cache_shape kv_shape() const override { return inner_->kv_shape(); }
+  std::string backend_name() const override { return inner_->backend_name(); }
+  void forward(const forward_batch& batch, float* logits) override {
+    if (!failed_) {
+      failed_ = true;
+      throw std::runtime_error("the local stage failed on purpose");
+    }
+    inner_->forward(batch, logits);
+  }
+
+ private:
+  std::unique_ptr<model> inner_;
+  bool failed_ = false;
+};
+
+// A local stage that fails on the first of two micro-batches fails the forward with its error
+// only once the second is back from the remote stage (it was still there, writing into the
+// forward's buffers), and the next forward is the whole model's.
+TEST_F(pipelined_model_test, a_local_stage_failure_waits_for_every_micro_batch_before_it_is_thrown) {
+  served_stages front = serve({{0, 2}});
+  loaded_stage last = load_stage({2, 5});
+  loaded_stage whole = load_stage({});
+  pipeline_settings settings;
+  settings.micro_batches = 2;
+  auto pipelined =
+      make_pipelined_model(std::make_unique<failing_once_stage>(std::move(last.m)), {2, 5}, front.remote, settings);
+  auto two_sequences = [](int shift) {
+    forward_batch batch = test::one_sequence_batch({1, 403, 407, 261, 378, 432}, 0, 6, {0, 1}, block_size);
+    const forward_batch other =
+        test::one_sequence_batch({1, 300, 311, 322, 333, 344, 355}, 0, 7, {2 + shift, 3 + shift}, block_size);
+    batch.token_ids.insert(batch.token_ids.end(), other.token_ids.begin(), other.token_ids.end());
+    batch.positions.insert(batch.positions.end(), other.positions.begin(), other.positions.end());
+    batch.slot_mapping.insert(batch.slot_mapping.end(), other.slot_mapping.begin(), other.slot_mapping.end());
+    batch.query_start = {0, 6, 13};
+    batch.context_lengths = {6, 7};
+    batch.block_table_start = {0, 2, 4};
+    batch.block_tables = {0, 1, 2 + shift, 3 + shift};
+    batch.logits_rows = {5, 12};
+    return batch;
+  };
+  std::vector<float> logits(2 * 512), expected(2 * 512);
+  try {
+    pipelined->forward(two_sequences(0), logits.data());
+    ADD_FAILURE() << "the forward succeeded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("failed on purpose"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(front.servers[0]->frames_computed(), 2u);  // both micro-batches were computed there
+  const forward_batch again = two_sequences(4);
+  pipelined->forward(again, logits.data());
+  whole.m->forward(again, expected.data());
+  EXPECT_EQ(logits, expected);
+}
+
 // A decode pipeline runs no forward while it has nothing to decode: a stage that restarted
 // then is installed by the next import, which goes to the new stage, and the decode that follows
 // reads it.
