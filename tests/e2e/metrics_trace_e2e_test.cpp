@@ -196,11 +196,14 @@ TEST(metrics_trace_e2e, metrics_parse_count_every_request_and_agree_with_clients
   RecordProperty("http_client_ttft_sum_ms", std::to_string(http_client_ttft_sum * 1e3));
   RecordProperty("http_server_ttft_sum_ms", std::to_string(http_server_ttft_sum * 1e3));
   // On this model a first token takes well under a millisecond, so the clients' fixed costs are
-  // a large share (the server measured 30-65 % of the clients' sum here): the lower bound only
-  // has to rule out a server that measures next to nothing, with room for a loaded machine.
+  // a large share (the server measured 30-65 % of the clients' sum on a quiet machine, 7 % once
+  // when the client's wake-ups waited behind other tests): the lower bound only has to rule out
+  // a server that measures next to nothing, so it is absolute. A first token includes a prefill
+  // step and the hops between the stages, never under 50 µs here (the server measures 0.3-0.7
+  // ms).
   EXPECT_LE(zmq_server_ttft_sum, zmq_client_ttft_sum + 0.001)
       << "the ZeroMQ clients measured " << zmq_client_ttft_sum << " s in all";
-  EXPECT_GE(zmq_server_ttft_sum, 0.1 * zmq_client_ttft_sum)
+  EXPECT_GE(zmq_server_ttft_sum, num_per_door * 50e-6)
       << "the ZeroMQ clients measured " << zmq_client_ttft_sum << " s in all";
   EXPECT_GT(http_server_ttft_sum, 0.0);
   EXPECT_LE(http_server_ttft_sum, http_client_ttft_sum + 0.001);
