@@ -16,6 +16,8 @@
 //   troupe_bench_quant [--types all|q4_0,q8_0,...] [--shape 4096x14336] [--rows 1,8,32,64]
 //                      [--prompt 512] [--prompt-shape 4096x4096] [--threads N] [--reps 5]
 //                      [--baseline on|off] [--probe-mib 512] [--clock wall|cpu]
+//                      [--simd scalar|avx2|avx512|avx512_vnni]
+// --simd runs the kernels of a lower level than the CPU's (the AVX2 path on an AVX-512 machine).
 
 #include <time.h>
 
@@ -166,6 +168,7 @@ int main(int argc, char** argv) try {
   std::string types_arg = "all", shape_arg = "4096x14336", rows_arg = "1,8,32,64", prompt_shape_arg = "4096x4096";
   int threads = 0, reps = 5, prompt = 512, probe_mib = 512;
   bool baseline = true;
+  std::string simd_arg;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw std::runtime_error("flag " + flag + " needs a value");
@@ -190,8 +193,20 @@ int main(int argc, char** argv) try {
       probe_mib = std::stoi(value);
     else if (flag == "--clock")
       cpu_clock = value == "cpu";
+    else if (flag == "--simd")
+      simd_arg = value;
     else
       throw std::runtime_error("unknown flag " + flag);
+  }
+  if (!simd_arg.empty()) {
+    bool known = false;
+    for (auto level : {troupe::cpu::simd_level::scalar, troupe::cpu::simd_level::avx2, troupe::cpu::simd_level::avx512,
+                       troupe::cpu::simd_level::avx512_vnni}) {
+      if (troupe::cpu::simd_level_name(level) != simd_arg) continue;
+      troupe::cpu::force_simd_level(level);  // throws naming a level this CPU cannot run
+      known = true;
+    }
+    if (!known) throw std::runtime_error("--simd " + simd_arg + ": expected scalar, avx2, avx512 or avx512_vnni");
   }
   if (threads <= 0) threads = troupe::cpu::hardware_threads();
   const auto [m, k] = parse_shape(shape_arg);

@@ -122,10 +122,10 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
 
 // Narrow float weights at many activation rows (row_kernels.hpp, panel_gemm_fn): the
 // activations are transposed once, then each thread multiplies its weight rows a few at a time,
-// converted into its cache, so the weight is never written out as f32 nor repacked. Up to this
-// many rows: from there OpenBLAS's sgemm over the converted weight is ahead (0.8-0.9x at 512 and
-// 1,024 rows, 1.0-1.9x at 256; docs/benchmarks.md), and the transposed copy stays small.
-constexpr int64_t panel_max_rows = 512;
+// converted into its cache, so the weight is never written out as f32 nor repacked. Below the
+// level's panel_max_rows: from there OpenBLAS's sgemm over the converted weight is ahead (on
+// AVX-512 0.8-0.9x for the panels at 512 and 1,024 rows, 1.0-1.9x at 256; docs/benchmarks.md),
+// and the transposed copy stays small.
 
 void panel_matmul(thread_pool& pool, const row_kernels& kernels, const float* x, int64_t n, const weight_view& w,
                   float* y, std::vector<float>& scratch) {
@@ -277,7 +277,8 @@ void matmul_stored(thread_pool& pool, const float* x, int64_t n, const weight_vi
     return;
   }
 
-  if (n < panel_max_rows && kernels.panel_gemm != nullptr && panel_weight_type(w.type) && matmul_float_panels()) {
+  if (n < kernels.panel_max_rows && kernels.panel_gemm != nullptr && panel_weight_type(w.type) &&
+      matmul_float_panels()) {
     panel_matmul(pool, kernels, x, n, w, y, scratch);
     return;
   }

@@ -9,9 +9,9 @@
 //   contiguous range of weight rows and streams them once, dotting pairs of rows with groups of
 //   up to four activations in registers (SIMD row kernels): memory-bandwidth bound for a few
 //   rows, FMA-bound for more, each weight read once per step;
-// - from there to 511 rows, f16, bf16 and fp8_e4m3 weights take the panel kernels
+// - from there to 511 rows (127 on AVX2), f16, bf16 and fp8_e4m3 weights take the panel kernels
 //   (row_kernels.hpp): the activations transposed once, then each thread multiplies its weight
-//   rows eight at a time (four on AVX2), converted to f32 into its cache, against every tile of
+//   rows eight at a time (six on AVX2), converted to f32 into its cache, against every tile of
 //   activations, taking k in chunks that keep the activations' share in L2. The weight is read
 //   as stored, never written out as f32 nor repacked: 1.5-1.7x the slabs + sgemm below at 32
 //   decode streams of a 1.1 B F16 model, 1.2-1.3x on its 128-token prompt (docs/benchmarks.md);
@@ -78,9 +78,10 @@ bool matmul_batch_invariant(dtype type);
 bool matmul_float_rows_at_every_count();
 void set_matmul_float_rows_at_every_count(bool on);
 
-// Whether f16, bf16 and fp8_e4m3 weights take the panel kernels from matmul_gemm_min_rows to 511
-// rows (the default; row_kernels.hpp, panel_gemm_fn) or, when off, the f32 slabs + sgemm they
-// took before, kept so benchmarks can measure one against the other.
+// Whether f16, bf16 and fp8_e4m3 weights take the panel kernels from matmul_gemm_min_rows up to
+// the level's row_kernels::panel_max_rows (the default; row_kernels.hpp, panel_gemm_fn) or, when
+// off, the f32 slabs + sgemm they took before, kept so benchmarks can measure one against the
+// other.
 bool matmul_float_panels();
 void set_matmul_float_panels(bool on);
 

@@ -51,6 +51,7 @@ struct row_kernels {
   panel_gemm_fn panel_gemm = nullptr;  // for panel_weight_type()s; null where a level has none
   pack_activations_fn pack_activations = nullptr;
   int panel_tile_rows = 0;  // activation rows per tile of xt
+  int panel_max_rows = 0;   // matmul takes the panels below this many activation rows
   size_t (*panel_scratch_floats)(int64_t k, int64_t n, int64_t max_rows) = nullptr;
   attention_scores_fn attention_scores;
   attention_values_fn attention_values;

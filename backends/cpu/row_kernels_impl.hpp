@@ -353,9 +353,13 @@ template <class V>
 constexpr int64_t panel_width() {
   return 2 * V::width;
 }
+// Weight rows per tile: 2 * PR accumulators, two activation registers and a broadcast fit the
+// registers (32 on AVX-512, 16 on AVX2), and 2 * PR independent sums cover an FMA's latency on
+// both ports (4 cycles x 2; AVX2's 12 sums measured level with 8 on the Intel guest, whose
+// noise hid the difference).
 template <class V>
 constexpr int panel_weight_rows() {
-  return V::width >= 16 ? 8 : 4;  // 2 * PR accumulators, two activation registers and a broadcast
+  return V::width >= 16 ? 8 : 6;
 }
 
 // The converted weight rows of one chunk, then the partial sums of every tile (up to max_rows
@@ -466,6 +470,10 @@ row_kernels make_row_kernels() {
     table.panel_gemm = &panel_gemm<V>;
     table.pack_activations = &pack_activations<V>;
     table.panel_tile_rows = static_cast<int>(panel_width<V>());
+    // AVX-512 against OpenBLAS's SkylakeX sgemm: ahead to 256 rows, behind from 512. AVX2 against
+    // its Haswell sgemm (forced on the Intel guest): ahead at 32 rows (1.05-1.75x), level to
+    // behind from 128 (0.72-1.23x), so there the slabs keep them.
+    table.panel_max_rows = V::width >= 16 ? 512 : 128;
     table.panel_scratch_floats = &panel_scratch_floats<V>;
   }
   return table;
