@@ -344,7 +344,7 @@ void attention_values(const float* probs, int64_t num_queries, int64_t num_keys,
   }
 }
 
-// ---- Prompt products with 16-bit float weights (row_kernels.hpp, panel_gemm_fn) ----------------
+// ---- Products of narrow float weights at many rows (row_kernels.hpp, panel_gemm_fn) -------------
 // A tile is two registers of activation rows (lanes are rows) against PR weight rows: per
 // element of k, two loads of the transposed activations and PR broadcasts of converted weights
 // feed 2 * PR multiply-adds, so the FMA units, not the loads, set the pace.
@@ -411,7 +411,8 @@ void panel_gemm(const float* xt, int64_t n, int64_t k, const std::byte* w, dtype
     const bool first = c0 == 0, last = c0 + kn == k;
     for (int64_t r0 = 0; r0 < num_rows; r0 += PR) {
       const int64_t rows = num_rows - r0 < PR ? num_rows - r0 : PR;
-      // PR weight rows' elements [c0, c0 + kn) as f32 (rows past the last: zero), read from L1.
+      // PR weight rows' elements [c0, c0 + kn) as f32 (rows past the last: zero), then read from
+      // the core's cache by every tile.
       for (int64_t r = 0; r < PR; ++r) {
         float* dst = weights + r * kn;
         if (r >= rows) {
