@@ -1,5 +1,7 @@
 #include "pipeline/pipelined_model.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -411,6 +413,12 @@ class pipelined_model final : public model {
     stage_load_board& board = stage_load_board::instance();
     for (size_t i = 0; i < links_.size(); ++i) {
       board.add(remote_[i].layers, remote_[i].endpoint, std::chrono::nanoseconds(links_[i]->take_busy_ns()), now);
+      // A stage served from this very process (tests, benches) is this process's CPU already.
+      const stage_link::process_cpu cpu = links_[i]->stage_process_cpu();
+      if (cpu.pid == 0 || cpu.pid == static_cast<uint32_t>(::getpid())) continue;
+      board.report_cpu(remote_[i].layers, remote_[i].endpoint,
+                       stage_process_cpu{stage_process_identity(remote_[i].endpoint, cpu.pid), cpu.total_us / 1e6,
+                                         cpu.compute_us / 1e6});
     }
     board.add(last_layers_, local_stage_name, local_busy, now);
   }

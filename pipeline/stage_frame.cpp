@@ -63,6 +63,9 @@ void encode_stage_frame_header(const stage_frame_header& h, std::span<std::byte,
   put(p, 32, h.hidden_size);
   put(p, 36, h.compute_us);
   put(p, 40, h.payload_bytes);
+  put(p, 48, h.process_cpu_us);
+  put(p, 56, h.compute_cpu_us);
+  put(p, 64, h.process_id);
 }
 
 uint64_t stage_max_frame_bytes(const stage_frame_limits& limits) {
@@ -129,6 +132,9 @@ stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, c
   h.hidden_size = get<int32_t>(p, 32);
   h.compute_us = get<uint32_t>(p, 36);
   h.payload_bytes = get<uint64_t>(p, 40);
+  h.process_cpu_us = get<uint64_t>(p, 48);
+  h.compute_cpu_us = get<uint64_t>(p, 56);
+  h.process_id = get<uint32_t>(p, 64);
   check_count("num_tokens", h.num_tokens, limits.max_tokens);
   check_count("num_seqs", h.num_seqs, std::min(limits.max_seqs, h.num_tokens));
   check_count("num_block_ids", h.num_block_ids, limits.max_block_ids);

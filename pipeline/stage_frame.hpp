@@ -43,8 +43,8 @@
 namespace troupe {
 
 inline constexpr uint32_t stage_frame_magic = 0x31535054;  // "TPS1" little-endian on the wire
-inline constexpr uint16_t stage_frame_version = 1;
-inline constexpr size_t stage_frame_header_bytes = 48;
+inline constexpr uint16_t stage_frame_version = 2;
+inline constexpr size_t stage_frame_header_bytes = 72;
 inline constexpr size_t stage_failure_max_bytes = 4096;
 
 enum class stage_frame_kind : uint16_t {
@@ -74,6 +74,12 @@ struct stage_frame_header {
   // scale --list` shows as the stage's busy share); 0 in other frames.
   uint32_t compute_us = 0;
   uint64_t payload_bytes = 0;
+  // result: the stage process's CPU since it began serving, all of it and its compute's, in
+  // microseconds, and its process id: the engine's /metrics and `troupe plan` count the stage's
+  // process beside the cluster's others. 0 in other frames.
+  uint64_t process_cpu_us = 0;
+  uint64_t compute_cpu_us = 0;
+  uint32_t process_id = 0;
 };
 
 // What one stage is, as the hello and its answer say it.

@@ -206,6 +206,10 @@ std::string stage_link::exchange(micro_batch_job& job) {
                       " micro-batch " + std::to_string(job.index));
   }
   busy_ns_ += uint64_t{answer.compute_us} * 1000;
+  {
+    std::lock_guard lock(mutex_);
+    stage_cpu_ = process_cpu{answer.process_id, answer.process_cpu_us, answer.compute_cpu_us};
+  }
   job.stream[1].resize(static_cast<size_t>(answer.num_tokens) * static_cast<size_t>(hidden_size_));
   if (std::string why = channel_->read(std::as_writable_bytes(std::span(job.stream[1])), deadline); !why.empty()) {
     return break_link(why);
@@ -245,6 +249,11 @@ std::string stage_link::exchange(kv_job& job) {
     if (std::string why = channel_->read(job.out, deadline); !why.empty()) return break_link(why);
   }
   return "";
+}
+
+stage_link::process_cpu stage_link::stage_process_cpu() const {
+  std::lock_guard lock(mutex_);
+  return stage_cpu_;
 }
 
 }  // namespace troupe

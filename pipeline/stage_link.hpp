@@ -72,6 +72,13 @@ class stage_link {
                         std::span<const std::byte> data);
   // The stage's compute time its results reported since the last call (what it was busy with).
   uint64_t take_busy_ns() { return busy_ns_.exchange(0); }
+  // The stage process's CPU as its last result reported it (pid 0: no result yet).
+  struct process_cpu {
+    uint32_t pid = 0;
+    uint64_t total_us = 0;
+    uint64_t compute_us = 0;
+  };
+  process_cpu stage_process_cpu() const;
 
   // How often an idle link looks whether its stage is still there (stage_channel::peer_gone).
   static constexpr std::chrono::milliseconds idle_probe_interval{250};
@@ -117,6 +124,7 @@ class stage_link {
   std::string broken_;
   bool stopping_ = false;
   std::atomic<uint64_t> busy_ns_{0};
+  process_cpu stage_cpu_;  // under mutex_
   std::thread thread_;
 };
 

@@ -30,6 +30,27 @@ void stage_load_board::add(layer_range layers, const std::string& where, std::ch
 void stage_load_board::forget(layer_range layers, const std::string& where) {
   std::lock_guard lock(mutex_);
   stages_.erase(key{layers.first, where});
+  processes_.erase(key{layers.first, where});
+}
+
+void stage_load_board::report_cpu(layer_range layers, const std::string& where, stage_process_cpu cpu) {
+  std::lock_guard lock(mutex_);
+  processes_[key{layers.first, where}] = std::move(cpu);
+}
+
+std::vector<stage_process_cpu> stage_load_board::processes() const {
+  std::lock_guard lock(mutex_);
+  std::vector<stage_process_cpu> out;
+  for (const auto& [k, cpu] : processes_) out.push_back(cpu);
+  return out;
+}
+
+std::string stage_process_identity(const std::string& endpoint, uint32_t pid) {
+  const size_t scheme = endpoint.find("://");
+  const size_t begin = scheme == std::string::npos ? 0 : scheme + 3;
+  const size_t colon = endpoint.find(':', begin);
+  const std::string host = endpoint.substr(begin, colon == std::string::npos ? std::string::npos : colon - begin);
+  return host + ":" + std::to_string(pid);
 }
 
 std::vector<stage_busy> stage_load_board::shares(clock::time_point now) const {

@@ -4,7 +4,9 @@
 // rest of the time a stage waited: for its input, for the link, or for work). A remote stage's
 // compute time comes in its result frames (stage_frame_header::compute_us), the local stage's
 // is timed where it runs. Like stage_health_board, the process's: the pipelined model runs in
-// the worker, and the scheduler of the same engine answers the stats query that reads it.
+// the worker, and the scheduler of the same engine answers the stats query that reads it. The
+// board also keeps each remote stage's process CPU (its result frames carry it), so that /metrics
+// and `troupe plan` count the stage processes beside the cluster's others.
 
 #include <chrono>
 #include <cstdint>
@@ -24,6 +26,16 @@ struct stage_busy {
   double busy_share = 0.0;  // of the window (or of the time since the stage was first seen)
 };
 
+// A remote stage's process and its CPU since it began serving, as its last result frame said.
+struct stage_process_cpu {
+  std::string process;  // "HOST:PID", the host as the stage's endpoint names it
+  double total_s = 0;
+  double compute_s = 0;
+};
+
+// "HOST:PID" of a stage at `endpoint` (kvtcp://HOST:PORT or curve://HOST:PORT/KEY).
+std::string stage_process_identity(const std::string& endpoint, uint32_t pid);
+
 class stage_load_board {
  public:
   using clock = std::chrono::steady_clock;
@@ -38,6 +50,10 @@ class stage_load_board {
   void forget(layer_range layers, const std::string& where);
   // Every stage known, in layer order, with its busy share at `now`.
   std::vector<stage_busy> shares(clock::time_point now) const;
+  // The CPU of the remote stage of `layers` at `where`, as its process last reported it.
+  void report_cpu(layer_range layers, const std::string& where, stage_process_cpu cpu);
+  // Every remote stage's process whose CPU is known, in layer order (forget() drops it too).
+  std::vector<stage_process_cpu> processes() const;
 
  private:
   struct stage {
@@ -49,6 +65,7 @@ class stage_load_board {
 
   mutable std::mutex mutex_;
   std::map<key, std::pair<layer_range, stage>> stages_;
+  std::map<key, stage_process_cpu> processes_;
 };
 
 // "0-3:41.2%,4-7:38.0%": the layers (inclusive, as topologies write them) and busy share of each

@@ -12,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/process_cpu.hpp"
 #include "kvtransfer/kv_tcp.hpp"
 
 namespace troupe {
@@ -53,6 +54,7 @@ stage_server::stage_server(model& stage, layer_range layers, stage_server_settin
     curve_ =
         curve_stage_server(settings_.host, settings_.port, settings_.keys, stage_max_frame_bytes(limits_), endpoint_);
   }
+  mark_serving_began();  // what loading the stage's layers cost is no request's
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -238,6 +240,16 @@ void stage_server::move_kv(stage_channel& channel, const stage_frame_header& hea
   if (!send(channel, answer, payload)) throw std::runtime_error("the link took no KV answer");
 }
 
+process_cpu_time stage_server::process_cpu_now() {
+  // A census of the process's threads reads /proc: a few times a second, not once a frame.
+  const auto now = std::chrono::steady_clock::now();
+  if (now - cpu_read_at_ >= cpu_refresh_interval) {
+    cpu_ = process_cpu_while_serving();
+    cpu_read_at_ = now;
+  }
+  return cpu_;
+}
+
 void stage_server::compute(stage_channel& channel, const stage_frame_header& header) {
   const model_config& c = stage_.config();
   const bool first = layers_.holds_embedding();
@@ -254,7 +266,9 @@ void stage_server::compute(stage_channel& channel, const stage_frame_header& hea
     residual_out_.resize(static_cast<size_t>(header.num_tokens) * static_cast<size_t>(c.hidden_size));
     batch_.residual_out = residual_out_.data();
     const auto begin = std::chrono::steady_clock::now();
+    const int64_t cpu_begin = thread_cpu_ns();
     stage_.forward(batch_, nullptr);
+    add_step_cpu_ns(thread_cpu_ns() - cpu_begin);  // this thread's share of the step is compute
     computed_ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
     busy_ns_ += computed_ns;
@@ -270,6 +284,10 @@ void stage_server::compute(stage_channel& channel, const stage_frame_header& hea
   result.num_tokens = header.num_tokens;
   result.hidden_size = c.hidden_size;
   result.compute_us = static_cast<uint32_t>(std::min<uint64_t>(computed_ns / 1000, UINT32_MAX));
+  const process_cpu_time cpu = process_cpu_now();
+  result.process_cpu_us = static_cast<uint64_t>(cpu.total_s * 1e6);
+  result.compute_cpu_us = static_cast<uint64_t>(cpu.compute_s * 1e6);
+  result.process_id = static_cast<uint32_t>(::getpid());
   result.payload_bytes = stage_payload_bytes(result);
   if (!send(channel, result, std::as_bytes(std::span(residual_out_))))
     throw std::runtime_error("the link took no result");

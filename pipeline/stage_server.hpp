@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/process_cpu.hpp"
 #include "kvtransfer/kv_channel.hpp"
 #include "model/layer_range.hpp"
 #include "model/model.hpp"
@@ -76,6 +77,9 @@ class stage_server {
   // stream stays in step); why not, or "".
   std::string skip(stage_channel& channel, uint64_t bytes);
   bool send(stage_channel& channel, const stage_frame_header& header, std::span<const std::byte> payload);
+  // The process's CPU since the stage began serving, read again at most every
+  // cpu_refresh_interval (a result frame carries it).
+  process_cpu_time process_cpu_now();
   void send_failure(stage_channel& channel, const stage_frame_header& about, const std::string& why);
 
   model& stage_;
@@ -95,6 +99,9 @@ class stage_server {
   std::atomic<uint64_t> frames_refused_{0};
   std::atomic<uint64_t> kv_frames_{0};
   std::atomic<uint64_t> busy_ns_{0};
+  static constexpr std::chrono::milliseconds cpu_refresh_interval{250};
+  process_cpu_time cpu_;  // the last reading (the serving thread's alone)
+  std::chrono::steady_clock::time_point cpu_read_at_{};
   std::thread thread_;
 };
 

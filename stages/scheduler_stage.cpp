@@ -312,6 +312,10 @@ stats_answer scheduler_stage::stats(uint64_t tag) const {
   answer.step_models.push_back(std::move(report));
   const process_cpu_time cpu = process_cpu_while_serving();
   answer.processes.push_back(process_cpu_report{process_identity(), cpu.total_s, cpu.compute_s});
+  // A pipelined engine's remote stages are processes of the cluster too.
+  for (const stage_process_cpu& stage : stage_load_board::instance().processes()) {
+    answer.processes.push_back(process_cpu_report{stage.process, stage.total_s, stage.compute_s});
+  }
   // A pipelined engine whose remote stage is lost cannot compute a step: /health says which.
   answer.unavailable = stage_health_board::instance().down_text();
   answer.pipeline_busy = stage_busy_text(stage_load_board::instance().shares(std::chrono::steady_clock::now()));

@@ -88,6 +88,14 @@ class pipeline_launch {
     return res ? std::make_pair(res->status, res->body) : std::make_pair(0, std::string("no answer"));
   }
 
+  // GET /metrics: its body ("" when it did not answer).
+  std::string metrics() const {
+    httplib::Client c("127.0.0.1", http_port_);
+    c.set_read_timeout(5, 0);
+    auto res = c.Get("/metrics");
+    return res && res->status == 200 ? res->body : std::string();
+  }
+
   // Polls /health (bounded) until it answers `status`; the last answer.
   std::pair<int, std::string> wait_for_health(int status, std::chrono::seconds bound) const {
     const auto deadline = std::chrono::steady_clock::now() + bound;
@@ -234,7 +242,7 @@ TEST_F(pipeline_launch_e2e, nodes_split_the_model_by_bytes_and_answer_like_the_c
 // `troupe scale --list` names the pipelined instance's stages, each with its busy share of the
 // last 10 s: the stage's own compute time (a remote stage's from its result frames), more than
 // nothing once requests ran, at most all of it.
-TEST_F(pipeline_launch_e2e, scale_list_shows_each_stage_and_its_busy_share) {
+TEST_F(pipeline_launch_e2e, scale_list_shows_each_stage_and_its_busy_share_and_metrics_its_cpu) {
   const fs::path certs = dir_.path() / "certs";
   const run_result made =
       run_troupe("certs --out " + shell_quote(certs.string()) + " --name controller --name stage-a --name admin");
@@ -260,6 +268,19 @@ TEST_F(pipeline_launch_e2e, scale_list_shows_each_stage_and_its_busy_share) {
   EXPECT_GT(remote + local, 0.0) << line;
   EXPECT_LE(remote, 100.0) << line;
   EXPECT_LE(local, 100.0) << line;
+
+  // The stage's process is counted in /metrics beside the controller's (its result frames carry
+  // its CPU), under its host and pid, with some compute since it began serving.
+  const std::vector<pid_t> stage_pids = launch.pids_of("stage-a");
+  ASSERT_EQ(stage_pids.size(), 1u) << launch.log();
+  const std::string label = "{process=\"127.0.0.1:" + std::to_string(stage_pids[0]) + "\"}";
+  const std::string metrics = launch.metrics();
+  const std::regex compute(R"(troupe_node_compute_cpu_seconds_total)" +
+                           std::regex_replace(label, std::regex(R"([{}.])"), R"(\$&)") + R"( ([0-9.e+-]+))");
+  std::smatch c;
+  ASSERT_TRUE(std::regex_search(metrics, c, compute)) << label << "\n" << metrics;
+  EXPECT_GT(std::stod(c[1]), 0.0) << metrics;
+  EXPECT_NE(metrics.find("troupe_node_stack_cpu_seconds_total" + label), std::string::npos) << metrics;
   const int status = launch.stop_with_sigterm();
   EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "\n"
                                                                              << launch.log();

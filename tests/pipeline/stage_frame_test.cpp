@@ -12,6 +12,7 @@
 
 #include "pipeline/pipelined_model.hpp"
 #include "pipeline/stage_frame.hpp"
+#include "pipeline/stage_load.hpp"
 
 namespace troupe {
 namespace {
@@ -64,14 +65,18 @@ TEST(stage_frame, a_work_frame_round_trips) {
   EXPECT_EQ(back.block_tables, b.block_tables);
 }
 
-// A result frame carries the stage's compute time (its busy share in `troupe scale --list`).
-TEST(stage_frame, a_result_frame_carries_the_stages_compute_time) {
+// A result frame carries the stage's compute time (its busy share in `troupe scale --list`) and
+// its process's CPU (/metrics counts the stage process beside the cluster's others).
+TEST(stage_frame, a_result_frame_carries_the_stages_compute_time_and_process_cpu) {
   stage_frame_header result;
   result.kind = stage_frame_kind::result;
   result.step_id = 9;
   result.num_tokens = 3;
   result.hidden_size = 16;
   result.compute_us = 4'000'000'000u;
+  result.process_cpu_us = 123'456'789'012u;
+  result.compute_cpu_us = 98'765'432'109u;
+  result.process_id = 4'000'000'001u;
   result.payload_bytes = stage_payload_bytes(result);
   std::vector<std::byte> head(stage_frame_header_bytes);
   encode_stage_frame_header(result,
@@ -81,6 +86,11 @@ TEST(stage_frame, a_result_frame_carries_the_stages_compute_time) {
   const stage_frame_header back = header_of(head, limits);
   EXPECT_EQ(back.compute_us, 4'000'000'000u);
   EXPECT_EQ(back.payload_bytes, 3u * 16u * 4u);
+  EXPECT_EQ(back.process_cpu_us, 123'456'789'012u);
+  EXPECT_EQ(back.compute_cpu_us, 98'765'432'109u);
+  EXPECT_EQ(back.process_id, 4'000'000'001u);
+  EXPECT_EQ(stage_process_identity("curve://10.0.0.7:7101/abc:def", 42), "10.0.0.7:42");
+  EXPECT_EQ(stage_process_identity("kvtcp://127.0.0.1:7101", 7), "127.0.0.1:7");
 }
 
 TEST(stage_frame, lying_headers_are_refused_before_the_payload) {
