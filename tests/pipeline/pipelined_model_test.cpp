@@ -284,6 +284,23 @@ TEST_F(pipelined_model_test, kv_streams_out_of_one_pipeline_and_into_another) {
   EXPECT_EQ(logits, expected);
 }
 
+// Two prompts in one forward, so two micro-batches: the first in blocks 0-1, the second in
+// blocks 2 + shift and 3 + shift; logits of each one's last token.
+forward_batch two_sequence_batch(int shift = 0) {
+  forward_batch batch = test::one_sequence_batch({1, 403, 407, 261, 378, 432}, 0, 6, {0, 1}, block_size);
+  const forward_batch other =
+      test::one_sequence_batch({1, 300, 311, 322, 333, 344, 355}, 0, 7, {2 + shift, 3 + shift}, block_size);
+  batch.token_ids.insert(batch.token_ids.end(), other.token_ids.begin(), other.token_ids.end());
+  batch.positions.insert(batch.positions.end(), other.positions.begin(), other.positions.end());
+  batch.slot_mapping.insert(batch.slot_mapping.end(), other.slot_mapping.begin(), other.slot_mapping.end());
+  batch.query_start = {0, 6, 13};
+  batch.context_lengths = {6, 7};
+  batch.block_table_start = {0, 2, 4};
+  batch.block_tables = {0, 1, 2 + shift, 3 + shift};
+  batch.logits_rows = {5, 12};
+  return batch;
+}
+
 // The local stage of a pipeline, saying when each of its forwards begins and ends in a log the
 // test shares with its after_layer_kv.
 class logged_stage final : public model {
@@ -323,19 +340,7 @@ TEST_F(pipelined_model_test, a_pipelined_prefill_streams_each_stages_kv_while_it
   auto prefill =
       make_pipelined_model(std::make_unique<logged_stage>(std::move(last.m), log), {3, 5}, front.remote, settings);
 
-  // Two sequences, so two micro-batches: blocks 0-1 and 2-3.
-  const std::vector<int32_t> first = {1, 403, 407, 261, 378, 432};
-  const std::vector<int32_t> second = {1, 300, 311, 322, 333, 344, 355};
-  forward_batch batch = test::one_sequence_batch(first, 0, 6, {0, 1}, block_size);
-  const forward_batch other = test::one_sequence_batch(second, 0, 7, {2, 3}, block_size);
-  batch.token_ids.insert(batch.token_ids.end(), other.token_ids.begin(), other.token_ids.end());
-  batch.positions.insert(batch.positions.end(), other.positions.begin(), other.positions.end());
-  batch.slot_mapping.insert(batch.slot_mapping.end(), other.slot_mapping.begin(), other.slot_mapping.end());
-  batch.query_start = {0, 6, 13};
-  batch.context_lengths = {6, 7};
-  batch.block_table_start = {0, 2, 4};
-  batch.block_tables = {0, 1, 2, 3};
-  batch.logits_rows = {5, 12};
+  forward_batch batch = two_sequence_batch();  // two micro-batches: blocks 0-1 and 2-3
   const std::vector<int32_t> blocks = {0, 1, 2, 3};
   std::vector<std::vector<std::byte>> layer_kv;
   batch.after_layer_kv = [&](int layer) {
@@ -406,29 +411,15 @@ TEST_F(pipelined_model_test, a_local_stage_failure_waits_for_every_micro_batch_b
   settings.micro_batches = 2;
   auto pipelined =
       make_pipelined_model(std::make_unique<failing_once_stage>(std::move(last.m)), {2, 5}, front.remote, settings);
-  auto two_sequences = [](int shift) {
-    forward_batch batch = test::one_sequence_batch({1, 403, 407, 261, 378, 432}, 0, 6, {0, 1}, block_size);
-    const forward_batch other =
-        test::one_sequence_batch({1, 300, 311, 322, 333, 344, 355}, 0, 7, {2 + shift, 3 + shift}, block_size);
-    batch.token_ids.insert(batch.token_ids.end(), other.token_ids.begin(), other.token_ids.end());
-    batch.positions.insert(batch.positions.end(), other.positions.begin(), other.positions.end());
-    batch.slot_mapping.insert(batch.slot_mapping.end(), other.slot_mapping.begin(), other.slot_mapping.end());
-    batch.query_start = {0, 6, 13};
-    batch.context_lengths = {6, 7};
-    batch.block_table_start = {0, 2, 4};
-    batch.block_tables = {0, 1, 2 + shift, 3 + shift};
-    batch.logits_rows = {5, 12};
-    return batch;
-  };
   std::vector<float> logits(2 * 512), expected(2 * 512);
   try {
-    pipelined->forward(two_sequences(0), logits.data());
+    pipelined->forward(two_sequence_batch(), logits.data());
     ADD_FAILURE() << "the forward succeeded";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("failed on purpose"), std::string::npos) << e.what();
   }
   EXPECT_EQ(front.servers[0]->frames_computed(), 2u);  // both micro-batches were computed there
-  const forward_batch again = two_sequences(4);
+  const forward_batch again = two_sequence_batch(4);
   pipelined->forward(again, logits.data());
   whole.m->forward(again, expected.data());
   EXPECT_EQ(logits, expected);
