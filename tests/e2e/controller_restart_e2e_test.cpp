@@ -75,15 +75,17 @@ TEST_F(controller_restart_e2e, a_node_stops_the_stages_of_a_killed_controller_an
         << "the node did not notice its controller's death:\n"
         << node_->log();
     // Every stage it placed ends: the ones linked to the controller's actors on their own
-    // ("ended: ... remote_link_unreachable"), the rest (the worker, with the model and the KV
-    // pool) stopped by the node ("stopped").
+    // ("ended: ... remote_link_unreachable"), the rest stopped by the node ("stopped"). The worker
+    // (the model and the KV pool) is usually among the stopped, but its links can carry the
+    // controller's death to it first (seen once in CI): either way it ends.
     const auto deadline = std::chrono::steady_clock::now() + 20s;
     auto num_ended = [&] { return count_of(node_->log(), "stopped") + count_of(node_->log(), "ended:"); };
     for (int i = 0; i < 1000 && num_ended() < placed && std::chrono::steady_clock::now() < deadline; ++i) {
       std::this_thread::sleep_for(20ms);
     }
     EXPECT_EQ(num_ended(), placed) << node_->log();
-    EXPECT_GE(count_of(node_->log(), "stage worker stopped"), 1) << node_->log();
+    EXPECT_GE(count_of(node_->log(), "stage worker stopped") + count_of(node_->log(), "stage worker ended:"), 1)
+        << node_->log();
   }
   EXPECT_TRUE(node_->alive()) << "the node itself keeps running for the next controller";
 
