@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "model/architecture.hpp"
+#include "model/half_float.hpp"
 #include "model/loader/dummy_weights.hpp"
 #include "model/loader/float_conversion.hpp"
 #include "model/loader/gguf_model_loader.hpp"
@@ -93,6 +94,12 @@ void write_gguf(const made_model& made, const model_maker_options& options, cons
     for (const std::string& part : layout.parts) {
       std::vector<float> part_values = values_of(specs.at(part));
       values.insert(values.end(), part_values.begin(), part_values.end());
+    }
+    // A 16-bit model's HF copy holds every tensor in its dtype, norms and biases too; the GGUF
+    // keeps those in F32 (as llama.cpp wants), so they get the values the HF copy holds, as
+    // llama.cpp's converter would read them: the two copies are the same weights.
+    if (options.type == dtype::f16 || options.type == dtype::bf16) {
+      for (float& v : values) v = options.type == dtype::f16 ? f16_to_f32(f32_to_f16(v)) : bf16_to_f32(f32_to_bf16(v));
     }
     if (layout.permuted_heads > 0) {
       std::vector<float> permuted(values.size());
