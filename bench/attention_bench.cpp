@@ -4,7 +4,7 @@
 //
 //   troupe_bench_attention [--heads 16] [--kv-heads 4] [--head-dim 64] [--threads 2]
 //                          [--contexts 128,1024,4096,16384,32768] [--chunk 512]
-//                          [--kv-cache-dtype f16] [--reps 5]
+//                          [--kv-cache-dtype f16] [--reps 5] [--layers 1]
 //
 // Per context C: decode, one token attending to C keys (µs per call, KV bytes read per second,
 // ns per context token); prefill, the last --chunk tokens of a C-token prompt (their causal
@@ -12,6 +12,9 @@
 // figure is the best of --reps calls by wall clock, and, with --threads 1, the same call's CPU
 // time (on a loaded machine the wall clock says what the others left us; the CPU time what the
 // kernel cost). The KV pool holds random values; blocks are handed out shuffled, as a server's are.
+// With --layers L the pool holds L layers and each call attends over all of them one after
+// another, as a decode step does (figures per layer): a model's KV at a long context is past the
+// L3, where one layer's may fit in it.
 
 #include <algorithm>
 #include <chrono>
@@ -71,7 +74,7 @@ timing best_of(int reps, Fn&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  int heads = 16, kv_heads = 4, head_dim = 64, threads = 2, chunk = 512, reps = 5;
+  int heads = 16, kv_heads = 4, head_dim = 64, threads = 2, chunk = 512, reps = 5, layers = 1;
   std::string contexts_arg = "128,1024,4096,16384,32768", kv_dtype_arg = "f16";
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -93,6 +96,8 @@ int main(int argc, char** argv) try {
       kv_dtype_arg = value;
     else if (flag == "--reps")
       reps = std::stoi(value);
+    else if (flag == "--layers")
+      layers = std::stoi(value);
     else
       throw std::runtime_error("unknown flag " + flag);
   }
@@ -103,7 +108,8 @@ int main(int argc, char** argv) try {
   const int num_blocks = (max_context + block_size - 1) / block_size;
 
   troupe::model_config config;
-  config.num_layers = 1;
+  if (layers < 1) throw std::runtime_error("--layers needs at least 1");
+  config.num_layers = layers;
   config.num_heads = heads;
   config.num_kv_heads = kv_heads;
   config.head_dim = head_dim;
@@ -122,7 +128,7 @@ int main(int argc, char** argv) try {
       for (float& v : rows) v = normal(rng);
       for (int t = 0; t < n; ++t)
         slots[t] = int64_t{blocks[(t0 + t) / block_size]} * block_size + (t0 + t) % block_size;
-      kv.write(0, rows.data(), rows.data(), kv_dim, slots.data(), n);
+      for (int layer = 0; layer < layers; ++layer) kv.write(layer, rows.data(), rows.data(), kv_dim, slots.data(), n);
     }
   }
   troupe::cpu::thread_pool pool(threads);
@@ -144,9 +150,17 @@ int main(int argc, char** argv) try {
     return batch;
   };
 
-  std::printf("attention: %d heads / %d kv heads, head_dim %d, KV %s, %s, %d threads; best of %d\n", heads, kv_heads,
-              head_dim, troupe::dtype_name(kv_dtype).data(),
-              troupe::cpu::simd_level_name(troupe::cpu::active_simd_level()).data(), threads, reps);
+  // One call: the attention of every layer, one after another.
+  auto attend = [&](const troupe::forward_batch& batch) {
+    for (int layer = 0; layer < layers; ++layer) {
+      troupe::cpu::paged_attention(pool, q.data(), q_dim, kv.keys(layer), kv.values(layer), batch, params, out.data(),
+                                   q_dim, workspace);
+    }
+  };
+
+  std::printf("attention: %d heads / %d kv heads, head_dim %d, KV %s, %s, %d threads, %d layers; best of %d\n", heads,
+              kv_heads, head_dim, troupe::dtype_name(kv_dtype).data(),
+              troupe::cpu::simd_level_name(troupe::cpu::active_simd_level()).data(), threads, layers, reps);
   std::printf(
       "| context | decode µs | KV GB/s | ns / context token | decode CPU µs | prefill %d tokens ms | GFLOP/s | prefill "
       "CPU ms |\n",
@@ -155,17 +169,12 @@ int main(int argc, char** argv) try {
   for (const int context : contexts) {
     const troupe::forward_batch decode = batch_for(context, 1);
     troupe::cpu::check_attention_batch(decode, params);
-    const timing d = best_of(reps, [&] {
-      troupe::cpu::paged_attention(pool, q.data(), q_dim, kv.keys(0), kv.values(0), decode, params, out.data(), q_dim,
-                                   workspace);
-    });
+    timing d = best_of(reps, [&] { attend(decode); });
     const double kv_bytes = 2.0 * context * static_cast<double>(troupe::kv_bytes(kv_dtype, kv_dim));
     const int num_new = std::min(chunk, context);
     const troupe::forward_batch prefill = batch_for(context, num_new);
-    const timing p = best_of(std::max(1, reps / 2), [&] {
-      troupe::cpu::paged_attention(pool, q.data(), q_dim, kv.keys(0), kv.values(0), prefill, params, out.data(), q_dim,
-                                   workspace);
-    });
+    timing p = best_of(std::max(1, reps / 2), [&] { attend(prefill); });
+    for (timing* t : {&d, &p}) *t = {t->wall / layers, t->cpu / layers};  // per layer
     double visible = 0;  // (query, key) pairs the chunk's causal mask lets through
     for (int i = 0; i < num_new; ++i) visible += context - num_new + i + 1;
     const double flops = 4.0 * head_dim * heads * visible;
