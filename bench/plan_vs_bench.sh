@@ -13,7 +13,8 @@
 #
 #   bench/plan_vs_bench.sh BUILD_DIR MODEL TOPOLOGY RATES [ROUNDS=2] [PROMPTS=200]
 #     TOPOLOGY colocated | 1p1d; RATES comma-separated requests/s
-#   environment: INPUT_LEN=128 OUTPUT_LEN=32 SLO=ttft=200ms,tpot=20ms STEP_MODEL=... OUT=DIR
+#   environment: INPUT_LEN=128 OUTPUT_LEN=32 SLO=ttft=200ms,tpot=20ms THREADS=1 STEP_MODEL=... OUT=DIR
+#   THREADS: the server's compute threads, and the plans' (an instance's step keeps them busy)
 set -euo pipefail
 
 build=$(cd "${1:?usage: plan_vs_bench.sh BUILD_DIR MODEL TOPOLOGY RATES [ROUNDS] [PROMPTS]}" && pwd)
@@ -25,6 +26,7 @@ prompts=${6:-200}
 input_len=${INPUT_LEN:-128}
 output_len=${OUTPUT_LEN:-32}
 slo=${SLO:-ttft=200ms,tpot=20ms}
+threads=${THREADS:-1}
 troupe="$build/bin/troupe"
 bench="$build/bin/troupe-bench"
 case "$topology" in colocated | 1p1d) ;; *) echo "TOPOLOGY must be colocated or 1p1d" >&2; exit 2 ;; esac
@@ -54,7 +56,7 @@ http_port=$(port)
   echo "path = \"$model\""
   echo "[node]"
   echo "device = \"cpu\""
-  echo "threads = 1"
+  echo "threads = $threads"
   echo "[frontend]"
   echo "zmq_endpoint = \"tcp://127.0.0.1:$zmq_port\""
   echo "[http]"
@@ -98,7 +100,7 @@ run_bench() {  # RATE JSON
   "$bench" --endpoint "tcp://127.0.0.1:$zmq_port" --vocab-size "$vocab" --input-len "$input_len" \
     --output-len "$output_len" --request-rate "$1" --num-prompts "$prompts" --slo "$slo" --json "$2" >/dev/null 2>&1
 }
-echo "plan_vs_bench: $topology, $(basename "$model"), rates $rates, $rounds rounds of $prompts prompts," \
+echo "plan_vs_bench: $topology, $(basename "$model"), $threads compute threads, rates $rates, $rounds rounds of $prompts prompts," \
   "${input_len}/${output_len} tokens, SLO $slo; $(nproc) CPUs, load average $(cut -d' ' -f1 /proc/loadavg)"
 run_bench 4 "$work/warmup.json"
 IFS=, read -r -a rate_list <<<"$rates"
@@ -129,18 +131,18 @@ plan server --metrics-url "http://127.0.0.1:$http_port"
 # On the cores the server, its serving stack and the client share: the stack's CPU from the
 # server's /metrics, the client's from the bench run (troupe plan --cores).
 cores=$(nproc)
-plan server_shared --metrics-url "http://127.0.0.1:$http_port" --cores "$cores" --threads 1
+plan server_shared --metrics-url "http://127.0.0.1:$http_port" --cores "$cores" --threads "$threads"
 stack_ms=$(sed -n 's/.*serving stack \([0-9.e+-]*\) ms a request.*/\1/p' "$work/server_shared.out")
 stack_threads=$(sed -n 's/.* on \([0-9]*\) threads;.*/\1/p' "$work/server_shared.out")
 grep "^shared cores" "$work/server_shared.out" | sed "s/^/  /"
 kill "$server" 2>/dev/null || true
 wait "$server" 2>/dev/null || true
 server=""
-plan calibrate --calibrate "$model" --threads 1 --kv-memory-mb 64
+plan calibrate --calibrate "$model" --threads "$threads" --kv-memory-mb 64
 # The same calibration on the shared cores (a second calibration would differ by the machine's
 # minute as much as the two models do).
 read -r -a calibrated <<<"$(sed -n 's/^as flags: //p' "$work/calibrate.out")"
-plan calibrate_shared "${calibrated[@]}" --cores "$cores" --threads 1 \
+plan calibrate_shared "${calibrated[@]}" --cores "$cores" --threads "$threads" \
   --stack-ms-per-request "$stack_ms" --stack-ms-per-token "$stack_ms" --stack-threads "$stack_threads"
 columns=(server server_shared calibrate calibrate_shared)
 if [[ -n "${STEP_MODEL:-}" ]]; then

@@ -139,16 +139,19 @@ class cluster_run {
     size_t next_arrival = 0;
     // Bounded: every step ends a planned step of a live request, and time stops at the horizon.
     while (true) {
-      const double speed = speed_now();
+      const speeds speed = speeds_now();
       double next = std::numeric_limits<double>::infinity();
       if (next_arrival < workload_.size()) next = workload_[next_arrival].arrival_s;
       for (const auto& [id, instance] : instances_) {
-        if (!instance->in_flight.empty()) next = std::min(next, now_s_ + instance->remaining_s / speed);
+        if (!instance->in_flight.empty()) {
+          next = std::min(next, now_s_ + instance->remaining_s / speed_of(*instance, speed));
+        }
       }
-      for_each_running_stack_job([&](stack_job& job) { next = std::min(next, now_s_ + job.remaining_s / speed); });
+      for_each_running_stack_job(
+          [&](stack_job& job) { next = std::min(next, now_s_ + job.remaining_s / speed.thread); });
       for (const kv_transfer_end& t : transfers_) next = std::min(next, t.at_s);
       if (next == std::numeric_limits<double>::infinity() || next > last_arrival + horizon_s) break;
-      work_for((next - now_s_) * speed);
+      work_for(next - now_s_, speed);
       now_s_ = next;
       finish_steps();
       finish_stack_jobs();
@@ -171,24 +174,56 @@ class cluster_run {
   // Work (seconds at full speed) done by each runner between two events.
   static constexpr double done_within = 1e-12;
 
-  // What share of its speed everything running gets: 1 unless more want the shared cores than
-  // there are.
-  double speed_now() {
-    if (!cluster_.host.shared()) return 1;
-    double wanted = client_load_;
-    for_each_running_stack_job([&](const stack_job&) { wanted += 1; });
+  // What share of its speed each runner gets on the shared cores: 1 unless more threads want them
+  // than there are cores. `thread`: a one-thread runner (a stack job, the step of an instance that
+  // keeps one thread busy), in processor sharing. `step`: the step of an instance whose step keeps
+  // several threads busy. Those threads meet after every op, so the step goes at the pace of the
+  // one that shares its core with the most others, 1 / ceil(runnable threads / cores) of its
+  // speed, not cores / wanted: a 2-thread decode beside one busy thread on two cores ran 2.1x
+  // slower where sharing says 1.5x (docs/benchmarks.md, "Tried on the CPU and left out"). The
+  // clients' fractional load adds one more thread that share of the time. What such a step leaves
+  // of its cores while its threads wait for each other goes to the one-thread runners.
+  struct speeds {
+    double thread = 1;
+    double step = 1;
+  };
+  speeds speeds_now() {
+    if (!cluster_.host.shared()) return {};
+    const int per_instance = cluster_.host.threads_per_instance;
+    int stack_threads = 0, instance_threads = 0, stepping = 0;
+    for_each_running_stack_job([&](const stack_job&) { ++stack_threads; });
     for (const auto& [id, instance] : instances_) {
-      if (!instance->in_flight.empty()) wanted += cluster_.host.threads_per_instance;
+      if (instance->in_flight.empty()) continue;
+      instance_threads += per_instance;
+      ++stepping;
     }
     const double cores = cluster_.host.cores;
-    return wanted > cores ? cores / wanted : 1.0;
+    const double wanted = client_load_ + stack_threads + instance_threads;
+    speeds now;
+    now.thread = wanted > cores ? cores / wanted : 1.0;
+    if (per_instance == 1 || stepping == 0) {
+      now.step = now.thread;
+      return now;
+    }
+    const int runnable = stack_threads + instance_threads;
+    const double whole = std::floor(client_load_), part = client_load_ - whole;
+    auto pace = [&](double threads) { return threads > cores ? 1.0 / std::ceil(threads / cores) : 1.0; };
+    now.step = std::min(now.thread, (1 - part) * pace(runnable + whole) + part * pace(runnable + whole + 1));
+    const double single_wanted = client_load_ + stack_threads;
+    const double left = cores - static_cast<double>(instance_threads) * now.step;
+    now.thread = single_wanted > 0 ? std::min(1.0, left / single_wanted) : 1.0;
+    return now;
+  }
+  double speed_of(const simulated_instance&, const speeds& now) const {
+    return cluster_.host.threads_per_instance > 1 ? now.step : now.thread;
   }
 
-  void work_for(double seconds) {
+  // `seconds` of wall time at the given speeds.
+  void work_for(double seconds, const speeds& now) {
     for (auto& [id, instance] : instances_) {
-      if (!instance->in_flight.empty()) instance->remaining_s -= seconds;
+      if (!instance->in_flight.empty()) instance->remaining_s -= seconds * speed_of(*instance, now);
     }
-    for_each_running_stack_job([&](stack_job& job) { job.remaining_s -= seconds; });
+    for_each_running_stack_job([&](stack_job& job) { job.remaining_s -= seconds * now.thread; });
   }
 
   // The stack's jobs in progress: the first stack_threads of its queue with work left (one done

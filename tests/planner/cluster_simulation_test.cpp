@@ -167,6 +167,27 @@ TEST(cluster_simulation, on_shared_cores_a_step_runs_at_the_share_it_gets) {
   }
 }
 
+TEST(cluster_simulation, a_step_of_several_threads_goes_at_the_pace_of_its_most_crowded_core) {
+  // Two cores and a client keeping one of them busy. A one-thread step has a core of its own and
+  // runs at full speed; a two-thread step shares a core with the client, and its threads meet
+  // after every op, so it goes at half speed (processor sharing would say two thirds: 15 ms).
+  const std::vector<planned_request> workload{{0.0, 16, 5}, {1.0, 16, 5}};
+  simulated_cluster c = cluster_of(1);
+  c.host.cores = 2;
+  c.host.client_seconds_per_request = 1.0;
+  c.host.threads_per_instance = 1;
+  const simulation_result one_thread = simulate(c, workload);
+  c.host.threads_per_instance = 2;
+  const simulation_result two_threads = simulate(c, workload);
+  for (size_t k = 0; k < workload.size(); ++k) {
+    ASSERT_TRUE(one_thread.requests[k].ok()) << one_thread.requests[k].error;
+    ASSERT_TRUE(two_threads.requests[k].ok()) << two_threads.requests[k].error;
+    EXPECT_NEAR(one_thread.requests[k].ttft(), step_s, 1e-9);
+    EXPECT_NEAR(two_threads.requests[k].ttft(), 2 * step_s, 1e-9);
+    EXPECT_NEAR(two_threads.requests[k].finish_s - two_threads.requests[k].arrival_s, 10 * step_s, 1e-9);
+  }
+}
+
 TEST(cluster_simulation, a_serving_stack_that_cannot_keep_up_delays_each_request_more_than_the_last) {
   // A request every 5 ms, and the stack spends 10 ms on each arrival (one thread, in order):
   // request k reaches the scheduler 10 (k + 1) ms in, whatever the steps cost. Without the
