@@ -144,7 +144,7 @@ class cluster_run {
       if (next_arrival < workload_.size()) next = workload_[next_arrival].arrival_s;
       for (const auto& [id, instance] : instances_) {
         if (!instance->in_flight.empty()) {
-          next = std::min(next, now_s_ + instance->remaining_s / speed_of(*instance, speed));
+          next = std::min(next, now_s_ + instance->remaining_s / instance_speed(speed));
         }
       }
       for_each_running_stack_job(
@@ -214,14 +214,15 @@ class cluster_run {
     now.thread = single_wanted > 0 ? std::min(1.0, left / single_wanted) : 1.0;
     return now;
   }
-  double speed_of(const simulated_instance&, const speeds& now) const {
+  // An instance's step: every instance keeps threads_per_instance busy.
+  double instance_speed(const speeds& now) const {
     return cluster_.host.threads_per_instance > 1 ? now.step : now.thread;
   }
 
   // `seconds` of wall time at the given speeds.
   void work_for(double seconds, const speeds& now) {
     for (auto& [id, instance] : instances_) {
-      if (!instance->in_flight.empty()) instance->remaining_s -= seconds * speed_of(*instance, now);
+      if (!instance->in_flight.empty()) instance->remaining_s -= seconds * instance_speed(now);
     }
     for_each_running_stack_job([&](stack_job& job) { job.remaining_s -= seconds * now.thread; });
   }
