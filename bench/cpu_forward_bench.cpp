@@ -112,7 +112,7 @@ double dram_read_rate(int threads) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
+  troupe::cpu::restart_with_blas_settings(argv);  // backends/cpu/blas_core.hpp
   std::string dtype_arg = "f32", model_path, make_dir, tokenizer, streams_arg, kv_dtype_arg = "f16";
   int threads = 0, prompt = 512, decode = 64, reps = 3, context = 64, chunk = 2048, bandwidth = 0, warmup = 1;
   for (int i = 1; i < argc; ++i) {

@@ -124,7 +124,7 @@ step_plan decode_plan(int64_t id, int32_t token, int context, int block_size, ui
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
+  troupe::cpu::restart_with_blas_settings(argv);  // backends/cpu/blas_core.hpp
   CLI::App app{"KV transfer overlap: how much of it the layer-wise stream hides behind prefill compute"};
   std::string model_path;
   int prompt_len = 2048;

@@ -383,7 +383,7 @@ std::vector<size_t> parse_sizes(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
+  troupe::cpu::restart_with_blas_settings(argv);  // backends/cpu/blas_core.hpp
   std::vector<size_t> sizes = {16, 64, 256};
   int reps = 5;
   for (int i = 1; i < argc; ++i) {

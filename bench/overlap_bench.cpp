@@ -132,7 +132,7 @@ run_figures run_once(model& m, const bench_settings& settings, bool async_schedu
 }  // namespace troupe
 
 int main(int argc, char** argv) try {
-  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
+  troupe::cpu::restart_with_blas_settings(argv);  // backends/cpu/blas_core.hpp
   using namespace troupe;
   std::string model_path = "../shared/models/stories260K/hf";
   bench_settings settings;

@@ -237,7 +237,7 @@ int run(int argc, char** argv) {
 }  // namespace troupe
 
 int main(int argc, char** argv) {
-  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
+  troupe::cpu::restart_with_blas_settings(argv);  // backends/cpu/blas_core.hpp
   try {
     return troupe::run(argc, argv);
   } catch (const std::exception& e) {

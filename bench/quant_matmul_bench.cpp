@@ -164,7 +164,7 @@ std::vector<dtype> parse_types(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
+  troupe::cpu::restart_with_blas_settings(argv);  // backends/cpu/blas_core.hpp
   std::string types_arg = "all", shape_arg = "4096x14336", rows_arg = "1,8,32,64", prompt_shape_arg = "4096x4096";
   int threads = 0, reps = 5, prompt = 512, probe_mib = 512;
   bool baseline = true;

@@ -228,7 +228,7 @@ using troupe::bench::parse_list;
 }  // namespace
 
 int main(int argc, char** argv) try {
-  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
+  troupe::cpu::restart_with_blas_settings(argv);  // backends/cpu/blas_core.hpp
   std::string model_path = TROUPE_SHARED_DIR "/models/stories260K/hf";
   std::vector<int> seq_counts = {1, 16, 64};
   int steps = 200, reps = 3, prompt_len = 8;

@@ -664,7 +664,7 @@ void print_projection(const std::vector<engine_row>& rows, const step_costs& cos
 }  // namespace troupe
 
 int main(int argc, char** argv) try {
-  troupe::cpu::restart_with_fitting_blas_core(argv);  // backends/cpu/blas_core.hpp
+  troupe::cpu::restart_with_blas_settings(argv);  // backends/cpu/blas_core.hpp
   using namespace troupe;
   CLI::App app{"speculative decoding (n-gram drafts) against plain decoding, and the cost of verification"};
   std::string model_path = TROUPE_SHARED_DIR "/models/stories260K/hf";

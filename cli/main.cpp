@@ -21,7 +21,7 @@ std::vector<command_factory>& command_factories() {
 int main(int argc, char** argv) {
   // Before anything else: OpenBLAS's kernels are chosen as the library loads, and a CPU it does
   // not know gets SSE3 ones (backends/cpu/blas_core.hpp); this starts over with the right ones.
-  troupe::cpu::restart_with_fitting_blas_core(argv);
+  troupe::cpu::restart_with_blas_settings(argv);
   // Logs go to stderr: stdout carries only a command's output (ids, generated text), so it can
   // be piped or compared.
   spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));

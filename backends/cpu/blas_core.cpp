@@ -47,19 +47,33 @@ std::string blas_core_name() {
   return name ? name : "";
 }
 
-void restart_with_fitting_blas_core(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's choice, or our restart's
+std::vector<std::pair<std::string, std::string>> blas_settings_to_set(simd_level level, std::string_view chosen,
+                                                                      bool coretype_set, bool thread_timeout_set) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  if (!coretype_set) {
+    const std::string better = better_blas_core(level, chosen);
+    if (!better.empty()) settings.emplace_back("OPENBLAS_CORETYPE", better);
+  }
+  if (!thread_timeout_set) settings.emplace_back("OPENBLAS_THREAD_TIMEOUT", blas_thread_timeout);
+  return settings;
+}
+
+void restart_with_blas_settings(char** argv) {
   const std::string chosen = blas_core_name();
-  const std::string better = better_blas_core(detected_simd_level(), chosen);
-  if (better.empty()) return;
-  if (::setenv("OPENBLAS_CORETYPE", better.c_str(), 1) != 0) return;
+  const auto settings = blas_settings_to_set(detected_simd_level(), chosen, std::getenv("OPENBLAS_CORETYPE") != nullptr,
+                                             std::getenv("OPENBLAS_THREAD_TIMEOUT") != nullptr);
+  if (settings.empty()) return;
+  std::string named;
+  for (const auto& [name, value] : settings) {
+    if (::setenv(name.c_str(), value.c_str(), 1) != 0) return;
+    named += (named.empty() ? "" : " ") + name + "=" + value;
+  }
   ::execv("/proc/self/exe", argv);
   // Still here: the exec failed. Logging is not set up this early; stderr carries the warning.
   std::fprintf(stderr,
-               "warning: OpenBLAS runs its '%s' kernels on this CPU, which can run '%s'; restarting with "
-               "OPENBLAS_CORETYPE=%s failed (%s): float prompts run several times slower. Set "
-               "OPENBLAS_CORETYPE=%s in the environment.\n",
-               chosen.c_str(), better.c_str(), better.c_str(), std::strerror(errno), better.c_str());
+               "warning: restarting with %s failed (%s): OpenBLAS runs its '%s' kernels and polls for work "
+               "after each product; set %s in the environment.\n",
+               named.c_str(), std::strerror(errno), chosen.c_str(), named.c_str());
 }
 
 }  // namespace troupe::cpu

@@ -163,7 +163,7 @@ class cpu_model final : public model {
   dtype kv_dtype() const override { return kv_.element(); }
 
   // The OpenBLAS kernels prompts run on, and what to do when they are below this CPU (a program
-  // that did not restart itself with cpu::restart_with_fitting_blas_core).
+  // that did not restart itself with cpu::restart_with_blas_settings).
   static std::string blas_core_text() {
     const std::string core = cpu::blas_core_name();
     const std::string better = cpu::better_blas_core(cpu::detected_simd_level(), core);
