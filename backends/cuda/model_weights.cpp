@@ -11,14 +11,6 @@ namespace troupe::cuda {
 
 namespace {
 
-size_t dtype_size(dtype type) { return type == dtype::f32 ? 4 : 2; }
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 const weight_tensor& expect(const weight_store& weights, const std::string& name, std::vector<int64_t> shape) {
   const weight_tensor& tensor = weights.get(name);
   if (tensor.shape != shape) {
@@ -77,11 +69,11 @@ device_buffer model_weights::upload(const std::vector<const weight_tensor*>& par
                                     cudaStream_t stream) {
   int64_t elements = 0;
   for (const weight_tensor* part : parts) elements += part->num_elements();
-  device_buffer buffer(static_cast<size_t>(elements) * dtype_size(activation_));
+  device_buffer buffer(row_bytes(activation_, elements));
   char* cursor = buffer.as<char>();
   for (const weight_tensor* part : parts) {
     upload_converted(*part, activation_, cursor, staging, stream);
-    cursor += part->num_elements() * dtype_size(activation_);
+    cursor += row_bytes(activation_, part->num_elements());
     count_tensor(*part, activation_);
   }
   bytes_ += buffer.size();

@@ -9,12 +9,6 @@
 
 namespace troupe::cuda {
 
-namespace {
-
-size_t dtype_size(dtype type) { return type == dtype::f32 ? 4 : 2; }
-
-}  // namespace
-
 void check_cuda_batch(const forward_batch& b, const model_config& config, kv_cache_shape kv_shape) {
   const int n = b.num_tokens(), seqs = b.num_seqs();
   auto fail = [](const std::string& what) { throw std::runtime_error("cuda model forward: " + what); };
@@ -78,7 +72,7 @@ bool step_buffers::ensure(step_capacity need, size_t workspace_floats) {
     meta_device_.allocate(meta_bytes_);
     meta_host_.allocate(meta_bytes_);
     const model_config& c = config_;
-    const size_t t = dtype_size(activation_), n = cap.tokens;
+    const size_t t = row_bytes(activation_, 1), n = cap.tokens;
     residual.allocate(n * c.hidden_size * t);
     block_out.allocate(n * c.hidden_size * t);
     normed.allocate(n * c.hidden_size * t);
