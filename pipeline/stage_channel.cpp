@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <zmq.hpp>
@@ -105,14 +106,8 @@ class curve_channel final : public stage_channel {
 
   std::string peer_gone() override {
     if (!monitor_) return "";
-    std::string gone;
-    zmq::message_t event;
-    while (monitor_->recv(event, zmq::recv_flags::dontwait)) {
-      zmq::message_t address;  // every event is two frames; the second names the peer's address
-      (void)monitor_->recv(address, zmq::recv_flags::none);
-      gone = "the connection to the stage closed";
-    }
-    return gone;
+    take_disconnects();
+    return std::exchange(gone_, {});
   }
 
   std::string write(std::span<const std::byte> head, std::span<const std::byte> tail, time_point deadline) override {
@@ -128,17 +123,26 @@ class curve_channel final : public stage_channel {
     return "";
   }
 
+  // The engine's end also watches its disconnects while it waits: a stage that dies while it
+  // computes a frame ends the wait at once (PAIR would reconnect and wait for the deadline).
   bool readable(std::chrono::milliseconds wait) override {
     const auto deadline = std::chrono::steady_clock::now() + wait;
     for (;;) {
       std::vector<zmq::pollitem_t> items = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
+      const size_t zap_item = items.size();
       if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+      const size_t monitor_item = items.size();
+      if (monitor_) items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
       zmq::poll(items, std::chrono::milliseconds(std::max(0, milliseconds_until(deadline))));
-      if (zap_ && (items[1].revents & ZMQ_POLLIN)) {
+      if (zap_ && (items[zap_item].revents & ZMQ_POLLIN)) {
         refused_ = answer_zap_request(*zap_, allowed_);
         continue;  // the client's frame may follow at once
       }
       if (items[0].revents & ZMQ_POLLIN) return true;
+      if (monitor_ && (items[monitor_item].revents & ZMQ_POLLIN)) {
+        take_disconnects();
+        if (!gone_.empty()) return false;
+      }
       if (std::chrono::steady_clock::now() >= deadline) return false;
     }
   }
@@ -146,7 +150,9 @@ class curve_channel final : public stage_channel {
   std::string read_header(std::span<std::byte, stage_frame_header_bytes> header, time_point deadline) override {
     parts_.clear();
     part_ = offset_ = 0;
-    if (!readable(std::chrono::milliseconds(milliseconds_until(deadline)))) return "no frame came by the deadline";
+    if (!readable(std::chrono::milliseconds(milliseconds_until(deadline)))) {
+      return gone_.empty() ? "no frame came by the deadline" : std::exchange(gone_, {});
+    }
     do {
       parts_.emplace_back();
       if (!socket_.recv(parts_.back(), zmq::recv_flags::dontwait)) return "a frame ended early";
@@ -174,6 +180,16 @@ class curve_channel final : public stage_channel {
   const std::string& last_refusal() const { return refused_; }
 
  private:
+  // Drains the monitor's disconnect events into gone_.
+  void take_disconnects() {
+    zmq::message_t event;
+    while (monitor_->recv(event, zmq::recv_flags::dontwait)) {
+      zmq::message_t address;  // every event is two frames; the second names the peer's address
+      (void)monitor_->recv(address, zmq::recv_flags::none);
+      gone_ = "the connection to the stage closed";
+    }
+  }
+
   zmq::context_t context_;
   std::optional<zmq::socket_t> zap_;  // declared before socket_: bound first, closed last
   zmq::socket_t socket_;
@@ -182,6 +198,7 @@ class curve_channel final : public stage_channel {
   std::vector<zmq::message_t> parts_;  // the frame being read
   size_t part_ = 0, offset_ = 0;
   std::string refused_;
+  std::string gone_;  // a disconnect seen and not yet reported
 };
 
 // "curve://HOST:PORT/KEY" -> "tcp://HOST:PORT", KEY; throws naming the text.
