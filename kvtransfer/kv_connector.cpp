@@ -68,15 +68,58 @@ kv_connector::kv_connector(std::shared_ptr<model> m, kv_connector_settings setti
           kv_transport_name(settings_.transport), pool->device);
     }
   }
+  if (settings_.stage_pairs && !device_) stage_pairs_ = dynamic_cast<kv_stage_pairs*>(model_.get());
+  if (stage_pairs_) {
+    route_answers_ = std::make_shared<kv_device_destinations>();
+    // A transfer that fails here may still have stages writing into its blocks: they stop first.
+    events_.failed = [this, failed = std::move(events_.failed)](uint64_t transfer_id, int64_t request_id,
+                                                                const std::string& why) {
+      release_at_stages(transfer_id);
+      if (failed) failed(transfer_id, request_id, why);
+    };
+    events_.complete = [this, complete = std::move(events_.complete)](uint64_t transfer_id, int64_t request_id) {
+      {
+        std::lock_guard lock(stage_leased_mutex_);
+        stage_leased_.erase(transfer_id);  // every stage's lease completed before its relay came
+      }
+      if (complete) complete(transfer_id, request_id);
+    };
+    stage_pairs_->on_stage_lost([this] { fail_stage_leased(); });
+  }
   // The sender logs each failure itself.
   sender_ = std::make_unique<kv_sender>(settings_.channel, std::move(sender_events));
 }
 
-kv_connector::~kv_connector() = default;
+void kv_connector::release_at_stages(uint64_t transfer_id) {
+  {
+    std::lock_guard lock(stage_leased_mutex_);
+    if (stage_leased_.erase(transfer_id) == 0) return;
+  }
+  stage_pairs_->release_at_stages(transfer_id);
+}
+
+kv_connector::~kv_connector() {
+  if (stage_pairs_) stage_pairs_->on_stage_lost(nullptr);  // waits for a call in progress
+}
+
+void kv_connector::fail_stage_leased() {
+  std::vector<uint64_t> leased;
+  {
+    std::lock_guard lock(stage_leased_mutex_);
+    leased.assign(stage_leased_.begin(), stage_leased_.end());
+  }
+  // A transfer is leased at the stages only after the receiver exists.
+  for (const uint64_t transfer_id : leased) {
+    receiver_->fail(
+        transfer_id,
+        "a pipeline stage of this decode instance was lost, and its lease on the transfer's blocks with it");
+  }
+}
 
 std::unique_ptr<kv_layer_sink> kv_connector::make_layer_sink() {
   return std::make_unique<connector_sink>(
-      shared_from_this(), std::make_unique<kv_layer_streamer>(*model_, *sender_, settings_.transfer_timeout, device_));
+      shared_from_this(), std::make_unique<kv_layer_streamer>(*model_, *sender_, settings_.transfer_timeout, device_,
+                                                              kv_stage_pair_path{stage_pairs_, route_answers_}));
 }
 
 kv_destination kv_connector::expect(const kv_reservation& r, std::chrono::milliseconds timeout) {
@@ -97,8 +140,33 @@ kv_destination kv_connector::expect(const kv_reservation& r, std::chrono::millis
     expectation.device_pair = std::move(pair.pair_id);
   }
   const bool in_place = expectation.in_place;
-  receiver_->expect(std::move(expectation));
-  kv_destination destination{r.request_id, r.transfer_id, receiver_->endpoint(), receiver_->public_key(), {}, {}};
+  // The stages can take their own layers when they can also tell this receiver so: with CURVE
+  // here, only stages that hold the cluster's keys.
+  std::vector<kv_stage_route> routes;
+  if (stage_pairs_ && (settings_.channel.keys.empty() || stage_pairs_->stages_keyed())) {
+    const kv_stage_lease lease{r.transfer_id, r.request_id,          r.num_tokens,           r.block_ids,
+                               timeout,       receiver_->endpoint(), receiver_->public_key()};
+    try {
+      routes = stage_pairs_->lease_at_stages(lease);
+      expectation.relayed = layer_range{routes.front().layers.first, routes.back().layers.end};
+      std::lock_guard lock(stage_leased_mutex_);
+      stage_leased_.insert(r.transfer_id);
+    } catch (const std::exception& e) {
+      routes.clear();
+      spdlog::warn(
+          "kv agent: transfer {} of request {}: its stages cannot take their layers' KV themselves ({}); "
+          "every layer comes through this engine",
+          r.transfer_id, r.request_id, e.what());
+    }
+  }
+  try {
+    receiver_->expect(std::move(expectation));
+  } catch (...) {
+    if (!routes.empty()) release_at_stages(r.transfer_id);
+    throw;
+  }
+  kv_destination destination{r.request_id, r.transfer_id,    receiver_->endpoint(), receiver_->public_key(), {},
+                             {},           std::move(routes)};
   if (in_place) {
     destination.kv_pool_handle = std::move(pool_handle);
     destination.block_ids = r.block_ids;
@@ -108,6 +176,7 @@ kv_destination kv_connector::expect(const kv_reservation& r, std::chrono::millis
 
 void kv_connector::cancel(uint64_t transfer_id) {
   if (receiver_) receiver_->cancel(transfer_id);
+  if (stage_pairs_) release_at_stages(transfer_id);
 }
 
 void kv_connector::send_to(kv_destination d) {
@@ -128,6 +197,20 @@ void kv_connector::send_to(kv_destination d) {
         spdlog::warn("kv agent: request {}: {}; its receiver will time out", d.request_id, e.what());
       }
     }
+  }
+  if (route_answers_) {
+    // The streamer waits for this answer before the transfer's first step computes, routes or not.
+    try {
+      route_answers_->put(d.transfer_id, kv_device_destination{{}, {}, std::move(d.stage_routes)},
+                          std::chrono::steady_clock::now() + settings_.transfer_timeout);
+    } catch (const std::exception& e) {
+      spdlog::warn("kv agent: request {}: {}; its receiver will time out", d.request_id, e.what());
+    }
+  } else if (!d.stage_routes.empty()) {
+    spdlog::warn(
+        "kv agent: transfer {} of request {}: the decode side's stages take their layers' KV themselves, and this "
+        "prefill is no pipeline cut alike; its receiver will time out",
+        d.transfer_id, d.request_id);
   }
   sender_->ready(d.transfer_id, std::move(d.endpoint), std::move(d.public_key));
 }

@@ -10,12 +10,18 @@
 //   prefill side  make_layer_sink()    -> what the runner streams each computed layer into
 //                 send_to(destination)    the decode side's answer, from the router
 //
+// A pipelined model (kvtransfer/kv_stage_pairs.hpp) leases the blocks at its remote stages too
+// when it expects, and releases them with the transfer; as a prefill its stages push their
+// layers to the decode stages the answer names.
+//
 // The receiver is made at the first expectation, never before: a topology that does not
 // disaggregate opens no KV listener (issue 25).
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +32,7 @@
 #include "kvtransfer/kv_layer_streamer.hpp"
 #include "kvtransfer/kv_receiver.hpp"
 #include "kvtransfer/kv_sender.hpp"
+#include "kvtransfer/kv_stage_pairs.hpp"
 #include "kvtransfer/kv_transport.hpp"
 #include "kvtransfer/nccl_kv_inbox.hpp"
 
@@ -37,6 +44,10 @@ struct kv_connector_settings {
   kv_channel_settings channel;
   std::chrono::milliseconds transfer_timeout{10000};
   kv_transport transport = kv_transport::zmq;  // a GPU one is refused by name where it cannot run
+  // A pipelined model's remote stages move their layers' KV themselves, a channel per pair of
+  // stages (kvtransfer/kv_stage_pairs.hpp), when the peer is a pipeline cut alike ([pipeline]
+  // kv_stage_pairs). Off, or on a device transport: every layer goes through the engines.
+  bool stage_pairs = false;
 };
 
 // Where a transfer's frames go, as the decode side answers a reservation.
@@ -49,6 +60,9 @@ struct kv_destination {
   // geometry) and the blocks reserved; both empty on the host transports.
   std::string kv_pool_handle;
   std::vector<int32_t> block_ids;
+  // A pipelined decode instance's stages that receive their layers' KV themselves, in order
+  // (kvtransfer/kv_stage_pairs.hpp); empty: every layer comes to `endpoint`.
+  std::vector<kv_stage_route> stage_routes;
 };
 
 struct kv_connector_leases {
@@ -97,6 +111,14 @@ class kv_connector : public std::enable_shared_from_this<kv_connector> {
   kv_device_path device_;
   std::string kv_pool_handle_;                   // cuda_ipc: this pool's handle, in every answer
   std::shared_ptr<nccl_kv_inbox> device_inbox_;  // nccl: the decode side's pairs
+  // Release the stages' leases of a transfer that ended other than complete.
+  void release_at_stages(uint64_t transfer_id);
+  // Fails every transfer leased at the stages (one of them was lost, and its leases with it).
+  void fail_stage_leased();
+  kv_stage_pairs* stage_pairs_ = nullptr;                  // the model's, when it is a pipeline and pairs are on
+  std::shared_ptr<kv_device_destinations> route_answers_;  // prefill: the decode side's routes, for the streamer
+  std::mutex stage_leased_mutex_;
+  std::set<uint64_t> stage_leased_;  // decode: transfers with leases at the stages
   // Declared last: destroyed first, while the model they read and write is still there.
   std::unique_ptr<kv_sender> sender_;
   std::unique_ptr<kv_receiver> receiver_;

@@ -9,12 +9,24 @@ namespace troupe {
 void kv_device_destinations::put(uint64_t transfer_id, kv_device_destination destination,
                                  std::chrono::steady_clock::time_point deadline) {
   const std::string named = "kv transfer " + std::to_string(transfer_id) + ": ";
-  if (destination.pool_handle.empty()) throw std::invalid_argument(named + "the device destination has no pool handle");
   if (destination.pool_handle.size() > max_kv_pool_handle_bytes) {
     throw std::invalid_argument(named + "a pool handle of " + std::to_string(destination.pool_handle.size()) +
                                 " bytes, at most " + std::to_string(max_kv_pool_handle_bytes));
   }
-  if (destination.block_ids.empty()) throw std::invalid_argument(named + "the device destination names no blocks");
+  const bool device = !destination.pool_handle.empty();
+  if (device && destination.block_ids.empty()) {
+    throw std::invalid_argument(named + "the device destination names no blocks");
+  }
+  if (!device && !destination.block_ids.empty()) {
+    throw std::invalid_argument(named + "a destination without a pool handle names blocks");
+  }
+  if (device && !destination.stage_routes.empty()) {
+    throw std::invalid_argument(named + "a device destination with KV stage routes");
+  }
+  if (destination.stage_routes.size() > kv_stage_routes_max) {
+    throw std::invalid_argument(named + std::to_string(destination.stage_routes.size()) + " KV stage routes, at most " +
+                                std::to_string(kv_stage_routes_max));
+  }
   {
     std::lock_guard lock(mutex_);
     drop_expired(std::chrono::steady_clock::now());

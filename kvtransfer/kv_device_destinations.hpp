@@ -1,6 +1,9 @@
 #pragma once
-// Where a device transport writes a transfer's KV: the decode side's pool handle and the blocks it
-// reserved, as its kv_ready named them. The prefill worker's KV agent puts them here when the
+// What the prefill's streamer must know of a transfer's destination before the transfer's first
+// step computes, as the decode side's kv_ready named it: where a device transport writes the KV
+// (the decode side's pool handle and the blocks it reserved), or, for a pipelined prefill that
+// streams over a KV channel per pair of stages, the decode stages' receivers (possibly none: a
+// decode instance that is no pipeline). The prefill worker's KV agent puts them here when the
 // router forwards the kv_ready; the worker's forward thread takes them before the step that
 // computes the transfer's first layer (kvtransfer/kv_layer_streamer). The two meet in either order: the
 // router sends the request and the decode side's answer independently, so the prefill step may
@@ -19,11 +22,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvtransfer/kv_stage_pairs.hpp"
+
 namespace troupe {
 
 struct kv_device_destination {
   std::string pool_handle;         // device_kv_pool_handle bytes of the decode side's pool
   std::vector<int32_t> block_ids;  // its blocks for tokens [0, num_tokens) of the request
+  // Without a pool handle: the decode stages' receivers for their layers (kv_stage_pairs.hpp).
+  std::vector<kv_stage_route> stage_routes;
 };
 
 class kv_device_destinations {
@@ -31,8 +38,9 @@ class kv_device_destinations {
   explicit kv_device_destinations(size_t max_held = 4096) : max_held_(max_held) {}
 
   // Keeps `destination` for `transfer_id` until taken or `deadline`. Throws std::invalid_argument
-  // naming what is wrong: an empty handle or one above max_kv_pool_handle_bytes, no blocks, or
-  // max_held entries already held (expired ones are dropped first).
+  // naming what is wrong: a handle above max_kv_pool_handle_bytes, a handle without blocks or with
+  // stage routes, blocks without a handle, more than kv_stage_routes_max routes, or max_held entries already held
+  // (expired ones are dropped first).
   void put(uint64_t transfer_id, kv_device_destination destination, std::chrono::steady_clock::time_point deadline);
   // The destination of `transfer_id`, removed from here; waits for it until `deadline` (nullopt
   // then).

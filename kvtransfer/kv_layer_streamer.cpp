@@ -4,11 +4,20 @@
 
 #include <algorithm>
 
+#include "model/stage_lost_error.hpp"
+
 namespace troupe {
 
 kv_layer_streamer::kv_layer_streamer(const model& m, kv_sender& sender, std::chrono::milliseconds timeout,
-                                     kv_device_path device)
-    : model_(m), sender_(sender), device_(std::move(device)), timeout_(timeout), block_size_(m.kv_shape().block_size) {}
+                                     kv_device_path device, kv_stage_pair_path stage_pairs)
+    : model_(m),
+      sender_(sender),
+      device_(std::move(device)),
+      stage_pairs_(std::move(stage_pairs)),
+      timeout_(timeout),
+      block_size_(m.kv_shape().block_size) {
+  if (stage_pairs_) remote_layers_ = stage_pairs_.pairs->remote_stage_layers();
+}
 
 void kv_layer_streamer::start(int64_t request_id, uint64_t transfer_id) {
   auto [it, fresh] = streams_.try_emplace(request_id);
@@ -20,6 +29,7 @@ void kv_layer_streamer::start(int64_t request_id, uint64_t transfer_id) {
   if (!fresh) {
     sender_.cancel(s.transfer_id);  // an earlier run of the id never finished
     if (device_) device_.destinations->erase(s.transfer_id);
+    if (stage_pairs_) stage_pairs_.destinations->erase(s.transfer_id);
   }
   s = stream{};
   s.transfer_id = transfer_id;
@@ -33,6 +43,7 @@ void kv_layer_streamer::forget(int64_t request_id, bool preempted) {
   if (preempted && !it->second.last_chunk_sent) return;  // start() will come again
   if (!it->second.last_chunk_sent) sender_.cancel(it->second.transfer_id);
   if (device_) device_.destinations->erase(it->second.transfer_id);
+  if (stage_pairs_) stage_pairs_.destinations->erase(it->second.transfer_id);
   streams_.erase(it);
 }
 
@@ -65,13 +76,87 @@ bool kv_layer_streamer::prepare(const step_plan& plan, const std::vector<const s
       // so do the copies (kv_sender does the same for its frames at the ready).
       e.state->deadline = std::max(e.state->deadline, std::chrono::steady_clock::now() + timeout_);
     }
+    if (stage_pairs_ && !e.state->routes_known && !take_stage_routes(e)) continue;
     step_.push_back(e);
   }
   return !step_.empty();
 }
 
+bool kv_layer_streamer::take_stage_routes(step_entry& e) {
+  // The decode side's answer is usually here already (the router forwards it while the prefill
+  // is queued); otherwise it is a few messages away.
+  std::optional<kv_device_destination> answer =
+      stage_pairs_.destinations->take(e.state->transfer_id, e.state->deadline);
+  if (!answer) {
+    spdlog::warn(
+        "kv stream: no answer from the decode side for request {} (transfer {}) by its deadline; its "
+        "receiver will time out",
+        e.request_id, e.state->transfer_id);
+    e.state->broken = true;
+    return false;
+  }
+  e.state->routes_known = true;
+  e.state->deadline = std::max(e.state->deadline, std::chrono::steady_clock::now() + timeout_);
+  std::vector<kv_stage_route>& routes = answer->stage_routes;
+  if (routes.empty()) return true;  // a decode instance that is no pipeline: every layer from here
+  std::string why;
+  if (routes.size() != remote_layers_.size()) {
+    why = "the decode side has " + std::to_string(routes.size()) + " remote stages, this prefill " +
+          std::to_string(remote_layers_.size());
+  }
+  for (size_t i = 0; why.empty() && i < routes.size(); ++i) {
+    if (routes[i].layers != remote_layers_[i]) {
+      why = "the decode's stage " + std::to_string(i) + " holds layers " + layer_range_text(routes[i].layers) +
+            ", this prefill's " + layer_range_text(remote_layers_[i]);
+    } else if (!routes[i].public_key.empty() && !stage_pairs_.pairs->stages_keyed()) {
+      why = "the decode's stage " + std::to_string(i) + " takes KV over CURVE, and this prefill's stages have no keys";
+    }
+  }
+  if (!why.empty()) {
+    spdlog::warn(
+        "kv stream: request {} (transfer {}): the pipelines are not cut alike ({}); its receiver will time "
+        "out ([pipeline] kv_stage_pairs = false sends every layer through the engines)",
+        e.request_id, e.state->transfer_id, why);
+    e.state->broken = true;
+    return false;
+  }
+  e.state->routes = std::move(routes);
+  return true;
+}
+
+size_t kv_layer_streamer::remote_stage_of(int layer) const {
+  for (size_t i = 0; i < remote_layers_.size(); ++i) {
+    if (remote_layers_[i].holds(layer)) return i;
+  }
+  return remote_layers_.size();
+}
+
+void kv_layer_streamer::push_from_stage(step_entry& e, std::span<const int32_t> ids, size_t stage) {
+  const layer_range& layers = remote_layers_[stage];
+  kv_stage_push push;
+  push.transfer_id = e.state->transfer_id;
+  push.request_id = e.request_id;
+  push.token_begin = e.token_begin;
+  push.token_end = e.token_end;
+  push.span = kv_span_for(model_.config(), model_.kv_shape(), static_cast<int>(ids.size()), layers.first,
+                          layers.count(), model_.kv_dtype());
+  push.block_ids.assign(ids.begin(), ids.end());
+  push.last = e.last_chunk;
+  push.timeout = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                            e.state->deadline - std::chrono::steady_clock::now()));
+  push.to = e.state->routes[stage];
+  try {
+    stage_pairs_.pairs->push_from_stage(stage, push);
+  } catch (const stage_lost_error&) {
+    throw;  // the step fails as one whose stage was lost: its requests run again
+  } catch (const std::exception& error) {
+    break_stream(e, layers.end - 1, error.what());
+  }
+}
+
 void kv_layer_streamer::on_layer_written(int layer) {
   const dtype element = model_.kv_dtype();
+  const size_t remote_stage = remote_stage_of(layer);
   for (step_entry& e : step_) {
     if (e.state->broken) continue;
     const int first_block = e.token_begin / block_size_;
@@ -79,6 +164,11 @@ void kv_layer_streamer::on_layer_written(int layer) {
     std::span<const int32_t> ids(e.block_table->data() + first_block, static_cast<size_t>(end_block - first_block));
     if (device_) {
       copy_in_place(e, ids, first_block, layer);
+      continue;
+    }
+    if (!e.state->routes.empty() && remote_stage < remote_layers_.size()) {
+      // The stage sends all its layers at once, when the last of them is written.
+      if (layer + 1 == remote_layers_[remote_stage].end) push_from_stage(e, ids, remote_stage);
       continue;
     }
     kv_frame_header header;

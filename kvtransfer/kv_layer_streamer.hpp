@@ -19,6 +19,12 @@
 // stream without waiting, and finish_step waits for the step's sends, bounded by each transfer's
 // deadline. Chunks and prefix-cache blocks follow the same block ranges as the host path.
 //
+// A pipelined prefill whose decode peer is a pipeline cut at the same layers streams over a KV
+// channel per pair of stages (kvtransfer/kv_stage_pairs.hpp): like the device path it takes the
+// decode side's answer before the transfer's first step computes (the decode stages' receivers,
+// or none), and then each remote stage's layers are pushed by that stage, once the step has left
+// it, straight to the decode stage's receiver; only the layers held here go through the sender.
+//
 // Plain class, used by the model_runner on the worker's thread only; the worker builds it over
 // the KV agent's sender and hands it to the runner (model_runner::stream_kv_to).
 
@@ -35,6 +41,7 @@
 #include "kvtransfer/device_kv_copier.hpp"
 #include "kvtransfer/kv_device_destinations.hpp"
 #include "kvtransfer/kv_sender.hpp"
+#include "kvtransfer/kv_stage_pairs.hpp"
 #include "model/model.hpp"
 
 namespace troupe {
@@ -46,13 +53,22 @@ struct kv_device_path {
   explicit operator bool() const { return copier && destinations; }
 };
 
+// A pipelined prefill's KV channels per pair of stages: both set, or neither.
+struct kv_stage_pair_path {
+  kv_stage_pairs* pairs = nullptr;                       // the model's remote stages
+  std::shared_ptr<kv_device_destinations> destinations;  // the decode side's routes, from the KV agent
+  explicit operator bool() const { return pairs && destinations; }
+};
+
 class kv_layer_streamer final : public kv_layer_sink {
  public:
   // `m` and `sender` must outlive this. A transfer whose destination is not known `timeout`
   // after it started, or that has not been sent whole `timeout` after its destination came, is
   // dropped by the sender (the receiver's own deadline fails it there). `device` set: the KV goes
   // device to device and the frames are in place.
-  kv_layer_streamer(const model& m, kv_sender& sender, std::chrono::milliseconds timeout, kv_device_path device = {});
+  // `stage_pairs` set (not with `device`): a pipelined prefill waits for each transfer's routes.
+  kv_layer_streamer(const model& m, kv_sender& sender, std::chrono::milliseconds timeout, kv_device_path device = {},
+                    kv_stage_pair_path stage_pairs = {});
 
   // A plan entry started request `request_id` on the worker with a send transfer (again, after a
   // preemption: the transfer stays open and is sent again from its first token).
@@ -80,6 +96,8 @@ class kv_layer_streamer final : public kv_layer_sink {
     bool broken = false;                             // the sender refused a frame: nothing more is sent for it
     std::chrono::steady_clock::time_point deadline;  // the wait on a device destination's, then the copies'
     std::optional<kv_device_destination> peer;       // the device path's, once taken
+    bool routes_known = false;                       // the stage pairs' answer is taken
+    std::vector<kv_stage_route> routes;              // per remote stage, in order; empty: none
   };
   struct step_entry {
     int64_t request_id = 0;
@@ -93,11 +111,19 @@ class kv_layer_streamer final : public kv_layer_sink {
   void copy_in_place(step_entry& e, std::span<const int32_t> ids, int first_block, int layer);
   bool copy_layer(step_entry& e, std::span<const int32_t> ids, std::span<const int32_t> peer_ids, int layer);
   void complete_device_copies();
+  // Takes the decode side's stage routes for `e` (waiting for them); false when the stream broke.
+  bool take_stage_routes(step_entry& e);
+  // Remote stage `stage`'s layers of `e` go from that stage to its decode peer.
+  void push_from_stage(step_entry& e, std::span<const int32_t> ids, size_t stage);
+  // The remote stage holding `layer`, or remote_layers_.size() when it is held here.
+  size_t remote_stage_of(int layer) const;
   void break_stream(step_entry& e, int layer, const std::string& why);
 
   const model& model_;
   kv_sender& sender_;
   kv_device_path device_;
+  kv_stage_pair_path stage_pairs_;
+  std::vector<layer_range> remote_layers_;  // stage_pairs_'s remote stages
   std::chrono::milliseconds timeout_;
   int block_size_;
   std::unordered_map<int64_t, stream> streams_;

@@ -39,10 +39,23 @@ void kv_lease_table::expect(kv_expectation e) {
     throw std::invalid_argument(name +
                                 ": a device_pair needs an in-place expectation and a receiver with an nccl inbox");
   }
+  e.layers = e.layers.resolved(num_layers_);
+  if (e.layers.first < 0 || e.layers.end > num_layers_ || e.layers.count() < 1) {
+    throw std::invalid_argument(name + ": layers " + layer_range_text(e.layers) + " are not a range of the model's " +
+                                std::to_string(num_layers_) + " layers");
+  }
+  if (e.relayed.count() > 0 && (e.in_place || e.relayed.first < e.layers.first || e.relayed.end > e.layers.end)) {
+    throw std::invalid_argument(name + ": relayed layers " + layer_range_text(e.relayed) +
+                                " must lie inside the lease's layers, on a lease whose other frames carry bytes");
+  }
   if (leases_.contains(e.transfer_id)) throw std::invalid_argument(name + ": transfer_id is already expected");
   const uint64_t id = e.transfer_id;
-  leases_.emplace(id,
-                  kv_lease{std::move(e), std::vector<int32_t>(num_layers_, 0), std::vector<int32_t>(num_layers_, 0)});
+  // The layers outside the lease count as arrived: they are another stage's to receive.
+  std::vector<int32_t> outside(num_layers_, 0);
+  for (int layer = 0; layer < num_layers_; ++layer) {
+    if (!e.layers.holds(layer)) outside[static_cast<size_t>(layer)] = e.num_tokens;
+  }
+  leases_.emplace(id, kv_lease{std::move(e), outside, outside});
 }
 
 std::optional<std::string> kv_lease_table::cancel(uint64_t transfer_id) {
@@ -139,7 +152,31 @@ std::string kv_lease_table::mismatch(const kv_lease& lease, const kv_frame_heade
     return "the frame names request " + std::to_string(h.request_id) + ", the transfer is for request " +
            std::to_string(e.request_id);
   }
-  if (h.in_place != e.in_place) {
+  if (int64_t{h.span.first_layer} + h.span.num_layers > num_layers_) {
+    return "layer range first " + std::to_string(h.span.first_layer) + " count " + std::to_string(h.span.num_layers) +
+           " lies outside the model's " + std::to_string(num_layers_) + " layers";
+  }
+  const layer_range frame_layers{h.span.first_layer, h.span.first_layer + h.span.num_layers};
+  if (h.span.num_layers < 1 || frame_layers.first < e.layers.first || frame_layers.end > e.layers.end) {
+    return "the frame's layers " + layer_range_text(frame_layers) + " are not among the transfer's (" +
+           layer_range_text(e.layers) + ")";
+  }
+  const bool relayed =
+      e.relayed.count() > 0 && frame_layers.first >= e.relayed.first && frame_layers.end <= e.relayed.end;
+  const bool touches_relayed = frame_layers.first < e.relayed.end && e.relayed.first < frame_layers.end;
+  if (touches_relayed && !(relayed && h.in_place)) {
+    return "the frame's layers " + layer_range_text(frame_layers) + " come from the decode's pipeline stages (" +
+           layer_range_text(e.relayed) + "), which say so in place; " +
+           (h.in_place ? "the frame reaches past them" : "the frame carries bytes");
+  }
+  if (relayed) {
+    // The stage vouches for all of its tokens at once, after they are in its blocks.
+    if (h.payload_bytes != 0 || h.sequenced || h.token_begin != 0 || h.token_end != e.num_tokens) {
+      return "a stage's in-place frame must cover tokens [0, " + std::to_string(e.num_tokens) +
+             ") with no payload; it covers [" + std::to_string(h.token_begin) + ", " + std::to_string(h.token_end) +
+             ")";
+    }
+  } else if (h.in_place != e.in_place) {
     return h.in_place
                ? "the frame says its KV was written in place (a device transport), the transfer expects its bytes"
                : "the frame carries bytes, the transfer expects its KV written in place by a device transport";
@@ -158,10 +195,6 @@ std::string kv_lease_table::mismatch(const kv_lease& lease, const kv_frame_heade
            std::to_string(h.span.num_kv_heads) + ", head_dim " + std::to_string(h.span.head_dim) +
            " differs from the model's " + std::to_string(pool_.block_size) + ", " + std::to_string(num_kv_heads_) +
            ", " + std::to_string(head_dim_);
-  }
-  if (int64_t{h.span.first_layer} + h.span.num_layers > num_layers_) {
-    return "layer range first " + std::to_string(h.span.first_layer) + " count " + std::to_string(h.span.num_layers) +
-           " lies outside the model's " + std::to_string(num_layers_) + " layers";
   }
   if (h.token_end > e.num_tokens) {
     return "token_end " + std::to_string(h.token_end) + " is past the transfer's " + std::to_string(e.num_tokens) +

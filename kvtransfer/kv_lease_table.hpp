@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kvtransfer/kv_frame.hpp"
+#include "model/layer_range.hpp"
 #include "model/model.hpp"
 #include "model/model_config.hpp"
 
@@ -42,6 +43,14 @@ struct kv_expectation {
   // counts only once the receive has completed; a failed receive fails the transfer, and a
   // transfer that ends other than complete breaks its pair (nccl_kv_inbox::end).
   std::string device_pair;
+  // The layers the lease covers: all of the model's (the default, end 0), or a pipeline stage's
+  // own when the stage receives its layers' KV itself (pipeline/stage_kv_pairs.hpp). Frames for
+  // other layers are refused; the lease completes once these layers have every token.
+  layer_range layers;
+  // Layers whose KV goes straight from the prefill's pipeline stage to the decode's matching one
+  // (kvtransfer/kv_stage_pairs.hpp), on a decode engine's lease: the stage that received them says
+  // so with one in-place frame, and frames with bytes for them are refused. Empty: none.
+  layer_range relayed;
 };
 
 // How a lease ended (cancelled ones end with none).

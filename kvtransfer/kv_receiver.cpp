@@ -148,6 +148,15 @@ class kv_receiver::impl final : public kv_frame_sink {
     }
   }
 
+  void fail(uint64_t transfer_id, const std::string& why) {
+    std::optional<outcome> result;
+    {
+      std::lock_guard lock(mutex_);
+      result = leases_.fail(transfer_id, why).failed;
+    }
+    if (result) fire(*result);
+  }
+
   kv_receiver_stats stats() const {
     std::lock_guard lock(mutex_);
     kv_receiver_stats s = stats_;
@@ -592,6 +601,7 @@ const std::string& kv_receiver::endpoint() const { return impl_->endpoint(); }
 const std::string& kv_receiver::public_key() const { return impl_->public_key(); }
 void kv_receiver::expect(kv_expectation expectation) { impl_->expect(std::move(expectation)); }
 void kv_receiver::cancel(uint64_t transfer_id) { impl_->cancel(transfer_id); }
+void kv_receiver::fail(uint64_t transfer_id, const std::string& why) { impl_->fail(transfer_id, why); }
 kv_receiver_stats kv_receiver::stats() const { return impl_->stats(); }
 
 }  // namespace troupe

@@ -71,6 +71,10 @@ class kv_receiver {
   // Returns only when no frame is being written into its blocks (an nccl receive in flight is
   // stopped and its pair broken first).
   void cancel(uint64_t transfer_id);
+  // Fails a live expectation for `why` (its `failed` event fires, on the calling thread): the KV
+  // it waited for can no longer come (a pipeline stage that held part of it was lost). Unknown
+  // ids: nothing.
+  void fail(uint64_t transfer_id, const std::string& why);
   kv_receiver_stats stats() const;
 
  private:

@@ -725,6 +725,7 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
   pipeline.read("reconnect_max_delay_ms", t.pipeline.reconnect_max_delay_ms);
   pipeline.read("reconnect_attempts", t.pipeline.reconnect_attempts);
   pipeline.read("failover_wait_ms", t.pipeline.failover_wait_ms);
+  pipeline.read("kv_stage_pairs", t.pipeline_kv_stage_pairs);
   pipeline.finish();
   return t;
 }
@@ -741,6 +742,15 @@ pipeline_plan topology::pipeline_for(engine_role role) const {
   pipeline_plan plan = pipeline;
   if (role == engine_role::prefill) plan.stages = prefill_pipeline_stages;
   if (role == engine_role::decode) plan.stages = decode_pipeline_stages;
+  // Stage k of the prefill sends its layers to stage k of the decode only when the two are cut
+  // alike; otherwise every layer goes through the engines.
+  const auto same_cut = [](const std::vector<remote_stage>& a, const std::vector<remote_stage>& b) {
+    return !a.empty() && a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(),
+                      [](const remote_stage& x, const remote_stage& y) { return x.layers == y.layers; });
+  };
+  plan.kv_stage_pairs = pipeline_kv_stage_pairs && role != engine_role::mixed &&
+                        same_cut(prefill_pipeline_stages, decode_pipeline_stages);
   return plan;
 }
 

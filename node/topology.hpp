@@ -215,6 +215,9 @@ struct topology {
   // into the stage that holds it.
   std::vector<remote_stage> prefill_pipeline_stages;
   std::vector<remote_stage> decode_pipeline_stages;
+  // [pipeline] kv_stage_pairs: such a pair cut at the same layers moves each stage's KV between
+  // the matching stages (kvtransfer/kv_stage_pairs.hpp); false: through the engines.
+  bool pipeline_kv_stage_pairs = true;
   // The pipeline of an engine instance in `role`: [pipeline] stages for a mixed instance,
   // prefill_stages or decode_stages for the pair's.
   pipeline_plan pipeline_for(engine_role role) const;

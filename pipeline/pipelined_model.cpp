@@ -13,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kvtransfer/kv_stage_pairs.hpp"
 #include "model/stage_lost_error.hpp"
 #include "pipeline/stage_health.hpp"
 #include "pipeline/stage_load.hpp"
@@ -119,7 +120,7 @@ forward_batch slice_sequences(const forward_batch& batch, int first, int end) {
 
 namespace {
 
-class pipelined_model final : public model {
+class pipelined_model final : public model, public kv_stage_pairs {
  public:
   pipelined_model(std::unique_ptr<model> last, layer_range last_layers, const std::vector<remote_stage>& remote,
                   const pipeline_settings& settings)
@@ -224,6 +225,57 @@ class pipelined_model final : public model {
         throw std::runtime_error(why);
       }
     });
+  }
+
+  // A KV channel per pair of stages (kvtransfer/kv_stage_pairs.hpp): the link carries only the
+  // small lease, release and push frames; the KV goes between the stages' own KV planes.
+  std::vector<layer_range> remote_stage_layers() const override {
+    std::vector<layer_range> layers;
+    for (const remote_stage& r : remote_) layers.push_back(r.layers);
+    return layers;
+  }
+  bool stages_keyed() const override {
+    return std::all_of(remote_.begin(), remote_.end(),
+                       [](const remote_stage& r) { return r.endpoint.starts_with("curve://"); });
+  }
+  std::vector<kv_stage_route> lease_at_stages(const kv_stage_lease& lease) override {
+    std::vector<kv_stage_route> routes(links_.size());
+    std::unique_lock lock(links_mutex_);
+    for (size_t i = 0; i < links_.size(); ++i) {
+      if (std::string why = links_[i]->lease_kv(lease, routes[i]); !why.empty()) {
+        for (size_t j = 0; j < i; ++j) (void)links_[j]->release_kv(lease.transfer_id);
+        throw std::runtime_error(why);
+      }
+    }
+    // The stages' layers of these blocks are theirs to receive in this KV epoch: a stage that
+    // restarts before the engine's own layers are imported fails that import (import_kv).
+    for (const int32_t block : lease.block_ids) {
+      if (block >= 0 && static_cast<size_t>(block) < block_epoch_.size())
+        block_epoch_[static_cast<size_t>(block)] = kv_epoch_;
+    }
+    return routes;
+  }
+  void on_stage_lost(std::function<void()> listener) override {
+    std::lock_guard lock(listener_mutex_);
+    stage_lost_listener_ = std::move(listener);
+  }
+  void release_at_stages(uint64_t transfer_id) override {
+    std::unique_lock lock(links_mutex_);
+    for (const auto& link : links_) {
+      // A stage that is down holds no lease any more; one that refuses says why in the log.
+      if (std::string why = link->release_kv(transfer_id); !why.empty() && link->broken().empty()) {
+        spdlog::warn("{}: releasing KV transfer {}: {}", link->endpoint(), transfer_id, why);
+      }
+    }
+  }
+  void push_from_stage(size_t stage, const kv_stage_push& push) override {
+    std::unique_lock lock(links_mutex_);
+    if (stage >= links_.size()) throw std::runtime_error("no pipeline stage " + std::to_string(stage));
+    stage_link& link = *links_[stage];
+    if (std::string why = link.push_kv(push); !why.empty()) {
+      if (!link.broken().empty()) throw stage_lost_error(why);
+      throw std::runtime_error(why);
+    }
   }
 
   void forward(const forward_batch& batch, float* logits) override {
@@ -453,9 +505,21 @@ class pipelined_model final : public model {
   // by `troupe launch`, or by hand) with back-off, its state on the health board meanwhile.
   void reconnect_lost_stages() {
     std::unique_lock lock(links_mutex_);
+    uint64_t losses_told = 0;
     while (!stopping_) {
       reconnect_wake_.wait_for(lock, reconnect_poll, [this] { return stopping_; });
       if (stopping_) return;
+      if (losses_ != losses_told) {
+        // Without links_mutex_: the listener fails transfers, whose release comes back here.
+        losses_told = losses_;
+        lock.unlock();
+        {
+          std::lock_guard told(listener_mutex_);
+          if (stage_lost_listener_) stage_lost_listener_();
+        }
+        lock.lock();
+        if (stopping_) return;
+      }
       for (size_t i = 0; i < links_.size() && !stopping_; ++i) {
         reconnect_state& r = reconnects_[i];
         if (r.replacement || r.given_up) continue;
@@ -512,6 +576,7 @@ class pipelined_model final : public model {
     if (broken.empty()) return false;
     if (!r.reported) {
       r.reported = true;
+      ++losses_;
       spdlog::warn("{}; reconnecting (at most {} attempts)", broken, settings_.reconnect_attempts);
       stage_health_board::instance().down(stage_key(i), "down (" + broken + "); reconnecting");
     }
@@ -642,6 +707,9 @@ class pipelined_model final : public model {
   bool stopping_ = false;
   bool in_forward_ = false;  // under links_mutex_
   std::thread reconnector_;
+  uint64_t losses_ = 0;  // stages noticed lost, under links_mutex_ (the reconnector tells the listener)
+  std::mutex listener_mutex_;
+  std::function<void()> stage_lost_listener_;
   // Which KV epoch wrote each block: an epoch ends when a lost stage's link is installed again.
   uint32_t kv_epoch_ = 1;
   std::vector<uint32_t> block_epoch_;

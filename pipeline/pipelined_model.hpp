@@ -46,6 +46,10 @@ struct pipeline_plan {
   // for it to come back, to run them again from their tokens; past it they fail naming the
   // stage. 0: they fail at once.
   int32_t failover_wait_ms = 30000;
+  // A prefill/decode pair of pipelines cut at the same layers moves each stage's layers of KV
+  // between the two instances' matching stages, a channel per pair (kvtransfer/kv_stage_pairs.hpp):
+  // [pipeline] kv_stage_pairs (default true), in effect only when the cuts match (pipeline_for).
+  bool kv_stage_pairs = false;
 
   bool empty() const { return stages.empty(); }
   // The layers the engine itself holds: from the last remote stage's end to the model's last.

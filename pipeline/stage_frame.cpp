@@ -77,7 +77,9 @@ uint64_t stage_max_frame_bytes(const stage_frame_limits& limits) {
   most.hidden_size = limits.hidden_size;
   const uint64_t kv =
       stage_kv_descriptor_bytes + uint64_t{4} * static_cast<uint64_t>(limits.max_block_ids) + limits.max_kv_bytes;
-  return stage_frame_header_bytes + std::max({stage_payload_bytes(most), uint64_t{stage_failure_max_bytes}, kv});
+  // A push's fixed fields and route besides a KV request (a lease's are fewer).
+  const uint64_t pair = stage_push_fixed_bytes + stage_route_max_bytes;
+  return stage_frame_header_bytes + std::max({stage_payload_bytes(most), uint64_t{stage_failure_max_bytes}, kv + pair});
 }
 
 uint64_t stage_kv_request_bytes(const stage_frame_header& h) {
@@ -103,6 +105,10 @@ uint64_t stage_payload_bytes(const stage_frame_header& h) {
     case stage_frame_kind::kv_data:
     case stage_frame_kind::kv_import: return h.payload_bytes;  // the span's bytes, bounded below
     case stage_frame_kind::kv_done: return 0;
+    case stage_frame_kind::kv_lease:
+    case stage_frame_kind::kv_lease_ack:
+    case stage_frame_kind::kv_push: return h.payload_bytes;  // a route's text of its own length, bounded below
+    case stage_frame_kind::kv_release: return stage_release_bytes;
   }
   return 0;
 }
@@ -120,7 +126,7 @@ stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, c
   stage_frame_header h;
   const uint16_t kind = get<uint16_t>(p, 6);
   if (kind < static_cast<uint16_t>(stage_frame_kind::hello) ||
-      kind > static_cast<uint16_t>(stage_frame_kind::kv_done)) {
+      kind > static_cast<uint16_t>(stage_frame_kind::kv_push)) {
     refuse("unknown kind " + std::to_string(kind));
   }
   h.kind = static_cast<stage_frame_kind>(kind);
@@ -162,6 +168,15 @@ stage_frame_header decode_stage_frame_header(std::span<const std::byte> bytes, c
     check_count("KV data bytes", bytes_beyond(0), most_kv);
   } else if (h.kind == stage_frame_kind::kv_import) {
     check_count("KV data bytes", bytes_beyond(stage_kv_request_bytes(h)), most_kv);
+  } else if (h.kind == stage_frame_kind::kv_lease) {
+    check_count("route text bytes",
+                bytes_beyond(stage_lease_fixed_bytes + uint64_t{4} * static_cast<uint64_t>(h.num_block_ids)),
+                stage_route_max_bytes);
+  } else if (h.kind == stage_frame_kind::kv_push) {
+    check_count("route text bytes", bytes_beyond(stage_push_fixed_bytes + stage_kv_request_bytes(h)),
+                stage_route_max_bytes);
+  } else if (h.kind == stage_frame_kind::kv_lease_ack) {
+    check_count("route text bytes", bytes_beyond(0), stage_route_max_bytes);
   } else if (h.payload_bytes != stage_payload_bytes(h)) {
     refuse("payload of " + std::to_string(h.payload_bytes) + " bytes, its counts make " +
            std::to_string(stage_payload_bytes(h)));

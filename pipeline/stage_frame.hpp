@@ -12,7 +12,15 @@
 //   kv_export  link -> stage   the KV of some of the stage's layers in some blocks, asked for
 //   kv_data    stage -> link   those bytes (model/kv_transfer.hpp's span layout)
 //   kv_import  link -> stage   KV for some of the stage's layers, to write into some blocks
-//   kv_done    stage -> link   the import is in the stage's pool (no payload)
+//   kv_done    stage -> link   the import is in the stage's pool (no payload); a release or a push
+//                              is done
+//   kv_lease   link -> stage   a decode stage's lease on some blocks for one KV transfer, which it
+//                              then receives straight from the prefill's matching stage
+//                              (pipeline/stage_pair_frames.hpp)
+//   kv_lease_ack stage -> link the stage's KV receiver for it (endpoint and key, as text)
+//   kv_release link -> stage   the lease ends (a transfer id)
+//   kv_push    link -> stage   a prefill stage sends some of its layers' KV of one request to the
+//                              decode stage a route names
 //
 // The KV frames move a request's KV between a stage's pool and the engine that drives it (a
 // pipelined prefill or decode instance of a disaggregated pair: the engine's KV plane carries it
@@ -57,10 +65,20 @@ enum class stage_frame_kind : uint16_t {
   kv_data = 7,
   kv_import = 8,
   kv_done = 9,
+  kv_lease = 10,
+  kv_lease_ack = 11,
+  kv_release = 12,
+  kv_push = 13,
 };
 
 // The KV request at the start of a kv_export or kv_import payload, before the block ids.
 inline constexpr size_t stage_kv_descriptor_bytes = 7 * 4;
+// The fixed fields before a kv_lease's block ids and a kv_push's KV request, a kv_release's
+// payload, and the most a route's text (a KV receiver's endpoint and key) may take.
+inline constexpr size_t stage_lease_fixed_bytes = 24;
+inline constexpr size_t stage_push_fixed_bytes = 32;
+inline constexpr size_t stage_release_bytes = 8;
+inline constexpr size_t stage_route_max_bytes = 1024;  // kv_stage_route_max_bytes
 
 struct stage_frame_header {
   stage_frame_kind kind = stage_frame_kind::work;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "kvtransfer/kv_tcp.hpp"
+#include "pipeline/stage_pair_frames.hpp"
 
 namespace troupe {
 
@@ -74,6 +75,7 @@ stage_link::stage_link(std::string endpoint, layer_range layers, const stage_hel
     throw fail("the stage holds layers " + layer_range_text({held.first_layer, held.end_layer}));
   }
   num_blocks_ = held.num_blocks;
+  num_model_layers_ = held.num_layers;
   // What the connection's set-up went through (a first attempt closed while the stage started)
   // is not the stage going away: only what happens from here on counts.
   (void)channel_->peer_gone();
@@ -106,6 +108,28 @@ std::string stage_link::export_kv(std::span<const int32_t> block_ids, const kv_s
 std::string stage_link::import_kv(std::span<const int32_t> block_ids, const kv_span_header& span,
                                   std::span<const std::byte> data) {
   kv_job job{stage_frame_kind::kv_import, block_ids, span, {}, data};
+  return run_kv_job(job);
+}
+
+std::string stage_link::lease_kv(const kv_stage_lease& lease, kv_stage_route& route) {
+  kv_job job;
+  job.kind = stage_frame_kind::kv_lease;
+  job.lease = &lease;
+  job.route = &route;
+  return run_kv_job(job);
+}
+
+std::string stage_link::release_kv(uint64_t transfer_id) {
+  kv_job job;
+  job.kind = stage_frame_kind::kv_release;
+  job.release = transfer_id;
+  return run_kv_job(job);
+}
+
+std::string stage_link::push_kv(const kv_stage_push& push) {
+  kv_job job;
+  job.kind = stage_frame_kind::kv_push;
+  job.push = &push;
   return run_kv_job(job);
 }
 
@@ -217,7 +241,50 @@ std::string stage_link::exchange(micro_batch_job& job) {
   return "";
 }
 
+std::string stage_link::exchange_pair(kv_job& job) {
+  const uint64_t id = ++kv_exchanges_;
+  if (job.kind == stage_frame_kind::kv_lease) {
+    encode_stage_kv_lease(id, *job.lease, num_model_layers_, head_);
+  } else if (job.kind == stage_frame_kind::kv_push) {
+    encode_stage_kv_push(id, *job.push, head_);
+  } else {
+    encode_stage_kv_release(id, job.release, head_);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + step_timeout_;
+  auto break_link = [&](std::string reason) {
+    std::lock_guard lock(mutex_);
+    broken_ = "pipeline stage " + layer_range_text(layers_) + " at " + endpoint_ + ": " + reason;
+    return reason;
+  };
+  if (std::string why = channel_->write(head_, {}, deadline); !why.empty()) return break_link(why);
+  stage_frame_limits limits;
+  limits.hidden_size = hidden_size_;
+  stage_frame_header answer;
+  if (std::string why = read_header(*channel_, limits, deadline, answer); !why.empty()) return break_link(why);
+  if (answer.kind == stage_frame_kind::failure) return read_failure(*channel_, answer, deadline);
+  const bool leasing = job.kind == stage_frame_kind::kv_lease;
+  const stage_frame_kind expected = leasing ? stage_frame_kind::kv_lease_ack : stage_frame_kind::kv_done;
+  if (answer.kind != expected || answer.step_id != id) {
+    return break_link("the stage answered KV pair exchange " + std::to_string(id) + " with another frame (for " +
+                      std::to_string(answer.step_id) + ")");
+  }
+  if (!leasing) return "";
+  std::vector<std::byte> text(answer.payload_bytes);  // bounded by stage_route_max_bytes
+  if (std::string why = channel_->read(text, deadline); !why.empty()) return break_link(why);
+  try {
+    *job.route = decode_route_text(text);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  if (job.route->layers != layers_) {
+    return "the stage's KV receiver says it holds layers " + layer_range_text(job.route->layers) + ", not " +
+           layer_range_text(layers_);
+  }
+  return "";
+}
+
 std::string stage_link::exchange(kv_job& job) {
+  if (job.kind != stage_frame_kind::kv_export && job.kind != stage_frame_kind::kv_import) return exchange_pair(job);
   const bool exporting = job.kind == stage_frame_kind::kv_export;
   const uint64_t id = ++kv_exchanges_;
   encode_kv_request(job.kind, id, job.span, job.block_ids, exporting ? 0 : job.data.size(), head_);

@@ -21,6 +21,7 @@
 #include "model/forward_batch.hpp"
 #include "model/layer_range.hpp"
 #include "kvtransfer/kv_channel.hpp"
+#include "kvtransfer/kv_stage_pairs.hpp"
 #include "pipeline/stage_channel.hpp"
 #include "pipeline/stage_frame.hpp"
 
@@ -70,6 +71,12 @@ class stage_link {
   std::string export_kv(std::span<const int32_t> block_ids, const kv_span_header& span, std::span<std::byte> out);
   std::string import_kv(std::span<const int32_t> block_ids, const kv_span_header& span,
                         std::span<const std::byte> data);
+  // The pair frames (pipeline/stage_pair_frames.hpp), sent like the KV frames above: a decode
+  // stage's lease on a transfer's blocks, answered with its KV receiver's route; the lease's end;
+  // a prefill stage's push of its layers of one request to its decode peer. Why not, or "".
+  std::string lease_kv(const kv_stage_lease& lease, kv_stage_route& route);
+  std::string release_kv(uint64_t transfer_id);
+  std::string push_kv(const kv_stage_push& push);
   // The stage's compute time its results reported since the last call (what it was busy with).
   uint64_t take_busy_ns() { return busy_ns_.exchange(0); }
   // The stage process's CPU as its last result reported it (pid 0: no result yet).
@@ -89,8 +96,12 @@ class stage_link {
     stage_frame_kind kind = stage_frame_kind::kv_export;
     std::span<const int32_t> block_ids;
     kv_span_header span;
-    std::span<std::byte> out;         // an export's
-    std::span<const std::byte> data;  // an import's
+    std::span<std::byte> out;               // an export's
+    std::span<const std::byte> data;        // an import's
+    const kv_stage_lease* lease = nullptr;  // kind kv_lease
+    const kv_stage_push* push = nullptr;    // kind kv_push
+    uint64_t release = 0;                   // kind kv_release: the transfer
+    kv_stage_route* route = nullptr;        // a lease's answer
     std::string failure;
     bool done = false;
   };
@@ -105,6 +116,8 @@ class stage_link {
   std::string exchange(micro_batch_job& job);
   // Sends a KV job and reads its answer; why not, or "".
   std::string exchange(kv_job& job);
+  // Sends a pair frame and reads its answer; why not, or "".
+  std::string exchange_pair(kv_job& job);
   // Queues `job` and waits until the link's thread has done it.
   std::string run_kv_job(kv_job& job);
 
@@ -112,6 +125,7 @@ class stage_link {
   layer_range layers_;
   int hidden_size_ = 0;
   int num_blocks_ = 0;
+  int num_model_layers_ = 0;  // the whole model's (a lease's relay route names them all)
   std::chrono::milliseconds step_timeout_;
   std::unique_ptr<stage_channel> channel_;
   std::function<void(micro_batch_job*)> next_;

@@ -14,6 +14,7 @@
 
 #include "engine/process_cpu.hpp"
 #include "kvtransfer/kv_tcp.hpp"
+#include "pipeline/stage_pair_frames.hpp"
 
 namespace troupe {
 
@@ -156,11 +157,17 @@ void stage_server::serve_link(stage_channel& channel, bool framed) {
         if (!greeted && !framed) return;
         continue;
       }
+      const bool pair = header.kind == stage_frame_kind::kv_lease || header.kind == stage_frame_kind::kv_release ||
+                        header.kind == stage_frame_kind::kv_push;
       if (header.kind != stage_frame_kind::work && header.kind != stage_frame_kind::kv_export &&
-          header.kind != stage_frame_kind::kv_import) {
+          header.kind != stage_frame_kind::kv_import && !pair) {
         throw std::invalid_argument("expected a hello, a work or a KV frame");
       }
       if (!greeted) throw std::invalid_argument("a work or KV frame before the link's hello");
+      if (pair) {
+        pair_kv(channel, header);
+        continue;
+      }
       if (header.kind != stage_frame_kind::work) {
         move_kv(channel, header);
         continue;
@@ -238,6 +245,51 @@ void stage_server::move_kv(stage_channel& channel, const stage_frame_header& hea
   const std::span<const std::byte> payload =
       exporting ? std::span<const std::byte>(kv_data_) : std::span<const std::byte>{};
   if (!send(channel, answer, payload)) throw std::runtime_error("the link took no KV answer");
+}
+
+void stage_server::pair_kv(stage_channel& channel, const stage_frame_header& header) {
+  // The header's checks bounded the payload (block ids and a route's text).
+  std::vector<std::byte> payload(header.payload_bytes);
+  if (std::string why = channel.read(payload, deadline_after(settings_.stall_timeout)); !why.empty())
+    throw std::runtime_error(why);
+  stage_frame_header answer;
+  answer.step_id = header.step_id;
+  answer.kind = stage_frame_kind::kv_done;
+  std::string text;
+  try {
+    {
+      std::lock_guard lock(pairs_mutex_);
+      if (!pairs_) {
+        kv_channel_settings channel_settings;
+        channel_settings.bind_host = settings_.host;
+        channel_settings.keys = settings_.keys;
+        channel_settings.max_payload_bytes = limits_.max_kv_bytes;
+        channel_settings.max_buffered_bytes = std::max<uint64_t>(limits_.max_kv_bytes, uint64_t(256) << 20);
+        pairs_ = std::make_unique<stage_kv_pairs>(stage_, layers_, std::move(channel_settings));
+      }
+    }
+    if (header.kind == stage_frame_kind::kv_lease) {
+      const kv_stage_route route = pairs_->lease(decode_stage_kv_lease(header, payload));
+      text = kv_stage_route_text(route);
+      answer.kind = stage_frame_kind::kv_lease_ack;
+    } else if (header.kind == stage_frame_kind::kv_release) {
+      pairs_->release(decode_stage_kv_release(payload));
+    } else {
+      pairs_->push(decode_stage_kv_push(header, payload));
+    }
+  } catch (const std::invalid_argument& e) {
+    send_failure(channel, header, "pipeline stage " + layer_range_text(layers_) + ": " + e.what());
+    return;
+  }
+  ++kv_frames_;
+  answer.payload_bytes = text.size();
+  if (!send(channel, answer, std::as_bytes(std::span(text.data(), text.size()))))
+    throw std::runtime_error("the link took no KV answer");
+}
+
+stage_kv_pairs_stats stage_server::kv_pair_stats() const {
+  std::lock_guard lock(pairs_mutex_);
+  return pairs_ ? pairs_->stats() : stage_kv_pairs_stats{};
 }
 
 process_cpu_time stage_server::process_cpu_now() {

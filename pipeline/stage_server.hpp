@@ -12,6 +12,9 @@
 // prefill exports it, a pipelined decode imports it), checked against the pool before a byte of
 // data is read.
 //
+// Pair frames (kv_lease, kv_release, kv_push) give each pair of a prefill's and a decode's stages
+// their own KV channel (pipeline/stage_kv_pairs.hpp): made at the first such frame.
+//
 // The stage's KV lives here, in the blocks the driving scheduler names: a driver that
 // reconnects after losing its link finds the KV of its old steps, which it must not trust (the
 // pipelined model never reconnects).
@@ -20,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -29,6 +33,7 @@
 #include "model/model.hpp"
 #include "pipeline/stage_channel.hpp"
 #include "pipeline/stage_frame.hpp"
+#include "pipeline/stage_kv_pairs.hpp"
 
 namespace troupe {
 
@@ -62,6 +67,8 @@ class stage_server {
   uint64_t kv_frames() const { return kv_frames_.load(); }
   // Time spent computing frames (the stage's busy share over a wall-clock interval).
   uint64_t busy_ns() const { return busy_ns_.load(); }
+  // What went over this stage's own KV channel (zeros before the first pair frame).
+  stage_kv_pairs_stats kv_pair_stats() const;
 
  private:
   void serve();
@@ -73,6 +80,8 @@ class stage_server {
   void compute(stage_channel& channel, const stage_frame_header& header);
   // Answers a kv_export with kv_data or a kv_import with kv_done, or refuses it by name.
   void move_kv(stage_channel& channel, const stage_frame_header& header);
+  // Answers a kv_lease with kv_lease_ack, a kv_release or kv_push with kv_done, or refuses it.
+  void pair_kv(stage_channel& channel, const stage_frame_header& header);
   // Reads and drops `bytes` of the current frame's payload (a refused import's data, so that a
   // stream stays in step); why not, or "".
   std::string skip(stage_channel& channel, uint64_t bytes);
@@ -94,6 +103,8 @@ class stage_server {
   std::vector<std::byte> arrays_;
   std::vector<float> residual_in_, residual_out_;  // [num_tokens, hidden] each
   std::vector<std::byte> kv_data_;                 // a KV frame's span
+  std::unique_ptr<stage_kv_pairs> pairs_;          // made by the first pair frame
+  mutable std::mutex pairs_mutex_;                 // pairs_ itself, for kv_pair_stats()
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> frames_computed_{0};
   std::atomic<uint64_t> frames_refused_{0};

@@ -1,6 +1,7 @@
 #include <unordered_map>
 
 #include <caf/event_based_actor.hpp>
+#include <spdlog/spdlog.h>
 
 #include "stages/error_category.hpp"
 #include "stages/instrumented_actor.hpp"
@@ -26,12 +27,15 @@ kv_agent_handle::behavior_type kv_agent_actor(kv_agent_handle::pointer self, std
               return caf::make_error(error_code::unavailable, std::string(e.what()));
             }
             (*reserved_by)[d.transfer_id] = caf::actor_cast<scheduler_handle>(self->current_sender());
+            std::vector<std::string> routes;
+            for (const kv_stage_route& route : d.stage_routes) routes.push_back(kv_stage_route_text(route));
             return kv_ready_msg{d.request_id,
                                 d.transfer_id,
                                 std::move(d.endpoint),
                                 std::move(d.public_key),
                                 std::move(d.kv_pool_handle),
-                                std::move(d.block_ids)};
+                                std::move(d.block_ids),
+                                std::move(routes)};
           },
           // From the receiver's thread (through the mailbox): a transfer completed or failed.
           [=](kv_arrival_msg& arrival) {
@@ -47,9 +51,17 @@ kv_agent_handle::behavior_type kv_agent_actor(kv_agent_handle::pointer self, std
           // From the router: where a transfer this instance prefills must go.
           [=](kv_ready_msg& ready) {
             if (!*router) *router = caf::actor_cast<router_handle>(self->current_sender());
+            // From another node each route was checked when the message was read (message_inspect.hpp).
+            std::vector<kv_stage_route> routes;
+            try {
+              for (const std::string& route : ready.stage_routes) routes.push_back(parse_kv_stage_route(route));
+            } catch (const std::invalid_argument& e) {
+              spdlog::warn("kv agent: transfer {}: {}; its receiver will time out", ready.transfer_id, e.what());
+              return;
+            }
             connector->send_to(kv_destination{ready.request_id, ready.transfer_id, std::move(ready.endpoint),
                                               std::move(ready.public_key), std::move(ready.kv_pool_handle),
-                                              std::move(ready.block_ids)});
+                                              std::move(ready.block_ids), std::move(routes)});
           },
           // From the sender's thread (through the mailbox): it gave a transfer up. The router re-runs
           // the request now instead of leaving its decode half to wait for the same deadline.

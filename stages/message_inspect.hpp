@@ -13,6 +13,7 @@
 #include <caf/meta/type_name.hpp>
 
 #include "kvtransfer/device_kv_copier.hpp"
+#include "kvtransfer/kv_stage_pairs.hpp"
 #include "stages/detokenizer_resume.hpp"
 #include "stages/error_category.hpp"
 #include "stages/messages.hpp"
@@ -214,11 +215,23 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_ready_msg& x) {
   // The handle comes from another node: refused when it cannot be one, before anyone opens it.
   return f(caf::meta::type_name("kv_ready_msg"), x.request_id, x.transfer_id, x.endpoint, x.public_key,
-           x.kv_pool_handle, x.block_ids, caf::meta::load_callback([&]() -> caf::error {
+           x.kv_pool_handle, x.block_ids, x.stage_routes, caf::meta::load_callback([&]() -> caf::error {
              if (x.kv_pool_handle.size() > max_kv_pool_handle_bytes) {
                return caf::make_error(error_code::bad_request,
                                       "kv_ready_msg: a kv_pool_handle of " + std::to_string(x.kv_pool_handle.size()) +
                                           " bytes, at most " + std::to_string(max_kv_pool_handle_bytes));
+             }
+             if (x.stage_routes.size() > kv_stage_routes_max) {
+               return caf::make_error(error_code::bad_request,
+                                      "kv_ready_msg: " + std::to_string(x.stage_routes.size()) +
+                                          " stage routes, at most " + std::to_string(kv_stage_routes_max));
+             }
+             for (const std::string& route : x.stage_routes) {
+               try {
+                 (void)parse_kv_stage_route(route);
+               } catch (const std::invalid_argument& e) {
+                 return caf::make_error(error_code::bad_request, std::string("kv_ready_msg: ") + e.what());
+               }
              }
              return caf::none;
            }));
@@ -421,7 +434,8 @@ typename Inspector::result_type inspect(Inspector& f, remote_stage& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pipeline_plan& x) {
   return f(caf::meta::type_name("pipeline_plan"), x.stages, x.micro_batches, x.step_timeout_ms, x.connect_timeout_ms,
-           x.reconnect_first_delay_ms, x.reconnect_max_delay_ms, x.reconnect_attempts, x.failover_wait_ms);
+           x.reconnect_first_delay_ms, x.reconnect_max_delay_ms, x.reconnect_attempts, x.failover_wait_ms,
+           x.kv_stage_pairs);
 }
 
 template <class Inspector>

@@ -87,6 +87,11 @@ struct kv_ready_msg {
   // Both empty on zmq, whose frames carry the bytes.
   std::string kv_pool_handle;
   std::vector<int32_t> block_ids;
+  // A pipelined decode instance's stages that take their layers' KV from the prefill's matching
+  // stages themselves (kvtransfer/kv_stage_pairs.hpp), in order, each as kv_stage_route_text
+  // (at most kv_stage_routes_max, each parsed when the message is read); empty: every layer comes
+  // to `endpoint`.
+  std::vector<std::string> stage_routes;
 };
 
 // KV agent -> its scheduler: the transfer's KV is in its blocks (ok), or will never be (why).

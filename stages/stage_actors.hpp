@@ -125,6 +125,7 @@ struct worker_kv_settings {
   std::chrono::milliseconds transfer_timeout{10000};
   kv_channel_keys keys;
   kv_transport transport = kv_transport::zmq;  // a GPU one is refused by name where it cannot run
+  bool stage_pairs = false;                    // kv_connector_settings::stage_pairs
 };
 // Speculative decoding's drafts on a worker: its loaded draft model, or (none) n-gram prompt
 // lookup with `ngram`.

@@ -79,6 +79,7 @@ worker_handle::behavior_type worker_actor(worker_handle::pointer self, std::shar
   kv_settings.channel.keys = kv.keys;
   kv_settings.transfer_timeout = kv.transfer_timeout;
   kv_settings.transport = kv.transport;
+  kv_settings.stage_pairs = kv.stage_pairs;
   // Aliasing the served model: the connector keeps it (and so the pool its receiver imports
   // into) alive.
   auto connector = std::make_shared<kv_connector>(
@@ -149,6 +150,7 @@ worker_handle::behavior_type worker_actor_from_spec(worker_handle::pointer self,
     kv.transfer_timeout = std::chrono::milliseconds(spec.kv_transfer_timeout_ms);
     kv.keys = std::move(spec.kv_keys);
     kv.transport = spec.kv_transport;
+    kv.stage_pairs = spec.pipeline.kv_stage_pairs;
     check_kv_transport(kv.transport, *served->backend_model);
     drafts = load_worker_drafts(spec, *served);
     mark_serving_began();  // a node's CPU counters (scheduler answers) leave the loading out

@@ -4,7 +4,9 @@
 //   2-stage pipeline and through a 3-stage one with chunked prefill forced small, three
 //   micro-batches and speculative decoding;
 // - a 1P1D whose prefill and decode instances are each a 2-stage pipeline answers the mix like
-//   colocated;
+//   colocated, the stages' layers of KV going from the prefill's stage to the decode's (a KV
+//   channel per pair of stages: the stages hold the cluster's keys), and again with every layer
+//   through the engines (kv_stage_pairs = false);
 // - kill -9 of a stage at a random moment, 20 trials: every request completes with the output of
 //   an undisturbed colocated server (seeded sampling too), no token lost or sent twice, the
 //   engine ends each trial with every KV block free and nothing held, and the stage that was not
@@ -124,11 +126,21 @@ class pipeline_outputs_e2e : public ::testing::Test {
     return reference_outcomes(*colocated, mix);
   }
 
+  // The credentials of a pipelined pair's cluster (an admin's too), and the arguments of its
+  // stages: with the cluster's keys each stage's link is curve://, and the prefill's stage sends
+  // its layers' KV straight to the decode's (a KV channel per pair of stages).
+  std::vector<std::string> pair_stage_args(const std::string& name) const {
+    std::vector<std::string> args = stage_args;
+    args.insert(args.end(), {"--credentials", (dir_.path() / "certs").string(), "--name", name});
+    return args;
+  }
+  void make_pair_credentials() {
+    make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a", "admin", "stage-p", "stage-d"});
+  }
   // A prefill/decode pair whose instances each drive one of these stages (`troupe launch` of a
-  // prefill and a decode node, mutual TLS; the credentials are made here, an admin's too).
+  // prefill and a decode node, mutual TLS; make_pair_credentials first).
   topology_spec pipelined_pair(const stage_process& prefill_stage, const stage_process& decode_stage,
                                const std::string& extra) {
-    make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a", "admin"});
     topology_spec pair;
     pair.kv_cache_dtype = "f32";
     pair.credentials = dir_.path() / "certs";
@@ -229,8 +241,9 @@ TEST_F(pipeline_outputs_e2e, a_1p1d_whose_prefill_and_decode_are_2_stage_pipelin
   const std::vector<mixed_request> mix = greedy_mix();
   const std::vector<outcome> expected = colocated_outcomes(mix);
   ASSERT_FALSE(HasFailure());
-  stage_process prefill_front("0-1", stories_dir, stage_args);
-  stage_process decode_front("0-1", stories_dir, stage_args);
+  make_pair_credentials();
+  stage_process prefill_front("0-1", stories_dir, pair_stage_args("stage-p"));
+  stage_process decode_front("0-1", stories_dir, pair_stage_args("stage-d"));
   const topology_spec pair = pipelined_pair(prefill_front, decode_front, "micro_batches = 2\n");
   const std::string log = expect_launch_answers_like(dir_.path(), "1p1d-pipelines", pair, mix, expected,
                                                      {{"prefill-a", 8192}, {"decode-a", 32768}}, wave);
@@ -244,6 +257,20 @@ TEST_F(pipeline_outputs_e2e, a_1p1d_whose_prefill_and_decode_are_2_stage_pipelin
     ++num_pipelined;
   }
   EXPECT_EQ(num_pipelined, 2) << log;
+  // Layers 0-1 of every request went from the prefill's stage to the decode's, not through the
+  // engines.
+  EXPECT_NE(decode_front.log().find("KV receiver for its layers"), std::string::npos) << decode_front.log();
+  EXPECT_EQ(log.find("every layer comes through this engine"), std::string::npos) << log;
+  EXPECT_EQ(log.find("are not cut alike"), std::string::npos) << log;
+
+  // The same pair with every layer through the engines (kv_stage_pairs = false).
+  stage_process prefill_plain("0-1", stories_dir, pair_stage_args("stage-p"));
+  stage_process decode_plain("0-1", stories_dir, pair_stage_args("stage-d"));
+  const topology_spec through_engines =
+      pipelined_pair(prefill_plain, decode_plain, "micro_batches = 2\nkv_stage_pairs = false\n");
+  expect_launch_answers_like(dir_.path(), "1p1d-pipelines-through-engines", through_engines, mix, expected,
+                             {{"prefill-a", 8192}, {"decode-a", 32768}}, wave);
+  EXPECT_EQ(decode_plain.log().find("KV receiver for its layers"), std::string::npos) << decode_plain.log();
 }
 
 TEST_F(pipeline_outputs_e2e, twenty_kill_9_trials_of_a_stage_lose_no_request_and_no_token) {
@@ -322,9 +349,10 @@ TEST_F(pipeline_outputs_e2e, a_stage_of_a_pipelined_pair_killed_loses_no_request
   const std::vector<outcome> expected = colocated_reference(mix);
   ASSERT_FALSE(HasFailure());
 
+  make_pair_credentials();
   std::deque<stage_process> stages;  // the prefill's, then the decode's, each on a port of its own
-  stages.emplace_back("0-1", stories_dir, stage_args, free_port());
-  stages.emplace_back("0-1", stories_dir, stage_args, free_port());
+  stages.emplace_back("0-1", stories_dir, pair_stage_args("stage-p"), free_port());
+  stages.emplace_back("0-1", stories_dir, pair_stage_args("stage-d"), free_port());
   topology_spec pair = pipelined_pair(stages[0], stages[1],
                                       "micro_batches = 2\nreconnect_first_delay_ms = 50\nreconnect_max_delay_ms = 200\n"
                                       "failover_wait_ms = 30000\n");

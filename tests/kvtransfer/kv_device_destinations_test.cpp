@@ -29,7 +29,10 @@ TEST(kv_device_destinations, refuses_bad_destinations_by_name_and_drops_expired_
       EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     }
   };
-  refused(1, {"", {1}}, "no pool handle");
+  refused(1, {"", {1}, {}}, "without a pool handle names blocks");
+  refused(1, {"h", {1}, {kv_stage_route{{0, 2}, "kvtcp://127.0.0.1:1", ""}}},
+          "a device destination with KV stage routes");
+  refused(1, {"", {}, std::vector<kv_stage_route>(kv_stage_routes_max + 1)}, "65 KV stage routes, at most 64");
   refused(1, {std::string(max_kv_pool_handle_bytes + 1, 'h'), {1}}, "1025 bytes, at most 1024");
   refused(1, {"h", {}}, "names no blocks");
   held.put(1, {"h", {1}}, in(60s));
@@ -43,6 +46,12 @@ TEST(kv_device_destinations, refuses_bad_destinations_by_name_and_drops_expired_
   ASSERT_TRUE(taken);
   EXPECT_EQ(taken->block_ids, std::vector<int32_t>{4});
   EXPECT_FALSE(held.take(3, in(10ms)));
+  // A pipelined pair's answer: the decode stages' receivers, or none (the decode is no pipeline).
+  held.put(5, {"", {}, {kv_stage_route{{0, 2}, "kvtcp://127.0.0.1:1", ""}}}, in(60s));
+  const auto routed = held.take(5, in(1s));
+  ASSERT_TRUE(routed);
+  ASSERT_EQ(routed->stage_routes.size(), 1u);
+  EXPECT_EQ(routed->stage_routes[0].endpoint, "kvtcp://127.0.0.1:1");
   EXPECT_EQ(held.num_held(), 1u);
 }
 

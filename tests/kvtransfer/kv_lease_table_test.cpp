@@ -292,3 +292,93 @@ TEST(kv_lease_table, accepted_tokens_close_gaps_but_only_booked_ones_complete) {
 
 }  // namespace
 }  // namespace troupe::test
+
+namespace troupe::test {
+namespace {
+
+// Four layers: a pipeline stage's receiver leases layers 0-1 only; the decode engine's lease
+// takes layers 0-1 as relayed by that stage (one in-place frame, all tokens) and 2-3 with bytes.
+model_config four_layers() {
+  model_config c = small_config();
+  c.num_layers = 4;
+  return c;
+}
+
+kv_frame_header frame_of(const model_config& c, uint64_t transfer_id, int first_layer, int num_layers, int32_t begin,
+                         int32_t end, bool in_place) {
+  kv_frame_header h;
+  h.transfer_id = transfer_id;
+  h.request_id = 100 + static_cast<int64_t>(transfer_id);
+  h.token_begin = begin;
+  h.token_end = end;
+  const int num_blocks = (end + small_pool.block_size - 1) / small_pool.block_size - begin / small_pool.block_size;
+  h.span = kv_span_for(c, small_pool, num_blocks, first_layer, num_layers, dtype::f32);
+  h.in_place = in_place;
+  h.payload_bytes = in_place ? 0 : kv_span_bytes(h.span);
+  return h;
+}
+
+TEST(kv_lease_table, a_stages_lease_covers_its_layers_only) {
+  const model_config c = four_layers();
+  kv_lease_table table(c, small_pool, false);
+  kv_expectation e = lease_for(1);
+  e.layers = {0, 2};
+  table.expect(e);
+  const kv_frame_header outside = frame_of(c, 1, 1, 2, 0, 8, false);
+  kv_frame_verdict refused = table.admit(outside, outside.payload_bytes);
+  EXPECT_EQ(refused.lease, nullptr);
+  EXPECT_NE(refused.refusal.find("the frame's layers 1-2 are not among the transfer's (0-1)"), std::string::npos)
+      << refused.refusal;
+  table.expect(lease_for(2));
+  kv_expectation stage = lease_for(3);
+  stage.layers = {0, 2};
+  table.expect(stage);
+  const kv_frame_header both = frame_of(c, 3, 0, 2, 0, 8, false);  // the prefill stage's push
+  ASSERT_NE(table.admit(both, both.payload_bytes).lease, nullptr);
+  const std::optional<kv_lease_outcome> done = table.book(both);
+  ASSERT_TRUE(done) << "layers 2-3 are another stage's: the lease is complete";
+  EXPECT_TRUE(done->completed);
+}
+
+TEST(kv_lease_table, relayed_layers_come_in_place_whole_and_the_rest_with_bytes) {
+  const model_config c = four_layers();
+  kv_lease_table table(c, small_pool, false);
+  kv_expectation e = lease_for(1);
+  e.relayed = {0, 2};
+  table.expect(e);
+  // Each refusal judged on a lease of its own (a frame that does not fit fails its lease).
+  const auto refusal = [&](const kv_frame_header& h) {
+    kv_lease_table judge(c, small_pool, false);
+    judge.expect(e);
+    const kv_frame_verdict v = judge.admit(h, h.payload_bytes);
+    return v.lease ? std::string("admitted") : v.refusal;
+  };
+  EXPECT_NE(refusal(frame_of(c, 1, 0, 1, 0, 8, false)).find("come from the decode's pipeline stages (0-1)"),
+            std::string::npos);
+  EXPECT_NE(refusal(frame_of(c, 1, 1, 2, 0, 8, true)).find("the frame reaches past them"), std::string::npos);
+  EXPECT_NE(refusal(frame_of(c, 1, 2, 1, 0, 8, true)).find("expects its bytes"), std::string::npos);
+  EXPECT_NE(refusal(frame_of(c, 1, 0, 2, 0, 4, true)).find("must cover tokens [0, 8)"), std::string::npos);
+
+  for (int layer = 2; layer < 4; ++layer) {
+    const kv_frame_header h = frame_of(c, 1, layer, 1, 0, 8, false);
+    ASSERT_NE(table.admit(h, h.payload_bytes).lease, nullptr);
+    EXPECT_FALSE(table.book(h));
+  }
+  const kv_frame_header relay = frame_of(c, 1, 0, 2, 0, 8, true);
+  const kv_frame_verdict v = table.admit(relay, 0);
+  ASSERT_NE(v.lease, nullptr) << v.refusal;
+  const std::optional<kv_lease_outcome> done = table.book(relay);
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(done->completed);
+
+  kv_expectation bad = lease_for(4);
+  bad.relayed = {0, 2};
+  bad.in_place = true;
+  EXPECT_THROW(table.expect(bad), std::invalid_argument);
+  bad = lease_for(4);
+  bad.layers = {0, 5};
+  EXPECT_THROW(table.expect(bad), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace troupe::test

@@ -549,6 +549,9 @@ TEST(topology, a_prefill_decode_pair_of_pipelines_is_read_and_checked) {
   EXPECT_EQ(decode.engine_layers(), (layer_range{2, 0}));
   EXPECT_EQ(decode.micro_batches, 2);
   EXPECT_TRUE(pair.pipeline_for(engine_role::mixed).empty());
+  // Cut alike: each stage's layers of KV go to the matching stage (kvtransfer/kv_stage_pairs.hpp).
+  EXPECT_TRUE(prefill.kv_stage_pairs);
+  EXPECT_TRUE(decode.kv_stage_pairs);
 
   const std::string nodes =
       "[cluster]\ncredentials = \"certs\"\nname = \"controller\"\n"
@@ -558,6 +561,18 @@ TEST(topology, a_prefill_decode_pair_of_pipelines_is_read_and_checked) {
   const std::string stages =
       "[pipeline]\nprefill_stages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", layers = \"0-1\" }]\n";
   EXPECT_EQ(parse_topology(nodes + one_each + stages).pipeline_for(engine_role::prefill).stages.size(), 1u);
+  // Only a prefill pipeline, or two cut otherwise, or kv_stage_pairs = false: through the engines.
+  EXPECT_FALSE(parse_topology(nodes + one_each + stages).pipeline_for(engine_role::prefill).kv_stage_pairs);
+  const std::string decode_cut_at_3 = "decode_stages = [{ endpoint = \"kvtcp://127.0.0.1:7102\", layers = \"0-2\" }]\n";
+  EXPECT_FALSE(
+      parse_topology(nodes + one_each + stages + decode_cut_at_3).pipeline_for(engine_role::decode).kv_stage_pairs);
+  const std::string decode_cut_alike =
+      "decode_stages = [{ endpoint = \"kvtcp://127.0.0.1:7102\", layers = \"0-1\" }]\n";
+  EXPECT_TRUE(
+      parse_topology(nodes + one_each + stages + decode_cut_alike).pipeline_for(engine_role::decode).kv_stage_pairs);
+  EXPECT_FALSE(parse_topology(nodes + one_each + stages + decode_cut_alike + "kv_stage_pairs = false\n")
+                   .pipeline_for(engine_role::prefill)
+                   .kv_stage_pairs);
   expect_error(nodes + "[placement]\nengines = []\nprefill = [\"p\", \"d\"]\ndecode = [\"d\"]\n" + stages,
                "drive one prefill and one decode instance; [placement] places 2 prefill, 1 decode");
   expect_error(nodes + one_each + stages + "stages = [{ endpoint = \"kvtcp://127.0.0.1:7103\", layers = \"0-1\" }]\n",

@@ -13,6 +13,7 @@
 #include "pipeline/pipelined_model.hpp"
 #include "pipeline/stage_frame.hpp"
 #include "pipeline/stage_load.hpp"
+#include "pipeline/stage_pair_frames.hpp"
 
 namespace troupe {
 namespace {
@@ -195,6 +196,82 @@ TEST(stage_frame, kv_frames_round_trip_and_lying_ones_are_refused) {
   EXPECT_NE(request_refusal(stage_frame_kind::kv_export, q4, 0).find("KV span"), std::string::npos);
   EXPECT_NE(request_refusal(stage_frame_kind::kv_import, span, data_bytes - 2).find("its span takes"),
             std::string::npos);
+}
+
+// The frames of a KV channel per pair of stages: a lease, a push and a release round trip; a
+// route text too long, a lying payload size, a push of no tokens are refused by name.
+TEST(stage_frame, pair_frames_round_trip_and_lying_ones_are_refused) {
+  stage_frame_limits limits;
+  const auto payload_of = [](const std::vector<std::byte>& frame) {
+    return std::span(frame).subspan(stage_frame_header_bytes);
+  };
+  kv_stage_lease lease{
+      7, 42, 10, {9, 5, 12}, std::chrono::milliseconds(2500), "tcp://10.0.0.2:4711", std::string(40, 'k')};
+  std::vector<std::byte> frame;
+  encode_stage_kv_lease(3, lease, 5, frame);
+  stage_frame_header h = header_of(frame, limits);
+  EXPECT_EQ(h.kind, stage_frame_kind::kv_lease);
+  EXPECT_EQ(h.step_id, 3u);
+  const kv_stage_lease lease_back = decode_stage_kv_lease(h, payload_of(frame));
+  EXPECT_EQ(lease_back.transfer_id, 7u);
+  EXPECT_EQ(lease_back.request_id, 42);
+  EXPECT_EQ(lease_back.num_tokens, 10);
+  EXPECT_EQ(lease_back.block_ids, lease.block_ids);
+  EXPECT_EQ(lease_back.timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(lease_back.relay_endpoint, lease.relay_endpoint);
+  EXPECT_EQ(lease_back.relay_public_key, lease.relay_public_key);
+
+  kv_stage_push push;
+  push.transfer_id = 7;
+  push.request_id = 42;
+  push.token_begin = 4;
+  push.token_end = 10;
+  push.span = kv_span_for(model_config{}, kv_cache_shape{16, 4}, 2, 0, 2, dtype::f32);
+  push.span.num_kv_heads = 2;
+  push.span.head_dim = 8;
+  push.block_ids = {1, 2};
+  push.last = true;
+  push.to = kv_stage_route{{0, 2}, "kvtcp://127.0.0.1:7112", ""};
+  encode_stage_kv_push(4, push, frame);
+  h = header_of(frame, limits);
+  const kv_stage_push push_back = decode_stage_kv_push(h, payload_of(frame));
+  EXPECT_EQ(push_back.token_begin, 4);
+  EXPECT_EQ(push_back.token_end, 10);
+  EXPECT_EQ(push_back.block_ids, push.block_ids);
+  EXPECT_EQ(push_back.span.num_layers, 2);
+  EXPECT_TRUE(push_back.last);
+  EXPECT_EQ(push_back.to.layers, (layer_range{0, 2}));
+  EXPECT_EQ(push_back.to.endpoint, push.to.endpoint);
+  EXPECT_EQ(push_back.to.public_key, "");
+
+  encode_stage_kv_release(5, 7, frame);
+  EXPECT_EQ(decode_stage_kv_release(payload_of(frame)), 7u);
+
+  // A route's text past its bound: refused from the header, before the payload is read.
+  std::vector<std::byte> long_route;
+  lease.relay_public_key = std::string(stage_route_max_bytes, 'k');
+  EXPECT_NE(refusal([&] { encode_stage_kv_lease(3, lease, 5, long_route); }).find("at most 1024"), std::string::npos);
+  encode_stage_kv_lease(3, kv_stage_lease{7, 42, 10, {9}, std::chrono::milliseconds(10), "tcp://h:1", ""}, 5, frame);
+  stage_frame_header lying = header_of(frame, limits);
+  lying.payload_bytes = stage_lease_fixed_bytes + 4 + stage_route_max_bytes + 1;
+  std::array<std::byte, stage_frame_header_bytes> lying_head{};
+  encode_stage_frame_header(lying, lying_head);
+  EXPECT_NE(refusal([&] { decode_stage_frame_header(lying_head, limits); }).find("route text bytes"),
+            std::string::npos);
+  lying.payload_bytes = 3;  // less than its fixed fields and ids
+  encode_stage_frame_header(lying, lying_head);
+  EXPECT_NE(refusal([&] { decode_stage_frame_header(lying_head, limits); }).find("its KV request alone takes"),
+            std::string::npos);
+  // A push of no tokens, a lease of none, a route that is not three lines.
+  push.token_end = push.token_begin;
+  encode_stage_kv_push(4, push, frame);
+  EXPECT_NE(refusal([&] { decode_stage_kv_push(header_of(frame, limits), payload_of(frame)); }).find("tokens [4, 4)"),
+            std::string::npos);
+  encode_stage_kv_lease(3, kv_stage_lease{7, 42, 0, {9}, std::chrono::milliseconds(10), "tcp://h:1", ""}, 5, frame);
+  EXPECT_NE(refusal([&] { decode_stage_kv_lease(header_of(frame, limits), payload_of(frame)); }).find("of 0 tokens"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { (void)parse_kv_stage_route("0-1\nkvtcp://h:1"); }).find("three lines"), std::string::npos);
+  EXPECT_NE(refusal([&] { (void)parse_kv_stage_route("0-1\nkvtcp://h 1\n"); }).find("printable"), std::string::npos);
 }
 
 TEST(stage_frame, inconsistent_arrays_are_refused_by_name) {

@@ -243,7 +243,14 @@ std::vector<kv_expect_msg> samples(of<kv_expect_msg>) { return {{{42, 7, {3, 9},
 std::vector<kv_ready_msg> samples(of<kv_ready_msg>) {
   kv_ready_msg in_place{42, 7, "tcp://127.0.0.1:4711", "", std::string(max_kv_pool_handle_bytes, '\0'), {11, 0, 6}};
   for (size_t i = 0; i < in_place.kv_pool_handle.size(); ++i) in_place.kv_pool_handle[i] = static_cast<char>(i * 7);
-  return {{42, 7, "tcp://127.0.0.1:4711", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"}, in_place};
+  kv_ready_msg stage_routes{42,
+                            7,
+                            "tcp://127.0.0.1:4711",
+                            "",
+                            "",
+                            {},
+                            {"0-1\nkvtcp://127.0.0.1:7112\n", "2-3\ntcp://10.0.0.2:7113\n" + std::string(40, 'k')}};
+  return {{42, 7, "tcp://127.0.0.1:4711", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"}, in_place, stage_routes};
 }
 std::vector<kv_arrival_msg> samples(of<kv_arrival_msg>) {
   return {{42, 7, true, ""}, {43, 8, false, "deadline passed"}};
@@ -348,6 +355,7 @@ std::vector<worker_spec> samples(of<worker_spec>) {
   spec.pipeline.micro_batches = 3;
   spec.pipeline.step_timeout_ms = 1234;
   spec.pipeline.connect_timeout_ms = 567;
+  spec.pipeline.kv_stage_pairs = true;
   spec.plugins = {sample_plugin()};
   return {spec, worker_spec{full_model_spec()}};
 }
@@ -559,6 +567,7 @@ void expect_same(const kv_ready_msg& a, const kv_ready_msg& b) {
   EXPECT_EQ(a.public_key, b.public_key);
   EXPECT_EQ(a.kv_pool_handle, b.kv_pool_handle);
   EXPECT_EQ(a.block_ids, b.block_ids);
+  EXPECT_EQ(a.stage_routes, b.stage_routes);
 }
 void expect_same(const kv_arrival_msg& a, const kv_arrival_msg& b) {
   EXPECT_EQ(a.request_id, b.request_id);
@@ -716,6 +725,7 @@ void expect_same(const worker_spec& a, const worker_spec& b) {
   EXPECT_EQ(a.pipeline.micro_batches, b.pipeline.micro_batches);
   EXPECT_EQ(a.pipeline.step_timeout_ms, b.pipeline.step_timeout_ms);
   EXPECT_EQ(a.pipeline.connect_timeout_ms, b.pipeline.connect_timeout_ms);
+  EXPECT_EQ(a.pipeline.kv_stage_pairs, b.pipeline.kv_stage_pairs);
   expect_same_list(a.plugins, b.plugins);
 }
 
@@ -890,6 +900,10 @@ TEST(message_serialization, an_oversized_pool_handle_or_an_unknown_transport_is_
   };
   kv_ready_msg ready{42, 7, "tcp://127.0.0.1:4711", "", std::string(max_kv_pool_handle_bytes + 1, 'h'), {1, 2}};
   refused(ready, "kv_ready_msg: a kv_pool_handle of 1025 bytes, at most 1024");
+  refused(kv_ready_msg{42, 7, "tcp://127.0.0.1:4711", "", "", {}, {"0-1\nkvtcp://127.0.0.1:7112"}},
+          "kv_ready_msg: a KV stage route: expected three lines");
+  refused(kv_ready_msg{42, 7, "tcp://127.0.0.1:4711", "", "", {}, std::vector<std::string>(65, "0-1\nkvtcp://h:1\n")},
+          "kv_ready_msg: 65 stage routes, at most 64");
   refused(kv_handoff{kv_role::receive, 7, std::string(max_kv_peer_bytes + 1, 'p')},
           "kv_handoff: a peer of 257 bytes, at most 256");
   refused(kv_reservation{42, 7, {1}, 4, std::string(max_kv_peer_bytes + 1, 'p')},
