@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A prefill/decode pair of pipelines against a plain pair (issue 27): what the pipelines' stages
-# and the KV through their engines cost. Both topologies are `troupe launch` of a prefill node and
-# a decode node (one thread each, mutual TLS); the pipelined one gives each node a `troupe stage`
-# of the model's first half ([pipeline] prefill_stages / decode_stages), whose KV the prefill's
-# engine fetches over its stage link and the decode's engine writes into its stage. tools/bench
-# sends the same requests to each at every rate, ROUNDS times, the order of the two alternating
-# from round to round (load from elsewhere falls on both alike). Prints one line per run.
+# cost, and where their KV goes. Every topology is `troupe launch` of a prefill node and a decode
+# node (one thread each, mutual TLS); the pipelined ones give each node a `troupe stage` of the
+# model's first half ([pipeline] prefill_stages / decode_stages, the stages with the cluster's
+# keys: CURVE links). "engines": the stages' KV goes through both engines (kv_stage_pairs =
+# false: the prefill's engine fetches it over its stage link, the decode's writes it into its
+# stage); "pairs": the prefill's stage sends it straight to the decode's (a KV channel per pair of
+# stages). tools/bench sends the same requests to each at every rate, ROUNDS times, the order
+# rotating from round to round (load from elsewhere falls on all alike). One line per run.
 #
 #   bench/pipelined_pair_bench.sh BUILD_DIR MODEL_DIR [RATES="5 20"] [ROUNDS=2] [PROMPTS=100]
 #   environment: INPUT_LEN=128 OUTPUT_LEN=32 OUT=DIR (keeps the logs and bench outputs)
@@ -34,7 +36,8 @@ cleanup() {
 trap 'cleanup; [[ -n "${OUT:-}" ]] || rm -rf "$work"' EXIT
 
 free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
-"$troupe" certs --out "$work/certs" --name controller --name prefill-a --name decode-a > /dev/null
+"$troupe" certs --out "$work/certs" --name controller --name prefill-a --name decode-a --name stage-prefill \
+  --name stage-decode > /dev/null
 
 # Waits, bounded, until `file` holds `words`.
 wait_for() {
@@ -48,7 +51,7 @@ wait_for() {
   exit 1
 }
 
-topology() {  # $1 plain|pipelined, then the two stages' ports for pipelined
+topology() {  # $1 plain|engines|pairs, then the two stages' endpoints for a pipelined one
   cat <<TOML
 [model]
 path = "$model"
@@ -75,31 +78,30 @@ address = "127.0.0.1:$(free_port)"
 prefill = ["prefill-a"]
 decode = ["decode-a"]
 TOML
-  if [[ $1 == pipelined ]]; then
+  if [[ $1 != plain ]]; then
     cat <<TOML
 [pipeline]
-prefill_stages = [{ endpoint = "kvtcp://127.0.0.1:$2", layers = "$stage_layers" }]
-decode_stages = [{ endpoint = "kvtcp://127.0.0.1:$3", layers = "$stage_layers" }]
+prefill_stages = [{ endpoint = "$2", layers = "$stage_layers" }]
+decode_stages = [{ endpoint = "$3", layers = "$stage_layers" }]
 micro_batches = 2
+kv_stage_pairs = $([[ $1 == pairs ]] && echo true || echo false)
 TOML
   fi
 }
 
-run() {  # $1 plain|pipelined $2 rate $3 round
+run() {  # $1 plain|engines|pairs $2 rate $3 round
   local kind=$1 rate=$2 round=$3 name="$1-$2-$3"
   zmq_port=$(free_port)
-  if [[ $kind == pipelined ]]; then
-    local ports=()
+  if [[ $kind != plain ]]; then
+    local endpoints=()
     for side in prefill decode; do
-      local port
-      port=$(free_port)
-      ports+=("$port")
-      "$troupe" stage --model "$model" --layers "$stage_layers" --port "$port" --threads 1 \
-        > "$work/$name-$side-stage.log" 2>&1 &
+      "$troupe" stage --model "$model" --layers "$stage_layers" --threads 1 --credentials "$work/certs" \
+        --name "stage-$side" > "$work/$name-$side-stage.log" 2>&1 &
       children+=($!)
       wait_for "$work/$name-$side-stage.log" "listening on"
+      endpoints+=("$(grep -o 'listening on curve://[^ ]*' "$work/$name-$side-stage.log" | head -1 | cut -d' ' -f3)")
     done
-    topology pipelined "${ports[0]}" "${ports[1]}" > "$work/$name.toml"
+    topology "$kind" "${endpoints[0]}" "${endpoints[1]}" > "$work/$name.toml"
   else
     topology plain > "$work/$name.toml"
   fi
@@ -119,7 +121,11 @@ echo "pipelined_pair_bench: $(basename "$model") ($num_layers layers, stages of 
   "$rounds rounds of $prompts prompts, $input_len/$output_len tokens; $(nproc) CPUs, load average $(cut -d' ' -f1 /proc/loadavg)"
 for round in $(seq 1 "$rounds"); do
   for rate in $rates; do
-    if ((round % 2)); then order="plain pipelined"; else order="pipelined plain"; fi
+    case $((round % 3)) in
+      1) order="plain engines pairs" ;;
+      2) order="engines pairs plain" ;;
+      *) order="pairs plain engines" ;;
+    esac
     for kind in $order; do run "$kind" "$rate" "$round"; done
   done
 done

@@ -85,6 +85,11 @@ kv_connector::kv_connector(std::shared_ptr<model> m, kv_connector_settings setti
       if (complete) complete(transfer_id, request_id);
     };
     stage_pairs_->on_stage_lost([this] { fail_stage_leased(); });
+    if (!settings_.channel.keys.empty() && !stage_pairs_->stages_keyed()) {
+      spdlog::info(
+          "worker: the pipeline's stages hold no cluster keys (kvtcp://), so their layers' KV goes through this "
+          "engine; started with --credentials (curve://) each stage moves its own");
+    }
   }
   // The sender logs each failure itself.
   sender_ = std::make_unique<kv_sender>(settings_.channel, std::move(sender_events));
