@@ -36,18 +36,25 @@ kv_expectation lease_for(uint64_t transfer_id, int32_t num_tokens = 8, std::vect
   return e;
 }
 
-// The frame of layers [first_layer, first_layer + num_layers) carrying tokens [begin, end) of the
-// lease's request, with bytes (as the host path sends them).
-kv_frame_header frame(uint64_t transfer_id, int first_layer, int32_t begin, int32_t end, int num_layers = 1) {
+// The frame of layers [first_layer, first_layer + num_layers) of a model `c` carrying tokens
+// [begin, end) of the lease's request: with bytes (as the host path sends them), or in place.
+kv_frame_header frame_of(const model_config& c, uint64_t transfer_id, int first_layer, int num_layers, int32_t begin,
+                         int32_t end, bool in_place) {
   kv_frame_header h;
   h.transfer_id = transfer_id;
   h.request_id = 100 + static_cast<int64_t>(transfer_id);
   h.token_begin = begin;
   h.token_end = end;
   const int num_blocks = (end + small_pool.block_size - 1) / small_pool.block_size - begin / small_pool.block_size;
-  h.span = kv_span_for(small_config(), small_pool, num_blocks, first_layer, num_layers, dtype::f32);
-  h.payload_bytes = kv_span_bytes(h.span);
+  h.span = kv_span_for(c, small_pool, num_blocks, first_layer, num_layers, dtype::f32);
+  h.in_place = in_place;
+  h.payload_bytes = in_place ? 0 : kv_span_bytes(h.span);
   return h;
+}
+
+// The same of the two-layer model, with bytes.
+kv_frame_header frame(uint64_t transfer_id, int first_layer, int32_t begin, int32_t end, int num_layers = 1) {
+  return frame_of(small_config(), transfer_id, first_layer, num_layers, begin, end, false);
 }
 
 TEST(kv_lease_table, a_lease_completes_once_every_layer_has_every_token_and_is_then_gone) {
@@ -302,20 +309,6 @@ model_config four_layers() {
   model_config c = small_config();
   c.num_layers = 4;
   return c;
-}
-
-kv_frame_header frame_of(const model_config& c, uint64_t transfer_id, int first_layer, int num_layers, int32_t begin,
-                         int32_t end, bool in_place) {
-  kv_frame_header h;
-  h.transfer_id = transfer_id;
-  h.request_id = 100 + static_cast<int64_t>(transfer_id);
-  h.token_begin = begin;
-  h.token_end = end;
-  const int num_blocks = (end + small_pool.block_size - 1) / small_pool.block_size - begin / small_pool.block_size;
-  h.span = kv_span_for(c, small_pool, num_blocks, first_layer, num_layers, dtype::f32);
-  h.in_place = in_place;
-  h.payload_bytes = in_place ? 0 : kv_span_bytes(h.span);
-  return h;
 }
 
 TEST(kv_lease_table, a_stages_lease_covers_its_layers_only) {

@@ -49,13 +49,27 @@ struct pipelined_instance {
   std::shared_ptr<model> pipelined;
 };
 
-kv_connector_settings paired() {
+kv_connector_settings paired(std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   kv_connector_settings settings;
   settings.channel.allow_direct = false;  // plain TCP, as between processes
-  settings.transfer_timeout = std::chrono::seconds(60);
+  settings.transfer_timeout = timeout;
   settings.stage_pairs = true;
   return settings;
 }
+
+// A prefill and a decode instance with their connectors, and the prefill's runner sink.
+struct instance_pair {
+  instance_pair(int prefill_cut, int decode_cut, const kv_connector_settings& settings)
+      : prefill(prefill_cut), decode(decode_cut) {
+    decode_side = std::make_shared<kv_connector>(decode.pipelined, settings, received.receiver_events());
+    prefill_side = std::make_shared<kv_connector>(prefill.pipelined, settings, kv_receiver_events{});
+    sink = prefill_side->make_layer_sink();
+  }
+  pipelined_instance prefill, decode;
+  event_log received;  // the decode side's
+  std::shared_ptr<kv_connector> decode_side, prefill_side;
+  std::unique_ptr<kv_layer_sink> sink;
+};
 
 class kv_stage_pairs_test : public ::testing::Test {
  protected:
@@ -87,11 +101,8 @@ class kv_stage_pairs_test : public ::testing::Test {
 };
 
 TEST_F(kv_stage_pairs_test, each_stage_sends_its_layers_to_its_peer_and_the_decode_computes_the_whole_model) {
-  pipelined_instance prefill(2), decode(2);
-  event_log received;
-  auto decode_side = std::make_shared<kv_connector>(decode.pipelined, paired(), received.receiver_events());
-  auto prefill_side = std::make_shared<kv_connector>(prefill.pipelined, paired(), kv_receiver_events{});
-  std::unique_ptr<kv_layer_sink> sink = prefill_side->make_layer_sink();
+  instance_pair pair(2, 2, paired());
+  auto& [prefill, decode, received, decode_side, prefill_side, sink] = pair;
 
   const kv_destination where = decode_side->expect(reservation(7), std::chrono::seconds(60));
   ASSERT_EQ(where.stage_routes.size(), 1u);
@@ -136,11 +147,8 @@ TEST_F(kv_stage_pairs_test, each_stage_sends_its_layers_to_its_peer_and_the_deco
 }
 
 TEST_F(kv_stage_pairs_test, a_released_lease_takes_nothing_more_and_the_engine_hears_nothing) {
-  pipelined_instance prefill(2), decode(2);
-  event_log received;
-  auto decode_side = std::make_shared<kv_connector>(decode.pipelined, paired(), received.receiver_events());
-  auto prefill_side = std::make_shared<kv_connector>(prefill.pipelined, paired(), kv_receiver_events{});
-  std::unique_ptr<kv_layer_sink> sink = prefill_side->make_layer_sink();
+  instance_pair pair(2, 2, paired());
+  auto& [prefill, decode, received, decode_side, prefill_side, sink] = pair;
 
   const kv_destination where = decode_side->expect(reservation(8), std::chrono::seconds(60));
   decode_side->cancel(8);  // the request ended on the decode side: its blocks go back
@@ -156,13 +164,8 @@ TEST_F(kv_stage_pairs_test, a_released_lease_takes_nothing_more_and_the_engine_h
 }
 
 TEST_F(kv_stage_pairs_test, a_decode_cut_otherwise_is_refused_by_the_prefill_by_name) {
-  pipelined_instance prefill(2), decode(3);
-  event_log received;
-  kv_connector_settings short_wait = paired();
-  short_wait.transfer_timeout = std::chrono::milliseconds(500);
-  auto decode_side = std::make_shared<kv_connector>(decode.pipelined, short_wait, received.receiver_events());
-  auto prefill_side = std::make_shared<kv_connector>(prefill.pipelined, short_wait, kv_receiver_events{});
-  std::unique_ptr<kv_layer_sink> sink = prefill_side->make_layer_sink();
+  instance_pair pair(2, 3, paired(std::chrono::milliseconds(500)));
+  auto& [prefill, decode, received, decode_side, prefill_side, sink] = pair;
 
   const kv_destination where = decode_side->expect(reservation(9), std::chrono::milliseconds(500));
   ASSERT_EQ(where.stage_routes.size(), 1u);
