@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "model/stage_lost_error.hpp"
-
 namespace troupe {
 
 kv_layer_streamer::kv_layer_streamer(const model& m, kv_sender& sender, std::chrono::milliseconds timeout,
@@ -146,9 +144,7 @@ void kv_layer_streamer::push_from_stage(step_entry& e, std::span<const int32_t> 
                                                             e.state->deadline - std::chrono::steady_clock::now()));
   push.to = e.state->routes[stage];
   try {
-    stage_pairs_.pairs->push_from_stage(stage, push);
-  } catch (const stage_lost_error&) {
-    throw;  // the step fails as one whose stage was lost: its requests run again
+    stage_pairs_.pairs->push_from_stage(stage, push);  // queued: the forward waits for it
   } catch (const std::exception& error) {
     break_stream(e, layers.end - 1, error.what());
   }

@@ -92,8 +92,11 @@ class kv_stage_pairs {
   // wait for its relay can fail at once instead of at their deadline. nullptr: no listener
   // (returns once a call in progress is over).
   virtual void on_stage_lost(std::function<void()> listener) = 0;
-  // Prefill side: remote stage `stage` sends its share of a request's KV to `push.to`. Throws
-  // (model/stage_lost_error.hpp for a stage that is down) naming why not.
+  // Prefill side, inside a forward (after_layer_kv): remote stage `stage` sends its share of a
+  // request's KV to `push.to`. Queued on the stage's link without waiting: the forward waits for
+  // its pushes before it returns, and fails as one whose stage was lost when the stage went away
+  // meanwhile; a push the stage refuses is logged (the decode's lease then times out, and the
+  // request runs again). Throws std::runtime_error for a stage that does not exist.
   virtual void push_from_stage(size_t stage, const kv_stage_push& push) = 0;
 };
 

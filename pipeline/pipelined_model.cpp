@@ -269,13 +269,9 @@ class pipelined_model final : public model, public kv_stage_pairs {
     }
   }
   void push_from_stage(size_t stage, const kv_stage_push& push) override {
-    std::unique_lock lock(links_mutex_);
+    // Called inside forward(), whose links stay as they are until it returns.
     if (stage >= links_.size()) throw std::runtime_error("no pipeline stage " + std::to_string(stage));
-    stage_link& link = *links_[stage];
-    if (std::string why = link.push_kv(push); !why.empty()) {
-      if (!link.broken().empty()) throw stage_lost_error(why);
-      throw std::runtime_error(why);
-    }
+    links_[stage]->queue_push_kv(push);
   }
 
   void forward(const forward_batch& batch, float* logits) override {
@@ -341,6 +337,18 @@ class pipelined_model final : public model, public kv_stage_pairs {
         local_busy += run_local_stage(batch, cuts, i, *job, logits);
       } catch (...) {
         local_error = std::current_exception();
+      }
+    }
+    // The stages' pushes of this step's KV (a channel per pair of stages) are done before the
+    // step is: the next may preempt and reuse the blocks they read.
+    for (const auto& link : links_) {
+      if (std::string why = link->wait_pushes(); !why.empty()) {
+        if (!link->broken().empty()) {
+          if (failure.empty()) failure = why;
+        } else {
+          spdlog::warn("{}: a KV push was refused: {}; its decode's lease times out and the request runs again",
+                       link->endpoint(), why);
+        }
       }
     }
     record_stage_load(local_busy);

@@ -1,5 +1,6 @@
 #include "pipeline/stage_link.hpp"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 
@@ -131,6 +132,36 @@ std::string stage_link::push_kv(const kv_stage_push& push) {
   job.kind = stage_frame_kind::kv_push;
   job.push = &push;
   return run_kv_job(job);
+}
+
+void stage_link::queue_push_kv(kv_stage_push push) {
+  auto owned = std::make_unique<owned_push>();
+  owned->push = std::move(push);
+  owned->job.kind = stage_frame_kind::kv_push;
+  owned->job.push = &owned->push;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) {
+      owned->job.failure = "pipeline stage " + layer_range_text(layers_) + " at " + endpoint_ + ": the link is closing";
+      owned->job.done = true;
+    } else {
+      queue_.push_back({nullptr, &owned->job});
+    }
+    pushes_.push_back(std::move(owned));
+  }
+  wake_.notify_one();
+}
+
+std::string stage_link::wait_pushes() {
+  std::unique_lock lock(mutex_);
+  kv_done_.wait(lock,
+                [&] { return std::all_of(pushes_.begin(), pushes_.end(), [](const auto& p) { return p->job.done; }); });
+  std::string failure;
+  for (const auto& p : pushes_) {
+    if (failure.empty()) failure = p->job.failure;
+  }
+  pushes_.clear();
+  return failure;
 }
 
 std::string stage_link::run_kv_job(kv_job& job) {

@@ -77,6 +77,11 @@ class stage_link {
   std::string lease_kv(const kv_stage_lease& lease, kv_stage_route& route);
   std::string release_kv(uint64_t transfer_id);
   std::string push_kv(const kv_stage_push& push);
+  // A push queued without waiting for its answer (the link's thread sends it in queue order, so
+  // before any later micro-batch); wait_pushes() waits for every push queued since its last call
+  // and returns the first failure among them ("" when all went).
+  void queue_push_kv(kv_stage_push push);
+  std::string wait_pushes();
   // The stage's compute time its results reported since the last call (what it was busy with).
   uint64_t take_busy_ns() { return busy_ns_.exchange(0); }
   // The stage process's CPU as its last result reported it (pid 0: no result yet).
@@ -104,6 +109,11 @@ class stage_link {
     kv_stage_route* route = nullptr;        // a lease's answer
     std::string failure;
     bool done = false;
+  };
+  // A queued push and its job, owned by the link until wait_pushes().
+  struct owned_push {
+    kv_stage_push push;
+    kv_job job;
   };
   // What the link's thread takes next: a micro-batch or a KV job.
   struct queued {
@@ -134,7 +144,8 @@ class stage_link {
   std::condition_variable wake_;
   std::condition_variable kv_done_;
   std::deque<queued> queue_;
-  uint64_t kv_exchanges_ = 0;  // numbers the KV frames (their step_id), so an answer is checked
+  std::vector<std::unique_ptr<owned_push>> pushes_;  // queued since the last wait_pushes()
+  uint64_t kv_exchanges_ = 0;                        // numbers the KV frames (their step_id), so an answer is checked
   std::string broken_;
   bool stopping_ = false;
   std::atomic<uint64_t> busy_ns_{0};
