@@ -743,9 +743,14 @@ pipeline_plan topology::pipeline_for(engine_role role) const {
   if (role == engine_role::prefill) plan.stages = prefill_pipeline_stages;
   if (role == engine_role::decode) plan.stages = decode_pipeline_stages;
   // Stage k of the prefill sends its layers to stage k of the decode only when the two are cut
-  // alike; otherwise every layer goes through the engines.
+  // alike and every stage speaks the same transport (all curve://, holding the cluster's keys, or
+  // all plain): a prefill stage without keys cannot reach a decode stage that wants CURVE.
+  // Otherwise every layer goes through the engines.
   const auto same_cut = [](const std::vector<remote_stage>& a, const std::vector<remote_stage>& b) {
-    return !a.empty() && a.size() == b.size() &&
+    const bool curve = !a.empty() && a.front().endpoint.starts_with("curve://");
+    const auto alike = [curve](const remote_stage& s) { return s.endpoint.starts_with("curve://") == curve; };
+    return !a.empty() && a.size() == b.size() && std::all_of(a.begin(), a.end(), alike) &&
+           std::all_of(b.begin(), b.end(), alike) &&
            std::equal(a.begin(), a.end(), b.begin(),
                       [](const remote_stage& x, const remote_stage& y) { return x.layers == y.layers; });
   };

@@ -573,6 +573,11 @@ TEST(topology, a_prefill_decode_pair_of_pipelines_is_read_and_checked) {
   EXPECT_FALSE(parse_topology(nodes + one_each + stages + decode_cut_alike + "kv_stage_pairs = false\n")
                    .pipeline_for(engine_role::prefill)
                    .kv_stage_pairs);
+  // A decode stage on CURVE beside a plain prefill stage: the prefill's could not reach it.
+  const std::string decode_on_curve =
+      "decode_stages = [{ endpoint = \"curve://127.0.0.1:7102/" + std::string(40, 'k') + "\", layers = \"0-1\" }]\n";
+  EXPECT_FALSE(
+      parse_topology(nodes + one_each + stages + decode_on_curve).pipeline_for(engine_role::decode).kv_stage_pairs);
   expect_error(nodes + "[placement]\nengines = []\nprefill = [\"p\", \"d\"]\ndecode = [\"d\"]\n" + stages,
                "drive one prefill and one decode instance; [placement] places 2 prefill, 1 decode");
   expect_error(nodes + one_each + stages + "stages = [{ endpoint = \"kvtcp://127.0.0.1:7103\", layers = \"0-1\" }]\n",
