@@ -154,8 +154,6 @@ kv_destination kv_connector::expect(const kv_reservation& r, std::chrono::millis
     try {
       routes = stage_pairs_->lease_at_stages(lease);
       expectation.relayed = layer_range{routes.front().layers.first, routes.back().layers.end};
-      std::lock_guard lock(stage_leased_mutex_);
-      stage_leased_.insert(r.transfer_id);
     } catch (const std::exception& e) {
       routes.clear();
       spdlog::warn(
@@ -167,8 +165,13 @@ kv_destination kv_connector::expect(const kv_reservation& r, std::chrono::millis
   try {
     receiver_->expect(std::move(expectation));
   } catch (...) {
-    if (!routes.empty()) release_at_stages(r.transfer_id);
+    if (!routes.empty()) stage_pairs_->release_at_stages(r.transfer_id);
     throw;
+  }
+  if (!routes.empty()) {
+    // Only now: a stage lost from here on fails the expectation the receiver holds.
+    std::lock_guard lock(stage_leased_mutex_);
+    stage_leased_.insert(r.transfer_id);
   }
   kv_destination destination{r.request_id, r.transfer_id,    receiver_->endpoint(), receiver_->public_key(), {},
                              {},           std::move(routes)};
