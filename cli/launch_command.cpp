@@ -137,7 +137,8 @@ int run(const serve_flags& given, const std::string& state_dir, const CLI::App& 
   node_launcher launcher;  // stops every node it started when it ends, also on an exception
   std::vector<supervised_child> supervised;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  const std::set<std::string> stage_nodes(t.pipeline_stage_nodes.begin(), t.pipeline_stage_nodes.end());
+  std::set<std::string> stage_nodes;
+  for_each_placed_stage(t, [&](const remote_stage&, const std::string& node) { stage_nodes.insert(node); });
   for (const node_address& n : t.nodes) {
     if (stage_nodes.count(n.name)) continue;  // runs `troupe stage`, below
     const std::string address = n.host + ":" + std::to_string(n.port);
@@ -162,16 +163,15 @@ int run(const serve_flags& given, const std::string& state_dir, const CLI::App& 
     child.pid = launcher.start(child.spec);
     supervised.push_back(std::move(child));
   }
-  for (size_t i = 0; i < t.pipeline_stage_nodes.size(); ++i) {
-    const node_address* n = t.find_node(t.pipeline_stage_nodes[i]);
+  for_each_placed_stage(t, [&](const remote_stage& stage, const std::string& node) {
+    const node_address* n = t.find_node(node);
     if (n && !is_local_host(n->host)) {
       spdlog::info(
           "pipeline stage {} on node {} at {}:{} is not this machine: start it there with `troupe stage "
           "--layers {} --host {} --port {}`",
-          layer_range_text(t.pipeline.stages[i].layers), n->name, n->host, n->port,
-          layer_range_text(t.pipeline.stages[i].layers), n->host, n->port);
+          layer_range_text(stage.layers), n->name, n->host, n->port, layer_range_text(stage.layers), n->host, n->port);
     }
-  }
+  });
   auto interrupted = [&] { return signal_pending(signals); };
   if (!launcher.wait_until_ready(node_start_timeout, interrupted)) {
     spdlog::info("signal while the nodes started: stopping them");

@@ -98,26 +98,24 @@ void split_pipeline_by_bytes(topology& t) {
 }
 
 void resolve_pipeline_stage_endpoints(topology& t) {
-  for (size_t i = 0; i < t.pipeline_stage_nodes.size() && i < t.pipeline.stages.size(); ++i) {
-    const std::string& name = t.pipeline_stage_nodes[i];
-    if (name.empty()) continue;
+  for_each_placed_stage(t, [&](remote_stage& stage, const std::string& name) {
+    if (name.empty()) return;
     const node_address* node = t.find_node(name);
     if (!node) throw std::runtime_error("[pipeline] stage node '" + name + "' is not a [[nodes]] name");
     const std::string address = node->host + ":" + std::to_string(node->port);
-    t.pipeline.stages[i].endpoint =
-        t.cluster.credentials.empty()
-            ? "kvtcp://" + address
-            : "curve://" + address + "/" + load_kv_channel_keys(t.cluster.credentials, name).public_key;
-  }
+    stage.endpoint = t.cluster.credentials.empty()
+                         ? "kvtcp://" + address
+                         : "curve://" + address + "/" + load_kv_channel_keys(t.cluster.credentials, name).public_key;
+  });
 }
 
 std::vector<stage_process> local_stage_processes(const topology& t, const std::filesystem::path& troupe_binary,
                                                  const std::string& log_level) {
   std::vector<stage_process> processes;
-  for (size_t i = 0; i < t.pipeline_stage_nodes.size() && i < t.pipeline.stages.size(); ++i) {
-    const node_address* node = t.find_node(t.pipeline_stage_nodes[i]);
-    if (!node || !is_local_host(node->host)) continue;
-    const std::string layers = layer_range_text(t.pipeline.stages[i].layers);
+  for_each_placed_stage(t, [&](const remote_stage& stage, const std::string& name) {
+    const node_address* node = t.find_node(name);
+    if (!node || !is_local_host(node->host)) return;
+    const std::string layers = layer_range_text(stage.layers);
     const model_spec& m = t.model;
     stage_process p;
     p.restart = node->restart;
@@ -156,7 +154,7 @@ std::vector<stage_process> local_stage_processes(const topology& t, const std::f
     }
     p.spec.ready_text = "pipeline stage " + layers + " listening on";
     processes.push_back(std::move(p));
-  }
+  });
   return processes;
 }
 

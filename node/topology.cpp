@@ -362,7 +362,9 @@ void topology::validate() const {
     }
   }
   std::set<std::string> stage_nodes;
-  for (const std::string& name : pipeline_stage_nodes) {
+  std::vector<std::string> placed_nodes;
+  for_each_placed_stage(*this, [&](const remote_stage&, const std::string& node) { placed_nodes.push_back(node); });
+  for (const std::string& name : placed_nodes) {
     if (name.empty()) continue;
     if (!node_names.count(name))
       throw std::runtime_error("[pipeline] stage node '" + name + "' is not a [[nodes]] name");
@@ -673,8 +675,9 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
   speculative.read("ngram_max", t.speculative.ngram.max_n);
   speculative.finish();
   table_reader pipeline(root["pipeline"].as_table(), "pipeline", source);
-  // `key`'s stages; `with_nodes`: a stage may name the [[nodes]] entry launch starts it on.
-  auto read_stages = [&](const char* key, bool with_nodes) {
+  // `key`'s stages; each may name the [[nodes]] entry launch starts it on (into `nodes`).
+  auto read_stages = [&](const char* key, std::vector<std::string>& nodes) {
+    const bool with_nodes = std::string_view(key) == "stages";
     std::vector<remote_stage> read;
     const toml::array* stages = pipeline.read_tables(key);
     if (!stages) return read;
@@ -690,11 +693,6 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
       stage.finish();
       const std::string which = source + ": [pipeline] " + (with_nodes ? std::string("stage") : std::string(key)) +
                                 " " + std::to_string(read.size());
-      if (!node.empty() && !with_nodes) {
-        throw std::runtime_error(which +
-                                 " names a node; the stages of a prefill/decode pair are given by endpoint "
-                                 "(start each with `troupe stage`)");
-      }
       if (!node.empty() && !remote.endpoint.empty()) {
         throw std::runtime_error(which +
                                  " gives both endpoint and node: give the endpoint of a stage started by hand, "
@@ -709,14 +707,19 @@ topology parse_topology_unvalidated(std::string_view toml_text, const std::strin
         // Plain TCP for now; the cluster's credentials make it curve:// (resolve_pipeline_stage_endpoints).
         remote.endpoint = "kvtcp://" + address->host + ":" + std::to_string(address->port);
       }
-      if (with_nodes) t.pipeline_stage_nodes.push_back(std::move(node));
+      nodes.push_back(std::move(node));
       read.push_back(std::move(remote));
     }
     return read;
   };
-  t.pipeline.stages = read_stages("stages", true);
-  t.prefill_pipeline_stages = read_stages("prefill_stages", false);
-  t.decode_pipeline_stages = read_stages("decode_stages", false);
+  t.pipeline.stages = read_stages("stages", t.pipeline_stage_nodes);
+  t.prefill_pipeline_stages = read_stages("prefill_stages", t.prefill_pipeline_stage_nodes);
+  t.decode_pipeline_stages = read_stages("decode_stages", t.decode_pipeline_stage_nodes);
+  // A list given by endpoints only places nothing.
+  for (std::vector<std::string>* nodes :
+       {&t.pipeline_stage_nodes, &t.prefill_pipeline_stage_nodes, &t.decode_pipeline_stage_nodes}) {
+    if (std::all_of(nodes->begin(), nodes->end(), [](const std::string& n) { return n.empty(); })) nodes->clear();
+  }
   pipeline.read("nodes", t.pipeline_split_nodes);
   pipeline.read("micro_batches", t.pipeline.micro_batches);
   pipeline.read("step_timeout_ms", t.pipeline.step_timeout_ms);

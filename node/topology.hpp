@@ -208,13 +208,18 @@ struct topology {
   // turns them into stages and empties this). Either this or stages.
   std::vector<std::string> pipeline_split_nodes;
   // [pipeline] prefill_stages / decode_stages: a prefill/decode pair whose instances are each a
-  // pipeline ({ endpoint = ..., layers = ... } as in stages; started with `troupe stage`). Each
+  // pipeline ({ endpoint = ..., layers = ... } as in stages, started with `troupe stage`; or
+  // { node = ..., layers = ... }, started by `troupe launch` like a placed stage). Each
   // instance's stage servers serve it alone, so the pair is one prefill and one decode instance.
   // The other [pipeline] settings apply to both. The prefill streams its KV layer by layer after
   // each forward, its stages' layers fetched over their links; the decode imports each layer
   // into the stage that holds it.
   std::vector<remote_stage> prefill_pipeline_stages;
   std::vector<remote_stage> decode_pipeline_stages;
+  // The [[nodes]] entry of each of those stages, as pipeline_stage_nodes ("" for an endpoint).
+  std::vector<std::string> prefill_pipeline_stage_nodes;
+  std::vector<std::string> decode_pipeline_stage_nodes;
+
   // [pipeline] kv_stage_pairs: such a pair cut at the same layers moves each stage's KV between
   // the matching stages (kvtransfer/kv_stage_pairs.hpp); false: through the engines.
   bool pipeline_kv_stage_pairs = true;
@@ -234,6 +239,19 @@ struct topology {
   // The client doors' connection caps ([frontend], [http]) in range; part of validate().
   void check_door_connection_caps() const;
 };
+
+// Calls fn(stage, node) for every stage of [pipeline] stages, prefill_stages and decode_stages
+// placed on a [[nodes]] entry (node empty: one given by its endpoint): what `troupe launch`
+// places (node/pipeline_placement.hpp). `Topology` is topology or const topology.
+template <class Topology, class Fn>
+void for_each_placed_stage(Topology& t, Fn&& fn) {
+  const auto visit = [&](auto& stages, const auto& nodes) {
+    for (size_t i = 0; i < nodes.size() && i < stages.size(); ++i) fn(stages[i], nodes[i]);
+  };
+  visit(t.pipeline.stages, t.pipeline_stage_nodes);
+  visit(t.prefill_pipeline_stages, t.prefill_pipeline_stage_nodes);
+  visit(t.decode_pipeline_stages, t.decode_pipeline_stage_nodes);
+}
 
 // Throws std::runtime_error naming the bad bound, each prefixed with `where` (e.g. "[cluster] ").
 void check_tls_limits(const tls_limits& limits, const std::string& where);

@@ -137,10 +137,8 @@ class pipeline_outputs_e2e : public ::testing::Test {
   void make_pair_credentials() {
     make_credentials(dir_.path() / "certs", {"controller", "prefill-a", "decode-a", "admin", "stage-p", "stage-d"});
   }
-  // A prefill/decode pair whose instances each drive one of these stages (`troupe launch` of a
-  // prefill and a decode node, mutual TLS; make_pair_credentials first).
-  topology_spec pipelined_pair(const stage_process& prefill_stage, const stage_process& decode_stage,
-                               const std::string& extra) {
+  // A prefill node and a decode node (`troupe launch`, mutual TLS, f32 KV), no stages yet.
+  topology_spec pair_of_nodes() const {
     topology_spec pair;
     pair.kv_cache_dtype = "f32";
     pair.credentials = dir_.path() / "certs";
@@ -148,6 +146,24 @@ class pipeline_outputs_e2e : public ::testing::Test {
     pair.prefill = {"prefill-a"};
     pair.decode = {"decode-a"};
     pair.engines = {};
+    return pair;
+  }
+  // A prefill/decode pair whose stages `troupe launch` starts on nodes stage-p and stage-d (mutual
+  // TLS; make_pair_credentials first).
+  topology_spec pipelined_pair_on_nodes(const std::string& extra) {
+    topology_spec pair = pair_of_nodes();
+    pair.extra_toml = "[[nodes]]\nname = \"stage-p\"\naddress = \"127.0.0.1:" + std::to_string(free_port()) +
+                      "\"\n[[nodes]]\nname = \"stage-d\"\naddress = \"127.0.0.1:" + std::to_string(free_port()) +
+                      "\"\n[pipeline]\nprefill_stages = [{ node = \"stage-p\", layers = \"0-1\" }]\n"
+                      "decode_stages = [{ node = \"stage-d\", layers = \"0-1\" }]\n" +
+                      extra;
+    return pair;
+  }
+  // A prefill/decode pair whose instances each drive one of these stages (`troupe launch` of a
+  // prefill and a decode node, mutual TLS; make_pair_credentials first).
+  topology_spec pipelined_pair(const stage_process& prefill_stage, const stage_process& decode_stage,
+                               const std::string& extra) {
+    topology_spec pair = pair_of_nodes();
     pair.extra_toml = "[pipeline]\nprefill_stages = [{ endpoint = \"" + prefill_stage.endpoint() + "\", layers = \"" +
                       prefill_stage.layers() + "\" }]\ndecode_stages = [{ endpoint = \"" + decode_stage.endpoint() +
                       "\", layers = \"" + decode_stage.layers() + "\" }]\n" + extra;
@@ -242,9 +258,8 @@ TEST_F(pipeline_outputs_e2e, a_1p1d_whose_prefill_and_decode_are_2_stage_pipelin
   const std::vector<outcome> expected = colocated_outcomes(mix);
   ASSERT_FALSE(HasFailure());
   make_pair_credentials();
-  stage_process prefill_front("0-1", stories_dir, pair_stage_args("stage-p"));
-  stage_process decode_front("0-1", stories_dir, pair_stage_args("stage-d"));
-  const topology_spec pair = pipelined_pair(prefill_front, decode_front, "micro_batches = 2\n");
+  // The stages placed on [[nodes]]: launch starts them with the cluster's credentials (curve://).
+  topology_spec pair = pipelined_pair_on_nodes("micro_batches = 2\n");
   const std::string log = expect_launch_answers_like(dir_.path(), "1p1d-pipelines", pair, mix, expected,
                                                      {{"prefill-a", 8192}, {"decode-a", 32768}}, wave);
   // The controller's line for each engine instance names what its worker runs.
@@ -253,17 +268,18 @@ TEST_F(pipeline_outputs_e2e, a_1p1d_whose_prefill_and_decode_are_2_stage_pipelin
   for (std::string line; std::getline(lines, line);) {
     if (line.find("(prefill): model") == std::string::npos && line.find("(decode): model") == std::string::npos)
       continue;
-    EXPECT_NE(line.find("on pipeline of 2 stages"), std::string::npos) << line;
+    EXPECT_NE(line.find("on pipeline of 2 stages (layers 0-1 at curve://"), std::string::npos) << line;
     ++num_pipelined;
   }
   EXPECT_EQ(num_pipelined, 2) << log;
   // Layers 0-1 of every request went from the prefill's stage to the decode's, not through the
   // engines.
-  EXPECT_NE(decode_front.log().find("KV receiver for its layers"), std::string::npos) << decode_front.log();
+  EXPECT_NE(log.find("pipeline stage 0-1: KV receiver for its layers"), std::string::npos) << log;
   EXPECT_EQ(log.find("every layer comes through this engine"), std::string::npos) << log;
   EXPECT_EQ(log.find("are not cut alike"), std::string::npos) << log;
 
-  // The same pair with every layer through the engines (kv_stage_pairs = false).
+  // The same pair with every layer through the engines (kv_stage_pairs = false), its stages
+  // started by hand.
   stage_process prefill_plain("0-1", stories_dir, pair_stage_args("stage-p"));
   stage_process decode_plain("0-1", stories_dir, pair_stage_args("stage-d"));
   const topology_spec through_engines =

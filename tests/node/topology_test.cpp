@@ -583,7 +583,21 @@ TEST(topology, a_prefill_decode_pair_of_pipelines_is_read_and_checked) {
   expect_error(nodes + one_each + stages + "stages = [{ endpoint = \"kvtcp://127.0.0.1:7103\", layers = \"0-1\" }]\n",
                "give one or the other");
   expect_error(nodes + one_each + "[pipeline]\ndecode_stages = [{ node = \"p\", layers = \"0-1\" }]\n",
-               "[pipeline] decode_stages 0 names a node");
+               "[pipeline] node 'p' runs a pipeline stage, so [placement] prefill cannot place there too");
+  // A pair's stages placed on [[nodes]]: launch starts them; the endpoint is the node's address.
+  const std::string stage_nodes =
+      "[[nodes]]\nname = \"sp\"\naddress = \"127.0.0.1:7301\"\n"
+      "[[nodes]]\nname = \"sd\"\naddress = \"127.0.0.1:7302\"\n";
+  const topology placed = parse_topology(nodes + stage_nodes + one_each +
+                                         "[pipeline]\nprefill_stages = [{ node = \"sp\", layers = \"0-1\" }]\n"
+                                         "decode_stages = [{ node = \"sd\", layers = \"0-1\" }]\n");
+  EXPECT_EQ(placed.pipeline_for(engine_role::prefill).stages.at(0).endpoint, "kvtcp://127.0.0.1:7301");
+  EXPECT_EQ(placed.decode_pipeline_stage_nodes, (std::vector<std::string>{"sd"}));
+  EXPECT_TRUE(placed.pipeline_for(engine_role::decode).kv_stage_pairs);
+  expect_error(nodes + stage_nodes + one_each +
+                   "[pipeline]\nprefill_stages = [{ node = \"sp\", layers = \"0-1\" }]\n"
+                   "decode_stages = [{ node = \"sp\", layers = \"0-1\" }]\n",
+               "[pipeline] node 'sp' runs two stages");
   expect_error(
       nodes + one_each + "[pipeline]\ndecode_stages = [{ endpoint = \"kvtcp://127.0.0.1:7101\", layers = \"1-2\" }]\n",
       "expected it to start at layer 0");
