@@ -1,5 +1,6 @@
 #include "kvtransfer/kv_frame.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -43,7 +44,8 @@ class field_reader {
 // The header's flags byte (once reserved, always 0 before).
 constexpr uint8_t flag_in_place = 1;
 constexpr uint8_t flag_sequenced = 2;
-constexpr uint8_t known_flags = flag_in_place | flag_sequenced;
+constexpr uint8_t flag_gave_up = 4;
+constexpr uint8_t known_flags = flag_in_place | flag_sequenced | flag_gave_up;
 
 [[noreturn]] void refuse(const std::string& why) { throw std::invalid_argument("kv frame: " + why); }
 
@@ -55,7 +57,8 @@ void encode_kv_frame_header(const kv_frame_header& h, std::span<std::byte, kv_fr
   w.put<uint32_t>(kv_frame_magic);
   w.put<uint16_t>(kv_frame_version);
   w.put<uint8_t>(static_cast<uint8_t>(h.span.element));
-  w.put<uint8_t>((h.in_place ? flag_in_place : 0) | (h.sequenced ? flag_sequenced : 0));
+  w.put<uint8_t>((h.in_place ? flag_in_place : 0) | (h.sequenced ? flag_sequenced : 0) |
+                 (h.gave_up ? flag_gave_up : 0));
   w.put<uint64_t>(h.transfer_id);
   w.put<int64_t>(h.request_id);
   w.put<int32_t>(h.token_begin);
@@ -97,6 +100,16 @@ kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_
   h.span.num_kv_heads = r.get<int32_t>();
   h.span.head_dim = r.get<int32_t>();
   h.payload_bytes = r.get<uint64_t>();
+  h.gave_up = (flags & flag_gave_up) != 0;
+  if (h.gave_up) {
+    // Only who gave up and why: nothing of a span to check.
+    if (h.in_place || h.sequenced) refuse("a give-up frame that also says in place or sequenced");
+    if (h.payload_bytes > kv_frame_reason_max_bytes || h.payload_bytes > max_payload_bytes) {
+      refuse("a give-up reason of " + std::to_string(h.payload_bytes) + " bytes, at most " +
+             std::to_string(kv_frame_reason_max_bytes));
+    }
+    return h;
+  }
   h.span.element = static_cast<dtype>(element);
   if (!is_kv_element(h.span.element)) {
     refuse("element type " + std::to_string(element) + " is not a KV cache type (f32, f16, bf16, q8_0, fp8_e4m3)");
@@ -152,6 +165,22 @@ uint64_t decode_kv_frame_sequence(std::span<const std::byte> payload) {
   uint64_t sequence = 0;
   for (size_t i = 0; i < payload.size(); ++i) sequence |= uint64_t(std::to_integer<uint8_t>(payload[i])) << (8 * i);
   return sequence;
+}
+
+kv_frame_header kv_give_up_header(uint64_t transfer_id, int64_t request_id, size_t reason_bytes) {
+  kv_frame_header h;
+  h.transfer_id = transfer_id;
+  h.request_id = request_id;
+  h.gave_up = true;
+  h.payload_bytes = std::min(reason_bytes, kv_frame_reason_max_bytes);
+  return h;
+}
+
+std::vector<std::byte> encode_kv_give_up_reason(const std::string& why) {
+  const size_t n = std::min(why.size(), kv_frame_reason_max_bytes);
+  std::vector<std::byte> out(n);
+  if (n > 0) std::memcpy(out.data(), why.data(), n);
+  return out;
 }
 
 }  // namespace troupe

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/kv_transfer.hpp"
@@ -42,12 +43,19 @@ struct kv_frame_header {
   // order, and the sender may hand over frames of different transfers in another order than
   // their sends were posted: the receiver posts its receives in this order, not in arrival order.
   bool sequenced = false;
+  // The sender gave the transfer up (it cannot send the rest: its stream broke, a pipeline stage
+  // could not take or send its layers): the payload is why, UTF-8 text of at most
+  // kv_frame_reason_max_bytes; the token and span fields mean nothing. The receiver fails the
+  // transfer at once with that reason instead of waiting for its deadline.
+  bool gave_up = false;
 };
 
 // The encoded header's size on the wire (fixed, little-endian fields).
 inline constexpr size_t kv_frame_header_bytes = 64;
 // The payload of a sequenced frame: its sequence number, little-endian.
 inline constexpr size_t kv_frame_sequence_bytes = 8;
+// The most a give-up frame's reason may take.
+inline constexpr size_t kv_frame_reason_max_bytes = 1024;
 
 void encode_kv_frame_header(const kv_frame_header& header, std::span<std::byte, kv_frame_header_bytes> out);
 // Throws std::invalid_argument naming the field: wrong magic or version, a negative or empty
@@ -56,6 +64,11 @@ void encode_kv_frame_header(const kv_frame_header& header, std::span<std::byte, 
 kv_frame_header decode_kv_frame_header(std::span<const std::byte> bytes, uint64_t max_payload_bytes);
 
 std::vector<std::byte> encode_kv_frame_sequence(uint64_t sequence);  // [kv_frame_sequence_bytes]
+
+// A give-up frame for a transfer of `request_id`, and its payload (`why`, cut to
+// kv_frame_reason_max_bytes).
+kv_frame_header kv_give_up_header(uint64_t transfer_id, int64_t request_id, size_t reason_bytes);
+std::vector<std::byte> encode_kv_give_up_reason(const std::string& why);
 // Throws std::invalid_argument for a payload that is not kv_frame_sequence_bytes long.
 uint64_t decode_kv_frame_sequence(std::span<const std::byte> payload);
 

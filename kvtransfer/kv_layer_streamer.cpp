@@ -111,11 +111,11 @@ bool kv_layer_streamer::take_stage_routes(step_entry& e) {
     }
   }
   if (!why.empty()) {
-    spdlog::warn(
-        "kv stream: request {} (transfer {}): the pipelines are not cut alike ({}); its receiver will time "
-        "out ([pipeline] kv_stage_pairs = false sends every layer through the engines)",
-        e.request_id, e.state->transfer_id, why);
+    const std::string text = "the pipelines are not cut alike (" + why +
+                             "); [pipeline] kv_stage_pairs = false sends every layer through the engines";
+    spdlog::warn("kv stream: request {} (transfer {}): {}", e.request_id, e.state->transfer_id, text);
     e.state->broken = true;
+    sender_.give_up(e.state->transfer_id, e.request_id, text);
     return false;
   }
   e.state->routes = std::move(routes);
@@ -248,9 +248,10 @@ void kv_layer_streamer::complete_device_copies() {
 }
 
 void kv_layer_streamer::break_stream(step_entry& e, int layer, const std::string& why) {
-  spdlog::warn("kv stream: layer {} of request {} (transfer {}) not sent: {}; its receiver will time out", layer,
+  spdlog::warn("kv stream: layer {} of request {} (transfer {}) not sent: {}; its receiver is told", layer,
                e.request_id, e.state->transfer_id, why);
   e.state->broken = true;
+  sender_.give_up(e.state->transfer_id, e.request_id, "layer " + std::to_string(layer) + " was not sent: " + why);
 }
 
 void kv_layer_streamer::finish_step() {

@@ -152,6 +152,11 @@ std::string kv_lease_table::mismatch(const kv_lease& lease, const kv_frame_heade
     return "the frame names request " + std::to_string(h.request_id) + ", the transfer is for request " +
            std::to_string(e.request_id);
   }
+  if (h.gave_up) {  // its sender's last word: nothing of a span to fit
+    return h.payload_bytes == payload_size ? std::string()
+                                           : "the give-up frame announces " + std::to_string(h.payload_bytes) +
+                                                 " bytes of reason, it has " + std::to_string(payload_size);
+  }
   if (int64_t{h.span.first_layer} + h.span.num_layers > num_layers_) {
     return "layer range first " + std::to_string(h.span.first_layer) + " count " + std::to_string(h.span.num_layers) +
            " lies outside the model's " + std::to_string(num_layers_) + " layers";

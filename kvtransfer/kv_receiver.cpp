@@ -198,6 +198,14 @@ class kv_receiver::impl final : public kv_frame_sink {
       return std::move(verdict.failed);
     }
     kv_lease& lease = *verdict.lease;
+    if (h.gave_up) {
+      // The sender cannot send the rest: the transfer fails now, with its reason.
+      std::string reason(reinterpret_cast<const char*>(payload.data()), payload.size());
+      for (char& c : reason) {
+        if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+      }
+      return leases_.fail(h.transfer_id, "its sender gave it up: " + reason).failed;
+    }
     std::string why;
     if (!lease.expectation.device_pair.empty()) {
       why = queue_device_receive(lease, h, payload);

@@ -188,6 +188,26 @@ class kv_sender::impl {
     idle_.notify_all();
   }
 
+  void give_up(uint64_t transfer_id, int64_t request_id, const std::string& why) {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = transfers_.find(transfer_id);
+      if (it == transfers_.end()) return;
+      for (queued_frame& f : it->second.frames) {
+        num_buffered_bytes_ -= f.payload.size();
+        pool_->give_back(std::move(f.payload));
+      }
+      it->second.frames.clear();
+      queued_frame frame;
+      frame.payload = encode_kv_give_up_reason(why);
+      encode_kv_frame_header(kv_give_up_header(transfer_id, request_id, frame.payload.size()), frame.header);
+      num_buffered_bytes_ += frame.payload.size();
+      it->second.frames.push_back(std::move(frame));
+      it->second.finished = true;
+    }
+    wake_.notify_all();
+  }
+
   bool wait_idle(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
     return idle_.wait_for(lock, timeout, [&] { return num_buffered_bytes_ == 0 && !in_flight_; });
@@ -475,6 +495,9 @@ void kv_sender::ready(uint64_t transfer_id, std::string endpoint, std::string se
 }
 void kv_sender::finish(uint64_t transfer_id) { impl_->finish(transfer_id); }
 void kv_sender::cancel(uint64_t transfer_id) { impl_->cancel(transfer_id); }
+void kv_sender::give_up(uint64_t transfer_id, int64_t request_id, const std::string& why) {
+  impl_->give_up(transfer_id, request_id, why);
+}
 bool kv_sender::wait_idle(std::chrono::milliseconds timeout) { return impl_->wait_idle(timeout); }
 kv_sender_stats kv_sender::stats() const { return impl_->stats(); }
 

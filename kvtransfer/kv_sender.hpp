@@ -75,6 +75,10 @@ class kv_sender {
   void finish(uint64_t transfer_id);
   // Drops the transfer's queued frames and closes it without an event.
   void cancel(uint64_t transfer_id);
+  // The transfer cannot be sent whole: its queued frames are dropped and, in their place, a
+  // give-up frame (kv_frame_header::gave_up) saying `why` goes to its destination once known, so
+  // the receiver fails it at once. An id not open: nothing.
+  void give_up(uint64_t transfer_id, int64_t request_id, const std::string& why);
   // Blocks until nothing is queued (tests and benchmarks), at most `timeout`; false on timeout.
   bool wait_idle(std::chrono::milliseconds timeout);
   kv_sender_stats stats() const;

@@ -31,11 +31,18 @@ kv_stage_route stage_kv_pairs::lease(const kv_stage_lease& l) {
     kv_receiver_events events;
     events.complete = [this](uint64_t transfer_id, int64_t) { relay(transfer_id); };
     events.failed = [this](uint64_t transfer_id, int64_t request_id, const std::string& why) {
-      // The engine's own lease fails at its deadline: it waits for this stage's relay.
-      spdlog::warn("pipeline stage {}: {} (request {}); its engine's lease times out", layer_range_text(layers_), why,
-                   request_id);
-      std::lock_guard lock(mutex_);
-      relays_.erase(transfer_id);
+      // The engine's lease waits for this stage's relay: it is told instead, and fails at once.
+      relay_target to;
+      {
+        std::lock_guard lock(mutex_);
+        auto it = relays_.find(transfer_id);
+        if (it == relays_.end()) return;  // released meanwhile
+        to = std::move(it->second);
+        relays_.erase(it);
+      }
+      open_sender_transfer(transfer_id, to.timeout);
+      sender_->ready(transfer_id, to.endpoint, to.public_key);
+      sender_->give_up(transfer_id, request_id, "pipeline stage " + layer_range_text(layers_) + ": " + why);
     };
     receiver_ = std::make_unique<kv_receiver>(stage_, channel_, std::move(events));
     spdlog::info("pipeline stage {}: KV receiver for its layers at {}", layer_range_text(layers_),

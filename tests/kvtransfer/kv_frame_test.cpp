@@ -42,6 +42,24 @@ void expect_refused(const std::vector<std::byte>& bytes, const std::string& fiel
 
 void expect_refused(kv_frame_header h, const std::string& field) { expect_refused(encoded(h), field); }
 
+// A give-up frame carries who gave up and why, nothing of a span; it says nothing else, and its
+// reason is bounded.
+TEST(kv_frame, a_give_up_frame_carries_its_reason_and_nothing_else) {
+  const kv_frame_header h = kv_give_up_header(5, -3, 40);
+  const kv_frame_header back = decode_kv_frame_header(encoded(h), uint64_t(1) << 30);
+  EXPECT_TRUE(back.gave_up);
+  EXPECT_EQ(back.transfer_id, 5u);
+  EXPECT_EQ(back.request_id, -3);
+  EXPECT_EQ(back.payload_bytes, 40u);
+  EXPECT_EQ(encode_kv_give_up_reason(std::string(5000, 'r')).size(), kv_frame_reason_max_bytes);
+  kv_frame_header both = h;
+  both.in_place = true;
+  expect_refused(both, "a give-up frame that also says in place");
+  kv_frame_header long_reason = h;
+  long_reason.payload_bytes = kv_frame_reason_max_bytes + 1;
+  expect_refused(long_reason, "a give-up reason of 1025 bytes, at most 1024");
+}
+
 TEST(kv_frame, every_field_survives_the_round_trip) {
   const kv_frame_header h = good_header();
   const kv_frame_header back = decode_kv_frame_header(encoded(h), uint64_t(1) << 30);

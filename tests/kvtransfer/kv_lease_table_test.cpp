@@ -375,3 +375,24 @@ TEST(kv_lease_table, relayed_layers_come_in_place_whole_and_the_rest_with_bytes)
 
 }  // namespace
 }  // namespace troupe::test
+
+namespace troupe::test {
+namespace {
+
+// A give-up frame fits any live lease of its request, whatever its span; its payload size must
+// be what it announced.
+TEST(kv_lease_table, a_give_up_frame_fits_its_lease_by_request_alone) {
+  kv_lease_table table(small_config(), small_pool, false);
+  table.expect(lease_for(1));
+  const kv_frame_header h = kv_give_up_header(1, 101, 12);
+  EXPECT_NE(table.admit(h, 12).lease, nullptr);
+  const kv_frame_verdict lying = table.admit(h, 11);
+  EXPECT_EQ(lying.lease, nullptr);
+  EXPECT_NE(lying.refusal.find("announces 12 bytes of reason, it has 11"), std::string::npos) << lying.refusal;
+  table.expect(lease_for(2));
+  const kv_frame_verdict other = table.admit(kv_give_up_header(2, 999, 0), 0);
+  EXPECT_NE(other.refusal.find("names request 999"), std::string::npos) << other.refusal;
+}
+
+}  // namespace
+}  // namespace troupe::test

@@ -100,6 +100,31 @@ TEST_F(kv_plane_test, cancel_drops_the_queued_frames_without_an_event) {
   EXPECT_EQ(sent.count(7), 0u);
 }
 
+// A sender that cannot send a transfer whole gives it up: its queued frames are dropped and the
+// receiver, told why, fails the transfer at once, not at its deadline.
+TEST_F(kv_plane_test, a_transfer_given_up_fails_at_the_receiver_at_once_with_the_reason) {
+  event_log received;
+  kv_receiver receiver(*b_, {}, received.receiver_events());
+  receiver.expect(expectation(7, 60s));
+  kv_sender sender({}, {});
+  sender.open(7, in(60s));
+  frame f = frame_of(7, 0, 1, 0, num_tokens);
+  ASSERT_TRUE(sender.send(f.header, std::move(f.payload)));
+  sender.give_up(7, request_id, std::string("layer 3 was not sent: the stage went away\n") + std::string(2000, 'x'));
+  EXPECT_LE(sender.stats().num_buffered_bytes, kv_frame_reason_max_bytes) << "the queued frame was dropped";
+  const auto start = std::chrono::steady_clock::now();
+  sender.ready(7, receiver.endpoint(), receiver.public_key());
+  const auto done = received.wait_for(7, 10s);
+  ASSERT_TRUE(done);
+  EXPECT_FALSE(done->completed);
+  EXPECT_NE(done->why.find("its sender gave it up: layer 3 was not sent: the stage went away x"), std::string::npos)
+      << done->why;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(receiver.stats().num_frames, 0u) << "the frame queued before the give-up never went";
+  sender.give_up(99, request_id, "not open");  // nothing
+  EXPECT_TRUE(sender.wait_idle(5s));
+}
+
 TEST_F(kv_plane_test, a_transfer_not_open_takes_no_frames) {
   kv_sender sender({}, {});
   frame f = frame_of(7, 0, 1, 0, num_tokens);

@@ -164,20 +164,26 @@ TEST_F(kv_stage_pairs_test, a_released_lease_takes_nothing_more_and_the_engine_h
 }
 
 TEST_F(kv_stage_pairs_test, a_decode_cut_otherwise_is_refused_by_the_prefill_by_name) {
-  instance_pair pair(2, 3, paired(std::chrono::milliseconds(500)));
+  instance_pair pair(2, 3, paired());
   auto& [prefill, decode, received, decode_side, prefill_side, sink] = pair;
-
-  const kv_destination where = decode_side->expect(reservation(9), std::chrono::milliseconds(500));
+  const auto start = std::chrono::steady_clock::now();
+  const kv_destination where = decode_side->expect(reservation(9), std::chrono::seconds(60));
   ASSERT_EQ(where.stage_routes.size(), 1u);
   EXPECT_EQ(where.stage_routes[0].layers, (layer_range{0, 3}));
   sink->start(request_id, 9);
   prefill_side->send_to(where);
   const step_plan plan = prefill_step(request_id, prompt, prefill_blocks, 0, num_tokens(), true);
   EXPECT_FALSE(sink->prepare(plan, {&prefill_blocks})) << "the stream broke: nothing to stream";
-  // The decode's lease fails at its deadline, and its stage's lease is released with it.
+  // The prefill gives the transfer up, saying why: the decode's lease fails at once, not at its
+  // deadline, and its stage's lease is released with it.
   const auto done = received.wait_for(9);
   ASSERT_TRUE(done);
   EXPECT_FALSE(done->completed);
+  EXPECT_NE(done->why.find("its sender gave it up: the pipelines are not cut alike (the decode's stage 0 holds "
+                           "layers 0-2, this prefill's 0-1)"),
+            std::string::npos)
+      << done->why;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_TRUE(eventually([&] { return decode.server->kv_pair_stats().leases == 0; }));
 }
 
