@@ -32,16 +32,7 @@ kv_stage_route stage_kv_pairs::lease(const kv_stage_lease& l) {
     events.complete = [this](uint64_t transfer_id, int64_t) { relay(transfer_id); };
     events.failed = [this](uint64_t transfer_id, int64_t request_id, const std::string& why) {
       // The engine's lease waits for this stage's relay: it is told instead, and fails at once.
-      relay_target to;
-      {
-        std::lock_guard lock(mutex_);
-        auto it = relays_.find(transfer_id);
-        if (it == relays_.end()) return;  // released meanwhile
-        to = std::move(it->second);
-        relays_.erase(it);
-      }
-      open_sender_transfer(transfer_id, to.timeout);
-      sender_->ready(transfer_id, to.endpoint, to.public_key);
+      if (!open_to_engine(transfer_id, false)) return;
       sender_->give_up(transfer_id, request_id, "pipeline stage " + layer_range_text(layers_) + ": " + why);
     };
     receiver_ = std::make_unique<kv_receiver>(stage_, channel_, std::move(events));
@@ -72,28 +63,34 @@ void stage_kv_pairs::open_sender_transfer(uint64_t transfer_id, std::chrono::mil
   }
 }
 
-void stage_kv_pairs::relay(uint64_t transfer_id) {
+std::optional<stage_kv_pairs::relay_target> stage_kv_pairs::open_to_engine(uint64_t transfer_id, bool completed) {
   relay_target to;
   {
     std::lock_guard lock(mutex_);
     auto it = relays_.find(transfer_id);
-    if (it == relays_.end()) return;  // released meanwhile
+    if (it == relays_.end()) return std::nullopt;  // released meanwhile
     to = std::move(it->second);
     relays_.erase(it);
-    ++num_relays_;
+    if (completed) ++num_relays_;
   }
-  kv_frame_header h;
-  h.transfer_id = transfer_id;
-  h.request_id = to.request_id;
-  h.token_begin = 0;
-  h.token_end = to.num_tokens;
-  const int block_size = stage_.kv_shape().block_size;
-  h.span = kv_span_for(stage_.config(), stage_.kv_shape(), (to.num_tokens + block_size - 1) / block_size, layers_.first,
-                       layers_.count(), stage_.kv_dtype());
-  h.payload_bytes = 0;
-  h.in_place = true;
   open_sender_transfer(transfer_id, to.timeout);
   sender_->ready(transfer_id, to.endpoint, to.public_key);
+  return to;
+}
+
+void stage_kv_pairs::relay(uint64_t transfer_id) {
+  const std::optional<relay_target> to = open_to_engine(transfer_id, true);
+  if (!to) return;
+  kv_frame_header h;
+  h.transfer_id = transfer_id;
+  h.request_id = to->request_id;
+  h.token_begin = 0;
+  h.token_end = to->num_tokens;
+  const int block_size = stage_.kv_shape().block_size;
+  h.span = kv_span_for(stage_.config(), stage_.kv_shape(), (to->num_tokens + block_size - 1) / block_size,
+                       layers_.first, layers_.count(), stage_.kv_dtype());
+  h.payload_bytes = 0;
+  h.in_place = true;
   if (!sender_->send(h, {})) {
     spdlog::warn("pipeline stage {}: the relay of KV transfer {} was refused by its sender", layer_range_text(layers_),
                  transfer_id);

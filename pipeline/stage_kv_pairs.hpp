@@ -5,7 +5,8 @@
 //   decode stage   lease(): the engine lends it the blocks of one transfer for this stage's layers;
 //                  its KV receiver (kvtransfer/kv_receiver.hpp, made at the first lease) takes the
 //                  prefill stage's frames for them under that lease, and once every layer has every
-//                  token it tells the engine's receiver with one in-place frame (the relay).
+//                  token it tells the engine's receiver with one in-place frame (the relay); a
+//                  lease that fails is told to it with a give-up frame, and fails there at once.
 //                  release(): the lease ends; nothing more is written into its blocks.
 //   prefill stage  push(): exports its layers of a request's blocks and queues them on its KV
 //                  sender (made at the first push) to the decode stage's receiver.
@@ -19,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "kvtransfer/kv_channel.hpp"
@@ -69,7 +71,11 @@ class stage_kv_pairs {
     std::string endpoint;
     std::string public_key;
   };
+  // Tells the engine transfer_id's layers are in (the relay).
   void relay(uint64_t transfer_id);
+  // The engine's receiver for transfer_id, taken from relays_ and opened on the sender (nullopt
+  // when released meanwhile); `completed` counts a relay.
+  std::optional<relay_target> open_to_engine(uint64_t transfer_id, bool completed);
   void open_sender_transfer(uint64_t transfer_id, std::chrono::milliseconds timeout);
 
   model& stage_;
