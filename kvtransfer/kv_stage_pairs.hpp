@@ -78,8 +78,9 @@ class kv_stage_pairs {
   virtual ~kv_stage_pairs() = default;
   // The layers each remote stage holds, in order (the engine holds the rest).
   virtual std::vector<layer_range> remote_stage_layers() const = 0;
-  // Whether this side's stages can take part: a decode stage must reach the engine's receiver
-  // (`receiver_keyed`: it wants CURVE) and a prefill stage the decode stage's.
+  // Whether every remote stage holds the cluster's CURVE keys (its link is curve://): a decode
+  // stage must reach its engine's receiver, which wants CURVE when the engine has keys, and a
+  // prefill stage must reach a decode stage that wants CURVE.
   virtual bool stages_keyed() const = 0;
   // Decode side: leases `lease`'s blocks at every remote stage; each stage's route, in order.
   // Throws std::runtime_error naming the stage that could not (the leases made are released).

@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "kvtransfer/kv_stage_pairs.hpp"
 #include "model/forward_batch.hpp"
 #include "model/kv_transfer.hpp"
 
@@ -78,7 +79,7 @@ inline constexpr size_t stage_kv_descriptor_bytes = 7 * 4;
 inline constexpr size_t stage_lease_fixed_bytes = 24;
 inline constexpr size_t stage_push_fixed_bytes = 32;
 inline constexpr size_t stage_release_bytes = 8;
-inline constexpr size_t stage_route_max_bytes = 1024;  // kv_stage_route_max_bytes
+inline constexpr size_t stage_route_max_bytes = kv_stage_route_max_bytes;
 
 struct stage_frame_header {
   stage_frame_kind kind = stage_frame_kind::work;

@@ -127,13 +127,6 @@ std::string stage_link::release_kv(uint64_t transfer_id) {
   return run_kv_job(job);
 }
 
-std::string stage_link::push_kv(const kv_stage_push& push) {
-  kv_job job;
-  job.kind = stage_frame_kind::kv_push;
-  job.push = &push;
-  return run_kv_job(job);
-}
-
 void stage_link::queue_push_kv(kv_stage_push push) {
   auto owned = std::make_unique<owned_push>();
   owned->push = std::move(push);

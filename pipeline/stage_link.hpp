@@ -72,14 +72,14 @@ class stage_link {
   std::string import_kv(std::span<const int32_t> block_ids, const kv_span_header& span,
                         std::span<const std::byte> data);
   // The pair frames (pipeline/stage_pair_frames.hpp), sent like the KV frames above: a decode
-  // stage's lease on a transfer's blocks, answered with its KV receiver's route; the lease's end;
-  // a prefill stage's push of its layers of one request to its decode peer. Why not, or "".
+  // stage's lease on a transfer's blocks, answered with its KV receiver's route; the lease's end.
+  // Why not, or "".
   std::string lease_kv(const kv_stage_lease& lease, kv_stage_route& route);
   std::string release_kv(uint64_t transfer_id);
-  std::string push_kv(const kv_stage_push& push);
-  // A push queued without waiting for its answer (the link's thread sends it in queue order, so
-  // before any later micro-batch); wait_pushes() waits for every push queued since its last call
-  // and returns the first failure among them ("" when all went).
+  // A prefill stage's push of its layers of one request to its decode peer, queued without
+  // waiting for its answer (the link's thread sends it in queue order, so before any later
+  // micro-batch); wait_pushes() waits for every push queued since its last call and returns the
+  // first failure among them ("" when all went).
   void queue_push_kv(kv_stage_push push);
   std::string wait_pushes();
   // The stage's compute time its results reported since the last call (what it was busy with).
